@@ -1,0 +1,142 @@
+//! Tunables of the protocol core, each with a documented default.
+
+use std::time::Duration;
+
+use super::frame::{token_len, MAX_HEADER_LEN};
+
+/// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
+/// the internet; `Config::default()` is a good start.
+///
+/// Nodes that talk to each other should agree on [`max_datagram_size`](Self::max_datagram_size),
+/// and a sender's [`window`](Self::window) must not exceed its receivers'
+/// [`max_slots_request`](Self::max_slots_request), or its requests are refused.
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct Config {
+    /// Largest datagram sent or accepted, in bytes. Default 1200 (safe on the internet without
+    /// path MTU discovery). Raise it on loopback or where the path allows (at most 65507).
+    /// It also bounds the payload: see [`Config::max_payload`].
+    pub max_datagram_size: usize,
+    /// `N` of the paper: envelopes (reserved slots) a sender keeps ready per destination so
+    /// that sends go out at once. Default 128.
+    pub envelope_target: u64,
+    /// Low watermark: a sender asks for more slots when its envelopes fall below this (and
+    /// always when messages wait). Default 64. Equal to `envelope_target`, it asks after every
+    /// send, as the paper's Algorithm 1 does.
+    pub envelope_low: u64,
+    /// Largest number of slots a sender holds per destination (envelopes plus unacknowledged
+    /// tokens): the flow-control window. Default 1024.
+    pub window: u64,
+    /// Messages queued per destination (waiting for a slot) before `send` says
+    /// [`SendError::QueueFull`](super::SendError::QueueFull). Default 4096.
+    pub max_queued_per_peer: usize,
+    /// Payload bytes queued or in flight over all destinations before `send` says
+    /// `QueueFull`. Default 64 MiB.
+    pub max_queued_bytes: usize,
+    /// Most sender records (destinations with state) at once. Default 4096.
+    pub max_sender_records: usize,
+    /// Most receiver records (sources with slots) at once. A REQSLOTS that would create one
+    /// more is dropped and counted; records holding slots are never evicted. Default 4096.
+    pub max_receiver_records: usize,
+    /// Largest `n` accepted in one REQSLOTS. Default 4096.
+    pub max_slots_request: u64,
+    /// Most slots a receiver record may hold. Default 8192.
+    pub max_slots_per_record: u64,
+    /// Round-trip time assumed before the first measurement. Default 100 ms.
+    pub initial_rtt: Duration,
+    /// Floor of the retransmission timeout. Default 5 ms.
+    pub min_rto: Duration,
+    /// Ceiling of the retransmission timeout, backoff included. Default 2 s.
+    pub max_rto: Duration,
+    /// Clock granularity added to the variance term of the timeout. Default 1 ms.
+    pub timer_granularity: Duration,
+    /// A receiver record holding slots whose sender has been silent this long sends a probe,
+    /// SLOTS(sck, rck, 0); the interval doubles after each unanswered probe. Default 1 s.
+    pub probe_interval: Duration,
+    /// Ceiling of the probe interval. Default 60 s.
+    pub max_probe_interval: Duration,
+    /// A sender record with no message and no token is discarded after this long idle
+    /// (keeping only the clock). Default 10 s.
+    pub idle_timeout: Duration,
+    /// Clock values reserved per persistence request: the node asks the embedding to store a
+    /// high-water mark this far ahead. Default 2^20.
+    pub clock_block: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            max_datagram_size: 1200,
+            envelope_target: 128,
+            envelope_low: 64,
+            window: 1024,
+            max_queued_per_peer: 4096,
+            max_queued_bytes: 64 << 20,
+            max_sender_records: 4096,
+            max_receiver_records: 4096,
+            max_slots_request: 4096,
+            max_slots_per_record: 8192,
+            initial_rtt: Duration::from_millis(100),
+            min_rto: Duration::from_millis(5),
+            max_rto: Duration::from_secs(2),
+            timer_granularity: Duration::from_millis(1),
+            probe_interval: Duration::from_secs(1),
+            max_probe_interval: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(10),
+            clock_block: 1 << 20,
+        }
+    }
+}
+
+/// Smallest `max_datagram_size` accepted by [`Config::validate`].
+pub const MIN_DATAGRAM_SIZE: usize = 128;
+/// Largest `max_datagram_size` accepted: the largest UDP payload over IPv4.
+pub const MAX_DATAGRAM_SIZE: usize = 65507;
+
+/// A configuration value out of its allowed range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid config: {0}")]
+pub struct ConfigError(pub &'static str);
+
+impl Config {
+    /// Largest payload `send` accepts: what fits in one datagram with the largest header and
+    /// TOKEN framing. 1141 bytes with the default 1200-byte datagrams.
+    pub fn max_payload(&self) -> usize {
+        let overhead = MAX_HEADER_LEN + token_len(u64::MAX >> 2, u64::MAX >> 2, 0) + 2;
+        self.max_datagram_size.saturating_sub(overhead)
+    }
+
+    /// Checks that values are in range and consistent with each other.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(MIN_DATAGRAM_SIZE..=MAX_DATAGRAM_SIZE).contains(&self.max_datagram_size) {
+            return Err(ConfigError("max_datagram_size must be within 128..=65507"));
+        }
+        if self.window == 0 || self.envelope_target == 0 {
+            return Err(ConfigError("window and envelope_target must be positive"));
+        }
+        if self.envelope_target > self.window || self.envelope_low > self.envelope_target {
+            return Err(ConfigError(
+                "need envelope_low <= envelope_target <= window",
+            ));
+        }
+        if self.max_queued_per_peer == 0 || self.max_sender_records == 0 {
+            return Err(ConfigError("queue and record limits must be positive"));
+        }
+        if self.max_slots_request == 0 || self.max_slots_per_record < self.max_slots_request {
+            return Err(ConfigError(
+                "need 0 < max_slots_request <= max_slots_per_record",
+            ));
+        }
+        if self.min_rto.is_zero() || self.min_rto > self.max_rto {
+            return Err(ConfigError("need 0 < min_rto <= max_rto"));
+        }
+        if self.probe_interval.is_zero() || self.probe_interval > self.max_probe_interval {
+            return Err(ConfigError("need 0 < probe_interval <= max_probe_interval"));
+        }
+        if self.clock_block < 2 {
+            return Err(ConfigError("clock_block must be at least 2"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! Typed errors of the core: malformed datagrams and refused sends.
+
+use super::NodeId;
+
+/// Why a datagram could not be decoded. Every variant is a counted reject, never a panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Shorter than the smallest possible header.
+    #[error("datagram shorter than a header")]
+    Runt,
+    /// The first two bytes are not the exon magic.
+    #[error("bad magic")]
+    BadMagic,
+    /// A protocol version this implementation does not speak.
+    #[error("unsupported version {0}")]
+    UnsupportedVersion(u8),
+    /// Reserved header flag bits were set.
+    #[error("reserved flags set: {0:#04x}")]
+    ReservedFlags(u8),
+    /// A field or payload runs past the end of the datagram.
+    #[error("truncated")]
+    Truncated,
+    /// An integer was not in its shortest encoding.
+    #[error("non-canonical variable-length integer")]
+    NonCanonicalVarint,
+    /// A frame type this implementation does not know.
+    #[error("unknown frame type {0}")]
+    UnknownFrame(u64),
+    /// A header with no frame after it.
+    #[error("no frames")]
+    NoFrames,
+    /// A TOKEN payload larger than allowed.
+    #[error("payload too large")]
+    PayloadTooLarge,
+    /// An ACK frame with no range.
+    #[error("ACK frame without ranges")]
+    EmptyAck,
+    /// An ACK range that runs past the largest slot number.
+    #[error("value out of range")]
+    ValueOutOfRange,
+}
+
+/// Why [`Node::send`](super::Node::send) refused a message. The message was not accepted:
+/// nothing about it is kept, and the caller still owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The destination's queue holds the configured maximum of messages (or the node its
+    /// maximum of queued bytes): wait for acknowledgements, then retry.
+    #[error("send queue to {0} is full")]
+    QueueFull(NodeId),
+    /// The payload does not fit in one datagram under the configured maximum size.
+    #[error("payload of {len} bytes exceeds the maximum of {max}")]
+    PayloadTooLarge {
+        /// Size of the refused payload.
+        len: usize,
+        /// Largest payload accepted by this configuration.
+        max: usize,
+    },
+    /// The node already has the configured maximum of sender records, all busy.
+    #[error("too many destinations with messages in flight")]
+    TooManyPeers,
+    /// A node cannot send to itself.
+    #[error("cannot send to self")]
+    ToSelf,
+}

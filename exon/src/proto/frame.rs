@@ -1,0 +1,496 @@
+//! Datagram header and the four frames (REQSLOTS, SLOTS, TOKEN, ACK): encode and decode.
+//!
+//! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
+//! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
+//! allocates in proportion to a length field, and accepts only canonical encodings, so a
+//! valid datagram re-encodes to the very same bytes.
+
+use std::ops::Range;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use super::codec::{put_varint, varint_len, Reader, VARINT_MAX};
+use super::{DecodeError, NodeId};
+
+/// First two bytes of every exon datagram: ASCII "EX".
+pub const MAGIC: [u8; 2] = *b"EX";
+/// The wire version this implementation speaks.
+pub const VERSION: u8 = 1;
+/// Smallest possible header: magic, version, flags, and two one-byte node ids.
+pub const MIN_HEADER_LEN: usize = 6;
+/// Largest possible header (both node ids take eight bytes).
+pub const MAX_HEADER_LEN: usize = 4 + 8 + 8;
+
+/// Frame type codes.
+pub mod frame_type {
+    /// REQSLOTS(s, n, l)
+    pub const REQSLOTS: u64 = 0x01;
+    /// SLOTS(s, r, n)
+    pub const SLOTS: u64 = 0x02;
+    /// TOKEN(s, r, payload)
+    pub const TOKEN: u64 = 0x03;
+    /// ACK(r, ranges of s)
+    pub const ACK: u64 = 0x04;
+}
+
+/// The datagram header: who sent it and to whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The sending node.
+    pub src: NodeId,
+    /// The node the datagram is meant for.
+    pub dst: NodeId,
+}
+
+impl Header {
+    /// Encoded size of this header.
+    pub fn encoded_len(&self) -> usize {
+        4 + varint_len(self.src.get()) + varint_len(self.dst.get())
+    }
+
+    /// Appends the header.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        buf.put_slice(&MAGIC);
+        buf.put_u8(VERSION);
+        buf.put_u8(0);
+        put_varint(buf, self.src.get());
+        put_varint(buf, self.dst.get());
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Header, DecodeError> {
+        if r.remaining() < MIN_HEADER_LEN {
+            return Err(DecodeError::Runt);
+        }
+        if r.bytes(2)? != MAGIC {
+            return Err(DecodeError::BadMagic);
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(DecodeError::UnsupportedVersion(version));
+        }
+        let flags = r.u8()?;
+        if flags != 0 {
+            return Err(DecodeError::ReservedFlags(flags));
+        }
+        // Any decoded varint is at most VARINT_MAX, so these cannot fail.
+        let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
+        let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
+        Ok(Header { src, dst })
+    }
+}
+
+/// One protocol frame. Several may share a datagram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// Sender asks the receiver for slots `s .. s+n`, and waives every slot below `l`.
+    ReqSlots {
+        /// The sender record's clock `sck`: first slot number asked for.
+        s: u64,
+        /// Number of slots asked for (0 only waives).
+        n: u64,
+        /// Collection frontier: the sender holds no token or envelope below it.
+        l: u64,
+    },
+    /// Receiver grants slots `s .. s+n` under its incarnation `r` (n = 0: a probe).
+    Slots {
+        /// The `s` of the REQSLOTS this answers.
+        s: u64,
+        /// The receiver record's incarnation `rck`.
+        r: u64,
+        /// Number of slots granted.
+        n: u64,
+    },
+    /// A message payload in slot `s` of incarnation `r`.
+    Token {
+        /// Slot number.
+        s: u64,
+        /// Incarnation the token was made under.
+        r: u64,
+        /// The application's message.
+        payload: Bytes,
+    },
+    /// Receiver acknowledges the tokens in `ranges` of incarnation `r`.
+    Ack {
+        /// Incarnation of the acknowledged tokens.
+        r: u64,
+        /// Acknowledged slot numbers.
+        ranges: AckRanges,
+    },
+}
+
+impl Frame {
+    /// Short upper-case name, as in the paper.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Frame::ReqSlots { .. } => "REQSLOTS",
+            Frame::Slots { .. } => "SLOTS",
+            Frame::Token { .. } => "TOKEN",
+            Frame::Ack { .. } => "ACK",
+        }
+    }
+
+    /// Appends this frame.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        match self {
+            Frame::ReqSlots { s, n, l } => put_reqslots(buf, *s, *n, *l),
+            Frame::Slots { s, r, n } => put_slots(buf, *s, *r, *n),
+            Frame::Token { s, r, payload } => put_token(buf, *s, *r, payload),
+            Frame::Ack { r, ranges } => {
+                put_varint(buf, frame_type::ACK);
+                put_varint(buf, *r);
+                put_varint(buf, ranges.count);
+                buf.put_slice(&ranges.raw);
+            }
+        }
+    }
+
+    /// Encoded size of this frame.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
+            Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
+            Frame::Token { s, r, payload } => token_len(*s, *r, payload.len()),
+            Frame::Ack { r, ranges } => {
+                1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
+            }
+        }
+    }
+}
+
+/// Encoded size of a REQSLOTS frame.
+pub fn reqslots_len(s: u64, n: u64, l: u64) -> usize {
+    1 + varint_len(s) + varint_len(n) + varint_len(l)
+}
+
+/// Encoded size of a SLOTS frame.
+pub fn slots_len(s: u64, r: u64, n: u64) -> usize {
+    1 + varint_len(s) + varint_len(r) + varint_len(n)
+}
+
+/// Encoded size of a TOKEN frame carrying `payload_len` bytes.
+pub fn token_len(s: u64, r: u64, payload_len: usize) -> usize {
+    1 + varint_len(s) + varint_len(r) + varint_len(payload_len as u64) + payload_len
+}
+
+/// Appends a REQSLOTS frame.
+pub fn put_reqslots(buf: &mut impl BufMut, s: u64, n: u64, l: u64) {
+    put_varint(buf, frame_type::REQSLOTS);
+    put_varint(buf, s);
+    put_varint(buf, n);
+    put_varint(buf, l);
+}
+
+/// Appends a SLOTS frame.
+pub fn put_slots(buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
+    put_varint(buf, frame_type::SLOTS);
+    put_varint(buf, s);
+    put_varint(buf, r);
+    put_varint(buf, n);
+}
+
+/// Appends a TOKEN frame.
+pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
+    put_varint(buf, frame_type::TOKEN);
+    put_varint(buf, s);
+    put_varint(buf, r);
+    put_varint(buf, payload.len() as u64);
+    buf.put_slice(payload);
+}
+
+/// Appends an ACK frame for incarnation `r` covering as many of `ranges` (sorted, disjoint,
+/// non-adjacent, non-empty) as fit in `room` bytes. Returns how many ranges were written
+/// (0: nothing was written, not even the frame type).
+pub fn put_ack(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
+    // Work out how many ranges fit, then write.
+    let fixed = 1 + varint_len(r);
+    let mut body = 0usize;
+    let mut count = 0usize;
+    let mut prev_end: Option<u64> = None;
+    for rg in ranges {
+        let item = range_item_len(prev_end, rg);
+        if fixed + varint_len(count as u64 + 1) + body + item > room {
+            break;
+        }
+        body += item;
+        count += 1;
+        prev_end = Some(rg.end);
+    }
+    if count == 0 {
+        return 0;
+    }
+    put_varint(buf, frame_type::ACK);
+    put_varint(buf, r);
+    put_varint(buf, count as u64);
+    put_ranges(buf, &ranges[..count]);
+    count
+}
+
+fn range_item_len(prev_end: Option<u64>, rg: &Range<u64>) -> usize {
+    let first = match prev_end {
+        None => rg.start,
+        Some(p) => rg.start - p - 1,
+    };
+    varint_len(first) + varint_len(rg.end - rg.start - 1)
+}
+
+fn put_ranges(buf: &mut impl BufMut, ranges: &[Range<u64>]) {
+    let mut prev_end: Option<u64> = None;
+    for rg in ranges {
+        debug_assert!(rg.start < rg.end);
+        match prev_end {
+            None => put_varint(buf, rg.start),
+            Some(p) => {
+                debug_assert!(rg.start > p, "ranges must be sorted and non-adjacent");
+                put_varint(buf, rg.start - p - 1)
+            }
+        }
+        put_varint(buf, rg.end - rg.start - 1);
+        prev_end = Some(rg.end);
+    }
+}
+
+/// The slot ranges of an ACK frame, kept in their validated wire form (no allocation when
+/// decoding). Ranges are sorted, disjoint and non-adjacent by construction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckRanges {
+    count: u64,
+    raw: Bytes,
+}
+
+impl AckRanges {
+    /// Builds ranges from sorted, disjoint, non-adjacent, non-empty ranges whose ends are at
+    /// most `2^62`. Returns `None` for an empty list or one that breaks those conditions.
+    pub fn from_ranges(ranges: &[Range<u64>]) -> Option<AckRanges> {
+        if ranges.is_empty() {
+            return None;
+        }
+        let mut prev_end: Option<u64> = None;
+        for rg in ranges {
+            if rg.start >= rg.end || rg.end > VARINT_MAX + 1 {
+                return None;
+            }
+            if prev_end.is_some_and(|p| rg.start <= p) {
+                return None;
+            }
+            prev_end = Some(rg.end);
+        }
+        let mut raw = BytesMut::new();
+        put_ranges(&mut raw, ranges);
+        Some(AckRanges {
+            count: ranges.len() as u64,
+            raw: raw.freeze(),
+        })
+    }
+
+    /// Number of ranges.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Always false: an ACK frame has at least one range.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The ranges, in increasing order.
+    pub fn iter(&self) -> AckRangeIter<'_> {
+        AckRangeIter {
+            reader: Reader::new(&self.raw),
+            left: self.count,
+            prev_end: None,
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>, whole: &Bytes) -> Result<AckRanges, DecodeError> {
+        let count = r.varint()?;
+        if count == 0 {
+            return Err(DecodeError::EmptyAck);
+        }
+        // Each range takes at least two bytes: reject impossible counts before looping.
+        if count > (r.remaining() / 2) as u64 {
+            return Err(DecodeError::Truncated);
+        }
+        let start = r.position();
+        let mut it = AckRangeIter {
+            reader: r.clone(),
+            left: count,
+            prev_end: None,
+        };
+        for item in &mut it {
+            item?;
+        }
+        *r = it.reader;
+        Ok(AckRanges {
+            count,
+            raw: whole.slice(start..r.position()),
+        })
+    }
+}
+
+/// Iterator over the ranges of an [`AckRanges`].
+#[derive(Debug, Clone)]
+pub struct AckRangeIter<'a> {
+    reader: Reader<'a>,
+    left: u64,
+    prev_end: Option<u64>,
+}
+
+impl AckRangeIter<'_> {
+    fn step(&mut self) -> Result<Range<u64>, DecodeError> {
+        let first = self.reader.varint()?;
+        let len_m1 = self.reader.varint()?;
+        let start = match self.prev_end {
+            None => first,
+            Some(p) => p
+                .checked_add(first)
+                .and_then(|v| v.checked_add(1))
+                .ok_or(DecodeError::ValueOutOfRange)?,
+        };
+        let end = start
+            .checked_add(len_m1)
+            .and_then(|v| v.checked_add(1))
+            .filter(|&e| e <= VARINT_MAX + 1)
+            .ok_or(DecodeError::ValueOutOfRange)?;
+        self.prev_end = Some(end);
+        Ok(start..end)
+    }
+}
+
+impl Iterator for AckRangeIter<'_> {
+    type Item = Result<Range<u64>, DecodeError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let item = self.step();
+        if item.is_err() {
+            self.left = 0;
+        }
+        Some(item)
+    }
+}
+
+/// Parses a datagram's header and returns an iterator over its frames.
+///
+/// The iterator yields each frame or the first error, then stops. Use [`validate`] to check
+/// a whole datagram before acting on any of it.
+pub fn parse(data: &Bytes, max_payload: usize) -> Result<(Header, Frames<'_>), DecodeError> {
+    let mut r = Reader::new(data);
+    let header = Header::decode(&mut r)?;
+    Ok((
+        header,
+        Frames {
+            reader: r,
+            whole: data,
+            max_payload,
+            failed: false,
+        },
+    ))
+}
+
+/// Checks a whole datagram: a valid header, at least one frame, every frame valid, and no
+/// byte left over. Returns the header and the number of frames.
+pub fn validate(data: &Bytes, max_payload: usize) -> Result<(Header, usize), DecodeError> {
+    let (header, frames) = parse(data, max_payload)?;
+    let mut count = 0;
+    for f in frames {
+        f?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err(DecodeError::NoFrames);
+    }
+    Ok((header, count))
+}
+
+/// Iterator over the frames of a datagram.
+#[derive(Debug, Clone)]
+pub struct Frames<'a> {
+    reader: Reader<'a>,
+    whole: &'a Bytes,
+    max_payload: usize,
+    failed: bool,
+}
+
+impl Frames<'_> {
+    fn frame(&mut self) -> Result<Frame, DecodeError> {
+        let r = &mut self.reader;
+        let ty = r.varint()?;
+        Ok(match ty {
+            frame_type::REQSLOTS => Frame::ReqSlots {
+                s: r.varint()?,
+                n: r.varint()?,
+                l: r.varint()?,
+            },
+            frame_type::SLOTS => Frame::Slots {
+                s: r.varint()?,
+                r: r.varint()?,
+                n: r.varint()?,
+            },
+            frame_type::TOKEN => Frame::Token {
+                s: r.varint()?,
+                r: r.varint()?,
+                payload: r.length_prefixed(self.whole, self.max_payload)?,
+            },
+            frame_type::ACK => Frame::Ack {
+                r: r.varint()?,
+                ranges: AckRanges::decode(r, self.whole)?,
+            },
+            other => return Err(DecodeError::UnknownFrame(other)),
+        })
+    }
+}
+
+impl Iterator for Frames<'_> {
+    type Item = Result<Frame, DecodeError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.reader.remaining() == 0 {
+            return None;
+        }
+        let f = self.frame();
+        self.failed = f.is_err();
+        Some(f)
+    }
+}
+
+/// A whole datagram as values: a header and its frames. Convenient for tests, tools and
+/// fuzzing; the node itself decodes frames one at a time without building this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet {
+    /// Sender and destination.
+    pub header: Header,
+    /// At least one frame.
+    pub frames: Vec<Frame>,
+}
+
+impl Packet {
+    /// Decodes a whole datagram, rejecting anything [`validate`] rejects.
+    pub fn decode(data: &Bytes) -> Result<Packet, DecodeError> {
+        let (header, count) = validate(data, usize::MAX)?;
+        let (_, frames) = parse(data, usize::MAX)?;
+        let mut out = Vec::with_capacity(count);
+        for f in frames {
+            out.push(f?);
+        }
+        Ok(Packet {
+            header,
+            frames: out,
+        })
+    }
+
+    /// Encodes the datagram.
+    pub fn encode(&self) -> Bytes {
+        let mut buf = BytesMut::with_capacity(self.encoded_len());
+        self.header.encode(&mut buf);
+        for f in &self.frames {
+            f.encode(&mut buf);
+        }
+        buf.freeze()
+    }
+
+    /// Encoded size of the datagram.
+    pub fn encoded_len(&self) -> usize {
+        self.header.encoded_len() + self.frames.iter().map(Frame::encoded_len).sum::<usize>()
+    }
+}

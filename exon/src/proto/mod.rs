@@ -1,0 +1,31 @@
+//! The sans-IO Exon core: protocol state, wire format and timers, with no sockets, no async
+//! runtime and no clock reads (time is always passed in).
+//!
+//! Start with [`Node`]. The wire format is in [`frame`] and documented byte by byte in
+//! `docs/wire.md`.
+
+pub mod codec;
+mod config;
+mod error;
+mod event;
+pub mod frame;
+mod ids;
+mod node;
+mod outbox;
+pub mod ranges;
+mod receiver;
+mod rtt;
+mod rules;
+mod sender;
+mod stats;
+mod timer;
+
+pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
+pub use error::{DecodeError, SendError};
+pub use event::{Event, Transmit};
+pub use frame::{AckRanges, Frame, Header, Packet};
+pub use ids::{InvalidNodeId, MsgId, NodeId};
+pub use node::Node;
+pub use rtt::Rtt;
+pub use rules::Rules;
+pub use stats::{FrameCounts, Rejects, Stats};

@@ -1,0 +1,879 @@
+//! The sans-IO Exon node: inputs (`send`, `handle_datagram`, `handle_timeout`,
+//! `handle_clock_stored`) and outputs (`poll_transmit`, `poll_event`, `poll_timeout`,
+//! `poll_clock_store`).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::codec::VARINT_MAX;
+use super::frame::{
+    self, put_ack, put_reqslots, put_slots, put_token, reqslots_len, slots_len, token_len, Frame,
+    Header,
+};
+use super::outbox::Outbox;
+use super::receiver::{Grant, RRecord};
+use super::rules::Rules;
+use super::sender::{Queued, SRecord};
+use super::stats::Stats;
+use super::timer::{Side, TimerQueue};
+use super::{Config, ConfigError, Event, MsgId, NodeId, SendError, Transmit};
+
+/// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
+const STATELESS_OUTBOX: usize = 1024;
+
+/// One Exon node: the protocol state of Algorithm 1, corrected as in the project's notes.
+///
+/// The node does no I/O and never reads a clock: time comes in as `now` arguments, which must
+/// never go backwards. It is driven in the style of quinn-proto and str0m: make **one**
+/// input call, then drain the outputs in this order, until each returns `None`:
+///
+/// 1. [`poll_clock_store`](Self::poll_clock_store): store the requested high-water mark, and
+///    report it with [`handle_clock_stored`](Self::handle_clock_stored) (an in-memory
+///    embedding may do so at once);
+/// 2. [`poll_transmit`](Self::poll_transmit): send each datagram to its destination node;
+/// 3. [`poll_event`](Self::poll_event): hand deliveries and acknowledgements to the
+///    application;
+/// 4. [`poll_timeout`](Self::poll_timeout): call [`handle_timeout`](Self::handle_timeout) at
+///    that instant (if no other input comes first).
+///
+/// # State
+/// As the paper names it: the node clock `ck`; S records (one per destination, with `sck`,
+/// `rck`, queued messages, envelopes as one range under one incarnation, and tokens each
+/// carrying its own incarnation); R records (one per source, with `sck`, `rck` and the slots
+/// as ranges). When no record is left ([`is_idle`](Self::is_idle)) the clock is all that
+/// matters.
+///
+/// # Clock persistence
+/// To keep exactly-once across restarts, the node never hands out a clock value (a new
+/// incarnation `rck`, or an `sck` it asks slots for) at or above the high-water mark the
+/// embedding confirmed as stored. It asks for the next block through
+/// [`poll_clock_store`](Self::poll_clock_store) ahead of need and waits for the
+/// confirmation; a restarted node must be created with the last confirmed value.
+#[derive(Debug)]
+pub struct Node {
+    id: NodeId,
+    cfg: Config,
+    /// The node clock `ck`.
+    ck: u64,
+    /// High-water mark confirmed stored: every clock value used is at most this.
+    hw: u64,
+    /// High-water mark requested from the embedding, not yet confirmed.
+    hw_pending: Option<u64>,
+    /// Largest value handed out by `poll_clock_store`.
+    hw_asked: u64,
+    /// Sender records waiting for the clock to be stored before they can ask for slots.
+    clock_waiters: Vec<NodeId>,
+    senders: HashMap<NodeId, SRecord>,
+    receivers: HashMap<NodeId, RRecord>,
+    outbox: Outbox,
+    timers: TimerQueue,
+    events: VecDeque<Event>,
+    next_msg: u64,
+    queued_bytes: usize,
+    stats: Stats,
+    rules: Rules,
+    /// Reused by `handle_timeout`.
+    due_scratch: Vec<(Side, NodeId)>,
+    /// State of the generator for timer jitter (deterministic: seeded from id and clock).
+    jitter_state: u64,
+}
+
+impl Node {
+    /// Creates a node with identity `id`, starting from `clock`: the high-water mark last
+    /// stored by a previous run of this node (or any value that grows across restarts).
+    ///
+    /// The node immediately asks to store `clock + clock_block` (see
+    /// [`poll_clock_store`](Self::poll_clock_store)) and sends nothing before that is
+    /// confirmed.
+    pub fn new(id: NodeId, config: Config, clock: u64) -> Result<Node, ConfigError> {
+        config.validate()?;
+        if clock > VARINT_MAX - config.clock_block {
+            return Err(ConfigError("clock too close to 2^62"));
+        }
+        let mut node = Node {
+            id,
+            cfg: config,
+            ck: clock,
+            hw: clock,
+            hw_pending: None,
+            hw_asked: clock,
+            clock_waiters: Vec::new(),
+            senders: HashMap::new(),
+            receivers: HashMap::new(),
+            outbox: Outbox::default(),
+            timers: TimerQueue::default(),
+            events: VecDeque::new(),
+            next_msg: 0,
+            queued_bytes: 0,
+            stats: Stats::default(),
+            rules: Rules::ALL,
+            due_scratch: Vec::new(),
+            jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
+        };
+        node.reserve_clock(clock + 1);
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The node clock `ck`.
+    pub fn clock(&self) -> u64 {
+        self.ck
+    }
+
+    /// The high-water mark confirmed as stored.
+    pub fn clock_high_water(&self) -> u64 {
+        self.hw
+    }
+
+    /// True when the node holds no half-connection record: only its clock.
+    pub fn is_idle(&self) -> bool {
+        self.senders.is_empty() && self.receivers.is_empty()
+    }
+
+    /// Number of sender (S) records.
+    pub fn sender_records(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Number of receiver (R) records.
+    pub fn receiver_records(&self) -> usize {
+        self.receivers.len()
+    }
+
+    /// Slots held over all receiver records.
+    pub fn slots_held(&self) -> u64 {
+        self.receivers.values().map(|r| r.slots.count()).sum()
+    }
+
+    /// Slot ranges held over all receiver records (the memory they take).
+    pub fn slot_ranges_held(&self) -> usize {
+        self.receivers.values().map(|r| r.slots.range_count()).sum()
+    }
+
+    /// Unacknowledged tokens over all sender records.
+    pub fn tokens_in_flight(&self) -> usize {
+        self.senders.values().map(|s| s.tokens.len()).sum()
+    }
+
+    /// Messages waiting for an envelope, over all destinations.
+    pub fn messages_queued(&self) -> usize {
+        self.senders.values().map(|s| s.queue.len()).sum()
+    }
+
+    /// Payload bytes accepted by `send` and not yet acknowledged.
+    pub fn bytes_queued(&self) -> usize {
+        self.queued_bytes
+    }
+
+    /// Messages to `to` accepted and not yet acknowledged.
+    pub fn pending_to(&self, to: NodeId) -> usize {
+        self.senders
+            .get(&to)
+            .map_or(0, |s| s.queue.len() + s.tokens.len())
+    }
+
+    /// Whether `send(to, ..)` would be refused with `QueueFull` for a payload of `len` bytes.
+    pub fn is_full(&self, to: NodeId, len: usize) -> bool {
+        self.queued_bytes + len > self.cfg.max_queued_bytes
+            || self
+                .senders
+                .get(&to)
+                .is_some_and(|s| s.queue.len() >= self.cfg.max_queued_per_peer)
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Turns corrections of Algorithm 1 off, to show that the simulator catches the defect.
+    /// Test builds only.
+    #[cfg(feature = "rule-switches")]
+    pub fn set_rules(&mut self, rules: Rules) {
+        self.rules = rules;
+    }
+
+    /// The corrections in force.
+    pub fn rules(&self) -> Rules {
+        self.rules
+    }
+
+    /// Next timer jitter value (xorshift64*).
+    fn next_jitter(&mut self) -> u16 {
+        let mut x = self.jitter_state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.jitter_state = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 48) as u16
+    }
+
+    fn outbox_cap(&self) -> usize {
+        self.cfg.max_sender_records + self.cfg.max_receiver_records + STATELESS_OUTBOX
+    }
+
+    // ----- clock -----------------------------------------------------------------------
+
+    /// Makes sure values up to `up_to` may be used, asking for the next block ahead of need.
+    /// Returns whether `up_to` is covered by the stored high-water mark now.
+    fn reserve_clock(&mut self, up_to: u64) -> bool {
+        let margin = self.cfg.clock_block / 2;
+        if up_to.saturating_add(margin) > self.hw {
+            let want = up_to.saturating_add(self.cfg.clock_block).min(VARINT_MAX);
+            if self.hw_pending.is_none_or(|p| p < want) {
+                self.hw_pending = Some(want);
+            }
+        }
+        up_to <= self.hw
+    }
+
+    /// Output: a high-water mark to store durably before the node may use clock values up to
+    /// it. Report completion with [`handle_clock_stored`](Self::handle_clock_stored).
+    pub fn poll_clock_store(&mut self) -> Option<u64> {
+        let p = self.hw_pending?;
+        if p > self.hw_asked {
+            self.hw_asked = p;
+            Some(p)
+        } else {
+            None
+        }
+    }
+
+    /// Input: `high_water` is durably stored (a restart will start from it).
+    pub fn handle_clock_stored(&mut self, now: Instant, high_water: u64) {
+        if high_water <= self.hw {
+            return;
+        }
+        self.hw = high_water.min(VARINT_MAX);
+        if self.hw_pending.is_some_and(|p| p <= self.hw) {
+            self.hw_pending = None;
+        }
+        for peer in std::mem::take(&mut self.clock_waiters) {
+            self.request_slots(now, peer);
+            self.rearm_sender(peer);
+        }
+    }
+
+    // ----- send ------------------------------------------------------------------------
+
+    /// Input: sends `payload` to node `to`, exactly once. Returns the message's id; an
+    /// [`Event::Acknowledged`] with this id follows once the receiver delivered it.
+    ///
+    /// Fails without keeping anything if the payload is too large, the destination's queue is
+    /// full (backpressure: retry after acknowledgements), or too many destinations are busy.
+    pub fn send(&mut self, now: Instant, to: NodeId, payload: Bytes) -> Result<MsgId, SendError> {
+        if to == self.id {
+            return Err(SendError::ToSelf);
+        }
+        let max = self.cfg.max_payload();
+        if payload.len() > max {
+            return Err(SendError::PayloadTooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        if self.is_full(to, payload.len()) {
+            return Err(SendError::QueueFull(to));
+        }
+        let new_record = !self.senders.contains_key(&to);
+        if new_record {
+            if self.senders.len() >= self.cfg.max_sender_records {
+                return Err(SendError::TooManyPeers);
+            }
+            self.senders.insert(to, SRecord::new(self.ck, now));
+        }
+        let id = MsgId(self.next_msg);
+        self.next_msg += 1;
+        self.stats.sent += 1;
+        self.queued_bytes += payload.len();
+        let Some(rec) = self.senders.get_mut(&to) else {
+            unreachable!("record inserted above")
+        };
+        rec.bytes += payload.len();
+        rec.idle_since = None;
+        let msg = Queued { id, payload };
+        let envelope = match rec.rck {
+            Some(rck) if rec.queue.is_empty() => rec.take_envelope().map(|e| (e, rck)),
+            _ => None,
+        };
+        match envelope {
+            Some((slot, rck)) => {
+                if !self.rules.token_before_frontier && rec.req_n.is_none() {
+                    // The defect: l computed as if this token did not exist yet.
+                    rec.frontier_override = Some(rec.frontier());
+                }
+                rec.make_token(slot, rck, msg);
+                self.outbox.wake(to, usize::MAX);
+            }
+            None => rec.queue.push_back(msg),
+        }
+        if !new_record || self.rules.first_send_requests_slots {
+            self.request_slots(now, to);
+        }
+        if let Some(rec) = self.senders.get_mut(&to) {
+            if rec.req_n.is_none() {
+                rec.frontier_override = None;
+            }
+        }
+        self.rearm_sender(to);
+        Ok(id)
+    }
+
+    /// Asks `peer` for slots if the record needs them and no request is outstanding.
+    fn request_slots(&mut self, _now: Instant, peer: NodeId) {
+        let Some(rec) = self.senders.get(&peer) else {
+            return;
+        };
+        if rec.req_n.is_some() || !rec.needs_slots(&self.cfg) {
+            return;
+        }
+        let mut n = rec.wanted_slots(&self.cfg);
+        if n == 0 {
+            return;
+        }
+        let sck = rec.sck;
+        if !self.reserve_clock(sck + n) {
+            n = self.hw.saturating_sub(sck);
+            if n == 0 {
+                if !self.clock_waiters.contains(&peer) {
+                    self.clock_waiters.push(peer);
+                }
+                return;
+            }
+        }
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return;
+        };
+        rec.req_n = Some(n);
+        rec.req_sent_at = None;
+        rec.req_retransmitted = false;
+        rec.req_due = true;
+        self.outbox.wake(peer, usize::MAX);
+    }
+
+    // ----- datagrams -------------------------------------------------------------------
+
+    /// Input: a datagram received from the network. Anything malformed, oversized or not
+    /// addressed to this node is dropped and counted in [`Stats::rejects`]; nothing from the
+    /// network can make the node panic or grow past its configured bounds.
+    pub fn handle_datagram(&mut self, now: Instant, data: Bytes) {
+        self.stats.datagrams_in += 1;
+        self.stats.bytes_in += data.len() as u64;
+        if data.len() > self.cfg.max_datagram_size {
+            self.stats.rejects.oversized += 1;
+            return;
+        }
+        let max_payload = self.cfg.max_payload();
+        let header = match frame::validate(&data, max_payload) {
+            Ok((h, _)) => h,
+            Err(e) => {
+                self.stats.rejects.count_decode(e);
+                return;
+            }
+        };
+        if header.dst != self.id {
+            self.stats.rejects.wrong_destination += 1;
+            return;
+        }
+        let src = header.src;
+        if src == self.id {
+            self.stats.rejects.from_self += 1;
+            return;
+        }
+        let Ok((_, frames)) = frame::parse(&data, max_payload) else {
+            return;
+        };
+        for f in frames {
+            let Ok(f) = f else { break };
+            self.stats.frames_in.count(&f);
+            match f {
+                Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
+                Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
+                Frame::Token { s, r, payload } => self.on_token(now, src, s, r, payload),
+                Frame::Ack { r, ranges } => {
+                    for rg in ranges.iter().flatten() {
+                        self.on_ack(now, src, r, rg);
+                    }
+                    if let Some(rec) = self.senders.get_mut(&src) {
+                        rec.note_if_idle(now);
+                    }
+                    self.request_slots(now, src);
+                }
+            }
+        }
+        self.rearm_sender(src);
+        self.rearm_receiver(src);
+    }
+
+    /// REQSLOTS(s, n, l) from `src` (Algorithm 1, lines 48-60, bounded).
+    fn on_reqslots(&mut self, now: Instant, src: NodeId, s: u64, n: u64, l: u64) {
+        let bounded = self.rules.bounded_input;
+        if bounded && n > self.cfg.max_slots_request {
+            self.stats.rejects.slots_request_too_large += 1;
+            return;
+        }
+        if s.checked_add(n).is_none_or(|end| end > VARINT_MAX) {
+            self.stats.rejects.slots_overflow += 1;
+            return;
+        }
+        if !self.receivers.contains_key(&src) {
+            if n == 0 {
+                return; // a waiver for a record that is already gone
+            }
+            if bounded && self.receivers.len() >= self.cfg.max_receiver_records {
+                self.stats.rejects.too_many_records += 1;
+                return;
+            }
+            if !self.reserve_clock(self.ck + 1) {
+                self.stats.rejects.clock_wait += 1;
+                return;
+            }
+            let rck = self.ck;
+            self.ck += 1;
+            self.stats.incarnations += 1;
+            self.receivers.insert(src, RRecord::new(s, rck, now));
+        }
+        let cap = self.outbox_cap();
+        let Some(rec) = self.receivers.get_mut(&src) else {
+            return;
+        };
+        // Only the source's sender half (REQSLOTS, TOKEN) counts as hearing from it: its
+        // receiver half's SLOTS and ACKs say nothing about the slots held here.
+        rec.heard(now);
+        let mut cfg_cap;
+        let cfg = if bounded {
+            &self.cfg
+        } else {
+            cfg_cap = self.cfg.clone();
+            cfg_cap.max_slots_per_record = u64::MAX;
+            &cfg_cap
+        };
+        match rec.request(s, n, l, cfg) {
+            Grant::Granted => {
+                if !self.outbox.grant(src, s, rec.rck, n, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+            }
+            Grant::Waived => {}
+            Grant::OverCap => self.stats.rejects.slots_cap += 1,
+        }
+        if rec.slots.is_empty() {
+            self.receivers.remove(&src);
+        }
+    }
+
+    /// SLOTS(s, r, n) from `src` (lines 61-74, with rules 3 and 5).
+    fn on_slots(&mut self, now: Instant, src: NodeId, s: u64, r: u64, n: u64) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            // Rule 5: orphan slots lie at or above the sck we last used with `src`, which is
+            // at most our stored high-water mark; anything above it was never ours.
+            if s > self.hw {
+                self.stats.rejects.clock_jump += 1;
+                return;
+            }
+            if self.rules.raise_clock_on_orphan_slots {
+                self.ck = self.ck.max(s);
+            }
+            let cap = self.outbox_cap();
+            if !self.outbox.waive(src, self.ck, cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+            return;
+        };
+        if s != rec.sck {
+            self.stats.stale_slots += 1;
+            return;
+        }
+        if n > 0 && rec.req_n.is_none_or(|asked| n > asked) {
+            self.stats.rejects.unrequested_slots += 1;
+            return;
+        }
+        if rec.rck != Some(r) {
+            if self.rules.token_keeps_incarnation {
+                // Envelopes of another incarnation are options, not obligations: drop them.
+                rec.env_start = s;
+            }
+            rec.rck = Some(r);
+        }
+        if n > 0 {
+            if !rec.req_retransmitted {
+                if let Some(t) = rec.req_sent_at {
+                    rec.rtt.sample(now.saturating_duration_since(t));
+                }
+            }
+            rec.req_n = None;
+            rec.req_sent_at = None;
+            rec.req_due = false;
+            rec.frontier_override = None;
+            rec.sck = s + n;
+            if rec.fill_envelopes() > 0 {
+                self.outbox.wake(src, usize::MAX);
+            }
+        }
+        self.request_slots(now, src);
+    }
+
+    /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4).
+    fn on_token(&mut self, now: Instant, src: NodeId, s: u64, r: u64, payload: Bytes) {
+        let ack = match self.receivers.get_mut(&src) {
+            Some(rec) => {
+                rec.heard(now);
+                if rec.fill(s, r) {
+                    self.stats.delivered += 1;
+                    self.events
+                        .push_back(Event::Delivered { from: src, payload });
+                    if rec.slots.is_empty() {
+                        self.receivers.remove(&src);
+                    }
+                } else {
+                    self.stats.duplicates_dropped += 1;
+                }
+                true
+            }
+            None => {
+                self.stats.duplicates_dropped += 1;
+                self.rules.ack_without_record
+            }
+        };
+        if ack && !self.outbox.ack(src, r, s, self.outbox_cap()) {
+            self.stats.rejects.outbox_full += 1;
+        }
+    }
+
+    /// ACK(r, range) from `src` (lines 82-86): removes the tokens of incarnation `r` in `rg`.
+    fn on_ack(&mut self, now: Instant, src: NodeId, r: u64, rg: std::ops::Range<u64>) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            self.stats.stale_acks += 1;
+            return;
+        };
+        let keep_own = self.rules.token_keeps_incarnation;
+        let mut cursor = rg.start;
+        let mut removed = false;
+        while cursor < rg.end {
+            let Some((&s, tok)) = rec.tokens.range(cursor..rg.end).next() else {
+                break;
+            };
+            cursor = s + 1;
+            let tok_rck = if keep_own {
+                tok.rck
+            } else {
+                rec.rck.unwrap_or(tok.rck)
+            };
+            if tok_rck != r {
+                self.stats.stale_acks += 1;
+                continue;
+            }
+            let Some(tok) = rec.tokens.remove(&s) else {
+                break;
+            };
+            if tok.sends == 1 {
+                if let Some(t) = tok.sent_at {
+                    rec.rtt.sample(now.saturating_duration_since(t));
+                }
+            }
+            rec.bytes -= tok.payload.len();
+            self.queued_bytes -= tok.payload.len();
+            self.stats.acknowledged += 1;
+            self.events.push_back(Event::Acknowledged {
+                to: src,
+                id: tok.id,
+            });
+            removed = true;
+        }
+        if !removed {
+            self.stats.stale_acks += 1;
+        }
+    }
+
+    // ----- timers ----------------------------------------------------------------------
+
+    fn rearm_sender(&mut self, peer: NodeId) {
+        if let Some(rec) = self.senders.get_mut(&peer) {
+            let want = rec.deadline(&self.cfg);
+            self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
+        }
+    }
+
+    fn rearm_receiver(&mut self, peer: NodeId) {
+        if let Some(rec) = self.receivers.get_mut(&peer) {
+            let want = if self.rules.receiver_probe {
+                rec.deadline(&self.cfg)
+            } else {
+                None
+            };
+            self.timers.arm(&mut rec.armed, want, Side::Receiver, peer);
+        }
+    }
+
+    fn is_current(&self, t: Instant, side: Side, peer: NodeId) -> bool {
+        match side {
+            Side::Sender => self.senders.get(&peer).is_some_and(|r| r.armed == Some(t)),
+            Side::Receiver => self
+                .receivers
+                .get(&peer)
+                .is_some_and(|r| r.armed == Some(t)),
+        }
+    }
+
+    /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
+    /// called, if any. May be early (then the call does nothing); never late.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some((t, side, peer)) = self.timers.peek() {
+            if self.is_current(t, side, peer) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Input: time has reached `now`; runs every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Take every due entry first, so a record is handled at most once per call.
+        let mut due = std::mem::take(&mut self.due_scratch);
+        while let Some((t, side, peer)) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if self.is_current(t, side, peer) {
+                due.push((side, peer));
+            }
+        }
+        for &(side, peer) in &due {
+            match side {
+                Side::Sender => {
+                    if let Some(rec) = self.senders.get_mut(&peer) {
+                        rec.armed = None;
+                    }
+                    self.sender_timeout(now, peer);
+                    let j = self.next_jitter();
+                    if let Some(rec) = self.senders.get_mut(&peer) {
+                        rec.jitter = j;
+                    }
+                    self.rearm_sender(peer);
+                }
+                Side::Receiver => {
+                    if let Some(rec) = self.receivers.get_mut(&peer) {
+                        rec.armed = None;
+                    }
+                    self.receiver_timeout(now, peer);
+                    let j = self.next_jitter();
+                    if let Some(rec) = self.receivers.get_mut(&peer) {
+                        rec.jitter = j;
+                    }
+                    self.rearm_receiver(peer);
+                }
+            }
+        }
+        due.clear();
+        self.due_scratch = due;
+    }
+
+    /// Retransmission, REQSLOTS re-send and idle discard of the S record for `peer`.
+    fn sender_timeout(&mut self, now: Instant, peer: NodeId) {
+        let cfg = &self.cfg;
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return;
+        };
+        let mut wake = rec.expire_tokens(now, cfg) > 0;
+        if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
+            if !rec.req_due && sent + rec.rto(cfg) <= now {
+                // Ask again, for at least as much as before (the receiver grants the union).
+                let want = rec
+                    .wanted_slots(cfg)
+                    .max(asked)
+                    .min(self.hw.saturating_sub(rec.sck));
+                rec.req_n = Some(want.max(asked));
+                rec.req_due = true;
+                rec.req_retransmitted = true;
+                rec.rtt.on_timeout();
+                self.stats.reqslots_retransmissions += 1;
+                wake = true;
+            }
+        }
+        let idle_expired = rec
+            .idle_since
+            .is_some_and(|t| rec.is_quiet() && t + cfg.idle_timeout <= now);
+        if idle_expired {
+            // Line 45-47: waive every slot, keep the clock past this record's, forget it.
+            let sck = rec.sck;
+            self.senders.remove(&peer);
+            self.clock_waiters.retain(|p| *p != peer);
+            self.ck = self.ck.max(sck);
+            self.stats.idle_discards += 1;
+            if !self.outbox.waive(peer, sck, self.outbox_cap()) {
+                self.stats.rejects.outbox_full += 1;
+            }
+            return;
+        }
+        if wake {
+            self.outbox.wake(peer, usize::MAX);
+        }
+    }
+
+    /// The slow probe of the R record for `peer`.
+    fn receiver_timeout(&mut self, now: Instant, peer: NodeId) {
+        let cap = self.outbox_cap();
+        let Some(rec) = self.receivers.get_mut(&peer) else {
+            return;
+        };
+        if rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
+            rec.probed(now);
+            self.stats.probes += 1;
+            if !self.outbox.probe(peer, rec.sck, rec.rck, cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+        }
+    }
+
+    // ----- outputs ---------------------------------------------------------------------
+
+    /// Output: an event for the application, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Output: appends the next datagram to `buf` and says where it goes, or returns `None`
+    /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
+    /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to `max_datagram_size`.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        while let Some(peer) = self.outbox.ready.pop_front() {
+            let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
+            let start = buf.len();
+            let limit = start + self.cfg.max_datagram_size;
+            Header {
+                src: self.id,
+                dst: peer,
+            }
+            .encode(buf);
+            let header_end = buf.len();
+            let room = |buf: &Vec<u8>| limit - buf.len();
+
+            for (r, set) in &mut out.acks {
+                while !set.is_empty() {
+                    let k = put_ack(buf, *r, set.ranges(), room(buf));
+                    if k == 0 {
+                        break;
+                    }
+                    set.pop_front_ranges(k);
+                    self.stats.frames_out.ack += 1;
+                }
+            }
+            out.acks.retain(|(_, set)| !set.is_empty());
+            if let Some((s, r, n)) = out.grant {
+                if slots_len(s, r, n) <= room(buf) {
+                    put_slots(buf, s, r, n);
+                    self.stats.frames_out.slots += 1;
+                    out.grant = None;
+                }
+            }
+            if let Some((s, r)) = out.probe {
+                if slots_len(s, r, 0) <= room(buf) {
+                    put_slots(buf, s, r, 0);
+                    self.stats.frames_out.slots += 1;
+                    out.probe = None;
+                }
+            }
+            if let Some(s) = out.waive {
+                if reqslots_len(s, 0, s) <= room(buf) {
+                    put_reqslots(buf, s, 0, s);
+                    self.stats.frames_out.reqslots += 1;
+                    out.waive = None;
+                }
+            }
+            let sender_left = self.write_sender_frames(now, peer, buf, limit);
+            if !out.is_empty() || sender_left {
+                self.outbox.peers.insert(peer, out);
+                self.outbox.ready.push_back(peer);
+            }
+            if buf.len() == header_end {
+                buf.truncate(start);
+                if sender_left {
+                    // Cannot happen (a token always fits in an empty datagram); never spin.
+                    debug_assert!(false, "nothing fit in an empty datagram");
+                    self.outbox.peers.remove(&peer);
+                    self.outbox.ready.retain(|p| *p != peer);
+                }
+                continue;
+            }
+            let size = buf.len() - start;
+            self.stats.datagrams_out += 1;
+            self.stats.bytes_out += size as u64;
+            return Some(Transmit {
+                destination: peer,
+                size,
+            });
+        }
+        None
+    }
+
+    /// Writes the S record's REQSLOTS and TOKENs for `peer`. Returns whether more remain.
+    fn write_sender_frames(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        buf: &mut Vec<u8>,
+        limit: usize,
+    ) -> bool {
+        let cfg = &self.cfg;
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return false;
+        };
+        if rec.req_due {
+            let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
+            if reqslots_len(s, n, l) <= limit - buf.len() {
+                put_reqslots(buf, s, n, l);
+                self.stats.frames_out.reqslots += 1;
+                rec.req_due = false;
+                rec.req_sent_at = Some(now);
+                rec.frontier_override = None;
+            }
+        }
+        let keep_own = self.rules.token_keeps_incarnation;
+        let mut wrote = false;
+        while let Some(&s) = rec.to_send.front() {
+            let Some(tok) = rec.tokens.get_mut(&s) else {
+                rec.to_send.pop_front();
+                continue;
+            };
+            let r = if keep_own {
+                tok.rck
+            } else {
+                rec.rck.unwrap_or(tok.rck)
+            };
+            if token_len(s, r, tok.payload.len()) > limit - buf.len() {
+                break;
+            }
+            put_token(buf, s, r, &tok.payload);
+            if tok.sends > 0 {
+                self.stats.retransmissions += 1;
+            }
+            tok.sends = tok.sends.saturating_add(1);
+            tok.sent_at = Some(now);
+            tok.queued = false;
+            rec.to_send.pop_front();
+            self.stats.frames_out.token += 1;
+            wrote = true;
+        }
+        if wrote {
+            let expiry = now + rec.rto(cfg);
+            rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
+        }
+        let left = rec.req_due || !rec.to_send.is_empty();
+        let want = rec.deadline(cfg);
+        self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
+        left
+    }
+}

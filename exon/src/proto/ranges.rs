@@ -1,0 +1,183 @@
+//! A set of `u64` kept as sorted, disjoint, non-adjacent ranges: slots and ACK ranges.
+
+use std::ops::Range;
+
+/// A set of integers stored as ranges, so its memory follows the number of gaps, not the
+/// number of members. Membership tests and removals are `O(log ranges)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RangeSet {
+    ranges: Vec<Range<u64>>,
+    count: u64,
+}
+
+impl RangeSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of members.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Number of ranges the set is made of.
+    pub fn range_count(&self) -> usize {
+        self.ranges.len()
+    }
+
+    /// True when the set has no member.
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    /// The ranges, sorted, disjoint and non-adjacent.
+    pub fn ranges(&self) -> &[Range<u64>] {
+        &self.ranges
+    }
+
+    /// Smallest member.
+    pub fn min(&self) -> Option<u64> {
+        self.ranges.first().map(|r| r.start)
+    }
+
+    /// Index of the first range whose end is at or after `v`.
+    fn find(&self, v: u64) -> usize {
+        self.ranges.partition_point(|r| r.end < v)
+    }
+
+    /// True if `v` is a member.
+    pub fn contains(&self, v: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.end <= v);
+        self.ranges.get(i).is_some_and(|r| r.start <= v)
+    }
+
+    /// Adds every member of `add` (which may overlap existing ranges).
+    pub fn insert(&mut self, add: Range<u64>) {
+        if add.start >= add.end {
+            return;
+        }
+        // Fast path: appending at the end (slots are mostly created in increasing order).
+        if let Some(last) = self.ranges.last_mut() {
+            if add.start > last.end {
+                self.count += add.end - add.start;
+                self.ranges.push(add);
+                return;
+            }
+            if add.start >= last.start && add.start <= last.end && add.end >= last.end {
+                self.count += add.end - last.end;
+                last.end = add.end;
+                return;
+            }
+        } else {
+            self.count = add.end - add.start;
+            self.ranges.push(add);
+            return;
+        }
+        let i = self.find(add.start);
+        let mut j = i;
+        let mut merged = add.clone();
+        let mut removed = 0;
+        while j < self.ranges.len() && self.ranges[j].start <= add.end {
+            merged.start = merged.start.min(self.ranges[j].start);
+            merged.end = merged.end.max(self.ranges[j].end);
+            removed += self.ranges[j].end - self.ranges[j].start;
+            j += 1;
+        }
+        self.count = self.count - removed + (merged.end - merged.start);
+        self.ranges.splice(i..j, std::iter::once(merged));
+    }
+
+    /// Removes `v`; returns whether it was a member.
+    pub fn remove(&mut self, v: u64) -> bool {
+        let i = self.ranges.partition_point(|r| r.end <= v);
+        let Some(r) = self.ranges.get_mut(i) else {
+            return false;
+        };
+        if r.start > v {
+            return false;
+        }
+        self.count -= 1;
+        if r.start == v {
+            r.start += 1;
+            if r.start == r.end {
+                self.ranges.remove(i);
+            }
+        } else if r.end == v + 1 {
+            r.end = v;
+        } else {
+            let tail = v + 1..r.end;
+            r.end = v;
+            self.ranges.insert(i + 1, tail);
+        }
+        true
+    }
+
+    /// Removes every member below `l`; returns how many were removed.
+    pub fn remove_below(&mut self, l: u64) -> u64 {
+        let mut removed = 0;
+        let mut drop = 0;
+        for r in &mut self.ranges {
+            if r.end <= l {
+                removed += r.end - r.start;
+                drop += 1;
+            } else {
+                if r.start < l {
+                    removed += l - r.start;
+                    r.start = l;
+                }
+                break;
+            }
+        }
+        self.ranges.drain(..drop);
+        self.count -= removed;
+        removed
+    }
+
+    /// Removes the first `n` ranges.
+    pub fn pop_front_ranges(&mut self, n: usize) {
+        let n = n.min(self.ranges.len());
+        for r in self.ranges.drain(..n) {
+            self.count -= r.end - r.start;
+        }
+    }
+
+    /// Removes everything.
+    pub fn clear(&mut self) {
+        self.ranges.clear();
+        self.count = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    proptest! {
+        #[test]
+        fn behaves_like_a_set(ops in proptest::collection::vec((0u8..4, 0u64..200, 0u64..20), 0..200)) {
+            let mut s = RangeSet::new();
+            let mut model = BTreeSet::new();
+            for (op, a, b) in ops {
+                match op {
+                    0 => { s.insert(a..a + b); model.extend(a..a + b); }
+                    1 => { prop_assert_eq!(s.remove(a), model.remove(&a)); }
+                    2 => {
+                        let before = model.len();
+                        model.retain(|&x| x >= a);
+                        prop_assert_eq!(s.remove_below(a), (before - model.len()) as u64);
+                    }
+                    _ => prop_assert_eq!(s.contains(a), model.contains(&a)),
+                }
+                prop_assert_eq!(s.count(), model.len() as u64);
+                let flat: Vec<u64> = s.ranges().iter().flat_map(|r| r.clone()).collect();
+                prop_assert_eq!(&flat, &model.iter().copied().collect::<Vec<_>>());
+                for w in s.ranges().windows(2) {
+                    prop_assert!(w[0].end < w[1].start, "ranges must not touch");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The receiver-side half-connection record (R record): the slots one source may fill.
+
+use std::time::Instant;
+
+use super::ranges::RangeSet;
+use super::Config;
+
+/// Receiver-side record for one source, as in the paper's type `R`.
+///
+/// `rck` is this record's incarnation, taken from the node clock when the record was created
+/// and never reused. `sck` is one past the highest slot ever created for the source in this
+/// incarnation. Slots are kept as ranges.
+#[derive(Debug)]
+pub(crate) struct RRecord {
+    /// Sender clock: one past the last slot created.
+    pub sck: u64,
+    /// Receiver clock: this incarnation's number.
+    pub rck: u64,
+    /// Slots not yet filled or waived.
+    pub slots: RangeSet,
+    /// Last time any datagram from the source arrived.
+    pub last_heard: Instant,
+    /// Probes sent since the source was last heard.
+    pub probes: u32,
+    /// When the last of those probes was sent.
+    pub last_probe: Option<Instant>,
+    /// The deadline this record armed in the node's timer queue.
+    pub armed: Option<Instant>,
+    /// Probe jitter, a fraction of 2^16 of a quarter interval (re-drawn at every probe).
+    pub jitter: u16,
+}
+
+/// What a REQSLOTS did to a record.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Grant {
+    /// Slots were granted (possibly none new, for a repeated request): answer SLOTS.
+    Granted,
+    /// Nothing asked (`n = 0`): no answer.
+    Waived,
+    /// Refused: the record would hold more than `max_slots_per_record`.
+    OverCap,
+}
+
+impl RRecord {
+    /// A new incarnation `rck` for a source whose first request starts at `s`.
+    pub fn new(s: u64, rck: u64, now: Instant) -> Self {
+        RRecord {
+            sck: s,
+            rck,
+            slots: RangeSet::new(),
+            last_heard: now,
+            probes: 0,
+            last_probe: None,
+            armed: None,
+            jitter: 0,
+        }
+    }
+
+    /// Applies REQSLOTS(s, n, l): waives every slot below `l`, then creates the slots in
+    /// `max(sck, s) .. s + n` that do not exist yet. `s + n` was checked not to overflow.
+    ///
+    /// Slots below `s` that were never created are not created: the sender's clock is already
+    /// past them, so it can never hold an envelope for them in this incarnation.
+    pub fn request(&mut self, s: u64, n: u64, l: u64, cfg: &Config) -> Grant {
+        self.slots.remove_below(l);
+        if n == 0 {
+            return Grant::Waived;
+        }
+        let end = s + n;
+        let start = self.sck.max(s);
+        if end > start {
+            if self.slots.count() + (end - start) > cfg.max_slots_per_record {
+                return Grant::OverCap;
+            }
+            self.slots.insert(start..end);
+            self.sck = end;
+        }
+        Grant::Granted
+    }
+
+    /// Fills slot `s` if this token is for this incarnation and the slot is free. Returns
+    /// true when the payload must be delivered.
+    pub fn fill(&mut self, s: u64, r: u64) -> bool {
+        r == self.rck && self.slots.remove(s)
+    }
+
+    /// When the next probe is due, if the record holds slots.
+    pub fn deadline(&self, cfg: &Config) -> Option<Instant> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let since = self
+            .last_probe
+            .unwrap_or(self.last_heard)
+            .max(self.last_heard);
+        Some(since + self.probe_delay(cfg))
+    }
+
+    /// The source was heard from: probing starts over.
+    pub fn heard(&mut self, now: Instant) {
+        self.last_heard = now;
+        self.probes = 0;
+        self.last_probe = None;
+    }
+
+    /// A probe was sent at `now`.
+    pub fn probed(&mut self, now: Instant) {
+        self.probes = self.probes.saturating_add(1);
+        self.last_probe = Some(now);
+    }
+
+    /// Delay from the last probe (or the last time the source was heard) to the next probe:
+    /// the probe interval, doubled for each unanswered probe, capped.
+    pub fn probe_delay(&self, cfg: &Config) -> std::time::Duration {
+        let mut d = cfg.probe_interval;
+        for _ in 0..self.probes {
+            d = d.saturating_mul(2);
+            if d >= cfg.max_probe_interval {
+                d = cfg.max_probe_interval;
+                break;
+            }
+        }
+        d + d.mul_f64(f64::from(self.jitter) / f64::from(1u32 << 18))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::single_range_in_vec_init)]
+mod tests {
+    use super::*;
+
+    fn rec() -> RRecord {
+        RRecord::new(10, 7, Instant::now())
+    }
+
+    #[test]
+    fn request_creates_slots_once_even_when_repeated() {
+        let cfg = Config::default();
+        let mut r = rec();
+        assert_eq!(r.request(10, 5, 10, &cfg), Grant::Granted);
+        assert_eq!(r.slots.ranges(), &[10..15]);
+        // A duplicate request creates nothing new.
+        assert_eq!(r.request(10, 5, 10, &cfg), Grant::Granted);
+        assert_eq!(r.slots.count(), 5);
+        // A larger request from the same s extends the range.
+        r.request(10, 8, 10, &cfg);
+        assert_eq!(r.slots.ranges(), &[10..18]);
+        assert_eq!(r.sck, 18);
+    }
+
+    #[test]
+    fn frontier_waives_slots_below_it() {
+        let cfg = Config::default();
+        let mut r = rec();
+        r.request(10, 5, 10, &cfg);
+        assert_eq!(r.request(15, 0, 13, &cfg), Grant::Waived);
+        assert_eq!(r.slots.ranges(), &[13..15]);
+    }
+
+    #[test]
+    fn a_gap_in_the_sender_clock_does_not_create_slots_below_s() {
+        let cfg = Config::default();
+        let mut r = rec();
+        r.request(10, 5, 10, &cfg);
+        r.request(1 << 40, 5, 12, &cfg);
+        assert_eq!(r.slots.ranges(), &[12..15, (1 << 40)..(1 << 40) + 5]);
+        assert_eq!(r.slots.count(), 8);
+    }
+
+    #[test]
+    fn slot_cap_refuses_without_changing_the_slots() {
+        let cfg = Config {
+            max_slots_per_record: 8,
+            max_slots_request: 8,
+            ..Config::default()
+        };
+        let mut r = rec();
+        r.request(10, 6, 10, &cfg);
+        assert_eq!(r.request(16, 3, 10, &cfg), Grant::OverCap);
+        assert_eq!(r.slots.count(), 6);
+        assert_eq!(r.sck, 16);
+    }
+
+    #[test]
+    fn token_needs_matching_incarnation_and_free_slot() {
+        let cfg = Config::default();
+        let mut r = rec();
+        r.request(10, 2, 10, &cfg);
+        assert!(!r.fill(10, 8), "other incarnation");
+        assert!(r.fill(10, 7));
+        assert!(!r.fill(10, 7), "slot already filled");
+        assert!(!r.fill(12, 7), "slot never created");
+    }
+
+    #[test]
+    fn probes_are_spaced_from_the_previous_probe_not_from_last_heard() {
+        let cfg = Config {
+            probe_interval: std::time::Duration::from_secs(1),
+            max_probe_interval: std::time::Duration::from_secs(4),
+            ..Config::default()
+        };
+        let t0 = Instant::now();
+        let mut r = RRecord::new(10, 7, t0);
+        r.request(10, 2, 10, &cfg);
+        let mut at = r.deadline(&cfg).unwrap();
+        let mut gaps = Vec::new();
+        for _ in 0..6 {
+            r.probed(at);
+            let next = r.deadline(&cfg).unwrap();
+            assert!(next > at, "a probe must move the deadline forward");
+            gaps.push((next - at).as_secs());
+            at = next;
+        }
+        assert_eq!(gaps, [2, 4, 4, 4, 4, 4]);
+        r.heard(at);
+        assert_eq!(
+            r.deadline(&cfg),
+            Some(at + std::time::Duration::from_secs(1))
+        );
+    }
+
+    #[test]
+    fn probe_interval_backs_off_to_the_cap() {
+        let cfg = Config {
+            probe_interval: std::time::Duration::from_secs(1),
+            max_probe_interval: std::time::Duration::from_secs(5),
+            ..Config::default()
+        };
+        let mut r = rec();
+        assert_eq!(r.probe_delay(&cfg).as_secs(), 1);
+        r.probes = 2;
+        assert_eq!(r.probe_delay(&cfg).as_secs(), 4);
+        r.probes = 200;
+        assert_eq!(r.probe_delay(&cfg).as_secs(), 5);
+    }
+}

@@ -1,0 +1,137 @@
+//! Round-trip time estimation and the retransmission timeout (RFC 6298 style, with Karn's rule).
+
+use std::time::Duration;
+
+use super::Config;
+
+/// Smoothed RTT, its variance, and the exponential backoff of one sender record.
+///
+/// Callers apply Karn's rule: they feed [`Rtt::sample`] only with round trips of frames that
+/// were sent once, never with those of retransmitted frames.
+#[derive(Debug, Clone)]
+pub struct Rtt {
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    backoff: u32,
+}
+
+impl Rtt {
+    /// No sample yet: the timeout starts from [`Config::initial_rtt`].
+    pub fn new() -> Self {
+        Rtt {
+            srtt: None,
+            rttvar: Duration::ZERO,
+            backoff: 0,
+        }
+    }
+
+    /// Smoothed round-trip time, if any sample was taken.
+    pub fn smoothed(&self) -> Option<Duration> {
+        self.srtt
+    }
+
+    /// Number of consecutive timeouts without a fresh sample.
+    pub fn backoff(&self) -> u32 {
+        self.backoff
+    }
+
+    /// Records a round trip of a frame sent exactly once; resets the backoff.
+    pub fn sample(&mut self, rtt: Duration) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                let err = srtt.abs_diff(rtt);
+                self.rttvar = (self.rttvar * 3 + err) / 4;
+                self.srtt = Some((srtt * 7 + rtt) / 8);
+            }
+        }
+        self.backoff = 0;
+    }
+
+    /// Doubles the timeout for the next attempt (up to [`Config::max_rto`]).
+    pub fn on_timeout(&mut self) {
+        self.backoff = (self.backoff + 1).min(16);
+    }
+
+    /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`.
+    pub fn rto(&self, cfg: &Config) -> Duration {
+        let base = match self.srtt {
+            None => cfg.initial_rtt * 2,
+            Some(srtt) => srtt + (self.rttvar * 4).max(cfg.timer_granularity),
+        };
+        let base = base.clamp(cfg.min_rto, cfg.max_rto);
+        base.saturating_mul(1 << self.backoff).min(cfg.max_rto)
+    }
+}
+
+impl Default for Rtt {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn first_sample_sets_srtt_and_half_variance() {
+        let cfg = Config::default();
+        let mut r = Rtt::new();
+        r.sample(ms(100));
+        assert_eq!(r.smoothed(), Some(ms(100)));
+        assert_eq!(r.rto(&cfg), ms(100) + ms(200));
+    }
+
+    #[test]
+    fn smoothing_follows_rfc6298_gains() {
+        let mut r = Rtt::new();
+        r.sample(ms(100));
+        r.sample(ms(200));
+        // srtt = 7/8*100 + 1/8*200 = 112.5 ms; rttvar = 3/4*50 + 1/4*100 = 62.5 ms
+        assert_eq!(r.smoothed(), Some(Duration::from_micros(112_500)));
+        assert_eq!(r.rttvar, Duration::from_micros(62_500));
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_a_sample_resets_it() {
+        let cfg = Config {
+            max_rto: ms(1000),
+            ..Config::default()
+        };
+        let mut r = Rtt::new();
+        r.sample(ms(40)); // rto = 40 + 80 = 120 ms
+        assert_eq!(r.rto(&cfg), ms(120));
+        r.on_timeout();
+        assert_eq!(r.rto(&cfg), ms(240));
+        r.on_timeout();
+        r.on_timeout();
+        assert_eq!(r.rto(&cfg), ms(960));
+        r.on_timeout();
+        assert_eq!(r.rto(&cfg), ms(1000), "capped at max_rto");
+        for _ in 0..100 {
+            r.on_timeout();
+        }
+        assert_eq!(r.rto(&cfg), ms(1000), "no overflow after many timeouts");
+        r.sample(ms(40));
+        assert_eq!(r.backoff(), 0);
+    }
+
+    #[test]
+    fn rto_respects_the_floor() {
+        let cfg = Config {
+            min_rto: ms(5),
+            ..Config::default()
+        };
+        let mut r = Rtt::new();
+        r.sample(Duration::from_micros(20));
+        assert_eq!(r.rto(&cfg), ms(5));
+    }
+}

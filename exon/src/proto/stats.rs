@@ -1,0 +1,187 @@
+//! Counters a node keeps: traffic by frame type, retransmissions, duplicates, rejects by reason.
+
+use super::{DecodeError, Frame};
+
+/// Frames counted by type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameCounts {
+    /// REQSLOTS frames.
+    pub reqslots: u64,
+    /// SLOTS frames.
+    pub slots: u64,
+    /// TOKEN frames.
+    pub token: u64,
+    /// ACK frames.
+    pub ack: u64,
+}
+
+impl FrameCounts {
+    pub(crate) fn count(&mut self, f: &Frame) {
+        match f {
+            Frame::ReqSlots { .. } => self.reqslots += 1,
+            Frame::Slots { .. } => self.slots += 1,
+            Frame::Token { .. } => self.token += 1,
+            Frame::Ack { .. } => self.ack += 1,
+        }
+    }
+
+    /// Sum over all types.
+    pub fn total(&self) -> u64 {
+        self.reqslots + self.slots + self.token + self.ack
+    }
+}
+
+/// Datagrams and frames dropped, by reason. Every one of these is something the network sent
+/// that the node refused without changing its state (beyond this count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rejects {
+    /// Shorter than a header.
+    pub runt: u64,
+    /// Wrong magic bytes.
+    pub bad_magic: u64,
+    /// Unsupported version.
+    pub bad_version: u64,
+    /// Reserved flags set.
+    pub reserved_flags: u64,
+    /// A field ran past the end (also: impossible counts).
+    pub truncated: u64,
+    /// Non-canonical integer encoding.
+    pub non_canonical: u64,
+    /// Unknown frame type.
+    pub unknown_frame: u64,
+    /// Header without frames.
+    pub no_frames: u64,
+    /// TOKEN payload above the configured maximum.
+    pub payload_too_large: u64,
+    /// ACK frame with bad ranges.
+    pub bad_ack: u64,
+    /// Datagram larger than `max_datagram_size`.
+    pub oversized: u64,
+    /// Addressed to another node id.
+    pub wrong_destination: u64,
+    /// Claims to come from this node's own id.
+    pub from_self: u64,
+    /// REQSLOTS with `n` above `max_slots_request`.
+    pub slots_request_too_large: u64,
+    /// REQSLOTS whose `s + n` leaves the clock range.
+    pub slots_overflow: u64,
+    /// REQSLOTS that would push a record past `max_slots_per_record`.
+    pub slots_cap: u64,
+    /// REQSLOTS from a new source while `max_receiver_records` records exist.
+    pub too_many_records: u64,
+    /// REQSLOTS from a new source while the next clock block is not yet stored.
+    pub clock_wait: u64,
+    /// SLOTS granting more than was asked for.
+    pub unrequested_slots: u64,
+    /// SLOTS for no record whose `s` lies above anything this node ever asked for.
+    pub clock_jump: u64,
+    /// A reply dropped because the output queue was full (liveness only: the peer retries).
+    pub outbox_full: u64,
+}
+
+impl Rejects {
+    pub(crate) fn count_decode(&mut self, e: DecodeError) {
+        let c = match e {
+            DecodeError::Runt => &mut self.runt,
+            DecodeError::BadMagic => &mut self.bad_magic,
+            DecodeError::UnsupportedVersion(_) => &mut self.bad_version,
+            DecodeError::ReservedFlags(_) => &mut self.reserved_flags,
+            DecodeError::Truncated => &mut self.truncated,
+            DecodeError::NonCanonicalVarint => &mut self.non_canonical,
+            DecodeError::UnknownFrame(_) => &mut self.unknown_frame,
+            DecodeError::NoFrames => &mut self.no_frames,
+            DecodeError::PayloadTooLarge => &mut self.payload_too_large,
+            DecodeError::EmptyAck | DecodeError::ValueOutOfRange => &mut self.bad_ack,
+        };
+        *c += 1;
+    }
+
+    /// Sum over all reasons.
+    pub fn total(&self) -> u64 {
+        let Rejects {
+            runt,
+            bad_magic,
+            bad_version,
+            reserved_flags,
+            truncated,
+            non_canonical,
+            unknown_frame,
+            no_frames,
+            payload_too_large,
+            bad_ack,
+            oversized,
+            wrong_destination,
+            from_self,
+            slots_request_too_large,
+            slots_overflow,
+            slots_cap,
+            too_many_records,
+            clock_wait,
+            unrequested_slots,
+            clock_jump,
+            outbox_full,
+        } = *self;
+        runt + bad_magic
+            + bad_version
+            + reserved_flags
+            + truncated
+            + non_canonical
+            + unknown_frame
+            + no_frames
+            + payload_too_large
+            + bad_ack
+            + oversized
+            + wrong_destination
+            + from_self
+            + slots_request_too_large
+            + slots_overflow
+            + slots_cap
+            + too_many_records
+            + clock_wait
+            + unrequested_slots
+            + clock_jump
+            + outbox_full
+    }
+}
+
+/// Everything a node counts. Read with [`Node::stats`](super::Node::stats).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams handed to `handle_datagram`.
+    pub datagrams_in: u64,
+    /// Datagrams produced by `poll_transmit`.
+    pub datagrams_out: u64,
+    /// Bytes handed to `handle_datagram`.
+    pub bytes_in: u64,
+    /// Bytes produced by `poll_transmit`.
+    pub bytes_out: u64,
+    /// Frames received (in accepted datagrams), by type.
+    pub frames_in: FrameCounts,
+    /// Frames sent, by type.
+    pub frames_out: FrameCounts,
+    /// Messages accepted by `send`.
+    pub sent: u64,
+    /// Messages delivered to this node's application.
+    pub delivered: u64,
+    /// Messages of ours acknowledged by their receiver.
+    pub acknowledged: u64,
+    /// TOKEN frames sent again after a timeout.
+    pub retransmissions: u64,
+    /// REQSLOTS frames sent again after a timeout.
+    pub reqslots_retransmissions: u64,
+    /// Probes (SLOTS with n = 0) sent by receiver records.
+    pub probes: u64,
+    /// TOKEN frames that found no slot (already delivered, or stale): acknowledged, not
+    /// delivered.
+    pub duplicates_dropped: u64,
+    /// SLOTS frames ignored because they answered an older request.
+    pub stale_slots: u64,
+    /// ACKed slots that matched no token (duplicate or stale acknowledgements).
+    pub stale_acks: u64,
+    /// Receiver records created (each is a new incarnation).
+    pub incarnations: u64,
+    /// Sender records discarded after their idle timeout.
+    pub idle_discards: u64,
+    /// Things the network sent that were refused, by reason.
+    pub rejects: Rejects,
+}
