@@ -593,6 +593,8 @@ impl Node {
         }
         if !removed {
             self.stats.stale_acks += 1;
+        } else if rec.tokens.is_empty() {
+            rec.rto_at = None;
         }
     }
 
