@@ -128,3 +128,38 @@ fn ten_thousand_each_way_reordered_with_loss_and_late_duplicates() {
     });
     exchange(pair);
 }
+
+/// Bytes on the wire per 1 KB message in a one-way stream, beyond the payload: the figure
+/// quoted in `docs/wire.md`. Sender side includes the amortized REQSLOTS; the receiver side
+/// is what its ACKs and SLOTS cost per message.
+#[test]
+fn wire_overhead_per_1kb_message() {
+    let mut pair = Pair::new(test_config());
+    let n = 10_000u32;
+    let mut sent = 0;
+    while sent < n {
+        while sent < n && pair.nodes[A].node.pending_to(pair::id(B)) < 1000 {
+            let mut v = sent.to_be_bytes().to_vec();
+            v.resize(1024, 7);
+            pair.send(A, v);
+            sent += 1;
+        }
+        for _ in 0..20 {
+            pair.step();
+        }
+    }
+    pair.run(Duration::from_secs(60));
+    assert_eq!(pair.nodes[B].delivered.len(), n as usize);
+    let a = pair.nodes[A].node.stats();
+    let b = pair.nodes[B].node.stats();
+    let fwd = (a.bytes_out - 1024 * u64::from(n)) as f64 / f64::from(n);
+    let back = b.bytes_out as f64 / f64::from(n);
+    println!(
+        "overhead per 1 KB message: sender {fwd:.2} B, receiver {back:.2} B, datagrams {}/{}",
+        a.datagrams_out, b.datagrams_out
+    );
+    // One 1 KB token per 1200-byte datagram: 6-byte header + 11-byte TOKEN framing, plus
+    // REQSLOTS amortized over the window.
+    assert!(fwd < 14.0, "sender overhead {fwd}");
+    assert!(back < 14.0, "receiver overhead {back}");
+}

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::codec::{varint_len, VARINT_MAX};
 use super::frame::{token_len, MAX_HEADER_LEN};
 
 /// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
@@ -101,9 +102,11 @@ pub struct ConfigError(pub &'static str);
 
 impl Config {
     /// Largest payload `send` accepts: what fits in one datagram with the largest header and
-    /// TOKEN framing. 1141 bytes with the default 1200-byte datagrams.
+    /// TOKEN framing (8-byte slot and incarnation). 1161 bytes with the default 1200-byte
+    /// datagrams.
     pub fn max_payload(&self) -> usize {
-        let overhead = MAX_HEADER_LEN + token_len(u64::MAX >> 2, u64::MAX >> 2, 0) + 2;
+        let len_field = varint_len(self.max_datagram_size as u64);
+        let overhead = MAX_HEADER_LEN + token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
         self.max_datagram_size.saturating_sub(overhead)
     }
 
@@ -138,5 +141,54 @@ impl Config {
             return Err(ConfigError("clock_block must be at least 2"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::frame::{Header, Packet};
+    use crate::proto::{Frame, NodeId};
+
+    #[test]
+    fn the_largest_payload_fits_the_largest_datagram_encoding() {
+        for size in [MIN_DATAGRAM_SIZE, 1200, 1472, 9000, MAX_DATAGRAM_SIZE] {
+            let cfg = Config {
+                max_datagram_size: size,
+                ..Config::default()
+            };
+            let p = Packet {
+                header: Header {
+                    src: NodeId::MAX,
+                    dst: NodeId::MAX,
+                },
+                frames: vec![Frame::Token {
+                    s: VARINT_MAX,
+                    r: VARINT_MAX,
+                    payload: vec![0; cfg.max_payload()].into(),
+                }],
+            };
+            assert!(p.encoded_len() <= size, "size {size}");
+            assert!(
+                p.encoded_len() + 2 > size,
+                "max_payload wastes room at {size}"
+            );
+        }
+        assert_eq!(Config::default().max_payload(), 1161);
+    }
+
+    #[test]
+    fn default_config_is_valid_and_bad_ones_are_refused() {
+        assert_eq!(Config::default().validate(), Ok(()));
+        let bad = Config {
+            envelope_low: 200,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
+        let bad = Config {
+            max_datagram_size: 70_000,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
     }
 }

@@ -1,0 +1,200 @@
+//! Wire format properties: `decode(encode(p)) == p` for every packet, `encode(decode(x)) == x`
+//! for every valid datagram, and no panic on any bytes.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use exon::proto::codec::VARINT_MAX;
+use exon::proto::frame::{validate, Header};
+use exon::proto::{AckRanges, DecodeError, Frame, NodeId, Packet};
+use proptest::prelude::*;
+
+/// Values spread over every varint length.
+fn varint() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        0u64..64,
+        64u64..16384,
+        16384u64..(1 << 30),
+        (1u64 << 30)..=VARINT_MAX
+    ]
+}
+
+fn node_id() -> impl Strategy<Value = NodeId> {
+    varint().prop_map(|v| NodeId::new(v).unwrap())
+}
+
+fn ack_ranges() -> impl Strategy<Value = AckRanges> {
+    (
+        varint(),
+        proptest::collection::vec((0u64..1000, 0u64..1000), 1..20),
+    )
+        .prop_filter_map("ranges past 2^62", |(start, items)| {
+            let mut ranges: Vec<Range<u64>> = Vec::new();
+            let mut next = start;
+            for (gap, len) in items {
+                let s = next.checked_add(gap)?;
+                let e = s.checked_add(len + 1)?;
+                ranges.push(s..e);
+                next = e + 1;
+            }
+            AckRanges::from_ranges(&ranges)
+        })
+}
+
+fn frame() -> impl Strategy<Value = Frame> {
+    prop_oneof![
+        (varint(), varint(), varint()).prop_map(|(s, n, l)| Frame::ReqSlots { s, n, l }),
+        (varint(), varint(), varint()).prop_map(|(s, r, n)| Frame::Slots { s, r, n }),
+        (
+            varint(),
+            varint(),
+            proptest::collection::vec(any::<u8>(), 0..300)
+        )
+            .prop_map(|(s, r, p)| Frame::Token {
+                s,
+                r,
+                payload: Bytes::from(p)
+            }),
+        (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Ack { r, ranges }),
+    ]
+}
+
+fn packet() -> impl Strategy<Value = Packet> {
+    (
+        node_id(),
+        node_id(),
+        proptest::collection::vec(frame(), 1..8),
+    )
+        .prop_map(|(src, dst, frames)| Packet {
+            header: Header { src, dst },
+            frames,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn decode_of_encode_is_identity(p in packet()) {
+        let bytes = p.encode();
+        prop_assert_eq!(bytes.len(), p.encoded_len());
+        prop_assert_eq!(Packet::decode(&bytes), Ok(p));
+    }
+
+    /// Mutated valid datagrams: whatever decodes re-encodes to the very same bytes.
+    #[test]
+    fn encode_of_decode_is_identity(p in packet(), edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4), cut in any::<prop::sample::Index>(), truncate in any::<bool>()) {
+        let mut v = p.encode().to_vec();
+        for (i, b) in edits {
+            let i = i.index(v.len());
+            v[i] = b;
+        }
+        if truncate {
+            v.truncate(cut.index(v.len() + 1));
+        }
+        let x = Bytes::from(v);
+        if let Ok(decoded) = Packet::decode(&x) {
+            prop_assert_eq!(decoded.encode(), x);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(v in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let x = Bytes::from(v);
+        if let Ok(p) = Packet::decode(&x) {
+            prop_assert_eq!(p.encode(), x);
+        }
+    }
+}
+
+fn one_token() -> Packet {
+    Packet {
+        header: Header {
+            src: NodeId::from_const(1),
+            dst: NodeId::from_const(2),
+        },
+        frames: vec![Frame::Token {
+            s: 5,
+            r: 7,
+            payload: Bytes::from_static(b"hello"),
+        }],
+    }
+}
+
+#[test]
+fn rejects_by_reason() {
+    let good = one_token().encode();
+    let with = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut v = good.to_vec();
+        f(&mut v);
+        validate(&Bytes::from(v), usize::MAX).map(|_| ())
+    };
+    assert_eq!(with(&|v| v.truncate(3)), Err(DecodeError::Runt));
+    assert_eq!(with(&|v| v[0] = b'Q'), Err(DecodeError::BadMagic));
+    assert_eq!(with(&|v| v[2] = 9), Err(DecodeError::UnsupportedVersion(9)));
+    assert_eq!(
+        with(&|v| v[3] = 0x80),
+        Err(DecodeError::ReservedFlags(0x80))
+    );
+    assert_eq!(with(&|v| v.truncate(6)), Err(DecodeError::NoFrames));
+    assert_eq!(with(&|v| v.push(0)), Err(DecodeError::UnknownFrame(0)));
+    assert_eq!(
+        with(&|v| v.push(0x03)),
+        Err(DecodeError::Truncated),
+        "trailing garbage"
+    );
+    assert_eq!(
+        with(&|v| {
+            v.pop();
+        }),
+        Err(DecodeError::Truncated)
+    );
+    // A payload length far beyond the bytes present is refused before anything is sliced.
+    let mut v = good[..6].to_vec();
+    v.extend_from_slice(&[0x03, 5, 7, 0xbf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
+    assert_eq!(
+        validate(&Bytes::from(v), usize::MAX).map(|_| ()),
+        Err(DecodeError::Truncated)
+    );
+    // An ACK claiming 2^40 ranges in a few bytes.
+    let mut v = good[..6].to_vec();
+    v.extend_from_slice(&[0x04, 1, 0xc0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        validate(&Bytes::from(v), usize::MAX).map(|_| ()),
+        Err(DecodeError::Truncated)
+    );
+    // An ACK range running past 2^62.
+    let mut v = good[..6].to_vec();
+    v.extend_from_slice(&[
+        0x04, 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x05,
+    ]);
+    assert_eq!(
+        validate(&Bytes::from(v), usize::MAX).map(|_| ()),
+        Err(DecodeError::ValueOutOfRange)
+    );
+    // A payload larger than the configured maximum.
+    assert_eq!(
+        validate(&good, 4).map(|_| ()),
+        Err(DecodeError::PayloadTooLarge)
+    );
+}
+
+/// The header and framing of a 1 KB message, with small and with large clock values.
+#[test]
+fn overhead_of_a_1kb_token() {
+    let mk = |s: u64, r: u64| Packet {
+        header: Header {
+            src: NodeId::from_const(1),
+            dst: NodeId::from_const(2),
+        },
+        frames: vec![Frame::Token {
+            s,
+            r,
+            payload: Bytes::from(vec![0u8; 1024]),
+        }],
+    };
+    // Clocks below 2^30 (a file store starting at 0): 6-byte header, 11-byte TOKEN framing.
+    assert_eq!(mk(1 << 20, 1 << 20).encoded_len() - 1024, 17);
+    // Clocks derived from wall-clock microseconds (about 2^51): 8-byte s and r.
+    assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 25);
+}
