@@ -130,7 +130,7 @@ mod tests {
     use super::*;
 
     fn rec() -> RRecord {
-        RRecord::new(10, 7, Instant::now())
+        RRecord::new(10, 7, crate::test_time::origin())
     }
 
     #[test]
@@ -199,7 +199,7 @@ mod tests {
             max_probe_interval: std::time::Duration::from_secs(4),
             ..Config::default()
         };
-        let t0 = Instant::now();
+        let t0 = crate::test_time::origin();
         let mut r = RRecord::new(10, 7, t0);
         r.request(10, 2, 10, &cfg);
         let mut at = r.deadline(&cfg).unwrap();
