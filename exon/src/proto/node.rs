@@ -451,15 +451,12 @@ impl Node {
         // Only the source's sender half (REQSLOTS, TOKEN) counts as hearing from it: its
         // receiver half's SLOTS and ACKs say nothing about the slots held here.
         rec.heard(now);
-        let mut cfg_cap;
-        let cfg = if bounded {
-            &self.cfg
+        let cap_slots = if bounded {
+            self.cfg.max_slots_per_record
         } else {
-            cfg_cap = self.cfg.clone();
-            cfg_cap.max_slots_per_record = u64::MAX;
-            &cfg_cap
+            u64::MAX
         };
-        match rec.request(s, n, l, cfg) {
+        match rec.request(s, n, l, cap_slots) {
             Grant::Granted => {
                 if !self.outbox.grant(src, s, rec.rck, n, cap) {
                     self.stats.rejects.outbox_full += 1;

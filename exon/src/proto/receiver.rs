@@ -37,7 +37,7 @@ pub(crate) enum Grant {
     Granted,
     /// Nothing asked (`n = 0`): no answer.
     Waived,
-    /// Refused: the record would hold more than `max_slots_per_record`.
+    /// Refused: the record would hold more than its cap of slots.
     OverCap,
 }
 
@@ -61,7 +61,7 @@ impl RRecord {
     ///
     /// Slots below `s` that were never created are not created: the sender's clock is already
     /// past them, so it can never hold an envelope for them in this incarnation.
-    pub fn request(&mut self, s: u64, n: u64, l: u64, cfg: &Config) -> Grant {
+    pub fn request(&mut self, s: u64, n: u64, l: u64, max_slots: u64) -> Grant {
         self.slots.remove_below(l);
         if n == 0 {
             return Grant::Waived;
@@ -69,7 +69,7 @@ impl RRecord {
         let end = s + n;
         let start = self.sck.max(s);
         if end > start {
-            if self.slots.count() + (end - start) > cfg.max_slots_per_record {
+            if self.slots.count().saturating_add(end - start) > max_slots {
                 return Grant::OverCap;
             }
             self.slots.insert(start..end);
@@ -137,13 +137,19 @@ mod tests {
     fn request_creates_slots_once_even_when_repeated() {
         let cfg = Config::default();
         let mut r = rec();
-        assert_eq!(r.request(10, 5, 10, &cfg), Grant::Granted);
+        assert_eq!(
+            r.request(10, 5, 10, cfg.max_slots_per_record),
+            Grant::Granted
+        );
         assert_eq!(r.slots.ranges(), &[10..15]);
         // A duplicate request creates nothing new.
-        assert_eq!(r.request(10, 5, 10, &cfg), Grant::Granted);
+        assert_eq!(
+            r.request(10, 5, 10, cfg.max_slots_per_record),
+            Grant::Granted
+        );
         assert_eq!(r.slots.count(), 5);
         // A larger request from the same s extends the range.
-        r.request(10, 8, 10, &cfg);
+        r.request(10, 8, 10, cfg.max_slots_per_record);
         assert_eq!(r.slots.ranges(), &[10..18]);
         assert_eq!(r.sck, 18);
     }
@@ -152,8 +158,11 @@ mod tests {
     fn frontier_waives_slots_below_it() {
         let cfg = Config::default();
         let mut r = rec();
-        r.request(10, 5, 10, &cfg);
-        assert_eq!(r.request(15, 0, 13, &cfg), Grant::Waived);
+        r.request(10, 5, 10, cfg.max_slots_per_record);
+        assert_eq!(
+            r.request(15, 0, 13, cfg.max_slots_per_record),
+            Grant::Waived
+        );
         assert_eq!(r.slots.ranges(), &[13..15]);
     }
 
@@ -161,8 +170,8 @@ mod tests {
     fn a_gap_in_the_sender_clock_does_not_create_slots_below_s() {
         let cfg = Config::default();
         let mut r = rec();
-        r.request(10, 5, 10, &cfg);
-        r.request(1 << 40, 5, 12, &cfg);
+        r.request(10, 5, 10, cfg.max_slots_per_record);
+        r.request(1 << 40, 5, 12, cfg.max_slots_per_record);
         assert_eq!(r.slots.ranges(), &[12..15, (1 << 40)..(1 << 40) + 5]);
         assert_eq!(r.slots.count(), 8);
     }
@@ -175,8 +184,11 @@ mod tests {
             ..Config::default()
         };
         let mut r = rec();
-        r.request(10, 6, 10, &cfg);
-        assert_eq!(r.request(16, 3, 10, &cfg), Grant::OverCap);
+        r.request(10, 6, 10, cfg.max_slots_per_record);
+        assert_eq!(
+            r.request(16, 3, 10, cfg.max_slots_per_record),
+            Grant::OverCap
+        );
         assert_eq!(r.slots.count(), 6);
         assert_eq!(r.sck, 16);
     }
@@ -185,7 +197,7 @@ mod tests {
     fn token_needs_matching_incarnation_and_free_slot() {
         let cfg = Config::default();
         let mut r = rec();
-        r.request(10, 2, 10, &cfg);
+        r.request(10, 2, 10, cfg.max_slots_per_record);
         assert!(!r.fill(10, 8), "other incarnation");
         assert!(r.fill(10, 7));
         assert!(!r.fill(10, 7), "slot already filled");
@@ -201,7 +213,7 @@ mod tests {
         };
         let t0 = crate::test_time::origin();
         let mut r = RRecord::new(10, 7, t0);
-        r.request(10, 2, 10, &cfg);
+        r.request(10, 2, 10, cfg.max_slots_per_record);
         let mut at = r.deadline(&cfg).unwrap();
         let mut gaps = Vec::new();
         for _ in 0..6 {
