@@ -1,0 +1,318 @@
+//! Hostile input: whatever the network sends, the node stays within its bounds, counts what
+//! it refused by reason, and keeps exactly-once for honest peers.
+
+mod pair;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use exon::proto::codec::VARINT_MAX;
+use exon::proto::frame::Header;
+use exon::proto::{AckRanges, Config, Frame, Node, NodeId, Packet};
+
+const ME: NodeId = NodeId::from_const(2);
+const PEER: NodeId = NodeId::from_const(1);
+
+fn node(cfg: Config, now: Instant) -> Node {
+    let mut n = Node::new(ME, cfg, 0).unwrap();
+    confirm(&mut n, now);
+    n
+}
+
+fn confirm(n: &mut Node, now: Instant) {
+    while let Some(hw) = n.poll_clock_store() {
+        n.handle_clock_stored(now, hw);
+    }
+}
+
+fn dgram(src: NodeId, frames: Vec<Frame>) -> Bytes {
+    Packet {
+        header: Header { src, dst: ME },
+        frames,
+    }
+    .encode()
+}
+
+/// Drains transmits; returns (datagrams, bytes).
+fn drain(n: &mut Node, now: Instant) -> (usize, usize) {
+    confirm(n, now);
+    let mut buf = Vec::new();
+    let (mut d, mut b) = (0, 0);
+    while let Some(t) = n.poll_transmit(now, &mut buf) {
+        d += 1;
+        b += t.size;
+    }
+    (d, b)
+}
+
+#[test]
+fn absurd_slot_requests_are_refused_and_counted() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    let req = |s, n, l| dgram(PEER, vec![Frame::ReqSlots { s, n, l }]);
+    n.handle_datagram(t, req(0, VARINT_MAX, 0)); // "u64::MAX" slots: the most a varint holds
+    n.handle_datagram(t, req(VARINT_MAX - 1, 2, 0)); // s near the top: s + n overflows
+    n.handle_datagram(t, req(VARINT_MAX, 1, 0));
+    let r = n.stats().rejects;
+    assert_eq!(r.slots_request_too_large, 1);
+    assert_eq!(r.slots_overflow, 2);
+    assert!(n.is_idle(), "no record for refused requests");
+    // A gap of 2^40 slots: only the n requested are created, as one range.
+    n.handle_datagram(t, req(0, 10, 0));
+    n.handle_datagram(t, req(1 << 40, 10, 0));
+    assert_eq!(n.slots_held(), 20);
+    assert_eq!(n.slot_ranges_held(), 2);
+    // The node answered what it accepted and nothing else.
+    let (d, _) = drain(&mut n, t);
+    assert_eq!(d, 1);
+}
+
+#[test]
+fn malformed_datagrams_are_dropped_and_counted_by_reason() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    let good = dgram(PEER, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]);
+    let mutate = |f: &dyn Fn(&mut Vec<u8>)| {
+        let mut v = good.to_vec();
+        f(&mut v);
+        Bytes::from(v)
+    };
+    let cases: Vec<Bytes> = vec![
+        Bytes::from_static(b"EX"),                                       // runt
+        mutate(&|v| v[0] = 0),                                           // bad magic
+        mutate(&|v| v[2] = 2),                                           // wrong version
+        mutate(&|v| v[3] = 1),                                           // reserved flags
+        mutate(&|v| v.truncate(v.len() - 1)),                            // truncated frame
+        mutate(&|v| v.push(0x01)),                                       // trailing garbage
+        mutate(&|v| v.push(0x3f)),                                       // unknown frame type
+        mutate(&|v| v.truncate(6)),                                      // header only
+        Bytes::from(vec![0u8; Config::default().max_datagram_size + 1]), // oversized
+        Packet {
+            header: Header {
+                src: PEER,
+                dst: NodeId::from_const(99),
+            },
+            frames: vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
+        }
+        .encode(), // wrong destination
+        dgram(ME, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]),           // claims to be from us
+    ];
+    for c in cases {
+        n.handle_datagram(t, c);
+    }
+    let r = n.stats().rejects;
+    assert_eq!(
+        (
+            r.runt,
+            r.bad_magic,
+            r.bad_version,
+            r.reserved_flags,
+            r.truncated,
+            r.unknown_frame
+        ),
+        (1, 1, 1, 1, 2, 1)
+    );
+    assert_eq!(
+        (r.no_frames, r.oversized, r.wrong_destination, r.from_self),
+        (1, 1, 1, 1)
+    );
+    assert_eq!(r.total(), 11);
+    assert!(n.is_idle());
+    assert_eq!(drain(&mut n, t), (0, 0), "no reply to anything malformed");
+}
+
+#[test]
+fn tokens_and_acks_for_things_that_never_existed() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    // TOKEN for an incarnation and slot that never existed: acknowledged, never delivered.
+    n.handle_datagram(
+        t,
+        dgram(
+            PEER,
+            vec![Frame::Token {
+                s: 12345,
+                r: 777,
+                payload: Bytes::from_static(b"forged"),
+            }],
+        ),
+    );
+    assert_eq!(n.poll_event(), None);
+    assert_eq!(n.stats().duplicates_dropped, 1);
+    // ACK for tokens we never sent, with a range of 2^60 slots: no state, no work per slot.
+    let huge = AckRanges::from_ranges(&[0..(1 << 60)]).unwrap();
+    n.handle_datagram(t, dgram(PEER, vec![Frame::Ack { r: 5, ranges: huge }]));
+    assert_eq!(n.poll_event(), None);
+    assert_eq!(n.stats().stale_acks, 1);
+    assert!(n.is_idle());
+    // A live sender record is not disturbed by ACKs of the wrong incarnation.
+    n.send(t, PEER, Bytes::from_static(b"real")).unwrap();
+    drain(&mut n, t);
+    n.handle_datagram(t, dgram(PEER, vec![Frame::Slots { s: 0, r: 3, n: 4 }]));
+    drain(&mut n, t);
+    assert_eq!(n.tokens_in_flight(), 1);
+    let r = AckRanges::from_ranges(&[0..4]).unwrap();
+    n.handle_datagram(
+        t,
+        dgram(
+            PEER,
+            vec![Frame::Ack {
+                r: 4,
+                ranges: r.clone(),
+            }],
+        ),
+    );
+    assert_eq!(
+        n.tokens_in_flight(),
+        1,
+        "ACK of another incarnation removes nothing"
+    );
+    n.handle_datagram(t, dgram(PEER, vec![Frame::Ack { r: 3, ranges: r }]));
+    assert_eq!(n.tokens_in_flight(), 0);
+}
+
+#[test]
+fn slots_nobody_asked_for_are_refused() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    n.send(t, PEER, Bytes::from_static(b"m")).unwrap();
+    drain(&mut n, t); // REQSLOTS(0, n, 0) with n = N + 1 = 129
+                      // More slots than asked: refused, no envelopes taken.
+    n.handle_datagram(
+        t,
+        dgram(
+            PEER,
+            vec![Frame::Slots {
+                s: 0,
+                r: 1,
+                n: 10_000,
+            }],
+        ),
+    );
+    assert_eq!(n.stats().rejects.unrequested_slots, 1);
+    assert_eq!(n.tokens_in_flight(), 0);
+    // For another s: stale, ignored.
+    n.handle_datagram(t, dgram(PEER, vec![Frame::Slots { s: 5, r: 1, n: 1 }]));
+    assert_eq!(n.stats().stale_slots, 1);
+    // From a node we never asked: a small waiver at most, and the clock moves only within
+    // what was stored.
+    let stranger = NodeId::from_const(77);
+    let before = n.clock();
+    n.handle_datagram(
+        t,
+        dgram(
+            stranger,
+            vec![Frame::Slots {
+                s: VARINT_MAX - 5,
+                r: 1,
+                n: 3,
+            }],
+        ),
+    );
+    assert_eq!(n.clock(), before);
+    assert_eq!(n.stats().rejects.clock_jump, 1);
+}
+
+/// 100 000 forged sender ids each ask for slots. Records stay under the cap, memory stays
+/// bounded, and an honest peer with an established stream keeps getting messages through.
+#[test]
+fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
+    let cfg = Config {
+        max_receiver_records: 1024,
+        ..pair::test_config()
+    };
+    let mut p = pair::Pair::new(cfg);
+    // Establish an honest stream a -> b first.
+    for i in 0..100u32 {
+        p.send(pair::A, i.to_be_bytes().to_vec());
+    }
+    p.run(Duration::from_millis(100));
+    assert_eq!(p.nodes[pair::B].delivered.len(), 100);
+    let now = p.now;
+    let b = &mut p.nodes[pair::B].node;
+    for i in 0..100_000u64 {
+        let forged = NodeId::new(1_000_000 + i).unwrap();
+        let req = Packet {
+            header: Header {
+                src: forged,
+                dst: pair::id(pair::B),
+            },
+            frames: vec![Frame::ReqSlots { s: i, n: 64, l: 0 }],
+        };
+        b.handle_datagram(now, req.encode());
+        if i % 1000 == 0 {
+            // Replies are drained as a driver would; they go nowhere.
+            let mut buf = Vec::new();
+            while b.poll_transmit(now, &mut buf).is_some() {
+                buf.clear();
+            }
+        }
+    }
+    assert!(b.receiver_records() <= 1024);
+    assert_eq!(b.stats().rejects.too_many_records, 100_000 - 1023);
+    // Memory: slots are ranges, one per forged record here.
+    assert!(b.slot_ranges_held() <= 1024 + 4);
+    assert!(b.slots_held() <= 1024 * 64 + 8192);
+    let mut buf = Vec::new();
+    while b.poll_transmit(now, &mut buf).is_some() {
+        buf.clear();
+    }
+    // The honest stream continues.
+    for i in 100..1100u32 {
+        p.send(pair::A, i.to_be_bytes().to_vec());
+        if i % 100 == 0 {
+            p.run(Duration::from_millis(50));
+        }
+    }
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.nodes[pair::B].delivered.len(), 1100);
+    assert_eq!(p.nodes[pair::A].acked.len(), 1100);
+}
+
+/// Amplification: no datagram sent in reply to a peer's datagram is larger than 3 times the
+/// datagram received (plus a 32-byte floor for the tiniest inputs).
+#[test]
+fn replies_are_never_much_larger_than_what_provoked_them() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    let inputs = vec![
+        vec![Frame::ReqSlots {
+            s: 0,
+            n: 4096,
+            l: 0,
+        }],
+        vec![Frame::ReqSlots {
+            s: 1 << 40,
+            n: 1,
+            l: 0,
+        }],
+        vec![Frame::Slots { s: 3, r: 9, n: 0 }],
+        vec![Frame::Token {
+            s: 1,
+            r: 1 << 50,
+            payload: Bytes::new(),
+        }],
+        (0..40)
+            .map(|i| Frame::Token {
+                s: i * 2,
+                r: 9,
+                payload: Bytes::new(),
+            })
+            .collect(),
+    ];
+    for (i, frames) in inputs.into_iter().enumerate() {
+        let src = NodeId::new(500 + i as u64).unwrap();
+        let d = dgram(src, frames);
+        n.handle_datagram(t, d.clone());
+        confirm(&mut n, t);
+        let mut buf = Vec::new();
+        while let Some(tx) = n.poll_transmit(t, &mut buf) {
+            assert!(
+                tx.size <= 3 * d.len() + 32,
+                "reply {} to input {} bytes",
+                tx.size,
+                d.len()
+            );
+        }
+    }
+}
