@@ -9,6 +9,8 @@ mod config;
 mod error;
 mod event;
 pub mod frame;
+#[cfg(feature = "arbitrary")]
+mod fuzzing;
 mod ids;
 mod node;
 mod outbox;

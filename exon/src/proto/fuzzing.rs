@@ -1,0 +1,91 @@
+//! `Arbitrary` for the wire types (feature `arbitrary`): every generated value is a valid
+//! packet, so fuzzers can check `decode(encode(p)) == p`.
+
+use arbitrary::{Arbitrary, Result, Unstructured};
+use bytes::Bytes;
+
+use super::codec::VARINT_MAX;
+use super::{AckRanges, Frame, Header, NodeId, Packet};
+
+fn varint(u: &mut Unstructured<'_>) -> Result<u64> {
+    // Spread values over every encoded length.
+    let v = match u.int_in_range(0u8..=3)? {
+        0 => u.int_in_range(0..=63)?,
+        1 => u.int_in_range(64..=16383)?,
+        2 => u.int_in_range(16384..=(1 << 30) - 1)?,
+        _ => u.int_in_range((1 << 30)..=VARINT_MAX)?,
+    };
+    Ok(v)
+}
+
+impl<'a> Arbitrary<'a> for NodeId {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        Ok(NodeId::new(varint(u)?).unwrap_or(NodeId::MAX))
+    }
+}
+
+impl<'a> Arbitrary<'a> for AckRanges {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        let mut next = varint(u)?;
+        let count = u.int_in_range(1usize..=16)?;
+        let mut ranges = Vec::with_capacity(count);
+        for _ in 0..count {
+            let gap = u.int_in_range(0u64..=1000)?;
+            let len = u.int_in_range(1u64..=1000)?;
+            let Some(start) = next.checked_add(gap) else { break };
+            let Some(end) = start.checked_add(len).filter(|&e| e <= VARINT_MAX + 1) else {
+                break;
+            };
+            ranges.push(start..end);
+            next = end + 1;
+        }
+        if ranges.is_empty() {
+            ranges.push(0..1);
+        }
+        AckRanges::from_ranges(&ranges).ok_or(arbitrary::Error::IncorrectFormat)
+    }
+}
+
+impl<'a> Arbitrary<'a> for Frame {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        Ok(match u.int_in_range(0u8..=3)? {
+            0 => Frame::ReqSlots {
+                s: varint(u)?,
+                n: varint(u)?,
+                l: varint(u)?,
+            },
+            1 => Frame::Slots {
+                s: varint(u)?,
+                r: varint(u)?,
+                n: varint(u)?,
+            },
+            2 => {
+                let len = u.int_in_range(0usize..=1500)?;
+                Frame::Token {
+                    s: varint(u)?,
+                    r: varint(u)?,
+                    payload: Bytes::copy_from_slice(u.bytes(len.min(u.len()))?),
+                }
+            }
+            _ => Frame::Ack {
+                r: varint(u)?,
+                ranges: AckRanges::arbitrary(u)?,
+            },
+        })
+    }
+}
+
+impl<'a> Arbitrary<'a> for Packet {
+    fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
+        let header = Header {
+            src: NodeId::arbitrary(u)?,
+            dst: NodeId::arbitrary(u)?,
+        };
+        let count = u.int_in_range(1usize..=8)?;
+        let mut frames = Vec::with_capacity(count);
+        for _ in 0..count {
+            frames.push(Frame::arbitrary(u)?);
+        }
+        Ok(Packet { header, frames })
+    }
+}

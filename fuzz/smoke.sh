@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds every fuzz target and runs each for a bounded time (default 60 s), starting from the
+# committed seed corpus. Installs cargo-fuzz if missing. Needs a nightly toolchain.
+# Usage: fuzz/smoke.sh [seconds-per-target]
+set -euo pipefail
+secs="${1:-60}"
+cd "$(dirname "$0")"
+if ! cargo +nightly --version >/dev/null 2>&1; then
+  echo "fuzz smoke: no nightly toolchain here, skipping (rustup toolchain install nightly)"
+  exit 0
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+  echo "fuzz smoke: installing cargo-fuzz"
+  cargo install --locked cargo-fuzz
+fi
+cargo +nightly fuzz build
+for t in $(cargo +nightly fuzz list); do
+  mkdir -p "corpus/$t"
+  seeds=()
+  [ -d "seeds/$t" ] && seeds=("seeds/$t")
+  echo "fuzz smoke: $t for ${secs}s"
+  cargo +nightly fuzz run "$t" "corpus/$t" "${seeds[@]}" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -n 4
+done
+echo "fuzz smoke: all targets ran ${secs}s without a crash"
