@@ -77,7 +77,9 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     let a = Endpoint::builder(a_id)
         .config(cfg.clone())
         .with_socket(a_sock.clone())?;
-    let mut b = Endpoint::builder(b_id).config(cfg).with_socket(b_sock.clone())?;
+    let mut b = Endpoint::builder(b_id)
+        .config(cfg)
+        .with_socket(b_sock.clone())?;
     a.add_peer(b_id, b.local_addr());
     b.add_peer(a_id, a.local_addr());
 
@@ -89,9 +91,9 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
         o.faults.reorder * 100.0
     );
     let bar = ProgressBar::new(o.count);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:40} {pos}/{len} delivered {per_sec} eta {eta}")?,
-    );
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} delivered {per_sec} eta {eta}",
+    )?);
     let start = Instant::now();
     let count = o.count;
     let sender = a.handle();

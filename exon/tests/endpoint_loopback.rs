@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::endpoint::{
-    DatagramSocket, Endpoint, EndpointConfig, Error, FileStore, Message,
-};
+use exon::endpoint::{DatagramSocket, Endpoint, EndpointConfig, Error, FileStore, Message};
 use exon::proto::{Config, SendError};
 use exon::NodeId;
 use tokio::net::UdpSocket;
@@ -56,7 +54,10 @@ async fn send_receive_acknowledge() {
     ));
     let report = a.close(Duration::from_secs(2)).await;
     assert!(report.is_clean(), "{report:?}");
-    assert!(a.send(B, Bytes::new()).await.is_err(), "closed endpoint refuses sends");
+    assert!(
+        a.send(B, Bytes::new()).await.is_err(),
+        "closed endpoint refuses sends"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,7 +77,9 @@ async fn many_messages_multi_thread_runtime() {
     }
     sender.await.unwrap();
     // Dropped receipts did not cancel anything: close finds everything acknowledged.
-    let report = timeout(LIMIT, a.close(Duration::from_secs(10))).await.unwrap();
+    let report = timeout(LIMIT, a.close(Duration::from_secs(10)))
+        .await
+        .unwrap();
     assert!(report.is_clean(), "{report:?}");
     assert_eq!(report.stats.node.acknowledged, n as u64);
 }
@@ -101,7 +104,10 @@ async fn try_send_fails_fast_and_send_waits_for_room() {
     let h = a.handle();
     let waiting = tokio::spawn(async move { h.send(B, 4u32.to_be_bytes().to_vec()).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(!waiting.is_finished(), "send must wait while the queue is full");
+    assert!(
+        !waiting.is_finished(),
+        "send must wait while the queue is full"
+    );
     drop(b_sock);
     let mut b = Endpoint::bind(b_addr, B, c).await.unwrap();
     b.add_peer(A, a.local_addr());
@@ -233,7 +239,10 @@ async fn peer_moving_mid_stream_is_followed() {
     }
     let stats = a.stats().await.unwrap();
     assert!(stats.address_updates >= 1, "{stats:?}");
-    assert!(timeout(LIMIT, a.close(Duration::from_secs(5))).await.unwrap().is_clean());
+    assert!(timeout(LIMIT, a.close(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .is_clean());
 }
 
 /// A receiver restarted on its clock store never delivers twice, and the stream resumes.
@@ -279,7 +288,11 @@ async fn restart_on_file_store_keeps_exactly_once() {
     while let Some(m) = b.recv().await {
         assert!(seen.insert(num(&m)), "duplicate in buffered deliveries");
     }
-    let stored: u64 = std::fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+    let stored: u64 = std::fs::read_to_string(&path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert_eq!(report.stats.node.delivered as usize, seen.len());
     let mut b = start().await.unwrap();
     b.add_peer(A, a.local_addr());
@@ -288,7 +301,10 @@ async fn restart_on_file_store_keeps_exactly_once() {
     let log = seen.clone();
     let reader = tokio::spawn(async move {
         while let Some(m) = b.recv().await {
-            assert!(log.lock().unwrap().insert(num(&m)), "duplicate after restart");
+            assert!(
+                log.lock().unwrap().insert(num(&m)),
+                "duplicate after restart"
+            );
         }
     });
     timeout(LIMIT, phase1).await.unwrap().unwrap();
@@ -297,7 +313,10 @@ async fn restart_on_file_store_keeps_exactly_once() {
     let mut resumed = false;
     for batch in 3..30u32 {
         let range = batch * 100..batch * 100 + 100;
-        timeout(LIMIT, send_range(range.clone())).await.unwrap().unwrap();
+        timeout(LIMIT, send_range(range.clone()))
+            .await
+            .unwrap()
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
         if range.clone().all(|i| seen.lock().unwrap().contains(&i)) {
             resumed = true;
@@ -306,7 +325,11 @@ async fn restart_on_file_store_keeps_exactly_once() {
     }
     assert!(resumed, "the stream never resumed after the restart");
     assert!(!reader.is_finished(), "reader failed");
-    let after: u64 = std::fs::read_to_string(&path).unwrap().trim().parse().unwrap();
+    let after: u64 = std::fs::read_to_string(&path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     assert!(after > stored, "the restarted node stored a higher mark");
     reader.abort();
 }

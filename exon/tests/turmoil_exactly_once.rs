@@ -5,10 +5,10 @@
 mod turmoil_support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use exon::endpoint::MemoryStore;
+use exon::endpoint::{EndpointStats, MemoryStore};
 use exon::NodeId;
 use turmoil_support::*;
 
@@ -20,8 +20,10 @@ fn scenario(
     n: u32,
     net: impl FnOnce(&mut turmoil::Builder),
     actions: impl FnMut(Duration, &mut turmoil::Sim<'static>),
-) -> Log {
+) -> EndpointStats {
     let mut sim = sim(300, net);
+    let stats = Arc::new(Mutex::new(None));
+    let out = stats.clone();
     let log = Log::default();
     server(&mut sim, "b", MemoryStore::starting_at(1), log.clone());
     sim.client("a", async move {
@@ -30,22 +32,25 @@ fn scenario(
         let report = ep.close(Duration::from_secs(5)).await;
         assert!(report.is_clean(), "{report:?}");
         assert_eq!(report.stats.node.acknowledged, u64::from(n));
+        *out.lock().unwrap() = Some(report.stats);
         Ok(())
     });
     run(&mut sim, actions);
     assert_exactly_once(&log, A, 0..n);
-    log
+    let stats = stats.lock().unwrap().expect("client finished");
+    stats
 }
 
 #[test]
 fn random_loss() {
-    scenario(
+    let s = scenario(
         2000,
         |b| {
             b.fail_rate(0.2).repair_rate(0.6);
         },
         |_, _| {},
     );
+    assert!(s.node.retransmissions > 0, "no loss happened: {s:?}");
 }
 
 #[test]
@@ -64,7 +69,7 @@ fn latency_spread_reorders() {
 fn hold_and_release() {
     let mut held = false;
     let mut released = false;
-    scenario(
+    let s = scenario(
         1000,
         |_| {},
         move |t, sim| {
@@ -78,13 +83,14 @@ fn hold_and_release() {
             }
         },
     );
+    assert!(s.node.retransmissions > 0, "{s:?}");
 }
 
 #[test]
 fn partition_and_repair() {
     let mut cut = false;
     let mut healed = false;
-    scenario(
+    let s = scenario(
         1000,
         |_| {},
         move |t, sim| {
@@ -98,6 +104,7 @@ fn partition_and_repair() {
             }
         },
     );
+    assert!(s.node.retransmissions > 0, "{s:?}");
 }
 
 /// The receiver is bounced mid-stream and restarts on the same clock store: nothing is
@@ -143,5 +150,8 @@ fn bounce_with_clock_store_kept() {
     got.sort_unstable();
     got.dedup();
     assert_eq!(total, got.len(), "duplicate deliveries across the bounce");
-    assert!(store.get() > stored_before.get(), "the restarted node stored a higher mark");
+    assert!(
+        store.get() > stored_before.get(),
+        "the restarted node stored a higher mark"
+    );
 }

@@ -12,8 +12,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant as TokioInstant};
 
 use super::handle::Command;
-use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Error};
 use super::Message;
+use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Error};
 use crate::proto::{frame, Event, MsgId, Node, NodeId, SendError};
 
 /// A send waiting for queue space.

@@ -148,9 +148,7 @@ impl Builder {
     /// Starts the endpoint on `socket`. Reads the clock store (a short blocking read for a
     /// [`FileStore`]) and spawns the driver task on the current tokio runtime.
     pub fn with_socket<S: DatagramSocket>(self, socket: S) -> Result<Endpoint, BindError> {
-        let mut store = self
-            .store
-            .unwrap_or_else(|| Box::new(MemoryStore::new()));
+        let mut store = self.store.unwrap_or_else(|| Box::new(MemoryStore::new()));
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = socket.local_addr()?;
         let node = Node::new(self.id, self.config.protocol.clone(), clock)?;

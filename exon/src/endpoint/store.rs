@@ -95,7 +95,9 @@ pub struct FileStore {
 
 impl fmt::Debug for FileStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FileStore").field("path", &self.path).finish()
+        f.debug_struct("FileStore")
+            .field("path", &self.path)
+            .finish()
     }
 }
 

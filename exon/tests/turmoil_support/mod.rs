@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use exon::endpoint::{ClockStore, Endpoint, EndpointConfig, MemoryStore};
+use exon::endpoint::{Endpoint, EndpointConfig, MemoryStore};
 use exon::proto::Config;
 use exon::NodeId;
 use turmoil::net::UdpSocket;
@@ -97,15 +97,23 @@ pub fn run(sim: &mut Sim<'static>, mut at: impl FnMut(Duration, &mut Sim<'static
 /// Checks that `from` delivered exactly the numbers in `expect`, each once.
 pub fn assert_exactly_once(log: &Log, from: NodeId, expect: std::ops::Range<u32>) {
     let log = log.lock().unwrap();
-    let mut got: Vec<u32> = log.iter().filter(|(f, _)| *f == from).map(|e| e.1).collect();
+    let mut got: Vec<u32> = log
+        .iter()
+        .filter(|(f, _)| *f == from)
+        .map(|e| e.1)
+        .collect();
     let total = got.len();
     got.sort_unstable();
     got.dedup();
-    assert_eq!(total, got.len(), "{} duplicate deliveries from {from}", total - got.len());
-    assert_eq!(got, expect.collect::<Vec<_>>(), "missing deliveries from {from}");
-}
-
-/// Keeps the store type in use for clients that do not bounce.
-pub fn _store_is_clock_store(s: MemoryStore) -> impl ClockStore {
-    s
+    assert_eq!(
+        total,
+        got.len(),
+        "{} duplicate deliveries from {from}",
+        total - got.len()
+    );
+    assert_eq!(
+        got,
+        expect.collect::<Vec<_>>(),
+        "missing deliveries from {from}"
+    );
 }
