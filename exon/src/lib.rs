@@ -9,12 +9,10 @@
 //!   socket in a tokio task. Peers are addressed by [`NodeId`]; a peer's address is learned
 //!   again when it changes.
 //!
-//! Features: `tokio` (default) the driver; `serde` typed payloads ([`Handle::send_typed`],
-//! [`Message::decode`]) and a deserializable [`EndpointConfig`]; `turmoil` a
+//! Features: `tokio` (default) the driver; `serde` typed payloads (`Handle::send_typed`,
+//! `Message::decode`) and a deserializable [`EndpointConfig`]; `turmoil` a
 //! [`DatagramSocket`] for turmoil's simulated UDP.
 //!
-//! [`Handle::send_typed`]: endpoint::Handle::send_typed
-//! [`Message::decode`]: endpoint::Message::decode
 //! [`DatagramSocket`]: endpoint::DatagramSocket
 //!
 //! # Example

@@ -23,13 +23,15 @@ struct Waiting {
     reply: oneshot::Sender<Result<MsgId, Error>>,
 }
 
-type StoreJob = JoinHandle<(Box<dyn ClockStore>, u64, io::Result<()>)>;
+/// What a clock store job gives back: the store, the mark, and whether it was stored.
+type StoreDone = (Box<dyn ClockStore>, u64, io::Result<()>);
+type StoreJob = JoinHandle<StoreDone>;
 
 /// What woke the driver up.
 enum Wake {
     Cmd(Option<Command>),
     Datagram(io::Result<(usize, SocketAddr)>),
-    Stored(Result<(Box<dyn ClockStore>, u64, io::Result<()>), tokio::task::JoinError>),
+    Stored(Result<StoreDone, tokio::task::JoinError>),
     Deliver(Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>),
     Timer,
     Continue,

@@ -1,7 +1,7 @@
 //! The tokio driver: an [`Endpoint`] bound to a UDP socket that sends and receives messages
 //! exactly once, addressed by node id.
 //!
-//! One task owns the protocol [`Node`](crate::proto::Node) and the socket; handles talk to it
+//! One task owns the protocol [`Node`] and the socket; handles talk to it
 //! over a channel. See the crate documentation for an example.
 
 mod config;
