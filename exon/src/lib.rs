@@ -1,7 +1,58 @@
 //! Exon: oblivious exactly-once messaging over UDP.
+//!
+//! An implementation of the Exon protocol (Kassam, Almeida, Shoker): every message sent is
+//! delivered at most once, and exactly once when the network eventually delivers, with no
+//! per-peer state kept once traffic stops (only a node clock).
+//!
+//! * [`proto`]: the sans-IO protocol core ([`Node`]): no sockets, no clock reads.
+//! * [`endpoint`] (feature `tokio`, default): an [`Endpoint`] that runs a node on a UDP
+//!   socket in a tokio task. Peers are addressed by [`NodeId`]; a peer's address is learned
+//!   again when it changes.
+//!
+//! Features: `tokio` (default) the driver; `serde` typed payloads (`Handle::send_typed`,
+//! `Message::decode`) and a deserializable [`EndpointConfig`]; `turmoil` a
+//! [`DatagramSocket`] for turmoil's simulated UDP.
+//!
+//! [`DatagramSocket`]: endpoint::DatagramSocket
+//!
+//! # Example
+//! ```
+//! # #[cfg(feature = "tokio")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use exon::{Endpoint, EndpointConfig, NodeId};
+//!
+//! let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
+//! let a = Endpoint::bind("127.0.0.1:0", a_id, EndpointConfig::default()).await?;
+//! let mut b = Endpoint::bind("127.0.0.1:0", b_id, EndpointConfig::default()).await?;
+//! a.add_peer(b_id, b.local_addr());
+//!
+//! // `send` waits while the peer's queue is full, then returns a receipt.
+//! let receipt = a.send(b_id, &b"hello"[..]).await?;
+//!
+//! // The receiver gets the message once, with the sender's id. (It learns the sender's
+//! // address from the datagrams, so it can reply without `add_peer`.)
+//! let msg = tokio::time::timeout(Duration::from_secs(5), b.recv()).await?.expect("open");
+//! assert_eq!((msg.from, &msg.payload[..]), (a_id, &b"hello"[..]));
+//!
+//! // The receipt resolves once the receiver acknowledged the message.
+//! tokio::time::timeout(Duration::from_secs(5), receipt).await??;
+//!
+//! // Close: wait (bounded) for outstanding messages, and see what was left.
+//! let report = a.close(Duration::from_secs(1)).await;
+//! assert!(report.is_clean());
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "tokio"))]
+//! # fn main() {}
+//! ```
 #![warn(missing_docs)]
 
 pub mod proto;
+
+#[cfg(feature = "tokio")]
+pub mod endpoint;
 
 pub use proto::{Config, Event, MsgId, Node, NodeId, SendError};
 
@@ -13,3 +64,5 @@ pub(crate) mod test_time {
         std::time::Instant::now()
     }
 }
+#[cfg(feature = "tokio")]
+pub use endpoint::{Endpoint, EndpointConfig, Message};

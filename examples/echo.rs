@@ -1,0 +1,40 @@
+//! Echo: a server node sends every message back to its sender; a client sends a few lines
+//! and prints what comes back. The server never calls `add_peer`: it learns the client's
+//! address from its datagrams.
+
+use std::time::Duration;
+
+use exon::{Endpoint, EndpointConfig, NodeId};
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (server_id, client_id) = (NodeId::from_const(10), NodeId::from_const(11));
+    let mut server = Endpoint::bind("127.0.0.1:0", server_id, EndpointConfig::default()).await?;
+    let mut client = Endpoint::bind("127.0.0.1:0", client_id, EndpointConfig::default()).await?;
+    client.add_peer(server_id, server.local_addr());
+
+    let echo = server.handle();
+    tokio::spawn(async move {
+        while let Some(m) = server.recv().await {
+            // The receipt is dropped: the endpoint still makes sure the reply arrives.
+            let _ = echo.send(m.from, m.payload).await;
+        }
+    });
+
+    let lines = ["exactly", "once", "over", "udp"];
+    for line in lines {
+        drop(client.send(server_id, line.as_bytes().to_vec()).await?);
+    }
+    for _ in lines {
+        let m = tokio::time::timeout(Duration::from_secs(5), client.recv())
+            .await?
+            .ok_or("endpoint stopped")?;
+        println!(
+            "echo from {}: {}",
+            m.from,
+            String::from_utf8_lossy(&m.payload)
+        );
+    }
+    client.close(Duration::from_secs(1)).await;
+    Ok(())
+}

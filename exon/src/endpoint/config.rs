@@ -1,0 +1,71 @@
+//! Endpoint configuration: the protocol's [`Config`] plus the driver's own tunables.
+
+use std::time::Duration;
+
+use crate::proto::Config;
+
+/// Configuration of an [`Endpoint`](super::Endpoint). Every field has a documented default;
+/// build it with the `with_*` methods or deserialize it (feature `serde`; missing fields take
+/// their defaults).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default))]
+pub struct EndpointConfig {
+    /// The protocol core's configuration. Default [`Config::default()`].
+    pub protocol: Config,
+    /// Delivered messages buffered for the application before the endpoint stops reading the
+    /// socket (backpressure instead of dropping). Default 1024.
+    pub delivery_buffer: usize,
+    /// Datagrams sent per driver turn before the driver looks at other inputs again, so one
+    /// busy peer cannot starve the rest. Default 64.
+    pub transmit_budget: usize,
+    /// How long an endpoint whose handles were all dropped keeps running to get its
+    /// outstanding messages acknowledged. Default 5 s.
+    pub linger: Duration,
+    /// Delay before retrying a clock store that failed. Default 100 ms.
+    pub store_retry: Duration,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        EndpointConfig {
+            protocol: Config::default(),
+            delivery_buffer: 1024,
+            transmit_budget: 64,
+            linger: Duration::from_secs(5),
+            store_retry: Duration::from_millis(100),
+        }
+    }
+}
+
+impl EndpointConfig {
+    /// Sets the protocol configuration.
+    pub fn with_protocol(mut self, protocol: Config) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Sets [`delivery_buffer`](Self::delivery_buffer) (at least 1).
+    pub fn with_delivery_buffer(mut self, n: usize) -> Self {
+        self.delivery_buffer = n.max(1);
+        self
+    }
+
+    /// Sets [`transmit_budget`](Self::transmit_budget) (at least 1).
+    pub fn with_transmit_budget(mut self, n: usize) -> Self {
+        self.transmit_budget = n.max(1);
+        self
+    }
+
+    /// Sets [`linger`](Self::linger).
+    pub fn with_linger(mut self, linger: Duration) -> Self {
+        self.linger = linger;
+        self
+    }
+
+    /// Sets the protocol's `max_datagram_size` (see [`Config::max_datagram_size`]).
+    pub fn with_max_datagram_size(mut self, size: usize) -> Self {
+        self.protocol.max_datagram_size = size;
+        self
+    }
+}

@@ -1,0 +1,179 @@
+//! The cloneable sending side of an endpoint, receipts, and the commands sent to the driver.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Error, ReceiptError};
+use crate::proto::{MsgId, NodeId, Stats};
+
+/// Counters of an endpoint: the core's plus the driver's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
+    pub node: Stats,
+    /// Datagrams not sent because the destination node's address is unknown.
+    pub unknown_peer_drops: u64,
+    /// Socket send errors (counted, never fatal).
+    pub send_errors: u64,
+    /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
+    pub recv_errors: u64,
+    /// Peer addresses learned or changed from incoming datagrams.
+    pub address_updates: u64,
+    /// Times the endpoint stopped reading the socket because the application was not
+    /// reading delivered messages.
+    pub delivery_stalls: u64,
+}
+
+/// What [`Handle::close`] reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CloseReport {
+    /// Messages accepted and not acknowledged when the endpoint stopped (empty on a clean
+    /// close).
+    pub unacknowledged: Vec<(NodeId, MsgId)>,
+    /// Messages delivered by the core that the application never took from the endpoint
+    /// (only when the delivery buffer stayed full until the deadline, or nobody listened).
+    pub undelivered: usize,
+    /// The counters at the end.
+    pub stats: EndpointStats,
+}
+
+impl CloseReport {
+    /// True when every message was acknowledged and every delivery handed over.
+    pub fn is_clean(&self) -> bool {
+        self.unacknowledged.is_empty() && self.undelivered == 0
+    }
+}
+
+/// A command from a handle to the driver task.
+pub(crate) enum Command {
+    Send {
+        to: NodeId,
+        payload: Bytes,
+        wait: bool,
+        ack: oneshot::Sender<()>,
+        reply: oneshot::Sender<Result<MsgId, Error>>,
+    },
+    AddPeer(NodeId, SocketAddr),
+    Stats(oneshot::Sender<EndpointStats>),
+    Close {
+        timeout: Duration,
+        reply: oneshot::Sender<CloseReport>,
+    },
+}
+
+/// Resolves when the receiver acknowledged the message: it was delivered exactly once at
+/// the peer's Exon layer.
+///
+/// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
+/// retransmits until acknowledged (or until it is closed).
+#[derive(Debug)]
+#[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the message)"]
+pub struct Receipt {
+    id: MsgId,
+    to: NodeId,
+    rx: oneshot::Receiver<()>,
+}
+
+impl Receipt {
+    /// The message's id, as in the core's `Acknowledged` events.
+    pub fn id(&self) -> MsgId {
+        self.id
+    }
+
+    /// The destination node.
+    pub fn to(&self) -> NodeId {
+        self.to
+    }
+}
+
+impl Future for Receipt {
+    type Output = Result<MsgId, ReceiptError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let id = self.id;
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.map(|()| id).map_err(|_| ReceiptError::Unacknowledged))
+    }
+}
+
+/// A cloneable handle to an endpoint: send messages, add peers, read counters, close.
+/// [`Endpoint`](super::Endpoint) dereferences to its handle.
+#[derive(Debug, Clone)]
+pub struct Handle {
+    pub(crate) id: NodeId,
+    pub(crate) local_addr: SocketAddr,
+    pub(crate) cmds: mpsc::UnboundedSender<Command>,
+}
+
+impl Handle {
+    /// This endpoint's node id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The local socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Sends `payload` to node `to`, exactly once. Waits while the destination's queue is
+    /// full (backpressure), then returns a [`Receipt`] that resolves on acknowledgement.
+    pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
+        self.submit(to, payload.into(), true).await
+    }
+
+    /// Like [`send`](Self::send) but fails at once with
+    /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull) instead of waiting for
+    /// queue space (it still awaits the driver's answer, which never waits on the network).
+    pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
+        self.submit(to, payload.into(), false).await
+    }
+
+    async fn submit(&self, to: NodeId, payload: Bytes, wait: bool) -> Result<Receipt, Error> {
+        let (ack, rx) = oneshot::channel();
+        let (reply, answer) = oneshot::channel();
+        self.cmds
+            .send(Command::Send {
+                to,
+                payload,
+                wait,
+                ack,
+                reply,
+            })
+            .map_err(|_| Error::Closed)?;
+        let id = answer.await.map_err(|_| Error::Closed)??;
+        Ok(Receipt { id, to, rx })
+    }
+
+    /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
+    /// datagrams, so a peer that changes address keeps being reached.
+    pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
+        let _ = self.cmds.send(Command::AddPeer(id, addr));
+    }
+
+    /// The counters, or `None` if the endpoint has stopped.
+    pub async fn stats(&self) -> Option<EndpointStats> {
+        let (tx, rx) = oneshot::channel();
+        self.cmds.send(Command::Stats(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// Stops accepting sends (waiting senders get [`Error::Closed`]), waits until every
+    /// outstanding message is acknowledged or `timeout` passes, stops the endpoint and reports
+    /// what was left. Never hangs past `timeout` (plus one driver turn). Returns an empty
+    /// report if the endpoint had already stopped.
+    pub async fn close(&self, timeout: Duration) -> CloseReport {
+        let (reply, rx) = oneshot::channel();
+        if self.cmds.send(Command::Close { timeout, reply }).is_err() {
+            return CloseReport::default();
+        }
+        rx.await.unwrap_or_default()
+    }
+}

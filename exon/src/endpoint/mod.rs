@@ -1,0 +1,169 @@
+//! The tokio driver: an [`Endpoint`] bound to a UDP socket that sends and receives messages
+//! exactly once, addressed by node id.
+//!
+//! One task owns the protocol [`Node`] and the socket; handles talk to it
+//! over a channel. See the crate documentation for an example.
+
+mod config;
+mod driver;
+mod error;
+mod handle;
+mod lossy;
+mod socket;
+mod store;
+#[cfg(feature = "serde")]
+mod typed;
+
+use std::ops::Deref;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use tokio::net::ToSocketAddrs;
+use tokio::sync::mpsc;
+
+pub use config::EndpointConfig;
+pub use error::{BindError, Error, ReceiptError};
+pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
+pub use lossy::{Faults, LossySocket};
+pub use socket::DatagramSocket;
+pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
+#[cfg(feature = "serde")]
+pub use typed::{decode, encode, PayloadError};
+
+use crate::proto::{Node, NodeId};
+
+/// A message delivered exactly once, with its sender's node id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The sending node.
+    pub from: NodeId,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+/// An exactly-once messaging endpoint: a node id bound to a datagram socket.
+///
+/// Build one with [`Endpoint::bind`] or [`Endpoint::builder`]. It dereferences to its
+/// [`Handle`] (send, add peers, close); [`recv`](Self::recv) and the
+/// [`Stream`](futures_core::Stream) implementation yield delivered messages. Must be created
+/// inside a tokio runtime (current-thread or multi-thread), which runs its driver task.
+///
+/// Dropping every handle and the endpoint lets the driver linger
+/// ([`EndpointConfig::linger`]) to get outstanding messages acknowledged, then stop.
+#[derive(Debug)]
+pub struct Endpoint {
+    handle: Handle,
+    rx: mpsc::Receiver<Message>,
+}
+
+impl Endpoint {
+    /// Binds a tokio UDP socket to `addr` with node id `id`, the given configuration and an
+    /// in-memory clock store ([`MemoryStore`]).
+    pub async fn bind(
+        addr: impl ToSocketAddrs,
+        id: NodeId,
+        config: EndpointConfig,
+    ) -> Result<Endpoint, BindError> {
+        Endpoint::builder(id).config(config).bind(addr).await
+    }
+
+    /// A builder, to choose the clock store or the socket.
+    pub fn builder(id: NodeId) -> Builder {
+        Builder {
+            id,
+            config: EndpointConfig::default(),
+            store: None,
+        }
+    }
+
+    /// A cloneable handle for sending from other tasks.
+    pub fn handle(&self) -> Handle {
+        self.handle.clone()
+    }
+
+    /// The next delivered message, or `None` once the endpoint has stopped and every
+    /// buffered message was taken.
+    pub async fn recv(&mut self) -> Option<Message> {
+        self.rx.recv().await
+    }
+
+    /// Polls for the next delivered message (what the `Stream` implementation does).
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl Deref for Endpoint {
+    type Target = Handle;
+
+    fn deref(&self) -> &Handle {
+        &self.handle
+    }
+}
+
+impl futures_core::Stream for Endpoint {
+    type Item = Message;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.get_mut().rx.poll_recv(cx)
+    }
+}
+
+/// Builds an [`Endpoint`]: configuration, clock store, then a socket.
+pub struct Builder {
+    id: NodeId,
+    config: EndpointConfig,
+    store: Option<Box<dyn ClockStore>>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("id", &self.id)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Builder {
+    /// Sets the configuration (default [`EndpointConfig::default()`]).
+    pub fn config(mut self, config: EndpointConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the clock store (default a fresh [`MemoryStore`]).
+    pub fn clock_store(mut self, store: impl ClockStore) -> Self {
+        self.store = Some(Box::new(store));
+        self
+    }
+
+    /// Binds a tokio UDP socket to `addr` and starts the endpoint.
+    pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
+        let socket = tokio::net::UdpSocket::bind(addr).await?;
+        self.with_socket(socket)
+    }
+
+    /// Starts the endpoint on `socket`. Reads the clock store (a short blocking read for a
+    /// [`FileStore`]) and spawns the driver task on the current tokio runtime.
+    pub fn with_socket<S: DatagramSocket>(self, socket: S) -> Result<Endpoint, BindError> {
+        let mut store = self.store.unwrap_or_else(|| Box::new(MemoryStore::new()));
+        let clock = store.load().map_err(BindError::Store)?;
+        let local_addr = socket.local_addr()?;
+        let node = Node::new(self.id, self.config.protocol.clone(), clock)?;
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
+        tracing::info!(id = %self.id, %local_addr, clock, "endpoint bound");
+        let driver = driver::Driver::new(node, socket, self.config, cmd_rx, tx, store);
+        tokio::spawn(driver.run());
+        Ok(Endpoint {
+            handle: Handle {
+                id: self.id,
+                local_addr,
+                cmds: cmd_tx,
+            },
+            rx,
+        })
+    }
+}

@@ -1,0 +1,144 @@
+//! Durable storage of the node clock's high-water mark (rule 8 of the algorithm notes).
+
+use std::fmt;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Where an endpoint keeps its clock high-water mark, so that a restarted endpoint never
+/// reuses a clock value and exactly-once survives restarts.
+///
+/// The driver calls [`load`](Self::load) once when the endpoint is built and
+/// [`store`](Self::store) before the node may use clock values up to the stored mark. When
+/// [`is_blocking`](Self::is_blocking) is true the driver runs `store` on tokio's blocking
+/// thread pool (`spawn_blocking`) and keeps serving the network meanwhile; otherwise it
+/// calls it inline.
+pub trait ClockStore: Send + 'static {
+    /// The last high-water mark stored (the clock a restarted node starts from).
+    fn load(&mut self) -> io::Result<u64>;
+    /// Stores `high_water` durably; returns only once a restart would see it.
+    fn store(&mut self, high_water: u64) -> io::Result<()>;
+    /// Whether `store` blocks (disk I/O). Default `true`.
+    fn is_blocking(&self) -> bool {
+        true
+    }
+}
+
+/// Microseconds since the Unix epoch: a value that grows across restarts, used as a start
+/// when nothing was stored.
+pub fn wall_clock_start() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64)
+}
+
+/// An in-memory store, the default. It starts from [`wall_clock_start`] (microseconds since
+/// the Unix epoch), which grows across process restarts as long as the node hands out fewer
+/// than about a million clock values per second of downtime-free operation and the wall clock
+/// does not go back: good enough for most services, but only a [`FileStore`] makes
+/// exactly-once survive restarts for sure.
+///
+/// Clones share the stored value: an endpoint rebuilt on a clone (a restart within the same
+/// process, as in tests) starts from the last stored mark.
+#[derive(Debug, Clone)]
+pub struct MemoryStore(Arc<AtomicU64>);
+
+impl MemoryStore {
+    /// A store starting from [`wall_clock_start`].
+    pub fn new() -> Self {
+        Self::starting_at(wall_clock_start())
+    }
+
+    /// A store starting from `clock`.
+    pub fn starting_at(clock: u64) -> Self {
+        MemoryStore(Arc::new(AtomicU64::new(clock)))
+    }
+
+    /// The value currently stored.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClockStore for MemoryStore {
+    fn load(&mut self) -> io::Result<u64> {
+        Ok(self.get())
+    }
+
+    fn store(&mut self, high_water: u64) -> io::Result<()> {
+        self.0.fetch_max(high_water, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn is_blocking(&self) -> bool {
+        false
+    }
+}
+
+/// A store in one small file holding the high-water mark as decimal text.
+///
+/// Each `store` writes a temporary file beside it, fsyncs it, renames it over the file and
+/// fsyncs the directory, so a crash leaves either the old or the new value. It runs on
+/// tokio's blocking pool. A missing file starts from [`wall_clock_start`].
+pub struct FileStore {
+    path: PathBuf,
+}
+
+impl fmt::Debug for FileStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl FileStore {
+    /// A store at `path` (created on first store).
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileStore { path: path.into() }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl ClockStore for FileStore {
+    fn load(&mut self) -> io::Result<u64> {
+        match fs::read_to_string(&self.path) {
+            Ok(s) => s
+                .trim()
+                .parse()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(wall_clock_start()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn store(&mut self, high_water: u64) -> io::Result<()> {
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        {
+            let mut f = fs::File::create(&tmp)?;
+            writeln!(f, "{high_water}")?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, &self.path)?;
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        fs::File::open(dir)?.sync_all()
+    }
+}

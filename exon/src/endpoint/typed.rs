@@ -1,0 +1,62 @@
+//! Typed payloads (feature `serde`): any `Serialize`/`Deserialize` type, encoded with
+//! bincode 2. Only payloads use it, never the wire format.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{Error, Handle, Message, Receipt};
+use crate::proto::NodeId;
+
+/// Why a typed payload could not be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    /// The value could not be encoded.
+    #[error("encode: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+    /// The bytes are not a valid encoding of the type.
+    #[error("decode: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    /// The bytes hold a value followed by this many unexpected bytes.
+    #[error("{0} trailing bytes after the value")]
+    TrailingBytes(usize),
+    /// Sending the encoded value failed.
+    #[error(transparent)]
+    Send(#[from] Error),
+}
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard()
+}
+
+/// Encodes `value` as a payload.
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<bytes::Bytes, PayloadError> {
+    Ok(bincode::serde::encode_to_vec(value, config())?.into())
+}
+
+/// Decodes a payload made by [`encode`].
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, PayloadError> {
+    let (value, used) = bincode::serde::decode_from_slice(payload, config())?;
+    if used != payload.len() {
+        return Err(PayloadError::TrailingBytes(payload.len() - used));
+    }
+    Ok(value)
+}
+
+impl Message {
+    /// Decodes the payload as a `T` sent with [`Handle::send_typed`].
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, PayloadError> {
+        decode(&self.payload)
+    }
+}
+
+impl Handle {
+    /// Encodes `value` with bincode and [`send`](Handle::send)s it.
+    pub async fn send_typed<T: Serialize + ?Sized>(
+        &self,
+        to: NodeId,
+        value: &T,
+    ) -> Result<Receipt, PayloadError> {
+        let payload = encode(value)?;
+        Ok(self.send(to, payload).await?)
+    }
+}

@@ -1,0 +1,119 @@
+//! Shared pieces of the turmoil tests: a receiving host that logs deliveries, a sending
+//! client, and a step loop that applies network actions at given simulated times.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use exon::endpoint::{Endpoint, EndpointConfig, MemoryStore};
+use exon::proto::Config;
+use exon::NodeId;
+use turmoil::net::UdpSocket;
+use turmoil::Sim;
+
+/// Port every simulated endpoint binds.
+pub const PORT: u16 = 9000;
+/// The receiving node.
+pub const SERVER: NodeId = NodeId::from_const(1000);
+
+/// Deliveries seen by the server: (sender, message number), in order.
+pub type Log = Arc<Mutex<Vec<(NodeId, u32)>>>;
+
+/// A configuration with timers suited to simulated runs.
+pub fn cfg() -> EndpointConfig {
+    EndpointConfig::default().with_protocol(Config {
+        initial_rtt: Duration::from_millis(50),
+        probe_interval: Duration::from_millis(200),
+        max_probe_interval: Duration::from_secs(2),
+        idle_timeout: Duration::from_secs(1),
+        ..Config::default()
+    })
+}
+
+/// A simulation of `secs` simulated seconds with a fixed seed.
+pub fn sim(secs: u64, f: impl FnOnce(&mut turmoil::Builder)) -> Sim<'static> {
+    let mut b = turmoil::Builder::new();
+    b.simulation_duration(Duration::from_secs(secs));
+    f(&mut b);
+    use rand::SeedableRng;
+    b.build_with_rng(Box::new(rand::rngs::SmallRng::seed_from_u64(7)))
+}
+
+/// Adds host `name` running the server endpoint on `store`, logging every delivery.
+pub fn server(sim: &mut Sim<'static>, name: &'static str, store: MemoryStore, log: Log) {
+    sim.host(name, move || {
+        let (store, log) = (store.clone(), log.clone());
+        async move {
+            let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
+            let mut ep = Endpoint::builder(SERVER)
+                .config(cfg())
+                .clock_store(store)
+                .with_socket(socket)?;
+            while let Some(m) = ep.recv().await {
+                let n = u32::from_be_bytes(m.payload[..].try_into()?);
+                log.lock().unwrap().push((m.from, n));
+            }
+            Ok(())
+        }
+    });
+}
+
+/// Starts a client endpoint with id `id` that knows the server host `server`.
+pub async fn client(id: NodeId, server: &str) -> Result<Endpoint, Box<dyn std::error::Error>> {
+    let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
+    let ep = Endpoint::builder(id)
+        .config(cfg())
+        .clock_store(MemoryStore::starting_at(1))
+        .with_socket(socket)?;
+    ep.add_peer(SERVER, SocketAddr::new(turmoil::lookup(server), PORT));
+    Ok(ep)
+}
+
+/// Sends messages `range` to the server, waits for every receipt, and returns.
+pub async fn send_all(ep: &Endpoint, range: std::ops::Range<u32>) -> turmoil::Result {
+    let mut receipts = Vec::new();
+    for i in range {
+        receipts.push(ep.send(SERVER, i.to_be_bytes().to_vec()).await?);
+    }
+    for r in receipts {
+        r.await?;
+    }
+    Ok(())
+}
+
+/// Steps the simulation to completion, calling `at(elapsed, sim)` after each step.
+pub fn run(sim: &mut Sim<'static>, mut at: impl FnMut(Duration, &mut Sim<'static>)) {
+    loop {
+        let done = sim.step().expect("simulation failed");
+        let t = sim.elapsed();
+        at(t, sim);
+        if done {
+            return;
+        }
+    }
+}
+
+/// Checks that `from` delivered exactly the numbers in `expect`, each once.
+pub fn assert_exactly_once(log: &Log, from: NodeId, expect: std::ops::Range<u32>) {
+    let log = log.lock().unwrap();
+    let mut got: Vec<u32> = log
+        .iter()
+        .filter(|(f, _)| *f == from)
+        .map(|e| e.1)
+        .collect();
+    let total = got.len();
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(
+        total,
+        got.len(),
+        "{} duplicate deliveries from {from}",
+        total - got.len()
+    );
+    assert_eq!(
+        got,
+        expect.collect::<Vec<_>>(),
+        "missing deliveries from {from}"
+    );
+}
