@@ -32,7 +32,9 @@ impl<'a> Arbitrary<'a> for AckRanges {
         for _ in 0..count {
             let gap = u.int_in_range(0u64..=1000)?;
             let len = u.int_in_range(1u64..=1000)?;
-            let Some(start) = next.checked_add(gap) else { break };
+            let Some(start) = next.checked_add(gap) else {
+                break;
+            };
             let Some(end) = start.checked_add(len).filter(|&e| e <= VARINT_MAX + 1) else {
                 break;
             };
