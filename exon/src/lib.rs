@@ -56,6 +56,9 @@ pub mod endpoint;
 
 pub use proto::{Config, Event, MsgId, Node, NodeId, SendError};
 
+#[cfg(feature = "tokio")]
+pub use endpoint::{Endpoint, EndpointConfig, Message};
+
 /// Helpers for unit tests of the sans-IO core, which itself never reads the clock.
 #[cfg(test)]
 pub(crate) mod test_time {
@@ -64,5 +67,3 @@ pub(crate) mod test_time {
         std::time::Instant::now()
     }
 }
-#[cfg(feature = "tokio")]
-pub use endpoint::{Endpoint, EndpointConfig, Message};
