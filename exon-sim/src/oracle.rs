@@ -238,8 +238,15 @@ impl Oracle {
         Some((key, kind))
     }
 
-    /// Checks the acknowledgement of `key` seen by its sender.
-    pub fn on_acked(&mut self, key: MsgKey, now: u64) {
+    /// Whether `key` was delivered at least once.
+    pub fn is_delivered(&self, key: MsgKey) -> bool {
+        self.rec(key).is_some_and(|r| r.deliveries > 0)
+    }
+
+    /// Checks the acknowledgement of `key` seen by its sender. `excused`: the acknowledgement
+    /// came from a receiver incarnation that a restart destroyed (its slots were lost, so a
+    /// token made for them is acknowledged without delivery).
+    pub fn on_acked(&mut self, key: MsgKey, now: u64, excused: bool) {
         let Some(r) = self
             .msgs
             .get_mut(key.sender as usize)
@@ -266,7 +273,8 @@ impl Oracle {
         r.acked_at = now;
         self.acked += 1;
         if r.deliveries == 0 {
-            if r.at_risk {
+            if r.at_risk || excused {
+                r.at_risk = true;
                 self.acked_lost_by_restart += 1;
             } else {
                 self.violate(

@@ -68,6 +68,9 @@ struct Host {
     timer_at: Option<u64>,
     pump_scheduled: bool,
     restarts: u32,
+    /// The clock this incarnation started from: every receiver incarnation (`rck`) it
+    /// creates is at least this.
+    boot_clock: u64,
 }
 
 /// The simulator. Build it with [`Sim::new`], advance with [`Sim::step`], and end with
@@ -93,6 +96,8 @@ pub struct Sim {
     app_events: Vec<Event>,
     plan: Vec<usize>,
     stopped: bool,
+    /// The datagram being handled, to explain acknowledgements.
+    input: Option<Bytes>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -130,6 +135,7 @@ impl Sim {
             app_events: Vec::new(),
             plan: Vec::new(),
             stopped: false,
+            input: None,
             sc,
         };
         for i in 0..n {
@@ -143,6 +149,7 @@ impl Sim {
                 timer_at: None,
                 pump_scheduled: false,
                 restarts: 0,
+                boot_clock: 0,
             });
             sim.boot(i, 0);
         }
@@ -212,6 +219,7 @@ impl Sim {
         let h = &mut self.hosts[i];
         h.node = Some(node);
         h.stored_hw = clock;
+        h.boot_clock = clock;
         h.msg_keys.clear();
         h.timer_at = None;
         self.drain(i);
@@ -284,8 +292,27 @@ impl Sim {
             self.dropped_at_host += 1;
             return;
         };
-        node.handle_datagram(now, data);
+        node.handle_datagram(now, data.clone());
+        self.input = Some(data);
         self.drain(to);
+        self.input = None;
+    }
+
+    /// Whether the datagram being handled acknowledges tokens only for receiver
+    /// incarnations of `peer` that a restart destroyed.
+    fn ack_from_dead_incarnation(&self, peer: usize) -> bool {
+        let h = &self.hosts[peer];
+        let Some(data) = self.input.as_ref().filter(|_| h.restarts > 0) else {
+            return false;
+        };
+        let Ok(p) = exon::proto::Packet::decode(data) else {
+            return false;
+        };
+        let mut acks = p.frames.iter().filter_map(|f| match f {
+            exon::proto::Frame::Ack { r, .. } => Some(*r),
+            _ => None,
+        });
+        acks.all(|r| r < h.boot_clock)
     }
 
     fn on_timer(&mut self, i: usize, t: u64) {
@@ -375,13 +402,15 @@ impl Sim {
                     self.schedule_pump(i, self.now);
                 }
             }
-            Event::Acknowledged { id, .. } => {
+            Event::Acknowledged { to, id } => {
                 let seq = self.hosts[i].msg_keys[id.0 as usize];
                 let key = MsgKey {
                     sender: i as u32,
                     seq,
                 };
-                self.oracle.on_acked(key, self.now);
+                let excused = !self.oracle.is_delivered(key)
+                    && self.ack_from_dead_incarnation(to.get() as usize - 1);
+                self.oracle.on_acked(key, self.now, excused);
             }
         }
     }
