@@ -298,8 +298,10 @@ impl Sim {
         self.input = None;
     }
 
-    /// Whether the datagram being handled acknowledges tokens only for receiver
-    /// incarnations of `peer` that a restart destroyed.
+    /// Whether the datagram being handled acknowledges tokens for a receiver incarnation of
+    /// `peer` that a restart destroyed. (An ACK frame does not say which message it covers,
+    /// so any such frame in the datagram excuses it: the message is counted as lost by the
+    /// restart, not hidden.)
     fn ack_from_dead_incarnation(&self, peer: usize) -> bool {
         let h = &self.hosts[peer];
         let Some(data) = self.input.as_ref().filter(|_| h.restarts > 0) else {
@@ -312,7 +314,7 @@ impl Sim {
             exon::proto::Frame::Ack { r, .. } => Some(*r),
             _ => None,
         });
-        acks.all(|r| r < h.boot_clock)
+        acks.any(|r| r < h.boot_clock)
     }
 
     fn on_timer(&mut self, i: usize, t: u64) {
