@@ -325,3 +325,78 @@ impl Oracle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::write_payload;
+
+    fn payload(key: MsgKey) -> Vec<u8> {
+        let mut b = Vec::new();
+        write_payload(&mut b, key, Kind::Data, 20);
+        b
+    }
+
+    fn kinds(o: &Oracle) -> Vec<ViolationKind> {
+        o.violations().iter().map(|v| v.kind).collect()
+    }
+
+    #[test]
+    fn a_clean_exchange_passes() {
+        let mut o = Oracle::new(2);
+        let k = o.on_submit(0, 1, 0);
+        assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
+        o.on_acked(k, 10, false);
+        o.finish(20);
+        assert_eq!(o.violation_count(), 0);
+        assert_eq!((o.delivered, o.acked, o.lost), (1, 1, 0));
+    }
+
+    #[test]
+    fn every_kind_of_violation_is_caught() {
+        let mut o = Oracle::new(3);
+        let k = o.on_submit(0, 1, 0);
+        o.on_delivered(1, 0, &payload(k), 1);
+        o.on_delivered(1, 0, &payload(k), 2);
+        assert_eq!(kinds(&o), [ViolationKind::Duplicate]);
+        let never = MsgKey { sender: 0, seq: 9 };
+        o.on_delivered(1, 0, &payload(never), 3);
+        let k2 = o.on_submit(0, 1, 0);
+        o.on_delivered(2, 0, &payload(k2), 3);
+        o.on_acked(k2, 4, false);
+        o.on_acked(k, 5, false);
+        o.on_acked(k, 6, false);
+        let k3 = o.on_submit(1, 0, 0);
+        o.finish(10);
+        assert_eq!(
+            kinds(&o),
+            [
+                ViolationKind::Duplicate,
+                ViolationKind::NeverSent,
+                ViolationKind::Misdelivered,
+                ViolationKind::AckWithoutDelivery,
+                ViolationKind::DoubleAck,
+                ViolationKind::Lost,
+                ViolationKind::Lost,
+            ]
+        );
+        assert!(o.violations()[0].detail.contains("delivered 2x"));
+        assert_eq!(o.violations()[6].key, Some(k3));
+    }
+
+    #[test]
+    fn restarts_excuse_losses_but_report_them() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_restart(1);
+        let c = o.on_submit(0, 1, 0);
+        o.on_acked(a, 5, false);
+        o.on_acked(c, 6, true);
+        o.on_delivered(1, 0, &payload(b), 7);
+        o.finish(10);
+        assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
+        assert_eq!(o.lost_by_restart, 2);
+        assert_eq!(o.acked_lost_by_restart, 2);
+    }
+}

@@ -25,6 +25,9 @@ pub struct Report {
     pub lost_by_restart: u64,
     /// Acknowledgements seen by senders.
     pub acked: u64,
+    /// Of those, acknowledgements of messages lost by a restart of their receiver (a token
+    /// for a destroyed incarnation is acknowledged without delivery, rule 4).
+    pub acked_lost_by_restart: u64,
     /// Number of violations (only the first ones are kept in `violations`).
     pub violation_count: u64,
     /// The first violations, with a trace of the message involved.
@@ -61,6 +64,7 @@ impl Report {
             lost: o.lost,
             lost_by_restart: o.lost_by_restart,
             acked: o.acked,
+            acked_lost_by_restart: o.acked_lost_by_restart,
             violation_count: o.violation_count(),
             violations: o.violations().to_vec(),
             idle_nodes,
@@ -107,7 +111,7 @@ impl fmt::Display for Report {
         write!(
             f,
             "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
-             acked={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
+             acked={} acked_lost_by_restart={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
              link_drops={} link_dups={} retransmissions={} virtual_s={:.3}",
             self.seed,
             self.nodes,
@@ -117,6 +121,7 @@ impl fmt::Display for Report {
             self.lost,
             self.lost_by_restart,
             self.acked,
+            self.acked_lost_by_restart,
             self.violation_count,
             self.idle_nodes,
             self.restarts,
