@@ -1,1 +1,27 @@
-//! exon-sim
+//! A deterministic network simulator that property-checks exon's exactly-once guarantees:
+//! at-most-once, at-least-once after healing, obliviousness after quiescence, and bounded
+//! state, under loss, duplication, reordering, partitions and restarts.
+//!
+//! Everything is reproducible from [`Scenario::seed`].
+#![warn(missing_docs)]
+
+pub mod faults;
+pub mod link;
+pub mod oracle;
+pub mod report;
+pub mod scenario;
+pub mod sim;
+pub mod workload;
+
+pub use faults::{Fault, FaultKind};
+pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
+pub use oracle::{Oracle, Violation, ViolationKind};
+pub use report::Report;
+pub use scenario::{sim_config, Hostile, Scenario};
+pub use sim::Sim;
+pub use workload::{MsgKey, Pattern, Workload};
+
+/// Seed from the `EXON_SIM_SEED` environment variable, if set and valid.
+pub fn seed_from_env() -> Option<u64> {
+    std::env::var("EXON_SIM_SEED").ok()?.trim().parse().ok()
+}

@@ -1,0 +1,402 @@
+//! The oracle: remembers every message submitted and checks at-most-once continuously and
+//! at-least-once at the end.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::workload::{read_payload, Kind, MsgKey};
+
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// A message was delivered a second time.
+    Duplicate,
+    /// A payload that was never submitted was delivered.
+    NeverSent,
+    /// A message was delivered to a node it was not sent to, or from the wrong source.
+    Misdelivered,
+    /// The sender was told a message was delivered that was not.
+    AckWithoutDelivery,
+    /// The sender was told twice.
+    DoubleAck,
+    /// After healing and quiescence, a message was never delivered.
+    Lost,
+    /// After healing and quiescence, the sender never saw the acknowledgement.
+    NotAcknowledged,
+    /// After quiescence a node still holds records, or events were still pending.
+    NotIdle,
+    /// A node's state exceeded a configured cap.
+    Unbounded,
+}
+
+/// One violation, with the message involved if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// What.
+    pub kind: ViolationKind,
+    /// The message, if one is involved.
+    pub key: Option<MsgKey>,
+    /// Virtual time from the start.
+    pub at: Duration,
+    /// What was seen, including a short trace of the message.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} at {:?}", self.kind, self.at)?;
+        if let Some(k) = self.key {
+            write!(f, " msg {k}")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+const NONE: u64 = u64::MAX;
+
+/// What the oracle knows of one message (times in virtual nanoseconds).
+#[derive(Debug, Clone, Copy)]
+struct Rec {
+    to: u32,
+    deliveries: u32,
+    acked: bool,
+    /// Its sender or receiver restarted before it was acknowledged or delivered.
+    at_risk: bool,
+    sent_at: u64,
+    delivered_at: u64,
+    acked_at: u64,
+}
+
+/// Counts and checks everything the applications see.
+#[derive(Debug, Default)]
+pub struct Oracle {
+    msgs: Vec<Vec<Rec>>,
+    violations: Vec<Violation>,
+    violation_count: u64,
+    /// Distinct messages delivered.
+    pub delivered: u64,
+    /// Deliveries beyond the first.
+    pub duplicates: u64,
+    /// Acknowledgements seen by senders.
+    pub acked: u64,
+    /// Messages not delivered because their sender or receiver restarted (reported, not
+    /// counted as violations), known at the end.
+    pub lost_by_restart: u64,
+    /// Messages acknowledged without delivery after a restart of their receiver.
+    pub acked_lost_by_restart: u64,
+    /// Messages never delivered although no restart excuses them, known at the end.
+    pub lost: u64,
+}
+
+/// Violations kept in full; later ones are only counted.
+const KEEP: usize = 64;
+
+impl Oracle {
+    /// An oracle for `nodes` nodes.
+    pub fn new(nodes: usize) -> Oracle {
+        Oracle {
+            msgs: vec![Vec::new(); nodes],
+            ..Oracle::default()
+        }
+    }
+
+    /// Messages submitted.
+    pub fn submitted(&self) -> u64 {
+        self.msgs.iter().map(|v| v.len() as u64).sum()
+    }
+
+    /// Sequence number the next message of `sender` will get.
+    pub fn next_seq(&self, sender: usize) -> u64 {
+        self.msgs[sender].len() as u64
+    }
+
+    /// Violations kept (the first ones).
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// All violations, including those not kept.
+    pub fn violation_count(&self) -> u64 {
+        self.violation_count
+    }
+
+    /// Records a violation.
+    pub fn violate(&mut self, kind: ViolationKind, key: Option<MsgKey>, now: u64, what: String) {
+        self.violation_count += 1;
+        if self.violations.len() < KEEP {
+            let trace = key.map(|k| self.trace(k)).unwrap_or_default();
+            self.violations.push(Violation {
+                kind,
+                key,
+                at: Duration::from_nanos(now),
+                detail: format!("{what}{trace}"),
+            });
+        }
+    }
+
+    /// A short trace of one message.
+    pub fn trace(&self, k: MsgKey) -> String {
+        let Some(r) = self.rec(k) else {
+            return String::from(" [never submitted]");
+        };
+        let t = |ns: u64| {
+            if ns == NONE {
+                String::from("-")
+            } else {
+                format!("{:?}", Duration::from_nanos(ns))
+            }
+        };
+        format!(
+            " [node{} -> node{}: submitted {}, delivered {}x (first {}), acked {}{}]",
+            k.sender,
+            r.to,
+            t(r.sent_at),
+            r.deliveries,
+            t(r.delivered_at),
+            t(r.acked_at),
+            if r.at_risk { ", hit by a restart" } else { "" }
+        )
+    }
+
+    fn rec(&self, k: MsgKey) -> Option<&Rec> {
+        self.msgs
+            .get(k.sender as usize)?
+            .get(usize::try_from(k.seq).ok()?)
+    }
+
+    /// Records that `sender` submitted its next message, to `to`.
+    pub fn on_submit(&mut self, sender: usize, to: usize, now: u64) -> MsgKey {
+        let v = &mut self.msgs[sender];
+        let key = MsgKey {
+            sender: sender as u32,
+            seq: v.len() as u64,
+        };
+        v.push(Rec {
+            to: to as u32,
+            deliveries: 0,
+            acked: false,
+            at_risk: false,
+            sent_at: now,
+            delivered_at: NONE,
+            acked_at: NONE,
+        });
+        key
+    }
+
+    /// Checks a delivery of `payload` from `from` to `node`; returns the message if it is one.
+    pub fn on_delivered(
+        &mut self,
+        node: usize,
+        from: usize,
+        payload: &[u8],
+        now: u64,
+    ) -> Option<(MsgKey, Kind)> {
+        let Some((key, kind)) = read_payload(payload) else {
+            self.violate(
+                ViolationKind::NeverSent,
+                None,
+                now,
+                format!("node{node} delivered an unknown payload from node{from}"),
+            );
+            return None;
+        };
+        let Some(r) = self
+            .msgs
+            .get_mut(key.sender as usize)
+            .and_then(|v| v.get_mut(key.seq as usize))
+        else {
+            self.violate(
+                ViolationKind::NeverSent,
+                Some(key),
+                now,
+                format!("node{node} delivered a message never submitted"),
+            );
+            return None;
+        };
+        if r.to as usize != node || key.sender as usize != from {
+            self.violate(
+                ViolationKind::Misdelivered,
+                Some(key),
+                now,
+                format!("delivered to node{node} from node{from}"),
+            );
+            return None;
+        }
+        r.deliveries += 1;
+        if r.deliveries > 1 {
+            self.duplicates += 1;
+            self.violate(
+                ViolationKind::Duplicate,
+                Some(key),
+                now,
+                format!("node{node} delivered it again"),
+            );
+            return None;
+        }
+        r.delivered_at = now;
+        self.delivered += 1;
+        Some((key, kind))
+    }
+
+    /// Whether `key` was delivered at least once.
+    pub fn is_delivered(&self, key: MsgKey) -> bool {
+        self.rec(key).is_some_and(|r| r.deliveries > 0)
+    }
+
+    /// Checks the acknowledgement of `key` seen by its sender. `excused`: the acknowledgement
+    /// came from a receiver incarnation that a restart destroyed (its slots were lost, so a
+    /// token made for them is acknowledged without delivery).
+    pub fn on_acked(&mut self, key: MsgKey, now: u64, excused: bool) {
+        let Some(r) = self
+            .msgs
+            .get_mut(key.sender as usize)
+            .and_then(|v| v.get_mut(key.seq as usize))
+        else {
+            self.violate(
+                ViolationKind::NeverSent,
+                Some(key),
+                now,
+                "acknowledged, never submitted".into(),
+            );
+            return;
+        };
+        if r.acked {
+            self.violate(
+                ViolationKind::DoubleAck,
+                Some(key),
+                now,
+                "acknowledged twice".into(),
+            );
+            return;
+        }
+        r.acked = true;
+        r.acked_at = now;
+        self.acked += 1;
+        if r.deliveries == 0 {
+            if r.at_risk || excused {
+                r.at_risk = true;
+                self.acked_lost_by_restart += 1;
+            } else {
+                self.violate(
+                    ViolationKind::AckWithoutDelivery,
+                    Some(key),
+                    now,
+                    "acknowledged but never delivered".into(),
+                );
+            }
+        }
+    }
+
+    /// `node` restarted: its unacknowledged messages, and the undelivered messages to it,
+    /// may be lost without a violation.
+    pub fn on_restart(&mut self, node: usize) {
+        for (s, v) in self.msgs.iter_mut().enumerate() {
+            for r in v.iter_mut() {
+                if (s == node && !r.acked) || (r.to as usize == node && r.deliveries == 0) {
+                    r.at_risk = true;
+                }
+            }
+        }
+    }
+
+    /// The end-of-run check, once the network healed and everything settled.
+    pub fn finish(&mut self, now: u64) {
+        let mut bad = Vec::new();
+        for (s, v) in self.msgs.iter().enumerate() {
+            for (seq, r) in v.iter().enumerate() {
+                let key = MsgKey {
+                    sender: s as u32,
+                    seq: seq as u64,
+                };
+                if r.deliveries == 0 {
+                    if r.at_risk {
+                        self.lost_by_restart += 1;
+                    } else {
+                        self.lost += 1;
+                        bad.push((ViolationKind::Lost, key));
+                    }
+                } else if !r.acked && !r.at_risk {
+                    bad.push((ViolationKind::NotAcknowledged, key));
+                }
+            }
+        }
+        for (kind, key) in bad {
+            self.violate(kind, Some(key), now, "after quiescence".into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::write_payload;
+
+    fn payload(key: MsgKey) -> Vec<u8> {
+        let mut b = Vec::new();
+        write_payload(&mut b, key, Kind::Data, 20);
+        b
+    }
+
+    fn kinds(o: &Oracle) -> Vec<ViolationKind> {
+        o.violations().iter().map(|v| v.kind).collect()
+    }
+
+    #[test]
+    fn a_clean_exchange_passes() {
+        let mut o = Oracle::new(2);
+        let k = o.on_submit(0, 1, 0);
+        assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
+        o.on_acked(k, 10, false);
+        o.finish(20);
+        assert_eq!(o.violation_count(), 0);
+        assert_eq!((o.delivered, o.acked, o.lost), (1, 1, 0));
+    }
+
+    #[test]
+    fn every_kind_of_violation_is_caught() {
+        let mut o = Oracle::new(3);
+        let k = o.on_submit(0, 1, 0);
+        o.on_delivered(1, 0, &payload(k), 1);
+        o.on_delivered(1, 0, &payload(k), 2);
+        assert_eq!(kinds(&o), [ViolationKind::Duplicate]);
+        let never = MsgKey { sender: 0, seq: 9 };
+        o.on_delivered(1, 0, &payload(never), 3);
+        let k2 = o.on_submit(0, 1, 0);
+        o.on_delivered(2, 0, &payload(k2), 3);
+        o.on_acked(k2, 4, false);
+        o.on_acked(k, 5, false);
+        o.on_acked(k, 6, false);
+        let k3 = o.on_submit(1, 0, 0);
+        o.finish(10);
+        assert_eq!(
+            kinds(&o),
+            [
+                ViolationKind::Duplicate,
+                ViolationKind::NeverSent,
+                ViolationKind::Misdelivered,
+                ViolationKind::AckWithoutDelivery,
+                ViolationKind::DoubleAck,
+                ViolationKind::Lost,
+                ViolationKind::Lost,
+            ]
+        );
+        assert!(o.violations()[0].detail.contains("delivered 2x"));
+        assert_eq!(o.violations()[6].key, Some(k3));
+    }
+
+    #[test]
+    fn restarts_excuse_losses_but_report_them() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_restart(1);
+        let c = o.on_submit(0, 1, 0);
+        o.on_acked(a, 5, false);
+        o.on_acked(c, 6, true);
+        o.on_delivered(1, 0, &payload(b), 7);
+        o.finish(10);
+        assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
+        assert_eq!(o.lost_by_restart, 2);
+        assert_eq!(o.acked_lost_by_restart, 2);
+    }
+}

@@ -1,0 +1,136 @@
+//! The outcome of a run: counters, violations, and the one-line summary.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::oracle::Violation;
+use crate::sim::Sim;
+
+/// Everything a run found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The seed, to replay the run.
+    pub seed: u64,
+    /// Protocol nodes.
+    pub nodes: usize,
+    /// Messages submitted.
+    pub messages: u64,
+    /// Distinct messages delivered.
+    pub delivered: u64,
+    /// Deliveries beyond the first (each one is a violation).
+    pub duplicates: u64,
+    /// Messages never delivered with no restart to excuse them (each one is a violation).
+    pub lost: u64,
+    /// Messages never delivered because their sender or receiver restarted.
+    pub lost_by_restart: u64,
+    /// Acknowledgements seen by senders.
+    pub acked: u64,
+    /// Of those, acknowledgements of messages lost by a restart of their receiver (a token
+    /// for a destroyed incarnation is acknowledged without delivery, rule 4).
+    pub acked_lost_by_restart: u64,
+    /// Number of violations (only the first ones are kept in `violations`).
+    pub violation_count: u64,
+    /// The first violations, with a trace of the message involved.
+    pub violations: Vec<Violation>,
+    /// Nodes idle (holding only their clock) at the end.
+    pub idle_nodes: usize,
+    /// Events still pending when the run stopped.
+    pub pending_events: usize,
+    /// Events processed.
+    pub events: u64,
+    /// Virtual time simulated.
+    pub virtual_time: Duration,
+    /// Node restarts.
+    pub restarts: u32,
+    /// Datagrams put on links.
+    pub datagrams: u64,
+    /// Datagrams lost on links (loss, bursts, partitions, queue drops).
+    pub link_drops: u64,
+    /// Duplicate copies made by links.
+    pub link_dups: u64,
+    /// Token retransmissions over all live nodes.
+    pub retransmissions: u64,
+}
+
+impl Report {
+    pub(crate) fn new(sim: &Sim, idle_nodes: usize, pending_events: usize) -> Report {
+        let o = sim.oracle();
+        let mut r = Report {
+            seed: sim.scenario().seed,
+            nodes: sim.scenario().nodes,
+            messages: o.submitted(),
+            delivered: o.delivered,
+            duplicates: o.duplicates,
+            lost: o.lost,
+            lost_by_restart: o.lost_by_restart,
+            acked: o.acked,
+            acked_lost_by_restart: o.acked_lost_by_restart,
+            violation_count: o.violation_count(),
+            violations: o.violations().to_vec(),
+            idle_nodes,
+            pending_events,
+            events: sim.events(),
+            virtual_time: sim.now(),
+            restarts: sim.hosts_restarts(),
+            datagrams: 0,
+            link_drops: 0,
+            link_dups: 0,
+            retransmissions: sim.node_stats().map(|s| s.retransmissions).sum(),
+        };
+        for l in sim.links() {
+            let s = l.stats();
+            r.datagrams += s.offered;
+            r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops;
+            r.link_dups += s.duplicated;
+        }
+        r
+    }
+
+    /// True when every check held.
+    pub fn ok(&self) -> bool {
+        self.violation_count == 0
+    }
+
+    /// The violations and the seed, for a failure message.
+    pub fn describe_failure(&self) -> String {
+        let mut s = format!(
+            "seed={} (replay with EXON_SIM_SEED={}): {} violation(s)\n",
+            self.seed, self.seed, self.violation_count
+        );
+        for v in self.violations.iter().take(10) {
+            s.push_str(&format!("  {v}\n"));
+        }
+        s.push_str(&format!("  {self}\n"));
+        s
+    }
+}
+
+impl fmt::Display for Report {
+    /// The one-line `key=value` summary (without wall-clock figures).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
+             acked={} acked_lost_by_restart={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
+             link_drops={} link_dups={} retransmissions={} virtual_s={:.3}",
+            self.seed,
+            self.nodes,
+            self.messages,
+            self.delivered,
+            self.duplicates,
+            self.lost,
+            self.lost_by_restart,
+            self.acked,
+            self.acked_lost_by_restart,
+            self.violation_count,
+            self.idle_nodes,
+            self.restarts,
+            self.events,
+            self.datagrams,
+            self.link_drops,
+            self.link_dups,
+            self.retransmissions,
+            self.virtual_time.as_secs_f64()
+        )
+    }
+}

@@ -1,0 +1,101 @@
+//! What to simulate: nodes, their configuration, links, workload, faults, and limits.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use exon::proto::{Config, Node};
+
+use crate::faults::Fault;
+use crate::link::LinkConfig;
+use crate::workload::Workload;
+
+/// A hook run on every node when it is created or restarted (tests use it to switch rules
+/// off with `Node::set_rules`).
+pub type NodeHook = Rc<dyn Fn(usize, &mut Node)>;
+
+/// A hostile sender that forges REQSLOTS from many made-up node ids, asking for `n` slots
+/// each, to test that a victim's state stays bounded (rule 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hostile {
+    /// Index of the node attacked.
+    pub victim: usize,
+    /// Number of distinct forged source ids (taken above every real node id).
+    pub ids: u64,
+    /// `n` of each forged REQSLOTS.
+    pub n: u64,
+    /// Interval between two volleys (one forged datagram per id each).
+    pub interval: Duration,
+    /// Volleys sent.
+    pub volleys: u32,
+}
+
+/// A complete, reproducible simulation setup.
+#[derive(Clone)]
+pub struct Scenario {
+    /// Seeds every random choice (links, workload).
+    pub seed: u64,
+    /// Number of protocol nodes.
+    pub nodes: usize,
+    /// Configuration of every node.
+    pub config: Config,
+    /// Settings of every directed link.
+    pub link: LinkConfig,
+    /// Who sends what.
+    pub workload: Workload,
+    /// Faults on a schedule. Every link is healed after the last one.
+    pub faults: Vec<Fault>,
+    /// A forging attacker, if any.
+    pub hostile: Option<Hostile>,
+    /// Virtual time allowed after the last submission or fault for the run to go quiet.
+    pub settle: Duration,
+    /// Hard limit on simulated events.
+    pub max_events: u64,
+    /// Check obliviousness (every node idle) at the end.
+    pub expect_idle: bool,
+    /// Run on each node at creation and restart.
+    pub node_hook: Option<NodeHook>,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("seed", &self.seed)
+            .field("nodes", &self.nodes)
+            .field("link", &self.link)
+            .field("workload", &self.workload)
+            .field("faults", &self.faults)
+            .field("hostile", &self.hostile)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A node configuration for simulations: short timers, so runs go quiet soon in virtual
+/// time.
+pub fn sim_config() -> Config {
+    Config {
+        idle_timeout: Duration::from_millis(500),
+        probe_interval: Duration::from_millis(200),
+        max_probe_interval: Duration::from_secs(2),
+        initial_rtt: Duration::from_millis(20),
+        max_rto: Duration::from_secs(1),
+        ..Config::default()
+    }
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            seed: 0,
+            nodes: 2,
+            config: sim_config(),
+            link: LinkConfig::default(),
+            workload: Workload::default(),
+            faults: Vec::new(),
+            hostile: None,
+            settle: Duration::from_secs(120),
+            max_events: 50_000_000,
+            expect_idle: true,
+            node_hook: None,
+        }
+    }
+}

@@ -1,0 +1,680 @@
+//! The discrete-event simulator: N sans-IO nodes in virtual time, a link model between every
+//! ordered pair, workloads, faults, and the oracle watching every delivery.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use exon::proto::{Event, Node, NodeId};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::faults::FaultKind;
+use crate::link::{Decision, Link, LinkState};
+use crate::oracle::{Oracle, ViolationKind};
+use crate::report::Report;
+use crate::scenario::Scenario;
+use crate::workload::{write_payload, Kind, MsgKey};
+
+/// What happens at one point of virtual time.
+#[derive(Debug)]
+enum What {
+    Datagram { to: u32, data: Bytes },
+    Timer(u32),
+    Pump(u32),
+    Fault(u32),
+    Revive { node: u32, keep_clock: bool },
+    Hostile(u32),
+    HealAll,
+}
+
+#[derive(Debug)]
+struct Ev {
+    t: u64,
+    seq: u64,
+    what: What,
+}
+
+impl PartialEq for Ev {
+    fn eq(&self, o: &Self) -> bool {
+        (self.t, self.seq) == (o.t, o.seq)
+    }
+}
+impl Eq for Ev {}
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ev {
+    /// Reversed, so that the `BinaryHeap` pops the earliest event first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.t, o.seq).cmp(&(self.t, self.seq))
+    }
+}
+
+/// One simulated host: the node (absent while crashed) and its application.
+struct Host {
+    node: Option<Node>,
+    /// The clock high-water mark confirmed stored.
+    stored_hw: u64,
+    /// Simulation sequence number of each `MsgId` of the current node incarnation.
+    msg_keys: Vec<u64>,
+    /// Messages still to submit on the workload's initiative.
+    quota: u64,
+    /// RPC replies owed: (requester, request).
+    replies: Vec<usize>,
+    timer_at: Option<u64>,
+    pump_scheduled: bool,
+    restarts: u32,
+    /// The clock this incarnation started from: every receiver incarnation (`rck`) it
+    /// creates is at least this.
+    boot_clock: u64,
+}
+
+/// The simulator. Build it with [`Sim::new`], advance with [`Sim::step`], and end with
+/// [`Sim::finish`] (or do both with [`Sim::run`]).
+pub struct Sim {
+    sc: Scenario,
+    base: Instant,
+    now: u64,
+    seq: u64,
+    heap: BinaryHeap<Ev>,
+    hosts: Vec<Host>,
+    links: Vec<Link>,
+    held: Vec<Vec<Bytes>>,
+    oracle: Oracle,
+    rng: SmallRng,
+    /// Virtual time of the last submission or scheduled fault.
+    last_activity: u64,
+    events: u64,
+    /// Datagrams addressed to a crashed node or to no node.
+    pub dropped_at_host: u64,
+    buf: Vec<u8>,
+    out: Vec<(usize, usize, usize)>,
+    app_events: Vec<Event>,
+    plan: Vec<usize>,
+    stopped: bool,
+    /// The datagram being handled, to explain acknowledgements.
+    input: Option<Bytes>,
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
+fn node_id(i: usize) -> NodeId {
+    NodeId::from_const(i as u64 + 1)
+}
+
+impl Sim {
+    /// Sets up the scenario at virtual time zero.
+    pub fn new(sc: Scenario) -> Sim {
+        let n = sc.nodes;
+        assert!(n >= 2, "at least two nodes");
+        let mut seeder = SmallRng::seed_from_u64(sc.seed);
+        let links = (0..n * n)
+            .map(|_| Link::new(sc.link.clone(), rand::Rng::gen(&mut seeder)))
+            .collect();
+        let mut sim = Sim {
+            base: Instant::now(),
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            hosts: Vec::with_capacity(n),
+            links,
+            held: vec![Vec::new(); n * n],
+            oracle: Oracle::new(n),
+            rng: SmallRng::seed_from_u64(sc.seed ^ 0x9e37_79b9_7f4a_7c15),
+            last_activity: 0,
+            events: 0,
+            dropped_at_host: 0,
+            buf: Vec::new(),
+            out: Vec::new(),
+            app_events: Vec::new(),
+            plan: Vec::new(),
+            stopped: false,
+            input: None,
+            sc,
+        };
+        for i in 0..n {
+            let quota = sim.sc.workload.quota(i, n);
+            sim.hosts.push(Host {
+                node: None,
+                stored_hw: 0,
+                msg_keys: Vec::new(),
+                quota,
+                replies: Vec::new(),
+                timer_at: None,
+                pump_scheduled: false,
+                restarts: 0,
+                boot_clock: 0,
+            });
+            sim.boot(i, 0);
+        }
+        for (k, f) in sim.sc.faults.clone().iter().enumerate() {
+            let t = nanos(f.at);
+            sim.last_activity = sim.last_activity.max(t);
+            sim.push(t, What::Fault(k as u32));
+        }
+        if !sim.sc.faults.is_empty() {
+            sim.push(sim.last_activity + 1, What::HealAll);
+        }
+        if let Some(h) = sim.sc.hostile {
+            sim.push(0, What::Hostile(h.volleys));
+        }
+        sim
+    }
+
+    fn push(&mut self, t: u64, what: What) {
+        self.seq += 1;
+        self.heap.push(Ev {
+            t,
+            seq: self.seq,
+            what,
+        });
+    }
+
+    fn instant(&self) -> Instant {
+        self.base + Duration::from_nanos(self.now)
+    }
+
+    /// The oracle (for tests).
+    pub fn oracle(&self) -> &Oracle {
+        &self.oracle
+    }
+
+    /// Node `i`, unless it is crashed.
+    pub fn node(&self, i: usize) -> Option<&Node> {
+        self.hosts[i].node.as_ref()
+    }
+
+    /// Links, indexed `from * nodes + to`.
+    pub fn links(&self) -> &[Link] {
+        &self.links
+    }
+
+    /// Virtual time elapsed.
+    pub fn now(&self) -> Duration {
+        Duration::from_nanos(self.now)
+    }
+
+    /// Events processed.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// The scenario.
+    pub fn scenario(&self) -> &Scenario {
+        &self.sc
+    }
+
+    /// Creates node `i` from `clock` and starts its application.
+    fn boot(&mut self, i: usize, clock: u64) {
+        let mut node = Node::new(node_id(i), self.sc.config.clone(), clock).expect("valid config");
+        if let Some(hook) = &self.sc.node_hook {
+            hook(i, &mut node);
+        }
+        let h = &mut self.hosts[i];
+        h.node = Some(node);
+        h.stored_hw = clock;
+        h.boot_clock = clock;
+        h.msg_keys.clear();
+        h.timer_at = None;
+        self.drain(i);
+        self.schedule_pump(i, self.now);
+    }
+
+    fn schedule_pump(&mut self, i: usize, t: u64) {
+        let h = &mut self.hosts[i];
+        if !h.pump_scheduled && (h.quota > 0 || !h.replies.is_empty()) {
+            h.pump_scheduled = true;
+            self.push(t, What::Pump(i as u32));
+        }
+    }
+
+    /// True once the run is over: nothing left to happen, or the settle time or event limit
+    /// passed.
+    pub fn is_done(&self) -> bool {
+        self.stopped
+    }
+
+    /// Processes one event. Returns false when the run is over.
+    pub fn step(&mut self) -> bool {
+        if self.stopped {
+            return false;
+        }
+        let Some(ev) = self.heap.pop() else {
+            self.stopped = true;
+            return false;
+        };
+        let traffic_left = self
+            .hosts
+            .iter()
+            .any(|h| h.quota > 0 || !h.replies.is_empty());
+        if self.events >= self.sc.max_events
+            || (!traffic_left && ev.t > self.last_activity + nanos(self.sc.settle))
+        {
+            self.heap.push(ev);
+            self.stopped = true;
+            return false;
+        }
+        self.events += 1;
+        self.now = self.now.max(ev.t);
+        match ev.what {
+            What::Datagram { to, data } => self.on_datagram(to as usize, data),
+            What::Timer(i) => self.on_timer(i as usize, ev.t),
+            What::Pump(i) => self.pump(i as usize),
+            What::Fault(k) => self.fault(k as usize),
+            What::Revive { node, keep_clock } => {
+                let i = node as usize;
+                let clock = if keep_clock {
+                    self.hosts[i].stored_hw
+                } else {
+                    0
+                };
+                self.boot(i, clock);
+            }
+            What::Hostile(left) => self.hostile(left),
+            What::HealAll => {
+                for l in 0..self.links.len() {
+                    self.heal_link(l);
+                }
+            }
+        }
+        true
+    }
+
+    fn on_datagram(&mut self, to: usize, data: Bytes) {
+        let now = self.instant();
+        let Some(node) = self.hosts[to].node.as_mut() else {
+            self.dropped_at_host += 1;
+            return;
+        };
+        node.handle_datagram(now, data.clone());
+        self.input = Some(data);
+        self.drain(to);
+        self.input = None;
+    }
+
+    /// Whether the datagram being handled acknowledges tokens for a receiver incarnation of
+    /// `peer` that a restart destroyed. (An ACK frame does not say which message it covers,
+    /// so any such frame in the datagram excuses it: the message is counted as lost by the
+    /// restart, not hidden.)
+    fn ack_from_dead_incarnation(&self, peer: usize) -> bool {
+        let h = &self.hosts[peer];
+        let Some(data) = self.input.as_ref().filter(|_| h.restarts > 0) else {
+            return false;
+        };
+        let Ok(p) = exon::proto::Packet::decode(data) else {
+            return false;
+        };
+        let mut acks = p.frames.iter().filter_map(|f| match f {
+            exon::proto::Frame::Ack { r, .. } => Some(*r),
+            _ => None,
+        });
+        acks.any(|r| r < h.boot_clock)
+    }
+
+    fn on_timer(&mut self, i: usize, t: u64) {
+        if self.hosts[i].timer_at != Some(t) {
+            return; // superseded
+        }
+        self.hosts[i].timer_at = None;
+        let now = self.instant();
+        let Some(node) = self.hosts[i].node.as_mut() else {
+            return;
+        };
+        if node.poll_timeout().is_some_and(|d| d <= now) {
+            node.handle_timeout(now);
+        }
+        self.drain(i);
+    }
+
+    /// Drains every output of node `i`: clock stores, datagrams, events; then re-arms its
+    /// timer and checks its bounds.
+    fn drain(&mut self, i: usize) {
+        let now = self.instant();
+        let host = &mut self.hosts[i];
+        let Some(node) = host.node.as_mut() else {
+            return;
+        };
+        loop {
+            if let Some(hw) = node.poll_clock_store() {
+                host.stored_hw = hw;
+                node.handle_clock_stored(now, hw);
+                continue;
+            }
+            let off = self.buf.len();
+            match node.poll_transmit(now, &mut self.buf) {
+                Some(t) => self.out.push((t.destination.get() as usize, off, t.size)),
+                None => break,
+            }
+        }
+        while let Some(e) = node.poll_event() {
+            self.app_events.push(e);
+        }
+        if let Some(t) = node.poll_timeout() {
+            let t = nanos(t.saturating_duration_since(self.base)).max(self.now);
+            if host.timer_at.is_none_or(|old| t < old) {
+                host.timer_at = Some(t);
+                self.seq += 1;
+                self.heap.push(Ev {
+                    t,
+                    seq: self.seq,
+                    what: What::Timer(i as u32),
+                });
+            }
+        }
+        self.check_bounds(i);
+        if !self.out.is_empty() {
+            let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(4096)));
+            let mut out = std::mem::take(&mut self.out);
+            for &(dst, off, size) in &out {
+                let data = chunk.slice(off..off + size);
+                if dst == 0 || dst > self.hosts.len() {
+                    self.dropped_at_host += 1;
+                } else {
+                    self.route(i, dst - 1, data);
+                }
+            }
+            out.clear();
+            self.out = out;
+        } else {
+            self.buf.clear();
+        }
+        if !self.app_events.is_empty() {
+            let mut evs = std::mem::take(&mut self.app_events);
+            for e in evs.drain(..) {
+                self.app_event(i, e);
+            }
+            self.app_events = evs;
+        }
+    }
+
+    fn app_event(&mut self, i: usize, e: Event) {
+        match e {
+            Event::Delivered { from, payload } => {
+                let from = from.get() as usize - 1;
+                if let Some((_, Kind::Request)) =
+                    self.oracle.on_delivered(i, from, &payload, self.now)
+                {
+                    self.hosts[i].replies.push(from);
+                    self.schedule_pump(i, self.now);
+                }
+            }
+            Event::Acknowledged { to, id } => {
+                let seq = self.hosts[i].msg_keys[id.0 as usize];
+                let key = MsgKey {
+                    sender: i as u32,
+                    seq,
+                };
+                let excused = !self.oracle.is_delivered(key)
+                    && self.ack_from_dead_incarnation(to.get() as usize - 1);
+                self.oracle.on_acked(key, self.now, excused);
+            }
+        }
+    }
+
+    /// Puts a datagram on the link `from -> to`.
+    fn route(&mut self, from: usize, to: usize, data: Bytes) {
+        let l = from * self.hosts.len() + to;
+        let now = self.instant();
+        match self.links[l].on_datagram(now, data.len()) {
+            Decision::Drop(_) => {}
+            Decision::Hold => self.held[l].push(data),
+            Decision::Deliver { at, copy } => {
+                if let Some(c) = copy {
+                    let t = nanos(c - self.base);
+                    self.push(
+                        t,
+                        What::Datagram {
+                            to: to as u32,
+                            data: data.clone(),
+                        },
+                    );
+                }
+                let t = nanos(at - self.base);
+                self.push(
+                    t,
+                    What::Datagram {
+                        to: to as u32,
+                        data,
+                    },
+                );
+            }
+        }
+    }
+
+    /// The application of node `i` submits what it owes and what its quota allows.
+    fn pump(&mut self, i: usize) {
+        self.hosts[i].pump_scheduled = false;
+        let n = self.hosts.len();
+        let wl = self.sc.workload.clone();
+        let Some(node) = self.hosts[i].node.as_ref() else {
+            return; // resumed by the restart
+        };
+        // Plan destinations: owed replies first, then new messages.
+        self.plan.clear();
+        let mut kinds = 0;
+        for &to in self.hosts[i].replies.iter().take(wl.burst) {
+            if node.pending_to(node_id(to)) >= wl.max_pending {
+                break;
+            }
+            self.plan.push(to);
+            kinds += 1;
+        }
+        let quota = self.hosts[i].quota.min((wl.burst - self.plan.len()) as u64);
+        for _ in 0..quota {
+            let to = wl.pick(i, n, &mut self.rng);
+            if node.pending_to(node_id(to)) >= wl.max_pending {
+                break;
+            }
+            self.plan.push(to);
+        }
+        if !self.plan.is_empty() {
+            let mut buf = Vec::with_capacity(self.plan.len() * wl.payload_len);
+            let first = self.oracle.next_seq(i);
+            for (j, _) in self.plan.iter().enumerate() {
+                let kind = if j < kinds { Kind::Reply } else { wl.kind() };
+                let key = MsgKey {
+                    sender: i as u32,
+                    seq: first + j as u64,
+                };
+                write_payload(&mut buf, key, kind, wl.payload_len);
+            }
+            let chunk = Bytes::from(buf);
+            let now = self.instant();
+            let plan = std::mem::take(&mut self.plan);
+            let mut sent = 0;
+            for (j, &to) in plan.iter().enumerate() {
+                let p = chunk.slice(j * wl.payload_len..(j + 1) * wl.payload_len);
+                let Some(node) = self.hosts[i].node.as_mut() else {
+                    break;
+                };
+                match node.send(now, node_id(to), p) {
+                    Ok(id) => {
+                        let key = self.oracle.on_submit(i, to, self.now);
+                        debug_assert_eq!(id.0 as usize, self.hosts[i].msg_keys.len());
+                        self.hosts[i].msg_keys.push(key.seq);
+                        sent += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+            let replies = sent.min(kinds);
+            self.hosts[i].replies.drain(..replies);
+            self.hosts[i].quota -= (sent - replies) as u64;
+            self.plan = plan;
+            if sent > 0 {
+                self.last_activity = self.now;
+            }
+            self.drain(i);
+        }
+        self.schedule_pump(i, self.now + nanos(wl.interval));
+    }
+
+    fn fault(&mut self, k: usize) {
+        let n = self.hosts.len();
+        match self.sc.faults[k].kind {
+            FaultKind::Partition { a, b, one_way } => {
+                self.links[a * n + b].set_state(LinkState::Down);
+                if !one_way {
+                    self.links[b * n + a].set_state(LinkState::Down);
+                }
+            }
+            FaultKind::Hold { a, b } => {
+                self.links[a * n + b].set_state(LinkState::Held);
+                self.links[b * n + a].set_state(LinkState::Held);
+            }
+            FaultKind::Heal { a, b } => {
+                self.heal_link(a * n + b);
+                self.heal_link(b * n + a);
+            }
+            FaultKind::Restart {
+                node,
+                down,
+                keep_clock,
+            } => {
+                let h = &mut self.hosts[node];
+                if h.node.take().is_some() {
+                    h.restarts += 1;
+                    h.replies.clear();
+                    h.timer_at = None;
+                    self.oracle.on_restart(node);
+                    let t = self.now + nanos(down);
+                    self.last_activity = self.last_activity.max(t);
+                    self.push(
+                        t,
+                        What::Revive {
+                            node: node as u32,
+                            keep_clock,
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    fn heal_link(&mut self, l: usize) {
+        self.links[l].set_state(LinkState::Up);
+        let n = self.hosts.len();
+        for data in std::mem::take(&mut self.held[l]) {
+            self.route(l / n, l % n, data);
+        }
+    }
+
+    /// One volley of forged REQSLOTS, one per made-up source id.
+    fn hostile(&mut self, left: u32) {
+        let Some(h) = self.sc.hostile else { return };
+        let n = self.hosts.len() as u64;
+        let victim = node_id(h.victim);
+        for k in 0..h.ids {
+            let src = NodeId::from_const(n + 1 + k);
+            let mut buf = Vec::new();
+            exon::proto::Header { src, dst: victim }.encode(&mut buf);
+            exon::proto::frame::put_reqslots(&mut buf, 1 + k * 7, h.n, 0);
+            let t = self.now + nanos(self.sc.link.latency);
+            self.push(
+                t,
+                What::Datagram {
+                    to: h.victim as u32,
+                    data: Bytes::from(buf),
+                },
+            );
+        }
+        if left > 1 {
+            self.last_activity = self.last_activity.max(self.now);
+            self.push(self.now + nanos(h.interval), What::Hostile(left - 1));
+        }
+    }
+
+    /// Checks the bounded-state property of node `i`.
+    fn check_bounds(&mut self, i: usize) {
+        let Some(node) = self.hosts[i].node.as_ref() else {
+            return;
+        };
+        let c = node.config();
+        let s = node.sender_records();
+        let r = node.receiver_records();
+        let mut what = Vec::new();
+        if s > c.max_sender_records {
+            what.push(format!("{s} sender records"));
+        }
+        if r > c.max_receiver_records {
+            what.push(format!("{r} receiver records"));
+        }
+        if node.bytes_queued() > c.max_queued_bytes {
+            what.push(format!("{} bytes queued", node.bytes_queued()));
+        }
+        if node.tokens_in_flight() as u64 > c.window * s as u64 {
+            what.push(format!("{} tokens", node.tokens_in_flight()));
+        }
+        if node.messages_queued() > c.max_queued_per_peer * s {
+            what.push(format!("{} messages queued", node.messages_queued()));
+        }
+        if r > 0 {
+            let slots = node.slots_held();
+            if slots > c.max_slots_per_record.saturating_mul(r as u64) {
+                what.push(format!("{slots} slots"));
+            }
+        }
+        if !what.is_empty() {
+            self.oracle.violate(
+                ViolationKind::Unbounded,
+                None,
+                self.now,
+                format!("node{i} holds {}", what.join(", ")),
+            );
+        }
+    }
+
+    /// Runs to the end and reports.
+    pub fn run(mut self) -> Report {
+        while self.step() {}
+        self.finish()
+    }
+
+    /// Ends the run: the end-of-run checks (at-least-once, obliviousness) and the report.
+    pub fn finish(mut self) -> Report {
+        let pending = self.heap.len();
+        let mut idle = 0;
+        for i in 0..self.hosts.len() {
+            let Some(node) = self.hosts[i].node.as_ref() else {
+                continue;
+            };
+            if node.is_idle() {
+                idle += 1;
+            } else if self.sc.expect_idle {
+                let what = format!(
+                    "node{i} not idle: {} S records, {} R records, {} slots, {} tokens, {} queued",
+                    node.sender_records(),
+                    node.receiver_records(),
+                    node.slots_held(),
+                    node.tokens_in_flight(),
+                    node.messages_queued()
+                );
+                self.oracle
+                    .violate(ViolationKind::NotIdle, None, self.now, what);
+            }
+        }
+        if self.sc.expect_idle && pending > 0 && idle == self.hosts.len() {
+            let what = format!("{pending} events still pending after the settle time");
+            self.oracle
+                .violate(ViolationKind::NotIdle, None, self.now, what);
+        }
+        self.oracle.finish(self.now);
+        Report::new(&self, idle, pending)
+    }
+
+    pub(crate) fn hosts_restarts(&self) -> u32 {
+        self.hosts.iter().map(|h| h.restarts).sum()
+    }
+
+    pub(crate) fn node_stats(&self) -> impl Iterator<Item = &exon::proto::Stats> {
+        self.hosts
+            .iter()
+            .filter_map(|h| h.node.as_ref().map(Node::stats))
+    }
+}

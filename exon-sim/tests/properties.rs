@@ -1,0 +1,210 @@
+//! Property tests: random link settings, workloads and fault schedules; every run must keep
+//! at-most-once, at-least-once after healing, obliviousness and bounded state. Failures
+//! shrink to a small reproducer; `EXON_SIM_SEED=<n>` replays the scenario drawn from seed n.
+
+use std::time::Duration;
+
+use exon_sim::{
+    seed_from_env, Fault, FaultKind, GilbertElliott, LinkConfig, Pattern, Scenario, Sim, Workload,
+};
+use proptest::prelude::*;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// A shrinkable description of one run.
+#[derive(Debug, Clone)]
+struct Params {
+    seed: u64,
+    nodes: usize,
+    messages: u64,
+    pattern: Pattern,
+    loss: f64,
+    burst: bool,
+    dup: f64,
+    reorder: f64,
+    jitter_ms: u64,
+    dup_delay_ms: u64,
+    /// (a, b, kind 0..3, start ms, length ms)
+    partitions: Vec<(usize, usize, u8, u64, u64)>,
+    /// (node, at ms, down ms)
+    restarts: Vec<(usize, u64, u64)>,
+}
+
+impl Params {
+    /// Draws parameters from a seed alone (for `EXON_SIM_SEED`).
+    fn from_seed(seed: u64) -> Params {
+        let mut r = SmallRng::seed_from_u64(seed);
+        let nodes = r.gen_range(2..6);
+        Params {
+            seed,
+            nodes,
+            messages: r.gen_range(1..600),
+            pattern: [Pattern::Ring, Pattern::ManyToMany, Pattern::Rpc][r.gen_range(0..3)],
+            loss: r.gen_range(0.0..0.3),
+            burst: r.gen_bool(0.3),
+            dup: r.gen_range(0.0..0.3),
+            reorder: r.gen_range(0.0..0.3),
+            jitter_ms: r.gen_range(0..10),
+            dup_delay_ms: r.gen_range(1..10_000),
+            partitions: (0..r.gen_range(0..4))
+                .map(|_| {
+                    (
+                        r.gen_range(0..nodes),
+                        r.gen_range(0..nodes),
+                        r.gen_range(0..3),
+                        r.gen_range(0..2000),
+                        r.gen_range(1..1000),
+                    )
+                })
+                .collect(),
+            restarts: (0..r.gen_range(0..3))
+                .map(|_| {
+                    (
+                        r.gen_range(0..nodes),
+                        r.gen_range(0..2000),
+                        r.gen_range(1..300),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn scenario(&self) -> Scenario {
+        let n = self.nodes;
+        let mut faults = Vec::new();
+        for &(a, b, kind, start, len) in &self.partitions {
+            let (a, b) = (a % n, b % n);
+            if a == b {
+                continue;
+            }
+            let kind = match kind {
+                0 => FaultKind::Partition {
+                    a,
+                    b,
+                    one_way: false,
+                },
+                1 => FaultKind::Partition {
+                    a,
+                    b,
+                    one_way: true,
+                },
+                _ => FaultKind::Hold { a, b },
+            };
+            faults.push(Fault {
+                at: Duration::from_millis(start),
+                kind,
+            });
+            faults.push(Fault {
+                at: Duration::from_millis(start + len),
+                kind: FaultKind::Heal { a, b },
+            });
+        }
+        for &(node, at, down) in &self.restarts {
+            faults.push(Fault {
+                at: Duration::from_millis(at),
+                kind: FaultKind::Restart {
+                    node: node % n,
+                    down: Duration::from_millis(down),
+                    keep_clock: true,
+                },
+            });
+        }
+        faults.sort_by_key(|f| f.at);
+        Scenario {
+            seed: self.seed,
+            nodes: n,
+            link: LinkConfig {
+                loss: self.loss,
+                burst: self.burst.then_some(GilbertElliott {
+                    p_good_to_bad: 0.05,
+                    p_bad_to_good: 0.3,
+                    loss_bad: 0.8,
+                }),
+                dup: self.dup,
+                reorder: self.reorder,
+                jitter: Duration::from_millis(self.jitter_ms),
+                dup_max_delay: Duration::from_millis(self.dup_delay_ms),
+                ..LinkConfig::default()
+            },
+            workload: Workload {
+                pattern: self.pattern,
+                messages: self.messages,
+                burst: 64,
+                ..Workload::default()
+            },
+            faults,
+            settle: Duration::from_secs(120),
+            max_events: 2_000_000,
+            ..Scenario::default()
+        }
+    }
+}
+
+fn check(p: &Params) -> Result<(), String> {
+    let r = Sim::new(p.scenario()).run();
+    if r.ok() {
+        Ok(())
+    } else {
+        Err(format!("{p:?}\n{}", r.describe_failure()))
+    }
+}
+
+fn params() -> impl Strategy<Value = Params> {
+    (
+        any::<u64>(),
+        2usize..6,
+        1u64..600,
+        0usize..3,
+        (0.0..0.3f64, any::<bool>(), 0.0..0.3f64, 0.0..0.3f64),
+        (0u64..10, 1u64..10_000),
+        prop::collection::vec((0usize..6, 0usize..6, 0u8..3, 0u64..2000, 1u64..1000), 0..4),
+        prop::collection::vec((0usize..6, 0u64..2000, 1u64..300), 0..3),
+    )
+        .prop_map(
+            |(
+                seed,
+                nodes,
+                messages,
+                pat,
+                (loss, burst, dup, reorder),
+                (jitter_ms, dup_delay_ms),
+                partitions,
+                restarts,
+            )| Params {
+                seed,
+                nodes,
+                messages,
+                pattern: [Pattern::Ring, Pattern::ManyToMany, Pattern::Rpc][pat],
+                loss,
+                burst,
+                dup,
+                reorder,
+                jitter_ms,
+                dup_delay_ms,
+                partitions,
+                restarts,
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn exactly_once_under_random_networks_and_faults(p in params()) {
+        check(&p).map_err(TestCaseError::fail)?;
+    }
+}
+
+#[test]
+fn seeded_scenarios() {
+    let seeds: Vec<u64> = match seed_from_env() {
+        Some(s) => vec![s],
+        None => (0..8).collect(),
+    };
+    for seed in seeds {
+        if let Err(e) = check(&Params::from_seed(seed)) {
+            panic!("EXON_SIM_SEED={seed}: {e}");
+        }
+    }
+}
