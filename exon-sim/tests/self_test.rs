@@ -56,32 +56,33 @@ fn without(mut sc: Scenario, off: fn(&mut Rules)) -> Scenario {
     sc
 }
 
-/// Runs the scenario with all rules on (must be clean), then with the rule off (must show a
-/// violation of one of `kinds`).
-fn self_test(make: fn() -> Scenario, off: fn(&mut Rules), kinds: &[ViolationKind]) -> Report {
-    let good = Sim::new(make()).run();
-    assert!(good.ok(), "control run failed: {}", good.describe_failure());
-    let bad = Sim::new(without(make(), off)).run();
-    assert!(
-        !bad.ok(),
-        "the checker missed the defect: {bad} (seed {})",
-        bad.seed
-    );
-    assert!(bad.events <= MAX_EVENTS);
-    assert!(
-        bad.violations.iter().any(|v| kinds.contains(&v.kind)),
-        "expected one of {kinds:?}, got {}",
-        bad.describe_failure()
-    );
-    bad
+/// Seeds a self-test may try. Fixed, so every run is reproducible; more than one, so a test
+/// does not hang on the schedule of one lucky seed when the core's timing changes.
+const SEEDS: std::ops::Range<u64> = 0..24;
+
+/// For each seed in turn: runs the scenario with all rules on (must be clean), then with the
+/// rule off, until a run shows a violation of one of `kinds`. Fails if no seed does.
+fn self_test(make: fn(u64) -> Scenario, off: fn(&mut Rules), kinds: &[ViolationKind]) -> Report {
+    let mut missed = Vec::new();
+    for seed in SEEDS {
+        let good = Sim::new(make(seed)).run();
+        assert!(good.ok(), "control run failed: {}", good.describe_failure());
+        let bad = Sim::new(without(make(seed), off)).run();
+        assert!(bad.events <= MAX_EVENTS);
+        if bad.violations.iter().any(|v| kinds.contains(&v.kind)) {
+            return bad;
+        }
+        missed.push(format!("{bad}"));
+    }
+    panic!("the checker missed the defect with every seed: {missed:#?}");
 }
 
 #[test]
 fn rule1_first_send_requests_slots() {
     // Each node sends a single message: without the rule nobody ever asks for slots.
     self_test(
-        || {
-            let mut sc = base(0);
+        |seed| {
+            let mut sc = base(seed);
             sc.workload.messages = 2;
             sc
         },
@@ -95,8 +96,8 @@ fn rule2_token_before_frontier() {
     // The paper's envelope_low == envelope_target, sends spaced out on a perfect network:
     // the REQSLOTS after a dequeue waives the slot of the token being sent.
     let bad = self_test(
-        || {
-            let mut sc = base(0);
+        |seed| {
+            let mut sc = base(seed);
             sc.config.envelope_target = 4;
             sc.config.envelope_low = 4;
             sc.workload.burst = 1;
@@ -117,16 +118,25 @@ fn rule2_token_before_frontier() {
 #[test]
 fn rule3_token_keeps_incarnation() {
     self_test(
-        || sparse(0),
+        sparse,
         |r| r.token_keeps_incarnation = false,
         &[ViolationKind::Duplicate],
     );
 }
 
+/// Sparse envelopes and loss but no duplication: receiver records empty and vanish, and
+/// nothing re-creates them behind the sender's back.
+fn sparse_no_replay(seed: u64) -> Scenario {
+    let mut sc = sparse(seed);
+    sc.link.dup = 0.0;
+    sc.link.reorder = 0.0;
+    sc
+}
+
 #[test]
 fn rule4_ack_without_record() {
     self_test(
-        || sparse(7),
+        sparse_no_replay,
         |r| r.ack_without_record = false,
         &[ViolationKind::NotAcknowledged, ViolationKind::NotIdle],
     );
@@ -135,7 +145,7 @@ fn rule4_ack_without_record() {
 #[test]
 fn rule5_raise_clock_on_orphan_slots() {
     self_test(
-        || lossy(16),
+        lossy,
         |r| r.raise_clock_on_orphan_slots = false,
         &[ViolationKind::NotIdle],
     );
@@ -144,7 +154,7 @@ fn rule5_raise_clock_on_orphan_slots() {
 #[test]
 fn rule7_receiver_probe() {
     self_test(
-        || lossy(2),
+        lossy,
         |r| r.receiver_probe = false,
         &[ViolationKind::NotIdle],
     );
@@ -170,7 +180,7 @@ fn rule6_bounded_input_huge_requests() {
     // n far above max_slots_request, from 64 forged ids: refused with the rule, and without
     // it the victim holds 64 records and millions of slots.
     self_test(
-        || attacked(1_000_000),
+        |_| attacked(1_000_000),
         |r| r.bounded_input = false,
         &[ViolationKind::Unbounded],
     );
@@ -210,12 +220,11 @@ fn rule8_restart_keeping_the_clock_is_clean() {
 
 #[test]
 fn rule8_restart_losing_the_clock_duplicates() {
-    let r = Sim::new(restarts(lossy(12), false)).run();
-    assert!(
+    let found = SEEDS.into_iter().find(|&seed| {
+        let r = Sim::new(restarts(lossy(seed), false)).run();
         r.violations
             .iter()
-            .any(|v| v.kind == ViolationKind::Duplicate),
-        "expected a duplicate delivery: {}",
-        r.describe_failure()
-    );
+            .any(|v| v.kind == ViolationKind::Duplicate)
+    });
+    assert!(found.is_some(), "no seed showed a duplicate delivery");
 }
