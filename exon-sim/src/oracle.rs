@@ -158,12 +158,6 @@ impl Oracle {
         )
     }
 
-    fn rec_mut(&mut self, key: MsgKey) -> Option<&mut Rec> {
-        self.msgs
-            .get_mut(key.sender as usize)
-            .and_then(|v| v.get_mut(key.seq as usize))
-    }
-
     fn rec(&self, k: MsgKey) -> Option<&Rec> {
         self.msgs
             .get(k.sender as usize)?
@@ -206,7 +200,11 @@ impl Oracle {
             );
             return None;
         };
-        let Some(r) = self.rec_mut(key) else {
+        let Some(r) = self
+            .msgs
+            .get_mut(key.sender as usize)
+            .and_then(|v| v.get_mut(key.seq as usize))
+        else {
             self.violate(
                 ViolationKind::NeverSent,
                 Some(key),
@@ -249,7 +247,11 @@ impl Oracle {
     /// came from a receiver incarnation that a restart destroyed (its slots were lost, so a
     /// token made for them is acknowledged without delivery).
     pub fn on_acked(&mut self, key: MsgKey, now: u64, excused: bool) {
-        let Some(r) = self.rec_mut(key) else {
+        let Some(r) = self
+            .msgs
+            .get_mut(key.sender as usize)
+            .and_then(|v| v.get_mut(key.seq as usize))
+        else {
             self.violate(
                 ViolationKind::NeverSent,
                 Some(key),
