@@ -19,7 +19,15 @@ for t in $(cargo +nightly fuzz list); do
   seeds=()
   [ -d "seeds/$t" ] && seeds=("seeds/$t")
   echo "fuzz smoke: $t for ${secs}s"
-  cargo +nightly fuzz run "$t" "corpus/$t" "${seeds[@]}" -- \
-    -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -n 4
+  log="$(mktemp)"
+  if ! cargo +nightly fuzz run "$t" "corpus/$t" "${seeds[@]}" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+    grep -E -A8 "panicked|ERROR|SUMMARY" "$log" | head -n 60
+    echo "fuzz smoke: $t FAILED; reproducer in fuzz/artifacts/$t/"
+    rm -f "$log"
+    exit 1
+  fi
+  grep -E "^Done|number_of_executed_units" "$log" || true
+  rm -f "$log"
 done
 echo "fuzz smoke: all targets ran ${secs}s without a crash"
