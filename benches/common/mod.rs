@@ -257,6 +257,32 @@ impl Drop for OneWay {
     }
 }
 
+/// Socket buffers of the exon endpoints: the default 208 KiB receive buffer holds only ~100
+/// datagrams of 1.5 KB (kernel accounting), far less than exon's default window of 1024
+/// messages, and overflows into losses and retransmissions. 4 MiB (the machine's
+/// `net.core.rmem_max`) holds a window.
+pub const UDP_BUFFER: usize = 4 << 20;
+
+/// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers.
+async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
+    let sock = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .unwrap();
+    sock.set_recv_buffer_size(UDP_BUFFER).unwrap();
+    sock.set_send_buffer_size(UDP_BUFFER).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let addr: SocketAddr = LOCALHOST.parse().unwrap();
+    sock.bind(&addr.into()).unwrap();
+    let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
+    Endpoint::builder(NodeId::new(id).unwrap())
+        .config(exon_config(datagram))
+        .with_socket(sock)
+        .unwrap()
+}
+
 fn exon_config(datagram: usize) -> EndpointConfig {
     EndpointConfig::default()
         .with_max_datagram_size(datagram)
@@ -269,9 +295,7 @@ async fn exon_receiver(
     mut stop: oneshot::Receiver<()>,
     progress: Arc<Progress>,
 ) {
-    let mut b = Endpoint::bind(LOCALHOST, NodeId::from_const(2), exon_config(datagram))
-        .await
-        .unwrap();
+    let mut b = exon_bind(2, datagram).await;
     addr_tx.send(b.local_addr()).unwrap();
     let mut seen = Seen::default();
     loop {
@@ -289,9 +313,7 @@ async fn exon_receiver(
 
 async fn exon_sender(datagram: usize, to: SocketAddr, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
     let b_id = NodeId::from_const(2);
-    let a = Endpoint::bind(LOCALHOST, NodeId::from_const(1), exon_config(datagram))
-        .await
-        .unwrap();
+    let a = exon_bind(1, datagram).await;
     a.add_peer(b_id, to);
     while let Some(cmd) = cmds.recv().await {
         match cmd {
@@ -454,7 +476,11 @@ async fn quic_oneway_sender(
     addr: SocketAddr,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
 ) {
-    let cert = QUIC_CERT.lock().unwrap().clone().expect("server certificate");
+    let cert = QUIC_CERT
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("server certificate");
     let (ep, conn) = quic_connect(addr, cert).await;
     if kind == OneWayKind::QuicStream {
         let s = conn.open_uni().await.unwrap();
@@ -692,9 +718,7 @@ async fn rpc_server(
     let mut seen = Seen::default();
     match kind {
         RpcKind::Exon => {
-            let mut ep = Endpoint::bind(LOCALHOST, NodeId::from_const(1), exon_config(datagram))
-                .await
-                .unwrap();
+            let mut ep = exon_bind(1, datagram).await;
             addr_tx.send(ep.local_addr()).unwrap();
             let h = ep.handle();
             loop {
@@ -780,9 +804,7 @@ async fn rpc_client(
     let mut exon_handle = None;
     let caller = match kind {
         RpcKind::Exon => {
-            let mut ep = Endpoint::bind(LOCALHOST, NodeId::from_const(2), exon_config(datagram))
-                .await
-                .unwrap();
+            let mut ep = exon_bind(2, datagram).await;
             ep.add_peer(server_id, addr);
             let h = ep.handle();
             exon_handle = Some(h.clone());
@@ -827,7 +849,11 @@ async fn rpc_client(
             Caller::Tcp(tx)
         }
         RpcKind::Quic => {
-            let cert = QUIC_CERT.lock().unwrap().clone().expect("server certificate");
+            let cert = QUIC_CERT
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("server certificate");
             let (ep, conn) = quic_connect(addr, cert).await;
             quic_ep = Some(ep);
             Caller::Quic(conn)
