@@ -247,10 +247,15 @@ impl OneWay {
 
 impl Drop for OneWay {
     fn drop(&mut self) {
-        self.cmds.take();
+        // The receiver first (the sender is idle between batches), so that it never sees
+        // the sender's connection go away as an error.
         if let Some(s) = self.stop_rx.take() {
             let _ = s.send(());
         }
+        if let Some(r) = self.threads.pop() {
+            let _ = r.join();
+        }
+        self.cmds.take();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
