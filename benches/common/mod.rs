@@ -1,0 +1,965 @@
+//! Shared loopback runners for the benchmarks: exon (in memory and over UDP), TCP and QUIC,
+//! one-way and request/reply. Each runner sets its connections up once, on two OS threads
+//! with a current-thread tokio runtime each (like two processes), and is then driven in
+//! batches from the calling thread.
+//!
+//! Every message carries a sequence number in its first 8 bytes; receivers check that each
+//! arrives exactly once (a duplicate or a stranger panics), and only verified messages count.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use exon::proto::{Config, Event, Node, NodeId, SendError};
+use exon::{Endpoint, EndpointConfig};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+/// Size of every message and reply.
+pub const PAYLOAD: usize = 1024;
+/// How long a batch may take before the run is declared broken (messages lost).
+pub const BATCH_DEADLINE: Duration = Duration::from_secs(30);
+/// The exon datagram size used on loopback unless told otherwise (Ethernet MTU less IP and
+/// UDP headers: one 1 KB message per datagram).
+pub const DEFAULT_EXON_DATAGRAM: usize = 1472;
+const LOCALHOST: &str = "127.0.0.1:0";
+
+/// A payload of `PAYLOAD` bytes starting with `seq`.
+pub fn payload(seq: u64) -> Bytes {
+    let mut v = vec![0xA5u8; PAYLOAD];
+    v[..8].copy_from_slice(&seq.to_be_bytes());
+    Bytes::from(v)
+}
+
+/// The sequence number of a payload (panics on a malformed one).
+pub fn seq_of(p: &[u8]) -> u64 {
+    assert_eq!(p.len(), PAYLOAD, "payload of unexpected size");
+    u64::from_be_bytes(p[..8].try_into().unwrap())
+}
+
+/// Exactly-once check: a bitmap of the sequence numbers seen.
+#[derive(Default)]
+pub struct Seen {
+    bits: Vec<u64>,
+    count: u64,
+}
+
+impl Seen {
+    /// Records `seq`; panics if it was seen before.
+    pub fn record(&mut self, seq: u64) {
+        let (w, b) = ((seq / 64) as usize, seq % 64);
+        if w >= self.bits.len() {
+            self.bits.resize((w + 1).next_power_of_two(), 0);
+        }
+        assert!(
+            self.bits[w] & (1 << b) == 0,
+            "message {seq} delivered twice"
+        );
+        self.bits[w] |= 1 << b;
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+}
+
+/// The receiving side's report channel: it counts verified messages and tells the driving
+/// thread when the count reaches the target of the batch in progress.
+struct Progress {
+    target: AtomicU64,
+    done: Mutex<std_mpsc::Sender<u64>>,
+}
+
+impl Progress {
+    fn new() -> (Arc<Progress>, std_mpsc::Receiver<u64>) {
+        let (tx, rx) = std_mpsc::channel();
+        let p = Progress {
+            target: AtomicU64::new(u64::MAX),
+            done: Mutex::new(tx),
+        };
+        (Arc::new(p), rx)
+    }
+
+    fn verified(&self, count: u64) {
+        if count == self.target.load(Ordering::Acquire) {
+            let _ = self.done.lock().unwrap().send(count);
+        }
+    }
+}
+
+/// Runs `f` on a new OS thread inside a current-thread tokio runtime.
+fn spawn_rt<F, Fut>(name: &str, f: F) -> JoinHandle<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime")
+                .block_on(f())
+        })
+        .expect("thread")
+}
+
+// ------------------------------------------------------------------------------------------
+// One-way
+// ------------------------------------------------------------------------------------------
+
+/// The systems compared one-way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OneWayKind {
+    /// Exon endpoints over loopback UDP.
+    Exon,
+    /// One TCP connection, 4-byte length-prefixed frames.
+    Tcp,
+    /// One QUIC connection, one long unidirectional stream of length-prefixed frames.
+    QuicStream,
+    /// One QUIC connection, one unidirectional stream per message.
+    QuicUni,
+}
+
+impl OneWayKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            OneWayKind::Exon => "exon",
+            OneWayKind::Tcp => "tcp",
+            OneWayKind::QuicStream => "quic",
+            OneWayKind::QuicUni => "quic_uni",
+        }
+    }
+}
+
+/// What the sending thread is asked to do.
+enum Cmd {
+    /// Send messages `start..start + n`.
+    Send { start: u64, n: u64 },
+    /// Report counters (exon only) and go on.
+    Stats(std_mpsc::Sender<String>),
+}
+
+/// A one-way flow between two threads, set up once and driven in batches.
+pub struct OneWay {
+    kind: OneWayKind,
+    cmds: Option<mpsc::UnboundedSender<Cmd>>,
+    stop_rx: Option<oneshot::Sender<()>>,
+    done: std_mpsc::Receiver<u64>,
+    progress: Arc<Progress>,
+    next: u64,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl OneWay {
+    /// Sets the flow up (connection established, nothing sent yet).
+    pub fn new(kind: OneWayKind, exon_datagram: usize) -> OneWay {
+        let (progress, done) = Progress::new();
+        let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<Cmd>();
+        let p = progress.clone();
+        let receiver = spawn_rt("recv", move || async move {
+            match kind {
+                OneWayKind::Exon => exon_receiver(exon_datagram, addr_tx, stop_rx, p).await,
+                OneWayKind::Tcp => {
+                    let l = TcpListener::bind(LOCALHOST).await.unwrap();
+                    addr_tx.send(l.local_addr().unwrap()).unwrap();
+                    let (s, _) = l.accept().await.unwrap();
+                    s.set_nodelay(true).unwrap();
+                    read_frames(s, stop_rx, p).await;
+                }
+                OneWayKind::QuicStream | OneWayKind::QuicUni => {
+                    quic_oneway_receiver(kind, addr_tx, stop_rx, p).await
+                }
+            }
+        });
+        let addr = addr_rx.recv().expect("receiver address");
+        let sender = spawn_rt("send", move || async move {
+            match kind {
+                OneWayKind::Exon => exon_sender(exon_datagram, addr, cmd_rx).await,
+                OneWayKind::Tcp => {
+                    let s = TcpStream::connect(addr).await.unwrap();
+                    s.set_nodelay(true).unwrap();
+                    write_frames(s, cmd_rx).await;
+                }
+                OneWayKind::QuicStream | OneWayKind::QuicUni => {
+                    quic_oneway_sender(kind, addr, cmd_rx).await
+                }
+            }
+        });
+        OneWay {
+            kind,
+            cmds: Some(cmd_tx),
+            stop_rx: Some(stop_tx),
+            done,
+            progress,
+            next: 0,
+            threads: vec![sender, receiver],
+        }
+    }
+
+    pub fn kind(&self) -> OneWayKind {
+        self.kind
+    }
+
+    /// Sends `n` messages and returns once the receiver verified all of them.
+    pub fn run(&mut self, n: u64) -> Duration {
+        let start = self.next;
+        self.next += n;
+        self.progress.target.store(self.next, Ordering::Release);
+        let t = Instant::now();
+        self.cmds
+            .as_ref()
+            .unwrap()
+            .send(Cmd::Send { start, n })
+            .expect("sender alive");
+        match self.done.recv_timeout(BATCH_DEADLINE) {
+            Ok(c) => assert_eq!(c, self.next),
+            Err(e) => panic!(
+                "{}: batch of {n} not verified within {BATCH_DEADLINE:?} ({e})",
+                self.kind.name()
+            ),
+        }
+        t.elapsed()
+    }
+
+    /// Messages verified so far.
+    pub fn verified(&self) -> u64 {
+        self.next
+    }
+
+    /// A line of the sender's counters (exon: datagrams and frames per message).
+    pub fn stats(&self) -> Option<String> {
+        let (tx, rx) = std_mpsc::channel();
+        self.cmds.as_ref()?.send(Cmd::Stats(tx)).ok()?;
+        rx.recv_timeout(Duration::from_secs(5)).ok()
+    }
+}
+
+impl Drop for OneWay {
+    fn drop(&mut self) {
+        // The receiver first (the sender is idle between batches), so that it never sees
+        // the sender's connection go away as an error.
+        if let Some(s) = self.stop_rx.take() {
+            let _ = s.send(());
+        }
+        if let Some(r) = self.threads.pop() {
+            let _ = r.join();
+        }
+        self.cmds.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Socket buffers of the exon endpoints: the default 208 KiB receive buffer holds only ~100
+/// datagrams of 1.5 KB (kernel accounting), far less than exon's default window of 1024
+/// messages, and overflows into losses and retransmissions. 4 MiB (the machine's
+/// `net.core.rmem_max`) holds a window.
+pub const UDP_BUFFER: usize = 4 << 20;
+
+/// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers.
+async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
+    let sock = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )
+    .unwrap();
+    sock.set_recv_buffer_size(UDP_BUFFER).unwrap();
+    sock.set_send_buffer_size(UDP_BUFFER).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let addr: SocketAddr = LOCALHOST.parse().unwrap();
+    sock.bind(&addr.into()).unwrap();
+    let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
+    Endpoint::builder(NodeId::new(id).unwrap())
+        .config(exon_config(datagram))
+        .with_socket(sock)
+        .unwrap()
+}
+
+fn exon_config(datagram: usize) -> EndpointConfig {
+    EndpointConfig::default()
+        .with_max_datagram_size(datagram)
+        .with_linger(Duration::from_millis(200))
+}
+
+async fn exon_receiver(
+    datagram: usize,
+    addr_tx: std_mpsc::Sender<SocketAddr>,
+    mut stop: oneshot::Receiver<()>,
+    progress: Arc<Progress>,
+) {
+    let mut b = exon_bind(2, datagram).await;
+    addr_tx.send(b.local_addr()).unwrap();
+    let mut seen = Seen::default();
+    loop {
+        tokio::select! {
+            m = b.recv() => {
+                let m = m.expect("endpoint running");
+                seen.record(seq_of(&m.payload));
+                progress.verified(seen.count());
+            }
+            _ = &mut stop => break,
+        }
+    }
+    b.close(Duration::from_millis(100)).await;
+}
+
+async fn exon_sender(datagram: usize, to: SocketAddr, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    let b_id = NodeId::from_const(2);
+    let a = exon_bind(1, datagram).await;
+    a.add_peer(b_id, to);
+    while let Some(cmd) = cmds.recv().await {
+        match cmd {
+            Cmd::Send { start, n } => {
+                for seq in start..start + n {
+                    // Receipts are dropped: the receiver's verified count is what counts,
+                    // and dropping a receipt never cancels the message.
+                    drop(a.send(b_id, payload(seq)).await.expect("send"));
+                }
+            }
+            Cmd::Stats(tx) => {
+                let _ = tx.send(exon_stats_line(&a.stats().await.unwrap()));
+            }
+        }
+    }
+    a.close(Duration::from_secs(1)).await;
+}
+
+/// Datagrams and frames per message, from an endpoint's counters.
+pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
+    let n = &s.node;
+    let per = |x: u64| x as f64 / n.sent.max(n.delivered).max(1) as f64;
+    format!(
+        "sent={} delivered={} datagrams_out={} ({:.3}/msg) datagrams_in={} ({:.3}/msg) \
+         retransmissions={} frames_out={:?} delivery_stalls={}",
+        n.sent,
+        n.delivered,
+        n.datagrams_out,
+        per(n.datagrams_out),
+        n.datagrams_in,
+        per(n.datagrams_in),
+        n.retransmissions,
+        n.frames_out,
+        s.delivery_stalls
+    )
+}
+
+/// Writes frames (u32 length, payload) for every `Send` command; flushes after each batch.
+async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    while let Some(cmd) = cmds.recv().await {
+        if let Cmd::Send { start, n } = cmd {
+            for seq in start..start + n {
+                w.write_u32(PAYLOAD as u32).await.unwrap();
+                w.write_all(&payload(seq)).await.unwrap();
+            }
+            w.flush().await.unwrap();
+        }
+    }
+    w.shutdown().await.ok();
+}
+
+/// Reads one frame into `buf`; false at a clean end of stream.
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> bool {
+    let len = match r.read_u32().await {
+        Ok(l) => l as usize,
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return false,
+        Err(e) => panic!("read: {e}"),
+    };
+    assert!(len <= 1 << 20, "frame too large");
+    buf.resize(len, 0);
+    r.read_exact(buf).await.unwrap();
+    true
+}
+
+async fn read_frames<R: AsyncRead + Unpin>(
+    r: R,
+    mut stop: oneshot::Receiver<()>,
+    progress: Arc<Progress>,
+) {
+    let mut r = BufReader::with_capacity(64 * 1024, r);
+    let mut seen = Seen::default();
+    let mut buf = Vec::new();
+    loop {
+        tokio::select! {
+            more = read_frame(&mut r, &mut buf) => {
+                if !more { break; }
+                seen.record(seq_of(&buf));
+                progress.verified(seen.count());
+            }
+            _ = &mut stop => break,
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// QUIC setup
+// ------------------------------------------------------------------------------------------
+
+fn quic_transport() -> Arc<quinn::TransportConfig> {
+    let mut t = quinn::TransportConfig::default();
+    t.max_concurrent_bidi_streams(1024u32.into())
+        .max_concurrent_uni_streams(1024u32.into());
+    Arc::new(t)
+}
+
+/// A QUIC server endpoint on loopback with a fresh self-signed certificate for "localhost",
+/// and the certificate for the client to trust.
+fn quic_server() -> (quinn::Endpoint, rustls::pki_types::CertificateDer<'static>) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = ck.cert.der().clone();
+    let key = rustls::pki_types::PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der());
+    let mut cfg = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key.into()).unwrap();
+    cfg.transport_config(quic_transport());
+    let ep = quinn::Endpoint::server(cfg, LOCALHOST.parse().unwrap()).unwrap();
+    (ep, cert)
+}
+
+async fn quic_connect(
+    addr: SocketAddr,
+    cert: rustls::pki_types::CertificateDer<'static>,
+) -> (quinn::Endpoint, quinn::Connection) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let mut cfg = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
+    cfg.transport_config(quic_transport());
+    let mut ep = quinn::Endpoint::client(LOCALHOST.parse().unwrap()).unwrap();
+    ep.set_default_client_config(cfg);
+    let conn = ep.connect(addr, "localhost").unwrap().await.unwrap();
+    (ep, conn)
+}
+
+/// The server's certificate, handed to the client thread (runners are set up one at a
+/// time: the server publishes it before its address).
+static QUIC_CERT: Mutex<Option<rustls::pki_types::CertificateDer<'static>>> = Mutex::new(None);
+
+async fn quic_oneway_receiver(
+    kind: OneWayKind,
+    addr_tx: std_mpsc::Sender<SocketAddr>,
+    mut stop: oneshot::Receiver<()>,
+    progress: Arc<Progress>,
+) {
+    let (ep, cert) = quic_server();
+    *QUIC_CERT.lock().unwrap() = Some(cert);
+    addr_tx.send(ep.local_addr().unwrap()).unwrap();
+    let conn = ep.accept().await.unwrap().await.unwrap();
+    if kind == OneWayKind::QuicStream {
+        let s = conn.accept_uni().await.unwrap();
+        read_frames(s, stop, progress).await;
+    } else {
+        let mut seen = Seen::default();
+        loop {
+            tokio::select! {
+                s = conn.accept_uni() => {
+                    let Ok(mut s) = s else { break };
+                    let p = s.read_to_end(PAYLOAD).await.unwrap();
+                    seen.record(seq_of(&p));
+                    progress.verified(seen.count());
+                }
+                _ = &mut stop => break,
+            }
+        }
+    }
+    conn.close(0u32.into(), b"done");
+    ep.wait_idle().await;
+}
+
+async fn quic_oneway_sender(
+    kind: OneWayKind,
+    addr: SocketAddr,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+) {
+    let cert = QUIC_CERT
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("server certificate");
+    let (ep, conn) = quic_connect(addr, cert).await;
+    if kind == OneWayKind::QuicStream {
+        let s = conn.open_uni().await.unwrap();
+        write_frames(s, cmds).await;
+    } else {
+        while let Some(cmd) = cmds.recv().await {
+            if let Cmd::Send { start, n } = cmd {
+                for seq in start..start + n {
+                    let mut s = conn.open_uni().await.unwrap();
+                    s.write_all(&payload(seq)).await.unwrap();
+                    s.finish().unwrap();
+                }
+            }
+        }
+    }
+    conn.close(0u32.into(), b"done");
+    ep.wait_idle().await;
+}
+
+// ------------------------------------------------------------------------------------------
+// Exon sans-IO pair in memory
+// ------------------------------------------------------------------------------------------
+
+/// Two exon nodes passing datagrams directly (no sockets, no threads): the protocol's own
+/// cost per message.
+pub struct MemPair {
+    a: Node,
+    b: Node,
+    buf: Vec<u8>,
+    seen: Seen,
+    next: u64,
+    /// Datagrams moved between the nodes.
+    pub datagrams: u64,
+    /// Virtual time: it advances only to the next timer when nothing else is left to do.
+    now: Instant,
+}
+
+impl MemPair {
+    pub fn new(datagram: usize) -> MemPair {
+        let cfg = Config {
+            max_datagram_size: datagram,
+            ..Config::default()
+        };
+        MemPair {
+            a: Node::new(NodeId::from_const(1), cfg.clone(), 1).unwrap(),
+            b: Node::new(NodeId::from_const(2), cfg, 1).unwrap(),
+            buf: Vec::with_capacity(64 * 1024),
+            seen: Seen::default(),
+            next: 0,
+            datagrams: 0,
+            now: Instant::now(),
+        }
+    }
+
+    /// Sends `n` messages from a to b and runs until b delivered all of them.
+    pub fn run(&mut self, n: u64) -> Duration {
+        let t = Instant::now();
+        let (start, end) = (self.next, self.next + n);
+        let target = self.seen.count() + n;
+        let to = self.b.id();
+        let mut seq = start;
+        let mut stuck = 0;
+        while self.seen.count() < target {
+            let now = self.now;
+            while seq < end {
+                match self.a.send(now, to, payload(seq)) {
+                    Ok(_) => seq += 1,
+                    Err(SendError::QueueFull(_)) => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+            if self.pump(now) == 0 {
+                // Nothing to move: jump the virtual clock to the next timer.
+                let next = [self.a.poll_timeout(), self.b.poll_timeout()]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                match next {
+                    Some(t) if t > self.now => self.now = t,
+                    _ => stuck += 1,
+                }
+                assert!(stuck < 100, "in-memory pair stalled");
+            }
+        }
+        self.next = end;
+        t.elapsed()
+    }
+
+    /// Moves every pending datagram both ways once, handles timers and events. Returns the
+    /// datagrams moved.
+    fn pump(&mut self, now: Instant) -> u64 {
+        let mut moved = 0;
+        for from_a in [true, false] {
+            let (src, dst) = if from_a {
+                (&mut self.a, &mut self.b)
+            } else {
+                (&mut self.b, &mut self.a)
+            };
+            if src.poll_timeout().is_some_and(|t| t <= now) {
+                src.handle_timeout(now);
+            }
+            loop {
+                if let Some(hw) = src.poll_clock_store() {
+                    src.handle_clock_stored(now, hw);
+                    continue;
+                }
+                self.buf.clear();
+                let Some(tx) = src.poll_transmit(now, &mut self.buf) else {
+                    break;
+                };
+                moved += 1;
+                dst.handle_datagram(now, Bytes::copy_from_slice(&self.buf[..tx.size]));
+            }
+        }
+        for node in [&mut self.a, &mut self.b] {
+            while let Some(e) = node.poll_event() {
+                if let Event::Delivered { payload, .. } = e {
+                    self.seen.record(seq_of(&payload));
+                }
+            }
+        }
+        self.datagrams += moved;
+        moved
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Request/reply
+// ------------------------------------------------------------------------------------------
+
+/// The systems compared for request/reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    /// Exon endpoints: request and reply are exon messages, correlated by sequence number.
+    Exon,
+    /// One TCP connection, every caller multiplexed over it (request ids, demux map).
+    Tcp,
+    /// One QUIC connection, one bidirectional stream per request.
+    Quic,
+}
+
+impl RpcKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            RpcKind::Exon => "exon",
+            RpcKind::Tcp => "tcp",
+            RpcKind::Quic => "quic",
+        }
+    }
+}
+
+/// Callers waiting for replies, by request id.
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Bytes>>>>;
+
+/// How a caller sends one request (the reply arrives through `Pending`, or directly).
+enum Caller {
+    Exon(exon::endpoint::Handle),
+    Tcp(mpsc::UnboundedSender<Bytes>),
+    Quic(quinn::Connection),
+}
+
+/// A batch for the client thread: `n` requests from `callers` concurrent callers.
+struct RpcCmd {
+    start: u64,
+    n: u64,
+    callers: u64,
+    reply: std_mpsc::Sender<Vec<Duration>>,
+}
+
+/// A request/reply client and server on two threads, set up once and driven in batches.
+pub struct Rpc {
+    kind: RpcKind,
+    cmds: Option<mpsc::UnboundedSender<RpcCmd>>,
+    stop: Option<oneshot::Sender<()>>,
+    next: u64,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Rpc {
+    pub fn new(kind: RpcKind, exon_datagram: usize) -> Rpc {
+        let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<RpcCmd>();
+        let server = spawn_rt("server", move || async move {
+            rpc_server(kind, exon_datagram, addr_tx, stop_rx).await
+        });
+        let addr = addr_rx.recv().expect("server address");
+        let client = spawn_rt("client", move || async move {
+            rpc_client(kind, exon_datagram, addr, cmd_rx).await
+        });
+        Rpc {
+            kind,
+            cmds: Some(cmd_tx),
+            stop: Some(stop_tx),
+            next: 0,
+            threads: vec![client, server],
+        }
+    }
+
+    pub fn kind(&self) -> RpcKind {
+        self.kind
+    }
+
+    /// Runs `n` requests (rounded down to a multiple of `callers`) from `callers`
+    /// concurrent callers; returns the elapsed time and each request's latency.
+    pub fn run(&mut self, n: u64, callers: u64) -> (Duration, Vec<Duration>) {
+        let n = (n / callers).max(1) * callers;
+        let (tx, rx) = std_mpsc::channel();
+        let t = Instant::now();
+        self.cmds
+            .as_ref()
+            .unwrap()
+            .send(RpcCmd {
+                start: self.next,
+                n,
+                callers,
+                reply: tx,
+            })
+            .expect("client alive");
+        self.next += n;
+        let lat = rx
+            .recv_timeout(BATCH_DEADLINE)
+            .unwrap_or_else(|e| panic!("{}: rpc batch failed ({e})", self.kind.name()));
+        assert_eq!(lat.len() as u64, n, "every request answered once");
+        (t.elapsed(), lat)
+    }
+}
+
+impl Drop for Rpc {
+    fn drop(&mut self) {
+        self.cmds.take();
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+async fn rpc_server(
+    kind: RpcKind,
+    datagram: usize,
+    addr_tx: std_mpsc::Sender<SocketAddr>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut seen = Seen::default();
+    match kind {
+        RpcKind::Exon => {
+            let mut ep = exon_bind(1, datagram).await;
+            addr_tx.send(ep.local_addr()).unwrap();
+            let h = ep.handle();
+            loop {
+                tokio::select! {
+                    m = ep.recv() => {
+                        let m = m.expect("endpoint running");
+                        seen.record(seq_of(&m.payload));
+                        // The reply echoes the request (1 KB, same sequence number).
+                        drop(h.send(m.from, m.payload).await.expect("reply"));
+                    }
+                    _ = &mut stop => break,
+                }
+            }
+            h.close(Duration::from_millis(200)).await;
+        }
+        RpcKind::Tcp => {
+            let l = TcpListener::bind(LOCALHOST).await.unwrap();
+            addr_tx.send(l.local_addr().unwrap()).unwrap();
+            let (s, _) = l.accept().await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let (r, w) = s.into_split();
+            let mut r = BufReader::with_capacity(64 * 1024, r);
+            let mut w = BufWriter::with_capacity(64 * 1024, w);
+            let mut buf = Vec::new();
+            loop {
+                tokio::select! {
+                    more = read_frame(&mut r, &mut buf) => {
+                        if !more { break; }
+                        seen.record(seq_of(&buf));
+                        w.write_u32(buf.len() as u32).await.unwrap();
+                        w.write_all(&buf).await.unwrap();
+                        // Flush when the next request is not already buffered whole.
+                        if !frame_buffered(r.buffer()) {
+                            w.flush().await.unwrap();
+                        }
+                    }
+                    _ = &mut stop => break,
+                }
+            }
+        }
+        RpcKind::Quic => {
+            let (ep, cert) = quic_server();
+            *QUIC_CERT.lock().unwrap() = Some(cert);
+            addr_tx.send(ep.local_addr().unwrap()).unwrap();
+            let conn = ep.accept().await.unwrap().await.unwrap();
+            let seen = Arc::new(Mutex::new(seen));
+            loop {
+                tokio::select! {
+                    s = conn.accept_bi() => {
+                        let Ok((mut send, mut recv)) = s else { break };
+                        let seen = seen.clone();
+                        tokio::spawn(async move {
+                            let req = recv.read_to_end(PAYLOAD).await.unwrap();
+                            seen.lock().unwrap().record(seq_of(&req));
+                            send.write_all(&req).await.unwrap();
+                            send.finish().unwrap();
+                        });
+                    }
+                    _ = &mut stop => break,
+                }
+            }
+            conn.close(0u32.into(), b"done");
+            ep.wait_idle().await;
+        }
+    }
+}
+
+/// True when `buf` starts with a whole frame.
+fn frame_buffered(buf: &[u8]) -> bool {
+    buf.len() >= 4 && buf.len() >= 4 + u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize
+}
+
+async fn rpc_client(
+    kind: RpcKind,
+    datagram: usize,
+    addr: SocketAddr,
+    mut cmds: mpsc::UnboundedReceiver<RpcCmd>,
+) {
+    let pending = Pending::default();
+    let server_id = NodeId::from_const(1);
+    let mut tasks = Vec::new();
+    let mut quic_ep = None;
+    let mut exon_handle = None;
+    let caller = match kind {
+        RpcKind::Exon => {
+            let mut ep = exon_bind(2, datagram).await;
+            ep.add_peer(server_id, addr);
+            let h = ep.handle();
+            exon_handle = Some(h.clone());
+            let router = pending.clone();
+            tasks.push(tokio::spawn(async move {
+                while let Some(m) = ep.recv().await {
+                    route(&router, m.payload);
+                }
+            }));
+            Caller::Exon(h)
+        }
+        RpcKind::Tcp => {
+            let s = TcpStream::connect(addr).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let (r, w) = s.into_split();
+            let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+            // Writer: every caller's requests through one buffered writer, flushed when no
+            // more requests wait.
+            tasks.push(tokio::spawn(async move {
+                let mut w = BufWriter::with_capacity(64 * 1024, w);
+                while let Some(mut req) = rx.recv().await {
+                    loop {
+                        w.write_u32(req.len() as u32).await.unwrap();
+                        w.write_all(&req).await.unwrap();
+                        match rx.try_recv() {
+                            Ok(r) => req = r,
+                            Err(_) => break,
+                        }
+                    }
+                    w.flush().await.unwrap();
+                }
+            }));
+            // Reader: demultiplexes replies to their callers.
+            let router = pending.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut r = BufReader::with_capacity(64 * 1024, r);
+                let mut buf = Vec::new();
+                while read_frame(&mut r, &mut buf).await {
+                    route(&router, Bytes::copy_from_slice(&buf));
+                }
+            }));
+            Caller::Tcp(tx)
+        }
+        RpcKind::Quic => {
+            let cert = QUIC_CERT
+                .lock()
+                .unwrap()
+                .clone()
+                .expect("server certificate");
+            let (ep, conn) = quic_connect(addr, cert).await;
+            quic_ep = Some(ep);
+            Caller::Quic(conn)
+        }
+    };
+    let caller = Arc::new(caller);
+    while let Some(cmd) = cmds.recv().await {
+        let per = cmd.n / cmd.callers;
+        let mut joins = Vec::with_capacity(cmd.callers as usize);
+        for c in 0..cmd.callers {
+            let (caller, pending) = (caller.clone(), pending.clone());
+            let first = cmd.start + c * per;
+            joins.push(tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(per as usize);
+                for seq in first..first + per {
+                    let t = Instant::now();
+                    let reply = call(&caller, server_id, &pending, seq).await;
+                    assert_eq!(seq_of(&reply), seq, "reply to another request");
+                    lat.push(t.elapsed());
+                }
+                lat
+            }));
+        }
+        let mut all = Vec::with_capacity(cmd.n as usize);
+        for j in joins {
+            all.extend(j.await.expect("caller panicked"));
+        }
+        let _ = cmd.reply.send(all);
+    }
+    if let Caller::Quic(conn) = &*caller {
+        conn.close(0u32.into(), b"done");
+    }
+    if let Some(ep) = quic_ep {
+        ep.wait_idle().await;
+    }
+    if let Some(h) = exon_handle {
+        h.close(Duration::from_millis(200)).await;
+    }
+    for t in tasks {
+        t.abort();
+    }
+}
+
+/// Hands a reply to the caller waiting for it; a reply nobody waits for is a duplicate.
+fn route(pending: &Pending, reply: Bytes) {
+    let seq = seq_of(&reply);
+    let tx = pending
+        .lock()
+        .unwrap()
+        .remove(&seq)
+        .unwrap_or_else(|| panic!("reply {seq} not awaited (duplicate?)"));
+    let _ = tx.send(reply);
+}
+
+async fn call(caller: &Caller, server: NodeId, pending: &Pending, seq: u64) -> Bytes {
+    let req = payload(seq);
+    let wait = |rx: oneshot::Receiver<Bytes>| async move {
+        tokio::time::timeout(BATCH_DEADLINE, rx)
+            .await
+            .expect("reply in time")
+            .expect("router alive")
+    };
+    match caller {
+        Caller::Exon(h) => {
+            let (tx, rx) = oneshot::channel();
+            pending.lock().unwrap().insert(seq, tx);
+            drop(h.send(server, req).await.expect("send"));
+            wait(rx).await
+        }
+        Caller::Tcp(w) => {
+            let (tx, rx) = oneshot::channel();
+            pending.lock().unwrap().insert(seq, tx);
+            w.send(req).expect("writer alive");
+            wait(rx).await
+        }
+        Caller::Quic(conn) => {
+            let (mut send, mut recv) = conn.open_bi().await.unwrap();
+            send.write_all(&req).await.unwrap();
+            send.finish().unwrap();
+            Bytes::from(recv.read_to_end(PAYLOAD).await.unwrap())
+        }
+    }
+}
+
+/// The `q` quantile (0..=1) of latencies, in microseconds.
+pub fn percentile_us(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}

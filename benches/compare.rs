@@ -1,0 +1,247 @@
+//! Side-by-side loopback comparison of exon, TCP and QUIC, with the systems run alternately
+//! in rounds so that machine drift hits all of them.
+//!
+//! ```text
+//! cargo bench --bench compare -- one-way --secs 3
+//! cargo bench --bench compare -- rpc --callers 100 --secs 3
+//! ```
+//!
+//! Options: `--secs S` total measured time per system (default 3), `--rounds R` (default 3),
+//! `--callers C` (rpc, default 100), `--batch N` messages per batch (default 10000 one-way,
+//! 2000 rpc), `--datagram B` exon's `max_datagram_size` (default 1472). The last line of the
+//! output is `key=value` pairs for scripts.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{OneWay, OneWayKind, Rpc, RpcKind, DEFAULT_EXON_DATAGRAM};
+
+struct Args {
+    mode: String,
+    secs: f64,
+    rounds: u32,
+    callers: u64,
+    batch: Option<u64>,
+    datagram: usize,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        mode: String::new(),
+        secs: 3.0,
+        rounds: 3,
+        callers: 100,
+        batch: None,
+        datagram: DEFAULT_EXON_DATAGRAM,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = |name: &str| {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{name} needs a value")))
+        };
+        match arg.as_str() {
+            // Passed by `cargo bench` to every bench target.
+            "--bench" => {}
+            "--secs" => a.secs = num(&val("--secs")),
+            "--rounds" => a.rounds = num(&val("--rounds")),
+            "--callers" => a.callers = num(&val("--callers")),
+            "--batch" => a.batch = Some(num(&val("--batch"))),
+            "--datagram" => a.datagram = num(&val("--datagram")),
+            "one-way" | "rpc" => a.mode = arg,
+            "-h" | "--help" => usage(""),
+            other => usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    if a.mode.is_empty() {
+        usage("say one-way or rpc");
+    }
+    if a.rounds == 0 || a.callers == 0 || a.secs <= 0.0 {
+        usage("--rounds, --callers and --secs must be positive");
+    }
+    a
+}
+
+fn num<T: std::str::FromStr>(s: &str) -> T {
+    s.parse()
+        .unwrap_or_else(|_| usage(&format!("not a number: {s:?}")))
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!(
+        "{msg}\nusage: compare one-way|rpc [--secs S] [--rounds R] [--callers C] [--batch N] \
+         [--datagram B]"
+    );
+    std::process::exit(2)
+}
+
+fn main() {
+    let args = parse_args();
+    match args.mode.as_str() {
+        "one-way" => one_way(&args),
+        _ => rpc(&args),
+    }
+}
+
+/// Runs batches until `slot` has passed; returns (messages, time).
+fn timed<F: FnMut() -> (u64, Duration)>(slot: Duration, mut batch: F) -> (u64, Duration) {
+    let (mut n, mut t) = (0, Duration::ZERO);
+    let start = Instant::now();
+    while start.elapsed() < slot {
+        let (k, d) = batch();
+        n += k;
+        t += d;
+    }
+    (n, t)
+}
+
+fn one_way(args: &Args) {
+    let batch = args.batch.unwrap_or(10_000);
+    let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
+    let kinds = [
+        OneWayKind::Exon,
+        OneWayKind::Tcp,
+        OneWayKind::QuicStream,
+        OneWayKind::QuicUni,
+    ];
+    println!(
+        "one-way, {} B messages, exon max_datagram_size {} B, {} rounds of {:.2} s per \
+         system, batches of {batch}",
+        common::PAYLOAD,
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64()
+    );
+    let mut flows: Vec<OneWay> = kinds
+        .iter()
+        .map(|&k| {
+            let mut f = OneWay::new(k, args.datagram);
+            f.run(batch.min(1000)); // warm up: connections, windows, envelopes
+            f
+        })
+        .collect();
+    let mut totals = vec![(0u64, Duration::ZERO); kinds.len()];
+    let mut per_round = vec![Vec::new(); kinds.len()];
+    for _ in 0..args.rounds {
+        for (i, f) in flows.iter_mut().enumerate() {
+            let (n, t) = timed(slot, || (batch, f.run(batch)));
+            totals[i].0 += n;
+            totals[i].1 += t;
+            per_round[i].push(n as f64 / t.as_secs_f64());
+        }
+    }
+    let exon_stats = flows[0].stats();
+    let verified: Vec<u64> = flows.iter().map(|f| f.verified()).collect();
+    drop(flows);
+
+    let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
+    println!(
+        "{:<10} {:>12} {:>9} {:>12}  per round (msgs/s)",
+        "system", "msgs/s", "vs exon", "verified"
+    );
+    for (i, k) in kinds.iter().enumerate() {
+        let rounds: Vec<String> = per_round[i].iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "{:<10} {:>12.0} {:>8.2}x {:>12}  {}",
+            k.name(),
+            rate(i),
+            rate(i) / rate(0),
+            verified[i],
+            rounds.join(" ")
+        );
+    }
+    if let Some(s) = exon_stats {
+        println!("exon sender counters: {s}");
+    }
+    let mut last = kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| format!("{}={:.0}", k.name(), rate(i)))
+        .collect::<Vec<_>>();
+    last.push(format!("exon_over_tcp={:.3}", rate(0) / rate(1)));
+    last.push(format!("exon_over_quic={:.3}", rate(0) / rate(2)));
+    last.push(format!("datagram={}", args.datagram));
+    println!("{}", last.join(" "));
+}
+
+fn rpc(args: &Args) {
+    let batch = args.batch.unwrap_or(2_000).max(args.callers);
+    let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
+    let kinds = [RpcKind::Exon, RpcKind::Tcp, RpcKind::Quic];
+    println!(
+        "rpc, {} B requests and replies, {} concurrent callers, exon max_datagram_size {} B, \
+         {} rounds of {:.2} s per system, batches of {batch}",
+        common::PAYLOAD,
+        args.callers,
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64()
+    );
+    let mut rpcs: Vec<Rpc> = kinds
+        .iter()
+        .map(|&k| {
+            let mut r = Rpc::new(k, args.datagram);
+            r.run(args.callers * 10, args.callers); // warm up
+            r
+        })
+        .collect();
+    let mut totals = vec![(0u64, Duration::ZERO); kinds.len()];
+    let mut lats: Vec<Vec<Duration>> = vec![Vec::new(); kinds.len()];
+    let mut per_round = vec![Vec::new(); kinds.len()];
+    for _ in 0..args.rounds {
+        for (i, r) in rpcs.iter_mut().enumerate() {
+            let (n, t) = timed(slot, || {
+                let (d, l) = r.run(batch, args.callers);
+                let k = l.len() as u64;
+                lats[i].extend(l);
+                (k, d)
+            });
+            totals[i].0 += n;
+            totals[i].1 += t;
+            per_round[i].push(n as f64 / t.as_secs_f64());
+        }
+    }
+    drop(rpcs);
+
+    let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
+    let mut p = Vec::new();
+    for l in &mut lats {
+        l.sort_unstable();
+        p.push((
+            common::percentile_us(l, 0.5),
+            common::percentile_us(l, 0.99),
+        ));
+    }
+    println!(
+        "{:<8} {:>12} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",
+        "system", "req/s", "vs exon", "p50 us", "p99 us", "verified"
+    );
+    for (i, k) in kinds.iter().enumerate() {
+        let rounds: Vec<String> = per_round[i].iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "{:<8} {:>12.0} {:>8.2}x {:>10.0} {:>10.0} {:>10}  {}",
+            k.name(),
+            rate(i),
+            rate(i) / rate(0),
+            p[i].0,
+            p[i].1,
+            totals[i].0,
+            rounds.join(" ")
+        );
+    }
+    let mut last = Vec::new();
+    for (i, k) in kinds.iter().enumerate() {
+        last.push(format!("{}={:.0}", k.name(), rate(i)));
+    }
+    for (i, k) in kinds.iter().enumerate() {
+        last.push(format!("{}_p50_us={:.0}", k.name(), p[i].0));
+        last.push(format!("{}_p99_us={:.0}", k.name(), p[i].1));
+    }
+    last.push(format!("exon_over_tcp={:.3}", rate(0) / rate(1)));
+    last.push(format!("exon_over_quic={:.3}", rate(0) / rate(2)));
+    last.push(format!("callers={}", args.callers));
+    last.push(format!("datagram={}", args.datagram));
+    println!("{}", last.join(" "));
+}

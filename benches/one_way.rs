@@ -1,0 +1,45 @@
+//! One-way throughput of 1 KB messages, in messages per second: exon's sans-IO core in
+//! memory, exon over loopback UDP, TCP, and QUIC (one long stream; one stream per message).
+//! Connections are set up once per benchmark; each iteration is a batch of messages, timed
+//! until the receiver verified every one exactly once.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use common::{MemPair, OneWay, OneWayKind, DEFAULT_EXON_DATAGRAM};
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+
+const BATCH: u64 = 10_000;
+
+fn one_way(c: &mut Criterion) {
+    let mut g = c.benchmark_group("one_way");
+    g.throughput(Throughput::Elements(BATCH))
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+
+    let mut pair = MemPair::new(DEFAULT_EXON_DATAGRAM);
+    g.bench_function("exon_mem", |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| pair.run(BATCH)).sum())
+    });
+    drop(pair);
+
+    for kind in [
+        OneWayKind::Exon,
+        OneWayKind::Tcp,
+        OneWayKind::QuicStream,
+        OneWayKind::QuicUni,
+    ] {
+        let mut flow = OneWay::new(kind, DEFAULT_EXON_DATAGRAM);
+        g.bench_function(kind.name(), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| flow.run(BATCH)).sum())
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, one_way);
+criterion_main!(benches);
