@@ -149,7 +149,7 @@ fn main() -> ExitCode {
         let mut k = 0u32;
         while sim.step() {
             k = k.wrapping_add(1);
-            if k % 65_536 == 0 {
+            if k.is_multiple_of(65_536) {
                 bar.set_position(sim.oracle().delivered);
             }
         }

@@ -20,7 +20,9 @@ mod rtt;
 mod rules;
 mod sender;
 mod stats;
+mod timeouts;
 mod timer;
+mod transmit;
 
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 pub use error::{DecodeError, SendError};

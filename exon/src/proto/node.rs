@@ -8,17 +8,14 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::codec::VARINT_MAX;
-use super::frame::{
-    self, put_ack, put_reqslots, put_slots, put_token, reqslots_len, slots_len, token_len, Frame,
-    Header,
-};
+use super::frame::{self, Frame};
 use super::outbox::Outbox;
 use super::receiver::{Grant, RRecord};
 use super::rules::Rules;
 use super::sender::{Queued, SRecord};
 use super::stats::Stats;
 use super::timer::{Side, TimerQueue};
-use super::{Config, ConfigError, Event, MsgId, NodeId, SendError, Transmit};
+use super::{Config, ConfigError, Event, MsgId, NodeId, SendError};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
@@ -53,31 +50,31 @@ const STATELESS_OUTBOX: usize = 1024;
 /// confirmation; a restarted node must be created with the last confirmed value.
 #[derive(Debug)]
 pub struct Node {
-    id: NodeId,
-    cfg: Config,
+    pub(super) id: NodeId,
+    pub(super) cfg: Config,
     /// The node clock `ck`.
-    ck: u64,
+    pub(super) ck: u64,
     /// High-water mark confirmed stored: every clock value used is at most this.
-    hw: u64,
+    pub(super) hw: u64,
     /// High-water mark requested from the embedding, not yet confirmed.
-    hw_pending: Option<u64>,
+    pub(super) hw_pending: Option<u64>,
     /// Largest value handed out by `poll_clock_store`.
-    hw_asked: u64,
+    pub(super) hw_asked: u64,
     /// Sender records waiting for the clock to be stored before they can ask for slots.
-    clock_waiters: Vec<NodeId>,
-    senders: HashMap<NodeId, SRecord>,
-    receivers: HashMap<NodeId, RRecord>,
-    outbox: Outbox,
-    timers: TimerQueue,
-    events: VecDeque<Event>,
-    next_msg: u64,
-    queued_bytes: usize,
-    stats: Stats,
-    rules: Rules,
+    pub(super) clock_waiters: Vec<NodeId>,
+    pub(super) senders: HashMap<NodeId, SRecord>,
+    pub(super) receivers: HashMap<NodeId, RRecord>,
+    pub(super) outbox: Outbox,
+    pub(super) timers: TimerQueue,
+    pub(super) events: VecDeque<Event>,
+    pub(super) next_msg: u64,
+    pub(super) queued_bytes: usize,
+    pub(super) stats: Stats,
+    pub(super) rules: Rules,
     /// Reused by `handle_timeout`.
-    due_scratch: Vec<(Side, NodeId)>,
+    pub(super) due_scratch: Vec<(Side, NodeId)>,
     /// State of the generator for timer jitter (deterministic: seeded from id and clock).
-    jitter_state: u64,
+    pub(super) jitter_state: u64,
 }
 
 impl Node {
@@ -210,7 +207,7 @@ impl Node {
     }
 
     /// Next timer jitter value (xorshift64*).
-    fn next_jitter(&mut self) -> u16 {
+    pub(super) fn next_jitter(&mut self) -> u16 {
         let mut x = self.jitter_state;
         x ^= x >> 12;
         x ^= x << 25;
@@ -219,7 +216,7 @@ impl Node {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 48) as u16
     }
 
-    fn outbox_cap(&self) -> usize {
+    pub(super) fn outbox_cap(&self) -> usize {
         self.cfg.max_sender_records + self.cfg.max_receiver_records + STATELESS_OUTBOX
     }
 
@@ -331,7 +328,7 @@ impl Node {
     }
 
     /// Asks `peer` for slots if the record needs them and no request is outstanding.
-    fn request_slots(&mut self, _now: Instant, peer: NodeId) {
+    pub(super) fn request_slots(&mut self, _now: Instant, peer: NodeId) {
         let Some(rec) = self.senders.get(&peer) else {
             return;
         };
@@ -593,286 +590,5 @@ impl Node {
         } else if rec.tokens.is_empty() {
             rec.rto_at = None;
         }
-    }
-
-    // ----- timers ----------------------------------------------------------------------
-
-    fn rearm_sender(&mut self, peer: NodeId) {
-        if let Some(rec) = self.senders.get_mut(&peer) {
-            let want = rec.deadline(&self.cfg);
-            self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
-        }
-    }
-
-    fn rearm_receiver(&mut self, peer: NodeId) {
-        if let Some(rec) = self.receivers.get_mut(&peer) {
-            let want = if self.rules.receiver_probe {
-                rec.deadline(&self.cfg)
-            } else {
-                None
-            };
-            self.timers.arm(&mut rec.armed, want, Side::Receiver, peer);
-        }
-    }
-
-    fn is_current(&self, t: Instant, side: Side, peer: NodeId) -> bool {
-        match side {
-            Side::Sender => self.senders.get(&peer).is_some_and(|r| r.armed == Some(t)),
-            Side::Receiver => self
-                .receivers
-                .get(&peer)
-                .is_some_and(|r| r.armed == Some(t)),
-        }
-    }
-
-    /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
-    /// called, if any. May be early (then the call does nothing); never late.
-    pub fn poll_timeout(&mut self) -> Option<Instant> {
-        while let Some((t, side, peer)) = self.timers.peek() {
-            if self.is_current(t, side, peer) {
-                return Some(t);
-            }
-            self.timers.pop();
-        }
-        None
-    }
-
-    /// Input: time has reached `now`; runs every timer that is due.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        // Take every due entry first, so a record is handled at most once per call.
-        let mut due = std::mem::take(&mut self.due_scratch);
-        while let Some((t, side, peer)) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            if self.is_current(t, side, peer) {
-                due.push((side, peer));
-            }
-        }
-        for &(side, peer) in &due {
-            match side {
-                Side::Sender => {
-                    if let Some(rec) = self.senders.get_mut(&peer) {
-                        rec.armed = None;
-                    }
-                    self.sender_timeout(now, peer);
-                    let j = self.next_jitter();
-                    if let Some(rec) = self.senders.get_mut(&peer) {
-                        rec.jitter = j;
-                    }
-                    self.rearm_sender(peer);
-                }
-                Side::Receiver => {
-                    if let Some(rec) = self.receivers.get_mut(&peer) {
-                        rec.armed = None;
-                    }
-                    self.receiver_timeout(now, peer);
-                    let j = self.next_jitter();
-                    if let Some(rec) = self.receivers.get_mut(&peer) {
-                        rec.jitter = j;
-                    }
-                    self.rearm_receiver(peer);
-                }
-            }
-        }
-        due.clear();
-        self.due_scratch = due;
-    }
-
-    /// Retransmission, REQSLOTS re-send and idle discard of the S record for `peer`.
-    fn sender_timeout(&mut self, now: Instant, peer: NodeId) {
-        let cfg = &self.cfg;
-        let Some(rec) = self.senders.get_mut(&peer) else {
-            return;
-        };
-        let mut wake = rec.expire_tokens(now, cfg) > 0;
-        if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
-            if !rec.req_due && sent + rec.rto(cfg) <= now {
-                // Ask again, for at least as much as before (the receiver grants the union).
-                let want = rec
-                    .wanted_slots(cfg)
-                    .max(asked)
-                    .min(self.hw.saturating_sub(rec.sck));
-                rec.req_n = Some(want.max(asked));
-                rec.req_due = true;
-                rec.req_retransmitted = true;
-                rec.rtt.on_timeout();
-                self.stats.reqslots_retransmissions += 1;
-                wake = true;
-            }
-        }
-        let idle_expired = rec
-            .idle_since
-            .is_some_and(|t| rec.is_quiet() && t + cfg.idle_timeout <= now);
-        if idle_expired {
-            // Line 45-47: waive every slot, keep the clock past this record's, forget it.
-            let sck = rec.sck;
-            self.senders.remove(&peer);
-            self.clock_waiters.retain(|p| *p != peer);
-            self.ck = self.ck.max(sck);
-            self.stats.idle_discards += 1;
-            if !self.outbox.waive(peer, sck, self.outbox_cap()) {
-                self.stats.rejects.outbox_full += 1;
-            }
-            return;
-        }
-        if wake {
-            self.outbox.wake(peer, usize::MAX);
-        }
-    }
-
-    /// The slow probe of the R record for `peer`.
-    fn receiver_timeout(&mut self, now: Instant, peer: NodeId) {
-        let cap = self.outbox_cap();
-        let Some(rec) = self.receivers.get_mut(&peer) else {
-            return;
-        };
-        if rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
-            rec.probed(now);
-            self.stats.probes += 1;
-            if !self.outbox.probe(peer, rec.sck, rec.rck, cap) {
-                self.stats.rejects.outbox_full += 1;
-            }
-        }
-    }
-
-    // ----- outputs ---------------------------------------------------------------------
-
-    /// Output: an event for the application, if any.
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
-    }
-
-    /// Output: appends the next datagram to `buf` and says where it goes, or returns `None`
-    /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
-    /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to `max_datagram_size`.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
-        while let Some(peer) = self.outbox.ready.pop_front() {
-            let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
-            let start = buf.len();
-            let limit = start + self.cfg.max_datagram_size;
-            Header {
-                src: self.id,
-                dst: peer,
-            }
-            .encode(buf);
-            let header_end = buf.len();
-            let room = |buf: &Vec<u8>| limit - buf.len();
-
-            for (r, set) in &mut out.acks {
-                while !set.is_empty() {
-                    let k = put_ack(buf, *r, set.ranges(), room(buf));
-                    if k == 0 {
-                        break;
-                    }
-                    set.pop_front_ranges(k);
-                    self.stats.frames_out.ack += 1;
-                }
-            }
-            out.acks.retain(|(_, set)| !set.is_empty());
-            if let Some((s, r, n)) = out.grant {
-                if slots_len(s, r, n) <= room(buf) {
-                    put_slots(buf, s, r, n);
-                    self.stats.frames_out.slots += 1;
-                    out.grant = None;
-                }
-            }
-            if let Some((s, r)) = out.probe {
-                if slots_len(s, r, 0) <= room(buf) {
-                    put_slots(buf, s, r, 0);
-                    self.stats.frames_out.slots += 1;
-                    out.probe = None;
-                }
-            }
-            if let Some(s) = out.waive {
-                if reqslots_len(s, 0, s) <= room(buf) {
-                    put_reqslots(buf, s, 0, s);
-                    self.stats.frames_out.reqslots += 1;
-                    out.waive = None;
-                }
-            }
-            let sender_left = self.write_sender_frames(now, peer, buf, limit);
-            if !out.is_empty() || sender_left {
-                self.outbox.peers.insert(peer, out);
-                self.outbox.ready.push_back(peer);
-            }
-            if buf.len() == header_end {
-                buf.truncate(start);
-                if sender_left {
-                    // Cannot happen (a token always fits in an empty datagram); never spin.
-                    debug_assert!(false, "nothing fit in an empty datagram");
-                    self.outbox.peers.remove(&peer);
-                    self.outbox.ready.retain(|p| *p != peer);
-                }
-                continue;
-            }
-            let size = buf.len() - start;
-            self.stats.datagrams_out += 1;
-            self.stats.bytes_out += size as u64;
-            return Some(Transmit {
-                destination: peer,
-                size,
-            });
-        }
-        None
-    }
-
-    /// Writes the S record's REQSLOTS and TOKENs for `peer`. Returns whether more remain.
-    fn write_sender_frames(
-        &mut self,
-        now: Instant,
-        peer: NodeId,
-        buf: &mut Vec<u8>,
-        limit: usize,
-    ) -> bool {
-        let cfg = &self.cfg;
-        let Some(rec) = self.senders.get_mut(&peer) else {
-            return false;
-        };
-        if rec.req_due {
-            let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
-            if reqslots_len(s, n, l) <= limit - buf.len() {
-                put_reqslots(buf, s, n, l);
-                self.stats.frames_out.reqslots += 1;
-                rec.req_due = false;
-                rec.req_sent_at = Some(now);
-                rec.frontier_override = None;
-            }
-        }
-        let keep_own = self.rules.token_keeps_incarnation;
-        let mut wrote = false;
-        while let Some(&s) = rec.to_send.front() {
-            let Some(tok) = rec.tokens.get_mut(&s) else {
-                rec.to_send.pop_front();
-                continue;
-            };
-            let r = if keep_own {
-                tok.rck
-            } else {
-                rec.rck.unwrap_or(tok.rck)
-            };
-            if token_len(s, r, tok.payload.len()) > limit - buf.len() {
-                break;
-            }
-            put_token(buf, s, r, &tok.payload);
-            if tok.sends > 0 {
-                self.stats.retransmissions += 1;
-            }
-            tok.sends = tok.sends.saturating_add(1);
-            tok.sent_at = Some(now);
-            tok.queued = false;
-            rec.to_send.pop_front();
-            self.stats.frames_out.token += 1;
-            wrote = true;
-        }
-        if wrote {
-            let expiry = now + rec.rto(cfg);
-            rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
-        }
-        let left = rec.req_due || !rec.to_send.is_empty();
-        let want = rec.deadline(cfg);
-        self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
-        left
     }
 }

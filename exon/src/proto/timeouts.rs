@@ -1,0 +1,149 @@
+//! Timers of the node: the timer queue's entries per record, retransmission, REQSLOTS
+//! re-send, idle discard of sender records, and the receiver's slow probe.
+
+use std::time::Instant;
+
+use super::timer::Side;
+use super::{Node, NodeId};
+
+impl Node {
+    pub(super) fn rearm_sender(&mut self, peer: NodeId) {
+        if let Some(rec) = self.senders.get_mut(&peer) {
+            let want = rec.deadline(&self.cfg);
+            self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
+        }
+    }
+
+    pub(super) fn rearm_receiver(&mut self, peer: NodeId) {
+        if let Some(rec) = self.receivers.get_mut(&peer) {
+            let want = if self.rules.receiver_probe {
+                rec.deadline(&self.cfg)
+            } else {
+                None
+            };
+            self.timers.arm(&mut rec.armed, want, Side::Receiver, peer);
+        }
+    }
+
+    fn is_current(&self, t: Instant, side: Side, peer: NodeId) -> bool {
+        match side {
+            Side::Sender => self.senders.get(&peer).is_some_and(|r| r.armed == Some(t)),
+            Side::Receiver => self
+                .receivers
+                .get(&peer)
+                .is_some_and(|r| r.armed == Some(t)),
+        }
+    }
+
+    /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
+    /// called, if any. May be early (then the call does nothing); never late.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some((t, side, peer)) = self.timers.peek() {
+            if self.is_current(t, side, peer) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    /// Input: time has reached `now`; runs every timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Take every due entry first, so a record is handled at most once per call.
+        let mut due = std::mem::take(&mut self.due_scratch);
+        while let Some((t, side, peer)) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if self.is_current(t, side, peer) {
+                due.push((side, peer));
+            }
+        }
+        for &(side, peer) in &due {
+            match side {
+                Side::Sender => {
+                    if let Some(rec) = self.senders.get_mut(&peer) {
+                        rec.armed = None;
+                    }
+                    self.sender_timeout(now, peer);
+                    let j = self.next_jitter();
+                    if let Some(rec) = self.senders.get_mut(&peer) {
+                        rec.jitter = j;
+                    }
+                    self.rearm_sender(peer);
+                }
+                Side::Receiver => {
+                    if let Some(rec) = self.receivers.get_mut(&peer) {
+                        rec.armed = None;
+                    }
+                    self.receiver_timeout(now, peer);
+                    let j = self.next_jitter();
+                    if let Some(rec) = self.receivers.get_mut(&peer) {
+                        rec.jitter = j;
+                    }
+                    self.rearm_receiver(peer);
+                }
+            }
+        }
+        due.clear();
+        self.due_scratch = due;
+    }
+
+    /// Retransmission, REQSLOTS re-send and idle discard of the S record for `peer`.
+    fn sender_timeout(&mut self, now: Instant, peer: NodeId) {
+        let cfg = &self.cfg;
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return;
+        };
+        let mut wake = rec.expire_tokens(now, cfg) > 0;
+        if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
+            if !rec.req_due && sent + rec.rto(cfg) <= now {
+                // Ask again, for at least as much as before (the receiver grants the union).
+                let want = rec
+                    .wanted_slots(cfg)
+                    .max(asked)
+                    .min(self.hw.saturating_sub(rec.sck));
+                rec.req_n = Some(want.max(asked));
+                rec.req_due = true;
+                rec.req_retransmitted = true;
+                rec.rtt.on_timeout();
+                self.stats.reqslots_retransmissions += 1;
+                wake = true;
+            }
+        }
+        let idle_expired = rec
+            .idle_since
+            .is_some_and(|t| rec.is_quiet() && t + cfg.idle_timeout <= now);
+        if idle_expired {
+            // Line 45-47: waive every slot, keep the clock past this record's, forget it.
+            let sck = rec.sck;
+            self.senders.remove(&peer);
+            self.clock_waiters.retain(|p| *p != peer);
+            self.ck = self.ck.max(sck);
+            self.stats.idle_discards += 1;
+            if !self.outbox.waive(peer, sck, self.outbox_cap()) {
+                self.stats.rejects.outbox_full += 1;
+            }
+            return;
+        }
+        if wake {
+            self.outbox.wake(peer, usize::MAX);
+        }
+    }
+
+    /// The slow probe of the R record for `peer`.
+    fn receiver_timeout(&mut self, now: Instant, peer: NodeId) {
+        let cap = self.outbox_cap();
+        let Some(rec) = self.receivers.get_mut(&peer) else {
+            return;
+        };
+        if rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
+            rec.probed(now);
+            self.stats.probes += 1;
+            if !self.outbox.probe(peer, rec.sck, rec.rck, cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Assembling datagrams: `poll_transmit` packs everything owed to one peer (ACKs, SLOTS,
+//! waivers, REQSLOTS, TOKENs) into one datagram, serving peers round-robin.
+
+use std::time::Instant;
+
+use super::frame::{
+    put_ack, put_reqslots, put_slots, put_token, reqslots_len, slots_len, token_len, Header,
+};
+use super::timer::Side;
+use super::{Event, Node, NodeId, Transmit};
+
+impl Node {
+    /// Output: an event for the application, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Output: appends the next datagram to `buf` and says where it goes, or returns `None`
+    /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
+    /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to `max_datagram_size`.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        while let Some(peer) = self.outbox.ready.pop_front() {
+            let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
+            let start = buf.len();
+            let limit = start + self.cfg.max_datagram_size;
+            Header {
+                src: self.id,
+                dst: peer,
+            }
+            .encode(buf);
+            let header_end = buf.len();
+            let room = |buf: &Vec<u8>| limit - buf.len();
+
+            for (r, set) in &mut out.acks {
+                while !set.is_empty() {
+                    let k = put_ack(buf, *r, set.ranges(), room(buf));
+                    if k == 0 {
+                        break;
+                    }
+                    set.pop_front_ranges(k);
+                    self.stats.frames_out.ack += 1;
+                }
+            }
+            out.acks.retain(|(_, set)| !set.is_empty());
+            if let Some((s, r, n)) = out.grant {
+                if slots_len(s, r, n) <= room(buf) {
+                    put_slots(buf, s, r, n);
+                    self.stats.frames_out.slots += 1;
+                    out.grant = None;
+                }
+            }
+            if let Some((s, r)) = out.probe {
+                if slots_len(s, r, 0) <= room(buf) {
+                    put_slots(buf, s, r, 0);
+                    self.stats.frames_out.slots += 1;
+                    out.probe = None;
+                }
+            }
+            if let Some(s) = out.waive {
+                if reqslots_len(s, 0, s) <= room(buf) {
+                    put_reqslots(buf, s, 0, s);
+                    self.stats.frames_out.reqslots += 1;
+                    out.waive = None;
+                }
+            }
+            let sender_left = self.write_sender_frames(now, peer, buf, limit);
+            if !out.is_empty() || sender_left {
+                self.outbox.peers.insert(peer, out);
+                self.outbox.ready.push_back(peer);
+            }
+            if buf.len() == header_end {
+                buf.truncate(start);
+                if sender_left {
+                    // Cannot happen (a token always fits in an empty datagram); never spin.
+                    debug_assert!(false, "nothing fit in an empty datagram");
+                    self.outbox.peers.remove(&peer);
+                    self.outbox.ready.retain(|p| *p != peer);
+                }
+                continue;
+            }
+            let size = buf.len() - start;
+            self.stats.datagrams_out += 1;
+            self.stats.bytes_out += size as u64;
+            return Some(Transmit {
+                destination: peer,
+                size,
+            });
+        }
+        None
+    }
+
+    /// Writes the S record's REQSLOTS and TOKENs for `peer`. Returns whether more remain.
+    fn write_sender_frames(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        buf: &mut Vec<u8>,
+        limit: usize,
+    ) -> bool {
+        let cfg = &self.cfg;
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return false;
+        };
+        if rec.req_due {
+            let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
+            if reqslots_len(s, n, l) <= limit - buf.len() {
+                put_reqslots(buf, s, n, l);
+                self.stats.frames_out.reqslots += 1;
+                rec.req_due = false;
+                rec.req_sent_at = Some(now);
+                rec.frontier_override = None;
+            }
+        }
+        let keep_own = self.rules.token_keeps_incarnation;
+        let mut wrote = false;
+        while let Some(&s) = rec.to_send.front() {
+            let Some(tok) = rec.tokens.get_mut(&s) else {
+                rec.to_send.pop_front();
+                continue;
+            };
+            let r = if keep_own {
+                tok.rck
+            } else {
+                rec.rck.unwrap_or(tok.rck)
+            };
+            if token_len(s, r, tok.payload.len()) > limit - buf.len() {
+                break;
+            }
+            put_token(buf, s, r, &tok.payload);
+            if tok.sends > 0 {
+                self.stats.retransmissions += 1;
+            }
+            tok.sends = tok.sends.saturating_add(1);
+            tok.sent_at = Some(now);
+            tok.queued = false;
+            rec.to_send.pop_front();
+            self.stats.frames_out.token += 1;
+            wrote = true;
+        }
+        if wrote {
+            let expiry = now + rec.rto(cfg);
+            rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
+        }
+        let left = rec.req_due || !rec.to_send.is_empty();
+        let want = rec.deadline(cfg);
+        self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
+        left
+    }
+}
