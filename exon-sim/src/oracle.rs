@@ -200,11 +200,7 @@ impl Oracle {
             );
             return None;
         };
-        let Some(r) = self
-            .msgs
-            .get_mut(key.sender as usize)
-            .and_then(|v| v.get_mut(key.seq as usize))
-        else {
+        let Some(r) = rec_in(&mut self.msgs, key) else {
             self.violate(
                 ViolationKind::NeverSent,
                 Some(key),
@@ -247,11 +243,7 @@ impl Oracle {
     /// came from a receiver incarnation that a restart destroyed (its slots were lost, so a
     /// token made for them is acknowledged without delivery).
     pub fn on_acked(&mut self, key: MsgKey, now: u64, excused: bool) {
-        let Some(r) = self
-            .msgs
-            .get_mut(key.sender as usize)
-            .and_then(|v| v.get_mut(key.seq as usize))
-        else {
+        let Some(r) = rec_in(&mut self.msgs, key) else {
             self.violate(
                 ViolationKind::NeverSent,
                 Some(key),
@@ -324,6 +316,13 @@ impl Oracle {
             self.violate(kind, Some(key), now, "after quiescence".into());
         }
     }
+}
+
+/// The record of `key` in `msgs` (a free function so that callers keep borrowing the
+/// oracle's other fields).
+fn rec_in(msgs: &mut [Vec<Rec>], key: MsgKey) -> Option<&mut Rec> {
+    msgs.get_mut(key.sender as usize)?
+        .get_mut(usize::try_from(key.seq).ok()?)
 }
 
 #[cfg(test)]
