@@ -565,7 +565,6 @@ impl Node {
                 rec.rck.unwrap_or(tok.rck)
             };
             if tok_rck != r {
-                self.stats.stale_acks += 1;
                 continue;
             }
             let Some(tok) = rec.tokens.remove(&s) else {

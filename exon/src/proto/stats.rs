@@ -176,7 +176,8 @@ pub struct Stats {
     pub duplicates_dropped: u64,
     /// SLOTS frames ignored because they answered an older request.
     pub stale_slots: u64,
-    /// ACKed slots that matched no token (duplicate or stale acknowledgements).
+    /// ACK ranges that removed no token (duplicate or stale acknowledgements, or ACKs for
+    /// a destination with no sender record), one count per range.
     pub stale_acks: u64,
     /// Receiver records created (each is a new incarnation).
     pub incarnations: u64,
