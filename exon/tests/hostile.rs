@@ -169,6 +169,11 @@ fn tokens_and_acks_for_things_that_never_existed() {
         1,
         "ACK of another incarnation removes nothing"
     );
+    assert_eq!(
+        n.stats().stale_acks,
+        2,
+        "one count per range that removed nothing"
+    );
     n.handle_datagram(t, dgram(PEER, vec![Frame::Ack { r: 3, ranges: r }]));
     assert_eq!(n.tokens_in_flight(), 0);
 }
