@@ -17,11 +17,14 @@ pub enum ViolationKind {
     Misdelivered,
     /// The sender was told a message was delivered that was not.
     AckWithoutDelivery,
-    /// The sender was told twice.
+    /// The sender was told twice (acknowledged or in doubt).
     DoubleAck,
+    /// The sender was told a message is in doubt although its receiver never restarted.
+    UnexplainedDoubt,
     /// After healing and quiescence, a message was never delivered.
     Lost,
-    /// After healing and quiescence, the sender never saw the acknowledgement.
+    /// After healing and quiescence, a live sender was never told the message's fate
+    /// (neither acknowledged nor in doubt).
     NotAcknowledged,
     /// After quiescence a node still holds records, or events were still pending.
     NotIdle,
@@ -60,8 +63,12 @@ struct Rec {
     to: u32,
     deliveries: u32,
     acked: bool,
-    /// Its sender or receiver restarted before it was acknowledged or delivered.
-    at_risk: bool,
+    /// Its sender was told it is in doubt.
+    doubted: bool,
+    /// Its sender restarted before it was settled: the obligation died with the process.
+    sender_restarted: bool,
+    /// Its receiver restarted before it was settled: it may end in doubt.
+    receiver_restarted: bool,
     sent_at: u64,
     delivered_at: u64,
     acked_at: u64,
@@ -79,11 +86,11 @@ pub struct Oracle {
     pub duplicates: u64,
     /// Acknowledgements seen by senders.
     pub acked: u64,
-    /// Messages not delivered because their sender or receiver restarted (reported, not
-    /// counted as violations), known at the end.
+    /// Messages reported in doubt to their senders (their receiver restarted).
+    pub in_doubt: u64,
+    /// Messages not delivered because their sender restarted, or reported in doubt and not
+    /// delivered (reported, not violations), known at the end.
     pub lost_by_restart: u64,
-    /// Messages acknowledged without delivery after a restart of their receiver.
-    pub acked_lost_by_restart: u64,
     /// Messages never delivered although no restart excuses them, known at the end.
     pub lost: u64,
 }
@@ -147,14 +154,24 @@ impl Oracle {
             }
         };
         format!(
-            " [node{} -> node{}: submitted {}, delivered {}x (first {}), acked {}{}]",
+            " [node{} -> node{}: submitted {}, delivered {}x (first {}), {} {}{}{}]",
             k.sender,
             r.to,
             t(r.sent_at),
             r.deliveries,
             t(r.delivered_at),
+            if r.doubted { "in doubt" } else { "acked" },
             t(r.acked_at),
-            if r.at_risk { ", hit by a restart" } else { "" }
+            if r.sender_restarted {
+                ", sender restarted"
+            } else {
+                ""
+            },
+            if r.receiver_restarted {
+                ", receiver restarted"
+            } else {
+                ""
+            },
         )
     }
 
@@ -175,7 +192,9 @@ impl Oracle {
             to: to as u32,
             deliveries: 0,
             acked: false,
-            at_risk: false,
+            doubted: false,
+            sender_restarted: false,
+            receiver_restarted: false,
             sent_at: now,
             delivered_at: NONE,
             acked_at: NONE,
@@ -239,53 +258,80 @@ impl Oracle {
         self.rec(key).is_some_and(|r| r.deliveries > 0)
     }
 
-    /// Checks the acknowledgement of `key` seen by its sender. `excused`: the acknowledgement
-    /// came from a receiver incarnation that a restart destroyed (its slots were lost, so a
-    /// token made for them is acknowledged without delivery).
-    pub fn on_acked(&mut self, key: MsgKey, now: u64, excused: bool) {
-        let Some(r) = rec_in(&mut self.msgs, key) else {
-            self.violate(
-                ViolationKind::NeverSent,
-                Some(key),
-                now,
-                "acknowledged, never submitted".into(),
-            );
+    /// Checks the acknowledgement of `key` seen by its sender: it must have been delivered,
+    /// whatever restarted.
+    pub fn on_acked(&mut self, key: MsgKey, now: u64) {
+        let Some(r) = self.settle(key, now, "acknowledged") else {
             return;
         };
-        if r.acked {
-            self.violate(
-                ViolationKind::DoubleAck,
-                Some(key),
-                now,
-                "acknowledged twice".into(),
-            );
-            return;
-        }
         r.acked = true;
         r.acked_at = now;
+        let delivered = r.deliveries > 0;
         self.acked += 1;
-        if r.deliveries == 0 {
-            if r.at_risk || excused {
-                r.at_risk = true;
-                self.acked_lost_by_restart += 1;
-            } else {
-                self.violate(
-                    ViolationKind::AckWithoutDelivery,
-                    Some(key),
-                    now,
-                    "acknowledged but never delivered".into(),
-                );
-            }
+        if !delivered {
+            self.violate(
+                ViolationKind::AckWithoutDelivery,
+                Some(key),
+                now,
+                "acknowledged but never delivered".into(),
+            );
         }
     }
 
-    /// `node` restarted: its unacknowledged messages, and the undelivered messages to it,
-    /// may be lost without a violation.
+    /// Checks that `key` was reported in doubt only after its receiver restarted.
+    pub fn on_in_doubt(&mut self, key: MsgKey, now: u64) {
+        let Some(r) = self.settle(key, now, "in doubt") else {
+            return;
+        };
+        r.doubted = true;
+        r.acked_at = now;
+        let explained = r.receiver_restarted;
+        self.in_doubt += 1;
+        if !explained {
+            self.violate(
+                ViolationKind::UnexplainedDoubt,
+                Some(key),
+                now,
+                "in doubt, but its receiver never restarted".into(),
+            );
+        }
+    }
+
+    /// The record of `key` about to be settled, or `None` (and a violation) if it was never
+    /// submitted or was settled already.
+    fn settle(&mut self, key: MsgKey, now: u64, what: &str) -> Option<&mut Rec> {
+        let settled = match rec_in(&mut self.msgs, key) {
+            None => None,
+            Some(r) => Some(r.acked || r.doubted),
+        };
+        match settled {
+            None => self.violate(
+                ViolationKind::NeverSent,
+                Some(key),
+                now,
+                format!("{what}, never submitted"),
+            ),
+            Some(true) => self.violate(
+                ViolationKind::DoubleAck,
+                Some(key),
+                now,
+                format!("{what}, after it was settled already"),
+            ),
+            Some(false) => return rec_in(&mut self.msgs, key),
+        }
+        None
+    }
+
+    /// `node` restarted: its unsettled messages may be lost without a violation, and the
+    /// unsettled messages to it may end in doubt.
     pub fn on_restart(&mut self, node: usize) {
         for (s, v) in self.msgs.iter_mut().enumerate() {
-            for r in v.iter_mut() {
-                if (s == node && !r.acked) || (r.to as usize == node && r.deliveries == 0) {
-                    r.at_risk = true;
+            for r in v.iter_mut().filter(|r| !r.acked && !r.doubted) {
+                if s == node {
+                    r.sender_restarted = true;
+                }
+                if r.to as usize == node {
+                    r.receiver_restarted = true;
                 }
             }
         }
@@ -300,14 +346,13 @@ impl Oracle {
                     sender: s as u32,
                     seq: seq as u64,
                 };
-                if r.deliveries == 0 {
-                    if r.at_risk {
-                        self.lost_by_restart += 1;
-                    } else {
-                        self.lost += 1;
-                        bad.push((ViolationKind::Lost, key));
-                    }
-                } else if !r.acked && !r.at_risk {
+                let settled = r.acked || r.doubted;
+                if r.deliveries == 0 && (r.doubted || (r.sender_restarted && !settled)) {
+                    self.lost_by_restart += 1;
+                } else if r.deliveries == 0 {
+                    self.lost += 1;
+                    bad.push((ViolationKind::Lost, key));
+                } else if !settled && !r.sender_restarted {
                     bad.push((ViolationKind::NotAcknowledged, key));
                 }
             }
@@ -345,7 +390,7 @@ mod tests {
         let mut o = Oracle::new(2);
         let k = o.on_submit(0, 1, 0);
         assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
-        o.on_acked(k, 10, false);
+        o.on_acked(k, 10);
         o.finish(20);
         assert_eq!(o.violation_count(), 0);
         assert_eq!((o.delivered, o.acked, o.lost), (1, 1, 0));
@@ -362,9 +407,10 @@ mod tests {
         o.on_delivered(1, 0, &payload(never), 3);
         let k2 = o.on_submit(0, 1, 0);
         o.on_delivered(2, 0, &payload(k2), 3);
-        o.on_acked(k2, 4, false);
-        o.on_acked(k, 5, false);
-        o.on_acked(k, 6, false);
+        o.on_acked(k2, 4);
+        o.on_acked(k, 5);
+        o.on_acked(k, 6);
+        o.on_in_doubt(k, 7);
         let k3 = o.on_submit(1, 0, 0);
         o.finish(10);
         assert_eq!(
@@ -375,12 +421,13 @@ mod tests {
                 ViolationKind::Misdelivered,
                 ViolationKind::AckWithoutDelivery,
                 ViolationKind::DoubleAck,
+                ViolationKind::DoubleAck,
                 ViolationKind::Lost,
                 ViolationKind::Lost,
             ]
         );
         assert!(o.violations()[0].detail.contains("delivered 2x"));
-        assert_eq!(o.violations()[6].key, Some(k3));
+        assert_eq!(o.violations()[7].key, Some(k3));
     }
 
     #[test]
@@ -388,14 +435,45 @@ mod tests {
         let mut o = Oracle::new(2);
         let a = o.on_submit(0, 1, 0);
         let b = o.on_submit(0, 1, 0);
+        let d = o.on_submit(1, 0, 0);
         o.on_restart(1);
         let c = o.on_submit(0, 1, 0);
-        o.on_acked(a, 5, false);
-        o.on_acked(c, 6, true);
+        o.on_in_doubt(a, 5);
         o.on_delivered(1, 0, &payload(b), 7);
+        o.on_in_doubt(b, 8);
+        o.on_delivered(1, 0, &payload(c), 9);
+        o.on_acked(c, 9);
         o.finish(10);
         assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
+        // a: in doubt, never delivered; d: its sender restarted before it was settled.
         assert_eq!(o.lost_by_restart, 2);
-        assert_eq!(o.acked_lost_by_restart, 2);
+        assert_eq!(o.in_doubt, 2);
+        let _ = d;
+    }
+
+    #[test]
+    fn restarts_excuse_nothing_else() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_restart(1);
+        let c = o.on_submit(0, 1, 0);
+        // Acknowledged without delivery: a violation even after the receiver restarted.
+        o.on_acked(a, 5);
+        // In doubt although submitted after the restart.
+        o.on_in_doubt(c, 6);
+        // b: never settled while its sender lives.
+        o.finish(10);
+        assert_eq!(
+            kinds(&o),
+            [
+                ViolationKind::AckWithoutDelivery,
+                ViolationKind::UnexplainedDoubt,
+                ViolationKind::Lost,
+                ViolationKind::Lost,
+            ]
+        );
+        assert_eq!(o.violations()[2].key, Some(a));
+        assert_eq!(o.violations()[3].key, Some(b));
     }
 }

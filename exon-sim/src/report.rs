@@ -21,13 +21,14 @@ pub struct Report {
     pub duplicates: u64,
     /// Messages never delivered with no restart to excuse them (each one is a violation).
     pub lost: u64,
-    /// Messages never delivered because their sender or receiver restarted.
+    /// Messages never delivered because their sender restarted, or reported in doubt to
+    /// their sender after their receiver restarted.
     pub lost_by_restart: u64,
-    /// Acknowledgements seen by senders.
+    /// Acknowledgements seen by senders (each of a delivered message).
     pub acked: u64,
-    /// Of those, acknowledgements of messages lost by a restart of their receiver (a token
-    /// for a destroyed incarnation is acknowledged without delivery, rule 4).
-    pub acked_lost_by_restart: u64,
+    /// Messages reported in doubt to their senders (their receiver restarted and lost the
+    /// incarnation they were sent under; delivered at most once).
+    pub in_doubt: u64,
     /// Number of violations (only the first ones are kept in `violations`).
     pub violation_count: u64,
     /// The first violations, with a trace of the message involved.
@@ -64,7 +65,7 @@ impl Report {
             lost: o.lost,
             lost_by_restart: o.lost_by_restart,
             acked: o.acked,
-            acked_lost_by_restart: o.acked_lost_by_restart,
+            in_doubt: o.in_doubt,
             violation_count: o.violation_count(),
             violations: o.violations().to_vec(),
             idle_nodes,
@@ -111,7 +112,7 @@ impl fmt::Display for Report {
         write!(
             f,
             "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
-             acked={} acked_lost_by_restart={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
+             acked={} in_doubt={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
              link_drops={} link_dups={} retransmissions={} virtual_s={:.3}",
             self.seed,
             self.nodes,
@@ -121,7 +122,7 @@ impl fmt::Display for Report {
             self.lost,
             self.lost_by_restart,
             self.acked,
-            self.acked_lost_by_restart,
+            self.in_doubt,
             self.violation_count,
             self.idle_nodes,
             self.restarts,

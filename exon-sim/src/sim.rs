@@ -96,8 +96,6 @@ pub struct Sim {
     app_events: Vec<Event>,
     plan: Vec<usize>,
     stopped: bool,
-    /// The datagram being handled, to explain acknowledgements.
-    input: Option<Bytes>,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -135,7 +133,6 @@ impl Sim {
             app_events: Vec::new(),
             plan: Vec::new(),
             stopped: false,
-            input: None,
             sc,
         };
         for i in 0..n {
@@ -292,29 +289,8 @@ impl Sim {
             self.dropped_at_host += 1;
             return;
         };
-        node.handle_datagram(now, data.clone());
-        self.input = Some(data);
+        node.handle_datagram(now, data);
         self.drain(to);
-        self.input = None;
-    }
-
-    /// Whether the datagram being handled acknowledges tokens for a receiver incarnation of
-    /// `peer` that a restart destroyed. (An ACK frame does not say which message it covers,
-    /// so any such frame in the datagram excuses it: the message is counted as lost by the
-    /// restart, not hidden.)
-    fn ack_from_dead_incarnation(&self, peer: usize) -> bool {
-        let h = &self.hosts[peer];
-        let Some(data) = self.input.as_ref().filter(|_| h.restarts > 0) else {
-            return false;
-        };
-        let Ok(p) = exon::proto::Packet::decode(data) else {
-            return false;
-        };
-        let mut acks = p.frames.iter().filter_map(|f| match f {
-            exon::proto::Frame::Ack { r, .. } => Some(*r),
-            _ => None,
-        });
-        acks.any(|r| r < h.boot_clock)
     }
 
     fn on_timer(&mut self, i: usize, t: u64) {
@@ -410,10 +386,18 @@ impl Sim {
                     sender: i as u32,
                     seq,
                 };
-                let excused = !self.oracle.is_delivered(key)
-                    && self.ack_from_dead_incarnation(to.get() as usize - 1);
-                self.oracle.on_acked(key, self.now, excused);
+                let _ = to;
+                self.oracle.on_acked(key, self.now);
             }
+            Event::InDoubt { id, .. } => {
+                let seq = self.hosts[i].msg_keys[id.0 as usize];
+                let key = MsgKey {
+                    sender: i as u32,
+                    seq,
+                };
+                self.oracle.on_in_doubt(key, self.now);
+            }
+            _ => {}
         }
     }
 

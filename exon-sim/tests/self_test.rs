@@ -228,3 +228,14 @@ fn rule8_restart_losing_the_clock_duplicates() {
     });
     assert!(found.is_some(), "no seed showed a duplicate delivery");
 }
+
+#[test]
+fn restart_doubt_lost_incarnations() {
+    // Without DOUBT, a restarted receiver acknowledges tokens for the incarnations it lost
+    // (rule 4): messages acknowledged and never delivered.
+    self_test(
+        |seed| restarts(lossy(seed), true),
+        |r| r.doubt_lost_incarnations = false,
+        &[ViolationKind::AckWithoutDelivery],
+    );
+}

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::endpoint::{DatagramSocket, Endpoint, EndpointConfig, Error, FileStore, Message};
+use exon::endpoint::{
+    DatagramSocket, Endpoint, EndpointConfig, Error, FileStore, Message, ReceiptError,
+};
 use exon::proto::{Config, SendError};
 use exon::NodeId;
 use tokio::net::UdpSocket;
@@ -245,10 +247,11 @@ async fn peer_moving_mid_stream_is_followed() {
         .is_clean());
 }
 
-/// A receiver restarted on its clock store never delivers twice, and the stream resumes.
-/// Messages whose tokens were in flight to the old incarnation are acknowledged by the new
-/// one without delivery (its slots died with it): Exon keeps at-most-once across a crash,
-/// not at-least-once for what was in flight.
+/// A receiver restarted on its clock store never delivers twice, never acknowledges a
+/// message it did not deliver, and the stream resumes. Messages whose tokens were in flight
+/// to the old incarnation come back to their sender as in doubt (`ReceiptError::InDoubt`):
+/// the receiver cannot know whether it delivered them before the crash. Every other
+/// message is acknowledged and delivered exactly once.
 #[tokio::test]
 async fn restart_on_file_store_keeps_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,16 +268,19 @@ async fn restart_on_file_store_keeps_exactly_once() {
     let mut b = start().await.unwrap();
     a.add_peer(B, b.local_addr());
     b.add_peer(A, a.local_addr());
+    // Sends a range and returns each message's outcome.
     let send_range = |range: std::ops::Range<u32>| {
         let h = a.handle();
         tokio::spawn(async move {
             let mut rs = Vec::new();
             for i in range {
-                rs.push(h.send(B, i.to_be_bytes().to_vec()).await.unwrap());
+                rs.push((i, h.send(B, i.to_be_bytes().to_vec()).await.unwrap()));
             }
-            for r in rs {
-                timeout(LIMIT, r).await.unwrap().unwrap();
+            let mut out = Vec::new();
+            for (i, r) in rs {
+                out.push((i, timeout(LIMIT, r).await.unwrap()));
             }
+            out
         })
     };
     let phase1 = send_range(0..300);
@@ -307,23 +313,39 @@ async fn restart_on_file_store_keeps_exactly_once() {
             );
         }
     });
-    timeout(LIMIT, phase1).await.unwrap().unwrap();
-    // Envelopes of the old incarnation are acknowledged without delivery; once they are
-    // used up, A asks the new incarnation for slots and every message is delivered again.
-    let mut resumed = false;
-    for batch in 3..30u32 {
-        let range = batch * 100..batch * 100 + 100;
-        timeout(LIMIT, send_range(range.clone()))
-            .await
-            .unwrap()
-            .unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if range.clone().all(|i| seen.lock().unwrap().contains(&i)) {
-            resumed = true;
-            break;
+    let outcomes = timeout(LIMIT, phase1).await.unwrap().unwrap();
+    let in_doubt: Vec<u32> = outcomes
+        .iter()
+        .filter(|(_, r)| *r == Err(ReceiptError::InDoubt))
+        .map(|(i, _)| *i)
+        .collect();
+    assert!(
+        outcomes
+            .iter()
+            .all(|(_, r)| r.is_ok() || *r == Err(ReceiptError::InDoubt)),
+        "{outcomes:?}"
+    );
+    // After the first DOUBT, A drops the dead incarnation's envelopes: a new batch goes
+    // through fresh slots, every message acknowledged.
+    let phase2 = timeout(LIMIT, send_range(300..600)).await.unwrap().unwrap();
+    assert!(phase2.iter().all(|(_, r)| r.is_ok()), "{phase2:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen = seen.lock().unwrap().clone();
+    for (i, r) in outcomes.iter().chain(&phase2) {
+        if r.is_ok() {
+            assert!(
+                seen.contains(i),
+                "message {i} acknowledged, never delivered"
+            );
         }
     }
-    assert!(resumed, "the stream never resumed after the restart");
+    assert!(
+        (0..600).all(|i| seen.contains(&i) || in_doubt.contains(&i)),
+        "a message neither delivered nor in doubt"
+    );
+    let stats = a.stats().await.unwrap();
+    assert_eq!(stats.node.in_doubt as usize, in_doubt.len());
+    eprintln!("in doubt: {} of 300, seen {}", in_doubt.len(), seen.len());
     assert!(!reader.is_finished(), "reader failed");
     let after: u64 = std::fs::read_to_string(&path)
         .unwrap()

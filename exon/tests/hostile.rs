@@ -220,8 +220,39 @@ fn slots_nobody_asked_for_are_refused() {
     assert_eq!(n.stats().rejects.clock_jump, 1);
 }
 
-/// 100 000 forged sender ids each ask for slots. Records stay under the cap, memory stays
-/// bounded, and an honest peer with an established stream keeps getting messages through.
+/// Floods `b` with REQSLOTS from `count` distinct forged sender ids, draining its replies
+/// as a driver would (they go nowhere).
+fn forged_flood(b: &mut Node, now: Instant, count: u64, dst: NodeId) {
+    let mut buf = Vec::new();
+    for i in 0..count {
+        let forged = NodeId::new(1_000_000 + i).unwrap();
+        let req = Packet {
+            header: Header { src: forged, dst },
+            frames: vec![Frame::ReqSlots { s: i, n: 64, l: 0 }],
+        };
+        b.handle_datagram(now, req.encode());
+        if i % 1000 == 0 {
+            while b.poll_transmit(now, &mut buf).is_some() {
+                buf.clear();
+            }
+        }
+    }
+    while b.poll_transmit(now, &mut buf).is_some() {
+        buf.clear();
+    }
+}
+
+/// Memory bounds that hold whatever a flood of forged ids did.
+fn assert_flood_bounded(b: &Node, cap: usize) {
+    assert!(b.receiver_records() <= cap);
+    // Slots are ranges, one per record here; every forged record holds 64 slots.
+    assert!(b.slot_ranges_held() <= cap + 4);
+    assert!(b.slots_held() <= cap as u64 * 64 + 8192);
+}
+
+/// 100 000 forged sender ids each ask for slots. Records stay under the cap (the oldest
+/// record nothing was delivered into is evicted to make room), memory stays bounded, and an
+/// honest peer with an established stream keeps getting messages through.
 #[test]
 fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
     let cfg = Config {
@@ -237,33 +268,11 @@ fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
     assert_eq!(p.nodes[pair::B].delivered.len(), 100);
     let now = p.now;
     let b = &mut p.nodes[pair::B].node;
-    for i in 0..100_000u64 {
-        let forged = NodeId::new(1_000_000 + i).unwrap();
-        let req = Packet {
-            header: Header {
-                src: forged,
-                dst: pair::id(pair::B),
-            },
-            frames: vec![Frame::ReqSlots { s: i, n: 64, l: 0 }],
-        };
-        b.handle_datagram(now, req.encode());
-        if i % 1000 == 0 {
-            // Replies are drained as a driver would; they go nowhere.
-            let mut buf = Vec::new();
-            while b.poll_transmit(now, &mut buf).is_some() {
-                buf.clear();
-            }
-        }
-    }
-    assert!(b.receiver_records() <= 1024);
-    assert_eq!(b.stats().rejects.too_many_records, 100_000 - 1023);
-    // Memory: slots are ranges, one per forged record here.
-    assert!(b.slot_ranges_held() <= 1024 + 4);
-    assert!(b.slots_held() <= 1024 * 64 + 8192);
-    let mut buf = Vec::new();
-    while b.poll_transmit(now, &mut buf).is_some() {
-        buf.clear();
-    }
+    forged_flood(b, now, 100_000, pair::id(pair::B));
+    assert_flood_bounded(b, 1024);
+    // The honest record was proven (tokens were delivered into it): never evicted.
+    assert_eq!(b.stats().evictions, 100_000 - 1023);
+    assert_eq!(b.stats().rejects.too_many_records, 0);
     // The honest stream continues.
     for i in 100..1100u32 {
         p.send(pair::A, i.to_be_bytes().to_vec());
@@ -274,6 +283,42 @@ fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
     p.run(Duration::from_secs(2));
     assert_eq!(p.nodes[pair::B].delivered.len(), 1100);
     assert_eq!(p.nodes[pair::A].acked.len(), 1100);
+    assert!(p.nodes[pair::A].in_doubt.is_empty());
+}
+
+/// After a flood that filled every record slot with forged ids, a peer the receiver has
+/// never heard from gets all its messages through: its request evicts a forged record.
+#[test]
+fn new_honest_peer_gets_through_after_a_flood() {
+    let cfg = Config {
+        max_receiver_records: 256,
+        ..pair::test_config()
+    };
+    let mut p = pair::Pair::new(cfg);
+    p.run(Duration::from_millis(1)); // the clock stores confirm
+    let now = p.now;
+    let b = &mut p.nodes[pair::B].node;
+    forged_flood(b, now, 100_000, pair::id(pair::B));
+    assert_eq!(
+        b.receiver_records(),
+        256,
+        "the table is full of forged records"
+    );
+    assert_flood_bounded(b, 256);
+    for i in 0..1000u32 {
+        p.send(pair::A, i.to_be_bytes().to_vec());
+    }
+    p.run(Duration::from_secs(2));
+    let mut got: Vec<u32> = p.nodes[pair::B]
+        .delivered
+        .iter()
+        .map(|m| u32::from_be_bytes(m[..4].try_into().unwrap()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, (0..1000).collect::<Vec<_>>(), "exactly once");
+    assert_eq!(p.nodes[pair::A].acked.len(), 1000);
+    assert!(p.nodes[pair::A].in_doubt.is_empty());
+    assert_eq!(p.nodes[pair::B].node.stats().rejects.too_many_records, 0);
 }
 
 /// Amplification: no datagram sent in reply to a peer's datagram is larger than 3 times the

@@ -4,89 +4,10 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::frame::Header;
-use exon::proto::{AckRanges, Config, Event, Frame, Node, NodeId, Packet};
+use exon::proto::{Config, Frame, Node, NodeId, Packet};
 
-const A: NodeId = NodeId::from_const(1);
-const B: NodeId = NodeId::from_const(2);
-
-/// A node whose clock store confirms at once.
-fn node(id: NodeId, cfg: Config, clock: u64, now: Instant) -> Node {
-    let mut n = Node::new(id, cfg, clock).unwrap();
-    store(&mut n, now);
-    n
-}
-
-fn store(n: &mut Node, now: Instant) {
-    while let Some(hw) = n.poll_clock_store() {
-        n.handle_clock_stored(now, hw);
-    }
-}
-
-/// Every datagram the node has to send now, decoded.
-fn out(n: &mut Node, now: Instant) -> Vec<Packet> {
-    store(n, now);
-    let mut v = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(t) = n.poll_transmit(now, &mut buf) {
-        let data = Bytes::copy_from_slice(&buf[buf.len() - t.size..]);
-        v.push(Packet::decode(&data).unwrap());
-    }
-    v
-}
-
-fn frames(ps: &[Packet]) -> Vec<Frame> {
-    ps.iter().flat_map(|p| p.frames.clone()).collect()
-}
-
-fn feed(n: &mut Node, now: Instant, ps: &[Packet]) {
-    for p in ps {
-        n.handle_datagram(now, p.encode());
-    }
-}
-
-fn packet(src: NodeId, dst: NodeId, frames: Vec<Frame>) -> Packet {
-    Packet {
-        header: Header { src, dst },
-        frames,
-    }
-}
-
-fn delivered(n: &mut Node) -> Vec<Bytes> {
-    let mut v = Vec::new();
-    while let Some(e) = n.poll_event() {
-        if let Event::Delivered { payload, .. } = e {
-            v.push(payload);
-        }
-    }
-    v
-}
-
-fn acked(n: &mut Node) -> usize {
-    let mut c = 0;
-    while let Some(e) = n.poll_event() {
-        if let Event::Acknowledged { .. } = e {
-            c += 1;
-        }
-    }
-    c
-}
-
-fn cfg(target: u64, low: u64, window: u64) -> Config {
-    Config {
-        envelope_target: target,
-        envelope_low: low,
-        window,
-        ..Config::default()
-    }
-}
-
-fn ack(r: u64, s: std::ops::Range<u64>) -> Frame {
-    Frame::Ack {
-        r,
-        ranges: AckRanges::from_ranges(&[s]).unwrap(),
-    }
-}
+mod frames;
+use frames::*;
 
 /// Figure 1 of the paper: node a sends to node b with N = 5 (`n = N + |msg| - |env|`),
 /// requesting again whenever envelopes drop below N, as Algorithm 1 does.
@@ -402,23 +323,39 @@ fn rule6_requests_are_bounded() {
     feed(&mut b, t, &[req(from(0), u64::MAX >> 2, 2, 0)]);
     assert_eq!(b.stats().rejects.slots_overflow, 1);
     assert_eq!(b.receiver_records(), 0);
-    feed(
-        &mut b,
-        t,
-        &[req(from(0), 0, 100, 0), req(from(1), 0, 10, 0)],
-    );
+    // Two records, the cap. from(0) proves itself with a token; from(1) never does.
+    feed(&mut b, t, &[req(from(0), 0, 100, 0)]);
+    let r0 = slots_r(&out(&mut b, t));
+    feed(&mut b, t, &[req(from(1), 0, 10, 0)]);
+    let r1 = slots_r(&out(&mut b, t));
+    let token = |src, s, r| token(src, B, s, r, b"t");
+    feed(&mut b, t, &[token(from(0), 0, r0)]);
+    assert_eq!(delivered(&mut b).len(), 1);
+    let _ = out(&mut b, t);
+    // A third source evicts the unproven record, never the proven one.
     feed(&mut b, t, &[req(from(2), 0, 10, 0)]);
-    assert_eq!(
-        b.receiver_records(),
-        2,
-        "no record beyond the cap, none evicted"
-    );
+    let r2 = slots_r(&out(&mut b, t));
+    assert_eq!(b.receiver_records(), 2, "no record beyond the cap");
+    assert_eq!(b.stats().evictions, 1);
+    // The evicted source's token was certainly not delivered: RETRY, not ACK.
+    feed(&mut b, t, &[token(from(1), 3, r1)]);
+    assert!(delivered(&mut b).is_empty());
+    assert!(matches!(
+        frames(&out(&mut b, t)).as_slice(),
+        [Frame::Retry { r, .. }] if *r == r1
+    ));
+    // Once every record is proven, a new source is refused.
+    feed(&mut b, t, &[token(from(2), 0, r2)]);
+    assert_eq!(delivered(&mut b).len(), 1);
+    let _ = out(&mut b, t);
+    feed(&mut b, t, &[req(from(3), 0, 10, 0)]);
+    assert_eq!(b.receiver_records(), 2);
     assert_eq!(b.stats().rejects.too_many_records, 1);
     // A gap of 2^40 does not create the slots in between; the slot cap holds.
     feed(&mut b, t, &[req(from(0), 1 << 40, 60, 0)]);
     assert_eq!(b.stats().rejects.slots_cap, 1);
     feed(&mut b, t, &[req(from(0), 1 << 40, 50, 0)]);
-    assert_eq!(b.slots_held(), 160);
+    assert_eq!(b.slots_held(), 99 + 9 + 50);
     assert!(b.slot_ranges_held() <= 3);
 }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use exon::endpoint::{EndpointStats, MemoryStore};
+use exon::endpoint::{EndpointStats, MemoryStore, ReceiptError};
 use exon::NodeId;
 use turmoil_support::*;
 
@@ -108,8 +108,9 @@ fn partition_and_repair() {
 }
 
 /// The receiver is bounced mid-stream and restarts on the same clock store: nothing is
-/// delivered twice, and the stream resumes (messages in flight to the old incarnation may
-/// be acknowledged without delivery: its slots died with it).
+/// delivered twice, nothing is acknowledged without delivery, and the stream resumes.
+/// Messages in flight to the old incarnation may come back in doubt (its slots died with
+/// it; it cannot tell whether it delivered them), never as acknowledged.
 #[test]
 fn bounce_with_clock_store_kept() {
     let mut sim = sim(300, |_| {});
@@ -118,7 +119,8 @@ fn bounce_with_clock_store_kept() {
     server(&mut sim, "b", store.clone(), log.clone());
     let bounced = Arc::new(AtomicBool::new(false));
     let flag = bounced.clone();
-    let seen = log.clone();
+    let outcomes = Arc::new(Mutex::new(Vec::new()));
+    let record = outcomes.clone();
     sim.client("a", async move {
         let ep = client(A, "b").await?;
         let mut batch = 0u32;
@@ -126,10 +128,18 @@ fn bounce_with_clock_store_kept() {
         while batch < 100 && !resumed {
             let range = batch * 50..batch * 50 + 50;
             let after_bounce = flag.load(Ordering::SeqCst);
-            send_all(&ep, range.clone()).await?;
+            let mut receipts = Vec::new();
+            for i in range.clone() {
+                receipts.push((i, ep.send(SERVER, i.to_be_bytes().to_vec()).await?));
+            }
+            let mut all_acked = true;
+            for (i, r) in receipts {
+                let r = r.await;
+                all_acked &= r.is_ok();
+                record.lock().unwrap().push((i, r));
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let log = seen.lock().unwrap();
-            resumed = after_bounce && range.clone().all(|i| log.iter().any(|e| e.1 == i));
+            resumed = after_bounce && all_acked;
             batch += 1;
         }
         assert!(resumed, "the stream never resumed after the bounce");
@@ -150,6 +160,16 @@ fn bounce_with_clock_store_kept() {
     got.sort_unstable();
     got.dedup();
     assert_eq!(total, got.len(), "duplicate deliveries across the bounce");
+    let outcomes = outcomes.lock().unwrap();
+    for (i, r) in outcomes.iter() {
+        match r {
+            Ok(_) => assert!(got.contains(i), "{i} acknowledged, never delivered"),
+            Err(e) => assert_eq!(*e, ReceiptError::InDoubt, "{i}"),
+        }
+    }
+    let doubts = outcomes.iter().filter(|(_, r)| r.is_err()).count();
+    eprintln!("bounce: {} sent, {doubts} in doubt", outcomes.len());
+
     assert!(
         store.get() > stored_before.get(),
         "the restarted node stored a higher mark"

@@ -19,7 +19,7 @@ use crate::proto::{frame, Event, MsgId, Node, NodeId, SendError};
 /// A send waiting for queue space.
 struct Waiting {
     payload: Bytes,
-    ack: oneshot::Sender<()>,
+    ack: oneshot::Sender<bool>,
     reply: oneshot::Sender<Result<MsgId, Error>>,
 }
 
@@ -47,7 +47,7 @@ pub(crate) struct Driver<S> {
     pub(crate) deliver: mpsc::Sender<Message>,
     pub(crate) store: Option<Box<dyn ClockStore>>,
     pending: VecDeque<Message>,
-    acks: HashMap<MsgId, (NodeId, oneshot::Sender<()>)>,
+    acks: HashMap<MsgId, (NodeId, oneshot::Sender<bool>)>,
     waiters: HashMap<NodeId, VecDeque<Waiting>>,
     store_job: Option<StoreJob>,
     store_want: Option<u64>,
@@ -243,7 +243,7 @@ impl<S: DatagramSocket> Driver<S> {
         t: Instant,
         to: NodeId,
         payload: Bytes,
-        ack: oneshot::Sender<()>,
+        ack: oneshot::Sender<bool>,
         reply: oneshot::Sender<Result<MsgId, Error>>,
     ) {
         match self.node.send(t, to, payload) {
@@ -413,7 +413,15 @@ impl<S: DatagramSocket> Driver<S> {
                 Event::Acknowledged { id, .. } => {
                     acked = true;
                     if let Some((_, ack)) = self.acks.remove(&id) {
-                        let _ = ack.send(());
+                        let _ = ack.send(true);
+                    }
+                }
+                Event::InDoubt { id, to } => {
+                    // Settled, though not acknowledged: frees room like an acknowledgement.
+                    acked = true;
+                    tracing::warn!(peer = %to, ?id, "receiver lost the message's incarnation: in doubt");
+                    if let Some((_, ack)) = self.acks.remove(&id) {
+                        let _ = ack.send(false);
                     }
                 }
             }

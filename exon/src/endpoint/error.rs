@@ -23,6 +23,11 @@ pub enum ReceiptError {
     /// the message. It may or may not have been delivered; it was never delivered twice.
     #[error("endpoint stopped before the message was acknowledged")]
     Unacknowledged,
+    /// The receiver lost the incarnation the message was sent under (it restarted, or
+    /// evicted it under a flood of requests) before acknowledging it: the message was
+    /// delivered at most once, maybe not at all, and will not be sent again.
+    #[error("receiver restarted before acknowledging: message in doubt")]
+    InDoubt,
 }
 
 /// Why an endpoint could not be built.

@@ -56,7 +56,7 @@ pub(crate) enum Command {
         to: NodeId,
         payload: Bytes,
         wait: bool,
-        ack: oneshot::Sender<()>,
+        ack: oneshot::Sender<bool>,
         reply: oneshot::Sender<Result<MsgId, Error>>,
     },
     AddPeer(NodeId, SocketAddr),
@@ -77,7 +77,7 @@ pub(crate) enum Command {
 pub struct Receipt {
     id: MsgId,
     to: NodeId,
-    rx: oneshot::Receiver<()>,
+    rx: oneshot::Receiver<bool>,
 }
 
 impl Receipt {
@@ -97,9 +97,11 @@ impl Future for Receipt {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.map(|()| id).map_err(|_| ReceiptError::Unacknowledged))
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(true) => Ok(id),
+            Ok(false) => Err(ReceiptError::InDoubt),
+            Err(_) => Err(ReceiptError::Unacknowledged),
+        })
     }
 }
 

@@ -6,6 +6,7 @@ use super::{MsgId, NodeId};
 
 /// Something the application should know about, from [`Node::poll_event`](super::Node::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Event {
     /// A message from `from` was delivered to this node, exactly once.
     Delivered {
@@ -16,6 +17,16 @@ pub enum Event {
     },
     /// A message this node sent was delivered by its receiver, which acknowledged it.
     Acknowledged {
+        /// The destination of the message.
+        to: NodeId,
+        /// The id [`Node::send`](super::Node::send) returned for it.
+        id: MsgId,
+    },
+    /// A message this node sent reached a receiver that has since lost the incarnation it
+    /// was sent under (the receiver restarted, or evicted it under pressure): it was
+    /// delivered at most once, maybe not at all, and will not be sent again. Never silent:
+    /// every message ends as exactly one of `Acknowledged` or `InDoubt`.
+    InDoubt {
         /// The destination of the message.
         to: NodeId,
         /// The id [`Node::send`](super::Node::send) returned for it.

@@ -1,4 +1,5 @@
-//! Datagram header and the four frames (REQSLOTS, SLOTS, TOKEN, ACK): encode and decode.
+//! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, and the verdicts ACK, DOUBT,
+//! RETRY): encode and decode.
 //!
 //! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
 //! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
@@ -31,6 +32,44 @@ pub mod frame_type {
     pub const TOKEN: u64 = 0x03;
     /// ACK(r, ranges of s)
     pub const ACK: u64 = 0x04;
+    /// DOUBT(r, ranges of s)
+    pub const DOUBT: u64 = 0x05;
+    /// RETRY(r, ranges of s)
+    pub const RETRY: u64 = 0x06;
+}
+
+/// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verdict {
+    /// ACK: the token was delivered, now or before; the sender may forget it.
+    Ack,
+    /// DOUBT: the token's incarnation was lost (the receiver restarted, or forgot it under
+    /// pressure), so whether it was delivered is unknown. The sender must not send it again
+    /// (it might be delivered twice) and reports it as in doubt.
+    Doubt,
+    /// RETRY: the token's incarnation was discarded before any token was delivered into it,
+    /// so it was certainly not delivered. The sender makes a new token from fresh slots.
+    Retry,
+}
+
+impl Verdict {
+    /// The frame type code.
+    pub fn frame_type(self) -> u64 {
+        match self {
+            Verdict::Ack => frame_type::ACK,
+            Verdict::Doubt => frame_type::DOUBT,
+            Verdict::Retry => frame_type::RETRY,
+        }
+    }
+
+    /// Short upper-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ack => "ACK",
+            Verdict::Doubt => "DOUBT",
+            Verdict::Retry => "RETRY",
+        }
+    }
 }
 
 /// The datagram header: who sent it and to whom.
@@ -116,6 +155,22 @@ pub enum Frame {
         /// Acknowledged slot numbers.
         ranges: AckRanges,
     },
+    /// Receiver no longer knows incarnation `r` (lost in a restart or forgotten): the tokens
+    /// in `ranges` may or may not have been delivered.
+    Doubt {
+        /// Incarnation of the tokens in doubt.
+        r: u64,
+        /// Their slot numbers.
+        ranges: AckRanges,
+    },
+    /// Receiver discarded incarnation `r` before anything was delivered into it: the tokens
+    /// in `ranges` were not delivered and must be sent again in fresh slots.
+    Retry {
+        /// Incarnation of the tokens to send again.
+        r: u64,
+        /// Their slot numbers.
+        ranges: AckRanges,
+    },
 }
 
 impl Frame {
@@ -126,6 +181,18 @@ impl Frame {
             Frame::Slots { .. } => "SLOTS",
             Frame::Token { .. } => "TOKEN",
             Frame::Ack { .. } => "ACK",
+            Frame::Doubt { .. } => "DOUBT",
+            Frame::Retry { .. } => "RETRY",
+        }
+    }
+
+    /// For the verdict frames (ACK, DOUBT, RETRY): which one, its incarnation and ranges.
+    pub fn verdict(&self) -> Option<(Verdict, u64, &AckRanges)> {
+        match self {
+            Frame::Ack { r, ranges } => Some((Verdict::Ack, *r, ranges)),
+            Frame::Doubt { r, ranges } => Some((Verdict::Doubt, *r, ranges)),
+            Frame::Retry { r, ranges } => Some((Verdict::Retry, *r, ranges)),
+            _ => None,
         }
     }
 
@@ -135,11 +202,13 @@ impl Frame {
             Frame::ReqSlots { s, n, l } => put_reqslots(buf, *s, *n, *l),
             Frame::Slots { s, r, n } => put_slots(buf, *s, *r, *n),
             Frame::Token { s, r, payload } => put_token(buf, *s, *r, payload),
-            Frame::Ack { r, ranges } => {
-                put_varint(buf, frame_type::ACK);
-                put_varint(buf, *r);
-                put_varint(buf, ranges.count);
-                buf.put_slice(&ranges.raw);
+            Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
+                if let Some((v, r, ranges)) = self.verdict() {
+                    put_varint(buf, v.frame_type());
+                    put_varint(buf, r);
+                    put_varint(buf, ranges.count);
+                    buf.put_slice(&ranges.raw);
+                }
             }
         }
     }
@@ -150,7 +219,7 @@ impl Frame {
             Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
             Frame::Token { s, r, payload } => token_len(*s, *r, payload.len()),
-            Frame::Ack { r, ranges } => {
+            Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
                 1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
             }
         }
@@ -201,6 +270,17 @@ pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
 /// non-adjacent, non-empty) as fit in `room` bytes. Returns how many ranges were written
 /// (0: nothing was written, not even the frame type).
 pub fn put_ack(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
+    put_verdict(buf, Verdict::Ack, r, ranges, room)
+}
+
+/// Appends a verdict frame (ACK, DOUBT or RETRY), as [`put_ack`] does for ACK.
+pub fn put_verdict(
+    buf: &mut impl BufMut,
+    verdict: Verdict,
+    r: u64,
+    ranges: &[Range<u64>],
+    room: usize,
+) -> usize {
     // Work out how many ranges fit, then write.
     let fixed = 1 + varint_len(r);
     let mut body = 0usize;
@@ -218,7 +298,7 @@ pub fn put_ack(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize
     if count == 0 {
         return 0;
     }
-    put_varint(buf, frame_type::ACK);
+    put_varint(buf, verdict.frame_type());
     put_varint(buf, r);
     put_varint(buf, count as u64);
     put_ranges(buf, &ranges[..count]);
@@ -434,6 +514,14 @@ impl Frames<'_> {
                 payload: r.length_prefixed(self.whole, self.max_payload)?,
             },
             frame_type::ACK => Frame::Ack {
+                r: r.varint()?,
+                ranges: AckRanges::decode(r, self.whole)?,
+            },
+            frame_type::DOUBT => Frame::Doubt {
+                r: r.varint()?,
+                ranges: AckRanges::decode(r, self.whole)?,
+            },
+            frame_type::RETRY => Frame::Retry {
                 r: r.varint()?,
                 ranges: AckRanges::decode(r, self.whole)?,
             },

@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=3)? {
+        Ok(match u.int_in_range(0u8..=5)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -69,7 +69,15 @@ impl<'a> Arbitrary<'a> for Frame {
                     payload: Bytes::copy_from_slice(u.bytes(len.min(u.len()))?),
                 }
             }
-            _ => Frame::Ack {
+            3 => Frame::Ack {
+                r: varint(u)?,
+                ranges: AckRanges::arbitrary(u)?,
+            },
+            4 => Frame::Doubt {
+                r: varint(u)?,
+                ranges: AckRanges::arbitrary(u)?,
+            },
+            _ => Frame::Retry {
                 r: varint(u)?,
                 ranges: AckRanges::arbitrary(u)?,
             },

@@ -27,7 +27,7 @@ mod transmit;
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 pub use error::{DecodeError, SendError};
 pub use event::{Event, Transmit};
-pub use frame::{AckRanges, Frame, Header, Packet};
+pub use frame::{AckRanges, Frame, Header, Packet, Verdict};
 pub use ids::{InvalidNodeId, MsgId, NodeId};
 pub use node::Node;
 pub use rtt::Rtt;

@@ -8,8 +8,9 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::codec::VARINT_MAX;
-use super::frame::{self, Frame};
+use super::frame::{self, Frame, Verdict};
 use super::outbox::Outbox;
+use super::ranges::RangeSet;
 use super::receiver::{Grant, RRecord};
 use super::rules::Rules;
 use super::sender::{Queued, SRecord};
@@ -19,6 +20,9 @@ use super::{Config, ConfigError, Event, MsgId, NodeId, SendError};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
+
+/// Most ranges of evicted incarnations remembered for RETRY answers.
+const MAX_EVICTED_RANGES: usize = 1024;
 
 /// One Exon node: the protocol state of Algorithm 1, corrected as in the project's notes.
 ///
@@ -75,6 +79,16 @@ pub struct Node {
     pub(super) due_scratch: Vec<(Side, NodeId)>,
     /// State of the generator for timer jitter (deterministic: seeded from id and clock).
     pub(super) jitter_state: u64,
+    /// Incarnations below this may have been lost: the clock this node started from (a
+    /// restart loses every record), raised when evicted incarnations are forgotten. A TOKEN
+    /// for a missing incarnation below it is answered DOUBT, not ACK.
+    pub(super) doubt_below: u64,
+    /// Receiver records nothing was delivered into yet, oldest first: eviction candidates
+    /// (entries whose record is gone or proven are skipped lazily).
+    pub(super) unproven: VecDeque<(NodeId, u64)>,
+    /// Incarnations evicted before anything was delivered into them: TOKENs for them are
+    /// answered RETRY. Bounded; the oldest are forgotten by raising `doubt_below`.
+    pub(super) evicted: RangeSet,
 }
 
 impl Node {
@@ -108,6 +122,9 @@ impl Node {
             rules: Rules::ALL,
             due_scratch: Vec::new(),
             jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
+            doubt_below: clock,
+            unproven: VecDeque::new(),
+            evicted: RangeSet::new(),
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -398,9 +415,12 @@ impl Node {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
                 Frame::Token { s, r, payload } => self.on_token(now, src, s, r, payload),
-                Frame::Ack { r, ranges } => {
+                Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
+                    let Some((v, r, ranges)) = f.verdict() else {
+                        continue;
+                    };
                     for rg in ranges.iter().flatten() {
-                        self.on_ack(now, src, r, rg);
+                        self.on_verdict(now, src, v, r, rg);
                     }
                     if let Some(rec) = self.senders.get_mut(&src) {
                         rec.note_if_idle(now);
@@ -428,7 +448,10 @@ impl Node {
             if n == 0 {
                 return; // a waiver for a record that is already gone
             }
-            if bounded && self.receivers.len() >= self.cfg.max_receiver_records {
+            if bounded
+                && self.receivers.len() >= self.cfg.max_receiver_records
+                && !self.evict_unproven()
+            {
                 self.stats.rejects.too_many_records += 1;
                 return;
             }
@@ -440,6 +463,15 @@ impl Node {
             self.ck += 1;
             self.stats.incarnations += 1;
             self.receivers.insert(src, RRecord::new(s, rck, now));
+            self.unproven.push_back((src, rck));
+            if self.unproven.len() > 2 * self.cfg.max_receiver_records {
+                let receivers = &self.receivers;
+                self.unproven.retain(|(p, r)| {
+                    receivers
+                        .get(p)
+                        .is_some_and(|rec| rec.rck == *r && !rec.proven)
+                });
+            }
         }
         let cap = self.outbox_cap();
         let Some(rec) = self.receivers.get_mut(&src) else {
@@ -518,12 +550,14 @@ impl Node {
         self.request_slots(now, src);
     }
 
-    /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4).
+    /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4 and the verdicts for
+    /// incarnations this node no longer knows).
     fn on_token(&mut self, now: Instant, src: NodeId, s: u64, r: u64, payload: Bytes) {
-        let ack = match self.receivers.get_mut(&src) {
-            Some(rec) => {
+        let verdict = match self.receivers.get_mut(&src) {
+            Some(rec) if rec.rck == r => {
                 rec.heard(now);
                 if rec.fill(s, r) {
+                    rec.proven = true;
                     self.stats.delivered += 1;
                     self.events
                         .push_back(Event::Delivered { from: src, payload });
@@ -533,20 +567,78 @@ impl Node {
                 } else {
                     self.stats.duplicates_dropped += 1;
                 }
-                true
+                Some(Verdict::Ack)
             }
-            None => {
-                self.stats.duplicates_dropped += 1;
-                self.rules.ack_without_record
+            other => {
+                if let Some(rec) = other {
+                    rec.heard(now);
+                }
+                self.verdict_without_record(r)
             }
         };
-        if ack && !self.outbox.ack(src, r, s, self.outbox_cap()) {
-            self.stats.rejects.outbox_full += 1;
+        if let Some(v) = verdict {
+            if !self.outbox.reply(src, v, r, s, self.outbox_cap()) {
+                self.stats.rejects.outbox_full += 1;
+            }
         }
     }
 
-    /// ACK(r, range) from `src` (lines 82-86): removes the tokens of incarnation `r` in `rg`.
-    fn on_ack(&mut self, now: Instant, src: NodeId, r: u64, rg: std::ops::Range<u64>) {
+    /// The answer to a TOKEN of incarnation `r` when no record of `r` exists.
+    ///
+    /// An incarnation made since this node started and then removed had every slot filled
+    /// or waived, so the token is a duplicate: ACK (rule 4). One evicted before anything was
+    /// delivered into it: RETRY. One older than this node's start (lost in a restart) or
+    /// forgotten after an eviction: DOUBT, since it may or may not have been delivered.
+    fn verdict_without_record(&mut self, r: u64) -> Option<Verdict> {
+        let doubt = self.rules.doubt_lost_incarnations;
+        if doubt && self.evicted.contains(r) {
+            Some(Verdict::Retry)
+        } else if doubt && r < self.doubt_below {
+            Some(Verdict::Doubt)
+        } else {
+            self.stats.duplicates_dropped += 1;
+            self.rules.ack_without_record.then_some(Verdict::Ack)
+        }
+    }
+
+    /// Makes room for a new receiver record by evicting the oldest record nothing was
+    /// delivered into yet (a source that asked for slots and never used them: a forger, or
+    /// a sender that went away). Its later TOKENs get RETRY, so nothing is lost. Returns
+    /// false when every record is in use.
+    fn evict_unproven(&mut self) -> bool {
+        while let Some((src, r)) = self.unproven.pop_front() {
+            let Some(rec) = self.receivers.get(&src) else {
+                continue;
+            };
+            if rec.rck != r || rec.proven {
+                continue;
+            }
+            self.receivers.remove(&src);
+            self.stats.evictions += 1;
+            self.evicted.insert(r..r + 1);
+            while self.evicted.range_count() > MAX_EVICTED_RANGES {
+                // Forget the oldest: its tokens are now answered DOUBT (safe, less precise).
+                if let Some(end) = self.evicted.ranges().first().map(|g| g.end) {
+                    self.doubt_below = self.doubt_below.max(end);
+                }
+                self.evicted.pop_front_ranges(1);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// ACK, DOUBT or RETRY(r, range) from `src` (ACK: lines 82-86): settles the tokens of
+    /// incarnation `r` in `rg`. DOUBT and RETRY also mean the receiver lost incarnation `r`:
+    /// envelopes under it are dropped and fresh slots asked for.
+    fn on_verdict(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        v: Verdict,
+        r: u64,
+        rg: std::ops::Range<u64>,
+    ) {
         let Some(rec) = self.senders.get_mut(&src) else {
             self.stats.stale_acks += 1;
             return;
@@ -554,6 +646,7 @@ impl Node {
         let keep_own = self.rules.token_keeps_incarnation;
         let mut cursor = rg.start;
         let mut removed = false;
+        let mut retry = Vec::new();
         while cursor < rg.end {
             let Some((&s, tok)) = rec.tokens.range(cursor..rg.end).next() else {
                 break;
@@ -570,19 +663,39 @@ impl Node {
             let Some(tok) = rec.tokens.remove(&s) else {
                 break;
             };
+            removed = true;
+            let id = tok.id;
+            if v == Verdict::Retry {
+                self.stats.retried += 1;
+                retry.push(Queued {
+                    id,
+                    payload: tok.payload,
+                });
+                continue;
+            }
+            rec.bytes -= tok.payload.len();
+            self.queued_bytes -= tok.payload.len();
+            if v == Verdict::Doubt {
+                self.stats.in_doubt += 1;
+                self.events.push_back(Event::InDoubt { to: src, id });
+                continue;
+            }
             if tok.sends == 1 {
                 if let Some(t) = tok.sent_at {
                     rec.rtt.sample(now.saturating_duration_since(t));
                 }
             }
-            rec.bytes -= tok.payload.len();
-            self.queued_bytes -= tok.payload.len();
             self.stats.acknowledged += 1;
-            self.events.push_back(Event::Acknowledged {
-                to: src,
-                id: tok.id,
-            });
-            removed = true;
+            self.events.push_back(Event::Acknowledged { to: src, id });
+        }
+        // Messages to send again go first, in their original order.
+        for msg in retry.into_iter().rev() {
+            rec.queue.push_front(msg);
+        }
+        if v != Verdict::Ack && rec.rck == Some(r) {
+            // The receiver lost this incarnation: its envelopes are worthless.
+            rec.env_start = rec.sck;
+            rec.rck = None;
         }
         if !removed {
             self.stats.stale_acks += 1;

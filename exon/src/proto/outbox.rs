@@ -4,18 +4,19 @@
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 
+use super::frame::Verdict;
 use super::ranges::RangeSet;
 use super::NodeId;
 
-/// Most ACK ranges kept pending for one peer; beyond, ACKs are dropped (the sender
-/// retransmits, so this costs liveness only) and counted.
+/// Most verdict ranges (ACK, DOUBT, RETRY) kept pending for one peer; beyond, they are
+/// dropped (the sender retransmits, so this costs liveness only) and counted.
 pub(crate) const MAX_PENDING_ACK_RANGES: usize = 4096;
 
 /// Frames owed to one peer that belong to no sender record.
 #[derive(Debug, Default)]
 pub(crate) struct PeerOut {
-    /// Slots to acknowledge, per incarnation.
-    pub acks: Vec<(u64, RangeSet)>,
+    /// Slots to answer (ACK, DOUBT or RETRY), per verdict and incarnation.
+    pub acks: Vec<(Verdict, u64, RangeSet)>,
     /// SLOTS(s, r, n) answering a request (the newest request wins).
     pub grant: Option<(u64, u64, u64)>,
     /// SLOTS(s, r, 0): a probe.
@@ -31,7 +32,7 @@ impl PeerOut {
     }
 
     fn ack_ranges(&self) -> usize {
-        self.acks.iter().map(|(_, s)| s.range_count()).sum()
+        self.acks.iter().map(|(_, _, s)| s.range_count()).sum()
     }
 }
 
@@ -63,20 +64,20 @@ impl Outbox {
         }
     }
 
-    /// Queues the acknowledgement of slot `s` of incarnation `r`. Returns false if dropped.
-    pub fn ack(&mut self, peer: NodeId, r: u64, s: u64, cap: usize) -> bool {
+    /// Queues verdict `v` on slot `s` of incarnation `r`. Returns false if dropped.
+    pub fn reply(&mut self, peer: NodeId, v: Verdict, r: u64, s: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;
         };
         if out.ack_ranges() >= MAX_PENDING_ACK_RANGES {
             return false;
         }
-        match out.acks.iter_mut().find(|(rck, _)| *rck == r) {
-            Some((_, set)) => set.insert(s..s + 1),
+        match out.acks.iter_mut().find(|(w, rck, _)| *w == v && *rck == r) {
+            Some((_, _, set)) => set.insert(s..s + 1),
             None => {
                 let mut set = RangeSet::new();
                 set.insert(s..s + 1);
-                out.acks.push((r, set));
+                out.acks.push((v, r, set));
             }
         }
         true

@@ -28,6 +28,8 @@ pub(crate) struct RRecord {
     pub armed: Option<Instant>,
     /// Probe jitter, a fraction of 2^16 of a quarter interval (re-drawn at every probe).
     pub jitter: u16,
+    /// A token was delivered into this incarnation (it can no longer be evicted).
+    pub proven: bool,
 }
 
 /// What a REQSLOTS did to a record.
@@ -53,6 +55,7 @@ impl RRecord {
             last_probe: None,
             armed: None,
             jitter: 0,
+            proven: false,
         }
     }
 

@@ -21,6 +21,10 @@ pub struct Rules {
     pub bounded_input: bool,
     /// Rule 7: receiver records holding slots probe a silent sender.
     pub receiver_probe: bool,
+    /// Beyond the notes (the gap behind rule 8): a TOKEN for an incarnation lost in a
+    /// restart is answered DOUBT, and one evicted unused is answered RETRY, instead of the
+    /// rule-4 ACK that would acknowledge a message never delivered.
+    pub doubt_lost_incarnations: bool,
 }
 
 impl Rules {
@@ -33,6 +37,7 @@ impl Rules {
         raise_clock_on_orphan_slots: true,
         bounded_input: true,
         receiver_probe: true,
+        doubt_lost_incarnations: true,
     };
 }
 

@@ -13,6 +13,10 @@ pub struct FrameCounts {
     pub token: u64,
     /// ACK frames.
     pub ack: u64,
+    /// DOUBT frames.
+    pub doubt: u64,
+    /// RETRY frames.
+    pub retry: u64,
 }
 
 impl FrameCounts {
@@ -22,12 +26,22 @@ impl FrameCounts {
             Frame::Slots { .. } => self.slots += 1,
             Frame::Token { .. } => self.token += 1,
             Frame::Ack { .. } => self.ack += 1,
+            Frame::Doubt { .. } => self.doubt += 1,
+            Frame::Retry { .. } => self.retry += 1,
+        }
+    }
+
+    pub(crate) fn count_verdict(&mut self, v: super::Verdict) {
+        match v {
+            super::Verdict::Ack => self.ack += 1,
+            super::Verdict::Doubt => self.doubt += 1,
+            super::Verdict::Retry => self.retry += 1,
         }
     }
 
     /// Sum over all types.
     pub fn total(&self) -> u64 {
-        self.reqslots + self.slots + self.token + self.ack
+        self.reqslots + self.slots + self.token + self.ack + self.doubt + self.retry
     }
 }
 
@@ -165,6 +179,15 @@ pub struct Stats {
     pub delivered: u64,
     /// Messages of ours acknowledged by their receiver.
     pub acknowledged: u64,
+    /// Messages of ours reported in doubt: their receiver lost the incarnation they were
+    /// sent under (a restart, or an eviction under pressure), so delivery is unknown.
+    pub in_doubt: u64,
+    /// Tokens of ours the receiver answered with RETRY (never delivered): made again from
+    /// fresh slots.
+    pub retried: u64,
+    /// Receiver records evicted to make room while full, before anything was delivered
+    /// into them (their senders are told RETRY).
+    pub evictions: u64,
     /// TOKEN frames sent again after a timeout.
     pub retransmissions: u64,
     /// REQSLOTS frames sent again after a timeout.

@@ -1,10 +1,10 @@
-//! Assembling datagrams: `poll_transmit` packs everything owed to one peer (ACKs, SLOTS,
+//! Assembling datagrams: `poll_transmit` packs everything owed to one peer (verdicts, SLOTS,
 //! waivers, REQSLOTS, TOKENs) into one datagram, serving peers round-robin.
 
 use std::time::Instant;
 
 use super::frame::{
-    put_ack, put_reqslots, put_slots, put_token, reqslots_len, slots_len, token_len, Header,
+    put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len, token_len, Header,
 };
 use super::timer::Side;
 use super::{Event, Node, NodeId, Transmit};
@@ -31,17 +31,17 @@ impl Node {
             let header_end = buf.len();
             let room = |buf: &Vec<u8>| limit - buf.len();
 
-            for (r, set) in &mut out.acks {
+            for (v, r, set) in &mut out.acks {
                 while !set.is_empty() {
-                    let k = put_ack(buf, *r, set.ranges(), room(buf));
+                    let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
                     if k == 0 {
                         break;
                     }
                     set.pop_front_ranges(k);
-                    self.stats.frames_out.ack += 1;
+                    self.stats.frames_out.count_verdict(*v);
                 }
             }
-            out.acks.retain(|(_, set)| !set.is_empty());
+            out.acks.retain(|(_, _, set)| !set.is_empty());
             if let Some((s, r, n)) = out.grant {
                 if slots_len(s, r, n) <= room(buf) {
                     put_slots(buf, s, r, n);

@@ -46,6 +46,8 @@ pub struct Side {
     pub node: Node,
     pub delivered: Vec<Bytes>,
     pub acked: Vec<MsgId>,
+    /// Ids of its messages reported in doubt.
+    pub in_doubt: Vec<MsgId>,
     /// Auto-confirm clock persistence requests (an in-memory store).
     pub auto_store: bool,
     pub stored: u64,
@@ -99,6 +101,7 @@ impl Pair {
             node: Node::new(id(i), cfg, 1000 * (i as u64 + 1)).unwrap(),
             delivered: Vec::new(),
             acked: Vec::new(),
+            in_doubt: Vec::new(),
             auto_store: true,
             stored: 0,
         };
@@ -178,6 +181,11 @@ impl Pair {
                     assert_eq!(to, id(1 - i));
                     side.acked.push(m);
                 }
+                Event::InDoubt { to, id: m } => {
+                    assert_eq!(to, id(1 - i));
+                    side.in_doubt.push(m);
+                }
+                other => panic!("unexpected event {other:?}"),
             }
         }
     }
