@@ -56,6 +56,8 @@ fn frame() -> impl Strategy<Value = Frame> {
                 payload: Bytes::from(p)
             }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Ack { r, ranges }),
+        (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Doubt { r, ranges }),
+        (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Retry { r, ranges }),
     ]
 }
 
@@ -210,5 +212,5 @@ fn fuzz_seed_corpus_is_valid() {
         assert_eq!(p.encode(), data);
         kinds.extend(p.frames.iter().map(Frame::name));
     }
-    assert_eq!(kinds.len(), 4, "seeds cover every frame type: {kinds:?}");
+    assert_eq!(kinds.len(), 6, "seeds cover every frame type: {kinds:?}");
 }
