@@ -469,6 +469,31 @@ pub fn parse(data: &Bytes, max_payload: usize) -> Result<(Header, Frames<'_>), D
     ))
 }
 
+/// Decodes a whole datagram into `frames` (cleared first): a valid header, at least one
+/// frame, every frame valid, no byte left over. On error `frames` is left empty, so nothing
+/// of a bad datagram can be acted on. Lets a caller reuse one list for every datagram.
+pub fn decode_into(
+    data: &Bytes,
+    max_payload: usize,
+    frames: &mut Vec<Frame>,
+) -> Result<Header, DecodeError> {
+    frames.clear();
+    let (header, it) = parse(data, max_payload)?;
+    for f in it {
+        match f {
+            Ok(f) => frames.push(f),
+            Err(e) => {
+                frames.clear();
+                return Err(e);
+            }
+        }
+    }
+    if frames.is_empty() {
+        return Err(DecodeError::NoFrames);
+    }
+    Ok(header)
+}
+
 /// Checks a whole datagram: a valid header, at least one frame, every frame valid, and no
 /// byte left over. Returns the header and the number of frames.
 pub fn validate(data: &Bytes, max_payload: usize) -> Result<(Header, usize), DecodeError> {

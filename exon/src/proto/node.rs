@@ -2,7 +2,7 @@
 //! `handle_clock_stored`) and outputs (`poll_transmit`, `poll_event`, `poll_timeout`,
 //! `poll_clock_store`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -16,7 +16,7 @@ use super::rules::Rules;
 use super::sender::{Queued, SRecord};
 use super::stats::Stats;
 use super::timer::{Side, TimerQueue};
-use super::{Config, ConfigError, Event, MsgId, NodeId, SendError};
+use super::{Config, ConfigError, Event, MsgId, NodeId, PeerMap, SendError};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
@@ -66,8 +66,8 @@ pub struct Node {
     pub(super) hw_asked: u64,
     /// Sender records waiting for the clock to be stored before they can ask for slots.
     pub(super) clock_waiters: Vec<NodeId>,
-    pub(super) senders: HashMap<NodeId, SRecord>,
-    pub(super) receivers: HashMap<NodeId, RRecord>,
+    pub(super) senders: PeerMap<SRecord>,
+    pub(super) receivers: PeerMap<RRecord>,
     pub(super) outbox: Outbox,
     pub(super) timers: TimerQueue,
     pub(super) events: VecDeque<Event>,
@@ -89,6 +89,8 @@ pub struct Node {
     /// Incarnations evicted before anything was delivered into them: TOKENs for them are
     /// answered RETRY. Bounded; the oldest are forgotten by raising `doubt_below`.
     pub(super) evicted: RangeSet,
+    /// Reused by `handle_datagram`: the frames of the datagram being handled.
+    pub(super) frame_scratch: Vec<Frame>,
 }
 
 impl Node {
@@ -111,8 +113,8 @@ impl Node {
             hw_pending: None,
             hw_asked: clock,
             clock_waiters: Vec::new(),
-            senders: HashMap::new(),
-            receivers: HashMap::new(),
+            senders: PeerMap::default(),
+            receivers: PeerMap::default(),
             outbox: Outbox::default(),
             timers: TimerQueue::default(),
             events: VecDeque::new(),
@@ -125,6 +127,7 @@ impl Node {
             doubt_below: clock,
             unproven: VecDeque::new(),
             evicted: RangeSet::new(),
+            frame_scratch: Vec::new(),
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -388,14 +391,19 @@ impl Node {
             self.stats.rejects.oversized += 1;
             return;
         }
-        let max_payload = self.cfg.max_payload();
-        let header = match frame::validate(&data, max_payload) {
-            Ok((h, _)) => h,
-            Err(e) => {
-                self.stats.rejects.count_decode(e);
-                return;
-            }
-        };
+        // One pass: decode every frame into the scratch list before acting on any, so a
+        // datagram with one bad frame is dropped whole.
+        let mut frames = std::mem::take(&mut self.frame_scratch);
+        match frame::decode_into(&data, self.cfg.max_payload(), &mut frames) {
+            Ok(header) => self.handle_frames(now, header, &mut frames),
+            Err(e) => self.stats.rejects.count_decode(e),
+        }
+        frames.clear();
+        self.frame_scratch = frames;
+    }
+
+    /// Acts on the frames of one valid datagram, in order.
+    fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
         if header.dst != self.id {
             self.stats.rejects.wrong_destination += 1;
             return;
@@ -405,11 +413,7 @@ impl Node {
             self.stats.rejects.from_self += 1;
             return;
         }
-        let Ok((_, frames)) = frame::parse(&data, max_payload) else {
-            return;
-        };
-        for f in frames {
-            let Ok(f) = f else { break };
+        for f in frames.drain(..) {
             self.stats.frames_in.count(&f);
             match f {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),

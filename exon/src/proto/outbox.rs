@@ -2,11 +2,11 @@
 //! that have something to send.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::frame::Verdict;
 use super::ranges::RangeSet;
-use super::NodeId;
+use super::{NodeId, PeerMap};
 
 /// Most verdict ranges (ACK, DOUBT, RETRY) kept pending for one peer; beyond, they are
 /// dropped (the sender retransmits, so this costs liveness only) and counted.
@@ -43,7 +43,7 @@ impl PeerOut {
 /// so one busy peer cannot starve the others.
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    pub peers: HashMap<NodeId, PeerOut>,
+    pub peers: PeerMap<PeerOut>,
     pub ready: VecDeque<NodeId>,
 }
 

@@ -123,7 +123,7 @@ impl RRecord {
                 break;
             }
         }
-        d + d.mul_f64(f64::from(self.jitter) / f64::from(1u32 << 18))
+        super::timer::stretch(d, self.jitter)
     }
 }
 

@@ -103,7 +103,7 @@ impl SRecord {
     /// The retransmission timeout, with this record's jitter.
     pub fn rto(&self, cfg: &Config) -> std::time::Duration {
         let rto = self.rtt.rto(cfg);
-        rto + rto.mul_f64(f64::from(self.jitter) / f64::from(1u32 << 18))
+        super::timer::stretch(rto, self.jitter)
     }
 
     /// Number of envelopes ready.

@@ -52,3 +52,12 @@ impl TimerQueue {
         self.heap.pop().map(|Reverse(e)| e)
     }
 }
+
+/// `d` stretched by `jitter / 2^18` (so by less than a quarter): the per-record timer
+/// jitter, in integer arithmetic (this runs for every message).
+pub fn stretch(d: std::time::Duration, jitter: u16) -> std::time::Duration {
+    let extra = (d.as_nanos() * u128::from(jitter)) >> 18;
+    d.saturating_add(std::time::Duration::from_nanos(
+        u64::try_from(extra).unwrap_or(u64::MAX),
+    ))
+}
