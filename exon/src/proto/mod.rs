@@ -22,6 +22,7 @@ mod sender;
 mod stats;
 mod timeouts;
 mod timer;
+mod tokens;
 mod transmit;
 
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};

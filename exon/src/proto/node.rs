@@ -13,7 +13,7 @@ use super::outbox::Outbox;
 use super::ranges::RangeSet;
 use super::receiver::{Grant, RRecord};
 use super::rules::Rules;
-use super::sender::{Queued, SRecord};
+use super::sender::{Queued, SRecord, Token};
 use super::stats::Stats;
 use super::timer::{Side, TimerQueue};
 use super::{Config, ConfigError, Event, MsgId, NodeId, PeerMap, SendError};
@@ -648,50 +648,44 @@ impl Node {
             return;
         };
         let keep_own = self.rules.token_keeps_incarnation;
-        let mut cursor = rg.start;
-        let mut removed = false;
+        let rec_rck = rec.rck;
+        let (stats, events, queued_bytes) =
+            (&mut self.stats, &mut self.events, &mut self.queued_bytes);
+        let (rtt, bytes) = (&mut rec.rtt, &mut rec.bytes);
         let mut retry = Vec::new();
-        while cursor < rg.end {
-            let Some((&s, tok)) = rec.tokens.range(cursor..rg.end).next() else {
-                break;
-            };
-            cursor = s + 1;
+        let pick = |tok: &Token| {
             let tok_rck = if keep_own {
                 tok.rck
             } else {
-                rec.rck.unwrap_or(tok.rck)
+                rec_rck.unwrap_or(tok.rck)
             };
-            if tok_rck != r {
-                continue;
-            }
-            let Some(tok) = rec.tokens.remove(&s) else {
-                break;
-            };
-            removed = true;
+            tok_rck == r
+        };
+        let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
             let id = tok.id;
             if v == Verdict::Retry {
-                self.stats.retried += 1;
+                stats.retried += 1;
                 retry.push(Queued {
                     id,
                     payload: tok.payload,
                 });
-                continue;
+                return;
             }
-            rec.bytes -= tok.payload.len();
-            self.queued_bytes -= tok.payload.len();
+            *bytes -= tok.payload.len();
+            *queued_bytes -= tok.payload.len();
             if v == Verdict::Doubt {
-                self.stats.in_doubt += 1;
-                self.events.push_back(Event::InDoubt { to: src, id });
-                continue;
+                stats.in_doubt += 1;
+                events.push_back(Event::InDoubt { to: src, id });
+                return;
             }
             if tok.sends == 1 {
                 if let Some(t) = tok.sent_at {
-                    rec.rtt.sample(now.saturating_duration_since(t));
+                    rtt.sample(now.saturating_duration_since(t));
                 }
             }
-            self.stats.acknowledged += 1;
-            self.events.push_back(Event::Acknowledged { to: src, id });
-        }
+            stats.acknowledged += 1;
+            events.push_back(Event::Acknowledged { to: src, id });
+        }) > 0;
         // Messages to send again go first, in their original order.
         for msg in retry.into_iter().rev() {
             rec.queue.push_front(msg);
@@ -700,6 +694,9 @@ impl Node {
             // The receiver lost this incarnation: its envelopes are worthless.
             rec.env_start = rec.sck;
             rec.rck = None;
+        }
+        if v == Verdict::Retry && rec.fill_envelopes() > 0 {
+            self.outbox.wake(src, usize::MAX);
         }
         if !removed {
             self.stats.stale_acks += 1;

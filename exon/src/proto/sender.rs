@@ -1,12 +1,13 @@
 //! The sender-side half-connection record (S record): envelopes, tokens and queued messages
 //! for one destination.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
 
 use super::rtt::Rtt;
+use super::tokens::Tokens;
 use super::{Config, MsgId};
 
 /// A message waiting for an envelope.
@@ -48,7 +49,7 @@ pub(crate) struct SRecord {
     /// Messages waiting for an envelope.
     pub queue: VecDeque<Queued>,
     /// Tokens by slot number.
-    pub tokens: BTreeMap<u64, Token>,
+    pub tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
     pub to_send: VecDeque<u64>,
     /// An outstanding REQSLOTS at `s = sck`: the largest `n` asked for.
@@ -84,7 +85,7 @@ impl SRecord {
             rck: None,
             env_start: ck,
             queue: VecDeque::new(),
-            tokens: BTreeMap::new(),
+            tokens: Tokens::default(),
             to_send: VecDeque::new(),
             req_n: None,
             req_sent_at: None,
@@ -126,8 +127,8 @@ impl SRecord {
         if let Some(l) = self.frontier_override {
             return l;
         }
-        match self.tokens.first_key_value() {
-            Some((&s, _)) => s.min(self.env_start),
+        match self.tokens.first_slot() {
+            Some(s) => s.min(self.env_start),
             None => self.env_start,
         }
     }
@@ -215,7 +216,7 @@ impl SRecord {
         let rto = self.rto(cfg);
         let mut due = 0;
         let mut next: Option<Instant> = None;
-        for (&s, tok) in self.tokens.iter_mut() {
+        for (s, tok) in self.tokens.iter_mut() {
             let Some(sent) = tok.sent_at else { continue };
             if tok.queued {
                 continue;

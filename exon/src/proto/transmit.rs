@@ -114,7 +114,7 @@ impl Node {
         let keep_own = self.rules.token_keeps_incarnation;
         let mut wrote = false;
         while let Some(&s) = rec.to_send.front() {
-            let Some(tok) = rec.tokens.get_mut(&s) else {
+            let Some(tok) = rec.tokens.get_mut(s) else {
                 rec.to_send.pop_front();
                 continue;
             };

@@ -1,0 +1,194 @@
+//! The tokens of one sender record, by slot number: a sorted ring instead of a tree.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+
+use super::sender::Token;
+
+/// Tokens of one S record keyed by slot number.
+///
+/// Tokens are made from envelopes in increasing slot order, so inserting is a push at the
+/// back; lookups are a binary search over a contiguous ring; removing leaves a tombstone
+/// that is trimmed from the front, or compacted away once tombstones outnumber live tokens
+/// (a token stuck at the front cannot make memory grow past about twice the live count).
+/// No allocation per token once the ring has grown to the window.
+#[derive(Debug, Default)]
+pub(crate) struct Tokens {
+    entries: VecDeque<(u64, Option<Token>)>,
+    live: usize,
+}
+
+/// Tombstones tolerated before a compaction, beyond the live count.
+const SLACK: usize = 64;
+
+impl Tokens {
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// True when there is no token.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The lowest slot holding a token.
+    pub fn first_slot(&self) -> Option<u64> {
+        // The front entry is never a tombstone (see `trim`).
+        self.entries.front().map(|e| e.0)
+    }
+
+    fn index(&self, slot: u64) -> Option<usize> {
+        // Slots are usually dense from the front: try the direct position first.
+        let front = self.entries.front()?.0;
+        let guess = usize::try_from(slot.checked_sub(front)?).ok()?;
+        if self.entries.get(guess).is_some_and(|e| e.0 == slot) {
+            return Some(guess);
+        }
+        self.entries.binary_search_by_key(&slot, |e| e.0).ok()
+    }
+
+    /// Records the token in `slot` (replacing any token already there).
+    pub fn insert(&mut self, slot: u64, tok: Token) {
+        match self.entries.back() {
+            Some(&(last, _)) if slot <= last => {
+                // Not made in slot order (never happens in the node): keep the ring sorted.
+                match self.entries.binary_search_by_key(&slot, |e| e.0) {
+                    Ok(i) => {
+                        if self.entries[i].1.replace(tok).is_none() {
+                            self.live += 1;
+                        }
+                    }
+                    Err(i) => {
+                        self.entries.insert(i, (slot, Some(tok)));
+                        self.live += 1;
+                    }
+                }
+            }
+            _ => {
+                self.entries.push_back((slot, Some(tok)));
+                self.live += 1;
+            }
+        }
+    }
+
+    /// The token in `slot`.
+    pub fn get_mut(&mut self, slot: u64) -> Option<&mut Token> {
+        let i = self.index(slot)?;
+        self.entries[i].1.as_mut()
+    }
+
+    /// Removes and returns the token in `slot`.
+    #[cfg(test)]
+    pub fn remove(&mut self, slot: u64) -> Option<Token> {
+        let i = self.index(slot)?;
+        let tok = self.entries[i].1.take()?;
+        self.live -= 1;
+        self.trim();
+        Some(tok)
+    }
+
+    /// Removes every token with a slot in `range` for which `pick` says yes, calling `take`
+    /// with each, in slot order. Work is proportional to the tokens in the range, not to its
+    /// width. Returns how many were removed.
+    pub fn remove_in(
+        &mut self,
+        range: Range<u64>,
+        mut pick: impl FnMut(&Token) -> bool,
+        mut take: impl FnMut(u64, Token),
+    ) -> usize {
+        let start = self.entries.partition_point(|e| e.0 < range.start);
+        let mut removed = 0;
+        for (slot, entry) in self.entries.range_mut(start..) {
+            if *slot >= range.end {
+                break;
+            }
+            if entry.as_ref().is_some_and(&mut pick) {
+                if let Some(tok) = entry.take() {
+                    removed += 1;
+                    take(*slot, tok);
+                }
+            }
+        }
+        if removed > 0 {
+            self.live -= removed;
+            self.trim();
+        }
+        removed
+    }
+
+    /// Every token, in slot order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Token)> {
+        self.entries
+            .iter_mut()
+            .filter_map(|(s, t)| t.as_mut().map(|t| (*s, t)))
+    }
+
+    /// Drops tombstones at the front, and all of them once they outnumber the live tokens.
+    fn trim(&mut self) {
+        while self.entries.front().is_some_and(|e| e.1.is_none()) {
+            self.entries.pop_front();
+        }
+        if self.entries.len() > 2 * self.live + SLACK {
+            self.entries.retain(|e| e.1.is_some());
+        }
+        if self.live == 0 && self.entries.capacity() > 4 * SLACK {
+            self.entries = VecDeque::new();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::proto::MsgId;
+
+    fn tok(id: u64) -> Token {
+        Token {
+            rck: 1,
+            payload: Bytes::new(),
+            id: MsgId(id),
+            sent_at: None,
+            sends: 0,
+            queued: false,
+        }
+    }
+
+    #[test]
+    fn insert_lookup_remove_in_any_order() {
+        let mut t = Tokens::default();
+        for s in [3, 5, 9, 4] {
+            t.insert(s, tok(s));
+        }
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.first_slot(), Some(3));
+        assert_eq!(t.get_mut(4).map(|x| x.id), Some(MsgId(4)));
+        assert!(t.get_mut(6).is_none());
+        assert_eq!(t.remove(3).map(|x| x.id), Some(MsgId(3)));
+        assert!(t.remove(3).is_none());
+        assert_eq!(t.first_slot(), Some(4));
+        let mut got = Vec::new();
+        let n = t.remove_in(0..(1 << 60), |x| x.id.0 != 5, |s, _| got.push(s));
+        assert_eq!((n, got), (2, vec![4, 9]));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.first_slot(), Some(5));
+        assert_eq!(t.iter_mut().map(|(s, _)| s).collect::<Vec<_>>(), [5]);
+    }
+
+    #[test]
+    fn a_stuck_front_token_keeps_memory_bounded() {
+        let mut t = Tokens::default();
+        t.insert(0, tok(0));
+        for s in 1..100_000 {
+            t.insert(s, tok(s));
+            assert!(t.remove(s).is_some());
+        }
+        assert_eq!(t.len(), 1);
+        assert!(t.entries.len() <= 2 + SLACK, "{}", t.entries.len());
+        assert_eq!(t.first_slot(), Some(0));
+        assert!(t.remove(0).is_some());
+        assert!(t.is_empty() && t.first_slot().is_none());
+    }
+}
