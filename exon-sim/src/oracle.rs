@@ -78,6 +78,8 @@ struct Rec {
 #[derive(Debug, Default)]
 pub struct Oracle {
     msgs: Vec<Vec<Rec>>,
+    /// Nodes that restarted at least once so far.
+    restarted: Vec<bool>,
     violations: Vec<Violation>,
     violation_count: u64,
     /// Distinct messages delivered.
@@ -103,6 +105,7 @@ impl Oracle {
     pub fn new(nodes: usize) -> Oracle {
         Oracle {
             msgs: vec![Vec::new(); nodes],
+            restarted: vec![false; nodes],
             ..Oracle::default()
         }
     }
@@ -278,14 +281,17 @@ impl Oracle {
         }
     }
 
-    /// Checks that `key` was reported in doubt only after its receiver restarted.
+    /// Checks that `key` was reported in doubt only after its receiver restarted (at any
+    /// time before: a token made after the restart from an envelope granted before it is in
+    /// doubt too).
     pub fn on_in_doubt(&mut self, key: MsgKey, now: u64) {
+        let receiver_restarted = self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
         let Some(r) = self.settle(key, now, "in doubt") else {
             return;
         };
         r.doubted = true;
         r.acked_at = now;
-        let explained = r.receiver_restarted;
+        let explained = r.receiver_restarted || receiver_restarted;
         self.in_doubt += 1;
         if !explained {
             self.violate(
@@ -325,6 +331,7 @@ impl Oracle {
     /// `node` restarted: its unsettled messages may be lost without a violation, and the
     /// unsettled messages to it may end in doubt.
     pub fn on_restart(&mut self, node: usize) {
+        self.restarted[node] = true;
         for (s, v) in self.msgs.iter_mut().enumerate() {
             for r in v.iter_mut().filter(|r| !r.acked && !r.doubted) {
                 if s == node {
@@ -457,10 +464,10 @@ mod tests {
         let a = o.on_submit(0, 1, 0);
         let b = o.on_submit(0, 1, 0);
         o.on_restart(1);
-        let c = o.on_submit(0, 1, 0);
+        let c = o.on_submit(1, 0, 0);
         // Acknowledged without delivery: a violation even after the receiver restarted.
         o.on_acked(a, 5);
-        // In doubt although submitted after the restart.
+        // In doubt although its receiver (node 0) never restarted.
         o.on_in_doubt(c, 6);
         // b: never settled while its sender lives.
         o.finish(10);

@@ -557,7 +557,7 @@ impl Sim {
         for k in 0..h.ids {
             let src = NodeId::from_const(n + 1 + k);
             let mut buf = Vec::new();
-            exon::proto::Header { src, dst: victim }.encode(&mut buf);
+            exon::proto::Header::new(src, victim).encode(&mut buf);
             exon::proto::frame::put_reqslots(&mut buf, 1 + k * 7, h.n, 0);
             let t = self.now + nanos(self.sc.link.latency);
             self.push(
@@ -622,7 +622,17 @@ impl Sim {
 
     /// Ends the run: the end-of-run checks (at-least-once, obliviousness) and the report.
     pub fn finish(mut self) -> Report {
-        let pending = self.heap.len();
+        // A timer event for a node with no timer left is stale (the sim never cancels a
+        // later timer when the node's deadline goes away): not pending work.
+        let mut has_timer: Vec<bool> = Vec::with_capacity(self.hosts.len());
+        for h in &mut self.hosts {
+            has_timer.push(h.node.as_mut().is_some_and(|n| n.poll_timeout().is_some()));
+        }
+        let pending = self
+            .heap
+            .iter()
+            .filter(|e| !matches!(e.what, What::Timer(i) if !has_timer[i as usize]))
+            .count();
         let mut idle = 0;
         for i in 0..self.hosts.len() {
             let Some(node) = self.hosts[i].node.as_ref() else {
@@ -641,6 +651,12 @@ impl Sim {
                 );
                 self.oracle
                     .violate(ViolationKind::NotIdle, None, self.now, what);
+                for (j, h) in self.hosts.iter().enumerate() {
+                    if let Some(n) = h.node.as_ref() {
+                        let st = n.stats();
+                        eprintln!("node{j}: in {:?} out {:?} probes {} stale_slots {} idle_discards {} rejects {}", st.frames_in, st.frames_out, st.probes, st.stale_slots, st.idle_discards, st.rejects.total());
+                    }
+                }
             }
         }
         if self.sc.expect_idle && pending > 0 && idle == self.hosts.len() {

@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use exon::proto::Config;
 use exon_sim::{
-    seed_from_env, Fault, FaultKind, GilbertElliott, LinkConfig, Pattern, Scenario, Sim, Workload,
+    seed_from_env, sim_config, Fault, FaultKind, GilbertElliott, LinkConfig, Pattern, Scenario,
+    Sim, Workload,
 };
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
@@ -28,7 +30,12 @@ struct Params {
     partitions: Vec<(usize, usize, u8, u64, u64)>,
     /// (node, at ms, down ms)
     restarts: Vec<(usize, u64, u64)>,
+    /// Packing and delayed ACKs: (payload bytes, max datagram size, ACK delay ms, ack_every).
+    packing: (usize, usize, u64, u32),
 }
+
+/// Datagram sizes drawn: tiny (one small token each), internet, jumbo (dozens per datagram).
+const DATAGRAMS: [usize; 3] = [256, 1200, 8192];
 
 impl Params {
     /// Draws parameters from a seed alone (for `EXON_SIM_SEED`).
@@ -66,6 +73,12 @@ impl Params {
                     )
                 })
                 .collect(),
+            packing: (
+                r.gen_range(13..200),
+                DATAGRAMS[r.gen_range(0..3)],
+                r.gen_range(0..5),
+                r.gen_range(1..32),
+            ),
         }
     }
 
@@ -130,7 +143,14 @@ impl Params {
                 pattern: self.pattern,
                 messages: self.messages,
                 burst: 64,
+                payload_len: self.packing.0,
                 ..Workload::default()
+            },
+            config: Config {
+                max_datagram_size: self.packing.1,
+                ack_delay: Duration::from_millis(self.packing.2),
+                ack_every: self.packing.3,
+                ..sim_config()
             },
             faults,
             settle: Duration::from_secs(120),
@@ -159,6 +179,7 @@ fn params() -> impl Strategy<Value = Params> {
         (0u64..10, 1u64..10_000),
         prop::collection::vec((0usize..6, 0usize..6, 0u8..3, 0u64..2000, 1u64..1000), 0..4),
         prop::collection::vec((0usize..6, 0u64..2000, 1u64..300), 0..3),
+        (13usize..200, 0usize..3, 0u64..5, 1u32..32),
     )
         .prop_map(
             |(
@@ -170,6 +191,7 @@ fn params() -> impl Strategy<Value = Params> {
                 (jitter_ms, dup_delay_ms),
                 partitions,
                 restarts,
+                (payload, dgram, ack_ms, every),
             )| Params {
                 seed,
                 nodes,
@@ -183,6 +205,7 @@ fn params() -> impl Strategy<Value = Params> {
                 dup_delay_ms,
                 partitions,
                 restarts,
+                packing: (payload, DATAGRAMS[dgram], ack_ms, every),
             },
         )
 }

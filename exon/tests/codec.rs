@@ -65,10 +65,11 @@ fn packet() -> impl Strategy<Value = Packet> {
     (
         node_id(),
         node_id(),
+        any::<bool>(),
         proptest::collection::vec(frame(), 1..8),
     )
-        .prop_map(|(src, dst, frames)| Packet {
-            header: Header { src, dst },
+        .prop_map(|(src, dst, ack_now, frames)| Packet {
+            header: Header { src, dst, ack_now },
             frames,
         })
 }
@@ -111,10 +112,7 @@ proptest! {
 
 fn one_token() -> Packet {
     Packet {
-        header: Header {
-            src: NodeId::from_const(1),
-            dst: NodeId::from_const(2),
-        },
+        header: Header::new(NodeId::from_const(1), NodeId::from_const(2)),
         frames: vec![Frame::Token {
             s: 5,
             r: 7,
@@ -185,10 +183,7 @@ fn rejects_by_reason() {
 #[test]
 fn overhead_of_a_1kb_token() {
     let mk = |s: u64, r: u64| Packet {
-        header: Header {
-            src: NodeId::from_const(1),
-            dst: NodeId::from_const(2),
-        },
+        header: Header::new(NodeId::from_const(1), NodeId::from_const(2)),
         frames: vec![Frame::Token {
             s,
             r,

@@ -29,7 +29,7 @@ fn confirm(n: &mut Node, now: Instant) {
 
 fn dgram(src: NodeId, frames: Vec<Frame>) -> Bytes {
     Packet {
-        header: Header { src, dst: ME },
+        header: Header::new(src, ME),
         frames,
     }
     .encode()
@@ -83,17 +83,14 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
         Bytes::from_static(b"EX"),                                       // runt
         mutate(&|v| v[0] = 0),                                           // bad magic
         mutate(&|v| v[2] = 2),                                           // wrong version
-        mutate(&|v| v[3] = 1),                                           // reserved flags
+        mutate(&|v| v[3] = 2),                                           // reserved flags
         mutate(&|v| v.truncate(v.len() - 1)),                            // truncated frame
         mutate(&|v| v.push(0x01)),                                       // trailing garbage
         mutate(&|v| v.push(0x3f)),                                       // unknown frame type
         mutate(&|v| v.truncate(6)),                                      // header only
         Bytes::from(vec![0u8; Config::default().max_datagram_size + 1]), // oversized
         Packet {
-            header: Header {
-                src: PEER,
-                dst: NodeId::from_const(99),
-            },
+            header: Header::new(PEER, NodeId::from_const(99)),
             frames: vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
         }
         .encode(), // wrong destination
@@ -227,7 +224,7 @@ fn forged_flood(b: &mut Node, now: Instant, count: u64, dst: NodeId) {
     for i in 0..count {
         let forged = NodeId::new(1_000_000 + i).unwrap();
         let req = Packet {
-            header: Header { src: forged, dst },
+            header: Header::new(forged, dst),
             frames: vec![Frame::ReqSlots { s: i, n: 64, l: 0 }],
         };
         b.handle_datagram(now, req.encode());

@@ -38,7 +38,8 @@ pub struct Config {
     /// Most sender records (destinations with state) at once. Default 4096.
     pub max_sender_records: usize,
     /// Most receiver records (sources with slots) at once. A REQSLOTS that would create one
-    /// more is dropped and counted; records holding slots are never evicted. Default 4096.
+    /// more evicts the oldest record no token was delivered into (its tokens then get RETRY),
+    /// or, if there is none, is dropped and counted. Default 4096.
     pub max_receiver_records: usize,
     /// Largest `n` accepted in one REQSLOTS. Default 4096.
     pub max_slots_request: u64,
@@ -63,6 +64,14 @@ pub struct Config {
     /// Clock values reserved per persistence request: the node asks the embedding to store a
     /// high-water mark this far ahead. Default 2^20.
     pub clock_block: u64,
+    /// Longest a receiver waits before acknowledging tokens, hoping to cover more of them
+    /// with one ACK frame or to ride on a datagram it sends anyway. Tokens in a datagram
+    /// flagged ACK-NOW (the last of a sender's burst) and duplicates are acknowledged at
+    /// once. Zero acknowledges every datagram at once. Default 2 ms.
+    pub ack_delay: Duration,
+    /// Tokens from one source after which a receiver acknowledges without waiting for
+    /// `ack_delay`. Default 16.
+    pub ack_every: u32,
 }
 
 impl Default for Config {
@@ -86,6 +95,8 @@ impl Default for Config {
             max_probe_interval: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(10),
             clock_block: 1 << 20,
+            ack_delay: Duration::from_millis(2),
+            ack_every: 16,
         }
     }
 }
@@ -137,6 +148,9 @@ impl Config {
         if self.probe_interval.is_zero() || self.probe_interval > self.max_probe_interval {
             return Err(ConfigError("need 0 < probe_interval <= max_probe_interval"));
         }
+        if self.ack_every == 0 || self.ack_delay >= self.max_rto {
+            return Err(ConfigError("need ack_every > 0 and ack_delay < max_rto"));
+        }
         if self.clock_block < 2 {
             return Err(ConfigError("clock_block must be at least 2"));
         }
@@ -158,10 +172,7 @@ mod tests {
                 ..Config::default()
             };
             let p = Packet {
-                header: Header {
-                    src: NodeId::MAX,
-                    dst: NodeId::MAX,
-                },
+                header: Header::new(NodeId::MAX, NodeId::MAX),
                 frames: vec![Frame::Token {
                     s: VARINT_MAX,
                     r: VARINT_MAX,

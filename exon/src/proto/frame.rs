@@ -72,6 +72,10 @@ impl Verdict {
     }
 }
 
+/// Header flag: the sender has nothing more to send right now, so the receiver should
+/// acknowledge this datagram's tokens at once instead of waiting for more (delayed ACKs).
+pub const FLAG_ACK_NOW: u8 = 0x01;
+
 /// The datagram header: who sent it and to whom.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -79,9 +83,21 @@ pub struct Header {
     pub src: NodeId,
     /// The node the datagram is meant for.
     pub dst: NodeId,
+    /// Flag [`FLAG_ACK_NOW`]: acknowledge this datagram's tokens without delay (set on the
+    /// last datagram of a burst).
+    pub ack_now: bool,
 }
 
 impl Header {
+    /// A header from `src` to `dst` with no flag set.
+    pub fn new(src: NodeId, dst: NodeId) -> Header {
+        Header {
+            src,
+            dst,
+            ack_now: false,
+        }
+    }
+
     /// Encoded size of this header.
     pub fn encoded_len(&self) -> usize {
         4 + varint_len(self.src.get()) + varint_len(self.dst.get())
@@ -91,7 +107,7 @@ impl Header {
     pub fn encode(&self, buf: &mut impl BufMut) {
         buf.put_slice(&MAGIC);
         buf.put_u8(VERSION);
-        buf.put_u8(0);
+        buf.put_u8(if self.ack_now { FLAG_ACK_NOW } else { 0 });
         put_varint(buf, self.src.get());
         put_varint(buf, self.dst.get());
     }
@@ -108,13 +124,17 @@ impl Header {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let flags = r.u8()?;
-        if flags != 0 {
+        if flags & !FLAG_ACK_NOW != 0 {
             return Err(DecodeError::ReservedFlags(flags));
         }
         // Any decoded varint is at most VARINT_MAX, so these cannot fail.
         let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
         let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
-        Ok(Header { src, dst })
+        Ok(Header {
+            src,
+            dst,
+            ack_now: flags & FLAG_ACK_NOW != 0,
+        })
     }
 }
 

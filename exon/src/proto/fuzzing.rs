@@ -90,6 +90,7 @@ impl<'a> Arbitrary<'a> for Packet {
         let header = Header {
             src: NodeId::arbitrary(u)?,
             dst: NodeId::arbitrary(u)?,
+            ack_now: bool::arbitrary(u)?,
         };
         let count = u.int_in_range(1usize..=8)?;
         let mut frames = Vec::with_capacity(count);

@@ -413,12 +413,17 @@ impl Node {
             self.stats.rejects.from_self += 1;
             return;
         }
+        let mut tokens = 0u32;
+        let mut urgent = header.ack_now;
         for f in frames.drain(..) {
             self.stats.frames_in.count(&f);
             match f {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
-                Frame::Token { s, r, payload } => self.on_token(now, src, s, r, payload),
+                Frame::Token { s, r, payload } => {
+                    tokens += 1;
+                    urgent |= self.on_token(now, src, s, r, payload);
+                }
                 Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                     let Some((v, r, ranges)) = f.verdict() else {
                         continue;
@@ -432,6 +437,10 @@ impl Node {
                     self.request_slots(now, src);
                 }
             }
+        }
+        if tokens > 0 {
+            let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+            self.outbox.flush_verdicts(src, now, urgent, delay, every);
         }
         self.rearm_sender(src);
         self.rearm_receiver(src);
@@ -556,7 +565,11 @@ impl Node {
 
     /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4 and the verdicts for
     /// incarnations this node no longer knows).
-    fn on_token(&mut self, now: Instant, src: NodeId, s: u64, r: u64, payload: Bytes) {
+    ///
+    /// Returns true when the verdict should not wait for the ACK delay: a duplicate (the
+    /// sender is retransmitting, so an ACK was lost or late) or anything but an ACK.
+    fn on_token(&mut self, now: Instant, src: NodeId, s: u64, r: u64, payload: Bytes) -> bool {
+        let mut urgent = false;
         let verdict = match self.receivers.get_mut(&src) {
             Some(rec) if rec.rck == r => {
                 rec.heard(now);
@@ -570,6 +583,7 @@ impl Node {
                     }
                 } else {
                     self.stats.duplicates_dropped += 1;
+                    urgent = true;
                 }
                 Some(Verdict::Ack)
             }
@@ -577,6 +591,7 @@ impl Node {
                 if let Some(rec) = other {
                     rec.heard(now);
                 }
+                urgent = true;
                 self.verdict_without_record(r)
             }
         };
@@ -585,6 +600,7 @@ impl Node {
                 self.stats.rejects.outbox_full += 1;
             }
         }
+        urgent
     }
 
     /// The answer to a TOKEN of incarnation `r` when no record of `r` exists.

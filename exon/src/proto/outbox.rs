@@ -3,6 +3,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use super::frame::Verdict;
 use super::ranges::RangeSet;
@@ -23,6 +24,13 @@ pub(crate) struct PeerOut {
     pub probe: Option<(u64, u64)>,
     /// REQSLOTS(s, 0, l): a waiver with no record behind it.
     pub waive: Option<u64>,
+    /// In the `ready` queue.
+    pub ready: bool,
+    /// Tokens answered in `acks` since the last datagram to this peer.
+    pub unacked: u32,
+    /// Verdicts are held (delayed ACK) until this instant, unless something else goes to
+    /// the peer first.
+    pub ack_at: Option<Instant>,
 }
 
 impl PeerOut {
@@ -38,40 +46,113 @@ impl PeerOut {
 
 /// The peers with pending output, in the order they will be served.
 ///
-/// A peer is in `ready` exactly when it has an entry in `peers`; `poll_transmit` takes the
+/// A peer is in `ready` exactly when its entry in `peers` says so; `poll_transmit` takes the
 /// front peer, writes one datagram, and puts the peer at the back if it has more to send,
-/// so one busy peer cannot starve the others.
+/// so one busy peer cannot starve the others. A peer owed only verdicts may instead wait in
+/// `deferred` until its ACK delay runs out (or something else wakes it).
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
     pub peers: PeerMap<PeerOut>,
     pub ready: VecDeque<NodeId>,
+    /// Peers holding delayed verdicts, by deadline (stale entries are skipped).
+    pub deferred: VecDeque<(Instant, NodeId)>,
 }
 
 impl Outbox {
-    /// The pending output of `peer`, queueing the peer if it had none. Returns `None` when a
-    /// new entry would exceed `cap` peers.
-    pub fn wake(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
+    /// The pending output of `peer`, created if needed without queueing the peer. Returns
+    /// `None` when a new entry would exceed `cap` peers.
+    fn entry(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
         let len = self.peers.len();
         match self.peers.entry(peer) {
             Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => (len < cap).then(|| e.insert(PeerOut::default())),
+        }
+    }
+
+    /// The pending output of `peer`, queueing the peer to be served. Returns `None` when a
+    /// new entry would exceed `cap` peers.
+    pub fn wake(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
+        let len = self.peers.len();
+        let out = match self.peers.entry(peer) {
+            Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(e) => {
                 if len >= cap {
                     return None;
                 }
-                self.ready.push_back(peer);
-                Some(e.insert(PeerOut::default()))
+                e.insert(PeerOut::default())
+            }
+        };
+        if !out.ready {
+            out.ready = true;
+            self.ready.push_back(peer);
+        }
+        Some(out)
+    }
+
+    /// After a datagram with tokens from `peer`: sends its verdicts at once when `urgent`,
+    /// when `every` tokens are waiting, or when `delay` is zero; otherwise holds them until
+    /// `now + delay` at the latest.
+    pub fn flush_verdicts(
+        &mut self,
+        peer: NodeId,
+        now: Instant,
+        urgent: bool,
+        delay: Duration,
+        every: u32,
+    ) {
+        let Some(out) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if out.acks.is_empty() || out.ready {
+            return;
+        }
+        if urgent || delay.is_zero() || out.unacked >= every {
+            self.wake(peer, usize::MAX);
+        } else if out.ack_at.is_none() {
+            let at = now + delay;
+            out.ack_at = Some(at);
+            self.deferred.push_back((at, peer));
+        }
+    }
+
+    /// Queues every peer whose ACK delay ran out by `now`.
+    pub fn release_due(&mut self, now: Instant) {
+        while let Some(&(at, peer)) = self.deferred.front() {
+            if at > now {
+                break;
+            }
+            self.deferred.pop_front();
+            if self.peers.get(&peer).is_some_and(|o| o.ack_at == Some(at)) {
+                self.wake(peer, usize::MAX);
             }
         }
     }
 
-    /// Queues verdict `v` on slot `s` of incarnation `r`. Returns false if dropped.
+    /// The next ACK deadline, if any (skipping stale entries).
+    pub fn next_deadline(&mut self) -> Option<Instant> {
+        while let Some(&(at, peer)) = self.deferred.front() {
+            let live = self
+                .peers
+                .get(&peer)
+                .is_some_and(|o| o.ack_at == Some(at) && !o.ready);
+            if live {
+                return Some(at);
+            }
+            self.deferred.pop_front();
+        }
+        None
+    }
+
+    /// Queues verdict `v` on slot `s` of incarnation `r`, without waking the peer (see
+    /// [`flush_verdicts`](Self::flush_verdicts)). Returns false if dropped.
     pub fn reply(&mut self, peer: NodeId, v: Verdict, r: u64, s: u64, cap: usize) -> bool {
-        let Some(out) = self.wake(peer, cap) else {
+        let Some(out) = self.entry(peer, cap) else {
             return false;
         };
         if out.ack_ranges() >= MAX_PENDING_ACK_RANGES {
             return false;
         }
+        out.unacked = out.unacked.saturating_add(1);
         match out.acks.iter_mut().find(|(w, rck, _)| *w == v && *rck == r) {
             Some((_, _, set)) => set.insert(s..s + 1),
             None => {

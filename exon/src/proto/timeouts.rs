@@ -38,17 +38,19 @@ impl Node {
     /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
     /// called, if any. May be early (then the call does nothing); never late.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        let acks = self.outbox.next_deadline();
         while let Some((t, side, peer)) = self.timers.peek() {
             if self.is_current(t, side, peer) {
-                return Some(t);
+                return Some(acks.map_or(t, |a| a.min(t)));
             }
             self.timers.pop();
         }
-        None
+        acks
     }
 
     /// Input: time has reached `now`; runs every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.outbox.release_due(now);
         // Take every due entry first, so a record is handled at most once per call.
         let mut due = std::mem::take(&mut self.due_scratch);
         while let Some((t, side, peer)) = self.timers.peek() {

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::frame::{
     put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len, token_len, Header,
+    FLAG_ACK_NOW,
 };
 use super::timer::Side;
 use super::{Event, Node, NodeId, Transmit};
@@ -19,15 +20,13 @@ impl Node {
     /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
     /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to `max_datagram_size`.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.outbox.release_due(now);
         while let Some(peer) = self.outbox.ready.pop_front() {
             let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
+            out.ready = false;
             let start = buf.len();
             let limit = start + self.cfg.max_datagram_size;
-            Header {
-                src: self.id,
-                dst: peer,
-            }
-            .encode(buf);
+            Header::new(self.id, peer).encode(buf);
             let header_end = buf.len();
             let room = |buf: &Vec<u8>| limit - buf.len();
 
@@ -42,6 +41,10 @@ impl Node {
                 }
             }
             out.acks.retain(|(_, _, set)| !set.is_empty());
+            if out.acks.is_empty() {
+                out.unacked = 0;
+                out.ack_at = None;
+            }
             if let Some((s, r, n)) = out.grant {
                 if slots_len(s, r, n) <= room(buf) {
                     put_slots(buf, s, r, n);
@@ -63,8 +66,14 @@ impl Node {
                     out.waive = None;
                 }
             }
+            let tokens_before = self.stats.frames_out.token;
             let sender_left = self.write_sender_frames(now, peer, buf, limit);
+            if !sender_left && self.stats.frames_out.token > tokens_before {
+                // The last datagram of this burst: ask for the ACK without delay.
+                buf[start + 3] |= FLAG_ACK_NOW;
+            }
             if !out.is_empty() || sender_left {
+                out.ready = true;
                 self.outbox.peers.insert(peer, out);
                 self.outbox.ready.push_back(peer);
             }

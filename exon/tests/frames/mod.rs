@@ -48,7 +48,7 @@ pub fn feed(n: &mut Node, now: Instant, ps: &[Packet]) {
 
 pub fn packet(src: NodeId, dst: NodeId, frames: Vec<Frame>) -> Packet {
     Packet {
-        header: Header { src, dst },
+        header: Header::new(src, dst),
         frames,
     }
 }
