@@ -515,6 +515,8 @@ pub struct MemPair {
     a: Node,
     b: Node,
     buf: Vec<u8>,
+    /// Receive buffer the datagrams are copied into.
+    rx: bytes::BytesMut,
     seen: Seen,
     next: u64,
     /// Datagrams moved between the nodes.
@@ -533,6 +535,7 @@ impl MemPair {
             a: Node::new(NodeId::from_const(1), cfg.clone(), 1).unwrap(),
             b: Node::new(NodeId::from_const(2), cfg, 1).unwrap(),
             buf: Vec::with_capacity(64 * 1024),
+            rx: bytes::BytesMut::new(),
             seen: Seen::default(),
             next: 0,
             datagrams: 0,
@@ -597,7 +600,13 @@ impl MemPair {
                     break;
                 };
                 moved += 1;
-                dst.handle_datagram(now, Bytes::copy_from_slice(&self.buf[..tx.size]));
+                // As a driver would: datagrams received into one large shared buffer, so
+                // slicing a payload out is a reference count, not an allocation.
+                if self.rx.capacity() < tx.size {
+                    self.rx = bytes::BytesMut::with_capacity(256 * 1024);
+                }
+                self.rx.extend_from_slice(&self.buf[..tx.size]);
+                dst.handle_datagram(now, self.rx.split().freeze());
             }
         }
         for node in [&mut self.a, &mut self.b] {
