@@ -1,15 +1,16 @@
 //! A pair of nodes fed an arbitrary sequence of sends, timeouts, honest datagrams (dropped,
 //! duplicated or reordered at the fuzzer's choice) and arbitrary bytes or forged packets. The
 //! core's invariants are checked after every step: state within its bounds, no message
-//! delivered twice or delivered without being sent, and the clock never going back.
+//! delivered twice or delivered without being sent, no message acknowledged without being
+//! delivered, and the clock never going back.
 #![no_main]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
-use exon::proto::{Config, Event, Node, NodeId, Packet};
+use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -60,6 +61,8 @@ struct World {
     in_flight: Vec<(usize, Bytes)>,
     next_msg: u64,
     sent: HashSet<Bytes>,
+    /// Each node's messages by the id `send` returned.
+    ids: [HashMap<MsgId, Bytes>; 2],
     delivered: HashSet<Bytes>,
     clocks: [u64; 2],
 }
@@ -83,16 +86,30 @@ impl World {
             // Forged traffic never claims to be A or B (see `honest_ids_untouched`), so what
             // arrives from the peer is honest and must be exactly-once; a third node id may
             // legitimately get its own forged messages delivered (ids are not authenticated).
-            if let Event::Delivered { from, payload } = e {
-                if from == [A, B][1 - i] {
-                    assert!(
-                        self.sent.contains(&payload),
-                        "delivered a message never sent"
-                    );
-                    assert!(self.delivered.insert(payload), "delivered twice");
-                } else {
-                    assert!(from != [A, B][i], "delivered from itself");
+            match e {
+                Event::Delivered { from, payload } => {
+                    if from == [A, B][1 - i] {
+                        assert!(
+                            self.sent.contains(&payload),
+                            "delivered a message never sent"
+                        );
+                        assert!(self.delivered.insert(payload), "delivered twice");
+                    } else {
+                        assert!(from != [A, B][i], "delivered from itself");
+                    }
                 }
+                Event::Acknowledged { to, id } => {
+                    // Only the honest peer can settle a message to it (forged ids differ).
+                    assert_eq!(to, [A, B][1 - i]);
+                    let payload = self.ids[i].get(&id).expect("acknowledged, never sent");
+                    assert!(
+                        self.delivered.contains(payload),
+                        "acknowledged, never delivered"
+                    );
+                }
+                // In doubt (possible once evicted incarnations are forgotten): delivered at
+                // most once, which the checks above keep.
+                _ => {}
             }
         }
     }
@@ -137,6 +154,7 @@ fuzz_target!(|ops: Vec<Op>| {
         in_flight: Vec::new(),
         next_msg: 0,
         sent: HashSet::new(),
+        ids: [HashMap::new(), HashMap::new()],
         delivered: HashSet::new(),
         clocks: [0, 1 << 20],
     };
@@ -147,8 +165,9 @@ fuzz_target!(|ops: Vec<Op>| {
                 let i = usize::from(from);
                 let payload = Bytes::copy_from_slice(&w.next_msg.to_be_bytes());
                 w.next_msg += 1;
-                if w.nodes[i].send(now, [A, B][1 - i], payload.clone()).is_ok() {
-                    w.sent.insert(payload);
+                if let Ok(id) = w.nodes[i].send(now, [A, B][1 - i], payload.clone()) {
+                    w.sent.insert(payload.clone());
+                    w.ids[i].insert(id, payload);
                 }
                 w.drain(i);
             }
