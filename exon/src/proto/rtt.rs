@@ -7,12 +7,17 @@ use super::Config;
 /// Smoothed RTT, its variance, and the exponential backoff of one sender record.
 ///
 /// Callers apply Karn's rule: they feed [`Rtt::sample`] only with round trips of frames that
-/// were sent once, never with those of retransmitted frames.
+/// were sent once, never with those of retransmitted frames. Kept in integer nanoseconds:
+/// a sample is taken for nearly every acknowledged message.
 #[derive(Debug, Clone)]
 pub struct Rtt {
-    srtt: Option<Duration>,
-    rttvar: Duration,
+    srtt: Option<u64>,
+    rttvar: u64,
     backoff: u32,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Rtt {
@@ -20,14 +25,14 @@ impl Rtt {
     pub fn new() -> Self {
         Rtt {
             srtt: None,
-            rttvar: Duration::ZERO,
+            rttvar: 0,
             backoff: 0,
         }
     }
 
     /// Smoothed round-trip time, if any sample was taken.
     pub fn smoothed(&self) -> Option<Duration> {
-        self.srtt
+        self.srtt.map(Duration::from_nanos)
     }
 
     /// Number of consecutive timeouts without a fresh sample.
@@ -37,6 +42,8 @@ impl Rtt {
 
     /// Records a round trip of a frame sent exactly once; resets the backoff.
     pub fn sample(&mut self, rtt: Duration) {
+        // Round trips beyond an hour are clamped: they only matter as "very long".
+        let rtt = nanos(rtt).min(3_600_000_000_000);
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);
@@ -59,11 +66,16 @@ impl Rtt {
     /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`.
     pub fn rto(&self, cfg: &Config) -> Duration {
         let base = match self.srtt {
-            None => cfg.initial_rtt * 2,
-            Some(srtt) => srtt + (self.rttvar * 4).max(cfg.timer_granularity),
+            None => nanos(cfg.initial_rtt).saturating_mul(2),
+            Some(srtt) => srtt.saturating_add(
+                self.rttvar
+                    .saturating_mul(4)
+                    .max(nanos(cfg.timer_granularity)),
+            ),
         };
-        let base = base.clamp(cfg.min_rto, cfg.max_rto);
-        base.saturating_mul(1 << self.backoff).min(cfg.max_rto)
+        let (min, max) = (nanos(cfg.min_rto), nanos(cfg.max_rto));
+        let base = base.clamp(min, max);
+        Duration::from_nanos(base.saturating_mul(1 << self.backoff).min(max))
     }
 }
 
@@ -97,7 +109,7 @@ mod tests {
         r.sample(ms(200));
         // srtt = 7/8*100 + 1/8*200 = 112.5 ms; rttvar = 3/4*50 + 1/4*100 = 62.5 ms
         assert_eq!(r.smoothed(), Some(Duration::from_micros(112_500)));
-        assert_eq!(r.rttvar, Duration::from_micros(62_500));
+        assert_eq!(r.rttvar, 62_500_000);
     }
 
     #[test]
