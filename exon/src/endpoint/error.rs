@@ -23,6 +23,10 @@ pub enum ReceiptError {
     /// the message. It may or may not have been delivered; it was never delivered twice.
     #[error("endpoint stopped before the message was acknowledged")]
     Unacknowledged,
+    /// The endpoint refused the message after [`send`](super::Handle::send) had returned
+    /// (too many destinations, or the endpoint closed meanwhile): it was never sent.
+    #[error("message refused: {0}")]
+    Refused(Error),
 }
 
 /// Why an endpoint could not be built.

@@ -3,14 +3,16 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::shared::Shared;
 use super::{Error, ReceiptError};
-use crate::proto::{MsgId, NodeId, Stats};
+use crate::proto::{MsgId, NodeId, SendError, Stats};
 
 /// Counters of an endpoint: the core's plus the driver's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +30,12 @@ pub struct EndpointStats {
     /// Times the endpoint stopped reading the socket because the application was not
     /// reading delivered messages.
     pub delivery_stalls: u64,
+    /// Socket send calls: with segmentation offload one call sends several datagrams
+    /// (compare with `node.datagrams_out`).
+    pub send_calls: u64,
+    /// Socket receive calls that returned datagrams: with batched receives one call returns
+    /// several (compare with `node.datagrams_in`).
+    pub recv_calls: u64,
 }
 
 /// What [`Handle::close`] reports.
@@ -50,15 +58,32 @@ impl CloseReport {
     }
 }
 
+/// How the sender of a message hears of its acknowledgement (or of a late refusal).
+pub(crate) type AckSender = oneshot::Sender<Result<(), ReceiptError>>;
+
+/// How a send waits for the driver.
+pub(crate) enum Reply {
+    /// Not at all: the send already returned its receipt (it holds a send credit).
+    None,
+    /// Answered once the message is in the core's queue (waiting while it is full).
+    Wait(oneshot::Sender<Result<(), Error>>),
+    /// Answered at once: in the core's queue, or refused.
+    Try(oneshot::Sender<Result<(), Error>>),
+}
+
+/// A message for the driver to hand to the core.
+pub(crate) struct Outgoing {
+    pub(crate) to: NodeId,
+    pub(crate) payload: Bytes,
+    /// The endpoint's id for the message (the one its receipt shows).
+    pub(crate) id: MsgId,
+    pub(crate) ack: AckSender,
+    pub(crate) reply: Reply,
+}
+
 /// A command from a handle to the driver task.
 pub(crate) enum Command {
-    Send {
-        to: NodeId,
-        payload: Bytes,
-        wait: bool,
-        ack: oneshot::Sender<()>,
-        reply: oneshot::Sender<Result<MsgId, Error>>,
-    },
+    Send(Outgoing),
     AddPeer(NodeId, SocketAddr),
     Stats(oneshot::Sender<EndpointStats>),
     Close {
@@ -77,11 +102,12 @@ pub(crate) enum Command {
 pub struct Receipt {
     id: MsgId,
     to: NodeId,
-    rx: oneshot::Receiver<()>,
+    rx: oneshot::Receiver<Result<(), ReceiptError>>,
 }
 
 impl Receipt {
-    /// The message's id, as in the core's `Acknowledged` events.
+    /// The message's id: unique within this endpoint and increasing in the order of the
+    /// sends (the endpoint's own numbering, not the core's).
     pub fn id(&self) -> MsgId {
         self.id
     }
@@ -97,9 +123,11 @@ impl Future for Receipt {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.map(|()| id).map_err(|_| ReceiptError::Unacknowledged))
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(Ok(())) => Ok(id),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ReceiptError::Unacknowledged),
+        })
     }
 }
 
@@ -110,6 +138,7 @@ pub struct Handle {
     pub(crate) id: NodeId,
     pub(crate) local_addr: SocketAddr,
     pub(crate) cmds: mpsc::UnboundedSender<Command>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl Handle {
@@ -125,30 +154,81 @@ impl Handle {
 
     /// Sends `payload` to node `to`, exactly once. Waits while the destination's queue is
     /// full (backpressure), then returns a [`Receipt`] that resolves on acknowledgement.
+    ///
+    /// While the destination has room, the send is handed to the driver without waiting for
+    /// its answer: up to [`EndpointConfig::send_buffer`](super::EndpointConfig::send_buffer)
+    /// such sends may be on their way to the core at once (more wait for the driver), and a
+    /// destination found full meanwhile keeps them in its queue. The rare refusal found only
+    /// then (too many destinations, or a close racing the send) resolves the receipt with
+    /// [`ReceiptError::Refused`].
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.submit(to, payload.into(), true).await
+        let payload = payload.into();
+        self.check(to, &payload)?;
+        if self.shared.is_blocked(to) {
+            return self.submit(to, payload, Reply::Wait).await;
+        }
+        let credit = self
+            .shared
+            .credits
+            .acquire()
+            .await
+            .map_err(|_| Error::Closed)?;
+        credit.forget();
+        self.hand_over(to, payload, Reply::None)
     }
 
     /// Like [`send`](Self::send) but fails at once with
     /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull) instead of waiting for
     /// queue space (it still awaits the driver's answer, which never waits on the network).
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.submit(to, payload.into(), false).await
+        let payload = payload.into();
+        self.check(to, &payload)?;
+        self.submit(to, payload, Reply::Try).await
     }
 
-    async fn submit(&self, to: NodeId, payload: Bytes, wait: bool) -> Result<Receipt, Error> {
-        let (ack, rx) = oneshot::channel();
+    /// The refusals decided without the driver.
+    fn check(&self, to: NodeId, payload: &Bytes) -> Result<(), Error> {
+        if self.shared.is_closing() {
+            return Err(Error::Closed);
+        }
+        if to == self.id {
+            return Err(SendError::ToSelf.into());
+        }
+        let max = self.shared.max_payload;
+        if payload.len() > max {
+            let len = payload.len();
+            return Err(SendError::PayloadTooLarge { len, max }.into());
+        }
+        Ok(())
+    }
+
+    /// Sends through the driver and waits for its answer.
+    async fn submit(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        how: fn(oneshot::Sender<Result<(), Error>>) -> Reply,
+    ) -> Result<Receipt, Error> {
         let (reply, answer) = oneshot::channel();
+        let receipt = self.hand_over(to, payload, how(reply))?;
+        answer.await.map_err(|_| Error::Closed)??;
+        Ok(receipt)
+    }
+
+    /// Gives the message an id and hands it to the driver.
+    fn hand_over(&self, to: NodeId, payload: Bytes, reply: Reply) -> Result<Receipt, Error> {
+        let (ack, rx) = oneshot::channel();
+        let id = self.shared.next_id();
+        let out = Outgoing {
+            to,
+            payload,
+            id,
+            ack,
+            reply,
+        };
         self.cmds
-            .send(Command::Send {
-                to,
-                payload,
-                wait,
-                ack,
-                reply,
-            })
+            .send(Command::Send(out))
             .map_err(|_| Error::Closed)?;
-        let id = answer.await.map_err(|_| Error::Closed)??;
         Ok(Receipt { id, to, rx })
     }
 

@@ -4,11 +4,15 @@
 //! One task owns the protocol [`Node`] and the socket; handles talk to it
 //! over a channel. See the crate documentation for an example.
 
+mod batch;
+mod commands;
 mod config;
 mod driver;
 mod error;
 mod handle;
+mod io;
 mod lossy;
+mod shared;
 mod socket;
 mod store;
 #[cfg(feature = "serde")]
@@ -16,22 +20,25 @@ mod typed;
 
 use std::ops::Deref;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::mpsc;
 
+pub use batch::BatchSocket;
 pub use config::EndpointConfig;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
-pub use socket::DatagramSocket;
+pub use socket::{DatagramSocket, RecvMeta};
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
 pub use typed::{decode, encode, PayloadError};
 
 use crate::proto::{Node, NodeId};
+use shared::Shared;
 
 /// A message delivered exactly once, with its sender's node id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,9 +146,10 @@ impl Builder {
         self
     }
 
-    /// Binds a tokio UDP socket to `addr` and starts the endpoint.
+    /// Binds a UDP socket with batched I/O ([`BatchSocket`]) to `addr` and starts the
+    /// endpoint.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
-        let socket = tokio::net::UdpSocket::bind(addr).await?;
+        let socket = BatchSocket::bind(addr).await?;
         self.with_socket(socket)
     }
 
@@ -152,16 +160,26 @@ impl Builder {
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = socket.local_addr()?;
         let node = Node::new(self.id, self.config.protocol.clone(), clock)?;
+        let shared = Arc::new(Shared::new(
+            node.config().max_payload(),
+            self.config.send_buffer,
+        ));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
         tracing::info!(id = %self.id, %local_addr, clock, "endpoint bound");
-        let driver = driver::Driver::new(node, socket, self.config, cmd_rx, tx, store);
+        let channels = driver::Channels {
+            cmds: cmd_rx,
+            deliver: tx,
+            shared: shared.clone(),
+        };
+        let driver = driver::Driver::new(node, socket, self.config, channels, store);
         tokio::spawn(driver.run());
         Ok(Endpoint {
             handle: Handle {
                 id: self.id,
                 local_addr,
                 cmds: cmd_tx,
+                shared,
             },
             rx,
         })
