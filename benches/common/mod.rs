@@ -268,7 +268,8 @@ impl Drop for OneWay {
 /// `net.core.rmem_max`) holds a window.
 pub const UDP_BUFFER: usize = 4 << 20;
 
-/// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers.
+/// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers and batched
+/// I/O (GSO and GRO), as `Endpoint::bind` does.
 async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
     let sock = socket2::Socket::new(
         socket2::Domain::IPV4,
@@ -282,6 +283,7 @@ async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
     let addr: SocketAddr = LOCALHOST.parse().unwrap();
     sock.bind(&addr.into()).unwrap();
     let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
+    let sock = exon::endpoint::BatchSocket::new(sock).unwrap();
     Endpoint::builder(NodeId::new(id).unwrap())
         .config(exon_config(datagram))
         .with_socket(sock)
@@ -343,7 +345,7 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
     let per = |x: u64| x as f64 / n.sent.max(n.delivered).max(1) as f64;
     format!(
         "sent={} delivered={} datagrams_out={} ({:.3}/msg) datagrams_in={} ({:.3}/msg) \
-         retransmissions={} frames_out={:?} delivery_stalls={}",
+         retransmissions={} frames_out={:?} delivery_stalls={} send_calls={} recv_calls={}",
         n.sent,
         n.delivered,
         n.datagrams_out,
@@ -352,7 +354,9 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
         per(n.datagrams_in),
         n.retransmissions,
         n.frames_out,
-        s.delivery_stalls
+        s.delivery_stalls,
+        s.send_calls,
+        s.recv_calls
     )
 }
 
