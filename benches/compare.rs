@@ -9,8 +9,9 @@
 //! Options: `--secs S` total measured time per system (default 3), `--rounds R` (default 3),
 //! `--callers C` (rpc, default 100), `--batch N` messages per batch (default 10000 one-way,
 //! 2000 rpc), `--datagram B` exon's `max_datagram_size` (default 1472), `--only NAME` one
-//! system alone (for profiling; ratios then need another run). The last line of the output
-//! is `key=value` pairs for scripts.
+//! system alone (for profiling; ratios then need another run), `--threads N` a multi-thread
+//! tokio runtime with N workers on each side instead of a current-thread one (default 0:
+//! current-thread). The last line of the output is `key=value` pairs for scripts.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -27,6 +28,7 @@ struct Args {
     batch: Option<u64>,
     datagram: usize,
     only: Option<String>,
+    threads: usize,
 }
 
 fn parse_args() -> Args {
@@ -38,6 +40,7 @@ fn parse_args() -> Args {
         batch: None,
         datagram: DEFAULT_EXON_DATAGRAM,
         only: None,
+        threads: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -54,6 +57,7 @@ fn parse_args() -> Args {
             "--batch" => a.batch = Some(num(&val("--batch"))),
             "--datagram" => a.datagram = num(&val("--datagram")),
             "--only" => a.only = Some(val("--only")),
+            "--threads" => a.threads = num(&val("--threads")),
             "one-way" | "rpc" => a.mode = arg,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other:?}")),
@@ -76,13 +80,14 @@ fn num<T: std::str::FromStr>(s: &str) -> T {
 fn usage(msg: &str) -> ! {
     eprintln!(
         "{msg}\nusage: compare one-way|rpc [--secs S] [--rounds R] [--callers C] [--batch N] \
-         [--datagram B] [--only NAME]"
+         [--datagram B] [--only NAME] [--threads N]"
     );
     std::process::exit(2)
 }
 
 fn main() {
     let args = parse_args();
+    common::WORKER_THREADS.store(args.threads, std::sync::atomic::Ordering::Relaxed);
     match args.mode.as_str() {
         "one-way" => one_way(&args),
         _ => rpc(&args),
@@ -189,6 +194,7 @@ fn one_way(args: &Args) {
         last.push(format!("exon_over_quic={:.3}", rate(0) / rate(2)));
     }
     last.push(format!("datagram={}", args.datagram));
+    last.push(format!("threads={}", args.threads));
     println!("{}", last.join(" "));
 }
 
@@ -275,5 +281,6 @@ fn rpc(args: &Args) {
     }
     last.push(format!("callers={}", args.callers));
     last.push(format!("datagram={}", args.datagram));
+    last.push(format!("threads={}", args.threads));
     println!("{}", last.join(" "));
 }

@@ -1,7 +1,7 @@
 //! Shared loopback runners for the benchmarks: exon (in memory and over UDP), TCP and QUIC,
 //! one-way and request/reply. Each runner sets its connections up once, on two OS threads
-//! with a current-thread tokio runtime each (like two processes), and is then driven in
-//! batches from the calling thread.
+//! with a tokio runtime each (like two processes; current-thread unless
+//! [`WORKER_THREADS`] says otherwise), and is then driven in batches from the calling thread.
 //!
 //! Every message carries a sequence number in its first 8 bytes; receivers check that each
 //! arrives exactly once (a duplicate or a stranger panics), and only verified messages count.
@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,7 +94,11 @@ impl Progress {
     }
 }
 
-/// Runs `f` on a new OS thread inside a current-thread tokio runtime.
+/// Worker threads of each side's tokio runtime: 0 (the default) for a current-thread
+/// runtime, otherwise a multi-thread runtime with that many workers.
+pub static WORKER_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` on a new OS thread inside a tokio runtime (see [`WORKER_THREADS`]).
 fn spawn_rt<F, Fut>(name: &str, f: F) -> JoinHandle<()>
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -103,11 +107,15 @@ where
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(f())
+            let workers = WORKER_THREADS.load(Ordering::Relaxed);
+            let mut b = if workers == 0 {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(workers);
+                b
+            };
+            b.enable_all().build().expect("runtime").block_on(f())
         })
         .expect("thread")
 }
