@@ -2,6 +2,7 @@
 //! ready (queued commands, a batch of datagrams, a due timer), then drains the node's outputs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,6 +36,27 @@ enum Wake {
     Continue,
 }
 
+/// Hashes the core's message ids (sequential, never chosen by the network) with one
+/// multiplication instead of SipHash.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// The driver's ends of the channels to the handles and the application.
 pub(crate) struct Channels {
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
@@ -62,7 +84,7 @@ pub(crate) struct Driver<S> {
     pub(crate) store: Option<Box<dyn ClockStore>>,
     pub(crate) pending: VecDeque<Message>,
     /// Messages in the core by the core's id.
-    pub(crate) acks: HashMap<MsgId, Unacked>,
+    pub(crate) acks: HashMap<MsgId, Unacked, BuildHasherDefault<IdHasher>>,
     /// Sends waiting for room in the core, per destination (each such destination is in
     /// `blocked`).
     pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>>,
@@ -108,7 +130,7 @@ impl<S: DatagramSocket> Driver<S> {
             shared: ch.shared,
             store: Some(store),
             pending: VecDeque::new(),
-            acks: HashMap::new(),
+            acks: HashMap::default(),
             waiters: HashMap::new(),
             blocked: HashSet::new(),
             credits_taken: 0,
@@ -150,8 +172,9 @@ impl<S: DatagramSocket> Driver<S> {
             }
             let wake = self.wait(more).await;
             let t = now();
+            let got_datagrams = matches!(wake, Wake::Datagrams(_));
             self.on_wake(wake, t);
-            self.take_ready(t);
+            self.take_ready(t, got_datagrams);
         }
     }
 
@@ -215,8 +238,9 @@ impl<S: DatagramSocket> Driver<S> {
     }
 
     /// Takes the other inputs that are ready without waiting: queued commands (up to a
-    /// budget), one batch of datagrams, a due timer; then returns the send credits taken.
-    fn take_ready(&mut self, t: Instant) {
+    /// budget), a batch of datagrams (unless one was just taken), a due timer; then returns
+    /// the send credits taken.
+    fn take_ready(&mut self, t: Instant, got_datagrams: bool) {
         for _ in 0..COMMAND_BUDGET {
             if !self.cmds_open {
                 break;
@@ -227,7 +251,7 @@ impl<S: DatagramSocket> Driver<S> {
                 Err(TryRecvError::Disconnected) => self.on_handles_gone(t),
             }
         }
-        if self.pending.is_empty() {
+        if !got_datagrams && self.pending.is_empty() {
             if let Some(r) = self.rx.recv_now(&self.socket) {
                 self.on_datagrams(t, r);
             }
