@@ -201,3 +201,31 @@ async fn refusal_found_after_send_returned_resolves_the_receipt() {
     ));
     a.close(Duration::from_millis(100)).await;
 }
+
+#[tokio::test]
+async fn close_ends_sends_waiting_for_room_or_credits() {
+    let mut c = cfg().with_send_buffer(1);
+    c.protocol.max_queued_per_peer = 2;
+    let a = Endpoint::bind("127.0.0.1:0", A, c).await.unwrap();
+    // Nobody answers: the queue fills, then sends wait.
+    a.add_peer(B, "127.0.0.1:9".parse().unwrap());
+    let h = a.handle();
+    let sender = tokio::spawn(async move {
+        let mut outcomes = Vec::new();
+        for i in 0..20 {
+            outcomes.push(h.send(B, payload(i)).await.map(|r| r.id()));
+        }
+        outcomes
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!sender.is_finished(), "sends wait while the queue is full");
+    let report = timeout(LIMIT, a.close(Duration::from_millis(100)))
+        .await
+        .expect("close never hangs");
+    let outcomes = timeout(LIMIT, sender).await.unwrap().unwrap();
+    let accepted = outcomes.iter().filter(|o| o.is_ok()).count();
+    assert!(accepted >= 2, "{outcomes:?}");
+    assert!(outcomes.iter().any(|o| *o == Err(Error::Closed)), "{outcomes:?}");
+    // Every accepted send is either reported unacknowledged or was refused on its receipt.
+    assert!(report.unacknowledged.len() <= accepted, "{report:?}");
+}
