@@ -225,7 +225,7 @@ async fn close_ends_sends_waiting_for_room_or_credits() {
     let outcomes = timeout(LIMIT, sender).await.unwrap().unwrap();
     let accepted = outcomes.iter().filter(|o| o.is_ok()).count();
     assert!(accepted >= 2, "{outcomes:?}");
-    assert!(outcomes.iter().any(|o| *o == Err(Error::Closed)), "{outcomes:?}");
+    assert!(outcomes.contains(&Err(Error::Closed)), "{outcomes:?}");
     // Every accepted send is either reported unacknowledged or was refused on its receipt.
     assert!(report.unacknowledged.len() <= accepted, "{report:?}");
 }

@@ -64,7 +64,7 @@ impl<S: DatagramSocket> Driver<S> {
                     tracing::warn!(peer = %to, "sending to a peer with no known address");
                 }
                 self.acks.insert(core_id, Unacked { id, to, ack });
-                if let Reply::Wait(r) | Reply::Try(r) = reply {
+                if let Reply::Try(r) = reply {
                     let _ = r.send(Ok(()));
                 }
                 if self.node.is_full(to, 0) {
@@ -141,7 +141,7 @@ fn refuse_parts(reply: Reply, ack: super::handle::AckSender, e: Error) {
         Reply::None => {
             let _ = ack.send(Err(ReceiptError::Refused(e)));
         }
-        Reply::Wait(r) | Reply::Try(r) => {
+        Reply::Try(r) => {
             let _ = r.send(Err(e));
         }
     }

@@ -61,13 +61,11 @@ impl CloseReport {
 /// How the sender of a message hears of its acknowledgement (or of a late refusal).
 pub(crate) type AckSender = oneshot::Sender<Result<(), ReceiptError>>;
 
-/// How a send waits for the driver.
+/// Whether a send waits for the driver's answer.
 pub(crate) enum Reply {
-    /// Not at all: the send already returned its receipt (it holds a send credit).
+    /// No: the send already returned its receipt (it held a send credit).
     None,
-    /// Answered once the message is in the core's queue (waiting while it is full).
-    Wait(oneshot::Sender<Result<(), Error>>),
-    /// Answered at once: in the core's queue, or refused.
+    /// Yes (`try_send`), answered at once: in the core's queue, or refused.
     Try(oneshot::Sender<Result<(), Error>>),
 }
 
@@ -155,17 +153,18 @@ impl Handle {
     /// Sends `payload` to node `to`, exactly once. Waits while the destination's queue is
     /// full (backpressure), then returns a [`Receipt`] that resolves on acknowledgement.
     ///
-    /// While the destination has room, the send is handed to the driver without waiting for
-    /// its answer: up to [`EndpointConfig::send_buffer`](super::EndpointConfig::send_buffer)
-    /// such sends may be on their way to the core at once (more wait for the driver), and a
-    /// destination found full meanwhile keeps them in its queue. The rare refusal found only
-    /// then (too many destinations, or a close racing the send) resolves the receipt with
-    /// [`ReceiptError::Refused`].
+    /// The send is handed to the driver without waiting for its answer: up to
+    /// [`EndpointConfig::send_buffer`](super::EndpointConfig::send_buffer) sends may be on
+    /// their way to the core at once (more wait for the driver to take them), and sends that
+    /// find the destination full on arrival wait in the driver, in order, until it has room.
+    /// The rare refusal found only then (too many destinations, or a close racing the send)
+    /// resolves the receipt with [`ReceiptError::Refused`].
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
-        if self.shared.is_blocked(to) {
-            return self.submit(to, payload, Reply::Wait).await;
+        self.shared.wait_for_room(to).await;
+        if self.shared.is_closing() {
+            return Err(Error::Closed);
         }
         let credit = self
             .shared
@@ -183,7 +182,10 @@ impl Handle {
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
-        self.submit(to, payload, Reply::Try).await
+        let (reply, answer) = oneshot::channel();
+        let receipt = self.hand_over(to, payload, Reply::Try(reply))?;
+        answer.await.map_err(|_| Error::Closed)??;
+        Ok(receipt)
     }
 
     /// The refusals decided without the driver.
@@ -200,19 +202,6 @@ impl Handle {
             return Err(SendError::PayloadTooLarge { len, max }.into());
         }
         Ok(())
-    }
-
-    /// Sends through the driver and waits for its answer.
-    async fn submit(
-        &self,
-        to: NodeId,
-        payload: Bytes,
-        how: fn(oneshot::Sender<Result<(), Error>>) -> Reply,
-    ) -> Result<Receipt, Error> {
-        let (reply, answer) = oneshot::channel();
-        let receipt = self.hand_over(to, payload, how(reply))?;
-        answer.await.map_err(|_| Error::Closed)??;
-        Ok(receipt)
     }
 
     /// Gives the message an id and hands it to the driver.

@@ -17,8 +17,9 @@
 //!
 //! A [`Handle::send`] to a destination with room does not wait for the driver: it takes a
 //! send credit ([`EndpointConfig::send_buffer`]) and returns its receipt at once, so that
-//! one sending task can hand over thousands of messages per driver turn. Sends to a full
-//! destination, and [`Handle::try_send`], wait for the driver's answer as before.
+//! one sending task can hand over thousands of messages per driver turn. A send to a
+//! destination the driver published as full waits, still without a round trip, until the
+//! driver publishes room again; [`Handle::try_send`] waits for the driver's answer.
 //!
 //! # Runtime layout
 //! Prefer a **current-thread** runtime per endpoint (one OS thread per endpoint, or per

@@ -1,11 +1,13 @@
 //! State shared by the handles and the driver, so that a `send` needs no round trip to the
-//! driver: closing flag, message ids, destinations whose queue is full, and send credits.
+//! driver: closing flag, message ids, destinations whose queue is full (and a notification
+//! when one has room again), and send credits.
 
 use std::collections::HashSet;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 
 use crate::proto::{MsgId, NodeId};
 
@@ -22,6 +24,8 @@ pub(crate) struct Shared {
     blocked: Mutex<HashSet<NodeId>>,
     /// Size of `blocked`, read without the lock on the fast path.
     blocked_len: AtomicUsize,
+    /// Notified when a destination leaves `blocked`, and on close.
+    room: Notify,
     /// Credits for sends that do not wait for the driver: one per send command in the
     /// channel, returned when the driver takes it. Closed when the endpoint closes.
     pub(crate) credits: Semaphore,
@@ -35,6 +39,7 @@ impl Shared {
             next_id: AtomicU64::new(0),
             blocked: Mutex::new(HashSet::new()),
             blocked_len: AtomicUsize::new(0),
+            room: Notify::new(),
             credits: Semaphore::new(send_buffer.max(1)),
         }
     }
@@ -48,10 +53,27 @@ impl Shared {
         self.closing.load(Ordering::Acquire)
     }
 
-    /// Refuses new sends from now on, and wakes senders waiting for credits.
+    /// Refuses new sends from now on, and wakes senders waiting for credits or room.
     pub(crate) fn close(&self) {
         self.closing.store(true, Ordering::Release);
         self.credits.close();
+        self.room.notify_waiters();
+    }
+
+    /// Waits while `to` is blocked (its queue full) and the endpoint open.
+    pub(crate) async fn wait_for_room(&self, to: NodeId) {
+        if !self.is_blocked(to) {
+            return;
+        }
+        loop {
+            let mut notified = pin!(self.room.notified());
+            // Registered before the check: an unblocking in between is not missed.
+            notified.as_mut().enable();
+            if !self.is_blocked(to) || self.is_closing() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Whether sends to `to` must wait for the driver (its queue is full).
@@ -68,6 +90,10 @@ impl Shared {
             set.remove(&to);
         }
         self.blocked_len.store(set.len(), Ordering::Release);
+        drop(set);
+        if !blocked {
+            self.room.notify_waiters();
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashSet<NodeId>> {
