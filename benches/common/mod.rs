@@ -1,7 +1,7 @@
 //! Shared loopback runners for the benchmarks: exon (in memory and over UDP), TCP and QUIC,
 //! one-way and request/reply. Each runner sets its connections up once, on two OS threads
-//! with a current-thread tokio runtime each (like two processes), and is then driven in
-//! batches from the calling thread.
+//! with a tokio runtime each (like two processes; current-thread unless
+//! [`WORKER_THREADS`] says otherwise), and is then driven in batches from the calling thread.
 //!
 //! Every message carries a sequence number in its first 8 bytes; receivers check that each
 //! arrives exactly once (a duplicate or a stranger panics), and only verified messages count.
@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,7 +94,11 @@ impl Progress {
     }
 }
 
-/// Runs `f` on a new OS thread inside a current-thread tokio runtime.
+/// Worker threads of each side's tokio runtime: 0 (the default) for a current-thread
+/// runtime, otherwise a multi-thread runtime with that many workers.
+pub static WORKER_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` on a new OS thread inside a tokio runtime (see [`WORKER_THREADS`]).
 fn spawn_rt<F, Fut>(name: &str, f: F) -> JoinHandle<()>
 where
     F: FnOnce() -> Fut + Send + 'static,
@@ -103,11 +107,15 @@ where
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime")
-                .block_on(f())
+            let workers = WORKER_THREADS.load(Ordering::Relaxed);
+            let mut b = if workers == 0 {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(workers);
+                b
+            };
+            b.enable_all().build().expect("runtime").block_on(f())
         })
         .expect("thread")
 }
@@ -268,7 +276,8 @@ impl Drop for OneWay {
 /// `net.core.rmem_max`) holds a window.
 pub const UDP_BUFFER: usize = 4 << 20;
 
-/// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers.
+/// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers and batched
+/// I/O (GSO and GRO), as `Endpoint::bind` does.
 async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
     let sock = socket2::Socket::new(
         socket2::Domain::IPV4,
@@ -282,6 +291,7 @@ async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
     let addr: SocketAddr = LOCALHOST.parse().unwrap();
     sock.bind(&addr.into()).unwrap();
     let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
+    let sock = exon::endpoint::BatchSocket::new(sock).unwrap();
     Endpoint::builder(NodeId::new(id).unwrap())
         .config(exon_config(datagram))
         .with_socket(sock)
@@ -343,7 +353,7 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
     let per = |x: u64| x as f64 / n.sent.max(n.delivered).max(1) as f64;
     format!(
         "sent={} delivered={} datagrams_out={} ({:.3}/msg) datagrams_in={} ({:.3}/msg) \
-         retransmissions={} frames_out={:?} delivery_stalls={}",
+         retransmissions={} frames_out={:?} delivery_stalls={} send_calls={} recv_calls={}",
         n.sent,
         n.delivered,
         n.datagrams_out,
@@ -352,7 +362,9 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
         per(n.datagrams_in),
         n.retransmissions,
         n.frames_out,
-        s.delivery_stalls
+        s.delivery_stalls,
+        s.send_calls,
+        s.recv_calls
     )
 }
 

@@ -17,8 +17,12 @@ pub struct EndpointConfig {
     /// socket (backpressure instead of dropping). Default 1024.
     pub delivery_buffer: usize,
     /// Datagrams sent per driver turn before the driver looks at other inputs again, so one
-    /// busy peer cannot starve the rest. Default 64.
+    /// busy peer cannot starve the rest. Default 256.
     pub transmit_budget: usize,
+    /// Sends handed to the driver without waiting for its answer and not yet taken by it
+    /// (see [`Handle::send`](super::Handle::send)); a send beyond waits for the driver.
+    /// Default 1024.
+    pub send_buffer: usize,
     /// How long an endpoint whose handles were all dropped keeps running to get its
     /// outstanding messages acknowledged. Default 5 s.
     pub linger: Duration,
@@ -31,7 +35,8 @@ impl Default for EndpointConfig {
         EndpointConfig {
             protocol: Config::default(),
             delivery_buffer: 1024,
-            transmit_budget: 64,
+            transmit_budget: 256,
+            send_buffer: 1024,
             linger: Duration::from_secs(5),
             store_retry: Duration::from_millis(100),
         }
@@ -54,6 +59,12 @@ impl EndpointConfig {
     /// Sets [`transmit_budget`](Self::transmit_budget) (at least 1).
     pub fn with_transmit_budget(mut self, n: usize) -> Self {
         self.transmit_budget = n.max(1);
+        self
+    }
+
+    /// Sets [`send_buffer`](Self::send_buffer) (at least 1).
+    pub fn with_send_buffer(mut self, n: usize) -> Self {
+        self.send_buffer = n.max(1);
         self
     }
 

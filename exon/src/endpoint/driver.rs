@@ -1,27 +1,26 @@
-//! The driver task: owns the node and the socket, and turns commands, datagrams and timers
-//! into node inputs, then drains the node's outputs.
+//! The driver task: owns the node and the socket; each turn it takes every input that is
+//! ready (queued commands, a batch of datagrams, a due timer), then drains the node's outputs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
-use std::net::SocketAddr;
-use std::time::Instant;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::{sleep_until, Instant as TokioInstant};
+use tokio::time::{Instant as TokioInstant, Sleep};
 
-use super::handle::Command;
-use super::Message;
-use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Error};
-use crate::proto::{frame, Event, MsgId, Node, NodeId, SendError};
+use super::handle::{AckSender, Command, Outgoing};
+use super::io::RxBufs;
+use super::shared::{CloseOnDrop, Shared};
+use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
+use crate::proto::{MsgId, Node, NodeId};
 
-/// A send waiting for queue space.
-struct Waiting {
-    payload: Bytes,
-    ack: oneshot::Sender<bool>,
-    reply: oneshot::Sender<Result<MsgId, Error>>,
-}
+/// Commands taken per turn at most, so that datagrams and timers are never starved.
+const COMMAND_BUDGET: usize = 1024;
 
 /// What a clock store job gives back: the store, the mark, and whether it was stored.
 type StoreDone = (Box<dyn ClockStore>, u64, io::Result<()>);
@@ -30,11 +29,47 @@ type StoreJob = JoinHandle<StoreDone>;
 /// What woke the driver up.
 enum Wake {
     Cmd(Option<Command>),
-    Datagram(io::Result<(usize, SocketAddr)>),
+    Datagrams(io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
     Deliver(Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>),
     Timer,
     Continue,
+}
+
+/// Hashes the core's message ids (sequential, never chosen by the network) with one
+/// multiplication instead of SipHash.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// The driver's ends of the channels to the handles and the application.
+pub(crate) struct Channels {
+    pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
+    pub(crate) deliver: mpsc::Sender<Message>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// A message in the core, not yet acknowledged.
+pub(crate) struct Unacked {
+    /// The endpoint's id of the message (its receipt's).
+    pub(crate) id: MsgId,
+    pub(crate) to: NodeId,
+    pub(crate) ack: AckSender,
 }
 
 /// State of the driver task.
@@ -42,23 +77,34 @@ pub(crate) struct Driver<S> {
     pub(crate) node: Node,
     pub(crate) socket: S,
     pub(crate) cfg: EndpointConfig,
-    pub(crate) peers: HashMap<NodeId, SocketAddr>,
+    pub(crate) peers: HashMap<NodeId, std::net::SocketAddr>,
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
     pub(crate) deliver: mpsc::Sender<Message>,
+    pub(crate) shared: Arc<Shared>,
     pub(crate) store: Option<Box<dyn ClockStore>>,
-    pending: VecDeque<Message>,
-    acks: HashMap<MsgId, (NodeId, oneshot::Sender<bool>)>,
-    waiters: HashMap<NodeId, VecDeque<Waiting>>,
+    pub(crate) pending: VecDeque<Message>,
+    /// Messages in the core by the core's id.
+    pub(crate) acks: HashMap<MsgId, Unacked, BuildHasherDefault<IdHasher>>,
+    /// Sends waiting for room in the core, per destination (each such destination is in
+    /// `blocked`).
+    pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>>,
+    /// Destinations whose queue is full, as published in `shared`.
+    pub(crate) blocked: HashSet<NodeId>,
+    /// Send credits taken from the channel this turn, returned at the end of the turn.
+    pub(crate) credits_taken: usize,
+    pub(crate) closing: Option<Instant>,
+    pub(crate) close_replies: Vec<oneshot::Sender<CloseReport>>,
+    pub(crate) stats: EndpointStats,
+    pub(crate) tx_buf: Vec<u8>,
+    pub(crate) rx: RxBufs,
     store_job: Option<StoreJob>,
     store_want: Option<u64>,
     store_retry_at: Option<Instant>,
-    closing: Option<Instant>,
-    close_replies: Vec<oneshot::Sender<CloseReport>>,
     cmds_open: bool,
     stalled: bool,
-    stats: EndpointStats,
-    tx_buf: Vec<u8>,
-    rx_buf: Vec<u8>,
+    sleep: Pin<Box<Sleep>>,
+    sleep_at: Option<Instant>,
+    _close_on_drop: CloseOnDrop,
 }
 
 fn now() -> Instant {
@@ -70,32 +116,37 @@ impl<S: DatagramSocket> Driver<S> {
         node: Node,
         socket: S,
         cfg: EndpointConfig,
-        cmds: mpsc::UnboundedReceiver<Command>,
-        deliver: mpsc::Sender<Message>,
+        ch: Channels,
         store: Box<dyn ClockStore>,
     ) -> Self {
-        let rx_len = cfg.protocol.max_datagram_size + 1;
+        let rx = RxBufs::new(cfg.protocol.max_datagram_size, socket.max_recv_segments());
         Driver {
             node,
             socket,
-            cfg,
             peers: HashMap::new(),
-            cmds,
-            deliver,
+            cmds: ch.cmds,
+            deliver: ch.deliver,
+            _close_on_drop: CloseOnDrop(ch.shared.clone()),
+            shared: ch.shared,
             store: Some(store),
             pending: VecDeque::new(),
-            acks: HashMap::new(),
+            acks: HashMap::default(),
             waiters: HashMap::new(),
+            blocked: HashSet::new(),
+            credits_taken: 0,
+            closing: None,
+            close_replies: Vec::new(),
+            stats: EndpointStats::default(),
+            tx_buf: Vec::with_capacity(cfg.protocol.max_datagram_size),
+            rx,
             store_job: None,
             store_want: None,
             store_retry_at: None,
-            closing: None,
-            close_replies: Vec::new(),
             cmds_open: true,
             stalled: false,
-            stats: EndpointStats::default(),
-            tx_buf: Vec::with_capacity(rx_len),
-            rx_buf: vec![0; rx_len],
+            sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            sleep_at: None,
+            cfg,
         }
     }
 
@@ -120,7 +171,10 @@ impl<S: DatagramSocket> Driver<S> {
                 return;
             }
             let wake = self.wait(more).await;
-            self.on_wake(wake, now());
+            let t = now();
+            let got_datagrams = matches!(wake, Wake::Datagrams(_));
+            self.on_wake(wake, t);
+            self.take_ready(t, got_datagrams);
         }
     }
 
@@ -130,10 +184,16 @@ impl<S: DatagramSocket> Driver<S> {
             .into_iter()
             .flatten()
             .min();
-        let timer = deadline.map(TokioInstant::from_std);
+        if deadline != self.sleep_at {
+            if let Some(d) = deadline {
+                self.sleep.as_mut().reset(TokioInstant::from_std(d));
+            }
+            self.sleep_at = deadline;
+        }
         let reading = self.pending.is_empty();
         let permit = (!reading).then(|| self.deliver.clone().reserve_owned());
         let store_job = &mut self.store_job;
+        let (rx, socket, sleep) = (&mut self.rx, &self.socket, &mut self.sleep);
         tokio::select! {
             biased;
             c = self.cmds.recv(), if self.cmds_open => Wake::Cmd(c),
@@ -141,10 +201,8 @@ impl<S: DatagramSocket> Driver<S> {
                 Wake::Stored(r)
             }
             p = async { permit.expect("guarded").await }, if !reading => Wake::Deliver(p),
-            r = self.socket.recv_from(&mut self.rx_buf), if reading => Wake::Datagram(r),
-            _ = async { sleep_until(timer.expect("guarded")).await }, if timer.is_some() => {
-                Wake::Timer
-            }
+            r = rx.recv(socket), if reading => Wake::Datagrams(r),
+            _ = sleep.as_mut(), if deadline.is_some() => Wake::Timer,
             _ = std::future::ready(()), if more => Wake::Continue,
         }
     }
@@ -152,20 +210,8 @@ impl<S: DatagramSocket> Driver<S> {
     fn on_wake(&mut self, wake: Wake, t: Instant) {
         match wake {
             Wake::Cmd(Some(c)) => self.on_command(c, t),
-            Wake::Cmd(None) => {
-                self.cmds_open = false;
-                if self.closing.is_none() {
-                    tracing::debug!("all handles dropped: lingering");
-                    self.start_close(t + self.cfg.linger);
-                }
-            }
-            Wake::Datagram(Ok((n, from))) => self.on_datagram(t, n, from),
-            Wake::Datagram(Err(e)) => {
-                // ICMP errors (ConnectionRefused and friends) are reported here on some
-                // systems: they say nothing reliable, and UDP goes on.
-                self.stats.recv_errors += 1;
-                tracing::debug!(error = %e, "socket receive error (ignored)");
-            }
+            Wake::Cmd(None) => self.on_handles_gone(t),
+            Wake::Datagrams(r) => self.on_datagrams(t, r),
             Wake::Stored(Ok((store, hw, res))) => {
                 self.store = Some(store);
                 self.store_job = None;
@@ -191,105 +237,39 @@ impl<S: DatagramSocket> Driver<S> {
         }
     }
 
-    fn on_command(&mut self, c: Command, t: Instant) {
-        match c {
-            Command::Send {
-                to,
-                payload,
-                wait,
-                ack,
-                reply,
-            } => {
-                if self.closing.is_some() {
-                    let _ = reply.send(Err(Error::Closed));
-                    return;
-                }
-                let queued = self.waiters.get(&to).is_some_and(|w| !w.is_empty());
-                let full = queued || self.node.is_full(to, payload.len());
-                if full && wait && payload.len() <= self.node.config().max_payload() {
-                    self.waiters.entry(to).or_default().push_back(Waiting {
-                        payload,
-                        ack,
-                        reply,
-                    });
-                    return;
-                }
-                if queued {
-                    let _ = reply.send(Err(SendError::QueueFull(to).into()));
-                    return;
-                }
-                self.admit(t, to, payload, ack, reply);
+    /// Takes the other inputs that are ready without waiting: queued commands (up to a
+    /// budget), a batch of datagrams (unless one was just taken), a due timer; then returns
+    /// the send credits taken.
+    fn take_ready(&mut self, t: Instant, got_datagrams: bool) {
+        for _ in 0..COMMAND_BUDGET {
+            if !self.cmds_open {
+                break;
             }
-            Command::AddPeer(id, addr) => {
-                tracing::debug!(peer = %id, %addr, "peer address set");
-                self.peers.insert(id, addr);
+            match self.cmds.try_recv() {
+                Ok(c) => self.on_command(c, t),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.on_handles_gone(t),
             }
-            Command::Stats(reply) => {
-                let _ = reply.send(self.stats());
+        }
+        if !got_datagrams && self.pending.is_empty() {
+            if let Some(r) = self.rx.recv_now(&self.socket) {
+                self.on_datagrams(t, r);
             }
-            Command::Close { timeout, reply } => {
-                self.close_replies.push(reply);
-                let deadline = t + timeout;
-                match self.closing {
-                    Some(d) if d <= deadline => {}
-                    _ => self.start_close(deadline),
-                }
-            }
+        }
+        if self.node.poll_timeout().is_some_and(|d| d <= t) {
+            self.node.handle_timeout(t);
+        }
+        if self.credits_taken > 0 {
+            self.shared.credits.add_permits(self.credits_taken);
+            self.credits_taken = 0;
         }
     }
 
-    fn admit(
-        &mut self,
-        t: Instant,
-        to: NodeId,
-        payload: Bytes,
-        ack: oneshot::Sender<bool>,
-        reply: oneshot::Sender<Result<MsgId, Error>>,
-    ) {
-        match self.node.send(t, to, payload) {
-            Ok(id) => {
-                if !self.peers.contains_key(&to) {
-                    tracing::warn!(peer = %to, "sending to a peer with no known address");
-                }
-                self.acks.insert(id, (to, ack));
-                let _ = reply.send(Ok(id));
-            }
-            Err(e) => {
-                let _ = reply.send(Err(e.into()));
-            }
-        }
-    }
-
-    /// Admits waiting sends while there is room.
-    fn admit_waiters(&mut self, t: Instant) {
-        let peers: Vec<NodeId> = self.waiters.keys().copied().collect();
-        for to in peers {
-            while let Some(w) = self.waiters.get_mut(&to).and_then(|q| q.front()) {
-                if self.node.is_full(to, w.payload.len()) {
-                    break;
-                }
-                let Some(w) = self.waiters.get_mut(&to).and_then(|q| q.pop_front()) else {
-                    break;
-                };
-                self.admit(t, to, w.payload, w.ack, w.reply);
-            }
-            if self.waiters.get(&to).is_some_and(|q| q.is_empty()) {
-                self.waiters.remove(&to);
-            }
-        }
-    }
-
-    fn start_close(&mut self, deadline: Instant) {
-        tracing::info!(
-            id = %self.node.id(),
-            outstanding = self.acks.len(),
-            "endpoint closing"
-        );
-        self.closing = Some(deadline);
-        for (_, q) in self.waiters.drain() {
-            for w in q {
-                let _ = w.reply.send(Err(Error::Closed));
-            }
+    fn on_handles_gone(&mut self, t: Instant) {
+        self.cmds_open = false;
+        if self.closing.is_none() {
+            tracing::debug!("all handles dropped: lingering");
+            self.start_close(t + self.cfg.linger);
         }
     }
 
@@ -305,7 +285,7 @@ impl<S: DatagramSocket> Driver<S> {
             return None;
         }
         let mut unacknowledged: Vec<(NodeId, MsgId)> =
-            self.acks.iter().map(|(id, (to, _))| (*to, *id)).collect();
+            self.acks.values().map(|u| (u.to, u.id)).collect();
         unacknowledged.sort_by_key(|(_, id)| *id);
         Some(CloseReport {
             unacknowledged,
@@ -314,28 +294,10 @@ impl<S: DatagramSocket> Driver<S> {
         })
     }
 
-    fn stats(&self) -> EndpointStats {
+    pub(crate) fn stats(&self) -> EndpointStats {
         EndpointStats {
             node: *self.node.stats(),
             ..self.stats
-        }
-    }
-
-    fn on_datagram(&mut self, t: Instant, n: usize, from: SocketAddr) {
-        let data = Bytes::copy_from_slice(&self.rx_buf[..n]);
-        let src = frame::validate(&data, self.node.config().max_payload())
-            .ok()
-            .map(|(h, _)| h.src);
-        let rejects = self.node.stats().rejects.total();
-        self.node.handle_datagram(t, data);
-        let Some(src) = src else { return };
-        if self.node.stats().rejects.total() != rejects {
-            return;
-        }
-        if self.peers.get(&src) != Some(&from) {
-            tracing::debug!(peer = %src, addr = %from, "peer address learned");
-            self.stats.address_updates += 1;
-            self.peers.insert(src, from);
         }
     }
 
@@ -376,61 +338,6 @@ impl<S: DatagramSocket> Driver<S> {
                 self.store_retry_at = Some(t + self.cfg.store_retry);
             }
         }
-    }
-
-    /// Sends up to the budget of datagrams and takes the node's events. Returns whether
-    /// datagrams are left to send.
-    async fn flush(&mut self, t: Instant) -> bool {
-        let mut sent = 0;
-        let mut more = false;
-        loop {
-            if sent >= self.cfg.transmit_budget {
-                more = true;
-                break;
-            }
-            self.tx_buf.clear();
-            let Some(tx) = self.node.poll_transmit(t, &mut self.tx_buf) else {
-                break;
-            };
-            sent += 1;
-            let Some(addr) = self.peers.get(&tx.destination).copied() else {
-                self.stats.unknown_peer_drops += 1;
-                tracing::trace!(peer = %tx.destination, "no address: datagram dropped");
-                continue;
-            };
-            let start = self.tx_buf.len() - tx.size;
-            if let Err(e) = self.socket.send_to(&self.tx_buf[start..], addr).await {
-                self.stats.send_errors += 1;
-                tracing::debug!(error = %e, %addr, "socket send error (ignored)");
-            }
-        }
-        let mut acked = false;
-        while let Some(e) = self.node.poll_event() {
-            match e {
-                Event::Delivered { from, payload } => {
-                    self.pending.push_back(Message { from, payload });
-                }
-                Event::Acknowledged { id, .. } => {
-                    acked = true;
-                    if let Some((_, ack)) = self.acks.remove(&id) {
-                        let _ = ack.send(true);
-                    }
-                }
-                Event::InDoubt { id, to } => {
-                    // Settled, though not acknowledged: frees room like an acknowledgement.
-                    acked = true;
-                    tracing::warn!(peer = %to, ?id, "receiver lost the message's incarnation: in doubt");
-                    if let Some((_, ack)) = self.acks.remove(&id) {
-                        let _ = ack.send(false);
-                    }
-                }
-            }
-        }
-        if acked && !self.waiters.is_empty() {
-            self.admit_waiters(t);
-            more = true;
-        }
-        more
     }
 
     /// Hands delivered messages to the application while the buffer has room.

@@ -23,8 +23,12 @@ pub enum ReceiptError {
     /// the message. It may or may not have been delivered; it was never delivered twice.
     #[error("endpoint stopped before the message was acknowledged")]
     Unacknowledged,
+    /// The endpoint refused the message after [`send`](super::Handle::send) had returned
+    /// (too many destinations, or the endpoint closed meanwhile): it was never sent.
+    #[error("message refused: {0}")]
+    Refused(Error),
     /// The receiver lost the incarnation the message was sent under (it restarted, or
-    /// evicted it under a flood of requests) before acknowledging it: the message was
+    /// forgot it under a flood of requests) before acknowledging it: the message was
     /// delivered at most once, maybe not at all, and will not be sent again.
     #[error("receiver restarted before acknowledging: message in doubt")]
     InDoubt,

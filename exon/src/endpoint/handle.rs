@@ -3,14 +3,16 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::shared::Shared;
 use super::{Error, ReceiptError};
-use crate::proto::{MsgId, NodeId, Stats};
+use crate::proto::{MsgId, NodeId, SendError, Stats};
 
 /// Counters of an endpoint: the core's plus the driver's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +30,12 @@ pub struct EndpointStats {
     /// Times the endpoint stopped reading the socket because the application was not
     /// reading delivered messages.
     pub delivery_stalls: u64,
+    /// Socket send calls: with segmentation offload one call sends several datagrams
+    /// (compare with `node.datagrams_out`).
+    pub send_calls: u64,
+    /// Socket receive calls that returned datagrams: with batched receives one call returns
+    /// several (compare with `node.datagrams_in`).
+    pub recv_calls: u64,
 }
 
 /// What [`Handle::close`] reports.
@@ -50,15 +58,30 @@ impl CloseReport {
     }
 }
 
+/// How the sender of a message hears of its acknowledgement (or of a late refusal).
+pub(crate) type AckSender = oneshot::Sender<Result<(), ReceiptError>>;
+
+/// Whether a send waits for the driver's answer.
+pub(crate) enum Reply {
+    /// No: the send already returned its receipt (it held a send credit).
+    None,
+    /// Yes (`try_send`), answered at once: in the core's queue, or refused.
+    Try(oneshot::Sender<Result<(), Error>>),
+}
+
+/// A message for the driver to hand to the core.
+pub(crate) struct Outgoing {
+    pub(crate) to: NodeId,
+    pub(crate) payload: Bytes,
+    /// The endpoint's id for the message (the one its receipt shows).
+    pub(crate) id: MsgId,
+    pub(crate) ack: AckSender,
+    pub(crate) reply: Reply,
+}
+
 /// A command from a handle to the driver task.
 pub(crate) enum Command {
-    Send {
-        to: NodeId,
-        payload: Bytes,
-        wait: bool,
-        ack: oneshot::Sender<bool>,
-        reply: oneshot::Sender<Result<MsgId, Error>>,
-    },
+    Send(Outgoing),
     AddPeer(NodeId, SocketAddr),
     Stats(oneshot::Sender<EndpointStats>),
     Close {
@@ -77,11 +100,12 @@ pub(crate) enum Command {
 pub struct Receipt {
     id: MsgId,
     to: NodeId,
-    rx: oneshot::Receiver<bool>,
+    rx: oneshot::Receiver<Result<(), ReceiptError>>,
 }
 
 impl Receipt {
-    /// The message's id, as in the core's `Acknowledged` events.
+    /// The message's id: unique within this endpoint and increasing in the order of the
+    /// sends (the endpoint's own numbering, not the core's).
     pub fn id(&self) -> MsgId {
         self.id
     }
@@ -98,8 +122,8 @@ impl Future for Receipt {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
         Pin::new(&mut self.rx).poll(cx).map(|r| match r {
-            Ok(true) => Ok(id),
-            Ok(false) => Err(ReceiptError::InDoubt),
+            Ok(Ok(())) => Ok(id),
+            Ok(Err(e)) => Err(e),
             Err(_) => Err(ReceiptError::Unacknowledged),
         })
     }
@@ -112,6 +136,7 @@ pub struct Handle {
     pub(crate) id: NodeId,
     pub(crate) local_addr: SocketAddr,
     pub(crate) cmds: mpsc::UnboundedSender<Command>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl Handle {
@@ -127,30 +152,72 @@ impl Handle {
 
     /// Sends `payload` to node `to`, exactly once. Waits while the destination's queue is
     /// full (backpressure), then returns a [`Receipt`] that resolves on acknowledgement.
+    ///
+    /// The send is handed to the driver without waiting for its answer: up to
+    /// [`EndpointConfig::send_buffer`](super::EndpointConfig::send_buffer) sends may be on
+    /// their way to the core at once (more wait for the driver to take them), and sends that
+    /// find the destination full on arrival wait in the driver, in order, until it has room.
+    /// The rare refusal found only then (too many destinations, or a close racing the send)
+    /// resolves the receipt with [`ReceiptError::Refused`].
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.submit(to, payload.into(), true).await
+        let payload = payload.into();
+        self.check(to, &payload)?;
+        self.shared.wait_for_room(to).await;
+        if self.shared.is_closing() {
+            return Err(Error::Closed);
+        }
+        let credit = self
+            .shared
+            .credits
+            .acquire()
+            .await
+            .map_err(|_| Error::Closed)?;
+        credit.forget();
+        self.hand_over(to, payload, Reply::None)
     }
 
     /// Like [`send`](Self::send) but fails at once with
     /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull) instead of waiting for
     /// queue space (it still awaits the driver's answer, which never waits on the network).
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.submit(to, payload.into(), false).await
+        let payload = payload.into();
+        self.check(to, &payload)?;
+        let (reply, answer) = oneshot::channel();
+        let receipt = self.hand_over(to, payload, Reply::Try(reply))?;
+        answer.await.map_err(|_| Error::Closed)??;
+        Ok(receipt)
     }
 
-    async fn submit(&self, to: NodeId, payload: Bytes, wait: bool) -> Result<Receipt, Error> {
+    /// The refusals decided without the driver.
+    fn check(&self, to: NodeId, payload: &Bytes) -> Result<(), Error> {
+        if self.shared.is_closing() {
+            return Err(Error::Closed);
+        }
+        if to == self.id {
+            return Err(SendError::ToSelf.into());
+        }
+        let max = self.shared.max_payload;
+        if payload.len() > max {
+            let len = payload.len();
+            return Err(SendError::PayloadTooLarge { len, max }.into());
+        }
+        Ok(())
+    }
+
+    /// Gives the message an id and hands it to the driver.
+    fn hand_over(&self, to: NodeId, payload: Bytes, reply: Reply) -> Result<Receipt, Error> {
         let (ack, rx) = oneshot::channel();
-        let (reply, answer) = oneshot::channel();
+        let id = self.shared.next_id();
+        let out = Outgoing {
+            to,
+            payload,
+            id,
+            ack,
+            reply,
+        };
         self.cmds
-            .send(Command::Send {
-                to,
-                payload,
-                wait,
-                ack,
-                reply,
-            })
+            .send(Command::Send(out))
             .map_err(|_| Error::Closed)?;
-        let id = answer.await.map_err(|_| Error::Closed)??;
         Ok(Receipt { id, to, rx })
     }
 

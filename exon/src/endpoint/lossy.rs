@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::DatagramSocket;
+use super::{DatagramSocket, RecvMeta};
 
 /// Fault rates applied to outgoing datagrams by a [`LossySocket`], each a probability in
 /// `0.0..=1.0`.
@@ -33,8 +33,9 @@ impl Default for Faults {
     }
 }
 
-/// Wraps a [`DatagramSocket`] and injects the [`Faults`] on every send. Receiving is passed
-/// through unchanged (and stays cancel safe).
+/// Wraps a [`DatagramSocket`] and injects the [`Faults`] on every send (one datagram at a
+/// time: it sends no segmented batches). Receiving is passed through unchanged, batches
+/// included (and stays cancel safe).
 #[derive(Debug)]
 pub struct LossySocket<S> {
     inner: S,
@@ -153,5 +154,17 @@ impl<S: DatagramSocket> DatagramSocket for LossySocket<S> {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.inner.local_addr()
+    }
+
+    fn max_recv_segments(&self) -> usize {
+        self.inner.max_recv_segments()
+    }
+
+    fn recv_batch(
+        &self,
+        bufs: &mut [io::IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> impl std::future::Future<Output = io::Result<usize>> + Send {
+        self.inner.recv_batch(bufs, meta)
     }
 }

@@ -3,12 +3,51 @@
 //!
 //! One task owns the protocol [`Node`] and the socket; handles talk to it
 //! over a channel. See the crate documentation for an example.
+//!
+//! # How the driver spends a turn
+//! It waits for any input, then takes every other input that is ready without waiting
+//! (queued commands up to a budget, one batch of datagrams, a due timer), then drains the
+//! node's outputs: consecutive datagrams to one address leave in one segmented send (UDP
+//! GSO, up to [`DatagramSocket::max_send_segments`]), at most
+//! [`EndpointConfig::transmit_budget`] datagrams per turn. [`Endpoint::bind`] uses a
+//! [`BatchSocket`], which also receives several buffers per system call (`recvmmsg`), each
+//! holding up to 64 datagrams coalesced by the kernel (GRO). Other [`DatagramSocket`]s work one datagram
+//! per call through the trait's default methods. [`EndpointStats::send_calls`] and
+//! [`EndpointStats::recv_calls`] against the core's datagram counters show the batching.
+//!
+//! A [`Handle::send`] to a destination with room does not wait for the driver: it takes a
+//! send credit ([`EndpointConfig::send_buffer`]) and returns its receipt at once, so that
+//! one sending task can hand over thousands of messages per driver turn. A send to a
+//! destination the driver published as full waits, still without a round trip, until the
+//! driver publishes room again; [`Handle::try_send`] waits for the driver's answer.
+//!
+//! # Runtime layout
+//! Prefer a **current-thread** runtime per endpoint (one OS thread per endpoint, or per
+//! group of endpoints and the tasks that use them), and scale out with threads or
+//! processes. The driver is one task: a multi-thread runtime does not make it faster, and
+//! it puts the application's tasks and the driver on different threads, so every hand-over
+//! becomes a cross-thread wake-up. Measured on the 2-core development machine (loopback,
+//! 1 KB messages, `cargo bench --bench compare -- --only exon --threads N`): one-way,
+//! current-thread 430-580 k msgs/s against 270-290 k with one worker and 240-260 k with
+//! two; RPC with 100 callers, 130-180 k requests/s (p50 0.46-0.56 ms) against 40-96 k (p50
+//! 0.9-1.7 ms). The endpoint works on either runtime.
+//!
+//! # Datagram size
+//! [`EndpointConfig::with_max_datagram_size`] bounds each datagram; the core packs as many
+//! frames for one peer as fit. The default 1200 bytes is safe on the internet. Where the path
+//! allows larger datagrams, say so: on loopback (MTU 65536) up to 65507 bytes packs about 60
+//! 1 KB messages per datagram. [`BatchSocket`] forbids IP fragmentation, so a size above
+//! the path MTU makes sends fail rather than fragment.
 
+mod batch;
+mod commands;
 mod config;
 mod driver;
 mod error;
 mod handle;
+mod io;
 mod lossy;
+mod shared;
 mod socket;
 mod store;
 #[cfg(feature = "serde")]
@@ -16,22 +55,25 @@ mod typed;
 
 use std::ops::Deref;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::mpsc;
 
+pub use batch::BatchSocket;
 pub use config::EndpointConfig;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
-pub use socket::DatagramSocket;
+pub use socket::{DatagramSocket, RecvMeta};
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
 pub use typed::{decode, encode, PayloadError};
 
 use crate::proto::{Node, NodeId};
+use shared::Shared;
 
 /// A message delivered exactly once, with its sender's node id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,9 +181,10 @@ impl Builder {
         self
     }
 
-    /// Binds a tokio UDP socket to `addr` and starts the endpoint.
+    /// Binds a UDP socket with batched I/O ([`BatchSocket`]) to `addr` and starts the
+    /// endpoint.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
-        let socket = tokio::net::UdpSocket::bind(addr).await?;
+        let socket = BatchSocket::bind(addr).await?;
         self.with_socket(socket)
     }
 
@@ -152,16 +195,26 @@ impl Builder {
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = socket.local_addr()?;
         let node = Node::new(self.id, self.config.protocol.clone(), clock)?;
+        let shared = Arc::new(Shared::new(
+            node.config().max_payload(),
+            self.config.send_buffer,
+        ));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
         tracing::info!(id = %self.id, %local_addr, clock, "endpoint bound");
-        let driver = driver::Driver::new(node, socket, self.config, cmd_rx, tx, store);
+        let channels = driver::Channels {
+            cmds: cmd_rx,
+            deliver: tx,
+            shared: shared.clone(),
+        };
+        let driver = driver::Driver::new(node, socket, self.config, channels, store);
         tokio::spawn(driver.run());
         Ok(Endpoint {
             handle: Handle {
                 id: self.id,
                 local_addr,
                 cmds: cmd_tx,
+                shared,
             },
             rx,
         })

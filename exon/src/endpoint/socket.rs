@@ -1,8 +1,34 @@
 //! The datagram socket trait the driver runs on, with tokio and turmoil implementations.
 
 use std::future::Future;
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+/// What one receive buffer holds after [`DatagramSocket::recv_batch`]: one datagram, or
+/// several from the same source coalesced by the kernel (GRO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// The source address of the datagrams in the buffer.
+    pub addr: SocketAddr,
+    /// Bytes in the buffer.
+    pub len: usize,
+    /// Size of each datagram in the buffer: boundaries are every `stride` bytes, and the
+    /// last datagram may be shorter. Equal to `len` for a single datagram.
+    pub stride: usize,
+}
+
+impl RecvMeta {
+    /// A buffer holding one datagram of `len` bytes from `addr`.
+    pub fn single(addr: SocketAddr, len: usize) -> RecvMeta {
+        RecvMeta {
+            addr,
+            len,
+            stride: len,
+        }
+    }
+}
 
 /// A bound datagram socket: the only thing the driver needs from the network.
 ///
@@ -12,6 +38,11 @@ use std::net::SocketAddr;
 /// `recv_from` must be **cancel safe**: the driver polls it inside `tokio::select!` and may
 /// drop the future before it completes; a datagram must then not be lost halfway (tokio's and
 /// turmoil's sockets are cancel safe).
+///
+/// The batch methods ([`send_segments`](Self::send_segments),
+/// [`recv_batch`](Self::recv_batch)) have one-datagram-at-a-time defaults built on
+/// `send_to` and `recv_from`; [`BatchSocket`](super::BatchSocket) overrides them with UDP
+/// GSO, GRO and `recvmmsg` where the kernel has them.
 pub trait DatagramSocket: Send + Sync + 'static {
     /// Sends one datagram to `target`; returns the number of bytes sent.
     fn send_to(
@@ -28,6 +59,64 @@ pub trait DatagramSocket: Send + Sync + 'static {
 
     /// The address this socket is bound to.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// Most datagrams one [`send_segments`](Self::send_segments) call takes. Default 1 (no
+    /// segmentation offload: the driver then hands over one datagram per call).
+    fn max_send_segments(&self) -> usize {
+        1
+    }
+
+    /// Most datagrams the kernel may coalesce into one receive buffer (GRO). Default 1; the
+    /// driver sizes its receive buffers with it.
+    fn max_recv_segments(&self) -> usize {
+        1
+    }
+
+    /// Sends `buf` as datagrams of `segment` bytes each (the last may be shorter), all to
+    /// `target`. The driver never passes more than
+    /// [`max_send_segments`](Self::max_send_segments) datagrams. Default: one `send_to` per
+    /// datagram.
+    fn send_segments(
+        &self,
+        buf: &[u8],
+        segment: usize,
+        target: SocketAddr,
+    ) -> impl Future<Output = io::Result<()>> + Send {
+        async move {
+            for datagram in buf.chunks(segment.max(1)) {
+                self.send_to(datagram, target).await?;
+            }
+            Ok(())
+        }
+    }
+
+    /// Receives at least one datagram: fills `bufs[..n]` and `meta[..n]` and returns `n`
+    /// (at most the shorter of the two slices, which are never empty). Must be **cancel
+    /// safe**, like `recv_from`. Default: waits for one `recv_from`, then takes the datagrams
+    /// that are already waiting without waiting again.
+    fn recv_batch(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> impl Future<Output = io::Result<usize>> + Send {
+        async move {
+            let max = bufs.len().min(meta.len());
+            let (len, addr) = self.recv_from(&mut bufs[0]).await?;
+            meta[0] = RecvMeta::single(addr, len);
+            let mut n = 1;
+            // No await below: once the first datagram is in, the future completes in the same
+            // poll, so it stays cancel safe.
+            while n < max {
+                let mut more = pin!(self.recv_from(&mut bufs[n]));
+                match more.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(Ok((len, addr))) => meta[n] = RecvMeta::single(addr, len),
+                    Poll::Ready(Err(_)) | Poll::Pending => break,
+                }
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
 }
 
 impl DatagramSocket for tokio::net::UdpSocket {
@@ -77,5 +166,30 @@ impl<S: DatagramSocket> DatagramSocket for std::sync::Arc<S> {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         (**self).local_addr()
+    }
+
+    fn max_send_segments(&self) -> usize {
+        (**self).max_send_segments()
+    }
+
+    fn max_recv_segments(&self) -> usize {
+        (**self).max_recv_segments()
+    }
+
+    fn send_segments(
+        &self,
+        buf: &[u8],
+        segment: usize,
+        target: SocketAddr,
+    ) -> impl Future<Output = io::Result<()>> + Send {
+        (**self).send_segments(buf, segment, target)
+    }
+
+    fn recv_batch(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> impl Future<Output = io::Result<usize>> + Send {
+        (**self).recv_batch(bufs, meta)
     }
 }

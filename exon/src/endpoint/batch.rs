@@ -1,0 +1,135 @@
+//! A tokio UDP socket with batched I/O: UDP GSO sends, and GRO plus `recvmmsg` receives,
+//! through `quinn-udp`.
+
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+
+use quinn_udp::{RecvMeta as QuinnMeta, Transmit, UdpSocketState};
+use tokio::io::Interest;
+
+use super::{DatagramSocket, RecvMeta};
+
+/// Most receive buffers one [`recv_batch`](DatagramSocket::recv_batch) call fills.
+const RECV_BATCH: usize = quinn_udp::BATCH_SIZE;
+
+/// A tokio UDP socket that sends and receives datagrams in batches: one system call sends up
+/// to [`max_send_segments`](DatagramSocket::max_send_segments) equal-size datagrams to one
+/// destination (UDP GSO), and one receives up to 32 buffers (`recvmmsg`), each holding up to
+/// [`max_recv_segments`](DatagramSocket::max_recv_segments) datagrams (UDP GRO).
+///
+/// [`Endpoint::bind`](super::Endpoint::bind) uses it. The system calls and their fallbacks
+/// come from the `quinn-udp` crate (the I/O layer of the quinn QUIC stack): it probes for
+/// GSO and GRO, turns GSO off on the first send the kernel or the NIC refuses, and uses plain
+/// `sendmsg`/`recvmsg` where batching is missing. Like `quinn-udp`, the socket forbids IP
+/// fragmentation: datagrams larger than the path MTU are refused, not fragmented.
+#[derive(Debug)]
+pub struct BatchSocket {
+    io: tokio::net::UdpSocket,
+    state: UdpSocketState,
+    max_send_segments: usize,
+}
+
+impl BatchSocket {
+    /// Binds a UDP socket to `addr`.
+    pub async fn bind(addr: impl tokio::net::ToSocketAddrs) -> io::Result<BatchSocket> {
+        BatchSocket::new(tokio::net::UdpSocket::bind(addr).await?)
+    }
+
+    /// Takes over a bound tokio socket (set its buffer sizes before, if needed). Enables GRO
+    /// on it: from now on, read it only through this type.
+    pub fn new(io: tokio::net::UdpSocket) -> io::Result<BatchSocket> {
+        let state = UdpSocketState::new((&io).into())?;
+        Ok(BatchSocket {
+            io,
+            state,
+            max_send_segments: usize::MAX,
+        })
+    }
+
+    /// Caps the datagrams sent per system call; 1 turns segmentation offload off (each
+    /// datagram is then one `sendmsg`). Receiving is unchanged.
+    pub fn with_max_send_segments(mut self, n: usize) -> BatchSocket {
+        self.max_send_segments = n.max(1);
+        self
+    }
+
+    /// The tokio socket underneath (for socket options; do not read or write through it).
+    pub fn get_ref(&self) -> &tokio::net::UdpSocket {
+        &self.io
+    }
+}
+
+impl DatagramSocket for BatchSocket {
+    async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
+        self.send_segments(buf, buf.len(), target).await?;
+        Ok(buf.len())
+    }
+
+    /// Receives one datagram. With GRO on, datagrams the kernel coalesced behind it in
+    /// the same buffer are dropped (as UDP may): the driver uses
+    /// [`recv_batch`](DatagramSocket::recv_batch), which keeps them.
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        let mut meta = [RecvMeta::single(self.io.local_addr()?, 0)];
+        let mut bufs = [IoSliceMut::new(buf)];
+        self.recv_batch(&mut bufs, &mut meta).await?;
+        Ok((meta[0].stride.min(meta[0].len), meta[0].addr))
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.io.local_addr()
+    }
+
+    fn max_send_segments(&self) -> usize {
+        self.state.max_gso_segments().min(self.max_send_segments)
+    }
+
+    fn max_recv_segments(&self) -> usize {
+        self.state.gro_segments()
+    }
+
+    async fn send_segments(
+        &self,
+        buf: &[u8],
+        segment: usize,
+        target: SocketAddr,
+    ) -> io::Result<()> {
+        let transmit = Transmit {
+            destination: target,
+            ecn: None,
+            contents: buf,
+            segment_size: (segment < buf.len()).then_some(segment),
+            src_ip: None,
+        };
+        self.io
+            .async_io(Interest::WRITABLE, || {
+                self.state.try_send((&self.io).into(), &transmit)
+            })
+            .await
+    }
+
+    async fn recv_batch(
+        &self,
+        bufs: &mut [IoSliceMut<'_>],
+        meta: &mut [RecvMeta],
+    ) -> io::Result<usize> {
+        let max = bufs.len().min(meta.len()).min(RECV_BATCH);
+        let mut quinn = [QuinnMeta::default(); RECV_BATCH];
+        // The closure runs synchronously once the socket is readable: a dropped future
+        // never loses a datagram (cancel safe).
+        let n = self
+            .io
+            .async_io(Interest::READABLE, || {
+                self.state
+                    .recv((&self.io).into(), &mut bufs[..max], &mut quinn[..max])
+            })
+            .await?;
+        for (m, q) in meta.iter_mut().zip(&quinn[..n]) {
+            *m = RecvMeta {
+                addr: q.addr,
+                len: q.len,
+                stride: q.stride,
+            };
+        }
+        Ok(n)
+    }
+}

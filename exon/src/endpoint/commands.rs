@@ -1,0 +1,148 @@
+//! The driver's handling of commands: sends (admitted to the core, or kept waiting while the
+//! destination's queue is full), peers, counters and close.
+
+use std::time::Instant;
+
+use super::driver::{Driver, Unacked};
+use super::handle::{Command, Outgoing, Reply};
+use super::{DatagramSocket, Error, ReceiptError};
+use crate::proto::{NodeId, SendError};
+
+impl<S: DatagramSocket> Driver<S> {
+    pub(crate) fn on_command(&mut self, c: Command, t: Instant) {
+        match c {
+            Command::Send(out) => self.on_send(t, out),
+            Command::AddPeer(id, addr) => {
+                tracing::debug!(peer = %id, %addr, "peer address set");
+                self.peers.insert(id, addr);
+            }
+            Command::Stats(reply) => {
+                let _ = reply.send(self.stats());
+            }
+            Command::Close { timeout, reply } => {
+                self.close_replies.push(reply);
+                let deadline = t + timeout;
+                match self.closing {
+                    Some(d) if d <= deadline => {}
+                    _ => self.start_close(deadline),
+                }
+            }
+        }
+    }
+
+    fn on_send(&mut self, t: Instant, out: Outgoing) {
+        if matches!(out.reply, Reply::None) {
+            self.credits_taken += 1;
+        }
+        if self.closing.is_some() {
+            return refuse(out, Error::Closed);
+        }
+        let to = out.to;
+        let queued = self.waiters.get(&to).is_some_and(|w| !w.is_empty());
+        if !queued && !self.node.is_full(to, out.payload.len()) {
+            return self.admit(t, out);
+        }
+        if matches!(out.reply, Reply::Try(_)) {
+            return refuse(out, SendError::QueueFull(to).into());
+        }
+        self.block(to);
+        self.waiters.entry(to).or_default().push_back(out);
+    }
+
+    /// Hands a send to the core.
+    fn admit(&mut self, t: Instant, out: Outgoing) {
+        let Outgoing {
+            to,
+            payload,
+            id,
+            ack,
+            reply,
+        } = out;
+        match self.node.send(t, to, payload) {
+            Ok(core_id) => {
+                if !self.peers.contains_key(&to) {
+                    tracing::warn!(peer = %to, "sending to a peer with no known address");
+                }
+                self.acks.insert(core_id, Unacked { id, to, ack });
+                if let Reply::Try(r) = reply {
+                    let _ = r.send(Ok(()));
+                }
+                if self.node.is_full(to, 0) {
+                    self.block(to);
+                }
+            }
+            Err(e) => refuse_parts(reply, ack, e.into()),
+        }
+    }
+
+    /// Publishes that sends to `to` must wait for the driver.
+    fn block(&mut self, to: NodeId) {
+        if self.blocked.insert(to) {
+            self.shared.set_blocked(to, true);
+        }
+    }
+
+    /// Admits waiting sends while there is room, and unblocks destinations with room and
+    /// nobody waiting. Returns whether any send was admitted.
+    pub(crate) fn admit_waiters(&mut self, t: Instant) -> bool {
+        let mut admitted = false;
+        let peers: Vec<NodeId> = self.blocked.iter().copied().collect();
+        for to in peers {
+            while let Some(len) = self
+                .waiters
+                .get(&to)
+                .and_then(|q| q.front())
+                .map(|w| w.payload.len())
+            {
+                if self.node.is_full(to, len) {
+                    break;
+                }
+                let Some(w) = self.waiters.get_mut(&to).and_then(|q| q.pop_front()) else {
+                    break;
+                };
+                self.admit(t, w);
+                admitted = true;
+            }
+            if self.waiters.get(&to).is_some_and(|q| q.is_empty()) {
+                self.waiters.remove(&to);
+            }
+            if !self.waiters.contains_key(&to) && !self.node.is_full(to, 0) {
+                self.blocked.remove(&to);
+                self.shared.set_blocked(to, false);
+            }
+        }
+        admitted
+    }
+
+    pub(crate) fn start_close(&mut self, deadline: Instant) {
+        tracing::info!(
+            id = %self.node.id(),
+            outstanding = self.acks.len(),
+            "endpoint closing"
+        );
+        self.closing = Some(deadline);
+        self.shared.close();
+        for (_, q) in self.waiters.drain() {
+            for w in q {
+                refuse(w, Error::Closed);
+            }
+        }
+    }
+}
+
+/// Tells the sender that the message was refused: through its answer if it waits for one,
+/// otherwise through its receipt.
+fn refuse(out: Outgoing, e: Error) {
+    refuse_parts(out.reply, out.ack, e);
+}
+
+fn refuse_parts(reply: Reply, ack: super::handle::AckSender, e: Error) {
+    match reply {
+        Reply::None => {
+            let _ = ack.send(Err(ReceiptError::Refused(e)));
+        }
+        Reply::Try(r) => {
+            let _ = r.send(Err(e));
+        }
+    }
+}

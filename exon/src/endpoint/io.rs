@@ -1,0 +1,242 @@
+//! The driver's socket I/O: receive buffers filled in batches (each may hold several
+//! datagrams coalesced by GRO), and transmission gathering consecutive datagrams to one
+//! address into segmented sends (GSO).
+
+use std::future::Future;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::driver::Driver;
+use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
+use crate::proto::{frame, Event};
+
+/// Most receive buffers filled per call.
+const RECV_BATCH: usize = 32;
+/// Memory for receive buffers per endpoint (fewer, larger buffers with GRO).
+const RECV_MEMORY: usize = 512 * 1024;
+/// Largest UDP payload of one segmented send over IPv4 (the whole batch travels as one IP
+/// packet until it is segmented).
+const MAX_SEGMENTED: usize = 65_507;
+
+/// The driver's receive buffers: `count` buffers of `size` bytes in one allocation.
+pub(crate) struct RxBufs {
+    slab: Vec<u8>,
+    size: usize,
+    count: usize,
+    meta: [RecvMeta; RECV_BATCH],
+}
+
+impl RxBufs {
+    /// Buffers for datagrams of at most `max_datagram` bytes, `segments` per buffer. One byte
+    /// more than the largest datagram, so that an oversized one shows as such.
+    pub(crate) fn new(max_datagram: usize, segments: usize) -> RxBufs {
+        let size = (max_datagram * segments.max(1)).clamp(max_datagram + 1, 1 << 16);
+        let size = size.max(max_datagram + 1);
+        let count = (RECV_MEMORY / size).clamp(1, RECV_BATCH);
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        RxBufs {
+            slab: vec![0; size * count],
+            size,
+            count,
+            meta: [RecvMeta::single(unspecified, 0); RECV_BATCH],
+        }
+    }
+
+    /// Receives a batch (cancel safe, as the socket's `recv_batch`).
+    pub(crate) async fn recv<S: DatagramSocket>(&mut self, socket: &S) -> io::Result<usize> {
+        let mut chunks = self.slab.chunks_mut(self.size);
+        let mut bufs: [IoSliceMut<'_>; RECV_BATCH] =
+            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+        socket
+            .recv_batch(&mut bufs[..self.count], &mut self.meta[..self.count])
+            .await
+    }
+
+    /// A batch if one is ready now, without waiting.
+    pub(crate) fn recv_now<S: DatagramSocket>(&mut self, socket: &S) -> Option<io::Result<usize>> {
+        let mut fut = pin!(self.recv(socket));
+        match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+
+    /// Copies buffer `i` out (one allocation for all the datagrams it holds).
+    fn take(&self, i: usize) -> (Bytes, RecvMeta) {
+        let m = self.meta[i];
+        let start = i * self.size;
+        let len = m.len.min(self.size);
+        (Bytes::copy_from_slice(&self.slab[start..start + len]), m)
+    }
+}
+
+/// Consecutive datagrams to one address, sent as one segmented batch.
+#[derive(Default)]
+struct Batch {
+    addr: Option<SocketAddr>,
+    segment: usize,
+    count: usize,
+    bytes: usize,
+    /// The last datagram is shorter than `segment`: nothing can follow it.
+    closed: bool,
+}
+
+impl Batch {
+    fn accepts(&self, addr: SocketAddr, size: usize, max_segments: usize) -> bool {
+        self.count == 0
+            || (self.addr == Some(addr)
+                && !self.closed
+                && size <= self.segment
+                && self.count < max_segments
+                && self.bytes + size <= MAX_SEGMENTED)
+    }
+
+    fn push(&mut self, addr: SocketAddr, size: usize) {
+        if self.count == 0 {
+            *self = Batch {
+                addr: Some(addr),
+                segment: size,
+                ..Batch::default()
+            };
+        }
+        self.closed = size < self.segment;
+        self.count += 1;
+        self.bytes += size;
+    }
+}
+
+impl<S: DatagramSocket> Driver<S> {
+    /// Handles a received batch: every datagram of every filled buffer.
+    pub(crate) fn on_datagrams(&mut self, t: Instant, r: io::Result<usize>) {
+        let n = match r {
+            Ok(n) => n,
+            Err(e) => {
+                // ICMP errors (ConnectionRefused and friends) are reported here on some
+                // systems: they say nothing reliable, and UDP goes on.
+                self.stats.recv_errors += 1;
+                tracing::debug!(error = %e, "socket receive error (ignored)");
+                return;
+            }
+        };
+        self.stats.recv_calls += 1;
+        for i in 0..n {
+            let (data, m) = self.rx.take(i);
+            let stride = if m.stride == 0 {
+                data.len().max(1)
+            } else {
+                m.stride
+            };
+            let mut start = 0;
+            loop {
+                let end = (start + stride).min(data.len());
+                self.on_datagram(t, data.slice(start..end), m.addr);
+                start = end;
+                if start >= data.len() {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn on_datagram(&mut self, t: Instant, data: Bytes, from: SocketAddr) {
+        // The header alone (the node checks the whole datagram; it is trusted only if the
+        // node accepted it, below).
+        let src = frame::parse(&data, self.node.config().max_payload())
+            .ok()
+            .map(|(h, _)| h.src);
+        let rejects = self.node.stats().rejects.total();
+        self.node.handle_datagram(t, data);
+        let Some(src) = src else { return };
+        if self.node.stats().rejects.total() != rejects {
+            return;
+        }
+        if self.peers.get(&src) != Some(&from) {
+            tracing::debug!(peer = %src, addr = %from, "peer address learned");
+            self.stats.address_updates += 1;
+            self.peers.insert(src, from);
+        }
+    }
+
+    /// Sends up to the budget of datagrams, gathering consecutive ones to one address into
+    /// segmented sends, then takes the node's events. Returns whether datagrams are left.
+    pub(crate) async fn flush(&mut self, t: Instant) -> bool {
+        let max_segments = self.socket.max_send_segments().max(1);
+        let mut batch = Batch::default();
+        let mut sent = 0;
+        self.tx_buf.clear();
+        let mut more = false;
+        loop {
+            if sent >= self.cfg.transmit_budget {
+                more = true;
+                break;
+            }
+            let start = self.tx_buf.len();
+            let Some(tx) = self.node.poll_transmit(t, &mut self.tx_buf) else {
+                break;
+            };
+            sent += 1;
+            let Some(addr) = self.peers.get(&tx.destination).copied() else {
+                self.tx_buf.truncate(start);
+                self.stats.unknown_peer_drops += 1;
+                tracing::trace!(peer = %tx.destination, "no address: datagram dropped");
+                continue;
+            };
+            if !batch.accepts(addr, tx.size, max_segments) {
+                self.send_batch(&batch, start).await;
+                self.tx_buf.copy_within(start.., 0);
+                self.tx_buf.truncate(tx.size);
+                batch = Batch::default();
+            }
+            batch.push(addr, tx.size);
+        }
+        if batch.count > 0 {
+            self.send_batch(&batch, self.tx_buf.len()).await;
+        }
+        more | self.take_events(t)
+    }
+
+    /// Sends `tx_buf[..len]`, the datagrams of `batch`.
+    async fn send_batch(&mut self, batch: &Batch, len: usize) {
+        let Some(addr) = batch.addr else { return };
+        let buf = &self.tx_buf[..len];
+        let r = if batch.count == 1 {
+            self.socket.send_to(buf, addr).await.map(drop)
+        } else {
+            self.socket.send_segments(buf, batch.segment, addr).await
+        };
+        self.stats.send_calls += 1;
+        if let Err(e) = r {
+            self.stats.send_errors += 1;
+            tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+        }
+    }
+
+    /// Takes the node's events: deliveries to hand over, acknowledgements to report; then
+    /// admits waiting sends. Returns whether any was admitted (it has datagrams to send).
+    fn take_events(&mut self, t: Instant) -> bool {
+        while let Some(e) = self.node.poll_event() {
+            match e {
+                Event::Delivered { from, payload } => {
+                    self.pending.push_back(Message { from, payload });
+                }
+                Event::Acknowledged { id, .. } => {
+                    if let Some(u) = self.acks.remove(&id) {
+                        let _ = u.ack.send(Ok(()));
+                    }
+                }
+                Event::InDoubt { id, to } => {
+                    tracing::warn!(peer = %to, "receiver lost the message's incarnation: in doubt");
+                    if let Some(u) = self.acks.remove(&id) {
+                        let _ = u.ack.send(Err(ReceiptError::InDoubt));
+                    }
+                }
+            }
+        }
+        !self.blocked.is_empty() && self.admit_waiters(t)
+    }
+}

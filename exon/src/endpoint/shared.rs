@@ -1,0 +1,112 @@
+//! State shared by the handles and the driver, so that a `send` needs no round trip to the
+//! driver: closing flag, message ids, destinations whose queue is full (and a notification
+//! when one has room again), and send credits.
+
+use std::collections::HashSet;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use tokio::sync::{Notify, Semaphore};
+
+use crate::proto::{MsgId, NodeId};
+
+/// What handles and the driver share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Largest payload the core accepts.
+    pub(crate) max_payload: usize,
+    /// Set once the endpoint closes: new sends are refused at once.
+    closing: AtomicBool,
+    /// The next message id handed out.
+    next_id: AtomicU64,
+    /// Destinations whose queue is full: sends to them wait for the driver's answer.
+    blocked: Mutex<HashSet<NodeId>>,
+    /// Size of `blocked`, read without the lock on the fast path.
+    blocked_len: AtomicUsize,
+    /// Notified when a destination leaves `blocked`, and on close.
+    room: Notify,
+    /// Credits for sends that do not wait for the driver: one per send command in the
+    /// channel, returned when the driver takes it. Closed when the endpoint closes.
+    pub(crate) credits: Semaphore,
+}
+
+impl Shared {
+    pub(crate) fn new(max_payload: usize, send_buffer: usize) -> Shared {
+        Shared {
+            max_payload,
+            closing: AtomicBool::new(false),
+            next_id: AtomicU64::new(0),
+            blocked: Mutex::new(HashSet::new()),
+            blocked_len: AtomicUsize::new(0),
+            room: Notify::new(),
+            credits: Semaphore::new(send_buffer.max(1)),
+        }
+    }
+
+    /// A fresh message id (unique within the endpoint, increasing).
+    pub(crate) fn next_id(&self) -> MsgId {
+        MsgId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// Refuses new sends from now on, and wakes senders waiting for credits or room.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.credits.close();
+        self.room.notify_waiters();
+    }
+
+    /// Waits while `to` is blocked (its queue full) and the endpoint open.
+    pub(crate) async fn wait_for_room(&self, to: NodeId) {
+        if !self.is_blocked(to) {
+            return;
+        }
+        loop {
+            let mut notified = pin!(self.room.notified());
+            // Registered before the check: an unblocking in between is not missed.
+            notified.as_mut().enable();
+            if !self.is_blocked(to) || self.is_closing() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Whether sends to `to` must wait for the driver (its queue is full).
+    pub(crate) fn is_blocked(&self, to: NodeId) -> bool {
+        self.blocked_len.load(Ordering::Acquire) != 0 && self.lock().contains(&to)
+    }
+
+    /// Marks `to` as full (`true`) or as having room again (`false`).
+    pub(crate) fn set_blocked(&self, to: NodeId, blocked: bool) {
+        let mut set = self.lock();
+        if blocked {
+            set.insert(to);
+        } else {
+            set.remove(&to);
+        }
+        self.blocked_len.store(set.len(), Ordering::Release);
+        drop(set);
+        if !blocked {
+            self.room.notify_waiters();
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashSet<NodeId>> {
+        self.blocked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Closes the shared state when the driver goes away, however it goes (a dropped runtime
+/// included), so that no sender waits for credits forever.
+pub(crate) struct CloseOnDrop(pub(crate) std::sync::Arc<Shared>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
