@@ -39,6 +39,12 @@ const MAX_EVICTED_RANGES: usize = 1024;
 /// 4. [`poll_timeout`](Self::poll_timeout): call [`handle_timeout`](Self::handle_timeout) at
 ///    that instant (if no other input comes first).
 ///
+/// Several inputs in a row before draining are also correct (the outputs are queues and
+/// state, not a reply to the last input): a batching driver hands over every datagram of a
+/// receive batch and every queued send, then drains once. Draining after each input gives
+/// the lowest latency; draining after a batch gives fewer, fuller datagrams (ACKs of the
+/// whole batch in one frame).
+///
 /// # State
 /// As the paper names it: the node clock `ck`; S records (one per destination, with `sck`,
 /// `rck`, queued messages, envelopes as one range under one incarnation, and tokens each
