@@ -24,6 +24,7 @@ mod timeouts;
 mod timer;
 mod tokens;
 mod transmit;
+mod verdicts;
 
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 

@@ -1,0 +1,179 @@
+//! Receiving TOKENs and their verdicts: delivery, the answer to a token (ACK, DOUBT or
+//! RETRY), eviction of unused receiver records under pressure, and the sender's handling of
+//! a verdict.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use super::frame::Verdict;
+use super::node::MAX_EVICTED_RANGES;
+use super::sender::{Queued, Token};
+use super::{Event, Node, NodeId};
+
+impl Node {
+    /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4 and the verdicts for
+    /// incarnations this node no longer knows).
+    ///
+    /// Returns true when the verdict should not wait for the ACK delay: a duplicate (the
+    /// sender is retransmitting, so an ACK was lost or late) or anything but an ACK.
+    pub(super) fn on_token(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        s: u64,
+        r: u64,
+        payload: Bytes,
+    ) -> bool {
+        let mut urgent = false;
+        let verdict = match self.receivers.get_mut(&src) {
+            Some(rec) if rec.rck == r => {
+                rec.heard(now);
+                if rec.fill(s, r) {
+                    rec.proven = true;
+                    self.stats.delivered += 1;
+                    self.events
+                        .push_back(Event::Delivered { from: src, payload });
+                    if rec.slots.is_empty() {
+                        self.receivers.remove(&src);
+                    }
+                } else {
+                    self.stats.duplicates_dropped += 1;
+                    urgent = true;
+                }
+                Some(Verdict::Ack)
+            }
+            other => {
+                if let Some(rec) = other {
+                    rec.heard(now);
+                }
+                urgent = true;
+                self.verdict_without_record(r)
+            }
+        };
+        if let Some(v) = verdict {
+            if !self.outbox.reply(src, v, r, s, self.outbox_cap()) {
+                self.stats.rejects.outbox_full += 1;
+            }
+        }
+        urgent
+    }
+
+    /// The answer to a TOKEN of incarnation `r` when no record of `r` exists.
+    ///
+    /// An incarnation made since this node started and then removed had every slot filled
+    /// or waived, so the token is a duplicate: ACK (rule 4). One evicted before anything was
+    /// delivered into it: RETRY. One older than this node's start (lost in a restart) or
+    /// forgotten after an eviction: DOUBT, since it may or may not have been delivered.
+    fn verdict_without_record(&mut self, r: u64) -> Option<Verdict> {
+        let doubt = self.rules.doubt_lost_incarnations;
+        if doubt && self.evicted.contains(r) {
+            Some(Verdict::Retry)
+        } else if doubt && r < self.doubt_below {
+            Some(Verdict::Doubt)
+        } else {
+            self.stats.duplicates_dropped += 1;
+            self.rules.ack_without_record.then_some(Verdict::Ack)
+        }
+    }
+
+    /// Makes room for a new receiver record by evicting the oldest record nothing was
+    /// delivered into yet (a source that asked for slots and never used them: a forger, or
+    /// a sender that went away). Its later TOKENs get RETRY, so nothing is lost. Returns
+    /// false when every record is in use.
+    pub(super) fn evict_unproven(&mut self) -> bool {
+        while let Some((src, r)) = self.unproven.pop_front() {
+            let Some(rec) = self.receivers.get(&src) else {
+                continue;
+            };
+            if rec.rck != r || rec.proven {
+                continue;
+            }
+            self.receivers.remove(&src);
+            self.stats.evictions += 1;
+            self.evicted.insert(r..r + 1);
+            while self.evicted.range_count() > MAX_EVICTED_RANGES {
+                // Forget the oldest: its tokens are now answered DOUBT (safe, less precise).
+                if let Some(end) = self.evicted.ranges().first().map(|g| g.end) {
+                    self.doubt_below = self.doubt_below.max(end);
+                }
+                self.evicted.pop_front_ranges(1);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// ACK, DOUBT or RETRY(r, range) from `src` (ACK: lines 82-86): settles the tokens of
+    /// incarnation `r` in `rg`. DOUBT and RETRY also mean the receiver lost incarnation `r`:
+    /// envelopes under it are dropped and fresh slots asked for.
+    pub(super) fn on_verdict(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        v: Verdict,
+        r: u64,
+        rg: std::ops::Range<u64>,
+    ) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            self.stats.stale_acks += 1;
+            return;
+        };
+        let keep_own = self.rules.token_keeps_incarnation;
+        let rec_rck = rec.rck;
+        let (stats, events, queued_bytes) =
+            (&mut self.stats, &mut self.events, &mut self.queued_bytes);
+        let (rtt, bytes) = (&mut rec.rtt, &mut rec.bytes);
+        let mut retry = Vec::new();
+        let pick = |tok: &Token| {
+            let tok_rck = if keep_own {
+                tok.rck
+            } else {
+                rec_rck.unwrap_or(tok.rck)
+            };
+            tok_rck == r
+        };
+        let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
+            let id = tok.id;
+            if v == Verdict::Retry {
+                stats.retried += 1;
+                retry.push(Queued {
+                    id,
+                    payload: tok.payload,
+                });
+                return;
+            }
+            *bytes -= tok.payload.len();
+            *queued_bytes -= tok.payload.len();
+            if v == Verdict::Doubt {
+                stats.in_doubt += 1;
+                events.push_back(Event::InDoubt { to: src, id });
+                return;
+            }
+            if tok.sends == 1 {
+                if let Some(t) = tok.sent_at {
+                    rtt.sample(now.saturating_duration_since(t));
+                }
+            }
+            stats.acknowledged += 1;
+            events.push_back(Event::Acknowledged { to: src, id });
+        }) > 0;
+        // Messages to send again go first, in their original order.
+        for msg in retry.into_iter().rev() {
+            rec.queue.push_front(msg);
+        }
+        if v != Verdict::Ack && rec.rck == Some(r) {
+            // The receiver lost this incarnation: its envelopes are worthless.
+            rec.env_start = rec.sck;
+            rec.rck = None;
+        }
+        if v == Verdict::Retry && rec.fill_envelopes() > 0 {
+            self.outbox.wake(src, usize::MAX);
+        }
+        if !removed {
+            self.stats.stale_acks += 1;
+        } else if rec.tokens.is_empty() {
+            rec.rto_at = None;
+        }
+    }
+}
