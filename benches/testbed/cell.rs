@@ -148,7 +148,9 @@ impl Args {
 }
 
 fn num(kv: &HashMap<String, String>, k: &str) -> Option<f64> {
-    kv.get(k).and_then(|v| v.parse().ok())
+    kv.get(k)
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
 }
 
 fn rest(kv: &HashMap<String, String>, skip: &[&str]) -> String {
