@@ -279,6 +279,13 @@ pub const UDP_BUFFER: usize = 4 << 20;
 /// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers and batched
 /// I/O (GSO and GRO), as `Endpoint::bind` does.
 async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
+    let addr: SocketAddr = LOCALHOST.parse().unwrap();
+    exon_endpoint(addr, id, exon_config(datagram))
+}
+
+/// Binds an exon endpoint with node id `id` at `addr`, with `UDP_BUFFER`-sized socket
+/// buffers and the given configuration. Must run inside a tokio runtime.
+pub fn exon_endpoint(addr: SocketAddr, id: u64, config: EndpointConfig) -> Endpoint {
     let sock = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::DGRAM,
@@ -288,17 +295,17 @@ async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
     sock.set_recv_buffer_size(UDP_BUFFER).unwrap();
     sock.set_send_buffer_size(UDP_BUFFER).unwrap();
     sock.set_nonblocking(true).unwrap();
-    let addr: SocketAddr = LOCALHOST.parse().unwrap();
     sock.bind(&addr.into()).unwrap();
     let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
     let sock = exon::endpoint::BatchSocket::new(sock).unwrap();
     Endpoint::builder(NodeId::new(id).unwrap())
-        .config(exon_config(datagram))
+        .config(config)
         .with_socket(sock)
         .unwrap()
 }
 
-fn exon_config(datagram: usize) -> EndpointConfig {
+/// The loopback benches' exon configuration: `datagram`-byte datagrams, a short linger.
+pub fn exon_config(datagram: usize) -> EndpointConfig {
     EndpointConfig::default()
         .with_max_datagram_size(datagram)
         .with_linger(Duration::from_millis(200))
@@ -384,7 +391,7 @@ async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut cmds: mpsc::UnboundedRece
 }
 
 /// Reads one frame into `buf`; false at a clean end of stream.
-async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> bool {
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> bool {
     let len = match r.read_u32().await {
         Ok(l) => l as usize,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return false,
@@ -420,26 +427,30 @@ async fn read_frames<R: AsyncRead + Unpin>(
 // QUIC setup
 // ------------------------------------------------------------------------------------------
 
-fn quic_transport() -> Arc<quinn::TransportConfig> {
+pub fn quic_transport() -> Arc<quinn::TransportConfig> {
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(1024u32.into())
         .max_concurrent_uni_streams(1024u32.into());
     Arc::new(t)
 }
 
-/// A QUIC server endpoint on loopback with a fresh self-signed certificate for "localhost",
+/// A QUIC server endpoint at `bind` with a fresh self-signed certificate for "localhost",
 /// and the certificate for the client to trust.
-fn quic_server() -> (quinn::Endpoint, rustls::pki_types::CertificateDer<'static>) {
+pub fn quic_server(
+    bind: SocketAddr,
+) -> (quinn::Endpoint, rustls::pki_types::CertificateDer<'static>) {
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
     let cert = ck.cert.der().clone();
     let key = rustls::pki_types::PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der());
     let mut cfg = quinn::ServerConfig::with_single_cert(vec![cert.clone()], key.into()).unwrap();
     cfg.transport_config(quic_transport());
-    let ep = quinn::Endpoint::server(cfg, LOCALHOST.parse().unwrap()).unwrap();
+    let ep = quinn::Endpoint::server(cfg, bind).unwrap();
     (ep, cert)
 }
 
-async fn quic_connect(
+/// A QUIC client endpoint at `bind` connected to `addr`, trusting only `cert`.
+pub async fn quic_connect(
+    bind: SocketAddr,
     addr: SocketAddr,
     cert: rustls::pki_types::CertificateDer<'static>,
 ) -> (quinn::Endpoint, quinn::Connection) {
@@ -447,7 +458,7 @@ async fn quic_connect(
     roots.add(cert).unwrap();
     let mut cfg = quinn::ClientConfig::with_root_certificates(Arc::new(roots)).unwrap();
     cfg.transport_config(quic_transport());
-    let mut ep = quinn::Endpoint::client(LOCALHOST.parse().unwrap()).unwrap();
+    let mut ep = quinn::Endpoint::client(bind).unwrap();
     ep.set_default_client_config(cfg);
     let conn = ep.connect(addr, "localhost").unwrap().await.unwrap();
     (ep, conn)
@@ -463,7 +474,7 @@ async fn quic_oneway_receiver(
     mut stop: oneshot::Receiver<()>,
     progress: Arc<Progress>,
 ) {
-    let (ep, cert) = quic_server();
+    let (ep, cert) = quic_server(LOCALHOST.parse().unwrap());
     *QUIC_CERT.lock().unwrap() = Some(cert);
     addr_tx.send(ep.local_addr().unwrap()).unwrap();
     let conn = ep.accept().await.unwrap().await.unwrap();
@@ -498,7 +509,7 @@ async fn quic_oneway_sender(
         .unwrap()
         .clone()
         .expect("server certificate");
-    let (ep, conn) = quic_connect(addr, cert).await;
+    let (ep, conn) = quic_connect(LOCALHOST.parse().unwrap(), addr, cert).await;
     if kind == OneWayKind::QuicStream {
         let s = conn.open_uni().await.unwrap();
         write_frames(s, cmds).await;
@@ -659,10 +670,10 @@ impl RpcKind {
 }
 
 /// Callers waiting for replies, by request id.
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Bytes>>>>;
+pub type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Bytes>>>>;
 
 /// How a caller sends one request (the reply arrives through `Pending`, or directly).
-enum Caller {
+pub enum Caller {
     Exon(exon::endpoint::Handle),
     Tcp(mpsc::UnboundedSender<Bytes>),
     Quic(quinn::Connection),
@@ -751,81 +762,105 @@ async fn rpc_server(
     kind: RpcKind,
     datagram: usize,
     addr_tx: std_mpsc::Sender<SocketAddr>,
-    mut stop: oneshot::Receiver<()>,
+    stop: oneshot::Receiver<()>,
 ) {
-    let mut seen = Seen::default();
     match kind {
         RpcKind::Exon => {
-            let mut ep = exon_bind(1, datagram).await;
+            let ep = exon_bind(1, datagram).await;
             addr_tx.send(ep.local_addr()).unwrap();
-            let h = ep.handle();
-            loop {
-                tokio::select! {
-                    m = ep.recv() => {
-                        let m = m.expect("endpoint running");
-                        seen.record(seq_of(&m.payload));
-                        // The reply echoes the request (1 KB, same sequence number).
-                        drop(h.send(m.from, m.payload).await.expect("reply"));
-                    }
-                    _ = &mut stop => break,
-                }
-            }
-            h.close(Duration::from_millis(200)).await;
+            serve_exon(ep, stop).await;
         }
         RpcKind::Tcp => {
             let l = TcpListener::bind(LOCALHOST).await.unwrap();
             addr_tx.send(l.local_addr().unwrap()).unwrap();
             let (s, _) = l.accept().await.unwrap();
             s.set_nodelay(true).unwrap();
-            let (r, w) = s.into_split();
-            let mut r = BufReader::with_capacity(64 * 1024, r);
-            let mut w = BufWriter::with_capacity(64 * 1024, w);
-            let mut buf = Vec::new();
-            loop {
-                tokio::select! {
-                    more = read_frame(&mut r, &mut buf) => {
-                        if !more { break; }
-                        seen.record(seq_of(&buf));
-                        w.write_u32(buf.len() as u32).await.unwrap();
-                        w.write_all(&buf).await.unwrap();
-                        // Flush when the next request is not already buffered whole.
-                        if !frame_buffered(r.buffer()) {
-                            w.flush().await.unwrap();
-                        }
-                    }
-                    _ = &mut stop => break,
-                }
-            }
+            serve_tcp(s, stop).await;
         }
         RpcKind::Quic => {
-            let (ep, cert) = quic_server();
+            let (ep, cert) = quic_server(LOCALHOST.parse().unwrap());
             *QUIC_CERT.lock().unwrap() = Some(cert);
             addr_tx.send(ep.local_addr().unwrap()).unwrap();
             let conn = ep.accept().await.unwrap().await.unwrap();
-            let seen = Arc::new(Mutex::new(seen));
-            loop {
-                tokio::select! {
-                    s = conn.accept_bi() => {
-                        let Ok((mut send, mut recv)) = s else { break };
-                        let seen = seen.clone();
-                        tokio::spawn(async move {
-                            let req = recv.read_to_end(PAYLOAD).await.unwrap();
-                            seen.lock().unwrap().record(seq_of(&req));
-                            send.write_all(&req).await.unwrap();
-                            send.finish().unwrap();
-                        });
-                    }
-                    _ = &mut stop => break,
-                }
-            }
+            serve_quic(&conn, stop).await;
             conn.close(0u32.into(), b"done");
             ep.wait_idle().await;
         }
     }
 }
 
+/// Answers every request on an exon endpoint with an echo until `stop`, then closes the
+/// endpoint. Returns the requests served (each verified exactly once).
+pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>) -> u64 {
+    let mut seen = Seen::default();
+    let h = ep.handle();
+    loop {
+        tokio::select! {
+            m = ep.recv() => {
+                let m = m.expect("endpoint running");
+                seen.record(seq_of(&m.payload));
+                // The reply echoes the request (1 KB, same sequence number).
+                drop(h.send(m.from, m.payload).await.expect("reply"));
+            }
+            _ = &mut stop => break,
+        }
+    }
+    h.close(Duration::from_millis(200)).await;
+    seen.count()
+}
+
+/// Answers every framed request on a TCP connection with an echo until `stop` or the end
+/// of the stream. Returns the requests served (each verified exactly once).
+pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>) -> u64 {
+    let mut seen = Seen::default();
+    let (r, w) = s.into_split();
+    let mut r = BufReader::with_capacity(64 * 1024, r);
+    let mut w = BufWriter::with_capacity(64 * 1024, w);
+    let mut buf = Vec::new();
+    loop {
+        tokio::select! {
+            more = read_frame(&mut r, &mut buf) => {
+                if !more { break; }
+                seen.record(seq_of(&buf));
+                w.write_u32(buf.len() as u32).await.unwrap();
+                w.write_all(&buf).await.unwrap();
+                // Flush when the next request is not already buffered whole.
+                if !frame_buffered(r.buffer()) {
+                    w.flush().await.unwrap();
+                }
+            }
+            _ = &mut stop => break,
+        }
+    }
+    seen.count()
+}
+
+/// Answers every request on a QUIC connection (one bidirectional stream each) with an
+/// echo until `stop` or the connection's end. Returns the requests served (each verified
+/// exactly once).
+pub async fn serve_quic(conn: &quinn::Connection, mut stop: oneshot::Receiver<()>) -> u64 {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    loop {
+        tokio::select! {
+            s = conn.accept_bi() => {
+                let Ok((mut send, mut recv)) = s else { break };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let req = recv.read_to_end(PAYLOAD).await.unwrap();
+                    seen.lock().unwrap().record(seq_of(&req));
+                    send.write_all(&req).await.unwrap();
+                    send.finish().unwrap();
+                });
+            }
+            _ = &mut stop => break,
+        }
+    }
+    let n = seen.lock().unwrap().count();
+    n
+}
+
 /// True when `buf` starts with a whole frame.
-fn frame_buffered(buf: &[u8]) -> bool {
+pub fn frame_buffered(buf: &[u8]) -> bool {
     buf.len() >= 4 && buf.len() >= 4 + u32::from_be_bytes(buf[..4].try_into().unwrap()) as usize
 }
 
@@ -842,49 +877,15 @@ async fn rpc_client(
     let mut exon_handle = None;
     let caller = match kind {
         RpcKind::Exon => {
-            let mut ep = exon_bind(2, datagram).await;
+            let ep = exon_bind(2, datagram).await;
             ep.add_peer(server_id, addr);
-            let h = ep.handle();
-            exon_handle = Some(h.clone());
-            let router = pending.clone();
-            tasks.push(tokio::spawn(async move {
-                while let Some(m) = ep.recv().await {
-                    route(&router, m.payload);
-                }
-            }));
-            Caller::Exon(h)
+            exon_handle = Some(ep.handle());
+            exon_caller(ep, &pending, &mut tasks)
         }
         RpcKind::Tcp => {
             let s = TcpStream::connect(addr).await.unwrap();
             s.set_nodelay(true).unwrap();
-            let (r, w) = s.into_split();
-            let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-            // Writer: every caller's requests through one buffered writer, flushed when no
-            // more requests wait.
-            tasks.push(tokio::spawn(async move {
-                let mut w = BufWriter::with_capacity(64 * 1024, w);
-                while let Some(mut req) = rx.recv().await {
-                    loop {
-                        w.write_u32(req.len() as u32).await.unwrap();
-                        w.write_all(&req).await.unwrap();
-                        match rx.try_recv() {
-                            Ok(r) => req = r,
-                            Err(_) => break,
-                        }
-                    }
-                    w.flush().await.unwrap();
-                }
-            }));
-            // Reader: demultiplexes replies to their callers.
-            let router = pending.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut r = BufReader::with_capacity(64 * 1024, r);
-                let mut buf = Vec::new();
-                while read_frame(&mut r, &mut buf).await {
-                    route(&router, Bytes::copy_from_slice(&buf));
-                }
-            }));
-            Caller::Tcp(tx)
+            tcp_caller(s, &pending, &mut tasks)
         }
         RpcKind::Quic => {
             let cert = QUIC_CERT
@@ -892,7 +893,7 @@ async fn rpc_client(
                 .unwrap()
                 .clone()
                 .expect("server certificate");
-            let (ep, conn) = quic_connect(addr, cert).await;
+            let (ep, conn) = quic_connect(LOCALHOST.parse().unwrap(), addr, cert).await;
             quic_ep = Some(ep);
             Caller::Quic(conn)
         }
@@ -935,8 +936,62 @@ async fn rpc_client(
     }
 }
 
+/// An exon caller: replies arriving on `ep` are routed to their callers by a task pushed
+/// onto `tasks`.
+pub fn exon_caller(
+    mut ep: Endpoint,
+    pending: &Pending,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Caller {
+    let h = ep.handle();
+    let router = pending.clone();
+    tasks.push(tokio::spawn(async move {
+        while let Some(m) = ep.recv().await {
+            route(&router, m.payload);
+        }
+    }));
+    Caller::Exon(h)
+}
+
+/// A TCP caller multiplexing every caller over `s`: a writer task and a reader task that
+/// routes replies, both pushed onto `tasks`.
+pub fn tcp_caller(
+    s: TcpStream,
+    pending: &Pending,
+    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+) -> Caller {
+    let (r, w) = s.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    // Writer: every caller's requests through one buffered writer, flushed when no more
+    // requests wait.
+    tasks.push(tokio::spawn(async move {
+        let mut w = BufWriter::with_capacity(64 * 1024, w);
+        while let Some(mut req) = rx.recv().await {
+            loop {
+                w.write_u32(req.len() as u32).await.unwrap();
+                w.write_all(&req).await.unwrap();
+                match rx.try_recv() {
+                    Ok(r) => req = r,
+                    Err(_) => break,
+                }
+            }
+            w.flush().await.unwrap();
+        }
+    }));
+    // Reader: demultiplexes replies to their callers.
+    let router = pending.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut r = BufReader::with_capacity(64 * 1024, r);
+        let mut buf = Vec::new();
+        while read_frame(&mut r, &mut buf).await {
+            route(&router, Bytes::copy_from_slice(&buf));
+        }
+    }));
+    Caller::Tcp(tx)
+}
+
 /// Hands a reply to the caller waiting for it; a reply nobody waits for is a duplicate.
-fn route(pending: &Pending, reply: Bytes) {
+pub fn route(pending: &Pending, reply: Bytes) {
     let seq = seq_of(&reply);
     let tx = pending
         .lock()
@@ -946,7 +1001,8 @@ fn route(pending: &Pending, reply: Bytes) {
     let _ = tx.send(reply);
 }
 
-async fn call(caller: &Caller, server: NodeId, pending: &Pending, seq: u64) -> Bytes {
+/// One request `seq` and its reply (panics if no reply within `BATCH_DEADLINE`).
+pub async fn call(caller: &Caller, server: NodeId, pending: &Pending, seq: u64) -> Bytes {
     let req = payload(seq);
     let wait = |rx: oneshot::Receiver<Bytes>| async move {
         tokio::time::timeout(BATCH_DEADLINE, rx)

@@ -1,0 +1,274 @@
+//! One cell of the testbed: one link setting, one pattern, every system in turn over the
+//! same emulated link (reset before each, so each sees the same loss sequence).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::emulator::{DirCounters, Impairment};
+use crate::netns::{Proc, Result, Side, Testbed, ADDR_B};
+use crate::roles::{ExonTuning, System};
+
+/// The pattern measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pattern {
+    /// The sender sends as fast as it may; goodput at the receiver.
+    OneWay,
+    /// `callers` concurrent callers, request and 1 KB reply each.
+    Rpc {
+        /// Concurrent callers.
+        callers: u64,
+    },
+}
+
+/// How long and how hard a cell runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Warm-up before the measurement.
+    pub warmup: Duration,
+    /// Measured time.
+    pub secs: Duration,
+    /// Longest wait for outstanding messages after the measurement.
+    pub drain: Duration,
+}
+
+/// The outcome of one system in one cell.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// The system.
+    pub system: System,
+    /// Messages (one-way) or requests (RPC) per second, verified exactly once; `None` if the
+    /// run failed.
+    pub rate: Option<f64>,
+    /// Median RPC latency in microseconds.
+    pub p50_us: Option<f64>,
+    /// 99th percentile RPC latency in microseconds.
+    pub p99_us: Option<f64>,
+    /// Whether everything sent (one-way) or asked (RPC) was delivered before the end.
+    pub complete: bool,
+    /// The emulator's counters during the run: a to b, b to a.
+    pub link: [DirCounters; 2],
+    /// Other figures and notes (sender counters, failure reason).
+    pub notes: String,
+}
+
+/// Runs `pattern` for every system in `systems` over `tb` with impairment `imp`.
+pub fn run_cell(
+    tb: &Testbed,
+    imp: Impairment,
+    pattern: Pattern,
+    timing: Timing,
+    exon: ExonTuning,
+    systems: &[System],
+    port: &mut u16,
+) -> Result<Vec<Outcome>> {
+    let mut out = Vec::new();
+    for &system in systems {
+        tb.reset(imp);
+        let before = tb.counters();
+        *port += 1;
+        let args = Args {
+            system,
+            port: *port,
+            timing,
+            exon,
+        };
+        let run = match pattern {
+            Pattern::OneWay => one_way(tb, &args),
+            Pattern::Rpc { callers } => rpc(tb, &args, callers),
+        };
+        let after = tb.counters();
+        let link = [after[0].since(&before[0]), after[1].since(&before[1])];
+        let o = match run {
+            Ok(mut o) => {
+                o.link = link;
+                o
+            }
+            Err(e) if e == "interrupted" => return Err(e),
+            Err(e) => {
+                eprintln!("testbed: {} failed: {e}", system.name());
+                Outcome {
+                    system,
+                    rate: None,
+                    p50_us: None,
+                    p99_us: None,
+                    complete: false,
+                    link,
+                    notes: format!("FAILED: {e}"),
+                }
+            }
+        };
+        out.push(o);
+    }
+    Ok(out)
+}
+
+struct Args {
+    system: System,
+    port: u16,
+    timing: Timing,
+    exon: ExonTuning,
+}
+
+impl Args {
+    fn role(&self, role: &str, callers: u64, cert: Option<&String>) -> Vec<String> {
+        let t = &self.timing;
+        let mut v: Vec<String> = [
+            "--role",
+            role,
+            "--system",
+            self.system.name(),
+            "--addr",
+            &format!("{ADDR_B}:{}", self.port),
+            "--warmup",
+            &t.warmup.as_secs_f64().to_string(),
+            "--secs",
+            &t.secs.as_secs_f64().to_string(),
+            "--drain",
+            &t.drain.as_secs_f64().to_string(),
+            "--callers",
+            &callers.to_string(),
+            "--exon-window",
+            &self.exon.window.to_string(),
+            "--exon-envelopes",
+            &self.exon.envelopes.to_string(),
+        ]
+        .map(String::from)
+        .to_vec();
+        if let Some(c) = cert {
+            v.extend(["--cert".to_string(), c.clone()]);
+        }
+        v
+    }
+
+    /// Bound on a run's phase that should take about `d`: generous, never endless.
+    fn bound(&self, d: Duration) -> Duration {
+        d + self.timing.drain + Duration::from_secs(20)
+    }
+}
+
+fn num(kv: &HashMap<String, String>, k: &str) -> Option<f64> {
+    kv.get(k)
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+}
+
+fn rest(kv: &HashMap<String, String>, skip: &[&str]) -> String {
+    let mut keys: Vec<&String> = kv.keys().filter(|k| !skip.contains(&k.as_str())).collect();
+    keys.sort();
+    let mut s = String::new();
+    for k in keys {
+        let _ = write!(s, "{k}={} ", kv[k]);
+    }
+    s.trim_end().to_string()
+}
+
+/// Starts the receiving side (b) and then the sending side (a) with the certificate the
+/// receiver announced.
+fn start_pair(tb: &Testbed, a: &Args, roles: [&str; 2], callers: u64) -> Result<(Proc, Proc)> {
+    let mut b = tb.spawn(Side::B, &a.role(roles[1], callers, None))?;
+    let ready = b.expect("READY", Duration::from_secs(10))?;
+    let s = tb.spawn(Side::A, &a.role(roles[0], callers, ready.get("cert")))?;
+    Ok((s, b))
+}
+
+fn one_way(tb: &Testbed, a: &Args) -> Result<Outcome> {
+    let t = a.timing;
+    let (mut s, mut r) = start_pair(tb, a, ["send", "recv"], 1)?;
+    r.expect("MEASURED", a.bound(t.warmup + t.secs))?;
+    s.tell("STOP");
+    let sent = s.expect("SENT", a.bound(Duration::ZERO))?;
+    let n = sent.get("n").ok_or("SENT without n")?;
+    r.tell(&format!("EXPECT {n}"));
+    let done = r.expect("DONE", a.bound(Duration::ZERO))?;
+    r.finish(Duration::from_secs(3));
+    s.finish(Duration::from_secs(3));
+    let mut notes = rest(&sent, &["n"]);
+    notes = format!("{notes} {}", rest(&done, &["rate", "complete"]));
+    Ok(Outcome {
+        system: a.system,
+        rate: num(&done, "rate"),
+        p50_us: None,
+        p99_us: None,
+        complete: done.get("complete").map(String::as_str) == Some("true"),
+        link: Default::default(),
+        notes: notes.trim().to_string(),
+    })
+}
+
+fn rpc(tb: &Testbed, a: &Args, callers: u64) -> Result<Outcome> {
+    let t = a.timing;
+    let (mut c, srv) = start_pair(tb, a, ["client", "server"], callers)?;
+    let done = c.expect("DONE", a.bound(t.warmup + t.secs))?;
+    c.finish(Duration::from_secs(3));
+    srv.finish(Duration::from_secs(3));
+    Ok(Outcome {
+        system: a.system,
+        rate: num(&done, "rate"),
+        p50_us: num(&done, "p50_us"),
+        p99_us: num(&done, "p99_us"),
+        complete: done.get("drained").map(String::as_str) == Some("true"),
+        link: Default::default(),
+        notes: rest(&done, &["rate", "p50_us", "p99_us", "drained"]),
+    })
+}
+
+/// Prints a cell's table, the emulator's counters, and the `key=value` line.
+pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[Outcome]) {
+    let rpc = matches!(pattern, Pattern::Rpc { .. });
+    let exon_rate = out
+        .iter()
+        .find(|o| o.system == System::Exon)
+        .and_then(|o| o.rate);
+    println!(
+        "{:<10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
+        "system",
+        if rpc { "req/s" } else { "msgs/s" },
+        "Mbit/s",
+        "vs exon",
+        "p50 us",
+        "p99 us",
+        "complete"
+    );
+    let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+    for o in out {
+        let mbit = o.rate.map(|r| r * 1024.0 * 8.0 / 1e6);
+        let ratio = o.rate.zip(exon_rate).map(|(r, e)| r / e);
+        println!(
+            "{:<10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
+            o.system.name(),
+            fmt(o.rate, 0),
+            fmt(mbit, 1),
+            ratio.map_or("-".into(), |r| format!("{r:.2}x")),
+            fmt(o.p50_us, 0),
+            fmt(o.p99_us, 0),
+            o.complete
+        );
+    }
+    for o in out {
+        println!("  {} link a->b: {}", o.system.name(), o.link[0]);
+        println!("  {} link b->a: {}", o.system.name(), o.link[1]);
+        if !o.notes.is_empty() {
+            println!("  {} notes: {}", o.system.name(), o.notes);
+        }
+    }
+    let mut kv = Vec::new();
+    for o in out {
+        kv.push(format!("{}={}", o.system.name(), fmt(o.rate, 0)));
+    }
+    if rpc {
+        for o in out {
+            kv.push(format!("{}_p50_us={}", o.system.name(), fmt(o.p50_us, 0)));
+        }
+    }
+    if let Pattern::Rpc { callers } = pattern {
+        kv.push(format!("callers={callers}"));
+    }
+    kv.push(format!("rate_mbit={}", imp.rate_bps as f64 / 1e6));
+    kv.push(format!("rtt_ms={}", imp.rtt.as_secs_f64() * 1e3));
+    kv.push(format!("loss={}", imp.loss));
+    kv.push(format!("queue_bytes={}", imp.queue_bytes));
+    kv.push(format!("exon_window={}", exon.window));
+    kv.push(format!("exon_envelopes={}", exon.envelopes));
+    println!("{}", kv.join(" "));
+}
