@@ -4,6 +4,11 @@
 //! delivered at most once, and exactly once when the network eventually delivers, with no
 //! per-peer state kept once traffic stops (only a node clock).
 //!
+//! Every message ends with exactly one verdict for its sender: acknowledged (delivered once),
+//! or, only if its receiver restarted and lost the slots it was sent under, in doubt
+//! (delivered at most once; [`endpoint::ReceiptError::InDoubt`], [`Event::InDoubt`]). Nothing
+//! is lost or duplicated silently.
+//!
 //! * [`proto`]: the sans-IO protocol core ([`Node`]): no sockets, no clock reads.
 //! * [`endpoint`] (feature `tokio`, default): an [`Endpoint`] that runs a node on a UDP
 //!   socket in a tokio task. Peers are addressed by [`NodeId`]; a peer's address is learned
