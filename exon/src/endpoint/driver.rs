@@ -2,7 +2,6 @@
 //! ready (queued commands, a batch of datagrams, a due timer), then drains the node's outputs.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +16,7 @@ use super::handle::{AckSender, Command, Outgoing};
 use super::io::RxBufs;
 use super::shared::{CloseOnDrop, Shared};
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
-use crate::proto::{MsgId, Node, NodeId};
+use crate::proto::{MsgId, Node, NodeId, PeerMap};
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
@@ -34,27 +33,6 @@ enum Wake {
     Deliver(Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>),
     Timer,
     Continue,
-}
-
-/// Hashes the core's message ids (sequential, never chosen by the network) with one
-/// multiplication instead of SipHash.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
 }
 
 /// The driver's ends of the channels to the handles and the application.
@@ -77,14 +55,14 @@ pub(crate) struct Driver<S> {
     pub(crate) node: Node,
     pub(crate) socket: S,
     pub(crate) cfg: EndpointConfig,
-    pub(crate) peers: HashMap<NodeId, std::net::SocketAddr>,
+    pub(crate) peers: PeerMap<std::net::SocketAddr>,
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
     pub(crate) deliver: mpsc::Sender<Message>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) store: Option<Box<dyn ClockStore>>,
     pub(crate) pending: VecDeque<Message>,
     /// Messages in the core by the core's id.
-    pub(crate) acks: HashMap<MsgId, Unacked, BuildHasherDefault<IdHasher>>,
+    pub(crate) acks: HashMap<MsgId, Unacked, foldhash::fast::RandomState>,
     /// Sends waiting for room in the core, per destination (each such destination is in
     /// `blocked`).
     pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>>,
@@ -123,7 +101,7 @@ impl<S: DatagramSocket> Driver<S> {
         Driver {
             node,
             socket,
-            peers: HashMap::new(),
+            peers: PeerMap::default(),
             cmds: ch.cmds,
             deliver: ch.deliver,
             _close_on_drop: CloseOnDrop(ch.shared.clone()),
