@@ -97,7 +97,11 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
         dgram(ME, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]),           // claims to be from us
     ];
     for c in cases {
-        n.handle_datagram(t, c);
+        assert_eq!(
+            n.handle_datagram(t, c),
+            None,
+            "a rejected datagram vouches for nobody"
+        );
     }
     let r = n.stats().rejects;
     assert_eq!(
@@ -118,6 +122,18 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
     assert_eq!(r.total(), 11);
     assert!(n.is_idle());
     assert_eq!(drain(&mut n, t), (0, 0), "no reply to anything malformed");
+    // A valid datagram names its source; one with a refused frame does not.
+    let ok = dgram(PEER, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]);
+    assert_eq!(n.handle_datagram(t, ok), Some(PEER));
+    let refused = dgram(
+        PEER,
+        vec![Frame::ReqSlots {
+            s: 0,
+            n: u64::MAX >> 3,
+            l: 0,
+        }],
+    );
+    assert_eq!(n.handle_datagram(t, refused), None);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use super::driver::Driver;
 use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
-use crate::proto::{frame, Event};
+use crate::proto::Event;
 
 /// Most receive buffers filled per call.
 const RECV_BATCH: usize = 32;
@@ -144,17 +144,10 @@ impl<S: DatagramSocket> Driver<S> {
     }
 
     fn on_datagram(&mut self, t: Instant, data: Bytes, from: SocketAddr) {
-        // The header alone (the node checks the whole datagram; it is trusted only if the
-        // node accepted it, below).
-        let src = frame::parse(&data, self.node.config().max_payload())
-            .ok()
-            .map(|(h, _)| h.src);
-        let rejects = self.node.stats().rejects.total();
-        self.node.handle_datagram(t, data);
-        let Some(src) = src else { return };
-        if self.node.stats().rejects.total() != rejects {
+        // Only a datagram the node took whole vouches for its source's address.
+        let Some(src) = self.node.handle_datagram(t, data) else {
             return;
-        }
+        };
         if self.peers.get(&src) != Some(&from) {
             tracing::debug!(peer = %src, addr = %from, "peer address learned");
             self.stats.address_updates += 1;

@@ -390,22 +390,34 @@ impl Node {
     /// Input: a datagram received from the network. Anything malformed, oversized or not
     /// addressed to this node is dropped and counted in [`Stats::rejects`]; nothing from the
     /// network can make the node panic or grow past its configured bounds.
-    pub fn handle_datagram(&mut self, now: Instant, data: Bytes) {
+    ///
+    /// Returns the sending node when the datagram was taken whole, with nothing in it
+    /// refused: an embedding may then trust the source address it came from for that node
+    /// (the driver learns peer addresses this way).
+    pub fn handle_datagram(&mut self, now: Instant, data: Bytes) -> Option<NodeId> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
         if data.len() > self.cfg.max_datagram_size {
             self.stats.rejects.oversized += 1;
-            return;
+            return None;
         }
+        let rejects = self.stats.rejects.total();
         // One pass: decode every frame into the scratch list before acting on any, so a
         // datagram with one bad frame is dropped whole.
         let mut frames = std::mem::take(&mut self.frame_scratch);
-        match frame::decode_into(&data, self.cfg.max_payload(), &mut frames) {
-            Ok(header) => self.handle_frames(now, header, &mut frames),
-            Err(e) => self.stats.rejects.count_decode(e),
-        }
+        let src = match frame::decode_into(&data, self.cfg.max_payload(), &mut frames) {
+            Ok(header) => {
+                self.handle_frames(now, header, &mut frames);
+                Some(header.src)
+            }
+            Err(e) => {
+                self.stats.rejects.count_decode(e);
+                None
+            }
+        };
         frames.clear();
         self.frame_scratch = frames;
+        src.filter(|_| self.stats.rejects.total() == rejects)
     }
 
     /// Acts on the frames of one valid datagram, in order.
