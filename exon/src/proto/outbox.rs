@@ -26,8 +26,6 @@ pub(crate) struct PeerOut {
     pub waive: Option<u64>,
     /// In the `ready` queue.
     pub ready: bool,
-    /// Tokens answered in `acks` since the last datagram to this peer.
-    pub unacked: u32,
     /// Verdicts are held (delayed ACK) until this instant, unless something else goes to
     /// the peer first.
     pub ack_at: Option<Instant>,
@@ -37,6 +35,11 @@ impl PeerOut {
     /// True when nothing is owed.
     pub fn is_empty(&self) -> bool {
         self.acks.is_empty() && self.grant.is_none() && self.probe.is_none() && self.waive.is_none()
+    }
+
+    /// Slots answered in `acks`, not yet written.
+    fn verdict_slots(&self) -> u64 {
+        self.acks.iter().map(|(_, _, s)| s.count()).sum()
     }
 
     fn ack_ranges(&self) -> usize {
@@ -62,26 +65,13 @@ impl Outbox {
     /// The pending output of `peer`, created if needed without queueing the peer. Returns
     /// `None` when a new entry would exceed `cap` peers.
     fn entry(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
-        let len = self.peers.len();
-        match self.peers.entry(peer) {
-            Entry::Occupied(e) => Some(e.into_mut()),
-            Entry::Vacant(e) => (len < cap).then(|| e.insert(PeerOut::default())),
-        }
+        entry_in(&mut self.peers, peer, cap)
     }
 
     /// The pending output of `peer`, queueing the peer to be served. Returns `None` when a
     /// new entry would exceed `cap` peers.
     pub fn wake(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
-        let len = self.peers.len();
-        let out = match self.peers.entry(peer) {
-            Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => {
-                if len >= cap {
-                    return None;
-                }
-                e.insert(PeerOut::default())
-            }
-        };
+        let out = entry_in(&mut self.peers, peer, cap)?;
         if !out.ready {
             out.ready = true;
             self.ready.push_back(peer);
@@ -106,7 +96,7 @@ impl Outbox {
         if out.acks.is_empty() || out.ready {
             return;
         }
-        if urgent || delay.is_zero() || out.unacked >= every {
+        if urgent || delay.is_zero() || out.verdict_slots() >= u64::from(every) {
             self.wake(peer, usize::MAX);
         } else if out.ack_at.is_none() {
             let at = now + delay;
@@ -152,7 +142,6 @@ impl Outbox {
         if out.ack_ranges() >= MAX_PENDING_ACK_RANGES {
             return false;
         }
-        out.unacked = out.unacked.saturating_add(1);
         match out.acks.iter_mut().find(|(w, rck, _)| *w == v && *rck == r) {
             Some((_, _, set)) => set.insert(s..s + 1),
             None => {
@@ -194,5 +183,15 @@ impl Outbox {
         };
         out.waive = Some(out.waive.map_or(s, |w| w.max(s)));
         true
+    }
+}
+
+/// The entry of `peer` in `peers`, created if it fits under `cap` entries (a free function so
+/// that callers can keep borrowing the outbox's other fields).
+fn entry_in(peers: &mut PeerMap<PeerOut>, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
+    let len = peers.len();
+    match peers.entry(peer) {
+        Entry::Occupied(e) => Some(e.into_mut()),
+        Entry::Vacant(e) => (len < cap).then(|| e.insert(PeerOut::default())),
     }
 }

@@ -42,7 +42,6 @@ impl Node {
             }
             out.acks.retain(|(_, _, set)| !set.is_empty());
             if out.acks.is_empty() {
-                out.unacked = 0;
                 out.ack_at = None;
             }
             if let Some((s, r, n)) = out.grant {
