@@ -67,8 +67,6 @@ struct Rec {
     doubted: bool,
     /// Its sender restarted before it was settled: the obligation died with the process.
     sender_restarted: bool,
-    /// Its receiver restarted before it was settled: it may end in doubt.
-    receiver_restarted: bool,
     sent_at: u64,
     delivered_at: u64,
     acked_at: u64,
@@ -170,7 +168,7 @@ impl Oracle {
             } else {
                 ""
             },
-            if r.receiver_restarted {
+            if self.restarted[r.to as usize] {
                 ", receiver restarted"
             } else {
                 ""
@@ -197,7 +195,6 @@ impl Oracle {
             acked: false,
             doubted: false,
             sender_restarted: false,
-            receiver_restarted: false,
             sent_at: now,
             delivered_at: NONE,
             acked_at: NONE,
@@ -285,13 +282,12 @@ impl Oracle {
     /// time before: a token made after the restart from an envelope granted before it is in
     /// doubt too).
     pub fn on_in_doubt(&mut self, key: MsgKey, now: u64) {
-        let receiver_restarted = self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
+        let explained = self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
         let Some(r) = self.settle(key, now, "in doubt") else {
             return;
         };
         r.doubted = true;
         r.acked_at = now;
-        let explained = r.receiver_restarted || receiver_restarted;
         self.in_doubt += 1;
         if !explained {
             self.violate(
@@ -328,18 +324,13 @@ impl Oracle {
         None
     }
 
-    /// `node` restarted: its unsettled messages may be lost without a violation, and the
-    /// unsettled messages to it may end in doubt.
+    /// `node` restarted: its unsettled messages may be lost without a violation, and
+    /// messages to it may from now on end in doubt.
     pub fn on_restart(&mut self, node: usize) {
         self.restarted[node] = true;
-        for (s, v) in self.msgs.iter_mut().enumerate() {
+        if let Some(v) = self.msgs.get_mut(node) {
             for r in v.iter_mut().filter(|r| !r.acked && !r.doubted) {
-                if s == node {
-                    r.sender_restarted = true;
-                }
-                if r.to as usize == node {
-                    r.receiver_restarted = true;
-                }
+                r.sender_restarted = true;
             }
         }
     }
