@@ -107,6 +107,7 @@ fn a_delayed_ack_rides_on_a_datagram_going_back_anyway() {
     let t = Instant::now();
     let (_, mut b, ps) = burst(3, 16, t);
     feed(&mut b, t, &ps[..2]);
+    assert!(out(&mut b, t).is_empty(), "the ACK is held");
     // B sends a message of its own to A: the pending ACK goes in the same datagram.
     b.send(t, A, bytes::Bytes::from_static(b"reply")).unwrap();
     let reply = out(&mut b, t);

@@ -167,8 +167,6 @@ fn bounce_with_clock_store_kept() {
             Err(e) => assert_eq!(*e, ReceiptError::InDoubt, "{i}"),
         }
     }
-    let doubts = outcomes.iter().filter(|(_, r)| r.is_err()).count();
-    eprintln!("bounce: {} sent, {doubts} in doubt", outcomes.len());
 
     assert!(
         store.get() > stored_before.get(),
