@@ -119,34 +119,30 @@ pub trait DatagramSocket: Send + Sync + 'static {
     }
 }
 
-impl DatagramSocket for tokio::net::UdpSocket {
-    async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
-        tokio::net::UdpSocket::send_to(self, buf, target).await
-    }
+/// Forwards the one-at-a-time methods to a UDP socket type with the same inherent methods
+/// (tokio's and turmoil's); the batch methods keep their defaults.
+macro_rules! forward_udp_socket {
+    ($ty:ty) => {
+        impl DatagramSocket for $ty {
+            async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
+                <$ty>::send_to(self, buf, target).await
+            }
 
-    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        tokio::net::UdpSocket::recv_from(self, buf).await
-    }
+            async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+                <$ty>::recv_from(self, buf).await
+            }
 
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        tokio::net::UdpSocket::local_addr(self)
-    }
+            fn local_addr(&self) -> io::Result<SocketAddr> {
+                <$ty>::local_addr(self)
+            }
+        }
+    };
 }
+
+forward_udp_socket!(tokio::net::UdpSocket);
 
 #[cfg(feature = "turmoil")]
-impl DatagramSocket for turmoil::net::UdpSocket {
-    async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
-        turmoil::net::UdpSocket::send_to(self, buf, target).await
-    }
-
-    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        turmoil::net::UdpSocket::recv_from(self, buf).await
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        turmoil::net::UdpSocket::local_addr(self)
-    }
-}
+forward_udp_socket!(turmoil::net::UdpSocket);
 
 impl<S: DatagramSocket> DatagramSocket for std::sync::Arc<S> {
     fn send_to(

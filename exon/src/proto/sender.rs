@@ -34,6 +34,18 @@ pub(crate) struct Token {
     pub queued: bool,
 }
 
+impl Token {
+    /// The incarnation this token goes out under: its own (rule 3), or, with that rule
+    /// switched off for the checker's self-test, whatever the record holds now.
+    pub fn incarnation(&self, record_rck: Option<u64>, keep_own: bool) -> u64 {
+        if keep_own {
+            self.rck
+        } else {
+            record_rck.unwrap_or(self.rck)
+        }
+    }
+}
+
 /// Sender-side record for one destination, as in the paper's type `S`.
 ///
 /// Envelopes are the range `env_start .. sck`, all under incarnation `rck`: slots the

@@ -126,11 +126,7 @@ impl Node {
                 rec.to_send.pop_front();
                 continue;
             };
-            let r = if keep_own {
-                tok.rck
-            } else {
-                rec.rck.unwrap_or(tok.rck)
-            };
+            let r = tok.incarnation(rec.rck, keep_own);
             if token_len(s, r, tok.payload.len()) > limit - buf.len() {
                 break;
             }

@@ -125,14 +125,7 @@ impl Node {
             (&mut self.stats, &mut self.events, &mut self.queued_bytes);
         let (rtt, bytes) = (&mut rec.rtt, &mut rec.bytes);
         let mut retry = Vec::new();
-        let pick = |tok: &Token| {
-            let tok_rck = if keep_own {
-                tok.rck
-            } else {
-                rec_rck.unwrap_or(tok.rck)
-            };
-            tok_rck == r
-        };
+        let pick = |tok: &Token| tok.incarnation(rec_rck, keep_own) == r;
         let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
             let id = tok.id;
             if v == Verdict::Retry {
