@@ -74,10 +74,15 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     };
     let a_sock = std::sync::Arc::new(sock(o.faults.seed).await?);
     let b_sock = std::sync::Arc::new(sock(o.faults.seed ^ 0xb).await?);
+    let [a_ident, b_ident] = exon::keyfile::generate_group(&[a_id, b_id])
+        .try_into()
+        .expect("two identities");
     let a = Endpoint::builder(a_id)
+        .identity(a_ident)
         .config(cfg.clone())
         .with_socket(a_sock.clone())?;
     let mut b = Endpoint::builder(b_id)
+        .identity(b_ident)
         .config(cfg)
         .with_socket(b_sock.clone())?;
     a.add_peer(b_id, b.local_addr());

@@ -4,13 +4,30 @@
 
 use std::time::Duration;
 
+use exon::proto::Security;
 use exon::{Endpoint, EndpointConfig, NodeId};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (server_id, client_id) = (NodeId::from_const(10), NodeId::from_const(11));
-    let mut server = Endpoint::bind("127.0.0.1:0", server_id, EndpointConfig::default()).await?;
-    let mut client = Endpoint::bind("127.0.0.1:0", client_id, EndpointConfig::default()).await?;
+    // A closed group of two: fresh keys, each knowing the other\'s public key.
+    let [server_ident, client_ident] = exon::keyfile::generate_group(&[server_id, client_id])
+        .try_into()
+        .expect("two");
+    let mut server = Endpoint::bind(
+        "127.0.0.1:0",
+        server_id,
+        Security::Sealed(server_ident),
+        EndpointConfig::default(),
+    )
+    .await?;
+    let mut client = Endpoint::bind(
+        "127.0.0.1:0",
+        client_id,
+        Security::Sealed(client_ident),
+        EndpointConfig::default(),
+    )
+    .await?;
     client.add_peer(server_id, server.local_addr());
 
     let echo = server.handle();

@@ -3,13 +3,30 @@
 
 use std::time::Duration;
 
+use exon::proto::Security;
 use exon::{Endpoint, EndpointConfig, NodeId};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
-    let a = Endpoint::bind("127.0.0.1:0", a_id, EndpointConfig::default()).await?;
-    let mut b = Endpoint::bind("127.0.0.1:0", b_id, EndpointConfig::default()).await?;
+    // A closed group of two: fresh keys, each knowing the other\'s public key.
+    let [a_ident, b_ident] = exon::keyfile::generate_group(&[a_id, b_id])
+        .try_into()
+        .expect("two");
+    let a = Endpoint::bind(
+        "127.0.0.1:0",
+        a_id,
+        Security::Sealed(a_ident),
+        EndpointConfig::default(),
+    )
+    .await?;
+    let mut b = Endpoint::bind(
+        "127.0.0.1:0",
+        b_id,
+        Security::Sealed(b_ident),
+        EndpointConfig::default(),
+    )
+    .await?;
     a.add_peer(b_id, b.local_addr());
 
     let n = 1000u32;

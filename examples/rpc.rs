@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use exon::endpoint::Handle;
+use exon::proto::Security;
 use exon::{Endpoint, EndpointConfig, NodeId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -38,8 +39,24 @@ async fn call(h: &Handle, server: NodeId, pending: &Pending, id: u64, x: u64) ->
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (server_id, client_id) = (NodeId::from_const(1), NodeId::from_const(2));
-    let mut server = Endpoint::bind("127.0.0.1:0", server_id, EndpointConfig::default()).await?;
-    let mut client = Endpoint::bind("127.0.0.1:0", client_id, EndpointConfig::default()).await?;
+    // A closed group of two: fresh keys, each knowing the other\'s public key.
+    let [server_ident, client_ident] = exon::keyfile::generate_group(&[server_id, client_id])
+        .try_into()
+        .expect("two");
+    let mut server = Endpoint::bind(
+        "127.0.0.1:0",
+        server_id,
+        Security::Sealed(server_ident),
+        EndpointConfig::default(),
+    )
+    .await?;
+    let mut client = Endpoint::bind(
+        "127.0.0.1:0",
+        client_id,
+        Security::Sealed(client_ident),
+        EndpointConfig::default(),
+    )
+    .await?;
     client.add_peer(server_id, server.local_addr());
 
     // Server: answer every request.

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Config, Event, Node, NodeId, SendError};
+use exon::proto::{Config, Event, Node, NodeId, Security, SendError};
 use exon::{Endpoint, EndpointConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
@@ -555,8 +555,14 @@ impl MemPair {
             ..Config::default()
         };
         MemPair {
-            a: Node::new(NodeId::from_const(1), cfg.clone(), 1).unwrap(),
-            b: Node::new(NodeId::from_const(2), cfg, 1).unwrap(),
+            a: Node::new(
+                NodeId::from_const(1),
+                Security::InsecurePlaintext,
+                cfg.clone(),
+                1,
+            )
+            .unwrap(),
+            b: Node::new(NodeId::from_const(2), Security::InsecurePlaintext, cfg, 1).unwrap(),
             buf: Vec::with_capacity(64 * 1024),
             rx: bytes::BytesMut::new(),
             seen: Seen::default(),

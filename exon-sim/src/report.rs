@@ -51,6 +51,9 @@ pub struct Report {
     pub link_dups: u64,
     /// Token retransmissions over all live nodes.
     pub retransmissions: u64,
+    /// Sealed datagrams refused because their tag did not verify (forged or altered), over
+    /// all live nodes.
+    pub bad_tags: u64,
 }
 
 impl Report {
@@ -77,6 +80,7 @@ impl Report {
             link_drops: 0,
             link_dups: 0,
             retransmissions: sim.node_stats().map(|s| s.retransmissions).sum(),
+            bad_tags: sim.node_stats().map(|s| s.rejects.bad_tag).sum(),
         };
         for l in sim.links() {
             let s = l.stats();

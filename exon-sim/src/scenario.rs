@@ -29,6 +29,30 @@ pub struct Hostile {
     pub volleys: u32,
 }
 
+/// An attacker on the network: it sees every datagram (on-path) but holds no node's secret
+/// key. It replays captured datagrams at any later time, flips bits in copies, and forges
+/// datagrams in every real node's name (frames that would break exactly-once if accepted:
+/// a REQSLOTS with a huge frontier, ACKs, RETRYs and DOUBTs for the slots in use, TOKENs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Adversary {
+    /// Interval between two of its actions.
+    pub interval: Duration,
+    /// Actions taken in all.
+    pub actions: u32,
+    /// Longest delay before a captured datagram is replayed.
+    pub max_replay_delay: Duration,
+}
+
+impl Default for Adversary {
+    fn default() -> Self {
+        Adversary {
+            interval: Duration::from_millis(2),
+            actions: 5_000,
+            max_replay_delay: Duration::from_secs(5),
+        }
+    }
+}
+
 /// A complete, reproducible simulation setup.
 #[derive(Clone)]
 pub struct Scenario {
@@ -46,6 +70,11 @@ pub struct Scenario {
     pub faults: Vec<Fault>,
     /// A forging attacker, if any.
     pub hostile: Option<Hostile>,
+    /// An on-path attacker (replays, bit flips, forgeries), if any.
+    pub adversary: Option<Adversary>,
+    /// Run the nodes in plaintext mode instead of sealing every datagram (the adversary
+    /// then breaks exactly-once: the simulator's self-test shows it).
+    pub plaintext: bool,
     /// Virtual time allowed after the last submission or fault for the run to go quiet.
     pub settle: Duration,
     /// Hard limit on simulated events.
@@ -65,6 +94,8 @@ impl std::fmt::Debug for Scenario {
             .field("workload", &self.workload)
             .field("faults", &self.faults)
             .field("hostile", &self.hostile)
+            .field("adversary", &self.adversary)
+            .field("plaintext", &self.plaintext)
             .finish_non_exhaustive()
     }
 }
@@ -92,6 +123,8 @@ impl Default for Scenario {
             workload: Workload::default(),
             faults: Vec::new(),
             hostile: None,
+            adversary: None,
+            plaintext: false,
             settle: Duration::from_secs(120),
             max_events: 50_000_000,
             expect_idle: true,

@@ -6,9 +6,10 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Event, Node, NodeId};
+use exon::proto::crypto::insecure_test_security;
+use exon::proto::{Event, Node, NodeId, Security};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
 use crate::faults::FaultKind;
 use crate::link::{Decision, Link, LinkState};
@@ -26,6 +27,7 @@ enum What {
     Fault(u32),
     Revive { node: u32, keep_clock: bool },
     Hostile(u32),
+    Adversary(u32),
     HealAll,
 }
 
@@ -96,7 +98,12 @@ pub struct Sim {
     app_events: Vec<Event>,
     plan: Vec<usize>,
     stopped: bool,
+    /// Datagrams the adversary captured: (destination, bytes).
+    captured: Vec<(usize, Bytes)>,
 }
+
+/// Datagrams the adversary keeps for replay.
+const CAPTURE_WINDOW: usize = 4096;
 
 fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u64::MAX as u128) as u64
@@ -133,6 +140,7 @@ impl Sim {
             app_events: Vec::new(),
             plan: Vec::new(),
             stopped: false,
+            captured: Vec::new(),
             sc,
         };
         for i in 0..n {
@@ -157,6 +165,9 @@ impl Sim {
         }
         if !sim.sc.faults.is_empty() {
             sim.push(sim.last_activity + 1, What::HealAll);
+        }
+        if let Some(a) = sim.sc.adversary {
+            sim.push(0, What::Adversary(a.actions));
         }
         if let Some(h) = sim.sc.hostile {
             sim.push(0, What::Hostile(h.volleys));
@@ -209,7 +220,14 @@ impl Sim {
 
     /// Creates node `i` from `clock` and starts its application.
     fn boot(&mut self, i: usize, clock: u64) {
-        let mut node = Node::new(node_id(i), self.sc.config.clone(), clock).expect("valid config");
+        let security = if self.sc.plaintext {
+            Security::InsecurePlaintext
+        } else {
+            let all = (0..self.sc.nodes).map(node_id);
+            insecure_test_security(node_id(i), all)
+        };
+        let mut node =
+            Node::new(node_id(i), security, self.sc.config.clone(), clock).expect("valid config");
         if let Some(hook) = &self.sc.node_hook {
             hook(i, &mut node);
         }
@@ -274,6 +292,7 @@ impl Sim {
                 self.boot(i, clock);
             }
             What::Hostile(left) => self.hostile(left),
+            What::Adversary(left) => self.adversary(left),
             What::HealAll => {
                 for l in 0..self.links.len() {
                     self.heal_link(l);
@@ -403,6 +422,14 @@ impl Sim {
 
     /// Puts a datagram on the link `from -> to`.
     fn route(&mut self, from: usize, to: usize, data: Bytes) {
+        if self.sc.adversary.is_some() {
+            // The on-path attacker keeps a bounded window of what it saw.
+            if self.captured.len() >= CAPTURE_WINDOW {
+                let k = self.rng.gen_range(0..self.captured.len());
+                self.captured.swap_remove(k);
+            }
+            self.captured.push((to, data.clone()));
+        }
         let l = from * self.hosts.len() + to;
         let now = self.instant();
         match self.links[l].on_datagram(now, data.len()) {
@@ -549,6 +576,99 @@ impl Sim {
         }
     }
 
+    /// One action of the on-path adversary: a replay, a bit-flipped copy, or a forgery.
+    fn adversary(&mut self, left: u32) {
+        let Some(a) = self.sc.adversary else { return };
+        let n = self.hosts.len();
+        let lat = nanos(self.sc.link.latency);
+        match self.rng.gen_range(0..3) {
+            0 if !self.captured.is_empty() => {
+                let (to, data) = self.captured[self.rng.gen_range(0..self.captured.len())].clone();
+                let delay = self.rng.gen_range(0..=nanos(a.max_replay_delay));
+                let at = self.now + delay;
+                self.push(
+                    at,
+                    What::Datagram {
+                        to: to as u32,
+                        data,
+                    },
+                );
+            }
+            1 if !self.captured.is_empty() => {
+                let (to, data) = self.captured[self.rng.gen_range(0..self.captured.len())].clone();
+                let mut v = data.to_vec();
+                let bit = self.rng.gen_range(0..v.len() * 8);
+                v[bit / 8] ^= 1 << (bit % 8);
+                self.push(
+                    self.now + lat,
+                    What::Datagram {
+                        to: to as u32,
+                        data: Bytes::from(v),
+                    },
+                );
+            }
+            _ => {
+                let from = self.rng.gen_range(0..n);
+                let to = (from + self.rng.gen_range(1..n.max(2))) % n;
+                let data = self.forge(from, to);
+                self.push(
+                    self.now + lat,
+                    What::Datagram {
+                        to: to as u32,
+                        data,
+                    },
+                );
+            }
+        }
+        if left > 1 {
+            self.last_activity = self.last_activity.max(self.now);
+            self.push(self.now + nanos(a.interval), What::Adversary(left - 1));
+        }
+    }
+
+    /// A datagram in node `from`'s name for node `to`, carrying frames that would break
+    /// exactly-once if accepted. Incarnations and slots are taken from the real nodes'
+    /// clocks, as an on-path attacker would read them off the wire in plaintext. Sealed
+    /// nodes get it sealed with a key the attacker made itself.
+    fn forge(&mut self, from: usize, to: usize) -> Bytes {
+        use exon::proto::frame::{put_reqslots, put_token, put_verdict, Verdict};
+        let (src, dst) = (node_id(from), node_id(to));
+        let ck_to = self.hosts[to].node.as_ref().map_or(0, |n| n.clock());
+        let ck_from = self.hosts[from].node.as_ref().map_or(0, |n| n.clock());
+        let r = ck_to.saturating_sub(self.rng.gen_range(1..4));
+        let s = ck_from.saturating_sub(self.rng.gen_range(0..2048));
+        let mut frames = Vec::new();
+        let slots = std::slice::from_ref(&(s..s + 4096)).to_vec();
+        match self.rng.gen_range(0..5) {
+            0 => put_reqslots(&mut frames, ck_from + 1_000_000, 0, ck_from + 1_000_000),
+            1 => put_token(&mut frames, s, r, b"forged"),
+            k => {
+                let v = [Verdict::Ack, Verdict::Retry, Verdict::Doubt][k - 2];
+                put_verdict(&mut frames, v, r, &slots, 1000);
+            }
+        }
+        let mut header = exon::proto::Header::new(src, dst);
+        let mut buf = Vec::new();
+        if self.sc.plaintext {
+            header.encode(&mut buf);
+            buf.extend_from_slice(&frames);
+            return Bytes::from(buf);
+        }
+        header.seal = Some(exon::proto::frame::SealHeader {
+            seq: exon::proto::crypto::Seq {
+                epoch: u64::from(self.rng.gen::<u32>()),
+                counter: self.rng.gen(),
+            },
+            key: None,
+        });
+        header.encode(&mut buf);
+        buf.extend_from_slice(&frames);
+        // Without the secret key, the best it can do is a tag of its choosing.
+        let tag: [u8; 16] = self.rng.gen();
+        buf.extend_from_slice(&tag);
+        Bytes::from(buf)
+    }
+
     /// One volley of forged REQSLOTS, one per made-up source id.
     fn hostile(&mut self, left: u32) {
         let Some(h) = self.sc.hostile else { return };
@@ -672,7 +792,8 @@ impl Sim {
         self.hosts.iter().map(|h| h.restarts).sum()
     }
 
-    pub(crate) fn node_stats(&self) -> impl Iterator<Item = &exon::proto::Stats> {
+    /// Counters of every live node.
+    pub fn node_stats(&self) -> impl Iterator<Item = &exon::proto::Stats> {
         self.hosts
             .iter()
             .filter_map(|h| h.node.as_ref().map(Node::stats))

@@ -165,6 +165,9 @@ fn attacked(n: u64) -> Scenario {
     sc.config.max_receiver_records = 16;
     sc.workload.messages = 200;
     sc.expect_idle = false; // forged records hold slots for senders that never come
+                            // The forger claims made-up ids without keys: only plaintext nodes listen to it (sealed
+                            // ones drop every such datagram before it reaches the record table).
+    sc.plaintext = true;
     sc.hostile = Some(Hostile {
         victim: 1,
         ids: 64,

@@ -9,7 +9,10 @@
 //! (delivered at most once; [`endpoint::ReceiptError::InDoubt`], [`Event::InDoubt`]). Nothing
 //! is lost or duplicated silently.
 //!
-//! * [`proto`]: the sans-IO protocol core ([`Node`]): no sockets, no clock reads.
+//! * [`proto`]: the sans-IO protocol core ([`Node`]): no sockets, no clock reads. Every
+//!   datagram is sealed (AES-128-GCM under keys from static X25519 between the two node
+//!   ids, see `docs/security.md`) unless plaintext is chosen explicitly.
+//! * [`keyfile`]: generating secret keys, and reading key and keyring files.
 //! * [`endpoint`] (feature `tokio`, default): an [`Endpoint`] that runs a node on a UDP
 //!   socket in a tokio task. Peers are addressed by [`NodeId`]; a peer's address is learned
 //!   again when it changes.
@@ -28,16 +31,27 @@
 //! use std::time::Duration;
 //! use exon::{Endpoint, EndpointConfig, NodeId};
 //!
+//! use exon::keyfile::generate_secret;
+//! use exon::proto::{Identity, Keyring, Security};
+//!
+//! // Each node holds a secret key; each knows the other's public key (a keyring, which
+//! // would normally be read from a file with `keyfile::read_keyring`).
 //! let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
-//! let a = Endpoint::bind("127.0.0.1:0", a_id, EndpointConfig::default()).await?;
-//! let mut b = Endpoint::bind("127.0.0.1:0", b_id, EndpointConfig::default()).await?;
+//! let (a_key, b_key) = (generate_secret(), generate_secret());
+//! let mut ring = Keyring::new();
+//! ring.insert(a_id, a_key.public_key());
+//! ring.insert(b_id, b_key.public_key());
+//! let sealed = |key| Security::Sealed(Identity::new(key).with_keyring(ring.clone()));
+//!
+//! let a = Endpoint::bind("127.0.0.1:0", a_id, sealed(a_key), EndpointConfig::default()).await?;
+//! let mut b = Endpoint::bind("127.0.0.1:0", b_id, sealed(b_key), EndpointConfig::default()).await?;
 //! a.add_peer(b_id, b.local_addr());
 //!
 //! // `send` waits while the peer's queue is full, then returns a receipt.
 //! let receipt = a.send(b_id, &b"hello"[..]).await?;
 //!
-//! // The receiver gets the message once, with the sender's id. (It learns the sender's
-//! // address from the datagrams, so it can reply without `add_peer`.)
+//! // The receiver gets the message once, with the sender's authenticated id. (It learns
+//! // the sender's address from the datagrams, so it can reply without `add_peer`.)
 //! let msg = tokio::time::timeout(Duration::from_secs(5), b.recv()).await?.expect("open");
 //! assert_eq!((msg.from, &msg.payload[..]), (a_id, &b"hello"[..]));
 //!
@@ -54,6 +68,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod keyfile;
 pub mod proto;
 
 #[cfg(feature = "tokio")]

@@ -69,7 +69,12 @@ fn packet() -> impl Strategy<Value = Packet> {
         proptest::collection::vec(frame(), 1..8),
     )
         .prop_map(|(src, dst, ack_now, frames)| Packet {
-            header: Header { src, dst, ack_now },
+            header: Header {
+                src,
+                dst,
+                ack_now,
+                seal: None,
+            },
             frames,
         })
 }

@@ -72,10 +72,13 @@ async fn gso_and_gro_path_sends_and_receives_in_batches() {
     let a_sock = BatchSocket::bind("127.0.0.1:0").await.unwrap();
     let gso = a_sock.max_send_segments() > 1;
     let a = Endpoint::builder(A)
+        .security(test_security(A))
         .config(cfg())
         .with_socket(a_sock)
         .unwrap();
-    let b = Endpoint::bind("127.0.0.1:0", B, cfg()).await.unwrap();
+    let b = Endpoint::bind("127.0.0.1:0", B, test_security(B), cfg())
+        .await
+        .unwrap();
     let (sa, sb) = run(a, b).await;
     let out = sa.node.datagrams_out;
     assert!(sa.send_calls <= out, "{sa:?}");
@@ -99,10 +102,13 @@ async fn without_segmentation_each_datagram_is_one_call() {
         .with_max_send_segments(1);
     assert_eq!(a_sock.max_send_segments(), 1);
     let a = Endpoint::builder(A)
+        .security(test_security(A))
         .config(cfg())
         .with_socket(a_sock)
         .unwrap();
-    let b = Endpoint::bind("127.0.0.1:0", B, cfg()).await.unwrap();
+    let b = Endpoint::bind("127.0.0.1:0", B, test_security(B), cfg())
+        .await
+        .unwrap();
     let (sa, _) = run(a, b).await;
     assert_eq!(sa.send_calls, sa.node.datagrams_out, "{sa:?}");
 }
@@ -116,10 +122,12 @@ async fn plain_socket_uses_the_one_at_a_time_defaults() {
         (1, 1)
     );
     let a = Endpoint::builder(A)
+        .security(test_security(A))
         .config(cfg())
         .with_socket(a_sock)
         .unwrap();
     let b = Endpoint::builder(B)
+        .security(test_security(B))
         .config(cfg())
         .with_socket(b_sock)
         .unwrap();
@@ -181,7 +189,9 @@ async fn refusal_found_after_send_returned_resolves_the_receipt() {
         max_sender_records: 1,
         ..c.protocol
     };
-    let a = Endpoint::bind("127.0.0.1:0", A, c).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c)
+        .await
+        .unwrap();
     let gone: SocketAddr = "127.0.0.1:9".parse().unwrap();
     let c_id = NodeId::from_const(3);
     a.add_peer(B, gone);
@@ -206,7 +216,9 @@ async fn refusal_found_after_send_returned_resolves_the_receipt() {
 async fn close_ends_sends_waiting_for_room_or_credits() {
     let mut c = cfg().with_send_buffer(1);
     c.protocol.max_queued_per_peer = 2;
-    let a = Endpoint::bind("127.0.0.1:0", A, c).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c)
+        .await
+        .unwrap();
     // Nobody answers: the queue fills, then sends wait.
     a.add_peer(B, "127.0.0.1:9".parse().unwrap());
     let h = a.handle();
@@ -228,4 +240,12 @@ async fn close_ends_sends_waiting_for_room_or_credits() {
     assert!(outcomes.contains(&Err(Error::Closed)), "{outcomes:?}");
     // Every accepted send is either reported unacknowledged or was refused on its receipt.
     assert!(report.unacknowledged.len() <= accepted, "{report:?}");
+}
+
+/// Sealed datagrams with keys derived from the node ids, ids 0-63 and 1000-1063 known.
+fn test_security(id: exon::NodeId) -> exon::proto::Security {
+    exon::proto::crypto::insecure_test_security(
+        id,
+        (0..64).chain(1000..1064).map(exon::NodeId::from_const),
+    )
 }

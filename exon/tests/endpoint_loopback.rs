@@ -32,8 +32,12 @@ fn cfg() -> EndpointConfig {
 }
 
 async fn pair(cfg: EndpointConfig) -> (Endpoint, Endpoint) {
-    let a = Endpoint::bind("127.0.0.1:0", A, cfg.clone()).await.unwrap();
-    let b = Endpoint::bind("127.0.0.1:0", B, cfg).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), cfg.clone())
+        .await
+        .unwrap();
+    let b = Endpoint::bind("127.0.0.1:0", B, test_security(B), cfg)
+        .await
+        .unwrap();
     a.add_peer(B, b.local_addr());
     b.add_peer(A, a.local_addr());
     (a, b)
@@ -90,7 +94,9 @@ async fn many_messages_multi_thread_runtime() {
 async fn try_send_fails_fast_and_send_waits_for_room() {
     let mut c = cfg();
     c.protocol.max_queued_per_peer = 4;
-    let a = Endpoint::bind("127.0.0.1:0", A, c.clone()).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
+        .await
+        .unwrap();
     // B is not there yet: nothing is acknowledged, the queue fills up.
     let b_sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let b_addr = b_sock.local_addr().unwrap();
@@ -111,7 +117,9 @@ async fn try_send_fails_fast_and_send_waits_for_room() {
         "send must wait while the queue is full"
     );
     drop(b_sock);
-    let mut b = Endpoint::bind(b_addr, B, c).await.unwrap();
+    let mut b = Endpoint::bind(b_addr, B, test_security(B), c)
+        .await
+        .unwrap();
     b.add_peer(A, a.local_addr());
     let r = timeout(LIMIT, waiting).await.unwrap().unwrap().unwrap();
     receipts.push(r);
@@ -149,7 +157,9 @@ async fn slow_reader_pauses_socket_instead_of_dropping() {
 
 #[tokio::test]
 async fn close_reports_unacknowledged_and_never_hangs() {
-    let a = Endpoint::bind("127.0.0.1:0", A, cfg()).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), cfg())
+        .await
+        .unwrap();
     // A closed port: sends draw ICMP errors, which must not kill the driver.
     let gone = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     a.add_peer(B, gone.local_addr().unwrap());
@@ -205,12 +215,15 @@ impl DatagramSocket for Movable {
 
 #[tokio::test]
 async fn peer_moving_mid_stream_is_followed() {
-    let a = Endpoint::bind("127.0.0.1:0", A, cfg()).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), cfg())
+        .await
+        .unwrap();
     let sock = Arc::new(Movable {
         current: Mutex::new(Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap())),
         moved: Notify::new(),
     });
     let mut b = Endpoint::builder(B)
+        .security(test_security(B))
         .config(cfg())
         .with_socket(sock.clone())
         .unwrap();
@@ -258,9 +271,12 @@ async fn restart_on_file_store_keeps_exactly_once() {
     let path = dir.path().join("b.clock");
     let mut c = cfg();
     c.protocol.clock_block = 64; // many stores during the run
-    let a = Endpoint::bind("127.0.0.1:0", A, c.clone()).await.unwrap();
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
+        .await
+        .unwrap();
     let start = || {
         Endpoint::builder(B)
+            .security(test_security(B))
             .config(c.clone())
             .clock_store(FileStore::new(path.clone()))
             .bind("127.0.0.1:0")
@@ -384,4 +400,12 @@ async fn restart_on_file_store_keeps_exactly_once() {
         .unwrap();
     assert!(after > stored, "the restarted node stored a higher mark");
     reader.abort();
+}
+
+/// Sealed datagrams with keys derived from the node ids, ids 0-63 and 1000-1063 known.
+fn test_security(id: exon::NodeId) -> exon::proto::Security {
+    exon::proto::crypto::insecure_test_security(
+        id,
+        (0..64).chain(1000..1064).map(exon::NodeId::from_const),
+    )
 }

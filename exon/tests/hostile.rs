@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use exon::proto::codec::VARINT_MAX;
 use exon::proto::frame::Header;
-use exon::proto::{AckRanges, Config, Frame, Node, NodeId, Packet};
+use exon::proto::{AckRanges, Config, Frame, Node, NodeId, Packet, Security};
 
 const ME: NodeId = NodeId::from_const(2);
 const PEER: NodeId = NodeId::from_const(1);
 
 fn node(cfg: Config, now: Instant) -> Node {
-    let mut n = Node::new(ME, cfg, 0).unwrap();
+    let mut n = Node::new(ME, Security::InsecurePlaintext, cfg, 0).unwrap();
     confirm(&mut n, now);
     n
 }
@@ -82,8 +82,8 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
     let cases: Vec<Bytes> = vec![
         Bytes::from_static(b"EX"),                                       // runt
         mutate(&|v| v[0] = 0),                                           // bad magic
-        mutate(&|v| v[2] = 2),                                           // wrong version
-        mutate(&|v| v[3] = 2),                                           // reserved flags
+        mutate(&|v| v[2] = 9),                                           // wrong version
+        mutate(&|v| v[3] = 8),                                           // reserved flags
         mutate(&|v| v.truncate(v.len() - 1)),                            // truncated frame
         mutate(&|v| v.push(0x01)),                                       // trailing garbage
         mutate(&|v| v.push(0x3f)),                                       // unknown frame type
@@ -140,7 +140,8 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
 fn tokens_and_acks_for_things_that_never_existed() {
     let t = Instant::now();
     let mut n = node(Config::default(), t);
-    // TOKEN for an incarnation and slot that never existed: acknowledged, never delivered.
+    // TOKEN for an incarnation this node never issued (at or above its clock): no verdict
+    // at all, never delivered.
     n.handle_datagram(
         t,
         dgram(
@@ -153,7 +154,12 @@ fn tokens_and_acks_for_things_that_never_existed() {
         ),
     );
     assert_eq!(n.poll_event(), None);
-    assert_eq!(n.stats().duplicates_dropped, 1);
+    assert_eq!(n.stats().rejects.never_issued, 1);
+    assert_eq!(
+        drain(&mut n, t),
+        (0, 0),
+        "no verdict for a forged incarnation"
+    );
     // ACK for tokens we never sent, with a range of 2^60 slots: no state, no work per slot.
     let huge = AckRanges::from_ranges(&[0..(1 << 60)]).unwrap();
     n.handle_datagram(t, dgram(PEER, vec![Frame::Ack { r: 5, ranges: huge }]));

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Config, Frame, Node, NodeId, Packet};
+use exon::proto::{Config, Frame, Node, NodeId, Packet, Security};
 
 mod frames;
 use frames::*;
@@ -224,18 +224,31 @@ fn rule3_token_keeps_its_incarnation_across_a_new_receiver_incarnation() {
 fn rule4_token_without_record_is_acknowledged() {
     let t = Instant::now();
     let mut b = node(B, Config::default(), 0, t);
+    // Incarnation r is issued to A, then every slot of it is waived: the record is gone.
+    let req = packet(A, B, vec![Frame::ReqSlots { s: 5, n: 1, l: 5 }]);
+    feed(&mut b, t, &[req]);
+    let r = match frames(&out(&mut b, t)).as_slice() {
+        [Frame::Slots { r, .. }] => *r,
+        f => panic!("{f:?}"),
+    };
+    feed(
+        &mut b,
+        t,
+        &[packet(A, B, vec![Frame::ReqSlots { s: 6, n: 0, l: 6 }])],
+    );
+    assert!(b.is_idle());
     let p = packet(
         A,
         B,
         vec![Frame::Token {
             s: 5,
-            r: 9,
+            r,
             payload: Bytes::from_static(b"old"),
         }],
     );
     feed(&mut b, t, &[p]);
     assert!(delivered(&mut b).is_empty());
-    assert_eq!(frames(&out(&mut b, t)), [ack(9, 5..6)]);
+    assert_eq!(frames(&out(&mut b, t)), [ack(r, 5..6)]);
     assert!(b.is_idle());
 }
 
@@ -516,7 +529,7 @@ fn rule8_clock_values_wait_for_the_store_and_survive_restart() {
         clock_block: 1000,
         ..Config::default()
     };
-    let mut b = Node::new(B, c.clone(), 500).unwrap();
+    let mut b = Node::new(B, Security::InsecurePlaintext, c.clone(), 500).unwrap();
     let asked = b.poll_clock_store().expect("asks to store a block at once");
     assert!(asked > 500);
     // Not stored yet: a new source cannot get an incarnation.
@@ -541,6 +554,7 @@ fn rule8_clock_values_wait_for_the_store_and_survive_restart() {
     // A sender never asks for slot numbers beyond the stored mark.
     let mut a = Node::new(
         A,
+        Security::InsecurePlaintext,
         Config {
             clock_block: 4,
             ..cfg(8, 8, 8)

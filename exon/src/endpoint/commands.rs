@@ -14,7 +14,13 @@ impl<S: DatagramSocket> Driver<S> {
             Command::Send(out) => self.on_send(t, out),
             Command::AddPeer(id, addr) => {
                 tracing::debug!(peer = %id, %addr, "peer address set");
-                self.peers.insert(id, addr);
+                self.peers.configure(id, addr);
+            }
+            Command::AddPeerKey(id, key) => {
+                tracing::debug!(peer = %id, "peer key set");
+                if let Some(ring) = self.node.keyring_mut() {
+                    ring.insert(id, key);
+                }
             }
             Command::Stats(reply) => {
                 let _ = reply.send(self.stats());
@@ -60,7 +66,7 @@ impl<S: DatagramSocket> Driver<S> {
         } = out;
         match self.node.send(t, to, payload) {
             Ok(core_id) => {
-                if !self.peers.contains_key(&to) {
+                if self.peers.get(to).is_none() {
                     tracing::warn!(peer = %to, "sending to a peer with no known address");
                 }
                 self.acks.insert(core_id, Unacked { id, to, ack });

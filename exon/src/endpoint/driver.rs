@@ -14,9 +14,10 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 
 use super::handle::{AckSender, Command, Outgoing};
 use super::io::RxBufs;
+use super::peers::PeerBook;
 use super::shared::{CloseOnDrop, Shared};
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
-use crate::proto::{MsgId, Node, NodeId, PeerMap};
+use crate::proto::{MsgId, Node, NodeId};
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
@@ -55,7 +56,7 @@ pub(crate) struct Driver<S> {
     pub(crate) node: Node,
     pub(crate) socket: S,
     pub(crate) cfg: EndpointConfig,
-    pub(crate) peers: PeerMap<std::net::SocketAddr>,
+    pub(crate) peers: PeerBook,
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
     pub(crate) deliver: mpsc::Sender<Message>,
     pub(crate) shared: Arc<Shared>,
@@ -101,7 +102,9 @@ impl<S: DatagramSocket> Driver<S> {
         Driver {
             node,
             socket,
-            peers: PeerMap::default(),
+            peers: PeerBook::new(
+                cfg.protocol.max_sender_records + cfg.protocol.max_receiver_records + 1024,
+            ),
             cmds: ch.cmds,
             deliver: ch.deliver,
             _close_on_drop: CloseOnDrop(ch.shared.clone()),
@@ -236,6 +239,9 @@ impl<S: DatagramSocket> Driver<S> {
         }
         if self.node.poll_timeout().is_some_and(|d| d <= t) {
             self.node.handle_timeout(t);
+            // Records expire on timers: learned addresses go with them.
+            let node = &self.node;
+            self.peers.prune(|p| node.has_record(p));
         }
         if self.credits_taken > 0 {
             self.shared.credits.add_permits(self.credits_taken);
@@ -275,6 +281,7 @@ impl<S: DatagramSocket> Driver<S> {
     pub(crate) fn stats(&self) -> EndpointStats {
         EndpointStats {
             node: *self.node.stats(),
+            peer_addresses: self.peers.len(),
             ..self.stats
         }
     }

@@ -46,4 +46,8 @@ pub enum BindError {
     /// The clock store could not be read.
     #[error("clock store: {0}")]
     Store(io::Error),
+    /// No security was chosen: give the builder an identity (sealed datagrams), or say
+    /// `insecure_plaintext()` explicitly.
+    #[error("no identity: call `identity(..)` on the builder, or `insecure_plaintext()`")]
+    NoSecurity,
 }

@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::shared::Shared;
 use super::{Error, ReceiptError};
-use crate::proto::{MsgId, NodeId, SendError, Stats};
+use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
 
 /// Counters of an endpoint: the core's plus the driver's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,6 +27,12 @@ pub struct EndpointStats {
     pub recv_errors: u64,
     /// Peer addresses learned or changed from incoming datagrams.
     pub address_updates: u64,
+    /// Authenticated datagrams whose source address was not recorded because the address
+    /// book was full of peers with work in progress.
+    pub address_book_full: u64,
+    /// Peer addresses held now: those set with `add_peer`, and those learned from peers
+    /// the node holds a record for.
+    pub peer_addresses: usize,
     /// Times the endpoint stopped reading the socket because the application was not
     /// reading delivered messages.
     pub delivery_stalls: u64,
@@ -83,6 +89,7 @@ pub(crate) struct Outgoing {
 pub(crate) enum Command {
     Send(Outgoing),
     AddPeer(NodeId, SocketAddr),
+    AddPeerKey(NodeId, PublicKey),
     Stats(oneshot::Sender<EndpointStats>),
     Close {
         timeout: Duration,
@@ -225,6 +232,13 @@ impl Handle {
     /// datagrams, so a peer that changes address keeps being reached.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
         let _ = self.cmds.send(Command::AddPeer(id, addr));
+    }
+
+    /// Adds (or replaces) the public key of node `id` in the endpoint's keyring, so that
+    /// datagrams from it are accepted and messages to it can be sealed. No effect in
+    /// plaintext mode.
+    pub fn add_peer_key(&self, id: NodeId, key: PublicKey) {
+        let _ = self.cmds.send(Command::AddPeerKey(id, key));
     }
 
     /// The counters, or `None` if the endpoint has stopped.

@@ -9,9 +9,10 @@ use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 
 use super::driver::Driver;
+use super::peers::Learned;
 use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
@@ -67,11 +68,11 @@ impl RxBufs {
     }
 
     /// Copies buffer `i` out (one allocation for all the datagrams it holds).
-    fn take(&self, i: usize) -> (Bytes, RecvMeta) {
+    fn take(&self, i: usize) -> (BytesMut, RecvMeta) {
         let m = self.meta[i];
         let start = i * self.size;
         let len = m.len.min(self.size);
-        (Bytes::copy_from_slice(&self.slab[start..start + len]), m)
+        (BytesMut::from(&self.slab[start..start + len]), m)
     }
 }
 
@@ -125,33 +126,38 @@ impl<S: DatagramSocket> Driver<S> {
         };
         self.stats.recv_calls += 1;
         for i in 0..n {
-            let (data, m) = self.rx.take(i);
+            let (mut data, m) = self.rx.take(i);
             let stride = if m.stride == 0 {
                 data.len().max(1)
             } else {
                 m.stride
             };
-            let mut start = 0;
             loop {
-                let end = (start + stride).min(data.len());
-                self.on_datagram(t, data.slice(start..end), m.addr);
-                start = end;
-                if start >= data.len() {
+                // Each datagram is its own (unshared) part of the buffer: a sealed node
+                // opens it in place.
+                let one = data.split_to(stride.min(data.len()));
+                self.on_datagram(t, one, m.addr);
+                if data.is_empty() {
                     break;
                 }
             }
         }
     }
 
-    fn on_datagram(&mut self, t: Instant, data: Bytes, from: SocketAddr) {
-        // Only a datagram the node took whole vouches for its source's address.
-        let Some(src) = self.node.handle_datagram(t, data) else {
+    fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
+        // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
+        // source's address, and only if it is fresher than any seen from that source.
+        let Some(acc) = self.node.handle_datagram_buf(t, data) else {
             return;
         };
-        if self.peers.get(&src) != Some(&from) {
-            tracing::debug!(peer = %src, addr = %from, "peer address learned");
-            self.stats.address_updates += 1;
-            self.peers.insert(src, from);
+        let node = &self.node;
+        match self.peers.learn(acc, from, |p| node.has_record(p)) {
+            Learned::Moved => {
+                tracing::debug!(peer = %acc.from, addr = %from, "peer address learned");
+                self.stats.address_updates += 1;
+            }
+            Learned::Full => self.stats.address_book_full += 1,
+            Learned::Unchanged => {}
         }
     }
 
@@ -173,7 +179,7 @@ impl<S: DatagramSocket> Driver<S> {
                 break;
             };
             sent += 1;
-            let Some(addr) = self.peers.get(&tx.destination).copied() else {
+            let Some(addr) = self.peers.get(tx.destination) else {
                 self.tx_buf.truncate(start);
                 self.stats.unknown_peer_drops += 1;
                 tracing::trace!(peer = %tx.destination, "no address: datagram dropped");

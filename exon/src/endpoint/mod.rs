@@ -47,6 +47,7 @@ mod error;
 mod handle;
 mod io;
 mod lossy;
+mod peers;
 mod shared;
 mod socket;
 mod store;
@@ -72,7 +73,7 @@ pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
 pub use typed::{decode, encode, PayloadError};
 
-use crate::proto::{Node, NodeId};
+use crate::proto::{Identity, Node, NodeId, Security};
 use shared::Shared;
 
 /// A message delivered exactly once, with its sender's node id.
@@ -100,22 +101,29 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Binds a tokio UDP socket to `addr` with node id `id`, the given configuration and an
-    /// in-memory clock store ([`MemoryStore`]).
+    /// Binds a UDP socket to `addr` with node id `id`, protected as `security` says
+    /// (normally [`Security::Sealed`] with the node's [`Identity`]), the given configuration
+    /// and an in-memory clock store ([`MemoryStore`]).
     pub async fn bind(
         addr: impl ToSocketAddrs,
         id: NodeId,
+        security: Security,
         config: EndpointConfig,
     ) -> Result<Endpoint, BindError> {
-        Endpoint::builder(id).config(config).bind(addr).await
+        Endpoint::builder(id)
+            .security(security)
+            .config(config)
+            .bind(addr)
+            .await
     }
 
-    /// A builder, to choose the clock store or the socket.
+    /// A builder, to choose the identity, the clock store or the socket.
     pub fn builder(id: NodeId) -> Builder {
         Builder {
             id,
             config: EndpointConfig::default(),
             store: None,
+            security: None,
         }
     }
 
@@ -157,6 +165,7 @@ pub struct Builder {
     id: NodeId,
     config: EndpointConfig,
     store: Option<Box<dyn ClockStore>>,
+    security: Option<Security>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -169,6 +178,24 @@ impl std::fmt::Debug for Builder {
 }
 
 impl Builder {
+    /// Seals every datagram with `identity`'s secret key; accepts peers from its keyring
+    /// (and self-certifying ones if it allows them).
+    pub fn identity(self, identity: Identity) -> Self {
+        self.security(Security::Sealed(identity))
+    }
+
+    /// Sends and accepts plaintext datagrams: no authentication, anyone who can reach the
+    /// socket can forge any peer. Only for loopback tests and benchmarks.
+    pub fn insecure_plaintext(self) -> Self {
+        self.security(Security::InsecurePlaintext)
+    }
+
+    /// Sets the security mode (one of the two calls above is required).
+    pub fn security(mut self, security: Security) -> Self {
+        self.security = Some(security);
+        self
+    }
+
     /// Sets the configuration (default [`EndpointConfig::default()`]).
     pub fn config(mut self, config: EndpointConfig) -> Self {
         self.config = config;
@@ -191,10 +218,15 @@ impl Builder {
     /// Starts the endpoint on `socket`. Reads the clock store (a short blocking read for a
     /// [`FileStore`]) and spawns the driver task on the current tokio runtime.
     pub fn with_socket<S: DatagramSocket>(self, socket: S) -> Result<Endpoint, BindError> {
+        let security = self.security.ok_or(BindError::NoSecurity)?;
         let mut store = self.store.unwrap_or_else(|| Box::new(MemoryStore::new()));
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = socket.local_addr()?;
-        let node = Node::new(self.id, self.config.protocol.clone(), clock)?;
+        let sealed = matches!(security, Security::Sealed(_));
+        let node = Node::new(self.id, security, self.config.protocol.clone(), clock)?;
+        if !sealed {
+            tracing::warn!(id = %self.id, "endpoint runs in INSECURE plaintext mode");
+        }
         let shared = Arc::new(Shared::new(
             node.config().max_payload(),
             self.config.send_buffer,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::codec::{varint_len, VARINT_MAX};
+use super::crypto::TAG_LEN;
 use super::frame::{token_len, MAX_HEADER_LEN};
 
 /// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
@@ -72,6 +73,15 @@ pub struct Config {
     /// Tokens from one source after which a receiver acknowledges without waiting for
     /// `ack_delay`. Default 16.
     pub ack_every: u32,
+    /// Peers whose datagram keys a sealed node keeps derived (soft state; peers it holds a
+    /// record for are never evicted). Default 9216.
+    pub key_cache_size: usize,
+    /// Key agreements (X25519) per second a sealed node performs for datagrams from peers
+    /// whose keys are not cached: bounds the public-key work forged datagrams can cost.
+    /// Default 2000.
+    pub key_agreements_per_sec: u64,
+    /// Most such key agreements at once (the bucket's depth). Default 512.
+    pub key_agreement_burst: u64,
 }
 
 impl Default for Config {
@@ -97,6 +107,9 @@ impl Default for Config {
             clock_block: 1 << 20,
             ack_delay: Duration::from_millis(2),
             ack_every: 16,
+            key_cache_size: 9216,
+            key_agreements_per_sec: 2000,
+            key_agreement_burst: 512,
         }
     }
 }
@@ -112,12 +125,13 @@ pub const MAX_DATAGRAM_SIZE: usize = 65507;
 pub struct ConfigError(pub &'static str);
 
 impl Config {
-    /// Largest payload `send` accepts: what fits in one datagram with the largest header and
-    /// TOKEN framing (8-byte slot and incarnation). 1161 bytes with the default 1200-byte
-    /// datagrams.
+    /// Largest payload `send` accepts: what fits in one datagram with the largest header (a
+    /// sealed one carrying the sender's key), the authentication tag and TOKEN framing
+    /// (8-byte slot and incarnation). 1101 bytes with the default 1200-byte datagrams.
     pub fn max_payload(&self) -> usize {
         let len_field = varint_len(self.max_datagram_size as u64);
-        let overhead = MAX_HEADER_LEN + token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
+        let overhead =
+            MAX_HEADER_LEN + TAG_LEN + token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
         self.max_datagram_size.saturating_sub(overhead)
     }
 
@@ -151,6 +165,11 @@ impl Config {
         if self.ack_every == 0 || self.ack_delay >= self.max_rto {
             return Err(ConfigError("need ack_every > 0 and ack_delay < max_rto"));
         }
+        if self.key_cache_size == 0 || self.key_agreement_burst == 0 {
+            return Err(ConfigError(
+                "key_cache_size and key_agreement_burst must be positive",
+            ));
+        }
         if self.clock_block < 2 {
             return Err(ConfigError("clock_block must be at least 2"));
         }
@@ -161,7 +180,8 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::frame::{Header, Packet};
+    use crate::proto::crypto::{PublicKey, Seq};
+    use crate::proto::frame::{Header, Packet, SealHeader};
     use crate::proto::{Frame, NodeId};
 
     #[test]
@@ -171,21 +191,27 @@ mod tests {
                 max_datagram_size: size,
                 ..Config::default()
             };
+            let mut header = Header::new(NodeId::MAX, NodeId::MAX);
+            header.seal = Some(SealHeader {
+                seq: Seq {
+                    epoch: VARINT_MAX,
+                    counter: u32::MAX,
+                },
+                key: Some(PublicKey::from_bytes([0; 32])),
+            });
             let p = Packet {
-                header: Header::new(NodeId::MAX, NodeId::MAX),
+                header,
                 frames: vec![Frame::Token {
                     s: VARINT_MAX,
                     r: VARINT_MAX,
                     payload: vec![0; cfg.max_payload()].into(),
                 }],
             };
-            assert!(p.encoded_len() <= size, "size {size}");
-            assert!(
-                p.encoded_len() + 2 > size,
-                "max_payload wastes room at {size}"
-            );
+            let sealed_len = p.encoded_len() + TAG_LEN;
+            assert!(sealed_len <= size, "size {size}");
+            assert!(sealed_len + 2 > size, "max_payload wastes room at {size}");
         }
-        assert_eq!(Config::default().max_payload(), 1161);
+        assert_eq!(Config::default().max_payload(), 1101);
     }
 
     #[test]

@@ -62,4 +62,7 @@ pub enum SendError {
     /// A node cannot send to itself.
     #[error("cannot send to self")]
     ToSelf,
+    /// A sealed node knows no public key for the destination (add it to the keyring).
+    #[error("no public key known for {0}")]
+    UnknownKey(NodeId),
 }

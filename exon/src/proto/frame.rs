@@ -11,16 +11,18 @@ use std::ops::Range;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use super::codec::{put_varint, varint_len, Reader, VARINT_MAX};
+use super::crypto::{PublicKey, Seq, KEY_LEN};
 use super::{DecodeError, NodeId};
 
 /// First two bytes of every exon datagram: ASCII "EX".
 pub const MAGIC: [u8; 2] = *b"EX";
 /// The wire version this implementation speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Smallest possible header: magic, version, flags, and two one-byte node ids.
 pub const MIN_HEADER_LEN: usize = 6;
-/// Largest possible header (both node ids take eight bytes).
-pub const MAX_HEADER_LEN: usize = 4 + 8 + 8;
+/// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter
+/// and the sender's public key.
+pub const MAX_HEADER_LEN: usize = 4 + 8 + 8 + 8 + 4 + KEY_LEN;
 
 /// Frame type codes.
 pub mod frame_type {
@@ -75,8 +77,28 @@ impl Verdict {
 /// Header flag: the sender has nothing more to send right now, so the receiver should
 /// acknowledge this datagram's tokens at once instead of waiting for more (delayed ACKs).
 pub const FLAG_ACK_NOW: u8 = 0x01;
+/// Header flag: the datagram is sealed (epoch and counter follow the node ids, the frames
+/// are encrypted, a 16-byte tag ends the datagram).
+pub const FLAG_SEALED: u8 = 0x02;
+/// Header flag (sealed datagrams only): the sender's 32-byte public key follows the counter,
+/// for receivers that accept self-certifying ids.
+pub const FLAG_KEY: u8 = 0x04;
 
-/// The datagram header: who sent it and to whom.
+/// Largest header of a plaintext datagram (both node ids take eight bytes).
+pub const MAX_PLAIN_HEADER_LEN: usize = 4 + 8 + 8;
+
+/// The clear part of a sealed datagram's header: the sequence number that forms the nonce,
+/// and the sender's public key where it announces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SealHeader {
+    /// Epoch and counter: the AEAD nonce, unique per sender over its life.
+    pub seq: Seq,
+    /// The sender's public key (flag [`FLAG_KEY`]).
+    pub key: Option<PublicKey>,
+}
+
+/// The datagram header: who sent it and to whom. It travels in the clear (it is
+/// authenticated, not encrypted, in a sealed datagram).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     /// The sending node.
@@ -86,30 +108,61 @@ pub struct Header {
     /// Flag [`FLAG_ACK_NOW`]: acknowledge this datagram's tokens without delay (set on the
     /// last datagram of a burst).
     pub ack_now: bool,
+    /// Present on sealed datagrams (flag [`FLAG_SEALED`]).
+    pub seal: Option<SealHeader>,
 }
 
 impl Header {
-    /// A header from `src` to `dst` with no flag set.
+    /// A plaintext header from `src` to `dst` with no flag set.
     pub fn new(src: NodeId, dst: NodeId) -> Header {
         Header {
             src,
             dst,
             ack_now: false,
+            seal: None,
         }
     }
 
     /// Encoded size of this header.
     pub fn encoded_len(&self) -> usize {
-        4 + varint_len(self.src.get()) + varint_len(self.dst.get())
+        let seal = self.seal.map_or(0, |h| {
+            varint_len(h.seq.epoch) + 4 + h.key.map_or(0, |_| KEY_LEN)
+        });
+        4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + seal
+    }
+
+    fn flags(&self) -> u8 {
+        let mut f = if self.ack_now { FLAG_ACK_NOW } else { 0 };
+        if let Some(h) = self.seal {
+            f |= FLAG_SEALED;
+            if h.key.is_some() {
+                f |= FLAG_KEY;
+            }
+        }
+        f
     }
 
     /// Appends the header.
     pub fn encode(&self, buf: &mut impl BufMut) {
         buf.put_slice(&MAGIC);
         buf.put_u8(VERSION);
-        buf.put_u8(if self.ack_now { FLAG_ACK_NOW } else { 0 });
+        buf.put_u8(self.flags());
         put_varint(buf, self.src.get());
         put_varint(buf, self.dst.get());
+        if let Some(h) = self.seal {
+            put_varint(buf, h.seq.epoch);
+            buf.put_u32(h.seq.counter);
+            if let Some(k) = h.key {
+                buf.put_slice(k.as_bytes());
+            }
+        }
+    }
+
+    /// Decodes the header at the start of `data`; returns it and its length in bytes.
+    pub fn decode_prefix(data: &[u8]) -> Result<(Header, usize), DecodeError> {
+        let mut r = Reader::new(data);
+        let h = Header::decode(&mut r)?;
+        Ok((h, r.position()))
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Header, DecodeError> {
@@ -124,16 +177,36 @@ impl Header {
             return Err(DecodeError::UnsupportedVersion(version));
         }
         let flags = r.u8()?;
-        if flags & !FLAG_ACK_NOW != 0 {
+        let known = FLAG_ACK_NOW | FLAG_SEALED | FLAG_KEY;
+        if flags & !known != 0 || (flags & FLAG_KEY != 0 && flags & FLAG_SEALED == 0) {
             return Err(DecodeError::ReservedFlags(flags));
         }
         // Any decoded varint is at most VARINT_MAX, so these cannot fail.
         let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
         let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
+        let seal = if flags & FLAG_SEALED != 0 {
+            let epoch = r.varint()?;
+            let c = r.bytes(4)?;
+            let counter = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+            let key = if flags & FLAG_KEY != 0 {
+                let mut k = [0u8; KEY_LEN];
+                k.copy_from_slice(r.bytes(KEY_LEN)?);
+                Some(PublicKey::from_bytes(k))
+            } else {
+                None
+            };
+            Some(SealHeader {
+                seq: Seq { epoch, counter },
+                key,
+            })
+        } else {
+            None
+        };
         Ok(Header {
             src,
             dst,
             ack_now: flags & FLAG_ACK_NOW != 0,
+            seal,
         })
     }
 }
@@ -512,6 +585,36 @@ pub fn decode_into(
         return Err(DecodeError::NoFrames);
     }
     Ok(header)
+}
+
+/// Decodes the frames of a datagram's body (everything after the header; for a sealed
+/// datagram, the opened plaintext) into `frames`, cleared first: at least one frame, every
+/// frame valid, no byte left over. On error `frames` is left empty.
+pub fn decode_frames_into(
+    body: &Bytes,
+    max_payload: usize,
+    frames: &mut Vec<Frame>,
+) -> Result<(), DecodeError> {
+    frames.clear();
+    let it = Frames {
+        reader: Reader::new(body),
+        whole: body,
+        max_payload,
+        failed: false,
+    };
+    for f in it {
+        match f {
+            Ok(f) => frames.push(f),
+            Err(e) => {
+                frames.clear();
+                return Err(e);
+            }
+        }
+    }
+    if frames.is_empty() {
+        return Err(DecodeError::NoFrames);
+    }
+    Ok(())
 }
 
 /// Checks a whole datagram: a valid header, at least one frame, every frame valid, and no

@@ -91,6 +91,7 @@ impl<'a> Arbitrary<'a> for Packet {
             src: NodeId::arbitrary(u)?,
             dst: NodeId::arbitrary(u)?,
             ack_now: bool::arbitrary(u)?,
+            seal: None,
         };
         let count = u.int_in_range(1usize..=8)?;
         let mut frames = Vec::with_capacity(count);

@@ -5,9 +5,10 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::codec::VARINT_MAX;
+use super::crypto::{Keyring, OpenError, PublicKey, Sealer, Security, Seq};
 use super::frame::{self, Frame};
 use super::outbox::Outbox;
 use super::ranges::RangeSet;
@@ -97,17 +98,37 @@ pub struct Node {
     pub(super) evicted: RangeSet,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     pub(super) frame_scratch: Vec<Frame>,
+    /// Keys and nonce state; `None` in plaintext mode.
+    pub(super) sealer: Option<Box<Sealer>>,
+}
+
+/// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The sending node (authenticated, for a sealed node).
+    pub from: NodeId,
+    /// The datagram's place in its sender's sequence (sealed datagrams): it grows over the
+    /// sender's life, so an embedding can tell a fresh datagram from a replayed one.
+    pub seq: Option<Seq>,
 }
 
 impl Node {
-    /// Creates a node with identity `id`, starting from `clock`: the high-water mark last
-    /// stored by a previous run of this node (or any value that grows across restarts).
+    /// Creates a node with identity `id`, protected as `security` says, starting from
+    /// `clock`: the high-water mark last stored by a previous run of this node (or any value
+    /// that grows across restarts).
     ///
     /// The node immediately asks to store `clock + clock_block` (see
     /// [`poll_clock_store`](Self::poll_clock_store)) and sends nothing before that is
-    /// confirmed.
-    pub fn new(id: NodeId, config: Config, clock: u64) -> Result<Node, ConfigError> {
+    /// confirmed. A sealed node takes the epochs of its nonces from the clock, so a node
+    /// restarted from its stored clock never reuses a nonce.
+    pub fn new(
+        id: NodeId,
+        security: Security,
+        config: Config,
+        clock: u64,
+    ) -> Result<Node, ConfigError> {
         config.validate()?;
+        let sealer = Sealer::new(id, security, &config)?.map(Box::new);
         if clock > VARINT_MAX - config.clock_block {
             return Err(ConfigError("clock too close to 2^62"));
         }
@@ -134,6 +155,7 @@ impl Node {
             unproven: VecDeque::new(),
             evicted: RangeSet::new(),
             frame_scratch: Vec::new(),
+            sealer,
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -142,6 +164,40 @@ impl Node {
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// Whether datagrams are sealed (false only in [`Security::InsecurePlaintext`] mode).
+    pub fn is_sealed(&self) -> bool {
+        self.sealer.is_some()
+    }
+
+    /// The keyring of a sealed node, to add or remove peers (`None` in plaintext mode).
+    pub fn keyring_mut(&mut self) -> Option<&mut Keyring> {
+        self.sealer.as_mut().map(|s| s.keyring_mut())
+    }
+
+    /// This node's public key (`None` in plaintext mode).
+    pub fn public_key(&self) -> Option<PublicKey> {
+        self.sealer.as_ref().map(|s| s.public_key())
+    }
+
+    /// Whether this node can send to `peer`: always in plaintext mode; when a key is known
+    /// (keyring, or learned from an authenticated datagram) in sealed mode.
+    pub fn knows_key(&self, peer: NodeId) -> bool {
+        self.sealer.as_ref().is_none_or(|s| s.knows(peer))
+    }
+
+    /// Peers whose datagram keys are cached (sealed mode).
+    pub fn cached_keys(&self) -> usize {
+        self.sealer.as_ref().map_or(0, |s| s.cached_peers())
+    }
+
+    /// Whether this node holds a record (sender or receiver half) for `peer`, or has
+    /// frames waiting for it: while it does, the peer's address must be kept.
+    pub fn has_record(&self, peer: NodeId) -> bool {
+        self.senders.contains_key(&peer)
+            || self.receivers.contains_key(&peer)
+            || self.outbox.peers.contains_key(&peer)
     }
 
     /// The configuration in force.
@@ -250,7 +306,7 @@ impl Node {
 
     /// Makes sure values up to `up_to` may be used, asking for the next block ahead of need.
     /// Returns whether `up_to` is covered by the stored high-water mark now.
-    fn reserve_clock(&mut self, up_to: u64) -> bool {
+    pub(super) fn reserve_clock(&mut self, up_to: u64) -> bool {
         let margin = self.cfg.clock_block / 2;
         if up_to.saturating_add(margin) > self.hw {
             let want = up_to.saturating_add(self.cfg.clock_block).min(VARINT_MAX);
@@ -298,6 +354,9 @@ impl Node {
     pub fn send(&mut self, now: Instant, to: NodeId, payload: Bytes) -> Result<MsgId, SendError> {
         if to == self.id {
             return Err(SendError::ToSelf);
+        }
+        if !self.knows_key(to) {
+            return Err(SendError::UnknownKey(to));
         }
         let max = self.cfg.max_payload();
         if payload.len() > max {
@@ -387,50 +446,100 @@ impl Node {
 
     // ----- datagrams -------------------------------------------------------------------
 
-    /// Input: a datagram received from the network. Anything malformed, oversized or not
-    /// addressed to this node is dropped and counted in [`Stats::rejects`]; nothing from the
-    /// network can make the node panic or grow past its configured bounds.
+    /// Input: a datagram received from the network. Anything malformed, oversized, not
+    /// addressed to this node, or (sealed mode) not authenticated as from its source is
+    /// dropped and counted in [`Stats::rejects`]; nothing from the network can make the node
+    /// panic or grow past its configured bounds.
     ///
     /// Returns the sending node when the datagram was taken whole, with nothing in it
-    /// refused: an embedding may then trust the source address it came from for that node
-    /// (the driver learns peer addresses this way).
+    /// refused. [`handle_datagram_buf`](Self::handle_datagram_buf) is the same without a
+    /// copy when the buffer is not shared, and also returns the datagram's sequence number.
     pub fn handle_datagram(&mut self, now: Instant, data: Bytes) -> Option<NodeId> {
+        let buf = data
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        self.handle_datagram_buf(now, buf).map(|a| a.from)
+    }
+
+    /// Input: a datagram received from the network, in a buffer the node may decrypt in
+    /// place. The order of work: header, destination check, key, open, frames.
+    ///
+    /// Returns what an embedding may trust when the datagram was taken whole: its source
+    /// (authenticated in sealed mode) and its sequence number. The driver learns peer
+    /// addresses from these, and only from a sequence number above any seen before, so a
+    /// replayed datagram cannot move a peer.
+    pub fn handle_datagram_buf(&mut self, now: Instant, mut data: BytesMut) -> Option<Accepted> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
         if data.len() > self.cfg.max_datagram_size {
             self.stats.rejects.oversized += 1;
             return None;
         }
+        let (header, body_at) = match frame::Header::decode_prefix(&data) {
+            Ok(h) => h,
+            Err(e) => {
+                self.stats.rejects.count_decode(e);
+                return None;
+            }
+        };
+        if header.dst != self.id {
+            self.stats.rejects.wrong_destination += 1;
+            return None;
+        }
+        if header.src == self.id {
+            self.stats.rejects.from_self += 1;
+            return None;
+        }
+        let body = match (&mut self.sealer, header.seal) {
+            (Some(sealer), Some(_)) => {
+                let (senders, receivers) = (&self.senders, &self.receivers);
+                let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
+                match sealer.open(now, &header, &mut data, body_at, pinned) {
+                    Ok(len) => data.freeze().slice(body_at..body_at + len),
+                    Err(e) => {
+                        let r = &mut self.stats.rejects;
+                        *match e {
+                            OpenError::WrongMode => &mut r.wrong_mode,
+                            OpenError::UnknownPeer => &mut r.unknown_peer,
+                            OpenError::KeyMismatch => &mut r.key_mismatch,
+                            OpenError::Busy => &mut r.key_budget,
+                            OpenError::BadTag => &mut r.bad_tag,
+                        } += 1;
+                        return None;
+                    }
+                }
+            }
+            (None, None) => data.freeze().slice(body_at..),
+            _ => {
+                self.stats.rejects.wrong_mode += 1;
+                return None;
+            }
+        };
         let rejects = self.stats.rejects.total();
         // One pass: decode every frame into the scratch list before acting on any, so a
         // datagram with one bad frame is dropped whole.
         let mut frames = std::mem::take(&mut self.frame_scratch);
-        let src = match frame::decode_into(&data, self.cfg.max_payload(), &mut frames) {
-            Ok(header) => {
+        let taken = match frame::decode_frames_into(&body, self.cfg.max_payload(), &mut frames) {
+            Ok(()) => {
                 self.handle_frames(now, header, &mut frames);
-                Some(header.src)
+                true
             }
             Err(e) => {
                 self.stats.rejects.count_decode(e);
-                None
+                false
             }
         };
         frames.clear();
         self.frame_scratch = frames;
-        src.filter(|_| self.stats.rejects.total() == rejects)
+        (taken && self.stats.rejects.total() == rejects).then_some(Accepted {
+            from: header.src,
+            seq: header.seal.map(|h| h.seq),
+        })
     }
 
     /// Acts on the frames of one valid datagram, in order.
     fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
-        if header.dst != self.id {
-            self.stats.rejects.wrong_destination += 1;
-            return;
-        }
         let src = header.src;
-        if src == self.id {
-            self.stats.rejects.from_self += 1;
-            return;
-        }
         let mut tokens = 0u32;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {
@@ -473,6 +582,14 @@ impl Node {
         }
         if s.checked_add(n).is_none_or(|end| end > VARINT_MAX) {
             self.stats.rejects.slots_overflow += 1;
+            return;
+        }
+        if self.rules.plausible_input
+            && (l > s || self.receivers.get(&src).is_some_and(|rec| l > rec.sck))
+        {
+            // An honest sender's frontier is at most its clock `s`, and at most the end of
+            // what it was granted: anything above would waive slots it may hold tokens for.
+            self.stats.rejects.frontier_beyond_grant += 1;
             return;
         }
         if !self.receivers.contains_key(&src) {
@@ -550,6 +667,15 @@ impl Node {
         };
         if s != rec.sck {
             self.stats.stale_slots += 1;
+            if n == 0 && s < rec.sck && s <= rec.frontier() {
+                // A probe from a record of an older request that this sender holds nothing
+                // below: waive it, so the receiver drops it (its frontier check refuses a
+                // request of ours that jumps past it).
+                let cap = self.outbox_cap();
+                if !self.outbox.waive(src, s, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+            }
             return;
         }
         if n > 0 && rec.req_n.is_none_or(|asked| n > asked) {

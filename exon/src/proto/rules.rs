@@ -25,6 +25,17 @@ pub struct Rules {
     /// restart is answered DOUBT, and one evicted unused is answered RETRY, instead of the
     /// rule-4 ACK that would acknowledge a message never delivered.
     pub doubt_lost_incarnations: bool,
+    /// Hardening against forged frames (what plaintext mode relies on; harmless when
+    /// sealed): a REQSLOTS whose frontier `l` lies above its own `s`, or above every slot
+    /// its record ever held, is refused (it would drop slots tokens are in flight for); a
+    /// TOKEN for an incarnation this node never issued gets no verdict; a RETRY for an
+    /// incarnation the receiver already acknowledged tokens of, and any verdict for a token
+    /// that never left, are ignored (neither can be true).
+    pub plausible_input: bool,
+    /// A receiver record nothing was ever delivered into stops probing after
+    /// `MAX_UNPROVEN_PROBES` unanswered probes and is evicted (its tokens, if any come, get
+    /// RETRY), so a record a peer created without ever using it does not probe forever.
+    pub unproven_probe_limit: bool,
 }
 
 impl Rules {
@@ -38,6 +49,8 @@ impl Rules {
         bounded_input: true,
         receiver_probe: true,
         doubt_lost_incarnations: true,
+        plausible_input: true,
+        unproven_probe_limit: true,
     };
 }
 

@@ -87,9 +87,24 @@ pub(crate) struct SRecord {
     /// Timer jitter, a fraction of 2^16 (re-drawn by the node at every timeout): stretches
     /// timeouts by up to a quarter so that peers' retransmissions do not phase-lock.
     pub jitter: u16,
+    /// The last few incarnations the receiver acknowledged tokens of: it delivered into
+    /// them, so it never evicted them unused (a RETRY for one of them is refused).
+    pub proven: [u64; PROVEN_KEPT],
+    proven_next: usize,
 }
 
+/// Incarnations remembered as proven per sender record.
+const PROVEN_KEPT: usize = 4;
+
 impl SRecord {
+    /// Notes that the receiver acknowledged a token of incarnation `r`.
+    pub fn note_proven(&mut self, r: u64) {
+        if !self.proven.contains(&r) {
+            self.proven[self.proven_next] = r;
+            self.proven_next = (self.proven_next + 1) % PROVEN_KEPT;
+        }
+    }
+
     /// A record for a destination with no state: `sck` starts at the node clock.
     pub fn new(ck: u64, now: Instant) -> Self {
         SRecord {
@@ -110,6 +125,9 @@ impl SRecord {
             armed: None,
             bytes: 0,
             jitter: 0,
+            // u64::MAX is never an incarnation (they are at most 2^62 - 1).
+            proven: [u64::MAX; PROVEN_KEPT],
+            proven_next: 0,
         }
     }
 

@@ -91,6 +91,22 @@ pub struct Rejects {
     pub clock_jump: u64,
     /// A reply dropped because the output queue was full (liveness only: the peer retries).
     pub outbox_full: u64,
+    /// A plaintext datagram at a sealed node, or a sealed one at a plaintext node.
+    pub wrong_mode: u64,
+    /// A sealed datagram from an id with no known key (not in the keyring, and no acceptable self-certifying key).
+    pub unknown_peer: u64,
+    /// A sealed datagram whose announced key contradicts the keyring or its self-certifying id.
+    pub key_mismatch: u64,
+    /// A sealed datagram from an uncached peer while the key-agreement budget was spent.
+    pub key_budget: u64,
+    /// A sealed datagram whose tag did not verify: forged, altered, truncated, or not for this node.
+    pub bad_tag: u64,
+    /// REQSLOTS whose frontier `l` lies above its own `s` or above every slot the record ever held.
+    pub frontier_beyond_grant: u64,
+    /// TOKEN for an incarnation this node never issued (at or above its clock): no verdict.
+    pub never_issued: u64,
+    /// RETRY for an incarnation the receiver already acknowledged tokens of, or a verdict for a token never sent: it cannot be true.
+    pub implausible_verdict: u64,
 }
 
 impl Rejects {
@@ -134,6 +150,14 @@ impl Rejects {
             unrequested_slots,
             clock_jump,
             outbox_full,
+            wrong_mode,
+            unknown_peer,
+            key_mismatch,
+            key_budget,
+            bad_tag,
+            frontier_beyond_grant,
+            never_issued,
+            implausible_verdict,
         } = *self;
         runt + bad_magic
             + bad_version
@@ -155,6 +179,14 @@ impl Rejects {
             + unrequested_slots
             + clock_jump
             + outbox_full
+            + wrong_mode
+            + unknown_peer
+            + key_mismatch
+            + key_budget
+            + bad_tag
+            + frontier_beyond_grant
+            + never_issued
+            + implausible_verdict
     }
 }
 
@@ -206,6 +238,8 @@ pub struct Stats {
     pub incarnations: u64,
     /// Sender records discarded after their idle timeout.
     pub idle_discards: u64,
+    /// Datagrams dropped at sealing because no key was known for their destination.
+    pub unsealable: u64,
     /// Things the network sent that were refused, by reason.
     pub rejects: Rejects,
 }

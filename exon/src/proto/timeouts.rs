@@ -6,6 +6,9 @@ use std::time::Instant;
 use super::timer::Side;
 use super::{Node, NodeId};
 
+/// Unanswered probes after which a receiver record nothing was delivered into is evicted.
+pub(crate) const MAX_UNPROVEN_PROBES: u32 = 6;
+
 impl Node {
     pub(super) fn rearm_sender(&mut self, peer: NodeId) {
         if let Some(rec) = self.senders.get_mut(&peer) {
@@ -140,6 +143,13 @@ impl Node {
         let Some(rec) = self.receivers.get_mut(&peer) else {
             return;
         };
+        if self.rules.unproven_probe_limit && !rec.proven && rec.probes >= MAX_UNPROVEN_PROBES {
+            // Created and never used, and silent through every probe: evict it as a full
+            // table would (its tokens, if any ever come, get RETRY).
+            let r = rec.rck;
+            self.evict_receiver(peer, r);
+            return;
+        }
         if rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
             rec.probed(now);
             self.stats.probes += 1;

@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::crypto::TAG_LEN;
 use super::frame::{
     put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len, token_len, Header,
     FLAG_ACK_NOW,
@@ -19,14 +20,26 @@ impl Node {
     /// Output: appends the next datagram to `buf` and says where it goes, or returns `None`
     /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
     /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to `max_datagram_size`.
+    ///
+    /// A sealed node seals each datagram before returning it; it sends nothing until its
+    /// clock is stored far enough to take a nonce epoch from it.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         self.outbox.release_due(now);
-        while let Some(peer) = self.outbox.ready.pop_front() {
+        loop {
+            if !self.take_epoch_if_needed() {
+                return None;
+            }
+            let peer = self.outbox.ready.pop_front()?;
             let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
             out.ready = false;
             let start = buf.len();
-            let limit = start + self.cfg.max_datagram_size;
-            Header::new(self.id, peer).encode(buf);
+            let mut header = Header::new(self.id, peer);
+            let mut limit = start + self.cfg.max_datagram_size;
+            if let Some(sealer) = &mut self.sealer {
+                header.seal = sealer.next_seal_header();
+                limit -= TAG_LEN;
+            }
+            header.encode(buf);
             let header_end = buf.len();
             let room = |buf: &Vec<u8>| limit - buf.len();
 
@@ -86,6 +99,17 @@ impl Node {
                 }
                 continue;
             }
+            if let (Some(sealer), Some(sh)) = (&mut self.sealer, header.seal) {
+                let (senders, receivers) = (&self.senders, &self.receivers);
+                let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
+                if !sealer.seal(peer, sh.seq, buf, start, header_end, pinned) {
+                    // No key for this peer (removed from the keyring): what was in the
+                    // datagram is repaired like a loss, and counted.
+                    buf.truncate(start);
+                    self.stats.unsealable += 1;
+                    continue;
+                }
+            }
             let size = buf.len() - start;
             self.stats.datagrams_out += 1;
             self.stats.bytes_out += size as u64;
@@ -94,7 +118,23 @@ impl Node {
                 size,
             });
         }
-        None
+    }
+
+    /// A sealed node with no nonce epoch left takes the next clock value as its epoch.
+    /// Returns false when that value is not yet covered by the stored clock.
+    fn take_epoch_if_needed(&mut self) -> bool {
+        if !self.sealer.as_ref().is_some_and(|s| s.needs_epoch()) {
+            return true;
+        }
+        if !self.reserve_clock(self.ck + 1) {
+            return false;
+        }
+        let epoch = self.ck;
+        self.ck += 1;
+        if let Some(s) = &mut self.sealer {
+            s.start_epoch(epoch);
+        }
+        true
     }
 
     /// Writes the S record's REQSLOTS and TOKENs for `peer`. Returns whether more remain.

@@ -66,6 +66,12 @@ impl Node {
     /// delivered into it: RETRY. One older than this node's start (lost in a restart) or
     /// forgotten after an eviction: DOUBT, since it may or may not have been delivered.
     fn verdict_without_record(&mut self, r: u64) -> Option<Verdict> {
+        if self.rules.plausible_input && r >= self.ck {
+            // Never issued by this node (incarnations come from the clock): no verdict at
+            // all, so a forged token cannot make this node vouch for anything.
+            self.stats.rejects.never_issued += 1;
+            return None;
+        }
         let doubt = self.rules.doubt_lost_incarnations;
         if doubt && self.evicted.contains(r) {
             Some(Verdict::Retry)
@@ -89,19 +95,25 @@ impl Node {
             if rec.rck != r || rec.proven {
                 continue;
             }
-            self.receivers.remove(&src);
-            self.stats.evictions += 1;
-            self.evicted.insert(r..r + 1);
-            while self.evicted.range_count() > MAX_EVICTED_RANGES {
-                // Forget the oldest: its tokens are now answered DOUBT (safe, less precise).
-                if let Some(end) = self.evicted.ranges().first().map(|g| g.end) {
-                    self.doubt_below = self.doubt_below.max(end);
-                }
-                self.evicted.pop_front_ranges(1);
-            }
+            self.evict_receiver(src, r);
             return true;
         }
         false
+    }
+
+    /// Removes the unproven receiver record of `src` (incarnation `r`) and remembers `r` as
+    /// evicted, so its tokens get RETRY.
+    pub(super) fn evict_receiver(&mut self, src: NodeId, r: u64) {
+        self.receivers.remove(&src);
+        self.stats.evictions += 1;
+        self.evicted.insert(r..r + 1);
+        while self.evicted.range_count() > MAX_EVICTED_RANGES {
+            // Forget the oldest: its tokens are now answered DOUBT (safe, less precise).
+            if let Some(end) = self.evicted.ranges().first().map(|g| g.end) {
+                self.doubt_below = self.doubt_below.max(end);
+            }
+            self.evicted.pop_front_ranges(1);
+        }
     }
 
     /// ACK, DOUBT or RETRY(r, range) from `src` (ACK: lines 82-86): settles the tokens of
@@ -120,12 +132,21 @@ impl Node {
             return;
         };
         let keep_own = self.rules.token_keeps_incarnation;
+        let plausible = self.rules.plausible_input;
+        if plausible && v == Verdict::Retry && rec.proven.contains(&r) {
+            // The receiver delivered tokens of `r`, so it never evicted `r` unused: a RETRY
+            // for it cannot be true, and obeying it could deliver a message twice.
+            self.stats.rejects.implausible_verdict += 1;
+            return;
+        }
         let rec_rck = rec.rck;
         let (stats, events, queued_bytes) =
             (&mut self.stats, &mut self.events, &mut self.queued_bytes);
         let (rtt, bytes) = (&mut rec.rtt, &mut rec.bytes);
         let mut retry = Vec::new();
-        let pick = |tok: &Token| tok.incarnation(rec_rck, keep_own) == r;
+        // A token that never left cannot have a verdict.
+        let pick =
+            |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
         let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
             let id = tok.id;
             if v == Verdict::Retry {
@@ -162,6 +183,9 @@ impl Node {
         }
         if v == Verdict::Retry && rec.fill_envelopes() > 0 {
             self.outbox.wake(src, usize::MAX);
+        }
+        if removed && v == Verdict::Ack {
+            rec.note_proven(r);
         }
         if !removed {
             self.stats.stale_acks += 1;

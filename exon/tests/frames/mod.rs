@@ -6,14 +6,14 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use exon::proto::frame::Header;
-use exon::proto::{AckRanges, Config, Event, Frame, Node, NodeId, Packet};
+use exon::proto::{AckRanges, Config, Event, Frame, Node, NodeId, Packet, Security};
 
 pub const A: NodeId = NodeId::from_const(1);
 pub const B: NodeId = NodeId::from_const(2);
 
 /// A node whose clock store confirms at once.
 pub fn node(id: NodeId, cfg: Config, clock: u64, now: Instant) -> Node {
-    let mut n = Node::new(id, cfg, clock).unwrap();
+    let mut n = Node::new(id, Security::InsecurePlaintext, cfg, clock).unwrap();
     store(&mut n, now);
     n
 }

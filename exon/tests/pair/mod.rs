@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet};
+use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Security};
 
 /// What the network does with one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,13 @@ impl Pair {
     pub fn with_configs(a: Config, b: Config) -> Pair {
         let now = Instant::now();
         let side = |i: usize, cfg: Config| Side {
-            node: Node::new(id(i), cfg, 1000 * (i as u64 + 1)).unwrap(),
+            node: Node::new(
+                id(i),
+                Security::InsecurePlaintext,
+                cfg,
+                1000 * (i as u64 + 1),
+            )
+            .unwrap(),
             delivered: Vec::new(),
             acked: Vec::new(),
             in_doubt: Vec::new(),

@@ -1,0 +1,187 @@
+//! The driver's address book: each peer's address, learned only from datagrams the node
+//! authenticated and only from fresher ones, bounded and pruned with the node's records.
+
+use std::net::SocketAddr;
+
+use crate::proto::crypto::Seq;
+use crate::proto::{Accepted, NodeId, PeerMap};
+
+/// One peer's address and how it was learned.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    addr: SocketAddr,
+    /// Set by the application (`add_peer`): kept until replaced.
+    configured: bool,
+    /// Highest sequence number seen from the peer (sealed datagrams).
+    seq: Option<Seq>,
+}
+
+/// What a received datagram did to the address book.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Learned {
+    /// Nothing changed (same address, or a stale sequence number).
+    Unchanged,
+    /// The peer's address was set or moved.
+    Moved,
+    /// The book is full of peers with work: the address was not recorded.
+    Full,
+}
+
+/// Peer addresses, bounded. An entry learned from the network is pruned once the node holds
+/// no record for its peer; entries the application set stay.
+#[derive(Debug)]
+pub(crate) struct PeerBook {
+    entries: PeerMap<Entry>,
+    cap: usize,
+}
+
+impl PeerBook {
+    /// A book of at most `cap` learned entries (configured ones do not count).
+    pub fn new(cap: usize) -> PeerBook {
+        PeerBook {
+            entries: PeerMap::default(),
+            cap: cap.max(1),
+        }
+    }
+
+    /// The address of `id`.
+    pub fn get(&self, id: NodeId) -> Option<SocketAddr> {
+        self.entries.get(&id).map(|e| e.addr)
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The application sets `id`'s address.
+    pub fn configure(&mut self, id: NodeId, addr: SocketAddr) {
+        let seq = self.entries.get(&id).and_then(|e| e.seq);
+        self.entries.insert(
+            id,
+            Entry {
+                addr,
+                configured: true,
+                seq,
+            },
+        );
+    }
+
+    /// A datagram from `from` was accepted by the node as `acc`. The address moves only when
+    /// the datagram is fresher than any seen from that peer (sealed mode), so a replayed
+    /// datagram, from any address, cannot move it. `has_record` says whether the node holds
+    /// a record for a peer (pruning keeps those).
+    pub fn learn(
+        &mut self,
+        acc: Accepted,
+        from: SocketAddr,
+        has_record: impl Fn(NodeId) -> bool,
+    ) -> Learned {
+        if let Some(e) = self.entries.get_mut(&acc.from) {
+            match (acc.seq, e.seq) {
+                (Some(new), Some(old)) if new <= old => return Learned::Unchanged,
+                (Some(new), _) => e.seq = Some(new),
+                (None, _) => {}
+            }
+            if e.addr == from {
+                return Learned::Unchanged;
+            }
+            e.addr = from;
+            return Learned::Moved;
+        }
+        if self.learned() >= self.cap {
+            self.prune(&has_record);
+            if self.learned() >= self.cap {
+                return Learned::Full;
+            }
+        }
+        self.entries.insert(
+            acc.from,
+            Entry {
+                addr: from,
+                configured: false,
+                seq: acc.seq,
+            },
+        );
+        Learned::Moved
+    }
+
+    fn learned(&self) -> usize {
+        self.entries.values().filter(|e| !e.configured).count()
+    }
+
+    /// Forgets learned addresses of peers the node holds no record for.
+    pub fn prune(&mut self, has_record: impl Fn(NodeId) -> bool) {
+        self.entries.retain(|id, e| e.configured || has_record(*id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acc(id: u64, seq: Option<(u64, u32)>) -> Accepted {
+        Accepted {
+            from: NodeId::from_const(id),
+            seq: seq.map(|(epoch, counter)| Seq { epoch, counter }),
+        }
+    }
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn only_a_fresher_datagram_moves_a_peer() {
+        let mut b = PeerBook::new(8);
+        let none = |_| false;
+        assert_eq!(
+            b.learn(acc(1, Some((5, 10))), addr(1), none),
+            Learned::Moved
+        );
+        // A replay (same or older sequence) from elsewhere is ignored.
+        assert_eq!(
+            b.learn(acc(1, Some((5, 10))), addr(2), none),
+            Learned::Unchanged
+        );
+        assert_eq!(
+            b.learn(acc(1, Some((4, 99))), addr(2), none),
+            Learned::Unchanged
+        );
+        assert_eq!(b.get(NodeId::from_const(1)), Some(addr(1)));
+        // A fresher one (a later epoch after a restart, or a later counter) moves it.
+        assert_eq!(
+            b.learn(acc(1, Some((5, 11))), addr(3), none),
+            Learned::Moved
+        );
+        assert_eq!(b.learn(acc(1, Some((6, 0))), addr(4), none), Learned::Moved);
+        assert_eq!(b.get(NodeId::from_const(1)), Some(addr(4)));
+    }
+
+    #[test]
+    fn learned_entries_are_bounded_and_pruned_with_records() {
+        let mut b = PeerBook::new(4);
+        b.configure(NodeId::from_const(100), addr(100));
+        let busy = |id: NodeId| id.get() < 2;
+        for i in 0..4 {
+            assert_eq!(b.learn(acc(i, Some((1, 0))), addr(1), busy), Learned::Moved);
+        }
+        // Full: the entries of peers without a record make room.
+        assert_eq!(
+            b.learn(acc(10, Some((1, 0))), addr(1), busy),
+            Learned::Moved
+        );
+        assert_eq!(
+            b.len(),
+            4,
+            "two with records, the new one, the configured one"
+        );
+        for i in 11..20 {
+            b.learn(acc(i, Some((1, 0))), addr(1), |_| true);
+        }
+        assert!(b.len() <= 5);
+        assert_eq!(b.get(NodeId::from_const(100)), Some(addr(100)));
+        b.prune(|_| false);
+        assert_eq!(b.len(), 1, "only the configured entry survives");
+    }
+}

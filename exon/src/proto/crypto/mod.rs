@@ -1,0 +1,308 @@
+//! Datagram security: node identities (X25519 keys), the keyring, and sealing every datagram
+//! with AES-128-GCM under keys bound to both node ids.
+//!
+//! The core stays sans-IO: it never generates keys or reads a random source. Nonces come
+//! from the node clock (see [`Seq`]); per-peer keys are soft state recomputed from the
+//! long-term keys. The scheme is described in `docs/security.md`.
+
+mod cache;
+mod keyring;
+mod keys;
+mod seal;
+
+pub use keyring::{Keyring, KeyringError};
+pub use keys::{KeyError, PublicKey, SecretKey, KEY_LEN};
+pub use seal::{Seq, TAG_LEN};
+
+use std::time::Instant;
+
+use cache::{DhBudget, KeyCache};
+use seal::PairKeys;
+
+use super::frame::{Header, SealHeader};
+use super::{Config, ConfigError, NodeId};
+
+/// How a node protects its datagrams.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Security {
+    /// Every datagram sealed (authenticated and encrypted) under keys bound to node ids: the
+    /// default and the only safe choice on a network others can send to.
+    Sealed(Identity),
+    /// No authentication: anyone who can send a datagram to the node can impersonate any
+    /// peer, acknowledge messages that were never delivered, or have one delivered twice.
+    /// For loopback tests and benchmarks against plaintext peers only.
+    InsecurePlaintext,
+}
+
+/// A node's secret key and the peers it accepts.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    secret: SecretKey,
+    keyring: Keyring,
+    self_certifying: bool,
+}
+
+impl Identity {
+    /// An identity with secret key `secret`, an empty keyring, and no self-certifying peers.
+    pub fn new(secret: SecretKey) -> Identity {
+        Identity {
+            secret,
+            keyring: Keyring::new(),
+            self_certifying: false,
+        }
+    }
+
+    /// Uses `keyring` for the peers' keys (closed groups).
+    pub fn with_keyring(mut self, keyring: Keyring) -> Identity {
+        self.keyring = keyring;
+        self
+    }
+
+    /// Also accepts peers not in the keyring whose id is the self-certifying id of the key
+    /// their datagrams carry (open groups). Off by default.
+    pub fn allow_self_certifying(mut self, allow: bool) -> Identity {
+        self.self_certifying = allow;
+        self
+    }
+
+    /// The public key to give to peers.
+    pub fn public_key(&self) -> PublicKey {
+        self.secret.public_key()
+    }
+
+    /// The keyring.
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    /// The keyring, to add or remove peers.
+    pub fn keyring_mut(&mut self) -> &mut Keyring {
+        &mut self.keyring
+    }
+}
+
+/// A sealed identity for tests: node `id`'s secret key, and a keyring with the keys of
+/// `peers`, all derived from the node ids alone, so anyone can compute them. The datagrams
+/// are sealed exactly as in production; only the keys are public. Never use it where
+/// others can reach the sockets.
+pub fn insecure_test_security(id: NodeId, peers: impl IntoIterator<Item = NodeId>) -> Security {
+    let mut keyring = Keyring::new();
+    for p in peers {
+        keyring.insert(p, insecure_test_secret(p).public_key());
+    }
+    Security::Sealed(Identity::new(insecure_test_secret(id)).with_keyring(keyring))
+}
+
+/// The secret key [`insecure_test_security`] gives node `id`.
+pub fn insecure_test_secret(id: NodeId) -> SecretKey {
+    let mut b = [0x5a; KEY_LEN];
+    b[..8].copy_from_slice(&id.get().to_le_bytes());
+    SecretKey::from_bytes(b)
+}
+
+/// Why a sealed datagram was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpenError {
+    /// Plaintext datagram at a sealed node, or sealed at a plaintext one.
+    WrongMode,
+    /// No key is known for the source (not in the keyring, and no acceptable announced key).
+    UnknownPeer,
+    /// The announced key does not match the keyring or the source's self-certifying id.
+    KeyMismatch,
+    /// The budget of key agreements for uncached sources is spent.
+    Busy,
+    /// The tag did not verify: forged, altered, truncated, or sealed for someone else.
+    BadTag,
+}
+
+/// The sealing state of a node: present unless the node runs in plaintext.
+#[derive(Debug)]
+pub(crate) struct Sealer {
+    id: NodeId,
+    secret: SecretKey,
+    public: PublicKey,
+    /// Whether our own datagrams carry our public key (our id is self-certifying).
+    announce: bool,
+    keyring: Keyring,
+    self_certifying: bool,
+    cache: KeyCache,
+    budget: DhBudget,
+    epoch: Option<u64>,
+    counter: u32,
+}
+
+impl Sealer {
+    /// The sealing state of node `id`, or `None` in plaintext mode.
+    pub fn new(
+        id: NodeId,
+        security: Security,
+        cfg: &Config,
+    ) -> Result<Option<Sealer>, ConfigError> {
+        let Security::Sealed(identity) = security else {
+            return Ok(None);
+        };
+        let public = identity.secret.public_key();
+        if identity.keyring.get(id).is_some_and(|k| *k != public) {
+            return Err(ConfigError(
+                "the keyring lists this node's id with another public key",
+            ));
+        }
+        Ok(Some(Sealer {
+            id,
+            announce: public.self_certifying_id() == id,
+            secret: identity.secret,
+            public,
+            keyring: identity.keyring,
+            self_certifying: identity.self_certifying,
+            cache: KeyCache::new(cfg.key_cache_size),
+            budget: DhBudget::new(cfg.key_agreements_per_sec, cfg.key_agreement_burst),
+            epoch: None,
+            counter: 0,
+        }))
+    }
+
+    /// The keyring, to add or remove peers.
+    pub fn keyring_mut(&mut self) -> &mut Keyring {
+        &mut self.keyring
+    }
+
+    /// This node's public key.
+    pub fn public_key(&self) -> PublicKey {
+        self.public
+    }
+
+    /// Whether a key is known for sending to `peer`.
+    pub fn knows(&self, peer: NodeId) -> bool {
+        self.keyring.get(peer).is_some() || self.cache.public_key(peer).is_some()
+    }
+
+    /// Peers with cached keys.
+    pub fn cached_peers(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The header fields of the next datagram, or `None` when a new epoch must be taken
+    /// from the clock first ([`start_epoch`](Self::start_epoch)).
+    pub fn next_seal_header(&mut self) -> Option<SealHeader> {
+        let epoch = self.epoch?;
+        let seq = Seq {
+            epoch,
+            counter: self.counter,
+        };
+        match self.counter.checked_add(1) {
+            Some(c) => self.counter = c,
+            None => self.epoch = None, // every counter of this epoch is used
+        }
+        Some(SealHeader {
+            seq,
+            key: self.announce.then_some(self.public),
+        })
+    }
+
+    /// Starts a new epoch: `epoch` is a clock value this node will never use again, in this
+    /// run or a later one.
+    pub fn start_epoch(&mut self, epoch: u64) {
+        self.epoch = Some(epoch);
+        self.counter = 0;
+    }
+
+    /// Whether sealing needs a new epoch.
+    pub fn needs_epoch(&self) -> bool {
+        self.epoch.is_none()
+    }
+
+    fn derive(&self, peer: NodeId, key: &PublicKey) -> Option<PairKeys> {
+        PairKeys::derive(&self.secret, (self.id, &self.public), (peer, key))
+    }
+
+    /// Seals the datagram `buf[start..]`: the header is `buf[start..body]`, the frames
+    /// `buf[body..]`; appends the tag. Returns false (and leaves `buf` alone) when no key is
+    /// known for `peer`.
+    pub fn seal(
+        &mut self,
+        peer: NodeId,
+        seq: Seq,
+        buf: &mut Vec<u8>,
+        start: usize,
+        body: usize,
+        pinned: impl Fn(NodeId) -> bool,
+    ) -> bool {
+        if self.cache.get(peer).is_none() {
+            let Some(key) = self
+                .keyring
+                .get(peer)
+                .or_else(|| self.cache.public_key(peer))
+                .copied()
+            else {
+                return false;
+            };
+            let Some(keys) = self.derive(peer, &key) else {
+                return false;
+            };
+            if !self.cache.insert(peer, key, keys, &pinned) {
+                // Every cached peer is busy: derive for this datagram alone.
+                let Some(keys) = self.derive(peer, &key) else {
+                    return false;
+                };
+                return seal_with(&keys, seq, buf, start, body);
+            }
+        }
+        let Some(keys) = self.cache.get(peer) else {
+            return false;
+        };
+        seal_with(keys, seq, buf, start, body)
+    }
+
+    /// Opens a sealed datagram from `header.src`: `data[..body]` is the header, the rest the
+    /// sealed frames and tag. Returns the plaintext length (the frames now lie in
+    /// `data[body..body + len]`).
+    pub fn open(
+        &mut self,
+        now: Instant,
+        header: &Header,
+        data: &mut [u8],
+        body: usize,
+        pinned: impl Fn(NodeId) -> bool,
+    ) -> Result<usize, OpenError> {
+        let Some(sh) = header.seal else {
+            return Err(OpenError::WrongMode);
+        };
+        let src = header.src;
+        let (aad, rest) = data.split_at_mut(body);
+        if let Some(cached) = self.cache.public_key(src).copied() {
+            if sh.key.is_some_and(|k| k != cached) {
+                return Err(OpenError::KeyMismatch);
+            }
+            if let Some(keys) = self.cache.get(src) {
+                return keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag);
+            }
+        }
+        let key = match (self.keyring.get(src), sh.key) {
+            (Some(k), Some(announced)) if *k != announced => return Err(OpenError::KeyMismatch),
+            (Some(k), _) => *k,
+            (None, Some(announced)) if self.self_certifying => {
+                if announced.self_certifying_id() != src {
+                    return Err(OpenError::KeyMismatch);
+                }
+                announced
+            }
+            (None, _) => return Err(OpenError::UnknownPeer),
+        };
+        if !self.budget.try_take(now) {
+            return Err(OpenError::Busy);
+        }
+        let keys = self.derive(src, &key).ok_or(OpenError::KeyMismatch)?;
+        let len = keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag)?;
+        // Authenticated: only now may the source take a place in the cache.
+        self.cache.insert(src, key, keys, pinned);
+        Ok(len)
+    }
+}
+
+fn seal_with(keys: &PairKeys, seq: Seq, buf: &mut Vec<u8>, start: usize, body: usize) -> bool {
+    let (head, frames) = buf[start..].split_at_mut(body - start);
+    let tag = keys.seal(seq, head, frames);
+    buf.extend_from_slice(&tag);
+    true
+}
