@@ -115,6 +115,25 @@ fn selected<K: Copy, const N: usize>(
     kinds
 }
 
+/// The ratios of the last line, for the systems present: sealed exon over plaintext exon,
+/// and each exon mode over TCP and QUIC.
+fn ratios(names: &[&str], rate: impl Fn(usize) -> f64) -> Vec<String> {
+    let at = |n: &str| names.iter().position(|k| *k == n);
+    let mut out = Vec::new();
+    for (a, b, key) in [
+        ("exon", "exon_plain", "exon_over_plain"),
+        ("exon", "tcp", "exon_over_tcp"),
+        ("exon", "quic", "exon_over_quic"),
+        ("exon_plain", "tcp", "plain_over_tcp"),
+        ("exon_plain", "quic", "plain_over_quic"),
+    ] {
+        if let (Some(i), Some(j)) = (at(a), at(b)) {
+            out.push(format!("{key}={:.3}", rate(i) / rate(j)));
+        }
+    }
+    out
+}
+
 /// Runs batches until `slot` has passed; returns (messages, time).
 fn timed<F: FnMut() -> (u64, Duration)>(slot: Duration, mut batch: F) -> (u64, Duration) {
     let (mut n, mut t) = (0, Duration::ZERO);
@@ -134,6 +153,7 @@ fn one_way(args: &Args) {
         args,
         [
             OneWayKind::Exon,
+            OneWayKind::ExonPlain,
             OneWayKind::Tcp,
             OneWayKind::QuicStream,
             OneWayKind::QuicUni,
@@ -194,10 +214,10 @@ fn one_way(args: &Args) {
         .enumerate()
         .map(|(i, k)| format!("{}={:.0}", k.name(), rate(i)))
         .collect::<Vec<_>>();
-    if args.only.is_none() {
-        last.push(format!("exon_over_tcp={:.3}", rate(0) / rate(1)));
-        last.push(format!("exon_over_quic={:.3}", rate(0) / rate(2)));
-    }
+    last.extend(ratios(
+        &kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        rate,
+    ));
     last.push(format!("datagram={}", args.datagram));
     last.push(format!("threads={}", args.threads));
     println!("{}", last.join(" "));
@@ -208,7 +228,12 @@ fn rpc(args: &Args) {
     let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
     let kinds = selected(
         args,
-        [RpcKind::Exon, RpcKind::Tcp, RpcKind::Quic],
+        [
+            RpcKind::Exon,
+            RpcKind::ExonPlain,
+            RpcKind::Tcp,
+            RpcKind::Quic,
+        ],
         RpcKind::name,
     );
     println!(
@@ -280,10 +305,10 @@ fn rpc(args: &Args) {
         last.push(format!("{}_p50_us={:.0}", k.name(), p[i].0));
         last.push(format!("{}_p99_us={:.0}", k.name(), p[i].1));
     }
-    if args.only.is_none() {
-        last.push(format!("exon_over_tcp={:.3}", rate(0) / rate(1)));
-        last.push(format!("exon_over_quic={:.3}", rate(0) / rate(2)));
-    }
+    last.extend(ratios(
+        &kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
+        rate,
+    ));
     last.push(format!("callers={}", args.callers));
     last.push(format!("datagram={}", args.datagram));
     last.push(format!("threads={}", args.threads));

@@ -19,7 +19,12 @@ fn rpc(c: &mut Criterion) {
             .sample_size(10)
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3));
-        for kind in [RpcKind::Exon, RpcKind::Tcp, RpcKind::Quic] {
+        for kind in [
+            RpcKind::Exon,
+            RpcKind::ExonPlain,
+            RpcKind::Tcp,
+            RpcKind::Quic,
+        ] {
             let mut rpc = Rpc::new(kind, DEFAULT_EXON_DATAGRAM);
             g.bench_function(kind.name(), |b| {
                 b.iter_custom(|iters| (0..iters).map(|_| rpc.run(batch, callers).0).sum())

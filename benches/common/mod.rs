@@ -127,8 +127,10 @@ where
 /// The systems compared one-way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OneWayKind {
-    /// Exon endpoints over loopback UDP.
+    /// Exon endpoints over loopback UDP, every datagram sealed (the default).
     Exon,
+    /// Exon endpoints in the explicit plaintext mode.
+    ExonPlain,
     /// One TCP connection, 4-byte length-prefixed frames.
     Tcp,
     /// One QUIC connection, one long unidirectional stream of length-prefixed frames.
@@ -141,6 +143,7 @@ impl OneWayKind {
     pub fn name(self) -> &'static str {
         match self {
             OneWayKind::Exon => "exon",
+            OneWayKind::ExonPlain => "exon_plain",
             OneWayKind::Tcp => "tcp",
             OneWayKind::QuicStream => "quic",
             OneWayKind::QuicUni => "quic_uni",
@@ -177,7 +180,10 @@ impl OneWay {
         let p = progress.clone();
         let receiver = spawn_rt("recv", move || async move {
             match kind {
-                OneWayKind::Exon => exon_receiver(exon_datagram, addr_tx, stop_rx, p).await,
+                OneWayKind::Exon | OneWayKind::ExonPlain => {
+                    let plain = kind == OneWayKind::ExonPlain;
+                    exon_receiver(exon_datagram, plain, addr_tx, stop_rx, p).await
+                }
                 OneWayKind::Tcp => {
                     let l = TcpListener::bind(LOCALHOST).await.unwrap();
                     addr_tx.send(l.local_addr().unwrap()).unwrap();
@@ -193,7 +199,10 @@ impl OneWay {
         let addr = addr_rx.recv().expect("receiver address");
         let sender = spawn_rt("send", move || async move {
             match kind {
-                OneWayKind::Exon => exon_sender(exon_datagram, addr, cmd_rx).await,
+                OneWayKind::Exon | OneWayKind::ExonPlain => {
+                    let plain = kind == OneWayKind::ExonPlain;
+                    exon_sender(exon_datagram, plain, addr, cmd_rx).await
+                }
                 OneWayKind::Tcp => {
                     let s = TcpStream::connect(addr).await.unwrap();
                     s.set_nodelay(true).unwrap();
@@ -278,14 +287,32 @@ pub const UDP_BUFFER: usize = 4 << 20;
 
 /// Binds an exon endpoint on loopback with `UDP_BUFFER`-sized socket buffers and batched
 /// I/O (GSO and GRO), as `Endpoint::bind` does.
-async fn exon_bind(id: u64, datagram: usize) -> Endpoint {
+async fn exon_bind(id: u64, datagram: usize, plain: bool) -> Endpoint {
     let addr: SocketAddr = LOCALHOST.parse().unwrap();
-    exon_endpoint(addr, id, exon_config(datagram))
+    exon_endpoint_with(addr, id, exon_config(datagram), plain)
 }
 
-/// Binds an exon endpoint with node id `id` at `addr`, with `UDP_BUFFER`-sized socket
+/// Binds a sealed exon endpoint with node id `id` at `addr`, with `UDP_BUFFER`-sized socket
 /// buffers and the given configuration. Must run inside a tokio runtime.
 pub fn exon_endpoint(addr: SocketAddr, id: u64, config: EndpointConfig) -> Endpoint {
+    exon_endpoint_with(addr, id, config, false)
+}
+
+/// [`exon_endpoint`], sealed or (`plain`) in plaintext mode. Nodes 1 and 2 know each
+/// other's keys (derived from their ids: the sealing work is the same as with secret keys).
+pub fn exon_endpoint_with(
+    addr: SocketAddr,
+    id: u64,
+    config: EndpointConfig,
+    plain: bool,
+) -> Endpoint {
+    let id = NodeId::new(id).unwrap();
+    let security = if plain {
+        Security::InsecurePlaintext
+    } else {
+        let peers = [NodeId::from_const(1), NodeId::from_const(2)];
+        exon::proto::crypto::insecure_test_security(id, peers)
+    };
     let sock = socket2::Socket::new(
         socket2::Domain::IPV4,
         socket2::Type::DGRAM,
@@ -298,7 +325,8 @@ pub fn exon_endpoint(addr: SocketAddr, id: u64, config: EndpointConfig) -> Endpo
     sock.bind(&addr.into()).unwrap();
     let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
     let sock = exon::endpoint::BatchSocket::new(sock).unwrap();
-    Endpoint::builder(NodeId::new(id).unwrap())
+    Endpoint::builder(id)
+        .security(security)
         .config(config)
         .with_socket(sock)
         .unwrap()
@@ -313,11 +341,12 @@ pub fn exon_config(datagram: usize) -> EndpointConfig {
 
 async fn exon_receiver(
     datagram: usize,
+    plain: bool,
     addr_tx: std_mpsc::Sender<SocketAddr>,
     mut stop: oneshot::Receiver<()>,
     progress: Arc<Progress>,
 ) {
-    let mut b = exon_bind(2, datagram).await;
+    let mut b = exon_bind(2, datagram, plain).await;
     addr_tx.send(b.local_addr()).unwrap();
     let mut seen = Seen::default();
     loop {
@@ -333,9 +362,14 @@ async fn exon_receiver(
     b.close(Duration::from_millis(100)).await;
 }
 
-async fn exon_sender(datagram: usize, to: SocketAddr, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+async fn exon_sender(
+    datagram: usize,
+    plain: bool,
+    to: SocketAddr,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+) {
     let b_id = NodeId::from_const(2);
-    let a = exon_bind(1, datagram).await;
+    let a = exon_bind(1, datagram, plain).await;
     a.add_peer(b_id, to);
     while let Some(cmd) = cmds.recv().await {
         match cmd {
@@ -659,6 +693,8 @@ impl MemPair {
 pub enum RpcKind {
     /// Exon endpoints: request and reply are exon messages, correlated by sequence number.
     Exon,
+    /// The same in the explicit plaintext mode.
+    ExonPlain,
     /// One TCP connection, every caller multiplexed over it (request ids, demux map).
     Tcp,
     /// One QUIC connection, one bidirectional stream per request.
@@ -669,6 +705,7 @@ impl RpcKind {
     pub fn name(self) -> &'static str {
         match self {
             RpcKind::Exon => "exon",
+            RpcKind::ExonPlain => "exon_plain",
             RpcKind::Tcp => "tcp",
             RpcKind::Quic => "quic",
         }
@@ -771,8 +808,8 @@ async fn rpc_server(
     stop: oneshot::Receiver<()>,
 ) {
     match kind {
-        RpcKind::Exon => {
-            let ep = exon_bind(1, datagram).await;
+        RpcKind::Exon | RpcKind::ExonPlain => {
+            let ep = exon_bind(1, datagram, kind == RpcKind::ExonPlain).await;
             addr_tx.send(ep.local_addr()).unwrap();
             serve_exon(ep, stop).await;
         }
@@ -882,8 +919,8 @@ async fn rpc_client(
     let mut quic_ep = None;
     let mut exon_handle = None;
     let caller = match kind {
-        RpcKind::Exon => {
-            let ep = exon_bind(2, datagram).await;
+        RpcKind::Exon | RpcKind::ExonPlain => {
+            let ep = exon_bind(2, datagram, kind == RpcKind::ExonPlain).await;
             ep.add_peer(server_id, addr);
             exon_handle = Some(ep.handle());
             exon_caller(ep, &pending, &mut tasks)

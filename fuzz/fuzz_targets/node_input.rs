@@ -1,4 +1,4 @@
-//! A pair of nodes fed an arbitrary sequence of sends, timeouts, honest datagrams (dropped,
+//! A pair of plaintext nodes (the hardened frame checks) fed an arbitrary sequence of sends, timeouts, honest datagrams (dropped,
 //! duplicated or reordered at the fuzzer's choice) and arbitrary bytes or forged packets. The
 //! core's invariants are checked after every step: state within its bounds, no message
 //! delivered twice or delivered without being sent, no message acknowledged without being
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
-use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet};
+use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Security};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -148,8 +148,8 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut w = World {
         now,
         nodes: [
-            Node::new(A, config(), 0).unwrap(),
-            Node::new(B, config(), 1 << 20).unwrap(),
+            Node::new(A, Security::InsecurePlaintext, config(), 0).unwrap(),
+            Node::new(B, Security::InsecurePlaintext, config(), 1 << 20).unwrap(),
         ],
         in_flight: Vec::new(),
         next_msg: 0,
