@@ -29,10 +29,44 @@ pub struct Hostile {
     pub volleys: u32,
 }
 
+/// What the adversary does on each action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attack {
+    /// Replays a captured datagram to its destination, at any later time.
+    Replay,
+    /// Delivers a copy of a captured datagram with one bit flipped.
+    BitFlip,
+    /// In the sender's name, a waiver REQSLOTS whose frontier lies far above every slot
+    /// (it would drop the receiver's slots and record).
+    Frontier,
+    /// In the receiver's name, an ACK for a token seen in flight.
+    Ack,
+    /// In the receiver's name, a RETRY for a token whose incarnation was seen acknowledged.
+    Retry,
+    /// In the receiver's name, a DOUBT for a token seen in flight.
+    Doubt,
+    /// In the sender's name, a TOKEN for an incarnation seen in use.
+    Token,
+}
+
+impl Attack {
+    /// Every attack.
+    pub const ALL: &'static [Attack] = &[
+        Attack::Replay,
+        Attack::BitFlip,
+        Attack::Frontier,
+        Attack::Ack,
+        Attack::Retry,
+        Attack::Doubt,
+        Attack::Token,
+    ];
+}
+
 /// An attacker on the network: it sees every datagram (on-path) but holds no node's secret
 /// key. It replays captured datagrams at any later time, flips bits in copies, and forges
-/// datagrams in every real node's name (frames that would break exactly-once if accepted:
-/// a REQSLOTS with a huge frontier, ACKs, RETRYs and DOUBTs for the slots in use, TOKENs).
+/// datagrams in real nodes' names with the frames that would break exactly-once if
+/// accepted. From plaintext traffic it reads the real slots and incarnations to aim at;
+/// sealed traffic tells it nothing, so it guesses them, and seals with a key of its own.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Adversary {
     /// Interval between two of its actions.
@@ -41,6 +75,8 @@ pub struct Adversary {
     pub actions: u32,
     /// Longest delay before a captured datagram is replayed.
     pub max_replay_delay: Duration,
+    /// The attacks it draws from, uniformly.
+    pub attacks: &'static [Attack],
 }
 
 impl Default for Adversary {
@@ -49,6 +85,7 @@ impl Default for Adversary {
             interval: Duration::from_millis(2),
             actions: 5_000,
             max_replay_delay: Duration::from_secs(5),
+            attacks: Attack::ALL,
         }
     }
 }

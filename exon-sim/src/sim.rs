@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::proto::crypto::insecure_test_security;
-use exon::proto::{Event, Node, NodeId, Security};
+use exon::proto::{Event, Frame, Node, NodeId, Security};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -15,7 +15,7 @@ use crate::faults::FaultKind;
 use crate::link::{Decision, Link, LinkState};
 use crate::oracle::{Oracle, ViolationKind};
 use crate::report::Report;
-use crate::scenario::Scenario;
+use crate::scenario::{Attack, Scenario};
 use crate::workload::{write_payload, Kind, MsgKey};
 
 /// What happens at one point of virtual time.
@@ -100,6 +100,24 @@ pub struct Sim {
     stopped: bool,
     /// Datagrams the adversary captured: (destination, bytes).
     captured: Vec<(usize, Bytes)>,
+    /// TOKENs the adversary saw in plaintext: (sender, receiver, slot, incarnation).
+    seen_tokens: Vec<(usize, usize, u64, u64)>,
+    /// Incarnations it saw acknowledged: (sender, receiver, incarnation).
+    seen_acked: Vec<(usize, usize, u64)>,
+}
+
+/// Observations the adversary keeps (the latest).
+const SEEN_WINDOW: usize = 256;
+
+/// Keeps the latest `SEEN_WINDOW` observations.
+fn remember<T: PartialEq>(v: &mut Vec<T>, x: T) {
+    if v.contains(&x) {
+        return;
+    }
+    if v.len() >= SEEN_WINDOW {
+        v.remove(0);
+    }
+    v.push(x);
 }
 
 /// Datagrams the adversary keeps for replay.
@@ -141,6 +159,8 @@ impl Sim {
             plan: Vec::new(),
             stopped: false,
             captured: Vec::new(),
+            seen_tokens: Vec::new(),
+            seen_acked: Vec::new(),
             sc,
         };
         for i in 0..n {
@@ -429,6 +449,7 @@ impl Sim {
                 self.captured.swap_remove(k);
             }
             self.captured.push((to, data.clone()));
+            self.observe(to, &data);
         }
         let l = from * self.hosts.len() + to;
         let now = self.instant();
@@ -579,45 +600,48 @@ impl Sim {
     /// One action of the on-path adversary: a replay, a bit-flipped copy, or a forgery.
     fn adversary(&mut self, left: u32) {
         let Some(a) = self.sc.adversary else { return };
-        let n = self.hosts.len();
         let lat = nanos(self.sc.link.latency);
-        match self.rng.gen_range(0..3) {
-            0 if !self.captured.is_empty() => {
-                let (to, data) = self.captured[self.rng.gen_range(0..self.captured.len())].clone();
-                let delay = self.rng.gen_range(0..=nanos(a.max_replay_delay));
-                let at = self.now + delay;
-                self.push(
-                    at,
-                    What::Datagram {
-                        to: to as u32,
-                        data,
-                    },
-                );
+        let attack = a.attacks[self.rng.gen_range(0..a.attacks.len())];
+        match attack {
+            Attack::Replay | Attack::BitFlip if !self.captured.is_empty() => {
+                let k = self.rng.gen_range(0..self.captured.len());
+                let (to, data) = self.captured[k].clone();
+                if attack == Attack::Replay {
+                    let at = self.now + self.rng.gen_range(0..=nanos(a.max_replay_delay));
+                    self.push(
+                        at,
+                        What::Datagram {
+                            to: to as u32,
+                            data,
+                        },
+                    );
+                } else {
+                    let mut v = data.to_vec();
+                    let bit = self.rng.gen_range(0..v.len() * 8);
+                    v[bit / 8] ^= 1 << (bit % 8);
+                    let data = Bytes::from(v);
+                    self.push(
+                        self.now + lat,
+                        What::Datagram {
+                            to: to as u32,
+                            data,
+                        },
+                    );
+                }
             }
-            1 if !self.captured.is_empty() => {
-                let (to, data) = self.captured[self.rng.gen_range(0..self.captured.len())].clone();
-                let mut v = data.to_vec();
-                let bit = self.rng.gen_range(0..v.len() * 8);
-                v[bit / 8] ^= 1 << (bit % 8);
-                self.push(
-                    self.now + lat,
-                    What::Datagram {
-                        to: to as u32,
-                        data: Bytes::from(v),
-                    },
-                );
-            }
+            Attack::Replay | Attack::BitFlip => {}
             _ => {
-                let from = self.rng.gen_range(0..n);
-                let to = (from + self.rng.gen_range(1..n.max(2))) % n;
-                let data = self.forge(from, to);
-                self.push(
-                    self.now + lat,
-                    What::Datagram {
-                        to: to as u32,
-                        data,
-                    },
-                );
+                if let Some((to, data)) = self.forge(attack) {
+                    // Later than the honest datagram it answers would arrive.
+                    let at = self.now + 2 * lat;
+                    self.push(
+                        at,
+                        What::Datagram {
+                            to: to as u32,
+                            data,
+                        },
+                    );
+                }
             }
         }
         if left > 1 {
@@ -626,33 +650,95 @@ impl Sim {
         }
     }
 
-    /// A datagram in node `from`'s name for node `to`, carrying frames that would break
-    /// exactly-once if accepted. Incarnations and slots are taken from the real nodes'
-    /// clocks, as an on-path attacker would read them off the wire in plaintext. Sealed
-    /// nodes get it sealed with a key the attacker made itself.
-    fn forge(&mut self, from: usize, to: usize) -> Bytes {
-        use exon::proto::frame::{put_reqslots, put_token, put_verdict, Verdict};
-        let (src, dst) = (node_id(from), node_id(to));
-        let ck_to = self.hosts[to].node.as_ref().map_or(0, |n| n.clock());
-        let ck_from = self.hosts[from].node.as_ref().map_or(0, |n| n.clock());
-        let r = ck_to.saturating_sub(self.rng.gen_range(1..4));
-        let s = ck_from.saturating_sub(self.rng.gen_range(0..2048));
-        let mut frames = Vec::new();
-        let slots = std::slice::from_ref(&(s..s + 4096)).to_vec();
-        match self.rng.gen_range(0..5) {
-            0 => put_reqslots(&mut frames, ck_from + 1_000_000, 0, ck_from + 1_000_000),
-            1 => put_token(&mut frames, s, r, b"forged"),
-            k => {
-                let v = [Verdict::Ack, Verdict::Retry, Verdict::Doubt][k - 2];
-                put_verdict(&mut frames, v, r, &slots, 1000);
+    /// What the adversary learned from one datagram on the wire (plaintext only): TOKENs
+    /// in flight as (sender, receiver, slot, incarnation), and incarnations acknowledged.
+    fn observe(&mut self, to: usize, data: &Bytes) {
+        let Ok(p) = exon::proto::Packet::decode(data) else {
+            return; // sealed: nothing to read
+        };
+        let from = (p.header.src.get() as usize).wrapping_sub(1);
+        for f in &p.frames {
+            match f {
+                Frame::Token { s, r, .. } => {
+                    remember(&mut self.seen_tokens, (from, to, *s, *r));
+                }
+                Frame::Ack { r, .. } => {
+                    // `from` is the receiver that acknowledged, `to` the sender.
+                    remember(&mut self.seen_acked, (to, from, *r));
+                }
+                _ => {}
             }
         }
-        let mut header = exon::proto::Header::new(src, dst);
+    }
+
+    /// A datagram for `attack` and its destination, aimed at what was seen in plaintext,
+    /// or guessed; sealed nodes get it sealed under a key the attacker made itself.
+    fn forge(&mut self, attack: Attack) -> Option<(usize, Bytes)> {
+        use exon::proto::frame::{put_reqslots, put_token, put_verdict, Verdict};
+        let n = self.hosts.len();
+        let pick = |rng: &mut SmallRng, v: &[(usize, usize, u64, u64)]| {
+            (!v.is_empty()).then(|| v[rng.gen_range(0..v.len())])
+        };
+        let guess = |rng: &mut SmallRng, hosts: &[Host]| {
+            let from = rng.gen_range(0..n);
+            let to = (from + rng.gen_range(1..n.max(2))) % n;
+            let ck = |i: usize| hosts[i].node.as_ref().map_or(0, |x| x.clock());
+            let r = ck(to).saturating_sub(rng.gen_range(1..4));
+            let s = ck(from).saturating_sub(rng.gen_range(0..2048));
+            (from, to, s, r)
+        };
+        let verdict = matches!(attack, Attack::Ack | Attack::Retry | Attack::Doubt);
+        let seen = if verdict {
+            // Verdicts aim at the newest tokens: likely still in flight.
+            self.seen_tokens.last().copied()
+        } else {
+            pick(&mut self.rng, &self.seen_tokens)
+        };
+        let (snd, rcv, s, r) = match seen {
+            Some(t) => t,
+            None => guess(&mut self.rng, &self.hosts),
+        };
+        let mut frames = Vec::new();
+        let one = std::slice::from_ref(&(s.saturating_sub(32)..s + 32)).to_vec();
+        // (claimed source, destination)
+        let (src, dst) = match attack {
+            Attack::Frontier => {
+                put_reqslots(&mut frames, s + (1 << 40), 0, s + (1 << 40));
+                (snd, rcv)
+            }
+            Attack::Token => {
+                put_token(&mut frames, s, r, b"forged");
+                (snd, rcv)
+            }
+            Attack::Ack => {
+                put_verdict(&mut frames, Verdict::Ack, r, &one, 64);
+                (rcv, snd)
+            }
+            Attack::Doubt => {
+                put_verdict(&mut frames, Verdict::Doubt, r, &one, 64);
+                (rcv, snd)
+            }
+            Attack::Retry => {
+                // Only where the incarnation was seen acknowledged (a RETRY that could be
+                // true, for an incarnation never acknowledged, is the protocol's own).
+                let acked = self
+                    .seen_acked
+                    .iter()
+                    .any(|&(a, b, x)| (a, b, x) == (snd, rcv, r));
+                if !acked && self.sc.plaintext {
+                    return None;
+                }
+                put_verdict(&mut frames, Verdict::Retry, r, &one, 64);
+                (rcv, snd)
+            }
+            Attack::Replay | Attack::BitFlip => return None,
+        };
+        let mut header = exon::proto::Header::new(node_id(src), node_id(dst));
         let mut buf = Vec::new();
         if self.sc.plaintext {
             header.encode(&mut buf);
             buf.extend_from_slice(&frames);
-            return Bytes::from(buf);
+            return Some((dst, Bytes::from(buf)));
         }
         header.seal = Some(exon::proto::frame::SealHeader {
             seq: exon::proto::crypto::Seq {
@@ -666,7 +752,7 @@ impl Sim {
         // Without the secret key, the best it can do is a tag of its choosing.
         let tag: [u8; 16] = self.rng.gen();
         buf.extend_from_slice(&tag);
-        Bytes::from(buf)
+        Some((dst, Bytes::from(buf)))
     }
 
     /// One volley of forged REQSLOTS, one per made-up source id.

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use exon_sim::{Adversary, Report, Scenario, Sim, ViolationKind, Workload};
+use exon_sim::{Adversary, Attack, Report, Scenario, Sim, ViolationKind, Workload};
 
 fn attacked(seed: u64, plaintext: bool) -> Scenario {
     let mut sc = Scenario {
@@ -18,6 +18,7 @@ fn attacked(seed: u64, plaintext: bool) -> Scenario {
             interval: Duration::from_millis(1),
             actions: 3000,
             max_replay_delay: Duration::from_secs(5),
+            attacks: Attack::ALL,
         }),
         plaintext,
         settle: Duration::from_secs(60),
@@ -45,6 +46,9 @@ fn sealed_nodes_hold_exactly_once_under_the_adversary() {
 fn replays_alone_are_harmless_at_any_delay() {
     // Only replays (and late duplicates from the link): long delays, many copies.
     let mut sc = attacked(9, false);
+    if let Some(a) = &mut sc.adversary {
+        a.attacks = &[Attack::Replay];
+    }
     sc.link.dup = 0.3;
     sc.link.dup_max_delay = Duration::from_secs(20);
     let r = Sim::new(sc).run();

@@ -6,7 +6,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use exon::proto::{Node, Rules};
-use exon_sim::{Fault, FaultKind, Hostile, Report, Scenario, Sim, ViolationKind, Workload};
+use exon_sim::{
+    Adversary, Attack, Fault, FaultKind, Hostile, Report, Scenario, Sim, ViolationKind, Workload,
+};
 
 /// Events allowed for a self-test run to find its violation.
 const MAX_EVENTS: u64 = 200_000;
@@ -63,6 +65,15 @@ const SEEDS: std::ops::Range<u64> = 0..24;
 /// For each seed in turn: runs the scenario with all rules on (must be clean), then with the
 /// rule off, until a run shows a violation of one of `kinds`. Fails if no seed does.
 fn self_test(make: fn(u64) -> Scenario, off: fn(&mut Rules), kinds: &[ViolationKind]) -> Report {
+    self_test_with(make, off, kinds)
+}
+
+/// [`self_test`] for any scenario maker.
+fn self_test_with(
+    make: impl Fn(u64) -> Scenario,
+    off: fn(&mut Rules),
+    kinds: &[ViolationKind],
+) -> Report {
     let mut missed = Vec::new();
     for seed in SEEDS {
         let good = Sim::new(make(seed)).run();
@@ -240,5 +251,45 @@ fn restart_doubt_lost_incarnations() {
         |seed| restarts(lossy(seed), true),
         |r| r.doubt_lost_incarnations = false,
         &[ViolationKind::AckWithoutDelivery],
+    );
+}
+
+/// Plaintext nodes on a clean link, and an on-path adversary that reads the plaintext and
+/// forges only `attack` (the attacks the plaintext hardening rules answer).
+fn plaintext_attacked(attack: &'static [Attack]) -> impl Fn(u64) -> Scenario {
+    move |seed| {
+        let mut sc = base(seed);
+        sc.plaintext = true;
+        sc.workload.messages = 600;
+        sc.adversary = Some(Adversary {
+            interval: Duration::from_millis(3),
+            actions: 400,
+            max_replay_delay: Duration::ZERO,
+            attacks: attack,
+        });
+        sc
+    }
+}
+
+#[test]
+fn plausible_input_refuses_a_forged_frontier() {
+    // A waiver REQSLOTS in the sender's name with a frontier far above every slot: refused
+    // with the rule; without it the receiver drops the slots tokens are in flight for, and
+    // acknowledges them undelivered (rule 4).
+    self_test_with(
+        plaintext_attacked(&[Attack::Frontier]),
+        |r| r.plausible_input = false,
+        &[ViolationKind::AckWithoutDelivery, ViolationKind::Lost],
+    );
+}
+
+#[test]
+fn plausible_input_refuses_a_retry_after_an_ack() {
+    // A RETRY in the receiver's name for an incarnation it acknowledged tokens of: ignored
+    // with the rule; without it the sender sends a delivered message again.
+    self_test_with(
+        plaintext_attacked(&[Attack::Retry]),
+        |r| r.plausible_input = false,
+        &[ViolationKind::Duplicate],
     );
 }
