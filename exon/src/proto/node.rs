@@ -187,6 +187,12 @@ impl Node {
         self.sealer.as_ref().is_none_or(|s| s.knows(peer))
     }
 
+    /// Key agreements (X25519) this node did for datagrams from sources whose keys were not
+    /// cached: what unknown senders cost it in public-key work (sealed mode).
+    pub fn key_agreements(&self) -> u64 {
+        self.sealer.as_ref().map_or(0, |s| s.agreements())
+    }
+
     /// Peers whose datagram keys are cached (sealed mode).
     pub fn cached_keys(&self) -> usize {
         self.sealer.as_ref().map_or(0, |s| s.cached_peers())

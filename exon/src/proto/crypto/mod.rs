@@ -130,6 +130,8 @@ pub(crate) struct Sealer {
     budget: DhBudget,
     epoch: Option<u64>,
     counter: u32,
+    /// Key agreements done for incoming datagrams from uncached sources.
+    agreements: u64,
 }
 
 impl Sealer {
@@ -159,6 +161,7 @@ impl Sealer {
             budget: DhBudget::new(cfg.key_agreements_per_sec, cfg.key_agreement_burst),
             epoch: None,
             counter: 0,
+            agreements: 0,
         }))
     }
 
@@ -175,6 +178,11 @@ impl Sealer {
     /// Whether a key is known for sending to `peer`.
     pub fn knows(&self, peer: NodeId) -> bool {
         self.keyring.get(peer).is_some() || self.cache.public_key(peer).is_some()
+    }
+
+    /// Key agreements done for incoming datagrams from uncached sources.
+    pub fn agreements(&self) -> u64 {
+        self.agreements
     }
 
     /// Peers with cached keys.
@@ -292,6 +300,7 @@ impl Sealer {
         if !self.budget.try_take(now) {
             return Err(OpenError::Busy);
         }
+        self.agreements += 1;
         let keys = self.derive(src, &key).ok_or(OpenError::KeyMismatch)?;
         let len = keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag)?;
         // Authenticated: only now may the source take a place in the cache.

@@ -1,0 +1,382 @@
+//! Sealed datagrams on the core: forgeries, wrong keys, unknown ids, truncated tags, bit
+//! flips and replays; self-certifying ids; the key-agreement budget; nonces never reused
+//! across a restart.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use exon::proto::crypto::{insecure_test_secret, insecure_test_security, Seq};
+use exon::proto::frame::{Header, SealHeader};
+use exon::proto::{
+    Config, Event, Frame, Identity, Keyring, Node, NodeId, Packet, SecretKey, Security,
+};
+
+const A: NodeId = NodeId::from_const(1);
+const B: NodeId = NodeId::from_const(2);
+
+fn sealed(id: NodeId, clock: u64, t: Instant) -> Node {
+    let mut n = Node::new(
+        id,
+        insecure_test_security(id, [A, B]),
+        Config::default(),
+        clock,
+    )
+    .unwrap();
+    store(&mut n, t);
+    n
+}
+
+fn store(n: &mut Node, t: Instant) {
+    while let Some(hw) = n.poll_clock_store() {
+        n.handle_clock_stored(t, hw);
+    }
+}
+
+fn out(n: &mut Node, t: Instant) -> Vec<Bytes> {
+    store(n, t);
+    let mut v = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(tx) = n.poll_transmit(t, &mut buf) {
+        v.push(Bytes::copy_from_slice(&buf[buf.len() - tx.size..]));
+    }
+    v
+}
+
+/// Runs a and b until quiet; returns what each delivered.
+fn exchange(a: &mut Node, b: &mut Node, t: Instant) -> (Vec<Bytes>, Vec<Bytes>) {
+    let mut got = (Vec::new(), Vec::new());
+    for _ in 0..20 {
+        for d in out(a, t) {
+            b.handle_datagram(t, d);
+        }
+        for d in out(b, t) {
+            a.handle_datagram(t, d);
+        }
+        while let Some(e) = a.poll_event() {
+            if let Event::Delivered { payload, .. } = e {
+                got.0.push(payload);
+            }
+        }
+        while let Some(e) = b.poll_event() {
+            if let Event::Delivered { payload, .. } = e {
+                got.1.push(payload);
+            }
+        }
+    }
+    got
+}
+
+/// A sealed-looking datagram from `src` to `dst` with `frames` and a tag of the attacker's
+/// choosing (it has no secret key).
+fn forged(src: NodeId, dst: NodeId, frames: Vec<Frame>, key: Option<[u8; 32]>) -> Bytes {
+    let mut header = Header::new(src, dst);
+    header.seal = Some(SealHeader {
+        seq: Seq {
+            epoch: 7,
+            counter: 1,
+        },
+        key: key.map(exon::proto::PublicKey::from_bytes),
+    });
+    let mut v = Packet { header, frames }.encode().to_vec();
+    v.extend_from_slice(&[0x42; 16]);
+    Bytes::from(v)
+}
+
+#[test]
+fn sealed_nodes_exchange_and_refuse_plaintext() {
+    let t = Instant::now();
+    let (mut a, mut b) = (sealed(A, 0, t), sealed(B, 1 << 20, t));
+    a.send(t, B, Bytes::from_static(b"hello")).unwrap();
+    let (_, got) = exchange(&mut a, &mut b, t);
+    assert_eq!(got, [Bytes::from_static(b"hello")]);
+    // The payload never travels in the clear.
+    a.send(t, B, Bytes::from_static(b"secret payload")).unwrap();
+    for d in out(&mut a, t) {
+        assert!(
+            !d.windows(6).any(|w| w == b"secret"),
+            "plaintext on the wire"
+        );
+        assert!(
+            Packet::decode(&d).is_err(),
+            "frames readable without the key"
+        );
+    }
+    // A plaintext datagram claiming to be A is refused by a sealed node.
+    let plain = Packet {
+        header: Header::new(A, B),
+        frames: vec![Frame::ReqSlots {
+            s: 0,
+            n: 0,
+            l: u64::MAX >> 3,
+        }],
+    }
+    .encode();
+    let before = b.stats().rejects.wrong_mode;
+    assert_eq!(b.handle_datagram(t, plain), None);
+    assert_eq!(b.stats().rejects.wrong_mode, before + 1);
+}
+
+#[test]
+fn forged_frames_in_a_peers_name_are_refused() {
+    let t = Instant::now();
+    let (mut a, mut b) = (sealed(A, 0, t), sealed(B, 1 << 20, t));
+    for i in 0..50u32 {
+        a.send(t, B, Bytes::from(i.to_be_bytes().to_vec())).unwrap();
+    }
+    // Slots granted, tokens in flight: now the attacks, each in the other's name.
+    for d in out(&mut a, t) {
+        b.handle_datagram(t, d);
+    }
+    let attacks = [
+        forged(
+            A,
+            B,
+            vec![Frame::ReqSlots {
+                s: 1 << 50,
+                n: 0,
+                l: 1 << 50,
+            }],
+            None,
+        ),
+        forged(B, A, vec![Frame::Slots { s: 0, r: 1, n: 9 }], None),
+        forged(
+            A,
+            B,
+            vec![Frame::Token {
+                s: 1,
+                r: 1 << 20,
+                payload: Bytes::from_static(b"forged"),
+            }],
+            None,
+        ),
+    ];
+    let before = b.stats().rejects.bad_tag + a.stats().rejects.bad_tag;
+    for f in &attacks {
+        let to = if f[4] == 1 { &mut b } else { &mut a };
+        assert_eq!(to.handle_datagram(t, f.clone()), None);
+    }
+    assert_eq!(
+        b.stats().rejects.bad_tag + a.stats().rejects.bad_tag,
+        before + 3
+    );
+    let (_, got) = exchange(&mut a, &mut b, t);
+    let all: HashSet<_> = got.iter().collect();
+    assert_eq!(got.len(), 50, "every message delivered");
+    assert_eq!(all.len(), 50, "once each");
+    assert_eq!(a.stats().acknowledged, 50);
+    assert_eq!(a.stats().in_doubt, 0);
+}
+
+#[test]
+fn wrong_key_unknown_id_and_truncated_tag_are_refused() {
+    let t = Instant::now();
+    let mut b = sealed(B, 0, t);
+    // A node holding another key than the keyring lists for its id.
+    let mut ring = Keyring::new();
+    ring.insert(B, insecure_test_secret(B).public_key());
+    let impostor =
+        Security::Sealed(Identity::new(SecretKey::from_bytes([9; 32])).with_keyring(ring.clone()));
+    let mut fake_a = Node::new(A, impostor, Config::default(), 0).unwrap();
+    store(&mut fake_a, t);
+    fake_a.send(t, B, Bytes::from_static(b"x")).unwrap();
+    for d in out(&mut fake_a, t) {
+        assert_eq!(b.handle_datagram(t, d), None);
+    }
+    assert!(b.stats().rejects.bad_tag >= 1);
+    assert!(b.is_idle());
+    let agreements = b.key_agreements();
+    // An id that is in no keyring.
+    let c = NodeId::from_const(3);
+    let mut ring_c = ring.clone();
+    ring_c.insert(c, SecretKey::from_bytes([3; 32]).public_key());
+    let mut node_c = Node::new(
+        c,
+        Security::Sealed(Identity::new(SecretKey::from_bytes([3; 32])).with_keyring(ring_c)),
+        Config::default(),
+        0,
+    )
+    .unwrap();
+    store(&mut node_c, t);
+    node_c.send(t, B, Bytes::from_static(b"x")).unwrap();
+    for d in out(&mut node_c, t) {
+        assert_eq!(b.handle_datagram(t, d), None);
+    }
+    assert!(b.stats().rejects.unknown_peer >= 1);
+    assert_eq!(
+        b.key_agreements(),
+        agreements,
+        "no public-key work for an unknown id"
+    );
+    // A real datagram with its tag cut short, or one bit flipped anywhere.
+    let mut a = sealed(A, 0, t);
+    a.send(t, B, Bytes::from_static(b"x")).unwrap();
+    let real = out(&mut a, t).remove(0);
+    assert_eq!(b.handle_datagram(t, real.slice(..real.len() - 1)), None);
+    for bit in (0..real.len() * 8).step_by(7) {
+        let mut v = real.to_vec();
+        v[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(b.handle_datagram(t, Bytes::from(v)), None, "bit {bit}");
+    }
+    assert!(b.is_idle());
+    // The real one still works, and a replay of it is harmless.
+    assert_eq!(b.handle_datagram(t, real.clone()), Some(A));
+    assert_eq!(b.handle_datagram(t, real), Some(A));
+    assert_eq!(
+        b.stats().delivered,
+        0,
+        "a REQSLOTS only: nothing to deliver yet"
+    );
+    assert_eq!(b.receiver_records(), 1);
+}
+
+#[test]
+fn replayed_datagrams_deliver_nothing_twice() {
+    let t = Instant::now();
+    let (mut a, mut b) = (sealed(A, 0, t), sealed(B, 1 << 20, t));
+    let mut tape = Vec::new();
+    for i in 0..20u32 {
+        a.send(t, B, Bytes::from(i.to_be_bytes().to_vec())).unwrap();
+    }
+    for _ in 0..10 {
+        for d in out(&mut a, t) {
+            tape.push(d.clone());
+            b.handle_datagram(t, d);
+        }
+        for d in out(&mut b, t) {
+            a.handle_datagram(t, d);
+        }
+    }
+    assert_eq!(b.stats().delivered, 20);
+    // Everything again, twice, much later.
+    let later = t + Duration::from_secs(30);
+    for d in tape.iter().chain(tape.iter()) {
+        b.handle_datagram(later, d.clone());
+    }
+    exchange(&mut a, &mut b, later);
+    assert_eq!(b.stats().delivered, 20);
+    assert_eq!(a.stats().acknowledged, 20);
+}
+
+#[test]
+fn self_certifying_ids_are_checked_against_the_announced_key() {
+    let t = Instant::now();
+    let key = SecretKey::from_bytes([5; 32]);
+    let open_id = key.public_key().self_certifying_id();
+    let b_key = insecure_test_secret(B);
+    let mut ring = Keyring::new();
+    ring.insert(B, b_key.public_key());
+    let mut newcomer = Node::new(
+        open_id,
+        Security::Sealed(Identity::new(key).with_keyring(ring)),
+        Config::default(),
+        0,
+    )
+    .unwrap();
+    store(&mut newcomer, t);
+    // B in a closed group refuses it; B open to self-certifying ids accepts it.
+    let mut closed = sealed(B, 0, t);
+    let open_ident = Identity::new(b_key).allow_self_certifying(true);
+    let mut open = Node::new(B, Security::Sealed(open_ident), Config::default(), 0).unwrap();
+    store(&mut open, t);
+    newcomer.send(t, B, Bytes::from_static(b"hi")).unwrap();
+    let first = out(&mut newcomer, t);
+    for d in &first {
+        assert_eq!(closed.handle_datagram(t, d.clone()), None);
+    }
+    assert!(closed.stats().rejects.unknown_peer >= 1);
+    for d in &first {
+        assert_eq!(open.handle_datagram(t, d.clone()), Some(open_id));
+    }
+    let (_, got) = exchange(&mut newcomer, &mut open, t);
+    assert_eq!(got, [Bytes::from_static(b"hi")]);
+    // B can answer it: the key it learned from an authenticated datagram is cached.
+    assert!(open.knows_key(open_id));
+    // Someone announcing another key for that id is refused.
+    let other = SecretKey::from_bytes([6; 32]).public_key();
+    let f = forged(
+        open_id,
+        B,
+        vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
+        Some(*other.as_bytes()),
+    );
+    assert_eq!(open.handle_datagram(t, f), None);
+    assert_eq!(open.stats().rejects.key_mismatch, 1);
+}
+
+#[test]
+fn key_agreements_for_unknown_senders_are_budgeted() {
+    let t = Instant::now();
+    let cfg = Config {
+        key_agreements_per_sec: 100,
+        key_agreement_burst: 10,
+        ..Config::default()
+    };
+    let b_ident = Identity::new(insecure_test_secret(B)).allow_self_certifying(true);
+    let mut b = Node::new(B, Security::Sealed(b_ident), cfg, 0).unwrap();
+    store(&mut b, t);
+    // 1000 made-up self-certifying ids, each announcing its key, each with a bad tag.
+    for i in 0..1000u32 {
+        let mut k = [0u8; 32];
+        k[..4].copy_from_slice(&i.to_be_bytes());
+        k[31] = 0x40;
+        let key = SecretKey::from_bytes(k).public_key();
+        let id = key.self_certifying_id();
+        let f = forged(
+            id,
+            B,
+            vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
+            Some(*key.as_bytes()),
+        );
+        b.handle_datagram(t, f);
+    }
+    assert_eq!(
+        b.key_agreements(),
+        10,
+        "the burst, then nothing at the same instant"
+    );
+    assert_eq!(b.stats().rejects.key_budget, 990);
+    assert_eq!(b.cached_keys(), 0, "nothing cached without authentication");
+    // One second later the budget has refilled by its rate, up to the burst.
+    let f = forged(A, B, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }], None);
+    b.handle_datagram(t + Duration::from_secs(1), f);
+    assert!(b.is_idle());
+}
+
+#[test]
+fn a_restarted_node_never_reuses_a_nonce() {
+    let t = Instant::now();
+    let cfg = Config {
+        clock_block: 4,
+        ..Config::default()
+    };
+    let mk = |clock| {
+        let mut n = Node::new(A, insecure_test_security(A, [A, B]), cfg.clone(), clock).unwrap();
+        store(&mut n, t);
+        n
+    };
+    let seqs = |n: &mut Node| -> Vec<Seq> {
+        let mut v = Vec::new();
+        for i in 0..30u32 {
+            n.send(t, B, Bytes::from(i.to_be_bytes().to_vec())).unwrap();
+            for d in out(n, t) {
+                let (h, _) = Header::decode_prefix(&d).unwrap();
+                v.push(h.seal.unwrap().seq);
+            }
+        }
+        v
+    };
+    let mut first = mk(100);
+    let s1 = seqs(&mut first);
+    let stored = first.clock_high_water();
+    // Restart from what was stored (a crash loses the rest).
+    let mut second = mk(stored);
+    let s2 = seqs(&mut second);
+    let all: HashSet<Seq> = s1.iter().chain(&s2).copied().collect();
+    assert_eq!(all.len(), s1.len() + s2.len(), "a nonce was used twice");
+    let max1 = s1.iter().max().unwrap();
+    assert!(
+        s2.iter().all(|s| s > max1),
+        "the restarted run's nonces are all fresher"
+    );
+}
