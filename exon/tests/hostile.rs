@@ -387,3 +387,44 @@ fn replies_are_never_much_larger_than_what_provoked_them() {
         }
     }
 }
+
+/// The 17-byte attack: a REQSLOTS in a sender's name whose frontier lies far above every
+/// slot its record holds would drop the slots its tokens are in flight for (and rule 4
+/// would then acknowledge those tokens undelivered). Refused, with the slots kept.
+#[test]
+fn a_frontier_beyond_the_grant_is_refused() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    n.handle_datagram(
+        t,
+        dgram(
+            PEER,
+            vec![Frame::ReqSlots {
+                s: 100,
+                n: 10,
+                l: 100,
+            }],
+        ),
+    );
+    assert_eq!(n.slots_held(), 10);
+    let huge = 1u64 << 50;
+    for (s, l) in [(huge, huge), (100, 1000), (200, 150)] {
+        let f = dgram(PEER, vec![Frame::ReqSlots { s, n: 0, l }]);
+        assert_eq!(n.handle_datagram(t, f), None, "s={s} l={l}");
+    }
+    assert_eq!(n.stats().rejects.frontier_beyond_grant, 3);
+    assert_eq!(n.slots_held(), 10, "no slot dropped");
+    // An honest waiver (frontier within what was granted) still works.
+    n.handle_datagram(
+        t,
+        dgram(
+            PEER,
+            vec![Frame::ReqSlots {
+                s: 110,
+                n: 0,
+                l: 105,
+            }],
+        ),
+    );
+    assert_eq!(n.slots_held(), 5);
+}

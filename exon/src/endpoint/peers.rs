@@ -69,7 +69,9 @@ impl PeerBook {
 
     /// A datagram from `from` was accepted by the node as `acc`. The address moves only when
     /// the datagram is fresher than any seen from that peer (sealed mode), so a replayed
-    /// datagram, from any address, cannot move it. `has_record` says whether the node holds
+    /// datagram, from any address, cannot move it. In plaintext mode an address set by the
+    /// application never moves, and a learned one follows the latest accepted datagram
+    /// (anyone can move it: configure peers' addresses in plaintext mode). `has_record` says whether the node holds
     /// a record for a peer (pruning keeps those).
     pub fn learn(
         &mut self,
@@ -81,6 +83,9 @@ impl PeerBook {
             match (acc.seq, e.seq) {
                 (Some(new), Some(old)) if new <= old => return Learned::Unchanged,
                 (Some(new), _) => e.seq = Some(new),
+                // Plaintext: nothing shows who sent it, so an address the application
+                // set never moves; a learned one follows the latest datagram.
+                (None, _) if e.configured => return Learned::Unchanged,
                 (None, _) => {}
             }
             if e.addr == from {
@@ -156,6 +161,18 @@ mod tests {
         );
         assert_eq!(b.learn(acc(1, Some((6, 0))), addr(4), none), Learned::Moved);
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(4)));
+    }
+
+    #[test]
+    fn plaintext_datagrams_never_move_a_configured_address() {
+        let mut b = PeerBook::new(8);
+        let none = |_| false;
+        assert_eq!(b.learn(acc(1, None), addr(1), none), Learned::Moved);
+        assert_eq!(b.learn(acc(1, None), addr(2), none), Learned::Moved);
+        b.configure(NodeId::from_const(2), addr(5));
+        assert_eq!(b.learn(acc(2, None), addr(6), none), Learned::Unchanged);
+        assert_eq!(b.get(NodeId::from_const(1)), Some(addr(2)));
+        assert_eq!(b.get(NodeId::from_const(2)), Some(addr(5)));
     }
 
     #[test]

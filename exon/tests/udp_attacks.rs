@@ -1,0 +1,293 @@
+//! The attacks of an off-path or on-path sender against endpoints over real UDP on
+//! 127.0.0.1: forged frames in a peer's name (plaintext or sealed-looking), forged
+//! datagrams from a new address, and authenticated datagrams replayed from another address.
+//! Sealed endpoints deliver every message exactly once, resolve every receipt truthfully,
+//! and never send to the attacker.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::endpoint::{Endpoint, EndpointConfig};
+use exon::proto::crypto::{insecure_test_security, Seq};
+use exon::proto::frame::{put_reqslots, put_slots, put_verdict, Header, SealHeader, Verdict};
+use exon::proto::{Config, Security};
+use exon::NodeId;
+use tokio::net::UdpSocket;
+use tokio::time::timeout;
+
+const A: NodeId = NodeId::from_const(1);
+const B: NodeId = NodeId::from_const(2);
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn cfg() -> EndpointConfig {
+    EndpointConfig::default().with_protocol(Config {
+        initial_rtt: Duration::from_millis(20),
+        probe_interval: Duration::from_millis(50),
+        idle_timeout: Duration::from_millis(500),
+        ..Config::default()
+    })
+}
+
+fn sealed(id: NodeId) -> Security {
+    insecure_test_security(id, [A, B])
+}
+
+/// Every frame an attacker would forge, in `src`'s name to `dst`, around slot and
+/// incarnation values near `around` (an attacker can guess clocks, not keys).
+fn forgeries(src: NodeId, dst: NodeId, around: u64, seal: bool) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for k in 0..8u64 {
+        let (s, r) = (around + k * 97, around + k);
+        let rg = std::slice::from_ref(&(s..s + 4096)).to_vec();
+        let bodies: Vec<Vec<u8>> = vec![
+            {
+                let mut b = Vec::new();
+                put_reqslots(&mut b, 1 << 60, 0, 1 << 60); // the 17-byte frontier attack
+                b
+            },
+            {
+                let mut b = Vec::new();
+                put_slots(&mut b, s, r, 64);
+                b
+            },
+            {
+                let mut b = Vec::new();
+                put_verdict(&mut b, Verdict::Ack, r, &rg, 64);
+                b
+            },
+            {
+                let mut b = Vec::new();
+                put_verdict(&mut b, Verdict::Retry, r, &rg, 64);
+                b
+            },
+            {
+                let mut b = Vec::new();
+                put_verdict(&mut b, Verdict::Doubt, r, &rg, 64);
+                b
+            },
+        ];
+        for body in bodies {
+            let mut h = Header::new(src, dst);
+            if seal {
+                h.seal = Some(SealHeader {
+                    seq: Seq {
+                        epoch: u64::MAX >> 3,
+                        counter: k as u32,
+                    },
+                    key: None,
+                });
+            }
+            let mut d = Vec::new();
+            h.encode(&mut d);
+            d.extend_from_slice(&body);
+            if seal {
+                d.extend_from_slice(&[0xa5; 16]);
+            }
+            out.push(d);
+        }
+    }
+    out
+}
+
+async fn stream(a: &Endpoint, b: &mut Endpoint, n: u32) -> HashSet<u32> {
+    let h = a.handle();
+    let sender = tokio::spawn(async move {
+        let mut receipts = Vec::new();
+        for i in 0..n {
+            let mut payload = vec![0u8; 1000];
+            payload[..4].copy_from_slice(&i.to_be_bytes());
+            receipts.push(h.send(B, payload).await.unwrap());
+        }
+        for r in receipts {
+            timeout(LIMIT, r)
+                .await
+                .unwrap()
+                .expect("receipt resolves Ok");
+        }
+    });
+    let mut seen = HashSet::new();
+    while seen.len() < n as usize {
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        assert_eq!(m.from, A);
+        let k = u32::from_be_bytes(m.payload[..4].try_into().unwrap());
+        assert!(seen.insert(k), "message {k} delivered twice");
+    }
+    sender.await.unwrap();
+    seen
+}
+
+async fn nothing_arrives(sock: &UdpSocket) {
+    let mut buf = [0u8; 2048];
+    let got = timeout(Duration::from_millis(300), sock.recv_from(&mut buf)).await;
+    assert!(got.is_err(), "the endpoint sent to the attacker: {got:?}");
+}
+
+#[tokio::test]
+async fn forged_frames_change_nothing_for_sealed_endpoints() {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
+        .await
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
+        .await
+        .unwrap();
+    a.add_peer(B, b.local_addr());
+    let attacker = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    // Keep forging while the stream runs, in both directions, plaintext and sealed-looking.
+    let forger = tokio::spawn(async move {
+        for round in 0..40u64 {
+            for seal in [false, true] {
+                for d in forgeries(A, B, round * 1000, seal) {
+                    attacker.send_to(&d, b_addr).await.unwrap();
+                }
+                for d in forgeries(B, A, round * 1000, seal) {
+                    attacker.send_to(&d, a_addr).await.unwrap();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        attacker
+    });
+    let seen = stream(&a, &mut b, 3000).await;
+    assert_eq!(seen.len(), 3000);
+    let attacker = forger.await.unwrap();
+    nothing_arrives(&attacker).await;
+    let (sa, sb) = (a.stats().await.unwrap(), b.stats().await.unwrap());
+    assert_eq!(sa.node.in_doubt, 0);
+    assert_eq!(sa.node.acknowledged, 3000);
+    assert!(sb.node.rejects.wrong_mode + sb.node.rejects.bad_tag > 0);
+    assert!(sa.node.rejects.wrong_mode + sa.node.rejects.bad_tag > 0);
+    assert_eq!(sb.node.delivered, 3000);
+}
+
+/// A relay between A and B that forwards both ways and records what B sent to A and A
+/// sent to B: an on-path attacker.
+async fn relay(a: SocketAddr, b: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<(bool, Vec<u8>)>>>) {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let addr = sock.local_addr().unwrap();
+    let tape = Arc::new(Mutex::new(Vec::new()));
+    let t = tape.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let Ok((n, from)) = sock.recv_from(&mut buf).await else {
+                return;
+            };
+            let to_b = from == a;
+            t.lock().unwrap().push((to_b, buf[..n].to_vec()));
+            let _ = sock.send_to(&buf[..n], if to_b { b } else { a }).await;
+        }
+    });
+    (addr, tape)
+}
+
+#[tokio::test]
+async fn replays_from_another_address_do_not_move_a_peer() {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
+        .await
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
+        .await
+        .unwrap();
+    let (relay_addr, tape) = relay(a.local_addr(), b.local_addr()).await;
+    // A reaches B through the relay; B learns A's address (the relay's) from A's datagrams.
+    a.add_peer(B, relay_addr);
+    stream(&a, &mut b, 200).await;
+    let moves = b.stats().await.unwrap().address_updates;
+    // The attacker replays everything it recorded, from its own address, to both.
+    let attacker = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let recorded = tape.lock().unwrap().clone();
+    assert!(!recorded.is_empty());
+    for (to_b, d) in &recorded {
+        let to = if *to_b {
+            b.local_addr()
+        } else {
+            a.local_addr()
+        };
+        attacker.send_to(d, to).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        b.stats().await.unwrap().address_updates,
+        moves,
+        "a replay moved A's address at B"
+    );
+    // Traffic both ways still goes through the relay, none to the attacker.
+    let before = tape.lock().unwrap().len();
+    let r = b.send(A, Bytes::from_static(b"reply")).await.unwrap();
+    timeout(LIMIT, r).await.unwrap().unwrap();
+    assert!(
+        tape.lock().unwrap().len() > before,
+        "B's reply went around the relay"
+    );
+    nothing_arrives(&attacker).await;
+    let sb = b.stats().await.unwrap();
+    assert_eq!(sb.node.delivered, 200, "replays delivered nothing again");
+}
+
+#[tokio::test]
+async fn a_forged_datagram_from_a_new_address_does_not_black_hole_a_peer() {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
+        .await
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
+        .await
+        .unwrap();
+    a.add_peer(B, b.local_addr());
+    stream(&a, &mut b, 50).await;
+    // B learned A's address. The attacker, from elsewhere, claims to be A.
+    let attacker = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for seal in [false, true] {
+        for d in forgeries(A, B, 0, seal) {
+            attacker.send_to(&d, b.local_addr()).await.unwrap();
+        }
+    }
+    let r = b.send(A, Bytes::from_static(b"to a")).await.unwrap();
+    timeout(LIMIT, r).await.unwrap().unwrap();
+    nothing_arrives(&attacker).await;
+}
+
+#[tokio::test]
+async fn plaintext_endpoints_refuse_the_frontier_attack() {
+    let plain = || Security::InsecurePlaintext;
+    let a = Endpoint::bind("127.0.0.1:0", A, plain(), cfg())
+        .await
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, plain(), cfg())
+        .await
+        .unwrap();
+    a.add_peer(B, b.local_addr());
+    let attacker = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b_addr = b.local_addr();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    // A thread of its own, so the forgeries interleave with the stream.
+    let forger = std::thread::spawn(move || {
+        // Only the frontier REQSLOTS: ACKs and RETRYs cannot be told from real ones in
+        // plaintext (that is what sealing is for).
+        let mut d = Vec::new();
+        Header::new(A, B).encode(&mut d);
+        put_reqslots(&mut d, 1 << 60, 0, 1 << 60);
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            attacker.send_to(&d, b_addr).unwrap();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
+    let seen = stream(&a, &mut b, 3000).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    forger.join().unwrap();
+    assert_eq!(seen.len(), 3000);
+    let sb = b.stats().await.unwrap();
+    assert!(
+        sb.node.rejects.frontier_beyond_grant > 0,
+        "{:?} reqslots_in={} in={} a_out={}",
+        sb.node.rejects,
+        sb.node.frames_in.reqslots,
+        sb.node.datagrams_in,
+        a.stats().await.unwrap().node.datagrams_out
+    );
+    assert_eq!(sb.node.delivered, 3000);
+}
