@@ -380,3 +380,28 @@ fn a_restarted_node_never_reuses_a_nonce() {
         "the restarted run's nonces are all fresher"
     );
 }
+
+#[test]
+fn a_challenge_is_answered_with_its_token() {
+    let t = Instant::now();
+    let (mut a, mut b) = (sealed(A, 0, t), sealed(B, 1 << 20, t));
+    let token = a.challenge(B);
+    let d = out(&mut a, t);
+    assert_eq!(
+        d.len(),
+        1,
+        "the challenge leaves on its own when nothing else waits"
+    );
+    let acc = b.handle_datagram_buf(t, d[0].as_ref().into()).unwrap();
+    assert_eq!(acc.response, None);
+    let back = out(&mut b, t);
+    assert_eq!(back.len(), 1);
+    let acc = a.handle_datagram_buf(t, back[0].as_ref().into()).unwrap();
+    assert_eq!((acc.from, acc.response), (B, Some(token)));
+    assert_eq!(a.stats().frames_out.challenge, 1);
+    assert_eq!(b.stats().frames_out.response, 1);
+    assert!(
+        a.is_idle() && b.is_idle(),
+        "path validation keeps no state in the core"
+    );
+}

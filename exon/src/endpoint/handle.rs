@@ -30,6 +30,9 @@ pub struct EndpointStats {
     /// Authenticated datagrams whose source address was not recorded because the address
     /// book was full of peers with work in progress.
     pub address_book_full: u64,
+    /// Datagrams not sent because their destination's address is not validated yet and had
+    /// three times the bytes it sent (anti-amplification); repaired like losses.
+    pub amplification_drops: u64,
     /// Peer addresses held now: those set with `add_peer`, and those learned from peers
     /// the node holds a record for.
     pub peer_addresses: usize,

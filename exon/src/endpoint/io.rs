@@ -12,7 +12,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 
 use super::driver::Driver;
-use super::peers::Learned;
+use super::peers::{Learned, NoRoute};
 use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
@@ -147,14 +147,19 @@ impl<S: DatagramSocket> Driver<S> {
     fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
         // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
         // source's address, and only if it is fresher than any seen from that source.
+        let len = data.len();
         let Some(acc) = self.node.handle_datagram_buf(t, data) else {
             return;
         };
         let node = &self.node;
-        match self.peers.learn(acc, from, |p| node.has_record(p)) {
+        match self.peers.learn(acc, from, len, |p| node.has_record(p)) {
             Learned::Moved => {
                 tracing::debug!(peer = %acc.from, addr = %from, "peer address learned");
                 self.stats.address_updates += 1;
+                // Path validation: until the peer answers from there, the address gets at
+                // most three times what came from it.
+                let token = self.node.challenge(acc.from);
+                self.peers.set_challenge(acc.from, token);
             }
             Learned::Full => self.stats.address_book_full += 1,
             Learned::Unchanged => {}
@@ -179,11 +184,19 @@ impl<S: DatagramSocket> Driver<S> {
                 break;
             };
             sent += 1;
-            let Some(addr) = self.peers.get(tx.destination) else {
-                self.tx_buf.truncate(start);
-                self.stats.unknown_peer_drops += 1;
-                tracing::trace!(peer = %tx.destination, "no address: datagram dropped");
-                continue;
+            let addr = match self.peers.send_to(tx.destination, tx.size) {
+                Ok(addr) => addr,
+                Err(why) => {
+                    self.tx_buf.truncate(start);
+                    if why == NoRoute::Amplification {
+                        // Repaired like a loss once the address is validated.
+                        self.stats.amplification_drops += 1;
+                    } else {
+                        self.stats.unknown_peer_drops += 1;
+                        tracing::trace!(peer = %tx.destination, "no address: datagram dropped");
+                    }
+                    continue;
+                }
             };
             if !batch.accepts(addr, tx.size, max_segments) {
                 self.send_batch(&batch, start).await;

@@ -1,5 +1,6 @@
 //! The driver's address book: each peer's address, learned only from datagrams the node
-//! authenticated and only from fresher ones, bounded and pruned with the node's records.
+//! authenticated and only from fresher ones, validated by a challenge before more than three
+//! times what it sent may go to it, bounded and pruned with the node's records.
 
 use std::net::SocketAddr;
 
@@ -14,6 +15,28 @@ struct Entry {
     configured: bool,
     /// Highest sequence number seen from the peer (sealed datagrams).
     seq: Option<Seq>,
+    /// The peer proved it receives at `addr` (it answered a challenge sent there), or the
+    /// application set the address.
+    validated: bool,
+    /// The challenge sent to `addr`, awaiting its answer.
+    challenge: Option<u64>,
+    /// Bytes received from `addr` since it was learned (accepted datagrams only).
+    rx: u64,
+    /// Bytes sent to `addr` since it was learned, while not validated.
+    tx: u64,
+}
+
+/// Until an address is validated, at most this many times the bytes received from it are
+/// sent to it (QUIC's anti-amplification factor).
+pub(crate) const AMPLIFICATION: u64 = 3;
+
+/// Why a datagram cannot be sent to a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NoRoute {
+    /// No address known.
+    Unknown,
+    /// The address is not validated and has had three times what it sent.
+    Amplification,
 }
 
 /// What a received datagram did to the address book.
@@ -54,7 +77,7 @@ impl PeerBook {
         self.entries.len()
     }
 
-    /// The application sets `id`'s address.
+    /// The application sets `id`'s address (trusted: no validation).
     pub fn configure(&mut self, id: NodeId, addr: SocketAddr) {
         let seq = self.entries.get(&id).and_then(|e| e.seq);
         self.entries.insert(
@@ -63,8 +86,39 @@ impl PeerBook {
                 addr,
                 configured: true,
                 seq,
+                validated: true,
+                challenge: None,
+                rx: 0,
+                tx: 0,
             },
         );
+    }
+
+    /// Records the challenge sent to `id`'s current address.
+    pub fn set_challenge(&mut self, id: NodeId, token: u64) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.challenge = Some(token);
+        }
+    }
+
+    /// Whether `id`'s address is validated (false if unknown).
+    #[cfg(test)]
+    pub fn is_validated(&self, id: NodeId) -> bool {
+        self.entries.get(&id).is_some_and(|e| e.validated)
+    }
+
+    /// The address to send `size` bytes to `id`, if the anti-amplification limit allows it:
+    /// an address not yet validated gets at most three times what came from it.
+    pub fn send_to(&mut self, id: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
+        let e = self.entries.get_mut(&id).ok_or(NoRoute::Unknown)?;
+        if !e.validated {
+            let after = e.tx + size as u64;
+            if after > AMPLIFICATION * e.rx {
+                return Err(NoRoute::Amplification);
+            }
+            e.tx = after;
+        }
+        Ok(e.addr)
     }
 
     /// A datagram from `from` was accepted by the node as `acc`. The address moves only when
@@ -77,21 +131,36 @@ impl PeerBook {
         &mut self,
         acc: Accepted,
         from: SocketAddr,
+        len: usize,
         has_record: impl Fn(NodeId) -> bool,
     ) -> Learned {
+        let len = len as u64;
         if let Some(e) = self.entries.get_mut(&acc.from) {
             match (acc.seq, e.seq) {
                 (Some(new), Some(old)) if new <= old => return Learned::Unchanged,
                 (Some(new), _) => e.seq = Some(new),
                 // Plaintext: nothing shows who sent it, so an address the application
                 // set never moves; a learned one follows the latest datagram.
-                (None, _) if e.configured => return Learned::Unchanged,
+                (None, _) if e.configured && e.addr != from => return Learned::Unchanged,
                 (None, _) => {}
             }
             if e.addr == from {
+                e.rx = e.rx.saturating_add(len);
+                if !e.validated && acc.response.is_some() && acc.response == e.challenge {
+                    e.validated = true;
+                    e.challenge = None;
+                }
                 return Learned::Unchanged;
             }
-            e.addr = from;
+            *e = Entry {
+                addr: from,
+                configured: false,
+                seq: e.seq,
+                validated: false,
+                challenge: None,
+                rx: len,
+                tx: 0,
+            };
             return Learned::Moved;
         }
         if self.learned() >= self.cap {
@@ -106,6 +175,10 @@ impl PeerBook {
                 addr: from,
                 configured: false,
                 seq: acc.seq,
+                validated: false,
+                challenge: None,
+                rx: len,
+                tx: 0,
             },
         );
         Learned::Moved
@@ -129,6 +202,7 @@ mod tests {
         Accepted {
             from: NodeId::from_const(id),
             seq: seq.map(|(epoch, counter)| Seq { epoch, counter }),
+            response: None,
         }
     }
 
@@ -141,25 +215,28 @@ mod tests {
         let mut b = PeerBook::new(8);
         let none = |_| false;
         assert_eq!(
-            b.learn(acc(1, Some((5, 10))), addr(1), none),
+            b.learn(acc(1, Some((5, 10))), addr(1), 100, none),
             Learned::Moved
         );
         // A replay (same or older sequence) from elsewhere is ignored.
         assert_eq!(
-            b.learn(acc(1, Some((5, 10))), addr(2), none),
+            b.learn(acc(1, Some((5, 10))), addr(2), 100, none),
             Learned::Unchanged
         );
         assert_eq!(
-            b.learn(acc(1, Some((4, 99))), addr(2), none),
+            b.learn(acc(1, Some((4, 99))), addr(2), 100, none),
             Learned::Unchanged
         );
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(1)));
         // A fresher one (a later epoch after a restart, or a later counter) moves it.
         assert_eq!(
-            b.learn(acc(1, Some((5, 11))), addr(3), none),
+            b.learn(acc(1, Some((5, 11))), addr(3), 100, none),
             Learned::Moved
         );
-        assert_eq!(b.learn(acc(1, Some((6, 0))), addr(4), none), Learned::Moved);
+        assert_eq!(
+            b.learn(acc(1, Some((6, 0))), addr(4), 100, none),
+            Learned::Moved
+        );
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(4)));
     }
 
@@ -167,12 +244,51 @@ mod tests {
     fn plaintext_datagrams_never_move_a_configured_address() {
         let mut b = PeerBook::new(8);
         let none = |_| false;
-        assert_eq!(b.learn(acc(1, None), addr(1), none), Learned::Moved);
-        assert_eq!(b.learn(acc(1, None), addr(2), none), Learned::Moved);
+        assert_eq!(b.learn(acc(1, None), addr(1), 100, none), Learned::Moved);
+        assert_eq!(b.learn(acc(1, None), addr(2), 100, none), Learned::Moved);
         b.configure(NodeId::from_const(2), addr(5));
-        assert_eq!(b.learn(acc(2, None), addr(6), none), Learned::Unchanged);
+        assert_eq!(
+            b.learn(acc(2, None), addr(6), 100, none),
+            Learned::Unchanged
+        );
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(2)));
         assert_eq!(b.get(NodeId::from_const(2)), Some(addr(5)));
+    }
+
+    #[test]
+    fn an_address_gets_three_times_what_it_sent_until_it_answers_a_challenge() {
+        let mut b = PeerBook::new(8);
+        let id = NodeId::from_const(1);
+        assert_eq!(
+            b.learn(acc(1, Some((1, 0))), addr(1), 100, |_| false),
+            Learned::Moved
+        );
+        b.set_challenge(id, 77);
+        assert_eq!(b.send_to(id, 250), Ok(addr(1)));
+        assert_eq!(b.send_to(id, 100), Err(NoRoute::Amplification));
+        // More from it, more allowed; a wrong answer validates nothing.
+        let mut wrong = acc(1, Some((1, 1)));
+        wrong.response = Some(78);
+        b.learn(wrong, addr(1), 100, |_| false);
+        assert_eq!(b.send_to(id, 351), Err(NoRoute::Amplification));
+        assert_eq!(b.send_to(id, 350), Ok(addr(1)));
+        // The answer, from that address: no limit any more.
+        let mut right = acc(1, Some((1, 2)));
+        right.response = Some(77);
+        b.learn(right, addr(1), 10, |_| false);
+        assert!(b.is_validated(id));
+        assert_eq!(b.send_to(id, 60_000), Ok(addr(1)));
+        // A move starts over.
+        assert_eq!(
+            b.learn(acc(1, Some((2, 0))), addr(2), 100, |_| false),
+            Learned::Moved
+        );
+        assert!(!b.is_validated(id));
+        assert_eq!(b.send_to(id, 301), Err(NoRoute::Amplification));
+        // An address the application set is trusted.
+        b.configure(NodeId::from_const(5), addr(5));
+        assert_eq!(b.send_to(NodeId::from_const(5), 60_000), Ok(addr(5)));
+        assert_eq!(b.send_to(NodeId::from_const(6), 1), Err(NoRoute::Unknown));
     }
 
     #[test]
@@ -181,11 +297,14 @@ mod tests {
         b.configure(NodeId::from_const(100), addr(100));
         let busy = |id: NodeId| id.get() < 2;
         for i in 0..4 {
-            assert_eq!(b.learn(acc(i, Some((1, 0))), addr(1), busy), Learned::Moved);
+            assert_eq!(
+                b.learn(acc(i, Some((1, 0))), addr(1), 100, busy),
+                Learned::Moved
+            );
         }
         // Full: the entries of peers without a record make room.
         assert_eq!(
-            b.learn(acc(10, Some((1, 0))), addr(1), busy),
+            b.learn(acc(10, Some((1, 0))), addr(1), 100, busy),
             Learned::Moved
         );
         assert_eq!(
@@ -194,7 +313,7 @@ mod tests {
             "two with records, the new one, the configured one"
         );
         for i in 11..20 {
-            b.learn(acc(i, Some((1, 0))), addr(1), |_| true);
+            b.learn(acc(i, Some((1, 0))), addr(1), 100, |_| true);
         }
         assert!(b.len() <= 5);
         assert_eq!(b.get(NodeId::from_const(100)), Some(addr(100)));

@@ -38,6 +38,10 @@ pub mod frame_type {
     pub const DOUBT: u64 = 0x05;
     /// RETRY(r, ranges of s)
     pub const RETRY: u64 = 0x06;
+    /// CHALLENGE(token): path validation, answered with RESPONSE(token).
+    pub const CHALLENGE: u64 = 0x07;
+    /// RESPONSE(token): the answer to a CHALLENGE.
+    pub const RESPONSE: u64 = 0x08;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -264,6 +268,17 @@ pub enum Frame {
         /// Their slot numbers.
         ranges: AckRanges,
     },
+    /// Path validation: "answer this token". Sent to a peer's new address; the RESPONSE,
+    /// authenticated and arriving from that address, proves the peer is there.
+    Challenge {
+        /// An unpredictable value (sealed, only the peer can read it).
+        token: u64,
+    },
+    /// The answer to a CHALLENGE, with its token.
+    Response {
+        /// The CHALLENGE's token.
+        token: u64,
+    },
 }
 
 impl Frame {
@@ -276,6 +291,8 @@ impl Frame {
             Frame::Ack { .. } => "ACK",
             Frame::Doubt { .. } => "DOUBT",
             Frame::Retry { .. } => "RETRY",
+            Frame::Challenge { .. } => "CHALLENGE",
+            Frame::Response { .. } => "RESPONSE",
         }
     }
 
@@ -295,6 +312,8 @@ impl Frame {
             Frame::ReqSlots { s, n, l } => put_reqslots(buf, *s, *n, *l),
             Frame::Slots { s, r, n } => put_slots(buf, *s, *r, *n),
             Frame::Token { s, r, payload } => put_token(buf, *s, *r, payload),
+            Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
+            Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     put_varint(buf, v.frame_type());
@@ -312,11 +331,21 @@ impl Frame {
             Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
             Frame::Token { s, r, payload } => token_len(*s, *r, payload.len()),
+            Frame::Challenge { .. } | Frame::Response { .. } => PATH_FRAME_LEN,
             Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
                 1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
             }
         }
     }
+}
+
+/// Encoded size of a CHALLENGE or RESPONSE frame: the type and an 8-byte token.
+pub const PATH_FRAME_LEN: usize = 9;
+
+/// Appends a CHALLENGE or RESPONSE frame (`ty`) carrying `token`.
+pub fn put_path(buf: &mut impl BufMut, ty: u64, token: u64) {
+    put_varint(buf, ty);
+    buf.put_u64(token);
 }
 
 /// Encoded size of a REQSLOTS frame.
@@ -673,6 +702,15 @@ impl Frames<'_> {
                 r: r.varint()?,
                 ranges: AckRanges::decode(r, self.whole)?,
             },
+            frame_type::CHALLENGE | frame_type::RESPONSE => {
+                let b = r.bytes(8)?;
+                let token = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                if ty == frame_type::CHALLENGE {
+                    Frame::Challenge { token }
+                } else {
+                    Frame::Response { token }
+                }
+            }
             other => return Err(DecodeError::UnknownFrame(other)),
         })
     }

@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=5)? {
+        Ok(match u.int_in_range(0u8..=7)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -77,9 +77,15 @@ impl<'a> Arbitrary<'a> for Frame {
                 r: varint(u)?,
                 ranges: AckRanges::arbitrary(u)?,
             },
-            _ => Frame::Retry {
+            5 => Frame::Retry {
                 r: varint(u)?,
                 ranges: AckRanges::arbitrary(u)?,
+            },
+            6 => Frame::Challenge {
+                token: u64::arbitrary(u)?,
+            },
+            _ => Frame::Response {
+                token: u64::arbitrary(u)?,
             },
         })
     }

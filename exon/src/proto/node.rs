@@ -100,6 +100,10 @@ pub struct Node {
     pub(super) frame_scratch: Vec<Frame>,
     /// Keys and nonce state; `None` in plaintext mode.
     pub(super) sealer: Option<Box<Sealer>>,
+    /// The token of the RESPONSE in the datagram being handled.
+    pub(super) last_response: Option<u64>,
+    /// Challenges issued (path validation).
+    pub(super) challenges: u64,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -110,6 +114,9 @@ pub struct Accepted {
     /// The datagram's place in its sender's sequence (sealed datagrams): it grows over the
     /// sender's life, so an embedding can tell a fresh datagram from a replayed one.
     pub seq: Option<Seq>,
+    /// The token of a RESPONSE frame it carried: the answer to a
+    /// [`challenge`](Node::challenge) (path validation).
+    pub response: Option<u64>,
 }
 
 impl Node {
@@ -156,6 +163,8 @@ impl Node {
             evicted: RangeSet::new(),
             frame_scratch: Vec::new(),
             sealer,
+            last_response: None,
+            challenges: 0,
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -179,6 +188,24 @@ impl Node {
     /// This node's public key (`None` in plaintext mode).
     pub fn public_key(&self) -> Option<PublicKey> {
         self.sealer.as_ref().map(|s| s.public_key())
+    }
+
+    /// Input: asks `peer` to prove it receives at the address the embedding now sends to
+    /// (path validation): a CHALLENGE goes out in the next datagram to `peer`; the token
+    /// returned comes back in [`Accepted::response`] when the answer arrives. In sealed mode
+    /// only the peer can read the token, so an answer from an address proves the peer
+    /// receives there.
+    pub fn challenge(&mut self, peer: NodeId) -> u64 {
+        self.challenges += 1;
+        // Unique per challenge; unpredictable enough for plaintext mode, where nothing is
+        // secret anyway (sealed, the token is encrypted).
+        let token =
+            (self.challenges << 16) ^ u64::from(self.next_jitter()) ^ self.ck.rotate_left(40);
+        let cap = self.outbox_cap();
+        if !self.outbox.challenge(peer, token, cap) {
+            self.stats.rejects.outbox_full += 1;
+        }
+        token
     }
 
     /// Whether this node can send to `peer`: always in plaintext mode; when a key is known
@@ -537,9 +564,11 @@ impl Node {
         };
         frames.clear();
         self.frame_scratch = frames;
+        let response = self.last_response.take();
         (taken && self.stats.rejects.total() == rejects).then_some(Accepted {
             from: header.src,
             seq: header.seal.map(|h| h.seq),
+            response,
         })
     }
 
@@ -552,6 +581,13 @@ impl Node {
             self.stats.frames_in.count(&f);
             match f {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
+                Frame::Challenge { token } => {
+                    let cap = self.outbox_cap();
+                    if !self.outbox.respond(src, token, cap) {
+                        self.stats.rejects.outbox_full += 1;
+                    }
+                }
+                Frame::Response { token } => self.last_response = Some(token),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
                 Frame::Token { s, r, payload } => {
                     tokens += 1;

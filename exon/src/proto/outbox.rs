@@ -24,6 +24,10 @@ pub(crate) struct PeerOut {
     pub probe: Option<(u64, u64)>,
     /// REQSLOTS(s, 0, l): a waiver with no record behind it.
     pub waive: Option<u64>,
+    /// CHALLENGE(token) to send (the newest wins).
+    pub challenge: Option<u64>,
+    /// RESPONSE(token) to send (the newest wins).
+    pub response: Option<u64>,
     /// In the `ready` queue.
     pub ready: bool,
     /// Verdicts are held (delayed ACK) until this instant, unless something else goes to
@@ -34,7 +38,12 @@ pub(crate) struct PeerOut {
 impl PeerOut {
     /// True when nothing is owed.
     pub fn is_empty(&self) -> bool {
-        self.acks.is_empty() && self.grant.is_none() && self.probe.is_none() && self.waive.is_none()
+        self.acks.is_empty()
+            && self.grant.is_none()
+            && self.probe.is_none()
+            && self.waive.is_none()
+            && self.challenge.is_none()
+            && self.response.is_none()
     }
 
     /// Slots answered in `acks`, not yet written.
@@ -182,6 +191,24 @@ impl Outbox {
             return false;
         };
         out.waive = Some(out.waive.map_or(s, |w| w.max(s)));
+        true
+    }
+
+    /// Queues CHALLENGE(token) for `peer`. Returns false if the outbox is full.
+    pub fn challenge(&mut self, peer: NodeId, token: u64, cap: usize) -> bool {
+        let Some(out) = self.wake(peer, cap) else {
+            return false;
+        };
+        out.challenge = Some(token);
+        true
+    }
+
+    /// Queues RESPONSE(token) for `peer`. Returns false if the outbox is full.
+    pub fn respond(&mut self, peer: NodeId, token: u64, cap: usize) -> bool {
+        let Some(out) = self.wake(peer, cap) else {
+            return false;
+        };
+        out.response = Some(token);
         true
     }
 }

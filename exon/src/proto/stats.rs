@@ -17,6 +17,10 @@ pub struct FrameCounts {
     pub doubt: u64,
     /// RETRY frames.
     pub retry: u64,
+    /// CHALLENGE frames.
+    pub challenge: u64,
+    /// RESPONSE frames.
+    pub response: u64,
 }
 
 impl FrameCounts {
@@ -28,6 +32,8 @@ impl FrameCounts {
             Frame::Ack { .. } => self.ack += 1,
             Frame::Doubt { .. } => self.doubt += 1,
             Frame::Retry { .. } => self.retry += 1,
+            Frame::Challenge { .. } => self.challenge += 1,
+            Frame::Response { .. } => self.response += 1,
         }
     }
 

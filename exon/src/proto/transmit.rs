@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use super::crypto::TAG_LEN;
 use super::frame::{
-    put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len, token_len, Header,
-    FLAG_ACK_NOW,
+    frame_type, put_path, put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len,
+    token_len, Header, FLAG_ACK_NOW,
 };
 use super::timer::Side;
 use super::{Event, Node, NodeId, Transmit};
@@ -42,6 +42,21 @@ impl Node {
             header.encode(buf);
             let header_end = buf.len();
             let room = |buf: &Vec<u8>| limit - buf.len();
+
+            for (slot, ty) in [
+                (&mut out.response, frame_type::RESPONSE),
+                (&mut out.challenge, frame_type::CHALLENGE),
+            ] {
+                if let Some(token) = *slot {
+                    put_path(buf, ty, token);
+                    *slot = None;
+                    if ty == frame_type::CHALLENGE {
+                        self.stats.frames_out.challenge += 1;
+                    } else {
+                        self.stats.frames_out.response += 1;
+                    }
+                }
+            }
 
             for (v, r, set) in &mut out.acks {
                 while !set.is_empty() {
