@@ -293,3 +293,20 @@ fn plausible_input_refuses_a_retry_after_an_ack() {
         &[ViolationKind::Duplicate],
     );
 }
+
+#[test]
+fn unproven_probe_limit_lets_forged_records_go() {
+    // Records forged ids created and never used: with the rule they are evicted after a few
+    // unanswered probes and the victim ends idle; without it they probe forever.
+    fn make(seed: u64) -> Scenario {
+        let mut sc = attacked(100);
+        sc.seed = seed;
+        sc.expect_idle = true;
+        sc
+    }
+    self_test(
+        make,
+        |r| r.unproven_probe_limit = false,
+        &[ViolationKind::NotIdle],
+    );
+}

@@ -428,3 +428,66 @@ fn a_frontier_beyond_the_grant_is_refused() {
     );
     assert_eq!(n.slots_held(), 5);
 }
+
+/// A record a peer created and never used does not probe forever: after a few unanswered
+/// probes it is evicted like an unused record under pressure, and a token for it, should
+/// one ever come, gets RETRY (certainly not delivered), never ACK.
+#[test]
+fn an_unused_record_stops_probing_and_is_evicted() {
+    let mut t = Instant::now();
+    let mut n = node(Config::default(), t);
+    n.handle_datagram(
+        t,
+        dgram(
+            PEER,
+            vec![Frame::ReqSlots {
+                s: 100,
+                n: 10,
+                l: 100,
+            }],
+        ),
+    );
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(tx) = n.poll_transmit(t, &mut buf) {
+        out.push(Bytes::copy_from_slice(&buf[buf.len() - tx.size..]));
+    }
+    let r = match Packet::decode(&out[0]).unwrap().frames.as_slice() {
+        [Frame::Slots { r, .. }] => *r,
+        f => panic!("{f:?}"),
+    };
+    // Silence from the peer for as long as the timers run.
+    for _ in 0..200 {
+        let Some(d) = n.poll_timeout() else { break };
+        t = t.max(d);
+        n.handle_timeout(t);
+        drain(&mut n, t);
+    }
+    assert_eq!(n.receiver_records(), 0, "the unused record is gone");
+    assert!(n.is_idle());
+    let probes = n.stats().probes;
+    assert!((1..=8).contains(&probes), "probed {probes} times");
+    assert_eq!(
+        n.poll_timeout(),
+        None,
+        "no timer left: nothing probes forever"
+    );
+    // A late token for it: RETRY.
+    let tok = dgram(
+        PEER,
+        vec![Frame::Token {
+            s: 100,
+            r,
+            payload: Bytes::from_static(b"late"),
+        }],
+    );
+    n.handle_datagram(t, tok);
+    assert_eq!(n.poll_event(), None);
+    let mut buf = Vec::new();
+    let tx = n.poll_transmit(t, &mut buf).unwrap();
+    let p = Packet::decode(&Bytes::copy_from_slice(&buf[buf.len() - tx.size..])).unwrap();
+    assert!(
+        matches!(p.frames.as_slice(), [Frame::Retry { .. }]),
+        "{p:?}"
+    );
+}
