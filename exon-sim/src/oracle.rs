@@ -17,11 +17,15 @@ pub enum ViolationKind {
     Misdelivered,
     /// The sender was told a message was delivered that was not.
     AckWithoutDelivery,
+    /// The sender was told a message was acknowledged that its receiver's node delivered
+    /// but its application never took (acknowledged must mean taken).
+    AckWithoutTake,
     /// The sender was told twice (acknowledged or in doubt).
     DoubleAck,
     /// The sender was told a message is in doubt although its receiver never restarted.
     UnexplainedDoubt,
-    /// After healing and quiescence, a message was never delivered.
+    /// After healing and quiescence, a message was never delivered (and taken by the
+    /// receiving application).
     Lost,
     /// After healing and quiescence, a live sender was never told the message's fate
     /// (neither acknowledged nor in doubt).
@@ -62,6 +66,8 @@ const NONE: u64 = u64::MAX;
 struct Rec {
     to: u32,
     deliveries: u32,
+    /// The receiving application took it from its buffer.
+    taken: bool,
     acked: bool,
     /// Its sender was told it is in doubt.
     doubted: bool,
@@ -192,6 +198,7 @@ impl Oracle {
         v.push(Rec {
             to: to as u32,
             deliveries: 0,
+            taken: false,
             acked: false,
             doubted: false,
             sender_restarted: false,
@@ -253,6 +260,24 @@ impl Oracle {
         Some((key, kind))
     }
 
+    /// The application of `node` took `payload` from its buffer (after
+    /// [`on_delivered`](Self::on_delivered) accepted it); returns the message.
+    pub fn on_taken(&mut self, node: usize, payload: &[u8], now: u64) -> Option<(MsgKey, Kind)> {
+        let (key, kind) = read_payload(payload)?;
+        let r = rec_in(&mut self.msgs, key)?;
+        if r.taken || r.deliveries == 0 || r.to as usize != node {
+            self.violate(
+                ViolationKind::Duplicate,
+                Some(key),
+                now,
+                format!("node{node} took a message twice or never delivered"),
+            );
+            return None;
+        }
+        r.taken = true;
+        Some((key, kind))
+    }
+
     /// Whether `key` was delivered at least once.
     pub fn is_delivered(&self, key: MsgKey) -> bool {
         self.rec(key).is_some_and(|r| r.deliveries > 0)
@@ -267,6 +292,7 @@ impl Oracle {
         r.acked = true;
         r.acked_at = now;
         let delivered = r.deliveries > 0;
+        let taken = r.taken;
         self.acked += 1;
         if !delivered {
             self.violate(
@@ -274,6 +300,13 @@ impl Oracle {
                 Some(key),
                 now,
                 "acknowledged but never delivered".into(),
+            );
+        } else if !taken {
+            self.violate(
+                ViolationKind::AckWithoutTake,
+                Some(key),
+                now,
+                "acknowledged but never taken by the receiving application".into(),
             );
         }
     }
@@ -345,9 +378,9 @@ impl Oracle {
                     seq: seq as u64,
                 };
                 let settled = r.acked || r.doubted;
-                if r.deliveries == 0 && (r.doubted || (r.sender_restarted && !settled)) {
+                if !r.taken && (r.doubted || (r.sender_restarted && !settled)) {
                     self.lost_by_restart += 1;
-                } else if r.deliveries == 0 {
+                } else if !r.taken {
                     self.lost += 1;
                     bad.push((ViolationKind::Lost, key));
                 } else if !settled && !r.sender_restarted {
@@ -388,6 +421,7 @@ mod tests {
         let mut o = Oracle::new(2);
         let k = o.on_submit(0, 1, 0);
         assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
+        assert!(o.on_taken(1, &payload(k), 6).is_some());
         o.on_acked(k, 10);
         o.finish(20);
         assert_eq!(o.violation_count(), 0);
@@ -399,6 +433,7 @@ mod tests {
         let mut o = Oracle::new(3);
         let k = o.on_submit(0, 1, 0);
         o.on_delivered(1, 0, &payload(k), 1);
+        o.on_taken(1, &payload(k), 1);
         o.on_delivered(1, 0, &payload(k), 2);
         assert_eq!(kinds(&o), [ViolationKind::Duplicate]);
         let never = MsgKey { sender: 0, seq: 9 };
@@ -438,8 +473,10 @@ mod tests {
         let c = o.on_submit(0, 1, 0);
         o.on_in_doubt(a, 5);
         o.on_delivered(1, 0, &payload(b), 7);
+        o.on_taken(1, &payload(b), 7);
         o.on_in_doubt(b, 8);
         o.on_delivered(1, 0, &payload(c), 9);
+        o.on_taken(1, &payload(c), 9);
         o.on_acked(c, 9);
         o.finish(10);
         assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
@@ -447,6 +484,26 @@ mod tests {
         assert_eq!(o.lost_by_restart, 2);
         assert_eq!(o.in_doubt, 2);
         let _ = d;
+    }
+
+    #[test]
+    fn acknowledged_must_mean_taken() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_delivered(1, 0, &payload(a), 1);
+        o.on_delivered(1, 0, &payload(b), 1);
+        // The receiver's application crashed with both in its buffer.
+        o.on_restart(1);
+        o.on_acked(a, 5);
+        o.on_in_doubt(b, 5);
+        o.finish(10);
+        assert_eq!(
+            kinds(&o),
+            [ViolationKind::AckWithoutTake, ViolationKind::Lost]
+        );
+        assert_eq!(o.violations()[0].key, Some(a));
+        assert_eq!(o.lost_by_restart, 1);
     }
 
     #[test]

@@ -54,6 +54,11 @@ pub struct Scenario {
     pub expect_idle: bool,
     /// Run on each node at creation and restart.
     pub node_hook: Option<NodeHook>,
+    /// How long each application leaves delivered messages in its buffer before taking
+    /// them (and so before they are acknowledged). A restart of its node loses what is
+    /// still buffered: the application crashed before reading it. Zero takes every
+    /// delivery at once.
+    pub take_delay: Duration,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -65,6 +70,7 @@ impl std::fmt::Debug for Scenario {
             .field("workload", &self.workload)
             .field("faults", &self.faults)
             .field("hostile", &self.hostile)
+            .field("take_delay", &self.take_delay)
             .finish_non_exhaustive()
     }
 }
@@ -96,6 +102,7 @@ impl Default for Scenario {
             max_events: 50_000_000,
             expect_idle: true,
             node_hook: None,
+            take_delay: Duration::ZERO,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Event, Node, NodeId};
+use exon::proto::{DeliveryId, Event, Node, NodeId};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -20,11 +20,19 @@ use crate::workload::{write_payload, Kind, MsgKey};
 /// What happens at one point of virtual time.
 #[derive(Debug)]
 enum What {
-    Datagram { to: u32, data: Bytes },
+    Datagram {
+        to: u32,
+        data: Bytes,
+    },
     Timer(u32),
     Pump(u32),
+    /// The application of a node takes what was delivered into its buffer.
+    Take(u32),
     Fault(u32),
-    Revive { node: u32, keep_clock: bool },
+    Revive {
+        node: u32,
+        keep_clock: bool,
+    },
     Hostile(u32),
     HealAll,
 }
@@ -71,6 +79,9 @@ struct Host {
     /// The clock this incarnation started from: every receiver incarnation (`rck`) it
     /// creates is at least this.
     boot_clock: u64,
+    /// Deliveries in the application's buffer, not yet taken: (delivery, source, payload).
+    inbox: Vec<(DeliveryId, usize, Bytes)>,
+    take_scheduled: bool,
 }
 
 /// The simulator. Build it with [`Sim::new`], advance with [`Sim::step`], and end with
@@ -147,6 +158,8 @@ impl Sim {
                 pump_scheduled: false,
                 restarts: 0,
                 boot_clock: 0,
+                inbox: Vec::new(),
+                take_scheduled: false,
             });
             sim.boot(i, 0);
         }
@@ -263,6 +276,7 @@ impl Sim {
             What::Datagram { to, data } => self.on_datagram(to as usize, data),
             What::Timer(i) => self.on_timer(i as usize, ev.t),
             What::Pump(i) => self.pump(i as usize),
+            What::Take(i) => self.take(i as usize),
             What::Fault(k) => self.fault(k as usize),
             What::Revive { node, keep_clock } => {
                 let i = node as usize;
@@ -371,13 +385,22 @@ impl Sim {
 
     fn app_event(&mut self, i: usize, e: Event) {
         match e {
-            Event::Delivered { from, payload } => {
+            Event::Delivered { from, payload, id } => {
                 let from = from.get() as usize - 1;
-                if let Some((_, Kind::Request)) =
-                    self.oracle.on_delivered(i, from, &payload, self.now)
+                if self
+                    .oracle
+                    .on_delivered(i, from, &payload, self.now)
+                    .is_some()
                 {
-                    self.hosts[i].replies.push(from);
-                    self.schedule_pump(i, self.now);
+                    self.hosts[i].inbox.push((id, from, payload));
+                    if self.sc.take_delay.is_zero() {
+                        self.take(i);
+                    } else if !self.hosts[i].take_scheduled {
+                        self.hosts[i].take_scheduled = true;
+                        let t = self.now + nanos(self.sc.take_delay);
+                        self.last_activity = self.last_activity.max(t);
+                        self.push(t, What::Take(i as u32));
+                    }
                 }
             }
             Event::Acknowledged { to, id } => {
@@ -399,6 +422,27 @@ impl Sim {
             }
             _ => {}
         }
+    }
+
+    /// The application of node `i` takes every message in its buffer: the oracle sees the
+    /// hand-over, the node acknowledges them.
+    fn take(&mut self, i: usize) {
+        self.hosts[i].take_scheduled = false;
+        let inbox = std::mem::take(&mut self.hosts[i].inbox);
+        if inbox.is_empty() {
+            return;
+        }
+        let now = self.instant();
+        for (id, from, payload) in inbox {
+            if let Some(node) = self.hosts[i].node.as_mut() {
+                node.handle_taken(now, id);
+            }
+            if let Some((_, Kind::Request)) = self.oracle.on_taken(i, &payload, self.now) {
+                self.hosts[i].replies.push(from);
+                self.schedule_pump(i, self.now);
+            }
+        }
+        self.drain(i);
     }
 
     /// Puts a datagram on the link `from -> to`.
@@ -525,6 +569,8 @@ impl Sim {
                 if h.node.take().is_some() {
                     h.restarts += 1;
                     h.replies.clear();
+                    // The application crashed with these messages in its buffer.
+                    h.inbox.clear();
                     h.timer_at = None;
                     self.oracle.on_restart(node);
                     let t = self.now + nanos(down);

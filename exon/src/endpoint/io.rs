@@ -214,8 +214,8 @@ impl<S: DatagramSocket> Driver<S> {
     fn take_events(&mut self, t: Instant) -> bool {
         while let Some(e) = self.node.poll_event() {
             match e {
-                Event::Delivered { from, payload } => {
-                    self.pending.push_back(Message { from, payload });
+                Event::Delivered { from, payload, id } => {
+                    self.pending.push_back((Message { from, payload }, id));
                 }
                 Event::Acknowledged { id, .. } => {
                     if let Some(u) = self.acks.remove(&id) {

@@ -124,15 +124,36 @@ impl Endpoint {
         self.handle.clone()
     }
 
-    /// The next delivered message, or `None` once the endpoint has stopped and every
-    /// buffered message was taken.
+    /// The next delivered message, or `None` once the endpoint has stopped.
+    ///
+    /// Taking a message is what acknowledges it: its sender's [`Receipt`] resolves only
+    /// after the message left `recv` (or the stream). Messages still in the endpoint's
+    /// buffer when it stops are never handed out nor acknowledged: the
+    /// [`CloseReport::undelivered`] count says how many, and their senders see them as
+    /// unacknowledged or in doubt, never as acknowledged.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a `recv` dropped before it returns takes nothing (the message stays
+    /// first in the buffer and is not acknowledged).
     pub async fn recv(&mut self) -> Option<Message> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
     }
 
-    /// Polls for the next delivered message (what the `Stream` implementation does).
+    /// Polls for the next delivered message (what the `Stream` implementation does). A
+    /// message returned here counts as taken, as with [`recv`](Self::recv).
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        self.rx.poll_recv(cx)
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(m)) => {
+                if self.handle.shared.take_one() {
+                    Poll::Ready(Some(m))
+                } else {
+                    // Stopped: what is left was reported undelivered.
+                    self.rx.close();
+                    Poll::Ready(None)
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -148,7 +169,7 @@ impl futures_core::Stream for Endpoint {
     type Item = Message;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        self.get_mut().rx.poll_recv(cx)
+        self.get_mut().poll_recv(cx)
     }
 }
 

@@ -29,7 +29,16 @@ pub(crate) struct Shared {
     /// Credits for sends that do not wait for the driver: one per send command in the
     /// channel, returned when the driver takes it. Closed when the endpoint closes.
     pub(crate) credits: Semaphore,
+    /// Delivered messages the application took from the endpoint, counted in channel order
+    /// (the driver acknowledges that many), with [`STOPPED`] set once the driver stopped:
+    /// from then on nothing more is taken (or acknowledged).
+    taken: AtomicU64,
+    /// Notified when the application takes a message.
+    pub(crate) taken_notify: Notify,
 }
+
+/// The bit of `Shared::taken` that says the driver stopped.
+const STOPPED: u64 = 1 << 63;
 
 impl Shared {
     pub(crate) fn new(max_payload: usize, send_buffer: usize) -> Shared {
@@ -41,7 +50,36 @@ impl Shared {
             blocked_len: AtomicUsize::new(0),
             room: Notify::new(),
             credits: Semaphore::new(send_buffer.max(1)),
+            taken: AtomicU64::new(0),
+            taken_notify: Notify::new(),
         }
+    }
+
+    /// The application took the next message from the delivery channel. Returns false if
+    /// the driver has stopped: the message was reported as never taken, and is not handed
+    /// out. Atomic against [`stop_taking`](Self::stop_taking): each message is either
+    /// counted as taken (and acknowledged) or reported undelivered, never both.
+    pub(crate) fn take_one(&self) -> bool {
+        let ok = self
+            .taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & STOPPED == 0).then_some(v + 1)
+            })
+            .is_ok();
+        if ok {
+            self.taken_notify.notify_one();
+        }
+        ok
+    }
+
+    /// Messages taken so far.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Acquire) & !STOPPED
+    }
+
+    /// Stops counting takes; returns the final count.
+    pub(crate) fn stop_taking(&self) -> u64 {
+        self.taken.fetch_or(STOPPED, Ordering::AcqRel) & !STOPPED
     }
 
     /// A fresh message id (unique within the endpoint, increasing).

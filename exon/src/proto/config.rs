@@ -72,6 +72,12 @@ pub struct Config {
     /// Tokens from one source after which a receiver acknowledges without waiting for
     /// `ack_delay`. Default 16.
     pub ack_every: u32,
+    /// Deliveries handed to the embedding and not yet reported taken by the application
+    /// ([`Node::handle_taken`](super::Node::handle_taken)). They are not acknowledged
+    /// until taken; at this many, further TOKENs are neither delivered nor answered (their
+    /// senders retransmit them later) and counted in
+    /// [`Stats::held_back`](super::Stats::held_back). Default 65536.
+    pub max_untaken: usize,
 }
 
 impl Default for Config {
@@ -97,6 +103,7 @@ impl Default for Config {
             clock_block: 1 << 20,
             ack_delay: Duration::from_millis(2),
             ack_every: 16,
+            max_untaken: 65536,
         }
     }
 }
@@ -150,6 +157,9 @@ impl Config {
         }
         if self.ack_every == 0 || self.ack_delay >= self.max_rto {
             return Err(ConfigError("need ack_every > 0 and ack_delay < max_rto"));
+        }
+        if self.max_untaken == 0 {
+            return Err(ConfigError("max_untaken must be positive"));
         }
         if self.clock_block < 2 {
             return Err(ConfigError("clock_block must be at least 2"));

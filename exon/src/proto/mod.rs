@@ -6,6 +6,7 @@
 
 pub mod codec;
 mod config;
+mod delivery;
 mod error;
 mod event;
 pub mod frame;
@@ -31,6 +32,7 @@ pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.
 pub(crate) type PeerMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
+pub use delivery::DeliveryId;
 pub use error::{DecodeError, SendError};
 pub use event::{Event, Transmit};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};

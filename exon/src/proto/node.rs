@@ -97,6 +97,8 @@ pub struct Node {
     pub(super) evicted: RangeSet,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     pub(super) frame_scratch: Vec<Frame>,
+    /// Deliveries not yet reported taken (held slots over all receiver records).
+    pub(super) untaken: usize,
 }
 
 impl Node {
@@ -134,6 +136,7 @@ impl Node {
             unproven: VecDeque::new(),
             evicted: RangeSet::new(),
             frame_scratch: Vec::new(),
+            untaken: 0,
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -457,6 +460,11 @@ impl Node {
             }
         }
         if tokens > 0 {
+            if urgent {
+                if let Some(rec) = self.receivers.get_mut(&src) {
+                    rec.ack_now |= !rec.held.is_empty();
+                }
+            }
             let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
             self.outbox.flush_verdicts(src, now, urgent, delay, every);
         }
@@ -525,7 +533,7 @@ impl Node {
             Grant::Waived => {}
             Grant::OverCap => self.stats.rejects.slots_cap += 1,
         }
-        if rec.slots.is_empty() {
+        if rec.is_spent() {
             self.receivers.remove(&src);
         }
     }

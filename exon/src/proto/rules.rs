@@ -25,6 +25,12 @@ pub struct Rules {
     /// restart is answered DOUBT, and one evicted unused is answered RETRY, instead of the
     /// rule-4 ACK that would acknowledge a message never delivered.
     pub doubt_lost_incarnations: bool,
+    /// Beyond the notes: a delivered TOKEN is acknowledged only once the embedding reports
+    /// that the application took it (`Node::handle_taken`); a duplicate of a delivery not
+    /// yet taken gets no answer, and the record stays until every delivery is taken. Off,
+    /// the ACK leaves on delivery, so a message lost in the receiver's buffer (a crash
+    /// before the application read it) is acknowledged all the same.
+    pub ack_on_take: bool,
 }
 
 impl Rules {
@@ -38,6 +44,7 @@ impl Rules {
         bounded_input: true,
         receiver_probe: true,
         doubt_lost_incarnations: true,
+        ack_on_take: true,
     };
 }
 

@@ -175,8 +175,14 @@ pub struct Stats {
     pub frames_out: FrameCounts,
     /// Messages accepted by `send`.
     pub sent: u64,
-    /// Messages delivered to this node's application.
+    /// Messages delivered to this node's embedding (`Event::Delivered`).
     pub delivered: u64,
+    /// Deliveries the embedding reported taken by the application (`Node::handle_taken`):
+    /// each is acknowledged only then.
+    pub taken: u64,
+    /// TOKENs not delivered (and not answered) because `Config::max_untaken` deliveries
+    /// were waiting for the application: the sender retransmits them later.
+    pub held_back: u64,
     /// Messages of ours acknowledged by their receiver.
     pub acknowledged: u64,
     /// Messages of ours reported in doubt: their receiver lost the incarnation they were

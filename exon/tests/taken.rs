@@ -1,0 +1,155 @@
+//! Acknowledged means taken: a delivery is acknowledged only once the embedding reports that
+//! the application took it (`Node::handle_taken`). Until then its sender retransmits and
+//! gets no answer, a receiver that restarts makes it in doubt, and the receiver holds at
+//! most `max_untaken` such deliveries.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::proto::{Config, Node};
+
+mod pair;
+use pair::*;
+
+const QUIET: Duration = Duration::from_secs(5);
+
+/// A pair whose receiver B delivers without taking (its application is slow).
+fn slow_receiver(cfg: Config) -> Pair {
+    let mut p = Pair::new(cfg);
+    p.nodes[B].auto_take = false;
+    p
+}
+
+#[test]
+fn a_delivery_is_acknowledged_only_once_taken() {
+    let mut p = slow_receiver(test_config());
+    for i in 0..3u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 3, "delivered to the embedding");
+    assert!(p.nodes[A].acked.is_empty(), "acknowledged before taken");
+    assert_eq!(p.node(B).untaken(), 3);
+    assert!(
+        p.node(A).stats().retransmissions > 0,
+        "the sender keeps the tokens"
+    );
+    assert_eq!(p.node(B).stats().delivered, 3, "duplicates not delivered");
+    p.take(B, 1);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    p.take(B, 2);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 3);
+    assert_eq!(p.node(B).stats().taken, 3);
+    assert!(p.both_idle(), "records kept after every message was taken");
+}
+
+/// Rule 4 answers ACK to a token whose record is gone. A record whose slots are all filled
+/// but whose deliveries are not all taken must therefore stay, and a duplicate TOKEN for an
+/// untaken delivery gets no answer at all.
+#[test]
+fn a_duplicate_of_an_untaken_delivery_gets_no_ack() {
+    let cfg = Config {
+        envelope_target: 1,
+        envelope_low: 0,
+        window: 1,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    p.send(A, Bytes::from_static(b"only"));
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 1);
+    assert_eq!(p.node(B).slots_held(), 0, "its only slot is filled");
+    assert_eq!(
+        p.node(B).receiver_records(),
+        1,
+        "the record stays until taken"
+    );
+    assert!(p.node(B).stats().duplicates_dropped > 0, "retransmitted");
+    assert_eq!(p.node(B).stats().frames_out.ack, 0, "a duplicate was acked");
+    assert!(p.nodes[A].acked.is_empty());
+    p.take(B, 1);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    assert!(p.both_idle());
+}
+
+/// A receiver that dies before the hand-over: its sender hears DOUBT (delivered at most
+/// once, maybe lost in the receiver's buffer), never ACK.
+#[test]
+fn a_receiver_restarting_before_the_hand_over_yields_in_doubt() {
+    let mut p = slow_receiver(test_config());
+    for i in 0..4u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_millis(50));
+    assert_eq!(p.nodes[B].delivered.len(), 4);
+    // B crashes with the four messages in its application's buffer.
+    let stored = p.nodes[B].stored;
+    p.nodes[B].node = Node::new(id(B), test_config(), stored).unwrap();
+    p.nodes[B].untaken.clear();
+    p.run(QUIET);
+    assert!(p.nodes[A].acked.is_empty(), "acknowledged, never taken");
+    assert_eq!(p.nodes[A].in_doubt.len(), 4);
+    assert_eq!(p.node(A).pending_to(id(B)), 0);
+}
+
+/// The receiver holds at most `max_untaken` deliveries; further tokens wait at their sender
+/// (retransmitted), and go through once the application catches up.
+#[test]
+fn untaken_deliveries_are_bounded() {
+    let cfg = Config {
+        max_untaken: 2,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    for i in 0..5u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_millis(200));
+    assert_eq!(p.nodes[B].delivered.len(), 2);
+    assert_eq!(p.node(B).untaken(), 2);
+    assert!(p.node(B).stats().held_back > 0);
+    for _ in 0..3 {
+        p.take(B, 2);
+        p.run(QUIET);
+    }
+    let mut got: Vec<u8> = p.nodes[B].delivered.iter().map(|b| b[0]).collect();
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3, 4]);
+    assert_eq!(p.nodes[A].acked.len(), 5);
+}
+
+/// Taking an id twice, or one from before a restart, does nothing.
+#[test]
+fn taking_twice_is_refused() {
+    let mut p = slow_receiver(test_config());
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(QUIET);
+    let d = p.nodes[B].untaken[0];
+    let now = p.now;
+    assert!(p.node(B).handle_taken(now, d));
+    assert!(!p.node(B).handle_taken(now, d));
+    p.nodes[B].untaken.clear();
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+}
+
+/// With the rule off (ACK on delivery, as before), the sender is told "acknowledged" for
+/// messages the receiver's application never took.
+#[cfg(feature = "rule-switches")]
+#[test]
+fn without_the_rule_untaken_messages_are_acknowledged() {
+    let mut p = slow_receiver(test_config());
+    let rules = exon::proto::Rules {
+        ack_on_take: false,
+        ..exon::proto::Rules::ALL
+    };
+    p.node(B).set_rules(rules);
+    for i in 0..3u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 3, "the defect the rule prevents");
+}
