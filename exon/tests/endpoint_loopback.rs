@@ -500,3 +500,60 @@ async fn close_never_hangs() {
         assert_eq!(r.await, Err(ReceiptError::Unacknowledged));
     }
 }
+
+// ----- mismatches are errors, not silence ------------------------------------------------
+
+/// A send to a node id with no known address fails at once, with a typed error, and keeps
+/// nothing; once the address is known (added, or learned from the peer's datagrams), sends
+/// go through.
+#[tokio::test]
+async fn a_send_to_an_unknown_peer_fails_at_once() {
+    let mut a = Endpoint::bind("127.0.0.1:0", A, cfg()).await.unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, cfg()).await.unwrap();
+    let nobody = NodeId::from_const(9);
+    assert_eq!(
+        a.send(nobody, Bytes::from_static(b"x")).await.err(),
+        Some(Error::UnknownPeer(nobody))
+    );
+    assert_eq!(
+        a.try_send(B, Bytes::from_static(b"x")).await.err(),
+        Some(Error::UnknownPeer(B))
+    );
+    a.add_peer(B, b.local_addr());
+    let r = a.send(B, Bytes::from_static(b"hi")).await.unwrap();
+    let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    timeout(LIMIT, r).await.unwrap().unwrap();
+    // B never added A: it learned A's address from A's datagrams, and can reply.
+    let reply = b.send(m.from, Bytes::from_static(b"back")).await.unwrap();
+    timeout(LIMIT, a.recv()).await.unwrap().unwrap();
+    timeout(LIMIT, reply).await.unwrap().unwrap();
+    let report = a.close(Duration::from_secs(1)).await;
+    assert_eq!(report.stats.node.sent, 1, "a refused send was kept");
+}
+
+/// Endpoints with different datagram sizes understand each other: the sender with large
+/// datagrams packs a burst of 100-byte messages into few datagrams, and sends a payload
+/// larger than the receiver's own datagrams.
+#[tokio::test]
+async fn endpoints_with_different_datagram_sizes_understand_each_other() {
+    let a = Endpoint::bind("127.0.0.1:0", A, cfg().with_max_datagram_size(8192))
+        .await
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, cfg().with_max_datagram_size(1200))
+        .await
+        .unwrap();
+    a.add_peer(B, b.local_addr());
+    let mut receipts = Vec::new();
+    for i in 0..100u8 {
+        receipts.push(a.send(B, Bytes::from(vec![i; 100])).await.unwrap());
+    }
+    receipts.push(a.send(B, Bytes::from(vec![7u8; 5000])).await.unwrap());
+    for _ in 0..101 {
+        timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    }
+    for r in receipts {
+        timeout(LIMIT, r).await.unwrap().unwrap();
+    }
+    let stats = b.stats().await.unwrap();
+    assert_eq!(stats.node.rejects.total(), 0);
+}

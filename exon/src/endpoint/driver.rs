@@ -106,7 +106,9 @@ impl<S: DatagramSocket> Driver<S> {
         ch: Channels,
         store: Box<dyn ClockStore>,
     ) -> Self {
-        let rx = RxBufs::new(cfg.protocol.max_datagram_size, socket.max_recv_segments());
+        // Receive up to the UDP maximum whatever our own datagram size: peers configured
+        // with larger datagrams are understood.
+        let rx = RxBufs::new(crate::proto::MAX_DATAGRAM_SIZE, socket.max_recv_segments());
         Driver {
             node,
             socket,

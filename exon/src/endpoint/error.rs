@@ -2,7 +2,7 @@
 
 use std::io;
 
-use crate::proto::{ConfigError, SendError};
+use crate::proto::{ConfigError, NodeId, SendError};
 
 /// Why a send was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -14,6 +14,11 @@ pub enum Error {
     /// The endpoint is closing or closed: it accepts no new messages.
     #[error("endpoint closed")]
     Closed,
+    /// No address is known for this node id: add it with
+    /// [`Handle::add_peer`](super::Handle::add_peer) (or let the peer speak first: addresses
+    /// are learned from its datagrams). Nothing about the message was kept.
+    #[error("no address known for node {0}")]
+    UnknownPeer(NodeId),
 }
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.

@@ -196,6 +196,9 @@ impl Handle {
         if to == self.id {
             return Err(SendError::ToSelf.into());
         }
+        if !self.shared.is_known(to) {
+            return Err(Error::UnknownPeer(to));
+        }
         let max = self.shared.max_payload;
         if payload.len() > max {
             let len = payload.len();
@@ -224,6 +227,7 @@ impl Handle {
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
     /// datagrams, so a peer that changes address keeps being reached.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
+        self.shared.know(id);
         let _ = self.cmds.send(Command::AddPeer(id, addr));
     }
 

@@ -151,7 +151,9 @@ impl<S: DatagramSocket> Driver<S> {
         if self.peers.get(&src) != Some(&from) {
             tracing::debug!(peer = %src, addr = %from, "peer address learned");
             self.stats.address_updates += 1;
-            self.peers.insert(src, from);
+            if self.peers.insert(src, from).is_none() {
+                self.shared.know(src);
+            }
         }
     }
 

@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     taken: AtomicU64,
     /// Notified when the application takes a message.
     pub(crate) taken_notify: Notify,
+    /// Node ids with a known address (added, or learned from their datagrams): a send to
+    /// any other fails at once.
+    known: Mutex<HashSet<NodeId>>,
 }
 
 /// The bit of `Shared::taken` that says the driver stopped.
@@ -52,7 +55,24 @@ impl Shared {
             credits: Semaphore::new(send_buffer.max(1)),
             taken: AtomicU64::new(0),
             taken_notify: Notify::new(),
+            known: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// `peer` has a known address from now on.
+    pub(crate) fn know(&self, peer: NodeId) {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer);
+    }
+
+    /// Whether `peer` has a known address.
+    pub(crate) fn is_known(&self, peer: NodeId) -> bool {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&peer)
     }
 
     /// The application took the next message from the delivery channel. Returns false if

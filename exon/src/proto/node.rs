@@ -400,7 +400,9 @@ impl Node {
     pub fn handle_datagram(&mut self, now: Instant, data: Bytes) -> Option<NodeId> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
-        if data.len() > self.cfg.max_datagram_size {
+        // The receive ceiling is the UDP maximum, not this node's own send size: a peer
+        // configured with larger datagrams is understood.
+        if data.len() > super::MAX_DATAGRAM_SIZE {
             self.stats.rejects.oversized += 1;
             return None;
         }
@@ -408,7 +410,7 @@ impl Node {
         // One pass: decode every frame into the scratch list before acting on any, so a
         // datagram with one bad frame is dropped whole.
         let mut frames = std::mem::take(&mut self.frame_scratch);
-        let src = match frame::decode_into(&data, self.cfg.max_payload(), &mut frames) {
+        let src = match frame::decode_into(&data, Config::max_receive_payload(), &mut frames) {
             Ok(header) => {
                 self.handle_frames(now, header, &mut frames);
                 Some(header.src)

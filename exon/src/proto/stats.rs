@@ -69,7 +69,7 @@ pub struct Rejects {
     pub payload_too_large: u64,
     /// ACK frame with bad ranges.
     pub bad_ack: u64,
-    /// Datagram larger than `max_datagram_size`.
+    /// Datagram larger than the largest UDP payload (65507 bytes).
     pub oversized: u64,
     /// Addressed to another node id.
     pub wrong_destination: u64,

@@ -1,7 +1,10 @@
+//! Delivery semantics that tell the truth, in the core with the `Pair` harness.
+//!
 //! Acknowledged means taken: a delivery is acknowledged only once the embedding reports that
 //! the application took it (`Node::handle_taken`). Until then its sender retransmits and
 //! gets no answer, a receiver that restarts makes it in doubt, and the receiver holds at
-//! most `max_untaken` such deliveries.
+//! most `max_untaken` such deliveries. And a receiver understands datagrams larger than its
+//! own.
 
 use std::time::Duration;
 
@@ -152,4 +155,28 @@ fn without_the_rule_untaken_messages_are_acknowledged() {
     }
     p.run(QUIET);
     assert_eq!(p.nodes[A].acked.len(), 3, "the defect the rule prevents");
+}
+
+/// A receiver takes datagrams up to the UDP maximum whatever its own `max_datagram_size`: a
+/// sender configured with larger datagrams packs a burst of small messages into a few large
+/// ones, and sends a payload larger than the receiver itself could send; all get through.
+#[test]
+fn a_receiver_understands_datagrams_larger_than_its_own() {
+    let big = Config {
+        max_datagram_size: 8192,
+        ..test_config()
+    };
+    let small = Config {
+        max_datagram_size: 1200,
+        ..test_config()
+    };
+    let mut p = Pair::with_configs(big, small);
+    for i in 0..100u8 {
+        p.send(A, Bytes::from(vec![i; 100]));
+    }
+    p.send(A, Bytes::from(vec![7u8; 5000]));
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 101);
+    assert_eq!(p.nodes[A].acked.len(), 101);
+    assert_eq!(p.node(B).stats().rejects.total(), 0);
 }
