@@ -25,7 +25,8 @@ pub enum Error {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReceiptError {
     /// The endpoint stopped (closed, or its deadline passed) before the receiver acknowledged
-    /// the message. It may or may not have been delivered; it was never delivered twice.
+    /// the message. It may or may not have been delivered (or taken); it was never
+    /// delivered twice.
     #[error("endpoint stopped before the message was acknowledged")]
     Unacknowledged,
     /// The endpoint refused the message after [`send`](super::Handle::send) had returned
@@ -34,7 +35,8 @@ pub enum ReceiptError {
     Refused(Error),
     /// The receiver lost the incarnation the message was sent under (it restarted, or
     /// forgot it under a flood of requests) before acknowledging it: the message was
-    /// delivered at most once, maybe not at all, and will not be sent again.
+    /// delivered at most once, maybe not at all (or delivered and lost in the receiver's
+    /// buffer before its application took it), and will not be sent again.
     #[error("receiver restarted before acknowledging: message in doubt")]
     InDoubt,
 }

@@ -44,15 +44,17 @@ pub struct CloseReport {
     /// Messages accepted and not acknowledged when the endpoint stopped (empty on a clean
     /// close).
     pub unacknowledged: Vec<(NodeId, MsgId)>,
-    /// Messages delivered by the core that the application never took from the endpoint
-    /// (only when the delivery buffer stayed full until the deadline, or nobody listened).
+    /// Messages delivered to this endpoint that its application never took: still in the
+    /// delivery buffer when the endpoint stopped (they are not handed out afterwards), or
+    /// discarded because the [`Endpoint`](super::Endpoint) was dropped. None of them was
+    /// acknowledged: their senders see them as unacknowledged or in doubt.
     pub undelivered: usize,
     /// The counters at the end.
     pub stats: EndpointStats,
 }
 
 impl CloseReport {
-    /// True when every message was acknowledged and every delivery handed over.
+    /// True when every message was acknowledged and every delivery taken.
     pub fn is_clean(&self) -> bool {
         self.unacknowledged.is_empty() && self.undelivered == 0
     }
@@ -90,11 +92,16 @@ pub(crate) enum Command {
     },
 }
 
-/// Resolves when the receiver acknowledged the message: it was delivered exactly once at
-/// the peer's Exon layer.
+/// Resolves with the message's verdict: `Ok` once the receiving application took the
+/// message (it left the peer's [`recv`](super::Endpoint::recv)), exactly once; otherwise a
+/// [`ReceiptError`] saying what is known (in doubt, unacknowledged, refused).
 ///
 /// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
 /// retransmits until acknowledged (or until it is closed).
+///
+/// # Cancel safety
+/// Cancel safe: a receipt can be polled again after a poll was dropped (in `select!`, or
+/// under a timeout), and the verdict is not lost meanwhile.
 #[derive(Debug)]
 #[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the message)"]
 pub struct Receipt {
@@ -158,7 +165,13 @@ impl Handle {
     /// their way to the core at once (more wait for the driver to take them), and sends that
     /// find the destination full on arrival wait in the driver, in order, until it has room.
     /// The rare refusal found only then (too many destinations, or a close racing the send)
-    /// resolves the receipt with [`ReceiptError::Refused`].
+    /// resolves the receipt with [`ReceiptError::Refused`]. A destination with no known
+    /// address is refused at once with [`Error::UnknownPeer`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the message is handed over without any wait after the last await point,
+    /// so a `send` dropped before it returned sent nothing, and one that returned its
+    /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
@@ -179,6 +192,11 @@ impl Handle {
     /// Like [`send`](Self::send) but fails at once with
     /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull) instead of waiting for
     /// queue space (it still awaits the driver's answer, which never waits on the network).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the message is handed over before the driver's answer is awaited, so
+    /// a `try_send` dropped while waiting may still have sent it (with nobody holding its
+    /// receipt). Use [`send`](Self::send) where cancellation matters.
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
@@ -240,8 +258,14 @@ impl Handle {
 
     /// Stops accepting sends (waiting senders get [`Error::Closed`]), waits until every
     /// outstanding message is acknowledged or `timeout` passes, stops the endpoint and reports
-    /// what was left. Never hangs past `timeout` (plus one driver turn). Returns an empty
-    /// report if the endpoint had already stopped.
+    /// what was left. Never hangs past `timeout` (plus one driver turn): it does not wait
+    /// for the application to take buffered deliveries, which are counted in
+    /// [`CloseReport::undelivered`]. Returns an empty report if the endpoint had already
+    /// stopped.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in the sense that matters: once called, the close goes on (with its
+    /// deadline) even if this future is dropped; only the report is lost.
     pub async fn close(&self, timeout: Duration) -> CloseReport {
         let (reply, rx) = oneshot::channel();
         if self.cmds.send(Command::Close { timeout, reply }).is_err() {
