@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::proto::{Config, Node};
+use exon::proto::{Abandoned, Config, Node};
 
 mod pair;
 use pair::*;
@@ -179,4 +179,96 @@ fn a_receiver_understands_datagrams_larger_than_its_own() {
     assert_eq!(p.nodes[B].delivered.len(), 101);
     assert_eq!(p.nodes[A].acked.len(), 101);
     assert_eq!(p.node(B).stats().rejects.total(), 0);
+}
+
+// ----- deadlines: giving up tells the truth ----------------------------------------------
+
+fn has_token(w: &Wire) -> bool {
+    w.packet()
+        .frames
+        .iter()
+        .any(|f| matches!(f, exon::proto::Frame::Token { .. }))
+}
+
+/// Given up before any copy left (the receiver never answered the request for slots): not
+/// delivered, for sure; the message is forgotten, and never arrives.
+#[test]
+fn a_message_given_up_before_it_left_is_not_delivered() {
+    let mut p = Pair::new(test_config());
+    p.set_filter(|w| {
+        if w.from == A {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, Bytes::from_static(b"late"));
+    p.run(Duration::from_millis(300));
+    let now = p.now;
+    assert_eq!(
+        p.node(A).abandon(now, id(B), m),
+        Some(Abandoned::NotDelivered)
+    );
+    assert_eq!(p.node(A).abandon(now, id(B), m), None, "forgotten");
+    p.set_filter(|_| Fate::Deliver);
+    p.run(QUIET);
+    assert!(p.nodes[B].delivered.is_empty());
+    assert!(p.nodes[A].acked.is_empty() && p.nodes[A].in_doubt.is_empty());
+    assert!(p.both_idle());
+}
+
+/// Given up after a copy left: in doubt (the copy may still arrive); never sent again.
+#[test]
+fn a_message_given_up_after_it_left_is_in_doubt() {
+    let mut p = Pair::new(test_config());
+    p.set_filter(|w| {
+        if has_token(w) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, Bytes::from_static(b"lost"));
+    p.run(Duration::from_millis(300));
+    assert!(p.node(A).stats().frames_out.token > 0);
+    let now = p.now;
+    assert_eq!(p.node(A).abandon(now, id(B), m), Some(Abandoned::InDoubt));
+    let sent = p.node(A).stats().frames_out.token;
+    p.set_filter(|_| Fate::Deliver);
+    p.run(QUIET);
+    assert_eq!(p.node(A).stats().frames_out.token, sent, "sent again");
+    assert!(p.nodes[A].acked.is_empty());
+    assert!(p.both_idle(), "the receiver's slot was not released");
+}
+
+/// With the rule off, a message whose copy is only late is reported not delivered, and
+/// then arrives.
+#[cfg(feature = "rule-switches")]
+#[test]
+fn without_the_rule_a_message_reported_not_delivered_arrives() {
+    let mut p = Pair::new(test_config());
+    p.node(A).set_rules(exon::proto::Rules {
+        deadline_doubts_sent_tokens: false,
+        ..exon::proto::Rules::ALL
+    });
+    p.set_filter(|w| {
+        if has_token(w) {
+            Fate::Delay(Duration::from_millis(500))
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, Bytes::from_static(b"slow"));
+    p.run(Duration::from_millis(100));
+    let now = p.now;
+    assert_eq!(
+        p.node(A).abandon(now, id(B), m),
+        Some(Abandoned::NotDelivered)
+    );
+    p.run(QUIET);
+    assert_eq!(
+        p.nodes[B].delivered.len(),
+        1,
+        "the defect the rule prevents"
+    );
 }

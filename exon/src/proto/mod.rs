@@ -4,6 +4,7 @@
 //! Start with [`Node`]. The wire format is in [`frame`] and documented byte by byte in
 //! `docs/wire.md`.
 
+mod abandon;
 pub mod codec;
 mod config;
 mod delivery;
@@ -27,6 +28,7 @@ mod tokens;
 mod transmit;
 mod verdicts;
 
+pub use abandon::Abandoned;
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,

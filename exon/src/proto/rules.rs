@@ -31,6 +31,10 @@ pub struct Rules {
     /// the ACK leaves on delivery, so a message lost in the receiver's buffer (a crash
     /// before the application read it) is acknowledged all the same.
     pub ack_on_take: bool,
+    /// Beyond the notes: a message given up (`Node::abandon`) after a copy of it left is in
+    /// doubt; only one that never left is reported not delivered. Off, every abandoned
+    /// message is reported not delivered, although a copy in flight may still arrive.
+    pub deadline_doubts_sent_tokens: bool,
 }
 
 impl Rules {
@@ -45,6 +49,7 @@ impl Rules {
         receiver_probe: true,
         doubt_lost_incarnations: true,
         ack_on_take: true,
+        deadline_doubts_sent_tokens: true,
     };
 }
 

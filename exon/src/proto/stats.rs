@@ -186,8 +186,12 @@ pub struct Stats {
     /// Messages of ours acknowledged by their receiver.
     pub acknowledged: u64,
     /// Messages of ours reported in doubt: their receiver lost the incarnation they were
-    /// sent under (a restart, or an eviction under pressure), so delivery is unknown.
+    /// sent under (a restart, or an eviction under pressure), or they were given up
+    /// (`Node::abandon`) after a copy left, so delivery is unknown.
     pub in_doubt: u64,
+    /// Messages of ours given up (`Node::abandon`) before any copy left: certainly not
+    /// delivered.
+    pub not_delivered: u64,
     /// Tokens of ours the receiver answered with RETRY (never delivered): made again from
     /// fresh slots.
     pub retried: u64,
