@@ -24,6 +24,8 @@ pub enum ViolationKind {
     DoubleAck,
     /// The sender was told a message is in doubt although its receiver never restarted.
     UnexplainedDoubt,
+    /// A message its sender was told is not delivered was delivered.
+    DeliveredAfterNotDelivered,
     /// After healing and quiescence, a message was never delivered (and taken by the
     /// receiving application).
     Lost,
@@ -71,6 +73,10 @@ struct Rec {
     acked: bool,
     /// Its sender was told it is in doubt.
     doubted: bool,
+    /// Its sender gave it up at its deadline (told not delivered, or in doubt).
+    given_up: bool,
+    /// Its sender was told it was certainly not delivered.
+    not_delivered: bool,
     /// Its sender restarted before it was settled: the obligation died with the process.
     sender_restarted: bool,
     sent_at: u64,
@@ -99,6 +105,10 @@ pub struct Oracle {
     pub lost_by_restart: u64,
     /// Messages never delivered although no restart excuses them, known at the end.
     pub lost: u64,
+    /// Messages given up at their deadline: told not delivered.
+    pub not_delivered: u64,
+    /// Messages given up at their deadline after a copy left: told in doubt.
+    pub expired_in_doubt: u64,
 }
 
 /// Violations kept in full; later ones are only counted.
@@ -201,6 +211,8 @@ impl Oracle {
             taken: false,
             acked: false,
             doubted: false,
+            given_up: false,
+            not_delivered: false,
             sender_restarted: false,
             sent_at: now,
             delivered_at: NONE,
@@ -245,7 +257,17 @@ impl Oracle {
             return None;
         }
         r.deliveries += 1;
-        if r.deliveries > 1 {
+        let told_not_delivered = r.not_delivered;
+        let deliveries = r.deliveries;
+        if told_not_delivered {
+            self.violate(
+                ViolationKind::DeliveredAfterNotDelivered,
+                Some(key),
+                now,
+                format!("node{node} delivered it after its sender was told not delivered"),
+            );
+        }
+        if deliveries > 1 {
             self.duplicates += 1;
             self.violate(
                 ViolationKind::Duplicate,
@@ -255,7 +277,9 @@ impl Oracle {
             );
             return None;
         }
-        r.delivered_at = now;
+        if let Some(r) = rec_in(&mut self.msgs, key) {
+            r.delivered_at = now;
+        }
         self.delivered += 1;
         Some((key, kind))
     }
@@ -332,12 +356,38 @@ impl Oracle {
         }
     }
 
+    /// The sender gave `key` up at its deadline, and was told it was not delivered
+    /// (`not_delivered`: it must never be) or is in doubt.
+    pub fn on_abandoned(&mut self, key: MsgKey, not_delivered: bool, now: u64) {
+        let Some(r) = self.settle(key, now, "given up") else {
+            return;
+        };
+        r.given_up = true;
+        r.doubted = !not_delivered;
+        r.not_delivered = not_delivered;
+        r.acked_at = now;
+        let delivered = r.deliveries > 0;
+        if not_delivered {
+            self.not_delivered += 1;
+        } else {
+            self.expired_in_doubt += 1;
+        }
+        if not_delivered && delivered {
+            self.violate(
+                ViolationKind::DeliveredAfterNotDelivered,
+                Some(key),
+                now,
+                "told not delivered, but it was delivered".into(),
+            );
+        }
+    }
+
     /// The record of `key` about to be settled, or `None` (and a violation) if it was never
     /// submitted or was settled already.
     fn settle(&mut self, key: MsgKey, now: u64, what: &str) -> Option<&mut Rec> {
         let settled = match rec_in(&mut self.msgs, key) {
             None => None,
-            Some(r) => Some(r.acked || r.doubted),
+            Some(r) => Some(r.acked || r.doubted || r.not_delivered),
         };
         match settled {
             None => self.violate(
@@ -377,8 +427,10 @@ impl Oracle {
                     sender: s as u32,
                     seq: seq as u64,
                 };
-                let settled = r.acked || r.doubted;
-                if !r.taken && (r.doubted || (r.sender_restarted && !settled)) {
+                let settled = r.acked || r.doubted || r.not_delivered;
+                if r.given_up && !r.taken {
+                    // Given up at its deadline, and told so truthfully: not a loss.
+                } else if !r.taken && (r.doubted || (r.sender_restarted && !settled)) {
                     self.lost_by_restart += 1;
                 } else if !r.taken {
                     self.lost += 1;
@@ -504,6 +556,19 @@ mod tests {
         );
         assert_eq!(o.violations()[0].key, Some(a));
         assert_eq!(o.lost_by_restart, 1);
+    }
+
+    #[test]
+    fn not_delivered_must_never_arrive() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_abandoned(a, true, 5);
+        o.on_abandoned(b, false, 5);
+        o.on_delivered(1, 0, &payload(a), 6);
+        o.finish(10);
+        assert_eq!(kinds(&o), [ViolationKind::DeliveredAfterNotDelivered]);
+        assert_eq!((o.not_delivered, o.expired_in_doubt, o.lost), (1, 1, 0));
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub struct Scenario {
     /// still buffered: the application crashed before reading it. Zero takes every
     /// delivery at once.
     pub take_delay: Duration,
+    /// Every message is given up (`Node::abandon`) this long after it was submitted, if
+    /// not settled by then. `None`: never.
+    pub deadline: Option<Duration>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -71,6 +74,7 @@ impl std::fmt::Debug for Scenario {
             .field("faults", &self.faults)
             .field("hostile", &self.hostile)
             .field("take_delay", &self.take_delay)
+            .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
 }
@@ -103,6 +107,7 @@ impl Default for Scenario {
             expect_idle: true,
             node_hook: None,
             take_delay: Duration::ZERO,
+            deadline: None,
         }
     }
 }

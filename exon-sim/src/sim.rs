@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{DeliveryId, Event, Node, NodeId};
+use exon::proto::{Abandoned, DeliveryId, Event, MsgId, Node, NodeId};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -28,6 +28,13 @@ enum What {
     Pump(u32),
     /// The application of a node takes what was delivered into its buffer.
     Take(u32),
+    /// The deadline of message `id` (to `to`) of node `node` in its incarnation `boot`.
+    GiveUp {
+        node: u32,
+        to: u32,
+        id: u64,
+        boot: u32,
+    },
     Fault(u32),
     Revive {
         node: u32,
@@ -277,6 +284,9 @@ impl Sim {
             What::Timer(i) => self.on_timer(i as usize, ev.t),
             What::Pump(i) => self.pump(i as usize),
             What::Take(i) => self.take(i as usize),
+            What::GiveUp { node, to, id, boot } => {
+                self.give_up(node as usize, to as usize, MsgId(id), boot)
+            }
             What::Fault(k) => self.fault(k as usize),
             What::Revive { node, keep_clock } => {
                 let i = node as usize;
@@ -445,6 +455,28 @@ impl Sim {
         self.drain(i);
     }
 
+    /// Message `id` of node `i` reached its deadline: the node gives it up (if it is still
+    /// the incarnation that sent it) and the oracle checks the verdict.
+    fn give_up(&mut self, i: usize, to: usize, id: MsgId, boot: u32) {
+        if self.hosts[i].restarts != boot {
+            return;
+        }
+        let now = self.instant();
+        let Some(node) = self.hosts[i].node.as_mut() else {
+            return;
+        };
+        let Some(verdict) = node.abandon(now, node_id(to), id) else {
+            return; // settled already
+        };
+        let key = MsgKey {
+            sender: i as u32,
+            seq: self.hosts[i].msg_keys[id.0 as usize],
+        };
+        self.oracle
+            .on_abandoned(key, verdict == Abandoned::NotDelivered, self.now);
+        self.drain(i);
+    }
+
     /// Puts a datagram on the link `from -> to`.
     fn route(&mut self, from: usize, to: usize, data: Bytes) {
         let l = from * self.hosts.len() + to;
@@ -527,6 +559,15 @@ impl Sim {
                         debug_assert_eq!(id.0 as usize, self.hosts[i].msg_keys.len());
                         self.hosts[i].msg_keys.push(key.seq);
                         sent += 1;
+                        if let Some(d) = self.sc.deadline {
+                            let what = What::GiveUp {
+                                node: i as u32,
+                                to: to as u32,
+                                id: id.0,
+                                boot: self.hosts[i].restarts,
+                            };
+                            self.push(self.now + nanos(d), what);
+                        }
                     }
                     Err(_) => break,
                 }

@@ -28,6 +28,8 @@ struct Params {
     dup_delay_ms: u64,
     /// How long applications leave deliveries in their buffer (lost if their node restarts).
     take_ms: u64,
+    /// Deadline of every message in ms (0: none).
+    deadline_ms: u64,
     /// (a, b, kind 0..3, start ms, length ms)
     partitions: Vec<(usize, usize, u8, u64, u64)>,
     /// (node, at ms, down ms)
@@ -56,6 +58,7 @@ impl Params {
             jitter_ms: r.gen_range(0..10),
             dup_delay_ms: r.gen_range(1..10_000),
             take_ms: r.gen_range(0..50),
+            deadline_ms: [0, r.gen_range(50..2000)][r.gen_range(0..2)],
             partitions: (0..r.gen_range(0..4))
                 .map(|_| {
                     (
@@ -157,6 +160,7 @@ impl Params {
             },
             faults,
             take_delay: Duration::from_millis(self.take_ms),
+            deadline: (self.deadline_ms > 0).then(|| Duration::from_millis(self.deadline_ms)),
             settle: Duration::from_secs(120),
             max_events: 2_000_000,
             ..Scenario::default()
@@ -180,7 +184,12 @@ fn params() -> impl Strategy<Value = Params> {
         1u64..600,
         0usize..3,
         (0.0..0.3f64, any::<bool>(), 0.0..0.3f64, 0.0..0.3f64),
-        (0u64..10, 1u64..10_000, 0u64..50),
+        (
+            0u64..10,
+            1u64..10_000,
+            0u64..50,
+            prop_oneof![Just(0u64), 50u64..2000],
+        ),
         prop::collection::vec((0usize..6, 0usize..6, 0u8..3, 0u64..2000, 1u64..1000), 0..4),
         prop::collection::vec((0usize..6, 0u64..2000, 1u64..300), 0..3),
         (13usize..200, 0usize..3, 0u64..5, 1u32..32),
@@ -192,7 +201,7 @@ fn params() -> impl Strategy<Value = Params> {
                 messages,
                 pat,
                 (loss, burst, dup, reorder),
-                (jitter_ms, dup_delay_ms, take_ms),
+                (jitter_ms, dup_delay_ms, take_ms, deadline_ms),
                 partitions,
                 restarts,
                 (payload, dgram, ack_ms, every),
@@ -208,6 +217,7 @@ fn params() -> impl Strategy<Value = Params> {
                 jitter_ms,
                 dup_delay_ms,
                 take_ms,
+                deadline_ms,
                 partitions,
                 restarts,
                 packing: (payload, DATAGRAMS[dgram], ack_ms, every),

@@ -256,3 +256,47 @@ fn ack_on_take() {
         &[ViolationKind::AckWithoutTake],
     );
 }
+
+/// Every message has a deadline of 150 ms, and the link between the two nodes holds its
+/// datagrams from 50 ms to 400 ms, so that many messages are given up.
+fn with_deadlines(seed: u64) -> Scenario {
+    let mut sc = lossy(seed);
+    sc.deadline = Some(Duration::from_millis(150));
+    sc.faults = vec![
+        Fault {
+            at: Duration::from_millis(50),
+            kind: FaultKind::Hold { a: 0, b: 1 },
+        },
+        Fault {
+            at: Duration::from_millis(400),
+            kind: FaultKind::Heal { a: 0, b: 1 },
+        },
+    ];
+    sc
+}
+
+/// Deadlines over a lossy network: messages given up are reported truthfully, and one
+/// reported not delivered never arrives. With the rule off (every message given up reported
+/// not delivered), the oracle sees such a message arrive.
+#[test]
+fn deadline_doubts_sent_tokens() {
+    let r = self_test(
+        with_deadlines,
+        |r| r.deadline_doubts_sent_tokens = false,
+        &[ViolationKind::DeliveredAfterNotDelivered],
+    );
+    assert!(r.not_delivered > 0);
+}
+
+/// A clean run with deadlines reports both verdicts.
+#[test]
+fn deadlines_give_both_verdicts() {
+    let mut sc = with_deadlines(3);
+    // A small window, so that messages also wait in the queue (no copy left) at deadlines.
+    sc.config.envelope_target = 16;
+    sc.config.envelope_low = 8;
+    sc.config.window = 32;
+    let r = Sim::new(sc).run();
+    assert!(r.ok(), "{}", r.describe_failure());
+    assert!(r.not_delivered > 0 && r.expired_in_doubt > 0, "{r:?}");
+}

@@ -557,3 +557,50 @@ async fn endpoints_with_different_datagram_sizes_understand_each_other() {
     let stats = b.stats().await.unwrap();
     assert_eq!(stats.node.rejects.total(), 0);
 }
+
+// ----- deadlines ---------------------------------------------------------------------------
+
+/// An address where nothing listens.
+async fn dead_addr() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    s.local_addr().unwrap()
+}
+
+/// A peer that never answers: at the deadline the receipt says not delivered (no copy of
+/// the message ever left: no slot was granted), and the endpoint forgets the message.
+#[tokio::test]
+async fn a_deadline_with_a_silent_peer_resolves_not_delivered() {
+    let a = Endpoint::bind("127.0.0.1:0", A, cfg()).await.unwrap();
+    a.add_peer(B, dead_addr().await);
+    let t = Instant::now();
+    let r = a
+        .send_within(B, Bytes::from_static(b"x"), Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(
+        timeout(LIMIT, r).await.unwrap(),
+        Err(ReceiptError::NotDelivered)
+    );
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    let report = a.close(Duration::ZERO).await;
+    assert!(
+        report.unacknowledged.is_empty(),
+        "not forgotten: {report:?}"
+    );
+    assert_eq!(report.stats.node.not_delivered, 1);
+}
+
+/// The endpoint's default deadline, and a copy that left: a receiver whose application
+/// never takes the message makes it in doubt at the deadline, not acknowledged.
+#[tokio::test]
+async fn a_default_deadline_after_a_copy_left_resolves_in_doubt() {
+    let c = cfg().with_default_deadline(Some(Duration::from_millis(200)));
+    let (a, b) = pair(c).await;
+    let r = a.send(B, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(timeout(LIMIT, r).await.unwrap(), Err(ReceiptError::InDoubt));
+    let sb = b.stats().await.unwrap();
+    assert_eq!(sb.node.delivered, 1, "it did arrive, untaken");
+    let report = a.close(Duration::ZERO).await;
+    assert!(report.unacknowledged.is_empty());
+    assert_eq!(report.stats.node.in_doubt, 1);
+}

@@ -28,6 +28,13 @@ pub struct EndpointConfig {
     pub linger: Duration,
     /// Delay before retrying a clock store that failed. Default 100 ms.
     pub store_retry: Duration,
+    /// Deadline of every send that does not give its own
+    /// ([`Handle::send_within`](super::Handle::send_within)): when it passes before the
+    /// message is acknowledged, the endpoint gives the message up and its receipt resolves
+    /// with [`ReceiptError::NotDelivered`](super::ReceiptError::NotDelivered) (no copy ever
+    /// left) or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt). Default `None`:
+    /// messages are retried until acknowledged, across link failures of any length.
+    pub default_deadline: Option<Duration>,
 }
 
 impl Default for EndpointConfig {
@@ -39,6 +46,7 @@ impl Default for EndpointConfig {
             send_buffer: 1024,
             linger: Duration::from_secs(5),
             store_retry: Duration::from_millis(100),
+            default_deadline: None,
         }
     }
 }
@@ -71,6 +79,12 @@ impl EndpointConfig {
     /// Sets [`linger`](Self::linger).
     pub fn with_linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Sets [`default_deadline`](Self::default_deadline).
+    pub fn with_default_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.default_deadline = deadline;
         self
     }
 

@@ -1,7 +1,8 @@
 //! The driver task: owns the node and the socket; each turn it takes every input that is
 //! ready (queued commands, a batch of datagrams, a due timer), then drains the node's outputs.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -75,6 +76,9 @@ pub(crate) struct Driver<S> {
     /// Sends waiting for room in the core, per destination (each such destination is in
     /// `blocked`).
     pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>>,
+    /// Deadlines of messages in the core: (deadline, core id, destination), earliest first
+    /// (entries of settled messages are skipped, and pruned when they pile up).
+    pub(crate) deadlines: BinaryHeap<Reverse<(Instant, MsgId, NodeId)>>,
     /// Destinations whose queue is full, as published in `shared`.
     pub(crate) blocked: HashSet<NodeId>,
     /// Send credits taken from the channel this turn, returned at the end of the turn.
@@ -124,6 +128,7 @@ impl<S: DatagramSocket> Driver<S> {
             discarded: 0,
             acks: HashMap::default(),
             waiters: HashMap::new(),
+            deadlines: BinaryHeap::new(),
             blocked: HashSet::new(),
             credits_taken: 0,
             closing: None,
@@ -176,10 +181,16 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// Waits for the next input.
     async fn wait(&mut self, more: bool) -> Wake {
-        let deadline = [self.node.poll_timeout(), self.closing, self.store_retry_at]
-            .into_iter()
-            .flatten()
-            .min();
+        let given_up = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
+        let deadline = [
+            self.node.poll_timeout(),
+            self.closing,
+            self.store_retry_at,
+            given_up,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if deadline != self.sleep_at {
             if let Some(d) = deadline {
                 self.sleep.as_mut().reset(TokioInstant::from_std(d));
@@ -259,6 +270,13 @@ impl<S: DatagramSocket> Driver<S> {
         }
         if self.node.poll_timeout().is_some_and(|d| d <= t) {
             self.node.handle_timeout(t);
+        }
+        if self
+            .deadlines
+            .peek()
+            .is_some_and(|Reverse((d, _, _))| *d <= t)
+        {
+            self.expire_deadlines(t);
         }
         if self.credits_taken > 0 {
             self.shared.credits.add_permits(self.credits_taken);

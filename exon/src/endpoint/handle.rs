@@ -79,6 +79,8 @@ pub(crate) struct Outgoing {
     pub(crate) id: MsgId,
     pub(crate) ack: AckSender,
     pub(crate) reply: Reply,
+    /// When the endpoint gives the message up, if not acknowledged by then.
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 /// A command from a handle to the driver task.
@@ -173,7 +175,34 @@ impl Handle {
     /// so a `send` dropped before it returned sent nothing, and one that returned its
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        let payload = payload.into();
+        self.send_deadline(to, payload.into(), self.shared.default_deadline)
+            .await
+    }
+
+    /// Like [`send`](Self::send), with a deadline `within` from now (instead of
+    /// [`EndpointConfig::default_deadline`](super::EndpointConfig::default_deadline)): if the
+    /// message is not acknowledged by then, the endpoint gives it up and the receipt
+    /// resolves with [`ReceiptError::NotDelivered`] when no copy of it ever left (certain),
+    /// or [`ReceiptError::InDoubt`] when one did (it may still arrive, at most once).
+    ///
+    /// # Cancel safety
+    /// As [`send`](Self::send).
+    pub async fn send_within(
+        &self,
+        to: NodeId,
+        payload: impl Into<Bytes>,
+        within: Duration,
+    ) -> Result<Receipt, Error> {
+        self.send_deadline(to, payload.into(), Some(within)).await
+    }
+
+    async fn send_deadline(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        within: Option<Duration>,
+    ) -> Result<Receipt, Error> {
+        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         self.check(to, &payload)?;
         self.shared.wait_for_room(to).await;
         if self.shared.is_closing() {
@@ -186,7 +215,7 @@ impl Handle {
             .await
             .map_err(|_| Error::Closed)?;
         credit.forget();
-        self.hand_over(to, payload, Reply::None)
+        self.hand_over(to, payload, Reply::None, deadline)
     }
 
     /// Like [`send`](Self::send) but fails at once with
@@ -201,7 +230,11 @@ impl Handle {
         let payload = payload.into();
         self.check(to, &payload)?;
         let (reply, answer) = oneshot::channel();
-        let receipt = self.hand_over(to, payload, Reply::Try(reply))?;
+        let deadline = self
+            .shared
+            .default_deadline
+            .map(|w| tokio::time::Instant::now().into_std() + w);
+        let receipt = self.hand_over(to, payload, Reply::Try(reply), deadline)?;
         answer.await.map_err(|_| Error::Closed)??;
         Ok(receipt)
     }
@@ -226,7 +259,13 @@ impl Handle {
     }
 
     /// Gives the message an id and hands it to the driver.
-    fn hand_over(&self, to: NodeId, payload: Bytes, reply: Reply) -> Result<Receipt, Error> {
+    fn hand_over(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        reply: Reply,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Receipt, Error> {
         let (ack, rx) = oneshot::channel();
         let id = self.shared.next_id();
         let out = Outgoing {
@@ -235,6 +274,7 @@ impl Handle {
             id,
             ack,
             reply,
+            deadline,
         };
         self.cmds
             .send(Command::Send(out))

@@ -219,6 +219,7 @@ impl Builder {
         let shared = Arc::new(Shared::new(
             node.config().max_payload(),
             self.config.send_buffer,
+            self.config.default_deadline,
         ));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));

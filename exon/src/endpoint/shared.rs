@@ -16,6 +16,8 @@ use crate::proto::{MsgId, NodeId};
 pub(crate) struct Shared {
     /// Largest payload the core accepts.
     pub(crate) max_payload: usize,
+    /// Deadline of sends that give none.
+    pub(crate) default_deadline: Option<std::time::Duration>,
     /// Set once the endpoint closes: new sends are refused at once.
     closing: AtomicBool,
     /// The next message id handed out.
@@ -44,9 +46,14 @@ pub(crate) struct Shared {
 const STOPPED: u64 = 1 << 63;
 
 impl Shared {
-    pub(crate) fn new(max_payload: usize, send_buffer: usize) -> Shared {
+    pub(crate) fn new(
+        max_payload: usize,
+        send_buffer: usize,
+        default_deadline: Option<std::time::Duration>,
+    ) -> Shared {
         Shared {
             max_payload,
+            default_deadline,
             closing: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             blocked: Mutex::new(HashSet::new()),
