@@ -272,3 +272,53 @@ fn without_the_rule_a_message_reported_not_delivered_arrives() {
         "the defect the rule prevents"
     );
 }
+
+// ----- peer liveness -------------------------------------------------------------------------
+
+/// A peer that answers nothing while a message waits for it is reported unreachable, once;
+/// nothing is dropped; at its first datagram it is reachable again and the message goes
+/// through.
+#[test]
+fn a_silent_peer_is_reported_unreachable_then_reachable() {
+    let cfg = Config {
+        unreachable_after: Duration::from_millis(300),
+        max_rto: Duration::from_millis(100),
+        ..test_config()
+    };
+    let mut p = Pair::new(cfg);
+    p.set_filter(|w| {
+        if w.from == B {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(Duration::from_millis(200));
+    assert!(p.nodes[A].liveness.is_empty(), "too early");
+    p.run(Duration::from_secs(3));
+    assert_eq!(p.nodes[A].liveness, [false]);
+    assert!(p.node(A).is_unreachable(id(B)));
+    assert_eq!(p.node(A).pending_to(id(B)), 1, "nothing dropped");
+    p.set_filter(|_| Fate::Deliver);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].liveness, [false, true]);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    assert!(!p.node(A).is_unreachable(id(B)));
+}
+
+/// Silence with nothing to send is not a failure.
+#[test]
+fn an_idle_peer_is_never_unreachable() {
+    let cfg = Config {
+        unreachable_after: Duration::from_millis(100),
+        max_rto: Duration::from_millis(50),
+        ..test_config()
+    };
+    let mut p = Pair::new(cfg);
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(QUIET);
+    p.set_filter(|_| Fate::Drop);
+    p.run(QUIET);
+    assert!(p.nodes[A].liveness.is_empty() && p.nodes[B].liveness.is_empty());
+}

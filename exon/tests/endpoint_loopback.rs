@@ -604,3 +604,34 @@ async fn a_default_deadline_after_a_copy_left_resolves_in_doubt() {
     assert!(report.unacknowledged.is_empty());
     assert_eq!(report.stats.node.in_doubt, 1);
 }
+
+// ----- peer liveness -------------------------------------------------------------------------
+
+/// A peer whose address answers nothing is reported unreachable (a watch and a query on the
+/// handle); nothing is dropped, and once a node listens there the message is delivered and
+/// the peer is reachable again.
+#[tokio::test]
+async fn an_unreachable_peer_is_reported_and_recovers() {
+    let mut c = cfg();
+    c.protocol.unreachable_after = Duration::from_millis(200);
+    c.protocol.max_rto = Duration::from_millis(100);
+    let a = Endpoint::bind("127.0.0.1:0", A, c.clone()).await.unwrap();
+    let addr = dead_addr().await;
+    a.add_peer(B, addr);
+    let mut watch = a.unreachable_peers();
+    let r = a.send(B, Bytes::from_static(b"x")).await.unwrap();
+    assert!(a.is_reachable(B));
+    timeout(LIMIT, watch.wait_for(|s| s.contains(&B)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!a.is_reachable(B));
+    let mut b = Endpoint::bind(addr, B, c).await.unwrap();
+    timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    timeout(LIMIT, r).await.unwrap().unwrap();
+    timeout(LIMIT, watch.wait_for(|s| s.is_empty()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(a.is_reachable(B));
+}

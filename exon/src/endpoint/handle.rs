@@ -1,5 +1,6 @@
 //! The cloneable sending side of an endpoint, receipts, and the commands sent to the driver.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -287,6 +288,20 @@ impl Handle {
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
         self.shared.know(id);
         let _ = self.cmds.send(Command::AddPeer(id, addr));
+    }
+
+    /// Whether `peer` is reachable as far as this endpoint knows: false once messages to it
+    /// waited [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without
+    /// any datagram from it, true again at its next datagram. Being unreachable drops
+    /// nothing: messages are retried until acknowledged or their deadline passes.
+    pub fn is_reachable(&self, peer: NodeId) -> bool {
+        !self.shared.unreachable.borrow().contains(&peer)
+    }
+
+    /// A watch of the peers currently unreachable (see [`is_reachable`](Self::is_reachable)):
+    /// `changed().await` on it wakes at every change.
+    pub fn unreachable_peers(&self) -> tokio::sync::watch::Receiver<BTreeSet<NodeId>> {
+        self.shared.unreachable.subscribe()
     }
 
     /// The counters, or `None` if the endpoint has stopped.

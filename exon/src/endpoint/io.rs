@@ -224,6 +224,14 @@ impl<S: DatagramSocket> Driver<S> {
                         let _ = u.ack.send(Ok(()));
                     }
                 }
+                Event::PeerUnreachable { peer } => {
+                    tracing::warn!(%peer, "peer unreachable");
+                    self.shared.set_unreachable(peer, true);
+                }
+                Event::PeerReachable { peer } => {
+                    tracing::info!(%peer, "peer reachable again");
+                    self.shared.set_unreachable(peer, false);
+                }
                 Event::InDoubt { id, to } => {
                     tracing::warn!(peer = %to, "receiver lost the message's incarnation: in doubt");
                     if let Some(u) = self.acks.remove(&id) {

@@ -2,7 +2,7 @@
 //! driver: closing flag, message ids, destinations whose queue is full (and a notification
 //! when one has room again), and send credits.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     /// Node ids with a known address (added, or learned from their datagrams): a send to
     /// any other fails at once.
     known: Mutex<HashSet<NodeId>>,
+    /// Peers reported unreachable, published to watchers.
+    pub(crate) unreachable: tokio::sync::watch::Sender<BTreeSet<NodeId>>,
 }
 
 /// The bit of `Shared::taken` that says the driver stopped.
@@ -63,7 +65,19 @@ impl Shared {
             taken: AtomicU64::new(0),
             taken_notify: Notify::new(),
             known: Mutex::new(HashSet::new()),
+            unreachable: tokio::sync::watch::Sender::new(BTreeSet::new()),
         }
+    }
+
+    /// Publishes that `peer` is (`true`) or is no longer unreachable.
+    pub(crate) fn set_unreachable(&self, peer: NodeId, unreachable: bool) {
+        self.unreachable.send_if_modified(|set| {
+            if unreachable {
+                set.insert(peer)
+            } else {
+                set.remove(&peer)
+            }
+        });
     }
 
     /// `peer` has a known address from now on.

@@ -81,6 +81,13 @@ pub struct Config {
     /// senders retransmit them later) and counted in
     /// [`Stats::held_back`](super::Stats::held_back). Default 65536.
     pub max_untaken: usize,
+    /// A destination with work pending (messages queued or unacknowledged) that sends
+    /// nothing back for this long is reported unreachable
+    /// ([`Event::PeerUnreachable`](super::Event::PeerUnreachable)), checked at its
+    /// retransmission timeouts (so within `max_rto` after). Must exceed `max_rto`, so that a
+    /// peer is never reported unreachable only because this node waits to retransmit.
+    /// Default 5 s.
+    pub unreachable_after: Duration,
 }
 
 impl Default for Config {
@@ -107,6 +114,7 @@ impl Default for Config {
             ack_delay: Duration::from_millis(2),
             ack_every: 16,
             max_untaken: 65536,
+            unreachable_after: Duration::from_secs(5),
         }
     }
 }
@@ -174,6 +182,9 @@ impl Config {
         }
         if self.ack_every == 0 || self.ack_delay >= self.max_rto {
             return Err(ConfigError("need ack_every > 0 and ack_delay < max_rto"));
+        }
+        if self.unreachable_after <= self.max_rto {
+            return Err(ConfigError("unreachable_after must exceed max_rto"));
         }
         if self.max_untaken == 0 {
             return Err(ConfigError("max_untaken must be positive"));

@@ -40,6 +40,20 @@ pub enum Event {
         /// The id [`Node::send`](super::Node::send) returned for it.
         id: MsgId,
     },
+    /// Work for `peer` (messages queued or unacknowledged, or a slot request) has waited
+    /// [`Config::unreachable_after`](super::Config::unreachable_after) without any datagram
+    /// from it. Nothing is dropped: messages are still retried (unless given up with
+    /// [`Node::abandon`](super::Node::abandon)).
+    PeerUnreachable {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// A peer reported unreachable was heard from again (or its sender record was
+    /// discarded, so nothing is known of it any more).
+    PeerReachable {
+        /// The peer.
+        peer: NodeId,
+    },
 }
 
 /// A datagram written by [`Node::poll_transmit`](super::Node::poll_transmit).

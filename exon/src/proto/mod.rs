@@ -14,6 +14,7 @@ pub mod frame;
 #[cfg(feature = "arbitrary")]
 mod fuzzing;
 mod ids;
+mod liveness;
 mod node;
 mod outbox;
 pub mod ranges;

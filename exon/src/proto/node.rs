@@ -99,6 +99,8 @@ pub struct Node {
     pub(super) frame_scratch: Vec<Frame>,
     /// Deliveries not yet reported taken (held slots over all receiver records).
     pub(super) untaken: usize,
+    /// Which destinations owe an answer for too long.
+    pub(super) liveness: super::liveness::Liveness,
 }
 
 impl Node {
@@ -137,6 +139,7 @@ impl Node {
             evicted: RangeSet::new(),
             frame_scratch: Vec::new(),
             untaken: 0,
+            liveness: Default::default(),
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -326,6 +329,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&to) else {
             unreachable!("record inserted above")
         };
+        let was_quiet = rec.is_quiet() && rec.req_n.is_none();
         rec.bytes += payload.len();
         rec.idle_since = None;
         let msg = Queued { id, payload };
@@ -344,6 +348,7 @@ impl Node {
             }
             None => rec.queue.push_back(msg),
         }
+        self.liveness_work(now, to, was_quiet);
         if !new_record || self.rules.first_send_requests_slots {
             self.request_slots(now, to);
         }
@@ -436,6 +441,7 @@ impl Node {
             self.stats.rejects.from_self += 1;
             return;
         }
+        self.liveness_heard(now, src);
         let mut tokens = 0u32;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {

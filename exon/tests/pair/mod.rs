@@ -55,6 +55,8 @@ pub struct Side {
     pub auto_take: bool,
     /// Deliveries not yet taken (with `auto_take` off).
     pub untaken: Vec<DeliveryId>,
+    /// Liveness events about the other node, in order: true for reachable again.
+    pub liveness: Vec<bool>,
     pub stored: u64,
 }
 
@@ -110,6 +112,7 @@ impl Pair {
             auto_store: true,
             auto_take: true,
             untaken: Vec::new(),
+            liveness: Vec::new(),
             stored: 0,
         };
         Pair {
@@ -201,6 +204,14 @@ impl Pair {
                 Event::InDoubt { to, id: m } => {
                     assert_eq!(to, id(1 - i));
                     side.in_doubt.push(m);
+                }
+                Event::PeerUnreachable { peer } => {
+                    assert_eq!(peer, id(1 - i));
+                    side.liveness.push(false);
+                }
+                Event::PeerReachable { peer } => {
+                    assert_eq!(peer, id(1 - i));
+                    side.liveness.push(true);
                 }
                 other => panic!("unexpected event {other:?}"),
             }
