@@ -322,3 +322,59 @@ fn an_idle_peer_is_never_unreachable() {
     p.run(QUIET);
     assert!(p.nodes[A].liveness.is_empty() && p.nodes[B].liveness.is_empty());
 }
+
+/// A slow consumer slows its sender: once `max_untaken` deliveries wait, the receiver grants
+/// no new slots, so the sender's messages wait at the sender (queued, bounded by its own
+/// limits) instead of piling up at the receiver.
+#[test]
+fn a_slow_consumer_holds_back_new_grants() {
+    let cfg = Config {
+        max_untaken: 4,
+        envelope_target: 4,
+        envelope_low: 2,
+        window: 8,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    for i in 0..40u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.node(B).untaken(), 4);
+    assert!(p.node(B).slots_held() <= 8, "granted past the bound");
+    assert!(
+        p.node(A).messages_queued() >= 40 - 8,
+        "the sender was not held back"
+    );
+    while p.nodes[A].acked.len() < 40 {
+        p.take(B, 4);
+        p.run(Duration::from_secs(2));
+    }
+    assert_eq!(p.nodes[B].delivered.len(), 40);
+}
+
+/// The grant side of the bound, frame by frame: a receiver whose application is
+/// `max_untaken` deliveries behind gives a new source no slots at all.
+#[test]
+fn a_full_receiver_grants_no_new_slots() {
+    let cfg = Config {
+        max_untaken: 1,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(QUIET);
+    assert_eq!(p.node(B).untaken(), 1);
+    let c = exon::proto::NodeId::from_const(3);
+    let req = exon::proto::Packet {
+        header: exon::proto::Header::new(c, id(B)),
+        frames: vec![exon::proto::Frame::ReqSlots { s: 0, n: 4, l: 0 }],
+    };
+    let now = p.now;
+    p.node(B).handle_datagram(now, req.encode());
+    assert_eq!(p.node(B).receiver_records(), 1, "a new source got slots");
+    assert!(p.node(B).stats().held_back > 0);
+    p.take(B, 1);
+    p.node(B).handle_datagram(now, req.encode());
+    assert_eq!(p.node(B).receiver_records(), 2, "room again: C gets slots");
+}

@@ -635,3 +635,42 @@ async fn an_unreachable_peer_is_reported_and_recovers() {
         .unwrap();
     assert!(a.is_reachable(B));
 }
+
+// ----- acknowledgement after processing ------------------------------------------------------
+
+/// With `ack_after_processing`, a receipt resolves only when the receiving application calls
+/// `Message::ack`; taken-but-unacknowledged messages are bounded by `max_untaken`, and hold
+/// back the rest at the sender until acknowledged.
+#[tokio::test]
+async fn ack_after_processing_resolves_receipts_on_ack_only() {
+    let mut c = cfg().with_ack_after_processing(true);
+    c.protocol.max_untaken = 4;
+    let (a, mut b) = pair(c).await;
+    let mut receipts = send_many(&a, 12).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+    }
+    // Taken, not processed: nothing acknowledged, and nothing more comes in.
+    assert!(timeout(Duration::from_millis(200), b.recv()).await.is_err());
+    let first = receipts.remove(0);
+    let mut first = std::pin::pin!(first);
+    assert!(timeout(Duration::from_millis(100), &mut first)
+        .await
+        .is_err());
+    let n = |m: &Message| u32::from_be_bytes(m.payload[..].try_into().unwrap());
+    let m0 = held.iter().find(|m| n(m) == 0).unwrap();
+    m0.ack();
+    m0.ack();
+    assert!(timeout(LIMIT, first).await.unwrap().is_ok());
+    for m in held.drain(..) {
+        m.ack();
+    }
+    for _ in 4..12 {
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        m.ack();
+    }
+    for r in receipts {
+        assert!(timeout(LIMIT, r).await.unwrap().is_ok());
+    }
+}

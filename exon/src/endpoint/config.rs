@@ -35,6 +35,13 @@ pub struct EndpointConfig {
     /// left) or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt). Default `None`:
     /// messages are retried until acknowledged, across link failures of any length.
     pub default_deadline: Option<Duration>,
+    /// Acknowledge a message only when the application calls
+    /// [`Message::ack`](super::Message::ack) (after processing it), instead of when it takes
+    /// it from [`recv`](super::Endpoint::recv). Messages taken and not yet acknowledged count
+    /// against [`Config::max_untaken`], and once that many wait the endpoint grants no new
+    /// slots: a slow consumer slows its senders down instead of growing memory. Default
+    /// false.
+    pub ack_after_processing: bool,
 }
 
 impl Default for EndpointConfig {
@@ -47,6 +54,7 @@ impl Default for EndpointConfig {
             linger: Duration::from_secs(5),
             store_retry: Duration::from_millis(100),
             default_deadline: None,
+            ack_after_processing: false,
         }
     }
 }
@@ -85,6 +93,12 @@ impl EndpointConfig {
     /// Sets [`default_deadline`](Self::default_deadline).
     pub fn with_default_deadline(mut self, deadline: Option<Duration>) -> Self {
         self.default_deadline = deadline;
+        self
+    }
+
+    /// Sets [`ack_after_processing`](Self::ack_after_processing).
+    pub fn with_ack_after_processing(mut self, on: bool) -> Self {
+        self.ack_after_processing = on;
         self
     }
 

@@ -71,6 +71,8 @@ pub(crate) struct Driver<S> {
     taken_seen: u64,
     /// Deliveries discarded because the receiving end was dropped (never acknowledged).
     discarded: usize,
+    /// Reused for the application's acknowledgements (ack-after-processing mode).
+    acked_scratch: Vec<DeliveryId>,
     /// Messages in the core by the core's id.
     pub(crate) acks: HashMap<MsgId, Unacked, foldhash::fast::RandomState>,
     /// Sends waiting for room in the core, per destination (each such destination is in
@@ -126,6 +128,7 @@ impl<S: DatagramSocket> Driver<S> {
             handed: VecDeque::new(),
             taken_seen: 0,
             discarded: 0,
+            acked_scratch: Vec::new(),
             acks: HashMap::default(),
             waiters: HashMap::new(),
             deadlines: BinaryHeap::new(),
@@ -287,12 +290,23 @@ impl<S: DatagramSocket> Driver<S> {
     /// Reports to the node the messages the application took since the last call (the
     /// first of `handed`, `taken` in all): their ACKs may leave now.
     fn on_taken(&mut self, t: Instant, taken: u64) {
+        let ack_on_take = !self.cfg.ack_after_processing;
         while self.taken_seen < taken {
             let Some(id) = self.handed.pop_front() else {
                 break;
             };
             self.taken_seen += 1;
-            self.node.handle_taken(t, id);
+            if ack_on_take {
+                self.node.handle_taken(t, id);
+            }
+        }
+        if !ack_on_take {
+            let mut acked = std::mem::take(&mut self.acked_scratch);
+            self.shared.take_acked(&mut acked);
+            for id in acked.drain(..) {
+                self.node.handle_taken(t, id);
+            }
+            self.acked_scratch = acked;
         }
     }
 

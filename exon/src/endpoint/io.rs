@@ -12,7 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::driver::Driver;
-use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
+use super::{Acker, DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
 /// Most receive buffers filled per call.
@@ -217,7 +217,12 @@ impl<S: DatagramSocket> Driver<S> {
         while let Some(e) = self.node.poll_event() {
             match e {
                 Event::Delivered { from, payload, id } => {
-                    self.pending.push_back((Message { from, payload }, id));
+                    let acker = self
+                        .cfg
+                        .ack_after_processing
+                        .then(|| Acker::new(self.shared.clone(), id));
+                    self.pending
+                        .push_back((Message::new(from, payload, acker), id));
                 }
                 Event::Acknowledged { id, .. } => {
                     if let Some(u) = self.acks.remove(&id) {

@@ -40,6 +40,8 @@ pub(crate) struct Shared {
     /// Node ids with a known address (added, or learned from their datagrams): a send to
     /// any other fails at once.
     known: Mutex<HashSet<NodeId>>,
+    /// Deliveries the application acknowledged (ack-after-processing mode), for the driver.
+    acked: Mutex<Vec<crate::proto::DeliveryId>>,
     /// Peers reported unreachable, published to watchers.
     pub(crate) unreachable: tokio::sync::watch::Sender<BTreeSet<NodeId>>,
 }
@@ -65,7 +67,25 @@ impl Shared {
             taken: AtomicU64::new(0),
             taken_notify: Notify::new(),
             known: Mutex::new(HashSet::new()),
+            acked: Mutex::new(Vec::new()),
             unreachable: tokio::sync::watch::Sender::new(BTreeSet::new()),
+        }
+    }
+
+    /// The application acknowledged delivery `id` (ack-after-processing mode).
+    pub(crate) fn ack(&self, id: crate::proto::DeliveryId) {
+        self.acked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id);
+        self.taken_notify.notify_one();
+    }
+
+    /// Takes the acknowledgements made since the last call.
+    pub(crate) fn take_acked(&self, into: &mut Vec<crate::proto::DeliveryId>) {
+        let mut v = self.acked.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.is_empty() {
+            std::mem::swap(&mut *v, into);
         }
     }
 

@@ -77,8 +77,8 @@ pub struct Config {
     pub ack_every: u32,
     /// Deliveries handed to the embedding and not yet reported taken by the application
     /// ([`Node::handle_taken`](super::Node::handle_taken)). They are not acknowledged
-    /// until taken; at this many, further TOKENs are neither delivered nor answered (their
-    /// senders retransmit them later) and counted in
+    /// until taken; at this many, further TOKENs are neither delivered nor answered, and
+    /// no new slots are granted (their senders ask again later), counted in
     /// [`Stats::held_back`](super::Stats::held_back). Default 65536.
     pub max_untaken: usize,
     /// A destination with work pending (messages queued or unacknowledged) that sends

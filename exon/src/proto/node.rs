@@ -491,6 +491,12 @@ impl Node {
             self.stats.rejects.slots_overflow += 1;
             return;
         }
+        if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery() {
+            // The application is behind: no new slots until it takes (or acknowledges)
+            // what it has, so a slow consumer slows its senders down. They ask again.
+            self.stats.held_back += 1;
+            return;
+        }
         if !self.receivers.contains_key(&src) {
             if n == 0 {
                 return; // a waiver for a record that is already gone

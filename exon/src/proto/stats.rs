@@ -180,8 +180,9 @@ pub struct Stats {
     /// Deliveries the embedding reported taken by the application (`Node::handle_taken`):
     /// each is acknowledged only then.
     pub taken: u64,
-    /// TOKENs not delivered (and not answered) because `Config::max_untaken` deliveries
-    /// were waiting for the application: the sender retransmits them later.
+    /// TOKENs not delivered (and not answered), and REQSLOTS not granted, because
+    /// `Config::max_untaken` deliveries were waiting for the application: the sender sends
+    /// them again later.
     pub held_back: u64,
     /// Messages of ours acknowledged by their receiver.
     pub acknowledged: u64,
