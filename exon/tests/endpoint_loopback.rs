@@ -674,3 +674,33 @@ async fn ack_after_processing_resolves_receipts_on_ack_only() {
         assert!(timeout(LIMIT, r).await.unwrap().is_ok());
     }
 }
+
+/// A node with another id at the peer's address: it counts the datagrams meant for someone
+/// else and answers nothing; the sender sees the peer unreachable, and a deadline resolves
+/// the receipt (not delivered: no slot was ever granted, so no copy left).
+#[tokio::test]
+async fn another_node_at_the_address_is_counted_and_the_receipt_resolves() {
+    let mut c = cfg();
+    c.protocol.unreachable_after = Duration::from_millis(200);
+    c.protocol.max_rto = Duration::from_millis(100);
+    let a = Endpoint::bind("127.0.0.1:0", A, c.clone()).await.unwrap();
+    let other = Endpoint::bind("127.0.0.1:0", NodeId::from_const(3), c)
+        .await
+        .unwrap();
+    a.add_peer(B, other.local_addr());
+    let mut watch = a.unreachable_peers();
+    let r = a
+        .send_within(B, Bytes::from_static(b"x"), Duration::from_millis(500))
+        .await
+        .unwrap();
+    timeout(LIMIT, watch.wait_for(|s| s.contains(&B)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        timeout(LIMIT, r).await.unwrap(),
+        Err(ReceiptError::NotDelivered)
+    );
+    let s = other.stats().await.unwrap();
+    assert!(s.node.rejects.wrong_destination > 0);
+}
