@@ -64,16 +64,6 @@ impl Held {
 }
 
 impl Node {
-    /// Records a delivery of slot `s` of incarnation `r` from `from`, held until taken.
-    /// The caller checked that there is room (`untaken < max_untaken`).
-    pub(super) fn hold_delivery(&mut self, from: NodeId, r: u64, s: u64) -> DeliveryId {
-        if let Some(rec) = self.receivers.get_mut(&from) {
-            rec.held.hold(s);
-            self.untaken += 1;
-        }
-        DeliveryId::new(from, r, s)
-    }
-
     /// Whether another delivery may be held now.
     pub(super) fn has_room_for_delivery(&self) -> bool {
         self.untaken < self.cfg.max_untaken
@@ -101,8 +91,8 @@ impl Node {
         if urgent {
             rec.ack_now = false;
         }
-        let gone = rec.is_spent();
-        if gone {
+        // (The record's probe deadline does not depend on its held slots: no re-arming.)
+        if rec.is_spent() {
             self.receivers.remove(&id.from);
         }
         if !self
@@ -115,9 +105,6 @@ impl Node {
         let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
         self.outbox
             .flush_verdicts(id.from, now, urgent, delay, every);
-        if !gone {
-            self.rearm_receiver(id.from);
-        }
         true
     }
 

@@ -38,20 +38,20 @@ impl Node {
                     None
                 } else if rec.fill(s, r) {
                     rec.proven = true;
+                    if on_take {
+                        // Held until taken (`handle_taken`).
+                        rec.held.hold(s);
+                        self.untaken += 1;
+                    }
+                    if rec.is_spent() {
+                        self.receivers.remove(&src);
+                    }
                     self.stats.delivered += 1;
-                    let id = if on_take {
-                        self.hold_delivery(src, r, s)
-                    } else {
-                        DeliveryId::new(src, r, s)
-                    };
                     self.events.push_back(Event::Delivered {
                         from: src,
                         payload,
-                        id,
+                        id: DeliveryId::new(src, r, s),
                     });
-                    if self.receivers.get(&src).is_some_and(|rec| rec.is_spent()) {
-                        self.receivers.remove(&src);
-                    }
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
                 } else if on_take && rec.held.contains(s) {
