@@ -43,7 +43,8 @@ pub enum Event {
     /// Work for `peer` (messages queued or unacknowledged, or a slot request) has waited
     /// [`Config::unreachable_after`](super::Config::unreachable_after) without any datagram
     /// from it. Nothing is dropped: messages are still retried (unless given up with
-    /// [`Node::abandon`](super::Node::abandon)).
+    /// [`Node::abandon`](super::Node::abandon)). A peer whose application stopped taking
+    /// messages looks the same (it answers nothing to messages it holds untaken).
     PeerUnreachable {
         /// The peer.
         peer: NodeId,
