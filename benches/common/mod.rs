@@ -674,8 +674,9 @@ impl MemPair {
         }
         for node in [&mut self.a, &mut self.b] {
             while let Some(e) = node.poll_event() {
-                if let Event::Delivered { payload, .. } = e {
+                if let Event::Delivered { payload, id, .. } = e {
                     self.seen.record(seq_of(&payload));
+                    node.handle_taken(now, id);
                 }
             }
         }

@@ -17,11 +17,17 @@ pub enum ViolationKind {
     Misdelivered,
     /// The sender was told a message was delivered that was not.
     AckWithoutDelivery,
+    /// The sender was told a message was acknowledged that its receiver's node delivered
+    /// but its application never took (acknowledged must mean taken).
+    AckWithoutTake,
     /// The sender was told twice (acknowledged or in doubt).
     DoubleAck,
     /// The sender was told a message is in doubt although its receiver never restarted.
     UnexplainedDoubt,
-    /// After healing and quiescence, a message was never delivered.
+    /// A message its sender was told is not delivered was delivered.
+    DeliveredAfterNotDelivered,
+    /// After healing and quiescence, a message was never delivered (and taken by the
+    /// receiving application).
     Lost,
     /// After healing and quiescence, a live sender was never told the message's fate
     /// (neither acknowledged nor in doubt).
@@ -62,9 +68,15 @@ const NONE: u64 = u64::MAX;
 struct Rec {
     to: u32,
     deliveries: u32,
+    /// The receiving application took it from its buffer.
+    taken: bool,
     acked: bool,
     /// Its sender was told it is in doubt.
     doubted: bool,
+    /// Its sender gave it up at its deadline (told not delivered, or in doubt).
+    given_up: bool,
+    /// Its sender was told it was certainly not delivered.
+    not_delivered: bool,
     /// Its sender restarted before it was settled: the obligation died with the process.
     sender_restarted: bool,
     sent_at: u64,
@@ -93,6 +105,10 @@ pub struct Oracle {
     pub lost_by_restart: u64,
     /// Messages never delivered although no restart excuses them, known at the end.
     pub lost: u64,
+    /// Messages given up at their deadline: told not delivered.
+    pub not_delivered: u64,
+    /// Messages given up at their deadline after a copy left: told in doubt.
+    pub expired_in_doubt: u64,
 }
 
 /// Violations kept in full; later ones are only counted.
@@ -192,8 +208,11 @@ impl Oracle {
         v.push(Rec {
             to: to as u32,
             deliveries: 0,
+            taken: false,
             acked: false,
             doubted: false,
+            given_up: false,
+            not_delivered: false,
             sender_restarted: false,
             sent_at: now,
             delivered_at: NONE,
@@ -238,7 +257,17 @@ impl Oracle {
             return None;
         }
         r.deliveries += 1;
-        if r.deliveries > 1 {
+        let told_not_delivered = r.not_delivered;
+        let deliveries = r.deliveries;
+        if told_not_delivered {
+            self.violate(
+                ViolationKind::DeliveredAfterNotDelivered,
+                Some(key),
+                now,
+                format!("node{node} delivered it after its sender was told not delivered"),
+            );
+        }
+        if deliveries > 1 {
             self.duplicates += 1;
             self.violate(
                 ViolationKind::Duplicate,
@@ -248,8 +277,28 @@ impl Oracle {
             );
             return None;
         }
-        r.delivered_at = now;
+        if let Some(r) = rec_in(&mut self.msgs, key) {
+            r.delivered_at = now;
+        }
         self.delivered += 1;
+        Some((key, kind))
+    }
+
+    /// The application of `node` took `payload` from its buffer (after
+    /// [`on_delivered`](Self::on_delivered) accepted it); returns the message.
+    pub fn on_taken(&mut self, node: usize, payload: &[u8], now: u64) -> Option<(MsgKey, Kind)> {
+        let (key, kind) = read_payload(payload)?;
+        let r = rec_in(&mut self.msgs, key)?;
+        if r.taken || r.deliveries == 0 || r.to as usize != node {
+            self.violate(
+                ViolationKind::Duplicate,
+                Some(key),
+                now,
+                format!("node{node} took a message twice or never delivered"),
+            );
+            return None;
+        }
+        r.taken = true;
         Some((key, kind))
     }
 
@@ -267,6 +316,7 @@ impl Oracle {
         r.acked = true;
         r.acked_at = now;
         let delivered = r.deliveries > 0;
+        let taken = r.taken;
         self.acked += 1;
         if !delivered {
             self.violate(
@@ -274,6 +324,13 @@ impl Oracle {
                 Some(key),
                 now,
                 "acknowledged but never delivered".into(),
+            );
+        } else if !taken {
+            self.violate(
+                ViolationKind::AckWithoutTake,
+                Some(key),
+                now,
+                "acknowledged but never taken by the receiving application".into(),
             );
         }
     }
@@ -299,12 +356,38 @@ impl Oracle {
         }
     }
 
+    /// The sender gave `key` up at its deadline, and was told it was not delivered
+    /// (`not_delivered`: it must never be) or is in doubt.
+    pub fn on_abandoned(&mut self, key: MsgKey, not_delivered: bool, now: u64) {
+        let Some(r) = self.settle(key, now, "given up") else {
+            return;
+        };
+        r.given_up = true;
+        r.doubted = !not_delivered;
+        r.not_delivered = not_delivered;
+        r.acked_at = now;
+        let delivered = r.deliveries > 0;
+        if not_delivered {
+            self.not_delivered += 1;
+        } else {
+            self.expired_in_doubt += 1;
+        }
+        if not_delivered && delivered {
+            self.violate(
+                ViolationKind::DeliveredAfterNotDelivered,
+                Some(key),
+                now,
+                "told not delivered, but it was delivered".into(),
+            );
+        }
+    }
+
     /// The record of `key` about to be settled, or `None` (and a violation) if it was never
     /// submitted or was settled already.
     fn settle(&mut self, key: MsgKey, now: u64, what: &str) -> Option<&mut Rec> {
         let settled = match rec_in(&mut self.msgs, key) {
             None => None,
-            Some(r) => Some(r.acked || r.doubted),
+            Some(r) => Some(r.acked || r.doubted || r.not_delivered),
         };
         match settled {
             None => self.violate(
@@ -344,10 +427,12 @@ impl Oracle {
                     sender: s as u32,
                     seq: seq as u64,
                 };
-                let settled = r.acked || r.doubted;
-                if r.deliveries == 0 && (r.doubted || (r.sender_restarted && !settled)) {
+                let settled = r.acked || r.doubted || r.not_delivered;
+                if r.given_up && !r.taken {
+                    // Given up at its deadline, and told so truthfully: not a loss.
+                } else if !r.taken && (r.doubted || (r.sender_restarted && !settled)) {
                     self.lost_by_restart += 1;
-                } else if r.deliveries == 0 {
+                } else if !r.taken {
                     self.lost += 1;
                     bad.push((ViolationKind::Lost, key));
                 } else if !settled && !r.sender_restarted {
@@ -388,6 +473,7 @@ mod tests {
         let mut o = Oracle::new(2);
         let k = o.on_submit(0, 1, 0);
         assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
+        assert!(o.on_taken(1, &payload(k), 6).is_some());
         o.on_acked(k, 10);
         o.finish(20);
         assert_eq!(o.violation_count(), 0);
@@ -399,6 +485,7 @@ mod tests {
         let mut o = Oracle::new(3);
         let k = o.on_submit(0, 1, 0);
         o.on_delivered(1, 0, &payload(k), 1);
+        o.on_taken(1, &payload(k), 1);
         o.on_delivered(1, 0, &payload(k), 2);
         assert_eq!(kinds(&o), [ViolationKind::Duplicate]);
         let never = MsgKey { sender: 0, seq: 9 };
@@ -438,8 +525,10 @@ mod tests {
         let c = o.on_submit(0, 1, 0);
         o.on_in_doubt(a, 5);
         o.on_delivered(1, 0, &payload(b), 7);
+        o.on_taken(1, &payload(b), 7);
         o.on_in_doubt(b, 8);
         o.on_delivered(1, 0, &payload(c), 9);
+        o.on_taken(1, &payload(c), 9);
         o.on_acked(c, 9);
         o.finish(10);
         assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
@@ -447,6 +536,39 @@ mod tests {
         assert_eq!(o.lost_by_restart, 2);
         assert_eq!(o.in_doubt, 2);
         let _ = d;
+    }
+
+    #[test]
+    fn acknowledged_must_mean_taken() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_delivered(1, 0, &payload(a), 1);
+        o.on_delivered(1, 0, &payload(b), 1);
+        // The receiver's application crashed with both in its buffer.
+        o.on_restart(1);
+        o.on_acked(a, 5);
+        o.on_in_doubt(b, 5);
+        o.finish(10);
+        assert_eq!(
+            kinds(&o),
+            [ViolationKind::AckWithoutTake, ViolationKind::Lost]
+        );
+        assert_eq!(o.violations()[0].key, Some(a));
+        assert_eq!(o.lost_by_restart, 1);
+    }
+
+    #[test]
+    fn not_delivered_must_never_arrive() {
+        let mut o = Oracle::new(2);
+        let a = o.on_submit(0, 1, 0);
+        let b = o.on_submit(0, 1, 0);
+        o.on_abandoned(a, true, 5);
+        o.on_abandoned(b, false, 5);
+        o.on_delivered(1, 0, &payload(a), 6);
+        o.finish(10);
+        assert_eq!(kinds(&o), [ViolationKind::DeliveredAfterNotDelivered]);
+        assert_eq!((o.not_delivered, o.expired_in_doubt, o.lost), (1, 1, 0));
     }
 
     #[test]

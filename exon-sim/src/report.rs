@@ -29,6 +29,11 @@ pub struct Report {
     /// Messages reported in doubt to their senders (their receiver restarted and lost the
     /// incarnation they were sent under; delivered at most once).
     pub in_doubt: u64,
+    /// Messages given up at their deadline before any copy left: told not delivered (and
+    /// checked never to arrive).
+    pub not_delivered: u64,
+    /// Messages given up at their deadline after a copy left: told in doubt.
+    pub expired_in_doubt: u64,
     /// Number of violations (only the first ones are kept in `violations`).
     pub violation_count: u64,
     /// The first violations, with a trace of the message involved.
@@ -69,6 +74,8 @@ impl Report {
             lost_by_restart: o.lost_by_restart,
             acked: o.acked,
             in_doubt: o.in_doubt,
+            not_delivered: o.not_delivered,
+            expired_in_doubt: o.expired_in_doubt,
             violation_count: o.violation_count(),
             violations: o.violations().to_vec(),
             idle_nodes,

@@ -120,6 +120,14 @@ pub struct Scenario {
     pub expect_idle: bool,
     /// Run on each node at creation and restart.
     pub node_hook: Option<NodeHook>,
+    /// How long each application leaves delivered messages in its buffer before taking
+    /// them (and so before they are acknowledged). A restart of its node loses what is
+    /// still buffered: the application crashed before reading it. Zero takes every
+    /// delivery at once.
+    pub take_delay: Duration,
+    /// Every message is given up (`Node::abandon`) this long after it was submitted, if
+    /// not settled by then. `None`: never.
+    pub deadline: Option<Duration>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -133,6 +141,8 @@ impl std::fmt::Debug for Scenario {
             .field("hostile", &self.hostile)
             .field("adversary", &self.adversary)
             .field("plaintext", &self.plaintext)
+            .field("take_delay", &self.take_delay)
+            .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
 }
@@ -166,6 +176,8 @@ impl Default for Scenario {
             max_events: 50_000_000,
             expect_idle: true,
             node_hook: None,
+            take_delay: Duration::ZERO,
+            deadline: None,
         }
     }
 }

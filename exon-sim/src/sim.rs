@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::proto::crypto::insecure_test_security;
-use exon::proto::{Event, Frame, Node, NodeId, Security};
+use exon::proto::{Abandoned, DeliveryId, Event, Frame, MsgId, Node, NodeId, Security};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -21,11 +21,26 @@ use crate::workload::{write_payload, Kind, MsgKey};
 /// What happens at one point of virtual time.
 #[derive(Debug)]
 enum What {
-    Datagram { to: u32, data: Bytes },
+    Datagram {
+        to: u32,
+        data: Bytes,
+    },
     Timer(u32),
     Pump(u32),
+    /// The application of a node takes what was delivered into its buffer.
+    Take(u32),
+    /// The deadline of message `id` (to `to`) of node `node` in its incarnation `boot`.
+    GiveUp {
+        node: u32,
+        to: u32,
+        id: u64,
+        boot: u32,
+    },
     Fault(u32),
-    Revive { node: u32, keep_clock: bool },
+    Revive {
+        node: u32,
+        keep_clock: bool,
+    },
     Hostile(u32),
     Adversary(u32),
     HealAll,
@@ -73,6 +88,9 @@ struct Host {
     /// The clock this incarnation started from: every receiver incarnation (`rck`) it
     /// creates is at least this.
     boot_clock: u64,
+    /// Deliveries in the application's buffer, not yet taken: (delivery, source, payload).
+    inbox: Vec<(DeliveryId, usize, Bytes)>,
+    take_scheduled: bool,
 }
 
 /// The simulator. Build it with [`Sim::new`], advance with [`Sim::step`], and end with
@@ -175,6 +193,8 @@ impl Sim {
                 pump_scheduled: false,
                 restarts: 0,
                 boot_clock: 0,
+                inbox: Vec::new(),
+                take_scheduled: false,
             });
             sim.boot(i, 0);
         }
@@ -301,6 +321,10 @@ impl Sim {
             What::Datagram { to, data } => self.on_datagram(to as usize, data),
             What::Timer(i) => self.on_timer(i as usize, ev.t),
             What::Pump(i) => self.pump(i as usize),
+            What::Take(i) => self.take(i as usize),
+            What::GiveUp { node, to, id, boot } => {
+                self.give_up(node as usize, to as usize, MsgId(id), boot)
+            }
             What::Fault(k) => self.fault(k as usize),
             What::Revive { node, keep_clock } => {
                 let i = node as usize;
@@ -410,13 +434,22 @@ impl Sim {
 
     fn app_event(&mut self, i: usize, e: Event) {
         match e {
-            Event::Delivered { from, payload } => {
+            Event::Delivered { from, payload, id } => {
                 let from = from.get() as usize - 1;
-                if let Some((_, Kind::Request)) =
-                    self.oracle.on_delivered(i, from, &payload, self.now)
+                if self
+                    .oracle
+                    .on_delivered(i, from, &payload, self.now)
+                    .is_some()
                 {
-                    self.hosts[i].replies.push(from);
-                    self.schedule_pump(i, self.now);
+                    self.hosts[i].inbox.push((id, from, payload));
+                    if self.sc.take_delay.is_zero() {
+                        self.take(i);
+                    } else if !self.hosts[i].take_scheduled {
+                        self.hosts[i].take_scheduled = true;
+                        let t = self.now + nanos(self.sc.take_delay);
+                        self.last_activity = self.last_activity.max(t);
+                        self.push(t, What::Take(i as u32));
+                    }
                 }
             }
             Event::Acknowledged { to, id } => {
@@ -438,6 +471,49 @@ impl Sim {
             }
             _ => {}
         }
+    }
+
+    /// The application of node `i` takes every message in its buffer: the oracle sees the
+    /// hand-over, the node acknowledges them.
+    fn take(&mut self, i: usize) {
+        self.hosts[i].take_scheduled = false;
+        let inbox = std::mem::take(&mut self.hosts[i].inbox);
+        if inbox.is_empty() {
+            return;
+        }
+        let now = self.instant();
+        for (id, from, payload) in inbox {
+            if let Some(node) = self.hosts[i].node.as_mut() {
+                node.handle_taken(now, id);
+            }
+            if let Some((_, Kind::Request)) = self.oracle.on_taken(i, &payload, self.now) {
+                self.hosts[i].replies.push(from);
+                self.schedule_pump(i, self.now);
+            }
+        }
+        self.drain(i);
+    }
+
+    /// Message `id` of node `i` reached its deadline: the node gives it up (if it is still
+    /// the incarnation that sent it) and the oracle checks the verdict.
+    fn give_up(&mut self, i: usize, to: usize, id: MsgId, boot: u32) {
+        if self.hosts[i].restarts != boot {
+            return;
+        }
+        let now = self.instant();
+        let Some(node) = self.hosts[i].node.as_mut() else {
+            return;
+        };
+        let Some(verdict) = node.abandon(now, node_id(to), id) else {
+            return; // settled already
+        };
+        let key = MsgKey {
+            sender: i as u32,
+            seq: self.hosts[i].msg_keys[id.0 as usize],
+        };
+        self.oracle
+            .on_abandoned(key, verdict == Abandoned::NotDelivered, self.now);
+        self.drain(i);
     }
 
     /// Puts a datagram on the link `from -> to`.
@@ -531,6 +607,15 @@ impl Sim {
                         debug_assert_eq!(id.0 as usize, self.hosts[i].msg_keys.len());
                         self.hosts[i].msg_keys.push(key.seq);
                         sent += 1;
+                        if let Some(d) = self.sc.deadline {
+                            let what = What::GiveUp {
+                                node: i as u32,
+                                to: to as u32,
+                                id: id.0,
+                                boot: self.hosts[i].restarts,
+                            };
+                            self.push(self.now + nanos(d), what);
+                        }
                     }
                     Err(_) => break,
                 }
@@ -573,6 +658,8 @@ impl Sim {
                 if h.node.take().is_some() {
                     h.restarts += 1;
                     h.replies.clear();
+                    // The application crashed with these messages in its buffer.
+                    h.inbox.clear();
                     h.timer_at = None;
                     self.oracle.on_restart(node);
                     let t = self.now + nanos(down);

@@ -26,6 +26,10 @@ struct Params {
     reorder: f64,
     jitter_ms: u64,
     dup_delay_ms: u64,
+    /// How long applications leave deliveries in their buffer (lost if their node restarts).
+    take_ms: u64,
+    /// Deadline of every message in ms (0: none).
+    deadline_ms: u64,
     /// (a, b, kind 0..3, start ms, length ms)
     partitions: Vec<(usize, usize, u8, u64, u64)>,
     /// (node, at ms, down ms)
@@ -53,6 +57,8 @@ impl Params {
             reorder: r.gen_range(0.0..0.3),
             jitter_ms: r.gen_range(0..10),
             dup_delay_ms: r.gen_range(1..10_000),
+            take_ms: r.gen_range(0..50),
+            deadline_ms: [0, r.gen_range(50..2000)][r.gen_range(0..2)],
             partitions: (0..r.gen_range(0..4))
                 .map(|_| {
                     (
@@ -143,7 +149,14 @@ impl Params {
                 pattern: self.pattern,
                 messages: self.messages,
                 burst: 64,
-                payload_len: self.packing.0,
+                // At most what one sealed datagram of the drawn size carries.
+                payload_len: self.packing.0.min(
+                    Config {
+                        max_datagram_size: self.packing.1,
+                        ..sim_config()
+                    }
+                    .max_payload(),
+                ),
                 ..Workload::default()
             },
             config: Config {
@@ -153,6 +166,8 @@ impl Params {
                 ..sim_config()
             },
             faults,
+            take_delay: Duration::from_millis(self.take_ms),
+            deadline: (self.deadline_ms > 0).then(|| Duration::from_millis(self.deadline_ms)),
             settle: Duration::from_secs(120),
             max_events: 2_000_000,
             ..Scenario::default()
@@ -176,7 +191,12 @@ fn params() -> impl Strategy<Value = Params> {
         1u64..600,
         0usize..3,
         (0.0..0.3f64, any::<bool>(), 0.0..0.3f64, 0.0..0.3f64),
-        (0u64..10, 1u64..10_000),
+        (
+            0u64..10,
+            1u64..10_000,
+            0u64..50,
+            prop_oneof![Just(0u64), 50u64..2000],
+        ),
         prop::collection::vec((0usize..6, 0usize..6, 0u8..3, 0u64..2000, 1u64..1000), 0..4),
         prop::collection::vec((0usize..6, 0u64..2000, 1u64..300), 0..3),
         (13usize..200, 0usize..3, 0u64..5, 1u32..32),
@@ -188,7 +208,7 @@ fn params() -> impl Strategy<Value = Params> {
                 messages,
                 pat,
                 (loss, burst, dup, reorder),
-                (jitter_ms, dup_delay_ms),
+                (jitter_ms, dup_delay_ms, take_ms, deadline_ms),
                 partitions,
                 restarts,
                 (payload, dgram, ack_ms, every),
@@ -203,6 +223,8 @@ fn params() -> impl Strategy<Value = Params> {
                 reorder,
                 jitter_ms,
                 dup_delay_ms,
+                take_ms,
+                deadline_ms,
                 partitions,
                 restarts,
                 packing: (payload, DATAGRAMS[dgram], ack_ms, every),

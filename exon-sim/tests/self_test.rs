@@ -153,14 +153,10 @@ fn rule4_ack_without_record() {
     );
 }
 
-#[test]
-fn rule5_raise_clock_on_orphan_slots() {
-    self_test(
-        lossy,
-        |r| r.raise_clock_on_orphan_slots = false,
-        &[ViolationKind::NotIdle],
-    );
-}
+// Rule 5 (raise the clock on orphan SLOTS) is shown at the core level in
+// `exon/tests/rules.rs` (`rule5_switched_off_leaves_orphan_slots`): since a waiver never
+// claims a frontier beyond what the receiver granted, the simulator's scenarios no longer
+// reach a state where the missing raise is visible end to end.
 
 #[test]
 fn rule7_receiver_probe() {
@@ -234,7 +230,9 @@ fn rule8_restart_keeping_the_clock_is_clean() {
 
 #[test]
 fn rule8_restart_losing_the_clock_duplicates() {
-    let found = SEEDS.into_iter().find(|&seed| {
+    // A duplicate needs a late replay to meet a reused incarnation number: rare, so more
+    // seeds than the other self-tests (the first one found is at 71).
+    let found = (0..160).find(|&seed| {
         let r = Sim::new(restarts(lossy(seed), false)).run();
         r.violations
             .iter()
@@ -309,4 +307,62 @@ fn unproven_probe_limit_lets_forged_records_go() {
         |r| r.unproven_probe_limit = false,
         &[ViolationKind::NotIdle],
     );
+}
+/// The application crashes with messages still in its buffer: without acknowledging on
+/// hand-over, their senders are told "acknowledged" for messages nobody took.
+#[test]
+fn ack_on_take() {
+    self_test(
+        |seed| {
+            let mut sc = restarts(lossy(seed), true);
+            sc.take_delay = Duration::from_millis(30);
+            sc
+        },
+        |r| r.ack_on_take = false,
+        &[ViolationKind::AckWithoutTake],
+    );
+}
+
+/// Every message has a deadline of 150 ms, and the link between the two nodes holds its
+/// datagrams from 50 ms to 400 ms, so that many messages are given up.
+fn with_deadlines(seed: u64) -> Scenario {
+    let mut sc = lossy(seed);
+    sc.deadline = Some(Duration::from_millis(150));
+    sc.faults = vec![
+        Fault {
+            at: Duration::from_millis(50),
+            kind: FaultKind::Hold { a: 0, b: 1 },
+        },
+        Fault {
+            at: Duration::from_millis(400),
+            kind: FaultKind::Heal { a: 0, b: 1 },
+        },
+    ];
+    sc
+}
+
+/// Deadlines over a lossy network: messages given up are reported truthfully, and one
+/// reported not delivered never arrives. With the rule off (every message given up reported
+/// not delivered), the oracle sees such a message arrive.
+#[test]
+fn deadline_doubts_sent_tokens() {
+    let r = self_test(
+        with_deadlines,
+        |r| r.deadline_doubts_sent_tokens = false,
+        &[ViolationKind::DeliveredAfterNotDelivered],
+    );
+    assert!(r.not_delivered > 0);
+}
+
+/// A clean run with deadlines reports both verdicts.
+#[test]
+fn deadlines_give_both_verdicts() {
+    let mut sc = with_deadlines(3);
+    // A small window, so that messages also wait in the queue (no copy left) at deadlines.
+    sc.config.envelope_target = 16;
+    sc.config.envelope_low = 8;
+    sc.config.window = 32;
+    let r = Sim::new(sc).run();
+    assert!(r.ok(), "{}", r.describe_failure());
+    assert!(r.not_delivered > 0 && r.expired_in_doubt > 0, "{r:?}");
 }

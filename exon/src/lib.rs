@@ -4,10 +4,21 @@
 //! delivered at most once, and exactly once when the network eventually delivers, with no
 //! per-peer state kept once traffic stops (only a node clock).
 //!
-//! Every message ends with exactly one verdict for its sender: acknowledged (delivered once),
-//! or, only if its receiver restarted and lost the slots it was sent under, in doubt
-//! (delivered at most once; [`endpoint::ReceiptError::InDoubt`], [`Event::InDoubt`]). Nothing
-//! is lost or duplicated silently.
+//! Every message ends with exactly one verdict for its sender:
+//!
+//! * **acknowledged** ([`Event::Acknowledged`], a receipt's `Ok`): the receiving
+//!   *application took* the message, exactly once. A message delivered into the receiver's
+//!   buffer is not acknowledged until then (in the core: until the embedding calls
+//!   [`Node::handle_taken`]); a receiver that dies with it still buffered never makes it
+//!   acknowledged.
+//! * **in doubt** ([`Event::InDoubt`], [`endpoint::ReceiptError::InDoubt`]): only if its
+//!   receiver restarted (or evicted the slots it was sent under) before acknowledging it:
+//!   delivered at most once, maybe not at all; not sent again.
+//! * with the endpoint, also **unacknowledged** ([`endpoint::ReceiptError::Unacknowledged`]:
+//!   the sending endpoint stopped first) and **refused**
+//!   ([`endpoint::ReceiptError::Refused`]: never sent).
+//!
+//! Nothing is lost or duplicated silently.
 //!
 //! * [`proto`]: the sans-IO protocol core ([`Node`]): no sockets, no clock reads. Every
 //!   datagram is sealed (AES-128-GCM under keys from static X25519 between the two node
@@ -55,7 +66,7 @@
 //! let msg = tokio::time::timeout(Duration::from_secs(5), b.recv()).await?.expect("open");
 //! assert_eq!((msg.from, &msg.payload[..]), (a_id, &b"hello"[..]));
 //!
-//! // The receipt resolves once the receiver acknowledged the message.
+//! // The receipt resolves once the receiving application took the message (above).
 //! tokio::time::timeout(Duration::from_secs(5), receipt).await??;
 //!
 //! // Close: wait (bounded) for outstanding messages, and see what was left.

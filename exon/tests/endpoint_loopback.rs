@@ -1,15 +1,17 @@
 //! The tokio endpoint over real loopback UDP: send/receive/acknowledge, backpressure both
-//! ways, close, address changes, and restarts on a file clock store.
+//! ways, close, address changes, and restarts on a file clock store; a receipt resolves `Ok`
+//! only for a message the receiving application took, what it never took is reported by its
+//! `CloseReport`, and `close` returns within its timeout.
 
 use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::endpoint::{
-    DatagramSocket, Endpoint, EndpointConfig, Error, FileStore, Message, ReceiptError,
+    DatagramSocket, Endpoint, EndpointConfig, Error, FileStore, Message, Receipt, ReceiptError,
 };
 use exon::proto::{Config, SendError};
 use exon::NodeId;
@@ -307,15 +309,23 @@ async fn restart_on_file_store_keeps_exactly_once() {
     }
     // Crash-like restart: B stops at once, and comes back on the same store elsewhere.
     let report = b.close(Duration::ZERO).await;
-    while let Some(m) = b.recv().await {
-        assert!(seen.insert(num(&m)), "duplicate in buffered deliveries");
-    }
+    // What the application had not taken is lost with the process, and reported.
+    assert!(
+        b.recv().await.is_none(),
+        "handed out after the endpoint stopped"
+    );
+    // The old B's last ACKs (for what its application took) may still be on their way: A
+    // learns peer addresses from datagrams, so let them land before giving A the new one.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let stored: u64 = std::fs::read_to_string(&path)
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    assert_eq!(report.stats.node.delivered as usize, seen.len());
+    assert_eq!(
+        report.stats.node.delivered as usize,
+        seen.len() + report.undelivered
+    );
     let mut b = start().await.unwrap();
     b.add_peer(A, a.local_addr());
     a.add_peer(B, b.local_addr());
@@ -329,7 +339,10 @@ async fn restart_on_file_store_keeps_exactly_once() {
             );
         }
     });
-    let outcomes = timeout(LIMIT, phase1).await.unwrap().unwrap();
+    let outcomes = match timeout(LIMIT, phase1).await {
+        Ok(o) => o.unwrap(),
+        Err(_) => panic!("phase 1 receipts unresolved: {:?}", a.stats().await),
+    };
     let in_doubt: Vec<u32> = outcomes
         .iter()
         .filter(|(_, r)| *r == Err(ReceiptError::InDoubt))
@@ -408,4 +421,335 @@ fn test_security(id: exon::NodeId) -> exon::proto::Security {
         id,
         (0..64).chain(1000..1064).map(exon::NodeId::from_const),
     )
+}
+
+// ----- acknowledged means taken ---------------------------------------------------------
+
+/// Sends `n` small messages from `a` to B.
+async fn send_many(a: &Endpoint, n: u32) -> Vec<Receipt> {
+    let mut rs = Vec::new();
+    for i in 0..n {
+        rs.push(
+            a.send(B, Bytes::from(i.to_be_bytes().to_vec()))
+                .await
+                .unwrap(),
+        );
+    }
+    rs
+}
+
+/// Waits until `b`'s core delivered `n` messages (into its buffer).
+async fn until_delivered(b: &Endpoint, n: u64) {
+    timeout(LIMIT, async {
+        while b.stats().await.unwrap().node.delivered < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("messages delivered to the receiving endpoint");
+}
+
+/// Outcomes of the receipts once `a` closed: (acknowledged, other).
+async fn outcomes(a: &Endpoint, receipts: Vec<Receipt>) -> (usize, Vec<ReceiptError>) {
+    let report = timeout(LIMIT, a.close(Duration::from_millis(300)))
+        .await
+        .expect("close returns");
+    let mut ok = 0;
+    let mut err = Vec::new();
+    for r in receipts {
+        match timeout(LIMIT, r).await.expect("receipt resolves") {
+            Ok(_) => ok += 1,
+            Err(e) => err.push(e),
+        }
+    }
+    assert_eq!(report.unacknowledged.len(), err.len());
+    (ok, err)
+}
+
+/// The order service: the receiver takes 10 of 200 messages and closes. Exactly the
+/// 10 taken are acknowledged; the 190 others are reported undelivered by the receiver and
+/// unacknowledged at the sender.
+#[tokio::test]
+async fn only_messages_the_application_took_are_acknowledged() {
+    let (a, mut b) = pair(cfg()).await;
+    let receipts = send_many(&a, 200).await;
+    until_delivered(&b, 200).await;
+    for _ in 0..10 {
+        timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    }
+    let report = timeout(LIMIT, b.close(Duration::ZERO)).await.unwrap();
+    assert_eq!(report.undelivered, 190, "{report:?}");
+    assert_eq!(report.stats.node.taken, 10);
+    assert!(b.recv().await.is_none(), "handed out after the stop");
+    let (ok, err) = outcomes(&a, receipts).await;
+    assert_eq!(ok, 10, "acknowledged messages the application never took");
+    assert!(err.iter().all(|e| *e == ReceiptError::Unacknowledged));
+}
+
+/// A receiver dropped mid-stream (its application gone with messages buffered): none of the
+/// messages it never handed out is acknowledged.
+#[tokio::test]
+async fn a_receiver_dropped_mid_stream_acknowledges_only_what_was_taken() {
+    let c = cfg().with_delivery_buffer(1);
+    let (a, mut b) = pair(c).await;
+    let receipts = send_many(&a, 100).await;
+    for _ in 0..5 {
+        timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(b);
+    let (ok, _) = outcomes(&a, receipts).await;
+    assert_eq!(ok, 5);
+}
+
+/// `close` returns within its timeout whatever is left: untaken deliveries at the receiver,
+/// unacknowledged messages at the sender.
+#[tokio::test]
+async fn close_never_hangs() {
+    let (a, b) = pair(cfg()).await;
+    let receipts = send_many(&a, 50).await;
+    until_delivered(&b, 50).await;
+    let t = Instant::now();
+    let rb = timeout(Duration::from_secs(2), b.close(Duration::from_millis(100)))
+        .await
+        .expect("receiver close hung");
+    assert_eq!(rb.undelivered, 50);
+    assert!(!rb.is_clean());
+    let ra = timeout(Duration::from_secs(2), a.close(Duration::from_millis(100)))
+        .await
+        .expect("sender close hung");
+    assert_eq!(ra.unacknowledged.len(), 50);
+    assert!(t.elapsed() < Duration::from_secs(3));
+    for r in receipts {
+        assert_eq!(r.await, Err(ReceiptError::Unacknowledged));
+    }
+}
+
+// ----- mismatches are errors, not silence ------------------------------------------------
+
+/// A send to a node id with no known address fails at once, with a typed error, and keeps
+/// nothing; once the address is known (added, or learned from the peer's datagrams), sends
+/// go through.
+#[tokio::test]
+async fn a_send_to_an_unknown_peer_fails_at_once() {
+    let mut a = Endpoint::bind("127.0.0.1:0", A, test_security(A), cfg())
+        .await
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, test_security(B), cfg())
+        .await
+        .unwrap();
+    let nobody = NodeId::from_const(9);
+    assert_eq!(
+        a.send(nobody, Bytes::from_static(b"x")).await.err(),
+        Some(Error::UnknownPeer(nobody))
+    );
+    assert_eq!(
+        a.try_send(B, Bytes::from_static(b"x")).await.err(),
+        Some(Error::UnknownPeer(B))
+    );
+    a.add_peer(B, b.local_addr());
+    let r = a.send(B, Bytes::from_static(b"hi")).await.unwrap();
+    let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    timeout(LIMIT, r).await.unwrap().unwrap();
+    // B never added A: it learned A's address from A's datagrams, and can reply.
+    let reply = b.send(m.from, Bytes::from_static(b"back")).await.unwrap();
+    timeout(LIMIT, a.recv()).await.unwrap().unwrap();
+    timeout(LIMIT, reply).await.unwrap().unwrap();
+    let report = a.close(Duration::from_secs(1)).await;
+    assert_eq!(report.stats.node.sent, 1, "a refused send was kept");
+}
+
+/// Endpoints with different datagram sizes understand each other: the sender with large
+/// datagrams packs a burst of 100-byte messages into few datagrams, and sends a payload
+/// larger than the receiver's own datagrams.
+#[tokio::test]
+async fn endpoints_with_different_datagram_sizes_understand_each_other() {
+    let a = Endpoint::bind(
+        "127.0.0.1:0",
+        A,
+        test_security(A),
+        cfg().with_max_datagram_size(8192),
+    )
+    .await
+    .unwrap();
+    let mut b = Endpoint::bind(
+        "127.0.0.1:0",
+        B,
+        test_security(B),
+        cfg().with_max_datagram_size(1200),
+    )
+    .await
+    .unwrap();
+    a.add_peer(B, b.local_addr());
+    let mut receipts = Vec::new();
+    for i in 0..100u8 {
+        receipts.push(a.send(B, Bytes::from(vec![i; 100])).await.unwrap());
+    }
+    receipts.push(a.send(B, Bytes::from(vec![7u8; 5000])).await.unwrap());
+    for _ in 0..101 {
+        timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    }
+    for r in receipts {
+        timeout(LIMIT, r).await.unwrap().unwrap();
+    }
+    let stats = b.stats().await.unwrap();
+    assert_eq!(stats.node.rejects.total(), 0);
+}
+
+// ----- deadlines ---------------------------------------------------------------------------
+
+/// An address where nothing listens.
+async fn dead_addr() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    s.local_addr().unwrap()
+}
+
+/// A peer that never answers: at the deadline the receipt says not delivered (no copy of
+/// the message ever left: no slot was granted), and the endpoint forgets the message.
+#[tokio::test]
+async fn a_deadline_with_a_silent_peer_resolves_not_delivered() {
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), cfg())
+        .await
+        .unwrap();
+    a.add_peer(B, dead_addr().await);
+    let t = Instant::now();
+    let r = a
+        .send_within(B, Bytes::from_static(b"x"), Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(
+        timeout(LIMIT, r).await.unwrap(),
+        Err(ReceiptError::NotDelivered)
+    );
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    let report = a.close(Duration::ZERO).await;
+    assert!(
+        report.unacknowledged.is_empty(),
+        "not forgotten: {report:?}"
+    );
+    assert_eq!(report.stats.node.not_delivered, 1);
+}
+
+/// The endpoint's default deadline, and a copy that left: a receiver whose application
+/// never takes the message makes it in doubt at the deadline, not acknowledged.
+#[tokio::test]
+async fn a_default_deadline_after_a_copy_left_resolves_in_doubt() {
+    let c = cfg().with_default_deadline(Some(Duration::from_millis(200)));
+    let (a, b) = pair(c).await;
+    let r = a.send(B, Bytes::from_static(b"x")).await.unwrap();
+    assert_eq!(timeout(LIMIT, r).await.unwrap(), Err(ReceiptError::InDoubt));
+    let sb = b.stats().await.unwrap();
+    assert_eq!(sb.node.delivered, 1, "it did arrive, untaken");
+    let report = a.close(Duration::ZERO).await;
+    assert!(report.unacknowledged.is_empty());
+    assert_eq!(report.stats.node.in_doubt, 1);
+}
+
+// ----- peer liveness -------------------------------------------------------------------------
+
+/// A peer whose address answers nothing is reported unreachable (a watch and a query on the
+/// handle); nothing is dropped, and once a node listens there the message is delivered and
+/// the peer is reachable again.
+#[tokio::test]
+async fn an_unreachable_peer_is_reported_and_recovers() {
+    let mut c = cfg();
+    c.protocol.unreachable_after = Duration::from_millis(200);
+    c.protocol.max_rto = Duration::from_millis(100);
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
+        .await
+        .unwrap();
+    let addr = dead_addr().await;
+    a.add_peer(B, addr);
+    let mut watch = a.unreachable_peers();
+    let r = a.send(B, Bytes::from_static(b"x")).await.unwrap();
+    assert!(a.is_reachable(B));
+    timeout(LIMIT, watch.wait_for(|s| s.contains(&B)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!a.is_reachable(B));
+    let mut b = Endpoint::bind(addr, B, test_security(B), c).await.unwrap();
+    timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    timeout(LIMIT, r).await.unwrap().unwrap();
+    timeout(LIMIT, watch.wait_for(|s| s.is_empty()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(a.is_reachable(B));
+}
+
+// ----- acknowledgement after processing ------------------------------------------------------
+
+/// With `ack_after_processing`, a receipt resolves only when the receiving application calls
+/// `Message::ack`; taken-but-unacknowledged messages are bounded by `max_untaken`, and hold
+/// back the rest at the sender until acknowledged.
+#[tokio::test]
+async fn ack_after_processing_resolves_receipts_on_ack_only() {
+    let mut c = cfg().with_ack_after_processing(true);
+    c.protocol.max_untaken = 4;
+    let (a, mut b) = pair(c).await;
+    let mut receipts = send_many(&a, 12).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+    }
+    // Taken, not processed: nothing acknowledged, and nothing more comes in.
+    assert!(timeout(Duration::from_millis(200), b.recv()).await.is_err());
+    let first = receipts.remove(0);
+    let mut first = std::pin::pin!(first);
+    assert!(timeout(Duration::from_millis(100), &mut first)
+        .await
+        .is_err());
+    let n = |m: &Message| u32::from_be_bytes(m.payload[..].try_into().unwrap());
+    let m0 = held.iter().find(|m| n(m) == 0).unwrap();
+    m0.ack();
+    m0.ack();
+    assert!(timeout(LIMIT, first).await.unwrap().is_ok());
+    for m in held.drain(..) {
+        m.ack();
+    }
+    for _ in 4..12 {
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        m.ack();
+    }
+    for r in receipts {
+        assert!(timeout(LIMIT, r).await.unwrap().is_ok());
+    }
+}
+
+/// A node with another id at the peer's address: it counts the datagrams meant for someone
+/// else and answers nothing; the sender sees the peer unreachable, and a deadline resolves
+/// the receipt (not delivered: no slot was ever granted, so no copy left).
+#[tokio::test]
+async fn another_node_at_the_address_is_counted_and_the_receipt_resolves() {
+    let mut c = cfg();
+    c.protocol.unreachable_after = Duration::from_millis(200);
+    c.protocol.max_rto = Duration::from_millis(100);
+    let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
+        .await
+        .unwrap();
+    let other = Endpoint::bind(
+        "127.0.0.1:0",
+        NodeId::from_const(3),
+        test_security(NodeId::from_const(3)),
+        c,
+    )
+    .await
+    .unwrap();
+    a.add_peer(B, other.local_addr());
+    let mut watch = a.unreachable_peers();
+    let r = a
+        .send_within(B, Bytes::from_static(b"x"), Duration::from_millis(500))
+        .await
+        .unwrap();
+    timeout(LIMIT, watch.wait_for(|s| s.contains(&B)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        timeout(LIMIT, r).await.unwrap(),
+        Err(ReceiptError::NotDelivered)
+    );
+    let s = other.stats().await.unwrap();
+    assert!(s.node.rejects.wrong_destination > 0);
 }

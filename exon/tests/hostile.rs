@@ -88,7 +88,7 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
         mutate(&|v| v.push(0x01)),                                       // trailing garbage
         mutate(&|v| v.push(0x3f)),                                       // unknown frame type
         mutate(&|v| v.truncate(6)),                                      // header only
-        Bytes::from(vec![0u8; Config::default().max_datagram_size + 1]), // oversized
+        Bytes::from(vec![0u8; exon::proto::MAX_DATAGRAM_SIZE + 1usize]), // oversized
         Packet {
             header: Header::new(PEER, NodeId::from_const(99)),
             frames: vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],

@@ -281,6 +281,28 @@ fn rule5_orphan_slots_raise_the_clock_before_the_waiver() {
     assert_eq!(a.stats().rejects.clock_jump, 1);
 }
 
+/// Rule 5 switched off: the clock stays below the orphan slots, so the waiver cannot cover
+/// them and slot numbers below them may be asked for again.
+#[test]
+fn rule5_switched_off_leaves_orphan_slots() {
+    let t = Instant::now();
+    let mut a = node(A, Config::default(), 10, t);
+    a.set_rules(exon::proto::Rules {
+        raise_clock_on_orphan_slots: false,
+        ..exon::proto::Rules::ALL
+    });
+    feed(
+        &mut a,
+        t,
+        &[packet(B, A, vec![Frame::Slots { s: 40, r: 3, n: 0 }])],
+    );
+    assert!(a.clock() < 40);
+    match frames(&out(&mut a, t)).as_slice() {
+        [Frame::ReqSlots { l, .. }] => assert!(*l < 40, "the waiver covers nothing: {l}"),
+        f => panic!("{f:?}"),
+    }
+}
+
 /// Rule 5, end to end: a lost SLOTS leaves orphan slots above the sender's final sck; both
 /// nodes still end idle.
 #[test]

@@ -43,6 +43,18 @@ fn out(n: &mut Node, t: Instant) -> Vec<Bytes> {
     v
 }
 
+/// Takes every delivery (the application read it), as an embedding reports the hand-over.
+fn take(n: &mut Node, t: Instant) -> Vec<Bytes> {
+    let mut got = Vec::new();
+    while let Some(e) = n.poll_event() {
+        if let Event::Delivered { payload, id, .. } = e {
+            n.handle_taken(t, id);
+            got.push(payload);
+        }
+    }
+    got
+}
+
 /// Runs a and b until quiet; returns what each delivered.
 fn exchange(a: &mut Node, b: &mut Node, t: Instant) -> (Vec<Bytes>, Vec<Bytes>) {
     let mut got = (Vec::new(), Vec::new());
@@ -53,16 +65,8 @@ fn exchange(a: &mut Node, b: &mut Node, t: Instant) -> (Vec<Bytes>, Vec<Bytes>) 
         for d in out(b, t) {
             a.handle_datagram(t, d);
         }
-        while let Some(e) = a.poll_event() {
-            if let Event::Delivered { payload, .. } = e {
-                got.0.push(payload);
-            }
-        }
-        while let Some(e) = b.poll_event() {
-            if let Event::Delivered { payload, .. } = e {
-                got.1.push(payload);
-            }
-        }
+        got.0.extend(take(a, t));
+        got.1.extend(take(b, t));
     }
     got
 }
@@ -243,6 +247,7 @@ fn replayed_datagrams_deliver_nothing_twice() {
             tape.push(d.clone());
             b.handle_datagram(t, d);
         }
+        take(&mut b, t);
         for d in out(&mut b, t) {
             a.handle_datagram(t, d);
         }

@@ -186,7 +186,7 @@ async fn relay(a: SocketAddr, b: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<(bool
 
 #[tokio::test]
 async fn replays_from_another_address_do_not_move_a_peer() {
-    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
+    let mut a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
         .await
         .unwrap();
     let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
@@ -218,6 +218,8 @@ async fn replays_from_another_address_do_not_move_a_peer() {
     // Traffic both ways still goes through the relay, none to the attacker.
     let before = tape.lock().unwrap().len();
     let r = b.send(A, Bytes::from_static(b"reply")).await.unwrap();
+    let m = timeout(LIMIT, a.recv()).await.unwrap().unwrap();
+    assert_eq!(&m.payload[..], b"reply");
     timeout(LIMIT, r).await.unwrap().unwrap();
     assert!(
         tape.lock().unwrap().len() > before,
@@ -230,7 +232,7 @@ async fn replays_from_another_address_do_not_move_a_peer() {
 
 #[tokio::test]
 async fn a_forged_datagram_from_a_new_address_does_not_black_hole_a_peer() {
-    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
+    let mut a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
         .await
         .unwrap();
     let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
@@ -246,6 +248,8 @@ async fn a_forged_datagram_from_a_new_address_does_not_black_hole_a_peer() {
         }
     }
     let r = b.send(A, Bytes::from_static(b"to a")).await.unwrap();
+    let m = timeout(LIMIT, a.recv()).await.unwrap().unwrap();
+    assert_eq!(&m.payload[..], b"to a");
     timeout(LIMIT, r).await.unwrap().unwrap();
     nothing_arrives(&attacker).await;
 }

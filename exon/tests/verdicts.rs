@@ -5,14 +5,10 @@
 
 use std::time::Instant;
 
-use exon::proto::{Config, Event, Frame, MsgId, Node, NodeId};
+use exon::proto::{Config, Event, Frame, MsgId, NodeId};
 
 mod frames;
 use frames::*;
-
-fn events(n: &mut Node) -> Vec<Event> {
-    std::iter::from_fn(|| n.poll_event()).collect()
-}
 
 fn ids(evs: &[Event], pick: fn(&Event) -> Option<MsgId>) -> Vec<MsgId> {
     evs.iter().filter_map(pick).collect()

@@ -87,7 +87,9 @@ impl World {
             // arrives from the peer is honest and must be exactly-once; a third node id may
             // legitimately get its own forged messages delivered (ids are not authenticated).
             match e {
-                Event::Delivered { from, payload } => {
+                Event::Delivered { from, payload, id } => {
+                    // The application takes it at once: only then is it acknowledged.
+                    n.handle_taken(now, id);
                     if from == [A, B][1 - i] {
                         assert!(
                             self.sent.contains(&payload),

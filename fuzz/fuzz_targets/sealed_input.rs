@@ -94,7 +94,8 @@ impl World {
         }
         while let Some(e) = n.poll_event() {
             match e {
-                Event::Delivered { from, payload } => {
+                Event::Delivered { from, payload, id } => {
+                    n.handle_taken(now, id);
                     assert_eq!(from, [A, B][1 - i], "accepted a forged source");
                     assert!(self.sent.contains(&payload), "delivered a forgery");
                     assert!(self.delivered.insert(payload), "delivered twice");

@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::driver::{Driver, Unacked};
 use super::handle::{Command, Outgoing, Reply};
 use super::{DatagramSocket, Error, ReceiptError};
-use crate::proto::{NodeId, SendError};
+use crate::proto::{Abandoned, MsgId, NodeId, SendError};
 
 impl<S: DatagramSocket> Driver<S> {
     pub(crate) fn on_command(&mut self, c: Command, t: Instant) {
@@ -52,6 +52,10 @@ impl<S: DatagramSocket> Driver<S> {
             return refuse(out, SendError::QueueFull(to).into());
         }
         self.block(to);
+        if let Some(d) = out.deadline {
+            // Wakes `expire_deadlines` then, which also gives up waiting sends.
+            self.deadlines.push(std::cmp::Reverse((d, NOT_IN_CORE, to)));
+        }
         self.waiters.entry(to).or_default().push_back(out);
     }
 
@@ -63,9 +67,17 @@ impl<S: DatagramSocket> Driver<S> {
             id,
             ack,
             reply,
+            deadline,
         } = out;
+        if deadline.is_some_and(|d| d <= t) {
+            // Given up before it reached the core: certainly not delivered.
+            return refuse_parts(reply, ack, None);
+        }
         match self.node.send(t, to, payload) {
             Ok(core_id) => {
+                if let Some(d) = deadline {
+                    self.deadlines.push(std::cmp::Reverse((d, core_id, to)));
+                }
                 if self.peers.get(to).is_none() {
                     tracing::warn!(peer = %to, "sending to a peer with no known address");
                 }
@@ -77,7 +89,7 @@ impl<S: DatagramSocket> Driver<S> {
                     self.block(to);
                 }
             }
-            Err(e) => refuse_parts(reply, ack, e.into()),
+            Err(e) => refuse_parts(reply, ack, Some(e.into())),
         }
     }
 
@@ -120,6 +132,43 @@ impl<S: DatagramSocket> Driver<S> {
         admitted
     }
 
+    /// Gives up every message whose deadline passed by `t`: the core forgets it and says
+    /// whether a copy ever left; sends still waiting for room were never sent.
+    pub(crate) fn expire_deadlines(&mut self, t: Instant) {
+        while let Some(&std::cmp::Reverse((d, core_id, to))) = self.deadlines.peek() {
+            if d > t {
+                break;
+            }
+            self.deadlines.pop();
+            if !self.acks.contains_key(&core_id) {
+                continue; // settled already
+            }
+            let verdict = match self.node.abandon(t, to, core_id) {
+                Some(Abandoned::NotDelivered) => ReceiptError::NotDelivered,
+                Some(Abandoned::InDoubt) => ReceiptError::InDoubt,
+                None => continue,
+            };
+            if let Some(u) = self.acks.remove(&core_id) {
+                let _ = u.ack.send(Err(verdict));
+            }
+        }
+        if self.deadlines.len() > 2 * self.acks.len() + 1024 {
+            let acks = &self.acks;
+            self.deadlines.retain(|std::cmp::Reverse((_, id, _))| {
+                *id == NOT_IN_CORE || acks.contains_key(id)
+            });
+        }
+        if !self.waiters.is_empty() {
+            for q in self.waiters.values_mut() {
+                while let Some(i) = q.iter().position(|w| w.deadline.is_some_and(|d| d <= t)) {
+                    if let Some(w) = q.remove(i) {
+                        refuse_parts(w.reply, w.ack, None);
+                    }
+                }
+            }
+        }
+    }
+
     pub(crate) fn start_close(&mut self, deadline: Instant) {
         tracing::info!(
             id = %self.node.id(),
@@ -136,19 +185,30 @@ impl<S: DatagramSocket> Driver<S> {
     }
 }
 
+/// The id under which a waiting send's deadline is kept (no core message has it).
+const NOT_IN_CORE: MsgId = MsgId(u64::MAX);
+
 /// Tells the sender that the message was refused: through its answer if it waits for one,
 /// otherwise through its receipt.
 fn refuse(out: Outgoing, e: Error) {
-    refuse_parts(out.reply, out.ack, e);
+    refuse_parts(out.reply, out.ack, Some(e));
 }
 
-fn refuse_parts(reply: Reply, ack: super::handle::AckSender, e: Error) {
-    match reply {
-        Reply::None => {
+/// Resolves a message never handed to the core: refused with `e`, or (`None`) given up at
+/// its deadline, not delivered.
+fn refuse_parts(reply: Reply, ack: super::handle::AckSender, e: Option<Error>) {
+    match (reply, e) {
+        (Reply::None, Some(e)) => {
             let _ = ack.send(Err(ReceiptError::Refused(e)));
         }
-        Reply::Try(r) => {
+        (Reply::Try(r), Some(e)) => {
             let _ = r.send(Err(e));
+        }
+        (reply, None) => {
+            if let Reply::Try(r) = reply {
+                let _ = r.send(Ok(()));
+            }
+            let _ = ack.send(Err(ReceiptError::NotDelivered));
         }
     }
 }

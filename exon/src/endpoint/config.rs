@@ -28,6 +28,20 @@ pub struct EndpointConfig {
     pub linger: Duration,
     /// Delay before retrying a clock store that failed. Default 100 ms.
     pub store_retry: Duration,
+    /// Deadline of every send that does not give its own
+    /// ([`Handle::send_within`](super::Handle::send_within)): when it passes before the
+    /// message is acknowledged, the endpoint gives the message up and its receipt resolves
+    /// with [`ReceiptError::NotDelivered`](super::ReceiptError::NotDelivered) (no copy ever
+    /// left) or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt). Default `None`:
+    /// messages are retried until acknowledged, across link failures of any length.
+    pub default_deadline: Option<Duration>,
+    /// Acknowledge a message only when the application calls
+    /// [`Message::ack`](super::Message::ack) (after processing it), instead of when it takes
+    /// it from [`recv`](super::Endpoint::recv). Messages taken and not yet acknowledged count
+    /// against [`Config::max_untaken`], and once that many wait the endpoint grants no new
+    /// slots: a slow consumer slows its senders down instead of growing memory. Default
+    /// false.
+    pub ack_after_processing: bool,
 }
 
 impl Default for EndpointConfig {
@@ -39,6 +53,8 @@ impl Default for EndpointConfig {
             send_buffer: 1024,
             linger: Duration::from_secs(5),
             store_retry: Duration::from_millis(100),
+            default_deadline: None,
+            ack_after_processing: false,
         }
     }
 }
@@ -71,6 +87,18 @@ impl EndpointConfig {
     /// Sets [`linger`](Self::linger).
     pub fn with_linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Sets [`default_deadline`](Self::default_deadline).
+    pub fn with_default_deadline(mut self, deadline: Option<Duration>) -> Self {
+        self.default_deadline = deadline;
+        self
+    }
+
+    /// Sets [`ack_after_processing`](Self::ack_after_processing).
+    pub fn with_ack_after_processing(mut self, on: bool) -> Self {
+        self.ack_after_processing = on;
         self
     }
 

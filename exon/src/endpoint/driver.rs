@@ -1,7 +1,8 @@
 //! The driver task: owns the node and the socket; each turn it takes every input that is
 //! ready (queued commands, a batch of datagrams, a due timer), then drains the node's outputs.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use super::io::RxBufs;
 use super::peers::PeerBook;
 use super::shared::{CloseOnDrop, Shared};
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
-use crate::proto::{MsgId, Node, NodeId};
+use crate::proto::{DeliveryId, MsgId, Node, NodeId};
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
@@ -32,6 +33,7 @@ enum Wake {
     Datagrams(io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
     Deliver(Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>),
+    Taken,
     Timer,
     Continue,
 }
@@ -61,12 +63,25 @@ pub(crate) struct Driver<S> {
     pub(crate) deliver: mpsc::Sender<Message>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) store: Option<Box<dyn ClockStore>>,
-    pub(crate) pending: VecDeque<Message>,
+    /// Delivered messages not yet in the delivery channel (it was full).
+    pub(crate) pending: VecDeque<(Message, DeliveryId)>,
+    /// The deliveries in the channel, in its order: the first `Shared::taken` of all those
+    /// ever put in were taken by the application.
+    handed: VecDeque<DeliveryId>,
+    /// Takes already reported to the node.
+    taken_seen: u64,
+    /// Deliveries discarded because the receiving end was dropped (never acknowledged).
+    discarded: usize,
+    /// Reused for the application's acknowledgements (ack-after-processing mode).
+    acked_scratch: Vec<DeliveryId>,
     /// Messages in the core by the core's id.
     pub(crate) acks: HashMap<MsgId, Unacked, foldhash::fast::RandomState>,
     /// Sends waiting for room in the core, per destination (each such destination is in
     /// `blocked`).
     pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>>,
+    /// Deadlines of messages in the core: (deadline, core id, destination), earliest first
+    /// (entries of settled messages are skipped, and pruned when they pile up).
+    pub(crate) deadlines: BinaryHeap<Reverse<(Instant, MsgId, NodeId)>>,
     /// Destinations whose queue is full, as published in `shared`.
     pub(crate) blocked: HashSet<NodeId>,
     /// Send credits taken from the channel this turn, returned at the end of the turn.
@@ -98,7 +113,9 @@ impl<S: DatagramSocket> Driver<S> {
         ch: Channels,
         store: Box<dyn ClockStore>,
     ) -> Self {
-        let rx = RxBufs::new(cfg.protocol.max_datagram_size, socket.max_recv_segments());
+        // Receive up to the UDP maximum whatever our own datagram size: peers configured
+        // with larger datagrams are understood.
+        let rx = RxBufs::new(crate::proto::MAX_DATAGRAM_SIZE, socket.max_recv_segments());
         Driver {
             node,
             socket,
@@ -111,8 +128,13 @@ impl<S: DatagramSocket> Driver<S> {
             shared: ch.shared,
             store: Some(store),
             pending: VecDeque::new(),
+            handed: VecDeque::new(),
+            taken_seen: 0,
+            discarded: 0,
+            acked_scratch: Vec::new(),
             acks: HashMap::default(),
             waiters: HashMap::new(),
+            deadlines: BinaryHeap::new(),
             blocked: HashSet::new(),
             credits_taken: 0,
             closing: None,
@@ -137,6 +159,10 @@ impl<S: DatagramSocket> Driver<S> {
         loop {
             let t = now();
             self.clock_store(t);
+            if self.closing.is_some() {
+                // No delayed ACK may be left behind when the driver stops.
+                self.node.release_verdicts();
+            }
             let more = self.flush(t).await;
             self.hand_over();
             if let Some(report) = self.try_finish(t) {
@@ -161,10 +187,16 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// Waits for the next input.
     async fn wait(&mut self, more: bool) -> Wake {
-        let deadline = [self.node.poll_timeout(), self.closing, self.store_retry_at]
-            .into_iter()
-            .flatten()
-            .min();
+        let given_up = self.deadlines.peek().map(|Reverse((d, _, _))| *d);
+        let deadline = [
+            self.node.poll_timeout(),
+            self.closing,
+            self.store_retry_at,
+            given_up,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         if deadline != self.sleep_at {
             if let Some(d) = deadline {
                 self.sleep.as_mut().reset(TokioInstant::from_std(d));
@@ -175,9 +207,11 @@ impl<S: DatagramSocket> Driver<S> {
         let permit = (!reading).then(|| self.deliver.clone().reserve_owned());
         let store_job = &mut self.store_job;
         let (rx, socket, sleep) = (&mut self.rx, &self.socket, &mut self.sleep);
+        let taken = self.shared.taken_notify.notified();
         tokio::select! {
             biased;
             c = self.cmds.recv(), if self.cmds_open => Wake::Cmd(c),
+            _ = taken => Wake::Taken,
             r = async { store_job.as_mut().expect("guarded").await }, if store_job.is_some() => {
                 Wake::Stored(r)
             }
@@ -203,10 +237,12 @@ impl<S: DatagramSocket> Driver<S> {
                 self.store_job = None;
             }
             Wake::Deliver(Ok(permit)) => {
-                if let Some(m) = self.pending.pop_front() {
+                if let Some((m, id)) = self.pending.pop_front() {
+                    self.handed.push_back(id);
                     permit.send(m);
                 }
             }
+            Wake::Taken => self.on_taken(t, self.shared.taken()),
             Wake::Deliver(Err(_)) => {}
             Wake::Timer => {
                 if self.store_retry_at.is_some_and(|r| r <= t) {
@@ -232,6 +268,7 @@ impl<S: DatagramSocket> Driver<S> {
                 Err(TryRecvError::Disconnected) => self.on_handles_gone(t),
             }
         }
+        self.on_taken(t, self.shared.taken());
         if !got_datagrams && self.pending.is_empty() {
             if let Some(r) = self.rx.recv_now(&self.socket) {
                 self.on_datagrams(t, r);
@@ -243,9 +280,39 @@ impl<S: DatagramSocket> Driver<S> {
             let node = &self.node;
             self.peers.prune(|p| node.has_record(p));
         }
+        if self
+            .deadlines
+            .peek()
+            .is_some_and(|Reverse((d, _, _))| *d <= t)
+        {
+            self.expire_deadlines(t);
+        }
         if self.credits_taken > 0 {
             self.shared.credits.add_permits(self.credits_taken);
             self.credits_taken = 0;
+        }
+    }
+
+    /// Reports to the node the messages the application took since the last call (the
+    /// first of `handed`, `taken` in all): their ACKs may leave now.
+    fn on_taken(&mut self, t: Instant, taken: u64) {
+        let ack_on_take = !self.cfg.ack_after_processing;
+        while self.taken_seen < taken {
+            let Some(id) = self.handed.pop_front() else {
+                break;
+            };
+            self.taken_seen += 1;
+            if ack_on_take {
+                self.node.handle_taken(t, id);
+            }
+        }
+        if !ack_on_take {
+            let mut acked = std::mem::take(&mut self.acked_scratch);
+            self.shared.take_acked(&mut acked);
+            for id in acked.drain(..) {
+                self.node.handle_taken(t, id);
+            }
+            self.acked_scratch = acked;
         }
     }
 
@@ -261,19 +328,19 @@ impl<S: DatagramSocket> Driver<S> {
     /// the deadline passed.
     fn try_finish(&mut self, t: Instant) -> Option<CloseReport> {
         let deadline = self.closing?;
-        if self.deliver.is_closed() {
-            self.pending.clear();
-        }
-        let done = self.acks.is_empty() && self.pending.is_empty();
+        let done = self.acks.is_empty() && (self.pending.is_empty() || self.deliver.is_closed());
         if !done && t < deadline {
             return None;
         }
+        // From here on nothing is taken: what the application did not take is reported.
+        let taken = self.shared.stop_taking();
+        self.on_taken(t, taken);
         let mut unacknowledged: Vec<(NodeId, MsgId)> =
             self.acks.values().map(|u| (u.to, u.id)).collect();
         unacknowledged.sort_by_key(|(_, id)| *id);
         Some(CloseReport {
             unacknowledged,
-            undelivered: self.pending.len(),
+            undelivered: self.pending.len() + self.handed.len() + self.discarded,
             stats: self.stats(),
         })
     }
@@ -330,11 +397,11 @@ impl<S: DatagramSocket> Driver<S> {
         if self.pending.is_empty() {
             self.stalled = false;
         }
-        while let Some(m) = self.pending.pop_front() {
+        while let Some((m, id)) = self.pending.pop_front() {
             match self.deliver.try_send(m) {
-                Ok(()) => {}
+                Ok(()) => self.handed.push_back(id),
                 Err(mpsc::error::TrySendError::Full(m)) => {
-                    self.pending.push_front(m);
+                    self.pending.push_front((m, id));
                     if !self.stalled {
                         self.stalled = true;
                         self.stats.delivery_stalls += 1;
@@ -343,8 +410,13 @@ impl<S: DatagramSocket> Driver<S> {
                     break;
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => {
+                    // Never taken, so never acknowledged: its sender does not hear of it
+                    // as delivered.
+                    self.discarded += 1;
                     if self.closing.is_none() {
-                        tracing::warn!("delivery receiver dropped: message discarded");
+                        tracing::warn!(
+                            "delivery receiver dropped: message discarded unacknowledged"
+                        );
                     }
                 }
             }

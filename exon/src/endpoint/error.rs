@@ -2,7 +2,7 @@
 
 use std::io;
 
-use crate::proto::{ConfigError, SendError};
+use crate::proto::{ConfigError, NodeId, SendError};
 
 /// Why a send was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -14,22 +14,34 @@ pub enum Error {
     /// The endpoint is closing or closed: it accepts no new messages.
     #[error("endpoint closed")]
     Closed,
+    /// No address is known for this node id: add it with
+    /// [`Handle::add_peer`](super::Handle::add_peer) (or let the peer speak first: addresses
+    /// are learned from its datagrams). Nothing about the message was kept.
+    #[error("no address known for node {0}")]
+    UnknownPeer(NodeId),
 }
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReceiptError {
     /// The endpoint stopped (closed, or its deadline passed) before the receiver acknowledged
-    /// the message. It may or may not have been delivered; it was never delivered twice.
+    /// the message. It may or may not have been delivered (or taken); it was never
+    /// delivered twice.
     #[error("endpoint stopped before the message was acknowledged")]
     Unacknowledged,
     /// The endpoint refused the message after [`send`](super::Handle::send) had returned
     /// (too many destinations, or the endpoint closed meanwhile): it was never sent.
     #[error("message refused: {0}")]
     Refused(Error),
+    /// The message's deadline passed before any copy of it left this endpoint: it was
+    /// certainly not delivered, and never will be.
+    #[error("deadline passed before the message was sent: not delivered")]
+    NotDelivered,
     /// The receiver lost the incarnation the message was sent under (it restarted, or
     /// forgot it under a flood of requests) before acknowledging it: the message was
-    /// delivered at most once, maybe not at all, and will not be sent again.
+    /// delivered at most once, maybe not at all (or delivered and lost in the receiver's
+    /// buffer before its application took it), and will not be sent again. Also the verdict
+    /// on a message whose deadline passed after a copy of it was sent.
     #[error("receiver restarted before acknowledging: message in doubt")]
     InDoubt,
 }

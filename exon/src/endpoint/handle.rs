@@ -1,5 +1,6 @@
 //! The cloneable sending side of an endpoint, receipts, and the commands sent to the driver.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -53,15 +54,17 @@ pub struct CloseReport {
     /// Messages accepted and not acknowledged when the endpoint stopped (empty on a clean
     /// close).
     pub unacknowledged: Vec<(NodeId, MsgId)>,
-    /// Messages delivered by the core that the application never took from the endpoint
-    /// (only when the delivery buffer stayed full until the deadline, or nobody listened).
+    /// Messages delivered to this endpoint that its application never took: still in the
+    /// delivery buffer when the endpoint stopped (they are not handed out afterwards), or
+    /// discarded because the [`Endpoint`](super::Endpoint) was dropped. None of them was
+    /// acknowledged: their senders see them as unacknowledged or in doubt.
     pub undelivered: usize,
     /// The counters at the end.
     pub stats: EndpointStats,
 }
 
 impl CloseReport {
-    /// True when every message was acknowledged and every delivery handed over.
+    /// True when every message was acknowledged and every delivery taken.
     pub fn is_clean(&self) -> bool {
         self.unacknowledged.is_empty() && self.undelivered == 0
     }
@@ -86,6 +89,8 @@ pub(crate) struct Outgoing {
     pub(crate) id: MsgId,
     pub(crate) ack: AckSender,
     pub(crate) reply: Reply,
+    /// When the endpoint gives the message up, if not acknowledged by then.
+    pub(crate) deadline: Option<std::time::Instant>,
 }
 
 /// A command from a handle to the driver task.
@@ -100,11 +105,16 @@ pub(crate) enum Command {
     },
 }
 
-/// Resolves when the receiver acknowledged the message: it was delivered exactly once at
-/// the peer's Exon layer.
+/// Resolves with the message's verdict: `Ok` once the receiving application took the
+/// message (it left the peer's [`recv`](super::Endpoint::recv)), exactly once; otherwise a
+/// [`ReceiptError`] saying what is known (in doubt, unacknowledged, refused).
 ///
 /// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
 /// retransmits until acknowledged (or until it is closed).
+///
+/// # Cancel safety
+/// Cancel safe: a receipt can be polled again after a poll was dropped (in `select!`, or
+/// under a timeout), and the verdict is not lost meanwhile.
 #[derive(Debug)]
 #[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the message)"]
 pub struct Receipt {
@@ -168,9 +178,42 @@ impl Handle {
     /// their way to the core at once (more wait for the driver to take them), and sends that
     /// find the destination full on arrival wait in the driver, in order, until it has room.
     /// The rare refusal found only then (too many destinations, or a close racing the send)
-    /// resolves the receipt with [`ReceiptError::Refused`].
+    /// resolves the receipt with [`ReceiptError::Refused`]. A destination with no known
+    /// address is refused at once with [`Error::UnknownPeer`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the message is handed over without any wait after the last await point,
+    /// so a `send` dropped before it returned sent nothing, and one that returned its
+    /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        let payload = payload.into();
+        self.send_deadline(to, payload.into(), self.shared.default_deadline)
+            .await
+    }
+
+    /// Like [`send`](Self::send), with a deadline `within` from now (instead of
+    /// [`EndpointConfig::default_deadline`](super::EndpointConfig::default_deadline)): if the
+    /// message is not acknowledged by then, the endpoint gives it up and the receipt
+    /// resolves with [`ReceiptError::NotDelivered`] when no copy of it ever left (certain),
+    /// or [`ReceiptError::InDoubt`] when one did (it may still arrive, at most once).
+    ///
+    /// # Cancel safety
+    /// As [`send`](Self::send).
+    pub async fn send_within(
+        &self,
+        to: NodeId,
+        payload: impl Into<Bytes>,
+        within: Duration,
+    ) -> Result<Receipt, Error> {
+        self.send_deadline(to, payload.into(), Some(within)).await
+    }
+
+    async fn send_deadline(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        within: Option<Duration>,
+    ) -> Result<Receipt, Error> {
+        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         self.check(to, &payload)?;
         self.shared.wait_for_room(to).await;
         if self.shared.is_closing() {
@@ -183,17 +226,26 @@ impl Handle {
             .await
             .map_err(|_| Error::Closed)?;
         credit.forget();
-        self.hand_over(to, payload, Reply::None)
+        self.hand_over(to, payload, Reply::None, deadline)
     }
 
     /// Like [`send`](Self::send) but fails at once with
     /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull) instead of waiting for
     /// queue space (it still awaits the driver's answer, which never waits on the network).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the message is handed over before the driver's answer is awaited, so
+    /// a `try_send` dropped while waiting may still have sent it (with nobody holding its
+    /// receipt). Use [`send`](Self::send) where cancellation matters.
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
         let (reply, answer) = oneshot::channel();
-        let receipt = self.hand_over(to, payload, Reply::Try(reply))?;
+        let deadline = self
+            .shared
+            .default_deadline
+            .map(|w| tokio::time::Instant::now().into_std() + w);
+        let receipt = self.hand_over(to, payload, Reply::Try(reply), deadline)?;
         answer.await.map_err(|_| Error::Closed)??;
         Ok(receipt)
     }
@@ -206,6 +258,9 @@ impl Handle {
         if to == self.id {
             return Err(SendError::ToSelf.into());
         }
+        if !self.shared.is_known(to) {
+            return Err(Error::UnknownPeer(to));
+        }
         let max = self.shared.max_payload;
         if payload.len() > max {
             let len = payload.len();
@@ -215,7 +270,13 @@ impl Handle {
     }
 
     /// Gives the message an id and hands it to the driver.
-    fn hand_over(&self, to: NodeId, payload: Bytes, reply: Reply) -> Result<Receipt, Error> {
+    fn hand_over(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        reply: Reply,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Receipt, Error> {
         let (ack, rx) = oneshot::channel();
         let id = self.shared.next_id();
         let out = Outgoing {
@@ -224,6 +285,7 @@ impl Handle {
             id,
             ack,
             reply,
+            deadline,
         };
         self.cmds
             .send(Command::Send(out))
@@ -234,6 +296,7 @@ impl Handle {
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
     /// datagrams, so a peer that changes address keeps being reached.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
+        self.shared.know(id);
         let _ = self.cmds.send(Command::AddPeer(id, addr));
     }
 
@@ -242,6 +305,20 @@ impl Handle {
     /// plaintext mode.
     pub fn add_peer_key(&self, id: NodeId, key: PublicKey) {
         let _ = self.cmds.send(Command::AddPeerKey(id, key));
+    }
+
+    /// Whether `peer` is reachable as far as this endpoint knows: false once messages to it
+    /// waited [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without
+    /// any datagram from it, true again at its next datagram. Being unreachable drops
+    /// nothing: messages are retried until acknowledged or their deadline passes.
+    pub fn is_reachable(&self, peer: NodeId) -> bool {
+        !self.shared.unreachable.borrow().contains(&peer)
+    }
+
+    /// A watch of the peers currently unreachable (see [`is_reachable`](Self::is_reachable)):
+    /// `changed().await` on it wakes at every change.
+    pub fn unreachable_peers(&self) -> tokio::sync::watch::Receiver<BTreeSet<NodeId>> {
+        self.shared.unreachable.subscribe()
     }
 
     /// The counters, or `None` if the endpoint has stopped.
@@ -253,8 +330,14 @@ impl Handle {
 
     /// Stops accepting sends (waiting senders get [`Error::Closed`]), waits until every
     /// outstanding message is acknowledged or `timeout` passes, stops the endpoint and reports
-    /// what was left. Never hangs past `timeout` (plus one driver turn). Returns an empty
-    /// report if the endpoint had already stopped.
+    /// what was left. Never hangs past `timeout` (plus one driver turn): it does not wait
+    /// for the application to take buffered deliveries, which are counted in
+    /// [`CloseReport::undelivered`]. Returns an empty report if the endpoint had already
+    /// stopped.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in the sense that matters: once called, the close goes on (with its
+    /// deadline) even if this future is dropped; only the report is lost.
     pub async fn close(&self, timeout: Duration) -> CloseReport {
         let (reply, rx) = oneshot::channel();
         if self.cmds.send(Command::Close { timeout, reply }).is_err() {

@@ -13,7 +13,7 @@ use bytes::BytesMut;
 
 use super::driver::Driver;
 use super::peers::{Learned, NoRoute};
-use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
+use super::{Acker, DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
 /// Most receive buffers filled per call.
@@ -156,6 +156,7 @@ impl<S: DatagramSocket> Driver<S> {
             Learned::Moved => {
                 tracing::debug!(peer = %acc.from, addr = %from, "peer address learned");
                 self.stats.address_updates += 1;
+                self.shared.know(acc.from);
                 // Path validation: until the peer answers from there, the address gets at
                 // most three times what came from it.
                 let token = self.node.challenge(acc.from);
@@ -233,13 +234,26 @@ impl<S: DatagramSocket> Driver<S> {
     fn take_events(&mut self, t: Instant) -> bool {
         while let Some(e) = self.node.poll_event() {
             match e {
-                Event::Delivered { from, payload } => {
-                    self.pending.push_back(Message { from, payload });
+                Event::Delivered { from, payload, id } => {
+                    let acker = self
+                        .cfg
+                        .ack_after_processing
+                        .then(|| Acker::new(self.shared.clone(), id));
+                    self.pending
+                        .push_back((Message::new(from, payload, acker), id));
                 }
                 Event::Acknowledged { id, .. } => {
                     if let Some(u) = self.acks.remove(&id) {
                         let _ = u.ack.send(Ok(()));
                     }
+                }
+                Event::PeerUnreachable { peer } => {
+                    tracing::warn!(%peer, "peer unreachable");
+                    self.shared.set_unreachable(peer, true);
+                }
+                Event::PeerReachable { peer } => {
+                    tracing::info!(%peer, "peer reachable again");
+                    self.shared.set_unreachable(peer, false);
                 }
                 Event::InDoubt { id, to } => {
                     tracing::warn!(peer = %to, "receiver lost the message's incarnation: in doubt");

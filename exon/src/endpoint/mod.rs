@@ -77,12 +77,68 @@ use crate::proto::{Identity, Node, NodeId, Security};
 use shared::Shared;
 
 /// A message delivered exactly once, with its sender's node id.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// By default, taking it from [`Endpoint::recv`] acknowledges it. With
+/// [`EndpointConfig::ack_after_processing`], it is acknowledged only when the application
+/// calls [`ack`](Self::ack) (after processing it); one dropped without `ack` is never
+/// acknowledged (its sender sees it as unacknowledged or in doubt) and keeps taking one of
+/// the receiver's [`Config::max_untaken`](crate::proto::Config::max_untaken) places.
+#[derive(Debug, Clone)]
 pub struct Message {
     /// The sending node.
     pub from: NodeId,
     /// The payload.
     pub payload: Bytes,
+    /// How to acknowledge it, in ack-after-processing mode.
+    acker: Option<Acker>,
+}
+
+impl PartialEq for Message {
+    /// Compares sender and payload.
+    fn eq(&self, other: &Self) -> bool {
+        (self.from, &self.payload) == (other.from, &other.payload)
+    }
+}
+
+impl Eq for Message {}
+
+impl Message {
+    pub(crate) fn new(from: NodeId, payload: Bytes, acker: Option<Acker>) -> Message {
+        Message {
+            from,
+            payload,
+            acker,
+        }
+    }
+
+    /// Acknowledges the message to its sender, whose receipt then resolves `Ok`: call it
+    /// once the message is processed. Needed only with
+    /// [`EndpointConfig::ack_after_processing`]; otherwise (the message was acknowledged
+    /// when taken) it does nothing. Acknowledging twice does nothing more.
+    pub fn ack(&self) {
+        if let Some(a) = &self.acker {
+            a.shared.ack(a.id);
+        }
+    }
+}
+
+/// The acknowledgement handle of a message in ack-after-processing mode.
+#[derive(Clone)]
+pub(crate) struct Acker {
+    shared: Arc<Shared>,
+    id: crate::proto::DeliveryId,
+}
+
+impl Acker {
+    pub(crate) fn new(shared: Arc<Shared>, id: crate::proto::DeliveryId) -> Acker {
+        Acker { shared, id }
+    }
+}
+
+impl std::fmt::Debug for Acker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acker").field("id", &self.id).finish()
+    }
 }
 
 /// An exactly-once messaging endpoint: a node id bound to a datagram socket.
@@ -132,15 +188,36 @@ impl Endpoint {
         self.handle.clone()
     }
 
-    /// The next delivered message, or `None` once the endpoint has stopped and every
-    /// buffered message was taken.
+    /// The next delivered message, or `None` once the endpoint has stopped.
+    ///
+    /// Taking a message is what acknowledges it: its sender's [`Receipt`] resolves only
+    /// after the message left `recv` (or the stream). Messages still in the endpoint's
+    /// buffer when it stops are never handed out nor acknowledged: the
+    /// [`CloseReport::undelivered`] count says how many, and their senders see them as
+    /// unacknowledged or in doubt, never as acknowledged.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a `recv` dropped before it returns takes nothing (the message stays
+    /// first in the buffer and is not acknowledged).
     pub async fn recv(&mut self) -> Option<Message> {
-        self.rx.recv().await
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
     }
 
-    /// Polls for the next delivered message (what the `Stream` implementation does).
+    /// Polls for the next delivered message (what the `Stream` implementation does). A
+    /// message returned here counts as taken, as with [`recv`](Self::recv).
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        self.rx.poll_recv(cx)
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(m)) => {
+                if self.handle.shared.take_one() {
+                    Poll::Ready(Some(m))
+                } else {
+                    // Stopped: what is left was reported undelivered.
+                    self.rx.close();
+                    Poll::Ready(None)
+                }
+            }
+            other => other,
+        }
     }
 }
 
@@ -156,7 +233,7 @@ impl futures_core::Stream for Endpoint {
     type Item = Message;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        self.get_mut().rx.poll_recv(cx)
+        self.get_mut().poll_recv(cx)
     }
 }
 
@@ -230,6 +307,7 @@ impl Builder {
         let shared = Arc::new(Shared::new(
             node.config().max_payload(),
             self.config.send_buffer,
+            self.config.default_deadline,
         ));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));

@@ -2,7 +2,7 @@
 //! driver: closing flag, message ids, destinations whose queue is full (and a notification
 //! when one has room again), and send credits.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -16,6 +16,8 @@ use crate::proto::{MsgId, NodeId};
 pub(crate) struct Shared {
     /// Largest payload the core accepts.
     pub(crate) max_payload: usize,
+    /// Deadline of sends that give none.
+    pub(crate) default_deadline: Option<std::time::Duration>,
     /// Set once the endpoint closes: new sends are refused at once.
     closing: AtomicBool,
     /// The next message id handed out.
@@ -29,19 +31,116 @@ pub(crate) struct Shared {
     /// Credits for sends that do not wait for the driver: one per send command in the
     /// channel, returned when the driver takes it. Closed when the endpoint closes.
     pub(crate) credits: Semaphore,
+    /// Delivered messages the application took from the endpoint, counted in channel order
+    /// (the driver acknowledges that many), with [`STOPPED`] set once the driver stopped:
+    /// from then on nothing more is taken (or acknowledged).
+    taken: AtomicU64,
+    /// Notified when the application takes a message.
+    pub(crate) taken_notify: Notify,
+    /// Node ids with a known address (added, or learned from their datagrams): a send to
+    /// any other fails at once.
+    known: Mutex<HashSet<NodeId>>,
+    /// Deliveries the application acknowledged (ack-after-processing mode), for the driver.
+    acked: Mutex<Vec<crate::proto::DeliveryId>>,
+    /// Peers reported unreachable, published to watchers.
+    pub(crate) unreachable: tokio::sync::watch::Sender<BTreeSet<NodeId>>,
 }
 
+/// The bit of `Shared::taken` that says the driver stopped.
+const STOPPED: u64 = 1 << 63;
+
 impl Shared {
-    pub(crate) fn new(max_payload: usize, send_buffer: usize) -> Shared {
+    pub(crate) fn new(
+        max_payload: usize,
+        send_buffer: usize,
+        default_deadline: Option<std::time::Duration>,
+    ) -> Shared {
         Shared {
             max_payload,
+            default_deadline,
             closing: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             blocked: Mutex::new(HashSet::new()),
             blocked_len: AtomicUsize::new(0),
             room: Notify::new(),
             credits: Semaphore::new(send_buffer.max(1)),
+            taken: AtomicU64::new(0),
+            taken_notify: Notify::new(),
+            known: Mutex::new(HashSet::new()),
+            acked: Mutex::new(Vec::new()),
+            unreachable: tokio::sync::watch::Sender::new(BTreeSet::new()),
         }
+    }
+
+    /// The application acknowledged delivery `id` (ack-after-processing mode).
+    pub(crate) fn ack(&self, id: crate::proto::DeliveryId) {
+        self.acked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(id);
+        self.taken_notify.notify_one();
+    }
+
+    /// Takes the acknowledgements made since the last call.
+    pub(crate) fn take_acked(&self, into: &mut Vec<crate::proto::DeliveryId>) {
+        let mut v = self.acked.lock().unwrap_or_else(|p| p.into_inner());
+        if !v.is_empty() {
+            std::mem::swap(&mut *v, into);
+        }
+    }
+
+    /// Publishes that `peer` is (`true`) or is no longer unreachable.
+    pub(crate) fn set_unreachable(&self, peer: NodeId, unreachable: bool) {
+        self.unreachable.send_if_modified(|set| {
+            if unreachable {
+                set.insert(peer)
+            } else {
+                set.remove(&peer)
+            }
+        });
+    }
+
+    /// `peer` has a known address from now on.
+    pub(crate) fn know(&self, peer: NodeId) {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer);
+    }
+
+    /// Whether `peer` has a known address.
+    pub(crate) fn is_known(&self, peer: NodeId) -> bool {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&peer)
+    }
+
+    /// The application took the next message from the delivery channel. Returns false if
+    /// the driver has stopped: the message was reported as never taken, and is not handed
+    /// out. Atomic against [`stop_taking`](Self::stop_taking): each message is either
+    /// counted as taken (and acknowledged) or reported undelivered, never both.
+    pub(crate) fn take_one(&self) -> bool {
+        let ok = self
+            .taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v & STOPPED == 0).then_some(v + 1)
+            })
+            .is_ok();
+        if ok {
+            self.taken_notify.notify_one();
+        }
+        ok
+    }
+
+    /// Messages taken so far.
+    pub(crate) fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Acquire) & !STOPPED
+    }
+
+    /// Stops counting takes; returns the final count.
+    pub(crate) fn stop_taking(&self) -> u64 {
+        self.taken.fetch_or(STOPPED, Ordering::AcqRel) & !STOPPED
     }
 
     /// A fresh message id (unique within the endpoint, increasing).

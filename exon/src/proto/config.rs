@@ -9,16 +9,19 @@ use super::frame::{token_len, MAX_HEADER_LEN};
 /// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
 /// the internet; `Config::default()` is a good start.
 ///
-/// Nodes that talk to each other should agree on [`max_datagram_size`](Self::max_datagram_size),
-/// and a sender's [`window`](Self::window) must not exceed its receivers'
+/// Nodes that talk to each other need not agree on
+/// [`max_datagram_size`](Self::max_datagram_size) (each receives up to the UDP maximum),
+/// but a sender's [`window`](Self::window) must not exceed its receivers'
 /// [`max_slots_request`](Self::max_slots_request), or its requests are refused.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
 pub struct Config {
-    /// Largest datagram sent or accepted, in bytes. Default 1200 (safe on the internet without
-    /// path MTU discovery). Raise it on loopback or where the path allows (at most 65507).
-    /// It also bounds the payload: see [`Config::max_payload`].
+    /// Largest datagram sent, in bytes. Default 1200 (safe on the internet without path MTU
+    /// discovery). Raise it on loopback or where the path allows (at most 65507). It also
+    /// bounds the payload: see [`Config::max_payload`]. Datagrams are *received* up to
+    /// 65507 bytes whatever this value ([`Config::max_receive_payload`]), so that peers with
+    /// different sizes understand each other.
     pub max_datagram_size: usize,
     /// `N` of the paper: envelopes (reserved slots) a sender keeps ready per destination so
     /// that sends go out at once. Default 128.
@@ -82,6 +85,19 @@ pub struct Config {
     pub key_agreements_per_sec: u64,
     /// Most such key agreements at once (the bucket's depth). Default 512.
     pub key_agreement_burst: u64,
+    /// Deliveries handed to the embedding and not yet reported taken by the application
+    /// ([`Node::handle_taken`](super::Node::handle_taken)). They are not acknowledged
+    /// until taken; at this many, further TOKENs are neither delivered nor answered, and
+    /// no new slots are granted (their senders ask again later), counted in
+    /// [`Stats::held_back`](super::Stats::held_back). Default 65536.
+    pub max_untaken: usize,
+    /// A destination with work pending (messages queued or unacknowledged) that sends
+    /// nothing back for this long is reported unreachable
+    /// ([`Event::PeerUnreachable`](super::Event::PeerUnreachable)), checked at its
+    /// retransmission timeouts (so within `max_rto` after). Must exceed `max_rto`, so that a
+    /// peer is never reported unreachable only because this node waits to retransmit.
+    /// Default 5 s.
+    pub unreachable_after: Duration,
 }
 
 impl Default for Config {
@@ -110,6 +126,8 @@ impl Default for Config {
             key_cache_size: 9216,
             key_agreements_per_sec: 2000,
             key_agreement_burst: 512,
+            max_untaken: 65536,
+            unreachable_after: Duration::from_secs(5),
         }
     }
 }
@@ -118,6 +136,14 @@ impl Default for Config {
 pub const MIN_DATAGRAM_SIZE: usize = 128;
 /// Largest `max_datagram_size` accepted: the largest UDP payload over IPv4.
 pub const MAX_DATAGRAM_SIZE: usize = 65507;
+
+/// Room for a payload in a datagram of `size` bytes, with the largest header (sealed, with
+/// the sender's key), the authentication tag and TOKEN framing.
+fn payload_room(size: usize) -> usize {
+    let len_field = varint_len(size as u64);
+    let overhead = MAX_HEADER_LEN + TAG_LEN + token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
+    size.saturating_sub(overhead)
+}
 
 /// A configuration value out of its allowed range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -129,10 +155,15 @@ impl Config {
     /// sealed one carrying the sender's key), the authentication tag and TOKEN framing
     /// (8-byte slot and incarnation). 1101 bytes with the default 1200-byte datagrams.
     pub fn max_payload(&self) -> usize {
-        let len_field = varint_len(self.max_datagram_size as u64);
-        let overhead =
-            MAX_HEADER_LEN + TAG_LEN + token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
-        self.max_datagram_size.saturating_sub(overhead)
+        payload_room(self.max_datagram_size)
+    }
+
+    /// Largest payload a node accepts from the network: what fits in the largest UDP
+    /// datagram ([`MAX_DATAGRAM_SIZE`]), whatever this node's own `max_datagram_size`. A
+    /// node receives any datagram up to that size, so peers configured with larger
+    /// datagrams than its own are understood (its own datagrams stay within its size).
+    pub fn max_receive_payload() -> usize {
+        payload_room(MAX_DATAGRAM_SIZE)
     }
 
     /// Checks that values are in range and consistent with each other.
@@ -169,6 +200,12 @@ impl Config {
             return Err(ConfigError(
                 "key_cache_size and key_agreement_burst must be positive",
             ));
+        }
+        if self.unreachable_after <= self.max_rto {
+            return Err(ConfigError("unreachable_after must exceed max_rto"));
+        }
+        if self.max_untaken == 0 {
+            return Err(ConfigError("max_untaken must be positive"));
         }
         if self.clock_block < 2 {
             return Err(ConfigError("clock_block must be at least 2"));

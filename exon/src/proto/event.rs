@@ -2,20 +2,27 @@
 
 use bytes::Bytes;
 
-use super::{MsgId, NodeId};
+use super::{DeliveryId, MsgId, NodeId};
 
 /// Something the application should know about, from [`Node::poll_event`](super::Node::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
-    /// A message from `from` was delivered to this node, exactly once.
+    /// A message from `from` was delivered to this node, exactly once. It is not
+    /// acknowledged yet: report with [`Node::handle_taken`](super::Node::handle_taken)`(id)`
+    /// once the application has it; only then does its sender see `Acknowledged`.
     Delivered {
         /// The sending node.
         from: NodeId,
         /// The message.
         payload: Bytes,
+        /// What to give [`Node::handle_taken`](super::Node::handle_taken) once the
+        /// application has taken the message.
+        id: DeliveryId,
     },
-    /// A message this node sent was delivered by its receiver, which acknowledged it.
+    /// A message this node sent was taken by the receiving application: its receiver
+    /// delivered it exactly once, and its embedding reported the hand-over
+    /// ([`Node::handle_taken`](super::Node::handle_taken)) before acknowledging it.
     Acknowledged {
         /// The destination of the message.
         to: NodeId,
@@ -23,14 +30,30 @@ pub enum Event {
         id: MsgId,
     },
     /// A message this node sent reached a receiver that has since lost the incarnation it
-    /// was sent under (the receiver restarted, or evicted it under pressure): it was
-    /// delivered at most once, maybe not at all, and will not be sent again. Never silent:
+    /// was sent under (the receiver restarted, or evicted it under pressure), before its
+    /// application was known to have taken it: it was delivered at most once, maybe not at
+    /// all (or delivered and lost in the receiver's buffer), and will not be sent again. Never silent:
     /// every message ends as exactly one of `Acknowledged` or `InDoubt`.
     InDoubt {
         /// The destination of the message.
         to: NodeId,
         /// The id [`Node::send`](super::Node::send) returned for it.
         id: MsgId,
+    },
+    /// Work for `peer` (messages queued or unacknowledged, or a slot request) has waited
+    /// [`Config::unreachable_after`](super::Config::unreachable_after) without any datagram
+    /// from it. Nothing is dropped: messages are still retried (unless given up with
+    /// [`Node::abandon`](super::Node::abandon)). A peer whose application stopped taking
+    /// messages looks the same (it answers nothing to messages it holds untaken).
+    PeerUnreachable {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// A peer reported unreachable was heard from again (or its sender record was
+    /// discarded, so nothing is known of it any more).
+    PeerReachable {
+        /// The peer.
+        peer: NodeId,
     },
 }
 

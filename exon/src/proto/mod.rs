@@ -4,15 +4,18 @@
 //! Start with [`Node`]. The wire format is in [`frame`] and documented byte by byte in
 //! `docs/wire.md`.
 
+mod abandon;
 pub mod codec;
 mod config;
 pub mod crypto;
+mod delivery;
 mod error;
 mod event;
 pub mod frame;
 #[cfg(feature = "arbitrary")]
 mod fuzzing;
 mod ids;
+mod liveness;
 mod node;
 mod outbox;
 pub mod ranges;
@@ -27,12 +30,14 @@ mod tokens;
 mod transmit;
 mod verdicts;
 
+pub use abandon::Abandoned;
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.
 pub(crate) type PeerMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
 pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security};
+pub use delivery::DeliveryId;
 pub use error::{DecodeError, SendError};
 pub use event::{Event, Transmit};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};

@@ -104,6 +104,10 @@ pub struct Node {
     pub(super) last_response: Option<u64>,
     /// Challenges issued (path validation).
     pub(super) challenges: u64,
+    /// Deliveries not yet reported taken (held slots over all receiver records).
+    pub(super) untaken: usize,
+    /// Which destinations owe an answer for too long.
+    pub(super) liveness: super::liveness::Liveness,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -165,6 +169,8 @@ impl Node {
             sealer,
             last_response: None,
             challenges: 0,
+            untaken: 0,
+            liveness: Default::default(),
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -415,6 +421,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&to) else {
             unreachable!("record inserted above")
         };
+        let was_quiet = rec.is_quiet() && rec.req_n.is_none();
         rec.bytes += payload.len();
         rec.idle_since = None;
         let msg = Queued { id, payload };
@@ -433,6 +440,7 @@ impl Node {
             }
             None => rec.queue.push_back(msg),
         }
+        self.liveness_work(now, to, was_quiet);
         if !new_record || self.rules.first_send_requests_slots {
             self.request_slots(now, to);
         }
@@ -504,7 +512,9 @@ impl Node {
     pub fn handle_datagram_buf(&mut self, now: Instant, mut data: BytesMut) -> Option<Accepted> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
-        if data.len() > self.cfg.max_datagram_size {
+        // The receive ceiling is the UDP maximum, not this node's own send size: a peer
+        // configured with larger datagrams is understood.
+        if data.len() > super::MAX_DATAGRAM_SIZE {
             self.stats.rejects.oversized += 1;
             return None;
         }
@@ -552,16 +562,17 @@ impl Node {
         // One pass: decode every frame into the scratch list before acting on any, so a
         // datagram with one bad frame is dropped whole.
         let mut frames = std::mem::take(&mut self.frame_scratch);
-        let taken = match frame::decode_frames_into(&body, self.cfg.max_payload(), &mut frames) {
-            Ok(()) => {
-                self.handle_frames(now, header, &mut frames);
-                true
-            }
-            Err(e) => {
-                self.stats.rejects.count_decode(e);
-                false
-            }
-        };
+        let taken =
+            match frame::decode_frames_into(&body, Config::max_receive_payload(), &mut frames) {
+                Ok(()) => {
+                    self.handle_frames(now, header, &mut frames);
+                    true
+                }
+                Err(e) => {
+                    self.stats.rejects.count_decode(e);
+                    false
+                }
+            };
         frames.clear();
         self.frame_scratch = frames;
         let response = self.last_response.take();
@@ -575,6 +586,7 @@ impl Node {
     /// Acts on the frames of one valid datagram, in order.
     fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
         let src = header.src;
+        self.liveness_heard(now, src);
         let mut tokens = 0u32;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {
@@ -608,6 +620,11 @@ impl Node {
             }
         }
         if tokens > 0 {
+            if urgent {
+                if let Some(rec) = self.receivers.get_mut(&src) {
+                    rec.ack_now |= !rec.held.is_empty();
+                }
+            }
             let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
             self.outbox.flush_verdicts(src, now, urgent, delay, every);
         }
@@ -632,6 +649,12 @@ impl Node {
             // An honest sender's frontier is at most its clock `s`, and at most the end of
             // what it was granted: anything above would waive slots it may hold tokens for.
             self.stats.rejects.frontier_beyond_grant += 1;
+            return;
+        }
+        if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery() {
+            // The application is behind: no new slots until it takes (or acknowledges)
+            // what it has, so a slow consumer slows its senders down. They ask again.
+            self.stats.held_back += 1;
             return;
         }
         if !self.receivers.contains_key(&src) {
@@ -684,7 +707,7 @@ impl Node {
             Grant::Waived => {}
             Grant::OverCap => self.stats.rejects.slots_cap += 1,
         }
-        if rec.slots.is_empty() {
+        if rec.is_spent() {
             self.receivers.remove(&src);
         }
     }
@@ -701,8 +724,11 @@ impl Node {
             if self.rules.raise_clock_on_orphan_slots {
                 self.ck = self.ck.max(s);
             }
+            // Waive up to our clock, but not beyond the end of what the receiver holds for us
+            // (`s + n`): a frontier above what it ever granted is refused as implausible.
+            let end = s.saturating_add(n).min(self.ck);
             let cap = self.outbox_cap();
-            if !self.outbox.waive(src, self.ck, cap) {
+            if !self.outbox.waive(src, end, cap) {
                 self.stats.rejects.outbox_full += 1;
             }
             return;

@@ -127,6 +127,15 @@ impl Outbox {
         }
     }
 
+    /// Queues every peer holding delayed verdicts, whatever their deadline.
+    pub fn release_all(&mut self) {
+        while let Some((at, peer)) = self.deferred.pop_front() {
+            if self.peers.get(&peer).is_some_and(|o| o.ack_at == Some(at)) {
+                self.wake(peer, usize::MAX);
+            }
+        }
+    }
+
     /// The next ACK deadline, if any (skipping stale entries).
     pub fn next_deadline(&mut self) -> Option<Instant> {
         while let Some(&(at, peer)) = self.deferred.front() {

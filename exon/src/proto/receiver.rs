@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use super::delivery::Held;
 use super::ranges::RangeSet;
 use super::Config;
 
@@ -30,6 +31,11 @@ pub(crate) struct RRecord {
     pub jitter: u16,
     /// A token was delivered into this incarnation (it can no longer be evicted).
     pub proven: bool,
+    /// Slots delivered and not yet taken by the application: not acknowledged yet.
+    pub held: Held,
+    /// A datagram asked for an immediate ACK (ACK-NOW, or a duplicate) while deliveries
+    /// were held: their ACK goes at once when the application has taken them all.
+    pub ack_now: bool,
 }
 
 /// What a REQSLOTS did to a record.
@@ -56,6 +62,8 @@ impl RRecord {
             armed: None,
             jitter: 0,
             proven: false,
+            held: Held::default(),
+            ack_now: false,
         }
     }
 
@@ -85,6 +93,13 @@ impl RRecord {
     /// true when the payload must be delivered.
     pub fn fill(&mut self, s: u64, r: u64) -> bool {
         r == self.rck && self.slots.remove(s)
+    }
+
+    /// True when the record holds nothing: no free slot and no delivery waiting for the
+    /// application. It can then be removed (a later TOKEN for it is a duplicate of a taken
+    /// message: ACK, rule 4).
+    pub fn is_spent(&self) -> bool {
+        self.slots.is_empty() && self.held.is_empty()
     }
 
     /// When the next probe is due, if the record holds slots.

@@ -36,6 +36,16 @@ pub struct Rules {
     /// `MAX_UNPROVEN_PROBES` unanswered probes and is evicted (its tokens, if any come, get
     /// RETRY), so a record a peer created without ever using it does not probe forever.
     pub unproven_probe_limit: bool,
+    /// Beyond the notes: a delivered TOKEN is acknowledged only once the embedding reports
+    /// that the application took it (`Node::handle_taken`); a duplicate of a delivery not
+    /// yet taken gets no answer, and the record stays until every delivery is taken. Off,
+    /// the ACK leaves on delivery, so a message lost in the receiver's buffer (a crash
+    /// before the application read it) is acknowledged all the same.
+    pub ack_on_take: bool,
+    /// Beyond the notes: a message given up (`Node::abandon`) after a copy of it left is in
+    /// doubt; only one that never left is reported not delivered. Off, every abandoned
+    /// message is reported not delivered, although a copy in flight may still arrive.
+    pub deadline_doubts_sent_tokens: bool,
 }
 
 impl Rules {
@@ -51,6 +61,8 @@ impl Rules {
         doubt_lost_incarnations: true,
         plausible_input: true,
         unproven_probe_limit: true,
+        ack_on_take: true,
+        deadline_doubts_sent_tokens: true,
     };
 }
 

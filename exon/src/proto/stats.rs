@@ -75,7 +75,7 @@ pub struct Rejects {
     pub payload_too_large: u64,
     /// ACK frame with bad ranges.
     pub bad_ack: u64,
-    /// Datagram larger than `max_datagram_size`.
+    /// Datagram larger than the largest UDP payload (65507 bytes).
     pub oversized: u64,
     /// Addressed to another node id.
     pub wrong_destination: u64,
@@ -213,13 +213,24 @@ pub struct Stats {
     pub frames_out: FrameCounts,
     /// Messages accepted by `send`.
     pub sent: u64,
-    /// Messages delivered to this node's application.
+    /// Messages delivered to this node's embedding (`Event::Delivered`).
     pub delivered: u64,
+    /// Deliveries the embedding reported taken by the application (`Node::handle_taken`):
+    /// each is acknowledged only then.
+    pub taken: u64,
+    /// TOKENs not delivered (and not answered), and REQSLOTS not granted, because
+    /// `Config::max_untaken` deliveries were waiting for the application: the sender sends
+    /// them again later.
+    pub held_back: u64,
     /// Messages of ours acknowledged by their receiver.
     pub acknowledged: u64,
     /// Messages of ours reported in doubt: their receiver lost the incarnation they were
-    /// sent under (a restart, or an eviction under pressure), so delivery is unknown.
+    /// sent under (a restart, or an eviction under pressure), or they were given up
+    /// (`Node::abandon`) after a copy left, so delivery is unknown.
     pub in_doubt: u64,
+    /// Messages of ours given up (`Node::abandon`) before any copy left: certainly not
+    /// delivered.
+    pub not_delivered: u64,
     /// Tokens of ours the receiver answered with RETRY (never delivered): made again from
     /// fresh slots.
     pub retried: u64,

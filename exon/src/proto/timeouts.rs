@@ -72,6 +72,7 @@ impl Node {
                         rec.armed = None;
                     }
                     self.sender_timeout(now, peer);
+                    self.liveness_check(now, peer);
                     let j = self.next_jitter();
                     if let Some(rec) = self.senders.get_mut(&peer) {
                         rec.jitter = j;

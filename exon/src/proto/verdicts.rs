@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::frame::Verdict;
 use super::node::MAX_EVICTED_RANGES;
 use super::sender::{Queued, Token};
-use super::{Event, Node, NodeId};
+use super::{DeliveryId, Event, Node, NodeId};
 
 impl Node {
     /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4 and the verdicts for
@@ -26,22 +26,44 @@ impl Node {
         payload: Bytes,
     ) -> bool {
         let mut urgent = false;
+        let on_take = self.rules.ack_on_take;
+        let room = self.has_room_for_delivery() || !on_take;
         let verdict = match self.receivers.get_mut(&src) {
             Some(rec) if rec.rck == r => {
                 rec.heard(now);
-                if rec.fill(s, r) {
+                if rec.slots.contains(s) && !room {
+                    // The application is behind: neither delivered nor answered, so the
+                    // sender sends it again later.
+                    self.stats.held_back += 1;
+                    None
+                } else if rec.fill(s, r) {
                     rec.proven = true;
-                    self.stats.delivered += 1;
-                    self.events
-                        .push_back(Event::Delivered { from: src, payload });
-                    if rec.slots.is_empty() {
+                    if on_take {
+                        // Held until taken (`handle_taken`).
+                        rec.held.hold(s);
+                        self.untaken += 1;
+                    }
+                    if rec.is_spent() {
                         self.receivers.remove(&src);
                     }
+                    self.stats.delivered += 1;
+                    self.events.push_back(Event::Delivered {
+                        from: src,
+                        payload,
+                        id: DeliveryId::new(src, r, s),
+                    });
+                    // Acknowledged once taken (`handle_taken`), unless the rule is off.
+                    (!on_take).then_some(Verdict::Ack)
+                } else if on_take && rec.held.contains(s) {
+                    // A duplicate of a delivery the application has not taken yet: no
+                    // answer until it is taken.
+                    self.stats.duplicates_dropped += 1;
+                    None
                 } else {
                     self.stats.duplicates_dropped += 1;
                     urgent = true;
+                    Some(Verdict::Ack)
                 }
-                Some(Verdict::Ack)
             }
             other => {
                 if let Some(rec) = other {

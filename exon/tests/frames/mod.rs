@@ -2,6 +2,8 @@
 //! decoded packets, and small frame builders.
 #![allow(dead_code)]
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -11,8 +13,15 @@ use exon::proto::{AckRanges, Config, Event, Frame, Node, NodeId, Packet, Securit
 pub const A: NodeId = NodeId::from_const(1);
 pub const B: NodeId = NodeId::from_const(2);
 
+thread_local! {
+    /// Events taken out of each node by `feed` (whose application takes every delivery at
+    /// once), for `events`, `delivered` and `acked` to read.
+    static STASH: RefCell<HashMap<NodeId, Vec<Event>>> = RefCell::new(HashMap::new());
+}
+
 /// A node whose clock store confirms at once.
 pub fn node(id: NodeId, cfg: Config, clock: u64, now: Instant) -> Node {
+    STASH.with(|s| s.borrow_mut().remove(&id));
     let mut n = Node::new(id, Security::InsecurePlaintext, cfg, clock).unwrap();
     store(&mut n, now);
     n
@@ -40,10 +49,30 @@ pub fn frames(ps: &[Packet]) -> Vec<Frame> {
     ps.iter().flat_map(|p| p.frames.clone()).collect()
 }
 
+/// Feeds `ps` to `n`, whose application then takes every delivery at once (so that it is
+/// acknowledged); the events are kept for [`events`].
 pub fn feed(n: &mut Node, now: Instant, ps: &[Packet]) {
+    feed_untaken(n, now, ps);
+    while let Some(e) = n.poll_event() {
+        if let Event::Delivered { id, .. } = &e {
+            n.handle_taken(now, *id);
+        }
+        STASH.with(|s| s.borrow_mut().entry(n.id()).or_default().push(e));
+    }
+}
+
+/// Feeds `ps` to `n` without taking anything: deliveries wait, unacknowledged.
+pub fn feed_untaken(n: &mut Node, now: Instant, ps: &[Packet]) {
     for p in ps {
         n.handle_datagram(now, p.encode());
     }
+}
+
+/// The events of `n` not read yet: those kept by [`feed`], then the new ones.
+pub fn events(n: &mut Node) -> Vec<Event> {
+    let mut v = STASH.with(|s| s.borrow_mut().remove(&n.id()).unwrap_or_default());
+    v.extend(std::iter::from_fn(|| n.poll_event()));
+    v
 }
 
 pub fn packet(src: NodeId, dst: NodeId, frames: Vec<Frame>) -> Packet {
@@ -53,24 +82,23 @@ pub fn packet(src: NodeId, dst: NodeId, frames: Vec<Frame>) -> Packet {
     }
 }
 
+/// The payloads delivered (other events are dropped).
 pub fn delivered(n: &mut Node) -> Vec<Bytes> {
-    let mut v = Vec::new();
-    while let Some(e) = n.poll_event() {
-        if let Event::Delivered { payload, .. } = e {
-            v.push(payload);
-        }
-    }
-    v
+    events(n)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Delivered { payload, .. } => Some(payload),
+            _ => None,
+        })
+        .collect()
 }
 
+/// The acknowledgements (other events are dropped).
 pub fn acked(n: &mut Node) -> usize {
-    let mut c = 0;
-    while let Some(e) = n.poll_event() {
-        if let Event::Acknowledged { .. } = e {
-            c += 1;
-        }
-    }
-    c
+    events(n)
+        .iter()
+        .filter(|e| matches!(e, Event::Acknowledged { .. }))
+        .count()
 }
 
 pub fn cfg(target: u64, low: u64, window: u64) -> Config {

@@ -8,7 +8,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Security};
+use exon::proto::{Config, DeliveryId, Event, MsgId, Node, NodeId, Packet, Security};
 
 /// What the network does with one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,13 @@ pub struct Side {
     pub in_doubt: Vec<MsgId>,
     /// Auto-confirm clock persistence requests (an in-memory store).
     pub auto_store: bool,
+    /// The application takes each delivery at once (`handle_taken`); when false, they wait
+    /// in `untaken` until [`Pair::take`].
+    pub auto_take: bool,
+    /// Deliveries not yet taken (with `auto_take` off).
+    pub untaken: Vec<DeliveryId>,
+    /// Liveness events about the other node, in order: true for reachable again.
+    pub liveness: Vec<bool>,
     pub stored: u64,
 }
 
@@ -109,6 +116,9 @@ impl Pair {
             acked: Vec::new(),
             in_doubt: Vec::new(),
             auto_store: true,
+            auto_take: true,
+            untaken: Vec::new(),
+            liveness: Vec::new(),
             stored: 0,
         };
         Pair {
@@ -177,11 +187,21 @@ impl Pair {
             self.put_on_network(wire);
         }
         let side = &mut self.nodes[i];
+        let mut took = false;
         while let Some(e) = side.node.poll_event() {
             match e {
-                Event::Delivered { from, payload } => {
+                Event::Delivered {
+                    from,
+                    payload,
+                    id: d,
+                } => {
                     assert_eq!(from, id(1 - i));
                     side.delivered.push(payload);
+                    if side.auto_take {
+                        took |= side.node.handle_taken(now, d);
+                    } else {
+                        side.untaken.push(d);
+                    }
                 }
                 Event::Acknowledged { to, id: m } => {
                     assert_eq!(to, id(1 - i));
@@ -191,9 +211,31 @@ impl Pair {
                     assert_eq!(to, id(1 - i));
                     side.in_doubt.push(m);
                 }
+                Event::PeerUnreachable { peer } => {
+                    assert_eq!(peer, id(1 - i));
+                    side.liveness.push(false);
+                }
+                Event::PeerReachable { peer } => {
+                    assert_eq!(peer, id(1 - i));
+                    side.liveness.push(true);
+                }
                 other => panic!("unexpected event {other:?}"),
             }
         }
+        if took {
+            self.drain(i);
+        }
+    }
+
+    /// The application of node `i` takes its first `n` untaken deliveries (all if fewer).
+    pub fn take(&mut self, i: usize, n: usize) {
+        let now = self.now;
+        let side = &mut self.nodes[i];
+        let n = n.min(side.untaken.len());
+        for d in side.untaken.drain(..n) {
+            assert!(side.node.handle_taken(now, d), "taken once");
+        }
+        self.drain(i);
     }
 
     fn put_on_network(&mut self, wire: Wire) {

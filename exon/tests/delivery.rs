@@ -1,0 +1,380 @@
+//! Delivery semantics that tell the truth, in the core with the `Pair` harness.
+//!
+//! Acknowledged means taken: a delivery is acknowledged only once the embedding reports that
+//! the application took it (`Node::handle_taken`). Until then its sender retransmits and
+//! gets no answer, a receiver that restarts makes it in doubt, and the receiver holds at
+//! most `max_untaken` such deliveries. And a receiver understands datagrams larger than its
+//! own.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::proto::{Abandoned, Config, Node, Security};
+
+mod pair;
+use pair::*;
+
+const QUIET: Duration = Duration::from_secs(5);
+
+/// A pair whose receiver B delivers without taking (its application is slow).
+fn slow_receiver(cfg: Config) -> Pair {
+    let mut p = Pair::new(cfg);
+    p.nodes[B].auto_take = false;
+    p
+}
+
+#[test]
+fn a_delivery_is_acknowledged_only_once_taken() {
+    let mut p = slow_receiver(test_config());
+    for i in 0..3u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 3, "delivered to the embedding");
+    assert!(p.nodes[A].acked.is_empty(), "acknowledged before taken");
+    assert_eq!(p.node(B).untaken(), 3);
+    assert!(
+        p.node(A).stats().retransmissions > 0,
+        "the sender keeps the tokens"
+    );
+    assert_eq!(p.node(B).stats().delivered, 3, "duplicates not delivered");
+    p.take(B, 1);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    p.take(B, 2);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 3);
+    assert_eq!(p.node(B).stats().taken, 3);
+    assert!(p.both_idle(), "records kept after every message was taken");
+}
+
+/// Rule 4 answers ACK to a token whose record is gone. A record whose slots are all filled
+/// but whose deliveries are not all taken must therefore stay, and a duplicate TOKEN for an
+/// untaken delivery gets no answer at all.
+#[test]
+fn a_duplicate_of_an_untaken_delivery_gets_no_ack() {
+    let cfg = Config {
+        envelope_target: 1,
+        envelope_low: 0,
+        window: 1,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    p.send(A, Bytes::from_static(b"only"));
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 1);
+    assert_eq!(p.node(B).slots_held(), 0, "its only slot is filled");
+    assert_eq!(
+        p.node(B).receiver_records(),
+        1,
+        "the record stays until taken"
+    );
+    assert!(p.node(B).stats().duplicates_dropped > 0, "retransmitted");
+    assert_eq!(p.node(B).stats().frames_out.ack, 0, "a duplicate was acked");
+    assert!(p.nodes[A].acked.is_empty());
+    p.take(B, 1);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    assert!(p.both_idle());
+}
+
+/// A receiver that dies before the hand-over: its sender hears DOUBT (delivered at most
+/// once, maybe lost in the receiver's buffer), never ACK.
+#[test]
+fn a_receiver_restarting_before_the_hand_over_yields_in_doubt() {
+    let mut p = slow_receiver(test_config());
+    for i in 0..4u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_millis(50));
+    assert_eq!(p.nodes[B].delivered.len(), 4);
+    // B crashes with the four messages in its application's buffer.
+    let stored = p.nodes[B].stored;
+    p.nodes[B].node = Node::new(id(B), Security::InsecurePlaintext, test_config(), stored).unwrap();
+    p.nodes[B].untaken.clear();
+    p.run(QUIET);
+    assert!(p.nodes[A].acked.is_empty(), "acknowledged, never taken");
+    assert_eq!(p.nodes[A].in_doubt.len(), 4);
+    assert_eq!(p.node(A).pending_to(id(B)), 0);
+}
+
+/// The receiver holds at most `max_untaken` deliveries; further tokens wait at their sender
+/// (retransmitted), and go through once the application catches up.
+#[test]
+fn untaken_deliveries_are_bounded() {
+    let cfg = Config {
+        max_untaken: 2,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    for i in 0..5u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_millis(200));
+    assert_eq!(p.nodes[B].delivered.len(), 2);
+    assert_eq!(p.node(B).untaken(), 2);
+    assert!(p.node(B).stats().held_back > 0);
+    for _ in 0..3 {
+        p.take(B, 2);
+        p.run(QUIET);
+    }
+    let mut got: Vec<u8> = p.nodes[B].delivered.iter().map(|b| b[0]).collect();
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2, 3, 4]);
+    assert_eq!(p.nodes[A].acked.len(), 5);
+}
+
+/// Taking an id twice, or one from before a restart, does nothing.
+#[test]
+fn taking_twice_is_refused() {
+    let mut p = slow_receiver(test_config());
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(QUIET);
+    let d = p.nodes[B].untaken[0];
+    let now = p.now;
+    assert!(p.node(B).handle_taken(now, d));
+    assert!(!p.node(B).handle_taken(now, d));
+    p.nodes[B].untaken.clear();
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+}
+
+/// With the rule off (ACK on delivery, as before), the sender is told "acknowledged" for
+/// messages the receiver's application never took.
+#[cfg(feature = "rule-switches")]
+#[test]
+fn without_the_rule_untaken_messages_are_acknowledged() {
+    let mut p = slow_receiver(test_config());
+    let rules = exon::proto::Rules {
+        ack_on_take: false,
+        ..exon::proto::Rules::ALL
+    };
+    p.node(B).set_rules(rules);
+    for i in 0..3u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 3, "the defect the rule prevents");
+}
+
+/// A receiver takes datagrams up to the UDP maximum whatever its own `max_datagram_size`: a
+/// sender configured with larger datagrams packs a burst of small messages into a few large
+/// ones, and sends a payload larger than the receiver itself could send; all get through.
+#[test]
+fn a_receiver_understands_datagrams_larger_than_its_own() {
+    let big = Config {
+        max_datagram_size: 8192,
+        ..test_config()
+    };
+    let small = Config {
+        max_datagram_size: 1200,
+        ..test_config()
+    };
+    let mut p = Pair::with_configs(big, small);
+    for i in 0..100u8 {
+        p.send(A, Bytes::from(vec![i; 100]));
+    }
+    p.send(A, Bytes::from(vec![7u8; 5000]));
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 101);
+    assert_eq!(p.nodes[A].acked.len(), 101);
+    assert_eq!(p.node(B).stats().rejects.total(), 0);
+}
+
+// ----- deadlines: giving up tells the truth ----------------------------------------------
+
+fn has_token(w: &Wire) -> bool {
+    w.packet()
+        .frames
+        .iter()
+        .any(|f| matches!(f, exon::proto::Frame::Token { .. }))
+}
+
+/// Given up before any copy left (the receiver never answered the request for slots): not
+/// delivered, for sure; the message is forgotten, and never arrives.
+#[test]
+fn a_message_given_up_before_it_left_is_not_delivered() {
+    let mut p = Pair::new(test_config());
+    p.set_filter(|w| {
+        if w.from == A {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, Bytes::from_static(b"late"));
+    p.run(Duration::from_millis(300));
+    let now = p.now;
+    assert_eq!(
+        p.node(A).abandon(now, id(B), m),
+        Some(Abandoned::NotDelivered)
+    );
+    assert_eq!(p.node(A).abandon(now, id(B), m), None, "forgotten");
+    p.set_filter(|_| Fate::Deliver);
+    p.run(QUIET);
+    assert!(p.nodes[B].delivered.is_empty());
+    assert!(p.nodes[A].acked.is_empty() && p.nodes[A].in_doubt.is_empty());
+    assert!(p.both_idle());
+}
+
+/// Given up after a copy left: in doubt (the copy may still arrive); never sent again.
+#[test]
+fn a_message_given_up_after_it_left_is_in_doubt() {
+    let mut p = Pair::new(test_config());
+    p.set_filter(|w| {
+        if has_token(w) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, Bytes::from_static(b"lost"));
+    p.run(Duration::from_millis(300));
+    assert!(p.node(A).stats().frames_out.token > 0);
+    let now = p.now;
+    assert_eq!(p.node(A).abandon(now, id(B), m), Some(Abandoned::InDoubt));
+    let sent = p.node(A).stats().frames_out.token;
+    p.set_filter(|_| Fate::Deliver);
+    p.run(QUIET);
+    assert_eq!(p.node(A).stats().frames_out.token, sent, "sent again");
+    assert!(p.nodes[A].acked.is_empty());
+    assert!(p.both_idle(), "the receiver's slot was not released");
+}
+
+/// With the rule off, a message whose copy is only late is reported not delivered, and
+/// then arrives.
+#[cfg(feature = "rule-switches")]
+#[test]
+fn without_the_rule_a_message_reported_not_delivered_arrives() {
+    let mut p = Pair::new(test_config());
+    p.node(A).set_rules(exon::proto::Rules {
+        deadline_doubts_sent_tokens: false,
+        ..exon::proto::Rules::ALL
+    });
+    p.set_filter(|w| {
+        if has_token(w) {
+            Fate::Delay(Duration::from_millis(500))
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, Bytes::from_static(b"slow"));
+    p.run(Duration::from_millis(100));
+    let now = p.now;
+    assert_eq!(
+        p.node(A).abandon(now, id(B), m),
+        Some(Abandoned::NotDelivered)
+    );
+    p.run(QUIET);
+    assert_eq!(
+        p.nodes[B].delivered.len(),
+        1,
+        "the defect the rule prevents"
+    );
+}
+
+// ----- peer liveness -------------------------------------------------------------------------
+
+/// A peer that answers nothing while a message waits for it is reported unreachable, once;
+/// nothing is dropped; at its first datagram it is reachable again and the message goes
+/// through.
+#[test]
+fn a_silent_peer_is_reported_unreachable_then_reachable() {
+    let cfg = Config {
+        unreachable_after: Duration::from_millis(300),
+        max_rto: Duration::from_millis(100),
+        ..test_config()
+    };
+    let mut p = Pair::new(cfg);
+    p.set_filter(|w| {
+        if w.from == B {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(Duration::from_millis(200));
+    assert!(p.nodes[A].liveness.is_empty(), "too early");
+    p.run(Duration::from_secs(3));
+    assert_eq!(p.nodes[A].liveness, [false]);
+    assert!(p.node(A).is_unreachable(id(B)));
+    assert_eq!(p.node(A).pending_to(id(B)), 1, "nothing dropped");
+    p.set_filter(|_| Fate::Deliver);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].liveness, [false, true]);
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    assert!(!p.node(A).is_unreachable(id(B)));
+}
+
+/// Silence with nothing to send is not a failure.
+#[test]
+fn an_idle_peer_is_never_unreachable() {
+    let cfg = Config {
+        unreachable_after: Duration::from_millis(100),
+        max_rto: Duration::from_millis(50),
+        ..test_config()
+    };
+    let mut p = Pair::new(cfg);
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(QUIET);
+    p.set_filter(|_| Fate::Drop);
+    p.run(QUIET);
+    assert!(p.nodes[A].liveness.is_empty() && p.nodes[B].liveness.is_empty());
+}
+
+/// A slow consumer slows its sender: once `max_untaken` deliveries wait, the receiver grants
+/// no new slots, so the sender's messages wait at the sender (queued, bounded by its own
+/// limits) instead of piling up at the receiver.
+#[test]
+fn a_slow_consumer_holds_back_new_grants() {
+    let cfg = Config {
+        max_untaken: 4,
+        envelope_target: 4,
+        envelope_low: 2,
+        window: 8,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    for i in 0..40u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.node(B).untaken(), 4);
+    assert!(p.node(B).slots_held() <= 8, "granted past the bound");
+    assert!(
+        p.node(A).messages_queued() >= 40 - 8,
+        "the sender was not held back"
+    );
+    while p.nodes[A].acked.len() < 40 {
+        p.take(B, 4);
+        p.run(Duration::from_secs(2));
+    }
+    assert_eq!(p.nodes[B].delivered.len(), 40);
+}
+
+/// The grant side of the bound, frame by frame: a receiver whose application is
+/// `max_untaken` deliveries behind gives a new source no slots at all.
+#[test]
+fn a_full_receiver_grants_no_new_slots() {
+    let cfg = Config {
+        max_untaken: 1,
+        ..test_config()
+    };
+    let mut p = slow_receiver(cfg);
+    p.send(A, Bytes::from_static(b"x"));
+    p.run(QUIET);
+    assert_eq!(p.node(B).untaken(), 1);
+    let c = exon::proto::NodeId::from_const(3);
+    let req = exon::proto::Packet {
+        header: exon::proto::Header::new(c, id(B)),
+        frames: vec![exon::proto::Frame::ReqSlots { s: 0, n: 4, l: 0 }],
+    };
+    let now = p.now;
+    p.node(B).handle_datagram(now, req.encode());
+    assert_eq!(p.node(B).receiver_records(), 1, "a new source got slots");
+    assert!(p.node(B).stats().held_back > 0);
+    p.take(B, 1);
+    p.node(B).handle_datagram(now, req.encode());
+    assert_eq!(p.node(B).receiver_records(), 2, "room again: C gets slots");
+}
