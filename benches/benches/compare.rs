@@ -2,8 +2,8 @@
 //! in rounds so that machine drift hits all of them.
 //!
 //! ```text
-//! cargo bench --bench compare -- one-way --secs 3
-//! cargo bench --bench compare -- rpc --callers 100 --secs 3
+//! cargo bench -p exon-benches --bench compare -- one-way --secs 3
+//! cargo bench -p exon-benches --bench compare -- rpc --callers 100 --secs 3
 //! ```
 //!
 //! Exon's datagram size stays 1472 bytes by default (one 1 KB message per datagram, as on

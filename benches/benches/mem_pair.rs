@@ -3,7 +3,7 @@
 //! instructions (stable on a noisy machine):
 //!
 //! ```text
-//! cargo bench --bench mem_pair --no-run
+//! cargo bench -p exon-benches --bench mem_pair --no-run
 //! valgrind --tool=callgrind target/release/deps/mem_pair-* --messages 200000
 //! ```
 //!

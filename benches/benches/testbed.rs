@@ -3,9 +3,9 @@
 //! (delay, rate, random loss both ways, byte-sized tail-drop queue; seeded).
 //!
 //! ```text
-//! cargo bench --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
-//! cargo bench --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
-//! cargo bench --bench testbed -- --matrix paper
+//! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
+//! cargo bench -p exon-benches --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
+//! cargo bench -p exon-benches --bench testbed -- --matrix paper
 //! ```
 //!
 //! Options: `--warmup S` (default 1), `--drain S` (default 10), `--queue-bytes B` (default one

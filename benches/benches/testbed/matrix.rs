@@ -208,7 +208,7 @@ impl Grid {
         let _ = writeln!(m, "# The paper's grid on the impaired-link testbed\n");
         let _ = writeln!(
             m,
-            "Written by `cargo bench --bench testbed -- --matrix paper` ({:.0} s so far). \
+            "Written by `cargo bench -p exon-benches --bench testbed -- --matrix paper` ({:.0} s so far). \
              Each run: {:.1} s measured after {:.1} s warm-up, 1 KB messages, every message \
              counted verified delivered exactly once at the receiver (RPC: every request at \
              the server, every reply matched to its caller). Loss is random, the same \

@@ -27,7 +27,7 @@
 //! processes. The driver is one task: a multi-thread runtime does not make it faster, and
 //! it puts the application's tasks and the driver on different threads, so every hand-over
 //! becomes a cross-thread wake-up. Measured on the 2-core development machine (loopback,
-//! 1 KB messages, `cargo bench --bench compare -- --only exon --threads N`): one-way,
+//! 1 KB messages, `cargo bench -p exon-benches --bench compare -- --only exon --threads N`): one-way,
 //! current-thread 430-580 k msgs/s against 270-290 k with one worker and 240-260 k with
 //! two; RPC with 100 callers, 130-180 k requests/s (p50 0.46-0.56 ms) against 40-96 k (p50
 //! 0.9-1.7 ms). The endpoint works on either runtime.
