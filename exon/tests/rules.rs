@@ -1,4 +1,4 @@
-//! One test per rule of `shared/notes/algorithm.md` (each fails when its rule is broken),
+//! One test per correction of `docs/algorithm.md` (each fails when its rule is broken),
 //! and the paper's Figure 1 walk-through, driven frame by frame.
 
 use std::time::{Duration, Instant};

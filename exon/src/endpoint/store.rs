@@ -1,4 +1,4 @@
-//! Durable storage of the node clock's high-water mark (rule 8 of the algorithm notes).
+//! Durable storage of the node clock's high-water mark (rule 8 of `docs/algorithm.md`).
 
 use std::fmt;
 use std::fs;
