@@ -128,8 +128,8 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
 
 fn main() -> ExitCode {
     let a = Args::parse();
-    if a.nodes < 2 {
-        eprintln!("need at least 2 nodes");
+    if let Err(e) = scenario(&a, a.seed).validate() {
+        eprintln!("exon-sim: {e}");
         return ExitCode::from(2);
     }
     let mut all_ok = true;
