@@ -4,10 +4,21 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use exon::{Endpoint, EndpointConfig, NodeId};
+
+/// An echo server and a client on 127.0.0.1: the client sends each line and prints what comes
+/// back.
+#[derive(Debug, Parser)]
+struct Opts {
+    /// The lines to send.
+    #[arg(default_values_t = ["exactly", "once", "over", "udp"].map(String::from))]
+    lines: Vec<String>,
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = Opts::parse();
     let (server_id, client_id) = (NodeId::from_const(10), NodeId::from_const(11));
     let mut server = Endpoint::bind("127.0.0.1:0", server_id, EndpointConfig::default()).await?;
     let mut client = Endpoint::bind("127.0.0.1:0", client_id, EndpointConfig::default()).await?;
@@ -21,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let lines = ["exactly", "once", "over", "udp"];
+    let lines = &opts.lines;
     for line in lines {
         drop(client.send(server_id, line.as_bytes().to_vec()).await?);
     }

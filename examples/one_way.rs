@@ -3,16 +3,27 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use exon::{Endpoint, EndpointConfig, NodeId};
+
+/// Node 1 sends numbered messages to node 2 on 127.0.0.1 and waits for every receipt; node 2
+/// checks it got each exactly once.
+#[derive(Debug, Parser)]
+struct Opts {
+    /// Messages to send.
+    #[arg(long, default_value_t = 1000)]
+    count: u32,
+}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = Opts::parse();
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
     let a = Endpoint::bind("127.0.0.1:0", a_id, EndpointConfig::default()).await?;
     let mut b = Endpoint::bind("127.0.0.1:0", b_id, EndpointConfig::default()).await?;
     a.add_peer(b_id, b.local_addr());
 
-    let n = 1000u32;
+    let n = opts.count;
     let mut receipts = Vec::new();
     for i in 0..n {
         receipts.push(a.send(b_id, i.to_be_bytes().to_vec()).await?);

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clap::Parser;
 use exon::endpoint::Handle;
 use exon::{Endpoint, EndpointConfig, NodeId};
 use serde::{Deserialize, Serialize};
@@ -35,8 +36,20 @@ async fn call(h: &Handle, server: NodeId, pending: &Pending, id: u64, x: u64) ->
         .ok()
 }
 
+/// A server squares numbers for concurrent callers over exactly-once messages on 127.0.0.1.
+#[derive(Debug, Parser)]
+struct Opts {
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 100)]
+    callers: u64,
+    /// Calls each caller makes, one after the other.
+    #[arg(long, default_value_t = 20)]
+    calls: u64,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = Opts::parse();
     let (server_id, client_id) = (NodeId::from_const(1), NodeId::from_const(2));
     let mut server = Endpoint::bind("127.0.0.1:0", server_id, EndpointConfig::default()).await?;
     let mut client = Endpoint::bind("127.0.0.1:0", client_id, EndpointConfig::default()).await?;
@@ -73,7 +86,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let (callers, calls) = (100u64, 20u64);
+    let (callers, calls) = (opts.callers, opts.calls);
     let mut tasks = Vec::new();
     for c in 0..callers {
         let (h, pending) = (ch.clone(), pending.clone());
