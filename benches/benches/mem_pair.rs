@@ -7,34 +7,41 @@
 //! valgrind --tool=callgrind target/release/deps/mem_pair-* --messages 200000
 //! ```
 //!
-//! Options: `--messages N` (default 200000), `--datagram B` exon's `max_datagram_size`
-//! (default 1472), `--warmup N` messages sent first and not counted (default 10000). Prints
-//! messages/s and datagrams per message; the last line is `key=value` pairs.
+//! `--help` lists the options. Prints messages/s and datagrams per message; the last line is
+//! `key=value` pairs.
 
 #[path = "common/mod.rs"]
 mod common;
 
+use clap::Parser;
 use common::MemPair;
 
+/// The sans-IO core alone: two exon nodes in memory move 1 KB messages one way, with no
+/// sockets and no runtime (made to run under callgrind). The last line is `key=value` pairs.
+#[derive(Debug, Parser)]
+#[command(name = "mem_pair")]
+struct Args {
+    /// Messages counted.
+    #[arg(long, default_value_t = 200_000)]
+    messages: u64,
+    /// Exon's `max_datagram_size`.
+    #[arg(long, default_value_t = common::DEFAULT_EXON_DATAGRAM)]
+    datagram: usize,
+    /// Messages sent first and not counted.
+    #[arg(long, default_value_t = 10_000)]
+    warmup: u64,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() {
-    let mut messages = 200_000u64;
-    let mut datagram = common::DEFAULT_EXON_DATAGRAM;
-    let mut warmup = 10_000u64;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = || -> u64 {
-            it.next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{arg} needs a number"))
-        };
-        match arg.as_str() {
-            "--bench" => {}
-            "--messages" => messages = val(),
-            "--datagram" => datagram = val() as usize,
-            "--warmup" => warmup = val(),
-            other => panic!("unknown argument {other:?}"),
-        }
-    }
+    let Args {
+        messages,
+        datagram,
+        warmup,
+        ..
+    } = Args::parse();
     let mut pair = MemPair::new(datagram);
     pair.run(warmup);
     let before = pair.datagrams;
