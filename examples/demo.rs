@@ -49,12 +49,12 @@ struct Opts {
 
 impl Opts {
     fn faults(&self) -> Faults {
-        Faults {
-            loss: self.loss,
-            duplicate: self.dup,
-            reorder: self.reorder,
-            seed: self.seed,
-        }
+        let mut f = Faults::default();
+        f.loss = self.loss;
+        f.duplicate = self.dup;
+        f.reorder = self.reorder;
+        f.seed = self.seed;
+        f
     }
 }
 
@@ -131,7 +131,7 @@ impl Progress {
 
     /// Records that `done` messages are delivered.
     fn update(&mut self, done: u64) {
-        if done % 256 != 0 && done != self.total {
+        if !done.is_multiple_of(256) && done != self.total {
             return;
         }
         let now = Instant::now();
@@ -188,7 +188,11 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     let cfg = EndpointConfig::default();
     let sock = |seed| async move {
         let s = UdpSocket::bind("127.0.0.1:0").await?;
-        Ok::<_, std::io::Error>(LossySocket::new(s, Faults { seed, ..faults }))
+        Ok::<_, std::io::Error>(LossySocket::new(s, {
+            let mut conf = faults;
+            conf.seed = seed;
+            conf
+        }))
     };
     let a_sock = std::sync::Arc::new(sock(faults.seed).await?);
     let b_sock = std::sync::Arc::new(sock(faults.seed ^ 0xb).await?);

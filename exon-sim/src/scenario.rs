@@ -118,14 +118,13 @@ impl Scenario {
 /// A node configuration for simulations: short timers, so runs go quiet soon in virtual
 /// time.
 pub fn sim_config() -> Config {
-    Config {
-        idle_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(200),
-        max_probe_interval: Duration::from_secs(2),
-        initial_rtt: Duration::from_millis(20),
-        max_rto: Duration::from_secs(1),
-        ..Config::default()
-    }
+    let mut conf = Config::default();
+    conf.idle_timeout = Duration::from_millis(500);
+    conf.probe_interval = Duration::from_millis(200);
+    conf.max_probe_interval = Duration::from_secs(2);
+    conf.initial_rtt = Duration::from_millis(20);
+    conf.max_rto = Duration::from_secs(1);
+    conf
 }
 
 impl Default for Scenario {

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use exon::proto::Config;
 use exon_sim::{
     seed_from_env, sim_config, Fault, FaultKind, GilbertElliott, LinkConfig, Pattern, Scenario,
     Sim, Workload,
@@ -146,11 +145,12 @@ impl Params {
                 payload_len: self.packing.0,
                 ..Workload::default()
             },
-            config: Config {
-                max_datagram_size: self.packing.1,
-                ack_delay: Duration::from_millis(self.packing.2),
-                ack_every: self.packing.3,
-                ..sim_config()
+            config: {
+                let mut conf = sim_config();
+                conf.max_datagram_size = self.packing.1;
+                conf.ack_delay = Duration::from_millis(self.packing.2);
+                conf.ack_every = self.packing.3;
+                conf
             },
             faults,
             settle: Duration::from_secs(120),

@@ -74,12 +74,11 @@ fn typed_payloads_round_trip_with_typed_errors() {
 async fn lossy_socket_drops_duplicates_and_reorders() {
     let rx = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let to = rx.local_addr().unwrap();
-    let faults = Faults {
-        loss: 0.2,
-        duplicate: 0.2,
-        reorder: 0.2,
-        seed: 3,
-    };
+    let mut faults = Faults::default();
+    faults.loss = 0.2;
+    faults.duplicate = 0.2;
+    faults.reorder = 0.2;
+    faults.seed = 3;
     let tx = LossySocket::new(UdpSocket::bind("127.0.0.1:0").await.unwrap(), faults);
     let n = 200u32;
     for i in 0..n {

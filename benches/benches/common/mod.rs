@@ -550,9 +550,10 @@ pub struct MemPair {
 
 impl MemPair {
     pub fn new(datagram: usize) -> MemPair {
-        let cfg = Config {
-            max_datagram_size: datagram,
-            ..Config::default()
+        let cfg = {
+            let mut conf = Config::default();
+            conf.max_datagram_size = datagram;
+            conf
         };
         MemPair {
             a: Node::new(NodeId::from_const(1), cfg.clone(), 1).unwrap(),

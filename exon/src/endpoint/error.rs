@@ -6,6 +6,7 @@ use crate::proto::{ConfigError, SendError};
 
 /// Why a send was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The core refused the message (queue full on `try_send`, payload too large, too many
     /// peers, or a send to self). Nothing about the message was kept.
@@ -18,6 +19,7 @@ pub enum Error {
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReceiptError {
     /// The endpoint stopped (closed, or its deadline passed) before the receiver acknowledged
     /// the message. It may or may not have been delivered; it was never delivered twice.
@@ -36,6 +38,7 @@ pub enum ReceiptError {
 
 /// Why an endpoint could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BindError {
     /// Binding the socket failed.
     #[error("bind failed: {0}")]

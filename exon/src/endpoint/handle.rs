@@ -16,6 +16,7 @@ use crate::proto::{MsgId, NodeId, SendError, Stats};
 
 /// Counters of an endpoint: the core's plus the driver's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EndpointStats {
     /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
     pub node: Stats,
@@ -95,6 +96,12 @@ pub(crate) enum Command {
 ///
 /// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
 /// retransmits until acknowledged (or until it is closed).
+///
+/// # Cancel safety
+///
+/// Awaiting a receipt is cancel safe: polling it again (through `&mut receipt` in a
+/// `tokio::select!` loop) still gives the verdict, and dropping it loses only the verdict,
+/// never the message.
 #[derive(Debug)]
 #[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the message)"]
 pub struct Receipt {
@@ -159,6 +166,14 @@ impl Handle {
     /// find the destination full on arrival wait in the driver, in order, until it has room.
     /// The rare refusal found only then (too many destinations, or a close racing the send)
     /// resolves the receipt with [`ReceiptError::Refused`].
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe. If `send` is used as the event in a
+    /// [`tokio::select!`](https://docs.rs/tokio/latest/tokio/macro.select.html) statement and
+    /// some other branch completes first, then it is guaranteed that the message was not
+    /// sent: it is handed to the driver only in the step that returns the receipt. The
+    /// payload is dropped in that case.
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
@@ -179,6 +194,13 @@ impl Handle {
     /// Like [`send`](Self::send) but fails at once with
     /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull) instead of waiting for
     /// queue space (it still awaits the driver's answer, which never waits on the network).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is **not** cancel safe. The message is handed to the driver before the
+    /// driver's answer is awaited: if the future is dropped while waiting for that answer,
+    /// the message may still be accepted and delivered, but its [`Receipt`] is lost with the
+    /// future. Use [`send`](Self::send) where the call may be cancelled.
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
@@ -228,6 +250,11 @@ impl Handle {
     }
 
     /// The counters, or `None` if the endpoint has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only reads counters, and a cancelled call changes
+    /// nothing.
     pub async fn stats(&self) -> Option<EndpointStats> {
         let (tx, rx) = oneshot::channel();
         self.cmds.send(Command::Stats(tx)).ok()?;
@@ -238,6 +265,12 @@ impl Handle {
     /// outstanding message is acknowledged or `timeout` passes, stops the endpoint and reports
     /// what was left. Never hangs past `timeout` (plus one driver turn). Returns an empty
     /// report if the endpoint had already stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is not cancel safe. Once the future has been polled, the close is under
+    /// way: dropping the future does not stop it (the endpoint still refuses new sends and
+    /// stops after `timeout`), but its [`CloseReport`] is lost.
     pub async fn close(&self, timeout: Duration) -> CloseReport {
         let (reply, rx) = oneshot::channel();
         if self.cmds.send(Command::Close { timeout, reply }).is_err() {

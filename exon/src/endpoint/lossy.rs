@@ -10,6 +10,7 @@ use super::{DatagramSocket, RecvMeta};
 /// Fault rates applied to outgoing datagrams by a [`LossySocket`], each a probability in
 /// `0.0..=1.0`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Faults {
     /// Probability that a datagram is dropped.
     pub loss: f64,

@@ -102,6 +102,11 @@ pub struct Endpoint {
 impl Endpoint {
     /// Binds a tokio UDP socket to `addr` with node id `id`, the given configuration and an
     /// in-memory clock store ([`MemoryStore`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: the driver is started only in the step that returns the
+    /// endpoint, so a cancelled call leaves nothing running (the socket, if bound, is closed).
     pub async fn bind(
         addr: impl ToSocketAddrs,
         id: NodeId,
@@ -126,6 +131,13 @@ impl Endpoint {
 
     /// The next delivered message, or `None` once the endpoint has stopped and every
     /// buffered message was taken.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe. If `recv` is used as the event in a
+    /// [`tokio::select!`](https://docs.rs/tokio/latest/tokio/macro.select.html) statement and
+    /// some other branch completes first, it is guaranteed that no message was taken: the
+    /// next call returns it.
     pub async fn recv(&mut self) -> Option<Message> {
         self.rx.recv().await
     }
@@ -183,6 +195,10 @@ impl Builder {
 
     /// Binds a UDP socket with batched I/O ([`BatchSocket`]) to `addr` and starts the
     /// endpoint.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`Endpoint::bind`] is.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
         let socket = BatchSocket::bind(addr).await?;
         self.with_socket(socket)

@@ -4,6 +4,7 @@
 /// Which corrections to Algorithm 1 are in force. All are on by default and in every build
 /// without the `rule-switches` cargo feature, which exists for the simulator's self-test only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rules {
     /// Rule 1: the first send to a destination requests slots.
     pub first_send_requests_slots: bool,
