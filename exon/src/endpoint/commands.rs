@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::driver::{Driver, Unacked};
 use super::handle::{Command, Outgoing, Reply};
+use super::trace::peer_span;
 use super::{DatagramSocket, Error, ReceiptError};
 use crate::proto::{NodeId, SendError};
 
@@ -13,7 +14,7 @@ impl<S: DatagramSocket> Driver<S> {
         match c {
             Command::Send(out) => self.on_send(t, out),
             Command::AddPeer(id, addr) => {
-                tracing::debug!(peer = %id, %addr, "peer address set");
+                peer_span(id).in_scope(|| tracing::debug!(%addr, "peer address set"));
                 self.peers.insert(id, addr);
             }
             Command::Stats(reply) => {
@@ -45,6 +46,9 @@ impl<S: DatagramSocket> Driver<S> {
         if matches!(out.reply, Reply::Try(_)) {
             return refuse(out, SendError::QueueFull(to).into());
         }
+        peer_span(to).in_scope(|| {
+            tracing::debug!(msg = %out.id, "destination queue full: the send waits");
+        });
         self.block(to);
         self.waiters.entry(to).or_default().push_back(out);
     }
@@ -58,10 +62,20 @@ impl<S: DatagramSocket> Driver<S> {
             ack,
             reply,
         } = out;
+        let len = payload.len();
         match self.node.send(t, to, payload) {
             Ok(core_id) => {
+                peer_span(to).in_scope(|| tracing::debug!(msg = %id, len, "message queued"));
                 if !self.peers.contains_key(&to) {
-                    tracing::warn!(peer = %to, "sending to a peer with no known address");
+                    if let Some(suppressed) = self.warnings.no_address.allow(t) {
+                        tracing::warn!(
+                            id = %self.node.id(),
+                            peer = %to,
+                            suppressed,
+                            "sending to a peer with no known address (add_peer it, or wait \
+                             for a datagram from it)"
+                        );
+                    }
                 }
                 self.acks.insert(core_id, Unacked { id, to, ack });
                 if let Reply::Try(r) = reply {

@@ -15,6 +15,7 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 use super::handle::{AckSender, Command, Outgoing};
 use super::io::RxBufs;
 use super::shared::{CloseOnDrop, Shared};
+use super::trace::Warnings;
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
 use crate::proto::{MsgId, Node, NodeId, PeerMap};
 
@@ -75,6 +76,8 @@ pub(crate) struct Driver<S> {
     pub(crate) stats: EndpointStats,
     pub(crate) tx_buf: Vec<u8>,
     pub(crate) rx: RxBufs,
+    /// Rate limits of the warnings that can come at message rate.
+    pub(crate) warnings: Warnings,
     store_job: Option<StoreJob>,
     store_want: Option<u64>,
     store_retry_at: Option<Instant>,
@@ -117,6 +120,7 @@ impl<S: DatagramSocket> Driver<S> {
             stats: EndpointStats::default(),
             tx_buf: Vec::with_capacity(cfg.protocol.max_datagram_size),
             rx,
+            warnings: Warnings::default(),
             store_job: None,
             store_want: None,
             store_retry_at: None,
@@ -130,7 +134,7 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// The driver loop: runs until closed (explicitly, or all handles dropped and linger over).
     pub(crate) async fn run(mut self) {
-        tracing::info!(id = %self.node.id(), "endpoint driver started");
+        tracing::info!("endpoint driver started");
         loop {
             let t = now();
             self.clock_store(t);
@@ -138,7 +142,6 @@ impl<S: DatagramSocket> Driver<S> {
             self.hand_over();
             if let Some(report) = self.try_finish(t) {
                 tracing::info!(
-                    id = %self.node.id(),
                     unacknowledged = report.unacknowledged.len(),
                     undelivered = report.undelivered,
                     "endpoint closed"
@@ -337,7 +340,13 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => {
                     if self.closing.is_none() {
-                        tracing::warn!("delivery receiver dropped: message discarded");
+                        if let Some(suppressed) = self.warnings.receiver_dropped.allow(now()) {
+                            tracing::warn!(
+                                id = %self.node.id(),
+                                suppressed,
+                                "delivery receiver dropped: message discarded"
+                            );
+                        }
                     }
                 }
             }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::driver::Driver;
+use super::trace::peer_span;
 use super::{DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
@@ -149,7 +150,7 @@ impl<S: DatagramSocket> Driver<S> {
             return;
         };
         if self.peers.get(&src) != Some(&from) {
-            tracing::debug!(peer = %src, addr = %from, "peer address learned");
+            peer_span(src).in_scope(|| tracing::debug!(addr = %from, "peer address learned"));
             self.stats.address_updates += 1;
             self.peers.insert(src, from);
         }
@@ -215,16 +216,30 @@ impl<S: DatagramSocket> Driver<S> {
         while let Some(e) = self.node.poll_event() {
             match e {
                 Event::Delivered { from, payload } => {
+                    peer_span(from).in_scope(|| {
+                        tracing::debug!(len = payload.len(), "message delivered");
+                    });
                     self.pending.push_back(Message { from, payload });
                 }
-                Event::Acknowledged { id, .. } => {
+                Event::Acknowledged { id, to } => {
                     if let Some(u) = self.acks.remove(&id) {
+                        peer_span(to).in_scope(|| {
+                            tracing::debug!(msg = %u.id, "message acknowledged");
+                        });
                         let _ = u.ack.send(Ok(()));
                     }
                 }
                 Event::InDoubt { id, to } => {
-                    tracing::warn!(peer = %to, "receiver lost the message's incarnation: in doubt");
+                    if let Some(suppressed) = self.warnings.in_doubt.allow(t) {
+                        tracing::warn!(
+                            id = %self.node.id(),
+                            peer = %to,
+                            suppressed,
+                            "receiver lost the message's incarnation: in doubt"
+                        );
+                    }
                     if let Some(u) = self.acks.remove(&id) {
+                        peer_span(to).in_scope(|| tracing::debug!(msg = %u.id, "message in doubt"));
                         let _ = u.ack.send(Err(ReceiptError::InDoubt));
                     }
                 }

@@ -51,6 +51,7 @@ mod shared;
 mod socket;
 mod store;
 #[cfg(feature = "serde")]
+mod trace;
 mod typed;
 
 use std::ops::Deref;
@@ -61,6 +62,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 pub use batch::BatchSocket;
 pub use config::EndpointConfig;
@@ -217,14 +219,16 @@ impl Builder {
         ));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
-        tracing::info!(id = %self.id, %local_addr, clock, "endpoint bound");
+        // Every event of the driver carries the endpoint's node id and address.
+        let span = tracing::info_span!("endpoint", id = %self.id, addr = %local_addr);
+        span.in_scope(|| tracing::info!(clock, "endpoint bound"));
         let channels = driver::Channels {
             cmds: cmd_rx,
             deliver: tx,
             shared: shared.clone(),
         };
         let driver = driver::Driver::new(node, socket, self.config, channels, store);
-        tokio::spawn(driver.run());
+        tokio::spawn(driver.run().instrument(span));
         Ok(Endpoint {
             handle: Handle {
                 id: self.id,
