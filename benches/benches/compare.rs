@@ -219,7 +219,7 @@ fn rpc(args: &Args) {
         })
         .collect();
     let mut totals = vec![(0u64, Duration::ZERO); kinds.len()];
-    let mut lats: Vec<Vec<Duration>> = vec![Vec::new(); kinds.len()];
+    let mut lats: Vec<common::Latencies> = vec![common::Latencies::default(); kinds.len()];
     let mut per_round = vec![Vec::new(); kinds.len()];
     for _ in 0..args.rounds {
         for (i, r) in rpcs.iter_mut().enumerate() {
@@ -238,12 +238,8 @@ fn rpc(args: &Args) {
 
     let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
     let mut p = Vec::new();
-    for l in &mut lats {
-        l.sort_unstable();
-        p.push((
-            common::percentile_us(l, 0.5),
-            common::percentile_us(l, 0.99),
-        ));
+    for l in &lats {
+        p.push((l.quantile_us(0.5), l.quantile_us(0.99)));
     }
     println!(
         "{:<8} {:>12} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",

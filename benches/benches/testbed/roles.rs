@@ -490,23 +490,21 @@ async fn client(a: &RoleArgs, ctl: Control) {
     calls.measuring.store(false, Ordering::SeqCst);
     let elapsed = t0.elapsed();
     calls.stopped.store(true, Ordering::SeqCst);
-    let mut lat = std::mem::take(&mut *calls.latencies.lock().unwrap());
+    let lat: common::Latencies = std::mem::take(&mut *calls.latencies.lock().unwrap())
+        .into_iter()
+        .collect();
     let drained = wait_for(Instant::now() + a.drain, || {
         calls.outstanding.load(Ordering::Relaxed) == 0
     })
     .await;
-    lat.sort_unstable();
     let rate = lat.len() as f64 / elapsed.as_secs_f64();
     say(
         "DONE",
         &[
             ("rate", format!("{rate:.1}")),
             ("answered", lat.len().to_string()),
-            ("p50_us", format!("{:.0}", common::percentile_us(&lat, 0.5))),
-            (
-                "p99_us",
-                format!("{:.0}", common::percentile_us(&lat, 0.99)),
-            ),
+            ("p50_us", format!("{:.0}", lat.quantile_us(0.5))),
+            ("p99_us", format!("{:.0}", lat.quantile_us(0.99))),
             ("issued", calls.next.load(Ordering::Relaxed).to_string()),
             (
                 "unanswered",
