@@ -1,7 +1,8 @@
-//! Hand-written SVG line charts for the grid's results: categorical x axis, linear or
-//! logarithmic y axis, one line per system, missing points left out.
+//! SVG line charts for the grid's results, drawn with plotters: categorical x axis, linear
+//! or logarithmic y axis, one line per system, missing points left out.
 
-use std::fmt::Write as _;
+use plotters::coord::ranged1d::{AsRangedCoord, SegmentValue, ValueFormatter};
+use plotters::prelude::*;
 
 /// One chart.
 pub struct Chart {
@@ -19,21 +20,15 @@ pub struct Chart {
     pub log_y: bool,
 }
 
-const W: f64 = 640.0;
-const H: f64 = 400.0;
-const LEFT: f64 = 80.0;
-const RIGHT: f64 = 150.0;
-const TOP: f64 = 40.0;
-const BOTTOM: f64 = 60.0;
-const COLORS: [&str; 6] = [
-    "#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+const SIZE: (u32, u32) = (720, 420);
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x8c, 0x56, 0x4b),
 ];
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
 
 /// A short form of `v` for axis labels (1.2k, 35, 0.5).
 fn short(v: f64) -> String {
@@ -47,130 +42,101 @@ fn short(v: f64) -> String {
 }
 
 impl Chart {
-    /// The y ticks and the axis range they span.
-    fn y_axis(&self) -> (Vec<f64>, f64, f64) {
-        let vals: Vec<f64> = self
-            .series
+    /// The values that can be drawn (finite, and positive on a log axis).
+    fn values(&self) -> impl Iterator<Item = f64> + '_ {
+        self.series
             .iter()
             .flat_map(|(_, v)| v.iter().flatten().copied())
             .filter(|v| v.is_finite() && (!self.log_y || *v > 0.0))
-            .collect();
-        let max = vals.iter().copied().fold(f64::MIN, f64::max);
-        let min = vals.iter().copied().fold(f64::MAX, f64::min);
-        if vals.is_empty() {
-            return (vec![0.0, 1.0], 0.0, 1.0);
-        }
-        if self.log_y {
-            let (lo, hi) = (min.log10().floor() as i32, max.log10().ceil() as i32);
-            let hi = hi.max(lo + 1);
-            let ticks = (lo..=hi).map(|e| 10f64.powi(e)).collect();
-            (ticks, 10f64.powi(lo), 10f64.powi(hi))
-        } else {
-            // Steps of 1, 2 or 5 times a power of ten, about five of them.
-            let raw = (max / 5.0).max(1e-9);
-            let mag = 10f64.powf(raw.log10().floor());
-            let step = [1.0, 2.0, 5.0, 10.0]
-                .into_iter()
-                .map(|m| m * mag)
-                .find(|s| *s >= raw)
-                .unwrap_or(10.0 * mag);
-            let top = (max / step).ceil().max(1.0) * step;
-            let n = (top / step).round() as usize;
-            ((0..=n).map(|i| i as f64 * step).collect(), 0.0, top)
-        }
     }
 
-    /// The chart as an SVG document.
+    /// The chart as an SVG document (an empty one, with the error on stderr, if drawing
+    /// failed).
     pub fn render(&self) -> String {
-        let (ticks, lo, hi) = self.y_axis();
-        let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
-        let y = |v: f64| {
-            let f = if self.log_y {
-                (v.log10() - lo.log10()) / (hi.log10() - lo.log10())
-            } else {
-                (v - lo) / (hi - lo)
-            };
-            TOP + ph * (1.0 - f.clamp(0.0, 1.0))
+        let mut out = String::new();
+        let max = self.values().fold(f64::MIN, f64::max);
+        let min = self.values().fold(f64::MAX, f64::min);
+        let drawn = if max < min {
+            self.draw(&mut out, 0.0..1.0)
+        } else if self.log_y {
+            let lo = 10f64.powf(min.log10().floor());
+            let hi = 10f64.powf(max.log10().ceil()).max(lo * 10.0);
+            self.draw(&mut out, (lo..hi).log_scale())
+        } else {
+            self.draw(&mut out, 0.0..(max * 1.1).max(1e-9))
         };
+        if let Err(e) = drawn {
+            eprintln!("chart {:?} not drawn: {e}", self.title);
+        }
+        out
+    }
+
+    fn draw<Y>(&self, out: &mut String, y: Y) -> Result<(), String>
+    where
+        Y: AsRangedCoord<Value = f64>,
+        Y::CoordDescType: ValueFormatter<f64>,
+    {
+        let err = |e: &dyn std::fmt::Display| e.to_string();
+        let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(&e))?;
         let n = self.x_ticks.len().max(1);
-        let x = |i: usize| LEFT + pw * (i as f64 + 0.5) / n as f64;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
-        );
-        let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
-            LEFT + pw / 2.0,
-            esc(&self.title)
-        );
-        for t in &ticks {
-            let ty = y(*t);
-            let _ = writeln!(
-                s,
-                r##"<line x1="{LEFT}" y1="{ty:.1}" x2="{:.1}" y2="{ty:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                LEFT + pw,
-                LEFT - 6.0,
-                ty + 4.0,
-                short(*t)
-            );
-        }
-        for (i, label) in self.x_ticks.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-                x(i),
-                TOP + ph + 18.0,
-                esc(label)
-            );
-        }
-        let _ = writeln!(
-            s,
-            r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##
-        );
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + pw / 2.0,
-            H - 15.0,
-            esc(&self.x_label)
-        );
-        let _ = writeln!(
-            s,
-            r#"<text transform="translate(18,{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
-            TOP + ph / 2.0,
-            esc(&self.y_label)
-        );
+        let mut chart = ChartBuilder::on(&root)
+            .caption(&self.title, ("sans-serif", 16))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            // A segmented `0..k` range has k + 1 segments: one per category.
+            .build_cartesian_2d((0..n - 1).into_segmented(), y)
+            .map_err(|e| err(&e))?;
+        let tick = |v: &SegmentValue<usize>| match v {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                self.x_ticks.get(*i).cloned().unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
+        };
+        chart
+            .configure_mesh()
+            .x_labels(n)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&|v| short(*v))
+            .x_desc(&self.x_label)
+            .y_desc(&self.y_label)
+            .light_line_style(WHITE)
+            .draw()
+            .map_err(|e| err(&e))?;
         for (k, (name, vals)) in self.series.iter().enumerate() {
-            let c = COLORS[k % COLORS.len()];
-            let pts: Vec<(f64, f64)> = vals
+            let color = COLORS[k % COLORS.len()];
+            let points: Vec<(SegmentValue<usize>, f64)> = vals
                 .iter()
                 .enumerate()
-                .filter_map(|(i, v)| v.filter(|v| !self.log_y || *v > 0.0).map(|v| (x(i), y(v))))
+                .filter_map(|(i, v)| {
+                    v.filter(|v| v.is_finite() && (!self.log_y || *v > 0.0))
+                        .map(|v| (SegmentValue::CenterOf(i), v))
+                })
                 .collect();
-            let path: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
-            let _ = writeln!(
-                s,
-                r#"<polyline points="{}" fill="none" stroke="{c}" stroke-width="2"/>"#,
-                path.join(" ")
-            );
-            for (a, b) in &pts {
-                let _ = writeln!(s, r#"<circle cx="{a:.1}" cy="{b:.1}" r="3" fill="{c}"/>"#);
-            }
-            let ly = TOP + 10.0 + 20.0 * k as f64;
-            let lx = LEFT + pw + 15.0;
-            let _ = writeln!(
-                s,
-                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-                lx + 20.0,
-                lx + 26.0,
-                ly + 4.0,
-                esc(name)
-            );
+            chart
+                .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                .map_err(|e| err(&e))?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(
+                    points
+                        .into_iter()
+                        .map(|p| Circle::new(p, 3, color.filled())),
+                )
+                .map_err(|e| err(&e))?;
         }
-        s.push_str("</svg>\n");
-        s
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| err(&e))?;
+        root.present().map_err(|e| err(&e))?;
+        Ok(())
     }
 }
