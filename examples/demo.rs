@@ -78,8 +78,8 @@ struct Results {
     msgs_per_s: f64,
 }
 
-/// Progress of the delivery: a bar on a terminal, a plain line every second otherwise (so a
-/// log or CI shows the run is alive). The ETA is given only once there is a rate to base it on.
+/// Progress of the delivery: a bar on a terminal, a plain line on stderr every second
+/// otherwise (so a log or CI shows the run is alive). The ETA is given only once there is a rate to base it on.
 struct Progress {
     bar: Option<ProgressBar>,
     total: u64,
@@ -93,7 +93,9 @@ impl Progress {
     const LINE_EVERY: Duration = Duration::from_secs(1);
 
     fn new(total: u64) -> Result<Progress, indicatif::style::TemplateError> {
-        let bar = if std::io::stderr().is_terminal() {
+        // A bar only where a person watches both outputs; plain lines (on stderr) in a log,
+        // a pipe or CI.
+        let bar = if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
             let bar = ProgressBar::new(total);
             bar.set_style(ProgressStyle::with_template(
                 "{bar:40} {pos}/{len} delivered {per_sec} {msg}",
