@@ -1040,8 +1040,12 @@ pub struct Latencies(hdrhistogram::Histogram<u64>);
 
 impl Default for Latencies {
     fn default() -> Self {
-        // Auto-resizing, so no latency is ever out of range.
-        Latencies(hdrhistogram::Histogram::new(3).expect("3 significant digits are valid"))
+        // 1 us to one hour; a longer latency is counted as one hour. (A histogram made with
+        // `new` starts tiny, and `saturating_record` does not grow it.)
+        Latencies(
+            hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid bounds and precision"),
+        )
     }
 }
 
