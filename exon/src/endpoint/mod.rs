@@ -50,8 +50,8 @@ mod lossy;
 mod shared;
 mod socket;
 mod store;
-#[cfg(feature = "serde")]
 mod trace;
+#[cfg(feature = "serde")]
 mod typed;
 
 use std::ops::Deref;
