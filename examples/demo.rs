@@ -5,56 +5,167 @@
 //! ```sh
 //! cargo run --release --example demo -- --count 100000 --loss 0.05 --dup 0.01 --reorder 0.01
 //! ```
-//! Exits non-zero if exactly-once did not hold.
+//! Exits non-zero if exactly-once did not hold. `--help` lists the flags; `--json` prints the
+//! results as one JSON object on stdout. On a terminal it shows a progress bar; otherwise
+//! (a log, CI) it prints a progress line on stderr every second.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use exon::endpoint::{Endpoint, EndpointConfig, Faults, LossySocket};
 use exon::NodeId;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 use tokio::net::UdpSocket;
 
-/// Command-line options.
+/// Sends messages between two exon endpoints on 127.0.0.1 through a socket that drops,
+/// duplicates and reorders datagrams, then checks that every message was delivered exactly
+/// once and acknowledged. Exits 0 if so, 1 if not.
+#[derive(Debug, Parser)]
+#[command(name = "demo")]
 struct Opts {
+    /// Messages to send.
+    #[arg(long, default_value_t = 100_000)]
     count: u64,
-    faults: Faults,
+    /// Probability that a datagram is dropped.
+    #[arg(long, default_value_t = Faults::default().loss)]
+    loss: f64,
+    /// Probability that a datagram is sent twice.
+    #[arg(long, default_value_t = Faults::default().duplicate)]
+    dup: f64,
+    /// Probability that a datagram is held back and sent after the next one.
+    #[arg(long, default_value_t = Faults::default().reorder)]
+    reorder: f64,
+    /// Seed of the fault injection (the same seed makes the same choices).
+    #[arg(long, default_value_t = Faults::default().seed)]
+    seed: u64,
+    /// Print the results as one JSON object on stdout (the human-readable lines go to
+    /// stderr).
+    #[arg(long)]
+    json: bool,
 }
 
-fn parse() -> Result<Opts, String> {
-    let mut o = Opts {
-        count: 100_000,
-        faults: Faults::default(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let mut val = || args.next().ok_or(format!("{flag} needs a value"));
-        let bad = |e: &dyn std::fmt::Display| format!("bad value for {flag}: {e}");
-        match flag.as_str() {
-            "--count" => o.count = val()?.parse().map_err(|e| bad(&e))?,
-            "--loss" => o.faults.loss = val()?.parse().map_err(|e| bad(&e))?,
-            "--dup" => o.faults.duplicate = val()?.parse().map_err(|e| bad(&e))?,
-            "--reorder" => o.faults.reorder = val()?.parse().map_err(|e| bad(&e))?,
-            "--seed" => o.faults.seed = val()?.parse().map_err(|e| bad(&e))?,
-            _ => {
-                return Err(format!(
-                    "unknown flag {flag}; use --count N --loss P --dup P --reorder P --seed S"
-                ))
-            }
+impl Opts {
+    fn faults(&self) -> Faults {
+        let mut f = Faults::default();
+        f.loss = self.loss;
+        f.duplicate = self.dup;
+        f.reorder = self.reorder;
+        f.seed = self.seed;
+        f
+    }
+}
+
+/// The outcome of a run, as printed by `--json`.
+#[derive(Debug, Serialize)]
+struct Results {
+    ok: bool,
+    count: u64,
+    sent: u64,
+    delivered: u64,
+    duplicates: u64,
+    foreign: u64,
+    acknowledged: u64,
+    unacknowledged: usize,
+    retransmissions: u64,
+    duplicate_tokens_dropped: u64,
+    injected_dropped: u64,
+    injected_duplicated: u64,
+    injected_reordered: u64,
+    elapsed_s: f64,
+    msgs_per_s: f64,
+}
+
+/// Progress of the delivery: a bar on a terminal, a plain line on stderr every second
+/// otherwise (so a log or CI shows the run is alive). The ETA is given only once there is a rate to base it on.
+struct Progress {
+    bar: Option<ProgressBar>,
+    total: u64,
+    start: Instant,
+    last_line: Instant,
+}
+
+impl Progress {
+    /// Below this, the rate says too little for an estimate.
+    const MIN_FOR_ETA: Duration = Duration::from_millis(500);
+    const LINE_EVERY: Duration = Duration::from_secs(1);
+
+    fn new(total: u64) -> Result<Progress, indicatif::style::TemplateError> {
+        // A bar only where a person watches both outputs; plain lines (on stderr) in a log,
+        // a pipe or CI.
+        let bar = if std::io::stdout().is_terminal() && std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(total);
+            bar.set_style(ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} delivered {per_sec} {msg}",
+            )?);
+            Some(bar)
+        } else {
+            None
+        };
+        let now = Instant::now();
+        Ok(Progress {
+            bar,
+            total,
+            start: now,
+            last_line: now,
+        })
+    }
+
+    /// Estimated time left when `done` of `total` are delivered, if the run has gone on long
+    /// enough to tell.
+    fn eta(&self, done: u64, now: Instant) -> Option<Duration> {
+        let elapsed = now.duration_since(self.start);
+        if done == 0 || elapsed < Self::MIN_FOR_ETA {
+            return None;
+        }
+        let left = self.total.saturating_sub(done) as f64;
+        Some(elapsed.mul_f64(left / done as f64))
+    }
+
+    fn eta_text(&self, done: u64, now: Instant) -> String {
+        match self.eta(done, now) {
+            Some(eta) => format!("eta {:.0} s", eta.as_secs_f64().ceil()),
+            None => "eta (measuring)".to_string(),
         }
     }
-    Ok(o)
+
+    /// Records that `done` messages are delivered.
+    fn update(&mut self, done: u64) {
+        if !done.is_multiple_of(256) && done != self.total {
+            return;
+        }
+        let now = Instant::now();
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(done);
+                bar.set_message(self.eta_text(done, now));
+            }
+            None if now.duration_since(self.last_line) >= Self::LINE_EVERY => {
+                self.last_line = now;
+                let secs = now.duration_since(self.start).as_secs_f64();
+                eprintln!(
+                    "progress: {done}/{} delivered after {secs:.1} s, {:.0} msg/s, {}",
+                    self.total,
+                    done as f64 / secs,
+                    self.eta_text(done, now)
+                );
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let opts = match parse() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let opts = Opts::parse();
     match run(opts).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
@@ -66,14 +177,27 @@ async fn main() -> ExitCode {
 }
 
 async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
+    // With --json, stdout carries only the JSON object.
+    let say = |line: String| {
+        if o.json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    let faults = o.faults();
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
     let cfg = EndpointConfig::default();
     let sock = |seed| async move {
         let s = UdpSocket::bind("127.0.0.1:0").await?;
-        Ok::<_, std::io::Error>(LossySocket::new(s, Faults { seed, ..o.faults }))
+        Ok::<_, std::io::Error>(LossySocket::new(s, {
+            let mut conf = faults;
+            conf.seed = seed;
+            conf
+        }))
     };
-    let a_sock = std::sync::Arc::new(sock(o.faults.seed).await?);
-    let b_sock = std::sync::Arc::new(sock(o.faults.seed ^ 0xb).await?);
+    let a_sock = std::sync::Arc::new(sock(faults.seed).await?);
+    let b_sock = std::sync::Arc::new(sock(faults.seed ^ 0xb).await?);
     let [a_ident, b_ident] = exon::keyfile::generate_group(&[a_id, b_id])
         .try_into()
         .expect("two identities");
@@ -88,17 +212,14 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     a.add_peer(b_id, b.local_addr());
     b.add_peer(a_id, a.local_addr());
 
-    println!(
+    say(format!(
         "exon demo: {} messages n1 -> n2 over 127.0.0.1, loss {:.1} %, duplication {:.1} %, reordering {:.1} %",
         o.count,
-        o.faults.loss * 100.0,
-        o.faults.duplicate * 100.0,
-        o.faults.reorder * 100.0
-    );
-    let bar = ProgressBar::new(o.count);
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:40} {pos}/{len} delivered {per_sec} eta {eta}",
-    )?);
+        faults.loss * 100.0,
+        faults.duplicate * 100.0,
+        faults.reorder * 100.0
+    ));
+    let mut progress = Progress::new(o.count)?;
     let start = Instant::now();
     let count = o.count;
     let sender = a.handle();
@@ -132,7 +253,7 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
             Some(s) => {
                 *s = true;
                 delivered += 1;
-                bar.inc(1);
+                progress.update(delivered);
             }
             None => foreign += 1,
         }
@@ -141,38 +262,82 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
         .await
         .map_err(|_| "timed out waiting for acknowledgements")???;
     let elapsed = start.elapsed();
-    bar.finish_and_clear();
+    progress.finish();
     let a_report = a.close(Duration::from_secs(5)).await;
     let b_report = b.close(Duration::from_secs(1)).await;
     let s = a_report.stats.node;
-    let injected = (
-        a_sock.dropped() + b_sock.dropped(),
-        a_sock.duplicated() + b_sock.duplicated(),
-        a_sock.reordered() + b_sock.reordered(),
-    );
-    println!(
-        "injected: {} datagrams dropped, {} duplicated, {} reordered",
-        injected.0, injected.1, injected.2
-    );
-    println!(
-        "sent={} delivered={delivered} duplicates={duplicates} acknowledged={acked} \
-         throughput={:.0} msg/s retransmissions={} elapsed={:.2}s",
-        s.sent,
-        delivered as f64 / elapsed.as_secs_f64(),
-        s.retransmissions,
-        elapsed.as_secs_f64()
-    );
-    let dropped_by_receiver = b_report.stats.node.duplicates_dropped;
-    println!("receiver dropped {dropped_by_receiver} duplicate tokens before delivery");
     let ok = duplicates == 0
         && foreign == 0
         && delivered == count
         && acked == count
         && a_report.unacknowledged.is_empty();
-    if ok {
-        println!("OK: exactly-once held");
+    let r = Results {
+        ok,
+        count,
+        sent: s.sent,
+        delivered,
+        duplicates,
+        foreign,
+        acknowledged: acked,
+        unacknowledged: a_report.unacknowledged.len(),
+        retransmissions: s.retransmissions,
+        duplicate_tokens_dropped: b_report.stats.node.duplicates_dropped,
+        injected_dropped: a_sock.dropped() + b_sock.dropped(),
+        injected_duplicated: a_sock.duplicated() + b_sock.duplicated(),
+        injected_reordered: a_sock.reordered() + b_sock.reordered(),
+        elapsed_s: elapsed.as_secs_f64(),
+        msgs_per_s: delivered as f64 / elapsed.as_secs_f64(),
+    };
+    say(format!(
+        "injected: {} datagrams dropped, {} duplicated, {} reordered",
+        r.injected_dropped, r.injected_duplicated, r.injected_reordered
+    ));
+    say(format!(
+        "sent={} delivered={delivered} duplicates={duplicates} acknowledged={acked} \
+         throughput={:.0} msg/s retransmissions={} elapsed={:.2}s",
+        r.sent, r.msgs_per_s, r.retransmissions, r.elapsed_s
+    ));
+    say(format!(
+        "receiver dropped {} duplicate tokens before delivery",
+        r.duplicate_tokens_dropped
+    ));
+    say(if ok {
+        "OK: exactly-once held".to_string()
     } else {
-        println!("FAILED: exactly-once did not hold");
+        "FAILED: exactly-once did not hold".to_string()
+    });
+    if o.json {
+        println!("{}", serde_json::to_string(&r)?);
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_eta_before_there_is_a_rate() {
+        let p = Progress {
+            bar: None,
+            total: 100,
+            start: Instant::now(),
+            last_line: Instant::now(),
+        };
+        assert_eq!(p.eta(0, p.start + Duration::from_secs(5)), None);
+        assert_eq!(p.eta(10, p.start + Duration::from_millis(100)), None);
+        // 25 of 100 in 2 s: 75 more take 6 s.
+        assert_eq!(
+            p.eta(25, p.start + Duration::from_secs(2)),
+            Some(Duration::from_secs(6))
+        );
+    }
+
+    #[test]
+    fn the_flags_parse() {
+        let o = Opts::try_parse_from(["demo", "--count", "7", "--loss", "0.5", "--json"]).unwrap();
+        assert_eq!((o.count, o.loss, o.json), (7, 0.5, true));
+        assert_eq!(o.dup, Faults::default().duplicate);
+        assert!(Opts::try_parse_from(["demo", "--bogus"]).is_err());
+    }
 }

@@ -4,11 +4,22 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use exon::proto::Security;
 use exon::{Endpoint, EndpointConfig, NodeId};
 
+/// An echo server and a client on 127.0.0.1: the client sends each line and prints what comes
+/// back.
+#[derive(Debug, Parser)]
+struct Opts {
+    /// The lines to send.
+    #[arg(default_values_t = ["exactly", "once", "over", "udp"].map(String::from))]
+    lines: Vec<String>,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = Opts::parse();
     let (server_id, client_id) = (NodeId::from_const(10), NodeId::from_const(11));
     // A closed group of two: fresh keys, each knowing the other\'s public key.
     let [server_ident, client_ident] = exon::keyfile::generate_group(&[server_id, client_id])
@@ -38,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let lines = ["exactly", "once", "over", "udp"];
+    let lines = &opts.lines;
     for line in lines {
         drop(client.send(server_id, line.as_bytes().to_vec()).await?);
     }

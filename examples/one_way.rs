@@ -3,11 +3,22 @@
 
 use std::time::Duration;
 
+use clap::Parser;
 use exon::proto::Security;
 use exon::{Endpoint, EndpointConfig, NodeId};
 
+/// Node 1 sends numbered messages to node 2 on 127.0.0.1 and waits for every receipt; node 2
+/// checks it got each exactly once.
+#[derive(Debug, Parser)]
+struct Opts {
+    /// Messages to send.
+    #[arg(long, default_value_t = 1000)]
+    count: u32,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = Opts::parse();
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
     // A closed group of two: fresh keys, each knowing the other\'s public key.
     let [a_ident, b_ident] = exon::keyfile::generate_group(&[a_id, b_id])
@@ -29,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     a.add_peer(b_id, b.local_addr());
 
-    let n = 1000u32;
+    let n = opts.count;
     let mut receipts = Vec::new();
     for i in 0..n {
         receipts.push(a.send(b_id, i.to_be_bytes().to_vec()).await?);

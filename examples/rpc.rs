@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clap::Parser;
 use exon::endpoint::Handle;
 use exon::proto::Security;
 use exon::{Endpoint, EndpointConfig, NodeId};
@@ -36,8 +37,20 @@ async fn call(h: &Handle, server: NodeId, pending: &Pending, id: u64, x: u64) ->
         .ok()
 }
 
+/// A server squares numbers for concurrent callers over exactly-once messages on 127.0.0.1.
+#[derive(Debug, Parser)]
+struct Opts {
+    /// Concurrent callers.
+    #[arg(long, default_value_t = 100)]
+    callers: u64,
+    /// Calls each caller makes, one after the other.
+    #[arg(long, default_value_t = 20)]
+    calls: u64,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let opts = Opts::parse();
     let (server_id, client_id) = (NodeId::from_const(1), NodeId::from_const(2));
     // A closed group of two: fresh keys, each knowing the other\'s public key.
     let [server_ident, client_ident] = exon::keyfile::generate_group(&[server_id, client_id])
@@ -90,7 +103,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let (callers, calls) = (100u64, 20u64);
+    let (callers, calls) = (opts.callers, opts.calls);
     let mut tasks = Vec::new();
     for c in 0..callers {
         let (h, pending) = (ch.clone(), pending.clone());

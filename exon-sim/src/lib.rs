@@ -17,7 +17,7 @@ pub use faults::{Fault, FaultKind};
 pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
 pub use oracle::{Oracle, Violation, ViolationKind};
 pub use report::Report;
-pub use scenario::{sim_config, Adversary, Attack, Hostile, Scenario};
+pub use scenario::{sim_config, Adversary, Attack, Hostile, Scenario, ScenarioError};
 pub use sim::Sim;
 pub use workload::{MsgKey, Pattern, Workload};
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use exon_sim::{faults, GilbertElliott, LinkConfig, Pattern, Scenario, Sim, Workload};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -126,10 +126,26 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
     }
 }
 
+/// The time left at the average rate so far, once there is a rate to speak of (indicatif's
+/// own estimate starts from a near-zero rate and shows days).
+fn honest_eta(state: &ProgressState, w: &mut dyn std::fmt::Write) {
+    let (done, elapsed) = (state.pos(), state.elapsed());
+    let left = state.len().map(|len| len.saturating_sub(done));
+    match left {
+        Some(left) if done > 0 && elapsed >= Duration::from_secs(1) => {
+            let secs = elapsed.as_secs_f64() * left as f64 / done as f64;
+            let _ = write!(w, "eta {:.0} s", secs.ceil());
+        }
+        _ => {
+            let _ = write!(w, "eta (measuring)");
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let a = Args::parse();
-    if a.nodes < 2 {
-        eprintln!("need at least 2 nodes");
+    if let Err(e) = scenario(&a, a.seed).validate() {
+        eprintln!("exon-sim: {e}");
         return ExitCode::from(2);
     }
     let mut all_ok = true;
@@ -140,9 +156,10 @@ fn main() -> ExitCode {
         let bar = ProgressBar::with_draw_target(Some(a.messages), ProgressDrawTarget::stderr());
         bar.set_style(
             ProgressStyle::with_template(
-                "{spinner} seed {msg} [{bar:40}] {pos}/{len} delivered ({per_sec}, eta {eta})",
+                "{spinner} seed {msg} [{bar:40}] {pos}/{len} delivered ({per_sec}, {honest_eta})",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key("honest_eta", honest_eta)
             .progress_chars("=> "),
         );
         bar.set_message(seed.to_string());

@@ -3,7 +3,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use exon::proto::{Config, Node};
+use exon::proto::{Config, ConfigError, Node};
 
 use crate::faults::Fault;
 use crate::link::LinkConfig;
@@ -147,17 +147,62 @@ impl std::fmt::Debug for Scenario {
     }
 }
 
+/// Why a [`Scenario`] cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// Fewer than two nodes.
+    #[error("need at least 2 nodes, got {0}")]
+    TooFewNodes(usize),
+    /// The workload's payloads do not fit in one datagram: every send would be refused and
+    /// the run would never end.
+    #[error(
+        "payload of {len} bytes is above the maximum of {max} bytes \
+         (max_datagram_size {datagram}); use a smaller payload"
+    )]
+    PayloadTooLarge {
+        /// The payload size asked for.
+        len: usize,
+        /// The largest payload the node configuration accepts.
+        max: usize,
+        /// The configured datagram size that sets that maximum.
+        datagram: usize,
+    },
+    /// The node configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl Scenario {
+    /// Checks that the scenario can run: at least two nodes, a valid node configuration, and
+    /// payloads that fit in one datagram.
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        if self.nodes < 2 {
+            return Err(ScenarioError::TooFewNodes(self.nodes));
+        }
+        self.config.validate()?;
+        let max = self.config.max_payload();
+        if self.workload.payload_len > max {
+            return Err(ScenarioError::PayloadTooLarge {
+                len: self.workload.payload_len,
+                max,
+                datagram: self.config.max_datagram_size,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A node configuration for simulations: short timers, so runs go quiet soon in virtual
 /// time.
 pub fn sim_config() -> Config {
-    Config {
-        idle_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(200),
-        max_probe_interval: Duration::from_secs(2),
-        initial_rtt: Duration::from_millis(20),
-        max_rto: Duration::from_secs(1),
-        ..Config::default()
-    }
+    let mut conf = Config::default();
+    conf.idle_timeout = Duration::from_millis(500);
+    conf.probe_interval = Duration::from_millis(200);
+    conf.max_probe_interval = Duration::from_secs(2);
+    conf.initial_rtt = Duration::from_millis(20);
+    conf.max_rto = Duration::from_secs(1);
+    conf
 }
 
 impl Default for Scenario {

@@ -151,9 +151,14 @@ fn node_id(i: usize) -> NodeId {
 
 impl Sim {
     /// Sets up the scenario at virtual time zero.
+    ///
+    /// # Panics
+    /// If the scenario is invalid (see [`Scenario::validate`]).
     pub fn new(sc: Scenario) -> Sim {
+        if let Err(e) = sc.validate() {
+            panic!("invalid scenario: {e}");
+        }
         let n = sc.nodes;
-        assert!(n >= 2, "at least two nodes");
         let mut seeder = SmallRng::seed_from_u64(sc.seed);
         let links = (0..n * n)
             .map(|_| Link::new(sc.link.clone(), rand::Rng::gen(&mut seeder)))
@@ -408,10 +413,11 @@ impl Sim {
         }
         self.check_bounds(i);
         if !self.out.is_empty() {
-            let chunk = Bytes::from(std::mem::replace(&mut self.buf, Vec::with_capacity(4096)));
+            // Each datagram gets its own buffer: a datagram held on a link (a late duplicate)
+            // keeps only its own bytes alive, not every datagram drained with it.
             let mut out = std::mem::take(&mut self.out);
             for &(dst, off, size) in &out {
-                let data = chunk.slice(off..off + size);
+                let data = Bytes::copy_from_slice(&self.buf[off..off + size]);
                 if dst == 0 || dst > self.hosts.len() {
                     self.dropped_at_host += 1;
                 } else {
@@ -420,6 +426,7 @@ impl Sim {
             }
             out.clear();
             self.out = out;
+            self.buf.clear();
         } else {
             self.buf.clear();
         }
@@ -582,22 +589,21 @@ impl Sim {
             self.plan.push(to);
         }
         if !self.plan.is_empty() {
-            let mut buf = Vec::with_capacity(self.plan.len() * wl.payload_len);
             let first = self.oracle.next_seq(i);
-            for (j, _) in self.plan.iter().enumerate() {
+            let now = self.instant();
+            let plan = std::mem::take(&mut self.plan);
+            let mut sent = 0;
+            for (j, &to) in plan.iter().enumerate() {
+                // One allocation per message: a queued or unacknowledged message keeps only
+                // its own payload alive, never a buffer shared with the rest of its burst.
                 let kind = if j < kinds { Kind::Reply } else { wl.kind() };
                 let key = MsgKey {
                     sender: i as u32,
                     seq: first + j as u64,
                 };
-                write_payload(&mut buf, key, kind, wl.payload_len);
-            }
-            let chunk = Bytes::from(buf);
-            let now = self.instant();
-            let plan = std::mem::take(&mut self.plan);
-            let mut sent = 0;
-            for (j, &to) in plan.iter().enumerate() {
-                let p = chunk.slice(j * wl.payload_len..(j + 1) * wl.payload_len);
+                let mut p = Vec::with_capacity(wl.payload_len);
+                write_payload(&mut p, key, kind, wl.payload_len);
+                let p = Bytes::from(p);
                 let Some(node) = self.hosts[i].node.as_mut() else {
                     break;
                 };

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use exon::proto::Config;
 use exon_sim::{
     seed_from_env, sim_config, Fault, FaultKind, GilbertElliott, LinkConfig, Pattern, Scenario,
     Sim, Workload,
@@ -150,20 +149,19 @@ impl Params {
                 messages: self.messages,
                 burst: 64,
                 // At most what one sealed datagram of the drawn size carries.
-                payload_len: self.packing.0.min(
-                    Config {
-                        max_datagram_size: self.packing.1,
-                        ..sim_config()
-                    }
-                    .max_payload(),
-                ),
+                payload_len: self.packing.0.min({
+                    let mut c = sim_config();
+                    c.max_datagram_size = self.packing.1;
+                    c.max_payload()
+                }),
                 ..Workload::default()
             },
-            config: Config {
-                max_datagram_size: self.packing.1,
-                ack_delay: Duration::from_millis(self.packing.2),
-                ack_every: self.packing.3,
-                ..sim_config()
+            config: {
+                let mut conf = sim_config();
+                conf.max_datagram_size = self.packing.1;
+                conf.ack_delay = Duration::from_millis(self.packing.2);
+                conf.ack_every = self.packing.3;
+                conf
             },
             faults,
             take_delay: Duration::from_millis(self.take_ms),

@@ -1,4 +1,4 @@
-//! Checker self-test: with each correction of the notes switched off (feature
+//! Checker self-test: with each correction of `docs/algorithm.md` switched off (feature
 //! `rule-switches` of `exon`), the simulator finds the resulting violation from a fixed seed
 //! within a bounded number of events; with every correction on, the same run is clean.
 

@@ -90,6 +90,11 @@ pub use proto::{Config, Event, MsgId, Node, NodeId, SendError};
 #[cfg(feature = "tokio")]
 pub use endpoint::{Endpoint, EndpointConfig, Message};
 
+/// The code blocks of the repository's README, compiled as doc tests so that they stay true.
+#[cfg(all(doctest, feature = "tokio"))]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 /// Helpers for unit tests of the sans-IO core, which itself never reads the clock.
 #[cfg(test)]
 pub(crate) mod test_time {

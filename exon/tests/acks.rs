@@ -11,12 +11,11 @@ mod frames;
 use frames::*;
 
 fn config(ack_every: u32) -> Config {
-    Config {
-        max_datagram_size: 1200,
-        ack_delay: Duration::from_millis(2),
-        ack_every,
-        ..cfg(64, 8, 256)
-    }
+    let mut conf = cfg(64, 8, 256);
+    conf.max_datagram_size = 1200;
+    conf.ack_delay = Duration::from_millis(2);
+    conf.ack_every = ack_every;
+    conf
 }
 
 /// A and B with slots granted: A has `n` messages of 600 bytes waiting as tokens (one per
@@ -132,9 +131,10 @@ fn a_duplicate_token_is_acknowledged_at_once() {
 #[test]
 fn zero_ack_delay_acknowledges_every_datagram() {
     let t = Instant::now();
-    let c = Config {
-        ack_delay: Duration::ZERO,
-        ..config(16)
+    let c = {
+        let mut conf = config(16);
+        conf.ack_delay = Duration::ZERO;
+        conf
     };
     let mut a = node(A, c.clone(), 0, t);
     let mut b = node(B, c, 100, t);

@@ -53,11 +53,12 @@ fn a_delivery_is_acknowledged_only_once_taken() {
 /// untaken delivery gets no answer at all.
 #[test]
 fn a_duplicate_of_an_untaken_delivery_gets_no_ack() {
-    let cfg = Config {
-        envelope_target: 1,
-        envelope_low: 0,
-        window: 1,
-        ..test_config()
+    let cfg = {
+        let mut c = test_config();
+        c.envelope_target = 1;
+        c.envelope_low = 0;
+        c.window = 1;
+        c
     };
     let mut p = slow_receiver(cfg);
     p.send(A, Bytes::from_static(b"only"));
@@ -102,9 +103,10 @@ fn a_receiver_restarting_before_the_hand_over_yields_in_doubt() {
 /// (retransmitted), and go through once the application catches up.
 #[test]
 fn untaken_deliveries_are_bounded() {
-    let cfg = Config {
-        max_untaken: 2,
-        ..test_config()
+    let cfg = {
+        let mut c = test_config();
+        c.max_untaken = 2;
+        c
     };
     let mut p = slow_receiver(cfg);
     for i in 0..5u8 {
@@ -145,9 +147,10 @@ fn taking_twice_is_refused() {
 #[test]
 fn without_the_rule_untaken_messages_are_acknowledged() {
     let mut p = slow_receiver(test_config());
-    let rules = exon::proto::Rules {
-        ack_on_take: false,
-        ..exon::proto::Rules::ALL
+    let rules = {
+        let mut c = exon::proto::Rules::ALL;
+        c.ack_on_take = false;
+        c
     };
     p.node(B).set_rules(rules);
     for i in 0..3u8 {
@@ -162,13 +165,15 @@ fn without_the_rule_untaken_messages_are_acknowledged() {
 /// ones, and sends a payload larger than the receiver itself could send; all get through.
 #[test]
 fn a_receiver_understands_datagrams_larger_than_its_own() {
-    let big = Config {
-        max_datagram_size: 8192,
-        ..test_config()
+    let big = {
+        let mut c = test_config();
+        c.max_datagram_size = 8192;
+        c
     };
-    let small = Config {
-        max_datagram_size: 1200,
-        ..test_config()
+    let small = {
+        let mut c = test_config();
+        c.max_datagram_size = 1200;
+        c
     };
     let mut p = Pair::with_configs(big, small);
     for i in 0..100u8 {
@@ -247,9 +252,10 @@ fn a_message_given_up_after_it_left_is_in_doubt() {
 #[test]
 fn without_the_rule_a_message_reported_not_delivered_arrives() {
     let mut p = Pair::new(test_config());
-    p.node(A).set_rules(exon::proto::Rules {
-        deadline_doubts_sent_tokens: false,
-        ..exon::proto::Rules::ALL
+    p.node(A).set_rules({
+        let mut c = exon::proto::Rules::ALL;
+        c.deadline_doubts_sent_tokens = false;
+        c
     });
     p.set_filter(|w| {
         if has_token(w) {
@@ -280,10 +286,11 @@ fn without_the_rule_a_message_reported_not_delivered_arrives() {
 /// through.
 #[test]
 fn a_silent_peer_is_reported_unreachable_then_reachable() {
-    let cfg = Config {
-        unreachable_after: Duration::from_millis(300),
-        max_rto: Duration::from_millis(100),
-        ..test_config()
+    let cfg = {
+        let mut c = test_config();
+        c.unreachable_after = Duration::from_millis(300);
+        c.max_rto = Duration::from_millis(100);
+        c
     };
     let mut p = Pair::new(cfg);
     p.set_filter(|w| {
@@ -310,10 +317,11 @@ fn a_silent_peer_is_reported_unreachable_then_reachable() {
 /// Silence with nothing to send is not a failure.
 #[test]
 fn an_idle_peer_is_never_unreachable() {
-    let cfg = Config {
-        unreachable_after: Duration::from_millis(100),
-        max_rto: Duration::from_millis(50),
-        ..test_config()
+    let cfg = {
+        let mut c = test_config();
+        c.unreachable_after = Duration::from_millis(100);
+        c.max_rto = Duration::from_millis(50);
+        c
     };
     let mut p = Pair::new(cfg);
     p.send(A, Bytes::from_static(b"x"));
@@ -328,12 +336,13 @@ fn an_idle_peer_is_never_unreachable() {
 /// limits) instead of piling up at the receiver.
 #[test]
 fn a_slow_consumer_holds_back_new_grants() {
-    let cfg = Config {
-        max_untaken: 4,
-        envelope_target: 4,
-        envelope_low: 2,
-        window: 8,
-        ..test_config()
+    let cfg = {
+        let mut c = test_config();
+        c.max_untaken = 4;
+        c.envelope_target = 4;
+        c.envelope_low = 2;
+        c.window = 8;
+        c
     };
     let mut p = slow_receiver(cfg);
     for i in 0..40u8 {
@@ -357,9 +366,10 @@ fn a_slow_consumer_holds_back_new_grants() {
 /// `max_untaken` deliveries behind gives a new source no slots at all.
 #[test]
 fn a_full_receiver_grants_no_new_slots() {
-    let cfg = Config {
-        max_untaken: 1,
-        ..test_config()
+    let cfg = {
+        let mut c = test_config();
+        c.max_untaken = 1;
+        c
     };
     let mut p = slow_receiver(cfg);
     p.send(A, Bytes::from_static(b"x"));

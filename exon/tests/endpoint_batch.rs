@@ -12,7 +12,7 @@ use exon::endpoint::{
     BatchSocket, DatagramSocket, Endpoint, EndpointConfig, EndpointStats, Error, ReceiptError,
     RecvMeta,
 };
-use exon::proto::{Config, SendError};
+use exon::proto::SendError;
 use exon::NodeId;
 use tokio::net::UdpSocket;
 use tokio::time::timeout;
@@ -185,10 +185,7 @@ async fn default_recv_batch_takes_what_is_waiting() {
 #[tokio::test]
 async fn refusal_found_after_send_returned_resolves_the_receipt() {
     let mut c = cfg();
-    c.protocol = Config {
-        max_sender_records: 1,
-        ..c.protocol
-    };
+    c.protocol.max_sender_records = 1;
     let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c)
         .await
         .unwrap();

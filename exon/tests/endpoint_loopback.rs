@@ -24,12 +24,13 @@ const B: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(20);
 
 fn cfg() -> EndpointConfig {
-    EndpointConfig::default().with_protocol(Config {
-        initial_rtt: Duration::from_millis(20),
-        probe_interval: Duration::from_millis(50),
-        max_probe_interval: Duration::from_millis(200),
-        idle_timeout: Duration::from_millis(500),
-        ..Config::default()
+    EndpointConfig::default().with_protocol({
+        let mut conf = Config::default();
+        conf.initial_rtt = Duration::from_millis(20);
+        conf.probe_interval = Duration::from_millis(50);
+        conf.max_probe_interval = Duration::from_millis(200);
+        conf.idle_timeout = Duration::from_millis(500);
+        conf
     })
 }
 

@@ -274,9 +274,10 @@ fn assert_flood_bounded(b: &Node, cap: usize) {
 /// honest peer with an established stream keeps getting messages through.
 #[test]
 fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
-    let cfg = Config {
-        max_receiver_records: 1024,
-        ..pair::test_config()
+    let cfg = {
+        let mut conf = pair::test_config();
+        conf.max_receiver_records = 1024;
+        conf
     };
     let mut p = pair::Pair::new(cfg);
     // Establish an honest stream a -> b first.
@@ -309,9 +310,10 @@ fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
 /// never heard from gets all its messages through: its request evicts a forged record.
 #[test]
 fn new_honest_peer_gets_through_after_a_flood() {
-    let cfg = Config {
-        max_receiver_records: 256,
-        ..pair::test_config()
+    let cfg = {
+        let mut conf = pair::test_config();
+        conf.max_receiver_records = 256;
+        conf
     };
     let mut p = pair::Pair::new(cfg);
     p.run(Duration::from_millis(1)); // the clock stores confirm

@@ -1,4 +1,4 @@
-//! One test per rule of `shared/notes/algorithm.md` (each fails when its rule is broken),
+//! One test per correction of `docs/algorithm.md` (each fails when its rule is broken),
 //! and the paper's Figure 1 walk-through, driven frame by frame.
 
 use std::time::{Duration, Instant};
@@ -287,10 +287,9 @@ fn rule5_orphan_slots_raise_the_clock_before_the_waiver() {
 fn rule5_switched_off_leaves_orphan_slots() {
     let t = Instant::now();
     let mut a = node(A, Config::default(), 10, t);
-    a.set_rules(exon::proto::Rules {
-        raise_clock_on_orphan_slots: false,
-        ..exon::proto::Rules::ALL
-    });
+    let mut rules = exon::proto::Rules::ALL;
+    rules.raise_clock_on_orphan_slots = false;
+    a.set_rules(rules);
     feed(
         &mut a,
         t,
@@ -308,10 +307,11 @@ fn rule5_switched_off_leaves_orphan_slots() {
 #[test]
 fn rule5_orphan_slots_are_collected_end_to_end() {
     let t = Instant::now();
-    let c = Config {
-        idle_timeout: Duration::from_millis(100),
-        probe_interval: Duration::from_millis(50),
-        ..cfg(2, 2, 16)
+    let c = {
+        let mut conf = cfg(2, 2, 16);
+        conf.idle_timeout = Duration::from_millis(100);
+        conf.probe_interval = Duration::from_millis(50);
+        conf
     };
     let mut a = node(A, c.clone(), 0, t);
     let mut b = node(B, c, 0, t);
@@ -344,11 +344,12 @@ fn rule5_orphan_slots_are_collected_end_to_end() {
 #[test]
 fn rule6_requests_are_bounded() {
     let t = Instant::now();
-    let c = Config {
-        max_receiver_records: 2,
-        max_slots_request: 100,
-        max_slots_per_record: 150,
-        ..Config::default()
+    let c = {
+        let mut conf = Config::default();
+        conf.max_receiver_records = 2;
+        conf.max_slots_request = 100;
+        conf.max_slots_per_record = 150;
+        conf
     };
     let mut b = node(B, c, 0, t);
     let from = |i: u64| NodeId::new(100 + i).unwrap();
@@ -399,11 +400,12 @@ fn rule6_requests_are_bounded() {
 #[test]
 fn rule7_retransmission_timer_backs_off_and_follows_karn() {
     let t0 = Instant::now();
-    let c = Config {
-        initial_rtt: Duration::from_millis(10),
-        min_rto: Duration::from_millis(1),
-        max_rto: Duration::from_secs(1),
-        ..Config::default()
+    let c = {
+        let mut conf = Config::default();
+        conf.initial_rtt = Duration::from_millis(10);
+        conf.min_rto = Duration::from_millis(1);
+        conf.max_rto = Duration::from_secs(1);
+        conf
     };
     let mut a = node(A, c.clone(), 0, t0);
     let mut b = node(B, c, 0, t0);
@@ -486,11 +488,12 @@ fn s_of(p: &[Packet]) -> u64 {
 #[test]
 fn rule7_reqslots_resend_probe_and_idle_discard() {
     let t = Instant::now();
-    let c = Config {
-        idle_timeout: Duration::from_secs(3),
-        probe_interval: Duration::from_secs(1),
-        initial_rtt: Duration::from_millis(100),
-        ..cfg(4, 4, 16)
+    let c = {
+        let mut conf = cfg(4, 4, 16);
+        conf.idle_timeout = Duration::from_secs(3);
+        conf.probe_interval = Duration::from_secs(1);
+        conf.initial_rtt = Duration::from_millis(100);
+        conf
     };
     let mut a = node(A, c.clone(), 0, t);
     let mut b = node(B, c, 0, t);
@@ -547,9 +550,10 @@ fn rule7_reqslots_resend_probe_and_idle_discard() {
 #[test]
 fn rule8_clock_values_wait_for_the_store_and_survive_restart() {
     let t = Instant::now();
-    let c = Config {
-        clock_block: 1000,
-        ..Config::default()
+    let c = {
+        let mut conf = Config::default();
+        conf.clock_block = 1000;
+        conf
     };
     let mut b = Node::new(B, Security::InsecurePlaintext, c.clone(), 500).unwrap();
     let asked = b.poll_clock_store().expect("asks to store a block at once");
@@ -577,9 +581,10 @@ fn rule8_clock_values_wait_for_the_store_and_survive_restart() {
     let mut a = Node::new(
         A,
         Security::InsecurePlaintext,
-        Config {
-            clock_block: 4,
-            ..cfg(8, 8, 8)
+        {
+            let mut conf = cfg(8, 8, 8);
+            conf.clock_block = 4;
+            conf
         },
         0,
     )
@@ -604,9 +609,10 @@ fn rule8_clock_values_wait_for_the_store_and_survive_restart() {
 fn send_refuses_with_typed_errors() {
     use exon::proto::SendError;
     let t = Instant::now();
-    let c = Config {
-        max_queued_per_peer: 3,
-        ..Config::default()
+    let c = {
+        let mut conf = Config::default();
+        conf.max_queued_per_peer = 3;
+        conf
     };
     let max = c.max_payload();
     let mut a = node(A, c, 0, t);

@@ -312,10 +312,11 @@ fn self_certifying_ids_are_checked_against_the_announced_key() {
 #[test]
 fn key_agreements_for_unknown_senders_are_budgeted() {
     let t = Instant::now();
-    let cfg = Config {
-        key_agreements_per_sec: 100,
-        key_agreement_burst: 10,
-        ..Config::default()
+    let cfg = {
+        let mut c = Config::default();
+        c.key_agreements_per_sec = 100;
+        c.key_agreement_burst = 10;
+        c
     };
     let b_ident = Identity::new(insecure_test_secret(B)).allow_self_certifying(true);
     let mut b = Node::new(B, Security::Sealed(b_ident), cfg, 0).unwrap();
@@ -351,9 +352,10 @@ fn key_agreements_for_unknown_senders_are_budgeted() {
 #[test]
 fn a_restarted_node_never_reuses_a_nonce() {
     let t = Instant::now();
-    let cfg = Config {
-        clock_block: 4,
-        ..Config::default()
+    let cfg = {
+        let mut c = Config::default();
+        c.clock_block = 4;
+        c
     };
     let mk = |clock| {
         let mut n = Node::new(A, insecure_test_security(A, [A, B]), cfg.clone(), clock).unwrap();

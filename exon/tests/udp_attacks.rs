@@ -23,11 +23,12 @@ const B: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(30);
 
 fn cfg() -> EndpointConfig {
-    EndpointConfig::default().with_protocol(Config {
-        initial_rtt: Duration::from_millis(20),
-        probe_interval: Duration::from_millis(50),
-        idle_timeout: Duration::from_millis(500),
-        ..Config::default()
+    EndpointConfig::default().with_protocol({
+        let mut c = Config::default();
+        c.initial_rtt = Duration::from_millis(20);
+        c.probe_interval = Duration::from_millis(50);
+        c.idle_timeout = Duration::from_millis(500);
+        c
     })
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use exon::proto::{Config, Event, Frame, MsgId, NodeId};
+use exon::proto::{Event, Frame, MsgId, NodeId};
 
 mod frames;
 use frames::*;
@@ -114,9 +114,10 @@ fn out_packets(f: Vec<Frame>) -> Vec<exon::proto::Packet> {
 #[test]
 fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
     let t = Instant::now();
-    let c = Config {
-        max_receiver_records: 1,
-        ..cfg(8, 2, 64)
+    let c = {
+        let mut conf = cfg(8, 2, 64);
+        conf.max_receiver_records = 1;
+        conf
     };
     let mut a = node(A, c.clone(), 0, t);
     let mut b = node(B, c, 100, t);

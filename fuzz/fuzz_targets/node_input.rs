@@ -40,19 +40,18 @@ const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 
 fn config() -> Config {
-    Config {
-        max_receiver_records: 8,
-        max_sender_records: 4,
-        max_slots_request: 64,
-        max_slots_per_record: 128,
-        window: 32,
-        envelope_target: 8,
-        envelope_low: 4,
-        max_queued_per_peer: 16,
-        idle_timeout: Duration::from_millis(300),
-        probe_interval: Duration::from_millis(100),
-        ..Config::default()
-    }
+    let mut conf = Config::default();
+    conf.max_receiver_records = 8;
+    conf.max_sender_records = 4;
+    conf.max_slots_request = 64;
+    conf.max_slots_per_record = 128;
+    conf.window = 32;
+    conf.envelope_target = 8;
+    conf.envelope_low = 4;
+    conf.max_queued_per_peer = 16;
+    conf.idle_timeout = Duration::from_millis(300);
+    conf.probe_interval = Duration::from_millis(100);
+    conf
 }
 
 struct World {

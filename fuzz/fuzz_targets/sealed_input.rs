@@ -49,21 +49,22 @@ const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 
 fn config() -> Config {
-    Config {
-        max_receiver_records: 8,
-        max_sender_records: 4,
-        max_slots_request: 64,
-        max_slots_per_record: 128,
-        window: 32,
-        envelope_target: 8,
-        envelope_low: 4,
-        max_queued_per_peer: 16,
-        idle_timeout: Duration::from_millis(300),
-        probe_interval: Duration::from_millis(100),
-        key_cache_size: 4,
-        key_agreement_burst: 4,
-        key_agreements_per_sec: 10,
-        ..Config::default()
+    {
+        let mut c = Config::default();
+        c.max_receiver_records = 8;
+        c.max_sender_records = 4;
+        c.max_slots_request = 64;
+        c.max_slots_per_record = 128;
+        c.window = 32;
+        c.envelope_target = 8;
+        c.envelope_low = 4;
+        c.max_queued_per_peer = 16;
+        c.idle_timeout = Duration::from_millis(300);
+        c.probe_interval = Duration::from_millis(100);
+        c.key_cache_size = 4;
+        c.key_agreement_burst = 4;
+        c.key_agreements_per_sec = 10;
+        c
     }
 }
 

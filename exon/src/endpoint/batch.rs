@@ -31,6 +31,10 @@ pub struct BatchSocket {
 
 impl BatchSocket {
     /// Binds a UDP socket to `addr`.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: a cancelled call leaves no socket open.
     pub async fn bind(addr: impl tokio::net::ToSocketAddrs) -> io::Result<BatchSocket> {
         BatchSocket::new(tokio::net::UdpSocket::bind(addr).await?)
     }

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use super::driver::{Driver, Unacked};
 use super::handle::{Command, Outgoing, Reply};
+use super::trace::peer_span;
 use super::{DatagramSocket, Error, ReceiptError};
 use crate::proto::{Abandoned, MsgId, NodeId, SendError};
 
@@ -13,11 +14,11 @@ impl<S: DatagramSocket> Driver<S> {
         match c {
             Command::Send(out) => self.on_send(t, out),
             Command::AddPeer(id, addr) => {
-                tracing::debug!(peer = %id, %addr, "peer address set");
+                peer_span(id).in_scope(|| tracing::debug!(%addr, "peer address set"));
                 self.peers.configure(id, addr);
             }
             Command::AddPeerKey(id, key) => {
-                tracing::debug!(peer = %id, "peer key set");
+                peer_span(id).in_scope(|| tracing::debug!("peer key set"));
                 if let Some(ring) = self.node.keyring_mut() {
                     ring.insert(id, key);
                 }
@@ -51,6 +52,9 @@ impl<S: DatagramSocket> Driver<S> {
         if matches!(out.reply, Reply::Try(_)) {
             return refuse(out, SendError::QueueFull(to).into());
         }
+        peer_span(to).in_scope(|| {
+            tracing::debug!(msg = %out.id, "destination queue full: the send waits");
+        });
         self.block(to);
         if let Some(d) = out.deadline {
             // Wakes `expire_deadlines` then, which also gives up waiting sends.
@@ -73,13 +77,23 @@ impl<S: DatagramSocket> Driver<S> {
             // Given up before it reached the core: certainly not delivered.
             return refuse_parts(reply, ack, None);
         }
+        let len = payload.len();
         match self.node.send(t, to, payload) {
             Ok(core_id) => {
+                peer_span(to).in_scope(|| tracing::debug!(msg = %id, len, "message queued"));
                 if let Some(d) = deadline {
                     self.deadlines.push(std::cmp::Reverse((d, core_id, to)));
                 }
                 if self.peers.get(to).is_none() {
-                    tracing::warn!(peer = %to, "sending to a peer with no known address");
+                    if let Some(suppressed) = self.warnings.no_address.allow(t) {
+                        tracing::warn!(
+                            id = %self.node.id(),
+                            peer = %to,
+                            suppressed,
+                            "sending to a peer with no known address (add_peer it, or wait \
+                             for a datagram from it)"
+                        );
+                    }
                 }
                 self.acks.insert(core_id, Unacked { id, to, ack });
                 if let Reply::Try(r) = reply {

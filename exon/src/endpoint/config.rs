@@ -5,11 +5,15 @@ use std::time::Duration;
 use crate::proto::Config;
 
 /// Configuration of an [`Endpoint`](super::Endpoint). Every field has a documented default;
-/// build it with the `with_*` methods or deserialize it (feature `serde`; missing fields take
-/// their defaults).
+/// build it with the `with_*` methods, by setting fields of `EndpointConfig::default()` (the
+/// struct is `#[non_exhaustive]`: it will grow), or deserialize it (feature `serde`: missing
+/// fields take their defaults, unknown fields are refused, durations are text such as
+/// `"250ms"` or `"5s"`).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct EndpointConfig {
     /// The protocol core's configuration. Default [`Config::default()`].
     pub protocol: Config,
@@ -25,8 +29,10 @@ pub struct EndpointConfig {
     pub send_buffer: usize,
     /// How long an endpoint whose handles were all dropped keeps running to get its
     /// outstanding messages acknowledged. Default 5 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub linger: Duration,
     /// Delay before retrying a clock store that failed. Default 100 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub store_retry: Duration,
     /// Deadline of every send that does not give its own
     /// ([`Handle::send_within`](super::Handle::send_within)): when it passes before the

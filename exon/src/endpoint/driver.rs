@@ -17,6 +17,7 @@ use super::handle::{AckSender, Command, Outgoing};
 use super::io::RxBufs;
 use super::peers::PeerBook;
 use super::shared::{CloseOnDrop, Shared};
+use super::trace::Warnings;
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
 use crate::proto::{DeliveryId, MsgId, Node, NodeId};
 
@@ -91,6 +92,8 @@ pub(crate) struct Driver<S> {
     pub(crate) stats: EndpointStats,
     pub(crate) tx_buf: Vec<u8>,
     pub(crate) rx: RxBufs,
+    /// Rate limits of the warnings that can come at message rate.
+    pub(crate) warnings: Warnings,
     store_job: Option<StoreJob>,
     store_want: Option<u64>,
     store_retry_at: Option<Instant>,
@@ -142,6 +145,7 @@ impl<S: DatagramSocket> Driver<S> {
             stats: EndpointStats::default(),
             tx_buf: Vec::with_capacity(cfg.protocol.max_datagram_size),
             rx,
+            warnings: Warnings::default(),
             store_job: None,
             store_want: None,
             store_retry_at: None,
@@ -155,7 +159,7 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// The driver loop: runs until closed (explicitly, or all handles dropped and linger over).
     pub(crate) async fn run(mut self) {
-        tracing::info!(id = %self.node.id(), "endpoint driver started");
+        tracing::info!("endpoint driver started");
         loop {
             let t = now();
             self.clock_store(t);
@@ -167,7 +171,6 @@ impl<S: DatagramSocket> Driver<S> {
             self.hand_over();
             if let Some(report) = self.try_finish(t) {
                 tracing::info!(
-                    id = %self.node.id(),
                     unacknowledged = report.unacknowledged.len(),
                     undelivered = report.undelivered,
                     "endpoint closed"
@@ -414,9 +417,13 @@ impl<S: DatagramSocket> Driver<S> {
                     // as delivered.
                     self.discarded += 1;
                     if self.closing.is_none() {
-                        tracing::warn!(
-                            "delivery receiver dropped: message discarded unacknowledged"
-                        );
+                        if let Some(suppressed) = self.warnings.receiver_dropped.allow(now()) {
+                            tracing::warn!(
+                                id = %self.node.id(),
+                                suppressed,
+                                "delivery receiver dropped: message discarded unacknowledged"
+                            );
+                        }
                     }
                 }
             }

@@ -6,6 +6,7 @@ use crate::proto::{ConfigError, NodeId, SendError};
 
 /// Why a send was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The core refused the message (queue full on `try_send`, payload too large, too many
     /// peers, or a send to self). Nothing about the message was kept.
@@ -23,6 +24,7 @@ pub enum Error {
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReceiptError {
     /// The endpoint stopped (closed, or its deadline passed) before the receiver acknowledged
     /// the message. It may or may not have been delivered (or taken); it was never
@@ -48,6 +50,7 @@ pub enum ReceiptError {
 
 /// Why an endpoint could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BindError {
     /// Binding the socket failed.
     #[error("bind failed: {0}")]

@@ -17,6 +17,7 @@ use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
 
 /// Counters of an endpoint: the core's plus the driver's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EndpointStats {
     /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
     pub node: Stats,
@@ -322,6 +323,11 @@ impl Handle {
     }
 
     /// The counters, or `None` if the endpoint has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only reads counters, and a cancelled call changes
+    /// nothing.
     pub async fn stats(&self) -> Option<EndpointStats> {
         let (tx, rx) = oneshot::channel();
         self.cmds.send(Command::Stats(tx)).ok()?;

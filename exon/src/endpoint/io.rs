@@ -13,6 +13,7 @@ use bytes::BytesMut;
 
 use super::driver::Driver;
 use super::peers::{Learned, NoRoute};
+use super::trace::peer_span;
 use super::{Acker, DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
@@ -154,7 +155,8 @@ impl<S: DatagramSocket> Driver<S> {
         let node = &self.node;
         match self.peers.learn(acc, from, len, |p| node.has_record(p)) {
             Learned::Moved => {
-                tracing::debug!(peer = %acc.from, addr = %from, "peer address learned");
+                peer_span(acc.from)
+                    .in_scope(|| tracing::debug!(addr = %from, "peer address learned"));
                 self.stats.address_updates += 1;
                 self.shared.know(acc.from);
                 // Path validation: until the peer answers from there, the address gets at
@@ -235,6 +237,9 @@ impl<S: DatagramSocket> Driver<S> {
         while let Some(e) = self.node.poll_event() {
             match e {
                 Event::Delivered { from, payload, id } => {
+                    peer_span(from).in_scope(|| {
+                        tracing::debug!(len = payload.len(), "message delivered");
+                    });
                     let acker = self
                         .cfg
                         .ack_after_processing
@@ -242,8 +247,11 @@ impl<S: DatagramSocket> Driver<S> {
                     self.pending
                         .push_back((Message::new(from, payload, acker), id));
                 }
-                Event::Acknowledged { id, .. } => {
+                Event::Acknowledged { id, to } => {
                     if let Some(u) = self.acks.remove(&id) {
+                        peer_span(to).in_scope(|| {
+                            tracing::debug!(msg = %u.id, "message acknowledged");
+                        });
                         let _ = u.ack.send(Ok(()));
                     }
                 }
@@ -256,8 +264,16 @@ impl<S: DatagramSocket> Driver<S> {
                     self.shared.set_unreachable(peer, false);
                 }
                 Event::InDoubt { id, to } => {
-                    tracing::warn!(peer = %to, "receiver lost the message's incarnation: in doubt");
+                    if let Some(suppressed) = self.warnings.in_doubt.allow(t) {
+                        tracing::warn!(
+                            id = %self.node.id(),
+                            peer = %to,
+                            suppressed,
+                            "receiver lost the message's incarnation: in doubt"
+                        );
+                    }
                     if let Some(u) = self.acks.remove(&id) {
+                        peer_span(to).in_scope(|| tracing::debug!(msg = %u.id, "message in doubt"));
                         let _ = u.ack.send(Err(ReceiptError::InDoubt));
                     }
                 }

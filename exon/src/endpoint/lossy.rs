@@ -8,8 +8,10 @@ use std::sync::Mutex;
 use super::{DatagramSocket, RecvMeta};
 
 /// Fault rates applied to outgoing datagrams by a [`LossySocket`], each a probability in
-/// `0.0..=1.0`.
+/// `0.0..=1.0`. Start from `Faults::default()` and set the fields to change (the struct is
+/// `#[non_exhaustive]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Faults {
     /// Probability that a datagram is dropped.
     pub loss: f64,

@@ -27,7 +27,7 @@
 //! processes. The driver is one task: a multi-thread runtime does not make it faster, and
 //! it puts the application's tasks and the driver on different threads, so every hand-over
 //! becomes a cross-thread wake-up. Measured on the 2-core development machine (loopback,
-//! 1 KB messages, `cargo bench --bench compare -- --only exon --threads N`): one-way,
+//! 1 KB messages, `cargo bench -p exon-benches --bench compare -- --only exon --threads N`): one-way,
 //! current-thread 430-580 k msgs/s against 270-290 k with one worker and 240-260 k with
 //! two; RPC with 100 callers, 130-180 k requests/s (p50 0.46-0.56 ms) against 40-96 k (p50
 //! 0.9-1.7 ms). The endpoint works on either runtime.
@@ -51,6 +51,7 @@ mod peers;
 mod shared;
 mod socket;
 mod store;
+mod trace;
 #[cfg(feature = "serde")]
 mod typed;
 
@@ -62,6 +63,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 pub use batch::BatchSocket;
 pub use config::EndpointConfig;
@@ -160,6 +162,11 @@ impl Endpoint {
     /// Binds a UDP socket to `addr` with node id `id`, protected as `security` says
     /// (normally [`Security::Sealed`] with the node's [`Identity`]), the given configuration
     /// and an in-memory clock store ([`MemoryStore`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: the driver is started only in the step that returns the
+    /// endpoint, so a cancelled call leaves nothing running (the socket, if bound, is closed).
     pub async fn bind(
         addr: impl ToSocketAddrs,
         id: NodeId,
@@ -287,6 +294,10 @@ impl Builder {
 
     /// Binds a UDP socket with batched I/O ([`BatchSocket`]) to `addr` and starts the
     /// endpoint.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`Endpoint::bind`] is.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
         let socket = BatchSocket::bind(addr).await?;
         self.with_socket(socket)
@@ -311,14 +322,16 @@ impl Builder {
         ));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
-        tracing::info!(id = %self.id, %local_addr, clock, "endpoint bound");
+        // Every event of the driver carries the endpoint's node id and address.
+        let span = tracing::info_span!("endpoint", id = %self.id, addr = %local_addr);
+        span.in_scope(|| tracing::info!(clock, "endpoint bound"));
         let channels = driver::Channels {
             cmds: cmd_rx,
             deliver: tx,
             shared: shared.clone(),
         };
         let driver = driver::Driver::new(node, socket, self.config, channels, store);
-        tokio::spawn(driver.run());
+        tokio::spawn(driver.run().instrument(span));
         Ok(Endpoint {
             handle: Handle {
                 id: self.id,

@@ -45,6 +45,10 @@ impl RecvMeta {
 /// GSO, GRO and `recvmmsg` where the kernel has them.
 pub trait DatagramSocket: Send + Sync + 'static {
     /// Sends one datagram to `target`; returns the number of bytes sent.
+    ///
+    /// # Cancel safety
+    ///
+    /// Need not be cancel safe: the driver always awaits a send to completion.
     fn send_to(
         &self,
         buf: &[u8],
@@ -52,6 +56,11 @@ pub trait DatagramSocket: Send + Sync + 'static {
     ) -> impl Future<Output = io::Result<usize>> + Send;
 
     /// Receives one datagram into `buf`; returns its length and source address.
+    ///
+    /// # Cancel safety
+    ///
+    /// Implementations must be cancel safe: if the future is dropped before it completes, no
+    /// datagram has been taken from the socket (the driver polls it in `tokio::select!`).
     fn recv_from(
         &self,
         buf: &mut [u8],
@@ -76,6 +85,10 @@ pub trait DatagramSocket: Send + Sync + 'static {
     /// `target`. The driver never passes more than
     /// [`max_send_segments`](Self::max_send_segments) datagrams. Default: one `send_to` per
     /// datagram.
+    ///
+    /// # Cancel safety
+    ///
+    /// Need not be cancel safe, like [`send_to`](Self::send_to).
     fn send_segments(
         &self,
         buf: &[u8],
@@ -94,6 +107,11 @@ pub trait DatagramSocket: Send + Sync + 'static {
     /// (at most the shorter of the two slices, which are never empty). Must be **cancel
     /// safe**, like `recv_from`. Default: waits for one `recv_from`, then takes the datagrams
     /// that are already waiting without waiting again.
+    ///
+    /// # Cancel safety
+    ///
+    /// Implementations must be cancel safe, like [`recv_from`](Self::recv_from): the default
+    /// is, since it completes in the same poll once the first datagram is in.
     fn recv_batch(
         &self,
         bufs: &mut [IoSliceMut<'_>],

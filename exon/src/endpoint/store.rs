@@ -1,4 +1,4 @@
-//! Durable storage of the node clock's high-water mark (rule 8 of the algorithm notes).
+//! Durable storage of the node clock's high-water mark (rule 8 of `docs/algorithm.md`).
 
 use std::fmt;
 use std::fs;
@@ -86,8 +86,9 @@ impl ClockStore for MemoryStore {
 
 /// A store in one small file holding the high-water mark as decimal text.
 ///
-/// Each `store` writes a temporary file beside it, fsyncs it, renames it over the file and
-/// fsyncs the directory, so a crash leaves either the old or the new value. It runs on
+/// Each `store` writes a uniquely named temporary file beside it (`tempfile`), fsyncs it,
+/// renames it over the file and fsyncs the directory, so a crash leaves either the old or the
+/// new value, and two stores never share a temporary file. It runs on
 /// tokio's blocking pool. A missing file starts from [`wall_clock_start`].
 pub struct FileStore {
     path: PathBuf,
@@ -126,19 +127,16 @@ impl ClockStore for FileStore {
     }
 
     fn store(&mut self, high_water: u64) -> io::Result<()> {
-        let mut tmp = self.path.clone().into_os_string();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
-        {
-            let mut f = fs::File::create(&tmp)?;
-            writeln!(f, "{high_water}")?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &self.path)?;
         let dir = match self.path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        // A uniquely named temporary file in the same directory (so the rename is atomic),
+        // removed if anything fails before it replaces the file.
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+        writeln!(tmp, "{high_water}")?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(&self.path).map_err(|e| e.error)?;
         fs::File::open(dir)?.sync_all()
     }
 }

@@ -9,6 +9,7 @@ use crate::proto::NodeId;
 
 /// Why a typed payload could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PayloadError {
     /// The value could not be encoded.
     #[error("encode: {0}")]
@@ -51,6 +52,11 @@ impl Message {
 
 impl Handle {
     /// Encodes `value` with bincode and [`send`](Handle::send)s it.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe, as [`send`](Handle::send) is: if it does not complete,
+    /// the message was not sent.
     pub async fn send_typed<T: Serialize + ?Sized>(
         &self,
         to: NodeId,

@@ -7,7 +7,9 @@ use super::crypto::TAG_LEN;
 use super::frame::{token_len, MAX_HEADER_LEN};
 
 /// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
-/// the internet; `Config::default()` is a good start.
+/// the internet; `Config::default()` is a good start: set the fields to change on it (the
+/// struct is `#[non_exhaustive]`, so it cannot be written as a literal outside this crate).
+/// With the `serde` feature, unknown fields are refused and durations are text (`"250ms"`).
 ///
 /// Nodes that talk to each other need not agree on
 /// [`max_datagram_size`](Self::max_datagram_size) (each receives up to the UDP maximum),
@@ -16,6 +18,8 @@ use super::frame::{token_len, MAX_HEADER_LEN};
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
+#[non_exhaustive]
+#[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Config {
     /// Largest datagram sent, in bytes. Default 1200 (safe on the internet without path MTU
     /// discovery). Raise it on loopback or where the path allows (at most 65507). It also
@@ -50,20 +54,27 @@ pub struct Config {
     /// Most slots a receiver record may hold. Default 8192.
     pub max_slots_per_record: u64,
     /// Round-trip time assumed before the first measurement. Default 100 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub initial_rtt: Duration,
     /// Floor of the retransmission timeout. Default 5 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub min_rto: Duration,
     /// Ceiling of the retransmission timeout, backoff included. Default 2 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_rto: Duration,
     /// Clock granularity added to the variance term of the timeout. Default 1 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub timer_granularity: Duration,
     /// A receiver record holding slots whose sender has been silent this long sends a probe,
     /// SLOTS(sck, rck, 0); the interval doubles after each unanswered probe. Default 1 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub probe_interval: Duration,
     /// Ceiling of the probe interval. Default 60 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_probe_interval: Duration,
     /// A sender record with no message and no token is discarded after this long idle
     /// (keeping only the clock). Default 10 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub idle_timeout: Duration,
     /// Clock values reserved per persistence request: the node asks the embedding to store a
     /// high-water mark this far ahead. Default 2^20.
@@ -72,6 +83,7 @@ pub struct Config {
     /// with one ACK frame or to ride on a datagram it sends anyway. Tokens in a datagram
     /// flagged ACK-NOW (the last of a sender's burst) and duplicates are acknowledged at
     /// once. Zero acknowledges every datagram at once. Default 2 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub ack_delay: Duration,
     /// Tokens from one source after which a receiver acknowledges without waiting for
     /// `ack_delay`. Default 16.

@@ -4,6 +4,7 @@ use super::NodeId;
 
 /// Why a datagram could not be decoded. Every variant is a counted reject, never a panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// Shorter than the smallest possible header.
     #[error("datagram shorter than a header")]
@@ -43,6 +44,7 @@ pub enum DecodeError {
 /// Why [`Node::send`](super::Node::send) refused a message. The message was not accepted:
 /// nothing about it is kept, and the caller still owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The destination's queue holds the configured maximum of messages (or the node its
     /// maximum of queued bytes): wait for acknowledgements, then retry.

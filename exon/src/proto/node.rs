@@ -25,7 +25,7 @@ const STATELESS_OUTBOX: usize = 1024;
 /// Most ranges of evicted incarnations remembered for RETRY answers.
 pub(super) const MAX_EVICTED_RANGES: usize = 1024;
 
-/// One Exon node: the protocol state of Algorithm 1, corrected as in the project's notes.
+/// One Exon node: the protocol state of Algorithm 1, corrected as in `docs/algorithm.md`.
 ///
 /// The node does no I/O and never reads a clock: time comes in as `now` arguments, which must
 /// never go backwards. It is driven in the style of quinn-proto and str0m: make **one**

@@ -1,9 +1,10 @@
-//! Switches for the corrections of `shared/notes/algorithm.md`, so that tests can show the
-//! checker catching each defect. Only the `rule-switches` feature can turn a rule off.
+//! Switches for the corrections to Algorithm 1 listed in `docs/algorithm.md`, so that tests
+//! can show the checker catching each defect. Only the `rule-switches` feature can turn a rule off.
 
 /// Which corrections to Algorithm 1 are in force. All are on by default and in every build
 /// without the `rule-switches` cargo feature, which exists for the simulator's self-test only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rules {
     /// Rule 1: the first send to a destination requests slots.
     pub first_send_requests_slots: bool,
@@ -21,7 +22,7 @@ pub struct Rules {
     pub bounded_input: bool,
     /// Rule 7: receiver records holding slots probe a silent sender.
     pub receiver_probe: bool,
-    /// Beyond the notes (the gap behind rule 8): a TOKEN for an incarnation lost in a
+    /// Beyond the paper (the gap behind rule 8, see `docs/algorithm.md`): a TOKEN for an incarnation lost in a
     /// restart is answered DOUBT, and one evicted unused is answered RETRY, instead of the
     /// rule-4 ACK that would acknowledge a message never delivered.
     pub doubt_lost_incarnations: bool,

@@ -19,7 +19,7 @@ pub(crate) struct Queued {
 
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
 /// incarnation `rck`, kept until acknowledged. The token keeps the incarnation it was made
-/// under, whatever the record's `rck` becomes later (rule 3 of the notes).
+/// under, whatever the record's `rck` becomes later (rule 3 of `docs/algorithm.md`).
 #[derive(Debug)]
 pub(crate) struct Token {
     /// The receiver incarnation this token's slot belongs to.

@@ -4,6 +4,7 @@ use super::{DecodeError, Frame};
 
 /// Frames counted by type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FrameCounts {
     /// REQSLOTS frames.
     pub reqslots: u64,
@@ -54,6 +55,7 @@ impl FrameCounts {
 /// Datagrams and frames dropped, by reason. Every one of these is something the network sent
 /// that the node refused without changing its state (beyond this count).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rejects {
     /// Shorter than a header.
     pub runt: u64,
@@ -198,6 +200,7 @@ impl Rejects {
 
 /// Everything a node counts. Read with [`Node::stats`](super::Node::stats).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Datagrams handed to `handle_datagram`.
     pub datagrams_in: u64,

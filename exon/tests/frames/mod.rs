@@ -102,12 +102,11 @@ pub fn acked(n: &mut Node) -> usize {
 }
 
 pub fn cfg(target: u64, low: u64, window: u64) -> Config {
-    Config {
-        envelope_target: target,
-        envelope_low: low,
-        window,
-        ..Config::default()
-    }
+    let mut conf = Config::default();
+    conf.envelope_target = target;
+    conf.envelope_low = low;
+    conf.window = window;
+    conf
 }
 
 pub fn ack(r: u64, s: std::ops::Range<u64>) -> Frame {

@@ -88,13 +88,12 @@ pub fn id(i: usize) -> NodeId {
 
 /// A config for tests: short idle timeout and probes, so runs reach quiet quickly.
 pub fn test_config() -> Config {
-    Config {
-        idle_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(200),
-        max_probe_interval: Duration::from_secs(2),
-        initial_rtt: Duration::from_millis(10),
-        ..Config::default()
-    }
+    let mut conf = Config::default();
+    conf.idle_timeout = Duration::from_millis(500);
+    conf.probe_interval = Duration::from_millis(200);
+    conf.max_probe_interval = Duration::from_secs(2);
+    conf.initial_rtt = Duration::from_millis(10);
+    conf
 }
 
 impl Pair {

@@ -22,12 +22,13 @@ pub type Log = Arc<Mutex<Vec<(NodeId, u32)>>>;
 
 /// A configuration with timers suited to simulated runs.
 pub fn cfg() -> EndpointConfig {
-    EndpointConfig::default().with_protocol(Config {
-        initial_rtt: Duration::from_millis(50),
-        probe_interval: Duration::from_millis(200),
-        max_probe_interval: Duration::from_secs(2),
-        idle_timeout: Duration::from_secs(1),
-        ..Config::default()
+    EndpointConfig::default().with_protocol({
+        let mut conf = Config::default();
+        conf.initial_rtt = Duration::from_millis(50);
+        conf.probe_interval = Duration::from_millis(200);
+        conf.max_probe_interval = Duration::from_secs(2);
+        conf.idle_timeout = Duration::from_secs(1);
+        conf
     })
 }
 

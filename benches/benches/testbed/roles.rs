@@ -1,8 +1,9 @@
 //! The endpoint processes, each started by the harness inside a namespace: one-way sender
 //! and receiver, RPC client and server, for exon, TCP (CUBIC or BBR) and QUIC.
 //!
-//! They talk to the harness in lines: on stdout `READY`, `MEASURED`, `SENT` and `DONE`
-//! followed by `key=value` pairs; on stdin `STOP`, `EXPECT <n>`, and end of input to exit.
+//! They talk to the harness in lines: on stdout one JSON object per report, its `event`
+//! `READY`, `MEASURED`, `SENT` or `DONE` and its other fields strings (serde_json); on stdin
+//! `STOP`, `EXPECT <n>`, and end of input to exit.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -167,9 +168,14 @@ impl Control {
     }
 }
 
+/// Reports `tag` with `pairs` to the harness: one JSON line (see [`crate::netns::report`]).
 fn say(tag: &str, pairs: &[(&str, String)]) {
-    let kv: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    println!("{tag} {}", kv.join(" "));
+    let mut line = serde_json::Map::new();
+    line.insert("event".into(), tag.into());
+    for (k, v) in pairs {
+        line.insert((*k).into(), v.as_str().into());
+    }
+    println!("{}", serde_json::Value::Object(line));
 }
 
 /// Sleeps in small steps until `f` holds or `deadline` passes; true if it held.
@@ -490,23 +496,21 @@ async fn client(a: &RoleArgs, ctl: Control) {
     calls.measuring.store(false, Ordering::SeqCst);
     let elapsed = t0.elapsed();
     calls.stopped.store(true, Ordering::SeqCst);
-    let mut lat = std::mem::take(&mut *calls.latencies.lock().unwrap());
+    let lat: common::Latencies = std::mem::take(&mut *calls.latencies.lock().unwrap())
+        .into_iter()
+        .collect();
     let drained = wait_for(Instant::now() + a.drain, || {
         calls.outstanding.load(Ordering::Relaxed) == 0
     })
     .await;
-    lat.sort_unstable();
     let rate = lat.len() as f64 / elapsed.as_secs_f64();
     say(
         "DONE",
         &[
             ("rate", format!("{rate:.1}")),
             ("answered", lat.len().to_string()),
-            ("p50_us", format!("{:.0}", common::percentile_us(&lat, 0.5))),
-            (
-                "p99_us",
-                format!("{:.0}", common::percentile_us(&lat, 0.99)),
-            ),
+            ("p50_us", format!("{:.0}", lat.quantile_us(0.5))),
+            ("p99_us", format!("{:.0}", lat.quantile_us(0.99))),
             ("issued", calls.next.load(Ordering::Relaxed).to_string()),
             (
                 "unanswered",

@@ -208,7 +208,7 @@ impl Grid {
         let _ = writeln!(m, "# The paper's grid on the impaired-link testbed\n");
         let _ = writeln!(
             m,
-            "Written by `cargo bench --bench testbed -- --matrix paper` ({:.0} s so far). \
+            "Written by `cargo bench -p exon-benches --bench testbed -- --matrix paper` ({:.0} s so far). \
              Each run: {:.1} s measured after {:.1} s warm-up, 1 KB messages, every message \
              counted verified delivered exactly once at the receiver (RPC: every request at \
              the server, every reply matched to its caller). Loss is random, the same \
@@ -336,13 +336,8 @@ impl Grid {
     }
 
     fn csv(&self) -> String {
-        let mut s = String::from(
-            "rate_mbit,rtt_ms,loss,queue_bytes,exon_window,exon_envelopes,pattern,callers,\
-             system,rate,p50_us,p99_us,complete,ab_received,ab_dropped_random,\
-             ab_dropped_queue,ab_forwarded,ba_received,ba_dropped_random,ba_dropped_queue,\
-             ba_forwarded\n",
-        );
-        let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.1}"));
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let opt = |x: Option<f64>| x.map(|v| format!("{v:.1}"));
         for c in &self.cells {
             let (l, imp, x) = (LINKS[c.link], &self.imps[c.link], &self.tunings[c.link]);
             let callers = match c.pattern {
@@ -351,34 +346,61 @@ impl Grid {
             };
             for o in &c.outcomes {
                 let k = &o.link;
-                let _ = writeln!(
-                    s,
-                    "{},{},{},{},{},{},{},{callers},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-                    l.0,
-                    l.1,
-                    l.2,
-                    imp.queue_bytes,
-                    x.window,
-                    x.envelopes,
-                    pattern_name(c.pattern),
-                    o.system.name(),
-                    opt(o.rate),
-                    opt(o.p50_us),
-                    opt(o.p99_us),
-                    o.complete,
-                    k[0].received,
-                    k[0].dropped_random,
-                    k[0].dropped_queue,
-                    k[0].forwarded,
-                    k[1].received,
-                    k[1].dropped_random,
-                    k[1].dropped_queue,
-                    k[1].forwarded
-                );
+                let row = CsvRow {
+                    rate_mbit: l.0,
+                    rtt_ms: l.1,
+                    loss: l.2,
+                    queue_bytes: imp.queue_bytes,
+                    exon_window: x.window,
+                    exon_envelopes: x.envelopes,
+                    pattern: pattern_name(c.pattern),
+                    callers,
+                    system: o.system.name(),
+                    rate: opt(o.rate),
+                    p50_us: opt(o.p50_us),
+                    p99_us: opt(o.p99_us),
+                    complete: o.complete,
+                    ab_received: k[0].received,
+                    ab_dropped_random: k[0].dropped_random,
+                    ab_dropped_queue: k[0].dropped_queue,
+                    ab_forwarded: k[0].forwarded,
+                    ba_received: k[1].received,
+                    ba_dropped_random: k[1].dropped_random,
+                    ba_dropped_queue: k[1].dropped_queue,
+                    ba_forwarded: k[1].forwarded,
+                };
+                w.serialize(row).expect("writing CSV to memory cannot fail");
             }
         }
-        s
+        let bytes = w.into_inner().expect("writing CSV to memory cannot fail");
+        String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
     }
+}
+
+/// One line of `results.csv`: one system's run on one cell (the header is the field names).
+#[derive(serde::Serialize)]
+struct CsvRow {
+    rate_mbit: f64,
+    rtt_ms: f64,
+    loss: f64,
+    queue_bytes: usize,
+    exon_window: u64,
+    exon_envelopes: u64,
+    pattern: String,
+    callers: u64,
+    system: &'static str,
+    rate: Option<String>,
+    p50_us: Option<String>,
+    p99_us: Option<String>,
+    complete: bool,
+    ab_received: u64,
+    ab_dropped_random: u64,
+    ab_dropped_queue: u64,
+    ab_forwarded: u64,
+    ba_received: u64,
+    ba_dropped_random: u64,
+    ba_dropped_queue: u64,
+    ba_forwarded: u64,
 }
 
 fn pattern_name(p: Pattern) -> String {

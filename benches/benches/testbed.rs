@@ -3,16 +3,12 @@
 //! (delay, rate, random loss both ways, byte-sized tail-drop queue; seeded).
 //!
 //! ```text
-//! cargo bench --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
-//! cargo bench --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
-//! cargo bench --bench testbed -- --matrix paper
+//! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
+//! cargo bench -p exon-benches --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
+//! cargo bench -p exon-benches --bench testbed -- --matrix paper
 //! ```
 //!
-//! Options: `--warmup S` (default 1), `--drain S` (default 10), `--queue-bytes B` (default one
-//! bandwidth-delay product, at least 32 KiB), `--seed N` (default 1), `--exon-window N`
-//! (default: what the link plus its queue hold, see `exon_window`), `--systems a,b`
-//! (default all: exon,tcp_cubic,tcp_bbr,quic), `--out DIR` (matrix output, default
-//! `docs/benchmarks`). Needs root and `/dev/net/tun`; otherwise it says why and exits 0.
+//! `cargo bench -p exon-benches --bench testbed -- --help` lists the options. Needs root and `/dev/net/tun`; otherwise it says why and exits 0.
 //! Every namespace, device and process it creates is removed on exit, error or Ctrl-C.
 
 #[path = "common/mod.rs"]
@@ -36,6 +32,7 @@ mod sys;
 use std::time::Duration;
 
 use cell::{Pattern, Timing};
+use clap::{CommandFactory, Parser};
 use emulator::Impairment;
 use roles::{ExonTuning, RoleArgs, System};
 
@@ -63,75 +60,112 @@ struct Args {
     callers: u64,
 }
 
+/// The impaired-link testbed: exon, TCP CUBIC, TCP BBR and QUIC between two network
+/// namespaces joined by a userspace link emulator (delay, rate, random loss both ways,
+/// tail-drop queue; seeded). Needs root and /dev/net/tun; otherwise it says why and exits 0.
+#[derive(Debug, Parser)]
+#[command(name = "testbed")]
+struct Cli {
+    /// Traffic pattern.
+    #[arg(long, default_value = "one-way", value_parser = ["one-way", "rpc"])]
+    pattern: String,
+    /// Runs a whole grid instead of one cell (the paper's Section V grid).
+    #[arg(long, value_parser = ["paper"])]
+    matrix: Option<String>,
+    /// Link rate in Mbit/s.
+    #[arg(long, default_value_t = 100.0)]
+    rate_mbit: f64,
+    /// Round-trip time in milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    rtt_ms: f64,
+    /// Random loss probability, each way.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Measured seconds per system (default 10; the matrix has its own).
+    #[arg(long)]
+    secs: Option<f64>,
+    /// Warm-up seconds before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds allowed after the measurement for what is outstanding.
+    #[arg(long, default_value_t = 10.0)]
+    drain: f64,
+    /// Link queue in bytes (default one bandwidth-delay product, at least 32 KiB).
+    #[arg(long)]
+    queue_bytes: Option<usize>,
+    /// Seed of the emulator's loss.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Exon's window (default: what the link plus its queue hold).
+    #[arg(long)]
+    exon_window: Option<u64>,
+    /// Exon's envelopes (default 128, at most the window).
+    #[arg(long)]
+    exon_envelopes: Option<u64>,
+    /// Concurrent callers (rpc).
+    #[arg(long, default_value_t = 1)]
+    callers: u64,
+    /// Systems to run, comma-separated (default all: exon,tcp_cubic,tcp_bbr,quic).
+    #[arg(long, value_delimiter = ',', value_parser = system)]
+    systems: Vec<System>,
+    /// Where the matrix writes its report.
+    #[arg(long, default_value = "docs/benchmarks")]
+    out: String,
+    /// Endpoint processes only: the role this process plays.
+    #[arg(long, hide = true)]
+    role: Option<String>,
+    /// Endpoint processes only: the system.
+    #[arg(long, hide = true, value_parser = system)]
+    system: Option<System>,
+    /// Endpoint processes only: the peer's or own address.
+    #[arg(long, hide = true)]
+    addr: Option<String>,
+    /// Endpoint processes only: the QUIC certificate.
+    #[arg(long, hide = true)]
+    cert: Option<String>,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// The system called `s`, for clap.
+fn system(s: &str) -> Result<System, String> {
+    System::parse(s).ok_or_else(|| format!("no system {s:?} (exon, tcp_cubic, tcp_bbr, quic)"))
+}
+
 fn parse_args() -> Args {
-    let mut a = Args {
-        role: None,
-        pattern: Pattern::OneWay,
-        matrix: None,
-        rate_mbit: 100.0,
-        rtt_ms: 10.0,
-        loss: 0.0,
-        secs: None,
-        warmup: 1.0,
-        drain: 10.0,
-        queue_bytes: None,
-        seed: 1,
-        exon_window: None,
-        exon_envelopes: None,
-        systems: System::ALL.to_vec(),
-        out: "docs/benchmarks".into(),
-        system: None,
-        addr: None,
-        cert: None,
-        callers: 1,
-    };
-    let mut pattern = "one-way".to_string();
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = || {
-            it.next()
-                .unwrap_or_else(|| usage(&format!("{arg} needs a value")))
-        };
-        match arg.as_str() {
-            // Passed by `cargo bench` to every bench target.
-            "--bench" => {}
-            "--pattern" => pattern = val(),
-            "--matrix" => a.matrix = Some(val()),
-            "--rate-mbit" => a.rate_mbit = num(&val()),
-            "--rtt-ms" => a.rtt_ms = num(&val()),
-            "--loss" => a.loss = num(&val()),
-            "--secs" => a.secs = Some(num(&val())),
-            "--warmup" => a.warmup = num(&val()),
-            "--drain" => a.drain = num(&val()),
-            "--queue-bytes" => a.queue_bytes = Some(num(&val())),
-            "--seed" => a.seed = num(&val()),
-            "--exon-window" => a.exon_window = Some(num(&val())),
-            "--exon-envelopes" => a.exon_envelopes = Some(num(&val())),
-            "--callers" => a.callers = num(&val()),
-            "--out" => a.out = val(),
-            "--systems" => {
-                a.systems = val()
-                    .split(',')
-                    .map(|s| System::parse(s).unwrap_or_else(|| usage(&format!("system {s}?"))))
-                    .collect()
-            }
-            "--role" => a.role = Some(val()),
-            "--system" => a.system = System::parse(&val()),
-            "--addr" => a.addr = Some(val()),
-            "--cert" => a.cert = Some(val()),
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other:?}")),
-        }
-    }
-    a.pattern = match pattern.as_str() {
-        "one-way" => Pattern::OneWay,
-        "rpc" => Pattern::Rpc { callers: a.callers },
-        p => usage(&format!("unknown pattern {p:?} (one-way or rpc)")),
-    };
-    if !(0.0..1.0).contains(&a.loss) || a.rate_mbit <= 0.0 || a.rtt_ms < 0.0 || a.callers == 0 {
+    let c = Cli::parse();
+    if !(0.0..1.0).contains(&c.loss) || c.rate_mbit <= 0.0 || c.rtt_ms < 0.0 || c.callers == 0 {
         usage("need 0 <= loss < 1, rate > 0, rtt >= 0, callers > 0");
     }
-    a
+    Args {
+        role: c.role,
+        pattern: match c.pattern.as_str() {
+            "rpc" => Pattern::Rpc { callers: c.callers },
+            _ => Pattern::OneWay,
+        },
+        matrix: c.matrix,
+        rate_mbit: c.rate_mbit,
+        rtt_ms: c.rtt_ms,
+        loss: c.loss,
+        secs: c.secs,
+        warmup: c.warmup,
+        drain: c.drain,
+        queue_bytes: c.queue_bytes,
+        seed: c.seed,
+        exon_window: c.exon_window,
+        exon_envelopes: c.exon_envelopes,
+        systems: if c.systems.is_empty() {
+            System::ALL.to_vec()
+        } else {
+            c.systems
+        },
+        out: c.out,
+        system: c.system,
+        addr: c.addr,
+        cert: c.cert,
+        callers: c.callers,
+    }
 }
 
 fn num<T: std::str::FromStr>(s: &str) -> T {
@@ -139,14 +173,11 @@ fn num<T: std::str::FromStr>(s: &str) -> T {
         .unwrap_or_else(|_| usage(&format!("not a number: {s:?}")))
 }
 
+/// Reports a usage error the way clap does, and exits with status 2.
 fn usage(msg: &str) -> ! {
-    eprintln!(
-        "{msg}\nusage: testbed [--pattern one-way|rpc] [--callers N] [--rate-mbit M] \
-         [--rtt-ms R] [--loss P] [--secs S] [--warmup S] [--drain S] [--queue-bytes B] \
-         [--seed N] [--exon-window N] [--exon-envelopes N] [--systems exon,tcp_cubic,tcp_bbr,quic]\n       \
-         testbed --matrix paper [--secs S] [--out DIR]"
-    );
-    std::process::exit(2)
+    Cli::command()
+        .error(clap::error::ErrorKind::ValueValidation, msg)
+        .exit()
 }
 
 /// The link of the command line.

@@ -2,8 +2,8 @@
 //! in rounds so that machine drift hits all of them.
 //!
 //! ```text
-//! cargo bench --bench compare -- one-way --secs 3
-//! cargo bench --bench compare -- rpc --callers 100 --secs 3
+//! cargo bench -p exon-benches --bench compare -- one-way --secs 3
+//! cargo bench -p exon-benches --bench compare -- rpc --callers 100 --secs 3
 //! ```
 //!
 //! Exon's datagram size stays 1472 bytes by default (one 1 KB message per datagram, as on
@@ -11,91 +11,81 @@
 //! about 35 datagrams per system call at 1472, and `--datagram 65507` (about 60 messages per
 //! datagram) measured no clear gain in the same session.
 //!
-//! Options: `--secs S` total measured time per system (default 3), `--rounds R` (default 3),
-//! `--callers C` (rpc, default 100), `--batch N` messages per batch (default 10000 one-way,
-//! 2000 rpc), `--datagram B` exon's `max_datagram_size` (default 1472), `--only NAME` one
-//! system alone (for profiling; ratios then need another run), `--threads N` a multi-thread
-//! tokio runtime with N workers on each side instead of a current-thread one (default 0:
-//! current-thread). The last line of the output is `key=value` pairs for scripts.
+//! `cargo bench -p exon-benches --bench compare -- --help` lists the options. The last line of
+//! the output is `key=value` pairs for scripts.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};
 
+use clap::{CommandFactory, Parser};
 use common::{OneWay, OneWayKind, Rpc, RpcKind, DEFAULT_EXON_DATAGRAM};
 
+/// Which exchange to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Messages one way, each verified delivered exactly once.
+    OneWay,
+    /// Request/reply with concurrent callers.
+    Rpc,
+}
+
+/// Side-by-side loopback comparison of exon, TCP and QUIC, run alternately in rounds. The
+/// last line of the output is `key=value` pairs for scripts.
+#[derive(Debug, Parser)]
+#[command(name = "compare")]
 struct Args {
-    mode: String,
+    /// What to measure.
+    #[arg(value_enum)]
+    mode: Mode,
+    /// Total measured time per system, in seconds.
+    #[arg(long, default_value_t = 3.0)]
     secs: f64,
+    /// Rounds the measured time is split into (systems alternate within each).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     rounds: u32,
+    /// Concurrent callers (rpc).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     callers: u64,
+    /// Messages per batch (default 10000 one-way, 2000 rpc).
+    #[arg(long)]
     batch: Option<u64>,
+    /// Exon's `max_datagram_size`.
+    #[arg(long, default_value_t = DEFAULT_EXON_DATAGRAM)]
     datagram: usize,
+    /// Runs one system alone, for profiling (ratios then need another run).
+    #[arg(long)]
     only: Option<String>,
+    /// Worker threads of a multi-thread tokio runtime on each side (0: current-thread).
+    #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn parse_args() -> Args {
-    let mut a = Args {
-        mode: String::new(),
-        secs: 3.0,
-        rounds: 3,
-        callers: 100,
-        batch: None,
-        datagram: DEFAULT_EXON_DATAGRAM,
-        only: None,
-        threads: 0,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .unwrap_or_else(|| usage(&format!("{name} needs a value")))
-        };
-        match arg.as_str() {
-            // Passed by `cargo bench` to every bench target.
-            "--bench" => {}
-            "--secs" => a.secs = num(&val("--secs")),
-            "--rounds" => a.rounds = num(&val("--rounds")),
-            "--callers" => a.callers = num(&val("--callers")),
-            "--batch" => a.batch = Some(num(&val("--batch"))),
-            "--datagram" => a.datagram = num(&val("--datagram")),
-            "--only" => a.only = Some(val("--only")),
-            "--threads" => a.threads = num(&val("--threads")),
-            "one-way" | "rpc" => a.mode = arg,
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other:?}")),
-        }
-    }
-    if a.mode.is_empty() {
-        usage("say one-way or rpc");
-    }
-    if a.rounds == 0 || a.callers == 0 || a.secs <= 0.0 {
-        usage("--rounds, --callers and --secs must be positive");
+    let a = Args::parse();
+    if a.secs <= 0.0 || !a.secs.is_finite() {
+        usage("--secs must be positive");
     }
     a
 }
 
-fn num<T: std::str::FromStr>(s: &str) -> T {
-    s.parse()
-        .unwrap_or_else(|_| usage(&format!("not a number: {s:?}")))
-}
-
+/// Reports a usage error the way clap does, and exits with status 2.
 fn usage(msg: &str) -> ! {
-    eprintln!(
-        "{msg}\nusage: compare one-way|rpc [--secs S] [--rounds R] [--callers C] [--batch N] \
-         [--datagram B] [--only NAME] [--threads N]"
-    );
-    std::process::exit(2)
+    Args::command()
+        .error(clap::error::ErrorKind::ValueValidation, msg)
+        .exit()
 }
 
 fn main() {
     let args = parse_args();
     common::WORKER_THREADS.store(args.threads, std::sync::atomic::Ordering::Relaxed);
-    match args.mode.as_str() {
-        "one-way" => one_way(&args),
-        _ => rpc(&args),
+    match args.mode {
+        Mode::OneWay => one_way(&args),
+        Mode::Rpc => rpc(&args),
     }
 }
 
@@ -254,7 +244,7 @@ fn rpc(args: &Args) {
         })
         .collect();
     let mut totals = vec![(0u64, Duration::ZERO); kinds.len()];
-    let mut lats: Vec<Vec<Duration>> = vec![Vec::new(); kinds.len()];
+    let mut lats: Vec<common::Latencies> = vec![common::Latencies::default(); kinds.len()];
     let mut per_round = vec![Vec::new(); kinds.len()];
     for _ in 0..args.rounds {
         for (i, r) in rpcs.iter_mut().enumerate() {
@@ -273,12 +263,8 @@ fn rpc(args: &Args) {
 
     let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
     let mut p = Vec::new();
-    for l in &mut lats {
-        l.sort_unstable();
-        p.push((
-            common::percentile_us(l, 0.5),
-            common::percentile_us(l, 0.99),
-        ));
+    for l in &lats {
+        p.push((l.quantile_us(0.5), l.quantile_us(0.99)));
     }
     println!(
         "{:<8} {:>12} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",

@@ -229,8 +229,8 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Waits for a line starting with `tag` (other lines are echoed) and returns its
-    /// `key=value` pairs. Fails on timeout, exit or interrupt.
+    /// Waits for the report `tag` (other lines are echoed) and returns its fields. Fails on
+    /// timeout, exit or interrupt.
     pub fn expect(&mut self, tag: &str, timeout: Duration) -> Result<HashMap<String, String>> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -246,12 +246,8 @@ impl Proc {
                 .recv_timeout(left.min(Duration::from_millis(100)))
             {
                 Ok(line) => {
-                    let mut words = line.split_whitespace();
-                    if words.next() == Some(tag) {
-                        return Ok(words
-                            .filter_map(|w| w.split_once('='))
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect());
+                    if let Some(fields) = report(&line, tag) {
+                        return Ok(fields);
                     }
                     println!("  [{}] {line}", self.name);
                 }
@@ -295,4 +291,11 @@ impl Drop for Proc {
         }
         let _ = self.child.wait();
     }
+}
+
+/// The fields of `line` if it is the report `tag` of an endpoint process: a JSON object
+/// whose `event` is `tag` and whose other fields are strings.
+pub fn report(line: &str, tag: &str) -> Option<HashMap<String, String>> {
+    let mut fields: HashMap<String, String> = serde_json::from_str(line).ok()?;
+    (fields.remove("event")? == tag).then_some(fields)
 }

@@ -6,21 +6,18 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// Set by SIGINT, SIGTERM or SIGHUP; the harness polls it and cleans up.
-pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// Installs the interrupt handler (async-signal-safe: it only stores a flag).
+/// Installs the interrupt handlers (signal-hook's flag handlers: they only set the flag).
 pub fn catch_interrupts() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            libc::signal(sig, on_signal as *const () as libc::sighandler_t);
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&INTERRUPTED)) {
+            eprintln!("testbed: cannot catch signal {sig}: {e}");
         }
     }
 }

@@ -1,0 +1,56 @@
+//! The sans-IO core's own cost: two exon nodes in memory move `--messages` 1 KB messages one
+//! way, with no sockets and no runtime. Made to run under callgrind, which counts
+//! instructions (stable on a noisy machine):
+//!
+//! ```text
+//! cargo bench -p exon-benches --bench mem_pair --no-run
+//! valgrind --tool=callgrind target/release/deps/mem_pair-* --messages 200000
+//! ```
+//!
+//! `--help` lists the options. Prints messages/s and datagrams per message; the last line is
+//! `key=value` pairs.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use clap::Parser;
+use common::MemPair;
+
+/// The sans-IO core alone: two exon nodes in memory move 1 KB messages one way, with no
+/// sockets and no runtime (made to run under callgrind). The last line is `key=value` pairs.
+#[derive(Debug, Parser)]
+#[command(name = "mem_pair")]
+struct Args {
+    /// Messages counted.
+    #[arg(long, default_value_t = 200_000)]
+    messages: u64,
+    /// Exon's `max_datagram_size`.
+    #[arg(long, default_value_t = common::DEFAULT_EXON_DATAGRAM)]
+    datagram: usize,
+    /// Messages sent first and not counted.
+    #[arg(long, default_value_t = 10_000)]
+    warmup: u64,
+    /// Passed by `cargo bench` to every bench target; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn main() {
+    let Args {
+        messages,
+        datagram,
+        warmup,
+        ..
+    } = Args::parse();
+    let mut pair = MemPair::new(datagram);
+    pair.run(warmup);
+    let before = pair.datagrams;
+    let took = pair.run(messages);
+    let rate = messages as f64 / took.as_secs_f64();
+    let per = (pair.datagrams - before) as f64 / messages as f64;
+    println!("exon core in memory: {messages} messages of 1 KB, {datagram}-byte datagrams");
+    println!("{rate:.0} messages/s, {per:.3} datagrams per message");
+    println!(
+        "messages={messages} datagram={datagram} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}"
+    );
+}
