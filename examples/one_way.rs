@@ -20,7 +20,7 @@ struct Opts {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = Opts::parse();
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
-    // A closed group of two: fresh keys, each knowing the other\'s public key.
+    // A closed group of two: fresh keys, each knowing the other's public key.
     let [a_ident, b_ident] = exon::keyfile::generate_group(&[a_id, b_id])
         .try_into()
         .expect("two");

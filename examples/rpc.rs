@@ -52,7 +52,7 @@ struct Opts {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let opts = Opts::parse();
     let (server_id, client_id) = (NodeId::from_const(1), NodeId::from_const(2));
-    // A closed group of two: fresh keys, each knowing the other\'s public key.
+    // A closed group of two: fresh keys, each knowing the other's public key.
     let [server_ident, client_ident] = exon::keyfile::generate_group(&[server_id, client_id])
         .try_into()
         .expect("two");
