@@ -30,6 +30,9 @@ struct Args {
     /// Messages sent first and not counted.
     #[arg(long, default_value_t = 10_000)]
     warmup: u64,
+    /// Plaintext nodes instead of sealed ones (the default, as in production).
+    #[arg(long)]
+    plain: bool,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -40,17 +43,22 @@ fn main() {
         messages,
         datagram,
         warmup,
+        plain,
         ..
     } = Args::parse();
-    let mut pair = MemPair::new(datagram);
+    let mut pair = MemPair::new(datagram, plain);
     pair.run(warmup);
     let before = pair.datagrams;
     let took = pair.run(messages);
     let rate = messages as f64 / took.as_secs_f64();
     let per = (pair.datagrams - before) as f64 / messages as f64;
-    println!("exon core in memory: {messages} messages of 1 KB, {datagram}-byte datagrams");
+    let mode = if plain { "plaintext" } else { "sealed" };
+    println!(
+        "exon core in memory ({mode}): {messages} messages of 1 KB, {datagram}-byte datagrams"
+    );
     println!("{rate:.0} messages/s, {per:.3} datagrams per message");
     println!(
-        "messages={messages} datagram={datagram} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}"
+        "messages={messages} datagram={datagram} sealed={} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}",
+        !plain
     );
 }

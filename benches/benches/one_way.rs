@@ -21,14 +21,16 @@ fn one_way(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
 
-    let mut pair = MemPair::new(DEFAULT_EXON_DATAGRAM);
-    g.bench_function("exon_mem", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| pair.run(BATCH)).sum())
-    });
-    drop(pair);
+    for (name, plain) in [("exon_mem", false), ("exon_mem_plain", true)] {
+        let mut pair = MemPair::new(DEFAULT_EXON_DATAGRAM, plain);
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| pair.run(BATCH)).sum())
+        });
+    }
 
     for kind in [
         OneWayKind::Exon,
+        OneWayKind::ExonPlain,
         OneWayKind::Tcp,
         OneWayKind::QuicStream,
         OneWayKind::QuicUni,

@@ -583,21 +583,24 @@ pub struct MemPair {
 }
 
 impl MemPair {
-    pub fn new(datagram: usize) -> MemPair {
+    /// Two nodes with `datagram`-byte datagrams, sealed or (`plain`) in plaintext mode.
+    pub fn new(datagram: usize, plain: bool) -> MemPair {
         let cfg = {
             let mut conf = Config::default();
             conf.max_datagram_size = datagram;
             conf
         };
+        let (ia, ib) = (NodeId::from_const(1), NodeId::from_const(2));
+        let security = |id| {
+            if plain {
+                Security::InsecurePlaintext
+            } else {
+                exon::proto::crypto::insecure_test_security(id, [ia, ib])
+            }
+        };
         MemPair {
-            a: Node::new(
-                NodeId::from_const(1),
-                Security::InsecurePlaintext,
-                cfg.clone(),
-                1,
-            )
-            .unwrap(),
-            b: Node::new(NodeId::from_const(2), Security::InsecurePlaintext, cfg, 1).unwrap(),
+            a: Node::new(ia, security(ia), cfg.clone(), 1).unwrap(),
+            b: Node::new(ib, security(ib), cfg, 1).unwrap(),
             buf: Vec::with_capacity(64 * 1024),
             rx: bytes::BytesMut::new(),
             seen: Seen::default(),
@@ -670,7 +673,7 @@ impl MemPair {
                     self.rx = bytes::BytesMut::with_capacity(256 * 1024);
                 }
                 self.rx.extend_from_slice(&self.buf[..tx.size]);
-                dst.handle_datagram(now, self.rx.split().freeze());
+                dst.handle_datagram_buf(now, self.rx.split());
             }
         }
         for node in [&mut self.a, &mut self.b] {
