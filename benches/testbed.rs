@@ -10,7 +10,7 @@
 //!
 //! Options: `--warmup S` (default 1), `--drain S` (default 10), `--queue-bytes B` (default one
 //! bandwidth-delay product, at least 32 KiB), `--seed N` (default 1), `--exon-window N`
-//! (default: what the link plus its queue hold, see `exon_window`), `--systems a,b`
+//! (default: exon's default, 1024), `--systems a,b`
 //! (default all: exon,tcp_cubic,tcp_bbr,quic), `--out DIR` (matrix output, default
 //! `docs/benchmarks`). Needs root and `/dev/net/tun`; otherwise it says why and exits 0.
 //! Every namespace, device and process it creates is removed on exit, error or Ctrl-C.
@@ -164,20 +164,15 @@ fn impairment(a: &Args, rate_mbit: f64, rtt_ms: f64, loss: f64) -> Impairment {
     }
 }
 
-/// Exon's tuning for a link, unless given: a window of two bandwidth-delay products plus the
-/// queue, in ~1.1 KB datagrams, between 16 and 1024 (the default), and at most 128 envelopes
-/// (the default). A slot is held about two round trips (REQSLOTS/SLOTS, then TOKEN/ACK), so
-/// one product is not enough to fill the link; exon has no congestion control, so a window
-/// far above this only overflows the queue (the paper also sizes `N` from the
-/// bandwidth-delay product).
-fn exon_tuning(a: &Args, imp: &Impairment) -> ExonTuning {
-    let window = a.exon_window.unwrap_or_else(|| {
-        let bdp = imp.rate_bps as f64 / 8.0 * imp.rtt.as_secs_f64();
-        (((2.0 * bdp + imp.queue_bytes as f64) / 1100.0) as u64).clamp(16, 1024)
-    });
+/// Exon's tuning: its defaults (window 1024, 128 envelopes) on every link, unless given.
+/// Its congestion controller, not a per-link window, keeps the link full and the queue
+/// short.
+fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
+    let d = exon::Config::default();
+    let window = a.exon_window.unwrap_or(d.window);
     ExonTuning {
         window,
-        envelopes: a.exon_envelopes.unwrap_or(128).min(window),
+        envelopes: a.exon_envelopes.unwrap_or(d.envelope_target).min(window),
     }
 }
 

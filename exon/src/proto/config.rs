@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::codec::{varint_len, VARINT_MAX};
+use super::congestion::CongestionControl;
 use super::frame::{token_len, MAX_HEADER_LEN};
 
 /// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
@@ -72,6 +73,11 @@ pub struct Config {
     /// Tokens from one source after which a receiver acknowledges without waiting for
     /// `ack_delay`. Default 16.
     pub ack_every: u32,
+    /// Congestion controller of every destination: how many bytes of tokens may be in flight
+    /// (within the receiver's slots) and at what rate they leave. Default
+    /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
+    /// the slots alone.
+    pub congestion: CongestionControl,
 }
 
 impl Default for Config {
@@ -97,6 +103,7 @@ impl Default for Config {
             clock_block: 1 << 20,
             ack_delay: Duration::from_millis(2),
             ack_every: 16,
+            congestion: CongestionControl::default(),
         }
     }
 }

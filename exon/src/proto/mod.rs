@@ -6,14 +6,17 @@
 
 pub mod codec;
 mod config;
+mod congestion;
 mod error;
 mod event;
 pub mod frame;
 #[cfg(feature = "arbitrary")]
 mod fuzzing;
 mod ids;
+mod loss;
 mod node;
 mod outbox;
+mod pacing;
 pub mod ranges;
 mod receiver;
 mod rtt;
@@ -27,6 +30,7 @@ mod transmit;
 mod verdicts;
 
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
+pub use congestion::{CongestionControl, PathStats};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.

@@ -13,6 +13,7 @@ use super::Config;
 pub struct Rtt {
     srtt: Option<u64>,
     rttvar: u64,
+    latest: Option<u64>,
     backoff: u32,
 }
 
@@ -26,6 +27,7 @@ impl Rtt {
         Rtt {
             srtt: None,
             rttvar: 0,
+            latest: None,
             backoff: 0,
         }
     }
@@ -33,6 +35,11 @@ impl Rtt {
     /// Smoothed round-trip time, if any sample was taken.
     pub fn smoothed(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_nanos)
+    }
+
+    /// The latest sample, if any.
+    pub fn latest(&self) -> Option<Duration> {
+        self.latest.map(Duration::from_nanos)
     }
 
     /// Number of consecutive timeouts without a fresh sample.
@@ -44,6 +51,7 @@ impl Rtt {
     pub fn sample(&mut self, rtt: Duration) {
         // Round trips beyond an hour are clamped: they only matter as "very long".
         let rtt = nanos(rtt).min(3_600_000_000_000);
+        self.latest = Some(rtt);
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);

@@ -2,10 +2,13 @@
 //! for one destination.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState};
+use super::loss::{loss_delay, Judgement, LossDetector};
+use super::pacing::Pacer;
 use super::rtt::Rtt;
 use super::tokens::Tokens;
 use super::{Config, MsgId};
@@ -32,6 +35,14 @@ pub(crate) struct Token {
     pub sends: u32,
     /// Waiting in `to_send`.
     pub queued: bool,
+    /// Sequence number of its last transmission (see [`LossDetector`]).
+    pub seq: u64,
+    /// Bytes it counts in the record's bytes in flight (0: not in flight).
+    pub flight: u64,
+    /// Its TOKEN frame's size when last sent.
+    pub size: u64,
+    /// The delivery-rate snapshot of its last transmission.
+    pub rate: Option<SendState>,
 }
 
 impl Token {
@@ -42,6 +53,44 @@ impl Token {
             self.rck
         } else {
             record_rck.unwrap_or(self.rck)
+        }
+    }
+}
+
+/// The tokens in flight to one destination, as loss detection and the controller see them.
+#[derive(Debug, Default)]
+pub(crate) struct Flight {
+    /// Transmissions in sending order, for loss detection.
+    pub losses: LossDetector,
+    /// Delivery-rate estimator.
+    pub rate: DeliveryRate,
+    /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
+    pub bytes: u64,
+    /// Bytes acknowledged by the verdict frame being handled.
+    pub ack_batch: u64,
+    /// The newest RTT sample of the verdict frame being handled.
+    pub ack_rtt: Option<Duration>,
+}
+
+impl Flight {
+    /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
+    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT.
+    pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &mut Rtt) {
+        self.bytes = self.bytes.saturating_sub(tok.flight);
+        if !acked {
+            return;
+        }
+        if let Some(st) = &tok.rate {
+            self.rate.on_acked(now, st, tok.size);
+        }
+        self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        if tok.sends == 1 {
+            self.losses.on_acked(tok.seq);
+            if let Some(t) = tok.sent_at {
+                let sample = now.saturating_duration_since(t);
+                rtt.sample(sample);
+                self.ack_rtt = Some(sample);
+            }
         }
     }
 }
@@ -87,11 +136,23 @@ pub(crate) struct SRecord {
     /// Timer jitter, a fraction of 2^16 (re-drawn by the node at every timeout): stretches
     /// timeouts by up to a quarter so that peers' retransmissions do not phase-lock.
     pub jitter: u16,
+    /// Congestion controller of this destination.
+    pub cc: Controller,
+    /// Pacer of this destination.
+    pub pacer: Pacer,
+    /// The pacer blocks the next token until then (armed as a timer only while set).
+    pub pace_at: Option<Instant>,
+    /// The oldest unacknowledged token is declared lost at this instant unless acknowledged.
+    pub loss_at: Option<Instant>,
+    /// What is in flight, and what acknowledgements say of it.
+    pub flight: Flight,
+    /// Moving average of TOKEN frame sizes, to turn the window into slots.
+    pub token_size: u64,
 }
 
 impl SRecord {
     /// A record for a destination with no state: `sck` starts at the node clock.
-    pub fn new(ck: u64, now: Instant) -> Self {
+    pub fn new(ck: u64, now: Instant, cfg: &Config) -> Self {
         SRecord {
             sck: ck,
             rck: None,
@@ -110,6 +171,16 @@ impl SRecord {
             armed: None,
             bytes: 0,
             jitter: 0,
+            cc: Controller::new(
+                cfg.congestion,
+                cfg.max_datagram_size as u64,
+                cfg.initial_rtt,
+            ),
+            pacer: Pacer::default(),
+            pace_at: None,
+            loss_at: None,
+            flight: Flight::default(),
+            token_size: 0,
         }
     }
 
@@ -146,12 +217,132 @@ impl SRecord {
     }
 
     /// How many slots to ask for now: enough for `N` envelopes plus every queued message, but
-    /// never more than the window allows (`n = N + |msg| - |env|`, capped).
+    /// never more than the window allows (`n = N + |msg| - |env|`, capped): the smaller of
+    /// [`Config::window`] and what the congestion controller can use (twice its window in
+    /// tokens, plus `N`), so receivers do not hold slots for nothing.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let env = self.envelopes();
         let held = env + self.tokens.len() as u64;
         let want = (cfg.envelope_target + self.queue.len() as u64).saturating_sub(env);
-        want.min(cfg.window.saturating_sub(held))
+        want.min(self.slot_window(cfg).saturating_sub(held))
+    }
+
+    /// The most slots worth holding: [`Config::window`], or less when the congestion window
+    /// holds fewer tokens.
+    pub fn slot_window(&self, cfg: &Config) -> u64 {
+        if !self.cc.is_enabled() || self.token_size == 0 {
+            return cfg.window;
+        }
+        let tokens = self.cc.window() / self.token_size;
+        cfg.window
+            .min(tokens.saturating_mul(2).saturating_add(cfg.envelope_target))
+    }
+
+    /// Whether the congestion window lets a token of `size` bytes go out now (one token
+    /// always may when nothing is in flight).
+    pub fn window_allows(&self, size: u64) -> bool {
+        self.flight.bytes == 0 || self.flight.bytes.saturating_add(size) <= self.cc.window()
+    }
+
+    /// Records a transmission of the token in `slot`, `size` bytes, at `now`: sequence
+    /// number, bytes in flight, delivery-rate snapshot, pacer and controller.
+    pub fn on_token_sent(&mut self, now: Instant, slot: u64, size: u64) {
+        let st = self.flight.rate.on_sent(now, self.flight.bytes);
+        let seq = self.flight.losses.on_sent(slot);
+        let old = self.tokens.get(slot).map_or(0, |t| t.flight);
+        self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
+        self.pacer.on_sent(size);
+        self.cc.on_sent(now, size, self.flight.bytes);
+        self.token_size = if self.token_size == 0 {
+            size
+        } else {
+            (self.token_size * 7 + size) / 8
+        };
+        if let Some(tok) = self.tokens.get_mut(slot) {
+            tok.seq = seq;
+            tok.flight = size;
+            tok.size = size;
+            tok.rate = Some(st);
+        }
+        let tokens = &self.tokens;
+        self.flight.losses.compact(tokens.len(), |seq, slot| {
+            tokens
+                .get(slot)
+                .is_some_and(|t| t.seq == seq && t.flight > 0)
+        });
+    }
+
+    /// After a verdict frame: tells the controller what it acknowledged (if anything), then
+    /// runs loss detection. Returns how many tokens were declared lost.
+    pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
+        let acked = std::mem::take(&mut self.flight.ack_batch);
+        let rtt = self.flight.ack_rtt.take();
+        if acked > 0 {
+            let rate = self.flight.rate.take_sample();
+            self.cc.on_ack(&AckEvent {
+                now,
+                acked,
+                in_flight: self.flight.bytes,
+                rate,
+                rtt,
+                srtt: self.rtt.smoothed(),
+                delivered: self.flight.rate.delivered(),
+            });
+        }
+        self.detect_losses(now, cfg)
+    }
+
+    /// Declares lost every token that acknowledgements of later ones show lost, queues them
+    /// for retransmission ahead of new tokens, and arms the loss timer for the next one.
+    /// Returns how many were declared lost.
+    pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
+        let latest = self.rtt.latest().unwrap_or(srtt);
+        let delay = loss_delay(srtt, latest, cfg.timer_granularity);
+        self.loss_at = None;
+        let mut lost = Vec::new();
+        let (mut bytes, mut newest) = (0u64, None);
+        while let Some((seq, slot)) = self.flight.losses.front() {
+            let Some(tok) = self.tokens.get_mut(slot) else {
+                self.flight.losses.pop_front();
+                continue;
+            };
+            let sent = match tok.sent_at {
+                Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
+                _ => {
+                    self.flight.losses.pop_front();
+                    continue;
+                }
+            };
+            match self.flight.losses.judge(seq, sent, now, delay) {
+                Judgement::Lost => {
+                    self.flight.losses.pop_front();
+                    bytes += tok.flight;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                    tok.flight = 0;
+                    tok.queued = true;
+                    newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
+                    lost.push(slot);
+                }
+                Judgement::LostAt(t) => {
+                    self.loss_at = Some(t);
+                    break;
+                }
+                Judgement::Unknown => break,
+            }
+        }
+        for &slot in lost.iter().rev() {
+            self.to_send.push_front(slot);
+        }
+        if let Some(sent_at) = newest {
+            self.cc.on_lost(&LossEvent {
+                now,
+                lost: bytes,
+                sent_at,
+                in_flight: self.flight.bytes,
+            });
+        }
+        lost.len() as u64
     }
 
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
@@ -169,6 +360,10 @@ impl SRecord {
             sent_at: None,
             sends: 0,
             queued: true,
+            seq: 0,
+            flight: 0,
+            size: 0,
+            rate: None,
         };
         self.tokens.insert(slot, tok);
         self.to_send.push_back(slot);
@@ -215,7 +410,10 @@ impl SRecord {
             .idle_since
             .filter(|_| self.is_quiet())
             .map(|t| t + cfg.idle_timeout);
-        [self.rto_at, req, idle].into_iter().flatten().min()
+        [self.rto_at, req, idle, self.pace_at, self.loss_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Queues for retransmission every token whose timeout expired, re-arms the token timer,
@@ -236,6 +434,8 @@ impl SRecord {
             let expiry = sent + rto;
             if expiry <= now {
                 tok.queued = true;
+                self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                tok.flight = 0;
                 self.to_send.push_back(s);
                 due += 1;
             } else {
@@ -244,6 +444,7 @@ impl SRecord {
         }
         if due > 0 {
             self.rtt.on_timeout();
+            self.cc.on_rto(now);
         }
         // Tokens queued now get a fresh timer when they are written.
         self.rto_at = next;

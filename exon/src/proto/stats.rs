@@ -188,8 +188,13 @@ pub struct Stats {
     /// Receiver records evicted to make room while full, before anything was delivered
     /// into them (their senders are told RETRY).
     pub evictions: u64,
-    /// TOKEN frames sent again after a timeout.
+    /// TOKEN frames sent again (after a loss was detected or the timer ran out).
     pub retransmissions: u64,
+    /// Tokens declared lost from acknowledgements of tokens sent after them (fast loss
+    /// recovery), each counted once per declaration.
+    pub losses_detected: u64,
+    /// Tokens given up for lost by the retransmission timer.
+    pub timeouts: u64,
     /// REQSLOTS frames sent again after a timeout.
     pub reqslots_retransmissions: u64,
     /// Probes (SLOTS with n = 0) sent by receiver records.

@@ -66,8 +66,8 @@ impl Node {
                 }
             }
             let tokens_before = self.stats.frames_out.token;
-            let sender_left = self.write_sender_frames(now, peer, buf, limit);
-            if !sender_left && self.stats.frames_out.token > tokens_before {
+            let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, limit);
+            if burst_end && self.stats.frames_out.token > tokens_before {
                 // The last datagram of this burst: ask for the ACK without delay.
                 buf[start + 3] |= FLAG_ACK_NOW;
             }
@@ -97,17 +97,20 @@ impl Node {
         None
     }
 
-    /// Writes the S record's REQSLOTS and TOKENs for `peer`. Returns whether more remain.
+    /// Writes the S record's REQSLOTS and TOKENs for `peer`, TOKENs as far as the congestion
+    /// window and the pacer allow (REQSLOTS is never held back). Returns whether more can be
+    /// written now (another datagram), and whether the record has nothing left to send (the
+    /// end of a burst: the receiver should acknowledge at once).
     fn write_sender_frames(
         &mut self,
         now: Instant,
         peer: NodeId,
         buf: &mut Vec<u8>,
         limit: usize,
-    ) -> bool {
+    ) -> (bool, bool) {
         let cfg = &self.cfg;
         let Some(rec) = self.senders.get_mut(&peer) else {
-            return false;
+            return (false, true);
         };
         if rec.req_due {
             let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
@@ -120,16 +123,33 @@ impl Node {
             }
         }
         let keep_own = self.rules.token_keeps_incarnation;
+        let mss = cfg.max_datagram_size as u64;
         let mut wrote = false;
+        let mut blocked = false;
+        rec.pace_at = None;
         while let Some(&s) = rec.to_send.front() {
             let Some(tok) = rec.tokens.get_mut(s) else {
                 rec.to_send.pop_front();
                 continue;
             };
             let r = tok.incarnation(rec.rck, keep_own);
-            if token_len(s, r, tok.payload.len()) > limit - buf.len() {
+            let len = token_len(s, r, tok.payload.len());
+            if len > limit - buf.len() {
                 break;
             }
+            let size = len as u64;
+            if !rec.window_allows(size) {
+                blocked = true;
+                break;
+            }
+            if let Some(at) = rec.pacer.delay(now, rec.cc.pacing_rate(), size, mss) {
+                rec.pace_at = Some(at);
+                blocked = true;
+                break;
+            }
+            let Some(tok) = rec.tokens.get_mut(s) else {
+                break;
+            };
             put_token(buf, s, r, &tok.payload);
             if tok.sends > 0 {
                 self.stats.retransmissions += 1;
@@ -138,16 +158,22 @@ impl Node {
             tok.sent_at = Some(now);
             tok.queued = false;
             rec.to_send.pop_front();
+            rec.on_token_sent(now, s, size);
             self.stats.frames_out.token += 1;
             wrote = true;
+        }
+        if rec.to_send.is_empty() {
+            // Nothing (or no slot) to send: rate samples may understate the path.
+            rec.flight.rate.mark_app_limited(rec.flight.bytes);
         }
         if wrote {
             let expiry = now + rec.rto(cfg);
             rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
         }
-        let left = rec.req_due || !rec.to_send.is_empty();
+        let burst_end = !rec.req_due && rec.to_send.is_empty();
+        let left = rec.req_due || (!rec.to_send.is_empty() && !blocked);
         let want = rec.deadline(cfg);
         self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
-        left
+        (left, burst_end)
     }
 }
