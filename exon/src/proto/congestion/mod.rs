@@ -100,7 +100,8 @@ pub(crate) struct Controller {
 
 #[derive(Debug, Clone)]
 enum Inner {
-    Bbr(bbr::Bbr),
+    /// Boxed: its filters make it ten times the size of the others.
+    Bbr(Box<bbr::Bbr>),
     NewReno(newreno::NewReno),
     Off,
 }
@@ -110,7 +111,7 @@ impl Controller {
     /// of `initial_rtt` until one is measured.
     pub fn new(kind: CongestionControl, mss: u64, initial_rtt: Duration) -> Self {
         let inner = match kind {
-            CongestionControl::Bbr => Inner::Bbr(bbr::Bbr::new(mss, initial_rtt)),
+            CongestionControl::Bbr => Inner::Bbr(Box::new(bbr::Bbr::new(mss, initial_rtt))),
             CongestionControl::NewReno => Inner::NewReno(newreno::NewReno::new(mss, initial_rtt)),
             CongestionControl::Off => Inner::Off,
         };
