@@ -179,3 +179,34 @@ fn forged_ack_ranges_do_not_upset_the_controller() {
     pair.run(Duration::from_secs(30));
     assert!(pair.both_idle());
 }
+
+/// A lost ACK datagram costs nothing: the next ACK frame repeats the slots the lost one
+/// acknowledged, so the sender declares nothing lost and resends nothing.
+#[test]
+fn a_lost_ack_is_repeated_in_the_next_one() {
+    let mut pair = Pair::new(test_config());
+    let mut acks_seen = 0;
+    pair.set_filter(move |w| {
+        let is_ack = w.from == B
+            && w.packet()
+                .frames
+                .iter()
+                .any(|f| matches!(f, Frame::Ack { .. }));
+        if is_ack {
+            acks_seen += 1;
+            if acks_seen == 3 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    for i in 0..300u32 {
+        let mut v = i.to_be_bytes().to_vec();
+        v.resize(1000, 0);
+        pair.send(A, v);
+    }
+    pair.run(Duration::from_secs(30));
+    assert_eq!(pair.nodes[A].acked.len(), 300);
+    let s = pair.nodes[A].node.stats();
+    assert_eq!((s.losses_detected, s.retransmissions), (0, 0), "{s:?}");
+}

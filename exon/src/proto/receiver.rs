@@ -30,6 +30,10 @@ pub(crate) struct RRecord {
     pub jitter: u16,
     /// A token was delivered into this incarnation (it can no longer be evicted).
     pub proven: bool,
+    /// The slots the last ACK frame to the source acknowledged for the first time: repeated
+    /// once in the next ACK frame, so that one lost ACK datagram does not make the sender
+    /// declare (and resend) tokens that arrived.
+    pub acked_last: RangeSet,
 }
 
 /// What a REQSLOTS did to a record.
@@ -56,6 +60,7 @@ impl RRecord {
             armed: None,
             jitter: 0,
             proven: false,
+            acked_last: RangeSet::new(),
         }
     }
 

@@ -71,15 +71,20 @@ impl Rtt {
         self.backoff = (self.backoff + 1).min(16);
     }
 
-    /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`.
+    /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`: the
+    /// smoothed RTT, four variances (at least the timer granularity) and the longest the
+    /// receiver may delay its ACK ([`Config::ack_delay`], assumed the same at both ends), as
+    /// RFC 9002's probe timeout.
     pub fn rto(&self, cfg: &Config) -> Duration {
         let base = match self.srtt {
             None => nanos(cfg.initial_rtt).saturating_mul(2),
-            Some(srtt) => srtt.saturating_add(
-                self.rttvar
-                    .saturating_mul(4)
-                    .max(nanos(cfg.timer_granularity)),
-            ),
+            Some(srtt) => srtt
+                .saturating_add(
+                    self.rttvar
+                        .saturating_mul(4)
+                        .max(nanos(cfg.timer_granularity)),
+                )
+                .saturating_add(nanos(cfg.ack_delay)),
         };
         let (min, max) = (nanos(cfg.min_rto), nanos(cfg.max_rto));
         let base = base.clamp(min, max);
@@ -107,7 +112,7 @@ mod tests {
         let mut r = Rtt::new();
         r.sample(ms(100));
         assert_eq!(r.smoothed(), Some(ms(100)));
-        assert_eq!(r.rto(&cfg), ms(100) + ms(200));
+        assert_eq!(r.rto(&cfg), ms(100) + ms(200) + cfg.ack_delay);
     }
 
     #[test]
@@ -124,6 +129,7 @@ mod tests {
     fn backoff_doubles_up_to_the_cap_and_a_sample_resets_it() {
         let cfg = Config {
             max_rto: ms(1000),
+            ack_delay: Duration::ZERO,
             ..Config::default()
         };
         let mut r = Rtt::new();

@@ -7,8 +7,12 @@ use super::frame::{
     put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len, token_len, Header,
     FLAG_ACK_NOW,
 };
+use super::ranges::RangeSet;
 use super::timer::Side;
-use super::{Event, Node, NodeId, Transmit};
+use super::{Event, Node, NodeId, Transmit, Verdict};
+
+/// Most ACK ranges repeated in the next ACK frame (see [`Node::repeat_acks`]).
+const MAX_REPEATED_RANGES: usize = 4;
 
 impl Node {
     /// Output: an event for the application, if any.
@@ -31,6 +35,7 @@ impl Node {
             let room = |buf: &Vec<u8>| limit - buf.len();
 
             for (v, r, set) in &mut out.acks {
+                let fresh = self.repeat_acks(peer, *v, *r, set);
                 while !set.is_empty() {
                     let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
                     if k == 0 {
@@ -38,6 +43,11 @@ impl Node {
                     }
                     set.pop_front_ranges(k);
                     self.stats.frames_out.count_verdict(*v);
+                }
+                if let Some(fresh) = fresh {
+                    if let Some(rec) = self.receivers.get_mut(&peer) {
+                        rec.acked_last = fresh;
+                    }
                 }
             }
             out.acks.retain(|(_, _, set)| !set.is_empty());
@@ -95,6 +105,29 @@ impl Node {
             });
         }
         None
+    }
+
+    /// Before writing the ACKs of incarnation `r` in `set` to `peer`: adds the slots the
+    /// previous ACK frame acknowledged for the first time (at most [`MAX_REPEATED_RANGES`]
+    /// ranges), and returns the slots new in this one, to be repeated next time. `None`
+    /// for the other verdicts, or when the receiver record is gone or of another incarnation.
+    fn repeat_acks(
+        &mut self,
+        peer: NodeId,
+        v: Verdict,
+        r: u64,
+        set: &mut RangeSet,
+    ) -> Option<RangeSet> {
+        if v != Verdict::Ack {
+            return None;
+        }
+        let rec = self.receivers.get_mut(&peer).filter(|rec| rec.rck == r)?;
+        let fresh = (set.range_count() <= MAX_REPEATED_RANGES).then(|| set.clone());
+        for g in rec.acked_last.ranges() {
+            set.insert(g.clone());
+        }
+        rec.acked_last.clear();
+        fresh
     }
 
     /// Writes the S record's REQSLOTS and TOKENs for `peer`, TOKENs as far as the congestion
