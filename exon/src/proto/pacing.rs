@@ -4,6 +4,10 @@
 //! datagrams and what the rate sends in [`BURST_INTERVAL`]) and each token spends its size.
 //! When the credit does not cover the next token, [`Pacer::delay`] says when it will; the
 //! sender arms that instant as a timer only while it is blocked.
+//!
+//! Embeddings wake late (tokio's timers have a 1 ms grain, and a loaded machine adds more):
+//! a wake-up after the instant asked for may send what the lateness owed on top of the
+//! quantum, up to one more quantum, so the average rate holds.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,10 @@ const MIN_BURST_DATAGRAMS: u64 = 2;
 pub(crate) struct Pacer {
     credit: u64,
     last: Option<Instant>,
+    /// The instant the last [`Pacer::delay`] asked to be woken at, while blocked.
+    wake: Option<Instant>,
+    /// Extra burst allowed for the lateness of the last wake-up, until the next block.
+    bonus: u64,
 }
 
 impl Pacer {
@@ -29,7 +37,11 @@ impl Pacer {
     }
 
     fn refill(&mut self, now: Instant, rate: u64, mss: u64) {
-        let cap = Self::quantum(rate, mss);
+        let quantum = Self::quantum(rate, mss);
+        if let Some(t) = self.wake.take() {
+            self.bonus = bytes_in(rate, now.saturating_duration_since(t)).min(quantum);
+        }
+        let cap = quantum.saturating_add(self.bonus);
         let add = match self.last {
             None => cap,
             Some(t) => bytes_in(rate, now.saturating_duration_since(t)),
@@ -56,10 +68,12 @@ impl Pacer {
         let missing = u128::from(need - self.credit);
         let nanos = (missing * 1_000_000_000).div_ceil(u128::from(rate));
         let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        Some(
-            now.checked_add(wait)
-                .unwrap_or(now + Duration::from_secs(3600)),
-        )
+        let at = now
+            .checked_add(wait)
+            .unwrap_or(now + Duration::from_secs(3600));
+        self.wake = Some(at);
+        self.bonus = 0;
+        Some(at)
     }
 
     /// `size` bytes left.
@@ -99,6 +113,31 @@ mod tests {
         }
         assert!(max_burst <= 2, "burst {max_burst}");
         assert!((990_000..=1_003_000).contains(&sent), "sent {sent}");
+    }
+
+    #[test]
+    fn a_late_wake_up_may_send_what_the_lateness_owed_up_to_one_more_quantum() {
+        let t0 = Instant::now();
+        let mut p = Pacer::default();
+        let (rate, mss) = (1_000_000, 1000);
+        let burst = |p: &mut Pacer, now| {
+            let mut n = 0;
+            while p.delay(now, Some(rate), mss, mss).is_none() {
+                p.on_sent(mss);
+                n += 1;
+            }
+            n
+        };
+        assert_eq!(burst(&mut p, t0), 2, "a full quantum at first");
+        let at = p.delay(t0, Some(rate), mss, mss).unwrap();
+        assert_eq!(at, t0 + Duration::from_millis(1));
+        // Woken 1 ms late: 2 ms of credit, and the lateness lets all of it go.
+        assert_eq!(burst(&mut p, at + Duration::from_millis(1)), 2);
+        // Woken 10 ms late: capped at two quanta.
+        let at = p
+            .delay(at + Duration::from_millis(1), Some(rate), mss, mss)
+            .unwrap();
+        assert_eq!(burst(&mut p, at + Duration::from_millis(10)), 4);
     }
 
     #[test]

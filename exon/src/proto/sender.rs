@@ -274,10 +274,17 @@ impl SRecord {
 
     /// After a verdict frame: tells the controller what it acknowledged (if anything), then
     /// runs loss detection. Returns how many tokens were declared lost.
+    ///
+    /// An acknowledgement of new tokens also restarts the retransmission timer (RFC 6298,
+    /// 5.3): while acknowledgements flow, losses are found from them, and the timer fires
+    /// only when they stop.
     pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
         let acked = std::mem::take(&mut self.flight.ack_batch);
         let rtt = self.flight.ack_rtt.take();
         if acked > 0 {
+            if self.rto_at.is_some() {
+                self.rto_at = Some(now + self.rto(cfg));
+            }
             let rate = self.flight.rate.take_sample();
             self.cc.on_ack(&AckEvent {
                 now,
