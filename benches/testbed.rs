@@ -8,7 +8,7 @@
 //! cargo bench --bench testbed -- --matrix paper
 //! ```
 //!
-//! Options: `--warmup S` (default 1), `--drain S` (default 10), `--queue-bytes B` (default one
+//! Options: `--warmup S` (default 1), `--drain S` (default 20), `--queue-bytes B` (default one
 //! bandwidth-delay product, at least 32 KiB), `--seed N` (default 1), `--exon-window N`
 //! (default: exon's default, 1024), `--systems a,b`
 //! (default all: exon,tcp_cubic,tcp_bbr,quic), `--out DIR` (matrix output, default
@@ -73,7 +73,7 @@ fn parse_args() -> Args {
         loss: 0.0,
         secs: None,
         warmup: 1.0,
-        drain: 10.0,
+        drain: 20.0,
         queue_bytes: None,
         seed: 1,
         exon_window: None,
