@@ -1,17 +1,20 @@
 //! Loss detection from acknowledgements, per destination (RFC 9002 §6.1, adapted).
 //!
-//! Every transmission of a token gets a sequence number from its S record; the record keeps
-//! the transmissions in the order they were sent. A token is lost when it is still
-//! unacknowledged and either [`PACKET_THRESHOLD`] transmissions sent after it were
-//! acknowledged, or one sent after it was acknowledged and it was sent more than the time
-//! threshold (9/8 of the RTT) ago. Only acknowledgements of tokens sent once advance the
+//! Every datagram that carries tokens to a destination gets a sequence number from its S
+//! record, and each token transmission in it takes that number; the record keeps the
+//! transmissions in the order they were sent. A token is lost when it is still
+//! unacknowledged and either a token sent [`PACKET_THRESHOLD`] datagrams after it was
+//! acknowledged, or one sent in a later datagram was and it was sent more than the time
+//! threshold (9/8 of the RTT) ago. Counting datagrams, not tokens, keeps a datagram of many
+//! small tokens that arrives a little late from being declared lost. Only acknowledgements of tokens sent once advance the
 //! largest acknowledged sequence number: an ACK names a slot, not a transmission, so for a
 //! token sent twice it is unknown which copy arrived.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Transmissions acknowledged after an unacknowledged one that make it lost.
+/// Datagrams sent after an unacknowledged token, one of whose tokens was acknowledged, that
+/// make it lost.
 pub(crate) const PACKET_THRESHOLD: u64 = 3;
 
 /// What loss detection decides about the oldest transmission still tracked.
@@ -36,17 +39,24 @@ pub(crate) struct LossDetector {
 }
 
 impl LossDetector {
-    /// Records a transmission of the token in `slot`; returns its sequence number.
+    /// Records a transmission of the token in `slot` in the current datagram; returns its
+    /// sequence number (the datagram's).
     pub fn on_sent(&mut self, slot: u64) -> u64 {
         let seq = self.next_seq;
-        self.next_seq += 1;
         self.order.push_back((seq, slot));
         seq
     }
 
+    /// The datagram being written is complete: the next tokens go in another one.
+    pub fn end_datagram(&mut self) {
+        if self.order.back().is_some_and(|e| e.0 == self.next_seq) {
+            self.next_seq += 1;
+        }
+    }
+
     /// The transmission `seq` of a token sent only once was acknowledged.
     pub fn on_acked(&mut self, seq: u64) {
-        if seq < self.next_seq && self.largest_acked.is_none_or(|l| seq > l) {
+        if seq <= self.next_seq && self.largest_acked.is_none_or(|l| seq > l) {
             self.largest_acked = Some(seq);
         }
     }
@@ -115,7 +125,13 @@ mod tests {
         let mut d = LossDetector::default();
         for slot in 10..16 {
             d.on_sent(slot);
+            d.end_datagram();
         }
+        // Tokens sharing a datagram share its number.
+        d.on_sent(16);
+        d.on_sent(17);
+        assert_eq!(d.tracked(), 8);
+        assert_eq!(d.order.back(), Some(&(6, 17)));
         assert_eq!(d.front(), Some((0, 10)));
         assert_eq!(d.judge(0, t0, t0, ms(10)), Judgement::Unknown);
         d.on_acked(1);
@@ -130,6 +146,7 @@ mod tests {
         assert_eq!(d.judge(1, t0, t0, ms(10)), Judgement::LostAt(t0 + ms(10)));
         // Acknowledgements never move the largest backwards, nor past what was sent.
         d.on_acked(2);
+        d.on_acked(7);
         d.on_acked(1 << 60);
         assert_eq!(d.judge(0, t0, t0, ms(10)), Judgement::Lost);
         assert_eq!(d.judge(3, t0, t0, ms(10)), Judgement::Unknown);
@@ -142,6 +159,7 @@ mod tests {
         let mut d = LossDetector::default();
         for slot in 0..1000 {
             d.on_sent(slot);
+            d.end_datagram();
             d.compact(1, |_, s| s == 0);
         }
         assert!(d.tracked() <= 2 + 64 + 1);

@@ -195,6 +195,7 @@ impl Node {
             self.stats.frames_out.token += 1;
             wrote = true;
         }
+        rec.flight.losses.end_datagram();
         if rec.to_send.is_empty() {
             // Nothing (or no slot) to send: rate samples may understate the path.
             rec.flight.rate.mark_app_limited(rec.flight.bytes);
