@@ -151,13 +151,14 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     );
     println!(
         "sent={} delivered={delivered} duplicates={duplicates} acknowledged={acked} \
-         throughput={:.0} msg/s retransmissions={} (lost by ACKs {}, by timeout {}) \
+         throughput={:.0} msg/s retransmissions={} (lost by ACKs {}, by timeout {}, tail probes {}) \
          elapsed={:.2}s",
         s.sent,
         delivered as f64 / elapsed.as_secs_f64(),
         s.retransmissions,
         s.losses_detected,
         s.timeouts,
+        s.tail_probes,
         elapsed.as_secs_f64()
     );
     let dropped_by_receiver = b_report.stats.node.duplicates_dropped;

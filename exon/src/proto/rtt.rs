@@ -71,6 +71,27 @@ impl Rtt {
         self.backoff = (self.backoff + 1).min(16);
     }
 
+    /// The probe timeout (RFC 9002 §6.2): the timeout without the [`Config::min_rto`]
+    /// floor (at least the timer granularity), for the first expiry, which only sends a
+    /// probe.
+    pub fn pto(&self, cfg: &Config) -> Duration {
+        let Some(srtt) = self.srtt else {
+            return self.rto(cfg);
+        };
+        let base = srtt
+            .saturating_add(
+                self.rttvar
+                    .saturating_mul(4)
+                    .max(nanos(cfg.timer_granularity)),
+            )
+            .saturating_add(nanos(cfg.ack_delay))
+            .clamp(nanos(cfg.timer_granularity), nanos(cfg.max_rto));
+        Duration::from_nanos(
+            base.saturating_mul(1 << self.backoff)
+                .min(nanos(cfg.max_rto)),
+        )
+    }
+
     /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`: the
     /// smoothed RTT, four variances (at least the timer granularity) and the longest the
     /// receiver may delay its ACK ([`Config::ack_delay`], assumed the same at both ends), as
@@ -148,6 +169,21 @@ mod tests {
         assert_eq!(r.rto(&cfg), ms(1000), "no overflow after many timeouts");
         r.sample(ms(40));
         assert_eq!(r.backoff(), 0);
+    }
+
+    #[test]
+    fn the_probe_timeout_has_no_floor_but_the_granularity() {
+        let cfg = Config {
+            min_rto: ms(5),
+            ack_delay: ms(0),
+            ..Config::default()
+        };
+        let mut r = Rtt::new();
+        assert_eq!(r.pto(&cfg), r.rto(&cfg), "no sample: the timeout");
+        r.sample(Duration::from_micros(20));
+        // 20 us + max(4 * 10 us, 1 ms).
+        assert_eq!(r.pto(&cfg), Duration::from_micros(1020));
+        assert_eq!(r.rto(&cfg), ms(5));
     }
 
     #[test]

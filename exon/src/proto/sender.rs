@@ -142,6 +142,8 @@ pub(crate) struct SRecord {
     pub pacer: Pacer,
     /// The pacer blocks the next token until then (armed as a timer only while set).
     pub pace_at: Option<Instant>,
+    /// A probe is due: the next datagram may pass the congestion window and the pacer.
+    pub probe: bool,
     /// The oldest unacknowledged token is declared lost at this instant unless acknowledged.
     pub loss_at: Option<Instant>,
     /// What is in flight, and what acknowledgements say of it.
@@ -178,6 +180,7 @@ impl SRecord {
             ),
             pacer: Pacer::default(),
             pace_at: None,
+            probe: false,
             loss_at: None,
             flight: Flight::default(),
             token_size: 0,
@@ -188,6 +191,16 @@ impl SRecord {
     pub fn rto(&self, cfg: &Config) -> std::time::Duration {
         let rto = self.rtt.rto(cfg);
         super::timer::stretch(rto, self.jitter)
+    }
+
+    /// How long after the last send or acknowledgement the retransmission timer fires: the
+    /// probe timeout for a first expiry (with a controller), else the timeout.
+    pub fn timer_delay(&self, cfg: &Config) -> std::time::Duration {
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+            super::timer::stretch(self.rtt.pto(cfg), self.jitter)
+        } else {
+            self.rto(cfg)
+        }
     }
 
     /// Number of envelopes ready.
@@ -239,9 +252,11 @@ impl SRecord {
     }
 
     /// Whether the congestion window lets a token of `size` bytes go out now (one token
-    /// always may when nothing is in flight).
+    /// always may when nothing is in flight, and a probe's datagram always may).
     pub fn window_allows(&self, size: u64) -> bool {
-        self.flight.bytes == 0 || self.flight.bytes.saturating_add(size) <= self.cc.window()
+        self.probe
+            || self.flight.bytes == 0
+            || self.flight.bytes.saturating_add(size) <= self.cc.window()
     }
 
     /// Records a transmission of the token in `slot`, `size` bytes, at `now`: sequence
@@ -283,7 +298,7 @@ impl SRecord {
         let rtt = self.flight.ack_rtt.take();
         if acked > 0 {
             if self.rto_at.is_some() {
-                self.rto_at = Some(now + self.rto(cfg));
+                self.rto_at = Some(now + self.timer_delay(cfg));
             }
             let rate = self.flight.rate.take_sample();
             self.cc.on_ack(&AckEvent {
@@ -423,12 +438,46 @@ impl SRecord {
             .min()
     }
 
-    /// Queues for retransmission every token whose timeout expired, re-arms the token timer,
-    /// and backs off if anything was due. Returns how many tokens were queued.
-    pub fn expire_tokens(&mut self, now: Instant, cfg: &Config) -> u64 {
-        let Some(at) = self.rto_at else { return 0 };
+    /// The retransmission timer: returns how many tokens were declared lost, and whether
+    /// something is to be sent.
+    ///
+    /// With a congestion controller, the first expiry since the last RTT sample only sends
+    /// a probe (RFC 9002's probe timeout, TCP's tail loss probe): one datagram past the
+    /// congestion window and the pacer, with a token never sent if one waits, else the
+    /// oldest token again. Its acknowledgement lets loss detection find what was lost (a
+    /// loss at the end of a flight has no later token to reveal it). Nothing is declared
+    /// lost and the window is kept. A later expiry with no sample since (or any expiry
+    /// without a controller) queues for retransmission every token whose timeout expired,
+    /// tells the controller, re-arms the timer and backs off.
+    pub fn expire_tokens(&mut self, now: Instant, cfg: &Config) -> (u64, bool) {
+        let Some(at) = self.rto_at else {
+            return (0, false);
+        };
         if at > now {
-            return 0;
+            return (0, false);
+        }
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+            self.rtt.on_timeout();
+            self.probe = true;
+            let tokens = &self.tokens;
+            let fresh = self
+                .to_send
+                .iter()
+                .any(|s| tokens.get(*s).is_some_and(|t| t.sends == 0));
+            if !fresh {
+                let oldest = self
+                    .tokens
+                    .iter_mut()
+                    .find(|(_, t)| !t.queued && t.sent_at.is_some());
+                if let Some((s, tok)) = oldest {
+                    tok.queued = true;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                    tok.flight = 0;
+                    self.to_send.push_front(s);
+                }
+            }
+            self.rto_at = Some(now + self.rto(cfg));
+            return (0, true);
         }
         let rto = self.rto(cfg);
         let mut due = 0;
@@ -455,6 +504,6 @@ impl SRecord {
         }
         // Tokens queued now get a fresh timer when they are written.
         self.rto_at = next;
-        due
+        (due, due > 0)
     }
 }

@@ -195,6 +195,9 @@ pub struct Stats {
     pub losses_detected: u64,
     /// Tokens given up for lost by the retransmission timer.
     pub timeouts: u64,
+    /// Probes sent when the retransmission timer first expired (a datagram past the
+    /// congestion window, to have a loss at the end of a flight found from its ACK).
+    pub tail_probes: u64,
     /// REQSLOTS frames sent again after a timeout.
     pub reqslots_retransmissions: u64,
     /// Probes (SLOTS with n = 0) sent by receiver records.

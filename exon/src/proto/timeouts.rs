@@ -98,9 +98,11 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return;
         };
-        let expired = rec.expire_tokens(now, cfg);
+        let (expired, mut wake) = rec.expire_tokens(now, cfg);
         self.stats.timeouts += expired;
-        let mut wake = expired > 0;
+        if wake && expired == 0 {
+            self.stats.tail_probes += 1;
+        }
         if rec.pace_at.is_some_and(|t| t <= now) {
             rec.pace_at = None;
             wake |= !rec.to_send.is_empty();

@@ -175,7 +175,8 @@ impl Node {
                 blocked = true;
                 break;
             }
-            if let Some(at) = rec.pacer.delay(now, rec.cc.pacing_rate(), size, mss) {
+            let rate = rec.cc.pacing_rate().filter(|_| !rec.probe);
+            if let Some(at) = rec.pacer.delay(now, rate, size, mss) {
                 rec.pace_at = Some(at);
                 blocked = true;
                 break;
@@ -196,12 +197,15 @@ impl Node {
             wrote = true;
         }
         rec.flight.losses.end_datagram();
+        if wrote {
+            rec.probe = false;
+        }
         if rec.to_send.is_empty() {
             // Nothing (or no slot) to send: rate samples may understate the path.
             rec.flight.rate.mark_app_limited(rec.flight.bytes);
         }
         if wrote {
-            let expiry = now + rec.rto(cfg);
+            let expiry = now + rec.timer_delay(cfg);
             rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
         }
         let burst_end = !rec.req_due && rec.to_send.is_empty();
