@@ -210,3 +210,44 @@ fn a_lost_ack_is_repeated_in_the_next_one() {
     let s = pair.nodes[A].node.stats();
     assert_eq!((s.losses_detected, s.retransmissions), (0, 0), "{s:?}");
 }
+
+/// A lost SLOTS (or REQSLOTS) is found like a lost token: tokens sent after the request
+/// were acknowledged and no answer came, so the request goes again at once instead of after
+/// the retransmission timeout (one second here).
+#[test]
+fn a_lost_slot_request_is_repeated_without_waiting_for_the_timer() {
+    let cfg = Config {
+        min_rto: Duration::from_secs(1),
+        max_rto: Duration::from_secs(2),
+        ..test_config()
+    };
+    let mut pair = Pair::new(cfg);
+    let mut grants = 0;
+    pair.set_filter(move |w| {
+        let grant = w.from == B
+            && w.packet()
+                .frames
+                .iter()
+                .any(|f| matches!(f, Frame::Slots { n, .. } if *n > 0));
+        if grant {
+            grants += 1;
+            if grants == 2 {
+                return Fate::Drop;
+            }
+        }
+        Fate::Deliver
+    });
+    let start = pair.now;
+    for i in 0..2000u32 {
+        let mut v = i.to_be_bytes().to_vec();
+        v.resize(100, 0);
+        pair.send(A, v);
+    }
+    while pair.nodes[A].acked.len() < 2000 && pair.now - start < Duration::from_secs(10) {
+        assert!(pair.step());
+    }
+    let took = pair.now - start;
+    let s = pair.nodes[A].node.stats();
+    assert!(s.reqslots_retransmissions >= 1, "{s:?}");
+    assert!(took < Duration::from_millis(300), "took {took:?}");
+}

@@ -47,6 +47,11 @@ impl LossDetector {
         seq
     }
 
+    /// The sequence number the datagram being written takes.
+    pub fn current_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The datagram being written is complete: the next tokens go in another one.
     pub fn end_datagram(&mut self) {
         if self.order.back().is_some_and(|e| e.0 == self.next_seq) {

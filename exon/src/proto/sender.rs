@@ -120,6 +120,10 @@ pub(crate) struct SRecord {
     pub req_retransmitted: bool,
     /// A REQSLOTS must go out in the next datagram to this peer.
     pub req_due: bool,
+    /// The sequence number of the datagram that carried the outstanding REQSLOTS (see
+    /// [`LossDetector`]): once tokens sent after it are acknowledged and no SLOTS came, the
+    /// request or its answer was lost, and it is sent again at once.
+    pub req_seq: Option<u64>,
     /// Test-only: a frontier frozen before the token that triggered the request was recorded
     /// (the defect rule 2 corrects).
     pub frontier_override: Option<u64>,
@@ -166,6 +170,7 @@ impl SRecord {
             req_sent_at: None,
             req_retransmitted: false,
             req_due: false,
+            req_seq: None,
             frontier_override: None,
             rtt: Rtt::new(),
             rto_at: None,
@@ -314,6 +319,27 @@ impl SRecord {
         self.detect_losses(now, cfg)
     }
 
+    /// Declares the outstanding REQSLOTS lost (or its SLOTS) when tokens sent after it were
+    /// acknowledged as loss detection would for a token, and queues it again.
+    fn detect_lost_request(&mut self, now: Instant, delay: Duration) {
+        let (Some(_), Some(seq), Some(sent), false) =
+            (self.req_n, self.req_seq, self.req_sent_at, self.req_due)
+        else {
+            return;
+        };
+        match self.flight.losses.judge(seq, sent, now, delay) {
+            Judgement::Lost => {
+                self.req_due = true;
+                self.req_retransmitted = true;
+                self.req_seq = None;
+            }
+            Judgement::LostAt(t) => {
+                self.loss_at = Some(self.loss_at.map_or(t, |l| l.min(t)));
+            }
+            Judgement::Unknown => {}
+        }
+    }
+
     /// Declares lost every token that acknowledgements of later ones show lost, queues them
     /// for retransmission ahead of new tokens, and arms the loss timer for the next one.
     /// Returns how many were declared lost.
@@ -356,6 +382,7 @@ impl SRecord {
         for &slot in lost.iter().rev() {
             self.to_send.push_front(slot);
         }
+        self.detect_lost_request(now, delay);
         if let Some(sent_at) = newest {
             self.cc.on_lost(&LossEvent {
                 now,

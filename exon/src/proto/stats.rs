@@ -198,7 +198,8 @@ pub struct Stats {
     /// Probes sent when the retransmission timer first expired (a datagram past the
     /// congestion window, to have a loss at the end of a flight found from its ACK).
     pub tail_probes: u64,
-    /// REQSLOTS frames sent again after a timeout.
+    /// REQSLOTS frames sent again: after a timeout, or at once when tokens sent after one
+    /// were acknowledged and no SLOTS came (the request or its answer was lost).
     pub reqslots_retransmissions: u64,
     /// Probes (SLOTS with n = 0) sent by receiver records.
     pub probes: u64,

@@ -108,8 +108,13 @@ impl Node {
             wake |= !rec.to_send.is_empty();
         }
         if rec.loss_at.is_some_and(|t| t <= now) {
+            let req_due = rec.req_due;
             let lost = rec.detect_losses(now, cfg);
             self.stats.losses_detected += lost;
+            if rec.req_due && !req_due {
+                self.stats.reqslots_retransmissions += 1;
+                wake = true;
+            }
             wake |= lost > 0;
         }
         if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {

@@ -152,6 +152,7 @@ impl Node {
                 self.stats.frames_out.reqslots += 1;
                 rec.req_due = false;
                 rec.req_sent_at = Some(now);
+                rec.req_seq = Some(rec.flight.losses.current_seq());
                 rec.frontier_override = None;
             }
         }

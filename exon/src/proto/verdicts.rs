@@ -173,8 +173,13 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
+        let req_due = rec.req_due;
         let lost = rec.after_verdicts(now, &self.cfg);
         self.stats.losses_detected += lost;
+        if rec.req_due && !req_due {
+            self.stats.reqslots_retransmissions += 1;
+            self.outbox.wake(src, usize::MAX);
+        }
         let next = rec.to_send.front().and_then(|s| rec.tokens.get(*s));
         let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64));
         if !rec.to_send.is_empty() && rec.pace_at.is_none() && rec.window_allows(size) {
