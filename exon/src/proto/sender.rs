@@ -182,6 +182,7 @@ impl SRecord {
                 cfg.congestion,
                 cfg.max_datagram_size as u64,
                 cfg.initial_rtt,
+                cfg.ack_delay,
             ),
             pacer: Pacer::default(),
             pace_at: None,
@@ -269,7 +270,13 @@ impl SRecord {
     pub fn on_token_sent(&mut self, now: Instant, slot: u64, size: u64) {
         let st = self.flight.rate.on_sent(now, self.flight.bytes);
         let seq = self.flight.losses.on_sent(slot);
-        let old = self.tokens.get(slot).map_or(0, |t| t.flight);
+        let mut old = 0;
+        if let Some(tok) = self.tokens.get_mut(slot) {
+            old = std::mem::replace(&mut tok.flight, size);
+            tok.seq = seq;
+            tok.size = size;
+            tok.rate = Some(st);
+        }
         self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
@@ -278,12 +285,6 @@ impl SRecord {
         } else {
             (self.token_size * 7 + size) / 8
         };
-        if let Some(tok) = self.tokens.get_mut(slot) {
-            tok.seq = seq;
-            tok.flight = size;
-            tok.size = size;
-            tok.rate = Some(st);
-        }
         let tokens = &self.tokens;
         self.flight.losses.compact(tokens.len(), |seq, slot| {
             tokens

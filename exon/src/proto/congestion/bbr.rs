@@ -70,6 +70,9 @@ pub(crate) struct Bbr {
     min_rtt_at: Option<Instant>,
     srtt: Option<Duration>,
     initial_rtt: Duration,
+    /// The longest the receiver delays an ACK: added to the minimum RTT for the
+    /// bandwidth-delay product (the tokens of that long stay unacknowledged too).
+    ack_delay: Duration,
     round: u64,
     next_round_delivered: u64,
     full_bw: u64,
@@ -90,11 +93,17 @@ pub(crate) struct Bbr {
     round_min_rtt: Option<Duration>,
     round_peak: u64,
     in_flight: u64,
+    /// The bandwidth filter's current maximum (refreshed on every ACK).
+    max_bw: u64,
+    /// The window and pacing rate, refreshed after every event (read for every token).
+    cached_window: u64,
+    cached_pacing: u64,
 }
 
 impl Bbr {
-    pub fn new(mss: u64, initial_rtt: Duration) -> Self {
-        Bbr {
+    pub fn new(mss: u64, initial_rtt: Duration, ack_delay: Duration) -> Self {
+        let mut b = Bbr {
+            ack_delay,
             mss,
             mode: Mode::Startup,
             bw: WindowedMax::default(),
@@ -122,7 +131,29 @@ impl Bbr {
             round_min_rtt: None,
             round_peak: 0,
             in_flight: 0,
+            max_bw: 0,
+            cached_window: 0,
+            cached_pacing: 0,
+        };
+        b.refresh();
+        b
+    }
+
+    /// Recomputes what is read per token: the window and the pacing rate.
+    fn refresh(&mut self) {
+        let mut w = self.cwnd.min(self.inflight_hi.max(self.min_window()));
+        if self.mode == Mode::ProbeRtt {
+            w = w.min(self.min_window());
         }
+        self.cached_window = w;
+        let rate = match self.bandwidth() {
+            Some(bw) => scale(scale(bw, self.pacing_gain(), UNIT), PACING_MARGIN, UNIT),
+            None => {
+                let rtt = self.srtt.or(self.min_rtt).unwrap_or(self.initial_rtt);
+                scale(rate_of(self.cwnd, rtt), STARTUP_GAIN, UNIT)
+            }
+        };
+        self.cached_pacing = rate.max(1);
     }
 
     fn min_window(&self) -> u64 {
@@ -137,7 +168,7 @@ impl Bbr {
 
     /// Estimated bottleneck bandwidth, bytes per second.
     pub fn bandwidth(&self) -> Option<u64> {
-        Some(self.bw.get(self.round)).filter(|b| *b > 0)
+        Some(self.max_bw).filter(|b| *b > 0)
     }
 
     /// Minimum RTT seen (within its window).
@@ -145,10 +176,11 @@ impl Bbr {
         self.min_rtt
     }
 
-    /// The bandwidth-delay product times `gain` (thousandths), if both are known.
+    /// The bandwidth-delay product times `gain` (thousandths), if both are known, over the
+    /// minimum RTT plus the receiver's ACK delay.
     fn bdp(&self, gain: u64) -> Option<u64> {
         let bw = self.bandwidth()?;
-        let rtt = self.min_rtt?;
+        let rtt = self.min_rtt?.saturating_add(self.ack_delay);
         Some(scale(bytes_in(bw, rtt), gain, UNIT))
     }
 
@@ -192,6 +224,7 @@ impl Bbr {
                 self.bw.update(self.round, rs.delivery_rate);
             }
         }
+        self.max_bw = self.bw.get(self.round);
         if let Some(rtt) = ev.rtt {
             self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
             if self.min_rtt.is_none_or(|m| rtt <= m) {
@@ -209,6 +242,7 @@ impl Bbr {
         }
         self.update_mode(now, round_start, ev);
         self.update_cwnd(ev.acked);
+        self.refresh();
     }
 
     /// ACK aggregation: bytes acknowledged beyond what the bandwidth explains since the
@@ -354,25 +388,15 @@ impl Bbr {
         self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
         self.cwnd = self.min_window();
         self.in_flight = 0;
+        self.refresh();
     }
 
     pub fn window(&self) -> u64 {
-        let mut w = self.cwnd.min(self.inflight_hi.max(self.min_window()));
-        if self.mode == Mode::ProbeRtt {
-            w = w.min(self.min_window());
-        }
-        w
+        self.cached_window
     }
 
     pub fn pacing_rate(&self) -> Option<u64> {
-        let rate = match self.bandwidth() {
-            Some(bw) => scale(scale(bw, self.pacing_gain(), UNIT), PACING_MARGIN, UNIT),
-            None => {
-                let rtt = self.srtt.or(self.min_rtt).unwrap_or(self.initial_rtt);
-                scale(rate_of(self.cwnd, rtt), STARTUP_GAIN, UNIT)
-            }
-        };
-        Some(rate.max(1))
+        Some(self.cached_pacing)
     }
 }
 
@@ -394,7 +418,7 @@ mod tests {
         secs: u64,
     ) -> (u64, u64, Bbr) {
         let t0 = Instant::now();
-        let mut c = Bbr::new(MSS, Duration::from_millis(100));
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
         let mut dr = DeliveryRate::default();
         let mut now = t0;
         let mut link_free = t0;
@@ -485,7 +509,7 @@ mod tests {
 
     #[test]
     fn backs_off_when_loss_comes_with_a_queue() {
-        let mut c = Bbr::new(MSS, Duration::from_millis(100));
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
         let t0 = Instant::now();
         let ack = |c: &mut Bbr, at: Instant, rtt_ms: u64, prior: u64, delivered: u64| {
             c.on_ack(&AckEvent {
@@ -559,7 +583,7 @@ mod tests {
 
     #[test]
     fn hostile_numbers_do_not_overflow() {
-        let mut c = Bbr::new(MSS, Duration::from_millis(100));
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
         let t0 = Instant::now();
         for i in 0..100 {
             c.on_ack(&AckEvent {

@@ -108,10 +108,17 @@ enum Inner {
 
 impl Controller {
     /// A controller of kind `kind` for datagrams of at most `mss` bytes, assuming a round trip
-    /// of `initial_rtt` until one is measured.
-    pub fn new(kind: CongestionControl, mss: u64, initial_rtt: Duration) -> Self {
+    /// of `initial_rtt` until one is measured, and ACKs delayed by up to `ack_delay`.
+    pub fn new(
+        kind: CongestionControl,
+        mss: u64,
+        initial_rtt: Duration,
+        ack_delay: Duration,
+    ) -> Self {
         let inner = match kind {
-            CongestionControl::Bbr => Inner::Bbr(Box::new(bbr::Bbr::new(mss, initial_rtt))),
+            CongestionControl::Bbr => {
+                Inner::Bbr(Box::new(bbr::Bbr::new(mss, initial_rtt, ack_delay)))
+            }
             CongestionControl::NewReno => Inner::NewReno(newreno::NewReno::new(mss, initial_rtt)),
             CongestionControl::Off => Inner::Off,
         };
@@ -227,7 +234,8 @@ mod tests {
 
     #[test]
     fn off_never_limits() {
-        let mut c = Controller::new(CongestionControl::Off, 1200, Duration::from_millis(100));
+        let ms = Duration::from_millis;
+        let mut c = Controller::new(CongestionControl::Off, 1200, ms(100), ms(2));
         assert!(!c.is_enabled());
         c.on_rto(Instant::now());
         assert_eq!(c.window(), u64::MAX);
