@@ -266,6 +266,29 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     let a_report = a.close(Duration::from_secs(5)).await;
     let b_report = b.close(Duration::from_secs(1)).await;
     let s = a_report.stats.node;
+    let injected = (
+        a_sock.dropped() + b_sock.dropped(),
+        a_sock.duplicated() + b_sock.duplicated(),
+        a_sock.reordered() + b_sock.reordered(),
+    );
+    println!(
+        "injected: {} datagrams dropped, {} duplicated, {} reordered",
+        injected.0, injected.1, injected.2
+    );
+    println!(
+        "sent={} delivered={delivered} duplicates={duplicates} acknowledged={acked} \
+         throughput={:.0} msg/s retransmissions={} (lost by ACKs {}, by timeout {}, tail probes {}) \
+         elapsed={:.2}s",
+        s.sent,
+        delivered as f64 / elapsed.as_secs_f64(),
+        s.retransmissions,
+        s.losses_detected,
+        s.timeouts,
+        s.tail_probes,
+        elapsed.as_secs_f64()
+    );
+    let dropped_by_receiver = b_report.stats.node.duplicates_dropped;
+    println!("receiver dropped {dropped_by_receiver} duplicate tokens before delivery");
     let ok = duplicates == 0
         && foreign == 0
         && delivered == count

@@ -87,8 +87,9 @@ struct Cli {
     /// Warm-up seconds before measuring.
     #[arg(long, default_value_t = 1.0)]
     warmup: f64,
-    /// Seconds allowed after the measurement for what is outstanding.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds allowed after the measurement for what is outstanding (exon's send queue
+    /// holds about 10 s of a 1 Mbit/s link).
+    #[arg(long, default_value_t = 20.0)]
     drain: f64,
     /// Link queue in bytes (default one bandwidth-delay product, at least 32 KiB).
     #[arg(long)]
@@ -96,7 +97,8 @@ struct Cli {
     /// Seed of the emulator's loss.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Exon's window (default: what the link plus its queue hold).
+    /// Exon's window (default: exon's default, 1024; its congestion controller sizes the
+    /// flight to the link).
     #[arg(long)]
     exon_window: Option<u64>,
     /// Exon's envelopes (default 128, at most the window).
@@ -195,20 +197,15 @@ fn impairment(a: &Args, rate_mbit: f64, rtt_ms: f64, loss: f64) -> Impairment {
     }
 }
 
-/// Exon's tuning for a link, unless given: a window of two bandwidth-delay products plus the
-/// queue, in ~1.1 KB datagrams, between 16 and 1024 (the default), and at most 128 envelopes
-/// (the default). A slot is held about two round trips (REQSLOTS/SLOTS, then TOKEN/ACK), so
-/// one product is not enough to fill the link; exon has no congestion control, so a window
-/// far above this only overflows the queue (the paper also sizes `N` from the
-/// bandwidth-delay product).
-fn exon_tuning(a: &Args, imp: &Impairment) -> ExonTuning {
-    let window = a.exon_window.unwrap_or_else(|| {
-        let bdp = imp.rate_bps as f64 / 8.0 * imp.rtt.as_secs_f64();
-        (((2.0 * bdp + imp.queue_bytes as f64) / 1100.0) as u64).clamp(16, 1024)
-    });
+/// Exon's tuning: its defaults (window 1024, 128 envelopes) on every link, unless given.
+/// Its congestion controller, not a per-link window, keeps the link full and the queue
+/// short.
+fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
+    let d = exon::Config::default();
+    let window = a.exon_window.unwrap_or(d.window);
     ExonTuning {
         window,
-        envelopes: a.exon_envelopes.unwrap_or(128).min(window),
+        envelopes: a.exon_envelopes.unwrap_or(d.envelope_target).min(window),
     }
 }
 

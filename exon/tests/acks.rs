@@ -5,16 +5,19 @@
 
 use std::time::{Duration, Instant};
 
-use exon::proto::{Config, Frame, Node, Packet};
+use exon::proto::{Config, CongestionControl, Frame, Node, Packet};
 
 mod frames;
 use frames::*;
 
+/// Without congestion control, so that a burst is written at once, all at the same instant
+/// (the pacer would spread it out: that is tested in `congestion.rs`).
 fn config(ack_every: u32) -> Config {
     let mut conf = cfg(64, 8, 256);
     conf.max_datagram_size = 1200;
     conf.ack_delay = Duration::from_millis(2);
     conf.ack_every = ack_every;
+    conf.congestion = CongestionControl::Off;
     conf
 }
 

@@ -405,6 +405,9 @@ fn rule7_retransmission_timer_backs_off_and_follows_karn() {
         conf.initial_rtt = Duration::from_millis(10);
         conf.min_rto = Duration::from_millis(1);
         conf.max_rto = Duration::from_secs(1);
+        // No ACK delay to add to the timeout (the first expiry sends the token again as a
+        // probe, the second as a timeout: the waits are the same).
+        conf.ack_delay = Duration::ZERO;
         conf
     };
     let mut a = node(A, c.clone(), 0, t0);

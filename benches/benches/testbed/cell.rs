@@ -268,7 +268,25 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
     kv.push(format!("rtt_ms={}", imp.rtt.as_secs_f64() * 1e3));
     kv.push(format!("loss={}", imp.loss));
     kv.push(format!("queue_bytes={}", imp.queue_bytes));
-    kv.push(format!("exon_window={}", exon.window));
-    kv.push(format!("exon_envelopes={}", exon.envelopes));
+    if let Some(o) = out.iter().find(|o| o.system == System::Exon) {
+        let field = |k: &str| {
+            o.notes
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k)?.strip_prefix('='))
+                .unwrap_or("-")
+                .to_string()
+        };
+        kv.push(format!("exon_datagrams_out={}", o.link[0].received));
+        kv.push(format!(
+            "exon_queue_drops={}",
+            o.link[0].dropped_queue + o.link[1].dropped_queue
+        ));
+        kv.push(format!("exon_retransmissions={}", field("retransmissions")));
+        kv.push(format!("exon_complete={}", o.complete));
+    }
+    if exon != ExonTuning::default() {
+        kv.push(format!("exon_window={}", exon.window));
+        kv.push(format!("exon_envelopes={}", exon.envelopes));
+    }
     println!("{}", kv.join(" "));
 }

@@ -83,14 +83,23 @@ pub struct RoleArgs {
     pub drain: Duration,
 }
 
-/// Exon's flow-control settings for a link (it has no congestion control: these bound what
-/// it puts on the link).
+/// Exon's flow-control settings ([`Default`]: exon's own defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExonTuning {
     /// Slots held per destination (envelopes plus unacknowledged messages).
     pub window: u64,
     /// Envelopes kept ready (`envelope_target`; the low watermark is half).
     pub envelopes: u64,
+}
+
+impl Default for ExonTuning {
+    fn default() -> Self {
+        let d = exon::Config::default();
+        ExonTuning {
+            window: d.window,
+            envelopes: d.envelope_target,
+        }
+    }
 }
 
 impl ExonTuning {
@@ -380,6 +389,8 @@ async fn send(a: &RoleArgs, mut ctl: Control) {
                 &[
                     ("n", seq.to_string()),
                     ("retransmissions", s.node.retransmissions.to_string()),
+                    ("losses_detected", s.node.losses_detected.to_string()),
+                    ("timeouts", s.node.timeouts.to_string()),
                     ("datagrams_out", s.node.datagrams_out.to_string()),
                 ],
             );

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::codec::{varint_len, VARINT_MAX};
+use super::congestion::CongestionControl;
 use super::crypto::TAG_LEN;
 use super::frame::{token_len, MAX_HEADER_LEN};
 
@@ -110,6 +111,11 @@ pub struct Config {
     /// peer is never reported unreachable only because this node waits to retransmit.
     /// Default 5 s.
     pub unreachable_after: Duration,
+    /// Congestion controller of every destination: how many bytes of tokens may be in flight
+    /// (within the receiver's slots) and at what rate they leave. Default
+    /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
+    /// the slots alone.
+    pub congestion: CongestionControl,
 }
 
 impl Default for Config {
@@ -140,6 +146,7 @@ impl Default for Config {
             key_agreement_burst: 512,
             max_untaken: 65536,
             unreachable_after: Duration::from_secs(5),
+            congestion: CongestionControl::default(),
         }
     }
 }

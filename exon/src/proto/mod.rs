@@ -7,6 +7,7 @@
 mod abandon;
 pub mod codec;
 mod config;
+mod congestion;
 pub mod crypto;
 mod delivery;
 mod error;
@@ -16,8 +17,10 @@ pub mod frame;
 mod fuzzing;
 mod ids;
 mod liveness;
+mod loss;
 mod node;
 mod outbox;
+mod pacing;
 pub mod ranges;
 mod receiver;
 mod rtt;
@@ -32,6 +35,7 @@ mod verdicts;
 
 pub use abandon::Abandoned;
 pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
+pub use congestion::{CongestionControl, PathStats};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.

@@ -284,6 +284,20 @@ impl Node {
         self.senders.values().map(|s| s.tokens.len()).sum()
     }
 
+    /// What the sender record for `to` knows of the path: congestion window, bytes in
+    /// flight, pacing rate, bandwidth and RTT estimates. `None` without a record.
+    pub fn path(&self, to: NodeId) -> Option<super::PathStats> {
+        let s = self.senders.get(&to)?;
+        Some(super::PathStats {
+            window: s.cc.window(),
+            in_flight: s.flight.bytes,
+            pacing_rate: s.cc.pacing_rate(),
+            bandwidth: s.cc.bandwidth(),
+            min_rtt: s.cc.min_rtt(),
+            srtt: s.rtt.smoothed(),
+        })
+    }
+
     /// Messages waiting for an envelope, over all destinations.
     pub fn messages_queued(&self) -> usize {
         self.senders.values().map(|s| s.queue.len()).sum()
@@ -412,7 +426,8 @@ impl Node {
             if self.senders.len() >= self.cfg.max_sender_records {
                 return Err(SendError::TooManyPeers);
             }
-            self.senders.insert(to, SRecord::new(self.ck, now));
+            self.senders
+                .insert(to, SRecord::new(self.ck, now, &self.cfg));
         }
         let id = MsgId(self.next_msg);
         self.next_msg += 1;
@@ -612,6 +627,7 @@ impl Node {
                     for rg in ranges.iter().flatten() {
                         self.on_verdict(now, src, v, r, rg);
                     }
+                    self.after_verdicts(now, src);
                     if let Some(rec) = self.senders.get_mut(&src) {
                         rec.note_if_idle(now);
                     }

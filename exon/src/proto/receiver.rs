@@ -36,6 +36,10 @@ pub(crate) struct RRecord {
     /// A datagram asked for an immediate ACK (ACK-NOW, or a duplicate) while deliveries
     /// were held: their ACK goes at once when the application has taken them all.
     pub ack_now: bool,
+    /// The slots the last ACK frame to the source acknowledged for the first time: repeated
+    /// once in the next ACK frame, so that one lost ACK datagram does not make the sender
+    /// declare (and resend) tokens that arrived.
+    pub acked_last: RangeSet,
 }
 
 /// What a REQSLOTS did to a record.
@@ -64,6 +68,7 @@ impl RRecord {
             proven: false,
             held: Held::default(),
             ack_now: false,
+            acked_last: RangeSet::new(),
         }
     }
 

@@ -13,6 +13,7 @@ use super::Config;
 pub struct Rtt {
     srtt: Option<u64>,
     rttvar: u64,
+    latest: Option<u64>,
     backoff: u32,
 }
 
@@ -26,6 +27,7 @@ impl Rtt {
         Rtt {
             srtt: None,
             rttvar: 0,
+            latest: None,
             backoff: 0,
         }
     }
@@ -33,6 +35,11 @@ impl Rtt {
     /// Smoothed round-trip time, if any sample was taken.
     pub fn smoothed(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_nanos)
+    }
+
+    /// The latest sample, if any.
+    pub fn latest(&self) -> Option<Duration> {
+        self.latest.map(Duration::from_nanos)
     }
 
     /// Number of consecutive timeouts without a fresh sample.
@@ -44,6 +51,7 @@ impl Rtt {
     pub fn sample(&mut self, rtt: Duration) {
         // Round trips beyond an hour are clamped: they only matter as "very long".
         let rtt = nanos(rtt).min(3_600_000_000_000);
+        self.latest = Some(rtt);
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);
@@ -63,15 +71,41 @@ impl Rtt {
         self.backoff = (self.backoff + 1).min(16);
     }
 
-    /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`.
-    pub fn rto(&self, cfg: &Config) -> Duration {
-        let base = match self.srtt {
-            None => nanos(cfg.initial_rtt).saturating_mul(2),
-            Some(srtt) => srtt.saturating_add(
+    /// The probe timeout (RFC 9002 §6.2): the timeout without the [`Config::min_rto`]
+    /// floor (at least the timer granularity), for the first expiry, which only sends a
+    /// probe.
+    pub fn pto(&self, cfg: &Config) -> Duration {
+        let Some(srtt) = self.srtt else {
+            return self.rto(cfg);
+        };
+        let base = srtt
+            .saturating_add(
                 self.rttvar
                     .saturating_mul(4)
                     .max(nanos(cfg.timer_granularity)),
-            ),
+            )
+            .saturating_add(nanos(cfg.ack_delay))
+            .clamp(nanos(cfg.timer_granularity), nanos(cfg.max_rto));
+        Duration::from_nanos(
+            base.saturating_mul(1 << self.backoff)
+                .min(nanos(cfg.max_rto)),
+        )
+    }
+
+    /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`: the
+    /// smoothed RTT, four variances (at least the timer granularity) and the longest the
+    /// receiver may delay its ACK ([`Config::ack_delay`], assumed the same at both ends), as
+    /// RFC 9002's probe timeout.
+    pub fn rto(&self, cfg: &Config) -> Duration {
+        let base = match self.srtt {
+            None => nanos(cfg.initial_rtt).saturating_mul(2),
+            Some(srtt) => srtt
+                .saturating_add(
+                    self.rttvar
+                        .saturating_mul(4)
+                        .max(nanos(cfg.timer_granularity)),
+                )
+                .saturating_add(nanos(cfg.ack_delay)),
         };
         let (min, max) = (nanos(cfg.min_rto), nanos(cfg.max_rto));
         let base = base.clamp(min, max);
@@ -99,7 +133,7 @@ mod tests {
         let mut r = Rtt::new();
         r.sample(ms(100));
         assert_eq!(r.smoothed(), Some(ms(100)));
-        assert_eq!(r.rto(&cfg), ms(100) + ms(200));
+        assert_eq!(r.rto(&cfg), ms(100) + ms(200) + cfg.ack_delay);
     }
 
     #[test]
@@ -116,6 +150,7 @@ mod tests {
     fn backoff_doubles_up_to_the_cap_and_a_sample_resets_it() {
         let cfg = Config {
             max_rto: ms(1000),
+            ack_delay: Duration::ZERO,
             ..Config::default()
         };
         let mut r = Rtt::new();
@@ -134,6 +169,21 @@ mod tests {
         assert_eq!(r.rto(&cfg), ms(1000), "no overflow after many timeouts");
         r.sample(ms(40));
         assert_eq!(r.backoff(), 0);
+    }
+
+    #[test]
+    fn the_probe_timeout_has_no_floor_but_the_granularity() {
+        let cfg = Config {
+            min_rto: ms(5),
+            ack_delay: ms(0),
+            ..Config::default()
+        };
+        let mut r = Rtt::new();
+        assert_eq!(r.pto(&cfg), r.rto(&cfg), "no sample: the timeout");
+        r.sample(Duration::from_micros(20));
+        // 20 us + max(4 * 10 us, 1 ms).
+        assert_eq!(r.pto(&cfg), Duration::from_micros(1020));
+        assert_eq!(r.rto(&cfg), ms(5));
     }
 
     #[test]

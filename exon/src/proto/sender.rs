@@ -2,10 +2,13 @@
 //! for one destination.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState};
+use super::loss::{loss_delay, Judgement, LossDetector};
+use super::pacing::Pacer;
 use super::rtt::Rtt;
 use super::tokens::Tokens;
 use super::{Config, MsgId};
@@ -32,6 +35,14 @@ pub(crate) struct Token {
     pub sends: u32,
     /// Waiting in `to_send`.
     pub queued: bool,
+    /// Sequence number of its last transmission (see [`LossDetector`]).
+    pub seq: u64,
+    /// Bytes it counts in the record's bytes in flight (0: not in flight).
+    pub flight: u64,
+    /// Its TOKEN frame's size when last sent.
+    pub size: u64,
+    /// The delivery-rate snapshot of its last transmission.
+    pub rate: Option<SendState>,
 }
 
 impl Token {
@@ -42,6 +53,44 @@ impl Token {
             self.rck
         } else {
             record_rck.unwrap_or(self.rck)
+        }
+    }
+}
+
+/// The tokens in flight to one destination, as loss detection and the controller see them.
+#[derive(Debug, Default)]
+pub(crate) struct Flight {
+    /// Transmissions in sending order, for loss detection.
+    pub losses: LossDetector,
+    /// Delivery-rate estimator.
+    pub rate: DeliveryRate,
+    /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
+    pub bytes: u64,
+    /// Bytes acknowledged by the verdict frame being handled.
+    pub ack_batch: u64,
+    /// The newest RTT sample of the verdict frame being handled.
+    pub ack_rtt: Option<Duration>,
+}
+
+impl Flight {
+    /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
+    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT.
+    pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &mut Rtt) {
+        self.bytes = self.bytes.saturating_sub(tok.flight);
+        if !acked {
+            return;
+        }
+        if let Some(st) = &tok.rate {
+            self.rate.on_acked(now, st, tok.size);
+        }
+        self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        if tok.sends == 1 {
+            self.losses.on_acked(tok.seq);
+            if let Some(t) = tok.sent_at {
+                let sample = now.saturating_duration_since(t);
+                rtt.sample(sample);
+                self.ack_rtt = Some(sample);
+            }
         }
     }
 }
@@ -71,6 +120,10 @@ pub(crate) struct SRecord {
     pub req_retransmitted: bool,
     /// A REQSLOTS must go out in the next datagram to this peer.
     pub req_due: bool,
+    /// The sequence number of the datagram that carried the outstanding REQSLOTS (see
+    /// [`LossDetector`]): once tokens sent after it are acknowledged and no SLOTS came, the
+    /// request or its answer was lost, and it is sent again at once.
+    pub req_seq: Option<u64>,
     /// Test-only: a frontier frozen before the token that triggered the request was recorded
     /// (the defect rule 2 corrects).
     pub frontier_override: Option<u64>,
@@ -91,6 +144,20 @@ pub(crate) struct SRecord {
     /// them, so it never evicted them unused (a RETRY for one of them is refused).
     pub proven: [u64; PROVEN_KEPT],
     proven_next: usize,
+    /// Congestion controller of this destination.
+    pub cc: Controller,
+    /// Pacer of this destination.
+    pub pacer: Pacer,
+    /// The pacer blocks the next token until then (armed as a timer only while set).
+    pub pace_at: Option<Instant>,
+    /// A probe is due: the next datagram may pass the congestion window and the pacer.
+    pub probe: bool,
+    /// The oldest unacknowledged token is declared lost at this instant unless acknowledged.
+    pub loss_at: Option<Instant>,
+    /// What is in flight, and what acknowledgements say of it.
+    pub flight: Flight,
+    /// Moving average of TOKEN frame sizes, to turn the window into slots.
+    pub token_size: u64,
 }
 
 /// Incarnations remembered as proven per sender record.
@@ -106,7 +173,7 @@ impl SRecord {
     }
 
     /// A record for a destination with no state: `sck` starts at the node clock.
-    pub fn new(ck: u64, now: Instant) -> Self {
+    pub fn new(ck: u64, now: Instant, cfg: &Config) -> Self {
         SRecord {
             sck: ck,
             rck: None,
@@ -118,6 +185,7 @@ impl SRecord {
             req_sent_at: None,
             req_retransmitted: false,
             req_due: false,
+            req_seq: None,
             frontier_override: None,
             rtt: Rtt::new(),
             rto_at: None,
@@ -128,6 +196,18 @@ impl SRecord {
             // u64::MAX is never an incarnation (they are at most 2^62 - 1).
             proven: [u64::MAX; PROVEN_KEPT],
             proven_next: 0,
+            cc: Controller::new(
+                cfg.congestion,
+                cfg.max_datagram_size as u64,
+                cfg.initial_rtt,
+                cfg.ack_delay,
+            ),
+            pacer: Pacer::default(),
+            pace_at: None,
+            probe: false,
+            loss_at: None,
+            flight: Flight::default(),
+            token_size: 0,
         }
     }
 
@@ -135,6 +215,16 @@ impl SRecord {
     pub fn rto(&self, cfg: &Config) -> std::time::Duration {
         let rto = self.rtt.rto(cfg);
         super::timer::stretch(rto, self.jitter)
+    }
+
+    /// How long after the last send or acknowledgement the retransmission timer fires: the
+    /// probe timeout for a first expiry (with a controller), else the timeout.
+    pub fn timer_delay(&self, cfg: &Config) -> std::time::Duration {
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+            super::timer::stretch(self.rtt.pto(cfg), self.jitter)
+        } else {
+            self.rto(cfg)
+        }
     }
 
     /// Number of envelopes ready.
@@ -164,12 +254,163 @@ impl SRecord {
     }
 
     /// How many slots to ask for now: enough for `N` envelopes plus every queued message, but
-    /// never more than the window allows (`n = N + |msg| - |env|`, capped).
+    /// never more than the window allows (`n = N + |msg| - |env|`, capped): the smaller of
+    /// [`Config::window`] and what the congestion controller can use (twice its window in
+    /// tokens, plus `N`), so receivers do not hold slots for nothing.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let env = self.envelopes();
         let held = env + self.tokens.len() as u64;
         let want = (cfg.envelope_target + self.queue.len() as u64).saturating_sub(env);
-        want.min(cfg.window.saturating_sub(held))
+        want.min(self.slot_window(cfg).saturating_sub(held))
+    }
+
+    /// The most slots worth holding: [`Config::window`], or less when the congestion window
+    /// holds fewer tokens.
+    pub fn slot_window(&self, cfg: &Config) -> u64 {
+        if !self.cc.is_enabled() || self.token_size == 0 {
+            return cfg.window;
+        }
+        let tokens = self.cc.window() / self.token_size;
+        cfg.window
+            .min(tokens.saturating_mul(2).saturating_add(cfg.envelope_target))
+    }
+
+    /// Whether the congestion window lets a token of `size` bytes go out now (one token
+    /// always may when nothing is in flight, and a probe's datagram always may).
+    pub fn window_allows(&self, size: u64) -> bool {
+        self.probe
+            || self.flight.bytes == 0
+            || self.flight.bytes.saturating_add(size) <= self.cc.window()
+    }
+
+    /// Records a transmission of the token in `slot`, `size` bytes, at `now`: sequence
+    /// number, bytes in flight, delivery-rate snapshot, pacer and controller.
+    pub fn on_token_sent(&mut self, now: Instant, slot: u64, size: u64) {
+        let st = self.flight.rate.on_sent(now, self.flight.bytes);
+        let seq = self.flight.losses.on_sent(slot);
+        let mut old = 0;
+        if let Some(tok) = self.tokens.get_mut(slot) {
+            old = std::mem::replace(&mut tok.flight, size);
+            tok.seq = seq;
+            tok.size = size;
+            tok.rate = Some(st);
+        }
+        self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
+        self.pacer.on_sent(size);
+        self.cc.on_sent(now, size, self.flight.bytes);
+        self.token_size = if self.token_size == 0 {
+            size
+        } else {
+            (self.token_size * 7 + size) / 8
+        };
+        let tokens = &self.tokens;
+        self.flight.losses.compact(tokens.len(), |seq, slot| {
+            tokens
+                .get(slot)
+                .is_some_and(|t| t.seq == seq && t.flight > 0)
+        });
+    }
+
+    /// After a verdict frame: tells the controller what it acknowledged (if anything), then
+    /// runs loss detection. Returns how many tokens were declared lost.
+    ///
+    /// An acknowledgement of new tokens also restarts the retransmission timer (RFC 6298,
+    /// 5.3): while acknowledgements flow, losses are found from them, and the timer fires
+    /// only when they stop.
+    pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
+        let acked = std::mem::take(&mut self.flight.ack_batch);
+        let rtt = self.flight.ack_rtt.take();
+        if acked > 0 {
+            if self.rto_at.is_some() {
+                self.rto_at = Some(now + self.timer_delay(cfg));
+            }
+            let rate = self.flight.rate.take_sample();
+            self.cc.on_ack(&AckEvent {
+                now,
+                acked,
+                in_flight: self.flight.bytes,
+                rate,
+                rtt,
+                srtt: self.rtt.smoothed(),
+                delivered: self.flight.rate.delivered(),
+            });
+        }
+        self.detect_losses(now, cfg)
+    }
+
+    /// Declares the outstanding REQSLOTS lost (or its SLOTS) when tokens sent after it were
+    /// acknowledged as loss detection would for a token, and queues it again.
+    fn detect_lost_request(&mut self, now: Instant, delay: Duration) {
+        let (Some(_), Some(seq), Some(sent), false) =
+            (self.req_n, self.req_seq, self.req_sent_at, self.req_due)
+        else {
+            return;
+        };
+        match self.flight.losses.judge(seq, sent, now, delay) {
+            Judgement::Lost => {
+                self.req_due = true;
+                self.req_retransmitted = true;
+                self.req_seq = None;
+            }
+            Judgement::LostAt(t) => {
+                self.loss_at = Some(self.loss_at.map_or(t, |l| l.min(t)));
+            }
+            Judgement::Unknown => {}
+        }
+    }
+
+    /// Declares lost every token that acknowledgements of later ones show lost, queues them
+    /// for retransmission ahead of new tokens, and arms the loss timer for the next one.
+    /// Returns how many were declared lost.
+    pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
+        let latest = self.rtt.latest().unwrap_or(srtt);
+        let delay = loss_delay(srtt, latest, cfg.timer_granularity);
+        self.loss_at = None;
+        let mut lost = Vec::new();
+        let (mut bytes, mut newest) = (0u64, None);
+        while let Some((seq, slot)) = self.flight.losses.front() {
+            let Some(tok) = self.tokens.get_mut(slot) else {
+                self.flight.losses.pop_front();
+                continue;
+            };
+            let sent = match tok.sent_at {
+                Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
+                _ => {
+                    self.flight.losses.pop_front();
+                    continue;
+                }
+            };
+            match self.flight.losses.judge(seq, sent, now, delay) {
+                Judgement::Lost => {
+                    self.flight.losses.pop_front();
+                    bytes += tok.flight;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                    tok.flight = 0;
+                    tok.queued = true;
+                    newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
+                    lost.push(slot);
+                }
+                Judgement::LostAt(t) => {
+                    self.loss_at = Some(t);
+                    break;
+                }
+                Judgement::Unknown => break,
+            }
+        }
+        for &slot in lost.iter().rev() {
+            self.to_send.push_front(slot);
+        }
+        self.detect_lost_request(now, delay);
+        if let Some(sent_at) = newest {
+            self.cc.on_lost(&LossEvent {
+                now,
+                lost: bytes,
+                sent_at,
+                in_flight: self.flight.bytes,
+            });
+        }
+        lost.len() as u64
     }
 
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
@@ -187,6 +428,10 @@ impl SRecord {
             sent_at: None,
             sends: 0,
             queued: true,
+            seq: 0,
+            flight: 0,
+            size: 0,
+            rate: None,
         };
         self.tokens.insert(slot, tok);
         self.to_send.push_back(slot);
@@ -233,15 +478,52 @@ impl SRecord {
             .idle_since
             .filter(|_| self.is_quiet())
             .map(|t| t + cfg.idle_timeout);
-        [self.rto_at, req, idle].into_iter().flatten().min()
+        [self.rto_at, req, idle, self.pace_at, self.loss_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
-    /// Queues for retransmission every token whose timeout expired, re-arms the token timer,
-    /// and backs off if anything was due. Returns how many tokens were queued.
-    pub fn expire_tokens(&mut self, now: Instant, cfg: &Config) -> u64 {
-        let Some(at) = self.rto_at else { return 0 };
+    /// The retransmission timer: returns how many tokens were declared lost, and whether
+    /// something is to be sent.
+    ///
+    /// With a congestion controller, the first expiry since the last RTT sample only sends
+    /// a probe (RFC 9002's probe timeout, TCP's tail loss probe): one datagram past the
+    /// congestion window and the pacer, with a token never sent if one waits, else the
+    /// oldest token again. Its acknowledgement lets loss detection find what was lost (a
+    /// loss at the end of a flight has no later token to reveal it). Nothing is declared
+    /// lost and the window is kept. A later expiry with no sample since (or any expiry
+    /// without a controller) queues for retransmission every token whose timeout expired,
+    /// tells the controller, re-arms the timer and backs off.
+    pub fn expire_tokens(&mut self, now: Instant, cfg: &Config) -> (u64, bool) {
+        let Some(at) = self.rto_at else {
+            return (0, false);
+        };
         if at > now {
-            return 0;
+            return (0, false);
+        }
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+            self.rtt.on_timeout();
+            self.probe = true;
+            let tokens = &self.tokens;
+            let fresh = self
+                .to_send
+                .iter()
+                .any(|s| tokens.get(*s).is_some_and(|t| t.sends == 0));
+            if !fresh {
+                let oldest = self
+                    .tokens
+                    .iter_mut()
+                    .find(|(_, t)| !t.queued && t.sent_at.is_some());
+                if let Some((s, tok)) = oldest {
+                    tok.queued = true;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                    tok.flight = 0;
+                    self.to_send.push_front(s);
+                }
+            }
+            self.rto_at = Some(now + self.rto(cfg));
+            return (0, true);
         }
         let rto = self.rto(cfg);
         let mut due = 0;
@@ -254,6 +536,8 @@ impl SRecord {
             let expiry = sent + rto;
             if expiry <= now {
                 tok.queued = true;
+                self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                tok.flight = 0;
                 self.to_send.push_back(s);
                 due += 1;
             } else {
@@ -262,9 +546,10 @@ impl SRecord {
         }
         if due > 0 {
             self.rtt.on_timeout();
+            self.cc.on_rto(now);
         }
         // Tokens queued now get a fresh timer when they are written.
         self.rto_at = next;
-        due
+        (due, due > 0)
     }
 }

@@ -240,9 +240,18 @@ pub struct Stats {
     /// Receiver records evicted to make room while full, before anything was delivered
     /// into them (their senders are told RETRY).
     pub evictions: u64,
-    /// TOKEN frames sent again after a timeout.
+    /// TOKEN frames sent again (after a loss was detected or the timer ran out).
     pub retransmissions: u64,
-    /// REQSLOTS frames sent again after a timeout.
+    /// Tokens declared lost from acknowledgements of tokens sent after them (fast loss
+    /// recovery), each counted once per declaration.
+    pub losses_detected: u64,
+    /// Tokens given up for lost by the retransmission timer.
+    pub timeouts: u64,
+    /// Probes sent when the retransmission timer first expired (a datagram past the
+    /// congestion window, to have a loss at the end of a flight found from its ACK).
+    pub tail_probes: u64,
+    /// REQSLOTS frames sent again: after a timeout, or at once when tokens sent after one
+    /// were acknowledged and no SLOTS came (the request or its answer was lost).
     pub reqslots_retransmissions: u64,
     /// Probes (SLOTS with n = 0) sent by receiver records.
     pub probes: u64,

@@ -102,7 +102,25 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return;
         };
-        let mut wake = rec.expire_tokens(now, cfg) > 0;
+        let (expired, mut wake) = rec.expire_tokens(now, cfg);
+        self.stats.timeouts += expired;
+        if wake && expired == 0 {
+            self.stats.tail_probes += 1;
+        }
+        if rec.pace_at.is_some_and(|t| t <= now) {
+            rec.pace_at = None;
+            wake |= !rec.to_send.is_empty();
+        }
+        if rec.loss_at.is_some_and(|t| t <= now) {
+            let req_due = rec.req_due;
+            let lost = rec.detect_losses(now, cfg);
+            self.stats.losses_detected += lost;
+            if rec.req_due && !req_due {
+                self.stats.reqslots_retransmissions += 1;
+                wake = true;
+            }
+            wake |= lost > 0;
+        }
         if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
             if !rec.req_due && sent + rec.rto(cfg) <= now {
                 // Ask again, for at least as much as before (the receiver grants the union).

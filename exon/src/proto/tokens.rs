@@ -73,6 +73,12 @@ impl Tokens {
     }
 
     /// The token in `slot`.
+    pub fn get(&self, slot: u64) -> Option<&Token> {
+        let i = self.index(slot)?;
+        self.entries[i].1.as_ref()
+    }
+
+    /// The token in `slot`.
     pub fn get_mut(&mut self, slot: u64) -> Option<&mut Token> {
         let i = self.index(slot)?;
         self.entries[i].1.as_mut()
@@ -153,6 +159,10 @@ mod tests {
             sent_at: None,
             sends: 0,
             queued: false,
+            seq: 0,
+            flight: 0,
+            size: 0,
+            rate: None,
         }
     }
 

@@ -8,8 +8,12 @@ use super::frame::{
     frame_type, put_path, put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len,
     token_len, Header, FLAG_ACK_NOW,
 };
+use super::ranges::RangeSet;
 use super::timer::Side;
-use super::{Event, Node, NodeId, Transmit};
+use super::{Event, Node, NodeId, Transmit, Verdict};
+
+/// Most ACK ranges repeated in the next ACK frame (see [`Node::repeat_acks`]).
+const MAX_REPEATED_RANGES: usize = 4;
 
 impl Node {
     /// Output: an event for the application, if any.
@@ -59,6 +63,7 @@ impl Node {
             }
 
             for (v, r, set) in &mut out.acks {
+                let fresh = self.repeat_acks(peer, *v, *r, set);
                 while !set.is_empty() {
                     let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
                     if k == 0 {
@@ -66,6 +71,11 @@ impl Node {
                     }
                     set.pop_front_ranges(k);
                     self.stats.frames_out.count_verdict(*v);
+                }
+                if let Some(fresh) = fresh {
+                    if let Some(rec) = self.receivers.get_mut(&peer) {
+                        rec.acked_last = fresh;
+                    }
                 }
             }
             out.acks.retain(|(_, _, set)| !set.is_empty());
@@ -94,8 +104,8 @@ impl Node {
                 }
             }
             let tokens_before = self.stats.frames_out.token;
-            let sender_left = self.write_sender_frames(now, peer, buf, limit);
-            if !sender_left && self.stats.frames_out.token > tokens_before {
+            let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, limit);
+            if burst_end && self.stats.frames_out.token > tokens_before {
                 // The last datagram of this burst: ask for the ACK without delay.
                 buf[start + 3] |= FLAG_ACK_NOW;
             }
@@ -152,17 +162,43 @@ impl Node {
         true
     }
 
-    /// Writes the S record's REQSLOTS and TOKENs for `peer`. Returns whether more remain.
+    /// Before writing the ACKs of incarnation `r` in `set` to `peer`: adds the slots the
+    /// previous ACK frame acknowledged for the first time (at most [`MAX_REPEATED_RANGES`]
+    /// ranges), and returns the slots new in this one, to be repeated next time. `None`
+    /// for the other verdicts, or when the receiver record is gone or of another incarnation.
+    fn repeat_acks(
+        &mut self,
+        peer: NodeId,
+        v: Verdict,
+        r: u64,
+        set: &mut RangeSet,
+    ) -> Option<RangeSet> {
+        if v != Verdict::Ack {
+            return None;
+        }
+        let rec = self.receivers.get_mut(&peer).filter(|rec| rec.rck == r)?;
+        let fresh = (set.range_count() <= MAX_REPEATED_RANGES).then(|| set.clone());
+        for g in rec.acked_last.ranges() {
+            set.insert(g.clone());
+        }
+        rec.acked_last.clear();
+        fresh
+    }
+
+    /// Writes the S record's REQSLOTS and TOKENs for `peer`, TOKENs as far as the congestion
+    /// window and the pacer allow (REQSLOTS is never held back). Returns whether more can be
+    /// written now (another datagram), and whether the record has nothing left to send (the
+    /// end of a burst: the receiver should acknowledge at once).
     fn write_sender_frames(
         &mut self,
         now: Instant,
         peer: NodeId,
         buf: &mut Vec<u8>,
         limit: usize,
-    ) -> bool {
+    ) -> (bool, bool) {
         let cfg = &self.cfg;
         let Some(rec) = self.senders.get_mut(&peer) else {
-            return false;
+            return (false, true);
         };
         if rec.req_due {
             let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
@@ -171,20 +207,39 @@ impl Node {
                 self.stats.frames_out.reqslots += 1;
                 rec.req_due = false;
                 rec.req_sent_at = Some(now);
+                rec.req_seq = Some(rec.flight.losses.current_seq());
                 rec.frontier_override = None;
             }
         }
         let keep_own = self.rules.token_keeps_incarnation;
+        let mss = cfg.max_datagram_size as u64;
         let mut wrote = false;
+        let mut blocked = false;
+        rec.pace_at = None;
         while let Some(&s) = rec.to_send.front() {
             let Some(tok) = rec.tokens.get_mut(s) else {
                 rec.to_send.pop_front();
                 continue;
             };
             let r = tok.incarnation(rec.rck, keep_own);
-            if token_len(s, r, tok.payload.len()) > limit - buf.len() {
+            let len = token_len(s, r, tok.payload.len());
+            if len > limit - buf.len() {
                 break;
             }
+            let size = len as u64;
+            if !rec.window_allows(size) {
+                blocked = true;
+                break;
+            }
+            let rate = rec.cc.pacing_rate().filter(|_| !rec.probe);
+            if let Some(at) = rec.pacer.delay(now, rate, size, mss) {
+                rec.pace_at = Some(at);
+                blocked = true;
+                break;
+            }
+            let Some(tok) = rec.tokens.get_mut(s) else {
+                break;
+            };
             put_token(buf, s, r, &tok.payload);
             if tok.sends > 0 {
                 self.stats.retransmissions += 1;
@@ -193,16 +248,26 @@ impl Node {
             tok.sent_at = Some(now);
             tok.queued = false;
             rec.to_send.pop_front();
+            rec.on_token_sent(now, s, size);
             self.stats.frames_out.token += 1;
             wrote = true;
         }
+        rec.flight.losses.end_datagram();
         if wrote {
-            let expiry = now + rec.rto(cfg);
+            rec.probe = false;
+        }
+        if rec.to_send.is_empty() {
+            // Nothing (or no slot) to send: rate samples may understate the path.
+            rec.flight.rate.mark_app_limited(rec.flight.bytes);
+        }
+        if wrote {
+            let expiry = now + rec.timer_delay(cfg);
             rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
         }
-        let left = rec.req_due || !rec.to_send.is_empty();
+        let burst_end = !rec.req_due && rec.to_send.is_empty();
+        let left = rec.req_due || (!rec.to_send.is_empty() && !blocked);
         let want = rec.deadline(cfg);
         self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
-        left
+        (left, burst_end)
     }
 }

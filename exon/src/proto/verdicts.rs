@@ -164,12 +164,13 @@ impl Node {
         let rec_rck = rec.rck;
         let (stats, events, queued_bytes) =
             (&mut self.stats, &mut self.events, &mut self.queued_bytes);
-        let (rtt, bytes) = (&mut rec.rtt, &mut rec.bytes);
+        let (rtt, bytes, flight) = (&mut rec.rtt, &mut rec.bytes, &mut rec.flight);
         let mut retry = Vec::new();
         // A token that never left cannot have a verdict.
         let pick =
             |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
         let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
+            flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
             let id = tok.id;
             if v == Verdict::Retry {
                 stats.retried += 1;
@@ -185,11 +186,6 @@ impl Node {
                 stats.in_doubt += 1;
                 events.push_back(Event::InDoubt { to: src, id });
                 return;
-            }
-            if tok.sends == 1 {
-                if let Some(t) = tok.sent_at {
-                    rtt.sample(now.saturating_duration_since(t));
-                }
             }
             stats.acknowledged += 1;
             events.push_back(Event::Acknowledged { to: src, id });
@@ -213,6 +209,27 @@ impl Node {
             self.stats.stale_acks += 1;
         } else if rec.tokens.is_empty() {
             rec.rto_at = None;
+        }
+    }
+
+    /// After a verdict frame from `src`: the congestion controller learns what it
+    /// acknowledged, loss detection declares lost what later acknowledgements show lost, and
+    /// the peer is woken if tokens wait and the window and pacer let them go.
+    pub(super) fn after_verdicts(&mut self, now: Instant, src: NodeId) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        let req_due = rec.req_due;
+        let lost = rec.after_verdicts(now, &self.cfg);
+        self.stats.losses_detected += lost;
+        if rec.req_due && !req_due {
+            self.stats.reqslots_retransmissions += 1;
+            self.outbox.wake(src, usize::MAX);
+        }
+        let next = rec.to_send.front().and_then(|s| rec.tokens.get(*s));
+        let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64));
+        if !rec.to_send.is_empty() && rec.pace_at.is_none() && rec.window_allows(size) {
+            self.outbox.wake(src, usize::MAX);
         }
     }
 }

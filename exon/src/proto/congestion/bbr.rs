@@ -1,0 +1,615 @@
+//! A rate-based controller in the spirit of BBR (v1, with a loss response of its own).
+//!
+//! It estimates the bottleneck bandwidth (the largest delivery rate of the last ten round
+//! trips) and the propagation round trip (the smallest RTT of the last ten seconds), paces
+//! tokens at the bandwidth times a gain that cycles to probe for more, and keeps about two
+//! bandwidth-delay products in flight (plus what ACK aggregation needs).
+//!
+//! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
+//! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
+//! smallest RTT stood well above the minimum, that is when a queue was building: then the
+//! bytes in flight are capped below what caused it (the cap grows again, round by round,
+//! while no congestion is seen), and startup ends.
+
+use std::time::{Duration, Instant};
+
+use super::minmax::WindowedMax;
+use super::{bytes_in, rate_of, scale, AckEvent, LossEvent};
+
+/// Gains are in thousandths.
+const UNIT: u64 = 1000;
+/// Startup pacing and window gain, 2/ln 2.
+const STARTUP_GAIN: u64 = 2885;
+/// Drain pacing gain, the inverse of the startup gain.
+const DRAIN_GAIN: u64 = UNIT * UNIT / STARTUP_GAIN;
+/// Window gain once the pipe is full.
+const CWND_GAIN: u64 = 2000;
+/// Pacing gains of the eight phases of bandwidth probing, each about one min RTT long.
+const PROBE_GAINS: [u64; 8] = [1250, 750, 1000, 1000, 1000, 1000, 1000, 1000];
+/// Pacing slightly below the estimate keeps the queue drained.
+const PACING_MARGIN: u64 = 990;
+/// Initial window, in datagrams.
+const INITIAL_WINDOW: u64 = 10;
+/// Smallest window, in datagrams.
+const MIN_WINDOW: u64 = 4;
+/// The minimum RTT expires after this long without a smaller sample: probe it again.
+const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
+/// How long the window stays at its minimum to measure the minimum RTT.
+const PROBE_RTT_TIME: Duration = Duration::from_millis(200);
+/// Rounds without 25 % bandwidth growth after which startup ends.
+const FULL_BW_ROUNDS: u32 = 3;
+/// Fraction of a round's tokens (thousandths) that may be lost before a round with a queue
+/// counts as congested.
+pub(crate) const LOSS_THRESHOLD: u64 = 20;
+/// What the in-flight cap keeps of the bytes in flight of a congested round (thousandths).
+const BETA: u64 = 700;
+/// The smallest queueing delay that counts as a queue building.
+const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
+
+/// Phases of the controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Doubling the rate every round trip until the bandwidth stops growing.
+    Startup,
+    /// Draining the queue startup built.
+    Drain,
+    /// Steady state, probing the bandwidth up and down in cycles.
+    ProbeBw,
+    /// Window at its minimum for a moment, to measure the minimum RTT again.
+    ProbeRtt,
+}
+
+/// The BBR-style controller of one destination.
+#[derive(Debug, Clone)]
+pub(crate) struct Bbr {
+    mss: u64,
+    mode: Mode,
+    bw: WindowedMax,
+    extra_acked: WindowedMax,
+    min_rtt: Option<Duration>,
+    min_rtt_at: Option<Instant>,
+    srtt: Option<Duration>,
+    initial_rtt: Duration,
+    /// The longest the receiver delays an ACK: added to the minimum RTT for the
+    /// bandwidth-delay product (the tokens of that long stay unacknowledged too).
+    ack_delay: Duration,
+    round: u64,
+    next_round_delivered: u64,
+    full_bw: u64,
+    full_bw_rounds: u32,
+    filled: bool,
+    cycle: usize,
+    cycle_at: Option<Instant>,
+    probe_rtt_until: Option<Instant>,
+    probe_rtt_min: Option<Duration>,
+    cwnd: u64,
+    prior_cwnd: u64,
+    /// Cap on bytes in flight after congestive loss (`u64::MAX`: none).
+    inflight_hi: u64,
+    agg_start: Option<Instant>,
+    agg_acked: u64,
+    round_lost: u64,
+    round_acked: u64,
+    round_min_rtt: Option<Duration>,
+    round_peak: u64,
+    in_flight: u64,
+    /// The bandwidth filter's current maximum (refreshed on every ACK).
+    max_bw: u64,
+    /// The window and pacing rate, refreshed after every event (read for every token).
+    cached_window: u64,
+    cached_pacing: u64,
+}
+
+impl Bbr {
+    pub fn new(mss: u64, initial_rtt: Duration, ack_delay: Duration) -> Self {
+        let mut b = Bbr {
+            ack_delay,
+            mss,
+            mode: Mode::Startup,
+            bw: WindowedMax::default(),
+            extra_acked: WindowedMax::default(),
+            min_rtt: None,
+            min_rtt_at: None,
+            srtt: None,
+            initial_rtt,
+            round: 0,
+            next_round_delivered: 0,
+            full_bw: 0,
+            full_bw_rounds: 0,
+            filled: false,
+            cycle: 0,
+            cycle_at: None,
+            probe_rtt_until: None,
+            probe_rtt_min: None,
+            cwnd: INITIAL_WINDOW * mss,
+            prior_cwnd: 0,
+            inflight_hi: u64::MAX,
+            agg_start: None,
+            agg_acked: 0,
+            round_lost: 0,
+            round_acked: 0,
+            round_min_rtt: None,
+            round_peak: 0,
+            in_flight: 0,
+            max_bw: 0,
+            cached_window: 0,
+            cached_pacing: 0,
+        };
+        b.refresh();
+        b
+    }
+
+    /// Recomputes what is read per token: the window and the pacing rate.
+    fn refresh(&mut self) {
+        let mut w = self.cwnd.min(self.inflight_hi.max(self.min_window()));
+        if self.mode == Mode::ProbeRtt {
+            w = w.min(self.min_window());
+        }
+        self.cached_window = w;
+        let rate = match self.bandwidth() {
+            Some(bw) => scale(scale(bw, self.pacing_gain(), UNIT), PACING_MARGIN, UNIT),
+            None => {
+                let rtt = self.srtt.or(self.min_rtt).unwrap_or(self.initial_rtt);
+                scale(rate_of(self.cwnd, rtt), STARTUP_GAIN, UNIT)
+            }
+        };
+        self.cached_pacing = rate.max(1);
+    }
+
+    fn min_window(&self) -> u64 {
+        MIN_WINDOW * self.mss
+    }
+
+    /// The current phase.
+    #[cfg(test)]
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Estimated bottleneck bandwidth, bytes per second.
+    pub fn bandwidth(&self) -> Option<u64> {
+        Some(self.max_bw).filter(|b| *b > 0)
+    }
+
+    /// Minimum RTT seen (within its window).
+    pub fn min_rtt(&self) -> Option<Duration> {
+        self.min_rtt
+    }
+
+    /// The bandwidth-delay product times `gain` (thousandths), if both are known, over the
+    /// minimum RTT plus the receiver's ACK delay.
+    fn bdp(&self, gain: u64) -> Option<u64> {
+        let bw = self.bandwidth()?;
+        let rtt = self.min_rtt?.saturating_add(self.ack_delay);
+        Some(scale(bytes_in(bw, rtt), gain, UNIT))
+    }
+
+    fn pacing_gain(&self) -> u64 {
+        match self.mode {
+            Mode::Startup => STARTUP_GAIN,
+            Mode::Drain => DRAIN_GAIN,
+            Mode::ProbeBw => PROBE_GAINS[self.cycle],
+            Mode::ProbeRtt => UNIT,
+        }
+    }
+
+    fn cwnd_gain(&self) -> u64 {
+        match self.mode {
+            Mode::Startup | Mode::Drain => STARTUP_GAIN,
+            Mode::ProbeBw | Mode::ProbeRtt => CWND_GAIN,
+        }
+    }
+
+    pub fn on_sent(&mut self, _now: Instant, _bytes: u64, in_flight: u64) {
+        self.in_flight = in_flight;
+        self.round_peak = self.round_peak.max(in_flight);
+    }
+
+    pub fn on_ack(&mut self, ev: &AckEvent) {
+        let now = ev.now;
+        self.in_flight = ev.in_flight;
+        if ev.srtt.is_some() {
+            self.srtt = ev.srtt;
+        }
+        let mut round_start = false;
+        if let Some(rs) = ev.rate {
+            if rs.prior_delivered >= self.next_round_delivered {
+                self.next_round_delivered = ev.delivered;
+                self.round += 1;
+                round_start = true;
+            }
+            let long_enough = self.min_rtt.is_none_or(|m| rs.interval >= m);
+            let bw = self.bw.get(self.round);
+            if rs.delivery_rate > 0 && long_enough && (!rs.app_limited || rs.delivery_rate >= bw) {
+                self.bw.update(self.round, rs.delivery_rate);
+            }
+        }
+        self.max_bw = self.bw.get(self.round);
+        if let Some(rtt) = ev.rtt {
+            self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
+            if self.min_rtt.is_none_or(|m| rtt <= m) {
+                self.min_rtt = Some(rtt);
+                self.min_rtt_at = Some(now);
+            }
+            if self.mode == Mode::ProbeRtt {
+                self.probe_rtt_min = Some(self.probe_rtt_min.map_or(rtt, |m| m.min(rtt)));
+            }
+        }
+        self.update_aggregation(now, ev.acked);
+        self.round_acked = self.round_acked.saturating_add(ev.acked);
+        if round_start {
+            self.end_round(ev);
+        }
+        self.update_mode(now, round_start, ev);
+        self.update_cwnd(ev.acked);
+        self.refresh();
+    }
+
+    /// ACK aggregation: bytes acknowledged beyond what the bandwidth explains since the
+    /// epoch began, remembered over ten rounds and added to the window.
+    fn update_aggregation(&mut self, now: Instant, acked: u64) {
+        let Some(bw) = self.bandwidth() else { return };
+        let start = *self.agg_start.get_or_insert(now);
+        let expected = bytes_in(bw, now.saturating_duration_since(start));
+        if self.agg_acked <= expected {
+            self.agg_start = Some(now);
+            self.agg_acked = 0;
+        }
+        self.agg_acked = self.agg_acked.saturating_add(acked);
+        let expected = bytes_in(
+            bw,
+            now.saturating_duration_since(self.agg_start.unwrap_or(now)),
+        );
+        let extra = self.agg_acked.saturating_sub(expected).min(self.cwnd);
+        self.extra_acked.update(self.round, extra);
+    }
+
+    /// A round trip ended: judge its losses.
+    fn end_round(&mut self, ev: &AckEvent) {
+        let lost = self.round_lost;
+        let total = lost.saturating_add(self.round_acked);
+        let lossy = lost > 0 && scale(lost, UNIT, total) > LOSS_THRESHOLD;
+        let queue = match (self.round_min_rtt, self.min_rtt) {
+            (Some(r), Some(m)) => r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY),
+            _ => false,
+        };
+        if lossy && queue {
+            let peak = self.round_peak.max(ev.in_flight);
+            let base = peak.max(self.bdp(UNIT).unwrap_or(0));
+            self.inflight_hi = scale(base, BETA, UNIT).max(self.min_window());
+            if self.mode == Mode::Startup {
+                self.filled = true;
+                self.mode = Mode::Drain;
+            } else if self.mode == Mode::ProbeBw && self.cycle == 0 {
+                // Stop probing up: go to the draining phase.
+                self.cycle = 1;
+                self.cycle_at = Some(ev.now);
+            }
+        } else if self.inflight_hi != u64::MAX {
+            let grown = self
+                .inflight_hi
+                .saturating_add((self.inflight_hi / 8).max(self.mss));
+            let enough = self
+                .bdp(CWND_GAIN)
+                .map_or(u64::MAX, |b| b.saturating_mul(2));
+            self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+        }
+        self.round_lost = 0;
+        self.round_acked = 0;
+        self.round_min_rtt = None;
+        self.round_peak = ev.in_flight;
+    }
+
+    fn update_mode(&mut self, now: Instant, round_start: bool, ev: &AckEvent) {
+        let app_limited = ev.rate.is_some_and(|r| r.app_limited);
+        if self.mode == Mode::Startup && round_start && !app_limited {
+            let bw = self.bw.get(self.round);
+            if bw >= scale(self.full_bw, 5, 4) {
+                self.full_bw = bw;
+                self.full_bw_rounds = 0;
+            } else {
+                self.full_bw_rounds += 1;
+                if self.full_bw_rounds >= FULL_BW_ROUNDS {
+                    self.filled = true;
+                    self.mode = Mode::Drain;
+                }
+            }
+        }
+        if self.mode == Mode::Drain && self.bdp(UNIT).is_none_or(|b| ev.in_flight <= b) {
+            self.enter_probe_bw(now);
+        }
+        if self.mode == Mode::ProbeBw {
+            let phase = self.min_rtt.unwrap_or(self.initial_rtt);
+            let elapsed = self
+                .cycle_at
+                .map_or(Duration::MAX, |t| now.saturating_duration_since(t));
+            let drained = self.cycle == 1 && self.bdp(UNIT).is_some_and(|b| ev.in_flight <= b);
+            if elapsed >= phase || drained {
+                self.cycle = (self.cycle + 1) % PROBE_GAINS.len();
+                self.cycle_at = Some(now);
+            }
+        }
+        let expired = self
+            .min_rtt_at
+            .is_some_and(|t| now.saturating_duration_since(t) > MIN_RTT_WINDOW);
+        if expired && self.mode != Mode::ProbeRtt {
+            self.mode = Mode::ProbeRtt;
+            self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
+            self.probe_rtt_until = None;
+            self.probe_rtt_min = None;
+        }
+        if self.mode == Mode::ProbeRtt {
+            if self.probe_rtt_until.is_none() && ev.in_flight <= self.min_window() {
+                self.probe_rtt_until = Some(now + PROBE_RTT_TIME);
+            }
+            if self.probe_rtt_until.is_some_and(|t| now >= t) {
+                if let Some(m) = self.probe_rtt_min {
+                    self.min_rtt = Some(m);
+                }
+                self.min_rtt_at = Some(now);
+                self.cwnd = self.cwnd.max(self.prior_cwnd);
+                self.prior_cwnd = 0;
+                if self.filled {
+                    self.enter_probe_bw(now);
+                } else {
+                    self.mode = Mode::Startup;
+                }
+            }
+        }
+    }
+
+    fn enter_probe_bw(&mut self, now: Instant) {
+        self.mode = Mode::ProbeBw;
+        // Start in a cruising phase: the queue startup built was just drained.
+        self.cycle = 2;
+        self.cycle_at = Some(now);
+    }
+
+    fn update_cwnd(&mut self, acked: u64) {
+        let target = self.bdp(self.cwnd_gain()).map(|b| {
+            b.saturating_add(self.extra_acked.get(self.round))
+                .saturating_add(3 * self.mss)
+        });
+        match target {
+            Some(t) if self.filled => self.cwnd = self.cwnd.saturating_add(acked).min(t),
+            Some(t) if self.cwnd < t => self.cwnd = self.cwnd.saturating_add(acked),
+            Some(_) => {}
+            None => self.cwnd = self.cwnd.saturating_add(acked),
+        }
+        self.cwnd = self.cwnd.max(self.min_window());
+    }
+
+    pub fn on_lost(&mut self, ev: &LossEvent) {
+        self.in_flight = ev.in_flight;
+        self.round_lost = self.round_lost.saturating_add(ev.lost);
+    }
+
+    pub fn on_rto(&mut self, _now: Instant) {
+        self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
+        self.cwnd = self.min_window();
+        self.in_flight = 0;
+        self.refresh();
+    }
+
+    pub fn window(&self) -> u64 {
+        self.cached_window
+    }
+
+    pub fn pacing_rate(&self) -> Option<u64> {
+        Some(self.cached_pacing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::rate::DeliveryRate;
+    use super::*;
+
+    const MSS: u64 = 1000;
+
+    /// A fluid model of one bottleneck: `rate` bytes per second, `rtt` of propagation, a
+    /// queue of `queue` bytes, random loss `p` (every `1/p`-th token), driven one token at a
+    /// time. Returns (goodput bytes/s, largest queue seen in bytes, the controller).
+    fn run(
+        rate: u64,
+        rtt: Duration,
+        queue: u64,
+        every_nth_lost: u64,
+        secs: u64,
+    ) -> (u64, u64, Bbr) {
+        let t0 = Instant::now();
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let mut dr = DeliveryRate::default();
+        let mut now = t0;
+        let mut link_free = t0;
+        let mut in_flight: u64 = 0;
+        let mut acks: std::collections::VecDeque<(Instant, super::super::SendState, bool)> =
+            Default::default();
+        let mut next_send = t0;
+        let mut n = 0u64;
+        let mut max_queue = 0;
+        let end = t0 + Duration::from_secs(secs);
+        let mut delivered_in_last_half = 0;
+        while now < end {
+            // Deliver every ACK due.
+            while acks.front().is_some_and(|a| a.0 <= now) {
+                let (at, st, lost) = acks.pop_front().unwrap();
+                in_flight -= MSS;
+                if lost {
+                    c.on_lost(&LossEvent {
+                        now: at,
+                        lost: MSS,
+                        sent_at: st.sent_at(),
+                        in_flight,
+                    });
+                    continue;
+                }
+                dr.on_acked(at, &st, MSS);
+                if at >= t0 + Duration::from_secs(secs / 2) {
+                    delivered_in_last_half += MSS;
+                }
+                let sample = dr.take_sample();
+                c.on_ack(&AckEvent {
+                    now: at,
+                    acked: MSS,
+                    in_flight,
+                    rate: sample,
+                    rtt: Some(at.saturating_duration_since(st.sent_at())),
+                    srtt: None,
+                    delivered: dr.delivered(),
+                });
+            }
+            if in_flight + MSS <= c.window() && now >= next_send {
+                let st = dr.on_sent(now, in_flight);
+                in_flight += MSS;
+                c.on_sent(now, MSS, in_flight);
+                n += 1;
+                let backlog = link_free.saturating_duration_since(now);
+                let queued = bytes_in(rate, backlog);
+                max_queue = max_queue.max(queued);
+                let dropped = queued + MSS > queue;
+                let random = every_nth_lost > 0 && n.is_multiple_of(every_nth_lost);
+                if !dropped {
+                    link_free =
+                        link_free.max(now) + Duration::from_nanos(MSS * 1_000_000_000 / rate);
+                }
+                let arrive = link_free.max(now) + rtt;
+                // Loss detected about one RTT later.
+                acks.push_back((arrive, st, dropped || random));
+                let pace = c.pacing_rate().unwrap();
+                next_send = now + Duration::from_nanos(MSS * 1_000_000_000 / pace);
+                continue;
+            }
+            // Advance to the next event.
+            let mut next = acks.front().map_or(end, |a| a.0);
+            if in_flight + MSS <= c.window() {
+                next = next.min(next_send);
+            }
+            now = next.max(now + Duration::from_micros(1));
+        }
+        (delivered_in_last_half / (secs / 2), max_queue, c)
+    }
+
+    #[test]
+    fn fills_a_clean_link_with_a_short_queue() {
+        // 10 Mbit/s (1.25 MB/s), 20 ms, a queue of 100 KB (0.8 BDP... 4 BDP).
+        let (goodput, _, c) = run(1_250_000, Duration::from_millis(20), 100_000, 0, 20);
+        assert!(goodput > 1_100_000, "goodput {goodput}");
+        assert_eq!(c.mode(), Mode::ProbeBw);
+        let bw = c.bandwidth().unwrap();
+        assert!((1_150_000..=1_300_000).contains(&bw), "bw {bw}");
+    }
+
+    #[test]
+    fn keeps_the_link_full_at_five_percent_random_loss() {
+        let (goodput, _, _) = run(1_250_000, Duration::from_millis(20), 100_000, 20, 20);
+        // 95 % of the link at most gets through; ask for 85 % of the link.
+        assert!(goodput > 1_060_000, "goodput {goodput}");
+    }
+
+    #[test]
+    fn backs_off_when_loss_comes_with_a_queue() {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let t0 = Instant::now();
+        let ack = |c: &mut Bbr, at: Instant, rtt_ms: u64, prior: u64, delivered: u64| {
+            c.on_ack(&AckEvent {
+                now: at,
+                acked: MSS,
+                in_flight: 50 * MSS,
+                rate: Some(super::super::RateSample {
+                    delivery_rate: 1_000_000,
+                    app_limited: false,
+                    prior_delivered: prior,
+                    interval: Duration::from_millis(50),
+                }),
+                rtt: Some(Duration::from_millis(rtt_ms)),
+                srtt: None,
+                delivered,
+            })
+        };
+        ack(&mut c, t0, 10, 0, MSS);
+        assert_eq!(c.inflight_hi, u64::MAX);
+        // Random loss, no queue: a round with 10 % loss changes nothing.
+        c.on_lost(&LossEvent {
+            now: t0,
+            lost: 5 * MSS,
+            sent_at: t0,
+            in_flight: 50 * MSS,
+        });
+        for i in 0..40 {
+            ack(
+                &mut c,
+                t0 + Duration::from_millis(i),
+                10,
+                MSS,
+                2 * MSS + i * MSS,
+            );
+        }
+        ack(
+            &mut c,
+            t0 + Duration::from_millis(60),
+            10,
+            100 * MSS,
+            100 * MSS,
+        );
+        assert_eq!(c.inflight_hi, u64::MAX, "random loss is ignored");
+        // The same losses with every RTT doubled: a queue. The in-flight cap comes down.
+        c.on_lost(&LossEvent {
+            now: t0,
+            lost: 5 * MSS,
+            sent_at: t0,
+            in_flight: 50 * MSS,
+        });
+        for i in 0..40 {
+            ack(
+                &mut c,
+                t0 + Duration::from_millis(70 + i),
+                25,
+                100 * MSS,
+                101 * MSS + i * MSS,
+            );
+        }
+        ack(
+            &mut c,
+            t0 + Duration::from_millis(120),
+            25,
+            200 * MSS,
+            200 * MSS,
+        );
+        assert!(c.inflight_hi < 50 * MSS, "cap {}", c.inflight_hi);
+        assert!(c.window() <= c.inflight_hi);
+        assert!(c.mode() != Mode::Startup, "congestion ends startup");
+    }
+
+    #[test]
+    fn hostile_numbers_do_not_overflow() {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let t0 = Instant::now();
+        for i in 0..100 {
+            c.on_ack(&AckEvent {
+                now: t0 + Duration::from_secs(i * 20),
+                acked: u64::MAX,
+                in_flight: u64::MAX,
+                rate: Some(super::super::RateSample {
+                    delivery_rate: u64::MAX,
+                    app_limited: i % 2 == 0,
+                    prior_delivered: u64::MAX,
+                    interval: Duration::MAX,
+                }),
+                rtt: Some(Duration::from_nanos(i)),
+                srtt: Some(Duration::MAX),
+                delivered: u64::MAX,
+            });
+            c.on_lost(&LossEvent {
+                now: t0,
+                lost: u64::MAX,
+                sent_at: t0,
+                in_flight: u64::MAX,
+            });
+        }
+        assert!(c.window() >= MIN_WINDOW * MSS);
+        assert!(c.pacing_rate().is_some());
+        c.on_rto(t0);
+        assert_eq!(c.window(), MIN_WINDOW * MSS);
+    }
+}

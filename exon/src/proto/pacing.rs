@@ -1,0 +1,155 @@
+//! Pacing: tokens leave at the congestion controller's rate, in bursts of at most a quantum.
+//!
+//! A token bucket: credit grows at the pacing rate up to the quantum (the larger of two
+//! datagrams and what the rate sends in [`BURST_INTERVAL`]) and each token spends its size.
+//! When the credit does not cover the next token, [`Pacer::delay`] says when it will; the
+//! sender arms that instant as a timer only while it is blocked.
+//!
+//! Embeddings wake late (tokio's timers have a 1 ms grain, and a loaded machine adds more):
+//! a wake-up after the instant asked for may send what the lateness owed on top of the
+//! quantum, up to one more quantum, so the average rate holds.
+
+use std::time::{Duration, Instant};
+
+use super::congestion::bytes_in;
+
+/// The longest burst, in time at the pacing rate: coarser than the timers of most
+/// embeddings (tokio's are 1 ms), so a late wake-up costs no throughput.
+pub(crate) const BURST_INTERVAL: Duration = Duration::from_millis(2);
+/// The smallest burst, in datagrams.
+const MIN_BURST_DATAGRAMS: u64 = 2;
+
+/// The pacer of one destination.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pacer {
+    credit: u64,
+    last: Option<Instant>,
+    /// The instant the last [`Pacer::delay`] asked to be woken at, while blocked.
+    wake: Option<Instant>,
+    /// Extra burst allowed for the lateness of the last wake-up, until the next block.
+    bonus: u64,
+}
+
+impl Pacer {
+    /// Burst size at `rate` for datagrams of `mss` bytes.
+    fn quantum(rate: u64, mss: u64) -> u64 {
+        bytes_in(rate, BURST_INTERVAL).max(MIN_BURST_DATAGRAMS.saturating_mul(mss))
+    }
+
+    fn refill(&mut self, now: Instant, rate: u64, mss: u64) {
+        let quantum = Self::quantum(rate, mss);
+        if let Some(t) = self.wake.take() {
+            self.bonus = bytes_in(rate, now.saturating_duration_since(t)).min(quantum);
+        }
+        let cap = quantum.saturating_add(self.bonus);
+        let add = match self.last {
+            None => cap,
+            Some(t) => bytes_in(rate, now.saturating_duration_since(t)),
+        };
+        self.credit = self.credit.saturating_add(add).min(cap);
+        self.last = Some(now);
+    }
+
+    /// `None` if `size` bytes may leave now at `rate` bytes per second (no rate: no pacing);
+    /// otherwise the instant they may.
+    pub fn delay(
+        &mut self,
+        now: Instant,
+        rate: Option<u64>,
+        size: u64,
+        mss: u64,
+    ) -> Option<Instant> {
+        let rate = rate?.max(1);
+        self.refill(now, rate, mss);
+        let need = size.min(Self::quantum(rate, mss));
+        if self.credit >= need {
+            return None;
+        }
+        let missing = u128::from(need - self.credit);
+        let nanos = (missing * 1_000_000_000).div_ceil(u128::from(rate));
+        let wait = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
+        let at = now
+            .checked_add(wait)
+            .unwrap_or(now + Duration::from_secs(3600));
+        self.wake = Some(at);
+        self.bonus = 0;
+        Some(at)
+    }
+
+    /// `size` bytes left.
+    pub fn on_sent(&mut self, size: u64) {
+        self.credit = self.credit.saturating_sub(size);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bursts_are_bounded_and_the_rate_is_kept() {
+        let t0 = Instant::now();
+        let mut p = Pacer::default();
+        let rate = 1_000_000; // 1 MB/s: 2000 bytes per 2 ms, so the quantum is 2 datagrams.
+        let mss = 1000;
+        let mut now = t0;
+        let mut sent = 0u64;
+        let mut burst = 0;
+        let mut max_burst = 0;
+        while now < t0 + Duration::from_secs(1) {
+            match p.delay(now, Some(rate), mss, mss) {
+                None => {
+                    p.on_sent(mss);
+                    sent += mss;
+                    burst += 1;
+                    max_burst = max_burst.max(burst);
+                }
+                Some(t) => {
+                    assert!(t > now);
+                    now = t;
+                    burst = 0;
+                }
+            }
+        }
+        assert!(max_burst <= 2, "burst {max_burst}");
+        assert!((990_000..=1_003_000).contains(&sent), "sent {sent}");
+    }
+
+    #[test]
+    fn a_late_wake_up_may_send_what_the_lateness_owed_up_to_one_more_quantum() {
+        let t0 = Instant::now();
+        let mut p = Pacer::default();
+        let (rate, mss) = (1_000_000, 1000);
+        let burst = |p: &mut Pacer, now| {
+            let mut n = 0;
+            while p.delay(now, Some(rate), mss, mss).is_none() {
+                p.on_sent(mss);
+                n += 1;
+            }
+            n
+        };
+        assert_eq!(burst(&mut p, t0), 2, "a full quantum at first");
+        let at = p.delay(t0, Some(rate), mss, mss).unwrap();
+        assert_eq!(at, t0 + Duration::from_millis(1));
+        // Woken 1 ms late: 2 ms of credit, and the lateness lets all of it go.
+        assert_eq!(burst(&mut p, at + Duration::from_millis(1)), 2);
+        // Woken 10 ms late: capped at two quanta.
+        let at = p
+            .delay(at + Duration::from_millis(1), Some(rate), mss, mss)
+            .unwrap();
+        assert_eq!(burst(&mut p, at + Duration::from_millis(10)), 4);
+    }
+
+    #[test]
+    fn no_rate_no_pacing_and_extreme_values_are_safe() {
+        let t0 = Instant::now();
+        let mut p = Pacer::default();
+        assert_eq!(p.delay(t0, None, u64::MAX, 1200), None);
+        assert!(p
+            .delay(t0, Some(1), u64::MAX, u64::MAX)
+            .is_none_or(|t| t >= t0));
+        let mut p = Pacer::default();
+        assert!(p.delay(t0, Some(u64::MAX), u64::MAX, 1200).is_none());
+        p.on_sent(u64::MAX);
+    }
+}
