@@ -296,3 +296,48 @@ async fn plaintext_endpoints_refuse_the_frontier_attack() {
     );
     assert_eq!(sb.node.delivered, 3000);
 }
+
+/// The address book is pruned with the records: a learned address outlives its peer's
+/// records for `learned_address_ttl` (a late reply still finds its way), then is forgotten,
+/// and a send to that peer is refused at once rather than left waiting.
+#[tokio::test]
+async fn learned_addresses_are_pruned_some_time_after_the_records() {
+    for (ttl, kept) in [
+        (Duration::from_secs(60), true),
+        (Duration::from_millis(200), false),
+    ] {
+        let mut a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
+            .await
+            .unwrap();
+        let mut c = cfg();
+        c.learned_address_ttl = ttl;
+        let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), c)
+            .await
+            .unwrap();
+        a.add_peer(B, b.local_addr());
+        stream(&a, &mut b, 5).await;
+        // Long enough for both sides' records to go idle and be discarded (A's last waiver
+        // included), then for the short TTL to pass.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let want = usize::from(kept);
+        timeout(LIMIT, async {
+            while b.stats().await.unwrap().peer_addresses != want {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .unwrap();
+        let sent = b.send(A, Bytes::from_static(b"late reply")).await;
+        if kept {
+            let r = sent.expect("the learned address is still known");
+            let m = timeout(LIMIT, a.recv()).await.unwrap().unwrap();
+            assert_eq!(&m.payload[..], b"late reply");
+            timeout(LIMIT, r).await.unwrap().unwrap();
+        } else {
+            assert!(
+                matches!(sent, Err(exon::endpoint::Error::UnknownPeer(p)) if p == A),
+                "{sent:?}"
+            );
+        }
+    }
+}

@@ -48,6 +48,13 @@ pub struct EndpointConfig {
     /// slots: a slow consumer slows its senders down instead of growing memory. Default
     /// false.
     pub ack_after_processing: bool,
+    /// How long a peer address learned from the network (not set with `add_peer`) is kept
+    /// after the node holds no record for the peer and has heard nothing from it: long
+    /// enough for a reply that comes a while after the last exchange, short enough that
+    /// forged or one-off peers do not accumulate (the address book is also bounded).
+    /// Default 60 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub learned_address_ttl: Duration,
 }
 
 impl Default for EndpointConfig {
@@ -61,6 +68,7 @@ impl Default for EndpointConfig {
             store_retry: Duration::from_millis(100),
             default_deadline: None,
             ack_after_processing: false,
+            learned_address_ttl: Duration::from_secs(60),
         }
     }
 }

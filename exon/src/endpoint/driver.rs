@@ -60,6 +60,8 @@ pub(crate) struct Driver<S> {
     pub(crate) socket: S,
     pub(crate) cfg: EndpointConfig,
     pub(crate) peers: PeerBook,
+    /// When the address book is next pruned of peers gone idle.
+    next_prune: Instant,
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
     pub(crate) deliver: mpsc::Sender<Message>,
     pub(crate) shared: Arc<Shared>,
@@ -104,6 +106,9 @@ pub(crate) struct Driver<S> {
     _close_on_drop: CloseOnDrop,
 }
 
+/// How often the address book is swept for peers gone idle.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 fn now() -> Instant {
     TokioInstant::now().into_std()
 }
@@ -125,6 +130,7 @@ impl<S: DatagramSocket> Driver<S> {
             peers: PeerBook::new(
                 cfg.protocol.max_sender_records + cfg.protocol.max_receiver_records + 1024,
             ),
+            next_prune: now(),
             cmds: ch.cmds,
             deliver: ch.deliver,
             _close_on_drop: CloseOnDrop(ch.shared.clone()),
@@ -279,9 +285,16 @@ impl<S: DatagramSocket> Driver<S> {
         }
         if self.node.poll_timeout().is_some_and(|d| d <= t) {
             self.node.handle_timeout(t);
-            // Records expire on timers: learned addresses go with them.
+        }
+        if t >= self.next_prune {
+            // Learned addresses go some time after the records of their peers.
             let node = &self.node;
-            self.peers.prune(|p| node.has_record(p));
+            self.peers
+                .prune(t, self.cfg.learned_address_ttl, |p| node.has_record(p));
+            for p in self.peers.take_pruned() {
+                self.shared.forget(p);
+            }
+            self.next_prune = t + PRUNE_EVERY;
         }
         if self
             .deadlines

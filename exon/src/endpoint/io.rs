@@ -153,7 +153,7 @@ impl<S: DatagramSocket> Driver<S> {
             return;
         };
         let node = &self.node;
-        match self.peers.learn(acc, from, len, |p| node.has_record(p)) {
+        match self.peers.learn(acc, from, len, t, |p| node.has_record(p)) {
             Learned::Moved => {
                 peer_span(acc.from)
                     .in_scope(|| tracing::debug!(addr = %from, "peer address learned"));
@@ -166,6 +166,9 @@ impl<S: DatagramSocket> Driver<S> {
             }
             Learned::Full => self.stats.address_book_full += 1,
             Learned::Unchanged => {}
+        }
+        for p in self.peers.take_pruned() {
+            self.shared.forget(p);
         }
     }
 

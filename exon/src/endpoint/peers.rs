@@ -3,6 +3,7 @@
 //! times what it sent may go to it, bounded and pruned with the node's records.
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use crate::proto::crypto::Seq;
 use crate::proto::{Accepted, NodeId, PeerMap};
@@ -24,6 +25,8 @@ struct Entry {
     rx: u64,
     /// Bytes sent to `addr` since it was learned, while not validated.
     tx: u64,
+    /// When a datagram from the peer was last accepted.
+    last: Option<Instant>,
 }
 
 /// Until an address is validated, at most this many times the bytes received from it are
@@ -56,6 +59,8 @@ pub(crate) enum Learned {
 pub(crate) struct PeerBook {
     entries: PeerMap<Entry>,
     cap: usize,
+    /// Peers pruned since the last [`take_pruned`](Self::take_pruned).
+    pruned: Vec<NodeId>,
 }
 
 impl PeerBook {
@@ -64,6 +69,7 @@ impl PeerBook {
         PeerBook {
             entries: PeerMap::default(),
             cap: cap.max(1),
+            pruned: Vec::new(),
         }
     }
 
@@ -90,6 +96,7 @@ impl PeerBook {
                 challenge: None,
                 rx: 0,
                 tx: 0,
+                last: None,
             },
         );
     }
@@ -132,10 +139,12 @@ impl PeerBook {
         acc: Accepted,
         from: SocketAddr,
         len: usize,
+        now: Instant,
         has_record: impl Fn(NodeId) -> bool,
     ) -> Learned {
         let len = len as u64;
         if let Some(e) = self.entries.get_mut(&acc.from) {
+            e.last = Some(now);
             match (acc.seq, e.seq) {
                 (Some(new), Some(old)) if new <= old => return Learned::Unchanged,
                 (Some(new), _) => e.seq = Some(new),
@@ -160,11 +169,12 @@ impl PeerBook {
                 challenge: None,
                 rx: len,
                 tx: 0,
+                last: Some(now),
             };
             return Learned::Moved;
         }
         if self.learned() >= self.cap {
-            self.prune(&has_record);
+            self.prune(now, Duration::ZERO, &has_record);
             if self.learned() >= self.cap {
                 return Learned::Full;
             }
@@ -179,6 +189,7 @@ impl PeerBook {
                 challenge: None,
                 rx: len,
                 tx: 0,
+                last: Some(now),
             },
         );
         Learned::Moved
@@ -188,9 +199,26 @@ impl PeerBook {
         self.entries.values().filter(|e| !e.configured).count()
     }
 
-    /// Forgets learned addresses of peers the node holds no record for.
-    pub fn prune(&mut self, has_record: impl Fn(NodeId) -> bool) {
-        self.entries.retain(|id, e| e.configured || has_record(*id));
+    /// Forgets learned addresses of peers the node holds no record for and has not heard
+    /// from for `idle` (so that a reply a little after the last exchange still finds its
+    /// way, while a flood of forged or one-off peers does not accumulate).
+    pub fn prune(&mut self, now: Instant, idle: Duration, has_record: impl Fn(NodeId) -> bool) {
+        let pruned = &mut self.pruned;
+        self.entries.retain(|id, e| {
+            let recent = e
+                .last
+                .is_some_and(|t| now.saturating_duration_since(t) < idle);
+            let keep = e.configured || recent || has_record(*id);
+            if !keep {
+                pruned.push(*id);
+            }
+            keep
+        });
+    }
+
+    /// The peers whose addresses were pruned since the last call.
+    pub fn take_pruned(&mut self) -> std::vec::Drain<'_, NodeId> {
+        self.pruned.drain(..)
     }
 }
 
@@ -206,6 +234,14 @@ mod tests {
         }
     }
 
+    thread_local! {
+        static ORIGIN: Instant = Instant::now();
+    }
+
+    fn t0() -> Instant {
+        ORIGIN.with(|o| *o)
+    }
+
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
@@ -215,26 +251,26 @@ mod tests {
         let mut b = PeerBook::new(8);
         let none = |_| false;
         assert_eq!(
-            b.learn(acc(1, Some((5, 10))), addr(1), 100, none),
+            b.learn(acc(1, Some((5, 10))), addr(1), 100, t0(), none),
             Learned::Moved
         );
         // A replay (same or older sequence) from elsewhere is ignored.
         assert_eq!(
-            b.learn(acc(1, Some((5, 10))), addr(2), 100, none),
+            b.learn(acc(1, Some((5, 10))), addr(2), 100, t0(), none),
             Learned::Unchanged
         );
         assert_eq!(
-            b.learn(acc(1, Some((4, 99))), addr(2), 100, none),
+            b.learn(acc(1, Some((4, 99))), addr(2), 100, t0(), none),
             Learned::Unchanged
         );
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(1)));
         // A fresher one (a later epoch after a restart, or a later counter) moves it.
         assert_eq!(
-            b.learn(acc(1, Some((5, 11))), addr(3), 100, none),
+            b.learn(acc(1, Some((5, 11))), addr(3), 100, t0(), none),
             Learned::Moved
         );
         assert_eq!(
-            b.learn(acc(1, Some((6, 0))), addr(4), 100, none),
+            b.learn(acc(1, Some((6, 0))), addr(4), 100, t0(), none),
             Learned::Moved
         );
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(4)));
@@ -244,11 +280,17 @@ mod tests {
     fn plaintext_datagrams_never_move_a_configured_address() {
         let mut b = PeerBook::new(8);
         let none = |_| false;
-        assert_eq!(b.learn(acc(1, None), addr(1), 100, none), Learned::Moved);
-        assert_eq!(b.learn(acc(1, None), addr(2), 100, none), Learned::Moved);
+        assert_eq!(
+            b.learn(acc(1, None), addr(1), 100, t0(), none),
+            Learned::Moved
+        );
+        assert_eq!(
+            b.learn(acc(1, None), addr(2), 100, t0(), none),
+            Learned::Moved
+        );
         b.configure(NodeId::from_const(2), addr(5));
         assert_eq!(
-            b.learn(acc(2, None), addr(6), 100, none),
+            b.learn(acc(2, None), addr(6), 100, t0(), none),
             Learned::Unchanged
         );
         assert_eq!(b.get(NodeId::from_const(1)), Some(addr(2)));
@@ -260,7 +302,7 @@ mod tests {
         let mut b = PeerBook::new(8);
         let id = NodeId::from_const(1);
         assert_eq!(
-            b.learn(acc(1, Some((1, 0))), addr(1), 100, |_| false),
+            b.learn(acc(1, Some((1, 0))), addr(1), 100, t0(), |_| false),
             Learned::Moved
         );
         b.set_challenge(id, 77);
@@ -269,18 +311,18 @@ mod tests {
         // More from it, more allowed; a wrong answer validates nothing.
         let mut wrong = acc(1, Some((1, 1)));
         wrong.response = Some(78);
-        b.learn(wrong, addr(1), 100, |_| false);
+        b.learn(wrong, addr(1), 100, t0(), |_| false);
         assert_eq!(b.send_to(id, 351), Err(NoRoute::Amplification));
         assert_eq!(b.send_to(id, 350), Ok(addr(1)));
         // The answer, from that address: no limit any more.
         let mut right = acc(1, Some((1, 2)));
         right.response = Some(77);
-        b.learn(right, addr(1), 10, |_| false);
+        b.learn(right, addr(1), 10, t0(), |_| false);
         assert!(b.is_validated(id));
         assert_eq!(b.send_to(id, 60_000), Ok(addr(1)));
         // A move starts over.
         assert_eq!(
-            b.learn(acc(1, Some((2, 0))), addr(2), 100, |_| false),
+            b.learn(acc(1, Some((2, 0))), addr(2), 100, t0(), |_| false),
             Learned::Moved
         );
         assert!(!b.is_validated(id));
@@ -298,13 +340,13 @@ mod tests {
         let busy = |id: NodeId| id.get() < 2;
         for i in 0..4 {
             assert_eq!(
-                b.learn(acc(i, Some((1, 0))), addr(1), 100, busy),
+                b.learn(acc(i, Some((1, 0))), addr(1), 100, t0(), busy),
                 Learned::Moved
             );
         }
         // Full: the entries of peers without a record make room.
         assert_eq!(
-            b.learn(acc(10, Some((1, 0))), addr(1), 100, busy),
+            b.learn(acc(10, Some((1, 0))), addr(1), 100, t0(), busy),
             Learned::Moved
         );
         assert_eq!(
@@ -313,11 +355,30 @@ mod tests {
             "two with records, the new one, the configured one"
         );
         for i in 11..20 {
-            b.learn(acc(i, Some((1, 0))), addr(1), 100, |_| true);
+            b.learn(acc(i, Some((1, 0))), addr(1), 100, t0(), |_| true);
         }
         assert!(b.len() <= 5);
         assert_eq!(b.get(NodeId::from_const(100)), Some(addr(100)));
-        b.prune(|_| false);
+        b.take_pruned();
+        b.prune(t0(), Duration::ZERO, |_| false);
         assert_eq!(b.len(), 1, "only the configured entry survives");
+        assert!(b.take_pruned().count() >= 2, "pruned peers are reported");
+    }
+
+    #[test]
+    fn a_learned_address_outlives_its_records_for_a_while() {
+        let mut b = PeerBook::new(8);
+        let id = NodeId::from_const(1);
+        b.learn(acc(1, Some((1, 0))), addr(1), 100, t0(), |_| false);
+        let idle = Duration::from_secs(60);
+        b.prune(t0() + Duration::from_secs(59), idle, |_| false);
+        assert_eq!(
+            b.get(id),
+            Some(addr(1)),
+            "a reply shortly after still finds its way"
+        );
+        b.prune(t0() + Duration::from_secs(61), idle, |_| false);
+        assert_eq!(b.get(id), None);
+        assert_eq!(b.take_pruned().collect::<Vec<_>>(), [id]);
     }
 }

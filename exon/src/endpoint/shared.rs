@@ -108,6 +108,15 @@ impl Shared {
             .insert(peer);
     }
 
+    /// `peer`'s address was forgotten (pruned with its records): sends to it are refused
+    /// again until it is added or speaks.
+    pub(crate) fn forget(&self, peer: NodeId) {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&peer);
+    }
+
     /// Whether `peer` has a known address.
     pub(crate) fn is_known(&self, peer: NodeId) -> bool {
         self.known
