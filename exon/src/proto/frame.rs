@@ -591,31 +591,6 @@ pub fn parse(data: &Bytes, max_payload: usize) -> Result<(Header, Frames<'_>), D
     ))
 }
 
-/// Decodes a whole datagram into `frames` (cleared first): a valid header, at least one
-/// frame, every frame valid, no byte left over. On error `frames` is left empty, so nothing
-/// of a bad datagram can be acted on. Lets a caller reuse one list for every datagram.
-pub fn decode_into(
-    data: &Bytes,
-    max_payload: usize,
-    frames: &mut Vec<Frame>,
-) -> Result<Header, DecodeError> {
-    frames.clear();
-    let (header, it) = parse(data, max_payload)?;
-    for f in it {
-        match f {
-            Ok(f) => frames.push(f),
-            Err(e) => {
-                frames.clear();
-                return Err(e);
-            }
-        }
-    }
-    if frames.is_empty() {
-        return Err(DecodeError::NoFrames);
-    }
-    Ok(header)
-}
-
 /// Decodes the frames of a datagram's body (everything after the header; for a sealed
 /// datagram, the opened plaintext) into `frames`, cleared first: at least one frame, every
 /// frame valid, no byte left over. On error `frames` is left empty.
