@@ -135,6 +135,11 @@ async fn forged_frames_change_nothing_for_sealed_endpoints() {
         .await
         .unwrap();
     a.add_peer(B, b.local_addr());
+    let key = |id| exon::proto::crypto::insecure_test_secret(id).public_key();
+    assert_eq!(
+        (a.public_key(), b.public_key()),
+        (Some(key(A)), Some(key(B)))
+    );
     let attacker = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
     // Keep forging while the stream runs, in both directions, plaintext and sealed-looking.

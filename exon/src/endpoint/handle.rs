@@ -156,6 +156,7 @@ impl Future for Receipt {
 pub struct Handle {
     pub(crate) id: NodeId,
     pub(crate) local_addr: SocketAddr,
+    pub(crate) public_key: Option<PublicKey>,
     pub(crate) cmds: mpsc::UnboundedSender<Command>,
     pub(crate) shared: Arc<Shared>,
 }
@@ -169,6 +170,11 @@ impl Handle {
     /// The local socket address.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// This endpoint's public key, for its peers' keyrings (`None` in plaintext mode).
+    pub fn public_key(&self) -> Option<PublicKey> {
+        self.public_key
     }
 
     /// Sends `payload` to node `to`, exactly once. Waits while the destination's queue is

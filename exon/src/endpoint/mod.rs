@@ -312,6 +312,7 @@ impl Builder {
         let local_addr = socket.local_addr()?;
         let sealed = matches!(security, Security::Sealed(_));
         let node = Node::new(self.id, security, self.config.protocol.clone(), clock)?;
+        let public_key = node.public_key();
         if !sealed {
             tracing::warn!(id = %self.id, "endpoint runs in INSECURE plaintext mode");
         }
@@ -336,6 +337,7 @@ impl Builder {
             handle: Handle {
                 id: self.id,
                 local_addr,
+                public_key,
                 cmds: cmd_tx,
                 shared,
             },
