@@ -72,6 +72,7 @@ pub fn run_cell(
             port: *port,
             timing,
             exon,
+            series: None,
         };
         let run = match pattern {
             Pattern::OneWay => one_way(tb, &args),
@@ -103,15 +104,23 @@ pub fn run_cell(
     Ok(out)
 }
 
-struct Args {
-    system: System,
-    port: u16,
-    timing: Timing,
-    exon: ExonTuning,
+/// What the endpoint processes of one run (one flow) are told.
+pub struct Args {
+    /// The system.
+    pub system: System,
+    /// The receiver's or server's port.
+    pub port: u16,
+    /// How long it runs.
+    pub timing: Timing,
+    /// Exon's tuning.
+    pub exon: ExonTuning,
+    /// One-way receiver: how often it samples its count for a rate over time.
+    pub series: Option<Duration>,
 }
 
 impl Args {
-    fn role(&self, role: &str, callers: u64, cert: Option<&String>) -> Vec<String> {
+    /// The command line of the endpoint process playing `role`.
+    pub fn role(&self, role: &str, callers: u64, cert: Option<&String>) -> Vec<String> {
         let t = &self.timing;
         let mut v: Vec<String> = [
             "--role",
@@ -138,22 +147,25 @@ impl Args {
         if let Some(c) = cert {
             v.extend(["--cert".to_string(), c.clone()]);
         }
+        if let Some(every) = self.series {
+            v.extend(["--series-ms".to_string(), every.as_millis().to_string()]);
+        }
         v
     }
 
     /// Bound on a run's phase that should take about `d`: generous, never endless.
-    fn bound(&self, d: Duration) -> Duration {
+    pub fn bound(&self, d: Duration) -> Duration {
         d + self.timing.drain + Duration::from_secs(20)
     }
 }
 
-fn num(kv: &HashMap<String, String>, k: &str) -> Option<f64> {
+pub fn num(kv: &HashMap<String, String>, k: &str) -> Option<f64> {
     kv.get(k)
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| v.is_finite())
 }
 
-fn rest(kv: &HashMap<String, String>, skip: &[&str]) -> String {
+pub fn rest(kv: &HashMap<String, String>, skip: &[&str]) -> String {
     let mut keys: Vec<&String> = kv.keys().filter(|k| !skip.contains(&k.as_str())).collect();
     keys.sort();
     let mut s = String::new();

@@ -81,6 +81,9 @@ pub struct RoleArgs {
     pub exon: ExonTuning,
     /// How long the end may take: outstanding messages or replies after the measurement.
     pub drain: Duration,
+    /// One-way receiver only: sample the count of delivered messages this often and report
+    /// the samples with `DONE` (the rate of each flow over time, for several flows).
+    pub series: Option<Duration>,
 }
 
 /// Exon's flow-control settings ([`Default`]: exon's own defaults).
@@ -309,6 +312,7 @@ async fn recv(a: &RoleArgs, mut ctl: Control) {
             tokio::spawn(async move { read_all(conn.accept_uni().await.unwrap(), t).await });
         }
     }
+    let series = a.series.map(|every| sample(&tally, every));
     let far = Instant::now() + Duration::from_secs(3600);
     wait_for(far, || tally.count() > 0).await;
     tokio::time::sleep(a.warmup).await;
@@ -337,20 +341,50 @@ async fn recv(a: &RoleArgs, mut ctl: Control) {
         tally.count() == 0 || max_seq < expected,
         "message {max_seq} never sent"
     );
-    say(
-        "DONE",
-        &[
-            ("rate", format!("{rate:.1}")),
-            ("delivered", tally.count().to_string()),
-            ("expected", expected.to_string()),
-            ("complete", complete.to_string()),
-        ],
-    );
+    let mut done = vec![
+        ("rate", format!("{rate:.1}")),
+        ("delivered", tally.count().to_string()),
+        ("expected", expected.to_string()),
+        ("complete", complete.to_string()),
+    ];
+    if let (Some((t0_ms, samples)), Some(every)) = (series, a.series) {
+        let samples = samples.lock().unwrap();
+        let list: Vec<String> = samples.iter().map(u64::to_string).collect();
+        done.push(("series_t0_ms", t0_ms.to_string()));
+        done.push(("series_ms", every.as_millis().to_string()));
+        done.push(("series", list.join(",")));
+    }
+    say("DONE", &done);
     ctl.until_eof().await;
     if let Some((ep, conn)) = keep {
         conn.close(0u32.into(), b"done");
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
     }
+}
+
+/// Milliseconds since the Unix epoch: the one clock that the receivers of several flows
+/// (separate processes) and the harness share.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Samples `tally`'s count every `every` from now on (the first sample at once); returns
+/// the wall-clock time of the first sample and the samples so far.
+fn sample(tally: &Arc<Tally>, every: Duration) -> (u64, Arc<Mutex<Vec<u64>>>) {
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let (t, s) = (tally.clone(), samples.clone());
+    let t0 = unix_ms();
+    tokio::spawn(async move {
+        // Late ticks fire in a burst, so sample k stays at about t0 + k * every.
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            s.lock().unwrap().push(t.count());
+        }
+    });
+    (t0, samples)
 }
 
 /// Writes frames with sequence numbers from 0 until `stop`; returns the count and `w`.
