@@ -129,7 +129,9 @@ struct Cli {
     /// loss each way (--loss is ignored).
     #[arg(long, value_parser = ["loss"])]
     sweep: Option<String>,
-    /// With --flows: writes a plot of each flow's rate over time to this SVG file.
+    /// With --flows: writes a plot of each flow's rate over time to this SVG file (a
+    /// relative path is taken from the workspace's root, not from `benches/`, where cargo
+    /// runs the bench).
     #[arg(long)]
     plot: Option<String>,
     /// Where the matrix writes its report.
@@ -344,7 +346,10 @@ fn several_flows(a: &Args) -> netns::Result<()> {
     let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, &mut port)?;
     drop(tb);
     if let Some(path) = &a.plot {
-        flows::plot(&imp, &out, path)?;
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(path);
+        if let Err(e) = flows::plot(&imp, &out, &path) {
+            eprintln!("testbed: {e}");
+        }
     }
     flows::print_flows(&imp, &out);
     Ok(())

@@ -4,6 +4,7 @@
 //! flow's rate over time.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
 use crate::cell::{self, Args, Timing};
@@ -267,7 +268,7 @@ fn rates_over_time(out: &Outcome) -> (Vec<f64>, Vec<Vec<Option<f64>>>) {
 }
 
 /// Writes the plot of each flow's rate over time to `path` (SVG).
-pub fn plot(imp: &Impairment, out: &Outcome, path: &str) -> Result<()> {
+pub fn plot(imp: &Impairment, out: &Outcome, path: &Path) -> Result<()> {
     let (times, lines) = rates_over_time(out);
     let ticks = times
         .iter()
@@ -303,7 +304,8 @@ pub fn plot(imp: &Impairment, out: &Outcome, path: &str) -> Result<()> {
         series,
         log_y: false,
     };
-    std::fs::write(path, chart.render()).map_err(|e| format!("write {path}: {e}"))?;
-    println!("testbed: wrote {path}");
+    let shown = path.display();
+    std::fs::write(path, chart.render()).map_err(|e| format!("write {shown}: {e}"))?;
+    println!("testbed: wrote {shown}");
     Ok(())
 }
