@@ -340,7 +340,11 @@ fn several_flows(a: &Args) -> netns::Result<()> {
     let timing = timing(a);
     let tb = netns::Testbed::new(imp)?;
     let names: Vec<&str> = a.flows.iter().map(|s| s.name()).collect();
-    let what = format!("{} one-way flows at once ({})", names.len(), names.join(", "));
+    let what = format!(
+        "{} one-way flows at once ({})",
+        names.len(),
+        names.join(", ")
+    );
     header(&what, &imp, timing, exon, tb.realtime());
     let mut port = 5000;
     let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, &mut port)?;

@@ -273,7 +273,7 @@ pub fn plot(imp: &Impairment, out: &Outcome, path: &Path) -> Result<()> {
     let ticks = times
         .iter()
         .map(|t| {
-            if (t - t.round()).abs() < 1e-9 && (*t as u64) % 2 == 0 {
+            if (t - t.round()).abs() < 1e-9 && (*t as u64).is_multiple_of(2) {
                 format!("{t:.0}")
             } else {
                 String::new()

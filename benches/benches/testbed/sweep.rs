@@ -29,7 +29,15 @@ pub fn run_loss(a: &Args) -> Result<()> {
         let imp = Impairment { loss: p, ..base };
         let what = format!("one-way, loss sweep at {} %", pct(p));
         crate::header(&what, &imp, timing, exon, tb.realtime());
-        let out = cell::run_cell(&tb, imp, Pattern::OneWay, timing, exon, &a.systems, &mut port)?;
+        let out = cell::run_cell(
+            &tb,
+            imp,
+            Pattern::OneWay,
+            timing,
+            exon,
+            &a.systems,
+            &mut port,
+        )?;
         cell::print_cell(&imp, Pattern::OneWay, exon, &out);
         rows.push((imp, out));
     }
