@@ -40,6 +40,7 @@ use std::time::Duration;
 use cell::{Pattern, Timing};
 use clap::{CommandFactory, Parser};
 use emulator::Impairment;
+use exon::proto::CongestionControl;
 use roles::{ExonTuning, RoleArgs, System};
 
 /// Everything the command line says.
@@ -57,6 +58,7 @@ struct Args {
     seed: u64,
     exon_window: Option<u64>,
     exon_envelopes: Option<u64>,
+    exon_congestion: Option<CongestionControl>,
     systems: Vec<System>,
     flows: Vec<System>,
     sweep: Option<String>,
@@ -114,6 +116,9 @@ struct Cli {
     /// Exon's envelopes (default 128, at most the window).
     #[arg(long)]
     exon_envelopes: Option<u64>,
+    /// Exon's congestion controller (default: exon's default, bbr).
+    #[arg(long, value_parser = ["bbr", "newreno", "off"])]
+    exon_congestion: Option<String>,
     /// Concurrent callers (rpc).
     #[arg(long, default_value_t = 1)]
     callers: u64,
@@ -194,6 +199,10 @@ fn parse_args() -> Args {
         seed: c.seed,
         exon_window: c.exon_window,
         exon_envelopes: c.exon_envelopes,
+        exon_congestion: c
+            .exon_congestion
+            .as_deref()
+            .and_then(roles::congestion_parse),
         systems: if c.systems.is_empty() {
             System::ALL.to_vec()
         } else {
@@ -247,6 +256,7 @@ fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
     ExonTuning {
         window,
         envelopes: a.exon_envelopes.unwrap_or(d.envelope_target).min(window),
+        congestion: a.exon_congestion.unwrap_or(d.congestion),
     }
 }
 
@@ -287,6 +297,7 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         exon: ExonTuning {
             window: a.exon_window.unwrap_or(1024),
             envelopes: a.exon_envelopes.unwrap_or(128),
+            congestion: a.exon_congestion.unwrap_or_default(),
         },
         drain: secs(a.drain),
         series: a.series_ms.map(Duration::from_millis),
@@ -306,12 +317,17 @@ fn timing(a: &Args) -> Timing {
 fn header(what: &str, imp: &Impairment, timing: Timing, exon: ExonTuning, realtime: bool) {
     println!(
         "testbed: {what}, {imp}; {} B messages; {:.0} s measured after {:.0} s warm-up; exon \
-         window {}, envelopes {}, datagrams {} B; emulator real-time: {realtime}",
+         window {}, envelopes {}{}, datagrams {} B; emulator real-time: {realtime}",
         common::PAYLOAD,
         timing.secs.as_secs_f64(),
         timing.warmup.as_secs_f64(),
         exon.window,
         exon.envelopes,
+        if exon.congestion == CongestionControl::default() {
+            String::new()
+        } else {
+            format!(", congestion {}", roles::congestion_name(exon.congestion))
+        },
         netns::MTU - 28,
     );
 }
@@ -355,6 +371,6 @@ fn several_flows(a: &Args) -> netns::Result<()> {
             eprintln!("testbed: {e}");
         }
     }
-    flows::print_flows(&imp, &out);
+    flows::print_flows(&imp, exon, &out);
     Ok(())
 }

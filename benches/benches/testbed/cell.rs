@@ -141,6 +141,8 @@ impl Args {
             &self.exon.window.to_string(),
             "--exon-envelopes",
             &self.exon.envelopes.to_string(),
+            "--exon-congestion",
+            crate::roles::congestion_name(self.exon.congestion),
         ]
         .map(String::from)
         .to_vec();
@@ -296,9 +298,14 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
         kv.push(format!("exon_retransmissions={}", field("retransmissions")));
         kv.push(format!("exon_complete={}", o.complete));
     }
-    if exon != ExonTuning::default() {
+    let d = ExonTuning::default();
+    if (exon.window, exon.envelopes) != (d.window, d.envelopes) {
         kv.push(format!("exon_window={}", exon.window));
         kv.push(format!("exon_envelopes={}", exon.envelopes));
+    }
+    if exon.congestion != d.congestion {
+        let name = crate::roles::congestion_name(exon.congestion);
+        kv.push(format!("exon_congestion={name}"));
     }
     println!("{}", kv.join(" "));
 }

@@ -169,7 +169,7 @@ pub fn link_msgs(imp: &Impairment) -> f64 {
 }
 
 /// Prints the flows' table, the emulator's counters and the `key=value` line.
-pub fn print_flows(imp: &Impairment, out: &Outcome) {
+pub fn print_flows(imp: &Impairment, exon: ExonTuning, out: &Outcome) {
     let link = link_msgs(imp);
     let rates: Vec<f64> = out.flows.iter().map(|f| f.rate.unwrap_or(0.0)).collect();
     let total: f64 = rates.iter().sum();
@@ -226,6 +226,12 @@ pub fn print_flows(imp: &Impairment, out: &Outcome) {
     ));
     let complete = out.flows.iter().all(|f| f.complete);
     kv.push(format!("complete={complete}"));
+    if exon != ExonTuning::default() {
+        kv.push(format!("exon_window={}", exon.window));
+        kv.push(format!("exon_envelopes={}", exon.envelopes));
+        let name = roles::congestion_name(exon.congestion);
+        kv.push(format!("exon_congestion={name}"));
+    }
     println!("{}", kv.join(" "));
 }
 

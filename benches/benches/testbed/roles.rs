@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use exon::proto::NodeId;
+use exon::proto::{CongestionControl, NodeId};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -93,6 +93,8 @@ pub struct ExonTuning {
     pub window: u64,
     /// Envelopes kept ready (`envelope_target`; the low watermark is half).
     pub envelopes: u64,
+    /// The congestion controller.
+    pub congestion: CongestionControl,
 }
 
 impl Default for ExonTuning {
@@ -101,8 +103,29 @@ impl Default for ExonTuning {
         ExonTuning {
             window: d.window,
             envelopes: d.envelope_target,
+            congestion: d.congestion,
         }
     }
+}
+
+/// The name of a congestion controller on the command line and in reports.
+pub fn congestion_name(c: CongestionControl) -> &'static str {
+    match c {
+        CongestionControl::Bbr => "bbr",
+        CongestionControl::NewReno => "newreno",
+        CongestionControl::Off => "off",
+    }
+}
+
+/// The congestion controller called `s`.
+pub fn congestion_parse(s: &str) -> Option<CongestionControl> {
+    [
+        CongestionControl::Bbr,
+        CongestionControl::NewReno,
+        CongestionControl::Off,
+    ]
+    .into_iter()
+    .find(|c| congestion_name(*c) == s)
 }
 
 impl ExonTuning {
@@ -116,6 +139,7 @@ impl ExonTuning {
         p.envelope_target = self.envelopes.min(self.window);
         p.envelope_low = (p.envelope_target / 2).max(1);
         p.max_queued_per_peer = (self.window as usize).max(512);
+        p.congestion = self.congestion;
         cfg
     }
 }
