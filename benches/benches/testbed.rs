@@ -61,6 +61,7 @@ struct Args {
     exon_congestion: Option<CongestionControl>,
     systems: Vec<System>,
     flows: Vec<System>,
+    tcp_pacing: bool,
     sweep: Option<String>,
     plot: Option<String>,
     out: String,
@@ -130,6 +131,10 @@ struct Cli {
     /// Jain's fairness index.
     #[arg(long, value_delimiter = ',', value_parser = system)]
     flows: Vec<System>,
+    /// With --flows: the kernel paces every TCP flow at its congestion control's rate
+    /// (CUBIC too; without it only BBR paces itself), as the fq qdisc would.
+    #[arg(long)]
+    tcp_pacing: bool,
     /// Runs a sweep instead of one cell: `loss` runs one-way at 0, 1, 2, 5, 10 and 20 %
     /// loss each way (--loss is ignored).
     #[arg(long, value_parser = ["loss"])]
@@ -179,8 +184,8 @@ fn parse_args() -> Args {
     if (c.sweep.is_some() || !c.flows.is_empty()) && c.pattern != "one-way" {
         usage("--sweep and --flows run the one-way pattern");
     }
-    if c.plot.is_some() && c.flows.is_empty() {
-        usage("--plot needs --flows");
+    if c.role.is_none() && (c.plot.is_some() || c.tcp_pacing) && c.flows.is_empty() {
+        usage("--plot and --tcp-pacing need --flows");
     }
     Args {
         role: c.role,
@@ -209,6 +214,7 @@ fn parse_args() -> Args {
             c.systems
         },
         flows: c.flows,
+        tcp_pacing: c.tcp_pacing,
         sweep: c.sweep,
         plot: c.plot,
         out: c.out,
@@ -301,6 +307,7 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         },
         drain: secs(a.drain),
         series: a.series_ms.map(Duration::from_millis),
+        tcp_pacing: a.tcp_pacing,
     }
 }
 
@@ -356,14 +363,19 @@ fn several_flows(a: &Args) -> netns::Result<()> {
     let timing = timing(a);
     let tb = netns::Testbed::new(imp)?;
     let names: Vec<&str> = a.flows.iter().map(|s| s.name()).collect();
+    let paced = if a.tcp_pacing {
+        ", TCP paced by the kernel"
+    } else {
+        ""
+    };
     let what = format!(
-        "{} one-way flows at once ({})",
+        "{} one-way flows at once ({}){paced}",
         names.len(),
         names.join(", ")
     );
     header(&what, &imp, timing, exon, tb.realtime());
     let mut port = 5000;
-    let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, &mut port)?;
+    let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, a.tcp_pacing, &mut port)?;
     drop(tb);
     if let Some(path) = &a.plot {
         let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(path);
@@ -371,6 +383,6 @@ fn several_flows(a: &Args) -> netns::Result<()> {
             eprintln!("testbed: {e}");
         }
     }
-    flows::print_flows(&imp, exon, &out);
+    flows::print_flows(&imp, exon, a.tcp_pacing, &out);
     Ok(())
 }

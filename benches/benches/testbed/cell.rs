@@ -73,6 +73,7 @@ pub fn run_cell(
             timing,
             exon,
             series: None,
+            tcp_pacing: false,
         };
         let run = match pattern {
             Pattern::OneWay => one_way(tb, &args),
@@ -116,6 +117,8 @@ pub struct Args {
     pub exon: ExonTuning,
     /// One-way receiver: how often it samples its count for a rate over time.
     pub series: Option<Duration>,
+    /// TCP sockets have the kernel pace them.
+    pub tcp_pacing: bool,
 }
 
 impl Args {
@@ -148,6 +151,9 @@ impl Args {
         .to_vec();
         if let Some(c) = cert {
             v.extend(["--cert".to_string(), c.clone()]);
+        }
+        if self.tcp_pacing {
+            v.push("--tcp-pacing".to_string());
         }
         if let Some(every) = self.series {
             v.extend(["--series-ms".to_string(), every.as_millis().to_string()]);

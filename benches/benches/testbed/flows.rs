@@ -59,6 +59,7 @@ pub fn run_flows(
     timing: Timing,
     exon: ExonTuning,
     systems: &[System],
+    tcp_pacing: bool,
     port: &mut u16,
 ) -> Result<Outcome> {
     tb.reset(imp);
@@ -73,6 +74,7 @@ pub fn run_flows(
             timing,
             exon,
             series: Some(SAMPLE),
+            tcp_pacing,
         };
         let mut recv = tb.spawn(Side::B, &args.role("recv", 1, None))?;
         let r = recv.expect("READY", Duration::from_secs(10))?;
@@ -169,7 +171,8 @@ pub fn link_msgs(imp: &Impairment) -> f64 {
 }
 
 /// Prints the flows' table, the emulator's counters and the `key=value` line.
-pub fn print_flows(imp: &Impairment, exon: ExonTuning, out: &Outcome) {
+/// `tcp_pacing`: whether the kernel paced the TCP flows.
+pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp_pacing: bool, out: &Outcome) {
     let link = link_msgs(imp);
     let rates: Vec<f64> = out.flows.iter().map(|f| f.rate.unwrap_or(0.0)).collect();
     let total: f64 = rates.iter().sum();
@@ -226,6 +229,9 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, out: &Outcome) {
     ));
     let complete = out.flows.iter().all(|f| f.complete);
     kv.push(format!("complete={complete}"));
+    if tcp_pacing {
+        kv.push("tcp_pacing=true".into());
+    }
     if exon != ExonTuning::default() {
         kv.push(format!("exon_window={}", exon.window));
         kv.push(format!("exon_envelopes={}", exon.envelopes));

@@ -84,6 +84,8 @@ pub struct RoleArgs {
     /// One-way receiver only: sample the count of delivered messages this often and report
     /// the samples with `DONE` (the rate of each flow over time, for several flows).
     pub series: Option<Duration>,
+    /// TCP sockets have the kernel pace them ([`sys::set_tcp_pacing`]).
+    pub tcp_pacing: bool,
 }
 
 /// Exon's flow-control settings ([`Default`]: exon's own defaults).
@@ -241,7 +243,7 @@ async fn tcp_listen(a: &RoleArgs) -> TcpStream {
     let l = sock.listen(16).unwrap();
     say("READY", &[]);
     let (s, _) = l.accept().await.unwrap();
-    tcp_tune(&s, a.system);
+    tcp_tune(&s, a);
     s
 }
 
@@ -249,15 +251,19 @@ async fn tcp_connect(a: &RoleArgs) -> TcpStream {
     let sock = TcpSocket::new_v4().unwrap();
     sys::set_congestion(sock.as_raw_fd(), a.system.congestion()).expect("TCP_CONGESTION");
     let s = sock.connect(a.addr).await.unwrap();
-    tcp_tune(&s, a.system);
+    tcp_tune(&s, a);
     s
 }
 
 /// No Nagle; the congestion control asked for, checked and reported on stderr.
-fn tcp_tune(s: &TcpStream, system: System) {
+fn tcp_tune(s: &TcpStream, a: &RoleArgs) {
+    let system = a.system;
     s.set_nodelay(true).unwrap();
     let cc = sys::set_congestion(s.as_raw_fd(), system.congestion()).expect("TCP_CONGESTION");
     assert_eq!(cc, system.congestion(), "congestion control not applied");
+    if a.tcp_pacing {
+        sys::set_tcp_pacing(s.as_raw_fd()).expect("SO_MAX_PACING_RATE");
+    }
 }
 
 fn quic_cert(a: &RoleArgs) -> rustls::pki_types::CertificateDer<'static> {
