@@ -62,6 +62,7 @@ struct Args {
     systems: Vec<System>,
     flows: Vec<System>,
     tcp_pacing: bool,
+    tcp_mss: Option<u32>,
     sweep: Option<String>,
     plot: Option<String>,
     out: String,
@@ -135,6 +136,10 @@ struct Cli {
     /// (CUBIC too; without it only BBR paces itself), as the fq qdisc would.
     #[arg(long)]
     tcp_pacing: bool,
+    /// With --flows: TCP's largest segment (TCP_MAXSEG), e.g. 1017 for packets of exon's
+    /// size (1069 bytes with timestamps).
+    #[arg(long)]
+    tcp_mss: Option<u32>,
     /// Runs a sweep instead of one cell: `loss` runs one-way at 0, 1, 2, 5, 10 and 20 %
     /// loss each way (--loss is ignored).
     #[arg(long, value_parser = ["loss"])]
@@ -184,8 +189,11 @@ fn parse_args() -> Args {
     if (c.sweep.is_some() || !c.flows.is_empty()) && c.pattern != "one-way" {
         usage("--sweep and --flows run the one-way pattern");
     }
-    if c.role.is_none() && (c.plot.is_some() || c.tcp_pacing) && c.flows.is_empty() {
-        usage("--plot and --tcp-pacing need --flows");
+    if c.role.is_none()
+        && (c.plot.is_some() || c.tcp_pacing || c.tcp_mss.is_some())
+        && c.flows.is_empty()
+    {
+        usage("--plot, --tcp-pacing and --tcp-mss need --flows");
     }
     Args {
         role: c.role,
@@ -215,6 +223,7 @@ fn parse_args() -> Args {
         },
         flows: c.flows,
         tcp_pacing: c.tcp_pacing,
+        tcp_mss: c.tcp_mss,
         sweep: c.sweep,
         plot: c.plot,
         out: c.out,
@@ -308,6 +317,7 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         drain: secs(a.drain),
         series: a.series_ms.map(Duration::from_millis),
         tcp_pacing: a.tcp_pacing,
+        tcp_mss: a.tcp_mss,
     }
 }
 
@@ -363,11 +373,17 @@ fn several_flows(a: &Args) -> netns::Result<()> {
     let timing = timing(a);
     let tb = netns::Testbed::new(imp)?;
     let names: Vec<&str> = a.flows.iter().map(|s| s.name()).collect();
-    let paced = if a.tcp_pacing {
-        ", TCP paced by the kernel"
-    } else {
-        ""
+    let tcp = flows::Tcp {
+        pacing: a.tcp_pacing,
+        mss: a.tcp_mss,
     };
+    let mut paced = String::new();
+    if tcp.pacing {
+        paced += ", TCP paced by the kernel";
+    }
+    if let Some(mss) = tcp.mss {
+        paced += &format!(", TCP MSS {mss}");
+    }
     let what = format!(
         "{} one-way flows at once ({}){paced}",
         names.len(),
@@ -375,7 +391,7 @@ fn several_flows(a: &Args) -> netns::Result<()> {
     );
     header(&what, &imp, timing, exon, tb.realtime());
     let mut port = 5000;
-    let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, a.tcp_pacing, &mut port)?;
+    let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, tcp, &mut port)?;
     drop(tb);
     if let Some(path) = &a.plot {
         let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(path);
@@ -383,6 +399,6 @@ fn several_flows(a: &Args) -> netns::Result<()> {
             eprintln!("testbed: {e}");
         }
     }
-    flows::print_flows(&imp, exon, a.tcp_pacing, &out);
+    flows::print_flows(&imp, exon, tcp, &out);
     Ok(())
 }

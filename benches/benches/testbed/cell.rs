@@ -74,6 +74,7 @@ pub fn run_cell(
             exon,
             series: None,
             tcp_pacing: false,
+            tcp_mss: None,
         };
         let run = match pattern {
             Pattern::OneWay => one_way(tb, &args),
@@ -119,6 +120,8 @@ pub struct Args {
     pub series: Option<Duration>,
     /// TCP sockets have the kernel pace them.
     pub tcp_pacing: bool,
+    /// TCP's largest segment, if not the path's.
+    pub tcp_mss: Option<u32>,
 }
 
 impl Args {
@@ -154,6 +157,9 @@ impl Args {
         }
         if self.tcp_pacing {
             v.push("--tcp-pacing".to_string());
+        }
+        if let Some(mss) = self.tcp_mss {
+            v.extend(["--tcp-mss".to_string(), mss.to_string()]);
         }
         if let Some(every) = self.series {
             v.extend(["--series-ms".to_string(), every.as_millis().to_string()]);

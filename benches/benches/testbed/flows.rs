@@ -18,6 +18,15 @@ const SAMPLE: Duration = Duration::from_millis(100);
 /// Width of one point of the rate-over-time plot, in samples.
 const BUCKET: usize = 5;
 
+/// How the TCP flows are set up, where not the kernel's defaults.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tcp {
+    /// The kernel paces them ([`crate::sys::set_tcp_pacing`]).
+    pub pacing: bool,
+    /// Their largest segment.
+    pub mss: Option<u32>,
+}
+
 /// One flow's outcome.
 #[derive(Debug, Clone)]
 pub struct Flow {
@@ -59,7 +68,7 @@ pub fn run_flows(
     timing: Timing,
     exon: ExonTuning,
     systems: &[System],
-    tcp_pacing: bool,
+    tcp: Tcp,
     port: &mut u16,
 ) -> Result<Outcome> {
     tb.reset(imp);
@@ -74,7 +83,8 @@ pub fn run_flows(
             timing,
             exon,
             series: Some(SAMPLE),
-            tcp_pacing,
+            tcp_pacing: tcp.pacing,
+            tcp_mss: tcp.mss,
         };
         let mut recv = tb.spawn(Side::B, &args.role("recv", 1, None))?;
         let r = recv.expect("READY", Duration::from_secs(10))?;
@@ -171,8 +181,8 @@ pub fn link_msgs(imp: &Impairment) -> f64 {
 }
 
 /// Prints the flows' table, the emulator's counters and the `key=value` line.
-/// `tcp_pacing`: whether the kernel paced the TCP flows.
-pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp_pacing: bool, out: &Outcome) {
+/// `tcp`: how the TCP flows were set up.
+pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) {
     let link = link_msgs(imp);
     let rates: Vec<f64> = out.flows.iter().map(|f| f.rate.unwrap_or(0.0)).collect();
     let total: f64 = rates.iter().sum();
@@ -229,8 +239,11 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp_pacing: bool, out: &O
     ));
     let complete = out.flows.iter().all(|f| f.complete);
     kv.push(format!("complete={complete}"));
-    if tcp_pacing {
+    if tcp.pacing {
         kv.push("tcp_pacing=true".into());
+    }
+    if let Some(mss) = tcp.mss {
+        kv.push(format!("tcp_mss={mss}"));
     }
     if exon != ExonTuning::default() {
         kv.push(format!("exon_window={}", exon.window));

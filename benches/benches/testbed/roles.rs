@@ -86,6 +86,8 @@ pub struct RoleArgs {
     pub series: Option<Duration>,
     /// TCP sockets have the kernel pace them ([`sys::set_tcp_pacing`]).
     pub tcp_pacing: bool,
+    /// TCP's largest segment, if not the path's.
+    pub tcp_mss: Option<u32>,
 }
 
 /// Exon's flow-control settings ([`Default`]: exon's own defaults).
@@ -239,6 +241,9 @@ async fn tcp_listen(a: &RoleArgs) -> TcpStream {
     let sock = TcpSocket::new_v4().unwrap();
     sock.set_reuseaddr(true).unwrap();
     sys::set_congestion(sock.as_raw_fd(), a.system.congestion()).expect("TCP_CONGESTION");
+    if let Some(mss) = a.tcp_mss {
+        sys::set_tcp_mss(sock.as_raw_fd(), mss).expect("TCP_MAXSEG");
+    }
     sock.bind(a.addr).unwrap();
     let l = sock.listen(16).unwrap();
     say("READY", &[]);
@@ -250,6 +255,9 @@ async fn tcp_listen(a: &RoleArgs) -> TcpStream {
 async fn tcp_connect(a: &RoleArgs) -> TcpStream {
     let sock = TcpSocket::new_v4().unwrap();
     sys::set_congestion(sock.as_raw_fd(), a.system.congestion()).expect("TCP_CONGESTION");
+    if let Some(mss) = a.tcp_mss {
+        sys::set_tcp_mss(sock.as_raw_fd(), mss).expect("TCP_MAXSEG");
+    }
     let s = sock.connect(a.addr).await.unwrap();
     tcp_tune(&s, a);
     s

@@ -208,3 +208,19 @@ pub fn set_tcp_pacing(fd: RawFd) -> io::Result<()> {
     })
     .map(|_| ())
 }
+
+/// Sets the TCP socket `fd`'s largest segment (TCP_MAXSEG), before it connects or listens.
+pub fn set_tcp_mss(fd: RawFd, mss: u32) -> io::Result<()> {
+    let v = mss as libc::c_int;
+    // SAFETY: the option value is valid for its length.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(|_| ())
+}
