@@ -245,9 +245,12 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) 
     if let Some(mss) = tcp.mss {
         kv.push(format!("tcp_mss={mss}"));
     }
-    if exon != ExonTuning::default() {
+    let d = ExonTuning::default();
+    if (exon.window, exon.envelopes) != (d.window, d.envelopes) {
         kv.push(format!("exon_window={}", exon.window));
         kv.push(format!("exon_envelopes={}", exon.envelopes));
+    }
+    if exon.congestion != d.congestion {
         let name = roles::congestion_name(exon.congestion);
         kv.push(format!("exon_congestion={name}"));
     }
