@@ -6,6 +6,8 @@
 //! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
 //! cargo bench -p exon-benches --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
 //! cargo bench -p exon-benches --bench testbed -- --matrix paper
+//! cargo bench -p exon-benches --bench testbed -- --flows exon,tcp_cubic --rate-mbit 10 --rtt-ms 20 --plot flows.svg
+//! cargo bench -p exon-benches --bench testbed -- --sweep loss --systems exon
 //! ```
 //!
 //! `cargo bench -p exon-benches --bench testbed -- --help` lists the options. Needs root and `/dev/net/tun`; otherwise it says why and exits 0.
@@ -18,6 +20,8 @@ mod common;
 mod cell;
 #[path = "testbed/emulator.rs"]
 mod emulator;
+#[path = "testbed/flows.rs"]
+mod flows;
 #[path = "testbed/matrix.rs"]
 mod matrix;
 #[path = "testbed/netns.rs"]
@@ -26,6 +30,8 @@ mod netns;
 mod roles;
 #[path = "testbed/svg.rs"]
 mod svg;
+#[path = "testbed/sweep.rs"]
+mod sweep;
 #[path = "testbed/sys.rs"]
 mod sys;
 
@@ -34,6 +40,7 @@ use std::time::Duration;
 use cell::{Pattern, Timing};
 use clap::{CommandFactory, Parser};
 use emulator::Impairment;
+use exon::proto::CongestionControl;
 use roles::{ExonTuning, RoleArgs, System};
 
 /// Everything the command line says.
@@ -51,13 +58,20 @@ struct Args {
     seed: u64,
     exon_window: Option<u64>,
     exon_envelopes: Option<u64>,
+    exon_congestion: Option<CongestionControl>,
     systems: Vec<System>,
+    flows: Vec<System>,
+    tcp_pacing: bool,
+    tcp_mss: Option<u32>,
+    sweep: Option<String>,
+    plot: Option<String>,
     out: String,
     // Endpoint processes only.
     system: Option<System>,
     addr: Option<String>,
     cert: Option<String>,
     callers: u64,
+    series_ms: Option<u64>,
 }
 
 /// The impaired-link testbed: exon, TCP CUBIC, TCP BBR and QUIC between two network
@@ -104,12 +118,37 @@ struct Cli {
     /// Exon's envelopes (default 128, at most the window).
     #[arg(long)]
     exon_envelopes: Option<u64>,
+    /// Exon's congestion controller (default: exon's default, bbr).
+    #[arg(long, value_parser = ["bbr", "newreno", "off"])]
+    exon_congestion: Option<String>,
     /// Concurrent callers (rpc).
     #[arg(long, default_value_t = 1)]
     callers: u64,
     /// Systems to run, comma-separated (default all: exon,tcp_cubic,tcp_bbr,quic).
     #[arg(long, value_delimiter = ',', value_parser = system)]
     systems: Vec<System>,
+    /// Runs these one-way flows at once on one link instead of each system in turn, one
+    /// flow per name (e.g. exon,exon or exon,tcp_cubic): each flow's goodput, its share and
+    /// Jain's fairness index.
+    #[arg(long, value_delimiter = ',', value_parser = system)]
+    flows: Vec<System>,
+    /// With --flows: the kernel paces every TCP flow at its congestion control's rate
+    /// (CUBIC too; without it only BBR paces itself), as the fq qdisc would.
+    #[arg(long)]
+    tcp_pacing: bool,
+    /// With --flows: TCP's largest segment (TCP_MAXSEG), e.g. 1017 for packets of exon's
+    /// size (1069 bytes with timestamps).
+    #[arg(long)]
+    tcp_mss: Option<u32>,
+    /// Runs a sweep instead of one cell: `loss` runs one-way at 0, 1, 2, 5, 10 and 20 %
+    /// loss each way (--loss is ignored).
+    #[arg(long, value_parser = ["loss"])]
+    sweep: Option<String>,
+    /// With --flows: writes a plot of each flow's rate over time to this SVG file (a
+    /// relative path is taken from the workspace's root, not from `benches/`, where cargo
+    /// runs the bench).
+    #[arg(long)]
+    plot: Option<String>,
     /// Where the matrix writes its report.
     #[arg(long, default_value = "docs/benchmarks")]
     out: String,
@@ -125,6 +164,9 @@ struct Cli {
     /// Endpoint processes only: the QUIC certificate.
     #[arg(long, hide = true)]
     cert: Option<String>,
+    /// Endpoint processes only: a one-way receiver samples its count this often.
+    #[arg(long, hide = true)]
+    series_ms: Option<u64>,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -139,6 +181,19 @@ fn parse_args() -> Args {
     let c = Cli::parse();
     if !(0.0..1.0).contains(&c.loss) || c.rate_mbit <= 0.0 || c.rtt_ms < 0.0 || c.callers == 0 {
         usage("need 0 <= loss < 1, rate > 0, rtt >= 0, callers > 0");
+    }
+    let several = [c.matrix.is_some(), c.sweep.is_some(), !c.flows.is_empty()];
+    if several.iter().filter(|x| **x).count() > 1 {
+        usage("at most one of --matrix, --sweep and --flows");
+    }
+    if (c.sweep.is_some() || !c.flows.is_empty()) && c.pattern != "one-way" {
+        usage("--sweep and --flows run the one-way pattern");
+    }
+    if c.role.is_none()
+        && (c.plot.is_some() || c.tcp_pacing || c.tcp_mss.is_some())
+        && c.flows.is_empty()
+    {
+        usage("--plot, --tcp-pacing and --tcp-mss need --flows");
     }
     Args {
         role: c.role,
@@ -157,16 +212,26 @@ fn parse_args() -> Args {
         seed: c.seed,
         exon_window: c.exon_window,
         exon_envelopes: c.exon_envelopes,
+        exon_congestion: c
+            .exon_congestion
+            .as_deref()
+            .and_then(roles::congestion_parse),
         systems: if c.systems.is_empty() {
             System::ALL.to_vec()
         } else {
             c.systems
         },
+        flows: c.flows,
+        tcp_pacing: c.tcp_pacing,
+        tcp_mss: c.tcp_mss,
+        sweep: c.sweep,
+        plot: c.plot,
         out: c.out,
         system: c.system,
         addr: c.addr,
         cert: c.cert,
         callers: c.callers,
+        series_ms: c.series_ms,
     }
 }
 
@@ -206,6 +271,7 @@ fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
     ExonTuning {
         window,
         envelopes: a.exon_envelopes.unwrap_or(d.envelope_target).min(window),
+        congestion: a.exon_congestion.unwrap_or(d.congestion),
     }
 }
 
@@ -223,6 +289,8 @@ fn main() {
     let result = match a.matrix.as_deref() {
         Some("paper") => matrix::run_paper(&a),
         Some(m) => usage(&format!("unknown matrix {m:?} (paper)")),
+        None if a.sweep.is_some() => sweep::run_loss(&a),
+        None if !a.flows.is_empty() => several_flows(&a),
         None => one_cell(&a),
     };
     if let Err(e) = result {
@@ -244,38 +312,93 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         exon: ExonTuning {
             window: a.exon_window.unwrap_or(1024),
             envelopes: a.exon_envelopes.unwrap_or(128),
+            congestion: a.exon_congestion.unwrap_or_default(),
         },
         drain: secs(a.drain),
+        series: a.series_ms.map(Duration::from_millis),
+        tcp_pacing: a.tcp_pacing,
+        tcp_mss: a.tcp_mss,
     }
 }
 
-fn one_cell(a: &Args) -> netns::Result<()> {
-    let imp = impairment(a, a.rate_mbit, a.rtt_ms, a.loss);
-    let exon = exon_tuning(a, &imp);
-    let timing = Timing {
+/// The measured and warm-up times of the command line.
+fn timing(a: &Args) -> Timing {
+    Timing {
         warmup: Duration::from_secs_f64(a.warmup),
         secs: Duration::from_secs_f64(a.secs.unwrap_or(10.0)),
         drain: Duration::from_secs_f64(a.drain),
-    };
-    let tb = netns::Testbed::new(imp)?;
-    let what = match a.pattern {
-        Pattern::OneWay => "one-way".to_string(),
-        Pattern::Rpc { callers } => format!("rpc, {callers} callers"),
-    };
+    }
+}
+
+/// Prints the first line of a run: what runs over which link, for how long.
+fn header(what: &str, imp: &Impairment, timing: Timing, exon: ExonTuning, realtime: bool) {
     println!(
         "testbed: {what}, {imp}; {} B messages; {:.0} s measured after {:.0} s warm-up; exon \
-         window {}, envelopes {}, datagrams {} B; emulator real-time: {}",
+         window {}, envelopes {}{}, datagrams {} B; emulator real-time: {realtime}",
         common::PAYLOAD,
         timing.secs.as_secs_f64(),
         timing.warmup.as_secs_f64(),
         exon.window,
         exon.envelopes,
+        if exon.congestion == CongestionControl::default() {
+            String::new()
+        } else {
+            format!(", congestion {}", roles::congestion_name(exon.congestion))
+        },
         netns::MTU - 28,
-        tb.realtime()
     );
+}
+
+fn one_cell(a: &Args) -> netns::Result<()> {
+    let imp = impairment(a, a.rate_mbit, a.rtt_ms, a.loss);
+    let exon = exon_tuning(a, &imp);
+    let timing = timing(a);
+    let tb = netns::Testbed::new(imp)?;
+    let what = match a.pattern {
+        Pattern::OneWay => "one-way".to_string(),
+        Pattern::Rpc { callers } => format!("rpc, {callers} callers"),
+    };
+    header(&what, &imp, timing, exon, tb.realtime());
     let mut port = 5000;
     let out = cell::run_cell(&tb, imp, a.pattern, timing, exon, &a.systems, &mut port)?;
     drop(tb);
     cell::print_cell(&imp, a.pattern, exon, &out);
+    Ok(())
+}
+
+/// `--flows`: the flows at once on one link.
+fn several_flows(a: &Args) -> netns::Result<()> {
+    let imp = impairment(a, a.rate_mbit, a.rtt_ms, a.loss);
+    let exon = exon_tuning(a, &imp);
+    let timing = timing(a);
+    let tb = netns::Testbed::new(imp)?;
+    let names: Vec<&str> = a.flows.iter().map(|s| s.name()).collect();
+    let tcp = flows::Tcp {
+        pacing: a.tcp_pacing,
+        mss: a.tcp_mss,
+    };
+    let mut paced = String::new();
+    if tcp.pacing {
+        paced += ", TCP paced by the kernel";
+    }
+    if let Some(mss) = tcp.mss {
+        paced += &format!(", TCP MSS {mss}");
+    }
+    let what = format!(
+        "{} one-way flows at once ({}){paced}",
+        names.len(),
+        names.join(", ")
+    );
+    header(&what, &imp, timing, exon, tb.realtime());
+    let mut port = 5000;
+    let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, tcp, &mut port)?;
+    drop(tb);
+    if let Some(path) = &a.plot {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(path);
+        if let Err(e) = flows::plot(&imp, &out, &path) {
+            eprintln!("testbed: {e}");
+        }
+    }
+    flows::print_flows(&imp, exon, tcp, &out);
     Ok(())
 }

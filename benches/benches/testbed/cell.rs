@@ -72,6 +72,9 @@ pub fn run_cell(
             port: *port,
             timing,
             exon,
+            series: None,
+            tcp_pacing: false,
+            tcp_mss: None,
         };
         let run = match pattern {
             Pattern::OneWay => one_way(tb, &args),
@@ -103,15 +106,27 @@ pub fn run_cell(
     Ok(out)
 }
 
-struct Args {
-    system: System,
-    port: u16,
-    timing: Timing,
-    exon: ExonTuning,
+/// What the endpoint processes of one run (one flow) are told.
+pub struct Args {
+    /// The system.
+    pub system: System,
+    /// The receiver's or server's port.
+    pub port: u16,
+    /// How long it runs.
+    pub timing: Timing,
+    /// Exon's tuning.
+    pub exon: ExonTuning,
+    /// One-way receiver: how often it samples its count for a rate over time.
+    pub series: Option<Duration>,
+    /// TCP sockets have the kernel pace them.
+    pub tcp_pacing: bool,
+    /// TCP's largest segment, if not the path's.
+    pub tcp_mss: Option<u32>,
 }
 
 impl Args {
-    fn role(&self, role: &str, callers: u64, cert: Option<&String>) -> Vec<String> {
+    /// The command line of the endpoint process playing `role`.
+    pub fn role(&self, role: &str, callers: u64, cert: Option<&String>) -> Vec<String> {
         let t = &self.timing;
         let mut v: Vec<String> = [
             "--role",
@@ -132,28 +147,39 @@ impl Args {
             &self.exon.window.to_string(),
             "--exon-envelopes",
             &self.exon.envelopes.to_string(),
+            "--exon-congestion",
+            crate::roles::congestion_name(self.exon.congestion),
         ]
         .map(String::from)
         .to_vec();
         if let Some(c) = cert {
             v.extend(["--cert".to_string(), c.clone()]);
         }
+        if self.tcp_pacing {
+            v.push("--tcp-pacing".to_string());
+        }
+        if let Some(mss) = self.tcp_mss {
+            v.extend(["--tcp-mss".to_string(), mss.to_string()]);
+        }
+        if let Some(every) = self.series {
+            v.extend(["--series-ms".to_string(), every.as_millis().to_string()]);
+        }
         v
     }
 
     /// Bound on a run's phase that should take about `d`: generous, never endless.
-    fn bound(&self, d: Duration) -> Duration {
+    pub fn bound(&self, d: Duration) -> Duration {
         d + self.timing.drain + Duration::from_secs(20)
     }
 }
 
-fn num(kv: &HashMap<String, String>, k: &str) -> Option<f64> {
+pub fn num(kv: &HashMap<String, String>, k: &str) -> Option<f64> {
     kv.get(k)
         .and_then(|v| v.parse::<f64>().ok())
         .filter(|v| v.is_finite())
 }
 
-fn rest(kv: &HashMap<String, String>, skip: &[&str]) -> String {
+pub fn rest(kv: &HashMap<String, String>, skip: &[&str]) -> String {
     let mut keys: Vec<&String> = kv.keys().filter(|k| !skip.contains(&k.as_str())).collect();
     keys.sort();
     let mut s = String::new();
@@ -284,9 +310,14 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
         kv.push(format!("exon_retransmissions={}", field("retransmissions")));
         kv.push(format!("exon_complete={}", o.complete));
     }
-    if exon != ExonTuning::default() {
+    let d = ExonTuning::default();
+    if (exon.window, exon.envelopes) != (d.window, d.envelopes) {
         kv.push(format!("exon_window={}", exon.window));
         kv.push(format!("exon_envelopes={}", exon.envelopes));
+    }
+    if exon.congestion != d.congestion {
+        let name = crate::roles::congestion_name(exon.congestion);
+        kv.push(format!("exon_congestion={name}"));
     }
     println!("{}", kv.join(" "));
 }

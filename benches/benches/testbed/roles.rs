@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use exon::proto::NodeId;
+use exon::proto::{CongestionControl, NodeId};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -81,6 +81,13 @@ pub struct RoleArgs {
     pub exon: ExonTuning,
     /// How long the end may take: outstanding messages or replies after the measurement.
     pub drain: Duration,
+    /// One-way receiver only: sample the count of delivered messages this often and report
+    /// the samples with `DONE` (the rate of each flow over time, for several flows).
+    pub series: Option<Duration>,
+    /// TCP sockets have the kernel pace them ([`sys::set_tcp_pacing`]).
+    pub tcp_pacing: bool,
+    /// TCP's largest segment, if not the path's.
+    pub tcp_mss: Option<u32>,
 }
 
 /// Exon's flow-control settings ([`Default`]: exon's own defaults).
@@ -90,6 +97,8 @@ pub struct ExonTuning {
     pub window: u64,
     /// Envelopes kept ready (`envelope_target`; the low watermark is half).
     pub envelopes: u64,
+    /// The congestion controller.
+    pub congestion: CongestionControl,
 }
 
 impl Default for ExonTuning {
@@ -98,8 +107,29 @@ impl Default for ExonTuning {
         ExonTuning {
             window: d.window,
             envelopes: d.envelope_target,
+            congestion: d.congestion,
         }
     }
+}
+
+/// The name of a congestion controller on the command line and in reports.
+pub fn congestion_name(c: CongestionControl) -> &'static str {
+    match c {
+        CongestionControl::Bbr => "bbr",
+        CongestionControl::NewReno => "newreno",
+        CongestionControl::Off => "off",
+    }
+}
+
+/// The congestion controller called `s`.
+pub fn congestion_parse(s: &str) -> Option<CongestionControl> {
+    [
+        CongestionControl::Bbr,
+        CongestionControl::NewReno,
+        CongestionControl::Off,
+    ]
+    .into_iter()
+    .find(|c| congestion_name(*c) == s)
 }
 
 impl ExonTuning {
@@ -113,6 +143,7 @@ impl ExonTuning {
         p.envelope_target = self.envelopes.min(self.window);
         p.envelope_low = (p.envelope_target / 2).max(1);
         p.max_queued_per_peer = (self.window as usize).max(512);
+        p.congestion = self.congestion;
         cfg
     }
 }
@@ -210,27 +241,37 @@ async fn tcp_listen(a: &RoleArgs) -> TcpStream {
     let sock = TcpSocket::new_v4().unwrap();
     sock.set_reuseaddr(true).unwrap();
     sys::set_congestion(sock.as_raw_fd(), a.system.congestion()).expect("TCP_CONGESTION");
+    if let Some(mss) = a.tcp_mss {
+        sys::set_tcp_mss(sock.as_raw_fd(), mss).expect("TCP_MAXSEG");
+    }
     sock.bind(a.addr).unwrap();
     let l = sock.listen(16).unwrap();
     say("READY", &[]);
     let (s, _) = l.accept().await.unwrap();
-    tcp_tune(&s, a.system);
+    tcp_tune(&s, a);
     s
 }
 
 async fn tcp_connect(a: &RoleArgs) -> TcpStream {
     let sock = TcpSocket::new_v4().unwrap();
     sys::set_congestion(sock.as_raw_fd(), a.system.congestion()).expect("TCP_CONGESTION");
+    if let Some(mss) = a.tcp_mss {
+        sys::set_tcp_mss(sock.as_raw_fd(), mss).expect("TCP_MAXSEG");
+    }
     let s = sock.connect(a.addr).await.unwrap();
-    tcp_tune(&s, a.system);
+    tcp_tune(&s, a);
     s
 }
 
 /// No Nagle; the congestion control asked for, checked and reported on stderr.
-fn tcp_tune(s: &TcpStream, system: System) {
+fn tcp_tune(s: &TcpStream, a: &RoleArgs) {
+    let system = a.system;
     s.set_nodelay(true).unwrap();
     let cc = sys::set_congestion(s.as_raw_fd(), system.congestion()).expect("TCP_CONGESTION");
     assert_eq!(cc, system.congestion(), "congestion control not applied");
+    if a.tcp_pacing {
+        sys::set_tcp_pacing(s.as_raw_fd()).expect("SO_MAX_PACING_RATE");
+    }
 }
 
 fn quic_cert(a: &RoleArgs) -> rustls::pki_types::CertificateDer<'static> {
@@ -309,6 +350,7 @@ async fn recv(a: &RoleArgs, mut ctl: Control) {
             tokio::spawn(async move { read_all(conn.accept_uni().await.unwrap(), t).await });
         }
     }
+    let series = a.series.map(|every| sample(&tally, every));
     let far = Instant::now() + Duration::from_secs(3600);
     wait_for(far, || tally.count() > 0).await;
     tokio::time::sleep(a.warmup).await;
@@ -337,20 +379,50 @@ async fn recv(a: &RoleArgs, mut ctl: Control) {
         tally.count() == 0 || max_seq < expected,
         "message {max_seq} never sent"
     );
-    say(
-        "DONE",
-        &[
-            ("rate", format!("{rate:.1}")),
-            ("delivered", tally.count().to_string()),
-            ("expected", expected.to_string()),
-            ("complete", complete.to_string()),
-        ],
-    );
+    let mut done = vec![
+        ("rate", format!("{rate:.1}")),
+        ("delivered", tally.count().to_string()),
+        ("expected", expected.to_string()),
+        ("complete", complete.to_string()),
+    ];
+    if let (Some((t0_ms, samples)), Some(every)) = (series, a.series) {
+        let samples = samples.lock().unwrap();
+        let list: Vec<String> = samples.iter().map(u64::to_string).collect();
+        done.push(("series_t0_ms", t0_ms.to_string()));
+        done.push(("series_ms", every.as_millis().to_string()));
+        done.push(("series", list.join(",")));
+    }
+    say("DONE", &done);
     ctl.until_eof().await;
     if let Some((ep, conn)) = keep {
         conn.close(0u32.into(), b"done");
         let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
     }
+}
+
+/// Milliseconds since the Unix epoch: the one clock that the receivers of several flows
+/// (separate processes) and the harness share.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Samples `tally`'s count every `every` from now on (the first sample at once); returns
+/// the wall-clock time of the first sample and the samples so far.
+fn sample(tally: &Arc<Tally>, every: Duration) -> (u64, Arc<Mutex<Vec<u64>>>) {
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let (t, s) = (tally.clone(), samples.clone());
+    let t0 = unix_ms();
+    tokio::spawn(async move {
+        // Late ticks fire in a burst, so sample k stays at about t0 + k * every.
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            s.lock().unwrap().push(t.count());
+        }
+    });
+    (t0, samples)
 }
 
 /// Writes frames with sequence numbers from 0 until `stop`; returns the count and `w`.
