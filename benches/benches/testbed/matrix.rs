@@ -96,7 +96,10 @@ pub fn run_paper(a: &Args) -> Result<()> {
         timing,
         started: Instant::now(),
     };
-    let out = Path::new(&a.out);
+    // Relative to the workspace root (cargo runs benches from the package's directory).
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let out_path = root.join(&a.out);
+    let out = out_path.as_path();
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut port = 5000;
     for (li, l) in LINKS.iter().enumerate() {
