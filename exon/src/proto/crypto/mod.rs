@@ -236,30 +236,22 @@ impl Sealer {
         body: usize,
         pinned: impl Fn(NodeId) -> bool,
     ) -> bool {
-        if self.cache.get(peer).is_none() {
-            let Some(key) = self
-                .keyring
-                .get(peer)
-                .or_else(|| self.cache.public_key(peer))
-                .copied()
-            else {
-                return false;
-            };
-            let Some(keys) = self.derive(peer, &key) else {
-                return false;
-            };
-            if !self.cache.insert(peer, key, keys, &pinned) {
-                // Every cached peer is busy: derive for this datagram alone.
-                let Some(keys) = self.derive(peer, &key) else {
-                    return false;
-                };
-                return seal_with(&keys, seq, buf, start, body);
-            }
+        if let Some(keys) = self.cache.get(peer) {
+            return seal_with(keys, seq, buf, start, body);
         }
-        let Some(keys) = self.cache.get(peer) else {
+        // Not cached: only the keyring can say (a key learned from a self-certifying peer
+        // lives in the cache alone, kept there while the peer has records).
+        let Some(key) = self.keyring.get(peer).copied() else {
             return false;
         };
-        seal_with(keys, seq, buf, start, body)
+        let Some(keys) = self.derive(peer, &key) else {
+            return false;
+        };
+        let sealed = seal_with(&keys, seq, buf, start, body);
+        // Cached for the next datagrams, unless every cached peer is busy (then derived
+        // again next time).
+        self.cache.insert(peer, key, keys, &pinned);
+        sealed
     }
 
     /// Opens a sealed datagram from `header.src`: `data[..body]` is the header, the rest the
