@@ -93,6 +93,21 @@ fn forgeries(src: NodeId, dst: NodeId, around: u64, seal: bool) -> Vec<Vec<u8>> 
     out
 }
 
+/// Two sealed endpoints on 127.0.0.1, A and B, that know each other's keys.
+async fn sealed_pair() -> (Endpoint, Endpoint) {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg());
+    let b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg());
+    (a.await.unwrap(), b.await.unwrap())
+}
+
+/// `from` sends `payload` to `to`'s endpoint, which takes it; the receipt resolves Ok.
+async fn reply(from: &Endpoint, to: &mut Endpoint, to_id: NodeId, payload: &'static [u8]) {
+    let r = from.send(to_id, Bytes::from_static(payload)).await.unwrap();
+    let m = timeout(LIMIT, to.recv()).await.unwrap().unwrap();
+    assert_eq!(&m.payload[..], payload);
+    timeout(LIMIT, r).await.unwrap().unwrap();
+}
+
 async fn stream(a: &Endpoint, b: &mut Endpoint, n: u32) -> HashSet<u32> {
     let h = a.handle();
     let sender = tokio::spawn(async move {
@@ -128,12 +143,7 @@ async fn nothing_arrives(sock: &UdpSocket) {
 
 #[tokio::test]
 async fn forged_frames_change_nothing_for_sealed_endpoints() {
-    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
-        .await
-        .unwrap();
-    let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
-        .await
-        .unwrap();
+    let (a, mut b) = sealed_pair().await;
     a.add_peer(B, b.local_addr());
     let key = |id| exon::proto::crypto::insecure_test_secret(id).public_key();
     assert_eq!(
@@ -192,12 +202,7 @@ async fn relay(a: SocketAddr, b: SocketAddr) -> (SocketAddr, Arc<Mutex<Vec<(bool
 
 #[tokio::test]
 async fn replays_from_another_address_do_not_move_a_peer() {
-    let mut a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
-        .await
-        .unwrap();
-    let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
-        .await
-        .unwrap();
+    let (mut a, mut b) = sealed_pair().await;
     let (relay_addr, tape) = relay(a.local_addr(), b.local_addr()).await;
     // A reaches B through the relay; B learns A's address (the relay's) from A's datagrams.
     a.add_peer(B, relay_addr);
@@ -223,10 +228,7 @@ async fn replays_from_another_address_do_not_move_a_peer() {
     );
     // Traffic both ways still goes through the relay, none to the attacker.
     let before = tape.lock().unwrap().len();
-    let r = b.send(A, Bytes::from_static(b"reply")).await.unwrap();
-    let m = timeout(LIMIT, a.recv()).await.unwrap().unwrap();
-    assert_eq!(&m.payload[..], b"reply");
-    timeout(LIMIT, r).await.unwrap().unwrap();
+    reply(&b, &mut a, A, b"reply").await;
     assert!(
         tape.lock().unwrap().len() > before,
         "B's reply went around the relay"
@@ -238,12 +240,7 @@ async fn replays_from_another_address_do_not_move_a_peer() {
 
 #[tokio::test]
 async fn a_forged_datagram_from_a_new_address_does_not_black_hole_a_peer() {
-    let mut a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg())
-        .await
-        .unwrap();
-    let mut b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg())
-        .await
-        .unwrap();
+    let (mut a, mut b) = sealed_pair().await;
     a.add_peer(B, b.local_addr());
     stream(&a, &mut b, 50).await;
     // B learned A's address. The attacker, from elsewhere, claims to be A.
@@ -253,10 +250,7 @@ async fn a_forged_datagram_from_a_new_address_does_not_black_hole_a_peer() {
             attacker.send_to(&d, b.local_addr()).await.unwrap();
         }
     }
-    let r = b.send(A, Bytes::from_static(b"to a")).await.unwrap();
-    let m = timeout(LIMIT, a.recv()).await.unwrap().unwrap();
-    assert_eq!(&m.payload[..], b"to a");
-    timeout(LIMIT, r).await.unwrap().unwrap();
+    reply(&b, &mut a, A, b"to a").await;
     nothing_arrives(&attacker).await;
 }
 
