@@ -317,7 +317,7 @@ impl Builder {
             tracing::warn!(id = %self.id, "endpoint runs in INSECURE plaintext mode");
         }
         let shared = Arc::new(Shared::new(
-            node.config().max_payload(),
+            node.config().max_message_size,
             self.config.send_buffer,
             self.config.default_deadline,
         ));

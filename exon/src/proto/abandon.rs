@@ -36,6 +36,11 @@ impl Node {
             rec.tokens
                 .remove_in(slot..slot + 1, |t| t.id == id, |_, t| taken = Some(t));
             let tok = taken?;
+            if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                rec.credit
+                    .give_back(tok.rck, super::fragments::Outgoing::charge_of(o.total()));
+            }
+            rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
             let verdict = if tok.sends == 0 || !doubt_sent {
                 Abandoned::NotDelivered
             } else {

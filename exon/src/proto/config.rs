@@ -116,6 +116,23 @@ pub struct Config {
     /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
     /// the slots alone.
     pub congestion: CongestionControl,
+    /// Largest message [`Node::send`](super::Node::send) accepts, and the largest this node
+    /// reassembles from fragments. A message too large for one TOKEN
+    /// ([`max_payload`](Self::max_payload)) travels as FRAG frames in the same one slot,
+    /// and is delivered whole or not at all. Peers should agree on it: a message above its
+    /// receiver's limit never gets reassembly credit (give it a deadline). Default 16 MiB.
+    pub max_message_size: usize,
+    /// Most reassembly memory one source may hold at this node at once (its CREDIT), in
+    /// bytes. At least `max_message_size`. Default 16 MiB.
+    pub max_reassembly_per_source: u64,
+    /// Most reassembly memory this node grants over all sources together. A sender starts
+    /// a fragmented message only within the credit it was granted, so a receiver never
+    /// holds more than this; senders without credit wait (backpressure). Default 64 MiB.
+    pub max_reassembly_bytes: u64,
+    /// A partial message that received no new byte for this long is dropped (its slot stays
+    /// free: the sender's retransmissions, or a RETRY, still deliver it exactly once).
+    /// Default 30 s.
+    pub reassembly_timeout: Duration,
 }
 
 impl Default for Config {
@@ -147,6 +164,10 @@ impl Default for Config {
             max_untaken: 65536,
             unreachable_after: Duration::from_secs(5),
             congestion: CongestionControl::default(),
+            max_message_size: 16 << 20,
+            max_reassembly_per_source: 16 << 20,
+            max_reassembly_bytes: 64 << 20,
+            reassembly_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -170,9 +191,11 @@ fn payload_room(size: usize) -> usize {
 pub struct ConfigError(pub &'static str);
 
 impl Config {
-    /// Largest payload `send` accepts: what fits in one datagram with the largest header (a
-    /// sealed one carrying the sender's key), the authentication tag and TOKEN framing
+    /// Largest payload sent as one TOKEN: what fits in one datagram with the largest header
+    /// (a sealed one carrying the sender's key), the authentication tag and TOKEN framing
     /// (8-byte slot and incarnation). 1101 bytes with the default 1200-byte datagrams.
+    /// Larger messages (up to [`max_message_size`](Self::max_message_size)) travel in
+    /// fragments.
     pub fn max_payload(&self) -> usize {
         payload_room(self.max_datagram_size)
     }
@@ -225,6 +248,20 @@ impl Config {
         }
         if self.max_untaken == 0 {
             return Err(ConfigError("max_untaken must be positive"));
+        }
+        if self.max_message_size == 0
+            || (self.max_message_size as u64) > self.max_reassembly_per_source
+            || self.max_reassembly_per_source > self.max_reassembly_bytes
+        {
+            return Err(ConfigError(
+                "need 0 < max_message_size <= max_reassembly_per_source <= max_reassembly_bytes",
+            ));
+        }
+        if self.max_message_size > self.max_queued_bytes {
+            return Err(ConfigError("max_message_size must not exceed max_queued_bytes"));
+        }
+        if self.reassembly_timeout.is_zero() {
+            return Err(ConfigError("reassembly_timeout must be positive"));
         }
         if self.clock_block < 2 {
             return Err(ConfigError("clock_block must be at least 2"));

@@ -39,6 +39,9 @@ pub enum DecodeError {
     /// An ACK range that runs past the largest slot number.
     #[error("value out of range")]
     ValueOutOfRange,
+    /// A FRAG frame with no bytes, or bytes past the message's end.
+    #[error("fragment empty or beyond its message")]
+    BadFragment,
 }
 
 /// Why [`Node::send`](super::Node::send) refused a message. The message was not accepted:
@@ -50,7 +53,7 @@ pub enum SendError {
     /// maximum of queued bytes): wait for acknowledgements, then retry.
     #[error("send queue to {0} is full")]
     QueueFull(NodeId),
-    /// The payload does not fit in one datagram under the configured maximum size.
+    /// The payload is larger than [`Config::max_message_size`](super::Config::max_message_size).
     #[error("payload of {len} bytes exceeds the maximum of {max}")]
     PayloadTooLarge {
         /// Size of the refused payload.

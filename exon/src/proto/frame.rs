@@ -1,5 +1,5 @@
-//! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, and the verdicts ACK, DOUBT,
-//! RETRY): encode and decode.
+//! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY,
+//! path validation, and the fragment frames FRAG, GOT, REQCREDIT, CREDIT): encode and decode.
 //!
 //! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
 //! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
@@ -42,6 +42,14 @@ pub mod frame_type {
     pub const CHALLENGE: u64 = 0x07;
     /// RESPONSE(token): the answer to a CHALLENGE.
     pub const RESPONSE: u64 = 0x08;
+    /// FRAG(s, r, total, offset, data): a piece of a message too large for one TOKEN.
+    pub const FRAG: u64 = 0x09;
+    /// GOT(r, s, ranges of bytes): the bytes of a fragmented message the receiver holds.
+    pub const GOT: u64 = 0x0A;
+    /// REQCREDIT(want): the sender asks for reassembly memory.
+    pub const REQCREDIT: u64 = 0x0B;
+    /// CREDIT(r, limit): the reassembly memory the receiver reserved for the sender.
+    pub const CREDIT: u64 = 0x0E;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -279,6 +287,45 @@ pub enum Frame {
         /// The CHALLENGE's token.
         token: u64,
     },
+    /// A piece of the message in slot `s` of incarnation `r`, for messages larger than one
+    /// TOKEN: bytes `offset .. offset + data.len()` of a message of `total` bytes.
+    Frag {
+        /// Slot number.
+        s: u64,
+        /// Incarnation the token was made under.
+        r: u64,
+        /// Length of the whole message (at least 1).
+        total: u64,
+        /// Where `data` starts in the message (`offset + data.len() <= total`).
+        offset: u64,
+        /// The bytes (at least one).
+        data: Bytes,
+    },
+    /// Receiver holds `ranges` (byte offsets) of the fragmented message in slot `s` of
+    /// incarnation `r`. Not a verdict: the message is acknowledged by ACK once whole and
+    /// taken; GOT only stops the sender from sending those bytes again.
+    Got {
+        /// Incarnation of the token.
+        r: u64,
+        /// Slot number.
+        s: u64,
+        /// Byte ranges received.
+        ranges: AckRanges,
+    },
+    /// Sender asks its receiver record to reserve `want` bytes of reassembly memory for its
+    /// fragmented messages in progress (a total, not an increment).
+    ReqCredit {
+        /// Bytes wanted in all.
+        want: u64,
+    },
+    /// Receiver reserved `limit` bytes of reassembly memory for the sender in incarnation
+    /// `r`: the sender may have fragmented messages of that many bytes in progress at once.
+    Credit {
+        /// Incarnation of the receiver record holding the reservation.
+        r: u64,
+        /// Bytes reserved in all.
+        limit: u64,
+    },
 }
 
 impl Frame {
@@ -293,6 +340,10 @@ impl Frame {
             Frame::Retry { .. } => "RETRY",
             Frame::Challenge { .. } => "CHALLENGE",
             Frame::Response { .. } => "RESPONSE",
+            Frame::Frag { .. } => "FRAG",
+            Frame::Got { .. } => "GOT",
+            Frame::ReqCredit { .. } => "REQCREDIT",
+            Frame::Credit { .. } => "CREDIT",
         }
     }
 
@@ -314,6 +365,22 @@ impl Frame {
             Frame::Token { s, r, payload } => put_token(buf, *s, *r, payload),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
             Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
+            Frame::Frag {
+                s,
+                r,
+                total,
+                offset,
+                data,
+            } => put_frag(buf, *s, *r, *total, *offset, data),
+            Frame::Got { r, s, ranges } => {
+                put_varint(buf, frame_type::GOT);
+                put_varint(buf, *r);
+                put_varint(buf, *s);
+                put_varint(buf, ranges.count);
+                buf.put_slice(&ranges.raw);
+            }
+            Frame::ReqCredit { want } => put_reqcredit(buf, *want),
+            Frame::Credit { r, limit } => put_credit(buf, *r, *limit),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     put_varint(buf, v.frame_type());
@@ -332,6 +399,18 @@ impl Frame {
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
             Frame::Token { s, r, payload } => token_len(*s, *r, payload.len()),
             Frame::Challenge { .. } | Frame::Response { .. } => PATH_FRAME_LEN,
+            Frame::Frag {
+                s,
+                r,
+                total,
+                offset,
+                data,
+            } => frag_len(*s, *r, *total, *offset, data.len()),
+            Frame::Got { r, s, ranges } => {
+                1 + varint_len(*r) + varint_len(*s) + varint_len(ranges.count) + ranges.raw.len()
+            }
+            Frame::ReqCredit { want } => 1 + varint_len(*want),
+            Frame::Credit { r, limit } => 1 + varint_len(*r) + varint_len(*limit),
             Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
                 1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
             }
@@ -388,6 +467,91 @@ pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
     buf.put_slice(payload);
 }
 
+/// Encoded size of a FRAG frame carrying `len` bytes.
+pub fn frag_len(s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
+    1 + varint_len(s)
+        + varint_len(r)
+        + varint_len(total)
+        + varint_len(offset)
+        + varint_len(len as u64)
+        + len
+}
+
+/// Appends a FRAG frame.
+pub fn put_frag(buf: &mut impl BufMut, s: u64, r: u64, total: u64, offset: u64, data: &[u8]) {
+    put_varint(buf, frame_type::FRAG);
+    put_varint(buf, s);
+    put_varint(buf, r);
+    put_varint(buf, total);
+    put_varint(buf, offset);
+    put_varint(buf, data.len() as u64);
+    buf.put_slice(data);
+}
+
+/// Appends a GOT frame for slot `s` of incarnation `r` with as many of `ranges` (byte
+/// offsets; sorted, disjoint, non-adjacent, non-empty) as fit in `room` bytes. Returns how
+/// many ranges were written (0: nothing was written).
+pub fn put_got(
+    buf: &mut impl BufMut,
+    r: u64,
+    s: u64,
+    ranges: &[Range<u64>],
+    room: usize,
+) -> usize {
+    let fixed = 1 + varint_len(r) + varint_len(s);
+    let count = ranges_fitting(ranges, fixed, room);
+    if count == 0 {
+        return 0;
+    }
+    put_varint(buf, frame_type::GOT);
+    put_varint(buf, r);
+    put_varint(buf, s);
+    put_varint(buf, count as u64);
+    put_ranges(buf, &ranges[..count]);
+    count
+}
+
+/// Encoded size of a REQCREDIT frame.
+pub fn reqcredit_len(want: u64) -> usize {
+    1 + varint_len(want)
+}
+
+/// Appends a REQCREDIT frame.
+pub fn put_reqcredit(buf: &mut impl BufMut, want: u64) {
+    put_varint(buf, frame_type::REQCREDIT);
+    put_varint(buf, want);
+}
+
+/// Encoded size of a CREDIT frame.
+pub fn credit_len(r: u64, limit: u64) -> usize {
+    1 + varint_len(r) + varint_len(limit)
+}
+
+/// Appends a CREDIT frame.
+pub fn put_credit(buf: &mut impl BufMut, r: u64, limit: u64) {
+    put_varint(buf, frame_type::CREDIT);
+    put_varint(buf, r);
+    put_varint(buf, limit);
+}
+
+/// How many of `ranges` fit in `room` bytes after `fixed` bytes of frame fields and the
+/// count.
+fn ranges_fitting(ranges: &[Range<u64>], fixed: usize, room: usize) -> usize {
+    let mut body = 0usize;
+    let mut count = 0usize;
+    let mut prev_end: Option<u64> = None;
+    for rg in ranges {
+        let item = range_item_len(prev_end, rg);
+        if fixed + varint_len(count as u64 + 1) + body + item > room {
+            break;
+        }
+        body += item;
+        count += 1;
+        prev_end = Some(rg.end);
+    }
+    count
+}
+
 /// Appends an ACK frame for incarnation `r` covering as many of `ranges` (sorted, disjoint,
 /// non-adjacent, non-empty) as fit in `room` bytes. Returns how many ranges were written
 /// (0: nothing was written, not even the frame type).
@@ -404,19 +568,7 @@ pub fn put_verdict(
     room: usize,
 ) -> usize {
     // Work out how many ranges fit, then write.
-    let fixed = 1 + varint_len(r);
-    let mut body = 0usize;
-    let mut count = 0usize;
-    let mut prev_end: Option<u64> = None;
-    for rg in ranges {
-        let item = range_item_len(prev_end, rg);
-        if fixed + varint_len(count as u64 + 1) + body + item > room {
-            break;
-        }
-        body += item;
-        count += 1;
-        prev_end = Some(rg.end);
-    }
+    let count = ranges_fitting(ranges, 1 + varint_len(r), room);
     if count == 0 {
         return 0;
     }
@@ -686,6 +838,36 @@ impl Frames<'_> {
                     Frame::Response { token }
                 }
             }
+            frame_type::FRAG => {
+                let s = r.varint()?;
+                let rr = r.varint()?;
+                let total = r.varint()?;
+                let offset = r.varint()?;
+                let data = r.length_prefixed(self.whole, self.max_payload)?;
+                let end = offset
+                    .checked_add(data.len() as u64)
+                    .ok_or(DecodeError::ValueOutOfRange)?;
+                if data.is_empty() || end > total {
+                    return Err(DecodeError::BadFragment);
+                }
+                Frame::Frag {
+                    s,
+                    r: rr,
+                    total,
+                    offset,
+                    data,
+                }
+            }
+            frame_type::GOT => Frame::Got {
+                r: r.varint()?,
+                s: r.varint()?,
+                ranges: AckRanges::decode(r, self.whole)?,
+            },
+            frame_type::REQCREDIT => Frame::ReqCredit { want: r.varint()? },
+            frame_type::CREDIT => Frame::Credit {
+                r: r.varint()?,
+                limit: r.varint()?,
+            },
             other => return Err(DecodeError::UnknownFrame(other)),
         })
     }

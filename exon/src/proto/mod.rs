@@ -5,6 +5,7 @@
 //! `docs/wire.md`.
 
 mod abandon;
+mod assembler;
 pub mod codec;
 mod config;
 mod congestion;
@@ -12,6 +13,7 @@ pub mod crypto;
 mod delivery;
 mod error;
 mod event;
+mod fragments;
 pub mod frame;
 #[cfg(feature = "arbitrary")]
 mod fuzzing;
@@ -22,6 +24,7 @@ mod node;
 mod outbox;
 mod pacing;
 pub mod ranges;
+mod reassembly;
 mod receiver;
 mod rtt;
 mod rules;

@@ -411,7 +411,7 @@ impl Node {
         if !self.knows_key(to) {
             return Err(SendError::UnknownKey(to));
         }
-        let max = self.cfg.max_payload();
+        let max = self.cfg.max_message_size;
         if payload.len() > max {
             return Err(SendError::PayloadTooLarge {
                 len: payload.len(),
@@ -620,6 +620,21 @@ impl Node {
                     tokens += 1;
                     urgent |= self.on_token(now, src, s, r, payload);
                 }
+                Frame::Frag {
+                    s,
+                    r,
+                    total,
+                    offset,
+                    data,
+                } => {
+                    tokens += 1;
+                    urgent |= self.on_frag(now, src, (s, r, total), offset, data);
+                }
+                Frame::Got { r, s, ranges } => {
+                    self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));
+                }
+                Frame::ReqCredit { want } => self.on_reqcredit(src, want),
+                Frame::Credit { r, limit } => self.on_credit(src, r, limit),
                 Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                     let Some((v, r, ranges)) = f.verdict() else {
                         continue;

@@ -13,6 +13,13 @@ use super::{NodeId, PeerMap};
 /// dropped (the sender retransmits, so this costs liveness only) and counted.
 pub(crate) const MAX_PENDING_ACK_RANGES: usize = 4096;
 
+/// Most messages with a GOT pending for one peer; beyond, the newest is dropped (the
+/// sender's retransmission brings another).
+const MAX_PENDING_GOT: usize = 64;
+
+/// Most byte ranges one GOT repeats: the first ones, where the holes to fill are.
+const MAX_GOT_RANGES: usize = 32;
+
 /// Frames owed to one peer that belong to no sender record.
 #[derive(Debug, Default)]
 pub(crate) struct PeerOut {
@@ -24,6 +31,12 @@ pub(crate) struct PeerOut {
     pub probe: Option<(u64, u64)>,
     /// REQSLOTS(s, 0, l): a waiver with no record behind it.
     pub waive: Option<u64>,
+    /// GOT(r, s, ranges): the bytes held of fragmented messages, newest state per message.
+    pub got: Vec<(u64, u64, RangeSet)>,
+    /// FRAG frames received since the last GOT went (counts toward `ack_every`).
+    pub got_frags: u32,
+    /// CREDIT(r, limit) to send (the newest wins).
+    pub credit: Option<(u64, u64)>,
     /// CHALLENGE(token) to send (the newest wins).
     pub challenge: Option<u64>,
     /// RESPONSE(token) to send (the newest wins).
@@ -39,6 +52,8 @@ impl PeerOut {
     /// True when nothing is owed.
     pub fn is_empty(&self) -> bool {
         self.acks.is_empty()
+            && self.got.is_empty()
+            && self.credit.is_none()
             && self.grant.is_none()
             && self.probe.is_none()
             && self.waive.is_none()
@@ -48,7 +63,7 @@ impl PeerOut {
 
     /// Slots answered in `acks`, not yet written.
     fn verdict_slots(&self) -> u64 {
-        self.acks.iter().map(|(_, _, s)| s.count()).sum()
+        self.acks.iter().map(|(_, _, s)| s.count()).sum::<u64>() + u64::from(self.got_frags)
     }
 
     fn ack_ranges(&self) -> usize {
@@ -102,7 +117,7 @@ impl Outbox {
         let Some(out) = self.peers.get_mut(&peer) else {
             return;
         };
-        if out.acks.is_empty() || out.ready {
+        if (out.acks.is_empty() && out.got.is_empty()) || out.ready {
             return;
         }
         if urgent || delay.is_zero() || out.verdict_slots() >= u64::from(every) {
@@ -168,6 +183,36 @@ impl Outbox {
                 out.acks.push((v, r, set));
             }
         }
+        true
+    }
+
+    /// Queues GOT for slot `s` of incarnation `r`: the receiver holds `have` of its bytes
+    /// (the first [`MAX_GOT_RANGES`] ranges are kept). Does not wake the peer (see
+    /// [`flush_verdicts`](Self::flush_verdicts)). Returns false if dropped.
+    pub fn got(&mut self, peer: NodeId, r: u64, s: u64, have: &RangeSet, cap: usize) -> bool {
+        let Some(out) = self.entry(peer, cap) else {
+            return false;
+        };
+        let mut set = RangeSet::new();
+        for g in have.ranges().iter().take(MAX_GOT_RANGES) {
+            set.insert(g.clone());
+        }
+        out.got_frags = out.got_frags.saturating_add(1);
+        let full = out.got.len() >= MAX_PENDING_GOT;
+        match out.got.iter_mut().find(|(r0, s0, _)| *r0 == r && *s0 == s) {
+            Some((_, _, old)) => *old = set,
+            None if !full => out.got.push((r, s, set)),
+            None => return false,
+        }
+        true
+    }
+
+    /// Queues CREDIT(r, limit) and wakes the peer.
+    pub fn credit(&mut self, peer: NodeId, r: u64, limit: u64, cap: usize) -> bool {
+        let Some(out) = self.wake(peer, cap) else {
+            return false;
+        };
+        out.credit = Some((r, limit));
         true
     }
 

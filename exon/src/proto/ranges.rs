@@ -113,6 +113,55 @@ impl RangeSet {
         true
     }
 
+    /// True if every member of `r` (non-empty) is in the set.
+    pub fn contains_range(&self, r: Range<u64>) -> bool {
+        if r.start >= r.end {
+            return true;
+        }
+        let i = self.ranges.partition_point(|g| g.end <= r.start);
+        self.ranges
+            .get(i)
+            .is_some_and(|g| g.start <= r.start && r.end <= g.end)
+    }
+
+    /// True if inserting `r` would add a range (it neither overlaps nor touches any).
+    pub fn would_add_range(&self, r: Range<u64>) -> bool {
+        let i = self.find(r.start);
+        self.ranges.get(i).is_none_or(|g| g.start > r.end)
+    }
+
+    /// Removes every member of `cut`; returns how many were removed.
+    pub fn remove_range(&mut self, cut: Range<u64>) -> u64 {
+        if cut.start >= cut.end {
+            return 0;
+        }
+        let i = self.ranges.partition_point(|g| g.end <= cut.start);
+        let mut j = i;
+        let mut removed = 0;
+        let mut keep: [Option<Range<u64>>; 2] = [None, None];
+        while j < self.ranges.len() && self.ranges[j].start < cut.end {
+            let g = self.ranges[j].clone();
+            if g.start < cut.start {
+                keep[0] = Some(g.start..cut.start);
+            }
+            if g.end > cut.end {
+                keep[1] = Some(cut.end..g.end);
+            }
+            removed += g.end.min(cut.end) - g.start.max(cut.start);
+            j += 1;
+        }
+        if removed > 0 {
+            self.ranges.splice(i..j, keep.into_iter().flatten());
+            self.count -= removed;
+        }
+        removed
+    }
+
+    /// The first range, if any.
+    pub fn first(&self) -> Option<&Range<u64>> {
+        self.ranges.first()
+    }
+
     /// Removes every member below `l`; returns how many were removed.
     pub fn remove_below(&mut self, l: u64) -> u64 {
         let mut removed = 0;
@@ -157,7 +206,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn behaves_like_a_set(ops in proptest::collection::vec((0u8..4, 0u64..200, 0u64..20), 0..200)) {
+        fn behaves_like_a_set(ops in proptest::collection::vec((0u8..7, 0u64..200, 0u64..20), 0..200)) {
             let mut s = RangeSet::new();
             let mut model = BTreeSet::new();
             for (op, a, b) in ops {
@@ -168,6 +217,23 @@ mod tests {
                         let before = model.len();
                         model.retain(|&x| x >= a);
                         prop_assert_eq!(s.remove_below(a), (before - model.len()) as u64);
+                    }
+                    3 => {
+                        let before = model.len();
+                        model.retain(|&x| !(a..a + b).contains(&x));
+                        prop_assert_eq!(s.remove_range(a..a + b), (before - model.len()) as u64);
+                    }
+                    4 => prop_assert_eq!(
+                        s.contains_range(a..a + b),
+                        (a..a + b).all(|x| model.contains(&x))
+                    ),
+                    5 => {
+                        let mut t = s.clone();
+                        t.insert(a..a + b);
+                        prop_assert_eq!(
+                            s.would_add_range(a..a + b) && b > 0,
+                            t.range_count() > s.range_count()
+                        );
                     }
                     _ => prop_assert_eq!(s.contains(a), model.contains(&a)),
                 }

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use super::assembler::Assembler;
 use super::delivery::Held;
 use super::ranges::RangeSet;
 use super::Config;
@@ -40,6 +41,8 @@ pub(crate) struct RRecord {
     /// once in the next ACK frame, so that one lost ACK datagram does not make the sender
     /// declare (and resend) tokens that arrived.
     pub acked_last: RangeSet,
+    /// Messages arriving in fragments, and the reassembly memory granted to the source.
+    pub assembler: Assembler,
 }
 
 /// What a REQSLOTS did to a record.
@@ -69,6 +72,7 @@ impl RRecord {
             held: Held::default(),
             ack_now: false,
             acked_last: RangeSet::new(),
+            assembler: Assembler::default(),
         }
     }
 
@@ -79,6 +83,7 @@ impl RRecord {
     /// past them, so it can never hold an envelope for them in this incarnation.
     pub fn request(&mut self, s: u64, n: u64, l: u64, max_slots: u64) -> Grant {
         self.slots.remove_below(l);
+        self.assembler.drop_below(l);
         if n == 0 {
             return Grant::Waived;
         }
@@ -97,7 +102,12 @@ impl RRecord {
     /// Fills slot `s` if this token is for this incarnation and the slot is free. Returns
     /// true when the payload must be delivered.
     pub fn fill(&mut self, s: u64, r: u64) -> bool {
-        r == self.rck && self.slots.remove(s)
+        let filled = r == self.rck && self.slots.remove(s);
+        if filled {
+            // A TOKEN filled the slot of a message that was also coming in fragments.
+            self.assembler.drop_slot(s);
+        }
+        filled
     }
 
     /// True when the record holds nothing: no free slot and no delivery waiting for the

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState};
+use super::fragments::{Credit, Outgoing, Sent};
+use super::codec::varint_len;
 use super::loss::{loss_delay, Judgement, LossDetector};
 use super::pacing::Pacer;
 use super::rtt::Rtt;
@@ -43,6 +45,8 @@ pub(crate) struct Token {
     pub size: u64,
     /// The delivery-rate snapshot of its last transmission.
     pub rate: Option<SendState>,
+    /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
+    pub frag: Option<Box<Outgoing>>,
 }
 
 impl Token {
@@ -84,7 +88,7 @@ impl Flight {
             self.rate.on_acked(now, st, tok.size);
         }
         self.ack_batch = self.ack_batch.saturating_add(tok.size);
-        if tok.sends == 1 {
+        if tok.sends == 1 && tok.frag.is_none() {
             self.losses.on_acked(tok.seq);
             if let Some(t) = tok.sent_at {
                 let sample = now.saturating_duration_since(t);
@@ -158,6 +162,24 @@ pub(crate) struct SRecord {
     pub flight: Flight,
     /// Moving average of TOKEN frame sizes, to turn the window into slots.
     pub token_size: u64,
+    /// Reassembly credit from the receiver, for messages sent in fragments.
+    pub credit: Credit,
+}
+
+/// What to do next with a fragmented message at the front of the sending queue.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FragPlan {
+    /// Nothing left to send: it left the queue.
+    Done,
+    /// It waits for reassembly credit: it left the queue.
+    Wait,
+    /// Not in this datagram.
+    Later,
+    /// Send these bytes in a FRAG frame with at most `overhead` bytes of framing.
+    Send {
+        range: std::ops::Range<u64>,
+        overhead: usize,
+    },
 }
 
 /// Incarnations remembered as proven per sender record.
@@ -208,6 +230,7 @@ impl SRecord {
             loss_at: None,
             flight: Flight::default(),
             token_size: 0,
+            credit: Credit::default(),
         }
     }
 
@@ -303,12 +326,138 @@ impl SRecord {
         } else {
             (self.token_size * 7 + size) / 8
         };
+        self.compact_losses();
+    }
+
+    /// Forgets loss-detection entries of transmissions no longer in flight.
+    fn compact_losses(&mut self) {
         let tokens = &self.tokens;
         self.flight.losses.compact(tokens.len(), |seq, slot| {
-            tokens
-                .get(slot)
-                .is_some_and(|t| t.seq == seq && t.flight > 0)
+            tokens.get(slot).is_some_and(|t| match &t.frag {
+                Some(o) => o.sent_at(seq).is_some(),
+                None => t.seq == seq && t.flight > 0,
+            })
         });
+    }
+
+    /// Plans the next FRAG of the message in slot `s` (incarnation `r`, at the front of
+    /// `to_send`), for datagrams with `body_room` bytes for frames and `room_now` left in
+    /// this one. A message of more than one fragment first takes reassembly credit (`cap`:
+    /// the most to ask the receiver for), or waits for it.
+    pub fn plan_fragment(
+        &mut self,
+        s: u64,
+        r: u64,
+        body_room: usize,
+        room_now: usize,
+        cap: u64,
+    ) -> FragPlan {
+        let Some(tok) = self.tokens.get_mut(s) else {
+            self.to_send.pop_front();
+            return FragPlan::Done;
+        };
+        let Some(o) = &mut tok.frag else {
+            return FragPlan::Later;
+        };
+        if !o.has_pending() {
+            self.to_send.pop_front();
+            tok.queued = false;
+            return FragPlan::Done;
+        }
+        let total = o.total();
+        // FRAG framing at most: type, s, r, total, offset (<= total), length.
+        let overhead = 1
+            + varint_len(s)
+            + varint_len(r)
+            + 2 * varint_len(total)
+            + varint_len(body_room as u64);
+        let whole_fits = (total as usize).saturating_add(overhead) <= body_room;
+        if !o.is_charged() && !whole_fits && !o.is_whole() {
+            // More than one fragment: reassembly memory must be granted first.
+            let charge = Outgoing::charge_of(total);
+            if !self.credit.take(r, charge) {
+                self.to_send.pop_front();
+                self.credit.wait(s, charge, cap);
+                return FragPlan::Wait;
+            }
+            o.set_charged(true);
+        }
+        let here = room_now.saturating_sub(overhead) as u64;
+        let Some(range) = o.next_range(here) else {
+            return FragPlan::Later;
+        };
+        let first = o.next_range(u64::MAX).unwrap_or(range.clone());
+        if range != first && (here < 64 || (!o.is_charged() && whole_fits)) {
+            // Not worth a sliver here, or a message sent whole: the next datagram.
+            return FragPlan::Later;
+        }
+        FragPlan::Send { range, overhead }
+    }
+
+    /// Records a FRAG frame of `size` bytes carrying `range` of the message in `slot`, sent
+    /// at `now`.
+    pub fn on_fragment_sent(&mut self, now: Instant, slot: u64, range: std::ops::Range<u64>, size: u64) {
+        let st = self.flight.rate.on_sent(now, self.flight.bytes);
+        let seq = self.flight.losses.on_sent(slot);
+        if let Some(tok) = self.tokens.get_mut(slot) {
+            if let Some(o) = &mut tok.frag {
+                o.on_sent(range, seq, now, size, st);
+                tok.flight = tok.flight.saturating_add(size);
+                tok.seq = seq;
+            }
+        }
+        self.flight.bytes = self.flight.bytes.saturating_add(size);
+        self.pacer.on_sent(size);
+        self.cc.on_sent(now, size, self.flight.bytes);
+        self.compact_losses();
+    }
+
+    /// GOT(r, s, ranges) from the receiver: the bytes it holds of the message in slot `s`.
+    /// Transmissions now wholly held leave the flight and feed the RTT, the delivery rate
+    /// and loss detection as acknowledged tokens do. Returns whether the message became
+    /// whole at the receiver (its credit is given back).
+    pub fn on_got(
+        &mut self,
+        now: Instant,
+        r: u64,
+        s: u64,
+        ranges: impl Iterator<Item = std::ops::Range<u64>>,
+        keep_own: bool,
+    ) -> bool {
+        let rck = self.rck;
+        let Some(tok) = self.tokens.get_mut(s) else {
+            return false;
+        };
+        if tok.incarnation(rck, keep_own) != r {
+            return false;
+        }
+        let Some(o) = &mut tok.frag else {
+            return false;
+        };
+        let was_whole = o.is_whole();
+        let mut acked: Vec<Sent> = Vec::new();
+        for rg in ranges {
+            o.on_got(rg, &mut acked);
+        }
+        let whole = !was_whole && o.is_whole();
+        let charge = (whole && o.is_charged()).then(|| Outgoing::charge_of(o.total()));
+        if let Some(c) = charge {
+            o.set_charged(false);
+            self.credit.give_back(tok.rck, c);
+        }
+        for sent in &acked {
+            tok.flight = tok.flight.saturating_sub(sent.size);
+            self.flight.bytes = self.flight.bytes.saturating_sub(sent.size);
+            self.flight.rate.on_acked(now, &sent.rate, sent.size);
+            self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
+            if !sent.again {
+                self.flight.losses.on_acked(sent.seq);
+                let sample = now.saturating_duration_since(sent.at);
+                self.rtt.sample(sample);
+                self.flight.ack_rtt = Some(sample);
+            }
+        }
+        whole
     }
 
     /// After a verdict frame: tells the controller what it acknowledged (if anything), then
@@ -369,11 +518,39 @@ impl SRecord {
         self.loss_at = None;
         let mut lost = Vec::new();
         let (mut bytes, mut newest) = (0u64, None);
+        let mut count = 0u64;
         while let Some((seq, slot)) = self.flight.losses.front() {
             let Some(tok) = self.tokens.get_mut(slot) else {
                 self.flight.losses.pop_front();
                 continue;
             };
+            if let Some(o) = &mut tok.frag {
+                let Some(sent) = o.sent_at(seq) else {
+                    self.flight.losses.pop_front();
+                    continue;
+                };
+                match self.flight.losses.judge(seq, sent, now, delay) {
+                    Judgement::Lost => {
+                        self.flight.losses.pop_front();
+                        let size = o.on_lost(seq).unwrap_or(0);
+                        bytes += size;
+                        self.flight.bytes = self.flight.bytes.saturating_sub(size);
+                        tok.flight = tok.flight.saturating_sub(size);
+                        newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
+                        count += 1;
+                        if !tok.queued {
+                            tok.queued = true;
+                            lost.push(slot);
+                        }
+                        continue;
+                    }
+                    Judgement::LostAt(t) => {
+                        self.loss_at = Some(t);
+                        break;
+                    }
+                    Judgement::Unknown => break,
+                }
+            }
             let sent = match tok.sent_at {
                 Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
                 _ => {
@@ -390,6 +567,7 @@ impl SRecord {
                     tok.queued = true;
                     newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
                     lost.push(slot);
+                    count += 1;
                 }
                 Judgement::LostAt(t) => {
                     self.loss_at = Some(t);
@@ -410,7 +588,7 @@ impl SRecord {
                 in_flight: self.flight.bytes,
             });
         }
-        lost.len() as u64
+        count
     }
 
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
@@ -432,6 +610,7 @@ impl SRecord {
             flight: 0,
             size: 0,
             rate: None,
+            frag: None,
         };
         self.tokens.insert(slot, tok);
         self.to_send.push_back(slot);
@@ -478,7 +657,8 @@ impl SRecord {
             .idle_since
             .filter(|_| self.is_quiet())
             .map(|t| t + cfg.idle_timeout);
-        [self.rto_at, req, idle, self.pace_at, self.loss_at]
+        let credit = self.credit.asked_at().map(|t| t + self.rto(cfg));
+        [self.rto_at, req, idle, self.pace_at, self.loss_at, credit]
             .into_iter()
             .flatten()
             .min()
@@ -517,8 +697,12 @@ impl SRecord {
                     .find(|(_, t)| !t.queued && t.sent_at.is_some());
                 if let Some((s, tok)) = oldest {
                     tok.queued = true;
-                    self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
-                    tok.flight = 0;
+                    let out = match &mut tok.frag {
+                        Some(o) => o.probe_oldest(),
+                        None => tok.flight,
+                    };
+                    self.flight.bytes = self.flight.bytes.saturating_sub(out);
+                    tok.flight = tok.flight.saturating_sub(out);
                     self.to_send.push_front(s);
                 }
             }
@@ -530,15 +714,22 @@ impl SRecord {
         let mut next: Option<Instant> = None;
         for (s, tok) in self.tokens.iter_mut() {
             let Some(sent) = tok.sent_at else { continue };
-            if tok.queued {
+            // A fragmented message waiting to send more bytes may still have bytes in
+            // flight: those expire too.
+            if tok.queued && (tok.frag.is_none() || tok.flight == 0) {
                 continue;
             }
             let expiry = sent + rto;
             if expiry <= now {
-                tok.queued = true;
+                let was_queued = std::mem::replace(&mut tok.queued, true);
+                if let Some(o) = &mut tok.frag {
+                    o.on_timeout();
+                }
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
-                self.to_send.push_back(s);
+                if !was_queued {
+                    self.to_send.push_back(s);
+                }
                 due += 1;
             } else {
                 next = Some(next.map_or(expiry, |n| n.min(expiry)));

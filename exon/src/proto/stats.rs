@@ -22,6 +22,12 @@ pub struct FrameCounts {
     pub challenge: u64,
     /// RESPONSE frames.
     pub response: u64,
+    /// FRAG frames.
+    pub frag: u64,
+    /// GOT frames.
+    pub got: u64,
+    /// REQCREDIT and CREDIT frames.
+    pub credit: u64,
 }
 
 impl FrameCounts {
@@ -35,6 +41,9 @@ impl FrameCounts {
             Frame::Retry { .. } => self.retry += 1,
             Frame::Challenge { .. } => self.challenge += 1,
             Frame::Response { .. } => self.response += 1,
+            Frame::Frag { .. } => self.frag += 1,
+            Frame::Got { .. } => self.got += 1,
+            Frame::ReqCredit { .. } | Frame::Credit { .. } => self.credit += 1,
         }
     }
 
@@ -48,7 +57,15 @@ impl FrameCounts {
 
     /// Sum over all types.
     pub fn total(&self) -> u64 {
-        self.reqslots + self.slots + self.token + self.ack + self.doubt + self.retry
+        self.reqslots
+            + self.slots
+            + self.token
+            + self.ack
+            + self.doubt
+            + self.retry
+            + self.frag
+            + self.got
+            + self.credit
     }
 }
 
@@ -77,6 +94,11 @@ pub struct Rejects {
     pub payload_too_large: u64,
     /// ACK frame with bad ranges.
     pub bad_ack: u64,
+    /// FRAG frame with no bytes, or bytes past its message's end.
+    pub bad_fragment: u64,
+    /// FRAG for a message above `max_message_size`, whose length contradicts its first
+    /// fragment, or that would exceed the reassembly memory granted to its sender.
+    pub fragment_refused: u64,
     /// Datagram larger than the largest UDP payload (65507 bytes).
     pub oversized: u64,
     /// Addressed to another node id.
@@ -130,6 +152,7 @@ impl Rejects {
             DecodeError::NoFrames => &mut self.no_frames,
             DecodeError::PayloadTooLarge => &mut self.payload_too_large,
             DecodeError::EmptyAck | DecodeError::ValueOutOfRange => &mut self.bad_ack,
+            DecodeError::BadFragment => &mut self.bad_fragment,
         };
         *c += 1;
     }
@@ -147,6 +170,8 @@ impl Rejects {
             no_frames,
             payload_too_large,
             bad_ack,
+            bad_fragment,
+            fragment_refused,
             oversized,
             wrong_destination,
             from_self,
@@ -176,6 +201,8 @@ impl Rejects {
             + no_frames
             + payload_too_large
             + bad_ack
+            + bad_fragment
+            + fragment_refused
             + oversized
             + wrong_destination
             + from_self
@@ -240,6 +267,11 @@ pub struct Stats {
     /// Receiver records evicted to make room while full, before anything was delivered
     /// into them (their senders are told RETRY).
     pub evictions: u64,
+    /// Messages delivered that were put together from more than one FRAG.
+    pub reassembled: u64,
+    /// Partial messages dropped after `Config::reassembly_timeout` without a new byte (their
+    /// slots stay free: the sender's retransmissions still deliver them).
+    pub partials_expired: u64,
     /// TOKEN frames sent again (after a loss was detected or the timer ran out).
     pub retransmissions: u64,
     /// Tokens declared lost from acknowledgements of tokens sent after them (fast loss

@@ -19,11 +19,13 @@ impl Node {
 
     pub(super) fn rearm_receiver(&mut self, peer: NodeId) {
         if let Some(rec) = self.receivers.get_mut(&peer) {
-            let want = if self.rules.receiver_probe {
+            let probe = if self.rules.receiver_probe {
                 rec.deadline(&self.cfg)
             } else {
                 None
             };
+            let expiry = rec.assembler.next_expiry(self.cfg.reassembly_timeout);
+            let want = [probe, expiry].into_iter().flatten().min();
             self.timers.arm(&mut rec.armed, want, Side::Receiver, peer);
         }
     }
@@ -136,6 +138,13 @@ impl Node {
                 wake = true;
             }
         }
+        if let Some(t) = rec.credit.asked_at() {
+            if t + rec.rto(cfg) <= now {
+                // No CREDIT, or not enough: ask again.
+                rec.credit.ask_again();
+                wake = true;
+            }
+        }
         let idle_expired = rec
             .idle_since
             .is_some_and(|t| rec.is_quiet() && t + cfg.idle_timeout <= now);
@@ -169,7 +178,9 @@ impl Node {
             self.evict_receiver(peer, r);
             return;
         }
-        if rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
+        let stalled = rec.assembler.expire(now, self.cfg.reassembly_timeout);
+        self.stats.partials_expired += stalled as u64;
+        if self.rules.receiver_probe && rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
             rec.probed(now);
             self.stats.probes += 1;
             if !self.outbox.probe(peer, rec.sck, rec.rck, cap) {

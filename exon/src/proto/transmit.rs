@@ -4,9 +4,12 @@
 use std::time::Instant;
 
 use super::crypto::TAG_LEN;
+use super::fragments::Outgoing;
+use super::sender::FragPlan;
 use super::frame::{
-    frame_type, put_path, put_reqslots, put_slots, put_token, put_verdict, reqslots_len, slots_len,
-    token_len, Header, FLAG_ACK_NOW,
+    credit_len, frame_type, put_credit, put_frag, put_got, put_path, put_reqcredit, put_reqslots,
+    put_slots, put_token, put_verdict, reqcredit_len, reqslots_len, slots_len, token_len, Header,
+    FLAG_ACK_NOW,
 };
 use super::ranges::RangeSet;
 use super::timer::Side;
@@ -79,8 +82,28 @@ impl Node {
                 }
             }
             out.acks.retain(|(_, _, set)| !set.is_empty());
-            if out.acks.is_empty() {
+            for (r, s, set) in &mut out.got {
+                let k = put_got(buf, *r, *s, set.ranges(), room(buf));
+                if k == 0 {
+                    break;
+                }
+                // Only the first ranges fit: the rest is news the next GOT repeats.
+                set.clear();
+                self.stats.frames_out.got += 1;
+            }
+            out.got.retain(|(_, _, set)| !set.is_empty());
+            if out.got.is_empty() {
+                out.got_frags = 0;
+            }
+            if out.acks.is_empty() && out.got.is_empty() {
                 out.ack_at = None;
+            }
+            if let Some((r, limit)) = out.credit {
+                if credit_len(r, limit) <= room(buf) {
+                    put_credit(buf, r, limit);
+                    self.stats.frames_out.credit += 1;
+                    out.credit = None;
+                }
             }
             if let Some((s, r, n)) = out.grant {
                 if slots_len(s, r, n) <= room(buf) {
@@ -103,9 +126,12 @@ impl Node {
                     out.waive = None;
                 }
             }
-            let tokens_before = self.stats.frames_out.token;
-            let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, limit);
-            if burst_end && self.stats.frames_out.token > tokens_before {
+            let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
+            let (sender_left, burst_end) =
+                self.write_sender_frames(now, peer, buf, limit - header_end, limit);
+            if burst_end
+                && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before
+            {
                 // The last datagram of this burst: ask for the ACK without delay.
                 buf[start + 3] |= FLAG_ACK_NOW;
             }
@@ -194,6 +220,7 @@ impl Node {
         now: Instant,
         peer: NodeId,
         buf: &mut Vec<u8>,
+        body_room: usize,
         limit: usize,
     ) -> (bool, bool) {
         let cfg = &self.cfg;
@@ -223,6 +250,59 @@ impl Node {
             };
             let r = tok.incarnation(rec.rck, keep_own);
             let len = token_len(s, r, tok.payload.len());
+            if tok.frag.is_none() && len > body_room {
+                // Too large for one TOKEN in this peer's datagrams: fragments from now on
+                // (a whole TOKEN sent before, when datagrams were larger, is written off).
+                rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
+                tok.flight = 0;
+                tok.frag = Some(Box::new(Outgoing::new(tok.payload.len() as u64)));
+            }
+            if tok.frag.is_some() {
+                let room_now = limit - buf.len();
+                let cap = cfg.max_reassembly_per_source;
+                let (range, overhead) = match rec.plan_fragment(s, r, body_room, room_now, cap) {
+                    FragPlan::Done | FragPlan::Wait => continue,
+                    FragPlan::Later => break,
+                    FragPlan::Send { range, overhead } => (range, overhead),
+                };
+                let size = (overhead + (range.end - range.start) as usize) as u64;
+                if !rec.window_allows(size) {
+                    blocked = true;
+                    break;
+                }
+                let rate = rec.cc.pacing_rate().filter(|_| !rec.probe);
+                if let Some(at) = rec.pacer.delay(now, rate, size, mss) {
+                    rec.pace_at = Some(at);
+                    blocked = true;
+                    break;
+                }
+                let Some(tok) = rec.tokens.get_mut(s) else {
+                    break;
+                };
+                let Some(o) = &tok.frag else {
+                    break;
+                };
+                let total = o.total();
+                let (from, to) = (range.start as usize, range.end as usize);
+                put_frag(buf, s, r, total, range.start, &tok.payload[from..to]);
+                if o.is_resend(&range) {
+                    self.stats.retransmissions += 1;
+                }
+                let more = o.has_pending_after(&range);
+                tok.sends = tok.sends.saturating_add(1);
+                tok.sent_at = Some(now);
+                rec.to_send.pop_front();
+                if more {
+                    // The rest waits behind the other tokens: no message holds up another.
+                    rec.to_send.push_back(s);
+                } else {
+                    tok.queued = false;
+                }
+                rec.on_fragment_sent(now, s, range, size);
+                self.stats.frames_out.frag += 1;
+                wrote = true;
+                continue;
+            }
             if len > limit - buf.len() {
                 break;
             }
@@ -252,6 +332,14 @@ impl Node {
             self.stats.frames_out.token += 1;
             wrote = true;
         }
+        // After the tokens: a message that found no credit just asked for it.
+        if let Some(want) = rec.credit.due() {
+            if reqcredit_len(want) <= limit - buf.len() {
+                put_reqcredit(buf, want);
+                self.stats.frames_out.credit += 1;
+                rec.credit.on_asked(now);
+            }
+        }
         rec.flight.losses.end_datagram();
         if wrote {
             rec.probe = false;
@@ -264,8 +352,9 @@ impl Node {
             let expiry = now + rec.timer_delay(cfg);
             rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
         }
-        let burst_end = !rec.req_due && rec.to_send.is_empty();
-        let left = rec.req_due || (!rec.to_send.is_empty() && !blocked);
+        let credit_due = rec.credit.due().is_some();
+        let burst_end = !rec.req_due && rec.to_send.is_empty() && !credit_due;
+        let left = rec.req_due || credit_due || (!rec.to_send.is_empty() && !blocked);
         let want = rec.deadline(cfg);
         self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
         (left, burst_end)

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::frame::Verdict;
 use super::node::MAX_EVICTED_RANGES;
+use super::fragments::Outgoing;
 use super::sender::{Queued, Token};
 use super::{DeliveryId, Event, Node, NodeId};
 
@@ -165,12 +166,16 @@ impl Node {
         let (stats, events, queued_bytes) =
             (&mut self.stats, &mut self.events, &mut self.queued_bytes);
         let (rtt, bytes, flight) = (&mut rec.rtt, &mut rec.bytes, &mut rec.flight);
+        let credit = &mut rec.credit;
         let mut retry = Vec::new();
         // A token that never left cannot have a verdict.
         let pick =
             |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
         let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
             flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
+            if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
+            }
             let id = tok.id;
             if v == Verdict::Retry {
                 stats.retried += 1;
@@ -195,9 +200,11 @@ impl Node {
             rec.queue.push_front(msg);
         }
         if v != Verdict::Ack && rec.rck == Some(r) {
-            // The receiver lost this incarnation: its envelopes are worthless.
+            // The receiver lost this incarnation: its envelopes are worthless, and so is
+            // its reassembly credit.
             rec.env_start = rec.sck;
             rec.rck = None;
+            rec.credit.reset();
         }
         if v == Verdict::Retry && rec.fill_envelopes() > 0 {
             self.outbox.wake(src, usize::MAX);
@@ -227,7 +234,9 @@ impl Node {
             self.outbox.wake(src, usize::MAX);
         }
         let next = rec.to_send.front().and_then(|s| rec.tokens.get(*s));
-        let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64));
+        // A fragmented message goes a datagram at a time.
+        let most = self.cfg.max_datagram_size as u64;
+        let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64).min(most));
         if !rec.to_send.is_empty() && rec.pace_at.is_none() && rec.window_allows(size) {
             self.outbox.wake(src, usize::MAX);
         }

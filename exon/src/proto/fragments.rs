@@ -1,0 +1,397 @@
+//! The sender's side of messages too large for one TOKEN: which bytes are still to send, in
+//! flight or held by the receiver (GOT), and the reassembly credit the receiver granted.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::time::Instant;
+
+use super::assembler::MIN_CHARGE;
+use super::congestion::SendState;
+use super::ranges::RangeSet;
+
+/// Bytes re-sent to ask a receiver about a message it holds whole: its answer (GOT, ACK,
+/// DOUBT or RETRY) says whether it still has it.
+const PROBE_LEN: u64 = 256;
+
+/// One transmission of a byte range of a fragmented message.
+#[derive(Debug, Clone)]
+pub(crate) struct Sent {
+    /// Its sequence number (see `LossDetector`).
+    pub seq: u64,
+    /// The bytes it carried.
+    pub range: Range<u64>,
+    /// When it left.
+    pub at: Instant,
+    /// Its FRAG frame's size, counted in the bytes in flight.
+    pub size: u64,
+    /// Some of its bytes had been sent before (no RTT sample from it: Karn's rule).
+    pub again: bool,
+    /// The delivery-rate snapshot of its transmission.
+    pub rate: SendState,
+}
+
+/// What is known of a fragmented message's bytes.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    total: u64,
+    /// Bytes the receiver said it holds.
+    got: RangeSet,
+    /// Bytes to send (again).
+    pending: RangeSet,
+    /// Transmissions neither covered by GOT nor declared lost, in sending order.
+    inflight: VecDeque<Sent>,
+    /// Every byte below this was sent at least once.
+    fresh_from: u64,
+    /// Counted against the receiver's credit (a message of more than one fragment).
+    charged: bool,
+}
+
+impl Outgoing {
+    /// A message of `total` bytes, none sent yet.
+    pub fn new(total: u64) -> Self {
+        let mut pending = RangeSet::new();
+        pending.insert(0..total);
+        Outgoing {
+            total,
+            got: RangeSet::new(),
+            pending,
+            inflight: VecDeque::new(),
+            fresh_from: 0,
+            charged: false,
+        }
+    }
+
+    /// The message's length.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The credit a message of `total` bytes needs (the receiver charges the same).
+    pub fn charge_of(total: u64) -> u64 {
+        total.max(MIN_CHARGE)
+    }
+
+    /// Whether it holds credit.
+    pub fn is_charged(&self) -> bool {
+        self.charged
+    }
+
+    /// Marks it as holding credit.
+    pub fn set_charged(&mut self, charged: bool) {
+        self.charged = charged;
+    }
+
+
+    /// Whether the receiver holds every byte.
+    pub fn is_whole(&self) -> bool {
+        self.got.contains_range(0..self.total)
+    }
+
+    /// Whether bytes wait to be sent.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Bytes in flight, in FRAG frame sizes.
+    pub fn flight(&self) -> u64 {
+        self.inflight.iter().map(|s| s.size).sum()
+    }
+
+    /// Whether sending `range` sends bytes again.
+    pub fn is_resend(&self, range: &Range<u64>) -> bool {
+        range.start < self.fresh_from
+    }
+
+    /// Whether bytes will still wait once `range` is sent.
+    pub fn has_pending_after(&self, range: &Range<u64>) -> bool {
+        self.pending.count() > range.end - range.start
+    }
+
+    /// The next bytes to send, at most `max` of them.
+    pub fn next_range(&self, max: u64) -> Option<Range<u64>> {
+        let r = self.pending.first()?;
+        (max > 0).then(|| r.start..r.end.min(r.start.saturating_add(max)))
+    }
+
+    /// `range` left in a FRAG frame of `size` bytes with sequence number `seq`.
+    pub fn on_sent(&mut self, range: Range<u64>, seq: u64, at: Instant, size: u64, rate: SendState) {
+        self.pending.remove_range(range.clone());
+        let again = range.start < self.fresh_from;
+        self.fresh_from = self.fresh_from.max(range.end);
+        self.inflight.push_back(Sent {
+            seq,
+            range,
+            at,
+            size,
+            again,
+            rate,
+        });
+    }
+
+    /// The receiver holds `range`: returns the transmissions that are now wholly held.
+    pub fn on_got(&mut self, range: Range<u64>, acked: &mut Vec<Sent>) {
+        let range = range.start.min(self.total)..range.end.min(self.total);
+        self.got.insert(range.clone());
+        self.pending.remove_range(range);
+        let got = &self.got;
+        self.inflight.retain(|s| {
+            let held = got.contains_range(s.range.clone());
+            if held {
+                acked.push(s.clone());
+            }
+            !held
+        });
+    }
+
+    /// Whether transmission `seq` is in flight, and when it left.
+    pub fn sent_at(&self, seq: u64) -> Option<Instant> {
+        self.inflight.iter().find(|s| s.seq == seq).map(|s| s.at)
+    }
+
+    /// Transmission `seq` was lost: its bytes the receiver does not hold are to send again.
+    /// Returns its size (no longer in flight).
+    pub fn on_lost(&mut self, seq: u64) -> Option<u64> {
+        let i = self.inflight.iter().position(|s| s.seq == seq)?;
+        let s = self.inflight.remove(i)?;
+        self.requeue(s.range);
+        Some(s.size)
+    }
+
+    /// The timer ran out: everything in flight is to send again, or (a message held whole)
+    /// a few bytes, to ask whether the receiver still holds it. Returns the bytes that were
+    /// in flight.
+    pub fn on_timeout(&mut self) -> u64 {
+        let flight = self.flight();
+        for s in std::mem::take(&mut self.inflight) {
+            self.requeue(s.range);
+        }
+        if self.pending.is_empty() {
+            self.pending.insert(0..self.total.min(PROBE_LEN));
+        }
+        flight
+    }
+
+    /// The oldest transmission (or, when none is in flight, a probe) is to send again, for
+    /// a tail-loss probe. Returns the bytes taken out of flight.
+    pub fn probe_oldest(&mut self) -> u64 {
+        match self.inflight.pop_front() {
+            Some(s) => {
+                self.requeue(s.range);
+                s.size
+            }
+            None => {
+                if self.pending.is_empty() {
+                    self.pending.insert(0..self.total.min(PROBE_LEN));
+                }
+                0
+            }
+        }
+    }
+
+    fn requeue(&mut self, range: Range<u64>) {
+        self.pending.insert(range.clone());
+        for g in self.got.ranges() {
+            if g.start >= range.end {
+                break;
+            }
+            self.pending.remove_range(g.clone());
+        }
+    }
+}
+
+/// The reassembly credit a receiver granted this sender: bytes of fragmented messages it
+/// may have in progress at once, per receiver incarnation.
+#[derive(Debug, Default)]
+pub(crate) struct Credit {
+    /// The incarnation the grant belongs to.
+    r: Option<u64>,
+    limit: u64,
+    used: u64,
+    /// What the last REQCREDIT asked for.
+    asked: u64,
+    /// A REQCREDIT must go out.
+    due: bool,
+    /// When the last REQCREDIT went out.
+    asked_at: Option<Instant>,
+    /// Slots of messages waiting for credit, oldest first.
+    waiting: VecDeque<u64>,
+}
+
+impl Credit {
+    /// Bytes of credit left in incarnation `r`.
+    pub fn room(&self, r: u64) -> u64 {
+        if self.r == Some(r) {
+            self.limit.saturating_sub(self.used)
+        } else {
+            0
+        }
+    }
+
+    /// Takes `charge` bytes of credit in incarnation `r`; false if there is no room.
+    pub fn take(&mut self, r: u64, charge: u64) -> bool {
+        if self.room(r) < charge {
+            return false;
+        }
+        self.used += charge;
+        true
+    }
+
+    /// Gives back `charge` bytes (the message is whole at the receiver, or settled).
+    pub fn give_back(&mut self, r: u64, charge: u64) {
+        if self.r == Some(r) {
+            self.used = self.used.saturating_sub(charge);
+        }
+    }
+
+    /// CREDIT(r, limit) arrived. Returns whether waiting messages may go now.
+    pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
+        if self.r != Some(r) {
+            self.r = Some(r);
+            self.used = 0;
+            self.limit = limit;
+            self.asked = 0;
+        } else {
+            self.limit = self.limit.max(limit);
+        }
+        if self.limit >= self.asked {
+            // Answered in full; otherwise the timer asks again.
+            self.asked_at = None;
+        }
+        !self.waiting.is_empty()
+    }
+
+    /// A message in `slot` needing `charge` bytes waits for credit; asks for more if what
+    /// was asked for does not cover it.
+    pub fn wait(&mut self, slot: u64, charge: u64, cap: u64) {
+        self.waiting.push_back(slot);
+        let want = self.want(charge, cap);
+        if want > self.asked || self.r.is_none() {
+            self.asked = want;
+            self.due = true;
+        }
+    }
+
+    fn want(&self, charge: u64, cap: u64) -> u64 {
+        self.used
+            .saturating_add(charge)
+            .max(self.asked)
+            .min(cap.max(charge))
+    }
+
+    /// Takes every waiting slot (to be tried again).
+    pub fn take_waiting(&mut self) -> VecDeque<u64> {
+        std::mem::take(&mut self.waiting)
+    }
+
+    /// Whether messages wait for credit.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The REQCREDIT to write now, if one is due.
+    pub fn due(&self) -> Option<u64> {
+        self.due.then_some(self.asked)
+    }
+
+    /// The REQCREDIT was written at `now`.
+    pub fn on_asked(&mut self, now: Instant) {
+        self.due = false;
+        self.asked_at = Some(now);
+    }
+
+    /// When the unanswered REQCREDIT was sent, if one is outstanding.
+    pub fn asked_at(&self) -> Option<Instant> {
+        self.asked_at.filter(|_| self.has_waiting())
+    }
+
+    /// The REQCREDIT went unanswered: ask again.
+    pub fn ask_again(&mut self) {
+        if self.has_waiting() {
+            self.due = true;
+            self.asked_at = None;
+        }
+    }
+
+    /// The receiver's record is gone (DOUBT or RETRY): its grant with it.
+    pub fn reset(&mut self) {
+        self.r = None;
+        self.limit = 0;
+        self.used = 0;
+        self.asked = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::congestion::DeliveryRate;
+
+    fn t0() -> Instant {
+        crate::test_time::origin()
+    }
+
+    fn st() -> SendState {
+        DeliveryRate::default().on_sent(t0(), 0)
+    }
+
+    #[test]
+    fn bytes_go_once_then_only_what_was_lost() {
+        let mut o = Outgoing::new(10_000);
+        let a = o.next_range(4000).unwrap();
+        assert_eq!(a, 0..4000);
+        o.on_sent(a, 1, t0(), 4020, st());
+        let b = o.next_range(4000).unwrap();
+        o.on_sent(b, 2, t0(), 4020, st());
+        let c = o.next_range(4000).unwrap();
+        assert_eq!(c, 8000..10_000);
+        o.on_sent(c, 3, t0(), 2020, st());
+        assert!(!o.has_pending());
+        assert_eq!(o.flight(), 10_060);
+        let mut acked = Vec::new();
+        o.on_got(0..4000, &mut acked);
+        o.on_got(8000..10_000, &mut acked);
+        assert_eq!(acked.iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!(o.on_lost(2), Some(4020));
+        assert_eq!(o.next_range(100_000), Some(4000..8000));
+        o.on_sent(4000..8000, 4, t0(), 4020, st());
+        assert!(o.inflight.back().unwrap().again, "a resend");
+        o.on_got(4000..8000, &mut acked);
+        assert!(o.is_whole());
+        assert_eq!(o.flight(), 0);
+    }
+
+    #[test]
+    fn a_timeout_resends_what_is_not_held_or_probes_a_whole_message() {
+        let mut o = Outgoing::new(3000);
+        o.on_sent(0..3000, 1, t0(), 3020, st());
+        let mut acked = Vec::new();
+        o.on_got(1000..2000, &mut acked);
+        assert!(acked.is_empty());
+        assert_eq!(o.on_timeout(), 3020);
+        assert_eq!(o.pending.ranges(), &[0..1000, 2000..3000]);
+        o.on_sent(0..1000, 2, t0(), 1020, st());
+        o.on_sent(2000..3000, 3, t0(), 1020, st());
+        o.on_got(0..3000, &mut acked);
+        assert!(o.is_whole() && !o.has_pending());
+        o.on_timeout();
+        assert_eq!(o.next_range(u64::MAX), Some(0..PROBE_LEN));
+    }
+
+    #[test]
+    fn credit_is_per_incarnation_and_given_back() {
+        let mut c = Credit::default();
+        assert_eq!(c.room(7), 0);
+        c.wait(3, 100_000, 1 << 24);
+        assert_eq!(c.due(), Some(100_000));
+        c.on_asked(t0());
+        assert!(c.on_credit(7, 150_000));
+        assert!(c.take(7, 100_000));
+        assert!(!c.take(7, 100_000), "only 50 000 left");
+        assert_eq!(c.room(8), 0, "another incarnation");
+        c.give_back(7, 100_000);
+        assert_eq!(c.room(7), 150_000);
+        assert!(c.on_credit(9, 20_000));
+        assert_eq!(c.room(7), 0);
+        assert_eq!(c.room(9), 20_000);
+    }
+}

@@ -1,0 +1,169 @@
+//! Messages larger than one datagram: delivered whole and exactly once under loss,
+//! duplication and reordering; small messages not held up behind a large one; reassembly
+//! memory never beyond what the receiver granted.
+
+mod pair;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use pair::{test_config, Fate, Pair, A, B};
+
+/// Message `i` of `len` bytes: its number in the first and last 4 bytes, a pattern between.
+fn message(i: u32, len: usize) -> Bytes {
+    let mut v: Vec<u8> = (0..len).map(|k| (k as u32 ^ i).wrapping_mul(31) as u8).collect();
+    let tag = i.to_be_bytes();
+    for (k, b) in tag.iter().enumerate() {
+        if k < len {
+            v[k] = *b;
+        }
+        if len >= 8 {
+            v[len - 4 + k] = *b;
+        }
+    }
+    Bytes::from(v)
+}
+
+const SIZES: [usize; 8] = [
+    100,
+    1_500,
+    9_000,
+    70_000,
+    300_000,
+    1 << 20,
+    1_000,
+    4 << 20,
+];
+
+/// Sends every size in `SIZES` `rounds` times from A to B, keeping a bounded number
+/// pending, checking the receiver's reassembly memory at every step; then checks whole,
+/// exactly-once delivery and that both nodes end idle.
+fn mixed(mut pair: Pair, rounds: u32) -> Pair {
+    let cfg = pair.nodes[B].node.config().clone();
+    let mut expected = HashMap::new();
+    let mut next = 0u32;
+    let total = rounds * SIZES.len() as u32;
+    let mut steps = 0u64;
+    while next < total || !pair.nodes[A].node.is_idle() {
+        while next < total && pair.nodes[A].node.pending_to(pair::id(B)) < 6 {
+            let len = SIZES[next as usize % SIZES.len()];
+            let m = message(next, len);
+            expected.insert(m.clone(), next);
+            pair.send(A, m);
+            next += 1;
+        }
+        if !pair.step() {
+            break;
+        }
+        steps += 1;
+        assert!(steps < 5_000_000, "no progress");
+        let b = &pair.nodes[B].node;
+        assert!(b.reassembly_granted() <= cfg.max_reassembly_bytes);
+        assert!(b.reassembly_in_use() <= b.reassembly_granted());
+    }
+    pair.run(Duration::from_secs(600));
+    let got = &pair.nodes[B].delivered;
+    let mut seen = vec![false; total as usize];
+    for m in got {
+        let i = *expected.get(m).expect("delivered whole and unaltered");
+        assert!(!seen[i as usize], "message {i} delivered twice");
+        seen[i as usize] = true;
+    }
+    assert!(seen.iter().all(|s| *s), "every message delivered");
+    assert_eq!(pair.nodes[A].acked.len(), total as usize);
+    assert!(pair.both_idle(), "records forgotten once quiet");
+    assert_eq!(pair.nodes[B].node.reassembly_in_use(), 0);
+    pair
+}
+
+#[test]
+fn mixed_sizes_without_loss_are_delivered_whole() {
+    let pair = mixed(Pair::new(test_config()), 2);
+    let s = pair.nodes[B].node.stats();
+    assert!(s.reassembled >= 8, "large messages came in fragments");
+    assert_eq!(s.rejects.total(), 0);
+    assert_eq!(pair.nodes[A].node.stats().retransmissions, 0);
+}
+
+#[test]
+fn mixed_sizes_with_loss_are_delivered_whole() {
+    let mut pair = Pair::new(test_config());
+    pair.set_filter(|w| {
+        if w.seq % 17 == 5 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let pair = mixed(pair, 2);
+    assert!(pair.nodes[A].node.stats().retransmissions > 0);
+}
+
+#[test]
+fn mixed_sizes_reordered_and_duplicated_are_delivered_once() {
+    let mut pair = Pair::new(test_config());
+    pair.set_filter(|w| {
+        let h = w.seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54; // 0..1024
+        match h {
+            0..=30 => Fate::Drop,
+            31..=80 => Fate::Duplicate(Duration::from_millis(1 + h % 300)),
+            81..=250 => Fate::Delay(Duration::from_millis(h % 30)),
+            _ => Fate::Deliver,
+        }
+    });
+    let pair = mixed(pair, 1);
+    assert!(pair.nodes[B].node.stats().duplicates_dropped > 0);
+}
+
+#[test]
+fn receiver_memory_stays_within_its_grant_and_senders_wait() {
+    let mut a = test_config();
+    a.max_message_size = 1 << 20;
+    let mut b = a.clone();
+    b.max_reassembly_per_source = 1 << 20;
+    b.max_reassembly_bytes = 1 << 20;
+    let mut pair = Pair::with_configs(a, b);
+    let msgs: Vec<Bytes> = (0..6).map(|i| message(i, 700_000)).collect();
+    for m in &msgs {
+        pair.send(A, m.clone());
+    }
+    let mut most = 0;
+    for _ in 0..2_000_000 {
+        if !pair.step() {
+            break;
+        }
+        let b = &pair.nodes[B].node;
+        assert!(b.reassembly_granted() <= 1 << 20);
+        most = most.max(b.reassembly_in_use());
+        if pair.nodes[B].delivered.len() == msgs.len() {
+            break;
+        }
+    }
+    assert_eq!(pair.nodes[B].delivered.len(), msgs.len());
+    assert_eq!(most, 700_000, "one message at a time fits the grant");
+    let s = pair.nodes[B].node.stats();
+    assert_eq!(s.rejects.fragment_refused, 0, "senders wait, they are not refused");
+}
+
+#[test]
+fn small_messages_are_not_held_up_by_a_large_one() {
+    let mut pair = Pair::new(test_config());
+    let big = message(0, 4 << 20);
+    pair.send(A, big.clone());
+    // Let the large message get going, then send small ones behind it.
+    for _ in 0..50 {
+        pair.step();
+    }
+    for i in 1..=100 {
+        pair.send(A, message(i, 200));
+    }
+    pair.run(Duration::from_secs(60));
+    let got = &pair.nodes[B].delivered;
+    assert_eq!(got.len(), 101);
+    let big_at = got.iter().position(|m| *m == big).expect("large delivered");
+    assert!(
+        big_at > 50,
+        "most small messages went before the large one finished (it came at {big_at})"
+    );
+}
