@@ -617,7 +617,7 @@ fn send_refuses_with_typed_errors() {
         conf.max_queued_per_peer = 3;
         conf
     };
-    let max = c.max_payload();
+    let max = c.max_message_size;
     let mut a = node(A, c, 0, t);
     for _ in 0..3 {
         a.send(t, B, Bytes::from_static(b"q")).unwrap();

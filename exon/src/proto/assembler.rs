@@ -322,10 +322,11 @@ mod tests {
         a.grant(1 << 20, 1 << 20, u64::MAX);
         let d = frag(50_000, 0, 1000);
         let idle = Duration::from_secs(30);
-        a.insert(3, 50_000, 0, &d, t0());
-        a.insert(7, 50_000, 0, &d, t0() + Duration::from_secs(20));
-        assert_eq!(a.next_expiry(idle), Some(t0() + idle));
-        assert_eq!(a.expire(t0() + idle, idle), 1);
+        let t = t0();
+        a.insert(3, 50_000, 0, &d, t);
+        a.insert(7, 50_000, 0, &d, t + Duration::from_secs(20));
+        assert_eq!(a.next_expiry(idle), Some(t + idle));
+        assert_eq!(a.expire(t + idle, idle), 1);
         assert_eq!(a.in_use(), 50_000);
         assert!(a.have(3).is_none() && a.have(7).is_some());
         assert_eq!(a.drop_below(8), 1);
