@@ -11,6 +11,8 @@ use crate::workload::{read_payload, Kind, MsgKey};
 pub enum ViolationKind {
     /// A message was delivered a second time.
     Duplicate,
+    /// A message was delivered altered or in part (not the bytes submitted).
+    Corrupted,
     /// A payload that was never submitted was delivered.
     NeverSent,
     /// A message was delivered to a node it was not sent to, or from the wrong source.

@@ -154,19 +154,17 @@ pub enum ScenarioError {
     /// Fewer than two nodes.
     #[error("need at least 2 nodes, got {0}")]
     TooFewNodes(usize),
-    /// The workload's payloads do not fit in one datagram: every send would be refused and
-    /// the run would never end.
+    /// The workload's payloads are above the nodes' `max_message_size`: every send would
+    /// be refused and the run would never end.
     #[error(
         "payload of {len} bytes is above the maximum of {max} bytes \
-         (max_datagram_size {datagram}); use a smaller payload"
+         (max_message_size); use a smaller payload"
     )]
     PayloadTooLarge {
         /// The payload size asked for.
         len: usize,
-        /// The largest payload the node configuration accepts.
+        /// The largest message the node configuration accepts.
         max: usize,
-        /// The configured datagram size that sets that maximum.
-        datagram: usize,
     },
     /// The node configuration is invalid.
     #[error(transparent)]
@@ -181,12 +179,12 @@ impl Scenario {
             return Err(ScenarioError::TooFewNodes(self.nodes));
         }
         self.config.validate()?;
-        let max = self.config.max_payload();
-        if self.workload.payload_len > max {
+        let max = self.config.max_message_size;
+        let largest = self.workload.payload_len.max(self.workload.max_payload_len);
+        if largest > max {
             return Err(ScenarioError::PayloadTooLarge {
-                len: self.workload.payload_len,
+                len: largest,
                 max,
-                datagram: self.config.max_datagram_size,
             });
         }
         Ok(())

@@ -443,11 +443,15 @@ impl Sim {
         match e {
             Event::Delivered { from, payload, id } => {
                 let from = from.get() as usize - 1;
-                if self
-                    .oracle
-                    .on_delivered(i, from, &payload, self.now)
-                    .is_some()
-                {
+                if let Some((key, _)) = self.oracle.on_delivered(i, from, &payload, self.now) {
+                    if !crate::workload::is_whole(&payload, key, self.sc.workload.len_of(key)) {
+                        self.oracle.violate(
+                            ViolationKind::Corrupted,
+                            Some(key),
+                            self.now,
+                            format!("node{i} delivered {} bytes, not the message", payload.len()),
+                        );
+                    }
                     self.hosts[i].inbox.push((id, from, payload));
                     if self.sc.take_delay.is_zero() {
                         self.take(i);
@@ -601,8 +605,9 @@ impl Sim {
                     sender: i as u32,
                     seq: first + j as u64,
                 };
-                let mut p = Vec::with_capacity(wl.payload_len);
-                write_payload(&mut p, key, kind, wl.payload_len);
+                let len = wl.len_of(key);
+                let mut p = Vec::with_capacity(len);
+                write_payload(&mut p, key, kind, len);
                 let p = Bytes::from(p);
                 let Some(node) = self.hosts[i].node.as_mut() else {
                     break;
@@ -902,6 +907,13 @@ impl Sim {
             if slots > c.max_slots_per_record.saturating_mul(r as u64) {
                 what.push(format!("{slots} slots"));
             }
+        }
+        let granted = node.reassembly_granted();
+        if granted > c.max_reassembly_bytes || node.reassembly_in_use() > granted {
+            what.push(format!(
+                "{} bytes of reassembly memory in use, {granted} granted",
+                node.reassembly_in_use()
+            ));
         }
         if !what.is_empty() {
             self.oracle.violate(

@@ -42,7 +42,19 @@ pub fn write_payload(buf: &mut Vec<u8>, key: MsgKey, kind: Kind, len: usize) {
     buf.extend_from_slice(&key.seq.to_be_bytes());
     buf.push(kind as u8);
     let filled = buf.len() - start;
-    buf.resize(start + len.max(filled), 0x5a);
+    buf.resize(start + len.max(filled), fill_byte(key));
+}
+
+/// The byte a payload is filled with after its id: differs between neighbouring messages,
+/// so bytes of one message in another are seen.
+fn fill_byte(key: MsgKey) -> u8 {
+    0x5a ^ (key.seq as u8).wrapping_mul(7) ^ (key.sender as u8)
+}
+
+/// Whether `p` is message `key` whole: `len` bytes, its fill intact.
+pub fn is_whole(p: &[u8], key: MsgKey, len: usize) -> bool {
+    let b = fill_byte(key);
+    p.len() == len && p.get(ID_LEN..).is_none_or(|rest| rest.iter().all(|x| *x == b))
 }
 
 /// Reads the id and kind of a payload, or `None` if it is not one of ours.
@@ -82,6 +94,10 @@ pub struct Workload {
     pub messages: u64,
     /// Payload size in bytes (at least [`ID_LEN`]).
     pub payload_len: usize,
+    /// When above `payload_len`: sizes vary per message, log-uniformly between the two
+    /// (drawn from the message's id, see [`Workload::len_of`]), so that one run mixes
+    /// single-TOKEN messages with messages of many fragments.
+    pub max_payload_len: usize,
     /// Interval between two rounds of sends by one node.
     pub interval: Duration,
     /// Most messages one node submits per round.
@@ -96,6 +112,7 @@ impl Default for Workload {
             pattern: Pattern::Ring,
             messages: 1000,
             payload_len: 32,
+            max_payload_len: 0,
             interval: Duration::from_millis(1),
             burst: 256,
             max_pending: 2048,
@@ -104,6 +121,19 @@ impl Default for Workload {
 }
 
 impl Workload {
+    /// The payload size of message `key`.
+    pub fn len_of(&self, key: MsgKey) -> usize {
+        let lo = self.payload_len.max(ID_LEN);
+        let hi = self.max_payload_len;
+        if hi <= lo {
+            return lo;
+        }
+        let h = (u64::from(key.sender) << 40 ^ key.seq).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let frac = (h >> 11) as f64 / (1u64 << 53) as f64;
+        let len = (lo as f64) * ((hi as f64) / (lo as f64)).powf(frac);
+        (len as usize).clamp(lo, hi)
+    }
+
     /// Messages node `i` of `n` submits on its own initiative.
     pub fn quota(&self, i: usize, n: usize) -> u64 {
         let n = n as u64;

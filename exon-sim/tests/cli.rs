@@ -44,7 +44,7 @@ fn too_few_nodes_is_an_error_at_start() {
 #[test]
 fn validate_names_the_limit() {
     let mut sc = Scenario::default();
-    let max = sc.config.max_payload();
+    let max = sc.config.max_message_size;
     sc.workload = Workload {
         payload_len: max + 1,
         ..Workload::default()
@@ -54,7 +54,6 @@ fn validate_names_the_limit() {
         Err(ScenarioError::PayloadTooLarge {
             len: max + 1,
             max,
-            datagram: sc.config.max_datagram_size,
         })
     );
     sc.workload.payload_len = max;
