@@ -13,7 +13,7 @@ fn mixed(seed: u64, link: LinkConfig, faults: Vec<Fault>) -> Scenario {
         link,
         workload: Workload {
             pattern: Pattern::ManyToMany,
-            messages: 60,
+            messages: 24,
             payload_len: 100,
             max_payload_len: 4 << 20,
             burst: 4,
