@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=7)? {
+        Ok(match u.int_in_range(0u8..=11)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -83,6 +83,33 @@ impl<'a> Arbitrary<'a> for Frame {
             },
             6 => Frame::Challenge {
                 token: u64::arbitrary(u)?,
+            },
+            7 => {
+                let len = u.int_in_range(1usize..=1500)?;
+                let data = Bytes::copy_from_slice(u.bytes(len.min(u.len()))?);
+                if data.is_empty() {
+                    return Err(arbitrary::Error::NotEnoughData);
+                }
+                let offset = varint(u)?.min(VARINT_MAX - data.len() as u64);
+                let end = offset + data.len() as u64;
+                let total = end + varint(u)?.min(VARINT_MAX - end);
+                Frame::Frag {
+                    s: varint(u)?,
+                    r: varint(u)?,
+                    total,
+                    offset,
+                    data,
+                }
+            }
+            8 => Frame::Got {
+                r: varint(u)?,
+                s: varint(u)?,
+                ranges: AckRanges::arbitrary(u)?,
+            },
+            9 => Frame::ReqCredit { want: varint(u)? },
+            10 => Frame::Credit {
+                r: varint(u)?,
+                limit: varint(u)?,
             },
             _ => Frame::Response {
                 token: u64::arbitrary(u)?,
