@@ -146,6 +146,40 @@ fn receiver_memory_stays_within_its_grant_and_senders_wait() {
     assert_eq!(s.rejects.fragment_refused, 0, "senders wait, they are not refused");
 }
 
+/// The credit rule switched off: senders start large messages without a grant and the
+/// receiver stores them all, so its reassembly memory passes what it granted (nothing).
+/// The bound the test above checks comes from the rule.
+#[test]
+fn without_the_credit_rule_reassembly_memory_exceeds_the_grant() {
+    let mut a = test_config();
+    a.max_message_size = 1 << 20;
+    let mut b = a.clone();
+    b.max_reassembly_per_source = 1 << 20;
+    b.max_reassembly_bytes = 1 << 20;
+    let mut pair = Pair::with_configs(a, b);
+    let mut rules = exon::proto::Rules::default();
+    rules.fragments_need_credit = false;
+    pair.node(A).set_rules(rules);
+    pair.node(B).set_rules(rules);
+    // Every fourth datagram lost, so messages stay partial for a while.
+    pair.set_filter(|w| if w.seq % 4 == 3 { Fate::Drop } else { Fate::Deliver });
+    for i in 0..6 {
+        pair.send(A, message(i, 700_000));
+    }
+    let mut over = false;
+    for _ in 0..2_000_000 {
+        if !pair.step() {
+            break;
+        }
+        let b = &pair.nodes[B].node;
+        over |= b.reassembly_in_use() > b.reassembly_granted().max(1 << 20);
+        if pair.nodes[B].delivered.len() == 6 {
+            break;
+        }
+    }
+    assert!(over, "without credit, partial messages pass the receiver's bound");
+}
+
 #[test]
 fn small_messages_are_not_held_up_by_a_large_one() {
     let mut pair = Pair::new(test_config());

@@ -113,7 +113,8 @@ impl Assembler {
 
     /// Takes the fragment `offset .. offset + data.len()` of the `total`-byte message in
     /// `slot` (the caller checked that the slot is free and `total` within bounds, and the
-    /// decoder that the fragment is non-empty and inside the message).
+    /// decoder that the fragment is non-empty and inside the message). With `credit` false
+    /// (the rule switched off, for tests) a new message needs no grant.
     pub fn insert(
         &mut self,
         slot: u64,
@@ -121,6 +122,7 @@ impl Assembler {
         offset: u64,
         data: &Bytes,
         now: Instant,
+        credit: bool,
     ) -> Piece {
         let end = offset + data.len() as u64;
         let Some(i) = self.partials.iter().position(|p| p.slot == slot) else {
@@ -132,7 +134,7 @@ impl Assembler {
             let Ok(len) = usize::try_from(total) else {
                 return Piece::Refused(Refusal::NoCredit);
             };
-            if self.charged + charge > self.granted {
+            if credit && self.charged + charge > self.granted {
                 return Piece::Refused(Refusal::NoCredit);
             }
             self.charged += charge;
@@ -235,7 +237,7 @@ mod tests {
         let order = [3, 1, 0, 2];
         for (k, &i) in order.iter().enumerate() {
             let d = frag(total, cuts[i], cuts[i + 1]);
-            let got = a.insert(5, total as u64, cuts[i] as u64, &d, t0());
+            let got = a.insert(5, total as u64, cuts[i] as u64, &d, t0(), true);
             if k + 1 < order.len() {
                 assert_eq!(got, Piece::Kept);
                 assert_eq!(a.in_use(), total as u64);
@@ -251,7 +253,7 @@ mod tests {
     fn a_whole_fragment_needs_no_credit_and_no_copy() {
         let mut a = Assembler::default();
         let d = frag(5000, 0, 5000);
-        let got = a.insert(1, 5000, 0, &d, t0());
+        let got = a.insert(1, 5000, 0, &d, t0(), true);
         let Piece::Whole(b) = got else {
             panic!("not whole")
         };
@@ -263,9 +265,9 @@ mod tests {
         let mut a = Assembler::default();
         assert_eq!(a.grant(150_000, 1 << 20, 1 << 30), (150_000, 150_000));
         let d = frag(100_000, 0, 1000);
-        assert_eq!(a.insert(1, 100_000, 0, &d, t0()), Piece::Kept);
+        assert_eq!(a.insert(1, 100_000, 0, &d, t0(), true), Piece::Kept);
         assert_eq!(
-            a.insert(2, 100_000, 0, &d, t0()),
+            a.insert(2, 100_000, 0, &d, t0(), true),
             Piece::Refused(Refusal::NoCredit)
         );
         assert_eq!(a.partials(), 1);
@@ -275,7 +277,7 @@ mod tests {
         b.grant(4 * MIN_CHARGE, u64::MAX, u64::MAX);
         let tiny = Bytes::from_static(b"x");
         let kept = (0..100)
-            .filter(|s| b.insert(*s, 2, 0, &tiny, t0()) == Piece::Kept)
+            .filter(|s| b.insert(*s, 2, 0, &tiny, t0(), true) == Piece::Kept)
             .count();
         assert_eq!(kept, 4);
     }
@@ -293,9 +295,9 @@ mod tests {
         let mut a = Assembler::default();
         a.grant(1 << 20, 1 << 20, u64::MAX);
         let d = frag(50_000, 0, 1000);
-        assert_eq!(a.insert(1, 50_000, 0, &d, t0()), Piece::Kept);
+        assert_eq!(a.insert(1, 50_000, 0, &d, t0(), true), Piece::Kept);
         assert_eq!(
-            a.insert(1, 60_000, 1000, &d, t0()),
+            a.insert(1, 60_000, 1000, &d, t0(), true),
             Piece::Refused(Refusal::Mismatch)
         );
     }
@@ -307,13 +309,13 @@ mod tests {
         let one = Bytes::from_static(b"y");
         let mut refused = 0;
         for k in 0..(2 * MAX_RANGES as u64) {
-            if a.insert(9, 100_000, k * 2, &one, t0()) != Piece::Kept {
+            if a.insert(9, 100_000, k * 2, &one, t0(), true) != Piece::Kept {
                 refused += 1;
             }
         }
         assert_eq!(refused, MAX_RANGES);
         // A fragment joining two ranges is still taken.
-        assert_eq!(a.insert(9, 100_000, 1, &one, t0()), Piece::Kept);
+        assert_eq!(a.insert(9, 100_000, 1, &one, t0(), true), Piece::Kept);
     }
 
     #[test]
@@ -323,15 +325,15 @@ mod tests {
         let d = frag(50_000, 0, 1000);
         let idle = Duration::from_secs(30);
         let t = t0();
-        a.insert(3, 50_000, 0, &d, t);
-        a.insert(7, 50_000, 0, &d, t + Duration::from_secs(20));
+        a.insert(3, 50_000, 0, &d, t, true);
+        a.insert(7, 50_000, 0, &d, t + Duration::from_secs(20), true);
         assert_eq!(a.next_expiry(idle), Some(t + idle));
         assert_eq!(a.expire(t + idle, idle), 1);
         assert_eq!(a.in_use(), 50_000);
         assert!(a.have(3).is_none() && a.have(7).is_some());
         assert_eq!(a.drop_below(8), 1);
         assert_eq!(a.in_use(), 0);
-        a.insert(9, 50_000, 0, &d, t0());
+        a.insert(9, 50_000, 0, &d, t0(), true);
         assert!(a.drop_slot(9));
         assert!(!a.drop_slot(9));
         assert_eq!(a.in_use(), 0);

@@ -52,7 +52,8 @@ impl Node {
             self.stats.held_back += 1;
             return false;
         }
-        match rec.assembler.insert(s, total, offset, &data, now) {
+        let credit = self.rules.fragments_need_credit;
+        match rec.assembler.insert(s, total, offset, &data, now, credit) {
             Piece::Whole(payload) => {
                 let mut all = RangeSet::new();
                 all.insert(0..total);

@@ -47,6 +47,11 @@ pub struct Rules {
     /// doubt; only one that never left is reported not delivered. Off, every abandoned
     /// message is reported not delivered, although a copy in flight may still arrive.
     pub deadline_doubts_sent_tokens: bool,
+    /// Beyond the paper (large messages): a receiver stores a partial message only within
+    /// the reassembly memory it granted its sender (CREDIT), and a sender starts a message
+    /// of several fragments only within the credit it holds, waiting otherwise. Off, both
+    /// go ahead without credit, and nothing but its senders bounds a receiver's memory.
+    pub fragments_need_credit: bool,
 }
 
 impl Rules {
@@ -64,6 +69,7 @@ impl Rules {
         unproven_probe_limit: true,
         ack_on_take: true,
         deadline_doubts_sent_tokens: true,
+        fragments_need_credit: true,
     };
 }
 

@@ -343,7 +343,8 @@ impl SRecord {
     /// Plans the next FRAG of the message in slot `s` (incarnation `r`, at the front of
     /// `to_send`), for datagrams with `body_room` bytes for frames and `room_now` left in
     /// this one. A message of more than one fragment first takes reassembly credit (`cap`:
-    /// the most to ask the receiver for), or waits for it.
+    /// the most to ask the receiver for), or waits for it (unless `credit` is false: the
+    /// rule switched off).
     pub fn plan_fragment(
         &mut self,
         s: u64,
@@ -351,6 +352,7 @@ impl SRecord {
         body_room: usize,
         room_now: usize,
         cap: u64,
+        credit: bool,
     ) -> FragPlan {
         let Some(tok) = self.tokens.get_mut(s) else {
             self.to_send.pop_front();
@@ -372,7 +374,7 @@ impl SRecord {
             + 2 * varint_len(total)
             + varint_len(body_room as u64);
         let whole_fits = (total as usize).saturating_add(overhead) <= body_room;
-        if !o.is_charged() && !whole_fits && !o.is_whole() {
+        if credit && !o.is_charged() && !whole_fits && !o.is_whole() {
             // More than one fragment: reassembly memory must be granted first.
             let charge = Outgoing::charge_of(total);
             if !self.credit.take(r, charge) {

@@ -260,7 +260,9 @@ impl Node {
             if tok.frag.is_some() {
                 let room_now = limit - buf.len();
                 let cap = cfg.max_reassembly_per_source;
-                let (range, overhead) = match rec.plan_fragment(s, r, body_room, room_now, cap) {
+                let credit = self.rules.fragments_need_credit;
+                let plan = rec.plan_fragment(s, r, body_room, room_now, cap, credit);
+                let (range, overhead) = match plan {
                     FragPlan::Done | FragPlan::Wait => continue,
                     FragPlan::Later => break,
                     FragPlan::Send { range, overhead } => (range, overhead),
