@@ -294,13 +294,15 @@ pub fn print_cell(
         "complete"
     );
     let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+    // Messages larger than the default come a few per second: a decimal more.
+    let rate_digits = usize::from(size > crate::common::PAYLOAD);
     for o in out {
         let mbit = o.rate.map(|r| mbit_s(r, size));
         let ratio = o.rate.zip(exon_rate).map(|(r, e)| r / e);
         println!(
             "{:<10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
             o.system.name(),
-            fmt(o.rate, 0),
+            fmt(o.rate, rate_digits),
             fmt(mbit, 1),
             ratio.map_or("-".into(), |r| format!("{r:.2}x")),
             fmt(o.p50_us, 0),
@@ -309,15 +311,17 @@ pub fn print_cell(
         );
     }
     for o in out {
-        println!("  {} link a->b: {}", o.system.name(), o.link[0]);
-        println!("  {} link b->a: {}", o.system.name(), o.link[1]);
+        if !o.notes.starts_with("REFUSED") {
+            println!("  {} link a->b: {}", o.system.name(), o.link[0]);
+            println!("  {} link b->a: {}", o.system.name(), o.link[1]);
+        }
         if !o.notes.is_empty() {
             println!("  {} notes: {}", o.system.name(), o.notes);
         }
     }
     let mut kv = Vec::new();
     for o in out {
-        kv.push(format!("{}={}", o.system.name(), fmt(o.rate, 0)));
+        kv.push(format!("{}={}", o.system.name(), fmt(o.rate, rate_digits)));
     }
     if rpc {
         for o in out {

@@ -190,6 +190,8 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, size: usize, ou
     let rates: Vec<f64> = out.flows.iter().map(|f| f.rate.unwrap_or(0.0)).collect();
     let total: f64 = rates.iter().sum();
     let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+    // Messages larger than the default come a few per second: a decimal more.
+    let rate_digits = usize::from(size > crate::common::PAYLOAD);
     println!(
         "{:<6} {:<10} {:>10} {:>8} {:>8} {:>8} {:>9}",
         "flow", "system", "msgs/s", "Mbit/s", "share", "of link", "complete"
@@ -199,7 +201,7 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, size: usize, ou
             "{:<6} {:<10} {:>10} {:>8} {:>8} {:>8} {:>9}",
             i,
             f.system.name(),
-            fmt(f.rate, 0),
+            fmt(f.rate, rate_digits),
             fmt(f.rate.map(|r| cell::mbit_s(r, size)), 1),
             fmt(f.rate.filter(|_| total > 0.0).map(|r| r / total), 2),
             fmt(f.rate.map(|r| r / link), 2),
@@ -224,7 +226,7 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, size: usize, ou
     let names: Vec<&str> = out.flows.iter().map(|f| f.system.name()).collect();
     kv.push(format!("flows={}", names.join(",")));
     for (i, f) in out.flows.iter().enumerate() {
-        kv.push(format!("flow{i}={}", fmt(f.rate, 0)));
+        kv.push(format!("flow{i}={}", fmt(f.rate, rate_digits)));
     }
     for (i, f) in out.flows.iter().enumerate() {
         let share = f.rate.filter(|_| total > 0.0).map(|r| r / total);
