@@ -76,8 +76,8 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(MIN_SIZE as u64..=MAX_SIZE as u64)
     )]
     size: u64,
-    /// Messages per batch (default 10000 one-way, 2000 rpc, fewer for messages above 6 KiB
-    /// (one-way) or 32 KiB (rpc): about 64 MiB of payload per batch at most).
+    /// Messages per batch (default 10000 one-way, 2000 rpc; fewer for messages above about
+    /// 6.5 KiB one-way or 32 KiB rpc, so that a batch holds about 64 MiB of payload).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
     /// Exon's `max_datagram_size`.
