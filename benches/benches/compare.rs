@@ -4,7 +4,25 @@
 //! ```text
 //! cargo bench -p exon-benches --bench compare -- one-way --secs 3
 //! cargo bench -p exon-benches --bench compare -- rpc --callers 100 --secs 3
+//! cargo bench -p exon-benches --bench compare -- one-way --size 65536 --datagram 65507 --secs 2
+//! cargo bench -p exon-benches --bench compare -- one-way --size 1048576 --secs 2
+//! cargo bench -p exon-benches --bench compare -- rpc --size 1048576 --callers 10 --secs 2
 //! ```
+//!
+//! Systems: exon (sealed, its default) and `exon_plain`; TCP with 4-byte length-prefixed
+//! frames read with exact reads; QUIC (quinn) as one long stream of such frames (`quic`) or a
+//! new stream per message (`quic_uni` one-way; rpc's `quic` opens a bidirectional stream per
+//! request).
+//!
+//! `--size BYTES` (default 1024, at least 16) sets every message's size: one-way messages,
+//! and in rpc both the request and the reply (the server echoes the request). Each message
+//! carries its sequence number in its first and last 8 bytes; receivers check the length,
+//! both copies and exactly-once delivery. The default batch shrinks with the size so that a
+//! batch holds about 64 MiB of payload at most (`--batch` overrides). Rates are reported in
+//! messages (requests) per second and in MB/s of payload (10^6 bytes; rpc counts request and
+//! reply). Where exon refuses the size (a payload larger than one datagram, until exon carries
+//! larger messages in fragments) the run says `exon: size N refused (PayloadTooLarge)` and
+//! goes on without it.
 //!
 //! Exon's datagram size stays 1472 bytes by default (one 1 KB message per datagram, as on
 //! Ethernet) although loopback would allow 65507: with GSO and GRO the kernel already moves
@@ -12,7 +30,10 @@
 //! datagram) measured no clear gain in the same session.
 //!
 //! `cargo bench -p exon-benches --bench compare -- --help` lists the options. The last line of
-//! the output is `key=value` pairs for scripts.
+//! the output is `key=value` pairs for scripts: each system's rate under its name (messages
+//! or requests per second, as before sizes existed), `<name>_mb_s` (MB/s), the ratios
+//! (`exon_over_tcp`, `exon_over_quic`, ...: the same for messages and bytes), `size=`, and
+//! `refused=` naming the exon systems that refused the size, if any.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -20,7 +41,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use clap::{CommandFactory, Parser};
-use common::{OneWay, OneWayKind, Rpc, RpcKind, DEFAULT_EXON_DATAGRAM};
+use common::{OneWay, OneWayKind, Rpc, RpcKind, DEFAULT_EXON_DATAGRAM, MAX_SIZE, MIN_SIZE};
 
 /// Which exchange to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -48,8 +69,16 @@ struct Args {
     /// Concurrent callers (rpc).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     callers: u64,
-    /// Messages per batch (default 10000 one-way, 2000 rpc).
-    #[arg(long)]
+    /// Bytes per message (one-way), per request and per reply (rpc).
+    #[arg(
+        long,
+        default_value_t = common::PAYLOAD as u64,
+        value_parser = clap::value_parser!(u64).range(MIN_SIZE as u64..=MAX_SIZE as u64)
+    )]
+    size: u64,
+    /// Messages per batch (default 10000 one-way, 2000 rpc; fewer for messages above about
+    /// 6.5 KiB one-way or 32 KiB rpc, so that a batch holds about 64 MiB of payload).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
     /// Exon's `max_datagram_size`.
     #[arg(long, default_value_t = DEFAULT_EXON_DATAGRAM)]
@@ -89,12 +118,13 @@ fn main() {
     }
 }
 
-/// The systems to run: all, or the one named by `--only`.
+/// The systems to run: all, or the one named by `--only`; less the exon systems that
+/// refuse messages of `--size` (each said on a line of its own), returned second.
 fn selected<K: Copy, const N: usize>(
     args: &Args,
     all: [K; N],
     name: fn(K) -> &'static str,
-) -> Vec<K> {
+) -> (Vec<K>, Vec<&'static str>) {
     let kinds: Vec<K> = all
         .into_iter()
         .filter(|&k| args.only.as_deref().is_none_or(|o| o == name(k)))
@@ -102,7 +132,56 @@ fn selected<K: Copy, const N: usize>(
     if kinds.is_empty() {
         usage("--only names no system of this mode");
     }
-    kinds
+    let mut refused = Vec::new();
+    let kinds = kinds
+        .into_iter()
+        .filter(|&k| {
+            let plain = match name(k) {
+                "exon" => false,
+                "exon_plain" => true,
+                _ => return true,
+            };
+            let config = common::exon_config(args.datagram);
+            match common::exon_refusal(config, plain, size(args)) {
+                None => true,
+                Some(why) => {
+                    println!("{}: size {} refused ({why})", name(k), args.size);
+                    refused.push(name(k));
+                    false
+                }
+            }
+        })
+        .collect();
+    (kinds, refused)
+}
+
+/// The message size of the command line.
+fn size(args: &Args) -> usize {
+    usize::try_from(args.size).expect("--size fits in memory")
+}
+
+/// MB/s (10^6 bytes) of `rate` messages per second carrying `bytes` each.
+fn mb_s(rate: f64, bytes: u64) -> f64 {
+    rate * bytes as f64 / 1e6
+}
+
+/// The "vs exon" column: `rate` over exon's, or `-` without exon.
+fn vs_exon(rate: f64, exon: Option<f64>) -> String {
+    exon.map_or("-".into(), |e| format!("{:.2}x", rate / e))
+}
+
+/// The keys every last line ends with: exon's datagram, threads, size, and the exon systems
+/// that refused the size.
+fn tail_keys(args: &Args, refused: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        format!("datagram={}", args.datagram),
+        format!("threads={}", args.threads),
+        format!("size={}", args.size),
+    ];
+    if !refused.is_empty() {
+        v.push(format!("refused={}", refused.join(",")));
+    }
+    v
 }
 
 /// The ratios of the last line, for the systems present: sealed exon over plaintext exon,
@@ -137,9 +216,12 @@ fn timed<F: FnMut() -> (u64, Duration)>(slot: Duration, mut batch: F) -> (u64, D
 }
 
 fn one_way(args: &Args) {
-    let batch = args.batch.unwrap_or(10_000);
+    let size = size(args);
+    let batch = args
+        .batch
+        .unwrap_or_else(|| common::batch_for(size, 10_000));
     let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
-    let kinds = selected(
+    let (kinds, refused) = selected(
         args,
         [
             OneWayKind::Exon,
@@ -151,9 +233,8 @@ fn one_way(args: &Args) {
         OneWayKind::name,
     );
     println!(
-        "one-way, {} B messages, exon max_datagram_size {} B, {} rounds of {:.2} s per \
+        "one-way, {size} B messages, exon max_datagram_size {} B, {} rounds of {:.2} s per \
          system, batches of {batch}",
-        common::PAYLOAD,
         args.datagram,
         args.rounds,
         slot.as_secs_f64()
@@ -161,7 +242,7 @@ fn one_way(args: &Args) {
     let mut flows: Vec<OneWay> = kinds
         .iter()
         .map(|&k| {
-            let mut f = OneWay::new(k, args.datagram);
+            let mut f = OneWay::new(k, args.datagram, size);
             f.run(batch.min(1000)); // warm up: connections, windows, envelopes
             f
         })
@@ -176,22 +257,27 @@ fn one_way(args: &Args) {
             per_round[i].push(n as f64 / t.as_secs_f64());
         }
     }
-    let exon_stats = flows[0].stats();
+    let exon_stats = flows
+        .iter()
+        .find(|f| f.kind() == OneWayKind::Exon)
+        .and_then(|f| f.stats());
     let verified: Vec<u64> = flows.iter().map(|f| f.verified()).collect();
     drop(flows);
 
     let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
+    let exon = kinds.iter().position(|&k| k == OneWayKind::Exon).map(rate);
     println!(
-        "{:<10} {:>12} {:>9} {:>12}  per round (msgs/s)",
-        "system", "msgs/s", "vs exon", "verified"
+        "{:<10} {:>12} {:>10} {:>9} {:>12}  per round (msgs/s)",
+        "system", "msgs/s", "MB/s", "vs exon", "verified"
     );
     for (i, k) in kinds.iter().enumerate() {
         let rounds: Vec<String> = per_round[i].iter().map(|r| format!("{r:.0}")).collect();
         println!(
-            "{:<10} {:>12.0} {:>8.2}x {:>12}  {}",
+            "{:<10} {:>12.0} {:>10.1} {:>9} {:>12}  {}",
             k.name(),
             rate(i),
-            rate(i) / rate(0),
+            mb_s(rate(i), args.size),
+            vs_exon(rate(i), exon),
             verified[i],
             rounds.join(" ")
         );
@@ -208,15 +294,24 @@ fn one_way(args: &Args) {
         &kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
         rate,
     ));
-    last.push(format!("datagram={}", args.datagram));
-    last.push(format!("threads={}", args.threads));
+    last.extend(
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!("{}_mb_s={:.1}", k.name(), mb_s(rate(i), args.size))),
+    );
+    last.extend(tail_keys(args, &refused));
     println!("{}", last.join(" "));
 }
 
 fn rpc(args: &Args) {
-    let batch = args.batch.unwrap_or(2_000).max(args.callers);
+    let size = size(args);
+    let batch = args
+        .batch
+        .unwrap_or_else(|| common::batch_for(size, 2_000))
+        .max(args.callers);
     let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
-    let kinds = selected(
+    let (kinds, refused) = selected(
         args,
         [
             RpcKind::Exon,
@@ -227,9 +322,8 @@ fn rpc(args: &Args) {
         RpcKind::name,
     );
     println!(
-        "rpc, {} B requests and replies, {} concurrent callers, exon max_datagram_size {} B, \
-         {} rounds of {:.2} s per system, batches of {batch}",
-        common::PAYLOAD,
+        "rpc, {size} B requests and replies, {} concurrent callers, exon max_datagram_size {} \
+         B, {} rounds of {:.2} s per system, batches of {batch}",
         args.callers,
         args.datagram,
         args.rounds,
@@ -238,8 +332,8 @@ fn rpc(args: &Args) {
     let mut rpcs: Vec<Rpc> = kinds
         .iter()
         .map(|&k| {
-            let mut r = Rpc::new(k, args.datagram);
-            r.run(args.callers * 10, args.callers); // warm up
+            let mut r = Rpc::new(k, args.datagram, size);
+            r.run((args.callers * 10).min(batch), args.callers); // warm up
             r
         })
         .collect();
@@ -262,21 +356,25 @@ fn rpc(args: &Args) {
     drop(rpcs);
 
     let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
+    // Payload both ways: the request and its reply.
+    let bytes = 2 * args.size;
+    let exon = kinds.iter().position(|&k| k == RpcKind::Exon).map(rate);
     let mut p = Vec::new();
     for l in &lats {
         p.push((l.quantile_us(0.5), l.quantile_us(0.99)));
     }
     println!(
-        "{:<8} {:>12} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",
-        "system", "req/s", "vs exon", "p50 us", "p99 us", "verified"
+        "{:<8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",
+        "system", "req/s", "MB/s", "vs exon", "p50 us", "p99 us", "verified"
     );
     for (i, k) in kinds.iter().enumerate() {
         let rounds: Vec<String> = per_round[i].iter().map(|r| format!("{r:.0}")).collect();
         println!(
-            "{:<8} {:>12.0} {:>8.2}x {:>10.0} {:>10.0} {:>10}  {}",
+            "{:<8} {:>12.0} {:>10.1} {:>9} {:>10.0} {:>10.0} {:>10}  {}",
             k.name(),
             rate(i),
-            rate(i) / rate(0),
+            mb_s(rate(i), bytes),
+            vs_exon(rate(i), exon),
             p[i].0,
             p[i].1,
             totals[i].0,
@@ -295,8 +393,10 @@ fn rpc(args: &Args) {
         &kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
         rate,
     ));
+    for (i, k) in kinds.iter().enumerate() {
+        last.push(format!("{}_mb_s={:.1}", k.name(), mb_s(rate(i), bytes)));
+    }
     last.push(format!("callers={}", args.callers));
-    last.push(format!("datagram={}", args.datagram));
-    last.push(format!("threads={}", args.threads));
+    last.extend(tail_keys(args, &refused));
     println!("{}", last.join(" "));
 }

@@ -35,7 +35,7 @@ fn one_way(c: &mut Criterion) {
         OneWayKind::QuicStream,
         OneWayKind::QuicUni,
     ] {
-        let mut flow = OneWay::new(kind, DEFAULT_EXON_DATAGRAM);
+        let mut flow = OneWay::new(kind, DEFAULT_EXON_DATAGRAM, common::PAYLOAD);
         g.bench_function(kind.name(), |b| {
             b.iter_custom(|iters| (0..iters).map(|_| flow.run(BATCH)).sum())
         });

@@ -25,7 +25,7 @@ fn rpc(c: &mut Criterion) {
             RpcKind::Tcp,
             RpcKind::Quic,
         ] {
-            let mut rpc = Rpc::new(kind, DEFAULT_EXON_DATAGRAM);
+            let mut rpc = Rpc::new(kind, DEFAULT_EXON_DATAGRAM, common::PAYLOAD);
             g.bench_function(kind.name(), |b| {
                 b.iter_custom(|iters| (0..iters).map(|_| rpc.run(batch, callers).0).sum())
             });

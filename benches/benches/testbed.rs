@@ -8,7 +8,15 @@
 //! cargo bench -p exon-benches --bench testbed -- --matrix paper
 //! cargo bench -p exon-benches --bench testbed -- --flows exon,tcp_cubic --rate-mbit 10 --rtt-ms 20 --plot flows.svg
 //! cargo bench -p exon-benches --bench testbed -- --sweep loss --systems exon
+//! cargo bench -p exon-benches --bench testbed -- --size 1048576 --loss 0.05 --systems exon,tcp_cubic,tcp_bbr
 //! ```
+//!
+//! `--size BYTES` (default 1024, at least 16) sets the size of every message (one-way) and
+//! of every request and reply (rpc) for every system, in one cell, the loss sweep and
+//! `--flows` (the paper's grid stays at 1 KiB). Rates stay in messages (requests) per second;
+//! the Mbit/s columns and `<system>_mbit` keys are payload bytes. Exon is left out, with the
+//! line `exon: size N refused (PayloadTooLarge)`, where it refuses the size (until it
+//! carries messages larger than a datagram).
 //!
 //! `cargo bench -p exon-benches --bench testbed -- --help` lists the options. Needs root and `/dev/net/tun`; otherwise it says why and exits 0.
 //! Every namespace, device and process it creates is removed on exit, error or Ctrl-C.
@@ -72,6 +80,7 @@ struct Args {
     cert: Option<String>,
     callers: u64,
     series_ms: Option<u64>,
+    size: usize,
 }
 
 /// The impaired-link testbed: exon, TCP CUBIC, TCP BBR and QUIC between two network
@@ -124,6 +133,14 @@ struct Cli {
     /// Concurrent callers (rpc).
     #[arg(long, default_value_t = 1)]
     callers: u64,
+    /// Bytes per message (one-way), per request and per reply (rpc), for every system (not
+    /// with --matrix, which runs the paper's 1 KiB messages).
+    #[arg(
+        long,
+        default_value_t = common::PAYLOAD as u64,
+        value_parser = clap::value_parser!(u64).range(common::MIN_SIZE as u64..=common::MAX_SIZE as u64)
+    )]
+    size: u64,
     /// Systems to run, comma-separated (default all: exon,tcp_cubic,tcp_bbr,quic).
     #[arg(long, value_delimiter = ',', value_parser = system)]
     systems: Vec<System>,
@@ -186,6 +203,11 @@ fn parse_args() -> Args {
     if several.iter().filter(|x| **x).count() > 1 {
         usage("at most one of --matrix, --sweep and --flows");
     }
+    if c.matrix.is_some() && c.size != common::PAYLOAD as u64 {
+        usage(
+            "--matrix runs the paper's 1 KiB messages: --size is for one cell, --sweep and --flows",
+        );
+    }
     if (c.sweep.is_some() || !c.flows.is_empty()) && c.pattern != "one-way" {
         usage("--sweep and --flows run the one-way pattern");
     }
@@ -232,6 +254,7 @@ fn parse_args() -> Args {
         cert: c.cert,
         callers: c.callers,
         series_ms: c.series_ms,
+        size: usize::try_from(c.size).unwrap_or_else(|_| usage("--size too large")),
     }
 }
 
@@ -309,6 +332,7 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         warmup: secs(a.warmup),
         secs: secs(a.secs.unwrap_or(10.0)),
         callers: a.callers,
+        size: a.size,
         exon: ExonTuning {
             window: a.exon_window.unwrap_or(1024),
             envelopes: a.exon_envelopes.unwrap_or(128),
@@ -327,6 +351,7 @@ fn timing(a: &Args) -> Timing {
         warmup: Duration::from_secs_f64(a.warmup),
         secs: Duration::from_secs_f64(a.secs.unwrap_or(10.0)),
         drain: Duration::from_secs_f64(a.drain),
+        size: a.size,
     }
 }
 
@@ -335,7 +360,7 @@ fn header(what: &str, imp: &Impairment, timing: Timing, exon: ExonTuning, realti
     println!(
         "testbed: {what}, {imp}; {} B messages; {:.0} s measured after {:.0} s warm-up; exon \
          window {}, envelopes {}{}, datagrams {} B; emulator real-time: {realtime}",
-        common::PAYLOAD,
+        timing.size,
         timing.secs.as_secs_f64(),
         timing.warmup.as_secs_f64(),
         exon.window,
@@ -362,7 +387,7 @@ fn one_cell(a: &Args) -> netns::Result<()> {
     let mut port = 5000;
     let out = cell::run_cell(&tb, imp, a.pattern, timing, exon, &a.systems, &mut port)?;
     drop(tb);
-    cell::print_cell(&imp, a.pattern, exon, &out);
+    cell::print_cell(&imp, a.pattern, exon, timing.size, &out);
     Ok(())
 }
 
@@ -395,10 +420,10 @@ fn several_flows(a: &Args) -> netns::Result<()> {
     drop(tb);
     if let Some(path) = &a.plot {
         let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(path);
-        if let Err(e) = flows::plot(&imp, &out, &path) {
+        if let Err(e) = flows::plot(&imp, &out, timing.size, &path) {
             eprintln!("testbed: {e}");
         }
     }
-    flows::print_flows(&imp, exon, tcp, &out);
+    flows::print_flows(&imp, exon, tcp, timing.size, &out);
     Ok(())
 }

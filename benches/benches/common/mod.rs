@@ -3,8 +3,10 @@
 //! with a tokio runtime each (like two processes; current-thread unless
 //! [`WORKER_THREADS`] says otherwise), and is then driven in batches from the calling thread.
 //!
-//! Every message carries a sequence number in its first 8 bytes; receivers check that each
-//! arrives exactly once (a duplicate or a stranger panics), and only verified messages count.
+//! Every message has the size the run asks for (`--size`, [`PAYLOAD`] bytes by default) and
+//! carries its sequence number in its first and its last 8 bytes; receivers check its length,
+//! that both copies agree and that each arrives exactly once (a duplicate, a truncated or
+//! torn message, or a stranger panics), and only verified messages count.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -21,8 +23,16 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, B
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-/// Size of every message and reply.
+/// Default size of every message and reply (`--size`).
 pub const PAYLOAD: usize = 1024;
+/// Smallest message size: room for the sequence number at both ends.
+pub const MIN_SIZE: usize = 16;
+/// Largest message size the runners accept (TCP frames carry a 32-bit length; exon's
+/// default `max_message_size` is 16 MiB).
+pub const MAX_SIZE: usize = 1 << 30;
+/// Payload bytes a round of messages may hold at once by default: batches are sized so that
+/// `batch x size` stays about this (at most the 1 KiB defaults), bounding memory and time.
+pub const BATCH_BYTES: u64 = 64 << 20;
 /// How long a batch may take before the run is declared broken (messages lost).
 pub const BATCH_DEADLINE: Duration = Duration::from_secs(30);
 /// The exon datagram size used on loopback unless told otherwise (Ethernet MTU less IP and
@@ -30,17 +40,31 @@ pub const BATCH_DEADLINE: Duration = Duration::from_secs(30);
 pub const DEFAULT_EXON_DATAGRAM: usize = 1472;
 const LOCALHOST: &str = "127.0.0.1:0";
 
-/// A payload of `PAYLOAD` bytes starting with `seq`.
-pub fn payload(seq: u64) -> Bytes {
-    let mut v = vec![0xA5u8; PAYLOAD];
+/// A payload of `size` bytes (at least [`MIN_SIZE`]) starting and ending with `seq`. Every
+/// system gets its payloads from here, one allocation and fill each, as a user handing
+/// each message over as a fresh buffer would.
+pub fn payload(seq: u64, size: usize) -> Bytes {
+    assert!(size >= MIN_SIZE, "payload smaller than {MIN_SIZE} bytes");
+    let mut v = vec![0xA5u8; size];
     v[..8].copy_from_slice(&seq.to_be_bytes());
+    v[size - 8..].copy_from_slice(&seq.to_be_bytes());
     Bytes::from(v)
 }
 
-/// The sequence number of a payload (panics on a malformed one).
-pub fn seq_of(p: &[u8]) -> u64 {
-    assert_eq!(p.len(), PAYLOAD, "payload of unexpected size");
-    u64::from_be_bytes(p[..8].try_into().unwrap())
+/// The sequence number of a payload that should be `size` bytes long (panics on a
+/// malformed one: another length, or first and last 8 bytes that disagree).
+pub fn seq_of(p: &[u8], size: usize) -> u64 {
+    assert_eq!(p.len(), size, "payload of unexpected size");
+    let first = u64::from_be_bytes(p[..8].try_into().unwrap());
+    let last = u64::from_be_bytes(p[p.len() - 8..].try_into().unwrap());
+    assert_eq!(first, last, "payload torn: first and last 8 bytes differ");
+    first
+}
+
+/// The default messages per batch for `size`-byte messages: `base` (the 1 KiB default) or
+/// fewer, so that a batch holds about [`BATCH_BYTES`] of payload at most (at least 1).
+pub fn batch_for(size: usize, base: u64) -> u64 {
+    (BATCH_BYTES / size.max(1) as u64).clamp(1, base)
 }
 
 /// Exactly-once check: a bitmap of the sequence numbers seen.
@@ -171,8 +195,9 @@ pub struct OneWay {
 }
 
 impl OneWay {
-    /// Sets the flow up (connection established, nothing sent yet).
-    pub fn new(kind: OneWayKind, exon_datagram: usize) -> OneWay {
+    /// Sets the flow up (connection established, nothing sent yet) for `size`-byte messages
+    /// (at least [`MIN_SIZE`]).
+    pub fn new(kind: OneWayKind, exon_datagram: usize, size: usize) -> OneWay {
         let (progress, done) = Progress::new();
         let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -182,17 +207,17 @@ impl OneWay {
             match kind {
                 OneWayKind::Exon | OneWayKind::ExonPlain => {
                     let plain = kind == OneWayKind::ExonPlain;
-                    exon_receiver(exon_datagram, plain, addr_tx, stop_rx, p).await
+                    exon_receiver(exon_datagram, plain, size, addr_tx, stop_rx, p).await
                 }
                 OneWayKind::Tcp => {
                     let l = TcpListener::bind(LOCALHOST).await.unwrap();
                     addr_tx.send(l.local_addr().unwrap()).unwrap();
                     let (s, _) = l.accept().await.unwrap();
                     s.set_nodelay(true).unwrap();
-                    read_frames(s, stop_rx, p).await;
+                    read_frames(s, size, stop_rx, p).await;
                 }
                 OneWayKind::QuicStream | OneWayKind::QuicUni => {
-                    quic_oneway_receiver(kind, addr_tx, stop_rx, p).await
+                    quic_oneway_receiver(kind, size, addr_tx, stop_rx, p).await
                 }
             }
         });
@@ -201,15 +226,15 @@ impl OneWay {
             match kind {
                 OneWayKind::Exon | OneWayKind::ExonPlain => {
                     let plain = kind == OneWayKind::ExonPlain;
-                    exon_sender(exon_datagram, plain, addr, cmd_rx).await
+                    exon_sender(exon_datagram, plain, size, addr, cmd_rx).await
                 }
                 OneWayKind::Tcp => {
                     let s = TcpStream::connect(addr).await.unwrap();
                     s.set_nodelay(true).unwrap();
-                    write_frames(s, cmd_rx).await;
+                    write_frames(s, size, cmd_rx).await;
                 }
                 OneWayKind::QuicStream | OneWayKind::QuicUni => {
-                    quic_oneway_sender(kind, addr, cmd_rx).await
+                    quic_oneway_sender(kind, size, addr, cmd_rx).await
                 }
             }
         });
@@ -339,9 +364,42 @@ pub fn exon_config(datagram: usize) -> EndpointConfig {
         .with_linger(Duration::from_millis(200))
 }
 
+/// Whether exon with `config` refuses `size`-byte messages: `Some(why)` (`PayloadTooLarge`,
+/// until exon carries messages larger than a datagram) if it does, `None` if it takes them.
+/// Binds a throwaway endpoint on loopback (on its own thread and runtime, so it may be
+/// called from anywhere), offers it one message for a peer that never answers, and closes
+/// it.
+pub fn exon_refusal(config: EndpointConfig, plain: bool, size: usize) -> Option<String> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            // A socket that never reads: the probe's datagrams, if any, go nowhere.
+            let sink = std::net::UdpSocket::bind(LOCALHOST).expect("bind");
+            let ep = exon_endpoint_with(LOCALHOST.parse().unwrap(), 1, config, plain);
+            let peer = NodeId::from_const(2);
+            ep.add_peer(peer, sink.local_addr().expect("address"));
+            let r = ep.try_send(peer, payload(0, size)).await;
+            ep.close(Duration::ZERO).await;
+            match r {
+                Ok(_) => None,
+                Err(exon::endpoint::Error::Send(SendError::PayloadTooLarge { .. })) => {
+                    Some("PayloadTooLarge".to_string())
+                }
+                Err(e) => Some(e.to_string()),
+            }
+        })
+    })
+    .join()
+    .expect("probe thread")
+}
+
 async fn exon_receiver(
     datagram: usize,
     plain: bool,
+    size: usize,
     addr_tx: std_mpsc::Sender<SocketAddr>,
     mut stop: oneshot::Receiver<()>,
     progress: Arc<Progress>,
@@ -353,7 +411,7 @@ async fn exon_receiver(
         tokio::select! {
             m = b.recv() => {
                 let m = m.expect("endpoint running");
-                seen.record(seq_of(&m.payload));
+                seen.record(seq_of(&m.payload, size));
                 progress.verified(seen.count());
             }
             _ = &mut stop => break,
@@ -365,6 +423,7 @@ async fn exon_receiver(
 async fn exon_sender(
     datagram: usize,
     plain: bool,
+    size: usize,
     to: SocketAddr,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
 ) {
@@ -377,7 +436,7 @@ async fn exon_sender(
                 for seq in start..start + n {
                     // Receipts are dropped: the receiver's verified count is what counts,
                     // and dropping a receipt never cancels the message.
-                    drop(a.send(b_id, payload(seq)).await.expect("send"));
+                    drop(a.send(b_id, payload(seq, size)).await.expect("send"));
                 }
             }
             Cmd::Stats(tx) => {
@@ -409,14 +468,18 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
     )
 }
 
-/// Writes frames (u32 length, payload) for every `Send` command; flushes after each batch.
-async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+/// Writes frames (u32 length, payload) of `size`-byte messages for every `Send` command;
+/// flushes after each batch.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    w: W,
+    size: usize,
+    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+) {
     let mut w = BufWriter::with_capacity(64 * 1024, w);
     while let Some(cmd) = cmds.recv().await {
         if let Cmd::Send { start, n } = cmd {
             for seq in start..start + n {
-                w.write_u32(PAYLOAD as u32).await.unwrap();
-                w.write_all(&payload(seq)).await.unwrap();
+                write_frame(&mut w, &payload(seq, size)).await;
             }
             w.flush().await.unwrap();
         }
@@ -424,14 +487,23 @@ async fn write_frames<W: AsyncWrite + Unpin>(w: W, mut cmds: mpsc::UnboundedRece
     w.shutdown().await.ok();
 }
 
-/// Reads one frame into `buf`; false at a clean end of stream.
-pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> bool {
+/// Writes one frame: `p`'s length (4 bytes, big-endian), then `p`.
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, p: &[u8]) {
+    let len = u32::try_from(p.len()).expect("frame length fits 32 bits");
+    w.write_u32(len).await.unwrap();
+    w.write_all(p).await.unwrap();
+}
+
+/// Reads one frame into `buf` with exact reads (its 4-byte length, then that many bytes);
+/// false at a clean end of stream. A frame longer than `max` panics before anything is
+/// allocated for it.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> bool {
     let len = match r.read_u32().await {
         Ok(l) => l as usize,
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return false,
         Err(e) => panic!("read: {e}"),
     };
-    assert!(len <= 1 << 20, "frame too large");
+    assert!(len <= max, "frame of {len} bytes, more than {max}");
     buf.resize(len, 0);
     r.read_exact(buf).await.unwrap();
     true
@@ -439,6 +511,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> b
 
 async fn read_frames<R: AsyncRead + Unpin>(
     r: R,
+    size: usize,
     mut stop: oneshot::Receiver<()>,
     progress: Arc<Progress>,
 ) {
@@ -447,9 +520,9 @@ async fn read_frames<R: AsyncRead + Unpin>(
     let mut buf = Vec::new();
     loop {
         tokio::select! {
-            more = read_frame(&mut r, &mut buf) => {
+            more = read_frame(&mut r, &mut buf, size) => {
                 if !more { break; }
-                seen.record(seq_of(&buf));
+                seen.record(seq_of(&buf, size));
                 progress.verified(seen.count());
             }
             _ = &mut stop => break,
@@ -504,6 +577,7 @@ static QUIC_CERT: Mutex<Option<rustls::pki_types::CertificateDer<'static>>> = Mu
 
 async fn quic_oneway_receiver(
     kind: OneWayKind,
+    size: usize,
     addr_tx: std_mpsc::Sender<SocketAddr>,
     mut stop: oneshot::Receiver<()>,
     progress: Arc<Progress>,
@@ -514,15 +588,15 @@ async fn quic_oneway_receiver(
     let conn = ep.accept().await.unwrap().await.unwrap();
     if kind == OneWayKind::QuicStream {
         let s = conn.accept_uni().await.unwrap();
-        read_frames(s, stop, progress).await;
+        read_frames(s, size, stop, progress).await;
     } else {
         let mut seen = Seen::default();
         loop {
             tokio::select! {
                 s = conn.accept_uni() => {
                     let Ok(mut s) = s else { break };
-                    let p = s.read_to_end(PAYLOAD).await.unwrap();
-                    seen.record(seq_of(&p));
+                    let p = s.read_to_end(size).await.unwrap();
+                    seen.record(seq_of(&p, size));
                     progress.verified(seen.count());
                 }
                 _ = &mut stop => break,
@@ -535,6 +609,7 @@ async fn quic_oneway_receiver(
 
 async fn quic_oneway_sender(
     kind: OneWayKind,
+    size: usize,
     addr: SocketAddr,
     mut cmds: mpsc::UnboundedReceiver<Cmd>,
 ) {
@@ -546,13 +621,13 @@ async fn quic_oneway_sender(
     let (ep, conn) = quic_connect(LOCALHOST.parse().unwrap(), addr, cert).await;
     if kind == OneWayKind::QuicStream {
         let s = conn.open_uni().await.unwrap();
-        write_frames(s, cmds).await;
+        write_frames(s, size, cmds).await;
     } else {
         while let Some(cmd) = cmds.recv().await {
             if let Cmd::Send { start, n } = cmd {
                 for seq in start..start + n {
                     let mut s = conn.open_uni().await.unwrap();
-                    s.write_all(&payload(seq)).await.unwrap();
+                    s.write_all(&payload(seq, size)).await.unwrap();
                     s.finish().unwrap();
                 }
             }
@@ -621,7 +696,7 @@ impl MemPair {
         while self.seen.count() < target {
             let now = self.now;
             while seq < end {
-                match self.a.send(now, to, payload(seq)) {
+                match self.a.send(now, to, payload(seq, PAYLOAD)) {
                     Ok(_) => seq += 1,
                     Err(SendError::QueueFull(_)) => break,
                     Err(e) => panic!("send: {e}"),
@@ -679,7 +754,7 @@ impl MemPair {
         for node in [&mut self.a, &mut self.b] {
             while let Some(e) = node.poll_event() {
                 if let Event::Delivered { payload, id, .. } = e {
-                    self.seen.record(seq_of(&payload));
+                    self.seen.record(seq_of(&payload, PAYLOAD));
                     node.handle_taken(now, id);
                 }
             }
@@ -697,6 +772,7 @@ impl MemPair {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RpcKind {
     /// Exon endpoints: request and reply are exon messages, correlated by sequence number.
+    /// (Every system: the reply echoes the request, so both have the run's size.)
     Exon,
     /// The same in the explicit plaintext mode.
     ExonPlain,
@@ -745,16 +821,18 @@ pub struct Rpc {
 }
 
 impl Rpc {
-    pub fn new(kind: RpcKind, exon_datagram: usize) -> Rpc {
+    /// Sets the client and server up for `size`-byte requests and replies (at least
+    /// [`MIN_SIZE`]).
+    pub fn new(kind: RpcKind, exon_datagram: usize, size: usize) -> Rpc {
         let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<RpcCmd>();
         let server = spawn_rt("server", move || async move {
-            rpc_server(kind, exon_datagram, addr_tx, stop_rx).await
+            rpc_server(kind, exon_datagram, size, addr_tx, stop_rx).await
         });
         let addr = addr_rx.recv().expect("server address");
         let client = spawn_rt("client", move || async move {
-            rpc_client(kind, exon_datagram, addr, cmd_rx).await
+            rpc_client(kind, exon_datagram, size, addr, cmd_rx).await
         });
         Rpc {
             kind,
@@ -809,6 +887,7 @@ impl Drop for Rpc {
 async fn rpc_server(
     kind: RpcKind,
     datagram: usize,
+    size: usize,
     addr_tx: std_mpsc::Sender<SocketAddr>,
     stop: oneshot::Receiver<()>,
 ) {
@@ -816,38 +895,38 @@ async fn rpc_server(
         RpcKind::Exon | RpcKind::ExonPlain => {
             let ep = exon_bind(1, datagram, kind == RpcKind::ExonPlain).await;
             addr_tx.send(ep.local_addr()).unwrap();
-            serve_exon(ep, stop).await;
+            serve_exon(ep, stop, size).await;
         }
         RpcKind::Tcp => {
             let l = TcpListener::bind(LOCALHOST).await.unwrap();
             addr_tx.send(l.local_addr().unwrap()).unwrap();
             let (s, _) = l.accept().await.unwrap();
             s.set_nodelay(true).unwrap();
-            serve_tcp(s, stop).await;
+            serve_tcp(s, stop, size).await;
         }
         RpcKind::Quic => {
             let (ep, cert) = quic_server(LOCALHOST.parse().unwrap());
             *QUIC_CERT.lock().unwrap() = Some(cert);
             addr_tx.send(ep.local_addr().unwrap()).unwrap();
             let conn = ep.accept().await.unwrap().await.unwrap();
-            serve_quic(&conn, stop).await;
+            serve_quic(&conn, stop, size).await;
             conn.close(0u32.into(), b"done");
             ep.wait_idle().await;
         }
     }
 }
 
-/// Answers every request on an exon endpoint with an echo until `stop`, then closes the
-/// endpoint. Returns the requests served (each verified exactly once).
-pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>) -> u64 {
+/// Answers every `size`-byte request on an exon endpoint with an echo until `stop`, then
+/// closes the endpoint. Returns the requests served (each verified exactly once).
+pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
     let mut seen = Seen::default();
     let h = ep.handle();
     loop {
         tokio::select! {
             m = ep.recv() => {
                 let m = m.expect("endpoint running");
-                seen.record(seq_of(&m.payload));
-                // The reply echoes the request (1 KB, same sequence number).
+                seen.record(seq_of(&m.payload, size));
+                // The reply echoes the request (same size, same sequence number).
                 drop(h.send(m.from, m.payload).await.expect("reply"));
             }
             _ = &mut stop => break,
@@ -857,9 +936,9 @@ pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>) -> u6
     seen.count()
 }
 
-/// Answers every framed request on a TCP connection with an echo until `stop` or the end
-/// of the stream. Returns the requests served (each verified exactly once).
-pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>) -> u64 {
+/// Answers every framed `size`-byte request on a TCP connection with an echo until `stop`
+/// or the end of the stream. Returns the requests served (each verified exactly once).
+pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
     let mut seen = Seen::default();
     let (r, w) = s.into_split();
     let mut r = BufReader::with_capacity(64 * 1024, r);
@@ -867,11 +946,10 @@ pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>) -> u64 {
     let mut buf = Vec::new();
     loop {
         tokio::select! {
-            more = read_frame(&mut r, &mut buf) => {
+            more = read_frame(&mut r, &mut buf, size) => {
                 if !more { break; }
-                seen.record(seq_of(&buf));
-                w.write_u32(buf.len() as u32).await.unwrap();
-                w.write_all(&buf).await.unwrap();
+                seen.record(seq_of(&buf, size));
+                write_frame(&mut w, &buf).await;
                 // Flush when the next request is not already buffered whole.
                 if !frame_buffered(r.buffer()) {
                     w.flush().await.unwrap();
@@ -883,10 +961,14 @@ pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>) -> u64 {
     seen.count()
 }
 
-/// Answers every request on a QUIC connection (one bidirectional stream each) with an
-/// echo until `stop` or the connection's end. Returns the requests served (each verified
-/// exactly once).
-pub async fn serve_quic(conn: &quinn::Connection, mut stop: oneshot::Receiver<()>) -> u64 {
+/// Answers every `size`-byte request on a QUIC connection (one bidirectional stream each)
+/// with an echo until `stop` or the connection's end. Returns the requests served (each
+/// verified exactly once).
+pub async fn serve_quic(
+    conn: &quinn::Connection,
+    mut stop: oneshot::Receiver<()>,
+    size: usize,
+) -> u64 {
     let seen = Arc::new(Mutex::new(Seen::default()));
     loop {
         tokio::select! {
@@ -894,8 +976,8 @@ pub async fn serve_quic(conn: &quinn::Connection, mut stop: oneshot::Receiver<()
                 let Ok((mut send, mut recv)) = s else { break };
                 let seen = seen.clone();
                 tokio::spawn(async move {
-                    let req = recv.read_to_end(PAYLOAD).await.unwrap();
-                    seen.lock().unwrap().record(seq_of(&req));
+                    let req = recv.read_to_end(size).await.unwrap();
+                    seen.lock().unwrap().record(seq_of(&req, size));
                     send.write_all(&req).await.unwrap();
                     send.finish().unwrap();
                 });
@@ -915,6 +997,7 @@ pub fn frame_buffered(buf: &[u8]) -> bool {
 async fn rpc_client(
     kind: RpcKind,
     datagram: usize,
+    size: usize,
     addr: SocketAddr,
     mut cmds: mpsc::UnboundedReceiver<RpcCmd>,
 ) {
@@ -928,12 +1011,12 @@ async fn rpc_client(
             let ep = exon_bind(2, datagram, kind == RpcKind::ExonPlain).await;
             ep.add_peer(server_id, addr);
             exon_handle = Some(ep.handle());
-            exon_caller(ep, &pending, &mut tasks)
+            exon_caller(ep, &pending, &mut tasks, size)
         }
         RpcKind::Tcp => {
             let s = TcpStream::connect(addr).await.unwrap();
             s.set_nodelay(true).unwrap();
-            tcp_caller(s, &pending, &mut tasks)
+            tcp_caller(s, &pending, &mut tasks, size)
         }
         RpcKind::Quic => {
             let cert = QUIC_CERT
@@ -957,8 +1040,8 @@ async fn rpc_client(
                 let mut lat = Vec::with_capacity(per as usize);
                 for seq in first..first + per {
                     let t = Instant::now();
-                    let reply = call(&caller, server_id, &pending, seq).await;
-                    assert_eq!(seq_of(&reply), seq, "reply to another request");
+                    let reply = call(&caller, server_id, &pending, seq, size).await;
+                    assert_eq!(seq_of(&reply, size), seq, "reply to another request");
                     lat.push(t.elapsed());
                 }
                 lat
@@ -984,29 +1067,31 @@ async fn rpc_client(
     }
 }
 
-/// An exon caller: replies arriving on `ep` are routed to their callers by a task pushed
-/// onto `tasks`.
+/// An exon caller: `size`-byte replies arriving on `ep` are routed to their callers by a
+/// task pushed onto `tasks`.
 pub fn exon_caller(
     mut ep: Endpoint,
     pending: &Pending,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    size: usize,
 ) -> Caller {
     let h = ep.handle();
     let router = pending.clone();
     tasks.push(tokio::spawn(async move {
         while let Some(m) = ep.recv().await {
-            route(&router, m.payload);
+            route(&router, m.payload, size);
         }
     }));
     Caller::Exon(h)
 }
 
 /// A TCP caller multiplexing every caller over `s`: a writer task and a reader task that
-/// routes replies, both pushed onto `tasks`.
+/// routes `size`-byte replies, both pushed onto `tasks`.
 pub fn tcp_caller(
     s: TcpStream,
     pending: &Pending,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
+    size: usize,
 ) -> Caller {
     let (r, w) = s.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
@@ -1016,8 +1101,7 @@ pub fn tcp_caller(
         let mut w = BufWriter::with_capacity(64 * 1024, w);
         while let Some(mut req) = rx.recv().await {
             loop {
-                w.write_u32(req.len() as u32).await.unwrap();
-                w.write_all(&req).await.unwrap();
+                write_frame(&mut w, &req).await;
                 match rx.try_recv() {
                     Ok(r) => req = r,
                     Err(_) => break,
@@ -1031,16 +1115,17 @@ pub fn tcp_caller(
     tasks.push(tokio::spawn(async move {
         let mut r = BufReader::with_capacity(64 * 1024, r);
         let mut buf = Vec::new();
-        while read_frame(&mut r, &mut buf).await {
-            route(&router, Bytes::copy_from_slice(&buf));
+        while read_frame(&mut r, &mut buf, size).await {
+            route(&router, Bytes::copy_from_slice(&buf), size);
         }
     }));
     Caller::Tcp(tx)
 }
 
-/// Hands a reply to the caller waiting for it; a reply nobody waits for is a duplicate.
-pub fn route(pending: &Pending, reply: Bytes) {
-    let seq = seq_of(&reply);
+/// Hands a `size`-byte reply to the caller waiting for it; a reply nobody waits for is a
+/// duplicate.
+pub fn route(pending: &Pending, reply: Bytes, size: usize) {
+    let seq = seq_of(&reply, size);
     let tx = pending
         .lock()
         .unwrap()
@@ -1049,9 +1134,16 @@ pub fn route(pending: &Pending, reply: Bytes) {
     let _ = tx.send(reply);
 }
 
-/// One request `seq` and its reply (panics if no reply within `BATCH_DEADLINE`).
-pub async fn call(caller: &Caller, server: NodeId, pending: &Pending, seq: u64) -> Bytes {
-    let req = payload(seq);
+/// One `size`-byte request `seq` and its reply (panics if no reply within
+/// `BATCH_DEADLINE`).
+pub async fn call(
+    caller: &Caller,
+    server: NodeId,
+    pending: &Pending,
+    seq: u64,
+    size: usize,
+) -> Bytes {
+    let req = payload(seq, size);
     let wait = |rx: oneshot::Receiver<Bytes>| async move {
         tokio::time::timeout(BATCH_DEADLINE, rx)
             .await
@@ -1075,7 +1167,7 @@ pub async fn call(caller: &Caller, server: NodeId, pending: &Pending, seq: u64) 
             let (mut send, mut recv) = conn.open_bi().await.unwrap();
             send.write_all(&req).await.unwrap();
             send.finish().unwrap();
-            Bytes::from(recv.read_to_end(PAYLOAD).await.unwrap())
+            Bytes::from(recv.read_to_end(size).await.unwrap())
         }
     }
 }

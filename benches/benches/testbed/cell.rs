@@ -14,7 +14,8 @@ use crate::roles::{ExonTuning, System};
 pub enum Pattern {
     /// The sender sends as fast as it may; goodput at the receiver.
     OneWay,
-    /// `callers` concurrent callers, request and 1 KB reply each.
+    /// `callers` concurrent callers, request and reply of the run's size each (the server
+    /// echoes the request).
     Rpc {
         /// Concurrent callers.
         callers: u64,
@@ -30,6 +31,8 @@ pub struct Timing {
     pub secs: Duration,
     /// Longest wait for outstanding messages after the measurement.
     pub drain: Duration,
+    /// Bytes per message (one-way), per request and per reply (RPC).
+    pub size: usize,
 }
 
 /// The outcome of one system in one cell.
@@ -64,6 +67,18 @@ pub fn run_cell(
 ) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     for &system in systems {
+        if let Some(why) = refusal(system, exon, timing.size) {
+            out.push(Outcome {
+                system,
+                rate: None,
+                p50_us: None,
+                p99_us: None,
+                complete: false,
+                link: Default::default(),
+                notes: format!("REFUSED: size {} ({why})", timing.size),
+            });
+            continue;
+        }
         tb.reset(imp);
         let before = tb.counters();
         *port += 1;
@@ -106,6 +121,19 @@ pub fn run_cell(
     Ok(out)
 }
 
+/// Why `system` cannot run `size`-byte messages, said on a line of its own
+/// (`exon: size N refused (PayloadTooLarge)`), or `None` if it can. Only exon refuses: until it
+/// carries messages larger than one datagram in fragments, above about 1.1 KB at the
+/// testbed's datagram size.
+pub fn refusal(system: System, exon: ExonTuning, size: usize) -> Option<String> {
+    if system != System::Exon {
+        return None;
+    }
+    let why = crate::common::exon_refusal(exon.config(), false, size)?;
+    println!("exon: size {size} refused ({why})");
+    Some(why)
+}
+
 /// What the endpoint processes of one run (one flow) are told.
 pub struct Args {
     /// The system.
@@ -141,6 +169,8 @@ impl Args {
             &t.secs.as_secs_f64().to_string(),
             "--drain",
             &t.drain.as_secs_f64().to_string(),
+            "--size",
+            &t.size.to_string(),
             "--callers",
             &callers.to_string(),
             "--exon-window",
@@ -239,8 +269,15 @@ fn rpc(tb: &Testbed, a: &Args, callers: u64) -> Result<Outcome> {
     })
 }
 
-/// Prints a cell's table, the emulator's counters, and the `key=value` line.
-pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[Outcome]) {
+/// Prints a cell's table, the emulator's counters, and the `key=value` line; `size`: bytes
+/// per message (the Mbit/s column is payload one way: messages, or requests, x size).
+pub fn print_cell(
+    imp: &Impairment,
+    pattern: Pattern,
+    exon: ExonTuning,
+    size: usize,
+    out: &[Outcome],
+) {
     let rpc = matches!(pattern, Pattern::Rpc { .. });
     let exon_rate = out
         .iter()
@@ -257,13 +294,15 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
         "complete"
     );
     let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+    // Messages larger than the default come a few per second: a decimal more.
+    let rate_digits = usize::from(size > crate::common::PAYLOAD);
     for o in out {
-        let mbit = o.rate.map(|r| r * 1024.0 * 8.0 / 1e6);
+        let mbit = o.rate.map(|r| mbit_s(r, size));
         let ratio = o.rate.zip(exon_rate).map(|(r, e)| r / e);
         println!(
             "{:<10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9}",
             o.system.name(),
-            fmt(o.rate, 0),
+            fmt(o.rate, rate_digits),
             fmt(mbit, 1),
             ratio.map_or("-".into(), |r| format!("{r:.2}x")),
             fmt(o.p50_us, 0),
@@ -272,15 +311,17 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
         );
     }
     for o in out {
-        println!("  {} link a->b: {}", o.system.name(), o.link[0]);
-        println!("  {} link b->a: {}", o.system.name(), o.link[1]);
+        if !o.notes.starts_with("REFUSED") {
+            println!("  {} link a->b: {}", o.system.name(), o.link[0]);
+            println!("  {} link b->a: {}", o.system.name(), o.link[1]);
+        }
         if !o.notes.is_empty() {
             println!("  {} notes: {}", o.system.name(), o.notes);
         }
     }
     let mut kv = Vec::new();
     for o in out {
-        kv.push(format!("{}={}", o.system.name(), fmt(o.rate, 0)));
+        kv.push(format!("{}={}", o.system.name(), fmt(o.rate, rate_digits)));
     }
     if rpc {
         for o in out {
@@ -290,6 +331,11 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
     if let Pattern::Rpc { callers } = pattern {
         kv.push(format!("callers={callers}"));
     }
+    for o in out {
+        let mbit = o.rate.map(|r| mbit_s(r, size));
+        kv.push(format!("{}_mbit={}", o.system.name(), fmt(mbit, 1)));
+    }
+    kv.push(format!("size={size}"));
     kv.push(format!("rate_mbit={}", imp.rate_bps as f64 / 1e6));
     kv.push(format!("rtt_ms={}", imp.rtt.as_secs_f64() * 1e3));
     kv.push(format!("loss={}", imp.loss));
@@ -320,4 +366,9 @@ pub fn print_cell(imp: &Impairment, pattern: Pattern, exon: ExonTuning, out: &[O
         kv.push(format!("exon_congestion={name}"));
     }
     println!("{}", kv.join(" "));
+}
+
+/// Mbit/s of payload at `rate` messages of `size` bytes per second.
+pub fn mbit_s(rate: f64, size: usize) -> f64 {
+    rate * size as f64 * 8.0 / 1e6
 }

@@ -76,6 +76,9 @@ pub fn run_flows(
     // Every receiver first, then the senders back to back, so the flows start together.
     let mut ready = Vec::new();
     for &system in systems {
+        if cell::refusal(system, exon, timing.size).is_some() {
+            continue; // said, and left out
+        }
         *port += 1;
         let args = Args {
             system,
@@ -175,18 +178,20 @@ pub fn jain(x: &[f64]) -> f64 {
     sum * sum / (x.len() as f64 * squares)
 }
 
-/// The link's capacity in 1 KB messages per second.
-pub fn link_msgs(imp: &Impairment) -> f64 {
-    imp.rate_bps as f64 / (crate::common::PAYLOAD as f64 * 8.0)
+/// The link's capacity in `size`-byte messages per second.
+pub fn link_msgs(imp: &Impairment, size: usize) -> f64 {
+    imp.rate_bps as f64 / (size as f64 * 8.0)
 }
 
 /// Prints the flows' table, the emulator's counters and the `key=value` line.
-/// `tcp`: how the TCP flows were set up.
-pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) {
-    let link = link_msgs(imp);
+/// `tcp`: how the TCP flows were set up; `size`: bytes per message.
+pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, size: usize, out: &Outcome) {
+    let link = link_msgs(imp, size);
     let rates: Vec<f64> = out.flows.iter().map(|f| f.rate.unwrap_or(0.0)).collect();
     let total: f64 = rates.iter().sum();
     let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
+    // Messages larger than the default come a few per second: a decimal more.
+    let rate_digits = usize::from(size > crate::common::PAYLOAD);
     println!(
         "{:<6} {:<10} {:>10} {:>8} {:>8} {:>8} {:>9}",
         "flow", "system", "msgs/s", "Mbit/s", "share", "of link", "complete"
@@ -196,8 +201,8 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) 
             "{:<6} {:<10} {:>10} {:>8} {:>8} {:>8} {:>9}",
             i,
             f.system.name(),
-            fmt(f.rate, 0),
-            fmt(f.rate.map(|r| r * 8192.0 / 1e6), 1),
+            fmt(f.rate, rate_digits),
+            fmt(f.rate.map(|r| cell::mbit_s(r, size)), 1),
             fmt(f.rate.filter(|_| total > 0.0).map(|r| r / total), 2),
             fmt(f.rate.map(|r| r / link), 2),
             f.complete
@@ -205,7 +210,7 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) 
     }
     let j = jain(&rates);
     println!(
-        "all {} flows: {total:.0} msgs/s, {:.2} of the link ({link:.0} msgs/s of 1 KB); \
+        "all {} flows: {total:.0} msgs/s, {:.2} of the link ({link:.0} msgs/s of {size} B); \
          Jain's index {j:.3}",
         rates.len(),
         total / link
@@ -221,7 +226,7 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) 
     let names: Vec<&str> = out.flows.iter().map(|f| f.system.name()).collect();
     kv.push(format!("flows={}", names.join(",")));
     for (i, f) in out.flows.iter().enumerate() {
-        kv.push(format!("flow{i}={}", fmt(f.rate, 0)));
+        kv.push(format!("flow{i}={}", fmt(f.rate, rate_digits)));
     }
     for (i, f) in out.flows.iter().enumerate() {
         let share = f.rate.filter(|_| total > 0.0).map(|r| r / total);
@@ -229,6 +234,7 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) 
     }
     kv.push(format!("jain={j:.3}"));
     kv.push(format!("utilisation={:.3}", total / link));
+    kv.push(format!("size={size}"));
     kv.push(format!("rate_mbit={}", imp.rate_bps as f64 / 1e6));
     kv.push(format!("rtt_ms={}", imp.rtt.as_secs_f64() * 1e3));
     kv.push(format!("loss={}", imp.loss));
@@ -257,9 +263,9 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, out: &Outcome) 
     println!("{}", kv.join(" "));
 }
 
-/// Each flow's goodput in Mbit/s (of 1 KB messages) per [`BUCKET`] of samples, on one time
-/// axis from the first receiver's first sample to the senders' stop.
-fn rates_over_time(out: &Outcome) -> (Vec<f64>, Vec<Vec<Option<f64>>>) {
+/// Each flow's goodput in Mbit/s (of `size`-byte messages) per [`BUCKET`] of samples, on one
+/// time axis from the first receiver's first sample to the senders' stop.
+fn rates_over_time(out: &Outcome, size: usize) -> (Vec<f64>, Vec<Vec<Option<f64>>>) {
     let every = SAMPLE.as_millis() as u64;
     let t0 = out
         .flows
@@ -287,7 +293,7 @@ fn rates_over_time(out: &Outcome) -> (Vec<f64>, Vec<Vec<Option<f64>>>) {
             (0..buckets)
                 .map(|b| {
                     let (c0, c1) = (at(b * BUCKET)?, at((b + 1) * BUCKET)?);
-                    Some((c1.saturating_sub(c0)) as f64 / secs * 8192.0 / 1e6)
+                    Some(cell::mbit_s(c1.saturating_sub(c0) as f64 / secs, size))
                 })
                 .collect()
         })
@@ -295,9 +301,9 @@ fn rates_over_time(out: &Outcome) -> (Vec<f64>, Vec<Vec<Option<f64>>>) {
     (times, lines)
 }
 
-/// Writes the plot of each flow's rate over time to `path` (SVG).
-pub fn plot(imp: &Impairment, out: &Outcome, path: &Path) -> Result<()> {
-    let (times, lines) = rates_over_time(out);
+/// Writes the plot of each flow's rate over time to `path` (SVG); `size`: bytes per message.
+pub fn plot(imp: &Impairment, out: &Outcome, size: usize, path: &Path) -> Result<()> {
+    let (times, lines) = rates_over_time(out, size);
     let ticks = times
         .iter()
         .map(|t| {
@@ -327,7 +333,7 @@ pub fn plot(imp: &Impairment, out: &Outcome, path: &Path) -> Result<()> {
             "seconds (goodput per {:.1} s)",
             BUCKET as f64 * SAMPLE.as_secs_f64()
         ),
-        y_label: "goodput (Mbit/s of 1 KB messages)".into(),
+        y_label: format!("goodput (Mbit/s of {size} B messages)"),
         x_ticks: ticks,
         series,
         log_y: false,

@@ -82,6 +82,7 @@ pub fn run_paper(a: &Args) -> Result<()> {
         warmup: Duration::from_secs_f64(a.warmup),
         secs: Duration::from_secs_f64(a.secs.unwrap_or(GRID_SECS)),
         drain: Duration::from_secs_f64(a.drain),
+        size: crate::common::PAYLOAD,
     };
     let imps: Vec<Impairment> = LINKS
         .iter()
@@ -117,7 +118,7 @@ pub fn run_paper(a: &Args) -> Result<()> {
                 g.started.elapsed().as_secs_f64()
             );
             let outcomes = cell::run_cell(&tb, imp, pattern, timing, exon, &a.systems, &mut port)?;
-            cell::print_cell(&imp, pattern, exon, &outcomes);
+            cell::print_cell(&imp, pattern, exon, timing.size, &outcomes);
             g.cells.push(Cell {
                 link: li,
                 pattern,

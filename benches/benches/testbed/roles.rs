@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::common::{self, Caller, Pending, Seen, PAYLOAD};
+use crate::common::{self, Caller, Pending, Seen};
 use crate::netns::{ADDR_A, MTU};
 use crate::sys;
 
@@ -77,6 +77,8 @@ pub struct RoleArgs {
     pub secs: Duration,
     /// Concurrent RPC callers.
     pub callers: u64,
+    /// Bytes per message (one-way), per request and per reply (RPC).
+    pub size: usize,
     /// Exon's window and envelopes.
     pub exon: ExonTuning,
     /// How long the end may take: outstanding messages or replies after the measurement.
@@ -302,8 +304,8 @@ struct Tally {
 }
 
 impl Tally {
-    fn record(&self, seen: &mut Seen, p: &[u8]) {
-        let seq = common::seq_of(p);
+    fn record(&self, seen: &mut Seen, p: &[u8], size: usize) {
+        let seq = common::seq_of(p, size);
         seen.record(seq);
         self.max_seq.fetch_max(seq, Ordering::Relaxed);
         self.count.store(seen.count(), Ordering::Release);
@@ -314,11 +316,11 @@ impl Tally {
     }
 }
 
-async fn read_all<R: AsyncRead + Unpin>(r: R, tally: Arc<Tally>) {
+async fn read_all<R: AsyncRead + Unpin>(r: R, tally: Arc<Tally>, size: usize) {
     let mut r = BufReader::with_capacity(64 * 1024, r);
     let (mut seen, mut buf) = (Seen::default(), Vec::new());
-    while common::read_frame(&mut r, &mut buf).await {
-        tally.record(&mut seen, &buf);
+    while common::read_frame(&mut r, &mut buf, size).await {
+        tally.record(&mut seen, &buf, size);
     }
 }
 
@@ -327,6 +329,7 @@ async fn read_all<R: AsyncRead + Unpin>(r: R, tally: Arc<Tally>) {
 async fn recv(a: &RoleArgs, mut ctl: Control) {
     let tally = Arc::new(Tally::default());
     let t = tally.clone();
+    let size = a.size;
     let mut keep = None; // the QUIC endpoint, alive until the end
     match a.system {
         System::Exon => {
@@ -335,19 +338,19 @@ async fn recv(a: &RoleArgs, mut ctl: Control) {
             tokio::spawn(async move {
                 let mut seen = Seen::default();
                 while let Some(m) = ep.recv().await {
-                    t.record(&mut seen, &m.payload);
+                    t.record(&mut seen, &m.payload, size);
                 }
             });
         }
         System::TcpCubic | System::TcpBbr => {
             let s = tcp_listen(a).await;
-            tokio::spawn(read_all(s, t));
+            tokio::spawn(read_all(s, t, size));
         }
         System::Quic => {
             let ep = quic_server(a);
             let conn = ep.accept().await.unwrap().await.unwrap();
             keep = Some((ep, conn.clone()));
-            tokio::spawn(async move { read_all(conn.accept_uni().await.unwrap(), t).await });
+            tokio::spawn(async move { read_all(conn.accept_uni().await.unwrap(), t, size).await });
         }
     }
     let series = a.series.map(|every| sample(&tally, every));
@@ -425,13 +428,13 @@ fn sample(tally: &Arc<Tally>, every: Duration) -> (u64, Arc<Mutex<Vec<u64>>>) {
     (t0, samples)
 }
 
-/// Writes frames with sequence numbers from 0 until `stop`; returns the count and `w`.
-async fn write_until<W: AsyncWrite + Unpin>(w: W, stop: &AtomicBool) -> (u64, W) {
+/// Writes frames of `size`-byte messages with sequence numbers from 0 until `stop`; returns
+/// the count and `w`.
+async fn write_until<W: AsyncWrite + Unpin>(w: W, stop: &AtomicBool, size: usize) -> (u64, W) {
     let mut w = BufWriter::with_capacity(64 * 1024, w);
     let mut seq = 0;
     while !stop.load(Ordering::Relaxed) {
-        w.write_u32(PAYLOAD as u32).await.unwrap();
-        w.write_all(&common::payload(seq)).await.unwrap();
+        common::write_frame(&mut w, &common::payload(seq, size)).await;
         seq += 1;
     }
     w.flush().await.unwrap();
@@ -449,7 +452,7 @@ async fn send(a: &RoleArgs, mut ctl: Control) {
             let mut seq = 0;
             while !stop.load(Ordering::Relaxed) {
                 drop(
-                    ep.send(exon_peer(), common::payload(seq))
+                    ep.send(exon_peer(), common::payload(seq, a.size))
                         .await
                         .expect("send"),
                 );
@@ -471,7 +474,7 @@ async fn send(a: &RoleArgs, mut ctl: Control) {
         }
         System::TcpCubic | System::TcpBbr => {
             let s = tcp_connect(a).await;
-            let (n, mut s) = write_until(s, &stop).await;
+            let (n, mut s) = write_until(s, &stop, a.size).await;
             s.shutdown().await.ok();
             say("SENT", &[("n", n.to_string())]);
             ctl.until_eof().await;
@@ -479,7 +482,7 @@ async fn send(a: &RoleArgs, mut ctl: Control) {
         System::Quic => {
             let (ep, conn) = common::quic_connect(local_a(), a.addr, quic_cert(a)).await;
             let s = conn.open_uni().await.unwrap();
-            let (n, mut s) = write_until(s, &stop).await;
+            let (n, mut s) = write_until(s, &stop, a.size).await;
             s.finish().unwrap();
             let st = conn.stats();
             say(
@@ -506,16 +509,16 @@ async fn server(a: &RoleArgs, ctl: Control) {
         System::Exon => {
             let ep = common::exon_endpoint(a.addr, 1, a.exon.config());
             say("READY", &[]);
-            common::serve_exon(ep, ctl.eof_signal()).await
+            common::serve_exon(ep, ctl.eof_signal(), a.size).await
         }
         System::TcpCubic | System::TcpBbr => {
             let s = tcp_listen(a).await;
-            common::serve_tcp(s, ctl.eof_signal()).await
+            common::serve_tcp(s, ctl.eof_signal(), a.size).await
         }
         System::Quic => {
             let ep = quic_server(a);
             let conn = ep.accept().await.unwrap().await.unwrap();
-            let n = common::serve_quic(&conn, ctl.eof_signal()).await;
+            let n = common::serve_quic(&conn, ctl.eof_signal(), a.size).await;
             conn.close(0u32.into(), b"done");
             n
         }
@@ -543,10 +546,10 @@ async fn client(a: &RoleArgs, ctl: Control) {
         System::Exon => {
             let ep = common::exon_endpoint(local_a(), 2, a.exon.config());
             ep.add_peer(NodeId::from_const(1), a.addr);
-            common::exon_caller(ep, &pending, &mut tasks)
+            common::exon_caller(ep, &pending, &mut tasks, a.size)
         }
         System::TcpCubic | System::TcpBbr => {
-            common::tcp_caller(tcp_connect(a).await, &pending, &mut tasks)
+            common::tcp_caller(tcp_connect(a).await, &pending, &mut tasks, a.size)
         }
         System::Quic => {
             let (ep, conn) = common::quic_connect(local_a(), a.addr, quic_cert(a)).await;
@@ -556,6 +559,7 @@ async fn client(a: &RoleArgs, ctl: Control) {
     };
     let caller = Arc::new(caller);
     let calls = Arc::new(Calls::default());
+    let size = a.size;
     for _ in 0..a.callers {
         let (caller, pending, calls) = (caller.clone(), pending.clone(), calls.clone());
         tokio::spawn(async move {
@@ -563,8 +567,13 @@ async fn client(a: &RoleArgs, ctl: Control) {
                 let seq = calls.next.fetch_add(1, Ordering::Relaxed);
                 calls.outstanding.fetch_add(1, Ordering::Relaxed);
                 let t = Instant::now();
-                let reply = common::call(&caller, NodeId::from_const(1), &pending, seq).await;
-                assert_eq!(common::seq_of(&reply), seq, "reply to another request");
+                let server = NodeId::from_const(1);
+                let reply = common::call(&caller, server, &pending, seq, size).await;
+                assert_eq!(
+                    common::seq_of(&reply, size),
+                    seq,
+                    "reply to another request"
+                );
                 if calls.measuring.load(Ordering::Relaxed) {
                     calls.latencies.lock().unwrap().push(t.elapsed());
                 }

@@ -38,19 +38,20 @@ pub fn run_loss(a: &Args) -> Result<()> {
             &a.systems,
             &mut port,
         )?;
-        cell::print_cell(&imp, Pattern::OneWay, exon, &out);
+        cell::print_cell(&imp, Pattern::OneWay, exon, timing.size, &out);
         rows.push((imp, out));
     }
     drop(tb);
 
-    let link = link_msgs(&base);
+    let link = link_msgs(&base, timing.size);
     println!();
     println!(
-        "loss sweep: {} Mbit/s, RTT {} ms, queue {} B; link {link:.0} msgs/s of 1 KB; \
+        "loss sweep: {} Mbit/s, RTT {} ms, queue {} B; link {link:.0} msgs/s of {} B; \
          \"of (1-p) link\" is goodput / ((1 - p) x link)",
         base.rate_bps as f64 / 1e6,
         base.rtt.as_secs_f64() * 1e3,
-        base.queue_bytes
+        base.queue_bytes,
+        timing.size
     );
     let mut head = format!("{:>6}", "loss %");
     for s in &a.systems {
@@ -78,6 +79,7 @@ pub fn run_loss(a: &Args) -> Result<()> {
     kv.push(format!("rate_mbit={}", base.rate_bps as f64 / 1e6));
     kv.push(format!("rtt_ms={}", base.rtt.as_secs_f64() * 1e3));
     kv.push(format!("queue_bytes={}", base.queue_bytes));
+    kv.push(format!("size={}", timing.size));
     println!("{}", kv.join(" "));
     Ok(())
 }
