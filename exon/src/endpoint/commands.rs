@@ -39,7 +39,7 @@ impl<S: DatagramSocket> Driver<S> {
 
     fn on_send(&mut self, t: Instant, out: Outgoing) {
         if matches!(out.reply, Reply::None) {
-            self.credits_taken += 1;
+            self.credits_taken += self.shared.credit_weight(out.payload.len()) as usize;
         }
         if self.closing.is_some() {
             return refuse(out, Error::Closed);

@@ -226,10 +226,11 @@ impl Handle {
         if self.shared.is_closing() {
             return Err(Error::Closed);
         }
+        let weight = self.shared.credit_weight(payload.len());
         let credit = self
             .shared
             .credits
-            .acquire()
+            .acquire_many(weight)
             .await
             .map_err(|_| Error::Closed)?;
         credit.forget();

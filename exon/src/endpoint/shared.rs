@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     /// Credits for sends that do not wait for the driver: one per send command in the
     /// channel, returned when the driver takes it. Closed when the endpoint closes.
     pub(crate) credits: Semaphore,
+    /// The number of credits there are (see [`Shared::credit_weight`]).
+    credit_cap: usize,
     /// Delivered messages the application took from the endpoint, counted in channel order
     /// (the driver acknowledges that many), with [`STOPPED`] set once the driver stopped:
     /// from then on nothing more is taken (or acknowledged).
@@ -45,6 +47,9 @@ pub(crate) struct Shared {
     /// Peers reported unreachable, published to watchers.
     pub(crate) unreachable: tokio::sync::watch::Sender<BTreeSet<NodeId>>,
 }
+
+/// Bytes of payload one send credit stands for.
+const CREDIT_BYTES: usize = 64 * 1024;
 
 /// The bit of `Shared::taken` that says the driver stopped.
 const STOPPED: u64 = 1 << 63;
@@ -64,12 +69,21 @@ impl Shared {
             blocked_len: AtomicUsize::new(0),
             room: Notify::new(),
             credits: Semaphore::new(send_buffer.max(1)),
+            credit_cap: send_buffer.max(1),
             taken: AtomicU64::new(0),
             taken_notify: Notify::new(),
             known: Mutex::new(HashSet::new()),
             acked: Mutex::new(Vec::new()),
             unreachable: tokio::sync::watch::Sender::new(BTreeSet::new()),
         }
+    }
+
+    /// Credits a send of `len` bytes takes: one per started 64 KiB, so that the channel to
+    /// the driver holds at most `send_buffer` small messages or `send_buffer` × 64 KiB of
+    /// large ones (never more credits than exist).
+    pub(crate) fn credit_weight(&self, len: usize) -> u32 {
+        let w = 1 + len / CREDIT_BYTES;
+        w.min(self.credit_cap) as u32
     }
 
     /// The application acknowledged delivery `id` (ack-after-processing mode).

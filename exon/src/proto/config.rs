@@ -104,6 +104,10 @@ pub struct Config {
     /// no new slots are granted (their senders ask again later), counted in
     /// [`Stats::held_back`](super::Stats::held_back). Default 65536.
     pub max_untaken: usize,
+    /// Bytes of deliveries not yet taken at which, as at `max_untaken` deliveries, this node
+    /// stops delivering and granting (a single delivery may pass it by at most one
+    /// message). Default 64 MiB.
+    pub max_untaken_bytes: usize,
     /// A destination with work pending (messages queued or unacknowledged) that sends
     /// nothing back for this long is reported unreachable
     /// ([`Event::PeerUnreachable`](super::Event::PeerUnreachable)), checked at its
@@ -162,6 +166,7 @@ impl Default for Config {
             key_agreements_per_sec: 2000,
             key_agreement_burst: 512,
             max_untaken: 65536,
+            max_untaken_bytes: 64 << 20,
             unreachable_after: Duration::from_secs(5),
             congestion: CongestionControl::default(),
             max_message_size: 16 << 20,
@@ -246,8 +251,8 @@ impl Config {
         if self.unreachable_after <= self.max_rto {
             return Err(ConfigError("unreachable_after must exceed max_rto"));
         }
-        if self.max_untaken == 0 {
-            return Err(ConfigError("max_untaken must be positive"));
+        if self.max_untaken == 0 || self.max_untaken_bytes == 0 {
+            return Err(ConfigError("max_untaken and max_untaken_bytes must be positive"));
         }
         if self.max_message_size == 0
             || (self.max_message_size as u64) > self.max_reassembly_per_source

@@ -22,11 +22,12 @@ pub struct DeliveryId {
     from: NodeId,
     r: u64,
     s: u64,
+    len: usize,
 }
 
 impl DeliveryId {
-    pub(super) fn new(from: NodeId, r: u64, s: u64) -> DeliveryId {
-        DeliveryId { from, r, s }
+    pub(super) fn new(from: NodeId, r: u64, s: u64, len: usize) -> DeliveryId {
+        DeliveryId { from, r, s, len }
     }
 
     /// The sending node.
@@ -66,7 +67,7 @@ impl Held {
 impl Node {
     /// Whether another delivery may be held now.
     pub(super) fn has_room_for_delivery(&self) -> bool {
-        self.untaken < self.cfg.max_untaken
+        self.untaken < self.cfg.max_untaken && self.untaken_bytes < self.cfg.max_untaken_bytes
     }
 
     /// Input: the application has taken the delivery `id` (it left the embedding's buffer,
@@ -85,6 +86,7 @@ impl Node {
             return false;
         }
         self.untaken -= 1;
+        self.untaken_bytes = self.untaken_bytes.saturating_sub(id.len);
         self.stats.taken += 1;
         // The sender asked for an immediate ACK of deliveries now all taken.
         let urgent = rec.ack_now && rec.held.is_empty();

@@ -843,7 +843,9 @@ impl Frames<'_> {
                 let rr = r.varint()?;
                 let total = r.varint()?;
                 let offset = r.varint()?;
-                let data = r.length_prefixed(self.whole, self.max_payload)?;
+                // Bounded by the datagram itself: a sender cuts fragments to fill its
+                // datagrams, whatever header it has.
+                let data = r.length_prefixed(self.whole, self.whole.len())?;
                 let end = offset
                     .checked_add(data.len() as u64)
                     .ok_or(DecodeError::ValueOutOfRange)?;

@@ -106,6 +106,8 @@ pub struct Node {
     pub(super) challenges: u64,
     /// Deliveries not yet reported taken (held slots over all receiver records).
     pub(super) untaken: usize,
+    /// Bytes of those deliveries.
+    pub(super) untaken_bytes: usize,
     /// Which destinations owe an answer for too long.
     pub(super) liveness: super::liveness::Liveness,
 }
@@ -170,6 +172,7 @@ impl Node {
             last_response: None,
             challenges: 0,
             untaken: 0,
+            untaken_bytes: 0,
             liveness: Default::default(),
         };
         node.reserve_clock(clock + 1);

@@ -26,6 +26,7 @@ impl Node {
         r: u64,
         payload: Bytes,
     ) -> bool {
+        let len = payload.len();
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
         let room = self.has_room_for_delivery() || !on_take;
@@ -43,6 +44,7 @@ impl Node {
                         // Held until taken (`handle_taken`).
                         rec.held.hold(s);
                         self.untaken += 1;
+                        self.untaken_bytes += len;
                     }
                     if rec.is_spent() {
                         self.receivers.remove(&src);
@@ -51,7 +53,7 @@ impl Node {
                     self.events.push_back(Event::Delivered {
                         from: src,
                         payload,
-                        id: DeliveryId::new(src, r, s),
+                        id: DeliveryId::new(src, r, s, len),
                     });
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
