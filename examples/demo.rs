@@ -1,6 +1,8 @@
 //! The main job: two endpoints on 127.0.0.1 exchange messages over real UDP with loss,
 //! duplication and reordering injected by an in-process [`LossySocket`], then the run is
-//! verified: every message delivered exactly once and acknowledged.
+//! verified: every message delivered exactly once, whole, and acknowledged. Besides the
+//! `--count` small messages it sends `--mixed` messages of sizes from 1 KiB to `--max-size`
+//! (default 4 MiB), interleaved with the small ones: they travel in fragments.
 //!
 //! ```sh
 //! cargo run --release --example demo -- --count 100000 --loss 0.05 --dup 0.01 --reorder 0.01
@@ -26,9 +28,15 @@ use tokio::net::UdpSocket;
 #[derive(Debug, Parser)]
 #[command(name = "demo")]
 struct Opts {
-    /// Messages to send.
+    /// Small messages to send (8 bytes each).
     #[arg(long, default_value_t = 100_000)]
     count: u64,
+    /// Messages of mixed sizes, from 1 KiB to `--max-size`, sent among the small ones.
+    #[arg(long, default_value_t = 48)]
+    mixed: u64,
+    /// Largest of the mixed-size messages, in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_size: usize,
     /// Probability that a datagram is dropped.
     #[arg(long, default_value_t = Faults::default().loss)]
     loss: f64,
@@ -45,6 +53,33 @@ struct Opts {
     /// stderr).
     #[arg(long)]
     json: bool,
+}
+
+/// The size of message `i` in a run of `count` small and `mixed` mixed-size messages:
+/// log-uniform between 1 KiB and `max` for the mixed ones (spread deterministically).
+fn size_of(i: u64, count: u64, mixed: u64, max: usize) -> usize {
+    if i < count || mixed == 0 {
+        return 8;
+    }
+    let k = (i - count) as f64 / mixed.max(2).saturating_sub(1) as f64;
+    let min = 1024f64.min(max as f64);
+    ((min * (max as f64 / min).powf(k)) as usize).clamp(8, max.max(8))
+}
+
+/// Message `i`: its number, then its last byte repeated up to its size.
+fn message(i: u64, size: usize) -> Vec<u8> {
+    let mut v = i.to_be_bytes().to_vec();
+    v.resize(size, i as u8);
+    v
+}
+
+/// Message `i` whole, if `payload` is one of ours.
+fn check(payload: &[u8], count: u64, mixed: u64, max: usize) -> Option<u64> {
+    let i = u64::from_be_bytes(payload.get(..8)?.try_into().ok()?);
+    let whole = i < count + mixed
+        && payload.len() == size_of(i, count, mixed, max)
+        && payload[8..].iter().all(|b| *b == i as u8);
+    whole.then_some(i)
 }
 
 impl Opts {
@@ -188,6 +223,14 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     let faults = o.faults();
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
     let cfg = EndpointConfig::default();
+    let (small, mixed, max) = (o.count, o.mixed, o.max_size);
+    if max > cfg.protocol.max_message_size {
+        return Err(format!(
+            "--max-size {max} is above max_message_size {}",
+            cfg.protocol.max_message_size
+        )
+        .into());
+    }
     let sock = |seed| async move {
         let s = UdpSocket::bind("127.0.0.1:0").await?;
         Ok::<_, std::io::Error>(LossySocket::new(s, {
@@ -213,20 +256,33 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     b.add_peer(a_id, a.local_addr());
 
     say(format!(
-        "exon demo: {} messages n1 -> n2 over 127.0.0.1, loss {:.1} %, duplication {:.1} %, reordering {:.1} %",
-        o.count,
+        "exon demo: {} messages n1 -> n2 over 127.0.0.1 ({} of them 1 KiB to {} KiB), loss {:.1} %, duplication {:.1} %, reordering {:.1} %",
+        o.count + o.mixed,
+        o.mixed,
+        o.max_size / 1024,
         faults.loss * 100.0,
         faults.duplicate * 100.0,
         faults.reorder * 100.0
     ));
-    let mut progress = Progress::new(o.count)?;
+    let count = small + mixed;
+    let mut progress = Progress::new(count)?;
     let start = Instant::now();
-    let count = o.count;
     let sender = a.handle();
     let send_task = tokio::spawn(async move {
         let mut receipts = Vec::with_capacity(count as usize);
-        for i in 0..count {
-            receipts.push(sender.send(b_id, i.to_be_bytes().to_vec()).await?);
+        // The mixed-size messages go out among the small ones.
+        let every = (small / mixed.max(1)).max(1);
+        let (mut next_small, mut next_mixed) = (0, small);
+        while next_small < small || next_mixed < count {
+            let i = if next_mixed < count && (next_small % every == 0 || next_small >= small) {
+                next_mixed += 1;
+                next_mixed - 1
+            } else {
+                next_small += 1;
+                next_small - 1
+            };
+            let m = message(i, size_of(i, small, mixed, max));
+            receipts.push(sender.send(b_id, m).await?);
         }
         let mut acked = 0u64;
         for r in receipts {
@@ -244,11 +300,11 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
             Ok(Some(m)) => m,
             _ => break,
         };
-        let Ok(bytes) = <[u8; 8]>::try_from(&m.payload[..]) else {
+        let Some(i) = check(&m.payload, small, mixed, max) else {
             foreign += 1;
             continue;
         };
-        match seen.get_mut(u64::from_be_bytes(bytes) as usize) {
+        match seen.get_mut(i as usize) {
             Some(s) if *s => duplicates += 1,
             Some(s) => {
                 *s = true;
@@ -354,6 +410,22 @@ mod tests {
             p.eta(25, p.start + Duration::from_secs(2)),
             Some(Duration::from_secs(6))
         );
+    }
+
+    #[test]
+    fn mixed_sizes_span_the_range_and_are_checked_whole() {
+        let (small, mixed, max) = (100, 10, 4 << 20);
+        assert_eq!(size_of(5, small, mixed, max), 8);
+        assert_eq!(size_of(100, small, mixed, max), 1024);
+        assert_eq!(size_of(109, small, mixed, max), max);
+        let m = message(104, size_of(104, small, mixed, max));
+        assert_eq!(check(&m, small, mixed, max), Some(104));
+        let mut cut = m.clone();
+        cut.pop();
+        assert_eq!(check(&cut, small, mixed, max), None, "a part is not the message");
+        let mut bad = m;
+        bad[500] ^= 1;
+        assert_eq!(check(&bad, small, mixed, max), None, "altered");
     }
 
     #[test]

@@ -196,6 +196,12 @@ fn small_messages_are_not_held_up_by_a_large_one() {
     let got = &pair.nodes[B].delivered;
     assert_eq!(got.len(), 101);
     let big_at = got.iter().position(|m| *m == big).expect("large delivered");
+    let s = pair.nodes[A].node.stats();
+    assert_eq!(
+        (s.retransmissions, s.losses_detected),
+        (0, 0),
+        "nothing lost, nothing sent again"
+    );
     assert!(
         big_at > 50,
         "most small messages went before the large one finished (it came at {big_at})"

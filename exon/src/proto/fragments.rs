@@ -128,11 +128,22 @@ impl Outgoing {
         });
     }
 
-    /// The receiver holds `range`: returns the transmissions that are now wholly held.
-    pub fn on_got(&mut self, range: Range<u64>, acked: &mut Vec<Sent>) {
-        let range = range.start.min(self.total)..range.end.min(self.total);
-        self.got.insert(range.clone());
-        self.pending.remove_range(range);
+    /// The receiver holds `ranges` (of one GOT frame): appends to `acked` the transmissions
+    /// now wholly held (one pass over those in flight per GOT frame).
+    pub fn on_got(&mut self, ranges: impl Iterator<Item = Range<u64>>, acked: &mut Vec<Sent>) {
+        let mut news = false;
+        for range in ranges {
+            let range = range.start.min(self.total)..range.end.min(self.total);
+            if range.is_empty() || self.got.contains_range(range.clone()) {
+                continue;
+            }
+            news = true;
+            self.got.insert(range.clone());
+            self.pending.remove_range(range);
+        }
+        if !news {
+            return;
+        }
         let got = &self.got;
         self.inflight.retain(|s| {
             let held = got.contains_range(s.range.clone());
@@ -143,19 +154,28 @@ impl Outgoing {
         });
     }
 
-    /// Whether transmission `seq` is in flight, and when it left.
+    /// Whether transmission `seq` is in flight, and when it left (`inflight` is in sending
+    /// order, so sorted by `seq`).
     pub fn sent_at(&self, seq: u64) -> Option<Instant> {
-        self.inflight.iter().find(|s| s.seq == seq).map(|s| s.at)
+        let i = self.inflight.partition_point(|s| s.seq < seq);
+        self.inflight.get(i).filter(|s| s.seq == seq).map(|s| s.at)
     }
 
-    /// Transmission `seq` was lost: its bytes the receiver does not hold are to send again.
-    /// Returns its size (no longer in flight).
-    pub fn on_lost(&mut self, seq: u64) -> Option<u64> {
-        let i = self.inflight.iter().position(|s| s.seq == seq)?;
-        let s = self.inflight.remove(i)?;
-        self.requeue(s.range);
-        Some(s.size)
+    /// Transmission `seq` (every FRAG of this message in that datagram) was lost: its bytes
+    /// the receiver does not hold are to send again. Returns their size (no longer in
+    /// flight).
+    pub fn on_lost(&mut self, seq: u64) -> u64 {
+        let lo = self.inflight.partition_point(|s| s.seq < seq);
+        let hi = self.inflight.partition_point(|s| s.seq <= seq);
+        let gone: Vec<Sent> = self.inflight.drain(lo..hi).collect();
+        let mut size = 0;
+        for s in gone {
+            size += s.size;
+            self.requeue(s.range);
+        }
+        size
     }
+
 
     /// The timer ran out: everything in flight is to send again, or (a message held whole)
     /// a few bytes, to ask whether the receiver still holds it. Returns the bytes that were
@@ -348,14 +368,13 @@ mod tests {
         assert!(!o.has_pending());
         assert_eq!(o.flight(), 10_060);
         let mut acked = Vec::new();
-        o.on_got(0..4000, &mut acked);
-        o.on_got(8000..10_000, &mut acked);
+        o.on_got([0..4000, 8000..10_000].into_iter(), &mut acked);
         assert_eq!(acked.iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 3]);
-        assert_eq!(o.on_lost(2), Some(4020));
+        assert_eq!(o.on_lost(2), 4020);
         assert_eq!(o.next_range(100_000), Some(4000..8000));
         o.on_sent(4000..8000, 4, t0(), 4020, st());
         assert!(o.inflight.back().unwrap().again, "a resend");
-        o.on_got(4000..8000, &mut acked);
+        o.on_got(std::iter::once(4000..8000), &mut acked);
         assert!(o.is_whole());
         assert_eq!(o.flight(), 0);
     }
@@ -365,13 +384,13 @@ mod tests {
         let mut o = Outgoing::new(3000);
         o.on_sent(0..3000, 1, t0(), 3020, st());
         let mut acked = Vec::new();
-        o.on_got(1000..2000, &mut acked);
+        o.on_got(std::iter::once(1000..2000), &mut acked);
         assert!(acked.is_empty());
         assert_eq!(o.on_timeout(), 3020);
         assert_eq!(o.pending.ranges(), &[0..1000, 2000..3000]);
         o.on_sent(0..1000, 2, t0(), 1020, st());
         o.on_sent(2000..3000, 3, t0(), 1020, st());
-        o.on_got(0..3000, &mut acked);
+        o.on_got(std::iter::once(0..3000), &mut acked);
         assert!(o.is_whole() && !o.has_pending());
         o.on_timeout();
         assert_eq!(o.next_range(u64::MAX), Some(0..PROBE_LEN));

@@ -66,6 +66,10 @@ impl Token {
 pub(crate) struct Flight {
     /// Transmissions in sending order, for loss detection.
     pub losses: LossDetector,
+    /// FRAG transmissions in sending order: a loss detector of their own, since GOT answers
+    /// a fragment on arrival while ACK answers a TOKEN only once its message is taken (one
+    /// detector for both would take a TOKEN whose ACK waits for the application for lost).
+    pub frag_losses: LossDetector,
     /// Delivery-rate estimator.
     pub rate: DeliveryRate,
     /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
@@ -333,10 +337,17 @@ impl SRecord {
     fn compact_losses(&mut self) {
         let tokens = &self.tokens;
         self.flight.losses.compact(tokens.len(), |seq, slot| {
-            tokens.get(slot).is_some_and(|t| match &t.frag {
-                Some(o) => o.sent_at(seq).is_some(),
-                None => t.seq == seq && t.flight > 0,
-            })
+            tokens
+                .get(slot)
+                .is_some_and(|t| t.frag.is_none() && t.seq == seq && t.flight > 0)
+        });
+        // Fragments in flight are bounded by the window, not by the tokens: estimate their
+        // number from the bytes in flight (almost every FRAG carries far more than 512).
+        let live = usize::try_from(self.flight.bytes / 512).unwrap_or(usize::MAX);
+        self.flight.frag_losses.compact(live, |seq, slot| {
+            tokens
+                .get(slot)
+                .is_some_and(|t| t.frag.as_ref().is_some_and(|o| o.sent_at(seq).is_some()))
         });
     }
 
@@ -400,7 +411,7 @@ impl SRecord {
     /// at `now`.
     pub fn on_fragment_sent(&mut self, now: Instant, slot: u64, range: std::ops::Range<u64>, size: u64) {
         let st = self.flight.rate.on_sent(now, self.flight.bytes);
-        let seq = self.flight.losses.on_sent(slot);
+        let seq = self.flight.frag_losses.on_sent(slot);
         if let Some(tok) = self.tokens.get_mut(slot) {
             if let Some(o) = &mut tok.frag {
                 o.on_sent(range, seq, now, size, st);
@@ -438,9 +449,7 @@ impl SRecord {
         };
         let was_whole = o.is_whole();
         let mut acked: Vec<Sent> = Vec::new();
-        for rg in ranges {
-            o.on_got(rg, &mut acked);
-        }
+        o.on_got(ranges, &mut acked);
         let whole = !was_whole && o.is_whole();
         let charge = (whole && o.is_charged()).then(|| Outgoing::charge_of(o.total()));
         if let Some(c) = charge {
@@ -453,7 +462,7 @@ impl SRecord {
             self.flight.rate.on_acked(now, &sent.rate, sent.size);
             self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
             if !sent.again {
-                self.flight.losses.on_acked(sent.seq);
+                self.flight.frag_losses.on_acked(sent.seq);
                 let sample = now.saturating_duration_since(sent.at);
                 self.rtt.sample(sample);
                 self.flight.ack_rtt = Some(sample);
@@ -526,32 +535,10 @@ impl SRecord {
                 self.flight.losses.pop_front();
                 continue;
             };
-            if let Some(o) = &mut tok.frag {
-                let Some(sent) = o.sent_at(seq) else {
-                    self.flight.losses.pop_front();
-                    continue;
-                };
-                match self.flight.losses.judge(seq, sent, now, delay) {
-                    Judgement::Lost => {
-                        self.flight.losses.pop_front();
-                        let size = o.on_lost(seq).unwrap_or(0);
-                        bytes += size;
-                        self.flight.bytes = self.flight.bytes.saturating_sub(size);
-                        tok.flight = tok.flight.saturating_sub(size);
-                        newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
-                        count += 1;
-                        if !tok.queued {
-                            tok.queued = true;
-                            lost.push(slot);
-                        }
-                        continue;
-                    }
-                    Judgement::LostAt(t) => {
-                        self.loss_at = Some(t);
-                        break;
-                    }
-                    Judgement::Unknown => break,
-                }
+            if tok.frag.is_some() {
+                // Sent whole before it went in fragments: the fragments' detector has it.
+                self.flight.losses.pop_front();
+                continue;
             }
             let sent = match tok.sent_at {
                 Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
@@ -578,6 +565,7 @@ impl SRecord {
                 Judgement::Unknown => break,
             }
         }
+        self.detect_lost_fragments(now, delay, &mut lost, &mut bytes, &mut newest, &mut count);
         for &slot in lost.iter().rev() {
             self.to_send.push_front(slot);
         }
@@ -591,6 +579,53 @@ impl SRecord {
             });
         }
         count
+    }
+
+    /// Loss detection for FRAG transmissions, from GOTs of later ones: their bytes are sent
+    /// again (the message is queued if it was not).
+    fn detect_lost_fragments(
+        &mut self,
+        now: Instant,
+        delay: Duration,
+        lost: &mut Vec<u64>,
+        bytes: &mut u64,
+        newest: &mut Option<Instant>,
+        count: &mut u64,
+    ) {
+        while let Some((seq, slot)) = self.flight.frag_losses.front() {
+            let Some(tok) = self.tokens.get_mut(slot) else {
+                self.flight.frag_losses.pop_front();
+                continue;
+            };
+            let Some(o) = &mut tok.frag else {
+                self.flight.frag_losses.pop_front();
+                continue;
+            };
+            let Some(sent) = o.sent_at(seq) else {
+                self.flight.frag_losses.pop_front();
+                continue;
+            };
+            match self.flight.frag_losses.judge(seq, sent, now, delay) {
+                Judgement::Lost => {
+                    self.flight.frag_losses.pop_front();
+                    let size = o.on_lost(seq);
+                    *bytes += size;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(size);
+                    tok.flight = tok.flight.saturating_sub(size);
+                    *newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
+                    *count += 1;
+                    if !tok.queued {
+                        tok.queued = true;
+                        lost.push(slot);
+                    }
+                }
+                Judgement::LostAt(t) => {
+                    self.loss_at = Some(self.loss_at.map_or(t, |l| l.min(t)));
+                    break;
+                }
+                Judgement::Unknown => break,
+            }
+        }
     }
 
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low

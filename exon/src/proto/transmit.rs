@@ -343,6 +343,7 @@ impl Node {
             }
         }
         rec.flight.losses.end_datagram();
+        rec.flight.frag_losses.end_datagram();
         if wrote {
             rec.probe = false;
         }
