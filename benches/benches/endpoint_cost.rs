@@ -93,9 +93,8 @@ async fn run(args: &Args) -> Duration {
             seq += 1;
         } else {
             let n = (args.batch as u64).min(total - seq);
-            for s in seq..seq + n {
-                drop(a.send(b_id, common::payload(s)).await.expect("send"));
-            }
+            let batch = (seq..seq + n).map(common::payload);
+            drop(a.send_batch(b_id, batch).await.expect("send_batch"));
             seq += n;
         }
     }
