@@ -146,7 +146,11 @@ async fn many_peers(shards: usize, peers: u64, per_peer: u32, faults: Option<Fau
         }
         for (from, seq) in got {
             assert!(seen.insert((from, seq)), "{from}/{seq} delivered twice");
-            assert_eq!(*shard_of_peer.entry(from).or_insert(i), i, "peer on two shards");
+            assert_eq!(
+                *shard_of_peer.entry(from).or_insert(i),
+                i,
+                "peer on two shards"
+            );
         }
     }
     assert_eq!(seen.len() as u64, total);
@@ -214,7 +218,10 @@ async fn datagrams_reach_the_owning_shard() {
         assert!(timeout(LIMIT, b).await.unwrap().all_acknowledged());
     }
     let stats = server.stats().await.unwrap();
-    assert!(stats.forwarded > 0, "no datagram needed its owner: {stats:?}");
+    assert!(
+        stats.forwarded > 0,
+        "no datagram needed its owner: {stats:?}"
+    );
     assert_eq!(stats.forward_drops, 0);
     assert_eq!(stats.node.delivered, 16 * 20);
 }
@@ -222,12 +229,20 @@ async fn datagrams_reach_the_owning_shard() {
 #[tokio::test]
 async fn a_batch_is_refused_whole_up_front() {
     let cfg = EndpointConfig::default().with_linger(Duration::from_millis(50));
-    let a = Endpoint::bind("127.0.0.1:0", NodeId::from_const(2), security(NodeId::from_const(2)), cfg)
-        .await
-        .unwrap();
+    let a = Endpoint::bind(
+        "127.0.0.1:0",
+        NodeId::from_const(2),
+        security(NodeId::from_const(2)),
+        cfg,
+    )
+    .await
+    .unwrap();
     let b = NodeId::from_const(3);
     // Unknown destination: nothing sent.
-    let e = a.send_batch(b, [Bytes::from_static(b"x")]).await.unwrap_err();
+    let e = a
+        .send_batch(b, [Bytes::from_static(b"x")])
+        .await
+        .unwrap_err();
     assert_eq!(e, Error::UnknownPeer(b));
     a.add_peer(b, "127.0.0.1:9".parse().unwrap());
     // One payload too large: the whole batch is refused.
@@ -243,10 +258,17 @@ async fn a_batch_is_refused_whole_up_front() {
         .send_batch(b, (0..5).map(|i| Bytes::from(vec![i; 10])))
         .await
         .unwrap();
-    assert_eq!(r.id(1).unwrap().0, r.id(0).unwrap().0 + 1, "consecutive ids");
+    assert_eq!(
+        r.id(1).unwrap().0,
+        r.id(0).unwrap().0 + 1,
+        "consecutive ids"
+    );
     let report = a.close(Duration::from_millis(200)).await;
     assert_eq!(report.unacknowledged.len(), 5);
     let v = timeout(LIMIT, r).await.unwrap();
     assert_eq!(v.len(), 5);
-    assert!(v.iter().all(|x| x == Err(ReceiptError::Unacknowledged)), "{v:?}");
+    assert!(
+        v.iter().all(|x| x == Err(ReceiptError::Unacknowledged)),
+        "{v:?}"
+    );
 }

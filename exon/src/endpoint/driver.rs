@@ -3,8 +3,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,9 +17,9 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 use bytes::BytesMut;
 
 use super::handle::{Command, Outgoing};
-use super::receipts::Ack;
 use super::io::RxBufs;
 use super::peers::PeerBook;
+use super::receipts::Ack;
 use super::shared::{CloseOnDrop, Shared};
 use super::trace::Warnings;
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
@@ -276,7 +276,11 @@ impl<S: DatagramSocket> Driver<S> {
         let permit = (!reading).then(|| self.deliver.clone().reserve_owned());
         let store_job = &mut self.store_job;
         let (rx, socket, sleep) = (&mut self.rx, &self.socket, &mut self.sleep);
-        let forwarded = self.route.as_mut().filter(|r| r.from_open).map(|r| &mut r.from);
+        let forwarded = self
+            .route
+            .as_mut()
+            .filter(|r| r.from_open)
+            .map(|r| &mut r.from);
         let forwarding = forwarded.is_some();
         let taken = self.shared.taken_notify.notified();
         tokio::select! {

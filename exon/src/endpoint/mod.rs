@@ -70,11 +70,11 @@ pub use batch::BatchSocket;
 pub use config::EndpointConfig;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
-pub use receipts::{BatchReceipt, BatchVerdicts};
 pub use lossy::{Faults, LossySocket};
+pub use receipts::{BatchReceipt, BatchVerdicts};
 pub use socket::{DatagramSocket, RecvMeta};
-pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 use store::SharedStore;
+pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
 pub use typed::{decode, encode, PayloadError};
 
