@@ -21,6 +21,20 @@
 //! destination the driver published as full waits, still without a round trip, until the
 //! driver publishes room again; [`Handle::try_send`] waits for the driver's answer.
 //!
+//! [`Handle::send_batch`] hands many messages to one destination in one command, with one
+//! [`BatchReceipt`] for all of them (one allocation, one wake-up).
+//!
+//! # Shards
+//! With [`EndpointConfig::shards`] above 1, [`Endpoint::bind`] starts that many driver
+//! tasks, each with its own protocol [`Node`] (same node id and identity), its own socket (an
+//! `SO_REUSEPORT` group on one address) and the peers whose node id hashes to it: on a
+//! multi-thread runtime they run on different cores. A datagram the kernel hands to another
+//! shard's socket is passed to the owning shard. Each peer is served by one shard only, so
+//! the core stays single-threaded and exactly-once per peer is unchanged; the shards share
+//! the clock store (the highest mark any shard asked for is what is stored), the unreachable
+//! set, message ids, and close; [`Handle::stats`] sums their counters.
+//! [`Endpoint::into_deliveries`] gives one delivery stream per shard.
+//!
 //! # Runtime layout
 //! Prefer a **current-thread** runtime per endpoint (one OS thread per endpoint, or per
 //! group of endpoints and the tasks that use them), and scale out with threads or
