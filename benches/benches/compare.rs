@@ -89,6 +89,18 @@ struct Args {
     /// Worker threads of a multi-thread tokio runtime on each side (0: current-thread).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// One-way, exon only: sender endpoints (each on its own thread), all sending to one
+    /// receiving endpoint. With `--pairs`, `--shards` or `--send-batch` the one-way run
+    /// measures exon and exon_plain only, this way.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pairs: u64,
+    /// One-way, exon only: driver shards of the receiving endpoint (its runtime gets as
+    /// many worker threads, one task per shard takes its messages).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    shards: u64,
+    /// One-way, exon only: messages per `Handle::send_batch` call (0: one `send` each).
+    #[arg(long, default_value_t = 0)]
+    send_batch: usize,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -112,8 +124,11 @@ fn usage(msg: &str) -> ! {
 fn main() {
     let args = parse_args();
     common::WORKER_THREADS.store(args.threads, std::sync::atomic::Ordering::Relaxed);
+    let scaled = args.pairs > 1 || args.shards > 1 || args.send_batch > 0;
     match args.mode {
+        Mode::OneWay if scaled => one_way_scaled(&args),
         Mode::OneWay => one_way(&args),
+        Mode::Rpc if scaled => usage("--pairs, --shards and --send-batch are for one-way"),
         Mode::Rpc => rpc(&args),
     }
 }
@@ -301,6 +316,87 @@ fn one_way(args: &Args) {
             .map(|(i, k)| format!("{}_mb_s={:.1}", k.name(), mb_s(rate(i), args.size))),
     );
     last.extend(tail_keys(args, &refused));
+    println!("{}", last.join(" "));
+}
+
+/// One-way with several senders into one (possibly sharded) receiving endpoint: exon and
+/// exon_plain, alternating in rounds.
+fn one_way_scaled(args: &Args) {
+    let batch = args.batch.unwrap_or(10_000);
+    let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
+    let names: Vec<&str> = ["exon", "exon_plain"]
+        .into_iter()
+        .filter(|n| args.only.as_deref().is_none_or(|o| o == *n))
+        .collect();
+    if names.is_empty() {
+        usage("--only names no system of this mode (exon or exon_plain with --pairs/--shards)");
+    }
+    let (pairs, shards) = (args.pairs as usize, args.shards as usize);
+    println!(
+        "one-way, {} B messages, {pairs} sender endpoints -> one receiving endpoint of \
+         {shards} shard(s), send_batch {}, exon max_datagram_size {} B, {} rounds of {:.2} s \
+         per system, batches of {batch}",
+        common::PAYLOAD,
+        args.send_batch,
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64()
+    );
+    let mut flows: Vec<common::ShardedOneWay> = names
+        .iter()
+        .map(|n| {
+            let plain = *n == "exon_plain";
+            let mut f =
+                common::ShardedOneWay::new(plain, pairs, shards, args.datagram, args.send_batch);
+            f.run(batch.min(1000)); // warm up
+            f
+        })
+        .collect();
+    let mut totals = vec![(0u64, Duration::ZERO); names.len()];
+    let mut per_round = vec![Vec::new(); names.len()];
+    for _ in 0..args.rounds {
+        for (i, f) in flows.iter_mut().enumerate() {
+            let (n, t) = timed(slot, || f.run(batch));
+            totals[i].0 += n;
+            totals[i].1 += t;
+            per_round[i].push(n as f64 / t.as_secs_f64());
+        }
+    }
+    let stats: Vec<_> = flows.into_iter().map(|f| f.finish()).collect();
+    let rate = |i: usize| totals[i].0 as f64 / totals[i].1.as_secs_f64();
+    println!(
+        "{:<10} {:>12} {:>14} {:>12}  per round (msgs/s)",
+        "system", "msgs/s", "per shard", "verified"
+    );
+    for (i, n) in names.iter().enumerate() {
+        let rounds: Vec<String> = per_round[i].iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "{:<10} {:>12.0} {:>14.0} {:>12}  {}",
+            n,
+            rate(i),
+            rate(i) / shards as f64,
+            totals[i].0,
+            rounds.join(" ")
+        );
+        if let Some(s) = &stats[i] {
+            println!(
+                "  receiver: shards={} delivered={} forwarded={} forward_drops={} recv_calls={}",
+                s.shards, s.node.delivered, s.forwarded, s.forward_drops, s.recv_calls
+            );
+        }
+    }
+    let mut last: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{n}={:.0}", rate(i)))
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        last.push(format!("{n}_per_shard={:.0}", rate(i) / shards as f64));
+    }
+    last.push(format!("pairs={pairs}"));
+    last.push(format!("shards={shards}"));
+    last.push(format!("send_batch={}", args.send_batch));
+    last.push(format!("datagram={}", args.datagram));
     println!("{}", last.join(" "));
 }
 

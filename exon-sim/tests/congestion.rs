@@ -54,6 +54,7 @@ fn bottleneck(
             interval: Duration::from_millis(1),
             burst: 256,
             max_pending: 4096,
+            max_payload_len: 0,
         },
         settle: Duration::from_secs(60),
         ..Scenario::default()

@@ -43,6 +43,9 @@ const LOCALHOST: &str = "127.0.0.1:0";
 /// A payload of `size` bytes (at least [`MIN_SIZE`]) starting and ending with `seq`. Every
 /// system gets its payloads from here, one allocation and fill each, as a user handing
 /// each message over as a fresh buffer would.
+/// Message size of the sharded one-way runs (`--pairs`, `--shards`).
+pub const SHARDED_SIZE: usize = 1024;
+
 pub fn payload(seq: u64, size: usize) -> Bytes {
     assert!(size >= MIN_SIZE, "payload smaller than {MIN_SIZE} bytes");
     let mut v = vec![0xA5u8; size];
@@ -331,29 +334,62 @@ pub fn exon_endpoint_with(
     config: EndpointConfig,
     plain: bool,
 ) -> Endpoint {
+    let shards = config.shards.max(1);
+    exon_endpoint_sharded(addr, id, config, plain, shards)
+}
+
+/// Node ids whose keys every bench endpoint knows: 1 and 2, and the senders of the
+/// sharded runs (`FIRST_PEER..FIRST_PEER + MAX_PAIRS`).
+fn bench_ids() -> impl Iterator<Item = NodeId> {
+    (1..=2)
+        .chain(FIRST_PEER..FIRST_PEER + MAX_PAIRS)
+        .map(NodeId::from_const)
+}
+
+/// The first node id of the senders of a run with several pairs.
+pub const FIRST_PEER: u64 = 10;
+/// Most sender/receiver pairs of one run.
+pub const MAX_PAIRS: u64 = 64;
+
+/// [`exon_endpoint_with`] with `shards` driver shards: that many sockets in one
+/// `SO_REUSEPORT` group, each with `UDP_BUFFER`-sized buffers.
+pub fn exon_endpoint_sharded(
+    addr: SocketAddr,
+    id: u64,
+    config: EndpointConfig,
+    plain: bool,
+    shards: usize,
+) -> Endpoint {
     let id = NodeId::new(id).unwrap();
     let security = if plain {
         Security::InsecurePlaintext
     } else {
-        let peers = [NodeId::from_const(1), NodeId::from_const(2)];
-        exon::proto::crypto::insecure_test_security(id, peers)
+        exon::proto::crypto::insecure_test_security(id, bench_ids())
     };
-    let sock = socket2::Socket::new(
-        socket2::Domain::IPV4,
-        socket2::Type::DGRAM,
-        Some(socket2::Protocol::UDP),
-    )
-    .unwrap();
-    sock.set_recv_buffer_size(UDP_BUFFER).unwrap();
-    sock.set_send_buffer_size(UDP_BUFFER).unwrap();
-    sock.set_nonblocking(true).unwrap();
-    sock.bind(&addr.into()).unwrap();
-    let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
-    let sock = exon::endpoint::BatchSocket::new(sock).unwrap();
+    let mut at = addr;
+    let mut socks = Vec::new();
+    for _ in 0..shards.max(1) {
+        let sock = socket2::Socket::new(
+            socket2::Domain::IPV4,
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .unwrap();
+        sock.set_recv_buffer_size(UDP_BUFFER).unwrap();
+        sock.set_send_buffer_size(UDP_BUFFER).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        if shards > 1 {
+            sock.set_reuse_port(true).unwrap();
+        }
+        sock.bind(&at.into()).unwrap();
+        let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
+        at = sock.local_addr().unwrap();
+        socks.push(exon::endpoint::BatchSocket::new(sock).unwrap());
+    }
     Endpoint::builder(id)
         .security(security)
         .config(config)
-        .with_socket(sock)
+        .with_sockets(socks)
         .unwrap()
 }
 
@@ -761,6 +797,182 @@ impl MemPair {
         }
         self.datagrams += moved;
         moved
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Several pairs, sharded receiver
+// ------------------------------------------------------------------------------------------
+
+/// Builds a runtime on the current thread for `workers == 0`, else a multi-thread one.
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    let mut b = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    b.enable_all().build().expect("runtime")
+}
+
+/// One-way with `pairs` senders (each an endpoint on its own thread) and one receiving
+/// endpoint of `shards` driver shards (on a runtime of `shards` worker threads when above
+/// 1, one task per shard taking its messages); every message is verified exactly once per
+/// sender.
+pub struct ShardedOneWay {
+    cmds: Vec<mpsc::UnboundedSender<Cmd>>,
+    stop: Option<oneshot::Sender<()>>,
+    done: std_mpsc::Receiver<u64>,
+    progress: Arc<Progress>,
+    verified: u64,
+    next: u64,
+    threads: Vec<JoinHandle<()>>,
+    stats: Arc<Mutex<Option<exon::endpoint::EndpointStats>>>,
+}
+
+impl ShardedOneWay {
+    /// Sets the senders and the receiver up; `send_batch` messages per `send_batch` call (0:
+    /// one `send` per message).
+    pub fn new(
+        plain: bool,
+        pairs: usize,
+        shards: usize,
+        datagram: usize,
+        send_batch: usize,
+    ) -> ShardedOneWay {
+        assert!(
+            (1..=MAX_PAIRS as usize).contains(&pairs),
+            "1 to {MAX_PAIRS} pairs"
+        );
+        let (progress, done) = Progress::new();
+        let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let p = progress.clone();
+        let stats = Arc::new(Mutex::new(None));
+        let stats_out = stats.clone();
+        let receiver = std::thread::Builder::new()
+            .name("recv".into())
+            .spawn(move || {
+                let workers = if shards > 1 { shards } else { 0 };
+                runtime(workers).block_on(async move {
+                    let cfg = exon_config(datagram);
+                    let local: SocketAddr = LOCALHOST.parse().unwrap();
+                    let ep = exon_endpoint_sharded(local, 2, cfg, plain, shards);
+                    addr_tx.send(ep.local_addr()).unwrap();
+                    let (h, deliveries) = ep.into_deliveries();
+                    let total = Arc::new(AtomicU64::new(0));
+                    let mut tasks = Vec::new();
+                    for mut d in deliveries {
+                        let (total, p) = (total.clone(), p.clone());
+                        tasks.push(tokio::spawn(async move {
+                            let mut seen: HashMap<NodeId, Seen> = HashMap::new();
+                            while let Some(m) = d.recv().await {
+                                seen.entry(m.from).or_default().record(seq_of(&m.payload, SHARDED_SIZE));
+                                p.verified(total.fetch_add(1, Ordering::AcqRel) + 1);
+                            }
+                        }));
+                    }
+                    let _ = stop_rx.await;
+                    *stats_out.lock().unwrap() = h.stats().await;
+                    h.close(Duration::from_millis(100)).await;
+                    for t in tasks {
+                        let _ = t.await;
+                    }
+                })
+            })
+            .expect("thread");
+        let addr = addr_rx.recv().expect("receiver address");
+        let mut cmds = Vec::new();
+        let mut threads = Vec::new();
+        for j in 0..pairs {
+            let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
+            cmds.push(cmd_tx);
+            threads.push(spawn_rt("send", move || async move {
+                let local: SocketAddr = LOCALHOST.parse().unwrap();
+                let id = FIRST_PEER + j as u64;
+                let a = exon_endpoint_with(local, id, exon_config(datagram), plain);
+                let b = NodeId::from_const(2);
+                a.add_peer(b, addr);
+                while let Some(cmd) = cmd_rx.recv().await {
+                    if let Cmd::Send { start, n } = cmd {
+                        if send_batch == 0 {
+                            for seq in start..start + n {
+                                drop(a.send(b, payload(seq, SHARDED_SIZE)).await.expect("send"));
+                            }
+                        } else {
+                            let mut seq = start;
+                            while seq < start + n {
+                                let k = (send_batch as u64).min(start + n - seq);
+                                let batch = (seq..seq + k).map(|q| payload(q, SHARDED_SIZE));
+                                drop(a.send_batch(b, batch).await.expect("send_batch"));
+                                seq += k;
+                            }
+                        }
+                    }
+                }
+                a.close(Duration::from_secs(1)).await;
+            }));
+        }
+        threads.push(receiver);
+        ShardedOneWay {
+            cmds,
+            stop: Some(stop_tx),
+            done,
+            progress,
+            verified: 0,
+            next: 0,
+            threads,
+            stats,
+        }
+    }
+
+    /// Sends about `n` messages (an equal share per sender) and returns once the receiver
+    /// verified all of them; returns the messages and the time.
+    pub fn run(&mut self, n: u64) -> (u64, Duration) {
+        let share = (n / self.cmds.len() as u64).max(1);
+        let n = share * self.cmds.len() as u64;
+        self.verified += n;
+        self.progress.target.store(self.verified, Ordering::Release);
+        let t = Instant::now();
+        for c in &self.cmds {
+            c.send(Cmd::Send {
+                start: self.next,
+                n: share,
+            })
+            .expect("sender alive");
+        }
+        self.next += share;
+        match self.done.recv_timeout(BATCH_DEADLINE) {
+            Ok(c) => assert_eq!(c, self.verified),
+            Err(e) => panic!("sharded one-way: batch of {n} not verified ({e})"),
+        }
+        (n, t.elapsed())
+    }
+
+    /// Stops everything; returns the receiver's counters.
+    pub fn finish(mut self) -> Option<exon::endpoint::EndpointStats> {
+        self.shutdown();
+        self.stats.lock().unwrap().take()
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(r) = self.threads.pop() {
+            let _ = r.join();
+        }
+        self.cmds.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ShardedOneWay {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 

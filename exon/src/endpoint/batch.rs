@@ -39,6 +39,31 @@ impl BatchSocket {
         BatchSocket::new(tokio::net::UdpSocket::bind(addr).await?)
     }
 
+    /// Binds `n` UDP sockets to the same address with `SO_REUSEPORT` (Linux), one per shard
+    /// of a sharded endpoint: the kernel spreads incoming datagrams over them by a hash of
+    /// the source and destination addresses. With port 0, the first socket picks the port
+    /// and the others join it. Only sockets of the same user can join such a group.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: a cancelled call leaves no socket open.
+    pub async fn bind_reuseport(
+        addr: impl tokio::net::ToSocketAddrs,
+        n: usize,
+    ) -> io::Result<Vec<BatchSocket>> {
+        let mut at = tokio::net::lookup_host(addr)
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n.max(1) {
+            let s = reuseport_socket(at)?;
+            at = s.local_addr()?;
+            out.push(BatchSocket::new(tokio::net::UdpSocket::from_std(s)?)?);
+        }
+        Ok(out)
+    }
+
     /// Takes over a bound tokio socket (set its buffer sizes before, if needed). Enables GRO
     /// on it: from now on, read it only through this type.
     pub fn new(io: tokio::net::UdpSocket) -> io::Result<BatchSocket> {
@@ -136,4 +161,24 @@ impl DatagramSocket for BatchSocket {
         }
         Ok(n)
     }
+}
+
+/// A non-blocking UDP socket bound to `addr` with `SO_REUSEPORT` set.
+#[cfg(target_os = "linux")]
+fn reuseport_socket(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+/// `SO_REUSEPORT` groups are used on Linux only.
+#[cfg(not(target_os = "linux"))]
+fn reuseport_socket(_addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "sharded endpoints need SO_REUSEPORT (Linux)",
+    ))
 }

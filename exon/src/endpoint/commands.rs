@@ -13,6 +13,12 @@ impl<S: DatagramSocket> Driver<S> {
     pub(crate) fn on_command(&mut self, c: Command, t: Instant) {
         match c {
             Command::Send(out) => self.on_send(t, out),
+            Command::SendBatch { messages, credits } => {
+                self.credits_taken += credits;
+                for out in messages {
+                    self.on_send_credited(t, out);
+                }
+            }
             Command::AddPeer(id, addr) => {
                 peer_span(id).in_scope(|| tracing::debug!(%addr, "peer address set"));
                 self.peers.configure(id, addr);
@@ -41,6 +47,11 @@ impl<S: DatagramSocket> Driver<S> {
         if matches!(out.reply, Reply::None) {
             self.credits_taken += self.shared.credit_weight(out.payload.len()) as usize;
         }
+        self.on_send_credited(t, out);
+    }
+
+    /// A send whose credit is counted already.
+    fn on_send_credited(&mut self, t: Instant, out: Outgoing) {
         if self.closing.is_some() {
             return refuse(out, Error::Closed);
         }
@@ -163,7 +174,7 @@ impl<S: DatagramSocket> Driver<S> {
                 None => continue,
             };
             if let Some(u) = self.acks.remove(&core_id) {
-                let _ = u.ack.send(Err(verdict));
+                u.ack.resolve(Err(verdict));
             }
         }
         if self.deadlines.len() > 2 * self.acks.len() + 1024 {
@@ -210,10 +221,10 @@ fn refuse(out: Outgoing, e: Error) {
 
 /// Resolves a message never handed to the core: refused with `e`, or (`None`) given up at
 /// its deadline, not delivered.
-fn refuse_parts(reply: Reply, ack: super::handle::AckSender, e: Option<Error>) {
+fn refuse_parts(reply: Reply, ack: super::receipts::Ack, e: Option<Error>) {
     match (reply, e) {
         (Reply::None, Some(e)) => {
-            let _ = ack.send(Err(ReceiptError::Refused(e)));
+            ack.resolve(Err(ReceiptError::Refused(e)));
         }
         (Reply::Try(r), Some(e)) => {
             let _ = r.send(Err(e));
@@ -222,7 +233,7 @@ fn refuse_parts(reply: Reply, ack: super::handle::AckSender, e: Option<Error>) {
             if let Reply::Try(r) = reply {
                 let _ = r.send(Ok(()));
             }
-            let _ = ack.send(Err(ReceiptError::NotDelivered));
+            ack.resolve(Err(ReceiptError::NotDelivered));
         }
     }
 }

@@ -55,6 +55,15 @@ pub struct EndpointConfig {
     /// Default 60 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub learned_address_ttl: Duration,
+    /// Driver shards of the endpoint ([`Endpoint::bind`](super::Endpoint::bind) and
+    /// [`Builder::bind`](super::Builder::bind)): each is a task with its own protocol node,
+    /// socket (`SO_REUSEPORT`, all bound to the same address) and share of the peers (a
+    /// fixed hash of the peer's node id), so that one endpoint can use several cores on a
+    /// multi-thread runtime. A datagram the kernel hands to another shard's socket is
+    /// passed on to the owner. Default 1 (one driver task, one socket). Ignored by
+    /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
+    /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
+    pub shards: usize,
 }
 
 impl Default for EndpointConfig {
@@ -69,6 +78,7 @@ impl Default for EndpointConfig {
             default_deadline: None,
             ack_after_processing: false,
             learned_address_ttl: Duration::from_secs(60),
+            shards: 1,
         }
     }
 }
@@ -113,6 +123,12 @@ impl EndpointConfig {
     /// Sets [`ack_after_processing`](Self::ack_after_processing).
     pub fn with_ack_after_processing(mut self, on: bool) -> Self {
         self.ack_after_processing = on;
+        self
+    }
+
+    /// Sets [`shards`](Self::shards) (at least 1).
+    pub fn with_shards(mut self, n: usize) -> Self {
+        self.shards = n.max(1);
         self
     }
 

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +14,12 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant as TokioInstant, Sleep};
 
-use super::handle::{AckSender, Command, Outgoing};
+use bytes::BytesMut;
+
+use super::handle::{Command, Outgoing};
 use super::io::RxBufs;
 use super::peers::PeerBook;
+use super::receipts::Ack;
 use super::shared::{CloseOnDrop, Shared};
 use super::trace::Warnings;
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
@@ -34,6 +38,7 @@ enum Wake {
     Datagrams(io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
     Deliver(Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>),
+    Forwarded(Option<Forward>),
     Taken,
     Timer,
     Continue,
@@ -44,6 +49,58 @@ pub(crate) struct Channels {
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
     pub(crate) deliver: mpsc::Sender<Message>,
     pub(crate) shared: Arc<Shared>,
+    /// The links to the other shards of a sharded endpoint.
+    pub(crate) route: Option<Route>,
+}
+
+/// Datagrams a shard received for peers another shard owns, with their source addresses.
+pub(crate) type Forward = Vec<(BytesMut, SocketAddr)>;
+
+/// Batches of forwarded datagrams a shard's queue holds at most; more are dropped (as the
+/// network may drop them), so a flood aimed at one shard cannot grow memory.
+pub(crate) const FORWARD_QUEUE: usize = 64;
+
+/// One shard's links to the others: datagrams whose source another shard owns go there.
+pub(crate) struct Route {
+    /// This shard's index.
+    me: usize,
+    /// Queues into every shard (`None` for this one).
+    to: Vec<Option<mpsc::Sender<Forward>>>,
+    /// Datagrams gathered for each shard during one receive batch.
+    gathered: Vec<Forward>,
+    /// Datagrams the other shards forward to this one.
+    from: mpsc::Receiver<Forward>,
+    /// False once every other shard has stopped (nothing more can come).
+    from_open: bool,
+}
+
+impl Route {
+    /// The links of `n` shards to each other, one [`Route`] per shard, in order.
+    pub(crate) fn mesh(n: usize) -> Vec<Route> {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| mpsc::channel(FORWARD_QUEUE)).unzip();
+        rxs.into_iter()
+            .enumerate()
+            .map(|(me, from)| Route {
+                me,
+                to: txs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, tx)| (i != me).then(|| tx.clone()))
+                    .collect(),
+                gathered: (0..n).map(|_| Vec::new()).collect(),
+                from,
+                from_open: true,
+            })
+            .collect()
+    }
+
+    /// The shard that owns the source of `datagram`, when it is another one. A datagram
+    /// whose header does not decode stays (the local node rejects and counts it).
+    fn owner_elsewhere(&self, datagram: &[u8]) -> Option<usize> {
+        let (h, _) = crate::proto::Header::decode_prefix(datagram).ok()?;
+        let owner = super::handle::shard_of(h.src, self.to.len());
+        (owner != self.me).then_some(owner)
+    }
 }
 
 /// A message in the core, not yet acknowledged.
@@ -51,7 +108,7 @@ pub(crate) struct Unacked {
     /// The endpoint's id of the message (its receipt's).
     pub(crate) id: MsgId,
     pub(crate) to: NodeId,
-    pub(crate) ack: AckSender,
+    pub(crate) ack: Ack,
 }
 
 /// State of the driver task.
@@ -81,12 +138,12 @@ pub(crate) struct Driver<S> {
     pub(crate) acks: HashMap<MsgId, Unacked, foldhash::fast::RandomState>,
     /// Sends waiting for room in the core, per destination (each such destination is in
     /// `blocked`).
-    pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>>,
+    pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>, foldhash::fast::RandomState>,
     /// Deadlines of messages in the core: (deadline, core id, destination), earliest first
     /// (entries of settled messages are skipped, and pruned when they pile up).
     pub(crate) deadlines: BinaryHeap<Reverse<(Instant, MsgId, NodeId)>>,
     /// Destinations whose queue is full, as published in `shared`.
-    pub(crate) blocked: HashSet<NodeId>,
+    pub(crate) blocked: HashSet<NodeId, foldhash::fast::RandomState>,
     /// Send credits taken from the channel this turn, returned at the end of the turn.
     pub(crate) credits_taken: usize,
     pub(crate) closing: Option<Instant>,
@@ -103,6 +160,8 @@ pub(crate) struct Driver<S> {
     stalled: bool,
     sleep: Pin<Box<Sleep>>,
     sleep_at: Option<Instant>,
+    /// The other shards of a sharded endpoint.
+    route: Option<Route>,
     _close_on_drop: CloseOnDrop,
 }
 
@@ -142,9 +201,9 @@ impl<S: DatagramSocket> Driver<S> {
             discarded: 0,
             acked_scratch: Vec::new(),
             acks: HashMap::default(),
-            waiters: HashMap::new(),
+            waiters: HashMap::default(),
             deadlines: BinaryHeap::new(),
-            blocked: HashSet::new(),
+            blocked: HashSet::default(),
             credits_taken: 0,
             closing: None,
             close_replies: Vec::new(),
@@ -159,6 +218,7 @@ impl<S: DatagramSocket> Driver<S> {
             stalled: false,
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             sleep_at: None,
+            route: ch.route,
             cfg,
         }
     }
@@ -216,6 +276,12 @@ impl<S: DatagramSocket> Driver<S> {
         let permit = (!reading).then(|| self.deliver.clone().reserve_owned());
         let store_job = &mut self.store_job;
         let (rx, socket, sleep) = (&mut self.rx, &self.socket, &mut self.sleep);
+        let forwarded = self
+            .route
+            .as_mut()
+            .filter(|r| r.from_open)
+            .map(|r| &mut r.from);
+        let forwarding = forwarded.is_some();
         let taken = self.shared.taken_notify.notified();
         tokio::select! {
             biased;
@@ -226,6 +292,9 @@ impl<S: DatagramSocket> Driver<S> {
             }
             p = async { permit.expect("guarded").await }, if !reading => Wake::Deliver(p),
             r = rx.recv(socket), if reading => Wake::Datagrams(r),
+            f = async { forwarded.expect("guarded").recv().await }, if reading && forwarding => {
+                Wake::Forwarded(f)
+            }
             _ = sleep.as_mut(), if deadline.is_some() => Wake::Timer,
             _ = std::future::ready(()), if more => Wake::Continue,
         }
@@ -252,6 +321,12 @@ impl<S: DatagramSocket> Driver<S> {
                 }
             }
             Wake::Taken => self.on_taken(t, self.shared.taken()),
+            Wake::Forwarded(Some(f)) => self.on_forwarded(t, f),
+            Wake::Forwarded(None) => {
+                if let Some(r) = self.route.as_mut() {
+                    r.from_open = false;
+                }
+            }
             Wake::Deliver(Err(_)) => {}
             Wake::Timer => {
                 if self.store_retry_at.is_some_and(|r| r <= t) {
@@ -281,6 +356,11 @@ impl<S: DatagramSocket> Driver<S> {
         if !got_datagrams && self.pending.is_empty() {
             if let Some(r) = self.rx.recv_now(&self.socket) {
                 self.on_datagrams(t, r);
+            }
+        }
+        if self.pending.is_empty() {
+            if let Some(f) = self.route.as_mut().and_then(|r| r.from.try_recv().ok()) {
+                self.on_forwarded(t, f);
             }
         }
         if self.node.poll_timeout().is_some_and(|d| d <= t) {
@@ -365,7 +445,56 @@ impl<S: DatagramSocket> Driver<S> {
         EndpointStats {
             node: *self.node.stats(),
             peer_addresses: self.peers.len(),
+            shards: 1,
             ..self.stats
+        }
+    }
+
+    /// Takes datagrams another shard received for peers this one owns.
+    fn on_forwarded(&mut self, t: Instant, f: Forward) {
+        for (data, from) in f {
+            self.on_datagram(t, data, from);
+        }
+    }
+
+    /// Keeps `datagram` aside for the shard that owns its source, if that is another one;
+    /// returns it otherwise.
+    pub(crate) fn forward_elsewhere(
+        &mut self,
+        datagram: BytesMut,
+        from: SocketAddr,
+    ) -> Option<BytesMut> {
+        let Some(route) = self.route.as_mut() else {
+            return Some(datagram);
+        };
+        match route.owner_elsewhere(&datagram) {
+            Some(owner) => {
+                route.gathered[owner].push((datagram, from));
+                None
+            }
+            None => Some(datagram),
+        }
+    }
+
+    /// Hands the datagrams gathered for other shards to them, one batch per shard; a full
+    /// queue drops its batch (counted).
+    pub(crate) fn flush_forwards(&mut self) {
+        let Some(route) = self.route.as_mut() else {
+            return;
+        };
+        for (i, batch) in route.gathered.iter_mut().enumerate() {
+            if batch.is_empty() {
+                continue;
+            }
+            let n = batch.len() as u64;
+            let Some(tx) = route.to.get(i).and_then(Option::as_ref) else {
+                batch.clear();
+                continue;
+            };
+            match tx.try_send(std::mem::take(batch)) {
+                Ok(()) => self.stats.forwarded += n,
+                Err(_) => self.stats.forward_drops += n,
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
 use super::{Error, ReceiptError};
 use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
@@ -47,6 +48,35 @@ pub struct EndpointStats {
     /// Socket receive calls that returned datagrams: with batched receives one call returns
     /// several (compare with `node.datagrams_in`).
     pub recv_calls: u64,
+    /// Datagrams a shard received for a peer another shard owns, and handed to that shard
+    /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+    pub forwarded: u64,
+    /// Datagrams a shard could not hand to the owning shard because its queue was full
+    /// (dropped, as the network may; repaired like losses).
+    pub forward_drops: u64,
+    /// Driver shards whose counters these are (1 unless the endpoint is sharded).
+    pub shards: usize,
+}
+
+impl EndpointStats {
+    /// Adds `other`'s counters to these (the counters of a sharded endpoint are the sum of
+    /// its shards').
+    pub fn merge(&mut self, other: &EndpointStats) {
+        self.node.merge(&other.node);
+        self.unknown_peer_drops += other.unknown_peer_drops;
+        self.send_errors += other.send_errors;
+        self.recv_errors += other.recv_errors;
+        self.address_updates += other.address_updates;
+        self.address_book_full += other.address_book_full;
+        self.amplification_drops += other.amplification_drops;
+        self.peer_addresses += other.peer_addresses;
+        self.delivery_stalls += other.delivery_stalls;
+        self.send_calls += other.send_calls;
+        self.recv_calls += other.recv_calls;
+        self.forwarded += other.forwarded;
+        self.forward_drops += other.forward_drops;
+        self.shards += other.shards;
+    }
 }
 
 /// What [`Handle::close`] reports.
@@ -71,9 +101,6 @@ impl CloseReport {
     }
 }
 
-/// How the sender of a message hears of its acknowledgement (or of a late refusal).
-pub(crate) type AckSender = oneshot::Sender<Result<(), ReceiptError>>;
-
 /// Whether a send waits for the driver's answer.
 pub(crate) enum Reply {
     /// No: the send already returned its receipt (it held a send credit).
@@ -88,7 +115,7 @@ pub(crate) struct Outgoing {
     pub(crate) payload: Bytes,
     /// The endpoint's id for the message (the one its receipt shows).
     pub(crate) id: MsgId,
-    pub(crate) ack: AckSender,
+    pub(crate) ack: Ack,
     pub(crate) reply: Reply,
     /// When the endpoint gives the message up, if not acknowledged by then.
     pub(crate) deadline: Option<std::time::Instant>,
@@ -97,6 +124,11 @@ pub(crate) struct Outgoing {
 /// A command from a handle to the driver task.
 pub(crate) enum Command {
     Send(Outgoing),
+    /// Several messages to one destination, in order, holding `credits` send credits.
+    SendBatch {
+        messages: Vec<Outgoing>,
+        credits: usize,
+    },
     AddPeer(NodeId, SocketAddr),
     AddPeerKey(NodeId, PublicKey),
     Stats(oneshot::Sender<EndpointStats>),
@@ -157,11 +189,45 @@ pub struct Handle {
     pub(crate) id: NodeId,
     pub(crate) local_addr: SocketAddr,
     pub(crate) public_key: Option<PublicKey>,
+    /// The driver shards, at least one; a peer belongs to `shards[shard_of(peer)]`.
+    pub(crate) shards: Arc<[ShardLink]>,
+}
+
+/// A handle's way to one driver shard: its command channel and the state it shares.
+#[derive(Debug)]
+pub(crate) struct ShardLink {
     pub(crate) cmds: mpsc::UnboundedSender<Command>,
     pub(crate) shared: Arc<Shared>,
 }
 
+/// The shard that owns `peer` among `n`: a fixed hash of the node id, so that every
+/// datagram from and every message to a peer goes through the same shard.
+pub(crate) fn shard_of(peer: NodeId, n: usize) -> usize {
+    if n <= 1 {
+        return 0;
+    }
+    let h = peer.get().wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 32) % n as u64) as usize
+}
+
 impl Handle {
+    /// The shard that owns `peer`.
+    fn shard(&self, peer: NodeId) -> &ShardLink {
+        &self.shards[shard_of(peer, self.shards.len())]
+    }
+
+    /// The first shard: its state holds what the whole endpoint shares (message ids,
+    /// default deadline, payload limit).
+    fn first(&self) -> &ShardLink {
+        &self.shards[0]
+    }
+
+    /// Driver shards of this endpoint (see
+    /// [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
     /// This endpoint's node id.
     pub fn id(&self) -> NodeId {
         self.id
@@ -193,7 +259,7 @@ impl Handle {
     /// so a `send` dropped before it returned sent nothing, and one that returned its
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.send_deadline(to, payload.into(), self.shared.default_deadline)
+        self.send_deadline(to, payload.into(), self.first().shared.default_deadline)
             .await
     }
 
@@ -222,12 +288,13 @@ impl Handle {
     ) -> Result<Receipt, Error> {
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         self.check(to, &payload)?;
-        self.shared.wait_for_room(to).await;
-        if self.shared.is_closing() {
+        let shard = self.shard(to);
+        shard.shared.wait_for_room(to).await;
+        if shard.shared.is_closing() {
             return Err(Error::Closed);
         }
-        let weight = self.shared.credit_weight(payload.len());
-        let credit = self
+        let weight = shard.shared.credit_weight(payload.len());
+        let credit = shard
             .shared
             .credits
             .acquire_many(weight)
@@ -235,6 +302,77 @@ impl Handle {
             .map_err(|_| Error::Closed)?;
         credit.forget();
         self.hand_over(to, payload, Reply::None, deadline)
+    }
+
+    /// Sends every payload of `payloads` to node `to`, exactly once each, in one hand-over
+    /// to the driver: one command, one wait for room, and one shared receipt for the whole
+    /// batch ([`BatchReceipt`], one allocation and one wake-up however many messages),
+    /// where [`send`](Self::send) costs a channel message and a receipt per message. The
+    /// messages get consecutive ids in the order of the payloads.
+    ///
+    /// All or nothing up front: if any payload is too large, the destination unknown, or
+    /// the endpoint closing, nothing is sent and the error says why. Otherwise it waits, as
+    /// `send` does, while the destination's queue is full and for up to
+    /// [`send_buffer`](super::EndpointConfig::send_buffer) send credits; the messages then
+    /// queue in the driver behind each other (and behind earlier sends) until the core has
+    /// room. Each message's verdict means what a [`Receipt`]'s does.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`send`](Self::send): nothing is handed over before the last await
+    /// point, and everything is once the call returns.
+    pub async fn send_batch<I>(&self, to: NodeId, payloads: I) -> Result<BatchReceipt, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Bytes>,
+    {
+        let within = self.first().shared.default_deadline;
+        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
+        let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
+        for p in &payloads {
+            self.check(to, p)?;
+        }
+        if payloads.is_empty() {
+            self.check(to, &Bytes::new())?;
+        }
+        let shard = self.shard(to);
+        shard.shared.wait_for_room(to).await;
+        if shard.shared.is_closing() {
+            return Err(Error::Closed);
+        }
+        // One credit per message, at most the whole buffer (a larger batch waits for all of
+        // it and is taken by the driver in one command).
+        let credits = payloads
+            .iter()
+            .map(|p| shard.shared.credit_weight(p.len()) as usize)
+            .sum::<usize>()
+            .clamp(1, shard.shared.send_buffer);
+        let permit = shard
+            .shared
+            .credits
+            .acquire_many(credits as u32)
+            .await
+            .map_err(|_| Error::Closed)?;
+        permit.forget();
+        let first = self.first().shared.next_ids(payloads.len() as u64);
+        let (receipt, slots) = receipts::batch(to, first, payloads.len());
+        let messages = payloads
+            .into_iter()
+            .zip(slots)
+            .enumerate()
+            .map(|(i, (payload, slot))| Outgoing {
+                to,
+                payload,
+                id: MsgId(first.0 + i as u64),
+                ack: Ack::Batch(slot),
+                reply: Reply::None,
+                deadline,
+            })
+            .collect();
+        shard
+            .cmds
+            .send(Command::SendBatch { messages, credits })
+            .map_err(|_| Error::Closed)?;
+        Ok(receipt)
     }
 
     /// Like [`send`](Self::send) but fails at once with
@@ -250,6 +388,7 @@ impl Handle {
         self.check(to, &payload)?;
         let (reply, answer) = oneshot::channel();
         let deadline = self
+            .first()
             .shared
             .default_deadline
             .map(|w| tokio::time::Instant::now().into_std() + w);
@@ -260,16 +399,17 @@ impl Handle {
 
     /// The refusals decided without the driver.
     fn check(&self, to: NodeId, payload: &Bytes) -> Result<(), Error> {
-        if self.shared.is_closing() {
+        let shared = &self.shard(to).shared;
+        if shared.is_closing() {
             return Err(Error::Closed);
         }
         if to == self.id {
             return Err(SendError::ToSelf.into());
         }
-        if !self.shared.is_known(to) {
+        if !shared.is_known(to) {
             return Err(Error::UnknownPeer(to));
         }
-        let max = self.shared.max_payload;
+        let max = shared.max_payload;
         if payload.len() > max {
             let len = payload.len();
             return Err(SendError::PayloadTooLarge { len, max }.into());
@@ -286,16 +426,17 @@ impl Handle {
         deadline: Option<std::time::Instant>,
     ) -> Result<Receipt, Error> {
         let (ack, rx) = oneshot::channel();
-        let id = self.shared.next_id();
+        let id = self.first().shared.next_ids(1);
         let out = Outgoing {
             to,
             payload,
             id,
-            ack,
+            ack: Ack::One(ack),
             reply,
             deadline,
         };
-        self.cmds
+        self.shard(to)
+            .cmds
             .send(Command::Send(out))
             .map_err(|_| Error::Closed)?;
         Ok(Receipt { id, to, rx })
@@ -304,15 +445,16 @@ impl Handle {
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
     /// datagrams, so a peer that changes address keeps being reached.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
-        self.shared.know(id);
-        let _ = self.cmds.send(Command::AddPeer(id, addr));
+        let shard = self.shard(id);
+        shard.shared.know(id);
+        let _ = shard.cmds.send(Command::AddPeer(id, addr));
     }
 
     /// Adds (or replaces) the public key of node `id` in the endpoint's keyring, so that
     /// datagrams from it are accepted and messages to it can be sealed. No effect in
     /// plaintext mode.
     pub fn add_peer_key(&self, id: NodeId, key: PublicKey) {
-        let _ = self.cmds.send(Command::AddPeerKey(id, key));
+        let _ = self.shard(id).cmds.send(Command::AddPeerKey(id, key));
     }
 
     /// Whether `peer` is reachable as far as this endpoint knows: false once messages to it
@@ -320,13 +462,13 @@ impl Handle {
     /// any datagram from it, true again at its next datagram. Being unreachable drops
     /// nothing: messages are retried until acknowledged or their deadline passes.
     pub fn is_reachable(&self, peer: NodeId) -> bool {
-        !self.shared.unreachable.borrow().contains(&peer)
+        !self.first().shared.unreachable.borrow().contains(&peer)
     }
 
     /// A watch of the peers currently unreachable (see [`is_reachable`](Self::is_reachable)):
     /// `changed().await` on it wakes at every change.
     pub fn unreachable_peers(&self) -> tokio::sync::watch::Receiver<BTreeSet<NodeId>> {
-        self.shared.unreachable.subscribe()
+        self.first().shared.unreachable.subscribe()
     }
 
     /// The counters, or `None` if the endpoint has stopped.
@@ -336,9 +478,17 @@ impl Handle {
     /// This method is cancel safe: it only reads counters, and a cancelled call changes
     /// nothing.
     pub async fn stats(&self) -> Option<EndpointStats> {
-        let (tx, rx) = oneshot::channel();
-        self.cmds.send(Command::Stats(tx)).ok()?;
-        rx.await.ok()
+        let mut asked = Vec::with_capacity(self.shards.len());
+        for shard in self.shards.iter() {
+            let (tx, rx) = oneshot::channel();
+            shard.cmds.send(Command::Stats(tx)).ok()?;
+            asked.push(rx);
+        }
+        let mut total = EndpointStats::default();
+        for rx in asked {
+            total.merge(&rx.await.ok()?);
+        }
+        Some(total)
     }
 
     /// Stops accepting sends (waiting senders get [`Error::Closed`]), waits until every
@@ -352,10 +502,22 @@ impl Handle {
     /// Cancel safe in the sense that matters: once called, the close goes on (with its
     /// deadline) even if this future is dropped; only the report is lost.
     pub async fn close(&self, timeout: Duration) -> CloseReport {
-        let (reply, rx) = oneshot::channel();
-        if self.cmds.send(Command::Close { timeout, reply }).is_err() {
-            return CloseReport::default();
+        // Every shard closes at once (with the same deadline); the report is their sum.
+        let mut asked = Vec::with_capacity(self.shards.len());
+        for shard in self.shards.iter() {
+            let (reply, rx) = oneshot::channel();
+            if shard.cmds.send(Command::Close { timeout, reply }).is_ok() {
+                asked.push(rx);
+            }
         }
-        rx.await.unwrap_or_default()
+        let mut total = CloseReport::default();
+        for rx in asked {
+            let r = rx.await.unwrap_or_default();
+            total.unacknowledged.extend(r.unacknowledged);
+            total.undelivered += r.undelivered;
+            total.stats.merge(&r.stats);
+        }
+        total.unacknowledged.sort_by_key(|(_, id)| *id);
+        total
     }
 }

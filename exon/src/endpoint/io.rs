@@ -137,15 +137,18 @@ impl<S: DatagramSocket> Driver<S> {
                 // Each datagram is its own (unshared) part of the buffer: a sealed node
                 // opens it in place.
                 let one = data.split_to(stride.min(data.len()));
-                self.on_datagram(t, one, m.addr);
+                if let Some(one) = self.forward_elsewhere(one, m.addr) {
+                    self.on_datagram(t, one, m.addr);
+                }
                 if data.is_empty() {
                     break;
                 }
             }
         }
+        self.flush_forwards();
     }
 
-    fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
+    pub(crate) fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
         // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
         // source's address, and only if it is fresher than any seen from that source.
         let len = data.len();
@@ -255,7 +258,7 @@ impl<S: DatagramSocket> Driver<S> {
                         peer_span(to).in_scope(|| {
                             tracing::debug!(msg = %u.id, "message acknowledged");
                         });
-                        let _ = u.ack.send(Ok(()));
+                        u.ack.resolve(Ok(()));
                     }
                 }
                 Event::PeerUnreachable { peer } => {
@@ -277,7 +280,7 @@ impl<S: DatagramSocket> Driver<S> {
                     }
                     if let Some(u) = self.acks.remove(&id) {
                         peer_span(to).in_scope(|| tracing::debug!(msg = %u.id, "message in doubt"));
-                        let _ = u.ack.send(Err(ReceiptError::InDoubt));
+                        u.ack.resolve(Err(ReceiptError::InDoubt));
                     }
                 }
             }

@@ -21,6 +21,20 @@
 //! destination the driver published as full waits, still without a round trip, until the
 //! driver publishes room again; [`Handle::try_send`] waits for the driver's answer.
 //!
+//! [`Handle::send_batch`] hands many messages to one destination in one command, with one
+//! [`BatchReceipt`] for all of them (one allocation, one wake-up).
+//!
+//! # Shards
+//! With [`EndpointConfig::shards`] above 1, [`Endpoint::bind`] starts that many driver
+//! tasks, each with its own protocol [`Node`] (same node id and identity), its own socket (an
+//! `SO_REUSEPORT` group on one address) and the peers whose node id hashes to it: on a
+//! multi-thread runtime they run on different cores. A datagram the kernel hands to another
+//! shard's socket is passed to the owning shard. Each peer is served by one shard only, so
+//! the core stays single-threaded and exactly-once per peer is unchanged; the shards share
+//! the clock store (the highest mark any shard asked for is what is stored), the unreachable
+//! set, message ids, and close; [`Handle::stats`] sums their counters.
+//! [`Endpoint::into_deliveries`] gives one delivery stream per shard.
+//!
 //! # Runtime layout
 //! Prefer a **current-thread** runtime per endpoint (one OS thread per endpoint, or per
 //! group of endpoints and the tasks that use them), and scale out with threads or
@@ -48,6 +62,7 @@ mod handle;
 mod io;
 mod lossy;
 mod peers;
+mod receipts;
 mod shared;
 mod socket;
 mod store;
@@ -70,7 +85,9 @@ pub use config::EndpointConfig;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
+pub use receipts::{BatchReceipt, BatchVerdicts};
 pub use socket::{DatagramSocket, RecvMeta};
+use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
 pub use typed::{decode, encode, PayloadError};
@@ -155,7 +172,63 @@ impl std::fmt::Debug for Acker {
 #[derive(Debug)]
 pub struct Endpoint {
     handle: Handle,
+    /// One delivery stream per shard.
+    rx: Vec<Deliveries>,
+    /// The stream polled first next time (shards take turns).
+    next: usize,
+}
+
+/// The delivered messages of one driver shard: what [`Endpoint::into_deliveries`] splits an
+/// endpoint into, so that each shard's messages can be taken by a task of its own (on a
+/// multi-thread runtime, one per core). Taking a message acknowledges it as
+/// [`Endpoint::recv`] does.
+#[derive(Debug)]
+pub struct Deliveries {
     rx: mpsc::Receiver<Message>,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl Deliveries {
+    /// The next message of this shard, or `None` once it has stopped.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Endpoint::recv`].
+    pub async fn recv(&mut self) -> Option<Message> {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Polls for the next message of this shard (taken, as with [`recv`](Self::recv)).
+    pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(m)) => {
+                if self.shared.take_one() {
+                    Poll::Ready(Some(m))
+                } else {
+                    // Stopped: what is left was reported undelivered.
+                    self.rx.close();
+                    self.done = true;
+                    Poll::Ready(None)
+                }
+            }
+            Poll::Ready(None) => {
+                self.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl futures_core::Stream for Deliveries {
+    type Item = Message;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Message>> {
+        self.get_mut().poll_recv(cx)
+    }
 }
 
 impl Endpoint {
@@ -213,18 +286,31 @@ impl Endpoint {
     /// Polls for the next delivered message (what the `Stream` implementation does). A
     /// message returned here counts as taken, as with [`recv`](Self::recv).
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => {
-                if self.handle.shared.take_one() {
-                    Poll::Ready(Some(m))
-                } else {
-                    // Stopped: what is left was reported undelivered.
-                    self.rx.close();
-                    Poll::Ready(None)
+        let n = self.rx.len();
+        let mut open = false;
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            match self.rx[i].poll_recv(cx) {
+                Poll::Ready(Some(m)) => {
+                    self.next = (i + 1) % n;
+                    return Poll::Ready(Some(m));
                 }
+                Poll::Ready(None) => {}
+                Poll::Pending => open = true,
             }
-            other => other,
         }
+        if open {
+            Poll::Pending
+        } else {
+            Poll::Ready(None)
+        }
+    }
+
+    /// Splits the endpoint into its handle and one stream of deliveries per driver shard
+    /// (one stream unless [`EndpointConfig::shards`] is above 1), so that each shard's
+    /// messages can be taken by its own task.
+    pub fn into_deliveries(self) -> (Handle, Vec<Deliveries>) {
+        (self.handle, self.rx)
     }
 }
 
@@ -299,49 +385,118 @@ impl Builder {
     ///
     /// This method is cancel safe, as [`Endpoint::bind`] is.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
-        let socket = BatchSocket::bind(addr).await?;
-        self.with_socket(socket)
+        let shards = self.config.shards.clamp(1, MAX_SHARDS);
+        if shards == 1 {
+            let socket = BatchSocket::bind(addr).await?;
+            return self.with_socket(socket);
+        }
+        let sockets = BatchSocket::bind_reuseport(addr, shards).await?;
+        self.with_sockets(sockets)
     }
 
-    /// Starts the endpoint on `socket`. Reads the clock store (a short blocking read for a
-    /// [`FileStore`]) and spawns the driver task on the current tokio runtime.
+    /// Starts the endpoint on `socket`, with one driver shard. Reads the clock store (a short
+    /// blocking read for a [`FileStore`]) and spawns the driver task on the current tokio
+    /// runtime.
     pub fn with_socket<S: DatagramSocket>(self, socket: S) -> Result<Endpoint, BindError> {
+        self.with_sockets(vec![socket])
+    }
+
+    /// Starts the endpoint with one driver shard per socket (at most 256): the sockets must
+    /// all receive at the same address (an `SO_REUSEPORT` group, as
+    /// [`BatchSocket::bind_reuseport`] makes), the first one's local address is the
+    /// endpoint's. Each shard owns the peers whose node id hashes to it, with its own
+    /// protocol node; they share the node id, the identity, the clock store (which keeps
+    /// the highest mark any shard stored, so a restart starts above every clock value any
+    /// shard used) and the delivery order within each shard. An empty list is refused.
+    pub fn with_sockets<S: DatagramSocket>(self, sockets: Vec<S>) -> Result<Endpoint, BindError> {
         let security = self.security.ok_or(BindError::NoSecurity)?;
+        if sockets.is_empty() || sockets.len() > MAX_SHARDS {
+            return Err(BindError::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "an endpoint needs between 1 and 256 sockets",
+            )));
+        }
+        let n = sockets.len();
         let mut store = self.store.unwrap_or_else(|| Box::new(MemoryStore::new()));
         let clock = store.load().map_err(BindError::Store)?;
-        let local_addr = socket.local_addr()?;
+        let local_addr = sockets[0].local_addr()?;
         let sealed = matches!(security, Security::Sealed(_));
-        let node = Node::new(self.id, security, self.config.protocol.clone(), clock)?;
-        let public_key = node.public_key();
+        // Built first, so that a bad configuration starts nothing.
+        let mut nodes = Vec::with_capacity(n);
+        for _ in 0..n {
+            nodes.push(Node::new(
+                self.id,
+                security.clone(),
+                self.config.protocol.clone(),
+                clock,
+            )?);
+        }
+        let public_key = nodes[0].public_key();
+        let max_payload = nodes[0].config().max_message_size;
         if !sealed {
             tracing::warn!(id = %self.id, "endpoint runs in INSECURE plaintext mode");
         }
-        let shared = Arc::new(Shared::new(
-            node.config().max_message_size,
-            self.config.send_buffer,
-            self.config.default_deadline,
-        ));
-        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
-        // Every event of the driver carries the endpoint's node id and address.
-        let span = tracing::info_span!("endpoint", id = %self.id, addr = %local_addr);
-        span.in_scope(|| tracing::info!(clock, "endpoint bound"));
-        let channels = driver::Channels {
-            cmds: cmd_rx,
-            deliver: tx,
-            shared: shared.clone(),
+        let mut stores: Vec<Box<dyn ClockStore>> = if n == 1 {
+            vec![store]
+        } else {
+            let shared = SharedStore::new(store, clock);
+            (0..n).map(|_| Box::new(shared.clone()) as _).collect()
         };
-        let driver = driver::Driver::new(node, socket, self.config, channels, store);
-        tokio::spawn(driver.run().instrument(span));
+        let mut routes: Vec<Option<driver::Route>> = if n == 1 {
+            vec![None]
+        } else {
+            driver::Route::mesh(n).into_iter().map(Some).collect()
+        };
+        let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
+        let mut links = Vec::with_capacity(n);
+        let mut receivers = Vec::with_capacity(n);
+        for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
+            let shared = Arc::new(Shared::new(
+                max_payload,
+                self.config.send_buffer,
+                self.config.default_deadline,
+                unreachable.clone(),
+            ));
+            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+            let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
+            // Every event of the driver carries the endpoint's node id and address.
+            let span = if n == 1 {
+                tracing::info_span!("endpoint", id = %self.id, addr = %local_addr)
+            } else {
+                tracing::info_span!("endpoint", id = %self.id, addr = %local_addr, shard = i)
+            };
+            span.in_scope(|| tracing::info!(clock, "endpoint bound"));
+            let channels = driver::Channels {
+                cmds: cmd_rx,
+                deliver: tx,
+                shared: shared.clone(),
+                route: routes[i].take(),
+            };
+            let store = stores.remove(0);
+            let driver = driver::Driver::new(node, socket, self.config.clone(), channels, store);
+            tokio::spawn(driver.run().instrument(span));
+            receivers.push(Deliveries {
+                rx,
+                shared: shared.clone(),
+                done: false,
+            });
+            links.push(handle::ShardLink {
+                cmds: cmd_tx,
+                shared,
+            });
+        }
         Ok(Endpoint {
             handle: Handle {
                 id: self.id,
                 local_addr,
                 public_key,
-                cmds: cmd_tx,
-                shared,
+                shards: links.into(),
             },
-            rx,
+            rx: receivers,
+            next: 0,
         })
     }
 }
+
+/// Most driver shards of one endpoint.
+const MAX_SHARDS: usize = 256;

@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashSet};
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -23,7 +23,7 @@ pub(crate) struct Shared {
     /// The next message id handed out.
     next_id: AtomicU64,
     /// Destinations whose queue is full: sends to them wait for the driver's answer.
-    blocked: Mutex<HashSet<NodeId>>,
+    blocked: Mutex<PeerSet>,
     /// Size of `blocked`, read without the lock on the fast path.
     blocked_len: AtomicUsize,
     /// Notified when a destination leaves `blocked`, and on close.
@@ -41,40 +41,65 @@ pub(crate) struct Shared {
     pub(crate) taken_notify: Notify,
     /// Node ids with a known address (added, or learned from their datagrams): a send to
     /// any other fails at once.
-    known: Mutex<HashSet<NodeId>>,
+    known: Mutex<PeerSet>,
+    /// A direct-mapped cache of `known`, read without the lock on the send path: a slot holds
+    /// a known id (or [`EMPTY`]). Written only under the lock of `known`, so a peer forgotten
+    /// (which clears its slot under the lock) is never left cached.
+    hot: [AtomicU64; HOT_SLOTS],
     /// Deliveries the application acknowledged (ack-after-processing mode), for the driver.
     acked: Mutex<Vec<crate::proto::DeliveryId>>,
-    /// Peers reported unreachable, published to watchers.
-    pub(crate) unreachable: tokio::sync::watch::Sender<BTreeSet<NodeId>>,
+    /// Peers reported unreachable, published to watchers (one set for every shard of an
+    /// endpoint: each shard adds and removes only the peers it owns).
+    pub(crate) unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
+    /// The size of the send buffer (the credits' total).
+    pub(crate) send_buffer: usize,
 }
 
 /// Bytes of payload one send credit stands for.
 const CREDIT_BYTES: usize = 64 * 1024;
 
+/// A set of node ids hashed as the core's maps are.
+type PeerSet = HashSet<NodeId, foldhash::fast::RandomState>;
+
 /// The bit of `Shared::taken` that says the driver stopped.
 const STOPPED: u64 = 1 << 63;
 
+/// Slots of the cache of known peers.
+const HOT_SLOTS: usize = 64;
+/// An empty slot of that cache: above [`NodeId::MAX`], so never a node id.
+const EMPTY: u64 = u64::MAX;
+
+/// The cache slot of `peer`.
+fn hot_slot(peer: NodeId) -> usize {
+    (peer.get().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % HOT_SLOTS
+}
+
 impl Shared {
+    /// The state of one driver shard; `unreachable` is the endpoint's watch of unreachable
+    /// peers, shared by its shards.
     pub(crate) fn new(
         max_payload: usize,
         send_buffer: usize,
         default_deadline: Option<std::time::Duration>,
+        unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
     ) -> Shared {
         Shared {
             max_payload,
             default_deadline,
             closing: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
-            blocked: Mutex::new(HashSet::new()),
+            blocked: Mutex::new(PeerSet::default()),
             blocked_len: AtomicUsize::new(0),
             room: Notify::new(),
             credits: Semaphore::new(send_buffer.max(1)),
             credit_cap: send_buffer.max(1),
             taken: AtomicU64::new(0),
             taken_notify: Notify::new(),
-            known: Mutex::new(HashSet::new()),
+            known: Mutex::new(PeerSet::default()),
+            hot: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
             acked: Mutex::new(Vec::new()),
-            unreachable: tokio::sync::watch::Sender::new(BTreeSet::new()),
+            unreachable,
+            send_buffer: send_buffer.max(1),
         }
     }
 
@@ -116,27 +141,37 @@ impl Shared {
 
     /// `peer` has a known address from now on.
     pub(crate) fn know(&self, peer: NodeId) {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(peer);
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.insert(peer);
+        self.hot[hot_slot(peer)].store(peer.get(), Ordering::Release);
     }
 
     /// `peer`'s address was forgotten (pruned with its records): sends to it are refused
     /// again until it is added or speaks.
     pub(crate) fn forget(&self, peer: NodeId) {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&peer);
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.remove(&peer);
+        let _ = self.hot[hot_slot(peer)].compare_exchange(
+            peer.get(),
+            EMPTY,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
     }
 
-    /// Whether `peer` has a known address.
+    /// Whether `peer` has a known address: one atomic load when it is cached (the send
+    /// path), the lock of the set otherwise.
     pub(crate) fn is_known(&self, peer: NodeId) -> bool {
-        self.known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&peer)
+        let slot = &self.hot[hot_slot(peer)];
+        if slot.load(Ordering::Acquire) == peer.get() {
+            return true;
+        }
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        let is = known.contains(&peer);
+        if is {
+            slot.store(peer.get(), Ordering::Release);
+        }
+        is
     }
 
     /// The application took the next message from the delivery channel. Returns false if
@@ -166,9 +201,10 @@ impl Shared {
         self.taken.fetch_or(STOPPED, Ordering::AcqRel) & !STOPPED
     }
 
-    /// A fresh message id (unique within the endpoint, increasing).
-    pub(crate) fn next_id(&self) -> MsgId {
-        MsgId(self.next_id.fetch_add(1, Ordering::Relaxed))
+    /// The first of `n` fresh consecutive message ids (unique within the endpoint when
+    /// taken from its first shard, increasing).
+    pub(crate) fn next_ids(&self, n: u64) -> MsgId {
+        MsgId(self.next_id.fetch_add(n, Ordering::Relaxed))
     }
 
     pub(crate) fn is_closing(&self) -> bool {
@@ -218,17 +254,64 @@ impl Shared {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashSet<NodeId>> {
+    fn lock(&self) -> MutexGuard<'_, PeerSet> {
         self.blocked.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 /// Closes the shared state when the driver goes away, however it goes (a dropped runtime
 /// included), so that no sender waits for credits forever.
-pub(crate) struct CloseOnDrop(pub(crate) std::sync::Arc<Shared>);
+pub(crate) struct CloseOnDrop(pub(crate) Arc<Shared>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         self.0.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        let watch = Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new()));
+        Shared::new(1000, 8, None, watch)
+    }
+
+    #[test]
+    fn a_forgotten_peer_is_not_left_in_the_cache() {
+        let s = shared();
+        let (a, b) = (NodeId::from_const(7), NodeId::from_const(8));
+        assert!(!s.is_known(a));
+        s.know(a);
+        s.know(b);
+        assert!(s.is_known(a) && s.is_known(b));
+        s.forget(a);
+        assert!(!s.is_known(a), "the cached slot was cleared");
+        assert!(s.is_known(b));
+        // Ids sharing a slot: each is answered right, through the set when not cached.
+        let same: Vec<NodeId> = (100..10_000)
+            .map(NodeId::from_const)
+            .filter(|p| hot_slot(*p) == hot_slot(b))
+            .take(3)
+            .collect();
+        for p in &same {
+            assert!(!s.is_known(*p));
+            s.know(*p);
+        }
+        for p in &same {
+            assert!(s.is_known(*p));
+        }
+        s.forget(same[1]);
+        assert!(!s.is_known(same[1]));
+        assert!(s.is_known(same[0]) && s.is_known(same[2]));
+    }
+
+    #[test]
+    fn ids_come_in_consecutive_runs() {
+        let s = shared();
+        assert_eq!(s.next_ids(1), MsgId(0));
+        assert_eq!(s.next_ids(5), MsgId(1));
+        assert_eq!(s.next_ids(1), MsgId(6));
     }
 }

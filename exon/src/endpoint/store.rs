@@ -140,3 +140,83 @@ impl ClockStore for FileStore {
         fs::File::open(dir)?.sync_all()
     }
 }
+
+/// One clock store shared by the shards of an endpoint: every shard stores through it, and
+/// it writes only a mark above every mark stored so far, so the store always holds the
+/// highest mark any shard asked for. A restarted endpoint (with any number of shards) then
+/// starts every shard above every clock value any shard used: no incarnation and no nonce
+/// epoch of a peer's owner is ever reused, even when the peer moves to another shard.
+#[derive(Clone)]
+pub(crate) struct SharedStore {
+    inner: Arc<std::sync::Mutex<(Box<dyn ClockStore>, u64)>>,
+    blocking: bool,
+}
+
+impl SharedStore {
+    /// Shares `store`, which holds `loaded` now.
+    pub(crate) fn new(store: Box<dyn ClockStore>, loaded: u64) -> SharedStore {
+        let blocking = store.is_blocking();
+        SharedStore {
+            inner: Arc::new(std::sync::Mutex::new((store, loaded))),
+            blocking,
+        }
+    }
+}
+
+impl ClockStore for SharedStore {
+    fn load(&mut self) -> io::Result<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(inner.1)
+    }
+
+    fn store(&mut self, high_water: u64) -> io::Result<()> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if high_water <= inner.1 {
+            // A mark at least as high is stored already.
+            return Ok(());
+        }
+        inner.0.store(high_water)?;
+        inner.1 = high_water;
+        Ok(())
+    }
+
+    fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records every mark written.
+    struct Log(Arc<std::sync::Mutex<Vec<u64>>>);
+
+    impl ClockStore for Log {
+        fn load(&mut self) -> io::Result<u64> {
+            Ok(0)
+        }
+        fn store(&mut self, high_water: u64) -> io::Result<()> {
+            self.0.lock().unwrap().push(high_water);
+            Ok(())
+        }
+        fn is_blocking(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn a_shared_store_keeps_the_highest_mark_of_every_shard() {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let shared = SharedStore::new(Box::new(Log(log.clone())), 10);
+        let (mut a, mut b) = (shared.clone(), shared);
+        a.store(100).unwrap();
+        // A lower mark from another shard is covered already: not written, never lowered.
+        b.store(50).unwrap();
+        b.store(100).unwrap();
+        b.store(150).unwrap();
+        a.store(120).unwrap();
+        assert_eq!(*log.lock().unwrap(), [100, 150]);
+        assert_eq!(a.load().unwrap(), 150);
+    }
+}

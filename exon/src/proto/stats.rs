@@ -304,3 +304,174 @@ pub struct Stats {
     /// Things the network sent that were refused, by reason.
     pub rejects: Rejects,
 }
+
+impl FrameCounts {
+    /// Adds `other`'s counts to these (counters of several nodes, such as the shards of
+    /// one endpoint, summed).
+    pub fn merge(&mut self, other: &FrameCounts) {
+        let FrameCounts {
+            reqslots,
+            slots,
+            token,
+            ack,
+            doubt,
+            retry,
+            challenge,
+            response,
+            frag,
+            got,
+            credit,
+        } = other;
+        self.reqslots += reqslots;
+        self.slots += slots;
+        self.token += token;
+        self.ack += ack;
+        self.doubt += doubt;
+        self.retry += retry;
+        self.challenge += challenge;
+        self.response += response;
+        self.frag += frag;
+        self.got += got;
+        self.credit += credit;
+    }
+}
+
+impl Rejects {
+    /// Adds `other`'s counts to these (counters of several nodes, such as the shards of
+    /// one endpoint, summed).
+    pub fn merge(&mut self, other: &Rejects) {
+        let Rejects {
+            bad_fragment,
+            fragment_refused,
+            runt,
+            bad_magic,
+            bad_version,
+            reserved_flags,
+            truncated,
+            non_canonical,
+            unknown_frame,
+            no_frames,
+            payload_too_large,
+            bad_ack,
+            oversized,
+            wrong_destination,
+            from_self,
+            slots_request_too_large,
+            slots_overflow,
+            slots_cap,
+            too_many_records,
+            clock_wait,
+            unrequested_slots,
+            clock_jump,
+            outbox_full,
+            wrong_mode,
+            unknown_peer,
+            key_mismatch,
+            key_budget,
+            bad_tag,
+            frontier_beyond_grant,
+            never_issued,
+            implausible_verdict,
+        } = other;
+        self.bad_fragment += bad_fragment;
+        self.fragment_refused += fragment_refused;
+        self.runt += runt;
+        self.bad_magic += bad_magic;
+        self.bad_version += bad_version;
+        self.reserved_flags += reserved_flags;
+        self.truncated += truncated;
+        self.non_canonical += non_canonical;
+        self.unknown_frame += unknown_frame;
+        self.no_frames += no_frames;
+        self.payload_too_large += payload_too_large;
+        self.bad_ack += bad_ack;
+        self.oversized += oversized;
+        self.wrong_destination += wrong_destination;
+        self.from_self += from_self;
+        self.slots_request_too_large += slots_request_too_large;
+        self.slots_overflow += slots_overflow;
+        self.slots_cap += slots_cap;
+        self.too_many_records += too_many_records;
+        self.clock_wait += clock_wait;
+        self.unrequested_slots += unrequested_slots;
+        self.clock_jump += clock_jump;
+        self.outbox_full += outbox_full;
+        self.wrong_mode += wrong_mode;
+        self.unknown_peer += unknown_peer;
+        self.key_mismatch += key_mismatch;
+        self.key_budget += key_budget;
+        self.bad_tag += bad_tag;
+        self.frontier_beyond_grant += frontier_beyond_grant;
+        self.never_issued += never_issued;
+        self.implausible_verdict += implausible_verdict;
+    }
+}
+
+impl Stats {
+    /// Adds `other`'s counts to these (counters of several nodes, such as the shards of
+    /// one endpoint, summed).
+    pub fn merge(&mut self, other: &Stats) {
+        let Stats {
+            datagrams_in,
+            datagrams_out,
+            bytes_in,
+            bytes_out,
+            frames_in,
+            frames_out,
+            sent,
+            delivered,
+            taken,
+            held_back,
+            acknowledged,
+            in_doubt,
+            not_delivered,
+            retried,
+            evictions,
+            retransmissions,
+            losses_detected,
+            timeouts,
+            tail_probes,
+            reqslots_retransmissions,
+            probes,
+            duplicates_dropped,
+            stale_slots,
+            stale_acks,
+            incarnations,
+            idle_discards,
+            unsealable,
+            rejects,
+            reassembled,
+            partials_expired,
+        } = other;
+        self.datagrams_in += datagrams_in;
+        self.datagrams_out += datagrams_out;
+        self.bytes_in += bytes_in;
+        self.bytes_out += bytes_out;
+        self.frames_in.merge(frames_in);
+        self.frames_out.merge(frames_out);
+        self.sent += sent;
+        self.delivered += delivered;
+        self.taken += taken;
+        self.held_back += held_back;
+        self.acknowledged += acknowledged;
+        self.in_doubt += in_doubt;
+        self.not_delivered += not_delivered;
+        self.retried += retried;
+        self.evictions += evictions;
+        self.retransmissions += retransmissions;
+        self.losses_detected += losses_detected;
+        self.timeouts += timeouts;
+        self.tail_probes += tail_probes;
+        self.reqslots_retransmissions += reqslots_retransmissions;
+        self.probes += probes;
+        self.duplicates_dropped += duplicates_dropped;
+        self.stale_slots += stale_slots;
+        self.stale_acks += stale_acks;
+        self.incarnations += incarnations;
+        self.idle_discards += idle_discards;
+        self.unsealable += unsealable;
+        self.reassembled += reassembled;
+        self.partials_expired += partials_expired;
+        self.rejects.merge(rejects);
+    }
+}

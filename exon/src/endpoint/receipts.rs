@@ -1,0 +1,364 @@
+//! How the driver resolves the verdict of a message: one receipt's oneshot per message
+//! ([`Handle::send`](super::Handle::send)), or one shared slot table per batch
+//! ([`Handle::send_batch`](super::Handle::send_batch), [`BatchReceipt`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tokio::sync::oneshot;
+
+use super::{Error, ReceiptError};
+use crate::proto::{MsgId, NodeId};
+
+/// Where the driver sends a message's verdict.
+pub(crate) enum Ack {
+    /// A single send's receipt.
+    One(oneshot::Sender<Result<(), ReceiptError>>),
+    /// Message `index` of a batch.
+    Batch(BatchSlot),
+}
+
+impl Ack {
+    /// Resolves the message's receipt with `verdict`. Dropping an `Ack` without resolving it
+    /// resolves the receipt as [`ReceiptError::Unacknowledged`].
+    pub(crate) fn resolve(self, verdict: Result<(), ReceiptError>) {
+        match self {
+            Ack::One(tx) => {
+                let _ = tx.send(verdict);
+            }
+            Ack::Batch(slot) => slot.resolve(verdict),
+        }
+    }
+}
+
+/// Verdict codes in [`BatchState::codes`].
+const PENDING: u8 = 0;
+const OK: u8 = 1;
+const UNACKNOWLEDGED: u8 = 2;
+const NOT_DELIVERED: u8 = 3;
+const IN_DOUBT: u8 = 4;
+const REFUSED: u8 = 5;
+
+/// What a batch's receipt and the driver share: one allocation for the verdicts of every
+/// message of the batch, and one completion signal.
+struct BatchState {
+    /// One verdict code per message.
+    codes: Box<[AtomicU8]>,
+    /// Messages not resolved yet.
+    pending: AtomicUsize,
+    /// The reasons of the (rare) refusals, by index.
+    refusals: Mutex<Vec<(u32, Error)>>,
+    /// Fired by whoever resolves the last message.
+    done: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl BatchState {
+    fn resolve(&self, index: u32, verdict: Result<(), ReceiptError>) {
+        let code = match verdict {
+            Ok(()) => OK,
+            Err(ReceiptError::Unacknowledged) => UNACKNOWLEDGED,
+            Err(ReceiptError::NotDelivered) => NOT_DELIVERED,
+            Err(ReceiptError::InDoubt) => IN_DOUBT,
+            Err(ReceiptError::Refused(e)) => {
+                self.refusals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((index, e));
+                REFUSED
+            }
+        };
+        let Some(c) = self.codes.get(index as usize) else {
+            return;
+        };
+        if c.compare_exchange(PENDING, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return; // resolved already: the first verdict stands
+        }
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(tx) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    fn verdict(&self, index: usize) -> Option<Result<(), ReceiptError>> {
+        let code = self.codes.get(index)?.load(Ordering::Acquire);
+        Some(match code {
+            PENDING => return None,
+            OK => Ok(()),
+            NOT_DELIVERED => Err(ReceiptError::NotDelivered),
+            IN_DOUBT => Err(ReceiptError::InDoubt),
+            REFUSED => {
+                let r = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+                let e = r
+                    .iter()
+                    .find(|(i, _)| *i as usize == index)
+                    .map_or(Error::Closed, |(_, e)| *e);
+                Err(ReceiptError::Refused(e))
+            }
+            _ => Err(ReceiptError::Unacknowledged),
+        })
+    }
+}
+
+/// The driver's end of one message of a batch. Dropped unresolved (the endpoint stopped),
+/// it resolves the message as [`ReceiptError::Unacknowledged`], as a dropped oneshot does
+/// for a single receipt.
+pub(crate) struct BatchSlot {
+    state: Arc<BatchState>,
+    index: u32,
+    resolved: bool,
+}
+
+impl BatchSlot {
+    fn resolve(mut self, verdict: Result<(), ReceiptError>) {
+        self.resolved = true;
+        self.state.resolve(self.index, verdict);
+    }
+}
+
+impl Drop for BatchSlot {
+    fn drop(&mut self) {
+        if !self.resolved {
+            self.state
+                .resolve(self.index, Err(ReceiptError::Unacknowledged));
+        }
+    }
+}
+
+/// Makes the shared state of a batch of `len` messages with ids `first..first + len` to
+/// `to`: the receipt, and the driver's slots (one per message, in order).
+pub(crate) fn batch(to: NodeId, first: MsgId, len: usize) -> (BatchReceipt, Vec<BatchSlot>) {
+    let (tx, rx) = oneshot::channel();
+    let state = Arc::new(BatchState {
+        codes: (0..len).map(|_| AtomicU8::new(PENDING)).collect(),
+        pending: AtomicUsize::new(len),
+        refusals: Mutex::new(Vec::new()),
+        done: Mutex::new((len > 0).then_some(tx)),
+    });
+    let slots = (0..len)
+        .map(|i| BatchSlot {
+            state: state.clone(),
+            index: i as u32,
+            resolved: false,
+        })
+        .collect();
+    let receipt = BatchReceipt {
+        to,
+        first,
+        state,
+        done: rx,
+    };
+    (receipt, slots)
+}
+
+/// The receipt of a batch sent with [`Handle::send_batch`](super::Handle::send_batch): the
+/// verdicts of all its messages in one allocation, with one wake-up when the last is known.
+/// Awaiting it yields the [`BatchVerdicts`]; each message's verdict means what a
+/// [`Receipt`](super::Receipt)'s does (acknowledged exactly once, in doubt, not delivered,
+/// unacknowledged, refused).
+///
+/// Dropping it never cancels the messages.
+///
+/// # Cancel safety
+/// Cancel safe: it can be polled again after a poll was dropped.
+#[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the messages)"]
+pub struct BatchReceipt {
+    to: NodeId,
+    first: MsgId,
+    state: Arc<BatchState>,
+    done: oneshot::Receiver<()>,
+}
+
+impl std::fmt::Debug for BatchReceipt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchReceipt")
+            .field("to", &self.to)
+            .field("first", &self.first)
+            .field("len", &self.len())
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
+
+impl BatchReceipt {
+    /// The destination node.
+    pub fn to(&self) -> NodeId {
+        self.to
+    }
+
+    /// Messages in the batch.
+    pub fn len(&self) -> usize {
+        self.state.codes.len()
+    }
+
+    /// True for an empty batch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The id of message `index` of the batch: the batch's ids are consecutive, in the order
+    /// of the payloads.
+    pub fn id(&self, index: usize) -> Option<MsgId> {
+        (index < self.len()).then(|| MsgId(self.first.0 + index as u64))
+    }
+
+    /// Messages whose verdict is not known yet.
+    pub fn pending(&self) -> usize {
+        self.state.pending.load(Ordering::Acquire)
+    }
+
+    /// The verdict of message `index` if known already.
+    pub fn try_verdict(&self, index: usize) -> Option<Result<MsgId, ReceiptError>> {
+        let id = self.id(index)?;
+        self.state.verdict(index).map(|v| v.map(|()| id))
+    }
+
+    fn verdicts(&self) -> BatchVerdicts {
+        BatchVerdicts {
+            first: self.first,
+            state: self.state.clone(),
+        }
+    }
+}
+
+impl Future for BatchReceipt {
+    type Output = BatchVerdicts;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<BatchVerdicts> {
+        if self.pending() == 0 {
+            return Poll::Ready(self.verdicts());
+        }
+        match Pin::new(&mut self.done).poll(cx) {
+            // Fired, or dropped: every slot resolved (a dropped slot resolves as
+            // unacknowledged before the sender goes).
+            Poll::Ready(_) => Poll::Ready(self.verdicts()),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The verdicts of every message of a batch, once all are known.
+#[derive(Clone)]
+pub struct BatchVerdicts {
+    first: MsgId,
+    state: Arc<BatchState>,
+}
+
+impl std::fmt::Debug for BatchVerdicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchVerdicts")
+            .field("len", &self.len())
+            .field("acknowledged", &self.acknowledged())
+            .finish()
+    }
+}
+
+impl BatchVerdicts {
+    /// Messages in the batch.
+    pub fn len(&self) -> usize {
+        self.state.codes.len()
+    }
+
+    /// True for an empty batch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The verdict of message `index` (its id when acknowledged), as a
+    /// [`Receipt`](super::Receipt) would resolve.
+    pub fn get(&self, index: usize) -> Option<Result<MsgId, ReceiptError>> {
+        let v = self
+            .state
+            .verdict(index)
+            .unwrap_or(Err(ReceiptError::Unacknowledged));
+        (index < self.len()).then(|| v.map(|()| MsgId(self.first.0 + index as u64)))
+    }
+
+    /// Every verdict, in the order of the payloads.
+    pub fn iter(&self) -> impl Iterator<Item = Result<MsgId, ReceiptError>> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
+    /// Messages acknowledged.
+    pub fn acknowledged(&self) -> usize {
+        self.state
+            .codes
+            .iter()
+            .filter(|c| c.load(Ordering::Acquire) == OK)
+            .count()
+    }
+
+    /// True when every message was acknowledged.
+    pub fn all_acknowledged(&self) -> bool {
+        self.acknowledged() == self.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(i: u64) -> NodeId {
+        NodeId::from_const(i)
+    }
+
+    #[tokio::test]
+    async fn a_batch_resolves_once_every_slot_has_its_verdict() {
+        let (receipt, slots) = batch(node(2), MsgId(10), 4);
+        assert_eq!(receipt.len(), 4);
+        assert_eq!(receipt.id(3), Some(MsgId(13)));
+        assert_eq!(receipt.id(4), None);
+        let mut slots = slots.into_iter();
+        let verdicts = [
+            Ok(()),
+            Err(ReceiptError::InDoubt),
+            Err(ReceiptError::Refused(Error::Closed)),
+        ];
+        for v in verdicts {
+            slots.next().unwrap().resolve(v);
+        }
+        assert_eq!(receipt.pending(), 1);
+        assert_eq!(receipt.try_verdict(0), Some(Ok(MsgId(10))));
+        assert_eq!(receipt.try_verdict(3), None);
+        // The last one dropped unresolved (the endpoint stopped): unacknowledged.
+        drop(slots);
+        let v = receipt.await;
+        let all: Vec<_> = v.iter().collect();
+        assert_eq!(
+            all,
+            [
+                Ok(MsgId(10)),
+                Err(ReceiptError::InDoubt),
+                Err(ReceiptError::Refused(Error::Closed)),
+                Err(ReceiptError::Unacknowledged),
+            ]
+        );
+        assert_eq!(v.acknowledged(), 1);
+        assert!(!v.all_acknowledged());
+    }
+
+    #[tokio::test]
+    async fn the_first_verdict_of_a_message_stands() {
+        let (receipt, slots) = batch(node(2), MsgId(0), 1);
+        let state = receipt.state.clone();
+        state.resolve(0, Ok(()));
+        // A later (impossible in the driver) second verdict changes nothing.
+        state.resolve(0, Err(ReceiptError::InDoubt));
+        drop(slots);
+        let v = receipt.await;
+        assert!(v.all_acknowledged());
+        assert_eq!(state.pending.load(Ordering::Acquire), 0);
+    }
+
+    #[tokio::test]
+    async fn an_empty_batch_is_ready_at_once() {
+        let (receipt, slots) = batch(node(2), MsgId(0), 0);
+        assert!(slots.is_empty());
+        assert!(receipt.await.is_empty());
+    }
+}
