@@ -39,6 +39,9 @@ pub enum DecodeError {
     /// An ACK range that runs past the largest slot number.
     #[error("value out of range")]
     ValueOutOfRange,
+    /// An MTU_PROBE whose padding is not all zero bytes.
+    #[error("MTU_PROBE padding not zero")]
+    BadPadding,
 }
 
 /// Why [`Node::send`](super::Node::send) refused a message. The message was not accepted:

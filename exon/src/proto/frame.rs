@@ -1,5 +1,5 @@
-//! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, and the verdicts ACK, DOUBT,
-//! RETRY): encode and decode.
+//! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY,
+//! path validation and path MTU probes): encode and decode.
 //!
 //! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
 //! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
@@ -42,6 +42,12 @@ pub mod frame_type {
     pub const CHALLENGE: u64 = 0x07;
     /// RESPONSE(token): the answer to a CHALLENGE.
     pub const RESPONSE: u64 = 0x08;
+    // 0x09 to 0x0B are reserved (unknown to this version).
+    /// MTU_PROBE(id, pad): path MTU discovery, padded to the size probed, answered with
+    /// MTU_ACK(id).
+    pub const MTU_PROBE: u64 = 0x0C;
+    /// MTU_ACK(id): the answer to an MTU_PROBE.
+    pub const MTU_ACK: u64 = 0x0D;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -279,6 +285,19 @@ pub enum Frame {
         /// The CHALLENGE's token.
         token: u64,
     },
+    /// Path MTU discovery: "answer this probe". Its `pad` zero bytes make the datagram as
+    /// large as the size probed.
+    MtuProbe {
+        /// The probe's id, echoed in the MTU_ACK.
+        id: u64,
+        /// Zero bytes of padding after the field.
+        pad: u64,
+    },
+    /// The answer to an MTU_PROBE: a datagram of its size reached this node.
+    MtuAck {
+        /// The MTU_PROBE's id.
+        id: u64,
+    },
 }
 
 impl Frame {
@@ -293,6 +312,8 @@ impl Frame {
             Frame::Retry { .. } => "RETRY",
             Frame::Challenge { .. } => "CHALLENGE",
             Frame::Response { .. } => "RESPONSE",
+            Frame::MtuProbe { .. } => "MTU_PROBE",
+            Frame::MtuAck { .. } => "MTU_ACK",
         }
     }
 
@@ -314,6 +335,13 @@ impl Frame {
             Frame::Token { s, r, payload } => put_token(buf, *s, *r, payload),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
             Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
+            Frame::MtuProbe { id, pad } => {
+                put_varint(buf, frame_type::MTU_PROBE);
+                put_varint(buf, *id);
+                put_varint(buf, *pad);
+                buf.put_bytes(0, *pad as usize);
+            }
+            Frame::MtuAck { id } => put_mtu_ack(buf, *id),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     put_varint(buf, v.frame_type());
@@ -332,6 +360,8 @@ impl Frame {
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
             Frame::Token { s, r, payload } => token_len(*s, *r, payload.len()),
             Frame::Challenge { .. } | Frame::Response { .. } => PATH_FRAME_LEN,
+            Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
+            Frame::MtuAck { id } => mtu_ack_len(*id),
             Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
                 1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
             }
@@ -346,6 +376,52 @@ pub const PATH_FRAME_LEN: usize = 9;
 pub fn put_path(buf: &mut impl BufMut, ty: u64, token: u64) {
     put_varint(buf, ty);
     buf.put_u64(token);
+}
+
+/// Encoded size of an MTU_PROBE frame with `pad` bytes of padding.
+pub fn mtu_probe_len(id: u64, pad: u64) -> usize {
+    1 + varint_len(id) + varint_len(pad) + pad as usize
+}
+
+/// Appends the largest MTU_PROBE frame for probe `id` that takes at most `room` bytes, and
+/// returns its size (0: not even an unpadded one fits, nothing written). It takes exactly
+/// `room` bytes except where no padding length does (the padding's own length field grows
+/// by a byte at 64 and at 16384 bytes): then one byte less.
+pub fn put_mtu_probe(buf: &mut impl BufMut, id: u64, room: usize) -> usize {
+    let fixed = 1 + varint_len(id);
+    let mut best = None;
+    for field in [1, 2, 4, 8] {
+        let Some(pad) = room.checked_sub(fixed + field) else {
+            continue;
+        };
+        let pad = (pad as u64).min(VARINT_MAX);
+        if varint_len(pad) == field {
+            best = best.max(Some(pad));
+        } else if varint_len(pad) > field {
+            // One byte less still has a field of this length only below the boundary.
+            let below = (1u64 << (8 * field - 2)) - 1;
+            best = best.max(Some(below.min(pad)));
+        }
+    }
+    let Some(pad) = best else {
+        return 0;
+    };
+    put_varint(buf, frame_type::MTU_PROBE);
+    put_varint(buf, id);
+    put_varint(buf, pad);
+    buf.put_bytes(0, pad as usize);
+    mtu_probe_len(id, pad)
+}
+
+/// Encoded size of an MTU_ACK frame.
+pub fn mtu_ack_len(id: u64) -> usize {
+    1 + varint_len(id)
+}
+
+/// Appends an MTU_ACK frame.
+pub fn put_mtu_ack(buf: &mut impl BufMut, id: u64) {
+    put_varint(buf, frame_type::MTU_ACK);
+    put_varint(buf, id);
 }
 
 /// Encoded size of a REQSLOTS frame.
@@ -686,6 +762,19 @@ impl Frames<'_> {
                     Frame::Response { token }
                 }
             }
+            frame_type::MTU_PROBE => {
+                let id = r.varint()?;
+                let pad = r.varint()?;
+                if pad > r.remaining() as u64 {
+                    return Err(DecodeError::Truncated);
+                }
+                // Zero bytes only: a datagram has one encoding.
+                if r.bytes(pad as usize)?.iter().any(|&b| b != 0) {
+                    return Err(DecodeError::BadPadding);
+                }
+                Frame::MtuProbe { id, pad }
+            }
+            frame_type::MTU_ACK => Frame::MtuAck { id: r.varint()? },
             other => return Err(DecodeError::UnknownFrame(other)),
         })
     }

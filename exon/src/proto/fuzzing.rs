@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=7)? {
+        Ok(match u.int_in_range(0u8..=9)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -84,9 +84,14 @@ impl<'a> Arbitrary<'a> for Frame {
             6 => Frame::Challenge {
                 token: u64::arbitrary(u)?,
             },
-            _ => Frame::Response {
+            7 => Frame::Response {
                 token: u64::arbitrary(u)?,
             },
+            8 => Frame::MtuProbe {
+                id: varint(u)?,
+                pad: u.int_in_range(0u64..=1500)?,
+            },
+            _ => Frame::MtuAck { id: varint(u)? },
         })
     }
 }

@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState};
 use super::loss::{loss_delay, Judgement, LossDetector};
+use super::mtud::Mtud;
 use super::pacing::Pacer;
 use super::rtt::Rtt;
 use super::tokens::Tokens;
@@ -43,6 +44,9 @@ pub(crate) struct Token {
     pub size: u64,
     /// The delivery-rate snapshot of its last transmission.
     pub rate: Option<SendState>,
+    /// How far into its datagram its frame ended when last sent, in bytes (the
+    /// authentication tag counted): what its loss or acknowledgement says of sizes.
+    pub reach: u32,
 }
 
 impl Token {
@@ -158,6 +162,8 @@ pub(crate) struct SRecord {
     pub flight: Flight,
     /// Moving average of TOKEN frame sizes, to turn the window into slots.
     pub token_size: u64,
+    /// Path MTU discovery: the size of datagrams to this destination.
+    pub mtud: Mtud,
 }
 
 /// Incarnations remembered as proven per sender record.
@@ -198,7 +204,7 @@ impl SRecord {
             proven_next: 0,
             cc: Controller::new(
                 cfg.congestion,
-                cfg.max_datagram_size as u64,
+                cfg.base_datagram_size() as u64,
                 cfg.initial_rtt,
                 cfg.ack_delay,
             ),
@@ -208,6 +214,11 @@ impl SRecord {
             loss_at: None,
             flight: Flight::default(),
             token_size: 0,
+            mtud: Mtud::new(
+                cfg.base_datagram_size(),
+                cfg.max_datagram_size,
+                cfg.mtu_raise_interval,
+            ),
         }
     }
 
@@ -384,6 +395,7 @@ impl SRecord {
             match self.flight.losses.judge(seq, sent, now, delay) {
                 Judgement::Lost => {
                     self.flight.losses.pop_front();
+                    self.mtud.on_lost(seq, tok.reach as usize);
                     bytes += tok.flight;
                     self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                     tok.flight = 0;
@@ -432,6 +444,7 @@ impl SRecord {
             flight: 0,
             size: 0,
             rate: None,
+            reach: 0,
         };
         self.tokens.insert(slot, tok);
         self.to_send.push_back(slot);
@@ -478,7 +491,9 @@ impl SRecord {
             .idle_since
             .filter(|_| self.is_quiet())
             .map(|t| t + cfg.idle_timeout);
-        [self.rto_at, req, idle, self.pace_at, self.loss_at]
+        // Path MTU discovery only probes while there is work for the destination.
+        let mtud = self.mtud.deadline().filter(|_| !self.is_quiet());
+        [self.rto_at, req, idle, self.pace_at, self.loss_at, mtud]
             .into_iter()
             .flatten()
             .min()
@@ -535,6 +550,7 @@ impl SRecord {
             }
             let expiry = sent + rto;
             if expiry <= now {
+                self.mtud.on_lost(tok.seq, tok.reach as usize);
                 tok.queued = true;
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;

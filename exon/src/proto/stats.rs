@@ -22,6 +22,10 @@ pub struct FrameCounts {
     pub challenge: u64,
     /// RESPONSE frames.
     pub response: u64,
+    /// MTU_PROBE frames.
+    pub mtu_probe: u64,
+    /// MTU_ACK frames.
+    pub mtu_ack: u64,
 }
 
 impl FrameCounts {
@@ -35,6 +39,8 @@ impl FrameCounts {
             Frame::Retry { .. } => self.retry += 1,
             Frame::Challenge { .. } => self.challenge += 1,
             Frame::Response { .. } => self.response += 1,
+            Frame::MtuProbe { .. } => self.mtu_probe += 1,
+            Frame::MtuAck { .. } => self.mtu_ack += 1,
         }
     }
 
@@ -77,6 +83,8 @@ pub struct Rejects {
     pub payload_too_large: u64,
     /// ACK frame with bad ranges.
     pub bad_ack: u64,
+    /// MTU_PROBE whose padding is not all zero bytes.
+    pub bad_padding: u64,
     /// Datagram larger than the largest UDP payload (65507 bytes).
     pub oversized: u64,
     /// Addressed to another node id.
@@ -130,6 +138,7 @@ impl Rejects {
             DecodeError::NoFrames => &mut self.no_frames,
             DecodeError::PayloadTooLarge => &mut self.payload_too_large,
             DecodeError::EmptyAck | DecodeError::ValueOutOfRange => &mut self.bad_ack,
+            DecodeError::BadPadding => &mut self.bad_padding,
         };
         *c += 1;
     }
@@ -147,6 +156,7 @@ impl Rejects {
             no_frames,
             payload_too_large,
             bad_ack,
+            bad_padding,
             oversized,
             wrong_destination,
             from_self,
@@ -176,6 +186,7 @@ impl Rejects {
             + no_frames
             + payload_too_large
             + bad_ack
+            + bad_padding
             + oversized
             + wrong_destination
             + from_self
@@ -196,6 +207,21 @@ impl Rejects {
             + never_issued
             + implausible_verdict
     }
+}
+
+/// Path MTU discovery counters (see `docs/wire.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MtuStats {
+    /// MTU_PROBE datagrams sent (search, confirmation and base-size companion probes).
+    pub probes_sent: u64,
+    /// Probes answered by an MTU_ACK in time.
+    pub probes_acked: u64,
+    /// Probes unanswered when their time ran out.
+    pub probes_lost: u64,
+    /// Times a destination's size failed its confirmation (a black hole): its datagrams
+    /// fell back to the base size and the search started again.
+    pub black_hole_fallbacks: u64,
 }
 
 /// Everything a node counts. Read with [`Node::stats`](super::Node::stats).
@@ -269,6 +295,10 @@ pub struct Stats {
     pub idle_discards: u64,
     /// Datagrams dropped at sealing because no key was known for their destination.
     pub unsealable: u64,
+    /// The largest datagram `poll_transmit` produced, in bytes (path MTU discovery at work).
+    pub largest_datagram_out: u64,
+    /// Path MTU discovery, over all destinations.
+    pub mtu: MtuStats,
     /// Things the network sent that were refused, by reason.
     pub rejects: Rejects,
 }

@@ -163,6 +163,7 @@ mod tests {
             flight: 0,
             size: 0,
             rate: None,
+            reach: 0,
         }
     }
 

@@ -164,13 +164,17 @@ impl Node {
         let rec_rck = rec.rck;
         let (stats, events, queued_bytes) =
             (&mut self.stats, &mut self.events, &mut self.queued_bytes);
-        let (rtt, bytes, flight) = (&mut rec.rtt, &mut rec.bytes, &mut rec.flight);
+        let (rtt, bytes, flight, mtud) =
+            (&mut rec.rtt, &mut rec.bytes, &mut rec.flight, &mut rec.mtud);
         let mut retry = Vec::new();
         // A token that never left cannot have a verdict.
         let pick =
             |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
         let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
             flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
+            if v == Verdict::Ack && tok.sends == 1 {
+                mtud.on_acked(tok.reach as usize);
+            }
             let id = tok.id;
             if v == Verdict::Retry {
                 stats.retried += 1;
