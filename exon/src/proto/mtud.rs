@@ -13,6 +13,7 @@
 //!   one; [`MAX_PROBES`] probes of a size unanswered make it the smallest failing size.
 //!   When nothing is left to try the search ends, and starts again after the raise
 //!   interval (forgetting the failures), to find a path that grew.
+//!   The search starts once the peer has been heard from.
 //! * **Counting a failure.** An unanswered probe counts against its size only if the peer
 //!   was heard from after the probe left: on a path that delivers nothing, probes prove
 //!   nothing about sizes.
@@ -214,7 +215,9 @@ impl Mtud {
         match self.phase {
             Phase::Done { .. } => None,
             Phase::Search => {
-                if self.probe.is_some() {
+                // Not before the peer answered anything: a peer that never does gets no
+                // probes, and the first exchange is not held up.
+                if self.probe.is_some() || self.heard_at.is_none() {
                     return None;
                 }
                 self.candidate().map(|size| Want {
@@ -343,6 +346,7 @@ mod tests {
     /// A path that passes datagrams up to `mtu` bytes (and drops the probes above it), with
     /// an RTT of 10 ms: runs the search to its end. Returns the probes sent.
     fn search(m: &mut Mtud, now: &mut Instant, mtu: usize) -> u32 {
+        m.on_heard(*now);
         let mut sent = 0;
         let mut id = 0;
         for _ in 0..1000 {
@@ -372,6 +376,9 @@ mod tests {
         let mut now = Instant::now();
         let mut m = Mtud::new(1200, 65507, Duration::from_secs(600));
         assert_eq!(m.size(), 1200);
+        m.poll(now);
+        assert_eq!(m.want(), None, "not before the peer is heard from");
+        m.on_heard(now);
         assert_eq!(search(&mut m, &mut now, 65507), 10);
         assert_eq!(m.size(), 65507);
         assert!(matches!(m.phase, Phase::Done { .. }));
@@ -407,6 +414,8 @@ mod tests {
     fn a_probe_fails_only_while_the_peer_is_heard() {
         let mut now = Instant::now();
         let mut m = Mtud::new(1200, 65507, Duration::from_secs(600));
+        m.on_heard(now);
+        now += ms(1);
         // Silent path: probes of 1280 expire forever without failing the size.
         for id in 0..10 {
             m.poll(now);
@@ -435,6 +444,7 @@ mod tests {
     fn acks_of_unknown_or_old_probes_are_ignored() {
         let now = Instant::now();
         let mut m = Mtud::new(1200, 65507, Duration::from_secs(600));
+        m.on_heard(now);
         m.poll(now);
         let w = m.want().unwrap();
         m.probe_sent(w, 7, w.size, now, ms(20));
