@@ -385,8 +385,8 @@ pub fn mtu_probe_len(id: u64, pad: u64) -> usize {
 
 /// Appends the largest MTU_PROBE frame for probe `id` that takes at most `room` bytes, and
 /// returns its size (0: not even an unpadded one fits, nothing written). It takes exactly
-/// `room` bytes except where no padding length does (the padding's own length field grows
-/// by a byte at 64 and at 16384 bytes): then one byte less.
+/// `room` bytes except where no padding length does (just past the paddings of 64 and
+/// 16384 bytes, where the padding's own length field grows): then one or two bytes less.
 pub fn put_mtu_probe(buf: &mut impl BufMut, id: u64, room: usize) -> usize {
     let fixed = 1 + varint_len(id);
     let mut best = None;
@@ -398,7 +398,7 @@ pub fn put_mtu_probe(buf: &mut impl BufMut, id: u64, room: usize) -> usize {
         if varint_len(pad) == field {
             best = best.max(Some(pad));
         } else if varint_len(pad) > field {
-            // One byte less still has a field of this length only below the boundary.
+            // The longest padding a field of this length holds.
             let below = (1u64 << (8 * field - 2)) - 1;
             best = best.max(Some(below.min(pad)));
         }

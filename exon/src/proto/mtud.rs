@@ -283,7 +283,7 @@ impl Mtud {
                 self.size = self.size.max(p.size);
                 self.upper = self.upper.max(self.size + 1);
             }
-            // The confirmation probe (a byte short at most, see `put_mtu_probe`).
+            // The confirmation probe (two bytes short at most, see `put_mtu_probe`).
             Phase::Confirm => self.end_suspicion(),
             Phase::Done { .. } => {}
         }
