@@ -212,10 +212,11 @@ impl Node {
         let e = rec.mtud.poll(now);
         self.stats.mtu.probes_lost += u64::from(e.lost);
         self.stats.mtu.black_hole_fallbacks += u64::from(e.fallback);
+        // Not before a round trip was measured: the answer's deadline is a few of them (the
+        // peer answers at once, but the probe may queue behind data).
+        let rtt = rec.rtt.smoothed()?.max(rec.rtt.latest()?);
         let want = rec.mtud.want()?;
-        // About a round trip: the peer answers at once.
-        let srtt = rec.rtt.smoothed().unwrap_or(self.cfg.initial_rtt);
-        let timeout = srtt.saturating_mul(2).max(self.cfg.min_rto);
+        let timeout = rtt.saturating_mul(3).max(self.cfg.min_rto);
         Some((want, timeout))
     }
 
