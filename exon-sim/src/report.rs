@@ -92,7 +92,7 @@ impl Report {
         for l in sim.links() {
             let s = l.stats();
             r.datagrams += s.offered;
-            r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops;
+            r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops + s.too_big;
             r.link_dups += s.duplicated;
         }
         r

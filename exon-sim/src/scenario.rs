@@ -158,14 +158,15 @@ pub enum ScenarioError {
     /// the run would never end.
     #[error(
         "payload of {len} bytes is above the maximum of {max} bytes \
-         (max_datagram_size {datagram}); use a smaller payload"
+         (base datagram size {datagram}); use a smaller payload"
     )]
     PayloadTooLarge {
         /// The payload size asked for.
         len: usize,
         /// The largest payload the node configuration accepts.
         max: usize,
-        /// The configured datagram size that sets that maximum.
+        /// The base datagram size that sets that maximum
+        /// ([`Config::base_datagram_size`]).
         datagram: usize,
     },
     /// The node configuration is invalid.
@@ -186,7 +187,7 @@ impl Scenario {
             return Err(ScenarioError::PayloadTooLarge {
                 len: self.workload.payload_len,
                 max,
-                datagram: self.config.max_datagram_size,
+                datagram: self.config.base_datagram_size(),
             });
         }
         Ok(())

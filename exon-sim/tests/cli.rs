@@ -54,7 +54,7 @@ fn validate_names_the_limit() {
         Err(ScenarioError::PayloadTooLarge {
             len: max + 1,
             max,
-            datagram: sc.config.max_datagram_size,
+            datagram: sc.config.base_datagram_size(),
         })
     );
     sc.workload.payload_len = max;
