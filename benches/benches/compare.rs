@@ -51,7 +51,8 @@ struct Args {
     /// Messages per batch (default 10000 one-way, 2000 rpc).
     #[arg(long)]
     batch: Option<u64>,
-    /// Exon's `max_datagram_size`.
+    /// Exon's datagram size, fixed (`max_datagram_size` with path MTU discovery off); 0
+    /// runs exon's default, path MTU discovery (up to 65507 bytes on loopback).
     #[arg(long, default_value_t = DEFAULT_EXON_DATAGRAM)]
     datagram: usize,
     /// Runs one system alone, for profiling (ratios then need another run).
