@@ -80,7 +80,8 @@ struct Args {
     /// 6.5 KiB one-way or 32 KiB rpc, so that a batch holds about 64 MiB of payload).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
-    /// Exon's `max_datagram_size`.
+    /// Exon's datagram size, fixed (`max_datagram_size` with path MTU discovery off); 0
+    /// runs exon's default, path MTU discovery (up to 65507 bytes on loopback).
     #[arg(long, default_value_t = DEFAULT_EXON_DATAGRAM)]
     datagram: usize,
     /// Runs one system alone, for profiling (ratios then need another run).

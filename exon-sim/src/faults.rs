@@ -1,4 +1,5 @@
-//! Faults on a schedule: partitions and heals, holds and releases, node restarts.
+//! Faults on a schedule: partitions and heals, holds and releases, node restarts, and
+//! changes of a path's MTU.
 
 use std::time::Duration;
 
@@ -30,6 +31,17 @@ pub enum FaultKind {
         a: usize,
         /// The other node.
         b: usize,
+    },
+    /// Sets the MTU of the links between `a` and `b` (both ways) to `mtu` bytes: below the
+    /// size in use, a black hole for larger datagrams until the senders find it. Healing
+    /// leaves it as it is.
+    Mtu {
+        /// One node.
+        a: usize,
+        /// The other node.
+        b: usize,
+        /// The new MTU (largest UDP payload carried).
+        mtu: usize,
     },
     /// Crashes `node`; it comes back after `down` with its stored clock high-water mark and
     /// nothing else, or (`keep_clock: false`, the rule 8 scenario, expected to break

@@ -1,6 +1,6 @@
 //! A sans-IO model of one directed network link, in the style of netem: latency, jitter,
 //! loss (independent and Gilbert-Elliott bursts), duplication with late replays, reordering,
-//! a rate limit with a byte-sized tail-drop queue, and partitions.
+//! a rate limit with a byte-sized tail-drop queue, partitions, and an MTU.
 //!
 //! The link knows nothing of virtual or real time beyond the `now` it is given, so a
 //! real-time emulator can drive it as well as the discrete-event simulator.
@@ -45,6 +45,10 @@ pub struct LinkConfig {
     pub rate: Option<u64>,
     /// Bytes the rate limiter may queue before dropping at the tail.
     pub queue_bytes: usize,
+    /// Largest datagram (UDP payload) the link carries; larger ones are dropped silently,
+    /// as a path drops packets too large for it with fragmentation forbidden. Default 1472:
+    /// an Ethernet MTU of 1500 less the IPv4 and UDP headers.
+    pub mtu: usize,
 }
 
 impl Default for LinkConfig {
@@ -60,6 +64,7 @@ impl Default for LinkConfig {
             reorder_max_delay: Duration::from_millis(20),
             rate: None,
             queue_bytes: 256 * 1024,
+            mtu: 1472,
         }
     }
 }
@@ -87,6 +92,8 @@ pub enum DropCause {
     Partition,
     /// The rate limiter's queue was full.
     QueueFull,
+    /// Larger than the link's MTU.
+    TooBig,
 }
 
 /// What the link does with one datagram.
@@ -126,6 +133,8 @@ pub struct LinkStats {
     pub queue_drops: u64,
     /// Datagrams held.
     pub held: u64,
+    /// Dropped as larger than the MTU.
+    pub too_big: u64,
 }
 
 /// One directed link: its settings, state, random generator and counters.
@@ -191,6 +200,10 @@ impl Link {
                 return Decision::Hold;
             }
             LinkState::Up => {}
+        }
+        if len > self.cfg.mtu {
+            self.stats.too_big += 1;
+            return Decision::Drop(DropCause::TooBig);
         }
         if let Some(ge) = self.cfg.burst {
             let flip = if self.bad {
@@ -298,6 +311,15 @@ mod tests {
         );
         assert_eq!(fates[3], Decision::Drop(DropCause::QueueFull));
         assert_eq!(l.stats().queue_drops, 2);
+    }
+
+    #[test]
+    fn datagrams_above_the_mtu_are_dropped() {
+        let mut l = Link::new(LinkConfig::default(), 1);
+        let now = Instant::now();
+        assert!(matches!(l.on_datagram(now, 1472), Decision::Deliver { .. }));
+        assert_eq!(l.on_datagram(now, 1473), Decision::Drop(DropCause::TooBig));
+        assert_eq!(l.stats().too_big, 1);
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct Report {
     pub datagrams: u64,
     /// Datagrams lost on links (loss, bursts, partitions, queue drops).
     pub link_drops: u64,
+    /// Datagrams dropped as larger than a link's MTU (MTU probes above the path's, and
+    /// datagrams caught by an MTU drop): not counted in `link_drops`.
+    pub too_big: u64,
     /// Duplicate copies made by links.
     pub link_dups: u64,
     /// Token retransmissions over all live nodes.
@@ -85,6 +88,7 @@ impl Report {
             restarts: sim.hosts_restarts(),
             datagrams: 0,
             link_drops: 0,
+            too_big: 0,
             link_dups: 0,
             retransmissions: sim.node_stats().map(|s| s.retransmissions).sum(),
             bad_tags: sim.node_stats().map(|s| s.rejects.bad_tag).sum(),
@@ -93,6 +97,7 @@ impl Report {
             let s = l.stats();
             r.datagrams += s.offered;
             r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops;
+            r.too_big += s.too_big;
             r.link_dups += s.duplicated;
         }
         r
@@ -124,7 +129,7 @@ impl fmt::Display for Report {
             f,
             "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
              acked={} in_doubt={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
-             link_drops={} link_dups={} retransmissions={} virtual_s={:.3}",
+             link_drops={} too_big={} link_dups={} retransmissions={} virtual_s={:.3}",
             self.seed,
             self.nodes,
             self.messages,
@@ -140,6 +145,7 @@ impl fmt::Display for Report {
             self.events,
             self.datagrams,
             self.link_drops,
+            self.too_big,
             self.link_dups,
             self.retransmissions,
             self.virtual_time.as_secs_f64()

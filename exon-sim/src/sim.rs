@@ -660,6 +660,13 @@ impl Sim {
                 self.heal_link(a * n + b);
                 self.heal_link(b * n + a);
             }
+            FaultKind::Mtu { a, b, mtu } => {
+                for l in [a * n + b, b * n + a] {
+                    let mut c = self.links[l].config().clone();
+                    c.mtu = mtu;
+                    self.links[l].set_config(c);
+                }
+            }
             FaultKind::Restart {
                 node,
                 down,

@@ -142,6 +142,8 @@ impl Params {
                 reorder: self.reorder,
                 jitter: Duration::from_millis(self.jitter_ms),
                 dup_max_delay: Duration::from_millis(self.dup_delay_ms),
+                // The drawn datagram size is fixed (no path MTU discovery): the path carries it.
+                mtu: exon::proto::MAX_DATAGRAM_SIZE,
                 ..LinkConfig::default()
             },
             workload: Workload {
@@ -152,6 +154,7 @@ impl Params {
                 payload_len: self.packing.0.min({
                     let mut c = sim_config();
                     c.max_datagram_size = self.packing.1;
+                    c.mtu_discovery = false;
                     c.max_payload()
                 }),
                 ..Workload::default()
@@ -159,6 +162,7 @@ impl Params {
             config: {
                 let mut conf = sim_config();
                 conf.max_datagram_size = self.packing.1;
+                conf.mtu_discovery = false;
                 conf.ack_delay = Duration::from_millis(self.packing.2);
                 conf.ack_every = self.packing.3;
                 conf

@@ -58,6 +58,8 @@ fn frame() -> impl Strategy<Value = Frame> {
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Ack { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Doubt { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Retry { r, ranges }),
+        (varint(), 0u64..300).prop_map(|(id, pad)| Frame::MtuProbe { id, pad }),
+        varint().prop_map(|id| Frame::MtuAck { id }),
     ]
 }
 
@@ -177,6 +179,29 @@ fn rejects_by_reason() {
         validate(&Bytes::from(v), usize::MAX).map(|_| ()),
         Err(DecodeError::ValueOutOfRange)
     );
+    // MTU_PROBE padding that runs past the end, or is not all zero bytes.
+    let mut v = good[..6].to_vec();
+    v.extend_from_slice(&[0x0c, 1, 5, 0, 0, 0, 0]);
+    assert_eq!(
+        validate(&Bytes::from(v.clone()), usize::MAX).map(|_| ()),
+        Err(DecodeError::Truncated)
+    );
+    v.push(0);
+    assert!(validate(&Bytes::from(v.clone()), usize::MAX).is_ok());
+    v[10] = 1;
+    assert_eq!(
+        validate(&Bytes::from(v), usize::MAX).map(|_| ()),
+        Err(DecodeError::BadPadding)
+    );
+    // The frame types reserved for fragments are unknown to this version.
+    for ty in [0x09, 0x0a, 0x0b] {
+        let mut v = good[..6].to_vec();
+        v.extend_from_slice(&[ty, 1]);
+        assert_eq!(
+            validate(&Bytes::from(v), usize::MAX).map(|_| ()),
+            Err(DecodeError::UnknownFrame(ty.into()))
+        );
+    }
     // A payload larger than the configured maximum.
     assert_eq!(
         validate(&good, 4).map(|_| ()),
@@ -201,6 +226,38 @@ fn overhead_of_a_1kb_token() {
     assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 25);
 }
 
+/// An MTU_PROBE fills exactly the room it is given, except just past the padding lengths
+/// where its length field grows (64 and 16384 bytes): then one or two bytes less.
+#[test]
+fn an_mtu_probe_fills_the_room_it_is_given() {
+    use exon::proto::frame::put_mtu_probe;
+    let mut short = 0;
+    for id in [0u64, 63, 64, 1 << 20, 1 << 40] {
+        for room in (0..300usize).chain(16_300..16_500).chain([65_507]) {
+            let mut buf = Vec::new();
+            let n = put_mtu_probe(&mut buf, id, room);
+            assert_eq!(n, buf.len());
+            let min = 1 + exon::proto::codec::varint_len(id) + 1;
+            if room < min {
+                assert_eq!(n, 0);
+                continue;
+            }
+            assert!(n <= room && n + 2 >= room, "id {id} room {room}: {n}");
+            short += usize::from(n != room);
+            let frames = Packet::decode(&{
+                let mut d = Vec::new();
+                Header::new(NodeId::from_const(1), NodeId::from_const(2)).encode(&mut d);
+                d.extend_from_slice(&buf);
+                Bytes::from(d)
+            })
+            .unwrap()
+            .frames;
+            assert!(matches!(frames[..], [Frame::MtuProbe { id: i, .. }] if i == id));
+        }
+    }
+    assert_eq!(short, 15, "three sizes per id cannot be filled exactly");
+}
+
 /// The committed fuzz seed corpus holds valid datagrams of every frame type.
 #[test]
 fn fuzz_seed_corpus_is_valid() {
@@ -212,5 +269,5 @@ fn fuzz_seed_corpus_is_valid() {
         assert_eq!(p.encode(), data);
         kinds.extend(p.frames.iter().map(Frame::name));
     }
-    assert_eq!(kinds.len(), 6, "seeds cover every frame type: {kinds:?}");
+    assert_eq!(kinds.len(), 8, "seeds cover every frame type: {kinds:?}");
 }

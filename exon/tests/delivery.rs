@@ -168,11 +168,13 @@ fn a_receiver_understands_datagrams_larger_than_its_own() {
     let big = {
         let mut c = test_config();
         c.max_datagram_size = 8192;
+        c.mtu_discovery = false;
         c
     };
     let small = {
         let mut c = test_config();
         c.max_datagram_size = 1200;
+        c.mtu_discovery = false;
         c
     };
     let mut p = Pair::with_configs(big, small);

@@ -246,3 +246,31 @@ fn test_security(id: exon::NodeId) -> exon::proto::Security {
         (0..64).chain(1000..1064).map(exon::NodeId::from_const),
     )
 }
+
+/// The batch socket forbids IP fragmentation (`IP_MTU_DISCOVER` = `IP_PMTUDISC_PROBE`, set
+/// by quinn-udp's socket state): a datagram too large for the path is refused with EMSGSIZE
+/// (a lost datagram to the driver) instead of leaving in fragments, which path MTU discovery
+/// relies on.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_batch_socket_forbids_fragmentation() {
+    use std::os::fd::AsRawFd;
+    let sock = exon::endpoint::BatchSocket::bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let fd = sock.get_ref().as_raw_fd();
+    let mut value: libc::c_int = -1;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket, and a buffer of the option's size.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0);
+    assert_eq!(value, libc::IP_PMTUDISC_PROBE);
+}

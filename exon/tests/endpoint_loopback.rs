@@ -754,3 +754,107 @@ async fn another_node_at_the_address_is_counted_and_the_receipt_resolves() {
     let s = other.stats().await.unwrap();
     assert!(s.node.rejects.wrong_destination > 0);
 }
+
+/// Path MTU discovery on loopback, with no datagram configuration: the socket forbids
+/// fragmentation and loopback's MTU is 65536, so the search reaches the largest UDP payload
+/// and the tokens of a burst travel in datagrams far above the 1200-byte base.
+#[tokio::test]
+async fn loopback_reaches_the_largest_datagrams_with_no_configuration() {
+    let (a, mut b) = pair(cfg()).await;
+    let reader = tokio::spawn(async move {
+        for _ in 0..10_000 {
+            timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        }
+        b
+    });
+    for burst in 0..10u32 {
+        let mut receipts = Vec::new();
+        for i in 0..1000u32 {
+            let n = burst * 1000 + i;
+            receipts.push(
+                a.send(B, Bytes::from(n.to_be_bytes().repeat(25)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for r in receipts {
+            timeout(LIMIT, r).await.unwrap().unwrap();
+        }
+    }
+    let _b = reader.await.unwrap();
+    let s = a.stats().await.unwrap().node;
+    assert_eq!(s.largest_datagram_out, 65_507, "{:?}", s.mtu);
+    assert!(s.mtu.probes_acked >= 10, "{:?}", s.mtu);
+    assert_eq!(s.mtu.black_hole_fallbacks, 0);
+    let average = s.bytes_out / s.datagrams_out;
+    assert!(average > 2400, "average datagram {average} bytes");
+}
+
+/// A socket on an interface whose MTU is `mtu` bytes, fragmentation forbidden: the kernel
+/// refuses larger datagrams with EMSGSIZE.
+struct SmallMtu {
+    inner: UdpSocket,
+    mtu: usize,
+}
+
+impl DatagramSocket for SmallMtu {
+    async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
+        if buf.len() > self.mtu {
+            return Err(io::Error::from_raw_os_error(libc::EMSGSIZE));
+        }
+        self.inner.send_to(buf, target).await
+    }
+
+    async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.inner.recv_from(buf).await
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+/// Sends refused as too large (EMSGSIZE) are lost datagrams, never errors that stop the
+/// driver: the search settles below the interface's MTU and every message gets through.
+#[tokio::test]
+async fn sends_refused_as_too_large_are_lost_datagrams() {
+    let sock = SmallMtu {
+        inner: UdpSocket::bind("127.0.0.1:0").await.unwrap(),
+        mtu: 1500,
+    };
+    let a = Endpoint::builder(A)
+        .security(test_security(A))
+        .config(cfg())
+        .with_socket(sock)
+        .unwrap();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, test_security(B), cfg())
+        .await
+        .unwrap();
+    a.add_peer(B, b.local_addr());
+    let reader = tokio::spawn(async move {
+        for _ in 0..5000 {
+            timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        }
+        b
+    });
+    for burst in 0..10u32 {
+        let mut receipts = Vec::new();
+        for i in 0..500u32 {
+            let n = burst * 500 + i;
+            receipts.push(
+                a.send(B, Bytes::from(n.to_be_bytes().repeat(25)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        for r in receipts {
+            timeout(LIMIT, r).await.unwrap().unwrap();
+        }
+    }
+    let _b = reader.await.unwrap();
+    let s = a.stats().await.unwrap();
+    assert!(s.oversize_drops >= 3, "{s:?}");
+    assert_eq!(s.send_errors, 0);
+    assert_eq!(s.node.mtu.black_hole_fallbacks, 0);
+    assert!(s.node.mtu.probes_acked >= 4, "{:?}", s.node.mtu);
+}

@@ -393,11 +393,15 @@ pub fn exon_endpoint_sharded(
         .unwrap()
 }
 
-/// The loopback benches' exon configuration: `datagram`-byte datagrams, a short linger.
+/// The loopback benches' exon configuration: fixed `datagram`-byte datagrams (0: path MTU
+/// discovery, exon's default), a short linger.
 pub fn exon_config(datagram: usize) -> EndpointConfig {
-    EndpointConfig::default()
-        .with_max_datagram_size(datagram)
-        .with_linger(Duration::from_millis(200))
+    let c = EndpointConfig::default().with_linger(Duration::from_millis(200));
+    if datagram == 0 {
+        c
+    } else {
+        c.with_max_datagram_size(datagram)
+    }
 }
 
 /// Whether exon with `config` refuses `size`-byte messages: `Some(why)` (`PayloadTooLarge`,
@@ -488,12 +492,15 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
     let n = &s.node;
     let per = |x: u64| x as f64 / n.sent.max(n.delivered).max(1) as f64;
     format!(
-        "sent={} delivered={} datagrams_out={} ({:.3}/msg) datagrams_in={} ({:.3}/msg) \
-         retransmissions={} frames_out={:?} delivery_stalls={} send_calls={} recv_calls={}",
+        "sent={} delivered={} datagrams_out={} ({:.3}/msg, {} B average, {} B largest) \
+         datagrams_in={} ({:.3}/msg) retransmissions={} frames_out={:?} delivery_stalls={} \
+         send_calls={} recv_calls={}",
         n.sent,
         n.delivered,
         n.datagrams_out,
         per(n.datagrams_out),
+        n.bytes_out / n.datagrams_out.max(1),
+        n.largest_datagram_out,
         n.datagrams_in,
         per(n.datagrams_in),
         n.retransmissions,

@@ -24,8 +24,12 @@ pub struct EndpointStats {
     pub node: Stats,
     /// Datagrams not sent because the destination node's address is unknown.
     pub unknown_peer_drops: u64,
-    /// Socket send errors (counted, never fatal).
+    /// Socket send errors (counted, never fatal), other than `oversize_drops`.
     pub send_errors: u64,
+    /// Datagrams the socket refused as larger than the path or interface carries
+    /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
+    /// datagrams past a path that shrank. Lost like any datagram, never fatal.
+    pub oversize_drops: u64,
     /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
     pub recv_errors: u64,
     /// Peer addresses learned or changed from incoming datagrams.

@@ -25,6 +25,20 @@ const RECV_MEMORY: usize = 512 * 1024;
 /// packet until it is segmented).
 const MAX_SEGMENTED: usize = 65_507;
 
+/// Whether a send failed because the datagram is larger than the path or the interface
+/// carries (EMSGSIZE).
+fn is_too_big(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::EMSGSIZE)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
 /// The driver's receive buffers: `count` buffers of `size` bytes in one allocation.
 pub(crate) struct RxBufs {
     slab: Vec<u8>,
@@ -232,6 +246,14 @@ impl<S: DatagramSocket> Driver<S> {
         };
         self.stats.send_calls += 1;
         if let Err(e) = r {
+            if is_too_big(&e) {
+                // Larger than the path or interface takes (fragmentation is forbidden): an
+                // MTU probe, or a datagram past a path that shrank. Lost, like any
+                // datagram: path MTU discovery and retransmission repair it.
+                self.stats.oversize_drops += batch.count as u64;
+                tracing::trace!(%addr, size = batch.segment, "datagram too large for the path");
+                return;
+            }
             self.stats.send_errors += 1;
             tracing::debug!(error = %e, %addr, "socket send error (ignored)");
         }

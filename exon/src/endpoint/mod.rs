@@ -47,11 +47,15 @@
 //! 0.9-1.7 ms). The endpoint works on either runtime.
 //!
 //! # Datagram size
-//! [`EndpointConfig::with_max_datagram_size`] bounds each datagram; the core packs as many
-//! frames for one peer as fit. The default 1200 bytes is safe on the internet. Where the path
-//! allows larger datagrams, say so: on loopback (MTU 65536) up to 65507 bytes packs about 60
-//! 1 KB messages per datagram. [`BatchSocket`] forbids IP fragmentation, so a size above
-//! the path MTU makes sends fail rather than fragment.
+//! Path MTU discovery ([`Config::mtu_discovery`](crate::proto::Config::mtu_discovery), on by
+//! default) sizes the datagrams to each peer: from 1200 bytes, safe on the internet, up to
+//! what the path carries, found with probes, and back to 1200 if the path shrinks
+//! (`docs/wire.md`); the core packs as many frames for one peer as fit. On loopback (MTU
+//! 65536) it reaches 65507 bytes, about 60 1 KB messages per datagram, with no
+//! configuration. [`BatchSocket`] forbids IP fragmentation, so a datagram above the path MTU
+//! is dropped or refused (EMSGSIZE, counted in [`EndpointStats::oversize_drops`] as a lost
+//! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
+//! instead (discovery off).
 
 mod batch;
 mod commands;

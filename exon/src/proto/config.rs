@@ -13,7 +13,8 @@ use super::frame::{token_len, MAX_HEADER_LEN};
 /// With the `serde` feature, unknown fields are refused and durations are text (`"250ms"`).
 ///
 /// Nodes that talk to each other need not agree on
-/// [`max_datagram_size`](Self::max_datagram_size) (each receives up to the UDP maximum),
+/// [`max_datagram_size`](Self::max_datagram_size) or
+/// [`min_datagram_size`](Self::min_datagram_size) (each receives up to the UDP maximum),
 /// but a sender's [`window`](Self::window) must not exceed its receivers'
 /// [`max_slots_request`](Self::max_slots_request), or its requests are refused.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,12 +23,29 @@ use super::frame::{token_len, MAX_HEADER_LEN};
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Config {
-    /// Largest datagram sent, in bytes. Default 1200 (safe on the internet without path MTU
-    /// discovery). Raise it on loopback or where the path allows (at most 65507). It also
-    /// bounds the payload: see [`Config::max_payload`]. Datagrams are *received* up to
-    /// 65507 bytes whatever this value ([`Config::max_receive_payload`]), so that peers with
-    /// different sizes understand each other.
+    /// Largest datagram sent, in bytes: the ceiling of path MTU discovery
+    /// ([`mtu_discovery`](Self::mtu_discovery)), or with discovery off the size of every
+    /// datagram. Default 65507, the largest UDP payload over IPv4 (at most that). Datagrams
+    /// are *received* up to 65507 bytes whatever this value
+    /// ([`Config::max_receive_payload`]), so that peers with different sizes understand
+    /// each other.
     pub max_datagram_size: usize,
+    /// The base datagram size of path MTU discovery: what every path is assumed to carry,
+    /// so datagrams to a destination start at this size and are never probed below it. It
+    /// bounds the payload (see [`Config::max_payload`]). Default 1200, at least 1200 (what
+    /// QUIC assumes of every internet path).
+    pub min_datagram_size: usize,
+    /// Path MTU discovery: datagrams to each destination grow from
+    /// [`min_datagram_size`](Self::min_datagram_size) up to what the path carries (at most
+    /// [`max_datagram_size`](Self::max_datagram_size)), found with MTU_PROBE frames, and
+    /// fall back to the base size when the path shrinks (see `docs/wire.md`). Off, every
+    /// datagram may be `max_datagram_size` bytes (which must then suit every path).
+    /// Default true.
+    pub mtu_discovery: bool,
+    /// After path MTU discovery settles on a size, it searches again this long after, to
+    /// find a path that grew. Default 600 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub mtu_raise_interval: Duration,
     /// `N` of the paper: envelopes (reserved slots) a sender keeps ready per destination so
     /// that sends go out at once. Default 128.
     pub envelope_target: u64,
@@ -142,7 +160,10 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            max_datagram_size: 1200,
+            max_datagram_size: MAX_DATAGRAM_SIZE,
+            min_datagram_size: BASE_DATAGRAM_SIZE,
+            mtu_discovery: true,
+            mtu_raise_interval: Duration::from_secs(600),
             envelope_target: 128,
             envelope_low: 64,
             window: 1024,
@@ -177,8 +198,12 @@ impl Default for Config {
     }
 }
 
-/// Smallest `max_datagram_size` accepted by [`Config::validate`].
+/// Smallest `max_datagram_size` accepted by [`Config::validate`] (with path MTU discovery
+/// off).
 pub const MIN_DATAGRAM_SIZE: usize = 128;
+/// Smallest `min_datagram_size` accepted: the base size of path MTU discovery, which every
+/// path is assumed to carry.
+pub const BASE_DATAGRAM_SIZE: usize = 1200;
 /// Largest `max_datagram_size` accepted: the largest UDP payload over IPv4.
 pub const MAX_DATAGRAM_SIZE: usize = 65507;
 
@@ -196,13 +221,24 @@ fn payload_room(size: usize) -> usize {
 pub struct ConfigError(pub &'static str);
 
 impl Config {
-    /// Largest payload sent as one TOKEN: what fits in one datagram with the largest header
-    /// (a sealed one carrying the sender's key), the authentication tag and TOKEN framing
-    /// (8-byte slot and incarnation). 1101 bytes with the default 1200-byte datagrams.
-    /// Larger messages (up to [`max_message_size`](Self::max_message_size)) travel in
-    /// fragments.
+    /// Largest payload sent as one TOKEN whatever the path: what fits in one datagram of the
+    /// [base size](Self::base_datagram_size) with the largest header (a sealed one carrying
+    /// the sender's key), the authentication tag and TOKEN framing (8-byte slot and
+    /// incarnation). 1101 bytes with the default 1200-byte base. Larger messages (up to
+    /// [`max_message_size`](Self::max_message_size)) travel as one TOKEN where the path's
+    /// datagrams hold them, else in fragments.
     pub fn max_payload(&self) -> usize {
-        payload_room(self.max_datagram_size)
+        payload_room(self.base_datagram_size())
+    }
+
+    /// The datagram size every destination gets: [`min_datagram_size`](Self::min_datagram_size)
+    /// with path MTU discovery, else [`max_datagram_size`](Self::max_datagram_size).
+    pub fn base_datagram_size(&self) -> usize {
+        if self.mtu_discovery {
+            self.min_datagram_size
+        } else {
+            self.max_datagram_size
+        }
     }
 
     /// Largest payload a node accepts from the network: what fits in the largest UDP
@@ -217,6 +253,16 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(MIN_DATAGRAM_SIZE..=MAX_DATAGRAM_SIZE).contains(&self.max_datagram_size) {
             return Err(ConfigError("max_datagram_size must be within 128..=65507"));
+        }
+        if self.min_datagram_size < BASE_DATAGRAM_SIZE
+            || (self.mtu_discovery && self.min_datagram_size > self.max_datagram_size)
+        {
+            return Err(ConfigError(
+                "need 1200 <= min_datagram_size (<= max_datagram_size with mtu_discovery)",
+            ));
+        }
+        if self.mtu_raise_interval.is_zero() {
+            return Err(ConfigError("mtu_raise_interval must be positive"));
         }
         if self.window == 0 || self.envelope_target == 0 {
             return Err(ConfigError("window and envelope_target must be positive"));
@@ -287,6 +333,7 @@ mod tests {
         for size in [MIN_DATAGRAM_SIZE, 1200, 1472, 9000, MAX_DATAGRAM_SIZE] {
             let cfg = Config {
                 max_datagram_size: size,
+                mtu_discovery: false,
                 ..Config::default()
             };
             let mut header = Header::new(NodeId::MAX, NodeId::MAX);
@@ -310,6 +357,12 @@ mod tests {
             assert!(sealed_len + 2 > size, "max_payload wastes room at {size}");
         }
         assert_eq!(Config::default().max_payload(), 1101);
+        // With discovery, the payload is bounded by the base size, not the ceiling.
+        let cfg = Config {
+            min_datagram_size: 1472,
+            ..Config::default()
+        };
+        assert_eq!(cfg.max_payload(), payload_room(1472));
     }
 
     #[test]
@@ -325,5 +378,22 @@ mod tests {
             ..Config::default()
         };
         assert!(bad.validate().is_err());
+        let bad = Config {
+            min_datagram_size: 1199,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err());
+        let bad = Config {
+            max_datagram_size: 1000,
+            ..Config::default()
+        };
+        assert!(bad.validate().is_err(), "a ceiling below the base");
+        let fixed = Config {
+            max_datagram_size: 1000,
+            mtu_discovery: false,
+            ..Config::default()
+        };
+        assert_eq!(fixed.validate(), Ok(()));
+        assert_eq!(fixed.base_datagram_size(), 1000);
     }
 }

@@ -42,6 +42,9 @@ pub enum DecodeError {
     /// A FRAG frame with no bytes, or bytes past the message's end.
     #[error("fragment empty or beyond its message")]
     BadFragment,
+    /// An MTU_PROBE whose padding is not all zero bytes.
+    #[error("MTU_PROBE padding not zero")]
+    BadPadding,
 }
 
 /// Why [`Node::send`](super::Node::send) refused a message. The message was not accepted:

@@ -28,6 +28,8 @@ pub(crate) struct Sent {
     pub again: bool,
     /// The delivery-rate snapshot of its transmission.
     pub rate: SendState,
+    /// How far into its datagram the FRAG ended (for path MTU discovery).
+    pub reach: u32,
 }
 
 /// What is known of a fragmented message's bytes.
@@ -114,7 +116,15 @@ impl Outgoing {
     }
 
     /// `range` left in a FRAG frame of `size` bytes with sequence number `seq`.
-    pub fn on_sent(&mut self, range: Range<u64>, seq: u64, at: Instant, size: u64, rate: SendState) {
+    pub fn on_sent(
+        &mut self,
+        range: Range<u64>,
+        seq: u64,
+        at: Instant,
+        size: u64,
+        rate: SendState,
+        reach: u32,
+    ) {
         self.pending.remove_range(range.clone());
         let again = range.start < self.fresh_from;
         self.fresh_from = self.fresh_from.max(range.end);
@@ -125,6 +135,7 @@ impl Outgoing {
             size,
             again,
             rate,
+            reach,
         });
     }
 
@@ -163,17 +174,18 @@ impl Outgoing {
 
     /// Transmission `seq` (every FRAG of this message in that datagram) was lost: its bytes
     /// the receiver does not hold are to send again. Returns their size (no longer in
-    /// flight).
-    pub fn on_lost(&mut self, seq: u64) -> u64 {
+    /// flight) and how far into the datagram the last of them reached.
+    pub fn on_lost(&mut self, seq: u64) -> (u64, u32) {
         let lo = self.inflight.partition_point(|s| s.seq < seq);
         let hi = self.inflight.partition_point(|s| s.seq <= seq);
         let gone: Vec<Sent> = self.inflight.drain(lo..hi).collect();
-        let mut size = 0;
+        let (mut size, mut reach) = (0, 0);
         for s in gone {
             size += s.size;
+            reach = reach.max(s.reach);
             self.requeue(s.range);
         }
-        size
+        (size, reach)
     }
 
 
@@ -359,20 +371,20 @@ mod tests {
         let mut o = Outgoing::new(10_000);
         let a = o.next_range(4000).unwrap();
         assert_eq!(a, 0..4000);
-        o.on_sent(a, 1, t0(), 4020, st());
+        o.on_sent(a, 1, t0(), 4020, st(), 0);
         let b = o.next_range(4000).unwrap();
-        o.on_sent(b, 2, t0(), 4020, st());
+        o.on_sent(b, 2, t0(), 4020, st(), 0);
         let c = o.next_range(4000).unwrap();
         assert_eq!(c, 8000..10_000);
-        o.on_sent(c, 3, t0(), 2020, st());
+        o.on_sent(c, 3, t0(), 2020, st(), 0);
         assert!(!o.has_pending());
         assert_eq!(o.flight(), 10_060);
         let mut acked = Vec::new();
         o.on_got([0..4000, 8000..10_000].into_iter(), &mut acked);
         assert_eq!(acked.iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 3]);
-        assert_eq!(o.on_lost(2), 4020);
+        assert_eq!(o.on_lost(2).0, 4020);
         assert_eq!(o.next_range(100_000), Some(4000..8000));
-        o.on_sent(4000..8000, 4, t0(), 4020, st());
+        o.on_sent(4000..8000, 4, t0(), 4020, st(), 0);
         assert!(o.inflight.back().unwrap().again, "a resend");
         o.on_got(std::iter::once(4000..8000), &mut acked);
         assert!(o.is_whole());
@@ -382,14 +394,14 @@ mod tests {
     #[test]
     fn a_timeout_resends_what_is_not_held_or_probes_a_whole_message() {
         let mut o = Outgoing::new(3000);
-        o.on_sent(0..3000, 1, t0(), 3020, st());
+        o.on_sent(0..3000, 1, t0(), 3020, st(), 0);
         let mut acked = Vec::new();
         o.on_got(std::iter::once(1000..2000), &mut acked);
         assert!(acked.is_empty());
         assert_eq!(o.on_timeout(), 3020);
         assert_eq!(o.pending.ranges(), &[0..1000, 2000..3000]);
-        o.on_sent(0..1000, 2, t0(), 1020, st());
-        o.on_sent(2000..3000, 3, t0(), 1020, st());
+        o.on_sent(0..1000, 2, t0(), 1020, st(), 0);
+        o.on_sent(2000..3000, 3, t0(), 1020, st(), 0);
         o.on_got(std::iter::once(0..3000), &mut acked);
         assert!(o.is_whole() && !o.has_pending());
         o.on_timeout();

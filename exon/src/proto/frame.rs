@@ -1,5 +1,6 @@
 //! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY,
-//! path validation, and the fragment frames FRAG, GOT, REQCREDIT, CREDIT): encode and decode.
+//! path validation, path MTU probes, and the fragment frames FRAG, GOT, REQCREDIT,
+//! CREDIT): encode and decode.
 //!
 //! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
 //! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
@@ -50,6 +51,11 @@ pub mod frame_type {
     pub const REQCREDIT: u64 = 0x0B;
     /// CREDIT(r, limit): the reassembly memory the receiver reserved for the sender.
     pub const CREDIT: u64 = 0x0E;
+    /// MTU_PROBE(id, pad): path MTU discovery, padded to the size probed, answered with
+    /// MTU_ACK(id).
+    pub const MTU_PROBE: u64 = 0x0C;
+    /// MTU_ACK(id): the answer to an MTU_PROBE.
+    pub const MTU_ACK: u64 = 0x0D;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -326,6 +332,19 @@ pub enum Frame {
         /// Bytes reserved in all.
         limit: u64,
     },
+    /// Path MTU discovery: "answer this probe". Its `pad` zero bytes make the datagram as
+    /// large as the size probed.
+    MtuProbe {
+        /// The probe's id, echoed in the MTU_ACK.
+        id: u64,
+        /// Zero bytes of padding after the field.
+        pad: u64,
+    },
+    /// The answer to an MTU_PROBE: a datagram of its size reached this node.
+    MtuAck {
+        /// The MTU_PROBE's id.
+        id: u64,
+    },
 }
 
 impl Frame {
@@ -344,6 +363,8 @@ impl Frame {
             Frame::Got { .. } => "GOT",
             Frame::ReqCredit { .. } => "REQCREDIT",
             Frame::Credit { .. } => "CREDIT",
+            Frame::MtuProbe { .. } => "MTU_PROBE",
+            Frame::MtuAck { .. } => "MTU_ACK",
         }
     }
 
@@ -381,6 +402,13 @@ impl Frame {
             }
             Frame::ReqCredit { want } => put_reqcredit(buf, *want),
             Frame::Credit { r, limit } => put_credit(buf, *r, *limit),
+            Frame::MtuProbe { id, pad } => {
+                put_varint(buf, frame_type::MTU_PROBE);
+                put_varint(buf, *id);
+                put_varint(buf, *pad);
+                buf.put_bytes(0, *pad as usize);
+            }
+            Frame::MtuAck { id } => put_mtu_ack(buf, *id),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     put_varint(buf, v.frame_type());
@@ -411,6 +439,8 @@ impl Frame {
             }
             Frame::ReqCredit { want } => 1 + varint_len(*want),
             Frame::Credit { r, limit } => 1 + varint_len(*r) + varint_len(*limit),
+            Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
+            Frame::MtuAck { id } => mtu_ack_len(*id),
             Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
                 1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
             }
@@ -425,6 +455,52 @@ pub const PATH_FRAME_LEN: usize = 9;
 pub fn put_path(buf: &mut impl BufMut, ty: u64, token: u64) {
     put_varint(buf, ty);
     buf.put_u64(token);
+}
+
+/// Encoded size of an MTU_PROBE frame with `pad` bytes of padding.
+pub fn mtu_probe_len(id: u64, pad: u64) -> usize {
+    1 + varint_len(id) + varint_len(pad) + pad as usize
+}
+
+/// Appends the largest MTU_PROBE frame for probe `id` that takes at most `room` bytes, and
+/// returns its size (0: not even an unpadded one fits, nothing written). It takes exactly
+/// `room` bytes except where no padding length does (just past the paddings of 64 and
+/// 16384 bytes, where the padding's own length field grows): then one or two bytes less.
+pub fn put_mtu_probe(buf: &mut impl BufMut, id: u64, room: usize) -> usize {
+    let fixed = 1 + varint_len(id);
+    let mut best = None;
+    for field in [1, 2, 4, 8] {
+        let Some(pad) = room.checked_sub(fixed + field) else {
+            continue;
+        };
+        let pad = (pad as u64).min(VARINT_MAX);
+        if varint_len(pad) == field {
+            best = best.max(Some(pad));
+        } else if varint_len(pad) > field {
+            // The longest padding a field of this length holds.
+            let below = (1u64 << (8 * field - 2)) - 1;
+            best = best.max(Some(below.min(pad)));
+        }
+    }
+    let Some(pad) = best else {
+        return 0;
+    };
+    put_varint(buf, frame_type::MTU_PROBE);
+    put_varint(buf, id);
+    put_varint(buf, pad);
+    buf.put_bytes(0, pad as usize);
+    mtu_probe_len(id, pad)
+}
+
+/// Encoded size of an MTU_ACK frame.
+pub fn mtu_ack_len(id: u64) -> usize {
+    1 + varint_len(id)
+}
+
+/// Appends an MTU_ACK frame.
+pub fn put_mtu_ack(buf: &mut impl BufMut, id: u64) {
+    put_varint(buf, frame_type::MTU_ACK);
+    put_varint(buf, id);
 }
 
 /// Encoded size of a REQSLOTS frame.
@@ -870,6 +946,19 @@ impl Frames<'_> {
                 r: r.varint()?,
                 limit: r.varint()?,
             },
+            frame_type::MTU_PROBE => {
+                let id = r.varint()?;
+                let pad = r.varint()?;
+                if pad > r.remaining() as u64 {
+                    return Err(DecodeError::Truncated);
+                }
+                // Zero bytes only: a datagram has one encoding.
+                if r.bytes(pad as usize)?.iter().any(|&b| b != 0) {
+                    return Err(DecodeError::BadPadding);
+                }
+                Frame::MtuProbe { id, pad }
+            }
+            frame_type::MTU_ACK => Frame::MtuAck { id: r.varint()? },
             other => return Err(DecodeError::UnknownFrame(other)),
         })
     }

@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=11)? {
+        Ok(match u.int_in_range(0u8..=13)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -111,9 +111,14 @@ impl<'a> Arbitrary<'a> for Frame {
                 r: varint(u)?,
                 limit: varint(u)?,
             },
-            _ => Frame::Response {
+            11 => Frame::Response {
                 token: u64::arbitrary(u)?,
             },
+            12 => Frame::MtuProbe {
+                id: varint(u)?,
+                pad: u.int_in_range(0u64..=1500)?,
+            },
+            _ => Frame::MtuAck { id: varint(u)? },
         })
     }
 }

@@ -20,6 +20,7 @@ mod fuzzing;
 mod ids;
 mod liveness;
 mod loss;
+mod mtud;
 mod node;
 mod outbox;
 mod pacing;
@@ -37,7 +38,7 @@ mod transmit;
 mod verdicts;
 
 pub use abandon::Abandoned;
-pub use config::{Config, ConfigError, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
+pub use config::{Config, ConfigError, BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
 pub use congestion::{CongestionControl, PathStats};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
@@ -52,4 +53,4 @@ pub use ids::{InvalidNodeId, MsgId, NodeId};
 pub use node::{Accepted, Node};
 pub use rtt::Rtt;
 pub use rules::Rules;
-pub use stats::{FrameCounts, Rejects, Stats};
+pub use stats::{FrameCounts, MtuStats, Rejects, Stats};

@@ -110,6 +110,9 @@ pub struct Node {
     pub(super) untaken_bytes: usize,
     /// Which destinations owe an answer for too long.
     pub(super) liveness: super::liveness::Liveness,
+    /// The id of the next MTU probe (node-wide, so that an answer to a probe of a record
+    /// since dropped matches no probe of its successor).
+    pub(super) next_probe_id: u64,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -174,6 +177,7 @@ impl Node {
             untaken: 0,
             untaken_bytes: 0,
             liveness: Default::default(),
+            next_probe_id: 0,
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -605,6 +609,9 @@ impl Node {
     fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
         let src = header.src;
         self.liveness_heard(now, src);
+        if let Some(rec) = self.senders.get_mut(&src) {
+            rec.mtud.on_heard(now);
+        }
         let mut tokens = 0u32;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {
@@ -618,6 +625,13 @@ impl Node {
                     }
                 }
                 Frame::Response { token } => self.last_response = Some(token),
+                Frame::MtuProbe { id, .. } => {
+                    let cap = self.outbox_cap();
+                    if !self.outbox.mtu_ack(src, id, cap) {
+                        self.stats.rejects.outbox_full += 1;
+                    }
+                }
+                Frame::MtuAck { id } => self.on_mtu_ack(src, id),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
                 Frame::Token { s, r, payload } => {
                     tokens += 1;
@@ -664,6 +678,21 @@ impl Node {
         }
         self.rearm_sender(src);
         self.rearm_receiver(src);
+    }
+
+    /// MTU_ACK(id) from `src`: path MTU discovery learns that its probe got through. The
+    /// next probe, if any, goes at once.
+    fn on_mtu_ack(&mut self, src: NodeId, id: u64) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        if !rec.mtud.on_ack(id) {
+            return;
+        }
+        self.stats.mtu.probes_acked += 1;
+        if !rec.is_quiet() {
+            self.outbox.wake(src, usize::MAX);
+        }
     }
 
     /// REQSLOTS(s, n, l) from `src` (Algorithm 1, lines 48-60, bounded).

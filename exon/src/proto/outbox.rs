@@ -20,6 +20,10 @@ const MAX_PENDING_GOT: usize = 64;
 /// Most byte ranges one GOT repeats: the first ones, where the holes to fill are.
 const MAX_GOT_RANGES: usize = 32;
 
+/// Most MTU_ACKs kept pending for one peer (the newest); a probe left unanswered is only
+/// a probe lost.
+pub(crate) const MAX_PENDING_MTU_ACKS: usize = 4;
+
 /// Frames owed to one peer that belong to no sender record.
 #[derive(Debug, Default)]
 pub(crate) struct PeerOut {
@@ -41,6 +45,8 @@ pub(crate) struct PeerOut {
     pub challenge: Option<u64>,
     /// RESPONSE(token) to send (the newest wins).
     pub response: Option<u64>,
+    /// MTU_ACK(id)s to send, oldest first (at most [`MAX_PENDING_MTU_ACKS`]).
+    pub mtu_acks: Vec<u64>,
     /// In the `ready` queue.
     pub ready: bool,
     /// Verdicts are held (delayed ACK) until this instant, unless something else goes to
@@ -59,6 +65,7 @@ impl PeerOut {
             && self.waive.is_none()
             && self.challenge.is_none()
             && self.response.is_none()
+            && self.mtu_acks.is_empty()
     }
 
     /// Slots answered in `acks`, not yet written.
@@ -254,6 +261,19 @@ impl Outbox {
             return false;
         };
         out.challenge = Some(token);
+        true
+    }
+
+    /// Queues MTU_ACK(id) for `peer`, answering its MTU_PROBE at once. Returns false if the
+    /// outbox is full.
+    pub fn mtu_ack(&mut self, peer: NodeId, id: u64, cap: usize) -> bool {
+        let Some(out) = self.wake(peer, cap) else {
+            return false;
+        };
+        if out.mtu_acks.len() >= MAX_PENDING_MTU_ACKS {
+            out.mtu_acks.remove(0);
+        }
+        out.mtu_acks.push(id);
         true
     }
 

@@ -10,6 +10,7 @@ use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState
 use super::fragments::{Credit, Outgoing, Sent};
 use super::codec::varint_len;
 use super::loss::{loss_delay, Judgement, LossDetector};
+use super::mtud::Mtud;
 use super::pacing::Pacer;
 use super::rtt::Rtt;
 use super::tokens::Tokens;
@@ -47,6 +48,9 @@ pub(crate) struct Token {
     pub rate: Option<SendState>,
     /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
     pub frag: Option<Box<Outgoing>>,
+    /// How far into its datagram its frame ended when last sent, in bytes (the
+    /// authentication tag counted): what its loss or acknowledgement says of sizes.
+    pub reach: u32,
 }
 
 impl Token {
@@ -168,6 +172,8 @@ pub(crate) struct SRecord {
     pub token_size: u64,
     /// Reassembly credit from the receiver, for messages sent in fragments.
     pub credit: Credit,
+    /// Path MTU discovery: the size of datagrams to this destination.
+    pub mtud: Mtud,
 }
 
 /// What to do next with a fragmented message at the front of the sending queue.
@@ -224,7 +230,7 @@ impl SRecord {
             proven_next: 0,
             cc: Controller::new(
                 cfg.congestion,
-                cfg.max_datagram_size as u64,
+                cfg.base_datagram_size() as u64,
                 cfg.initial_rtt,
                 cfg.ack_delay,
             ),
@@ -235,6 +241,11 @@ impl SRecord {
             flight: Flight::default(),
             token_size: 0,
             credit: Credit::default(),
+            mtud: Mtud::new(
+                cfg.base_datagram_size(),
+                cfg.max_datagram_size,
+                cfg.mtu_raise_interval,
+            ),
         }
     }
 
@@ -409,12 +420,19 @@ impl SRecord {
 
     /// Records a FRAG frame of `size` bytes carrying `range` of the message in `slot`, sent
     /// at `now`.
-    pub fn on_fragment_sent(&mut self, now: Instant, slot: u64, range: std::ops::Range<u64>, size: u64) {
+    pub fn on_fragment_sent(
+        &mut self,
+        now: Instant,
+        slot: u64,
+        range: std::ops::Range<u64>,
+        size: u64,
+        reach: u32,
+    ) {
         let st = self.flight.rate.on_sent(now, self.flight.bytes);
         let seq = self.flight.frag_losses.on_sent(slot);
         if let Some(tok) = self.tokens.get_mut(slot) {
             if let Some(o) = &mut tok.frag {
-                o.on_sent(range, seq, now, size, st);
+                o.on_sent(range, seq, now, size, st, reach);
                 tok.flight = tok.flight.saturating_add(size);
                 tok.seq = seq;
             }
@@ -462,6 +480,7 @@ impl SRecord {
             self.flight.rate.on_acked(now, &sent.rate, sent.size);
             self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
             if !sent.again {
+                self.mtud.on_acked(sent.reach as usize);
                 self.flight.frag_losses.on_acked(sent.seq);
                 let sample = now.saturating_duration_since(sent.at);
                 self.rtt.sample(sample);
@@ -550,6 +569,7 @@ impl SRecord {
             match self.flight.losses.judge(seq, sent, now, delay) {
                 Judgement::Lost => {
                     self.flight.losses.pop_front();
+                    self.mtud.on_lost(seq, tok.reach as usize);
                     bytes += tok.flight;
                     self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                     tok.flight = 0;
@@ -608,7 +628,8 @@ impl SRecord {
             match self.flight.frag_losses.judge(seq, sent, now, delay) {
                 Judgement::Lost => {
                     self.flight.frag_losses.pop_front();
-                    let size = o.on_lost(seq);
+                    let (size, reach) = o.on_lost(seq);
+                    self.mtud.on_lost(seq, reach as usize);
                     *bytes += size;
                     self.flight.bytes = self.flight.bytes.saturating_sub(size);
                     tok.flight = tok.flight.saturating_sub(size);
@@ -648,6 +669,7 @@ impl SRecord {
             size: 0,
             rate: None,
             frag: None,
+            reach: 0,
         };
         self.tokens.insert(slot, tok);
         self.to_send.push_back(slot);
@@ -695,7 +717,9 @@ impl SRecord {
             .filter(|_| self.is_quiet())
             .map(|t| t + cfg.idle_timeout);
         let credit = self.credit.asked_at().map(|t| t + self.rto(cfg));
-        [self.rto_at, req, idle, self.pace_at, self.loss_at, credit]
+        // Path MTU discovery only probes while there is work for the destination.
+        let mtud = self.mtud.deadline().filter(|_| !self.is_quiet());
+        [self.rto_at, req, idle, self.pace_at, self.loss_at, credit, mtud]
             .into_iter()
             .flatten()
             .min()
@@ -759,8 +783,11 @@ impl SRecord {
             let expiry = sent + rto;
             if expiry <= now {
                 let was_queued = std::mem::replace(&mut tok.queued, true);
-                if let Some(o) = &mut tok.frag {
-                    o.on_timeout();
+                match &mut tok.frag {
+                    Some(o) => {
+                        o.on_timeout();
+                    }
+                    None => self.mtud.on_lost(tok.seq, tok.reach as usize),
                 }
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;

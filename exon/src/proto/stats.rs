@@ -28,6 +28,10 @@ pub struct FrameCounts {
     pub got: u64,
     /// REQCREDIT and CREDIT frames.
     pub credit: u64,
+    /// MTU_PROBE frames.
+    pub mtu_probe: u64,
+    /// MTU_ACK frames.
+    pub mtu_ack: u64,
 }
 
 impl FrameCounts {
@@ -44,6 +48,8 @@ impl FrameCounts {
             Frame::Frag { .. } => self.frag += 1,
             Frame::Got { .. } => self.got += 1,
             Frame::ReqCredit { .. } | Frame::Credit { .. } => self.credit += 1,
+            Frame::MtuProbe { .. } => self.mtu_probe += 1,
+            Frame::MtuAck { .. } => self.mtu_ack += 1,
         }
     }
 
@@ -99,6 +105,8 @@ pub struct Rejects {
     /// FRAG for a message above `max_message_size`, whose length contradicts its first
     /// fragment, or that would exceed the reassembly memory granted to its sender.
     pub fragment_refused: u64,
+    /// MTU_PROBE whose padding is not all zero bytes.
+    pub bad_padding: u64,
     /// Datagram larger than the largest UDP payload (65507 bytes).
     pub oversized: u64,
     /// Addressed to another node id.
@@ -153,6 +161,7 @@ impl Rejects {
             DecodeError::PayloadTooLarge => &mut self.payload_too_large,
             DecodeError::EmptyAck | DecodeError::ValueOutOfRange => &mut self.bad_ack,
             DecodeError::BadFragment => &mut self.bad_fragment,
+            DecodeError::BadPadding => &mut self.bad_padding,
         };
         *c += 1;
     }
@@ -172,6 +181,7 @@ impl Rejects {
             bad_ack,
             bad_fragment,
             fragment_refused,
+            bad_padding,
             oversized,
             wrong_destination,
             from_self,
@@ -203,6 +213,7 @@ impl Rejects {
             + bad_ack
             + bad_fragment
             + fragment_refused
+            + bad_padding
             + oversized
             + wrong_destination
             + from_self
@@ -223,6 +234,21 @@ impl Rejects {
             + never_issued
             + implausible_verdict
     }
+}
+
+/// Path MTU discovery counters (see `docs/wire.md`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MtuStats {
+    /// MTU_PROBE datagrams sent (search, confirmation and base-size companion probes).
+    pub probes_sent: u64,
+    /// Probes answered by an MTU_ACK in time.
+    pub probes_acked: u64,
+    /// Probes unanswered when their time ran out.
+    pub probes_lost: u64,
+    /// Times a destination's size failed its confirmation (a black hole): its datagrams
+    /// fell back to the base size and the search started again.
+    pub black_hole_fallbacks: u64,
 }
 
 /// Everything a node counts. Read with [`Node::stats`](super::Node::stats).
@@ -301,6 +327,10 @@ pub struct Stats {
     pub idle_discards: u64,
     /// Datagrams dropped at sealing because no key was known for their destination.
     pub unsealable: u64,
+    /// The largest datagram `poll_transmit` produced, in bytes (path MTU discovery at work).
+    pub largest_datagram_out: u64,
+    /// Path MTU discovery, over all destinations.
+    pub mtu: MtuStats,
     /// Things the network sent that were refused, by reason.
     pub rejects: Rejects,
 }
@@ -321,6 +351,8 @@ impl FrameCounts {
             frag,
             got,
             credit,
+            mtu_probe,
+            mtu_ack,
         } = other;
         self.reqslots += reqslots;
         self.slots += slots;
@@ -333,6 +365,8 @@ impl FrameCounts {
         self.frag += frag;
         self.got += got;
         self.credit += credit;
+        self.mtu_probe += mtu_probe;
+        self.mtu_ack += mtu_ack;
     }
 }
 
@@ -343,6 +377,7 @@ impl Rejects {
         let Rejects {
             bad_fragment,
             fragment_refused,
+            bad_padding,
             runt,
             bad_magic,
             bad_version,
@@ -374,6 +409,7 @@ impl Rejects {
             implausible_verdict,
         } = other;
         self.bad_fragment += bad_fragment;
+        self.bad_padding += bad_padding;
         self.fragment_refused += fragment_refused;
         self.runt += runt;
         self.bad_magic += bad_magic;
@@ -442,6 +478,8 @@ impl Stats {
             rejects,
             reassembled,
             partials_expired,
+            largest_datagram_out,
+            mtu,
         } = other;
         self.datagrams_in += datagrams_in;
         self.datagrams_out += datagrams_out;
@@ -472,6 +510,11 @@ impl Stats {
         self.unsealable += unsealable;
         self.reassembled += reassembled;
         self.partials_expired += partials_expired;
+        self.largest_datagram_out = self.largest_datagram_out.max(*largest_datagram_out);
+        self.mtu.probes_sent += mtu.probes_sent;
+        self.mtu.probes_acked += mtu.probes_acked;
+        self.mtu.probes_lost += mtu.probes_lost;
+        self.mtu.black_hole_fallbacks += mtu.black_hole_fallbacks;
         self.rejects.merge(rejects);
     }
 }

@@ -123,6 +123,12 @@ impl Node {
             }
             wake |= lost > 0;
         }
+        if !rec.is_quiet() && rec.mtud.deadline().is_some_and(|t| t <= now) {
+            let e = rec.mtud.poll(now);
+            self.stats.mtu.probes_lost += u64::from(e.lost);
+            self.stats.mtu.black_hole_fallbacks += u64::from(e.fallback);
+            wake |= rec.mtud.want().is_some();
+        }
         if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
             if !rec.req_due && sent + rec.rto(cfg) <= now {
                 // Ask again, for at least as much as before (the receiver grants the union).

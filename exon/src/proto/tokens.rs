@@ -164,6 +164,7 @@ mod tests {
             size: 0,
             rate: None,
             frag: None,
+            reach: 0,
         }
     }
 

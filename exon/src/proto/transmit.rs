@@ -1,16 +1,17 @@
 //! Assembling datagrams: `poll_transmit` packs everything owed to one peer (verdicts, SLOTS,
 //! waivers, REQSLOTS, TOKENs) into one datagram, serving peers round-robin.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::crypto::TAG_LEN;
 use super::fragments::Outgoing;
 use super::sender::FragPlan;
 use super::frame::{
-    credit_len, frame_type, put_credit, put_frag, put_got, put_path, put_reqcredit, put_reqslots,
-    put_slots, put_token, put_verdict, reqcredit_len, reqslots_len, slots_len, token_len, Header,
-    FLAG_ACK_NOW,
+    credit_len, frame_type, put_credit, put_frag, put_got, put_mtu_ack, put_mtu_probe, put_path,
+    put_reqcredit, put_reqslots, put_slots, put_token, put_verdict, reqcredit_len, reqslots_len,
+    slots_len, token_len, Header, FLAG_ACK_NOW,
 };
+use super::mtud::Want;
 use super::ranges::RangeSet;
 use super::timer::Side;
 use super::{Event, Node, NodeId, Transmit, Verdict};
@@ -26,7 +27,8 @@ impl Node {
 
     /// Output: appends the next datagram to `buf` and says where it goes, or returns `None`
     /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
-    /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to `max_datagram_size`.
+    /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to its
+    /// [`send_size`](Self::send_size), or sends it an MTU probe when one is due.
     ///
     /// A sealed node seals each datagram before returning it; it sends nothing until its
     /// clock is stored far enough to take a nonce epoch from it.
@@ -41,7 +43,9 @@ impl Node {
             out.ready = false;
             let start = buf.len();
             let mut header = Header::new(self.id, peer);
-            let mut limit = start + self.cfg.max_datagram_size;
+            let probe = self.due_probe(now, peer);
+            let size = probe.map_or_else(|| self.send_size(peer), |(w, _)| w.size);
+            let mut limit = start + size;
             if let Some(sealer) = &mut self.sealer {
                 header.seal = sealer.next_seal_header();
                 limit -= TAG_LEN;
@@ -49,6 +53,33 @@ impl Node {
             header.encode(buf);
             let header_end = buf.len();
             let room = |buf: &Vec<u8>| limit - buf.len();
+
+            if let Some((want, timeout)) = probe {
+                // A probe datagram holds the MTU_PROBE alone (its loss loses nothing else);
+                // what else is owed to the peer goes in the next one.
+                let id = self.next_probe_id;
+                self.next_probe_id += 1;
+                put_mtu_probe(buf, id, room(buf));
+                self.stats.frames_out.mtu_probe += 1;
+                self.stats.mtu.probes_sent += 1;
+                let probed = size - room(buf);
+                if let Some(rec) = self.senders.get_mut(&peer) {
+                    rec.mtud.probe_sent(want, id, probed, now, timeout);
+                }
+                self.rearm_sender(peer);
+                out.ready = true;
+                self.outbox.peers.insert(peer, out);
+                self.outbox.ready.push_back(peer);
+                match self.finish_datagram(peer, header, buf, start, header_end) {
+                    Some(t) => return Some(t),
+                    None => continue,
+                }
+            }
+
+            for id in out.mtu_acks.drain(..) {
+                put_mtu_ack(buf, id);
+                self.stats.frames_out.mtu_ack += 1;
+            }
 
             for (slot, ty) in [
                 (&mut out.response, frame_type::RESPONSE),
@@ -98,9 +129,9 @@ impl Node {
             if out.acks.is_empty() && out.got.is_empty() {
                 out.ack_at = None;
             }
-            if let Some((r, limit)) = out.credit {
-                if credit_len(r, limit) <= room(buf) {
-                    put_credit(buf, r, limit);
+            if let Some((r, granted)) = out.credit {
+                if credit_len(r, granted) <= room(buf) {
+                    put_credit(buf, r, granted);
                     self.stats.frames_out.credit += 1;
                     out.credit = None;
                 }
@@ -128,7 +159,7 @@ impl Node {
             }
             let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
             let (sender_left, burst_end) =
-                self.write_sender_frames(now, peer, buf, limit - header_end, limit);
+                self.write_sender_frames(now, peer, buf, limit - header_end, limit, size);
             if burst_end
                 && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before
             {
@@ -150,25 +181,69 @@ impl Node {
                 }
                 continue;
             }
-            if let (Some(sealer), Some(sh)) = (&mut self.sealer, header.seal) {
-                let (senders, receivers) = (&self.senders, &self.receivers);
-                let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
-                if !sealer.seal(peer, sh.seq, buf, start, header_end, pinned) {
-                    // No key for this peer (removed from the keyring): what was in the
-                    // datagram is repaired like a loss, and counted.
-                    buf.truncate(start);
-                    self.stats.unsealable += 1;
-                    continue;
-                }
+            match self.finish_datagram(peer, header, buf, start, header_end) {
+                Some(t) => return Some(t),
+                None => continue,
             }
-            let size = buf.len() - start;
-            self.stats.datagrams_out += 1;
-            self.stats.bytes_out += size as u64;
-            return Some(Transmit {
-                destination: peer,
-                size,
-            });
         }
+    }
+
+    /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it. `None` when
+    /// no key is known for the peer: the datagram is dropped.
+    fn finish_datagram(
+        &mut self,
+        peer: NodeId,
+        header: Header,
+        buf: &mut Vec<u8>,
+        start: usize,
+        header_end: usize,
+    ) -> Option<Transmit> {
+        if let (Some(sealer), Some(sh)) = (&mut self.sealer, header.seal) {
+            let (senders, receivers) = (&self.senders, &self.receivers);
+            let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
+            if !sealer.seal(peer, sh.seq, buf, start, header_end, pinned) {
+                // No key for this peer (removed from the keyring): what was in the
+                // datagram is repaired like a loss, and counted.
+                buf.truncate(start);
+                self.stats.unsealable += 1;
+                return None;
+            }
+        }
+        let size = buf.len() - start;
+        self.stats.datagrams_out += 1;
+        self.stats.bytes_out += size as u64;
+        self.stats.largest_datagram_out = self.stats.largest_datagram_out.max(size as u64);
+        Some(Transmit {
+            destination: peer,
+            size,
+        })
+    }
+
+    /// The size of datagrams to `peer`: what path MTU discovery found for it, or the base
+    /// size ([`Config::base_datagram_size`](super::Config::base_datagram_size)) for a peer
+    /// with no sender record (replies to it), or `max_datagram_size` with discovery off.
+    pub fn send_size(&self, peer: NodeId) -> usize {
+        self.senders
+            .get(&peer)
+            .map_or(self.cfg.base_datagram_size(), |rec| rec.mtud.size())
+    }
+
+    /// The MTU probe due to `peer` now, if any, and how long to wait for its answer: only
+    /// while its sender record has work. Expires unanswered probes first.
+    fn due_probe(&mut self, now: Instant, peer: NodeId) -> Option<(Want, Duration)> {
+        let rec = self.senders.get_mut(&peer)?;
+        if rec.is_quiet() {
+            return None;
+        }
+        let e = rec.mtud.poll(now);
+        self.stats.mtu.probes_lost += u64::from(e.lost);
+        self.stats.mtu.black_hole_fallbacks += u64::from(e.fallback);
+        // Not before a round trip was measured: the answer's deadline is a few of them (the
+        // peer answers at once, but the probe may queue behind data).
+        let rtt = rec.rtt.smoothed()?.max(rec.rtt.latest()?);
+        let want = rec.mtud.want()?;
+        let timeout = rtt.saturating_mul(3).max(self.cfg.min_rto);
+        Some((want, timeout))
     }
 
     /// A sealed node with no nonce epoch left takes the next clock value as its epoch.
@@ -212,7 +287,8 @@ impl Node {
     }
 
     /// Writes the S record's REQSLOTS and TOKENs for `peer`, TOKENs as far as the congestion
-    /// window and the pacer allow (REQSLOTS is never held back). Returns whether more can be
+    /// window and the pacer allow (REQSLOTS is never held back), in a datagram of
+    /// `dgram_size` bytes ending at `limit` in `buf` (the tag excluded). Returns whether more can be
     /// written now (another datagram), and whether the record has nothing left to send (the
     /// end of a burst: the receiver should acknowledge at once).
     fn write_sender_frames(
@@ -222,6 +298,7 @@ impl Node {
         buf: &mut Vec<u8>,
         body_room: usize,
         limit: usize,
+        dgram_size: usize,
     ) -> (bool, bool) {
         let cfg = &self.cfg;
         let Some(rec) = self.senders.get_mut(&peer) else {
@@ -239,7 +316,7 @@ impl Node {
             }
         }
         let keep_own = self.rules.token_keeps_incarnation;
-        let mss = cfg.max_datagram_size as u64;
+        let mss = dgram_size as u64;
         let mut wrote = false;
         let mut blocked = false;
         rec.pace_at = None;
@@ -300,7 +377,8 @@ impl Node {
                 } else {
                     tok.queued = false;
                 }
-                rec.on_fragment_sent(now, s, range, size);
+                let reach = (dgram_size - (limit - buf.len())) as u32;
+                rec.on_fragment_sent(now, s, range, size, reach);
                 self.stats.frames_out.frag += 1;
                 wrote = true;
                 continue;
@@ -323,6 +401,7 @@ impl Node {
                 break;
             };
             put_token(buf, s, r, &tok.payload);
+            tok.reach = (dgram_size - (limit - buf.len())) as u32;
             if tok.sends > 0 {
                 self.stats.retransmissions += 1;
             }

@@ -167,7 +167,8 @@ impl Node {
         let rec_rck = rec.rck;
         let (stats, events, queued_bytes) =
             (&mut self.stats, &mut self.events, &mut self.queued_bytes);
-        let (rtt, bytes, flight) = (&mut rec.rtt, &mut rec.bytes, &mut rec.flight);
+        let (rtt, bytes, flight, mtud) =
+            (&mut rec.rtt, &mut rec.bytes, &mut rec.flight, &mut rec.mtud);
         let credit = &mut rec.credit;
         let mut retry = Vec::new();
         // A token that never left cannot have a verdict.
@@ -177,6 +178,9 @@ impl Node {
             flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
             if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                 credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
+            }
+            if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() {
+                mtud.on_acked(tok.reach as usize);
             }
             let id = tok.id;
             if v == Verdict::Retry {

@@ -93,6 +93,10 @@ pub fn test_config() -> Config {
     conf.probe_interval = Duration::from_millis(200);
     conf.max_probe_interval = Duration::from_secs(2);
     conf.initial_rtt = Duration::from_millis(10);
+    // Fixed 1200-byte datagrams, as these tests were written for (no MTU probes among the
+    // frames they count); `tests/mtu.rs` runs path MTU discovery.
+    conf.mtu_discovery = false;
+    conf.max_datagram_size = 1200;
     conf
 }
 

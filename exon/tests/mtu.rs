@@ -1,0 +1,139 @@
+//! Path MTU discovery between two nodes over a path that carries datagrams up to an MTU
+//! (larger ones are dropped silently, as a router does with DF set): the search finds the
+//! path's size, a black hole (the MTU dropping below the size in use) is detected and
+//! traffic recovers, and random loss never makes the size fall back.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::proto::{Config, MAX_DATAGRAM_SIZE};
+
+mod pair;
+use pair::*;
+
+/// The Pair's test configuration with path MTU discovery on, as by default.
+fn config() -> Config {
+    let mut c = test_config();
+    c.mtu_discovery = true;
+    c.max_datagram_size = MAX_DATAGRAM_SIZE;
+    c
+}
+
+/// A path of MTU `mtu` (changeable while running) that also loses `loss_pct` % of every
+/// datagram, drawn from a seeded generator.
+fn path(p: &mut Pair, mtu: Rc<Cell<usize>>, loss_pct: u64) {
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    p.set_filter(move |w: &Wire| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        if w.data.len() > mtu.get() || rng % 100 < loss_pct {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+}
+
+/// Sends `rounds` bursts of 100 distinct messages of 100 bytes from A, with `gap` of
+/// virtual time after each.
+fn stream(p: &mut Pair, rounds: u32, gap: Duration) {
+    for _ in 0..rounds {
+        for _ in 0..100 {
+            let n = p.node(A).stats().sent as u32;
+            p.send(A, Bytes::from(n.to_be_bytes().repeat(25)));
+        }
+        p.run(gap);
+    }
+}
+
+fn send_size(p: &mut Pair) -> usize {
+    p.node(A).send_size(id(B))
+}
+
+#[test]
+fn without_a_limit_the_size_reaches_the_ceiling() {
+    let mut p = Pair::new(config());
+    assert_eq!(send_size(&mut p), 1200, "the base before any record");
+    stream(&mut p, 20, Duration::from_millis(20));
+    assert_eq!(send_size(&mut p), MAX_DATAGRAM_SIZE);
+    let s = *p.node(A).stats();
+    assert_eq!(s.largest_datagram_out, MAX_DATAGRAM_SIZE as u64);
+    assert!(s.mtu.probes_acked >= 10, "{:?}", s.mtu);
+    assert_eq!(s.mtu.black_hole_fallbacks, 0);
+    assert_eq!(p.node(B).stats().frames_out.mtu_ack, s.mtu.probes_acked);
+    // Tokens travel in large datagrams too: far fewer datagrams than messages.
+    p.run(Duration::from_secs(30));
+    assert_eq!(p.nodes[B].delivered.len(), 2000);
+    assert!(s.datagrams_out < 500, "{}", s.datagrams_out);
+}
+
+#[test]
+fn the_search_stops_at_the_path_mtu() {
+    let mut p = Pair::new(config());
+    path(&mut p, Rc::new(Cell::new(1472)), 0);
+    stream(&mut p, 30, Duration::from_millis(20));
+    let size = send_size(&mut p);
+    assert!((1472 - 16..=1472).contains(&size), "{size}");
+    p.run(Duration::from_secs(30));
+    assert_eq!(p.nodes[B].delivered.len(), 3000);
+    assert_eq!(p.node(A).stats().mtu.black_hole_fallbacks, 0);
+    assert_eq!(
+        p.node(A).stats().retransmissions,
+        0,
+        "probes lost are not data lost"
+    );
+}
+
+#[test]
+fn a_black_hole_is_detected_and_traffic_recovers() {
+    let mut p = Pair::new(config());
+    let mtu = Rc::new(Cell::new(9000));
+    path(&mut p, mtu.clone(), 0);
+    stream(&mut p, 20, Duration::from_millis(20));
+    assert_eq!(send_size(&mut p), 9000);
+    // The path shrinks under the size in use: every full datagram vanishes.
+    mtu.set(1472);
+    stream(&mut p, 20, Duration::from_millis(20));
+    let s = *p.node(A).stats();
+    assert_eq!(s.mtu.black_hole_fallbacks, 1, "{:?}", s.mtu);
+    assert!(send_size(&mut p) <= 1472);
+    // Every message still arrives, exactly once.
+    p.run(Duration::from_secs(60));
+    let delivered = &p.nodes[B].delivered;
+    assert_eq!(delivered.len(), 4000);
+    let unique: std::collections::HashSet<_> = delivered.iter().collect();
+    assert_eq!(unique.len(), 4000);
+    assert_eq!(p.nodes[A].acked.len(), 4000);
+}
+
+#[test]
+fn random_loss_never_makes_the_size_fall_back() {
+    let mut p = Pair::new(config());
+    path(&mut p, Rc::new(Cell::new(9000)), 10);
+    stream(&mut p, 300, Duration::from_millis(20));
+    let s = *p.node(A).stats();
+    assert_eq!(s.mtu.black_hole_fallbacks, 0, "{:?}", s.mtu);
+    assert!(
+        s.losses_detected + s.timeouts > 1000,
+        "the loss was real: {s:?}"
+    );
+    assert!(send_size(&mut p) > 8000, "{}", send_size(&mut p));
+    p.run(Duration::from_secs(60));
+    assert_eq!(p.nodes[B].delivered.len(), 30_000);
+}
+
+#[test]
+fn with_discovery_off_the_size_is_fixed() {
+    let mut c = config();
+    c.mtu_discovery = false;
+    c.max_datagram_size = 1400;
+    let mut p = Pair::new(c);
+    stream(&mut p, 10, Duration::from_millis(20));
+    assert_eq!(send_size(&mut p), 1400);
+    let s = *p.node(A).stats();
+    assert_eq!(s.mtu.probes_sent, 0);
+    assert!((1300..=1400).contains(&s.largest_datagram_out));
+}
