@@ -13,11 +13,11 @@ fn exon_sim(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn payload_above_the_maximum_is_an_error_at_start() {
-    let out = exon_sim(&["--payload", "2000", "--messages", "10"]);
+    let out = exon_sim(&["--payload", "20000000", "--messages", "10"]);
     assert_eq!(out.status.code(), Some(2), "exit status {:?}", out.status);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("payload of 2000 bytes is above the maximum"),
+        err.contains("payload of 20000000 bytes is above the maximum"),
         "stderr: {err}"
     );
     assert!(out.stdout.is_empty(), "nothing ran: {:?}", out.stdout);

@@ -193,15 +193,6 @@ fn rejects_by_reason() {
         validate(&Bytes::from(v), usize::MAX).map(|_| ()),
         Err(DecodeError::BadPadding)
     );
-    // The frame types reserved for fragments are unknown to this version.
-    for ty in [0x09, 0x0a, 0x0b] {
-        let mut v = good[..6].to_vec();
-        v.extend_from_slice(&[ty, 1]);
-        assert_eq!(
-            validate(&Bytes::from(v), usize::MAX).map(|_| ()),
-            Err(DecodeError::UnknownFrame(ty.into()))
-        );
-    }
     // A payload larger than the configured maximum.
     assert_eq!(
         validate(&good, 4).map(|_| ()),

@@ -69,6 +69,7 @@ impl EndpointStats {
         self.node.merge(&other.node);
         self.unknown_peer_drops += other.unknown_peer_drops;
         self.send_errors += other.send_errors;
+        self.oversize_drops += other.oversize_drops;
         self.recv_errors += other.recv_errors;
         self.address_updates += other.address_updates;
         self.address_book_full += other.address_book_full;
