@@ -422,7 +422,11 @@ mod tests {
         assert_eq!(check(&m, small, mixed, max), Some(104));
         let mut cut = m.clone();
         cut.pop();
-        assert_eq!(check(&cut, small, mixed, max), None, "a part is not the message");
+        assert_eq!(
+            check(&cut, small, mixed, max),
+            None,
+            "a part is not the message"
+        );
         let mut bad = m;
         bad[500] ^= 1;
         assert_eq!(check(&bad, small, mixed, max), None, "altered");

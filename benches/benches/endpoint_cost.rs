@@ -89,7 +89,11 @@ async fn run(args: &Args) -> Duration {
     let mut seq = 0;
     while seq < total {
         if args.batch == 0 {
-            drop(a.send(b_id, common::payload(seq, common::SHARDED_SIZE)).await.expect("send"));
+            drop(
+                a.send(b_id, common::payload(seq, common::SHARDED_SIZE))
+                    .await
+                    .expect("send"),
+            );
             seq += 1;
         } else {
             let n = (args.batch as u64).min(total - seq);

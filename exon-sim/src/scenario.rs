@@ -182,10 +182,7 @@ impl Scenario {
         let max = self.config.max_message_size;
         let largest = self.workload.payload_len.max(self.workload.max_payload_len);
         if largest > max {
-            return Err(ScenarioError::PayloadTooLarge {
-                len: largest,
-                max,
-            });
+            return Err(ScenarioError::PayloadTooLarge { len: largest, max });
         }
         Ok(())
     }

@@ -54,7 +54,9 @@ fn fill_byte(key: MsgKey) -> u8 {
 /// Whether `p` is message `key` whole: `len` bytes, its fill intact.
 pub fn is_whole(p: &[u8], key: MsgKey, len: usize) -> bool {
     let b = fill_byte(key);
-    p.len() == len && p.get(ID_LEN..).is_none_or(|rest| rest.iter().all(|x| *x == b))
+    p.len() == len
+        && p.get(ID_LEN..)
+            .is_none_or(|rest| rest.iter().all(|x| *x == b))
 }
 
 /// Reads the id and kind of a payload, or `None` if it is not one of ours.

@@ -51,10 +51,7 @@ fn validate_names_the_limit() {
     };
     assert_eq!(
         sc.validate(),
-        Err(ScenarioError::PayloadTooLarge {
-            len: max + 1,
-            max,
-        })
+        Err(ScenarioError::PayloadTooLarge { len: max + 1, max })
     );
     sc.workload.payload_len = max;
     assert_eq!(sc.validate(), Ok(()));

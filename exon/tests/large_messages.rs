@@ -12,7 +12,9 @@ use pair::{test_config, Fate, Pair, A, B};
 
 /// Message `i` of `len` bytes: its number in the first and last 4 bytes, a pattern between.
 fn message(i: u32, len: usize) -> Bytes {
-    let mut v: Vec<u8> = (0..len).map(|k| (k as u32 ^ i).wrapping_mul(31) as u8).collect();
+    let mut v: Vec<u8> = (0..len)
+        .map(|k| (k as u32 ^ i).wrapping_mul(31) as u8)
+        .collect();
     let tag = i.to_be_bytes();
     for (k, b) in tag.iter().enumerate() {
         if k < len {
@@ -25,16 +27,7 @@ fn message(i: u32, len: usize) -> Bytes {
     Bytes::from(v)
 }
 
-const SIZES: [usize; 8] = [
-    100,
-    1_500,
-    9_000,
-    70_000,
-    300_000,
-    1 << 20,
-    1_000,
-    4 << 20,
-];
+const SIZES: [usize; 8] = [100, 1_500, 9_000, 70_000, 300_000, 1 << 20, 1_000, 4 << 20];
 
 /// Sends every size in `SIZES` `rounds` times from A to B, keeping a bounded number
 /// pending, checking the receiver's reassembly memory at every step; then checks whole,
@@ -143,7 +136,10 @@ fn receiver_memory_stays_within_its_grant_and_senders_wait() {
     assert_eq!(pair.nodes[B].delivered.len(), msgs.len());
     assert_eq!(most, 700_000, "one message at a time fits the grant");
     let s = pair.nodes[B].node.stats();
-    assert_eq!(s.rejects.fragment_refused, 0, "senders wait, they are not refused");
+    assert_eq!(
+        s.rejects.fragment_refused, 0,
+        "senders wait, they are not refused"
+    );
 }
 
 /// The credit rule switched off: senders start large messages without a grant and the
@@ -162,7 +158,13 @@ fn without_the_credit_rule_reassembly_memory_exceeds_the_grant() {
     pair.node(A).set_rules(rules);
     pair.node(B).set_rules(rules);
     // Every fourth datagram lost, so messages stay partial for a while.
-    pair.set_filter(|w| if w.seq % 4 == 3 { Fate::Drop } else { Fate::Deliver });
+    pair.set_filter(|w| {
+        if w.seq % 4 == 3 {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
     for i in 0..6 {
         pair.send(A, message(i, 700_000));
     }
@@ -177,7 +179,10 @@ fn without_the_credit_rule_reassembly_memory_exceeds_the_grant() {
             break;
         }
     }
-    assert!(over, "without credit, partial messages pass the receiver's bound");
+    assert!(
+        over,
+        "without credit, partial messages pass the receiver's bound"
+    );
 }
 
 #[test]

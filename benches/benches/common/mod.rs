@@ -875,7 +875,9 @@ impl ShardedOneWay {
                         tasks.push(tokio::spawn(async move {
                             let mut seen: HashMap<NodeId, Seen> = HashMap::new();
                             while let Some(m) = d.recv().await {
-                                seen.entry(m.from).or_default().record(seq_of(&m.payload, SHARDED_SIZE));
+                                seen.entry(m.from)
+                                    .or_default()
+                                    .record(seq_of(&m.payload, SHARDED_SIZE));
                                 p.verified(total.fetch_add(1, Ordering::AcqRel) + 1);
                             }
                         }));

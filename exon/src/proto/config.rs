@@ -298,7 +298,9 @@ impl Config {
             return Err(ConfigError("unreachable_after must exceed max_rto"));
         }
         if self.max_untaken == 0 || self.max_untaken_bytes == 0 {
-            return Err(ConfigError("max_untaken and max_untaken_bytes must be positive"));
+            return Err(ConfigError(
+                "max_untaken and max_untaken_bytes must be positive",
+            ));
         }
         if self.max_message_size == 0
             || (self.max_message_size as u64) > self.max_reassembly_per_source
@@ -309,7 +311,9 @@ impl Config {
             ));
         }
         if self.max_message_size > self.max_queued_bytes {
-            return Err(ConfigError("max_message_size must not exceed max_queued_bytes"));
+            return Err(ConfigError(
+                "max_message_size must not exceed max_queued_bytes",
+            ));
         }
         if self.reassembly_timeout.is_zero() {
             return Err(ConfigError("reassembly_timeout must be positive"));

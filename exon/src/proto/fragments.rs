@@ -83,7 +83,6 @@ impl Outgoing {
         self.charged = charged;
     }
 
-
     /// Whether the receiver holds every byte.
     pub fn is_whole(&self) -> bool {
         self.got.contains_range(0..self.total)
@@ -187,7 +186,6 @@ impl Outgoing {
         }
         (size, reach)
     }
-
 
     /// The timer ran out: everything in flight is to send again, or (a message held whole)
     /// a few bytes, to ask whether the receiver still holds it. Returns the bytes that were

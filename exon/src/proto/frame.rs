@@ -567,13 +567,7 @@ pub fn put_frag(buf: &mut impl BufMut, s: u64, r: u64, total: u64, offset: u64, 
 /// Appends a GOT frame for slot `s` of incarnation `r` with as many of `ranges` (byte
 /// offsets; sorted, disjoint, non-adjacent, non-empty) as fit in `room` bytes. Returns how
 /// many ranges were written (0: nothing was written).
-pub fn put_got(
-    buf: &mut impl BufMut,
-    r: u64,
-    s: u64,
-    ranges: &[Range<u64>],
-    room: usize,
-) -> usize {
+pub fn put_got(buf: &mut impl BufMut, r: u64, s: u64, ranges: &[Range<u64>], room: usize) -> usize {
     let fixed = 1 + varint_len(r) + varint_len(s);
     let count = ranges_fitting(ranges, fixed, room);
     if count == 0 {

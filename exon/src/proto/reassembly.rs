@@ -158,6 +158,9 @@ impl Node {
 
     /// Partial messages being reassembled, over all sources.
     pub fn partial_messages(&self) -> usize {
-        self.receivers.values().map(|r| r.assembler.partials()).sum()
+        self.receivers
+            .values()
+            .map(|r| r.assembler.partials())
+            .sum()
     }
 }

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::codec::varint_len;
 use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState};
 use super::fragments::{Credit, Outgoing, Sent};
-use super::codec::varint_len;
 use super::loss::{loss_delay, Judgement, LossDetector};
 use super::mtud::Mtud;
 use super::pacing::Pacer;
@@ -719,10 +719,18 @@ impl SRecord {
         let credit = self.credit.asked_at().map(|t| t + self.rto(cfg));
         // Path MTU discovery only probes while there is work for the destination.
         let mtud = self.mtud.deadline().filter(|_| !self.is_quiet());
-        [self.rto_at, req, idle, self.pace_at, self.loss_at, credit, mtud]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.rto_at,
+            req,
+            idle,
+            self.pace_at,
+            self.loss_at,
+            credit,
+            mtud,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// The retransmission timer: returns how many tokens were declared lost, and whether

@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 
 use super::crypto::TAG_LEN;
 use super::fragments::Outgoing;
-use super::sender::FragPlan;
 use super::frame::{
     credit_len, frame_type, put_credit, put_frag, put_got, put_mtu_ack, put_mtu_probe, put_path,
     put_reqcredit, put_reqslots, put_slots, put_token, put_verdict, reqcredit_len, reqslots_len,
@@ -13,6 +12,7 @@ use super::frame::{
 };
 use super::mtud::Want;
 use super::ranges::RangeSet;
+use super::sender::FragPlan;
 use super::timer::Side;
 use super::{Event, Node, NodeId, Transmit, Verdict};
 
@@ -160,8 +160,7 @@ impl Node {
             let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
             let (sender_left, burst_end) =
                 self.write_sender_frames(now, peer, buf, limit - header_end, limit, size);
-            if burst_end
-                && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before
+            if burst_end && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before
             {
                 // The last datagram of this burst: ask for the ACK without delay.
                 buf[start + 3] |= FLAG_ACK_NOW;

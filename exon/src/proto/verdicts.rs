@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::fragments::Outgoing;
 use super::frame::Verdict;
 use super::node::MAX_EVICTED_RANGES;
-use super::fragments::Outgoing;
 use super::sender::{Queued, Token};
 use super::{DeliveryId, Event, Node, NodeId};
 
