@@ -227,3 +227,47 @@ fn mixed_sizes_in_large_datagrams_with_loss() {
     });
     mixed(pair, 2);
 }
+
+/// A partition longer than the reassembly timeout: the receiver drops the partial message,
+/// the sender (which was told of bytes the receiver no longer holds) learns it from the next
+/// GOT and sends them again. Delivered once, acknowledged once.
+#[test]
+fn a_partial_message_dropped_by_the_receiver_is_sent_again() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let mut pair = Pair::new(test_config());
+    let cut = Rc::new(Cell::new(false));
+    let c = cut.clone();
+    pair.set_filter(move |_| if c.get() { Fate::Drop } else { Fate::Deliver });
+    // A first message proves the receiver record (an unproven one would be evicted when
+    // its probes go unanswered, and the message sent again after RETRY).
+    let first = message(1, 100);
+    pair.send(A, first.clone());
+    while pair.nodes[A].acked.is_empty() {
+        assert!(pair.step());
+    }
+    let big = message(7, 3 << 20);
+    pair.send(A, big.clone());
+    let mut steps = 0;
+    while pair.nodes[B].node.partial_messages() == 0 || pair.nodes[B].node.reassembly_in_use() == 0
+    {
+        assert!(pair.step());
+        steps += 1;
+        assert!(steps < 100_000);
+    }
+    // Let some bytes arrive and be reported, then cut the link past the timeout.
+    for _ in 0..5 {
+        pair.step();
+    }
+    assert_eq!(pair.nodes[B].delivered.len(), 1, "still partial");
+    cut.set(true);
+    pair.run(Duration::from_secs(40));
+
+    assert!(pair.nodes[B].node.stats().partials_expired >= 1);
+    assert_eq!(pair.nodes[B].node.reassembly_in_use(), 0);
+    cut.set(false);
+    pair.run(Duration::from_secs(120));
+    assert_eq!(pair.nodes[B].delivered, vec![first, big]);
+    assert_eq!(pair.nodes[A].acked.len(), 2);
+    assert_eq!(pair.nodes[B].node.stats().evictions, 0);
+}

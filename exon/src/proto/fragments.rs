@@ -9,6 +9,10 @@ use super::assembler::MIN_CHARGE;
 use super::congestion::SendState;
 use super::ranges::RangeSet;
 
+/// Most byte ranges kept of what a receiver holds: a GOT that would make more is partly
+/// ignored (those bytes are sent again), so a GOT cannot make a sender's state grow.
+const MAX_GOT_RANGES: usize = 1024;
+
 /// Bytes re-sent to ask a receiver about a message it holds whole: its answer (GOT, ACK,
 /// DOUBT or RETRY) says whether it still has it.
 const PROBE_LEN: u64 = 256;
@@ -140,19 +144,48 @@ impl Outgoing {
 
     /// The receiver holds `ranges` (of one GOT frame): appends to `acked` the transmissions
     /// now wholly held (one pass over those in flight per GOT frame).
-    pub fn on_got(&mut self, ranges: impl Iterator<Item = Range<u64>>, acked: &mut Vec<Sent>) {
-        let mut news = false;
+    ///
+    /// A GOT that shows less than the whole message for one this sender knew held whole
+    /// means the receiver dropped it (a partial message dropped after its reassembly
+    /// timeout, then started again): what it says it holds becomes all that is known, and
+    /// the rest is to send again. Returns whether that happened.
+    pub fn on_got(
+        &mut self,
+        ranges: impl Iterator<Item = Range<u64>>,
+        acked: &mut Vec<Sent>,
+    ) -> bool {
+        let was_whole = self.is_whole();
+        let mut told = RangeSet::new();
         for range in ranges {
             let range = range.start.min(self.total)..range.end.min(self.total);
-            if range.is_empty() || self.got.contains_range(range.clone()) {
+            if told.range_count() < MAX_GOT_RANGES || !told.would_add_range(range.clone()) {
+                told.insert(range);
+            }
+        }
+        if was_whole && !told.contains_range(0..self.total) {
+            self.got = told;
+            self.pending = RangeSet::new();
+            self.pending.insert(0..self.total);
+            for g in self.got.ranges() {
+                self.pending.remove_range(g.clone());
+            }
+            return true;
+        }
+        let mut news = false;
+        for range in told.ranges() {
+            if self.got.contains_range(range.clone()) {
+                continue;
+            }
+            if self.got.range_count() >= MAX_GOT_RANGES && self.got.would_add_range(range.clone()) {
+                // Bounded bookkeeping: those bytes are simply sent again.
                 continue;
             }
             news = true;
             self.got.insert(range.clone());
-            self.pending.remove_range(range);
+            self.pending.remove_range(range.clone());
         }
         if !news {
-            return;
+            return false;
         }
         let got = &self.got;
         self.inflight.retain(|s| {
@@ -162,6 +195,7 @@ impl Outgoing {
             }
             !held
         });
+        false
     }
 
     /// Whether transmission `seq` is in flight, and when it left (`inflight` is in sending

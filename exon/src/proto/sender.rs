@@ -467,7 +467,11 @@ impl SRecord {
         };
         let was_whole = o.is_whole();
         let mut acked: Vec<Sent> = Vec::new();
-        o.on_got(ranges, &mut acked);
+        if o.on_got(ranges, &mut acked) && !tok.queued {
+            // The receiver no longer holds it whole: what it lacks goes again.
+            tok.queued = true;
+            self.to_send.push_back(s);
+        }
         let whole = !was_whole && o.is_whole();
         let charge = (whole && o.is_charged()).then(|| Outgoing::charge_of(o.total()));
         if let Some(c) = charge {
