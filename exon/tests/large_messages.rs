@@ -271,3 +271,28 @@ fn a_partial_message_dropped_by_the_receiver_is_sent_again() {
     assert_eq!(pair.nodes[A].acked.len(), 2);
     assert_eq!(pair.nodes[B].node.stats().evictions, 0);
 }
+
+/// A stream of small messages that never lets up does not starve a large message: it
+/// completes while the stream still flows.
+#[test]
+fn a_large_message_is_not_starved_by_a_stream_of_small_ones() {
+    let mut pair = Pair::new(test_config());
+    let big = message(0, 2 << 20);
+    pair.send(A, big.clone());
+    let mut next = 1u32;
+    let mut steps = 0u64;
+    while !pair.nodes[B].delivered.contains(&big) {
+        while pair.nodes[A].node.pending_to(pair::id(B)) < 500 {
+            pair.send(A, message(next, 300));
+            next += 1;
+        }
+        assert!(pair.step());
+        steps += 1;
+        assert!(steps < 1_000_000, "the large message never completed");
+    }
+    let small_before = pair.nodes[B].delivered.len() - 1;
+    assert!(
+        small_before > 1000,
+        "the small stream kept flowing meanwhile ({small_before} delivered)"
+    );
+}
