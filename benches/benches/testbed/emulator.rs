@@ -54,6 +54,9 @@ impl Impairment {
             loss: self.loss,
             rate: Some(self.rate_bps / 8),
             queue_bytes: self.queue_bytes,
+            // The emulator moves whole IP packets, which the namespaces' interface MTU
+            // already bounds: the model's own size limit (for UDP payloads) stays out of it.
+            mtu: usize::MAX,
             ..LinkConfig::default()
         };
         Link::new(cfg, self.seed + dir as u64)

@@ -613,6 +613,7 @@ impl Node {
             rec.mtud.on_heard(now);
         }
         let mut tokens = 0u32;
+        let mut gots = false;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {
             self.stats.frames_in.count(&f);
@@ -649,6 +650,7 @@ impl Node {
                 }
                 Frame::Got { r, s, ranges } => {
                     self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));
+                    gots = true;
                 }
                 Frame::ReqCredit { want } => self.on_reqcredit(src, want),
                 Frame::Credit { r, limit } => self.on_credit(src, r, limit),
@@ -666,6 +668,9 @@ impl Node {
                     self.request_slots(now, src);
                 }
             }
+        }
+        if gots {
+            self.after_verdicts(now, src);
         }
         if tokens > 0 {
             if urgent {

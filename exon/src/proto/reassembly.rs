@@ -80,7 +80,10 @@ impl Node {
         }
     }
 
-    /// GOT(r, s, ranges) from `src`: the bytes it holds of our message in slot `s`.
+    /// GOT(r, s, ranges) from `src`: the bytes it holds of our message in slot `s`. Loss
+    /// detection runs once the whole datagram is read (see `handle_frames`): a datagram
+    /// carries a GOT per message, and judging after the first would take the fragments the
+    /// later ones answer for lost.
     pub(super) fn on_got(
         &mut self,
         now: Instant,
@@ -96,7 +99,6 @@ impl Node {
         if rec.on_got(now, r, s, ranges, keep_own) && rec.credit.has_waiting() {
             self.resume_credit_waiters(src);
         }
-        self.after_verdicts(now, src);
     }
 
     /// REQCREDIT(want) from `src`: its receiver record's grant grows towards `want`, within
