@@ -614,6 +614,7 @@ impl Node {
         }
         let mut tokens = 0u32;
         let mut gots = false;
+        let mut credit_want = None;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {
             self.stats.frames_in.count(&f);
@@ -652,7 +653,9 @@ impl Node {
                     self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));
                     gots = true;
                 }
-                Frame::ReqCredit { want } => self.on_reqcredit(src, want),
+                // Answered once per datagram, for the largest `want` (a request costs a
+                // pass over the receiver records).
+                Frame::ReqCredit { want } => credit_want = credit_want.max(Some(want)),
                 Frame::Credit { r, limit } => self.on_credit(src, r, limit),
                 Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                     let Some((v, r, ranges)) = f.verdict() else {
@@ -671,6 +674,9 @@ impl Node {
         }
         if gots {
             self.after_verdicts(now, src);
+        }
+        if let Some(want) = credit_want {
+            self.on_reqcredit(src, want);
         }
         if tokens > 0 {
             if urgent {
