@@ -15,8 +15,9 @@ use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    /// Node `from` sends a fresh message to the other.
-    Send { from: bool },
+    /// Node `from` sends a fresh message to the other: 8 bytes, or (`large`) a few KB that
+    /// travel in fragments.
+    Send { from: bool, large: bool },
     /// Time moves on by this many milliseconds, and due timers run.
     Advance { ms: u16 },
     /// Deliver the in-flight datagram at this index (mod the queue length).
@@ -162,9 +163,16 @@ fuzz_target!(|ops: Vec<Op>| {
     for op in ops.into_iter().take(2000) {
         let now = w.now;
         match op {
-            Op::Send { from } => {
+            Op::Send { from, large } => {
                 let i = usize::from(from);
-                let payload = Bytes::copy_from_slice(&w.next_msg.to_be_bytes());
+                let mut payload = w.next_msg.to_be_bytes().to_vec();
+                if large {
+                    // Three to four datagrams' worth, tagged at both ends.
+                    let n = 3000 + (w.next_msg as usize % 1000);
+                    payload.resize(n, (w.next_msg % 251) as u8);
+                    payload.extend_from_slice(&w.next_msg.to_be_bytes());
+                }
+                let payload = Bytes::from(payload);
                 w.next_msg += 1;
                 if let Ok(id) = w.nodes[i].send(now, [A, B][1 - i], payload.clone()) {
                     w.sent.insert(payload.clone());
