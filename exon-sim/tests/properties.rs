@@ -35,6 +35,9 @@ struct Params {
     restarts: Vec<(usize, u64, u64)>,
     /// Packing and delayed ACKs: (payload bytes, max datagram size, ACK delay ms, ack_every).
     packing: (usize, usize, u64, u32),
+    /// Largest payload (0: all are `packing.0` bytes): above it, sizes vary per message up
+    /// to this, and the larger ones travel in fragments.
+    large: usize,
 }
 
 /// Datagram sizes drawn: tiny (one small token each), internet, jumbo (dozens per datagram).
@@ -78,6 +81,7 @@ impl Params {
                     )
                 })
                 .collect(),
+            large: [0, 0, 0, r.gen_range(1500..12_000)][r.gen_range(0..4)],
             packing: (
                 r.gen_range(13..200),
                 DATAGRAMS[r.gen_range(0..3)],
@@ -148,7 +152,13 @@ impl Params {
             },
             workload: Workload {
                 pattern: self.pattern,
-                messages: self.messages,
+                // Fewer messages when they are large, to keep a case's run time.
+                messages: if self.large > 0 {
+                    self.messages.min(120)
+                } else {
+                    self.messages
+                },
+                max_payload_len: self.large,
                 burst: 64,
                 // At most what one sealed datagram of the drawn size carries.
                 payload_len: self.packing.0.min({
@@ -201,7 +211,13 @@ fn params() -> impl Strategy<Value = Params> {
         ),
         prop::collection::vec((0usize..6, 0usize..6, 0u8..3, 0u64..2000, 1u64..1000), 0..4),
         prop::collection::vec((0usize..6, 0u64..2000, 1u64..300), 0..3),
-        (13usize..200, 0usize..3, 0u64..5, 1u32..32),
+        (
+            13usize..200,
+            0usize..3,
+            0u64..5,
+            1u32..32,
+            prop_oneof![3 => Just(0usize), 1 => 1500usize..12_000],
+        ),
     )
         .prop_map(
             |(
@@ -213,7 +229,7 @@ fn params() -> impl Strategy<Value = Params> {
                 (jitter_ms, dup_delay_ms, take_ms, deadline_ms),
                 partitions,
                 restarts,
-                (payload, dgram, ack_ms, every),
+                (payload, dgram, ack_ms, every, large),
             )| Params {
                 seed,
                 nodes,
@@ -230,6 +246,7 @@ fn params() -> impl Strategy<Value = Params> {
                 partitions,
                 restarts,
                 packing: (payload, DATAGRAMS[dgram], ack_ms, every),
+                large,
             },
         )
 }

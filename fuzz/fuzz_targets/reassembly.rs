@@ -130,7 +130,11 @@ fuzz_target!(|input: Input| {
                     data: Bytes::from(vec![0x22; n as usize]),
                 }
             }
-            Op::Credit { want } => Frame::ReqCredit { want: want as u64 * 16 },
+            Op::Credit { want } => Frame::ReqCredit {
+                r,
+                s: s0,
+                want: want as u64 * 16,
+            },
             Op::Waive { below } => {
                 let l = s0 + below as u64 % (SLOTS + 1);
                 Frame::ReqSlots { s: s0 + SLOTS, n: 0, l }

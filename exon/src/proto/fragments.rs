@@ -277,8 +277,9 @@ pub(crate) struct Credit {
     due: bool,
     /// When the last REQCREDIT went out.
     asked_at: Option<Instant>,
-    /// Slots of messages waiting for credit, oldest first.
-    waiting: VecDeque<u64>,
+    /// Slots of messages waiting for credit, oldest first, with the incarnation each was
+    /// made under.
+    waiting: VecDeque<(u64, u64)>,
 }
 
 impl Credit {
@@ -326,8 +327,8 @@ impl Credit {
 
     /// A message in `slot` needing `charge` bytes waits for credit; asks for more if what
     /// was asked for does not cover it.
-    pub fn wait(&mut self, slot: u64, charge: u64, cap: u64) {
-        self.waiting.push_back(slot);
+    pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64) {
+        self.waiting.push_back((slot, r));
         let want = self.want(charge, cap);
         if want > self.asked || self.r.is_none() {
             self.asked = want;
@@ -342,8 +343,13 @@ impl Credit {
             .min(cap.max(charge))
     }
 
+    /// Forgets the waiting messages of incarnation `r` (they went back to the queue).
+    pub fn drop_waiting(&mut self, r: u64) {
+        self.waiting.retain(|&(_, w)| w != r);
+    }
+
     /// Takes every waiting slot (to be tried again).
-    pub fn take_waiting(&mut self) -> VecDeque<u64> {
+    pub fn take_waiting(&mut self) -> VecDeque<(u64, u64)> {
         std::mem::take(&mut self.waiting)
     }
 
@@ -352,9 +358,12 @@ impl Credit {
         !self.waiting.is_empty()
     }
 
-    /// The REQCREDIT to write now, if one is due.
-    pub fn due(&self) -> Option<u64> {
-        self.due.then_some(self.asked)
+    /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
+    /// waiting message (a receiver that lost that incarnation answers with its verdict),
+    /// and the bytes wanted.
+    pub fn due(&self) -> Option<(u64, u64, u64)> {
+        let &(s, r) = self.waiting.front()?;
+        self.due.then_some((r, s, self.asked))
     }
 
     /// The REQCREDIT was written at `now`.
@@ -444,8 +453,8 @@ mod tests {
     fn credit_is_per_incarnation_and_given_back() {
         let mut c = Credit::default();
         assert_eq!(c.room(7), 0);
-        c.wait(3, 100_000, 1 << 24);
-        assert_eq!(c.due(), Some(100_000));
+        c.wait(3, 7, 100_000, 1 << 24);
+        assert_eq!(c.due(), Some((7, 3, 100_000)));
         c.on_asked(t0());
         assert!(c.on_credit(7, 150_000));
         assert!(c.take(7, 100_000));

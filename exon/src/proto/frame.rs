@@ -47,7 +47,7 @@ pub mod frame_type {
     pub const FRAG: u64 = 0x09;
     /// GOT(r, s, ranges of bytes): the bytes of a fragmented message the receiver holds.
     pub const GOT: u64 = 0x0A;
-    /// REQCREDIT(want): the sender asks for reassembly memory.
+    /// REQCREDIT(r, s, want): the sender asks for reassembly memory.
     pub const REQCREDIT: u64 = 0x0B;
     /// CREDIT(r, limit): the reassembly memory the receiver reserved for the sender.
     pub const CREDIT: u64 = 0x0E;
@@ -318,9 +318,16 @@ pub enum Frame {
         /// Byte ranges received.
         ranges: AckRanges,
     },
-    /// Sender asks its receiver record to reserve `want` bytes of reassembly memory for its
-    /// fragmented messages in progress (a total, not an increment).
+    /// Sender asks its receiver record of incarnation `r` to reserve `want` bytes of
+    /// reassembly memory for its fragmented messages in progress (a total, not an
+    /// increment); `s` is the slot of a message waiting for it. A receiver without that
+    /// incarnation answers as it would a TOKEN for `(s, r)` (DOUBT, RETRY or ACK), so a
+    /// message waiting under a lost incarnation is never stranded.
     ReqCredit {
+        /// Incarnation the waiting messages were made under.
+        r: u64,
+        /// Slot of one of them.
+        s: u64,
         /// Bytes wanted in all.
         want: u64,
     },
@@ -400,7 +407,7 @@ impl Frame {
                 put_varint(buf, ranges.count);
                 buf.put_slice(&ranges.raw);
             }
-            Frame::ReqCredit { want } => put_reqcredit(buf, *want),
+            Frame::ReqCredit { r, s, want } => put_reqcredit(buf, *r, *s, *want),
             Frame::Credit { r, limit } => put_credit(buf, *r, *limit),
             Frame::MtuProbe { id, pad } => {
                 put_varint(buf, frame_type::MTU_PROBE);
@@ -437,7 +444,7 @@ impl Frame {
             Frame::Got { r, s, ranges } => {
                 1 + varint_len(*r) + varint_len(*s) + varint_len(ranges.count) + ranges.raw.len()
             }
-            Frame::ReqCredit { want } => 1 + varint_len(*want),
+            Frame::ReqCredit { r, s, want } => reqcredit_len(*r, *s, *want),
             Frame::Credit { r, limit } => 1 + varint_len(*r) + varint_len(*limit),
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
@@ -582,13 +589,15 @@ pub fn put_got(buf: &mut impl BufMut, r: u64, s: u64, ranges: &[Range<u64>], roo
 }
 
 /// Encoded size of a REQCREDIT frame.
-pub fn reqcredit_len(want: u64) -> usize {
-    1 + varint_len(want)
+pub fn reqcredit_len(r: u64, s: u64, want: u64) -> usize {
+    1 + varint_len(r) + varint_len(s) + varint_len(want)
 }
 
 /// Appends a REQCREDIT frame.
-pub fn put_reqcredit(buf: &mut impl BufMut, want: u64) {
+pub fn put_reqcredit(buf: &mut impl BufMut, r: u64, s: u64, want: u64) {
     put_varint(buf, frame_type::REQCREDIT);
+    put_varint(buf, r);
+    put_varint(buf, s);
     put_varint(buf, want);
 }
 
@@ -935,7 +944,11 @@ impl Frames<'_> {
                 s: r.varint()?,
                 ranges: AckRanges::decode(r, self.whole)?,
             },
-            frame_type::REQCREDIT => Frame::ReqCredit { want: r.varint()? },
+            frame_type::REQCREDIT => Frame::ReqCredit {
+                r: r.varint()?,
+                s: r.varint()?,
+                want: r.varint()?,
+            },
             frame_type::CREDIT => Frame::Credit {
                 r: r.varint()?,
                 limit: r.varint()?,

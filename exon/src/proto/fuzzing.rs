@@ -106,7 +106,11 @@ impl<'a> Arbitrary<'a> for Frame {
                 s: varint(u)?,
                 ranges: AckRanges::arbitrary(u)?,
             },
-            9 => Frame::ReqCredit { want: varint(u)? },
+            9 => Frame::ReqCredit {
+                r: varint(u)?,
+                s: varint(u)?,
+                want: varint(u)?,
+            },
             10 => Frame::Credit {
                 r: varint(u)?,
                 limit: varint(u)?,

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::codec::VARINT_MAX;
 use super::crypto::{Keyring, OpenError, PublicKey, Sealer, Security, Seq};
-use super::frame::{self, Frame};
+use super::frame::{self, Frame, Verdict};
 use super::outbox::Outbox;
 use super::ranges::RangeSet;
 use super::receiver::{Grant, RRecord};
@@ -615,6 +615,7 @@ impl Node {
         let mut tokens = 0u32;
         let mut gots = false;
         let mut credit_want = None;
+        let mut lost_incarnation = None;
         let mut urgent = header.ack_now;
         for f in frames.drain(..) {
             self.stats.frames_in.count(&f);
@@ -655,7 +656,11 @@ impl Node {
                 }
                 // Answered once per datagram, for the largest `want` (a request costs a
                 // pass over the receiver records).
-                Frame::ReqCredit { want } => credit_want = credit_want.max(Some(want)),
+                Frame::ReqCredit { r, s, want } => {
+                    if credit_want.is_none_or(|(_, _, w)| want >= w) {
+                        credit_want = Some((r, s, want));
+                    }
+                }
                 Frame::Credit { r, limit } => self.on_credit(src, r, limit),
                 Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                     let Some((v, r, ranges)) = f.verdict() else {
@@ -663,6 +668,10 @@ impl Node {
                     };
                     for rg in ranges.iter().flatten() {
                         self.on_verdict(now, src, v, r, rg);
+                    }
+                    if v != Verdict::Ack && lost_incarnation != Some(r) {
+                        lost_incarnation = Some(r);
+                        self.requeue_unsent(src, r);
                     }
                     self.after_verdicts(now, src);
                     if let Some(rec) = self.senders.get_mut(&src) {
@@ -675,8 +684,8 @@ impl Node {
         if gots {
             self.after_verdicts(now, src);
         }
-        if let Some(want) = credit_want {
-            self.on_reqcredit(src, want);
+        if let Some(ask) = credit_want {
+            self.on_reqcredit(now, src, ask);
         }
         if tokens > 0 {
             if urgent {

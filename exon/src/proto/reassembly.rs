@@ -101,11 +101,26 @@ impl Node {
         }
     }
 
-    /// REQCREDIT(want) from `src`: its receiver record's grant grows towards `want`, within
-    /// the per-source cap and what no other record holds; the answer is CREDIT with the
-    /// grant, even unchanged (the sender learns where it stands).
-    pub(super) fn on_reqcredit(&mut self, src: NodeId, want: u64) {
-        if !self.receivers.contains_key(&src) {
+    /// REQCREDIT(r, s, want) from `src`: its receiver record's grant grows towards `want`,
+    /// within the per-source cap and what no other record holds; the answer is CREDIT with
+    /// the grant, even unchanged (the sender learns where it stands). Without incarnation
+    /// `r`, the answer is the verdict a TOKEN for `(s, r)` would get: the sender learns that
+    /// its waiting messages were made under a lost incarnation.
+    pub(super) fn on_reqcredit(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        (r, s, want): (u64, u64, u64),
+    ) {
+        if !self.receivers.get(&src).is_some_and(|rec| rec.rck == r) {
+            if let Some(v) = self.verdict_without_record(r) {
+                let cap = self.outbox_cap();
+                if !self.outbox.reply(src, v, r, s, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+                let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+                self.outbox.flush_verdicts(src, now, true, delay, every);
+            }
             return;
         }
         let reserved: u64 = self.receivers.values().map(|r| r.assembler.granted()).sum();
@@ -141,7 +156,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        for slot in rec.credit.take_waiting() {
+        for (slot, _) in rec.credit.take_waiting() {
             rec.to_send.push_back(slot);
         }
         self.outbox.wake(src, usize::MAX);

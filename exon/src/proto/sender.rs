@@ -401,7 +401,7 @@ impl SRecord {
             let charge = Outgoing::charge_of(total);
             if !self.credit.take(r, charge) {
                 self.to_send.pop_front();
-                self.credit.wait(s, charge, cap);
+                self.credit.wait(s, r, charge, cap);
                 return FragPlan::Wait;
             }
             o.set_charged(true);

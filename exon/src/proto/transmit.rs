@@ -413,9 +413,9 @@ impl Node {
             wrote = true;
         }
         // After the tokens: a message that found no credit just asked for it.
-        if let Some(want) = rec.credit.due() {
-            if reqcredit_len(want) <= limit - buf.len() {
-                put_reqcredit(buf, want);
+        if let Some((r, s, want)) = rec.credit.due() {
+            if reqcredit_len(r, s, want) <= limit - buf.len() {
+                put_reqcredit(buf, r, s, want);
                 self.stats.frames_out.credit += 1;
                 rec.credit.on_asked(now);
             }

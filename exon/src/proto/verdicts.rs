@@ -90,7 +90,7 @@ impl Node {
     /// or waived, so the token is a duplicate: ACK (rule 4). One evicted before anything was
     /// delivered into it: RETRY. One older than this node's start (lost in a restart) or
     /// forgotten after an eviction: DOUBT, since it may or may not have been delivered.
-    fn verdict_without_record(&mut self, r: u64) -> Option<Verdict> {
+    pub(super) fn verdict_without_record(&mut self, r: u64) -> Option<Verdict> {
         if self.rules.plausible_input && r >= self.ck {
             // Never issued by this node (incarnations come from the clock): no verdict at
             // all, so a forged token cannot make this node vouch for anything.
@@ -222,6 +222,48 @@ impl Node {
             self.stats.stale_acks += 1;
         } else if rec.tokens.is_empty() {
             rec.rto_at = None;
+        }
+    }
+
+    /// DOUBT or RETRY for incarnation `r` from `src`: the receiver holds nothing of `r`, so
+    /// a token of `r` that never left this node was certainly not delivered. Such tokens
+    /// (a message that waited for reassembly credit, or one not yet written) go back to the
+    /// head of the queue, in order, for fresh slots: they are neither lost nor reported in
+    /// doubt, and none waits for credit under an incarnation that is gone.
+    pub(super) fn requeue_unsent(&mut self, src: NodeId, r: u64) {
+        let keep_own = self.rules.token_keeps_incarnation;
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        let rec_rck = rec.rck;
+        let credit = &mut rec.credit;
+        let mut again = Vec::new();
+        rec.tokens.remove_in(
+            0..u64::MAX,
+            |tok| tok.sends == 0 && tok.incarnation(rec_rck, keep_own) == r,
+            |_, tok| {
+                if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                    credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
+                }
+                again.push(Queued {
+                    id: tok.id,
+                    payload: tok.payload,
+                });
+            },
+        );
+        rec.credit.drop_waiting(r);
+        if again.is_empty() {
+            return;
+        }
+        self.stats.retried += again.len() as u64;
+        for msg in again.into_iter().rev() {
+            rec.queue.push_front(msg);
+        }
+        if rec.tokens.is_empty() {
+            rec.rto_at = None;
+        }
+        if rec.fill_envelopes() > 0 {
+            self.outbox.wake(src, usize::MAX);
         }
     }
 
