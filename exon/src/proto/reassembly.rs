@@ -112,7 +112,7 @@ impl Node {
         src: NodeId,
         (r, s, want): (u64, u64, u64),
     ) {
-        if !self.receivers.get(&src).is_some_and(|rec| rec.rck == r) {
+        if self.receivers.get(&src).is_none_or(|rec| rec.rck != r) {
             if let Some(v) = self.verdict_without_record(r) {
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
