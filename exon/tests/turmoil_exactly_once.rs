@@ -173,3 +173,29 @@ fn bounce_with_clock_store_kept() {
         "the restarted node stored a higher mark"
     );
 }
+
+/// Messages from 4 bytes to 300 KB, most of them in fragments, through random loss: each
+/// delivered once and whole (the server checks every byte) and acknowledged.
+#[test]
+fn large_messages_under_random_loss() {
+    let n = 40;
+    let mut sim = sim(300, |b| {
+        b.fail_rate(0.1).repair_rate(0.7);
+    });
+    let log = Log::default();
+    server(&mut sim, "b", MemoryStore::starting_at(1), log.clone());
+    sim.client("a", async move {
+        let ep = client(A, "b").await?;
+        send_all_sized(&ep, 0..n, |i| 4 + (i as usize * 7_919) % 300_000).await?;
+        let report = ep.close(Duration::from_secs(5)).await;
+        assert!(report.is_clean(), "{report:?}");
+        assert!(
+            report.stats.node.frames_out.frag > 0,
+            "{:?}",
+            report.stats.node
+        );
+        Ok(())
+    });
+    run(&mut sim, |_, _| {});
+    assert_exactly_once(&log, A, 0..n);
+}

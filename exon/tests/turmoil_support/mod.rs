@@ -53,7 +53,13 @@ pub fn server(sim: &mut Sim<'static>, name: &'static str, store: MemoryStore, lo
                 .clock_store(store)
                 .with_socket(socket)?;
             while let Some(m) = ep.recv().await {
-                let n = u32::from_be_bytes(m.payload[..].try_into()?);
+                // A message is its number, then (large messages) that number's low byte
+                // repeated: anything else arrived altered or in part.
+                let n = u32::from_be_bytes(m.payload[..4].try_into()?);
+                assert!(
+                    m.payload[4..].iter().all(|b| *b == n as u8),
+                    "message {n} altered"
+                );
                 log.lock().unwrap().push((m.from, n));
             }
             Ok(())
@@ -78,6 +84,25 @@ pub async fn send_all(ep: &Endpoint, range: std::ops::Range<u32>) -> turmoil::Re
     let mut receipts = Vec::new();
     for i in range {
         receipts.push(ep.send(SERVER, i.to_be_bytes().to_vec()).await?);
+    }
+    for r in receipts {
+        r.await?;
+    }
+    Ok(())
+}
+
+/// Sends messages `range` to the server, message `i` of `size(i)` bytes (at least 4),
+/// waits for every receipt, and returns.
+pub async fn send_all_sized(
+    ep: &Endpoint,
+    range: std::ops::Range<u32>,
+    size: impl Fn(u32) -> usize,
+) -> turmoil::Result {
+    let mut receipts = Vec::new();
+    for i in range {
+        let mut m = i.to_be_bytes().to_vec();
+        m.resize(size(i).max(4), i as u8);
+        receipts.push(ep.send(SERVER, m).await?);
     }
     for r in receipts {
         r.await?;
