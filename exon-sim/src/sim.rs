@@ -480,6 +480,14 @@ impl Sim {
                 };
                 self.oracle.on_in_doubt(key, self.now);
             }
+            Event::NotDelivered { id, .. } => {
+                let seq = self.hosts[i].msg_keys[id.0 as usize];
+                let key = MsgKey {
+                    sender: i as u32,
+                    seq,
+                };
+                self.oracle.on_abandoned(key, true, self.now);
+            }
             _ => {}
         }
     }

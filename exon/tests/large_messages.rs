@@ -348,3 +348,33 @@ fn messages_waiting_for_credit_survive_a_receiver_restart() {
     );
     assert_eq!(pair.nodes[A].node.pending_to(pair::id(B)), 0);
 }
+
+/// A receiver configured for smaller messages than its sender: the message it would never
+/// take is not left waiting for credit forever. Its CREDIT says how large a message it
+/// takes, and the sender gives the larger one up as not delivered (never sent), while the
+/// others go through.
+#[test]
+fn a_message_larger_than_the_receiver_takes_ends_not_delivered() {
+    let a = test_config();
+    let mut b = a.clone();
+    b.max_message_size = 1 << 20;
+    b.max_reassembly_per_source = 1 << 20;
+    b.max_reassembly_bytes = 4 << 20;
+    let mut pair = Pair::with_configs(a, b);
+    let fits = message(1, 900_000);
+    let big = message(2, 3 << 20);
+    let small = message(3, 100);
+    pair.send(A, fits.clone());
+    let big_id = pair.send(A, big);
+    pair.send(A, small.clone());
+    pair.run(Duration::from_secs(60));
+    assert_eq!(pair.nodes[A].not_delivered, vec![big_id]);
+    let mut got = pair.nodes[B].delivered.clone();
+    got.sort();
+    let mut want = vec![fits, small];
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(pair.nodes[A].acked.len(), 2);
+    assert_eq!(pair.nodes[A].node.stats().too_large_for_peer, 1);
+    assert_eq!(pair.nodes[A].node.pending_to(pair::id(B)), 0);
+}

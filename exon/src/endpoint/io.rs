@@ -305,6 +305,14 @@ impl<S: DatagramSocket> Driver<S> {
                         u.ack.resolve(Err(ReceiptError::InDoubt));
                     }
                 }
+                Event::NotDelivered { id, to } => {
+                    peer_span(to).in_scope(|| {
+                        tracing::warn!("message larger than the receiver takes: not delivered");
+                    });
+                    if let Some(u) = self.acks.remove(&id) {
+                        u.ack.resolve(Err(ReceiptError::NotDelivered));
+                    }
+                }
             }
         }
         !self.blocked.is_empty() && self.admit_waiters(t)

@@ -303,11 +303,12 @@ impl Config {
             ));
         }
         if self.max_message_size == 0
+            || self.max_reassembly_per_source < super::assembler::MIN_CHARGE
             || (self.max_message_size as u64) > self.max_reassembly_per_source
             || self.max_reassembly_per_source > self.max_reassembly_bytes
         {
             return Err(ConfigError(
-                "need 0 < max_message_size <= max_reassembly_per_source <= max_reassembly_bytes",
+                "need 0 < max_message_size <= max_reassembly_per_source <= max_reassembly_bytes, and max_reassembly_per_source >= 16 KiB",
             ));
         }
         if self.max_message_size > self.max_queued_bytes {

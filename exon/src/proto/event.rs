@@ -40,6 +40,16 @@ pub enum Event {
         /// The id [`Node::send`](super::Node::send) returned for it.
         id: MsgId,
     },
+    /// A message this node sent is given up, certainly not delivered: no copy of it ever
+    /// left, and its receiver takes no message that large (its
+    /// [`Config::max_message_size`](super::Config::max_message_size) is smaller than the
+    /// message; it said so in its CREDIT). Never sent again.
+    NotDelivered {
+        /// The destination of the message.
+        to: NodeId,
+        /// The id [`Node::send`](super::Node::send) returned for it.
+        id: MsgId,
+    },
     /// Work for `peer` (messages queued or unacknowledged, or a slot request) has waited
     /// [`Config::unreachable_after`](super::Config::unreachable_after) without any datagram
     /// from it. Nothing is dropped: messages are still retried (unless given up with

@@ -49,7 +49,7 @@ pub mod frame_type {
     pub const GOT: u64 = 0x0A;
     /// REQCREDIT(r, s, want): the sender asks for reassembly memory.
     pub const REQCREDIT: u64 = 0x0B;
-    /// CREDIT(r, limit): the reassembly memory the receiver reserved for the sender.
+    /// CREDIT(r, limit, max): the reassembly memory the receiver reserved for the sender.
     pub const CREDIT: u64 = 0x0E;
     /// MTU_PROBE(id, pad): path MTU discovery, padded to the size probed, answered with
     /// MTU_ACK(id).
@@ -338,6 +338,9 @@ pub enum Frame {
         r: u64,
         /// Bytes reserved in all.
         limit: u64,
+        /// The largest message the receiver takes (its `max_message_size`): a larger one is
+        /// never granted credit, so its sender gives it up as not delivered.
+        max: u64,
     },
     /// Path MTU discovery: "answer this probe". Its `pad` zero bytes make the datagram as
     /// large as the size probed.
@@ -408,7 +411,7 @@ impl Frame {
                 buf.put_slice(&ranges.raw);
             }
             Frame::ReqCredit { r, s, want } => put_reqcredit(buf, *r, *s, *want),
-            Frame::Credit { r, limit } => put_credit(buf, *r, *limit),
+            Frame::Credit { r, limit, max } => put_credit(buf, *r, *limit, *max),
             Frame::MtuProbe { id, pad } => {
                 put_varint(buf, frame_type::MTU_PROBE);
                 put_varint(buf, *id);
@@ -445,7 +448,7 @@ impl Frame {
                 1 + varint_len(*r) + varint_len(*s) + varint_len(ranges.count) + ranges.raw.len()
             }
             Frame::ReqCredit { r, s, want } => reqcredit_len(*r, *s, *want),
-            Frame::Credit { r, limit } => 1 + varint_len(*r) + varint_len(*limit),
+            Frame::Credit { r, limit, max } => credit_len(*r, *limit, *max),
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
             Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
@@ -602,15 +605,16 @@ pub fn put_reqcredit(buf: &mut impl BufMut, r: u64, s: u64, want: u64) {
 }
 
 /// Encoded size of a CREDIT frame.
-pub fn credit_len(r: u64, limit: u64) -> usize {
-    1 + varint_len(r) + varint_len(limit)
+pub fn credit_len(r: u64, limit: u64, max: u64) -> usize {
+    1 + varint_len(r) + varint_len(limit) + varint_len(max)
 }
 
 /// Appends a CREDIT frame.
-pub fn put_credit(buf: &mut impl BufMut, r: u64, limit: u64) {
+pub fn put_credit(buf: &mut impl BufMut, r: u64, limit: u64, max: u64) {
     put_varint(buf, frame_type::CREDIT);
     put_varint(buf, r);
     put_varint(buf, limit);
+    put_varint(buf, max);
 }
 
 /// How many of `ranges` fit in `room` bytes after `fixed` bytes of frame fields and the
@@ -952,6 +956,7 @@ impl Frames<'_> {
             frame_type::CREDIT => Frame::Credit {
                 r: r.varint()?,
                 limit: r.varint()?,
+                max: r.varint()?,
             },
             frame_type::MTU_PROBE => {
                 let id = r.varint()?;

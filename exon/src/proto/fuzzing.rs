@@ -114,6 +114,7 @@ impl<'a> Arbitrary<'a> for Frame {
             10 => Frame::Credit {
                 r: varint(u)?,
                 limit: varint(u)?,
+                max: varint(u)?,
             },
             11 => Frame::Response {
                 token: u64::arbitrary(u)?,

@@ -661,7 +661,7 @@ impl Node {
                         credit_want = Some((r, s, want));
                     }
                 }
-                Frame::Credit { r, limit } => self.on_credit(src, r, limit),
+                Frame::Credit { r, limit, max } => self.on_credit(src, r, limit, max),
                 Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
                     let Some((v, r, ranges)) = f.verdict() else {
                         continue;

@@ -39,8 +39,8 @@ pub(crate) struct PeerOut {
     pub got: Vec<(u64, u64, RangeSet)>,
     /// FRAG frames received since the last GOT went (counts toward `ack_every`).
     pub got_frags: u32,
-    /// CREDIT(r, limit) to send (the newest wins).
-    pub credit: Option<(u64, u64)>,
+    /// CREDIT(r, limit, max) to send (the newest wins).
+    pub credit: Option<(u64, u64, u64)>,
     /// CHALLENGE(token) to send (the newest wins).
     pub challenge: Option<u64>,
     /// RESPONSE(token) to send (the newest wins).
@@ -214,12 +214,12 @@ impl Outbox {
         true
     }
 
-    /// Queues CREDIT(r, limit) and wakes the peer.
-    pub fn credit(&mut self, peer: NodeId, r: u64, limit: u64, cap: usize) -> bool {
+    /// Queues CREDIT(r, limit, max) and wakes the peer.
+    pub fn credit(&mut self, peer: NodeId, r: u64, limit: u64, max: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;
         };
-        out.credit = Some((r, limit));
+        out.credit = Some((r, limit, max));
         true
     }
 

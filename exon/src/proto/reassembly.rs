@@ -132,13 +132,15 @@ impl Node {
         let (limit, _) = rec
             .assembler
             .grant(want, self.cfg.max_reassembly_per_source, free);
-        if !self.outbox.credit(src, rec.rck, limit, cap) {
+        let max = self.cfg.max_message_size as u64;
+        if !self.outbox.credit(src, rec.rck, limit, max, cap) {
             self.stats.rejects.outbox_full += 1;
         }
     }
 
-    /// CREDIT(r, limit) from `src`: messages waiting for credit may go.
-    pub(super) fn on_credit(&mut self, src: NodeId, r: u64, limit: u64) {
+    /// CREDIT(r, limit, max) from `src`: messages waiting for credit may go; those larger
+    /// than the receiver takes (`max`) never will, and are given up.
+    pub(super) fn on_credit(&mut self, src: NodeId, r: u64, limit: u64, max: u64) {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
@@ -146,7 +148,37 @@ impl Node {
             return;
         }
         if rec.credit.on_credit(r, limit) {
+            self.refuse_oversized(src, max);
             self.resume_credit_waiters(src);
+        }
+    }
+
+    /// Gives up the messages to `src` waiting for credit that are larger than `max`, the
+    /// largest its receiver takes: never sent, so certainly not delivered
+    /// ([`Event::NotDelivered`](super::Event::NotDelivered)).
+    fn refuse_oversized(&mut self, src: NodeId, max: u64) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        let (events, stats, queued_bytes) =
+            (&mut self.events, &mut self.stats, &mut self.queued_bytes);
+        let bytes = &mut rec.bytes;
+        rec.tokens.remove_in(
+            0..u64::MAX,
+            |tok| tok.sends == 0 && tok.payload.len() as u64 > max,
+            |_, tok| {
+                *bytes -= tok.payload.len();
+                *queued_bytes -= tok.payload.len();
+                stats.not_delivered += 1;
+                stats.too_large_for_peer += 1;
+                events.push_back(super::Event::NotDelivered {
+                    to: src,
+                    id: tok.id,
+                });
+            },
+        );
+        if rec.tokens.is_empty() {
+            rec.rto_at = None;
         }
     }
 

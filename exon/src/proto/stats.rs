@@ -295,6 +295,9 @@ pub struct Stats {
     pub evictions: u64,
     /// Messages delivered that were put together from more than one FRAG.
     pub reassembled: u64,
+    /// Messages of ours given up because their receiver takes none that large (also counted
+    /// in `not_delivered`; `Event::NotDelivered`).
+    pub too_large_for_peer: u64,
     /// Partial messages dropped after `Config::reassembly_timeout` without a new byte (their
     /// slots stay free: the sender's retransmissions still deliver them).
     pub partials_expired: u64,
@@ -477,6 +480,7 @@ impl Stats {
             unsealable,
             rejects,
             reassembled,
+            too_large_for_peer,
             partials_expired,
             largest_datagram_out,
             mtu,
@@ -509,6 +513,7 @@ impl Stats {
         self.idle_discards += idle_discards;
         self.unsealable += unsealable;
         self.reassembled += reassembled;
+        self.too_large_for_peer += too_large_for_peer;
         self.partials_expired += partials_expired;
         self.largest_datagram_out = self.largest_datagram_out.max(*largest_datagram_out);
         self.mtu.probes_sent += mtu.probes_sent;

@@ -129,9 +129,9 @@ impl Node {
             if out.acks.is_empty() && out.got.is_empty() {
                 out.ack_at = None;
             }
-            if let Some((r, granted)) = out.credit {
-                if credit_len(r, granted) <= room(buf) {
-                    put_credit(buf, r, granted);
+            if let Some((r, granted, max)) = out.credit {
+                if credit_len(r, granted, max) <= room(buf) {
+                    put_credit(buf, r, granted, max);
                     self.stats.frames_out.credit += 1;
                     out.credit = None;
                 }

@@ -48,6 +48,8 @@ pub struct Side {
     pub acked: Vec<MsgId>,
     /// Ids of its messages reported in doubt.
     pub in_doubt: Vec<MsgId>,
+    /// Ids of its messages given up as not delivered (too large for the receiver).
+    pub not_delivered: Vec<MsgId>,
     /// Auto-confirm clock persistence requests (an in-memory store).
     pub auto_store: bool,
     /// The application takes each delivery at once (`handle_taken`); when false, they wait
@@ -118,6 +120,7 @@ impl Pair {
             delivered: Vec::new(),
             acked: Vec::new(),
             in_doubt: Vec::new(),
+            not_delivered: Vec::new(),
             auto_store: true,
             auto_take: true,
             untaken: Vec::new(),
@@ -213,6 +216,10 @@ impl Pair {
                 Event::InDoubt { to, id: m } => {
                     assert_eq!(to, id(1 - i));
                     side.in_doubt.push(m);
+                }
+                Event::NotDelivered { to, id: m } => {
+                    assert_eq!(to, id(1 - i));
+                    side.not_delivered.push(m);
                 }
                 Event::PeerUnreachable { peer } => {
                     assert_eq!(peer, id(1 - i));
