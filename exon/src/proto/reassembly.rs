@@ -23,7 +23,10 @@ impl Node {
         offset: u64,
         data: Bytes,
     ) -> bool {
-        if total > self.cfg.max_message_size as u64 {
+        // The limit protects reassembly memory: a FRAG that is the whole message needs none,
+        // and is taken as a TOKEN of that size would be.
+        let whole = offset == 0 && data.len() as u64 == total;
+        if total > self.cfg.max_message_size as u64 && !whole {
             self.stats.rejects.fragment_refused += 1;
             return false;
         }
