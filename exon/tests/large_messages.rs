@@ -378,3 +378,26 @@ fn a_message_larger_than_the_receiver_takes_ends_not_delivered() {
     assert_eq!(pair.nodes[A].node.stats().too_large_for_peer, 1);
     assert_eq!(pair.nodes[A].node.pending_to(pair::id(B)), 0);
 }
+
+/// Giving up a message sent in fragments: not delivered when some of its bytes never left
+/// (its receiver can never make it whole), and indeed never delivered afterwards.
+#[test]
+fn a_large_message_given_up_part_sent_is_not_delivered() {
+    let mut pair = Pair::new(test_config());
+    let big = message(5, 4 << 20);
+    let id = pair.send(A, big);
+    while pair.nodes[B].node.reassembly_in_use() == 0 {
+        assert!(pair.step());
+    }
+    let now = pair.now;
+    let verdict = pair.node(A).abandon(now, pair::id(B), id);
+    assert_eq!(verdict, Some(exon::proto::Abandoned::NotDelivered));
+    pair.run(Duration::from_secs(120));
+    assert!(pair.nodes[B].delivered.is_empty());
+    assert_eq!(
+        pair.nodes[B].node.reassembly_in_use(),
+        0,
+        "the partial went"
+    );
+    assert!(pair.both_idle());
+}

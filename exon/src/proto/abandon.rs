@@ -10,8 +10,8 @@ use super::{MsgId, Node, NodeId};
 pub enum Abandoned {
     /// No copy of it ever left this node: it was certainly not delivered, and never will be.
     NotDelivered,
-    /// A copy left (it was sent at least once as a TOKEN): it may still be delivered, at
-    /// most once, or may never be. It will not be sent again.
+    /// A copy left (it was sent at least once as a TOKEN, or every byte of it in FRAGs):
+    /// it may still be delivered, at most once, or may never be. It will not be sent again.
     InDoubt,
 }
 
@@ -21,9 +21,10 @@ impl Node {
     /// truthful verdict, or `None` if the message is not pending (already settled, or never
     /// sent to `to`).
     ///
-    /// A message still queued, or made into a TOKEN never written out, is
-    /// [`Abandoned::NotDelivered`]: its slot (if any) is simply released later by the
-    /// collection frontier. Any other is [`Abandoned::InDoubt`].
+    /// A message still queued, made into a TOKEN never written out, or sent in fragments of
+    /// which some bytes never left, is [`Abandoned::NotDelivered`]: its slot (if any) is
+    /// simply released later by the collection frontier (with any partial message the
+    /// receiver held in it). Any other is [`Abandoned::InDoubt`].
     pub fn abandon(&mut self, now: Instant, to: NodeId, id: MsgId) -> Option<Abandoned> {
         let doubt_sent = self.rules.deadline_doubts_sent_tokens;
         let rec = self.senders.get_mut(&to)?;
@@ -41,7 +42,10 @@ impl Node {
                     .give_back(tok.rck, super::fragments::Outgoing::charge_of(o.total()));
             }
             rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
-            let verdict = if tok.sends == 0 || !doubt_sent {
+            // A message in fragments some bytes of which never left cannot be delivered:
+            // its receiver can never make it whole.
+            let partly_unsent = tok.frag.as_ref().is_some_and(|o| !o.all_sent());
+            let verdict = if tok.sends == 0 || !doubt_sent || partly_unsent {
                 Abandoned::NotDelivered
             } else {
                 Abandoned::InDoubt

@@ -102,6 +102,12 @@ impl Outgoing {
         self.inflight.iter().map(|s| s.size).sum()
     }
 
+    /// Whether every byte left at least once (bytes are first sent in order, so the ones
+    /// from the highest end sent on never left).
+    pub fn all_sent(&self) -> bool {
+        self.fresh_from >= self.total
+    }
+
     /// Whether sending `range` sends bytes again.
     pub fn is_resend(&self, range: &Range<u64>) -> bool {
         range.start < self.fresh_from
