@@ -71,6 +71,10 @@ struct Args {
     /// Payload size in bytes (at least 13).
     #[arg(long, default_value_t = 32)]
     payload: usize,
+    /// Largest payload: above `--payload`, sizes vary per message (log-uniformly) up to
+    /// this, and the larger ones travel in fragments (0: every payload is `--payload`).
+    #[arg(long, default_value_t = 0)]
+    max_payload: usize,
     /// Seed of every random choice; the same seed replays the same run.
     #[arg(long, env = "EXON_SIM_SEED", default_value_t = 1)]
     seed: u64,
@@ -104,6 +108,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         pattern,
         messages: a.messages,
         payload_len: a.payload.max(exon_sim::workload::ID_LEN),
+        max_payload_len: a.max_payload,
         ..Workload::default()
     };
     // Faults spread over roughly the time the traffic takes at the default pace.
