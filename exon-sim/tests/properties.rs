@@ -272,3 +272,30 @@ fn seeded_scenarios() {
         }
     }
 }
+
+/// Found by the property test: a receiver restarts while a message sent in fragments is
+/// held whole there; the sender, told of bytes missing, needs credit again under the lost
+/// incarnation while its credit is for the new one. It must ask (and get the verdict),
+/// not wait without a timer.
+#[test]
+fn fragments_needing_credit_under_a_lost_incarnation_get_their_verdict() {
+    let p = Params {
+        seed: 17344108327783677561,
+        nodes: 2,
+        messages: 84,
+        pattern: Pattern::Ring,
+        loss: 0.2600026292120297,
+        burst: false,
+        dup: 0.2472053349265623,
+        reorder: 0.12317626414018215,
+        jitter_ms: 8,
+        dup_delay_ms: 8303,
+        take_ms: 33,
+        deadline_ms: 0,
+        partitions: vec![(2, 1, 1, 876, 895)],
+        restarts: vec![(2, 876, 1)],
+        packing: (157, 256, 1, 5),
+        large: 6502,
+    };
+    check(&p).unwrap();
+}

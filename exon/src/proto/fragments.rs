@@ -336,7 +336,9 @@ impl Credit {
     pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64) {
         self.waiting.push_back((slot, r));
         let want = self.want(charge, cap);
-        if want > self.asked || self.r.is_none() {
+        // A message of another incarnation than the grant's asks at once: if that
+        // incarnation is gone, the answer is its verdict (see `due`).
+        if want > self.asked || self.r != Some(r) {
             self.asked = want;
             self.due = true;
         }
@@ -349,9 +351,15 @@ impl Credit {
             .min(cap.max(charge))
     }
 
-    /// Forgets the waiting messages of incarnation `r` (they went back to the queue).
-    pub fn drop_waiting(&mut self, r: u64) {
-        self.waiting.retain(|&(_, w)| w != r);
+    /// Keeps the waiting messages whose slot `live` says still holds a token (the others
+    /// were settled or given up).
+    pub fn retain_waiting(&mut self, mut live: impl FnMut(u64) -> bool) {
+        self.waiting.retain(|(s, _)| live(*s));
+    }
+
+    /// Forgets the waiting messages in `slots` (they went back to the queue).
+    pub fn drop_waiting(&mut self, slots: &[u64]) {
+        self.waiting.retain(|(s, _)| !slots.contains(s));
     }
 
     /// Takes every waiting slot (to be tried again).

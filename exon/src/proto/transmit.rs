@@ -413,6 +413,11 @@ impl Node {
             wrote = true;
         }
         // After the tokens: a message that found no credit just asked for it.
+        if rec.credit.has_waiting() {
+            // The REQCREDIT names a waiting message: never one already settled.
+            let tokens = &rec.tokens;
+            rec.credit.retain_waiting(|s| tokens.get(s).is_some());
+        }
         if let Some((r, s, want)) = rec.credit.due() {
             if reqcredit_len(r, s, want) <= limit - buf.len() {
                 put_reqcredit(buf, r, s, want);

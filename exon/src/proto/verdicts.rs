@@ -238,10 +238,12 @@ impl Node {
         let rec_rck = rec.rck;
         let credit = &mut rec.credit;
         let mut again = Vec::new();
+        let mut slots = Vec::new();
         rec.tokens.remove_in(
             0..u64::MAX,
             |tok| tok.sends == 0 && tok.incarnation(rec_rck, keep_own) == r,
-            |_, tok| {
+            |slot, tok| {
+                slots.push(slot);
                 if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                     credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
                 }
@@ -251,7 +253,9 @@ impl Node {
                 });
             },
         );
-        rec.credit.drop_waiting(r);
+        // Only these: a message of `r` that did leave and waits for credit again stays
+        // waiting, and its REQCREDIT brings its verdict.
+        rec.credit.drop_waiting(&slots);
         if again.is_empty() {
             return;
         }
