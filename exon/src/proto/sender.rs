@@ -321,6 +321,20 @@ impl SRecord {
             || self.flight.bytes.saturating_add(size) <= self.cc.window()
     }
 
+    /// Whether a frame of `size` bytes may go now: the congestion window has room and the
+    /// pacer lets it (when the pacer holds it back, `pace_at` says until when).
+    pub fn may_send(&mut self, now: Instant, size: u64, mss: u64) -> bool {
+        if !self.window_allows(size) {
+            return false;
+        }
+        let rate = self.cc.pacing_rate().filter(|_| !self.probe);
+        if let Some(at) = self.pacer.delay(now, rate, size, mss) {
+            self.pace_at = Some(at);
+            return false;
+        }
+        true
+    }
+
     /// Records a transmission of the token in `slot`, `size` bytes, at `now`: sequence
     /// number, bytes in flight, delivery-rate snapshot, pacer and controller.
     pub fn on_token_sent(&mut self, now: Instant, slot: u64, size: u64) {

@@ -344,13 +344,7 @@ impl Node {
                     FragPlan::Send { range, overhead } => (range, overhead),
                 };
                 let size = (overhead + (range.end - range.start) as usize) as u64;
-                if !rec.window_allows(size) {
-                    blocked = true;
-                    break;
-                }
-                let rate = rec.cc.pacing_rate().filter(|_| !rec.probe);
-                if let Some(at) = rec.pacer.delay(now, rate, size, mss) {
-                    rec.pace_at = Some(at);
+                if !rec.may_send(now, size, mss) {
                     blocked = true;
                     break;
                 }
@@ -386,13 +380,7 @@ impl Node {
                 break;
             }
             let size = len as u64;
-            if !rec.window_allows(size) {
-                blocked = true;
-                break;
-            }
-            let rate = rec.cc.pacing_rate().filter(|_| !rec.probe);
-            if let Some(at) = rec.pacer.delay(now, rate, size, mss) {
-                rec.pace_at = Some(at);
+            if !rec.may_send(now, size, mss) {
                 blocked = true;
                 break;
             }
