@@ -200,16 +200,20 @@ impl Outbox {
         let Some(out) = self.entry(peer, cap) else {
             return false;
         };
-        let mut set = RangeSet::new();
+        out.got_frags = out.got_frags.saturating_add(1);
+        let i = match out.got.iter().position(|(r0, s0, _)| *r0 == r && *s0 == s) {
+            Some(i) => i,
+            None if out.got.len() < MAX_PENDING_GOT => {
+                out.got.push((r, s, RangeSet::new()));
+                out.got.len() - 1
+            }
+            None => return false,
+        };
+        // Refilled in place: a GOT per FRAG received allocates nothing once the entry exists.
+        let set = &mut out.got[i].2;
+        set.clear();
         for g in have.ranges().iter().take(MAX_GOT_RANGES) {
             set.insert(g.clone());
-        }
-        out.got_frags = out.got_frags.saturating_add(1);
-        let full = out.got.len() >= MAX_PENDING_GOT;
-        match out.got.iter_mut().find(|(r0, s0, _)| *r0 == r && *s0 == s) {
-            Some((_, _, old)) => *old = set,
-            None if !full => out.got.push((r, s, set)),
-            None => return false,
         }
         true
     }

@@ -401,7 +401,7 @@ impl Node {
             wrote = true;
         }
         // After the tokens: a message that found no credit just asked for it.
-        if rec.credit.has_waiting() {
+        if rec.credit.due().is_some() {
             // The REQCREDIT names a waiting message: never one already settled.
             let tokens = &rec.tokens;
             rec.credit.retain_waiting(|s| tokens.get(s).is_some());
