@@ -27,6 +27,17 @@ fn message(i: u32, len: usize) -> Bytes {
     Bytes::from(v)
 }
 
+/// A sender of messages up to 1 MiB, and a receiver that grants 1 MiB of reassembly memory
+/// in all: one such message in progress at a time.
+fn one_mebibyte_of_reassembly() -> (exon::proto::Config, exon::proto::Config) {
+    let mut a = test_config();
+    a.max_message_size = 1 << 20;
+    let mut b = a.clone();
+    b.max_reassembly_per_source = 1 << 20;
+    b.max_reassembly_bytes = 1 << 20;
+    (a, b)
+}
+
 const SIZES: [usize; 8] = [100, 1_500, 9_000, 70_000, 300_000, 1 << 20, 1_000, 4 << 20];
 
 /// Sends every size in `SIZES` `rounds` times from A to B, keeping a bounded number
@@ -114,11 +125,7 @@ fn mixed_sizes_reordered_and_duplicated_are_delivered_once() {
 
 #[test]
 fn receiver_memory_stays_within_its_grant_and_senders_wait() {
-    let mut a = test_config();
-    a.max_message_size = 1 << 20;
-    let mut b = a.clone();
-    b.max_reassembly_per_source = 1 << 20;
-    b.max_reassembly_bytes = 1 << 20;
+    let (a, b) = one_mebibyte_of_reassembly();
     let mut pair = Pair::with_configs(a, b);
     let msgs: Vec<Bytes> = (0..6).map(|i| message(i, 700_000)).collect();
     for m in &msgs {
@@ -150,11 +157,7 @@ fn receiver_memory_stays_within_its_grant_and_senders_wait() {
 /// The bound the test above checks comes from the rule.
 #[test]
 fn without_the_credit_rule_reassembly_memory_exceeds_the_grant() {
-    let mut a = test_config();
-    a.max_message_size = 1 << 20;
-    let mut b = a.clone();
-    b.max_reassembly_per_source = 1 << 20;
-    b.max_reassembly_bytes = 1 << 20;
+    let (a, b) = one_mebibyte_of_reassembly();
     let mut pair = Pair::with_configs(a, b);
     let mut rules = exon::proto::Rules::default();
     rules.fragments_need_credit = false;
@@ -308,11 +311,7 @@ fn a_large_message_is_not_starved_by_a_stream_of_small_ones() {
 #[test]
 fn messages_waiting_for_credit_survive_a_receiver_restart() {
     use exon::proto::{Node, Security};
-    let mut a = test_config();
-    a.max_message_size = 1 << 20;
-    let mut b = a.clone();
-    b.max_reassembly_per_source = 1 << 20;
-    b.max_reassembly_bytes = 1 << 20;
+    let (a, b) = one_mebibyte_of_reassembly();
     let mut pair = Pair::with_configs(a, b.clone());
     let msgs: Vec<Bytes> = (0..4).map(|i| message(i, 700_000)).collect();
     for m in &msgs {
