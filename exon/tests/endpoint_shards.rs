@@ -192,21 +192,15 @@ async fn one_shard_is_the_plain_endpoint() {
     many_peers(1, 4, 200, None).await;
 }
 
-/// Datagrams the kernel hands to a shard that does not own their source are passed to the
-/// owner: with many peers on a few sockets, some must be (the kernel's hash and the owners'
-/// are unrelated), and none is lost or doubled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn datagrams_reach_the_owning_shard() {
-    let cfg = EndpointConfig::default()
-        .with_linger(Duration::from_millis(100))
-        .with_shards(2);
-    let mut server = Endpoint::bind("127.0.0.1:0", SERVER, security(SERVER), cfg.clone())
-        .await
-        .unwrap();
+/// 16 clients send 20 messages each to a server of two shards; every message is delivered
+/// exactly once and acknowledged. Returns the server's counters.
+async fn sixteen_clients_to(server: Endpoint) -> exon::endpoint::EndpointStats {
+    let mut server = server;
+    let cfg = EndpointConfig::default().with_linger(Duration::from_millis(100));
     let mut clients = Vec::new();
     for p in 0..16 {
         let id = NodeId::from_const(50 + p);
-        let ep = Endpoint::bind("127.0.0.1:0", id, security(id), cfg.clone().with_shards(1))
+        let ep = Endpoint::bind("127.0.0.1:0", id, security(id), cfg.clone())
             .await
             .unwrap();
         ep.add_peer(SERVER, server.local_addr());
@@ -229,12 +223,48 @@ async fn datagrams_reach_the_owning_shard() {
         assert!(timeout(LIMIT, b).await.unwrap().all_acknowledged());
     }
     let stats = server.stats().await.unwrap();
+    assert_eq!(stats.forward_drops, 0);
+    assert_eq!(stats.node.delivered, 16 * 20);
+    stats
+}
+
+fn server_builder() -> exon::endpoint::Builder {
+    Endpoint::builder(SERVER)
+        .security(security(SERVER))
+        .config(EndpointConfig::default().with_linger(Duration::from_millis(100)))
+}
+
+/// Without the kernel's steering program, datagrams the kernel hands to a shard that does
+/// not own their source are passed to the owner: with many peers on a few sockets, some
+/// must be (the kernel's hash and the owners' are unrelated), and none is lost or doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_reach_the_owning_shard() {
+    let socks = BatchSocket::bind_reuseport_unsteered("127.0.0.1:0", 2)
+        .await
+        .unwrap();
+    let stats = sixteen_clients_to(server_builder().with_sockets(socks).unwrap()).await;
     assert!(
         stats.forwarded > 0,
         "no datagram needed its owner: {stats:?}"
     );
-    assert_eq!(stats.forward_drops, 0);
-    assert_eq!(stats.node.delivered, 16 * 20);
+}
+
+/// With the steering program (what `Endpoint::bind` sets up on Linux) the kernel hands
+/// every datagram to the socket of the shard that owns its source: none is passed on.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kernel_steers_datagrams_to_their_owner() {
+    let socks = BatchSocket::bind_reuseport("127.0.0.1:0", 2).await.unwrap();
+    let stats = sixteen_clients_to(server_builder().with_sockets(socks).unwrap()).await;
+    assert_eq!(stats.forwarded, 0, "{stats:?}");
+    // Through `Endpoint::bind` too.
+    let cfg = EndpointConfig::default()
+        .with_linger(Duration::from_millis(100))
+        .with_shards(3);
+    let server = Endpoint::bind("127.0.0.1:0", SERVER, security(SERVER), cfg)
+        .await
+        .unwrap();
+    assert_eq!(sixteen_clients_to(server).await.forwarded, 0);
 }
 
 #[tokio::test]

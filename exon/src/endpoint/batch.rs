@@ -40,9 +40,15 @@ impl BatchSocket {
     }
 
     /// Binds `n` UDP sockets to the same address with `SO_REUSEPORT` (Linux), one per shard
-    /// of a sharded endpoint: the kernel spreads incoming datagrams over them by a hash of
-    /// the source and destination addresses. With port 0, the first socket picks the port
-    /// and the others join it. Only sockets of the same user can join such a group.
+    /// of a sharded endpoint, the `i`-th for shard `i`. With port 0, the first socket picks
+    /// the port and the others join it. Only sockets of the same user can join such a group.
+    ///
+    /// A small kernel program (classic BPF, `SO_ATTACH_REUSEPORT_CBPF`) then hands every
+    /// datagram to the socket of the shard that owns its source node id, read from the
+    /// datagram's clear header, so that no datagram needs passing between shards. Where the
+    /// kernel refuses the program, or another socket joins the group, the kernel spreads
+    /// datagrams by a hash of the addresses instead and the shards pass on what is not
+    /// theirs ([`bind_reuseport_unsteered`](Self::bind_reuseport_unsteered) does only that).
     ///
     /// # Cancel safety
     ///
@@ -51,10 +57,40 @@ impl BatchSocket {
         addr: impl tokio::net::ToSocketAddrs,
         n: usize,
     ) -> io::Result<Vec<BatchSocket>> {
-        let mut at = tokio::net::lookup_host(addr)
+        let at = tokio::net::lookup_host(addr)
             .await?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+        let out = Self::bind_group(at, n)?;
+        #[cfg(target_os = "linux")]
+        if out.len() > 1 {
+            if let Err(e) = super::steering::attach(&out[0].io, out.len()) {
+                tracing::debug!(error = %e, "no steering program: shards pass datagrams on");
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`bind_reuseport`](Self::bind_reuseport) without the steering program: the kernel
+    /// spreads datagrams over the sockets by a hash of the source and destination
+    /// addresses, and a sharded endpoint passes each to the shard that owns its source.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: a cancelled call leaves no socket open.
+    pub async fn bind_reuseport_unsteered(
+        addr: impl tokio::net::ToSocketAddrs,
+        n: usize,
+    ) -> io::Result<Vec<BatchSocket>> {
+        let at = tokio::net::lookup_host(addr)
+            .await?
+            .next()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+        Self::bind_group(at, n)
+    }
+
+    /// Binds `n` (at least one) sockets of one `SO_REUSEPORT` group to `at`, in order.
+    fn bind_group(mut at: SocketAddr, n: usize) -> io::Result<Vec<BatchSocket>> {
         let mut out = Vec::with_capacity(n);
         for _ in 0..n.max(1) {
             let s = reuseport_socket(at)?;

@@ -59,8 +59,8 @@ pub struct EndpointConfig {
     /// [`Builder::bind`](super::Builder::bind)): each is a task with its own protocol node,
     /// socket (`SO_REUSEPORT`, all bound to the same address) and share of the peers (a
     /// fixed hash of the peer's node id), so that one endpoint can use several cores on a
-    /// multi-thread runtime. A datagram the kernel hands to another shard's socket is
-    /// passed on to the owner. Default 1 (one driver task, one socket). Ignored by
+    /// multi-thread runtime. On Linux the kernel hands each datagram to its owner's socket
+    /// (a steering program on the group); one that lands elsewhere is passed on. Default 1 (one driver task, one socket). Ignored by
     /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
     /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
     pub shards: usize,

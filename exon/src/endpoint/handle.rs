@@ -205,15 +205,7 @@ pub(crate) struct ShardLink {
     pub(crate) shared: Arc<Shared>,
 }
 
-/// The shard that owns `peer` among `n`: a fixed hash of the node id, so that every
-/// datagram from and every message to a peer goes through the same shard.
-pub(crate) fn shard_of(peer: NodeId, n: usize) -> usize {
-    if n <= 1 {
-        return 0;
-    }
-    let h = peer.get().wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((h >> 32) % n as u64) as usize
-}
+pub(crate) use super::steering::shard_of;
 
 impl Handle {
     /// The shard that owns `peer`.

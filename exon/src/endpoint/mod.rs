@@ -28,8 +28,10 @@
 //! With [`EndpointConfig::shards`] above 1, [`Endpoint::bind`] starts that many driver
 //! tasks, each with its own protocol [`Node`] (same node id and identity), its own socket (an
 //! `SO_REUSEPORT` group on one address) and the peers whose node id hashes to it: on a
-//! multi-thread runtime they run on different cores. A datagram the kernel hands to another
-//! shard's socket is passed to the owning shard. Each peer is served by one shard only, so
+//! multi-thread runtime they run on different cores. On Linux a small kernel program on the
+//! socket group hands each datagram to the socket of the shard that owns its source
+//! ([`BatchSocket::bind_reuseport`]); a datagram that still lands on another shard's socket
+//! is passed to the owning shard. Each peer is served by one shard only, so
 //! the core stays single-threaded and exactly-once per peer is unchanged; the shards share
 //! the clock store (the highest mark any shard asked for is what is stored), the unreachable
 //! set, message ids, and close; [`Handle::stats`] sums their counters.
@@ -69,6 +71,7 @@ mod peers;
 mod receipts;
 mod shared;
 mod socket;
+mod steering;
 mod store;
 mod trace;
 #[cfg(feature = "serde")]
