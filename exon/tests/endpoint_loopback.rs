@@ -487,6 +487,37 @@ async fn only_messages_the_application_took_are_acknowledged() {
     assert!(err.iter().all(|e| *e == ReceiptError::Unacknowledged));
 }
 
+/// The same with `recv_many`: a batch of 10 taken in one call (capped by its limit) is
+/// acknowledged, the 190 left are not, and nothing is handed out after the stop.
+#[tokio::test]
+async fn recv_many_acknowledges_exactly_what_it_took() {
+    let (a, mut b) = pair(cfg()).await;
+    let receipts = send_many(&a, 200).await;
+    until_delivered(&b, 200).await;
+    let mut buf = Vec::new();
+    let mut took = 0;
+    while took < 10 {
+        let n = timeout(LIMIT, b.recv_many(&mut buf, 10 - took))
+            .await
+            .unwrap();
+        assert!(n > 0 && took + n <= 10, "took {n} after {took}");
+        took += n;
+    }
+    assert_eq!(buf.len(), 10);
+    let report = timeout(LIMIT, b.close(Duration::ZERO)).await.unwrap();
+    assert_eq!(report.undelivered, 190, "{report:?}");
+    assert_eq!(report.stats.node.taken, 10);
+    assert_eq!(
+        b.recv_many(&mut buf, 100).await,
+        0,
+        "handed out after the stop"
+    );
+    assert_eq!(buf.len(), 10);
+    let (ok, err) = outcomes(&a, receipts).await;
+    assert_eq!(ok, 10, "acknowledged messages the application never took");
+    assert!(err.iter().all(|e| *e == ReceiptError::Unacknowledged));
+}
+
 /// A receiver dropped mid-stream (its application gone with messages buffered): none of the
 /// messages it never handed out is acknowledged.
 #[tokio::test]

@@ -267,6 +267,50 @@ async fn the_kernel_steers_datagrams_to_their_owner() {
     assert_eq!(sixteen_clients_to(server).await.forwarded, 0);
 }
 
+/// `recv_many` on a sharded endpoint and on one shard's stream: every message once, no
+/// call above its limit, every receipt acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recv_many_takes_every_message_once() {
+    let cfg = EndpointConfig::default()
+        .with_linger(Duration::from_millis(100))
+        .with_shards(3);
+    let mut server = Endpoint::bind("127.0.0.1:0", SERVER, security(SERVER), cfg.clone())
+        .await
+        .unwrap();
+    let mut batches = Vec::new();
+    let mut clients = Vec::new();
+    for p in 0..6 {
+        let id = NodeId::from_const(70 + p);
+        let ep = Endpoint::bind("127.0.0.1:0", id, security(id), cfg.clone().with_shards(1))
+            .await
+            .unwrap();
+        ep.add_peer(SERVER, server.local_addr());
+        batches.push(
+            ep.send_batch(SERVER, (0..300).map(|s| payload(id, s)))
+                .await
+                .unwrap(),
+        );
+        clients.push(ep);
+    }
+    let mut seen = HashSet::new();
+    let mut buf = Vec::new();
+    while seen.len() < 6 * 300 {
+        buf.clear();
+        let n = timeout(LIMIT, server.recv_many(&mut buf, 64))
+            .await
+            .unwrap();
+        assert!((1..=64).contains(&n) && n == buf.len(), "{n}");
+        for m in &buf {
+            assert!(seen.insert(parse(&m.payload)), "delivered twice");
+        }
+    }
+    for b in batches {
+        assert!(timeout(LIMIT, b).await.unwrap().all_acknowledged());
+    }
+    let (_, mut streams) = server.into_deliveries();
+    assert_eq!(streams[0].recv_many(&mut buf, 0).await, 0);
+}
+
 #[tokio::test]
 async fn a_batch_is_refused_whole_up_front() {
     let cfg = EndpointConfig::default().with_linger(Duration::from_millis(50));

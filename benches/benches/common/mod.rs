@@ -121,6 +121,9 @@ impl Progress {
     }
 }
 
+/// Most messages an exon receiver takes per `recv_many` call.
+const RECV_MANY: usize = 256;
+
 /// Worker threads of each side's tokio runtime: 0 (the default) for a current-thread
 /// runtime, otherwise a multi-thread runtime with that many workers.
 pub static WORKER_THREADS: AtomicUsize = AtomicUsize::new(0);
@@ -447,11 +450,15 @@ async fn exon_receiver(
     let mut b = exon_bind(2, datagram, plain).await;
     addr_tx.send(b.local_addr()).unwrap();
     let mut seen = Seen::default();
+    let mut buf = Vec::with_capacity(RECV_MANY);
     loop {
+        buf.clear();
         tokio::select! {
-            m = b.recv() => {
-                let m = m.expect("endpoint running");
-                seen.record(seq_of(&m.payload, size));
+            n = b.recv_many(&mut buf, RECV_MANY) => {
+                assert!(n > 0, "endpoint running");
+                for m in &buf {
+                    seen.record(seq_of(&m.payload, size));
+                }
                 progress.verified(seen.count());
             }
             _ = &mut stop => break,
@@ -874,11 +881,15 @@ impl ShardedOneWay {
                         let (total, p) = (total.clone(), p.clone());
                         tasks.push(tokio::spawn(async move {
                             let mut seen: HashMap<NodeId, Seen> = HashMap::new();
-                            while let Some(m) = d.recv().await {
-                                seen.entry(m.from)
-                                    .or_default()
-                                    .record(seq_of(&m.payload, SHARDED_SIZE));
-                                p.verified(total.fetch_add(1, Ordering::AcqRel) + 1);
+                            let mut buf = Vec::with_capacity(RECV_MANY);
+                            while d.recv_many(&mut buf, RECV_MANY).await > 0 {
+                                let n = buf.len() as u64;
+                                for m in buf.drain(..) {
+                                    seen.entry(m.from)
+                                        .or_default()
+                                        .record(seq_of(&m.payload, SHARDED_SIZE));
+                                }
+                                p.verified(total.fetch_add(n, Ordering::AcqRel) + n);
                             }
                         }));
                     }
@@ -1142,13 +1153,24 @@ async fn rpc_server(
 pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
     let mut seen = Seen::default();
     let h = ep.handle();
+    let mut buf = Vec::with_capacity(RECV_MANY);
     loop {
+        buf.clear();
         tokio::select! {
-            m = ep.recv() => {
-                let m = m.expect("endpoint running");
-                seen.record(seq_of(&m.payload, size));
-                // The reply echoes the request (same size, same sequence number).
-                drop(h.send(m.from, m.payload).await.expect("reply"));
+            n = ep.recv_many(&mut buf, RECV_MANY) => {
+                assert!(n > 0, "endpoint running");
+                for m in &buf {
+                    seen.record(seq_of(&m.payload, size));
+                }
+                // The replies echo the requests (same size, same sequence number), one
+                // batch per run of requests from the same caller endpoint.
+                let mut rest = &buf[..];
+                while let Some(first) = rest.first() {
+                    let run = rest.iter().take_while(|m| m.from == first.from).count();
+                    let replies = rest[..run].iter().map(|m| m.payload.clone());
+                    drop(h.send_batch(first.from, replies).await.expect("reply"));
+                    rest = &rest[run..];
+                }
             }
             _ = &mut stop => break,
         }
@@ -1299,8 +1321,11 @@ pub fn exon_caller(
     let h = ep.handle();
     let router = pending.clone();
     tasks.push(tokio::spawn(async move {
-        while let Some(m) = ep.recv().await {
-            route(&router, m.payload, size);
+        let mut buf = Vec::with_capacity(RECV_MANY);
+        while ep.recv_many(&mut buf, RECV_MANY).await > 0 {
+            for m in buf.drain(..) {
+                route(&router, m.payload, size);
+            }
         }
     }));
     Caller::Exon(h)

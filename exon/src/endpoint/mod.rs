@@ -230,6 +230,51 @@ impl Deliveries {
     }
 }
 
+impl Deliveries {
+    /// Takes up to `limit` messages of this shard at once, appending them to `buf`: waits
+    /// for the first, then takes what is already there. Returns how many it took; 0 only
+    /// once the shard has stopped (or with `limit` 0). Cheaper per message than
+    /// [`recv`](Self::recv) (one count of takes and one wake-up of the driver per call),
+    /// with the same meaning: each message taken is acknowledged as taken.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a call dropped before it returns takes nothing.
+    pub async fn recv_many(&mut self, buf: &mut Vec<Message>, limit: usize) -> usize {
+        std::future::poll_fn(|cx| self.poll_recv_many(cx, buf, limit)).await
+    }
+
+    /// Polls for up to `limit` messages (see [`recv_many`](Self::recv_many)).
+    pub fn poll_recv_many(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut Vec<Message>,
+        limit: usize,
+    ) -> Poll<usize> {
+        if self.done || limit == 0 {
+            return Poll::Ready(0);
+        }
+        let before = buf.len();
+        match self.rx.poll_recv_many(cx, buf, limit) {
+            Poll::Ready(0) => {
+                self.done = true;
+                Poll::Ready(0)
+            }
+            Poll::Ready(n) => {
+                if self.shared.take_many(n as u64) {
+                    Poll::Ready(n)
+                } else {
+                    // Stopped: what is left was reported undelivered.
+                    buf.truncate(before);
+                    self.rx.close();
+                    self.done = true;
+                    Poll::Ready(0)
+                }
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
 impl futures_core::Stream for Deliveries {
     type Item = Message;
 
@@ -311,6 +356,41 @@ impl Endpoint {
         } else {
             Poll::Ready(None)
         }
+    }
+
+    /// Takes up to `limit` delivered messages at once, appending them to `buf` (see
+    /// [`Deliveries::recv_many`]): waits for the first, then takes what is already there,
+    /// from the shards in turn. Returns how many it took; 0 only once the endpoint has
+    /// stopped (or with `limit` 0).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a call dropped before it returns takes nothing.
+    pub async fn recv_many(&mut self, buf: &mut Vec<Message>, limit: usize) -> usize {
+        std::future::poll_fn(|cx| {
+            let n = self.rx.len();
+            let (mut open, mut took) = (false, 0);
+            for k in 0..n {
+                if took == limit {
+                    break;
+                }
+                let i = (self.next + k) % n;
+                match self.rx[i].poll_recv_many(cx, buf, limit - took) {
+                    Poll::Ready(0) => {}
+                    Poll::Ready(m) => {
+                        took += m;
+                        self.next = (i + 1) % n;
+                        open = true;
+                    }
+                    Poll::Pending => open = true,
+                }
+            }
+            if took > 0 || !open || limit == 0 {
+                Poll::Ready(took)
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     /// Splits the endpoint into its handle and one stream of deliveries per driver shard

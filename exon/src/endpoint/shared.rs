@@ -179,10 +179,16 @@ impl Shared {
     /// out. Atomic against [`stop_taking`](Self::stop_taking): each message is either
     /// counted as taken (and acknowledged) or reported undelivered, never both.
     pub(crate) fn take_one(&self) -> bool {
+        self.take_many(1)
+    }
+
+    /// The application took the next `n` messages at once (as [`take_one`](Self::take_one)
+    /// for each, all or none).
+    pub(crate) fn take_many(&self, n: u64) -> bool {
         let ok = self
             .taken
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                (v & STOPPED == 0).then_some(v + 1)
+                (v & STOPPED == 0).then_some(v + n)
             })
             .is_ok();
         if ok {
