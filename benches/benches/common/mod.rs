@@ -342,11 +342,32 @@ pub fn exon_endpoint_with(
 }
 
 /// Node ids whose keys every bench endpoint knows: 1 and 2, and the senders of the
-/// sharded runs (`FIRST_PEER..FIRST_PEER + MAX_PAIRS`).
+/// sharded runs (`FIRST_PEER..FIRST_PEER + ID_POOL`).
 fn bench_ids() -> impl Iterator<Item = NodeId> {
     (1..=2)
-        .chain(FIRST_PEER..FIRST_PEER + MAX_PAIRS)
+        .chain(FIRST_PEER..FIRST_PEER + ID_POOL)
         .map(NodeId::from_const)
+}
+
+/// Node ids the sharded runs' senders are picked from.
+const ID_POOL: u64 = 512;
+
+/// The node ids of `pairs` senders to an endpoint of `shards` shards, from
+/// `FIRST_PEER..FIRST_PEER + ID_POOL`: as many owned by each shard, give or take one (the
+/// owners of the first `pairs` ids would leave some shards idle and others doubled).
+pub fn sender_ids(pairs: usize, shards: usize) -> Vec<u64> {
+    let mut free: Vec<u64> = (FIRST_PEER..FIRST_PEER + ID_POOL).collect();
+    (0..pairs)
+        .map(|j| {
+            let at = free
+                .iter()
+                .position(|&id| {
+                    exon::endpoint::shard_of(NodeId::from_const(id), shards) == j % shards
+                })
+                .expect("the id pool has ids for every shard");
+            free.remove(at)
+        })
+        .collect()
 }
 
 /// The first node id of the senders of a run with several pairs.
@@ -388,6 +409,9 @@ pub fn exon_endpoint_sharded(
         let sock = tokio::net::UdpSocket::from_std(sock.into()).unwrap();
         at = sock.local_addr().unwrap();
         socks.push(exon::endpoint::BatchSocket::new(sock).unwrap());
+    }
+    if shards > 1 {
+        exon::endpoint::BatchSocket::steer_by_node_id(&socks).expect("steering program");
     }
     Endpoint::builder(id)
         .security(security)
@@ -905,13 +929,14 @@ impl ShardedOneWay {
         let addr = addr_rx.recv().expect("receiver address");
         let mut cmds = Vec::new();
         let mut threads = Vec::new();
+        let ids = Arc::new(sender_ids(pairs, shards));
         for j in 0..pairs {
+            let ids = ids.clone();
             let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
             cmds.push(cmd_tx);
             threads.push(spawn_rt("send", move || async move {
                 let local: SocketAddr = LOCALHOST.parse().unwrap();
-                let id = FIRST_PEER + j as u64;
-                let a = exon_endpoint_with(local, id, exon_config(datagram), plain);
+                let a = exon_endpoint_with(local, ids[j], exon_config(datagram), plain);
                 let b = NodeId::from_const(2);
                 a.add_peer(b, addr);
                 while let Some(cmd) = cmd_rx.recv().await {

@@ -62,13 +62,34 @@ impl BatchSocket {
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
         let out = Self::bind_group(at, n)?;
-        #[cfg(target_os = "linux")]
         if out.len() > 1 {
-            if let Err(e) = super::steering::attach(&out[0].io, out.len()) {
+            if let Err(e) = Self::steer_by_node_id(&out) {
                 tracing::debug!(error = %e, "no steering program: shards pass datagrams on");
             }
         }
         Ok(out)
+    }
+
+    /// Attaches the steering program of [`bind_reuseport`](Self::bind_reuseport) to the
+    /// `SO_REUSEPORT` group that `group` forms, for sockets made another way (with other
+    /// buffer sizes, say): `group[i]` must be the `i`-th socket bound to the address, and
+    /// the sockets are then given to [`Builder::with_sockets`](super::Builder::with_sockets)
+    /// in that order. Linux only (elsewhere: `Unsupported`); a kernel that refuses the
+    /// program returns its error, and the shards then pass datagrams on as without it.
+    pub fn steer_by_node_id(group: &[BatchSocket]) -> io::Result<()> {
+        let Some(first) = group.first() else {
+            return Ok(());
+        };
+        #[cfg(target_os = "linux")]
+        return super::steering::attach(&first.io, group.len());
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = first;
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "steering datagrams to shards needs Linux",
+            ))
+        }
     }
 
     /// [`bind_reuseport`](Self::bind_reuseport) without the steering program: the kernel

@@ -94,6 +94,7 @@ pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
 pub use receipts::{BatchReceipt, BatchVerdicts};
 pub use socket::{DatagramSocket, RecvMeta};
+pub use steering::shard_of;
 use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
