@@ -77,7 +77,7 @@ struct Args {
         value_parser = clap::value_parser!(u64).range(MIN_SIZE as u64..=MAX_SIZE as u64)
     )]
     size: u64,
-    /// Messages per batch (default 10000 one-way, 2000 rpc; fewer for messages above about
+    /// Messages per batch (default 10000 one-way, times `--pairs`, 2000 rpc; fewer for messages above about
     /// 6.5 KiB one-way or 32 KiB rpc, so that a batch holds about 64 MiB of payload).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     batch: Option<u64>,
@@ -103,6 +103,10 @@ struct Args {
     /// One-way, exon only: messages per `Handle::send_batch` call (0: one `send` each).
     #[arg(long, default_value_t = 0)]
     send_batch: usize,
+    /// Exon's flow-control window in slots per destination (`Config::window`; 0: exon's
+    /// default).
+    #[arg(long, default_value_t = 0)]
+    window: u64,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -126,6 +130,7 @@ fn usage(msg: &str) -> ! {
 fn main() {
     let args = parse_args();
     common::WORKER_THREADS.store(args.threads, std::sync::atomic::Ordering::Relaxed);
+    common::EXON_WINDOW.store(args.window, std::sync::atomic::Ordering::Relaxed);
     let scaled = args.pairs > 1 || args.shards > 1 || args.send_batch > 0;
     match args.mode {
         Mode::OneWay if scaled => one_way_scaled(&args),
@@ -324,7 +329,9 @@ fn one_way(args: &Args) {
 /// One-way with several senders into one (possibly sharded) receiving endpoint: exon and
 /// exon_plain, alternating in rounds.
 fn one_way_scaled(args: &Args) {
-    let batch = args.batch.unwrap_or(10_000);
+    // 10000 messages per sender per batch: each sender's share between two waits for the
+    // whole batch's verification is the one-pair run's, whatever the pairs.
+    let batch = args.batch.unwrap_or(10_000 * args.pairs);
     let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
     let names: Vec<&str> = ["exon", "exon_plain"]
         .into_iter()

@@ -121,6 +121,10 @@ impl Progress {
     }
 }
 
+/// Exon's flow-control window (`Config::window`) in the loopback benches; 0 (the default)
+/// keeps exon's default.
+pub static EXON_WINDOW: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Most messages an exon receiver takes per `recv_many` call.
 const RECV_MANY: usize = 256;
 
@@ -423,7 +427,11 @@ pub fn exon_endpoint_sharded(
 /// The loopback benches' exon configuration: fixed `datagram`-byte datagrams (0: path MTU
 /// discovery, exon's default), a short linger.
 pub fn exon_config(datagram: usize) -> EndpointConfig {
-    let c = EndpointConfig::default().with_linger(Duration::from_millis(200));
+    let mut c = EndpointConfig::default().with_linger(Duration::from_millis(200));
+    match EXON_WINDOW.load(Ordering::Relaxed) {
+        0 => {}
+        w => c.protocol.window = w,
+    }
     if datagram == 0 {
         c
     } else {
