@@ -333,18 +333,21 @@ fn one_way_scaled(args: &Args) {
     // whole batch's verification is the one-pair run's, whatever the pairs.
     let batch = args.batch.unwrap_or(10_000 * args.pairs);
     let slot = Duration::from_secs_f64(args.secs / args.rounds as f64);
-    let names: Vec<&str> = ["exon", "exon_plain"]
+    let names: Vec<&str> = ["exon", "exon_plain", "tcp"]
         .into_iter()
         .filter(|n| args.only.as_deref().is_none_or(|o| o == *n))
         .collect();
     if names.is_empty() {
-        usage("--only names no system of this mode (exon or exon_plain with --pairs/--shards)");
+        usage(
+            "--only names no system of this mode (exon, exon_plain or tcp with --pairs/--shards)",
+        );
     }
     let (pairs, shards) = (args.pairs as usize, args.shards as usize);
     println!(
         "one-way, {} B messages, {pairs} sender endpoints -> one receiving endpoint of \
          {shards} shard(s), send_batch {}, exon max_datagram_size {} B, {} rounds of {:.2} s \
-         per system, batches of {batch}",
+         per system, batches of {batch}; tcp: {pairs} connections from as many threads to \
+         one process with {pairs} worker threads",
         common::PAYLOAD,
         args.send_batch,
         args.datagram,
@@ -355,8 +358,11 @@ fn one_way_scaled(args: &Args) {
         .iter()
         .map(|n| {
             let plain = *n == "exon_plain";
-            let mut f =
-                common::ShardedOneWay::new(plain, pairs, shards, args.datagram, args.send_batch);
+            let mut f = if *n == "tcp" {
+                common::ShardedOneWay::new_tcp(pairs)
+            } else {
+                common::ShardedOneWay::new(plain, pairs, shards, args.datagram, args.send_batch)
+            };
             f.run(batch.min(1000)); // warm up
             f
         })
@@ -402,6 +408,7 @@ fn one_way_scaled(args: &Args) {
     for (i, n) in names.iter().enumerate() {
         last.push(format!("{n}_per_shard={:.0}", rate(i) / shards as f64));
     }
+    last.extend(ratios(&names, rate));
     last.push(format!("pairs={pairs}"));
     last.push(format!("shards={shards}"));
     last.push(format!("send_batch={}", args.send_batch));

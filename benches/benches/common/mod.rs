@@ -532,8 +532,8 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
     let per = |x: u64| x as f64 / n.sent.max(n.delivered).max(1) as f64;
     format!(
         "sent={} delivered={} datagrams_out={} ({:.3}/msg, {} B average, {} B largest) \
-         datagrams_in={} ({:.3}/msg) retransmissions={} frames_out={:?} delivery_stalls={} \
-         send_calls={} recv_calls={}",
+         datagrams_in={} ({:.3}/msg, {} B average) retransmissions={} frames_out={:?} \
+         delivery_stalls={} send_calls={} recv_calls={}",
         n.sent,
         n.delivered,
         n.datagrams_out,
@@ -542,6 +542,7 @@ pub fn exon_stats_line(s: &exon::endpoint::EndpointStats) -> String {
         n.largest_datagram_out,
         n.datagrams_in,
         per(n.datagrams_in),
+        n.bytes_in / n.datagrams_in.max(1),
         n.retransmissions,
         n.frames_out,
         s.delivery_stalls,
@@ -977,6 +978,75 @@ impl ShardedOneWay {
             next: 0,
             threads,
             stats,
+        }
+    }
+
+    /// The same shape over TCP, for comparison: `pairs` sender threads, each with one
+    /// connection writing framed `SHARDED_SIZE`-byte messages, to one receiving process
+    /// whose runtime has `pairs` worker threads (one task per connection, each verifying
+    /// its connection's messages exactly once).
+    pub fn new_tcp(pairs: usize) -> ShardedOneWay {
+        assert!(
+            (1..=MAX_PAIRS as usize).contains(&pairs),
+            "1 to {MAX_PAIRS} pairs"
+        );
+        let (progress, done) = Progress::new();
+        let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let p = progress.clone();
+        let receiver = std::thread::Builder::new()
+            .name("recv".into())
+            .spawn(move || {
+                runtime(if pairs > 1 { pairs } else { 0 }).block_on(async move {
+                    let l = TcpListener::bind(LOCALHOST).await.unwrap();
+                    addr_tx.send(l.local_addr().unwrap()).unwrap();
+                    let total = Arc::new(AtomicU64::new(0));
+                    for _ in 0..pairs {
+                        let (s, _) = l.accept().await.unwrap();
+                        s.set_nodelay(true).unwrap();
+                        let (total, p) = (total.clone(), p.clone());
+                        // Ends with the runtime, once the receiver stops.
+                        tokio::spawn(async move {
+                            let mut r = BufReader::with_capacity(64 * 1024, s);
+                            let (mut seen, mut buf) = (Seen::default(), Vec::new());
+                            let mut reported = 0;
+                            while read_frame(&mut r, &mut buf, SHARDED_SIZE).await {
+                                seen.record(seq_of(&buf, SHARDED_SIZE));
+                                // Counted once per buffered run of frames.
+                                if !frame_buffered(r.buffer()) {
+                                    let n = seen.count() - reported;
+                                    reported = seen.count();
+                                    p.verified(total.fetch_add(n, Ordering::AcqRel) + n);
+                                }
+                            }
+                        });
+                    }
+                    let _ = stop_rx.await;
+                })
+            })
+            .expect("thread");
+        let addr = addr_rx.recv().expect("receiver address");
+        let mut cmds = Vec::new();
+        let mut threads = Vec::new();
+        for _ in 0..pairs {
+            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<Cmd>();
+            cmds.push(cmd_tx);
+            threads.push(spawn_rt("send", move || async move {
+                let s = TcpStream::connect(addr).await.unwrap();
+                s.set_nodelay(true).unwrap();
+                write_frames(s, SHARDED_SIZE, cmd_rx).await;
+            }));
+        }
+        threads.push(receiver);
+        ShardedOneWay {
+            cmds,
+            stop: Some(stop_tx),
+            done,
+            progress,
+            verified: 0,
+            next: 0,
+            threads,
+            stats: Arc::new(Mutex::new(None)),
         }
     }
 

@@ -725,30 +725,37 @@ impl SRecord {
 
     /// When this record next needs `on_timeout`.
     pub fn deadline(&self, cfg: &Config) -> Option<Instant> {
+        // Runs after every send: the cheap candidates first, the timeout (`rto`) computed
+        // only when a REQSLOTS or REQCREDIT waits for an answer.
+        let mut at: Option<Instant> = None;
+        let mut take = |t: Option<Instant>| {
+            if let Some(t) = t {
+                if at.is_none_or(|a| t < a) {
+                    at = Some(t);
+                }
+            }
+        };
+        take(self.rto_at);
+        take(self.pace_at);
+        take(self.loss_at);
+        if self.is_quiet() {
+            take(self.idle_since.map(|t| t + cfg.idle_timeout));
+        } else {
+            // Path MTU discovery only probes while there is work for the destination.
+            take(self.mtud.deadline());
+        }
         // A re-send waiting to be written needs no timer until it is written.
         let req = match (self.req_n, self.req_sent_at, self.req_due) {
-            (Some(_), Some(t), false) => Some(t + self.rto(cfg)),
+            (Some(_), Some(t), false) => Some(t),
             _ => None,
         };
-        let idle = self
-            .idle_since
-            .filter(|_| self.is_quiet())
-            .map(|t| t + cfg.idle_timeout);
-        let credit = self.credit.asked_at().map(|t| t + self.rto(cfg));
-        // Path MTU discovery only probes while there is work for the destination.
-        let mtud = self.mtud.deadline().filter(|_| !self.is_quiet());
-        [
-            self.rto_at,
-            req,
-            idle,
-            self.pace_at,
-            self.loss_at,
-            credit,
-            mtud,
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        let credit = self.credit.asked_at();
+        if req.is_some() || credit.is_some() {
+            let rto = self.rto(cfg);
+            take(req.map(|t| t + rto));
+            take(credit.map(|t| t + rto));
+        }
+        at
     }
 
     /// The retransmission timer: returns how many tokens were declared lost, and whether
