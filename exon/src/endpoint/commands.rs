@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::driver::{Driver, Unacked};
 use super::handle::{Command, Outgoing, Reply};
-use super::trace::peer_span;
+use super::trace::{debug_in_peer, peer_span};
 use super::{DatagramSocket, Error, ReceiptError};
 use crate::proto::{Abandoned, MsgId, NodeId, SendError};
 
@@ -63,7 +63,7 @@ impl<S: DatagramSocket> Driver<S> {
         if matches!(out.reply, Reply::Try(_)) {
             return refuse(out, SendError::QueueFull(to).into());
         }
-        peer_span(to).in_scope(|| {
+        debug_in_peer(to, || {
             tracing::debug!(msg = %out.id, "destination queue full: the send waits");
         });
         self.block(to);
@@ -91,7 +91,7 @@ impl<S: DatagramSocket> Driver<S> {
         let len = payload.len();
         match self.node.send(t, to, payload) {
             Ok(core_id) => {
-                peer_span(to).in_scope(|| tracing::debug!(msg = %id, len, "message queued"));
+                debug_in_peer(to, || tracing::debug!(msg = %id, len, "message queued"));
                 if let Some(d) = deadline {
                     self.deadlines.push(std::cmp::Reverse((d, core_id, to)));
                 }

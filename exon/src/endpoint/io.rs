@@ -13,7 +13,7 @@ use bytes::BytesMut;
 
 use super::driver::Driver;
 use super::peers::{Learned, NoRoute};
-use super::trace::peer_span;
+use super::trace::{debug_in_peer, peer_span};
 use super::{Acker, DatagramSocket, Message, ReceiptError, RecvMeta};
 use crate::proto::Event;
 
@@ -265,7 +265,7 @@ impl<S: DatagramSocket> Driver<S> {
         while let Some(e) = self.node.poll_event() {
             match e {
                 Event::Delivered { from, payload, id } => {
-                    peer_span(from).in_scope(|| {
+                    debug_in_peer(from, || {
                         tracing::debug!(len = payload.len(), "message delivered");
                     });
                     let acker = self
@@ -277,7 +277,7 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 Event::Acknowledged { id, to } => {
                     if let Some(u) = self.acks.remove(&id) {
-                        peer_span(to).in_scope(|| {
+                        debug_in_peer(to, || {
                             tracing::debug!(msg = %u.id, "message acknowledged");
                         });
                         u.ack.resolve(Ok(()));
@@ -301,7 +301,7 @@ impl<S: DatagramSocket> Driver<S> {
                         );
                     }
                     if let Some(u) = self.acks.remove(&id) {
-                        peer_span(to).in_scope(|| tracing::debug!(msg = %u.id, "message in doubt"));
+                        debug_in_peer(to, || tracing::debug!(msg = %u.id, "message in doubt"));
                         u.ack.resolve(Err(ReceiptError::InDoubt));
                     }
                 }
