@@ -2,6 +2,7 @@
 //! datagrams coalesced by GRO), and transmission gathering consecutive datagrams to one
 //! address into segmented sends (GSO).
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
@@ -19,6 +20,8 @@ use crate::proto::Event;
 
 /// Most receive buffers filled per call.
 const RECV_BATCH: usize = 32;
+/// Receive buffers split off from, kept for reuse once the parts split off them are gone.
+const SPARES: usize = 16;
 /// Memory for receive buffers per endpoint (fewer, larger buffers with GRO).
 const RECV_MEMORY: usize = 512 * 1024;
 /// Largest UDP payload of one segmented send over IPv4 (the whole batch travels as one IP
@@ -39,9 +42,20 @@ fn is_too_big(e: &io::Error) -> bool {
     }
 }
 
-/// The driver's receive buffers: `count` buffers of `size` bytes in one allocation.
+/// The driver's receive buffers: `count` buffers of `size` bytes.
+///
+/// A buffer filled at least half is not copied: its datagrams go to the node as a part split
+/// off the buffer (the payloads delivered from them are slices of it). The buffer then
+/// waits among the spares, and its memory is taken back for a later receive once every part
+/// is gone; a new buffer is made only when no spare is free. A buffer filled less is copied
+/// out (so a small datagram never holds a large buffer's memory: what a sender can make this
+/// endpoint hold stays within twice what it sent) and kept.
 pub(crate) struct RxBufs {
-    slab: Vec<u8>,
+    /// Each `size` bytes long when ready for a receive; shorter after a split.
+    bufs: Vec<BytesMut>,
+    /// Buffers split off from, oldest first, at most `SPARES`: each is taken back once the
+    /// parts split off it are gone.
+    spares: VecDeque<BytesMut>,
     size: usize,
     count: usize,
     meta: [RecvMeta; RECV_BATCH],
@@ -56,18 +70,53 @@ impl RxBufs {
         let count = (RECV_MEMORY / size).clamp(1, RECV_BATCH);
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         RxBufs {
-            slab: vec![0; size * count],
+            bufs: (0..count).map(|_| BytesMut::zeroed(size)).collect(),
+            spares: VecDeque::new(),
             size,
             count,
             meta: [RecvMeta::single(unspecified, 0); RECV_BATCH],
         }
     }
 
+    /// Makes every buffer `size` bytes long again: one split off from waits among the
+    /// spares, and is replaced by the oldest spare no longer in use, or a new buffer.
+    fn restore(&mut self) {
+        for i in 0..self.bufs.len() {
+            if self.bufs[i].len() == self.size {
+                continue;
+            }
+            let mut used = std::mem::take(&mut self.bufs[i]);
+            used.clear();
+            if self.spares.len() == SPARES {
+                // Freed with its last part.
+                self.spares.pop_front();
+            }
+            self.spares.push_back(used);
+            let size = self.size;
+            let free = self.spares.iter_mut().position(|b| b.try_reclaim(size));
+            self.bufs[i] = match free.and_then(|k| self.spares.remove(k)) {
+                Some(mut b) => {
+                    // SAFETY: every buffer here was made by `BytesMut::zeroed(self.size)`
+                    // and only ever shortened by `split_to` and `clear`. `try_reclaim`
+                    // (which never allocates) succeeded on it empty, with no other part of
+                    // its allocation alive, so it points at the start of that allocation of
+                    // `self.size` bytes, all initialised by `zeroed` (and overwritten only
+                    // with received bytes since).
+                    unsafe { b.set_len(size) };
+                    b
+                }
+                None => BytesMut::zeroed(size),
+            };
+        }
+    }
+
     /// Receives a batch (cancel safe, as the socket's `recv_batch`).
     pub(crate) async fn recv<S: DatagramSocket>(&mut self, socket: &S) -> io::Result<usize> {
-        let mut chunks = self.slab.chunks_mut(self.size);
-        let mut bufs: [IoSliceMut<'_>; RECV_BATCH] =
-            std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or(&mut [])));
+        self.restore();
+        let mut chunks = self.bufs.iter_mut();
+        let mut bufs: [IoSliceMut<'_>; RECV_BATCH] = std::array::from_fn(|_| {
+            IoSliceMut::new(chunks.next().map_or(&mut [][..], |b| &mut b[..]))
+        });
         socket
             .recv_batch(&mut bufs[..self.count], &mut self.meta[..self.count])
             .await
@@ -82,12 +131,16 @@ impl RxBufs {
         }
     }
 
-    /// Copies buffer `i` out (one allocation for all the datagrams it holds).
-    fn take(&self, i: usize) -> (BytesMut, RecvMeta) {
+    /// The datagrams of buffer `i` in one allocation: split off the buffer if it is at
+    /// least half full, else copied.
+    fn take(&mut self, i: usize) -> (BytesMut, RecvMeta) {
         let m = self.meta[i];
-        let start = i * self.size;
         let len = m.len.min(self.size);
-        (BytesMut::from(&self.slab[start..start + len]), m)
+        if len * 2 >= self.size {
+            (self.bufs[i].split_to(len), m)
+        } else {
+            (BytesMut::from(&self.bufs[i][..len]), m)
+        }
     }
 }
 
@@ -316,5 +369,82 @@ impl<S: DatagramSocket> Driver<S> {
             }
         }
         !self.blocked.is_empty() && self.admit_waiters(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Buffers of 1000 bytes; buffer 0 "received" `len` bytes of `fill`.
+    fn received(len: usize, fill: u8) -> RxBufs {
+        let mut rx = RxBufs::new(999, 1);
+        assert_eq!(rx.size, 1000);
+        rx.bufs[0][..len].fill(fill);
+        rx.meta[0] = RecvMeta::single(SocketAddr::from(([127, 0, 0, 1], 9)), len);
+        rx
+    }
+
+    #[test]
+    fn a_full_buffer_is_split_off_and_its_memory_taken_back_once_free() {
+        let mut rx = received(800, 7);
+        let at = rx.bufs[0].as_ptr();
+        let (part, _) = rx.take(0);
+        assert_eq!(part.as_ptr(), at, "split, not copied");
+        assert_eq!(&part[..], &[7; 800][..]);
+        drop(part);
+        rx.restore();
+        assert_eq!(rx.bufs[0].len(), 1000);
+        assert_eq!(rx.bufs[0].as_ptr(), at, "the same memory again");
+    }
+
+    #[test]
+    fn a_buffer_still_in_use_is_replaced_and_its_part_left_intact() {
+        let mut rx = received(600, 7);
+        let at = rx.bufs[0].as_ptr();
+        let (part, _) = rx.take(0);
+        rx.restore();
+        assert_eq!(rx.bufs[0].len(), 1000);
+        assert_ne!(rx.bufs[0].as_ptr(), at);
+        rx.bufs[0].fill(9);
+        assert_eq!(&part[..], &[7; 600][..]);
+        // Once the part is gone, the spare comes back at the next split.
+        drop(part);
+        rx.bufs[0][..900].fill(1);
+        rx.meta[0].len = 900;
+        let (second, _) = rx.take(0);
+        rx.restore();
+        assert_eq!(rx.bufs[0].as_ptr(), at, "the spare, taken back");
+        assert_eq!(&second[..], &[1; 900][..]);
+        assert_eq!(rx.spares.len(), 1);
+    }
+
+    #[test]
+    fn spares_are_bounded() {
+        let mut rx = received(600, 7);
+        let mut held = Vec::new();
+        for i in 0..3 * SPARES as u8 {
+            rx.bufs[0][..600].fill(i);
+            rx.meta[0].len = 600;
+            held.push(rx.take(0).0);
+            rx.restore();
+            assert!(rx.spares.len() <= SPARES);
+        }
+        // Every part still holds its own bytes: no buffer in use was received into again.
+        for (i, p) in held.iter().enumerate() {
+            assert_eq!(&p[..], &[i as u8; 600][..]);
+        }
+    }
+
+    #[test]
+    fn a_small_datagram_is_copied_and_the_buffer_kept() {
+        let mut rx = received(40, 5);
+        let at = rx.bufs[0].as_ptr();
+        let (part, _) = rx.take(0);
+        assert_ne!(part.as_ptr(), at);
+        assert_eq!(&part[..], &[5; 40][..]);
+        rx.restore();
+        assert_eq!(rx.bufs[0].as_ptr(), at);
+        assert_eq!(rx.bufs[0].len(), 1000);
     }
 }
