@@ -28,22 +28,33 @@ pub(crate) struct Pacer {
     wake: Option<Instant>,
     /// Extra burst allowed for the lateness of the last wake-up, until the next block.
     bonus: u64,
+    /// The last quantum computed, with the rate and datagram size it is for (the pacer runs
+    /// for every token; the rate changes far less often).
+    quantum_of: (u64, u64, u64),
 }
 
 impl Pacer {
     /// Burst size at `rate` for datagrams of `mss` bytes.
-    fn quantum(rate: u64, mss: u64) -> u64 {
-        bytes_in(rate, BURST_INTERVAL).max(MIN_BURST_DATAGRAMS.saturating_mul(mss))
+    fn quantum(&mut self, rate: u64, mss: u64) -> u64 {
+        let (r, m, q) = self.quantum_of;
+        if (r, m) == (rate, mss) {
+            return q;
+        }
+        let q = bytes_in(rate, BURST_INTERVAL).max(MIN_BURST_DATAGRAMS.saturating_mul(mss));
+        self.quantum_of = (rate, mss, q);
+        q
     }
 
     fn refill(&mut self, now: Instant, rate: u64, mss: u64) {
-        let quantum = Self::quantum(rate, mss);
+        let quantum = self.quantum(rate, mss);
         if let Some(t) = self.wake.take() {
             self.bonus = bytes_in(rate, now.saturating_duration_since(t)).min(quantum);
         }
         let cap = quantum.saturating_add(self.bonus);
         let add = match self.last {
             None => cap,
+            // Tokens of one burst share an instant: nothing accrued since the last.
+            Some(t) if t == now => 0,
             Some(t) => bytes_in(rate, now.saturating_duration_since(t)),
         };
         self.credit = self.credit.saturating_add(add).min(cap);
@@ -61,7 +72,7 @@ impl Pacer {
     ) -> Option<Instant> {
         let rate = rate?.max(1);
         self.refill(now, rate, mss);
-        let need = size.min(Self::quantum(rate, mss));
+        let need = size.min(self.quantum(rate, mss));
         if self.credit >= need {
             return None;
         }
