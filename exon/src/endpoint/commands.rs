@@ -165,7 +165,7 @@ impl<S: DatagramSocket> Driver<S> {
                 break;
             }
             self.deadlines.pop();
-            if !self.acks.contains_key(&core_id) {
+            if !self.acks.contains_key(core_id) {
                 continue; // settled already
             }
             let verdict = match self.node.abandon(t, to, core_id) {
@@ -173,14 +173,14 @@ impl<S: DatagramSocket> Driver<S> {
                 Some(Abandoned::InDoubt) => ReceiptError::InDoubt,
                 None => continue,
             };
-            if let Some(u) = self.acks.remove(&core_id) {
+            if let Some(u) = self.acks.remove(core_id) {
                 u.ack.resolve(Err(verdict));
             }
         }
         if self.deadlines.len() > 2 * self.acks.len() + 1024 {
             let acks = &self.acks;
             self.deadlines.retain(|std::cmp::Reverse((_, id, _))| {
-                *id == NOT_IN_CORE || acks.contains_key(id)
+                *id == NOT_IN_CORE || acks.contains_key(*id)
             });
         }
         if !self.waiters.is_empty() {

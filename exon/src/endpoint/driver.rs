@@ -20,6 +20,7 @@ use super::handle::{Command, Outgoing};
 use super::io::RxBufs;
 use super::peers::PeerBook;
 use super::receipts::Ack;
+use super::seqmap::SeqMap;
 use super::shared::{CloseOnDrop, Shared};
 use super::trace::Warnings;
 use super::{ClockStore, CloseReport, DatagramSocket, EndpointConfig, EndpointStats, Message};
@@ -135,7 +136,7 @@ pub(crate) struct Driver<S> {
     /// Reused for the application's acknowledgements (ack-after-processing mode).
     acked_scratch: Vec<DeliveryId>,
     /// Messages in the core by the core's id.
-    pub(crate) acks: HashMap<MsgId, Unacked, foldhash::fast::RandomState>,
+    pub(crate) acks: SeqMap<Unacked>,
     /// Sends waiting for room in the core, per destination (each such destination is in
     /// `blocked`).
     pub(crate) waiters: HashMap<NodeId, VecDeque<Outgoing>, foldhash::fast::RandomState>,
@@ -200,7 +201,7 @@ impl<S: DatagramSocket> Driver<S> {
             taken_seen: 0,
             discarded: 0,
             acked_scratch: Vec::new(),
-            acks: HashMap::default(),
+            acks: SeqMap::default(),
             waiters: HashMap::default(),
             deadlines: BinaryHeap::new(),
             blocked: HashSet::default(),

@@ -329,7 +329,7 @@ impl<S: DatagramSocket> Driver<S> {
                         .push_back((Message::new(from, payload, acker), id));
                 }
                 Event::Acknowledged { id, to } => {
-                    if let Some(u) = self.acks.remove(&id) {
+                    if let Some(u) = self.acks.remove(id) {
                         debug_in_peer(to, || {
                             tracing::debug!(msg = %u.id, "message acknowledged");
                         });
@@ -353,7 +353,7 @@ impl<S: DatagramSocket> Driver<S> {
                             "receiver lost the message's incarnation: in doubt"
                         );
                     }
-                    if let Some(u) = self.acks.remove(&id) {
+                    if let Some(u) = self.acks.remove(id) {
                         debug_in_peer(to, || tracing::debug!(msg = %u.id, "message in doubt"));
                         u.ack.resolve(Err(ReceiptError::InDoubt));
                     }
@@ -362,7 +362,7 @@ impl<S: DatagramSocket> Driver<S> {
                     peer_span(to).in_scope(|| {
                         tracing::warn!("message larger than the receiver takes: not delivered");
                     });
-                    if let Some(u) = self.acks.remove(&id) {
+                    if let Some(u) = self.acks.remove(id) {
                         u.ack.resolve(Err(ReceiptError::NotDelivered));
                     }
                 }

@@ -69,6 +69,7 @@ mod io;
 mod lossy;
 mod peers;
 mod receipts;
+mod seqmap;
 mod shared;
 mod socket;
 mod steering;

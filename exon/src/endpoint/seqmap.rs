@@ -1,0 +1,237 @@
+//! A map keyed by the core's message ids, which are handed out in increasing order: recent
+//! entries in a ring indexed by id (no hashing, neighbours in memory), the few long-lived
+//! ones moved to a hash map so that one stuck message does not make the ring grow.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::proto::MsgId;
+
+/// Smallest ring span that never moves entries to the overflow map.
+const MIN_SPAN: usize = 4096;
+
+/// Values by [`MsgId`], for ids inserted in increasing order (each larger than every id
+/// inserted before; an id not in increasing order goes to the overflow map, still correct).
+///
+/// The ring covers ids `base .. base + ring.len()`; a removed entry leaves a hole until the
+/// holes before it are gone too. When the span grows past four times the live entries (and
+/// [`MIN_SPAN`]), the oldest live entries move to `old`, so memory stays proportional to
+/// what is live.
+#[derive(Debug)]
+pub(crate) struct SeqMap<V> {
+    base: u64,
+    ring: VecDeque<Option<V>>,
+    /// Live entries in `ring`.
+    in_ring: usize,
+    old: HashMap<u64, V, foldhash::fast::RandomState>,
+}
+
+impl<V> Default for SeqMap<V> {
+    fn default() -> Self {
+        SeqMap {
+            base: 0,
+            ring: VecDeque::new(),
+            in_ring: 0,
+            old: HashMap::default(),
+        }
+    }
+}
+
+impl<V> SeqMap<V> {
+    /// Live entries.
+    pub(crate) fn len(&self) -> usize {
+        self.in_ring + self.old.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The ring position of `id`, if the ring covers it.
+    fn at(&self, id: MsgId) -> Option<usize> {
+        let i = usize::try_from(id.0.checked_sub(self.base)?).ok()?;
+        (i < self.ring.len()).then_some(i)
+    }
+
+    /// Inserts `v` under `id` (replacing any value there).
+    pub(crate) fn insert(&mut self, id: MsgId, v: V) {
+        if let Some(i) = self.at(id) {
+            if self.ring[i].replace(v).is_none() {
+                self.in_ring += 1;
+            }
+            return;
+        }
+        if self.ring.is_empty() {
+            self.base = id.0;
+        } else if id.0 < self.base {
+            // Below the ring: an old id.
+            self.old.insert(id.0, v);
+            return;
+        }
+        // At or past the end: holes for the ids skipped, if any (within reason).
+        let gap = id.0 - (self.base + self.ring.len() as u64);
+        if gap > MIN_SPAN as u64 {
+            self.spill_all();
+            self.base = id.0;
+        } else {
+            self.ring.extend((0..gap).map(|_| None));
+        }
+        self.ring.push_back(Some(v));
+        self.in_ring += 1;
+        self.bound();
+    }
+
+    /// Removes and returns the value under `id`.
+    pub(crate) fn remove(&mut self, id: MsgId) -> Option<V> {
+        let Some(i) = self.at(id) else {
+            return self.old.remove(&id.0);
+        };
+        let v = self.ring[i].take()?;
+        self.in_ring -= 1;
+        self.trim();
+        Some(v)
+    }
+
+    pub(crate) fn contains_key(&self, id: MsgId) -> bool {
+        match self.at(id) {
+            Some(i) => self.ring[i].is_some(),
+            None => self.old.contains_key(&id.0),
+        }
+    }
+
+    /// Every live value, in no particular order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.ring.iter().flatten().chain(self.old.values())
+    }
+
+    /// Drops the holes at the front of the ring.
+    fn trim(&mut self) {
+        while matches!(self.ring.front(), Some(None)) {
+            self.ring.pop_front();
+            self.base += 1;
+        }
+        if self.ring.is_empty() {
+            self.base = 0;
+        }
+    }
+
+    /// Moves the oldest live entries to `old` while the ring spans more than four times what
+    /// it holds.
+    fn bound(&mut self) {
+        while self.ring.len() > MIN_SPAN.max(4 * self.in_ring) {
+            if let Some(Some(v)) = self.ring.pop_front() {
+                self.in_ring -= 1;
+                self.old.insert(self.base, v);
+            }
+            self.base += 1;
+            self.trim();
+        }
+    }
+
+    /// Moves every ring entry to `old`.
+    fn spill_all(&mut self) {
+        for (i, v) in std::mem::take(&mut self.ring).into_iter().enumerate() {
+            if let Some(v) = v {
+                self.old.insert(self.base + i as u64, v);
+            }
+        }
+        self.in_ring = 0;
+        self.base = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        /// Insert the next id (skipping `skip` ids first).
+        Insert { skip: u8 },
+        /// Remove the `k`-th oldest live id (modulo the live count).
+        Remove { k: usize },
+        /// Remove an id never inserted, or already removed.
+        RemoveAbsent { back: u16 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u8..3).prop_map(|skip| Op::Insert { skip }),
+            1 => (0u8..=255).prop_map(|skip| Op::Insert { skip }),
+            5 => any::<usize>().prop_map(|k| Op::Remove { k }),
+            1 => any::<u16>().prop_map(|back| Op::RemoveAbsent { back }),
+        ]
+    }
+
+    proptest! {
+        /// Any sequence of increasing inserts and arbitrary removes behaves as a hash map.
+        #[test]
+        fn behaves_as_a_map(ops in proptest::collection::vec(op(), 0..2000)) {
+            let mut m = SeqMap::default();
+            let mut model = std::collections::BTreeMap::new();
+            let mut next = 0u64;
+            let mut peak = 0;
+            for o in ops {
+                match o {
+                    Op::Insert { skip } => {
+                        next += u64::from(skip);
+                        m.insert(MsgId(next), next * 10);
+                        model.insert(next, next * 10);
+                        next += 1;
+                    }
+                    Op::Remove { k } => {
+                        if model.is_empty() { continue; }
+                        let id = *model.keys().nth(k % model.len()).unwrap();
+                        prop_assert_eq!(m.remove(MsgId(id)), model.remove(&id));
+                    }
+                    Op::RemoveAbsent { back } => {
+                        let id = next.saturating_sub(u64::from(back));
+                        prop_assert_eq!(m.remove(MsgId(id)), model.remove(&id));
+                    }
+                }
+                prop_assert_eq!(m.len(), model.len());
+                peak = peak.max(model.len());
+                // Memory follows the most ever live, not the ids' span.
+                prop_assert!(m.ring.len() <= MIN_SPAN.max(4 * peak) + 1);
+            }
+            for (id, v) in &model {
+                prop_assert!(m.contains_key(MsgId(*id)));
+                prop_assert_eq!(m.remove(MsgId(*id)), Some(*v));
+            }
+            prop_assert!(m.is_empty());
+            prop_assert_eq!(m.values().count(), 0);
+        }
+    }
+
+    #[test]
+    fn one_stuck_entry_does_not_grow_the_ring() {
+        let mut m = SeqMap::default();
+        m.insert(MsgId(0), 0u64);
+        for id in 1..100_000 {
+            m.insert(MsgId(id), id);
+            assert_eq!(m.remove(MsgId(id)), Some(id));
+            assert!(m.ring.len() <= MIN_SPAN, "span {}", m.ring.len());
+        }
+        assert_eq!(m.len(), 1);
+        assert!(m.contains_key(MsgId(0)));
+        assert_eq!(m.values().copied().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(m.remove(MsgId(0)), Some(0));
+        assert!(m.is_empty());
+    }
+
+    #[test]
+    fn a_large_jump_starts_a_new_ring() {
+        let mut m = SeqMap::default();
+        m.insert(MsgId(5), 'a');
+        m.insert(MsgId(1_000_000), 'b');
+        assert!(m.ring.len() <= 2);
+        assert_eq!(m.remove(MsgId(5)), Some('a'));
+        assert_eq!(m.remove(MsgId(1_000_000)), Some('b'));
+        // Out of order: below the ring.
+        m.insert(MsgId(10), 'c');
+        m.insert(MsgId(3), 'd');
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.remove(MsgId(3)), Some('d'));
+        assert_eq!(m.remove(MsgId(10)), Some('c'));
+    }
+}
