@@ -30,6 +30,13 @@
 //! datagram, as on Ethernet, the setting of the figures taken before discovery existed).
 //! Where exon refuses a size, the run says so and goes on without it.
 //!
+//! Scaled one-way (`--pairs P --shards S [--send-batch K]`): P sender endpoints, each on its
+//! own thread, send to one receiving endpoint of S driver shards (a runtime with S worker
+//! threads, one task per shard taking its messages with `recv_many`); the senders' node ids
+//! are picked so that each shard owns as many. Beside exon and exon_plain, `tcp` runs P
+//! connections from P threads into one process with P worker threads. Each sender's share
+//! of a batch is 10000 messages.
+//!
 //! `cargo bench -p exon-benches --bench compare -- --help` lists the options. The last line of
 //! the output is `key=value` pairs for scripts: each system's rate under its name (messages
 //! or requests per second, as before sizes existed), `<name>_mb_s` (MB/s), the ratios
