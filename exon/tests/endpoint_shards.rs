@@ -254,7 +254,15 @@ async fn datagrams_reach_the_owning_shard() {
 #[cfg(target_os = "linux")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kernel_steers_datagrams_to_their_owner() {
-    let socks = BatchSocket::bind_reuseport("127.0.0.1:0", 2).await.unwrap();
+    let socks = BatchSocket::bind_reuseport_unsteered("127.0.0.1:0", 2)
+        .await
+        .unwrap();
+    if let Err(e) = BatchSocket::steer_by_node_id(&socks) {
+        // A kernel without SO_ATTACH_REUSEPORT_CBPF (before 4.5) or a sandbox refusing it:
+        // the shards pass datagrams on instead (`datagrams_reach_the_owning_shard`).
+        eprintln!("skipped: the kernel refuses the steering program ({e})");
+        return;
+    }
     let stats = sixteen_clients_to(server_builder().with_sockets(socks).unwrap()).await;
     assert_eq!(stats.forwarded, 0, "{stats:?}");
     // Through `Endpoint::bind` too.
