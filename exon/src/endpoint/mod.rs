@@ -22,7 +22,8 @@
 //! driver publishes room again; [`Handle::try_send`] waits for the driver's answer.
 //!
 //! [`Handle::send_batch`] hands many messages to one destination in one command, with one
-//! [`BatchReceipt`] for all of them (one allocation, one wake-up).
+//! [`BatchReceipt`] for all of them (one allocation, one wake-up); [`Endpoint::recv_many`]
+//! (and [`Deliveries::recv_many`]) takes every message already delivered in one call.
 //!
 //! # Shards
 //! With [`EndpointConfig::shards`] above 1, [`Endpoint::bind`] starts that many driver
