@@ -57,11 +57,7 @@ impl BatchSocket {
         addr: impl tokio::net::ToSocketAddrs,
         n: usize,
     ) -> io::Result<Vec<BatchSocket>> {
-        let at = tokio::net::lookup_host(addr)
-            .await?
-            .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
-        let out = Self::bind_group(at, n)?;
+        let out = Self::bind_reuseport_unsteered(addr, n).await?;
         if out.len() > 1 {
             if let Err(e) = Self::steer_by_node_id(&out) {
                 tracing::debug!(error = %e, "no steering program: shards pass datagrams on");
@@ -103,15 +99,11 @@ impl BatchSocket {
         addr: impl tokio::net::ToSocketAddrs,
         n: usize,
     ) -> io::Result<Vec<BatchSocket>> {
-        let at = tokio::net::lookup_host(addr)
+        let mut at = tokio::net::lookup_host(addr)
             .await?
             .next()
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
-        Self::bind_group(at, n)
-    }
-
-    /// Binds `n` (at least one) sockets of one `SO_REUSEPORT` group to `at`, in order.
-    fn bind_group(mut at: SocketAddr, n: usize) -> io::Result<Vec<BatchSocket>> {
+        // In order: the `i`-th socket bound is the group's socket `i`, shard `i`'s.
         let mut out = Vec::with_capacity(n);
         for _ in 0..n.max(1) {
             let s = reuseport_socket(at)?;
