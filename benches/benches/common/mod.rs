@@ -863,6 +863,16 @@ fn runtime(workers: usize) -> tokio::runtime::Runtime {
     b.enable_all().build().expect("runtime")
 }
 
+/// What a [`ShardedOneWay`] receiver hands its constructor: the receiving thread, its stop
+/// signal, the verification channel, the progress and where its counters land.
+type ReceiverParts = (
+    JoinHandle<()>,
+    oneshot::Sender<()>,
+    std_mpsc::Receiver<u64>,
+    Arc<Progress>,
+    Arc<Mutex<Option<exon::endpoint::EndpointStats>>>,
+);
+
 /// One-way with `pairs` senders (each an endpoint on its own thread) and one receiving
 /// endpoint of `shards` driver shards (on a runtime of `shards` worker threads when above
 /// 1, one task per shard taking its messages); every message is verified exactly once per
@@ -936,14 +946,11 @@ impl ShardedOneWay {
             })
             .expect("thread");
         let addr = addr_rx.recv().expect("receiver address");
-        let mut cmds = Vec::new();
-        let mut threads = Vec::new();
         let ids = Arc::new(sender_ids(pairs, shards));
-        for j in 0..pairs {
+        let parts = (receiver, stop_tx, done, progress, stats);
+        ShardedOneWay::with_senders(pairs, parts, move |j, mut cmd_rx| {
             let ids = ids.clone();
-            let (cmd_tx, mut cmd_rx) = mpsc::unbounded_channel::<Cmd>();
-            cmds.push(cmd_tx);
-            threads.push(spawn_rt("send", move || async move {
+            async move {
                 let local: SocketAddr = LOCALHOST.parse().unwrap();
                 let a = exon_endpoint_with(local, ids[j], exon_config(datagram), plain);
                 let b = NodeId::from_const(2);
@@ -966,12 +973,31 @@ impl ShardedOneWay {
                     }
                 }
                 a.close(Duration::from_secs(1)).await;
-            }));
+            }
+        })
+    }
+
+    /// Starts `pairs` sender threads, sender `j` running `sender(j, its commands)` on its own
+    /// runtime, beside the receiver `parts` describe (its thread, stop signal, progress and
+    /// counters).
+    fn with_senders<S, Fut>(pairs: usize, parts: ReceiverParts, sender: S) -> ShardedOneWay
+    where
+        S: Fn(usize, mpsc::UnboundedReceiver<Cmd>) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let (receiver, stop, done, progress, stats) = parts;
+        let mut cmds = Vec::new();
+        let mut threads = Vec::new();
+        for j in 0..pairs {
+            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<Cmd>();
+            cmds.push(cmd_tx);
+            let sender = sender.clone();
+            threads.push(spawn_rt("send", move || sender(j, cmd_rx)));
         }
         threads.push(receiver);
         ShardedOneWay {
             cmds,
-            stop: Some(stop_tx),
+            stop: Some(stop),
             done,
             progress,
             verified: 0,
@@ -1026,28 +1052,18 @@ impl ShardedOneWay {
             })
             .expect("thread");
         let addr = addr_rx.recv().expect("receiver address");
-        let mut cmds = Vec::new();
-        let mut threads = Vec::new();
-        for _ in 0..pairs {
-            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel::<Cmd>();
-            cmds.push(cmd_tx);
-            threads.push(spawn_rt("send", move || async move {
-                let s = TcpStream::connect(addr).await.unwrap();
-                s.set_nodelay(true).unwrap();
-                write_frames(s, SHARDED_SIZE, cmd_rx).await;
-            }));
-        }
-        threads.push(receiver);
-        ShardedOneWay {
-            cmds,
-            stop: Some(stop_tx),
+        let parts = (
+            receiver,
+            stop_tx,
             done,
             progress,
-            verified: 0,
-            next: 0,
-            threads,
-            stats: Arc::new(Mutex::new(None)),
-        }
+            Arc::new(Mutex::new(None)),
+        );
+        ShardedOneWay::with_senders(pairs, parts, move |_, cmd_rx| async move {
+            let s = TcpStream::connect(addr).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            write_frames(s, SHARDED_SIZE, cmd_rx).await;
+        })
     }
 
     /// Sends about `n` messages (an equal share per sender) and returns once the receiver
