@@ -214,16 +214,7 @@ impl Deliveries {
             return Poll::Ready(None);
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => {
-                if self.shared.take_one() {
-                    Poll::Ready(Some(m))
-                } else {
-                    // Stopped: what is left was reported undelivered.
-                    self.rx.close();
-                    self.done = true;
-                    Poll::Ready(None)
-                }
-            }
+            Poll::Ready(Some(m)) => Poll::Ready(self.take(1).then_some(m)),
             Poll::Ready(None) => {
                 self.done = true;
                 Poll::Ready(None)
@@ -263,18 +254,27 @@ impl Deliveries {
                 Poll::Ready(0)
             }
             Poll::Ready(n) => {
-                if self.shared.take_many(n as u64) {
+                if self.take(n as u64) {
                     Poll::Ready(n)
                 } else {
-                    // Stopped: what is left was reported undelivered.
                     buf.truncate(before);
-                    self.rx.close();
-                    self.done = true;
                     Poll::Ready(0)
                 }
             }
             Poll::Pending => Poll::Pending,
         }
+    }
+
+    /// Counts `n` messages just received from the channel as taken; false if the driver
+    /// has stopped (they were reported undelivered: they are not handed out, and nothing
+    /// more will be).
+    fn take(&mut self, n: u64) -> bool {
+        if self.shared.take_many(n) {
+            return true;
+        }
+        self.rx.close();
+        self.done = true;
+        false
     }
 }
 

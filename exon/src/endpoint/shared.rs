@@ -174,16 +174,11 @@ impl Shared {
         is
     }
 
-    /// The application took the next message from the delivery channel. Returns false if
-    /// the driver has stopped: the message was reported as never taken, and is not handed
-    /// out. Atomic against [`stop_taking`](Self::stop_taking): each message is either
-    /// counted as taken (and acknowledged) or reported undelivered, never both.
-    pub(crate) fn take_one(&self) -> bool {
-        self.take_many(1)
-    }
-
-    /// The application took the next `n` messages at once (as [`take_one`](Self::take_one)
-    /// for each, all or none).
+    /// The application took the next `n` messages from the delivery channel (all or none).
+    /// Returns false if the driver has stopped: the messages were reported as never taken,
+    /// and are not handed out. Atomic against [`stop_taking`](Self::stop_taking): each
+    /// message is either counted as taken (and acknowledged) or reported undelivered, never
+    /// both.
     pub(crate) fn take_many(&self, n: u64) -> bool {
         let ok = self
             .taken
