@@ -25,12 +25,15 @@ pub enum FaultKind {
         /// The other node.
         b: usize,
     },
-    /// Restores every link between `a` and `b`, releasing held datagrams.
+    /// Restores the links between `a` and `b` (from `a` to `b` only if `one_way`),
+    /// releasing held datagrams.
     Heal {
         /// One node.
         a: usize,
         /// The other node.
         b: usize,
+        /// Only the direction `a -> b`.
+        one_way: bool,
     },
     /// Sets the MTU of the links between `a` and `b` (both ways) to `mtu` bytes: below the
     /// size in use, a black hole for larger datagrams until the senders find it. Healing
@@ -87,23 +90,31 @@ pub fn random_schedule(
         let (a, b) = pair(rng);
         let start = span.mul_f64(rng.gen_range(0.0..0.8));
         let len = span.mul_f64(rng.gen_range(0.01..0.2));
-        let kind = match rng.gen_range(0..3) {
-            0 => FaultKind::Partition {
-                a,
-                b,
-                one_way: false,
-            },
-            1 => FaultKind::Partition {
-                a,
-                b,
-                one_way: true,
-            },
-            _ => FaultKind::Hold { a, b },
+        // A one-way partition heals only its own direction: each direction of a pair
+        // follows its own schedule.
+        let (kind, one_way) = match rng.gen_range(0..3) {
+            0 => (
+                FaultKind::Partition {
+                    a,
+                    b,
+                    one_way: false,
+                },
+                false,
+            ),
+            1 => (
+                FaultKind::Partition {
+                    a,
+                    b,
+                    one_way: true,
+                },
+                true,
+            ),
+            _ => (FaultKind::Hold { a, b }, false),
         };
         out.push(Fault { at: start, kind });
         out.push(Fault {
             at: start + len,
-            kind: FaultKind::Heal { a, b },
+            kind: FaultKind::Heal { a, b, one_way },
         });
     }
     for _ in 0..restarts {

@@ -5,6 +5,7 @@
 //! Everything is reproducible from [`Scenario::seed`].
 #![warn(missing_docs)]
 
+pub mod deafness;
 pub mod faults;
 pub mod link;
 pub mod oracle;
@@ -13,6 +14,7 @@ pub mod scenario;
 pub mod sim;
 pub mod workload;
 
+pub use deafness::DeafWatch;
 pub use faults::{Fault, FaultKind};
 pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
 pub use oracle::{Oracle, Violation, ViolationKind};

@@ -38,6 +38,9 @@ pub enum ViolationKind {
     NotIdle,
     /// A node's state exceeded a configured cap.
     Unbounded,
+    /// A node sent a peer it had not heard from for a few `max_rto` more than the bound of
+    /// `deafness.rs` (60 datagrams, 256 KiB in 30 s).
+    DeafFlood,
 }
 
 /// One violation, with the message involved if any.

@@ -11,6 +11,7 @@ use exon::proto::{Abandoned, DeliveryId, Event, Frame, MsgId, Node, NodeId, Secu
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::deafness::DeafWatch;
 use crate::faults::FaultKind;
 use crate::link::{Decision, Link, LinkState};
 use crate::oracle::{Oracle, ViolationKind};
@@ -105,6 +106,8 @@ pub struct Sim {
     links: Vec<Link>,
     held: Vec<Vec<Bytes>>,
     oracle: Oracle,
+    /// What nodes send to peers they do not hear from.
+    deaf: DeafWatch,
     rng: SmallRng,
     /// Virtual time of the last submission or scheduled fault.
     last_activity: u64,
@@ -172,6 +175,7 @@ impl Sim {
             links,
             held: vec![Vec::new(); n * n],
             oracle: Oracle::new(n),
+            deaf: DeafWatch::new(n, sc.config.max_rto),
             rng: SmallRng::seed_from_u64(sc.seed ^ 0x9e37_79b9_7f4a_7c15),
             last_activity: 0,
             events: 0,
@@ -357,7 +361,11 @@ impl Sim {
             self.dropped_at_host += 1;
             return;
         };
-        node.handle_datagram(now, data);
+        if let Some(from) = node.handle_datagram(now, data) {
+            if let Some(from) = (from.get() as usize).checked_sub(1) {
+                self.deaf.on_heard(to, from);
+            }
+        }
         self.drain(to);
     }
 
@@ -421,6 +429,18 @@ impl Sim {
                 if dst == 0 || dst > self.hosts.len() {
                     self.dropped_at_host += 1;
                 } else {
+                    if let Some(f) = self.deaf.on_sent(i, dst - 1, size, self.now) {
+                        let what = format!(
+                            "node{i} sent node{} {} datagrams, {} bytes within {:?}, silent for {:?}",
+                            f.to,
+                            f.datagrams,
+                            f.bytes,
+                            crate::deafness::WINDOW,
+                            f.silent_for
+                        );
+                        self.oracle
+                            .violate(ViolationKind::DeafFlood, None, self.now, what);
+                    }
                     self.route(i, dst - 1, data);
                 }
             }
@@ -664,9 +684,11 @@ impl Sim {
                 self.links[a * n + b].set_state(LinkState::Held);
                 self.links[b * n + a].set_state(LinkState::Held);
             }
-            FaultKind::Heal { a, b } => {
+            FaultKind::Heal { a, b, one_way } => {
                 self.heal_link(a * n + b);
-                self.heal_link(b * n + a);
+                if !one_way {
+                    self.heal_link(b * n + a);
+                }
             }
             FaultKind::Mtu { a, b, mtu } => {
                 for l in [a * n + b, b * n + a] {
@@ -688,6 +710,7 @@ impl Sim {
                     h.inbox.clear();
                     h.timer_at = None;
                     self.oracle.on_restart(node);
+                    self.deaf.on_restart(node);
                     let t = self.now + nanos(down);
                     self.last_activity = self.last_activity.max(t);
                     self.push(
@@ -996,6 +1019,11 @@ impl Sim {
 
     pub(crate) fn hosts_restarts(&self) -> u32 {
         self.hosts.iter().map(|h| h.restarts).sum()
+    }
+
+    /// The deaf-path oracle (what nodes sent to peers they did not hear from).
+    pub fn deaf_watch(&self) -> &DeafWatch {
+        &self.deaf
     }
 
     /// Counters of every live node.

@@ -66,7 +66,11 @@ fn mixed_sizes_through_partitions_and_restarts() {
         },
         Fault {
             at: Duration::from_millis(1800),
-            kind: FaultKind::Heal { a: 0, b: 1 },
+            kind: FaultKind::Heal {
+                a: 0,
+                b: 1,
+                one_way: false,
+            },
         },
         Fault {
             at: Duration::from_millis(900),

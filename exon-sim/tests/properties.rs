@@ -118,7 +118,12 @@ impl Params {
             });
             faults.push(Fault {
                 at: Duration::from_millis(start + len),
-                kind: FaultKind::Heal { a, b },
+                kind: FaultKind::Heal {
+                    a,
+                    b,
+                    // A one-way partition heals its own direction only.
+                    one_way: matches!(kind, FaultKind::Partition { one_way: true, .. }),
+                },
             });
         }
         for &(node, at, down) in &self.restarts {

@@ -336,7 +336,11 @@ fn with_deadlines(seed: u64) -> Scenario {
         },
         Fault {
             at: Duration::from_millis(400),
-            kind: FaultKind::Heal { a: 0, b: 1 },
+            kind: FaultKind::Heal {
+                a: 0,
+                b: 1,
+                one_way: false,
+            },
         },
     ];
     sc

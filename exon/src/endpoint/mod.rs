@@ -315,6 +315,8 @@ impl Endpoint {
             config: EndpointConfig::default(),
             store: None,
             security: None,
+            #[cfg(feature = "rule-switches")]
+            rules: crate::proto::Rules::ALL,
         }
     }
 
@@ -426,6 +428,9 @@ pub struct Builder {
     config: EndpointConfig,
     store: Option<Box<dyn ClockStore>>,
     security: Option<Security>,
+    /// The corrections in force in every shard's node (test builds switch some off).
+    #[cfg(feature = "rule-switches")]
+    rules: crate::proto::Rules,
 }
 
 impl std::fmt::Debug for Builder {
@@ -459,6 +464,14 @@ impl Builder {
     /// Sets the configuration (default [`EndpointConfig::default()`]).
     pub fn config(mut self, config: EndpointConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Turns corrections of the protocol off in every shard's node, to show a test catching
+    /// the defect (see [`Node::set_rules`]). Test builds only.
+    #[cfg(feature = "rule-switches")]
+    pub fn rules(mut self, rules: crate::proto::Rules) -> Self {
+        self.rules = rules;
         self
     }
 
@@ -514,12 +527,16 @@ impl Builder {
         // Built first, so that a bad configuration starts nothing.
         let mut nodes = Vec::with_capacity(n);
         for _ in 0..n {
-            nodes.push(Node::new(
+            #[allow(unused_mut)]
+            let mut node = Node::new(
                 self.id,
                 security.clone(),
                 self.config.protocol.clone(),
                 clock,
-            )?);
+            )?;
+            #[cfg(feature = "rule-switches")]
+            node.set_rules(self.rules);
+            nodes.push(node);
         }
         let public_key = nodes[0].public_key();
         let max_payload = nodes[0].config().max_message_size;

@@ -30,6 +30,7 @@ mod receiver;
 mod rtt;
 mod rules;
 mod sender;
+mod silence;
 mod stats;
 mod timeouts;
 mod timer;

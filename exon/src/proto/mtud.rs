@@ -16,7 +16,8 @@
 //!   The search starts once the peer has been heard from.
 //! * **Counting a failure.** An unanswered probe counts against its size only if the peer
 //!   was heard from after the probe left: on a path that delivers nothing, probes prove
-//!   nothing about sizes.
+//!   nothing about sizes. Nor does the node send another probe until the peer is heard
+//!   from again: a path that answers nothing gets no probes (see also `silence.rs`).
 //! * **Black holes.** Losses of datagrams above the base size (and not above the current
 //!   size) are counted in a run, which ends when a datagram at least as large as the
 //!   smallest of them is acknowledged. A run of [`SUSPECT_LOSSES`] makes the current size
@@ -101,6 +102,9 @@ pub(crate) struct Mtud {
     fails: u32,
     /// When the peer was last heard from.
     heard_at: Option<Instant>,
+    /// A probe expired with nothing heard from the peer since it left: no probe until the
+    /// peer is heard from again.
+    unheard: bool,
     /// Losses of datagrams above the base size in the current run, and the smallest of them.
     run: u32,
     run_min: usize,
@@ -124,6 +128,7 @@ impl Mtud {
             companion: None,
             fails: 0,
             heard_at: None,
+            unheard: false,
             run: 0,
             run_min: usize::MAX,
             last_lost: None,
@@ -184,6 +189,8 @@ impl Mtud {
             // Only a path that delivers something says anything about sizes.
             if self.heard_at.is_some_and(|h| h > p.sent_at) {
                 self.fails += 1;
+            } else {
+                self.unheard = true;
             }
             if self.fails >= MAX_PROBES {
                 self.fails = 0;
@@ -211,7 +218,17 @@ impl Mtud {
     }
 
     /// The probe to send now, if any (call [`poll`](Self::poll) first).
+    #[cfg(test)]
     pub fn want(&self) -> Option<Want> {
+        self.want_if(true)
+    }
+
+    /// [`want`](Self::want), or with `wait_for_peer` false the probe it would want even after
+    /// a probe expired unheard (the node's rule switch `deaf_backoff` off).
+    pub fn want_if(&self, wait_for_peer: bool) -> Option<Want> {
+        if self.unheard && wait_for_peer {
+            return None;
+        }
         match self.phase {
             Phase::Done { .. } => None,
             Phase::Search => {
@@ -293,6 +310,7 @@ impl Mtud {
     /// A datagram from the peer was accepted at `now`.
     pub fn on_heard(&mut self, now: Instant) {
         self.heard_at = Some(now);
+        self.unheard = false;
     }
 
     /// A token was declared lost; its frame ended `reach` bytes into datagram `seq`.
@@ -416,17 +434,22 @@ mod tests {
         let mut m = Mtud::new(1200, 65507, Duration::from_secs(600));
         m.on_heard(now);
         now += ms(1);
-        // Silent path: probes of 1280 expire forever without failing the size.
-        for id in 0..10 {
-            m.poll(now);
-            let w = m.want().unwrap();
-            assert_eq!(w.size, 1280);
-            m.probe_sent(w, id, w.size, now, ms(20));
+        // Silent path: the probe of 1280 expires without failing the size, and no other
+        // follows until the peer is heard from again.
+        m.poll(now);
+        let w = m.want().unwrap();
+        assert_eq!(w.size, 1280);
+        m.probe_sent(w, 0, w.size, now, ms(20));
+        now += ms(25);
+        assert_eq!(m.poll(now).lost, 1);
+        for _ in 0..10 {
             now += ms(25);
-            assert_eq!(m.poll(now).lost, 1);
+            m.poll(now);
+            assert_eq!(m.want(), None, "no probe into a path that answers nothing");
         }
         assert_eq!(m.upper, 65508);
         // Heard from: three unanswered probes fail the size.
+        m.on_heard(now);
         for id in 10..13 {
             let w = m.want().unwrap();
             assert_eq!(w.size, 1280);
@@ -438,6 +461,30 @@ mod tests {
         }
         assert_eq!(m.upper, 1280);
         assert_eq!(m.want().map(|w| w.size), Some(1240), "refines below it");
+    }
+
+    #[test]
+    fn a_silent_peer_gets_no_confirmation_probes() {
+        let now = Instant::now();
+        let mut m = Mtud::new(1200, 9000, Duration::from_secs(600));
+        m.size = 9000;
+        m.on_heard(now);
+        for seq in 0..u64::from(SUSPECT_LOSSES) {
+            m.on_lost(seq, 9000);
+        }
+        assert!(m.is_confirming());
+        m.poll(now);
+        let w = m.want().unwrap();
+        m.probe_sent(w, 1, w.size, now, ms(10));
+        let c = m.want().unwrap();
+        assert!(c.companion);
+        m.probe_sent(c, 2, c.size, now, ms(10));
+        // Neither answered, nothing heard: the confirmation waits for the peer.
+        let later = now + ms(20);
+        assert_eq!(m.poll(later).lost, 2);
+        assert_eq!(m.want(), None);
+        m.on_heard(later);
+        assert_eq!(m.want().map(|w| w.size), Some(9000));
     }
 
     #[test]

@@ -113,6 +113,8 @@ pub struct Node {
     /// The id of the next MTU probe (node-wide, so that an answer to a probe of a record
     /// since dropped matches no probe of its successor).
     pub(super) next_probe_id: u64,
+    /// The peers sent to without an answer, and the deaf ones' schedule.
+    pub(super) silence: super::silence::Silence,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -148,6 +150,7 @@ impl Node {
         if clock > VARINT_MAX - config.clock_block {
             return Err(ConfigError("clock too close to 2^62"));
         }
+        let silence = super::silence::Silence::new(super::silence::Schedule::new(&config));
         let mut node = Node {
             id,
             cfg: config,
@@ -178,6 +181,7 @@ impl Node {
             untaken_bytes: 0,
             liveness: Default::default(),
             next_probe_id: 0,
+            silence,
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -609,6 +613,9 @@ impl Node {
     fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
         let src = header.src;
         self.liveness_heard(now, src);
+        if self.silence.on_heard(src) {
+            self.outbox.wake(src, usize::MAX);
+        }
         if let Some(rec) = self.senders.get_mut(&src) {
             rec.mtud.on_heard(now);
         }

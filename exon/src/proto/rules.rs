@@ -52,6 +52,12 @@ pub struct Rules {
     /// of several fragments only within the credit it holds, waiting otherwise. Off, both
     /// go ahead without credit, and nothing but its senders bounds a receiver's memory.
     pub fragments_need_credit: bool,
+    /// Beyond the paper (deaf paths): a peer sent to for `2 * max_rto` without anything heard
+    /// from it gets one base-size datagram at a time on an exponentially backed-off schedule
+    /// (`silence.rs`), and an MTU probe that expired unheard is not followed by another
+    /// until the peer is heard from (`mtud.rs`). Off, what each timer wants goes out, and a
+    /// path that fails one way takes whatever the node's timers and probes send into it.
+    pub deaf_backoff: bool,
 }
 
 impl Rules {
@@ -70,6 +76,7 @@ impl Rules {
         ack_on_take: true,
         deadline_doubts_sent_tokens: true,
         fragments_need_credit: true,
+        deaf_backoff: true,
     };
 }
 

@@ -330,6 +330,11 @@ pub struct Stats {
     pub idle_discards: u64,
     /// Datagrams dropped at sealing because no key was known for their destination.
     pub unsealable: u64,
+    /// Datagrams sent to deaf peers (unanswered for `2 * max_rto`), one at a time on their
+    /// backed-off schedule.
+    pub deaf_datagrams: u64,
+    /// Times a deaf peer had something to send and waited for its turn.
+    pub deaf_waits: u64,
     /// The largest datagram `poll_transmit` produced, in bytes (path MTU discovery at work).
     pub largest_datagram_out: u64,
     /// Path MTU discovery, over all destinations.
@@ -478,6 +483,8 @@ impl Stats {
             incarnations,
             idle_discards,
             unsealable,
+            deaf_datagrams,
+            deaf_waits,
             rejects,
             reassembled,
             too_large_for_peer,
@@ -512,6 +519,8 @@ impl Stats {
         self.incarnations += incarnations;
         self.idle_discards += idle_discards;
         self.unsealable += unsealable;
+        self.deaf_datagrams += deaf_datagrams;
+        self.deaf_waits += deaf_waits;
         self.reassembled += reassembled;
         self.too_large_for_peer += too_large_for_peer;
         self.partials_expired += partials_expired;

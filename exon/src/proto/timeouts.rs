@@ -43,7 +43,10 @@ impl Node {
     /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
     /// called, if any. May be early (then the call does nothing); never late.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        let acks = self.outbox.next_deadline();
+        let acks = [self.outbox.next_deadline(), self.silence.next_wake()]
+            .into_iter()
+            .flatten()
+            .min();
         while let Some((t, side, peer)) = self.timers.peek() {
             if self.is_current(t, side, peer) {
                 return Some(acks.map_or(t, |a| a.min(t)));
@@ -56,6 +59,7 @@ impl Node {
     /// Input: time has reached `now`; runs every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.outbox.release_due(now);
+        self.release_deaf(now);
         // Take every due entry first, so a record is handled at most once per call.
         let mut due = std::mem::take(&mut self.due_scratch);
         while let Some((t, side, peer)) = self.timers.peek() {
@@ -127,7 +131,7 @@ impl Node {
             let e = rec.mtud.poll(now);
             self.stats.mtu.probes_lost += u64::from(e.lost);
             self.stats.mtu.black_hole_fallbacks += u64::from(e.fallback);
-            wake |= rec.mtud.want().is_some();
+            wake |= rec.mtud.want_if(self.rules.deaf_backoff).is_some();
         }
         if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
             if !rec.req_due && sent + rec.rto(cfg) <= now {

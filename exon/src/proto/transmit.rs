@@ -13,6 +13,7 @@ use super::frame::{
 use super::mtud::Want;
 use super::ranges::RangeSet;
 use super::sender::FragPlan;
+use super::silence::Gate;
 use super::timer::Side;
 use super::{Event, Node, NodeId, Transmit, Verdict};
 
@@ -34,6 +35,7 @@ impl Node {
     /// clock is stored far enough to take a nonce epoch from it.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         self.outbox.release_due(now);
+        self.release_deaf(now);
         loop {
             if !self.take_epoch_if_needed() {
                 return None;
@@ -41,10 +43,29 @@ impl Node {
             let peer = self.outbox.ready.pop_front()?;
             let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
             out.ready = false;
+            let deaf = match self.gate(now, peer) {
+                Gate::Open => false,
+                Gate::Deaf => true,
+                Gate::Wait(at) => {
+                    // Its turn comes at `at`: what it is owed waits in the outbox.
+                    self.silence.park(peer, at);
+                    self.outbox.peers.insert(peer, out);
+                    self.stats.deaf_waits += 1;
+                    continue;
+                }
+            };
             let start = buf.len();
             let mut header = Header::new(self.id, peer);
-            let probe = self.due_probe(now, peer);
-            let size = probe.map_or_else(|| self.send_size(peer), |(w, _)| w.size);
+            let probe = if deaf {
+                None
+            } else {
+                self.due_probe(now, peer)
+            };
+            let mut size = probe.map_or_else(|| self.send_size(peer), |(w, _)| w.size);
+            if deaf {
+                // One small datagram: the base size, which every path carries.
+                size = size.min(self.cfg.min_datagram_size);
+            }
             let mut limit = start + size;
             if let Some(sealer) = &mut self.sealer {
                 header.seal = sealer.next_seal_header();
@@ -70,7 +91,7 @@ impl Node {
                 out.ready = true;
                 self.outbox.peers.insert(peer, out);
                 self.outbox.ready.push_back(peer);
-                match self.finish_datagram(peer, header, buf, start, header_end) {
+                match self.finish_datagram(now, peer, deaf, header, buf, start, header_end) {
                     Some(t) => return Some(t),
                     None => continue,
                 }
@@ -180,18 +201,22 @@ impl Node {
                 }
                 continue;
             }
-            match self.finish_datagram(peer, header, buf, start, header_end) {
+            match self.finish_datagram(now, peer, deaf, header, buf, start, header_end) {
                 Some(t) => return Some(t),
                 None => continue,
             }
         }
     }
 
-    /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it. `None` when
-    /// no key is known for the peer: the datagram is dropped.
+    /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it (`deaf`: sent
+    /// on the deaf schedule). `None` when no key is known for the peer: the datagram is
+    /// dropped.
+    #[allow(clippy::too_many_arguments)]
     fn finish_datagram(
         &mut self,
+        now: Instant,
         peer: NodeId,
+        deaf: bool,
         header: Header,
         buf: &mut Vec<u8>,
         start: usize,
@@ -209,6 +234,10 @@ impl Node {
             }
         }
         let size = buf.len() - start;
+        if self.rules.deaf_backoff {
+            self.silence.on_sent(now, peer, deaf);
+        }
+        self.stats.deaf_datagrams += u64::from(deaf);
         self.stats.datagrams_out += 1;
         self.stats.bytes_out += size as u64;
         self.stats.largest_datagram_out = self.stats.largest_datagram_out.max(size as u64);
@@ -216,6 +245,23 @@ impl Node {
             destination: peer,
             size,
         })
+    }
+
+    /// What may go to `peer` now (see `silence.rs`): always anything with the rule off.
+    fn gate(&self, now: Instant, peer: NodeId) -> Gate {
+        if self.rules.deaf_backoff {
+            self.silence.gate(now, peer)
+        } else {
+            Gate::Open
+        }
+    }
+
+    /// Wakes the deaf peers whose turn has come by `now`.
+    pub(super) fn release_deaf(&mut self, now: Instant) {
+        let outbox = &mut self.outbox;
+        self.silence.release_due(now, |p| {
+            outbox.wake(p, usize::MAX);
+        });
     }
 
     /// The size of datagrams to `peer`: what path MTU discovery found for it, or the base
@@ -240,7 +286,7 @@ impl Node {
         // Not before a round trip was measured: the answer's deadline is a few of them (the
         // peer answers at once, but the probe may queue behind data).
         let rtt = rec.rtt.smoothed()?.max(rec.rtt.latest()?);
-        let want = rec.mtud.want()?;
+        let want = rec.mtud.want_if(self.rules.deaf_backoff)?;
         let timeout = rtt.saturating_mul(3).max(self.cfg.min_rto);
         Some((want, timeout))
     }

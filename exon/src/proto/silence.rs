@@ -1,0 +1,333 @@
+//! Sending to a peer that answers nothing: after [`Schedule::grace`] of sending to a peer
+//! without hearing from it, every datagram to it waits for an exponentially backed-off
+//! schedule and is cut to the base size, whatever it carries (tokens, REQSLOTS, probes,
+//! challenges, verdicts).
+//!
+//! The rules, as `docs/wire.md` states them ("Peers that answer nothing"):
+//!
+//! * A peer is **unanswered** from the first datagram sent to it after it was last heard
+//!   from (any datagram accepted from it); hearing from it ends that at once.
+//! * A pause of at least [`Schedule::reset`] in what is sent to it starts the count again:
+//!   a peer idle for a while and then given new work is served at once.
+//! * Unanswered for longer than [`Schedule::grace`], the peer is **deaf**: one datagram of
+//!   at most the base size (`Config::min_datagram_size`) may go at a time, the first at
+//!   once, each next one [`Schedule::first`] later, the wait doubling after each up to
+//!   [`Schedule::cap`]. What else is owed waits (nothing is dropped).
+//!
+//! So on a path that fails one way, the deaf side sends the dead direction one small
+//! datagram every `max_rto` at most, and recovers within that much of the path healing.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::time::{Duration, Instant};
+
+use super::{Config, NodeId, PeerMap};
+
+/// The timing of the schedule, derived from the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Schedule {
+    /// Sending unanswered this long makes a peer deaf: `2 * max_rto`.
+    pub grace: Duration,
+    /// A pause this long in sending starts the count again: `4 * max_rto`.
+    pub reset: Duration,
+    /// The first wait between datagrams to a deaf peer: `max_rto / 8` (at least `min_rto`).
+    pub first: Duration,
+    /// The longest wait: `max_rto`.
+    pub cap: Duration,
+}
+
+impl Schedule {
+    /// The schedule for `cfg`.
+    pub fn new(cfg: &Config) -> Schedule {
+        Schedule {
+            grace: cfg.max_rto.saturating_mul(2),
+            reset: cfg.max_rto.saturating_mul(4),
+            first: (cfg.max_rto / 8).max(cfg.min_rto),
+            cap: cfg.max_rto,
+        }
+    }
+}
+
+/// What may go to a peer now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Anything: the peer answers (or was not sent anything lately).
+    Open,
+    /// The peer is deaf and its turn has come: one datagram of at most the base size.
+    Deaf,
+    /// The peer is deaf: nothing before this instant.
+    Wait(Instant),
+}
+
+/// One peer sent to since it was last heard from.
+#[derive(Debug, Clone, Copy)]
+struct Unanswered {
+    /// The first datagram sent since the peer was last heard from (or since a pause).
+    since: Instant,
+    /// The last datagram sent.
+    last_sent: Instant,
+    /// Deaf: the earliest instant of the next datagram.
+    next: Option<Instant>,
+    /// The wait after the next datagram sent while deaf.
+    wait: Duration,
+    /// The instant the peer waits for in the wake-up queue, if it is there.
+    parked: Option<Instant>,
+}
+
+/// The peers this node sends to without hearing from them, and those waiting for their
+/// turn. Soft state: an entry lives while the node sends to an unanswered peer.
+#[derive(Debug)]
+pub(crate) struct Silence {
+    schedule: Schedule,
+    peers: PeerMap<Unanswered>,
+    /// Peers waiting for their turn, by instant (stale entries are skipped).
+    parked: BinaryHeap<Reverse<(Instant, NodeId)>>,
+    /// Entries beyond which the next send prunes those paused past `reset`.
+    prune_at: usize,
+}
+
+/// Entries kept before the first pruning pass.
+const PRUNE_MIN: usize = 64;
+
+impl Silence {
+    /// Follows `schedule`.
+    pub fn new(schedule: Schedule) -> Silence {
+        Silence {
+            schedule,
+            peers: PeerMap::default(),
+            parked: BinaryHeap::new(),
+            prune_at: PRUNE_MIN,
+        }
+    }
+
+    /// What may go to `peer` at `now`.
+    pub fn gate(&self, now: Instant, peer: NodeId) -> Gate {
+        let Some(u) = self.peers.get(&peer) else {
+            return Gate::Open;
+        };
+        let s = &self.schedule;
+        if now.saturating_duration_since(u.last_sent) >= s.reset
+            || now.saturating_duration_since(u.since) < s.grace
+        {
+            return Gate::Open;
+        }
+        match u.next {
+            Some(t) if t > now => Gate::Wait(t),
+            _ => Gate::Deaf,
+        }
+    }
+
+    /// A datagram left for `peer` at `now`; `deaf` when [`gate`](Self::gate) said so.
+    pub fn on_sent(&mut self, now: Instant, peer: NodeId, deaf: bool) {
+        let s = self.schedule;
+        if self.peers.len() >= self.prune_at && !self.peers.contains_key(&peer) {
+            self.peers
+                .retain(|_, u| now.saturating_duration_since(u.last_sent) < s.reset);
+            self.prune_at = (self.peers.len() * 2).max(PRUNE_MIN);
+        }
+        let u = self.peers.entry(peer).or_insert(Unanswered {
+            since: now,
+            last_sent: now,
+            next: None,
+            wait: s.first,
+            parked: None,
+        });
+        if now.saturating_duration_since(u.last_sent) >= s.reset {
+            u.since = now;
+            u.next = None;
+            u.wait = s.first;
+        }
+        u.last_sent = now;
+        if deaf {
+            u.next = Some(now + u.wait);
+            u.wait = u.wait.saturating_mul(2).min(s.cap);
+        }
+    }
+
+    /// A datagram from `peer` was accepted. Returns whether it was waiting for its turn (it
+    /// should be woken).
+    pub fn on_heard(&mut self, peer: NodeId) -> bool {
+        self.peers.remove(&peer).is_some_and(|u| u.parked.is_some())
+    }
+
+    /// `peer` waits for its turn at `at`.
+    pub fn park(&mut self, peer: NodeId, at: Instant) {
+        let Some(u) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if u.parked != Some(at) {
+            u.parked = Some(at);
+            self.parked.push(Reverse((at, peer)));
+        }
+    }
+
+    fn is_live(&self, at: Instant, peer: NodeId) -> bool {
+        self.peers.get(&peer).is_some_and(|u| u.parked == Some(at))
+    }
+
+    /// The next instant a parked peer's turn comes, if any.
+    pub fn next_wake(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((at, peer))) = self.parked.peek() {
+            if self.is_live(at, peer) {
+                return Some(at);
+            }
+            self.parked.pop();
+        }
+        None
+    }
+
+    /// Hands `wake` every parked peer whose turn has come by `now`.
+    pub fn release_due(&mut self, now: Instant, mut wake: impl FnMut(NodeId)) {
+        while let Some(&Reverse((at, peer))) = self.parked.peek() {
+            if at > now {
+                break;
+            }
+            self.parked.pop();
+            if self.is_live(at, peer) {
+                if let Some(u) = self.peers.get_mut(&peer) {
+                    u.parked = None;
+                }
+                wake(peer);
+            }
+        }
+    }
+
+    /// Peers sent to since they were last heard from (the entries held).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.peers.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched() -> Schedule {
+        Schedule::new(&Config::default())
+    }
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    /// Sends to `p` whenever the gate allows, every `step`, from `from` for `span`. Returns
+    /// the instants of the datagrams sent while deaf.
+    fn run(
+        s: &mut Silence,
+        p: NodeId,
+        from: Instant,
+        span: Duration,
+        step: Duration,
+    ) -> Vec<Instant> {
+        let mut deaf = Vec::new();
+        let mut now = from;
+        while now < from + span {
+            match s.gate(now, p) {
+                Gate::Open => s.on_sent(now, p, false),
+                Gate::Deaf => {
+                    s.on_sent(now, p, true);
+                    deaf.push(now);
+                }
+                Gate::Wait(t) => assert!(t > now),
+            }
+            now += step;
+        }
+        deaf
+    }
+
+    #[test]
+    fn an_unanswered_peer_goes_deaf_after_the_grace_and_backs_off() {
+        let sc = sched();
+        let t0 = crate::test_time::origin();
+        let p = NodeId::from_const(3);
+        let mut s = Silence::new(sc);
+        let deaf = run(&mut s, p, t0, Duration::from_secs(40), ms(1));
+        let first = deaf[0];
+        assert!(first >= t0 + sc.grace && first <= t0 + sc.grace + ms(1));
+        // The waits double from `first` up to `cap`.
+        let waits: Vec<Duration> = deaf.windows(2).map(|w| w[1] - w[0]).collect();
+        assert_eq!(waits[0], sc.first);
+        assert_eq!(waits[1], sc.first * 2);
+        assert!(waits.iter().all(|w| *w <= sc.cap));
+        assert_eq!(*waits.last().unwrap(), sc.cap);
+        // 10 s to 40 s: at most one datagram per `cap` once there.
+        let late = deaf
+            .iter()
+            .filter(|t| **t >= t0 + Duration::from_secs(10))
+            .count();
+        assert!(late <= 16, "{late}");
+    }
+
+    #[test]
+    fn hearing_from_the_peer_opens_the_gate_and_wakes_it() {
+        let sc = sched();
+        let t0 = crate::test_time::origin();
+        let p = NodeId::from_const(3);
+        let mut s = Silence::new(sc);
+        run(&mut s, p, t0, sc.grace + ms(10), ms(1));
+        let now = t0 + sc.grace + ms(10);
+        let Gate::Wait(t) = s.gate(now, p) else {
+            panic!("deaf peers wait");
+        };
+        s.park(p, t);
+        s.park(p, t);
+        assert_eq!(s.next_wake(), Some(t));
+        assert!(s.on_heard(p), "parked");
+        assert_eq!(s.gate(now, p), Gate::Open);
+        assert_eq!(s.next_wake(), None, "the stale entry is skipped");
+        assert!(!s.on_heard(p));
+    }
+
+    #[test]
+    fn a_pause_starts_the_count_again() {
+        let sc = sched();
+        let t0 = crate::test_time::origin();
+        let p = NodeId::from_const(3);
+        let mut s = Silence::new(sc);
+        s.on_sent(t0, p, false);
+        // Sent now and then, never answered, but with pauses of `reset`: never deaf.
+        let mut now = t0;
+        for _ in 0..10 {
+            now += sc.reset;
+            assert_eq!(s.gate(now, p), Gate::Open);
+            s.on_sent(now, p, false);
+        }
+        // Sent often: deaf after the grace.
+        now += ms(1);
+        let deaf = run(&mut s, p, now, sc.grace + ms(2), ms(1));
+        assert_eq!(deaf.len(), 1);
+    }
+
+    #[test]
+    fn parked_peers_are_released_in_order_once() {
+        let sc = sched();
+        let t0 = crate::test_time::origin();
+        let mut s = Silence::new(sc);
+        let (p, q) = (NodeId::from_const(3), NodeId::from_const(4));
+        for peer in [p, q] {
+            s.on_sent(t0, peer, false);
+        }
+        s.park(q, t0 + ms(5));
+        s.park(p, t0 + ms(9));
+        let mut woken = Vec::new();
+        s.release_due(t0 + ms(6), |x| woken.push(x));
+        assert_eq!(woken, [q]);
+        assert_eq!(s.next_wake(), Some(t0 + ms(9)));
+        s.release_due(t0 + ms(20), |x| woken.push(x));
+        assert_eq!(woken, [q, p]);
+        assert_eq!(s.next_wake(), None);
+    }
+
+    #[test]
+    fn entries_of_peers_no_longer_sent_to_are_pruned() {
+        let sc = sched();
+        let t0 = crate::test_time::origin();
+        let mut s = Silence::new(sc);
+        for i in 1..=10_000u64 {
+            let now = t0 + sc.reset.mul_f64(i as f64 / 100.0);
+            s.on_sent(now, NodeId::from_const(i), false);
+        }
+        assert!(s.len() <= 2 * 100 + PRUNE_MIN, "{}", s.len());
+    }
+}
