@@ -137,3 +137,47 @@ fn with_discovery_off_the_size_is_fixed() {
     assert_eq!(s.mtu.probes_sent, 0);
     assert!((1300..=1400).contains(&s.largest_datagram_out));
 }
+
+/// An MTU_ACK answering a probe of an earlier incarnation (a late duplicate, or a replay of
+/// one captured before a restart) confirms no probe of the restarted node: probe ids come
+/// from the node clock, which a restart never hands out again. With ids that started again
+/// from zero, the old answers confirmed the new node's probes of sizes the path no longer
+/// carries, and the path turned into a black hole.
+#[test]
+fn an_mtu_ack_from_before_a_restart_changes_nothing() {
+    use exon::proto::{Frame, Node, Security};
+    let mut p = Pair::new(config());
+    p.record = true;
+    stream(&mut p, 20, Duration::from_millis(20));
+    assert_eq!(send_size(&mut p), MAX_DATAGRAM_SIZE);
+    p.run(Duration::from_secs(30));
+    let acks: Vec<Bytes> = p
+        .log
+        .iter()
+        .filter(|w| w.from == B)
+        .filter(|w| {
+            w.packet()
+                .frames
+                .iter()
+                .any(|f| matches!(f, Frame::MtuAck { .. }))
+        })
+        .map(|w| w.data.clone())
+        .collect();
+    assert!(acks.len() >= 10, "{}", acks.len());
+    // A restarts from its stored clock; the path now carries 1472 bytes at most.
+    let stored = p.nodes[A].stored;
+    p.nodes[A].node = Node::new(id(A), Security::InsecurePlaintext, config(), stored).unwrap();
+    path(&mut p, Rc::new(Cell::new(1472)), 0);
+    for _ in 0..30 {
+        stream(&mut p, 1, Duration::from_millis(5));
+        // Every old answer, again and again, while A probes.
+        for a in &acks {
+            p.inject(A, a.clone());
+        }
+        p.run(Duration::from_millis(15));
+        assert!(send_size(&mut p) <= 1472, "{}", send_size(&mut p));
+    }
+    p.run(Duration::from_secs(60));
+    assert_eq!(p.nodes[B].delivered.len(), 5000);
+    assert_eq!(p.node(A).stats().mtu.black_hole_fallbacks, 0);
+}

@@ -25,7 +25,9 @@
 //!   size and a companion probe of the base size. A datagram as large as the lost ones
 //!   acknowledged, or the confirmation probe acknowledged, clears the suspicion. Only
 //!   [`MAX_PROBES`] confirmation probes unanswered while the peer is heard from (the base
-//!   probes get through) make the node fall back to the base size and search again.
+//!   probes get through) make the node fall back to the base size and search again; so does
+//!   one confirmation probe unanswered with nothing heard from the peer since it left (a
+//!   silent peer: black-hole detection must not wait for it to speak).
 
 use std::time::{Duration, Instant};
 
@@ -187,14 +189,22 @@ impl Mtud {
             self.probe = None;
             out.lost += 1;
             // Only a path that delivers something says anything about sizes.
-            if self.heard_at.is_some_and(|h| h > p.sent_at) {
+            let heard_after = self.heard_at.is_some_and(|h| h > p.sent_at);
+            if heard_after {
                 self.fails += 1;
             } else {
                 self.unheard = true;
             }
-            if self.fails >= MAX_PROBES {
+            // A run of losses above the base size, then a confirmation met with silence:
+            // a black hole whatever the peer sends (it may send nothing), so fall back now.
+            // On a path that died entirely this costs only a new search once it answers.
+            let silent_confirm = self.phase == Phase::Confirm && !heard_after;
+            if self.fails >= MAX_PROBES || silent_confirm {
+                if self.fails >= MAX_PROBES {
+                    // Counted failures say the size fails; silence says nothing of sizes.
+                    self.upper = p.size;
+                }
                 self.fails = 0;
-                self.upper = p.size;
                 if self.phase == Phase::Confirm {
                     self.size = self.base;
                     self.phase = Phase::Search;
@@ -464,7 +474,7 @@ mod tests {
     }
 
     #[test]
-    fn a_silent_peer_gets_no_confirmation_probes() {
+    fn a_black_hole_behind_a_silent_peer_falls_back_at_once() {
         let now = Instant::now();
         let mut m = Mtud::new(1200, 9000, Duration::from_secs(600));
         m.size = 9000;
@@ -479,12 +489,17 @@ mod tests {
         let c = m.want().unwrap();
         assert!(c.companion);
         m.probe_sent(c, 2, c.size, now, ms(10));
-        // Neither answered, nothing heard: the confirmation waits for the peer.
+        // Neither answered, nothing heard: the size falls back without waiting for the
+        // peer, and no probe follows until it is heard from.
         let later = now + ms(20);
-        assert_eq!(m.poll(later).lost, 2);
+        let e = m.poll(later);
+        assert_eq!((e.lost, e.fallback), (2, true));
+        assert_eq!(m.size(), 1200);
+        assert_eq!(m.upper, 9001, "silence says nothing of the size");
         assert_eq!(m.want(), None);
+        // Heard again: the search climbs from the base size.
         m.on_heard(later);
-        assert_eq!(m.want().map(|w| w.size), Some(9000));
+        assert_eq!(m.want().map(|w| w.size), Some(1280));
     }
 
     #[test]

@@ -110,9 +110,6 @@ pub struct Node {
     pub(super) untaken_bytes: usize,
     /// Which destinations owe an answer for too long.
     pub(super) liveness: super::liveness::Liveness,
-    /// The id of the next MTU probe (node-wide, so that an answer to a probe of a record
-    /// since dropped matches no probe of its successor).
-    pub(super) next_probe_id: u64,
     /// The peers sent to without an answer, and the deaf ones' schedule.
     pub(super) silence: super::silence::Silence,
 }
@@ -180,7 +177,6 @@ impl Node {
             untaken: 0,
             untaken_bytes: 0,
             liveness: Default::default(),
-            next_probe_id: 0,
             silence,
         };
         node.reserve_clock(clock + 1);

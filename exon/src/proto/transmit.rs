@@ -56,10 +56,13 @@ impl Node {
             };
             let start = buf.len();
             let mut header = Header::new(self.id, peer);
+            // A probe takes its id from the node clock (below), so none goes before the
+            // clock is stored that far.
             let probe = if deaf {
                 None
             } else {
                 self.due_probe(now, peer)
+                    .filter(|_| self.reserve_clock(self.ck + 1))
             };
             let mut size = probe.map_or_else(|| self.send_size(peer), |(w, _)| w.size);
             if deaf {
@@ -78,8 +81,11 @@ impl Node {
             if let Some((want, timeout)) = probe {
                 // A probe datagram holds the MTU_PROBE alone (its loss loses nothing else);
                 // what else is owed to the peer goes in the next one.
-                let id = self.next_probe_id;
-                self.next_probe_id += 1;
+                // Ids from the node clock: never handed out twice, across restarts too, so
+                // an MTU_ACK of an earlier incarnation's probe (a late copy, a replay)
+                // answers no probe of this one.
+                let id = self.ck;
+                self.ck += 1;
                 put_mtu_probe(buf, id, room(buf));
                 self.stats.frames_out.mtu_probe += 1;
                 self.stats.mtu.probes_sent += 1;
