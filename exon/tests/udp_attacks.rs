@@ -6,8 +6,9 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::endpoint::{Endpoint, EndpointConfig};
@@ -338,5 +339,178 @@ async fn learned_addresses_are_pruned_some_time_after_the_records() {
                 "{sent:?}"
             );
         }
+    }
+}
+
+/// Bytes an observer's socket sent (copies of A's datagrams) and received (what B sent it).
+#[derive(Default)]
+struct ObserverBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// The network between A and B with an observer on it (issue 29; RFC 9000, 9.3.3): A sends
+/// to `relay`, which forwards A's datagrams to B 30 ms late and B's to A at once. The
+/// observer reads A's datagrams as they pass and, from the `race_from`-th on, sends a copy
+/// of each to B from its own socket at once, ahead of the original. It never answers, and
+/// drops what comes to it. Returns the relay's address and the observer's counters.
+async fn racing_observer(
+    a: SocketAddr,
+    b: SocketAddr,
+    race_from: usize,
+) -> (SocketAddr, Arc<ObserverBytes>) {
+    let relay = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let observer = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let bytes = Arc::new(ObserverBytes::default());
+    let addr = relay.local_addr().unwrap();
+    let (late_tx, mut late_rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let late = relay.clone();
+    tokio::spawn(async move {
+        while let Some((due, d)) = late_rx.recv().await {
+            tokio::time::sleep_until(due.into()).await;
+            let _ = late.send_to(&d, b).await;
+        }
+    });
+    let (obs, counts) = (observer.clone(), bytes.clone());
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, _)) = obs.recv_from(&mut buf).await {
+            counts.received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
+    let counts = bytes.clone();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        let mut seen = 0;
+        while let Ok((n, from)) = relay.recv_from(&mut buf).await {
+            let d = &buf[..n];
+            if from != a {
+                let _ = relay.send_to(d, a).await;
+                continue;
+            }
+            seen += 1;
+            if seen > race_from && observer.send_to(d, b).await.is_ok() {
+                counts.sent.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            let due = Instant::now() + Duration::from_millis(30);
+            if late_tx.send((due, d.to_vec())).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, bytes)
+}
+
+/// What came of a conversation with a racing observer.
+#[derive(Debug)]
+struct Raced {
+    /// A's messages acknowledged, B's replies acknowledged, replies A received.
+    acked: usize,
+    replies_acked: usize,
+    replies: usize,
+    observer_sent: u64,
+    observer_received: u64,
+    elapsed: Duration,
+}
+
+/// A sends 200 messages to B through the network of [`racing_observer`]; B answers each with
+/// 1000 bytes. B learns A's address from A's datagrams (the first copy raced ahead of it when
+/// `race_from` is 0). Runs until everything is acknowledged, or `within`.
+async fn race(b_cfg: EndpointConfig, race_from: usize, within: Duration) -> Raced {
+    const N: usize = 200;
+    let start = Instant::now();
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg());
+    let b = Endpoint::bind("127.0.0.1:0", B, sealed(B), b_cfg);
+    let (mut a, mut b) = (a.await.unwrap(), b.await.unwrap());
+    let (relay, observer) = racing_observer(a.local_addr(), b.local_addr(), race_from).await;
+    a.add_peer(B, relay);
+    let counts = Arc::new([(); 3].map(|_| AtomicU64::new(0)));
+    let (ha, hb) = (a.handle(), b.handle());
+    let c = counts.clone();
+    let sender = tokio::spawn(async move {
+        let mut receipts = Vec::new();
+        for i in 0..N as u32 {
+            receipts.push(ha.send(B, i.to_be_bytes().to_vec()).await.unwrap());
+        }
+        for r in receipts {
+            if r.await.is_ok() {
+                c[0].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    let c = counts.clone();
+    let answerer = tokio::spawn(async move {
+        while let Some(m) = b.recv().await {
+            let r = hb.send(A, vec![m.payload[3]; 1000]).await.unwrap();
+            let c = c.clone();
+            tokio::spawn(async move {
+                if r.await.is_ok() {
+                    c[1].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let c = counts.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(m) = a.recv().await {
+            assert_eq!(m.payload.len(), 1000);
+            c[2].fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let all = |c: &[AtomicU64; 3]| c.iter().all(|n| n.load(Ordering::Relaxed) == N as u64);
+    while !all(&counts) && start.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let elapsed = start.elapsed();
+    for t in [sender, answerer, reader] {
+        t.abort();
+    }
+    let n = |i: usize| counts[i].load(Ordering::Relaxed) as usize;
+    Raced {
+        acked: n(0),
+        replies_acked: n(1),
+        replies: n(2),
+        observer_sent: observer.sent.load(Ordering::Relaxed),
+        observer_received: observer.received.load(Ordering::Relaxed),
+        elapsed,
+    }
+}
+
+/// Issue 29: an observer that races a copy of each of A's datagrams to B from its own
+/// address can neither stall nor steal the conversation: B challenges the observer's
+/// address and keeps sending to the address that proved itself, so all 200 messages and
+/// 200 replies complete, and the observer gets at most three times what it sent. Both when
+/// the observer races from A's first datagram on (B's first address for A is the
+/// observer's) and when it starts once B has proven A's address.
+#[tokio::test]
+async fn an_observer_racing_copies_neither_stalls_nor_steals_a_conversation() {
+    for race_from in [0, 20] {
+        let r = race(cfg(), race_from, Duration::from_secs(10)).await;
+        eprintln!("racing from datagram {race_from}: {r:?}");
+        assert_eq!(
+            (r.acked, r.replies_acked, r.replies),
+            (200, 200, 200),
+            "{r:?}"
+        );
+        assert!(r.elapsed < Duration::from_secs(5), "slow: {r:?}");
+        assert!(r.observer_sent > 0, "{r:?}");
+        assert!(
+            r.observer_received <= 3 * r.observer_sent,
+            "amplified: {r:?}"
+        );
+    }
+}
+
+/// With the rule off (a fresher datagram moves the peer at once), the same observer takes
+/// A's address at B: B's answers go to the observer, and the conversation stalls.
+#[cfg(feature = "rule-switches")]
+#[tokio::test]
+async fn without_the_rule_a_racing_observer_stalls_the_conversation() {
+    let mut off = cfg();
+    off.moves_need_an_answer = false;
+    for race_from in [0, 20] {
+        let r = race(off.clone(), race_from, Duration::from_secs(2)).await;
+        eprintln!("rule off, racing from datagram {race_from}: {r:?}");
+        assert!(r.replies < 200, "the defect the rule prevents: {r:?}");
     }
 }

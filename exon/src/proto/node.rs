@@ -209,11 +209,7 @@ impl Node {
     /// only the peer can read the token, so an answer from an address proves the peer
     /// receives there.
     pub fn challenge(&mut self, peer: NodeId) -> u64 {
-        self.challenges += 1;
-        // Unique per challenge; unpredictable enough for plaintext mode, where nothing is
-        // secret anyway (sealed, the token is encrypted).
-        let token =
-            (self.challenges << 16) ^ u64::from(self.next_jitter()) ^ self.ck.rotate_left(40);
+        let token = self.next_challenge_token();
         let cap = self.outbox_cap();
         if !self.outbox.challenge(peer, token, cap) {
             self.stats.rejects.outbox_full += 1;

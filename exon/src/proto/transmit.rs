@@ -189,7 +189,7 @@ impl Node {
 
     /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it. `None` when
     /// no key is known for the peer: the datagram is dropped.
-    fn finish_datagram(
+    pub(super) fn finish_datagram(
         &mut self,
         peer: NodeId,
         header: Header,
@@ -247,7 +247,7 @@ impl Node {
 
     /// A sealed node with no nonce epoch left takes the next clock value as its epoch.
     /// Returns false when that value is not yet covered by the stored clock.
-    fn take_epoch_if_needed(&mut self) -> bool {
+    pub(super) fn take_epoch_if_needed(&mut self) -> bool {
         if !self.sealer.as_ref().is_some_and(|s| s.needs_epoch()) {
             return true;
         }
