@@ -404,32 +404,34 @@ async fn racing_observer(
 /// What came of a conversation with a racing observer.
 #[derive(Debug)]
 struct Raced {
-    /// A's messages acknowledged, B's replies acknowledged, replies A received.
+    talk: Talk,
+    observer_sent: u64,
+    observer_received: u64,
+}
+
+/// What came of a conversation: A's messages acknowledged, B's replies acknowledged,
+/// replies A received, and how long it took.
+#[derive(Debug)]
+struct Talk {
     acked: usize,
     replies_acked: usize,
     replies: usize,
-    observer_sent: u64,
-    observer_received: u64,
     elapsed: Duration,
 }
 
-/// A sends 200 messages to B through the network of [`racing_observer`]; B answers each with
-/// 1000 bytes. B learns A's address from A's datagrams (the first copy raced ahead of it when
-/// `race_from` is 0). Runs until everything is acknowledged, or `within`.
-async fn race(b_cfg: EndpointConfig, race_from: usize, within: Duration) -> Raced {
-    const N: usize = 200;
+/// Messages A sends in [`converse`].
+const TALK: usize = 200;
+
+/// A sends 200 messages to B, which answers each with 1000 bytes, until everything is
+/// acknowledged or `within` has passed.
+async fn converse(mut a: Endpoint, mut b: Endpoint, within: Duration) -> Talk {
     let start = Instant::now();
-    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg());
-    let b = Endpoint::bind("127.0.0.1:0", B, sealed(B), b_cfg);
-    let (mut a, mut b) = (a.await.unwrap(), b.await.unwrap());
-    let (relay, observer) = racing_observer(a.local_addr(), b.local_addr(), race_from).await;
-    a.add_peer(B, relay);
     let counts = Arc::new([(); 3].map(|_| AtomicU64::new(0)));
     let (ha, hb) = (a.handle(), b.handle());
     let c = counts.clone();
     let sender = tokio::spawn(async move {
         let mut receipts = Vec::new();
-        for i in 0..N as u32 {
+        for i in 0..TALK as u32 {
             receipts.push(ha.send(B, i.to_be_bytes().to_vec()).await.unwrap());
         }
         for r in receipts {
@@ -457,7 +459,7 @@ async fn race(b_cfg: EndpointConfig, race_from: usize, within: Duration) -> Race
             c[2].fetch_add(1, Ordering::Relaxed);
         }
     });
-    let all = |c: &[AtomicU64; 3]| c.iter().all(|n| n.load(Ordering::Relaxed) == N as u64);
+    let all = |c: &[AtomicU64; 3]| c.iter().all(|n| n.load(Ordering::Relaxed) == TALK as u64);
     while !all(&counts) && start.elapsed() < within {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -466,13 +468,27 @@ async fn race(b_cfg: EndpointConfig, race_from: usize, within: Duration) -> Race
         t.abort();
     }
     let n = |i: usize| counts[i].load(Ordering::Relaxed) as usize;
-    Raced {
+    Talk {
         acked: n(0),
         replies_acked: n(1),
         replies: n(2),
+        elapsed,
+    }
+}
+
+/// [`converse`] through the network of [`racing_observer`]. B learns A's address from A's
+/// datagrams (the first copy raced ahead of it when `race_from` is 0).
+async fn race(b_cfg: EndpointConfig, race_from: usize, within: Duration) -> Raced {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg());
+    let b = Endpoint::bind("127.0.0.1:0", B, sealed(B), b_cfg);
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let (relay, observer) = racing_observer(a.local_addr(), b.local_addr(), race_from).await;
+    a.add_peer(B, relay);
+    let talk = converse(a, b, within).await;
+    Raced {
+        talk,
         observer_sent: observer.sent.load(Ordering::Relaxed),
         observer_received: observer.received.load(Ordering::Relaxed),
-        elapsed,
     }
 }
 
@@ -487,12 +503,13 @@ async fn an_observer_racing_copies_neither_stalls_nor_steals_a_conversation() {
     for race_from in [0, 20] {
         let r = race(cfg(), race_from, Duration::from_secs(10)).await;
         eprintln!("racing from datagram {race_from}: {r:?}");
+        let t = &r.talk;
         assert_eq!(
-            (r.acked, r.replies_acked, r.replies),
+            (t.acked, t.replies_acked, t.replies),
             (200, 200, 200),
             "{r:?}"
         );
-        assert!(r.elapsed < Duration::from_secs(5), "slow: {r:?}");
+        assert!(t.elapsed < Duration::from_secs(5), "slow: {r:?}");
         assert!(r.observer_sent > 0, "{r:?}");
         assert!(
             r.observer_received <= 3 * r.observer_sent,
@@ -511,6 +528,63 @@ async fn without_the_rule_a_racing_observer_stalls_the_conversation() {
     for race_from in [0, 20] {
         let r = race(off.clone(), race_from, Duration::from_secs(2)).await;
         eprintln!("rule off, racing from datagram {race_from}: {r:?}");
-        assert!(r.replies < 200, "the defect the rule prevents: {r:?}");
+        assert!(r.talk.replies < 200, "the defect the rule prevents: {r:?}");
     }
+}
+
+/// A NAT in front of A whose mapping changes after A's `switch_after`-th datagram (a
+/// rebinding): A sends to the returned address; A's datagrams reach B from the NAT's first
+/// outer address, then from its second, and what B sends to the first is dropped from then
+/// on (the old mapping is gone).
+async fn rebinding_nat(a: SocketAddr, b: SocketAddr, switch_after: usize) -> SocketAddr {
+    let inner = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let outer = [(); 2].map(|_| std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+    let outer = outer.map(|s| {
+        s.set_nonblocking(true).unwrap();
+        Arc::new(UdpSocket::from_std(s).unwrap())
+    });
+    let seen = Arc::new(AtomicU64::new(0));
+    let mapping =
+        move |seen: &AtomicU64| usize::from(seen.load(Ordering::Relaxed) > switch_after as u64);
+    for (k, sock) in outer.iter().enumerate() {
+        let (sock, inner, seen) = (sock.clone(), inner.clone(), seen.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            while let Ok((n, _)) = sock.recv_from(&mut buf).await {
+                if mapping(&seen) == k {
+                    let _ = inner.send_to(&buf[..n], a).await;
+                }
+            }
+        });
+    }
+    let addr = inner.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, _)) = inner.recv_from(&mut buf).await {
+            seen.fetch_add(1, Ordering::Relaxed);
+            let _ = outer[mapping(&seen)].send_to(&buf[..n], b).await;
+        }
+    });
+    addr
+}
+
+/// A peer whose address really changed (a NAT rebinding: the old address stops working) is
+/// followed once it answers the challenge at its new address: the conversation completes,
+/// and B moved A's address once after learning it.
+#[tokio::test]
+async fn a_peer_whose_address_changes_is_followed_once_it_answers_there() {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg());
+    let b = Endpoint::bind("127.0.0.1:0", B, sealed(B), cfg());
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    a.add_peer(B, rebinding_nat(a.local_addr(), b.local_addr(), 5).await);
+    let hb = b.handle();
+    let t = converse(a, b, Duration::from_secs(10)).await;
+    assert_eq!(
+        (t.acked, t.replies_acked, t.replies),
+        (200, 200, 200),
+        "{t:?}"
+    );
+    let s = hb.stats().await.unwrap();
+    assert_eq!(s.address_updates, 2, "learned, then moved");
+    assert!(s.path_challenges >= 1);
 }
