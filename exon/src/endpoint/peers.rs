@@ -28,6 +28,10 @@ struct Entry {
     tx: u64,
     /// When a datagram from the peer was last accepted.
     last: Option<Instant>,
+    /// When a datagram from `addr` was last accepted (sealed mode).
+    heard: Option<Instant>,
+    /// The last candidate that failed, and until when it may not be the candidate again.
+    failed: Option<(SocketAddr, Instant)>,
     /// Another address the peer's datagrams came from, being challenged (sealed mode): the
     /// peer's datagrams keep going to `addr` until it answers.
     candidate: Option<Candidate>,
@@ -161,6 +165,8 @@ impl PeerBook {
                 rx: 0,
                 tx: 0,
                 last: None,
+                heard: None,
+                failed: None,
                 candidate: None,
             },
         );
@@ -240,6 +246,7 @@ impl PeerBook {
     ) -> Learned {
         let len = len as u64;
         let need_answer = self.moves_need_an_answer;
+        let cycle = self.interval * ((1 << CANDIDATE_CHALLENGES) - 1);
         if let Some(e) = self.entries.get_mut(&acc.from) {
             e.last = Some(now);
             let fresher = match (acc.seq, e.seq) {
@@ -254,6 +261,7 @@ impl PeerBook {
                 e.seq = acc.seq;
             }
             if e.addr == from {
+                e.heard = Some(now);
                 e.rx = e.rx.saturating_add(len);
                 if !e.validated && acc.response.is_some() && acc.response == e.challenge {
                     e.validated = true;
@@ -262,7 +270,7 @@ impl PeerBook {
                 return Learned::Unchanged;
             }
             if acc.seq.is_some() && need_answer {
-                return e.consider(from, len, acc.response, fresher, now);
+                return e.consider(from, len, acc.response, fresher, now, cycle);
             }
             if !fresher {
                 return Learned::Unchanged;
@@ -320,13 +328,16 @@ impl Entry {
             rx: len,
             tx: 0,
             last: Some(now),
+            heard: Some(now),
+            failed: None,
             candidate: None,
         }
     }
 
     /// An authenticated datagram of `len` bytes, answering `response` if any, came from
     /// `from`, not the current address (sealed mode): the candidate's answer moves the peer
-    /// there; another address may become the candidate.
+    /// there; another address may become the candidate. `cycle` is how long a candidate has
+    /// to answer all its challenges.
     fn consider(
         &mut self,
         from: SocketAddr,
@@ -334,6 +345,7 @@ impl Entry {
         response: Option<u64>,
         fresher: bool,
         now: Instant,
+        cycle: Duration,
     ) -> Learned {
         if let Some(c) = &mut self.candidate {
             if c.addr == from {
@@ -355,14 +367,26 @@ impl Entry {
                     c.queued = true;
                     return Learned::Challenge;
                 }
-                // Failed: it may start over below, like any other address.
             } else if !c.failed(now) {
                 // The first candidate keeps its turn.
                 return Learned::Unchanged;
             }
+            // Failed: another address takes the next turn, if one comes within a cycle.
+            self.failed = Some((c.addr, now + cycle));
+            self.candidate = None;
         }
-        if !fresher && self.validated {
-            // A replay: the peer proved it receives at the current address.
+        if self
+            .failed
+            .is_some_and(|(addr, until)| addr == from && now < until)
+        {
+            return Learned::Unchanged;
+        }
+        // The current address went quiet: the peer's datagrams all come from elsewhere.
+        let quiet = self
+            .heard
+            .is_none_or(|t| now.saturating_duration_since(t) >= cycle);
+        if !fresher && self.validated && !quiet {
+            // A replay, while the peer shows it still sends from its proven address.
             return Learned::Unchanged;
         }
         self.candidate = Some(Candidate {
@@ -527,6 +551,48 @@ mod tests {
             Learned::Unchanged
         );
         assert_eq!(b.get(id), Some(addr(1)));
+    }
+
+    #[test]
+    fn a_peer_that_moved_while_an_observer_races_it_is_followed() {
+        let mut b = proven();
+        let id = NodeId::from_const(1);
+        let none = |_| false;
+        let ms = Duration::from_millis;
+        let at = |d| t0() + ms(d);
+        // The peer moved to addr(2) (its old address is silent); an observer at addr(9)
+        // races a copy of each of its datagrams: the copies are the fresher ones.
+        let mut seq = 20;
+        let mut both = |b: &mut PeerBook, t: u64| {
+            seq += 1;
+            let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
+            let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
+            (copy, original)
+        };
+        assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
+        for (k, t) in [(0, 0), (1, 100), (2, 300)] {
+            if k > 0 {
+                assert_eq!(both(&mut b, t), (Learned::Challenge, Learned::Unchanged));
+            }
+            assert_eq!(b.challenge_sent(id, Some((k, 60)), at(t)), Ok(addr(9)));
+        }
+        // The observer's candidate fails (at 700 ms) and sits out a cycle; the originals'
+        // address is challenged although they are no fresher, because the proven address
+        // has been quiet for as long.
+        assert_eq!(both(&mut b, 700), (Learned::Unchanged, Learned::Challenge));
+        assert_eq!(b.candidate(id), Some(addr(2)));
+        assert_eq!(b.challenge_sent(id, Some((8, 60)), at(730)), Ok(addr(2)));
+        assert_eq!(
+            b.learn(answer(1, (5, 99), 8), addr(2), 100, at(760), none),
+            Learned::Moved
+        );
+        assert_eq!(b.get(id), Some(addr(2)));
+        // While the proven address is heard from, an older datagram from elsewhere is a
+        // replay and challenges nothing.
+        assert_eq!(
+            b.learn(acc(1, Some((5, 50))), addr(3), 1000, at(800), none),
+            Learned::Unchanged
+        );
     }
 
     #[test]
