@@ -217,7 +217,8 @@ impl<S: DatagramSocket> Driver<S> {
 
     pub(crate) fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
         // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
-        // source's address, and only if it is fresher than any seen from that source.
+        // source's address; a sealed peer moves only to an address that answered a
+        // challenge sent there.
         let len = data.len();
         let Some(acc) = self.node.handle_datagram_buf(t, data) else {
             return;

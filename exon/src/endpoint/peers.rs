@@ -28,7 +28,8 @@ struct Entry {
     tx: u64,
     /// When a datagram from the peer was last accepted.
     last: Option<Instant>,
-    /// When a datagram from `addr` was last accepted (sealed mode).
+    /// When a datagram from `addr` was last accepted (sealed mode); `None` for an address
+    /// the application set and not heard from since (quiet).
     heard: Option<Instant>,
     /// The last candidate that failed, and until when it may not be the candidate again.
     failed: Option<(SocketAddr, Instant)>,
@@ -226,12 +227,14 @@ impl PeerBook {
     /// the node holds a record for a peer (pruning keeps those).
     ///
     /// Sealed mode: the peer's address moves only to an address that answered a challenge
-    /// sent there. An authenticated datagram from another address makes that address the
-    /// candidate when it is fresher than any seen from the peer, or whenever the current
-    /// address is not validated (a copy raced ahead of the peer's first datagram); the
-    /// peer's datagrams keep going to the current address meanwhile. One candidate per
-    /// peer: the first keeps its turn until it answers or has failed (every challenge
-    /// unanswered). A replay, from any address, cannot move the peer.
+    /// sent there (`docs/security.md` states the rule). An authenticated datagram from
+    /// another address makes that address the candidate when it is fresher than any seen
+    /// from the peer, or the current address is not validated (a copy raced ahead of the
+    /// peer's first datagram), or the current address has been quiet for a cycle (the
+    /// peer's datagrams all come from elsewhere); the peer's datagrams keep going to the
+    /// current address meanwhile. One candidate per peer: the first keeps its turn until it
+    /// answers or has failed (every challenge unanswered), and a failed one sits out a cycle.
+    /// A replay, from any address, cannot move the peer.
     ///
     /// Plaintext mode: an address set by the application never moves, and a learned one
     /// follows the latest accepted datagram (anyone can move it: configure peers'
@@ -372,7 +375,7 @@ impl Entry {
                 return Learned::Unchanged;
             }
             // Failed: another address takes the next turn, if one comes within a cycle.
-            self.failed = Some((c.addr, now + cycle));
+            self.failed = Some((c.addr, c.next + cycle));
             self.candidate = None;
         }
         if self

@@ -525,8 +525,8 @@ impl Node {
     ///
     /// Returns what an embedding may trust when the datagram was taken whole: its source
     /// (authenticated in sealed mode) and its sequence number. The driver learns peer
-    /// addresses from these, and only from a sequence number above any seen before, so a
-    /// replayed datagram cannot move a peer.
+    /// addresses from these and challenges a new one before it moves a peer there (a
+    /// replayed datagram cannot move a peer).
     pub fn handle_datagram_buf(&mut self, now: Instant, mut data: BytesMut) -> Option<Accepted> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
