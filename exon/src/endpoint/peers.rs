@@ -216,6 +216,9 @@ impl PeerBook {
         let c = e.candidate.as_mut().ok_or(NoRoute::Unknown)?;
         c.queued = false;
         let (token, size) = made.ok_or(NoRoute::Unknown)?;
+        if c.tries >= CANDIDATE_CHALLENGES {
+            return Err(NoRoute::Unknown);
+        }
         c.tx = within_limit(c.tx, size, c.rx)?;
         c.tokens[c.tries as usize] = token;
         c.next = now + self.interval * (1 << c.tries);
