@@ -6,8 +6,9 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::endpoint::{Endpoint, EndpointConfig};
@@ -337,6 +338,252 @@ async fn learned_addresses_are_pruned_some_time_after_the_records() {
                 matches!(sent, Err(exon::endpoint::Error::UnknownPeer(p)) if p == A),
                 "{sent:?}"
             );
+        }
+    }
+}
+
+/// Bytes an observer's socket sent (copies of A's datagrams) and received (what B sent it).
+#[derive(Default)]
+struct ObserverBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// The network between A and B (issue 29; RFC 9000, 9.3.3): A sends to the returned address,
+/// a NAT in front of A, whose datagrams reach B from the NAT's outer address; B's datagrams
+/// to that address go to A at once.
+///
+/// With `race_from`, an observer reads A's datagrams as they pass and, from the
+/// `race_from`-th on, sends a copy of each to B from its own address at once, while the
+/// original reaches B 30 ms late. The observer never answers, and counts and drops what
+/// comes to it.
+///
+/// With `rebind_after`, the NAT's mapping changes after A's `rebind_after`-th datagram: A's
+/// datagrams then reach B from a second outer address, and what B sends to the first is
+/// dropped (the old mapping is gone).
+async fn network(
+    a: SocketAddr,
+    b: SocketAddr,
+    race_from: Option<usize>,
+    rebind_after: Option<usize>,
+) -> (SocketAddr, Arc<ObserverBytes>) {
+    let inner = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let mut outer = Vec::new();
+    for _ in 0..2 {
+        outer.push(Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap()));
+    }
+    let observer = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
+    let bytes = Arc::new(ObserverBytes::default());
+    let seen = Arc::new(AtomicU64::new(0));
+    let rebind_after = rebind_after.map_or(u64::MAX, |n| n as u64);
+    let mapping = move |seen: &AtomicU64| usize::from(seen.load(Ordering::Relaxed) > rebind_after);
+    for (k, sock) in outer.iter().enumerate() {
+        let (sock, inner, seen) = (sock.clone(), inner.clone(), seen.clone());
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            while let Ok((n, _)) = sock.recv_from(&mut buf).await {
+                if mapping(&seen) == k {
+                    let _ = inner.send_to(&buf[..n], a).await;
+                }
+            }
+        });
+    }
+    let (obs, counts) = (observer.clone(), bytes.clone());
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, _)) = obs.recv_from(&mut buf).await {
+            counts.received.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    });
+    let (late_tx, mut late_rx) =
+        tokio::sync::mpsc::unbounded_channel::<(Instant, usize, Vec<u8>)>();
+    let late = outer.clone();
+    tokio::spawn(async move {
+        while let Some((due, k, d)) = late_rx.recv().await {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(due)).await;
+            let _ = late[k].send_to(&d, b).await;
+        }
+    });
+    let (addr, counts) = (inner.local_addr().unwrap(), bytes.clone());
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        while let Ok((n, _)) = inner.recv_from(&mut buf).await {
+            let d = &buf[..n];
+            let seen_now = seen.fetch_add(1, Ordering::Relaxed) + 1;
+            let k = mapping(&seen);
+            let Some(from) = race_from else {
+                let _ = outer[k].send_to(d, b).await;
+                continue;
+            };
+            if seen_now > from as u64 && observer.send_to(d, b).await.is_ok() {
+                counts.sent.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            let due = Instant::now() + Duration::from_millis(30);
+            if late_tx.send((due, k, d.to_vec())).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, bytes)
+}
+
+/// What came of a conversation with a racing observer.
+#[derive(Debug)]
+struct Raced {
+    talk: Talk,
+    /// B's address updates for A: learned, then each move.
+    b_moves: u64,
+    observer_sent: u64,
+    observer_received: u64,
+}
+
+impl Raced {
+    /// Every message and reply acknowledged and received; the observer got at most three
+    /// times what it sent.
+    fn assert_complete_and_not_amplified(&self) {
+        let t = &self.talk;
+        let all = (TALK, TALK, TALK);
+        assert_eq!((t.acked, t.replies_acked, t.replies), all, "{self:?}");
+        let (sent, got) = (self.observer_sent, self.observer_received);
+        assert!(got <= 3 * sent, "amplified: {self:?}");
+    }
+}
+
+/// What came of a conversation: A's messages acknowledged, B's replies acknowledged,
+/// replies A received, and how long it took.
+#[derive(Debug)]
+struct Talk {
+    acked: usize,
+    replies_acked: usize,
+    replies: usize,
+    elapsed: Duration,
+}
+
+/// Messages A sends in [`converse`].
+const TALK: usize = 200;
+
+/// A sends 200 messages to B, which answers each with 1000 bytes, until everything is
+/// acknowledged or `within` has passed.
+async fn converse(mut a: Endpoint, mut b: Endpoint, within: Duration) -> Talk {
+    let start = Instant::now();
+    let counts = Arc::new([(); 3].map(|_| AtomicU64::new(0)));
+    let (ha, hb) = (a.handle(), b.handle());
+    let c = counts.clone();
+    let sender = tokio::spawn(async move {
+        let mut receipts = Vec::new();
+        for i in 0..TALK as u32 {
+            receipts.push(ha.send(B, i.to_be_bytes().to_vec()).await.unwrap());
+        }
+        for r in receipts {
+            if r.await.is_ok() {
+                c[0].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    let c = counts.clone();
+    let answerer = tokio::spawn(async move {
+        while let Some(m) = b.recv().await {
+            let r = hb.send(A, vec![m.payload[3]; 1000]).await.unwrap();
+            let c = c.clone();
+            tokio::spawn(async move {
+                if r.await.is_ok() {
+                    c[1].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    let c = counts.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(m) = a.recv().await {
+            assert_eq!(m.payload.len(), 1000);
+            c[2].fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let all = |c: &[AtomicU64; 3]| c.iter().all(|n| n.load(Ordering::Relaxed) == TALK as u64);
+    while !all(&counts) && start.elapsed() < within {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let elapsed = start.elapsed();
+    for t in [sender, answerer, reader] {
+        t.abort();
+    }
+    let n = |i: usize| counts[i].load(Ordering::Relaxed) as usize;
+    Talk {
+        acked: n(0),
+        replies_acked: n(1),
+        replies: n(2),
+        elapsed,
+    }
+}
+
+/// [`converse`] through [`network`]. B learns A's address from A's datagrams (the first copy
+/// raced ahead of it when `race_from` is 0).
+async fn race(
+    b_cfg: EndpointConfig,
+    race_from: Option<usize>,
+    rebind_after: Option<usize>,
+    within: Duration,
+) -> Raced {
+    let a = Endpoint::bind("127.0.0.1:0", A, sealed(A), cfg());
+    let b = Endpoint::bind("127.0.0.1:0", B, sealed(B), b_cfg);
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    let (a_addr, b_addr) = (a.local_addr(), b.local_addr());
+    let (relay, observer) = network(a_addr, b_addr, race_from, rebind_after).await;
+    a.add_peer(B, relay);
+    let hb = b.handle();
+    let talk = converse(a, b, within).await;
+    Raced {
+        talk,
+        b_moves: hb.stats().await.unwrap().address_updates,
+        observer_sent: observer.sent.load(Ordering::Relaxed),
+        observer_received: observer.received.load(Ordering::Relaxed),
+    }
+}
+
+/// Issue 29: an observer that races a copy of each of A's datagrams to B from its own
+/// address can neither stall nor steal the conversation: B challenges the observer's
+/// address and keeps sending to the address that proved itself, so all 200 messages and
+/// 200 replies complete, and the observer gets at most three times what it sent. Both when
+/// the observer races from A's first datagram on (B's first address for A is the
+/// observer's) and when it starts once B has proven A's address.
+#[tokio::test]
+async fn an_observer_racing_copies_neither_stalls_nor_steals_a_conversation() {
+    for race_from in [0, 20] {
+        let r = race(cfg(), Some(race_from), None, Duration::from_secs(10)).await;
+        eprintln!("racing from datagram {race_from}: {r:?}");
+        r.assert_complete_and_not_amplified();
+        assert!(r.talk.elapsed < Duration::from_secs(5), "slow: {r:?}");
+        assert!(r.observer_sent > 0, "{r:?}");
+    }
+}
+
+/// With the rule off (a fresher datagram moves the peer at once), the same observer takes
+/// A's address at B: B's answers go to the observer, and the conversation stalls.
+#[cfg(feature = "rule-switches")]
+#[tokio::test]
+async fn without_the_rule_a_racing_observer_stalls_the_conversation() {
+    let mut off = cfg();
+    off.moves_need_an_answer = false;
+    for race_from in [0, 20] {
+        let r = race(off.clone(), Some(race_from), None, Duration::from_secs(2)).await;
+        eprintln!("rule off, racing from datagram {race_from}: {r:?}");
+        assert!(r.talk.replies < 200, "the defect the rule prevents: {r:?}");
+    }
+}
+
+/// A peer whose address really changed (a NAT rebinding: the old address stops working) is
+/// followed once it answers the challenge at its new address: alone (B learned A's address,
+/// then moved it once), and with an observer racing a copy of every datagram ahead of the
+/// original (the copies are always the fresher ones: the new address is challenged once the
+/// observer's candidate failed and the old address stayed quiet as long).
+#[tokio::test]
+async fn a_peer_whose_address_changes_is_followed_once_it_answers_there() {
+    for race_from in [None, Some(0)] {
+        let r = race(cfg(), race_from, Some(5), Duration::from_secs(10)).await;
+        eprintln!("rebinding, racing from {race_from:?}: {r:?}");
+        r.assert_complete_and_not_amplified();
+        if race_from.is_none() {
+            assert_eq!(r.b_moves, 2, "learned, then moved: {r:?}");
         }
     }
 }

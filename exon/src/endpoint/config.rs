@@ -66,6 +66,13 @@ pub struct EndpointConfig {
     /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
     /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
     pub shards: usize,
+    /// Test builds only (feature `rule-switches`): whether a sealed peer's address moves
+    /// only to an address that answered a challenge sent there (`docs/security.md`). Off,
+    /// a fresher authenticated datagram from a new address moves the peer at once, and an
+    /// observer racing copies of its datagrams steals the conversation. Default true.
+    #[cfg(feature = "rule-switches")]
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub moves_need_an_answer: bool,
 }
 
 impl Default for EndpointConfig {
@@ -81,6 +88,8 @@ impl Default for EndpointConfig {
             ack_after_processing: false,
             learned_address_ttl: Duration::from_secs(60),
             shards: 1,
+            #[cfg(feature = "rule-switches")]
+            moves_need_an_answer: true,
         }
     }
 }

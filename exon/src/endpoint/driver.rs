@@ -118,6 +118,9 @@ pub(crate) struct Driver<S> {
     pub(crate) socket: S,
     pub(crate) cfg: EndpointConfig,
     pub(crate) peers: PeerBook,
+    /// Peers whose candidate address is owed a challenge (each at most once: the book
+    /// says when).
+    pub(crate) challenges_due: Vec<NodeId>,
     /// When the address book is next pruned of peers gone idle.
     next_prune: Instant,
     pub(crate) cmds: mpsc::UnboundedReceiver<Command>,
@@ -169,6 +172,12 @@ pub(crate) struct Driver<S> {
 /// How often the address book is swept for peers gone idle.
 const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long a candidate address has to answer its first challenge (then twice as long,
+/// and so on): a few round trips at the configured initial estimate.
+fn candidate_wait(cfg: &EndpointConfig) -> Duration {
+    (cfg.protocol.initial_rtt * 3).max(Duration::from_millis(10))
+}
+
 fn now() -> Instant {
     TokioInstant::now().into_std()
 }
@@ -184,12 +193,18 @@ impl<S: DatagramSocket> Driver<S> {
         // Receive up to the UDP maximum whatever our own datagram size: peers configured
         // with larger datagrams are understood.
         let rx = RxBufs::new(crate::proto::MAX_DATAGRAM_SIZE, socket.max_recv_segments());
+        #[allow(unused_mut)]
+        let mut peers = PeerBook::new(
+            cfg.protocol.max_sender_records + cfg.protocol.max_receiver_records + 1024,
+            candidate_wait(&cfg),
+        );
+        #[cfg(feature = "rule-switches")]
+        peers.set_moves_need_an_answer(cfg.moves_need_an_answer);
         Driver {
             node,
             socket,
-            peers: PeerBook::new(
-                cfg.protocol.max_sender_records + cfg.protocol.max_receiver_records + 1024,
-            ),
+            peers,
+            challenges_due: Vec::new(),
             next_prune: now(),
             cmds: ch.cmds,
             deliver: ch.deliver,

@@ -32,8 +32,13 @@ pub struct EndpointStats {
     pub oversize_drops: u64,
     /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
     pub recv_errors: u64,
-    /// Peer addresses learned or changed from incoming datagrams.
+    /// Peer addresses learned or changed from incoming datagrams: a first address, or a
+    /// move to a candidate address that answered its challenge.
     pub address_updates: u64,
+    /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
+    /// an address other than the one it proved, which must answer there before the peer's
+    /// datagrams go to it.
+    pub path_challenges: u64,
     /// Authenticated datagrams whose source address was not recorded because the address
     /// book was full of peers with work in progress.
     pub address_book_full: u64,
@@ -72,6 +77,7 @@ impl EndpointStats {
         self.oversize_drops += other.oversize_drops;
         self.recv_errors += other.recv_errors;
         self.address_updates += other.address_updates;
+        self.path_challenges += other.path_challenges;
         self.address_book_full += other.address_book_full;
         self.amplification_drops += other.amplification_drops;
         self.peer_addresses += other.peer_addresses;

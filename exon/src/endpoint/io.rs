@@ -217,14 +217,15 @@ impl<S: DatagramSocket> Driver<S> {
 
     pub(crate) fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
         // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
-        // source's address, and only if it is fresher than any seen from that source.
+        // source's address; a sealed peer moves only to an address that answered a
+        // challenge sent there.
         let len = data.len();
         let Some(acc) = self.node.handle_datagram_buf(t, data) else {
             return;
         };
         let node = &self.node;
         match self.peers.learn(acc, from, len, t, |p| node.has_record(p)) {
-            Learned::Moved => {
+            Learned::New => {
                 peer_span(acc.from)
                     .in_scope(|| tracing::debug!(addr = %from, "peer address learned"));
                 self.stats.address_updates += 1;
@@ -234,6 +235,14 @@ impl<S: DatagramSocket> Driver<S> {
                 let token = self.node.challenge(acc.from);
                 self.peers.set_challenge(acc.from, token);
             }
+            Learned::Moved => {
+                peer_span(acc.from).in_scope(|| {
+                    tracing::debug!(addr = %from, "peer moved: the new address answered");
+                });
+                self.stats.address_updates += 1;
+            }
+            // Sent by the next flush, to that address alone.
+            Learned::Challenge => self.challenges_due.push(acc.from),
             Learned::Full => self.stats.address_book_full += 1,
             Learned::Unchanged => {}
         }
@@ -245,6 +254,9 @@ impl<S: DatagramSocket> Driver<S> {
     /// Sends up to the budget of datagrams, gathering consecutive ones to one address into
     /// segmented sends, then takes the node's events. Returns whether datagrams are left.
     pub(crate) async fn flush(&mut self, t: Instant) -> bool {
+        if !self.challenges_due.is_empty() {
+            self.send_challenges(t).await;
+        }
         let max_segments = self.socket.max_send_segments().max(1);
         let mut batch = Batch::default();
         let mut sent = 0;
@@ -286,6 +298,34 @@ impl<S: DatagramSocket> Driver<S> {
             self.send_batch(&batch, self.tx_buf.len()).await;
         }
         more | self.take_events(t)
+    }
+
+    /// Sends the challenges owed to candidate addresses, each to its candidate alone (not
+    /// to the address the peer's other datagrams go to: an answer must prove the peer
+    /// receives at the candidate), within the anti-amplification limit.
+    async fn send_challenges(&mut self, t: Instant) {
+        let due = std::mem::take(&mut self.challenges_due);
+        for &peer in &due {
+            self.tx_buf.clear();
+            let made = self.node.poll_challenge(peer, &mut self.tx_buf);
+            match self
+                .peers
+                .challenge_sent(peer, made.map(|(token, tx)| (token, tx.size)), t)
+            {
+                Ok(addr) => {
+                    self.stats.path_challenges += 1;
+                    if let Err(e) = self.socket.send_to(&self.tx_buf, addr).await {
+                        self.stats.send_errors += 1;
+                        tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+                    }
+                    self.stats.send_calls += 1;
+                }
+                Err(NoRoute::Amplification) => self.stats.amplification_drops += 1,
+                Err(NoRoute::Unknown) => {}
+            }
+        }
+        self.challenges_due = due;
+        self.challenges_due.clear();
     }
 
     /// Sends `tx_buf[..len]`, the datagrams of `batch`.

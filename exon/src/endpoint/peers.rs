@@ -1,6 +1,7 @@
 //! The driver's address book: each peer's address, learned only from datagrams the node
-//! authenticated and only from fresher ones, validated by a challenge before more than three
-//! times what it sent may go to it, bounded and pruned with the node's records.
+//! authenticated, validated by a challenge before more than three times what it sent may go
+//! to it, and moved only to an address that answered a challenge sent there; bounded and
+//! pruned with the node's records.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -27,11 +28,57 @@ struct Entry {
     tx: u64,
     /// When a datagram from the peer was last accepted.
     last: Option<Instant>,
+    /// When a datagram from `addr` was last accepted (sealed mode); `None` for an address
+    /// the application set and not heard from since (quiet).
+    heard: Option<Instant>,
+    /// The last candidate that failed, and until when it may not be the candidate again.
+    failed: Option<(SocketAddr, Instant)>,
+    /// Another address the peer's datagrams came from, being challenged (sealed mode): the
+    /// peer's datagrams keep going to `addr` until it answers.
+    candidate: Option<Candidate>,
+}
+
+/// An address the peer may have moved to, challenged there (and only there).
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    addr: SocketAddr,
+    /// The tokens of the challenges sent there (the first `tries`).
+    tokens: [u64; CANDIDATE_CHALLENGES as usize],
+    /// Challenges sent there.
+    tries: u32,
+    /// A challenge is due and the driver was told to send it.
+    queued: bool,
+    /// When the next challenge may go; after the last one, when the candidate has failed.
+    next: Instant,
+    /// Bytes received from `addr` since it became the candidate.
+    rx: u64,
+    /// Bytes sent to `addr` (the challenges).
+    tx: u64,
+}
+
+impl Candidate {
+    /// Whether another challenge should go now.
+    fn due(&self, now: Instant) -> bool {
+        !self.queued && self.tries < CANDIDATE_CHALLENGES && now >= self.next
+    }
+
+    /// Every challenge went unanswered for its full wait: another address may take its place.
+    fn failed(&self, now: Instant) -> bool {
+        self.tries >= CANDIDATE_CHALLENGES && now >= self.next
+    }
+
+    fn answered(&self, response: Option<u64>) -> bool {
+        response.is_some_and(|r| self.tokens[..self.tries as usize].contains(&r))
+    }
 }
 
 /// Until an address is validated, at most this many times the bytes received from it are
 /// sent to it (QUIC's anti-amplification factor).
 pub(crate) const AMPLIFICATION: u64 = 3;
+
+/// Challenges sent to one candidate address before it has failed: the first at once, each
+/// next one after twice the previous wait.
+pub(crate) const CANDIDATE_CHALLENGES: u32 = 3;
 
 /// Why a datagram cannot be sent to a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,10 +92,17 @@ pub(crate) enum NoRoute {
 /// What a received datagram did to the address book.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Learned {
-    /// Nothing changed (same address, or a stale sequence number).
+    /// Nothing changed (same address, a stale sequence number, or a candidate already
+    /// being challenged).
     Unchanged,
-    /// The peer's address was set or moved.
+    /// The peer's address was set to one not yet validated (first contact; in plaintext
+    /// mode, any move): challenge the peer through its ordinary datagrams.
+    New,
+    /// The peer moved to its candidate address, which answered a challenge sent there.
     Moved,
+    /// A challenge is due to the peer's candidate address:
+    /// [`challenge_sent`](PeerBook::challenge_sent) says where it goes.
+    Challenge,
     /// The book is full of peers with work: the address was not recorded.
     Full,
 }
@@ -61,16 +115,31 @@ pub(crate) struct PeerBook {
     cap: usize,
     /// Peers pruned since the last [`take_pruned`](Self::take_pruned).
     pruned: Vec<NodeId>,
+    /// The wait after a candidate's first challenge (doubled after each).
+    interval: Duration,
+    /// A sealed peer moves only to an address that answered a challenge (off only in test
+    /// builds, to show the defect: a fresher datagram moves the peer at once).
+    moves_need_an_answer: bool,
 }
 
 impl PeerBook {
-    /// A book of at most `cap` learned entries (configured ones do not count).
-    pub fn new(cap: usize) -> PeerBook {
+    /// A book of at most `cap` learned entries (configured ones do not count), waiting
+    /// `interval`, then doubling waits, for a candidate address to answer its challenges.
+    pub fn new(cap: usize, interval: Duration) -> PeerBook {
         PeerBook {
             entries: PeerMap::default(),
             cap: cap.max(1),
             pruned: Vec::new(),
+            interval,
+            moves_need_an_answer: true,
         }
+    }
+
+    /// Turns off the rule that a sealed peer moves only to an address that answered a
+    /// challenge: a fresher datagram from a new address moves it at once.
+    #[cfg(any(test, feature = "rule-switches"))]
+    pub fn set_moves_need_an_answer(&mut self, on: bool) {
+        self.moves_need_an_answer = on;
     }
 
     /// The address of `id`.
@@ -97,6 +166,9 @@ impl PeerBook {
                 rx: 0,
                 tx: 0,
                 last: None,
+                heard: None,
+                failed: None,
+                candidate: None,
             },
         );
     }
@@ -114,26 +186,62 @@ impl PeerBook {
         self.entries.get(&id).is_some_and(|e| e.validated)
     }
 
+    /// The candidate address of `id`, if one is being challenged.
+    #[cfg(test)]
+    pub fn candidate(&self, id: NodeId) -> Option<SocketAddr> {
+        self.entries.get(&id)?.candidate.map(|c| c.addr)
+    }
+
     /// The address to send `size` bytes to `id`, if the anti-amplification limit allows it:
     /// an address not yet validated gets at most three times what came from it.
     pub fn send_to(&mut self, id: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
         let e = self.entries.get_mut(&id).ok_or(NoRoute::Unknown)?;
         if !e.validated {
-            let after = e.tx + size as u64;
-            if after > AMPLIFICATION * e.rx {
-                return Err(NoRoute::Amplification);
-            }
-            e.tx = after;
+            e.tx = within_limit(e.tx, size, e.rx)?;
         }
         Ok(e.addr)
     }
 
-    /// A datagram from `from` was accepted by the node as `acc`. The address moves only when
-    /// the datagram is fresher than any seen from that peer (sealed mode), so a replayed
-    /// datagram, from any address, cannot move it. In plaintext mode an address set by the
-    /// application never moves, and a learned one follows the latest accepted datagram
-    /// (anyone can move it: configure peers' addresses in plaintext mode). `has_record` says whether the node holds
-    /// a record for a peer (pruning keeps those).
+    /// The challenge the driver was told of ([`Learned::Challenge`]) was made, `token` in
+    /// `size` bytes, or could not be (`None`): the candidate address to send it to, if the
+    /// anti-amplification limit allows it (a candidate gets at most three times what came
+    /// from it).
+    pub fn challenge_sent(
+        &mut self,
+        id: NodeId,
+        made: Option<(u64, usize)>,
+        now: Instant,
+    ) -> Result<SocketAddr, NoRoute> {
+        let e = self.entries.get_mut(&id).ok_or(NoRoute::Unknown)?;
+        let c = e.candidate.as_mut().ok_or(NoRoute::Unknown)?;
+        c.queued = false;
+        let (token, size) = made.ok_or(NoRoute::Unknown)?;
+        if c.tries >= CANDIDATE_CHALLENGES {
+            return Err(NoRoute::Unknown);
+        }
+        c.tx = within_limit(c.tx, size, c.rx)?;
+        c.tokens[c.tries as usize] = token;
+        c.next = now + self.interval * (1 << c.tries);
+        c.tries += 1;
+        Ok(c.addr)
+    }
+
+    /// A datagram from `from` was accepted by the node as `acc`; `has_record` says whether
+    /// the node holds a record for a peer (pruning keeps those).
+    ///
+    /// Sealed mode: the peer's address moves only to an address that answered a challenge
+    /// sent there (`docs/security.md` states the rule). An authenticated datagram from
+    /// another address makes that address the candidate when it is fresher than any seen
+    /// from the peer, or the current address is not validated (a copy raced ahead of the
+    /// peer's first datagram), or the current address has been quiet for a cycle (the
+    /// peer's datagrams all come from elsewhere); the peer's datagrams keep going to the
+    /// current address meanwhile. One candidate per peer: the first keeps its turn until it
+    /// answers or has failed (every challenge unanswered), and a failed one sits out a cycle.
+    /// A replay, from any address, cannot move the peer.
+    ///
+    /// Plaintext mode: an address set by the application never moves, and a learned one
+    /// follows the latest accepted datagram (anyone can move it: configure peers'
+    /// addresses in plaintext mode).
     pub fn learn(
         &mut self,
         acc: Accepted,
@@ -143,17 +251,23 @@ impl PeerBook {
         has_record: impl Fn(NodeId) -> bool,
     ) -> Learned {
         let len = len as u64;
+        let need_answer = self.moves_need_an_answer;
+        let cycle = self.interval * ((1 << CANDIDATE_CHALLENGES) - 1);
         if let Some(e) = self.entries.get_mut(&acc.from) {
             e.last = Some(now);
-            match (acc.seq, e.seq) {
-                (Some(new), Some(old)) if new <= old => return Learned::Unchanged,
-                (Some(new), _) => e.seq = Some(new),
+            let fresher = match (acc.seq, e.seq) {
+                (Some(new), Some(old)) => new > old,
+                (Some(_), None) => true,
                 // Plaintext: nothing shows who sent it, so an address the application
                 // set never moves; a learned one follows the latest datagram.
                 (None, _) if e.configured && e.addr != from => return Learned::Unchanged,
-                (None, _) => {}
+                (None, _) => e.addr != from,
+            };
+            if fresher && acc.seq.is_some() {
+                e.seq = acc.seq;
             }
             if e.addr == from {
+                e.heard = Some(now);
                 e.rx = e.rx.saturating_add(len);
                 if !e.validated && acc.response.is_some() && acc.response == e.challenge {
                     e.validated = true;
@@ -161,17 +275,14 @@ impl PeerBook {
                 }
                 return Learned::Unchanged;
             }
-            *e = Entry {
-                addr: from,
-                configured: false,
-                seq: e.seq,
-                validated: false,
-                challenge: None,
-                rx: len,
-                tx: 0,
-                last: Some(now),
-            };
-            return Learned::Moved;
+            if acc.seq.is_some() && need_answer {
+                return e.consider(from, len, acc.response, fresher, now, cycle);
+            }
+            if !fresher {
+                return Learned::Unchanged;
+            }
+            *e = Entry::learned(from, e.seq, len, now);
+            return Learned::New;
         }
         if self.learned() >= self.cap {
             self.prune(now, Duration::ZERO, &has_record);
@@ -179,20 +290,9 @@ impl PeerBook {
                 return Learned::Full;
             }
         }
-        self.entries.insert(
-            acc.from,
-            Entry {
-                addr: from,
-                configured: false,
-                seq: acc.seq,
-                validated: false,
-                challenge: None,
-                rx: len,
-                tx: 0,
-                last: Some(now),
-            },
-        );
-        Learned::Moved
+        self.entries
+            .insert(acc.from, Entry::learned(from, acc.seq, len, now));
+        Learned::New
     }
 
     fn learned(&self) -> usize {
@@ -222,6 +322,101 @@ impl PeerBook {
     }
 }
 
+impl Entry {
+    /// An address learned from a datagram of `len` bytes, not yet validated.
+    fn learned(addr: SocketAddr, seq: Option<Seq>, len: u64, now: Instant) -> Entry {
+        Entry {
+            addr,
+            configured: false,
+            seq,
+            validated: false,
+            challenge: None,
+            rx: len,
+            tx: 0,
+            last: Some(now),
+            heard: Some(now),
+            failed: None,
+            candidate: None,
+        }
+    }
+
+    /// An authenticated datagram of `len` bytes, answering `response` if any, came from
+    /// `from`, not the current address (sealed mode): the candidate's answer moves the peer
+    /// there; another address may become the candidate. `cycle` is how long a candidate has
+    /// to answer all its challenges.
+    fn consider(
+        &mut self,
+        from: SocketAddr,
+        len: u64,
+        response: Option<u64>,
+        fresher: bool,
+        now: Instant,
+        cycle: Duration,
+    ) -> Learned {
+        if let Some(c) = &mut self.candidate {
+            if c.addr == from {
+                c.rx = c.rx.saturating_add(len);
+                if c.answered(response) {
+                    // It proved the peer receives there: the peer moved.
+                    let rx = c.rx;
+                    *self = Entry {
+                        validated: true,
+                        rx,
+                        ..Entry::learned(from, self.seq, 0, now)
+                    };
+                    return Learned::Moved;
+                }
+                if !c.failed(now) {
+                    if !c.due(now) {
+                        return Learned::Unchanged;
+                    }
+                    c.queued = true;
+                    return Learned::Challenge;
+                }
+            } else if !c.failed(now) {
+                // The first candidate keeps its turn.
+                return Learned::Unchanged;
+            }
+            // Failed: another address takes the next turn, if one comes within a cycle.
+            self.failed = Some((c.addr, c.next + cycle));
+            self.candidate = None;
+        }
+        if self
+            .failed
+            .is_some_and(|(addr, until)| addr == from && now < until)
+        {
+            return Learned::Unchanged;
+        }
+        // The current address went quiet: the peer's datagrams all come from elsewhere.
+        let quiet = self
+            .heard
+            .is_none_or(|t| now.saturating_duration_since(t) >= cycle);
+        if !fresher && self.validated && !quiet {
+            // A replay, while the peer shows it still sends from its proven address.
+            return Learned::Unchanged;
+        }
+        self.candidate = Some(Candidate {
+            addr: from,
+            tokens: [0; CANDIDATE_CHALLENGES as usize],
+            tries: 0,
+            queued: true,
+            next: now,
+            rx: len,
+            tx: 0,
+        });
+        Learned::Challenge
+    }
+}
+
+/// `tx + size`, if that stays within three times `rx`.
+fn within_limit(tx: u64, size: usize, rx: u64) -> Result<u64, NoRoute> {
+    let after = tx + size as u64;
+    if after > AMPLIFICATION * rx {
+        return Err(NoRoute::Amplification);
+    }
+    Ok(after)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,47 +441,249 @@ mod tests {
         SocketAddr::from(([127, 0, 0, 1], port))
     }
 
-    #[test]
-    fn only_a_fresher_datagram_moves_a_peer() {
-        let mut b = PeerBook::new(8);
+    const WAIT: Duration = Duration::from_millis(100);
+
+    fn answer(id: u64, seq: (u64, u32), token: u64) -> Accepted {
+        let mut a = acc(id, Some(seq));
+        a.response = Some(token);
+        a
+    }
+
+    /// A book that knows peer 1 at `addr(1)`, validated (it answered its challenge).
+    fn proven() -> PeerBook {
+        let mut b = PeerBook::new(8, WAIT);
         let none = |_| false;
         assert_eq!(
-            b.learn(acc(1, Some((5, 10))), addr(1), 100, t0(), none),
-            Learned::Moved
+            b.learn(acc(1, Some((5, 10))), addr(1), 1000, t0(), none),
+            Learned::New
         );
+        b.set_challenge(NodeId::from_const(1), 7);
+        b.learn(answer(1, (5, 11), 7), addr(1), 1000, t0(), none);
+        assert!(b.is_validated(NodeId::from_const(1)));
+        b
+    }
+
+    #[test]
+    fn a_fresher_datagram_from_a_new_address_makes_it_a_candidate_not_the_address() {
+        let mut b = proven();
+        let id = NodeId::from_const(1);
+        let none = |_| false;
         // A replay (same or older sequence) from elsewhere is ignored.
+        for seq in [(5, 11), (4, 99)] {
+            assert_eq!(
+                b.learn(acc(1, Some(seq)), addr(2), 1000, t0(), none),
+                Learned::Unchanged
+            );
+        }
+        assert_eq!(b.candidate(id), None);
+        // A fresher one (a copy raced ahead of the original) makes its address the
+        // candidate: challenged there, while everything else still goes to the proven one.
         assert_eq!(
-            b.learn(acc(1, Some((5, 10))), addr(2), 100, t0(), none),
+            b.learn(acc(1, Some((5, 12))), addr(2), 1000, t0(), none),
+            Learned::Challenge
+        );
+        assert_eq!(b.candidate(id), Some(addr(2)));
+        assert_eq!(b.challenge_sent(id, Some((42, 60)), t0()), Ok(addr(2)));
+        assert_eq!(b.send_to(id, 60_000), Ok(addr(1)));
+        // The original, arriving later from the proven address, changes nothing.
+        assert_eq!(
+            b.learn(acc(1, Some((5, 12))), addr(1), 1000, t0(), none),
             Learned::Unchanged
         );
+        // One candidate per peer: a third address waits for the first to fail.
         assert_eq!(
-            b.learn(acc(1, Some((4, 99))), addr(2), 100, t0(), none),
+            b.learn(acc(1, Some((5, 13))), addr(3), 1000, t0(), none),
             Learned::Unchanged
         );
-        assert_eq!(b.get(NodeId::from_const(1)), Some(addr(1)));
-        // A fresher one (a later epoch after a restart, or a later counter) moves it.
+        assert_eq!(b.candidate(id), Some(addr(2)));
+        // The token, but from the proven address: proves nothing about the candidate.
         assert_eq!(
-            b.learn(acc(1, Some((5, 11))), addr(3), 100, t0(), none),
+            b.learn(answer(1, (5, 14), 42), addr(1), 100, t0(), none),
+            Learned::Unchanged
+        );
+        assert_eq!(b.get(id), Some(addr(1)));
+        // The answer, from the candidate: the peer moved there (a NAT rebinding).
+        assert_eq!(
+            b.learn(answer(1, (5, 15), 42), addr(2), 100, t0(), none),
             Learned::Moved
         );
+        assert_eq!(b.get(id), Some(addr(2)));
+        assert!(b.is_validated(id));
+        assert_eq!(b.candidate(id), None);
+        assert_eq!(b.send_to(id, 60_000), Ok(addr(2)));
+    }
+
+    #[test]
+    fn an_unanswered_candidate_fails_and_the_proven_address_stays() {
+        let mut b = proven();
+        let id = NodeId::from_const(1);
+        let none = |_| false;
+        let mut seq = 20;
+        let mut copy = |b: &mut PeerBook, from: u16, at: Duration| {
+            seq += 1;
+            b.learn(acc(1, Some((5, seq))), addr(from), 1000, t0() + at, none)
+        };
+        let ms = Duration::from_millis;
+        // Challenges at once, then after 100 ms, then after 200 ms more: each time more
+        // copies come from the candidate.
+        assert_eq!(copy(&mut b, 2, ms(0)), Learned::Challenge);
+        assert_eq!(copy(&mut b, 2, ms(1)), Learned::Unchanged, "queued once");
+        assert_eq!(b.challenge_sent(id, Some((1, 60)), t0()), Ok(addr(2)));
+        assert_eq!(copy(&mut b, 2, ms(99)), Learned::Unchanged);
+        assert_eq!(copy(&mut b, 2, ms(100)), Learned::Challenge);
         assert_eq!(
-            b.learn(acc(1, Some((6, 0))), addr(4), 100, t0(), none),
+            b.challenge_sent(id, Some((2, 60)), t0() + ms(100)),
+            Ok(addr(2))
+        );
+        assert_eq!(copy(&mut b, 2, ms(299)), Learned::Unchanged);
+        assert_eq!(copy(&mut b, 2, ms(300)), Learned::Challenge);
+        assert_eq!(
+            b.challenge_sent(id, Some((3, 60)), t0() + ms(300)),
+            Ok(addr(2))
+        );
+        // No fourth challenge; and until it has failed, no other address takes its turn.
+        assert_eq!(copy(&mut b, 2, ms(650)), Learned::Unchanged);
+        assert_eq!(copy(&mut b, 3, ms(650)), Learned::Unchanged);
+        assert_eq!(b.get(id), Some(addr(1)));
+        assert_eq!(b.send_to(id, 60_000), Ok(addr(1)));
+        // Failed (400 ms after the last challenge): the next fresher datagram, from any
+        // address, may be the next candidate; the proven address never left.
+        assert_eq!(copy(&mut b, 3, ms(700)), Learned::Challenge);
+        assert_eq!(b.candidate(id), Some(addr(3)));
+        assert_eq!(b.get(id), Some(addr(1)));
+        // A late answer to the first candidate proves nothing now.
+        assert_eq!(
+            b.learn(answer(1, (5, 99), 3), addr(2), 100, t0() + ms(701), none),
+            Learned::Unchanged
+        );
+        assert_eq!(b.get(id), Some(addr(1)));
+    }
+
+    #[test]
+    fn a_peer_that_moved_while_an_observer_races_it_is_followed() {
+        let mut b = proven();
+        let id = NodeId::from_const(1);
+        let none = |_| false;
+        let ms = Duration::from_millis;
+        let at = |d| t0() + ms(d);
+        // The peer moved to addr(2) (its old address is silent); an observer at addr(9)
+        // races a copy of each of its datagrams: the copies are the fresher ones.
+        let mut seq = 20;
+        let mut both = |b: &mut PeerBook, t: u64| {
+            seq += 1;
+            let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
+            let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
+            (copy, original)
+        };
+        assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
+        for (k, t) in [(0, 0), (1, 100), (2, 300)] {
+            if k > 0 {
+                assert_eq!(both(&mut b, t), (Learned::Challenge, Learned::Unchanged));
+            }
+            assert_eq!(b.challenge_sent(id, Some((k, 60)), at(t)), Ok(addr(9)));
+        }
+        // The observer's candidate fails (at 700 ms) and sits out a cycle; the originals'
+        // address is challenged although they are no fresher, because the proven address
+        // has been quiet for as long.
+        assert_eq!(both(&mut b, 700), (Learned::Unchanged, Learned::Challenge));
+        assert_eq!(b.candidate(id), Some(addr(2)));
+        assert_eq!(b.challenge_sent(id, Some((8, 60)), at(730)), Ok(addr(2)));
+        assert_eq!(
+            b.learn(answer(1, (5, 99), 8), addr(2), 100, at(760), none),
             Learned::Moved
         );
-        assert_eq!(b.get(NodeId::from_const(1)), Some(addr(4)));
+        assert_eq!(b.get(id), Some(addr(2)));
+        // While the proven address is heard from, an older datagram from elsewhere is a
+        // replay and challenges nothing.
+        assert_eq!(
+            b.learn(acc(1, Some((5, 50))), addr(3), 1000, at(800), none),
+            Learned::Unchanged
+        );
+    }
+
+    #[test]
+    fn a_copy_raced_ahead_of_the_first_datagram_does_not_keep_the_peer() {
+        let mut b = PeerBook::new(8, WAIT);
+        let id = NodeId::from_const(1);
+        let none = |_| false;
+        // The observer's copy comes first: its address is learned, not validated.
+        assert_eq!(
+            b.learn(acc(1, Some((1, 0))), addr(9), 1000, t0(), none),
+            Learned::New
+        );
+        b.set_challenge(id, 5);
+        // The original, from the peer's address, is no fresher, but the address the peer
+        // has is not proven: the original's address is challenged.
+        assert_eq!(
+            b.learn(acc(1, Some((1, 0))), addr(1), 1000, t0(), none),
+            Learned::Challenge
+        );
+        assert_eq!(b.challenge_sent(id, Some((6, 60)), t0()), Ok(addr(1)));
+        // The answer: a copy from the observer first (proves nothing), then the original.
+        assert_eq!(
+            b.learn(answer(1, (1, 1), 6), addr(9), 100, t0(), none),
+            Learned::Unchanged
+        );
+        assert!(!b.is_validated(id));
+        assert_eq!(
+            b.learn(answer(1, (1, 1), 6), addr(1), 100, t0(), none),
+            Learned::Moved
+        );
+        assert_eq!(b.get(id), Some(addr(1)));
+        assert!(b.is_validated(id));
+    }
+
+    #[test]
+    fn a_candidate_gets_three_times_what_it_sent() {
+        let mut b = proven();
+        let id = NodeId::from_const(1);
+        assert_eq!(
+            b.learn(acc(1, Some((6, 0))), addr(2), 20, t0(), |_| false),
+            Learned::Challenge
+        );
+        assert_eq!(
+            b.challenge_sent(id, Some((1, 61)), t0()),
+            Err(NoRoute::Amplification)
+        );
+        assert_eq!(b.challenge_sent(id, None, t0()), Err(NoRoute::Unknown));
+        // More from it, and the challenge fits.
+        assert_eq!(
+            b.learn(acc(1, Some((6, 1))), addr(2), 1, t0(), |_| false),
+            Learned::Challenge
+        );
+        assert_eq!(b.challenge_sent(id, Some((1, 63)), t0()), Ok(addr(2)));
+    }
+
+    #[test]
+    fn with_the_rule_off_a_fresher_datagram_moves_the_peer_at_once() {
+        let mut b = proven();
+        b.set_moves_need_an_answer(false);
+        let id = NodeId::from_const(1);
+        assert_eq!(
+            b.learn(acc(1, Some((6, 0))), addr(2), 1000, t0(), |_| false),
+            Learned::New,
+            "the defect the rule prevents"
+        );
+        assert_eq!(b.get(id), Some(addr(2)));
+        // The original, later, is older: it never moves it back.
+        assert_eq!(
+            b.learn(acc(1, Some((6, 0))), addr(1), 1000, t0(), |_| false),
+            Learned::Unchanged
+        );
+        assert_eq!(b.get(id), Some(addr(2)));
     }
 
     #[test]
     fn plaintext_datagrams_never_move_a_configured_address() {
-        let mut b = PeerBook::new(8);
+        let mut b = PeerBook::new(8, WAIT);
         let none = |_| false;
         assert_eq!(
             b.learn(acc(1, None), addr(1), 100, t0(), none),
-            Learned::Moved
+            Learned::New
         );
         assert_eq!(
             b.learn(acc(1, None), addr(2), 100, t0(), none),
-            Learned::Moved
+            Learned::New
         );
         b.configure(NodeId::from_const(2), addr(5));
         assert_eq!(
@@ -299,11 +696,11 @@ mod tests {
 
     #[test]
     fn an_address_gets_three_times_what_it_sent_until_it_answers_a_challenge() {
-        let mut b = PeerBook::new(8);
+        let mut b = PeerBook::new(8, WAIT);
         let id = NodeId::from_const(1);
         assert_eq!(
             b.learn(acc(1, Some((1, 0))), addr(1), 100, t0(), |_| false),
-            Learned::Moved
+            Learned::New
         );
         b.set_challenge(id, 77);
         assert_eq!(b.send_to(id, 250), Ok(addr(1)));
@@ -320,13 +717,6 @@ mod tests {
         b.learn(right, addr(1), 10, t0(), |_| false);
         assert!(b.is_validated(id));
         assert_eq!(b.send_to(id, 60_000), Ok(addr(1)));
-        // A move starts over.
-        assert_eq!(
-            b.learn(acc(1, Some((2, 0))), addr(2), 100, t0(), |_| false),
-            Learned::Moved
-        );
-        assert!(!b.is_validated(id));
-        assert_eq!(b.send_to(id, 301), Err(NoRoute::Amplification));
         // An address the application set is trusted.
         b.configure(NodeId::from_const(5), addr(5));
         assert_eq!(b.send_to(NodeId::from_const(5), 60_000), Ok(addr(5)));
@@ -335,19 +725,19 @@ mod tests {
 
     #[test]
     fn learned_entries_are_bounded_and_pruned_with_records() {
-        let mut b = PeerBook::new(4);
+        let mut b = PeerBook::new(4, WAIT);
         b.configure(NodeId::from_const(100), addr(100));
         let busy = |id: NodeId| id.get() < 2;
         for i in 0..4 {
             assert_eq!(
                 b.learn(acc(i, Some((1, 0))), addr(1), 100, t0(), busy),
-                Learned::Moved
+                Learned::New
             );
         }
         // Full: the entries of peers without a record make room.
         assert_eq!(
             b.learn(acc(10, Some((1, 0))), addr(1), 100, t0(), busy),
-            Learned::Moved
+            Learned::New
         );
         assert_eq!(
             b.len(),
@@ -367,7 +757,7 @@ mod tests {
 
     #[test]
     fn a_learned_address_outlives_its_records_for_a_while() {
-        let mut b = PeerBook::new(8);
+        let mut b = PeerBook::new(8, WAIT);
         let id = NodeId::from_const(1);
         b.learn(acc(1, Some((1, 0))), addr(1), 100, t0(), |_| false);
         let idle = Duration::from_secs(60);

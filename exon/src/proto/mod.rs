@@ -24,6 +24,7 @@ mod mtud;
 mod node;
 mod outbox;
 mod pacing;
+mod path;
 pub mod ranges;
 mod reassembly;
 mod receiver;

@@ -209,11 +209,7 @@ impl Node {
     /// only the peer can read the token, so an answer from an address proves the peer
     /// receives there.
     pub fn challenge(&mut self, peer: NodeId) -> u64 {
-        self.challenges += 1;
-        // Unique per challenge; unpredictable enough for plaintext mode, where nothing is
-        // secret anyway (sealed, the token is encrypted).
-        let token =
-            (self.challenges << 16) ^ u64::from(self.next_jitter()) ^ self.ck.rotate_left(40);
+        let token = self.next_challenge_token();
         let cap = self.outbox_cap();
         if !self.outbox.challenge(peer, token, cap) {
             self.stats.rejects.outbox_full += 1;
@@ -529,8 +525,8 @@ impl Node {
     ///
     /// Returns what an embedding may trust when the datagram was taken whole: its source
     /// (authenticated in sealed mode) and its sequence number. The driver learns peer
-    /// addresses from these, and only from a sequence number above any seen before, so a
-    /// replayed datagram cannot move a peer.
+    /// addresses from these and challenges a new one before it moves a peer there (a
+    /// replayed datagram cannot move a peer).
     pub fn handle_datagram_buf(&mut self, now: Instant, mut data: BytesMut) -> Option<Accepted> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;

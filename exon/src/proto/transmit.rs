@@ -97,8 +97,8 @@ impl Node {
                 out.ready = true;
                 self.outbox.peers.insert(peer, out);
                 self.outbox.ready.push_back(peer);
-                match self.finish_datagram(now, peer, deaf, header, buf, start, header_end) {
-                    Some(t) => return Some(t),
+                match self.finish_datagram(peer, header, buf, start, header_end) {
+                    Some(t) => return Some(self.sent_to(now, deaf, t)),
                     None => continue,
                 }
             }
@@ -207,22 +207,28 @@ impl Node {
                 }
                 continue;
             }
-            match self.finish_datagram(now, peer, deaf, header, buf, start, header_end) {
-                Some(t) => return Some(t),
+            match self.finish_datagram(peer, header, buf, start, header_end) {
+                Some(t) => return Some(self.sent_to(now, deaf, t)),
                 None => continue,
             }
         }
     }
 
-    /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it (`deaf`: sent
-    /// on the deaf schedule). `None` when no key is known for the peer: the datagram is
-    /// dropped.
-    #[allow(clippy::too_many_arguments)]
-    fn finish_datagram(
+    /// The datagram `t` leaves for its destination at `now` (`deaf`: on the deaf schedule):
+    /// the silence of the destination counts it.
+    fn sent_to(&mut self, now: Instant, deaf: bool, t: Transmit) -> Transmit {
+        if self.rules.deaf_backoff {
+            self.silence.on_sent(now, t.destination, deaf);
+        }
+        self.stats.deaf_datagrams += u64::from(deaf);
+        t
+    }
+
+    /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it. `None` when
+    /// no key is known for the peer: the datagram is dropped.
+    pub(super) fn finish_datagram(
         &mut self,
-        now: Instant,
         peer: NodeId,
-        deaf: bool,
         header: Header,
         buf: &mut Vec<u8>,
         start: usize,
@@ -240,10 +246,6 @@ impl Node {
             }
         }
         let size = buf.len() - start;
-        if self.rules.deaf_backoff {
-            self.silence.on_sent(now, peer, deaf);
-        }
-        self.stats.deaf_datagrams += u64::from(deaf);
         self.stats.datagrams_out += 1;
         self.stats.bytes_out += size as u64;
         self.stats.largest_datagram_out = self.stats.largest_datagram_out.max(size as u64);
@@ -299,7 +301,7 @@ impl Node {
 
     /// A sealed node with no nonce epoch left takes the next clock value as its epoch.
     /// Returns false when that value is not yet covered by the stored clock.
-    fn take_epoch_if_needed(&mut self) -> bool {
+    pub(super) fn take_epoch_if_needed(&mut self) -> bool {
         if !self.sealer.as_ref().is_some_and(|s| s.needs_epoch()) {
             return true;
         }
