@@ -361,8 +361,15 @@ impl Sim {
             self.dropped_at_host += 1;
             return;
         };
-        if let Some(from) = node.handle_datagram(now, data) {
-            if let Some(from) = (from.get() as usize).checked_sub(1) {
+        // The node heard from the source when it acted on the datagram's frames (a frame it
+        // refused does not make the rest unheard), as its deaf schedule counts it.
+        let src = exon::proto::Header::decode_prefix(&data)
+            .ok()
+            .map(|(h, _)| h.src);
+        let frames_before = node.stats().frames_in.total();
+        node.handle_datagram(now, data);
+        if node.stats().frames_in.total() > frames_before {
+            if let Some(from) = src.and_then(|s| (s.get() as usize).checked_sub(1)) {
                 self.deaf.on_heard(to, from);
             }
         }

@@ -371,3 +371,28 @@ fn deadlines_give_both_verdicts() {
     assert!(r.ok(), "{}", r.describe_failure());
     assert!(r.not_delivered > 0 && r.expired_in_doubt > 0, "{r:?}");
 }
+
+/// Many nodes, room for two sources per receiver, messages now and then: records whose
+/// sources went quiet for a while are evicted to make room while their sources still hold
+/// envelopes, and tokens sent into them later must get RETRY (never delivered), not ACK.
+fn crowded(seed: u64) -> Scenario {
+    let mut sc = lossy(seed);
+    sc.nodes = 8;
+    sc.config.max_receiver_records = 2;
+    sc.link.dup_max_delay = Duration::from_secs(2);
+    sc.workload.pattern = exon_sim::Pattern::ManyToMany;
+    sc.workload.burst = 2;
+    sc.workload.interval = Duration::from_millis(150);
+    sc.workload.messages = 400;
+    sc
+}
+
+#[test]
+fn remember_evicted_slots() {
+    let bad = self_test(
+        crowded,
+        |r| r.remember_evicted_slots = false,
+        &[ViolationKind::AckWithoutDelivery],
+    );
+    assert!(bad.messages > 0);
+}

@@ -13,6 +13,7 @@ pub mod crypto;
 mod delivery;
 mod error;
 mod event;
+mod eviction;
 mod fragments;
 pub mod frame;
 #[cfg(feature = "arbitrary")]

@@ -11,7 +11,6 @@ use super::codec::VARINT_MAX;
 use super::crypto::{Keyring, OpenError, PublicKey, Sealer, Security, Seq};
 use super::frame::{self, Frame, Verdict};
 use super::outbox::Outbox;
-use super::ranges::RangeSet;
 use super::receiver::{Grant, RRecord};
 use super::rules::Rules;
 use super::sender::{Queued, SRecord};
@@ -21,9 +20,6 @@ use super::{Config, ConfigError, Event, MsgId, NodeId, PeerMap, SendError};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
-
-/// Most ranges of evicted incarnations remembered for RETRY answers.
-pub(super) const MAX_EVICTED_RANGES: usize = 1024;
 
 /// One Exon node: the protocol state of Algorithm 1, corrected as in `docs/algorithm.md`.
 ///
@@ -93,9 +89,9 @@ pub struct Node {
     /// Receiver records nothing was delivered into yet, oldest first: eviction candidates
     /// (entries whose record is gone or proven are skipped lazily).
     pub(super) unproven: VecDeque<(NodeId, u64)>,
-    /// Incarnations evicted before anything was delivered into them: TOKENs for them are
-    /// answered RETRY. Bounded; the oldest are forgotten by raising `doubt_below`.
-    pub(super) evicted: RangeSet,
+    /// Receiver records evicted under pressure (what their late TOKENs are answered), and
+    /// the next to evict. Bounded; the oldest are forgotten by raising `doubt_below`.
+    pub(super) evictions: super::eviction::Evictions,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     pub(super) frame_scratch: Vec<Frame>,
     /// Keys and nonce state; `None` in plaintext mode.
@@ -169,7 +165,7 @@ impl Node {
             jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
             doubt_below: clock,
             unproven: VecDeque::new(),
-            evicted: RangeSet::new(),
+            evictions: Default::default(),
             frame_scratch: Vec::new(),
             sealer,
             last_response: None,
@@ -731,6 +727,18 @@ impl Node {
             // An honest sender's frontier is at most its clock `s`, and at most the end of
             // what it was granted: anything above would waive slots it may hold tokens for.
             self.stats.rejects.frontier_beyond_grant += 1;
+            if l <= s {
+                // A sender that restarted (its clock jumped past this record) asks: it is
+                // alive, and learns of the record at once from a probe, which it answers
+                // with the waiver that ends it (it holds nothing below its clock).
+                let cap = self.outbox_cap();
+                if let Some(rec) = self.receivers.get_mut(&src) {
+                    rec.heard(now);
+                    if !self.outbox.probe(src, rec.sck, rec.rck, cap) {
+                        self.stats.rejects.outbox_full += 1;
+                    }
+                }
+            }
             return;
         }
         if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery() {
@@ -745,7 +753,7 @@ impl Node {
             }
             if bounded
                 && self.receivers.len() >= self.cfg.max_receiver_records
-                && !self.evict_unproven()
+                && !self.make_room(now)
             {
                 self.stats.rejects.too_many_records += 1;
                 return;

@@ -116,7 +116,7 @@ impl Node {
         (r, s, want): (u64, u64, u64),
     ) {
         if self.receivers.get(&src).is_none_or(|rec| rec.rck != r) {
-            if let Some(v) = self.verdict_without_record(r) {
+            if let Some(v) = self.verdict_without_record(r, s) {
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
                     self.stats.rejects.outbox_full += 1;

@@ -58,6 +58,19 @@ pub struct Rules {
     /// until the peer is heard from (`mtud.rs`). Off, what each timer wants goes out, and a
     /// path that fails one way takes whatever the node's timers and probes send into it.
     pub deaf_backoff: bool,
+    /// Beyond the paper (open groups): a full receiver-record table with no unproven record
+    /// to evict evicts the record whose source has been silent longest (at least
+    /// `probe_interval`, no delivery waiting for the application), and a proven record whose
+    /// source stayed silent through `MAX_UNPROVEN_PROBES` probes is evicted the same way.
+    /// Sealed nodes only (a plaintext sender refuses the RETRY this may bring). Off, proven
+    /// records stay and probe until their slots are filled or waived, and a table full of
+    /// them refuses every new source.
+    pub evict_silent_records: bool,
+    /// With `evict_silent_records`: an evicted proven record's free slots are remembered,
+    /// so a late TOKEN for one gets RETRY, for a filled one ACK, anything else DOUBT
+    /// (`eviction.rs`). Off, the incarnation is forgotten as a spent record would be, and a
+    /// TOKEN for a free slot gets the rule-4 ACK: a message acknowledged and never delivered.
+    pub remember_evicted_slots: bool,
 }
 
 impl Rules {
@@ -77,6 +90,8 @@ impl Rules {
         deadline_doubts_sent_tokens: true,
         fragments_need_credit: true,
         deaf_backoff: true,
+        evict_silent_records: true,
+        remember_evicted_slots: true,
     };
 }
 

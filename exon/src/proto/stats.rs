@@ -293,6 +293,9 @@ pub struct Stats {
     /// Receiver records evicted to make room while full, before anything was delivered
     /// into them (their senders are told RETRY).
     pub evictions: u64,
+    /// Of those, records something was delivered into, evicted because their source had
+    /// been silent longest (their free slots remembered: late TOKENs get RETRY).
+    pub evictions_proven: u64,
     /// Messages delivered that were put together from more than one FRAG.
     pub reassembled: u64,
     /// Messages of ours given up because their receiver takes none that large (also counted
@@ -471,6 +474,7 @@ impl Stats {
             not_delivered,
             retried,
             evictions,
+            evictions_proven,
             retransmissions,
             losses_detected,
             timeouts,
@@ -507,6 +511,7 @@ impl Stats {
         self.not_delivered += not_delivered;
         self.retried += retried;
         self.evictions += evictions;
+        self.evictions_proven += evictions_proven;
         self.retransmissions += retransmissions;
         self.losses_detected += losses_detected;
         self.timeouts += timeouts;

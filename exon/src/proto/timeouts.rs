@@ -17,13 +17,20 @@ impl Node {
         }
     }
 
+    /// When the R record `rec` probes its source next, if it does.
+    fn receiver_probe_at(&self, rec: &super::receiver::RRecord) -> Option<Instant> {
+        if !self.rules.receiver_probe {
+            return None;
+        }
+        rec.deadline(&self.cfg)
+    }
+
     pub(super) fn rearm_receiver(&mut self, peer: NodeId) {
+        let probe = self
+            .receivers
+            .get(&peer)
+            .and_then(|rec| self.receiver_probe_at(rec));
         if let Some(rec) = self.receivers.get_mut(&peer) {
-            let probe = if self.rules.receiver_probe {
-                rec.deadline(&self.cfg)
-            } else {
-                None
-            };
             let expiry = rec.assembler.next_expiry(self.cfg.reassembly_timeout);
             let want = [probe, expiry].into_iter().flatten().min();
             self.timers.arm(&mut rec.armed, want, Side::Receiver, peer);
@@ -178,6 +185,7 @@ impl Node {
     /// The slow probe of the R record for `peer`.
     fn receiver_timeout(&mut self, now: Instant, peer: NodeId) {
         let cap = self.outbox_cap();
+        let evicts_proven = self.evicts_proven();
         let Some(rec) = self.receivers.get_mut(&peer) else {
             return;
         };
@@ -188,9 +196,24 @@ impl Node {
             self.evict_receiver(peer, r);
             return;
         }
+        if evicts_proven && rec.proven && rec.probes >= MAX_UNPROVEN_PROBES && rec.held.is_empty() {
+            // Used, then silent through every probe (a source that went away, or whose
+            // answers were lost): evict it as a full table would, remembering its free
+            // slots, so probes stop and the node can go idle.
+            self.evict_proven(peer);
+            return;
+        }
         let stalled = rec.assembler.expire(now, self.cfg.reassembly_timeout);
         self.stats.partials_expired += stalled as u64;
-        if self.rules.receiver_probe && rec.deadline(&self.cfg).is_some_and(|d| d <= now) {
+        let due = self
+            .receivers
+            .get(&peer)
+            .and_then(|rec| self.receiver_probe_at(rec))
+            .is_some_and(|d| d <= now);
+        let Some(rec) = self.receivers.get_mut(&peer) else {
+            return;
+        };
+        if due {
             rec.probed(now);
             self.stats.probes += 1;
             if !self.outbox.probe(peer, rec.sck, rec.rck, cap) {

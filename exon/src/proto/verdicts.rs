@@ -6,9 +6,9 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use super::eviction::Candidate;
 use super::fragments::Outgoing;
 use super::frame::Verdict;
-use super::node::MAX_EVICTED_RANGES;
 use super::sender::{Queued, Token};
 use super::{DeliveryId, Event, Node, NodeId};
 
@@ -73,7 +73,7 @@ impl Node {
                     rec.heard(now);
                 }
                 urgent = true;
-                self.verdict_without_record(r)
+                self.verdict_without_record(r, s)
             }
         };
         if let Some(v) = verdict {
@@ -84,13 +84,15 @@ impl Node {
         urgent
     }
 
-    /// The answer to a TOKEN of incarnation `r` when no record of `r` exists.
+    /// The answer to a TOKEN of slot `s` of incarnation `r` when no record of `r` exists.
     ///
     /// An incarnation made since this node started and then removed had every slot filled
-    /// or waived, so the token is a duplicate: ACK (rule 4). One evicted before anything was
-    /// delivered into it: RETRY. One older than this node's start (lost in a restart) or
-    /// forgotten after an eviction: DOUBT, since it may or may not have been delivered.
-    pub(super) fn verdict_without_record(&mut self, r: u64) -> Option<Verdict> {
+    /// or waived, so the token is a duplicate: ACK (rule 4). One evicted under pressure: what
+    /// its slot deserves (`eviction.rs`: RETRY when nothing was delivered into it, ACK for a
+    /// filled slot, DOUBT when unknown). One older than this node's start (lost in a
+    /// restart) or forgotten after an eviction: DOUBT, since it may or may not have been
+    /// delivered.
+    pub(super) fn verdict_without_record(&mut self, r: u64, s: u64) -> Option<Verdict> {
         if self.rules.plausible_input && r >= self.ck {
             // Never issued by this node (incarnations come from the clock): no verdict at
             // all, so a forged token cannot make this node vouch for anything.
@@ -98,8 +100,11 @@ impl Node {
             return None;
         }
         let doubt = self.rules.doubt_lost_incarnations;
-        if doubt && self.evicted.contains(r) {
-            Some(Verdict::Retry)
+        if let Some(v) = self.evictions.verdict(r, s).filter(|_| doubt) {
+            if v == Verdict::Ack {
+                self.stats.duplicates_dropped += 1;
+            }
+            Some(v)
         } else if doubt && r < self.doubt_below {
             Some(Verdict::Doubt)
         } else {
@@ -131,14 +136,74 @@ impl Node {
     pub(super) fn evict_receiver(&mut self, src: NodeId, r: u64) {
         self.receivers.remove(&src);
         self.stats.evictions += 1;
-        self.evicted.insert(r..r + 1);
-        while self.evicted.range_count() > MAX_EVICTED_RANGES {
-            // Forget the oldest: its tokens are now answered DOUBT (safe, less precise).
-            if let Some(end) = self.evicted.ranges().first().map(|g| g.end) {
-                self.doubt_below = self.doubt_below.max(end);
-            }
-            self.evicted.pop_front_ranges(1);
+        let forgot = self.evictions.evicted_unused(r);
+        self.forget_evicted_below(forgot);
+    }
+
+    /// Evicted incarnations below `below` are no longer remembered: their tokens are
+    /// answered DOUBT (safe, less precise).
+    fn forget_evicted_below(&mut self, below: Option<u64>) {
+        if let Some(b) = below {
+            self.doubt_below = self.doubt_below.max(b);
         }
+    }
+
+    /// Makes room for a new receiver record at `now`: evicts (rule `evict_silent_records`)
+    /// the record whose source has been silent longest, at least `probe_interval`, with no
+    /// delivery waiting for the application; else the oldest record nothing was delivered
+    /// into, however recent (a flood of requests from forged ids). Returns false when every
+    /// record is in use.
+    pub(super) fn make_room(&mut self, now: Instant) -> bool {
+        // Only a sealed node evicts records something was delivered into: their RETRYs are
+        // then authentic, where a plaintext sender must refuse a RETRY after an ACK of the
+        // same incarnation as a forgery.
+        if !self.evicts_proven() {
+            return self.evict_unproven();
+        }
+        let receivers = &self.receivers;
+        let candidate = |(src, rec): (&NodeId, &super::receiver::RRecord)| Candidate {
+            src: *src,
+            rck: rec.rck,
+            last_heard: rec.last_heard,
+            evictable: rec.held.is_empty(),
+        };
+        let victim = self.evictions.next_victim(
+            now,
+            self.cfg.probe_interval,
+            || receivers.iter().map(candidate),
+            |src| receivers.get_key_value(&src).map(candidate),
+        );
+        let Some((src, r)) = victim else {
+            return self.evict_unproven();
+        };
+        if self.receivers.get(&src).is_some_and(|rec| !rec.proven) {
+            self.evict_receiver(src, r);
+        } else {
+            self.evict_proven(src);
+        }
+        true
+    }
+
+    /// Removes the receiver record of `src`, something delivered into it, remembering its
+    /// free slots (rule `remember_evicted_slots`) so that its late TOKENs get RETRY for them
+    /// and ACK for filled ones.
+    pub(super) fn evict_proven(&mut self, src: NodeId) {
+        let Some(rec) = self.receivers.remove(&src) else {
+            return;
+        };
+        self.stats.evictions += 1;
+        self.stats.evictions_proven += 1;
+        if self.rules.remember_evicted_slots {
+            let forgot = self.evictions.evicted_used(rec.rck, rec.sck, &rec.slots);
+            self.forget_evicted_below(forgot);
+        }
+    }
+
+    /// Whether this node evicts receiver records something was delivered into: sealed
+    /// nodes with the rule on (a plaintext sender refuses the RETRY such an eviction may
+    /// bring, as a forgery).
+    pub(super) fn evicts_proven(&self) -> bool {
+        self.rules.evict_silent_records && self.sealer.is_some()
     }
 
     /// ACK, DOUBT or RETRY(r, range) from `src` (ACK: lines 82-86): settles the tokens of
@@ -158,9 +223,10 @@ impl Node {
         };
         let keep_own = self.rules.token_keeps_incarnation;
         let plausible = self.rules.plausible_input;
-        if plausible && v == Verdict::Retry && rec.proven.contains(&r) {
-            // The receiver delivered tokens of `r`, so it never evicted `r` unused: a RETRY
-            // for it cannot be true, and obeying it could deliver a message twice.
+        if plausible && v == Verdict::Retry && rec.proven.contains(&r) && self.sealer.is_none() {
+            // The receiver delivered tokens of `r`, so a plaintext receiver never evicted `r`
+            // (only sealed nodes evict records something was delivered into): a RETRY for
+            // it cannot be true, and obeying it could deliver a message twice.
             self.stats.rejects.implausible_verdict += 1;
             return;
         }

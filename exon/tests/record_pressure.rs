@@ -1,0 +1,306 @@
+//! A full receiver-record table in an open group: identities that send one message and
+//! vanish (self-certifying ids cost nothing to make) must not lock out known or new peers,
+//! must not hold memory beyond the cap, and must not be probed for ever; a steady stream of
+//! them must not slow an active peer down. Sealed core nodes over an in-memory network with
+//! a fixed one-way latency; the victim accepts self-certifying ids.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use exon::proto::{Config, Event, Identity, Keyring, Node, NodeId, Rules, SecretKey, Security};
+
+const VICTIM: NodeId = NodeId::from_const(1);
+const LATENCY: Duration = Duration::from_millis(5);
+
+/// The secret key of identity number `i` (distinct for every `i`).
+fn secret(i: u64) -> SecretKey {
+    let mut b = [0x42u8; 32];
+    b[8..16].copy_from_slice(&i.to_le_bytes());
+    SecretKey::from_bytes(b)
+}
+
+/// The self-certifying node id of identity number `i`.
+fn ident(i: u64) -> NodeId {
+    secret(i).public_key().self_certifying_id()
+}
+
+/// The new peer that arrives after the flood.
+fn new_peer() -> NodeId {
+    ident(3)
+}
+
+/// Datagrams in flight: (arrival, order, destination, bytes), earliest first.
+type Wire = BinaryHeap<Reverse<(Instant, u64, NodeId, Vec<u8>)>>;
+
+/// Nodes on a network that delivers every datagram after `LATENCY`.
+struct Net {
+    now: Instant,
+    nodes: HashMap<NodeId, Node>,
+    wire: Wire,
+    seq: u64,
+    delivered: HashMap<NodeId, u64>,
+    acked: HashMap<NodeId, u64>,
+    buf: Vec<u8>,
+}
+
+fn config() -> Config {
+    let mut c = Config::default();
+    c.initial_rtt = Duration::from_millis(10);
+    c
+}
+
+impl Net {
+    fn new(rules: Rules) -> Net {
+        let mut net = Net {
+            now: Instant::now(),
+            nodes: HashMap::new(),
+            wire: BinaryHeap::new(),
+            seq: 0,
+            delivered: HashMap::new(),
+            acked: HashMap::new(),
+            buf: Vec::new(),
+        };
+        let open = Identity::new(secret(1)).allow_self_certifying(true);
+        let mut victim = Node::new(VICTIM, Security::Sealed(open), config(), 1 << 20).unwrap();
+        victim.set_rules(rules);
+        net.nodes.insert(VICTIM, victim);
+        net.drain(VICTIM);
+        net
+    }
+
+    /// Adds identity number `i`, which knows the victim's key; returns its id.
+    fn add(&mut self, i: u64) -> NodeId {
+        let mut ring = Keyring::new();
+        ring.insert(VICTIM, secret(1).public_key());
+        let id = ident(i);
+        let me = Identity::new(secret(i)).with_keyring(ring);
+        let node = Node::new(id, Security::Sealed(me), config(), 1 << 20).unwrap();
+        self.nodes.insert(id, node);
+        self.drain(id);
+        id
+    }
+
+    fn send(&mut self, from: NodeId, n: usize) {
+        let now = self.now;
+        let node = self.nodes.get_mut(&from).unwrap();
+        for k in 0..n {
+            node.send(now, VICTIM, Bytes::from(vec![k as u8; 100]))
+                .unwrap();
+        }
+        self.drain(from);
+    }
+
+    /// Drains every output of `id`: clock stores confirmed at once, datagrams on the wire,
+    /// deliveries taken at once.
+    fn drain(&mut self, id: NodeId) {
+        let now = self.now;
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        loop {
+            if let Some(hw) = node.poll_clock_store() {
+                node.handle_clock_stored(now, hw);
+                continue;
+            }
+            self.buf.clear();
+            let Some(t) = node.poll_transmit(now, &mut self.buf) else {
+                break;
+            };
+            self.seq += 1;
+            let at = now + LATENCY;
+            self.wire
+                .push(Reverse((at, self.seq, t.destination, self.buf.clone())));
+        }
+        let mut taken = Vec::new();
+        while let Some(e) = node.poll_event() {
+            match e {
+                Event::Delivered { from, id, .. } => {
+                    *self.delivered.entry(from).or_default() += 1;
+                    taken.push(id);
+                }
+                Event::Acknowledged { .. } => *self.acked.entry(id).or_default() += 1,
+                _ => {}
+            }
+        }
+        if !taken.is_empty() {
+            for d in taken {
+                node.handle_taken(now, d);
+            }
+            // The ACKs of what was taken.
+            self.drain(id);
+        }
+    }
+
+    /// Runs the network and the timers until `until`.
+    fn run_until(&mut self, until: Instant) {
+        loop {
+            let net = self.wire.peek().map(|Reverse((t, ..))| *t);
+            let timer = self
+                .nodes
+                .iter_mut()
+                .filter_map(|(id, n)| n.poll_timeout().map(|t| (t, *id)))
+                .min();
+            let next = [net, timer.map(|t| t.0)].into_iter().flatten().min();
+            let Some(t) = next.filter(|t| *t <= until) else {
+                break;
+            };
+            self.now = self.now.max(t);
+            if net == Some(t) {
+                let Reverse((_, _, to, data)) = self.wire.pop().unwrap();
+                if let Some(node) = self.nodes.get_mut(&to) {
+                    node.handle_datagram(self.now, Bytes::from(data));
+                    self.drain(to);
+                }
+            } else if let Some((_, id)) = timer {
+                self.nodes.get_mut(&id).unwrap().handle_timeout(self.now);
+                self.drain(id);
+            }
+        }
+        self.now = until;
+    }
+
+    fn victim(&self) -> &Node {
+        &self.nodes[&VICTIM]
+    }
+}
+
+/// `count` identities, one every `every`, each sending the victim one message and vanishing
+/// (taken off the network) once it is delivered (`strict`: asserted delivered by then).
+fn identities(net: &mut Net, first: u64, count: u64, every: Duration, strict: bool) {
+    for i in 0..count {
+        let id = net.add(first + i);
+        net.send(id, 1);
+        let until = net.now + every;
+        net.run_until(until);
+        if i >= 30 {
+            // The one 30 back has certainly been delivered by now (three one-way trips
+            // after it started): it vanishes.
+            let gone = ident(first + i - 30);
+            if strict && net.delivered.get(&gone) != Some(&1) {
+                let g = net.nodes[&gone].stats();
+                panic!(
+                    "{gone:?} not delivered: victim {:?}\nidentity out {:?} in {:?} rejects {:?}",
+                    net.victim().stats(),
+                    g.frames_out,
+                    g.frames_in,
+                    g.rejects
+                );
+            }
+            net.nodes.remove(&gone);
+        }
+    }
+}
+
+/// After 10 000 identities that sent once and vanished, a known peer and a new one each get
+/// 100 messages through within 1 s; the table stays within its cap and probes stop.
+fn after_a_flood_of_identities(rules: Rules) -> (u64, u64, Net) {
+    let mut net = Net::new(rules);
+    let (known, new) = (net.add(2), new_peer());
+    net.send(known, 10);
+    let t = net.now + Duration::from_millis(100);
+    net.run_until(t);
+    assert_eq!(net.delivered[&known], 10);
+    let strict = rules.evict_silent_records;
+    identities(&mut net, 1000, 10_000, Duration::from_millis(1), strict);
+    let cap = config().max_receiver_records;
+    assert!(net.victim().receiver_records() <= cap);
+    net.add(3);
+    let start = net.now;
+    net.send(known, 100);
+    net.send(new, 100);
+    net.run_until(start + Duration::from_secs(1));
+    let known = net.delivered.get(&known).copied().unwrap_or(0) - 10;
+    let new = net.delivered.get(&new).copied().unwrap_or(0);
+    (known, new, net)
+}
+
+#[test]
+fn identities_that_vanish_do_not_lock_out_known_or_new_peers() {
+    let (known, new, mut net) = after_a_flood_of_identities(Rules::ALL);
+    eprintln!("after 10 000 identities: known peer {known}/100, new peer {new}/100 in 1 s");
+    assert_eq!((known, new), (100, 100));
+    let s = *net.victim().stats();
+    assert!(s.evictions_proven > 5000, "{}", s.evictions_proven);
+    assert!(net.victim().receiver_records() <= config().max_receiver_records);
+    // Probes to the vanished back off and stop: at most six per record held, none once
+    // every record has had its six.
+    let held = net.victim().receiver_records() as u64;
+    let p0 = net.victim().stats().probes;
+    let t = net.now + Duration::from_secs(60);
+    net.run_until(t);
+    let minute = net.victim().stats().probes - p0;
+    let t = net.now + Duration::from_secs(200);
+    net.run_until(t);
+    let before = net.victim().stats().probes;
+    let t = net.now + Duration::from_secs(600);
+    net.run_until(t);
+    eprintln!(
+        "{} records held after the flood, {minute} probes in the next minute, {} evicted while proven",
+        held, s.evictions_proven
+    );
+    assert!(
+        minute <= 6 * held,
+        "{minute} probes in a minute to {held} records"
+    );
+    assert_eq!(net.victim().stats().probes, before, "probing never stops");
+}
+
+#[test]
+fn without_evicting_silent_records_the_full_table_locks_peers_out() {
+    let mut rules = Rules::ALL;
+    rules.evict_silent_records = false;
+    let (known, new, _) = after_a_flood_of_identities(rules);
+    assert_eq!(
+        (known, new),
+        (0, 0),
+        "the table no longer fills: the test shows nothing"
+    );
+}
+
+/// Messages an active peer gets through in 10 s while `rate` new identities a second each
+/// send one message and vanish.
+fn active_peer_throughput(rate: u64) -> u64 {
+    let mut net = Net::new(Rules::ALL);
+    let active = net.add(2);
+    let start = net.now;
+    let every = Duration::from_secs(1) / rate.max(1) as u32;
+    let mut next_id = 1000;
+    while net.now < start + Duration::from_secs(10) {
+        // The active peer keeps 2 000 messages queued.
+        let pending = net.nodes[&active].pending_to(VICTIM);
+        if pending < 2000 {
+            net.send(active, 2000 - pending);
+        }
+        if rate > 0 {
+            let id = net.add(next_id);
+            next_id += 1;
+            net.send(id, 1);
+            if next_id > 1030 {
+                net.nodes.remove(&ident(next_id - 31));
+            }
+        }
+        let until = net.now + every.min(Duration::from_millis(1));
+        net.run_until(until);
+    }
+    if rate > 0 {
+        assert!(
+            net.victim().stats().evictions_proven > 1000,
+            "the table was full"
+        );
+    }
+    net.delivered.get(&active).copied().unwrap_or(0)
+}
+
+#[test]
+fn a_stream_of_new_identities_does_not_slow_an_active_peer() {
+    let alone = active_peer_throughput(0);
+    let with_stream = active_peer_throughput(1000);
+    eprintln!("active peer: {alone} alone, {with_stream} beside 1000 new identities/s");
+    assert!(alone > 10_000, "{alone}");
+    assert!(
+        with_stream as f64 >= 0.9 * alone as f64,
+        "{with_stream} against {alone}"
+    );
+}
