@@ -81,6 +81,7 @@ fn forged(src: NodeId, dst: NodeId, frames: Vec<Frame>, key: Option<[u8; 32]>) -
             counter: 1,
         },
         key: key.map(exon::proto::PublicKey::from_bytes),
+        cookie: None,
     });
     let mut v = Packet { header, frames }.encode().to_vec();
     v.extend_from_slice(&[0x42; 16]);
@@ -411,4 +412,123 @@ fn a_challenge_is_answered_with_its_token() {
         a.is_idle() && b.is_idle(),
         "path validation keeps no state in the core"
     );
+}
+
+#[test]
+fn every_test_id_has_its_own_key() {
+    let keys: HashSet<_> = (1..=16u64)
+        .map(|i| insecure_test_secret(NodeId::from_const(i)).public_key())
+        .collect();
+    assert_eq!(keys.len(), 16, "two test ids share a key pair");
+}
+
+/// Members 1 ..= `MEMBERS` in b's keyring; b's key-agreement budget is small (10 at once,
+/// 100 a second), as it would be spent by a flood.
+const MEMBERS: u64 = 40;
+
+fn member_flood_target(t: Instant, pin: bool) -> Node {
+    let mut cfg = Config::default();
+    cfg.key_agreements_per_sec = 100;
+    cfg.key_agreement_burst = 10;
+    let ids = (1..=MEMBERS).map(NodeId::from_const);
+    let mut b = Node::new(B, insecure_test_security(B, ids), cfg, 0).unwrap();
+    let mut rules = exon::proto::Rules::ALL;
+    rules.pin_member_keys = pin;
+    b.set_rules(rules);
+    store(&mut b, t);
+    b
+}
+
+/// A flood of forgeries in the names of keyring members, 10 000 a second for 2 s, with
+/// new members (3 ..= 14) each sending its first datagram during it. Returns b's key
+/// agreements and how many of the new members' first datagrams b accepted.
+fn flood_members(b: &mut Node, t: Instant) -> (u64, usize) {
+    let newcomers: Vec<NodeId> = (3..=14).map(NodeId::from_const).collect();
+    let mut accepted = 0;
+    for ms in 0..2000u64 {
+        let now = t + Duration::from_millis(ms);
+        for k in 0..10u64 {
+            let claimed = NodeId::from_const(1 + (ms * 10 + k) % MEMBERS);
+            if claimed == B {
+                continue;
+            }
+            let f = forged(claimed, B, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }], None);
+            assert_eq!(b.handle_datagram(now, f), None);
+        }
+        if ms % 150 == 75 && (ms / 150) < newcomers.len() as u64 {
+            let id = newcomers[(ms / 150) as usize];
+            let mut n =
+                Node::new(id, insecure_test_security(id, [B]), Config::default(), 0).unwrap();
+            store(&mut n, now);
+            n.send(now, B, Bytes::from_static(b"hi")).unwrap();
+            let first = out(&mut n, now);
+            if b.handle_datagram(now, first[0].clone()) == Some(id) {
+                accepted += 1;
+            }
+        }
+    }
+    (b.key_agreements(), accepted)
+}
+
+#[test]
+fn a_flood_in_members_names_costs_at_most_one_agreement_per_member() {
+    let t = Instant::now();
+    let mut b = member_flood_target(t, true);
+    let (agreements, accepted) = flood_members(&mut b, t);
+    assert!(
+        agreements <= MEMBERS,
+        "{agreements} key agreements for {MEMBERS} members"
+    );
+    assert_eq!(
+        accepted, 12,
+        "every new member's first datagram is accepted"
+    );
+    assert_eq!(b.stats().rejects.key_budget, 0);
+    assert!(b.stats().rejects.bad_tag >= 19_000);
+    // A member removed loses its kept keys; one added again costs one agreement more.
+    assert!(b.remove_peer_key(A).is_some());
+    assert!(!b.knows_key(A));
+    b.add_peer_key(A, insecure_test_secret(A).public_key())
+        .unwrap();
+    let f = forged(A, B, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }], None);
+    b.handle_datagram(t + Duration::from_secs(3), f.clone());
+    b.handle_datagram(t + Duration::from_secs(3), f);
+    assert_eq!(b.key_agreements(), agreements + 1);
+}
+
+/// The same flood with the rule off: members go through the budget, which the forgeries
+/// spend, and new members are locked out while it lasts.
+#[test]
+fn without_kept_member_keys_a_flood_locks_new_members_out() {
+    let t = Instant::now();
+    let mut b = member_flood_target(t, false);
+    let (agreements, accepted) = flood_members(&mut b, t);
+    assert!(agreements > MEMBERS, "the defect: {agreements} agreements");
+    assert!(
+        accepted < 12,
+        "the defect: {accepted} of 12 new members accepted"
+    );
+    assert!(b.stats().rejects.key_budget > 10_000);
+    eprintln!("rule off: {agreements} agreements, {accepted} of 12 new members accepted");
+}
+
+#[test]
+fn the_keyring_is_bounded() {
+    let mut cfg = Config::default();
+    cfg.max_keyring_size = 4;
+    let ids = (1..=5).map(NodeId::from_const);
+    assert!(Node::new(B, insecure_test_security(B, ids), cfg.clone(), 0).is_err());
+    let ids = (1..=4).map(NodeId::from_const);
+    let mut b = Node::new(B, insecure_test_security(B, ids), cfg, 0).unwrap();
+    let c = NodeId::from_const(9);
+    let key = insecure_test_secret(c).public_key();
+    assert_eq!(
+        b.add_peer_key(c, key),
+        Err(exon::proto::crypto::KeyringError::Full { max: 4 })
+    );
+    // A member may change its key; once one leaves, another may join.
+    b.add_peer_key(A, key).unwrap();
+    b.remove_peer_key(A).unwrap();
+    b.add_peer_key(c, key).unwrap();
+    assert_eq!(b.keyring().unwrap().len(), 4);
 }

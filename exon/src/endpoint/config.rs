@@ -66,6 +66,9 @@ pub struct EndpointConfig {
     /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
     /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
     pub shards: usize,
+    /// The rules in force (all, except in tests built with the `rule-switches` feature).
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub(crate) rules: crate::proto::Rules,
 }
 
 impl Default for EndpointConfig {
@@ -81,11 +84,20 @@ impl Default for EndpointConfig {
             ack_after_processing: false,
             learned_address_ttl: Duration::from_secs(60),
             shards: 1,
+            rules: crate::proto::Rules::ALL,
         }
     }
 }
 
 impl EndpointConfig {
+    /// Turns rules off in the endpoint's nodes and driver, to show what each one prevents.
+    /// Test builds only.
+    #[cfg(feature = "rule-switches")]
+    pub fn with_rules(mut self, rules: crate::proto::Rules) -> Self {
+        self.rules = rules;
+        self
+    }
+
     /// Sets the protocol configuration.
     pub fn with_protocol(mut self, protocol: Config) -> Self {
         self.protocol = protocol;

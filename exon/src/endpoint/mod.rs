@@ -63,6 +63,7 @@
 mod batch;
 mod commands;
 mod config;
+mod cookies;
 mod driver;
 mod error;
 mod handle;
@@ -91,6 +92,7 @@ use tracing::Instrument;
 
 pub use batch::BatchSocket;
 pub use config::EndpointConfig;
+pub use cookies::CookieStats;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
@@ -514,12 +516,16 @@ impl Builder {
         // Built first, so that a bad configuration starts nothing.
         let mut nodes = Vec::with_capacity(n);
         for _ in 0..n {
-            nodes.push(Node::new(
+            #[allow(unused_mut)]
+            let mut node = Node::new(
                 self.id,
                 security.clone(),
                 self.config.protocol.clone(),
                 clock,
-            )?);
+            )?;
+            #[cfg(feature = "rule-switches")]
+            node.set_rules(self.config.rules);
+            nodes.push(node);
         }
         let public_key = nodes[0].public_key();
         let max_payload = nodes[0].config().max_message_size;
