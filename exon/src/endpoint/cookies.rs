@@ -133,7 +133,14 @@ impl Cookies {
         match self.rotate_at {
             None => self.rotate_at = Some(t + COOKIE_ROTATION),
             Some(at) if at <= t => {
-                self.previous = std::mem::replace(&mut self.current, new_key(&self.rng));
+                let old = std::mem::replace(&mut self.current, new_key(&self.rng));
+                // After a pause of two periods or more, the old current secret is too old
+                // to stay valid as the previous one.
+                self.previous = if at + COOKIE_ROTATION <= t {
+                    new_key(&self.rng)
+                } else {
+                    old
+                };
                 self.rotate_at = Some(t + COOKIE_ROTATION);
             }
             Some(_) => {}
@@ -268,5 +275,94 @@ mod tests {
         assert_ne!(base, Cookies::mac(k, "127.0.0.2:4001".parse().unwrap(), id));
         assert_ne!(base, Cookies::mac(k, a, NodeId::from_const(8)));
         assert_ne!(base, Cookies::mac(&c.previous, a, id));
+    }
+
+    /// A datagram from `from` echoing `cookie`, claiming id 7.
+    fn echoing(cookie: Cookie) -> Vec<u8> {
+        let mut h = Header::new(NodeId::from_const(7), NodeId::from_const(2));
+        h.seal = Some(crate::proto::frame::SealHeader {
+            seq: crate::proto::crypto::Seq {
+                epoch: 1,
+                counter: 0,
+            },
+            key: None,
+            cookie: Some(cookie),
+        });
+        let mut v = Vec::new();
+        h.encode(&mut v);
+        v.extend_from_slice(&[0; 20]);
+        v
+    }
+
+    #[test]
+    fn cookies_outlive_one_rotation_not_two_and_vouch_within_the_source_limit() {
+        let t = Instant::now();
+        let mut c = Cookies::new();
+        let a: SocketAddr = "127.0.0.2:4000".parse().unwrap();
+        let id = NodeId::from_const(7);
+        c.rotate(t);
+        let cookie = Cookies::mac(&c.current, a, id);
+        assert_eq!(c.look(t, &echoing(cookie), a).vouch, Vouch::Cookie);
+        let elsewhere: SocketAddr = "127.0.0.3:4000".parse().unwrap();
+        assert_eq!(
+            c.look(t, &echoing(cookie), elsewhere).vouch,
+            Vouch::Unproven
+        );
+        assert_eq!(c.stats.bad_cookies, 1);
+        // One rotation later still valid; the source's limit holds.
+        let later = t + COOKIE_ROTATION;
+        let vouched = (0..200)
+            .filter(|_| c.look(later, &echoing(cookie), a).vouch == Vouch::Cookie)
+            .count();
+        assert_eq!(
+            vouched as u64, VOUCHED_PER_SOURCE.1,
+            "refilled to its burst"
+        );
+        assert!(c.stats.vouch_limited > 0);
+        // Two rotations later (or after a long pause), no longer.
+        let bad = c.stats.bad_cookies;
+        c.look(later + COOKIE_ROTATION, &echoing(cookie), a);
+        assert_eq!(c.stats.bad_cookies, bad + 1);
+        let mut d = Cookies::new();
+        d.rotate(t);
+        let cookie = Cookies::mac(&d.current, a, id);
+        d.look(t + 10 * COOKIE_ROTATION, &echoing(cookie), a);
+        assert_eq!(d.stats.bad_cookies, 1);
+    }
+
+    #[test]
+    fn replies_are_smaller_than_what_they_answer_and_limited_per_source() {
+        let t = Instant::now();
+        let mut c = Cookies::new();
+        let own = NodeId::from_const(2);
+        let a: SocketAddr = "127.0.0.2:4000".parse().unwrap();
+        let b: SocketAddr = "127.0.0.3:4000".parse().unwrap();
+        let mut h = Header::new(NodeId::from_const(7), own);
+        h.seal = Some(crate::proto::frame::SealHeader {
+            seq: crate::proto::crypto::Seq {
+                epoch: 1,
+                counter: 0,
+            },
+            key: None,
+            cookie: None,
+        });
+        let mut small = Vec::new();
+        h.encode(&mut small);
+        let seen = c.look(t, &small, a);
+        c.refused(t, own, &seen, a);
+        assert!(c.queued.is_empty(), "a reply no smaller than the datagram");
+        let mut big = small.clone();
+        big.extend_from_slice(&[0; 40]);
+        for from in [a, b] {
+            for _ in 0..100 {
+                let seen = c.look(t, &big, from);
+                c.refused(t, own, &seen, from);
+            }
+        }
+        assert_eq!(c.queued.len() as u64, 2 * REPLIES_PER_SOURCE.1);
+        let (to, r) = c.queued[0];
+        assert_eq!(to, a);
+        assert_eq!(r.cookie, Cookies::mac(&c.current, a, NodeId::from_const(7)));
+        assert_eq!((r.src, r.dst), (own, NodeId::from_const(7)));
     }
 }
