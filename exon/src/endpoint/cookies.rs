@@ -20,7 +20,7 @@ use ring::rand::SystemRandom;
 use subtle::ConstantTimeEq;
 
 use crate::proto::crypto::DhBudget;
-use crate::proto::frame::{Cookie, CookieReply, Header, COOKIE_LEN, MAX_HEADER_LEN};
+use crate::proto::frame::{Cookie, CookieReply, Header, COOKIE_LEN, FLAG_COOKIE, MAX_HEADER_LEN};
 use crate::proto::{NodeId, Vouch};
 
 /// How long a cookie secret is the current one; cookies made under it stay valid for as
@@ -193,6 +193,9 @@ impl Cookies {
             valid_cookie: false,
         };
         seen.head[..seen.head_len].copy_from_slice(&data[..seen.head_len]);
+        if data.get(3).is_none_or(|f| f & FLAG_COOKIE == 0) {
+            return seen; // the common case: no cookie, nothing to decode
+        }
         let Some(cookie) = Header::decode_prefix(data)
             .ok()
             .and_then(|(h, _)| Some((h.src, h.seal?.cookie?)))
