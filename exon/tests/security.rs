@@ -475,6 +475,7 @@ fn a_flood_in_members_names_costs_at_most_one_agreement_per_member() {
     let t = Instant::now();
     let mut b = member_flood_target(t, true);
     let (agreements, accepted) = flood_members(&mut b, t);
+    eprintln!("rule on: {agreements} agreements, {accepted} of 12 new members accepted");
     assert!(
         agreements <= MEMBERS,
         "{agreements} key agreements for {MEMBERS} members"
