@@ -533,3 +533,73 @@ fn the_keyring_is_bounded() {
     b.add_peer_key(c, key).unwrap();
     assert_eq!(b.keyring().unwrap().len(), 4);
 }
+
+/// The core's side of the cookie exchange: with the general budget spent, a datagram the
+/// embedding vouches for gets its key agreement from the vouched budget; a node given a
+/// cookie for a peer sends its slot request again at once with the cookie in the header,
+/// until the peer answers.
+#[test]
+fn a_cookie_gets_a_new_peer_in_while_the_general_budget_is_spent() {
+    use exon::proto::frame::FLAG_COOKIE;
+    use exon::proto::Vouch;
+    let t = Instant::now();
+    let mut cfg = Config::default();
+    cfg.key_agreements_per_sec = 1;
+    cfg.key_agreement_burst = 1;
+    let b_ident = Identity::new(insecure_test_secret(B)).allow_self_certifying(true);
+    let mut b = Node::new(B, Security::Sealed(b_ident), cfg, 0).unwrap();
+    store(&mut b, t);
+    // A forgery spends the general budget.
+    let fake = SecretKey::from_bytes([3; 32]).public_key();
+    let f = forged(
+        fake.self_certifying_id(),
+        B,
+        vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
+        Some(*fake.as_bytes()),
+    );
+    assert_eq!(b.handle_datagram(t, f), None);
+    // A newcomer with a self-certifying id is refused for want of budget.
+    let key = SecretKey::from_bytes([5; 32]);
+    let id = key.public_key().self_certifying_id();
+    let mut ring = Keyring::new();
+    ring.insert(B, insecure_test_secret(B).public_key());
+    let mut n = Node::new(
+        id,
+        Security::Sealed(Identity::new(key).with_keyring(ring)),
+        Config::default(),
+        0,
+    )
+    .unwrap();
+    store(&mut n, t);
+    n.send(t, B, Bytes::from_static(b"hi")).unwrap();
+    let first = out(&mut n, t);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0][3] & FLAG_COOKIE, 0);
+    assert_eq!(b.handle_datagram(t, first[0].clone()), None);
+    assert_eq!(b.stats().rejects.key_budget, 1);
+    // The cookie comes back: the request goes again at once, echoing it.
+    assert!(
+        !b.handle_cookie(id, [9; 16]),
+        "b holds no sender record for it"
+    );
+    assert!(n.handle_cookie(B, [7; 16]));
+    let again = out(&mut n, t);
+    assert_eq!(again.len(), 1, "sent again without waiting for a timer");
+    assert_ne!(again[0][3] & FLAG_COOKIE, 0);
+    let (h, _) = Header::decode_prefix(&again[0]).unwrap();
+    assert_eq!(h.seal.unwrap().cookie, Some([7; 16]));
+    // Unvouched it is refused again; vouched, it is taken.
+    let buf = |d: &Bytes| bytes::BytesMut::from(&d[..]);
+    assert!(b
+        .handle_datagram_vouched(t, buf(&again[0]), Vouch::Unproven)
+        .is_none());
+    let acc = b.handle_datagram_vouched(t, buf(&again[0]), Vouch::Cookie);
+    assert_eq!(acc.map(|a| a.from), Some(id));
+    // Once b answers, the newcomer stops echoing the cookie, and the message arrives.
+    let (_, got) = exchange(&mut n, &mut b, t);
+    assert_eq!(got, [Bytes::from_static(b"hi")]);
+    n.send(t, B, Bytes::from_static(b"more")).unwrap();
+    for d in out(&mut n, t) {
+        assert_eq!(d[3] & FLAG_COOKIE, 0, "cookie echoed after the answer");
+    }
+}
