@@ -264,22 +264,23 @@ fn replayed_datagrams_deliver_nothing_twice() {
     assert_eq!(a.stats().acknowledged, 20);
 }
 
+/// A node with a self-certifying id (of secret key [5; 32]) that knows B's key.
+fn self_certifying_newcomer(t: Instant) -> (NodeId, Node) {
+    let key = SecretKey::from_bytes([5; 32]);
+    let id = key.public_key().self_certifying_id();
+    let mut ring = Keyring::new();
+    ring.insert(B, insecure_test_secret(B).public_key());
+    let security = Security::Sealed(Identity::new(key).with_keyring(ring));
+    let mut n = Node::new(id, security, Config::default(), 0).unwrap();
+    store(&mut n, t);
+    (id, n)
+}
+
 #[test]
 fn self_certifying_ids_are_checked_against_the_announced_key() {
     let t = Instant::now();
-    let key = SecretKey::from_bytes([5; 32]);
-    let open_id = key.public_key().self_certifying_id();
+    let (open_id, mut newcomer) = self_certifying_newcomer(t);
     let b_key = insecure_test_secret(B);
-    let mut ring = Keyring::new();
-    ring.insert(B, b_key.public_key());
-    let mut newcomer = Node::new(
-        open_id,
-        Security::Sealed(Identity::new(key).with_keyring(ring)),
-        Config::default(),
-        0,
-    )
-    .unwrap();
-    store(&mut newcomer, t);
     // B in a closed group refuses it; B open to self-certifying ids accepts it.
     let mut closed = sealed(B, 0, t);
     let open_ident = Identity::new(b_key).allow_self_certifying(true);
@@ -559,18 +560,7 @@ fn a_cookie_gets_a_new_peer_in_while_the_general_budget_is_spent() {
     );
     assert_eq!(b.handle_datagram(t, f), None);
     // A newcomer with a self-certifying id is refused for want of budget.
-    let key = SecretKey::from_bytes([5; 32]);
-    let id = key.public_key().self_certifying_id();
-    let mut ring = Keyring::new();
-    ring.insert(B, insecure_test_secret(B).public_key());
-    let mut n = Node::new(
-        id,
-        Security::Sealed(Identity::new(key).with_keyring(ring)),
-        Config::default(),
-        0,
-    )
-    .unwrap();
-    store(&mut n, t);
+    let (id, mut n) = self_certifying_newcomer(t);
     n.send(t, B, Bytes::from_static(b"hi")).unwrap();
     let first = out(&mut n, t);
     assert_eq!(first.len(), 1);
