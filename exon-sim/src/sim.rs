@@ -889,6 +889,7 @@ impl Sim {
                 counter: self.rng.gen(),
             },
             key: None,
+            cookie: None,
         });
         header.encode(&mut buf);
         buf.extend_from_slice(&frames);

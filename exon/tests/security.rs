@@ -81,6 +81,7 @@ fn forged(src: NodeId, dst: NodeId, frames: Vec<Frame>, key: Option<[u8; 32]>) -
             counter: 1,
         },
         key: key.map(exon::proto::PublicKey::from_bytes),
+        cookie: None,
     });
     let mut v = Packet { header, frames }.encode().to_vec();
     v.extend_from_slice(&[0x42; 16]);
@@ -263,22 +264,23 @@ fn replayed_datagrams_deliver_nothing_twice() {
     assert_eq!(a.stats().acknowledged, 20);
 }
 
+/// A node with a self-certifying id (of secret key [5; 32]) that knows B's key.
+fn self_certifying_newcomer(t: Instant) -> (NodeId, Node) {
+    let key = SecretKey::from_bytes([5; 32]);
+    let id = key.public_key().self_certifying_id();
+    let mut ring = Keyring::new();
+    ring.insert(B, insecure_test_secret(B).public_key());
+    let security = Security::Sealed(Identity::new(key).with_keyring(ring));
+    let mut n = Node::new(id, security, Config::default(), 0).unwrap();
+    store(&mut n, t);
+    (id, n)
+}
+
 #[test]
 fn self_certifying_ids_are_checked_against_the_announced_key() {
     let t = Instant::now();
-    let key = SecretKey::from_bytes([5; 32]);
-    let open_id = key.public_key().self_certifying_id();
+    let (open_id, mut newcomer) = self_certifying_newcomer(t);
     let b_key = insecure_test_secret(B);
-    let mut ring = Keyring::new();
-    ring.insert(B, b_key.public_key());
-    let mut newcomer = Node::new(
-        open_id,
-        Security::Sealed(Identity::new(key).with_keyring(ring)),
-        Config::default(),
-        0,
-    )
-    .unwrap();
-    store(&mut newcomer, t);
     // B in a closed group refuses it; B open to self-certifying ids accepts it.
     let mut closed = sealed(B, 0, t);
     let open_ident = Identity::new(b_key).allow_self_certifying(true);
@@ -411,4 +413,183 @@ fn a_challenge_is_answered_with_its_token() {
         a.is_idle() && b.is_idle(),
         "path validation keeps no state in the core"
     );
+}
+
+#[test]
+fn every_test_id_has_its_own_key() {
+    let keys: HashSet<_> = (1..=16u64)
+        .map(|i| insecure_test_secret(NodeId::from_const(i)).public_key())
+        .collect();
+    assert_eq!(keys.len(), 16, "two test ids share a key pair");
+}
+
+/// Members 1 ..= `MEMBERS` in b's keyring; b's key-agreement budget is small (10 at once,
+/// 100 a second), as it would be spent by a flood.
+const MEMBERS: u64 = 40;
+
+fn member_flood_target(t: Instant, pin: bool) -> Node {
+    let mut cfg = Config::default();
+    cfg.key_agreements_per_sec = 100;
+    cfg.key_agreement_burst = 10;
+    let ids = (1..=MEMBERS).map(NodeId::from_const);
+    let mut b = Node::new(B, insecure_test_security(B, ids), cfg, 0).unwrap();
+    let mut rules = exon::proto::Rules::ALL;
+    rules.pin_member_keys = pin;
+    b.set_rules(rules);
+    store(&mut b, t);
+    b
+}
+
+/// A flood of forgeries in the names of keyring members, 10 000 a second for 2 s, with
+/// new members (3 ..= 14) each sending its first datagram during it. Returns b's key
+/// agreements and how many of the new members' first datagrams b accepted.
+fn flood_members(b: &mut Node, t: Instant) -> (u64, usize) {
+    let newcomers: Vec<NodeId> = (3..=14).map(NodeId::from_const).collect();
+    let mut accepted = 0;
+    for ms in 0..2000u64 {
+        let now = t + Duration::from_millis(ms);
+        for k in 0..10u64 {
+            let claimed = NodeId::from_const(1 + (ms * 10 + k) % MEMBERS);
+            if claimed == B {
+                continue;
+            }
+            let f = forged(claimed, B, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }], None);
+            assert_eq!(b.handle_datagram(now, f), None);
+        }
+        if ms % 150 == 75 && (ms / 150) < newcomers.len() as u64 {
+            let id = newcomers[(ms / 150) as usize];
+            let mut n =
+                Node::new(id, insecure_test_security(id, [B]), Config::default(), 0).unwrap();
+            store(&mut n, now);
+            n.send(now, B, Bytes::from_static(b"hi")).unwrap();
+            let first = out(&mut n, now);
+            if b.handle_datagram(now, first[0].clone()) == Some(id) {
+                accepted += 1;
+            }
+        }
+    }
+    (b.key_agreements(), accepted)
+}
+
+#[test]
+fn a_flood_in_members_names_costs_at_most_one_agreement_per_member() {
+    let t = Instant::now();
+    let mut b = member_flood_target(t, true);
+    let (agreements, accepted) = flood_members(&mut b, t);
+    eprintln!("rule on: {agreements} agreements, {accepted} of 12 new members accepted");
+    assert!(
+        agreements <= MEMBERS,
+        "{agreements} key agreements for {MEMBERS} members"
+    );
+    assert_eq!(
+        accepted, 12,
+        "every new member's first datagram is accepted"
+    );
+    assert_eq!(b.stats().rejects.key_budget, 0);
+    assert!(b.stats().rejects.bad_tag >= 19_000);
+    // A member removed loses its kept keys; one added again costs one agreement more.
+    assert!(b.remove_peer_key(A).is_some());
+    assert!(!b.knows_key(A));
+    b.add_peer_key(A, insecure_test_secret(A).public_key())
+        .unwrap();
+    let f = forged(A, B, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }], None);
+    b.handle_datagram(t + Duration::from_secs(3), f.clone());
+    b.handle_datagram(t + Duration::from_secs(3), f);
+    assert_eq!(b.key_agreements(), agreements + 1);
+}
+
+/// The same flood with the rule off: members go through the budget, which the forgeries
+/// spend, and new members are locked out while it lasts.
+#[test]
+fn without_kept_member_keys_a_flood_locks_new_members_out() {
+    let t = Instant::now();
+    let mut b = member_flood_target(t, false);
+    let (agreements, accepted) = flood_members(&mut b, t);
+    assert!(agreements > MEMBERS, "the defect: {agreements} agreements");
+    assert!(
+        accepted < 12,
+        "the defect: {accepted} of 12 new members accepted"
+    );
+    assert!(b.stats().rejects.key_budget > 10_000);
+    eprintln!("rule off: {agreements} agreements, {accepted} of 12 new members accepted");
+}
+
+#[test]
+fn the_keyring_is_bounded() {
+    let mut cfg = Config::default();
+    cfg.max_keyring_size = 4;
+    let ids = (1..=5).map(NodeId::from_const);
+    assert!(Node::new(B, insecure_test_security(B, ids), cfg.clone(), 0).is_err());
+    let ids = (1..=4).map(NodeId::from_const);
+    let mut b = Node::new(B, insecure_test_security(B, ids), cfg, 0).unwrap();
+    let c = NodeId::from_const(9);
+    let key = insecure_test_secret(c).public_key();
+    assert_eq!(
+        b.add_peer_key(c, key),
+        Err(exon::proto::crypto::KeyringError::Full { max: 4 })
+    );
+    // A member may change its key; once one leaves, another may join.
+    b.add_peer_key(A, key).unwrap();
+    b.remove_peer_key(A).unwrap();
+    b.add_peer_key(c, key).unwrap();
+    assert_eq!(b.keyring().unwrap().len(), 4);
+}
+
+/// The core's side of the cookie exchange: with the general budget spent, a datagram the
+/// embedding vouches for gets its key agreement from the vouched budget; a node given a
+/// cookie for a peer sends its slot request again at once with the cookie in the header,
+/// until the peer answers.
+#[test]
+fn a_cookie_gets_a_new_peer_in_while_the_general_budget_is_spent() {
+    use exon::proto::frame::FLAG_COOKIE;
+    use exon::proto::Vouch;
+    let t = Instant::now();
+    let mut cfg = Config::default();
+    cfg.key_agreements_per_sec = 1;
+    cfg.key_agreement_burst = 1;
+    let b_ident = Identity::new(insecure_test_secret(B)).allow_self_certifying(true);
+    let mut b = Node::new(B, Security::Sealed(b_ident), cfg, 0).unwrap();
+    store(&mut b, t);
+    // A forgery spends the general budget.
+    let fake = SecretKey::from_bytes([3; 32]).public_key();
+    let f = forged(
+        fake.self_certifying_id(),
+        B,
+        vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
+        Some(*fake.as_bytes()),
+    );
+    assert_eq!(b.handle_datagram(t, f), None);
+    // A newcomer with a self-certifying id is refused for want of budget.
+    let (id, mut n) = self_certifying_newcomer(t);
+    n.send(t, B, Bytes::from_static(b"hi")).unwrap();
+    let first = out(&mut n, t);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0][3] & FLAG_COOKIE, 0);
+    assert_eq!(b.handle_datagram(t, first[0].clone()), None);
+    assert_eq!(b.stats().rejects.key_budget, 1);
+    // The cookie comes back: the request goes again at once, echoing it.
+    assert!(
+        !b.handle_cookie(id, [9; 16]),
+        "b holds no sender record for it"
+    );
+    assert!(n.handle_cookie(B, [7; 16]));
+    let again = out(&mut n, t);
+    assert_eq!(again.len(), 1, "sent again without waiting for a timer");
+    assert_ne!(again[0][3] & FLAG_COOKIE, 0);
+    let (h, _) = Header::decode_prefix(&again[0]).unwrap();
+    assert_eq!(h.seal.unwrap().cookie, Some([7; 16]));
+    // Unvouched it is refused again; vouched, it is taken.
+    let buf = |d: &Bytes| bytes::BytesMut::from(&d[..]);
+    assert!(b
+        .handle_datagram_vouched(t, buf(&again[0]), Vouch::Unproven)
+        .is_none());
+    let acc = b.handle_datagram_vouched(t, buf(&again[0]), Vouch::Cookie);
+    assert_eq!(acc.map(|a| a.from), Some(id));
+    // Once b answers, the newcomer stops echoing the cookie, and the message arrives.
+    let (_, got) = exchange(&mut n, &mut b, t);
+    assert_eq!(got, [Bytes::from_static(b"hi")]);
+    n.send(t, B, Bytes::from_static(b"more")).unwrap();
+    for d in out(&mut n, t) {
+        assert_eq!(d[3] & FLAG_COOKIE, 0, "cookie echoed after the answer");
+    }
 }

@@ -80,6 +80,7 @@ fn forgeries(src: NodeId, dst: NodeId, around: u64, seal: bool) -> Vec<Vec<u8>> 
                         counter: k as u32,
                     },
                     key: None,
+                    cookie: None,
                 });
             }
             let mut d = Vec::new();

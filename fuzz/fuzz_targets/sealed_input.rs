@@ -41,6 +41,7 @@ enum Op {
         epoch: u64,
         counter: u32,
         key: Option<[u8; 32]>,
+        cookie: Option<[u8; 16]>,
         tag: [u8; 16],
     },
 }
@@ -191,6 +192,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 epoch,
                 counter,
                 key,
+                cookie,
                 tag,
             } => {
                 let i = usize::from(to);
@@ -202,6 +204,7 @@ fuzz_target!(|ops: Vec<Op>| {
                         counter,
                     },
                     key: key.map(PublicKey::from_bytes),
+                    cookie,
                 });
                 let mut v = packet.encode().to_vec();
                 v.extend_from_slice(&tag);

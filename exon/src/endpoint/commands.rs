@@ -23,11 +23,13 @@ impl<S: DatagramSocket> Driver<S> {
                 peer_span(id).in_scope(|| tracing::debug!(%addr, "peer address set"));
                 self.peers.configure(id, addr);
             }
-            Command::AddPeerKey(id, key) => {
-                peer_span(id).in_scope(|| tracing::debug!("peer key set"));
-                if let Some(ring) = self.node.keyring_mut() {
-                    ring.insert(id, key);
-                }
+            Command::AddPeerKey(id, key, reply) => {
+                let r = self.node.add_peer_key(id, key);
+                peer_span(id).in_scope(|| match &r {
+                    Ok(()) => tracing::debug!("peer key set"),
+                    Err(e) => tracing::warn!(error = %e, "peer key refused"),
+                });
+                let _ = reply.send(r);
             }
             Command::Stats(reply) => {
                 let _ = reply.send(self.stats());

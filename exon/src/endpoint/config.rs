@@ -73,6 +73,9 @@ pub struct EndpointConfig {
     #[cfg(feature = "rule-switches")]
     #[cfg_attr(feature = "serde", serde(skip))]
     pub moves_need_an_answer: bool,
+    /// The rules in force (all, except in tests built with the `rule-switches` feature).
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub(crate) rules: crate::proto::Rules,
 }
 
 impl Default for EndpointConfig {
@@ -90,11 +93,20 @@ impl Default for EndpointConfig {
             shards: 1,
             #[cfg(feature = "rule-switches")]
             moves_need_an_answer: true,
+            rules: crate::proto::Rules::ALL,
         }
     }
 }
 
 impl EndpointConfig {
+    /// Turns rules off in the endpoint's nodes and driver, to show what each one prevents.
+    /// Test builds only.
+    #[cfg(feature = "rule-switches")]
+    pub fn with_rules(mut self, rules: crate::proto::Rules) -> Self {
+        self.rules = rules;
+        self
+    }
+
     /// Sets the protocol configuration.
     pub fn with_protocol(mut self, protocol: Config) -> Self {
         self.protocol = protocol;

@@ -16,6 +16,7 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 
 use bytes::BytesMut;
 
+use super::cookies::Cookies;
 use super::handle::{Command, Outgoing};
 use super::io::RxBufs;
 use super::peers::PeerBook;
@@ -155,6 +156,8 @@ pub(crate) struct Driver<S> {
     pub(crate) stats: EndpointStats,
     pub(crate) tx_buf: Vec<u8>,
     pub(crate) rx: RxBufs,
+    /// The cookie exchange under load (`cookies.rs`).
+    pub(crate) cookies: Cookies,
     /// Rate limits of the warnings that can come at message rate.
     pub(crate) warnings: Warnings,
     store_job: Option<StoreJob>,
@@ -226,6 +229,7 @@ impl<S: DatagramSocket> Driver<S> {
             stats: EndpointStats::default(),
             tx_buf: Vec::with_capacity(cfg.protocol.max_datagram_size),
             rx,
+            cookies: Cookies::new(),
             warnings: Warnings::default(),
             store_job: None,
             store_want: None,
@@ -461,6 +465,7 @@ impl<S: DatagramSocket> Driver<S> {
         EndpointStats {
             node: *self.node.stats(),
             peer_addresses: self.peers.len(),
+            cookies: self.cookies.stats,
             shards: 1,
             ..self.stats
         }

@@ -20,6 +20,13 @@ pub enum Error {
     /// are learned from its datagrams). Nothing about the message was kept.
     #[error("no address known for node {0}")]
     UnknownPeer(NodeId),
+    /// [`Handle::add_peer_key`](super::Handle::add_peer_key): the keyring holds `max` peers
+    /// already ([`Config::max_keyring_size`](crate::proto::Config::max_keyring_size)).
+    #[error("the keyring is full ({max} peers)")]
+    KeyringFull {
+        /// The bound.
+        max: usize,
+    },
 }
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.

@@ -63,6 +63,8 @@ pub struct EndpointStats {
     /// Datagrams a shard could not hand to the owning shard because its queue was full
     /// (dropped, as the network may; repaired like losses).
     pub forward_drops: u64,
+    /// The cookie exchange under load (`docs/security.md`).
+    pub cookies: super::CookieStats,
     /// Driver shards whose counters these are (1 unless the endpoint is sharded).
     pub shards: usize,
 }
@@ -86,6 +88,7 @@ impl EndpointStats {
         self.recv_calls += other.recv_calls;
         self.forwarded += other.forwarded;
         self.forward_drops += other.forward_drops;
+        self.cookies.merge(&other.cookies);
         self.shards += other.shards;
     }
 }
@@ -141,7 +144,11 @@ pub(crate) enum Command {
         credits: usize,
     },
     AddPeer(NodeId, SocketAddr),
-    AddPeerKey(NodeId, PublicKey),
+    AddPeerKey(
+        NodeId,
+        PublicKey,
+        oneshot::Sender<Result<(), crate::proto::crypto::KeyringError>>,
+    ),
     Stats(oneshot::Sender<EndpointStats>),
     Close {
         timeout: Duration,
@@ -455,9 +462,22 @@ impl Handle {
 
     /// Adds (or replaces) the public key of node `id` in the endpoint's keyring, so that
     /// datagrams from it are accepted and messages to it can be sealed. No effect in
-    /// plaintext mode.
-    pub fn add_peer_key(&self, id: NodeId, key: PublicKey) {
-        let _ = self.shard(id).cmds.send(Command::AddPeerKey(id, key));
+    /// plaintext mode. A new member is refused when the keyring holds
+    /// [`Config::max_keyring_size`](crate::proto::Config::max_keyring_size) peers already
+    /// ([`Error::KeyringFull`]); [`Error::Closed`] once the endpoint is closed.
+    pub async fn add_peer_key(&self, id: NodeId, key: PublicKey) -> Result<(), Error> {
+        let (tx, rx) = oneshot::channel();
+        self.shard(id)
+            .cmds
+            .send(Command::AddPeerKey(id, key, tx))
+            .map_err(|_| Error::Closed)?;
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(crate::proto::crypto::KeyringError::Full { max })) => {
+                Err(Error::KeyringFull { max })
+            }
+            Ok(Err(_)) | Err(_) => Err(Error::Closed),
+        }
     }
 
     /// Whether `peer` is reachable as far as this endpoint knows: false once messages to it

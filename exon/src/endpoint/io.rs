@@ -16,6 +16,7 @@ use super::driver::Driver;
 use super::peers::{Learned, NoRoute};
 use super::trace::{debug_in_peer, peer_span};
 use super::{Acker, DatagramSocket, Message, ReceiptError, RecvMeta};
+use crate::proto::frame::CookieReply;
 use crate::proto::Event;
 
 /// Most receive buffers filled per call.
@@ -216,11 +217,27 @@ impl<S: DatagramSocket> Driver<S> {
     }
 
     pub(crate) fn on_datagram(&mut self, t: Instant, data: BytesMut, from: SocketAddr) {
+        let cookies = self.node.is_sealed() && self.node.rules().address_cookies;
+        if cookies && CookieReply::is_one(&data) {
+            return self.on_cookie_reply(&data, from);
+        }
         // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
         // source's address; a sealed peer moves only to an address that answered a
         // challenge sent there.
         let len = data.len();
-        let Some(acc) = self.node.handle_datagram_buf(t, data) else {
+        let acc = if cookies {
+            let seen = self.cookies.look(t, &data, from);
+            let busy = self.node.stats().rejects.key_budget;
+            let acc = self.node.handle_datagram_vouched(t, data, seen.vouch);
+            if self.node.stats().rejects.key_budget > busy {
+                // Refused for want of key-agreement budget: under load.
+                self.cookies.refused(t, self.node.id(), &seen, from);
+            }
+            acc
+        } else {
+            self.node.handle_datagram_buf(t, data)
+        };
+        let Some(acc) = acc else {
             return;
         };
         let node = &self.node;
@@ -251,11 +268,44 @@ impl<S: DatagramSocket> Driver<S> {
         }
     }
 
+    /// A COOKIE_REPLY from `from`: taken when it is for this node, from a peer it sends to
+    /// at that very address.
+    fn on_cookie_reply(&mut self, data: &[u8], from: SocketAddr) {
+        let taken = CookieReply::decode(data).is_ok_and(|r| {
+            r.dst == self.node.id()
+                && self.peers.get(r.src) == Some(from)
+                && self.node.handle_cookie(r.src, r.cookie)
+        });
+        if taken {
+            self.cookies.stats.replies_taken += 1;
+        } else {
+            self.cookies.stats.replies_dropped += 1;
+        }
+    }
+
+    /// Sends the COOKIE_REPLYs queued since the last flush (each smaller than the datagram
+    /// it answers, within the limits of `cookies.rs`).
+    async fn send_cookie_replies(&mut self) {
+        let mut buf = Vec::with_capacity(64);
+        for (addr, reply) in std::mem::take(&mut self.cookies.queued) {
+            buf.clear();
+            reply.encode(&mut buf);
+            self.stats.send_calls += 1;
+            if let Err(e) = self.socket.send_to(&buf, addr).await {
+                self.stats.send_errors += 1;
+                tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+            }
+        }
+    }
+
     /// Sends up to the budget of datagrams, gathering consecutive ones to one address into
     /// segmented sends, then takes the node's events. Returns whether datagrams are left.
     pub(crate) async fn flush(&mut self, t: Instant) -> bool {
         if !self.challenges_due.is_empty() {
             self.send_challenges(t).await;
+        }
+        if !self.cookies.queued.is_empty() {
+            self.send_cookie_replies().await;
         }
         let max_segments = self.socket.max_send_segments().max(1);
         let mut batch = Batch::default();

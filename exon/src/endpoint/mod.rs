@@ -63,6 +63,7 @@
 mod batch;
 mod commands;
 mod config;
+mod cookies;
 mod driver;
 mod error;
 mod handle;
@@ -91,6 +92,7 @@ use tracing::Instrument;
 
 pub use batch::BatchSocket;
 pub use config::EndpointConfig;
+pub use cookies::CookieStats;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
@@ -315,8 +317,6 @@ impl Endpoint {
             config: EndpointConfig::default(),
             store: None,
             security: None,
-            #[cfg(feature = "rule-switches")]
-            rules: crate::proto::Rules::ALL,
         }
     }
 
@@ -428,9 +428,6 @@ pub struct Builder {
     config: EndpointConfig,
     store: Option<Box<dyn ClockStore>>,
     security: Option<Security>,
-    /// The corrections in force in every shard's node (test builds switch some off).
-    #[cfg(feature = "rule-switches")]
-    rules: crate::proto::Rules,
 }
 
 impl std::fmt::Debug for Builder {
@@ -471,7 +468,7 @@ impl Builder {
     /// the defect (see [`Node::set_rules`]). Test builds only.
     #[cfg(feature = "rule-switches")]
     pub fn rules(mut self, rules: crate::proto::Rules) -> Self {
-        self.rules = rules;
+        self.config.rules = rules;
         self
     }
 
@@ -535,7 +532,7 @@ impl Builder {
                 clock,
             )?;
             #[cfg(feature = "rule-switches")]
-            node.set_rules(self.rules);
+            node.set_rules(self.config.rules);
             nodes.push(node);
         }
         let public_key = nodes[0].public_key();

@@ -116,6 +116,19 @@ pub struct Config {
     pub key_agreements_per_sec: u64,
     /// Most such key agreements at once (the bucket's depth). Default 512.
     pub key_agreement_burst: u64,
+    /// Key agreements per second for datagrams the embedding vouches for (their source
+    /// address proved by a cookie, see `docs/security.md`): a budget of their own, which
+    /// forgeries from spoofed addresses cannot spend. Keyring members never need either
+    /// budget (their keys are derived once). Default 1000.
+    pub cookie_agreements_per_sec: u64,
+    /// Most vouched key agreements at once. Default 256.
+    pub cookie_agreement_burst: u64,
+    /// Most peers in a sealed node's keyring: each member's datagram keys are derived once
+    /// and kept (so that forgeries in its name cost one tag check), and this bounds that
+    /// memory (about 1 KiB a member). Beyond it a node refuses to start
+    /// ([`ConfigError`]) and adding a key is refused
+    /// ([`KeyringError::Full`](super::crypto::KeyringError::Full)). Default 65536.
+    pub max_keyring_size: usize,
     /// Deliveries handed to the embedding and not yet reported taken by the application
     /// ([`Node::handle_taken`](super::Node::handle_taken)). They are not acknowledged
     /// until taken; at this many, further TOKENs are neither delivered nor answered, and
@@ -186,6 +199,9 @@ impl Default for Config {
             key_cache_size: 9216,
             key_agreements_per_sec: 2000,
             key_agreement_burst: 512,
+            cookie_agreements_per_sec: 1000,
+            cookie_agreement_burst: 256,
+            max_keyring_size: 65536,
             max_untaken: 65536,
             max_untaken_bytes: 64 << 20,
             unreachable_after: Duration::from_secs(5),
@@ -224,7 +240,7 @@ impl Config {
     /// Largest payload sent as one TOKEN whatever the path: what fits in one datagram of the
     /// [base size](Self::base_datagram_size) with the largest header (a sealed one carrying
     /// the sender's key), the authentication tag and TOKEN framing (8-byte slot and
-    /// incarnation). 1101 bytes with the default 1200-byte base. Larger messages (up to
+    /// incarnation). 1085 bytes with the default 1200-byte base. Larger messages (up to
     /// [`max_message_size`](Self::max_message_size)) travel as one TOKEN where the path's
     /// datagrams hold them, else in fragments.
     pub fn max_payload(&self) -> usize {
@@ -289,9 +305,12 @@ impl Config {
         if self.ack_every == 0 || self.ack_delay >= self.max_rto {
             return Err(ConfigError("need ack_every > 0 and ack_delay < max_rto"));
         }
-        if self.key_cache_size == 0 || self.key_agreement_burst == 0 {
+        if self.key_cache_size == 0
+            || self.key_agreement_burst == 0
+            || self.cookie_agreement_burst == 0
+        {
             return Err(ConfigError(
-                "key_cache_size and key_agreement_burst must be positive",
+                "key_cache_size, key_agreement_burst and cookie_agreement_burst must be positive",
             ));
         }
         if self.unreachable_after <= self.max_rto {
@@ -348,6 +367,7 @@ mod tests {
                     counter: u32::MAX,
                 },
                 key: Some(PublicKey::from_bytes([0; 32])),
+                cookie: Some([0xff; 16]),
             });
             let p = Packet {
                 header,
@@ -361,7 +381,7 @@ mod tests {
             assert!(sealed_len <= size, "size {size}");
             assert!(sealed_len + 2 > size, "max_payload wastes room at {size}");
         }
-        assert_eq!(Config::default().max_payload(), 1101);
+        assert_eq!(Config::default().max_payload(), 1085);
         // With discovery, the payload is bounded by the base size, not the ceiling.
         let cfg = Config {
             min_datagram_size: 1472,

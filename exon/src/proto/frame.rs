@@ -21,9 +21,9 @@ pub const MAGIC: [u8; 2] = *b"EX";
 pub const VERSION: u8 = 2;
 /// Smallest possible header: magic, version, flags, and two one-byte node ids.
 pub const MIN_HEADER_LEN: usize = 6;
-/// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter
-/// and the sender's public key.
-pub const MAX_HEADER_LEN: usize = 4 + 8 + 8 + 8 + 4 + KEY_LEN;
+/// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter,
+/// the sender's public key and a cookie.
+pub const MAX_HEADER_LEN: usize = 4 + 8 + 8 + 8 + 4 + KEY_LEN + COOKIE_LEN;
 
 /// Frame type codes.
 pub mod frame_type {
@@ -101,6 +101,71 @@ pub const FLAG_SEALED: u8 = 0x02;
 /// Header flag (sealed datagrams only): the sender's 32-byte public key follows the counter,
 /// for receivers that accept self-certifying ids.
 pub const FLAG_KEY: u8 = 0x04;
+/// Header flag (sealed datagrams only): a 16-byte cookie follows the counter (and the
+/// public key, if any): the receiver's proof that this sender receives at its source
+/// address, echoed from a [`CookieReply`].
+pub const FLAG_COOKIE: u8 = 0x08;
+/// Flags byte of a [`CookieReply`], alone: that datagram is not sealed and carries no frame.
+pub const FLAG_COOKIE_REPLY: u8 = 0x10;
+/// Bytes in a cookie.
+pub const COOKIE_LEN: usize = 16;
+
+/// A cookie: a receiver's MAC of a sender's source address (and node id), which the sender
+/// echoes to get a key agreement under load (`docs/security.md`).
+pub type Cookie = [u8; COOKIE_LEN];
+
+/// The datagram an endpoint under load sends to the source address of a datagram it
+/// refused for want of key-agreement budget: `'E' 'X' 0x02 0x10 src dst cookie`, where
+/// `src` is the refusing node, `dst` the node the refused datagram claimed to come from.
+/// Not sealed (the refusing node has no key for its peer yet: that is the point).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CookieReply {
+    /// The node that refused the datagram and issued the cookie.
+    pub src: NodeId,
+    /// The node the refused datagram claimed to come from.
+    pub dst: NodeId,
+    /// The cookie to echo in the header (flag [`FLAG_COOKIE`]) of datagrams to `src`.
+    pub cookie: Cookie,
+}
+
+impl CookieReply {
+    /// Encoded size.
+    pub fn encoded_len(&self) -> usize {
+        4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + COOKIE_LEN
+    }
+
+    /// Appends the datagram.
+    pub fn encode(&self, buf: &mut impl BufMut) {
+        buf.put_slice(&MAGIC);
+        buf.put_u8(VERSION);
+        buf.put_u8(FLAG_COOKIE_REPLY);
+        put_varint(buf, self.src.get());
+        put_varint(buf, self.dst.get());
+        buf.put_slice(&self.cookie);
+    }
+
+    /// Whether `data` is a cookie reply by its first four bytes (it may still not decode).
+    pub fn is_one(data: &[u8]) -> bool {
+        data.len() >= 4 && data[..2] == MAGIC && data[2] == VERSION && data[3] == FLAG_COOKIE_REPLY
+    }
+
+    /// Decodes a whole datagram; trailing bytes are an error.
+    pub fn decode(data: &[u8]) -> Result<CookieReply, DecodeError> {
+        let mut r = Reader::new(data);
+        let flags = decode_start(&mut r)?;
+        if flags != FLAG_COOKIE_REPLY {
+            return Err(DecodeError::ReservedFlags(flags));
+        }
+        let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
+        let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
+        let mut cookie = [0u8; COOKIE_LEN];
+        cookie.copy_from_slice(r.bytes(COOKIE_LEN)?);
+        if r.remaining() != 0 {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(CookieReply { src, dst, cookie })
+    }
+}
 
 /// Largest header of a plaintext datagram (both node ids take eight bytes).
 pub const MAX_PLAIN_HEADER_LEN: usize = 4 + 8 + 8;
@@ -113,6 +178,8 @@ pub struct SealHeader {
     pub seq: Seq,
     /// The sender's public key (flag [`FLAG_KEY`]).
     pub key: Option<PublicKey>,
+    /// A cookie the receiver gave this sender for its address (flag [`FLAG_COOKIE`]).
+    pub cookie: Option<Cookie>,
 }
 
 /// The datagram header: who sent it and to whom. It travels in the clear (it is
@@ -144,7 +211,10 @@ impl Header {
     /// Encoded size of this header.
     pub fn encoded_len(&self) -> usize {
         let seal = self.seal.map_or(0, |h| {
-            varint_len(h.seq.epoch) + 4 + h.key.map_or(0, |_| KEY_LEN)
+            varint_len(h.seq.epoch)
+                + 4
+                + h.key.map_or(0, |_| KEY_LEN)
+                + h.cookie.map_or(0, |_| COOKIE_LEN)
         });
         4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + seal
     }
@@ -155,6 +225,9 @@ impl Header {
             f |= FLAG_SEALED;
             if h.key.is_some() {
                 f |= FLAG_KEY;
+            }
+            if h.cookie.is_some() {
+                f |= FLAG_COOKIE;
             }
         }
         f
@@ -173,6 +246,9 @@ impl Header {
             if let Some(k) = h.key {
                 buf.put_slice(k.as_bytes());
             }
+            if let Some(c) = h.cookie {
+                buf.put_slice(&c);
+            }
         }
     }
 
@@ -184,19 +260,11 @@ impl Header {
     }
 
     fn decode(r: &mut Reader<'_>) -> Result<Header, DecodeError> {
-        if r.remaining() < MIN_HEADER_LEN {
-            return Err(DecodeError::Runt);
-        }
-        if r.bytes(2)? != MAGIC {
-            return Err(DecodeError::BadMagic);
-        }
-        let version = r.u8()?;
-        if version != VERSION {
-            return Err(DecodeError::UnsupportedVersion(version));
-        }
-        let flags = r.u8()?;
-        let known = FLAG_ACK_NOW | FLAG_SEALED | FLAG_KEY;
-        if flags & !known != 0 || (flags & FLAG_KEY != 0 && flags & FLAG_SEALED == 0) {
+        let flags = decode_start(r)?;
+        let known = FLAG_ACK_NOW | FLAG_SEALED | FLAG_KEY | FLAG_COOKIE;
+        if flags & !known != 0
+            || (flags & (FLAG_KEY | FLAG_COOKIE) != 0 && flags & FLAG_SEALED == 0)
+        {
             return Err(DecodeError::ReservedFlags(flags));
         }
         // Any decoded varint is at most VARINT_MAX, so these cannot fail.
@@ -213,9 +281,17 @@ impl Header {
             } else {
                 None
             };
+            let cookie = if flags & FLAG_COOKIE != 0 {
+                let mut c = [0u8; COOKIE_LEN];
+                c.copy_from_slice(r.bytes(COOKIE_LEN)?);
+                Some(c)
+            } else {
+                None
+            };
             Some(SealHeader {
                 seq: Seq { epoch, counter },
                 key,
+                cookie,
             })
         } else {
             None
@@ -227,6 +303,21 @@ impl Header {
             seal,
         })
     }
+}
+
+/// Checks the length, magic and version every datagram starts with; returns its flags.
+fn decode_start(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
+    if r.remaining() < MIN_HEADER_LEN {
+        return Err(DecodeError::Runt);
+    }
+    if r.bytes(2)? != MAGIC {
+        return Err(DecodeError::BadMagic);
+    }
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(DecodeError::UnsupportedVersion(version));
+    }
+    r.u8()
 }
 
 /// One protocol frame. Several may share a datagram.
@@ -1026,5 +1117,60 @@ impl Packet {
     /// Encoded size of the datagram.
     pub fn encoded_len(&self) -> usize {
         self.header.encoded_len() + self.frames.iter().map(Frame::encoded_len).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cookie_reply_round_trips_and_refuses_anything_else() {
+        let r = CookieReply {
+            src: NodeId::from_const(2),
+            dst: NodeId::MAX,
+            cookie: [7; COOKIE_LEN],
+        };
+        let mut v = Vec::new();
+        r.encode(&mut v);
+        assert_eq!(v.len(), r.encoded_len());
+        assert_eq!(v.len(), 4 + 1 + 8 + 16);
+        assert!(CookieReply::is_one(&v));
+        assert_eq!(CookieReply::decode(&v), Ok(r));
+        // Trailing or missing bytes, other flags: refused, and never a header.
+        let mut long = v.clone();
+        long.push(0);
+        assert!(CookieReply::decode(&long).is_err());
+        assert!(CookieReply::decode(&v[..v.len() - 1]).is_err());
+        assert!(Header::decode_prefix(&v).is_err());
+        let mut other = v.clone();
+        other[3] = FLAG_COOKIE_REPLY | FLAG_SEALED;
+        assert!(!CookieReply::is_one(&other));
+        assert!(CookieReply::decode(&other).is_err());
+    }
+
+    #[test]
+    fn a_cookie_in_the_header_round_trips_and_needs_the_sealed_flag() {
+        let mut h = Header::new(NodeId::from_const(1), NodeId::from_const(2));
+        h.seal = Some(SealHeader {
+            seq: Seq {
+                epoch: 9,
+                counter: 3,
+            },
+            key: None,
+            cookie: Some([5; COOKIE_LEN]),
+        });
+        let mut v = Vec::new();
+        h.encode(&mut v);
+        assert_eq!(v.len(), h.encoded_len());
+        assert_eq!(v[3], FLAG_SEALED | FLAG_COOKIE);
+        assert_eq!(Header::decode_prefix(&v), Ok((h, v.len())));
+        let mut plain = Vec::new();
+        Header::new(NodeId::from_const(1), NodeId::from_const(2)).encode(&mut plain);
+        plain[3] |= FLAG_COOKIE;
+        assert_eq!(
+            Header::decode_prefix(&plain),
+            Err(DecodeError::ReservedFlags(FLAG_COOKIE))
+        );
     }
 }

@@ -47,7 +47,7 @@ pub use congestion::{CongestionControl, PathStats};
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.
 pub(crate) type PeerMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
-pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security};
+pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security, Vouch};
 pub use delivery::DeliveryId;
 pub use error::{DecodeError, SendError};
 pub use event::{Event, Transmit};

@@ -8,8 +8,8 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 
 use super::codec::VARINT_MAX;
-use super::crypto::{Keyring, OpenError, PublicKey, Sealer, Security, Seq};
-use super::frame::{self, Frame, Verdict};
+use super::crypto::{Keyring, KeyringError, OpenError, PublicKey, Sealer, Security, Seq, Vouch};
+use super::frame::{self, Cookie, Frame, Verdict};
 use super::outbox::Outbox;
 use super::receiver::{Grant, RRecord};
 use super::rules::Rules;
@@ -189,9 +189,45 @@ impl Node {
         self.sealer.is_some()
     }
 
-    /// The keyring of a sealed node, to add or remove peers (`None` in plaintext mode).
-    pub fn keyring_mut(&mut self) -> Option<&mut Keyring> {
-        self.sealer.as_mut().map(|s| s.keyring_mut())
+    /// The keyring of a sealed node (`None` in plaintext mode).
+    pub fn keyring(&self) -> Option<&Keyring> {
+        self.sealer.as_ref().map(|s| s.keyring())
+    }
+
+    /// Adds (or replaces) the public key of `id` in the keyring (no effect in plaintext
+    /// mode). A new member is refused when the keyring holds
+    /// [`Config::max_keyring_size`] peers already ([`KeyringError::Full`]).
+    pub fn add_peer_key(&mut self, id: NodeId, key: PublicKey) -> Result<(), KeyringError> {
+        self.sealer
+            .as_mut()
+            .map_or(Ok(()), |s| s.add_peer_key(id, key))
+    }
+
+    /// Removes `id` from the keyring, with the datagram keys derived for it.
+    pub fn remove_peer_key(&mut self, id: NodeId) -> Option<PublicKey> {
+        self.sealer.as_mut()?.remove_peer_key(id)
+    }
+
+    /// Input: `cookie` came back from `peer` in a COOKIE_REPLY (`docs/wire.md`), from the
+    /// address the embedding sends it to: the peer is under load and wants its datagrams
+    /// to echo the cookie until it answers. Kept only while this node has a sender record
+    /// for the peer (sealed mode); an outstanding slot request is sent again at once, with
+    /// the cookie. Returns whether the cookie was taken.
+    pub fn handle_cookie(&mut self, peer: NodeId, cookie: Cookie) -> bool {
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return false;
+        };
+        let Some(sealer) = &mut self.sealer else {
+            return false;
+        };
+        sealer.set_cookie(peer, cookie);
+        if rec.req_n.is_some() && rec.req_sent_at.is_some() && !rec.req_due {
+            rec.req_due = true;
+            rec.req_retransmitted = true;
+            self.stats.reqslots_retransmissions += 1;
+            self.outbox.wake(peer, usize::MAX);
+        }
+        true
     }
 
     /// This node's public key (`None` in plaintext mode).
@@ -523,7 +559,20 @@ impl Node {
     /// (authenticated in sealed mode) and its sequence number. The driver learns peer
     /// addresses from these and challenges a new one before it moves a peer there (a
     /// replayed datagram cannot move a peer).
-    pub fn handle_datagram_buf(&mut self, now: Instant, mut data: BytesMut) -> Option<Accepted> {
+    pub fn handle_datagram_buf(&mut self, now: Instant, data: BytesMut) -> Option<Accepted> {
+        self.handle_datagram_vouched(now, data, Vouch::Unproven)
+    }
+
+    /// [`handle_datagram_buf`](Self::handle_datagram_buf) for a datagram whose source
+    /// address the embedding vouches for (or not): with [`Vouch::Cookie`], a key agreement
+    /// it needs comes from the vouched budget (`Config::cookie_agreements_per_sec`), which
+    /// datagrams from unproven addresses cannot spend.
+    pub fn handle_datagram_vouched(
+        &mut self,
+        now: Instant,
+        mut data: BytesMut,
+        vouch: Vouch,
+    ) -> Option<Accepted> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
         // The receive ceiling is the UDP maximum, not this node's own send size: a peer
@@ -551,7 +600,8 @@ impl Node {
             (Some(sealer), Some(_)) => {
                 let (senders, receivers) = (&self.senders, &self.receivers);
                 let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
-                match sealer.open(now, &header, &mut data, body_at, pinned) {
+                let pin = self.rules.pin_member_keys;
+                match sealer.open(now, &header, &mut data, body_at, pinned, pin, vouch) {
                     Ok(len) => data.freeze().slice(body_at..body_at + len),
                     Err(e) => {
                         let r = &mut self.stats.rejects;

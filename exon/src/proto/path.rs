@@ -27,7 +27,7 @@ impl Node {
         let start = buf.len();
         let mut header = Header::new(self.id, peer);
         if let Some(sealer) = &mut self.sealer {
-            header.seal = sealer.next_seal_header();
+            header.seal = sealer.next_seal_header(peer);
         }
         header.encode(buf);
         let header_end = buf.len();

@@ -71,6 +71,18 @@ pub struct Rules {
     /// (`eviction.rs`). Off, the incarnation is forgotten as a spent record would be, and a
     /// TOKEN for a free slot gets the rule-4 ACK: a message acknowledged and never delivered.
     pub remember_evicted_slots: bool,
+    /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
+    /// with each keyring member are derived once and kept while it is a member, outside the
+    /// cache and without spending the key-agreement budget, so a forgery in a member's name
+    /// costs one tag check. Off, members go through the cache and the budget like
+    /// self-certifying peers, and a flood of such forgeries locks new members out.
+    pub pin_member_keys: bool,
+    /// Beyond the paper (floods of forgeries): an endpoint answers a datagram refused for
+    /// want of key-agreement budget with a COOKIE_REPLY to its source address, and spends
+    /// the separate vouched budget on datagrams that echo a valid cookie for their address,
+    /// within a per-address limit. Off, no cookie is sent or honoured (the endpoint's rule;
+    /// the core itself only keeps the budgets apart).
+    pub address_cookies: bool,
 }
 
 impl Rules {
@@ -92,6 +104,8 @@ impl Rules {
         deaf_backoff: true,
         evict_silent_records: true,
         remember_evicted_slots: true,
+        pin_member_keys: true,
+        address_cookies: true,
     };
 }
 

@@ -135,7 +135,10 @@ pub struct Rejects {
     pub unknown_peer: u64,
     /// A sealed datagram whose announced key contradicts the keyring or its self-certifying id.
     pub key_mismatch: u64,
-    /// A sealed datagram from an uncached peer while the key-agreement budget was spent.
+    /// A sealed datagram from an uncached self-certifying peer (or, with rule
+    /// `pin_member_keys` off, keyring member) while its key-agreement budget (general, or
+    /// vouched for a datagram with a valid cookie) was spent. An endpoint answers such a
+    /// datagram with a COOKIE_REPLY.
     pub key_budget: u64,
     /// A sealed datagram whose tag did not verify: forged, altered, truncated, or not for this node.
     pub bad_tag: u64,

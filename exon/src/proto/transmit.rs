@@ -71,7 +71,7 @@ impl Node {
             }
             let mut limit = start + size;
             if let Some(sealer) = &mut self.sealer {
-                header.seal = sealer.next_seal_header();
+                header.seal = sealer.next_seal_header(peer);
                 limit -= TAG_LEN;
             }
             header.encode(buf);
@@ -237,7 +237,8 @@ impl Node {
         if let (Some(sealer), Some(sh)) = (&mut self.sealer, header.seal) {
             let (senders, receivers) = (&self.senders, &self.receivers);
             let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
-            if !sealer.seal(peer, sh.seq, buf, start, header_end, pinned) {
+            let pin = self.rules.pin_member_keys;
+            if !sealer.seal(peer, sh.seq, buf, start, header_end, pinned, pin) {
                 // No key for this peer (removed from the keyring): what was in the
                 // datagram is repaired like a loss, and counted.
                 buf.truncate(start);

@@ -48,6 +48,13 @@ impl KeyCache {
         self.entries.get(&id).map(|e| &e.key)
     }
 
+    /// Forgets `id` (a keyring change: rare, so the linear scan of the order is fine).
+    pub fn remove(&mut self, id: NodeId) {
+        if self.entries.remove(&id).is_some() {
+            self.order.retain(|p| *p != id);
+        }
+    }
+
     /// Peers cached.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -38,6 +38,14 @@ pub enum KeyringError {
         /// Why.
         source: KeyError,
     },
+    /// The keyring holds `max` peers already
+    /// ([`Config::max_keyring_size`](crate::proto::Config::max_keyring_size)): a new member
+    /// is refused (a known one may still change its key).
+    #[error("the keyring is full ({max} peers)")]
+    Full {
+        /// The bound.
+        max: usize,
+    },
     /// The same id twice with different keys.
     #[error("line {line}: node id {id} listed twice")]
     Duplicate {

@@ -16,11 +16,12 @@ pub use seal::{Seq, TAG_LEN};
 
 use std::time::Instant;
 
-use cache::{DhBudget, KeyCache};
+pub(crate) use cache::DhBudget;
+use cache::KeyCache;
 use seal::PairKeys;
 
-use super::frame::{Header, SealHeader};
-use super::{Config, ConfigError, NodeId};
+use super::frame::{Cookie, Header, SealHeader};
+use super::{Config, ConfigError, NodeId, PeerMap};
 
 /// How a node protects its datagrams.
 #[derive(Debug, Clone)]
@@ -94,10 +95,16 @@ pub fn insecure_test_security(id: NodeId, peers: impl IntoIterator<Item = NodeId
     Security::Sealed(Identity::new(insecure_test_secret(id)).with_keyring(keyring))
 }
 
-/// The secret key [`insecure_test_security`] gives node `id`.
+/// The secret key [`insecure_test_security`] gives node `id`: SHA-256("exon insecure test
+/// key" || id as 8 bytes big-endian), so every id has its own key pair (X25519 clamping
+/// ignores the low three bits of the first byte, so the id cannot simply be the key's first
+/// bytes: ids 0 to 7 would share one key).
 pub fn insecure_test_secret(id: NodeId) -> SecretKey {
-    let mut b = [0x5a; KEY_LEN];
-    b[..8].copy_from_slice(&id.get().to_le_bytes());
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    ctx.update(b"exon insecure test key");
+    ctx.update(&id.get().to_be_bytes());
+    let mut b = [0u8; KEY_LEN];
+    b.copy_from_slice(ctx.finish().as_ref());
     SecretKey::from_bytes(b)
 }
 
@@ -116,6 +123,17 @@ pub(crate) enum OpenError {
     BadTag,
 }
 
+/// The datagram keys shared with one keyring member, derived once for its current key.
+#[derive(Debug)]
+struct Member {
+    key: PublicKey,
+    /// `None` when the member's key is weak (nothing can be sealed for it or opened from it).
+    keys: Option<PairKeys>,
+}
+
+/// Cookies a node holds at most (for peers it sends to that have not answered yet).
+const MAX_COOKIES: usize = 4096;
+
 /// The sealing state of a node: present unless the node runs in plaintext.
 #[derive(Debug)]
 pub(crate) struct Sealer {
@@ -125,13 +143,34 @@ pub(crate) struct Sealer {
     /// Whether our own datagrams carry our public key (our id is self-certifying).
     announce: bool,
     keyring: Keyring,
+    max_keyring: usize,
+    /// Keys of keyring members, derived at most once per member key and kept while it is a
+    /// member (rule `pin_member_keys`).
+    members: PeerMap<Member>,
     self_certifying: bool,
     cache: KeyCache,
     budget: DhBudget,
+    /// The budget of key agreements for datagrams the embedding vouches for.
+    vouched: DhBudget,
+    /// Cookies peers gave this node, echoed in datagrams to them until one answers.
+    cookies: PeerMap<Cookie>,
     epoch: Option<u64>,
     counter: u32,
-    /// Key agreements done for incoming datagrams from uncached sources.
+    /// Key agreements done for incoming datagrams from sources with no derived keys.
     agreements: u64,
+}
+
+/// Whether the embedding vouches for a datagram's source address (the core knows none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Vouch {
+    /// Nothing is known of the source address: any key agreement comes from the general
+    /// budget (`Config::key_agreements_per_sec`).
+    #[default]
+    Unproven,
+    /// The datagram echoed a valid cookie for its source address, within that address's
+    /// limit: a key agreement comes from the vouched budget
+    /// (`Config::cookie_agreements_per_sec`).
+    Cookie,
 }
 
 impl Sealer {
@@ -150,24 +189,55 @@ impl Sealer {
                 "the keyring lists this node's id with another public key",
             ));
         }
+        if identity.keyring.len() > cfg.max_keyring_size {
+            return Err(ConfigError(
+                "the keyring holds more peers than Config::max_keyring_size",
+            ));
+        }
         Ok(Some(Sealer {
             id,
             announce: public.self_certifying_id() == id,
             secret: identity.secret,
             public,
             keyring: identity.keyring,
+            max_keyring: cfg.max_keyring_size,
+            members: PeerMap::default(),
             self_certifying: identity.self_certifying,
             cache: KeyCache::new(cfg.key_cache_size),
             budget: DhBudget::new(cfg.key_agreements_per_sec, cfg.key_agreement_burst),
+            vouched: DhBudget::new(cfg.cookie_agreements_per_sec, cfg.cookie_agreement_burst),
+            cookies: PeerMap::default(),
             epoch: None,
             counter: 0,
             agreements: 0,
         }))
     }
 
-    /// The keyring, to add or remove peers.
-    pub fn keyring_mut(&mut self) -> &mut Keyring {
-        &mut self.keyring
+    /// The keyring.
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    /// Adds (or replaces) `id`'s key in the keyring; refused when the keyring is full.
+    pub fn add_peer_key(&mut self, id: NodeId, key: PublicKey) -> Result<(), KeyringError> {
+        if self.keyring.get(id).is_none() && self.keyring.len() >= self.max_keyring {
+            return Err(KeyringError::Full {
+                max: self.max_keyring,
+            });
+        }
+        if self.keyring.get(id) != Some(&key) {
+            self.members.remove(&id);
+            self.cache.remove(id);
+        }
+        self.keyring.insert(id, key);
+        Ok(())
+    }
+
+    /// Removes `id` from the keyring, with the keys derived for it.
+    pub fn remove_peer_key(&mut self, id: NodeId) -> Option<PublicKey> {
+        self.members.remove(&id);
+        self.cache.remove(id);
+        self.keyring.remove(id)
     }
 
     /// This node's public key.
@@ -180,19 +250,29 @@ impl Sealer {
         self.keyring.get(peer).is_some() || self.cache.public_key(peer).is_some()
     }
 
-    /// Key agreements done for incoming datagrams from uncached sources.
+    /// Key agreements done for incoming datagrams from sources with no derived keys.
     pub fn agreements(&self) -> u64 {
         self.agreements
     }
 
-    /// Peers with cached keys.
+    /// Peers with cached keys (keyring members' kept keys not included).
     pub fn cached_peers(&self) -> usize {
         self.cache.len()
     }
 
-    /// The header fields of the next datagram, or `None` when a new epoch must be taken
-    /// from the clock first ([`start_epoch`](Self::start_epoch)).
-    pub fn next_seal_header(&mut self) -> Option<SealHeader> {
+    /// Keeps `cookie` to echo in datagrams to `peer` until it answers. When this node
+    /// holds `MAX_COOKIES` already, they are all forgotten first (a cookie is soft state:
+    /// a peer still under load sends it again).
+    pub fn set_cookie(&mut self, peer: NodeId, cookie: Cookie) {
+        if self.cookies.len() >= MAX_COOKIES && !self.cookies.contains_key(&peer) {
+            self.cookies.clear();
+        }
+        self.cookies.insert(peer, cookie);
+    }
+
+    /// The header fields of the next datagram to `peer`, or `None` when a new epoch must be
+    /// taken from the clock first ([`start_epoch`](Self::start_epoch)).
+    pub fn next_seal_header(&mut self, peer: NodeId) -> Option<SealHeader> {
         let epoch = self.epoch?;
         let seq = Seq {
             epoch,
@@ -205,6 +285,7 @@ impl Sealer {
         Some(SealHeader {
             seq,
             key: self.announce.then_some(self.public),
+            cookie: self.cookies.get(&peer).copied(),
         })
     }
 
@@ -224,9 +305,23 @@ impl Sealer {
         PairKeys::derive(&self.secret, (self.id, &self.public), (peer, key))
     }
 
+    /// The kept keys of keyring member `id` (derived now if it has none for its current
+    /// key, which `derived` reports), or `None` when `id` is no member. `Some(None)`: the
+    /// member's key is weak.
+    fn member(&mut self, id: NodeId, derived: &mut bool) -> Option<Option<&PairKeys>> {
+        let key = *self.keyring.get(id)?;
+        if self.members.get(&id).is_none_or(|m| m.key != key) {
+            *derived = true;
+            let keys = self.derive(id, &key);
+            self.members.insert(id, Member { key, keys });
+        }
+        self.members.get(&id).map(|m| m.keys.as_ref())
+    }
+
     /// Seals the datagram `buf[start..]`: the header is `buf[start..body]`, the frames
     /// `buf[body..]`; appends the tag. Returns false (and leaves `buf` alone) when no key is
     /// known for `peer`.
+    #[allow(clippy::too_many_arguments)]
     pub fn seal(
         &mut self,
         peer: NodeId,
@@ -235,7 +330,13 @@ impl Sealer {
         start: usize,
         body: usize,
         pinned: impl Fn(NodeId) -> bool,
+        pin_members: bool,
     ) -> bool {
+        if pin_members {
+            if let Some(keys) = self.member(peer, &mut false) {
+                return keys.is_some_and(|k| seal_with(k, seq, buf, start, body));
+            }
+        }
         if let Some(keys) = self.cache.get(peer) {
             return seal_with(keys, seq, buf, start, body);
         }
@@ -257,6 +358,12 @@ impl Sealer {
     /// Opens a sealed datagram from `header.src`: `data[..body]` is the header, the rest the
     /// sealed frames and tag. Returns the plaintext length (the frames now lie in
     /// `data[body..body + len]`).
+    ///
+    /// A keyring member's keys are derived once and kept (with `pin_members`): a forgery
+    /// in its name costs a tag check. Any other source whose keys are not cached costs a
+    /// key agreement from the budget `vouch` names, and is refused (`Busy`) when it is
+    /// spent.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         &mut self,
         now: Instant,
@@ -264,18 +371,36 @@ impl Sealer {
         data: &mut [u8],
         body: usize,
         pinned: impl Fn(NodeId) -> bool,
+        pin_members: bool,
+        vouch: Vouch,
     ) -> Result<usize, OpenError> {
         let Some(sh) = header.seal else {
             return Err(OpenError::WrongMode);
         };
         let src = header.src;
         let (aad, rest) = data.split_at_mut(body);
+        if pin_members && self.keyring.get(src).is_some() {
+            if sh.key.is_some_and(|k| Some(&k) != self.keyring.get(src)) {
+                return Err(OpenError::KeyMismatch);
+            }
+            let mut derived = false;
+            let opened = match self.member(src, &mut derived).flatten() {
+                Some(keys) => keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag),
+                None => Err(OpenError::KeyMismatch),
+            };
+            self.agreements += u64::from(derived);
+            let len = opened?;
+            self.cookies.remove(&src);
+            return Ok(len);
+        }
         if let Some(cached) = self.cache.public_key(src).copied() {
             if sh.key.is_some_and(|k| k != cached) {
                 return Err(OpenError::KeyMismatch);
             }
             if let Some(keys) = self.cache.get(src) {
-                return keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag);
+                let len = keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag)?;
+                self.cookies.remove(&src);
+                return Ok(len);
             }
         }
         let key = match (self.keyring.get(src), sh.key) {
@@ -289,7 +414,11 @@ impl Sealer {
             }
             (None, _) => return Err(OpenError::UnknownPeer),
         };
-        if !self.budget.try_take(now) {
+        let budget = match vouch {
+            Vouch::Unproven => &mut self.budget,
+            Vouch::Cookie => &mut self.vouched,
+        };
+        if !budget.try_take(now) {
             return Err(OpenError::Busy);
         }
         self.agreements += 1;
@@ -297,6 +426,7 @@ impl Sealer {
         let len = keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag)?;
         // Authenticated: only now may the source take a place in the cache.
         self.cache.insert(src, key, keys, pinned);
+        self.cookies.remove(&src);
         Ok(len)
     }
 }
