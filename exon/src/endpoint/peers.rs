@@ -113,6 +113,13 @@ pub(crate) enum Learned {
 pub(crate) struct PeerBook {
     entries: PeerMap<Entry>,
     cap: usize,
+    /// Entries not configured: what `cap` bounds (kept as a count, so that learning a new
+    /// peer costs no pass over the book).
+    learned: usize,
+    /// Newcomers a full book refuses without a pruning pass before it tries one again, so
+    /// that a stream of new peers at a full book costs a pass per `cap / 16` of them, not
+    /// one each.
+    skip: usize,
     /// Peers pruned since the last [`take_pruned`](Self::take_pruned).
     pruned: Vec<NodeId>,
     /// The wait after a candidate's first challenge (doubled after each).
@@ -129,6 +136,8 @@ impl PeerBook {
         PeerBook {
             entries: PeerMap::default(),
             cap: cap.max(1),
+            learned: 0,
+            skip: 0,
             pruned: Vec::new(),
             interval,
             moves_need_an_answer: true,
@@ -155,6 +164,9 @@ impl PeerBook {
     /// The application sets `id`'s address (trusted: no validation).
     pub fn configure(&mut self, id: NodeId, addr: SocketAddr) {
         let seq = self.entries.get(&id).and_then(|e| e.seq);
+        if self.entries.get(&id).is_some_and(|e| !e.configured) {
+            self.learned -= 1;
+        }
         self.entries.insert(
             id,
             Entry {
@@ -281,29 +293,48 @@ impl PeerBook {
             if !fresher {
                 return Learned::Unchanged;
             }
+            if e.configured {
+                self.learned += 1;
+            }
             *e = Entry::learned(from, e.seq, len, now);
             return Learned::New;
         }
-        if self.learned() >= self.cap {
+        if self.learned >= self.cap {
+            if self.skip > 0 {
+                self.skip -= 1;
+                return Learned::Full;
+            }
+            let before = self.learned;
             self.prune(now, Duration::ZERO, &has_record);
-            if self.learned() >= self.cap {
+            if before - self.learned < self.cap / 16 {
+                // The pass freed little: the next newcomers wait for another pass.
+                self.skip = self.cap / 16;
+            }
+            if self.learned >= self.cap {
                 return Learned::Full;
             }
         }
         self.entries
             .insert(acc.from, Entry::learned(from, acc.seq, len, now));
+        self.learned += 1;
         Learned::New
     }
 
+    /// Entries not configured (what `cap` bounds).
+    #[cfg(test)]
     fn learned(&self) -> usize {
-        self.entries.values().filter(|e| !e.configured).count()
+        debug_assert_eq!(
+            self.learned,
+            self.entries.values().filter(|e| !e.configured).count()
+        );
+        self.learned
     }
 
     /// Forgets learned addresses of peers the node holds no record for and has not heard
     /// from for `idle` (so that a reply a little after the last exchange still finds its
     /// way, while a flood of forged or one-off peers does not accumulate).
     pub fn prune(&mut self, now: Instant, idle: Duration, has_record: impl Fn(NodeId) -> bool) {
-        let pruned = &mut self.pruned;
+        let (pruned, learned) = (&mut self.pruned, &mut self.learned);
         self.entries.retain(|id, e| {
             let recent = e
                 .last
@@ -311,6 +342,7 @@ impl PeerBook {
             let keep = e.configured || recent || has_record(*id);
             if !keep {
                 pruned.push(*id);
+                *learned -= 1;
             }
             keep
         });
@@ -770,5 +802,51 @@ mod tests {
         b.prune(t0() + Duration::from_secs(61), idle, |_| false);
         assert_eq!(b.get(id), None);
         assert_eq!(b.take_pruned().collect::<Vec<_>>(), [id]);
+    }
+
+    /// Learning a new peer costs no pass over the book: the count of learned entries is kept
+    /// through learning, configuring and pruning, and a full book of peers with records
+    /// tries a pruning pass only once per `cap / 16` newcomers it refuses.
+    #[test]
+    fn a_full_book_costs_a_pass_per_sixteenth_of_its_size_not_per_newcomer() {
+        use std::cell::Cell;
+        let cap = 1024;
+        let mut b = PeerBook::new(cap, WAIT);
+        b.configure(NodeId::from_const(1_000_000), addr(7));
+        for i in 0..cap as u64 {
+            assert_eq!(
+                b.learn(acc(i, Some((1, 0))), addr(1), 100, t0(), |_| true),
+                Learned::New
+            );
+            assert_eq!(b.learned(), i as usize + 1);
+        }
+        // Configuring a learned peer takes it out of the count; learning it again does not
+        // count it twice.
+        b.configure(NodeId::from_const(0), addr(2));
+        assert_eq!(b.learned(), cap - 1);
+        // Every peer has a record: each pass frees nothing. Count the passes (one call of
+        // `has_record` per entry each).
+        let calls = Cell::new(0u64);
+        let busy = |_: NodeId| {
+            calls.set(calls.get() + 1);
+            true
+        };
+        let mut refused = 0;
+        for i in 0..10_000u64 {
+            if b.learn(acc(5000 + i, Some((1, 0))), addr(1), 100, t0(), busy) == Learned::Full {
+                refused += 1;
+            }
+        }
+        assert_eq!(b.learned(), cap);
+        assert_eq!(refused, 10_000 - 1, "one newcomer took the free entry");
+        let passes = calls.get() / (cap as u64 + 1);
+        assert!(passes <= 10_000 / (cap as u64 / 16) + 2, "{passes} passes");
+        // Once the records go, the next pass makes room at once.
+        b.skip = 0;
+        assert_eq!(
+            b.learn(acc(99_999, Some((1, 0))), addr(1), 100, t0(), |_| false),
+            Learned::New
+        );
+        assert_eq!(b.learned(), 1);
     }
 }
