@@ -79,6 +79,11 @@ impl RxBufs {
         }
     }
 
+    /// The size of each receive buffer (a datagram handed on may share it with others).
+    pub(crate) fn size(&self) -> usize {
+        self.size
+    }
+
     /// Makes every buffer `size` bytes long again: one split off from waits among the
     /// spares, and is replaced by the oldest spare no longer in use, or a new buffer.
     fn restore(&mut self) {
@@ -134,10 +139,16 @@ impl RxBufs {
 
     /// The datagrams of buffer `i` in one allocation: split off the buffer if it is at
     /// least half full, else copied.
+    /// Whether `take` hands `len` received bytes over as a part of their buffer (shared with
+    /// whatever else is split off it) rather than as a copy of their own.
+    pub(crate) fn is_shared(&self, len: usize) -> bool {
+        len.min(self.size) * 2 >= self.size
+    }
+
     fn take(&mut self, i: usize) -> (BytesMut, RecvMeta) {
         let m = self.meta[i];
         let len = m.len.min(self.size);
-        if len * 2 >= self.size {
+        if self.is_shared(len) {
             (self.bufs[i].split_to(len), m)
         } else {
             (BytesMut::from(&self.bufs[i][..len]), m)
@@ -196,6 +207,11 @@ impl<S: DatagramSocket> Driver<S> {
         self.stats.recv_calls += 1;
         for i in 0..n {
             let (mut data, m) = self.rx.take(i);
+            // A datagram split off its receive buffer (not copied) keeps all of it alive
+            // while any part is held: the node copies small deliveries out beyond a budget.
+            let shared = self.rx.is_shared(data.len());
+            self.node
+                .set_receive_buffer_size(if shared { self.rx.size() } else { 0 });
             let stride = if m.stride == 0 {
                 data.len().max(1)
             } else {

@@ -22,12 +22,22 @@ pub struct DeliveryId {
     from: NodeId,
     r: u64,
     s: u64,
+    /// Bytes charged against `max_untaken_bytes`: what the delivery holds.
     len: usize,
+    /// Bytes of a receive buffer the delivery keeps alive beyond that, within the node's
+    /// zero-copy budget ([`PINNED_BUDGET`]).
+    pinned: usize,
 }
 
 impl DeliveryId {
-    pub(super) fn new(from: NodeId, r: u64, s: u64, len: usize) -> DeliveryId {
-        DeliveryId { from, r, s, len }
+    pub(super) fn new(from: NodeId, r: u64, s: u64, kept: Kept) -> DeliveryId {
+        DeliveryId {
+            from,
+            r,
+            s,
+            len: kept.charge,
+            pinned: kept.pinned,
+        }
     }
 
     /// The sending node.
@@ -64,7 +74,67 @@ impl Held {
     }
 }
 
+/// Receive-buffer bytes that untaken deliveries may keep alive beyond what they are
+/// charged: a payload sliced from a much larger buffer stays a slice (no copy) while the
+/// buffers so kept fit in this; beyond, it is copied out.
+pub(crate) const PINNED_BUDGET: usize = 64 << 20;
+
+/// How a delivered payload is held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kept {
+    /// Bytes charged against `max_untaken_bytes`.
+    pub charge: usize,
+    /// Receive-buffer bytes kept alive within [`PINNED_BUDGET`].
+    pub pinned: usize,
+}
+
 impl Node {
+    /// Input: datagrams handed to [`handle_datagram_buf`](Self::handle_datagram_buf) may be
+    /// parts of receive buffers of up to `size` bytes (a batch of datagrams received into
+    /// one buffer, GRO): a payload delivered as a slice keeps its whole buffer alive. The
+    /// node then copies a small payload out of a large buffer rather than let an untaken
+    /// delivery pin it (beyond a fixed budget of 64 MiB of such buffers), so what untaken
+    /// deliveries hold stays within twice their payload plus that budget. Default 0: each
+    /// datagram owns its bytes.
+    pub fn set_receive_buffer_size(&mut self, size: usize) {
+        self.rx_buffer = size;
+    }
+
+    /// Decides how the payload of a delivery is held: `payload` is a slice of the datagram
+    /// being handled (or an allocation of its own, when put together from fragments).
+    /// Returns the payload to hand over (a copy when a slice would keep a much larger buffer
+    /// alive beyond the budget) and what it is charged.
+    pub(super) fn keep_payload(&mut self, payload: bytes::Bytes) -> (bytes::Bytes, Kept) {
+        let len = payload.len();
+        let owned = len > self.rx_len;
+        let pin = self.rx_len.max(self.rx_buffer);
+        if owned || len.saturating_mul(2) >= pin {
+            // Its own bytes, or at least half of what it keeps alive.
+            let charge = if owned { len } else { pin };
+            return (payload, Kept { charge, pinned: 0 });
+        }
+        if self.pinned + pin <= PINNED_BUDGET {
+            self.pinned += pin;
+            self.stats.pinned_deliveries += 1;
+            return (
+                payload,
+                Kept {
+                    charge: len,
+                    pinned: pin,
+                },
+            );
+        }
+        self.stats.copied_deliveries += 1;
+        let copy = bytes::Bytes::copy_from_slice(&payload);
+        (
+            copy,
+            Kept {
+                charge: len,
+                pinned: 0,
+            },
+        )
+    }
+
     /// Whether another delivery may be held now.
     pub(super) fn has_room_for_delivery(&self) -> bool {
         self.untaken < self.cfg.max_untaken && self.untaken_bytes < self.cfg.max_untaken_bytes
@@ -87,6 +157,7 @@ impl Node {
         }
         self.untaken -= 1;
         self.untaken_bytes = self.untaken_bytes.saturating_sub(id.len);
+        self.pinned = self.pinned.saturating_sub(id.pinned);
         self.stats.taken += 1;
         // The sender asked for an immediate ACK of deliveries now all taken.
         let urgent = rec.ack_now && rec.held.is_empty();

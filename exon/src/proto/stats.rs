@@ -341,6 +341,11 @@ pub struct Stats {
     pub deaf_datagrams: u64,
     /// Times a deaf peer had something to send and waited for its turn.
     pub deaf_waits: u64,
+    /// Deliveries handed over as slices of a receive buffer much larger than their payload,
+    /// within the zero-copy budget (`Node::set_receive_buffer_size`).
+    pub pinned_deliveries: u64,
+    /// Deliveries copied out of a much larger receive buffer, the zero-copy budget spent.
+    pub copied_deliveries: u64,
     /// The largest datagram `poll_transmit` produced, in bytes (path MTU discovery at work).
     pub largest_datagram_out: u64,
     /// Path MTU discovery, over all destinations.
@@ -492,6 +497,8 @@ impl Stats {
             unsealable,
             deaf_datagrams,
             deaf_waits,
+            pinned_deliveries,
+            copied_deliveries,
             rejects,
             reassembled,
             too_large_for_peer,
@@ -529,6 +536,8 @@ impl Stats {
         self.unsealable += unsealable;
         self.deaf_datagrams += deaf_datagrams;
         self.deaf_waits += deaf_waits;
+        self.pinned_deliveries += pinned_deliveries;
+        self.copied_deliveries += copied_deliveries;
         self.reassembled += reassembled;
         self.too_large_for_peer += too_large_for_peer;
         self.partials_expired += partials_expired;

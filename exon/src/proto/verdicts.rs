@@ -26,7 +26,6 @@ impl Node {
         r: u64,
         payload: Bytes,
     ) -> bool {
-        let len = payload.len();
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
         let room = self.has_room_for_delivery() || !on_take;
@@ -43,17 +42,23 @@ impl Node {
                     if on_take {
                         // Held until taken (`handle_taken`).
                         rec.held.hold(s);
-                        self.untaken += 1;
-                        self.untaken_bytes += len;
                     }
                     if rec.is_spent() {
                         self.receivers.remove(&src);
+                    }
+                    let (payload, kept) = self.keep_payload(payload);
+                    if on_take {
+                        self.untaken += 1;
+                        self.untaken_bytes += kept.charge;
+                    } else {
+                        // Not held: nothing to give back at a take.
+                        self.pinned -= kept.pinned;
                     }
                     self.stats.delivered += 1;
                     self.events.push_back(Event::Delivered {
                         from: src,
                         payload,
-                        id: DeliveryId::new(src, r, s, len),
+                        id: DeliveryId::new(src, r, s, kept),
                     });
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)

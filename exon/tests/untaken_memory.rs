@@ -1,0 +1,134 @@
+//! What untaken deliveries hold: a peer sends tiny messages, each in a datagram padded to
+//! half of a 64 KiB receive buffer (an MTU_PROBE's padding after the TOKEN), and the
+//! application takes none. A delivery handed over as a slice of its datagram would keep the
+//! whole buffer alive (65 536 of them, 4 GiB); the node copies small payloads out once its
+//! zero-copy budget (64 MiB) is spent, so the heap grows by at most twice the payload plus
+//! that budget, plus a fixed cost per delivery. Measured with a counting allocator.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Instant;
+
+use bytes::{BufMut, BytesMut};
+use exon::proto::frame::{put_mtu_probe, put_reqslots, put_token, Header};
+use exon::proto::{Config, Event, Frame, Node, NodeId, Packet, Security};
+
+struct Counting;
+
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged; only a counter is kept.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as the caller's contract for `GlobalAlloc::alloc`.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        // SAFETY: as the caller's contract for `GlobalAlloc::dealloc`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const VICTIM: NodeId = NodeId::from_const(1);
+const PEER: NodeId = NodeId::from_const(2);
+const BUFFER: usize = 1 << 16;
+const DELIVERIES: u64 = 65_536;
+
+/// A datagram from the peer holding `body`, in a fresh receive buffer of `BUFFER` bytes of
+/// which it fills the first part (as the driver hands over a datagram split off its buffer).
+fn datagram(body: impl FnOnce(&mut BytesMut)) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(BUFFER);
+    Header::new(PEER, VICTIM).encode(&mut buf);
+    body(&mut buf);
+    let len = buf.len();
+    buf.put_bytes(0, BUFFER - len);
+    buf.truncate(len);
+    buf.split_to(len)
+}
+
+/// The incarnation of the SLOTS the victim sent for `s`.
+fn granted(node: &mut Node, now: Instant) -> Option<u64> {
+    let mut out = Vec::new();
+    let mut r = None;
+    loop {
+        out.clear();
+        if node.poll_transmit(now, &mut out).is_none() {
+            return r;
+        }
+        if let Ok(p) = Packet::decode(&bytes::Bytes::from(out.clone())) {
+            for f in p.frames {
+                if let Frame::Slots { r: rck, n, .. } = f {
+                    if n > 0 {
+                        r = Some(rck);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
+    let now = Instant::now();
+    let mut c = Config::default();
+    c.max_slots_per_record = DELIVERIES + 4096;
+    let mut node = Node::new(VICTIM, Security::InsecurePlaintext, c, 1 << 20).unwrap();
+    while let Some(hw) = node.poll_clock_store() {
+        node.handle_clock_stored(now, hw);
+    }
+    // The driver's setting for datagrams split off 64 KiB buffers.
+    node.set_receive_buffer_size(BUFFER);
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut held = Vec::with_capacity(DELIVERIES as usize);
+    let mut payload = 0u64;
+    let mut s = 0;
+    while s < DELIVERIES {
+        let n = 4096;
+        let req = datagram(|b| put_reqslots(b, s, n, s));
+        node.handle_datagram_buf(now, req);
+        let r = granted(&mut node, now).expect("slots granted");
+        for k in s..s + n {
+            let tiny = vec![k as u8; 1 + (k % 16) as usize];
+            payload += tiny.len() as u64;
+            let d = datagram(|b| {
+                put_token(b, k, r, &tiny);
+                let room = BUFFER / 2 - b.len();
+                put_mtu_probe(b, k, room);
+            });
+            assert!(d.len() >= BUFFER / 2 - 64);
+            node.handle_datagram_buf(now, d);
+            while let Some(e) = node.poll_event() {
+                if let Event::Delivered { payload, id, .. } = e {
+                    held.push((payload, id));
+                }
+            }
+        }
+        // Drain the replies (MTU_ACKs, none of them ACKs: nothing is taken).
+        granted(&mut node, now);
+        s += n;
+    }
+    assert_eq!(held.len() as u64, DELIVERIES);
+    assert_eq!(node.untaken(), DELIVERIES as usize);
+    let grown = (LIVE.load(Ordering::Relaxed) - before) as u64;
+    let st = node.stats();
+    eprintln!(
+        "{} deliveries, {payload} bytes of payload: heap +{} bytes ({} per delivery); {} kept as \
+         slices within the budget, {} copied out",
+        held.len(),
+        grown,
+        grown / DELIVERIES,
+        st.pinned_deliveries,
+        st.copied_deliveries
+    );
+    assert!(st.copied_deliveries > 60_000, "{}", st.copied_deliveries);
+    // Twice the payload, the 64 MiB budget, and at most 256 bytes of bookkeeping per
+    // delivery (the held list, the event, the slot ranges).
+    let bound = 2 * payload + (64 << 20) + 256 * DELIVERIES;
+    assert!(grown <= bound, "heap +{grown} bytes, bound {bound}");
+    drop(held);
+}
