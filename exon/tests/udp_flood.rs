@@ -317,24 +317,37 @@ async fn a_flood_of_forgeries_does_not_lock_out_new_peers_run() {
 }
 
 /// The same floods with the rules off: new peers draw lots for the budget the flood leaves,
-/// and those who lose wait for the flood to end (in runs so far, 2 to 7 of the 12 with
-/// self-certifying ids got in during the flood). In the members' flood they win often
-/// enough over loopback (4 to 12 of 12 so far) that only the self-certifying flood is
-/// asserted here; `exon/tests/security.rs` shows the members' defect exactly, on the core.
+/// and one whose first datagram loses waits for its retransmission (at least 200 ms), or
+/// for the flood to end. How many lose varies a great deal over loopback (0 to 10 of the 12
+/// per flood in runs so far; with the rules on none ever waited past 13 ms), so this asserts
+/// the defect in its weakest form, a newcomer kept waiting at least 150 ms in one of the two
+/// floods, and tries up to three times; `exon/tests/security.rs` shows the members' defect
+/// exactly, on the core.
 #[test]
 fn without_the_rules_a_flood_locks_new_peers_out() {
     serially(without_the_rules_run());
 }
 
+/// Newcomers kept waiting at least 150 ms, or not delivered during the flood.
+fn kept_waiting(r: &Run) -> usize {
+    r.during
+        .iter()
+        .filter(|d| d.is_none_or(|d| d >= Duration::from_millis(150)))
+        .count()
+}
+
 async fn without_the_rules_run() {
-    let members = run(Claim::Members, false).await;
-    report("Members, rules off", &members);
-    let open = run(Claim::SelfCertifying, false).await;
-    report("SelfCertifying, rules off", &open);
-    assert!(
-        within_deadline(&open) < NEWCOMERS,
-        "the defect the rules prevent: {} of {NEWCOMERS} in within 1 s",
-        within_deadline(&open)
-    );
-    assert!(members.budget_refusals > 0 && open.budget_refusals > 0);
+    let mut waited = Vec::new();
+    for _ in 0..3 {
+        let members = run(Claim::Members, false).await;
+        report("Members, rules off", &members);
+        let open = run(Claim::SelfCertifying, false).await;
+        report("SelfCertifying, rules off", &open);
+        assert!(members.budget_refusals > 0 && open.budget_refusals > 0);
+        waited.push((kept_waiting(&members), kept_waiting(&open)));
+        if kept_waiting(&members) + kept_waiting(&open) > 0 {
+            return;
+        }
+    }
+    panic!("the defect the rules prevent did not show: newcomers kept waiting {waited:?}");
 }

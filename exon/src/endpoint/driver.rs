@@ -156,6 +156,8 @@ pub(crate) struct Driver<S> {
     pub(crate) stats: EndpointStats,
     pub(crate) tx_buf: Vec<u8>,
     pub(crate) rx: RxBufs,
+    /// Receive buffers filled so far: each one's key for the node (`set_receive_buffer`).
+    pub(crate) rx_buffers: u64,
     /// The cookie exchange under load (`cookies.rs`).
     pub(crate) cookies: Cookies,
     /// Rate limits of the warnings that can come at message rate.
@@ -229,6 +231,7 @@ impl<S: DatagramSocket> Driver<S> {
             stats: EndpointStats::default(),
             tx_buf: Vec::with_capacity(cfg.protocol.max_datagram_size),
             rx,
+            rx_buffers: 0,
             cookies: Cookies::new(),
             warnings: Warnings::default(),
             store_job: None,

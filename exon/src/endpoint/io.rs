@@ -210,8 +210,9 @@ impl<S: DatagramSocket> Driver<S> {
             // A datagram split off its receive buffer (not copied) keeps all of it alive
             // while any part is held: the node copies small deliveries out beyond a budget.
             let shared = self.rx.is_shared(data.len());
-            self.node
-                .set_receive_buffer_size(if shared { self.rx.size() } else { 0 });
+            self.rx_buffers = self.rx_buffers.wrapping_add(1);
+            let size = if shared { self.rx.size() } else { 0 };
+            self.node.set_receive_buffer(self.rx_buffers, size);
             let stride = if m.stride == 0 {
                 data.len().max(1)
             } else {

@@ -12,6 +12,7 @@
 use std::time::Instant;
 
 use super::frame::Verdict;
+use super::pins::Hold;
 use super::ranges::RangeSet;
 use super::{Node, NodeId};
 
@@ -24,9 +25,8 @@ pub struct DeliveryId {
     s: u64,
     /// Bytes charged against `max_untaken_bytes`: what the delivery holds.
     len: usize,
-    /// Bytes of a receive buffer the delivery keeps alive beyond that, within the node's
-    /// zero-copy budget ([`PINNED_BUDGET`]).
-    pinned: usize,
+    /// The receive buffer the delivery keeps alive within the node's budget (`pins.rs`).
+    pin: Option<u64>,
 }
 
 impl DeliveryId {
@@ -36,7 +36,7 @@ impl DeliveryId {
             r,
             s,
             len: kept.charge,
-            pinned: kept.pinned,
+            pin: kept.pin,
         }
     }
 
@@ -74,65 +74,43 @@ impl Held {
     }
 }
 
-/// Receive-buffer bytes that untaken deliveries may keep alive beyond what they are
-/// charged: a payload sliced from a much larger buffer stays a slice (no copy) while the
-/// buffers so kept fit in this; beyond, it is copied out.
-pub(crate) const PINNED_BUDGET: usize = 64 << 20;
-
-/// How a delivered payload is held.
+/// How a delivered payload is held: what it is charged against `max_untaken_bytes`, and the
+/// receive buffer it keeps alive, if any.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Kept {
-    /// Bytes charged against `max_untaken_bytes`.
     pub charge: usize,
-    /// Receive-buffer bytes kept alive within [`PINNED_BUDGET`].
-    pub pinned: usize,
+    pub pin: Option<u64>,
 }
 
 impl Node {
-    /// Input: datagrams handed to [`handle_datagram_buf`](Self::handle_datagram_buf) may be
-    /// parts of receive buffers of up to `size` bytes (a batch of datagrams received into
-    /// one buffer, GRO): a payload delivered as a slice keeps its whole buffer alive. The
-    /// node then copies a small payload out of a large buffer rather than let an untaken
-    /// delivery pin it (beyond a fixed budget of 64 MiB of such buffers), so what untaken
-    /// deliveries hold stays within twice their payload plus that budget. Default 0: each
-    /// datagram owns its bytes.
-    pub fn set_receive_buffer_size(&mut self, size: usize) {
-        self.rx_buffer = size;
+    /// Input: the datagrams handed over next (to
+    /// [`handle_datagram_buf`](Self::handle_datagram_buf)) are parts of the receive buffer
+    /// `key`, `size` bytes long (several datagrams received into one buffer, or a datagram
+    /// split off a larger one): a delivery handed over as a slice keeps that whole buffer
+    /// alive. `key` is the embedding's, unique per buffer while any part of it may be held;
+    /// `size` 0 says the datagrams own their bytes (the default). The node then keeps small
+    /// slices of a buffer only within a budget of 64 MiB of such buffers and copies them
+    /// out beyond, so untaken deliveries hold at most twice what they are charged plus that
+    /// budget (`pins.rs`).
+    pub fn set_receive_buffer(&mut self, key: u64, size: usize) {
+        self.pins.set_buffer(key, size);
     }
 
-    /// Decides how the payload of a delivery is held: `payload` is a slice of the datagram
-    /// being handled (or an allocation of its own, when put together from fragments).
-    /// Returns the payload to hand over (a copy when a slice would keep a much larger buffer
-    /// alive beyond the budget) and what it is charged.
+    /// Decides how the payload of a delivery is held (`payload` is a slice of the datagram
+    /// being handled, or an allocation of its own when put together from fragments):
+    /// returns the payload to hand over, a copy when a slice would keep too much alive.
     pub(super) fn keep_payload(&mut self, payload: bytes::Bytes) -> (bytes::Bytes, Kept) {
-        let len = payload.len();
-        let owned = len > self.rx_len;
-        let pin = self.rx_len.max(self.rx_buffer);
-        if owned || len.saturating_mul(2) >= pin {
-            // Its own bytes, or at least half of what it keeps alive.
-            let charge = if owned { len } else { pin };
-            return (payload, Kept { charge, pinned: 0 });
+        match self.pins.hold(payload.len()) {
+            Hold::Keep { charge, pin } => {
+                self.stats.pinned_deliveries += u64::from(pin.is_some());
+                (payload, Kept { charge, pin })
+            }
+            Hold::Copy { charge } => {
+                self.stats.copied_deliveries += 1;
+                let copy = bytes::Bytes::copy_from_slice(&payload);
+                (copy, Kept { charge, pin: None })
+            }
         }
-        if self.pinned + pin <= PINNED_BUDGET {
-            self.pinned += pin;
-            self.stats.pinned_deliveries += 1;
-            return (
-                payload,
-                Kept {
-                    charge: len,
-                    pinned: pin,
-                },
-            );
-        }
-        self.stats.copied_deliveries += 1;
-        let copy = bytes::Bytes::copy_from_slice(&payload);
-        (
-            copy,
-            Kept {
-                charge: len,
-                pinned: 0,
-            },
-        )
     }
 
     /// Whether another delivery may be held now.
@@ -157,7 +135,9 @@ impl Node {
         }
         self.untaken -= 1;
         self.untaken_bytes = self.untaken_bytes.saturating_sub(id.len);
-        self.pinned = self.pinned.saturating_sub(id.pinned);
+        if let Some(key) = id.pin {
+            self.pins.release(key);
+        }
         self.stats.taken += 1;
         // The sender asked for an immediate ACK of deliveries now all taken.
         let urgent = rec.ack_now && rec.held.is_empty();

@@ -26,6 +26,7 @@ mod node;
 mod outbox;
 mod pacing;
 mod path;
+mod pins;
 pub mod ranges;
 mod reassembly;
 mod receiver;

@@ -105,13 +105,8 @@ pub struct Node {
     /// Bytes those deliveries hold (`delivery.rs`: a payload, or the part of a receive
     /// buffer a slice keeps alive).
     pub(super) untaken_bytes: usize,
-    /// Receive-buffer bytes untaken zero-copy deliveries keep alive beyond their charge
-    /// (at most `PINNED_BUDGET`).
-    pub(super) pinned: usize,
-    /// The length of the datagram being handled (deliveries are slices of it).
-    pub(super) rx_len: usize,
-    /// The size of the embedding's receive buffers (`set_receive_buffer_size`).
-    pub(super) rx_buffer: usize,
+    /// The receive buffers untaken deliveries keep alive (`pins.rs`).
+    pub(super) pins: super::pins::Pins,
     /// Which destinations owe an answer for too long.
     pub(super) liveness: super::liveness::Liveness,
     /// The peers sent to without an answer, and the deaf ones' schedule.
@@ -180,9 +175,7 @@ impl Node {
             challenges: 0,
             untaken: 0,
             untaken_bytes: 0,
-            pinned: 0,
-            rx_len: 0,
-            rx_buffer: 0,
+            pins: Default::default(),
             liveness: Default::default(),
             silence,
         };
@@ -586,7 +579,7 @@ impl Node {
     ) -> Option<Accepted> {
         self.stats.datagrams_in += 1;
         self.stats.bytes_in += data.len() as u64;
-        self.rx_len = data.len();
+        self.pins.on_datagram(data.len());
         // The receive ceiling is the UDP maximum, not this node's own send size: a peer
         // configured with larger datagrams is understood.
         if data.len() > super::MAX_DATAGRAM_SIZE {

@@ -59,13 +59,14 @@ pub(crate) enum Gate {
     Wait(Instant),
 }
 
-/// One peer sent to since it was last heard from.
+/// One peer sent to lately.
 #[derive(Debug, Clone, Copy)]
 struct Unanswered {
-    /// The first datagram sent since the peer was last heard from (or since a pause).
-    since: Instant,
-    /// The last datagram sent.
-    last_sent: Instant,
+    /// When the peer turns deaf unless heard from first (`grace` after the first datagram
+    /// sent since it was last heard from); `None` while it answered the last datagram sent.
+    deaf_at: Option<Instant>,
+    /// When a pause in sending starts the count again (`reset` after the last datagram).
+    reset_at: Instant,
     /// Deaf: the earliest instant of the next datagram.
     next: Option<Instant>,
     /// The wait after the next datagram sent while deaf.
@@ -74,15 +75,15 @@ struct Unanswered {
     parked: Option<Instant>,
 }
 
-/// The peers this node sends to without hearing from them, and those waiting for their
-/// turn. Soft state: an entry lives while the node sends to an unanswered peer.
+/// The peers this node sends to, whether they answer, and the deaf ones waiting for their
+/// turn. Soft state: an entry lives while the node sends to its peer now and then.
 #[derive(Debug)]
 pub(crate) struct Silence {
     schedule: Schedule,
     peers: PeerMap<Unanswered>,
     /// Peers waiting for their turn, by instant (stale entries are skipped).
     parked: BinaryHeap<Reverse<(Instant, NodeId)>>,
-    /// Entries beyond which the next send prunes those paused past `reset`.
+    /// Entries beyond which the next new peer prunes those paused past `reset`.
     prune_at: usize,
 }
 
@@ -105,15 +106,12 @@ impl Silence {
         let Some(u) = self.peers.get(&peer) else {
             return Gate::Open;
         };
-        let s = &self.schedule;
-        if now.saturating_duration_since(u.last_sent) >= s.reset
-            || now.saturating_duration_since(u.since) < s.grace
-        {
-            return Gate::Open;
-        }
-        match u.next {
-            Some(t) if t > now => Gate::Wait(t),
-            _ => Gate::Deaf,
+        match u.deaf_at {
+            Some(deaf_at) if now >= deaf_at && now < u.reset_at => match u.next {
+                Some(t) if t > now => Gate::Wait(t),
+                _ => Gate::Deaf,
+            },
+            _ => Gate::Open,
         }
     }
 
@@ -121,23 +119,23 @@ impl Silence {
     pub fn on_sent(&mut self, now: Instant, peer: NodeId, deaf: bool) {
         let s = self.schedule;
         if self.peers.len() >= self.prune_at && !self.peers.contains_key(&peer) {
-            self.peers
-                .retain(|_, u| now.saturating_duration_since(u.last_sent) < s.reset);
+            self.peers.retain(|_, u| now < u.reset_at);
             self.prune_at = (self.peers.len() * 2).max(PRUNE_MIN);
         }
         let u = self.peers.entry(peer).or_insert(Unanswered {
-            since: now,
-            last_sent: now,
+            deaf_at: None,
+            reset_at: now,
             next: None,
             wait: s.first,
             parked: None,
         });
-        if now.saturating_duration_since(u.last_sent) >= s.reset {
-            u.since = now;
+        if u.deaf_at.is_none() || now >= u.reset_at {
+            // The first datagram since the peer answered, or after a pause.
+            u.deaf_at = Some(now + s.grace);
             u.next = None;
             u.wait = s.first;
         }
-        u.last_sent = now;
+        u.reset_at = now + s.reset;
         if deaf {
             u.next = Some(now + u.wait);
             u.wait = u.wait.saturating_mul(2).min(s.cap);
@@ -147,7 +145,12 @@ impl Silence {
     /// A datagram from `peer` was accepted. Returns whether it was waiting for its turn (it
     /// should be woken).
     pub fn on_heard(&mut self, peer: NodeId) -> bool {
-        self.peers.remove(&peer).is_some_and(|u| u.parked.is_some())
+        let Some(u) = self.peers.get_mut(&peer) else {
+            return false;
+        };
+        u.deaf_at = None;
+        u.next = None;
+        u.parked.take().is_some()
     }
 
     /// `peer` waits for its turn at `at`.
@@ -192,7 +195,12 @@ impl Silence {
         }
     }
 
-    /// Peers sent to since they were last heard from (the entries held).
+    /// Whether a parked peer may be due (cheap: no peer waits in the common case).
+    pub fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
+    /// Peers sent to lately (the entries held).
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.peers.len()

@@ -342,7 +342,7 @@ pub struct Stats {
     /// Times a deaf peer had something to send and waited for its turn.
     pub deaf_waits: u64,
     /// Deliveries handed over as slices of a receive buffer much larger than their payload,
-    /// within the zero-copy budget (`Node::set_receive_buffer_size`).
+    /// within the zero-copy budget (`Node::set_receive_buffer`).
     pub pinned_deliveries: u64,
     /// Deliveries copied out of a much larger receive buffer, the zero-copy budget spent.
     pub copied_deliveries: u64,

@@ -267,6 +267,9 @@ impl Node {
 
     /// Wakes the deaf peers whose turn has come by `now`.
     pub(super) fn release_deaf(&mut self, now: Instant) {
+        if !self.silence.has_parked() {
+            return;
+        }
         let outbox = &mut self.outbox;
         self.silence.release_due(now, |p| {
             outbox.wake(p, usize::MAX);

@@ -50,9 +50,9 @@ impl Node {
                     if on_take {
                         self.untaken += 1;
                         self.untaken_bytes += kept.charge;
-                    } else {
+                    } else if let Some(key) = kept.pin {
                         // Not held: nothing to give back at a take.
-                        self.pinned -= kept.pinned;
+                        self.pins.release(key);
                     }
                     self.stats.delivered += 1;
                     self.events.push_back(Event::Delivered {
