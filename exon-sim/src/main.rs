@@ -81,6 +81,9 @@ struct Args {
     /// Number of consecutive seeds to run, from --seed.
     #[arg(long, default_value_t = 1)]
     seeds: u64,
+    /// Print every node's counters, summed, after each run (to stderr).
+    #[arg(long)]
+    stats: bool,
 }
 
 fn scenario(a: &Args, seed: u64) -> Scenario {
@@ -176,6 +179,13 @@ fn main() -> ExitCode {
             }
         }
         bar.finish_and_clear();
+        if a.stats {
+            let mut all = exon::proto::Stats::default();
+            for s in sim.node_stats() {
+                all.merge(s);
+            }
+            eprintln!("{all:#?}");
+        }
         let report = sim.finish();
         let secs = wall.elapsed().as_secs_f64();
         if !report.ok() {

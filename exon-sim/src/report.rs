@@ -59,6 +59,10 @@ pub struct Report {
     pub link_dups: u64,
     /// Token retransmissions over all live nodes.
     pub retransmissions: u64,
+    /// Of those, the ones the senders found spurious (the datagram declared lost had
+    /// arrived): `Stats::spurious_retransmissions` over all live nodes. On a link that loses
+    /// nothing every retransmission is spurious, found or not.
+    pub spurious_retransmissions: u64,
     /// Sealed datagrams refused because their tag did not verify (forged or altered), over
     /// all live nodes.
     pub bad_tags: u64,
@@ -91,6 +95,7 @@ impl Report {
             too_big: 0,
             link_dups: 0,
             retransmissions: sim.node_stats().map(|s| s.retransmissions).sum(),
+            spurious_retransmissions: sim.node_stats().map(|s| s.spurious_retransmissions).sum(),
             bad_tags: sim.node_stats().map(|s| s.rejects.bad_tag).sum(),
         };
         for l in sim.links() {
@@ -129,7 +134,7 @@ impl fmt::Display for Report {
             f,
             "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
              acked={} in_doubt={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
-             link_drops={} too_big={} link_dups={} retransmissions={} virtual_s={:.3}",
+             link_drops={} too_big={} link_dups={} retransmissions={} spurious_found={} virtual_s={:.3}",
             self.seed,
             self.nodes,
             self.messages,
@@ -148,6 +153,7 @@ impl fmt::Display for Report {
             self.too_big,
             self.link_dups,
             self.retransmissions,
+            self.spurious_retransmissions,
             self.virtual_time.as_secs_f64()
         )
     }

@@ -58,6 +58,17 @@ pub struct Rules {
     /// until the peer is heard from (`mtud.rs`). Off, what each timer wants goes out, and a
     /// path that fails one way takes whatever the node's timers and probes send into it.
     pub deaf_backoff: bool,
+    /// Beyond the paper (reordering, RACK-style): the packet threshold of loss detection
+    /// grows to cover the reordering a destination's acknowledgements show, the time
+    /// threshold gains a reordering window that widens with every loss found spurious
+    /// (`loss.rs`). Off, a token is lost once 3 datagrams after it or 9/8 of the RTT have passed, and a
+    /// path that reorders has its datagrams sent twice.
+    pub reordering_window: bool,
+    /// Beyond the paper (reordering): the congestion response to losses found spurious (the
+    /// first acknowledgement of a token declared lost came before its retransmission could
+    /// have been answered) is undone: BBR's in-flight cap, NewReno's halving. Off, every loss
+    /// declared slows the sender down for good.
+    pub spurious_undo: bool,
 }
 
 impl Rules {
@@ -77,6 +88,8 @@ impl Rules {
         deadline_doubts_sent_tokens: true,
         fragments_need_credit: true,
         deaf_backoff: true,
+        reordering_window: true,
+        spurious_undo: true,
     };
 }
 
