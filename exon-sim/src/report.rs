@@ -46,6 +46,9 @@ pub struct Report {
     pub events: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
+    /// Virtual time of the last acknowledgement: when the work was done (the run itself
+    /// goes on until the nodes' timers go quiet, idle timeouts included).
+    pub done_at: Duration,
     /// Node restarts.
     pub restarts: u32,
     /// Datagrams put on links.
@@ -89,6 +92,7 @@ impl Report {
             pending_events,
             events: sim.events(),
             virtual_time: sim.now(),
+            done_at: sim.now().min(Duration::from_nanos(o.last_ack_at)),
             restarts: sim.hosts_restarts(),
             datagrams: 0,
             link_drops: 0,
@@ -134,7 +138,7 @@ impl fmt::Display for Report {
             f,
             "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
              acked={} in_doubt={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
-             link_drops={} too_big={} link_dups={} retransmissions={} spurious_found={} virtual_s={:.3}",
+             link_drops={} too_big={} link_dups={} retransmissions={} spurious_found={} done_s={:.3} virtual_s={:.3}",
             self.seed,
             self.nodes,
             self.messages,
@@ -154,6 +158,7 @@ impl fmt::Display for Report {
             self.link_dups,
             self.retransmissions,
             self.spurious_retransmissions,
+            self.done_at.as_secs_f64(),
             self.virtual_time.as_secs_f64()
         )
     }

@@ -242,6 +242,12 @@ impl Outgoing {
         false
     }
 
+    /// Transmissions declared lost whose bytes the receiver was not known to hold (when
+    /// it acknowledges the message, it holds them all).
+    pub fn lost(&self) -> impl Iterator<Item = &LostFrag> {
+        self.lost.iter()
+    }
+
     /// Whether transmission `seq` is in flight, and when it left (`inflight` is in sending
     /// order, so sorted by `seq`).
     pub fn sent_at(&self, seq: u64) -> Option<Instant> {

@@ -54,8 +54,10 @@ pub(crate) struct Reordering {
     pub adapt: bool,
     /// The path was seen to reorder: only the time threshold declares losses.
     seen: bool,
-    /// The window is `mult` quarters of the minimum RTT (0 until reordering is seen).
+    /// The window is `mult` quarters of the minimum RTT (0 until reordering is seen)...
     mult: u32,
+    /// ...or, if more, the longest a datagram seen overtaken came after the minimum RTT.
+    extent: Duration,
     /// Loss recoveries since the last spurious loss.
     clean_recoveries: u32,
     /// When the window last grew (it grows at most once per round trip).
@@ -68,6 +70,7 @@ impl Default for Reordering {
             adapt: true,
             seen: false,
             mult: 0,
+            extent: Duration::ZERO,
             clean_recoveries: 0,
             widened_at: None,
         }
@@ -85,24 +88,28 @@ impl Reordering {
         }
     }
 
-    /// The reordering window added to the time threshold: `mult` quarters of `min_rtt`, at
-    /// most [`MAX_REO_SRTTS`] times `srtt`.
+    /// The reordering window added to the time threshold: `mult` quarters of `min_rtt`,
+    /// or the longest lateness of a datagram seen overtaken if more, at most
+    /// [`MAX_REO_SRTTS`] times `srtt`.
     pub fn window(&self, min_rtt: Duration, srtt: Duration) -> Duration {
         (min_rtt / 4)
             .checked_mul(self.mult)
             .unwrap_or(Duration::MAX)
+            .max(self.extent)
             .min(srtt.saturating_mul(MAX_REO_SRTTS))
     }
 
-    /// A token sent once was acknowledged after one sent in a later datagram was: the path
-    /// reorders. The packet threshold stops applying, and the time threshold gets a window
-    /// of a quarter of the minimum RTT if it had none.
-    pub fn on_reordered(&mut self) {
+    /// A transmission sent once was acknowledged after one sent in a later datagram was,
+    /// `late` after the minimum RTT: the path reorders. The packet threshold stops applying,
+    /// and the time threshold gets a window of at least a quarter of the minimum RTT and
+    /// `late`.
+    pub fn on_reordered(&mut self, late: Duration) {
         if !self.adapt {
             return;
         }
         self.seen = true;
         self.mult = self.mult.max(1);
+        self.extent = self.extent.max(late);
     }
 
     /// A loss was spurious: the datagram declared lost had arrived. The window grows by a
@@ -111,7 +118,7 @@ impl Reordering {
         if !self.adapt {
             return;
         }
-        self.on_reordered();
+        self.on_reordered(Duration::ZERO);
         self.clean_recoveries = 0;
         let due = self
             .widened_at
@@ -320,9 +327,14 @@ mod tests {
         let mut r = Reordering::default();
         assert_eq!(r.packet_threshold(), PACKET_THRESHOLD);
         assert_eq!(r.window(ms(8), ms(10)), Duration::ZERO);
-        r.on_reordered();
+        r.on_reordered(ms(1));
         assert_eq!(r.packet_threshold(), u64::MAX, "time alone, as RACK");
         assert_eq!(r.window(ms(8), ms(10)), ms(2), "a quarter of the min RTT");
+        let mut late = r.clone();
+        late.on_reordered(ms(7));
+        assert_eq!(late.window(ms(8), ms(10)), ms(7), "or how late it came");
+        late.on_reordered(ms(70));
+        assert_eq!(late.window(ms(8), ms(10)), ms(40), "at most 4 srtt");
         // Spurious losses widen it by a quarter, at most once per srtt.
         r.on_spurious(t0, ms(10));
         r.on_spurious(t0 + ms(5), ms(10));
@@ -346,7 +358,7 @@ mod tests {
             adapt: false,
             ..Reordering::default()
         };
-        off.on_reordered();
+        off.on_reordered(ms(5));
         off.on_spurious(t0, ms(10));
         assert_eq!(off.packet_threshold(), PACKET_THRESHOLD);
         assert_eq!(off.window(ms(8), ms(10)), Duration::ZERO);

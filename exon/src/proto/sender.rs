@@ -157,19 +157,29 @@ impl Flight {
             self.rate.on_acked(now, st, tok.size);
         }
         self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        let srtt = rtt.smoothed().unwrap_or_default();
         if let Some(l) = tok.lost.filter(|_| tok.frag.is_none()) {
             if answers_original(now, l.resent_at, rtt.min()) {
-                let srtt = rtt.smoothed().unwrap_or_default();
                 let resent = l.resent_at.is_some();
                 self.on_spurious(now, l.at, l.bytes, resent, srtt);
             }
         }
-        if tok.sends == 1 && tok.frag.is_none() {
-            if self.losses.on_acked(tok.seq) {
-                self.reo.on_reordered();
+        // A fragmented message acknowledged whole: its receiver holds every byte, those of
+        // fragments declared lost included.
+        for l in tok.frag.iter().flat_map(|o| o.lost()) {
+            if answers_original(now, l.resent_at, rtt.min()) {
+                let resent = l.resent_at.is_some();
+                self.on_spurious(now, l.at, l.size, resent, srtt);
             }
+        }
+        if tok.sends == 1 && tok.frag.is_none() {
+            let overtaken = self.losses.on_acked(tok.seq);
             if let Some(t) = tok.sent_at {
                 let sample = now.saturating_duration_since(t);
+                if overtaken {
+                    let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
+                    self.reo.on_reordered(late);
+                }
                 rtt.sample(sample);
                 self.ack_rtt = Some(sample);
             }
@@ -581,15 +591,23 @@ impl SRecord {
             self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
             if !sent.again {
                 self.mtud.on_acked(sent.reach as usize);
-                if self.flight.frag_losses.on_acked(sent.seq) {
-                    self.flight.reo.on_reordered();
-                }
                 let sample = now.saturating_duration_since(sent.at);
+                if self.flight.frag_losses.on_acked(sent.seq) {
+                    let late = sample.saturating_sub(self.rtt.min().unwrap_or(sample));
+                    self.flight.reo.on_reordered(late);
+                }
                 self.rtt.sample(sample);
                 self.flight.ack_rtt = Some(sample);
             }
         }
         whole
+    }
+
+    /// The reordering window of loss detection (see [`Reordering::window`]).
+    fn reordering_window(&self, cfg: &Config) -> Duration {
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
+        let min_rtt = self.rtt.min().unwrap_or(srtt);
+        self.flight.reo.window(min_rtt, srtt)
     }
 
     /// After a verdict frame: tells the controller what it acknowledged (if anything), then
@@ -625,6 +643,7 @@ impl SRecord {
                 rtt,
                 srtt: self.rtt.smoothed(),
                 delivered: self.flight.rate.delivered(),
+                reordering: self.reordering_window(cfg),
             });
         }
         self.detect_losses(now, cfg)
@@ -657,9 +676,8 @@ impl SRecord {
     pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
         let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
         let latest = self.rtt.latest().unwrap_or(srtt);
-        let min_rtt = self.rtt.min().unwrap_or(srtt);
         let delay = loss_delay(srtt, latest, cfg.timer_granularity)
-            .saturating_add(self.flight.reo.window(min_rtt, srtt));
+            .saturating_add(self.reordering_window(cfg));
         let threshold = self.flight.reo.packet_threshold();
         self.loss_at = None;
         let mut lost = Vec::new();

@@ -43,6 +43,11 @@ const FULL_BW_ROUNDS: u32 = 3;
 /// Fraction of a round's tokens (thousandths) that may be lost before a round with a queue
 /// counts as congested.
 pub(crate) const LOSS_THRESHOLD: u64 = 20;
+/// In startup, a lossy round counts as congested only with this many datagrams' worth of
+/// bytes lost (BBRv2's `full_loss_cnt`): the first rounds are a few datagrams, and one of
+/// them overtaken on a path that reorders, before the sender learnt that it does, would
+/// be a loss rate far above [`LOSS_THRESHOLD`] and end startup for good.
+const STARTUP_LOSS_DATAGRAMS: u64 = 8;
 /// What the in-flight cap keeps of the bytes in flight of a congested round (thousandths).
 const BETA: u64 = 700;
 /// The smallest queueing delay that counts as a queue building.
@@ -299,11 +304,16 @@ impl Bbr {
         let lost = self.round_lost;
         let total = lost.saturating_add(self.round_acked);
         let lossy = lossy(lost, total);
+        // On a path that reorders, round trips longer by up to the reordering window are
+        // datagrams (or their ACKs) held back, not a queue.
         let queue = match (self.round_min_rtt, self.min_rtt) {
-            (Some(r), Some(m)) => r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY),
+            (Some(r), Some(m)) => {
+                r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY).max(ev.reordering)
+            }
             _ => false,
         };
-        if lossy && queue {
+        let enough = self.mode != Mode::Startup || lost >= STARTUP_LOSS_DATAGRAMS * self.mss;
+        if lossy && queue && enough {
             let peak = self.round_peak.max(ev.in_flight);
             let base = peak.max(self.bdp(UNIT).unwrap_or(0));
             self.last_cut = Some(Cut {
@@ -525,6 +535,7 @@ mod tests {
                     rtt: Some(at.saturating_duration_since(st.sent_at())),
                     srtt: None,
                     delivered: dr.delivered(),
+                    reordering: Duration::ZERO,
                 });
             }
             if in_flight + MSS <= c.window() && now >= next_send {
@@ -590,6 +601,7 @@ mod tests {
             rtt: Some(Duration::from_millis(rtt_ms)),
             srtt: None,
             delivered,
+            reordering: Duration::ZERO,
         })
     }
 
@@ -623,10 +635,11 @@ mod tests {
             100 * MSS,
         );
         assert_eq!(c.inflight_hi, u64::MAX, "random loss is ignored");
-        // The same losses with every RTT doubled: a queue. The in-flight cap comes down.
+        // More losses (enough to end startup) with every RTT doubled: a queue. The
+        // in-flight cap comes down.
         c.on_lost(&LossEvent {
             now: t0,
-            lost: 5 * MSS,
+            lost: 10 * MSS,
             sent_at: t0,
             in_flight: 50 * MSS,
         });
@@ -659,14 +672,14 @@ mod tests {
         ack(&mut c, t0, 10, 0, MSS);
         let lost = LossEvent {
             now: t0 + ms(5),
-            lost: 5 * MSS,
+            lost: 10 * MSS,
             sent_at: t0,
             in_flight: 50 * MSS,
         };
         // Losses in the round in progress, found spurious before it ends: no cut.
         c.on_lost(&lost);
         c.on_spurious(&SpuriousEvent {
-            lost: 5 * MSS,
+            lost: 10 * MSS,
             lost_at: t0 + ms(5),
         });
         for i in 0..40 {
@@ -690,13 +703,32 @@ mod tests {
             lost_at: t0 + ms(65),
         };
         c.on_spurious(&spurious(MSS));
-        assert!(
-            c.inflight_hi < 50 * MSS,
-            "4 of 45 KB still lost: still lossy"
-        );
-        c.on_spurious(&spurious(4 * MSS));
+        assert!(c.inflight_hi < 50 * MSS, "9 of 11 KB lost: still lossy");
+        c.on_spurious(&spurious(9 * MSS));
         assert_eq!(c.inflight_hi, u64::MAX, "the cut is undone");
         assert_eq!(c.mode(), Mode::Startup, "and startup resumes");
+    }
+
+    #[test]
+    fn one_loss_in_a_small_startup_round_does_not_end_startup() {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        ack(&mut c, t0, 10, 0, MSS);
+        // A round of 5 datagrams, one of them declared lost, and RTTs well above the
+        // minimum: 20 % lost "with a queue", but one datagram.
+        c.on_lost(&LossEvent {
+            now: t0 + ms(5),
+            lost: MSS,
+            sent_at: t0,
+            in_flight: 5 * MSS,
+        });
+        for i in 0..4 {
+            ack(&mut c, t0 + ms(10 + i), 25, MSS, 2 * MSS + i * MSS);
+        }
+        ack(&mut c, t0 + ms(20), 25, 10 * MSS, 10 * MSS);
+        assert_eq!(c.inflight_hi, u64::MAX);
+        assert_eq!(c.mode(), Mode::Startup);
     }
 
     #[test]
@@ -717,6 +749,7 @@ mod tests {
                 rtt: Some(Duration::from_nanos(i)),
                 srtt: Some(Duration::MAX),
                 delivered: u64::MAX,
+                reordering: Duration::ZERO,
             });
             c.on_lost(&LossEvent {
                 now: t0,

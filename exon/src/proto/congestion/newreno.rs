@@ -115,6 +115,7 @@ mod tests {
             rtt: None,
             srtt: Some(Duration::from_millis(10)),
             delivered: 0,
+            reordering: Duration::ZERO,
         }
     }
 
