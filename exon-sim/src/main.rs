@@ -90,10 +90,12 @@ struct Args {
     /// The links' MTU: the largest datagram (UDP payload) they carry, in bytes.
     #[arg(long, default_value_t = 1472)]
     link_mtu: usize,
-    /// The nodes' datagram ceiling (`Config::max_datagram_size`), in bytes.
+    /// The nodes' datagram ceiling (`Config::max_datagram_size`), in bytes. Default: the
+    /// node default (65507), or with `--no-mtu-discovery` the link MTU.
     #[arg(long)]
     max_datagram: Option<usize>,
-    /// Turn path MTU discovery off (`Config::mtu_discovery`): datagrams stay at the base size.
+    /// Turn path MTU discovery off (`Config::mtu_discovery`): every datagram may be as
+    /// large as the ceiling (`--max-datagram`).
     #[arg(long)]
     no_mtu_discovery: bool,
     /// Slots per destination (`Config::window`).
@@ -154,6 +156,8 @@ fn node_config(a: &Args) -> exon::proto::Config {
     let mut c = exon_sim::sim_config();
     if let Some(v) = a.max_datagram {
         c.max_datagram_size = v;
+    } else if a.no_mtu_discovery {
+        c.max_datagram_size = a.link_mtu;
     }
     c.mtu_discovery = !a.no_mtu_discovery;
     if let Some(v) = a.window {
