@@ -603,13 +603,6 @@ impl SRecord {
         whole
     }
 
-    /// The reordering window of loss detection (see [`Reordering::window`]).
-    fn reordering_window(&self, cfg: &Config) -> Duration {
-        let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
-        let min_rtt = self.rtt.min().unwrap_or(srtt);
-        self.flight.reo.window(min_rtt, srtt)
-    }
-
     /// After a verdict frame: tells the controller what it acknowledged (if anything), then
     /// runs loss detection. Returns how many tokens were declared lost.
     ///
@@ -643,7 +636,6 @@ impl SRecord {
                 rtt,
                 srtt: self.rtt.smoothed(),
                 delivered: self.flight.rate.delivered(),
-                reordering: self.reordering_window(cfg),
             });
         }
         self.detect_losses(now, cfg)
@@ -676,8 +668,9 @@ impl SRecord {
     pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
         let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
         let latest = self.rtt.latest().unwrap_or(srtt);
+        let min_rtt = self.rtt.min().unwrap_or(srtt);
         let delay = loss_delay(srtt, latest, cfg.timer_granularity)
-            .saturating_add(self.reordering_window(cfg));
+            .saturating_add(self.flight.reo.window(min_rtt, srtt));
         let threshold = self.flight.reo.packet_threshold();
         self.loss_at = None;
         let mut lost = Vec::new();

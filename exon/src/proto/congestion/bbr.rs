@@ -304,12 +304,8 @@ impl Bbr {
         let lost = self.round_lost;
         let total = lost.saturating_add(self.round_acked);
         let lossy = lossy(lost, total);
-        // On a path that reorders, round trips longer by up to the reordering window are
-        // datagrams (or their ACKs) held back, not a queue.
         let queue = match (self.round_min_rtt, self.min_rtt) {
-            (Some(r), Some(m)) => {
-                r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY).max(ev.reordering)
-            }
+            (Some(r), Some(m)) => r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY),
             _ => false,
         };
         let enough = self.mode != Mode::Startup || lost >= STARTUP_LOSS_DATAGRAMS * self.mss;
@@ -535,7 +531,6 @@ mod tests {
                     rtt: Some(at.saturating_duration_since(st.sent_at())),
                     srtt: None,
                     delivered: dr.delivered(),
-                    reordering: Duration::ZERO,
                 });
             }
             if in_flight + MSS <= c.window() && now >= next_send {
@@ -601,7 +596,6 @@ mod tests {
             rtt: Some(Duration::from_millis(rtt_ms)),
             srtt: None,
             delivered,
-            reordering: Duration::ZERO,
         })
     }
 
@@ -749,7 +743,6 @@ mod tests {
                 rtt: Some(Duration::from_nanos(i)),
                 srtt: Some(Duration::MAX),
                 delivered: u64::MAX,
-                reordering: Duration::ZERO,
             });
             c.on_lost(&LossEvent {
                 now: t0,

@@ -76,10 +76,6 @@ pub(crate) struct AckEvent {
     pub srtt: Option<Duration>,
     /// Bytes delivered over the record's life, this acknowledgement included.
     pub delivered: u64,
-    /// The reordering window of loss detection: how late reordered datagrams have been
-    /// seen to come (zero on a path not seen to reorder). Round trips longer by no more than
-    /// this are no sign of a queue.
-    pub reordering: Duration,
 }
 
 /// Tokens declared lost, for the controller.

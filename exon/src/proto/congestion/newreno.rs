@@ -115,7 +115,6 @@ mod tests {
             rtt: None,
             srtt: Some(Duration::from_millis(10)),
             delivered: 0,
-            reordering: Duration::ZERO,
         }
     }
 
