@@ -584,6 +584,9 @@ impl SRecord {
             let resent = l.resent_at.is_some();
             self.flight.on_spurious(now, l.at, l.size, resent, srtt);
         }
+        // Only the newest transmission a GOT newly covers can show reordering: older ones it
+        // covers too were answered by a GOT that was lost (GOT is cumulative per message).
+        let newest = acked.last().map(|s| s.seq);
         for sent in &acked {
             tok.flight = tok.flight.saturating_sub(sent.size);
             self.flight.bytes = self.flight.bytes.saturating_sub(sent.size);
@@ -592,7 +595,7 @@ impl SRecord {
             if !sent.again {
                 self.mtud.on_acked(sent.reach as usize);
                 let sample = now.saturating_duration_since(sent.at);
-                if self.flight.frag_losses.on_acked(sent.seq) {
+                if self.flight.frag_losses.on_acked(sent.seq) && newest == Some(sent.seq) {
                     let late = sample.saturating_sub(self.rtt.min().unwrap_or(sample));
                     self.flight.reo.on_reordered(late);
                 }
