@@ -355,6 +355,7 @@ pub fn print_cell(
             o.link[0].dropped_queue + o.link[1].dropped_queue
         ));
         kv.push(format!("exon_retransmissions={}", field("retransmissions")));
+        kv.push(format!("exon_spurious_found={}", field("spurious_found")));
         kv.push(format!("exon_complete={}", o.complete));
     }
     let d = ExonTuning::default();
