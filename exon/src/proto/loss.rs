@@ -4,10 +4,10 @@
 //! Every datagram that carries tokens to a destination gets a sequence number from its S
 //! record, and each token transmission in it takes that number; the record keeps the
 //! transmissions in the order they were sent. A token is lost when it is still
-//! unacknowledged and either a token sent the packet threshold of datagrams after it was
-//! acknowledged (3 at first, [`PACKET_THRESHOLD`]), or one sent in a later datagram was and
-//! it was sent more than the time threshold ago (9/8 of the RTT, plus the reordering window
-//! once reordering was seen). Counting datagrams, not tokens, keeps a datagram of many
+//! unacknowledged and either a token sent [`PACKET_THRESHOLD`] datagrams after it was
+//! acknowledged (until the path is seen to reorder), or one sent in a later datagram was
+//! and it was sent more than the time threshold ago (9/8 of the RTT, plus the reordering
+//! window once reordering was seen). Counting datagrams, not tokens, keeps a datagram of many
 //! small tokens that arrives a little late from being declared lost. Only acknowledgements
 //! of tokens sent once advance the largest acknowledged sequence number: an ACK names a
 //! slot, not a transmission, so for a token sent twice it is unknown which copy arrived.
@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 /// Datagrams sent after an unacknowledged token, one of whose tokens was acknowledged, that
-/// make it lost, until reordering raises the threshold.
+/// make it lost, until the path is seen to reorder.
 pub(crate) const PACKET_THRESHOLD: u64 = 3;
 
 /// The reordering window is at most this many smoothed RTTs. (RACK bounds it by one; the

@@ -58,11 +58,11 @@ pub struct Rules {
     /// until the peer is heard from (`mtud.rs`). Off, what each timer wants goes out, and a
     /// path that fails one way takes whatever the node's timers and probes send into it.
     pub deaf_backoff: bool,
-    /// Beyond the paper (reordering, RACK-style): the packet threshold of loss detection
-    /// grows to cover the reordering a destination's acknowledgements show, the time
-    /// threshold gains a reordering window that widens with every loss found spurious
-    /// (`loss.rs`). Off, a token is lost once 3 datagrams after it or 9/8 of the RTT have passed, and a
-    /// path that reorders has its datagrams sent twice.
+    /// Beyond the paper (reordering, RACK-style): once a destination's acknowledgements show
+    /// that its path reorders, loss detection stops counting datagrams and declares losses
+    /// by time alone, with a reordering window that covers the lateness seen and widens with
+    /// every loss found spurious (`loss.rs`). Off, a token is lost once 3 datagrams after it
+    /// or 9/8 of the RTT have passed, and a path that reorders has its datagrams sent twice.
     pub reordering_window: bool,
     /// Beyond the paper (reordering): the congestion response to losses found spurious (the
     /// first acknowledgement of a token declared lost came before its retransmission could

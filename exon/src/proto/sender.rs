@@ -112,7 +112,7 @@ pub(crate) struct Flight {
     pub ack_batch: u64,
     /// The newest RTT sample of the verdict frame being handled.
     pub ack_rtt: Option<Duration>,
-    /// The packet threshold and reordering window of both loss detectors.
+    /// What both loss detectors learnt of reordering (the count rule, the window).
     pub reo: Reordering,
     /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
     pub undo: bool,
