@@ -1,12 +1,13 @@
 //! The impaired-link testbed (the paper's Section V on one machine): exon, TCP with CUBIC,
 //! TCP with BBR and QUIC between two network namespaces joined by a userspace link emulator
-//! (delay, rate, random loss both ways, byte-sized tail-drop queue; seeded).
+//! (delay, rate, random loss and reordering both ways, byte-sized tail-drop queue; seeded).
 //!
 //! ```text
 //! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
 //! cargo bench -p exon-benches --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
 //! cargo bench -p exon-benches --bench testbed -- --matrix paper
 //! cargo bench -p exon-benches --bench testbed -- --flows exon,tcp_cubic --rate-mbit 10 --rtt-ms 20 --plot flows.svg
+//! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --reorder 0.5 --secs 12
 //! cargo bench -p exon-benches --bench testbed -- --sweep loss --systems exon
 //! cargo bench -p exon-benches --bench testbed -- --size 1048576 --loss 0.05 --systems exon,tcp_cubic,tcp_bbr
 //! ```
@@ -59,6 +60,7 @@ struct Args {
     rate_mbit: f64,
     rtt_ms: f64,
     loss: f64,
+    reorder: f64,
     secs: Option<f64>,
     warmup: f64,
     drain: f64,
@@ -104,6 +106,10 @@ struct Cli {
     /// Random loss probability, each way.
     #[arg(long, default_value_t = 0.0)]
     loss: f64,
+    /// Reordering probability, each way: a packet is held back by an extra 0-20 ms
+    /// (uniform) and later packets overtake it; nothing is dropped for it.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
     /// Measured seconds per system (default 10; the matrix has its own).
     #[arg(long)]
     secs: Option<f64>,
@@ -199,6 +205,9 @@ fn parse_args() -> Args {
     if !(0.0..1.0).contains(&c.loss) || c.rate_mbit <= 0.0 || c.rtt_ms < 0.0 || c.callers == 0 {
         usage("need 0 <= loss < 1, rate > 0, rtt >= 0, callers > 0");
     }
+    if !(0.0..=1.0).contains(&c.reorder) {
+        usage("need 0 <= reorder <= 1");
+    }
     let several = [c.matrix.is_some(), c.sweep.is_some(), !c.flows.is_empty()];
     if several.iter().filter(|x| **x).count() > 1 {
         usage("at most one of --matrix, --sweep and --flows");
@@ -227,6 +236,7 @@ fn parse_args() -> Args {
         rate_mbit: c.rate_mbit,
         rtt_ms: c.rtt_ms,
         loss: c.loss,
+        reorder: c.reorder,
         secs: c.secs,
         warmup: c.warmup,
         drain: c.drain,
@@ -281,6 +291,7 @@ fn impairment(a: &Args, rate_mbit: f64, rtt_ms: f64, loss: f64) -> Impairment {
         queue_bytes: a
             .queue_bytes
             .unwrap_or_else(|| Impairment::default_queue(rate_bps, rtt)),
+        reorder: a.reorder,
         seed: a.seed,
     }
 }

@@ -81,6 +81,110 @@ struct Args {
     /// Number of consecutive seeds to run, from --seed.
     #[arg(long, default_value_t = 1)]
     seeds: u64,
+    /// Print every node's counters, summed, after each run (to stderr).
+    #[arg(long)]
+    stats: bool,
+    /// Largest extra delay of a reordered datagram, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    reorder_max_delay_ms: u64,
+    /// The links' MTU: the largest datagram (UDP payload) they carry, in bytes.
+    #[arg(long, default_value_t = 1472)]
+    link_mtu: usize,
+    /// The nodes' datagram ceiling (`Config::max_datagram_size`), in bytes. Default: the
+    /// node default (65507), or with `--no-mtu-discovery` the link MTU.
+    #[arg(long)]
+    max_datagram: Option<usize>,
+    /// Turn path MTU discovery off (`Config::mtu_discovery`): every datagram may be as
+    /// large as the ceiling (`--max-datagram`).
+    #[arg(long)]
+    no_mtu_discovery: bool,
+    /// Slots per destination (`Config::window`).
+    #[arg(long)]
+    window: Option<u64>,
+    /// Envelopes asked for ahead (`Config::envelope_target`).
+    #[arg(long)]
+    envelope_target: Option<u64>,
+    /// Envelope low watermark (`Config::envelope_low`).
+    #[arg(long)]
+    envelope_low: Option<u64>,
+    /// Longest a receiver delays an ACK, in milliseconds (`Config::ack_delay`).
+    #[arg(long)]
+    ack_delay_ms: Option<u64>,
+    /// Tokens that make a receiver acknowledge at once (`Config::ack_every`).
+    #[arg(long)]
+    ack_every: Option<u32>,
+    /// Most sender and receiver records per node (`Config::max_sender_records` and
+    /// `max_receiver_records`).
+    #[arg(long)]
+    record_cap: Option<usize>,
+    /// Congestion control of every node.
+    #[arg(long, value_enum, default_value_t = Congestion::Bbr)]
+    congestion: Congestion,
+    /// How long applications leave a delivery in their buffer before taking it (and so
+    /// before it is acknowledged), in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    take_delay_ms: u64,
+    /// Virtual seconds allowed after the last submission or fault for the run to go quiet
+    /// (a slow run still going after that is reported with its messages Lost). Default:
+    /// 120 s plus one second per MB of messages (the largest payload counted for each).
+    #[arg(long)]
+    settle_s: Option<u64>,
+}
+
+/// Congestion controllers.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Congestion {
+    /// BBR-style, the default.
+    Bbr,
+    /// NewReno.
+    NewReno,
+    /// None: the receiver's slots only.
+    Off,
+}
+
+/// The settle time of a run: `--settle-s`, or 120 s plus one second per MB of messages.
+fn settle(a: &Args) -> Duration {
+    if let Some(s) = a.settle_s {
+        return Duration::from_secs(s);
+    }
+    let largest = a.payload.max(a.max_payload) as u64;
+    Duration::from_secs(120 + a.messages.saturating_mul(largest) / 1_000_000)
+}
+
+/// The node configuration the options describe.
+fn node_config(a: &Args) -> exon::proto::Config {
+    let mut c = exon_sim::sim_config();
+    if let Some(v) = a.max_datagram {
+        c.max_datagram_size = v;
+    } else if a.no_mtu_discovery {
+        c.max_datagram_size = a.link_mtu;
+    }
+    c.mtu_discovery = !a.no_mtu_discovery;
+    if let Some(v) = a.window {
+        c.window = v;
+    }
+    if let Some(v) = a.envelope_target {
+        c.envelope_target = v;
+    }
+    if let Some(v) = a.envelope_low {
+        c.envelope_low = v;
+    }
+    if let Some(v) = a.ack_delay_ms {
+        c.ack_delay = Duration::from_millis(v);
+    }
+    if let Some(v) = a.ack_every {
+        c.ack_every = v;
+    }
+    if let Some(v) = a.record_cap {
+        c.max_sender_records = v;
+        c.max_receiver_records = v;
+    }
+    c.congestion = match a.congestion {
+        Congestion::Bbr => exon::proto::CongestionControl::Bbr,
+        Congestion::NewReno => exon::proto::CongestionControl::NewReno,
+        Congestion::Off => exon::proto::CongestionControl::Off,
+    };
+    c
 }
 
 fn scenario(a: &Args, seed: u64) -> Scenario {
@@ -96,6 +200,8 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         dup: a.dup,
         dup_max_delay: Duration::from_millis(a.dup_delay_ms),
         reorder: a.reorder,
+        reorder_max_delay: Duration::from_millis(a.reorder_max_delay_ms),
+        mtu: a.link_mtu,
         rate: (a.rate > 0).then_some(a.rate),
         ..LinkConfig::default()
     };
@@ -124,9 +230,12 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
     Scenario {
         seed,
         nodes: a.nodes,
+        config: node_config(a),
         link,
         workload,
         faults,
+        settle: settle(a),
+        take_delay: Duration::from_millis(a.take_delay_ms),
         ..Scenario::default()
     }
 }
@@ -176,6 +285,13 @@ fn main() -> ExitCode {
             }
         }
         bar.finish_and_clear();
+        if a.stats {
+            let mut all = exon::proto::Stats::default();
+            for s in sim.node_stats() {
+                all.merge(s);
+            }
+            eprintln!("{all:#?}");
+        }
         let report = sim.finish();
         let secs = wall.elapsed().as_secs_f64();
         if !report.ok() {

@@ -103,6 +103,9 @@ pub struct Oracle {
     pub duplicates: u64,
     /// Acknowledgements seen by senders.
     pub acked: u64,
+    /// Virtual time of the last acknowledgement, in nanoseconds: when the work was done
+    /// (the run goes on until its timers go quiet).
+    pub last_ack_at: u64,
     /// Messages reported in doubt to their senders (their receiver restarted).
     pub in_doubt: u64,
     /// Messages not delivered because their sender restarted, or reported in doubt and not
@@ -323,6 +326,7 @@ impl Oracle {
         let delivered = r.deliveries > 0;
         let taken = r.taken;
         self.acked += 1;
+        self.last_ack_at = self.last_ack_at.max(now);
         if !delivered {
             self.violate(
                 ViolationKind::AckWithoutDelivery,

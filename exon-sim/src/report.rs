@@ -46,6 +46,9 @@ pub struct Report {
     pub events: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
+    /// Virtual time of the last acknowledgement: when the work was done (the run itself
+    /// goes on until the nodes' timers go quiet, idle timeouts included).
+    pub done_at: Duration,
     /// Node restarts.
     pub restarts: u32,
     /// Datagrams put on links.
@@ -59,6 +62,10 @@ pub struct Report {
     pub link_dups: u64,
     /// Token retransmissions over all live nodes.
     pub retransmissions: u64,
+    /// Of those, the ones the senders found spurious (the datagram declared lost had
+    /// arrived): `Stats::spurious_retransmissions` over all live nodes. On a link that loses
+    /// nothing every retransmission is spurious, found or not.
+    pub spurious_retransmissions: u64,
     /// Sealed datagrams refused because their tag did not verify (forged or altered), over
     /// all live nodes.
     pub bad_tags: u64,
@@ -85,12 +92,14 @@ impl Report {
             pending_events,
             events: sim.events(),
             virtual_time: sim.now(),
+            done_at: sim.now().min(Duration::from_nanos(o.last_ack_at)),
             restarts: sim.hosts_restarts(),
             datagrams: 0,
             link_drops: 0,
             too_big: 0,
             link_dups: 0,
             retransmissions: sim.node_stats().map(|s| s.retransmissions).sum(),
+            spurious_retransmissions: sim.node_stats().map(|s| s.spurious_retransmissions).sum(),
             bad_tags: sim.node_stats().map(|s| s.rejects.bad_tag).sum(),
         };
         for l in sim.links() {
@@ -129,7 +138,7 @@ impl fmt::Display for Report {
             f,
             "seed={} nodes={} messages={} delivered={} duplicates={} lost={} lost_by_restart={} \
              acked={} in_doubt={} violations={} idle_nodes={} restarts={} events={} datagrams={} \
-             link_drops={} too_big={} link_dups={} retransmissions={} virtual_s={:.3}",
+             link_drops={} too_big={} link_dups={} retransmissions={} spurious_found={} done_s={:.3} virtual_s={:.3}",
             self.seed,
             self.nodes,
             self.messages,
@@ -148,6 +157,8 @@ impl fmt::Display for Report {
             self.too_big,
             self.link_dups,
             self.retransmissions,
+            self.spurious_retransmissions,
+            self.done_at.as_secs_f64(),
             self.virtual_time.as_secs_f64()
         )
     }

@@ -56,3 +56,52 @@ fn validate_names_the_limit() {
     sc.workload.payload_len = max;
     assert_eq!(sc.validate(), Ok(()));
 }
+
+#[test]
+fn the_settings_of_a_soak_are_options() {
+    let out = exon_sim(&[
+        "--messages",
+        "300",
+        "--payload",
+        "3000",
+        "--reorder",
+        "0.5",
+        "--reorder-max-delay-ms",
+        "10",
+        "--link-mtu",
+        "1400",
+        "--no-mtu-discovery",
+        "--window",
+        "256",
+        "--envelope-target",
+        "64",
+        "--envelope-low",
+        "32",
+        "--ack-delay-ms",
+        "1",
+        "--ack-every",
+        "4",
+        "--record-cap",
+        "64",
+        "--congestion",
+        "new-reno",
+        "--take-delay-ms",
+        "2",
+        "--settle-s",
+        "60",
+        "--stats",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.contains("violations=0"), "{line}");
+    assert!(
+        line.contains("too_big=0"),
+        "datagrams at the link MTU: {line}"
+    );
+    assert!(line.contains("spurious_found=") && line.contains("done_s="));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spurious_retransmissions"));
+}

@@ -339,6 +339,7 @@ pub fn print_cell(
     kv.push(format!("rate_mbit={}", imp.rate_bps as f64 / 1e6));
     kv.push(format!("rtt_ms={}", imp.rtt.as_secs_f64() * 1e3));
     kv.push(format!("loss={}", imp.loss));
+    kv.push(format!("reorder={}", imp.reorder));
     kv.push(format!("queue_bytes={}", imp.queue_bytes));
     if let Some(o) = out.iter().find(|o| o.system == System::Exon) {
         let field = |k: &str| {
@@ -354,6 +355,7 @@ pub fn print_cell(
             o.link[0].dropped_queue + o.link[1].dropped_queue
         ));
         kv.push(format!("exon_retransmissions={}", field("retransmissions")));
+        kv.push(format!("exon_spurious_found={}", field("spurious_found")));
         kv.push(format!("exon_complete={}", o.complete));
     }
     let d = ExonTuning::default();

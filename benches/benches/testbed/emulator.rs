@@ -1,5 +1,6 @@
 //! The userspace link emulator: one thread that owns two TUN devices and forwards IP
-//! packets between them through a delay, rate, loss and byte-sized queue model per direction.
+//! packets between them through a delay, rate, loss, reordering and byte-sized queue model
+//! per direction.
 //!
 //! The decisions come from the simulator's link model (`exon_sim::Link`): the same code
 //! that drives the discrete-event simulator in virtual time decides here in real time (one
@@ -36,9 +37,16 @@ pub struct Impairment {
     pub loss: f64,
     /// Bytes the rate limiter queues before dropping at the tail.
     pub queue_bytes: usize,
-    /// Seed of the loss generators (direction b to a uses `seed + 1`).
+    /// Reordering probability per packet, each direction: a packet is held back by an
+    /// extra delay uniform in `[0, REORDER_MAX_DELAY]` after it crossed the link, so later
+    /// packets overtake it; nothing is dropped for it.
+    pub reorder: f64,
+    /// Seed of the loss and reordering generators (direction b to a uses `seed + 1`).
     pub seed: u64,
 }
+
+/// Largest extra delay of a reordered packet.
+pub const REORDER_MAX_DELAY: Duration = Duration::from_millis(20);
 
 impl Impairment {
     /// The queue the testbed uses by default: one bandwidth-delay product, at least 32 KiB
@@ -54,6 +62,8 @@ impl Impairment {
             loss: self.loss,
             rate: Some(self.rate_bps / 8),
             queue_bytes: self.queue_bytes,
+            reorder: self.reorder,
+            reorder_max_delay: REORDER_MAX_DELAY,
             // The emulator moves whole IP packets, which the namespaces' interface MTU
             // already bounds: the model's own size limit (for UDP payloads) stays out of it.
             mtu: usize::MAX,
@@ -73,7 +83,16 @@ impl fmt::Display for Impairment {
             self.loss * 100.0,
             self.queue_bytes,
             self.seed
-        )
+        )?;
+        if self.reorder > 0.0 {
+            write!(
+                f,
+                ", reorder {}% each way (held back up to {} ms)",
+                self.reorder * 100.0,
+                REORDER_MAX_DELAY.as_millis()
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -220,8 +239,8 @@ impl Drop for Emulator {
     }
 }
 
-/// One direction: its link model and the packets it scheduled, in delivery order (the
-/// model has no jitter or reordering here, so times only grow).
+/// One direction: its link model and the packets it scheduled, in delivery order (a packet
+/// held back for reordering goes behind those due before it; equal times keep their order).
 struct Dir {
     link: Link,
     queue: VecDeque<(Instant, Vec<u8>)>,
@@ -288,7 +307,9 @@ fn run(
                 shared.add(d, RECEIVED);
                 match dirs[d].link.on_datagram(Instant::now(), n) {
                     Decision::Deliver { at, .. } => {
-                        dirs[d].queue.push_back((at, buf[..n].to_vec()))
+                        let q = &mut dirs[d].queue;
+                        let i = q.partition_point(|(t, _)| *t <= at);
+                        q.insert(i, (at, buf[..n].to_vec()));
                     }
                     Decision::Drop(DropCause::QueueFull) => shared.add(d, DROPPED_QUEUE),
                     Decision::Drop(_) | Decision::Hold => shared.add(d, DROPPED_RANDOM),

@@ -464,6 +464,10 @@ async fn send(a: &RoleArgs, mut ctl: Control) {
                 &[
                     ("n", seq.to_string()),
                     ("retransmissions", s.node.retransmissions.to_string()),
+                    (
+                        "spurious_found",
+                        s.node.spurious_retransmissions.to_string(),
+                    ),
                     ("losses_detected", s.node.losses_detected.to_string()),
                     ("timeouts", s.node.timeouts.to_string()),
                     ("datagrams_out", s.node.datagrams_out.to_string()),

@@ -36,6 +36,23 @@ pub(crate) struct Sent {
     pub reach: u32,
 }
 
+/// Most losses remembered per message, to find them spurious later.
+const MAX_LOST_KEPT: usize = 64;
+
+/// A FRAG transmission declared lost, kept until the receiver holds its bytes, to tell
+/// whether the loss was spurious (see `sender::answers_original`).
+#[derive(Debug, Clone)]
+pub(crate) struct LostFrag {
+    /// The bytes it carried.
+    pub range: Range<u64>,
+    /// When it was declared lost.
+    pub at: Instant,
+    /// When any of its bytes first left again (`None`: not yet).
+    pub resent_at: Option<Instant>,
+    /// Its FRAG frame's size.
+    pub size: u64,
+}
+
 /// What is known of a fragmented message's bytes.
 #[derive(Debug)]
 pub(crate) struct Outgoing {
@@ -50,6 +67,8 @@ pub(crate) struct Outgoing {
     fresh_from: u64,
     /// Counted against the receiver's credit (a message of more than one fragment).
     charged: bool,
+    /// Transmissions declared lost whose bytes the receiver does not hold yet.
+    lost: VecDeque<LostFrag>,
 }
 
 impl Outgoing {
@@ -64,6 +83,7 @@ impl Outgoing {
             inflight: VecDeque::new(),
             fresh_from: 0,
             charged: false,
+            lost: VecDeque::new(),
         }
     }
 
@@ -135,6 +155,11 @@ impl Outgoing {
         reach: u32,
     ) {
         self.pending.remove_range(range.clone());
+        for l in &mut self.lost {
+            if l.resent_at.is_none() && l.range.start < range.end && range.start < l.range.end {
+                l.resent_at = Some(at);
+            }
+        }
         let again = range.start < self.fresh_from;
         self.fresh_from = self.fresh_from.max(range.end);
         self.inflight.push_back(Sent {
@@ -155,10 +180,15 @@ impl Outgoing {
     /// means the receiver dropped it (a partial message dropped after its reassembly
     /// timeout, then started again): what it says it holds becomes all that is known, and
     /// the rest is to send again. Returns whether that happened.
+    ///
+    /// Losses whose bytes the receiver now holds are forgotten; those it got before their
+    /// retransmission could have been answered (`min_rtt`) are appended to `spurious`.
     pub fn on_got(
         &mut self,
         ranges: impl Iterator<Item = Range<u64>>,
         acked: &mut Vec<Sent>,
+        (now, min_rtt): (Instant, Option<std::time::Duration>),
+        spurious: &mut Vec<LostFrag>,
     ) -> bool {
         let was_whole = self.is_whole();
         let mut told = RangeSet::new();
@@ -169,6 +199,7 @@ impl Outgoing {
             }
         }
         if was_whole && !told.contains_range(0..self.total) {
+            self.lost.clear();
             self.got = told;
             self.pending = RangeSet::new();
             self.pending.insert(0..self.total);
@@ -201,7 +232,20 @@ impl Outgoing {
             }
             !held
         });
+        self.lost.retain(|l| {
+            let held = got.contains_range(l.range.clone());
+            if held && super::sender::answers_original(now, l.resent_at, min_rtt) {
+                spurious.push(l.clone());
+            }
+            !held
+        });
         false
+    }
+
+    /// Transmissions declared lost whose bytes the receiver was not known to hold (when
+    /// it acknowledges the message, it holds them all).
+    pub fn lost(&self) -> impl Iterator<Item = &LostFrag> {
+        self.lost.iter()
     }
 
     /// Whether transmission `seq` is in flight, and when it left (`inflight` is in sending
@@ -214,7 +258,7 @@ impl Outgoing {
     /// Transmission `seq` (every FRAG of this message in that datagram) was lost: its bytes
     /// the receiver does not hold are to send again. Returns their size (no longer in
     /// flight) and how far into the datagram the last of them reached.
-    pub fn on_lost(&mut self, seq: u64) -> (u64, u32) {
+    pub fn on_lost(&mut self, seq: u64, now: Instant) -> (u64, u32) {
         let lo = self.inflight.partition_point(|s| s.seq < seq);
         let hi = self.inflight.partition_point(|s| s.seq <= seq);
         let gone: Vec<Sent> = self.inflight.drain(lo..hi).collect();
@@ -222,6 +266,15 @@ impl Outgoing {
         for s in gone {
             size += s.size;
             reach = reach.max(s.reach);
+            if self.lost.len() >= MAX_LOST_KEPT {
+                self.lost.pop_front();
+            }
+            self.lost.push_back(LostFrag {
+                range: s.range.clone(),
+                at: now,
+                resent_at: None,
+                size: s.size,
+            });
             self.requeue(s.range);
         }
         (size, reach)
@@ -435,29 +488,78 @@ mod tests {
         assert!(!o.has_pending());
         assert_eq!(o.flight(), 10_060);
         let mut acked = Vec::new();
-        o.on_got([0..4000, 8000..10_000].into_iter(), &mut acked);
+        let mut spurious = Vec::new();
+        let at = (t0(), None);
+        o.on_got(
+            [0..4000, 8000..10_000].into_iter(),
+            &mut acked,
+            at,
+            &mut spurious,
+        );
         assert_eq!(acked.iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 3]);
-        assert_eq!(o.on_lost(2).0, 4020);
+        assert_eq!(o.on_lost(2, t0()).0, 4020);
         assert_eq!(o.next_range(100_000), Some(4000..8000));
         o.on_sent(4000..8000, 4, t0(), 4020, st(), 0);
         assert!(o.inflight.back().unwrap().again, "a resend");
-        o.on_got(std::iter::once(4000..8000), &mut acked);
+        o.on_got(std::iter::once(4000..8000), &mut acked, at, &mut spurious);
         assert!(o.is_whole());
         assert_eq!(o.flight(), 0);
+        assert!(spurious.is_empty(), "no RTT known: nothing proven");
+    }
+
+    #[test]
+    fn a_lost_fragment_held_before_its_resend_could_be_answered_was_spurious() {
+        let ms = std::time::Duration::from_millis;
+        let min_rtt = Some(ms(10));
+        let mut o = Outgoing::new(3000);
+        o.on_sent(0..1000, 1, t0(), 1020, st(), 0);
+        o.on_sent(1000..2000, 2, t0(), 1020, st(), 0);
+        o.on_sent(2000..3000, 3, t0(), 1020, st(), 0);
+        let (mut acked, mut spurious) = (Vec::new(), Vec::new());
+        o.on_lost(1, t0() + ms(12));
+        o.on_lost(2, t0() + ms(12));
+        // The first one's bytes come before they left again: its loss was spurious, and
+        // they are not sent again.
+        let at = (t0() + ms(13), min_rtt);
+        o.on_got(std::iter::once(0..1000), &mut acked, at, &mut spurious);
+        let starts = |sp: &[LostFrag]| sp.iter().map(|l| l.range.start).collect::<Vec<_>>();
+        assert_eq!(starts(&spurious), [0]);
+        assert_eq!(o.next_range(u64::MAX), Some(1000..2000));
+        // The second one leaves again at 14 ms; held at 20 ms (under 10 ms later): spurious.
+        o.on_sent(1000..2000, 4, t0() + ms(14), 1020, st(), 0);
+        o.on_sent(2000..2500, 5, t0() + ms(14), 520, st(), 0);
+        o.on_lost(5, t0() + ms(30));
+        let at = (t0() + ms(20), min_rtt);
+        o.on_got(std::iter::once(0..2000), &mut acked, at, &mut spurious);
+        assert_eq!(
+            spurious.iter().map(|l| l.range.start).collect::<Vec<_>>(),
+            [0, 1000]
+        );
+        // The third, resent at 31 ms, held at 45 ms: either copy may have arrived.
+        o.on_sent(2000..2500, 6, t0() + ms(31), 520, st(), 0);
+        let at = (t0() + ms(45), min_rtt);
+        o.on_got(std::iter::once(0..3000), &mut acked, at, &mut spurious);
+        assert_eq!(spurious.len(), 2, "not proven spurious");
+        assert!(o.lost.is_empty(), "forgotten once held");
     }
 
     #[test]
     fn a_timeout_resends_what_is_not_held_or_probes_a_whole_message() {
         let mut o = Outgoing::new(3000);
         o.on_sent(0..3000, 1, t0(), 3020, st(), 0);
-        let mut acked = Vec::new();
-        o.on_got(std::iter::once(1000..2000), &mut acked);
+        let (mut acked, mut sp) = (Vec::new(), Vec::new());
+        o.on_got(
+            std::iter::once(1000..2000),
+            &mut acked,
+            (t0(), None),
+            &mut sp,
+        );
         assert!(acked.is_empty());
         assert_eq!(o.on_timeout(), 3020);
         assert_eq!(o.pending.ranges(), &[0..1000, 2000..3000]);
         o.on_sent(0..1000, 2, t0(), 1020, st(), 0);
         o.on_sent(2000..3000, 3, t0(), 1020, st(), 0);
-        o.on_got(std::iter::once(0..3000), &mut acked);
+        o.on_got(std::iter::once(0..3000), &mut acked, (t0(), None), &mut sp);
         assert!(o.is_whole() && !o.has_pending());
         o.on_timeout();
         assert_eq!(o.next_range(u64::MAX), Some(0..PROBE_LEN));

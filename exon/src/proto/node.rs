@@ -466,7 +466,7 @@ impl Node {
                 return Err(SendError::TooManyPeers);
             }
             self.senders
-                .insert(to, SRecord::new(self.ck, now, &self.cfg));
+                .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
         }
         let id = MsgId(self.next_msg);
         self.next_msg += 1;

@@ -14,6 +14,8 @@ pub struct Rtt {
     srtt: Option<u64>,
     rttvar: u64,
     latest: Option<u64>,
+    /// The smallest sample ever taken.
+    min: Option<u64>,
     backoff: u32,
 }
 
@@ -28,6 +30,7 @@ impl Rtt {
             srtt: None,
             rttvar: 0,
             latest: None,
+            min: None,
             backoff: 0,
         }
     }
@@ -42,6 +45,17 @@ impl Rtt {
         self.latest.map(Duration::from_nanos)
     }
 
+    /// The smallest sample taken: no datagram and its answer make the round trip sooner
+    /// (what tells an acknowledgement of a first transmission from one of a retransmission).
+    pub fn min(&self) -> Option<Duration> {
+        self.min.map(Duration::from_nanos)
+    }
+
+    /// The RTT variation (RFC 6298's `RTTVAR`).
+    pub fn var(&self) -> Duration {
+        Duration::from_nanos(self.rttvar)
+    }
+
     /// Number of consecutive timeouts without a fresh sample.
     pub fn backoff(&self) -> u32 {
         self.backoff
@@ -52,6 +66,7 @@ impl Rtt {
         // Round trips beyond an hour are clamped: they only matter as "very long".
         let rtt = nanos(rtt).min(3_600_000_000_000);
         self.latest = Some(rtt);
+        self.min = Some(self.min.map_or(rtt, |m| m.min(rtt)));
         match self.srtt {
             None => {
                 self.srtt = Some(rtt);
@@ -144,6 +159,9 @@ mod tests {
         // srtt = 7/8*100 + 1/8*200 = 112.5 ms; rttvar = 3/4*50 + 1/4*100 = 62.5 ms
         assert_eq!(r.smoothed(), Some(Duration::from_micros(112_500)));
         assert_eq!(r.rttvar, 62_500_000);
+        r.sample(ms(50));
+        r.sample(ms(70));
+        assert_eq!(r.min(), Some(ms(50)), "the smallest sample");
     }
 
     #[test]

@@ -83,6 +83,17 @@ pub struct Rules {
     /// within a per-address limit. Off, no cookie is sent or honoured (the endpoint's rule;
     /// the core itself only keeps the budgets apart).
     pub address_cookies: bool,
+    /// Beyond the paper (reordering, RACK-style): once a destination's acknowledgements show
+    /// that its path reorders, loss detection stops counting datagrams and declares losses
+    /// by time alone, with a reordering window that covers the lateness seen and widens with
+    /// every loss found spurious (`loss.rs`). Off, a token is lost once 3 datagrams after it
+    /// or 9/8 of the RTT have passed, and a path that reorders has its datagrams sent twice.
+    pub reordering_window: bool,
+    /// Beyond the paper (reordering): the congestion response to losses found spurious (the
+    /// first acknowledgement of a token declared lost came before its retransmission could
+    /// have been answered) is undone: BBR's in-flight cap, NewReno's halving. Off, every loss
+    /// declared slows the sender down for good.
+    pub spurious_undo: bool,
 }
 
 impl Rules {
@@ -106,6 +117,8 @@ impl Rules {
         remember_evicted_slots: true,
         pin_member_keys: true,
         address_cookies: true,
+        reordering_window: true,
+        spurious_undo: true,
     };
 }
 

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::codec::varint_len;
-use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState};
+use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState, SpuriousEvent};
 use super::fragments::{Credit, Outgoing, Sent};
-use super::loss::{loss_delay, Judgement, LossDetector};
+use super::loss::{loss_delay, Judgement, LossDetector, Reordering};
 use super::mtud::Mtud;
 use super::pacing::Pacer;
 use super::rtt::Rtt;
 use super::tokens::Tokens;
-use super::{Config, MsgId};
+use super::{Config, MsgId, Rules};
 
 /// A message waiting for an envelope.
 #[derive(Debug)]
@@ -51,6 +51,36 @@ pub(crate) struct Token {
     /// How far into its datagram its frame ended when last sent, in bytes (the
     /// authentication tag counted): what its loss or acknowledgement says of sizes.
     pub reach: u32,
+    /// Its last loss declared by loss detection (kept until it is settled).
+    pub lost: Option<Lost>,
+}
+
+/// A loss declared by loss detection, kept to tell later whether it was spurious.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lost {
+    /// When it was declared lost.
+    pub at: Instant,
+    /// When the first transmission after that left (`None`: none yet).
+    pub resent_at: Option<Instant>,
+    /// Its bytes in flight then.
+    pub bytes: u64,
+}
+
+/// Whether the first acknowledgement, at `now`, of something declared lost, answers the
+/// transmission declared lost: its retransmission had not left (`resent_at` is `None`), or
+/// left less than the smallest round trip ever measured (`min_rtt`) before, too recently
+/// to have been answered. Either way the loss was spurious. (An acknowledgement that comes
+/// later may answer either copy: it proves nothing, and the loss stands.)
+pub(crate) fn answers_original(
+    now: Instant,
+    resent_at: Option<Instant>,
+    min_rtt: Option<Duration>,
+) -> bool {
+    match (resent_at, min_rtt) {
+        (None, _) => true,
+        (Some(t), Some(m)) => now.saturating_duration_since(t) < m,
+        (Some(_), None) => false,
+    }
 }
 
 impl Token {
@@ -82,11 +112,42 @@ pub(crate) struct Flight {
     pub ack_batch: u64,
     /// The newest RTT sample of the verdict frame being handled.
     pub ack_rtt: Option<Duration>,
+    /// What both loss detectors learnt of reordering (the count rule, the window).
+    pub reo: Reordering,
+    /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
+    pub undo: bool,
+    /// Losses found spurious by the verdict frame being handled: how many, how many of them
+    /// had been sent again, their bytes, and when the earliest was declared.
+    pub spurious: u64,
+    pub spurious_resent: u64,
+    pub spurious_bytes: u64,
+    pub spurious_at: Option<Instant>,
+    /// When the loss recovery in progress began: losses of transmissions sent before it
+    /// belong to it.
+    pub recovery_at: Option<Instant>,
 }
 
 impl Flight {
+    /// A loss of `bytes` declared at `at` was spurious (its retransmission had left, or
+    /// not): the reordering window widens and the controller will be told.
+    pub fn on_spurious(
+        &mut self,
+        now: Instant,
+        at: Instant,
+        bytes: u64,
+        resent: bool,
+        srtt: Duration,
+    ) {
+        self.reo.on_spurious(now, srtt);
+        self.spurious += 1;
+        self.spurious_resent += u64::from(resent);
+        self.spurious_bytes = self.spurious_bytes.saturating_add(bytes);
+        self.spurious_at = Some(self.spurious_at.map_or(at, |t: Instant| t.min(at)));
+    }
+
     /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
-    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT.
+    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT, and tells whether
+    /// its last loss was spurious.
     pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &mut Rtt) {
         self.bytes = self.bytes.saturating_sub(tok.flight);
         if !acked {
@@ -96,10 +157,29 @@ impl Flight {
             self.rate.on_acked(now, st, tok.size);
         }
         self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        let srtt = rtt.smoothed().unwrap_or_default();
+        if let Some(l) = tok.lost.filter(|_| tok.frag.is_none()) {
+            if answers_original(now, l.resent_at, rtt.min()) {
+                let resent = l.resent_at.is_some();
+                self.on_spurious(now, l.at, l.bytes, resent, srtt);
+            }
+        }
+        // A fragmented message acknowledged whole: its receiver holds every byte, those of
+        // fragments declared lost included.
+        for l in tok.frag.iter().flat_map(|o| o.lost()) {
+            if answers_original(now, l.resent_at, rtt.min()) {
+                let resent = l.resent_at.is_some();
+                self.on_spurious(now, l.at, l.size, resent, srtt);
+            }
+        }
         if tok.sends == 1 && tok.frag.is_none() {
-            self.losses.on_acked(tok.seq);
+            let overtaken = self.losses.on_acked(tok.seq);
             if let Some(t) = tok.sent_at {
                 let sample = now.saturating_duration_since(t);
+                if overtaken {
+                    let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
+                    self.reo.on_reordered(late);
+                }
                 rtt.sample(sample);
                 self.ack_rtt = Some(sample);
             }
@@ -205,7 +285,12 @@ impl SRecord {
     }
 
     /// A record for a destination with no state: `sck` starts at the node clock.
-    pub fn new(ck: u64, now: Instant, cfg: &Config) -> Self {
+    pub fn new(ck: u64, now: Instant, cfg: &Config, rules: &Rules) -> Self {
+        let mut flight = Flight {
+            undo: rules.spurious_undo,
+            ..Flight::default()
+        };
+        flight.reo.adapt = rules.reordering_window;
         SRecord {
             sck: ck,
             rck: None,
@@ -238,7 +323,7 @@ impl SRecord {
             pace_at: None,
             probe: false,
             loss_at: None,
-            flight: Flight::default(),
+            flight,
             token_size: 0,
             credit: Credit::default(),
             mtud: Mtud::new(
@@ -481,7 +566,9 @@ impl SRecord {
         };
         let was_whole = o.is_whole();
         let mut acked: Vec<Sent> = Vec::new();
-        if o.on_got(ranges, &mut acked) && !tok.queued {
+        let mut spurious = Vec::new();
+        let at = (now, self.rtt.min());
+        if o.on_got(ranges, &mut acked, at, &mut spurious) && !tok.queued {
             // The receiver no longer holds it whole: what it lacks goes again.
             tok.queued = true;
             self.to_send.push_back(s);
@@ -492,6 +579,14 @@ impl SRecord {
             o.set_charged(false);
             self.credit.give_back(tok.rck, c);
         }
+        let srtt = self.rtt.smoothed().unwrap_or_default();
+        for l in spurious {
+            let resent = l.resent_at.is_some();
+            self.flight.on_spurious(now, l.at, l.size, resent, srtt);
+        }
+        // Only the newest transmission a GOT newly covers can show reordering: older ones it
+        // covers too were answered by a GOT that was lost (GOT is cumulative per message).
+        let newest = acked.last().map(|s| s.seq);
         for sent in &acked {
             tok.flight = tok.flight.saturating_sub(sent.size);
             self.flight.bytes = self.flight.bytes.saturating_sub(sent.size);
@@ -499,8 +594,11 @@ impl SRecord {
             self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
             if !sent.again {
                 self.mtud.on_acked(sent.reach as usize);
-                self.flight.frag_losses.on_acked(sent.seq);
                 let sample = now.saturating_duration_since(sent.at);
+                if self.flight.frag_losses.on_acked(sent.seq) && newest == Some(sent.seq) {
+                    let late = sample.saturating_sub(self.rtt.min().unwrap_or(sample));
+                    self.flight.reo.on_reordered(late);
+                }
                 self.rtt.sample(sample);
                 self.flight.ack_rtt = Some(sample);
             }
@@ -517,6 +615,17 @@ impl SRecord {
     pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
         let acked = std::mem::take(&mut self.flight.ack_batch);
         let rtt = self.flight.ack_rtt.take();
+        self.flight.losses.end_batch();
+        self.flight.frag_losses.end_batch();
+        let spurious = std::mem::take(&mut self.flight.spurious_bytes);
+        if let Some(lost_at) = self.flight.spurious_at.take() {
+            if self.flight.undo && spurious > 0 {
+                self.cc.on_spurious(&SpuriousEvent {
+                    lost: spurious,
+                    lost_at,
+                });
+            }
+        }
         if acked > 0 {
             if self.rto_at.is_some() {
                 self.rto_at = Some(now + self.timer_delay(cfg));
@@ -537,13 +646,13 @@ impl SRecord {
 
     /// Declares the outstanding REQSLOTS lost (or its SLOTS) when tokens sent after it were
     /// acknowledged as loss detection would for a token, and queues it again.
-    fn detect_lost_request(&mut self, now: Instant, delay: Duration) {
+    fn detect_lost_request(&mut self, now: Instant, delay: Duration, threshold: u64) {
         let (Some(_), Some(seq), Some(sent), false) =
             (self.req_n, self.req_seq, self.req_sent_at, self.req_due)
         else {
             return;
         };
-        match self.flight.losses.judge(seq, sent, now, delay) {
+        match self.flight.losses.judge(seq, sent, now, delay, threshold) {
             Judgement::Lost => {
                 self.req_due = true;
                 self.req_retransmitted = true;
@@ -562,7 +671,10 @@ impl SRecord {
     pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
         let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
         let latest = self.rtt.latest().unwrap_or(srtt);
-        let delay = loss_delay(srtt, latest, cfg.timer_granularity);
+        let min_rtt = self.rtt.min().unwrap_or(srtt);
+        let delay = loss_delay(srtt, latest, cfg.timer_granularity)
+            .saturating_add(self.flight.reo.window(min_rtt, srtt));
+        let threshold = self.flight.reo.packet_threshold();
         self.loss_at = None;
         let mut lost = Vec::new();
         let (mut bytes, mut newest) = (0u64, None);
@@ -584,10 +696,15 @@ impl SRecord {
                     continue;
                 }
             };
-            match self.flight.losses.judge(seq, sent, now, delay) {
+            match self.flight.losses.judge(seq, sent, now, delay, threshold) {
                 Judgement::Lost => {
                     self.flight.losses.pop_front();
                     self.mtud.on_lost(seq, tok.reach as usize);
+                    tok.lost = Some(Lost {
+                        at: now,
+                        resent_at: None,
+                        bytes: tok.flight,
+                    });
                     bytes += tok.flight;
                     self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                     tok.flight = 0;
@@ -603,12 +720,24 @@ impl SRecord {
                 Judgement::Unknown => break,
             }
         }
-        self.detect_lost_fragments(now, delay, &mut lost, &mut bytes, &mut newest, &mut count);
+        self.detect_lost_fragments(
+            now,
+            (delay, threshold),
+            &mut lost,
+            &mut bytes,
+            &mut newest,
+            &mut count,
+        );
         for &slot in lost.iter().rev() {
             self.to_send.push_front(slot);
         }
-        self.detect_lost_request(now, delay);
+        self.detect_lost_request(now, delay, threshold);
         if let Some(sent_at) = newest {
+            if self.flight.recovery_at.is_none_or(|t| sent_at > t) {
+                // Losses of a transmission sent since the last recovery began: a new one.
+                self.flight.recovery_at = Some(now);
+                self.flight.reo.on_recovery();
+            }
             self.cc.on_lost(&LossEvent {
                 now,
                 lost: bytes,
@@ -624,7 +753,7 @@ impl SRecord {
     fn detect_lost_fragments(
         &mut self,
         now: Instant,
-        delay: Duration,
+        (delay, threshold): (Duration, u64),
         lost: &mut Vec<u64>,
         bytes: &mut u64,
         newest: &mut Option<Instant>,
@@ -643,10 +772,14 @@ impl SRecord {
                 self.flight.frag_losses.pop_front();
                 continue;
             };
-            match self.flight.frag_losses.judge(seq, sent, now, delay) {
+            match self
+                .flight
+                .frag_losses
+                .judge(seq, sent, now, delay, threshold)
+            {
                 Judgement::Lost => {
                     self.flight.frag_losses.pop_front();
-                    let (size, reach) = o.on_lost(seq);
+                    let (size, reach) = o.on_lost(seq, now);
                     self.mtud.on_lost(seq, reach as usize);
                     *bytes += size;
                     self.flight.bytes = self.flight.bytes.saturating_sub(size);
@@ -688,6 +821,7 @@ impl SRecord {
             rate: None,
             frag: None,
             reach: 0,
+            lost: None,
         };
         self.tokens.insert(slot, tok);
         self.to_send.push_back(slot);
@@ -839,5 +973,24 @@ impl SRecord {
         // Tokens queued now get a fresh timer when they are written.
         self.rto_at = next;
         (due, due > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_answer_too_early_for_the_retransmission_proves_a_loss_spurious() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let min = Some(ms(10));
+        assert!(answers_original(t0, None, min), "not sent again yet");
+        assert!(answers_original(t0 + ms(9), Some(t0), min), "too soon");
+        assert!(!answers_original(t0 + ms(10), Some(t0), min), "either copy");
+        assert!(
+            !answers_original(t0 + ms(1), Some(t0), None),
+            "no RTT known"
+        );
     }
 }

@@ -312,6 +312,13 @@ pub struct Stats {
     /// Tokens declared lost from acknowledgements of tokens sent after them (fast loss
     /// recovery), each counted once per declaration.
     pub losses_detected: u64,
+    /// Losses declared by loss detection (tokens or fragments) later found spurious: the
+    /// first acknowledgement came before the retransmission could have been answered (see
+    /// `docs/wire.md`, "Loss recovery and reordering"). Each widens the reordering window.
+    pub spurious_losses: u64,
+    /// Of `spurious_losses`, those whose retransmission had left: datagrams sent again for
+    /// nothing (the others were acknowledged before their turn came, and did not go).
+    pub spurious_retransmissions: u64,
     /// Tokens given up for lost by the retransmission timer.
     pub timeouts: u64,
     /// Probes sent when the retransmission timer first expired (a datagram past the
@@ -485,6 +492,8 @@ impl Stats {
             evictions_proven,
             retransmissions,
             losses_detected,
+            spurious_losses,
+            spurious_retransmissions,
             timeouts,
             tail_probes,
             reqslots_retransmissions,
@@ -524,6 +533,8 @@ impl Stats {
         self.evictions_proven += evictions_proven;
         self.retransmissions += retransmissions;
         self.losses_detected += losses_detected;
+        self.spurious_losses += spurious_losses;
+        self.spurious_retransmissions += spurious_retransmissions;
         self.timeouts += timeouts;
         self.tail_probes += tail_probes;
         self.reqslots_retransmissions += reqslots_retransmissions;

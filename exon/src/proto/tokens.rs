@@ -165,6 +165,7 @@ mod tests {
             rate: None,
             frag: None,
             reach: 0,
+            lost: None,
         }
     }
 

@@ -450,6 +450,9 @@ impl Node {
             if tok.sends > 0 {
                 self.stats.retransmissions += 1;
             }
+            if let Some(l) = &mut tok.lost {
+                l.resent_at.get_or_insert(now);
+            }
             tok.sends = tok.sends.saturating_add(1);
             tok.sent_at = Some(now);
             tok.queued = false;

@@ -352,6 +352,8 @@ impl Node {
         let req_due = rec.req_due;
         let lost = rec.after_verdicts(now, &self.cfg);
         self.stats.losses_detected += lost;
+        self.stats.spurious_losses += std::mem::take(&mut rec.flight.spurious);
+        self.stats.spurious_retransmissions += std::mem::take(&mut rec.flight.spurious_resent);
         if rec.req_due && !req_due {
             self.stats.reqslots_retransmissions += 1;
             self.outbox.wake(src, usize::MAX);

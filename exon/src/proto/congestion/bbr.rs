@@ -9,12 +9,14 @@
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
 //! bytes in flight are capped below what caused it (the cap grows again, round by round,
-//! while no congestion is seen), and startup ends.
+//! while no congestion is seen), and startup ends. Losses later found spurious (the datagram
+//! had only been overtaken) are taken back: from the round in progress, or from the round
+//! that cut the cap, whose cut is undone if the round no longer counts as congested.
 
 use std::time::{Duration, Instant};
 
 use super::minmax::WindowedMax;
-use super::{bytes_in, rate_of, scale, AckEvent, LossEvent};
+use super::{bytes_in, rate_of, scale, AckEvent, LossEvent, SpuriousEvent};
 
 /// Gains are in thousandths.
 const UNIT: u64 = 1000;
@@ -41,6 +43,11 @@ const FULL_BW_ROUNDS: u32 = 3;
 /// Fraction of a round's tokens (thousandths) that may be lost before a round with a queue
 /// counts as congested.
 pub(crate) const LOSS_THRESHOLD: u64 = 20;
+/// In startup, a lossy round counts as congested only with this many datagrams' worth of
+/// bytes lost (BBRv2's `full_loss_cnt`): the first rounds are a few datagrams, and one of
+/// them overtaken on a path that reorders, before the sender learnt that it does, would
+/// be a loss rate far above [`LOSS_THRESHOLD`] and end startup for good.
+const STARTUP_LOSS_DATAGRAMS: u64 = 8;
 /// What the in-flight cap keeps of the bytes in flight of a congested round (thousandths).
 const BETA: u64 = 700;
 /// The smallest queueing delay that counts as a queue building.
@@ -57,6 +64,27 @@ pub(crate) enum Mode {
     ProbeBw,
     /// Window at its minimum for a moment, to measure the minimum RTT again.
     ProbeRtt,
+}
+
+/// A round trip whose losses cut the in-flight cap, kept so that the cut can be undone if
+/// its losses prove spurious.
+#[derive(Debug, Clone, Copy)]
+struct Cut {
+    /// When the round began and ended.
+    began: Option<Instant>,
+    ended: Instant,
+    /// Bytes declared lost in it (less those found spurious since), and all it settled.
+    lost: u64,
+    total: u64,
+    /// The cap before the cut.
+    hi: u64,
+    /// The cut ended startup.
+    ended_startup: bool,
+}
+
+/// Whether a round that settled `total` bytes, `lost` of them lost, was lossy.
+fn lossy(lost: u64, total: u64) -> bool {
+    lost > 0 && scale(lost, UNIT, total) > LOSS_THRESHOLD
 }
 
 /// The BBR-style controller of one destination.
@@ -92,6 +120,10 @@ pub(crate) struct Bbr {
     round_acked: u64,
     round_min_rtt: Option<Duration>,
     round_peak: u64,
+    /// When the round in progress began (`None`: the first round).
+    round_began: Option<Instant>,
+    /// The last round that cut the in-flight cap.
+    last_cut: Option<Cut>,
     in_flight: u64,
     /// The bandwidth filter's current maximum (refreshed on every ACK).
     max_bw: u64,
@@ -130,6 +162,8 @@ impl Bbr {
             round_acked: 0,
             round_min_rtt: None,
             round_peak: 0,
+            round_began: None,
+            last_cut: None,
             in_flight: 0,
             max_bw: 0,
             cached_window: 0,
@@ -239,6 +273,7 @@ impl Bbr {
         self.round_acked = self.round_acked.saturating_add(ev.acked);
         if round_start {
             self.end_round(ev);
+            self.round_began = Some(now);
         }
         self.update_mode(now, round_start, ev);
         self.update_cwnd(ev.acked);
@@ -268,14 +303,23 @@ impl Bbr {
     fn end_round(&mut self, ev: &AckEvent) {
         let lost = self.round_lost;
         let total = lost.saturating_add(self.round_acked);
-        let lossy = lost > 0 && scale(lost, UNIT, total) > LOSS_THRESHOLD;
+        let lossy = lossy(lost, total);
         let queue = match (self.round_min_rtt, self.min_rtt) {
             (Some(r), Some(m)) => r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY),
             _ => false,
         };
-        if lossy && queue {
+        let enough = self.mode != Mode::Startup || lost >= STARTUP_LOSS_DATAGRAMS * self.mss;
+        if lossy && queue && enough {
             let peak = self.round_peak.max(ev.in_flight);
             let base = peak.max(self.bdp(UNIT).unwrap_or(0));
+            self.last_cut = Some(Cut {
+                began: self.round_began,
+                ended: ev.now,
+                lost,
+                total,
+                hi: self.inflight_hi,
+                ended_startup: self.mode == Mode::Startup,
+            });
             self.inflight_hi = scale(base, BETA, UNIT).max(self.min_window());
             if self.mode == Mode::Startup {
                 self.filled = true;
@@ -382,6 +426,36 @@ impl Bbr {
     pub fn on_lost(&mut self, ev: &LossEvent) {
         self.in_flight = ev.in_flight;
         self.round_lost = self.round_lost.saturating_add(ev.lost);
+    }
+
+    /// Losses declared at `ev.lost_at` were spurious: they no longer count against the
+    /// round in progress, or, declared in the round that last cut the in-flight cap, they
+    /// are taken from its count, and if it no longer counts as lossy the cut is undone (the
+    /// cap it replaced returns, and startup resumes if the cut ended it).
+    pub fn on_spurious(&mut self, ev: &SpuriousEvent) {
+        if self.round_began.is_none_or(|b| ev.lost_at >= b) {
+            self.round_lost = self.round_lost.saturating_sub(ev.lost);
+            return;
+        }
+        let Some(cut) = &mut self.last_cut else {
+            return;
+        };
+        if cut.began.is_some_and(|b| ev.lost_at < b) || ev.lost_at >= cut.ended {
+            return;
+        }
+        cut.lost = cut.lost.saturating_sub(ev.lost);
+        if lossy(cut.lost, cut.total) {
+            return;
+        }
+        let cut = *cut;
+        self.last_cut = None;
+        self.inflight_hi = self.inflight_hi.max(cut.hi);
+        if cut.ended_startup && matches!(self.mode, Mode::Drain | Mode::ProbeBw) {
+            self.mode = Mode::Startup;
+            self.filled = false;
+            self.full_bw_rounds = 0;
+        }
+        self.refresh();
     }
 
     pub fn on_rto(&mut self, _now: Instant) {
@@ -507,26 +581,28 @@ mod tests {
         assert!(goodput > 1_060_000, "goodput {goodput}");
     }
 
+    /// An ACK of one MSS at `at`, 50 in flight, at 1 MB/s, with an RTT of `rtt_ms`.
+    fn ack(c: &mut Bbr, at: Instant, rtt_ms: u64, prior: u64, delivered: u64) {
+        c.on_ack(&AckEvent {
+            now: at,
+            acked: MSS,
+            in_flight: 50 * MSS,
+            rate: Some(super::super::RateSample {
+                delivery_rate: 1_000_000,
+                app_limited: false,
+                prior_delivered: prior,
+                interval: Duration::from_millis(50),
+            }),
+            rtt: Some(Duration::from_millis(rtt_ms)),
+            srtt: None,
+            delivered,
+        })
+    }
+
     #[test]
     fn backs_off_when_loss_comes_with_a_queue() {
         let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
         let t0 = Instant::now();
-        let ack = |c: &mut Bbr, at: Instant, rtt_ms: u64, prior: u64, delivered: u64| {
-            c.on_ack(&AckEvent {
-                now: at,
-                acked: MSS,
-                in_flight: 50 * MSS,
-                rate: Some(super::super::RateSample {
-                    delivery_rate: 1_000_000,
-                    app_limited: false,
-                    prior_delivered: prior,
-                    interval: Duration::from_millis(50),
-                }),
-                rtt: Some(Duration::from_millis(rtt_ms)),
-                srtt: None,
-                delivered,
-            })
-        };
         ack(&mut c, t0, 10, 0, MSS);
         assert_eq!(c.inflight_hi, u64::MAX);
         // Random loss, no queue: a round with 10 % loss changes nothing.
@@ -553,10 +629,11 @@ mod tests {
             100 * MSS,
         );
         assert_eq!(c.inflight_hi, u64::MAX, "random loss is ignored");
-        // The same losses with every RTT doubled: a queue. The in-flight cap comes down.
+        // More losses (enough to end startup) with every RTT doubled: a queue. The
+        // in-flight cap comes down.
         c.on_lost(&LossEvent {
             now: t0,
-            lost: 5 * MSS,
+            lost: 10 * MSS,
             sent_at: t0,
             in_flight: 50 * MSS,
         });
@@ -579,6 +656,73 @@ mod tests {
         assert!(c.inflight_hi < 50 * MSS, "cap {}", c.inflight_hi);
         assert!(c.window() <= c.inflight_hi);
         assert!(c.mode() != Mode::Startup, "congestion ends startup");
+    }
+
+    #[test]
+    fn a_cut_whose_losses_were_spurious_is_undone() {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        ack(&mut c, t0, 10, 0, MSS);
+        let lost = LossEvent {
+            now: t0 + ms(5),
+            lost: 10 * MSS,
+            sent_at: t0,
+            in_flight: 50 * MSS,
+        };
+        // Losses in the round in progress, found spurious before it ends: no cut.
+        c.on_lost(&lost);
+        c.on_spurious(&SpuriousEvent {
+            lost: 10 * MSS,
+            lost_at: t0 + ms(5),
+        });
+        for i in 0..40 {
+            ack(&mut c, t0 + ms(10 + i), 25, MSS, 2 * MSS + i * MSS);
+        }
+        ack(&mut c, t0 + ms(60), 25, 100 * MSS, 100 * MSS);
+        assert_eq!(c.inflight_hi, u64::MAX, "no loss left in the round");
+        // The same losses found spurious only after the round that cut the cap.
+        c.on_lost(&LossEvent {
+            now: t0 + ms(65),
+            ..lost
+        });
+        for i in 0..40 {
+            ack(&mut c, t0 + ms(70 + i), 25, 100 * MSS, 101 * MSS + i * MSS);
+        }
+        ack(&mut c, t0 + ms(120), 25, 200 * MSS, 200 * MSS);
+        assert!(c.inflight_hi < 50 * MSS, "cut: cap {}", c.inflight_hi);
+        assert_eq!(c.mode(), Mode::Drain, "the cut ended startup");
+        let spurious = |lost| SpuriousEvent {
+            lost,
+            lost_at: t0 + ms(65),
+        };
+        c.on_spurious(&spurious(MSS));
+        assert!(c.inflight_hi < 50 * MSS, "9 of 11 KB lost: still lossy");
+        c.on_spurious(&spurious(9 * MSS));
+        assert_eq!(c.inflight_hi, u64::MAX, "the cut is undone");
+        assert_eq!(c.mode(), Mode::Startup, "and startup resumes");
+    }
+
+    #[test]
+    fn one_loss_in_a_small_startup_round_does_not_end_startup() {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        ack(&mut c, t0, 10, 0, MSS);
+        // A round of 5 datagrams, one of them declared lost, and RTTs well above the
+        // minimum: 20 % lost "with a queue", but one datagram.
+        c.on_lost(&LossEvent {
+            now: t0 + ms(5),
+            lost: MSS,
+            sent_at: t0,
+            in_flight: 5 * MSS,
+        });
+        for i in 0..4 {
+            ack(&mut c, t0 + ms(10 + i), 25, MSS, 2 * MSS + i * MSS);
+        }
+        ack(&mut c, t0 + ms(20), 25, 10 * MSS, 10 * MSS);
+        assert_eq!(c.inflight_hi, u64::MAX);
+        assert_eq!(c.mode(), Mode::Startup);
     }
 
     #[test]

@@ -92,6 +92,16 @@ pub(crate) struct LossEvent {
     pub in_flight: u64,
 }
 
+/// Losses found spurious: what was declared lost had arrived (see `docs/wire.md`, "Loss
+/// recovery and reordering"), so the controller undoes its response to them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SpuriousEvent {
+    /// Bytes that were declared lost and were not.
+    pub lost: u64,
+    /// When the earliest of them was declared lost.
+    pub lost_at: Instant,
+}
+
 /// The congestion controller of one destination: enum dispatch over the algorithms.
 #[derive(Debug, Clone)]
 pub(crate) struct Controller {
@@ -153,6 +163,15 @@ impl Controller {
         match &mut self.inner {
             Inner::Bbr(c) => c.on_lost(ev),
             Inner::NewReno(c) => c.on_lost(ev),
+            Inner::Off => {}
+        }
+    }
+
+    /// Losses declared earlier were spurious: the response to them is undone.
+    pub fn on_spurious(&mut self, ev: &SpuriousEvent) {
+        match &mut self.inner {
+            Inner::Bbr(c) => c.on_spurious(ev),
+            Inner::NewReno(c) => c.on_spurious(ev),
             Inner::Off => {}
         }
     }

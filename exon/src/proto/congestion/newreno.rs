@@ -1,10 +1,11 @@
 //! NewReno in the style of RFC 9002 §7: slow start, congestion avoidance, one halving per
 //! round trip with losses (losses of tokens sent before the recovery started are ignored),
-//! back to the minimum window after a retransmission timeout.
+//! back to the minimum window after a retransmission timeout. A halving whose losses prove
+//! spurious is undone (Eifel, RFC 4015): the window and threshold from before it return.
 
 use std::time::{Duration, Instant};
 
-use super::{rate_of, scale, AckEvent, LossEvent};
+use super::{rate_of, scale, AckEvent, LossEvent, SpuriousEvent};
 
 /// Initial window, in datagrams.
 const INITIAL_WINDOW: u64 = 10;
@@ -21,6 +22,9 @@ pub(crate) struct NewReno {
     acked_ca: u64,
     /// Tokens sent before this instant belong to the recovery period in progress.
     recovery_start: Option<Instant>,
+    /// The window and threshold before the last halving, until it is undone or a timeout
+    /// makes it final.
+    before_cut: Option<(u64, u64)>,
     srtt: Duration,
 }
 
@@ -32,6 +36,7 @@ impl NewReno {
             ssthresh: u64::MAX,
             acked_ca: 0,
             recovery_start: None,
+            before_cut: None,
             srtt: initial_rtt,
         }
     }
@@ -58,12 +63,30 @@ impl NewReno {
             return;
         }
         self.recovery_start = Some(ev.now);
+        self.before_cut = Some((self.cwnd, self.ssthresh));
         self.cwnd = (self.cwnd / 2).max(MIN_WINDOW * self.mss);
         self.ssthresh = self.cwnd;
         self.acked_ca = 0;
     }
 
+    /// A loss declared in the recovery period in progress was spurious: the halving that
+    /// began it is undone (once), and the next loss starts a recovery of its own.
+    pub fn on_spurious(&mut self, ev: &SpuriousEvent) {
+        let Some(start) = self.recovery_start else {
+            return;
+        };
+        if ev.lost_at < start {
+            return;
+        }
+        if let Some((cwnd, ssthresh)) = self.before_cut.take() {
+            self.cwnd = self.cwnd.max(cwnd);
+            self.ssthresh = ssthresh;
+            self.recovery_start = None;
+        }
+    }
+
     pub fn on_rto(&mut self, now: Instant) {
+        self.before_cut = None;
         self.recovery_start = Some(now);
         self.ssthresh = (self.cwnd / 2).max(MIN_WINDOW * self.mss);
         self.cwnd = MIN_WINDOW * self.mss;
@@ -121,6 +144,50 @@ mod tests {
         // 10 ms srtt: 11 000 bytes per 10 ms, times 1.25.
         assert_eq!(c.pacing_rate(), Some(1_375_000));
         c.on_rto(t0 + Duration::from_secs(1));
+        assert_eq!(c.window(), 2000);
+    }
+
+    #[test]
+    fn a_spurious_loss_undoes_its_halving() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = NewReno::new(1000, ms(100));
+        c.on_ack(&ack(t0, 10_000));
+        assert_eq!(c.window(), 20_000);
+        let lost = |now, sent_at| LossEvent {
+            now,
+            lost: 1000,
+            sent_at,
+            in_flight: 0,
+        };
+        c.on_lost(&lost(t0 + ms(20), t0));
+        assert_eq!(c.window(), 10_000);
+        // A loss declared before this recovery began undoes nothing.
+        c.on_spurious(&SpuriousEvent {
+            lost: 1000,
+            lost_at: t0 + ms(10),
+        });
+        assert_eq!(c.window(), 10_000);
+        c.on_spurious(&SpuriousEvent {
+            lost: 1000,
+            lost_at: t0 + ms(20),
+        });
+        assert_eq!(c.window(), 20_000, "the window before the halving");
+        assert_eq!(c.ssthresh, u64::MAX, "and slow start again");
+        // Undone once; a later real loss halves again.
+        c.on_spurious(&SpuriousEvent {
+            lost: 1000,
+            lost_at: t0 + ms(20),
+        });
+        assert_eq!(c.window(), 20_000);
+        c.on_lost(&lost(t0 + ms(40), t0 + ms(30)));
+        assert_eq!(c.window(), 10_000);
+        // A timeout makes the cut final.
+        c.on_rto(t0 + ms(50));
+        c.on_spurious(&SpuriousEvent {
+            lost: 1000,
+            lost_at: t0 + ms(50),
+        });
         assert_eq!(c.window(), 2000);
     }
 }
