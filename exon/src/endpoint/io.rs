@@ -137,14 +137,14 @@ impl RxBufs {
         }
     }
 
-    /// The datagrams of buffer `i` in one allocation: split off the buffer if it is at
-    /// least half full, else copied.
     /// Whether `take` hands `len` received bytes over as a part of their buffer (shared with
     /// whatever else is split off it) rather than as a copy of their own.
     pub(crate) fn is_shared(&self, len: usize) -> bool {
         len.min(self.size) * 2 >= self.size
     }
 
+    /// The datagrams of buffer `i` in one allocation: split off the buffer if it is at
+    /// least half full, else copied.
     fn take(&mut self, i: usize) -> (BytesMut, RecvMeta) {
         let m = self.meta[i];
         let len = m.len.min(self.size);
