@@ -67,6 +67,9 @@ pub(crate) struct Evictions {
     used_ranges: usize,
     /// Proven records to evict next, the longest silent last: (last heard, source, rck).
     victims: Vec<(Instant, NodeId, u64)>,
+    /// After a pass that found no record silent long enough, none before this instant: a
+    /// table full of active sources does not cost a pass per newcomer.
+    no_pass_before: Option<Instant>,
 }
 
 impl Evictions {
@@ -154,6 +157,9 @@ impl Evictions {
                 return Some((v.1, v.2));
             }
         }
+        if self.no_pass_before.is_some_and(|t| now < t) {
+            return None;
+        }
         let mut batch: Vec<(Instant, NodeId, u64)> = records()
             .filter(|c| c.evictable && now.saturating_duration_since(c.last_heard) >= min_silence)
             .map(|c| (c.last_heard, c.src, c.rck))
@@ -164,6 +170,9 @@ impl Evictions {
         }
         // Longest silent last, so that `pop` takes it first.
         batch.sort_unstable_by(|a, b| b.cmp(a));
+        // None silent long enough: the next pass waits an eighth of the silence asked for
+        // (a source that just went quiet is found that much later at worst).
+        self.no_pass_before = batch.is_empty().then(|| now + min_silence / 8);
         self.victims = batch;
         self.victims.pop().map(|v| (v.1, v.2))
     }
@@ -268,5 +277,38 @@ mod tests {
         // Silent for at least 1 s: heard at or before 150 ms; the first three are not
         // evictable.
         assert_eq!(got, (4..=150).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_table_of_active_sources_costs_one_pass_per_eighth_of_the_silence() {
+        use std::cell::Cell;
+        let t0 = crate::test_time::origin();
+        let s = Duration::from_secs(1);
+        let recs: Vec<Candidate> = (1..=100u64)
+            .map(|i| Candidate {
+                src: NodeId::from_const(i),
+                rck: i,
+                last_heard: t0,
+                evictable: true,
+            })
+            .collect();
+        let passes = Cell::new(0);
+        let all = || {
+            passes.set(passes.get() + 1);
+            recs.clone().into_iter()
+        };
+        let look = |id: NodeId| recs.iter().find(|c| c.src == id).copied();
+        let mut e = Evictions::default();
+        // Every source heard just now: nothing to evict, and one pass for many newcomers.
+        for k in 0..1000u64 {
+            let now = t0 + Duration::from_micros(k * 100);
+            assert_eq!(e.next_victim(now, s, all, look), None);
+        }
+        assert_eq!(passes.get(), 1);
+        // An eighth of a second on, another pass; once they are silent, they go.
+        let later = t0 + s / 8;
+        assert_eq!(e.next_victim(later, s, all, look), None);
+        assert_eq!(passes.get(), 2);
+        assert!(e.next_victim(t0 + s, s, all, look).is_some());
     }
 }
