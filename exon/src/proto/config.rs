@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use super::codec::{varint_len, VARINT_MAX};
-use super::congestion::CongestionControl;
-use super::crypto::TAG_LEN;
-use super::frame::{token_len, MAX_HEADER_LEN};
+use crate::proto::crypto::TAG_LEN;
+use crate::proto::send::congestion::CongestionControl;
+use crate::proto::wire::codec::{varint_len, VARINT_MAX};
+use crate::proto::wire::frame::{token_len, MAX_HEADER_LEN};
 
-/// Configuration of a [`Node`](super::Node). Every field has a default suited to a LAN or
+/// Configuration of a [`Node`](crate::proto::Node). Every field has a default suited to a LAN or
 /// the internet; `Config::default()` is a good start: set the fields to change on it (the
 /// struct is `#[non_exhaustive]`, so it cannot be written as a literal outside this crate).
 /// With the `serde` feature, unknown fields are refused and durations are text (`"250ms"`).
@@ -57,7 +57,7 @@ pub struct Config {
     /// tokens): the flow-control window. Default 1024.
     pub window: u64,
     /// Messages queued per destination (waiting for a slot) before `send` says
-    /// [`SendError::QueueFull`](super::SendError::QueueFull). Default 4096.
+    /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull). Default 4096.
     pub max_queued_per_peer: usize,
     /// Payload bytes queued or in flight over all destinations before `send` says
     /// `QueueFull`. Default 64 MiB.
@@ -127,13 +127,13 @@ pub struct Config {
     /// and kept (so that forgeries in its name cost one tag check), and this bounds that
     /// memory (about 1 KiB a member). Beyond it a node refuses to start
     /// ([`ConfigError`]) and adding a key is refused
-    /// ([`KeyringError::Full`](super::crypto::KeyringError::Full)). Default 65536.
+    /// ([`KeyringError::Full`](crate::proto::crypto::KeyringError::Full)). Default 65536.
     pub max_keyring_size: usize,
     /// Deliveries handed to the embedding and not yet reported taken by the application
-    /// ([`Node::handle_taken`](super::Node::handle_taken)). They are not acknowledged
+    /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)). They are not acknowledged
     /// until taken; at this many, further TOKENs are neither delivered nor answered, and
     /// no new slots are granted (their senders ask again later), counted in
-    /// [`Stats::held_back`](super::Stats::held_back). Default 65536.
+    /// [`Stats::held_back`](crate::proto::Stats::held_back). Default 65536.
     pub max_untaken: usize,
     /// Bytes of deliveries not yet taken at which, as at `max_untaken` deliveries, this node
     /// stops delivering and granting (a single delivery may pass it by at most one
@@ -141,7 +141,7 @@ pub struct Config {
     pub max_untaken_bytes: usize,
     /// A destination with work pending (messages queued or unacknowledged) that sends
     /// nothing back for this long is reported unreachable
-    /// ([`Event::PeerUnreachable`](super::Event::PeerUnreachable)), checked at its
+    /// ([`Event::PeerUnreachable`](crate::proto::Event::PeerUnreachable)), checked at its
     /// retransmission timeouts (so within `max_rto` after). Must exceed `max_rto`, so that a
     /// peer is never reported unreachable only because this node waits to retransmit.
     /// Default 5 s.
@@ -151,7 +151,7 @@ pub struct Config {
     /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
     /// the slots alone.
     pub congestion: CongestionControl,
-    /// Largest message [`Node::send`](super::Node::send) accepts, and the largest this node
+    /// Largest message [`Node::send`](crate::proto::Node::send) accepts, and the largest this node
     /// reassembles from fragments. A message too large for one TOKEN
     /// ([`max_payload`](Self::max_payload)) travels as FRAG frames in the same one slot,
     /// and is delivered whole or not at all. Peers should agree on it: a message above its
@@ -322,7 +322,7 @@ impl Config {
             ));
         }
         if self.max_message_size == 0
-            || self.max_reassembly_per_source < super::assembler::MIN_CHARGE
+            || self.max_reassembly_per_source < crate::proto::recv::assembler::MIN_CHARGE
             || (self.max_message_size as u64) > self.max_reassembly_per_source
             || self.max_reassembly_per_source > self.max_reassembly_bytes
         {
@@ -349,7 +349,7 @@ impl Config {
 mod tests {
     use super::*;
     use crate::proto::crypto::{PublicKey, Seq};
-    use crate::proto::frame::{Header, Packet, SealHeader};
+    use crate::proto::wire::frame::{Header, Packet, SealHeader};
     use crate::proto::{Frame, NodeId};
 
     #[test]

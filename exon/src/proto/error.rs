@@ -1,6 +1,6 @@
 //! Typed errors of the core: malformed datagrams and refused sends.
 
-use super::NodeId;
+use crate::proto::NodeId;
 
 /// Why a datagram could not be decoded. Every variant is a counted reject, never a panic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -47,7 +47,7 @@ pub enum DecodeError {
     BadPadding,
 }
 
-/// Why [`Node::send`](super::Node::send) refused a message. The message was not accepted:
+/// Why [`Node::send`](crate::proto::Node::send) refused a message. The message was not accepted:
 /// nothing about it is kept, and the caller still owns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -56,7 +56,7 @@ pub enum SendError {
     /// maximum of queued bytes): wait for acknowledgements, then retry.
     #[error("send queue to {0} is full")]
     QueueFull(NodeId),
-    /// The payload is larger than [`Config::max_message_size`](super::Config::max_message_size).
+    /// The payload is larger than [`Config::max_message_size`](crate::proto::Config::max_message_size).
     #[error("payload of {len} bytes exceeds the maximum of {max}")]
     PayloadTooLarge {
         /// Size of the refused payload.

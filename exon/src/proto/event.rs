@@ -2,31 +2,31 @@
 
 use bytes::Bytes;
 
-use super::{DeliveryId, MsgId, NodeId};
+use crate::proto::{DeliveryId, MsgId, NodeId};
 
-/// Something the application should know about, from [`Node::poll_event`](super::Node::poll_event).
+/// Something the application should know about, from [`Node::poll_event`](crate::proto::Node::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
     /// A message from `from` was delivered to this node, exactly once. It is not
-    /// acknowledged yet: report with [`Node::handle_taken`](super::Node::handle_taken)`(id)`
+    /// acknowledged yet: report with [`Node::handle_taken`](crate::proto::Node::handle_taken)`(id)`
     /// once the application has it; only then does its sender see `Acknowledged`.
     Delivered {
         /// The sending node.
         from: NodeId,
         /// The message.
         payload: Bytes,
-        /// What to give [`Node::handle_taken`](super::Node::handle_taken) once the
+        /// What to give [`Node::handle_taken`](crate::proto::Node::handle_taken) once the
         /// application has taken the message.
         id: DeliveryId,
     },
     /// A message this node sent was taken by the receiving application: its receiver
     /// delivered it exactly once, and its embedding reported the hand-over
-    /// ([`Node::handle_taken`](super::Node::handle_taken)) before acknowledging it.
+    /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)) before acknowledging it.
     Acknowledged {
         /// The destination of the message.
         to: NodeId,
-        /// The id [`Node::send`](super::Node::send) returned for it.
+        /// The id [`Node::send`](crate::proto::Node::send) returned for it.
         id: MsgId,
     },
     /// A message this node sent reached a receiver that has since lost the incarnation it
@@ -37,23 +37,23 @@ pub enum Event {
     InDoubt {
         /// The destination of the message.
         to: NodeId,
-        /// The id [`Node::send`](super::Node::send) returned for it.
+        /// The id [`Node::send`](crate::proto::Node::send) returned for it.
         id: MsgId,
     },
     /// A message this node sent is given up, certainly not delivered: no copy of it ever
     /// left, and its receiver takes no message that large (its
-    /// [`Config::max_message_size`](super::Config::max_message_size) is smaller than the
+    /// [`Config::max_message_size`](crate::proto::Config::max_message_size) is smaller than the
     /// message; it said so in its CREDIT). Never sent again.
     NotDelivered {
         /// The destination of the message.
         to: NodeId,
-        /// The id [`Node::send`](super::Node::send) returned for it.
+        /// The id [`Node::send`](crate::proto::Node::send) returned for it.
         id: MsgId,
     },
     /// Work for `peer` (messages queued or unacknowledged, or a slot request) has waited
-    /// [`Config::unreachable_after`](super::Config::unreachable_after) without any datagram
+    /// [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without any datagram
     /// from it. Nothing is dropped: messages are still retried (unless given up with
-    /// [`Node::abandon`](super::Node::abandon)). A peer whose application stopped taking
+    /// [`Node::abandon`](crate::proto::Node::abandon)). A peer whose application stopped taking
     /// messages looks the same (it answers nothing to messages it holds untaken).
     PeerUnreachable {
         /// The peer.
@@ -67,11 +67,21 @@ pub enum Event {
     },
 }
 
-/// A datagram written by [`Node::poll_transmit`](super::Node::poll_transmit).
+/// A datagram written by [`Node::poll_transmit`](crate::proto::Node::poll_transmit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// Node the datagram is for; the embedding maps it to a network address.
     pub destination: NodeId,
     /// Number of bytes appended to the buffer.
     pub size: usize,
+}
+
+/// The verdict on a message the sender gave up with [`Node::abandon`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abandoned {
+    /// No copy of it ever left this node: it was certainly not delivered, and never will be.
+    NotDelivered,
+    /// A copy left (it was sent at least once as a TOKEN, or every byte of it in FRAGs):
+    /// it may still be delivered, at most once, or may never be. It will not be sent again.
+    InDoubt,
 }

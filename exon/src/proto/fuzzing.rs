@@ -4,8 +4,8 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use bytes::Bytes;
 
-use super::codec::VARINT_MAX;
-use super::{AckRanges, Frame, Header, NodeId, Packet};
+use crate::proto::wire::codec::VARINT_MAX;
+use crate::proto::{AckRanges, Frame, Header, NodeId, Packet};
 
 fn varint(u: &mut Unstructured<'_>) -> Result<u64> {
     // Spread values over every encoded length.

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::codec::VARINT_MAX;
+use crate::proto::wire::codec::VARINT_MAX;
 
 /// A node's logical identity, independent of its network address.
 ///
@@ -69,7 +69,7 @@ pub struct InvalidNodeId(pub u64);
 
 /// Identifies one message sent by this node, from `send` to its acknowledgement.
 ///
-/// Ids are assigned in increasing order from 0 by each [`Node`](super::Node) and are local to
+/// Ids are assigned in increasing order from 0 by each [`Node`](crate::proto::Node) and are local to
 /// it: they never travel on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MsgId(pub u64);

@@ -4,59 +4,36 @@
 //! Start with [`Node`]. The wire format is in [`frame`] and documented byte by byte in
 //! `docs/wire.md`.
 
-mod abandon;
-mod assembler;
-pub mod codec;
 mod config;
-mod congestion;
 pub mod crypto;
-mod delivery;
 mod error;
 mod event;
-mod eviction;
-mod fragments;
-pub mod frame;
 #[cfg(feature = "arbitrary")]
 mod fuzzing;
 mod ids;
-mod liveness;
-mod loss;
-mod mtud;
 mod node;
-mod outbox;
-mod output;
-mod pacing;
-mod path;
-mod pins;
-pub mod ranges;
-mod reassembly;
-mod receiver;
-mod rtt;
+mod recv;
 mod rules;
-mod sender;
-mod silence;
+mod send;
 mod stats;
-mod timeouts;
-mod timer;
-mod tokens;
-mod transmit;
-mod verdicts;
+mod wire;
 
-pub use abandon::Abandoned;
+pub use wire::{codec, frame, ranges};
+
 pub use config::{Config, ConfigError, BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
-pub use congestion::{CongestionControl, PathStats};
+pub use send::congestion::{CongestionControl, PathStats};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.
 pub(crate) type PeerMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
 pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security, Vouch};
-pub use delivery::DeliveryId;
 pub use error::{DecodeError, SendError};
-pub use event::{Event, Transmit};
+pub use event::{Abandoned, Event, Transmit};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};
 pub use ids::{InvalidNodeId, MsgId, NodeId};
+pub use node::output::Output;
 pub use node::{Accepted, Node};
-pub use output::Output;
-pub use rtt::Rtt;
+pub use recv::delivery::DeliveryId;
 pub use rules::Rules;
+pub use send::rtt::Rtt;
 pub use stats::{FrameCounts, MtuStats, Rejects, Stats};

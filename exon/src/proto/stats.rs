@@ -1,6 +1,6 @@
 //! Counters a node keeps: traffic by frame type, retransmissions, duplicates, rejects by reason.
 
-use super::{DecodeError, Frame};
+use crate::proto::{DecodeError, Frame};
 
 /// Defines a struct of counters (with its attributes and documentation) and generates its
 /// `merge` (each counter summed, `[max]` ones kept at the larger value, `[nested]` ones
@@ -97,11 +97,11 @@ impl FrameCounts {
         }
     }
 
-    pub(crate) fn count_verdict(&mut self, v: super::Verdict) {
+    pub(crate) fn count_verdict(&mut self, v: crate::proto::Verdict) {
         match v {
-            super::Verdict::Ack => self.ack += 1,
-            super::Verdict::Doubt => self.doubt += 1,
-            super::Verdict::Retry => self.retry += 1,
+            crate::proto::Verdict::Ack => self.ack += 1,
+            crate::proto::Verdict::Doubt => self.doubt += 1,
+            crate::proto::Verdict::Retry => self.retry += 1,
         }
     }
 }
@@ -224,7 +224,7 @@ counters! {
 }
 
 counters! {
-    /// Everything a node counts. Read with [`Node::stats`](super::Node::stats).
+    /// Everything a node counts. Read with [`Node::stats`](crate::proto::Node::stats).
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     #[non_exhaustive]
     pub struct Stats {

@@ -4,9 +4,9 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::super::{NodeId, PeerMap};
 use super::keys::PublicKey;
 use super::seal::PairKeys;
+use crate::proto::{NodeId, PeerMap};
 
 /// Per-peer keys of the peers heard from or sent to lately: soft state, bounded, filled for
 /// incoming traffic only after a datagram authenticated with them. Eviction gives a second

@@ -2,8 +2,8 @@
 
 use std::collections::HashMap;
 
-use super::super::NodeId;
 use super::keys::{KeyError, PublicKey};
+use crate::proto::NodeId;
 
 /// Node ids and their public keys: a datagram is accepted as from id X only if it was sealed
 /// with the secret key of X's public key here (or, where self-certifying ids are allowed,

@@ -5,7 +5,7 @@ use std::fmt;
 use ring::digest;
 use x25519_dalek::StaticSecret;
 
-use super::super::NodeId;
+use crate::proto::NodeId;
 
 /// Bytes in a secret or public key.
 pub const KEY_LEN: usize = 32;

@@ -7,8 +7,8 @@
 
 mod cache;
 mod keyring;
-mod keys;
-mod seal;
+pub(crate) mod keys;
+pub(crate) mod seal;
 
 pub use keyring::{Keyring, KeyringError};
 pub use keys::{KeyError, PublicKey, SecretKey, KEY_LEN};
@@ -20,8 +20,8 @@ pub(crate) use cache::DhBudget;
 use cache::KeyCache;
 use seal::PairKeys;
 
-use super::frame::{Cookie, Header, SealHeader};
-use super::{Config, ConfigError, NodeId, PeerMap};
+use crate::proto::wire::header::{Cookie, Header, SealHeader};
+use crate::proto::{Config, ConfigError, NodeId, PeerMap};
 
 /// How a node protects its datagrams.
 #[derive(Debug, Clone)]

@@ -3,8 +3,8 @@
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use ring::hkdf::{Salt, HKDF_SHA256};
 
-use super::super::NodeId;
 use super::keys::{PublicKey, SecretKey};
+use crate::proto::NodeId;
 
 /// Bytes of the authentication tag at the end of a sealed datagram.
 pub const TAG_LEN: usize = 16;

@@ -2,10 +2,10 @@
 
 use std::time::Instant;
 
-use super::assembler::Assembler;
-use super::delivery::Held;
-use super::ranges::RangeSet;
-use super::Config;
+use crate::proto::recv::assembler::Assembler;
+use crate::proto::recv::delivery::Held;
+use crate::proto::wire::ranges::RangeSet;
+use crate::proto::Config;
 
 /// Receiver-side record for one source, as in the paper's type `R`.
 ///
@@ -153,7 +153,7 @@ impl RRecord {
                 break;
             }
         }
-        super::timer::stretch(d, self.jitter)
+        crate::proto::node::timer::stretch(d, self.jitter)
     }
 }
 

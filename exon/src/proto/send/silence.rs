@@ -21,7 +21,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
-use super::{Config, NodeId, PeerMap};
+use crate::proto::{Config, NodeId, PeerMap};
 
 /// The timing of the schedule, derived from the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use super::frame::Verdict;
-use super::ranges::RangeSet;
-use super::{NodeId, PeerMap};
+use crate::proto::wire::frame::Verdict;
+use crate::proto::wire::ranges::RangeSet;
+use crate::proto::{NodeId, PeerMap};
 
 /// Most verdict ranges (ACK, DOUBT, RETRY) kept pending for one peer; beyond, they are
 /// dropped (the sender retransmits, so this costs liveness only) and counted.

@@ -3,7 +3,7 @@
 //! small payload is copied out once the budget is spent.
 //!
 //! The embedding says which buffer the next datagrams live in
-//! ([`Node::set_receive_buffer`](super::Node::set_receive_buffer)); every delivery decides
+//! ([`Node::set_receive_buffer`](crate::proto::Node::set_receive_buffer)); every delivery decides
 //! here how it is held:
 //! * its own bytes (put together from fragments, or a datagram that owns its buffer), or at
 //!   least half of the buffer it slices: kept, charged what it keeps alive;

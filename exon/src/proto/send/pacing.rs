@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::congestion::bytes_in;
+use crate::proto::send::congestion::bytes_in;
 
 /// The longest burst, in time at the pacing rate: coarser than the timers of most
 /// embeddings (tokio's are 1 ms), so a late wake-up costs no throughput.

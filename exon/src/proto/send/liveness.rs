@@ -4,13 +4,13 @@
 //! ([`Event::PeerReachable`]) at the first datagram accepted from it. Nothing is dropped
 //! because a peer is unreachable: only a deadline ([`Node::abandon`]) gives a message up.
 //!
-//! [`Config::unreachable_after`]: super::Config::unreachable_after
-//! [`Event::PeerUnreachable`]: super::Event::PeerUnreachable
-//! [`Event::PeerReachable`]: super::Event::PeerReachable
+//! [`Config::unreachable_after`]: crate::proto::Config::unreachable_after
+//! [`Event::PeerUnreachable`]: crate::proto::Event::PeerUnreachable
+//! [`Event::PeerReachable`]: crate::proto::Event::PeerReachable
 
 use std::time::{Duration, Instant};
 
-use super::{Event, Node, NodeId, PeerMap};
+use crate::proto::{NodeId, PeerMap};
 
 /// What the node knows of one destination's liveness.
 #[derive(Debug, Clone, Copy)]
@@ -83,53 +83,6 @@ impl Liveness {
     /// Whether `peer` is reported unreachable now.
     pub fn is_unreachable(&self, peer: NodeId) -> bool {
         self.peers.get(&peer).is_some_and(|p| p.unreachable)
-    }
-}
-
-impl Node {
-    /// Emits the event for a liveness change of `peer`.
-    fn report_liveness(&mut self, peer: NodeId, change: Option<Change>) {
-        match change {
-            Some(Change::Reachable) => self.events.push_back(Event::PeerReachable { peer }),
-            Some(Change::Unreachable) => {
-                self.events.push_back(Event::PeerUnreachable { peer });
-            }
-            None => {}
-        }
-    }
-
-    /// Work for `peer` may have appeared at `now` (a send).
-    pub(super) fn liveness_work(&mut self, now: Instant, peer: NodeId, was_quiet: bool) {
-        if was_quiet {
-            self.liveness.work_started(now, peer);
-        }
-    }
-
-    /// A datagram from `peer` was accepted.
-    pub(super) fn liveness_heard(&mut self, now: Instant, peer: NodeId) {
-        let c = self.liveness.heard(now, peer);
-        self.report_liveness(peer, c);
-    }
-
-    /// After a timeout of `peer`'s sender record: reports it unreachable if it owes an
-    /// answer for too long, and forgets it once its record is gone.
-    pub(super) fn liveness_check(&mut self, now: Instant, peer: NodeId) {
-        let c = match self.senders.get(&peer) {
-            Some(rec) => {
-                let busy = !rec.is_quiet() || rec.req_n.is_some();
-                let after = self.cfg.unreachable_after;
-                self.liveness.check(now, peer, busy, after)
-            }
-            None => self.liveness.forget(peer),
-        };
-        self.report_liveness(peer, c);
-    }
-
-    /// Whether `peer` is reported unreachable: work for it has waited
-    /// [`Config::unreachable_after`](super::Config::unreachable_after) without any datagram
-    /// from it.
-    pub fn is_unreachable(&self, peer: NodeId) -> bool {
-        self.liveness.is_unreachable(peer)
     }
 }
 

@@ -3,8 +3,9 @@
 
 use std::time::Instant;
 
-use super::timer::Side;
-use super::{Node, NodeId};
+use crate::proto::node::timer::Side;
+use crate::proto::send::liveness::Change;
+use crate::proto::{Event, Node, NodeId};
 
 /// Unanswered probes after which a receiver record nothing was delivered into is evicted.
 pub(crate) const MAX_UNPROVEN_PROBES: u32 = 6;
@@ -18,7 +19,7 @@ impl Node {
     }
 
     /// When the R record `rec` probes its source next, if it does.
-    fn receiver_probe_at(&self, rec: &super::receiver::RRecord) -> Option<Instant> {
+    fn receiver_probe_at(&self, rec: &crate::proto::recv::record::RRecord) -> Option<Instant> {
         if !self.rules.receiver_probe {
             return None;
         }
@@ -220,5 +221,50 @@ impl Node {
                 self.stats.rejects.outbox_full += 1;
             }
         }
+    }
+
+    /// Emits the event for a liveness change of `peer`.
+    fn report_liveness(&mut self, peer: NodeId, change: Option<Change>) {
+        match change {
+            Some(Change::Reachable) => self.events.push_back(Event::PeerReachable { peer }),
+            Some(Change::Unreachable) => {
+                self.events.push_back(Event::PeerUnreachable { peer });
+            }
+            None => {}
+        }
+    }
+
+    /// Work for `peer` may have appeared at `now` (a send).
+    pub(super) fn liveness_work(&mut self, now: Instant, peer: NodeId, was_quiet: bool) {
+        if was_quiet {
+            self.liveness.work_started(now, peer);
+        }
+    }
+
+    /// A datagram from `peer` was accepted.
+    pub(super) fn liveness_heard(&mut self, now: Instant, peer: NodeId) {
+        let c = self.liveness.heard(now, peer);
+        self.report_liveness(peer, c);
+    }
+
+    /// After a timeout of `peer`'s sender record: reports it unreachable if it owes an
+    /// answer for too long, and forgets it once its record is gone.
+    pub(super) fn liveness_check(&mut self, now: Instant, peer: NodeId) {
+        let c = match self.senders.get(&peer) {
+            Some(rec) => {
+                let busy = !rec.is_quiet() || rec.req_n.is_some();
+                let after = self.cfg.unreachable_after;
+                self.liveness.check(now, peer, busy, after)
+            }
+            None => self.liveness.forget(peer),
+        };
+        self.report_liveness(peer, c);
+    }
+
+    /// Whether `peer` is reported unreachable: work for it has waited
+    /// [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without any datagram
+    /// from it.
+    pub fn is_unreachable(&self, peer: NodeId) -> bool {
+        self.liveness.is_unreachable(peer)
     }
 }

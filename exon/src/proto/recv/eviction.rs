@@ -19,9 +19,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::frame::Verdict;
-use super::ranges::RangeSet;
-use super::NodeId;
+use crate::proto::wire::frame::Verdict;
+use crate::proto::wire::ranges::RangeSet;
+use crate::proto::NodeId;
 
 /// Most ranges remembered over all evicted incarnations (free slots of proven ones, and the
 /// incarnations of unproven ones); the oldest incarnations are forgotten beyond.

@@ -5,9 +5,9 @@ use std::collections::VecDeque;
 use std::ops::Range;
 use std::time::Instant;
 
-use super::assembler::MIN_CHARGE;
-use super::congestion::SendState;
-use super::ranges::RangeSet;
+use crate::proto::recv::assembler::MIN_CHARGE;
+use crate::proto::send::congestion::SendState;
+use crate::proto::wire::ranges::RangeSet;
 
 /// Most byte ranges kept of what a receiver holds: a GOT that would make more is partly
 /// ignored (those bytes are sent again), so a GOT cannot make a sender's state grow.
@@ -234,7 +234,7 @@ impl Outgoing {
         });
         self.lost.retain(|l| {
             let held = got.contains_range(l.range.clone());
-            if held && super::sender::answers_original(now, l.resent_at, min_rtt) {
+            if held && crate::proto::send::loss::answers_original(now, l.resent_at, min_rtt) {
                 spurious.push(l.clone());
             }
             !held
@@ -464,7 +464,7 @@ impl Credit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::congestion::DeliveryRate;
+    use crate::proto::send::congestion::DeliveryRate;
 
     fn t0() -> Instant {
         crate::test_time::origin()

@@ -1,26 +1,86 @@
-//! Assembling datagrams: `poll_transmit` packs everything owed to one peer (verdicts, SLOTS,
-//! waivers, REQSLOTS, TOKENs) into one datagram, serving peers round-robin.
+//! Outputs: the one drain (`poll_output`), datagrams assembled for each peer round-robin
+//! (`poll_transmit`: verdicts, SLOTS, waivers, REQSLOTS, TOKENs packed up to the send size),
+//! events, and path challenges to candidate addresses.
 
 use std::time::{Duration, Instant};
 
-use super::crypto::TAG_LEN;
-use super::fragments::Outgoing;
-use super::frame::{
+use crate::proto::crypto::TAG_LEN;
+use crate::proto::node::timer::Side;
+use crate::proto::send::fragments::Outgoing;
+use crate::proto::send::mtud::Want;
+use crate::proto::send::record::FragPlan;
+use crate::proto::send::silence::Gate;
+use crate::proto::wire::frame::{
     credit_len, frame_type, put_credit, put_frag, put_got, put_mtu_ack, put_mtu_probe, put_path,
     put_reqcredit, put_reqslots, put_slots, put_token, put_verdict, reqcredit_len, reqslots_len,
     slots_len, token_len, Header, FLAG_ACK_NOW,
 };
-use super::mtud::Want;
-use super::ranges::RangeSet;
-use super::sender::FragPlan;
-use super::silence::Gate;
-use super::timer::Side;
-use super::{Event, Node, NodeId, Transmit, Verdict};
+use crate::proto::wire::ranges::RangeSet;
+use crate::proto::{Event, Node, NodeId, Transmit, Verdict};
 
 /// Most ACK ranges repeated in the next ACK frame (see [`Node::repeat_acks`]).
 const MAX_REPEATED_RANGES: usize = 4;
 
+/// What [`Node::poll_output`] hands back: one output at a time, in the order the node's
+/// contract requires (a clock to store, then datagrams, then events), ending with the timer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Store this clock high-water mark durably, then report it with
+    /// [`Node::handle_clock_stored`] (an in-memory embedding may do so at once). The node
+    /// uses no clock value above the last mark reported stored.
+    StoreClock(u64),
+    /// A datagram was appended to the buffer given to [`Node::poll_output`]: send it to its
+    /// destination node.
+    Transmit(Transmit),
+    /// Something for the application (a delivery, a verdict, a change of reachability).
+    Event(Event),
+    /// Nothing more to do now: call [`Node::handle_timeout`] at this instant (`None`: no
+    /// timer), unless another input comes first. After any input, poll again.
+    Timeout(Option<Instant>),
+}
+
 impl Node {
+    /// Output: the next thing the embedding must do, in the contract's order. Call it in a
+    /// loop after each input (or batch of inputs) until it returns [`Output::Timeout`]:
+    ///
+    /// ```
+    /// # use std::time::Instant;
+    /// # use exon::proto::{Config, Node, NodeId, Output, Security};
+    /// # let mut node = Node::new(NodeId::new(1).unwrap(), Security::InsecurePlaintext,
+    /// #     Config::default(), 0).unwrap();
+    /// # let now = Instant::now();
+    /// let mut buf = Vec::new();
+    /// let timer = loop {
+    ///     match node.poll_output(now, &mut buf) {
+    ///         Output::StoreClock(hw) => node.handle_clock_stored(now, hw), // after a sync
+    ///         Output::Transmit(t) => {
+    ///             // send buf[buf.len() - t.size..] to t.destination
+    ///             buf.clear();
+    ///         }
+    ///         Output::Event(_event) => {}
+    ///         Output::Timeout(at) => break at,
+    ///     }
+    /// };
+    /// # let _ = timer;
+    /// ```
+    ///
+    /// It is [`poll_clock_store`](Self::poll_clock_store),
+    /// [`poll_transmit`](Self::poll_transmit), [`poll_event`](Self::poll_event) and
+    /// [`poll_timeout`](Self::poll_timeout) in that order, each drained before the next; an
+    /// embedding that needs them apart (a driver that batches datagrams) may call those.
+    pub fn poll_output(&mut self, now: Instant, buf: &mut Vec<u8>) -> Output {
+        if let Some(hw) = self.poll_clock_store() {
+            return Output::StoreClock(hw);
+        }
+        if let Some(t) = self.poll_transmit(now, buf) {
+            return Output::Transmit(t);
+        }
+        if let Some(e) = self.poll_event() {
+            return Output::Event(e);
+        }
+        Output::Timeout(self.poll_timeout())
+    }
+
     /// Output: an event for the application, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -277,7 +337,7 @@ impl Node {
     }
 
     /// The size of datagrams to `peer`: what path MTU discovery found for it, or the base
-    /// size ([`Config::base_datagram_size`](super::Config::base_datagram_size)) for a peer
+    /// size ([`Config::base_datagram_size`](crate::proto::Config::base_datagram_size)) for a peer
     /// with no sender record (replies to it), or `max_datagram_size` with discovery off.
     pub fn send_size(&self, peer: NodeId) -> usize {
         self.senders
@@ -493,5 +553,106 @@ impl Node {
         let want = rec.deadline(cfg);
         self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
         (left, burst_end)
+    }
+
+    /// A fresh challenge token: unique per challenge; unpredictable enough for plaintext
+    /// mode, where nothing is secret anyway (sealed, the token is encrypted).
+    pub(super) fn next_challenge_token(&mut self) -> u64 {
+        self.challenges += 1;
+        (self.challenges << 16) ^ u64::from(self.next_jitter()) ^ self.ck.rotate_left(40)
+    }
+
+    /// Output: appends to `buf` a datagram to `peer` holding a CHALLENGE alone, and returns
+    /// its token with the datagram's [`Transmit`]. The embedding sends it to the one address
+    /// it wants `peer` to prove it receives at (a candidate address, while the peer's
+    /// datagrams keep going to the address it proved before); the token comes back in
+    /// [`Accepted::response`](crate::proto::Accepted::response) when the peer answers. In sealed
+    /// mode only the peer can read the token, so the answer proves the peer receives
+    /// there. `None` (nothing appended) when a sealed node cannot send yet (its clock is not
+    /// stored far enough) or has no key for `peer`.
+    pub fn poll_challenge(&mut self, peer: NodeId, buf: &mut Vec<u8>) -> Option<(u64, Transmit)> {
+        if !self.take_epoch_if_needed() {
+            return None;
+        }
+        let start = buf.len();
+        let mut header = Header::new(self.id, peer);
+        if let Some(sealer) = &mut self.sealer {
+            header.seal = sealer.next_seal_header(peer);
+        }
+        header.encode(buf);
+        let header_end = buf.len();
+        let token = self.next_challenge_token();
+        put_path(buf, frame_type::CHALLENGE, token);
+        self.stats.frames_out.challenge += 1;
+        let tx = self.finish_datagram(peer, header, buf, start, header_end)?;
+        Some((token, tx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::proto::{Config, NodeId, Security};
+
+    fn node(id: u64) -> Node {
+        let id = NodeId::new(id).unwrap();
+        Node::new(id, Security::InsecurePlaintext, Config::default(), 0).unwrap()
+    }
+
+    /// Drains `n` and returns the kinds in order, delivering datagrams to `peer`.
+    fn drain(n: &mut Node, peer: &mut Node, now: Instant) -> Vec<char> {
+        let mut kinds = Vec::new();
+        let mut buf = Vec::new();
+        loop {
+            match n.poll_output(now, &mut buf) {
+                Output::StoreClock(hw) => {
+                    kinds.push('c');
+                    n.handle_clock_stored(now, hw);
+                }
+                Output::Transmit(t) => {
+                    kinds.push('t');
+                    let d = buf.split_off(buf.len() - t.size);
+                    peer.handle_datagram(now, Bytes::from(d));
+                }
+                Output::Event(_) => kinds.push('e'),
+                Output::Timeout(_) => return kinds,
+            }
+        }
+    }
+
+    #[test]
+    fn outputs_come_in_the_contracts_order() {
+        let now = Instant::now();
+        let (mut a, mut b) = (node(1), node(2));
+        a.send(now, b.id(), Bytes::from_static(b"x")).unwrap();
+        let mut seen = Vec::new();
+        for i in 0..50 {
+            let t = now + Duration::from_millis(10 * i);
+            a.handle_timeout(t);
+            b.handle_timeout(t);
+            seen.push(drain(&mut a, &mut b, t));
+            seen.push(drain(&mut b, &mut a, t));
+        }
+        for kinds in &seen {
+            // Within one drain: clock stores, then datagrams, then events.
+            let rank = |k: &char| "cte".find(*k).unwrap();
+            assert!(
+                kinds.windows(2).all(|w| rank(&w[0]) <= rank(&w[1])),
+                "{kinds:?}"
+            );
+        }
+        assert_eq!(
+            seen[0].first(),
+            Some(&'c'),
+            "a new node asks for its clock first"
+        );
+        assert!(
+            seen.iter().flatten().any(|k| *k == 'e'),
+            "the message got through"
+        );
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use super::sender::Token;
+use crate::proto::send::token::Token;
 
 /// Tokens of one S record keyed by slot number.
 ///

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::Config;
+use crate::proto::Config;
 
 /// Smoothed RTT, its variance, and the exponential backoff of one sender record.
 ///

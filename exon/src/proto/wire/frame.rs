@@ -1,4 +1,4 @@
-//! Datagram header and the frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY,
+//! The frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY,
 //! path validation, path MTU probes, and the fragment frames FRAG, GOT, REQCREDIT,
 //! CREDIT): encode and decode.
 //!
@@ -11,19 +11,9 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use super::codec::{put_varint, varint_len, Reader, VARINT_MAX};
-use super::crypto::{PublicKey, Seq, KEY_LEN};
-use super::{DecodeError, NodeId};
-
-/// First two bytes of every exon datagram: ASCII "EX".
-pub const MAGIC: [u8; 2] = *b"EX";
-/// The wire version this implementation speaks.
-pub const VERSION: u8 = 2;
-/// Smallest possible header: magic, version, flags, and two one-byte node ids.
-pub const MIN_HEADER_LEN: usize = 6;
-/// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter,
-/// the sender's public key and a cookie.
-pub const MAX_HEADER_LEN: usize = 4 + 8 + 8 + 8 + 4 + KEY_LEN + COOKIE_LEN;
+use crate::proto::wire::codec::{put_varint, varint_len, Reader, VARINT_MAX};
+pub use crate::proto::wire::header::*;
+use crate::proto::DecodeError;
 
 /// Frame type codes.
 pub mod frame_type {
@@ -90,234 +80,6 @@ impl Verdict {
             Verdict::Retry => "RETRY",
         }
     }
-}
-
-/// Header flag: the sender has nothing more to send right now, so the receiver should
-/// acknowledge this datagram's tokens at once instead of waiting for more (delayed ACKs).
-pub const FLAG_ACK_NOW: u8 = 0x01;
-/// Header flag: the datagram is sealed (epoch and counter follow the node ids, the frames
-/// are encrypted, a 16-byte tag ends the datagram).
-pub const FLAG_SEALED: u8 = 0x02;
-/// Header flag (sealed datagrams only): the sender's 32-byte public key follows the counter,
-/// for receivers that accept self-certifying ids.
-pub const FLAG_KEY: u8 = 0x04;
-/// Header flag (sealed datagrams only): a 16-byte cookie follows the counter (and the
-/// public key, if any): the receiver's proof that this sender receives at its source
-/// address, echoed from a [`CookieReply`].
-pub const FLAG_COOKIE: u8 = 0x08;
-/// Flags byte of a [`CookieReply`], alone: that datagram is not sealed and carries no frame.
-pub const FLAG_COOKIE_REPLY: u8 = 0x10;
-/// Bytes in a cookie.
-pub const COOKIE_LEN: usize = 16;
-
-/// A cookie: a receiver's MAC of a sender's source address (and node id), which the sender
-/// echoes to get a key agreement under load (`docs/security.md`).
-pub type Cookie = [u8; COOKIE_LEN];
-
-/// The datagram an endpoint under load sends to the source address of a datagram it
-/// refused for want of key-agreement budget: `'E' 'X' 0x02 0x10 src dst cookie`, where
-/// `src` is the refusing node, `dst` the node the refused datagram claimed to come from.
-/// Not sealed (the refusing node has no key for its peer yet: that is the point).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CookieReply {
-    /// The node that refused the datagram and issued the cookie.
-    pub src: NodeId,
-    /// The node the refused datagram claimed to come from.
-    pub dst: NodeId,
-    /// The cookie to echo in the header (flag [`FLAG_COOKIE`]) of datagrams to `src`.
-    pub cookie: Cookie,
-}
-
-impl CookieReply {
-    /// Encoded size.
-    pub fn encoded_len(&self) -> usize {
-        4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + COOKIE_LEN
-    }
-
-    /// Appends the datagram.
-    pub fn encode(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&MAGIC);
-        buf.put_u8(VERSION);
-        buf.put_u8(FLAG_COOKIE_REPLY);
-        put_varint(buf, self.src.get());
-        put_varint(buf, self.dst.get());
-        buf.put_slice(&self.cookie);
-    }
-
-    /// Whether `data` is a cookie reply by its first four bytes (it may still not decode).
-    pub fn is_one(data: &[u8]) -> bool {
-        data.len() >= 4 && data[..2] == MAGIC && data[2] == VERSION && data[3] == FLAG_COOKIE_REPLY
-    }
-
-    /// Decodes a whole datagram; trailing bytes are an error.
-    pub fn decode(data: &[u8]) -> Result<CookieReply, DecodeError> {
-        let mut r = Reader::new(data);
-        let flags = decode_start(&mut r)?;
-        if flags != FLAG_COOKIE_REPLY {
-            return Err(DecodeError::ReservedFlags(flags));
-        }
-        let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
-        let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
-        let mut cookie = [0u8; COOKIE_LEN];
-        cookie.copy_from_slice(r.bytes(COOKIE_LEN)?);
-        if r.remaining() != 0 {
-            return Err(DecodeError::Truncated);
-        }
-        Ok(CookieReply { src, dst, cookie })
-    }
-}
-
-/// Largest header of a plaintext datagram (both node ids take eight bytes).
-pub const MAX_PLAIN_HEADER_LEN: usize = 4 + 8 + 8;
-
-/// The clear part of a sealed datagram's header: the sequence number that forms the nonce,
-/// and the sender's public key where it announces it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SealHeader {
-    /// Epoch and counter: the AEAD nonce, unique per sender over its life.
-    pub seq: Seq,
-    /// The sender's public key (flag [`FLAG_KEY`]).
-    pub key: Option<PublicKey>,
-    /// A cookie the receiver gave this sender for its address (flag [`FLAG_COOKIE`]).
-    pub cookie: Option<Cookie>,
-}
-
-/// The datagram header: who sent it and to whom. It travels in the clear (it is
-/// authenticated, not encrypted, in a sealed datagram).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
-    /// The sending node.
-    pub src: NodeId,
-    /// The node the datagram is meant for.
-    pub dst: NodeId,
-    /// Flag [`FLAG_ACK_NOW`]: acknowledge this datagram's tokens without delay (set on the
-    /// last datagram of a burst).
-    pub ack_now: bool,
-    /// Present on sealed datagrams (flag [`FLAG_SEALED`]).
-    pub seal: Option<SealHeader>,
-}
-
-impl Header {
-    /// A plaintext header from `src` to `dst` with no flag set.
-    pub fn new(src: NodeId, dst: NodeId) -> Header {
-        Header {
-            src,
-            dst,
-            ack_now: false,
-            seal: None,
-        }
-    }
-
-    /// Encoded size of this header.
-    pub fn encoded_len(&self) -> usize {
-        let seal = self.seal.map_or(0, |h| {
-            varint_len(h.seq.epoch)
-                + 4
-                + h.key.map_or(0, |_| KEY_LEN)
-                + h.cookie.map_or(0, |_| COOKIE_LEN)
-        });
-        4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + seal
-    }
-
-    fn flags(&self) -> u8 {
-        let mut f = if self.ack_now { FLAG_ACK_NOW } else { 0 };
-        if let Some(h) = self.seal {
-            f |= FLAG_SEALED;
-            if h.key.is_some() {
-                f |= FLAG_KEY;
-            }
-            if h.cookie.is_some() {
-                f |= FLAG_COOKIE;
-            }
-        }
-        f
-    }
-
-    /// Appends the header.
-    pub fn encode(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&MAGIC);
-        buf.put_u8(VERSION);
-        buf.put_u8(self.flags());
-        put_varint(buf, self.src.get());
-        put_varint(buf, self.dst.get());
-        if let Some(h) = self.seal {
-            put_varint(buf, h.seq.epoch);
-            buf.put_u32(h.seq.counter);
-            if let Some(k) = h.key {
-                buf.put_slice(k.as_bytes());
-            }
-            if let Some(c) = h.cookie {
-                buf.put_slice(&c);
-            }
-        }
-    }
-
-    /// Decodes the header at the start of `data`; returns it and its length in bytes.
-    pub fn decode_prefix(data: &[u8]) -> Result<(Header, usize), DecodeError> {
-        let mut r = Reader::new(data);
-        let h = Header::decode(&mut r)?;
-        Ok((h, r.position()))
-    }
-
-    fn decode(r: &mut Reader<'_>) -> Result<Header, DecodeError> {
-        let flags = decode_start(r)?;
-        let known = FLAG_ACK_NOW | FLAG_SEALED | FLAG_KEY | FLAG_COOKIE;
-        if flags & !known != 0
-            || (flags & (FLAG_KEY | FLAG_COOKIE) != 0 && flags & FLAG_SEALED == 0)
-        {
-            return Err(DecodeError::ReservedFlags(flags));
-        }
-        // Any decoded varint is at most VARINT_MAX, so these cannot fail.
-        let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
-        let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
-        let seal = if flags & FLAG_SEALED != 0 {
-            let epoch = r.varint()?;
-            let c = r.bytes(4)?;
-            let counter = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-            let key = if flags & FLAG_KEY != 0 {
-                let mut k = [0u8; KEY_LEN];
-                k.copy_from_slice(r.bytes(KEY_LEN)?);
-                Some(PublicKey::from_bytes(k))
-            } else {
-                None
-            };
-            let cookie = if flags & FLAG_COOKIE != 0 {
-                let mut c = [0u8; COOKIE_LEN];
-                c.copy_from_slice(r.bytes(COOKIE_LEN)?);
-                Some(c)
-            } else {
-                None
-            };
-            Some(SealHeader {
-                seq: Seq { epoch, counter },
-                key,
-                cookie,
-            })
-        } else {
-            None
-        };
-        Ok(Header {
-            src,
-            dst,
-            ack_now: flags & FLAG_ACK_NOW != 0,
-            seal,
-        })
-    }
-}
-
-/// Checks the length, magic and version every datagram starts with; returns its flags.
-fn decode_start(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
-    if r.remaining() < MIN_HEADER_LEN {
-        return Err(DecodeError::Runt);
-    }
-    if r.bytes(2)? != MAGIC {
-        return Err(DecodeError::BadMagic);
-    }
-    let version = r.u8()?;
-    if version != VERSION {
-        return Err(DecodeError::UnsupportedVersion(version));
-    }
-    r.u8()
 }
 
 /// One protocol frame. Several may share a datagram.
@@ -1123,6 +885,8 @@ impl Packet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::crypto::Seq;
+    use crate::proto::NodeId;
 
     #[test]
     fn a_cookie_reply_round_trips_and_refuses_anything_else() {

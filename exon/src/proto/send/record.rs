@@ -4,188 +4,17 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
-use super::codec::varint_len;
-use super::congestion::{AckEvent, Controller, DeliveryRate, LossEvent, SendState, SpuriousEvent};
-use super::fragments::{Credit, Outgoing, Sent};
-use super::loss::{loss_delay, Judgement, LossDetector, Reordering};
-use super::mtud::Mtud;
-use super::pacing::Pacer;
-use super::rtt::Rtt;
-use super::tokens::Tokens;
-use super::{Config, MsgId, Rules};
-
-/// A message waiting for an envelope.
-#[derive(Debug)]
-pub(crate) struct Queued {
-    pub id: MsgId,
-    pub payload: Bytes,
-}
-
-/// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
-/// incarnation `rck`, kept until acknowledged. The token keeps the incarnation it was made
-/// under, whatever the record's `rck` becomes later (rule 3 of `docs/algorithm.md`).
-#[derive(Debug)]
-pub(crate) struct Token {
-    /// The receiver incarnation this token's slot belongs to.
-    pub rck: u64,
-    pub payload: Bytes,
-    pub id: MsgId,
-    /// When it was last put on the wire (`None`: never yet).
-    pub sent_at: Option<Instant>,
-    /// How many times it was put on the wire.
-    pub sends: u32,
-    /// Waiting in `to_send`.
-    pub queued: bool,
-    /// Sequence number of its last transmission (see [`LossDetector`]).
-    pub seq: u64,
-    /// Bytes it counts in the record's bytes in flight (0: not in flight).
-    pub flight: u64,
-    /// Its TOKEN frame's size when last sent.
-    pub size: u64,
-    /// The delivery-rate snapshot of its last transmission.
-    pub rate: Option<SendState>,
-    /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
-    pub frag: Option<Box<Outgoing>>,
-    /// How far into its datagram its frame ended when last sent, in bytes (the
-    /// authentication tag counted): what its loss or acknowledgement says of sizes.
-    pub reach: u32,
-    /// Its last loss declared by loss detection (kept until it is settled).
-    pub lost: Option<Lost>,
-}
-
-/// A loss declared by loss detection, kept to tell later whether it was spurious.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Lost {
-    /// When it was declared lost.
-    pub at: Instant,
-    /// When the first transmission after that left (`None`: none yet).
-    pub resent_at: Option<Instant>,
-    /// Its bytes in flight then.
-    pub bytes: u64,
-}
-
-/// Whether the first acknowledgement, at `now`, of something declared lost, answers the
-/// transmission declared lost: its retransmission had not left (`resent_at` is `None`), or
-/// left less than the smallest round trip ever measured (`min_rtt`) before, too recently
-/// to have been answered. Either way the loss was spurious. (An acknowledgement that comes
-/// later may answer either copy: it proves nothing, and the loss stands.)
-pub(crate) fn answers_original(
-    now: Instant,
-    resent_at: Option<Instant>,
-    min_rtt: Option<Duration>,
-) -> bool {
-    match (resent_at, min_rtt) {
-        (None, _) => true,
-        (Some(t), Some(m)) => now.saturating_duration_since(t) < m,
-        (Some(_), None) => false,
-    }
-}
-
-impl Token {
-    /// The incarnation this token goes out under: its own (rule 3), or, with that rule
-    /// switched off for the checker's self-test, whatever the record holds now.
-    pub fn incarnation(&self, record_rck: Option<u64>, keep_own: bool) -> u64 {
-        if keep_own {
-            self.rck
-        } else {
-            record_rck.unwrap_or(self.rck)
-        }
-    }
-}
-
-/// The tokens in flight to one destination, as loss detection and the controller see them.
-#[derive(Debug, Default)]
-pub(crate) struct Flight {
-    /// Transmissions in sending order, for loss detection.
-    pub losses: LossDetector,
-    /// FRAG transmissions in sending order: a loss detector of their own, since GOT answers
-    /// a fragment on arrival while ACK answers a TOKEN only once its message is taken (one
-    /// detector for both would take a TOKEN whose ACK waits for the application for lost).
-    pub frag_losses: LossDetector,
-    /// Delivery-rate estimator.
-    pub rate: DeliveryRate,
-    /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
-    pub bytes: u64,
-    /// Bytes acknowledged by the verdict frame being handled.
-    pub ack_batch: u64,
-    /// The newest RTT sample of the verdict frame being handled.
-    pub ack_rtt: Option<Duration>,
-    /// What both loss detectors learnt of reordering (the count rule, the window).
-    pub reo: Reordering,
-    /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
-    pub undo: bool,
-    /// Losses found spurious by the verdict frame being handled: how many, how many of them
-    /// had been sent again, their bytes, and when the earliest was declared.
-    pub spurious: u64,
-    pub spurious_resent: u64,
-    pub spurious_bytes: u64,
-    pub spurious_at: Option<Instant>,
-    /// When the loss recovery in progress began: losses of transmissions sent before it
-    /// belong to it.
-    pub recovery_at: Option<Instant>,
-}
-
-impl Flight {
-    /// A loss of `bytes` declared at `at` was spurious (its retransmission had left, or
-    /// not): the reordering window widens and the controller will be told.
-    pub fn on_spurious(
-        &mut self,
-        now: Instant,
-        at: Instant,
-        bytes: u64,
-        resent: bool,
-        srtt: Duration,
-    ) {
-        self.reo.on_spurious(now, srtt);
-        self.spurious += 1;
-        self.spurious_resent += u64::from(resent);
-        self.spurious_bytes = self.spurious_bytes.saturating_add(bytes);
-        self.spurious_at = Some(self.spurious_at.map_or(at, |t: Instant| t.min(at)));
-    }
-
-    /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
-    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT, and tells whether
-    /// its last loss was spurious.
-    pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &mut Rtt) {
-        self.bytes = self.bytes.saturating_sub(tok.flight);
-        if !acked {
-            return;
-        }
-        if let Some(st) = &tok.rate {
-            self.rate.on_acked(now, st, tok.size);
-        }
-        self.ack_batch = self.ack_batch.saturating_add(tok.size);
-        let srtt = rtt.smoothed().unwrap_or_default();
-        if let Some(l) = tok.lost.filter(|_| tok.frag.is_none()) {
-            if answers_original(now, l.resent_at, rtt.min()) {
-                let resent = l.resent_at.is_some();
-                self.on_spurious(now, l.at, l.bytes, resent, srtt);
-            }
-        }
-        // A fragmented message acknowledged whole: its receiver holds every byte, those of
-        // fragments declared lost included.
-        for l in tok.frag.iter().flat_map(|o| o.lost()) {
-            if answers_original(now, l.resent_at, rtt.min()) {
-                let resent = l.resent_at.is_some();
-                self.on_spurious(now, l.at, l.size, resent, srtt);
-            }
-        }
-        if tok.sends == 1 && tok.frag.is_none() {
-            let overtaken = self.losses.on_acked(tok.seq);
-            if let Some(t) = tok.sent_at {
-                let sample = now.saturating_duration_since(t);
-                if overtaken {
-                    let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
-                    self.reo.on_reordered(late);
-                }
-                rtt.sample(sample);
-                self.ack_rtt = Some(sample);
-            }
-        }
-    }
-}
+use crate::proto::send::congestion::{AckEvent, Controller, LossEvent, SpuriousEvent};
+use crate::proto::send::flight::Flight;
+use crate::proto::send::fragments::{Credit, Outgoing, Sent};
+use crate::proto::send::loss::{loss_delay, Judgement};
+use crate::proto::send::mtud::Mtud;
+use crate::proto::send::pacing::Pacer;
+use crate::proto::send::rtt::Rtt;
+use crate::proto::send::token::{Lost, Queued, Token};
+use crate::proto::send::tokens::Tokens;
+use crate::proto::wire::codec::varint_len;
+use crate::proto::{Config, Rules};
 
 /// Sender-side record for one destination, as in the paper's type `S`.
 ///
@@ -337,14 +166,14 @@ impl SRecord {
     /// The retransmission timeout, with this record's jitter.
     pub fn rto(&self, cfg: &Config) -> std::time::Duration {
         let rto = self.rtt.rto(cfg);
-        super::timer::stretch(rto, self.jitter)
+        crate::proto::node::timer::stretch(rto, self.jitter)
     }
 
     /// How long after the last send or acknowledgement the retransmission timer fires: the
     /// probe timeout for a first expiry (with a controller), else the timeout.
     pub fn timer_delay(&self, cfg: &Config) -> std::time::Duration {
         if self.cc.is_enabled() && self.rtt.backoff() == 0 {
-            super::timer::stretch(self.rtt.pto(cfg), self.jitter)
+            crate::proto::node::timer::stretch(self.rtt.pto(cfg), self.jitter)
         } else {
             self.rto(cfg)
         }
@@ -979,6 +808,7 @@ impl SRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::send::loss::answers_original;
 
     #[test]
     fn only_an_answer_too_early_for_the_retransmission_proves_a_loss_spurious() {

@@ -260,6 +260,23 @@ pub(crate) fn loss_delay(srtt: Duration, latest: Duration, granularity: Duration
         .max(granularity)
 }
 
+/// Whether the first acknowledgement, at `now`, of something declared lost, answers the
+/// transmission declared lost: its retransmission had not left (`resent_at` is `None`), or
+/// left less than the smallest round trip ever measured (`min_rtt`) before, too recently
+/// to have been answered. Either way the loss was spurious. (An acknowledgement that comes
+/// later may answer either copy: it proves nothing, and the loss stands.)
+pub(crate) fn answers_original(
+    now: Instant,
+    resent_at: Option<Instant>,
+    min_rtt: Option<Duration>,
+) -> bool {
+    match (resent_at, min_rtt) {
+        (None, _) => true,
+        (Some(t), Some(m)) => now.saturating_duration_since(t) < m,
+        (Some(_), None) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,21 +2,29 @@
 //! `handle_clock_stored`) and outputs (`poll_transmit`, `poll_event`, `poll_timeout`,
 //! `poll_clock_store`).
 
+mod input;
+pub(crate) mod outbox;
+pub(crate) mod output;
+mod receive;
+pub(crate) mod timeouts;
+pub(crate) mod timer;
+
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
-use super::codec::VARINT_MAX;
-use super::crypto::{Keyring, KeyringError, OpenError, PublicKey, Sealer, Security, Seq, Vouch};
-use super::frame::{self, Cookie, Frame, Verdict};
-use super::outbox::Outbox;
-use super::receiver::{Grant, RRecord};
-use super::rules::Rules;
-use super::sender::{Queued, SRecord};
-use super::stats::Stats;
-use super::timer::{Side, TimerQueue};
-use super::{Config, ConfigError, Event, MsgId, NodeId, PeerMap, SendError};
+use crate::proto::crypto::{Keyring, KeyringError, PublicKey, Sealer, Security, Seq};
+use crate::proto::node::outbox::Outbox;
+use crate::proto::node::timer::{Side, TimerQueue};
+use crate::proto::recv::record::RRecord;
+use crate::proto::rules::Rules;
+use crate::proto::send::record::SRecord;
+use crate::proto::send::token::Queued;
+use crate::proto::stats::Stats;
+use crate::proto::wire::codec::VARINT_MAX;
+use crate::proto::wire::frame::{Cookie, Frame};
+use crate::proto::{Config, ConfigError, Event, MsgId, NodeId, PeerMap, SendError};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
@@ -91,7 +99,7 @@ pub struct Node {
     pub(super) unproven: VecDeque<(NodeId, u64)>,
     /// Receiver records evicted under pressure (what their late TOKENs are answered), and
     /// the next to evict. Bounded; the oldest are forgotten by raising `doubt_below`.
-    pub(super) evictions: super::eviction::Evictions,
+    pub(super) evictions: crate::proto::recv::eviction::Evictions,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     pub(super) frame_scratch: Vec<Frame>,
     /// Keys and nonce state; `None` in plaintext mode.
@@ -106,11 +114,11 @@ pub struct Node {
     /// buffer a slice keeps alive).
     pub(super) untaken_bytes: usize,
     /// The receive buffers untaken deliveries keep alive (`pins.rs`).
-    pub(super) pins: super::pins::Pins,
+    pub(super) pins: crate::proto::recv::pins::Pins,
     /// Which destinations owe an answer for too long.
-    pub(super) liveness: super::liveness::Liveness,
+    pub(super) liveness: crate::proto::send::liveness::Liveness,
     /// The peers sent to without an answer, and the deaf ones' schedule.
-    pub(super) silence: super::silence::Silence,
+    pub(super) silence: crate::proto::send::silence::Silence,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -146,7 +154,9 @@ impl Node {
         if clock > VARINT_MAX - config.clock_block {
             return Err(ConfigError("clock too close to 2^62"));
         }
-        let silence = super::silence::Silence::new(super::silence::Schedule::new(&config));
+        let silence = crate::proto::send::silence::Silence::new(
+            crate::proto::send::silence::Schedule::new(&config),
+        );
         let mut node = Node {
             id,
             cfg: config,
@@ -325,9 +335,9 @@ impl Node {
 
     /// What the sender record for `to` knows of the path: congestion window, bytes in
     /// flight, pacing rate, bandwidth and RTT estimates. `None` without a record.
-    pub fn path(&self, to: NodeId) -> Option<super::PathStats> {
+    pub fn path(&self, to: NodeId) -> Option<crate::proto::PathStats> {
         let s = self.senders.get(&to)?;
-        Some(super::PathStats {
+        Some(crate::proto::PathStats {
             window: s.cc.window(),
             in_flight: s.flight.bytes,
             pacing_rate: s.cc.pacing_rate(),
@@ -537,386 +547,5 @@ impl Node {
         rec.req_retransmitted = false;
         rec.req_due = true;
         self.outbox.wake(peer, usize::MAX);
-    }
-
-    // ----- datagrams -------------------------------------------------------------------
-
-    /// Input: a datagram received from the network. Anything malformed, oversized, not
-    /// addressed to this node, or (sealed mode) not authenticated as from its source is
-    /// dropped and counted in [`Stats::rejects`]; nothing from the network can make the node
-    /// panic or grow past its configured bounds.
-    ///
-    /// Returns the sending node when the datagram was taken whole, with nothing in it
-    /// refused. [`handle_datagram_buf`](Self::handle_datagram_buf) is the same without a
-    /// copy when the buffer is not shared, and also returns the datagram's sequence number.
-    pub fn handle_datagram(&mut self, now: Instant, data: Bytes) -> Option<NodeId> {
-        let buf = data
-            .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
-        self.handle_datagram_buf(now, buf).map(|a| a.from)
-    }
-
-    /// Input: a datagram received from the network, in a buffer the node may decrypt in
-    /// place. The order of work: header, destination check, key, open, frames.
-    ///
-    /// Returns what an embedding may trust when the datagram was taken whole: its source
-    /// (authenticated in sealed mode) and its sequence number. The driver learns peer
-    /// addresses from these and challenges a new one before it moves a peer there (a
-    /// replayed datagram cannot move a peer).
-    pub fn handle_datagram_buf(&mut self, now: Instant, data: BytesMut) -> Option<Accepted> {
-        self.handle_datagram_vouched(now, data, Vouch::Unproven)
-    }
-
-    /// [`handle_datagram_buf`](Self::handle_datagram_buf) for a datagram whose source
-    /// address the embedding vouches for (or not): with [`Vouch::Cookie`], a key agreement
-    /// it needs comes from the vouched budget (`Config::cookie_agreements_per_sec`), which
-    /// datagrams from unproven addresses cannot spend.
-    pub fn handle_datagram_vouched(
-        &mut self,
-        now: Instant,
-        mut data: BytesMut,
-        vouch: Vouch,
-    ) -> Option<Accepted> {
-        self.stats.datagrams_in += 1;
-        self.stats.bytes_in += data.len() as u64;
-        self.pins.on_datagram(data.len());
-        // The receive ceiling is the UDP maximum, not this node's own send size: a peer
-        // configured with larger datagrams is understood.
-        if data.len() > super::MAX_DATAGRAM_SIZE {
-            self.stats.rejects.oversized += 1;
-            return None;
-        }
-        let (header, body_at) = match frame::Header::decode_prefix(&data) {
-            Ok(h) => h,
-            Err(e) => {
-                self.stats.rejects.count_decode(e);
-                return None;
-            }
-        };
-        if header.dst != self.id {
-            self.stats.rejects.wrong_destination += 1;
-            return None;
-        }
-        if header.src == self.id {
-            self.stats.rejects.from_self += 1;
-            return None;
-        }
-        let body = match (&mut self.sealer, header.seal) {
-            (Some(sealer), Some(_)) => {
-                let (senders, receivers) = (&self.senders, &self.receivers);
-                let pinned = |p: NodeId| senders.contains_key(&p) || receivers.contains_key(&p);
-                let pin = self.rules.pin_member_keys;
-                match sealer.open(now, &header, &mut data, body_at, pinned, pin, vouch) {
-                    Ok(len) => data.freeze().slice(body_at..body_at + len),
-                    Err(e) => {
-                        let r = &mut self.stats.rejects;
-                        *match e {
-                            OpenError::WrongMode => &mut r.wrong_mode,
-                            OpenError::UnknownPeer => &mut r.unknown_peer,
-                            OpenError::KeyMismatch => &mut r.key_mismatch,
-                            OpenError::Busy => &mut r.key_budget,
-                            OpenError::BadTag => &mut r.bad_tag,
-                        } += 1;
-                        return None;
-                    }
-                }
-            }
-            (None, None) => data.freeze().slice(body_at..),
-            _ => {
-                self.stats.rejects.wrong_mode += 1;
-                return None;
-            }
-        };
-        let rejects = self.stats.rejects.total();
-        // One pass: decode every frame into the scratch list before acting on any, so a
-        // datagram with one bad frame is dropped whole.
-        let mut frames = std::mem::take(&mut self.frame_scratch);
-        let taken =
-            match frame::decode_frames_into(&body, Config::max_receive_payload(), &mut frames) {
-                Ok(()) => {
-                    self.handle_frames(now, header, &mut frames);
-                    true
-                }
-                Err(e) => {
-                    self.stats.rejects.count_decode(e);
-                    false
-                }
-            };
-        frames.clear();
-        self.frame_scratch = frames;
-        let response = self.last_response.take();
-        (taken && self.stats.rejects.total() == rejects).then_some(Accepted {
-            from: header.src,
-            seq: header.seal.map(|h| h.seq),
-            response,
-        })
-    }
-
-    /// Acts on the frames of one valid datagram, in order.
-    fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
-        let src = header.src;
-        self.liveness_heard(now, src);
-        if self.silence.on_heard(src) {
-            self.outbox.wake(src, usize::MAX);
-        }
-        if let Some(rec) = self.senders.get_mut(&src) {
-            rec.mtud.on_heard(now);
-        }
-        let mut tokens = 0u32;
-        let mut gots = false;
-        let mut credit_want = None;
-        let mut lost_incarnation = None;
-        let mut urgent = header.ack_now;
-        for f in frames.drain(..) {
-            self.stats.frames_in.count(&f);
-            match f {
-                Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
-                Frame::Challenge { token } => {
-                    let cap = self.outbox_cap();
-                    if !self.outbox.respond(src, token, cap) {
-                        self.stats.rejects.outbox_full += 1;
-                    }
-                }
-                Frame::Response { token } => self.last_response = Some(token),
-                Frame::MtuProbe { id, .. } => {
-                    let cap = self.outbox_cap();
-                    if !self.outbox.mtu_ack(src, id, cap) {
-                        self.stats.rejects.outbox_full += 1;
-                    }
-                }
-                Frame::MtuAck { id } => self.on_mtu_ack(src, id),
-                Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
-                Frame::Token { s, r, payload } => {
-                    tokens += 1;
-                    urgent |= self.on_token(now, src, s, r, payload);
-                }
-                Frame::Frag {
-                    s,
-                    r,
-                    total,
-                    offset,
-                    data,
-                } => {
-                    tokens += 1;
-                    urgent |= self.on_frag(now, src, (s, r, total), offset, data);
-                }
-                Frame::Got { r, s, ranges } => {
-                    self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));
-                    gots = true;
-                }
-                // Answered once per datagram, for the largest `want` (a request costs a
-                // pass over the receiver records).
-                Frame::ReqCredit { r, s, want } => {
-                    if credit_want.is_none_or(|(_, _, w)| want >= w) {
-                        credit_want = Some((r, s, want));
-                    }
-                }
-                Frame::Credit { r, limit, max } => self.on_credit(src, r, limit, max),
-                Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
-                    let Some((v, r, ranges)) = f.verdict() else {
-                        continue;
-                    };
-                    for rg in ranges.iter().flatten() {
-                        self.on_verdict(now, src, v, r, rg);
-                    }
-                    if v != Verdict::Ack && lost_incarnation != Some(r) {
-                        lost_incarnation = Some(r);
-                        self.requeue_unsent(src, r);
-                    }
-                    self.after_verdicts(now, src);
-                    if let Some(rec) = self.senders.get_mut(&src) {
-                        rec.note_if_idle(now);
-                    }
-                    self.request_slots(now, src);
-                }
-            }
-        }
-        if gots {
-            self.after_verdicts(now, src);
-        }
-        if let Some(ask) = credit_want {
-            self.on_reqcredit(now, src, ask);
-        }
-        if tokens > 0 {
-            if urgent {
-                if let Some(rec) = self.receivers.get_mut(&src) {
-                    rec.ack_now |= !rec.held.is_empty();
-                }
-            }
-            let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
-            self.outbox.flush_verdicts(src, now, urgent, delay, every);
-        }
-        self.rearm_sender(src);
-        self.rearm_receiver(src);
-    }
-
-    /// MTU_ACK(id) from `src`: path MTU discovery learns that its probe got through. The
-    /// next probe, if any, goes at once.
-    fn on_mtu_ack(&mut self, src: NodeId, id: u64) {
-        let Some(rec) = self.senders.get_mut(&src) else {
-            return;
-        };
-        if !rec.mtud.on_ack(id) {
-            return;
-        }
-        self.stats.mtu.probes_acked += 1;
-        if !rec.is_quiet() {
-            self.outbox.wake(src, usize::MAX);
-        }
-    }
-
-    /// REQSLOTS(s, n, l) from `src` (Algorithm 1, lines 48-60, bounded).
-    fn on_reqslots(&mut self, now: Instant, src: NodeId, s: u64, n: u64, l: u64) {
-        let bounded = self.rules.bounded_input;
-        if bounded && n > self.cfg.max_slots_request {
-            self.stats.rejects.slots_request_too_large += 1;
-            return;
-        }
-        if s.checked_add(n).is_none_or(|end| end > VARINT_MAX) {
-            self.stats.rejects.slots_overflow += 1;
-            return;
-        }
-        if self.rules.plausible_input
-            && (l > s || self.receivers.get(&src).is_some_and(|rec| l > rec.sck))
-        {
-            // An honest sender's frontier is at most its clock `s`, and at most the end of
-            // what it was granted: anything above would waive slots it may hold tokens for.
-            self.stats.rejects.frontier_beyond_grant += 1;
-            if l <= s {
-                // A sender that restarted (its clock jumped past this record) asks: it is
-                // alive, and learns of the record at once from a probe, which it answers
-                // with the waiver that ends it (it holds nothing below its clock).
-                let cap = self.outbox_cap();
-                if let Some(rec) = self.receivers.get_mut(&src) {
-                    rec.heard(now);
-                    if !self.outbox.probe(src, rec.sck, rec.rck, cap) {
-                        self.stats.rejects.outbox_full += 1;
-                    }
-                }
-            }
-            return;
-        }
-        if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery() {
-            // The application is behind: no new slots until it takes (or acknowledges)
-            // what it has, so a slow consumer slows its senders down. They ask again.
-            self.stats.held_back += 1;
-            return;
-        }
-        if !self.receivers.contains_key(&src) {
-            if n == 0 {
-                return; // a waiver for a record that is already gone
-            }
-            if bounded
-                && self.receivers.len() >= self.cfg.max_receiver_records
-                && !self.make_room(now)
-            {
-                self.stats.rejects.too_many_records += 1;
-                return;
-            }
-            if !self.reserve_clock(self.ck + 1) {
-                self.stats.rejects.clock_wait += 1;
-                return;
-            }
-            let rck = self.ck;
-            self.ck += 1;
-            self.stats.incarnations += 1;
-            self.receivers.insert(src, RRecord::new(s, rck, now));
-            self.unproven.push_back((src, rck));
-            if self.unproven.len() > 2 * self.cfg.max_receiver_records {
-                let receivers = &self.receivers;
-                self.unproven.retain(|(p, r)| {
-                    receivers
-                        .get(p)
-                        .is_some_and(|rec| rec.rck == *r && !rec.proven)
-                });
-            }
-        }
-        let cap = self.outbox_cap();
-        let Some(rec) = self.receivers.get_mut(&src) else {
-            return;
-        };
-        // Only the source's sender half (REQSLOTS, TOKEN) counts as hearing from it: its
-        // receiver half's SLOTS and ACKs say nothing about the slots held here.
-        rec.heard(now);
-        let cap_slots = if bounded {
-            self.cfg.max_slots_per_record
-        } else {
-            u64::MAX
-        };
-        match rec.request(s, n, l, cap_slots) {
-            Grant::Granted => {
-                if !self.outbox.grant(src, s, rec.rck, n, cap) {
-                    self.stats.rejects.outbox_full += 1;
-                }
-            }
-            Grant::Waived => {}
-            Grant::OverCap => self.stats.rejects.slots_cap += 1,
-        }
-        if rec.is_spent() {
-            self.receivers.remove(&src);
-        }
-    }
-
-    /// SLOTS(s, r, n) from `src` (lines 61-74, with rules 3 and 5).
-    fn on_slots(&mut self, now: Instant, src: NodeId, s: u64, r: u64, n: u64) {
-        let Some(rec) = self.senders.get_mut(&src) else {
-            // Rule 5: orphan slots lie at or above the sck we last used with `src`, which is
-            // at most our stored high-water mark; anything above it was never ours.
-            if s > self.hw {
-                self.stats.rejects.clock_jump += 1;
-                return;
-            }
-            if self.rules.raise_clock_on_orphan_slots {
-                self.ck = self.ck.max(s);
-            }
-            // Waive up to our clock, but not beyond the end of what the receiver holds for us
-            // (`s + n`): a frontier above what it ever granted is refused as implausible.
-            let end = s.saturating_add(n).min(self.ck);
-            let cap = self.outbox_cap();
-            if !self.outbox.waive(src, end, cap) {
-                self.stats.rejects.outbox_full += 1;
-            }
-            return;
-        };
-        if s != rec.sck {
-            self.stats.stale_slots += 1;
-            if n == 0 && s < rec.sck && s <= rec.frontier() {
-                // A probe from a record of an older request that this sender holds nothing
-                // below: waive it, so the receiver drops it (its frontier check refuses a
-                // request of ours that jumps past it).
-                let cap = self.outbox_cap();
-                if !self.outbox.waive(src, s, cap) {
-                    self.stats.rejects.outbox_full += 1;
-                }
-            }
-            return;
-        }
-        if n > 0 && rec.req_n.is_none_or(|asked| n > asked) {
-            self.stats.rejects.unrequested_slots += 1;
-            return;
-        }
-        if rec.rck != Some(r) {
-            if self.rules.token_keeps_incarnation {
-                // Envelopes of another incarnation are options, not obligations: drop them.
-                rec.env_start = s;
-            }
-            rec.rck = Some(r);
-        }
-        if n > 0 {
-            if !rec.req_retransmitted {
-                if let Some(t) = rec.req_sent_at {
-                    rec.rtt.sample(now.saturating_duration_since(t));
-                }
-            }
-            rec.req_n = None;
-            rec.req_sent_at = None;
-            rec.req_due = false;
-            rec.frontier_override = None;
-            rec.sck = s + n;
-            if rec.fill_envelopes() > 0 {
-                self.outbox.wake(src, usize::MAX);
-            }
-        }
-        self.request_slots(now, src);
     }
 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::ranges::RangeSet;
+use crate::proto::wire::ranges::RangeSet;
 
 /// Smallest number of bytes a partial message charges against the grant, whatever its
 /// length, so that the per-partial bookkeeping stays a small share of the granted memory.

@@ -7,7 +7,7 @@
 
 use bytes::{BufMut, Bytes};
 
-use super::DecodeError;
+use crate::proto::DecodeError;
 
 /// The largest value a variable-length integer can carry: 2^62 - 1.
 pub const VARINT_MAX: u64 = (1 << 62) - 1;

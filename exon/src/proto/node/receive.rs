@@ -1,0 +1,510 @@
+//! Inputs on the receiving side: TOKENs delivered and answered (ACK, DOUBT or RETRY),
+//! fragments reassembled (FRAG, GOT, REQCREDIT, CREDIT), deliveries held until the
+//! application takes them, and receiver records evicted under pressure.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::proto::frame::Verdict;
+use crate::proto::recv::assembler::Piece;
+use crate::proto::recv::delivery::Kept;
+use crate::proto::recv::eviction::Candidate;
+use crate::proto::recv::pins::Hold;
+use crate::proto::wire::ranges::RangeSet;
+use crate::proto::{DeliveryId, Event, Node, NodeId};
+
+impl Node {
+    /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4 and the verdicts for
+    /// incarnations this node no longer knows).
+    ///
+    /// Returns true when the verdict should not wait for the ACK delay: a duplicate (the
+    /// sender is retransmitting, so an ACK was lost or late) or anything but an ACK.
+    pub(super) fn on_token(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        s: u64,
+        r: u64,
+        payload: Bytes,
+    ) -> bool {
+        let mut urgent = false;
+        let on_take = self.rules.ack_on_take;
+        let room = self.has_room_for_delivery() || !on_take;
+        let verdict = match self.receivers.get_mut(&src) {
+            Some(rec) if rec.rck == r => {
+                rec.heard(now);
+                if rec.slots.contains(s) && !room {
+                    // The application is behind: neither delivered nor answered, so the
+                    // sender sends it again later.
+                    self.stats.held_back += 1;
+                    None
+                } else if rec.fill(s, r) {
+                    rec.proven = true;
+                    if on_take {
+                        // Held until taken (`handle_taken`).
+                        rec.held.hold(s);
+                    }
+                    if rec.is_spent() {
+                        self.receivers.remove(&src);
+                    }
+                    let (payload, kept) = self.keep_payload(payload);
+                    if on_take {
+                        self.untaken += 1;
+                        self.untaken_bytes += kept.charge;
+                    } else if let Some(key) = kept.pin {
+                        // Not held: nothing to give back at a take.
+                        self.pins.release(key);
+                    }
+                    self.stats.delivered += 1;
+                    self.events.push_back(Event::Delivered {
+                        from: src,
+                        payload,
+                        id: DeliveryId::new(src, r, s, kept),
+                    });
+                    // Acknowledged once taken (`handle_taken`), unless the rule is off.
+                    (!on_take).then_some(Verdict::Ack)
+                } else if on_take && rec.held.contains(s) {
+                    // A duplicate of a delivery the application has not taken yet: no
+                    // answer until it is taken.
+                    self.stats.duplicates_dropped += 1;
+                    None
+                } else {
+                    self.stats.duplicates_dropped += 1;
+                    urgent = true;
+                    Some(Verdict::Ack)
+                }
+            }
+            other => {
+                if let Some(rec) = other {
+                    rec.heard(now);
+                }
+                urgent = true;
+                self.verdict_without_record(r, s)
+            }
+        };
+        if let Some(v) = verdict {
+            if !self.outbox.reply(src, v, r, s, self.outbox_cap()) {
+                self.stats.rejects.outbox_full += 1;
+            }
+        }
+        urgent
+    }
+
+    /// The answer to a TOKEN of slot `s` of incarnation `r` when no record of `r` exists.
+    ///
+    /// An incarnation made since this node started and then removed had every slot filled
+    /// or waived, so the token is a duplicate: ACK (rule 4). One evicted under pressure: what
+    /// its slot deserves (`eviction.rs`: RETRY when nothing was delivered into it, ACK for a
+    /// filled slot, DOUBT when unknown). One older than this node's start (lost in a
+    /// restart) or forgotten after an eviction: DOUBT, since it may or may not have been
+    /// delivered.
+    pub(super) fn verdict_without_record(&mut self, r: u64, s: u64) -> Option<Verdict> {
+        if self.rules.plausible_input && r >= self.ck {
+            // Never issued by this node (incarnations come from the clock): no verdict at
+            // all, so a forged token cannot make this node vouch for anything.
+            self.stats.rejects.never_issued += 1;
+            return None;
+        }
+        let doubt = self.rules.doubt_lost_incarnations;
+        if let Some(v) = self.evictions.verdict(r, s).filter(|_| doubt) {
+            if v == Verdict::Ack {
+                self.stats.duplicates_dropped += 1;
+            }
+            Some(v)
+        } else if doubt && r < self.doubt_below {
+            Some(Verdict::Doubt)
+        } else {
+            self.stats.duplicates_dropped += 1;
+            self.rules.ack_without_record.then_some(Verdict::Ack)
+        }
+    }
+
+    /// Makes room for a new receiver record by evicting the oldest record nothing was
+    /// delivered into yet (a source that asked for slots and never used them: a forger, or
+    /// a sender that went away). Its later TOKENs get RETRY, so nothing is lost. Returns
+    /// false when every record is in use.
+    pub(super) fn evict_unproven(&mut self) -> bool {
+        while let Some((src, r)) = self.unproven.pop_front() {
+            let Some(rec) = self.receivers.get(&src) else {
+                continue;
+            };
+            if rec.rck != r || rec.proven {
+                continue;
+            }
+            self.evict_receiver(src, r);
+            return true;
+        }
+        false
+    }
+
+    /// Removes the unproven receiver record of `src` (incarnation `r`) and remembers `r` as
+    /// evicted, so its tokens get RETRY.
+    pub(super) fn evict_receiver(&mut self, src: NodeId, r: u64) {
+        self.receivers.remove(&src);
+        self.stats.evictions += 1;
+        let forgot = self.evictions.evicted_unused(r);
+        self.forget_evicted_below(forgot);
+    }
+
+    /// Evicted incarnations below `below` are no longer remembered: their tokens are
+    /// answered DOUBT (safe, less precise).
+    fn forget_evicted_below(&mut self, below: Option<u64>) {
+        if let Some(b) = below {
+            self.doubt_below = self.doubt_below.max(b);
+        }
+    }
+
+    /// Makes room for a new receiver record at `now`: evicts (rule `evict_silent_records`)
+    /// the record whose source has been silent longest, at least `probe_interval`, with no
+    /// delivery waiting for the application; else the oldest record nothing was delivered
+    /// into, however recent (a flood of requests from forged ids). Returns false when every
+    /// record is in use.
+    pub(super) fn make_room(&mut self, now: Instant) -> bool {
+        // Only a sealed node evicts records something was delivered into: their RETRYs are
+        // then authentic, where a plaintext sender must refuse a RETRY after an ACK of the
+        // same incarnation as a forgery.
+        if !self.evicts_proven() {
+            return self.evict_unproven();
+        }
+        let receivers = &self.receivers;
+        let candidate = |(src, rec): (&NodeId, &crate::proto::recv::record::RRecord)| Candidate {
+            src: *src,
+            rck: rec.rck,
+            last_heard: rec.last_heard,
+            evictable: rec.held.is_empty(),
+        };
+        let victim = self.evictions.next_victim(
+            now,
+            self.cfg.probe_interval,
+            || receivers.iter().map(candidate),
+            |src| receivers.get_key_value(&src).map(candidate),
+        );
+        let Some((src, r)) = victim else {
+            return self.evict_unproven();
+        };
+        if self.receivers.get(&src).is_some_and(|rec| !rec.proven) {
+            self.evict_receiver(src, r);
+        } else {
+            self.evict_proven(src);
+        }
+        true
+    }
+
+    /// Removes the receiver record of `src`, something delivered into it, remembering its
+    /// free slots (rule `remember_evicted_slots`) so that its late TOKENs get RETRY for them
+    /// and ACK for filled ones.
+    pub(super) fn evict_proven(&mut self, src: NodeId) {
+        let Some(rec) = self.receivers.remove(&src) else {
+            return;
+        };
+        self.stats.evictions += 1;
+        self.stats.evictions_proven += 1;
+        if self.rules.remember_evicted_slots {
+            let forgot = self.evictions.evicted_used(rec.rck, rec.sck, &rec.slots);
+            self.forget_evicted_below(forgot);
+        }
+    }
+
+    /// Whether this node evicts receiver records something was delivered into: sealed
+    /// nodes with the rule on (a plaintext sender refuses the RETRY such an eviction may
+    /// bring, as a forgery).
+    pub(super) fn evicts_proven(&self) -> bool {
+        self.rules.evict_silent_records && self.sealer.is_some()
+    }
+
+    /// Input: the datagrams handed over next (to
+    /// [`handle_datagram_buf`](Self::handle_datagram_buf)) are parts of the receive buffer
+    /// `key`, `size` bytes long (several datagrams received into one buffer, or a datagram
+    /// split off a larger one): a delivery handed over as a slice keeps that whole buffer
+    /// alive. `key` is the embedding's, unique per buffer while any part of it may be held;
+    /// `size` 0 says the datagrams own their bytes (the default). The node then keeps small
+    /// slices of a buffer only within a budget of 64 MiB of such buffers and copies them
+    /// out beyond, so untaken deliveries hold at most twice what they are charged plus that
+    /// budget (`pins.rs`).
+    pub fn set_receive_buffer(&mut self, key: u64, size: usize) {
+        self.pins.set_buffer(key, size);
+    }
+
+    /// Decides how the payload of a delivery is held (`payload` is a slice of the datagram
+    /// being handled, or an allocation of its own when put together from fragments):
+    /// returns the payload to hand over, a copy when a slice would keep too much alive.
+    pub(super) fn keep_payload(&mut self, payload: bytes::Bytes) -> (bytes::Bytes, Kept) {
+        match self.pins.hold(payload.len()) {
+            Hold::Keep { charge, pin } => {
+                self.stats.pinned_deliveries += u64::from(pin.is_some());
+                (payload, Kept { charge, pin })
+            }
+            Hold::Copy { charge } => {
+                self.stats.copied_deliveries += 1;
+                let copy = bytes::Bytes::copy_from_slice(&payload);
+                (copy, Kept { charge, pin: None })
+            }
+        }
+    }
+
+    /// Whether another delivery may be held now.
+    pub(super) fn has_room_for_delivery(&self) -> bool {
+        self.untaken < self.cfg.max_untaken && self.untaken_bytes < self.cfg.max_untaken_bytes
+    }
+
+    /// Input: the application has taken the delivery `id` (it left the embedding's buffer,
+    /// for good). Only now is the message acknowledged to its sender, whose
+    /// [`Event::Acknowledged`](crate::proto::Event::Acknowledged) therefore means "taken by the
+    /// receiving application". Returns false (and does nothing) for an id that is not
+    /// waiting: already taken, or from before a restart.
+    ///
+    /// Drain the outputs afterwards, as after any input: the ACK leaves with the next
+    /// datagram to the sender, or after [`Config::ack_delay`](crate::proto::Config::ack_delay).
+    pub fn handle_taken(&mut self, now: Instant, id: DeliveryId) -> bool {
+        let (from, (r, s), kept) = (id.from(), id.slot(), id.kept());
+        let Some(rec) = self.receivers.get_mut(&from) else {
+            return false;
+        };
+        if rec.rck != r || !rec.held.release(s) {
+            return false;
+        }
+        self.untaken -= 1;
+        self.untaken_bytes = self.untaken_bytes.saturating_sub(kept.charge);
+        if let Some(key) = kept.pin {
+            self.pins.release(key);
+        }
+        self.stats.taken += 1;
+        // The sender asked for an immediate ACK of deliveries now all taken.
+        let urgent = rec.ack_now && rec.held.is_empty();
+        if urgent {
+            rec.ack_now = false;
+        }
+        // (The record's probe deadline does not depend on its held slots: no re-arming.)
+        if rec.is_spent() {
+            self.receivers.remove(&from);
+        }
+        if !self
+            .outbox
+            .reply(from, Verdict::Ack, r, s, self.outbox_cap())
+        {
+            // The sender retransmits; the slot is neither free nor held then: ACK.
+            self.stats.rejects.outbox_full += 1;
+        }
+        let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+        self.outbox.flush_verdicts(from, now, urgent, delay, every);
+        true
+    }
+
+    /// Input: sends every verdict held back by the ACK delay with the next datagrams, for
+    /// an embedding about to stop (so that the last messages taken are acknowledged).
+    pub fn release_verdicts(&mut self) {
+        self.outbox.release_all();
+    }
+
+    /// Deliveries handed to the embedding and not yet reported taken.
+    pub fn untaken(&self) -> usize {
+        self.untaken
+    }
+
+    /// FRAG(s, r, total, offset, data) from `src`. The message is delivered, as a TOKEN
+    /// would be, once every byte is there; until then the receiver answers GOT with the
+    /// bytes it holds. The answers for a slot that is not free, or an incarnation it does
+    /// not hold, are a TOKEN's. Returns true when the answer should not wait for the ACK
+    /// delay.
+    pub(super) fn on_frag(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        (s, r, total): (u64, u64, u64),
+        offset: u64,
+        data: Bytes,
+    ) -> bool {
+        // The limit protects reassembly memory: a FRAG that is the whole message needs none,
+        // and is taken as a TOKEN of that size would be.
+        let whole = offset == 0 && data.len() as u64 == total;
+        if total > self.cfg.max_message_size as u64 && !whole {
+            self.stats.rejects.fragment_refused += 1;
+            return false;
+        }
+        let room = self.has_room_for_delivery() || !self.rules.ack_on_take;
+        let cap = self.outbox_cap();
+        let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck == r) else {
+            // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
+            return self.on_token(now, src, s, r, data);
+        };
+        if !rec.slots.contains(s) {
+            if rec.held.contains(s) {
+                // Whole and waiting for the application: the sender may stop sending it.
+                rec.heard(now);
+                let mut all = RangeSet::new();
+                all.insert(0..total);
+                self.stats.duplicates_dropped += 1;
+                if !self.outbox.got(src, r, s, &all, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+                return true;
+            }
+            return self.on_token(now, src, s, r, data);
+        }
+        rec.heard(now);
+        if !room {
+            self.stats.held_back += 1;
+            return false;
+        }
+        let credit = self.rules.fragments_need_credit;
+        match rec.assembler.insert(s, total, offset, &data, now, credit) {
+            Piece::Whole(payload) => {
+                let mut all = RangeSet::new();
+                all.insert(0..total);
+                if !self.outbox.got(src, r, s, &all, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+                if payload.len() > data.len() {
+                    self.stats.reassembled += 1;
+                }
+                self.on_token(now, src, s, r, payload)
+            }
+            Piece::Kept => {
+                if let Some(have) = rec.assembler.have(s) {
+                    if !self.outbox.got(src, r, s, have, cap) {
+                        self.stats.rejects.outbox_full += 1;
+                    }
+                }
+                false
+            }
+            Piece::Refused(_) => {
+                self.stats.rejects.fragment_refused += 1;
+                false
+            }
+        }
+    }
+
+    /// GOT(r, s, ranges) from `src`: the bytes it holds of our message in slot `s`. Loss
+    /// detection runs once the whole datagram is read (see `handle_frames`): a datagram
+    /// carries a GOT per message, and judging after the first would take the fragments the
+    /// later ones answer for lost.
+    pub(super) fn on_got(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        r: u64,
+        s: u64,
+        ranges: impl Iterator<Item = std::ops::Range<u64>>,
+    ) {
+        let keep_own = self.rules.token_keeps_incarnation;
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        if rec.on_got(now, r, s, ranges, keep_own) && rec.credit.has_waiting() {
+            self.resume_credit_waiters(src);
+        }
+    }
+
+    /// REQCREDIT(r, s, want) from `src`: its receiver record's grant grows towards `want`,
+    /// within the per-source cap and what no other record holds; the answer is CREDIT with
+    /// the grant, even unchanged (the sender learns where it stands). Without incarnation
+    /// `r`, the answer is the verdict a TOKEN for `(s, r)` would get: the sender learns that
+    /// its waiting messages were made under a lost incarnation.
+    pub(super) fn on_reqcredit(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        (r, s, want): (u64, u64, u64),
+    ) {
+        if self.receivers.get(&src).is_none_or(|rec| rec.rck != r) {
+            if let Some(v) = self.verdict_without_record(r, s) {
+                let cap = self.outbox_cap();
+                if !self.outbox.reply(src, v, r, s, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+                let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+                self.outbox.flush_verdicts(src, now, true, delay, every);
+            }
+            return;
+        }
+        let reserved: u64 = self.receivers.values().map(|r| r.assembler.granted()).sum();
+        let free = self.cfg.max_reassembly_bytes.saturating_sub(reserved);
+        let cap = self.outbox_cap();
+        let Some(rec) = self.receivers.get_mut(&src) else {
+            return;
+        };
+        let (limit, _) = rec
+            .assembler
+            .grant(want, self.cfg.max_reassembly_per_source, free);
+        let max = self.cfg.max_message_size as u64;
+        if !self.outbox.credit(src, rec.rck, limit, max, cap) {
+            self.stats.rejects.outbox_full += 1;
+        }
+    }
+
+    /// CREDIT(r, limit, max) from `src`: messages waiting for credit may go; those larger
+    /// than the receiver takes (`max`) never will, and are given up.
+    pub(super) fn on_credit(&mut self, src: NodeId, r: u64, limit: u64, max: u64) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        if rec.rck != Some(r) {
+            return;
+        }
+        if rec.credit.on_credit(r, limit) {
+            self.refuse_oversized(src, max);
+            self.resume_credit_waiters(src);
+        }
+    }
+
+    /// Gives up the messages to `src` waiting for credit that are larger than `max`, the
+    /// largest its receiver takes: never sent, so certainly not delivered
+    /// ([`Event::NotDelivered`](crate::proto::Event::NotDelivered)).
+    fn refuse_oversized(&mut self, src: NodeId, max: u64) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        let (events, stats, queued_bytes) =
+            (&mut self.events, &mut self.stats, &mut self.queued_bytes);
+        let bytes = &mut rec.bytes;
+        rec.tokens.remove_in(
+            0..u64::MAX,
+            |tok| tok.sends == 0 && tok.payload.len() as u64 > max,
+            |_, tok| {
+                *bytes -= tok.payload.len();
+                *queued_bytes -= tok.payload.len();
+                stats.not_delivered += 1;
+                stats.too_large_for_peer += 1;
+                events.push_back(crate::proto::Event::NotDelivered {
+                    to: src,
+                    id: tok.id,
+                });
+            },
+        );
+        if rec.tokens.is_empty() {
+            rec.rto_at = None;
+        }
+    }
+
+    /// Puts the messages waiting for credit back in the sending queue (they wait again if
+    /// there still is not enough).
+    fn resume_credit_waiters(&mut self, src: NodeId) {
+        let Some(rec) = self.senders.get_mut(&src) else {
+            return;
+        };
+        for (slot, _) in rec.credit.take_waiting() {
+            rec.to_send.push_back(slot);
+        }
+        self.outbox.wake(src, usize::MAX);
+    }
+
+    /// Bytes of reassembly memory partial messages hold now, over all sources.
+    pub fn reassembly_in_use(&self) -> u64 {
+        self.receivers.values().map(|r| r.assembler.in_use()).sum()
+    }
+
+    /// Bytes of reassembly memory granted (CREDIT) over all sources: never more than
+    /// [`Config::max_reassembly_bytes`](crate::proto::Config::max_reassembly_bytes).
+    pub fn reassembly_granted(&self) -> u64 {
+        self.receivers.values().map(|r| r.assembler.granted()).sum()
+    }
+
+    /// Partial messages being reassembled, over all sources.
+    pub fn partial_messages(&self) -> usize {
+        self.receivers
+            .values()
+            .map(|r| r.assembler.partials())
+            .sum()
+    }
+}

@@ -1,0 +1,114 @@
+//! Deliveries handed to the application and not yet taken by it.
+//!
+//! A TOKEN that fills a slot is delivered ([`Event::Delivered`](crate::proto::Event::Delivered)),
+//! but not acknowledged: the embedding may still lose it (a crash with the message in its
+//! buffer). The slot moves from the record's free slots to its *held* slots, and the ACK
+//! goes out only when the embedding reports the hand-over with
+//! [`Node::handle_taken`]. Until then a duplicate TOKEN for that slot gets no answer, and the
+//! record stays (so that rule 4, ACK to a token whose record is gone, never acknowledges a
+//! message the application has not taken). A node that restarts loses its held slots with
+//! its records: their tokens get DOUBT, never ACK.
+
+use crate::proto::wire::ranges::RangeSet;
+use crate::proto::NodeId;
+
+/// One delivery awaiting its hand-over to the application: give it back to
+/// [`Node::handle_taken`] once the application has the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeliveryId {
+    from: NodeId,
+    r: u64,
+    s: u64,
+    /// Bytes charged against `max_untaken_bytes`: what the delivery holds.
+    len: usize,
+    /// The receive buffer the delivery keeps alive within the node's budget (`pins.rs`).
+    pin: Option<u64>,
+}
+
+impl DeliveryId {
+    pub(crate) fn new(from: NodeId, r: u64, s: u64, kept: Kept) -> DeliveryId {
+        DeliveryId {
+            from,
+            r,
+            s,
+            len: kept.charge,
+            pin: kept.pin,
+        }
+    }
+
+    /// The sending node.
+    pub fn from(&self) -> NodeId {
+        self.from
+    }
+
+    /// The incarnation `r` and slot `s` it was delivered into.
+    pub(crate) fn slot(&self) -> (u64, u64) {
+        (self.r, self.s)
+    }
+
+    /// What the delivery holds, as `Kept` says (bytes charged, buffer pinned).
+    pub(crate) fn kept(&self) -> Kept {
+        Kept {
+            charge: self.len,
+            pin: self.pin,
+        }
+    }
+}
+
+/// The slots of one receiver record delivered and not yet taken.
+#[derive(Debug, Default)]
+pub(crate) struct Held {
+    slots: RangeSet,
+}
+
+impl Held {
+    /// Slot `s` was delivered: held until taken.
+    pub fn hold(&mut self, s: u64) {
+        self.slots.insert(s..s + 1);
+    }
+
+    /// Slot `s` was taken; false if it was not held.
+    pub fn release(&mut self, s: u64) -> bool {
+        self.slots.remove(s)
+    }
+
+    /// Whether slot `s` is delivered and not yet taken.
+    pub fn contains(&self, s: u64) -> bool {
+        self.slots.contains(s)
+    }
+
+    /// Whether no delivery waits for the application.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+}
+
+/// How a delivered payload is held: what it is charged against `max_untaken_bytes`, and the
+/// receive buffer it keeps alive, if any.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kept {
+    pub charge: usize,
+    pub pin: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_slots_are_released_once() {
+        let mut h = Held::default();
+        assert!(h.is_empty());
+        h.hold(7);
+        h.hold(9);
+        h.hold(8);
+        assert!(h.contains(7) && h.contains(9));
+        assert!(h.contains(8));
+        assert!(h.release(8));
+        assert!(!h.release(8), "taken twice");
+        assert!(!h.contains(8));
+        assert!(h.release(7) && h.release(9));
+        assert!(h.is_empty());
+        assert!(!h.release(10), "never held");
+    }
+}

@@ -1,0 +1,8 @@
+//! The receiving side: the R record of each source (its slots), reassembly of fragmented
+//! messages, deliveries held until taken, pinned receive buffers and eviction under pressure.
+
+pub(crate) mod assembler;
+pub(crate) mod delivery;
+pub(crate) mod eviction;
+pub(crate) mod pins;
+pub(crate) mod record;

@@ -1,0 +1,101 @@
+//! The tokens in flight to one destination as loss detection, the RTT estimator and the
+//! congestion controller see them.
+
+use std::time::{Duration, Instant};
+
+use crate::proto::send::congestion::DeliveryRate;
+use crate::proto::send::loss::{answers_original, LossDetector, Reordering};
+use crate::proto::send::rtt::Rtt;
+use crate::proto::send::token::Token;
+
+/// The tokens in flight to one destination, as loss detection and the controller see them.
+#[derive(Debug, Default)]
+pub(crate) struct Flight {
+    /// Transmissions in sending order, for loss detection.
+    pub losses: LossDetector,
+    /// FRAG transmissions in sending order: a loss detector of their own, since GOT answers
+    /// a fragment on arrival while ACK answers a TOKEN only once its message is taken (one
+    /// detector for both would take a TOKEN whose ACK waits for the application for lost).
+    pub frag_losses: LossDetector,
+    /// Delivery-rate estimator.
+    pub rate: DeliveryRate,
+    /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
+    pub bytes: u64,
+    /// Bytes acknowledged by the verdict frame being handled.
+    pub ack_batch: u64,
+    /// The newest RTT sample of the verdict frame being handled.
+    pub ack_rtt: Option<Duration>,
+    /// What both loss detectors learnt of reordering (the count rule, the window).
+    pub reo: Reordering,
+    /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
+    pub undo: bool,
+    /// Losses found spurious by the verdict frame being handled: how many, how many of them
+    /// had been sent again, their bytes, and when the earliest was declared.
+    pub spurious: u64,
+    pub spurious_resent: u64,
+    pub spurious_bytes: u64,
+    pub spurious_at: Option<Instant>,
+    /// When the loss recovery in progress began: losses of transmissions sent before it
+    /// belong to it.
+    pub recovery_at: Option<Instant>,
+}
+
+impl Flight {
+    /// A loss of `bytes` declared at `at` was spurious (its retransmission had left, or
+    /// not): the reordering window widens and the controller will be told.
+    pub fn on_spurious(
+        &mut self,
+        now: Instant,
+        at: Instant,
+        bytes: u64,
+        resent: bool,
+        srtt: Duration,
+    ) {
+        self.reo.on_spurious(now, srtt);
+        self.spurious += 1;
+        self.spurious_resent += u64::from(resent);
+        self.spurious_bytes = self.spurious_bytes.saturating_add(bytes);
+        self.spurious_at = Some(self.spurious_at.map_or(at, |t: Instant| t.min(at)));
+    }
+
+    /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
+    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT, and tells whether
+    /// its last loss was spurious.
+    pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &mut Rtt) {
+        self.bytes = self.bytes.saturating_sub(tok.flight);
+        if !acked {
+            return;
+        }
+        if let Some(st) = &tok.rate {
+            self.rate.on_acked(now, st, tok.size);
+        }
+        self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        let srtt = rtt.smoothed().unwrap_or_default();
+        if let Some(l) = tok.lost.filter(|_| tok.frag.is_none()) {
+            if answers_original(now, l.resent_at, rtt.min()) {
+                let resent = l.resent_at.is_some();
+                self.on_spurious(now, l.at, l.bytes, resent, srtt);
+            }
+        }
+        // A fragmented message acknowledged whole: its receiver holds every byte, those of
+        // fragments declared lost included.
+        for l in tok.frag.iter().flat_map(|o| o.lost()) {
+            if answers_original(now, l.resent_at, rtt.min()) {
+                let resent = l.resent_at.is_some();
+                self.on_spurious(now, l.at, l.size, resent, srtt);
+            }
+        }
+        if tok.sends == 1 && tok.frag.is_none() {
+            let overtaken = self.losses.on_acked(tok.seq);
+            if let Some(t) = tok.sent_at {
+                let sample = now.saturating_duration_since(t);
+                if overtaken {
+                    let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
+                    self.reo.on_reordered(late);
+                }
+                rtt.sample(sample);
+                self.ack_rtt = Some(sample);
+            }
+        }
+    }
+}

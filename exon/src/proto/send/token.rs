@@ -1,0 +1,72 @@
+//! A message waiting for an envelope, and a token: a message bound to a slot of its
+//! receiver, kept until its verdict.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::proto::send::congestion::SendState;
+use crate::proto::send::fragments::Outgoing;
+use crate::proto::MsgId;
+
+/// A message waiting for an envelope.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub id: MsgId,
+    pub payload: Bytes,
+}
+
+/// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
+/// incarnation `rck`, kept until acknowledged. The token keeps the incarnation it was made
+/// under, whatever the record's `rck` becomes later (rule 3 of `docs/algorithm.md`).
+#[derive(Debug)]
+pub(crate) struct Token {
+    /// The receiver incarnation this token's slot belongs to.
+    pub rck: u64,
+    pub payload: Bytes,
+    pub id: MsgId,
+    /// When it was last put on the wire (`None`: never yet).
+    pub sent_at: Option<Instant>,
+    /// How many times it was put on the wire.
+    pub sends: u32,
+    /// Waiting in `to_send`.
+    pub queued: bool,
+    /// Sequence number of its last transmission (see [`LossDetector`]).
+    pub seq: u64,
+    /// Bytes it counts in the record's bytes in flight (0: not in flight).
+    pub flight: u64,
+    /// Its TOKEN frame's size when last sent.
+    pub size: u64,
+    /// The delivery-rate snapshot of its last transmission.
+    pub rate: Option<SendState>,
+    /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
+    pub frag: Option<Box<Outgoing>>,
+    /// How far into its datagram its frame ended when last sent, in bytes (the
+    /// authentication tag counted): what its loss or acknowledgement says of sizes.
+    pub reach: u32,
+    /// Its last loss declared by loss detection (kept until it is settled).
+    pub lost: Option<Lost>,
+}
+
+/// A loss declared by loss detection, kept to tell later whether it was spurious.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lost {
+    /// When it was declared lost.
+    pub at: Instant,
+    /// When the first transmission after that left (`None`: none yet).
+    pub resent_at: Option<Instant>,
+    /// Its bytes in flight then.
+    pub bytes: u64,
+}
+
+impl Token {
+    /// The incarnation this token goes out under: its own (rule 3), or, with that rule
+    /// switched off for the checker's self-test, whatever the record holds now.
+    pub fn incarnation(&self, record_rck: Option<u64>, keep_own: bool) -> u64 {
+        if keep_own {
+            self.rck
+        } else {
+            record_rck.unwrap_or(self.rck)
+        }
+    }
+}
