@@ -473,8 +473,8 @@ impl Node {
         }
         if !removed {
             self.stats.stale_acks += 1;
-        } else if rec.tokens.is_empty() {
-            rec.rto_at = None;
+        } else {
+            rec.on_tokens_settled();
         }
     }
 
@@ -516,9 +516,7 @@ impl Node {
         for msg in again.into_iter().rev() {
             rec.queue.push_front(msg);
         }
-        if rec.tokens.is_empty() {
-            rec.rto_at = None;
-        }
+        rec.on_tokens_settled();
         if rec.fill_envelopes() > 0 {
             self.outbox.wake(src, usize::MAX);
         }
@@ -544,7 +542,7 @@ impl Node {
         // A fragmented message goes a datagram at a time.
         let most = self.cfg.max_datagram_size as u64;
         let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64).min(most));
-        if !rec.to_send.is_empty() && rec.pace_at.is_none() && rec.window_allows(size) {
+        if !rec.to_send.is_empty() && !rec.is_paced() && rec.window_allows(size) {
             self.outbox.wake(src, usize::MAX);
         }
     }
@@ -585,9 +583,7 @@ impl Node {
             } else {
                 Abandoned::InDoubt
             };
-            if rec.tokens.is_empty() {
-                rec.rto_at = None;
-            }
+            rec.on_tokens_settled();
             (tok.payload.len(), verdict)
         };
         rec.bytes -= len;

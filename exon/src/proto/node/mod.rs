@@ -487,7 +487,7 @@ impl Node {
         };
         let was_quiet = rec.is_quiet() && rec.req_n.is_none();
         rec.bytes += payload.len();
-        rec.idle_since = None;
+        rec.note_busy();
         let msg = Queued { id, payload };
         let envelope = match rec.rck {
             Some(rck) if rec.queue.is_empty() => rec.take_envelope().map(|e| (e, rck)),

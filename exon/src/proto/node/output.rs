@@ -436,7 +436,7 @@ impl Node {
         let mss = dgram_size as u64;
         let mut wrote = false;
         let mut blocked = false;
-        rec.pace_at = None;
+        rec.clear_pace();
         while let Some(&s) = rec.to_send.front() {
             let Some(tok) = rec.tokens.get_mut(s) else {
                 rec.to_send.pop_front();
@@ -544,13 +544,12 @@ impl Node {
             rec.flight.rate.mark_app_limited(rec.flight.bytes);
         }
         if wrote {
-            let expiry = now + rec.timer_delay(cfg);
-            rec.rto_at = Some(rec.rto_at.map_or(expiry, |t| t.min(expiry)));
+            rec.on_tokens_written(now, cfg);
         }
         let credit_due = rec.credit.due().is_some();
         let burst_end = !rec.req_due && rec.to_send.is_empty() && !credit_due;
         let left = rec.req_due || credit_due || (!rec.to_send.is_empty() && !blocked);
-        let want = rec.deadline(cfg);
+        let want = rec.next_deadline(cfg);
         self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
         (left, burst_end)
     }

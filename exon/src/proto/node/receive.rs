@@ -472,9 +472,7 @@ impl Node {
                 });
             },
         );
-        if rec.tokens.is_empty() {
-            rec.rto_at = None;
-        }
+        rec.on_tokens_settled();
     }
 
     /// Puts the messages waiting for credit back in the sending queue (they wait again if

@@ -13,7 +13,7 @@ pub(crate) const MAX_UNPROVEN_PROBES: u32 = 6;
 impl Node {
     pub(super) fn rearm_sender(&mut self, peer: NodeId) {
         if let Some(rec) = self.senders.get_mut(&peer) {
-            let want = rec.deadline(&self.cfg);
+            let want = rec.next_deadline(&self.cfg);
             self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
         }
     }
@@ -116,57 +116,16 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return;
         };
-        let (expired, mut wake) = rec.expire_tokens(now, cfg);
-        self.stats.timeouts += expired;
-        if wake && expired == 0 {
-            self.stats.tail_probes += 1;
-        }
-        if rec.pace_at.is_some_and(|t| t <= now) {
-            rec.pace_at = None;
-            wake |= !rec.to_send.is_empty();
-        }
-        if rec.loss_at.is_some_and(|t| t <= now) {
-            let req_due = rec.req_due;
-            let lost = rec.detect_losses(now, cfg);
-            self.stats.losses_detected += lost;
-            if rec.req_due && !req_due {
-                self.stats.reqslots_retransmissions += 1;
-                wake = true;
-            }
-            wake |= lost > 0;
-        }
-        if !rec.is_quiet() && rec.mtud.deadline().is_some_and(|t| t <= now) {
-            let e = rec.mtud.poll(now);
-            self.stats.mtu.probes_lost += u64::from(e.lost);
-            self.stats.mtu.black_hole_fallbacks += u64::from(e.fallback);
-            wake |= rec.mtud.want_if(self.rules.deaf_backoff).is_some();
-        }
-        if let (Some(asked), Some(sent)) = (rec.req_n, rec.req_sent_at) {
-            if !rec.req_due && sent + rec.rto(cfg) <= now {
-                // Ask again, for at least as much as before (the receiver grants the union).
-                let want = rec
-                    .wanted_slots(cfg)
-                    .max(asked)
-                    .min(self.hw.saturating_sub(rec.sck));
-                rec.req_n = Some(want.max(asked));
-                rec.req_due = true;
-                rec.req_retransmitted = true;
-                rec.rtt.on_timeout();
-                self.stats.reqslots_retransmissions += 1;
-                wake = true;
-            }
-        }
-        if let Some(t) = rec.credit.asked_at() {
-            if t + rec.rto(cfg) <= now {
-                // No CREDIT, or not enough: ask again.
-                rec.credit.ask_again();
-                wake = true;
-            }
-        }
-        let idle_expired = rec
-            .idle_since
-            .is_some_and(|t| rec.is_quiet() && t + cfg.idle_timeout <= now);
-        if idle_expired {
+        let room = self.hw.saturating_sub(rec.sck);
+        let e = rec.on_timeout(now, cfg, room, self.rules.deaf_backoff);
+        self.stats.timeouts += e.expired;
+        self.stats.tail_probes += u64::from(e.tail_probe);
+        self.stats.losses_detected += e.lost;
+        self.stats.reqslots_retransmissions += e.reqslots_again;
+        self.stats.mtu.probes_lost += e.mtu_probes_lost;
+        self.stats.mtu.black_hole_fallbacks += u64::from(e.mtu_fallback);
+        let wake = e.wake;
+        if e.idle {
             // Line 45-47: waive every slot, keep the clock past this record's, forget it.
             let sck = rec.sck;
             self.senders.remove(&peer);

@@ -12,5 +12,6 @@ pub(crate) mod pacing;
 pub(crate) mod record;
 pub(crate) mod rtt;
 pub(crate) mod silence;
+pub(crate) mod timers;
 pub(crate) mod token;
 pub(crate) mod tokens;

@@ -11,10 +11,31 @@ use crate::proto::send::loss::{loss_delay, Judgement};
 use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
 use crate::proto::send::rtt::Rtt;
+use crate::proto::send::timers::{Timer, Timers};
 use crate::proto::send::token::{Lost, Queued, Token};
 use crate::proto::send::tokens::Tokens;
 use crate::proto::wire::codec::varint_len;
 use crate::proto::{Config, Rules};
+
+/// What [`SRecord::on_timeout`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Expiry {
+    /// Tokens declared lost by the retransmission timeout.
+    pub expired: u64,
+    /// The timeout sent a probe instead (nothing declared lost).
+    pub tail_probe: bool,
+    /// Tokens declared lost by the time threshold.
+    pub lost: u64,
+    /// Times the outstanding REQSLOTS was found lost and is to be sent again.
+    pub reqslots_again: u64,
+    /// MTU probes found lost, and whether discovery fell back to the base size.
+    pub mtu_probes_lost: u64,
+    pub mtu_fallback: bool,
+    /// Something is to be sent.
+    pub wake: bool,
+    /// The record has been quiet for the idle timeout: discard it.
+    pub idle: bool,
+}
 
 /// Sender-side record for one destination, as in the paper's type `S`.
 ///
@@ -50,10 +71,10 @@ pub(crate) struct SRecord {
     pub frontier_override: Option<u64>,
     /// Round-trip estimate and backoff for this destination.
     pub rtt: Rtt,
-    /// Retransmission timer for tokens (armed while tokens are in flight).
-    pub rto_at: Option<Instant>,
+    /// The deadlines it armed: retransmission (while tokens are in flight), pacing, loss.
+    timers: Timers,
     /// When the record became idle (no message queued, no token).
-    pub idle_since: Option<Instant>,
+    idle_since: Option<Instant>,
     /// The deadline this record armed in the node's timer queue.
     pub armed: Option<Instant>,
     /// Payload bytes queued or in tokens.
@@ -69,12 +90,8 @@ pub(crate) struct SRecord {
     pub cc: Controller,
     /// Pacer of this destination.
     pub pacer: Pacer,
-    /// The pacer blocks the next token until then (armed as a timer only while set).
-    pub pace_at: Option<Instant>,
     /// A probe is due: the next datagram may pass the congestion window and the pacer.
     pub probe: bool,
-    /// The oldest unacknowledged token is declared lost at this instant unless acknowledged.
-    pub loss_at: Option<Instant>,
     /// What is in flight, and what acknowledgements say of it.
     pub flight: Flight,
     /// Moving average of TOKEN frame sizes, to turn the window into slots.
@@ -134,7 +151,7 @@ impl SRecord {
             req_seq: None,
             frontier_override: None,
             rtt: Rtt::new(),
-            rto_at: None,
+            timers: Timers::default(),
             idle_since: Some(now),
             armed: None,
             bytes: 0,
@@ -149,9 +166,7 @@ impl SRecord {
                 cfg.ack_delay,
             ),
             pacer: Pacer::default(),
-            pace_at: None,
             probe: false,
-            loss_at: None,
             flight,
             token_size: 0,
             credit: Credit::default(),
@@ -236,14 +251,14 @@ impl SRecord {
     }
 
     /// Whether a frame of `size` bytes may go now: the congestion window has room and the
-    /// pacer lets it (when the pacer holds it back, `pace_at` says until when).
+    /// pacer lets it (when the pacer holds it back, [`Timer::Pace`] says until when).
     pub fn may_send(&mut self, now: Instant, size: u64, mss: u64) -> bool {
         if !self.window_allows(size) {
             return false;
         }
         let rate = self.cc.pacing_rate().filter(|_| !self.probe);
         if let Some(at) = self.pacer.delay(now, rate, size, mss) {
-            self.pace_at = Some(at);
+            self.timers.set(Timer::Pace, Some(at));
             return false;
         }
         true
@@ -456,8 +471,9 @@ impl SRecord {
             }
         }
         if acked > 0 {
-            if self.rto_at.is_some() {
-                self.rto_at = Some(now + self.timer_delay(cfg));
+            if self.timers.is_set(Timer::Rto) {
+                self.timers
+                    .set(Timer::Rto, Some(now + self.timer_delay(cfg)));
             }
             let rate = self.flight.rate.take_sample();
             self.cc.on_ack(&AckEvent {
@@ -488,7 +504,7 @@ impl SRecord {
                 self.req_seq = None;
             }
             Judgement::LostAt(t) => {
-                self.loss_at = Some(self.loss_at.map_or(t, |l| l.min(t)));
+                self.timers.set_earliest(Timer::Loss, t);
             }
             Judgement::Unknown => {}
         }
@@ -504,7 +520,7 @@ impl SRecord {
         let delay = loss_delay(srtt, latest, cfg.timer_granularity)
             .saturating_add(self.flight.reo.window(min_rtt, srtt));
         let threshold = self.flight.reo.packet_threshold();
-        self.loss_at = None;
+        self.timers.set(Timer::Loss, None);
         let mut lost = Vec::new();
         let (mut bytes, mut newest) = (0u64, None);
         let mut count = 0u64;
@@ -543,7 +559,7 @@ impl SRecord {
                     count += 1;
                 }
                 Judgement::LostAt(t) => {
-                    self.loss_at = Some(t);
+                    self.timers.set(Timer::Loss, Some(t));
                     break;
                 }
                 Judgement::Unknown => break,
@@ -621,7 +637,7 @@ impl SRecord {
                     }
                 }
                 Judgement::LostAt(t) => {
-                    self.loss_at = Some(self.loss_at.map_or(t, |l| l.min(t)));
+                    self.timers.set_earliest(Timer::Loss, t);
                     break;
                 }
                 Judgement::Unknown => break,
@@ -686,39 +702,120 @@ impl SRecord {
         }
     }
 
-    /// When this record next needs `on_timeout`.
-    pub fn deadline(&self, cfg: &Config) -> Option<Instant> {
-        // Runs after every send: the cheap candidates first, the timeout (`rto`) computed
-        // only when a REQSLOTS or REQCREDIT waits for an answer.
-        let mut at: Option<Instant> = None;
-        let mut take = |t: Option<Instant>| {
-            if let Some(t) = t {
-                if at.is_none_or(|a| t < a) {
-                    at = Some(t);
-                }
+    /// A message was queued: the record is busy, not idle.
+    pub fn note_busy(&mut self) {
+        self.idle_since = None;
+    }
+
+    /// Tokens were settled (acknowledged, given up or sent back to the queue): with none left
+    /// in flight, the retransmission timer stops.
+    pub fn on_tokens_settled(&mut self) {
+        if self.tokens.is_empty() {
+            self.timers.set(Timer::Rto, None);
+        }
+    }
+
+    /// A datagram with tokens left: the retransmission timer runs (from its earliest arming).
+    pub fn on_tokens_written(&mut self, now: Instant, cfg: &Config) {
+        self.timers
+            .set_earliest(Timer::Rto, now + self.timer_delay(cfg));
+    }
+
+    /// Whether the pacer holds the next token back (until [`Timer::Pace`]).
+    pub fn is_paced(&self) -> bool {
+        self.timers.is_set(Timer::Pace)
+    }
+
+    /// A datagram is being filled: the pacer's hold is looked at again.
+    pub fn clear_pace(&mut self) {
+        self.timers.set(Timer::Pace, None);
+    }
+
+    /// Runs every timer of the record that is due at `now`, in one place: retransmission
+    /// (or its probe), pacing, time-threshold loss, MTU discovery, the REQSLOTS and
+    /// REQCREDIT re-asks (a REQSLOTS for at most `clock_room` slots: what the stored clock
+    /// allows), and the idle timeout. Says what happened; the node counts it and wakes or
+    /// discards the record.
+    pub fn on_timeout(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        clock_room: u64,
+        deaf_backoff: bool,
+    ) -> Expiry {
+        let mut out = Expiry::default();
+        let (expired, mut wake) = self.expire_tokens(now, cfg);
+        out.expired = expired;
+        out.tail_probe = wake && expired == 0;
+        if self.timers.expire(Timer::Pace, now) {
+            wake |= !self.to_send.is_empty();
+        }
+        if self.timers.get(Timer::Loss).is_some_and(|t| t <= now) {
+            let req_due = self.req_due;
+            let lost = self.detect_losses(now, cfg);
+            out.lost = lost;
+            if self.req_due && !req_due {
+                out.reqslots_again += 1;
+                wake = true;
             }
-        };
-        take(self.rto_at);
-        take(self.pace_at);
-        take(self.loss_at);
-        if self.is_quiet() {
-            take(self.idle_since.map(|t| t + cfg.idle_timeout));
-        } else {
+            wake |= lost > 0;
+        }
+        let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+        if due(self.deadline_of(Timer::Mtu, cfg)) {
+            let e = self.mtud.poll(now);
+            out.mtu_probes_lost = u64::from(e.lost);
+            out.mtu_fallback = e.fallback;
+            wake |= self.mtud.want_if(deaf_backoff).is_some();
+        }
+        if let Some(asked) = self
+            .req_n
+            .filter(|_| due(self.deadline_of(Timer::ReqSlots, cfg)))
+        {
+            // Ask again, for at least as much as before (the receiver grants the union).
+            let want = self.wanted_slots(cfg).max(asked).min(clock_room);
+            self.req_n = Some(want.max(asked));
+            self.req_due = true;
+            self.req_retransmitted = true;
+            self.rtt.on_timeout();
+            out.reqslots_again += 1;
+            wake = true;
+        }
+        if due(self.deadline_of(Timer::Credit, cfg)) {
+            // No CREDIT, or not enough: ask again.
+            self.credit.ask_again();
+            wake = true;
+        }
+        out.idle = due(self.deadline_of(Timer::Idle, cfg));
+        out.wake = wake;
+        out
+    }
+
+    /// The earliest deadline of the record's timers (every [`Timer`] kind): when it next
+    /// needs [`on_timeout`](Self::on_timeout).
+    pub fn next_deadline(&self, cfg: &Config) -> Option<Instant> {
+        Timer::ALL
+            .iter()
+            .filter_map(|&t| self.deadline_of(t, cfg))
+            .min()
+    }
+
+    /// The deadline of one timer kind, if it runs.
+    pub fn deadline_of(&self, t: Timer, cfg: &Config) -> Option<Instant> {
+        match t {
+            Timer::Rto | Timer::Pace | Timer::Loss => self.timers.get(t),
+            Timer::Idle => self
+                .idle_since
+                .filter(|_| self.is_quiet())
+                .map(|since| since + cfg.idle_timeout),
             // Path MTU discovery only probes while there is work for the destination.
-            take(self.mtud.deadline());
+            Timer::Mtu => self.mtud.deadline().filter(|_| !self.is_quiet()),
+            // A re-send waiting to be written needs no timer until it is written.
+            Timer::ReqSlots => match (self.req_n, self.req_sent_at, self.req_due) {
+                (Some(_), Some(sent), false) => Some(sent + self.rto(cfg)),
+                _ => None,
+            },
+            Timer::Credit => self.credit.asked_at().map(|asked| asked + self.rto(cfg)),
         }
-        // A re-send waiting to be written needs no timer until it is written.
-        let req = match (self.req_n, self.req_sent_at, self.req_due) {
-            (Some(_), Some(t), false) => Some(t),
-            _ => None,
-        };
-        let credit = self.credit.asked_at();
-        if req.is_some() || credit.is_some() {
-            let rto = self.rto(cfg);
-            take(req.map(|t| t + rto));
-            take(credit.map(|t| t + rto));
-        }
-        at
     }
 
     /// The retransmission timer: returns how many tokens were declared lost, and whether
@@ -733,7 +830,7 @@ impl SRecord {
     /// without a controller) queues for retransmission every token whose timeout expired,
     /// tells the controller, re-arms the timer and backs off.
     pub fn expire_tokens(&mut self, now: Instant, cfg: &Config) -> (u64, bool) {
-        let Some(at) = self.rto_at else {
+        let Some(at) = self.timers.get(Timer::Rto) else {
             return (0, false);
         };
         if at > now {
@@ -763,7 +860,7 @@ impl SRecord {
                     self.to_send.push_front(s);
                 }
             }
-            self.rto_at = Some(now + self.rto(cfg));
+            self.timers.set(Timer::Rto, Some(now + self.rto(cfg)));
             return (0, true);
         }
         let rto = self.rto(cfg);
@@ -800,7 +897,7 @@ impl SRecord {
             self.cc.on_rto(now);
         }
         // Tokens queued now get a fresh timer when they are written.
-        self.rto_at = next;
+        self.timers.set(Timer::Rto, next);
         (due, due > 0)
     }
 }
