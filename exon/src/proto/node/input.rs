@@ -9,9 +9,8 @@ use crate::proto::codec::VARINT_MAX;
 use crate::proto::crypto::{OpenError, Vouch};
 use crate::proto::frame::{self, Frame, Verdict};
 use crate::proto::recv::record::{Grant, RRecord};
-use crate::proto::send::fragments::Outgoing;
-use crate::proto::send::token::{Queued, Token};
-use crate::proto::{Abandoned, Accepted, Config, Event, MsgId, Node, NodeId};
+use crate::proto::send::answers::{Sink, SlotsAnswer};
+use crate::proto::{Abandoned, Accepted, Config, MsgId, Node, NodeId};
 
 impl Node {
     /// Input: a datagram received from the network. Anything malformed, oversized, not
@@ -133,7 +132,7 @@ impl Node {
             self.outbox.wake(src, usize::MAX);
         }
         if let Some(rec) = self.senders.get_mut(&src) {
-            rec.mtud.on_heard(now);
+            rec.mtud_mut().on_heard(now);
         }
         let mut tokens = 0u32;
         let mut gots = false;
@@ -229,7 +228,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        if !rec.mtud.on_ack(id) {
+        if !rec.mtud_mut().on_ack(id) {
             return;
         }
         self.stats.mtu.probes_acked += 1;
@@ -351,44 +350,26 @@ impl Node {
             }
             return;
         };
-        if s != rec.sck {
-            self.stats.stale_slots += 1;
-            if n == 0 && s < rec.sck && s <= rec.frontier() {
-                // A probe from a record of an older request that this sender holds nothing
-                // below: waive it, so the receiver drops it (its frontier check refuses a
-                // request of ours that jumps past it).
-                let cap = self.outbox_cap();
-                if !self.outbox.waive(src, s, cap) {
-                    self.stats.rejects.outbox_full += 1;
+        let keep_own = self.rules.token_keeps_incarnation;
+        match rec.on_slots(now, s, r, n, keep_own) {
+            SlotsAnswer::Stale { waive } => {
+                self.stats.stale_slots += 1;
+                if let Some(w) = waive {
+                    let cap = self.outbox_cap();
+                    if !self.outbox.waive(src, w, cap) {
+                        self.stats.rejects.outbox_full += 1;
+                    }
                 }
+                return;
             }
-            return;
-        }
-        if n > 0 && rec.req_n.is_none_or(|asked| n > asked) {
-            self.stats.rejects.unrequested_slots += 1;
-            return;
-        }
-        if rec.rck != Some(r) {
-            if self.rules.token_keeps_incarnation {
-                // Envelopes of another incarnation are options, not obligations: drop them.
-                rec.env_start = s;
+            SlotsAnswer::Unrequested => {
+                self.stats.rejects.unrequested_slots += 1;
+                return;
             }
-            rec.rck = Some(r);
-        }
-        if n > 0 {
-            if !rec.req_retransmitted {
-                if let Some(t) = rec.req_sent_at {
-                    rec.rtt.sample(now.saturating_duration_since(t));
-                }
-            }
-            rec.req_n = None;
-            rec.req_sent_at = None;
-            rec.req_due = false;
-            rec.frontier_override = None;
-            rec.sck = s + n;
-            if rec.fill_envelopes() > 0 {
+            SlotsAnswer::Taken { filled: true } => {
                 self.outbox.wake(src, usize::MAX);
             }
+            SlotsAnswer::Taken { filled: false } => {}
         }
         self.request_slots(now, src);
     }
@@ -408,73 +389,14 @@ impl Node {
             self.stats.stale_acks += 1;
             return;
         };
-        let keep_own = self.rules.token_keeps_incarnation;
-        let plausible = self.rules.plausible_input;
-        if plausible && v == Verdict::Retry && rec.proven.contains(&r) && self.sealer.is_none() {
-            // The receiver delivered tokens of `r`, so a plaintext receiver never evicted `r`
-            // (only sealed nodes evict records something was delivered into): a RETRY for
-            // it cannot be true, and obeying it could deliver a message twice.
-            self.stats.rejects.implausible_verdict += 1;
-            return;
-        }
-        let rec_rck = rec.rck;
-        let (stats, events, queued_bytes) =
-            (&mut self.stats, &mut self.events, &mut self.queued_bytes);
-        let (rtt, bytes, flight, mtud) =
-            (&mut rec.rtt, &mut rec.bytes, &mut rec.flight, &mut rec.mtud);
-        let credit = &mut rec.credit;
-        let mut retry = Vec::new();
-        // A token that never left cannot have a verdict.
-        let pick =
-            |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
-        let removed = rec.tokens.remove_in(rg, pick, |_, tok| {
-            flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
-            if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
-                credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
-            }
-            if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() {
-                mtud.on_acked(tok.reach as usize);
-            }
-            let id = tok.id;
-            if v == Verdict::Retry {
-                stats.retried += 1;
-                retry.push(Queued {
-                    id,
-                    payload: tok.payload,
-                });
-                return;
-            }
-            *bytes -= tok.payload.len();
-            *queued_bytes -= tok.payload.len();
-            if v == Verdict::Doubt {
-                stats.in_doubt += 1;
-                events.push_back(Event::InDoubt { to: src, id });
-                return;
-            }
-            stats.acknowledged += 1;
-            events.push_back(Event::Acknowledged { to: src, id });
-        }) > 0;
-        // Messages to send again go first, in their original order.
-        for msg in retry.into_iter().rev() {
-            rec.queue.push_front(msg);
-        }
-        if v != Verdict::Ack && rec.rck == Some(r) {
-            // The receiver lost this incarnation: its envelopes are worthless, and so is
-            // its reassembly credit.
-            rec.env_start = rec.sck;
-            rec.rck = None;
-            rec.credit.reset();
-        }
-        if v == Verdict::Retry && rec.fill_envelopes() > 0 {
+        let sink = Sink {
+            stats: &mut self.stats,
+            events: &mut self.events,
+            queued_bytes: &mut self.queued_bytes,
+        };
+        let sealed = self.sealer.is_some();
+        if rec.on_verdict(now, src, (v, r, rg), &self.rules, sealed, sink) {
             self.outbox.wake(src, usize::MAX);
-        }
-        if removed && v == Verdict::Ack {
-            rec.note_proven(r);
-        }
-        if !removed {
-            self.stats.stale_acks += 1;
-        } else {
-            rec.on_tokens_settled();
         }
     }
 
@@ -488,36 +410,9 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        let rec_rck = rec.rck;
-        let credit = &mut rec.credit;
-        let mut again = Vec::new();
-        let mut slots = Vec::new();
-        rec.tokens.remove_in(
-            0..u64::MAX,
-            |tok| tok.sends == 0 && tok.incarnation(rec_rck, keep_own) == r,
-            |slot, tok| {
-                slots.push(slot);
-                if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
-                    credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
-                }
-                again.push(Queued {
-                    id: tok.id,
-                    payload: tok.payload,
-                });
-            },
-        );
-        // Only these: a message of `r` that did leave and waits for credit again stays
-        // waiting, and its REQCREDIT brings its verdict.
-        rec.credit.drop_waiting(&slots);
-        if again.is_empty() {
-            return;
-        }
-        self.stats.retried += again.len() as u64;
-        for msg in again.into_iter().rev() {
-            rec.queue.push_front(msg);
-        }
-        rec.on_tokens_settled();
-        if rec.fill_envelopes() > 0 {
+        let (again, filled) = rec.requeue_unsent(r, keep_own);
+        self.stats.retried += again;
+        if filled {
             self.outbox.wake(src, usize::MAX);
         }
     }
@@ -529,20 +424,14 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        let req_due = rec.req_due;
-        let lost = rec.after_verdicts(now, &self.cfg);
-        self.stats.losses_detected += lost;
-        self.stats.spurious_losses += std::mem::take(&mut rec.flight.spurious);
-        self.stats.spurious_retransmissions += std::mem::take(&mut rec.flight.spurious_resent);
-        if rec.req_due && !req_due {
+        let f = rec.after_verdict_frame(now, &self.cfg);
+        self.stats.losses_detected += f.lost;
+        self.stats.spurious_losses += f.spurious;
+        self.stats.spurious_retransmissions += f.spurious_resent;
+        if f.reqslots_again {
             self.stats.reqslots_retransmissions += 1;
-            self.outbox.wake(src, usize::MAX);
         }
-        let next = rec.to_send.front().and_then(|s| rec.tokens.get(*s));
-        // A fragmented message goes a datagram at a time.
-        let most = self.cfg.max_datagram_size as u64;
-        let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64).min(most));
-        if !rec.to_send.is_empty() && !rec.is_paced() && rec.window_allows(size) {
+        if f.reqslots_again || f.ready {
             self.outbox.wake(src, usize::MAX);
         }
     }
@@ -559,36 +448,8 @@ impl Node {
     pub fn abandon(&mut self, now: Instant, to: NodeId, id: MsgId) -> Option<Abandoned> {
         let doubt_sent = self.rules.deadline_doubts_sent_tokens;
         let rec = self.senders.get_mut(&to)?;
-        let (len, verdict) = if let Some(i) = rec.queue.iter().position(|q| q.id == id) {
-            let q = rec.queue.remove(i)?;
-            (q.payload.len(), Abandoned::NotDelivered)
-        } else {
-            let slot = rec.tokens.iter_mut().find(|(_, t)| t.id == id)?.0;
-            let mut taken = None;
-            rec.tokens
-                .remove_in(slot..slot + 1, |t| t.id == id, |_, t| taken = Some(t));
-            let tok = taken?;
-            if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
-                rec.credit.give_back(
-                    tok.rck,
-                    crate::proto::send::fragments::Outgoing::charge_of(o.total()),
-                );
-            }
-            rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
-            // A message in fragments some bytes of which never left cannot be delivered:
-            // its receiver can never make it whole.
-            let partly_unsent = tok.frag.as_ref().is_some_and(|o| !o.all_sent());
-            let verdict = if tok.sends == 0 || !doubt_sent || partly_unsent {
-                Abandoned::NotDelivered
-            } else {
-                Abandoned::InDoubt
-            };
-            rec.on_tokens_settled();
-            (tok.payload.len(), verdict)
-        };
-        rec.bytes -= len;
+        let (len, verdict) = rec.abandon(now, id, doubt_sent)?;
         self.queued_bytes -= len;
-        rec.note_if_idle(now);
         match verdict {
             Abandoned::NotDelivered => self.stats.not_delivered += 1,
             Abandoned::InDoubt => self.stats.in_doubt += 1,

@@ -65,60 +65,60 @@ const STATELESS_OUTBOX: usize = 1024;
 /// confirmation; a restarted node must be created with the last confirmed value.
 #[derive(Debug)]
 pub struct Node {
-    pub(super) id: NodeId,
-    pub(super) cfg: Config,
+    id: NodeId,
+    cfg: Config,
     /// The node clock `ck`.
-    pub(super) ck: u64,
+    ck: u64,
     /// High-water mark confirmed stored: every clock value used is at most this.
-    pub(super) hw: u64,
+    hw: u64,
     /// High-water mark requested from the embedding, not yet confirmed.
-    pub(super) hw_pending: Option<u64>,
+    hw_pending: Option<u64>,
     /// Largest value handed out by `poll_clock_store`.
-    pub(super) hw_asked: u64,
+    hw_asked: u64,
     /// Sender records waiting for the clock to be stored before they can ask for slots.
-    pub(super) clock_waiters: Vec<NodeId>,
-    pub(super) senders: PeerMap<SRecord>,
-    pub(super) receivers: PeerMap<RRecord>,
-    pub(super) outbox: Outbox,
-    pub(super) timers: TimerQueue,
-    pub(super) events: VecDeque<Event>,
-    pub(super) next_msg: u64,
-    pub(super) queued_bytes: usize,
-    pub(super) stats: Stats,
-    pub(super) rules: Rules,
+    clock_waiters: Vec<NodeId>,
+    senders: PeerMap<SRecord>,
+    receivers: PeerMap<RRecord>,
+    outbox: Outbox,
+    timers: TimerQueue,
+    events: VecDeque<Event>,
+    next_msg: u64,
+    queued_bytes: usize,
+    stats: Stats,
+    rules: Rules,
     /// Reused by `handle_timeout`.
-    pub(super) due_scratch: Vec<(Side, NodeId)>,
+    due_scratch: Vec<(Side, NodeId)>,
     /// State of the generator for timer jitter (deterministic: seeded from id and clock).
-    pub(super) jitter_state: u64,
+    jitter_state: u64,
     /// Incarnations below this may have been lost: the clock this node started from (a
     /// restart loses every record), raised when evicted incarnations are forgotten. A TOKEN
     /// for a missing incarnation below it is answered DOUBT, not ACK.
-    pub(super) doubt_below: u64,
+    doubt_below: u64,
     /// Receiver records nothing was delivered into yet, oldest first: eviction candidates
     /// (entries whose record is gone or proven are skipped lazily).
-    pub(super) unproven: VecDeque<(NodeId, u64)>,
+    unproven: VecDeque<(NodeId, u64)>,
     /// Receiver records evicted under pressure (what their late TOKENs are answered), and
     /// the next to evict. Bounded; the oldest are forgotten by raising `doubt_below`.
-    pub(super) evictions: crate::proto::recv::eviction::Evictions,
+    evictions: crate::proto::recv::eviction::Evictions,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
-    pub(super) frame_scratch: Vec<Frame>,
+    frame_scratch: Vec<Frame>,
     /// Keys and nonce state; `None` in plaintext mode.
-    pub(super) sealer: Option<Box<Sealer>>,
+    sealer: Option<Box<Sealer>>,
     /// The token of the RESPONSE in the datagram being handled.
-    pub(super) last_response: Option<u64>,
+    last_response: Option<u64>,
     /// Challenges issued (path validation).
-    pub(super) challenges: u64,
+    challenges: u64,
     /// Deliveries not yet reported taken (held slots over all receiver records).
-    pub(super) untaken: usize,
+    untaken: usize,
     /// Bytes those deliveries hold (`delivery.rs`: a payload, or the part of a receive
     /// buffer a slice keeps alive).
-    pub(super) untaken_bytes: usize,
+    untaken_bytes: usize,
     /// The receive buffers untaken deliveries keep alive (`pins.rs`).
-    pub(super) pins: crate::proto::recv::pins::Pins,
+    pins: crate::proto::recv::pins::Pins,
     /// Which destinations owe an answer for too long.
-    pub(super) liveness: crate::proto::send::liveness::Liveness,
+    liveness: crate::proto::send::liveness::Liveness,
     /// The peers sent to without an answer, and the deaf ones' schedule.
-    pub(super) silence: crate::proto::send::silence::Silence,
+    silence: crate::proto::send::silence::Silence,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -235,9 +235,7 @@ impl Node {
             return false;
         };
         sealer.set_cookie(peer, cookie);
-        if rec.req_n.is_some() && rec.req_sent_at.is_some() && !rec.req_due {
-            rec.req_due = true;
-            rec.req_retransmitted = true;
+        if rec.ask_again_now() {
             self.stats.reqslots_retransmissions += 1;
             self.outbox.wake(peer, usize::MAX);
         }
@@ -330,26 +328,18 @@ impl Node {
 
     /// Unacknowledged tokens over all sender records.
     pub fn tokens_in_flight(&self) -> usize {
-        self.senders.values().map(|s| s.tokens.len()).sum()
+        self.senders.values().map(|s| s.token_count()).sum()
     }
 
     /// What the sender record for `to` knows of the path: congestion window, bytes in
     /// flight, pacing rate, bandwidth and RTT estimates. `None` without a record.
     pub fn path(&self, to: NodeId) -> Option<crate::proto::PathStats> {
-        let s = self.senders.get(&to)?;
-        Some(crate::proto::PathStats {
-            window: s.cc.window(),
-            in_flight: s.flight.bytes,
-            pacing_rate: s.cc.pacing_rate(),
-            bandwidth: s.cc.bandwidth(),
-            min_rtt: s.cc.min_rtt(),
-            srtt: s.rtt.smoothed(),
-        })
+        self.senders.get(&to).map(|s| s.path_stats())
     }
 
     /// Messages waiting for an envelope, over all destinations.
     pub fn messages_queued(&self) -> usize {
-        self.senders.values().map(|s| s.queue.len()).sum()
+        self.senders.values().map(|s| s.queued_count()).sum()
     }
 
     /// Payload bytes accepted by `send` and not yet acknowledged.
@@ -361,7 +351,7 @@ impl Node {
     pub fn pending_to(&self, to: NodeId) -> usize {
         self.senders
             .get(&to)
-            .map_or(0, |s| s.queue.len() + s.tokens.len())
+            .map_or(0, |s| s.queued_count() + s.token_count())
     }
 
     /// Whether `send(to, ..)` would be refused with `QueueFull` for a payload of `len` bytes.
@@ -370,7 +360,7 @@ impl Node {
             || self
                 .senders
                 .get(&to)
-                .is_some_and(|s| s.queue.len() >= self.cfg.max_queued_per_peer)
+                .is_some_and(|s| s.queued_count() >= self.cfg.max_queued_per_peer)
     }
 
     /// The counters.
@@ -391,7 +381,7 @@ impl Node {
     }
 
     /// Next timer jitter value (xorshift64*).
-    pub(super) fn next_jitter(&mut self) -> u16 {
+    fn next_jitter(&mut self) -> u16 {
         let mut x = self.jitter_state;
         x ^= x >> 12;
         x ^= x << 25;
@@ -400,7 +390,7 @@ impl Node {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 48) as u16
     }
 
-    pub(super) fn outbox_cap(&self) -> usize {
+    fn outbox_cap(&self) -> usize {
         self.cfg.max_sender_records + self.cfg.max_receiver_records + STATELESS_OUTBOX
     }
 
@@ -408,7 +398,7 @@ impl Node {
 
     /// Makes sure values up to `up_to` may be used, asking for the next block ahead of need.
     /// Returns whether `up_to` is covered by the stored high-water mark now.
-    pub(super) fn reserve_clock(&mut self, up_to: u64) -> bool {
+    fn reserve_clock(&mut self, up_to: u64) -> bool {
         let margin = self.cfg.clock_block / 2;
         if up_to.saturating_add(margin) > self.hw {
             let want = up_to.saturating_add(self.cfg.clock_block).min(VARINT_MAX);
@@ -485,51 +475,35 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&to) else {
             unreachable!("record inserted above")
         };
-        let was_quiet = rec.is_quiet() && rec.req_n.is_none();
-        rec.bytes += payload.len();
-        rec.note_busy();
-        let msg = Queued { id, payload };
-        let envelope = match rec.rck {
-            Some(rck) if rec.queue.is_empty() => rec.take_envelope().map(|e| (e, rck)),
-            _ => None,
-        };
-        match envelope {
-            Some((slot, rck)) => {
-                if !self.rules.token_before_frontier && rec.req_n.is_none() {
-                    // The defect: l computed as if this token did not exist yet.
-                    rec.frontier_override = Some(rec.frontier());
-                }
-                rec.make_token(slot, rck, msg);
-                self.outbox.wake(to, usize::MAX);
-            }
-            None => rec.queue.push_back(msg),
+        let was_quiet = rec.is_quiet() && !rec.is_requesting();
+        let frontier_rule = self.rules.token_before_frontier;
+        if rec.enqueue(Queued { id, payload }, frontier_rule) {
+            self.outbox.wake(to, usize::MAX);
         }
         self.liveness_work(now, to, was_quiet);
         if !new_record || self.rules.first_send_requests_slots {
             self.request_slots(now, to);
         }
         if let Some(rec) = self.senders.get_mut(&to) {
-            if rec.req_n.is_none() {
-                rec.frontier_override = None;
-            }
+            rec.end_send();
         }
         self.rearm_sender(to);
         Ok(id)
     }
 
     /// Asks `peer` for slots if the record needs them and no request is outstanding.
-    pub(super) fn request_slots(&mut self, _now: Instant, peer: NodeId) {
+    fn request_slots(&mut self, _now: Instant, peer: NodeId) {
         let Some(rec) = self.senders.get(&peer) else {
             return;
         };
-        if rec.req_n.is_some() || !rec.needs_slots(&self.cfg) {
+        if rec.is_requesting() || !rec.needs_slots(&self.cfg) {
             return;
         }
         let mut n = rec.wanted_slots(&self.cfg);
         if n == 0 {
             return;
         }
-        let sck = rec.sck;
+        let sck = rec.sck();
         if !self.reserve_clock(sck + n) {
             n = self.hw.saturating_sub(sck);
             if n == 0 {
@@ -542,10 +516,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return;
         };
-        rec.req_n = Some(n);
-        rec.req_sent_at = None;
-        rec.req_retransmitted = false;
-        rec.req_due = true;
+        rec.ask_slots(n);
         self.outbox.wake(peer, usize::MAX);
     }
 }

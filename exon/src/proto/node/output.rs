@@ -6,14 +6,12 @@ use std::time::{Duration, Instant};
 
 use crate::proto::crypto::TAG_LEN;
 use crate::proto::node::timer::Side;
-use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::mtud::Want;
-use crate::proto::send::record::FragPlan;
 use crate::proto::send::silence::Gate;
+use crate::proto::send::transmit::Space;
 use crate::proto::wire::frame::{
-    credit_len, frame_type, put_credit, put_frag, put_got, put_mtu_ack, put_mtu_probe, put_path,
-    put_reqcredit, put_reqslots, put_slots, put_token, put_verdict, reqcredit_len, reqslots_len,
-    slots_len, token_len, Header, FLAG_ACK_NOW,
+    credit_len, frame_type, put_credit, put_got, put_mtu_ack, put_mtu_probe, put_path,
+    put_reqslots, put_slots, put_verdict, reqslots_len, slots_len, Header, FLAG_ACK_NOW,
 };
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Event, Node, NodeId, Transmit, Verdict};
@@ -151,7 +149,7 @@ impl Node {
                 self.stats.mtu.probes_sent += 1;
                 let probed = size - room(buf);
                 if let Some(rec) = self.senders.get_mut(&peer) {
-                    rec.mtud.probe_sent(want, id, probed, now, timeout);
+                    rec.mtud_mut().probe_sent(want, id, probed, now, timeout);
                 }
                 self.rearm_sender(peer);
                 out.ready = true;
@@ -245,8 +243,16 @@ impl Node {
                 }
             }
             let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
-            let (sender_left, burst_end) =
-                self.write_sender_frames(now, peer, buf, limit - header_end, limit, size);
+            let (sender_left, burst_end) = self.write_sender_frames(
+                now,
+                peer,
+                buf,
+                Space {
+                    body_room: limit - header_end,
+                    limit,
+                    datagram: size,
+                },
+            );
             if burst_end && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before
             {
                 // The last datagram of this burst: ask for the ACK without delay.
@@ -342,7 +348,7 @@ impl Node {
     pub fn send_size(&self, peer: NodeId) -> usize {
         self.senders
             .get(&peer)
-            .map_or(self.cfg.base_datagram_size(), |rec| rec.mtud.size())
+            .map_or(self.cfg.base_datagram_size(), |rec| rec.mtud().size())
     }
 
     /// The MTU probe due to `peer` now, if any, and how long to wait for its answer: only
@@ -352,13 +358,13 @@ impl Node {
         if rec.is_quiet() {
             return None;
         }
-        let e = rec.mtud.poll(now);
+        let e = rec.mtud_mut().poll(now);
         self.stats.mtu.probes_lost += u64::from(e.lost);
         self.stats.mtu.black_hole_fallbacks += u64::from(e.fallback);
         // Not before a round trip was measured: the answer's deadline is a few of them (the
         // peer answers at once, but the probe may queue behind data).
-        let rtt = rec.rtt.smoothed()?.max(rec.rtt.latest()?);
-        let want = rec.mtud.want_if(self.rules.deaf_backoff)?;
+        let rtt = rec.rtt().smoothed()?.max(rec.rtt().latest()?);
+        let want = rec.mtud().want_if(self.rules.deaf_backoff)?;
         let timeout = rtt.saturating_mul(3).max(self.cfg.min_rto);
         Some((want, timeout))
     }
@@ -403,155 +409,23 @@ impl Node {
         fresh
     }
 
-    /// Writes the S record's REQSLOTS and TOKENs for `peer`, TOKENs as far as the congestion
-    /// window and the pacer allow (REQSLOTS is never held back), in a datagram of
-    /// `dgram_size` bytes ending at `limit` in `buf` (the tag excluded). Returns whether more can be
-    /// written now (another datagram), and whether the record has nothing left to send (the
-    /// end of a burst: the receiver should acknowledge at once).
+    /// Writes the frames the S record of `peer` owes into the datagram (REQSLOTS, TOKENs and
+    /// FRAGs, REQCREDIT) and re-arms its timer. Returns whether it has more to send, and
+    /// whether its burst ended (nothing left to send: the datagram asks for an ACK now).
     fn write_sender_frames(
         &mut self,
         now: Instant,
         peer: NodeId,
         buf: &mut Vec<u8>,
-        body_room: usize,
-        limit: usize,
-        dgram_size: usize,
+        space: Space,
     ) -> (bool, bool) {
-        let cfg = &self.cfg;
         let Some(rec) = self.senders.get_mut(&peer) else {
             return (false, true);
         };
-        if rec.req_due {
-            let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
-            if reqslots_len(s, n, l) <= limit - buf.len() {
-                put_reqslots(buf, s, n, l);
-                self.stats.frames_out.reqslots += 1;
-                rec.req_due = false;
-                rec.req_sent_at = Some(now);
-                rec.req_seq = Some(rec.flight.losses.current_seq());
-                rec.frontier_override = None;
-            }
-        }
-        let keep_own = self.rules.token_keeps_incarnation;
-        let mss = dgram_size as u64;
-        let mut wrote = false;
-        let mut blocked = false;
-        rec.clear_pace();
-        while let Some(&s) = rec.to_send.front() {
-            let Some(tok) = rec.tokens.get_mut(s) else {
-                rec.to_send.pop_front();
-                continue;
-            };
-            let r = tok.incarnation(rec.rck, keep_own);
-            let len = token_len(s, r, tok.payload.len());
-            if tok.frag.is_none() && len > body_room {
-                // Too large for one TOKEN in this peer's datagrams: fragments from now on
-                // (a whole TOKEN sent before, when datagrams were larger, is written off).
-                rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
-                tok.flight = 0;
-                tok.frag = Some(Box::new(Outgoing::new(tok.payload.len() as u64)));
-            }
-            if tok.frag.is_some() {
-                let room_now = limit - buf.len();
-                let cap = cfg.max_reassembly_per_source;
-                let credit = self.rules.fragments_need_credit;
-                let plan = rec.plan_fragment(s, r, body_room, room_now, cap, credit);
-                let (range, overhead) = match plan {
-                    FragPlan::Done | FragPlan::Wait => continue,
-                    FragPlan::Later => break,
-                    FragPlan::Send { range, overhead } => (range, overhead),
-                };
-                let size = (overhead + (range.end - range.start) as usize) as u64;
-                if !rec.may_send(now, size, mss) {
-                    blocked = true;
-                    break;
-                }
-                let Some(tok) = rec.tokens.get_mut(s) else {
-                    break;
-                };
-                let Some(o) = &tok.frag else {
-                    break;
-                };
-                let total = o.total();
-                let (from, to) = (range.start as usize, range.end as usize);
-                put_frag(buf, s, r, total, range.start, &tok.payload[from..to]);
-                if o.is_resend(&range) {
-                    self.stats.retransmissions += 1;
-                }
-                let more = o.has_pending_after(&range);
-                tok.sends = tok.sends.saturating_add(1);
-                tok.sent_at = Some(now);
-                rec.to_send.pop_front();
-                if more {
-                    // The rest waits behind the other tokens: no message holds up another.
-                    rec.to_send.push_back(s);
-                } else {
-                    tok.queued = false;
-                }
-                let reach = (dgram_size - (limit - buf.len())) as u32;
-                rec.on_fragment_sent(now, s, range, size, reach);
-                self.stats.frames_out.frag += 1;
-                wrote = true;
-                continue;
-            }
-            if len > limit - buf.len() {
-                break;
-            }
-            let size = len as u64;
-            if !rec.may_send(now, size, mss) {
-                blocked = true;
-                break;
-            }
-            let Some(tok) = rec.tokens.get_mut(s) else {
-                break;
-            };
-            put_token(buf, s, r, &tok.payload);
-            tok.reach = (dgram_size - (limit - buf.len())) as u32;
-            if tok.sends > 0 {
-                self.stats.retransmissions += 1;
-            }
-            if let Some(l) = &mut tok.lost {
-                l.resent_at.get_or_insert(now);
-            }
-            tok.sends = tok.sends.saturating_add(1);
-            tok.sent_at = Some(now);
-            tok.queued = false;
-            rec.to_send.pop_front();
-            rec.on_token_sent(now, s, size);
-            self.stats.frames_out.token += 1;
-            wrote = true;
-        }
-        // After the tokens: a message that found no credit just asked for it.
-        if rec.credit.due().is_some() {
-            // The REQCREDIT names a waiting message: never one already settled.
-            let tokens = &rec.tokens;
-            rec.credit.retain_waiting(|s| tokens.get(s).is_some());
-        }
-        if let Some((r, s, want)) = rec.credit.due() {
-            if reqcredit_len(r, s, want) <= limit - buf.len() {
-                put_reqcredit(buf, r, s, want);
-                self.stats.frames_out.credit += 1;
-                rec.credit.on_asked(now);
-            }
-        }
-        rec.flight.losses.end_datagram();
-        rec.flight.frag_losses.end_datagram();
-        if wrote {
-            rec.probe = false;
-        }
-        if rec.to_send.is_empty() {
-            // Nothing (or no slot) to send: rate samples may understate the path.
-            rec.flight.rate.mark_app_limited(rec.flight.bytes);
-        }
-        if wrote {
-            rec.on_tokens_written(now, cfg);
-        }
-        let credit_due = rec.credit.due().is_some();
-        let burst_end = !rec.req_due && rec.to_send.is_empty() && !credit_due;
-        let left = rec.req_due || credit_due || (!rec.to_send.is_empty() && !blocked);
-        let want = rec.next_deadline(cfg);
-        self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
-        (left, burst_end)
+        let out = rec.write_frames(now, buf, space, &self.cfg, &self.rules, &mut self.stats);
+        let want = rec.next_deadline(&self.cfg);
+        self.timers.arm(rec.armed_mut(), want, Side::Sender, peer);
+        out
     }
 
     /// A fresh challenge token: unique per challenge; unpredictable enough for plaintext

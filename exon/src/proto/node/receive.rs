@@ -11,6 +11,7 @@ use crate::proto::recv::assembler::Piece;
 use crate::proto::recv::delivery::Kept;
 use crate::proto::recv::eviction::Candidate;
 use crate::proto::recv::pins::Hold;
+use crate::proto::send::answers::Sink;
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 
@@ -391,7 +392,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        if rec.on_got(now, r, s, ranges, keep_own) && rec.credit.has_waiting() {
+        if rec.on_got(now, r, s, ranges, keep_own) && rec.has_credit_waiters() {
             self.resume_credit_waiters(src);
         }
     }
@@ -439,10 +440,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        if rec.rck != Some(r) {
-            return;
-        }
-        if rec.credit.on_credit(r, limit) {
+        if rec.on_credit(r, limit) {
             self.refuse_oversized(src, max);
             self.resume_credit_waiters(src);
         }
@@ -455,24 +453,12 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        let (events, stats, queued_bytes) =
-            (&mut self.events, &mut self.stats, &mut self.queued_bytes);
-        let bytes = &mut rec.bytes;
-        rec.tokens.remove_in(
-            0..u64::MAX,
-            |tok| tok.sends == 0 && tok.payload.len() as u64 > max,
-            |_, tok| {
-                *bytes -= tok.payload.len();
-                *queued_bytes -= tok.payload.len();
-                stats.not_delivered += 1;
-                stats.too_large_for_peer += 1;
-                events.push_back(crate::proto::Event::NotDelivered {
-                    to: src,
-                    id: tok.id,
-                });
-            },
-        );
-        rec.on_tokens_settled();
+        let sink = Sink {
+            stats: &mut self.stats,
+            events: &mut self.events,
+            queued_bytes: &mut self.queued_bytes,
+        };
+        rec.refuse_oversized(src, max, sink);
     }
 
     /// Puts the messages waiting for credit back in the sending queue (they wait again if
@@ -481,9 +467,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        for (slot, _) in rec.credit.take_waiting() {
-            rec.to_send.push_back(slot);
-        }
+        rec.resume_credit_waiters();
         self.outbox.wake(src, usize::MAX);
     }
 

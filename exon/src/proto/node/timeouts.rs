@@ -14,7 +14,7 @@ impl Node {
     pub(super) fn rearm_sender(&mut self, peer: NodeId) {
         if let Some(rec) = self.senders.get_mut(&peer) {
             let want = rec.next_deadline(&self.cfg);
-            self.timers.arm(&mut rec.armed, want, Side::Sender, peer);
+            self.timers.arm(rec.armed_mut(), want, Side::Sender, peer);
         }
     }
 
@@ -40,7 +40,7 @@ impl Node {
 
     fn is_current(&self, t: Instant, side: Side, peer: NodeId) -> bool {
         match side {
-            Side::Sender => self.senders.get(&peer).is_some_and(|r| r.armed == Some(t)),
+            Side::Sender => self.senders.get(&peer).is_some_and(|r| r.is_armed_at(t)),
             Side::Receiver => self
                 .receivers
                 .get(&peer)
@@ -83,13 +83,13 @@ impl Node {
             match side {
                 Side::Sender => {
                     if let Some(rec) = self.senders.get_mut(&peer) {
-                        rec.armed = None;
+                        *rec.armed_mut() = None;
                     }
                     self.sender_timeout(now, peer);
                     self.liveness_check(now, peer);
                     let j = self.next_jitter();
                     if let Some(rec) = self.senders.get_mut(&peer) {
-                        rec.jitter = j;
+                        rec.set_jitter(j);
                     }
                     self.rearm_sender(peer);
                 }
@@ -100,7 +100,7 @@ impl Node {
                     self.receiver_timeout(now, peer);
                     let j = self.next_jitter();
                     if let Some(rec) = self.receivers.get_mut(&peer) {
-                        rec.jitter = j;
+                        rec.set_jitter(j);
                     }
                     self.rearm_receiver(peer);
                 }
@@ -116,7 +116,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return;
         };
-        let room = self.hw.saturating_sub(rec.sck);
+        let room = self.hw.saturating_sub(rec.sck());
         let e = rec.on_timeout(now, cfg, room, self.rules.deaf_backoff);
         self.stats.timeouts += e.expired;
         self.stats.tail_probes += u64::from(e.tail_probe);
@@ -127,7 +127,7 @@ impl Node {
         let wake = e.wake;
         if e.idle {
             // Line 45-47: waive every slot, keep the clock past this record's, forget it.
-            let sck = rec.sck;
+            let sck = rec.sck();
             self.senders.remove(&peer);
             self.clock_waiters.retain(|p| *p != peer);
             self.ck = self.ck.max(sck);
@@ -211,7 +211,7 @@ impl Node {
     pub(super) fn liveness_check(&mut self, now: Instant, peer: NodeId) {
         let c = match self.senders.get(&peer) {
             Some(rec) => {
-                let busy = !rec.is_quiet() || rec.req_n.is_some();
+                let busy = !rec.is_quiet() || rec.is_requesting();
                 let after = self.cfg.unreachable_after;
                 self.liveness.check(now, peer, busy, after)
             }

@@ -129,6 +129,11 @@ impl RRecord {
         Some(since + self.probe_delay(cfg))
     }
 
+    /// Draws the timer jitter for the next probes (a fraction of 2^16).
+    pub fn set_jitter(&mut self, jitter: u16) {
+        self.jitter = jitter;
+    }
+
     /// The source was heard from: probing starts over.
     pub fn heard(&mut self, now: Instant) {
         self.last_heard = now;

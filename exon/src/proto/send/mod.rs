@@ -2,6 +2,7 @@
 //! paces and recovers them (loss detection, RTT, congestion control, pacing, MTU discovery,
 //! silence and liveness of destinations).
 
+pub(crate) mod answers;
 pub mod congestion;
 pub(crate) mod flight;
 pub(crate) mod fragments;
@@ -15,3 +16,4 @@ pub(crate) mod silence;
 pub(crate) mod timers;
 pub(crate) mod token;
 pub(crate) mod tokens;
+pub(crate) mod transmit;

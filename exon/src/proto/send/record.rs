@@ -14,8 +14,7 @@ use crate::proto::send::rtt::Rtt;
 use crate::proto::send::timers::{Timer, Timers};
 use crate::proto::send::token::{Lost, Queued, Token};
 use crate::proto::send::tokens::Tokens;
-use crate::proto::wire::codec::varint_len;
-use crate::proto::{Config, Rules};
+use crate::proto::{Config, PathStats, Rules};
 
 /// What [`SRecord::on_timeout`] did.
 #[derive(Debug, Default)]
@@ -44,62 +43,62 @@ pub(crate) struct Expiry {
 #[derive(Debug)]
 pub(crate) struct SRecord {
     /// Sender clock: next slot number to request (one past the last envelope).
-    pub sck: u64,
+    pub(super) sck: u64,
     /// Receiver incarnation the envelopes belong to (`None` before the first SLOTS).
-    pub rck: Option<u64>,
+    pub(super) rck: Option<u64>,
     /// First envelope; envelopes are `env_start .. sck`.
-    pub env_start: u64,
+    pub(super) env_start: u64,
     /// Messages waiting for an envelope.
-    pub queue: VecDeque<Queued>,
+    pub(super) queue: VecDeque<Queued>,
     /// Tokens by slot number.
-    pub tokens: Tokens,
+    pub(super) tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
-    pub to_send: VecDeque<u64>,
+    pub(super) to_send: VecDeque<u64>,
     /// An outstanding REQSLOTS at `s = sck`: the largest `n` asked for.
-    pub req_n: Option<u64>,
+    pub(super) req_n: Option<u64>,
     /// When the outstanding REQSLOTS was last sent, and whether it was sent more than once.
-    pub req_sent_at: Option<Instant>,
-    pub req_retransmitted: bool,
+    pub(super) req_sent_at: Option<Instant>,
+    pub(super) req_retransmitted: bool,
     /// A REQSLOTS must go out in the next datagram to this peer.
-    pub req_due: bool,
+    pub(super) req_due: bool,
     /// The sequence number of the datagram that carried the outstanding REQSLOTS (see
     /// [`LossDetector`]): once tokens sent after it are acknowledged and no SLOTS came, the
     /// request or its answer was lost, and it is sent again at once.
-    pub req_seq: Option<u64>,
+    pub(super) req_seq: Option<u64>,
     /// Test-only: a frontier frozen before the token that triggered the request was recorded
     /// (the defect rule 2 corrects).
-    pub frontier_override: Option<u64>,
+    pub(super) frontier_override: Option<u64>,
     /// Round-trip estimate and backoff for this destination.
-    pub rtt: Rtt,
+    pub(super) rtt: Rtt,
     /// The deadlines it armed: retransmission (while tokens are in flight), pacing, loss.
-    timers: Timers,
+    pub(super) timers: Timers,
     /// When the record became idle (no message queued, no token).
     idle_since: Option<Instant>,
     /// The deadline this record armed in the node's timer queue.
-    pub armed: Option<Instant>,
+    pub(super) armed: Option<Instant>,
     /// Payload bytes queued or in tokens.
-    pub bytes: usize,
+    pub(super) bytes: usize,
     /// Timer jitter, a fraction of 2^16 (re-drawn by the node at every timeout): stretches
     /// timeouts by up to a quarter so that peers' retransmissions do not phase-lock.
-    pub jitter: u16,
+    pub(super) jitter: u16,
     /// The last few incarnations the receiver acknowledged tokens of: it delivered into
     /// them, so it never evicted them unused (a RETRY for one of them is refused).
-    pub proven: [u64; PROVEN_KEPT],
+    pub(super) proven: [u64; PROVEN_KEPT],
     proven_next: usize,
     /// Congestion controller of this destination.
-    pub cc: Controller,
+    pub(super) cc: Controller,
     /// Pacer of this destination.
-    pub pacer: Pacer,
+    pub(super) pacer: Pacer,
     /// A probe is due: the next datagram may pass the congestion window and the pacer.
-    pub probe: bool,
+    pub(super) probe: bool,
     /// What is in flight, and what acknowledgements say of it.
-    pub flight: Flight,
+    pub(super) flight: Flight,
     /// Moving average of TOKEN frame sizes, to turn the window into slots.
-    pub token_size: u64,
+    pub(super) token_size: u64,
     /// Reassembly credit from the receiver, for messages sent in fragments.
-    pub credit: Credit,
+    pub(super) credit: Credit,
     /// Path MTU discovery: the size of datagrams to this destination.
-    pub mtud: Mtud,
+    pub(super) mtud: Mtud,
 }
 
 /// What to do next with a fragmented message at the front of the sending queue.
@@ -240,150 +239,6 @@ impl SRecord {
         let tokens = self.cc.window() / self.token_size;
         cfg.window
             .min(tokens.saturating_mul(2).saturating_add(cfg.envelope_target))
-    }
-
-    /// Whether the congestion window lets a token of `size` bytes go out now (one token
-    /// always may when nothing is in flight, and a probe's datagram always may).
-    pub fn window_allows(&self, size: u64) -> bool {
-        self.probe
-            || self.flight.bytes == 0
-            || self.flight.bytes.saturating_add(size) <= self.cc.window()
-    }
-
-    /// Whether a frame of `size` bytes may go now: the congestion window has room and the
-    /// pacer lets it (when the pacer holds it back, [`Timer::Pace`] says until when).
-    pub fn may_send(&mut self, now: Instant, size: u64, mss: u64) -> bool {
-        if !self.window_allows(size) {
-            return false;
-        }
-        let rate = self.cc.pacing_rate().filter(|_| !self.probe);
-        if let Some(at) = self.pacer.delay(now, rate, size, mss) {
-            self.timers.set(Timer::Pace, Some(at));
-            return false;
-        }
-        true
-    }
-
-    /// Records a transmission of the token in `slot`, `size` bytes, at `now`: sequence
-    /// number, bytes in flight, delivery-rate snapshot, pacer and controller.
-    pub fn on_token_sent(&mut self, now: Instant, slot: u64, size: u64) {
-        let st = self.flight.rate.on_sent(now, self.flight.bytes);
-        let seq = self.flight.losses.on_sent(slot);
-        let mut old = 0;
-        if let Some(tok) = self.tokens.get_mut(slot) {
-            old = std::mem::replace(&mut tok.flight, size);
-            tok.seq = seq;
-            tok.size = size;
-            tok.rate = Some(st);
-        }
-        self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
-        self.pacer.on_sent(size);
-        self.cc.on_sent(now, size, self.flight.bytes);
-        self.token_size = if self.token_size == 0 {
-            size
-        } else {
-            (self.token_size * 7 + size) / 8
-        };
-        self.compact_losses();
-    }
-
-    /// Forgets loss-detection entries of transmissions no longer in flight.
-    fn compact_losses(&mut self) {
-        let tokens = &self.tokens;
-        self.flight.losses.compact(tokens.len(), |seq, slot| {
-            tokens
-                .get(slot)
-                .is_some_and(|t| t.frag.is_none() && t.seq == seq && t.flight > 0)
-        });
-        // Fragments in flight are bounded by the window, not by the tokens: estimate their
-        // number from the bytes in flight (almost every FRAG carries far more than 512).
-        let live = usize::try_from(self.flight.bytes / 512).unwrap_or(usize::MAX);
-        self.flight.frag_losses.compact(live, |seq, slot| {
-            tokens
-                .get(slot)
-                .is_some_and(|t| t.frag.as_ref().is_some_and(|o| o.sent_at(seq).is_some()))
-        });
-    }
-
-    /// Plans the next FRAG of the message in slot `s` (incarnation `r`, at the front of
-    /// `to_send`), for datagrams with `body_room` bytes for frames and `room_now` left in
-    /// this one. A message of more than one fragment first takes reassembly credit (`cap`:
-    /// the most to ask the receiver for), or waits for it (unless `credit` is false: the
-    /// rule switched off).
-    pub fn plan_fragment(
-        &mut self,
-        s: u64,
-        r: u64,
-        body_room: usize,
-        room_now: usize,
-        cap: u64,
-        credit: bool,
-    ) -> FragPlan {
-        let Some(tok) = self.tokens.get_mut(s) else {
-            self.to_send.pop_front();
-            return FragPlan::Done;
-        };
-        let Some(o) = &mut tok.frag else {
-            return FragPlan::Later;
-        };
-        if !o.has_pending() {
-            self.to_send.pop_front();
-            tok.queued = false;
-            return FragPlan::Done;
-        }
-        let total = o.total();
-        // FRAG framing at most: type, s, r, total, offset (<= total), length.
-        let overhead = 1
-            + varint_len(s)
-            + varint_len(r)
-            + 2 * varint_len(total)
-            + varint_len(body_room as u64);
-        let whole_fits = (total as usize).saturating_add(overhead) <= body_room;
-        if credit && !o.is_charged() && !whole_fits && !o.is_whole() {
-            // More than one fragment: reassembly memory must be granted first.
-            let charge = Outgoing::charge_of(total);
-            if !self.credit.take(r, charge) {
-                self.to_send.pop_front();
-                self.credit.wait(s, r, charge, cap);
-                return FragPlan::Wait;
-            }
-            o.set_charged(true);
-        }
-        let here = room_now.saturating_sub(overhead) as u64;
-        let Some(range) = o.next_range(here) else {
-            return FragPlan::Later;
-        };
-        let first = o.next_range(u64::MAX).unwrap_or(range.clone());
-        if range != first && (here < 64 || (!o.is_charged() && whole_fits)) {
-            // Not worth a sliver here, or a message sent whole: the next datagram.
-            return FragPlan::Later;
-        }
-        FragPlan::Send { range, overhead }
-    }
-
-    /// Records a FRAG frame of `size` bytes carrying `range` of the message in `slot`, sent
-    /// at `now`.
-    pub fn on_fragment_sent(
-        &mut self,
-        now: Instant,
-        slot: u64,
-        range: std::ops::Range<u64>,
-        size: u64,
-        reach: u32,
-    ) {
-        let st = self.flight.rate.on_sent(now, self.flight.bytes);
-        let seq = self.flight.frag_losses.on_sent(slot);
-        if let Some(tok) = self.tokens.get_mut(slot) {
-            if let Some(o) = &mut tok.frag {
-                o.on_sent(range, seq, now, size, st, reach);
-                tok.flight = tok.flight.saturating_add(size);
-                tok.seq = seq;
-            }
-        }
-        self.flight.bytes = self.flight.bytes.saturating_add(size);
-        self.pacer.on_sent(size);
-        self.cc.on_sent(now, size, self.flight.bytes);
-        self.compact_losses();
     }
 
     /// GOT(r, s, ranges) from the receiver: the bytes it holds of the message in slot `s`.
@@ -700,6 +555,141 @@ impl SRecord {
         if self.is_quiet() && self.idle_since.is_none() {
             self.idle_since = Some(now);
         }
+    }
+
+    /// The next slot number to ask for (one past the last envelope).
+    pub fn sck(&self) -> u64 {
+        self.sck
+    }
+
+    /// Whether a REQSLOTS is outstanding.
+    pub fn is_requesting(&self) -> bool {
+        self.req_n.is_some()
+    }
+
+    /// Unacknowledged tokens.
+    pub fn token_count(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Messages waiting for an envelope.
+    pub fn queued_count(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Path MTU discovery of this destination.
+    pub fn mtud(&self) -> &Mtud {
+        &self.mtud
+    }
+
+    /// Path MTU discovery of this destination, to feed.
+    pub fn mtud_mut(&mut self) -> &mut Mtud {
+        &mut self.mtud
+    }
+
+    /// The round-trip estimate of this destination.
+    pub fn rtt(&self) -> &Rtt {
+        &self.rtt
+    }
+
+    /// The deadline the node's timer queue holds for this record (the node's to manage).
+    pub fn armed_mut(&mut self) -> &mut Option<Instant> {
+        &mut self.armed
+    }
+
+    /// Whether the node's timer queue holds `t` for this record.
+    pub fn is_armed_at(&self, t: Instant) -> bool {
+        self.armed == Some(t)
+    }
+
+    /// Draws the timer jitter for the next timeouts (a fraction of 2^16).
+    pub fn set_jitter(&mut self, jitter: u16) {
+        self.jitter = jitter;
+    }
+
+    /// What the record knows of the path: congestion window, bytes in flight, pacing rate,
+    /// bandwidth and RTT estimates.
+    pub fn path_stats(&self) -> PathStats {
+        PathStats {
+            window: self.cc.window(),
+            in_flight: self.flight.bytes,
+            pacing_rate: self.cc.pacing_rate(),
+            bandwidth: self.cc.bandwidth(),
+            min_rtt: self.cc.min_rtt(),
+            srtt: self.rtt.smoothed(),
+        }
+    }
+
+    /// Asks for `n` slots at `sck` in the next datagram (a new request).
+    pub fn ask_slots(&mut self, n: u64) {
+        self.req_n = Some(n);
+        self.req_sent_at = None;
+        self.req_retransmitted = false;
+        self.req_due = true;
+    }
+
+    /// Sends the outstanding REQSLOTS again at once (a cookie came back for it). Returns
+    /// whether there was one waiting for its answer.
+    pub fn ask_again_now(&mut self) -> bool {
+        if self.req_n.is_some() && self.req_sent_at.is_some() && !self.req_due {
+            self.req_due = true;
+            self.req_retransmitted = true;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Takes message `msg` (`rck`-less: it waits for an envelope, or uses the first free
+    /// one at once when nothing is queued before it). Returns whether it became a token.
+    /// `frontier_rule` off (the checker's self-test) freezes the frontier before the token.
+    pub fn enqueue(&mut self, msg: Queued, frontier_rule: bool) -> bool {
+        self.bytes += msg.payload.len();
+        self.note_busy();
+        let envelope = match self.rck {
+            Some(rck) if self.queue.is_empty() => self.take_envelope().map(|e| (e, rck)),
+            _ => None,
+        };
+        match envelope {
+            Some((slot, rck)) => {
+                if !frontier_rule && self.req_n.is_none() {
+                    // The defect: l computed as if this token did not exist yet.
+                    self.frontier_override = Some(self.frontier());
+                }
+                self.make_token(slot, rck, msg);
+                true
+            }
+            None => {
+                self.queue.push_back(msg);
+                false
+            }
+        }
+    }
+
+    /// After a send: a frozen frontier (the self-test's defect) lasts only as long as the
+    /// request it was frozen for.
+    pub fn end_send(&mut self) {
+        if self.req_n.is_none() {
+            self.frontier_override = None;
+        }
+    }
+
+    /// Puts the messages waiting for credit back in the sending order.
+    pub fn resume_credit_waiters(&mut self) {
+        for (slot, _) in self.credit.take_waiting() {
+            self.to_send.push_back(slot);
+        }
+    }
+
+    /// Whether messages wait for reassembly credit.
+    pub fn has_credit_waiters(&self) -> bool {
+        self.credit.has_waiting()
+    }
+
+    /// CREDIT(r, limit) from the receiver: returns whether messages waiting for credit may
+    /// now go (the grant grew, for the current incarnation).
+    pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
+        self.rck == Some(r) && self.credit.on_credit(r, limit)
     }
 
     /// A message was queued: the record is busy, not idle.

@@ -1,0 +1,307 @@
+//! The sender record's side of its receiver's answers: SLOTS granted, verdicts on tokens
+//! (ACK, DOUBT, RETRY), messages refused for their size, and messages given up.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::proto::frame::Verdict;
+use crate::proto::send::fragments::Outgoing;
+use crate::proto::send::record::SRecord;
+use crate::proto::send::token::{Queued, Token};
+use crate::proto::stats::Stats;
+use crate::proto::{Abandoned, Config, Event, MsgId, NodeId, Rules};
+
+/// What a record reports to the node while settling messages: counters, events for the
+/// application, and the node-wide count of bytes accepted and not yet settled.
+pub(crate) struct Sink<'a> {
+    /// The node's counters.
+    pub stats: &'a mut Stats,
+    /// The node's events.
+    pub events: &'a mut VecDeque<Event>,
+    /// Payload bytes accepted by `send` over all destinations and not yet settled.
+    pub queued_bytes: &'a mut usize,
+}
+
+/// What [`SRecord::on_slots`] made of a SLOTS frame.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SlotsAnswer {
+    /// Not for the outstanding request: to be waived up to this slot, if any.
+    Stale { waive: Option<u64> },
+    /// More slots than were asked for: refused.
+    Unrequested,
+    /// Taken; whether queued messages became tokens.
+    Taken { filled: bool },
+}
+
+/// What the record learnt from one whole verdict frame.
+#[derive(Debug, Default)]
+pub(crate) struct AfterFrame {
+    /// Tokens declared lost by loss detection.
+    pub lost: u64,
+    /// Losses found spurious, and how many of them had been sent again.
+    pub spurious: u64,
+    pub spurious_resent: u64,
+    /// The outstanding REQSLOTS was found lost: it goes again.
+    pub reqslots_again: bool,
+    /// Tokens wait and the window and the pacer let them go.
+    pub ready: bool,
+}
+
+impl SRecord {
+    /// SLOTS(s, r, n) (lines 61-74 of Algorithm 1, with rule 3: `keep_own`, envelopes of
+    /// another incarnation are dropped, not reused).
+    pub fn on_slots(
+        &mut self,
+        now: Instant,
+        s: u64,
+        r: u64,
+        n: u64,
+        keep_own: bool,
+    ) -> SlotsAnswer {
+        if s != self.sck {
+            // A probe from a record of an older request that this sender holds nothing
+            // below is waived, so the receiver drops it (its frontier check refuses a
+            // request of ours that jumps past it).
+            let waive = (n == 0 && s < self.sck && s <= self.frontier()).then_some(s);
+            return SlotsAnswer::Stale { waive };
+        }
+        if n > 0 && self.req_n.is_none_or(|asked| n > asked) {
+            return SlotsAnswer::Unrequested;
+        }
+        if self.rck != Some(r) {
+            if keep_own {
+                // Envelopes of another incarnation are options, not obligations: drop them.
+                self.env_start = s;
+            }
+            self.rck = Some(r);
+        }
+        let mut filled = false;
+        if n > 0 {
+            if !self.req_retransmitted {
+                if let Some(t) = self.req_sent_at {
+                    self.rtt.sample(now.saturating_duration_since(t));
+                }
+            }
+            self.req_n = None;
+            self.req_sent_at = None;
+            self.req_due = false;
+            self.frontier_override = None;
+            self.sck = s + n;
+            filled = self.fill_envelopes() > 0;
+        }
+        SlotsAnswer::Taken { filled }
+    }
+
+    /// ACK, DOUBT or RETRY(r, rg) from the destination `to` (ACK: lines 82-86): settles the
+    /// tokens of incarnation `r` in `rg`. DOUBT and RETRY also mean the receiver lost
+    /// incarnation `r`: envelopes under it are dropped (fresh slots are asked for). `sealed`:
+    /// this node is sealed (only sealed receivers evict records they delivered into).
+    /// Returns whether queued messages became tokens (after a RETRY).
+    pub fn on_verdict(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        (v, r, rg): (Verdict, u64, std::ops::Range<u64>),
+        rules: &Rules,
+        sealed: bool,
+        sink: Sink<'_>,
+    ) -> bool {
+        let keep_own = rules.token_keeps_incarnation;
+        let plausible = rules.plausible_input;
+        if plausible && v == Verdict::Retry && self.proven.contains(&r) && !sealed {
+            // The receiver delivered tokens of `r`, so a plaintext receiver never evicted `r`:
+            // a RETRY for it cannot be true, and obeying it could deliver a message twice.
+            sink.stats.rejects.implausible_verdict += 1;
+            return false;
+        }
+        let rec_rck = self.rck;
+        let Sink {
+            stats,
+            events,
+            queued_bytes,
+        } = sink;
+        let (rtt, bytes, flight, mtud) = (
+            &mut self.rtt,
+            &mut self.bytes,
+            &mut self.flight,
+            &mut self.mtud,
+        );
+        let credit = &mut self.credit;
+        let mut retry = Vec::new();
+        // A token that never left cannot have a verdict.
+        let pick =
+            |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
+        let removed = self.tokens.remove_in(rg, pick, |_, tok| {
+            flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
+            if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
+            }
+            if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() {
+                mtud.on_acked(tok.reach as usize);
+            }
+            let id = tok.id;
+            if v == Verdict::Retry {
+                stats.retried += 1;
+                retry.push(Queued {
+                    id,
+                    payload: tok.payload,
+                });
+                return;
+            }
+            *bytes -= tok.payload.len();
+            *queued_bytes -= tok.payload.len();
+            if v == Verdict::Doubt {
+                stats.in_doubt += 1;
+                events.push_back(Event::InDoubt { to, id });
+                return;
+            }
+            stats.acknowledged += 1;
+            events.push_back(Event::Acknowledged { to, id });
+        }) > 0;
+        // Messages to send again go first, in their original order.
+        for msg in retry.into_iter().rev() {
+            self.queue.push_front(msg);
+        }
+        if v != Verdict::Ack && self.rck == Some(r) {
+            // The receiver lost this incarnation: its envelopes are worthless, and so is
+            // its reassembly credit.
+            self.env_start = self.sck;
+            self.rck = None;
+            self.credit.reset();
+        }
+        let filled = v == Verdict::Retry && self.fill_envelopes() > 0;
+        if removed && v == Verdict::Ack {
+            self.note_proven(r);
+        }
+        if removed {
+            self.on_tokens_settled();
+        } else {
+            stats.stale_acks += 1;
+        }
+        filled
+    }
+
+    /// DOUBT or RETRY for incarnation `r`: the receiver holds nothing of `r`, so a token of
+    /// `r` that never left was certainly not delivered. Such tokens (a message that waited
+    /// for reassembly credit, or one not yet written) go back to the head of the queue, in
+    /// order, for fresh slots: neither lost nor in doubt, and none waits for credit under an
+    /// incarnation that is gone. Returns how many went back, and whether queued messages
+    /// became tokens.
+    pub fn requeue_unsent(&mut self, r: u64, keep_own: bool) -> (u64, bool) {
+        let rec_rck = self.rck;
+        let credit = &mut self.credit;
+        let mut again = Vec::new();
+        let mut slots = Vec::new();
+        self.tokens.remove_in(
+            0..u64::MAX,
+            |tok| tok.sends == 0 && tok.incarnation(rec_rck, keep_own) == r,
+            |slot, tok| {
+                slots.push(slot);
+                if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                    credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
+                }
+                again.push(Queued {
+                    id: tok.id,
+                    payload: tok.payload,
+                });
+            },
+        );
+        // Only these: a message of `r` that did leave and waits for credit again stays
+        // waiting, and its REQCREDIT brings its verdict.
+        self.credit.drop_waiting(&slots);
+        if again.is_empty() {
+            return (0, false);
+        }
+        let n = again.len() as u64;
+        for msg in again.into_iter().rev() {
+            self.queue.push_front(msg);
+        }
+        self.on_tokens_settled();
+        (n, self.fill_envelopes() > 0)
+    }
+
+    /// After a whole verdict frame: the congestion controller learns what it acknowledged,
+    /// loss detection declares lost what later acknowledgements show lost, and the record
+    /// says whether tokens wait that the window and pacer let go.
+    pub fn after_verdict_frame(&mut self, now: Instant, cfg: &Config) -> AfterFrame {
+        let req_due = self.req_due;
+        let lost = self.after_verdicts(now, cfg);
+        let spurious = std::mem::take(&mut self.flight.spurious);
+        let spurious_resent = std::mem::take(&mut self.flight.spurious_resent);
+        let next = self.to_send.front().and_then(|s| self.tokens.get(*s));
+        // A fragmented message goes a datagram at a time.
+        let most = cfg.max_datagram_size as u64;
+        let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64).min(most));
+        let ready = !self.to_send.is_empty() && !self.is_paced() && self.window_allows(size);
+        AfterFrame {
+            lost,
+            spurious,
+            spurious_resent,
+            reqslots_again: self.req_due && !req_due,
+            ready,
+        }
+    }
+
+    /// Gives up the messages to `to` waiting for credit that are larger than `max`, the
+    /// largest its receiver takes: never sent, so certainly not delivered
+    /// ([`Event::NotDelivered`]).
+    pub fn refuse_oversized(&mut self, to: NodeId, max: u64, sink: Sink<'_>) {
+        let Sink {
+            stats,
+            events,
+            queued_bytes,
+        } = sink;
+        let bytes = &mut self.bytes;
+        self.tokens.remove_in(
+            0..u64::MAX,
+            |tok| tok.sends == 0 && tok.payload.len() as u64 > max,
+            |_, tok| {
+                *bytes -= tok.payload.len();
+                *queued_bytes -= tok.payload.len();
+                stats.not_delivered += 1;
+                stats.too_large_for_peer += 1;
+                events.push_back(Event::NotDelivered { to, id: tok.id });
+            },
+        );
+        self.on_tokens_settled();
+    }
+
+    /// Forgets message `id` (given up): returns its size and the truthful verdict, or `None`
+    /// if it is not pending here. `doubt_sent` off (the checker's self-test) calls every
+    /// abandoned token not delivered.
+    pub fn abandon(
+        &mut self,
+        now: Instant,
+        id: MsgId,
+        doubt_sent: bool,
+    ) -> Option<(usize, Abandoned)> {
+        let (len, verdict) = if let Some(i) = self.queue.iter().position(|q| q.id == id) {
+            let q = self.queue.remove(i)?;
+            (q.payload.len(), Abandoned::NotDelivered)
+        } else {
+            let slot = self.tokens.iter_mut().find(|(_, t)| t.id == id)?.0;
+            let mut taken = None;
+            self.tokens
+                .remove_in(slot..slot + 1, |t| t.id == id, |_, t| taken = Some(t));
+            let tok = taken?;
+            if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                self.credit
+                    .give_back(tok.rck, Outgoing::charge_of(o.total()));
+            }
+            self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+            // A message in fragments some bytes of which never left cannot be delivered:
+            // its receiver can never make it whole.
+            let partly_unsent = tok.frag.as_ref().is_some_and(|o| !o.all_sent());
+            let verdict = if tok.sends == 0 || !doubt_sent || partly_unsent {
+                Abandoned::NotDelivered
+            } else {
+                Abandoned::InDoubt
+            };
+            self.on_tokens_settled();
+            (tok.payload.len(), verdict)
+        };
+        self.bytes -= len;
+        self.note_if_idle(now);
+        Some((len, verdict))
+    }
+}
