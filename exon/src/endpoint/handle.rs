@@ -14,82 +14,61 @@ use tokio::sync::{mpsc, oneshot};
 use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
 use super::{Error, ReceiptError};
+use crate::counters::counters;
 use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
 
-/// Counters of an endpoint: the core's plus the driver's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EndpointStats {
-    /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
-    pub node: Stats,
-    /// Datagrams not sent because the destination node's address is unknown.
-    pub unknown_peer_drops: u64,
-    /// Socket send errors (counted, never fatal), other than `oversize_drops`.
-    pub send_errors: u64,
-    /// Datagrams the socket refused as larger than the path or interface carries
-    /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
-    /// datagrams past a path that shrank. Lost like any datagram, never fatal.
-    pub oversize_drops: u64,
-    /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
-    pub recv_errors: u64,
-    /// Peer addresses learned or changed from incoming datagrams: a first address, or a
-    /// move to a candidate address that answered its challenge.
-    pub address_updates: u64,
-    /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
-    /// an address other than the one it proved, which must answer there before the peer's
-    /// datagrams go to it.
-    pub path_challenges: u64,
-    /// Authenticated datagrams whose source address was not recorded because the address
-    /// book was full of peers with work in progress.
-    pub address_book_full: u64,
-    /// Datagrams not sent because their destination's address is not validated yet and had
-    /// three times the bytes it sent (anti-amplification); repaired like losses.
-    pub amplification_drops: u64,
-    /// Peer addresses held now: those set with `add_peer`, and those learned from peers
-    /// the node holds a record for.
-    pub peer_addresses: usize,
-    /// Times the endpoint stopped reading the socket because the application was not
-    /// reading delivered messages.
-    pub delivery_stalls: u64,
-    /// Socket send calls: with segmentation offload one call sends several datagrams
-    /// (compare with `node.datagrams_out`).
-    pub send_calls: u64,
-    /// Socket receive calls that returned datagrams: with batched receives one call returns
-    /// several (compare with `node.datagrams_in`).
-    pub recv_calls: u64,
-    /// Datagrams a shard received for a peer another shard owns, and handed to that shard
-    /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
-    pub forwarded: u64,
-    /// Datagrams a shard could not hand to the owning shard because its queue was full
-    /// (dropped, as the network may; repaired like losses).
-    pub forward_drops: u64,
-    /// The cookie exchange under load (`docs/security.md`).
-    pub cookies: super::CookieStats,
-    /// Driver shards whose counters these are (1 unless the endpoint is sharded).
-    pub shards: usize,
-}
-
-impl EndpointStats {
-    /// Adds `other`'s counters to these (the counters of a sharded endpoint are the sum of
-    /// its shards').
-    pub fn merge(&mut self, other: &EndpointStats) {
-        self.node.merge(&other.node);
-        self.unknown_peer_drops += other.unknown_peer_drops;
-        self.send_errors += other.send_errors;
-        self.oversize_drops += other.oversize_drops;
-        self.recv_errors += other.recv_errors;
-        self.address_updates += other.address_updates;
-        self.path_challenges += other.path_challenges;
-        self.address_book_full += other.address_book_full;
-        self.amplification_drops += other.amplification_drops;
-        self.peer_addresses += other.peer_addresses;
-        self.delivery_stalls += other.delivery_stalls;
-        self.send_calls += other.send_calls;
-        self.recv_calls += other.recv_calls;
-        self.forwarded += other.forwarded;
-        self.forward_drops += other.forward_drops;
-        self.cookies.merge(&other.cookies);
-        self.shards += other.shards;
+counters! {
+    /// Counters of an endpoint: the core's plus the driver's.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct EndpointStats {
+        /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
+        pub node: Stats [nested],
+        /// Datagrams not sent because the destination node's address is unknown.
+        pub unknown_peer_drops: u64 [sum],
+        /// Socket send errors (counted, never fatal), other than `oversize_drops`.
+        pub send_errors: u64 [sum],
+        /// Datagrams the socket refused as larger than the path or interface carries
+        /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
+        /// datagrams past a path that shrank. Lost like any datagram, never fatal.
+        pub oversize_drops: u64 [sum],
+        /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
+        pub recv_errors: u64 [sum],
+        /// Peer addresses learned or changed from incoming datagrams: a first address, or a
+        /// move to a candidate address that answered its challenge.
+        pub address_updates: u64 [sum],
+        /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
+        /// an address other than the one it proved, which must answer there before the peer's
+        /// datagrams go to it.
+        pub path_challenges: u64 [sum],
+        /// Authenticated datagrams whose source address was not recorded because the address
+        /// book was full of peers with work in progress.
+        pub address_book_full: u64 [sum],
+        /// Datagrams not sent because their destination's address is not validated yet and had
+        /// three times the bytes it sent (anti-amplification); repaired like losses.
+        pub amplification_drops: u64 [sum],
+        /// Peer addresses held now: those set with `add_peer`, and those learned from peers
+        /// the node holds a record for.
+        pub peer_addresses: usize [size],
+        /// Times the endpoint stopped reading the socket because the application was not
+        /// reading delivered messages.
+        pub delivery_stalls: u64 [sum],
+        /// Socket send calls: with segmentation offload one call sends several datagrams
+        /// (compare with `node.datagrams_out`).
+        pub send_calls: u64 [sum],
+        /// Socket receive calls that returned datagrams: with batched receives one call returns
+        /// several (compare with `node.datagrams_in`).
+        pub recv_calls: u64 [sum],
+        /// Datagrams a shard received for a peer another shard owns, and handed to that shard
+        /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+        pub forwarded: u64 [sum],
+        /// Datagrams a shard could not hand to the owning shard because its queue was full
+        /// (dropped, as the network may; repaired like losses).
+        pub forward_drops: u64 [sum],
+        /// The cookie exchange under load (`docs/security.md`).
+        pub cookies: super::CookieStats [nested],
+        /// Driver shards whose counters these are (1 unless the endpoint is sharded).
+        pub shards: usize [size],
     }
 }
 
