@@ -98,8 +98,8 @@ pub(crate) struct Cookies {
     hasher: foldhash::fast::RandomState,
     replies_in_all: DhBudget,
     /// Replies to send at the next flush.
-    pub(crate) queued: Vec<(SocketAddr, CookieReply)>,
-    pub(crate) stats: CookieStats,
+    queued: Vec<(SocketAddr, CookieReply)>,
+    stats: CookieStats,
 }
 
 impl Cookies {
@@ -117,6 +117,25 @@ impl Cookies {
             replies_in_all: DhBudget::new(REPLIES_IN_ALL.0, REPLIES_IN_ALL.1),
             queued: Vec::new(),
             stats: CookieStats::default(),
+        }
+    }
+
+    /// The counters of the exchange.
+    pub(crate) fn stats(&self) -> CookieStats {
+        self.stats
+    }
+
+    /// Takes the replies queued since the last call, to send.
+    pub(crate) fn take_queued(&mut self) -> Vec<(SocketAddr, CookieReply)> {
+        std::mem::take(&mut self.queued)
+    }
+
+    /// Counts a COOKIE_REPLY received: taken, or dropped.
+    pub(crate) fn count_reply(&mut self, taken: bool) {
+        if taken {
+            self.stats.replies_taken += 1;
+        } else {
+            self.stats.replies_dropped += 1;
         }
     }
 

@@ -11,9 +11,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::Error;
+use super::error::ReceiptError;
 use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
-use super::{Error, ReceiptError};
 use crate::counters::counters;
 use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
 
@@ -66,7 +67,7 @@ counters! {
         /// (dropped, as the network may; repaired like losses).
         pub forward_drops: u64 [sum],
         /// The cookie exchange under load (`docs/security.md`).
-        pub cookies: super::CookieStats [nested],
+        pub cookies: super::cookies::CookieStats [nested],
         /// Driver shards whose counters these are (1 unless the endpoint is sharded).
         pub shards: usize [size],
     }
@@ -104,14 +105,72 @@ pub(crate) enum Reply {
 
 /// A message for the driver to hand to the core.
 pub(crate) struct Outgoing {
-    pub(crate) to: NodeId,
-    pub(crate) payload: Bytes,
+    to: NodeId,
+    payload: Bytes,
     /// The endpoint's id for the message (the one its receipt shows).
-    pub(crate) id: MsgId,
-    pub(crate) ack: Ack,
-    pub(crate) reply: Reply,
+    id: MsgId,
+    ack: Ack,
+    reply: Reply,
     /// When the endpoint gives the message up, if not acknowledged by then.
-    pub(crate) deadline: Option<std::time::Instant>,
+    deadline: Option<std::time::Instant>,
+}
+
+impl Outgoing {
+    /// The destination.
+    pub(crate) fn to(&self) -> NodeId {
+        self.to
+    }
+
+    /// The endpoint's id for the message.
+    pub(crate) fn id(&self) -> MsgId {
+        self.id
+    }
+
+    /// The payload's length.
+    pub(crate) fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// When the endpoint gives the message up.
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
+    /// Whether the sender waits for the driver's answer ([`Handle::try_send`]).
+    pub(crate) fn waits_for_answer(&self) -> bool {
+        matches!(self.reply, Reply::Try(_))
+    }
+
+    /// Takes the payload out, to hand it to the core.
+    pub(crate) fn take_payload(&mut self) -> Bytes {
+        std::mem::take(&mut self.payload)
+    }
+
+    /// The message is in the core's queue: a waiting sender hears so; the acknowledgement
+    /// is to come through the returned end.
+    pub(crate) fn queued(self) -> Ack {
+        if let Reply::Try(r) = self.reply {
+            let _ = r.send(Ok(()));
+        }
+        self.ack
+    }
+
+    /// Tells the sender that the message was refused: through its answer if it waits for
+    /// one, otherwise through its receipt.
+    pub(crate) fn refuse(self, e: Error) {
+        match self.reply {
+            Reply::None => self.ack.resolve(Err(ReceiptError::Refused(e))),
+            Reply::Try(r) => {
+                let _ = r.send(Err(e));
+            }
+        }
+    }
+
+    /// The message is given up at its deadline before it reached the core: certainly not
+    /// delivered.
+    pub(crate) fn give_up(self) {
+        self.queued().resolve(Err(ReceiptError::NotDelivered));
+    }
 }
 
 /// A command from a handle to the driver task.
@@ -248,7 +307,7 @@ impl Handle {
     /// so a `send` dropped before it returned sent nothing, and one that returned its
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.send_deadline(to, payload.into(), self.first().shared.default_deadline)
+        self.send_deadline(to, payload.into(), self.first().shared.default_deadline())
             .await
     }
 
@@ -283,13 +342,9 @@ impl Handle {
             return Err(Error::Closed);
         }
         let weight = shard.shared.credit_weight(payload.len());
-        let credit = shard
-            .shared
-            .credits
-            .acquire_many(weight)
-            .await
-            .map_err(|_| Error::Closed)?;
-        credit.forget();
+        if !shard.shared.take_credits(weight).await {
+            return Err(Error::Closed);
+        }
         self.hand_over(to, payload, Reply::None, deadline)
     }
 
@@ -314,7 +369,7 @@ impl Handle {
         I: IntoIterator,
         I::Item: Into<Bytes>,
     {
-        let within = self.first().shared.default_deadline;
+        let within = self.first().shared.default_deadline();
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
         for p in &payloads {
@@ -334,14 +389,10 @@ impl Handle {
             .iter()
             .map(|p| shard.shared.credit_weight(p.len()) as usize)
             .sum::<usize>()
-            .clamp(1, shard.shared.send_buffer);
-        let permit = shard
-            .shared
-            .credits
-            .acquire_many(credits as u32)
-            .await
-            .map_err(|_| Error::Closed)?;
-        permit.forget();
+            .clamp(1, shard.shared.send_buffer());
+        if !shard.shared.take_credits(credits as u32).await {
+            return Err(Error::Closed);
+        }
         let first = self.first().shared.next_ids(payloads.len() as u64);
         let (receipt, slots) = receipts::batch(to, first, payloads.len());
         let messages = payloads
@@ -379,7 +430,7 @@ impl Handle {
         let deadline = self
             .first()
             .shared
-            .default_deadline
+            .default_deadline()
             .map(|w| tokio::time::Instant::now().into_std() + w);
         let receipt = self.hand_over(to, payload, Reply::Try(reply), deadline)?;
         answer.await.map_err(|_| Error::Closed)??;
@@ -398,7 +449,7 @@ impl Handle {
         if !shared.is_known(to) {
             return Err(Error::UnknownPeer(to));
         }
-        let max = shared.max_payload;
+        let max = shared.max_payload();
         if payload.len() > max {
             let len = payload.len();
             return Err(SendError::PayloadTooLarge { len, max }.into());
@@ -464,13 +515,13 @@ impl Handle {
     /// any datagram from it, true again at its next datagram. Being unreachable drops
     /// nothing: messages are retried until acknowledged or their deadline passes.
     pub fn is_reachable(&self, peer: NodeId) -> bool {
-        !self.first().shared.unreachable.borrow().contains(&peer)
+        !self.first().shared.is_unreachable(peer)
     }
 
     /// A watch of the peers currently unreachable (see [`is_reachable`](Self::is_reachable)):
     /// `changed().await` on it wakes at every change.
     pub fn unreachable_peers(&self) -> tokio::sync::watch::Receiver<BTreeSet<NodeId>> {
-        self.first().shared.unreachable.subscribe()
+        self.first().shared.watch_unreachable()
     }
 
     /// The counters, or `None` if the endpoint has stopped.
