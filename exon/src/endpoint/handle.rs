@@ -242,23 +242,45 @@ impl Future for Receipt {
 /// [`Endpoint`](super::Endpoint) dereferences to its handle.
 #[derive(Debug, Clone)]
 pub struct Handle {
-    pub(crate) id: NodeId,
-    pub(crate) local_addr: SocketAddr,
-    pub(crate) public_key: Option<PublicKey>,
+    id: NodeId,
+    local_addr: SocketAddr,
+    public_key: Option<PublicKey>,
     /// The driver shards, at least one; a peer belongs to `shards[shard_of(peer)]`.
-    pub(crate) shards: Arc<[ShardLink]>,
+    shards: Arc<[ShardLink]>,
 }
 
 /// A handle's way to one driver shard: its command channel and the state it shares.
 #[derive(Debug)]
 pub(crate) struct ShardLink {
-    pub(crate) cmds: mpsc::UnboundedSender<Command>,
-    pub(crate) shared: Arc<Shared>,
+    cmds: mpsc::UnboundedSender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl ShardLink {
+    pub(crate) fn new(cmds: mpsc::UnboundedSender<Command>, shared: Arc<Shared>) -> ShardLink {
+        ShardLink { cmds, shared }
+    }
 }
 
 pub(crate) use super::steering::shard_of;
 
 impl Handle {
+    /// The handle of an endpoint with node id `id` at `local_addr`, driven by `shards`
+    /// (at least one).
+    pub(crate) fn new(
+        id: NodeId,
+        local_addr: SocketAddr,
+        public_key: Option<PublicKey>,
+        shards: Vec<ShardLink>,
+    ) -> Handle {
+        Handle {
+            id,
+            local_addr,
+            public_key,
+            shards: shards.into(),
+        }
+    }
+
     /// The shard that owns `peer`.
     fn shard(&self, peer: NodeId) -> &ShardLink {
         &self.shards[shard_of(peer, self.shards.len())]

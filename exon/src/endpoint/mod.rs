@@ -520,18 +520,10 @@ impl Builder {
                 shared: shared.clone(),
                 done: false,
             });
-            links.push(handle::ShardLink {
-                cmds: cmd_tx,
-                shared,
-            });
+            links.push(handle::ShardLink::new(cmd_tx, shared));
         }
         Ok(Endpoint {
-            handle: Handle {
-                id: self.id,
-                local_addr,
-                public_key,
-                shards: links.into(),
-            },
+            handle: Handle::new(self.id, local_addr, public_key, links),
             rx: receivers,
             next: 0,
         })
