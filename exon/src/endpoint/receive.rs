@@ -160,7 +160,7 @@ impl RxBufs {
     }
 
     /// The size of each receive buffer (a datagram handed on may share it with others).
-    pub(crate) fn size(&self) -> usize {
+    fn size(&self) -> usize {
         self.size
     }
 
@@ -209,7 +209,7 @@ impl RxBufs {
     }
 
     /// A batch if one is ready now, without waiting.
-    pub(crate) fn recv_now<S: DatagramSocket>(&mut self, socket: &S) -> Option<io::Result<usize>> {
+    fn recv_now<S: DatagramSocket>(&mut self, socket: &S) -> Option<io::Result<usize>> {
         let mut fut = pin!(self.recv(socket));
         match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(r) => Some(r),
@@ -219,7 +219,7 @@ impl RxBufs {
 
     /// Whether `take` hands `len` received bytes over as a part of their buffer (shared with
     /// whatever else is split off it) rather than as a copy of their own.
-    pub(crate) fn is_shared(&self, len: usize) -> bool {
+    fn is_shared(&self, len: usize) -> bool {
         len.min(self.size) * 2 >= self.size
     }
 
