@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::oracle::Violation;
-use crate::sim::Sim;
 
 /// Everything a run found.
 #[derive(Debug, Clone)]
@@ -72,46 +71,6 @@ pub struct Report {
 }
 
 impl Report {
-    pub(crate) fn new(sim: &Sim, idle_nodes: usize, pending_events: usize) -> Report {
-        let o = sim.oracle();
-        let mut r = Report {
-            seed: sim.scenario().seed,
-            nodes: sim.scenario().nodes,
-            messages: o.submitted(),
-            delivered: o.delivered,
-            duplicates: o.duplicates,
-            lost: o.lost,
-            lost_by_restart: o.lost_by_restart,
-            acked: o.acked,
-            in_doubt: o.in_doubt,
-            not_delivered: o.not_delivered,
-            expired_in_doubt: o.expired_in_doubt,
-            violation_count: o.violation_count(),
-            violations: o.violations().to_vec(),
-            idle_nodes,
-            pending_events,
-            events: sim.events(),
-            virtual_time: sim.now(),
-            done_at: sim.now().min(Duration::from_nanos(o.last_ack_at)),
-            restarts: sim.hosts_restarts(),
-            datagrams: 0,
-            link_drops: 0,
-            too_big: 0,
-            link_dups: 0,
-            retransmissions: sim.node_stats().map(|s| s.retransmissions).sum(),
-            spurious_retransmissions: sim.node_stats().map(|s| s.spurious_retransmissions).sum(),
-            bad_tags: sim.node_stats().map(|s| s.rejects.bad_tag).sum(),
-        };
-        for l in sim.links() {
-            let s = l.stats();
-            r.datagrams += s.offered;
-            r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops;
-            r.too_big += s.too_big;
-            r.link_dups += s.duplicated;
-        }
-        r
-    }
-
     /// True when every check held.
     pub fn ok(&self) -> bool {
         self.violation_count == 0

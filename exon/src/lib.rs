@@ -79,6 +79,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod counters;
 pub mod keyfile;
 pub mod proto;
 

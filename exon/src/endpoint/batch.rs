@@ -7,7 +7,8 @@ use std::net::SocketAddr;
 use quinn_udp::{RecvMeta as QuinnMeta, Transmit, UdpSocketState};
 use tokio::io::Interest;
 
-use super::{DatagramSocket, RecvMeta};
+use super::socket::DatagramSocket;
+use super::socket::RecvMeta;
 
 /// Most receive buffers one [`recv_batch`](DatagramSocket::recv_batch) call fills.
 const RECV_BATCH: usize = quinn_udp::BATCH_SIZE;

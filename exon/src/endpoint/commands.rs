@@ -1,106 +1,142 @@
-//! The driver's handling of commands: sends (admitted to the core, or kept waiting while the
-//! destination's queue is full), peers, counters and close.
+//! The driver's side of the handles' sends: admitted to the core, or kept waiting while the
+//! destination's queue is full; the messages in the core until their verdict, and their
+//! deadlines.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
-use super::driver::{Driver, Unacked};
-use super::handle::{Command, Outgoing, Reply};
-use super::trace::{debug_in_peer, peer_span};
-use super::{DatagramSocket, Error, ReceiptError};
-use crate::proto::{Abandoned, MsgId, NodeId, SendError};
+use super::error::Error;
+use super::error::ReceiptError;
+use super::handle::Outgoing;
+use super::paths::Paths;
+use super::receipts::Ack;
+use super::seqmap::SeqMap;
+use super::shared::Shared;
+use super::trace::{debug_in_peer, Throttle};
+use crate::proto::{Abandoned, MsgId, Node, NodeId, SendError};
 
-impl<S: DatagramSocket> Driver<S> {
-    pub(crate) fn on_command(&mut self, c: Command, t: Instant) {
-        match c {
-            Command::Send(out) => self.on_send(t, out),
-            Command::SendBatch { messages, credits } => {
-                self.credits_taken += credits;
-                for out in messages {
-                    self.on_send_credited(t, out);
-                }
-            }
-            Command::AddPeer(id, addr) => {
-                peer_span(id).in_scope(|| tracing::debug!(%addr, "peer address set"));
-                self.peers.configure(id, addr);
-            }
-            Command::AddPeerKey(id, key, reply) => {
-                let r = self.node.add_peer_key(id, key);
-                peer_span(id).in_scope(|| match &r {
-                    Ok(()) => tracing::debug!("peer key set"),
-                    Err(e) => tracing::warn!(error = %e, "peer key refused"),
-                });
-                let _ = reply.send(r);
-            }
-            Command::Stats(reply) => {
-                let _ = reply.send(self.stats());
-            }
-            Command::Close { timeout, reply } => {
-                self.close_replies.push(reply);
-                let deadline = t + timeout;
-                match self.closing {
-                    Some(d) if d <= deadline => {}
-                    _ => self.start_close(deadline),
-                }
-            }
+/// A message in the core, not yet acknowledged.
+struct Unacked {
+    /// The endpoint's id of the message (its receipt's).
+    id: MsgId,
+    to: NodeId,
+    ack: Ack,
+}
+
+/// The id under which a waiting send's deadline is kept (no core message has it).
+const NOT_IN_CORE: MsgId = MsgId(u64::MAX);
+
+/// The sends the driver took from the handles, from their arrival to their verdict.
+pub(crate) struct Sends {
+    shared: Arc<Shared>,
+    /// Messages in the core by the core's id.
+    acks: SeqMap<Unacked>,
+    /// Sends waiting for room in the core, per destination (each such destination is in
+    /// `blocked`).
+    waiters: HashMap<NodeId, VecDeque<Outgoing>, foldhash::fast::RandomState>,
+    /// Deadlines of messages in the core: (deadline, core id, destination), earliest first
+    /// (entries of settled messages are skipped, and pruned when they pile up).
+    deadlines: BinaryHeap<Reverse<(Instant, MsgId, NodeId)>>,
+    /// Destinations whose queue is full, as published in `shared`.
+    blocked: HashSet<NodeId, foldhash::fast::RandomState>,
+    /// Send credits taken from the channel this turn, returned at the end of the turn.
+    credits_taken: usize,
+    /// The endpoint is closing: sends are refused.
+    closed: bool,
+    /// Rate limit of the warning about sends to peers with no address.
+    no_address: Throttle,
+}
+
+impl Sends {
+    pub(crate) fn new(shared: Arc<Shared>) -> Sends {
+        Sends {
+            shared,
+            acks: SeqMap::default(),
+            waiters: HashMap::default(),
+            deadlines: BinaryHeap::new(),
+            blocked: HashSet::default(),
+            credits_taken: 0,
+            closed: false,
+            no_address: Throttle::default(),
         }
     }
 
-    fn on_send(&mut self, t: Instant, out: Outgoing) {
-        if matches!(out.reply, Reply::None) {
-            self.credits_taken += self.shared.credit_weight(out.payload.len()) as usize;
+    /// One send from a handle (holding its credit if it did not wait for an answer).
+    pub(crate) fn on_send(&mut self, t: Instant, out: Outgoing, node: &mut Node, paths: &Paths) {
+        if !out.waits_for_answer() {
+            self.credits_taken += self.shared.credit_weight(out.payload_len()) as usize;
         }
-        self.on_send_credited(t, out);
+        self.on_send_credited(t, out, node, paths);
+    }
+
+    /// A batch of sends to one destination, holding `credits` credits.
+    pub(crate) fn on_batch(
+        &mut self,
+        t: Instant,
+        messages: Vec<Outgoing>,
+        credits: usize,
+        node: &mut Node,
+        paths: &Paths,
+    ) {
+        self.credits_taken += credits;
+        for out in messages {
+            self.on_send_credited(t, out, node, paths);
+        }
+    }
+
+    /// Gives back the credits of the sends taken this turn.
+    pub(crate) fn return_credits(&mut self) {
+        if self.credits_taken > 0 {
+            self.shared.return_credits(self.credits_taken);
+            self.credits_taken = 0;
+        }
     }
 
     /// A send whose credit is counted already.
-    fn on_send_credited(&mut self, t: Instant, out: Outgoing) {
-        if self.closing.is_some() {
-            return refuse(out, Error::Closed);
+    fn on_send_credited(&mut self, t: Instant, out: Outgoing, node: &mut Node, paths: &Paths) {
+        if self.closed {
+            return out.refuse(Error::Closed);
         }
-        let to = out.to;
+        let to = out.to();
         let queued = self.waiters.get(&to).is_some_and(|w| !w.is_empty());
-        if !queued && !self.node.is_full(to, out.payload.len()) {
-            return self.admit(t, out);
+        if !queued && !node.is_full(to, out.payload_len()) {
+            return self.admit(t, out, node, paths);
         }
-        if matches!(out.reply, Reply::Try(_)) {
-            return refuse(out, SendError::QueueFull(to).into());
+        if out.waits_for_answer() {
+            return out.refuse(SendError::QueueFull(to).into());
         }
         debug_in_peer(to, || {
-            tracing::debug!(msg = %out.id, "destination queue full: the send waits");
+            tracing::debug!(msg = %out.id(), "destination queue full: the send waits");
         });
         self.block(to);
-        if let Some(d) = out.deadline {
+        if let Some(d) = out.deadline() {
             // Wakes `expire_deadlines` then, which also gives up waiting sends.
-            self.deadlines.push(std::cmp::Reverse((d, NOT_IN_CORE, to)));
+            self.deadlines.push(Reverse((d, NOT_IN_CORE, to)));
         }
         self.waiters.entry(to).or_default().push_back(out);
     }
 
     /// Hands a send to the core.
-    fn admit(&mut self, t: Instant, out: Outgoing) {
-        let Outgoing {
-            to,
-            payload,
-            id,
-            ack,
-            reply,
-            deadline,
-        } = out;
-        if deadline.is_some_and(|d| d <= t) {
+    fn admit(&mut self, t: Instant, mut out: Outgoing, node: &mut Node, paths: &Paths) {
+        if out.deadline().is_some_and(|d| d <= t) {
             // Given up before it reached the core: certainly not delivered.
-            return refuse_parts(reply, ack, None);
+            return out.give_up();
         }
+        let (to, id, deadline) = (out.to(), out.id(), out.deadline());
+        let payload = out.take_payload();
         let len = payload.len();
-        match self.node.send(t, to, payload) {
+        match node.send(t, to, payload) {
             Ok(core_id) => {
                 debug_in_peer(to, || tracing::debug!(msg = %id, len, "message queued"));
                 if let Some(d) = deadline {
-                    self.deadlines.push(std::cmp::Reverse((d, core_id, to)));
+                    self.deadlines.push(Reverse((d, core_id, to)));
                 }
-                if self.peers.get(to).is_none() {
-                    if let Some(suppressed) = self.warnings.no_address.allow(t) {
+                if paths.address(to).is_none() {
+                    if let Some(suppressed) = self.no_address.allow(t) {
                         tracing::warn!(
-                            id = %self.node.id(),
+                            id = %node.id(),
                             peer = %to,
                             suppressed,
                             "sending to a peer with no known address (add_peer it, or wait \
@@ -108,15 +144,13 @@ impl<S: DatagramSocket> Driver<S> {
                         );
                     }
                 }
+                let ack = out.queued();
                 self.acks.insert(core_id, Unacked { id, to, ack });
-                if let Reply::Try(r) = reply {
-                    let _ = r.send(Ok(()));
-                }
-                if self.node.is_full(to, 0) {
+                if node.is_full(to, 0) {
                     self.block(to);
                 }
             }
-            Err(e) => refuse_parts(reply, ack, Some(e.into())),
+            Err(e) => out.refuse(e.into()),
         }
     }
 
@@ -129,7 +163,10 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// Admits waiting sends while there is room, and unblocks destinations with room and
     /// nobody waiting. Returns whether any send was admitted.
-    pub(crate) fn admit_waiters(&mut self, t: Instant) -> bool {
+    pub(crate) fn admit_waiters(&mut self, t: Instant, node: &mut Node, paths: &Paths) -> bool {
+        if self.blocked.is_empty() {
+            return false;
+        }
         let mut admitted = false;
         let peers: Vec<NodeId> = self.blocked.iter().copied().collect();
         for to in peers {
@@ -137,21 +174,21 @@ impl<S: DatagramSocket> Driver<S> {
                 .waiters
                 .get(&to)
                 .and_then(|q| q.front())
-                .map(|w| w.payload.len())
+                .map(Outgoing::payload_len)
             {
-                if self.node.is_full(to, len) {
+                if node.is_full(to, len) {
                     break;
                 }
                 let Some(w) = self.waiters.get_mut(&to).and_then(|q| q.pop_front()) else {
                     break;
                 };
-                self.admit(t, w);
+                self.admit(t, w, node, paths);
                 admitted = true;
             }
             if self.waiters.get(&to).is_some_and(|q| q.is_empty()) {
                 self.waiters.remove(&to);
             }
-            if !self.waiters.contains_key(&to) && !self.node.is_full(to, 0) {
+            if !self.waiters.contains_key(&to) && !node.is_full(to, 0) {
                 self.blocked.remove(&to);
                 self.shared.set_blocked(to, false);
             }
@@ -159,10 +196,30 @@ impl<S: DatagramSocket> Driver<S> {
         admitted
     }
 
+    /// The verdict of the core's message `core_id` came: its receipt resolves. Returns the
+    /// endpoint's id of the message, if it was still waiting for one.
+    pub(crate) fn settle(
+        &mut self,
+        core_id: MsgId,
+        verdict: Result<(), ReceiptError>,
+    ) -> Option<MsgId> {
+        let u = self.acks.remove(core_id)?;
+        u.ack.resolve(verdict);
+        Some(u.id)
+    }
+
+    /// The earliest deadline (possibly of a message settled since).
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.deadlines.peek().map(|Reverse((d, _, _))| *d)
+    }
+
     /// Gives up every message whose deadline passed by `t`: the core forgets it and says
     /// whether a copy ever left; sends still waiting for room were never sent.
-    pub(crate) fn expire_deadlines(&mut self, t: Instant) {
-        while let Some(&std::cmp::Reverse((d, core_id, to))) = self.deadlines.peek() {
+    pub(crate) fn expire_deadlines(&mut self, t: Instant, node: &mut Node) {
+        if self.next_deadline().is_none_or(|d| d > t) {
+            return;
+        }
+        while let Some(&Reverse((d, core_id, to))) = self.deadlines.peek() {
             if d > t {
                 break;
             }
@@ -170,72 +227,53 @@ impl<S: DatagramSocket> Driver<S> {
             if !self.acks.contains_key(core_id) {
                 continue; // settled already
             }
-            let verdict = match self.node.abandon(t, to, core_id) {
+            let verdict = match node.abandon(t, to, core_id) {
                 Some(Abandoned::NotDelivered) => ReceiptError::NotDelivered,
                 Some(Abandoned::InDoubt) => ReceiptError::InDoubt,
                 None => continue,
             };
-            if let Some(u) = self.acks.remove(core_id) {
-                u.ack.resolve(Err(verdict));
-            }
+            self.settle(core_id, Err(verdict));
         }
         if self.deadlines.len() > 2 * self.acks.len() + 1024 {
             let acks = &self.acks;
-            self.deadlines.retain(|std::cmp::Reverse((_, id, _))| {
-                *id == NOT_IN_CORE || acks.contains_key(*id)
-            });
+            self.deadlines
+                .retain(|Reverse((_, id, _))| *id == NOT_IN_CORE || acks.contains_key(*id));
         }
         if !self.waiters.is_empty() {
             for q in self.waiters.values_mut() {
-                while let Some(i) = q.iter().position(|w| w.deadline.is_some_and(|d| d <= t)) {
+                while let Some(i) = q.iter().position(|w| w.deadline().is_some_and(|d| d <= t)) {
                     if let Some(w) = q.remove(i) {
-                        refuse_parts(w.reply, w.ack, None);
+                        w.give_up();
                     }
                 }
             }
         }
     }
 
-    pub(crate) fn start_close(&mut self, deadline: Instant) {
-        tracing::info!(
-            id = %self.node.id(),
-            outstanding = self.acks.len(),
-            "endpoint closing"
-        );
-        self.closing = Some(deadline);
-        self.shared.close();
+    /// Whether every message handed to the core has its verdict.
+    pub(crate) fn all_settled(&self) -> bool {
+        self.acks.is_empty()
+    }
+
+    /// Messages in the core without a verdict.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.acks.len()
+    }
+
+    /// The messages without a verdict, by the endpoint's id.
+    pub(crate) fn unacknowledged(&self) -> Vec<(NodeId, MsgId)> {
+        let mut v: Vec<(NodeId, MsgId)> = self.acks.values().map(|u| (u.to, u.id)).collect();
+        v.sort_by_key(|(_, id)| *id);
+        v
+    }
+
+    /// Refuses every waiting send, and every send from now on.
+    pub(crate) fn close(&mut self) {
+        self.closed = true;
         for (_, q) in self.waiters.drain() {
             for w in q {
-                refuse(w, Error::Closed);
+                w.refuse(Error::Closed);
             }
-        }
-    }
-}
-
-/// The id under which a waiting send's deadline is kept (no core message has it).
-const NOT_IN_CORE: MsgId = MsgId(u64::MAX);
-
-/// Tells the sender that the message was refused: through its answer if it waits for one,
-/// otherwise through its receipt.
-fn refuse(out: Outgoing, e: Error) {
-    refuse_parts(out.reply, out.ack, Some(e));
-}
-
-/// Resolves a message never handed to the core: refused with `e`, or (`None`) given up at
-/// its deadline, not delivered.
-fn refuse_parts(reply: Reply, ack: super::receipts::Ack, e: Option<Error>) {
-    match (reply, e) {
-        (Reply::None, Some(e)) => {
-            ack.resolve(Err(ReceiptError::Refused(e)));
-        }
-        (Reply::Try(r), Some(e)) => {
-            let _ = r.send(Err(e));
-        }
-        (reply, None) => {
-            if let Reply::Try(r) = reply {
-                let _ = r.send(Ok(()));
-            }
-            ack.resolve(Err(ReceiptError::NotDelivered));
         }
     }
 }

@@ -19,6 +19,7 @@ use ring::hmac;
 use ring::rand::SystemRandom;
 use subtle::ConstantTimeEq;
 
+use crate::counters::counters;
 use crate::proto::crypto::DhBudget;
 use crate::proto::frame::{Cookie, CookieReply, Header, COOKIE_LEN, FLAG_COOKIE, MAX_HEADER_LEN};
 use crate::proto::{NodeId, Vouch};
@@ -40,40 +41,30 @@ const QUEUED_REPLIES: usize = 256;
 /// Domain separation of the cookie MAC.
 const DOMAIN: &[u8] = b"exon v2 cookie";
 
-/// The driver's counters of the cookie exchange.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct CookieStats {
-    /// COOKIE_REPLYs sent: datagrams refused for want of key-agreement budget, answered.
-    pub replies_sent: u64,
-    /// Such datagrams not answered: their source's or the endpoint's reply limit was
-    /// spent, the reply would not have been smaller than the datagram, or the queue of
-    /// replies was full.
-    pub replies_limited: u64,
-    /// Datagrams whose valid cookie vouched for their source address.
-    pub vouched: u64,
-    /// Datagrams with a valid cookie whose source address had spent its limit (handled as
-    /// unproven).
-    pub vouch_limited: u64,
-    /// Datagrams with a cookie that is not valid for their source address (handled as
-    /// unproven).
-    pub bad_cookies: u64,
-    /// COOKIE_REPLYs received and taken (their cookie now goes in datagrams to the peer).
-    pub replies_taken: u64,
-    /// COOKIE_REPLYs received and dropped: malformed, for another node, from an address
-    /// this endpoint does not send the peer to, or for a peer it sends nothing to.
-    pub replies_dropped: u64,
-}
-
-impl CookieStats {
-    pub(crate) fn merge(&mut self, o: &CookieStats) {
-        self.replies_sent += o.replies_sent;
-        self.replies_limited += o.replies_limited;
-        self.vouched += o.vouched;
-        self.vouch_limited += o.vouch_limited;
-        self.bad_cookies += o.bad_cookies;
-        self.replies_taken += o.replies_taken;
-        self.replies_dropped += o.replies_dropped;
+counters! {
+    /// The driver's counters of the cookie exchange.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct CookieStats {
+        /// COOKIE_REPLYs sent: datagrams refused for want of key-agreement budget, answered.
+        pub replies_sent: u64 [sum],
+        /// Such datagrams not answered: their source's or the endpoint's reply limit was
+        /// spent, the reply would not have been smaller than the datagram, or the queue of
+        /// replies was full.
+        pub replies_limited: u64 [sum],
+        /// Datagrams whose valid cookie vouched for their source address.
+        pub vouched: u64 [sum],
+        /// Datagrams with a valid cookie whose source address had spent its limit (handled as
+        /// unproven).
+        pub vouch_limited: u64 [sum],
+        /// Datagrams with a cookie that is not valid for their source address (handled as
+        /// unproven).
+        pub bad_cookies: u64 [sum],
+        /// COOKIE_REPLYs received and taken (their cookie now goes in datagrams to the peer).
+        pub replies_taken: u64 [sum],
+        /// COOKIE_REPLYs received and dropped: malformed, for another node, from an address
+        /// this endpoint does not send the peer to, or for a peer it sends nothing to.
+        pub replies_dropped: u64 [sum],
     }
 }
 
@@ -107,8 +98,8 @@ pub(crate) struct Cookies {
     hasher: foldhash::fast::RandomState,
     replies_in_all: DhBudget,
     /// Replies to send at the next flush.
-    pub(crate) queued: Vec<(SocketAddr, CookieReply)>,
-    pub(crate) stats: CookieStats,
+    queued: Vec<(SocketAddr, CookieReply)>,
+    stats: CookieStats,
 }
 
 impl Cookies {
@@ -126,6 +117,25 @@ impl Cookies {
             replies_in_all: DhBudget::new(REPLIES_IN_ALL.0, REPLIES_IN_ALL.1),
             queued: Vec::new(),
             stats: CookieStats::default(),
+        }
+    }
+
+    /// The counters of the exchange.
+    pub(crate) fn stats(&self) -> CookieStats {
+        self.stats
+    }
+
+    /// Takes the replies queued since the last call, to send.
+    pub(crate) fn take_queued(&mut self) -> Vec<(SocketAddr, CookieReply)> {
+        std::mem::take(&mut self.queued)
+    }
+
+    /// Counts a COOKIE_REPLY received: taken, or dropped.
+    pub(crate) fn count_reply(&mut self, taken: bool) {
+        if taken {
+            self.stats.replies_taken += 1;
+        } else {
+            self.stats.replies_dropped += 1;
         }
     }
 

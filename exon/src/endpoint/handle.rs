@@ -11,85 +11,65 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::Error;
+use super::error::ReceiptError;
 use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
-use super::{Error, ReceiptError};
+use crate::counters::counters;
 use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
 
-/// Counters of an endpoint: the core's plus the driver's.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct EndpointStats {
-    /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
-    pub node: Stats,
-    /// Datagrams not sent because the destination node's address is unknown.
-    pub unknown_peer_drops: u64,
-    /// Socket send errors (counted, never fatal), other than `oversize_drops`.
-    pub send_errors: u64,
-    /// Datagrams the socket refused as larger than the path or interface carries
-    /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
-    /// datagrams past a path that shrank. Lost like any datagram, never fatal.
-    pub oversize_drops: u64,
-    /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
-    pub recv_errors: u64,
-    /// Peer addresses learned or changed from incoming datagrams: a first address, or a
-    /// move to a candidate address that answered its challenge.
-    pub address_updates: u64,
-    /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
-    /// an address other than the one it proved, which must answer there before the peer's
-    /// datagrams go to it.
-    pub path_challenges: u64,
-    /// Authenticated datagrams whose source address was not recorded because the address
-    /// book was full of peers with work in progress.
-    pub address_book_full: u64,
-    /// Datagrams not sent because their destination's address is not validated yet and had
-    /// three times the bytes it sent (anti-amplification); repaired like losses.
-    pub amplification_drops: u64,
-    /// Peer addresses held now: those set with `add_peer`, and those learned from peers
-    /// the node holds a record for.
-    pub peer_addresses: usize,
-    /// Times the endpoint stopped reading the socket because the application was not
-    /// reading delivered messages.
-    pub delivery_stalls: u64,
-    /// Socket send calls: with segmentation offload one call sends several datagrams
-    /// (compare with `node.datagrams_out`).
-    pub send_calls: u64,
-    /// Socket receive calls that returned datagrams: with batched receives one call returns
-    /// several (compare with `node.datagrams_in`).
-    pub recv_calls: u64,
-    /// Datagrams a shard received for a peer another shard owns, and handed to that shard
-    /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
-    pub forwarded: u64,
-    /// Datagrams a shard could not hand to the owning shard because its queue was full
-    /// (dropped, as the network may; repaired like losses).
-    pub forward_drops: u64,
-    /// The cookie exchange under load (`docs/security.md`).
-    pub cookies: super::CookieStats,
-    /// Driver shards whose counters these are (1 unless the endpoint is sharded).
-    pub shards: usize,
-}
-
-impl EndpointStats {
-    /// Adds `other`'s counters to these (the counters of a sharded endpoint are the sum of
-    /// its shards').
-    pub fn merge(&mut self, other: &EndpointStats) {
-        self.node.merge(&other.node);
-        self.unknown_peer_drops += other.unknown_peer_drops;
-        self.send_errors += other.send_errors;
-        self.oversize_drops += other.oversize_drops;
-        self.recv_errors += other.recv_errors;
-        self.address_updates += other.address_updates;
-        self.path_challenges += other.path_challenges;
-        self.address_book_full += other.address_book_full;
-        self.amplification_drops += other.amplification_drops;
-        self.peer_addresses += other.peer_addresses;
-        self.delivery_stalls += other.delivery_stalls;
-        self.send_calls += other.send_calls;
-        self.recv_calls += other.recv_calls;
-        self.forwarded += other.forwarded;
-        self.forward_drops += other.forward_drops;
-        self.cookies.merge(&other.cookies);
-        self.shards += other.shards;
+counters! {
+    /// Counters of an endpoint: the core's plus the driver's.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct EndpointStats {
+        /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
+        pub node: Stats [nested],
+        /// Datagrams not sent because the destination node's address is unknown.
+        pub unknown_peer_drops: u64 [sum],
+        /// Socket send errors (counted, never fatal), other than `oversize_drops`.
+        pub send_errors: u64 [sum],
+        /// Datagrams the socket refused as larger than the path or interface carries
+        /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
+        /// datagrams past a path that shrank. Lost like any datagram, never fatal.
+        pub oversize_drops: u64 [sum],
+        /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
+        pub recv_errors: u64 [sum],
+        /// Peer addresses learned or changed from incoming datagrams: a first address, or a
+        /// move to a candidate address that answered its challenge.
+        pub address_updates: u64 [sum],
+        /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
+        /// an address other than the one it proved, which must answer there before the peer's
+        /// datagrams go to it.
+        pub path_challenges: u64 [sum],
+        /// Authenticated datagrams whose source address was not recorded because the address
+        /// book was full of peers with work in progress.
+        pub address_book_full: u64 [sum],
+        /// Datagrams not sent because their destination's address is not validated yet and had
+        /// three times the bytes it sent (anti-amplification); repaired like losses.
+        pub amplification_drops: u64 [sum],
+        /// Peer addresses held now: those set with `add_peer`, and those learned from peers
+        /// the node holds a record for.
+        pub peer_addresses: usize [size],
+        /// Times the endpoint stopped reading the socket because the application was not
+        /// reading delivered messages.
+        pub delivery_stalls: u64 [sum],
+        /// Socket send calls: with segmentation offload one call sends several datagrams
+        /// (compare with `node.datagrams_out`).
+        pub send_calls: u64 [sum],
+        /// Socket receive calls that returned datagrams: with batched receives one call returns
+        /// several (compare with `node.datagrams_in`).
+        pub recv_calls: u64 [sum],
+        /// Datagrams a shard received for a peer another shard owns, and handed to that shard
+        /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+        pub forwarded: u64 [sum],
+        /// Datagrams a shard could not hand to the owning shard because its queue was full
+        /// (dropped, as the network may; repaired like losses).
+        pub forward_drops: u64 [sum],
+        /// The cookie exchange under load (`docs/security.md`).
+        pub cookies: super::cookies::CookieStats [nested],
+        /// Driver shards whose counters these are (1 unless the endpoint is sharded).
+        pub shards: usize [size],
     }
 }
 
@@ -125,14 +105,72 @@ pub(crate) enum Reply {
 
 /// A message for the driver to hand to the core.
 pub(crate) struct Outgoing {
-    pub(crate) to: NodeId,
-    pub(crate) payload: Bytes,
+    to: NodeId,
+    payload: Bytes,
     /// The endpoint's id for the message (the one its receipt shows).
-    pub(crate) id: MsgId,
-    pub(crate) ack: Ack,
-    pub(crate) reply: Reply,
+    id: MsgId,
+    ack: Ack,
+    reply: Reply,
     /// When the endpoint gives the message up, if not acknowledged by then.
-    pub(crate) deadline: Option<std::time::Instant>,
+    deadline: Option<std::time::Instant>,
+}
+
+impl Outgoing {
+    /// The destination.
+    pub(crate) fn to(&self) -> NodeId {
+        self.to
+    }
+
+    /// The endpoint's id for the message.
+    pub(crate) fn id(&self) -> MsgId {
+        self.id
+    }
+
+    /// The payload's length.
+    pub(crate) fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// When the endpoint gives the message up.
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
+    /// Whether the sender waits for the driver's answer ([`Handle::try_send`]).
+    pub(crate) fn waits_for_answer(&self) -> bool {
+        matches!(self.reply, Reply::Try(_))
+    }
+
+    /// Takes the payload out, to hand it to the core.
+    pub(crate) fn take_payload(&mut self) -> Bytes {
+        std::mem::take(&mut self.payload)
+    }
+
+    /// The message is in the core's queue: a waiting sender hears so; the acknowledgement
+    /// is to come through the returned end.
+    pub(crate) fn queued(self) -> Ack {
+        if let Reply::Try(r) = self.reply {
+            let _ = r.send(Ok(()));
+        }
+        self.ack
+    }
+
+    /// Tells the sender that the message was refused: through its answer if it waits for
+    /// one, otherwise through its receipt.
+    pub(crate) fn refuse(self, e: Error) {
+        match self.reply {
+            Reply::None => self.ack.resolve(Err(ReceiptError::Refused(e))),
+            Reply::Try(r) => {
+                let _ = r.send(Err(e));
+            }
+        }
+    }
+
+    /// The message is given up at its deadline before it reached the core: certainly not
+    /// delivered.
+    pub(crate) fn give_up(self) {
+        self.queued().resolve(Err(ReceiptError::NotDelivered));
+    }
 }
 
 /// A command from a handle to the driver task.
@@ -204,23 +242,45 @@ impl Future for Receipt {
 /// [`Endpoint`](super::Endpoint) dereferences to its handle.
 #[derive(Debug, Clone)]
 pub struct Handle {
-    pub(crate) id: NodeId,
-    pub(crate) local_addr: SocketAddr,
-    pub(crate) public_key: Option<PublicKey>,
+    id: NodeId,
+    local_addr: SocketAddr,
+    public_key: Option<PublicKey>,
     /// The driver shards, at least one; a peer belongs to `shards[shard_of(peer)]`.
-    pub(crate) shards: Arc<[ShardLink]>,
+    shards: Arc<[ShardLink]>,
 }
 
 /// A handle's way to one driver shard: its command channel and the state it shares.
 #[derive(Debug)]
 pub(crate) struct ShardLink {
-    pub(crate) cmds: mpsc::UnboundedSender<Command>,
-    pub(crate) shared: Arc<Shared>,
+    cmds: mpsc::UnboundedSender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl ShardLink {
+    pub(crate) fn new(cmds: mpsc::UnboundedSender<Command>, shared: Arc<Shared>) -> ShardLink {
+        ShardLink { cmds, shared }
+    }
 }
 
 pub(crate) use super::steering::shard_of;
 
 impl Handle {
+    /// The handle of an endpoint with node id `id` at `local_addr`, driven by `shards`
+    /// (at least one).
+    pub(crate) fn new(
+        id: NodeId,
+        local_addr: SocketAddr,
+        public_key: Option<PublicKey>,
+        shards: Vec<ShardLink>,
+    ) -> Handle {
+        Handle {
+            id,
+            local_addr,
+            public_key,
+            shards: shards.into(),
+        }
+    }
+
     /// The shard that owns `peer`.
     fn shard(&self, peer: NodeId) -> &ShardLink {
         &self.shards[shard_of(peer, self.shards.len())]
@@ -269,7 +329,7 @@ impl Handle {
     /// so a `send` dropped before it returned sent nothing, and one that returned its
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.send_deadline(to, payload.into(), self.first().shared.default_deadline)
+        self.send_deadline(to, payload.into(), self.first().shared.default_deadline())
             .await
     }
 
@@ -304,13 +364,9 @@ impl Handle {
             return Err(Error::Closed);
         }
         let weight = shard.shared.credit_weight(payload.len());
-        let credit = shard
-            .shared
-            .credits
-            .acquire_many(weight)
-            .await
-            .map_err(|_| Error::Closed)?;
-        credit.forget();
+        if !shard.shared.take_credits(weight).await {
+            return Err(Error::Closed);
+        }
         self.hand_over(to, payload, Reply::None, deadline)
     }
 
@@ -335,7 +391,7 @@ impl Handle {
         I: IntoIterator,
         I::Item: Into<Bytes>,
     {
-        let within = self.first().shared.default_deadline;
+        let within = self.first().shared.default_deadline();
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
         for p in &payloads {
@@ -355,14 +411,10 @@ impl Handle {
             .iter()
             .map(|p| shard.shared.credit_weight(p.len()) as usize)
             .sum::<usize>()
-            .clamp(1, shard.shared.send_buffer);
-        let permit = shard
-            .shared
-            .credits
-            .acquire_many(credits as u32)
-            .await
-            .map_err(|_| Error::Closed)?;
-        permit.forget();
+            .clamp(1, shard.shared.send_buffer());
+        if !shard.shared.take_credits(credits as u32).await {
+            return Err(Error::Closed);
+        }
         let first = self.first().shared.next_ids(payloads.len() as u64);
         let (receipt, slots) = receipts::batch(to, first, payloads.len());
         let messages = payloads
@@ -400,7 +452,7 @@ impl Handle {
         let deadline = self
             .first()
             .shared
-            .default_deadline
+            .default_deadline()
             .map(|w| tokio::time::Instant::now().into_std() + w);
         let receipt = self.hand_over(to, payload, Reply::Try(reply), deadline)?;
         answer.await.map_err(|_| Error::Closed)??;
@@ -419,7 +471,7 @@ impl Handle {
         if !shared.is_known(to) {
             return Err(Error::UnknownPeer(to));
         }
-        let max = shared.max_payload;
+        let max = shared.max_payload();
         if payload.len() > max {
             let len = payload.len();
             return Err(SendError::PayloadTooLarge { len, max }.into());
@@ -485,13 +537,13 @@ impl Handle {
     /// any datagram from it, true again at its next datagram. Being unreachable drops
     /// nothing: messages are retried until acknowledged or their deadline passes.
     pub fn is_reachable(&self, peer: NodeId) -> bool {
-        !self.first().shared.unreachable.borrow().contains(&peer)
+        !self.first().shared.is_unreachable(peer)
     }
 
     /// A watch of the peers currently unreachable (see [`is_reachable`](Self::is_reachable)):
     /// `changed().await` on it wakes at every change.
     pub fn unreachable_peers(&self) -> tokio::sync::watch::Receiver<BTreeSet<NodeId>> {
-        self.first().shared.unreachable.subscribe()
+        self.first().shared.watch_unreachable()
     }
 
     /// The counters, or `None` if the endpoint has stopped.

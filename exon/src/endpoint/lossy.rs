@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::{DatagramSocket, RecvMeta};
+use super::socket::DatagramSocket;
+use super::socket::RecvMeta;
 
 /// Fault rates applied to outgoing datagrams by a [`LossySocket`], each a probability in
 /// `0.0..=1.0`. Start from `Faults::default()` and set the fields to change (the struct is

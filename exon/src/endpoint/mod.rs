@@ -64,19 +64,25 @@ mod batch;
 mod commands;
 mod config;
 mod cookies;
+mod delivery;
 mod driver;
 mod error;
 mod handle;
-mod io;
 mod lossy;
+mod message;
+mod paths;
 mod peers;
 mod receipts;
+mod receive;
+mod route;
 mod seqmap;
 mod shared;
 mod socket;
 mod steering;
 mod store;
+mod store_jobs;
 mod trace;
+mod transmit;
 #[cfg(feature = "serde")]
 mod typed;
 
@@ -85,7 +91,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -96,6 +101,7 @@ pub use cookies::CookieStats;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
+pub use message::Message;
 pub use receipts::{BatchReceipt, BatchVerdicts};
 pub use socket::{DatagramSocket, RecvMeta};
 pub use steering::shard_of;
@@ -106,71 +112,6 @@ pub use typed::{decode, encode, PayloadError};
 
 use crate::proto::{Identity, Node, NodeId, Security};
 use shared::Shared;
-
-/// A message delivered exactly once, with its sender's node id.
-///
-/// By default, taking it from [`Endpoint::recv`] acknowledges it. With
-/// [`EndpointConfig::ack_after_processing`], it is acknowledged only when the application
-/// calls [`ack`](Self::ack) (after processing it); one dropped without `ack` is never
-/// acknowledged (its sender sees it as unacknowledged or in doubt) and keeps taking one of
-/// the receiver's [`Config::max_untaken`](crate::proto::Config::max_untaken) places.
-#[derive(Debug, Clone)]
-pub struct Message {
-    /// The sending node.
-    pub from: NodeId,
-    /// The payload.
-    pub payload: Bytes,
-    /// How to acknowledge it, in ack-after-processing mode.
-    acker: Option<Acker>,
-}
-
-impl PartialEq for Message {
-    /// Compares sender and payload.
-    fn eq(&self, other: &Self) -> bool {
-        (self.from, &self.payload) == (other.from, &other.payload)
-    }
-}
-
-impl Eq for Message {}
-
-impl Message {
-    pub(crate) fn new(from: NodeId, payload: Bytes, acker: Option<Acker>) -> Message {
-        Message {
-            from,
-            payload,
-            acker,
-        }
-    }
-
-    /// Acknowledges the message to its sender, whose receipt then resolves `Ok`: call it
-    /// once the message is processed. Needed only with
-    /// [`EndpointConfig::ack_after_processing`]; otherwise (the message was acknowledged
-    /// when taken) it does nothing. Acknowledging twice does nothing more.
-    pub fn ack(&self) {
-        if let Some(a) = &self.acker {
-            a.shared.ack(a.id);
-        }
-    }
-}
-
-/// The acknowledgement handle of a message in ack-after-processing mode.
-#[derive(Clone)]
-pub(crate) struct Acker {
-    shared: Arc<Shared>,
-    id: crate::proto::DeliveryId,
-}
-
-impl Acker {
-    pub(crate) fn new(shared: Arc<Shared>, id: crate::proto::DeliveryId) -> Acker {
-        Acker { shared, id }
-    }
-}
-
-impl std::fmt::Debug for Acker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acker").field("id", &self.id).finish()
-    }
-}
 
 /// An exactly-once messaging endpoint: a node id bound to a datagram socket.
 ///
@@ -546,10 +487,10 @@ impl Builder {
             let shared = SharedStore::new(store, clock);
             (0..n).map(|_| Box::new(shared.clone()) as _).collect()
         };
-        let mut routes: Vec<Option<driver::Route>> = if n == 1 {
+        let mut routes: Vec<Option<route::Route>> = if n == 1 {
             vec![None]
         } else {
-            driver::Route::mesh(n).into_iter().map(Some).collect()
+            route::Route::mesh(n).into_iter().map(Some).collect()
         };
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let mut links = Vec::with_capacity(n);
@@ -570,12 +511,7 @@ impl Builder {
                 tracing::info_span!("endpoint", id = %self.id, addr = %local_addr, shard = i)
             };
             span.in_scope(|| tracing::info!(clock, "endpoint bound"));
-            let channels = driver::Channels {
-                cmds: cmd_rx,
-                deliver: tx,
-                shared: shared.clone(),
-                route: routes[i].take(),
-            };
+            let channels = driver::Channels::new(cmd_rx, tx, shared.clone(), routes[i].take());
             let store = stores.remove(0);
             let driver = driver::Driver::new(node, socket, self.config.clone(), channels, store);
             tokio::spawn(driver.run().instrument(span));
@@ -584,18 +520,10 @@ impl Builder {
                 shared: shared.clone(),
                 done: false,
             });
-            links.push(handle::ShardLink {
-                cmds: cmd_tx,
-                shared,
-            });
+            links.push(handle::ShardLink::new(cmd_tx, shared));
         }
         Ok(Endpoint {
-            handle: Handle {
-                id: self.id,
-                local_addr,
-                public_key,
-                shards: links.into(),
-            },
+            handle: Handle::new(self.id, local_addr, public_key, links),
             rx: receivers,
             next: 0,
         })

@@ -10,7 +10,8 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use super::{Error, ReceiptError};
+use super::error::Error;
+use super::error::ReceiptError;
 use crate::proto::{MsgId, NodeId};
 
 /// Where the driver sends a message's verdict.

@@ -15,9 +15,9 @@ use crate::proto::{MsgId, NodeId};
 #[derive(Debug)]
 pub(crate) struct Shared {
     /// Largest payload the core accepts.
-    pub(crate) max_payload: usize,
+    max_payload: usize,
     /// Deadline of sends that give none.
-    pub(crate) default_deadline: Option<std::time::Duration>,
+    default_deadline: Option<std::time::Duration>,
     /// Set once the endpoint closes: new sends are refused at once.
     closing: AtomicBool,
     /// The next message id handed out.
@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     room: Notify,
     /// Credits for sends that do not wait for the driver: one per send command in the
     /// channel, returned when the driver takes it. Closed when the endpoint closes.
-    pub(crate) credits: Semaphore,
+    credits: Semaphore,
     /// The number of credits there are (see [`Shared::credit_weight`]).
     credit_cap: usize,
     /// Delivered messages the application took from the endpoint, counted in channel order
@@ -38,7 +38,7 @@ pub(crate) struct Shared {
     /// from then on nothing more is taken (or acknowledged).
     taken: AtomicU64,
     /// Notified when the application takes a message.
-    pub(crate) taken_notify: Notify,
+    taken_notify: Notify,
     /// Node ids with a known address (added, or learned from their datagrams): a send to
     /// any other fails at once.
     known: Mutex<PeerSet>,
@@ -50,9 +50,9 @@ pub(crate) struct Shared {
     acked: Mutex<Vec<crate::proto::DeliveryId>>,
     /// Peers reported unreachable, published to watchers (one set for every shard of an
     /// endpoint: each shard adds and removes only the peers it owns).
-    pub(crate) unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
+    unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
     /// The size of the send buffer (the credits' total).
-    pub(crate) send_buffer: usize,
+    send_buffer: usize,
 }
 
 /// Bytes of payload one send credit stands for.
@@ -101,6 +101,52 @@ impl Shared {
             unreachable,
             send_buffer: send_buffer.max(1),
         }
+    }
+
+    /// Largest payload the core accepts.
+    pub(crate) fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    /// Deadline of sends that give none.
+    pub(crate) fn default_deadline(&self) -> Option<std::time::Duration> {
+        self.default_deadline
+    }
+
+    /// The size of the send buffer, in credits.
+    pub(crate) fn send_buffer(&self) -> usize {
+        self.send_buffer
+    }
+
+    /// Takes `n` send credits, waiting for them; false once the endpoint is closing.
+    pub(crate) async fn take_credits(&self, n: u32) -> bool {
+        match self.credits.acquire_many(n).await {
+            Ok(permit) => {
+                permit.forget();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Gives back `n` credits (the driver took their sends from the channel).
+    pub(crate) fn return_credits(&self, n: usize) {
+        self.credits.add_permits(n);
+    }
+
+    /// Wakes when the application takes a message (or acknowledges one).
+    pub(crate) fn taken_notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.taken_notify.notified()
+    }
+
+    /// Whether `peer` is reported unreachable.
+    pub(crate) fn is_unreachable(&self, peer: NodeId) -> bool {
+        self.unreachable.borrow().contains(&peer)
+    }
+
+    /// A watch of the peers reported unreachable.
+    pub(crate) fn watch_unreachable(&self) -> tokio::sync::watch::Receiver<BTreeSet<NodeId>> {
+        self.unreachable.subscribe()
     }
 
     /// Credits a send of `len` bytes takes: one per started 64 KiB, so that the channel to
@@ -262,7 +308,13 @@ impl Shared {
 
 /// Closes the shared state when the driver goes away, however it goes (a dropped runtime
 /// included), so that no sender waits for credits forever.
-pub(crate) struct CloseOnDrop(pub(crate) Arc<Shared>);
+pub(crate) struct CloseOnDrop(Arc<Shared>);
+
+impl CloseOnDrop {
+    pub(crate) fn new(shared: Arc<Shared>) -> CloseOnDrop {
+        CloseOnDrop(shared)
+    }
+}
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {

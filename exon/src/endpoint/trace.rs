@@ -66,17 +66,6 @@ impl Default for Throttle {
     }
 }
 
-/// The driver's rate-limited warnings, one throttle per cause.
-#[derive(Debug, Default)]
-pub(crate) struct Warnings {
-    /// A send to a peer whose address is not known.
-    pub(crate) no_address: Throttle,
-    /// A delivered message discarded because the application dropped its receiver.
-    pub(crate) receiver_dropped: Throttle,
-    /// A message in doubt because its receiver restarted.
-    pub(crate) in_doubt: Throttle,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,10 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{Error, Handle, Message, Receipt};
+use super::error::Error;
+use super::handle::Handle;
+use super::handle::Receipt;
+use super::message::Message;
 use crate::proto::NodeId;
 
 /// Why a typed payload could not be encoded or decoded.

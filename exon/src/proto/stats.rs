@@ -1,44 +1,7 @@
 //! Counters a node keeps: traffic by frame type, retransmissions, duplicates, rejects by reason.
 
 use crate::proto::{DecodeError, Frame};
-
-/// Defines a struct of counters (with its attributes and documentation) and generates its
-/// `merge` (each counter summed, `[max]` ones kept at the larger value, `[nested]` ones
-/// merged in turn) and `sum_of_counters` (the sum of its `[sum]` counters), so that no
-/// counter can be left out of either.
-macro_rules! counters {
-    (
-        $(#[$meta:meta])*
-        pub struct $name:ident {
-            $( $(#[$fmeta:meta])* pub $field:ident: $ty:ty [$how:ident], )*
-        }
-    ) => {
-        $(#[$meta])*
-        pub struct $name {
-            $( $(#[$fmeta])* pub $field: $ty, )*
-        }
-
-        impl $name {
-            /// Adds `other`'s counts to these (counters of several nodes, such as the shards
-            /// of one endpoint, summed; largest values kept).
-            pub fn merge(&mut self, other: &$name) {
-                $( counters!(@merge $how, self.$field, other.$field); )*
-            }
-
-            /// Sum of the plain counters (nested groups and largest values left out).
-            #[allow(dead_code)]
-            pub(crate) fn sum_of_counters(&self) -> u64 {
-                0 $( + counters!(@total $how, self.$field) )*
-            }
-        }
-    };
-    (@merge sum, $a:expr, $b:expr) => { $a += $b };
-    (@merge max, $a:expr, $b:expr) => { $a = $a.max($b) };
-    (@merge nested, $a:expr, $b:expr) => { $a.merge(&$b) };
-    (@total sum, $a:expr) => { $a };
-    (@total max, $a:expr) => { 0 };
-    (@total nested, $a:expr) => { 0 };
-}
+use crate::counters::counters;
 
 counters! {
     /// Frames counted by type.

@@ -1,0 +1,129 @@
+//! The simulated applications: each submits its workload's messages, takes what was
+//! delivered to it, and gives messages up at their deadlines; the oracle sees all of it.
+
+use bytes::Bytes;
+use exon::proto::{Abandoned, MsgId};
+
+use super::host::node_id;
+use super::queue::{nanos, What};
+use super::Sim;
+use crate::workload::{write_payload, Kind, MsgKey};
+
+impl Sim {
+    /// The application of node `i` takes every message in its buffer: the oracle sees the
+    /// hand-over, the node acknowledges them.
+    pub(super) fn take(&mut self, i: usize) {
+        self.hosts[i].take_scheduled = false;
+        let inbox = std::mem::take(&mut self.hosts[i].inbox);
+        if inbox.is_empty() {
+            return;
+        }
+        let now = self.instant();
+        for (id, from, payload) in inbox {
+            if let Some(node) = self.hosts[i].node.as_mut() {
+                node.handle_taken(now, id);
+            }
+            if let Some((_, Kind::Request)) = self.oracle.on_taken(i, &payload, self.now) {
+                self.hosts[i].replies.push(from);
+                self.schedule_pump(i, self.now);
+            }
+        }
+        self.drain(i);
+    }
+
+    /// Message `id` of node `i` reached its deadline: the node gives it up (if it is still
+    /// the incarnation that sent it) and the oracle checks the verdict.
+    pub(super) fn give_up(&mut self, i: usize, to: usize, id: MsgId, boot: u32) {
+        if self.hosts[i].restarts != boot {
+            return;
+        }
+        let now = self.instant();
+        let Some(node) = self.hosts[i].node.as_mut() else {
+            return;
+        };
+        let Some(verdict) = node.abandon(now, node_id(to), id) else {
+            return; // settled already
+        };
+        let key = self.key_of(i, id);
+        self.oracle
+            .on_abandoned(key, verdict == Abandoned::NotDelivered, self.now);
+        self.drain(i);
+    }
+
+    /// The application of node `i` submits what it owes and what its quota allows.
+    pub(super) fn pump(&mut self, i: usize) {
+        self.hosts[i].pump_scheduled = false;
+        let n = self.hosts.len();
+        let wl = self.sc.workload.clone();
+        let Some(node) = self.hosts[i].node.as_ref() else {
+            return; // resumed by the restart
+        };
+        // Plan destinations: owed replies first, then new messages.
+        self.plan.clear();
+        let mut kinds = 0;
+        for &to in self.hosts[i].replies.iter().take(wl.burst) {
+            if node.pending_to(node_id(to)) >= wl.max_pending {
+                break;
+            }
+            self.plan.push(to);
+            kinds += 1;
+        }
+        let quota = self.hosts[i].quota.min((wl.burst - self.plan.len()) as u64);
+        for _ in 0..quota {
+            let to = wl.pick(i, n, &mut self.rng);
+            if node.pending_to(node_id(to)) >= wl.max_pending {
+                break;
+            }
+            self.plan.push(to);
+        }
+        if !self.plan.is_empty() {
+            let first = self.oracle.next_seq(i);
+            let now = self.instant();
+            let plan = std::mem::take(&mut self.plan);
+            let mut sent = 0;
+            for (j, &to) in plan.iter().enumerate() {
+                // One allocation per message: a queued or unacknowledged message keeps only
+                // its own payload alive, never a buffer shared with the rest of its burst.
+                let kind = if j < kinds { Kind::Reply } else { wl.kind() };
+                let key = MsgKey {
+                    sender: i as u32,
+                    seq: first + j as u64,
+                };
+                let len = wl.len_of(key);
+                let mut p = Vec::with_capacity(len);
+                write_payload(&mut p, key, kind, len);
+                let p = Bytes::from(p);
+                let Some(node) = self.hosts[i].node.as_mut() else {
+                    break;
+                };
+                match node.send(now, node_id(to), p) {
+                    Ok(id) => {
+                        let key = self.oracle.on_submit(i, to, self.now);
+                        debug_assert_eq!(id.0 as usize, self.hosts[i].msg_keys.len());
+                        self.hosts[i].msg_keys.push(key.seq);
+                        sent += 1;
+                        if let Some(d) = self.sc.deadline {
+                            let what = What::GiveUp {
+                                node: i as u32,
+                                to: to as u32,
+                                id: id.0,
+                                boot: self.hosts[i].restarts,
+                            };
+                            self.queue.push(self.now + nanos(d), what);
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+            let replies = sent.min(kinds);
+            self.hosts[i].replies.drain(..replies);
+            self.hosts[i].quota -= (sent - replies) as u64;
+            self.plan = plan;
+            if sent > 0 {
+                self.last_activity = self.now;
+            }
+            self.drain(i);
+        }
+        self.schedule_pump(i, self.now + nanos(wl.interval));
+    }
+}

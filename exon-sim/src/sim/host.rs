@@ -1,0 +1,69 @@
+//! One simulated host: its node (absent while crashed) and its application's state.
+
+use bytes::Bytes;
+use exon::proto::{DeliveryId, Node, NodeId};
+
+/// One simulated host: the node (absent while crashed) and its application.
+pub(crate) struct Host {
+    pub(crate) node: Option<Node>,
+    /// The clock high-water mark confirmed stored.
+    pub(crate) stored_hw: u64,
+    /// Simulation sequence number of each `MsgId` of the current node incarnation.
+    pub(crate) msg_keys: Vec<u64>,
+    /// Messages still to submit on the workload's initiative.
+    pub(crate) quota: u64,
+    /// RPC replies owed: (requester, request).
+    pub(crate) replies: Vec<usize>,
+    pub(crate) timer_at: Option<u64>,
+    pub(crate) pump_scheduled: bool,
+    pub(crate) restarts: u32,
+    /// The clock this incarnation started from: every receiver incarnation (`rck`) it
+    /// creates is at least this.
+    pub(crate) boot_clock: u64,
+    /// Deliveries in the application's buffer, not yet taken: (delivery, source, payload).
+    pub(crate) inbox: Vec<(DeliveryId, usize, Bytes)>,
+    pub(crate) take_scheduled: bool,
+}
+
+impl Host {
+    /// A host with no node yet, whose application is to submit `quota` messages.
+    pub(crate) fn new(quota: u64) -> Host {
+        Host {
+            node: None,
+            stored_hw: 0,
+            msg_keys: Vec::new(),
+            quota,
+            replies: Vec::new(),
+            timer_at: None,
+            pump_scheduled: false,
+            restarts: 0,
+            boot_clock: 0,
+            inbox: Vec::new(),
+            take_scheduled: false,
+        }
+    }
+
+    /// Whether the application has messages to submit.
+    pub(crate) fn has_traffic(&self) -> bool {
+        self.quota > 0 || !self.replies.is_empty()
+    }
+
+    /// Crashes the host (node and application, with what was in its buffer). False if it
+    /// was down already.
+    pub(crate) fn crash(&mut self) -> bool {
+        if self.node.take().is_none() {
+            return false;
+        }
+        self.restarts += 1;
+        self.replies.clear();
+        // The application crashed with these messages in its buffer.
+        self.inbox.clear();
+        self.timer_at = None;
+        true
+    }
+}
+
+/// The node id of host `i`.
+pub(crate) fn node_id(i: usize) -> NodeId {
+    NodeId::from_const(i as u64 + 1)
+}

@@ -1,0 +1,252 @@
+//! The simulated nodes: booting one, handing it datagrams and timeouts, draining its
+//! outputs (datagrams onto the links, events to its application), and checking that its
+//! state stays bounded.
+
+use bytes::Bytes;
+use exon::proto::crypto::insecure_test_security;
+use exon::proto::{Event, MsgId, Node, Output, Security};
+
+use super::host::node_id;
+use super::queue::{nanos, What};
+use super::Sim;
+use crate::oracle::ViolationKind;
+use crate::workload::MsgKey;
+
+impl Sim {
+    /// Creates node `i` from `clock` and starts its application.
+    pub(super) fn boot(&mut self, i: usize, clock: u64) {
+        let security = if self.sc.plaintext {
+            Security::InsecurePlaintext
+        } else {
+            let all = (0..self.sc.nodes).map(node_id);
+            insecure_test_security(node_id(i), all)
+        };
+        let mut node =
+            Node::new(node_id(i), security, self.sc.config.clone(), clock).expect("valid config");
+        if let Some(hook) = &self.sc.node_hook {
+            hook(i, &mut node);
+        }
+        let h = &mut self.hosts[i];
+        h.node = Some(node);
+        h.stored_hw = clock;
+        h.boot_clock = clock;
+        h.msg_keys.clear();
+        h.timer_at = None;
+        self.drain(i);
+        self.schedule_pump(i, self.now);
+    }
+
+    /// Schedules node `i`'s application to submit at `t`, if it has messages to and is not
+    /// scheduled already.
+    pub(super) fn schedule_pump(&mut self, i: usize, t: u64) {
+        let h = &mut self.hosts[i];
+        if !h.pump_scheduled && h.has_traffic() {
+            h.pump_scheduled = true;
+            self.queue.push(t, What::Pump(i as u32));
+        }
+    }
+
+    /// A datagram arrives at node `to` (dropped if it is down).
+    pub(super) fn on_datagram(&mut self, to: usize, data: Bytes) {
+        let now = self.instant();
+        let Some(node) = self.hosts[to].node.as_mut() else {
+            self.dropped_at_host += 1;
+            return;
+        };
+        // The node heard from the source when it acted on the datagram's frames (a frame it
+        // refused does not make the rest unheard), as its deaf schedule counts it.
+        let src = exon::proto::Header::decode_prefix(&data)
+            .ok()
+            .map(|(h, _)| h.src);
+        let frames_before = node.stats().frames_in.total();
+        node.handle_datagram(now, data);
+        if node.stats().frames_in.total() > frames_before {
+            if let Some(from) = src.and_then(|s| (s.get() as usize).checked_sub(1)) {
+                self.deaf.on_heard(to, from);
+            }
+        }
+        self.drain(to);
+    }
+
+    /// Node `i`'s timer set for `t` goes off (unless superseded).
+    pub(super) fn on_timer(&mut self, i: usize, t: u64) {
+        if self.hosts[i].timer_at != Some(t) {
+            return; // superseded
+        }
+        self.hosts[i].timer_at = None;
+        let now = self.instant();
+        let Some(node) = self.hosts[i].node.as_mut() else {
+            return;
+        };
+        if node.poll_timeout().is_some_and(|d| d <= now) {
+            node.handle_timeout(now);
+        }
+        self.drain(i);
+    }
+
+    /// Drains every output of node `i` with [`Node::poll_output`]: clock stores,
+    /// datagrams, events; then re-arms its timer, checks its bounds, routes the datagrams
+    /// and hands the events to its application.
+    pub(super) fn drain(&mut self, i: usize) {
+        let now = self.instant();
+        let host = &mut self.hosts[i];
+        let Some(node) = host.node.as_mut() else {
+            return;
+        };
+        let timer = loop {
+            match node.poll_output(now, &mut self.buf) {
+                Output::StoreClock(hw) => {
+                    host.stored_hw = hw;
+                    node.handle_clock_stored(now, hw);
+                }
+                Output::Transmit(t) => {
+                    let off = self.buf.len() - t.size;
+                    self.out.push((t.destination.get() as usize, off, t.size));
+                }
+                Output::Event(e) => self.app_events.push(e),
+                Output::Timeout(at) => break at,
+            }
+        };
+        if let Some(t) = timer {
+            let t = nanos(t.saturating_duration_since(self.base)).max(self.now);
+            if host.timer_at.is_none_or(|old| t < old) {
+                host.timer_at = Some(t);
+                self.queue.push(t, What::Timer(i as u32));
+            }
+        }
+        self.check_bounds(i);
+        if !self.out.is_empty() {
+            // Each datagram gets its own buffer: a datagram held on a link (a late duplicate)
+            // keeps only its own bytes alive, not every datagram drained with it.
+            let mut out = std::mem::take(&mut self.out);
+            for &(dst, off, size) in &out {
+                let data = Bytes::copy_from_slice(&self.buf[off..off + size]);
+                if dst == 0 || dst > self.hosts.len() {
+                    self.dropped_at_host += 1;
+                } else {
+                    if let Some(f) = self.deaf.on_sent(i, dst - 1, size, self.now) {
+                        let what = format!(
+                            "node{i} sent node{} {} datagrams, {} bytes within {:?}, silent for {:?}",
+                            f.to,
+                            f.datagrams,
+                            f.bytes,
+                            crate::deafness::WINDOW,
+                            f.silent_for
+                        );
+                        self.oracle
+                            .violate(ViolationKind::DeafFlood, None, self.now, what);
+                    }
+                    self.route(i, dst - 1, data);
+                }
+            }
+            out.clear();
+            self.out = out;
+            self.buf.clear();
+        } else {
+            self.buf.clear();
+        }
+        if !self.app_events.is_empty() {
+            let mut evs = std::mem::take(&mut self.app_events);
+            for e in evs.drain(..) {
+                self.app_event(i, e);
+            }
+            self.app_events = evs;
+        }
+    }
+
+    /// The workload's key of message `id` of node `i`'s current incarnation.
+    pub(super) fn key_of(&self, i: usize, id: MsgId) -> MsgKey {
+        MsgKey {
+            sender: i as u32,
+            seq: self.hosts[i].msg_keys[id.0 as usize],
+        }
+    }
+
+    /// Hands one event of node `i` to its application (and the oracle).
+    pub(super) fn app_event(&mut self, i: usize, e: Event) {
+        match e {
+            Event::Delivered { from, payload, id } => {
+                let from = from.get() as usize - 1;
+                if let Some((key, _)) = self.oracle.on_delivered(i, from, &payload, self.now) {
+                    if !crate::workload::is_whole(&payload, key, self.sc.workload.len_of(key)) {
+                        self.oracle.violate(
+                            ViolationKind::Corrupted,
+                            Some(key),
+                            self.now,
+                            format!("node{i} delivered {} bytes, not the message", payload.len()),
+                        );
+                    }
+                    self.hosts[i].inbox.push((id, from, payload));
+                    if self.sc.take_delay.is_zero() {
+                        self.take(i);
+                    } else if !self.hosts[i].take_scheduled {
+                        self.hosts[i].take_scheduled = true;
+                        let t = self.now + nanos(self.sc.take_delay);
+                        self.last_activity = self.last_activity.max(t);
+                        self.queue.push(t, What::Take(i as u32));
+                    }
+                }
+            }
+            Event::Acknowledged { id, .. } => {
+                let key = self.key_of(i, id);
+                self.oracle.on_acked(key, self.now);
+            }
+            Event::InDoubt { id, .. } => {
+                let key = self.key_of(i, id);
+                self.oracle.on_in_doubt(key, self.now);
+            }
+            Event::NotDelivered { id, .. } => {
+                let key = self.key_of(i, id);
+                self.oracle.on_abandoned(key, true, self.now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks the bounded-state property of node `i`.
+    pub(super) fn check_bounds(&mut self, i: usize) {
+        let Some(node) = self.hosts[i].node.as_ref() else {
+            return;
+        };
+        let c = node.config();
+        let s = node.sender_records();
+        let r = node.receiver_records();
+        let mut what = Vec::new();
+        if s > c.max_sender_records {
+            what.push(format!("{s} sender records"));
+        }
+        if r > c.max_receiver_records {
+            what.push(format!("{r} receiver records"));
+        }
+        if node.bytes_queued() > c.max_queued_bytes {
+            what.push(format!("{} bytes queued", node.bytes_queued()));
+        }
+        if node.tokens_in_flight() as u64 > c.window * s as u64 {
+            what.push(format!("{} tokens", node.tokens_in_flight()));
+        }
+        if node.messages_queued() > c.max_queued_per_peer * s {
+            what.push(format!("{} messages queued", node.messages_queued()));
+        }
+        if r > 0 {
+            let slots = node.slots_held();
+            if slots > c.max_slots_per_record.saturating_mul(r as u64) {
+                what.push(format!("{slots} slots"));
+            }
+        }
+        let granted = node.reassembly_granted();
+        if granted > c.max_reassembly_bytes || node.reassembly_in_use() > granted {
+            what.push(format!(
+                "{} bytes of reassembly memory in use, {granted} granted",
+                node.reassembly_in_use()
+            ));
+        }
+        if !what.is_empty() {
+            self.oracle.violate(
+                ViolationKind::Unbounded,
+                None,
+                self.now,
+                format!("node{i} holds {}", what.join(", ")),
+            );
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! The report of a run, made from the simulator's state at its end.
+
+use std::time::Duration;
+
+use super::Sim;
+use crate::report::Report;
+
+impl Sim {
+    /// The report of the run as it stands: `idle_nodes` idle, `pending_events` left.
+    pub(super) fn report(&self, idle_nodes: usize, pending_events: usize) -> Report {
+        let o = self.oracle();
+        let mut r = Report {
+            seed: self.scenario().seed,
+            nodes: self.scenario().nodes,
+            messages: o.submitted(),
+            delivered: o.delivered,
+            duplicates: o.duplicates,
+            lost: o.lost,
+            lost_by_restart: o.lost_by_restart,
+            acked: o.acked,
+            in_doubt: o.in_doubt,
+            not_delivered: o.not_delivered,
+            expired_in_doubt: o.expired_in_doubt,
+            violation_count: o.violation_count(),
+            violations: o.violations().to_vec(),
+            idle_nodes,
+            pending_events,
+            events: self.events(),
+            virtual_time: self.now(),
+            done_at: self.now().min(Duration::from_nanos(o.last_ack_at)),
+            restarts: self.hosts.iter().map(|h| h.restarts).sum(),
+            datagrams: 0,
+            link_drops: 0,
+            too_big: 0,
+            link_dups: 0,
+            retransmissions: self.node_stats().map(|s| s.retransmissions).sum(),
+            spurious_retransmissions: self.node_stats().map(|s| s.spurious_retransmissions).sum(),
+            bad_tags: self.node_stats().map(|s| s.rejects.bad_tag).sum(),
+        };
+        for l in self.links() {
+            let s = l.stats();
+            r.datagrams += s.offered;
+            r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops;
+            r.too_big += s.too_big;
+            r.link_dups += s.duplicated;
+        }
+        r
+    }
+}

@@ -1,0 +1,140 @@
+//! The driver's hand-over of delivered messages to the application: the delivery channel,
+//! the messages waiting for room in it, and the takes reported back to the node.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::message::Message;
+use super::shared::Shared;
+use crate::proto::{DeliveryId, Node};
+
+/// Delivered messages on their way to the application.
+pub(crate) struct Handover {
+    deliver: mpsc::Sender<Message>,
+    /// Delivered messages not yet in the delivery channel (it was full).
+    pending: VecDeque<(Message, DeliveryId)>,
+    /// The deliveries in the channel, in its order: the first `Shared::taken` of all those
+    /// ever put in were taken by the application.
+    handed: VecDeque<DeliveryId>,
+    /// Takes already reported to the node.
+    taken_seen: u64,
+    /// Deliveries discarded because the receiving end was dropped (never acknowledged).
+    discarded: usize,
+    /// Reused for the application's acknowledgements (ack-after-processing mode).
+    acked_scratch: Vec<DeliveryId>,
+    /// The channel is full with messages pending (counted once per stall).
+    stalled: bool,
+    /// Whether taking a message acknowledges it (else the application's `ack` does).
+    ack_on_take: bool,
+}
+
+/// Room for one message in the delivery channel, or the channel closed.
+pub(crate) type Permit = Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>;
+
+impl Handover {
+    pub(crate) fn new(deliver: mpsc::Sender<Message>, ack_after_processing: bool) -> Handover {
+        Handover {
+            deliver,
+            pending: VecDeque::new(),
+            handed: VecDeque::new(),
+            taken_seen: 0,
+            discarded: 0,
+            acked_scratch: Vec::new(),
+            stalled: false,
+            ack_on_take: !ack_after_processing,
+        }
+    }
+
+    /// Queues a message the node delivered.
+    pub(crate) fn push(&mut self, m: Message, id: DeliveryId) {
+        self.pending.push_back((m, id));
+    }
+
+    /// Whether every delivered message is in the channel: the socket is read only then.
+    pub(crate) fn is_clear(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Whether nothing more can be handed over: all of it is in the channel, or nobody
+    /// receives.
+    pub(crate) fn is_done(&self) -> bool {
+        self.pending.is_empty() || self.deliver.is_closed()
+    }
+
+    /// Delivered messages the application never took.
+    pub(crate) fn undelivered(&self) -> usize {
+        self.pending.len() + self.handed.len() + self.discarded
+    }
+
+    /// Room for the next pending message, to wait for (`None` when nothing is pending).
+    pub(crate) fn room(&self) -> Option<impl Future<Output = Permit>> {
+        (!self.pending.is_empty()).then(|| self.deliver.clone().reserve_owned())
+    }
+
+    /// Puts the next pending message in the room waited for.
+    pub(crate) fn on_room(&mut self, permit: Permit) {
+        if let Ok(permit) = permit {
+            if let Some((m, id)) = self.pending.pop_front() {
+                self.handed.push_back(id);
+                permit.send(m);
+            }
+        }
+    }
+
+    /// Hands pending messages to the application while the channel has room. Returns
+    /// whether this turn began a stall (the channel full); calls `discarded` for each
+    /// message dropped because nobody receives.
+    pub(crate) fn hand_over(&mut self, mut discarded: impl FnMut()) -> bool {
+        if self.pending.is_empty() {
+            self.stalled = false;
+        }
+        let mut stall = false;
+        while let Some((m, id)) = self.pending.pop_front() {
+            match self.deliver.try_send(m) {
+                Ok(()) => self.handed.push_back(id),
+                Err(mpsc::error::TrySendError::Full(m)) => {
+                    self.pending.push_front((m, id));
+                    if !self.stalled {
+                        self.stalled = true;
+                        stall = true;
+                    }
+                    tracing::trace!("delivery buffer full: socket reads paused");
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    // Never taken, so never acknowledged: its sender does not hear of it
+                    // as delivered.
+                    self.discarded += 1;
+                    discarded();
+                }
+            }
+        }
+        stall
+    }
+
+    /// Reports to the node the messages the application took since the last call (the
+    /// first of `handed`, `taken` in all), or acknowledged in ack-after-processing mode:
+    /// their ACKs may leave now.
+    pub(crate) fn on_taken(&mut self, t: Instant, taken: u64, node: &mut Node, shared: &Shared) {
+        while self.taken_seen < taken {
+            let Some(id) = self.handed.pop_front() else {
+                break;
+            };
+            self.taken_seen += 1;
+            if self.ack_on_take {
+                node.handle_taken(t, id);
+            }
+        }
+        if !self.ack_on_take {
+            let mut acked = std::mem::take(&mut self.acked_scratch);
+            shared.take_acked(&mut acked);
+            for id in acked.drain(..) {
+                node.handle_taken(t, id);
+            }
+            self.acked_scratch = acked;
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! A delivered message, and how the application acknowledges it in ack-after-processing
+//! mode.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::shared::Shared;
+use crate::proto::NodeId;
+
+/// A message delivered exactly once, with its sender's node id.
+///
+/// By default, taking it from [`Endpoint::recv`](super::Endpoint::recv) acknowledges it. With
+/// [`EndpointConfig::ack_after_processing`](super::EndpointConfig::ack_after_processing), it is acknowledged only when the application
+/// calls [`ack`](Self::ack) (after processing it); one dropped without `ack` is never
+/// acknowledged (its sender sees it as unacknowledged or in doubt) and keeps taking one of
+/// the receiver's [`Config::max_untaken`](crate::proto::Config::max_untaken) places.
+#[derive(Debug, Clone)]
+pub struct Message {
+    /// The sending node.
+    pub from: NodeId,
+    /// The payload.
+    pub payload: Bytes,
+    /// How to acknowledge it, in ack-after-processing mode.
+    acker: Option<Acker>,
+}
+
+impl PartialEq for Message {
+    /// Compares sender and payload.
+    fn eq(&self, other: &Self) -> bool {
+        (self.from, &self.payload) == (other.from, &other.payload)
+    }
+}
+
+impl Eq for Message {}
+
+impl Message {
+    pub(crate) fn new(from: NodeId, payload: Bytes, acker: Option<Acker>) -> Message {
+        Message {
+            from,
+            payload,
+            acker,
+        }
+    }
+
+    /// Acknowledges the message to its sender, whose receipt then resolves `Ok`: call it
+    /// once the message is processed. Needed only with
+    /// [`EndpointConfig::ack_after_processing`](super::EndpointConfig::ack_after_processing); otherwise (the message was acknowledged
+    /// when taken) it does nothing. Acknowledging twice does nothing more.
+    pub fn ack(&self) {
+        if let Some(a) = &self.acker {
+            a.shared.ack(a.id);
+        }
+    }
+}
+
+/// The acknowledgement handle of a message in ack-after-processing mode.
+#[derive(Clone)]
+pub(crate) struct Acker {
+    shared: Arc<Shared>,
+    id: crate::proto::DeliveryId,
+}
+
+impl Acker {
+    pub(crate) fn new(shared: Arc<Shared>, id: crate::proto::DeliveryId) -> Acker {
+        Acker { shared, id }
+    }
+}
+
+impl std::fmt::Debug for Acker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acker").field("id", &self.id).finish()
+    }
+}

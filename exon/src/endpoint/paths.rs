@@ -1,0 +1,199 @@
+//! What the driver knows of where its peers are: the address book, the path challenges owed
+//! to candidate addresses, and the cookie exchange under load; each received datagram goes
+//! to the node through here.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use super::config::EndpointConfig;
+use super::cookies::CookieStats;
+use super::cookies::Cookies;
+use super::handle::EndpointStats;
+use super::peers::{Learned, NoRoute, PeerBook};
+use super::shared::Shared;
+use super::trace::peer_span;
+use crate::proto::frame::CookieReply;
+use crate::proto::{Node, NodeId};
+
+/// How often the address book is swept for peers gone idle.
+const PRUNE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a candidate address has to answer its first challenge (then twice as long,
+/// and so on): a few round trips at the configured initial estimate.
+fn candidate_wait(cfg: &EndpointConfig) -> Duration {
+    (cfg.protocol.initial_rtt * 3).max(Duration::from_millis(10))
+}
+
+/// The peers' addresses and what proves them.
+pub(crate) struct Paths {
+    peers: PeerBook,
+    /// Peers whose candidate address is owed a challenge (each at most once: the book
+    /// says when).
+    challenges_due: Vec<NodeId>,
+    /// When the address book is next pruned of peers gone idle.
+    next_prune: Instant,
+    /// How long a learned address outlives its peer's records.
+    learned_ttl: Duration,
+    /// The cookie exchange under load (`cookies.rs`).
+    cookies: Cookies,
+}
+
+impl Paths {
+    pub(crate) fn new(cfg: &EndpointConfig, t: Instant) -> Paths {
+        #[allow(unused_mut)]
+        let mut peers = PeerBook::new(
+            cfg.protocol.max_sender_records + cfg.protocol.max_receiver_records + 1024,
+            candidate_wait(cfg),
+        );
+        #[cfg(feature = "rule-switches")]
+        peers.set_moves_need_an_answer(cfg.moves_need_an_answer);
+        Paths {
+            peers,
+            challenges_due: Vec::new(),
+            next_prune: t,
+            learned_ttl: cfg.learned_address_ttl,
+            cookies: Cookies::new(),
+        }
+    }
+
+    /// Sets (or replaces) `peer`'s address, as the application said.
+    pub(crate) fn configure(&mut self, peer: NodeId, addr: SocketAddr) {
+        self.peers.configure(peer, addr);
+    }
+
+    /// The address `peer`'s datagrams go to, if any.
+    pub(crate) fn address(&self, peer: NodeId) -> Option<SocketAddr> {
+        self.peers.get(peer)
+    }
+
+    /// Peer addresses held.
+    pub(crate) fn len(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// The counters of the cookie exchange.
+    pub(crate) fn cookie_stats(&self) -> CookieStats {
+        self.cookies.stats()
+    }
+
+    /// Where a datagram of `size` bytes to `peer` goes, within the anti-amplification limit.
+    pub(crate) fn send_to(&mut self, peer: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
+        self.peers.send_to(peer, size)
+    }
+
+    /// Takes the peers whose candidate address is owed a challenge.
+    pub(crate) fn take_challenges(&mut self) -> Vec<NodeId> {
+        std::mem::take(&mut self.challenges_due)
+    }
+
+    /// Gives back the list taken by [`take_challenges`](Self::take_challenges), emptied
+    /// (its memory is reused).
+    pub(crate) fn return_challenges(&mut self, mut due: Vec<NodeId>) {
+        due.clear();
+        self.challenges_due = due;
+    }
+
+    /// A challenge for `peer`'s candidate address was made (`token` and size), or could
+    /// not be: the book says where it goes.
+    pub(crate) fn challenge_sent(
+        &mut self,
+        peer: NodeId,
+        made: Option<(u64, usize)>,
+        t: Instant,
+    ) -> Result<SocketAddr, NoRoute> {
+        self.peers.challenge_sent(peer, made, t)
+    }
+
+    /// Takes the COOKIE_REPLYs queued since the last call.
+    pub(crate) fn take_cookie_replies(&mut self) -> Vec<(SocketAddr, CookieReply)> {
+        self.cookies.take_queued()
+    }
+
+    /// Forgets the addresses of peers gone idle, once per sweep interval.
+    pub(crate) fn prune(&mut self, t: Instant, node: &Node, shared: &Shared) {
+        if t < self.next_prune {
+            return;
+        }
+        // Learned addresses go some time after the records of their peers.
+        self.peers
+            .prune(t, self.learned_ttl, |p| node.has_record(p));
+        for p in self.peers.take_pruned() {
+            shared.forget(p);
+        }
+        self.next_prune = t + PRUNE_EVERY;
+    }
+
+    /// Hands one datagram from `from` to the node, and learns the address of its source
+    /// from it when the node took it.
+    pub(crate) fn on_datagram(
+        &mut self,
+        t: Instant,
+        node: &mut Node,
+        stats: &mut EndpointStats,
+        shared: &Shared,
+        data: BytesMut,
+        from: SocketAddr,
+    ) {
+        let cookies = node.is_sealed() && node.rules().address_cookies;
+        if cookies && CookieReply::is_one(&data) {
+            return self.on_cookie_reply(node, &data, from);
+        }
+        // Only a datagram the node took whole (and, sealed, authenticated) vouches for its
+        // source's address; a sealed peer moves only to an address that answered a
+        // challenge sent there.
+        let len = data.len();
+        let acc = if cookies {
+            let seen = self.cookies.look(t, &data, from);
+            let busy = node.stats().rejects.key_budget;
+            let acc = node.handle_datagram_vouched(t, data, seen.vouch);
+            if node.stats().rejects.key_budget > busy {
+                // Refused for want of key-agreement budget: under load.
+                self.cookies.refused(t, node.id(), &seen, from);
+            }
+            acc
+        } else {
+            node.handle_datagram_buf(t, data)
+        };
+        let Some(acc) = acc else {
+            return;
+        };
+        match self.peers.learn(acc, from, len, t, |p| node.has_record(p)) {
+            Learned::New => {
+                peer_span(acc.from)
+                    .in_scope(|| tracing::debug!(addr = %from, "peer address learned"));
+                stats.address_updates += 1;
+                shared.know(acc.from);
+                // Path validation: until the peer answers from there, the address gets at
+                // most three times what came from it.
+                let token = node.challenge(acc.from);
+                self.peers.set_challenge(acc.from, token);
+            }
+            Learned::Moved => {
+                peer_span(acc.from).in_scope(|| {
+                    tracing::debug!(addr = %from, "peer moved: the new address answered");
+                });
+                stats.address_updates += 1;
+            }
+            // Sent by the next flush, to that address alone.
+            Learned::Challenge => self.challenges_due.push(acc.from),
+            Learned::Full => stats.address_book_full += 1,
+            Learned::Unchanged => {}
+        }
+        for p in self.peers.take_pruned() {
+            shared.forget(p);
+        }
+    }
+
+    /// A COOKIE_REPLY from `from`: taken when it is for this node, from a peer it sends to
+    /// at that very address.
+    fn on_cookie_reply(&mut self, node: &mut Node, data: &[u8], from: SocketAddr) {
+        let taken = CookieReply::decode(data).is_ok_and(|r| {
+            r.dst == node.id()
+                && self.peers.get(r.src) == Some(from)
+                && node.handle_cookie(r.src, r.cookie)
+        });
+        self.cookies.count_reply(taken);
+    }
+}

@@ -1,0 +1,215 @@
+//! The driver's transmit side: datagrams gathered, consecutive ones to one address into
+//! segmented sends (GSO), and the challenges and cookie replies that go out on their own.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use super::handle::EndpointStats;
+use super::paths::Paths;
+use super::peers::NoRoute;
+use super::socket::DatagramSocket;
+use crate::proto::frame::CookieReply;
+use crate::proto::Node;
+
+/// Largest UDP payload of one segmented send over IPv4 (the whole batch travels as one IP
+/// packet until it is segmented).
+const MAX_SEGMENTED: usize = 65_507;
+
+/// Whether a send failed because the datagram is larger than the path or the interface
+/// carries (EMSGSIZE).
+fn is_too_big(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        e.raw_os_error() == Some(libc::EMSGSIZE)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
+    }
+}
+
+/// Consecutive datagrams to one address, sent as one segmented batch.
+#[derive(Default)]
+struct Batch {
+    addr: Option<SocketAddr>,
+    segment: usize,
+    count: usize,
+    bytes: usize,
+    /// The last datagram is shorter than `segment`: nothing can follow it.
+    closed: bool,
+}
+
+impl Batch {
+    fn accepts(&self, addr: SocketAddr, size: usize, max_segments: usize) -> bool {
+        self.count == 0
+            || (self.addr == Some(addr)
+                && !self.closed
+                && size <= self.segment
+                && self.count < max_segments
+                && self.bytes + size <= MAX_SEGMENTED)
+    }
+
+    fn push(&mut self, addr: SocketAddr, size: usize) {
+        if self.count == 0 {
+            *self = Batch {
+                addr: Some(addr),
+                segment: size,
+                ..Batch::default()
+            };
+        }
+        self.closed = size < self.segment;
+        self.count += 1;
+        self.bytes += size;
+    }
+}
+
+/// The datagrams of one drain on their way to the socket.
+pub(crate) struct Outbound {
+    /// The datagrams of the batch being gathered, one after the other.
+    buf: Vec<u8>,
+    batch: Batch,
+    /// Datagrams one segmented send carries at most.
+    max_segments: usize,
+}
+
+impl Outbound {
+    pub(crate) fn new(max_datagram_size: usize, max_segments: usize) -> Outbound {
+        Outbound {
+            buf: Vec::with_capacity(max_datagram_size),
+            batch: Batch::default(),
+            max_segments: max_segments.max(1),
+        }
+    }
+
+    /// Starts gathering datagrams.
+    pub(crate) fn begin(&mut self) {
+        self.buf.clear();
+        self.batch = Batch::default();
+    }
+
+    /// Where the node appends the next datagram; returns with the length before it.
+    pub(crate) fn buf(&mut self) -> (usize, &mut Vec<u8>) {
+        (self.buf.len(), &mut self.buf)
+    }
+
+    /// The datagram appended after `start` goes nowhere.
+    pub(crate) fn discard(&mut self, start: usize) {
+        self.buf.truncate(start);
+    }
+
+    /// The datagram appended after `start` (`size` bytes) goes to `addr`: it joins the
+    /// batch, or the batch leaves first and it starts the next.
+    pub(crate) async fn push<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        start: usize,
+        addr: SocketAddr,
+        size: usize,
+    ) {
+        if !self.batch.accepts(addr, size, self.max_segments) {
+            self.send_batch(socket, stats, start).await;
+            self.buf.copy_within(start.., 0);
+            self.buf.truncate(size);
+            self.batch = Batch::default();
+        }
+        self.batch.push(addr, size);
+    }
+
+    /// Sends the batch gathered last.
+    pub(crate) async fn finish<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+    ) {
+        if self.batch.count > 0 {
+            self.send_batch(socket, stats, self.buf.len()).await;
+            self.batch = Batch::default();
+        }
+    }
+
+    /// Sends `buf[..len]`, the datagrams of the batch.
+    async fn send_batch<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        len: usize,
+    ) {
+        let batch = &self.batch;
+        let Some(addr) = batch.addr else { return };
+        let buf = &self.buf[..len];
+        let r = if batch.count == 1 {
+            socket.send_to(buf, addr).await.map(drop)
+        } else {
+            socket.send_segments(buf, batch.segment, addr).await
+        };
+        stats.send_calls += 1;
+        if let Err(e) = r {
+            if is_too_big(&e) {
+                // Larger than the path or interface takes (fragmentation is forbidden): an
+                // MTU probe, or a datagram past a path that shrank. Lost, like any
+                // datagram: path MTU discovery and retransmission repair it.
+                stats.oversize_drops += batch.count as u64;
+                tracing::trace!(%addr, size = batch.segment, "datagram too large for the path");
+                return;
+            }
+            stats.send_errors += 1;
+            tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+        }
+    }
+
+    /// Sends the challenges owed to candidate addresses, each to its candidate alone (not
+    /// to the address the peer's other datagrams go to: an answer must prove the peer
+    /// receives at the candidate), within the anti-amplification limit.
+    pub(crate) async fn send_challenges<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        node: &mut Node,
+        paths: &mut Paths,
+        t: Instant,
+    ) {
+        let due = paths.take_challenges();
+        for &peer in &due {
+            self.buf.clear();
+            let made = node.poll_challenge(peer, &mut self.buf);
+            match paths.challenge_sent(peer, made.map(|(token, tx)| (token, tx.size)), t) {
+                Ok(addr) => {
+                    stats.path_challenges += 1;
+                    if let Err(e) = socket.send_to(&self.buf, addr).await {
+                        stats.send_errors += 1;
+                        tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+                    }
+                    stats.send_calls += 1;
+                }
+                Err(NoRoute::Amplification) => stats.amplification_drops += 1,
+                Err(NoRoute::Unknown) => {}
+            }
+        }
+        paths.return_challenges(due);
+    }
+
+    /// Sends COOKIE_REPLYs (each smaller than the datagram it answers, within the limits
+    /// of `cookies.rs`).
+    pub(crate) async fn send_cookie_replies<S: DatagramSocket>(
+        socket: &S,
+        stats: &mut EndpointStats,
+        replies: Vec<(SocketAddr, CookieReply)>,
+    ) {
+        if replies.is_empty() {
+            return;
+        }
+        let mut buf = Vec::with_capacity(64);
+        for (addr, reply) in replies {
+            buf.clear();
+            reply.encode(&mut buf);
+            stats.send_calls += 1;
+            if let Err(e) = socket.send_to(&buf, addr).await {
+                stats.send_errors += 1;
+                tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+            }
+        }
+    }
+}
