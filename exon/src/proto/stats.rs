@@ -1,7 +1,7 @@
 //! Counters a node keeps: traffic by frame type, retransmissions, duplicates, rejects by reason.
 
-use crate::proto::{DecodeError, Frame};
 use crate::counters::counters;
+use crate::proto::{DecodeError, Frame};
 
 counters! {
     /// Frames counted by type.

@@ -212,7 +212,7 @@ impl Node {
         if tokens > 0 {
             if urgent {
                 if let Some(rec) = self.receivers.get_mut(&src) {
-                    rec.ack_now |= !rec.held.is_empty();
+                    rec.want_ack_now();
                 }
             }
             let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
@@ -249,7 +249,7 @@ impl Node {
             return;
         }
         if self.rules.plausible_input
-            && (l > s || self.receivers.get(&src).is_some_and(|rec| l > rec.sck))
+            && (l > s || self.receivers.get(&src).is_some_and(|rec| l > rec.sck()))
         {
             // An honest sender's frontier is at most its clock `s`, and at most the end of
             // what it was granted: anything above would waive slots it may hold tokens for.
@@ -261,7 +261,7 @@ impl Node {
                 let cap = self.outbox_cap();
                 if let Some(rec) = self.receivers.get_mut(&src) {
                     rec.heard(now);
-                    if !self.outbox.probe(src, rec.sck, rec.rck, cap) {
+                    if !self.outbox.probe(src, rec.sck(), rec.rck(), cap) {
                         self.stats.rejects.outbox_full += 1;
                     }
                 }
@@ -299,7 +299,7 @@ impl Node {
                 self.unproven.retain(|(p, r)| {
                     receivers
                         .get(p)
-                        .is_some_and(|rec| rec.rck == *r && !rec.proven)
+                        .is_some_and(|rec| rec.rck() == *r && !rec.is_proven())
                 });
             }
         }
@@ -317,7 +317,7 @@ impl Node {
         };
         match rec.request(s, n, l, cap_slots) {
             Grant::Granted => {
-                if !self.outbox.grant(src, s, rec.rck, n, cap) {
+                if !self.outbox.grant(src, s, rec.rck(), n, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
             }

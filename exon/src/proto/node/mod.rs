@@ -318,12 +318,15 @@ impl Node {
 
     /// Slots held over all receiver records.
     pub fn slots_held(&self) -> u64 {
-        self.receivers.values().map(|r| r.slots.count()).sum()
+        self.receivers.values().map(|r| r.slots().count()).sum()
     }
 
     /// Slot ranges held over all receiver records (the memory they take).
     pub fn slot_ranges_held(&self) -> usize {
-        self.receivers.values().map(|r| r.slots.range_count()).sum()
+        self.receivers
+            .values()
+            .map(|r| r.slots().range_count())
+            .sum()
     }
 
     /// Unacknowledged tokens over all sender records.

@@ -193,7 +193,7 @@ impl Node {
                 }
                 if let Some(fresh) = fresh {
                     if let Some(rec) = self.receivers.get_mut(&peer) {
-                        rec.acked_last = fresh;
+                        rec.set_acked_last(fresh);
                     }
                 }
             }
@@ -400,12 +400,11 @@ impl Node {
         if v != Verdict::Ack {
             return None;
         }
-        let rec = self.receivers.get_mut(&peer).filter(|rec| rec.rck == r)?;
+        let rec = self.receivers.get_mut(&peer).filter(|rec| rec.rck() == r)?;
         let fresh = (set.range_count() <= MAX_REPEATED_RANGES).then(|| set.clone());
-        for g in rec.acked_last.ranges() {
+        for g in rec.take_acked_last().ranges() {
             set.insert(g.clone());
         }
-        rec.acked_last.clear();
         fresh
     }
 

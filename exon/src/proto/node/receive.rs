@@ -33,19 +33,16 @@ impl Node {
         let on_take = self.rules.ack_on_take;
         let room = self.has_room_for_delivery() || !on_take;
         let verdict = match self.receivers.get_mut(&src) {
-            Some(rec) if rec.rck == r => {
+            Some(rec) if rec.rck() == r => {
                 rec.heard(now);
-                if rec.slots.contains(s) && !room {
+                if rec.slots().contains(s) && !room {
                     // The application is behind: neither delivered nor answered, so the
                     // sender sends it again later.
                     self.stats.held_back += 1;
                     None
                 } else if rec.fill(s, r) {
-                    rec.proven = true;
-                    if on_take {
-                        // Held until taken (`handle_taken`).
-                        rec.held.hold(s);
-                    }
+                    // Held until taken (`handle_taken`), unless the rule is off.
+                    rec.on_delivered(s, on_take);
                     if rec.is_spent() {
                         self.receivers.remove(&src);
                     }
@@ -65,7 +62,7 @@ impl Node {
                     });
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
-                } else if on_take && rec.held.contains(s) {
+                } else if on_take && rec.held().contains(s) {
                     // A duplicate of a delivery the application has not taken yet: no
                     // answer until it is taken.
                     self.stats.duplicates_dropped += 1;
@@ -130,7 +127,7 @@ impl Node {
             let Some(rec) = self.receivers.get(&src) else {
                 continue;
             };
-            if rec.rck != r || rec.proven {
+            if rec.rck() != r || rec.is_proven() {
                 continue;
             }
             self.evict_receiver(src, r);
@@ -171,9 +168,9 @@ impl Node {
         let receivers = &self.receivers;
         let candidate = |(src, rec): (&NodeId, &crate::proto::recv::record::RRecord)| Candidate {
             src: *src,
-            rck: rec.rck,
-            last_heard: rec.last_heard,
-            evictable: rec.held.is_empty(),
+            rck: rec.rck(),
+            last_heard: rec.last_heard(),
+            evictable: rec.held().is_empty(),
         };
         let victim = self.evictions.next_victim(
             now,
@@ -184,7 +181,7 @@ impl Node {
         let Some((src, r)) = victim else {
             return self.evict_unproven();
         };
-        if self.receivers.get(&src).is_some_and(|rec| !rec.proven) {
+        if self.receivers.get(&src).is_some_and(|rec| !rec.is_proven()) {
             self.evict_receiver(src, r);
         } else {
             self.evict_proven(src);
@@ -202,7 +199,9 @@ impl Node {
         self.stats.evictions += 1;
         self.stats.evictions_proven += 1;
         if self.rules.remember_evicted_slots {
-            let forgot = self.evictions.evicted_used(rec.rck, rec.sck, &rec.slots);
+            let forgot = self
+                .evictions
+                .evicted_used(rec.rck(), rec.sck(), rec.slots());
             self.forget_evicted_below(forgot);
         }
     }
@@ -262,20 +261,19 @@ impl Node {
         let Some(rec) = self.receivers.get_mut(&from) else {
             return false;
         };
-        if rec.rck != r || !rec.held.release(s) {
+        if rec.rck() != r {
             return false;
         }
+        let Some(urgent) = rec.on_taken(s) else {
+            return false;
+        };
         self.untaken -= 1;
         self.untaken_bytes = self.untaken_bytes.saturating_sub(kept.charge);
         if let Some(key) = kept.pin {
             self.pins.release(key);
         }
         self.stats.taken += 1;
-        // The sender asked for an immediate ACK of deliveries now all taken.
-        let urgent = rec.ack_now && rec.held.is_empty();
-        if urgent {
-            rec.ack_now = false;
-        }
+        // `urgent`: the sender asked for an immediate ACK of deliveries now all taken.
         // (The record's probe deadline does not depend on its held slots: no re-arming.)
         if rec.is_spent() {
             self.receivers.remove(&from);
@@ -325,12 +323,12 @@ impl Node {
         }
         let room = self.has_room_for_delivery() || !self.rules.ack_on_take;
         let cap = self.outbox_cap();
-        let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck == r) else {
+        let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
             return self.on_token(now, src, s, r, data);
         };
-        if !rec.slots.contains(s) {
-            if rec.held.contains(s) {
+        if !rec.slots().contains(s) {
+            if rec.held().contains(s) {
                 // Whole and waiting for the application: the sender may stop sending it.
                 rec.heard(now);
                 let mut all = RangeSet::new();
@@ -349,7 +347,10 @@ impl Node {
             return false;
         }
         let credit = self.rules.fragments_need_credit;
-        match rec.assembler.insert(s, total, offset, &data, now, credit) {
+        match rec
+            .assembler_mut()
+            .insert(s, total, offset, &data, now, credit)
+        {
             Piece::Whole(payload) => {
                 let mut all = RangeSet::new();
                 all.insert(0..total);
@@ -362,7 +363,7 @@ impl Node {
                 self.on_token(now, src, s, r, payload)
             }
             Piece::Kept => {
-                if let Some(have) = rec.assembler.have(s) {
+                if let Some(have) = rec.assembler().have(s) {
                     if !self.outbox.got(src, r, s, have, cap) {
                         self.stats.rejects.outbox_full += 1;
                     }
@@ -408,7 +409,7 @@ impl Node {
         src: NodeId,
         (r, s, want): (u64, u64, u64),
     ) {
-        if self.receivers.get(&src).is_none_or(|rec| rec.rck != r) {
+        if self.receivers.get(&src).is_none_or(|rec| rec.rck() != r) {
             if let Some(v) = self.verdict_without_record(r, s) {
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
@@ -419,17 +420,21 @@ impl Node {
             }
             return;
         }
-        let reserved: u64 = self.receivers.values().map(|r| r.assembler.granted()).sum();
+        let reserved: u64 = self
+            .receivers
+            .values()
+            .map(|r| r.assembler().granted())
+            .sum();
         let free = self.cfg.max_reassembly_bytes.saturating_sub(reserved);
         let cap = self.outbox_cap();
         let Some(rec) = self.receivers.get_mut(&src) else {
             return;
         };
         let (limit, _) = rec
-            .assembler
+            .assembler_mut()
             .grant(want, self.cfg.max_reassembly_per_source, free);
         let max = self.cfg.max_message_size as u64;
-        if !self.outbox.credit(src, rec.rck, limit, max, cap) {
+        if !self.outbox.credit(src, rec.rck(), limit, max, cap) {
             self.stats.rejects.outbox_full += 1;
         }
     }
@@ -473,20 +478,26 @@ impl Node {
 
     /// Bytes of reassembly memory partial messages hold now, over all sources.
     pub fn reassembly_in_use(&self) -> u64 {
-        self.receivers.values().map(|r| r.assembler.in_use()).sum()
+        self.receivers
+            .values()
+            .map(|r| r.assembler().in_use())
+            .sum()
     }
 
     /// Bytes of reassembly memory granted (CREDIT) over all sources: never more than
     /// [`Config::max_reassembly_bytes`](crate::proto::Config::max_reassembly_bytes).
     pub fn reassembly_granted(&self) -> u64 {
-        self.receivers.values().map(|r| r.assembler.granted()).sum()
+        self.receivers
+            .values()
+            .map(|r| r.assembler().granted())
+            .sum()
     }
 
     /// Partial messages being reassembled, over all sources.
     pub fn partial_messages(&self) -> usize {
         self.receivers
             .values()
-            .map(|r| r.assembler.partials())
+            .map(|r| r.assembler().partials())
             .sum()
     }
 }

@@ -32,19 +32,16 @@ impl Node {
             .get(&peer)
             .and_then(|rec| self.receiver_probe_at(rec));
         if let Some(rec) = self.receivers.get_mut(&peer) {
-            let expiry = rec.assembler.next_expiry(self.cfg.reassembly_timeout);
+            let expiry = rec.assembler().next_expiry(self.cfg.reassembly_timeout);
             let want = [probe, expiry].into_iter().flatten().min();
-            self.timers.arm(&mut rec.armed, want, Side::Receiver, peer);
+            self.timers.arm(rec.armed_mut(), want, Side::Receiver, peer);
         }
     }
 
     fn is_current(&self, t: Instant, side: Side, peer: NodeId) -> bool {
         match side {
             Side::Sender => self.senders.get(&peer).is_some_and(|r| r.is_armed_at(t)),
-            Side::Receiver => self
-                .receivers
-                .get(&peer)
-                .is_some_and(|r| r.armed == Some(t)),
+            Side::Receiver => self.receivers.get(&peer).is_some_and(|r| r.is_armed_at(t)),
         }
     }
 
@@ -95,7 +92,7 @@ impl Node {
                 }
                 Side::Receiver => {
                     if let Some(rec) = self.receivers.get_mut(&peer) {
-                        rec.armed = None;
+                        *rec.armed_mut() = None;
                     }
                     self.receiver_timeout(now, peer);
                     let j = self.next_jitter();
@@ -149,21 +146,28 @@ impl Node {
         let Some(rec) = self.receivers.get_mut(&peer) else {
             return;
         };
-        if self.rules.unproven_probe_limit && !rec.proven && rec.probes >= MAX_UNPROVEN_PROBES {
+        if self.rules.unproven_probe_limit
+            && !rec.is_proven()
+            && rec.probes() >= MAX_UNPROVEN_PROBES
+        {
             // Created and never used, and silent through every probe: evict it as a full
             // table would (its tokens, if any ever come, get RETRY).
-            let r = rec.rck;
+            let r = rec.rck();
             self.evict_receiver(peer, r);
             return;
         }
-        if evicts_proven && rec.proven && rec.probes >= MAX_UNPROVEN_PROBES && rec.held.is_empty() {
+        if evicts_proven
+            && rec.is_proven()
+            && rec.probes() >= MAX_UNPROVEN_PROBES
+            && rec.held().is_empty()
+        {
             // Used, then silent through every probe (a source that went away, or whose
             // answers were lost): evict it as a full table would, remembering its free
             // slots, so probes stop and the node can go idle.
             self.evict_proven(peer);
             return;
         }
-        let stalled = rec.assembler.expire(now, self.cfg.reassembly_timeout);
+        let stalled = rec.assembler_mut().expire(now, self.cfg.reassembly_timeout);
         self.stats.partials_expired += stalled as u64;
         let due = self
             .receivers
@@ -176,7 +180,7 @@ impl Node {
         if due {
             rec.probed(now);
             self.stats.probes += 1;
-            if !self.outbox.probe(peer, rec.sck, rec.rck, cap) {
+            if !self.outbox.probe(peer, rec.sck(), rec.rck(), cap) {
                 self.stats.rejects.outbox_full += 1;
             }
         }

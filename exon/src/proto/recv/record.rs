@@ -15,34 +15,34 @@ use crate::proto::Config;
 #[derive(Debug)]
 pub(crate) struct RRecord {
     /// Sender clock: one past the last slot created.
-    pub sck: u64,
+    pub(super) sck: u64,
     /// Receiver clock: this incarnation's number.
-    pub rck: u64,
+    pub(super) rck: u64,
     /// Slots not yet filled or waived.
-    pub slots: RangeSet,
+    pub(super) slots: RangeSet,
     /// Last time any datagram from the source arrived.
-    pub last_heard: Instant,
+    pub(super) last_heard: Instant,
     /// Probes sent since the source was last heard.
-    pub probes: u32,
+    pub(super) probes: u32,
     /// When the last of those probes was sent.
-    pub last_probe: Option<Instant>,
+    pub(super) last_probe: Option<Instant>,
     /// The deadline this record armed in the node's timer queue.
-    pub armed: Option<Instant>,
+    pub(super) armed: Option<Instant>,
     /// Probe jitter, a fraction of 2^16 of a quarter interval (re-drawn at every probe).
-    pub jitter: u16,
+    pub(super) jitter: u16,
     /// A token was delivered into this incarnation (it can no longer be evicted).
-    pub proven: bool,
+    pub(super) proven: bool,
     /// Slots delivered and not yet taken by the application: not acknowledged yet.
-    pub held: Held,
+    pub(super) held: Held,
     /// A datagram asked for an immediate ACK (ACK-NOW, or a duplicate) while deliveries
     /// were held: their ACK goes at once when the application has taken them all.
-    pub ack_now: bool,
+    pub(super) ack_now: bool,
     /// The slots the last ACK frame to the source acknowledged for the first time: repeated
     /// once in the next ACK frame, so that one lost ACK datagram does not make the sender
     /// declare (and resend) tokens that arrived.
-    pub acked_last: RangeSet,
+    pub(super) acked_last: RangeSet,
     /// Messages arriving in fragments, and the reassembly memory granted to the source.
-    pub assembler: Assembler,
+    pub(super) assembler: Assembler,
 }
 
 /// What a REQSLOTS did to a record.
@@ -127,6 +127,98 @@ impl RRecord {
             .unwrap_or(self.last_heard)
             .max(self.last_heard);
         Some(since + self.probe_delay(cfg))
+    }
+
+    /// The incarnation `rck` this record's slots belong to.
+    pub fn rck(&self) -> u64 {
+        self.rck
+    }
+
+    /// The sender's clock: one past the highest slot granted.
+    pub fn sck(&self) -> u64 {
+        self.sck
+    }
+
+    /// The free slots.
+    pub fn slots(&self) -> &RangeSet {
+        &self.slots
+    }
+
+    /// The slots delivered and not yet taken by the application.
+    pub fn held(&self) -> &Held {
+        &self.held
+    }
+
+    /// Whether a token was ever delivered into this record.
+    pub fn is_proven(&self) -> bool {
+        self.proven
+    }
+
+    /// Unanswered probes since the source was last heard from.
+    pub fn probes(&self) -> u32 {
+        self.probes
+    }
+
+    /// When the source was last heard from.
+    pub fn last_heard(&self) -> Instant {
+        self.last_heard
+    }
+
+    /// Reassembly of this source's fragmented messages.
+    pub fn assembler(&self) -> &Assembler {
+        &self.assembler
+    }
+
+    /// Reassembly of this source's fragmented messages, to feed.
+    pub fn assembler_mut(&mut self) -> &mut Assembler {
+        &mut self.assembler
+    }
+
+    /// The deadline the node's timer queue holds for this record (the node's to manage).
+    pub fn armed_mut(&mut self) -> &mut Option<Instant> {
+        &mut self.armed
+    }
+
+    /// Whether the node's timer queue holds `t` for this record.
+    pub fn is_armed_at(&self, t: Instant) -> bool {
+        self.armed == Some(t)
+    }
+
+    /// A token was delivered into slot `s`: the record is proven, and with `hold` the slot
+    /// is held until the application takes the message.
+    pub fn on_delivered(&mut self, s: u64, hold: bool) {
+        self.proven = true;
+        if hold {
+            self.held.hold(s);
+        }
+    }
+
+    /// The application took the delivery in slot `s`: returns whether it was held, and
+    /// whether the sender's request for an immediate ACK is now due (every delivery taken).
+    pub fn on_taken(&mut self, s: u64) -> Option<bool> {
+        if !self.held.release(s) {
+            return None;
+        }
+        let urgent = self.ack_now && self.held.is_empty();
+        if urgent {
+            self.ack_now = false;
+        }
+        Some(urgent)
+    }
+
+    /// The sender asked for an ACK without delay: owed once every held delivery is taken.
+    pub fn want_ack_now(&mut self) {
+        self.ack_now |= !self.held.is_empty();
+    }
+
+    /// The ACK ranges just sent, to repeat once in the next ACK frame.
+    pub fn set_acked_last(&mut self, fresh: RangeSet) {
+        self.acked_last = fresh;
+    }
+
+    /// Takes the ACK ranges last sent (to repeat them once).
+    pub fn take_acked_last(&mut self) -> RangeSet {
+        std::mem::take(&mut self.acked_last)
     }
 
     /// Draws the timer jitter for the next probes (a fraction of 2^16).
