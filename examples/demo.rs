@@ -224,10 +224,10 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
     let cfg = EndpointConfig::default();
     let (small, mixed, max) = (o.count, o.mixed, o.max_size);
-    if max > cfg.protocol.max_message_size {
+    if max > cfg.protocol.limits.max_message_size {
         return Err(format!(
             "--max-size {max} is above max_message_size {}",
-            cfg.protocol.max_message_size
+            cfg.protocol.limits.max_message_size
         )
         .into());
     }

@@ -155,31 +155,31 @@ fn settle(a: &Args) -> Duration {
 fn node_config(a: &Args) -> exon::proto::Config {
     let mut c = exon_sim::sim_config();
     if let Some(v) = a.max_datagram {
-        c.max_datagram_size = v;
+        c.mtu.max_datagram_size = v;
     } else if a.no_mtu_discovery {
-        c.max_datagram_size = a.link_mtu;
+        c.mtu.max_datagram_size = a.link_mtu;
     }
-    c.mtu_discovery = !a.no_mtu_discovery;
+    c.mtu.discovery = !a.no_mtu_discovery;
     if let Some(v) = a.window {
-        c.window = v;
+        c.flow.window = v;
     }
     if let Some(v) = a.envelope_target {
-        c.envelope_target = v;
+        c.flow.envelope_target = v;
     }
     if let Some(v) = a.envelope_low {
-        c.envelope_low = v;
+        c.flow.envelope_low = v;
     }
     if let Some(v) = a.ack_delay_ms {
-        c.ack_delay = Duration::from_millis(v);
+        c.acks.delay = Duration::from_millis(v);
     }
     if let Some(v) = a.ack_every {
-        c.ack_every = v;
+        c.acks.every = v;
     }
     if let Some(v) = a.record_cap {
-        c.max_sender_records = v;
-        c.max_receiver_records = v;
+        c.limits.max_sender_records = v;
+        c.limits.max_receiver_records = v;
     }
-    c.congestion = match a.congestion {
+    c.flow.congestion = match a.congestion {
         Congestion::Bbr => exon::proto::CongestionControl::Bbr,
         Congestion::NewReno => exon::proto::CongestionControl::NewReno,
         Congestion::Off => exon::proto::CongestionControl::Off,

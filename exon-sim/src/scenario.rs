@@ -179,7 +179,7 @@ impl Scenario {
             return Err(ScenarioError::TooFewNodes(self.nodes));
         }
         self.config.validate()?;
-        let max = self.config.max_message_size;
+        let max = self.config.limits.max_message_size;
         let largest = self.workload.payload_len.max(self.workload.max_payload_len);
         if largest > max {
             return Err(ScenarioError::PayloadTooLarge { len: largest, max });
@@ -192,11 +192,11 @@ impl Scenario {
 /// time.
 pub fn sim_config() -> Config {
     let mut conf = Config::default();
-    conf.idle_timeout = Duration::from_millis(500);
-    conf.probe_interval = Duration::from_millis(200);
-    conf.max_probe_interval = Duration::from_secs(2);
-    conf.initial_rtt = Duration::from_millis(20);
-    conf.max_rto = Duration::from_secs(1);
+    conf.timers.idle_timeout = Duration::from_millis(500);
+    conf.timers.probe_interval = Duration::from_millis(200);
+    conf.timers.max_probe_interval = Duration::from_secs(2);
+    conf.timers.initial_rtt = Duration::from_millis(20);
+    conf.timers.max_rto = Duration::from_secs(1);
     conf
 }
 

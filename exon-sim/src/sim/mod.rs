@@ -82,7 +82,7 @@ impl Sim {
             links,
             held: vec![Vec::new(); n * n],
             oracle: Oracle::new(n),
-            deaf: DeafWatch::new(n, sc.config.max_rto),
+            deaf: DeafWatch::new(n, sc.config.timers.max_rto),
             rng: SmallRng::seed_from_u64(sc.seed ^ 0x9e37_79b9_7f4a_7c15),
             last_activity: 0,
             events: 0,

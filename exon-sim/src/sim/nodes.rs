@@ -212,29 +212,29 @@ impl Sim {
         let s = node.sender_records();
         let r = node.receiver_records();
         let mut what = Vec::new();
-        if s > c.max_sender_records {
+        if s > c.limits.max_sender_records {
             what.push(format!("{s} sender records"));
         }
-        if r > c.max_receiver_records {
+        if r > c.limits.max_receiver_records {
             what.push(format!("{r} receiver records"));
         }
-        if node.bytes_queued() > c.max_queued_bytes {
+        if node.bytes_queued() > c.limits.max_queued_bytes {
             what.push(format!("{} bytes queued", node.bytes_queued()));
         }
-        if node.tokens_in_flight() as u64 > c.window * s as u64 {
+        if node.tokens_in_flight() as u64 > c.flow.window * s as u64 {
             what.push(format!("{} tokens", node.tokens_in_flight()));
         }
-        if node.messages_queued() > c.max_queued_per_peer * s {
+        if node.messages_queued() > c.limits.max_queued_per_peer * s {
             what.push(format!("{} messages queued", node.messages_queued()));
         }
         if r > 0 {
             let slots = node.slots_held();
-            if slots > c.max_slots_per_record.saturating_mul(r as u64) {
+            if slots > c.limits.max_slots_per_record.saturating_mul(r as u64) {
                 what.push(format!("{slots} slots"));
             }
         }
         let granted = node.reassembly_granted();
-        if granted > c.max_reassembly_bytes || node.reassembly_in_use() > granted {
+        if granted > c.limits.max_reassembly_bytes || node.reassembly_in_use() > granted {
             what.push(format!(
                 "{} bytes of reassembly memory in use, {granted} granted",
                 node.reassembly_in_use()

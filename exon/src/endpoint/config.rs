@@ -159,10 +159,10 @@ impl EndpointConfig {
     /// [`Config::max_datagram_size`]) and turns path MTU discovery
     /// ([`Config::mtu_discovery`]) off, so every datagram may be `size` bytes (the path must
     /// carry them) and payloads up to what one such datagram holds are accepted. To keep
-    /// discovery and only lower its ceiling, set `protocol.max_datagram_size` instead.
+    /// discovery and only lower its ceiling, set `protocol.mtu.max_datagram_size` instead.
     pub fn with_max_datagram_size(mut self, size: usize) -> Self {
-        self.protocol.max_datagram_size = size;
-        self.protocol.mtu_discovery = false;
+        self.protocol.mtu.max_datagram_size = size;
+        self.protocol.mtu.discovery = false;
         self
     }
 }

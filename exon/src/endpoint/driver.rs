@@ -121,7 +121,10 @@ impl<S: DatagramSocket> Driver<S> {
             socket.max_recv_segments(),
             ch.route,
         );
-        let outbound = Outbound::new(cfg.protocol.max_datagram_size, socket.max_send_segments());
+        let outbound = Outbound::new(
+            cfg.protocol.mtu.max_datagram_size,
+            socket.max_send_segments(),
+        );
         Driver {
             node,
             socket,

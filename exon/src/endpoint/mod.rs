@@ -477,7 +477,7 @@ impl Builder {
             nodes.push(node);
         }
         let public_key = nodes[0].public_key();
-        let max_payload = nodes[0].config().max_message_size;
+        let max_payload = nodes[0].config().limits.max_message_size;
         if !sealed {
             tracing::warn!(id = %self.id, "endpoint runs in INSECURE plaintext mode");
         }

@@ -23,7 +23,7 @@ const PRUNE_EVERY: Duration = Duration::from_secs(1);
 /// How long a candidate address has to answer its first challenge (then twice as long,
 /// and so on): a few round trips at the configured initial estimate.
 fn candidate_wait(cfg: &EndpointConfig) -> Duration {
-    (cfg.protocol.initial_rtt * 3).max(Duration::from_millis(10))
+    (cfg.protocol.timers.initial_rtt * 3).max(Duration::from_millis(10))
 }
 
 /// The peers' addresses and what proves them.
@@ -44,7 +44,9 @@ impl Paths {
     pub(crate) fn new(cfg: &EndpointConfig, t: Instant) -> Paths {
         #[allow(unused_mut)]
         let mut peers = PeerBook::new(
-            cfg.protocol.max_sender_records + cfg.protocol.max_receiver_records + 1024,
+            cfg.protocol.limits.max_sender_records
+                + cfg.protocol.limits.max_receiver_records
+                + 1024,
             candidate_wait(cfg),
         );
         #[cfg(feature = "rule-switches")]

@@ -12,19 +12,47 @@ use crate::proto::wire::frame::{token_len, MAX_HEADER_LEN};
 /// struct is `#[non_exhaustive]`, so it cannot be written as a literal outside this crate).
 /// With the `serde` feature, unknown fields are refused and durations are text (`"250ms"`).
 ///
-/// Nodes that talk to each other need not agree on
-/// [`max_datagram_size`](Self::max_datagram_size) or
-/// [`min_datagram_size`](Self::min_datagram_size) (each receives up to the UDP maximum),
-/// but a sender's [`window`](Self::window) must not exceed its receivers'
-/// [`max_slots_request`](Self::max_slots_request), or its requests are refused.
+/// The settings come in groups: [`mtu`](Self::mtu) (datagram sizes), [`flow`](Self::flow)
+/// (envelopes, window, congestion control), [`limits`](Self::limits) (memory bounds),
+/// [`timers`](Self::timers), [`acks`](Self::acks) and [`keys`](Self::keys) (key agreement
+/// budgets), set as `config.timers.max_rto = ...`; with serde, each group is a table
+/// (`[timers]`).
+///
+/// Nodes that talk to each other need not agree on datagram sizes (each receives up to the
+/// UDP maximum), but a sender's [`FlowConfig::window`] must not exceed its receivers'
+/// [`Limits::max_slots_request`], or its requests are refused.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
 #[non_exhaustive]
 #[cfg_attr(feature = "serde", serde(deny_unknown_fields))]
 pub struct Config {
+    /// Datagram sizes and path MTU discovery.
+    pub mtu: MtuConfig,
+    /// Flow and congestion control: the envelopes a sender keeps, its window of slots, and
+    /// the controller that paces tokens.
+    pub flow: FlowConfig,
+    /// Memory bounds: queues, records, slots, untaken deliveries and reassembly.
+    pub limits: Limits,
+    /// Round trips, retransmission, probes and the timeouts that discard soft state.
+    pub timers: TimerConfig,
+    /// When a receiver acknowledges.
+    pub acks: AckConfig,
+    /// Key agreement budgets and key memory of a sealed node.
+    pub keys: KeyConfig,
+    /// Clock values reserved per persistence request: the node asks the embedding to store a
+    /// high-water mark this far ahead. Default 2^20.
+    pub clock_block: u64,
+}
+
+/// Datagram sizes and path MTU discovery. Part of [`Config`] (`Config::mtu`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct MtuConfig {
     /// Largest datagram sent, in bytes: the ceiling of path MTU discovery
-    /// ([`mtu_discovery`](Self::mtu_discovery)), or with discovery off the size of every
+    /// ([`mtu_discovery`](crate::proto::Config::mtu)), or with discovery off the size of every
     /// datagram. Default 65507, the largest UDP payload over IPv4 (at most that). Datagrams
     /// are *received* up to 65507 bytes whatever this value
     /// ([`Config::max_receive_payload`]), so that peers with different sizes understand
@@ -36,16 +64,36 @@ pub struct Config {
     /// QUIC assumes of every internet path).
     pub min_datagram_size: usize,
     /// Path MTU discovery: datagrams to each destination grow from
-    /// [`min_datagram_size`](Self::min_datagram_size) up to what the path carries (at most
-    /// [`max_datagram_size`](Self::max_datagram_size)), found with MTU_PROBE frames, and
+    /// [`min_datagram_size`](crate::proto::Config::mtu) up to what the path carries (at most
+    /// [`max_datagram_size`](crate::proto::Config::mtu)), found with MTU_PROBE frames, and
     /// fall back to the base size when the path shrinks (see `docs/wire.md`). Off, every
     /// datagram may be `max_datagram_size` bytes (which must then suit every path).
     /// Default true.
-    pub mtu_discovery: bool,
+    pub discovery: bool,
     /// After path MTU discovery settles on a size, it searches again this long after, to
     /// find a path that grew. Default 600 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
-    pub mtu_raise_interval: Duration,
+    pub raise_interval: Duration,
+}
+
+impl Default for MtuConfig {
+    fn default() -> Self {
+        MtuConfig {
+            max_datagram_size: MAX_DATAGRAM_SIZE,
+            min_datagram_size: BASE_DATAGRAM_SIZE,
+            discovery: true,
+            raise_interval: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Flow and congestion control: the envelopes a sender keeps, its window of slots, and the
+/// controller that paces tokens. Part of [`Config`] (`Config::flow`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct FlowConfig {
     /// `N` of the paper: envelopes (reserved slots) a sender keeps ready per destination so
     /// that sends go out at once. Default 128.
     pub envelope_target: u64,
@@ -56,6 +104,30 @@ pub struct Config {
     /// Largest number of slots a sender holds per destination (envelopes plus unacknowledged
     /// tokens): the flow-control window. Default 1024.
     pub window: u64,
+    /// Congestion controller of every destination: how many bytes of tokens may be in flight
+    /// (within the receiver's slots) and at what rate they leave. Default
+    /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
+    /// the slots alone.
+    pub congestion: CongestionControl,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        FlowConfig {
+            envelope_target: 128,
+            envelope_low: 64,
+            window: 1024,
+            congestion: CongestionControl::default(),
+        }
+    }
+}
+
+/// Memory bounds: queues, records, slots, untaken deliveries and reassembly. Part of [`Config`] (`Config::limits`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct Limits {
     /// Messages queued per destination (waiting for a slot) before `send` says
     /// [`SendError::QueueFull`](crate::proto::SendError::QueueFull). Default 4096.
     pub max_queued_per_peer: usize,
@@ -72,6 +144,55 @@ pub struct Config {
     pub max_slots_request: u64,
     /// Most slots a receiver record may hold. Default 8192.
     pub max_slots_per_record: u64,
+    /// Deliveries handed to the embedding and not yet reported taken by the application
+    /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)). They are not acknowledged
+    /// until taken; at this many, further TOKENs are neither delivered nor answered, and
+    /// no new slots are granted (their senders ask again later), counted in
+    /// [`Stats::held_back`](crate::proto::Stats::held_back). Default 65536.
+    pub max_untaken: usize,
+    /// Bytes of deliveries not yet taken at which, as at `max_untaken` deliveries, this node
+    /// stops delivering and granting (a single delivery may pass it by at most one
+    /// message). Default 64 MiB.
+    pub max_untaken_bytes: usize,
+    /// Largest message [`Node::send`](crate::proto::Node::send) accepts, and the largest this node
+    /// reassembles from fragments. A message too large for one TOKEN
+    /// ([`max_payload`](Self::max_payload)) travels as FRAG frames in the same one slot,
+    /// and is delivered whole or not at all. Peers should agree on it: a message above its
+    /// receiver's limit never gets reassembly credit (give it a deadline). Default 16 MiB.
+    pub max_message_size: usize,
+    /// Most reassembly memory one source may hold at this node at once (its CREDIT), in
+    /// bytes. At least `max_message_size`. Default 16 MiB.
+    pub max_reassembly_per_source: u64,
+    /// Most reassembly memory this node grants over all sources together. A sender starts
+    /// a fragmented message only within the credit it was granted, so a receiver never
+    /// holds more than this; senders without credit wait (backpressure). Default 64 MiB.
+    pub max_reassembly_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_queued_per_peer: 4096,
+            max_queued_bytes: 64 << 20,
+            max_sender_records: 4096,
+            max_receiver_records: 4096,
+            max_slots_request: 4096,
+            max_slots_per_record: 8192,
+            max_untaken: 65536,
+            max_untaken_bytes: 64 << 20,
+            max_message_size: 16 << 20,
+            max_reassembly_per_source: 16 << 20,
+            max_reassembly_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Round trips, retransmission, probes and the timeouts that discard soft state. Part of [`Config`] (`Config::timers`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct TimerConfig {
     /// Round-trip time assumed before the first measurement. Default 100 ms.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub initial_rtt: Duration,
@@ -95,27 +216,76 @@ pub struct Config {
     /// (keeping only the clock). Default 10 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub idle_timeout: Duration,
-    /// Clock values reserved per persistence request: the node asks the embedding to store a
-    /// high-water mark this far ahead. Default 2^20.
-    pub clock_block: u64,
+    /// A destination with work pending (messages queued or unacknowledged) that sends
+    /// nothing back for this long is reported unreachable
+    /// ([`Event::PeerUnreachable`](crate::proto::Event::PeerUnreachable)), checked at its
+    /// retransmission timeouts (so within `max_rto` after). Must exceed `max_rto`, so that a
+    /// peer is never reported unreachable only because this node waits to retransmit.
+    /// Default 5 s.
+    pub unreachable_after: Duration,
+    /// A partial message that received no new byte for this long is dropped (its slot stays
+    /// free: the sender's retransmissions, or a RETRY, still deliver it exactly once).
+    /// Default 30 s.
+    pub reassembly_timeout: Duration,
+}
+
+impl Default for TimerConfig {
+    fn default() -> Self {
+        TimerConfig {
+            initial_rtt: Duration::from_millis(100),
+            min_rto: Duration::from_millis(5),
+            max_rto: Duration::from_secs(2),
+            timer_granularity: Duration::from_millis(1),
+            probe_interval: Duration::from_secs(1),
+            max_probe_interval: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(10),
+            unreachable_after: Duration::from_secs(5),
+            reassembly_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// When a receiver acknowledges. Part of [`Config`] (`Config::acks`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct AckConfig {
     /// Longest a receiver waits before acknowledging tokens, hoping to cover more of them
     /// with one ACK frame or to ride on a datagram it sends anyway. Tokens in a datagram
     /// flagged ACK-NOW (the last of a sender's burst) and duplicates are acknowledged at
     /// once. Zero acknowledges every datagram at once. Default 2 ms.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
-    pub ack_delay: Duration,
+    pub delay: Duration,
     /// Tokens from one source after which a receiver acknowledges without waiting for
     /// `ack_delay`. Default 16.
-    pub ack_every: u32,
+    pub every: u32,
+}
+
+impl Default for AckConfig {
+    fn default() -> Self {
+        AckConfig {
+            delay: Duration::from_millis(2),
+            every: 16,
+        }
+    }
+}
+
+/// Key agreement budgets and key memory of a sealed node. Part of [`Config`] (`Config::keys`).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct KeyConfig {
     /// Peers whose datagram keys a sealed node keeps derived (soft state; peers it holds a
     /// record for are never evicted). Default 9216.
-    pub key_cache_size: usize,
+    pub cache_size: usize,
     /// Key agreements (X25519) per second a sealed node performs for datagrams from peers
     /// whose keys are not cached: bounds the public-key work forged datagrams can cost.
     /// Default 2000.
-    pub key_agreements_per_sec: u64,
+    pub agreements_per_sec: u64,
     /// Most such key agreements at once (the bucket's depth). Default 512.
-    pub key_agreement_burst: u64,
+    pub agreement_burst: u64,
     /// Key agreements per second for datagrams the embedding vouches for (their source
     /// address proved by a cookie, see `docs/security.md`): a budget of their own, which
     /// forgeries from spoofed addresses cannot spend. Keyring members never need either
@@ -129,87 +299,30 @@ pub struct Config {
     /// ([`ConfigError`]) and adding a key is refused
     /// ([`KeyringError::Full`](crate::proto::crypto::KeyringError::Full)). Default 65536.
     pub max_keyring_size: usize,
-    /// Deliveries handed to the embedding and not yet reported taken by the application
-    /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)). They are not acknowledged
-    /// until taken; at this many, further TOKENs are neither delivered nor answered, and
-    /// no new slots are granted (their senders ask again later), counted in
-    /// [`Stats::held_back`](crate::proto::Stats::held_back). Default 65536.
-    pub max_untaken: usize,
-    /// Bytes of deliveries not yet taken at which, as at `max_untaken` deliveries, this node
-    /// stops delivering and granting (a single delivery may pass it by at most one
-    /// message). Default 64 MiB.
-    pub max_untaken_bytes: usize,
-    /// A destination with work pending (messages queued or unacknowledged) that sends
-    /// nothing back for this long is reported unreachable
-    /// ([`Event::PeerUnreachable`](crate::proto::Event::PeerUnreachable)), checked at its
-    /// retransmission timeouts (so within `max_rto` after). Must exceed `max_rto`, so that a
-    /// peer is never reported unreachable only because this node waits to retransmit.
-    /// Default 5 s.
-    pub unreachable_after: Duration,
-    /// Congestion controller of every destination: how many bytes of tokens may be in flight
-    /// (within the receiver's slots) and at what rate they leave. Default
-    /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
-    /// the slots alone.
-    pub congestion: CongestionControl,
-    /// Largest message [`Node::send`](crate::proto::Node::send) accepts, and the largest this node
-    /// reassembles from fragments. A message too large for one TOKEN
-    /// ([`max_payload`](Self::max_payload)) travels as FRAG frames in the same one slot,
-    /// and is delivered whole or not at all. Peers should agree on it: a message above its
-    /// receiver's limit never gets reassembly credit (give it a deadline). Default 16 MiB.
-    pub max_message_size: usize,
-    /// Most reassembly memory one source may hold at this node at once (its CREDIT), in
-    /// bytes. At least `max_message_size`. Default 16 MiB.
-    pub max_reassembly_per_source: u64,
-    /// Most reassembly memory this node grants over all sources together. A sender starts
-    /// a fragmented message only within the credit it was granted, so a receiver never
-    /// holds more than this; senders without credit wait (backpressure). Default 64 MiB.
-    pub max_reassembly_bytes: u64,
-    /// A partial message that received no new byte for this long is dropped (its slot stays
-    /// free: the sender's retransmissions, or a RETRY, still deliver it exactly once).
-    /// Default 30 s.
-    pub reassembly_timeout: Duration,
 }
 
-impl Default for Config {
+impl Default for KeyConfig {
     fn default() -> Self {
-        Config {
-            max_datagram_size: MAX_DATAGRAM_SIZE,
-            min_datagram_size: BASE_DATAGRAM_SIZE,
-            mtu_discovery: true,
-            mtu_raise_interval: Duration::from_secs(600),
-            envelope_target: 128,
-            envelope_low: 64,
-            window: 1024,
-            max_queued_per_peer: 4096,
-            max_queued_bytes: 64 << 20,
-            max_sender_records: 4096,
-            max_receiver_records: 4096,
-            max_slots_request: 4096,
-            max_slots_per_record: 8192,
-            initial_rtt: Duration::from_millis(100),
-            min_rto: Duration::from_millis(5),
-            max_rto: Duration::from_secs(2),
-            timer_granularity: Duration::from_millis(1),
-            probe_interval: Duration::from_secs(1),
-            max_probe_interval: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(10),
-            clock_block: 1 << 20,
-            ack_delay: Duration::from_millis(2),
-            ack_every: 16,
-            key_cache_size: 9216,
-            key_agreements_per_sec: 2000,
-            key_agreement_burst: 512,
+        KeyConfig {
+            cache_size: 9216,
+            agreements_per_sec: 2000,
+            agreement_burst: 512,
             cookie_agreements_per_sec: 1000,
             cookie_agreement_burst: 256,
             max_keyring_size: 65536,
-            max_untaken: 65536,
-            max_untaken_bytes: 64 << 20,
-            unreachable_after: Duration::from_secs(5),
-            congestion: CongestionControl::default(),
-            max_message_size: 16 << 20,
-            max_reassembly_per_source: 16 << 20,
-            max_reassembly_bytes: 64 << 20,
-            reassembly_timeout: Duration::from_secs(30),
+        }
+    }
+}
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mtu: MtuConfig::default(),
+            flow: FlowConfig::default(),
+            limits: Limits::default(),
+            timers: TimerConfig::default(),
+            acks: AckConfig::default(),
+            keys: KeyConfig::default(),
+            clock_block: 1 << 20,
         }
     }
 }
@@ -231,10 +344,53 @@ fn payload_room(size: usize) -> usize {
     size.saturating_sub(overhead)
 }
 
-/// A configuration value out of its allowed range.
+/// Why a configuration was refused: the field (as `group.field`) and what it must be, so
+/// the message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid config: {0}")]
-pub struct ConfigError(pub &'static str);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// One value outside its allowed range.
+    #[error("invalid config: {field} must be {allowed}")]
+    OutOfRange {
+        /// The field, as `group.field`.
+        field: &'static str,
+        /// What it must be.
+        allowed: &'static str,
+    },
+    /// Values that contradict each other.
+    #[error("invalid config: need {rule}")]
+    Inconsistent {
+        /// The relation the values must satisfy.
+        rule: &'static str,
+    },
+    /// The clock a node was started from leaves no room below 2^62.
+    #[error("invalid clock {clock}: too close to 2^62 for clock_block {block}")]
+    ClockExhausted {
+        /// The clock given.
+        clock: u64,
+        /// The configured `clock_block`.
+        block: u64,
+    },
+    /// The keyring lists this node's own id with a public key other than its own.
+    #[error("invalid identity: the keyring lists this node's id with another public key")]
+    KeyringConflict,
+    /// The keyring holds more members than `keys.max_keyring_size`.
+    #[error("invalid identity: the keyring holds {members} peers, more than keys.max_keyring_size ({max})")]
+    KeyringTooLarge {
+        /// Members in the keyring.
+        members: usize,
+        /// The configured bound.
+        max: usize,
+    },
+}
+
+fn out_of_range(field: &'static str, allowed: &'static str) -> ConfigError {
+    ConfigError::OutOfRange { field, allowed }
+}
+
+fn inconsistent(rule: &'static str) -> ConfigError {
+    ConfigError::Inconsistent { rule }
+}
 
 impl Config {
     /// Largest payload sent as one TOKEN whatever the path: what fits in one datagram of the
@@ -250,10 +406,10 @@ impl Config {
     /// The datagram size every destination gets: [`min_datagram_size`](Self::min_datagram_size)
     /// with path MTU discovery, else [`max_datagram_size`](Self::max_datagram_size).
     pub fn base_datagram_size(&self) -> usize {
-        if self.mtu_discovery {
-            self.min_datagram_size
+        if self.mtu.discovery {
+            self.mtu.min_datagram_size
         } else {
-            self.max_datagram_size
+            self.mtu.max_datagram_size
         }
     }
 
@@ -267,79 +423,97 @@ impl Config {
 
     /// Checks that values are in range and consistent with each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(MIN_DATAGRAM_SIZE..=MAX_DATAGRAM_SIZE).contains(&self.max_datagram_size) {
-            return Err(ConfigError("max_datagram_size must be within 128..=65507"));
+        if !(MIN_DATAGRAM_SIZE..=MAX_DATAGRAM_SIZE).contains(&self.mtu.max_datagram_size) {
+            return Err(out_of_range("mtu.max_datagram_size", "within 128..=65507"));
         }
-        if self.min_datagram_size < BASE_DATAGRAM_SIZE
-            || (self.mtu_discovery && self.min_datagram_size > self.max_datagram_size)
+        if self.mtu.min_datagram_size < BASE_DATAGRAM_SIZE
+            || (self.mtu.discovery && self.mtu.min_datagram_size > self.mtu.max_datagram_size)
         {
-            return Err(ConfigError(
-                "need 1200 <= min_datagram_size (<= max_datagram_size with mtu_discovery)",
+            return Err(inconsistent(
+                "1200 <= mtu.min_datagram_size (<= mtu.max_datagram_size with mtu.discovery)",
             ));
         }
-        if self.mtu_raise_interval.is_zero() {
-            return Err(ConfigError("mtu_raise_interval must be positive"));
+        if self.mtu.raise_interval.is_zero() {
+            return Err(out_of_range("mtu.raise_interval", "positive"));
         }
-        if self.window == 0 || self.envelope_target == 0 {
-            return Err(ConfigError("window and envelope_target must be positive"));
-        }
-        if self.envelope_target > self.window || self.envelope_low > self.envelope_target {
-            return Err(ConfigError(
-                "need envelope_low <= envelope_target <= window",
+        if self.flow.window == 0 || self.flow.envelope_target == 0 {
+            return Err(out_of_range(
+                "flow.window and flow.envelope_target",
+                "positive",
             ));
         }
-        if self.max_queued_per_peer == 0 || self.max_sender_records == 0 {
-            return Err(ConfigError("queue and record limits must be positive"));
-        }
-        if self.max_slots_request == 0 || self.max_slots_per_record < self.max_slots_request {
-            return Err(ConfigError(
-                "need 0 < max_slots_request <= max_slots_per_record",
-            ));
-        }
-        if self.min_rto.is_zero() || self.min_rto > self.max_rto {
-            return Err(ConfigError("need 0 < min_rto <= max_rto"));
-        }
-        if self.probe_interval.is_zero() || self.probe_interval > self.max_probe_interval {
-            return Err(ConfigError("need 0 < probe_interval <= max_probe_interval"));
-        }
-        if self.ack_every == 0 || self.ack_delay >= self.max_rto {
-            return Err(ConfigError("need ack_every > 0 and ack_delay < max_rto"));
-        }
-        if self.key_cache_size == 0
-            || self.key_agreement_burst == 0
-            || self.cookie_agreement_burst == 0
+        if self.flow.envelope_target > self.flow.window
+            || self.flow.envelope_low > self.flow.envelope_target
         {
-            return Err(ConfigError(
-                "key_cache_size, key_agreement_burst and cookie_agreement_burst must be positive",
+            return Err(inconsistent(
+                "flow.envelope_low <= flow.envelope_target <= flow.window",
             ));
         }
-        if self.unreachable_after <= self.max_rto {
-            return Err(ConfigError("unreachable_after must exceed max_rto"));
-        }
-        if self.max_untaken == 0 || self.max_untaken_bytes == 0 {
-            return Err(ConfigError(
-                "max_untaken and max_untaken_bytes must be positive",
+        if self.limits.max_queued_per_peer == 0 || self.limits.max_sender_records == 0 {
+            return Err(out_of_range(
+                "limits.max_queued_per_peer and limits.max_sender_records",
+                "positive",
             ));
         }
-        if self.max_message_size == 0
-            || self.max_reassembly_per_source < crate::proto::recv::assembler::MIN_CHARGE
-            || (self.max_message_size as u64) > self.max_reassembly_per_source
-            || self.max_reassembly_per_source > self.max_reassembly_bytes
+        if self.limits.max_slots_request == 0
+            || self.limits.max_slots_per_record < self.limits.max_slots_request
         {
-            return Err(ConfigError(
-                "need 0 < max_message_size <= max_reassembly_per_source <= max_reassembly_bytes, and max_reassembly_per_source >= 16 KiB",
+            return Err(inconsistent(
+                "0 < limits.max_slots_request <= limits.max_slots_per_record",
             ));
         }
-        if self.max_message_size > self.max_queued_bytes {
-            return Err(ConfigError(
-                "max_message_size must not exceed max_queued_bytes",
+        if self.timers.min_rto.is_zero() || self.timers.min_rto > self.timers.max_rto {
+            return Err(inconsistent("0 < timers.min_rto <= timers.max_rto"));
+        }
+        if self.timers.probe_interval.is_zero()
+            || self.timers.probe_interval > self.timers.max_probe_interval
+        {
+            return Err(inconsistent(
+                "0 < timers.probe_interval <= timers.max_probe_interval",
             ));
         }
-        if self.reassembly_timeout.is_zero() {
-            return Err(ConfigError("reassembly_timeout must be positive"));
+        if self.acks.every == 0 || self.acks.delay >= self.timers.max_rto {
+            return Err(inconsistent(
+                "acks.every > 0 and acks.delay < timers.max_rto",
+            ));
+        }
+        if self.keys.cache_size == 0
+            || self.keys.agreement_burst == 0
+            || self.keys.cookie_agreement_burst == 0
+        {
+            return Err(out_of_range(
+                "keys.cache_size, keys.agreement_burst and keys.cookie_agreement_burst",
+                "positive",
+            ));
+        }
+        if self.timers.unreachable_after <= self.timers.max_rto {
+            return Err(inconsistent("timers.unreachable_after > timers.max_rto"));
+        }
+        if self.limits.max_untaken == 0 || self.limits.max_untaken_bytes == 0 {
+            return Err(out_of_range(
+                "limits.max_untaken and limits.max_untaken_bytes",
+                "positive",
+            ));
+        }
+        if self.limits.max_message_size == 0
+            || self.limits.max_reassembly_per_source < crate::proto::recv::assembler::MIN_CHARGE
+            || (self.limits.max_message_size as u64) > self.limits.max_reassembly_per_source
+            || self.limits.max_reassembly_per_source > self.limits.max_reassembly_bytes
+        {
+            return Err(inconsistent(
+                "0 < limits.max_message_size <= limits.max_reassembly_per_source <= limits.max_reassembly_bytes, and limits.max_reassembly_per_source >= 16 KiB",
+            ));
+        }
+        if self.limits.max_message_size > self.limits.max_queued_bytes {
+            return Err(inconsistent(
+                "limits.max_message_size <= limits.max_queued_bytes",
+            ));
+        }
+        if self.timers.reassembly_timeout.is_zero() {
+            return Err(out_of_range("timers.reassembly_timeout", "positive"));
         }
         if self.clock_block < 2 {
-            return Err(ConfigError("clock_block must be at least 2"));
+            return Err(out_of_range("clock_block", "at least 2"));
         }
         Ok(())
     }
@@ -355,10 +529,11 @@ mod tests {
     #[test]
     fn the_largest_payload_fits_the_largest_datagram_encoding() {
         for size in [MIN_DATAGRAM_SIZE, 1200, 1472, 9000, MAX_DATAGRAM_SIZE] {
-            let cfg = Config {
-                max_datagram_size: size,
-                mtu_discovery: false,
-                ..Config::default()
+            let cfg = {
+                let mut c = Config::default();
+                c.mtu.max_datagram_size = size;
+                c.mtu.discovery = false;
+                c
             };
             let mut header = Header::new(NodeId::MAX, NodeId::MAX);
             header.seal = Some(SealHeader {
@@ -383,9 +558,10 @@ mod tests {
         }
         assert_eq!(Config::default().max_payload(), 1085);
         // With discovery, the payload is bounded by the base size, not the ceiling.
-        let cfg = Config {
-            min_datagram_size: 1472,
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.mtu.min_datagram_size = 1472;
+            c
         };
         assert_eq!(cfg.max_payload(), payload_room(1472));
     }
@@ -393,30 +569,35 @@ mod tests {
     #[test]
     fn default_config_is_valid_and_bad_ones_are_refused() {
         assert_eq!(Config::default().validate(), Ok(()));
-        let bad = Config {
-            envelope_low: 200,
-            ..Config::default()
+        let bad = {
+            let mut c = Config::default();
+            c.flow.envelope_low = 200;
+            c
         };
         assert!(bad.validate().is_err());
-        let bad = Config {
-            max_datagram_size: 70_000,
-            ..Config::default()
+        let bad = {
+            let mut c = Config::default();
+            c.mtu.max_datagram_size = 70_000;
+            c
         };
         assert!(bad.validate().is_err());
-        let bad = Config {
-            min_datagram_size: 1199,
-            ..Config::default()
+        let bad = {
+            let mut c = Config::default();
+            c.mtu.min_datagram_size = 1199;
+            c
         };
         assert!(bad.validate().is_err());
-        let bad = Config {
-            max_datagram_size: 1000,
-            ..Config::default()
+        let bad = {
+            let mut c = Config::default();
+            c.mtu.max_datagram_size = 1000;
+            c
         };
         assert!(bad.validate().is_err(), "a ceiling below the base");
-        let fixed = Config {
-            max_datagram_size: 1000,
-            mtu_discovery: false,
-            ..Config::default()
+        let fixed = {
+            let mut c = Config::default();
+            c.mtu.max_datagram_size = 1000;
+            c.mtu.discovery = false;
+            c
         };
         assert_eq!(fixed.validate(), Ok(()));
         assert_eq!(fixed.base_datagram_size(), 1000);

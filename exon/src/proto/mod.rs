@@ -20,7 +20,10 @@ mod wire;
 
 pub use wire::{codec, frame, ranges};
 
-pub use config::{Config, ConfigError, BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE};
+pub use config::{
+    AckConfig, Config, ConfigError, FlowConfig, KeyConfig, Limits, MtuConfig, TimerConfig,
+    BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE,
+};
 pub use send::congestion::{CongestionControl, PathStats};
 
 /// The maps keyed by node id. foldhash instead of SipHash: several times cheaper per lookup,

@@ -185,14 +185,13 @@ impl Sealer {
         };
         let public = identity.secret.public_key();
         if identity.keyring.get(id).is_some_and(|k| *k != public) {
-            return Err(ConfigError(
-                "the keyring lists this node's id with another public key",
-            ));
+            return Err(ConfigError::KeyringConflict);
         }
-        if identity.keyring.len() > cfg.max_keyring_size {
-            return Err(ConfigError(
-                "the keyring holds more peers than Config::max_keyring_size",
-            ));
+        if identity.keyring.len() > cfg.keys.max_keyring_size {
+            return Err(ConfigError::KeyringTooLarge {
+                members: identity.keyring.len(),
+                max: cfg.keys.max_keyring_size,
+            });
         }
         Ok(Some(Sealer {
             id,
@@ -200,12 +199,15 @@ impl Sealer {
             secret: identity.secret,
             public,
             keyring: identity.keyring,
-            max_keyring: cfg.max_keyring_size,
+            max_keyring: cfg.keys.max_keyring_size,
             members: PeerMap::default(),
             self_certifying: identity.self_certifying,
-            cache: KeyCache::new(cfg.key_cache_size),
-            budget: DhBudget::new(cfg.key_agreements_per_sec, cfg.key_agreement_burst),
-            vouched: DhBudget::new(cfg.cookie_agreements_per_sec, cfg.cookie_agreement_burst),
+            cache: KeyCache::new(cfg.keys.cache_size),
+            budget: DhBudget::new(cfg.keys.agreements_per_sec, cfg.keys.agreement_burst),
+            vouched: DhBudget::new(
+                cfg.keys.cookie_agreements_per_sec,
+                cfg.keys.cookie_agreement_burst,
+            ),
             cookies: PeerMap::default(),
             epoch: None,
             counter: 0,

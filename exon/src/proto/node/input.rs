@@ -215,7 +215,7 @@ impl Node {
                     rec.want_ack_now();
                 }
             }
-            let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+            let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
             self.outbox.flush_verdicts(src, now, urgent, delay, every);
         }
         self.rearm_sender(src);
@@ -240,7 +240,7 @@ impl Node {
     /// REQSLOTS(s, n, l) from `src` (Algorithm 1, lines 48-60, bounded).
     fn on_reqslots(&mut self, now: Instant, src: NodeId, s: u64, n: u64, l: u64) {
         let bounded = self.rules.bounded_input;
-        if bounded && n > self.cfg.max_slots_request {
+        if bounded && n > self.cfg.limits.max_slots_request {
             self.stats.rejects.slots_request_too_large += 1;
             return;
         }
@@ -279,7 +279,7 @@ impl Node {
                 return; // a waiver for a record that is already gone
             }
             if bounded
-                && self.receivers.len() >= self.cfg.max_receiver_records
+                && self.receivers.len() >= self.cfg.limits.max_receiver_records
                 && !self.make_room(now)
             {
                 self.stats.rejects.too_many_records += 1;
@@ -294,7 +294,7 @@ impl Node {
             self.stats.incarnations += 1;
             self.receivers.insert(src, RRecord::new(s, rck, now));
             self.unproven.push_back((src, rck));
-            if self.unproven.len() > 2 * self.cfg.max_receiver_records {
+            if self.unproven.len() > 2 * self.cfg.limits.max_receiver_records {
                 let receivers = &self.receivers;
                 self.unproven.retain(|(p, r)| {
                     receivers
@@ -311,7 +311,7 @@ impl Node {
         // receiver half's SLOTS and ACKs say nothing about the slots held here.
         rec.heard(now);
         let cap_slots = if bounded {
-            self.cfg.max_slots_per_record
+            self.cfg.limits.max_slots_per_record
         } else {
             u64::MAX
         };

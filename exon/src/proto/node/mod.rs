@@ -152,7 +152,10 @@ impl Node {
         config.validate()?;
         let sealer = Sealer::new(id, security, &config)?.map(Box::new);
         if clock > VARINT_MAX - config.clock_block {
-            return Err(ConfigError("clock too close to 2^62"));
+            return Err(ConfigError::ClockExhausted {
+                clock,
+                block: config.clock_block,
+            });
         }
         let silence = crate::proto::send::silence::Silence::new(
             crate::proto::send::silence::Schedule::new(&config),
@@ -359,11 +362,11 @@ impl Node {
 
     /// Whether `send(to, ..)` would be refused with `QueueFull` for a payload of `len` bytes.
     pub fn is_full(&self, to: NodeId, len: usize) -> bool {
-        self.queued_bytes + len > self.cfg.max_queued_bytes
+        self.queued_bytes + len > self.cfg.limits.max_queued_bytes
             || self
                 .senders
                 .get(&to)
-                .is_some_and(|s| s.queued_count() >= self.cfg.max_queued_per_peer)
+                .is_some_and(|s| s.queued_count() >= self.cfg.limits.max_queued_per_peer)
     }
 
     /// The counters.
@@ -394,7 +397,7 @@ impl Node {
     }
 
     fn outbox_cap(&self) -> usize {
-        self.cfg.max_sender_records + self.cfg.max_receiver_records + STATELESS_OUTBOX
+        self.cfg.limits.max_sender_records + self.cfg.limits.max_receiver_records + STATELESS_OUTBOX
     }
 
     // ----- clock -----------------------------------------------------------------------
@@ -453,7 +456,7 @@ impl Node {
         if !self.knows_key(to) {
             return Err(SendError::UnknownKey(to));
         }
-        let max = self.cfg.max_message_size;
+        let max = self.cfg.limits.max_message_size;
         if payload.len() > max {
             return Err(SendError::PayloadTooLarge {
                 len: payload.len(),
@@ -465,7 +468,7 @@ impl Node {
         }
         let new_record = !self.senders.contains_key(&to);
         if new_record {
-            if self.senders.len() >= self.cfg.max_sender_records {
+            if self.senders.len() >= self.cfg.limits.max_sender_records {
                 return Err(SendError::TooManyPeers);
             }
             self.senders

@@ -125,7 +125,7 @@ impl Node {
             let mut size = probe.map_or_else(|| self.send_size(peer), |(w, _)| w.size);
             if deaf {
                 // One small datagram: the base size, which every path carries.
-                size = size.min(self.cfg.min_datagram_size);
+                size = size.min(self.cfg.mtu.min_datagram_size);
             }
             let mut limit = start + size;
             if let Some(sealer) = &mut self.sealer {
@@ -365,7 +365,7 @@ impl Node {
         // peer answers at once, but the probe may queue behind data).
         let rtt = rec.rtt().smoothed()?.max(rec.rtt().latest()?);
         let want = rec.mtud().want_if(self.rules.deaf_backoff)?;
-        let timeout = rtt.saturating_mul(3).max(self.cfg.min_rto);
+        let timeout = rtt.saturating_mul(3).max(self.cfg.timers.min_rto);
         Some((want, timeout))
     }
 

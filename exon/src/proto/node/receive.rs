@@ -174,7 +174,7 @@ impl Node {
         };
         let victim = self.evictions.next_victim(
             now,
-            self.cfg.probe_interval,
+            self.cfg.timers.probe_interval,
             || receivers.iter().map(candidate),
             |src| receivers.get_key_value(&src).map(candidate),
         );
@@ -245,7 +245,8 @@ impl Node {
 
     /// Whether another delivery may be held now.
     pub(super) fn has_room_for_delivery(&self) -> bool {
-        self.untaken < self.cfg.max_untaken && self.untaken_bytes < self.cfg.max_untaken_bytes
+        self.untaken < self.cfg.limits.max_untaken
+            && self.untaken_bytes < self.cfg.limits.max_untaken_bytes
     }
 
     /// Input: the application has taken the delivery `id` (it left the embedding's buffer,
@@ -285,7 +286,7 @@ impl Node {
             // The sender retransmits; the slot is neither free nor held then: ACK.
             self.stats.rejects.outbox_full += 1;
         }
-        let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+        let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
         self.outbox.flush_verdicts(from, now, urgent, delay, every);
         true
     }
@@ -317,7 +318,7 @@ impl Node {
         // The limit protects reassembly memory: a FRAG that is the whole message needs none,
         // and is taken as a TOKEN of that size would be.
         let whole = offset == 0 && data.len() as u64 == total;
-        if total > self.cfg.max_message_size as u64 && !whole {
+        if total > self.cfg.limits.max_message_size as u64 && !whole {
             self.stats.rejects.fragment_refused += 1;
             return false;
         }
@@ -415,7 +416,7 @@ impl Node {
                 if !self.outbox.reply(src, v, r, s, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
-                let (delay, every) = (self.cfg.ack_delay, self.cfg.ack_every);
+                let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
                 self.outbox.flush_verdicts(src, now, true, delay, every);
             }
             return;
@@ -425,15 +426,19 @@ impl Node {
             .values()
             .map(|r| r.assembler().granted())
             .sum();
-        let free = self.cfg.max_reassembly_bytes.saturating_sub(reserved);
+        let free = self
+            .cfg
+            .limits
+            .max_reassembly_bytes
+            .saturating_sub(reserved);
         let cap = self.outbox_cap();
         let Some(rec) = self.receivers.get_mut(&src) else {
             return;
         };
-        let (limit, _) = rec
-            .assembler_mut()
-            .grant(want, self.cfg.max_reassembly_per_source, free);
-        let max = self.cfg.max_message_size as u64;
+        let (limit, _) =
+            rec.assembler_mut()
+                .grant(want, self.cfg.limits.max_reassembly_per_source, free);
+        let max = self.cfg.limits.max_message_size as u64;
         if !self.outbox.credit(src, rec.rck(), limit, max, cap) {
             self.stats.rejects.outbox_full += 1;
         }

@@ -32,7 +32,9 @@ impl Node {
             .get(&peer)
             .and_then(|rec| self.receiver_probe_at(rec));
         if let Some(rec) = self.receivers.get_mut(&peer) {
-            let expiry = rec.assembler().next_expiry(self.cfg.reassembly_timeout);
+            let expiry = rec
+                .assembler()
+                .next_expiry(self.cfg.timers.reassembly_timeout);
             let want = [probe, expiry].into_iter().flatten().min();
             self.timers.arm(rec.armed_mut(), want, Side::Receiver, peer);
         }
@@ -167,7 +169,9 @@ impl Node {
             self.evict_proven(peer);
             return;
         }
-        let stalled = rec.assembler_mut().expire(now, self.cfg.reassembly_timeout);
+        let stalled = rec
+            .assembler_mut()
+            .expire(now, self.cfg.timers.reassembly_timeout);
         self.stats.partials_expired += stalled as u64;
         let due = self
             .receivers
@@ -216,7 +220,7 @@ impl Node {
         let c = match self.senders.get(&peer) {
             Some(rec) => {
                 let busy = !rec.is_quiet() || rec.is_requesting();
-                let after = self.cfg.unreachable_after;
+                let after = self.cfg.timers.unreachable_after;
                 self.liveness.check(now, peer, busy, after)
             }
             None => self.liveness.forget(peer),

@@ -15,34 +15,34 @@ use crate::proto::Config;
 #[derive(Debug)]
 pub(crate) struct RRecord {
     /// Sender clock: one past the last slot created.
-    pub(super) sck: u64,
+    sck: u64,
     /// Receiver clock: this incarnation's number.
-    pub(super) rck: u64,
+    rck: u64,
     /// Slots not yet filled or waived.
-    pub(super) slots: RangeSet,
+    slots: RangeSet,
     /// Last time any datagram from the source arrived.
-    pub(super) last_heard: Instant,
+    last_heard: Instant,
     /// Probes sent since the source was last heard.
-    pub(super) probes: u32,
+    probes: u32,
     /// When the last of those probes was sent.
-    pub(super) last_probe: Option<Instant>,
+    last_probe: Option<Instant>,
     /// The deadline this record armed in the node's timer queue.
-    pub(super) armed: Option<Instant>,
+    armed: Option<Instant>,
     /// Probe jitter, a fraction of 2^16 of a quarter interval (re-drawn at every probe).
-    pub(super) jitter: u16,
+    jitter: u16,
     /// A token was delivered into this incarnation (it can no longer be evicted).
-    pub(super) proven: bool,
+    proven: bool,
     /// Slots delivered and not yet taken by the application: not acknowledged yet.
-    pub(super) held: Held,
+    held: Held,
     /// A datagram asked for an immediate ACK (ACK-NOW, or a duplicate) while deliveries
     /// were held: their ACK goes at once when the application has taken them all.
-    pub(super) ack_now: bool,
+    ack_now: bool,
     /// The slots the last ACK frame to the source acknowledged for the first time: repeated
     /// once in the next ACK frame, so that one lost ACK datagram does not make the sender
     /// declare (and resend) tokens that arrived.
-    pub(super) acked_last: RangeSet,
+    acked_last: RangeSet,
     /// Messages arriving in fragments, and the reassembly memory granted to the source.
-    pub(super) assembler: Assembler,
+    assembler: Assembler,
 }
 
 /// What a REQSLOTS did to a record.
@@ -242,11 +242,11 @@ impl RRecord {
     /// Delay from the last probe (or the last time the source was heard) to the next probe:
     /// the probe interval, doubled for each unanswered probe, capped.
     pub fn probe_delay(&self, cfg: &Config) -> std::time::Duration {
-        let mut d = cfg.probe_interval;
+        let mut d = cfg.timers.probe_interval;
         for _ in 0..self.probes {
             d = d.saturating_mul(2);
-            if d >= cfg.max_probe_interval {
-                d = cfg.max_probe_interval;
+            if d >= cfg.timers.max_probe_interval {
+                d = cfg.timers.max_probe_interval;
                 break;
             }
         }
@@ -268,18 +268,18 @@ mod tests {
         let cfg = Config::default();
         let mut r = rec();
         assert_eq!(
-            r.request(10, 5, 10, cfg.max_slots_per_record),
+            r.request(10, 5, 10, cfg.limits.max_slots_per_record),
             Grant::Granted
         );
         assert_eq!(r.slots.ranges(), &[10..15]);
         // A duplicate request creates nothing new.
         assert_eq!(
-            r.request(10, 5, 10, cfg.max_slots_per_record),
+            r.request(10, 5, 10, cfg.limits.max_slots_per_record),
             Grant::Granted
         );
         assert_eq!(r.slots.count(), 5);
         // A larger request from the same s extends the range.
-        r.request(10, 8, 10, cfg.max_slots_per_record);
+        r.request(10, 8, 10, cfg.limits.max_slots_per_record);
         assert_eq!(r.slots.ranges(), &[10..18]);
         assert_eq!(r.sck, 18);
     }
@@ -288,9 +288,9 @@ mod tests {
     fn frontier_waives_slots_below_it() {
         let cfg = Config::default();
         let mut r = rec();
-        r.request(10, 5, 10, cfg.max_slots_per_record);
+        r.request(10, 5, 10, cfg.limits.max_slots_per_record);
         assert_eq!(
-            r.request(15, 0, 13, cfg.max_slots_per_record),
+            r.request(15, 0, 13, cfg.limits.max_slots_per_record),
             Grant::Waived
         );
         assert_eq!(r.slots.ranges(), &[13..15]);
@@ -300,23 +300,24 @@ mod tests {
     fn a_gap_in_the_sender_clock_does_not_create_slots_below_s() {
         let cfg = Config::default();
         let mut r = rec();
-        r.request(10, 5, 10, cfg.max_slots_per_record);
-        r.request(1 << 40, 5, 12, cfg.max_slots_per_record);
+        r.request(10, 5, 10, cfg.limits.max_slots_per_record);
+        r.request(1 << 40, 5, 12, cfg.limits.max_slots_per_record);
         assert_eq!(r.slots.ranges(), &[12..15, (1 << 40)..(1 << 40) + 5]);
         assert_eq!(r.slots.count(), 8);
     }
 
     #[test]
     fn slot_cap_refuses_without_changing_the_slots() {
-        let cfg = Config {
-            max_slots_per_record: 8,
-            max_slots_request: 8,
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.limits.max_slots_per_record = 8;
+            c.limits.max_slots_request = 8;
+            c
         };
         let mut r = rec();
-        r.request(10, 6, 10, cfg.max_slots_per_record);
+        r.request(10, 6, 10, cfg.limits.max_slots_per_record);
         assert_eq!(
-            r.request(16, 3, 10, cfg.max_slots_per_record),
+            r.request(16, 3, 10, cfg.limits.max_slots_per_record),
             Grant::OverCap
         );
         assert_eq!(r.slots.count(), 6);
@@ -327,7 +328,7 @@ mod tests {
     fn token_needs_matching_incarnation_and_free_slot() {
         let cfg = Config::default();
         let mut r = rec();
-        r.request(10, 2, 10, cfg.max_slots_per_record);
+        r.request(10, 2, 10, cfg.limits.max_slots_per_record);
         assert!(!r.fill(10, 8), "other incarnation");
         assert!(r.fill(10, 7));
         assert!(!r.fill(10, 7), "slot already filled");
@@ -336,14 +337,15 @@ mod tests {
 
     #[test]
     fn probes_are_spaced_from_the_previous_probe_not_from_last_heard() {
-        let cfg = Config {
-            probe_interval: std::time::Duration::from_secs(1),
-            max_probe_interval: std::time::Duration::from_secs(4),
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.timers.probe_interval = std::time::Duration::from_secs(1);
+            c.timers.max_probe_interval = std::time::Duration::from_secs(4);
+            c
         };
         let t0 = crate::test_time::origin();
         let mut r = RRecord::new(10, 7, t0);
-        r.request(10, 2, 10, cfg.max_slots_per_record);
+        r.request(10, 2, 10, cfg.limits.max_slots_per_record);
         let mut at = r.deadline(&cfg).unwrap();
         let mut gaps = Vec::new();
         for _ in 0..6 {
@@ -363,10 +365,11 @@ mod tests {
 
     #[test]
     fn probe_interval_backs_off_to_the_cap() {
-        let cfg = Config {
-            probe_interval: std::time::Duration::from_secs(1),
-            max_probe_interval: std::time::Duration::from_secs(5),
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.timers.probe_interval = std::time::Duration::from_secs(1);
+            c.timers.max_probe_interval = std::time::Duration::from_secs(5);
+            c
         };
         let mut r = rec();
         assert_eq!(r.probe_delay(&cfg).as_secs(), 1);

@@ -230,7 +230,7 @@ impl SRecord {
         let spurious_resent = std::mem::take(&mut self.flight.spurious_resent);
         let next = self.to_send.front().and_then(|s| self.tokens.get(*s));
         // A fragmented message goes a datagram at a time.
-        let most = cfg.max_datagram_size as u64;
+        let most = cfg.mtu.max_datagram_size as u64;
         let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64).min(most));
         let ready = !self.to_send.is_empty() && !self.is_paced() && self.window_allows(size);
         AfterFrame {

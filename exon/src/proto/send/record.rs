@@ -159,10 +159,10 @@ impl SRecord {
             proven: [u64::MAX; PROVEN_KEPT],
             proven_next: 0,
             cc: Controller::new(
-                cfg.congestion,
+                cfg.flow.congestion,
                 cfg.base_datagram_size() as u64,
-                cfg.initial_rtt,
-                cfg.ack_delay,
+                cfg.timers.initial_rtt,
+                cfg.acks.delay,
             ),
             pacer: Pacer::default(),
             probe: false,
@@ -171,8 +171,8 @@ impl SRecord {
             credit: Credit::default(),
             mtud: Mtud::new(
                 cfg.base_datagram_size(),
-                cfg.max_datagram_size,
-                cfg.mtu_raise_interval,
+                cfg.mtu.max_datagram_size,
+                cfg.mtu.raise_interval,
             ),
         }
     }
@@ -226,7 +226,7 @@ impl SRecord {
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let env = self.envelopes();
         let held = env + self.tokens.len() as u64;
-        let want = (cfg.envelope_target + self.queue.len() as u64).saturating_sub(env);
+        let want = (cfg.flow.envelope_target + self.queue.len() as u64).saturating_sub(env);
         want.min(self.slot_window(cfg).saturating_sub(held))
     }
 
@@ -234,11 +234,14 @@ impl SRecord {
     /// holds fewer tokens.
     pub fn slot_window(&self, cfg: &Config) -> u64 {
         if !self.cc.is_enabled() || self.token_size == 0 {
-            return cfg.window;
+            return cfg.flow.window;
         }
         let tokens = self.cc.window() / self.token_size;
-        cfg.window
-            .min(tokens.saturating_mul(2).saturating_add(cfg.envelope_target))
+        cfg.flow.window.min(
+            tokens
+                .saturating_mul(2)
+                .saturating_add(cfg.flow.envelope_target),
+        )
     }
 
     /// GOT(r, s, ranges) from the receiver: the bytes it holds of the message in slot `s`.
@@ -369,10 +372,10 @@ impl SRecord {
     /// for retransmission ahead of new tokens, and arms the loss timer for the next one.
     /// Returns how many were declared lost.
     pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
-        let srtt = self.rtt.smoothed().unwrap_or(cfg.initial_rtt);
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
         let latest = self.rtt.latest().unwrap_or(srtt);
         let min_rtt = self.rtt.min().unwrap_or(srtt);
-        let delay = loss_delay(srtt, latest, cfg.timer_granularity)
+        let delay = loss_delay(srtt, latest, cfg.timers.timer_granularity)
             .saturating_add(self.flight.reo.window(min_rtt, srtt));
         let threshold = self.flight.reo.packet_threshold();
         self.timers.set(Timer::Loss, None);
@@ -503,7 +506,7 @@ impl SRecord {
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
     /// watermark.
     pub fn needs_slots(&self, cfg: &Config) -> bool {
-        !self.queue.is_empty() || self.envelopes() < cfg.envelope_low
+        !self.queue.is_empty() || self.envelopes() < cfg.flow.envelope_low
     }
 
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
@@ -796,7 +799,7 @@ impl SRecord {
             Timer::Idle => self
                 .idle_since
                 .filter(|_| self.is_quiet())
-                .map(|since| since + cfg.idle_timeout),
+                .map(|since| since + cfg.timers.idle_timeout),
             // Path MTU discovery only probes while there is work for the destination.
             Timer::Mtu => self.mtud.deadline().filter(|_| !self.is_quiet()),
             // A re-send waiting to be written needs no timer until it is written.

@@ -97,13 +97,16 @@ impl Rtt {
             .saturating_add(
                 self.rttvar
                     .saturating_mul(4)
-                    .max(nanos(cfg.timer_granularity)),
+                    .max(nanos(cfg.timers.timer_granularity)),
             )
-            .saturating_add(nanos(cfg.ack_delay))
-            .clamp(nanos(cfg.timer_granularity), nanos(cfg.max_rto));
+            .saturating_add(nanos(cfg.acks.delay))
+            .clamp(
+                nanos(cfg.timers.timer_granularity),
+                nanos(cfg.timers.max_rto),
+            );
         Duration::from_nanos(
             base.saturating_mul(1 << self.backoff)
-                .min(nanos(cfg.max_rto)),
+                .min(nanos(cfg.timers.max_rto)),
         )
     }
 
@@ -113,16 +116,16 @@ impl Rtt {
     /// RFC 9002's probe timeout.
     pub fn rto(&self, cfg: &Config) -> Duration {
         let base = match self.srtt {
-            None => nanos(cfg.initial_rtt).saturating_mul(2),
+            None => nanos(cfg.timers.initial_rtt).saturating_mul(2),
             Some(srtt) => srtt
                 .saturating_add(
                     self.rttvar
                         .saturating_mul(4)
-                        .max(nanos(cfg.timer_granularity)),
+                        .max(nanos(cfg.timers.timer_granularity)),
                 )
-                .saturating_add(nanos(cfg.ack_delay)),
+                .saturating_add(nanos(cfg.acks.delay)),
         };
-        let (min, max) = (nanos(cfg.min_rto), nanos(cfg.max_rto));
+        let (min, max) = (nanos(cfg.timers.min_rto), nanos(cfg.timers.max_rto));
         let base = base.clamp(min, max);
         Duration::from_nanos(base.saturating_mul(1 << self.backoff).min(max))
     }
@@ -148,7 +151,7 @@ mod tests {
         let mut r = Rtt::new();
         r.sample(ms(100));
         assert_eq!(r.smoothed(), Some(ms(100)));
-        assert_eq!(r.rto(&cfg), ms(100) + ms(200) + cfg.ack_delay);
+        assert_eq!(r.rto(&cfg), ms(100) + ms(200) + cfg.acks.delay);
     }
 
     #[test]
@@ -166,10 +169,11 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_a_sample_resets_it() {
-        let cfg = Config {
-            max_rto: ms(1000),
-            ack_delay: Duration::ZERO,
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.timers.max_rto = ms(1000);
+            c.acks.delay = Duration::ZERO;
+            c
         };
         let mut r = Rtt::new();
         r.sample(ms(40)); // rto = 40 + 80 = 120 ms
@@ -191,10 +195,11 @@ mod tests {
 
     #[test]
     fn the_probe_timeout_has_no_floor_but_the_granularity() {
-        let cfg = Config {
-            min_rto: ms(5),
-            ack_delay: ms(0),
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.timers.min_rto = ms(5);
+            c.acks.delay = ms(0);
+            c
         };
         let mut r = Rtt::new();
         assert_eq!(r.pto(&cfg), r.rto(&cfg), "no sample: the timeout");
@@ -206,9 +211,10 @@ mod tests {
 
     #[test]
     fn rto_respects_the_floor() {
-        let cfg = Config {
-            min_rto: ms(5),
-            ..Config::default()
+        let cfg = {
+            let mut c = Config::default();
+            c.timers.min_rto = ms(5);
+            c
         };
         let mut r = Rtt::new();
         r.sample(Duration::from_micros(20));

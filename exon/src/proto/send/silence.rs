@@ -40,10 +40,10 @@ impl Schedule {
     /// The schedule for `cfg`.
     pub fn new(cfg: &Config) -> Schedule {
         Schedule {
-            grace: cfg.max_rto.saturating_mul(2),
-            reset: cfg.max_rto.saturating_mul(4),
-            first: (cfg.max_rto / 8).max(cfg.min_rto),
-            cap: cfg.max_rto,
+            grace: cfg.timers.max_rto.saturating_mul(2),
+            reset: cfg.timers.max_rto.saturating_mul(4),
+            first: (cfg.timers.max_rto / 8).max(cfg.timers.min_rto),
+            cap: cfg.timers.max_rto,
         }
     }
 }

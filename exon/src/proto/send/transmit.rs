@@ -77,7 +77,7 @@ impl SRecord {
             }
             if tok.frag.is_some() {
                 let room_now = limit - buf.len();
-                let cap = cfg.max_reassembly_per_source;
+                let cap = cfg.limits.max_reassembly_per_source;
                 let credit = rules.fragments_need_credit;
                 let plan = rec.plan_fragment(s, r, body_room, room_now, cap, credit);
                 let (range, overhead) = match plan {
