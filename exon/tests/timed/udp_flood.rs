@@ -19,6 +19,8 @@ use exon::proto::{Identity, Keyring, PublicKey, Rules, SecretKey, Security};
 use exon::NodeId;
 use tokio::time::timeout;
 
+use crate::serially;
+
 const B: NodeId = NodeId::from_const(2);
 /// b's keyring: ids 1 ..= MEMBERS. The new members are 3 ..= 14.
 const MEMBERS: u64 = 64;
@@ -31,9 +33,6 @@ const GAP: Duration = Duration::from_millis(150);
 /// How long after the last new peer the flood goes on.
 const TAIL: Duration = Duration::from_millis(1200);
 const DEADLINE: Duration = Duration::from_secs(1);
-
-/// One flood at a time in this file: two would share the two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Claim {
@@ -282,17 +281,6 @@ fn within_deadline(r: &Run) -> usize {
         .iter()
         .filter(|d| d.is_some_and(|d| d <= DEADLINE))
         .count()
-}
-
-/// Runs `f` on a runtime of its own, one flood test at a time.
-fn serially<F: std::future::Future>(f: F) -> F::Output {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
 }
 
 #[test]
