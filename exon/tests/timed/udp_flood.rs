@@ -320,7 +320,7 @@ async fn a_flood_of_forgeries_does_not_lock_out_new_peers_run() {
 /// for the flood to end. How many lose varies a great deal over loopback (0 to 10 of the 12
 /// per flood in runs so far; with the rules on none ever waited past 13 ms), so this asserts
 /// the defect in its weakest form, a newcomer kept waiting at least 150 ms in one of the two
-/// floods, and tries up to three times; `exon/tests/security.rs` shows the members' defect
+/// floods, and tries up to three times; `exon/tests/core/hostile.rs` shows the members' defect
 /// exactly, on the core.
 #[test]
 fn without_the_rules_a_flood_locks_new_peers_out() {
