@@ -77,6 +77,28 @@ pub fn drain(node: &mut Node, now: Instant) -> Outputs {
     outs
 }
 
+/// Drains every output of `node` at `now` as an embedding with an in-memory clock store
+/// whose application takes every delivery at once: `datagram` gets each datagram (with the
+/// node, to read its state), `event` each event, a delivery once taken. Returns the timer.
+/// The ACKs of what was taken leave in this drain.
+pub fn drain_taking(
+    node: &mut Node,
+    now: Instant,
+    mut datagram: impl FnMut(&Node, Transmit, &[u8]),
+    mut event: impl FnMut(Event),
+) -> Option<Instant> {
+    drain_with(node, now, |node, out| match out {
+        Drained::StoreClock(hw) => node.handle_clock_stored(now, hw),
+        Drained::Transmit(t, data) => datagram(node, t, data),
+        Drained::Event(e) => {
+            if let Event::Delivered { id, .. } = &e {
+                node.handle_taken(now, *id);
+            }
+            event(e);
+        }
+    })
+}
+
 /// Confirms every clock mark `node` asks to store, at once (an in-memory store).
 pub fn confirm_clock(node: &mut Node, now: Instant) {
     while let Some(hw) = node.poll_clock_store() {

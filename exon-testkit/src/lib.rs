@@ -5,4 +5,4 @@ pub mod drain;
 pub mod frames;
 pub mod pair;
 
-pub use drain::{confirm_clock, datagrams, drain, drain_with, Drained, Outputs};
+pub use drain::{confirm_clock, datagrams, drain, drain_taking, drain_with, Drained, Outputs};

@@ -14,8 +14,8 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use exon::proto::crypto::{insecure_test_security, PublicKey, Seq};
 use exon::proto::frame::SealHeader;
-use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet};
-use exon_testkit::{drain_with, Drained};
+use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Transmit};
+use exon_testkit::drain_taking;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -84,31 +84,28 @@ impl World {
     /// Drains every output of node `i` (the kit's drain): clock stores confirmed at once,
     /// datagrams to the peer in flight, deliveries taken at once.
     fn drain(&mut self, i: usize) {
-        let now = self.now;
         let peer = [A, B][1 - i];
         let in_flight = &mut self.in_flight;
         let (sent, delivered, ids) = (&self.sent, &mut self.delivered, &self.ids[i]);
         let n = &mut self.nodes[i];
-        drain_with(n, now, |n, out| match out {
-            Drained::StoreClock(hw) => n.handle_clock_stored(now, hw),
-            Drained::Transmit(t, d) => {
-                assert!(t.size <= n.config().max_datagram_size);
-                if t.destination == peer && in_flight.len() < 256 {
-                    in_flight.push((1 - i, Bytes::copy_from_slice(d)));
-                }
+        let to_peer = |n: &Node, t: Transmit, d: &[u8]| {
+            assert!(t.size <= n.config().max_datagram_size);
+            if t.destination == peer && in_flight.len() < 256 {
+                in_flight.push((1 - i, Bytes::copy_from_slice(d)));
             }
-            Drained::Event(Event::Delivered { from, payload, id }) => {
-                n.handle_taken(now, id);
+        };
+        drain_taking(n, self.now, to_peer, |e| match e {
+            Event::Delivered { from, payload, .. } => {
                 assert_eq!(from, peer, "accepted a forged source");
                 assert!(sent.contains(&payload), "delivered a forgery");
                 assert!(delivered.insert(payload), "delivered twice");
             }
-            Drained::Event(Event::Acknowledged { to, id }) => {
+            Event::Acknowledged { to, id } => {
                 assert_eq!(to, peer);
                 let payload = ids.get(&id).expect("acknowledged, never sent");
                 assert!(delivered.contains(payload), "acknowledged, never delivered");
             }
-            Drained::Event(_) => {}
+            _ => {}
         });
         let cfg = config();
         assert!(n.receiver_records() <= cfg.max_receiver_records);
