@@ -9,7 +9,7 @@ use bytes::Bytes;
 use exon::proto::frame::Header;
 use exon::proto::{AckRanges, Config, Event, Frame, Node, NodeId, Packet, Security};
 
-use crate::drain::{confirm_clock, datagrams};
+use crate::drain::datagrams;
 
 /// The first node's id.
 pub const A: NodeId = NodeId::from_const(1);
@@ -26,8 +26,8 @@ thread_local! {
 ///
 /// These frame-by-frame tests check the slot algorithm with the fixed 1200-byte datagrams
 /// it was written for: path MTU discovery is switched off (its probes would interleave
-/// with the frames they check; `exon/tests/core/mtu.rs` covers it), and a configuration that kept
-/// the default ceiling gets 1200 bytes.
+/// with the frames they check; `exon/tests/core/mtu.rs` covers it), and a configuration
+/// that kept the default ceiling gets 1200 bytes.
 pub fn node(id: NodeId, mut cfg: Config, clock: u64, now: Instant) -> Node {
     if cfg.mtu_discovery {
         cfg.mtu_discovery = false;
@@ -41,10 +41,8 @@ pub fn node(id: NodeId, mut cfg: Config, clock: u64, now: Instant) -> Node {
     n
 }
 
-/// Confirms every clock mark the node asks to store, at once.
-pub fn store(n: &mut Node, now: Instant) {
-    confirm_clock(n, now);
-}
+/// Confirms every clock mark the node asks to store, at once ([`confirm_clock`](crate::confirm_clock)).
+pub use crate::drain::confirm_clock as store;
 
 /// Every datagram the node has to send now, decoded ([`datagrams`]: its events stay queued
 /// for [`feed`] and [`events`]).

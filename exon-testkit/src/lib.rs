@@ -1,4 +1,4 @@
-//! Test kit for exon's tests, simulator and fuzz targets: the one drain, the in-memory `Pair`, and frame builders.
+//! Test kit for exon: the one drain, the in-memory two-node `Pair`, and frame builders.
 #![warn(missing_docs)]
 
 pub mod drain;
