@@ -1,4 +1,5 @@
-//! The `exon-sim` binary refuses what it cannot run, at start, with a clear message.
+//! The `exon-sim` command line, run as the built binary (hence a test binary of its own,
+//! apart from `sim/`): it refuses what it cannot run, at start, with a clear message.
 
 use std::process::Command;
 

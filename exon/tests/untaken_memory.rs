@@ -4,6 +4,13 @@
 //! whole buffer alive (65 536 of them, 4 GiB); the node copies small payloads out once its
 //! zero-copy budget (64 MiB) is spent, so the heap grows by at most twice the payload plus
 //! that budget, plus a fixed cost per delivery. Measured with a counting allocator.
+//!
+//! A core test, alone in its binary on purpose: the counting allocator is the process's
+//! global allocator and counts every thread, so any test running beside this one would
+//! add its allocations to the measure. A new memory measurement goes in a binary of its
+//! own like this one (see `docs/testing.md`).
+//!
+//! Run: `cargo test -p exon --test untaken_memory`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};

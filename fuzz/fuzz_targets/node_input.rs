@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use arbitrary::Arbitrary;
 use bytes::Bytes;
-use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Security};
+use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Security, Transmit};
+use exon_testkit::drain_taking;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -68,52 +69,38 @@ struct World {
 }
 
 impl World {
+    /// Drains every output of node `i` (the kit's drain): clock stores confirmed at once,
+    /// datagrams to the peer in flight, deliveries taken at once.
     fn drain(&mut self, i: usize) {
-        let now = self.now;
-        let n = &mut self.nodes[i];
-        while let Some(hw) = n.poll_clock_store() {
-            n.handle_clock_stored(now, hw);
-        }
-        let mut buf = Vec::new();
-        while let Some(t) = n.poll_transmit(now, &mut buf) {
+        let (me, peer) = ([A, B][i], [A, B][1 - i]);
+        let in_flight = &mut self.in_flight;
+        let (sent, delivered, ids) = (&self.sent, &mut self.delivered, &self.ids[i]);
+        let to_peer = |n: &Node, t: Transmit, d: &[u8]| {
             assert!(t.size <= n.config().max_datagram_size);
-            let d = Bytes::copy_from_slice(&buf[buf.len() - t.size..]);
-            if t.destination == [A, B][1 - i] && self.in_flight.len() < 256 {
-                self.in_flight.push((1 - i, d));
+            if t.destination == peer && in_flight.len() < 256 {
+                in_flight.push((1 - i, Bytes::copy_from_slice(d)));
             }
-        }
-        while let Some(e) = n.poll_event() {
+        };
+        drain_taking(&mut self.nodes[i], self.now, to_peer, |e| match e {
             // Forged traffic never claims to be A or B (see `honest_ids_untouched`), so what
             // arrives from the peer is honest and must be exactly-once; a third node id may
             // legitimately get its own forged messages delivered (ids are not authenticated).
-            match e {
-                Event::Delivered { from, payload, id } => {
-                    // The application takes it at once: only then is it acknowledged.
-                    n.handle_taken(now, id);
-                    if from == [A, B][1 - i] {
-                        assert!(
-                            self.sent.contains(&payload),
-                            "delivered a message never sent"
-                        );
-                        assert!(self.delivered.insert(payload), "delivered twice");
-                    } else {
-                        assert!(from != [A, B][i], "delivered from itself");
-                    }
-                }
-                Event::Acknowledged { to, id } => {
-                    // Only the honest peer can settle a message to it (forged ids differ).
-                    assert_eq!(to, [A, B][1 - i]);
-                    let payload = self.ids[i].get(&id).expect("acknowledged, never sent");
-                    assert!(
-                        self.delivered.contains(payload),
-                        "acknowledged, never delivered"
-                    );
-                }
-                // In doubt (possible once evicted incarnations are forgotten): delivered at
-                // most once, which the checks above keep.
-                _ => {}
+            // The application took it at once: only then is it acknowledged.
+            Event::Delivered { from, payload, .. } if from == peer => {
+                assert!(sent.contains(&payload), "delivered a message never sent");
+                assert!(delivered.insert(payload), "delivered twice");
             }
-        }
+            Event::Delivered { from, .. } => assert!(from != me, "delivered from itself"),
+            Event::Acknowledged { to, id } => {
+                // Only the honest peer can settle a message to it (forged ids differ).
+                assert_eq!(to, peer);
+                let payload = ids.get(&id).expect("acknowledged, never sent");
+                assert!(delivered.contains(payload), "acknowledged, never delivered");
+            }
+            // In doubt (possible once evicted incarnations are forgotten): delivered at
+            // most once, which the checks above keep.
+            _ => {}
+        });
     }
 
     fn check(&mut self) {

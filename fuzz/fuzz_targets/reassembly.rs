@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use arbitrary::Arbitrary;
 use bytes::{BufMut, Bytes};
 use exon::proto::{Config, Event, Frame, Header, Node, NodeId, Packet, Security};
+use exon_testkit::{confirm_clock, datagrams, drain_taking};
 use libfuzzer_sys::fuzz_target;
 
 const A: NodeId = NodeId::from_const(1);
@@ -67,15 +68,12 @@ fuzz_target!(|input: Input| {
     let cfg = config();
     let mut now = Instant::now();
     let mut b = Node::new(B, Security::InsecurePlaintext, cfg.clone(), 5_000).unwrap();
-    while let Some(hw) = b.poll_clock_store() {
-        b.handle_clock_stored(now, hw);
-    }
+    confirm_clock(&mut b, now);
     let s0 = 100u64;
     b.handle_datagram(now, datagram(vec![Frame::ReqSlots { s: s0, n: SLOTS, l: s0 }]));
-    let mut buf = Vec::new();
     let mut rck = None;
-    while let Some(t) = b.poll_transmit(now, &mut buf) {
-        let p = Packet::decode(&Bytes::copy_from_slice(&buf[buf.len() - t.size..])).unwrap();
+    for (_, d) in datagrams(&mut b, now) {
+        let p = Packet::decode(&d).unwrap();
         for f in p.frames {
             if let Frame::Slots { r, .. } = f {
                 rck = Some(r);
@@ -146,15 +144,9 @@ fuzz_target!(|input: Input| {
             }
         };
         b.handle_datagram(now, datagram(vec![frame]));
-        while let Some(hw) = b.poll_clock_store() {
-            b.handle_clock_stored(now, hw);
-        }
-        buf.clear();
-        while b.poll_transmit(now, &mut buf).is_some() {
-            buf.clear();
-        }
-        while let Some(e) = b.poll_event() {
-            if let Event::Delivered { payload, id, .. } = e {
+        // The replies go nowhere; each delivery is checked (and taken).
+        drain_taking(&mut b, now, |_, _, _| {}, |e| {
+            if let Event::Delivered { payload, .. } = e {
                 // The slot is recovered from the bytes: each true message is distinct.
                 let slot = msgs.iter().position(|m| m[..] == payload[..]).map(|i| s0 + i as u64);
                 match slot {
@@ -168,9 +160,8 @@ fuzz_target!(|input: Input| {
                         assert!(!lied.is_empty(), "a message delivered altered with no lie told");
                     }
                 }
-                b.handle_taken(now, id);
             }
-        }
+        });
         assert!(b.reassembly_granted() <= cfg.max_reassembly_bytes);
         assert!(b.reassembly_in_use() <= b.reassembly_granted());
     }

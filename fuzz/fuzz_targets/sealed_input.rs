@@ -14,7 +14,8 @@ use arbitrary::Arbitrary;
 use bytes::Bytes;
 use exon::proto::crypto::{insecure_test_security, PublicKey, Seq};
 use exon::proto::frame::SealHeader;
-use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet};
+use exon::proto::{Config, Event, MsgId, Node, NodeId, Packet, Transmit};
+use exon_testkit::drain_taking;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -80,39 +81,32 @@ struct World {
 }
 
 impl World {
+    /// Drains every output of node `i` (the kit's drain): clock stores confirmed at once,
+    /// datagrams to the peer in flight, deliveries taken at once.
     fn drain(&mut self, i: usize) {
-        let now = self.now;
+        let peer = [A, B][1 - i];
+        let in_flight = &mut self.in_flight;
+        let (sent, delivered, ids) = (&self.sent, &mut self.delivered, &self.ids[i]);
         let n = &mut self.nodes[i];
-        while let Some(hw) = n.poll_clock_store() {
-            n.handle_clock_stored(now, hw);
-        }
-        let mut buf = Vec::new();
-        while let Some(t) = n.poll_transmit(now, &mut buf) {
+        let to_peer = |n: &Node, t: Transmit, d: &[u8]| {
             assert!(t.size <= n.config().max_datagram_size);
-            let d = Bytes::copy_from_slice(&buf[buf.len() - t.size..]);
-            if t.destination == [A, B][1 - i] && self.in_flight.len() < 256 {
-                self.in_flight.push((1 - i, d));
+            if t.destination == peer && in_flight.len() < 256 {
+                in_flight.push((1 - i, Bytes::copy_from_slice(d)));
             }
-        }
-        while let Some(e) = n.poll_event() {
-            match e {
-                Event::Delivered { from, payload, id } => {
-                    n.handle_taken(now, id);
-                    assert_eq!(from, [A, B][1 - i], "accepted a forged source");
-                    assert!(self.sent.contains(&payload), "delivered a forgery");
-                    assert!(self.delivered.insert(payload), "delivered twice");
-                }
-                Event::Acknowledged { to, id } => {
-                    assert_eq!(to, [A, B][1 - i]);
-                    let payload = self.ids[i].get(&id).expect("acknowledged, never sent");
-                    assert!(
-                        self.delivered.contains(payload),
-                        "acknowledged, never delivered"
-                    );
-                }
-                _ => {}
+        };
+        drain_taking(n, self.now, to_peer, |e| match e {
+            Event::Delivered { from, payload, .. } => {
+                assert_eq!(from, peer, "accepted a forged source");
+                assert!(sent.contains(&payload), "delivered a forgery");
+                assert!(delivered.insert(payload), "delivered twice");
             }
-        }
+            Event::Acknowledged { to, id } => {
+                assert_eq!(to, peer);
+                let payload = ids.get(&id).expect("acknowledged, never sent");
+                assert!(delivered.contains(payload), "acknowledged, never delivered");
+            }
+            _ => {}
+        });
         let cfg = config();
         assert!(n.receiver_records() <= cfg.max_receiver_records);
         assert!(n.cached_keys() <= cfg.key_cache_size);

@@ -155,7 +155,7 @@ fn rule4_ack_without_record() {
 }
 
 // Rule 5 (raise the clock on orphan SLOTS) is shown at the core level in
-// `exon/tests/rules.rs` (`rule5_switched_off_leaves_orphan_slots`): since a waiver never
+// `exon/tests/core/rules.rs` (`rule5_switched_off_leaves_orphan_slots`): since a waiver never
 // claims a frontier beyond what the receiver granted, the simulator's scenarios no longer
 // reach a state where the missing raise is visible end to end.
 

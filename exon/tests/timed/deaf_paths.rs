@@ -6,7 +6,7 @@
 //!
 //! The schedule scales with `max_rto`, so the test that runs with the suite uses a quarter
 //! of the default (the same counts in a quarter of the time); the default's full 45 s run
-//! is `#[ignore]`d: `cargo test -p exon --test deaf_paths -- --ignored --nocapture`.
+//! is `#[ignore]`d: `cargo test -p exon --test timed -- --ignored --nocapture`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +19,8 @@ use exon::proto::{Config, Rules};
 use exon::NodeId;
 use tokio::net::UdpSocket;
 use tokio::time::timeout;
+
+use crate::serially;
 
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
@@ -146,30 +148,36 @@ fn check(o: &Outcome, what: &str) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_one_way_outage_is_met_with_the_deaf_schedule() {
-    let o = one_way_outage(Duration::from_millis(500), true).await;
-    check(&o, "max_rto 500 ms");
+#[test]
+fn a_one_way_outage_is_met_with_the_deaf_schedule() {
+    serially(async {
+        let o = one_way_outage(Duration::from_millis(500), true).await;
+        check(&o, "max_rto 500 ms");
+    });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_the_deaf_schedule_the_dead_path_is_flooded() {
-    let o = one_way_outage(Duration::from_millis(500), false).await;
-    eprintln!(
-        "rule off: {} datagrams, {} bytes A -> B in the window",
-        o.datagrams, o.bytes
-    );
-    assert!(
-        o.datagrams > 60 || o.bytes > 256 * 1024,
-        "the test no longer shows the defect: {} datagrams, {} bytes",
-        o.datagrams,
-        o.bytes
-    );
+#[test]
+fn without_the_deaf_schedule_the_dead_path_is_flooded() {
+    serially(async {
+        let o = one_way_outage(Duration::from_millis(500), false).await;
+        eprintln!(
+            "rule off: {} datagrams, {} bytes A -> B in the window",
+            o.datagrams, o.bytes
+        );
+        assert!(
+            o.datagrams > 60 || o.bytes > 256 * 1024,
+            "the test no longer shows the defect: {} datagrams, {} bytes",
+            o.datagrams,
+            o.bytes
+        );
+    });
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[test]
 #[ignore = "45 s: the issue's figures at the default max_rto"]
-async fn a_one_way_outage_at_the_defaults() {
-    let o = one_way_outage(Duration::from_secs(2), true).await;
-    check(&o, "defaults (max_rto 2 s)");
+fn a_one_way_outage_at_the_defaults() {
+    serially(async {
+        let o = one_way_outage(Duration::from_secs(2), true).await;
+        check(&o, "defaults (max_rto 2 s)");
+    });
 }

@@ -1,12 +1,10 @@
 //! Many clients (50 hosts) sending to one server through turmoil, with some loss.
 
-mod turmoil_support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use exon::endpoint::MemoryStore;
 use exon::NodeId;
-use turmoil_support::*;
 
 #[test]
 fn fifty_hosts_to_one() {

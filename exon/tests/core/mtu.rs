@@ -10,8 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use exon::proto::{Config, MAX_DATAGRAM_SIZE};
 
-mod pair;
-use pair::*;
+use exon_testkit::pair::*;
 
 /// The Pair's test configuration with path MTU discovery on, as by default.
 fn config() -> Config {

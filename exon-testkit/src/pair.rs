@@ -1,7 +1,6 @@
-//! A two-node harness over virtual time, like quinn-proto's `Pair`: it drives two sans-IO
-//! nodes, moves datagrams between them through a hand-controlled network (drop, duplicate,
-//! delay, reorder), and runs until quiet.
-#![allow(dead_code)]
+//! A two-node harness over virtual time: it drives two sans-IO nodes, moves datagrams
+//! between them through a hand-controlled network (drop, duplicate, delay, reorder), and
+//! runs until quiet.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -9,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::proto::{Config, DeliveryId, Event, MsgId, Node, NodeId, Packet, Security};
+
+use crate::drain::{drain_with, Drained};
 
 /// What the network does with one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,8 +44,11 @@ impl Wire {
 
 /// One side of the pair and what it has seen.
 pub struct Side {
+    /// The node.
     pub node: Node,
+    /// The payloads it delivered, in order.
     pub delivered: Vec<Bytes>,
+    /// Ids of its messages acknowledged, in order.
     pub acked: Vec<MsgId>,
     /// Ids of its messages reported in doubt.
     pub in_doubt: Vec<MsgId>,
@@ -59,14 +63,19 @@ pub struct Side {
     pub untaken: Vec<DeliveryId>,
     /// Liveness events about the other node, in order: true for reachable again.
     pub liveness: Vec<bool>,
+    /// The last clock high-water mark it asked to store (confirmed only with `auto_store`).
     pub stored: u64,
 }
 
 type Filter = Box<dyn FnMut(&Wire) -> Fate>;
 
+/// Two nodes, [`A`] and [`B`], over a network in virtual time.
 pub struct Pair {
+    /// The virtual time.
     pub now: Instant,
+    /// The two sides, indexed by [`A`] and [`B`].
     pub nodes: [Side; 2],
+    /// One-way latency of the network.
     pub latency: Duration,
     in_flight: BinaryHeap<Reverse<(Instant, u64, usize)>>,
     payloads: std::collections::HashMap<u64, Bytes>,
@@ -75,15 +84,18 @@ pub struct Pair {
     filter: Filter,
     /// Every datagram put on the network, in order, if recording.
     pub log: Vec<Wire>,
+    /// Whether to record every datagram in `log`.
     pub record: bool,
     /// Datagrams addressed to nodes outside the pair.
     pub strays: u64,
-    buf: Vec<u8>,
 }
 
+/// Index of the first node (id 1).
 pub const A: usize = 0;
+/// Index of the second node (id 2).
 pub const B: usize = 1;
 
+/// The id of the node at index `i`.
 pub fn id(i: usize) -> NodeId {
     NodeId::new(i as u64 + 1).unwrap()
 }
@@ -96,17 +108,19 @@ pub fn test_config() -> Config {
     conf.max_probe_interval = Duration::from_secs(2);
     conf.initial_rtt = Duration::from_millis(10);
     // Fixed 1200-byte datagrams, as these tests were written for (no MTU probes among the
-    // frames they count); `tests/mtu.rs` runs path MTU discovery.
+    // frames they count); `exon/tests/core/mtu.rs` runs path MTU discovery.
     conf.mtu_discovery = false;
     conf.max_datagram_size = 1200;
     conf
 }
 
 impl Pair {
+    /// Two nodes with the same configuration, at rest (nothing sent yet).
     pub fn new(cfg: Config) -> Pair {
         Self::with_configs(cfg.clone(), cfg)
     }
 
+    /// Two nodes with configurations of their own (`a` for [`A`], `b` for [`B`]).
     pub fn with_configs(a: Config, b: Config) -> Pair {
         let now = Instant::now();
         let side = |i: usize, cfg: Config| Side {
@@ -139,7 +153,6 @@ impl Pair {
             log: Vec::new(),
             record: false,
             strays: 0,
-            buf: Vec::new(),
         }
     }
 
@@ -148,6 +161,7 @@ impl Pair {
         self.filter = Box::new(f);
     }
 
+    /// The node at index `i`.
     pub fn node(&mut self, i: usize) -> &mut Node {
         &mut self.nodes[i].node
     }
@@ -162,75 +176,84 @@ impl Pair {
             .expect("send accepted")
     }
 
-    /// Drains every output of node `i` into the network and its side's logs.
+    /// Drains every output of node `i` into the network and its side's logs (through
+    /// [`drain_with`]); with `auto_take`, its application then takes what was delivered, and
+    /// the node is drained again for the ACKs.
     pub fn drain(&mut self, i: usize) {
         let now = self.now;
-        loop {
-            let side = &mut self.nodes[i];
-            if let Some(hw) = side.node.poll_clock_store() {
-                side.stored = hw;
-                if side.auto_store {
-                    side.node.handle_clock_stored(now, hw);
-                }
-                continue;
-            }
-            self.buf.clear();
-            let Some(t) = side.node.poll_transmit(now, &mut self.buf) else {
-                break;
-            };
-            assert!(t.size <= side.node.config().max_datagram_size);
-            if t.destination != id(1 - i) {
-                // For a node outside the pair (tests that inject forged peers): lost.
-                self.strays += 1;
-                continue;
-            }
-            let wire = Wire {
-                from: i,
-                seq: self.seq,
-                data: Bytes::copy_from_slice(&self.buf[..t.size]),
-            };
-            self.seq += 1;
-            self.put_on_network(wire);
-        }
+        let peer = id(1 - i);
+        let mut wires = Vec::new();
+        let mut taken = Vec::new();
+        let strays = &mut self.strays;
         let side = &mut self.nodes[i];
-        let mut took = false;
-        while let Some(e) = side.node.poll_event() {
-            match e {
+        let (auto_store, auto_take) = (side.auto_store, side.auto_take);
+        drain_with(&mut side.node, now, |node, out| match out {
+            Drained::StoreClock(hw) => {
+                side.stored = hw;
+                if auto_store {
+                    node.handle_clock_stored(now, hw);
+                }
+            }
+            Drained::Transmit(t, data) => {
+                assert!(t.size <= node.config().max_datagram_size);
+                if t.destination == peer {
+                    wires.push(Bytes::copy_from_slice(data));
+                } else {
+                    // For a node outside the pair (tests that inject forged peers): lost.
+                    *strays += 1;
+                }
+            }
+            Drained::Event(e) => match e {
                 Event::Delivered {
                     from,
                     payload,
                     id: d,
                 } => {
-                    assert_eq!(from, id(1 - i));
+                    assert_eq!(from, peer);
                     side.delivered.push(payload);
-                    if side.auto_take {
-                        took |= side.node.handle_taken(now, d);
+                    if auto_take {
+                        taken.push(d);
                     } else {
                         side.untaken.push(d);
                     }
                 }
                 Event::Acknowledged { to, id: m } => {
-                    assert_eq!(to, id(1 - i));
+                    assert_eq!(to, peer);
                     side.acked.push(m);
                 }
                 Event::InDoubt { to, id: m } => {
-                    assert_eq!(to, id(1 - i));
+                    assert_eq!(to, peer);
                     side.in_doubt.push(m);
                 }
                 Event::NotDelivered { to, id: m } => {
-                    assert_eq!(to, id(1 - i));
+                    assert_eq!(to, peer);
                     side.not_delivered.push(m);
                 }
-                Event::PeerUnreachable { peer } => {
-                    assert_eq!(peer, id(1 - i));
+                Event::PeerUnreachable { peer: p } => {
+                    assert_eq!(p, peer);
                     side.liveness.push(false);
                 }
-                Event::PeerReachable { peer } => {
-                    assert_eq!(peer, id(1 - i));
+                Event::PeerReachable { peer: p } => {
+                    assert_eq!(p, peer);
                     side.liveness.push(true);
                 }
                 other => panic!("unexpected event {other:?}"),
-            }
+            },
+        });
+        // The application takes what was delivered once the events are read (taking makes
+        // no event), and the ACKs go out in the next drain.
+        let mut took = false;
+        for d in taken {
+            took |= side.node.handle_taken(now, d);
+        }
+        for data in wires {
+            let wire = Wire {
+                from: i,
+                seq: self.seq,
+                data,
+            };
+            self.seq += 1;
+            self.put_on_network(wire);
         }
         if took {
             self.drain(i);

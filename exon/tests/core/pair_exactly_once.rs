@@ -1,13 +1,11 @@
 //! Two nodes over a hand-controlled network: exactly-once in both directions under loss,
 //! duplication and reordering, and both nodes idle (only their clocks) afterwards.
 
-mod pair;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pair::{test_config, Fate, Pair, A, B};
+use exon_testkit::pair::{self, test_config, Fate, Pair, A, B};
 
 const N: u32 = 10_000;
 

@@ -11,8 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use exon::proto::{Abandoned, Config, Node, Security};
 
-mod pair;
-use pair::*;
+use exon_testkit::pair::*;
 
 const QUIET: Duration = Duration::from_secs(5);
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use exon::proto::{Config, Event, Identity, Keyring, Node, NodeId, Rules, SecretKey, Security};
+use exon_testkit::{drain_with, Drained};
 
 const VICTIM: NodeId = NodeId::from_const(1);
 const LATENCY: Duration = Duration::from_millis(5);
@@ -42,7 +43,6 @@ struct Net {
     seq: u64,
     delivered: HashMap<NodeId, u64>,
     acked: HashMap<NodeId, u64>,
-    buf: Vec<u8>,
 }
 
 fn config() -> Config {
@@ -60,7 +60,6 @@ impl Net {
             seq: 0,
             delivered: HashMap::new(),
             acked: HashMap::new(),
-            buf: Vec::new(),
         };
         let open = Identity::new(secret(1)).allow_self_certifying(true);
         let mut victim = Node::new(VICTIM, Security::Sealed(open), config(), 1 << 20).unwrap();
@@ -92,38 +91,30 @@ impl Net {
         self.drain(from);
     }
 
-    /// Drains every output of `id`: clock stores confirmed at once, datagrams on the wire,
-    /// deliveries taken at once.
+    /// Drains every output of `id` ([`drain_with`]): clock stores confirmed at once,
+    /// datagrams on the wire, deliveries taken once the events are read, then drained again
+    /// for their ACKs.
     fn drain(&mut self, id: NodeId) {
         let now = self.now;
         let Some(node) = self.nodes.get_mut(&id) else {
             return;
         };
-        loop {
-            if let Some(hw) = node.poll_clock_store() {
-                node.handle_clock_stored(now, hw);
-                continue;
-            }
-            self.buf.clear();
-            let Some(t) = node.poll_transmit(now, &mut self.buf) else {
-                break;
-            };
-            self.seq += 1;
-            let at = now + LATENCY;
-            self.wire
-                .push(Reverse((at, self.seq, t.destination, self.buf.clone())));
-        }
         let mut taken = Vec::new();
-        while let Some(e) = node.poll_event() {
-            match e {
-                Event::Delivered { from, id, .. } => {
-                    *self.delivered.entry(from).or_default() += 1;
-                    taken.push(id);
-                }
-                Event::Acknowledged { .. } => *self.acked.entry(id).or_default() += 1,
-                _ => {}
+        let (wire, seq) = (&mut self.wire, &mut self.seq);
+        let (delivered, acked) = (&mut self.delivered, &mut self.acked);
+        drain_with(node, now, |node, out| match out {
+            Drained::StoreClock(hw) => node.handle_clock_stored(now, hw),
+            Drained::Transmit(t, data) => {
+                *seq += 1;
+                wire.push(Reverse((now + LATENCY, *seq, t.destination, data.to_vec())));
             }
-        }
+            Drained::Event(Event::Delivered { from, id, .. }) => {
+                *delivered.entry(from).or_default() += 1;
+                taken.push(id);
+            }
+            Drained::Event(Event::Acknowledged { .. }) => *acked.entry(id).or_default() += 1,
+            Drained::Event(_) => {}
+        });
         if !taken.is_empty() {
             for d in taken {
                 node.handle_taken(now, d);

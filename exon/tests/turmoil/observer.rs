@@ -4,17 +4,15 @@
 //! (30 ms late), neither stalls nor steals the conversation, and gets at most three times
 //! what it sent.
 
-mod turmoil_support;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{cfg, sim, PORT};
 use exon::endpoint::{Endpoint, EndpointConfig, MemoryStore};
 use exon::NodeId;
 use turmoil::net::UdpSocket;
-use turmoil_support::{cfg, sim, PORT};
 
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);

@@ -1,12 +1,10 @@
 //! Congestion control, pacing and fast loss recovery seen from the wire, in virtual time
 //! (the two-node `Pair`).
 
-mod pair;
-
 use std::time::Duration;
 
 use exon::proto::{CongestionControl, Frame, NodeId};
-use pair::{test_config, Fate, Pair, Wire, A, B};
+use exon_testkit::pair::{self, test_config, Fate, Pair, Wire, A, B};
 
 /// Whether a datagram carries a TOKEN whose payload starts with `tag`.
 fn carries(w: &Wire, tag: u8) -> bool {

@@ -6,8 +6,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use exon::proto::{Config, Frame, Node, NodeId, Packet, Security};
 
-mod frames;
-use frames::*;
+use exon_testkit::frames::*;
 
 /// Figure 1 of the paper: node a sends to node b with N = 5 (`n = N + |msg| - |env|`),
 /// requesting again whenever envelopes drop below N, as Algorithm 1 does.

@@ -19,6 +19,8 @@ use exon::proto::{Identity, Keyring, PublicKey, Rules, SecretKey, Security};
 use exon::NodeId;
 use tokio::time::timeout;
 
+use crate::serially;
+
 const B: NodeId = NodeId::from_const(2);
 /// b's keyring: ids 1 ..= MEMBERS. The new members are 3 ..= 14.
 const MEMBERS: u64 = 64;
@@ -31,9 +33,6 @@ const GAP: Duration = Duration::from_millis(150);
 /// How long after the last new peer the flood goes on.
 const TAIL: Duration = Duration::from_millis(1200);
 const DEADLINE: Duration = Duration::from_secs(1);
-
-/// One flood at a time in this file: two would share the two cores.
-static SERIAL: Mutex<()> = Mutex::new(());
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Claim {
@@ -284,17 +283,6 @@ fn within_deadline(r: &Run) -> usize {
         .count()
 }
 
-/// Runs `f` on a runtime of its own, one flood test at a time.
-fn serially<F: std::future::Future>(f: F) -> F::Output {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
 #[test]
 fn a_flood_of_forgeries_does_not_lock_out_new_peers() {
     serially(a_flood_of_forgeries_does_not_lock_out_new_peers_run());
@@ -332,7 +320,7 @@ async fn a_flood_of_forgeries_does_not_lock_out_new_peers_run() {
 /// for the flood to end. How many lose varies a great deal over loopback (0 to 10 of the 12
 /// per flood in runs so far; with the rules on none ever waited past 13 ms), so this asserts
 /// the defect in its weakest form, a newcomer kept waiting at least 150 ms in one of the two
-/// floods, and tries up to three times; `exon/tests/security.rs` shows the members' defect
+/// floods, and tries up to three times; `exon/tests/core/hostile.rs` shows the members' defect
 /// exactly, on the core.
 #[test]
 fn without_the_rules_a_flood_locks_new_peers_out() {

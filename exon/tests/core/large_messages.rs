@@ -2,13 +2,11 @@
 //! duplication and reordering; small messages not held up behind a large one; reassembly
 //! memory never beyond what the receiver granted.
 
-mod pair;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pair::{test_config, Fate, Pair, A, B};
+use exon_testkit::pair::{self, test_config, Fate, Pair, A, B};
 
 /// Message `i` of `len` bytes: its number in the first and last 4 bytes, a pattern between.
 fn message(i: u32, len: usize) -> Bytes {

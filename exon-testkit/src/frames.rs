@@ -1,6 +1,5 @@
-//! Shared by the frame-by-frame tests: nodes with an instant clock store, datagrams as
-//! decoded packets, and small frame builders.
-#![allow(dead_code)]
+//! For frame-by-frame tests: nodes with an instant clock store, datagrams as decoded
+//! packets, events read apart from datagrams, and small frame builders.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -10,7 +9,11 @@ use bytes::Bytes;
 use exon::proto::frame::Header;
 use exon::proto::{AckRanges, Config, Event, Frame, Node, NodeId, Packet, Security};
 
+use crate::drain::datagrams;
+
+/// The first node's id.
 pub const A: NodeId = NodeId::from_const(1);
+/// The second node's id.
 pub const B: NodeId = NodeId::from_const(2);
 
 thread_local! {
@@ -23,8 +26,8 @@ thread_local! {
 ///
 /// These frame-by-frame tests check the slot algorithm with the fixed 1200-byte datagrams
 /// it was written for: path MTU discovery is switched off (its probes would interleave
-/// with the frames they check; `tests/mtu.rs` covers it), and a configuration that kept
-/// the default ceiling gets 1200 bytes.
+/// with the frames they check; `exon/tests/core/mtu.rs` covers it), and a configuration
+/// that kept the default ceiling gets 1200 bytes.
 pub fn node(id: NodeId, mut cfg: Config, clock: u64, now: Instant) -> Node {
     if cfg.mtu_discovery {
         cfg.mtu_discovery = false;
@@ -38,24 +41,19 @@ pub fn node(id: NodeId, mut cfg: Config, clock: u64, now: Instant) -> Node {
     n
 }
 
-pub fn store(n: &mut Node, now: Instant) {
-    while let Some(hw) = n.poll_clock_store() {
-        n.handle_clock_stored(now, hw);
-    }
-}
+/// Confirms every clock mark the node asks to store, at once ([`confirm_clock`](crate::confirm_clock)).
+pub use crate::drain::confirm_clock as store;
 
-/// Every datagram the node has to send now, decoded.
+/// Every datagram the node has to send now, decoded ([`datagrams`]: its events stay queued
+/// for [`feed`] and [`events`]).
 pub fn out(n: &mut Node, now: Instant) -> Vec<Packet> {
-    store(n, now);
-    let mut v = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(t) = n.poll_transmit(now, &mut buf) {
-        let data = Bytes::copy_from_slice(&buf[buf.len() - t.size..]);
-        v.push(Packet::decode(&data).unwrap());
-    }
-    v
+    datagrams(n, now)
+        .into_iter()
+        .map(|(_, data)| Packet::decode(&data).unwrap())
+        .collect()
 }
 
+/// The frames of `ps`, in order.
 pub fn frames(ps: &[Packet]) -> Vec<Frame> {
     ps.iter().flat_map(|p| p.frames.clone()).collect()
 }
@@ -86,6 +84,7 @@ pub fn events(n: &mut Node) -> Vec<Event> {
     v
 }
 
+/// A datagram from `src` to `dst` holding `frames`.
 pub fn packet(src: NodeId, dst: NodeId, frames: Vec<Frame>) -> Packet {
     Packet {
         header: Header::new(src, dst),
@@ -112,6 +111,7 @@ pub fn acked(n: &mut Node) -> usize {
         .count()
 }
 
+/// A default configuration with this envelope target, low-water mark and window.
 pub fn cfg(target: u64, low: u64, window: u64) -> Config {
     let mut conf = Config::default();
     conf.envelope_target = target;
@@ -120,6 +120,7 @@ pub fn cfg(target: u64, low: u64, window: u64) -> Config {
     conf
 }
 
+/// An ACK frame for incarnation `r` covering the slots `s`.
 pub fn ack(r: u64, s: std::ops::Range<u64>) -> Frame {
     Frame::Ack {
         r,

@@ -2,15 +2,13 @@
 //! held and released links, partitions, and a bounced receiver that keeps its clock store.
 //! (turmoil cannot duplicate datagrams; the simulator crate covers duplication.)
 
-mod turmoil_support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::*;
 use exon::endpoint::{EndpointStats, MemoryStore, ReceiptError};
 use exon::NodeId;
-use turmoil_support::*;
 
 const A: NodeId = NodeId::from_const(1);
 

@@ -1,5 +1,9 @@
 //! What the endpoint logs: its events carry the endpoint's span (with its node id), and a
 //! warning that can come at message rate is rate-limited.
+//!
+//! It shares its process with the other endpoint tests: its subscriber is its own thread's
+//! default only (`set_default`, never the global one) and its endpoint runs on a
+//! current-thread runtime, so it captures its own endpoint's events and no other test's.
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,0 +1,19 @@
+//! The sans-IO core (`exon::proto`), with no socket and no runtime: frame-by-frame tests
+//! built with `exon_testkit::frames`, runs of two nodes over the in-memory network of
+//! `exon_testkit::pair::Pair` in virtual time, and the wire codec and configuration on their
+//! own. A new test of the core's behaviour goes in the module of its topic here (see
+//! `docs/testing.md`); one that needs real sockets goes in `endpoint/`.
+//!
+//! Run: `cargo test -p exon --test core`.
+
+mod codec;
+mod config_serde;
+mod congestion;
+mod delivery;
+mod hostile;
+mod large_messages;
+mod mtu;
+mod pair_exactly_once;
+mod record_pressure;
+mod rules;
+mod verdicts;

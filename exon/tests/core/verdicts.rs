@@ -1,0 +1,321 @@
+//! The verdicts, frame by frame. ACK: delayed and coalesced acknowledgements (the sender
+//! flags the last datagram of a burst ACK-NOW, the receiver acknowledges it at once, and
+//! holds the ACK of any other datagram until `ack_every` tokens wait, its ACK delay runs out,
+//! or a datagram goes to the sender anyway). Beyond ACK: DOUBT after a receiver restart (its
+//! incarnations died with it) and RETRY after an eviction (nothing was delivered into the
+//! incarnation); each of those tests fails if the receiver answered ACK instead, which would
+//! acknowledge a message that was never delivered.
+
+use std::time::{Duration, Instant};
+
+use exon::proto::{Config, CongestionControl, Event, Frame, MsgId, Node, NodeId, Packet};
+use exon_testkit::frames::*;
+
+fn ids(evs: &[Event], pick: fn(&Event) -> Option<MsgId>) -> Vec<MsgId> {
+    evs.iter().filter_map(pick).collect()
+}
+
+fn acked_id(e: &Event) -> Option<MsgId> {
+    match e {
+        Event::Acknowledged { id, .. } => Some(*id),
+        _ => None,
+    }
+}
+
+fn doubt_id(e: &Event) -> Option<MsgId> {
+    match e {
+        Event::InDoubt { id, .. } => Some(*id),
+        _ => None,
+    }
+}
+
+fn payloads(evs: &[Event]) -> Vec<Vec<u8>> {
+    evs.iter()
+        .filter_map(|e| match e {
+            Event::Delivered { payload, .. } => Some(payload.to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A receiver restarts from its stored clock: tokens under its old incarnation get DOUBT
+/// (one of them was delivered before the crash, the others not: it cannot tell which).
+/// The sender reports exactly those as in doubt, drops the dead envelopes, and the next
+/// message goes through a new incarnation.
+#[test]
+fn restarted_receiver_answers_doubt_and_the_sender_moves_on() {
+    let t = Instant::now();
+    let c = cfg(8, 2, 64);
+    let mut a = node(A, c.clone(), 0, t);
+    let mut b = node(B, c.clone(), 100, t);
+    for m in [b"m0", b"m1", b"m2"] {
+        a.send(t, B, bytes::Bytes::from_static(m)).unwrap();
+    }
+    feed(&mut b, t, &out(&mut a, t));
+    feed(&mut a, t, &out(&mut b, t));
+    let tokens = out(&mut a, t);
+    assert_eq!(frames(&tokens).len(), 3, "{:?}", frames(&tokens));
+    // B receives only the first datagram's first token... then crashes before its ACK.
+    let first = frames(&tokens)[0].clone();
+    let Frame::Token { r: r_old, .. } = first.clone() else {
+        panic!("{first:?}")
+    };
+    feed(&mut b, t, &[packet(A, B, vec![first])]);
+    assert_eq!(payloads(&events(&mut b)), [b"m0".to_vec()]);
+    let hw = b.clock_high_water();
+    drop(b);
+    let mut b = node(B, c, hw, t);
+    // Every token reaches the restarted B: none is delivered, none acknowledged.
+    feed(&mut b, t, &tokens);
+    assert!(payloads(&events(&mut b)).is_empty());
+    let answer = frames(&out(&mut b, t));
+    assert!(
+        answer
+            .iter()
+            .all(|f| matches!(f, Frame::Doubt { r, .. } if *r == r_old)),
+        "{answer:?}"
+    );
+    assert!(!answer.is_empty());
+    feed(&mut a, t, &out_packets(answer));
+    let evs = events(&mut a);
+    assert_eq!(ids(&evs, acked_id), []);
+    assert_eq!(ids(&evs, doubt_id), [MsgId(0), MsgId(1), MsgId(2)]);
+    assert_eq!(a.stats().in_doubt, 3);
+    assert_eq!(a.tokens_in_flight(), 0);
+    // The next message does not use a dead envelope: A asks the new B for slots.
+    a.send(t, B, bytes::Bytes::from_static(b"m3")).unwrap();
+    let p = out(&mut a, t);
+    assert!(
+        frames(&p).iter().all(|f| !matches!(f, Frame::Token { .. })),
+        "a token from a dead envelope: {:?}",
+        frames(&p)
+    );
+    let mut settled = Vec::new();
+    let mut got = Vec::new();
+    let mut p = p;
+    for _ in 0..4 {
+        feed(&mut b, t, &p);
+        got.extend(payloads(&events(&mut b)));
+        feed(&mut a, t, &out(&mut b, t));
+        settled.extend(events(&mut a));
+        p = out(&mut a, t);
+    }
+    assert_eq!(got, [b"m3".to_vec()]);
+    assert_eq!(ids(&settled, acked_id), [MsgId(3)]);
+}
+
+/// Re-wraps decoded frames as one datagram from B to A.
+fn out_packets(f: Vec<Frame>) -> Vec<exon::proto::Packet> {
+    vec![packet(B, A, f)]
+}
+
+/// B is full and evicts A's record before any token reached it (a flood of requests from
+/// other sources): A's tokens get RETRY, A makes new tokens from fresh slots, and every
+/// message is delivered and acknowledged exactly once, none in doubt.
+#[test]
+fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
+    let t = Instant::now();
+    let c = {
+        let mut conf = cfg(8, 2, 64);
+        conf.max_receiver_records = 1;
+        conf
+    };
+    let mut a = node(A, c.clone(), 0, t);
+    let mut b = node(B, c, 100, t);
+    for m in [b"m0", b"m1", b"m2"] {
+        a.send(t, B, bytes::Bytes::from_static(m)).unwrap();
+    }
+    feed(&mut b, t, &out(&mut a, t));
+    feed(&mut a, t, &out(&mut b, t));
+    let tokens = out(&mut a, t);
+    // A forged source takes A's place before the tokens arrive.
+    let forger = NodeId::new(99).unwrap();
+    feed(
+        &mut b,
+        t,
+        &[packet(
+            forger,
+            B,
+            vec![Frame::ReqSlots { s: 0, n: 8, l: 0 }],
+        )],
+    );
+    let _ = out(&mut b, t);
+    assert_eq!(b.stats().evictions, 1);
+    feed(&mut b, t, &tokens);
+    assert!(payloads(&events(&mut b)).is_empty());
+    let answer = out(&mut b, t);
+    assert!(
+        frames(&answer)
+            .iter()
+            .all(|f| matches!(f, Frame::Retry { .. })),
+        "{:?}",
+        frames(&answer)
+    );
+    let mut got = Vec::new();
+    let mut settled = Vec::new();
+    let mut p = answer;
+    for _ in 0..6 {
+        feed(&mut a, t, &p);
+        settled.extend(events(&mut a));
+        let q = out(&mut a, t);
+        feed(&mut b, t, &q);
+        got.extend(payloads(&events(&mut b)));
+        p = out(&mut b, t);
+    }
+    got.sort();
+    assert_eq!(got, [b"m0".to_vec(), b"m1".to_vec(), b"m2".to_vec()]);
+    assert_eq!(ids(&settled, acked_id), [MsgId(0), MsgId(1), MsgId(2)]);
+    assert_eq!(ids(&settled, doubt_id), []);
+    assert_eq!(a.stats().retried, 3);
+    assert_eq!(
+        b.stats().evictions,
+        2,
+        "the forger's record made room in turn"
+    );
+}
+
+// ----- ACK: delayed and coalesced -----------------------------------------------------
+
+/// Without congestion control, so that a burst is written at once, all at the same instant
+/// (the pacer would spread it out: that is tested in `congestion.rs`).
+fn config(ack_every: u32) -> Config {
+    let mut conf = cfg(64, 8, 256);
+    conf.max_datagram_size = 1200;
+    conf.ack_delay = Duration::from_millis(2);
+    conf.ack_every = ack_every;
+    conf.congestion = CongestionControl::Off;
+    conf
+}
+
+/// A and B with slots granted: A has `n` messages of 600 bytes waiting as tokens (one per
+/// datagram), written but not yet delivered. Returns the nodes and A's datagrams.
+fn burst(n: usize, ack_every: u32, t: Instant) -> (Node, Node, Vec<Packet>) {
+    let mut a = node(A, config(ack_every), 0, t);
+    let mut b = node(B, config(ack_every), 100, t);
+    a.send(t, B, bytes::Bytes::from(vec![0u8; 600])).unwrap();
+    feed(&mut b, t, &out(&mut a, t));
+    feed(&mut a, t, &out(&mut b, t));
+    let first = out(&mut a, t);
+    feed(&mut b, t, &first);
+    feed(&mut a, t, &out(&mut b, t));
+    for _ in 0..n {
+        a.send(t, B, bytes::Bytes::from(vec![1u8; 600])).unwrap();
+    }
+    let ps = out(&mut a, t);
+    (a, b, ps)
+}
+
+fn acks(ps: &[Packet]) -> usize {
+    frames(ps)
+        .iter()
+        .filter(|f| matches!(f, Frame::Ack { .. }))
+        .count()
+}
+
+#[test]
+fn only_the_last_datagram_of_a_burst_asks_for_an_immediate_ack() {
+    let t = Instant::now();
+    let (_, _, ps) = burst(5, 16, t);
+    assert_eq!(ps.len(), 5, "one 600-byte token per datagram");
+    let flags: Vec<bool> = ps.iter().map(|p| p.header.ack_now).collect();
+    assert_eq!(flags, [false, false, false, false, true]);
+}
+
+#[test]
+fn acks_wait_for_the_burst_then_cover_it_in_one_frame() {
+    let t = Instant::now();
+    let (mut a, mut b, ps) = burst(5, 16, t);
+    for p in &ps[..4] {
+        feed(&mut b, t, std::slice::from_ref(p));
+        assert!(out(&mut b, t).is_empty(), "ACK sent before the burst ended");
+    }
+    // The ACK delay is armed.
+    assert_eq!(b.poll_timeout(), Some(t + Duration::from_millis(2)));
+    feed(&mut b, t, &ps[4..]);
+    let reply = out(&mut b, t);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(acks(&reply), 1, "one ACK frame for the whole burst");
+    feed(&mut a, t, &reply);
+    assert_eq!(a.tokens_in_flight(), 0);
+}
+
+#[test]
+fn the_ack_delay_bounds_the_wait_when_the_last_datagram_is_lost() {
+    let t = Instant::now();
+    let (_, mut b, ps) = burst(5, 16, t);
+    feed(&mut b, t, &ps[..4]); // the ACK-NOW datagram is lost
+    assert!(out(&mut b, t).is_empty());
+    let at = b.poll_timeout().expect("ACK delay armed");
+    assert_eq!(at, t + Duration::from_millis(2));
+    b.handle_timeout(at);
+    let reply = out(&mut b, at);
+    assert_eq!(acks(&reply), 1);
+}
+
+#[test]
+fn every_k_tokens_are_acknowledged_without_waiting() {
+    let t = Instant::now();
+    let (_, mut b, ps) = burst(9, 4, t);
+    let mut acked_after = Vec::new();
+    for (i, p) in ps.iter().enumerate() {
+        feed(&mut b, t, std::slice::from_ref(p));
+        if acks(&out(&mut b, t)) > 0 {
+            acked_after.push(i + 1);
+        }
+    }
+    assert_eq!(
+        acked_after,
+        [4, 8, 9],
+        "every 4 tokens, and the ACK-NOW datagram"
+    );
+}
+
+#[test]
+fn a_delayed_ack_rides_on_a_datagram_going_back_anyway() {
+    let t = Instant::now();
+    let (_, mut b, ps) = burst(3, 16, t);
+    feed(&mut b, t, &ps[..2]);
+    assert!(out(&mut b, t).is_empty(), "the ACK is held");
+    // B sends a message of its own to A: the pending ACK goes in the same datagram.
+    b.send(t, A, bytes::Bytes::from_static(b"reply")).unwrap();
+    let reply = out(&mut b, t);
+    assert_eq!(reply.len(), 1);
+    assert_eq!(acks(&reply), 1);
+    assert!(frames(&reply)
+        .iter()
+        .any(|f| matches!(f, Frame::ReqSlots { .. })));
+}
+
+#[test]
+fn a_duplicate_token_is_acknowledged_at_once() {
+    let t = Instant::now();
+    let (_, mut b, ps) = burst(3, 16, t);
+    feed(&mut b, t, &ps);
+    assert_eq!(acks(&out(&mut b, t)), 1);
+    // A retransmission of the first datagram (not flagged): its ACK was lost.
+    feed(&mut b, t, &ps[..1]);
+    assert_eq!(acks(&out(&mut b, t)), 1);
+}
+
+#[test]
+fn zero_ack_delay_acknowledges_every_datagram() {
+    let t = Instant::now();
+    let c = {
+        let mut conf = config(16);
+        conf.ack_delay = Duration::ZERO;
+        conf
+    };
+    let mut a = node(A, c.clone(), 0, t);
+    let mut b = node(B, c, 100, t);
+    for _ in 0..3 {
+        a.send(t, B, bytes::Bytes::from(vec![0u8; 600])).unwrap();
+    }
+    feed(&mut b, t, &out(&mut a, t));
+    feed(&mut a, t, &out(&mut b, t));
+    let ps = out(&mut a, t);
+    assert_eq!(ps.len(), 3);
+    for p in &ps {
+        feed(&mut b, t, std::slice::from_ref(p));
+        assert_eq!(acks(&out(&mut b, t)), 1);
+    }
+}
