@@ -120,11 +120,11 @@ impl Net {
             .map(NodeId::from_const)
             .collect();
         let mut cfg = Config::default();
-        cfg.max_datagram_size = 1472;
+        cfg.mtu.max_datagram_size = 1472;
         // Room for every peer at the hub.
-        cfg.max_sender_records = cfg.max_sender_records.max(peers as usize + 16);
-        cfg.max_receiver_records = cfg.max_receiver_records.max(peers as usize + 16);
-        cfg.key_cache_size = cfg.key_cache_size.max(peers as usize + 16);
+        cfg.limits.max_sender_records = cfg.limits.max_sender_records.max(peers as usize + 16);
+        cfg.limits.max_receiver_records = cfg.limits.max_receiver_records.max(peers as usize + 16);
+        cfg.keys.cache_size = cfg.keys.cache_size.max(peers as usize + 16);
         let nodes = ids
             .iter()
             .map(|&id| {
@@ -300,7 +300,7 @@ fn main() {
     let settled = (hub_live() - base) as f64 / k as f64;
     let held = net.nodes[0].sender_records();
     // Idle: past the idle timeout, the records are discarded.
-    let idle_after = Config::default().idle_timeout + Duration::from_secs(5);
+    let idle_after = Config::default().timers.idle_timeout + Duration::from_secs(5);
     net.advance(idle_after);
     let idle = (hub_live() - base) as f64 / k as f64;
     let left = net.nodes[0].sender_records() + net.nodes[0].receiver_records();

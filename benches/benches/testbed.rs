@@ -301,11 +301,14 @@ fn impairment(a: &Args, rate_mbit: f64, rtt_ms: f64, loss: f64) -> Impairment {
 /// short.
 fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
     let d = exon::Config::default();
-    let window = a.exon_window.unwrap_or(d.window);
+    let window = a.exon_window.unwrap_or(d.flow.window);
     ExonTuning {
         window,
-        envelopes: a.exon_envelopes.unwrap_or(d.envelope_target).min(window),
-        congestion: a.exon_congestion.unwrap_or(d.congestion),
+        envelopes: a
+            .exon_envelopes
+            .unwrap_or(d.flow.envelope_target)
+            .min(window),
+        congestion: a.exon_congestion.unwrap_or(d.flow.congestion),
     }
 }
 

@@ -45,7 +45,7 @@ fn too_few_nodes_is_an_error_at_start() {
 #[test]
 fn validate_names_the_limit() {
     let mut sc = Scenario::default();
-    let max = sc.config.max_message_size;
+    let max = sc.config.limits.max_message_size;
     sc.workload = Workload {
         payload_len: max + 1,
         ..Workload::default()

@@ -29,10 +29,10 @@ thread_local! {
 /// with the frames they check; `exon/tests/core/mtu.rs` covers it), and a configuration
 /// that kept the default ceiling gets 1200 bytes.
 pub fn node(id: NodeId, mut cfg: Config, clock: u64, now: Instant) -> Node {
-    if cfg.mtu_discovery {
-        cfg.mtu_discovery = false;
-        if cfg.max_datagram_size == exon::proto::MAX_DATAGRAM_SIZE {
-            cfg.max_datagram_size = cfg.min_datagram_size;
+    if cfg.mtu.discovery {
+        cfg.mtu.discovery = false;
+        if cfg.mtu.max_datagram_size == exon::proto::MAX_DATAGRAM_SIZE {
+            cfg.mtu.max_datagram_size = cfg.mtu.min_datagram_size;
         }
     }
     STASH.with(|s| s.borrow_mut().remove(&id));
@@ -114,9 +114,9 @@ pub fn acked(n: &mut Node) -> usize {
 /// A default configuration with this envelope target, low-water mark and window.
 pub fn cfg(target: u64, low: u64, window: u64) -> Config {
     let mut conf = Config::default();
-    conf.envelope_target = target;
-    conf.envelope_low = low;
-    conf.window = window;
+    conf.flow.envelope_target = target;
+    conf.flow.envelope_low = low;
+    conf.flow.window = window;
     conf
 }
 

@@ -103,14 +103,14 @@ pub fn id(i: usize) -> NodeId {
 /// A config for tests: short idle timeout and probes, so runs reach quiet quickly.
 pub fn test_config() -> Config {
     let mut conf = Config::default();
-    conf.idle_timeout = Duration::from_millis(500);
-    conf.probe_interval = Duration::from_millis(200);
-    conf.max_probe_interval = Duration::from_secs(2);
-    conf.initial_rtt = Duration::from_millis(10);
+    conf.timers.idle_timeout = Duration::from_millis(500);
+    conf.timers.probe_interval = Duration::from_millis(200);
+    conf.timers.max_probe_interval = Duration::from_secs(2);
+    conf.timers.initial_rtt = Duration::from_millis(10);
     // Fixed 1200-byte datagrams, as these tests were written for (no MTU probes among the
     // frames they count); `exon/tests/core/mtu.rs` runs path MTU discovery.
-    conf.mtu_discovery = false;
-    conf.max_datagram_size = 1200;
+    conf.mtu.discovery = false;
+    conf.mtu.max_datagram_size = 1200;
     conf
 }
 
@@ -195,7 +195,7 @@ impl Pair {
                 }
             }
             Drained::Transmit(t, data) => {
-                assert!(t.size <= node.config().max_datagram_size);
+                assert!(t.size <= node.config().mtu.max_datagram_size);
                 if t.destination == peer {
                     wires.push(Bytes::copy_from_slice(data));
                 } else {

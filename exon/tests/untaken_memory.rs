@@ -83,7 +83,7 @@ fn granted(node: &mut Node, now: Instant) -> Option<u64> {
 fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
     let now = Instant::now();
     let mut c = Config::default();
-    c.max_slots_per_record = DELIVERIES + 4096;
+    c.limits.max_slots_per_record = DELIVERIES + 4096;
     let mut node = Node::new(VICTIM, Security::InsecurePlaintext, c, 1 << 20).unwrap();
     while let Some(hw) = node.poll_clock_store() {
         node.handle_clock_stored(now, hw);

@@ -43,16 +43,16 @@ const B: NodeId = NodeId::from_const(2);
 
 fn config() -> Config {
     let mut conf = Config::default();
-    conf.max_receiver_records = 8;
-    conf.max_sender_records = 4;
-    conf.max_slots_request = 64;
-    conf.max_slots_per_record = 128;
-    conf.window = 32;
-    conf.envelope_target = 8;
-    conf.envelope_low = 4;
-    conf.max_queued_per_peer = 16;
-    conf.idle_timeout = Duration::from_millis(300);
-    conf.probe_interval = Duration::from_millis(100);
+    conf.limits.max_receiver_records = 8;
+    conf.limits.max_sender_records = 4;
+    conf.limits.max_slots_request = 64;
+    conf.limits.max_slots_per_record = 128;
+    conf.flow.window = 32;
+    conf.flow.envelope_target = 8;
+    conf.flow.envelope_low = 4;
+    conf.limits.max_queued_per_peer = 16;
+    conf.timers.idle_timeout = Duration::from_millis(300);
+    conf.timers.probe_interval = Duration::from_millis(100);
     conf
 }
 
@@ -113,11 +113,11 @@ impl World {
                 n.clock() <= n.clock_high_water(),
                 "clock above the stored mark"
             );
-            assert!(n.receiver_records() <= cfg.max_receiver_records);
-            assert!(n.sender_records() <= cfg.max_sender_records);
-            assert!(n.slots_held() <= cfg.max_slots_per_record * cfg.max_receiver_records as u64);
-            assert!(n.tokens_in_flight() <= cfg.window as usize * cfg.max_sender_records);
-            assert!(n.messages_queued() <= cfg.max_queued_per_peer * cfg.max_sender_records);
+            assert!(n.receiver_records() <= cfg.limits.max_receiver_records);
+            assert!(n.sender_records() <= cfg.limits.max_sender_records);
+            assert!(n.slots_held() <= cfg.limits.max_slots_per_record * cfg.limits.max_receiver_records as u64);
+            assert!(n.tokens_in_flight() <= cfg.flow.window as usize * cfg.limits.max_sender_records);
+            assert!(n.messages_queued() <= cfg.limits.max_queued_per_peer * cfg.limits.max_sender_records);
         }
     }
 }

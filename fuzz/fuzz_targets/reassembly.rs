@@ -44,11 +44,11 @@ struct Input {
 
 fn config() -> Config {
     let mut c = Config::default();
-    c.max_message_size = 1 << 20;
-    c.max_reassembly_per_source = 1 << 20;
-    c.max_reassembly_bytes = 2 << 20;
-    c.max_datagram_size = 1200;
-    c.reassembly_timeout = Duration::from_secs(20);
+    c.limits.max_message_size = 1 << 20;
+    c.limits.max_reassembly_per_source = 1 << 20;
+    c.limits.max_reassembly_bytes = 2 << 20;
+    c.mtu.max_datagram_size = 1200;
+    c.timers.reassembly_timeout = Duration::from_secs(20);
     c
 }
 
@@ -162,7 +162,7 @@ fuzz_target!(|input: Input| {
                 }
             }
         });
-        assert!(b.reassembly_granted() <= cfg.max_reassembly_bytes);
+        assert!(b.reassembly_granted() <= cfg.limits.max_reassembly_bytes);
         assert!(b.reassembly_in_use() <= b.reassembly_granted());
     }
 });

@@ -53,19 +53,19 @@ const B: NodeId = NodeId::from_const(2);
 fn config() -> Config {
     {
         let mut c = Config::default();
-        c.max_receiver_records = 8;
-        c.max_sender_records = 4;
-        c.max_slots_request = 64;
-        c.max_slots_per_record = 128;
-        c.window = 32;
-        c.envelope_target = 8;
-        c.envelope_low = 4;
-        c.max_queued_per_peer = 16;
-        c.idle_timeout = Duration::from_millis(300);
-        c.probe_interval = Duration::from_millis(100);
-        c.key_cache_size = 4;
-        c.key_agreement_burst = 4;
-        c.key_agreements_per_sec = 10;
+        c.limits.max_receiver_records = 8;
+        c.limits.max_sender_records = 4;
+        c.limits.max_slots_request = 64;
+        c.limits.max_slots_per_record = 128;
+        c.flow.window = 32;
+        c.flow.envelope_target = 8;
+        c.flow.envelope_low = 4;
+        c.limits.max_queued_per_peer = 16;
+        c.timers.idle_timeout = Duration::from_millis(300);
+        c.timers.probe_interval = Duration::from_millis(100);
+        c.keys.cache_size = 4;
+        c.keys.agreement_burst = 4;
+        c.keys.agreements_per_sec = 10;
         c
     }
 }
@@ -108,8 +108,8 @@ impl World {
             _ => {}
         });
         let cfg = config();
-        assert!(n.receiver_records() <= cfg.max_receiver_records);
-        assert!(n.cached_keys() <= cfg.key_cache_size);
+        assert!(n.receiver_records() <= cfg.limits.max_receiver_records);
+        assert!(n.cached_keys() <= cfg.keys.cache_size);
     }
 }
 

@@ -430,7 +430,7 @@ pub fn exon_config(datagram: usize) -> EndpointConfig {
     let mut c = EndpointConfig::default().with_linger(Duration::from_millis(200));
     match EXON_WINDOW.load(Ordering::Relaxed) {
         0 => {}
-        w => c.protocol.window = w,
+        w => c.protocol.flow.window = w,
     }
     if datagram == 0 {
         c
@@ -745,7 +745,7 @@ impl MemPair {
     pub fn new(datagram: usize, plain: bool) -> MemPair {
         let cfg = {
             let mut conf = Config::default();
-            conf.max_datagram_size = datagram;
+            conf.mtu.max_datagram_size = datagram;
             conf
         };
         let (ia, ib) = (NodeId::from_const(1), NodeId::from_const(2));

@@ -107,9 +107,9 @@ impl Default for ExonTuning {
     fn default() -> Self {
         let d = exon::Config::default();
         ExonTuning {
-            window: d.window,
-            envelopes: d.envelope_target,
-            congestion: d.congestion,
+            window: d.flow.window,
+            envelopes: d.flow.envelope_target,
+            congestion: d.flow.congestion,
         }
     }
 }
@@ -141,11 +141,11 @@ impl ExonTuning {
     pub fn config(&self) -> exon::EndpointConfig {
         let mut cfg = common::exon_config(MTU - 28);
         let p = &mut cfg.protocol;
-        p.window = self.window;
-        p.envelope_target = self.envelopes.min(self.window);
-        p.envelope_low = (p.envelope_target / 2).max(1);
-        p.max_queued_per_peer = (self.window as usize).max(512);
-        p.congestion = self.congestion;
+        p.flow.window = self.window;
+        p.flow.envelope_target = self.envelopes.min(self.window);
+        p.flow.envelope_low = (p.flow.envelope_target / 2).max(1);
+        p.limits.max_queued_per_peer = (self.window as usize).max(512);
+        p.flow.congestion = self.congestion;
         cfg
     }
 }

@@ -35,7 +35,7 @@ fn bottleneck(
     messages: u64,
 ) -> Outcome {
     let mut config = sim_config();
-    config.congestion = cc;
+    config.flow.congestion = cc;
     let sc = Scenario {
         seed: 7,
         nodes: NODES,

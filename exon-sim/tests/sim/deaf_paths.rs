@@ -51,7 +51,7 @@ fn outage(seed: u64, mtu: usize, rules: Option<Rules>) -> Scenario {
         ],
         ..Scenario::default()
     };
-    sc.config.max_datagram_size = mtu.max(1200);
+    sc.config.mtu.max_datagram_size = mtu.max(1200);
     if let Some(rules) = rules {
         sc.node_hook = Some(Rc::new(move |_, n: &mut Node| n.set_rules(rules)));
     }

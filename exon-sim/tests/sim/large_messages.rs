@@ -26,7 +26,7 @@ fn mixed(seed: u64, link: LinkConfig, faults: Vec<Fault>) -> Scenario {
         ..Scenario::default()
     };
     // A receiver that can hold only a few large messages at once: senders must wait.
-    sc.config.max_reassembly_bytes = 24 << 20;
+    sc.config.limits.max_reassembly_bytes = 24 << 20;
     sc
 }
 

@@ -50,7 +50,7 @@ fn scenario() -> Scenario {
         ..Scenario::default()
     };
     // Search again soon after settling, to see the path grow within the run.
-    sc.config.mtu_raise_interval = Duration::from_secs(1);
+    sc.config.mtu.raise_interval = Duration::from_secs(1);
     sc
 }
 
@@ -133,7 +133,7 @@ fn a_restart_behind_a_smaller_mtu_with_late_duplicates_delivers_everything() {
             settle: Duration::from_secs(300),
             ..Scenario::default()
         };
-        sc.config.max_datagram_size = 9000;
+        sc.config.mtu.max_datagram_size = 9000;
         let r = Sim::new(sc).run();
         eprintln!("{r}");
         assert!(r.ok(), "{}", r.describe_failure());

@@ -168,18 +168,18 @@ impl Params {
                 // At most what one sealed datagram of the drawn size carries.
                 payload_len: self.packing.0.min({
                     let mut c = sim_config();
-                    c.max_datagram_size = self.packing.1;
-                    c.mtu_discovery = false;
+                    c.mtu.max_datagram_size = self.packing.1;
+                    c.mtu.discovery = false;
                     c.max_payload()
                 }),
                 ..Workload::default()
             },
             config: {
                 let mut conf = sim_config();
-                conf.max_datagram_size = self.packing.1;
-                conf.mtu_discovery = false;
-                conf.ack_delay = Duration::from_millis(self.packing.2);
-                conf.ack_every = self.packing.3;
+                conf.mtu.max_datagram_size = self.packing.1;
+                conf.mtu.discovery = false;
+                conf.acks.delay = Duration::from_millis(self.packing.2);
+                conf.acks.every = self.packing.3;
                 conf
             },
             faults,

@@ -30,7 +30,7 @@ fn run(reorder: f64, payload: usize, rules: Option<Rules>) -> Run {
 
 fn run_with(reorder: f64, payload: usize, rules: Option<Rules>, cc: CongestionControl) -> Run {
     let mut config = sim_config();
-    config.congestion = cc;
+    config.flow.congestion = cc;
     let sc = Scenario {
         seed: 1,
         nodes: 2,

@@ -40,8 +40,8 @@ fn lossy(seed: u64) -> Scenario {
 /// often; heavy loss and duplication with replays up to 2 s late.
 fn sparse(seed: u64) -> Scenario {
     let mut sc = lossy(seed);
-    sc.config.envelope_target = 4;
-    sc.config.envelope_low = 0;
+    sc.config.flow.envelope_target = 4;
+    sc.config.flow.envelope_low = 0;
     sc.link.loss = 0.3;
     sc.link.dup = 0.5;
     sc.link.dup_max_delay = Duration::from_secs(2);
@@ -110,8 +110,8 @@ fn rule2_token_before_frontier() {
     let bad = self_test(
         |seed| {
             let mut sc = base(seed);
-            sc.config.envelope_target = 4;
-            sc.config.envelope_low = 4;
+            sc.config.flow.envelope_target = 4;
+            sc.config.flow.envelope_low = 4;
             sc.workload.burst = 1;
             sc.workload.interval = Duration::from_millis(50);
             sc.workload.messages = 20;
@@ -170,7 +170,7 @@ fn rule7_receiver_probe() {
 
 fn attacked(n: u64) -> Scenario {
     let mut sc = base(0);
-    sc.config.max_receiver_records = 16;
+    sc.config.limits.max_receiver_records = 16;
     sc.workload.messages = 200;
     sc.expect_idle = false; // forged records hold slots for senders that never come
                             // The forger claims made-up ids without keys: only plaintext nodes listen to it (sealed
@@ -364,9 +364,9 @@ fn deadline_doubts_sent_tokens() {
 fn deadlines_give_both_verdicts() {
     let mut sc = with_deadlines(3);
     // A small window, so that messages also wait in the queue (no copy left) at deadlines.
-    sc.config.envelope_target = 16;
-    sc.config.envelope_low = 8;
-    sc.config.window = 32;
+    sc.config.flow.envelope_target = 16;
+    sc.config.flow.envelope_low = 8;
+    sc.config.flow.window = 32;
     let r = Sim::new(sc).run();
     assert!(r.ok(), "{}", r.describe_failure());
     assert!(r.not_delivered > 0 && r.expired_in_doubt > 0, "{r:?}");
@@ -378,7 +378,7 @@ fn deadlines_give_both_verdicts() {
 fn crowded(seed: u64) -> Scenario {
     let mut sc = lossy(seed);
     sc.nodes = 8;
-    sc.config.max_receiver_records = 2;
+    sc.config.limits.max_receiver_records = 2;
     sc.link.dup_max_delay = Duration::from_secs(2);
     sc.workload.pattern = exon_sim::Pattern::ManyToMany;
     sc.workload.burst = 2;

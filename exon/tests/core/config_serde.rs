@@ -12,12 +12,12 @@ fn durations_parse_from_human_readable_text() {
     )
     .unwrap();
     assert_eq!(c.linger, Duration::from_millis(250));
-    assert_eq!(c.protocol.idle_timeout, Duration::from_secs(2));
-    assert_eq!(c.protocol.max_rto, Duration::from_secs(90));
+    assert_eq!(c.protocol.timers.idle_timeout, Duration::from_secs(2));
+    assert_eq!(c.protocol.timers.max_rto, Duration::from_secs(90));
     // What is not given keeps its default.
     let d = EndpointConfig::default();
     assert_eq!(c.store_retry, d.store_retry);
-    assert_eq!(c.protocol.window, d.protocol.window);
+    assert_eq!(c.protocol.flow.window, d.protocol.flow.window);
 }
 
 #[test]
@@ -52,7 +52,7 @@ fn unknown_fields_are_refused() {
 #[test]
 fn non_exhaustive_configs_are_built_from_their_defaults() {
     let mut c = Config::default();
-    c.window = 64;
+    c.flow.window = 64;
     let e = EndpointConfig::default().with_protocol(c.clone());
-    assert_eq!(e.protocol.window, 64);
+    assert_eq!(e.protocol.flow.window, 64);
 }

@@ -29,8 +29,8 @@ fn tokens(w: &Wire) -> usize {
 fn fast_loss_recovery_repairs_a_single_loss_without_waiting_for_the_timer() {
     let cfg = {
         let mut c = test_config();
-        c.min_rto = Duration::from_secs(1);
-        c.max_rto = Duration::from_secs(2);
+        c.timers.min_rto = Duration::from_secs(1);
+        c.timers.max_rto = Duration::from_secs(2);
         c
     };
     let mut pair = Pair::new(cfg);
@@ -67,7 +67,7 @@ fn the_first_flight_is_bounded_by_the_window_and_paced() {
     let first_flight = |cc: CongestionControl| {
         let cfg = {
             let mut c = test_config();
-            c.congestion = cc;
+            c.flow.congestion = cc;
             c
         };
         let mut pair = Pair::new(cfg);
@@ -218,8 +218,8 @@ fn a_lost_ack_is_repeated_in_the_next_one() {
 fn a_lost_slot_request_is_repeated_without_waiting_for_the_timer() {
     let cfg = {
         let mut c = test_config();
-        c.min_rto = Duration::from_secs(1);
-        c.max_rto = Duration::from_secs(2);
+        c.timers.min_rto = Duration::from_secs(1);
+        c.timers.max_rto = Duration::from_secs(2);
         c
     };
     let mut pair = Pair::new(cfg);

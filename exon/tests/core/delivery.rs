@@ -54,9 +54,9 @@ fn a_delivery_is_acknowledged_only_once_taken() {
 fn a_duplicate_of_an_untaken_delivery_gets_no_ack() {
     let cfg = {
         let mut c = test_config();
-        c.envelope_target = 1;
-        c.envelope_low = 0;
-        c.window = 1;
+        c.flow.envelope_target = 1;
+        c.flow.envelope_low = 0;
+        c.flow.window = 1;
         c
     };
     let mut p = slow_receiver(cfg);
@@ -104,7 +104,7 @@ fn a_receiver_restarting_before_the_hand_over_yields_in_doubt() {
 fn untaken_deliveries_are_bounded() {
     let cfg = {
         let mut c = test_config();
-        c.max_untaken = 2;
+        c.limits.max_untaken = 2;
         c
     };
     let mut p = slow_receiver(cfg);
@@ -166,14 +166,14 @@ fn without_the_rule_untaken_messages_are_acknowledged() {
 fn a_receiver_understands_datagrams_larger_than_its_own() {
     let big = {
         let mut c = test_config();
-        c.max_datagram_size = 8192;
-        c.mtu_discovery = false;
+        c.mtu.max_datagram_size = 8192;
+        c.mtu.discovery = false;
         c
     };
     let small = {
         let mut c = test_config();
-        c.max_datagram_size = 1200;
-        c.mtu_discovery = false;
+        c.mtu.max_datagram_size = 1200;
+        c.mtu.discovery = false;
         c
     };
     let mut p = Pair::with_configs(big, small);
@@ -289,8 +289,8 @@ fn without_the_rule_a_message_reported_not_delivered_arrives() {
 fn a_silent_peer_is_reported_unreachable_then_reachable() {
     let cfg = {
         let mut c = test_config();
-        c.unreachable_after = Duration::from_millis(300);
-        c.max_rto = Duration::from_millis(100);
+        c.timers.unreachable_after = Duration::from_millis(300);
+        c.timers.max_rto = Duration::from_millis(100);
         c
     };
     let mut p = Pair::new(cfg);
@@ -320,8 +320,8 @@ fn a_silent_peer_is_reported_unreachable_then_reachable() {
 fn an_idle_peer_is_never_unreachable() {
     let cfg = {
         let mut c = test_config();
-        c.unreachable_after = Duration::from_millis(100);
-        c.max_rto = Duration::from_millis(50);
+        c.timers.unreachable_after = Duration::from_millis(100);
+        c.timers.max_rto = Duration::from_millis(50);
         c
     };
     let mut p = Pair::new(cfg);
@@ -339,10 +339,10 @@ fn an_idle_peer_is_never_unreachable() {
 fn a_slow_consumer_holds_back_new_grants() {
     let cfg = {
         let mut c = test_config();
-        c.max_untaken = 4;
-        c.envelope_target = 4;
-        c.envelope_low = 2;
-        c.window = 8;
+        c.limits.max_untaken = 4;
+        c.flow.envelope_target = 4;
+        c.flow.envelope_low = 2;
+        c.flow.window = 8;
         c
     };
     let mut p = slow_receiver(cfg);
@@ -369,7 +369,7 @@ fn a_slow_consumer_holds_back_new_grants() {
 fn a_full_receiver_grants_no_new_slots() {
     let cfg = {
         let mut c = test_config();
-        c.max_untaken = 1;
+        c.limits.max_untaken = 1;
         c
     };
     let mut p = slow_receiver(cfg);

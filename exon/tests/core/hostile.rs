@@ -270,7 +270,7 @@ fn assert_flood_bounded(b: &Node, cap: usize) {
 fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
     let cfg = {
         let mut conf = pair::test_config();
-        conf.max_receiver_records = 1024;
+        conf.limits.max_receiver_records = 1024;
         conf
     };
     let mut p = pair::Pair::new(cfg);
@@ -306,7 +306,7 @@ fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {
 fn new_honest_peer_gets_through_after_a_flood() {
     let cfg = {
         let mut conf = pair::test_config();
-        conf.max_receiver_records = 256;
+        conf.limits.max_receiver_records = 256;
         conf
     };
     let mut p = pair::Pair::new(cfg);
@@ -783,8 +783,8 @@ fn key_agreements_for_unknown_senders_are_budgeted() {
     let t = Instant::now();
     let cfg = {
         let mut c = Config::default();
-        c.key_agreements_per_sec = 100;
-        c.key_agreement_burst = 10;
+        c.keys.agreements_per_sec = 100;
+        c.keys.agreement_burst = 10;
         c
     };
     let b_ident = Identity::new(insecure_test_secret(B)).allow_self_certifying(true);
@@ -896,8 +896,8 @@ const MEMBERS: u64 = 40;
 
 fn member_flood_target(t: Instant, pin: bool) -> Node {
     let mut cfg = Config::default();
-    cfg.key_agreements_per_sec = 100;
-    cfg.key_agreement_burst = 10;
+    cfg.keys.agreements_per_sec = 100;
+    cfg.keys.agreement_burst = 10;
     let ids = (1..=MEMBERS).map(NodeId::from_const);
     let mut b = Node::new(B, insecure_test_security(B, ids), cfg, 0).unwrap();
     let mut rules = exon::proto::Rules::ALL;
@@ -984,7 +984,7 @@ fn without_kept_member_keys_a_flood_locks_new_members_out() {
 #[test]
 fn the_keyring_is_bounded() {
     let mut cfg = Config::default();
-    cfg.max_keyring_size = 4;
+    cfg.keys.max_keyring_size = 4;
     let ids = (1..=5).map(NodeId::from_const);
     assert!(Node::new(B, insecure_test_security(B, ids), cfg.clone(), 0).is_err());
     let ids = (1..=4).map(NodeId::from_const);
@@ -1012,8 +1012,8 @@ fn a_cookie_gets_a_new_peer_in_while_the_general_budget_is_spent() {
     use exon::proto::Vouch;
     let t = Instant::now();
     let mut cfg = Config::default();
-    cfg.key_agreements_per_sec = 1;
-    cfg.key_agreement_burst = 1;
+    cfg.keys.agreements_per_sec = 1;
+    cfg.keys.agreement_burst = 1;
     let b_ident = Identity::new(insecure_test_secret(B)).allow_self_certifying(true);
     let mut b = Node::new(B, Security::Sealed(b_ident), cfg, 0).unwrap();
     confirm_clock(&mut b, t);

@@ -29,10 +29,10 @@ fn message(i: u32, len: usize) -> Bytes {
 /// in all: one such message in progress at a time.
 fn one_mebibyte_of_reassembly() -> (exon::proto::Config, exon::proto::Config) {
     let mut a = test_config();
-    a.max_message_size = 1 << 20;
+    a.limits.max_message_size = 1 << 20;
     let mut b = a.clone();
-    b.max_reassembly_per_source = 1 << 20;
-    b.max_reassembly_bytes = 1 << 20;
+    b.limits.max_reassembly_per_source = 1 << 20;
+    b.limits.max_reassembly_bytes = 1 << 20;
     (a, b)
 }
 
@@ -61,7 +61,7 @@ fn mixed(mut pair: Pair, rounds: u32) -> Pair {
         steps += 1;
         assert!(steps < 2_000_000, "no progress");
         let b = &pair.nodes[B].node;
-        assert!(b.reassembly_granted() <= cfg.max_reassembly_bytes);
+        assert!(b.reassembly_granted() <= cfg.limits.max_reassembly_bytes);
         assert!(b.reassembly_in_use() <= b.reassembly_granted());
     }
     pair.run(Duration::from_secs(600));
@@ -220,7 +220,7 @@ fn small_messages_are_not_held_up_by_a_large_one() {
 #[test]
 fn mixed_sizes_in_large_datagrams_with_loss() {
     let mut c = test_config();
-    c.max_datagram_size = 65507;
+    c.mtu.max_datagram_size = 65507;
     let mut pair = Pair::new(c);
     pair.set_filter(|w| {
         if w.seq % 5 == 1 {
@@ -354,9 +354,9 @@ fn messages_waiting_for_credit_survive_a_receiver_restart() {
 fn a_message_larger_than_the_receiver_takes_ends_not_delivered() {
     let a = test_config();
     let mut b = a.clone();
-    b.max_message_size = 1 << 20;
-    b.max_reassembly_per_source = 1 << 20;
-    b.max_reassembly_bytes = 4 << 20;
+    b.limits.max_message_size = 1 << 20;
+    b.limits.max_reassembly_per_source = 1 << 20;
+    b.limits.max_reassembly_bytes = 4 << 20;
     let mut pair = Pair::with_configs(a, b);
     let fits = message(1, 900_000);
     let big = message(2, 3 << 20);

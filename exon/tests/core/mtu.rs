@@ -15,8 +15,8 @@ use exon_testkit::pair::*;
 /// The Pair's test configuration with path MTU discovery on, as by default.
 fn config() -> Config {
     let mut c = test_config();
-    c.mtu_discovery = true;
-    c.max_datagram_size = MAX_DATAGRAM_SIZE;
+    c.mtu.discovery = true;
+    c.mtu.max_datagram_size = MAX_DATAGRAM_SIZE;
     c
 }
 
@@ -127,8 +127,8 @@ fn random_loss_never_makes_the_size_fall_back() {
 #[test]
 fn with_discovery_off_the_size_is_fixed() {
     let mut c = config();
-    c.mtu_discovery = false;
-    c.max_datagram_size = 1400;
+    c.mtu.discovery = false;
+    c.mtu.max_datagram_size = 1400;
     let mut p = Pair::new(c);
     stream(&mut p, 10, Duration::from_millis(20));
     assert_eq!(send_size(&mut p), 1400);

@@ -47,7 +47,7 @@ struct Net {
 
 fn config() -> Config {
     let mut c = Config::default();
-    c.initial_rtt = Duration::from_millis(10);
+    c.timers.initial_rtt = Duration::from_millis(10);
     c
 }
 
@@ -195,7 +195,7 @@ fn after_a_flood_of_identities(rules: Rules) -> (u64, u64, Net) {
     assert_eq!(net.delivered[&known], 10);
     let strict = rules.evict_silent_records;
     identities(&mut net, 1000, 10_000, Duration::from_millis(1), strict);
-    let cap = config().max_receiver_records;
+    let cap = config().limits.max_receiver_records;
     assert!(net.victim().receiver_records() <= cap);
     net.add(3);
     let start = net.now;
@@ -214,7 +214,7 @@ fn identities_that_vanish_do_not_lock_out_known_or_new_peers() {
     assert_eq!((known, new), (100, 100));
     let s = *net.victim().stats();
     assert!(s.evictions_proven > 5000, "{}", s.evictions_proven);
-    assert!(net.victim().receiver_records() <= config().max_receiver_records);
+    assert!(net.victim().receiver_records() <= config().limits.max_receiver_records);
     // Probes to the vanished back off and stop: at most six per record held, none once
     // every record has had its six.
     let held = net.victim().receiver_records() as u64;

@@ -308,8 +308,8 @@ fn rule5_orphan_slots_are_collected_end_to_end() {
     let t = Instant::now();
     let c = {
         let mut conf = cfg(2, 2, 16);
-        conf.idle_timeout = Duration::from_millis(100);
-        conf.probe_interval = Duration::from_millis(50);
+        conf.timers.idle_timeout = Duration::from_millis(100);
+        conf.timers.probe_interval = Duration::from_millis(50);
         conf
     };
     let mut a = node(A, c.clone(), 0, t);
@@ -345,9 +345,9 @@ fn rule6_requests_are_bounded() {
     let t = Instant::now();
     let c = {
         let mut conf = Config::default();
-        conf.max_receiver_records = 2;
-        conf.max_slots_request = 100;
-        conf.max_slots_per_record = 150;
+        conf.limits.max_receiver_records = 2;
+        conf.limits.max_slots_request = 100;
+        conf.limits.max_slots_per_record = 150;
         conf
     };
     let mut b = node(B, c, 0, t);
@@ -401,12 +401,12 @@ fn rule7_retransmission_timer_backs_off_and_follows_karn() {
     let t0 = Instant::now();
     let c = {
         let mut conf = Config::default();
-        conf.initial_rtt = Duration::from_millis(10);
-        conf.min_rto = Duration::from_millis(1);
-        conf.max_rto = Duration::from_secs(1);
+        conf.timers.initial_rtt = Duration::from_millis(10);
+        conf.timers.min_rto = Duration::from_millis(1);
+        conf.timers.max_rto = Duration::from_secs(1);
         // No ACK delay to add to the timeout (the first expiry sends the token again as a
         // probe, the second as a timeout: the waits are the same).
-        conf.ack_delay = Duration::ZERO;
+        conf.acks.delay = Duration::ZERO;
         conf
     };
     let mut a = node(A, c.clone(), 0, t0);
@@ -492,9 +492,9 @@ fn rule7_reqslots_resend_probe_and_idle_discard() {
     let t = Instant::now();
     let c = {
         let mut conf = cfg(4, 4, 16);
-        conf.idle_timeout = Duration::from_secs(3);
-        conf.probe_interval = Duration::from_secs(1);
-        conf.initial_rtt = Duration::from_millis(100);
+        conf.timers.idle_timeout = Duration::from_secs(3);
+        conf.timers.probe_interval = Duration::from_secs(1);
+        conf.timers.initial_rtt = Duration::from_millis(100);
         conf
     };
     let mut a = node(A, c.clone(), 0, t);
@@ -613,10 +613,10 @@ fn send_refuses_with_typed_errors() {
     let t = Instant::now();
     let c = {
         let mut conf = Config::default();
-        conf.max_queued_per_peer = 3;
+        conf.limits.max_queued_per_peer = 3;
         conf
     };
-    let max = c.max_message_size;
+    let max = c.limits.max_message_size;
     let mut a = node(A, c, 0, t);
     for _ in 0..3 {
         a.send(t, B, Bytes::from_static(b"q")).unwrap();

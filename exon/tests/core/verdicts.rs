@@ -117,7 +117,7 @@ fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
     let t = Instant::now();
     let c = {
         let mut conf = cfg(8, 2, 64);
-        conf.max_receiver_records = 1;
+        conf.limits.max_receiver_records = 1;
         conf
     };
     let mut a = node(A, c.clone(), 0, t);
@@ -180,10 +180,10 @@ fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
 /// (the pacer would spread it out: that is tested in `congestion.rs`).
 fn config(ack_every: u32) -> Config {
     let mut conf = cfg(64, 8, 256);
-    conf.max_datagram_size = 1200;
-    conf.ack_delay = Duration::from_millis(2);
-    conf.ack_every = ack_every;
-    conf.congestion = CongestionControl::Off;
+    conf.mtu.max_datagram_size = 1200;
+    conf.acks.delay = Duration::from_millis(2);
+    conf.acks.every = ack_every;
+    conf.flow.congestion = CongestionControl::Off;
     conf
 }
 
@@ -302,7 +302,7 @@ fn zero_ack_delay_acknowledges_every_datagram() {
     let t = Instant::now();
     let c = {
         let mut conf = config(16);
-        conf.ack_delay = Duration::ZERO;
+        conf.acks.delay = Duration::ZERO;
         conf
     };
     let mut a = node(A, c.clone(), 0, t);

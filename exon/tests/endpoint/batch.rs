@@ -185,7 +185,7 @@ async fn default_recv_batch_takes_what_is_waiting() {
 #[tokio::test]
 async fn refusal_found_after_send_returned_resolves_the_receipt() {
     let mut c = cfg();
-    c.protocol.max_sender_records = 1;
+    c.protocol.limits.max_sender_records = 1;
     let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c)
         .await
         .unwrap();
@@ -212,7 +212,7 @@ async fn refusal_found_after_send_returned_resolves_the_receipt() {
 #[tokio::test]
 async fn close_ends_sends_waiting_for_room_or_credits() {
     let mut c = cfg().with_send_buffer(1);
-    c.protocol.max_queued_per_peer = 2;
+    c.protocol.limits.max_queued_per_peer = 2;
     let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c)
         .await
         .unwrap();

@@ -26,10 +26,10 @@ const LIMIT: Duration = Duration::from_secs(20);
 fn cfg() -> EndpointConfig {
     EndpointConfig::default().with_protocol({
         let mut conf = Config::default();
-        conf.initial_rtt = Duration::from_millis(20);
-        conf.probe_interval = Duration::from_millis(50);
-        conf.max_probe_interval = Duration::from_millis(200);
-        conf.idle_timeout = Duration::from_millis(500);
+        conf.timers.initial_rtt = Duration::from_millis(20);
+        conf.timers.probe_interval = Duration::from_millis(50);
+        conf.timers.max_probe_interval = Duration::from_millis(200);
+        conf.timers.idle_timeout = Duration::from_millis(500);
         conf
     })
 }
@@ -96,7 +96,7 @@ async fn many_messages_multi_thread_runtime() {
 #[tokio::test]
 async fn try_send_fails_fast_and_send_waits_for_room() {
     let mut c = cfg();
-    c.protocol.max_queued_per_peer = 4;
+    c.protocol.limits.max_queued_per_peer = 4;
     let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
         .await
         .unwrap();
@@ -379,7 +379,7 @@ async fn restart_on_file_store_keeps_exactly_once() {
         .map(|(i, _)| *i)
         .collect();
     assert!(
-        doubted_after.len() as u64 <= c.protocol.envelope_target,
+        doubted_after.len() as u64 <= c.protocol.flow.envelope_target,
         "more than the envelopes held at the restart came back in doubt: {}",
         doubted_after.len()
     );
@@ -685,8 +685,8 @@ async fn a_default_deadline_after_a_copy_left_resolves_in_doubt() {
 #[tokio::test]
 async fn an_unreachable_peer_is_reported_and_recovers() {
     let mut c = cfg();
-    c.protocol.unreachable_after = Duration::from_millis(200);
-    c.protocol.max_rto = Duration::from_millis(100);
+    c.protocol.timers.unreachable_after = Duration::from_millis(200);
+    c.protocol.timers.max_rto = Duration::from_millis(100);
     let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
         .await
         .unwrap();
@@ -718,7 +718,7 @@ async fn an_unreachable_peer_is_reported_and_recovers() {
 #[tokio::test]
 async fn ack_after_processing_resolves_receipts_on_ack_only() {
     let mut c = cfg().with_ack_after_processing(true);
-    c.protocol.max_untaken = 4;
+    c.protocol.limits.max_untaken = 4;
     let (a, mut b) = pair(c).await;
     let mut receipts = send_many(&a, 12).await;
     let mut held = Vec::new();
@@ -755,8 +755,8 @@ async fn ack_after_processing_resolves_receipts_on_ack_only() {
 #[tokio::test]
 async fn another_node_at_the_address_is_counted_and_the_receipt_resolves() {
     let mut c = cfg();
-    c.protocol.unreachable_after = Duration::from_millis(200);
-    c.protocol.max_rto = Duration::from_millis(100);
+    c.protocol.timers.unreachable_after = Duration::from_millis(200);
+    c.protocol.timers.max_rto = Duration::from_millis(100);
     let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
         .await
         .unwrap();
@@ -898,7 +898,7 @@ async fn sends_refused_as_too_large_are_lost_datagrams() {
 #[tokio::test]
 async fn messages_up_to_sixteen_mebibytes_arrive_whole() {
     let (a, mut b) = pair(cfg()).await;
-    let max = Config::default().max_message_size;
+    let max = Config::default().limits.max_message_size;
     let sizes = [max, 1 << 20, 100, 70_000, 5, 3 << 20, 1500];
     let msg = |i: usize, len: usize| {
         let mut v = vec![(i as u8).wrapping_mul(37); len];

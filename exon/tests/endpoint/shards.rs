@@ -339,7 +339,11 @@ async fn a_batch_is_refused_whole_up_front() {
     assert_eq!(e, Error::UnknownPeer(b));
     a.add_peer(b, "127.0.0.1:9".parse().unwrap());
     // One payload too large: the whole batch is refused.
-    let big = Bytes::from(vec![0; exon::proto::Config::default().max_message_size + 1]);
+    let big = Bytes::from(vec![
+        0;
+        exon::proto::Config::default().limits.max_message_size
+            + 1
+    ]);
     let e = a
         .send_batch(b, [Bytes::from_static(b"ok"), big])
         .await

@@ -26,9 +26,9 @@ const LIMIT: Duration = Duration::from_secs(30);
 fn cfg() -> EndpointConfig {
     EndpointConfig::default().with_protocol({
         let mut c = Config::default();
-        c.initial_rtt = Duration::from_millis(20);
-        c.probe_interval = Duration::from_millis(50);
-        c.idle_timeout = Duration::from_millis(500);
+        c.timers.initial_rtt = Duration::from_millis(20);
+        c.timers.probe_interval = Duration::from_millis(50);
+        c.timers.idle_timeout = Duration::from_millis(500);
         c
     })
 }

@@ -67,9 +67,9 @@ async fn one_way_outage(max_rto: Duration, deaf_backoff: bool) -> Outcome {
     let mut rules = Rules::ALL;
     rules.deaf_backoff = deaf_backoff;
     let mut c = Config::default();
-    c.initial_rtt = Duration::from_millis(20);
-    c.max_rto = max_rto;
-    c.unreachable_after = c.unreachable_after.max(max_rto * 2);
+    c.timers.initial_rtt = Duration::from_millis(20);
+    c.timers.max_rto = max_rto;
+    c.timers.unreachable_after = c.timers.unreachable_after.max(max_rto * 2);
     let cfg = EndpointConfig::default().with_protocol(c);
     let bind = |id| {
         Endpoint::builder(id)

@@ -24,10 +24,10 @@ pub type Log = Arc<Mutex<Vec<(NodeId, u32)>>>;
 pub fn cfg() -> EndpointConfig {
     EndpointConfig::default().with_protocol({
         let mut conf = Config::default();
-        conf.initial_rtt = Duration::from_millis(50);
-        conf.probe_interval = Duration::from_millis(200);
-        conf.max_probe_interval = Duration::from_secs(2);
-        conf.idle_timeout = Duration::from_secs(1);
+        conf.timers.initial_rtt = Duration::from_millis(50);
+        conf.timers.probe_interval = Duration::from_millis(200);
+        conf.timers.max_probe_interval = Duration::from_secs(2);
+        conf.timers.idle_timeout = Duration::from_secs(1);
         conf
     })
 }
