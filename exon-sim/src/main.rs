@@ -90,30 +90,30 @@ struct Args {
     /// The links' MTU: the largest datagram (UDP payload) they carry, in bytes.
     #[arg(long, default_value_t = 1472)]
     link_mtu: usize,
-    /// The nodes' datagram ceiling (`Config::max_datagram_size`), in bytes. Default: the
+    /// The nodes' datagram ceiling (`Config::mtu.max_datagram_size`), in bytes. Default: the
     /// node default (65507), or with `--no-mtu-discovery` the link MTU.
     #[arg(long)]
     max_datagram: Option<usize>,
-    /// Turn path MTU discovery off (`Config::mtu_discovery`): every datagram may be as
+    /// Turn path MTU discovery off (`Config::mtu.discovery`): every datagram may be as
     /// large as the ceiling (`--max-datagram`).
     #[arg(long)]
     no_mtu_discovery: bool,
-    /// Slots per destination (`Config::window`).
+    /// Slots per destination (`Config::flow.window`).
     #[arg(long)]
     window: Option<u64>,
-    /// Envelopes asked for ahead (`Config::envelope_target`).
+    /// Envelopes asked for ahead (`Config::flow.envelope_target`).
     #[arg(long)]
     envelope_target: Option<u64>,
-    /// Envelope low watermark (`Config::envelope_low`).
+    /// Envelope low watermark (`Config::flow.envelope_low`).
     #[arg(long)]
     envelope_low: Option<u64>,
-    /// Longest a receiver delays an ACK, in milliseconds (`Config::ack_delay`).
+    /// Longest a receiver delays an ACK, in milliseconds (`Config::acks.delay`).
     #[arg(long)]
     ack_delay_ms: Option<u64>,
-    /// Tokens that make a receiver acknowledge at once (`Config::ack_every`).
+    /// Tokens that make a receiver acknowledge at once (`Config::acks.every`).
     #[arg(long)]
     ack_every: Option<u32>,
-    /// Most sender and receiver records per node (`Config::max_sender_records` and
+    /// Most sender and receiver records per node (`Config::limits.max_sender_records` and
     /// `max_receiver_records`).
     #[arg(long)]
     record_cap: Option<usize>,

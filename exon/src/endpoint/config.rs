@@ -46,7 +46,7 @@ pub struct EndpointConfig {
     /// Acknowledge a message only when the application calls
     /// [`Message::ack`](super::Message::ack) (after processing it), instead of when it takes
     /// it from [`recv`](super::Endpoint::recv). Messages taken and not yet acknowledged count
-    /// against [`Config::max_untaken`], and once that many wait the endpoint grants no new
+    /// against [`Config::limits.max_untaken`](crate::proto::Limits::max_untaken), and once that many wait the endpoint grants no new
     /// slots: a slow consumer slows its senders down instead of growing memory. Default
     /// false.
     pub ack_after_processing: bool,
@@ -156,8 +156,8 @@ impl EndpointConfig {
     }
 
     /// Fixes the size of datagrams: sets the protocol's `max_datagram_size` (see
-    /// [`Config::max_datagram_size`]) and turns path MTU discovery
-    /// ([`Config::mtu_discovery`]) off, so every datagram may be `size` bytes (the path must
+    /// [`Config::mtu.max_datagram_size`](crate::proto::MtuConfig::max_datagram_size)) and turns path MTU discovery
+    /// ([`Config::mtu.discovery`](crate::proto::MtuConfig::discovery)) off, so every datagram may be `size` bytes (the path must
     /// carry them) and payloads up to what one such datagram holds are accepted. To keep
     /// discovery and only lower its ceiling, set `protocol.mtu.max_datagram_size` instead.
     pub fn with_max_datagram_size(mut self, size: usize) -> Self {

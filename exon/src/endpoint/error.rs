@@ -21,7 +21,7 @@ pub enum Error {
     #[error("no address known for node {0}")]
     UnknownPeer(NodeId),
     /// [`Handle::add_peer_key`](super::Handle::add_peer_key): the keyring holds `max` peers
-    /// already ([`Config::max_keyring_size`](crate::proto::Config::max_keyring_size)).
+    /// already ([`Config::keys.max_keyring_size`](crate::proto::KeyConfig::max_keyring_size)).
     #[error("the keyring is full ({max} peers)")]
     KeyringFull {
         /// The bound.

@@ -515,7 +515,7 @@ impl Handle {
     /// Adds (or replaces) the public key of node `id` in the endpoint's keyring, so that
     /// datagrams from it are accepted and messages to it can be sealed. No effect in
     /// plaintext mode. A new member is refused when the keyring holds
-    /// [`Config::max_keyring_size`](crate::proto::Config::max_keyring_size) peers already
+    /// [`Config::keys.max_keyring_size`](crate::proto::KeyConfig::max_keyring_size) peers already
     /// ([`Error::KeyringFull`]); [`Error::Closed`] once the endpoint is closed.
     pub async fn add_peer_key(&self, id: NodeId, key: PublicKey) -> Result<(), Error> {
         let (tx, rx) = oneshot::channel();
@@ -533,7 +533,7 @@ impl Handle {
     }
 
     /// Whether `peer` is reachable as far as this endpoint knows: false once messages to it
-    /// waited [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without
+    /// waited [`Config::timers.unreachable_after`](crate::proto::TimerConfig::unreachable_after) without
     /// any datagram from it, true again at its next datagram. Being unreachable drops
     /// nothing: messages are retried until acknowledged or their deadline passes.
     pub fn is_reachable(&self, peer: NodeId) -> bool {

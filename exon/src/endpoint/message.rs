@@ -14,7 +14,7 @@ use crate::proto::NodeId;
 /// [`EndpointConfig::ack_after_processing`](super::EndpointConfig::ack_after_processing), it is acknowledged only when the application
 /// calls [`ack`](Self::ack) (after processing it); one dropped without `ack` is never
 /// acknowledged (its sender sees it as unacknowledged or in doubt) and keeps taking one of
-/// the receiver's [`Config::max_untaken`](crate::proto::Config::max_untaken) places.
+/// the receiver's [`Config::limits.max_untaken`](crate::proto::Limits::max_untaken) places.
 #[derive(Debug, Clone)]
 pub struct Message {
     /// The sending node.

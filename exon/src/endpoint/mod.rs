@@ -50,7 +50,7 @@
 //! 0.9-1.7 ms). The endpoint works on either runtime.
 //!
 //! # Datagram size
-//! Path MTU discovery ([`Config::mtu_discovery`](crate::proto::Config::mtu_discovery), on by
+//! Path MTU discovery ([`Config::mtu.discovery`](crate::proto::MtuConfig::discovery), on by
 //! default) sizes the datagrams to each peer: from 1200 bytes, safe on the internet, up to
 //! what the path carries, found with probes, and back to 1200 if the path shrinks
 //! (`docs/wire.md`); the core packs as many frames for one peer as fit. On loopback (MTU

@@ -52,7 +52,7 @@ pub struct Config {
 #[non_exhaustive]
 pub struct MtuConfig {
     /// Largest datagram sent, in bytes: the ceiling of path MTU discovery
-    /// ([`mtu_discovery`](crate::proto::Config::mtu)), or with discovery off the size of every
+    /// ([`discovery`](MtuConfig::discovery)), or with discovery off the size of every
     /// datagram. Default 65507, the largest UDP payload over IPv4 (at most that). Datagrams
     /// are *received* up to 65507 bytes whatever this value
     /// ([`Config::max_receive_payload`]), so that peers with different sizes understand
@@ -64,8 +64,8 @@ pub struct MtuConfig {
     /// QUIC assumes of every internet path).
     pub min_datagram_size: usize,
     /// Path MTU discovery: datagrams to each destination grow from
-    /// [`min_datagram_size`](crate::proto::Config::mtu) up to what the path carries (at most
-    /// [`max_datagram_size`](crate::proto::Config::mtu)), found with MTU_PROBE frames, and
+    /// [`min_datagram_size`](MtuConfig::min_datagram_size) up to what the path carries (at most
+    /// [`max_datagram_size`](MtuConfig::max_datagram_size)), found with MTU_PROBE frames, and
     /// fall back to the base size when the path shrinks (see `docs/wire.md`). Off, every
     /// datagram may be `max_datagram_size` bytes (which must then suit every path).
     /// Default true.
@@ -156,7 +156,7 @@ pub struct Limits {
     pub max_untaken_bytes: usize,
     /// Largest message [`Node::send`](crate::proto::Node::send) accepts, and the largest this node
     /// reassembles from fragments. A message too large for one TOKEN
-    /// ([`max_payload`](Self::max_payload)) travels as FRAG frames in the same one slot,
+    /// ([`max_payload`](crate::proto::Config::max_payload)) travels as FRAG frames in the same one slot,
     /// and is delivered whole or not at all. Peers should agree on it: a message above its
     /// receiver's limit never gets reassembly credit (give it a deadline). Default 16 MiB.
     pub max_message_size: usize,
@@ -397,14 +397,14 @@ impl Config {
     /// [base size](Self::base_datagram_size) with the largest header (a sealed one carrying
     /// the sender's key), the authentication tag and TOKEN framing (8-byte slot and
     /// incarnation). 1085 bytes with the default 1200-byte base. Larger messages (up to
-    /// [`max_message_size`](Self::max_message_size)) travel as one TOKEN where the path's
+    /// [`max_message_size`](Limits::max_message_size)) travel as one TOKEN where the path's
     /// datagrams hold them, else in fragments.
     pub fn max_payload(&self) -> usize {
         payload_room(self.base_datagram_size())
     }
 
-    /// The datagram size every destination gets: [`min_datagram_size`](Self::min_datagram_size)
-    /// with path MTU discovery, else [`max_datagram_size`](Self::max_datagram_size).
+    /// The datagram size every destination gets: [`min_datagram_size`](MtuConfig::min_datagram_size)
+    /// with path MTU discovery, else [`max_datagram_size`](MtuConfig::max_datagram_size).
     pub fn base_datagram_size(&self) -> usize {
         if self.mtu.discovery {
             self.mtu.min_datagram_size
@@ -574,13 +574,28 @@ mod tests {
             c.flow.envelope_low = 200;
             c
         };
-        assert!(bad.validate().is_err());
+        let e = bad.validate().unwrap_err();
+        assert!(
+            matches!(e, ConfigError::Inconsistent { rule } if rule.contains("flow.envelope_low")),
+            "{e}"
+        );
         let bad = {
             let mut c = Config::default();
             c.mtu.max_datagram_size = 70_000;
             c
         };
-        assert!(bad.validate().is_err());
+        let e = bad.validate().unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::OutOfRange {
+                field: "mtu.max_datagram_size",
+                allowed: "within 128..=65507"
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "invalid config: mtu.max_datagram_size must be within 128..=65507"
+        );
         let bad = {
             let mut c = Config::default();
             c.mtu.min_datagram_size = 1199;

@@ -56,7 +56,7 @@ pub enum SendError {
     /// maximum of queued bytes): wait for acknowledgements, then retry.
     #[error("send queue to {0} is full")]
     QueueFull(NodeId),
-    /// The payload is larger than [`Config::max_message_size`](crate::proto::Config::max_message_size).
+    /// The payload is larger than [`Config::limits.max_message_size`](crate::proto::Limits::max_message_size).
     #[error("payload of {len} bytes exceeds the maximum of {max}")]
     PayloadTooLarge {
         /// Size of the refused payload.

@@ -42,7 +42,7 @@ pub enum Event {
     },
     /// A message this node sent is given up, certainly not delivered: no copy of it ever
     /// left, and its receiver takes no message that large (its
-    /// [`Config::max_message_size`](crate::proto::Config::max_message_size) is smaller than the
+    /// [`Config::limits.max_message_size`](crate::proto::Limits::max_message_size) is smaller than the
     /// message; it said so in its CREDIT). Never sent again.
     NotDelivered {
         /// The destination of the message.
@@ -51,7 +51,7 @@ pub enum Event {
         id: MsgId,
     },
     /// Work for `peer` (messages queued or unacknowledged, or a slot request) has waited
-    /// [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without any datagram
+    /// [`Config::timers.unreachable_after`](crate::proto::TimerConfig::unreachable_after) without any datagram
     /// from it. Nothing is dropped: messages are still retried (unless given up with
     /// [`Node::abandon`](crate::proto::Node::abandon)). A peer whose application stopped taking
     /// messages looks the same (it answers nothing to messages it holds untaken).
@@ -76,7 +76,7 @@ pub struct Transmit {
     pub size: usize,
 }
 
-/// The verdict on a message the sender gave up with [`Node::abandon`].
+/// The verdict on a message the sender gave up with [`Node::abandon`](crate::proto::Node::abandon).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Abandoned {
     /// No copy of it ever left this node: it was certainly not delivered, and never will be.

@@ -211,7 +211,7 @@ counters! {
         /// each is acknowledged only then.
         pub taken: u64 [sum],
         /// TOKENs not delivered (and not answered), and REQSLOTS not granted, because
-        /// `Config::max_untaken` deliveries were waiting for the application: the sender sends
+        /// `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends
         /// them again later.
         pub held_back: u64 [sum],
         /// Messages of ours acknowledged by their receiver.
@@ -237,7 +237,7 @@ counters! {
         /// Messages of ours given up because their receiver takes none that large (also counted
         /// in `not_delivered`; `Event::NotDelivered`).
         pub too_large_for_peer: u64 [sum],
-        /// Partial messages dropped after `Config::reassembly_timeout` without a new byte (their
+        /// Partial messages dropped after `Config::timers.reassembly_timeout` without a new byte (their
         /// slots stay free: the sender's retransmissions still deliver them).
         pub partials_expired: u64 [sum],
         /// TOKEN frames sent again (after a loss was detected or the timer ran out).

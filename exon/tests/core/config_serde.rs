@@ -8,7 +8,7 @@ use exon::{Config, EndpointConfig};
 #[test]
 fn durations_parse_from_human_readable_text() {
     let c: EndpointConfig = serde_json::from_str(
-        r#"{ "linger": "250ms", "protocol": { "idle_timeout": "2s", "max_rto": "1m 30s" } }"#,
+        r#"{ "linger": "250ms", "protocol": { "timers": { "idle_timeout": "2s", "max_rto": "1m 30s" } } }"#,
     )
     .unwrap();
     assert_eq!(c.linger, Duration::from_millis(250));
@@ -25,28 +25,38 @@ fn durations_serialize_as_text_and_round_trip() {
     let c = EndpointConfig::default();
     let json = serde_json::to_value(&c).unwrap();
     assert_eq!(json["linger"], "5s");
-    assert_eq!(json["protocol"]["min_rto"], "5ms");
+    assert_eq!(json["protocol"]["timers"]["min_rto"], "5ms");
+    assert_eq!(json["protocol"]["acks"]["delay"], "2ms");
     let back: EndpointConfig = serde_json::from_value(json).unwrap();
     assert_eq!(back, c);
 }
 
 #[test]
 fn a_duration_that_is_not_one_is_refused() {
-    let e = serde_json::from_str::<Config>(r#"{ "idle_timeout": "soon" }"#).unwrap_err();
-    assert!(e.to_string().contains("idle_timeout") || e.is_data(), "{e}");
+    let e =
+        serde_json::from_str::<Config>(r#"{ "timers": { "idle_timeout": "soon" } }"#).unwrap_err();
+    assert!(e.to_string().contains("soon") || e.is_data(), "{e}");
     // The old struct form is refused too: durations are text now.
-    assert!(
-        serde_json::from_str::<Config>(r#"{ "idle_timeout": { "secs": 1, "nanos": 0 } }"#).is_err()
-    );
+    assert!(serde_json::from_str::<Config>(
+        r#"{ "timers": { "idle_timeout": { "secs": 1, "nanos": 0 } } }"#
+    )
+    .is_err());
+    // A well-formed duration in the same place is taken.
+    let c = serde_json::from_str::<Config>(r#"{ "timers": { "idle_timeout": "3s" } }"#).unwrap();
+    assert_eq!(c.timers.idle_timeout, Duration::from_secs(3));
 }
 
 #[test]
 fn unknown_fields_are_refused() {
     let e = serde_json::from_str::<EndpointConfig>(r#"{ "lingre": "1s" }"#).unwrap_err();
     assert!(e.to_string().contains("unknown field `lingre`"), "{e}");
-    let e =
-        serde_json::from_str::<EndpointConfig>(r#"{ "protocol": { "windw": 8 } }"#).unwrap_err();
+    let e = serde_json::from_str::<EndpointConfig>(r#"{ "protocol": { "flow": { "windw": 8 } } }"#)
+        .unwrap_err();
     assert!(e.to_string().contains("unknown field `windw`"), "{e}");
+    // A field outside its group (the flat form of earlier versions) is refused, not ignored.
+    let e =
+        serde_json::from_str::<EndpointConfig>(r#"{ "protocol": { "window": 8 } }"#).unwrap_err();
+    assert!(e.to_string().contains("unknown field `window`"), "{e}");
 }
 
 #[test]

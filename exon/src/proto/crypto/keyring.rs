@@ -39,7 +39,7 @@ pub enum KeyringError {
         source: KeyError,
     },
     /// The keyring holds `max` peers already
-    /// ([`Config::max_keyring_size`](crate::proto::Config::max_keyring_size)): a new member
+    /// ([`Config::keys.max_keyring_size`](crate::proto::KeyConfig::max_keyring_size)): a new member
     /// is refused (a known one may still change its key).
     #[error("the keyring is full ({max} peers)")]
     Full {

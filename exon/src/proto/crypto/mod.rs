@@ -164,12 +164,12 @@ pub(crate) struct Sealer {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Vouch {
     /// Nothing is known of the source address: any key agreement comes from the general
-    /// budget (`Config::key_agreements_per_sec`).
+    /// budget (`Config::keys.agreements_per_sec`).
     #[default]
     Unproven,
     /// The datagram echoed a valid cookie for its source address, within that address's
     /// limit: a key agreement comes from the vouched budget
-    /// (`Config::cookie_agreements_per_sec`).
+    /// (`Config::keys.cookie_agreements_per_sec`).
     Cookie,
 }
 

@@ -15,7 +15,7 @@ use crate::proto::{Abandoned, Accepted, Config, MsgId, Node, NodeId};
 impl Node {
     /// Input: a datagram received from the network. Anything malformed, oversized, not
     /// addressed to this node, or (sealed mode) not authenticated as from its source is
-    /// dropped and counted in [`Stats::rejects`]; nothing from the network can make the node
+    /// dropped and counted in [`Stats::rejects`](crate::proto::Stats::rejects); nothing from the network can make the node
     /// panic or grow past its configured bounds.
     ///
     /// Returns the sending node when the datagram was taken whole, with nothing in it
@@ -41,7 +41,7 @@ impl Node {
 
     /// [`handle_datagram_buf`](Self::handle_datagram_buf) for a datagram whose source
     /// address the embedding vouches for (or not): with [`Vouch::Cookie`], a key agreement
-    /// it needs comes from the vouched budget (`Config::cookie_agreements_per_sec`), which
+    /// it needs comes from the vouched budget (`Config::keys.cookie_agreements_per_sec`), which
     /// datagrams from unproven addresses cannot spend.
     pub fn handle_datagram_vouched(
         &mut self,

@@ -213,7 +213,7 @@ impl Node {
 
     /// Adds (or replaces) the public key of `id` in the keyring (no effect in plaintext
     /// mode). A new member is refused when the keyring holds
-    /// [`Config::max_keyring_size`] peers already ([`KeyringError::Full`]).
+    /// [`Config::keys.max_keyring_size`](crate::proto::KeyConfig::max_keyring_size) peers already ([`KeyringError::Full`]).
     pub fn add_peer_key(&mut self, id: NodeId, key: PublicKey) -> Result<(), KeyringError> {
         self.sealer
             .as_mut()

@@ -256,7 +256,7 @@ impl Node {
     /// waiting: already taken, or from before a restart.
     ///
     /// Drain the outputs afterwards, as after any input: the ACK leaves with the next
-    /// datagram to the sender, or after [`Config::ack_delay`](crate::proto::Config::ack_delay).
+    /// datagram to the sender, or after [`Config::acks.delay`](crate::proto::AckConfig::delay).
     pub fn handle_taken(&mut self, now: Instant, id: DeliveryId) -> bool {
         let (from, (r, s), kept) = (id.from(), id.slot(), id.kept());
         let Some(rec) = self.receivers.get_mut(&from) else {
@@ -490,7 +490,7 @@ impl Node {
     }
 
     /// Bytes of reassembly memory granted (CREDIT) over all sources: never more than
-    /// [`Config::max_reassembly_bytes`](crate::proto::Config::max_reassembly_bytes).
+    /// [`Config::limits.max_reassembly_bytes`](crate::proto::Limits::max_reassembly_bytes).
     pub fn reassembly_granted(&self) -> u64 {
         self.receivers
             .values()

@@ -229,7 +229,7 @@ impl Node {
     }
 
     /// Whether `peer` is reported unreachable: work for it has waited
-    /// [`Config::unreachable_after`](crate::proto::Config::unreachable_after) without any datagram
+    /// [`Config::timers.unreachable_after`](crate::proto::TimerConfig::unreachable_after) without any datagram
     /// from it.
     pub fn is_unreachable(&self, peer: NodeId) -> bool {
         self.liveness.is_unreachable(peer)

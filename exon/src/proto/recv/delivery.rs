@@ -13,7 +13,7 @@ use crate::proto::wire::ranges::RangeSet;
 use crate::proto::NodeId;
 
 /// One delivery awaiting its hand-over to the application: give it back to
-/// [`Node::handle_taken`] once the application has the message.
+/// [`Node::handle_taken`](crate::proto::Node::handle_taken) once the application has the message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DeliveryId {
     from: NodeId,

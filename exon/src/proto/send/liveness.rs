@@ -1,10 +1,10 @@
 //! Peer liveness: a destination with work pending (messages queued, tokens or a slot
-//! request unanswered) that has not been heard from for [`Config::unreachable_after`] is
+//! request unanswered) that has not been heard from for [`Config::timers.unreachable_after`](crate::proto::TimerConfig::unreachable_after) is
 //! reported unreachable ([`Event::PeerUnreachable`]), and reachable again
 //! ([`Event::PeerReachable`]) at the first datagram accepted from it. Nothing is dropped
 //! because a peer is unreachable: only a deadline ([`Node::abandon`]) gives a message up.
 //!
-//! [`Config::unreachable_after`]: crate::proto::Config::unreachable_after
+//! [`Config::timers.unreachable_after`](crate::proto::TimerConfig::unreachable_after): crate::proto::TimerConfig::unreachable_after
 //! [`Event::PeerUnreachable`]: crate::proto::Event::PeerUnreachable
 //! [`Event::PeerReachable`]: crate::proto::Event::PeerReachable
 

@@ -221,7 +221,7 @@ impl SRecord {
 
     /// How many slots to ask for now: enough for `N` envelopes plus every queued message, but
     /// never more than the window allows (`n = N + |msg| - |env|`, capped): the smaller of
-    /// [`Config::window`] and what the congestion controller can use (twice its window in
+    /// [`Config::flow.window`](crate::proto::FlowConfig::window) and what the congestion controller can use (twice its window in
     /// tokens, plus `N`), so receivers do not hold slots for nothing.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let env = self.envelopes();
@@ -230,7 +230,7 @@ impl SRecord {
         want.min(self.slot_window(cfg).saturating_sub(held))
     }
 
-    /// The most slots worth holding: [`Config::window`], or less when the congestion window
+    /// The most slots worth holding: [`Config::flow.window`](crate::proto::FlowConfig::window), or less when the congestion window
     /// holds fewer tokens.
     pub fn slot_window(&self, cfg: &Config) -> u64 {
         if !self.cc.is_enabled() || self.token_size == 0 {

@@ -24,7 +24,7 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl Rtt {
-    /// No sample yet: the timeout starts from [`Config::initial_rtt`].
+    /// No sample yet: the timeout starts from [`Config::timers.initial_rtt`](crate::proto::TimerConfig::initial_rtt).
     pub fn new() -> Self {
         Rtt {
             srtt: None,
@@ -81,12 +81,12 @@ impl Rtt {
         self.backoff = 0;
     }
 
-    /// Doubles the timeout for the next attempt (up to [`Config::max_rto`]).
+    /// Doubles the timeout for the next attempt (up to [`Config::timers.max_rto`](crate::proto::TimerConfig::max_rto)).
     pub fn on_timeout(&mut self) {
         self.backoff = (self.backoff + 1).min(16);
     }
 
-    /// The probe timeout (RFC 9002 §6.2): the timeout without the [`Config::min_rto`]
+    /// The probe timeout (RFC 9002 §6.2): the timeout without the [`Config::timers.min_rto`](crate::proto::TimerConfig::min_rto)
     /// floor (at least the timer granularity), for the first expiry, which only sends a
     /// probe.
     pub fn pto(&self, cfg: &Config) -> Duration {
@@ -112,7 +112,7 @@ impl Rtt {
 
     /// Current retransmission timeout, backoff included, within `[min_rto, max_rto]`: the
     /// smoothed RTT, four variances (at least the timer granularity) and the longest the
-    /// receiver may delay its ACK ([`Config::ack_delay`], assumed the same at both ends), as
+    /// receiver may delay its ACK ([`Config::acks.delay`](crate::proto::AckConfig::delay), assumed the same at both ends), as
     /// RFC 9002's probe timeout.
     pub fn rto(&self, cfg: &Config) -> Duration {
         let base = match self.srtt {

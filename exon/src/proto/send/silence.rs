@@ -10,7 +10,7 @@
 //! * A pause of at least [`Schedule::reset`] in what is sent to it starts the count again:
 //!   a peer idle for a while and then given new work is served at once.
 //! * Unanswered for longer than [`Schedule::grace`], the peer is **deaf**: one datagram of
-//!   at most the base size (`Config::min_datagram_size`) may go at a time, the first at
+//!   at most the base size (`Config::mtu.min_datagram_size`) may go at a time, the first at
 //!   once, each next one [`Schedule::first`] later, the wait doubling after each up to
 //!   [`Schedule::cap`]. What else is owed waits (nothing is dropped).
 //!

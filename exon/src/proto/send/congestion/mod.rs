@@ -8,7 +8,7 @@
 //! window ([`Controller::window`]) and the pacing rate ([`Controller::pacing_rate`]).
 //! Dispatch is a plain enum: no allocation, no trait object per record.
 //!
-//! Two algorithms, chosen with [`Config::congestion`](crate::proto::Config::congestion):
+//! Two algorithms, chosen with [`Config::flow.congestion`](crate::proto::FlowConfig::congestion):
 //! [`CongestionControl::Bbr`] (the default, in [`bbr`]): rate-based, from delivery-rate and
 //! minimum-RTT estimates, tolerant of random loss; [`CongestionControl::NewReno`] (in
 //! [`newreno`]): the classic loss-based window. [`CongestionControl::Off`] keeps only the
@@ -37,7 +37,7 @@ pub enum CongestionControl {
     /// round trip with losses, paced at 1.25 times the window per smoothed RTT.
     NewReno,
     /// No congestion control: tokens in flight are bounded only by the receiver's slots
-    /// ([`Config::window`](crate::proto::Config::window)), and nothing is paced.
+    /// ([`Config::flow.window`](crate::proto::FlowConfig::window)), and nothing is paced.
     Off,
 }
 
