@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use exon_sim::link::DropCause;
 use exon_sim::{Decision, Link, LinkConfig};
 
-use crate::sys;
+use crate::testbed::sys;
 
 /// Largest packet read from a TUN device.
 const MAX_PACKET: usize = 65536;

@@ -12,8 +12,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::emulator::{DirCounters, Emulator, Impairment};
-use crate::sys;
+use crate::testbed::emulator::{DirCounters, Emulator, Impairment};
+use crate::testbed::sys;
 
 /// Prefix of every namespace the testbed creates: `exontb-<pid>-<a|b|m>`.
 const PREFIX: &str = "exontb-";
