@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use exon::proto::{Config, Event, Node, NodeId, Security, SendError};
+use exon::proto::{Config, Event, Node, NodeId, Output, Security, SendError};
 
 use crate::message::{payload, seq_of, Seen, PAYLOAD};
 
@@ -85,8 +85,9 @@ impl MemPair {
         t.elapsed()
     }
 
-    /// Moves every pending datagram both ways once, handles timers and events. Returns the
-    /// datagrams moved.
+    /// Drains each node once (a then b): its timer if due, then every output, its datagrams
+    /// handed to the other node and its deliveries verified and taken. Returns the datagrams
+    /// moved.
     fn pump(&mut self, now: Instant) -> u64 {
         let mut moved = 0;
         for from_a in [true, false] {
@@ -99,33 +100,48 @@ impl MemPair {
                 src.handle_timeout(now);
             }
             loop {
-                if let Some(hw) = src.poll_clock_store() {
-                    src.handle_clock_stored(now, hw);
-                    continue;
-                }
                 self.buf.clear();
-                let Some(tx) = src.poll_transmit(now, &mut self.buf) else {
-                    break;
-                };
-                moved += 1;
-                // As a driver would: datagrams received into one large shared buffer, so
-                // slicing a payload out is a reference count, not an allocation.
-                if self.rx.capacity() < tx.size {
-                    self.rx = bytes::BytesMut::with_capacity(256 * 1024);
-                }
-                self.rx.extend_from_slice(&self.buf[..tx.size]);
-                dst.handle_datagram_buf(now, self.rx.split());
-            }
-        }
-        for node in [&mut self.a, &mut self.b] {
-            while let Some(e) = node.poll_event() {
-                if let Event::Delivered { payload, id, .. } = e {
-                    self.seen.record(seq_of(&payload, PAYLOAD));
-                    node.handle_taken(now, id);
+                match src.poll_output(now, &mut self.buf) {
+                    Output::StoreClock(hw) => src.handle_clock_stored(now, hw),
+                    Output::Transmit(tx) => {
+                        moved += 1;
+                        // As a driver would: datagrams received into one large shared
+                        // buffer, so slicing a payload out is a reference count, not an
+                        // allocation.
+                        if self.rx.capacity() < tx.size {
+                            self.rx = bytes::BytesMut::with_capacity(256 * 1024);
+                        }
+                        self.rx.extend_from_slice(&self.buf[..tx.size]);
+                        dst.handle_datagram_buf(now, self.rx.split());
+                    }
+                    Output::Event(e) => {
+                        // Events come last: the rest of this drain is events. They are
+                        // taken from the queue directly, as `poll_output`'s own order
+                        // allows, rather than through `poll_output`, which would look for a
+                        // datagram again before each (about 1.6 % more instructions per
+                        // message). The datagrams the takings owe go in the next pump.
+                        take(&mut self.seen, src, now, e);
+                        while let Some(e) = src.poll_event() {
+                            take(&mut self.seen, src, now, e);
+                        }
+                        break;
+                    }
+                    Output::Timeout(_) => break,
                 }
             }
         }
         self.datagrams += moved;
         moved
+    }
+}
+
+/// Verifies a delivery of `node`'s into `seen` and takes it (other events are dropped).
+/// Inlined: it runs once or twice per message, and a call would show in the instruction
+/// count per message.
+#[inline(always)]
+fn take(seen: &mut Seen, node: &mut Node, now: Instant, e: Event) {
+    if let Event::Delivered { payload, id, .. } = e {
+        seen.record(seq_of(&payload, PAYLOAD));
+        node.handle_taken(now, id);
     }
 }

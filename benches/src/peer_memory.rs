@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::{Config, Event, Node, NodeId, Security};
+use exon::proto::{Config, Event, Node, NodeId, Output, Security};
 
 /// Counts the heap bytes live (allocated and not freed); install it with
 /// `#[global_allocator]` for [`run`] to measure anything.
@@ -135,8 +135,9 @@ impl Net {
         }
     }
 
-    /// Node `i`'s timers, clock store, datagrams out (into their destinations) and events;
-    /// the hub's part counted as the hub's. Returns datagrams moved and deliveries.
+    /// Node `i`'s timers, then its outputs: clock stores, datagrams (into their
+    /// destinations) and events; the hub's part counted as the hub's. Returns datagrams
+    /// moved and deliveries.
     fn step(&mut self, i: usize, take: bool) -> (u64, u64) {
         let now = self.now;
         let in_hub = |is: bool, f: &mut dyn FnMut()| if is { hub(f) } else { f() };
@@ -146,17 +147,31 @@ impl Net {
             if n.poll_timeout().is_some_and(|t| t <= now) {
                 n.handle_timeout(now);
             }
-            while let Some(hw) = n.poll_clock_store() {
-                n.handle_clock_stored(now, hw);
-            }
         });
         loop {
             self.buf.clear();
-            let mut tx = None;
+            let (mut tx, mut done) = (None, false);
+            // Everything but a datagram's delivery is the node's own: handled (an event
+            // dropped) inside its accounting.
             in_hub(i == 0, &mut || {
-                tx = self.nodes[i].poll_transmit(now, &mut self.buf)
+                let n = &mut self.nodes[i];
+                match n.poll_output(now, &mut self.buf) {
+                    Output::StoreClock(hw) => n.handle_clock_stored(now, hw),
+                    Output::Transmit(t) => tx = Some(t),
+                    Output::Event(Event::Delivered { id, .. }) => {
+                        delivered += 1;
+                        if take {
+                            n.handle_taken(now, id);
+                        }
+                    }
+                    Output::Event(_) => {}
+                    Output::Timeout(_) => done = true,
+                }
             });
-            let Some(tx) = tx else { break };
+            if done {
+                break;
+            }
+            let Some(tx) = tx else { continue };
             moved += 1;
             let dst = Self::index(tx.destination);
             let (buf, nodes) = (&self.buf, &mut self.nodes);
@@ -165,16 +180,6 @@ impl Net {
                 nodes[dst].handle_datagram_buf(now, d);
             });
         }
-        in_hub(i == 0, &mut || {
-            while let Some(e) = self.nodes[i].poll_event() {
-                if let Event::Delivered { id, .. } = e {
-                    delivered += 1;
-                    if take {
-                        self.nodes[i].handle_taken(now, id);
-                    }
-                }
-            }
-        });
         (moved, delivered)
     }
 
@@ -218,14 +223,16 @@ pub fn run(k: u64, payload: usize, plain: bool) {
     let now = net.now;
     hub(|| {
         net.send_to_all(k, &bytes);
-        while let Some(hw) = net.nodes[0].poll_clock_store() {
-            net.nodes[0].handle_clock_stored(now, hw);
+        let mut buf = Vec::with_capacity(64 * 1024);
+        loop {
+            match net.nodes[0].poll_output(now, &mut buf) {
+                Output::StoreClock(hw) => net.nodes[0].handle_clock_stored(now, hw),
+                Output::Transmit(_) => buf.clear(),
+                Output::Event(_) => {}
+                Output::Timeout(_) => break,
+            }
         }
     });
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while hub(|| net.nodes[0].poll_transmit(now, &mut buf)).is_some() {
-        buf.clear();
-    }
     let active_send = (hub_live() - base) as f64 / k as f64;
     let sender_records = net.nodes[0].sender_records();
     drop(net);
