@@ -8,7 +8,7 @@ use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use exon::proto::{NodeId, Security, SendError};
-use exon::{Endpoint, EndpointConfig};
+use exon::{Endpoint, EndpointConfig, Message};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::harness::{Cmd, Progress, LOCALHOST, RECV_MANY};
@@ -187,20 +187,9 @@ pub async fn exon_receiver(
 ) {
     let mut b = exon_bind(2, datagram, plain);
     addr_tx.send(b.local_addr()).unwrap();
-    let mut seen = Seen::default();
-    let mut buf = Vec::with_capacity(RECV_MANY);
-    loop {
-        buf.clear();
-        tokio::select! {
-            n = b.recv_many(&mut buf, RECV_MANY) => {
-                assert!(n > 0, "endpoint running");
-                for m in &buf {
-                    seen.record(seq_of(&m.payload, size));
-                }
-                progress.verified(seen.count());
-            }
-            _ = &mut stop => break,
-        }
+    let (mut seen, mut buf) = (Seen::default(), Vec::with_capacity(RECV_MANY));
+    while recv_verified(&mut b, &mut buf, &mut seen, size, &mut stop).await {
+        progress.verified(seen.count());
     }
     b.close(Duration::from_millis(100)).await;
 }
@@ -281,31 +270,42 @@ pub async fn verify_deliveries(
     }
 }
 
+/// Takes the next messages of `ep` into `buf` (emptied first, at most [`RECV_MANY`]) and
+/// verifies each `size`-byte one exactly once into `seen`; false once `stop` fires.
+async fn recv_verified(
+    ep: &mut Endpoint,
+    buf: &mut Vec<Message>,
+    seen: &mut Seen,
+    size: usize,
+    stop: &mut oneshot::Receiver<()>,
+) -> bool {
+    buf.clear();
+    tokio::select! {
+        n = ep.recv_many(buf, RECV_MANY) => {
+            assert!(n > 0, "endpoint running");
+            for m in buf.iter() {
+                seen.record(seq_of(&m.payload, size));
+            }
+            true
+        }
+        _ = stop => false,
+    }
+}
+
 /// Answers every `size`-byte request on an exon endpoint with an echo until `stop`, then
 /// closes the endpoint. Returns the requests served (each verified exactly once).
 pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
-    let mut seen = Seen::default();
     let h = ep.handle();
-    let mut buf = Vec::with_capacity(RECV_MANY);
-    loop {
-        buf.clear();
-        tokio::select! {
-            n = ep.recv_many(&mut buf, RECV_MANY) => {
-                assert!(n > 0, "endpoint running");
-                for m in &buf {
-                    seen.record(seq_of(&m.payload, size));
-                }
-                // The replies echo the requests (same size, same sequence number), one
-                // batch per run of requests from the same caller endpoint.
-                let mut rest = &buf[..];
-                while let Some(first) = rest.first() {
-                    let run = rest.iter().take_while(|m| m.from == first.from).count();
-                    let replies = rest[..run].iter().map(|m| m.payload.clone());
-                    drop(h.send_batch(first.from, replies).await.expect("reply"));
-                    rest = &rest[run..];
-                }
-            }
-            _ = &mut stop => break,
+    let (mut seen, mut buf) = (Seen::default(), Vec::with_capacity(RECV_MANY));
+    while recv_verified(&mut ep, &mut buf, &mut seen, size, &mut stop).await {
+        // The replies echo the requests (same size, same sequence number), one batch per
+        // run of requests from the same caller endpoint.
+        let mut rest = &buf[..];
+        while let Some(first) = rest.first() {
+            let run = rest.iter().take_while(|m| m.from == first.from).count();
+            let replies = rest[..run].iter().map(|m| m.payload.clone());
+            drop(h.send_batch(first.from, replies).await.expect("reply"));
+            rest = &rest[run..];
         }
     }
     h.close(Duration::from_millis(200)).await;

@@ -10,6 +10,8 @@ use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tokio::sync::{mpsc, oneshot};
+
 /// How long a batch may take before the run is declared broken (messages lost).
 pub const BATCH_DEADLINE: Duration = Duration::from_secs(30);
 /// Where every loopback runner binds (an ephemeral port on 127.0.0.1).
@@ -81,5 +83,59 @@ impl Progress {
         if count == self.target.load(Ordering::Acquire) {
             let _ = self.done.lock().unwrap().send(count);
         }
+    }
+}
+
+/// The threads of a runner: a receiving thread that runs until its stop signal, and
+/// sending threads driven by commands.
+pub struct Crew {
+    cmds: Vec<mpsc::UnboundedSender<Cmd>>,
+    stop: Option<oneshot::Sender<()>>,
+    receiver: Option<JoinHandle<()>>,
+    senders: Vec<JoinHandle<()>>,
+}
+
+impl Crew {
+    /// A crew of the `receiver` thread, which `stop` stops, and no senders yet.
+    pub fn new(receiver: JoinHandle<()>, stop: oneshot::Sender<()>) -> Crew {
+        Crew {
+            cmds: Vec::new(),
+            stop: Some(stop),
+            receiver: Some(receiver),
+            senders: Vec::new(),
+        }
+    }
+
+    /// Adds a sending thread, which takes its commands from `cmds`'s receiver.
+    pub fn add_sender(&mut self, cmds: mpsc::UnboundedSender<Cmd>, thread: JoinHandle<()>) {
+        self.cmds.push(cmds);
+        self.senders.push(thread);
+    }
+
+    /// The senders' command channels (none once shut down).
+    pub fn cmds(&self) -> &[mpsc::UnboundedSender<Cmd>] {
+        &self.cmds
+    }
+
+    /// Stops the receiver first (the senders are idle between batches), so that it never
+    /// sees a sender's connection go away as an error; then ends the senders' commands and
+    /// waits for them.
+    pub fn shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(r) = self.receiver.take() {
+            let _ = r.join();
+        }
+        self.cmds.clear();
+        for t in self.senders.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Crew {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }

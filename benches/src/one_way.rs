@@ -3,14 +3,13 @@
 
 use std::net::SocketAddr;
 use std::sync::{mpsc as std_mpsc, Arc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::endpoint::{exon_receiver, exon_sender};
-use crate::harness::{spawn_rt, Cmd, Progress, BATCH_DEADLINE, LOCALHOST};
+use crate::harness::{spawn_rt, Cmd, Crew, Progress, BATCH_DEADLINE, LOCALHOST};
 use crate::quic::{quic_oneway_receiver, quic_oneway_sender};
 use crate::tcp::{read_frames, write_frames};
 
@@ -54,12 +53,10 @@ impl OneWayKind {
 /// A one-way flow between two threads, set up once and driven in batches.
 pub struct OneWay {
     kind: OneWayKind,
-    cmds: Option<mpsc::UnboundedSender<Cmd>>,
-    stop_rx: Option<oneshot::Sender<()>>,
+    crew: Crew,
     done: std_mpsc::Receiver<u64>,
     progress: Arc<Progress>,
     next: u64,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl OneWay {
@@ -106,14 +103,14 @@ impl OneWay {
                 }
             }
         });
+        let mut crew = Crew::new(receiver, stop_tx);
+        crew.add_sender(cmd_tx, sender);
         OneWay {
             kind,
-            cmds: Some(cmd_tx),
-            stop_rx: Some(stop_tx),
+            crew,
             done,
             progress,
             next: 0,
-            threads: vec![sender, receiver],
         }
     }
 
@@ -128,9 +125,7 @@ impl OneWay {
         self.next += n;
         self.progress.expect(self.next);
         let t = Instant::now();
-        self.cmds
-            .as_ref()
-            .unwrap()
+        self.crew.cmds()[0]
             .send(Cmd::Send { start, n })
             .expect("sender alive");
         match self.done.recv_timeout(BATCH_DEADLINE) {
@@ -151,24 +146,7 @@ impl OneWay {
     /// A line of the sender's counters (exon: datagrams and frames per message).
     pub fn stats(&self) -> Option<String> {
         let (tx, rx) = std_mpsc::channel();
-        self.cmds.as_ref()?.send(Cmd::Stats(tx)).ok()?;
+        self.crew.cmds().first()?.send(Cmd::Stats(tx)).ok()?;
         rx.recv_timeout(Duration::from_secs(5)).ok()
-    }
-}
-
-impl Drop for OneWay {
-    fn drop(&mut self) {
-        // The receiver first (the sender is idle between batches), so that it never sees
-        // the sender's connection go away as an error.
-        if let Some(s) = self.stop_rx.take() {
-            let _ = s.send(());
-        }
-        if let Some(r) = self.threads.pop() {
-            let _ = r.join();
-        }
-        self.cmds.take();
-        for t in self.threads.drain(..) {
-            let _ = t.join();
-        }
     }
 }

@@ -118,11 +118,23 @@ impl Net {
         }
     }
 
+    /// A hub and `peers` peers that have exchanged what they owe at start (clocks, keys).
+    fn settled(peers: u64, plain: bool) -> Net {
+        let mut net = Net::new(peers, plain);
+        net.pump(true);
+        net
+    }
+
     /// Moves datagrams until nothing moves; deliveries are taken (acknowledged) only when
     /// `take` is set. Returns the deliveries seen.
     fn pump(&mut self, take: bool) -> u64 {
+        self.pump_for(take, usize::MAX)
+    }
+
+    /// [`pump`](Self::pump) for at most `rounds` rounds (a round steps every node once).
+    fn pump_for(&mut self, take: bool, rounds: usize) -> u64 {
         let mut delivered = 0;
-        loop {
+        for _ in 0..rounds {
             let mut moved = 0;
             for i in 0..self.nodes.len() {
                 let (m, d) = self.step(i, take);
@@ -130,9 +142,10 @@ impl Net {
                 delivered += d;
             }
             if moved == 0 {
-                return delivered;
+                break;
             }
         }
+        delivered
     }
 
     /// Node `i`'s timers, then its outputs: clock stores, datagrams (into their
@@ -214,8 +227,7 @@ impl Net {
 /// (`plain`) in plaintext mode; prints a table whose last line is `key=value` pairs.
 pub fn run(k: u64, payload: usize, plain: bool) {
     let bytes = Bytes::from(vec![0x5a; payload]);
-    let mut net = Net::new(k, plain);
-    net.pump(true);
+    let mut net = Net::settled(k, plain);
     let hub_id = NodeId::from_const(HUB);
 
     // Active, sending: one message queued to each peer, its slot request out.
@@ -239,32 +251,19 @@ pub fn run(k: u64, payload: usize, plain: bool) {
 
     // Active, receiving: every peer's message delivered at the hub and not taken yet (its
     // receiver record holds the slots, the delivery waits for the application).
-    let mut net = Net::new(k, plain);
-    net.pump(true);
+    let mut net = Net::settled(k, plain);
     let base = hub_live();
     let now = net.now;
     for i in 1..net.nodes.len() {
         net.nodes[i].send(now, hub_id, bytes.clone()).unwrap();
     }
-    let mut delivered = 0;
-    for _ in 0..100 {
-        let mut moved = 0;
-        for i in 0..net.nodes.len() {
-            let (m, d) = net.step(i, false);
-            moved += m;
-            delivered += d;
-        }
-        if moved == 0 {
-            break;
-        }
-    }
+    let delivered = net.pump_for(false, 100);
     let active_recv = (hub_live() - base) as f64 / k as f64;
     let receiver_records = net.nodes[0].receiver_records();
     drop(net);
 
     // Every exchange acknowledged, records still held (not idle long enough yet).
-    let mut net = Net::new(k, plain);
-    net.pump(true);
+    let mut net = Net::settled(k, plain);
     let base = hub_live();
     hub(|| net.send_to_all(k, &bytes));
     net.pump(true);

@@ -67,40 +67,44 @@ pub async fn read_frames<R: AsyncRead + Unpin>(
     progress: Arc<Progress>,
 ) {
     let mut r = BufReader::with_capacity(64 * 1024, r);
-    let mut seen = Seen::default();
-    let mut buf = Vec::new();
-    loop {
-        tokio::select! {
-            more = read_frame(&mut r, &mut buf, size) => {
-                if !more { break; }
-                seen.record(seq_of(&buf, size));
-                progress.verified(seen.count());
+    let (mut seen, mut buf) = (Seen::default(), Vec::new());
+    while next_verified(&mut r, &mut buf, &mut seen, size, &mut stop).await {
+        progress.verified(seen.count());
+    }
+}
+
+/// Reads the next frame into `buf` and verifies its `size`-byte message exactly once into
+/// `seen`; false at the end of the stream or once `stop` fires.
+async fn next_verified<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    seen: &mut Seen,
+    size: usize,
+    stop: &mut oneshot::Receiver<()>,
+) -> bool {
+    tokio::select! {
+        more = read_frame(r, buf, size) => {
+            if more {
+                seen.record(seq_of(buf, size));
             }
-            _ = &mut stop => break,
+            more
         }
+        _ = stop => false,
     }
 }
 
 /// Answers every framed `size`-byte request on a TCP connection with an echo until `stop`
 /// or the end of the stream. Returns the requests served (each verified exactly once).
 pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
-    let mut seen = Seen::default();
     let (r, w) = s.into_split();
     let mut r = BufReader::with_capacity(64 * 1024, r);
     let mut w = BufWriter::with_capacity(64 * 1024, w);
-    let mut buf = Vec::new();
-    loop {
-        tokio::select! {
-            more = read_frame(&mut r, &mut buf, size) => {
-                if !more { break; }
-                seen.record(seq_of(&buf, size));
-                write_frame(&mut w, &buf).await;
-                // Flush when the next request is not already buffered whole.
-                if !frame_buffered(r.buffer()) {
-                    w.flush().await.unwrap();
-                }
-            }
-            _ = &mut stop => break,
+    let (mut seen, mut buf) = (Seen::default(), Vec::new());
+    while next_verified(&mut r, &mut buf, &mut seen, size, &mut stop).await {
+        write_frame(&mut w, &buf).await;
+        // Flush when the next request is not already buffered whole.
+        if !frame_buffered(r.buffer()) {
+            w.flush().await.unwrap();
         }
     }
     seen.count()
