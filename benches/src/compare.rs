@@ -377,3 +377,38 @@ fn rpc(args: &Options) -> Result<(), String> {
     println!("{}", last.join(" "));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: Options,
+    }
+
+    fn options(args: &[&str]) -> Options {
+        Cli::parse_from(std::iter::once("compare").chain(args.iter().copied())).options
+    }
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let o = options(&["one-way"]);
+        assert_eq!(o.mode, Mode::OneWay);
+        assert_eq!((o.secs, o.rounds, o.callers, o.size), (3.0, 3, 100, 1024));
+        assert_eq!((o.datagram, o.threads, o.send_batch), (0, 0, 0));
+        assert_eq!((o.pairs, o.shards, o.window), (1, 1, 0));
+        assert!(o.batch.is_none() && o.only.is_none());
+    }
+
+    #[test]
+    fn usage_errors_come_back_before_anything_runs() {
+        let err = run(&options(&["rpc", "--pairs", "2"])).unwrap_err();
+        assert_eq!(err, "--pairs, --shards and --send-batch are for one-way");
+        let err = run(&options(&["one-way", "--secs", "0"])).unwrap_err();
+        assert_eq!(err, "--secs must be positive");
+    }
+}

@@ -139,3 +139,31 @@ impl Drop for Crew {
         self.shutdown();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crew_stops_its_receiver_then_its_senders() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let o = order.clone();
+        let receiver = std::thread::spawn(move || {
+            let _ = stop_rx.blocking_recv();
+            o.lock().unwrap().push("receiver");
+        });
+        let mut crew = Crew::new(receiver, stop_tx);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let o = order.clone();
+        let sender = std::thread::spawn(move || {
+            while rx.blocking_recv().is_some() {}
+            o.lock().unwrap().push("sender");
+        });
+        crew.add_sender(tx, sender);
+        assert_eq!(crew.cmds().len(), 1);
+        crew.shutdown();
+        assert_eq!(*order.lock().unwrap(), ["receiver", "sender"]);
+        assert!(crew.cmds().is_empty());
+    }
+}
