@@ -1,5 +1,4 @@
-//! The side-by-side loopback comparison: exon, TCP and QUIC run alternately in rounds,
-//! reported as a table and a `key=value` last line.
+//! The side-by-side loopback comparison: systems in alternating rounds, a table, a last line.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;

@@ -1,5 +1,4 @@
-//! Exon's sans-IO core alone: two nodes in memory passing datagrams directly, with no
-//! sockets, no threads and virtual time.
+//! Exon's sans-IO core alone: two nodes in memory, no sockets, no threads, virtual time.
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,4 @@
-//! Exon endpoints over loopback UDP: binding and configuration, the one-way receiver and
-//! sender, the RPC server and caller, and the two-endpoints-on-one-thread cost run.
+//! Exon endpoints over loopback UDP: set-up, one-way and RPC sides, the one-thread cost run.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

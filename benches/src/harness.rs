@@ -1,5 +1,4 @@
-//! What the loopback runners share: runtimes on their own threads, and the batch protocol
-//! between the driving thread, a sending thread and a receiving one.
+//! Runtimes on their own threads and the batch protocol the loopback runners share.
 //!
 //! Each runner sets its connections up once, on two OS threads with a tokio runtime each
 //! (like two processes; current-thread unless [`WORKER_THREADS`] says otherwise), and is

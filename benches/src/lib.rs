@@ -1,4 +1,4 @@
-//! Benchmark runners of exon against TCP and QUIC, one module per system, shared by the bench binaries.
+//! Benchmark runners of exon, TCP and QUIC, one module per system, under the bench binaries.
 
 pub mod compare;
 pub mod core_pair;

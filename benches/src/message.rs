@@ -1,4 +1,4 @@
-//! The messages every runner sends: sized payloads carrying their sequence number, checked exactly once.
+//! Sized payloads carrying their sequence number, and the exactly-once check.
 //!
 //! Every message has the size the run asks for (`--size`, [`PAYLOAD`] bytes by default) and
 //! carries its sequence number in its first and its last 8 bytes; receivers check its length,

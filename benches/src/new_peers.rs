@@ -1,5 +1,4 @@
-//! The cost of a new peer: a plaintext endpoint fed slot requests from many distinct node
-//! ids, against the same number from one known id.
+//! The cost of a new peer: slot requests from many new node ids against one known id's.
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,4 @@
-//! One-way flows on loopback between two threads, any system: set up once, driven in
-//! batches, every message verified exactly once at the receiver.
+//! One-way flows on loopback between two threads, any system, driven in batches.
 
 use std::net::SocketAddr;
 use std::sync::{mpsc as std_mpsc, Arc};

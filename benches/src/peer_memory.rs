@@ -1,5 +1,6 @@
-//! Memory per peer of exon's core and endpoint, measured with a counting allocator (the
-//! binary installs [`Counting`] as its global allocator).
+//! Memory per peer of exon's core and endpoint, from a counting allocator.
+//!
+//! The binary installs [`Counting`] as its global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};

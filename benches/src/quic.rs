@@ -1,5 +1,4 @@
-//! QUIC (quinn) on loopback: endpoints with a self-signed certificate, the one-way
-//! receiver and sender (one long stream, or a stream per message), and the RPC server.
+//! QUIC (quinn) on loopback: endpoints, the one-way receiver and sender, the RPC server.
 
 use std::net::SocketAddr;
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};

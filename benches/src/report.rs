@@ -1,5 +1,4 @@
-//! What the reports share: runs in alternating rounds, rates per system and per round, and
-//! the ratios of the `key=value` last line.
+//! Runs in alternating rounds, rates per system and round, and the ratios of the last line.
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,4 @@
-//! Request/reply on loopback between a client and a server thread, any system: callers,
-//! the routing of replies to them, and the runner driven in batches.
+//! Request/reply on loopback between a client and a server thread, any system.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

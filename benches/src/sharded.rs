@@ -1,5 +1,4 @@
-//! Scaled one-way on loopback: several sender endpoints into one sharded receiving
-//! endpoint, and the same shape over TCP.
+//! Scaled one-way: several sender endpoints into one sharded receiving endpoint, or TCP.
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;

@@ -1,5 +1,4 @@
-//! TCP on loopback: 4-byte length-prefixed frames, read with exact reads; the one-way
-//! writer and reader, the RPC server and the multiplexing caller.
+//! TCP on loopback: length-prefixed frames, the one-way sides, the RPC server and caller.
 
 use std::sync::Arc;
 

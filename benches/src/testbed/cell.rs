@@ -1,3 +1,5 @@
+//! One cell of the testbed: one link setting, one pattern, every system in turn.
+//!
 //! One cell of the testbed: one link setting, one pattern, every system in turn over the
 //! same emulated link (reset before each, so each sees the same loss sequence).
 

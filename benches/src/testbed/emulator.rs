@@ -1,3 +1,5 @@
+//! The userspace link emulator between two TUN devices.
+//!
 //! The userspace link emulator: one thread that owns two TUN devices and forwards IP
 //! packets between them through a delay, rate, loss, reordering and byte-sized queue model
 //! per direction.

@@ -1,3 +1,5 @@
+//! Several one-way flows on one bottleneck at once, and their fairness.
+//!
 //! Several one-way flows on one bottleneck at once: each flow its own sender and receiver
 //! process (its own port), all through the same emulated link and its one queue. Reports
 //! each flow's goodput, its share, Jain's fairness index and, if asked, a plot of each

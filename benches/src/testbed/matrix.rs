@@ -1,3 +1,5 @@
+//! The paper's grid (Section V), written as tables, a CSV and plots.
+//!
 //! The paper's grid (Section V): loss 0/1/5 % at 100 Mbit/s and 10 ms; 1/10/100 Mbit/s at
 //! 10 ms; RTT 6/10/100 ms at 10 Mbit/s; one-way and RPC with 1 to 256 callers. Writes
 //! markdown tables, a CSV of every run and SVG plots, after every link (so an interrupted

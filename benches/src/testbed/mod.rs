@@ -1,3 +1,5 @@
+//! The impaired-link testbed: exon, TCP and QUIC over an emulated link.
+//!
 //! The impaired-link testbed: exon, TCP and QUIC between two network namespaces joined by a
 //! userspace link emulator; one cell, a sweep, a grid or several flows at once.
 

@@ -1,3 +1,5 @@
+//! The testbed's plumbing: namespaces, TUN devices and endpoint processes.
+//!
 //! The testbed's plumbing: two end namespaces joined through the emulator's TUN devices in
 //! a middle namespace, and the endpoint processes started inside them. Everything created
 //! is removed by `Drop` (also on error, panic or interrupt), and stale namespaces of dead

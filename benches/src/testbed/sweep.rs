@@ -1,3 +1,5 @@
+//! The loss sweep: one-way at 0 to 20 % loss each way.
+//!
 //! The loss sweep: one-way at 0, 1, 2, 5, 10 and 20 % loss each way on the command line's
 //! link, every system asked in turn at each loss, and each system's goodput against
 //! (1 - p) x the link.

@@ -1,3 +1,5 @@
+//! The endpoint processes the testbed starts inside its namespaces.
+//!
 //! The endpoint processes, each started by the harness inside a namespace: one-way sender
 //! and receiver, RPC client and server, for exon, TCP (CUBIC or BBR) and QUIC.
 //!

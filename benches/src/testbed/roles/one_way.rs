@@ -1,5 +1,4 @@
-//! The one-way roles: a receiver verifying and counting every message, and a sender
-//! writing as fast as its system lets it.
+//! The one-way roles: a verifying receiver, and a sender as fast as it can.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

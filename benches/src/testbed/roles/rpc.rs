@@ -1,5 +1,4 @@
-//! The RPC roles: a server echoing every request, and a client of concurrent callers
-//! measuring requests answered and their latency.
+//! The RPC roles: an echoing server and a client of concurrent callers.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
