@@ -10,11 +10,9 @@
 //! `--help` lists the options. Prints messages/s and datagrams per message; the last line is
 //! `key=value` pairs.
 
-#[path = "common/mod.rs"]
-mod common;
-
 use clap::Parser;
-use common::MemPair;
+use exon_benches::core_pair::MemPair;
+use exon_benches::endpoint::DEFAULT_EXON_DATAGRAM;
 
 /// The sans-IO core alone: two exon nodes in memory move 1 KB messages one way, with no
 /// sockets and no runtime (made to run under callgrind). The last line is `key=value` pairs.
@@ -25,7 +23,7 @@ struct Args {
     #[arg(long, default_value_t = 200_000)]
     messages: u64,
     /// Exon's `max_datagram_size`.
-    #[arg(long, default_value_t = common::DEFAULT_EXON_DATAGRAM)]
+    #[arg(long, default_value_t = DEFAULT_EXON_DATAGRAM)]
     datagram: usize,
     /// Messages sent first and not counted.
     #[arg(long, default_value_t = 10_000)]

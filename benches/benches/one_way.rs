@@ -3,13 +3,13 @@
 //! Connections are set up once per benchmark; each iteration is a batch of messages, timed
 //! until the receiver verified every one exactly once.
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::time::Duration;
 
-use common::{MemPair, OneWay, OneWayKind, DEFAULT_EXON_DATAGRAM};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use exon_benches::core_pair::MemPair;
+use exon_benches::endpoint::DEFAULT_EXON_DATAGRAM;
+use exon_benches::message::PAYLOAD;
+use exon_benches::one_way::{OneWay, OneWayKind};
 
 const BATCH: u64 = 10_000;
 
@@ -28,14 +28,8 @@ fn one_way(c: &mut Criterion) {
         });
     }
 
-    for kind in [
-        OneWayKind::Exon,
-        OneWayKind::ExonPlain,
-        OneWayKind::Tcp,
-        OneWayKind::QuicStream,
-        OneWayKind::QuicUni,
-    ] {
-        let mut flow = OneWay::new(kind, DEFAULT_EXON_DATAGRAM, common::PAYLOAD);
+    for kind in OneWayKind::ALL {
+        let mut flow = OneWay::new(kind, DEFAULT_EXON_DATAGRAM, PAYLOAD);
         g.bench_function(kind.name(), |b| {
             b.iter_custom(|iters| (0..iters).map(|_| flow.run(BATCH)).sum())
         });

@@ -3,13 +3,12 @@
 //! connection, QUIC with one bidirectional stream per request. Connections are set up once
 //! per benchmark; each iteration is a batch of requests, each reply verified.
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::time::Duration;
 
-use common::{Rpc, RpcKind, DEFAULT_EXON_DATAGRAM};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use exon_benches::endpoint::DEFAULT_EXON_DATAGRAM;
+use exon_benches::message::PAYLOAD;
+use exon_benches::rpc::{Rpc, RpcKind};
 
 fn rpc(c: &mut Criterion) {
     for (callers, batch) in [(1u64, 1_000u64), (10, 2_000), (100, 5_000)] {
@@ -19,13 +18,8 @@ fn rpc(c: &mut Criterion) {
             .sample_size(10)
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3));
-        for kind in [
-            RpcKind::Exon,
-            RpcKind::ExonPlain,
-            RpcKind::Tcp,
-            RpcKind::Quic,
-        ] {
-            let mut rpc = Rpc::new(kind, DEFAULT_EXON_DATAGRAM, common::PAYLOAD);
+        for kind in RpcKind::ALL {
+            let mut rpc = Rpc::new(kind, DEFAULT_EXON_DATAGRAM, PAYLOAD);
             g.bench_function(kind.name(), |b| {
                 b.iter_custom(|iters| (0..iters).map(|_| rpc.run(batch, callers).0).sum())
             });

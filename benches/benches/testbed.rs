@@ -22,68 +22,13 @@
 //! `cargo bench -p exon-benches --bench testbed -- --help` lists the options. Needs root and `/dev/net/tun`; otherwise it says why and exits 0.
 //! Every namespace, device and process it creates is removed on exit, error or Ctrl-C.
 
-#[path = "common/mod.rs"]
-mod common;
-
-#[path = "testbed/cell.rs"]
-mod cell;
-#[path = "testbed/emulator.rs"]
-mod emulator;
-#[path = "testbed/flows.rs"]
-mod flows;
-#[path = "testbed/matrix.rs"]
-mod matrix;
-#[path = "testbed/netns.rs"]
-mod netns;
-#[path = "testbed/roles.rs"]
-mod roles;
-#[path = "testbed/svg.rs"]
-mod svg;
-#[path = "testbed/sweep.rs"]
-mod sweep;
-#[path = "testbed/sys.rs"]
-mod sys;
-
 use std::time::Duration;
 
-use cell::{Pattern, Timing};
 use clap::{CommandFactory, Parser};
-use emulator::Impairment;
-use exon::proto::CongestionControl;
-use roles::{ExonTuning, RoleArgs, System};
-
-/// Everything the command line says.
-struct Args {
-    role: Option<String>,
-    pattern: Pattern,
-    matrix: Option<String>,
-    rate_mbit: f64,
-    rtt_ms: f64,
-    loss: f64,
-    reorder: f64,
-    secs: Option<f64>,
-    warmup: f64,
-    drain: f64,
-    queue_bytes: Option<usize>,
-    seed: u64,
-    exon_window: Option<u64>,
-    exon_envelopes: Option<u64>,
-    exon_congestion: Option<CongestionControl>,
-    systems: Vec<System>,
-    flows: Vec<System>,
-    tcp_pacing: bool,
-    tcp_mss: Option<u32>,
-    sweep: Option<String>,
-    plot: Option<String>,
-    out: String,
-    // Endpoint processes only.
-    system: Option<System>,
-    addr: Option<String>,
-    cert: Option<String>,
-    callers: u64,
-    series_ms: Option<u64>,
-    size: usize,
-}
+use exon_benches::message::{MAX_SIZE, MIN_SIZE, PAYLOAD};
+use exon_benches::testbed::cell::Pattern;
+use exon_benches::testbed::roles::{self, ExonTuning, RoleArgs, System};
+use exon_benches::testbed::{self, matrix, netns, sweep, sys, Args};
 
 /// The impaired-link testbed: exon, TCP CUBIC, TCP BBR and QUIC between two network
 /// namespaces joined by a userspace link emulator (delay, rate, random loss both ways,
@@ -143,8 +88,8 @@ struct Cli {
     /// with --matrix, which runs the paper's 1 KiB messages).
     #[arg(
         long,
-        default_value_t = common::PAYLOAD as u64,
-        value_parser = clap::value_parser!(u64).range(common::MIN_SIZE as u64..=common::MAX_SIZE as u64)
+        default_value_t = PAYLOAD as u64,
+        value_parser = clap::value_parser!(u64).range(MIN_SIZE as u64..=MAX_SIZE as u64)
     )]
     size: u64,
     /// Systems to run, comma-separated (default all: exon,tcp_cubic,tcp_bbr,quic).
@@ -212,7 +157,7 @@ fn parse_args() -> Args {
     if several.iter().filter(|x| **x).count() > 1 {
         usage("at most one of --matrix, --sweep and --flows");
     }
-    if c.matrix.is_some() && c.size != common::PAYLOAD as u64 {
+    if c.matrix.is_some() && c.size != PAYLOAD as u64 {
         usage(
             "--matrix runs the paper's 1 KiB messages: --size is for one cell, --sweep and --flows",
         );
@@ -280,38 +225,6 @@ fn usage(msg: &str) -> ! {
         .exit()
 }
 
-/// The link of the command line.
-fn impairment(a: &Args, rate_mbit: f64, rtt_ms: f64, loss: f64) -> Impairment {
-    let rate_bps = (rate_mbit * 1e6) as u64;
-    let rtt = Duration::from_secs_f64(rtt_ms / 1e3);
-    Impairment {
-        rate_bps,
-        rtt,
-        loss,
-        queue_bytes: a
-            .queue_bytes
-            .unwrap_or_else(|| Impairment::default_queue(rate_bps, rtt)),
-        reorder: a.reorder,
-        seed: a.seed,
-    }
-}
-
-/// Exon's tuning: its defaults (window 1024, 128 envelopes) on every link, unless given.
-/// Its congestion controller, not a per-link window, keeps the link full and the queue
-/// short.
-fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
-    let d = exon::Config::default();
-    let window = a.exon_window.unwrap_or(d.flow.window);
-    ExonTuning {
-        window,
-        envelopes: a
-            .exon_envelopes
-            .unwrap_or(d.flow.envelope_target)
-            .min(window),
-        congestion: a.exon_congestion.unwrap_or(d.flow.congestion),
-    }
-}
-
 fn main() {
     let a = parse_args();
     if let Some(role) = a.role.clone() {
@@ -327,8 +240,8 @@ fn main() {
         Some("paper") => matrix::run_paper(&a),
         Some(m) => usage(&format!("unknown matrix {m:?} (paper)")),
         None if a.sweep.is_some() => sweep::run_loss(&a),
-        None if !a.flows.is_empty() => several_flows(&a),
-        None => one_cell(&a),
+        None if !a.flows.is_empty() => testbed::several_flows(&a),
+        None => testbed::one_cell(&a),
     };
     if let Err(e) = result {
         eprintln!("testbed: {e}");
@@ -357,87 +270,4 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         tcp_pacing: a.tcp_pacing,
         tcp_mss: a.tcp_mss,
     }
-}
-
-/// The measured and warm-up times of the command line.
-fn timing(a: &Args) -> Timing {
-    Timing {
-        warmup: Duration::from_secs_f64(a.warmup),
-        secs: Duration::from_secs_f64(a.secs.unwrap_or(10.0)),
-        drain: Duration::from_secs_f64(a.drain),
-        size: a.size,
-    }
-}
-
-/// Prints the first line of a run: what runs over which link, for how long.
-fn header(what: &str, imp: &Impairment, timing: Timing, exon: ExonTuning, realtime: bool) {
-    println!(
-        "testbed: {what}, {imp}; {} B messages; {:.0} s measured after {:.0} s warm-up; exon \
-         window {}, envelopes {}{}, datagrams {} B; emulator real-time: {realtime}",
-        timing.size,
-        timing.secs.as_secs_f64(),
-        timing.warmup.as_secs_f64(),
-        exon.window,
-        exon.envelopes,
-        if exon.congestion == CongestionControl::default() {
-            String::new()
-        } else {
-            format!(", congestion {}", roles::congestion_name(exon.congestion))
-        },
-        netns::MTU - 28,
-    );
-}
-
-fn one_cell(a: &Args) -> netns::Result<()> {
-    let imp = impairment(a, a.rate_mbit, a.rtt_ms, a.loss);
-    let exon = exon_tuning(a, &imp);
-    let timing = timing(a);
-    let tb = netns::Testbed::new(imp)?;
-    let what = match a.pattern {
-        Pattern::OneWay => "one-way".to_string(),
-        Pattern::Rpc { callers } => format!("rpc, {callers} callers"),
-    };
-    header(&what, &imp, timing, exon, tb.realtime());
-    let mut port = 5000;
-    let out = cell::run_cell(&tb, imp, a.pattern, timing, exon, &a.systems, &mut port)?;
-    drop(tb);
-    cell::print_cell(&imp, a.pattern, exon, timing.size, &out);
-    Ok(())
-}
-
-/// `--flows`: the flows at once on one link.
-fn several_flows(a: &Args) -> netns::Result<()> {
-    let imp = impairment(a, a.rate_mbit, a.rtt_ms, a.loss);
-    let exon = exon_tuning(a, &imp);
-    let timing = timing(a);
-    let tb = netns::Testbed::new(imp)?;
-    let names: Vec<&str> = a.flows.iter().map(|s| s.name()).collect();
-    let tcp = flows::Tcp {
-        pacing: a.tcp_pacing,
-        mss: a.tcp_mss,
-    };
-    let mut paced = String::new();
-    if tcp.pacing {
-        paced += ", TCP paced by the kernel";
-    }
-    if let Some(mss) = tcp.mss {
-        paced += &format!(", TCP MSS {mss}");
-    }
-    let what = format!(
-        "{} one-way flows at once ({}){paced}",
-        names.len(),
-        names.join(", ")
-    );
-    header(&what, &imp, timing, exon, tb.realtime());
-    let mut port = 5000;
-    let out = flows::run_flows(&tb, imp, timing, exon, &a.flows, tcp, &mut port)?;
-    drop(tb);
-    if let Some(path) = &a.plot {
-        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(path);
-        if let Err(e) = flows::plot(&imp, &out, timing.size, &path) {
-            eprintln!("testbed: {e}");
-        }
-    }
-    flows::print_flows(&imp, exon, tcp, timing.size, &out);
-    Ok(())
 }

@@ -66,6 +66,7 @@ impl Node {
     /// [`poll_transmit`](Self::poll_transmit), [`poll_event`](Self::poll_event) and
     /// [`poll_timeout`](Self::poll_timeout) in that order, each drained before the next; an
     /// embedding that needs them apart (a driver that batches datagrams) may call those.
+    #[inline]
     pub fn poll_output(&mut self, now: Instant, buf: &mut Vec<u8>) -> Output {
         if let Some(hw) = self.poll_clock_store() {
             return Output::StoreClock(hw);

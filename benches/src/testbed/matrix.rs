@@ -1,3 +1,5 @@
+//! The paper's grid (Section V), written as tables, a CSV and plots.
+//!
 //! The paper's grid (Section V): loss 0/1/5 % at 100 Mbit/s and 10 ms; 1/10/100 Mbit/s at
 //! 10 ms; RTT 6/10/100 ms at 10 Mbit/s; one-way and RPC with 1 to 256 callers. Writes
 //! markdown tables, a CSV of every run and SVG plots, after every link (so an interrupted
@@ -7,12 +9,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::cell::{self, Outcome, Pattern, Timing};
-use crate::emulator::Impairment;
-use crate::netns::{Result, Testbed};
-use crate::roles::{ExonTuning, System};
-use crate::svg::Chart;
-use crate::Args;
+use super::Args;
+use crate::testbed::cell::{self, Outcome, Pattern, Timing};
+use crate::testbed::emulator::Impairment;
+use crate::testbed::netns::{Result, Testbed};
+use crate::testbed::roles::{ExonTuning, System};
+use crate::testbed::svg::Chart;
 
 /// Rate (Mbit/s), RTT (ms) and loss of every distinct link of the grid.
 const LINKS: [(f64, f64, f64); 7] = [
@@ -82,13 +84,13 @@ pub fn run_paper(a: &Args) -> Result<()> {
         warmup: Duration::from_secs_f64(a.warmup),
         secs: Duration::from_secs_f64(a.secs.unwrap_or(GRID_SECS)),
         drain: Duration::from_secs_f64(a.drain),
-        size: crate::common::PAYLOAD,
+        size: crate::message::PAYLOAD,
     };
     let imps: Vec<Impairment> = LINKS
         .iter()
-        .map(|l| crate::impairment(a, l.0, l.1, l.2))
+        .map(|l| super::impairment(a, l.0, l.1, l.2))
         .collect();
-    let tunings = imps.iter().map(|i| crate::exon_tuning(a, i)).collect();
+    let tunings = imps.iter().map(|i| super::exon_tuning(a, i)).collect();
     let mut g = Grid {
         imps,
         tunings,

@@ -1,3 +1,5 @@
+//! The userspace link emulator between two TUN devices.
+//!
 //! The userspace link emulator: one thread that owns two TUN devices and forwards IP
 //! packets between them through a delay, rate, loss, reordering and byte-sized queue model
 //! per direction.
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use exon_sim::link::DropCause;
 use exon_sim::{Decision, Link, LinkConfig};
 
-use crate::sys;
+use crate::testbed::sys;
 
 /// Largest packet read from a TUN device.
 const MAX_PACKET: usize = 65536;

@@ -1,3 +1,5 @@
+//! SVG line charts for the grid's results.
+//!
 //! SVG line charts for the grid's results, drawn with plotters: categorical x axis, linear
 //! or logarithmic y axis, one line per system, missing points left out.
 

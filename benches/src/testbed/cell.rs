@@ -1,3 +1,5 @@
+//! One cell of the testbed: one link setting, one pattern, every system in turn.
+//!
 //! One cell of the testbed: one link setting, one pattern, every system in turn over the
 //! same emulated link (reset before each, so each sees the same loss sequence).
 
@@ -5,9 +7,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::emulator::{DirCounters, Impairment};
-use crate::netns::{Proc, Result, Side, Testbed, ADDR_B};
-use crate::roles::{ExonTuning, System};
+use crate::testbed::emulator::{DirCounters, Impairment};
+use crate::testbed::netns::{Proc, Result, Side, Testbed, ADDR_B};
+use crate::testbed::roles::{ExonTuning, System};
 
 /// The pattern measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +131,7 @@ pub fn refusal(system: System, exon: ExonTuning, size: usize) -> Option<String> 
     if system != System::Exon {
         return None;
     }
-    let why = crate::common::exon_refusal(exon.config(), false, size)?;
+    let why = crate::endpoint::exon_refusal(exon.config(), false, size)?;
     println!("exon: size {size} refused ({why})");
     Some(why)
 }
@@ -178,7 +180,7 @@ impl Args {
             "--exon-envelopes",
             &self.exon.envelopes.to_string(),
             "--exon-congestion",
-            crate::roles::congestion_name(self.exon.congestion),
+            crate::testbed::roles::congestion_name(self.exon.congestion),
         ]
         .map(String::from)
         .to_vec();
@@ -295,7 +297,7 @@ pub fn print_cell(
     );
     let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
     // Messages larger than the default come a few per second: a decimal more.
-    let rate_digits = usize::from(size > crate::common::PAYLOAD);
+    let rate_digits = usize::from(size > crate::message::PAYLOAD);
     for o in out {
         let mbit = o.rate.map(|r| mbit_s(r, size));
         let ratio = o.rate.zip(exon_rate).map(|(r, e)| r / e);
@@ -364,7 +366,7 @@ pub fn print_cell(
         kv.push(format!("exon_envelopes={}", exon.envelopes));
     }
     if exon.congestion != d.congestion {
-        let name = crate::roles::congestion_name(exon.congestion);
+        let name = crate::testbed::roles::congestion_name(exon.congestion);
         kv.push(format!("exon_congestion={name}"));
     }
     println!("{}", kv.join(" "));

@@ -1,3 +1,5 @@
+//! Several one-way flows on one bottleneck at once, and their fairness.
+//!
 //! Several one-way flows on one bottleneck at once: each flow its own sender and receiver
 //! process (its own port), all through the same emulated link and its one queue. Reports
 //! each flow's goodput, its share, Jain's fairness index and, if asked, a plot of each
@@ -7,11 +9,11 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::cell::{self, Args, Timing};
-use crate::emulator::{DirCounters, Impairment};
-use crate::netns::{Proc, Result, Side, Testbed};
-use crate::roles::{self, ExonTuning, System};
-use crate::svg::Chart;
+use crate::testbed::cell::{self, Args, Timing};
+use crate::testbed::emulator::{DirCounters, Impairment};
+use crate::testbed::netns::{Proc, Result, Side, Testbed};
+use crate::testbed::roles::{self, ExonTuning, System};
+use crate::testbed::svg::Chart;
 
 /// How often each receiver samples its count.
 const SAMPLE: Duration = Duration::from_millis(100);
@@ -21,7 +23,7 @@ const BUCKET: usize = 5;
 /// How the TCP flows are set up, where not the kernel's defaults.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tcp {
-    /// The kernel paces them ([`crate::sys::set_tcp_pacing`]).
+    /// The kernel paces them ([`crate::testbed::sys::set_tcp_pacing`]).
     pub pacing: bool,
     /// Their largest segment.
     pub mss: Option<u32>,
@@ -191,7 +193,7 @@ pub fn print_flows(imp: &Impairment, exon: ExonTuning, tcp: Tcp, size: usize, ou
     let total: f64 = rates.iter().sum();
     let fmt = |x: Option<f64>, p: usize| x.map_or("-".into(), |v| format!("{v:.p$}"));
     // Messages larger than the default come a few per second: a decimal more.
-    let rate_digits = usize::from(size > crate::common::PAYLOAD);
+    let rate_digits = usize::from(size > crate::message::PAYLOAD);
     println!(
         "{:<6} {:<10} {:>10} {:>8} {:>8} {:>8} {:>9}",
         "flow", "system", "msgs/s", "Mbit/s", "share", "of link", "complete"

@@ -1,3 +1,5 @@
+//! The testbed's plumbing: namespaces, TUN devices and endpoint processes.
+//!
 //! The testbed's plumbing: two end namespaces joined through the emulator's TUN devices in
 //! a middle namespace, and the endpoint processes started inside them. Everything created
 //! is removed by `Drop` (also on error, panic or interrupt), and stale namespaces of dead
@@ -12,8 +14,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::emulator::{DirCounters, Emulator, Impairment};
-use crate::sys;
+use crate::testbed::emulator::{DirCounters, Emulator, Impairment};
+use crate::testbed::sys;
 
 /// Prefix of every namespace the testbed creates: `exontb-<pid>-<a|b|m>`.
 const PREFIX: &str = "exontb-";

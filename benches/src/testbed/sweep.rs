@@ -1,12 +1,14 @@
+//! The loss sweep: one-way at 0 to 20 % loss each way.
+//!
 //! The loss sweep: one-way at 0, 1, 2, 5, 10 and 20 % loss each way on the command line's
 //! link, every system asked in turn at each loss, and each system's goodput against
 //! (1 - p) x the link.
 
-use crate::cell::{self, Outcome, Pattern};
-use crate::emulator::Impairment;
-use crate::flows::link_msgs;
-use crate::netns::{Result, Testbed};
-use crate::Args;
+use super::Args;
+use crate::testbed::cell::{self, Outcome, Pattern};
+use crate::testbed::emulator::Impairment;
+use crate::testbed::flows::link_msgs;
+use crate::testbed::netns::{Result, Testbed};
 
 /// The losses of the sweep, each way.
 pub const LOSSES: [f64; 6] = [0.0, 0.01, 0.02, 0.05, 0.10, 0.20];
@@ -19,16 +21,16 @@ fn pct(p: f64) -> String {
 /// Runs the sweep on one testbed and prints each cell, then the summary and its
 /// `key=value` line.
 pub fn run_loss(a: &Args) -> Result<()> {
-    let base = crate::impairment(a, a.rate_mbit, a.rtt_ms, 0.0);
-    let exon = crate::exon_tuning(a, &base);
-    let timing = crate::timing(a);
+    let base = super::impairment(a, a.rate_mbit, a.rtt_ms, 0.0);
+    let exon = super::exon_tuning(a, &base);
+    let timing = super::timing(a);
     let tb = Testbed::new(base)?;
     let mut port = 5000;
     let mut rows: Vec<(Impairment, Vec<Outcome>)> = Vec::new();
     for p in LOSSES {
         let imp = Impairment { loss: p, ..base };
         let what = format!("one-way, loss sweep at {} %", pct(p));
-        crate::header(&what, &imp, timing, exon, tb.realtime());
+        super::header(&what, &imp, timing, exon, tb.realtime());
         let out = cell::run_cell(
             &tb,
             imp,

@@ -1,3 +1,5 @@
+//! Thin wrappers over the Linux calls the testbed needs.
+//!
 //! Thin wrappers over the Linux calls the testbed needs: signals, network namespaces, TUN
 //! devices, `ppoll`, scheduling and the per-socket TCP congestion control.
 

@@ -1,0 +1,413 @@
+//! The side-by-side loopback comparison: systems in alternating rounds, a table, a last line.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::endpoint::{exon_config, exon_refusal, EXON_WINDOW};
+use crate::harness::WORKER_THREADS;
+use crate::message::{batch_for, MAX_SIZE, MIN_SIZE, PAYLOAD};
+use crate::one_way::{OneWay, OneWayKind};
+use crate::report::{alternate, mb_s, ratios, vs_exon};
+use crate::rpc::{Rpc, RpcKind};
+use crate::sharded::ShardedOneWay;
+use crate::stats::Latencies;
+
+/// Which exchange to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Messages one way, each verified delivered exactly once.
+    OneWay,
+    /// Request/reply with concurrent callers.
+    Rpc,
+}
+
+/// What to compare, as the command line says.
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// What to measure.
+    #[arg(value_enum)]
+    pub mode: Mode,
+    /// Total measured time per system, in seconds.
+    #[arg(long, default_value_t = 3.0)]
+    pub secs: f64,
+    /// Rounds the measured time is split into (systems alternate within each).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Concurrent callers (rpc).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub callers: u64,
+    /// Bytes per message (one-way), per request and per reply (rpc).
+    #[arg(
+        long,
+        default_value_t = PAYLOAD as u64,
+        value_parser = clap::value_parser!(u64).range(MIN_SIZE as u64..=MAX_SIZE as u64)
+    )]
+    pub size: u64,
+    /// Messages per batch (default 10000 one-way, times `--pairs`, 2000 rpc; fewer for messages above about
+    /// 6.5 KiB one-way or 32 KiB rpc, so that a batch holds about 64 MiB of payload).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: Option<u64>,
+    /// Exon's datagram size, fixed (`max_datagram_size` with path MTU discovery off); 0
+    /// runs exon's default, path MTU discovery (up to 65507 bytes on loopback).
+    #[arg(long, default_value_t = 0)]
+    pub datagram: usize,
+    /// Runs one system alone, for profiling (ratios then need another run).
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Worker threads of a multi-thread tokio runtime on each side (0: current-thread).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// One-way, exon only: sender endpoints (each on its own thread), all sending to one
+    /// receiving endpoint. With `--pairs`, `--shards` or `--send-batch` the one-way run
+    /// measures exon and exon_plain only, this way.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub pairs: u64,
+    /// One-way, exon only: driver shards of the receiving endpoint (its runtime gets as
+    /// many worker threads, one task per shard takes its messages).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub shards: u64,
+    /// One-way, exon only: messages per `Handle::send_batch` call (0: one `send` each).
+    #[arg(long, default_value_t = 0)]
+    pub send_batch: usize,
+    /// Exon's flow-control window in slots per destination (`Config::window`; 0: exon's
+    /// default).
+    #[arg(long, default_value_t = 0)]
+    pub window: u64,
+}
+
+/// Runs the comparison the options ask for. `Err` is a usage error, found before anything
+/// is printed.
+pub fn run(args: &Options) -> Result<(), String> {
+    if args.secs <= 0.0 || !args.secs.is_finite() {
+        return Err("--secs must be positive".into());
+    }
+    WORKER_THREADS.store(args.threads, Ordering::Relaxed);
+    EXON_WINDOW.store(args.window, Ordering::Relaxed);
+    let scaled = args.pairs > 1 || args.shards > 1 || args.send_batch > 0;
+    match args.mode {
+        Mode::OneWay if scaled => one_way_scaled(args),
+        Mode::OneWay => one_way(args),
+        Mode::Rpc if scaled => Err("--pairs, --shards and --send-batch are for one-way".into()),
+        Mode::Rpc => rpc(args),
+    }
+}
+
+/// The systems to run: all, or the one named by `--only`; less the exon systems that
+/// refuse messages of `--size` (each said on a line of its own), returned second.
+fn selected<K: Copy, const N: usize>(
+    args: &Options,
+    all: [K; N],
+    name: fn(K) -> &'static str,
+) -> Result<(Vec<K>, Vec<&'static str>), String> {
+    let kinds: Vec<K> = all
+        .into_iter()
+        .filter(|&k| args.only.as_deref().is_none_or(|o| o == name(k)))
+        .collect();
+    if kinds.is_empty() {
+        return Err("--only names no system of this mode".into());
+    }
+    let mut refused = Vec::new();
+    let kinds = kinds
+        .into_iter()
+        .filter(|&k| {
+            let plain = match name(k) {
+                "exon" => false,
+                "exon_plain" => true,
+                _ => return true,
+            };
+            match exon_refusal(exon_config(args.datagram), plain, size(args)) {
+                None => true,
+                Some(why) => {
+                    println!("{}: size {} refused ({why})", name(k), args.size);
+                    refused.push(name(k));
+                    false
+                }
+            }
+        })
+        .collect();
+    Ok((kinds, refused))
+}
+
+/// The message size of the command line.
+fn size(args: &Options) -> usize {
+    usize::try_from(args.size).expect("--size fits in memory")
+}
+
+/// The measured time of one system in one round.
+fn slot(args: &Options) -> Duration {
+    Duration::from_secs_f64(args.secs / args.rounds as f64)
+}
+
+/// The keys every last line ends with: exon's datagram, threads, size, and the exon systems
+/// that refused the size.
+fn tail_keys(args: &Options, refused: &[&str]) -> Vec<String> {
+    let mut v = vec![
+        format!("datagram={}", args.datagram),
+        format!("threads={}", args.threads),
+        format!("size={}", args.size),
+    ];
+    if !refused.is_empty() {
+        v.push(format!("refused={}", refused.join(",")));
+    }
+    v
+}
+
+fn one_way(args: &Options) -> Result<(), String> {
+    let size = size(args);
+    let batch = args.batch.unwrap_or_else(|| batch_for(size, 10_000));
+    let slot = slot(args);
+    let (kinds, refused) = selected(args, OneWayKind::ALL, OneWayKind::name)?;
+    println!(
+        "one-way, {size} B messages, exon max_datagram_size {} B, {} rounds of {:.2} s per \
+         system, batches of {batch}",
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64()
+    );
+    let mut flows: Vec<OneWay> = kinds
+        .iter()
+        .map(|&k| {
+            let mut f = OneWay::new(k, args.datagram, size);
+            f.run(batch.min(1000)); // warm up: connections, windows, envelopes
+            f
+        })
+        .collect();
+    let totals = alternate(&mut flows, args.rounds, slot, |_, f| (batch, f.run(batch)));
+    let exon_stats = flows
+        .iter()
+        .find(|f| f.kind() == OneWayKind::Exon)
+        .and_then(|f| f.stats());
+    let verified: Vec<u64> = flows.iter().map(|f| f.verified()).collect();
+    drop(flows);
+
+    let rate = |i: usize| totals[i].rate();
+    let exon = kinds.iter().position(|&k| k == OneWayKind::Exon).map(rate);
+    println!(
+        "{:<10} {:>12} {:>10} {:>9} {:>12}  per round (msgs/s)",
+        "system", "msgs/s", "MB/s", "vs exon", "verified"
+    );
+    for (i, k) in kinds.iter().enumerate() {
+        println!(
+            "{:<10} {:>12.0} {:>10.1} {:>9} {:>12}  {}",
+            k.name(),
+            rate(i),
+            mb_s(rate(i), args.size),
+            vs_exon(rate(i), exon),
+            verified[i],
+            totals[i].rounds()
+        );
+    }
+    if let Some(s) = exon_stats {
+        println!("exon sender counters: {s}");
+    }
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    let mut last: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{n}={:.0}", rate(i)))
+        .collect();
+    last.extend(ratios(&names, rate));
+    last.extend(
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n}_mb_s={:.1}", mb_s(rate(i), args.size))),
+    );
+    last.extend(tail_keys(args, &refused));
+    println!("{}", last.join(" "));
+    Ok(())
+}
+
+/// One-way with several senders into one (possibly sharded) receiving endpoint: exon and
+/// exon_plain, alternating in rounds.
+fn one_way_scaled(args: &Options) -> Result<(), String> {
+    // 10000 messages per sender per batch: each sender's share between two waits for the
+    // whole batch's verification is the one-pair run's, whatever the pairs.
+    let batch = args.batch.unwrap_or(10_000 * args.pairs);
+    let slot = slot(args);
+    let names: Vec<&str> = ["exon", "exon_plain", "tcp"]
+        .into_iter()
+        .filter(|n| args.only.as_deref().is_none_or(|o| o == *n))
+        .collect();
+    if names.is_empty() {
+        return Err(
+            "--only names no system of this mode (exon, exon_plain or tcp with --pairs/--shards)"
+                .into(),
+        );
+    }
+    let (pairs, shards) = (args.pairs as usize, args.shards as usize);
+    println!(
+        "one-way, {} B messages, {pairs} sender endpoints -> one receiving endpoint of \
+         {shards} shard(s), send_batch {}, exon max_datagram_size {} B, {} rounds of {:.2} s \
+         per system, batches of {batch}; tcp: {pairs} connections from as many threads to \
+         one process with {pairs} worker threads",
+        PAYLOAD,
+        args.send_batch,
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64()
+    );
+    let mut flows: Vec<ShardedOneWay> = names
+        .iter()
+        .map(|n| {
+            let plain = *n == "exon_plain";
+            let mut f = if *n == "tcp" {
+                ShardedOneWay::new_tcp(pairs)
+            } else {
+                ShardedOneWay::new(plain, pairs, shards, args.datagram, args.send_batch)
+            };
+            f.run(batch.min(1000)); // warm up
+            f
+        })
+        .collect();
+    let totals = alternate(&mut flows, args.rounds, slot, |_, f| f.run(batch));
+    let stats: Vec<_> = flows.into_iter().map(|f| f.finish()).collect();
+    let rate = |i: usize| totals[i].rate();
+    println!(
+        "{:<10} {:>12} {:>14} {:>12}  per round (msgs/s)",
+        "system", "msgs/s", "per shard", "verified"
+    );
+    for (i, n) in names.iter().enumerate() {
+        println!(
+            "{:<10} {:>12.0} {:>14.0} {:>12}  {}",
+            n,
+            rate(i),
+            rate(i) / shards as f64,
+            totals[i].messages,
+            totals[i].rounds()
+        );
+        if let Some(s) = &stats[i] {
+            println!(
+                "  receiver: shards={} delivered={} forwarded={} forward_drops={} recv_calls={}",
+                s.shards, s.node.delivered, s.forwarded, s.forward_drops, s.recv_calls
+            );
+        }
+    }
+    let mut last: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{n}={:.0}", rate(i)))
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        last.push(format!("{n}_per_shard={:.0}", rate(i) / shards as f64));
+    }
+    last.extend(ratios(&names, rate));
+    last.push(format!("pairs={pairs}"));
+    last.push(format!("shards={shards}"));
+    last.push(format!("send_batch={}", args.send_batch));
+    last.push(format!("datagram={}", args.datagram));
+    println!("{}", last.join(" "));
+    Ok(())
+}
+
+fn rpc(args: &Options) -> Result<(), String> {
+    let size = size(args);
+    let batch = args
+        .batch
+        .unwrap_or_else(|| batch_for(size, 2_000))
+        .max(args.callers);
+    let slot = slot(args);
+    let (kinds, refused) = selected(args, RpcKind::ALL, RpcKind::name)?;
+    println!(
+        "rpc, {size} B requests and replies, {} concurrent callers, exon max_datagram_size {} \
+         B, {} rounds of {:.2} s per system, batches of {batch}",
+        args.callers,
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64()
+    );
+    let mut rpcs: Vec<Rpc> = kinds
+        .iter()
+        .map(|&k| {
+            let mut r = Rpc::new(k, args.datagram, size);
+            r.run((args.callers * 10).min(batch), args.callers); // warm up
+            r
+        })
+        .collect();
+    let mut lats: Vec<Latencies> = vec![Latencies::default(); kinds.len()];
+    let totals = alternate(&mut rpcs, args.rounds, slot, |i, r| {
+        let (d, l) = r.run(batch, args.callers);
+        let k = l.len() as u64;
+        lats[i].extend(l);
+        (k, d)
+    });
+    drop(rpcs);
+
+    let rate = |i: usize| totals[i].rate();
+    // Payload both ways: the request and its reply.
+    let bytes = 2 * args.size;
+    let exon = kinds.iter().position(|&k| k == RpcKind::Exon).map(rate);
+    let p: Vec<(f64, f64)> = lats
+        .iter()
+        .map(|l| (l.quantile_us(0.5), l.quantile_us(0.99)))
+        .collect();
+    println!(
+        "{:<8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",
+        "system", "req/s", "MB/s", "vs exon", "p50 us", "p99 us", "verified"
+    );
+    for (i, k) in kinds.iter().enumerate() {
+        println!(
+            "{:<8} {:>12.0} {:>10.1} {:>9} {:>10.0} {:>10.0} {:>10}  {}",
+            k.name(),
+            rate(i),
+            mb_s(rate(i), bytes),
+            vs_exon(rate(i), exon),
+            p[i].0,
+            p[i].1,
+            totals[i].messages,
+            totals[i].rounds()
+        );
+    }
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    let mut last = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        last.push(format!("{n}={:.0}", rate(i)));
+    }
+    for (i, n) in names.iter().enumerate() {
+        last.push(format!("{n}_p50_us={:.0}", p[i].0));
+        last.push(format!("{n}_p99_us={:.0}", p[i].1));
+    }
+    last.extend(ratios(&names, rate));
+    for (i, n) in names.iter().enumerate() {
+        last.push(format!("{n}_mb_s={:.1}", mb_s(rate(i), bytes)));
+    }
+    last.push(format!("callers={}", args.callers));
+    last.extend(tail_keys(args, &refused));
+    println!("{}", last.join(" "));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        options: Options,
+    }
+
+    fn options(args: &[&str]) -> Options {
+        Cli::parse_from(std::iter::once("compare").chain(args.iter().copied())).options
+    }
+
+    #[test]
+    fn the_defaults_are_the_documented_ones() {
+        let o = options(&["one-way"]);
+        assert_eq!(o.mode, Mode::OneWay);
+        assert_eq!((o.secs, o.rounds, o.callers, o.size), (3.0, 3, 100, 1024));
+        assert_eq!((o.datagram, o.threads, o.send_batch), (0, 0, 0));
+        assert_eq!((o.pairs, o.shards, o.window), (1, 1, 0));
+        assert!(o.batch.is_none() && o.only.is_none());
+    }
+
+    #[test]
+    fn usage_errors_come_back_before_anything_runs() {
+        let err = run(&options(&["rpc", "--pairs", "2"])).unwrap_err();
+        assert_eq!(err, "--pairs, --shards and --send-batch are for one-way");
+        let err = run(&options(&["one-way", "--secs", "0"])).unwrap_err();
+        assert_eq!(err, "--secs must be positive");
+    }
+}

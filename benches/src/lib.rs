@@ -1,0 +1,17 @@
+//! Benchmark runners of exon, TCP and QUIC, one module per system, under the bench binaries.
+
+pub mod compare;
+pub mod core_pair;
+pub mod endpoint;
+pub mod harness;
+pub mod message;
+pub mod new_peers;
+pub mod one_way;
+pub mod peer_memory;
+pub mod quic;
+pub mod report;
+pub mod rpc;
+pub mod sharded;
+pub mod stats;
+pub mod tcp;
+pub mod testbed;

@@ -1,0 +1,134 @@
+//! The RPC roles: an echoing server and a client of concurrent callers.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use exon::proto::NodeId;
+
+use super::{
+    local_a, quic_cert, quic_server, say, tcp_connect, tcp_listen, wait_for, Control, RoleArgs,
+    System,
+};
+use crate::endpoint::{exon_caller, exon_endpoint, serve_exon};
+use crate::message::seq_of;
+use crate::quic::{quic_connect, serve_quic};
+use crate::rpc::{call, Caller, Pending};
+use crate::stats::Latencies;
+use crate::tcp::{serve_tcp, tcp_caller};
+
+/// RPC server: echoes every request (verified exactly once) until the end of input.
+pub(super) async fn server(a: &RoleArgs, ctl: Control) {
+    let served = match a.system {
+        System::Exon => {
+            let ep = exon_endpoint(a.addr, 1, a.exon.config());
+            say("READY", &[]);
+            serve_exon(ep, ctl.eof_signal(), a.size).await
+        }
+        System::TcpCubic | System::TcpBbr => {
+            let s = tcp_listen(a).await;
+            serve_tcp(s, ctl.eof_signal(), a.size).await
+        }
+        System::Quic => {
+            let ep = quic_server(a);
+            let conn = ep.accept().await.unwrap().await.unwrap();
+            let n = serve_quic(&conn, ctl.eof_signal(), a.size).await;
+            conn.close(0u32.into(), b"done");
+            n
+        }
+    };
+    say("DONE", &[("served", served.to_string())]);
+}
+
+/// What the callers share: requests issued, answers counted in the window, latencies.
+#[derive(Default)]
+struct Calls {
+    next: AtomicU64,
+    measuring: AtomicBool,
+    stopped: AtomicBool,
+    outstanding: AtomicU64,
+    latencies: Mutex<Vec<Duration>>,
+}
+
+/// RPC client: `callers` concurrent callers in a loop; measures requests answered and their
+/// latency over `secs` after `warmup`, then lets outstanding calls finish (up to `drain`).
+pub(super) async fn client(a: &RoleArgs, ctl: Control) {
+    let pending = Pending::default();
+    let mut tasks = Vec::new();
+    let mut quic_ep = None;
+    let caller = match a.system {
+        System::Exon => {
+            let ep = exon_endpoint(local_a(), 2, a.exon.config());
+            ep.add_peer(NodeId::from_const(1), a.addr);
+            exon_caller(ep, &pending, &mut tasks, a.size)
+        }
+        System::TcpCubic | System::TcpBbr => {
+            tcp_caller(tcp_connect(a).await, &pending, &mut tasks, a.size)
+        }
+        System::Quic => {
+            let (ep, conn) = quic_connect(local_a(), a.addr, quic_cert(a)).await;
+            quic_ep = Some(ep);
+            Caller::Quic(conn)
+        }
+    };
+    let caller = Arc::new(caller);
+    let calls = Arc::new(Calls::default());
+    let size = a.size;
+    for _ in 0..a.callers {
+        let (caller, pending, calls) = (caller.clone(), pending.clone(), calls.clone());
+        tokio::spawn(async move {
+            while !calls.stopped.load(Ordering::Relaxed) {
+                let seq = calls.next.fetch_add(1, Ordering::Relaxed);
+                calls.outstanding.fetch_add(1, Ordering::Relaxed);
+                let t = Instant::now();
+                let server = NodeId::from_const(1);
+                let reply = call(&caller, server, &pending, seq, size).await;
+                assert_eq!(seq_of(&reply, size), seq, "reply to another request");
+                if calls.measuring.load(Ordering::Relaxed) {
+                    calls.latencies.lock().unwrap().push(t.elapsed());
+                }
+                calls.outstanding.fetch_sub(1, Ordering::Relaxed);
+            }
+        });
+    }
+    tokio::time::sleep(a.warmup).await;
+    calls.measuring.store(true, Ordering::SeqCst);
+    let t0 = Instant::now();
+    tokio::time::sleep(a.secs).await;
+    calls.measuring.store(false, Ordering::SeqCst);
+    let elapsed = t0.elapsed();
+    calls.stopped.store(true, Ordering::SeqCst);
+    let lat: Latencies = std::mem::take(&mut *calls.latencies.lock().unwrap())
+        .into_iter()
+        .collect();
+    let drained = wait_for(Instant::now() + a.drain, || {
+        calls.outstanding.load(Ordering::Relaxed) == 0
+    })
+    .await;
+    let rate = lat.len() as f64 / elapsed.as_secs_f64();
+    say(
+        "DONE",
+        &[
+            ("rate", format!("{rate:.1}")),
+            ("answered", lat.len().to_string()),
+            ("p50_us", format!("{:.0}", lat.quantile_us(0.5))),
+            ("p99_us", format!("{:.0}", lat.quantile_us(0.99))),
+            ("issued", calls.next.load(Ordering::Relaxed).to_string()),
+            (
+                "unanswered",
+                calls.outstanding.load(Ordering::Relaxed).to_string(),
+            ),
+            ("drained", drained.to_string()),
+        ],
+    );
+    if let Caller::Quic(conn) = &*caller {
+        conn.close(0u32.into(), b"done");
+    }
+    if let Some(ep) = quic_ep {
+        let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+    }
+    for t in tasks {
+        t.abort();
+    }
+    drop(ctl);
+}
