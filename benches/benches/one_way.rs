@@ -9,7 +9,8 @@ use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throug
 use exon_benches::core_pair::MemPair;
 use exon_benches::endpoint::DEFAULT_EXON_DATAGRAM;
 use exon_benches::message::PAYLOAD;
-use exon_benches::one_way::{OneWay, OneWayKind};
+use exon_benches::one_way::OneWay;
+use exon_benches::systems::OneWayKind;
 
 const BATCH: u64 = 10_000;
 

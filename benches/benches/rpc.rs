@@ -8,7 +8,8 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use exon_benches::endpoint::DEFAULT_EXON_DATAGRAM;
 use exon_benches::message::PAYLOAD;
-use exon_benches::rpc::{Rpc, RpcKind};
+use exon_benches::rpc::Rpc;
+use exon_benches::systems::RpcKind;
 
 fn rpc(c: &mut Criterion) {
     for (callers, batch) in [(1u64, 1_000u64), (10, 2_000), (100, 5_000)] {

@@ -6,11 +6,12 @@ use std::time::Duration;
 use crate::endpoint::{exon_config, exon_refusal, EXON_WINDOW};
 use crate::harness::WORKER_THREADS;
 use crate::message::{batch_for, MAX_SIZE, MIN_SIZE, PAYLOAD};
-use crate::one_way::{OneWay, OneWayKind};
+use crate::one_way::OneWay;
 use crate::report::{alternate, mb_s, ratios, vs_exon};
-use crate::rpc::{Rpc, RpcKind};
+use crate::rpc::Rpc;
 use crate::sharded::ShardedOneWay;
 use crate::stats::Latencies;
+use crate::systems::{OneWayKind, RpcKind};
 
 /// Which exchange to measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -10,9 +10,9 @@ use exon::proto::{NodeId, Security, SendError};
 use exon::{Endpoint, EndpointConfig, Message};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::calls::{route, Caller, Pending};
 use crate::harness::{Cmd, Progress, LOCALHOST, RECV_MANY};
 use crate::message::{payload, seq_of, Seen, SHARDED_SIZE};
-use crate::rpc::{route, Caller, Pending};
 
 /// Socket buffers of the exon endpoints: the default 208 KiB receive buffer holds only ~100
 /// datagrams of 1.5 KB (kernel accounting), far less than exon's default window of 1024

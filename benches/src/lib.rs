@@ -1,5 +1,6 @@
 //! Benchmark runners of exon, TCP and QUIC, one module per system, under the bench binaries.
 
+pub mod calls;
 pub mod compare;
 pub mod core_pair;
 pub mod endpoint;
@@ -13,5 +14,6 @@ pub mod report;
 pub mod rpc;
 pub mod sharded;
 pub mod stats;
+pub mod systems;
 pub mod tcp;
 pub mod testbed;

@@ -10,44 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::endpoint::{exon_receiver, exon_sender};
 use crate::harness::{spawn_rt, Cmd, Crew, Progress, BATCH_DEADLINE, LOCALHOST};
 use crate::quic::{quic_oneway_receiver, quic_oneway_sender};
+use crate::systems::OneWayKind;
 use crate::tcp::{read_frames, write_frames};
-
-/// The systems compared one-way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OneWayKind {
-    /// Exon endpoints over loopback UDP, every datagram sealed (the default).
-    Exon,
-    /// Exon endpoints in the explicit plaintext mode.
-    ExonPlain,
-    /// One TCP connection, 4-byte length-prefixed frames.
-    Tcp,
-    /// One QUIC connection, one long unidirectional stream of length-prefixed frames.
-    QuicStream,
-    /// One QUIC connection, one unidirectional stream per message.
-    QuicUni,
-}
-
-impl OneWayKind {
-    /// Every system, in report order.
-    pub const ALL: [OneWayKind; 5] = [
-        OneWayKind::Exon,
-        OneWayKind::ExonPlain,
-        OneWayKind::Tcp,
-        OneWayKind::QuicStream,
-        OneWayKind::QuicUni,
-    ];
-
-    /// The name in reports and `key=value` lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            OneWayKind::Exon => "exon",
-            OneWayKind::ExonPlain => "exon_plain",
-            OneWayKind::Tcp => "tcp",
-            OneWayKind::QuicStream => "quic",
-            OneWayKind::QuicUni => "quic_uni",
-        }
-    }
-}
 
 /// A one-way flow between two threads, set up once and driven in batches.
 pub struct OneWay {

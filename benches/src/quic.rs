@@ -7,7 +7,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::harness::{Cmd, Progress, LOCALHOST};
 use crate::message::{payload, seq_of, Seen};
-use crate::one_way::OneWayKind;
+use crate::systems::OneWayKind;
 use crate::tcp::{read_frames, write_frames};
 
 /// Room for 1024 concurrent streams each way.

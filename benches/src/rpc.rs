@@ -1,68 +1,21 @@
 //! Request/reply on loopback between a client and a server thread, any system.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::sync::{mpsc as std_mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use exon::proto::NodeId;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::calls::{call, Caller, Pending};
 use crate::endpoint::{exon_bind, exon_caller, serve_exon};
 use crate::harness::{spawn_rt, BATCH_DEADLINE, LOCALHOST};
-use crate::message::{payload, seq_of};
+use crate::message::seq_of;
 use crate::quic::{connect_local, serve_local, serve_quic};
+use crate::systems::RpcKind;
 use crate::tcp::{serve_tcp, tcp_caller};
-
-/// The systems compared for request/reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RpcKind {
-    /// Exon endpoints: request and reply are exon messages, correlated by sequence number.
-    /// (Every system: the reply echoes the request, so both have the run's size.)
-    Exon,
-    /// The same in the explicit plaintext mode.
-    ExonPlain,
-    /// One TCP connection, every caller multiplexed over it (request ids, demux map).
-    Tcp,
-    /// One QUIC connection, one bidirectional stream per request.
-    Quic,
-}
-
-impl RpcKind {
-    /// Every system, in report order.
-    pub const ALL: [RpcKind; 4] = [
-        RpcKind::Exon,
-        RpcKind::ExonPlain,
-        RpcKind::Tcp,
-        RpcKind::Quic,
-    ];
-
-    /// The name in reports and `key=value` lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            RpcKind::Exon => "exon",
-            RpcKind::ExonPlain => "exon_plain",
-            RpcKind::Tcp => "tcp",
-            RpcKind::Quic => "quic",
-        }
-    }
-}
-
-/// Callers waiting for replies, by request id.
-pub type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Bytes>>>>;
-
-/// How a caller sends one request (the reply arrives through `Pending`, or directly).
-pub enum Caller {
-    /// Through an exon endpoint.
-    Exon(exon::endpoint::Handle),
-    /// To the writer task of a TCP connection.
-    Tcp(mpsc::UnboundedSender<Bytes>),
-    /// On a new bidirectional stream of a QUIC connection.
-    Quic(quinn::Connection),
-}
 
 /// A batch for the client thread: `n` requests from `callers` concurrent callers.
 struct RpcCmd {
@@ -242,55 +195,5 @@ async fn rpc_client(
     }
     for t in tasks {
         t.abort();
-    }
-}
-
-/// Hands a `size`-byte reply to the caller waiting for it; a reply nobody waits for is a
-/// duplicate.
-pub fn route(pending: &Pending, reply: Bytes, size: usize) {
-    let seq = seq_of(&reply, size);
-    let tx = pending
-        .lock()
-        .unwrap()
-        .remove(&seq)
-        .unwrap_or_else(|| panic!("reply {seq} not awaited (duplicate?)"));
-    let _ = tx.send(reply);
-}
-
-/// One `size`-byte request `seq` and its reply (panics if no reply within
-/// `BATCH_DEADLINE`).
-pub async fn call(
-    caller: &Caller,
-    server: NodeId,
-    pending: &Pending,
-    seq: u64,
-    size: usize,
-) -> Bytes {
-    let req = payload(seq, size);
-    let wait = |rx: oneshot::Receiver<Bytes>| async move {
-        tokio::time::timeout(BATCH_DEADLINE, rx)
-            .await
-            .expect("reply in time")
-            .expect("router alive")
-    };
-    match caller {
-        Caller::Exon(h) => {
-            let (tx, rx) = oneshot::channel();
-            pending.lock().unwrap().insert(seq, tx);
-            drop(h.send(server, req).await.expect("send"));
-            wait(rx).await
-        }
-        Caller::Tcp(w) => {
-            let (tx, rx) = oneshot::channel();
-            pending.lock().unwrap().insert(seq, tx);
-            w.send(req).expect("writer alive");
-            wait(rx).await
-        }
-        Caller::Quic(conn) => {
-            let (mut send, mut recv) = conn.open_bi().await.unwrap();
-            send.write_all(&req).await.unwrap();
-            send.finish().unwrap();
-            Bytes::from(recv.read_to_end(size).await.unwrap())
-        }
     }
 }

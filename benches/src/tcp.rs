@@ -7,9 +7,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, B
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::calls::{route, Caller, Pending};
 use crate::harness::{Cmd, Progress};
 use crate::message::{payload, seq_of, Seen};
-use crate::rpc::{route, Caller, Pending};
 
 /// Writes frames (u32 length, payload) of `size`-byte messages for every `Send` command;
 /// flushes after each batch.

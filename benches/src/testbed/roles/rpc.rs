@@ -10,10 +10,10 @@ use super::{
     local_a, quic_cert, quic_server, say, tcp_connect, tcp_listen, wait_for, Control, RoleArgs,
     System,
 };
+use crate::calls::{call, Caller, Pending};
 use crate::endpoint::{exon_caller, exon_endpoint, serve_exon};
 use crate::message::seq_of;
 use crate::quic::{quic_connect, serve_quic};
-use crate::rpc::{call, Caller, Pending};
 use crate::stats::Latencies;
 use crate::tcp::{serve_tcp, tcp_caller};
 
