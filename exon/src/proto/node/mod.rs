@@ -20,7 +20,6 @@ use crate::proto::node::timer::{Side, TimerQueue};
 use crate::proto::recv::record::RRecord;
 use crate::proto::rules::Rules;
 use crate::proto::send::record::SRecord;
-use crate::proto::send::token::Queued;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::VARINT_MAX;
 use crate::proto::wire::frame::{Cookie, Frame};
@@ -286,7 +285,7 @@ impl Node {
     pub fn has_record(&self, peer: NodeId) -> bool {
         self.senders.contains_key(&peer)
             || self.receivers.contains_key(&peer)
-            || self.outbox.peers.contains_key(&peer)
+            || self.outbox.owes(peer)
     }
 
     /// The configuration in force.
@@ -483,7 +482,7 @@ impl Node {
         };
         let was_quiet = rec.is_quiet() && !rec.is_requesting();
         let frontier_rule = self.rules.token_before_frontier;
-        if rec.enqueue(Queued { id, payload }, frontier_rule) {
+        if rec.enqueue(id, payload, frontier_rule) {
             self.outbox.wake(to, usize::MAX);
         }
         self.liveness_work(now, to, was_quiet);

@@ -5,7 +5,11 @@ use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::proto::wire::frame::Verdict;
+use crate::proto::stats::FrameCounts;
+use crate::proto::wire::frame::{
+    credit_len, frame_type, put_credit, put_got, put_mtu_ack, put_path, put_reqslots, put_slots,
+    put_verdict, reqslots_len, slots_len, Verdict,
+};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{NodeId, PeerMap};
 
@@ -28,30 +32,30 @@ pub(crate) const MAX_PENDING_MTU_ACKS: usize = 4;
 #[derive(Debug, Default)]
 pub(crate) struct PeerOut {
     /// Slots to answer (ACK, DOUBT or RETRY), per verdict and incarnation.
-    pub acks: Vec<(Verdict, u64, RangeSet)>,
+    acks: Vec<(Verdict, u64, RangeSet)>,
     /// SLOTS(s, r, n) answering a request (the newest request wins).
-    pub grant: Option<(u64, u64, u64)>,
+    grant: Option<(u64, u64, u64)>,
     /// SLOTS(s, r, 0): a probe.
-    pub probe: Option<(u64, u64)>,
+    probe: Option<(u64, u64)>,
     /// REQSLOTS(s, 0, l): a waiver with no record behind it.
-    pub waive: Option<u64>,
+    waive: Option<u64>,
     /// GOT(r, s, ranges): the bytes held of fragmented messages, newest state per message.
-    pub got: Vec<(u64, u64, RangeSet)>,
+    got: Vec<(u64, u64, RangeSet)>,
     /// FRAG frames received since the last GOT went (counts toward `ack_every`).
-    pub got_frags: u32,
+    got_frags: u32,
     /// CREDIT(r, limit, max) to send (the newest wins).
-    pub credit: Option<(u64, u64, u64)>,
+    credit: Option<(u64, u64, u64)>,
     /// CHALLENGE(token) to send (the newest wins).
-    pub challenge: Option<u64>,
+    challenge: Option<u64>,
     /// RESPONSE(token) to send (the newest wins).
-    pub response: Option<u64>,
+    response: Option<u64>,
     /// MTU_ACK(id)s to send, oldest first (at most [`MAX_PENDING_MTU_ACKS`]).
-    pub mtu_acks: Vec<u64>,
+    mtu_acks: Vec<u64>,
     /// In the `ready` queue.
-    pub ready: bool,
+    ready: bool,
     /// Verdicts are held (delayed ACK) until this instant, unless something else goes to
     /// the peer first.
-    pub ack_at: Option<Instant>,
+    ack_at: Option<Instant>,
 }
 
 impl PeerOut {
@@ -66,6 +70,88 @@ impl PeerOut {
             && self.challenge.is_none()
             && self.response.is_none()
             && self.mtu_acks.is_empty()
+    }
+
+    /// Calls `f` with each pending verdict frame's verdict, incarnation and ranges (which
+    /// it may add to).
+    pub fn for_each_verdict(&mut self, mut f: impl FnMut(Verdict, u64, &mut RangeSet)) {
+        for (v, r, set) in &mut self.acks {
+            f(*v, *r, set);
+        }
+    }
+
+    /// Writes what is owed into the datagram in `buf`, frames ending by `limit`: MTU_ACKs
+    /// and path frames first, then verdicts and GOTs (as many ranges as fit), then CREDIT,
+    /// SLOTS and waivers where they fit. What does not fit stays owed. Counts the frames.
+    pub fn write_frames(&mut self, buf: &mut Vec<u8>, limit: usize, frames: &mut FrameCounts) {
+        let room = |buf: &Vec<u8>| limit - buf.len();
+        for id in self.mtu_acks.drain(..) {
+            put_mtu_ack(buf, id);
+            frames.mtu_ack += 1;
+        }
+        if let Some(token) = self.response.take() {
+            put_path(buf, frame_type::RESPONSE, token);
+            frames.response += 1;
+        }
+        if let Some(token) = self.challenge.take() {
+            put_path(buf, frame_type::CHALLENGE, token);
+            frames.challenge += 1;
+        }
+        for (v, r, set) in &mut self.acks {
+            while !set.is_empty() {
+                let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
+                if k == 0 {
+                    break;
+                }
+                set.pop_front_ranges(k);
+                frames.count_verdict(*v);
+            }
+        }
+        self.acks.retain(|(_, _, set)| !set.is_empty());
+        for (r, s, set) in &mut self.got {
+            let k = put_got(buf, *r, *s, set.ranges(), room(buf));
+            if k == 0 {
+                break;
+            }
+            // Only the first ranges fit: the rest is news the next GOT repeats.
+            set.clear();
+            frames.got += 1;
+        }
+        self.got.retain(|(_, _, set)| !set.is_empty());
+        if self.got.is_empty() {
+            self.got_frags = 0;
+        }
+        if self.acks.is_empty() && self.got.is_empty() {
+            self.ack_at = None;
+        }
+        if let Some((r, granted, max)) = self.credit {
+            if credit_len(r, granted, max) <= room(buf) {
+                put_credit(buf, r, granted, max);
+                frames.credit += 1;
+                self.credit = None;
+            }
+        }
+        if let Some((s, r, n)) = self.grant {
+            if slots_len(s, r, n) <= room(buf) {
+                put_slots(buf, s, r, n);
+                frames.slots += 1;
+                self.grant = None;
+            }
+        }
+        if let Some((s, r)) = self.probe {
+            if slots_len(s, r, 0) <= room(buf) {
+                put_slots(buf, s, r, 0);
+                frames.slots += 1;
+                self.probe = None;
+            }
+        }
+        if let Some(s) = self.waive {
+            if reqslots_len(s, 0, s) <= room(buf) {
+                put_reqslots(buf, s, 0, s);
+                frames.reqslots += 1;
+                self.waive = None;
+            }
+        }
     }
 
     /// Slots answered in `acks`, not yet written.
@@ -86,10 +172,10 @@ impl PeerOut {
 /// `deferred` until its ACK delay runs out (or something else wakes it).
 #[derive(Debug, Default)]
 pub(crate) struct Outbox {
-    pub peers: PeerMap<PeerOut>,
-    pub ready: VecDeque<NodeId>,
+    peers: PeerMap<PeerOut>,
+    ready: VecDeque<NodeId>,
     /// Peers holding delayed verdicts, by deadline (stale entries are skipped).
-    pub deferred: VecDeque<(Instant, NodeId)>,
+    deferred: VecDeque<(Instant, NodeId)>,
 }
 
 impl Outbox {
@@ -97,6 +183,36 @@ impl Outbox {
     /// `None` when a new entry would exceed `cap` peers.
     fn entry(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
         entry_in(&mut self.peers, peer, cap)
+    }
+
+    /// The next peer to serve and what it is owed, taken out of the outbox (give it back
+    /// with [`put_back`](Self::put_back) if anything is left).
+    pub fn next_ready(&mut self) -> Option<(NodeId, PeerOut)> {
+        let peer = self.ready.pop_front()?;
+        let mut out = self.peers.remove(&peer).unwrap_or_default();
+        out.ready = false;
+        Some((peer, out))
+    }
+
+    /// Gives back what `peer` is still owed, queued to be served again when `ready`, else
+    /// left until something wakes it.
+    pub fn put_back(&mut self, peer: NodeId, mut out: PeerOut, ready: bool) {
+        out.ready = ready;
+        self.peers.insert(peer, out);
+        if ready {
+            self.ready.push_back(peer);
+        }
+    }
+
+    /// Forgets everything owed to `peer`.
+    pub fn forget(&mut self, peer: NodeId) {
+        self.peers.remove(&peer);
+        self.ready.retain(|p| *p != peer);
+    }
+
+    /// Whether anything is owed to `peer`.
+    pub fn owes(&self, peer: NodeId) -> bool {
+        self.peers.contains_key(&peer)
     }
 
     /// The pending output of `peer`, queueing the peer to be served. Returns `None` when a

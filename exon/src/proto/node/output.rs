@@ -9,10 +9,7 @@ use crate::proto::node::timer::Side;
 use crate::proto::send::mtud::Want;
 use crate::proto::send::silence::Gate;
 use crate::proto::send::transmit::Space;
-use crate::proto::wire::frame::{
-    credit_len, frame_type, put_credit, put_got, put_mtu_ack, put_mtu_probe, put_path,
-    put_reqslots, put_slots, put_verdict, reqslots_len, slots_len, Header, FLAG_ACK_NOW,
-};
+use crate::proto::wire::frame::{frame_type, put_mtu_probe, put_path, Header, FLAG_ACK_NOW};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Event, Node, NodeId, Transmit, Verdict};
 
@@ -99,16 +96,14 @@ impl Node {
             if !self.take_epoch_if_needed() {
                 return None;
             }
-            let peer = self.outbox.ready.pop_front()?;
-            let mut out = self.outbox.peers.remove(&peer).unwrap_or_default();
-            out.ready = false;
+            let (peer, mut out) = self.outbox.next_ready()?;
             let deaf = match self.gate(now, peer) {
                 Gate::Open => false,
                 Gate::Deaf => true,
                 Gate::Wait(at) => {
                     // Its turn comes at `at`: what it is owed waits in the outbox.
                     self.silence.park(peer, at);
-                    self.outbox.peers.insert(peer, out);
+                    self.outbox.put_back(peer, out, false);
                     self.stats.deaf_waits += 1;
                     continue;
                 }
@@ -153,94 +148,24 @@ impl Node {
                     rec.mtud_mut().probe_sent(want, id, probed, now, timeout);
                 }
                 self.rearm_sender(peer);
-                out.ready = true;
-                self.outbox.peers.insert(peer, out);
-                self.outbox.ready.push_back(peer);
+                self.outbox.put_back(peer, out, true);
                 match self.finish_datagram(peer, header, buf, start, header_end) {
                     Some(t) => return Some(self.sent_to(now, deaf, t)),
                     None => continue,
                 }
             }
 
-            for id in out.mtu_acks.drain(..) {
-                put_mtu_ack(buf, id);
-                self.stats.frames_out.mtu_ack += 1;
-            }
-
-            for (slot, ty) in [
-                (&mut out.response, frame_type::RESPONSE),
-                (&mut out.challenge, frame_type::CHALLENGE),
-            ] {
-                if let Some(token) = *slot {
-                    put_path(buf, ty, token);
-                    *slot = None;
-                    if ty == frame_type::CHALLENGE {
-                        self.stats.frames_out.challenge += 1;
-                    } else {
-                        self.stats.frames_out.response += 1;
-                    }
+            // ACK ranges written last time are repeated once (in case that datagram was lost).
+            let mut fresh = None;
+            out.for_each_verdict(|v, r, set| {
+                if let Some(f) = self.repeat_acks(peer, v, r, set) {
+                    fresh = Some(f);
                 }
-            }
-
-            for (v, r, set) in &mut out.acks {
-                let fresh = self.repeat_acks(peer, *v, *r, set);
-                while !set.is_empty() {
-                    let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
-                    if k == 0 {
-                        break;
-                    }
-                    set.pop_front_ranges(k);
-                    self.stats.frames_out.count_verdict(*v);
-                }
-                if let Some(fresh) = fresh {
-                    if let Some(rec) = self.receivers.get_mut(&peer) {
-                        rec.set_acked_last(fresh);
-                    }
-                }
-            }
-            out.acks.retain(|(_, _, set)| !set.is_empty());
-            for (r, s, set) in &mut out.got {
-                let k = put_got(buf, *r, *s, set.ranges(), room(buf));
-                if k == 0 {
-                    break;
-                }
-                // Only the first ranges fit: the rest is news the next GOT repeats.
-                set.clear();
-                self.stats.frames_out.got += 1;
-            }
-            out.got.retain(|(_, _, set)| !set.is_empty());
-            if out.got.is_empty() {
-                out.got_frags = 0;
-            }
-            if out.acks.is_empty() && out.got.is_empty() {
-                out.ack_at = None;
-            }
-            if let Some((r, granted, max)) = out.credit {
-                if credit_len(r, granted, max) <= room(buf) {
-                    put_credit(buf, r, granted, max);
-                    self.stats.frames_out.credit += 1;
-                    out.credit = None;
-                }
-            }
-            if let Some((s, r, n)) = out.grant {
-                if slots_len(s, r, n) <= room(buf) {
-                    put_slots(buf, s, r, n);
-                    self.stats.frames_out.slots += 1;
-                    out.grant = None;
-                }
-            }
-            if let Some((s, r)) = out.probe {
-                if slots_len(s, r, 0) <= room(buf) {
-                    put_slots(buf, s, r, 0);
-                    self.stats.frames_out.slots += 1;
-                    out.probe = None;
-                }
-            }
-            if let Some(s) = out.waive {
-                if reqslots_len(s, 0, s) <= room(buf) {
-                    put_reqslots(buf, s, 0, s);
-                    self.stats.frames_out.reqslots += 1;
-                    out.waive = None;
+            });
+            out.write_frames(buf, limit, &mut self.stats.frames_out);
+            if let Some(fresh) = fresh {
+                if let Some(rec) = self.receivers.get_mut(&peer) {
+                    rec.set_acked_last(fresh);
                 }
             }
             let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
@@ -260,17 +185,14 @@ impl Node {
                 buf[start + 3] |= FLAG_ACK_NOW;
             }
             if !out.is_empty() || sender_left {
-                out.ready = true;
-                self.outbox.peers.insert(peer, out);
-                self.outbox.ready.push_back(peer);
+                self.outbox.put_back(peer, out, true);
             }
             if buf.len() == header_end {
                 buf.truncate(start);
                 if sender_left {
                     // Cannot happen (a token always fits in an empty datagram); never spin.
                     debug_assert!(false, "nothing fit in an empty datagram");
-                    self.outbox.peers.remove(&peer);
-                    self.outbox.ready.retain(|p| *p != peer);
+                    self.outbox.forget(peer);
                 }
                 continue;
             }

@@ -12,32 +12,32 @@ use crate::proto::send::token::Token;
 #[derive(Debug, Default)]
 pub(crate) struct Flight {
     /// Transmissions in sending order, for loss detection.
-    pub losses: LossDetector,
+    pub(super) losses: LossDetector,
     /// FRAG transmissions in sending order: a loss detector of their own, since GOT answers
     /// a fragment on arrival while ACK answers a TOKEN only once its message is taken (one
     /// detector for both would take a TOKEN whose ACK waits for the application for lost).
-    pub frag_losses: LossDetector,
+    pub(super) frag_losses: LossDetector,
     /// Delivery-rate estimator.
-    pub rate: DeliveryRate,
+    pub(super) rate: DeliveryRate,
     /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
-    pub bytes: u64,
+    pub(super) bytes: u64,
     /// Bytes acknowledged by the verdict frame being handled.
-    pub ack_batch: u64,
+    pub(super) ack_batch: u64,
     /// The newest RTT sample of the verdict frame being handled.
-    pub ack_rtt: Option<Duration>,
+    pub(super) ack_rtt: Option<Duration>,
     /// What both loss detectors learnt of reordering (the count rule, the window).
-    pub reo: Reordering,
+    pub(super) reo: Reordering,
     /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
-    pub undo: bool,
+    pub(super) undo: bool,
     /// Losses found spurious by the verdict frame being handled: how many, how many of them
     /// had been sent again, their bytes, and when the earliest was declared.
-    pub spurious: u64,
-    pub spurious_resent: u64,
-    pub spurious_bytes: u64,
-    pub spurious_at: Option<Instant>,
+    pub(super) spurious: u64,
+    pub(super) spurious_resent: u64,
+    pub(super) spurious_bytes: u64,
+    pub(super) spurious_at: Option<Instant>,
     /// When the loss recovery in progress began: losses of transmissions sent before it
     /// belong to it.
-    pub recovery_at: Option<Instant>,
+    pub(super) recovery_at: Option<Instant>,
 }
 
 impl Flight {

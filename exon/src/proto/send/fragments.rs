@@ -21,19 +21,19 @@ const PROBE_LEN: u64 = 256;
 #[derive(Debug, Clone)]
 pub(crate) struct Sent {
     /// Its sequence number (see `LossDetector`).
-    pub seq: u64,
+    pub(super) seq: u64,
     /// The bytes it carried.
-    pub range: Range<u64>,
+    pub(super) range: Range<u64>,
     /// When it left.
-    pub at: Instant,
+    pub(super) at: Instant,
     /// Its FRAG frame's size, counted in the bytes in flight.
-    pub size: u64,
+    pub(super) size: u64,
     /// Some of its bytes had been sent before (no RTT sample from it: Karn's rule).
-    pub again: bool,
+    pub(super) again: bool,
     /// The delivery-rate snapshot of its transmission.
-    pub rate: SendState,
+    pub(super) rate: SendState,
     /// How far into its datagram the FRAG ended (for path MTU discovery).
-    pub reach: u32,
+    pub(super) reach: u32,
 }
 
 /// Most losses remembered per message, to find them spurious later.
@@ -44,13 +44,13 @@ const MAX_LOST_KEPT: usize = 64;
 #[derive(Debug, Clone)]
 pub(crate) struct LostFrag {
     /// The bytes it carried.
-    pub range: Range<u64>,
+    pub(super) range: Range<u64>,
     /// When it was declared lost.
-    pub at: Instant,
+    pub(super) at: Instant,
     /// When any of its bytes first left again (`None`: not yet).
-    pub resent_at: Option<Instant>,
+    pub(super) resent_at: Option<Instant>,
     /// Its FRAG frame's size.
-    pub size: u64,
+    pub(super) size: u64,
 }
 
 /// What is known of a fragmented message's bytes.

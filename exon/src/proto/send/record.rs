@@ -14,7 +14,9 @@ use crate::proto::send::rtt::Rtt;
 use crate::proto::send::timers::{Timer, Timers};
 use crate::proto::send::token::{Lost, Queued, Token};
 use crate::proto::send::tokens::Tokens;
-use crate::proto::{Config, PathStats, Rules};
+use bytes::Bytes;
+
+use crate::proto::{Config, MsgId, PathStats, Rules};
 
 /// What [`SRecord::on_timeout`] did.
 #[derive(Debug, Default)]
@@ -643,10 +645,11 @@ impl SRecord {
         }
     }
 
-    /// Takes message `msg` (`rck`-less: it waits for an envelope, or uses the first free
-    /// one at once when nothing is queued before it). Returns whether it became a token.
+    /// Takes message `id` (it waits for an envelope, or uses the first free one at once when
+    /// nothing is queued before it). Returns whether it became a token.
     /// `frontier_rule` off (the checker's self-test) freezes the frontier before the token.
-    pub fn enqueue(&mut self, msg: Queued, frontier_rule: bool) -> bool {
+    pub fn enqueue(&mut self, id: MsgId, payload: Bytes, frontier_rule: bool) -> bool {
+        let msg = Queued { id, payload };
         self.bytes += msg.payload.len();
         self.note_busy();
         let envelope = match self.rck {

@@ -12,8 +12,8 @@ use crate::proto::MsgId;
 /// A message waiting for an envelope.
 #[derive(Debug)]
 pub(crate) struct Queued {
-    pub id: MsgId,
-    pub payload: Bytes,
+    pub(super) id: MsgId,
+    pub(super) payload: Bytes,
 }
 
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
@@ -22,41 +22,41 @@ pub(crate) struct Queued {
 #[derive(Debug)]
 pub(crate) struct Token {
     /// The receiver incarnation this token's slot belongs to.
-    pub rck: u64,
-    pub payload: Bytes,
-    pub id: MsgId,
+    pub(super) rck: u64,
+    pub(super) payload: Bytes,
+    pub(super) id: MsgId,
     /// When it was last put on the wire (`None`: never yet).
-    pub sent_at: Option<Instant>,
+    pub(super) sent_at: Option<Instant>,
     /// How many times it was put on the wire.
-    pub sends: u32,
+    pub(super) sends: u32,
     /// Waiting in `to_send`.
-    pub queued: bool,
+    pub(super) queued: bool,
     /// Sequence number of its last transmission (see [`LossDetector`]).
-    pub seq: u64,
+    pub(super) seq: u64,
     /// Bytes it counts in the record's bytes in flight (0: not in flight).
-    pub flight: u64,
+    pub(super) flight: u64,
     /// Its TOKEN frame's size when last sent.
-    pub size: u64,
+    pub(super) size: u64,
     /// The delivery-rate snapshot of its last transmission.
-    pub rate: Option<SendState>,
+    pub(super) rate: Option<SendState>,
     /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
-    pub frag: Option<Box<Outgoing>>,
+    pub(super) frag: Option<Box<Outgoing>>,
     /// How far into its datagram its frame ended when last sent, in bytes (the
     /// authentication tag counted): what its loss or acknowledgement says of sizes.
-    pub reach: u32,
+    pub(super) reach: u32,
     /// Its last loss declared by loss detection (kept until it is settled).
-    pub lost: Option<Lost>,
+    pub(super) lost: Option<Lost>,
 }
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Lost {
     /// When it was declared lost.
-    pub at: Instant,
+    pub(super) at: Instant,
     /// When the first transmission after that left (`None`: none yet).
-    pub resent_at: Option<Instant>,
+    pub(super) resent_at: Option<Instant>,
     /// Its bytes in flight then.
-    pub bytes: u64,
+    pub(super) bytes: u64,
 }
 
 impl Token {
