@@ -85,9 +85,7 @@ fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
     let mut c = Config::default();
     c.limits.max_slots_per_record = DELIVERIES + 4096;
     let mut node = Node::new(VICTIM, Security::InsecurePlaintext, c, 1 << 20).unwrap();
-    while let Some(hw) = node.poll_clock_store() {
-        node.handle_clock_stored(now, hw);
-    }
+    exon_testkit::confirm_clock(&mut node, now);
     let mut key = 0;
     let before = LIVE.load(Ordering::Relaxed);
     let mut held = Vec::with_capacity(DELIVERIES as usize);

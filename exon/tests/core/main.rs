@@ -16,4 +16,5 @@ mod mtu;
 mod pair_exactly_once;
 mod record_pressure;
 mod rules;
+mod sealed;
 mod verdicts;
