@@ -76,7 +76,7 @@ impl World {
         let in_flight = &mut self.in_flight;
         let (sent, delivered, ids) = (&self.sent, &mut self.delivered, &self.ids[i]);
         let to_peer = |n: &Node, t: Transmit, d: &[u8]| {
-            assert!(t.size <= n.config().max_datagram_size);
+            assert!(t.size <= n.config().mtu.max_datagram_size);
             if t.destination == peer && in_flight.len() < 256 {
                 in_flight.push((1 - i, Bytes::copy_from_slice(d)));
             }
