@@ -74,6 +74,7 @@ impl PeerOut {
 
     /// Calls `f` with each pending verdict frame's verdict, incarnation and ranges (which
     /// it may add to).
+    #[inline]
     pub fn for_each_verdict(&mut self, mut f: impl FnMut(Verdict, u64, &mut RangeSet)) {
         for (v, r, set) in &mut self.acks {
             f(*v, *r, set);
@@ -83,6 +84,7 @@ impl PeerOut {
     /// Writes what is owed into the datagram in `buf`, frames ending by `limit`: MTU_ACKs
     /// and path frames first, then verdicts and GOTs (as many ranges as fit), then CREDIT,
     /// SLOTS and waivers where they fit. What does not fit stays owed. Counts the frames.
+    #[inline]
     pub fn write_frames(&mut self, buf: &mut Vec<u8>, limit: usize, frames: &mut FrameCounts) {
         let room = |buf: &Vec<u8>| limit - buf.len();
         for id in self.mtu_acks.drain(..) {
@@ -187,6 +189,7 @@ impl Outbox {
 
     /// The next peer to serve and what it is owed, taken out of the outbox (give it back
     /// with [`put_back`](Self::put_back) if anything is left).
+    #[inline]
     pub fn next_ready(&mut self) -> Option<(NodeId, PeerOut)> {
         let peer = self.ready.pop_front()?;
         let mut out = self.peers.remove(&peer).unwrap_or_default();
@@ -196,6 +199,7 @@ impl Outbox {
 
     /// Gives back what `peer` is still owed, queued to be served again when `ready`, else
     /// left until something wakes it.
+    #[inline]
     pub fn put_back(&mut self, peer: NodeId, mut out: PeerOut, ready: bool) {
         out.ready = ready;
         self.peers.insert(peer, out);
@@ -205,12 +209,14 @@ impl Outbox {
     }
 
     /// Forgets everything owed to `peer`.
+    #[inline]
     pub fn forget(&mut self, peer: NodeId) {
         self.peers.remove(&peer);
         self.ready.retain(|p| *p != peer);
     }
 
     /// Whether anything is owed to `peer`.
+    #[inline]
     pub fn owes(&self, peer: NodeId) -> bool {
         self.peers.contains_key(&peer)
     }
@@ -266,6 +272,7 @@ impl Outbox {
     }
 
     /// Queues every peer holding delayed verdicts, whatever their deadline.
+    #[inline]
     pub fn release_all(&mut self) {
         while let Some((at, peer)) = self.deferred.pop_front() {
             if self.peers.get(&peer).is_some_and(|o| o.ack_at == Some(at)) {
@@ -335,6 +342,7 @@ impl Outbox {
     }
 
     /// Queues CREDIT(r, limit, max) and wakes the peer.
+    #[inline]
     pub fn credit(&mut self, peer: NodeId, r: u64, limit: u64, max: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;
@@ -358,6 +366,7 @@ impl Outbox {
     }
 
     /// Queues the probe SLOTS(s, r, 0).
+    #[inline]
     pub fn probe(&mut self, peer: NodeId, s: u64, r: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;
@@ -367,6 +376,7 @@ impl Outbox {
     }
 
     /// Queues the waiver REQSLOTS(s, 0, s): "I hold nothing below s".
+    #[inline]
     pub fn waive(&mut self, peer: NodeId, s: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;
@@ -376,6 +386,7 @@ impl Outbox {
     }
 
     /// Queues CHALLENGE(token) for `peer`. Returns false if the outbox is full.
+    #[inline]
     pub fn challenge(&mut self, peer: NodeId, token: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;
@@ -398,6 +409,7 @@ impl Outbox {
     }
 
     /// Queues RESPONSE(token) for `peer`. Returns false if the outbox is full.
+    #[inline]
     pub fn respond(&mut self, peer: NodeId, token: u64, cap: usize) -> bool {
         let Some(out) = self.wake(peer, cap) else {
             return false;

@@ -37,6 +37,7 @@ impl DeliveryId {
     }
 
     /// The sending node.
+    #[inline]
     pub fn from(&self) -> NodeId {
         self.from
     }
@@ -63,21 +64,25 @@ pub(crate) struct Held {
 
 impl Held {
     /// Slot `s` was delivered: held until taken.
+    #[inline]
     pub fn hold(&mut self, s: u64) {
         self.slots.insert(s..s + 1);
     }
 
     /// Slot `s` was taken; false if it was not held.
+    #[inline]
     pub fn release(&mut self, s: u64) -> bool {
         self.slots.remove(s)
     }
 
     /// Whether slot `s` is delivered and not yet taken.
+    #[inline]
     pub fn contains(&self, s: u64) -> bool {
         self.slots.contains(s)
     }
 
     /// Whether no delivery waits for the application.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }

@@ -113,6 +113,7 @@ impl RRecord {
     /// True when the record holds nothing: no free slot and no delivery waiting for the
     /// application. It can then be removed (a later TOKEN for it is a duplicate of a taken
     /// message: ACK, rule 4).
+    #[inline]
     pub fn is_spent(&self) -> bool {
         self.slots.is_empty() && self.held.is_empty()
     }
@@ -130,62 +131,74 @@ impl RRecord {
     }
 
     /// The incarnation `rck` this record's slots belong to.
+    #[inline]
     pub fn rck(&self) -> u64 {
         self.rck
     }
 
     /// The sender's clock: one past the highest slot granted.
+    #[inline]
     pub fn sck(&self) -> u64 {
         self.sck
     }
 
     /// The free slots.
+    #[inline]
     pub fn slots(&self) -> &RangeSet {
         &self.slots
     }
 
     /// The slots delivered and not yet taken by the application.
+    #[inline]
     pub fn held(&self) -> &Held {
         &self.held
     }
 
     /// Whether a token was ever delivered into this record.
+    #[inline]
     pub fn is_proven(&self) -> bool {
         self.proven
     }
 
     /// Unanswered probes since the source was last heard from.
+    #[inline]
     pub fn probes(&self) -> u32 {
         self.probes
     }
 
     /// When the source was last heard from.
+    #[inline]
     pub fn last_heard(&self) -> Instant {
         self.last_heard
     }
 
     /// Reassembly of this source's fragmented messages.
+    #[inline]
     pub fn assembler(&self) -> &Assembler {
         &self.assembler
     }
 
     /// Reassembly of this source's fragmented messages, to feed.
+    #[inline]
     pub fn assembler_mut(&mut self) -> &mut Assembler {
         &mut self.assembler
     }
 
     /// The deadline the node's timer queue holds for this record (the node's to manage).
+    #[inline]
     pub fn armed_mut(&mut self) -> &mut Option<Instant> {
         &mut self.armed
     }
 
     /// Whether the node's timer queue holds `t` for this record.
+    #[inline]
     pub fn is_armed_at(&self, t: Instant) -> bool {
         self.armed == Some(t)
     }
 
     /// A token was delivered into slot `s`: the record is proven, and with `hold` the slot
     /// is held until the application takes the message.
+    #[inline]
     pub fn on_delivered(&mut self, s: u64, hold: bool) {
         self.proven = true;
         if hold {
@@ -207,26 +220,31 @@ impl RRecord {
     }
 
     /// The sender asked for an ACK without delay: owed once every held delivery is taken.
+    #[inline]
     pub fn want_ack_now(&mut self) {
         self.ack_now |= !self.held.is_empty();
     }
 
     /// The ACK ranges just sent, to repeat once in the next ACK frame.
+    #[inline]
     pub fn set_acked_last(&mut self, fresh: RangeSet) {
         self.acked_last = fresh;
     }
 
     /// Takes the ACK ranges last sent (to repeat them once).
+    #[inline]
     pub fn take_acked_last(&mut self) -> RangeSet {
         std::mem::take(&mut self.acked_last)
     }
 
     /// Draws the timer jitter for the next probes (a fraction of 2^16).
+    #[inline]
     pub fn set_jitter(&mut self, jitter: u16) {
         self.jitter = jitter;
     }
 
     /// The source was heard from: probing starts over.
+    #[inline]
     pub fn heard(&mut self, now: Instant) {
         self.last_heard = now;
         self.probes = 0;
@@ -234,6 +252,7 @@ impl RRecord {
     }
 
     /// A probe was sent at `now`.
+    #[inline]
     pub fn probed(&mut self, now: Instant) {
         self.probes = self.probes.saturating_add(1);
         self.last_probe = Some(now);

@@ -124,6 +124,7 @@ const PROVEN_KEPT: usize = 4;
 
 impl SRecord {
     /// Notes that the receiver acknowledged a token of incarnation `r`.
+    #[inline]
     pub fn note_proven(&mut self, r: u64) {
         if !self.proven.contains(&r) {
             self.proven[self.proven_next] = r;
@@ -180,6 +181,7 @@ impl SRecord {
     }
 
     /// The retransmission timeout, with this record's jitter.
+    #[inline]
     pub fn rto(&self, cfg: &Config) -> std::time::Duration {
         let rto = self.rtt.rto(cfg);
         crate::proto::node::timer::stretch(rto, self.jitter)
@@ -196,11 +198,13 @@ impl SRecord {
     }
 
     /// Number of envelopes ready.
+    #[inline]
     pub fn envelopes(&self) -> u64 {
         self.sck - self.env_start
     }
 
     /// Takes the next envelope.
+    #[inline]
     pub fn take_envelope(&mut self) -> Option<u64> {
         (self.env_start < self.sck).then(|| {
             self.env_start += 1;
@@ -507,6 +511,7 @@ impl SRecord {
 
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
     /// watermark.
+    #[inline]
     pub fn needs_slots(&self, cfg: &Config) -> bool {
         !self.queue.is_empty() || self.envelopes() < cfg.flow.envelope_low
     }
@@ -551,11 +556,13 @@ impl SRecord {
     }
 
     /// True when the record has neither a queued message nor a token.
+    #[inline]
     pub fn is_quiet(&self) -> bool {
         self.queue.is_empty() && self.tokens.is_empty()
     }
 
     /// Marks the record idle from `now` if it has become quiet.
+    #[inline]
     pub fn note_if_idle(&mut self, now: Instant) {
         if self.is_quiet() && self.idle_since.is_none() {
             self.idle_since = Some(now);
@@ -563,51 +570,61 @@ impl SRecord {
     }
 
     /// The next slot number to ask for (one past the last envelope).
+    #[inline]
     pub fn sck(&self) -> u64 {
         self.sck
     }
 
     /// Whether a REQSLOTS is outstanding.
+    #[inline]
     pub fn is_requesting(&self) -> bool {
         self.req_n.is_some()
     }
 
     /// Unacknowledged tokens.
+    #[inline]
     pub fn token_count(&self) -> usize {
         self.tokens.len()
     }
 
     /// Messages waiting for an envelope.
+    #[inline]
     pub fn queued_count(&self) -> usize {
         self.queue.len()
     }
 
     /// Path MTU discovery of this destination.
+    #[inline]
     pub fn mtud(&self) -> &Mtud {
         &self.mtud
     }
 
     /// Path MTU discovery of this destination, to feed.
+    #[inline]
     pub fn mtud_mut(&mut self) -> &mut Mtud {
         &mut self.mtud
     }
 
     /// The round-trip estimate of this destination.
+    #[inline]
     pub fn rtt(&self) -> &Rtt {
         &self.rtt
     }
 
     /// The deadline the node's timer queue holds for this record (the node's to manage).
+    #[inline]
     pub fn armed_mut(&mut self) -> &mut Option<Instant> {
         &mut self.armed
     }
 
     /// Whether the node's timer queue holds `t` for this record.
+    #[inline]
     pub fn is_armed_at(&self, t: Instant) -> bool {
         self.armed == Some(t)
     }
 
     /// Draws the timer jitter for the next timeouts (a fraction of 2^16).
+    #[inline]
     pub fn set_jitter(&mut self, jitter: u16) {
         self.jitter = jitter;
     }
@@ -626,6 +643,7 @@ impl SRecord {
     }
 
     /// Asks for `n` slots at `sck` in the next datagram (a new request).
+    #[inline]
     pub fn ask_slots(&mut self, n: u64) {
         self.req_n = Some(n);
         self.req_sent_at = None;
@@ -674,6 +692,7 @@ impl SRecord {
 
     /// After a send: a frozen frontier (the self-test's defect) lasts only as long as the
     /// request it was frozen for.
+    #[inline]
     pub fn end_send(&mut self) {
         if self.req_n.is_none() {
             self.frontier_override = None;
@@ -681,6 +700,7 @@ impl SRecord {
     }
 
     /// Puts the messages waiting for credit back in the sending order.
+    #[inline]
     pub fn resume_credit_waiters(&mut self) {
         for (slot, _) in self.credit.take_waiting() {
             self.to_send.push_back(slot);
@@ -688,23 +708,27 @@ impl SRecord {
     }
 
     /// Whether messages wait for reassembly credit.
+    #[inline]
     pub fn has_credit_waiters(&self) -> bool {
         self.credit.has_waiting()
     }
 
     /// CREDIT(r, limit) from the receiver: returns whether messages waiting for credit may
     /// now go (the grant grew, for the current incarnation).
+    #[inline]
     pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
         self.rck == Some(r) && self.credit.on_credit(r, limit)
     }
 
     /// A message was queued: the record is busy, not idle.
+    #[inline]
     pub fn note_busy(&mut self) {
         self.idle_since = None;
     }
 
     /// Tokens were settled (acknowledged, given up or sent back to the queue): with none left
     /// in flight, the retransmission timer stops.
+    #[inline]
     pub fn on_tokens_settled(&mut self) {
         if self.tokens.is_empty() {
             self.timers.set(Timer::Rto, None);
@@ -712,17 +736,20 @@ impl SRecord {
     }
 
     /// A datagram with tokens left: the retransmission timer runs (from its earliest arming).
+    #[inline]
     pub fn on_tokens_written(&mut self, now: Instant, cfg: &Config) {
         self.timers
             .set_earliest(Timer::Rto, now + self.timer_delay(cfg));
     }
 
     /// Whether the pacer holds the next token back (until [`Timer::Pace`]).
+    #[inline]
     pub fn is_paced(&self) -> bool {
         self.timers.is_set(Timer::Pace)
     }
 
     /// A datagram is being filled: the pacer's hold is looked at again.
+    #[inline]
     pub fn clear_pace(&mut self) {
         self.timers.set(Timer::Pace, None);
     }
@@ -789,10 +816,33 @@ impl SRecord {
     /// The earliest deadline of the record's timers (every [`Timer`] kind): when it next
     /// needs [`on_timeout`](Self::on_timeout).
     pub fn next_deadline(&self, cfg: &Config) -> Option<Instant> {
-        Timer::ALL
-            .iter()
-            .filter_map(|&t| self.deadline_of(t, cfg))
-            .min()
+        // Runs after every send: the armed timers and the cheap derived ones first, the
+        // timeout (`rto`) computed only when a REQSLOTS or REQCREDIT waits for an answer.
+        let min = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut at = self.timers.earliest();
+        let quiet_or_mtu = if self.is_quiet() {
+            self.deadline_of(Timer::Idle, cfg)
+        } else {
+            self.mtud.deadline()
+        };
+        at = min(at, quiet_or_mtu);
+        let req_waits = self.req_n.is_some() && self.req_sent_at.is_some() && !self.req_due;
+        if req_waits || self.credit.asked_at().is_some() {
+            at = min(at, self.deadline_of(Timer::ReqSlots, cfg));
+            at = min(at, self.deadline_of(Timer::Credit, cfg));
+        }
+        debug_assert_eq!(
+            at,
+            Timer::ALL
+                .iter()
+                .filter_map(|&t| self.deadline_of(t, cfg))
+                .min(),
+            "next_deadline is the earliest of every timer kind"
+        );
+        at
     }
 
     /// The deadline of one timer kind, if it runs.

@@ -55,16 +55,19 @@ impl Timers {
     }
 
     /// The deadline of `t`, if armed.
+    #[inline]
     pub fn get(&self, t: Timer) -> Option<Instant> {
         self.at[Self::slot(t)]
     }
 
     /// Arms `t` at `at` (or disarms it with `None`).
+    #[inline]
     pub fn set(&mut self, t: Timer, at: Option<Instant>) {
         self.at[Self::slot(t)] = at;
     }
 
     /// Arms `t` at `at` unless it is armed earlier.
+    #[inline]
     pub fn set_earliest(&mut self, t: Timer, at: Instant) {
         let e = &mut self.at[Self::slot(t)];
         *e = Some(e.map_or(at, |x| x.min(at)));
@@ -81,7 +84,14 @@ impl Timers {
         }
     }
 
+    /// The earliest armed deadline.
+    #[inline]
+    pub fn earliest(&self) -> Option<Instant> {
+        self.at.iter().flatten().min().copied()
+    }
+
     /// Whether `t` is armed.
+    #[inline]
     pub fn is_set(&self, t: Timer) -> bool {
         self.get(t).is_some()
     }

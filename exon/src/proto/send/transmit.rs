@@ -30,6 +30,7 @@ impl SRecord {
     /// REQSLOTS, then TOKENs and FRAGs as the congestion window and the pacer let them, then
     /// a REQCREDIT, within `space`. Counts them in `stats`. Returns whether it has more to
     /// send, and whether its burst ended (nothing left to send).
+    #[inline]
     pub fn write_frames(
         &mut self,
         now: Instant,
@@ -178,6 +179,7 @@ impl SRecord {
 
     /// Whether the congestion window lets a token of `size` bytes go out now (one token
     /// always may when nothing is in flight, and a probe's datagram always may).
+    #[inline]
     pub fn window_allows(&self, size: u64) -> bool {
         self.probe
             || self.flight.bytes == 0
