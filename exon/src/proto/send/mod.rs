@@ -11,6 +11,7 @@ pub(crate) mod loss;
 pub(crate) mod mtud;
 pub(crate) mod pacing;
 pub(crate) mod record;
+pub(crate) mod recovery;
 pub(crate) mod rtt;
 pub(crate) mod silence;
 pub(crate) mod timers;

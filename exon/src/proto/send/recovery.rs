@@ -1,0 +1,467 @@
+//! Recovery of a sender record, in one place: its timer table and the one `next_deadline`,
+//! the retransmission timeout and its probe, loss detection after verdicts and by time,
+//! lost REQSLOTS and fragments, and the REQSLOTS and REQCREDIT re-asks.
+
+use std::time::{Duration, Instant};
+
+use crate::proto::send::congestion::{AckEvent, LossEvent, SpuriousEvent};
+use crate::proto::send::loss::{loss_delay, Judgement};
+use crate::proto::send::record::SRecord;
+use crate::proto::send::timers::Timer;
+use crate::proto::send::token::Lost;
+use crate::proto::Config;
+
+/// What [`SRecord::on_timeout`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Expiry {
+    /// Tokens declared lost by the retransmission timeout.
+    pub expired: u64,
+    /// The timeout sent a probe instead (nothing declared lost).
+    pub tail_probe: bool,
+    /// Tokens declared lost by the time threshold.
+    pub lost: u64,
+    /// Times the outstanding REQSLOTS was found lost and is to be sent again.
+    pub reqslots_again: u64,
+    /// MTU probes found lost, and whether discovery fell back to the base size.
+    pub mtu_probes_lost: u64,
+    pub mtu_fallback: bool,
+    /// Something is to be sent.
+    pub wake: bool,
+    /// The record has been quiet for the idle timeout: discard it.
+    pub idle: bool,
+}
+
+impl SRecord {
+    /// The retransmission timeout, with this record's jitter.
+    #[inline]
+    pub fn rto(&self, cfg: &Config) -> std::time::Duration {
+        let rto = self.rtt.rto(cfg);
+        crate::proto::node::timer::stretch(rto, self.jitter)
+    }
+
+    /// How long after the last send or acknowledgement the retransmission timer fires: the
+    /// probe timeout for a first expiry (with a controller), else the timeout.
+    pub fn timer_delay(&self, cfg: &Config) -> std::time::Duration {
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+            crate::proto::node::timer::stretch(self.rtt.pto(cfg), self.jitter)
+        } else {
+            self.rto(cfg)
+        }
+    }
+
+    /// After a verdict frame: tells the controller what it acknowledged (if anything), then
+    /// runs loss detection. Returns how many tokens were declared lost.
+    ///
+    /// An acknowledgement of new tokens also restarts the retransmission timer (RFC 6298,
+    /// 5.3): while acknowledgements flow, losses are found from them, and the timer fires
+    /// only when they stop.
+    pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
+        let acked = std::mem::take(&mut self.flight.ack_batch);
+        let rtt = self.flight.ack_rtt.take();
+        self.flight.losses.end_batch();
+        self.flight.frag_losses.end_batch();
+        let spurious = std::mem::take(&mut self.flight.spurious_bytes);
+        if let Some(lost_at) = self.flight.spurious_at.take() {
+            if self.flight.undo && spurious > 0 {
+                self.cc.on_spurious(&SpuriousEvent {
+                    lost: spurious,
+                    lost_at,
+                });
+            }
+        }
+        if acked > 0 {
+            if self.timers.is_set(Timer::Rto) {
+                self.timers
+                    .set(Timer::Rto, Some(now + self.timer_delay(cfg)));
+            }
+            let rate = self.flight.rate.take_sample();
+            self.cc.on_ack(&AckEvent {
+                now,
+                acked,
+                in_flight: self.flight.bytes,
+                rate,
+                rtt,
+                srtt: self.rtt.smoothed(),
+                delivered: self.flight.rate.delivered(),
+            });
+        }
+        self.detect_losses(now, cfg)
+    }
+
+    /// Declares the outstanding REQSLOTS lost (or its SLOTS) when tokens sent after it were
+    /// acknowledged as loss detection would for a token, and queues it again.
+    fn detect_lost_request(&mut self, now: Instant, delay: Duration, threshold: u64) {
+        let (Some(_), Some(seq), Some(sent), false) =
+            (self.req_n, self.req_seq, self.req_sent_at, self.req_due)
+        else {
+            return;
+        };
+        match self.flight.losses.judge(seq, sent, now, delay, threshold) {
+            Judgement::Lost => {
+                self.req_due = true;
+                self.req_retransmitted = true;
+                self.req_seq = None;
+            }
+            Judgement::LostAt(t) => {
+                self.timers.set_earliest(Timer::Loss, t);
+            }
+            Judgement::Unknown => {}
+        }
+    }
+
+    /// Declares lost every token that acknowledgements of later ones show lost, queues them
+    /// for retransmission ahead of new tokens, and arms the loss timer for the next one.
+    /// Returns how many were declared lost.
+    pub fn detect_losses(&mut self, now: Instant, cfg: &Config) -> u64 {
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
+        let latest = self.rtt.latest().unwrap_or(srtt);
+        let min_rtt = self.rtt.min().unwrap_or(srtt);
+        let delay = loss_delay(srtt, latest, cfg.timers.timer_granularity)
+            .saturating_add(self.flight.reo.window(min_rtt, srtt));
+        let threshold = self.flight.reo.packet_threshold();
+        self.timers.set(Timer::Loss, None);
+        let mut lost = Vec::new();
+        let (mut bytes, mut newest) = (0u64, None);
+        let mut count = 0u64;
+        while let Some((seq, slot)) = self.flight.losses.front() {
+            let Some(tok) = self.tokens.get_mut(slot) else {
+                self.flight.losses.pop_front();
+                continue;
+            };
+            if tok.frag.is_some() {
+                // Sent whole before it went in fragments: the fragments' detector has it.
+                self.flight.losses.pop_front();
+                continue;
+            }
+            let sent = match tok.sent_at {
+                Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
+                _ => {
+                    self.flight.losses.pop_front();
+                    continue;
+                }
+            };
+            match self.flight.losses.judge(seq, sent, now, delay, threshold) {
+                Judgement::Lost => {
+                    self.flight.losses.pop_front();
+                    self.mtud.on_lost(seq, tok.reach as usize);
+                    tok.lost = Some(Lost {
+                        at: now,
+                        resent_at: None,
+                        bytes: tok.flight,
+                    });
+                    bytes += tok.flight;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                    tok.flight = 0;
+                    tok.queued = true;
+                    newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
+                    lost.push(slot);
+                    count += 1;
+                }
+                Judgement::LostAt(t) => {
+                    self.timers.set(Timer::Loss, Some(t));
+                    break;
+                }
+                Judgement::Unknown => break,
+            }
+        }
+        self.detect_lost_fragments(
+            now,
+            (delay, threshold),
+            &mut lost,
+            &mut bytes,
+            &mut newest,
+            &mut count,
+        );
+        for &slot in lost.iter().rev() {
+            self.to_send.push_front(slot);
+        }
+        self.detect_lost_request(now, delay, threshold);
+        if let Some(sent_at) = newest {
+            if self.flight.recovery_at.is_none_or(|t| sent_at > t) {
+                // Losses of a transmission sent since the last recovery began: a new one.
+                self.flight.recovery_at = Some(now);
+                self.flight.reo.on_recovery();
+            }
+            self.cc.on_lost(&LossEvent {
+                now,
+                lost: bytes,
+                sent_at,
+                in_flight: self.flight.bytes,
+            });
+        }
+        count
+    }
+
+    /// Loss detection for FRAG transmissions, from GOTs of later ones: their bytes are sent
+    /// again (the message is queued if it was not).
+    fn detect_lost_fragments(
+        &mut self,
+        now: Instant,
+        (delay, threshold): (Duration, u64),
+        lost: &mut Vec<u64>,
+        bytes: &mut u64,
+        newest: &mut Option<Instant>,
+        count: &mut u64,
+    ) {
+        while let Some((seq, slot)) = self.flight.frag_losses.front() {
+            let Some(tok) = self.tokens.get_mut(slot) else {
+                self.flight.frag_losses.pop_front();
+                continue;
+            };
+            let Some(o) = &mut tok.frag else {
+                self.flight.frag_losses.pop_front();
+                continue;
+            };
+            let Some(sent) = o.sent_at(seq) else {
+                self.flight.frag_losses.pop_front();
+                continue;
+            };
+            match self
+                .flight
+                .frag_losses
+                .judge(seq, sent, now, delay, threshold)
+            {
+                Judgement::Lost => {
+                    self.flight.frag_losses.pop_front();
+                    let (size, reach) = o.on_lost(seq, now);
+                    self.mtud.on_lost(seq, reach as usize);
+                    *bytes += size;
+                    self.flight.bytes = self.flight.bytes.saturating_sub(size);
+                    tok.flight = tok.flight.saturating_sub(size);
+                    *newest = Some(newest.map_or(sent, |n: Instant| n.max(sent)));
+                    *count += 1;
+                    if !tok.queued {
+                        tok.queued = true;
+                        lost.push(slot);
+                    }
+                }
+                Judgement::LostAt(t) => {
+                    self.timers.set_earliest(Timer::Loss, t);
+                    break;
+                }
+                Judgement::Unknown => break,
+            }
+        }
+    }
+
+    /// Tokens were settled (acknowledged, given up or sent back to the queue): with none left
+    /// in flight, the retransmission timer stops.
+    #[inline]
+    pub fn on_tokens_settled(&mut self) {
+        if self.tokens.is_empty() {
+            self.timers.set(Timer::Rto, None);
+        }
+    }
+
+    /// A datagram with tokens left: the retransmission timer runs (from its earliest arming).
+    #[inline]
+    pub fn on_tokens_written(&mut self, now: Instant, cfg: &Config) {
+        self.timers
+            .set_earliest(Timer::Rto, now + self.timer_delay(cfg));
+    }
+
+    /// Whether the pacer holds the next token back (until [`Timer::Pace`]).
+    #[inline]
+    pub fn is_paced(&self) -> bool {
+        self.timers.is_set(Timer::Pace)
+    }
+
+    /// A datagram is being filled: the pacer's hold is looked at again.
+    #[inline]
+    pub fn clear_pace(&mut self) {
+        self.timers.set(Timer::Pace, None);
+    }
+
+    /// Runs every timer of the record that is due at `now`, in one place: retransmission
+    /// (or its probe), pacing, time-threshold loss, MTU discovery, the REQSLOTS and
+    /// REQCREDIT re-asks (a REQSLOTS for at most `clock_room` slots: what the stored clock
+    /// allows), and the idle timeout. Says what happened; the node counts it and wakes or
+    /// discards the record.
+    pub fn on_timeout(
+        &mut self,
+        now: Instant,
+        cfg: &Config,
+        clock_room: u64,
+        deaf_backoff: bool,
+    ) -> Expiry {
+        let mut out = Expiry::default();
+        let (expired, mut wake) = self.expire_tokens(now, cfg);
+        out.expired = expired;
+        out.tail_probe = wake && expired == 0;
+        if self.timers.expire(Timer::Pace, now) {
+            wake |= !self.to_send.is_empty();
+        }
+        if self.timers.get(Timer::Loss).is_some_and(|t| t <= now) {
+            let req_due = self.req_due;
+            let lost = self.detect_losses(now, cfg);
+            out.lost = lost;
+            if self.req_due && !req_due {
+                out.reqslots_again += 1;
+                wake = true;
+            }
+            wake |= lost > 0;
+        }
+        let due = |t: Option<Instant>| t.is_some_and(|t| t <= now);
+        if due(self.deadline_of(Timer::Mtu, cfg)) {
+            let e = self.mtud.poll(now);
+            out.mtu_probes_lost = u64::from(e.lost);
+            out.mtu_fallback = e.fallback;
+            wake |= self.mtud.want_if(deaf_backoff).is_some();
+        }
+        if let Some(asked) = self
+            .req_n
+            .filter(|_| due(self.deadline_of(Timer::ReqSlots, cfg)))
+        {
+            // Ask again, for at least as much as before (the receiver grants the union).
+            let want = self.wanted_slots(cfg).max(asked).min(clock_room);
+            self.req_n = Some(want.max(asked));
+            self.req_due = true;
+            self.req_retransmitted = true;
+            self.rtt.on_timeout();
+            out.reqslots_again += 1;
+            wake = true;
+        }
+        if due(self.deadline_of(Timer::Credit, cfg)) {
+            // No CREDIT, or not enough: ask again.
+            self.credit.ask_again();
+            wake = true;
+        }
+        out.idle = due(self.deadline_of(Timer::Idle, cfg));
+        out.wake = wake;
+        out
+    }
+
+    /// The earliest deadline of the record's timers (every [`Timer`] kind): when it next
+    /// needs [`on_timeout`](Self::on_timeout).
+    pub fn next_deadline(&self, cfg: &Config) -> Option<Instant> {
+        // Runs after every send: the armed timers and the cheap derived ones first, the
+        // timeout (`rto`) computed only when a REQSLOTS or REQCREDIT waits for an answer.
+        let min = |a: Option<Instant>, b: Option<Instant>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut at = self.timers.earliest();
+        let quiet_or_mtu = if self.is_quiet() {
+            self.deadline_of(Timer::Idle, cfg)
+        } else {
+            self.mtud.deadline()
+        };
+        at = min(at, quiet_or_mtu);
+        let req_waits = self.req_n.is_some() && self.req_sent_at.is_some() && !self.req_due;
+        if req_waits || self.credit.asked_at().is_some() {
+            at = min(at, self.deadline_of(Timer::ReqSlots, cfg));
+            at = min(at, self.deadline_of(Timer::Credit, cfg));
+        }
+        debug_assert_eq!(
+            at,
+            Timer::ALL
+                .iter()
+                .filter_map(|&t| self.deadline_of(t, cfg))
+                .min(),
+            "next_deadline is the earliest of every timer kind"
+        );
+        at
+    }
+
+    /// The deadline of one timer kind, if it runs.
+    pub fn deadline_of(&self, t: Timer, cfg: &Config) -> Option<Instant> {
+        match t {
+            Timer::Rto | Timer::Pace | Timer::Loss => self.timers.get(t),
+            Timer::Idle => self
+                .idle_since
+                .filter(|_| self.is_quiet())
+                .map(|since| since + cfg.timers.idle_timeout),
+            // Path MTU discovery only probes while there is work for the destination.
+            Timer::Mtu => self.mtud.deadline().filter(|_| !self.is_quiet()),
+            // A re-send waiting to be written needs no timer until it is written.
+            Timer::ReqSlots => match (self.req_n, self.req_sent_at, self.req_due) {
+                (Some(_), Some(sent), false) => Some(sent + self.rto(cfg)),
+                _ => None,
+            },
+            Timer::Credit => self.credit.asked_at().map(|asked| asked + self.rto(cfg)),
+        }
+    }
+
+    /// The retransmission timer: returns how many tokens were declared lost, and whether
+    /// something is to be sent.
+    ///
+    /// With a congestion controller, the first expiry since the last RTT sample only sends
+    /// a probe (RFC 9002's probe timeout, TCP's tail loss probe): one datagram past the
+    /// congestion window and the pacer, with a token never sent if one waits, else the
+    /// oldest token again. Its acknowledgement lets loss detection find what was lost (a
+    /// loss at the end of a flight has no later token to reveal it). Nothing is declared
+    /// lost and the window is kept. A later expiry with no sample since (or any expiry
+    /// without a controller) queues for retransmission every token whose timeout expired,
+    /// tells the controller, re-arms the timer and backs off.
+    pub fn expire_tokens(&mut self, now: Instant, cfg: &Config) -> (u64, bool) {
+        let Some(at) = self.timers.get(Timer::Rto) else {
+            return (0, false);
+        };
+        if at > now {
+            return (0, false);
+        }
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+            self.rtt.on_timeout();
+            self.probe = true;
+            let tokens = &self.tokens;
+            let fresh = self
+                .to_send
+                .iter()
+                .any(|s| tokens.get(*s).is_some_and(|t| t.sends == 0));
+            if !fresh {
+                let oldest = self
+                    .tokens
+                    .iter_mut()
+                    .find(|(_, t)| !t.queued && t.sent_at.is_some());
+                if let Some((s, tok)) = oldest {
+                    tok.queued = true;
+                    let out = match &mut tok.frag {
+                        Some(o) => o.probe_oldest(),
+                        None => tok.flight,
+                    };
+                    self.flight.bytes = self.flight.bytes.saturating_sub(out);
+                    tok.flight = tok.flight.saturating_sub(out);
+                    self.to_send.push_front(s);
+                }
+            }
+            self.timers.set(Timer::Rto, Some(now + self.rto(cfg)));
+            return (0, true);
+        }
+        let rto = self.rto(cfg);
+        let mut due = 0;
+        let mut next: Option<Instant> = None;
+        for (s, tok) in self.tokens.iter_mut() {
+            let Some(sent) = tok.sent_at else { continue };
+            // A fragmented message waiting to send more bytes may still have bytes in
+            // flight: those expire too.
+            if tok.queued && (tok.frag.is_none() || tok.flight == 0) {
+                continue;
+            }
+            let expiry = sent + rto;
+            if expiry <= now {
+                let was_queued = std::mem::replace(&mut tok.queued, true);
+                match &mut tok.frag {
+                    Some(o) => {
+                        o.on_timeout();
+                    }
+                    None => self.mtud.on_lost(tok.seq, tok.reach as usize),
+                }
+                self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+                tok.flight = 0;
+                if !was_queued {
+                    self.to_send.push_back(s);
+                }
+                due += 1;
+            } else {
+                next = Some(next.map_or(expiry, |n| n.min(expiry)));
+            }
+        }
+        if due > 0 {
+            self.rtt.on_timeout();
+            self.cc.on_rto(now);
+        }
+        // Tokens queued now get a fresh timer when they are written.
+        self.timers.set(Timer::Rto, next);
+        (due, due > 0)
+    }
+}
