@@ -1,8 +1,8 @@
 //! The tokio endpoint (`exon::endpoint`) over real UDP on 127.0.0.1: sending, receiving and
 //! receipts, backpressure, close and restarts, batched and sharded I/O, the endpoint's
-//! parts, what it logs, and attacks by other senders on loopback. The tests run in parallel
-//! threads of one process; each binds its own ports and sets no process-wide state
-//! (`tracing_events` sets its subscriber for its own thread only).
+//! parts, and attacks by other senders on loopback. The tests run in parallel threads of
+//! one process; each binds its own ports and sets no process-wide state (what the endpoint
+//! logs is tested in `tracing_events.rs`, a binary of its own).
 //!
 //! A loopback test that measures time or rates and would be disturbed by others running
 //! beside it goes in `timed/` instead; see `docs/testing.md`.
@@ -13,5 +13,4 @@ mod batch;
 mod loopback;
 mod parts;
 mod shards;
-mod tracing_events;
 mod udp_attacks;

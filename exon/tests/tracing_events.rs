@@ -1,9 +1,11 @@
 //! What the endpoint logs: its events carry the endpoint's span (with its node id), and a
 //! warning that can come at message rate is rate-limited.
 //!
-//! It shares its process with the other endpoint tests: its subscriber is its own thread's
-//! default only (`set_default`, never the global one) and its endpoint runs on a
-//! current-thread runtime, so it captures its own endpoint's events and no other test's.
+//! A binary of its own: tracing decides per callsite, process-wide, whether anyone listens,
+//! and a test thread that reaches a callsite first with no subscriber can leave this test's
+//! span disabled (seen once in the shared `endpoint` binary: the `peer` span missing from
+//! the first "message queued" event). Alone, its subscriber is its thread's default
+//! (`set_default`) and its endpoint runs on a current-thread runtime.
 
 use std::collections::HashMap;
 use std::fmt;
