@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod deafness;
+pub mod disk;
 pub mod faults;
 pub mod link;
 pub mod oracle;
@@ -15,6 +16,7 @@ pub mod sim;
 pub mod workload;
 
 pub use deafness::DeafWatch;
+pub use disk::DiskModel;
 pub use faults::{Fault, FaultKind};
 pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
 pub use oracle::{Oracle, Violation, ViolationKind};

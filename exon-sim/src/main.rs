@@ -129,6 +129,15 @@ struct Args {
     /// 120 s plus one second per MB of messages (the largest payload counted for each).
     #[arg(long)]
     settle_s: Option<u64>,
+    /// Keep each node's clock on a simulated disk whose syncs take this many microseconds:
+    /// a crash loses what was not synced, or tears it, and a restarted node recovers its
+    /// clock from the records whose checksums hold. Off: clock stores are instant and
+    /// survive every crash.
+    #[arg(long)]
+    disk_sync_us: Option<u64>,
+    /// With `--disk-sync-us`: a crash loses every unsynced write whole (no torn writes).
+    #[arg(long)]
+    no_torn_writes: bool,
 }
 
 /// Congestion controllers.
@@ -236,6 +245,10 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         faults,
         settle: settle(a),
         take_delay: Duration::from_millis(a.take_delay_ms),
+        disk: a.disk_sync_us.map(|us| exon_sim::DiskModel {
+            sync_latency: Duration::from_micros(us),
+            torn_writes: !a.no_torn_writes,
+        }),
         ..Scenario::default()
     }
 }

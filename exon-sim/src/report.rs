@@ -50,6 +50,10 @@ pub struct Report {
     pub done_at: Duration,
     /// Node restarts.
     pub restarts: u32,
+    /// With a simulated disk: crashes that lost clock writes not yet synced.
+    pub crashes_losing_writes: u32,
+    /// With a simulated disk: recoveries that cut a torn or corrupt tail off a clock log.
+    pub torn_tails_cut: u32,
     /// Datagrams put on links.
     pub datagrams: u64,
     /// Datagrams lost on links (loss, bursts, partitions, queue drops).

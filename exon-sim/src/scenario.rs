@@ -128,6 +128,11 @@ pub struct Scenario {
     /// Every message is given up (`Node::abandon`) this long after it was submitted, if
     /// not settled by then. `None`: never.
     pub deadline: Option<Duration>,
+    /// Each node keeps its clock on a simulated disk: a store completes a sync latency after
+    /// it is asked for, a crash loses what was not synced (or tears it), and a restarted node
+    /// recovers its clock from the records whose checksums hold. `None`: stores complete at
+    /// once and survive every crash.
+    pub disk: Option<crate::DiskModel>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -142,6 +147,7 @@ impl std::fmt::Debug for Scenario {
             .field("adversary", &self.adversary)
             .field("plaintext", &self.plaintext)
             .field("take_delay", &self.take_delay)
+            .field("disk", &self.disk)
             .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
@@ -218,6 +224,7 @@ impl Default for Scenario {
             node_hook: None,
             take_delay: Duration::ZERO,
             deadline: None,
+            disk: None,
         }
     }
 }

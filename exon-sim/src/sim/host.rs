@@ -23,6 +23,11 @@ pub(crate) struct Host {
     /// Deliveries in the application's buffer, not yet taken: (delivery, source, payload).
     pub(crate) inbox: Vec<(DeliveryId, usize, Bytes)>,
     pub(crate) take_scheduled: bool,
+    /// Its simulated disk (with [`Scenario::disk`](crate::Scenario::disk)): the clock log.
+    pub(crate) disk: crate::disk::Disk,
+    /// Crashes that lost writes not yet synced, and recoveries that cut a damaged tail.
+    pub(crate) crashes_losing_writes: u32,
+    pub(crate) torn_tails_cut: u32,
 }
 
 impl Host {
@@ -40,6 +45,9 @@ impl Host {
             boot_clock: 0,
             inbox: Vec::new(),
             take_scheduled: false,
+            disk: crate::disk::Disk::default(),
+            crashes_losing_writes: 0,
+            torn_tails_cut: 0,
         }
     }
 

@@ -190,12 +190,13 @@ impl Sim {
             What::Revive { node, keep_clock } => {
                 let i = node as usize;
                 let clock = if keep_clock {
-                    self.hosts[i].stored_hw
+                    self.recovered_clock(i)
                 } else {
                     0
                 };
                 self.boot(i, clock);
             }
+            What::Synced { node, boot, hw } => self.on_synced(node as usize, boot, hw),
             What::Hostile(left) => self.hostile(left),
             What::Adversary(left) => self.adversary(left),
             What::HealAll => {

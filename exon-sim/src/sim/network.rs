@@ -83,6 +83,11 @@ impl Sim {
                 keep_clock,
             } => {
                 if self.hosts[node].crash() {
+                    if let Some(d) = &self.sc.disk {
+                        let h = &mut self.hosts[node];
+                        h.crashes_losing_writes += u32::from(h.disk.unsynced() > 0);
+                        h.disk.crash(d.torn_writes, &mut self.rng);
+                    }
                     self.oracle.on_restart(node);
                     self.deaf.on_restart(node);
                     let t = self.now + nanos(down);

@@ -9,10 +9,42 @@ use exon::proto::{Event, MsgId, Node, Output, Security};
 use super::host::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
+use crate::disk::{clock_record, recover_clock};
 use crate::oracle::ViolationKind;
 use crate::workload::MsgKey;
 
 impl Sim {
+    /// The sync of node `i`'s clock store of `hw` completed: unless the node crashed since
+    /// (`boot`), what it wrote is durable and the node may use clock values up to `hw`.
+    pub(super) fn on_synced(&mut self, i: usize, boot: u32, hw: u64) {
+        let now = self.instant();
+        let host = &mut self.hosts[i];
+        if host.restarts != boot {
+            return;
+        }
+        let Some(node) = host.node.as_mut() else {
+            return;
+        };
+        host.disk.sync();
+        host.stored_hw = host.stored_hw.max(hw);
+        node.handle_clock_stored(now, hw);
+        self.drain(i);
+    }
+
+    /// The clock node `i` restarts from: its stored high-water mark or, with a simulated
+    /// disk, the largest mark in the records that survived the crash intact (the torn or
+    /// corrupt tail is cut off, as a real recovery would).
+    pub(super) fn recovered_clock(&mut self, i: usize) -> u64 {
+        if self.sc.disk.is_none() {
+            return self.hosts[i].stored_hw;
+        }
+        let h = &mut self.hosts[i];
+        let (hw, valid) = recover_clock(h.disk.contents());
+        h.torn_tails_cut += u32::from(valid < h.disk.contents().len());
+        h.disk.truncate(valid);
+        hw.unwrap_or(0)
+    }
+
     /// Creates node `i` from `clock` and starts its application.
     pub(super) fn boot(&mut self, i: usize, clock: u64) {
         let security = if self.sc.plaintext {
@@ -95,10 +127,25 @@ impl Sim {
         };
         let timer = loop {
             match node.poll_output(now, &mut self.buf) {
-                Output::StoreClock(hw) => {
-                    host.stored_hw = hw;
-                    node.handle_clock_stored(now, hw);
-                }
+                Output::StoreClock(hw) => match &self.sc.disk {
+                    Some(d) => {
+                        host.disk.write(&clock_record(hw));
+                        let t = self.now + nanos(d.sync_latency);
+                        let boot = host.restarts;
+                        self.queue.push(
+                            t,
+                            What::Synced {
+                                node: i as u32,
+                                boot,
+                                hw,
+                            },
+                        );
+                    }
+                    None => {
+                        host.stored_hw = hw;
+                        node.handle_clock_stored(now, hw);
+                    }
+                },
                 Output::Transmit(t) => {
                     let off = self.buf.len() - t.size;
                     self.out.push((t.destination.get() as usize, off, t.size));

@@ -29,6 +29,8 @@ impl Sim {
             virtual_time: self.now(),
             done_at: self.now().min(Duration::from_nanos(o.last_ack_at)),
             restarts: self.hosts.iter().map(|h| h.restarts).sum(),
+            crashes_losing_writes: self.hosts.iter().map(|h| h.crashes_losing_writes).sum(),
+            torn_tails_cut: self.hosts.iter().map(|h| h.torn_tails_cut).sum(),
             datagrams: 0,
             link_drops: 0,
             too_big: 0,

@@ -30,6 +30,13 @@ pub(crate) enum What {
         node: u32,
         keep_clock: bool,
     },
+    /// The sync of node `node`'s clock store of `hw` completed (if the node has not
+    /// crashed since: `boot` is its restart count then).
+    Synced {
+        node: u32,
+        boot: u32,
+        hw: u64,
+    },
     Hostile(u32),
     Adversary(u32),
     HealAll,

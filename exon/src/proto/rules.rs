@@ -94,6 +94,11 @@ pub struct Rules {
     /// have been answered) is undone: BBR's in-flight cap, NewReno's halving. Off, every loss
     /// declared slows the sender down for good.
     pub spurious_undo: bool,
+    /// Rule 8, its timing: a clock value is used only once the high-water mark covering it
+    /// was reported stored (`handle_clock_stored`), not when the store was asked for. Off,
+    /// the node counts a mark as stored as soon as it hands it out, and a crash between the
+    /// write and its sync restarts it below values it already used.
+    pub clock_waits_for_store: bool,
 }
 
 impl Rules {
@@ -119,6 +124,7 @@ impl Rules {
         address_cookies: true,
         reordering_window: true,
         spurious_undo: true,
+        clock_waits_for_store: true,
     };
 }
 

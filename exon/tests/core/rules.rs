@@ -634,3 +634,63 @@ fn send_refuses_with_typed_errors() {
     assert_eq!(a.send(t, A, Bytes::new()), Err(SendError::ToSelf));
     assert_eq!(a.stats().sent, 3);
 }
+
+/// Rule 8, its timing (`Rules::clock_waits_for_store`): a receiver whose clock store was
+/// asked for but not yet synced when it crashed restarts below the values it would have used
+/// meanwhile. Waiting for the store, it granted nothing before the crash, and the message
+/// is delivered once; counting the mark stored when asked, it granted an incarnation it
+/// hands out again after the restart, and a retransmitted token is delivered twice.
+#[test]
+fn rule8_clock_values_used_before_their_store_are_reused_after_a_crash() {
+    fn deliveries(waits: bool) -> usize {
+        let t = Instant::now();
+        let mut rules = exon::proto::Rules::ALL;
+        rules.clock_waits_for_store = waits;
+        let mut c = cfg(8, 8, 8);
+        c.clock_block = 1000;
+        c.mtu.discovery = false;
+        c.mtu.max_datagram_size = 1200;
+        let boot = |clock: u64| {
+            let mut n = Node::new(B, Security::InsecurePlaintext, c.clone(), clock).unwrap();
+            n.set_rules(rules);
+            n
+        };
+        let req = packet(A, B, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]);
+        // The store of the next mark is asked for and never completes: the crash comes first.
+        let mut b = boot(500);
+        assert!(b.poll_clock_store().is_some());
+        feed(&mut b, t, std::slice::from_ref(&req));
+        let mut buf = Vec::new();
+        let mut granted = None;
+        while let Some(tx) = b.poll_transmit(t, &mut buf) {
+            let p = Packet::decode(&Bytes::copy_from_slice(&buf[buf.len() - tx.size..])).unwrap();
+            for f in p.frames {
+                if let Frame::Slots { r, n: 1, .. } = f {
+                    granted = Some(r);
+                }
+            }
+        }
+        let mut count = 0;
+        if let Some(r) = granted {
+            feed(&mut b, t, &[token(A, B, 0, r, b"x")]);
+            count += delivered(&mut b).len();
+        }
+        // Restarted from the last mark that reached the disk; this time the store completes.
+        let mut b2 = boot(500);
+        store(&mut b2, t);
+        feed(&mut b2, t, &[req]);
+        let r2 = match frames(&out(&mut b2, t)).as_slice() {
+            [Frame::Slots { r, .. }] => *r,
+            f => panic!("{f:?}"),
+        };
+        // The sender retransmits its token under the incarnation it was made for.
+        feed(&mut b2, t, &[token(A, B, 0, granted.unwrap_or(r2), b"x")]);
+        count + delivered(&mut b2).len()
+    }
+    assert_eq!(deliveries(true), 1, "waiting for the store: delivered once");
+    assert_eq!(
+        deliveries(false),
+        2,
+        "rule off: the reused incarnation delivers it again"
+    );
+}

@@ -199,7 +199,7 @@ impl Node {
                     if let Some(rec) = self.senders.get_mut(&src) {
                         rec.note_if_idle(now);
                     }
-                    self.request_slots(now, src);
+                    self.request_slots(src);
                 }
             }
         }
@@ -371,7 +371,7 @@ impl Node {
             }
             SlotsAnswer::Taken { filled: false } => {}
         }
-        self.request_slots(now, src);
+        self.request_slots(src);
     }
 
     /// ACK, DOUBT or RETRY(r, range) from `src` (ACK: lines 82-86): settles the tokens of

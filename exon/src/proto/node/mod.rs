@@ -420,6 +420,10 @@ impl Node {
         let p = self.hw_pending?;
         if p > self.hw_asked {
             self.hw_asked = p;
+            if !self.rules.clock_waits_for_store {
+                // The defect (self-test only): counted as stored before it is.
+                self.clock_stored(p);
+            }
             Some(p)
         } else {
             None
@@ -427,7 +431,13 @@ impl Node {
     }
 
     /// Input: `high_water` is durably stored (a restart will start from it).
-    pub fn handle_clock_stored(&mut self, now: Instant, high_water: u64) {
+    pub fn handle_clock_stored(&mut self, _now: Instant, high_water: u64) {
+        self.clock_stored(high_water);
+    }
+
+    /// `high_water` is stored: clock values up to it may be used, and the records waiting
+    /// for them ask for slots.
+    fn clock_stored(&mut self, high_water: u64) {
         if high_water <= self.hw {
             return;
         }
@@ -436,7 +446,7 @@ impl Node {
             self.hw_pending = None;
         }
         for peer in std::mem::take(&mut self.clock_waiters) {
-            self.request_slots(now, peer);
+            self.request_slots(peer);
             self.rearm_sender(peer);
         }
     }
@@ -487,7 +497,7 @@ impl Node {
         }
         self.liveness_work(now, to, was_quiet);
         if !new_record || self.rules.first_send_requests_slots {
-            self.request_slots(now, to);
+            self.request_slots(to);
         }
         if let Some(rec) = self.senders.get_mut(&to) {
             rec.end_send();
@@ -497,7 +507,7 @@ impl Node {
     }
 
     /// Asks `peer` for slots if the record needs them and no request is outstanding.
-    fn request_slots(&mut self, _now: Instant, peer: NodeId) {
+    fn request_slots(&mut self, peer: NodeId) {
         let Some(rec) = self.senders.get(&peer) else {
             return;
         };
