@@ -65,7 +65,7 @@ impl SRecord {
             let waive = (n == 0 && s < self.sck && s <= self.frontier()).then_some(s);
             return SlotsAnswer::Stale { waive };
         }
-        if n > 0 && self.req_n.is_none_or(|asked| n > asked) {
+        if n > 0 && self.req.asked().is_none_or(|asked| n > asked) {
             return SlotsAnswer::Unrequested;
         }
         if self.rck != Some(r) {
@@ -77,15 +77,9 @@ impl SRecord {
         }
         let mut filled = false;
         if n > 0 {
-            if !self.req_retransmitted {
-                if let Some(t) = self.req_sent_at {
-                    self.rtt.sample(now.saturating_duration_since(t));
-                }
+            if let Some(sample) = self.req.on_granted(now) {
+                self.rtt.sample(sample);
             }
-            self.req_n = None;
-            self.req_sent_at = None;
-            self.req_due = false;
-            self.frontier_override = None;
             self.sck = s + n;
             filled = self.fill_envelopes() > 0;
         }
@@ -224,7 +218,7 @@ impl SRecord {
     /// loss detection declares lost what later acknowledgements show lost, and the record
     /// says whether tokens wait that the window and pacer let go.
     pub fn after_verdict_frame(&mut self, now: Instant, cfg: &Config) -> AfterFrame {
-        let req_due = self.req_due;
+        let req_due = self.req.is_due();
         let lost = self.after_verdicts(now, cfg);
         let spurious = std::mem::take(&mut self.flight.spurious);
         let spurious_resent = std::mem::take(&mut self.flight.spurious_resent);
@@ -237,7 +231,7 @@ impl SRecord {
             lost,
             spurious,
             spurious_resent,
-            reqslots_again: self.req_due && !req_due,
+            reqslots_again: self.req.is_due() && !req_due,
             ready,
         }
     }

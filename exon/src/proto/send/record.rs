@@ -9,6 +9,7 @@ use crate::proto::send::flight::Flight;
 use crate::proto::send::fragments::{Credit, Outgoing, Sent};
 use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
+use crate::proto::send::request::SlotRequest;
 use crate::proto::send::rtt::Rtt;
 use crate::proto::send::timers::Timers;
 use crate::proto::send::token::{Queued, Token};
@@ -35,20 +36,8 @@ pub(crate) struct SRecord {
     pub(super) tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
     pub(super) to_send: VecDeque<u64>,
-    /// An outstanding REQSLOTS at `s = sck`: the largest `n` asked for.
-    pub(super) req_n: Option<u64>,
-    /// When the outstanding REQSLOTS was last sent, and whether it was sent more than once.
-    pub(super) req_sent_at: Option<Instant>,
-    pub(super) req_retransmitted: bool,
-    /// A REQSLOTS must go out in the next datagram to this peer.
-    pub(super) req_due: bool,
-    /// The sequence number of the datagram that carried the outstanding REQSLOTS (see
-    /// [`LossDetector`]): once tokens sent after it are acknowledged and no SLOTS came, the
-    /// request or its answer was lost, and it is sent again at once.
-    pub(super) req_seq: Option<u64>,
-    /// Test-only: a frontier frozen before the token that triggered the request was recorded
-    /// (the defect rule 2 corrects).
-    pub(super) frontier_override: Option<u64>,
+    /// The outstanding REQSLOTS.
+    pub(super) req: SlotRequest,
     /// Round-trip estimate and backoff for this destination.
     pub(super) rtt: Rtt,
     /// The deadlines it armed: retransmission (while tokens are in flight), pacing, loss.
@@ -125,12 +114,7 @@ impl SRecord {
             queue: VecDeque::new(),
             tokens: Tokens::default(),
             to_send: VecDeque::new(),
-            req_n: None,
-            req_sent_at: None,
-            req_retransmitted: false,
-            req_due: false,
-            req_seq: None,
-            frontier_override: None,
+            req: SlotRequest::default(),
             rtt: Rtt::new(),
             timers: Timers::default(),
             idle_since: Some(now),
@@ -178,7 +162,7 @@ impl SRecord {
     /// passes a token that exists (tokens are recorded before any REQSLOTS is written), nor an
     /// envelope (rule 2).
     pub fn frontier(&self) -> u64 {
-        if let Some(l) = self.frontier_override {
+        if let Some(l) = self.req.frontier_override() {
             return l;
         }
         match self.tokens.first_slot() {
@@ -345,7 +329,7 @@ impl SRecord {
     /// Whether a REQSLOTS is outstanding.
     #[inline]
     pub fn is_requesting(&self) -> bool {
-        self.req_n.is_some()
+        self.req.is_outstanding()
     }
 
     /// Unacknowledged tokens.
@@ -412,22 +396,13 @@ impl SRecord {
     /// Asks for `n` slots at `sck` in the next datagram (a new request).
     #[inline]
     pub fn ask_slots(&mut self, n: u64) {
-        self.req_n = Some(n);
-        self.req_sent_at = None;
-        self.req_retransmitted = false;
-        self.req_due = true;
+        self.req.ask(n);
     }
 
     /// Sends the outstanding REQSLOTS again at once (a cookie came back for it). Returns
     /// whether there was one waiting for its answer.
     pub fn ask_again_now(&mut self) -> bool {
-        if self.req_n.is_some() && self.req_sent_at.is_some() && !self.req_due {
-            self.req_due = true;
-            self.req_retransmitted = true;
-            true
-        } else {
-            false
-        }
+        self.req.again_now()
     }
 
     /// Takes message `id` (it waits for an envelope, or uses the first free one at once when
@@ -443,9 +418,10 @@ impl SRecord {
         };
         match envelope {
             Some((slot, rck)) => {
-                if !frontier_rule && self.req_n.is_none() {
+                if !frontier_rule && !self.req.is_outstanding() {
                     // The defect: l computed as if this token did not exist yet.
-                    self.frontier_override = Some(self.frontier());
+                    let l = self.frontier();
+                    self.req.freeze_frontier(l);
                 }
                 self.make_token(slot, rck, msg);
                 true
@@ -461,9 +437,7 @@ impl SRecord {
     /// request it was frozen for.
     #[inline]
     pub fn end_send(&mut self) {
-        if self.req_n.is_none() {
-            self.frontier_override = None;
-        }
+        self.req.end_send();
     }
 
     /// Puts the messages waiting for credit back in the sending order.

@@ -91,17 +91,11 @@ impl SRecord {
     /// Declares the outstanding REQSLOTS lost (or its SLOTS) when tokens sent after it were
     /// acknowledged as loss detection would for a token, and queues it again.
     fn detect_lost_request(&mut self, now: Instant, delay: Duration, threshold: u64) {
-        let (Some(_), Some(seq), Some(sent), false) =
-            (self.req_n, self.req_seq, self.req_sent_at, self.req_due)
-        else {
+        let Some((seq, sent)) = self.req.in_flight() else {
             return;
         };
         match self.flight.losses.judge(seq, sent, now, delay, threshold) {
-            Judgement::Lost => {
-                self.req_due = true;
-                self.req_retransmitted = true;
-                self.req_seq = None;
-            }
+            Judgement::Lost => self.req.on_lost(),
             Judgement::LostAt(t) => {
                 self.timers.set_earliest(Timer::Loss, t);
             }
@@ -292,10 +286,10 @@ impl SRecord {
             wake |= !self.to_send.is_empty();
         }
         if self.timers.get(Timer::Loss).is_some_and(|t| t <= now) {
-            let req_due = self.req_due;
+            let req_due = self.req.is_due();
             let lost = self.detect_losses(now, cfg);
             out.lost = lost;
-            if self.req_due && !req_due {
+            if self.req.is_due() && !req_due {
                 out.reqslots_again += 1;
                 wake = true;
             }
@@ -309,14 +303,13 @@ impl SRecord {
             wake |= self.mtud.want_if(deaf_backoff).is_some();
         }
         if let Some(asked) = self
-            .req_n
+            .req
+            .asked()
             .filter(|_| due(self.deadline_of(Timer::ReqSlots, cfg)))
         {
             // Ask again, for at least as much as before (the receiver grants the union).
             let want = self.wanted_slots(cfg).max(asked).min(clock_room);
-            self.req_n = Some(want.max(asked));
-            self.req_due = true;
-            self.req_retransmitted = true;
+            self.req.on_timeout(want);
             self.rtt.on_timeout();
             out.reqslots_again += 1;
             wake = true;
@@ -347,7 +340,7 @@ impl SRecord {
             self.mtud.deadline()
         };
         at = min(at, quiet_or_mtu);
-        let req_waits = self.req_n.is_some() && self.req_sent_at.is_some() && !self.req_due;
+        let req_waits = self.req.waits_for_answer();
         if req_waits || self.credit.asked_at().is_some() {
             at = min(at, self.deadline_of(Timer::ReqSlots, cfg));
             at = min(at, self.deadline_of(Timer::Credit, cfg));
@@ -374,10 +367,13 @@ impl SRecord {
             // Path MTU discovery only probes while there is work for the destination.
             Timer::Mtu => self.mtud.deadline().filter(|_| !self.is_quiet()),
             // A re-send waiting to be written needs no timer until it is written.
-            Timer::ReqSlots => match (self.req_n, self.req_sent_at, self.req_due) {
-                (Some(_), Some(sent), false) => Some(sent + self.rto(cfg)),
-                _ => None,
-            },
+            Timer::ReqSlots => {
+                if self.req.waits_for_answer() {
+                    self.req.deadline(self.rto(cfg))
+                } else {
+                    None
+                }
+            }
             Timer::Credit => self.credit.asked_at().map(|asked| asked + self.rto(cfg)),
         }
     }

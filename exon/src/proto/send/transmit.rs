@@ -46,15 +46,13 @@ impl SRecord {
             datagram: dgram_size,
         } = space;
         let rec = self;
-        if rec.req_due {
-            let (s, n, l) = (rec.sck, rec.req_n.unwrap_or(0), rec.frontier());
+        if rec.req.is_due() {
+            let (s, n, l) = (rec.sck, rec.req.asked().unwrap_or(0), rec.frontier());
             if reqslots_len(s, n, l) <= limit - buf.len() {
                 put_reqslots(buf, s, n, l);
                 stats.frames_out.reqslots += 1;
-                rec.req_due = false;
-                rec.req_sent_at = Some(now);
-                rec.req_seq = Some(rec.flight.losses.current_seq());
-                rec.frontier_override = None;
+                let seq = rec.flight.losses.current_seq();
+                rec.req.on_sent(now, seq);
             }
         }
         let keep_own = rules.token_keeps_incarnation;
@@ -172,8 +170,8 @@ impl SRecord {
             rec.on_tokens_written(now, cfg);
         }
         let credit_due = rec.credit.due().is_some();
-        let burst_end = !rec.req_due && rec.to_send.is_empty() && !credit_due;
-        let left = rec.req_due || credit_due || (!rec.to_send.is_empty() && !blocked);
+        let burst_end = !rec.req.is_due() && rec.to_send.is_empty() && !credit_due;
+        let left = rec.req.is_due() || credit_due || (!rec.to_send.is_empty() && !blocked);
         (left, burst_end)
     }
 

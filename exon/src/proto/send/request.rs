@@ -1,0 +1,144 @@
+//! The slot request of a sender record: the outstanding REQSLOTS, when it left, whether it
+//! must go (again), and the frontier frozen by the rule-2 self-test.
+
+use std::time::{Duration, Instant};
+
+/// The outstanding REQSLOTS of one destination (at most one: at `s = sck`).
+#[derive(Debug, Default)]
+pub(crate) struct SlotRequest {
+    /// The largest `n` asked for (`None`: no request outstanding).
+    n: Option<u64>,
+    /// When it was last sent (`None`: not sent yet).
+    sent_at: Option<Instant>,
+    /// Sent more than once: its answer gives no RTT sample (Karn's rule).
+    retransmitted: bool,
+    /// It must go out in the next datagram to the destination.
+    due: bool,
+    /// The sequence number of the datagram that carried it (loss detection judges it as a
+    /// token: once later datagrams are acknowledged and no SLOTS came, it was lost).
+    seq: Option<u64>,
+    /// Test-only: a frontier frozen before the token that triggered the request was recorded
+    /// (the defect rule 2 corrects).
+    frontier_override: Option<u64>,
+}
+
+impl SlotRequest {
+    /// The number of slots asked for, while a request is outstanding.
+    #[inline]
+    pub fn asked(&self) -> Option<u64> {
+        self.n
+    }
+
+    /// Whether a request is outstanding.
+    #[inline]
+    pub fn is_outstanding(&self) -> bool {
+        self.n.is_some()
+    }
+
+    /// Whether it must go out in the next datagram.
+    #[inline]
+    pub fn is_due(&self) -> bool {
+        self.due
+    }
+
+    /// A new request for `n` slots, due at once.
+    pub fn ask(&mut self, n: u64) {
+        self.n = Some(n);
+        self.sent_at = None;
+        self.retransmitted = false;
+        self.due = true;
+    }
+
+    /// Sends the outstanding request again at once (a cookie came back for it). Returns
+    /// whether one was waiting for its answer.
+    pub fn again_now(&mut self) -> bool {
+        if self.waits_for_answer() {
+            self.resend();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether a request left and waits for its SLOTS.
+    #[inline]
+    pub fn waits_for_answer(&self) -> bool {
+        self.n.is_some() && self.sent_at.is_some() && !self.due
+    }
+
+    /// It is to go again (lost, or timed out): no RTT sample from its answer.
+    fn resend(&mut self) {
+        self.due = true;
+        self.retransmitted = true;
+    }
+
+    /// It went out at `now` in the datagram of sequence number `seq`.
+    pub fn on_sent(&mut self, now: Instant, seq: u64) {
+        self.due = false;
+        self.sent_at = Some(now);
+        self.seq = Some(seq);
+        self.frontier_override = None;
+    }
+
+    /// Its SLOTS came at `now`: the request is over. Returns the RTT sample it gives (none
+    /// for a request sent more than once).
+    pub fn on_granted(&mut self, now: Instant) -> Option<Duration> {
+        let sample = self
+            .sent_at
+            .filter(|_| !self.retransmitted)
+            .map(|t| now.saturating_duration_since(t));
+        self.n = None;
+        self.sent_at = None;
+        self.due = false;
+        self.frontier_override = None;
+        sample
+    }
+
+    /// Its answer is overdue at this instant, given the retransmission timeout `rto`.
+    #[inline]
+    pub fn deadline(&self, rto: Duration) -> Option<Instant> {
+        self.sent_at
+            .filter(|_| self.waits_for_answer())
+            .map(|t| t + rto)
+    }
+
+    /// Timed out: asked again, for `want` slots at least as many as before.
+    pub fn on_timeout(&mut self, want: u64) {
+        if let Some(asked) = self.n {
+            self.n = Some(want.max(asked));
+            self.resend();
+        }
+    }
+
+    /// The datagram that carried it and when, for loss detection, while it waits.
+    pub fn in_flight(&self) -> Option<(u64, Instant)> {
+        match (self.seq, self.sent_at) {
+            (Some(seq), Some(t)) if self.waits_for_answer() => Some((seq, t)),
+            _ => None,
+        }
+    }
+
+    /// Loss detection found it lost: it goes again.
+    pub fn on_lost(&mut self) {
+        self.resend();
+        self.seq = None;
+    }
+
+    /// The frontier frozen by the rule-2 self-test, if any.
+    #[inline]
+    pub fn frontier_override(&self) -> Option<u64> {
+        self.frontier_override
+    }
+
+    /// The rule-2 defect (self-test only): freezes the frontier at `l`.
+    pub fn freeze_frontier(&mut self, l: u64) {
+        self.frontier_override = Some(l);
+    }
+
+    /// A frozen frontier lasts only while its request does.
+    pub fn end_send(&mut self) {
+        if self.n.is_none() {
+            self.frontier_override = None;
+        }
+    }
+}
