@@ -1,6 +1,6 @@
 //! Hostile input on the core. Whatever the network sends, the node stays within its bounds,
 //! counts what it refused by reason, and keeps exactly-once for honest peers. (Sealed
-//! datagrams: `sealed.rs`; the same attacks over UDP: `endpoint/udp_attacks.rs`.)
+//! datagrams: `sealed.rs`; the same attacks over UDP: `timed/udp_attacks.rs`.)
 
 #![allow(clippy::single_range_in_vec_init)]
 

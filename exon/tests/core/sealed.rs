@@ -1,6 +1,6 @@
 //! Sealed datagrams on the core: forgeries, wrong keys, unknown ids, truncated tags, bit
 //! flips and replays; self-certifying ids; the key-agreement budget; nonces never reused
-//! across a restart. (The same attacks over UDP: `endpoint/udp_attacks.rs`; plaintext
+//! across a restart. (The same attacks over UDP: `timed/udp_attacks.rs`; plaintext
 //! hostile input: `hostile.rs`.)
 
 use std::collections::HashSet;

@@ -1,8 +1,8 @@
 //! The tokio endpoint (`exon::endpoint`) over real UDP on 127.0.0.1: sending, receiving and
 //! receipts, backpressure, close and restarts, batched and sharded I/O, the endpoint's
-//! parts, and attacks by other senders on loopback. The tests run in parallel threads of
-//! one process; each binds its own ports and sets no process-wide state (what the endpoint
-//! logs is tested in `tracing_events.rs`, a binary of its own).
+//! parts. The tests run in parallel threads of one process; each binds its own ports and
+//! sets no process-wide state (what the endpoint logs is tested in `tracing_events.rs`, a
+//! binary of its own; the attacks over UDP, with their deadlines, in `timed/`).
 //!
 //! A loopback test that measures time or rates and would be disturbed by others running
 //! beside it goes in `timed/` instead; see `docs/testing.md`.
@@ -13,4 +13,3 @@ mod batch;
 mod loopback;
 mod parts;
 mod shards;
-mod udp_attacks;

@@ -1,6 +1,7 @@
 //! Loopback tests that measure time and rates over real UDP on 127.0.0.1: a flood of
 //! forgeries that new peers must get through within a deadline (`udp_flood`), and the
-//! datagram budget of a one-way outage with its recovery time (`deaf_paths`). They were each
+//! datagram budget of a one-way outage with its recovery time (`deaf_paths`), attacks whose
+//! conversations must complete within deadlines (`udp_attacks`). They were each
 //! alone in a binary; here every test runs through [`serially`], one at a time, so that no
 //! other test (a flood uses both cores) shifts what they measure. A new test that measures
 //! wall-clock time or rates on loopback goes here, through `serially`; any other endpoint
@@ -12,6 +13,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 mod deaf_paths;
+mod udp_attacks;
 mod udp_flood;
 
 /// Held by the test running: one at a time in this binary.
