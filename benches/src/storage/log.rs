@@ -45,7 +45,7 @@ impl Log {
         Self::create(dir, false)
     }
 
-    /// Creates an empty log in `dir` whose length is set [`AHEAD`] of its records.
+    /// Creates an empty log in `dir` whose length is set 64 MiB ahead of its records.
     pub fn open_preallocated(dir: &Path) -> Result<Self> {
         Self::create(dir, true)
     }
