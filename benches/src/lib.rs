@@ -14,6 +14,7 @@ pub mod report;
 pub mod rpc;
 pub mod sharded;
 pub mod stats;
+pub mod storage;
 pub mod systems;
 pub mod tcp;
 pub mod testbed;
