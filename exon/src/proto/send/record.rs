@@ -269,22 +269,7 @@ impl SRecord {
 
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
     pub fn make_token(&mut self, slot: u64, rck: u64, msg: Queued) {
-        let tok = Token {
-            rck,
-            payload: msg.payload,
-            id: msg.id,
-            sent_at: None,
-            sends: 0,
-            queued: true,
-            seq: 0,
-            flight: 0,
-            size: 0,
-            rate: None,
-            frag: None,
-            reach: 0,
-            lost: None,
-        };
-        self.tokens.insert(slot, tok);
+        self.tokens.insert(slot, Token::new(rck, msg));
         self.to_send.push_back(slot);
         self.idle_since = None;
     }

@@ -60,6 +60,26 @@ pub(crate) struct Lost {
 }
 
 impl Token {
+    /// A token for message `msg` under incarnation `rck`, never sent yet and waiting to be.
+    #[inline]
+    pub fn new(rck: u64, msg: Queued) -> Token {
+        Token {
+            rck,
+            payload: msg.payload,
+            id: msg.id,
+            sent_at: None,
+            sends: 0,
+            queued: true,
+            seq: 0,
+            flight: 0,
+            size: 0,
+            rate: None,
+            frag: None,
+            reach: 0,
+            lost: None,
+        }
+    }
+
     /// The incarnation this token goes out under: its own (rule 3), or, with that rule
     /// switched off for the checker's self-test, whatever the record holds now.
     pub fn incarnation(&self, record_rck: Option<u64>, keep_own: bool) -> u64 {

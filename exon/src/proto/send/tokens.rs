@@ -149,24 +149,19 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
+    use crate::proto::send::token::Queued;
     use crate::proto::MsgId;
 
     fn tok(id: u64) -> Token {
-        Token {
-            rck: 1,
-            payload: Bytes::new(),
-            id: MsgId(id),
-            sent_at: None,
-            sends: 0,
-            queued: false,
-            seq: 0,
-            flight: 0,
-            size: 0,
-            rate: None,
-            frag: None,
-            reach: 0,
-            lost: None,
-        }
+        let mut t = Token::new(
+            1,
+            Queued {
+                id: MsgId(id),
+                payload: Bytes::new(),
+            },
+        );
+        t.queued = false;
+        t
     }
 
     #[test]
