@@ -102,6 +102,7 @@ impl MemPair {
                 self.buf.clear();
                 match src.poll_output(now, &mut self.buf) {
                     Output::StoreClock(hw) => src.handle_clock_stored(now, hw),
+                    Output::Store(w) => src.handle_stored(now, w.seq),
                     Output::Transmit(tx) => {
                         moved += 1;
                         // As a driver would: datagrams received into one large shared

@@ -171,6 +171,7 @@ impl Net {
                 let n = &mut self.nodes[i];
                 match n.poll_output(now, &mut self.buf) {
                     Output::StoreClock(hw) => n.handle_clock_stored(now, hw),
+                    Output::Store(w) => n.handle_stored(now, w.seq),
                     Output::Transmit(t) => tx = Some(t),
                     Output::Event(Event::Delivered { id, .. }) => {
                         delivered += 1;
@@ -240,6 +241,7 @@ pub fn run(k: u64, payload: usize, plain: bool) {
         loop {
             match net.nodes[0].poll_output(now, &mut buf) {
                 Output::StoreClock(hw) => net.nodes[0].handle_clock_stored(now, hw),
+                Output::Store(w) => net.nodes[0].handle_stored(now, w.seq),
                 Output::Transmit(_) => buf.clear(),
                 Output::Event(_) => {}
                 Output::Timeout(_) => break,

@@ -14,6 +14,9 @@ pub enum Drained<'a> {
     /// [`Node::handle_clock_stored`] (an in-memory store) or leaves it unconfirmed (a store
     /// that has not finished): the node asks for each mark once.
     StoreClock(u64),
+    /// A journal record to store (durable mode). The callback reports it with
+    /// [`Node::handle_stored`] when it chooses (at once: an in-memory journal).
+    Store(exon::proto::journal::Write),
     /// A datagram: where it goes, and its bytes (valid for this call only).
     Transmit(Transmit, &'a [u8]),
     /// An event for the application.
@@ -36,6 +39,7 @@ pub fn drain_with(
         buf.clear();
         match node.poll_output(now, &mut buf) {
             Output::StoreClock(hw) => each(node, Drained::StoreClock(hw)),
+            Output::Store(w) => each(node, Drained::Store(w)),
             Output::Transmit(t) => {
                 let data = &buf[buf.len() - t.size..];
                 each(node, Drained::Transmit(t, data));
@@ -51,6 +55,9 @@ pub fn drain_with(
 pub struct Outputs {
     /// The highest clock mark the node asked to store (each was confirmed at once).
     pub stored: Option<u64>,
+    /// The journal records the node asked to store, in order (each reported durable at
+    /// once).
+    pub stores: Vec<exon::proto::journal::Entry>,
     /// The datagrams, in order: destination and bytes.
     pub datagrams: Vec<(NodeId, Bytes)>,
     /// The events, in order. Deliveries are not taken: the caller reports each with
@@ -68,6 +75,10 @@ pub fn drain(node: &mut Node, now: Instant) -> Outputs {
         Drained::StoreClock(hw) => {
             outs.stored = Some(hw);
             node.handle_clock_stored(now, hw);
+        }
+        Drained::Store(w) => {
+            node.handle_stored(now, w.seq);
+            outs.stores.push(w.entry);
         }
         Drained::Transmit(t, data) => outs
             .datagrams
@@ -89,6 +100,7 @@ pub fn drain_taking(
 ) -> Option<Instant> {
     drain_with(node, now, |node, out| match out {
         Drained::StoreClock(hw) => node.handle_clock_stored(now, hw),
+        Drained::Store(w) => node.handle_stored(now, w.seq),
         Drained::Transmit(t, data) => datagram(node, t, data),
         Drained::Event(e) => {
             if let Event::Delivered { id, .. } = &e {

@@ -7,6 +7,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use exon::proto::journal::{State, Write};
 use exon::proto::{Config, DeliveryId, Event, MsgId, Node, NodeId, Packet, Security};
 
 use crate::drain::{drain_with, Drained};
@@ -65,6 +66,17 @@ pub struct Side {
     pub liveness: Vec<bool>,
     /// The last clock high-water mark it asked to store (confirmed only with `auto_store`).
     pub stored: u64,
+    /// Durable mode: the journal records synced (what a restart recovers).
+    pub journal: State,
+    /// Durable mode: records written and not yet synced (lost at a crash).
+    pub unsynced: Vec<Write>,
+    /// Durable mode: sync every record at once; when false, records wait in `unsynced`
+    /// until [`Pair::sync`].
+    pub auto_sync: bool,
+    /// Durable mode: messages reported on stable storage (`Event::Stored`).
+    pub stored_msgs: Vec<MsgId>,
+    /// Durable mode: the redeliveries among `delivered` (flagged after a restart).
+    pub redelivered: Vec<Bytes>,
 }
 
 type Filter = Box<dyn FnMut(&Wire) -> Fate>;
@@ -140,6 +152,11 @@ impl Pair {
             untaken: Vec::new(),
             liveness: Vec::new(),
             stored: 0,
+            journal: State::new(),
+            unsynced: Vec::new(),
+            auto_sync: true,
+            stored_msgs: Vec::new(),
+            redelivered: Vec::new(),
         };
         Pair {
             now,
@@ -187,7 +204,17 @@ impl Pair {
         let strays = &mut self.strays;
         let side = &mut self.nodes[i];
         let (auto_store, auto_take) = (side.auto_store, side.auto_take);
+        let auto_sync = side.auto_sync;
+        let (journal, unsynced) = (&mut side.journal, &mut side.unsynced);
         drain_with(&mut side.node, now, |node, out| match out {
+            Drained::Store(w) => {
+                if auto_sync {
+                    journal.apply(&w.entry);
+                    node.handle_stored(now, w.seq);
+                } else {
+                    unsynced.push(w);
+                }
+            }
             Drained::StoreClock(hw) => {
                 side.stored = hw;
                 if auto_store {
@@ -210,6 +237,9 @@ impl Pair {
                     id: d,
                 } => {
                     assert_eq!(from, peer);
+                    if d.is_redelivery() {
+                        side.redelivered.push(payload.clone());
+                    }
                     side.delivered.push(payload);
                     if auto_take {
                         taken.push(d);
@@ -228,6 +258,10 @@ impl Pair {
                 Event::NotDelivered { to, id: m } => {
                     assert_eq!(to, peer);
                     side.not_delivered.push(m);
+                }
+                Event::Stored { to, id: m } => {
+                    assert_eq!(to, peer);
+                    side.stored_msgs.push(m);
                 }
                 Event::PeerUnreachable { peer: p } => {
                     assert_eq!(p, peer);
@@ -258,6 +292,47 @@ impl Pair {
         if took {
             self.drain(i);
         }
+    }
+
+    /// Turns durable mode on for node `i` (a node that never ran: an empty journal).
+    pub fn make_durable(&mut self, i: usize) {
+        let now = self.now;
+        self.nodes[i]
+            .node
+            .recover(now, Default::default())
+            .expect("a fresh node");
+        self.drain(i);
+    }
+
+    /// Durable mode: syncs node `i`'s unsynced journal records and reports them durable.
+    pub fn sync(&mut self, i: usize) {
+        self.drain(i);
+        let now = self.now;
+        let side = &mut self.nodes[i];
+        let Some(last) = side.unsynced.last().map(|w| w.seq) else {
+            return;
+        };
+        for w in side.unsynced.drain(..) {
+            side.journal.apply(&w.entry);
+        }
+        side.node.handle_stored(now, last);
+        self.drain(i);
+    }
+
+    /// Durable mode: node `i` crashes, losing its unsynced journal records and its
+    /// untaken deliveries, and restarts from its stored clock and synced journal. What it
+    /// saw (`delivered`, `acked`, ...) is kept across the crash.
+    pub fn crash_and_recover(&mut self, i: usize) {
+        let now = self.now;
+        let side = &mut self.nodes[i];
+        side.unsynced.clear();
+        side.untaken.clear();
+        let cfg = side.node.config().clone();
+        let mut node = Node::new(id(i), Security::InsecurePlaintext, cfg, side.stored).unwrap();
+        node.recover(now, side.journal.recovered(false))
+            .expect("a fresh node");
+        side.node = node;
+        self.drain(i);
     }
 
     /// The application of node `i` takes its first `n` untaken deliveries (all if fewer).

@@ -146,6 +146,8 @@ impl Sim {
                         node.handle_clock_stored(now, hw);
                     }
                 },
+                // Durable mode is not simulated yet.
+                Output::Store(w) => node.handle_stored(now, w.seq),
                 Output::Transmit(t) => {
                     let off = self.buf.len() - t.size;
                     self.out.push((t.destination.get() as usize, off, t.size));

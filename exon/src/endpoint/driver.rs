@@ -432,6 +432,8 @@ impl<S: DatagramSocket> Driver<S> {
                     debug_in_peer(to, || tracing::debug!(%msg, "message acknowledged"));
                 }
             }
+            // Durable mode only (the endpoint does not run it yet).
+            Event::Stored { .. } => {}
             Event::PeerUnreachable { peer } => {
                 tracing::warn!(%peer, "peer unreachable");
                 self.shared.set_unreachable(peer, true);

@@ -70,6 +70,11 @@ pub enum SendError {
     /// A node cannot send to itself.
     #[error("cannot send to self")]
     ToSelf,
+    /// Durable mode: message ids are drawn from the stored clock, and the next block of it
+    /// is not stored yet (only at start, or at a rate far beyond the disk's): retry once
+    /// the embedding reported the clock stored.
+    #[error("durable message ids wait for the clock to be stored")]
+    ClockNotStored,
     /// A sealed node knows no public key for the destination (add it to the keyring).
     #[error("no public key known for {0}")]
     UnknownKey(NodeId),

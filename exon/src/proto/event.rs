@@ -20,6 +20,15 @@ pub enum Event {
         /// application has taken the message.
         id: DeliveryId,
     },
+    /// Durable mode: a message accepted by [`Node::send`](crate::proto::Node::send) is on
+    /// stable storage: a restart of this node sends it again, and its verdict comes, under
+    /// this id, whatever happens to the process.
+    Stored {
+        /// The destination of the message.
+        to: NodeId,
+        /// The id `send` returned for it.
+        id: MsgId,
+    },
     /// A message this node sent was taken by the receiving application: its receiver
     /// delivered it exactly once, and its embedding reported the hand-over
     /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)) before acknowledging it.

@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=13)? {
+        Ok(match u.int_in_range(0u8..=14)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -122,6 +122,10 @@ impl<'a> Arbitrary<'a> for Frame {
             12 => Frame::MtuProbe {
                 id: varint(u)?,
                 pad: u.int_in_range(0u64..=1500)?,
+            },
+            13 => Frame::Lost {
+                r: varint(u)?,
+                ranges: AckRanges::arbitrary(u)?,
             },
             _ => Frame::MtuAck { id: varint(u)? },
         })

@@ -11,6 +11,7 @@ mod event;
 #[cfg(feature = "arbitrary")]
 mod fuzzing;
 mod ids;
+pub mod journal;
 mod node;
 mod recv;
 mod rules;
@@ -34,6 +35,7 @@ pub use error::{DecodeError, SendError};
 pub use event::{Abandoned, Event, Transmit};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};
 pub use ids::{InvalidNodeId, MsgId, NodeId};
+pub use node::journal::RecoverError;
 pub use node::output::Output;
 pub use node::{Accepted, Node};
 pub use recv::delivery::DeliveryId;

@@ -99,6 +99,20 @@ pub struct Rules {
     /// the node counts a mark as stored as soon as it hands it out, and a crash between the
     /// write and its sync restarts it below values it already used.
     pub clock_waits_for_store: bool,
+    /// Durable mode: a delivery reaches the application only once its `Delivered` record is
+    /// stored (else a crash loses it from the journal and its retransmission is delivered
+    /// again, unflagged).
+    pub journal_before_delivery: bool,
+    /// Durable mode: a take is acknowledged only once its `Taken` record is stored (else a
+    /// crash redelivers a message its sender saw acknowledged).
+    pub journal_before_ack: bool,
+    /// Durable mode: a token goes out only once its slot is stored (`Assigned`; else a
+    /// restarted sender sends it again in a fresh slot and it is delivered twice).
+    pub journal_before_token: bool,
+    /// Durable mode: a verdict is reported, and the frontier passes its slot, only once its
+    /// `Resolved` record is stored (else a restarted sender resends a message its receiver
+    /// has forgotten, which then takes it for new).
+    pub journal_before_verdict: bool,
 }
 
 impl Rules {
@@ -125,6 +139,10 @@ impl Rules {
         reordering_window: true,
         spurious_undo: true,
         clock_waits_for_store: true,
+        journal_before_delivery: true,
+        journal_before_ack: true,
+        journal_before_token: true,
+        journal_before_verdict: true,
     };
 }
 

@@ -20,6 +20,8 @@ counters! {
         pub doubt: u64 [sum],
         /// RETRY frames.
         pub retry: u64 [sum],
+        /// LOST frames.
+        pub lost: u64 [sum],
         /// CHALLENGE frames.
         pub challenge: u64 [sum],
         /// RESPONSE frames.
@@ -50,6 +52,7 @@ impl FrameCounts {
             Frame::Ack { .. } => self.ack += 1,
             Frame::Doubt { .. } => self.doubt += 1,
             Frame::Retry { .. } => self.retry += 1,
+            Frame::Lost { .. } => self.lost += 1,
             Frame::Challenge { .. } => self.challenge += 1,
             Frame::Response { .. } => self.response += 1,
             Frame::Frag { .. } => self.frag += 1,
@@ -65,6 +68,7 @@ impl FrameCounts {
             crate::proto::Verdict::Ack => self.ack += 1,
             crate::proto::Verdict::Doubt => self.doubt += 1,
             crate::proto::Verdict::Retry => self.retry += 1,
+            crate::proto::Verdict::Lost => self.lost += 1,
         }
     }
 }
@@ -210,6 +214,12 @@ counters! {
         /// Deliveries the embedding reported taken by the application (`Node::handle_taken`):
         /// each is acknowledged only then.
         pub taken: u64 [sum],
+        /// Durable mode: deliveries recovered from the journal untaken after a restart and
+        /// handed to the application again, flagged (`DeliveryId::is_redelivery`).
+        pub redelivered: u64 [sum],
+        /// Durable mode: messages recovered from the journal after a restart, to be sent
+        /// again.
+        pub recovered_messages: u64 [sum],
         /// TOKENs not delivered (and not answered), and REQSLOTS not granted, because
         /// `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends
         /// them again later.

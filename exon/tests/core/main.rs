@@ -10,6 +10,7 @@ mod codec;
 mod config_serde;
 mod congestion;
 mod delivery;
+mod durable;
 mod hostile;
 mod large_messages;
 mod mtu;

@@ -104,6 +104,7 @@ impl Net {
         let (delivered, acked) = (&mut self.delivered, &mut self.acked);
         drain_with(node, now, |node, out| match out {
             Drained::StoreClock(hw) => node.handle_clock_stored(now, hw),
+            Drained::Store(w) => node.handle_stored(now, w.seq),
             Drained::Transmit(t, data) => {
                 *seq += 1;
                 wire.push(Reverse((now + LATENCY, *seq, t.destination, data.to_vec())));

@@ -183,8 +183,11 @@ impl Node {
                         credit_want = Some((r, s, want));
                     }
                 }
-                Frame::Credit { r, limit, max } => self.on_credit(src, r, limit, max),
-                Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
+                Frame::Credit { r, limit, max } => self.on_credit(now, src, r, limit, max),
+                Frame::Ack { .. }
+                | Frame::Doubt { .. }
+                | Frame::Retry { .. }
+                | Frame::Lost { .. } => {
                     let Some((v, r, ranges)) = f.verdict() else {
                         continue;
                     };
@@ -218,6 +221,7 @@ impl Node {
             let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
             self.outbox.flush_verdicts(src, now, urgent, delay, every);
         }
+        self.journal_assignments(now, src);
         self.rearm_sender(src);
         self.rearm_receiver(src);
     }
@@ -268,6 +272,8 @@ impl Node {
             }
             return;
         }
+        // A durable receiver forgets the taken deliveries the sender holds no token for.
+        self.journal_frontier(src, l);
         if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery() {
             // The application is behind: no new slots until it takes (or acknowledges)
             // what it has, so a slow consumer slows its senders down. They ask again.
@@ -393,11 +399,13 @@ impl Node {
             stats: &mut self.stats,
             events: &mut self.events,
             queued_bytes: &mut self.queued_bytes,
+            held: self.journal.as_mut().map(|j| &mut j.held),
         };
         let sealed = self.sealer.is_some();
         if rec.on_verdict(now, src, (v, r, rg), &self.rules, sealed, sink) {
             self.outbox.wake(src, usize::MAX);
         }
+        self.journal_verdicts(now, src);
     }
 
     /// DOUBT or RETRY for incarnation `r` from `src`: the receiver holds nothing of `r`, so
@@ -450,6 +458,7 @@ impl Node {
         let rec = self.senders.get_mut(&to)?;
         let (len, verdict) = rec.abandon(now, id, doubt_sent)?;
         self.queued_bytes -= len;
+        self.journal_abandoned(id);
         match verdict {
             Abandoned::NotDelivered => self.stats.not_delivered += 1,
             Abandoned::InDoubt => self.stats.in_doubt += 1,

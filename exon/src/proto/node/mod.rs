@@ -3,6 +3,7 @@
 //! `poll_clock_store`).
 
 mod input;
+pub(crate) mod journal;
 pub(crate) mod outbox;
 pub(crate) mod output;
 mod receive;
@@ -81,6 +82,8 @@ pub struct Node {
     outbox: Outbox,
     timers: TimerQueue,
     events: VecDeque<Event>,
+    /// Durable mode: the journal's writes and what waits for them (`None`: not durable).
+    journal: Option<Box<crate::proto::journal::gates::Journal>>,
     next_msg: u64,
     queued_bytes: usize,
     stats: Stats,
@@ -172,6 +175,7 @@ impl Node {
             outbox: Outbox::default(),
             timers: TimerQueue::default(),
             events: VecDeque::new(),
+            journal: None,
             next_msg: 0,
             queued_bytes: 0,
             stats: Stats::default(),
@@ -475,6 +479,10 @@ impl Node {
         if self.is_full(to, payload.len()) {
             return Err(SendError::QueueFull(to));
         }
+        if self.journal.is_some() && !self.reserve_clock(self.ck + 1) {
+            // Durable ids come from the stored clock (checked before anything is kept).
+            return Err(SendError::ClockNotStored);
+        }
         let new_record = !self.senders.contains_key(&to);
         if new_record {
             if self.senders.len() >= self.cfg.limits.max_sender_records {
@@ -483,9 +491,26 @@ impl Node {
             self.senders
                 .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
         }
-        let id = MsgId(self.next_msg);
-        self.next_msg += 1;
+        let id = if self.journal.is_some() {
+            // Durable ids come from the stored clock: never reused after a restart.
+            self.ck += 1;
+            self.next_msg = self.next_msg.max(self.ck);
+            MsgId(self.ck - 1)
+        } else {
+            self.next_msg += 1;
+            MsgId(self.next_msg - 1)
+        };
+        if new_record {
+            if let Some(rec) = self.senders.get_mut(&to) {
+                if self.journal.is_some() {
+                    rec.set_durable();
+                }
+            }
+        }
         self.stats.sent += 1;
+        if self.journal.is_some() {
+            self.journal_accepted(now, id, to, payload.clone());
+        }
         self.queued_bytes += payload.len();
         let Some(rec) = self.senders.get_mut(&to) else {
             unreachable!("record inserted above")
@@ -502,6 +527,7 @@ impl Node {
         if let Some(rec) = self.senders.get_mut(&to) {
             rec.end_send();
         }
+        self.journal_assignments(now, to);
         self.rearm_sender(to);
         Ok(id)
     }

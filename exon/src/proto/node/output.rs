@@ -24,6 +24,9 @@ pub enum Output {
     /// [`Node::handle_clock_stored`] (an in-memory embedding may do so at once). The node
     /// uses no clock value above the last mark reported stored.
     StoreClock(u64),
+    /// Durable mode ([`Node::recover`]): append this record to the journal; report it
+    /// durable, with every write before it, with [`Node::handle_stored`] once synced.
+    Store(crate::proto::journal::Write),
     /// A datagram was appended to the buffer given to [`Node::poll_output`]: send it to its
     /// destination node.
     Transmit(Transmit),
@@ -67,6 +70,9 @@ impl Node {
     pub fn poll_output(&mut self, now: Instant, buf: &mut Vec<u8>) -> Output {
         if let Some(hw) = self.poll_clock_store() {
             return Output::StoreClock(hw);
+        }
+        if let Some(w) = self.poll_store() {
+            return Output::Store(w);
         }
         if let Some(t) = self.poll_transmit(now, buf) {
             return Output::Transmit(t);
@@ -407,6 +413,10 @@ mod tests {
                 Output::StoreClock(hw) => {
                     kinds.push('c');
                     n.handle_clock_stored(now, hw);
+                }
+                Output::Store(w) => {
+                    kinds.push('s');
+                    n.handle_stored(now, w.seq);
                 }
                 Output::Transmit(t) => {
                     kinds.push('t');

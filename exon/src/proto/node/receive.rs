@@ -55,11 +55,12 @@ impl Node {
                         self.pins.release(key);
                     }
                     self.stats.delivered += 1;
-                    self.events.push_back(Event::Delivered {
+                    let ev = Event::Delivered {
                         from: src,
                         payload,
                         id: DeliveryId::new(src, r, s, kept),
-                    });
+                    };
+                    self.deliver(now, ev, src, (r, s));
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
                 } else if on_take && rec.held().contains(s) {
@@ -78,7 +79,13 @@ impl Node {
                     rec.heard(now);
                 }
                 urgent = true;
-                self.verdict_without_record(r, s)
+                match self.journal_verdict(src, r, s) {
+                    Some(v) => {
+                        self.stats.duplicates_dropped += u64::from(v != Some(Verdict::Lost));
+                        v
+                    }
+                    None => self.verdict_without_record(r, s),
+                }
             }
         };
         if let Some(v) = verdict {
@@ -258,7 +265,16 @@ impl Node {
     /// Drain the outputs afterwards, as after any input: the ACK leaves with the next
     /// datagram to the sender, or after [`Config::acks.delay`](crate::proto::AckConfig::delay).
     pub fn handle_taken(&mut self, now: Instant, id: DeliveryId) -> bool {
-        let (from, (r, s), kept) = (id.from(), id.slot(), id.kept());
+        if self.journal.is_some() {
+            // Durable mode: acknowledged once the take is stored (`complete_take`).
+            return self.journal_take(now, id);
+        }
+        self.take_live(now, id)
+    }
+
+    /// The take of `id`, held by its live record: released and acknowledged.
+    pub(super) fn take_live(&mut self, now: Instant, id: DeliveryId) -> bool {
+        let (from, (r, s)) = (id.from(), id.slot());
         let Some(rec) = self.receivers.get_mut(&from) else {
             return false;
         };
@@ -268,17 +284,35 @@ impl Node {
         let Some(urgent) = rec.on_taken(s) else {
             return false;
         };
+        // `urgent`: the sender asked for an immediate ACK of deliveries now all taken.
+        // (The record's probe deadline does not depend on its held slots: no re-arming.)
+        if rec.is_spent() {
+            self.receivers.remove(&from);
+        }
+        self.release_taken(id);
+        self.ack_taken(now, from, (r, s), urgent);
+        true
+    }
+
+    /// A delivery left the node's care: its charge and pinned buffer are given back.
+    pub(super) fn release_taken(&mut self, id: DeliveryId) {
+        let kept = id.kept();
         self.untaken -= 1;
         self.untaken_bytes = self.untaken_bytes.saturating_sub(kept.charge);
         if let Some(key) = kept.pin {
             self.pins.release(key);
         }
         self.stats.taken += 1;
-        // `urgent`: the sender asked for an immediate ACK of deliveries now all taken.
-        // (The record's probe deadline does not depend on its held slots: no re-arming.)
-        if rec.is_spent() {
-            self.receivers.remove(&from);
-        }
+    }
+
+    /// Acknowledges the taken delivery in slot `s` of `(from, r)`.
+    pub(super) fn ack_taken(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        (r, s): (u64, u64),
+        urgent: bool,
+    ) {
         if !self
             .outbox
             .reply(from, Verdict::Ack, r, s, self.outbox_cap())
@@ -288,7 +322,6 @@ impl Node {
         }
         let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
         self.outbox.flush_verdicts(from, now, urgent, delay, every);
-        true
     }
 
     /// Input: sends every verdict held back by the ACK delay with the next datagrams, for
@@ -446,12 +479,12 @@ impl Node {
 
     /// CREDIT(r, limit, max) from `src`: messages waiting for credit may go; those larger
     /// than the receiver takes (`max`) never will, and are given up.
-    pub(super) fn on_credit(&mut self, src: NodeId, r: u64, limit: u64, max: u64) {
+    pub(super) fn on_credit(&mut self, now: Instant, src: NodeId, r: u64, limit: u64, max: u64) {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
         if rec.on_credit(r, limit) {
-            self.refuse_oversized(src, max);
+            self.refuse_oversized(now, src, max);
             self.resume_credit_waiters(src);
         }
     }
@@ -459,7 +492,7 @@ impl Node {
     /// Gives up the messages to `src` waiting for credit that are larger than `max`, the
     /// largest its receiver takes: never sent, so certainly not delivered
     /// ([`Event::NotDelivered`](crate::proto::Event::NotDelivered)).
-    fn refuse_oversized(&mut self, src: NodeId, max: u64) {
+    fn refuse_oversized(&mut self, now: Instant, src: NodeId, max: u64) {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
@@ -467,8 +500,10 @@ impl Node {
             stats: &mut self.stats,
             events: &mut self.events,
             queued_bytes: &mut self.queued_bytes,
+            held: self.journal.as_mut().map(|j| &mut j.held),
         };
         rec.refuse_oversized(src, max, sink);
+        self.journal_verdicts(now, src);
     }
 
     /// Puts the messages waiting for credit back in the sending queue (they wait again if

@@ -50,10 +50,14 @@ impl Node {
     /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
     /// called, if any. May be early (then the call does nothing); never late.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
-        let acks = [self.outbox.next_deadline(), self.silence.next_wake()]
-            .into_iter()
-            .flatten()
-            .min();
+        let acks = [
+            self.outbox.next_deadline(),
+            self.silence.next_wake(),
+            self.archive_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         while let Some((t, side, peer)) = self.timers.peek() {
             if self.is_current(t, side, peer) {
                 return Some(acks.map_or(t, |a| a.min(t)));
@@ -67,6 +71,7 @@ impl Node {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.outbox.release_due(now);
         self.release_deaf(now);
+        self.probe_archive(now);
         // Take every due entry first, so a record is handled at most once per call.
         let mut due = std::mem::take(&mut self.due_scratch);
         while let Some((t, side, peer)) = self.timers.peek() {
@@ -111,6 +116,7 @@ impl Node {
 
     /// Retransmission, REQSLOTS re-send and idle discard of the S record for `peer`.
     fn sender_timeout(&mut self, now: Instant, peer: NodeId) {
+        let resolving = self.is_resolving(peer);
         let cfg = &self.cfg;
         let Some(rec) = self.senders.get_mut(&peer) else {
             return;
@@ -124,7 +130,10 @@ impl Node {
         self.stats.mtu.probes_lost += e.mtu_probes_lost;
         self.stats.mtu.black_hole_fallbacks += u64::from(e.mtu_fallback);
         let wake = e.wake;
-        if e.idle {
+        if e.idle && resolving {
+            // Durable mode: verdicts wait for the journal; the record (and its frontier
+            // below them) stays until they are stored.
+        } else if e.idle {
             // Line 45-47: waive every slot, keep the clock past this record's, forget it.
             let sck = rec.sck();
             self.senders.remove(&peer);

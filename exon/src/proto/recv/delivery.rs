@@ -23,6 +23,8 @@ pub struct DeliveryId {
     len: usize,
     /// The receive buffer the delivery keeps alive within the node's budget (`pins.rs`).
     pin: Option<u64>,
+    /// Handed out before a restart of this node and not taken then (durable mode).
+    redelivery: bool,
 }
 
 impl DeliveryId {
@@ -33,7 +35,33 @@ impl DeliveryId {
             s,
             len: kept.charge,
             pin: kept.pin,
+            redelivery: false,
         }
+    }
+
+    /// A delivery recovered from the journal after a restart: it may have been handed to
+    /// the application before, and not taken.
+    pub(crate) fn redelivered(from: NodeId, r: u64, s: u64, kept: Kept) -> DeliveryId {
+        DeliveryId {
+            redelivery: true,
+            ..DeliveryId::new(from, r, s, kept)
+        }
+    }
+
+    /// Whether this delivery was handed to the application before a restart of this
+    /// (durable) node, which may have processed it without taking it. An application that
+    /// commits its effects with [`stable`](Self::stable) in one transaction of its own checks
+    /// its store for that key when this is true.
+    #[inline]
+    pub fn is_redelivery(&self) -> bool {
+        self.redelivery
+    }
+
+    /// The delivery's identity, the same across restarts of a durable receiver: the
+    /// sender, the receiver incarnation and the slot. Never reused by this node.
+    #[inline]
+    pub fn stable(&self) -> (NodeId, u64, u64) {
+        (self.from, self.r, self.s)
     }
 
     /// The sending node.

@@ -20,6 +20,24 @@ pub(crate) struct Sink<'a> {
     pub events: &'a mut VecDeque<Event>,
     /// Payload bytes accepted by `send` over all destinations and not yet settled.
     pub queued_bytes: &'a mut usize,
+    /// Durable mode: verdicts wait here, with their slot, until they are journalled.
+    pub held: Option<&'a mut Vec<(u64, Event)>>,
+}
+
+impl Sink<'_> {
+    /// Hands verdict `ev` on the message in `slot` to the application, or, in durable
+    /// mode, to the journal first.
+    fn verdict(
+        events: &mut VecDeque<Event>,
+        held: &mut Option<&mut Vec<(u64, Event)>>,
+        slot: u64,
+        ev: Event,
+    ) {
+        match held {
+            Some(h) => h.push((slot, ev)),
+            None => events.push_back(ev),
+        }
+    }
 }
 
 /// What [`SRecord::on_slots`] made of a SLOTS frame.
@@ -108,11 +126,19 @@ impl SRecord {
             sink.stats.rejects.implausible_verdict += 1;
             return false;
         }
+        // LOST is RETRY from a durable receiver that restarted: it may come for an
+        // incarnation this sender saw acknowledged (which RETRY may not, in plaintext).
+        let v = if v == Verdict::Lost {
+            Verdict::Retry
+        } else {
+            v
+        };
         let rec_rck = self.rck;
         let Sink {
             stats,
             events,
             queued_bytes,
+            mut held,
         } = sink;
         let (rtt, bytes, flight, mtud) = (
             &mut self.rtt,
@@ -125,7 +151,7 @@ impl SRecord {
         // A token that never left cannot have a verdict.
         let pick =
             |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
-        let removed = self.tokens.remove_in(rg, pick, |_, tok| {
+        let removed = self.tokens.remove_in(rg, pick, |slot, tok| {
             flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
             if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                 credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
@@ -146,11 +172,11 @@ impl SRecord {
             *queued_bytes -= tok.payload.len();
             if v == Verdict::Doubt {
                 stats.in_doubt += 1;
-                events.push_back(Event::InDoubt { to, id });
+                Sink::verdict(events, &mut held, slot, Event::InDoubt { to, id });
                 return;
             }
             stats.acknowledged += 1;
-            events.push_back(Event::Acknowledged { to, id });
+            Sink::verdict(events, &mut held, slot, Event::Acknowledged { to, id });
         }) > 0;
         // Messages to send again go first, in their original order.
         for msg in retry.into_iter().rev() {
@@ -244,17 +270,19 @@ impl SRecord {
             stats,
             events,
             queued_bytes,
+            mut held,
         } = sink;
         let bytes = &mut self.bytes;
         self.tokens.remove_in(
             0..u64::MAX,
             |tok| tok.sends == 0 && tok.payload.len() as u64 > max,
-            |_, tok| {
+            |slot, tok| {
                 *bytes -= tok.payload.len();
                 *queued_bytes -= tok.payload.len();
                 stats.not_delivered += 1;
                 stats.too_large_for_peer += 1;
-                events.push_back(Event::NotDelivered { to, id: tok.id });
+                let ev = Event::NotDelivered { to, id: tok.id };
+                Sink::verdict(events, &mut held, slot, ev);
             },
         );
         self.on_tokens_settled();

@@ -69,6 +69,22 @@ pub(crate) struct SRecord {
     pub(super) credit: Credit,
     /// Path MTU discovery: the size of datagrams to this destination.
     pub(super) mtud: Mtud,
+    /// Durable mode: what the journal must know of this record's tokens.
+    pub(super) durable: Option<Box<DurableTokens>>,
+}
+
+/// A durable sender record's tokens and the journal: a token goes out only once its slot is
+/// on stable storage (`Assigned`), and the frontier never passes a message whose verdict is
+/// not (`Resolved`), so a restarted sender resends it in the same slot and the receiver,
+/// which may have forgotten the slot otherwise, still knows it.
+#[derive(Debug, Default)]
+pub(crate) struct DurableTokens {
+    /// Slots assigned since the node last took them, to journal: (message, rck, slot).
+    assigned: Vec<(MsgId, u64, u64)>,
+    /// Tokens in slots below this are journalled: they may go out.
+    logged_below: u64,
+    /// The lowest slot of a message settled and not yet journalled as resolved.
+    frontier_cap: Option<u64>,
 }
 
 /// What to do next with a fragmented message at the front of the sending queue.
@@ -140,6 +156,7 @@ impl SRecord {
                 cfg.mtu.max_datagram_size,
                 cfg.mtu.raise_interval,
             ),
+            durable: None,
         }
     }
 
@@ -160,14 +177,74 @@ impl SRecord {
 
     /// The collection frontier `l`: the receiver may drop every slot below it. It never
     /// passes a token that exists (tokens are recorded before any REQSLOTS is written), nor an
-    /// envelope (rule 2).
+    /// envelope (rule 2), nor, in durable mode, a message whose verdict is not stored yet.
     pub fn frontier(&self) -> u64 {
         if let Some(l) = self.req.frontier_override() {
             return l;
         }
-        match self.tokens.first_slot() {
+        let l = match self.tokens.first_slot() {
             Some(s) => s.min(self.env_start),
             None => self.env_start,
+        };
+        match self.durable.as_ref().and_then(|d| d.frontier_cap) {
+            Some(cap) => l.min(cap),
+            None => l,
+        }
+    }
+
+    /// Durable mode: tokens wait for their slot to be journalled before they go out. Slots
+    /// below the record's clock (tokens recovered from the journal) are journalled already.
+    pub fn set_durable(&mut self) {
+        let logged_below = self.sck;
+        self.durable = Some(Box::new(DurableTokens {
+            logged_below,
+            ..DurableTokens::default()
+        }));
+    }
+
+    /// Durable mode: the slots assigned since the last call, to journal.
+    pub fn take_assigned(&mut self) -> Vec<(MsgId, u64, u64)> {
+        self.durable
+            .as_mut()
+            .map(|d| std::mem::take(&mut d.assigned))
+            .unwrap_or_default()
+    }
+
+    /// Durable mode: slots below `below` are journalled; their tokens may go. Returns whether
+    /// tokens wait to be sent.
+    pub fn logged_through(&mut self, below: u64) -> bool {
+        if let Some(d) = &mut self.durable {
+            d.logged_below = d.logged_below.max(below);
+        }
+        !self.to_send.is_empty()
+    }
+
+    /// Whether the token in slot `s` may go out (durable mode: its slot is journalled).
+    #[inline]
+    pub(super) fn is_logged(&self, s: u64) -> bool {
+        self.durable.as_ref().is_none_or(|d| s < d.logged_below)
+    }
+
+    /// Durable mode: the frontier may not pass `cap` (a settled message's verdict is not
+    /// stored yet), or any slot again (`None`).
+    pub fn set_frontier_cap(&mut self, cap: Option<u64>) {
+        if let Some(d) = &mut self.durable {
+            d.frontier_cap = cap;
+        }
+    }
+
+    /// Restores a message a restarted node recovered from its journal: a token in its
+    /// original slot and incarnation, to be sent again, or a message waiting for an envelope.
+    pub fn restore(&mut self, id: MsgId, payload: Bytes, assigned: Option<(u64, u64)>) {
+        self.bytes += payload.len();
+        self.note_busy();
+        let msg = Queued { id, payload };
+        match assigned {
+            Some((rck, slot)) => {
+                self.tokens.insert(slot, Token::new(rck, msg));
+                self.to_send.push_back(slot);
+            }
+            None => self.queue.push_back(msg),
         }
     }
 
@@ -269,6 +346,9 @@ impl SRecord {
 
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
     pub fn make_token(&mut self, slot: u64, rck: u64, msg: Queued) {
+        if let Some(d) = &mut self.durable {
+            d.assigned.push((msg.id, rck, slot));
+        }
         self.tokens.insert(slot, Token::new(rck, msg));
         self.to_send.push_back(slot);
         self.idle_since = None;

@@ -61,10 +61,16 @@ impl SRecord {
         let mut blocked = false;
         rec.clear_pace();
         while let Some(&s) = rec.to_send.front() {
+            let logged = rec.is_logged(s);
             let Some(tok) = rec.tokens.get_mut(s) else {
                 rec.to_send.pop_front();
                 continue;
             };
+            if !logged {
+                // Durable mode: its slot is not on stable storage yet.
+                blocked = true;
+                break;
+            }
             let r = tok.incarnation(rec.rck, keep_own);
             let len = token_len(s, r, tok.payload.len());
             if tok.frag.is_none() && len > body_room {

@@ -1,4 +1,4 @@
-//! The frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY,
+//! The frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY, LOST,
 //! path validation, path MTU probes, and the fragment frames FRAG, GOT, REQCREDIT,
 //! CREDIT): encode and decode.
 //!
@@ -46,6 +46,9 @@ pub mod frame_type {
     pub const MTU_PROBE: u64 = 0x0C;
     /// MTU_ACK(id): the answer to an MTU_PROBE.
     pub const MTU_ACK: u64 = 0x0D;
+    /// LOST(r, ranges of s): a durable receiver lost incarnation `r` in a restart and
+    /// delivered nothing into these slots.
+    pub const LOST: u64 = 0x0F;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -60,6 +63,10 @@ pub enum Verdict {
     /// RETRY: the token's incarnation was discarded before any token was delivered into it,
     /// so it was certainly not delivered. The sender makes a new token from fresh slots.
     Retry,
+    /// LOST: a durable receiver lost the token's incarnation in a restart, and its journal
+    /// holds no delivery in that slot: certainly not delivered. The sender makes a new
+    /// token from fresh slots, as for RETRY, even for an incarnation it saw acknowledged.
+    Lost,
 }
 
 impl Verdict {
@@ -69,6 +76,7 @@ impl Verdict {
             Verdict::Ack => frame_type::ACK,
             Verdict::Doubt => frame_type::DOUBT,
             Verdict::Retry => frame_type::RETRY,
+            Verdict::Lost => frame_type::LOST,
         }
     }
 
@@ -78,6 +86,7 @@ impl Verdict {
             Verdict::Ack => "ACK",
             Verdict::Doubt => "DOUBT",
             Verdict::Retry => "RETRY",
+            Verdict::Lost => "LOST",
         }
     }
 }
@@ -130,6 +139,14 @@ pub enum Frame {
     /// Receiver discarded incarnation `r` before anything was delivered into it: the tokens
     /// in `ranges` were not delivered and must be sent again in fresh slots.
     Retry {
+        /// Incarnation of the tokens to send again.
+        r: u64,
+        /// Their slot numbers.
+        ranges: AckRanges,
+    },
+    /// A durable receiver lost incarnation `r` in a restart and its journal holds no
+    /// delivery in the slots of `ranges`: not delivered, to send again in fresh slots.
+    Lost {
         /// Incarnation of the tokens to send again.
         r: u64,
         /// Their slot numbers.
@@ -220,6 +237,7 @@ impl Frame {
             Frame::Ack { .. } => "ACK",
             Frame::Doubt { .. } => "DOUBT",
             Frame::Retry { .. } => "RETRY",
+            Frame::Lost { .. } => "LOST",
             Frame::Challenge { .. } => "CHALLENGE",
             Frame::Response { .. } => "RESPONSE",
             Frame::Frag { .. } => "FRAG",
@@ -237,6 +255,7 @@ impl Frame {
             Frame::Ack { r, ranges } => Some((Verdict::Ack, *r, ranges)),
             Frame::Doubt { r, ranges } => Some((Verdict::Doubt, *r, ranges)),
             Frame::Retry { r, ranges } => Some((Verdict::Retry, *r, ranges)),
+            Frame::Lost { r, ranges } => Some((Verdict::Lost, *r, ranges)),
             _ => None,
         }
     }
@@ -272,7 +291,7 @@ impl Frame {
                 buf.put_bytes(0, *pad as usize);
             }
             Frame::MtuAck { id } => put_mtu_ack(buf, *id),
-            Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } => {
+            Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } | Frame::Lost { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     put_varint(buf, v.frame_type());
                     put_varint(buf, r);
@@ -304,7 +323,10 @@ impl Frame {
             Frame::Credit { r, limit, max } => credit_len(*r, *limit, *max),
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
-            Frame::Ack { r, ranges } | Frame::Doubt { r, ranges } | Frame::Retry { r, ranges } => {
+            Frame::Ack { r, ranges }
+            | Frame::Doubt { r, ranges }
+            | Frame::Retry { r, ranges }
+            | Frame::Lost { r, ranges } => {
                 1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
             }
         }
@@ -762,6 +784,10 @@ impl Frames<'_> {
                 ranges: AckRanges::decode(r, self.whole)?,
             },
             frame_type::RETRY => Frame::Retry {
+                r: r.varint()?,
+                ranges: AckRanges::decode(r, self.whole)?,
+            },
+            frame_type::LOST => Frame::Lost {
                 r: r.varint()?,
                 ranges: AckRanges::decode(r, self.whole)?,
             },

@@ -1,0 +1,169 @@
+//! Deliveries a durable receiver must still recognise: taken ones until their sender's
+//! frontier passes them, and those recovered untaken after a restart, probed so that a
+//! quiet node forgets them.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::proto::frame::Verdict;
+use crate::proto::{NodeId, PeerMap};
+
+/// One source's remembered deliveries.
+#[derive(Debug, Default)]
+struct Source {
+    /// (incarnation, slot) -> taken (false: held for the application).
+    slots: BTreeMap<(u64, u64), bool>,
+    /// When to ask the source for its frontier next.
+    probe_at: Option<Instant>,
+    /// Probes sent since the frontier last moved.
+    probes: u32,
+}
+
+/// The archive of a durable receiver.
+#[derive(Debug, Default)]
+pub(crate) struct Archive {
+    sources: PeerMap<Source>,
+    /// Remembered deliveries over all sources.
+    len: usize,
+}
+
+impl Archive {
+    /// Remembers the delivery `(from, r, s)`, taken or held.
+    pub fn insert(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        r: u64,
+        s: u64,
+        taken: bool,
+        every: Duration,
+    ) {
+        let src = self.sources.entry(from).or_default();
+        if src.slots.insert((r, s), taken).is_none() {
+            self.len += 1;
+        }
+        if src.probe_at.is_none() {
+            src.probe_at = Some(now + every);
+            src.probes = 0;
+        }
+    }
+
+    /// The answer to a token for `(from, r, s)` if the archive knows it: `Some(Some(ACK))`
+    /// for a taken delivery, `Some(None)` (no answer yet) for one the application holds.
+    pub fn verdict(&self, from: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
+        let taken = *self.sources.get(&from)?.slots.get(&(r, s))?;
+        Some(taken.then_some(Verdict::Ack))
+    }
+
+    /// Whether `(from, r, s)` is held for the application.
+    pub fn is_held(&self, from: NodeId, r: u64, s: u64) -> bool {
+        self.verdict(from, r, s) == Some(None)
+    }
+
+    /// The application took the held delivery `(from, r, s)`: returns whether it was held.
+    pub fn take(&mut self, from: NodeId, r: u64, s: u64) -> bool {
+        match self
+            .sources
+            .get_mut(&from)
+            .and_then(|src| src.slots.get_mut(&(r, s)))
+        {
+            Some(taken) if !*taken => {
+                *taken = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `from`'s frontier is `below`: it holds no token in a slot below it, so taken
+    /// deliveries there are forgotten. Returns how many were.
+    pub fn confirm(&mut self, from: NodeId, below: u64) -> usize {
+        let Some(src) = self.sources.get_mut(&from) else {
+            return 0;
+        };
+        let before = src.slots.len();
+        src.slots.retain(|&(_, s), taken| !(*taken && s < below));
+        let gone = before - src.slots.len();
+        self.len -= gone;
+        if src.slots.is_empty() {
+            self.sources.remove(&from);
+        } else if gone > 0 {
+            src.probes = 0;
+        }
+        gone
+    }
+
+    /// Remembered deliveries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// When the next probe is due.
+    pub fn next_probe(&self) -> Option<Instant> {
+        self.sources.values().filter_map(|s| s.probe_at).min()
+    }
+
+    /// The probes due at `now`: for each source, SLOTS(s, r, 0) with `s` one past its
+    /// highest remembered slot and `r` that slot's incarnation, which a sender answers with
+    /// its frontier. Backs off from `every` to `max`.
+    pub fn due(&mut self, now: Instant, every: Duration, max: Duration) -> Vec<(NodeId, u64, u64)> {
+        let mut out = Vec::new();
+        for (&from, src) in &mut self.sources {
+            if src.probe_at.is_none_or(|t| t > now) {
+                continue;
+            }
+            let Some(&(r, top)) = src.slots.keys().max_by_key(|(_, s)| *s) else {
+                continue;
+            };
+            out.push((from, top.saturating_add(1), r));
+            src.probes = src.probes.saturating_add(1);
+            let back = every.saturating_mul(1u32 << src.probes.min(16)).min(max);
+            src.probe_at = Some(now + back);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: NodeId = NodeId::from_const(3);
+
+    #[test]
+    fn taken_deliveries_are_acknowledged_until_the_frontier_passes_them() {
+        let t = crate::test_time::origin();
+        let every = Duration::from_secs(1);
+        let mut a = Archive::default();
+        a.insert(t, A, 5, 10, true, every);
+        a.insert(t, A, 5, 11, false, every);
+        assert_eq!(a.verdict(A, 5, 10), Some(Some(Verdict::Ack)));
+        assert_eq!(a.verdict(A, 5, 11), Some(None));
+        assert_eq!(a.verdict(A, 6, 10), None, "another incarnation");
+        assert_eq!(a.confirm(A, 12), 1, "held deliveries stay");
+        assert_eq!(a.verdict(A, 5, 10), None);
+        assert!(a.take(A, 5, 11));
+        assert!(!a.take(A, 5, 11), "taken twice");
+        assert_eq!(a.confirm(A, 11), 0, "the frontier is below it");
+        assert_eq!(a.confirm(A, 12), 1);
+        assert_eq!(a.len(), 0);
+        assert_eq!(a.next_probe(), None, "nothing left to ask about");
+    }
+
+    #[test]
+    fn probes_ask_past_the_highest_slot_and_back_off() {
+        let t = crate::test_time::origin();
+        let (every, max) = (Duration::from_secs(1), Duration::from_secs(4));
+        let mut a = Archive::default();
+        a.insert(t, A, 5, 10, true, every);
+        a.insert(t, A, 7, 30, true, every);
+        assert!(a.due(t, every, max).is_empty());
+        let at = a.next_probe().unwrap();
+        assert_eq!(a.due(at, every, max), [(A, 31, 7)]);
+        let next = a.next_probe().unwrap();
+        assert_eq!(next - at, Duration::from_secs(2));
+        a.due(next, every, max);
+        let last = a.next_probe().unwrap();
+        assert_eq!(last - next, max);
+    }
+}

@@ -1,0 +1,352 @@
+//! Replaying journal records: what is still live (to recover from, and to keep when the log
+//! is compacted).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::proto::journal::Entry;
+use crate::proto::{MsgId, NodeId};
+
+/// The live content of a journal, built by replaying its records in order.
+///
+/// A delivery is live until its sender's frontier passes its slot after it was taken
+/// (`Confirmed`); a message sent is live until it is `Resolved`. Everything else is
+/// forgotten: a quiet node's live state is empty, so its compacted log is too.
+#[derive(Debug, Default, Clone)]
+pub struct State {
+    /// Deliveries by (source, incarnation, slot): the payload while untaken, `None` once
+    /// taken.
+    inbox: BTreeMap<(NodeId, u64, u64), Option<Bytes>>,
+    /// Messages accepted and not resolved.
+    outbox: BTreeMap<MsgId, RecoveredMessage>,
+    /// Bytes the live records take encoded (what a compaction writes).
+    live_bytes: usize,
+}
+
+/// A message a restarted sender recovers: sent again in the slot it was first sent in, if
+/// it had one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredMessage {
+    /// Its stable id.
+    pub id: MsgId,
+    /// The destination.
+    pub to: NodeId,
+    /// The message.
+    pub payload: Bytes,
+    /// The receiver incarnation and slot it was assigned, if it became a token.
+    pub assigned: Option<(u64, u64)>,
+}
+
+/// A delivery a restarted receiver recovers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveredDelivery {
+    /// The sending node.
+    pub from: NodeId,
+    /// The receiver incarnation.
+    pub rck: u64,
+    /// The slot.
+    pub slot: u64,
+    /// The payload, while the application has not taken it (`None`: taken, kept only to
+    /// acknowledge late copies).
+    pub payload: Option<Bytes>,
+}
+
+/// What a restarted node is given ([`Node::recover`](crate::proto::Node::recover)).
+#[derive(Debug, Default, Clone)]
+pub struct Recovered {
+    /// Deliveries, taken or not, whose sender may still send copies.
+    pub deliveries: Vec<RecoveredDelivery>,
+    /// Messages accepted and not resolved, oldest first.
+    pub messages: Vec<RecoveredMessage>,
+    /// Whether the storage lost records it had made durable (a damaged log): tokens for
+    /// what it may have held are then answered DOUBT, not RETRY.
+    pub damaged: bool,
+}
+
+fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
+    Entry::Delivered {
+        from,
+        rck,
+        slot,
+        payload: p.clone(),
+    }
+    .encoded_len()
+}
+
+impl State {
+    /// An empty state (a new node).
+    pub fn new() -> State {
+        State::default()
+    }
+
+    /// Applies one record.
+    pub fn apply(&mut self, e: &Entry) {
+        match e {
+            Entry::Delivered {
+                from,
+                rck,
+                slot,
+                payload,
+            } => {
+                let key = (*from, *rck, *slot);
+                if !self.inbox.contains_key(&key) {
+                    self.live_bytes += delivered_len(*from, *rck, *slot, payload);
+                    self.inbox.insert(key, Some(payload.clone()));
+                }
+            }
+            Entry::Taken { from, rck, slot } => {
+                let key = (*from, *rck, *slot);
+                let old = self.inbox.insert(key, None);
+                if let Some(Some(p)) = &old {
+                    self.live_bytes -= delivered_len(*from, *rck, *slot, p);
+                }
+                if !matches!(old, Some(None)) {
+                    self.live_bytes += e.encoded_len();
+                }
+            }
+            Entry::Confirmed { from, below } => {
+                let taken: Vec<_> = self
+                    .inbox
+                    .range((*from, 0, 0)..=(*from, u64::MAX, u64::MAX))
+                    .filter(|((_, _, s), p)| *s < *below && p.is_none())
+                    .map(|(k, _)| *k)
+                    .collect();
+                for (f, r, s) in taken {
+                    self.inbox.remove(&(f, r, s));
+                    self.live_bytes -= Entry::Taken {
+                        from: f,
+                        rck: r,
+                        slot: s,
+                    }
+                    .encoded_len();
+                }
+            }
+            Entry::Accepted { id, to, payload } => {
+                if !self.outbox.contains_key(id) {
+                    self.live_bytes += e.encoded_len();
+                    self.outbox.insert(
+                        *id,
+                        RecoveredMessage {
+                            id: *id,
+                            to: *to,
+                            payload: payload.clone(),
+                            assigned: None,
+                        },
+                    );
+                }
+            }
+            Entry::Assigned { id, rck, slot } => {
+                if let Some(m) = self.outbox.get_mut(id) {
+                    if m.assigned.is_none() {
+                        self.live_bytes += e.encoded_len();
+                    }
+                    m.assigned = Some((*rck, *slot));
+                }
+            }
+            Entry::Resolved { id } => {
+                if let Some(m) = self.outbox.remove(id) {
+                    self.live_bytes -= Self::message_len(&m);
+                }
+            }
+        }
+    }
+
+    fn message_len(m: &RecoveredMessage) -> usize {
+        let accepted = Entry::Accepted {
+            id: m.id,
+            to: m.to,
+            payload: m.payload.clone(),
+        }
+        .encoded_len();
+        let assigned = m.assigned.map_or(0, |(rck, slot)| {
+            Entry::Assigned {
+                id: m.id,
+                rck,
+                slot,
+            }
+            .encoded_len()
+        });
+        accepted + assigned
+    }
+
+    /// Whether nothing is live (a compacted log would be empty).
+    pub fn is_empty(&self) -> bool {
+        self.inbox.is_empty() && self.outbox.is_empty()
+    }
+
+    /// Bytes the live records take encoded: what a compaction writes.
+    pub fn live_bytes(&self) -> usize {
+        self.live_bytes
+    }
+
+    /// Deliveries remembered, and messages not resolved.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.inbox.len(), self.outbox.len())
+    }
+
+    /// The records that rebuild this state, for a compaction: replaying them gives the
+    /// same state.
+    pub fn live_entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        let inbox = self.inbox.iter().map(|(&(from, rck, slot), p)| match p {
+            Some(payload) => Entry::Delivered {
+                from,
+                rck,
+                slot,
+                payload: payload.clone(),
+            },
+            None => Entry::Taken { from, rck, slot },
+        });
+        let outbox = self.outbox.values().flat_map(|m| {
+            let accepted = Entry::Accepted {
+                id: m.id,
+                to: m.to,
+                payload: m.payload.clone(),
+            };
+            let assigned = m.assigned.map(|(rck, slot)| Entry::Assigned {
+                id: m.id,
+                rck,
+                slot,
+            });
+            std::iter::once(accepted).chain(assigned)
+        });
+        inbox.chain(outbox)
+    }
+
+    /// What a restarted node is given; `damaged` says the log lost durable records.
+    pub fn recovered(&self, damaged: bool) -> Recovered {
+        Recovered {
+            deliveries: self
+                .inbox
+                .iter()
+                .map(|(&(from, rck, slot), p)| RecoveredDelivery {
+                    from,
+                    rck,
+                    slot,
+                    payload: p.clone(),
+                })
+                .collect(),
+            messages: self.outbox.values().cloned().collect(),
+            damaged,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: NodeId = NodeId::from_const(1);
+
+    fn taken(slot: u64) -> Entry {
+        Entry::Taken {
+            from: A,
+            rck: 5,
+            slot,
+        }
+    }
+
+    fn delivered(slot: u64) -> Entry {
+        Entry::Delivered {
+            from: A,
+            rck: 5,
+            slot,
+            payload: Bytes::from_static(b"payload"),
+        }
+    }
+
+    fn replay(entries: &[Entry]) -> State {
+        let mut s = State::new();
+        for e in entries {
+            s.apply(e);
+        }
+        s
+    }
+
+    fn encoded(s: &State) -> usize {
+        s.live_entries().map(|e| e.encoded_len()).sum()
+    }
+
+    #[test]
+    fn a_quiet_journal_replays_to_nothing() {
+        let s = replay(&[
+            delivered(10),
+            delivered(11),
+            taken(10),
+            taken(11),
+            Entry::Accepted {
+                id: MsgId(3),
+                to: A,
+                payload: Bytes::from_static(b"x"),
+            },
+            Entry::Assigned {
+                id: MsgId(3),
+                rck: 8,
+                slot: 40,
+            },
+            Entry::Confirmed { from: A, below: 12 },
+            Entry::Resolved { id: MsgId(3) },
+        ]);
+        assert!(s.is_empty());
+        assert_eq!(s.live_bytes(), 0);
+    }
+
+    #[test]
+    fn untaken_deliveries_survive_a_frontier_and_taken_ones_wait_for_it() {
+        let s = replay(&[
+            delivered(10),
+            delivered(11),
+            delivered(12),
+            taken(10),
+            taken(12),
+            Entry::Confirmed { from: A, below: 12 },
+        ]);
+        let r = s.recovered(false);
+        let kept: Vec<_> = r
+            .deliveries
+            .iter()
+            .map(|d| (d.slot, d.payload.is_some()))
+            .collect();
+        assert_eq!(kept, [(11, true), (12, false)]);
+        assert_eq!(s.live_bytes(), encoded(&s));
+    }
+
+    #[test]
+    fn live_entries_rebuild_the_same_state_and_count_their_bytes() {
+        let s = replay(&[
+            delivered(1),
+            taken(1),
+            delivered(2),
+            Entry::Accepted {
+                id: MsgId(9),
+                to: A,
+                payload: Bytes::from_static(b"abc"),
+            },
+            Entry::Assigned {
+                id: MsgId(9),
+                rck: 4,
+                slot: 2,
+            },
+            Entry::Assigned {
+                id: MsgId(9),
+                rck: 6,
+                slot: 7,
+            },
+            Entry::Accepted {
+                id: MsgId(10),
+                to: A,
+                payload: Bytes::from_static(b"d"),
+            },
+        ]);
+        let again = replay(&s.live_entries().collect::<Vec<_>>());
+        assert_eq!(
+            s.recovered(false).deliveries,
+            again.recovered(false).deliveries
+        );
+        let msgs = again.recovered(false).messages;
+        assert_eq!(msgs[0].assigned, Some((6, 7)), "the latest assignment");
+        assert_eq!(msgs[1].assigned, None);
+        assert_eq!(s.live_bytes(), encoded(&s));
+        assert_eq!(again.live_bytes(), encoded(&again));
+    }
+}

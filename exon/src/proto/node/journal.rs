@@ -1,0 +1,337 @@
+//! Durable mode of the node: records asked for and gates opened when they are stored
+//! (`poll_store`, `handle_stored`), and recovery from a journal (`recover`).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::proto::frame::Verdict;
+use crate::proto::journal::gates::{Gate, Journal};
+use crate::proto::journal::{Entry, Recovered, Write};
+use crate::proto::recv::delivery::Kept;
+use crate::proto::send::record::SRecord;
+use crate::proto::{DeliveryId, Event, MsgId, Node, NodeId};
+
+/// Why [`Node::recover`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecoverError {
+    /// The node already did something: recovery comes first, once.
+    #[error("recover must be the first input of a new node, and comes once")]
+    NotFresh,
+}
+
+impl Node {
+    /// Input, first and once: turns durable mode on, with what a previous run of this node
+    /// left in its journal (`Recovered::default()` for a node that never ran).
+    ///
+    /// From then on the node asks for [`Write`]s ([`poll_store`](Self::poll_store)) and holds
+    /// back what depends on them until [`handle_stored`](Self::handle_stored): deliveries,
+    /// acknowledgements, first transmissions of tokens, verdicts (see
+    /// [`journal`](crate::proto::journal)). What it recovers: deliveries not taken are
+    /// handed to the application again ([`DeliveryId::is_redelivery`]), taken ones are
+    /// acknowledged to late copies of their tokens, tokens of incarnations this node made
+    /// before the restart and delivered nothing into get RETRY (never DOUBT), and messages
+    /// not resolved are sent again, in the slot they had (the receiver deduplicates).
+    pub fn recover(&mut self, now: Instant, recovered: Recovered) -> Result<(), RecoverError> {
+        if self.journal.is_some() || self.next_msg != 0 || !self.is_idle() {
+            return Err(RecoverError::NotFresh);
+        }
+        let mut j = Journal::new(self.ck, recovered.damaged);
+        let every = self.cfg.timers.probe_interval;
+        for d in recovered.deliveries {
+            let taken = d.payload.is_none();
+            j.archive.insert(now, d.from, d.rck, d.slot, taken, every);
+            if let Some(payload) = d.payload {
+                let kept = Kept {
+                    charge: payload.len(),
+                    pin: None,
+                };
+                self.untaken += 1;
+                self.untaken_bytes += kept.charge;
+                self.stats.redelivered += 1;
+                self.events.push_back(Event::Delivered {
+                    from: d.from,
+                    payload,
+                    id: DeliveryId::redelivered(d.from, d.rck, d.slot, kept),
+                });
+            }
+        }
+        self.journal = Some(Box::new(j));
+        for m in recovered.messages {
+            self.next_msg = self.next_msg.max(m.id.0.saturating_add(1));
+            if !self.senders.contains_key(&m.to) {
+                let mut rec = SRecord::new(self.ck, now, &self.cfg, &self.rules);
+                rec.set_durable();
+                self.senders.insert(m.to, rec);
+            }
+            self.queued_bytes += m.payload.len();
+            self.stats.recovered_messages += 1;
+            if let Some(rec) = self.senders.get_mut(&m.to) {
+                rec.restore(m.id, m.payload, m.assigned);
+            }
+        }
+        let peers: Vec<NodeId> = self.senders.keys().copied().collect();
+        for peer in peers {
+            self.liveness_work(now, peer, true);
+            self.outbox.wake(peer, usize::MAX);
+            self.request_slots(peer);
+            self.rearm_sender(peer);
+        }
+        Ok(())
+    }
+
+    /// Whether the node runs in durable mode ([`recover`](Self::recover)).
+    pub fn is_durable(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Output (durable mode): the next record to append to the journal, in order. Report
+    /// writes durable with [`handle_stored`](Self::handle_stored) once synced (a batch of
+    /// them per sync: group commit).
+    pub fn poll_store(&mut self) -> Option<Write> {
+        self.journal.as_mut()?.poll_write()
+    }
+
+    /// Input (durable mode): every write numbered up to `through` is on stable storage.
+    pub fn handle_stored(&mut self, now: Instant, through: u64) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        for g in j.on_stored(through) {
+            self.open_gate(now, g);
+        }
+    }
+
+    /// Journal writes handed out and not yet reported durable, and actions waiting for
+    /// them (durable mode).
+    pub fn journal_backlog(&self) -> (u64, usize) {
+        self.journal.as_ref().map_or((0, 0), |j| j.backlog())
+    }
+
+    /// Deliveries a durable receiver remembers for late copies of their tokens.
+    pub fn remembered_deliveries(&self) -> usize {
+        self.journal.as_ref().map_or(0, |j| j.archive.len())
+    }
+
+    /// Journals `entry` and holds `g` until it is stored, unless the rule for `g` is
+    /// switched off (the checker's self-test: then it acts at once).
+    pub(super) fn journal(&mut self, now: Instant, entry: Entry, g: Gate) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        let seq = j.write(entry);
+        let waits = match &g {
+            Gate::Deliver(_) => self.rules.journal_before_delivery,
+            Gate::Take(_) => self.rules.journal_before_ack,
+            Gate::Assigned { .. } => self.rules.journal_before_token,
+            Gate::Verdict { .. } | Gate::Stored(_) => self.rules.journal_before_verdict,
+        };
+        if waits {
+            j.gate(seq, g);
+        } else {
+            self.open_gate(now, g);
+        }
+    }
+
+    fn open_gate(&mut self, now: Instant, g: Gate) {
+        match g {
+            Gate::Deliver(ev) | Gate::Stored(ev) => self.events.push_back(ev),
+            Gate::Take(id) => self.complete_take(now, id),
+            Gate::Assigned { to, below } => {
+                if self
+                    .senders
+                    .get_mut(&to)
+                    .is_some_and(|rec| rec.logged_through(below))
+                {
+                    self.outbox.wake(to, usize::MAX);
+                }
+            }
+            Gate::Verdict { to, event, .. } => {
+                self.events.push_back(event);
+                let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
+                if let Some(rec) = self.senders.get_mut(&to) {
+                    rec.set_frontier_cap(cap);
+                    rec.note_if_idle(now);
+                }
+                self.rearm_sender(to);
+            }
+        }
+    }
+
+    /// Durable mode: the slots assigned to `to`'s messages since the last call go to the
+    /// journal; their tokens wait for it.
+    pub(super) fn journal_assignments(&mut self, now: Instant, to: NodeId) {
+        if self.journal.is_none() {
+            return;
+        }
+        let Some(rec) = self.senders.get_mut(&to) else {
+            return;
+        };
+        for (id, rck, slot) in rec.take_assigned() {
+            let g = Gate::Assigned {
+                to,
+                below: slot.saturating_add(1),
+            };
+            self.journal(now, Entry::Assigned { id, rck, slot }, g);
+        }
+    }
+
+    /// Durable mode: the verdicts a sender record settled go to the journal; the
+    /// application hears them, and the frontier passes their slots, once stored.
+    pub(super) fn journal_verdicts(&mut self, now: Instant, to: NodeId) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        let held = std::mem::take(&mut j.held);
+        for (slot, event) in held {
+            let id = match &event {
+                Event::Acknowledged { id, .. }
+                | Event::InDoubt { id, .. }
+                | Event::NotDelivered { id, .. } => *id,
+                _ => continue,
+            };
+            let g = Gate::Verdict {
+                to,
+                slot: Some(slot),
+                event,
+            };
+            self.journal(now, Entry::Resolved { id }, g);
+        }
+        let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
+        if let Some(rec) = self.senders.get_mut(&to) {
+            rec.set_frontier_cap(cap);
+        }
+    }
+
+    /// Durable mode: message `id` to `to` was accepted; the application hears it is stored
+    /// once it is.
+    pub(super) fn journal_accepted(&mut self, now: Instant, id: MsgId, to: NodeId, payload: Bytes) {
+        let g = Gate::Stored(Event::Stored { to, id });
+        self.journal(now, Entry::Accepted { id, to, payload }, g);
+    }
+
+    /// Durable mode: a message given up is forgotten by the journal too.
+    pub(super) fn journal_abandoned(&mut self, id: MsgId) {
+        if let Some(j) = self.journal.as_mut() {
+            j.write(Entry::Resolved { id });
+        }
+    }
+
+    /// Durable mode: the delivery `ev` (slot `s` of `(src, r)`) reaches the application once
+    /// its record is stored. Other modes hand it over at once.
+    pub(super) fn deliver(&mut self, now: Instant, ev: Event, src: NodeId, (r, s): (u64, u64)) {
+        if self.journal.is_none() {
+            self.events.push_back(ev);
+            return;
+        }
+        let Event::Delivered { payload, .. } = &ev else {
+            return;
+        };
+        let entry = Entry::Delivered {
+            from: src,
+            rck: r,
+            slot: s,
+            payload: payload.clone(),
+        };
+        self.journal(now, entry, Gate::Deliver(ev));
+    }
+
+    /// Durable mode: the answer the journal gives a token of `(src, r, s)` for which no
+    /// live record holds `r`: `Some(answer)` when it knows (ACK for a taken delivery, no
+    /// answer for one the application holds, RETRY for an incarnation lost in a restart).
+    pub(super) fn journal_verdict(&self, src: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
+        let j = self.journal.as_ref()?;
+        if let Some(v) = j.archive.verdict(src, r, s) {
+            return Some(v);
+        }
+        // Every delivery was stored before it was handed over or acknowledged: a token of
+        // an incarnation lost in the restart that the archive does not know was never
+        // delivered, unless the storage lost records.
+        (r < j.restart_below && !j.damaged).then_some(Some(Verdict::Lost))
+    }
+
+    /// Durable mode: the application took `id`; the ACK waits for the `Taken` record.
+    /// Returns whether the take was accepted (the delivery was waiting).
+    pub(super) fn journal_take(&mut self, now: Instant, id: DeliveryId) -> bool {
+        let Some(j) = self.journal.as_ref() else {
+            return false;
+        };
+        let (from, (r, s)) = (id.from(), id.slot());
+        let live = self
+            .receivers
+            .get(&from)
+            .is_some_and(|rec| rec.rck() == r && rec.held().contains(s));
+        if !(live || j.archive.is_held(from, r, s)) || j.is_taking(&id) {
+            return false;
+        }
+        let entry = Entry::Taken {
+            from,
+            rck: r,
+            slot: s,
+        };
+        self.journal(now, entry, Gate::Take(id));
+        true
+    }
+
+    /// A take is stored (or needs no storing): the slot is released and acknowledged, and a
+    /// durable node remembers it for late copies of its token.
+    pub(super) fn complete_take(&mut self, now: Instant, id: DeliveryId) {
+        let (from, (r, s)) = (id.from(), id.slot());
+        if let Some(j) = self.journal.as_mut() {
+            let every = self.cfg.timers.probe_interval;
+            if j.archive.take(from, r, s) {
+                // A delivery recovered after a restart: no live record holds it.
+                self.release_taken(id);
+                self.ack_taken(now, from, (r, s), false);
+                return;
+            }
+            j.archive.insert(now, from, r, s, true, every);
+        }
+        self.take_live(now, id);
+    }
+
+    /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten.
+    pub(super) fn journal_frontier(&mut self, src: NodeId, l: u64) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        if j.archive.confirm(src, l) > 0 {
+            j.write(Entry::Confirmed {
+                from: src,
+                below: l,
+            });
+        }
+    }
+
+    /// Durable mode: the archive's probes due at `now` (SLOTS(s, r, 0) to each source it
+    /// remembers deliveries of, answered with the source's frontier).
+    pub(super) fn probe_archive(&mut self, now: Instant) {
+        let (every, max) = (
+            self.cfg.timers.probe_interval,
+            self.cfg.timers.max_probe_interval,
+        );
+        let cap = self.outbox_cap();
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        for (peer, s, r) in j.archive.due(now, every, max) {
+            self.stats.probes += 1;
+            if !self.outbox.probe(peer, s, r, cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+        }
+    }
+
+    /// When the archive probes next.
+    pub(super) fn archive_deadline(&self) -> Option<Instant> {
+        self.journal.as_ref()?.archive.next_probe()
+    }
+
+    /// Durable mode: whether verdicts to `to` wait for the journal (its record must stay,
+    /// its frontier below them).
+    pub(super) fn is_resolving(&self, to: NodeId) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| j.frontier_cap(to).is_some())
+    }
+}
