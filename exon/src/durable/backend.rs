@@ -237,8 +237,24 @@ impl MemBackend {
     /// except the first `keep(seg, unsynced_len)` of them (clamped; a torn last write), and a
     /// truncation not yet synced is undone. Segments created or removed since the last
     /// [`sync_dir`](Backend::sync_dir) are gone or back. Fault settings stay.
-    pub fn crash(&self, mut keep: impl FnMut(u64, usize) -> usize) {
+    pub fn crash(&self, keep: impl FnMut(u64, usize) -> usize) {
+        self.crash_with(keep, |_| false);
+    }
+
+    /// [`crash`](Self::crash), except that the creation or removal of segment `seg` since
+    /// the last [`sync_dir`](Backend::sync_dir) persists if `keep_dir(seg)` (a file system may
+    /// write some directory changes before it is asked to).
+    pub fn crash_with(
+        &self,
+        mut keep: impl FnMut(u64, usize) -> usize,
+        mut keep_dir: impl FnMut(u64) -> bool,
+    ) {
         let mut disk = self.disk();
+        for (&n, s) in disk.segs.iter_mut() {
+            if s.listed != s.durable_listed && keep_dir(n) {
+                s.durable_listed = s.listed;
+            }
+        }
         disk.segs.retain(|_, s| s.durable_listed);
         for (&n, s) in disk.segs.iter_mut() {
             if s.listed && s.data.starts_with(&s.durable) {
@@ -457,6 +473,12 @@ mod tests {
         mem.sync_dir().unwrap();
         mem.crash(|_, _| 0);
         assert_eq!(mem.list().unwrap(), vec![3]);
+        // Directory changes a file system wrote early.
+        mem.create(5).unwrap();
+        mem.create(6).unwrap();
+        mem.remove(3).unwrap();
+        mem.crash_with(|_, _| 0, |seg| seg != 5);
+        assert_eq!(mem.list().unwrap(), vec![6]);
     }
 
     #[test]

@@ -188,8 +188,10 @@ fn crash_at_every_step_of_a_checkpoint() {
         .map(|i| format!("live {i:02}").into_bytes())
         .collect();
     let (mut saw_old, mut saw_live, mut saw_removed, mut saw_discard) = (0, 0, 0, 0);
-    // Of the unsynced bytes, a crash keeps none, half (a torn checkpoint) or all.
-    for keep in [|_| 0, |n| n / 2, |n| n] {
+    // Of the unsynced bytes, a crash keeps none, half (a torn checkpoint) or all; of the
+    // directory changes not yet synced, none or all (some removals done).
+    let keeps = [|_| 0, |n| n / 2, |n| n];
+    for (keep, keep_dir) in keeps.into_iter().flat_map(|k| [(k, false), (k, true)]) {
         for ops in 0.. {
             let mem = MemBackend::new();
             let mut log = committed(&mem, small(), 10);
@@ -200,7 +202,7 @@ fn crash_at_every_step_of_a_checkpoint() {
                 assert!(log.is_poisoned());
                 assert!(matches!(log.append(b"x"), Err(LogError::Poisoned)));
             }
-            mem.crash(|_, n| keep(n));
+            mem.crash_with(|_, n| keep(n), |_| keep_dir);
             let (mut log, rec) = open(&mem, small());
             let got = bodies(&rec);
             if got == old {
