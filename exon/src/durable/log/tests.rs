@@ -134,6 +134,40 @@ fn rotation_keeps_segments_under_the_limit_and_the_order() {
     assert_eq!(rec.segments, 5);
 }
 
+/// A batch that fills several segments, cut short after every number of backend calls and
+/// crashed: recovery gives a prefix of the appended entries holding every committed one,
+/// and never reports damage in the middle (each segment is synced before the next is made).
+#[test]
+fn crash_at_every_step_of_a_rotating_commit() {
+    let all: Vec<Vec<u8>> = (0..25).map(entry).collect();
+    let keeps = [|_| 0, |n| n / 2, |n| n];
+    let mut lengths = std::collections::BTreeSet::new();
+    for (keep, keep_dir) in keeps.into_iter().flat_map(|k| [(k, false), (k, true)]) {
+        for ops in 0.. {
+            let mem = MemBackend::new();
+            let mut log = committed(&mem, small(), 5);
+            for e in &all[5..] {
+                log.append(e).unwrap();
+            }
+            mem.fail_after_ops(Some(ops));
+            let done = log.commit().is_ok();
+            mem.fail_after_ops(None);
+            mem.crash_with(|_, n| keep(n), |_| keep_dir);
+            let (_, rec) = open(&mem, small());
+            let got = bodies(&rec);
+            assert!(got.len() >= 5 && got[..] == all[..got.len()], "ops {ops}");
+            assert!(!rec.lost_tail_in_middle(), "ops {ops}");
+            lengths.insert(got.len());
+            if done {
+                assert_eq!(got, all);
+                break;
+            }
+        }
+    }
+    // Cut at each segment boundary, and inside segments.
+    assert!(lengths.len() >= 5, "{lengths:?}");
+}
+
 #[test]
 fn damage_in_a_middle_segment_is_reported_and_cut() {
     let mem = MemBackend::new();
