@@ -46,10 +46,15 @@ pub struct FsBackend {
 }
 
 impl FsBackend {
-    /// Uses `dir` for the segments, creating it if needed.
+    /// Uses `dir` for the segments. If it does not exist, it is created and its entry made
+    /// durable (the parent directory synced).
     pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir)?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir)?;
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+            File::open(parent.unwrap_or(Path::new(".")))?.sync_all()?;
+        }
         Ok(FsBackend {
             dir,
             files: HashMap::new(),

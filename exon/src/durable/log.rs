@@ -196,8 +196,9 @@ impl<B: Backend> Log<B> {
     }
 
     /// Commits the batch, then writes a checkpoint holding exactly the entries of `live`
-    /// (in a new segment, between a begin and an end record), syncs it, and removes every
-    /// older segment. Afterwards recovery replays `live`, then what is appended later. The
+    /// (between a begin and an end record, from a new segment on: each segment's creation is
+    /// made durable before it is written), syncs it, and removes every older segment (then
+    /// syncs the directory). Afterwards recovery replays `live`, then what is appended later. The
     /// checkpoint is encoded in memory first, so an entry over the limit fails before any
     /// write. After an I/O error the log is poisoned; a checkpoint cut short by an error or
     /// a crash is discarded by recovery, and the older segments are still there.

@@ -264,6 +264,50 @@ fn crash_at_every_step_of_a_checkpoint() {
     assert!(saw.0 > 0 && saw.1 > 0 && saw.2 > 0 && saw.3 > 0, "{saw:?}");
 }
 
+/// A first checkpoint of a log that never committed (no older segment to fall back on): a
+/// torn one recovers as an empty log, never as a part of the live entries.
+#[test]
+fn crash_during_the_checkpoint_of_an_empty_log() {
+    let live: Vec<Vec<u8>> = (0..12).map(entry).collect();
+    let mut outcomes = std::collections::BTreeSet::new();
+    for ops in 0.. {
+        let mem = MemBackend::new();
+        let (mut log, _) = open(&mem, small());
+        mem.fail_after_ops(Some(ops));
+        let done = log.checkpoint(&live).is_ok();
+        mem.fail_after_ops(None);
+        mem.crash(|_, n| n / 2);
+        let (log, rec) = open(&mem, small());
+        let got = bodies(&rec);
+        assert!(
+            got.is_empty() || got == live,
+            "ops {ops}: {} entries",
+            got.len()
+        );
+        outcomes.insert(got.len());
+        if got.is_empty() {
+            assert_eq!(log.disk_bytes(), 0);
+        }
+        if done {
+            break;
+        }
+    }
+    assert_eq!(outcomes.into_iter().collect::<Vec<_>>(), vec![0, 12]);
+}
+
+#[test]
+fn empty_checkpoint_and_bytes_since_checkpoint_after_reopen() {
+    let mem = MemBackend::new();
+    drop(committed(&mem, small(), 3));
+    let (mut log, _) = open(&mem, small());
+    assert_eq!((log.bytes_since_checkpoint(), log.disk_bytes()), (54, 54));
+    log.checkpoint(std::iter::empty::<&[u8]>()).unwrap();
+    assert_eq!((log.bytes_since_checkpoint(), log.disk_bytes()), (0, 34));
+    let (log, rec) = open(&mem, small());
+    assert!(rec.entries.is_empty());
+    assert_eq!((log.bytes_since_checkpoint(), log.disk_bytes()), (0, 34));
+}
+
 #[test]
 fn full_disk_poisons_and_reopening_recovers_the_committed() {
     let mem = MemBackend::new();
