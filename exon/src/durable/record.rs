@@ -1,4 +1,4 @@
-//! The framing of the log's records, and the scan of a segment's bytes.
+//! The framing of the log's records, and reading them back from a segment's bytes.
 //!
 //! A record is `[len: u32 LE][crc: u32 LE][kind: u8][body]`: `len` counts `kind` and
 //! `body`, `crc` is the CRC-32 (IEEE) of those same bytes. The body of an entry is the
@@ -63,59 +63,86 @@ pub(crate) fn encoded_len(buf: &[u8]) -> usize {
     HEADER + len as usize
 }
 
-/// A segment's bytes read back: its records up to the first damaged one.
-#[derive(Debug, Default)]
-pub(crate) struct Scan {
-    /// Each intact record, with its offset in the segment.
-    pub records: Vec<(usize, Record)>,
-    /// The bytes up to the end of the last intact record.
-    pub valid: usize,
+/// The records of a segment's bytes, in order, up to the first damaged one: one cut short,
+/// whose length is out of bounds (zero, or a body over `max_body`), whose checksum fails, or
+/// whose kind or body is not one this log writes. Never panics; allocates nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct Records<'a> {
+    data: &'a [u8],
+    at: usize,
+    max_body: usize,
 }
 
-/// Reads the records of `data` in order, stopping at the first one that is cut short, whose
-/// length is out of bounds (zero, or a body over `max_body`), whose checksum fails, or
-/// whose kind or body is not one this log writes. Never panics, allocates only the list.
-pub(crate) fn scan(data: &[u8], max_body: usize) -> Scan {
-    let mut scan = Scan::default();
-    let mut at = 0;
-    while let Some(header) = data.get(at..at + HEADER) {
-        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
-        let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
-        if len == 0 || len - 1 > max_body.max(8) {
-            break;
+impl<'a> Records<'a> {
+    /// The records of `data`, entries of at most `max_body` bytes.
+    pub fn new(data: &'a [u8], max_body: usize) -> Self {
+        Records {
+            data,
+            at: 0,
+            max_body,
+        }
+    }
+
+    /// The end of the last record read: once the iterator is done, the bytes that are intact.
+    pub fn offset(&self) -> usize {
+        self.at
+    }
+
+    /// The record at `self.at` and its length, if it is intact.
+    fn parse(&self) -> Option<(Record, usize)> {
+        let at = self.at;
+        let header = self.data.get(at..at.checked_add(HEADER)?)?;
+        let len = u32::from_le_bytes(header[..4].try_into().ok()?) as usize;
+        let crc = u32::from_le_bytes(header[4..].try_into().ok()?);
+        if len == 0 || len - 1 > self.max_body.max(8) {
+            return None;
         }
         let start = at + HEADER;
-        let Some(bytes) = data.get(start..start + len) else {
-            break;
-        };
+        let bytes = self.data.get(start..start + len)?;
         if crc32fast::hash(bytes) != crc {
-            break;
+            return None;
         }
         let body = &bytes[1..];
         let number = || body.try_into().ok().map(u64::from_le_bytes);
         let record = match bytes[0] {
-            ENTRY if body.len() <= max_body => Record::Entry(start + 1..start + len),
-            BEGIN => match number() {
-                Some(n) => Record::Begin(n),
-                None => break,
-            },
-            END => match number() {
-                Some(n) => Record::End(n),
-                None => break,
-            },
-            _ => break,
+            ENTRY if body.len() <= self.max_body => Record::Entry(start + 1..start + len),
+            BEGIN => Record::Begin(number()?),
+            END => Record::End(number()?),
+            _ => return None,
         };
-        scan.records.push((at, record));
-        at = start + len;
-        scan.valid = at;
+        Some((record, HEADER + len))
     }
-    scan
+}
+
+impl Iterator for Records<'_> {
+    type Item = (usize, Record);
+
+    fn next(&mut self) -> Option<(usize, Record)> {
+        let (record, len) = self.parse()?;
+        let at = self.at;
+        self.at += len;
+        Some((at, record))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    struct Scan {
+        records: Vec<(usize, Record)>,
+        valid: usize,
+    }
+
+    fn scan(data: &[u8], max_body: usize) -> Scan {
+        let mut it = Records::new(data, max_body);
+        let records = it.by_ref().collect();
+        Scan {
+            records,
+            valid: it.offset(),
+        }
+    }
 
     #[test]
     fn round_trip_and_damage() {

@@ -1,12 +1,13 @@
 //! Recovery: reading the segments back, replaying them, and repairing the log.
 
+use std::collections::BTreeSet;
 use std::io;
 
 use bytes::Bytes;
 
 use super::{LogConfig, LogError};
 use crate::durable::backend::Backend;
-use crate::durable::record::{self, Record};
+use crate::durable::record::{self, Record, Records};
 
 /// What [`Log::open`](super::Log::open) found.
 #[derive(Debug, Default)]
@@ -43,20 +44,26 @@ impl Recovery {
 struct Segment {
     seg: u64,
     data: Bytes,
-    scan: record::Scan,
+    /// The intact bytes: up to the first damaged record.
+    valid: usize,
+    /// The first record, if intact.
+    first: Option<Record>,
+    /// The numbers of the checkpoint ends in the segment, of those that may match a begin
+    /// (the number of a segment up to this one), so bounded by the number of segments.
+    ends: BTreeSet<u64>,
 }
 
 impl Segment {
     fn damaged(&self) -> bool {
-        self.scan.valid < self.data.len()
+        self.valid < self.data.len()
     }
 }
 
 /// Whether the checkpoint `n` begun at the start of `segs[0]` has its end in `segs`, before
 /// any damage in a segment that is not the last.
-fn ends(segs: &[Segment], n: u64) -> bool {
+fn has_end(segs: &[Segment], n: u64) -> bool {
     for (i, s) in segs.iter().enumerate() {
-        if s.scan.records.iter().any(|(_, r)| *r == Record::End(n)) {
+        if s.ends.contains(&n) {
             return true;
         }
         if s.damaged() && i + 1 < segs.len() {
@@ -104,15 +111,29 @@ pub(super) fn recover<B: Backend>(
                 LogError::Io(e)
             }
         })?;
-        let scan = record::scan(&data, cfg.max_record);
+        let (mut first, mut ends) = (None, BTreeSet::new());
+        let mut records = Records::new(&data, cfg.max_record);
+        for (at, r) in records.by_ref() {
+            match r {
+                Record::End(n) if n <= seg && numbers.binary_search(&n).is_ok() => {
+                    ends.insert(n);
+                }
+                _ => {}
+            }
+            if at == 0 {
+                first = Some(r);
+            }
+        }
         segs.push_front(Segment {
             seg,
+            valid: records.offset(),
             data: Bytes::from(data),
-            scan,
+            first,
+            ends,
         });
         let segs = segs.make_contiguous();
-        if let Some((0, Record::Begin(n))) = segs[0].scan.records.first() {
-            if *n == seg && ends(segs, *n) {
+        if let Some(Record::Begin(n)) = segs[0].first {
+            if n == seg && has_end(segs, n) {
                 start = i;
                 break;
             }
@@ -135,13 +156,13 @@ pub(super) fn recover<B: Backend>(
     let mut cut = None; // (segment index, offset)
     let mut end_at = None; // just after the last checkpoint end: (segment index, offset)
     for (j, s) in segs.iter().enumerate() {
-        for (at, r) in &s.scan.records {
+        for (at, r) in Records::new(&s.data, cfg.max_record) {
             match r {
-                Record::Entry(body) => rec.entries.push(s.data.slice(body.clone())),
+                Record::Entry(body) => rec.entries.push(s.data.slice(body)),
                 Record::Begin(n) if begun.is_none() => {
-                    begun = Some((j, *at, rec.entries.len(), *n));
+                    begun = Some((j, at, rec.entries.len(), n));
                 }
-                Record::End(n) if begun.is_some_and(|b| b.3 == *n) => {
+                Record::End(n) if begun.is_some_and(|b| b.3 == n) => {
                     begun = None;
                     end_at = Some((j, at + record::framed_len(8)));
                 }
@@ -149,7 +170,7 @@ pub(super) fn recover<B: Backend>(
             }
         }
         if s.damaged() {
-            let lost = (s.data.len() - s.scan.valid) as u64;
+            let lost = (s.data.len() - s.valid) as u64;
             if j + 1 == segs.len() {
                 rec.torn_bytes = lost;
             } else {
@@ -157,7 +178,7 @@ pub(super) fn recover<B: Backend>(
                 let later: usize = segs[j + 1..].iter().map(|s| s.data.len()).sum();
                 rec.dropped_bytes = lost + later as u64;
             }
-            cut = Some((j, s.scan.valid));
+            cut = Some((j, s.valid));
             break;
         }
     }
