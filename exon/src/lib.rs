@@ -80,6 +80,7 @@
 #![warn(missing_docs)]
 
 mod counters;
+pub mod durable;
 pub mod keyfile;
 pub mod proto;
 
