@@ -1,0 +1,328 @@
+//! The journal on stable storage: the core's [`Write`]s appended to a [`Log`], committed in
+//! groups, replayed at recovery and compacted to what is still live.
+
+use crate::durable::backend::Backend;
+use crate::durable::log::{Log, LogConfig, LogError};
+use crate::proto::journal::{Entry, Recovered, State, Write};
+
+/// Bytes a journal with nothing live may hold before a commit compacts it.
+const QUIET_COMPACT: u64 = 256 << 10;
+
+/// How a journal uses its storage.
+#[derive(Debug, Clone)]
+pub struct JournalConfig {
+    /// The log's segments and record limit.
+    pub log: LogConfig,
+    /// The most bytes the journal may take on disk; past it, writes are refused with
+    /// [`JournalError::Full`] (sends are refused, nothing is acknowledged that is not
+    /// stored).
+    pub max_disk_bytes: u64,
+    /// A compaction runs once the log grew by this much since the last one, and by four
+    /// times what is live.
+    pub compact_after: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        JournalConfig {
+            log: LogConfig::default(),
+            max_disk_bytes: 4 << 30,
+            compact_after: 8 << 20,
+        }
+    }
+}
+
+/// An error of the journal.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The log failed (I/O error, full disk, poisoned). Nothing written since the last
+    /// successful commit is reported durable; reopen to go on.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The journal would pass [`JournalConfig::max_disk_bytes`].
+    #[error("journal full: {disk} bytes on disk, limit {max}")]
+    Full {
+        /// Bytes on disk and pending.
+        disk: u64,
+        /// The limit.
+        max: u64,
+    },
+}
+
+/// What a journal found when it was opened.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Records replayed.
+    pub records: usize,
+    /// Bytes cut off the log's tail (a write torn by a crash).
+    pub torn_bytes: u64,
+    /// Records that did not decode, or synced data the log lost: the node then answers
+    /// DOUBT rather than LOST for what it cannot vouch for.
+    pub damaged: bool,
+}
+
+/// A journal: the log, and the live state its records replay to.
+pub struct Journal<B: Backend> {
+    log: Log<B>,
+    state: State,
+    cfg: JournalConfig,
+    /// The number of the last write appended.
+    appended: u64,
+    /// Every write up to this one is durable.
+    durable: u64,
+    /// Compactions done.
+    compactions: u64,
+    scratch: Vec<u8>,
+}
+
+impl<B: Backend> std::fmt::Debug for Journal<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("appended", &self.appended)
+            .field("durable", &self.durable)
+            .field("disk_bytes", &self.log.disk_bytes())
+            .finish()
+    }
+}
+
+impl<B: Backend> Journal<B> {
+    /// Opens the journal in `backend`: recovers the log and replays it. Returns the journal,
+    /// what the node is to [`recover`](crate::proto::Node::recover), and a report.
+    pub fn open(
+        backend: B,
+        cfg: JournalConfig,
+    ) -> Result<(Journal<B>, Recovered, OpenReport), JournalError> {
+        let (log, rec) = Log::open(backend, cfg.log.clone())?;
+        let mut state = State::new();
+        let mut report = OpenReport {
+            records: rec.entries.len(),
+            torn_bytes: rec.torn_bytes,
+            damaged: rec.lost_tail_in_middle(),
+        };
+        for bytes in &rec.entries {
+            match Entry::decode(bytes) {
+                Ok(e) => state.apply(&e),
+                Err(_) => report.damaged = true,
+            }
+        }
+        let recovered = state.recovered(report.damaged);
+        let journal = Journal {
+            log,
+            state,
+            cfg,
+            appended: 0,
+            durable: 0,
+            compactions: 0,
+            scratch: Vec::new(),
+        };
+        Ok((journal, recovered, report))
+    }
+
+    /// Appends `w` (not durable until [`commit`](Self::commit)). Writes come in the order
+    /// the node numbered them.
+    pub fn append(&mut self, w: &Write) -> Result<(), JournalError> {
+        let len = w.entry.encoded_len() as u64;
+        let disk = self.log.disk_bytes() + self.log.pending_bytes() as u64 + len;
+        if disk > self.cfg.max_disk_bytes {
+            return Err(JournalError::Full {
+                disk,
+                max: self.cfg.max_disk_bytes,
+            });
+        }
+        self.scratch.clear();
+        w.entry.encode(&mut self.scratch);
+        self.log.append(&self.scratch)?;
+        self.state.apply(&w.entry);
+        self.appended = w.seq;
+        Ok(())
+    }
+
+    /// Writes and syncs what was appended; returns the number of the last write now
+    /// durable (report it with [`Node::handle_stored`](crate::proto::Node::handle_stored)).
+    /// Compacts the log afterwards when it grew enough.
+    pub fn commit(&mut self) -> Result<u64, JournalError> {
+        if self.appended > self.durable {
+            self.log.commit()?;
+            self.durable = self.appended;
+        }
+        let grown = self.log.bytes_since_checkpoint();
+        let live = self.state.live_bytes() as u64;
+        if grown > self.cfg.compact_after.max(live.saturating_mul(4)) || self.is_quiet_but_long() {
+            self.compact()?;
+        }
+        Ok(self.durable)
+    }
+
+    /// Nothing is live but the log holds a fair amount: compacting empties it.
+    fn is_quiet_but_long(&self) -> bool {
+        self.state.is_empty() && self.log.bytes_since_checkpoint() > QUIET_COMPACT
+    }
+
+    /// Compacts when nothing is live and the log holds anything: a quiet node's journal
+    /// shrinks back to nothing (call it when writes have stopped for a while). Returns
+    /// whether it compacted.
+    pub fn compact_if_quiet(&mut self) -> Result<bool, JournalError> {
+        if self.has_pending() || !self.state.is_empty() || self.log.bytes_since_checkpoint() == 0 {
+            return Ok(false);
+        }
+        self.compact()?;
+        Ok(true)
+    }
+
+    /// Rewrites the log to the live records only.
+    pub fn compact(&mut self) -> Result<(), JournalError> {
+        let live: Vec<_> = self.state.live_entries().map(|e| e.to_bytes()).collect();
+        self.log.checkpoint(live)?;
+        self.compactions += 1;
+        Ok(())
+    }
+
+    /// Bytes appended and not yet committed (close a group by size).
+    pub fn pending_bytes(&self) -> usize {
+        self.log.pending_bytes()
+    }
+
+    /// Whether writes wait for a commit.
+    pub fn has_pending(&self) -> bool {
+        self.appended > self.durable
+    }
+
+    /// Bytes the journal takes on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.log.disk_bytes()
+    }
+
+    /// The live state (what a restart would recover, once committed).
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// Compactions done since open.
+    pub fn compactions(&self) -> u64 {
+        self.compactions
+    }
+
+    /// The storage, for tests that crash it.
+    pub fn backend(&self) -> &B {
+        self.log.backend()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::durable::MemBackend;
+    use crate::proto::{MsgId, NodeId};
+    use bytes::Bytes;
+
+    const A: NodeId = NodeId::from_const(4);
+
+    fn w(seq: u64, entry: Entry) -> Write {
+        Write { seq, entry }
+    }
+
+    fn accepted(id: u64) -> Entry {
+        Entry::Accepted {
+            id: MsgId(id),
+            to: A,
+            payload: Bytes::from(vec![7u8; 100]),
+        }
+    }
+
+    #[test]
+    fn committed_writes_survive_a_crash_and_uncommitted_ones_do_not() {
+        let disk = MemBackend::new();
+        let (mut j, rec, _) = Journal::open(disk.clone(), JournalConfig::default()).unwrap();
+        assert!(rec.messages.is_empty());
+        j.append(&w(1, accepted(1))).unwrap();
+        j.append(&w(2, accepted(2))).unwrap();
+        assert_eq!(j.commit().unwrap(), 2);
+        j.append(&w(3, accepted(3))).unwrap();
+        drop(j);
+        disk.crash(|_, _| 0);
+        let (_, rec, report) = Journal::open(disk, JournalConfig::default()).unwrap();
+        let ids: Vec<_> = rec.messages.iter().map(|m| m.id.0).collect();
+        assert_eq!(ids, [1, 2]);
+        assert!(!report.damaged && !rec.damaged);
+    }
+
+    #[test]
+    fn a_quiet_journal_compacts_to_nothing() {
+        let disk = MemBackend::new();
+        let cfg = JournalConfig::default();
+        let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+        for i in 1..=200 {
+            j.append(&w(2 * i - 1, accepted(i))).unwrap();
+            j.append(&w(2 * i, Entry::Resolved { id: MsgId(i) }))
+                .unwrap();
+        }
+        j.commit().unwrap();
+        assert!(j.disk_bytes() > 1000);
+        assert!(j.compact_if_quiet().unwrap(), "nothing live");
+        assert!(!j.compact_if_quiet().unwrap(), "once");
+        assert!(j.disk_bytes() < 64, "{} bytes left", j.disk_bytes());
+        drop(j);
+        let (_, rec, report) = Journal::open(disk, cfg).unwrap();
+        assert!(rec.messages.is_empty() && rec.deliveries.is_empty());
+        assert_eq!(report.records, 0);
+    }
+
+    #[test]
+    fn a_busy_journal_compacts_to_its_live_records() {
+        let disk = MemBackend::new();
+        let cfg = JournalConfig {
+            compact_after: 4096,
+            ..JournalConfig::default()
+        };
+        let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+        let mut seq = 0;
+        for i in 1..=500u64 {
+            seq += 1;
+            j.append(&w(seq, accepted(i))).unwrap();
+            if i > 3 {
+                seq += 1;
+                j.append(&w(seq, Entry::Resolved { id: MsgId(i - 3) }))
+                    .unwrap();
+            }
+            j.commit().unwrap();
+        }
+        assert!(j.compactions() > 5);
+        assert!(j.disk_bytes() < 16 << 10, "{} bytes", j.disk_bytes());
+        drop(j);
+        let (_, rec, _) = Journal::open(disk, cfg).unwrap();
+        let ids: Vec<_> = rec.messages.iter().map(|m| m.id.0).collect();
+        assert_eq!(ids, [498, 499, 500]);
+    }
+
+    #[test]
+    fn a_full_journal_refuses_writes_with_a_typed_error() {
+        let cfg = JournalConfig {
+            max_disk_bytes: 1000,
+            ..JournalConfig::default()
+        };
+        let (mut j, _, _) = Journal::open(MemBackend::new(), cfg).unwrap();
+        let mut seq = 0;
+        let err = loop {
+            seq += 1;
+            if let Err(e) = j.append(&w(seq, accepted(seq))) {
+                break e;
+            }
+        };
+        assert!(matches!(err, JournalError::Full { max: 1000, .. }), "{err}");
+        assert!(seq > 5);
+        // What was appended before still commits.
+        assert_eq!(j.commit().unwrap(), seq - 1);
+    }
+
+    #[test]
+    fn a_failing_disk_commits_nothing_and_says_so() {
+        let disk = MemBackend::new();
+        let (mut j, _, _) = Journal::open(disk.clone(), JournalConfig::default()).unwrap();
+        j.append(&w(1, accepted(1))).unwrap();
+        j.commit().unwrap();
+        disk.fail_syncs(true);
+        j.append(&w(2, accepted(2))).unwrap();
+        assert!(j.commit().is_err());
+        assert!(j.commit().is_err(), "poisoned: never reports it durable");
+    }
+}
