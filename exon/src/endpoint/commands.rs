@@ -23,6 +23,8 @@ struct Unacked {
     id: MsgId,
     to: NodeId,
     ack: Ack,
+    /// Durable mode: told the stable id once the message is stored.
+    stored: Option<tokio::sync::oneshot::Sender<MsgId>>,
 }
 
 /// The id under which a waiting send's deadline is kept (no core message has it).
@@ -87,6 +89,22 @@ impl Sends {
     }
 
     /// Gives back the credits of the sends taken this turn.
+    /// Refuses `out` (the journal failed), returning its send credit.
+    pub(crate) fn refuse(&mut self, out: Outgoing, e: Error) {
+        if !out.waits_for_answer() {
+            self.credits_taken += self.shared.credit_weight(out.payload_len()) as usize;
+        }
+        out.refuse(e);
+    }
+
+    /// Refuses a batch (the journal failed), returning its send credits.
+    pub(crate) fn refuse_batch(&mut self, messages: Vec<Outgoing>, credits: usize, e: Error) {
+        self.credits_taken += credits;
+        for out in messages {
+            out.refuse(e);
+        }
+    }
+
     pub(crate) fn return_credits(&mut self) {
         if self.credits_taken > 0 {
             self.shared.return_credits(self.credits_taken);
@@ -102,7 +120,8 @@ impl Sends {
         let to = out.to();
         let queued = self.waiters.get(&to).is_some_and(|w| !w.is_empty());
         if !queued && !node.is_full(to, out.payload_len()) {
-            return self.admit(t, out, node, paths);
+            self.admit(t, out, node, paths);
+            return;
         }
         if out.waits_for_answer() {
             return out.refuse(SendError::QueueFull(to).into());
@@ -119,15 +138,25 @@ impl Sends {
     }
 
     /// Hands a send to the core.
-    fn admit(&mut self, t: Instant, mut out: Outgoing, node: &mut Node, paths: &Paths) {
+    /// Hands `out` to the core. Returns false when it must wait (a durable node's clock is
+    /// not stored yet): it is back at the head of its destination's waiters.
+    fn admit(&mut self, t: Instant, mut out: Outgoing, node: &mut Node, paths: &Paths) -> bool {
         if out.deadline().is_some_and(|d| d <= t) {
             // Given up before it reached the core: certainly not delivered.
-            return out.give_up();
+            out.give_up();
+            return true;
         }
         let (to, id, deadline) = (out.to(), out.id(), out.deadline());
         let payload = out.take_payload();
         let len = payload.len();
-        match node.send(t, to, payload) {
+        match node.send(t, to, payload.clone()) {
+            Err(SendError::ClockNotStored) => {
+                // Durable ids come from the stored clock: at start, and rarely after.
+                out.put_payload(payload);
+                self.block(to);
+                self.waiters.entry(to).or_default().push_front(out);
+                return false;
+            }
             Ok(core_id) => {
                 debug_in_peer(to, || tracing::debug!(msg = %id, len, "message queued"));
                 if let Some(d) = deadline {
@@ -144,14 +173,23 @@ impl Sends {
                         );
                     }
                 }
-                let ack = out.queued();
-                self.acks.insert(core_id, Unacked { id, to, ack });
+                let (ack, stored) = out.queued_stored();
+                self.acks.insert(
+                    core_id,
+                    Unacked {
+                        id,
+                        to,
+                        ack,
+                        stored,
+                    },
+                );
                 if node.is_full(to, 0) {
                     self.block(to);
                 }
             }
             Err(e) => out.refuse(e.into()),
         }
+        true
     }
 
     /// Publishes that sends to `to` must wait for the driver.
@@ -182,7 +220,9 @@ impl Sends {
                 let Some(w) = self.waiters.get_mut(&to).and_then(|q| q.pop_front()) else {
                     break;
                 };
-                self.admit(t, w, node, paths);
+                if !self.admit(t, w, node, paths) {
+                    break;
+                }
                 admitted = true;
             }
             if self.waiters.get(&to).is_some_and(|q| q.is_empty()) {
@@ -209,6 +249,24 @@ impl Sends {
     }
 
     /// The earliest deadline (possibly of a message settled since).
+    /// Durable mode: message `core_id` is on stable storage.
+    pub(crate) fn on_stored(&mut self, core_id: MsgId) {
+        if let Some(tx) = self.acks.get_mut(core_id).and_then(|u| u.stored.take()) {
+            let _ = tx.send(core_id);
+        }
+    }
+
+    /// Durable mode: a message recovered from the journal, whose verdict goes to `ack`.
+    pub(crate) fn recovered(&mut self, core_id: MsgId, to: NodeId, ack: Ack) {
+        let u = Unacked {
+            id: core_id,
+            to,
+            ack,
+            stored: None,
+        };
+        self.acks.insert(core_id, u);
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.deadlines.peek().map(|Reverse((d, _, _))| *d)
     }

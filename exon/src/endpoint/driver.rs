@@ -23,6 +23,7 @@ use super::error::ReceiptError;
 use super::handle::CloseReport;
 use super::handle::Command;
 use super::handle::EndpointStats;
+use super::journal_jobs::{JournalDone, JournalJobs};
 use super::message::Acker;
 use super::message::Message;
 use super::paths::Paths;
@@ -45,6 +46,7 @@ enum Wake {
     Cmd(Option<Command>),
     Datagrams(std::io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
+    Journalled(Box<Result<JournalDone, tokio::task::JoinError>>),
     Deliver(Permit),
     Forwarded(Option<Forward>),
     Taken,
@@ -91,6 +93,8 @@ pub(crate) struct Driver<S> {
     sends: Sends,
     handover: Handover,
     clock: ClockJobs,
+    /// Durable mode: the journal.
+    journal: Option<JournalJobs>,
     closing: Option<Instant>,
     close_replies: Vec<oneshot::Sender<CloseReport>>,
     stats: EndpointStats,
@@ -113,6 +117,7 @@ impl<S: DatagramSocket> Driver<S> {
         cfg: EndpointConfig,
         ch: Channels,
         store: Box<dyn ClockStore>,
+        durable: Option<super::durable::DriverJournal>,
     ) -> Self {
         // Receive up to the UDP maximum whatever our own datagram size: peers configured
         // with larger datagrams are understood.
@@ -125,6 +130,13 @@ impl<S: DatagramSocket> Driver<S> {
             cfg.protocol.mtu.max_datagram_size,
             socket.max_send_segments(),
         );
+        let mut sends = Sends::new(ch.shared.clone());
+        let journal = durable.map(|d| {
+            for (id, to, ack) in d.recovered {
+                sends.recovered(id, to, ack);
+            }
+            d.jobs
+        });
         Driver {
             node,
             socket,
@@ -133,7 +145,8 @@ impl<S: DatagramSocket> Driver<S> {
             outbound,
             cmds: ch.cmds,
             cmds_open: true,
-            sends: Sends::new(ch.shared.clone()),
+            sends,
+            journal,
             handover: Handover::new(ch.deliver, cfg.ack_after_processing),
             clock: ClockJobs::new(store, cfg.store_retry),
             _close_on_drop: CloseOnDrop::new(ch.shared.clone()),
@@ -166,6 +179,11 @@ impl<S: DatagramSocket> Driver<S> {
                     undelivered = report.undelivered,
                     "endpoint closed"
                 );
+                // A group commit under way finishes before the driver is gone: a durable
+                // endpoint reopened on the same directory finds the journal at rest.
+                if let Some(job) = self.journal.as_mut().and_then(|j| j.job()) {
+                    let _ = job.await;
+                }
                 for r in self.close_replies.drain(..) {
                     let _ = r.send(report.clone());
                 }
@@ -186,6 +204,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.closing,
             self.clock.retry_at(),
             self.sends.next_deadline(),
+            self.journal.as_ref().and_then(|j| j.next_deadline()),
         ]
         .into_iter()
         .flatten()
@@ -200,6 +219,8 @@ impl<S: DatagramSocket> Driver<S> {
         let reading = room.is_none();
         let store_job = self.clock.job();
         let storing = store_job.is_some();
+        let journal_job = self.journal.as_mut().and_then(|j| j.job());
+        let journalling = journal_job.is_some();
         let (rx, forwarded) = self.inbound.sources();
         let forwarding = forwarded.is_some();
         let (socket, sleep) = (&self.socket, &mut self.sleep);
@@ -209,6 +230,9 @@ impl<S: DatagramSocket> Driver<S> {
             c = self.cmds.recv(), if self.cmds_open => Wake::Cmd(c),
             _ = taken => Wake::Taken,
             r = async { store_job.expect("guarded").await }, if storing => Wake::Stored(r),
+            r = async { journal_job.expect("guarded").await }, if journalling => {
+                Wake::Journalled(Box::new(r))
+            }
             p = async { room.expect("guarded").await }, if !reading => Wake::Deliver(p),
             r = rx.recv(socket), if reading => Wake::Datagrams(r),
             f = async { forwarded.expect("guarded").recv().await }, if reading && forwarding => {
@@ -227,6 +251,12 @@ impl<S: DatagramSocket> Driver<S> {
             Wake::Stored(r) => {
                 if let Some(hw) = self.clock.on_done(t, r) {
                     self.node.handle_clock_stored(t, hw);
+                }
+            }
+            Wake::Journalled(r) => {
+                let through = self.journal.as_mut().and_then(|j| j.on_done(*r));
+                if let Some(through) = through {
+                    self.node.handle_stored(t, through);
                 }
             }
             Wake::Deliver(permit) => self.handover.on_room(permit),
@@ -276,6 +306,13 @@ impl<S: DatagramSocket> Driver<S> {
 
     fn on_command(&mut self, c: Command, t: Instant) {
         match c {
+            Command::Send(out) if self.journal_failed() => {
+                self.sends.refuse(out, super::error::Error::Storage);
+            }
+            Command::SendBatch { messages, credits } if self.journal_failed() => {
+                self.sends
+                    .refuse_batch(messages, credits, super::error::Error::Storage);
+            }
             Command::Send(out) => self.sends.on_send(t, out, &mut self.node, &self.paths),
             Command::SendBatch { messages, credits } => {
                 let (node, paths) = (&mut self.node, &self.paths);
@@ -305,6 +342,11 @@ impl<S: DatagramSocket> Driver<S> {
                 }
             }
         }
+    }
+
+    /// Durable mode: whether the journal failed (the endpoint accepts no message).
+    fn journal_failed(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.failed())
     }
 
     fn on_handles_gone(&mut self, t: Instant) {
@@ -370,6 +412,12 @@ impl<S: DatagramSocket> Driver<S> {
         if let Some(hw) = self.clock.start(t) {
             self.node.handle_clock_stored(t, hw);
         }
+        if let Some(j) = &mut self.journal {
+            while let Some(w) = self.node.poll_store() {
+                j.want(t, w);
+            }
+            j.start(t);
+        }
         let (socket, stats) = (&self.socket, &mut self.stats);
         self.outbound
             .send_challenges(socket, stats, &mut self.node, &mut self.paths, t)
@@ -425,15 +473,15 @@ impl<S: DatagramSocket> Driver<S> {
                     .cfg
                     .ack_after_processing
                     .then(|| Acker::new(self.shared.clone(), id));
-                self.handover.push(Message::new(from, payload, acker), id);
+                self.handover
+                    .push(Message::new(from, payload, acker, id), id);
             }
             Event::Acknowledged { id, to } => {
                 if let Some(msg) = self.sends.settle(id, Ok(())) {
                     debug_in_peer(to, || tracing::debug!(%msg, "message acknowledged"));
                 }
             }
-            // Durable mode only (the endpoint does not run it yet).
-            Event::Stored { .. } => {}
+            Event::Stored { id, .. } => self.sends.on_stored(id),
             Event::PeerUnreachable { peer } => {
                 tracing::warn!(%peer, "peer unreachable");
                 self.shared.set_unreachable(peer, true);
@@ -513,6 +561,9 @@ impl<S: DatagramSocket> Driver<S> {
             peer_addresses: self.paths.len(),
             cookies: self.paths.cookie_stats(),
             shards: 1,
+            journal_commits: self.journal.as_ref().map_or(0, |j| j.commits),
+            journal_writes: self.journal.as_ref().map_or(0, |j| j.writes),
+            journal_bytes: self.journal.as_ref().map_or(0, |j| j.disk_bytes()),
             ..self.stats
         }
     }

@@ -27,6 +27,14 @@ pub enum Error {
         /// The bound.
         max: usize,
     },
+    /// Durable mode: the journal failed (a full or failing disk): the endpoint stores
+    /// nothing more, so it accepts no message. Restart it once the disk is fixed: what was
+    /// stored is recovered.
+    #[error("the journal failed: the endpoint stores nothing more")]
+    Storage,
+    /// [`Receipt::stored`](super::Receipt::stored) on an endpoint that is not durable.
+    #[error("the endpoint is not durable")]
+    NotDurable,
 }
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.
@@ -72,4 +80,10 @@ pub enum BindError {
     /// `insecure_plaintext()` explicitly.
     #[error("no identity: call `identity(..)` on the builder, or `insecure_plaintext()`")]
     NoSecurity,
+    /// Durable mode: the journal could not be opened (or read back).
+    #[error("journal: {0}")]
+    Journal(#[from] crate::durable::JournalError),
+    /// Durable mode takes one driver shard.
+    #[error("a durable endpoint has one shard")]
+    DurableShards,
 }

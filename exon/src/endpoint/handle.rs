@@ -70,6 +70,13 @@ counters! {
         pub cookies: super::cookies::CookieStats [nested],
         /// Driver shards whose counters these are (1 unless the endpoint is sharded).
         pub shards: usize [size],
+        /// Durable mode: group commits of the journal (one sync each).
+        pub journal_commits: u64 [sum],
+        /// Durable mode: journal records written (divided by `journal_commits`: the group
+        /// commit's batch).
+        pub journal_writes: u64 [sum],
+        /// Durable mode: bytes the journal takes on disk (at the last commit).
+        pub journal_bytes: u64 [sum],
     }
 }
 
@@ -113,6 +120,8 @@ pub(crate) struct Outgoing {
     reply: Reply,
     /// When the endpoint gives the message up, if not acknowledged by then.
     deadline: Option<std::time::Instant>,
+    /// Durable mode: told the message's stable id once it is on stable storage.
+    stored: Option<oneshot::Sender<MsgId>>,
 }
 
 impl Outgoing {
@@ -146,13 +155,23 @@ impl Outgoing {
         std::mem::take(&mut self.payload)
     }
 
+    /// Gives the payload back (the core could not take the message yet).
+    pub(crate) fn put_payload(&mut self, payload: Bytes) {
+        self.payload = payload;
+    }
+
     /// The message is in the core's queue: a waiting sender hears so; the acknowledgement
     /// is to come through the returned end.
     pub(crate) fn queued(self) -> Ack {
+        self.queued_stored().0
+    }
+
+    /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
+    pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
         if let Reply::Try(r) = self.reply {
             let _ = r.send(Ok(()));
         }
-        self.ack
+        (self.ack, self.stored)
     }
 
     /// Tells the sender that the message was refused: through its answer if it waits for
@@ -210,6 +229,8 @@ pub struct Receipt {
     id: MsgId,
     to: NodeId,
     rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    /// Durable mode: the stable id, once the message is stored.
+    stored: Option<oneshot::Receiver<MsgId>>,
 }
 
 impl Receipt {
@@ -222,6 +243,43 @@ impl Receipt {
     /// The destination node.
     pub fn to(&self) -> NodeId {
         self.to
+    }
+
+    /// Durable mode: waits until the message is on stable storage, and returns its stable
+    /// id: a restart of this endpoint sends it again, and after it the receipt
+    /// [`Endpoint::take_recovered`](super::Endpoint::take_recovered) gives for it carries this
+    /// id. Writes reach the disk in the order of the sends, so once one message is stored,
+    /// every message sent before it is. A receipt of a recovered message is stored already.
+    ///
+    /// Errors: [`Error::NotDurable`] on an endpoint that is not durable; [`Error::Closed`]
+    /// when the endpoint stopped (or refused the message) before it was stored. Cancel
+    /// safe.
+    pub async fn stored(&mut self) -> Result<MsgId, Error> {
+        let Some(rx) = &mut self.stored else {
+            return Err(Error::NotDurable);
+        };
+        let id = rx.await.map_err(|_| Error::Closed)?;
+        // Stored: later calls answer at once.
+        let (tx, again) = oneshot::channel();
+        let _ = tx.send(id);
+        self.stored = Some(again);
+        Ok(id)
+    }
+
+    /// A receipt for a message recovered from the journal after a restart (stored already).
+    pub(crate) fn recovered(
+        id: MsgId,
+        to: NodeId,
+        rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    ) -> Receipt {
+        let (tx, stored) = oneshot::channel();
+        let _ = tx.send(id);
+        Receipt {
+            id,
+            to,
+            rx,
+            stored: Some(stored),
+        }
     }
 }
 
@@ -428,6 +486,7 @@ impl Handle {
                 ack: Ack::Batch(slot),
                 reply: Reply::None,
                 deadline,
+                stored: None,
             })
             .collect();
         shard
@@ -489,6 +548,12 @@ impl Handle {
     ) -> Result<Receipt, Error> {
         let (ack, rx) = oneshot::channel();
         let id = self.first().shared.next_ids(1);
+        let (stored_tx, stored) = if self.first().shared.is_durable() {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let out = Outgoing {
             to,
             payload,
@@ -496,12 +561,13 @@ impl Handle {
             ack: Ack::One(ack),
             reply,
             deadline,
+            stored: stored_tx,
         };
         self.shard(to)
             .cmds
             .send(Command::Send(out))
             .map_err(|_| Error::Closed)?;
-        Ok(Receipt { id, to, rx })
+        Ok(Receipt { id, to, rx, stored })
     }
 
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid

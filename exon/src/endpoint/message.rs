@@ -23,6 +23,8 @@ pub struct Message {
     pub payload: Bytes,
     /// How to acknowledge it, in ack-after-processing mode.
     acker: Option<Acker>,
+    /// Its identity across restarts, and whether it was handed out before one.
+    delivery: crate::proto::DeliveryId,
 }
 
 impl PartialEq for Message {
@@ -35,12 +37,34 @@ impl PartialEq for Message {
 impl Eq for Message {}
 
 impl Message {
-    pub(crate) fn new(from: NodeId, payload: Bytes, acker: Option<Acker>) -> Message {
+    pub(crate) fn new(
+        from: NodeId,
+        payload: Bytes,
+        acker: Option<Acker>,
+        delivery: crate::proto::DeliveryId,
+    ) -> Message {
         Message {
             from,
             payload,
             acker,
+            delivery,
         }
+    }
+
+    /// Durable mode: whether this message was handed to the application before a restart
+    /// of this endpoint and not acknowledged then (so it may have been processed). An
+    /// application that commits its effects together with [`stable_id`](Self::stable_id)
+    /// in one transaction of its own store checks that store when this is true
+    /// (`docs/durability.md`). Always false on an endpoint that is not durable.
+    pub fn is_redelivery(&self) -> bool {
+        self.delivery.is_redelivery()
+    }
+
+    /// The message's identity at this receiver, the same when it is handed out again after
+    /// a restart of a durable endpoint, never reused: the sender, the receiver incarnation
+    /// and the slot it was delivered in.
+    pub fn stable_id(&self) -> (NodeId, u64, u64) {
+        self.delivery.stable()
     }
 
     /// Acknowledges the message to its sender, whose receipt then resolves `Ok`: call it

@@ -66,8 +66,10 @@ mod config;
 mod cookies;
 mod delivery;
 mod driver;
+mod durable;
 mod error;
 mod handle;
+mod journal_jobs;
 mod lossy;
 mod message;
 mod paths;
@@ -129,6 +131,8 @@ pub struct Endpoint {
     rx: Vec<Deliveries>,
     /// The stream polled first next time (shards take turns).
     next: usize,
+    /// Durable mode: receipts of the messages recovered from the journal at bind.
+    recovered: Vec<Receipt>,
 }
 
 /// The delivered messages of one driver shard: what [`Endpoint::into_deliveries`] splits an
@@ -258,6 +262,7 @@ impl Endpoint {
             config: EndpointConfig::default(),
             store: None,
             security: None,
+            durable: None,
         }
     }
 
@@ -339,6 +344,15 @@ impl Endpoint {
         .await
     }
 
+    /// Durable mode: the receipts of the messages recovered from the journal when the
+    /// endpoint was bound, each with the stable id ([`Receipt::id`], [`Receipt::stored`]) the
+    /// message had before the restart: they are being sent again, and each resolves with
+    /// the message's verdict. Empty after the first call, and on an endpoint that is not
+    /// durable.
+    pub fn take_recovered(&mut self) -> Vec<Receipt> {
+        std::mem::take(&mut self.recovered)
+    }
+
     /// Splits the endpoint into its handle and one stream of deliveries per driver shard
     /// (one stream unless [`EndpointConfig::shards`] is above 1), so that each shard's
     /// messages can be taken by its own task.
@@ -369,6 +383,8 @@ pub struct Builder {
     config: EndpointConfig,
     store: Option<Box<dyn ClockStore>>,
     security: Option<Security>,
+    /// Durable mode: the directory and the journal's limits.
+    durable: Option<durable::DurableDir>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -458,7 +474,17 @@ impl Builder {
             )));
         }
         let n = sockets.len();
-        let mut store = self.store.unwrap_or_else(|| Box::new(MemoryStore::new()));
+        if self.durable.is_some() && n > 1 {
+            return Err(BindError::DurableShards);
+        }
+        let mut store = match (self.store, &self.durable) {
+            (Some(s), _) => s,
+            (None, Some(d)) => {
+                std::fs::create_dir_all(&d.dir)?;
+                Box::new(d.clock_file())
+            }
+            (None, None) => Box::new(MemoryStore::new()),
+        };
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = sockets[0].local_addr()?;
         let sealed = matches!(security, Security::Sealed(_));
@@ -476,6 +502,10 @@ impl Builder {
             node.set_rules(self.config.rules);
             nodes.push(node);
         }
+        let mut durable = match &self.durable {
+            Some(d) => Some(d.open(&mut nodes[0])?),
+            None => None,
+        };
         let public_key = nodes[0].public_key();
         let max_payload = nodes[0].config().limits.max_message_size;
         if !sealed {
@@ -495,6 +525,7 @@ impl Builder {
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
+        let mut recovered = Vec::new();
         for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
             let shared = Arc::new(Shared::new(
                 max_payload,
@@ -513,7 +544,13 @@ impl Builder {
             span.in_scope(|| tracing::info!(clock, "endpoint bound"));
             let channels = driver::Channels::new(cmd_rx, tx, shared.clone(), routes[i].take());
             let store = stores.remove(0);
-            let driver = driver::Driver::new(node, socket, self.config.clone(), channels, store);
+            let journal = durable.take().map(|(journal, receipts)| {
+                shared.set_durable();
+                recovered = receipts;
+                journal
+            });
+            let cfg = self.config.clone();
+            let driver = driver::Driver::new(node, socket, cfg, channels, store, journal);
             tokio::spawn(driver.run().instrument(span));
             receivers.push(Deliveries {
                 rx,
@@ -526,6 +563,7 @@ impl Builder {
             handle: Handle::new(self.id, local_addr, public_key, links),
             rx: receivers,
             next: 0,
+            recovered,
         })
     }
 }

@@ -80,6 +80,14 @@ impl<V> SeqMap<V> {
         self.bound();
     }
 
+    /// The value under `id`, to change.
+    pub(crate) fn get_mut(&mut self, id: MsgId) -> Option<&mut V> {
+        match self.at(id) {
+            Some(i) => self.ring[i].as_mut(),
+            None => self.old.get_mut(&id.0),
+        }
+    }
+
     /// Removes and returns the value under `id`.
     pub(crate) fn remove(&mut self, id: MsgId) -> Option<V> {
         let Some(i) = self.at(id) else {

@@ -53,6 +53,8 @@ pub(crate) struct Shared {
     unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
     /// The size of the send buffer (the credits' total).
     send_buffer: usize,
+    /// Durable mode: receipts learn when their message is stored.
+    durable: AtomicBool,
 }
 
 /// Bytes of payload one send credit stands for.
@@ -100,7 +102,18 @@ impl Shared {
             acked: Mutex::new(Vec::new()),
             unreachable,
             send_buffer: send_buffer.max(1),
+            durable: AtomicBool::new(false),
         }
+    }
+
+    /// Durable mode: receipts learn when their message is stored.
+    pub(crate) fn set_durable(&self) {
+        self.durable.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the endpoint is durable.
+    pub(crate) fn is_durable(&self) -> bool {
+        self.durable.load(Ordering::Relaxed)
     }
 
     /// Largest payload the core accepts.

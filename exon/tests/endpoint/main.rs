@@ -10,6 +10,7 @@
 //! Run: `cargo test -p exon --test endpoint`.
 
 mod batch;
+mod durable;
 mod loopback;
 mod parts;
 mod shards;

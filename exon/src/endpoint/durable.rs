@@ -1,0 +1,110 @@
+//! Durable mode of the endpoint: the journal directory, opened at bind and recovered into
+//! the node (`docs/durability.md`).
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+
+use super::error::BindError;
+use super::handle::Receipt;
+use super::journal_jobs::JournalJobs;
+use super::receipts::Ack;
+use super::store::FileStore;
+use super::Builder;
+use crate::durable::{FsBackend, Journal, JournalConfig};
+use crate::proto::{MsgId, Node, NodeId};
+
+/// What the driver of a durable endpoint starts with: its journal, and where the verdicts
+/// of the messages recovered from it go.
+pub(crate) struct DriverJournal {
+    pub(crate) jobs: JournalJobs,
+    pub(crate) recovered: Vec<(MsgId, NodeId, Ack)>,
+}
+
+/// Where a durable endpoint keeps its state, and how.
+#[derive(Debug, Clone)]
+pub(crate) struct DurableDir {
+    pub(crate) dir: PathBuf,
+    pub(crate) config: JournalConfig,
+}
+
+impl DurableDir {
+    /// The clock file in the directory.
+    pub(crate) fn clock_file(&self) -> FileStore {
+        FileStore::new(self.dir.join("clock"))
+    }
+
+    /// Opens the journal, recovers `node` from it, and returns the driver's journal and
+    /// receipts for the messages recovered (their verdicts are still to come).
+    pub(crate) fn open(&self, node: &mut Node) -> Result<(DriverJournal, Vec<Receipt>), BindError> {
+        let backend = FsBackend::open(self.dir.join("journal"))?;
+        let (journal, recovered, report) = Journal::open(backend, self.config.clone())?;
+        let (deliveries, messages) = (recovered.deliveries.len(), recovered.messages.len());
+        tracing::info!(
+            records = report.records,
+            torn_bytes = report.torn_bytes,
+            damaged = report.damaged,
+            messages,
+            deliveries,
+            "journal recovered"
+        );
+        if report.damaged {
+            tracing::error!(
+                "journal damaged: records it had made durable are lost; what they covered \
+                 resolves as in doubt"
+            );
+        }
+        let mut acks = Vec::with_capacity(messages);
+        let mut receipts = Vec::with_capacity(messages);
+        for m in &recovered.messages {
+            let (tx, rx) = oneshot::channel();
+            acks.push((m.id, m.to, Ack::One(tx)));
+            receipts.push(Receipt::recovered(m.id, m.to, rx));
+        }
+        node.recover(Instant::now(), recovered)
+            .map_err(|e| BindError::Io(std::io::Error::other(e)))?;
+        let jobs = JournalJobs::new(journal);
+        Ok((
+            DriverJournal {
+                jobs,
+                recovered: acks,
+            },
+            receipts,
+        ))
+    }
+}
+
+impl Builder {
+    /// Makes the endpoint **durable**, keeping its state in directory `dir` (created if
+    /// missing): the clock (`dir/clock`, unless a [`clock_store`](Self::clock_store) is
+    /// given) and a journal of what it sends and receives (`dir/journal/`). Exactly-once
+    /// then survives crashes of this process:
+    ///
+    /// - a delivery is on disk before it is handed to the application, and a take before it
+    ///   is acknowledged; after a restart, messages handed out and not taken come back
+    ///   flagged ([`Message::is_redelivery`](super::Message::is_redelivery)), with the same
+    ///   [`Message::stable_id`](super::Message::stable_id);
+    /// - a sent message is on disk before it leaves ([`Receipt::stored`] says when); after a
+    ///   restart every message not acknowledged is sent again, in the slot it had, and its
+    ///   verdict comes through [`Endpoint::take_recovered`](super::Endpoint::take_recovered);
+    /// - a durable receiver never makes a sender report in doubt.
+    ///
+    /// Writes are synced in groups (everything written while one sync runs goes in the
+    /// next), and the journal is compacted to what is live, so a quiet endpoint's directory
+    /// shrinks back to about its clock. One process at a time per directory; one driver
+    /// shard. See `docs/durability.md`.
+    pub fn durable(self, dir: impl AsRef<Path>) -> Self {
+        self.durable_with(dir, JournalConfig::default())
+    }
+
+    /// As [`durable`](Self::durable), with the journal's limits (disk budget, segment
+    /// size, compaction threshold).
+    pub fn durable_with(mut self, dir: impl AsRef<Path>, config: JournalConfig) -> Self {
+        self.durable = Some(DurableDir {
+            dir: dir.as_ref().to_path_buf(),
+            config,
+        });
+        self
+    }
+}

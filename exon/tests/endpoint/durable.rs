@@ -1,0 +1,234 @@
+//! Durable endpoints (`Builder::durable`) over real loopback UDP: a receiver restarted in
+//! the middle of a stream leaves nothing in doubt and delivers nothing twice unflagged; a
+//! sender restarted with messages in flight sends them again under their stable ids; a
+//! quiet durable endpoint's journal shrinks back to nothing.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use exon::endpoint::{Endpoint, EndpointConfig, Error, ReceiptError};
+use exon::proto::Config;
+use exon::NodeId;
+use tokio::time::timeout;
+
+const A: NodeId = NodeId::from_const(1);
+const B: NodeId = NodeId::from_const(2);
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn cfg() -> EndpointConfig {
+    EndpointConfig::default().with_protocol({
+        let mut conf = Config::default();
+        conf.timers.initial_rtt = Duration::from_millis(20);
+        conf.timers.probe_interval = Duration::from_millis(50);
+        conf.timers.max_probe_interval = Duration::from_millis(200);
+        conf.timers.idle_timeout = Duration::from_millis(300);
+        conf
+    })
+}
+
+fn security(id: NodeId) -> exon::proto::Security {
+    exon::proto::crypto::insecure_test_security(id, (1..4).map(NodeId::from_const))
+}
+
+async fn start(id: NodeId, dir: Option<&Path>) -> Endpoint {
+    let b = Endpoint::builder(id).security(security(id)).config(cfg());
+    let b = match dir {
+        Some(d) => b.durable(d),
+        None => b,
+    };
+    b.bind("127.0.0.1:0").await.unwrap()
+}
+
+fn num(payload: &[u8]) -> u32 {
+    u32::from_be_bytes(payload[..4].try_into().unwrap())
+}
+
+/// Unflagged and flagged deliveries per message.
+#[derive(Default)]
+struct Tally(HashMap<u32, (u32, u32)>);
+
+impl Tally {
+    fn see(&mut self, m: &exon::Message) {
+        let e = self.0.entry(num(&m.payload)).or_default();
+        if m.is_redelivery() {
+            e.1 += 1;
+        } else {
+            e.0 += 1;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_durable_receiver_restarted_mid_stream_leaves_nothing_in_doubt() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 2000u32;
+    let a = start(A, None).await;
+    let mut b = start(B, Some(dir.path())).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let h = a.handle();
+    let sender = tokio::spawn(async move {
+        let mut rs = Vec::new();
+        for i in 0..n {
+            rs.push(h.send(B, i.to_be_bytes().to_vec()).await.unwrap());
+        }
+        let mut out = Vec::new();
+        for r in rs {
+            out.push(timeout(LIMIT, r).await.expect("verdict in time"));
+        }
+        out
+    });
+    let mut tally = Tally::default();
+    while tally.0.len() < (n / 3) as usize {
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        tally.see(&m);
+    }
+    // The process dies: no linger, what the application had not taken is gone with it.
+    drop(b.close(Duration::ZERO).await);
+    drop(b);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut b = start(B, Some(dir.path())).await;
+    b.add_peer(A, a.local_addr());
+    a.add_peer(B, b.local_addr());
+    let outcomes = {
+        let reader = async {
+            loop {
+                let m = b.recv().await.unwrap();
+                tally.see(&m);
+            }
+        };
+        tokio::select! {
+            o = sender => o.unwrap(),
+            _ = reader => unreachable!(),
+        }
+    };
+    let doubt = outcomes
+        .iter()
+        .filter(|r| **r == Err(ReceiptError::InDoubt))
+        .count();
+    assert_eq!(doubt, 0, "a durable receiver leaves nothing in doubt");
+    assert!(
+        outcomes.iter().all(|r| r.is_ok()),
+        "every message acknowledged"
+    );
+    // Each message was handed to the application, unflagged at most once: what was
+    // delivered and not taken at the crash comes back flagged (it may have been seen).
+    for i in 0..n {
+        let (plain, flagged) = tally.0.get(&i).copied().unwrap_or_default();
+        assert!(plain <= 1, "message {i} handed out {plain} times unflagged");
+        assert!(plain + flagged >= 1, "message {i} never handed out");
+    }
+    // Quiet, the receiver's journal compacts back to nothing live.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let stats = b.stats().await.unwrap();
+    assert!(stats.journal_commits > 0);
+    assert!(
+        stats.journal_bytes < 4096,
+        "{} bytes left in a quiet journal",
+        stats.journal_bytes
+    );
+}
+
+#[tokio::test]
+async fn a_durable_sender_restarted_sends_again_under_its_stable_ids() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n = 600u32;
+    let mut b = start(B, Some(db.path())).await;
+    let a = start(A, Some(da.path())).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    // B reads slowly, so that most of A's messages are still in flight at A's crash.
+    let mut stored = Vec::new();
+    for i in 0..n {
+        let mut r = a.send(B, i.to_be_bytes().to_vec()).await.unwrap();
+        if i % 50 == 49 {
+            stored.push(timeout(LIMIT, r.stored()).await.unwrap().unwrap());
+        }
+    }
+    let mut tally = Tally::default();
+    for _ in 0..50 {
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        tally.see(&m);
+    }
+    drop(a.close(Duration::ZERO).await);
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut a = start(A, Some(da.path())).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let recovered = a.take_recovered();
+    assert!(a.take_recovered().is_empty(), "taken once");
+    let ids: Vec<_> = recovered.iter().map(|r| r.id()).collect();
+    for id in &stored {
+        // Stored before the crash and not yet acknowledged: recovered under its id.
+        assert!(ids.contains(id) || tally.0.len() >= n as usize, "{id} lost");
+    }
+    let bh = b.handle();
+    let reader = tokio::spawn(async move {
+        while let Some(m) = b.recv().await {
+            tally.see(&m);
+            if tally.0.len() == n as usize {
+                break;
+            }
+        }
+        tally
+    });
+    for mut r in recovered {
+        assert_eq!(r.stored().await, Ok(r.id()));
+        let v = match timeout(Duration::from_secs(5), r).await {
+            Ok(v) => v,
+            Err(_) => {
+                let s = a.stats().await.unwrap();
+                let t = bh.stats().await.unwrap();
+                eprintln!(
+                    "B: in {:?} out {:?} delivered {} taken {} journal {} {} {} held_back {}",
+                    t.node.frames_in,
+                    t.node.frames_out,
+                    t.node.delivered,
+                    t.node.taken,
+                    t.journal_commits,
+                    t.journal_writes,
+                    t.journal_bytes,
+                    t.node.held_back
+                );
+                panic!(
+                    "stuck: A {:?} in {:?} out {:?} sent {} acked {} rec {}",
+                    s.node.frames_in,
+                    s.node.frames_in,
+                    s.node.frames_out,
+                    s.node.sent,
+                    s.node.acknowledged,
+                    s.node.recovered_messages
+                );
+            }
+        };
+        assert_eq!(v.map(|_| ()), Ok(()));
+    }
+    eprintln!(
+        "recovered {} stats {:?}",
+        ids.len(),
+        a.stats().await.map(|s| (
+            s.node.sent,
+            s.node.acknowledged,
+            s.node.recovered_messages,
+            s.journal_commits
+        ))
+    );
+    let tally = timeout(LIMIT, reader).await.unwrap().unwrap();
+    // Every message stored before the crash got through, unflagged, once.
+    assert_eq!(tally.0.len(), n as usize, "every message delivered");
+    assert!(tally
+        .0
+        .values()
+        .all(|&(plain, flagged)| plain == 1 && flagged == 0));
+    assert_eq!(
+        a.send(B, vec![0; 4]).await.map(|_| ()),
+        Ok(()),
+        "the restarted sender sends"
+    );
+    let plain = start(NodeId::from_const(3), None).await;
+    plain.add_peer(B, a.local_addr());
+    let mut r = plain.send(B, vec![]).await.unwrap();
+    assert_eq!(r.stored().await, Err(Error::NotDurable));
+}
