@@ -540,7 +540,10 @@ impl<S: DatagramSocket> Driver<S> {
     /// the deadline passed.
     fn try_finish(&mut self, t: Instant) -> Option<CloseReport> {
         let deadline = self.closing?;
-        let done = self.sends.all_settled() && self.handover.is_done();
+        // A durable endpoint also waits for the journal: the acknowledgements of the last
+        // messages taken go out only once their takes are stored.
+        let journal_done = self.journal_failed() || self.node.journal_backlog() == (0, 0);
+        let done = self.sends.all_settled() && self.handover.is_done() && journal_done;
         if !done && t < deadline {
             return None;
         }

@@ -22,6 +22,18 @@ pub(crate) struct DriverJournal {
     pub(crate) recovered: Vec<(MsgId, NodeId, Ack)>,
 }
 
+/// A message recovered from the journal of a durable endpoint after a restart: it is being
+/// sent again, under the id it had ([`Receipt::id`]); the receipt resolves with its verdict.
+#[derive(Debug)]
+pub struct RecoveredSend {
+    /// The message's receipt (stored already).
+    pub receipt: Receipt,
+    /// The destination.
+    pub to: NodeId,
+    /// The message, so the application knows which of its own items it is.
+    pub payload: bytes::Bytes,
+}
+
 /// Where a durable endpoint keeps its state, and how.
 #[derive(Debug, Clone)]
 pub(crate) struct DurableDir {
@@ -37,7 +49,10 @@ impl DurableDir {
 
     /// Opens the journal, recovers `node` from it, and returns the driver's journal and
     /// receipts for the messages recovered (their verdicts are still to come).
-    pub(crate) fn open(&self, node: &mut Node) -> Result<(DriverJournal, Vec<Receipt>), BindError> {
+    pub(crate) fn open(
+        &self,
+        node: &mut Node,
+    ) -> Result<(DriverJournal, Vec<RecoveredSend>), BindError> {
         let backend = FsBackend::open(self.dir.join("journal"))?;
         let (journal, recovered, report) = Journal::open(backend, self.config.clone())?;
         let (deliveries, messages) = (recovered.deliveries.len(), recovered.messages.len());
@@ -60,7 +75,11 @@ impl DurableDir {
         for m in &recovered.messages {
             let (tx, rx) = oneshot::channel();
             acks.push((m.id, m.to, Ack::One(tx)));
-            receipts.push(Receipt::recovered(m.id, m.to, rx));
+            receipts.push(RecoveredSend {
+                receipt: Receipt::recovered(m.id, m.to, rx),
+                to: m.to,
+                payload: m.payload.clone(),
+            });
         }
         node.recover(Instant::now(), recovered)
             .map_err(|e| BindError::Io(std::io::Error::other(e)))?;

@@ -100,6 +100,7 @@ use tracing::Instrument;
 pub use batch::BatchSocket;
 pub use config::EndpointConfig;
 pub use cookies::CookieStats;
+pub use durable::RecoveredSend;
 pub use error::{BindError, Error, ReceiptError};
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
@@ -131,8 +132,8 @@ pub struct Endpoint {
     rx: Vec<Deliveries>,
     /// The stream polled first next time (shards take turns).
     next: usize,
-    /// Durable mode: receipts of the messages recovered from the journal at bind.
-    recovered: Vec<Receipt>,
+    /// Durable mode: the messages recovered from the journal at bind.
+    recovered: Vec<RecoveredSend>,
 }
 
 /// The delivered messages of one driver shard: what [`Endpoint::into_deliveries`] splits an
@@ -344,12 +345,12 @@ impl Endpoint {
         .await
     }
 
-    /// Durable mode: the receipts of the messages recovered from the journal when the
-    /// endpoint was bound, each with the stable id ([`Receipt::id`], [`Receipt::stored`]) the
-    /// message had before the restart: they are being sent again, and each resolves with
-    /// the message's verdict. Empty after the first call, and on an endpoint that is not
-    /// durable.
-    pub fn take_recovered(&mut self) -> Vec<Receipt> {
+    /// Durable mode: the messages recovered from the journal when the endpoint was bound
+    /// (accepted before a restart and not acknowledged), each with its payload and a
+    /// receipt carrying the stable id ([`Receipt::id`], [`Receipt::stored`]) it had before
+    /// the restart: they are being sent again, and each receipt resolves with the message's
+    /// verdict. Empty after the first call, and on an endpoint that is not durable.
+    pub fn take_recovered(&mut self) -> Vec<RecoveredSend> {
         std::mem::take(&mut self.recovered)
     }
 

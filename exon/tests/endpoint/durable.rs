@@ -157,7 +157,7 @@ async fn a_durable_sender_restarted_sends_again_under_its_stable_ids() {
     let mut a = start(A, Some(da.path())).await;
     a.add_peer(B, b.local_addr());
     b.add_peer(A, a.local_addr());
-    let recovered = a.take_recovered();
+    let recovered: Vec<_> = a.take_recovered().into_iter().map(|r| r.receipt).collect();
     assert!(a.take_recovered().is_empty(), "taken once");
     let ids: Vec<_> = recovered.iter().map(|r| r.id()).collect();
     for id in &stored {
