@@ -209,15 +209,14 @@ fn nats_rows(cx: &Context<'_>) -> Result<Vec<Row>, String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     println!("nats: {} ({version})", bin.display());
-    // Both servers run through the whole measurement (the idle one costs nothing), so that
-    // the rows alternate in rounds as compare's other systems do.
-    let fsync = NatsServer::start(&bin, &cx.dir.join("nats-fsync"), true)?;
-    let nofsync = NatsServer::start(&bin, &cx.dir.join("nats-nofsync"), false)?;
     let rt = runtime(s.threads);
-    let callers = s.callers;
-    let mut flows = rt.block_on(async {
+    let (size, callers) = (s.size, s.callers);
+    // The fsync rows alternate in rounds, as compare's other systems do; the row without
+    // fsync runs after them, on a server of its own, so that the writeback of what it wrote
+    // does not land in the middle of the others' syncs.
+    let fsync = NatsServer::start(&bin, &cx.dir.join("nats-fsync"), true)?;
+    let flows = rt.block_on(async {
         let js = fsync.jetstream().await?;
-        let js_nofsync = nofsync.jetstream().await?;
         Ok::<_, String>(vec![
             JsFlow::new(
                 "nats_js",
@@ -225,19 +224,7 @@ fn nats_rows(cx: &Context<'_>) -> Result<Vec<Row>, String> {
                 js.clone(),
                 "ASYNC",
                 Pattern::Window(NATS_WINDOW),
-                s.size,
-            )
-            .await?,
-            JsFlow::new(
-                "nats_js_nofsync",
-                format!(
-                    "async publish, {NATS_WINDOW} awaiting PubAck, default sync (no fsync \
-                     before the ack)"
-                ),
-                js_nofsync,
-                "ASYNC",
-                Pattern::Window(NATS_WINDOW),
-                s.size,
+                size,
             )
             .await?,
             JsFlow::new(
@@ -246,7 +233,7 @@ fn nats_rows(cx: &Context<'_>) -> Result<Vec<Row>, String> {
                 js.clone(),
                 "SYNC",
                 Pattern::Callers(1),
-                s.size,
+                size,
             )
             .await?,
             JsFlow::new(
@@ -257,11 +244,42 @@ fn nats_rows(cx: &Context<'_>) -> Result<Vec<Row>, String> {
                 js,
                 "RPC",
                 Pattern::Callers(callers),
-                s.size,
+                size,
             )
             .await?,
         ])
     })?;
+    let mut rows = measure(&rt, flows, s);
+    drop(fsync);
+    let nofsync = NatsServer::start(&bin, &cx.dir.join("nats-nofsync"), false)?;
+    let flows = rt.block_on(async {
+        let js = nofsync.jetstream().await?;
+        Ok::<_, String>(vec![
+            JsFlow::new(
+                "nats_js_nofsync",
+                format!(
+                    "async publish, {NATS_WINDOW} awaiting PubAck, default sync (no fsync before \
+                 the ack)"
+                ),
+                js,
+                "ASYNC",
+                Pattern::Window(NATS_WINDOW),
+                size,
+            )
+            .await?,
+        ])
+    })?;
+    rows.insert(1, measure(&rt, flows, s).remove(0));
+    drop(nofsync);
+    println!(
+        "nats: every stream holds exactly the messages acknowledged, and refused a resent \
+         Nats-Msg-Id as a duplicate"
+    );
+    Ok(rows)
+}
+
+/// Warms the flows up, runs them in alternating rounds, verifies their streams.
+fn measure(rt: &tokio::runtime::Runtime, mut flows: Vec<JsFlow>, s: &Settings) -> Vec<Row> {
     let slot = Duration::from_secs_f64(s.secs / s.rounds as f64);
     for f in &mut flows {
         rt.block_on(f.run(f.warmup())); // warm up: stream files, connection
@@ -272,7 +290,7 @@ fn nats_rows(cx: &Context<'_>) -> Result<Vec<Row>, String> {
         rt.block_on(f.run(n))
     });
     let mut rows = Vec::new();
-    for (f, tally) in flows.iter_mut().zip(tallies) {
+    for (mut f, tally) in flows.into_iter().zip(tallies) {
         rt.block_on(f.verify());
         let latency = matches!(f.pattern, Pattern::Callers(_)).then(|| f.latency.clone());
         rows.push(Row {
@@ -282,13 +300,7 @@ fn nats_rows(cx: &Context<'_>) -> Result<Vec<Row>, String> {
             latency,
         });
     }
-    println!(
-        "nats: every stream holds exactly the messages acknowledged, and refused a resent \
-         Nats-Msg-Id as a duplicate"
-    );
-    drop(flows);
-    drop(rt);
-    Ok(rows)
+    rows
 }
 
 /// How a flow publishes.
