@@ -37,11 +37,36 @@
 //! connections from P threads into one process with P worker threads. Each sender's share
 //! of a batch is 10000 messages.
 //!
+//! The durable section (after the other systems, the same in both modes, not with
+//! `--pairs`/`--shards`/`--send-batch` or an `--only` other than `--only durable`): the disk's
+//! sync latency (1 KB appended + `sync_data`, 1000 times, in the section's temporary
+//! directory, `--dir` or the system's) and NATS JetStream, the durable broker with
+//! deduplication a user would pick instead: `nats-server` (`$NATS_SERVER`, `PATH`, then
+//! `$(go env GOPATH)/bin`; built with `go install` if only `go` is found; skipped, with the
+//! reason, if neither) on a free loopback port, file storage, `sync_interval: always` (each
+//! write fsynced before the PubAck), a `Nats-Msg-Id` on every message. Rows: `nats_js` (async
+//! publish, 256 PubAcks awaited at once, msgs/s counting acknowledged messages),
+//! `nats_js_nofsync` (the same on a server with JetStream's default sync, no fsync before the
+//! ack), `nats_js_sync` (publish and await the ack, one caller: p50/p99) and `nats_js_rpc`
+//! (the same with `--callers` concurrent callers, as the rpc mode). `--quick` (a smoke run:
+//! 0.3 s, one round) and `--no-nats` skip NATS (`nats_js=skipped`); `--only durable` runs the
+//! durable section alone. `durable::exon_durable_rows` is where exon's durable mode will add
+//! its rows.
+//!
+//! ```text
+//! cargo bench -p exon-benches --bench compare -- one-way --secs 3            # with NATS
+//! cargo bench -p exon-benches --bench compare -- one-way --only durable      # NATS alone
+//! cargo bench -p exon-benches --bench compare -- one-way --quick             # no NATS
+//! ```
+//!
 //! `cargo bench -p exon-benches --bench compare -- --help` lists the options. The last line of
 //! the output is `key=value` pairs for scripts: each system's rate under its name (messages
 //! or requests per second, as before sizes existed), `<name>_mb_s` (MB/s), the ratios
-//! (`exon_over_tcp`, `exon_over_quic`, ...: the same for messages and bytes), `size=`, and
-//! `refused=` naming the exon systems that refused the size, if any.
+//! (`exon_over_tcp`, `exon_over_quic`, ...: the same for messages and bytes), `size=`,
+//! `refused=` naming the exon systems that refused the size, if any, and then the durable
+//! section's keys: `fsync_p50_us`, `fsync_p99_us`, `nats_js` (or `nats_js=skipped`),
+//! `nats_js_nofsync`, `nats_js_sync`, `nats_js_sync_p50_us`, `nats_js_sync_p99_us`,
+//! `nats_js_rpc`, `nats_js_rpc_p50_us`, `nats_js_rpc_p99_us`.
 
 use clap::{CommandFactory, Parser};
 use exon_benches::compare;

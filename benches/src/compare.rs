@@ -1,7 +1,10 @@
 //! The side-by-side loopback comparison: systems in alternating rounds, a table, a last line.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use crate::durable;
 
 use crate::endpoint::{exon_config, exon_refusal, EXON_WINDOW};
 use crate::harness::WORKER_THREADS;
@@ -23,7 +26,7 @@ pub enum Mode {
 }
 
 /// What to compare, as the command line says.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct Options {
     /// What to measure.
     #[arg(value_enum)]
@@ -52,9 +55,20 @@ pub struct Options {
     /// runs exon's default, path MTU discovery (up to 65507 bytes on loopback).
     #[arg(long, default_value_t = 0)]
     pub datagram: usize,
-    /// Runs one system alone, for profiling (ratios then need another run).
+    /// Runs one system alone, for profiling (ratios then need another run); `durable` runs
+    /// the durable section alone (the disk's sync latency and NATS JetStream).
     #[arg(long)]
     pub only: Option<String>,
+    /// A smoke run: `--secs 0.3 --rounds 1`, the sync probe 100 times, NATS skipped.
+    #[arg(long)]
+    pub quick: bool,
+    /// Skips NATS JetStream in the durable section (the sync probe still runs).
+    #[arg(long)]
+    pub no_nats: bool,
+    /// Directory under which the durable section makes its temporary directory (default: the
+    /// system's temporary directory; it must be on the disk to measure, not a tmpfs).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
     /// Worker threads of a multi-thread tokio runtime on each side (0: current-thread).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -82,15 +96,70 @@ pub fn run(args: &Options) -> Result<(), String> {
     if args.secs <= 0.0 || !args.secs.is_finite() {
         return Err("--secs must be positive".into());
     }
+    let quick;
+    let args = if args.quick {
+        quick = Options {
+            secs: 0.3,
+            rounds: 1,
+            ..args.clone()
+        };
+        &quick
+    } else {
+        args
+    };
     WORKER_THREADS.store(args.threads, Ordering::Relaxed);
     EXON_WINDOW.store(args.window, Ordering::Relaxed);
     let scaled = args.pairs > 1 || args.shards > 1 || args.send_batch > 0;
+    if args.only.as_deref() == Some(DURABLE) {
+        if scaled {
+            return Err(
+                "--pairs, --shards and --send-batch are not for the durable section".into(),
+            );
+        }
+        let mut last = durable::run(&durable_settings(args));
+        last.push(format!("size={}", args.size));
+        println!("{}", last.join(" "));
+        return Ok(());
+    }
     match args.mode {
         Mode::OneWay if scaled => one_way_scaled(args),
         Mode::OneWay => one_way(args),
         Mode::Rpc if scaled => Err("--pairs, --shards and --send-batch are for one-way".into()),
         Mode::Rpc => rpc(args),
     }
+}
+
+/// What `--only` names to run the durable section alone.
+pub const DURABLE: &str = "durable";
+
+/// The durable section's settings from the command line.
+fn durable_settings(args: &Options) -> durable::Settings {
+    let skip_nats = if args.quick {
+        Some("--quick".to_string())
+    } else if args.no_nats {
+        Some("--no-nats".to_string())
+    } else {
+        None
+    };
+    durable::Settings {
+        size: size(args),
+        secs: args.secs,
+        rounds: args.rounds,
+        callers: args.callers,
+        threads: args.threads,
+        sync_samples: if args.quick { 100 } else { 1000 },
+        skip_nats,
+        dir: args.dir.clone(),
+    }
+}
+
+/// The keys of the durable section, which runs after the other systems, the same in both
+/// modes, unless `--only` names one of them.
+fn durable_keys(args: &Options) -> Vec<String> {
+    if args.only.is_some() {
+        return Vec::new();
+    }
+    durable::run(&durable_settings(args))
 }
 
 /// The systems to run: all, or the one named by `--only`; less the exon systems that
@@ -215,6 +284,7 @@ fn one_way(args: &Options) -> Result<(), String> {
             .map(|(i, n)| format!("{n}_mb_s={:.1}", mb_s(rate(i), args.size))),
     );
     last.extend(tail_keys(args, &refused));
+    last.extend(durable_keys(args));
     println!("{}", last.join(" "));
     Ok(())
 }
@@ -374,6 +444,7 @@ fn rpc(args: &Options) -> Result<(), String> {
     }
     last.push(format!("callers={}", args.callers));
     last.extend(tail_keys(args, &refused));
+    last.extend(durable_keys(args));
     println!("{}", last.join(" "));
     Ok(())
 }
@@ -402,6 +473,7 @@ mod tests {
         assert_eq!((o.datagram, o.threads, o.send_batch), (0, 0, 0));
         assert_eq!((o.pairs, o.shards, o.window), (1, 1, 0));
         assert!(o.batch.is_none() && o.only.is_none());
+        assert!(!o.quick && !o.no_nats && o.dir.is_none());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 pub mod calls;
 pub mod compare;
 pub mod core_pair;
+pub mod durable;
 pub mod endpoint;
 pub mod harness;
 pub mod message;
