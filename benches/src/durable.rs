@@ -85,14 +85,12 @@ pub struct Context<'a> {
     pub settings: &'a Settings,
 }
 
-/// Exon's durable mode, once it exists: the rows it adds to the durable table (e.g.
-/// `exon_durable`, one-way msgs/s with every message on disk before it counts, and an
-/// `exon_durable_rpc` row with p50/p99), measured in `cx.dir`, the directory the other durable
-/// systems and the sync probe use. Its keys then appear on the last line like NATS's. Empty
-/// until exon has a durable API.
+/// Exon's rows of the durable table (`durable_exon.rs`): `exon_durable` (one-way msgs/s, each
+/// message counted once acknowledged by a durable receiver), `exon_durable_rpc` (p50/p99),
+/// and the same runs without durability beside them, measured in `cx.dir`, the directory
+/// the other durable systems and the sync probe use.
 pub fn exon_durable_rows(cx: &Context<'_>) -> Vec<Row> {
-    let _ = cx;
-    Vec::new()
+    crate::durable_exon::rows(cx)
 }
 
 /// Runs the durable section and prints its table; returns the keys for the last line.

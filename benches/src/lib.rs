@@ -4,6 +4,7 @@ pub mod calls;
 pub mod compare;
 pub mod core_pair;
 pub mod durable;
+pub mod durable_exon;
 pub mod endpoint;
 pub mod harness;
 pub mod message;

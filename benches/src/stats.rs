@@ -25,6 +25,12 @@ impl Latencies {
         self.0.saturating_record(us);
     }
 
+    /// Adds every latency of `other`.
+    pub fn merge(&mut self, other: &Latencies) {
+        // Same bounds on both sides: adding cannot fail.
+        let _ = self.0.add(&other.0);
+    }
+
     /// Number of latencies recorded.
     pub fn len(&self) -> u64 {
         self.0.len()

@@ -138,9 +138,16 @@ impl State {
             }
             Entry::Assigned { id, rck, slot } => {
                 if let Some(m) = self.outbox.get_mut(id) {
-                    if m.assigned.is_none() {
-                        self.live_bytes += e.encoded_len();
+                    // A newer assignment (a fresh slot after a RETRY) replaces the last one.
+                    if let Some((r, s)) = m.assigned {
+                        let old = Entry::Assigned {
+                            id: *id,
+                            rck: r,
+                            slot: s,
+                        };
+                        self.live_bytes -= old.encoded_len();
                     }
+                    self.live_bytes += e.encoded_len();
                     m.assigned = Some((*rck, *slot));
                 }
             }
@@ -345,6 +352,27 @@ mod tests {
         );
         let msgs = again.recovered(false).messages;
         assert_eq!(msgs[0].assigned, Some((6, 7)), "the latest assignment");
+        // A reassignment whose encoding is longer than the first one's is counted right
+        // (the simulator found the count going below zero).
+        let mut t = State::new();
+        t.apply(&Entry::Accepted {
+            id: MsgId(1),
+            to: A,
+            payload: Bytes::from_static(b"x"),
+        });
+        t.apply(&Entry::Assigned {
+            id: MsgId(1),
+            rck: 3,
+            slot: 4,
+        });
+        t.apply(&Entry::Assigned {
+            id: MsgId(1),
+            rck: 1 << 40,
+            slot: 1 << 40,
+        });
+        assert_eq!(t.live_bytes(), encoded(&t));
+        t.apply(&Entry::Resolved { id: MsgId(1) });
+        assert_eq!(t.live_bytes(), 0);
         assert_eq!(msgs[1].assigned, None);
         assert_eq!(s.live_bytes(), encoded(&s));
         assert_eq!(again.live_bytes(), encoded(&again));

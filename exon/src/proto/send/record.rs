@@ -241,7 +241,12 @@ impl SRecord {
         let msg = Queued { id, payload };
         match assigned {
             Some((rck, slot)) => {
-                self.tokens.insert(slot, Token::new(rck, msg));
+                // It may have left before the crash (its slot was stored first): a verdict
+                // for its incarnation must not put it back in the queue as never sent, and
+                // giving it up is in doubt.
+                let mut tok = Token::new(rck, msg);
+                tok.sends = 1;
+                self.tokens.insert(slot, tok);
                 self.to_send.push_back(slot);
             }
             None => self.queue.push_back(msg),
@@ -538,6 +543,27 @@ mod tests {
     use super::*;
     use crate::proto::send::loss::answers_original;
     use std::time::Duration;
+
+    /// Found by the simulator (a duplicate after crashes of both sides): a token recovered
+    /// from the journal may have left before the crash, so a DOUBT, RETRY or LOST for its
+    /// incarnation must not put it back in the queue as never sent (a fresh slot would
+    /// deliver it a second time), and giving it up is in doubt.
+    #[test]
+    fn a_recovered_token_counts_as_sent() {
+        let cfg = Config::default();
+        let t0 = Instant::now();
+        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
+        rec.set_durable();
+        rec.restore(MsgId(5), Bytes::from_static(b"m"), Some((7, 42)));
+        rec.restore(MsgId(6), Bytes::from_static(b"n"), None);
+        let (again, _) = rec.requeue_unsent(7, true);
+        assert_eq!(again, 0, "requeued as never sent");
+        assert_eq!((rec.token_count(), rec.queued_count()), (1, 1));
+        assert_eq!(
+            rec.abandon(t0, MsgId(5), true).map(|(_, v)| v),
+            Some(crate::proto::Abandoned::InDoubt)
+        );
+    }
 
     #[test]
     fn only_an_answer_too_early_for_the_retransmission_proves_a_loss_spurious() {
