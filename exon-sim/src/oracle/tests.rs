@@ -1,3 +1,5 @@
+//! Unit tests of the oracle: each check on hand-made sequences of events.
+
 use super::*;
 use crate::workload::write_payload;
 
@@ -138,4 +140,77 @@ fn restarts_excuse_nothing_else() {
     );
     assert_eq!(o.violations()[2].key, Some(a));
     assert_eq!(o.violations()[3].key, Some(b));
+}
+
+fn delivered(o: &mut Oracle, k: MsgKey, redelivery: bool, t: u64) -> bool {
+    o.on_handover(1, 0, &payload(k), redelivery, t).is_some()
+}
+
+#[test]
+fn durable_redeliveries_are_allowed_until_the_sender_is_told() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    o.on_stored(a, 1);
+    o.on_stored(b, 1);
+    assert!(delivered(&mut o, a, false, 2));
+    assert!(delivered(&mut o, b, false, 2));
+    assert!(o.on_taken(1, &payload(a), 3).is_some());
+    // The receiver crashed before either take was durable: both come back flagged.
+    o.on_restart(1);
+    assert!(delivered(&mut o, a, true, 4));
+    assert!(o.on_taken(1, &payload(a), 5).is_some(), "taken again");
+    o.on_acked(a, 6);
+    // Flagged again after the acknowledgement: what journal_before_ack prevents.
+    assert!(!delivered(&mut o, a, true, 7));
+    // A flagged first hand-over is a delivery like any other.
+    let c = o.on_submit(0, 1, 0);
+    assert!(delivered(&mut o, c, true, 8));
+    o.on_taken(1, &payload(c), 8);
+    o.on_acked(c, 9);
+    // An unflagged second delivery is a duplicate.
+    assert!(!delivered(&mut o, b, false, 9));
+    o.on_taken(1, &payload(b), 9);
+    o.on_acked(b, 10);
+    o.finish(20);
+    assert_eq!(
+        kinds(&o),
+        [ViolationKind::RedeliveredAfterAck, ViolationKind::Duplicate]
+    );
+    assert_eq!((o.redeliveries, o.stored, o.duplicates), (1, 2, 1));
+}
+
+#[test]
+fn durable_senders_owe_a_verdict_for_stored_messages_and_never_doubt() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let stored = o.on_submit(0, 1, 0);
+    let unstored = o.on_submit(0, 1, 0);
+    let doubted = o.on_submit(0, 1, 0);
+    o.on_stored(stored, 1);
+    o.on_stored(doubted, 1);
+    // The sender crashes: only the message never reported stored may be lost.
+    o.on_restart(0);
+    o.on_restart(1);
+    o.on_in_doubt(doubted, 5);
+    o.finish(10);
+    assert_eq!(
+        kinds(&o),
+        [ViolationKind::DurableInDoubt, ViolationKind::Lost]
+    );
+    assert_eq!(o.violations()[1].key, Some(stored));
+    assert_eq!(o.lost_by_restart, 2, "{unstored} and the doubted one");
+}
+
+#[test]
+fn a_damaged_journal_excuses_doubt() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let a = o.on_submit(0, 1, 0);
+    o.on_restart(1);
+    o.on_damaged(1);
+    o.on_in_doubt(a, 5);
+    o.finish(10);
+    assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
 }
