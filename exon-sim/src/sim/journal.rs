@@ -172,7 +172,7 @@ impl Sim {
                 bad.push(format!("final compaction: {e}"));
             }
             if !j.state().is_empty() {
-                let (msgs, deliveries) = j.state().counts();
+                let (deliveries, msgs) = j.state().counts();
                 bad.push(format!("{msgs} messages and {deliveries} deliveries live"));
             }
             h.jstats.compactions += j.compactions();
