@@ -8,6 +8,7 @@
 pub mod deafness;
 pub mod disk;
 pub mod faults;
+pub mod journal;
 pub mod link;
 pub mod oracle;
 pub mod report;
@@ -18,6 +19,7 @@ pub mod workload;
 pub use deafness::DeafWatch;
 pub use disk::DiskModel;
 pub use faults::{Fault, FaultKind};
+pub use journal::JournalModel;
 pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
 pub use oracle::{Oracle, Violation, ViolationKind};
 pub use report::Report;

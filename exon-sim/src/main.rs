@@ -138,6 +138,19 @@ struct Args {
     /// With `--disk-sync-us`: a crash loses every unsynced write whole (no torn writes).
     #[arg(long)]
     no_torn_writes: bool,
+    /// Durable mode: every node journals its inbox and outbox on a simulated disk that
+    /// survives its crashes (commits take `--disk-sync-us`, default 2000; crashes may tear
+    /// the unsynced tail or cut a commit or compaction). The oracle then also checks that
+    /// nothing ends in doubt and that every message reported stored is acknowledged once.
+    #[arg(long)]
+    durable: bool,
+    /// Durable mode: a commit compacts the journal once it grew by this many bytes.
+    #[arg(long, default_value_t = 16384)]
+    compact_after: u64,
+    /// Durable mode: probability that a crash falls inside a commit (records may be left
+    /// durable that the node was never told of).
+    #[arg(long, default_value_t = 0.0)]
+    crash_mid_commit: f64,
 }
 
 /// Congestion controllers.
@@ -248,6 +261,11 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         disk: a.disk_sync_us.map(|us| exon_sim::DiskModel {
             sync_latency: Duration::from_micros(us),
             torn_writes: !a.no_torn_writes,
+        }),
+        durable: a.durable.then(|| exon_sim::JournalModel {
+            compact_after: a.compact_after,
+            crash_mid_commit: a.crash_mid_commit,
+            ..exon_sim::JournalModel::default()
         }),
         ..Scenario::default()
     }

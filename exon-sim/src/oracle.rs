@@ -1,70 +1,14 @@
 //! The oracle: remembers every message submitted and checks at-most-once continuously and
-//! at-least-once at the end.
+//! at-least-once at the end (and, in durable mode, the checks of `oracle/durable.rs`).
 
-use std::fmt;
 use std::time::Duration;
 
 use crate::workload::{read_payload, Kind, MsgKey};
 
-/// What went wrong.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ViolationKind {
-    /// A message was delivered a second time.
-    Duplicate,
-    /// A message was delivered altered or in part (not the bytes submitted).
-    Corrupted,
-    /// A payload that was never submitted was delivered.
-    NeverSent,
-    /// A message was delivered to a node it was not sent to, or from the wrong source.
-    Misdelivered,
-    /// The sender was told a message was delivered that was not.
-    AckWithoutDelivery,
-    /// The sender was told a message was acknowledged that its receiver's node delivered
-    /// but its application never took (acknowledged must mean taken).
-    AckWithoutTake,
-    /// The sender was told twice (acknowledged or in doubt).
-    DoubleAck,
-    /// The sender was told a message is in doubt although its receiver never restarted.
-    UnexplainedDoubt,
-    /// A message its sender was told is not delivered was delivered.
-    DeliveredAfterNotDelivered,
-    /// After healing and quiescence, a message was never delivered (and taken by the
-    /// receiving application).
-    Lost,
-    /// After healing and quiescence, a live sender was never told the message's fate
-    /// (neither acknowledged nor in doubt).
-    NotAcknowledged,
-    /// After quiescence a node still holds records, or events were still pending.
-    NotIdle,
-    /// A node's state exceeded a configured cap.
-    Unbounded,
-    /// A node sent a peer it had not heard from for a few `max_rto` more than the bound of
-    /// `deafness.rs` (60 datagrams, 256 KiB in 30 s).
-    DeafFlood,
-}
+mod durable;
+mod violation;
 
-/// One violation, with the message involved if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// What.
-    pub kind: ViolationKind,
-    /// The message, if one is involved.
-    pub key: Option<MsgKey>,
-    /// Virtual time from the start.
-    pub at: Duration,
-    /// What was seen, including a short trace of the message.
-    pub detail: String,
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} at {:?}", self.kind, self.at)?;
-        if let Some(k) = self.key {
-            write!(f, " msg {k}")?;
-        }
-        write!(f, ": {}", self.detail)
-    }
-}
+pub use violation::{Violation, ViolationKind};
 
 const NONE: u64 = u64::MAX;
 
@@ -75,6 +19,13 @@ struct Rec {
     deliveries: u32,
     /// The receiving application took it from its buffer.
     taken: bool,
+    /// Times the receiving application took it (more than once only after redeliveries).
+    takes: u32,
+    /// Flagged redeliveries after a receiver restart (durable mode), beyond the first
+    /// hand-over.
+    redeliveries: u32,
+    /// Durable mode: its sender's application was told it is stored (`Event::Stored`).
+    stored: bool,
     acked: bool,
     /// Its sender was told it is in doubt.
     doubted: bool,
@@ -95,6 +46,10 @@ pub struct Oracle {
     msgs: Vec<Vec<Rec>>,
     /// Nodes that restarted at least once so far.
     restarted: Vec<bool>,
+    /// Durable mode: the checks of [`Oracle::set_durable`].
+    durable: bool,
+    /// Durable mode: nodes whose journal was found damaged at a recovery.
+    damaged: Vec<bool>,
     violations: Vec<Violation>,
     violation_count: u64,
     /// Distinct messages delivered.
@@ -117,6 +72,10 @@ pub struct Oracle {
     pub not_delivered: u64,
     /// Messages given up at their deadline after a copy left: told in doubt.
     pub expired_in_doubt: u64,
+    /// Durable mode: flagged redeliveries of messages handed over before a restart.
+    pub redeliveries: u64,
+    /// Durable mode: messages their senders' applications were told are stored.
+    pub stored: u64,
 }
 
 /// Violations kept in full; later ones are only counted.
@@ -128,6 +87,7 @@ impl Oracle {
         Oracle {
             msgs: vec![Vec::new(); nodes],
             restarted: vec![false; nodes],
+            damaged: vec![false; nodes],
             ..Oracle::default()
         }
     }
@@ -217,6 +177,9 @@ impl Oracle {
             to: to as u32,
             deliveries: 0,
             taken: false,
+            takes: 0,
+            redeliveries: 0,
+            stored: false,
             acked: false,
             doubted: false,
             given_up: false,
@@ -235,6 +198,19 @@ impl Oracle {
         node: usize,
         from: usize,
         payload: &[u8],
+        now: u64,
+    ) -> Option<(MsgKey, Kind)> {
+        self.on_handover(node, from, payload, false, now)
+    }
+
+    /// Checks a hand-over of `payload` from `from` to `node`, flagged as a redelivery after
+    /// a restart (`redelivery`) or not; returns the message if the application is to get it.
+    pub fn on_handover(
+        &mut self,
+        node: usize,
+        from: usize,
+        payload: &[u8],
+        redelivery: bool,
         now: u64,
     ) -> Option<(MsgKey, Kind)> {
         let Some((key, kind)) = read_payload(payload) else {
@@ -263,6 +239,9 @@ impl Oracle {
                 format!("delivered to node{node} from node{from}"),
             );
             return None;
+        }
+        if redelivery && r.deliveries > 0 {
+            return self.on_redelivery(node, key, kind, now);
         }
         r.deliveries += 1;
         let told_not_delivered = r.not_delivered;
@@ -297,7 +276,8 @@ impl Oracle {
     pub fn on_taken(&mut self, node: usize, payload: &[u8], now: u64) -> Option<(MsgKey, Kind)> {
         let (key, kind) = read_payload(payload)?;
         let r = rec_in(&mut self.msgs, key)?;
-        if r.taken || r.deliveries == 0 || r.to as usize != node {
+        let handovers = r.deliveries.min(1) + r.redeliveries;
+        if r.takes >= handovers || r.to as usize != node {
             self.violate(
                 ViolationKind::Duplicate,
                 Some(key),
@@ -307,6 +287,7 @@ impl Oracle {
             return None;
         }
         r.taken = true;
+        r.takes += 1;
         Some((key, kind))
     }
 
@@ -348,6 +329,9 @@ impl Oracle {
     /// time before: a token made after the restart from an envelope granted before it is in
     /// doubt too).
     pub fn on_in_doubt(&mut self, key: MsgKey, now: u64) {
+        if self.durable {
+            self.check_durable_doubt(key, now);
+        }
         let explained = self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
         let Some(r) = self.settle(key, now, "in doubt") else {
             return;
@@ -416,12 +400,17 @@ impl Oracle {
         None
     }
 
-    /// `node` restarted: its unsettled messages may be lost without a violation, and
-    /// messages to it may from now on end in doubt.
+    /// `node` restarted: its unsettled messages may be lost without a violation (in durable
+    /// mode only those never reported stored), and messages to it may from now on end in
+    /// doubt (not in durable mode).
     pub fn on_restart(&mut self, node: usize) {
         self.restarted[node] = true;
+        let durable = self.durable;
         if let Some(v) = self.msgs.get_mut(node) {
-            for r in v.iter_mut().filter(|r| !r.acked && !r.doubted) {
+            // In durable mode a message its application was told is stored outlives the
+            // crash: its sender still owes a verdict.
+            let owed = |r: &Rec| durable && r.stored;
+            for r in v.iter_mut().filter(|r| !r.acked && !r.doubted && !owed(r)) {
                 r.sender_restarted = true;
             }
         }
@@ -463,146 +452,4 @@ fn rec_in(msgs: &mut [Vec<Rec>], key: MsgKey) -> Option<&mut Rec> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workload::write_payload;
-
-    fn payload(key: MsgKey) -> Vec<u8> {
-        let mut b = Vec::new();
-        write_payload(&mut b, key, Kind::Data, 20);
-        b
-    }
-
-    fn kinds(o: &Oracle) -> Vec<ViolationKind> {
-        o.violations().iter().map(|v| v.kind).collect()
-    }
-
-    #[test]
-    fn a_clean_exchange_passes() {
-        let mut o = Oracle::new(2);
-        let k = o.on_submit(0, 1, 0);
-        assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
-        assert!(o.on_taken(1, &payload(k), 6).is_some());
-        o.on_acked(k, 10);
-        o.finish(20);
-        assert_eq!(o.violation_count(), 0);
-        assert_eq!((o.delivered, o.acked, o.lost), (1, 1, 0));
-    }
-
-    #[test]
-    fn every_kind_of_violation_is_caught() {
-        let mut o = Oracle::new(3);
-        let k = o.on_submit(0, 1, 0);
-        o.on_delivered(1, 0, &payload(k), 1);
-        o.on_taken(1, &payload(k), 1);
-        o.on_delivered(1, 0, &payload(k), 2);
-        assert_eq!(kinds(&o), [ViolationKind::Duplicate]);
-        let never = MsgKey { sender: 0, seq: 9 };
-        o.on_delivered(1, 0, &payload(never), 3);
-        let k2 = o.on_submit(0, 1, 0);
-        o.on_delivered(2, 0, &payload(k2), 3);
-        o.on_acked(k2, 4);
-        o.on_acked(k, 5);
-        o.on_acked(k, 6);
-        o.on_in_doubt(k, 7);
-        let k3 = o.on_submit(1, 0, 0);
-        o.finish(10);
-        assert_eq!(
-            kinds(&o),
-            [
-                ViolationKind::Duplicate,
-                ViolationKind::NeverSent,
-                ViolationKind::Misdelivered,
-                ViolationKind::AckWithoutDelivery,
-                ViolationKind::DoubleAck,
-                ViolationKind::DoubleAck,
-                ViolationKind::Lost,
-                ViolationKind::Lost,
-            ]
-        );
-        assert!(o.violations()[0].detail.contains("delivered 2x"));
-        assert_eq!(o.violations()[7].key, Some(k3));
-    }
-
-    #[test]
-    fn restarts_excuse_losses_but_report_them() {
-        let mut o = Oracle::new(2);
-        let a = o.on_submit(0, 1, 0);
-        let b = o.on_submit(0, 1, 0);
-        let d = o.on_submit(1, 0, 0);
-        o.on_restart(1);
-        let c = o.on_submit(0, 1, 0);
-        o.on_in_doubt(a, 5);
-        o.on_delivered(1, 0, &payload(b), 7);
-        o.on_taken(1, &payload(b), 7);
-        o.on_in_doubt(b, 8);
-        o.on_delivered(1, 0, &payload(c), 9);
-        o.on_taken(1, &payload(c), 9);
-        o.on_acked(c, 9);
-        o.finish(10);
-        assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
-        // a: in doubt, never delivered; d: its sender restarted before it was settled.
-        assert_eq!(o.lost_by_restart, 2);
-        assert_eq!(o.in_doubt, 2);
-        let _ = d;
-    }
-
-    #[test]
-    fn acknowledged_must_mean_taken() {
-        let mut o = Oracle::new(2);
-        let a = o.on_submit(0, 1, 0);
-        let b = o.on_submit(0, 1, 0);
-        o.on_delivered(1, 0, &payload(a), 1);
-        o.on_delivered(1, 0, &payload(b), 1);
-        // The receiver's application crashed with both in its buffer.
-        o.on_restart(1);
-        o.on_acked(a, 5);
-        o.on_in_doubt(b, 5);
-        o.finish(10);
-        assert_eq!(
-            kinds(&o),
-            [ViolationKind::AckWithoutTake, ViolationKind::Lost]
-        );
-        assert_eq!(o.violations()[0].key, Some(a));
-        assert_eq!(o.lost_by_restart, 1);
-    }
-
-    #[test]
-    fn not_delivered_must_never_arrive() {
-        let mut o = Oracle::new(2);
-        let a = o.on_submit(0, 1, 0);
-        let b = o.on_submit(0, 1, 0);
-        o.on_abandoned(a, true, 5);
-        o.on_abandoned(b, false, 5);
-        o.on_delivered(1, 0, &payload(a), 6);
-        o.finish(10);
-        assert_eq!(kinds(&o), [ViolationKind::DeliveredAfterNotDelivered]);
-        assert_eq!((o.not_delivered, o.expired_in_doubt, o.lost), (1, 1, 0));
-    }
-
-    #[test]
-    fn restarts_excuse_nothing_else() {
-        let mut o = Oracle::new(2);
-        let a = o.on_submit(0, 1, 0);
-        let b = o.on_submit(0, 1, 0);
-        o.on_restart(1);
-        let c = o.on_submit(1, 0, 0);
-        // Acknowledged without delivery: a violation even after the receiver restarted.
-        o.on_acked(a, 5);
-        // In doubt although its receiver (node 0) never restarted.
-        o.on_in_doubt(c, 6);
-        // b: never settled while its sender lives.
-        o.finish(10);
-        assert_eq!(
-            kinds(&o),
-            [
-                ViolationKind::AckWithoutDelivery,
-                ViolationKind::UnexplainedDoubt,
-                ViolationKind::Lost,
-                ViolationKind::Lost,
-            ]
-        );
-        assert_eq!(o.violations()[2].key, Some(a));
-        assert_eq!(o.violations()[3].key, Some(b));
-    }
-}
+mod tests;

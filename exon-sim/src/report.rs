@@ -72,6 +72,25 @@ pub struct Report {
     /// Sealed datagrams refused because their tag did not verify (forged or altered), over
     /// all live nodes.
     pub bad_tags: u64,
+    /// Durable mode: messages their senders' applications were told are stored.
+    pub stored: u64,
+    /// Durable mode: flagged redeliveries of messages handed to the application before a
+    /// restart of its node (the hand-over was never acknowledged).
+    pub redeliveries: u64,
+    /// Durable mode: journal commits (group commits, each reported with `handle_stored`).
+    pub journal_commits: u64,
+    /// Durable mode: journal compactions (in commits, when quiet, and at the end).
+    pub compactions: u64,
+    /// Durable mode: the most bytes one host's journal took on disk (after a commit).
+    pub journal_bytes_max: u64,
+    /// Durable mode: crashes that cut a commit part way (the disk failed mid-way).
+    pub crashes_mid_commit: u32,
+    /// Durable mode: crashes that cut a compaction part way.
+    pub crashes_mid_compaction: u32,
+    /// Durable mode: bytes of torn tails cut off journals at recovery.
+    pub journal_torn_bytes: u64,
+    /// Durable mode: recoveries that found a journal damaged.
+    pub journal_damaged: u32,
 }
 
 impl Report {
@@ -123,6 +142,24 @@ impl fmt::Display for Report {
             self.spurious_retransmissions,
             self.done_at.as_secs_f64(),
             self.virtual_time.as_secs_f64()
-        )
+        )?;
+        if self.journal_commits > 0 {
+            write!(
+                f,
+                " stored={} redeliveries={} commits={} compactions={} journal_bytes_max={} \
+                 mid_commit_crashes={} mid_compaction_crashes={} journal_torn_bytes={} \
+                 journal_damaged={}",
+                self.stored,
+                self.redeliveries,
+                self.journal_commits,
+                self.compactions,
+                self.journal_bytes_max,
+                self.crashes_mid_commit,
+                self.crashes_mid_compaction,
+                self.journal_torn_bytes,
+                self.journal_damaged
+            )?;
+        }
+        Ok(())
     }
 }

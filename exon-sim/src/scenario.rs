@@ -133,6 +133,13 @@ pub struct Scenario {
     /// recovers its clock from the records whose checksums hold. `None`: stores complete at
     /// once and survive every crash.
     pub disk: Option<crate::DiskModel>,
+    /// Durable mode: every node journals its inbox and outbox (`Node::recover`), on a
+    /// simulated disk per host that survives its crashes, committed in groups a sync
+    /// latency after the first write (see [`JournalModel`](crate::JournalModel)). The oracle
+    /// then also checks that nothing ends in doubt, that every message reported stored is
+    /// acknowledged whatever crashes, and that each journal replays to nothing at the end.
+    /// `None`: nodes keep no journal.
+    pub durable: Option<crate::JournalModel>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -149,6 +156,7 @@ impl std::fmt::Debug for Scenario {
             .field("take_delay", &self.take_delay)
             .field("disk", &self.disk)
             .field("deadline", &self.deadline)
+            .field("durable", &self.durable)
             .finish_non_exhaustive()
     }
 }
@@ -225,6 +233,7 @@ impl Default for Scenario {
             take_delay: Duration::ZERO,
             deadline: None,
             disk: None,
+            durable: None,
         }
     }
 }

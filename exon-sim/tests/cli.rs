@@ -106,3 +106,22 @@ fn the_settings_of_a_soak_are_options() {
     assert!(line.contains("spurious_found=") && line.contains("done_s="));
     assert!(String::from_utf8_lossy(&out.stderr).contains("spurious_retransmissions"));
 }
+
+#[test]
+fn durable_runs_journal_and_report_it() {
+    // No restarts: the core's `State::live_bytes` underflow (see tests/sim/durable.rs)
+    // needs a message sent twice, which a debug build would turn into a panic.
+    let out = exon_sim(&["--durable", "--messages", "200", "--seeds", "2"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.contains("violations=0"), "{line}");
+    assert!(
+        line.contains("stored=200") && line.contains("commits="),
+        "{line}"
+    );
+    assert!(line.contains("all_seeds_ok=true"), "{line}");
+}

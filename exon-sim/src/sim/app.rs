@@ -44,9 +44,10 @@ impl Sim {
         let Some(verdict) = node.abandon(now, node_id(to), id) else {
             return; // settled already
         };
-        let key = self.key_of(i, id);
-        self.oracle
-            .on_abandoned(key, verdict == Abandoned::NotDelivered, self.now);
+        if let Some(key) = self.key_of(i, id) {
+            self.oracle
+                .on_abandoned(key, verdict == Abandoned::NotDelivered, self.now);
+        }
         self.drain(i);
     }
 
@@ -99,8 +100,7 @@ impl Sim {
                 match node.send(now, node_id(to), p) {
                     Ok(id) => {
                         let key = self.oracle.on_submit(i, to, self.now);
-                        debug_assert_eq!(id.0 as usize, self.hosts[i].msg_keys.len());
-                        self.hosts[i].msg_keys.push(key.seq);
+                        self.hosts[i].msg_keys.insert(id.0, key.seq);
                         sent += 1;
                         if let Some(d) = self.sc.deadline {
                             let what = What::GiveUp {

@@ -1,6 +1,9 @@
 //! One simulated host: its node (absent while crashed) and its application's state.
 
+use std::collections::HashMap;
+
 use bytes::Bytes;
+use exon::durable::{Journal, MemBackend};
 use exon::proto::{DeliveryId, Node, NodeId};
 
 /// One simulated host: the node (absent while crashed) and its application.
@@ -8,8 +11,9 @@ pub(crate) struct Host {
     pub(crate) node: Option<Node>,
     /// The clock high-water mark confirmed stored.
     pub(crate) stored_hw: u64,
-    /// Simulation sequence number of each `MsgId` of the current node incarnation.
-    pub(crate) msg_keys: Vec<u64>,
+    /// Simulation sequence number of each `MsgId` of the current node incarnation (in
+    /// durable mode, of every incarnation: recovered messages keep their ids).
+    pub(crate) msg_keys: HashMap<u64, u64>,
     /// Messages still to submit on the workload's initiative.
     pub(crate) quota: u64,
     /// RPC replies owed: (requester, request).
@@ -28,6 +32,27 @@ pub(crate) struct Host {
     /// Crashes that lost writes not yet synced, and recoveries that cut a damaged tail.
     pub(crate) crashes_losing_writes: u32,
     pub(crate) torn_tails_cut: u32,
+    /// Durable mode: the journal's storage, which survives crashes.
+    pub(crate) jdisk: MemBackend,
+    /// Durable mode: the open journal (dropped at a crash, reopened at the restart).
+    pub(crate) journal: Option<Journal<MemBackend>>,
+    /// Durable mode: a commit is scheduled.
+    pub(crate) commit_scheduled: bool,
+    /// Durable mode: figures over the host's life (see [`Report`](crate::Report)).
+    pub(crate) jstats: JournalStats,
+}
+
+/// Figures of one host's journal over its life.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct JournalStats {
+    pub(crate) commits: u64,
+    /// Compactions of the journals closed so far (a crash or the end closes one).
+    pub(crate) compactions: u64,
+    pub(crate) bytes_max: u64,
+    pub(crate) cut_commits: u32,
+    pub(crate) cut_compactions: u32,
+    pub(crate) damaged: u32,
+    pub(crate) torn_bytes: u64,
 }
 
 impl Host {
@@ -36,7 +61,7 @@ impl Host {
         Host {
             node: None,
             stored_hw: 0,
-            msg_keys: Vec::new(),
+            msg_keys: HashMap::new(),
             quota,
             replies: Vec::new(),
             timer_at: None,
@@ -48,6 +73,10 @@ impl Host {
             disk: crate::disk::Disk::default(),
             crashes_losing_writes: 0,
             torn_tails_cut: 0,
+            jdisk: MemBackend::new(),
+            journal: None,
+            commit_scheduled: false,
+            jstats: JournalStats::default(),
         }
     }
 

@@ -3,11 +3,13 @@
 //!
 //! The parts: the event queue (`queue.rs`), the hosts (`host.rs`), the nodes and their
 //! drain (`nodes.rs`), the applications (`app.rs`), the links and faults (`network.rs`),
-//! the attackers (`adversary.rs`), and the report (`outcome.rs`).
+//! the attackers (`adversary.rs`), the journals of durable mode (`journal.rs`), and the
+//! report (`outcome.rs`).
 
 mod adversary;
 mod app;
 mod host;
+mod journal;
 mod network;
 mod nodes;
 mod outcome;
@@ -81,7 +83,13 @@ impl Sim {
             hosts: Vec::with_capacity(n),
             links,
             held: vec![Vec::new(); n * n],
-            oracle: Oracle::new(n),
+            oracle: {
+                let mut o = Oracle::new(n);
+                if sc.durable.is_some() {
+                    o.set_durable();
+                }
+                o
+            },
             deaf: DeafWatch::new(n, sc.config.timers.max_rto),
             rng: SmallRng::seed_from_u64(sc.seed ^ 0x9e37_79b9_7f4a_7c15),
             last_activity: 0,
@@ -197,6 +205,7 @@ impl Sim {
                 self.boot(i, clock);
             }
             What::Synced { node, boot, hw } => self.on_synced(node as usize, boot, hw),
+            What::Commit { node, boot } => self.on_commit(node as usize, boot),
             What::Hostile(left) => self.hostile(left),
             What::Adversary(left) => self.adversary(left),
             What::HealAll => {
@@ -257,6 +266,9 @@ impl Sim {
             let what = format!("{pending} events still pending after the settle time");
             self.oracle
                 .violate(ViolationKind::NotIdle, None, self.now, what);
+        }
+        if self.sc.expect_idle {
+            self.check_journals();
         }
         self.oracle.finish(self.now);
         self.report(idle, pending)

@@ -88,6 +88,7 @@ impl Sim {
                         h.crashes_losing_writes += u32::from(h.disk.unsynced() > 0);
                         h.disk.crash(d.torn_writes, &mut self.rng);
                     }
+                    self.crash_journal(node);
                     self.oracle.on_restart(node);
                     self.deaf.on_restart(node);
                     let t = self.now + nanos(down);

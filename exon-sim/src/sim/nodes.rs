@@ -58,11 +58,21 @@ impl Sim {
         if let Some(hook) = &self.sc.node_hook {
             hook(i, &mut node);
         }
+        if let Some(recovered) = self.open_journal(i) {
+            // Durable mode: the journal's records are the node's first input; recovered
+            // messages keep their ids (and so their keys).
+            if let Err(e) = node.recover(self.instant(), recovered) {
+                let what = format!("node{i} refused its journal: {e}");
+                self.oracle
+                    .violate(ViolationKind::JournalError, None, self.now, what);
+            }
+        } else {
+            self.hosts[i].msg_keys.clear();
+        }
         let h = &mut self.hosts[i];
         h.node = Some(node);
         h.stored_hw = clock;
         h.boot_clock = clock;
-        h.msg_keys.clear();
         h.timer_at = None;
         self.drain(i);
         self.schedule_pump(i, self.now);
@@ -125,6 +135,7 @@ impl Sim {
         let Some(node) = host.node.as_mut() else {
             return;
         };
+        let mut stores = Vec::new();
         let timer = loop {
             match node.poll_output(now, &mut self.buf) {
                 Output::StoreClock(hw) => match &self.sc.disk {
@@ -146,8 +157,8 @@ impl Sim {
                         node.handle_clock_stored(now, hw);
                     }
                 },
-                // Durable mode is not simulated yet.
-                Output::Store(w) => node.handle_stored(now, w.seq),
+                // Durable mode: appended to the journal below, in order.
+                Output::Store(w) => stores.push(w),
                 Output::Transmit(t) => {
                     let off = self.buf.len() - t.size;
                     self.out.push((t.destination.get() as usize, off, t.size));
@@ -161,6 +172,12 @@ impl Sim {
             if host.timer_at.is_none_or(|old| t < old) {
                 host.timer_at = Some(t);
                 self.queue.push(t, What::Timer(i as u32));
+            }
+        }
+        for w in stores {
+            if let Some(what) = self.append_journal(i, &w) {
+                self.oracle
+                    .violate(ViolationKind::JournalError, None, self.now, what);
             }
         }
         self.check_bounds(i);
@@ -203,12 +220,19 @@ impl Sim {
         }
     }
 
-    /// The workload's key of message `id` of node `i`'s current incarnation.
-    pub(super) fn key_of(&self, i: usize, id: MsgId) -> MsgKey {
-        MsgKey {
+    /// The workload's key of message `id` of node `i` (of its current incarnation, or of
+    /// any in durable mode), or `None` (and a violation) if it sent no such message.
+    pub(super) fn key_of(&mut self, i: usize, id: MsgId) -> Option<MsgKey> {
+        let Some(&seq) = self.hosts[i].msg_keys.get(&id.0) else {
+            let what = format!("node{i} reported on {id:?}, which it never sent");
+            self.oracle
+                .violate(ViolationKind::NeverSent, None, self.now, what);
+            return None;
+        };
+        Some(MsgKey {
             sender: i as u32,
-            seq: self.hosts[i].msg_keys[id.0 as usize],
-        }
+            seq,
+        })
     }
 
     /// Hands one event of node `i` to its application (and the oracle).
@@ -216,7 +240,9 @@ impl Sim {
         match e {
             Event::Delivered { from, payload, id } => {
                 let from = from.get() as usize - 1;
-                if let Some((key, _)) = self.oracle.on_delivered(i, from, &payload, self.now) {
+                let again = id.is_redelivery();
+                if let Some((key, _)) = self.oracle.on_handover(i, from, &payload, again, self.now)
+                {
                     if !crate::workload::is_whole(&payload, key, self.sc.workload.len_of(key)) {
                         self.oracle.violate(
                             ViolationKind::Corrupted,
@@ -237,16 +263,24 @@ impl Sim {
                 }
             }
             Event::Acknowledged { id, .. } => {
-                let key = self.key_of(i, id);
-                self.oracle.on_acked(key, self.now);
+                if let Some(key) = self.key_of(i, id) {
+                    self.oracle.on_acked(key, self.now);
+                }
             }
             Event::InDoubt { id, .. } => {
-                let key = self.key_of(i, id);
-                self.oracle.on_in_doubt(key, self.now);
+                if let Some(key) = self.key_of(i, id) {
+                    self.oracle.on_in_doubt(key, self.now);
+                }
             }
             Event::NotDelivered { id, .. } => {
-                let key = self.key_of(i, id);
-                self.oracle.on_abandoned(key, true, self.now);
+                if let Some(key) = self.key_of(i, id) {
+                    self.oracle.on_abandoned(key, true, self.now);
+                }
+            }
+            Event::Stored { id, .. } => {
+                if let Some(key) = self.key_of(i, id) {
+                    self.oracle.on_stored(key, self.now);
+                }
             }
             _ => {}
         }

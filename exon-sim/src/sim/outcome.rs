@@ -38,7 +38,26 @@ impl Sim {
             retransmissions: self.node_stats().map(|s| s.retransmissions).sum(),
             spurious_retransmissions: self.node_stats().map(|s| s.spurious_retransmissions).sum(),
             bad_tags: self.node_stats().map(|s| s.rejects.bad_tag).sum(),
+            stored: o.stored,
+            redeliveries: o.redeliveries,
+            journal_commits: 0,
+            compactions: 0,
+            journal_bytes_max: 0,
+            crashes_mid_commit: 0,
+            crashes_mid_compaction: 0,
+            journal_torn_bytes: 0,
+            journal_damaged: 0,
         };
+        for h in &self.hosts {
+            let j = &h.jstats;
+            r.journal_commits += j.commits;
+            r.compactions += j.compactions + h.journal.as_ref().map_or(0, |j| j.compactions());
+            r.journal_bytes_max = r.journal_bytes_max.max(j.bytes_max);
+            r.crashes_mid_commit += j.cut_commits;
+            r.crashes_mid_compaction += j.cut_compactions;
+            r.journal_torn_bytes += j.torn_bytes;
+            r.journal_damaged += j.damaged;
+        }
         for l in self.links() {
             let s = l.stats();
             r.datagrams += s.offered;

@@ -37,6 +37,12 @@ pub(crate) enum What {
         boot: u32,
         hw: u64,
     },
+    /// Durable mode: node `node` commits its journal (if it has not crashed since: `boot`
+    /// is its restart count then).
+    Commit {
+        node: u32,
+        boot: u32,
+    },
     Hostile(u32),
     Adversary(u32),
     HealAll,

@@ -9,6 +9,7 @@
 mod adversary;
 mod congestion;
 mod deaf_paths;
+mod durable;
 mod large_messages;
 mod mtu;
 mod properties;

@@ -1,0 +1,216 @@
+//! Unit tests of the oracle: each check on hand-made sequences of events.
+
+use super::*;
+use crate::workload::write_payload;
+
+fn payload(key: MsgKey) -> Vec<u8> {
+    let mut b = Vec::new();
+    write_payload(&mut b, key, Kind::Data, 20);
+    b
+}
+
+fn kinds(o: &Oracle) -> Vec<ViolationKind> {
+    o.violations().iter().map(|v| v.kind).collect()
+}
+
+#[test]
+fn a_clean_exchange_passes() {
+    let mut o = Oracle::new(2);
+    let k = o.on_submit(0, 1, 0);
+    assert!(o.on_delivered(1, 0, &payload(k), 5).is_some());
+    assert!(o.on_taken(1, &payload(k), 6).is_some());
+    o.on_acked(k, 10);
+    o.finish(20);
+    assert_eq!(o.violation_count(), 0);
+    assert_eq!((o.delivered, o.acked, o.lost), (1, 1, 0));
+}
+
+#[test]
+fn every_kind_of_violation_is_caught() {
+    let mut o = Oracle::new(3);
+    let k = o.on_submit(0, 1, 0);
+    o.on_delivered(1, 0, &payload(k), 1);
+    o.on_taken(1, &payload(k), 1);
+    o.on_delivered(1, 0, &payload(k), 2);
+    assert_eq!(kinds(&o), [ViolationKind::Duplicate]);
+    let never = MsgKey { sender: 0, seq: 9 };
+    o.on_delivered(1, 0, &payload(never), 3);
+    let k2 = o.on_submit(0, 1, 0);
+    o.on_delivered(2, 0, &payload(k2), 3);
+    o.on_acked(k2, 4);
+    o.on_acked(k, 5);
+    o.on_acked(k, 6);
+    o.on_in_doubt(k, 7);
+    let k3 = o.on_submit(1, 0, 0);
+    o.finish(10);
+    assert_eq!(
+        kinds(&o),
+        [
+            ViolationKind::Duplicate,
+            ViolationKind::NeverSent,
+            ViolationKind::Misdelivered,
+            ViolationKind::AckWithoutDelivery,
+            ViolationKind::DoubleAck,
+            ViolationKind::DoubleAck,
+            ViolationKind::Lost,
+            ViolationKind::Lost,
+        ]
+    );
+    assert!(o.violations()[0].detail.contains("delivered 2x"));
+    assert_eq!(o.violations()[7].key, Some(k3));
+}
+
+#[test]
+fn restarts_excuse_losses_but_report_them() {
+    let mut o = Oracle::new(2);
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    let d = o.on_submit(1, 0, 0);
+    o.on_restart(1);
+    let c = o.on_submit(0, 1, 0);
+    o.on_in_doubt(a, 5);
+    o.on_delivered(1, 0, &payload(b), 7);
+    o.on_taken(1, &payload(b), 7);
+    o.on_in_doubt(b, 8);
+    o.on_delivered(1, 0, &payload(c), 9);
+    o.on_taken(1, &payload(c), 9);
+    o.on_acked(c, 9);
+    o.finish(10);
+    assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
+    // a: in doubt, never delivered; d: its sender restarted before it was settled.
+    assert_eq!(o.lost_by_restart, 2);
+    assert_eq!(o.in_doubt, 2);
+    let _ = d;
+}
+
+#[test]
+fn acknowledged_must_mean_taken() {
+    let mut o = Oracle::new(2);
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    o.on_delivered(1, 0, &payload(a), 1);
+    o.on_delivered(1, 0, &payload(b), 1);
+    // The receiver's application crashed with both in its buffer.
+    o.on_restart(1);
+    o.on_acked(a, 5);
+    o.on_in_doubt(b, 5);
+    o.finish(10);
+    assert_eq!(
+        kinds(&o),
+        [ViolationKind::AckWithoutTake, ViolationKind::Lost]
+    );
+    assert_eq!(o.violations()[0].key, Some(a));
+    assert_eq!(o.lost_by_restart, 1);
+}
+
+#[test]
+fn not_delivered_must_never_arrive() {
+    let mut o = Oracle::new(2);
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    o.on_abandoned(a, true, 5);
+    o.on_abandoned(b, false, 5);
+    o.on_delivered(1, 0, &payload(a), 6);
+    o.finish(10);
+    assert_eq!(kinds(&o), [ViolationKind::DeliveredAfterNotDelivered]);
+    assert_eq!((o.not_delivered, o.expired_in_doubt, o.lost), (1, 1, 0));
+}
+
+#[test]
+fn restarts_excuse_nothing_else() {
+    let mut o = Oracle::new(2);
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    o.on_restart(1);
+    let c = o.on_submit(1, 0, 0);
+    // Acknowledged without delivery: a violation even after the receiver restarted.
+    o.on_acked(a, 5);
+    // In doubt although its receiver (node 0) never restarted.
+    o.on_in_doubt(c, 6);
+    // b: never settled while its sender lives.
+    o.finish(10);
+    assert_eq!(
+        kinds(&o),
+        [
+            ViolationKind::AckWithoutDelivery,
+            ViolationKind::UnexplainedDoubt,
+            ViolationKind::Lost,
+            ViolationKind::Lost,
+        ]
+    );
+    assert_eq!(o.violations()[2].key, Some(a));
+    assert_eq!(o.violations()[3].key, Some(b));
+}
+
+fn delivered(o: &mut Oracle, k: MsgKey, redelivery: bool, t: u64) -> bool {
+    o.on_handover(1, 0, &payload(k), redelivery, t).is_some()
+}
+
+#[test]
+fn durable_redeliveries_are_allowed_until_the_sender_is_told() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    o.on_stored(a, 1);
+    o.on_stored(b, 1);
+    assert!(delivered(&mut o, a, false, 2));
+    assert!(delivered(&mut o, b, false, 2));
+    assert!(o.on_taken(1, &payload(a), 3).is_some());
+    // The receiver crashed before either take was durable: both come back flagged.
+    o.on_restart(1);
+    assert!(delivered(&mut o, a, true, 4));
+    assert!(o.on_taken(1, &payload(a), 5).is_some(), "taken again");
+    o.on_acked(a, 6);
+    // Flagged again after the acknowledgement: what journal_before_ack prevents.
+    assert!(!delivered(&mut o, a, true, 7));
+    // A flagged first hand-over is a delivery like any other.
+    let c = o.on_submit(0, 1, 0);
+    assert!(delivered(&mut o, c, true, 8));
+    o.on_taken(1, &payload(c), 8);
+    o.on_acked(c, 9);
+    // An unflagged second delivery is a duplicate.
+    assert!(!delivered(&mut o, b, false, 9));
+    o.on_taken(1, &payload(b), 9);
+    o.on_acked(b, 10);
+    o.finish(20);
+    assert_eq!(
+        kinds(&o),
+        [ViolationKind::RedeliveredAfterAck, ViolationKind::Duplicate]
+    );
+    assert_eq!((o.redeliveries, o.stored, o.duplicates), (1, 2, 1));
+}
+
+#[test]
+fn durable_senders_owe_a_verdict_for_stored_messages_and_never_doubt() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let stored = o.on_submit(0, 1, 0);
+    let unstored = o.on_submit(0, 1, 0);
+    let doubted = o.on_submit(0, 1, 0);
+    o.on_stored(stored, 1);
+    o.on_stored(doubted, 1);
+    // The sender crashes: only the message never reported stored may be lost.
+    o.on_restart(0);
+    o.on_restart(1);
+    o.on_in_doubt(doubted, 5);
+    o.finish(10);
+    assert_eq!(
+        kinds(&o),
+        [ViolationKind::DurableInDoubt, ViolationKind::Lost]
+    );
+    assert_eq!(o.violations()[1].key, Some(stored));
+    assert_eq!(o.lost_by_restart, 2, "{unstored} and the doubted one");
+}
+
+#[test]
+fn a_damaged_journal_excuses_doubt() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let a = o.on_submit(0, 1, 0);
+    o.on_restart(1);
+    o.on_damaged(1);
+    o.on_in_doubt(a, 5);
+    o.finish(10);
+    assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
+}

@@ -1,0 +1,78 @@
+//! What the oracle reports: the kinds of violation, and one violation with its message.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::workload::MsgKey;
+
+/// What went wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ViolationKind {
+    /// A message was delivered a second time.
+    Duplicate,
+    /// A message was delivered altered or in part (not the bytes submitted).
+    Corrupted,
+    /// A payload that was never submitted was delivered.
+    NeverSent,
+    /// A message was delivered to a node it was not sent to, or from the wrong source.
+    Misdelivered,
+    /// The sender was told a message was delivered that was not.
+    AckWithoutDelivery,
+    /// The sender was told a message was acknowledged that its receiver's node delivered
+    /// but its application never took (acknowledged must mean taken).
+    AckWithoutTake,
+    /// The sender was told twice (acknowledged or in doubt).
+    DoubleAck,
+    /// The sender was told a message is in doubt although its receiver never restarted.
+    UnexplainedDoubt,
+    /// A message its sender was told is not delivered was delivered.
+    DeliveredAfterNotDelivered,
+    /// After healing and quiescence, a message was never delivered (and taken by the
+    /// receiving application).
+    Lost,
+    /// After healing and quiescence, a live sender was never told the message's fate
+    /// (neither acknowledged nor in doubt).
+    NotAcknowledged,
+    /// After quiescence a node still holds records, or events were still pending.
+    NotIdle,
+    /// A node's state exceeded a configured cap.
+    Unbounded,
+    /// A node sent a peer it had not heard from for a few `max_rto` more than the bound of
+    /// `deafness.rs` (60 datagrams, 256 KiB in 30 s).
+    DeafFlood,
+    /// Durable mode: a sender was told a message is in doubt (a durable receiver never
+    /// makes it so, unless its journal was damaged).
+    DurableInDoubt,
+    /// Durable mode: a message was handed to the receiving application again (flagged as a
+    /// redelivery) after its sender was told it was acknowledged.
+    RedeliveredAfterAck,
+    /// Durable mode: after quiescence and a final compaction, a host's journal still holds
+    /// live records (it must replay to nothing: obliviousness on disk).
+    JournalNotEmpty,
+    /// Durable mode: the journal failed with no fault injected (the simulated disk refused
+    /// a write or a commit, or could not be opened).
+    JournalError,
+}
+
+/// One violation, with the message involved if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// What.
+    pub kind: ViolationKind,
+    /// The message, if one is involved.
+    pub key: Option<MsgKey>,
+    /// Virtual time from the start.
+    pub at: Duration,
+    /// What was seen, including a short trace of the message.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} at {:?}", self.kind, self.at)?;
+        if let Some(k) = self.key {
+            write!(f, " msg {k}")?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
