@@ -61,7 +61,9 @@ async fn one_way(dir: Option<&Path>, size: usize, secs: f64) -> (u64, Duration) 
     let end = start + Duration::from_secs_f64(secs);
     while Instant::now() < end {
         let permit = window.clone().acquire_owned().await.expect("open");
-        let batch: Vec<_> = (seq..seq + BATCH as u64).map(|s| payload(s, size)).collect();
+        let batch: Vec<_> = (seq..seq + BATCH as u64)
+            .map(|s| payload(s, size))
+            .collect();
         seq += BATCH as u64;
         let r = a.send_batch(B, batch).await.expect("send");
         tasks.push(tokio::spawn(async move {
@@ -82,7 +84,12 @@ async fn one_way(dir: Option<&Path>, size: usize, secs: f64) -> (u64, Duration) 
 
 /// Request/reply for `secs` with `callers` callers, each waiting for its reply before its
 /// next request (the server echoes; both durable or neither).
-async fn rpc(dir: Option<&Path>, size: usize, secs: f64, callers: u64) -> (u64, Duration, Latencies) {
+async fn rpc(
+    dir: Option<&Path>,
+    size: usize,
+    secs: f64,
+    callers: u64,
+) -> (u64, Duration, Latencies) {
     let (mut a, mut b) = pair(dir).await;
     let a_handle = a.handle();
     let server = b.handle();
