@@ -51,6 +51,7 @@ impl Node {
     /// let timer = loop {
     ///     match node.poll_output(now, &mut buf) {
     ///         Output::StoreClock(hw) => node.handle_clock_stored(now, hw), // after a sync
+    ///         Output::Store(w) => node.handle_stored(now, w.seq), // durable mode: after a sync
     ///         Output::Transmit(t) => {
     ///             // send buf[buf.len() - t.size..] to t.destination
     ///             buf.clear();
