@@ -7,6 +7,8 @@
 //! ```sh
 //! cargo run --release --example demo -- --count 100000 --loss 0.05 --dup 0.01 --reorder 0.01
 //! ```
+//! With `--durable` both endpoints keep a journal and the receiver is killed (stopped at once,
+//! its buffer lost) and restarted on its directory a third of the way through.
 //! Exits non-zero if exactly-once did not hold. `--help` lists the flags; `--json` prints the
 //! results as one JSON object on stdout. On a terminal it shows a progress bar; otherwise
 //! (a log, CI) it prints a progress line on stderr every second.
@@ -53,6 +55,11 @@ struct Opts {
     /// stderr).
     #[arg(long)]
     json: bool,
+    /// Durable endpoints (a journal each, in a temporary directory), and the receiver is
+    /// killed and restarted on its directory a third of the way through: exactly-once must
+    /// still hold, with nothing in doubt.
+    #[arg(long)]
+    durable: bool,
 }
 
 /// The size of message `i` in a run of `count` small and `mixed` mixed-size messages:
@@ -244,14 +251,29 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
     let [a_ident, b_ident] = exon::keyfile::generate_group(&[a_id, b_id])
         .try_into()
         .expect("two identities");
-    let a = Endpoint::builder(a_id)
-        .identity(a_ident)
-        .config(cfg.clone())
-        .with_socket(a_sock.clone())?;
-    let mut b = Endpoint::builder(b_id)
-        .identity(b_ident)
-        .config(cfg)
-        .with_socket(b_sock.clone())?;
+    let dirs = if o.durable {
+        Some((tempfile::tempdir()?, tempfile::tempdir()?))
+    } else {
+        None
+    };
+    let a = match &dirs {
+        Some((d, _)) => Endpoint::builder(a_id).durable(d.path()),
+        None => Endpoint::builder(a_id),
+    }
+    .identity(a_ident)
+    .config(cfg.clone())
+    .with_socket(a_sock.clone())?;
+    let b_dir = dirs.as_ref().map(|(_, d)| d.path().to_path_buf());
+    let start_b = || {
+        let b = match &b_dir {
+            Some(d) => Endpoint::builder(b_id).durable(d),
+            None => Endpoint::builder(b_id),
+        };
+        b.identity(b_ident.clone())
+            .config(cfg.clone())
+            .with_socket(b_sock.clone())
+    };
+    let mut b = start_b()?;
     a.add_peer(b_id, b.local_addr());
     b.add_peer(a_id, a.local_addr());
 
@@ -295,7 +317,19 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
 
     let mut seen = vec![false; count as usize];
     let (mut delivered, mut duplicates, mut foreign) = (0u64, 0u64, 0u64);
+    let (mut restarts, mut redelivered) = (0u64, 0u64);
     while delivered < count {
+        if o.durable && restarts == 0 && delivered >= count / 3 {
+            // The receiving process dies: no linger, its buffer lost; it comes back on its
+            // directory and socket.
+            drop(b.close(Duration::ZERO).await);
+            b = start_b()?;
+            b.add_peer(a_id, a.local_addr());
+            restarts += 1;
+            say(format!(
+                "receiver killed and restarted after {delivered} messages"
+            ));
+        }
         let m = match tokio::time::timeout(Duration::from_secs(30), b.recv()).await {
             Ok(Some(m)) => m,
             _ => break,
@@ -305,6 +339,8 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
             continue;
         };
         match seen.get_mut(i as usize) {
+            // Handed out before the restart and not acknowledged then: flagged, expected.
+            Some(s) if *s && m.is_redelivery() => redelivered += 1,
             Some(s) if *s => duplicates += 1,
             Some(s) => {
                 *s = true;
@@ -380,6 +416,13 @@ async fn run(o: Opts) -> Result<bool, Box<dyn std::error::Error>> {
         "receiver dropped {} duplicate tokens before delivery",
         r.duplicate_tokens_dropped
     ));
+    if o.durable {
+        say(format!(
+            "durable: receiver restarted {restarts} times, {redelivered} flagged redeliveries \
+             of messages handed out before the restart, {} in doubt",
+            count - acked
+        ));
+    }
     say(if ok {
         "OK: exactly-once held".to_string()
     } else {

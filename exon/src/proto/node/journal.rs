@@ -58,6 +58,10 @@ impl Node {
         }
         self.journal = Some(Box::new(j));
         for m in recovered.messages {
+            if m.to == self.id {
+                // Never written by a node (it refuses sends to itself): a damaged journal.
+                continue;
+            }
             self.next_msg = self.next_msg.max(m.id.0.saturating_add(1));
             if !self.senders.contains_key(&m.to) {
                 let mut rec = SRecord::new(self.ck, now, &self.cfg, &self.rules);
