@@ -20,6 +20,13 @@ pub struct JournalConfig {
     /// A compaction runs once the log grew by this much since the last one, and by four
     /// times what is live.
     pub compact_after: u64,
+    /// Group commit: how long the endpoint lets records gather before it syncs them (0:
+    /// sync as soon as the previous sync is done; whatever is written meanwhile goes in the
+    /// next one). A delay trades latency for fewer, larger syncs.
+    pub commit_delay: std::time::Duration,
+    /// Group commit: the most bytes of records one sync takes; a batch this large is
+    /// synced without waiting for `commit_delay`.
+    pub max_batch_bytes: usize,
 }
 
 impl Default for JournalConfig {
@@ -28,6 +35,8 @@ impl Default for JournalConfig {
             log: LogConfig::default(),
             max_disk_bytes: 4 << 30,
             compact_after: 8 << 20,
+            commit_delay: std::time::Duration::ZERO,
+            max_batch_bytes: 8 << 20,
         }
     }
 }
@@ -200,6 +209,11 @@ impl<B: Backend> Journal<B> {
     /// Compactions done since open.
     pub fn compactions(&self) -> u64 {
         self.compactions
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &JournalConfig {
+        &self.cfg
     }
 
     /// The storage, for tests that crash it.

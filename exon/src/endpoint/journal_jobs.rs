@@ -29,6 +29,13 @@ pub(crate) struct JournalJobs {
     job: Option<JournalJob>,
     /// Writes not yet handed to a job, in order.
     pending: Vec<Write>,
+    /// Their encoded bytes.
+    pending_bytes: usize,
+    /// When the oldest of them came.
+    pending_since: Option<Instant>,
+    /// Group commit: how long writes may gather, and the most bytes per sync.
+    delay: Duration,
+    max_batch: usize,
     /// The journal failed: nothing more is stored (sends are refused).
     failed: bool,
     /// When the last write came, for the quiet compaction.
@@ -42,10 +49,18 @@ pub(crate) struct JournalJobs {
 
 impl JournalJobs {
     pub(crate) fn new(journal: EndpointJournal) -> JournalJobs {
+        let (delay, max_batch) = (
+            journal.config().commit_delay,
+            journal.config().max_batch_bytes.max(1),
+        );
         JournalJobs {
             journal: Some(journal),
             job: None,
             pending: Vec::new(),
+            pending_bytes: 0,
+            pending_since: None,
+            delay,
+            max_batch,
             failed: false,
             last_write: None,
             disk_bytes: 0,
@@ -56,8 +71,18 @@ impl JournalJobs {
 
     /// The node asks for `w` to be stored.
     pub(crate) fn want(&mut self, t: Instant, w: Write) {
+        self.pending_bytes += w.entry.encoded_len();
         self.pending.push(w);
+        self.pending_since.get_or_insert(t);
         self.last_write = Some(t);
+    }
+
+    /// Whether the pending writes wait for the commit delay at `t`.
+    fn gathering(&self, t: Instant) -> bool {
+        self.pending_bytes < self.max_batch
+            && self
+                .pending_since
+                .is_some_and(|since| t < since + self.delay)
     }
 
     /// Whether the journal failed (full or failing disk): the endpoint stores nothing more.
@@ -75,7 +100,7 @@ impl JournalJobs {
             && self
                 .last_write
                 .is_some_and(|w| t.saturating_duration_since(w) >= QUIET);
-        if self.pending.is_empty() && !quiet {
+        if (self.pending.is_empty() && !quiet) || self.gathering(t) {
             return;
         }
         let Some(mut journal) = self.journal.take() else {
@@ -89,7 +114,21 @@ impl JournalJobs {
             }));
             return;
         }
-        let writes = std::mem::take(&mut self.pending);
+        // At most `max_batch` bytes (and at least one write) per sync.
+        let (mut bytes, mut n) = (0, 0);
+        for w in &self.pending {
+            if n > 0 && bytes + w.entry.encoded_len() > self.max_batch {
+                break;
+            }
+            bytes += w.entry.encoded_len();
+            n += 1;
+        }
+        let rest = self.pending.split_off(n);
+        let writes = std::mem::replace(&mut self.pending, rest);
+        self.pending_bytes -= bytes;
+        if self.pending.is_empty() {
+            self.pending_since = None;
+        }
         self.commits += 1;
         self.writes += writes.len() as u64;
         self.job = Some(tokio::task::spawn_blocking(move || {
@@ -106,10 +145,13 @@ impl JournalJobs {
         self.job.as_mut()
     }
 
-    /// When the quiet compaction is due, if it will be.
+    /// When pending writes are due for a sync (the commit delay), or the quiet compaction.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         if self.job.is_some() || self.failed {
             return None;
+        }
+        if let Some(since) = self.pending_since {
+            return Some(since + self.delay);
         }
         self.last_write.map(|w| w + QUIET)
     }

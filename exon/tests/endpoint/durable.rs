@@ -232,3 +232,46 @@ async fn a_durable_sender_restarted_sends_again_under_its_stable_ids() {
     let mut r = plain.send(B, vec![]).await.unwrap();
     assert_eq!(r.stored().await, Err(Error::NotDurable));
 }
+
+/// Group commit with a delay: the records of many sends gather into few syncs, and none is
+/// reported stored before the delay has passed.
+#[tokio::test]
+async fn a_commit_delay_gathers_records_into_few_syncs() {
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let journal = exon::durable::JournalConfig {
+        commit_delay: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let a = Endpoint::builder(A)
+        .security(security(A))
+        .config(cfg())
+        .durable_with(da.path(), journal)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap();
+    let mut b = start(B, Some(db.path())).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let t = std::time::Instant::now();
+    let mut receipts = Vec::new();
+    for i in 0..50u32 {
+        receipts.push(a.send(B, i.to_be_bytes().to_vec()).await.unwrap());
+    }
+    let last = receipts.last_mut().unwrap();
+    timeout(LIMIT, last.stored()).await.unwrap().unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "stored before the delay"
+    );
+    let s = a.stats().await.unwrap();
+    assert!(
+        s.journal_commits <= 2,
+        "{} syncs for 50 sends",
+        s.journal_commits
+    );
+    assert!(s.journal_writes >= 50);
+    tokio::spawn(async move { while b.recv().await.is_some() {} });
+    for r in receipts {
+        assert!(timeout(LIMIT, r).await.unwrap().is_ok());
+    }
+}
