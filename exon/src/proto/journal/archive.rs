@@ -11,7 +11,8 @@ use crate::proto::{NodeId, PeerMap};
 /// One source's remembered deliveries.
 #[derive(Debug, Default)]
 struct Source {
-    /// (incarnation, slot) -> taken (false: held for the application).
+    /// (slot, incarnation) -> taken (false: held for the application). Slot first: a
+    /// frontier forgets a prefix.
     slots: BTreeMap<(u64, u64), bool>,
     /// When to ask the source for its frontier next.
     probe_at: Option<Instant>,
@@ -39,7 +40,7 @@ impl Archive {
         every: Duration,
     ) {
         let src = self.sources.entry(from).or_default();
-        if src.slots.insert((r, s), taken).is_none() {
+        if src.slots.insert((s, r), taken).is_none() {
             self.len += 1;
         }
         if src.probe_at.is_none() {
@@ -51,7 +52,7 @@ impl Archive {
     /// The answer to a token for `(from, r, s)` if the archive knows it: `Some(Some(ACK))`
     /// for a taken delivery, `Some(None)` (no answer yet) for one the application holds.
     pub fn verdict(&self, from: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
-        let taken = *self.sources.get(&from)?.slots.get(&(r, s))?;
+        let taken = *self.sources.get(&from)?.slots.get(&(s, r))?;
         Some(taken.then_some(Verdict::Ack))
     }
 
@@ -65,7 +66,7 @@ impl Archive {
         match self
             .sources
             .get_mut(&from)
-            .and_then(|src| src.slots.get_mut(&(r, s)))
+            .and_then(|src| src.slots.get_mut(&(s, r)))
         {
             Some(taken) if !*taken => {
                 *taken = true;
@@ -81,9 +82,22 @@ impl Archive {
         let Some(src) = self.sources.get_mut(&from) else {
             return 0;
         };
-        let before = src.slots.len();
-        src.slots.retain(|&(_, s), taken| !(*taken && s < below));
-        let gone = before - src.slots.len();
+        // Only the prefix below the frontier is looked at (deliveries held for the
+        // application stay, whatever their slot).
+        let above = src.slots.split_off(&(below, 0));
+        let passed = std::mem::replace(&mut src.slots, above);
+        let before = passed.len();
+        for (k, taken) in passed {
+            if !taken {
+                src.slots.insert(k, false);
+            }
+        }
+        let gone = before
+            - src
+                .slots
+                .iter()
+                .take_while(|((s, _), _)| *s < below)
+                .count();
         self.len -= gone;
         if src.slots.is_empty() {
             self.sources.remove(&from);
@@ -112,7 +126,7 @@ impl Archive {
             if src.probe_at.is_none_or(|t| t > now) {
                 continue;
             }
-            let Some(&(r, top)) = src.slots.keys().max_by_key(|(_, s)| *s) else {
+            let Some(&(top, r)) = src.slots.keys().next_back() else {
                 continue;
             };
             out.push((from, top.saturating_add(1), r));
