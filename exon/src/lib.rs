@@ -79,13 +79,17 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod call;
 mod counters;
 pub mod durable;
+pub mod envelope;
 pub mod keyfile;
 pub mod proto;
 
 #[cfg(feature = "tokio")]
 pub mod endpoint;
+#[cfg(feature = "tokio")]
+pub mod rpc;
 
 pub use proto::{Config, Event, MsgId, Node, NodeId, SendError};
 

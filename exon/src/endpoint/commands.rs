@@ -67,7 +67,7 @@ impl Sends {
 
     /// One send from a handle (holding its credit if it did not wait for an answer).
     pub(crate) fn on_send(&mut self, t: Instant, out: Outgoing, node: &mut Node, paths: &Paths) {
-        if !out.waits_for_answer() {
+        if out.holds_credit() {
             self.credits_taken += self.shared.credit_weight(out.payload_len()) as usize;
         }
         self.on_send_credited(t, out, node, paths);
@@ -91,7 +91,7 @@ impl Sends {
     /// Gives back the credits of the sends taken this turn.
     /// Refuses `out` (the journal failed), returning its send credit.
     pub(crate) fn refuse(&mut self, out: Outgoing, e: Error) {
-        if !out.waits_for_answer() {
+        if out.holds_credit() {
             self.credits_taken += self.shared.credit_weight(out.payload_len()) as usize;
         }
         out.refuse(e);
@@ -149,7 +149,11 @@ impl Sends {
         let (to, id, deadline) = (out.to(), out.id(), out.deadline());
         let payload = out.take_payload();
         let len = payload.len();
-        match node.send(t, to, payload.clone()) {
+        let sent = match out.answers() {
+            Some(request) => node.reply(t, request, payload.clone()),
+            None => node.send(t, to, payload.clone()),
+        };
+        match sent {
             Err(SendError::ClockNotStored) => {
                 // Durable ids come from the stored clock: at start, and rarely after.
                 out.put_payload(payload);

@@ -43,6 +43,13 @@ pub struct EndpointConfig {
     /// left) or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt). Default `None`:
     /// messages are retried until acknowledged, across link failures of any length.
     pub default_deadline: Option<Duration>,
+    /// Deadline of every call that does not give its own
+    /// ([`Handle::call`](super::Handle::call) against
+    /// [`Handle::call_within`](super::Handle::call_within)): the request is given up at it
+    /// if not acknowledged, and the call waits for the reply until then (see
+    /// [`CallError`](crate::rpc::CallError)). Default 30 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub call_deadline: Duration,
     /// Acknowledge a message only when the application calls
     /// [`Message::ack`](super::Message::ack) (after processing it), instead of when it takes
     /// it from [`recv`](super::Endpoint::recv). Messages taken and not yet acknowledged count
@@ -88,6 +95,7 @@ impl Default for EndpointConfig {
             linger: Duration::from_secs(5),
             store_retry: Duration::from_millis(100),
             default_deadline: None,
+            call_deadline: Duration::from_secs(30),
             ack_after_processing: false,
             learned_address_ttl: Duration::from_secs(60),
             shards: 1,
@@ -134,6 +142,12 @@ impl EndpointConfig {
     /// Sets [`linger`](Self::linger).
     pub fn with_linger(mut self, linger: Duration) -> Self {
         self.linger = linger;
+        self
+    }
+
+    /// Sets [`call_deadline`](Self::call_deadline).
+    pub fn with_call_deadline(mut self, d: Duration) -> Self {
+        self.call_deadline = d;
         self
     }
 

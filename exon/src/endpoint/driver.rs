@@ -16,6 +16,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant as TokioInstant, Sleep};
 
+use super::calls::ReplyIn;
 use super::commands::Sends;
 use super::config::EndpointConfig;
 use super::delivery::{Handover, Permit};
@@ -29,6 +30,7 @@ use super::message::Message;
 use super::paths::Paths;
 use super::peers::NoRoute;
 use super::receive::Inbound;
+use super::request::{Request, Requests};
 use super::route::{Forward, Route};
 use super::shared::{CloseOnDrop, Shared};
 use super::socket::DatagramSocket;
@@ -36,7 +38,9 @@ use super::store::ClockStore;
 use super::store_jobs::{ClockJobs, StoreDone};
 use super::trace::{debug_in_peer, peer_span, Throttle};
 use super::transmit::Outbound;
-use crate::proto::{Event, Node};
+use crate::envelope::Envelope;
+use crate::proto::{DeliveryId, Event, Node, NodeId};
+use bytes::Bytes;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
@@ -92,6 +96,8 @@ pub(crate) struct Driver<S> {
     outbound: Outbound,
     sends: Sends,
     handover: Handover,
+    /// Requests for this endpoint's server.
+    requests: Requests,
     clock: ClockJobs,
     /// Durable mode: the journal.
     journal: Option<JournalJobs>,
@@ -148,6 +154,7 @@ impl<S: DatagramSocket> Driver<S> {
             sends,
             journal,
             handover: Handover::new(ch.deliver, cfg.ack_after_processing),
+            requests: Requests::default(),
             clock: ClockJobs::new(store, cfg.store_retry),
             _close_on_drop: CloseOnDrop::new(ch.shared.clone()),
             shared: ch.shared,
@@ -333,6 +340,8 @@ impl<S: DatagramSocket> Driver<S> {
             Command::Stats(reply) => {
                 let _ = reply.send(self.stats());
             }
+            Command::Serve(tx) => self.requests.serve(tx),
+            Command::Requeue(r) => self.requests.push(r),
             Command::Close { timeout, reply } => {
                 self.close_replies.push(reply);
                 let deadline = t + timeout;
@@ -469,12 +478,7 @@ impl<S: DatagramSocket> Driver<S> {
                 debug_in_peer(from, || {
                     tracing::debug!(len = payload.len(), "message delivered");
                 });
-                let acker = self
-                    .cfg
-                    .ack_after_processing
-                    .then(|| Acker::new(self.shared.clone(), id));
-                self.handover
-                    .push(Message::new(from, payload, acker, id), id);
+                self.on_delivered(t, from, payload, id);
             }
             Event::Acknowledged { id, to } => {
                 if let Some(msg) = self.sends.settle(id, Ok(())) {
@@ -508,6 +512,46 @@ impl<S: DatagramSocket> Driver<S> {
                     tracing::warn!("message larger than the receiver takes: not delivered");
                 });
                 self.sends.settle(id, Err(ReceiptError::NotDelivered));
+            }
+        }
+    }
+
+    /// A delivery, opened: a plain message for the application, a request for the
+    /// server, or a reply for the call waiting for it.
+    fn on_delivered(&mut self, t: Instant, from: NodeId, payload: Bytes, id: DeliveryId) {
+        match Envelope::open(payload) {
+            Ok(Envelope::Message(body)) => {
+                let acker = self
+                    .cfg
+                    .ack_after_processing
+                    .then(|| Acker::new(self.shared.clone(), id));
+                self.handover.push(Message::new(from, body, acker, id), id);
+            }
+            Ok(Envelope::Request { call, body }) => {
+                self.requests.push(Request::new(from, call, body, id));
+            }
+            Ok(Envelope::Reply {
+                call,
+                outcome,
+                body,
+            }) => {
+                // Taken at once: the reply is the caller's now (or nobody's).
+                if !self
+                    .shared
+                    .calls()
+                    .on_reply(call, ReplyIn { outcome, body })
+                {
+                    self.stats.replies_discarded += 1;
+                    debug_in_peer(from, || tracing::debug!(call, "late reply discarded"));
+                }
+                self.node.handle_taken(t, id);
+            }
+            Err(e) => {
+                self.stats.envelope_errors += 1;
+                if let Some(suppressed) = self.receiver_dropped.allow(t) {
+                    tracing::warn!(peer = %from, error = %e, suppressed, "message discarded");
+                }
+                self.node.handle_taken(t, id);
             }
         }
     }
@@ -553,7 +597,7 @@ impl<S: DatagramSocket> Driver<S> {
             .on_taken(t, taken, &mut self.node, &self.shared);
         Some(CloseReport {
             unacknowledged: self.sends.unacknowledged(),
-            undelivered: self.handover.undelivered(),
+            undelivered: self.handover.undelivered() + self.requests.held(),
             stats: self.stats(),
         })
     }
@@ -567,6 +611,7 @@ impl<S: DatagramSocket> Driver<S> {
             journal_commits: self.journal.as_ref().map_or(0, |j| j.commits),
             journal_writes: self.journal.as_ref().map_or(0, |j| j.writes),
             journal_bytes: self.journal.as_ref().map_or(0, |j| j.disk_bytes()),
+            requests_held: self.requests.held(),
             ..self.stats
         }
     }

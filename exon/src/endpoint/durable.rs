@@ -1,6 +1,7 @@
 //! Durable mode of the endpoint: the journal directory, opened at bind and recovered into
 //! the node (`docs/durability.md`).
 
+use crate::envelope::Envelope;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -75,11 +76,15 @@ impl DurableDir {
         for m in &recovered.messages {
             let (tx, rx) = oneshot::channel();
             acks.push((m.id, m.to, Ack::One(tx)));
-            receipts.push(RecoveredSend {
-                receipt: Receipt::recovered(m.id, m.to, rx),
-                to: m.to,
-                payload: m.payload.clone(),
-            });
+            // Requests and replies are sent again too; only plain messages have a receipt
+            // the application can match (a call's future did not survive the restart).
+            if let Ok(Envelope::Message(body)) = Envelope::open(m.payload.clone()) {
+                receipts.push(RecoveredSend {
+                    receipt: Receipt::recovered(m.id, m.to, rx),
+                    to: m.to,
+                    payload: body,
+                });
+            }
         }
         node.recover(Instant::now(), recovered)
             .map_err(|e| BindError::Io(std::io::Error::other(e)))?;

@@ -16,7 +16,8 @@ use super::error::ReceiptError;
 use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
 use crate::counters::counters;
-use crate::proto::{MsgId, NodeId, PublicKey, SendError, Stats};
+use crate::envelope::Envelope;
+use crate::proto::{DeliveryId, MsgId, NodeId, PublicKey, SendError, Stats};
 
 counters! {
     /// Counters of an endpoint: the core's plus the driver's.
@@ -77,6 +78,14 @@ counters! {
         pub journal_writes: u64 [sum],
         /// Durable mode: bytes the journal takes on disk (at the last commit).
         pub journal_bytes: u64 [sum],
+        /// Replies that came for calls no longer waiting (their future was dropped, or their
+        /// deadline passed first): taken and discarded.
+        pub replies_discarded: u64 [sum],
+        /// Messages from authenticated peers that were not a valid envelope (a peer that
+        /// does not speak this endpoint's message format): taken and discarded.
+        pub envelope_errors: u64 [sum],
+        /// Requests delivered and held because no server runs ([`Handle::serve`]).
+        pub requests_held: usize [size],
     }
 }
 
@@ -108,6 +117,9 @@ pub(crate) enum Reply {
     None,
     /// Yes (`try_send`), answered at once: in the core's queue, or refused.
     Try(oneshot::Sender<Result<(), Error>>),
+    /// No, and it holds no send credit: a server's reply (bounded by the requests the
+    /// node holds, each waiting for its reply).
+    Uncredited,
 }
 
 /// A message for the driver to hand to the core.
@@ -122,9 +134,23 @@ pub(crate) struct Outgoing {
     deadline: Option<std::time::Instant>,
     /// Durable mode: told the message's stable id once it is on stable storage.
     stored: Option<oneshot::Sender<MsgId>>,
+    /// A reply: the request it answers, taken in the same step ([`Node::reply`]).
+    ///
+    /// [`Node::reply`]: crate::proto::Node::reply
+    answers: Option<DeliveryId>,
 }
 
 impl Outgoing {
+    /// The request this message answers, if it is a reply.
+    pub(crate) fn answers(&self) -> Option<DeliveryId> {
+        self.answers
+    }
+
+    /// Whether it holds a send credit, returned when the driver takes it.
+    pub(crate) fn holds_credit(&self) -> bool {
+        matches!(self.reply, Reply::None)
+    }
+
     /// The destination.
     pub(crate) fn to(&self) -> NodeId {
         self.to
@@ -178,7 +204,7 @@ impl Outgoing {
     /// one, otherwise through its receipt.
     pub(crate) fn refuse(self, e: Error) {
         match self.reply {
-            Reply::None => self.ack.resolve(Err(ReceiptError::Refused(e))),
+            Reply::None | Reply::Uncredited => self.ack.resolve(Err(ReceiptError::Refused(e))),
             Reply::Try(r) => {
                 let _ = r.send(Err(e));
             }
@@ -207,6 +233,10 @@ pub(crate) enum Command {
         oneshot::Sender<Result<(), crate::proto::crypto::KeyringError>>,
     ),
     Stats(oneshot::Sender<EndpointStats>),
+    /// A server starts: requests go to it.
+    Serve(mpsc::UnboundedSender<super::request::Request>),
+    /// A request a server stopped without answering: held for the next one.
+    Requeue(super::request::Request),
     Close {
         timeout: Duration,
         reply: oneshot::Sender<CloseReport>,
@@ -350,6 +380,52 @@ impl Handle {
         &self.shards[0]
     }
 
+    /// The calls in flight of this endpoint.
+    pub(crate) fn calls(&self) -> &Arc<super::calls::Calls> {
+        self.first().shared.calls()
+    }
+
+    /// What the driver shard that owns `peer` shares with handles.
+    pub(crate) fn shared_of(&self, peer: NodeId) -> &Arc<Shared> {
+        &self.shard(peer).shared
+    }
+
+    /// Sends `c` to the driver shard that owns `peer`.
+    pub(crate) fn command(&self, peer: NodeId, c: Command) -> Result<(), Error> {
+        self.shard(peer).cmds.send(c).map_err(|_| Error::Closed)
+    }
+
+    /// Sends the command `c()` makes to every driver shard.
+    pub(crate) fn command_all(&self, mut c: impl FnMut() -> Command) -> Result<(), Error> {
+        for shard in self.shards.iter() {
+            shard.cmds.send(c()).map_err(|_| Error::Closed)?;
+        }
+        Ok(())
+    }
+
+    /// A server's reply `payload` (in its envelope) to the request delivered as `request`
+    /// from `to`, which it takes in the same step. Holds no send credit, and has no
+    /// deadline: it is sent until acknowledged (or the endpoint closes).
+    pub(crate) fn send_reply(
+        &self,
+        to: NodeId,
+        request: DeliveryId,
+        payload: Bytes,
+    ) -> Result<(), Error> {
+        let (ack, _verdict) = oneshot::channel();
+        let out = Outgoing {
+            to,
+            payload,
+            id: self.first().shared.next_ids(1),
+            ack: Ack::One(ack),
+            reply: Reply::Uncredited,
+            deadline: None,
+            stored: None,
+            answers: Some(request),
+        };
+        self.command(to, Command::Send(out))
+    }
+
     /// Driver shards of this endpoint (see
     /// [`EndpointConfig::shards`](super::EndpointConfig::shards)).
     pub fn shards(&self) -> usize {
@@ -414,8 +490,19 @@ impl Handle {
         payload: Bytes,
         within: Option<Duration>,
     ) -> Result<Receipt, Error> {
-        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         self.check(to, &payload)?;
+        self.send_sealed(to, Envelope::message(&payload), within)
+            .await
+    }
+
+    /// Sends a payload already in its envelope (a plain message, a request).
+    pub(crate) async fn send_sealed(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        within: Option<Duration>,
+    ) -> Result<Receipt, Error> {
+        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         let shard = self.shard(to);
         shard.shared.wait_for_room(to).await;
         if shard.shared.is_closing() {
@@ -458,6 +545,7 @@ impl Handle {
         if payloads.is_empty() {
             self.check(to, &Bytes::new())?;
         }
+        let payloads: Vec<Bytes> = payloads.iter().map(|p| Envelope::message(p)).collect();
         let shard = self.shard(to);
         shard.shared.wait_for_room(to).await;
         if shard.shared.is_closing() {
@@ -487,6 +575,7 @@ impl Handle {
                 reply: Reply::None,
                 deadline,
                 stored: None,
+                answers: None,
             })
             .collect();
         shard
@@ -507,6 +596,7 @@ impl Handle {
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
+        let payload = Envelope::message(&payload);
         let (reply, answer) = oneshot::channel();
         let deadline = self
             .first()
@@ -518,8 +608,9 @@ impl Handle {
         Ok(receipt)
     }
 
-    /// The refusals decided without the driver.
-    fn check(&self, to: NodeId, payload: &Bytes) -> Result<(), Error> {
+    /// The refusals decided without the driver (for the application's bytes, before the
+    /// envelope).
+    pub(crate) fn check(&self, to: NodeId, payload: &Bytes) -> Result<(), Error> {
         let shared = &self.shard(to).shared;
         if shared.is_closing() {
             return Err(Error::Closed);
@@ -530,6 +621,7 @@ impl Handle {
         if !shared.is_known(to) {
             return Err(Error::UnknownPeer(to));
         }
+        // The core has room for the envelope above this (`with_envelope_room`).
         let max = shared.max_payload();
         if payload.len() > max {
             let len = payload.len();
@@ -562,6 +654,7 @@ impl Handle {
             reply,
             deadline,
             stored: stored_tx,
+            answers: None,
         };
         self.shard(to)
             .cmds

@@ -61,6 +61,7 @@
 //! instead (discovery off).
 
 mod batch;
+pub(crate) mod calls;
 mod commands;
 mod config;
 mod cookies;
@@ -68,7 +69,7 @@ mod delivery;
 mod driver;
 mod durable;
 mod error;
-mod handle;
+pub(crate) mod handle;
 mod journal_jobs;
 mod lossy;
 mod message;
@@ -76,6 +77,7 @@ mod paths;
 mod peers;
 mod receipts;
 mod receive;
+mod request;
 mod route;
 mod seqmap;
 mod shared;
@@ -106,6 +108,7 @@ pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
 pub use message::Message;
 pub use receipts::{BatchReceipt, BatchVerdicts};
+pub use request::Request;
 pub use socket::{DatagramSocket, RecvMeta};
 pub use steering::shard_of;
 use store::SharedStore;
@@ -496,7 +499,7 @@ impl Builder {
             let mut node = Node::new(
                 self.id,
                 security.clone(),
-                self.config.protocol.clone(),
+                with_envelope_room(&self.config.protocol),
                 clock,
             )?;
             #[cfg(feature = "rule-switches")]
@@ -508,7 +511,8 @@ impl Builder {
             None => None,
         };
         let public_key = nodes[0].public_key();
-        let max_payload = nodes[0].config().limits.max_message_size;
+        self.config.protocol.validate()?;
+        let max_payload = self.config.protocol.limits.max_message_size;
         if !sealed {
             tracing::warn!(id = %self.id, "endpoint runs in INSECURE plaintext mode");
         }
@@ -524,6 +528,7 @@ impl Builder {
             route::Route::mesh(n).into_iter().map(Some).collect()
         };
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
+        let calls = calls::Calls::new(self.config.call_deadline);
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Vec::new();
@@ -533,6 +538,7 @@ impl Builder {
                 self.config.send_buffer,
                 self.config.default_deadline,
                 unreachable.clone(),
+                calls.clone(),
             ));
             let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
             let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
@@ -567,6 +573,22 @@ impl Builder {
             recovered,
         })
     }
+}
+
+/// The core's configuration for an endpoint configured with `protocol`: room for the
+/// message envelope ([`crate::envelope`]) above the largest message the application may
+/// send, so that `limits.max_message_size` is what the application sees.
+fn with_envelope_room(protocol: &crate::proto::Config) -> crate::proto::Config {
+    let mut c = protocol.clone();
+    let l = &mut c.limits;
+    l.max_message_size = l
+        .max_message_size
+        .saturating_add(crate::envelope::MAX_OVERHEAD);
+    let max = l.max_message_size as u64;
+    l.max_reassembly_per_source = l.max_reassembly_per_source.max(max);
+    l.max_reassembly_bytes = l.max_reassembly_bytes.max(l.max_reassembly_per_source);
+    l.max_queued_bytes = l.max_queued_bytes.max(l.max_message_size);
+    c
 }
 
 /// Most driver shards of one endpoint.

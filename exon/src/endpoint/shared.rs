@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     send_buffer: usize,
     /// Durable mode: receipts learn when their message is stored.
     durable: AtomicBool,
+    /// The calls in flight (one table for every shard of an endpoint).
+    calls: Arc<super::calls::Calls>,
 }
 
 /// Bytes of payload one send credit stands for.
@@ -84,6 +86,7 @@ impl Shared {
         send_buffer: usize,
         default_deadline: Option<std::time::Duration>,
         unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
+        calls: Arc<super::calls::Calls>,
     ) -> Shared {
         Shared {
             max_payload,
@@ -103,7 +106,13 @@ impl Shared {
             unreachable,
             send_buffer: send_buffer.max(1),
             durable: AtomicBool::new(false),
+            calls,
         }
+    }
+
+    /// The calls in flight.
+    pub(crate) fn calls(&self) -> &Arc<super::calls::Calls> {
+        &self.calls
     }
 
     /// Durable mode: receipts learn when their message is stored.
@@ -341,7 +350,13 @@ mod tests {
 
     fn shared() -> Shared {
         let watch = Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new()));
-        Shared::new(1000, 8, None, watch)
+        Shared::new(
+            1000,
+            8,
+            None,
+            watch,
+            crate::endpoint::calls::Calls::new(std::time::Duration::from_secs(1)),
+        )
     }
 
     #[test]

@@ -78,4 +78,9 @@ pub enum SendError {
     /// A sealed node knows no public key for the destination (add it to the keyring).
     #[error("no public key known for {0}")]
     UnknownKey(NodeId),
+    /// [`Node::reply`](crate::proto::Node::reply): the delivery answered is not waiting (it
+    /// was taken or answered already, or handed out before a restart of a node that is not
+    /// durable).
+    #[error("the delivery answered is not waiting to be taken")]
+    NotWaiting,
 }

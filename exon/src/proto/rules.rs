@@ -113,6 +113,11 @@ pub struct Rules {
     /// `Resolved` record is stored (else a restarted sender resends a message its receiver
     /// has forgotten, which then takes it for new).
     pub journal_before_verdict: bool,
+    /// Durable mode: a reply (`Node::reply`) and the take of the request it answers go to
+    /// the journal in one record (`Replied`). Off, they are two records, `Taken` then
+    /// `Accepted`, and a crash between them loses the reply of a request acknowledged as
+    /// executed.
+    pub reply_in_one_record: bool,
 }
 
 impl Rules {
@@ -143,6 +148,7 @@ impl Rules {
         journal_before_ack: true,
         journal_before_token: true,
         journal_before_verdict: true,
+        reply_in_one_record: true,
     };
 }
 

@@ -16,6 +16,7 @@ mod large_messages;
 mod mtu;
 mod pair_exactly_once;
 mod record_pressure;
+mod reply;
 mod rules;
 mod sealed;
 mod verdicts;

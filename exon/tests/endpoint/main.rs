@@ -13,4 +13,5 @@ mod batch;
 mod durable;
 mod loopback;
 mod parts;
+mod rpc;
 mod shards;

@@ -60,6 +60,22 @@ pub enum Entry {
         /// The message's id.
         id: MsgId,
     },
+    /// Receiver and sender at once: the application took the delivery in
+    /// `(from, rck, slot)` and, in the same record, `send` accepted message `id` for `from`
+    /// (a reply). One record, so a crash keeps both or neither: replayed as `Taken` then
+    /// `Accepted`.
+    Replied {
+        /// The sending node of the delivery, and the destination of the reply.
+        from: NodeId,
+        /// The receiver incarnation of the delivery.
+        rck: u64,
+        /// The slot of the delivery.
+        slot: u64,
+        /// The reply's id (stable across restarts).
+        id: MsgId,
+        /// The reply.
+        payload: Bytes,
+    },
 }
 
 /// Why bytes are not a journal record.
@@ -82,6 +98,7 @@ const CONFIRMED: u8 = 3;
 const ACCEPTED: u8 = 4;
 const ASSIGNED: u8 = 5;
 const RESOLVED: u8 = 6;
+const REPLIED: u8 = 7;
 
 impl Entry {
     /// The record's encoded length.
@@ -101,6 +118,20 @@ impl Entry {
             }
             Entry::Assigned { id, rck, slot } => v(id.0) + v(*rck) + v(*slot),
             Entry::Resolved { id } => v(id.0),
+            Entry::Replied {
+                from,
+                rck,
+                slot,
+                id,
+                payload,
+            } => {
+                v(from.get())
+                    + v(*rck)
+                    + v(*slot)
+                    + v(id.0)
+                    + v(payload.len() as u64)
+                    + payload.len()
+            }
         }
     }
 
@@ -148,6 +179,21 @@ impl Entry {
                 buf.put_u8(RESOLVED);
                 put_varint(buf, id.0);
             }
+            Entry::Replied {
+                from,
+                rck,
+                slot,
+                id,
+                payload,
+            } => {
+                buf.put_u8(REPLIED);
+                put_varint(buf, from.get());
+                put_varint(buf, *rck);
+                put_varint(buf, *slot);
+                put_varint(buf, id.0);
+                put_varint(buf, payload.len() as u64);
+                buf.put_slice(payload);
+            }
         }
     }
 
@@ -192,6 +238,13 @@ impl Entry {
                 slot: int(r)?,
             },
             RESOLVED => Entry::Resolved { id: MsgId(int(r)?) },
+            REPLIED => Entry::Replied {
+                from: node(r)?,
+                rck: int(r)?,
+                slot: int(r)?,
+                id: MsgId(int(r)?),
+                payload: blob(r, bytes)?,
+            },
             k => return Err(EntryError::Kind(k)),
         };
         if r.remaining() != 0 {
@@ -244,6 +297,13 @@ mod tests {
                 slot: 6,
             },
             Entry::Resolved { id: MsgId(1 << 61) },
+            Entry::Replied {
+                from: n,
+                rck: 4,
+                slot: 1 << 20,
+                id: MsgId(99),
+                payload: Bytes::from_static(b"answer"),
+            },
         ]
     }
 

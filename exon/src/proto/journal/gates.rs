@@ -76,6 +76,11 @@ impl Journal {
         seq
     }
 
+    /// The number of the last write queued.
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+
     /// The next write for the embedding.
     pub fn poll_write(&mut self) -> Option<Write> {
         self.writes.pop_front()

@@ -156,6 +156,24 @@ impl State {
                     self.live_bytes -= Self::message_len(&m);
                 }
             }
+            Entry::Replied {
+                from,
+                rck,
+                slot,
+                id,
+                payload,
+            } => {
+                self.apply(&Entry::Taken {
+                    from: *from,
+                    rck: *rck,
+                    slot: *slot,
+                });
+                self.apply(&Entry::Accepted {
+                    id: *id,
+                    to: *from,
+                    payload: payload.clone(),
+                });
+            }
         }
     }
 

@@ -209,9 +209,63 @@ impl Node {
 
     /// Durable mode: message `id` to `to` was accepted; the application hears it is stored
     /// once it is.
-    pub(super) fn journal_accepted(&mut self, now: Instant, id: MsgId, to: NodeId, payload: Bytes) {
+    /// With `answers`, the message is a reply that takes that delivery: one `Replied`
+    /// record, which the take's acknowledgement waits for too.
+    pub(super) fn journal_accepted(
+        &mut self,
+        now: Instant,
+        id: MsgId,
+        to: NodeId,
+        payload: Bytes,
+        answers: Option<DeliveryId>,
+    ) {
         let g = Gate::Stored(Event::Stored { to, id });
-        self.journal(now, Entry::Accepted { id, to, payload }, g);
+        let Some(d) = answers else {
+            self.journal(now, Entry::Accepted { id, to, payload }, g);
+            return;
+        };
+        let (r, s) = d.slot();
+        if !self.rules.reply_in_one_record {
+            // The defect the rule prevents: the take, then the reply, in two records.
+            let taken = Entry::Taken {
+                from: d.from(),
+                rck: r,
+                slot: s,
+            };
+            self.journal(now, taken, Gate::Take(d));
+            self.journal(now, Entry::Accepted { id, to, payload }, g);
+            return;
+        }
+        let entry = Entry::Replied {
+            from: d.from(),
+            rck: r,
+            slot: s,
+            id,
+            payload,
+        };
+        self.journal(now, entry, g);
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        let seq = j.last_seq();
+        if self.rules.journal_before_ack {
+            j.gate(seq, Gate::Take(d));
+        } else {
+            self.open_gate(now, Gate::Take(d));
+        }
+    }
+
+    /// Whether the delivery `id` waits to be taken (handed out, not taken nor being taken).
+    pub(super) fn is_waiting(&self, id: &DeliveryId) -> bool {
+        let (from, (r, s)) = (id.from(), id.slot());
+        let live = self
+            .receivers
+            .get(&from)
+            .is_some_and(|rec| rec.rck() == r && rec.held().contains(s));
+        match self.journal.as_ref() {
+            None => live,
+            Some(j) => (live || j.archive.is_held(from, r, s)) && !j.is_taking(id),
+        }
     }
 
     /// Durable mode: a message given up is forgotten by the journal too.
@@ -257,17 +311,10 @@ impl Node {
     /// Durable mode: the application took `id`; the ACK waits for the `Taken` record.
     /// Returns whether the take was accepted (the delivery was waiting).
     pub(super) fn journal_take(&mut self, now: Instant, id: DeliveryId) -> bool {
-        let Some(j) = self.journal.as_ref() else {
-            return false;
-        };
-        let (from, (r, s)) = (id.from(), id.slot());
-        let live = self
-            .receivers
-            .get(&from)
-            .is_some_and(|rec| rec.rck() == r && rec.held().contains(s));
-        if !(live || j.archive.is_held(from, r, s)) || j.is_taking(&id) {
+        if self.journal.is_none() || !self.is_waiting(&id) {
             return false;
         }
+        let (from, (r, s)) = (id.from(), id.slot());
         let entry = Entry::Taken {
             from,
             rck: r,

@@ -24,7 +24,7 @@ use crate::proto::send::record::SRecord;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::VARINT_MAX;
 use crate::proto::wire::frame::{Cookie, Frame};
-use crate::proto::{Config, ConfigError, Event, MsgId, NodeId, PeerMap, SendError};
+use crate::proto::{Config, ConfigError, DeliveryId, Event, MsgId, NodeId, PeerMap, SendError};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
@@ -463,6 +463,42 @@ impl Node {
     /// Fails without keeping anything if the payload is too large, the destination's queue is
     /// full (backpressure: retry after acknowledgements), or too many destinations are busy.
     pub fn send(&mut self, now: Instant, to: NodeId, payload: Bytes) -> Result<MsgId, SendError> {
+        self.accept(now, to, payload, None)
+    }
+
+    /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
+    /// (as by [`handle_taken`](Self::handle_taken)) and `payload` sent to its sender (as by
+    /// [`send`](Self::send)). In durable mode both go to the journal in one record
+    /// ([`Entry::Replied`](crate::proto::journal::Entry::Replied)), so a crash keeps both
+    /// or neither: the request is acknowledged only once its reply is stored, and a
+    /// restarted node neither hands out the request again nor loses the reply.
+    ///
+    /// Fails without doing either as `send` fails, or with [`SendError::NotWaiting`] when
+    /// the delivery is not waiting (taken or answered already, or from before a restart).
+    pub fn reply(
+        &mut self,
+        now: Instant,
+        id: DeliveryId,
+        payload: Bytes,
+    ) -> Result<MsgId, SendError> {
+        if !self.is_waiting(&id) {
+            return Err(SendError::NotWaiting);
+        }
+        let msg = self.accept(now, id.from(), payload, Some(id))?;
+        if self.journal.is_none() {
+            self.take_live(now, id);
+        }
+        Ok(msg)
+    }
+
+    /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`).
+    fn accept(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payload: Bytes,
+        answers: Option<DeliveryId>,
+    ) -> Result<MsgId, SendError> {
         if to == self.id {
             return Err(SendError::ToSelf);
         }
@@ -509,7 +545,7 @@ impl Node {
         }
         self.stats.sent += 1;
         if self.journal.is_some() {
-            self.journal_accepted(now, id, to, payload.clone());
+            self.journal_accepted(now, id, to, payload.clone(), answers);
         }
         self.queued_bytes += payload.len();
         let Some(rec) = self.senders.get_mut(&to) else {

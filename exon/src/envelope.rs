@@ -1,0 +1,193 @@
+//! The endpoint's message envelope: one kind byte (and a call id for requests and replies)
+//! before the application's bytes, so that plain messages, requests and replies share one
+//! exactly-once channel (`docs/wire.md`, "Message envelope"). Sans-IO: the driver, the RPC
+//! layer and the simulator use it alike.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::proto::codec::{put_varint, varint_len, Reader};
+
+/// Kind byte of a plain message.
+const MESSAGE: u8 = 0x00;
+/// Kind byte of a request.
+const REQUEST: u8 = 0x01;
+/// Kind byte of a reply carrying the handler's answer.
+const REPLY: u8 = 0x02;
+/// Kind byte of a reply carrying the handler's error.
+const FAILED: u8 = 0x03;
+/// Kind byte of a reply saying the handler panicked.
+const PANICKED: u8 = 0x04;
+
+/// The most bytes an envelope adds to the application's bytes.
+pub const MAX_OVERHEAD: usize = 1 + 8;
+
+/// How a call ended at the server, as its reply says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The handler answered; the body is its response.
+    Answered,
+    /// The handler returned an error; the body is the error.
+    Failed,
+    /// The handler panicked; the body is the panic's message (UTF-8, maybe empty).
+    Panicked,
+}
+
+/// One message, opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Envelope {
+    /// A plain message.
+    Message(Bytes),
+    /// A request of call `call`.
+    Request {
+        /// The caller's id of the call.
+        call: u64,
+        /// The request.
+        body: Bytes,
+    },
+    /// The reply to call `call`.
+    Reply {
+        /// The caller's id of the call.
+        call: u64,
+        /// How the call ended.
+        outcome: Outcome,
+        /// The response, the error, or the panic's message.
+        body: Bytes,
+    },
+}
+
+/// Why bytes are not an envelope (an authenticated peer that does not speak it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// No kind byte.
+    #[error("empty message: no envelope")]
+    Empty,
+    /// An unknown kind byte.
+    #[error("unknown envelope kind {0:#04x}")]
+    Kind(u8),
+    /// The call id is cut short, or wider than 8 bytes.
+    #[error("envelope call id truncated")]
+    Truncated,
+}
+
+impl Envelope {
+    /// Opens `data`: the bodies are slices of it (no copy). Any bytes are safe.
+    pub fn open(data: Bytes) -> Result<Envelope, EnvelopeError> {
+        let Some(&kind) = data.first() else {
+            return Err(EnvelopeError::Empty);
+        };
+        if kind == MESSAGE {
+            return Ok(Envelope::Message(data.slice(1..)));
+        }
+        let outcome = match kind {
+            REQUEST => None,
+            REPLY => Some(Outcome::Answered),
+            FAILED => Some(Outcome::Failed),
+            PANICKED => Some(Outcome::Panicked),
+            k => return Err(EnvelopeError::Kind(k)),
+        };
+        let mut r = Reader::new(&data[1..]);
+        let call = r.varint().map_err(|_| EnvelopeError::Truncated)?;
+        let at = data.len() - r.remaining();
+        let body = data.slice(at..);
+        Ok(match outcome {
+            None => Envelope::Request { call, body },
+            Some(outcome) => Envelope::Reply {
+                call,
+                outcome,
+                body,
+            },
+        })
+    }
+
+    /// Seals a plain message (one copy of `body`, behind its kind byte).
+    pub fn message(body: &[u8]) -> Bytes {
+        let mut b = BytesMut::with_capacity(1 + body.len());
+        b.put_u8(MESSAGE);
+        b.put_slice(body);
+        b.freeze()
+    }
+
+    /// Seals the request of call `call`.
+    pub fn request(call: u64, body: &[u8]) -> Bytes {
+        with_call(REQUEST, call, body)
+    }
+
+    /// Seals the reply to call `call`.
+    pub fn reply(call: u64, outcome: Outcome, body: &[u8]) -> Bytes {
+        let kind = match outcome {
+            Outcome::Answered => REPLY,
+            Outcome::Failed => FAILED,
+            Outcome::Panicked => PANICKED,
+        };
+        with_call(kind, call, body)
+    }
+
+    /// The bytes a request or reply envelope adds before a body, for call `call`.
+    pub fn call_overhead(call: u64) -> usize {
+        1 + varint_len(call)
+    }
+}
+
+fn with_call(kind: u8, call: u64, body: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(Envelope::call_overhead(call) + body.len());
+    b.put_u8(kind);
+    put_varint(&mut b, call);
+    b.put_slice(body);
+    b.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips() {
+        let body = b"payload";
+        assert_eq!(
+            Envelope::open(Envelope::message(body)),
+            Ok(Envelope::Message(Bytes::from_static(body)))
+        );
+        for call in [0, 1, 63, 64, 1 << 30, (1 << 62) - 1] {
+            assert_eq!(
+                Envelope::open(Envelope::request(call, body)),
+                Ok(Envelope::Request {
+                    call,
+                    body: Bytes::from_static(body)
+                })
+            );
+            for outcome in [Outcome::Answered, Outcome::Failed, Outcome::Panicked] {
+                let sealed = Envelope::reply(call, outcome, body);
+                assert_eq!(sealed.len(), Envelope::call_overhead(call) + body.len());
+                assert!(sealed.len() <= MAX_OVERHEAD + body.len());
+                assert_eq!(
+                    Envelope::open(sealed),
+                    Ok(Envelope::Reply {
+                        call,
+                        outcome,
+                        body: Bytes::from_static(body)
+                    })
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_bytes_are_errors_never_panics() {
+        assert_eq!(Envelope::open(Bytes::new()), Err(EnvelopeError::Empty));
+        assert_eq!(
+            Envelope::open(Bytes::from_static(&[0x09, 1])),
+            Err(EnvelopeError::Kind(9))
+        );
+        // A request whose call id says 8 bytes and has 2.
+        assert_eq!(
+            Envelope::open(Bytes::from_static(&[REQUEST, 0xC0, 1])),
+            Err(EnvelopeError::Truncated)
+        );
+        for len in 0..12 {
+            for seed in 0..=255u8 {
+                let data: Vec<u8> = (0..len).map(|i| seed.wrapping_mul(31) ^ i as u8).collect();
+                let _ = Envelope::open(Bytes::from(data));
+            }
+        }
+    }
+}

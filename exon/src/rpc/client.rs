@@ -1,0 +1,141 @@
+//! The caller's side: [`Handle::call`] and its variants, and how a call's outcome is told
+//! from its request's verdict and its reply.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::error::{CallError, Failure};
+use crate::call::{CallState, Ended, Learned};
+use crate::endpoint::calls::{CallGuard, ReplyIn};
+use crate::endpoint::{Handle, Receipt, ReceiptError};
+use crate::envelope::{Envelope, Outcome};
+use crate::proto::NodeId;
+
+impl Handle {
+    /// Calls node `to` with `request` and waits for its reply: the request is executed by
+    /// the server's handler exactly once, or the error says what is true
+    /// ([`CallError::executed`]). The deadline is
+    /// [`EndpointConfig::call_deadline`](crate::endpoint::EndpointConfig::call_deadline).
+    ///
+    /// Many calls may be in flight at once, from any number of tasks; each waits only for
+    /// its own reply.
+    ///
+    /// # Cancel safety
+    /// Dropping the call's future does not cancel the request (once sent, it is delivered
+    /// exactly once, and executed); its reply, if it comes, is discarded and counted in
+    /// [`EndpointStats::replies_discarded`](crate::endpoint::EndpointStats::replies_discarded).
+    /// A future dropped before its request was handed over sent nothing.
+    pub async fn call(&self, to: NodeId, request: impl Into<Bytes>) -> Result<Bytes, CallError> {
+        let within = self.calls().deadline;
+        self.call_within(to, request, within).await
+    }
+
+    /// Like [`call`](Self::call), with a deadline `within` from now: the request is given up
+    /// if the server has not acknowledged it by then ([`CallError::NotExecuted`] when no copy
+    /// of it left, [`CallError::InDoubt`] when one did), and a request executed whose reply
+    /// has not come by then ends the call with [`CallError::NoReply`].
+    ///
+    /// # Cancel safety
+    /// As [`call`](Self::call).
+    pub async fn call_within(
+        &self,
+        to: NodeId,
+        request: impl Into<Bytes>,
+        within: Duration,
+    ) -> Result<Bytes, CallError> {
+        let deadline = Instant::now() + within;
+        let body = request.into();
+        let (guard, reply) = self.calls().open();
+        self.check(to, &body).map_err(CallError::Refused)?;
+        let payload = Envelope::request(guard.id(), &body);
+        let receipt = self
+            .send_sealed(to, payload, Some(within))
+            .await
+            .map_err(CallError::Refused)?;
+        outcome(guard, reply, receipt, deadline).await
+    }
+
+    /// Encodes `request` with bincode, [`call`](Self::call)s, and decodes the reply as a
+    /// `Resp` (the server answers with [`Response::typed`](super::Response::typed)). A
+    /// handler's typed error reads back with [`Failure::decode`].
+    ///
+    /// # Cancel safety
+    /// As [`call`](Self::call).
+    #[cfg(feature = "serde")]
+    pub async fn call_typed<Req, Resp>(&self, to: NodeId, request: &Req) -> Result<Resp, CallError>
+    where
+        Req: serde::Serialize + ?Sized,
+        Resp: serde::de::DeserializeOwned,
+    {
+        let within = self.calls().deadline;
+        self.call_typed_within(to, request, within).await
+    }
+
+    /// [`call_typed`](Self::call_typed) with a deadline, as [`call_within`](Self::call_within).
+    ///
+    /// # Cancel safety
+    /// As [`call`](Self::call).
+    #[cfg(feature = "serde")]
+    pub async fn call_typed_within<Req, Resp>(
+        &self,
+        to: NodeId,
+        request: &Req,
+        within: Duration,
+    ) -> Result<Resp, CallError>
+    where
+        Req: serde::Serialize + ?Sized,
+        Resp: serde::de::DeserializeOwned,
+    {
+        let body =
+            crate::endpoint::encode(request).map_err(|e| CallError::Encode(e.to_string()))?;
+        let reply = self.call_within(to, body, within).await?;
+        crate::endpoint::decode(&reply).map_err(|e| CallError::Decode(e.to_string()))
+    }
+}
+
+/// Waits for whichever tells the call's outcome first: the reply (the request was
+/// executed), or the request's verdict. A verdict short of an acknowledgement ends the
+/// call; an acknowledgement (the server took the request with its reply queued) leaves
+/// the reply to wait for until the deadline ([`CallState`]).
+pub(crate) async fn outcome(
+    guard: CallGuard,
+    mut reply: oneshot::Receiver<ReplyIn>,
+    mut receipt: Receipt,
+    deadline: Instant,
+) -> Result<Bytes, CallError> {
+    let mut call = CallState::new();
+    let ended = loop {
+        let learned = tokio::select! {
+            biased;
+            r = &mut reply => match r {
+                Ok(r) => Learned::Reply(r.outcome, r.body),
+                // The table dropped the call: the endpoint stopped.
+                Err(_) => break if call.is_acknowledged() { Ended::NoReply } else { Ended::InDoubt },
+            },
+            v = &mut receipt, if !call.is_acknowledged() => match v {
+                Ok(_) => Learned::Acknowledged,
+                Err(ReceiptError::NotDelivered) => Learned::NotDelivered,
+                Err(ReceiptError::Refused(e)) => return Err(CallError::Refused(e)),
+                Err(_) => Learned::InDoubt,
+            },
+            _ = tokio::time::sleep_until(deadline), if call.is_acknowledged() => Learned::Deadline,
+        };
+        if let Some(e) = call.learn(learned) {
+            break e;
+        }
+    };
+    drop(guard);
+    match ended {
+        Ended::Reply(Outcome::Answered, body) => Ok(body),
+        Ended::Reply(Outcome::Failed, body) => Err(CallError::Failed(Failure::raw(body))),
+        Ended::Reply(Outcome::Panicked, body) => Err(CallError::Panicked(
+            String::from_utf8_lossy(&body).into_owned(),
+        )),
+        Ended::NotExecuted => Err(CallError::NotExecuted),
+        Ended::InDoubt => Err(CallError::InDoubt),
+        Ended::NoReply => Err(CallError::NoReply),
+    }
+}

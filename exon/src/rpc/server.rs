@@ -1,0 +1,299 @@
+//! The server's side: [`Handle::serve`] runs a handler (an async function or any
+//! `tower::Service`) for each request, exactly once, and sends its reply in the same step
+//! that acknowledges the request.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tokio::sync::mpsc;
+use tower_service::Service;
+
+use super::error::Failure;
+use crate::endpoint::handle::Command;
+use crate::endpoint::{Error, Handle, Request};
+use crate::envelope::{Envelope, Outcome};
+
+/// A handler's answer to a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Response {
+    body: Bytes,
+}
+
+impl Response {
+    /// A response carrying `body`.
+    pub fn new(body: impl Into<Bytes>) -> Response {
+        Response { body: body.into() }
+    }
+
+    /// A response carrying `value` encoded as typed payloads are (bincode), for
+    /// [`Handle::call_typed`].
+    #[cfg(feature = "serde")]
+    pub fn typed<T: serde::Serialize + ?Sized>(
+        value: &T,
+    ) -> Result<Response, crate::endpoint::PayloadError> {
+        Ok(Response::new(crate::endpoint::encode(value)?))
+    }
+
+    /// The response's bytes.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+}
+
+impl From<Bytes> for Response {
+    fn from(body: Bytes) -> Response {
+        Response { body }
+    }
+}
+
+/// How a server runs ([`Handle::serve_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServeConfig {
+    /// Requests handled at once, at most: more wait in the endpoint (unacknowledged, so
+    /// their callers' deadlines keep running). Default 1024.
+    pub concurrency: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig { concurrency: 1024 }
+    }
+}
+
+impl ServeConfig {
+    /// Sets [`concurrency`](Self::concurrency) (at least 1).
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n.max(1);
+        self
+    }
+}
+
+/// An async function as a `tower::Service` (what [`Handle::serve`] runs).
+#[derive(Debug, Clone)]
+pub struct HandlerFn<F>(pub F);
+
+impl<F, Fut, E> Service<Request> for HandlerFn<F>
+where
+    F: FnMut(Request) -> Fut,
+    Fut: Future<Output = Result<Response, E>>,
+{
+    type Response = Response;
+    type Error = E;
+    type Future = Fut;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), E>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request) -> Fut {
+        (self.0)(req)
+    }
+}
+
+impl Handle {
+    /// Serves requests with `handler`, an async function of the [`Request`] (the caller's
+    /// node id, the bytes, the stable id) to its [`Response`] or an error (anything
+    /// [`Into<Failure>`]: any `std::error::Error`, or a [`Failure`] made typed), which the
+    /// caller gets as [`CallError::Failed`](super::CallError::Failed). A handler that
+    /// panics is reported to its caller as [`CallError::Panicked`](super::CallError::Panicked)
+    /// and the server goes on. Runs until the endpoint closes; see
+    /// [`serve_with`](Self::serve_with).
+    pub async fn serve<F, Fut, E>(&self, handler: F) -> Result<(), Error>
+    where
+        F: FnMut(Request) -> Fut,
+        Fut: Future<Output = Result<Response, E>>,
+        E: Into<Failure>,
+    {
+        self.serve_with(HandlerFn(handler), ServeConfig::default())
+            .await
+    }
+
+    /// Serves requests with `service`, any `tower::Service<Request, Response = Response>`
+    /// (so tower's server-side layers apply), with [`ServeConfig::default`].
+    pub async fn serve_service<S>(&self, service: S) -> Result<(), Error>
+    where
+        S: Service<Request, Response = Response>,
+        S::Error: Into<Failure>,
+    {
+        self.serve_with(service, ServeConfig::default()).await
+    }
+
+    /// Serves requests with `service`: each request delivered to this endpoint reaches it
+    /// exactly once, at most `cfg.concurrency` at a time (the service's `poll_ready` is
+    /// awaited before each), and its answer goes back as the reply. The request is
+    /// acknowledged to its caller only with the reply queued, in one step (durable mode:
+    /// one journal record), so an acknowledged request was executed and its reply is on its
+    /// way. Requests that arrived before `serve` was called (or after a restart of a
+    /// durable endpoint) are served first.
+    ///
+    /// Runs until the endpoint closes (`Ok`); [`Error::Closed`] if it is closed already.
+    /// One server at a time: a second `serve` takes over new requests.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops serving without losing a request: those waiting, and those
+    /// whose handler had not returned, are held by the endpoint (unacknowledged) until the
+    /// next `serve`. A handler dropped mid-way may have had effects: it is run again then,
+    /// with the same [`stable_id`](Request::stable_id).
+    pub async fn serve_with<S>(&self, mut service: S, cfg: ServeConfig) -> Result<(), Error>
+    where
+        S: Service<Request, Response = Response>,
+        S::Error: Into<Failure>,
+    {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.command_all(|| Command::Serve(tx.clone()))?;
+        drop(tx);
+        let mut queue = Queue {
+            handle: self.clone(),
+            rx,
+        };
+        let mut running = FuturesUnordered::new();
+        let mut ready = false;
+        let limit = cfg.concurrency.max(1);
+        loop {
+            tokio::select! {
+                biased;
+                Some((pending, result)) = running.next(), if !running.is_empty() => {
+                    self.answer(pending, result);
+                }
+                r = std::future::poll_fn(|cx| service.poll_ready(cx)),
+                    if !ready && running.len() < limit =>
+                {
+                    match r {
+                        Ok(()) => ready = true,
+                        Err(e) => {
+                            // A service that is not ready fails the next request (and is
+                            // asked again for the one after).
+                            let Some(req) = queue.rx.recv().await else { break };
+                            let pending = Pending::new(self, &req);
+                            self.answer(pending, Ok(Err(e.into())));
+                        }
+                    }
+                }
+                r = queue.rx.recv(), if ready => {
+                    let Some(req) = r else { break };
+                    ready = false;
+                    let pending = Pending::new(self, &req);
+                    match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
+                        Ok(fut) => {
+                            let fut = AssertUnwindSafe(fut).catch_unwind();
+                            running.push(Run { pending: Some(pending), fut: Box::pin(fut) });
+                        }
+                        Err(panic) => self.answer::<S::Error>(pending, Err(panic)),
+                    }
+                }
+            }
+        }
+        // The endpoint closed: the handlers still running answer into a closed endpoint.
+        while let Some((pending, result)) = running.next().await {
+            self.answer(pending, result);
+        }
+        Ok(())
+    }
+
+    /// Sends a handler's result back as the reply.
+    fn answer<E: Into<Failure>>(
+        &self,
+        mut pending: Pending,
+        result: Result<Result<Response, E>, Box<dyn std::any::Any + Send>>,
+    ) {
+        let Some(req) = pending.req.take() else {
+            return;
+        };
+        let (call, delivery) = req.reply_to();
+        let (outcome, body) = match result {
+            Ok(Ok(r)) => (Outcome::Answered, r.body),
+            Ok(Err(e)) => (Outcome::Failed, e.into().body().clone()),
+            Err(panic) => (Outcome::Panicked, Bytes::from(panic_message(&*panic))),
+        };
+        let max = self.shared_of(req.from()).max_payload();
+        let (outcome, body) = if body.len() > max {
+            let why = format!(
+                "reply of {} bytes exceeds the largest message ({max})",
+                body.len()
+            );
+            (Outcome::Failed, Failure::message(why).body().clone())
+        } else {
+            (outcome, body)
+        };
+        let payload = Envelope::reply(call, outcome, &body);
+        if self.send_reply(req.from(), delivery, payload).is_err() {
+            tracing::debug!(peer = %req.from(), "endpoint closed: reply not sent");
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        String::new()
+    }
+}
+
+/// The requests handed to a server: on drop (the server stopped), those still queued go
+/// back to the endpoint, held for the next server.
+struct Queue {
+    handle: Handle,
+    rx: mpsc::UnboundedReceiver<Request>,
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok(req) = self.rx.try_recv() {
+            let _ = self.handle.command(req.from(), Command::Requeue(req));
+        }
+    }
+}
+
+/// A request whose handler runs: on drop without an answer (the server stopped), it goes
+/// back to the endpoint.
+struct Pending {
+    handle: Handle,
+    req: Option<Request>,
+}
+
+impl Pending {
+    fn new(handle: &Handle, req: &Request) -> Pending {
+        Pending {
+            handle: handle.clone(),
+            req: Some(req.clone()),
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(req) = self.req.take() {
+            let _ = self.handle.command(req.from(), Command::Requeue(req));
+        }
+    }
+}
+
+/// A running handler and its request.
+struct Run<F> {
+    pending: Option<Pending>,
+    fut: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Run<F> {
+    type Output = (Pending, F::Output);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let out = std::task::ready!(self.fut.as_mut().poll(cx));
+        let pending = self.pending.take().expect("polled after completion");
+        Poll::Ready((pending, out))
+    }
+}
+
+// `Run` holds its future pinned in a box: it is `Unpin` whatever the future.
+impl<F> Unpin for Run<F> {}

@@ -1,0 +1,142 @@
+//! `Node::reply`: a request answered and taken in one step; in durable mode one journal
+//! record, so that a crash keeps the take and the reply together (each rule shown to matter
+//! by switching it off).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::proto::{Rules, SendError};
+use exon_testkit::pair::{test_config, Pair, A, B};
+
+const REQUEST: &[u8] = b"request";
+const REPLY: &[u8] = b"reply";
+
+/// Replies A got.
+fn replies(p: &Pair) -> usize {
+    p.nodes[A]
+        .delivered
+        .iter()
+        .filter(|d| &d[..] == REPLY)
+        .count()
+}
+
+/// A sends one request to B, whose application holds it (not taken).
+fn requested(durable: bool) -> Pair {
+    let mut p = Pair::new(test_config());
+    p.drain(A);
+    p.drain(B);
+    if durable {
+        p.make_durable(B);
+    }
+    p.nodes[B].auto_take = false;
+    p.send(A, REQUEST);
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.nodes[B].untaken.len(), 1);
+    p
+}
+
+/// B answers every request it holds.
+fn answer(p: &mut Pair) {
+    let now = p.now;
+    for d in std::mem::take(&mut p.nodes[B].untaken) {
+        p.nodes[B]
+            .node
+            .reply(now, d, Bytes::from_static(REPLY))
+            .expect("the request waits");
+    }
+    p.drain(B);
+}
+
+#[test]
+fn a_reply_takes_its_request_once_and_reaches_the_caller() {
+    let mut p = requested(false);
+    let d = p.nodes[B].untaken[0];
+    answer(&mut p);
+    let now = p.now;
+    assert_eq!(
+        p.nodes[B].node.reply(now, d, Bytes::from_static(REPLY)),
+        Err(SendError::NotWaiting),
+        "a request is answered once"
+    );
+    assert!(!p.nodes[B].node.handle_taken(now, d), "and taken with it");
+    p.run(Duration::from_secs(10));
+    assert_eq!(p.nodes[A].acked.len(), 1, "the request is acknowledged");
+    assert_eq!(replies(&p), 1);
+    assert_eq!(p.nodes[B].acked.len(), 1, "the reply is acknowledged");
+}
+
+#[test]
+fn a_refused_reply_leaves_the_request_waiting() {
+    let mut p = requested(false);
+    let d = p.nodes[B].untaken[0];
+    let now = p.now;
+    let max = p.nodes[B].node.config().limits.max_message_size;
+    let big = Bytes::from(vec![0; max + 1]);
+    assert!(matches!(
+        p.nodes[B].node.reply(now, d, big),
+        Err(SendError::PayloadTooLarge { .. })
+    ));
+    // Neither taken nor acknowledged: it can still be answered.
+    p.run(Duration::from_secs(1));
+    assert!(p.nodes[A].acked.is_empty());
+    answer(&mut p);
+    p.run(Duration::from_secs(10));
+    assert_eq!((p.nodes[A].acked.len(), replies(&p)), (1, 1));
+}
+
+/// B answers its request with its journal unsynced, then syncs only the first `synced`
+/// records of the answer, crashes and restarts, and answers whatever it is handed again.
+fn crash_after_reply(rules: Rules, synced: usize) -> Pair {
+    let mut p = requested(true);
+    p.node(B).set_rules(rules);
+    p.nodes[B].auto_sync = false;
+    answer(&mut p);
+    let now = p.now;
+    let side = &mut p.nodes[B];
+    let keep: Vec<_> = side.unsynced.drain(..).take(synced).collect();
+    if let Some(last) = keep.last().map(|w| w.seq) {
+        for w in &keep {
+            side.journal.apply(&w.entry);
+        }
+        side.node.handle_stored(now, last);
+    }
+    p.drain(B);
+    p.run(Duration::from_millis(50));
+    p.crash_and_recover(B);
+    p.nodes[B].auto_sync = true;
+    // A request handed out again (its take was lost) is answered again.
+    answer(&mut p);
+    p.run(Duration::from_secs(30));
+    answer(&mut p);
+    p.run(Duration::from_secs(30));
+    p
+}
+
+#[test]
+fn a_durable_server_crashing_around_its_reply_answers_exactly_once() {
+    // Nothing synced: the request comes back (flagged), is answered again, once.
+    let p = crash_after_reply(Rules::ALL, 0);
+    assert_eq!(p.nodes[B].redelivered.len(), 1);
+    assert_eq!((p.nodes[A].acked.len(), replies(&p)), (1, 1));
+    // The one record synced: the request stays answered, the reply is sent again.
+    let p = crash_after_reply(Rules::ALL, 1);
+    assert!(p.nodes[B].redelivered.is_empty());
+    assert_eq!((p.nodes[A].acked.len(), replies(&p)), (1, 1));
+}
+
+#[test]
+fn without_reply_in_one_record_a_crash_loses_the_reply_of_an_executed_request() {
+    for rule in [true, false] {
+        let mut rules = Rules::ALL;
+        rules.reply_in_one_record = rule;
+        // The first record of the answer synced: with the rule, the whole answer; without,
+        // the take alone.
+        let p = crash_after_reply(rules, 1);
+        assert_eq!(
+            p.nodes[A].acked.len(),
+            1,
+            "rule {rule}: the request is acknowledged"
+        );
+        assert_eq!(replies(&p), usize::from(rule), "rule {rule}");
+    }
+}
