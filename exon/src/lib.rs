@@ -27,6 +27,11 @@
 //! * [`endpoint`] (feature `tokio`, default): an [`Endpoint`] that runs a node on a UDP
 //!   socket in a tokio task. Peers are addressed by [`NodeId`]; a peer's address is learned
 //!   again when it changes.
+//! * [`rpc`] (feature `tokio`): request/reply over the endpoint: `Handle::call` and
+//!   `Handle::serve`, errors that say whether a request was executed, crash-safe replies in
+//!   durable mode, `tower::Service` on both sides. [`envelope`] and [`call`] are its sans-IO
+//!   parts (the message envelope, and how a call's end follows from what its caller learns).
+//! * [`durable`]: durable mode's storage (the journal under `Builder::durable`).
 //!
 //! Features: `tokio` (default) the driver; `serde` typed payloads (`Handle::send_typed`,
 //! `Message::decode`) and a deserializable [`EndpointConfig`]; `turmoil` a

@@ -1,7 +1,9 @@
 //! Arbitrary bytes into the decoder: never a panic; what decodes re-encodes to the same bytes.
+//! The same bytes as a message envelope: never a panic, and what opens re-seals identically.
 #![no_main]
 
 use bytes::Bytes;
+use exon::envelope::Envelope;
 use exon::proto::Packet;
 use libfuzzer_sys::fuzz_target;
 
@@ -14,5 +16,19 @@ fuzz_target!(|data: &[u8]| {
             "a valid datagram must re-encode identically"
         );
         assert_eq!(p.encoded_len(), bytes.len());
+    }
+    if let Ok(e) = Envelope::open(bytes.clone()) {
+        let sealed = match &e {
+            Envelope::Message(body) => Envelope::message(body),
+            Envelope::Request { call, body } => Envelope::request(*call, body),
+            Envelope::Reply {
+                call,
+                outcome,
+                body,
+            } => Envelope::reply(*call, *outcome, body),
+        };
+        // Varints have one shortest form; a longer one opens to the same value.
+        assert!(sealed.len() <= bytes.len());
+        assert_eq!(Envelope::open(sealed), Ok(e));
     }
 });

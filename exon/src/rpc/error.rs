@@ -63,7 +63,7 @@ impl CallError {
 }
 
 /// An error a handler returned, carried to the caller as bytes: text
-/// ([`message`](Self::message)), a typed value ([`typed`](Self::typed), feature `serde`),
+/// ([`message`](Self::message)), a typed value (`typed`, feature `serde`),
 /// or raw bytes ([`raw`](Self::raw)).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Failure {
