@@ -9,4 +9,5 @@
 mod exactly_once;
 mod many_peers;
 mod observer;
+mod rpc;
 mod support;

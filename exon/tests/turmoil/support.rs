@@ -48,7 +48,7 @@ pub fn server(sim: &mut Sim<'static>, name: &'static str, store: MemoryStore, lo
         async move {
             let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
             let mut ep = Endpoint::builder(SERVER)
-                .security(test_security(SERVER))
+                .security(security(SERVER))
                 .config(cfg())
                 .clock_store(store)
                 .with_socket(socket)?;
@@ -71,7 +71,7 @@ pub fn server(sim: &mut Sim<'static>, name: &'static str, store: MemoryStore, lo
 pub async fn client(id: NodeId, server: &str) -> Result<Endpoint, Box<dyn std::error::Error>> {
     let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
     let ep = Endpoint::builder(id)
-        .security(test_security(id))
+        .security(security(id))
         .config(cfg())
         .clock_store(MemoryStore::starting_at(1))
         .with_socket(socket)?;
@@ -147,7 +147,7 @@ pub fn assert_exactly_once(log: &Log, from: NodeId, expect: std::ops::Range<u32>
 }
 
 /// Sealed datagrams with keys derived from the node ids, ids 0-63 and 1000-1063 known.
-fn test_security(id: exon::NodeId) -> exon::proto::Security {
+pub fn security(id: exon::NodeId) -> exon::proto::Security {
     exon::proto::crypto::insecure_test_security(
         id,
         (0..64).chain(1000..1064).map(exon::NodeId::from_const),

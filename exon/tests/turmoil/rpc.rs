@@ -1,0 +1,204 @@
+//! Calls (`exon::rpc`) through turmoil's simulated network: random loss, partitions longer
+//! than the calls' deadlines, and a server bounced mid-run (not durable). Whatever happens,
+//! each request runs at most once, each reply is its request's, and every error says what
+//! is true of the request's execution.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::*;
+use exon::endpoint::{Endpoint, MemoryStore};
+use exon::rpc::{CallError, Request, Response};
+use exon::NodeId;
+use turmoil::net::UdpSocket;
+
+const A: NodeId = NodeId::from_const(1);
+
+/// Executions of each request number, at the server (across its bounces).
+type Runs = Arc<Mutex<HashMap<u32, u32>>>;
+
+/// A call's result: the request number and how the call ended (`Ok` with the answer).
+type Ended = (u32, Result<u64, CallError>);
+
+/// Each call's result.
+type Results = Arc<Mutex<Vec<Ended>>>;
+
+/// Adds the server host: it squares request numbers and counts each execution.
+fn rpc_server(sim: &mut turmoil::Sim<'static>, store: MemoryStore, runs: Runs) {
+    sim.host("b", move || {
+        let (store, runs) = (store.clone(), runs.clone());
+        async move {
+            let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
+            let ep = Endpoint::builder(SERVER)
+                .security(crate::support::security(SERVER))
+                .config(cfg())
+                .clock_store(store)
+                .with_socket(socket)?;
+            ep.serve(move |req: Request| {
+                let runs = runs.clone();
+                async move {
+                    let n = u32::from_be_bytes(req.body()[..4].try_into().expect("4 bytes"));
+                    *runs.lock().unwrap().entry(n).or_default() += 1;
+                    Ok::<_, exon::rpc::Failure>(Response::new(
+                        (u64::from(n) * u64::from(n)).to_be_bytes().to_vec(),
+                    ))
+                }
+            })
+            .await?;
+            Ok(())
+        }
+    });
+}
+
+/// `n` calls, `callers` at a time, each with deadline `within`, under `net` and `actions`.
+fn scenario(
+    n: u32,
+    callers: u32,
+    within: Duration,
+    net: impl FnOnce(&mut turmoil::Builder),
+    actions: impl FnMut(Duration, &mut turmoil::Sim<'static>),
+) -> (HashMap<u32, u32>, Vec<Ended>) {
+    let mut sim = sim(600, net);
+    let (runs, results) = (Runs::default(), Results::default());
+    rpc_server(&mut sim, MemoryStore::starting_at(1), runs.clone());
+    let out = results.clone();
+    sim.client("a", async move {
+        let ep = client(A, "b").await?;
+        let mut tasks = Vec::new();
+        for c in 0..callers {
+            let (h, out) = (ep.handle(), out.clone());
+            tasks.push(tokio::spawn(async move {
+                for i in (c..n).step_by(callers as usize) {
+                    let r = h
+                        .call_within(SERVER, i.to_be_bytes().to_vec(), within)
+                        .await
+                        .map(|b| u64::from_be_bytes(b[..].try_into().expect("8 bytes")));
+                    out.lock().unwrap().push((i, r));
+                }
+            }));
+        }
+        for t in tasks {
+            t.await?;
+        }
+        // Let late requests and replies settle before the server's count is read.
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        Ok(())
+    });
+    run(&mut sim, actions);
+    let runs = runs.lock().unwrap().clone();
+    let results = std::mem::take(&mut *results.lock().unwrap());
+    (runs, results)
+}
+
+/// Every request ran at most once, and every call's result is true of its request.
+fn assert_truthful(runs: &HashMap<u32, u32>, results: &[Ended], n: u32) {
+    assert_eq!(results.len(), n as usize, "every call ended");
+    for (&i, &k) in runs {
+        assert!(k <= 1, "request {i} ran {k} times");
+    }
+    for (i, r) in results {
+        let ran = runs.get(i).copied().unwrap_or(0) == 1;
+        match r {
+            Ok(v) => assert_eq!(*v, u64::from(*i) * u64::from(*i), "reply to {i}"),
+            Err(e) => match e.executed() {
+                Some(true) => assert!(ran, "call {i}: {e} but it never ran"),
+                Some(false) => assert!(!ran, "call {i}: {e} but it ran"),
+                None => {}
+            },
+        }
+        if r.is_ok() {
+            assert!(ran, "call {i} answered without running");
+        }
+    }
+}
+
+#[test]
+fn calls_under_random_loss_are_answered_once() {
+    let n = 400;
+    let (runs, results) = scenario(
+        n,
+        20,
+        Duration::from_secs(60),
+        |b| {
+            b.fail_rate(0.2).repair_rate(0.6);
+        },
+        |_, _| {},
+    );
+    assert_truthful(&runs, &results, n);
+    let ok = results.iter().filter(|(_, r)| r.is_ok()).count();
+    assert_eq!(
+        ok, n as usize,
+        "with a long deadline every call is answered"
+    );
+}
+
+#[test]
+fn a_partition_longer_than_the_deadline_ends_calls_truthfully() {
+    let n = 300;
+    let (mut cut, mut healed) = (false, false);
+    let (runs, results) = scenario(
+        n,
+        10,
+        Duration::from_secs(2),
+        |_| {},
+        move |t, sim| {
+            if !cut && t >= Duration::from_millis(300) {
+                sim.partition("a", "b");
+                cut = true;
+            }
+            if cut && !healed && t >= Duration::from_secs(8) {
+                sim.repair("a", "b");
+                healed = true;
+            }
+        },
+    );
+    assert_truthful(&runs, &results, n);
+    let failed = results.iter().filter(|(_, r)| r.is_err()).count();
+    let ok = results.len() - failed;
+    assert!(
+        failed > 0,
+        "the partition must end some calls: {:?}",
+        tally(&results)
+    );
+    assert!(ok > 0, "calls before and after the partition are answered");
+}
+
+#[test]
+fn a_bounced_server_never_runs_a_request_twice() {
+    let n = 300;
+    let mut bounced = false;
+    let (runs, results) = scenario(
+        n,
+        10,
+        Duration::from_secs(5),
+        |_| {},
+        move |t, sim| {
+            if !bounced && t >= Duration::from_millis(400) {
+                sim.bounce("b");
+                bounced = true;
+            }
+        },
+    );
+    assert_truthful(&runs, &results, n);
+    let t = tally(&results);
+    // The calls in flight at the bounce lost their request with the server's state.
+    assert!(t.get("InDoubt").is_some_and(|&k| k > 0), "{t:?}");
+    assert_eq!(
+        t.get("ok").copied().unwrap_or(0) + t["InDoubt"],
+        n as usize,
+        "{t:?}"
+    );
+}
+
+fn tally(results: &[Ended]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for (_, r) in results {
+        let k = match r {
+            Ok(_) => "ok".to_string(),
+            Err(e) => format!("{e:?}"),
+        };
+        *m.entry(k).or_default() += 1;
+    }
+    m
+}
