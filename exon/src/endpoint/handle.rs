@@ -495,6 +495,11 @@ impl Handle {
             .await
     }
 
+    /// The deadline of sends that give none.
+    pub(crate) fn default_deadline(&self) -> Option<Duration> {
+        self.first().shared.default_deadline()
+    }
+
     /// Sends a payload already in its envelope (a plain message, a request).
     pub(crate) async fn send_sealed(
         &self,
@@ -611,6 +616,11 @@ impl Handle {
     /// The refusals decided without the driver (for the application's bytes, before the
     /// envelope).
     pub(crate) fn check(&self, to: NodeId, payload: &Bytes) -> Result<(), Error> {
+        self.check_len(to, payload.len())
+    }
+
+    /// [`check`](Self::check) for an application payload of `len` bytes.
+    pub(crate) fn check_len(&self, to: NodeId, len: usize) -> Result<(), Error> {
         let shared = &self.shard(to).shared;
         if shared.is_closing() {
             return Err(Error::Closed);
@@ -623,8 +633,7 @@ impl Handle {
         }
         // The core has room for the envelope above this (`with_envelope_room`).
         let max = shared.max_payload();
-        if payload.len() > max {
-            let len = payload.len();
+        if len > max {
             return Err(SendError::PayloadTooLarge { len, max }.into());
         }
         Ok(())

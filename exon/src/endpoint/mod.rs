@@ -114,6 +114,8 @@ pub use steering::shard_of;
 use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 #[cfg(feature = "serde")]
+pub(crate) use typed::encode_after;
+#[cfg(feature = "serde")]
 pub use typed::{decode, encode, PayloadError};
 
 use crate::proto::{Identity, Node, NodeId, Security};

@@ -8,6 +8,7 @@ use super::error::Error;
 use super::handle::Handle;
 use super::handle::Receipt;
 use super::message::Message;
+use crate::envelope::Envelope;
 use crate::proto::NodeId;
 
 /// Why a typed payload could not be encoded or decoded.
@@ -35,6 +36,18 @@ fn config() -> impl bincode::config::Config {
 /// Encodes `value` as a payload.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<bytes::Bytes, PayloadError> {
     Ok(bincode::serde::encode_to_vec(value, config())?.into())
+}
+
+/// Encodes `value` behind `prefix` (an envelope's head), in one buffer: returns it and the
+/// value's length.
+pub(crate) fn encode_after<T: Serialize + ?Sized>(
+    prefix: &[u8],
+    value: &T,
+) -> Result<(bytes::Bytes, usize), PayloadError> {
+    let mut buf = Vec::with_capacity(prefix.len() + 64);
+    buf.extend_from_slice(prefix);
+    let len = bincode::serde::encode_into_std_write(value, &mut buf, config())?;
+    Ok((buf.into(), len))
 }
 
 /// Decodes a payload made by [`encode`].
@@ -65,7 +78,11 @@ impl Handle {
         to: NodeId,
         value: &T,
     ) -> Result<Receipt, PayloadError> {
-        let payload = encode(value)?;
-        Ok(self.send(to, payload).await?)
+        // Encoded straight behind its envelope: one buffer, no copy.
+        let (sealed, len) = encode_after(&Envelope::message(&[]), value)?;
+        self.check_len(to, len)?;
+        Ok(self
+            .send_sealed(to, sealed, self.default_deadline())
+            .await?)
     }
 }

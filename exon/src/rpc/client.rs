@@ -46,11 +46,22 @@ impl Handle {
         request: impl Into<Bytes>,
         within: Duration,
     ) -> Result<Bytes, CallError> {
-        let deadline = Instant::now() + within;
         let body = request.into();
-        let (guard, reply) = self.calls().open();
         self.check(to, &body).map_err(CallError::Refused)?;
-        let payload = Envelope::request(guard.id(), &body);
+        self.call_sealed(to, within, |call| Ok(Envelope::request(call, &body)))
+            .await
+    }
+
+    /// Makes a call whose request `seal(call id)` puts in its envelope.
+    async fn call_sealed(
+        &self,
+        to: NodeId,
+        within: Duration,
+        seal: impl FnOnce(u64) -> Result<Bytes, CallError>,
+    ) -> Result<Bytes, CallError> {
+        let deadline = Instant::now() + within;
+        let (guard, reply) = self.calls().open();
+        let payload = seal(guard.id())?;
         let receipt = self
             .send_sealed(to, payload, Some(within))
             .await
@@ -89,9 +100,16 @@ impl Handle {
         Req: serde::Serialize + ?Sized,
         Resp: serde::de::DeserializeOwned,
     {
-        let body =
-            crate::endpoint::encode(request).map_err(|e| CallError::Encode(e.to_string()))?;
-        let reply = self.call_within(to, body, within).await?;
+        // Encoded straight behind its envelope, in one buffer.
+        let reply = self
+            .call_sealed(to, within, |call| {
+                let head = Envelope::request(call, &[]);
+                let (sealed, len) = crate::endpoint::encode_after(&head, request)
+                    .map_err(|e| CallError::Encode(e.to_string()))?;
+                self.check_len(to, len).map_err(CallError::Refused)?;
+                Ok(sealed)
+            })
+            .await?;
         crate::endpoint::decode(&reply).map_err(|e| CallError::Decode(e.to_string()))
     }
 }
