@@ -268,3 +268,76 @@ async fn typed_calls_and_typed_errors() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn deadlines_racing_replies_end_every_call_truthfully() {
+    let (s, c) = pair().await;
+    let runs = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let server = s.handle();
+    let r2 = runs.clone();
+    tokio::spawn(async move {
+        server
+            .serve(move |req: Request| {
+                let runs = r2.clone();
+                async move {
+                    let n = u64::from_be_bytes(req.body()[..].try_into().unwrap());
+                    assert!(runs.lock().unwrap().insert(n), "request {n} ran twice");
+                    // Handlers finish on both sides of the callers' 60 ms deadline.
+                    tokio::time::sleep(Duration::from_millis(n % 120)).await;
+                    Ok::<_, Failure>(Response::new(req.into_body()))
+                }
+            })
+            .await
+    });
+    let n = 240u64;
+    let mut calls = Vec::new();
+    for i in 0..n {
+        let h = c.handle();
+        calls.push(tokio::spawn(async move {
+            let r = h
+                .call_within(S, i.to_be_bytes().to_vec(), Duration::from_millis(60))
+                .await;
+            (i, r)
+        }));
+    }
+    let mut results = Vec::new();
+    for t in calls {
+        results.push(timeout(LIMIT, t).await.unwrap().unwrap());
+    }
+    // Every request reaches the server (none is lost, even those given up): let them run.
+    let t = tokio::time::Instant::now();
+    while runs.lock().unwrap().len() < n as usize {
+        assert!(t.elapsed() < LIMIT, "every request runs once");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut late = 0;
+    for (i, r) in &results {
+        let ran = runs.lock().unwrap().contains(i);
+        match r {
+            Ok(b) => assert_eq!(b[..], i.to_be_bytes()),
+            Err(e) => {
+                late += 1;
+                assert_ne!(
+                    e.executed(),
+                    Some(false),
+                    "call {i}: {e}, but it ran: {ran}"
+                );
+            }
+        }
+    }
+    assert!(
+        late > 0 && late < n,
+        "the deadline must race the replies: {late} of {n} late"
+    );
+    // Each late call's reply still comes, once, and is discarded and counted.
+    let t = tokio::time::Instant::now();
+    loop {
+        let d = c.stats().await.unwrap().replies_discarded;
+        assert!(d <= late, "{d} replies discarded for {late} late calls");
+        if d == late {
+            break;
+        }
+        assert!(t.elapsed() < LIMIT, "{d} of {late} late replies came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
