@@ -15,3 +15,4 @@ mod loopback;
 mod parts;
 mod rpc;
 mod shards;
+mod tower_stack;

@@ -1,0 +1,358 @@
+//! A durable RPC server as a separate process on 127.0.0.1 (`src/bin/rpc-node.rs`), killed
+//! with SIGKILL at random moments while calls are in flight and started again on its
+//! directory; at the end every request was executed at most once, exactly once where its
+//! call says it was, and every reply was the one its execution made.
+//!
+//! The client runs in this process: numbered requests, a window of them in flight, each
+//! call retried (as a new attempt) only when its error says the request was certainly not
+//! executed (`CallError::executed() == Some(false)`).
+//!
+//! A short run is part of `cargo test`; a long one:
+//! `RPC_KILLS=200 RPC_CALLS=20000 cargo test --release --test rpc_kill -- --nocapture`
+//! (also `RPC_WINDOW`, calls in flight; `RPC_SEED`; `RPC_DEADLINE_S`, each call's deadline).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use exon::endpoint::Handle;
+use exon::proto::crypto::insecure_test_security;
+use exon::rpc::CallError;
+use exon::{Endpoint, EndpointConfig, NodeId};
+
+const SERVER: NodeId = NodeId::from_const(2);
+const CLIENT: NodeId = NodeId::from_const(1);
+/// Attempts of one request, at most (each certainly not executed but the last).
+const MAX_ATTEMPTS: u64 = 20;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A free loopback port (bound, then released): the server binds it at every start.
+fn free_addr() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// The server process.
+struct Server {
+    bind: SocketAddr,
+    peer: SocketAddr,
+    dir: PathBuf,
+    out: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Server {
+    fn new(root: &Path, bind: SocketAddr, peer: SocketAddr) -> Server {
+        Server {
+            bind,
+            peer,
+            dir: root.join("server.dir"),
+            out: root.join("server.effects"),
+            log: root.join("server.redeliveries"),
+            child: None,
+            starts: 0,
+        }
+    }
+
+    fn start(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_rpc-node"))
+            .args(["--bind", &self.bind.to_string()])
+            .args(["--peer", &self.peer.to_string()])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--out")
+            .arg(&self.out)
+            .arg("--log")
+            .arg(&self.log)
+            .spawn()
+            .expect("start rpc-node");
+        self.child = Some(child);
+        self.starts += 1;
+    }
+
+    /// SIGKILL, then wait for the process to be gone.
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Panics if the process ended by itself (it serves until killed).
+    fn check_running(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            if let Some(status) = c.try_wait().unwrap() {
+                panic!("the server exited by itself: {status}");
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// How one attempt of a call ended: the reply's `(n, seq)`, or the error.
+type Attempt = Result<(u64, u64), CallError>;
+
+/// Calls request `n` until it is executed or may have been: a new attempt only after one
+/// that certainly was not.
+async fn call(h: Handle, n: u64, deadline: Duration) -> Vec<Attempt> {
+    let mut attempts = Vec::new();
+    for attempt in 0..MAX_ATTEMPTS {
+        let mut body = n.to_be_bytes().to_vec();
+        body.extend_from_slice(&attempt.to_be_bytes());
+        let r = h.call_within(SERVER, body, deadline).await.map(|reply| {
+            assert_eq!(
+                reply.len(),
+                16,
+                "request {n}: reply of {} bytes",
+                reply.len()
+            );
+            let m = u64::from_be_bytes(reply[..8].try_into().unwrap());
+            let seq = u64::from_be_bytes(reply[8..].try_into().unwrap());
+            (m, seq)
+        });
+        let again = matches!(&r, Err(e) if e.executed() == Some(false));
+        attempts.push(r);
+        if !again {
+            break;
+        }
+    }
+    attempts
+}
+
+/// The client: requests numbered from 0, `window` in flight, until `stop` and at least
+/// `calls` made. Returns each request's attempts.
+async fn client(
+    h: Handle,
+    stop: Arc<AtomicBool>,
+    in_flight: Arc<AtomicUsize>,
+    calls: u64,
+    window: usize,
+    deadline: Duration,
+) -> Vec<Vec<Attempt>> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(window));
+    let next = AtomicU64::new(0);
+    let mut tasks = Vec::new();
+    loop {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        if n >= calls && stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let permit = permits.clone().acquire_owned().await.unwrap();
+        let (h, in_flight) = (h.clone(), in_flight.clone());
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        tasks.push(tokio::spawn(async move {
+            let r = call(h, n, deadline).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            drop(permit);
+            r
+        }));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+/// One effect line of the server's store.
+struct Effect {
+    attempt: u64,
+    seq: u64,
+    key: String,
+}
+
+/// The server's effects, by request number; checks that `seq` counts the lines.
+fn effects(path: &Path) -> HashMap<u64, Vec<Effect>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut by_n: HashMap<u64, Vec<Effect>> = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f.len(), 6, "effect line {line:?}");
+        let num = |v: &str| v.parse::<u64>().unwrap();
+        let (n, attempt, seq) = (num(f[0]), num(f[1]), num(f[2]));
+        assert_eq!(seq, i as u64, "effect line {i} says seq {seq}");
+        by_n.entry(n).or_default().push(Effect {
+            attempt,
+            seq,
+            key: f[3..].join(" "),
+        });
+    }
+    by_n
+}
+
+#[test]
+fn killed_rpc_servers_execute_each_request_exactly_once() {
+    let kills = env_or("RPC_KILLS", 20);
+    let calls = env_or("RPC_CALLS", 600);
+    let window = env_or("RPC_WINDOW", 32) as usize;
+    let deadline = Duration::from_secs(env_or("RPC_DEADLINE_S", 20));
+    let mut seed = env_or("RPC_SEED", 0x2545_F491_4F6C_DD1D) | 1;
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let began = Instant::now();
+    let root = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server_addr = free_addr();
+    let mut cfg = EndpointConfig::default();
+    cfg.protocol.timers.idle_timeout = Duration::from_millis(500);
+    let ep = rt.block_on(async {
+        Endpoint::builder(CLIENT)
+            .security(insecure_test_security(CLIENT, [SERVER]))
+            .config(cfg)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap()
+    });
+    ep.add_peer(SERVER, server_addr);
+    let mut server = Server::new(root.path(), server_addr, ep.local_addr());
+    server.start();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let calling = rt.spawn(client(
+        ep.handle(),
+        stop.clone(),
+        in_flight.clone(),
+        calls,
+        window,
+        deadline,
+    ));
+    let mut kills_in_flight = 0;
+    for k in 0..kills {
+        std::thread::sleep(Duration::from_millis(50 + rand(400)));
+        server.check_running();
+        let busy = in_flight.load(Ordering::SeqCst);
+        server.kill();
+        if busy > 0 {
+            kills_in_flight += 1;
+        }
+        if k % 10 == 0 || k + 1 == kills {
+            eprintln!("kill {k}: {busy} calls in flight");
+        }
+        std::thread::sleep(Duration::from_millis(rand(100)));
+        server.start();
+    }
+    // No more kills: the client finishes its calls.
+    stop.store(true, Ordering::SeqCst);
+    let finish = Duration::from_secs(120) + deadline * MAX_ATTEMPTS as u32;
+    let results = rt
+        .block_on(async { tokio::time::timeout(finish, calling).await })
+        .expect("the calls did not finish")
+        .unwrap();
+    server.check_running();
+    server.kill();
+    let stats = rt.block_on(ep.stats()).unwrap();
+
+    // The server's store: each request executed at most once (and each stable id once).
+    let effects = effects(&server.out);
+    let mut keys = HashSet::new();
+    for (n, es) in &effects {
+        assert!(
+            (*n as usize) < results.len(),
+            "an effect for request {n}, never made"
+        );
+        assert_eq!(es.len(), 1, "request {n} executed {} times", es.len());
+        assert!(
+            keys.insert(es[0].key.clone()),
+            "stable id {} twice",
+            es[0].key
+        );
+    }
+    let (mut replies, mut in_doubt, mut no_reply, mut not_executed) = (0, 0, 0, 0);
+    for (n, attempts) in results.iter().enumerate() {
+        let n = n as u64;
+        let es = effects.get(&n).map(Vec::as_slice).unwrap_or_default();
+        let (last, earlier) = attempts.split_last().unwrap();
+        let last_attempt = earlier.len() as u64;
+        // Attempts that were certainly not executed: none has an effect.
+        for (a, r) in earlier.iter().enumerate() {
+            let e = r.as_ref().unwrap_err();
+            assert_eq!(e.executed(), Some(false), "request {n} attempt {a}: {e:?}");
+            assert!(
+                es.iter().all(|x| x.attempt != a as u64),
+                "request {n} attempt {a} not executed ({e:?}), yet its effect is there"
+            );
+            not_executed += 1;
+        }
+        let executed = es.iter().find(|x| x.attempt == last_attempt);
+        match last {
+            Ok((m, seq)) => {
+                replies += 1;
+                assert_eq!(*m, n, "request {n} got the reply to {m}");
+                let e = executed.unwrap_or_else(|| panic!("request {n} replied, no effect"));
+                assert_eq!(e.seq, *seq, "request {n}: the reply is not its execution's");
+            }
+            Err(CallError::NoReply) => {
+                no_reply += 1;
+                assert!(executed.is_some(), "request {n}: NoReply, no effect");
+            }
+            Err(CallError::InDoubt) => in_doubt += 1,
+            Err(e) if e.executed() == Some(false) => {
+                // Given up after MAX_ATTEMPTS.
+                not_executed += 1;
+                assert!(
+                    es.is_empty(),
+                    "request {n} never executed, yet its effect is there"
+                );
+            }
+            Err(e) => panic!("request {n} attempt {last_attempt}: {e:?}"),
+        }
+    }
+    let log = std::fs::read_to_string(&server.log).unwrap_or_default();
+    let redelivered = log.lines().count();
+    let redelivered_applied = log.lines().filter(|l| l.ends_with(" applied")).count();
+    eprintln!(
+        "{} calls ({replies} replies, {no_reply} no reply, {in_doubt} in doubt, \
+         {not_executed} attempts not executed), {} effects; {kills} kills ({kills_in_flight} \
+         with calls in flight), server started {} times; redeliveries seen by the handler: \
+         {redelivered} ({redelivered_applied} applied before the crash, answered from the \
+         store); client replies discarded: {}; {:.1} s",
+        results.len(),
+        effects.len(),
+        server.starts,
+        stats.replies_discarded,
+        began.elapsed().as_secs_f64(),
+    );
+    // With deadlines far longer than a restart, nearly every call gets its reply.
+    assert!(
+        replies * 10 >= results.len() * 9,
+        "only {replies} of {} calls got their reply",
+        results.len()
+    );
+    assert!(
+        kills == 0 || kills_in_flight > 0,
+        "no kill landed with calls in flight"
+    );
+    // Kills amid calls interrupt handlers: their requests come back, flagged.
+    assert!(
+        kills_in_flight < 5 || redelivered > 0,
+        "{kills_in_flight} kills amid calls, and no request came back flagged"
+    );
+}
