@@ -458,3 +458,6 @@ fn rec_in(msgs: &mut [Vec<Rec>], key: MsgKey) -> Option<&mut Rec> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod rpc_tests;
