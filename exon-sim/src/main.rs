@@ -166,6 +166,10 @@ struct Args {
     /// With `--rpc`: one call in this many fails at its server (0: none).
     #[arg(long, default_value_t = 7)]
     fail_one_in: u64,
+    /// With `--rpc`: one submission in this many is a plain message instead of a call
+    /// (0: none).
+    #[arg(long, default_value_t = 0)]
+    message_one_in: u64,
     /// Every message (with `--rpc`: every request) is given up this many milliseconds
     /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
     #[arg(long)]
@@ -291,6 +295,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             servers: a.servers,
             call_deadline: Duration::from_millis(a.call_deadline_ms),
             fail_one_in: a.fail_one_in,
+            message_one_in: a.message_one_in,
         }),
         ..Scenario::default()
     }

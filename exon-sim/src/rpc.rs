@@ -20,6 +20,9 @@ pub struct RpcModel {
     /// One call in this many fails at its server (`Outcome::Failed`), chosen by the call's
     /// hash; `0`: none.
     pub fail_one_in: u64,
+    /// One submission in this many (drawn at random) is a plain message
+    /// (`Envelope::message`) to a random other node instead of a call; `0`: none.
+    pub message_one_in: u64,
 }
 
 impl Default for RpcModel {
@@ -28,6 +31,7 @@ impl Default for RpcModel {
             servers: 1,
             call_deadline: Duration::from_secs(30),
             fail_one_in: 7,
+            message_one_in: 0,
         }
     }
 }
@@ -48,7 +52,8 @@ impl RpcModel {
         (0..n).filter(|&j| j != i && self.serves(j, n)).collect()
     }
 
-    /// Calls node `i` of `n` makes, of `total` over all callers.
+    /// Submissions (calls and plain messages) node `i` of `n` makes, of `total` over all
+    /// callers.
     pub fn quota(&self, i: usize, n: usize, total: u64) -> u64 {
         if !self.calls(i, n) || self.servers_for(i, n).is_empty() {
             return 0;

@@ -37,6 +37,13 @@ impl Sim {
         let now = self.instant();
         let mut sent = 0;
         while self.hosts[i].quota > 0 && sent < wl.burst && !servers.is_empty() {
+            if rpc.message_one_in > 0 && self.rng.gen_range(0..rpc.message_one_in) == 0 {
+                if !self.plain_message(i) {
+                    break;
+                }
+                sent += 1;
+                continue;
+            }
             let to = servers[self.rng.gen_range(0..servers.len())];
             let Some(node) = self.hosts[i].node.as_mut() else {
                 break;
@@ -84,6 +91,45 @@ impl Sim {
         }
         self.drain(i);
         self.schedule_pump(i, self.now + nanos(wl.interval));
+    }
+
+    /// Node `i` sends a plain message (in an envelope) to a random other node; false if
+    /// the node refused it for now.
+    fn plain_message(&mut self, i: usize) -> bool {
+        let n = self.hosts.len();
+        let to = (i + self.rng.gen_range(1..n)) % n;
+        let wl = &self.sc.workload;
+        let key = MsgKey {
+            sender: i as u32,
+            seq: self.oracle.next_seq(i),
+        };
+        let mut body = Vec::with_capacity(wl.len_of(key));
+        write_payload(&mut body, key, Kind::Data, wl.len_of(key));
+        let now = self.instant();
+        let Some(node) = self.hosts[i].node.as_mut() else {
+            return false;
+        };
+        if node.pending_to(node_id(to)) >= wl.max_pending {
+            return false;
+        }
+        let Ok(id) = node.send(now, node_id(to), Envelope::message(&body)) else {
+            return false;
+        };
+        let key = self.oracle.on_submit(i, to, self.now);
+        let h = &mut self.hosts[i];
+        h.msg_keys.insert(id.0, key.seq);
+        h.quota -= 1;
+        self.last_activity = self.last_activity.max(self.now);
+        if let Some(d) = self.sc.deadline {
+            let what = What::GiveUp {
+                node: i as u32,
+                to: to as u32,
+                id: id.0,
+                boot: h.restarts,
+            };
+            self.queue.push(self.now + nanos(d), what);
+        }
+        true
     }
 
     /// A delivery to node `i`'s RPC application: a request is executed at once (the
@@ -159,6 +205,11 @@ impl Sim {
                 self.drain(i);
             }
             Envelope::Message(_) => {
+                if !is_whole(&body, key, self.sc.workload.len_of(key)) {
+                    let what = format!("node{i} delivered {} bytes, not the message", body.len());
+                    self.oracle
+                        .violate(ViolationKind::Corrupted, Some(key), self.now, what);
+                }
                 self.take_now(i, id, &body, now);
                 self.drain(i);
             }

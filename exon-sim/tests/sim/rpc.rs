@@ -90,6 +90,7 @@ fn calls(seed: u64) -> Scenario {
             servers: 1,
             call_deadline: Duration::from_millis(600),
             fail_one_in: 5,
+            message_one_in: 0,
         }),
         ..Scenario::default()
     };
@@ -100,12 +101,14 @@ fn calls(seed: u64) -> Scenario {
     sc
 }
 
-/// [`calls`] where every node serves and calls, without partitions, with crashes of node 0
-/// and no journals (its calls and the requests it executed are in doubt).
+/// [`calls`] where every node serves and calls (and one submission in four is a plain
+/// message), without partitions, with crashes of node 0 and no journals (its calls and the
+/// requests it executed are in doubt).
 fn crashing_without_journals(seed: u64) -> Scenario {
     let mut sc = calls(seed);
     sc.rpc = Some(RpcModel {
         servers: 0,
+        message_one_in: 4,
         ..sc.rpc.clone().unwrap_or_default()
     });
     sc.faults = crashes(seed, 0, 6);
@@ -140,6 +143,7 @@ fn durable(seed: u64) -> Scenario {
             servers: 1,
             call_deadline: Duration::from_secs(20),
             fail_one_in: 5,
+            message_one_in: 0,
         }),
         ..Scenario::default()
     };
@@ -163,12 +167,14 @@ fn crashes_inside_commits(seed: u64) -> Scenario {
     sc
 }
 
-/// [`durable`] where both nodes serve and call, and crash in turn: a caller's crash forgets
-/// its open calls, whose replies then come after their end.
+/// [`durable`] where both nodes serve and call (and one submission in four is a plain
+/// message), and crash in turn: a caller's crash forgets its open calls, whose replies then
+/// come after their end.
 fn both_crashing(seed: u64) -> Scenario {
     let mut sc = durable(seed);
     sc.rpc = Some(RpcModel {
         servers: 0,
+        message_one_in: 4,
         ..sc.rpc.clone().unwrap_or_default()
     });
     sc.faults = crashes(seed, 0, 4);
