@@ -2,6 +2,10 @@
 //! at-most-once, at-least-once after healing, obliviousness after quiescence, and bounded
 //! state, under loss, duplication, reordering, partitions and restarts.
 //!
+//! With [`Scenario::rpc`] the applications call each other (requests and replies in
+//! `exon::envelope`s, each call's end decided by `exon::call::CallState`), and the oracle
+//! also checks that every call's claimed end is true of what its server executed.
+//!
 //! Everything is reproducible from [`Scenario::seed`].
 #![warn(missing_docs)]
 
@@ -12,6 +16,7 @@ pub mod journal;
 pub mod link;
 pub mod oracle;
 pub mod report;
+pub mod rpc;
 pub mod scenario;
 pub mod sim;
 pub mod workload;
@@ -23,6 +28,7 @@ pub use journal::JournalModel;
 pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
 pub use oracle::{Oracle, Violation, ViolationKind};
 pub use report::Report;
+pub use rpc::RpcModel;
 pub use scenario::{sim_config, Adversary, Attack, Hostile, Scenario, ScenarioError};
 pub use sim::Sim;
 pub use workload::{MsgKey, Pattern, Workload};

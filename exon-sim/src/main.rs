@@ -151,6 +151,29 @@ struct Args {
     /// durable that the node was never told of).
     #[arg(long, default_value_t = 0.0)]
     crash_mid_commit: f64,
+    /// Request/reply mode: the applications make `--messages` calls (requests and replies
+    /// in envelopes, each call ended by `exon::call::CallState`), servers execute each
+    /// request and answer it with `Node::reply` after `--take-delay-ms`, and the oracle
+    /// checks every call's end. Combines with `--durable`.
+    #[arg(long)]
+    rpc: bool,
+    /// With `--rpc`: nodes 0..N serve and the others call (0: every node both).
+    #[arg(long, default_value_t = 1)]
+    servers: usize,
+    /// With `--rpc`: a caller gives a call up this many milliseconds after its request left.
+    #[arg(long, default_value_t = 30_000)]
+    call_deadline_ms: u64,
+    /// With `--rpc`: one call in this many fails at its server (0: none).
+    #[arg(long, default_value_t = 7)]
+    fail_one_in: u64,
+    /// With `--rpc`: one submission in this many is a plain message instead of a call
+    /// (0: none).
+    #[arg(long, default_value_t = 0)]
+    message_one_in: u64,
+    /// Every message (with `--rpc`: every request) is given up this many milliseconds
+    /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
+    #[arg(long)]
+    deadline_ms: Option<u64>,
 }
 
 /// Congestion controllers.
@@ -266,6 +289,13 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             compact_after: a.compact_after,
             crash_mid_commit: a.crash_mid_commit,
             ..exon_sim::JournalModel::default()
+        }),
+        deadline: a.deadline_ms.map(Duration::from_millis),
+        rpc: a.rpc.then(|| exon_sim::RpcModel {
+            servers: a.servers,
+            call_deadline: Duration::from_millis(a.call_deadline_ms),
+            fail_one_in: a.fail_one_in,
+            message_one_in: a.message_one_in,
         }),
         ..Scenario::default()
     }

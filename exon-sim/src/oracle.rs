@@ -6,8 +6,10 @@ use std::time::Duration;
 use crate::workload::{read_payload, Kind, MsgKey};
 
 mod durable;
+mod rpc;
 mod violation;
 
+pub use rpc::{answer_of, CallEnd, Execution, ReplyFate, RpcCounts, Stable};
 pub use violation::{Violation, ViolationKind};
 
 const NONE: u64 = u64::MAX;
@@ -52,6 +54,8 @@ pub struct Oracle {
     damaged: Vec<bool>,
     violations: Vec<Violation>,
     violation_count: u64,
+    /// The request/reply workload's calls (`oracle/rpc.rs`).
+    rpc: rpc::Calls,
     /// Distinct messages delivered.
     pub delivered: u64,
     /// Deliveries beyond the first.
@@ -441,6 +445,7 @@ impl Oracle {
         for (kind, key) in bad {
             self.violate(kind, Some(key), now, "after quiescence".into());
         }
+        self.finish_rpc(now);
     }
 }
 
@@ -453,3 +458,6 @@ fn rec_in(msgs: &mut [Vec<Rec>], key: MsgKey) -> Option<&mut Rec> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod rpc_tests;

@@ -91,6 +91,8 @@ pub struct Report {
     pub journal_torn_bytes: u64,
     /// Durable mode: recoveries that found a journal damaged.
     pub journal_damaged: u32,
+    /// RPC mode: the calls' counters.
+    pub rpc: Option<crate::oracle::RpcCounts>,
 }
 
 impl Report {
@@ -143,6 +145,23 @@ impl fmt::Display for Report {
             self.done_at.as_secs_f64(),
             self.virtual_time.as_secs_f64()
         )?;
+        if let Some(c) = &self.rpc {
+            write!(
+                f,
+                " calls={} replies={} failed={} not_executed={} call_in_doubt={} no_reply={} \
+                 forgotten={} executions={} reruns={} discarded_replies={}",
+                c.calls,
+                c.replies,
+                c.failed,
+                c.not_executed,
+                c.in_doubt,
+                c.no_reply,
+                c.forgotten,
+                c.executions,
+                c.reruns,
+                c.discarded
+            )?;
+        }
         if self.journal_commits > 0 {
             write!(
                 f,

@@ -140,6 +140,11 @@ pub struct Scenario {
     /// acknowledged whatever crashes, and that each journal replays to nothing at the end.
     /// `None`: nodes keep no journal.
     pub durable: Option<crate::JournalModel>,
+    /// Request/reply mode: the applications make calls (`workload.messages` of them)
+    /// instead of sending messages, servers execute and answer them with `Node::reply`
+    /// after [`take_delay`](Self::take_delay) (the handler's time), and the oracle checks
+    /// every call's end (see [`RpcModel`](crate::RpcModel)). `None`: plain messages.
+    pub rpc: Option<crate::RpcModel>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -157,6 +162,7 @@ impl std::fmt::Debug for Scenario {
             .field("disk", &self.disk)
             .field("deadline", &self.deadline)
             .field("durable", &self.durable)
+            .field("rpc", &self.rpc)
             .finish_non_exhaustive()
     }
 }
@@ -194,7 +200,10 @@ impl Scenario {
         }
         self.config.validate()?;
         let max = self.config.limits.max_message_size;
-        let largest = self.workload.payload_len.max(self.workload.max_payload_len);
+        let mut largest = self.workload.payload_len.max(self.workload.max_payload_len);
+        if self.rpc.is_some() {
+            largest += exon::envelope::MAX_OVERHEAD;
+        }
         if largest > max {
             return Err(ScenarioError::PayloadTooLarge { len: largest, max });
         }
@@ -234,6 +243,7 @@ impl Default for Scenario {
             deadline: None,
             disk: None,
             durable: None,
+            rpc: None,
         }
     }
 }

@@ -125,3 +125,32 @@ fn durable_runs_journal_and_report_it() {
     );
     assert!(line.contains("all_seeds_ok=true"), "{line}");
 }
+
+#[test]
+fn rpc_runs_calls_and_reports_them() {
+    let out = exon_sim(&[
+        "--rpc",
+        "--durable",
+        "--nodes",
+        "3",
+        "--servers",
+        "0",
+        "--messages",
+        "90",
+        "--loss",
+        "0.05",
+        "--take-delay-ms",
+        "2",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.contains("violations=0"), "{line}");
+    assert!(
+        line.contains("calls=90 replies=90") && line.contains("executions=90"),
+        "{line}"
+    );
+}

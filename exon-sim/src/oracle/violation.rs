@@ -52,6 +52,26 @@ pub enum ViolationKind {
     /// Durable mode: the journal failed with no fault injected (the simulated disk refused
     /// a write or a commit, or could not be opened).
     JournalError,
+    /// RPC: a server executed a request a second time in effect (unflagged, or flagged
+    /// with another stable id than the execution before).
+    ExecutedTwice,
+    /// RPC: a caller got two replies to one call.
+    ReplyTwice,
+    /// RPC: a request or a reply of a call its caller never made (or made to another
+    /// server), or a call ended twice.
+    UnknownCall,
+    /// RPC: a call ended with a reply that is not its server's answer to it.
+    WrongReply,
+    /// RPC: a call ended not executed, and its request was (or later is) executed.
+    ExecutedAfterNotExecuted,
+    /// RPC: a call ended executed without its reply, and its request was never executed.
+    NoReplyNotExecuted,
+    /// RPC: after healing and quiescence, a request was acknowledged (so executed) and its
+    /// reply never reached its caller, with no restart of a node without a journal to
+    /// excuse it.
+    ReplyLost,
+    /// RPC: after healing and quiescence, a call never ended (its caller did not crash).
+    CallNotEnded,
 }
 
 /// One violation, with the message involved if any.

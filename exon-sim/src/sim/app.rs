@@ -2,6 +2,7 @@
 //! delivered to it, and gives messages up at their deadlines; the oracle sees all of it.
 
 use bytes::Bytes;
+use exon::call::Learned;
 use exon::proto::{Abandoned, MsgId};
 
 use super::host::node_id;
@@ -44,10 +45,16 @@ impl Sim {
         let Some(verdict) = node.abandon(now, node_id(to), id) else {
             return; // settled already
         };
+        let not_delivered = verdict == Abandoned::NotDelivered;
         if let Some(key) = self.key_of(i, id) {
-            self.oracle
-                .on_abandoned(key, verdict == Abandoned::NotDelivered, self.now);
+            self.oracle.on_abandoned(key, not_delivered, self.now);
         }
+        let learned = if not_delivered {
+            Learned::NotDelivered
+        } else {
+            Learned::InDoubt
+        };
+        self.rpc_verdict(i, id, learned);
         self.drain(i);
     }
 

@@ -3,8 +3,9 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use exon::call::CallState;
 use exon::durable::{Journal, MemBackend};
-use exon::proto::{DeliveryId, Node, NodeId};
+use exon::proto::{DeliveryId, MsgId, Node, NodeId};
 
 /// One simulated host: the node (absent while crashed) and its application.
 pub(crate) struct Host {
@@ -40,6 +41,25 @@ pub(crate) struct Host {
     pub(crate) commit_scheduled: bool,
     /// Durable mode: figures over the host's life (see [`Report`](crate::Report)).
     pub(crate) jstats: JournalStats,
+    /// RPC: the call of each request message of the open calls.
+    pub(crate) calls: HashMap<u64, u64>,
+    /// RPC: the open calls: their state and request message.
+    pub(crate) open: HashMap<u64, (CallState, MsgId)>,
+    /// RPC: requests executed and not yet answered (the reply was refused for now).
+    pub(crate) answers: Vec<Answer>,
+}
+
+/// A request its server's application executed and is to answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    /// The request's delivery.
+    pub(crate) id: DeliveryId,
+    /// The caller.
+    pub(crate) from: usize,
+    /// The caller's call id.
+    pub(crate) call: u64,
+    /// The request's body (its message header first).
+    pub(crate) body: Bytes,
 }
 
 /// Figures of one host's journal over its life.
@@ -77,12 +97,15 @@ impl Host {
             journal: None,
             commit_scheduled: false,
             jstats: JournalStats::default(),
+            calls: HashMap::new(),
+            open: HashMap::new(),
+            answers: Vec::new(),
         }
     }
 
     /// Whether the application has messages to submit.
     pub(crate) fn has_traffic(&self) -> bool {
-        self.quota > 0 || !self.replies.is_empty()
+        self.quota > 0 || !self.replies.is_empty() || !self.answers.is_empty()
     }
 
     /// Crashes the host (node and application, with what was in its buffer). False if it
@@ -96,6 +119,10 @@ impl Host {
         // The application crashed with these messages in its buffer.
         self.inbox.clear();
         self.timer_at = None;
+        // The RPC application forgets its calls and the requests it did not answer.
+        self.calls.clear();
+        self.open.clear();
+        self.answers.clear();
         true
     }
 }

@@ -3,8 +3,8 @@
 //!
 //! The parts: the event queue (`queue.rs`), the hosts (`host.rs`), the nodes and their
 //! drain (`nodes.rs`), the applications (`app.rs`), the links and faults (`network.rs`),
-//! the attackers (`adversary.rs`), the journals of durable mode (`journal.rs`), and the
-//! report (`outcome.rs`).
+//! the attackers (`adversary.rs`), the journals of durable mode (`journal.rs`), the
+//! request/reply applications (`rpc.rs`), and the report (`outcome.rs`).
 
 mod adversary;
 mod app;
@@ -14,6 +14,7 @@ mod network;
 mod nodes;
 mod outcome;
 mod queue;
+mod rpc;
 
 use std::time::{Duration, Instant};
 
@@ -106,7 +107,10 @@ impl Sim {
             sc,
         };
         for i in 0..n {
-            let quota = sim.sc.workload.quota(i, n);
+            let quota = match &sim.sc.rpc {
+                Some(rpc) => rpc.quota(i, n, sim.sc.workload.messages),
+                None => sim.sc.workload.quota(i, n),
+            };
             sim.hosts.push(Host::new(quota));
             sim.boot(i, 0);
         }
@@ -189,8 +193,13 @@ impl Sim {
         match ev.what {
             What::Datagram { to, data } => self.on_datagram(to as usize, data),
             What::Timer(i) => self.on_timer(i as usize, ev.t),
+            What::Pump(i) if self.sc.rpc.is_some() => self.rpc_pump(i as usize),
             What::Pump(i) => self.pump(i as usize),
+            What::Take(i) if self.sc.rpc.is_some() => self.rpc_take(i as usize),
             What::Take(i) => self.take(i as usize),
+            What::CallDeadline { node, call, boot } => {
+                self.call_deadline(node as usize, call, boot)
+            }
             What::GiveUp { node, to, id, boot } => {
                 self.give_up(node as usize, to as usize, MsgId(id), boot)
             }

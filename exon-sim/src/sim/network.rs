@@ -90,6 +90,9 @@ impl Sim {
                     }
                     self.crash_journal(node);
                     self.oracle.on_restart(node);
+                    if self.sc.rpc.is_some() {
+                        self.oracle.on_caller_crashed(node);
+                    }
                     self.deaf.on_restart(node);
                     let t = self.now + nanos(down);
                     self.last_activity = self.last_activity.max(t);

@@ -3,6 +3,7 @@
 //! state stays bounded.
 
 use bytes::Bytes;
+use exon::call::Learned;
 use exon::proto::crypto::insecure_test_security;
 use exon::proto::{Event, MsgId, Node, Output, Security};
 
@@ -238,6 +239,9 @@ impl Sim {
     /// Hands one event of node `i` to its application (and the oracle).
     pub(super) fn app_event(&mut self, i: usize, e: Event) {
         match e {
+            Event::Delivered { from, payload, id } if self.sc.rpc.is_some() => {
+                self.rpc_delivered(i, from.get() as usize - 1, payload, id);
+            }
             Event::Delivered { from, payload, id } => {
                 let from = from.get() as usize - 1;
                 let again = id.is_redelivery();
@@ -266,16 +270,19 @@ impl Sim {
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_acked(key, self.now);
                 }
+                self.rpc_verdict(i, id, Learned::Acknowledged);
             }
             Event::InDoubt { id, .. } => {
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_in_doubt(key, self.now);
                 }
+                self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_abandoned(key, true, self.now);
                 }
+                self.rpc_verdict(i, id, Learned::NotDelivered);
             }
             Event::Stored { id, .. } => {
                 if let Some(key) = self.key_of(i, id) {

@@ -47,6 +47,7 @@ impl Sim {
             crashes_mid_compaction: 0,
             journal_torn_bytes: 0,
             journal_damaged: 0,
+            rpc: self.scenario().rpc.as_ref().map(|_| o.rpc_counts()),
         };
         for h in &self.hosts {
             let j = &h.jstats;

@@ -25,6 +25,12 @@ pub(crate) enum What {
         id: u64,
         boot: u32,
     },
+    /// RPC: the deadline of call `call` of node `node` in its incarnation `boot`.
+    CallDeadline {
+        node: u32,
+        call: u64,
+        boot: u32,
+    },
     Fault(u32),
     Revive {
         node: u32,

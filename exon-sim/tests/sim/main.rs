@@ -14,4 +14,5 @@ mod large_messages;
 mod mtu;
 mod properties;
 mod reordering;
+mod rpc;
 mod self_test;

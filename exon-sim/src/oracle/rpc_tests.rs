@@ -1,0 +1,156 @@
+//! Unit tests of the oracle's RPC checks: each claim, true and false, on hand-made calls.
+
+use bytes::Bytes;
+use exon::call::Ended;
+use exon::envelope::Outcome;
+
+use super::*;
+
+fn kinds(o: &Oracle) -> Vec<ViolationKind> {
+    o.violations().iter().map(|v| v.kind).collect()
+}
+
+fn answer() -> (Outcome, Vec<u8>) {
+    (Outcome::Answered, b"answer".to_vec())
+}
+
+/// Node 1 calls node 0: the call's id.
+fn call(o: &mut Oracle) -> u64 {
+    let key = o.on_submit(1, 0, 0);
+    o.on_call(1, 0, key)
+}
+
+fn exec(o: &mut Oracle, call: u64, stable: Stable, redelivery: bool) -> bool {
+    let e = Execution {
+        server: 0,
+        caller: 1,
+        call,
+        stable,
+        redelivery,
+    };
+    o.on_executed(e, answer(), 5)
+}
+
+#[test]
+fn a_clean_call_passes() {
+    let mut o = Oracle::new(2);
+    let c = call(&mut o);
+    assert!(exec(&mut o, c, (2, 1, 1), false));
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 1), false, 6), ReplyFate::Fresh);
+    o.on_call_ended(
+        1,
+        c,
+        &Ended::Reply(Outcome::Answered, Bytes::from_static(b"answer")),
+        6,
+    );
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+    assert_eq!(o.rpc_counts().replies, 1);
+}
+
+#[test]
+fn a_flagged_rerun_of_the_same_delivery_is_absorbed_any_other_is_not() {
+    let mut o = Oracle::new(2);
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 1), false);
+    exec(&mut o, c, (2, 1, 1), true);
+    assert!(kinds(&o).is_empty());
+    assert_eq!(o.rpc_counts().reruns, 1);
+    exec(&mut o, c, (2, 1, 1), false);
+    exec(&mut o, c, (2, 9, 1), true);
+    assert_eq!(kinds(&o), [ViolationKind::ExecutedTwice; 2]);
+}
+
+#[test]
+fn every_false_claim_is_caught() {
+    let mut o = Oracle::new(2);
+    // A reply that is not the server's answer.
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 1), false);
+    o.on_call_ended(
+        1,
+        c,
+        &Ended::Reply(Outcome::Answered, Bytes::from_static(b"other")),
+        6,
+    );
+    // Not executed, then executed.
+    let c = call(&mut o);
+    o.on_call_ended(1, c, &Ended::NotExecuted, 6);
+    exec(&mut o, c, (2, 1, 2), false);
+    // Executed, then not executed.
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 3), false);
+    o.on_call_ended(1, c, &Ended::NotExecuted, 6);
+    // No reply, never executed.
+    let c = call(&mut o);
+    o.on_call_ended(1, c, &Ended::NoReply, 6);
+    // Two replies; a reply to a call never made; one from the wrong server.
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 4), false);
+    o.on_reply(1, 0, c, (1, 1, 1), false, 6);
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 2), false, 7), ReplyFate::Refused);
+    assert_eq!(
+        o.on_reply(1, 0, 99, (1, 1, 3), false, 7),
+        ReplyFate::Refused
+    );
+    let c = call(&mut o);
+    assert_eq!(o.on_reply(1, 2, c, (3, 1, 1), false, 7), ReplyFate::Refused);
+    assert_eq!(
+        kinds(&o),
+        [
+            ViolationKind::WrongReply,
+            ViolationKind::ExecutedAfterNotExecuted,
+            ViolationKind::ExecutedAfterNotExecuted,
+            ViolationKind::NoReplyNotExecuted,
+            ViolationKind::ReplyTwice,
+            ViolationKind::UnknownCall,
+            ViolationKind::UnknownCall,
+        ]
+    );
+}
+
+#[test]
+fn at_the_end_every_call_ended_and_every_acknowledged_reply_came() {
+    let mut o = Oracle::new(2);
+    let open = call(&mut o);
+    let acked = call(&mut o);
+    exec(&mut o, acked, (2, 1, 1), false);
+    let key = MsgKey { sender: 1, seq: 1 };
+    // Delivered and taken (as the message oracle would record it), then acknowledged.
+    if let Some(r) = rec_in(&mut o.msgs, key) {
+        r.deliveries = 1;
+        r.taken = true;
+    }
+    o.on_acked(key, 5);
+    o.on_call_ended(1, acked, &Ended::NoReply, 9);
+    // A reply after the call ended is discarded, and counts as come.
+    let late = call(&mut o);
+    exec(&mut o, late, (2, 1, 2), false);
+    o.on_call_ended(1, late, &Ended::InDoubt, 9);
+    assert_eq!(
+        o.on_reply(1, 0, late, (1, 1, 1), false, 10),
+        ReplyFate::Discarded
+    );
+    let before = o.violation_count();
+    o.finish_rpc(20);
+    let end: Vec<_> = o.violations()[before as usize..]
+        .iter()
+        .map(|v| v.kind)
+        .collect();
+    assert_eq!(end, [ViolationKind::CallNotEnded, ViolationKind::ReplyLost]);
+    assert!(o
+        .violations()
+        .iter()
+        .any(|v| v.detail.contains(&format!("call {open} never ended"))));
+}
+
+#[test]
+fn a_crashed_caller_forgets_its_calls_and_a_restart_without_journal_excuses_a_lost_reply() {
+    let mut o = Oracle::new(2);
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 1), false);
+    o.on_restart(1);
+    o.on_caller_crashed(1);
+    assert_eq!(o.rpc_counts().forgotten, 1);
+    o.finish_rpc(20);
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+}
