@@ -74,7 +74,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let x = c + k;
                 match h.call_typed::<_, Squared>(server_id, &Square { x }).await {
                     Ok(r) if r.square == x * x => {}
-                    Ok(r) => unreachable!("{x}² is not {}", r.square),
+                    Ok(r) => {
+                        failed += 1;
+                        eprintln!("square({x}): wrong answer {}", r.square);
+                    }
                     Err(e) => {
                         failed += 1;
                         report(x, &e);
