@@ -1,40 +1,29 @@
-//! Request/reply over exactly-once messages: many concurrent callers, replies correlated by
-//! a request id carried in the (typed, bincode-encoded) payload.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+//! Request/reply over exactly-once messages: a server squares numbers with `Handle::serve`,
+//! many concurrent callers ask it with `Handle::call_typed`. The endpoint correlates each
+//! reply with its call; a failed call says whether its request was executed.
 
 use clap::Parser;
-use exon::endpoint::Handle;
 use exon::proto::Security;
+use exon::rpc::{CallError, Failure, Request, Response};
 use exon::{Endpoint, EndpointConfig, NodeId};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
 
 #[derive(Serialize, Deserialize)]
-struct Request {
-    id: u64,
+struct Square {
     x: u64,
 }
 
 #[derive(Serialize, Deserialize)]
-struct Reply {
-    id: u64,
+struct Squared {
     square: u64,
 }
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<u64>>>>;
-
-/// Calls the server: sends a request and waits for the reply with the same id.
-async fn call(h: &Handle, server: NodeId, pending: &Pending, id: u64, x: u64) -> Option<u64> {
-    let (tx, rx) = oneshot::channel();
-    pending.lock().unwrap().insert(id, tx);
-    drop(h.send_typed(server, &Request { id, x }).await.ok()?);
-    tokio::time::timeout(Duration::from_secs(10), rx)
-        .await
-        .ok()?
-        .ok()
+/// The server's handler: runs once per request (a handler's error goes back to its caller as
+/// `CallError::Failed`).
+async fn square(req: Request) -> Result<Response, Failure> {
+    let Square { x } = req.decode()?;
+    let square = x.checked_mul(x).ok_or(Failure::message("overflow"))?;
+    Ok(Response::typed(&Squared { square })?)
 }
 
 /// A server squares numbers for concurrent callers over exactly-once messages on 127.0.0.1.
@@ -56,14 +45,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [server_ident, client_ident] = exon::keyfile::generate_group(&[server_id, client_id])
         .try_into()
         .expect("two");
-    let mut server = Endpoint::bind(
+    let server = Endpoint::bind(
         "127.0.0.1:0",
         server_id,
         Security::Sealed(server_ident),
         EndpointConfig::default(),
     )
     .await?;
-    let mut client = Endpoint::bind(
+    let client = Endpoint::bind(
         "127.0.0.1:0",
         client_id,
         Security::Sealed(client_ident),
@@ -72,59 +61,51 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .await?;
     client.add_peer(server_id, server.local_addr());
 
-    // Server: answer every request.
     let sh = server.handle();
-    tokio::spawn(async move {
-        while let Some(m) = server.recv().await {
-            match m.decode::<Request>() {
-                Ok(r) => {
-                    let reply = Reply {
-                        id: r.id,
-                        square: r.x * r.x,
-                    };
-                    let _ = sh.send_typed(m.from, &reply).await;
-                }
-                Err(e) => eprintln!("bad request from {}: {e}", m.from),
-            }
-        }
-    });
+    tokio::spawn(async move { sh.serve(square).await });
 
-    // Client: one task routes replies to the callers waiting for them.
-    let pending = Pending::default();
-    let router = pending.clone();
-    let ch = client.handle();
-    tokio::spawn(async move {
-        while let Some(m) = client.recv().await {
-            if let Ok(r) = m.decode::<Reply>() {
-                if let Some(tx) = router.lock().unwrap().remove(&r.id) {
-                    let _ = tx.send(r.square);
-                }
-            }
-        }
-    });
-
-    let (callers, calls) = (opts.callers, opts.calls);
     let mut tasks = Vec::new();
-    for c in 0..callers {
-        let (h, pending) = (ch.clone(), pending.clone());
+    for c in 0..opts.callers {
+        let h = client.handle();
+        let calls = opts.calls;
         tasks.push(tokio::spawn(async move {
-            let mut ok = 0;
+            let mut failed = 0;
             for k in 0..calls {
-                let (id, x) = (c * calls + k, c + k);
-                if call(&h, server_id, &pending, id, x).await == Some(x * x) {
-                    ok += 1;
+                let x = c + k;
+                match h.call_typed::<_, Squared>(server_id, &Square { x }).await {
+                    Ok(r) if r.square == x * x => {}
+                    Ok(r) => {
+                        failed += 1;
+                        eprintln!("square({x}): wrong answer {}", r.square);
+                    }
+                    Err(e) => {
+                        failed += 1;
+                        report(x, &e);
+                    }
                 }
             }
-            ok
+            failed
         }));
     }
-    let mut ok = 0;
+    let mut failed = 0;
     for t in tasks {
-        ok += t.await?;
+        failed += t.await?;
     }
-    println!("{ok} of {} calls answered correctly", callers * calls);
-    if ok != callers * calls {
-        return Err("some calls failed".into());
+    let total = opts.callers * opts.calls;
+    println!("{} of {total} calls answered correctly", total - failed);
+    if failed > 0 {
+        return Err(format!("{failed} calls failed").into());
     }
     Ok(())
+}
+
+/// What a failed call tells: whether its request ran at the server (never a bare timeout).
+fn report(x: u64, e: &CallError) {
+    match e.executed() {
+        // Safe to retry (a retry is a new request).
+        Some(false) => eprintln!("square({x}) not executed: {e}"),
+        Some(true) => eprintln!("square({x}) executed, but: {e}"),
+        // Executed at most once: ask the server before doing it again.
+        None => eprintln!("square({x}) in doubt: {e}"),
+    }
 }

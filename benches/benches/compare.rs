@@ -12,7 +12,9 @@
 //! Systems: exon (sealed, its default) and `exon_plain`; TCP with 4-byte length-prefixed
 //! frames read with exact reads; QUIC (quinn) as one long stream of such frames (`quic`) or a
 //! new stream per message (`quic_uni` one-way; rpc's `quic` opens a bidirectional stream per
-//! request).
+//! request). In rpc, exon calls with `Handle::call` and answers with `Handle::serve` (the
+//! endpoint correlates each reply with its call); TCP multiplexes the callers over one
+//! connection with a map of request ids.
 //!
 //! `--size BYTES` (default 1024, at least 16) sets every message's size: one-way messages,
 //! and in rpc both the request and the reply (the server echoes the request). Each message

@@ -1,5 +1,5 @@
-//! The caller side of request/reply, shared by every system: requests in flight by id, and
-//! one call.
+//! The caller side of request/reply, shared by every system: one call, and (TCP, which has
+//! no request/reply of its own) the requests in flight by id.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,15 +11,21 @@ use tokio::sync::{mpsc, oneshot};
 use crate::harness::BATCH_DEADLINE;
 use crate::message::{payload, seq_of};
 
-/// Callers waiting for replies, by request id.
+/// TCP callers waiting for replies, by request id.
 pub type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Bytes>>>>;
 
-/// How a caller sends one request (the reply arrives through `Pending`, or directly).
+/// How a caller sends one request.
 pub enum Caller {
-    /// Through an exon endpoint.
+    /// An exon call (`Handle::call`: the endpoint correlates the reply).
     Exon(exon::endpoint::Handle),
-    /// To the writer task of a TCP connection.
-    Tcp(mpsc::UnboundedSender<Bytes>),
+    /// To the writer task of a TCP connection; its reader task routes the replies to the
+    /// callers waiting in `pending`.
+    Tcp {
+        /// The writer task's queue.
+        writer: mpsc::UnboundedSender<Bytes>,
+        /// The callers waiting for replies.
+        pending: Pending,
+    },
     /// On a new bidirectional stream of a QUIC connection.
     Quic(quinn::Connection),
 }
@@ -38,32 +44,21 @@ pub fn route(pending: &Pending, reply: Bytes, size: usize) {
 
 /// One `size`-byte request `seq` and its reply (panics if no reply within
 /// `BATCH_DEADLINE`).
-pub async fn call(
-    caller: &Caller,
-    server: NodeId,
-    pending: &Pending,
-    seq: u64,
-    size: usize,
-) -> Bytes {
+pub async fn call(caller: &Caller, server: NodeId, seq: u64, size: usize) -> Bytes {
     let req = payload(seq, size);
-    let wait = |rx: oneshot::Receiver<Bytes>| async move {
-        tokio::time::timeout(BATCH_DEADLINE, rx)
-            .await
-            .expect("reply in time")
-            .expect("router alive")
-    };
     match caller {
-        Caller::Exon(h) => {
+        Caller::Exon(h) => h
+            .call_within(server, req, BATCH_DEADLINE)
+            .await
+            .unwrap_or_else(|e| panic!("call {seq}: {e}")),
+        Caller::Tcp { writer, pending } => {
             let (tx, rx) = oneshot::channel();
             pending.lock().unwrap().insert(seq, tx);
-            drop(h.send(server, req).await.expect("send"));
-            wait(rx).await
-        }
-        Caller::Tcp(w) => {
-            let (tx, rx) = oneshot::channel();
-            pending.lock().unwrap().insert(seq, tx);
-            w.send(req).expect("writer alive");
-            wait(rx).await
+            writer.send(req).expect("writer alive");
+            tokio::time::timeout(BATCH_DEADLINE, rx)
+                .await
+                .expect("reply in time")
+                .expect("router alive")
         }
         Caller::Quic(conn) => {
             let (mut send, mut recv) = conn.open_bi().await.unwrap();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use exon::endpoint::{Endpoint, EndpointConfig};
 use exon::proto::crypto::insecure_test_security;
+use exon::rpc::{Failure, Request, Response};
 use exon::NodeId;
 use tokio::sync::Semaphore;
 
@@ -83,45 +84,34 @@ async fn one_way(dir: Option<&Path>, size: usize, secs: f64) -> (u64, Duration) 
 }
 
 /// Request/reply for `secs` with `callers` callers, each waiting for its reply before its
-/// next request (the server echoes; both durable or neither).
+/// next request (`Handle::call`; the server echoes with `Handle::serve`; both durable or
+/// neither).
 async fn rpc(
     dir: Option<&Path>,
     size: usize,
     secs: f64,
     callers: u64,
 ) -> (u64, Duration, Latencies) {
-    let (mut a, mut b) = pair(dir).await;
+    let (a, b) = pair(dir).await;
     let a_handle = a.handle();
     let server = b.handle();
-    tokio::spawn(async move {
-        let mut buf = Vec::with_capacity(1024);
-        while b.recv_many(&mut buf, 1024).await > 0 {
-            let replies: Vec<_> = buf.drain(..).map(|m| m.payload).collect();
-            drop(server.send_batch(A, replies).await);
-        }
-    });
-    let pending = crate::calls::Pending::default();
-    let router = pending.clone();
-    tokio::spawn(async move {
-        let mut buf = Vec::with_capacity(1024);
-        while a.recv_many(&mut buf, 1024).await > 0 {
-            for m in buf.drain(..) {
-                crate::calls::route(&router, m.payload, size);
-            }
-        }
+    let serving = tokio::spawn(async move {
+        let echo =
+            |req: Request| std::future::ready(Ok::<_, Failure>(Response::new(req.into_body())));
+        server.serve(echo).await
     });
     let end = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..callers {
-        let (pending, handle) = (pending.clone(), a_handle.clone());
+        let handle = a_handle.clone();
         tasks.push(tokio::spawn(async move {
             let (mut n, mut lat) = (0u64, Latencies::default());
             let caller = crate::calls::Caller::Exon(handle);
             let mut seq = c << 40;
             while Instant::now() < end {
                 let t = Instant::now();
-                crate::calls::call(&caller, B, &pending, seq, size).await;
+                crate::calls::call(&caller, B, seq, size).await;
                 lat.record(t.elapsed());
                 (n, seq) = (n + 1, seq + 1);
             }
@@ -134,7 +124,11 @@ async fn rpc(
         n += k;
         lat.merge(&l);
     }
-    (n, start.elapsed(), lat)
+    let took = start.elapsed();
+    a.close(Duration::from_secs(1)).await;
+    b.close(Duration::from_secs(1)).await;
+    serving.await.expect("server").expect("served");
+    (n, took, lat)
 }
 
 /// The exon rows of the durable table: one-way and request/reply, durable and not.

@@ -7,10 +7,11 @@ use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use exon::proto::{NodeId, Security, SendError};
+use exon::rpc::{Failure, Request, Response};
 use exon::{Endpoint, EndpointConfig, Message};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::calls::{route, Caller, Pending};
+use crate::calls::Caller;
 use crate::harness::{Cmd, Progress, LOCALHOST, RECV_MANY};
 use crate::message::{payload, seq_of, Seen, SHARDED_SIZE};
 
@@ -291,42 +292,32 @@ async fn recv_verified(
     }
 }
 
-/// Answers every `size`-byte request on an exon endpoint with an echo until `stop`, then
-/// closes the endpoint. Returns the requests served (each verified exactly once).
-pub async fn serve_exon(mut ep: Endpoint, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
+/// Serves `size`-byte requests on an exon endpoint (`Handle::serve`), each reply echoing its
+/// request, until `stop`, then closes the endpoint. Returns the requests served (each
+/// verified exactly once).
+pub async fn serve_exon(ep: Endpoint, stop: oneshot::Receiver<()>, size: usize) -> u64 {
     let h = ep.handle();
-    let (mut seen, mut buf) = (Seen::default(), Vec::with_capacity(RECV_MANY));
-    while recv_verified(&mut ep, &mut buf, &mut seen, size, &mut stop).await {
-        // The replies echo the requests (same size, same sequence number), one batch per
-        // run of requests from the same caller endpoint.
-        let mut rest = &buf[..];
-        while let Some(first) = rest.first() {
-            let run = rest.iter().take_while(|m| m.from == first.from).count();
-            let replies = rest[..run].iter().map(|m| m.payload.clone());
-            drop(h.send_batch(first.from, replies).await.expect("reply"));
-            rest = &rest[run..];
-        }
+    let mut seen = Seen::default();
+    let echo = |req: Request| {
+        seen.record(seq_of(req.body(), size));
+        std::future::ready(Ok::<_, Failure>(Response::new(req.into_body())))
+    };
+    tokio::select! {
+        r = h.serve(echo) => r.expect("serving"),
+        _ = stop => {}
     }
     h.close(Duration::from_millis(200)).await;
+    drop(ep);
     seen.count()
 }
 
-/// An exon caller: `size`-byte replies arriving on `ep` are routed to their callers by a
-/// task pushed onto `tasks`.
-pub fn exon_caller(
-    mut ep: Endpoint,
-    pending: &Pending,
-    tasks: &mut Vec<tokio::task::JoinHandle<()>>,
-    size: usize,
-) -> Caller {
+/// An exon caller: calls through `ep`'s handle. A task pushed onto `tasks` holds the endpoint
+/// (replies reach their calls without it; a plain message there would be a bench bug).
+pub fn exon_caller(mut ep: Endpoint, tasks: &mut Vec<tokio::task::JoinHandle<()>>) -> Caller {
     let h = ep.handle();
-    let router = pending.clone();
     tasks.push(tokio::spawn(async move {
-        let mut buf = Vec::with_capacity(RECV_MANY);
-        while ep.recv_many(&mut buf, RECV_MANY).await > 0 {
-            for m in buf.drain(..) {
-                route(&router, m.payload, size);
-            }
+        if let Some(m) = ep.recv().await {
+            panic!("unexpected message from {}", m.from);
         }
     }));
     Caller::Exon(h)

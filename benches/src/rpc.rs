@@ -9,7 +9,7 @@ use exon::proto::NodeId;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::calls::{call, Caller, Pending};
+use crate::calls::{call, Caller};
 use crate::endpoint::{exon_bind, exon_caller, serve_exon};
 use crate::harness::{spawn_rt, BATCH_DEADLINE, LOCALHOST};
 use crate::message::seq_of;
@@ -137,7 +137,6 @@ async fn rpc_client(
     addr: SocketAddr,
     mut cmds: mpsc::UnboundedReceiver<RpcCmd>,
 ) {
-    let pending = Pending::default();
     let server_id = NodeId::from_const(1);
     let mut tasks = Vec::new();
     let mut quic_ep = None;
@@ -147,12 +146,12 @@ async fn rpc_client(
             let ep = exon_bind(2, datagram, kind == RpcKind::ExonPlain);
             ep.add_peer(server_id, addr);
             exon_handle = Some(ep.handle());
-            exon_caller(ep, &pending, &mut tasks, size)
+            exon_caller(ep, &mut tasks)
         }
         RpcKind::Tcp => {
             let s = TcpStream::connect(addr).await.unwrap();
             s.set_nodelay(true).unwrap();
-            tcp_caller(s, &pending, &mut tasks, size)
+            tcp_caller(s, &mut tasks, size)
         }
         RpcKind::Quic => {
             let (ep, conn) = connect_local(addr).await;
@@ -165,13 +164,13 @@ async fn rpc_client(
         let per = cmd.n / cmd.callers;
         let mut joins = Vec::with_capacity(cmd.callers as usize);
         for c in 0..cmd.callers {
-            let (caller, pending) = (caller.clone(), pending.clone());
+            let caller = caller.clone();
             let first = cmd.start + c * per;
             joins.push(tokio::spawn(async move {
                 let mut lat = Vec::with_capacity(per as usize);
                 for seq in first..first + per {
                     let t = Instant::now();
-                    let reply = call(&caller, server_id, &pending, seq, size).await;
+                    let reply = call(&caller, server_id, seq, size).await;
                     assert_eq!(seq_of(&reply, size), seq, "reply to another request");
                     lat.push(t.elapsed());
                 }

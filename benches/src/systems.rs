@@ -40,8 +40,9 @@ impl OneWayKind {
 /// The systems compared for request/reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RpcKind {
-    /// Exon endpoints: request and reply are exon messages, correlated by sequence number.
-    /// (Every system: the reply echoes the request, so both have the run's size.)
+    /// Exon endpoints: `Handle::call` and `Handle::serve` (request and reply are exon
+    /// messages in the call envelope). (Every system: the reply echoes the request, so both
+    /// have the run's size.)
     Exon,
     /// The same in the explicit plaintext mode.
     ExonPlain,

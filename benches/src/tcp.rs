@@ -113,10 +113,10 @@ pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>, size: usiz
 /// routes `size`-byte replies, both pushed onto `tasks`.
 pub fn tcp_caller(
     s: TcpStream,
-    pending: &Pending,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
     size: usize,
 ) -> Caller {
+    let pending = Pending::default();
     let (r, w) = s.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     // Writer: every caller's requests through one buffered writer, flushed when no more
@@ -143,7 +143,10 @@ pub fn tcp_caller(
             route(&router, Bytes::copy_from_slice(&buf), size);
         }
     }));
-    Caller::Tcp(tx)
+    Caller::Tcp {
+        writer: tx,
+        pending,
+    }
 }
 
 #[cfg(test)]

@@ -412,12 +412,12 @@ impl Handle {
         request: DeliveryId,
         payload: Bytes,
     ) -> Result<(), Error> {
-        let (ack, _verdict) = oneshot::channel();
         let out = Outgoing {
             to,
             payload,
             id: self.first().shared.next_ids(1),
-            ack: Ack::One(ack),
+            // No receipt: the caller learns the outcome, the server has nothing to wait for.
+            ack: Ack::None,
             reply: Reply::Uncredited,
             deadline: None,
             stored: None,

@@ -20,6 +20,8 @@ pub(crate) enum Ack {
     One(oneshot::Sender<Result<(), ReceiptError>>),
     /// Message `index` of a batch.
     Batch(BatchSlot),
+    /// Nobody waits for the verdict (a server's reply: its caller learns the outcome).
+    None,
 }
 
 impl Ack {
@@ -31,6 +33,7 @@ impl Ack {
                 let _ = tx.send(verdict);
             }
             Ack::Batch(slot) => slot.resolve(verdict),
+            Ack::None => {}
         }
     }
 }

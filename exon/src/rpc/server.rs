@@ -181,8 +181,15 @@ impl Handle {
                     let pending = Pending::new(self, &req);
                     match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
                         Ok(fut) => {
-                            let fut = AssertUnwindSafe(fut).catch_unwind();
-                            running.push(Run { pending: Some(pending), fut: Box::pin(fut) });
+                            let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
+                            // A handler ready at once is answered now, without a task in
+                            // `running` (one allocation and a turn of the loop less per
+                            // request). One that is not is polled again there, with this
+                            // task's waker.
+                            match fut.as_mut().now_or_never() {
+                                Some(result) => self.answer(pending, result),
+                                None => running.push(Run { pending: Some(pending), fut }),
+                            }
                         }
                         Err(panic) => self.answer::<S::Error>(pending, Err(panic)),
                     }

@@ -10,7 +10,7 @@ use super::{
     local_a, quic_cert, quic_server, say, tcp_connect, tcp_listen, wait_for, Control, RoleArgs,
     System,
 };
-use crate::calls::{call, Caller, Pending};
+use crate::calls::{call, Caller};
 use crate::endpoint::{exon_caller, exon_endpoint, serve_exon};
 use crate::message::seq_of;
 use crate::quic::{quic_connect, serve_quic};
@@ -53,18 +53,15 @@ struct Calls {
 /// RPC client: `callers` concurrent callers in a loop; measures requests answered and their
 /// latency over `secs` after `warmup`, then lets outstanding calls finish (up to `drain`).
 pub(super) async fn client(a: &RoleArgs, ctl: Control) {
-    let pending = Pending::default();
     let mut tasks = Vec::new();
     let mut quic_ep = None;
     let caller = match a.system {
         System::Exon => {
             let ep = exon_endpoint(local_a(), 2, a.exon.config());
             ep.add_peer(NodeId::from_const(1), a.addr);
-            exon_caller(ep, &pending, &mut tasks, a.size)
+            exon_caller(ep, &mut tasks)
         }
-        System::TcpCubic | System::TcpBbr => {
-            tcp_caller(tcp_connect(a).await, &pending, &mut tasks, a.size)
-        }
+        System::TcpCubic | System::TcpBbr => tcp_caller(tcp_connect(a).await, &mut tasks, a.size),
         System::Quic => {
             let (ep, conn) = quic_connect(local_a(), a.addr, quic_cert(a)).await;
             quic_ep = Some(ep);
@@ -75,14 +72,14 @@ pub(super) async fn client(a: &RoleArgs, ctl: Control) {
     let calls = Arc::new(Calls::default());
     let size = a.size;
     for _ in 0..a.callers {
-        let (caller, pending, calls) = (caller.clone(), pending.clone(), calls.clone());
+        let (caller, calls) = (caller.clone(), calls.clone());
         tokio::spawn(async move {
             while !calls.stopped.load(Ordering::Relaxed) {
                 let seq = calls.next.fetch_add(1, Ordering::Relaxed);
                 calls.outstanding.fetch_add(1, Ordering::Relaxed);
                 let t = Instant::now();
                 let server = NodeId::from_const(1);
-                let reply = call(&caller, server, &pending, seq, size).await;
+                let reply = call(&caller, server, seq, size).await;
                 assert_eq!(seq_of(&reply, size), seq, "reply to another request");
                 if calls.measuring.load(Ordering::Relaxed) {
                     calls.latencies.lock().unwrap().push(t.elapsed());
