@@ -3,9 +3,10 @@
 //! exactly-once channel (`docs/wire.md`, "Message envelope"). Sans-IO: the driver, the RPC
 //! layer and the simulator use it alike.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 
 use crate::proto::codec::{put_varint, varint_len, Reader};
+use crate::proto::Payload;
 
 /// Kind byte of a plain message.
 const MESSAGE: u8 = 0x00;
@@ -99,21 +100,18 @@ impl Envelope {
         })
     }
 
-    /// Seals a plain message (one copy of `body`, behind its kind byte).
-    pub fn message(body: &[u8]) -> Bytes {
-        let mut b = BytesMut::with_capacity(1 + body.len());
-        b.put_u8(MESSAGE);
-        b.put_slice(body);
-        b.freeze()
+    /// Seals a plain message: its kind byte as the payload's head, `body` not copied.
+    pub fn message(body: Bytes) -> Payload {
+        Payload::with_head(&[MESSAGE], body)
     }
 
-    /// Seals the request of call `call`.
-    pub fn request(call: u64, body: &[u8]) -> Bytes {
+    /// Seals the request of call `call` (`body` not copied).
+    pub fn request(call: u64, body: Bytes) -> Payload {
         with_call(REQUEST, call, body)
     }
 
-    /// Seals the reply to call `call`.
-    pub fn reply(call: u64, outcome: Outcome, body: &[u8]) -> Bytes {
+    /// Seals the reply to call `call` (`body` not copied).
+    pub fn reply(call: u64, outcome: Outcome, body: Bytes) -> Payload {
         let kind = match outcome {
             Outcome::Answered => REPLY,
             Outcome::Failed => FAILED,
@@ -128,12 +126,13 @@ impl Envelope {
     }
 }
 
-fn with_call(kind: u8, call: u64, body: &[u8]) -> Bytes {
-    let mut b = BytesMut::with_capacity(Envelope::call_overhead(call) + body.len());
-    b.put_u8(kind);
-    put_varint(&mut b, call);
-    b.put_slice(body);
-    b.freeze()
+fn with_call(kind: u8, call: u64, body: Bytes) -> Payload {
+    let mut head = [0u8; MAX_OVERHEAD];
+    let mut w = &mut head[..];
+    w.put_u8(kind);
+    put_varint(&mut w, call);
+    let len = MAX_OVERHEAD - w.len();
+    Payload::with_head(&head[..len], body)
 }
 
 #[cfg(test)]
@@ -142,21 +141,21 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips() {
-        let body = b"payload";
+        let body = Bytes::from_static(b"payload");
         assert_eq!(
-            Envelope::open(Envelope::message(body)),
-            Ok(Envelope::Message(Bytes::from_static(body)))
+            Envelope::open(Envelope::message(body.clone()).to_bytes()),
+            Ok(Envelope::Message(body.clone()))
         );
         for call in [0, 1, 63, 64, 1 << 30, (1 << 62) - 1] {
             assert_eq!(
-                Envelope::open(Envelope::request(call, body)),
+                Envelope::open(Envelope::request(call, body.clone()).to_bytes()),
                 Ok(Envelope::Request {
                     call,
-                    body: Bytes::from_static(body)
+                    body: body.clone()
                 })
             );
             for outcome in [Outcome::Answered, Outcome::Failed, Outcome::Panicked] {
-                let sealed = Envelope::reply(call, outcome, body);
+                let sealed = Envelope::reply(call, outcome, body.clone()).to_bytes();
                 assert_eq!(sealed.len(), Envelope::call_overhead(call) + body.len());
                 assert!(sealed.len() <= MAX_OVERHEAD + body.len());
                 assert_eq!(
@@ -164,7 +163,7 @@ mod tests {
                     Ok(Envelope::Reply {
                         call,
                         outcome,
-                        body: Bytes::from_static(body)
+                        body: body.clone()
                     })
                 );
             }

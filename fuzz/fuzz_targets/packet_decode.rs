@@ -19,14 +19,15 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(e) = Envelope::open(bytes.clone()) {
         let sealed = match &e {
-            Envelope::Message(body) => Envelope::message(body),
-            Envelope::Request { call, body } => Envelope::request(*call, body),
+            Envelope::Message(body) => Envelope::message(body.clone()),
+            Envelope::Request { call, body } => Envelope::request(*call, body.clone()),
             Envelope::Reply {
                 call,
                 outcome,
                 body,
-            } => Envelope::reply(*call, *outcome, body),
-        };
+            } => Envelope::reply(*call, *outcome, body.clone()),
+        }
+        .to_bytes();
         // Varints have one shortest form; a longer one opens to the same value.
         assert!(sealed.len() <= bytes.len());
         assert_eq!(Envelope::open(sealed), Ok(e));

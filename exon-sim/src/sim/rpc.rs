@@ -58,7 +58,7 @@ impl Sim {
             };
             let mut body = Vec::with_capacity(wl.len_of(key));
             write_payload(&mut body, key, Kind::Request, wl.len_of(key));
-            let Ok(id) = node.send(now, node_id(to), Envelope::request(call, &body)) else {
+            let Ok(id) = node.send(now, node_id(to), Envelope::request(call, body.into())) else {
                 break; // backpressure or the clock: again at the next round
             };
             let key = self.oracle.on_submit(i, to, self.now);
@@ -112,7 +112,7 @@ impl Sim {
         if node.pending_to(node_id(to)) >= wl.max_pending {
             return false;
         }
-        let Ok(id) = node.send(now, node_id(to), Envelope::message(&body)) else {
+        let Ok(id) = node.send(now, node_id(to), Envelope::message(body.into())) else {
             return false;
         };
         let key = self.oracle.on_submit(i, to, self.now);
@@ -261,7 +261,11 @@ impl Sim {
             let mut body = Vec::with_capacity(ID_LEN + answer.len());
             write_payload(&mut body, key, Kind::Reply, ID_LEN);
             body.extend_from_slice(&answer);
-            match node.reply(now, a.id, Envelope::reply(a.call, outcome, &body)) {
+            match node.reply(
+                now,
+                a.id,
+                Envelope::reply(a.call, outcome, body.clone().into()),
+            ) {
                 Ok(msg) => {
                     let key = self.oracle.on_submit(i, a.from, self.now);
                     self.hosts[i].msg_keys.insert(msg.0, key.seq);

@@ -17,7 +17,7 @@ use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
 use crate::counters::counters;
 use crate::envelope::Envelope;
-use crate::proto::{DeliveryId, MsgId, NodeId, PublicKey, SendError, Stats};
+use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError, Stats};
 
 counters! {
     /// Counters of an endpoint: the core's plus the driver's.
@@ -125,7 +125,7 @@ pub(crate) enum Reply {
 /// A message for the driver to hand to the core.
 pub(crate) struct Outgoing {
     to: NodeId,
-    payload: Bytes,
+    payload: Payload,
     /// The endpoint's id for the message (the one its receipt shows).
     id: MsgId,
     ack: Ack,
@@ -177,12 +177,12 @@ impl Outgoing {
     }
 
     /// Takes the payload out, to hand it to the core.
-    pub(crate) fn take_payload(&mut self) -> Bytes {
+    pub(crate) fn take_payload(&mut self) -> Payload {
         std::mem::take(&mut self.payload)
     }
 
     /// Gives the payload back (the core could not take the message yet).
-    pub(crate) fn put_payload(&mut self, payload: Bytes) {
+    pub(crate) fn put_payload(&mut self, payload: Payload) {
         self.payload = payload;
     }
 
@@ -410,7 +410,7 @@ impl Handle {
         &self,
         to: NodeId,
         request: DeliveryId,
-        payload: Bytes,
+        payload: Payload,
     ) -> Result<(), Error> {
         let out = Outgoing {
             to,
@@ -491,7 +491,7 @@ impl Handle {
         within: Option<Duration>,
     ) -> Result<Receipt, Error> {
         self.check(to, &payload)?;
-        self.send_sealed(to, Envelope::message(&payload), within)
+        self.send_sealed(to, Envelope::message(payload), within)
             .await
     }
 
@@ -504,7 +504,7 @@ impl Handle {
     pub(crate) async fn send_sealed(
         &self,
         to: NodeId,
-        payload: Bytes,
+        payload: Payload,
         within: Option<Duration>,
     ) -> Result<Receipt, Error> {
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
@@ -550,7 +550,7 @@ impl Handle {
         if payloads.is_empty() {
             self.check(to, &Bytes::new())?;
         }
-        let payloads: Vec<Bytes> = payloads.iter().map(|p| Envelope::message(p)).collect();
+        let payloads: Vec<Payload> = payloads.into_iter().map(Envelope::message).collect();
         let shard = self.shard(to);
         shard.shared.wait_for_room(to).await;
         if shard.shared.is_closing() {
@@ -601,7 +601,7 @@ impl Handle {
     pub async fn try_send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
-        let payload = Envelope::message(&payload);
+        let payload = Envelope::message(payload);
         let (reply, answer) = oneshot::channel();
         let deadline = self
             .first()
@@ -643,7 +643,7 @@ impl Handle {
     fn hand_over(
         &self,
         to: NodeId,
-        payload: Bytes,
+        payload: Payload,
         reply: Reply,
         deadline: Option<std::time::Instant>,
     ) -> Result<Receipt, Error> {

@@ -79,10 +79,10 @@ impl Handle {
         value: &T,
     ) -> Result<Receipt, PayloadError> {
         // Encoded straight behind its envelope: one buffer, no copy.
-        let (sealed, len) = encode_after(&Envelope::message(&[]), value)?;
+        let (sealed, len) = encode_after(Envelope::message(bytes::Bytes::new()).head(), value)?;
         self.check_len(to, len)?;
         Ok(self
-            .send_sealed(to, sealed, self.default_deadline())
+            .send_sealed(to, sealed.into(), self.default_deadline())
             .await?)
     }
 }

@@ -12,7 +12,7 @@ use crate::call::{CallState, Ended, Learned};
 use crate::endpoint::calls::{CallGuard, ReplyIn};
 use crate::endpoint::{Handle, Receipt, ReceiptError};
 use crate::envelope::{Envelope, Outcome};
-use crate::proto::NodeId;
+use crate::proto::{NodeId, Payload};
 
 impl Handle {
     /// Calls node `to` with `request` and waits for its reply: the request is executed by
@@ -48,7 +48,7 @@ impl Handle {
     ) -> Result<Bytes, CallError> {
         let body = request.into();
         self.check(to, &body).map_err(CallError::Refused)?;
-        self.call_sealed(to, within, |call| Ok(Envelope::request(call, &body)))
+        self.call_sealed(to, within, |call| Ok(Envelope::request(call, body)))
             .await
     }
 
@@ -57,7 +57,7 @@ impl Handle {
         &self,
         to: NodeId,
         within: Duration,
-        seal: impl FnOnce(u64) -> Result<Bytes, CallError>,
+        seal: impl FnOnce(u64) -> Result<Payload, CallError>,
     ) -> Result<Bytes, CallError> {
         let deadline = Instant::now() + within;
         let (guard, reply) = self.calls().open();
@@ -103,11 +103,11 @@ impl Handle {
         // Encoded straight behind its envelope, in one buffer.
         let reply = self
             .call_sealed(to, within, |call| {
-                let head = Envelope::request(call, &[]);
-                let (sealed, len) = crate::endpoint::encode_after(&head, request)
+                let head = Envelope::request(call, Bytes::new());
+                let (sealed, len) = crate::endpoint::encode_after(head.head(), request)
                     .map_err(|e| CallError::Encode(e.to_string()))?;
                 self.check_len(to, len).map_err(CallError::Refused)?;
-                Ok(sealed)
+                Ok(sealed.into())
             })
             .await?;
         crate::endpoint::decode(&reply).map_err(|e| CallError::Decode(e.to_string()))

@@ -228,7 +228,7 @@ impl Handle {
         } else {
             (outcome, body)
         };
-        let payload = Envelope::reply(call, outcome, &body);
+        let payload = Envelope::reply(call, outcome, body);
         if self.send_reply(req.from(), delivery, payload).is_err() {
             tracing::debug!(peer = %req.from(), "endpoint closed: reply not sent");
         }

@@ -3,14 +3,12 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::proto::frame::Verdict;
 use crate::proto::journal::gates::{Gate, Journal};
 use crate::proto::journal::{Entry, Recovered, Write};
 use crate::proto::recv::delivery::Kept;
 use crate::proto::send::record::SRecord;
-use crate::proto::{DeliveryId, Event, MsgId, Node, NodeId};
+use crate::proto::{DeliveryId, Event, MsgId, Node, NodeId, Payload};
 
 /// Why [`Node::recover`] refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -216,10 +214,12 @@ impl Node {
         now: Instant,
         id: MsgId,
         to: NodeId,
-        payload: Bytes,
+        payload: Payload,
         answers: Option<DeliveryId>,
     ) {
         let g = Gate::Stored(Event::Stored { to, id });
+        // The journal's record holds the payload whole (the log copies it anyway).
+        let payload = payload.to_bytes();
         let Some(d) = answers else {
             self.journal(now, Entry::Accepted { id, to, payload }, g);
             return;

@@ -13,8 +13,6 @@ pub(crate) mod timer;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::proto::crypto::{Keyring, KeyringError, PublicKey, Sealer, Security, Seq};
 use crate::proto::node::outbox::Outbox;
 use crate::proto::node::timer::{Side, TimerQueue};
@@ -24,7 +22,9 @@ use crate::proto::send::record::SRecord;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::VARINT_MAX;
 use crate::proto::wire::frame::{Cookie, Frame};
-use crate::proto::{Config, ConfigError, DeliveryId, Event, MsgId, NodeId, PeerMap, SendError};
+use crate::proto::{
+    Config, ConfigError, DeliveryId, Event, MsgId, NodeId, Payload, PeerMap, SendError,
+};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
@@ -462,8 +462,13 @@ impl Node {
     ///
     /// Fails without keeping anything if the payload is too large, the destination's queue is
     /// full (backpressure: retry after acknowledgements), or too many destinations are busy.
-    pub fn send(&mut self, now: Instant, to: NodeId, payload: Bytes) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload, None)
+    pub fn send(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payload: impl Into<Payload>,
+    ) -> Result<MsgId, SendError> {
+        self.accept(now, to, payload.into(), None)
     }
 
     /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
@@ -479,12 +484,12 @@ impl Node {
         &mut self,
         now: Instant,
         id: DeliveryId,
-        payload: Bytes,
+        payload: impl Into<Payload>,
     ) -> Result<MsgId, SendError> {
         if !self.is_waiting(&id) {
             return Err(SendError::NotWaiting);
         }
-        let msg = self.accept(now, id.from(), payload, Some(id))?;
+        let msg = self.accept(now, id.from(), payload.into(), Some(id))?;
         if self.journal.is_none() {
             self.take_live(now, id);
         }
@@ -496,7 +501,7 @@ impl Node {
         &mut self,
         now: Instant,
         to: NodeId,
-        payload: Bytes,
+        payload: Payload,
         answers: Option<DeliveryId>,
     ) -> Result<MsgId, SendError> {
         if to == self.id {

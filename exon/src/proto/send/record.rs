@@ -1,6 +1,7 @@
 //! The sender-side half-connection record (S record): envelopes, tokens and queued messages
 //! for one destination.
 
+use crate::proto::Payload;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -238,7 +239,10 @@ impl SRecord {
     pub fn restore(&mut self, id: MsgId, payload: Bytes, assigned: Option<(u64, u64)>) {
         self.bytes += payload.len();
         self.note_busy();
-        let msg = Queued { id, payload };
+        let msg = Queued {
+            id,
+            payload: payload.into(),
+        };
         match assigned {
             Some((rck, slot)) => {
                 // It may have left before the crash (its slot was stored first): a verdict
@@ -478,7 +482,7 @@ impl SRecord {
     /// Takes message `id` (it waits for an envelope, or uses the first free one at once when
     /// nothing is queued before it). Returns whether it became a token.
     /// `frontier_rule` off (the checker's self-test) freezes the frontier before the token.
-    pub fn enqueue(&mut self, id: MsgId, payload: Bytes, frontier_rule: bool) -> bool {
+    pub fn enqueue(&mut self, id: MsgId, payload: Payload, frontier_rule: bool) -> bool {
         let msg = Queued { id, payload };
         self.bytes += msg.payload.len();
         self.note_busy();

@@ -3,17 +3,15 @@
 
 use std::time::Instant;
 
-use bytes::Bytes;
-
 use crate::proto::send::congestion::SendState;
 use crate::proto::send::fragments::Outgoing;
-use crate::proto::MsgId;
+use crate::proto::{MsgId, Payload};
 
 /// A message waiting for an envelope.
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub(super) id: MsgId,
-    pub(super) payload: Bytes,
+    pub(super) payload: Payload,
 }
 
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
@@ -23,7 +21,7 @@ pub(crate) struct Queued {
 pub(crate) struct Token {
     /// The receiver incarnation this token's slot belongs to.
     pub(super) rck: u64,
-    pub(super) payload: Bytes,
+    pub(super) payload: Payload,
     pub(super) id: MsgId,
     /// When it was last put on the wire (`None`: never yet).
     pub(super) sent_at: Option<Instant>,

@@ -157,7 +157,7 @@ mod tests {
             1,
             Queued {
                 id: MsgId(id),
-                payload: Bytes::new(),
+                payload: Bytes::new().into(),
             },
         );
         t.queued = false;

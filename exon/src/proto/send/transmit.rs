@@ -10,7 +10,8 @@ use crate::proto::send::timers::Timer;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::varint_len;
 use crate::proto::wire::frame::{
-    put_frag, put_reqcredit, put_reqslots, put_token, reqcredit_len, reqslots_len, token_len,
+    put_frag_parts, put_reqcredit, put_reqslots, put_token_parts, reqcredit_len, reqslots_len,
+    token_len,
 };
 use crate::proto::{Config, Rules};
 
@@ -103,7 +104,8 @@ impl SRecord {
                 };
                 let total = o.total();
                 let (from, to) = (range.start as usize, range.end as usize);
-                put_frag(buf, s, r, total, range.start, &tok.payload[from..to]);
+                let data = tok.payload.slices(from, to);
+                put_frag_parts(buf, s, r, (total, range.start), data);
                 if o.is_resend(&range) {
                     stats.retransmissions += 1;
                 }
@@ -134,7 +136,7 @@ impl SRecord {
             let Some(tok) = rec.tokens.get_mut(s) else {
                 break;
             };
-            put_token(buf, s, r, &tok.payload);
+            put_token_parts(buf, s, r, tok.payload.head(), tok.payload.body());
             tok.reach = (dgram_size - (limit - buf.len())) as u32;
             if tok.sends > 0 {
                 stats.retransmissions += 1;

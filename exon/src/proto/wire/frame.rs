@@ -421,11 +421,17 @@ pub fn put_slots(buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
 
 /// Appends a TOKEN frame.
 pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
+    put_token_parts(buf, s, r, &[], payload);
+}
+
+/// Appends a TOKEN frame whose payload is `head` then `body`.
+pub fn put_token_parts(buf: &mut impl BufMut, s: u64, r: u64, head: &[u8], body: &[u8]) {
     put_varint(buf, frame_type::TOKEN);
     put_varint(buf, s);
     put_varint(buf, r);
-    put_varint(buf, payload.len() as u64);
-    buf.put_slice(payload);
+    put_varint(buf, (head.len() + body.len()) as u64);
+    buf.put_slice(head);
+    buf.put_slice(body);
 }
 
 /// Encoded size of a FRAG frame carrying `len` bytes.
@@ -440,13 +446,25 @@ pub fn frag_len(s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
 
 /// Appends a FRAG frame.
 pub fn put_frag(buf: &mut impl BufMut, s: u64, r: u64, total: u64, offset: u64, data: &[u8]) {
+    put_frag_parts(buf, s, r, (total, offset), (&[], data));
+}
+
+/// Appends a FRAG frame of message length `total` at `offset` whose data is `a` then `b`.
+pub fn put_frag_parts(
+    buf: &mut impl BufMut,
+    s: u64,
+    r: u64,
+    (total, offset): (u64, u64),
+    (a, b): (&[u8], &[u8]),
+) {
     put_varint(buf, frame_type::FRAG);
     put_varint(buf, s);
     put_varint(buf, r);
     put_varint(buf, total);
     put_varint(buf, offset);
-    put_varint(buf, data.len() as u64);
-    buf.put_slice(data);
+    put_varint(buf, (a.len() + b.len()) as u64);
+    buf.put_slice(a);
+    buf.put_slice(b);
 }
 
 /// Appends a GOT frame for slot `s` of incarnation `r` with as many of `ranges` (byte
