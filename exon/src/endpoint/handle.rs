@@ -240,7 +240,8 @@ impl Outgoing {
 /// A command from a handle to the driver task.
 pub(crate) enum Command {
     Send(Outgoing),
-    /// Several messages to one destination, in order, holding `credits` send credits.
+    /// Several messages, in order, holding `credits` send credits: to one destination
+    /// (`send_batch`), or a server's replies to several (no credits).
     SendBatch {
         messages: Vec<Outgoing>,
         credits: usize,
@@ -425,13 +426,8 @@ impl Handle {
     /// A server's reply `payload` (in its envelope) to the request delivered as `request`
     /// from `to`, which it takes in the same step. Holds no send credit, and has no
     /// deadline: it is sent until acknowledged (or the endpoint closes).
-    pub(crate) fn send_reply(
-        &self,
-        to: NodeId,
-        request: DeliveryId,
-        payload: Payload,
-    ) -> Result<(), Error> {
-        let out = Outgoing {
+    pub(crate) fn reply_out(&self, to: NodeId, request: DeliveryId, payload: Payload) -> Outgoing {
+        Outgoing {
             to,
             payload,
             id: self.first().shared.next_ids(1),
@@ -440,8 +436,35 @@ impl Handle {
             reply: Reply::Uncredited,
             deadline: None,
             side: Side::Answers(Box::new(request)),
-        };
-        self.command(to, Command::Send(out))
+        }
+    }
+
+    /// Hands replies ([`reply_out`](Self::reply_out)) to the driver: one command per shard.
+    pub(crate) fn send_replies(&self, mut replies: Vec<Outgoing>) -> Result<(), Error> {
+        if self.shards.len() == 1 {
+            return self.shards[0]
+                .cmds
+                .send(Command::SendBatch {
+                    messages: replies,
+                    credits: 0,
+                })
+                .map_err(|_| Error::Closed);
+        }
+        let n = self.shards.len();
+        replies.sort_by_key(|o| shard_of(o.to, n));
+        while let Some(last) = replies.last() {
+            let shard = shard_of(last.to, n);
+            let cut = replies.partition_point(|o| shard_of(o.to, n) < shard);
+            let messages = replies.split_off(cut);
+            self.shards[shard]
+                .cmds
+                .send(Command::SendBatch {
+                    messages,
+                    credits: 0,
+                })
+                .map_err(|_| Error::Closed)?;
+        }
+        Ok(())
     }
 
     /// Driver shards of this endpoint (see

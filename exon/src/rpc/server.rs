@@ -153,13 +153,18 @@ impl Handle {
             rx,
         };
         let mut running = FuturesUnordered::new();
+        let mut replies = Replies::new(self);
         let mut ready = false;
         let limit = cfg.concurrency.max(1);
         loop {
             tokio::select! {
                 biased;
                 Some((pending, result)) = running.next(), if !running.is_empty() => {
-                    self.answer(pending, result);
+                    replies.answer(pending, result);
+                    // Every handler that finished meanwhile: their replies leave together.
+                    while let Some(Some((pending, result))) = running.next().now_or_never() {
+                        replies.answer(pending, result);
+                    }
                 }
                 r = std::future::poll_fn(|cx| service.poll_ready(cx)),
                     if !ready && running.len() < limit =>
@@ -171,41 +176,92 @@ impl Handle {
                             // asked again for the one after).
                             let Some(req) = queue.rx.recv().await else { break };
                             let pending = Pending::new(self, &req);
-                            self.answer(pending, Ok(Err(e.into())));
+                            replies.answer(pending, Ok(Err(e.into())));
                         }
                     }
                 }
                 r = queue.rx.recv(), if ready => {
                     let Some(req) = r else { break };
                     ready = false;
-                    let pending = Pending::new(self, &req);
-                    match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
-                        Ok(fut) => {
-                            let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
-                            // A handler ready at once is answered now, without a task in
-                            // `running` (one allocation and a turn of the loop less per
-                            // request). One that is not is polled again there, with this
-                            // task's waker.
-                            match fut.as_mut().now_or_never() {
-                                Some(result) => self.answer(pending, result),
-                                None => running.push(Run { pending: Some(pending), fut }),
+                    start(&mut service, req, &mut running, &mut replies);
+                    // The requests already there, while the service is ready at once: one
+                    // wake-up of this task and one command to the driver for all of them.
+                    while running.len() < limit {
+                        match std::future::poll_fn(|cx| service.poll_ready(cx)).now_or_never() {
+                            Some(Ok(())) => {}
+                            // Not ready, or failing: the select's branch above asks again.
+                            _ => break,
+                        }
+                        match queue.rx.try_recv() {
+                            Ok(req) => start(&mut service, req, &mut running, &mut replies),
+                            Err(_) => {
+                                ready = true;
+                                break;
                             }
                         }
-                        Err(panic) => self.answer::<S::Error>(pending, Err(panic)),
                     }
                 }
             }
+            replies.flush();
         }
         // The endpoint closed: the handlers still running answer into a closed endpoint.
         while let Some((pending, result)) = running.next().await {
-            self.answer(pending, result);
+            replies.answer(pending, result);
         }
+        replies.flush();
         Ok(())
     }
+}
 
-    /// Sends a handler's result back as the reply.
+/// A handler's future, guarded against panics, with its request.
+type Running<F> = Run<futures_util::future::CatchUnwind<AssertUnwindSafe<F>>>;
+
+/// Calls `service` with `req`: a handler ready at once is answered now, without a task in
+/// `running` (one allocation and a turn of the loop less per request); one that is not is
+/// polled there, with the server task's waker.
+fn start<S>(
+    service: &mut S,
+    req: Request,
+    running: &mut FuturesUnordered<Running<S::Future>>,
+    replies: &mut Replies,
+) where
+    S: Service<Request, Response = Response>,
+    S::Error: Into<Failure>,
+{
+    let pending = Pending::new(&replies.handle, &req);
+    match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
+        Ok(fut) => {
+            let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
+            match fut.as_mut().now_or_never() {
+                Some(result) => replies.answer(pending, result),
+                None => running.push(Run {
+                    pending: Some(pending),
+                    fut,
+                }),
+            }
+        }
+        Err(panic) => replies.answer::<S::Error>(pending, Err(panic)),
+    }
+}
+
+/// Replies made and not yet handed to the driver: they go in one command per turn of the
+/// server's loop.
+struct Replies {
+    handle: Handle,
+    out: Vec<crate::endpoint::handle::Outgoing>,
+}
+
+impl Replies {
+    fn new(handle: &Handle) -> Replies {
+        Replies {
+            handle: handle.clone(),
+            out: Vec::new(),
+        }
+    }
+
+    /// A handler's result, as the reply to its request.
     fn answer<E: Into<Failure>>(
-        &self,
+        &mut self,
         mut pending: Pending,
         result: Result<Result<Response, E>, Box<dyn std::any::Any + Send>>,
     ) {
@@ -218,7 +274,7 @@ impl Handle {
             Ok(Err(e)) => (Outcome::Failed, e.into().body().clone()),
             Err(panic) => (Outcome::Panicked, Bytes::from(panic_message(&*panic))),
         };
-        let max = self.shared_of(req.from()).max_payload();
+        let max = self.handle.shared_of(req.from()).max_payload();
         let (outcome, body) = if body.len() > max {
             let why = format!(
                 "reply of {} bytes exceeds the largest message ({max})",
@@ -229,8 +285,21 @@ impl Handle {
             (outcome, body)
         };
         let payload = Envelope::reply(call, outcome, body);
-        if self.send_reply(req.from(), delivery, payload).is_err() {
-            tracing::debug!(peer = %req.from(), "endpoint closed: reply not sent");
+        self.out
+            .push(self.handle.reply_out(req.from(), delivery, payload));
+    }
+
+    /// Hands the replies made to the driver.
+    fn flush(&mut self) {
+        if self.out.is_empty() {
+            return;
+        }
+        if self
+            .handle
+            .send_replies(std::mem::take(&mut self.out))
+            .is_err()
+        {
+            tracing::debug!("endpoint closed: replies not sent");
         }
     }
 }

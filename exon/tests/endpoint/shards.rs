@@ -369,3 +369,58 @@ async fn a_batch_is_refused_whole_up_front() {
         "{v:?}"
     );
 }
+
+/// A server of four shards answers calls from many callers: each request runs once, on the
+/// shard that owns its caller, and its reply (sent in batches that span shards) reaches it.
+#[tokio::test]
+async fn a_sharded_server_answers_every_caller_once() {
+    let cfg = EndpointConfig::default().with_linger(Duration::from_millis(100));
+    let server = Endpoint::bind(
+        "127.0.0.1:0",
+        SERVER,
+        security(SERVER),
+        cfg.clone().with_shards(4),
+    )
+    .await
+    .unwrap();
+    assert_eq!(server.shards(), 4);
+    let runs = std::sync::Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let (h, r2) = (server.handle(), runs.clone());
+    tokio::spawn(async move {
+        h.serve(move |req: exon::rpc::Request| {
+            let runs = r2.clone();
+            async move {
+                let (from, seq) = parse(req.body());
+                assert_eq!(from, req.from().get());
+                assert!(runs.lock().unwrap().insert((from, seq)), "ran twice");
+                Ok::<_, exon::rpc::Failure>(exon::rpc::Response::new(req.into_body()))
+            }
+        })
+        .await
+    });
+    let mut tasks = Vec::new();
+    for p in 2..18u64 {
+        let id = NodeId::new(p).unwrap();
+        let client = Endpoint::bind("127.0.0.1:0", id, security(id), cfg.clone())
+            .await
+            .unwrap();
+        client.add_peer(SERVER, server.local_addr());
+        tasks.push(tokio::spawn(async move {
+            let mut calls = Vec::new();
+            for seq in 0..40 {
+                let h = client.handle();
+                calls.push(tokio::spawn(async move {
+                    let r = h.call(SERVER, payload(id, seq)).await.unwrap();
+                    assert_eq!(r, payload(id, seq));
+                }));
+            }
+            for c in calls {
+                c.await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        timeout(LIMIT, t).await.unwrap().unwrap();
+    }
+    assert_eq!(runs.lock().unwrap().len(), 16 * 40);
+}
