@@ -3,7 +3,7 @@
 //! exactly-once channel (`docs/wire.md`, "Message envelope"). Sans-IO: the driver, the RPC
 //! layer and the simulator use it alike.
 
-use bytes::{BufMut, Bytes};
+use bytes::{Buf, BufMut, Bytes};
 
 use crate::proto::codec::{put_varint, varint_len, Reader};
 use crate::proto::Payload;
@@ -71,13 +71,15 @@ pub enum EnvelopeError {
 }
 
 impl Envelope {
-    /// Opens `data`: the bodies are slices of it (no copy). Any bytes are safe.
-    pub fn open(data: Bytes) -> Result<Envelope, EnvelopeError> {
+    /// Opens `data`: the bodies are `data` itself, advanced past the envelope (no copy, no
+    /// reference count touched). Any bytes are safe.
+    pub fn open(mut data: Bytes) -> Result<Envelope, EnvelopeError> {
         let Some(&kind) = data.first() else {
             return Err(EnvelopeError::Empty);
         };
         if kind == MESSAGE {
-            return Ok(Envelope::Message(data.slice(1..)));
+            data.advance(1);
+            return Ok(Envelope::Message(data));
         }
         let outcome = match kind {
             REQUEST => None,
@@ -89,13 +91,13 @@ impl Envelope {
         let mut r = Reader::new(&data[1..]);
         let call = r.varint().map_err(|_| EnvelopeError::Truncated)?;
         let at = data.len() - r.remaining();
-        let body = data.slice(at..);
+        data.advance(at);
         Ok(match outcome {
-            None => Envelope::Request { call, body },
+            None => Envelope::Request { call, body: data },
             Some(outcome) => Envelope::Reply {
                 call,
                 outcome,
-                body,
+                body: data,
             },
         })
     }
