@@ -99,7 +99,7 @@ pub mod rpc;
 pub use proto::{Config, Event, MsgId, Node, NodeId, SendError};
 
 #[cfg(feature = "tokio")]
-pub use endpoint::{Endpoint, EndpointConfig, Message};
+pub use endpoint::{Endpoint, EndpointConfig, Handle, Message};
 
 /// The code blocks of the repository's README, compiled as doc tests so that they stay true.
 #[cfg(all(doctest, feature = "tokio"))]

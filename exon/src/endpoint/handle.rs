@@ -537,6 +537,7 @@ impl Handle {
     }
 
     /// The deadline of sends that give none.
+    #[cfg(feature = "serde")]
     pub(crate) fn default_deadline(&self) -> Option<Duration> {
         self.first().shared.default_deadline()
     }
