@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::envelope::Outcome;
+use crate::proto::NodeId;
 
 /// A reply as it reached the caller.
 #[derive(Debug)]
@@ -25,9 +26,12 @@ pub(crate) struct Calls {
     next: AtomicU64,
     /// Deadline of calls that give none.
     pub(crate) deadline: std::time::Duration,
-    /// Calls waiting for their reply, by call id.
-    waiting: Mutex<HashMap<u64, oneshot::Sender<ReplyIn>, foldhash::fast::RandomState>>,
+    /// Calls waiting for their reply, by call id: the node called, and the caller's end.
+    waiting: Mutex<Waiting>,
 }
+
+/// Calls waiting for their reply: call id to the node called and where its reply goes.
+type Waiting = HashMap<u64, (NodeId, oneshot::Sender<ReplyIn>), foldhash::fast::RandomState>;
 
 /// Call ids stay below this (they travel as varints, at most 8 bytes).
 const CALL_ID_LIMIT: u64 = 1 << 62;
@@ -50,11 +54,12 @@ impl Calls {
         })
     }
 
-    /// Opens a call: its id, and where its reply will come. The guard closes it.
-    pub(crate) fn open(self: &Arc<Self>) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
+    /// Opens a call to node `to`: its id, and where its reply will come. The guard closes
+    /// it.
+    pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) % CALL_ID_LIMIT;
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(id, tx);
+        self.lock().insert(id, (to, tx));
         (
             CallGuard {
                 calls: self.clone(),
@@ -64,12 +69,21 @@ impl Calls {
         )
     }
 
-    /// The reply to call `id` came: handed to its caller. Returns false when nobody waits
-    /// for it (the call ended: its future was dropped, or its deadline passed).
-    pub(crate) fn on_reply(&self, id: u64, reply: ReplyIn) -> bool {
-        let Some(tx) = self.lock().remove(&id) else {
+    /// A reply to call `id` came from node `from`: handed to its caller if `from` is the
+    /// node called. Returns false when nobody waits for it (the call ended: its future was
+    /// dropped, or its deadline passed), and when `from` is another node: call ids are
+    /// sequential, so a peer that saw this endpoint's calls to it can guess the ids of its
+    /// calls to others, and its reply must not end them.
+    pub(crate) fn on_reply(&self, id: u64, from: NodeId, reply: ReplyIn) -> bool {
+        let mut waiting = self.lock();
+        match waiting.get(&id) {
+            Some((to, _)) if *to == from => {}
+            _ => return false,
+        }
+        let Some((_, tx)) = waiting.remove(&id) else {
             return false;
         };
+        drop(waiting);
         tx.send(reply).is_ok()
     }
 
@@ -79,12 +93,7 @@ impl Calls {
         self.lock().len()
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<
-        '_,
-        HashMap<u64, oneshot::Sender<ReplyIn>, foldhash::fast::RandomState>,
-    > {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -121,14 +130,16 @@ mod tests {
         }
     }
 
+    const PEER: NodeId = NodeId::from_const(7);
+
     #[test]
     fn a_reply_reaches_its_open_call_once() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, mut rx) = calls.open();
-        assert!(calls.on_reply(guard.id(), reply()));
+        let (guard, mut rx) = calls.open(PEER);
+        assert!(calls.on_reply(guard.id(), PEER, reply()));
         assert!(rx.try_recv().is_ok());
         assert!(
-            !calls.on_reply(guard.id(), reply()),
+            !calls.on_reply(guard.id(), PEER, reply()),
             "a second reply finds no call"
         );
     }
@@ -136,22 +147,39 @@ mod tests {
     #[test]
     fn a_dropped_call_discards_its_reply() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, _rx) = calls.open();
+        let (guard, _rx) = calls.open(PEER);
         let id = guard.id();
         drop(guard);
         assert_eq!(calls.waiting(), 0);
-        assert!(!calls.on_reply(id, reply()));
+        assert!(!calls.on_reply(id, PEER, reply()));
+    }
+
+    #[test]
+    fn a_reply_from_another_node_leaves_the_call_waiting() {
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let (guard, mut rx) = calls.open(PEER);
+        let other = NodeId::from_const(8);
+        assert!(
+            !calls.on_reply(guard.id(), other, reply()),
+            "not the node called"
+        );
+        assert!(rx.try_recv().is_err(), "the call did not end");
+        assert!(
+            calls.on_reply(guard.id(), PEER, reply()),
+            "its own reply still comes"
+        );
+        assert!(rx.try_recv().is_ok());
     }
 
     #[test]
     fn ids_are_distinct_and_tables_start_apart() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (a, _) = calls.open();
-        let (b, _) = calls.open();
+        let (a, _) = calls.open(PEER);
+        let (b, _) = calls.open(PEER);
         assert_ne!(a.id(), b.id());
         assert!(a.id() < CALL_ID_LIMIT);
         let other = Calls::new(std::time::Duration::from_secs(1));
-        let (c, _) = other.open();
+        let (c, _) = other.open(PEER);
         assert_ne!(
             a.id(),
             c.id(),

@@ -539,10 +539,12 @@ impl<S: DatagramSocket> Driver<S> {
                 if !self
                     .shared
                     .calls()
-                    .on_reply(call, ReplyIn { outcome, body })
+                    .on_reply(call, from, ReplyIn { outcome, body })
                 {
                     self.stats.replies_discarded += 1;
-                    debug_in_peer(from, || tracing::debug!(call, "late reply discarded"));
+                    debug_in_peer(from, || {
+                        tracing::debug!(call, "reply for no waiting call discarded")
+                    });
                 }
                 self.node.handle_taken(t, id);
             }

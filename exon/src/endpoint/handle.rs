@@ -79,7 +79,8 @@ counters! {
         /// Durable mode: bytes the journal takes on disk (at the last commit).
         pub journal_bytes: u64 [sum],
         /// Replies that came for calls no longer waiting (their future was dropped, or their
-        /// deadline passed first): taken and discarded.
+        /// deadline passed first), or from a node other than the one called: taken and
+        /// discarded.
         pub replies_discarded: u64 [sum],
         /// Messages from authenticated peers that were not a valid envelope (a peer that
         /// does not speak this endpoint's message format): taken and discarded.

@@ -60,7 +60,7 @@ impl Handle {
         seal: impl FnOnce(u64) -> Result<Payload, CallError>,
     ) -> Result<Bytes, CallError> {
         let deadline = Instant::now() + within;
-        let (guard, reply) = self.calls().open();
+        let (guard, reply) = self.calls().open(to);
         let payload = seal(guard.id())?;
         let receipt = self
             .send_sealed(to, payload, Some(within))

@@ -97,8 +97,8 @@ impl Service<Bytes> for Client {
     type Future = Pin<Box<dyn Future<Output = Result<Bytes, CallError>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), CallError>> {
-        let shared = self.handle.shared_of(self.to).clone();
         loop {
+            let shared = self.handle.shared_of(self.to);
             if shared.is_closing() {
                 self.room = None;
                 return Poll::Ready(Err(CallError::Refused(Error::Closed)));
@@ -107,6 +107,7 @@ impl Service<Bytes> for Client {
                 self.room = None;
                 return Poll::Ready(Ok(()));
             }
+            // Blocked: wait for room (the only case that needs a shared handle of its own).
             let to = self.to;
             let shared = shared.clone();
             let room = self
