@@ -1,7 +1,8 @@
-//! The endpoint's message envelope: one kind byte (and a call id for requests and replies)
-//! before the application's bytes, so that plain messages, requests and replies share one
-//! exactly-once channel (`docs/wire.md`, "Message envelope"). Sans-IO: the driver, the RPC
-//! layer and the simulator use it alike.
+//! The endpoint's message envelope: one kind byte (and a call id for requests and replies, or
+//! a flow, run and sequence number for ordered messages) before the application's bytes, so
+//! that plain messages, requests, replies, channels and streams share one exactly-once
+//! channel (`docs/wire.md`, "Message envelope"). Sans-IO: the driver, the RPC layer and the
+//! simulator use it alike.
 
 use bytes::{Buf, BufMut, Bytes};
 
@@ -19,8 +20,87 @@ const FAILED: u8 = 0x03;
 /// Kind byte of a reply saying the handler panicked.
 const PANICKED: u8 = 0x04;
 
-/// The most bytes an envelope adds to the application's bytes.
-pub const MAX_OVERHEAD: usize = 1 + 8;
+/// Kind byte of an ordered message (a channel's message, a stream's chunk).
+const ORDERED: u8 = 0x05;
+/// Kind byte of the last ordered message of its flow (a stream's end).
+const ORDERED_LAST: u8 = 0x06;
+/// Kind byte of a gap: the ordered message of that sequence number was given up.
+const GAP: u8 = 0x07;
+/// Kind byte of a stream's abort.
+const RESET: u8 = 0x08;
+
+/// The most bytes an envelope adds to the application's bytes: an ordered message's kind,
+/// flow (8), run (4) and sequence number (8).
+pub const MAX_OVERHEAD: usize = 1 + 8 + 4 + 8;
+
+/// Largest stream id a flow can name (the flow's two low bits say what it is).
+pub const MAX_STREAM_ID: u64 = (1 << 60) - 1;
+
+/// An ordered flow between two nodes, as the receiver of a message names it: a channel, or
+/// one direction of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Flow {
+    /// Channel `n` from the sender to the receiver (each direction is its own channel).
+    Channel(u16),
+    /// Stream `id`, opened by the message's sender (`opener_sent`) or by its receiver.
+    Stream {
+        /// The stream's id, in its opener's numbering (at most [`MAX_STREAM_ID`]).
+        id: u64,
+        /// Whether the sender of the message opened the stream.
+        opener_sent: bool,
+    },
+}
+
+impl Flow {
+    /// The flow's varint on the wire: the id shifted past two tag bits.
+    fn code(self) -> u64 {
+        match self {
+            Flow::Channel(n) => u64::from(n) << 2,
+            Flow::Stream { id, opener_sent } => {
+                (id.min(MAX_STREAM_ID) << 2) | if opener_sent { 1 } else { 2 }
+            }
+        }
+    }
+
+    fn from_code(code: u64) -> Option<Flow> {
+        let id = code >> 2;
+        match code & 3 {
+            0 => u16::try_from(id).ok().map(Flow::Channel),
+            1 => Some(Flow::Stream {
+                id,
+                opener_sent: true,
+            }),
+            2 => Some(Flow::Stream {
+                id,
+                opener_sent: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The same flow as the other end names it (a stream's opener seen from the other side).
+    pub fn reversed(self) -> Flow {
+        match self {
+            Flow::Channel(n) => Flow::Channel(n),
+            Flow::Stream { id, opener_sent } => Flow::Stream {
+                id,
+                opener_sent: !opener_sent,
+            },
+        }
+    }
+}
+
+/// Where an ordered message stands in its flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Place {
+    /// The flow.
+    pub flow: Flow,
+    /// The sender's run: chosen at random each time an endpoint starts, so that a flow's
+    /// numbering starting over after a restart is told from the old one.
+    pub run: u32,
+    /// The message's number in its flow and run, from 0.
+    pub seq: u64,
+}
 
 /// How a call ended at the server, as its reply says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +134,19 @@ pub enum Envelope {
         /// The response, the error, or the panic's message.
         body: Bytes,
     },
+    /// An ordered message: a channel's message or a stream's chunk.
+    Ordered {
+        /// Its flow, run and number.
+        place: Place,
+        /// Whether it is the last of its flow (a stream's end).
+        last: bool,
+        /// The application's bytes.
+        body: Bytes,
+    },
+    /// The ordered message at `place` was given up by its sender: its receiver skips it.
+    Gap(Place),
+    /// The stream of `place.flow` is aborted (`place.seq` is 0).
+    Reset(Place),
 }
 
 /// Why bytes are not an envelope (an authenticated peer that does not speak it).
@@ -68,6 +161,9 @@ pub enum EnvelopeError {
     /// The call id is cut short, or wider than 8 bytes.
     #[error("envelope call id truncated")]
     Truncated,
+    /// An ordered message's flow, run or number is cut short or names no flow.
+    #[error("ordered envelope malformed")]
+    Ordered,
 }
 
 impl Envelope {
@@ -80,6 +176,9 @@ impl Envelope {
         if kind == MESSAGE {
             data.advance(1);
             return Ok(Envelope::Message(data));
+        }
+        if (ORDERED..=RESET).contains(&kind) {
+            return open_ordered(kind, data);
         }
         let outcome = match kind {
             REQUEST => None,
@@ -126,6 +225,55 @@ impl Envelope {
     pub fn call_overhead(call: u64) -> usize {
         1 + varint_len(call)
     }
+
+    /// Seals an ordered message at `place` (`body` not copied); `last` ends its flow.
+    pub fn ordered(place: Place, last: bool, body: Bytes) -> Payload {
+        with_place(if last { ORDERED_LAST } else { ORDERED }, place, body)
+    }
+
+    /// Seals a gap: the ordered message at `place` was given up.
+    pub fn gap(place: Place) -> Payload {
+        with_place(GAP, place, Bytes::new())
+    }
+
+    /// Seals the abort of the stream of `place.flow`.
+    pub fn reset(place: Place) -> Payload {
+        with_place(RESET, place, Bytes::new())
+    }
+}
+
+fn with_place(kind: u8, place: Place, body: Bytes) -> Payload {
+    let mut head = [0u8; MAX_OVERHEAD];
+    let mut w = &mut head[..];
+    w.put_u8(kind);
+    put_varint(&mut w, place.flow.code());
+    w.put_u32_le(place.run);
+    put_varint(&mut w, place.seq.min(crate::proto::codec::VARINT_MAX));
+    let len = MAX_OVERHEAD - w.len();
+    Payload::with_head(&head[..len], body)
+}
+
+fn open_ordered(kind: u8, mut data: Bytes) -> Result<Envelope, EnvelopeError> {
+    let mut r = Reader::new(&data[1..]);
+    let flow = r.varint().ok().and_then(Flow::from_code);
+    let run = r.bytes(4).ok();
+    let seq = r.varint().ok();
+    let (Some(flow), Some(run), Some(seq)) = (flow, run, seq) else {
+        return Err(EnvelopeError::Ordered);
+    };
+    let run = u32::from_le_bytes([run[0], run[1], run[2], run[3]]);
+    let place = Place { flow, run, seq };
+    let at = data.len() - r.remaining();
+    data.advance(at);
+    Ok(match kind {
+        ORDERED | ORDERED_LAST => Envelope::Ordered {
+            place,
+            last: kind == ORDERED_LAST,
+            body: data,
+        },
+        GAP => Envelope::Gap(place),
+        _ => Envelope::Reset(place),
+    })
 }
 
 fn with_call(kind: u8, call: u64, body: Bytes) -> Payload {
@@ -173,6 +321,67 @@ mod tests {
     }
 
     #[test]
+    fn ordered_kinds_round_trip_within_the_inline_head() {
+        let body = Bytes::from_static(b"chunk");
+        let flows = [
+            Flow::Channel(0),
+            Flow::Channel(u16::MAX),
+            Flow::Stream {
+                id: 0,
+                opener_sent: true,
+            },
+            Flow::Stream {
+                id: MAX_STREAM_ID,
+                opener_sent: false,
+            },
+        ];
+        for flow in flows {
+            for (run, seq) in [
+                (0, 0),
+                (u32::MAX, crate::proto::codec::VARINT_MAX),
+                (7, 300),
+            ] {
+                let place = Place { flow, run, seq };
+                for last in [false, true] {
+                    let sealed = Envelope::ordered(place, last, body.clone());
+                    assert!(sealed.head().len() <= crate::proto::HEAD_MAX, "no copy");
+                    assert!(sealed.len() <= MAX_OVERHEAD + body.len());
+                    assert_eq!(
+                        Envelope::open(sealed.to_bytes()),
+                        Ok(Envelope::Ordered {
+                            place,
+                            last,
+                            body: body.clone()
+                        })
+                    );
+                }
+                assert_eq!(
+                    Envelope::open(Envelope::gap(place).to_bytes()),
+                    Ok(Envelope::Gap(place))
+                );
+                assert_eq!(
+                    Envelope::open(Envelope::reset(place).to_bytes()),
+                    Ok(Envelope::Reset(place))
+                );
+            }
+            assert_eq!(flow.reversed().reversed(), flow);
+        }
+        // A channel number wider than 16 bits, and the unused flow tag, name no flow.
+        let mut bad = vec![ORDERED];
+        put_varint(&mut bad, 1 << 20);
+        bad.extend_from_slice(&[0; 5]);
+        assert_eq!(Envelope::open(bad.into()), Err(EnvelopeError::Ordered));
+        assert_eq!(
+            Envelope::open(Bytes::from_static(&[GAP, 3, 0, 0, 0, 0, 0])),
+            Err(EnvelopeError::Ordered)
+        );
+        assert_eq!(
+            Envelope::open(Bytes::from_static(&[RESET, 1, 0, 0])),
+            Err(EnvelopeError::Ordered)
+        );
+    }
+
+    #[test]
     fn hostile_bytes_are_errors_never_panics() {
         assert_eq!(Envelope::open(Bytes::new()), Err(EnvelopeError::Empty));
         assert_eq!(
@@ -184,7 +393,7 @@ mod tests {
             Envelope::open(Bytes::from_static(&[REQUEST, 0xC0, 1])),
             Err(EnvelopeError::Truncated)
         );
-        for len in 0..12 {
+        for len in 0..24 {
             for seed in 0..=255u8 {
                 let data: Vec<u8> = (0..len).map(|i| seed.wrapping_mul(31) ^ i as u8).collect();
                 let _ = Envelope::open(Bytes::from(data));

@@ -89,6 +89,7 @@ mod counters;
 pub mod durable;
 pub mod envelope;
 pub mod keyfile;
+pub mod ordered;
 pub mod proto;
 
 #[cfg(feature = "tokio")]

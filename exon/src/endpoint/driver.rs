@@ -548,6 +548,9 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 self.node.handle_taken(t, id);
             }
+            Ok(Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_)) => {
+                self.node.handle_taken(t, id);
+            }
             Err(e) => {
                 self.stats.envelope_errors += 1;
                 if let Some(suppressed) = self.receiver_dropped.allow(t) {

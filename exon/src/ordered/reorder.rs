@@ -1,0 +1,302 @@
+//! The receiver's side of one ordered flow: holds messages that arrived ahead of their turn
+//! and releases them in their sender's order, skipping the numbers given up (gaps).
+
+use std::collections::BTreeMap;
+
+/// What arrived for a number of the flow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Arrival<T> {
+    /// The message itself; `last` ends the flow.
+    Message {
+        /// The receiver's handle on it (to hand over, then take).
+        item: T,
+        /// Whether it is the flow's last.
+        last: bool,
+    },
+    /// Its sender gave it up: a gap, to be taken in its turn.
+    Gap(T),
+}
+
+/// What to do with an arrival, or with messages it released, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step<T> {
+    /// Hand message `seq` to the application (in this order).
+    Deliver {
+        /// Its number.
+        seq: u64,
+        /// The receiver's handle on it.
+        item: T,
+        /// Whether it ends the flow.
+        last: bool,
+    },
+    /// Tell the application that message `seq` was given up by its sender (its gap, `item`,
+    /// is taken once the application has learned it).
+    Gap {
+        /// The number skipped.
+        seq: u64,
+        /// The gap message.
+        item: T,
+    },
+    /// Not for the application: a late copy of a number already passed (its gap came
+    /// first, or the other way round), a message of an old run, or one after the flow's
+    /// end. Take it and drop it.
+    Discard(T),
+}
+
+/// How many old runs a flow remembers, so that their late messages are not taken for a new
+/// run's start.
+const RETIRED: usize = 4;
+
+/// One flow's receiver state: its run, the next number due, and the messages held.
+///
+/// Rules: numbers are released in order, each once; a number whose message and gap both
+/// arrive is released once, as whichever came first, and the other is discarded; a run's
+/// first number is 0 (its sender sends it alone), so a message of an unknown run numbered
+/// above 0 is a late message of an old run and is discarded, while number 0 of a new run
+/// discards what is held of the old one and starts over.
+#[derive(Debug, Clone)]
+pub struct Reorder<T> {
+    run: Option<u32>,
+    next: u64,
+    held: BTreeMap<u64, Arrival<T>>,
+    retired: [Option<u32>; RETIRED],
+    ended: bool,
+    restarts: u64,
+}
+
+impl<T> Default for Reorder<T> {
+    fn default() -> Self {
+        Reorder {
+            run: None,
+            next: 0,
+            held: BTreeMap::new(),
+            retired: [None; RETIRED],
+            ended: false,
+            restarts: 0,
+        }
+    }
+}
+
+impl<T> Reorder<T> {
+    /// A flow nothing has arrived on.
+    pub fn new() -> Reorder<T> {
+        Reorder::default()
+    }
+
+    /// The current run, once a message of one was released.
+    pub fn run(&self) -> Option<u32> {
+        self.run
+    }
+
+    /// The next number due.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Messages and gaps held ahead of their turn.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether the flow's last message was released.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// How many times a new run replaced the current one.
+    pub fn restarts(&self) -> u64 {
+        self.restarts
+    }
+
+    /// Drains every held message (the flow is dropped): each is to be taken and dropped.
+    pub fn drain(&mut self, out: &mut Vec<Step<T>>) {
+        for (_, a) in std::mem::take(&mut self.held) {
+            out.push(Step::Discard(item_of(a)));
+        }
+    }
+
+    /// Message or gap number `seq` of run `run` arrived: pushes onto `out` what to do with
+    /// it and with the held messages it releases, in order.
+    pub fn on_arrival(&mut self, run: u32, seq: u64, arrival: Arrival<T>, out: &mut Vec<Step<T>>) {
+        if self.run != Some(run) {
+            if seq != 0 || self.retired.contains(&Some(run)) {
+                out.push(Step::Discard(item_of(arrival)));
+                return;
+            }
+            // A new run starts: what is held of the old one will never be released.
+            if let Some(old) = self.run {
+                self.retired.rotate_right(1);
+                self.retired[0] = Some(old);
+                self.restarts += 1;
+            }
+            self.drain(out);
+            self.run = Some(run);
+            self.next = 0;
+            self.ended = false;
+        }
+        if self.ended || seq < self.next || self.held.contains_key(&seq) {
+            out.push(Step::Discard(item_of(arrival)));
+            return;
+        }
+        if seq > self.next {
+            self.held.insert(seq, arrival);
+            return;
+        }
+        self.release(seq, arrival, out);
+        while !self.ended {
+            let Some(a) = self.held.remove(&self.next) else {
+                break;
+            };
+            self.release(self.next, a, out);
+        }
+        if self.ended {
+            self.drain(out);
+        }
+    }
+
+    fn release(&mut self, seq: u64, arrival: Arrival<T>, out: &mut Vec<Step<T>>) {
+        self.next = seq + 1;
+        out.push(match arrival {
+            Arrival::Message { item, last } => {
+                self.ended = last;
+                Step::Deliver { seq, item, last }
+            }
+            Arrival::Gap(item) => Step::Gap { seq, item },
+        });
+    }
+}
+
+fn item_of<T>(a: Arrival<T>) -> T {
+    match a {
+        Arrival::Message { item, .. } | Arrival::Gap(item) => item,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(i: u32) -> Arrival<u32> {
+        Arrival::Message {
+            item: i,
+            last: false,
+        }
+    }
+
+    #[test]
+    fn releases_in_order_and_skips_gaps_once() {
+        let mut r = Reorder::new();
+        let mut out = Vec::new();
+        r.on_arrival(5, 0, msg(0), &mut out);
+        assert_eq!(
+            out,
+            vec![Step::Deliver {
+                seq: 0,
+                item: 0,
+                last: false
+            }]
+        );
+        out.clear();
+        r.on_arrival(5, 3, msg(3), &mut out);
+        r.on_arrival(5, 2, Arrival::Gap(102), &mut out);
+        assert!(out.is_empty(), "held until number 1: {out:?}");
+        assert_eq!(r.held(), 2);
+        r.on_arrival(5, 1, msg(1), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Step::Deliver {
+                    seq: 1,
+                    item: 1,
+                    last: false
+                },
+                Step::Gap { seq: 2, item: 102 },
+                Step::Deliver {
+                    seq: 3,
+                    item: 3,
+                    last: false
+                },
+            ]
+        );
+        out.clear();
+        // The message given up arrives after its gap: discarded.
+        r.on_arrival(5, 2, msg(2), &mut out);
+        assert_eq!(out, vec![Step::Discard(2)]);
+        out.clear();
+        // Held first, then its gap: the gap is discarded.
+        r.on_arrival(5, 5, msg(5), &mut out);
+        r.on_arrival(5, 5, Arrival::Gap(105), &mut out);
+        assert_eq!(out, vec![Step::Discard(105)]);
+        assert_eq!(r.held(), 1);
+    }
+
+    #[test]
+    fn old_runs_are_discarded_and_a_new_run_starts_over() {
+        let mut r = Reorder::new();
+        let mut out = Vec::new();
+        r.on_arrival(1, 3, msg(3), &mut out);
+        assert_eq!(
+            out,
+            vec![Step::Discard(3)],
+            "an unknown run's message above 0"
+        );
+        out.clear();
+        r.on_arrival(1, 0, msg(0), &mut out);
+        r.on_arrival(1, 2, msg(2), &mut out);
+        out.clear();
+        r.on_arrival(2, 0, msg(20), &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Step::Discard(2),
+                Step::Deliver {
+                    seq: 0,
+                    item: 20,
+                    last: false
+                }
+            ]
+        );
+        assert_eq!(r.restarts(), 1);
+        out.clear();
+        r.on_arrival(1, 0, msg(9), &mut out);
+        assert_eq!(
+            out,
+            vec![Step::Discard(9)],
+            "a retired run never comes back"
+        );
+    }
+
+    #[test]
+    fn the_last_message_ends_the_flow() {
+        let mut r = Reorder::new();
+        let mut out = Vec::new();
+        r.on_arrival(1, 0, msg(0), &mut out);
+        r.on_arrival(1, 2, msg(2), &mut out);
+        r.on_arrival(
+            1,
+            1,
+            Arrival::Message {
+                item: 1,
+                last: true,
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![
+                Step::Deliver {
+                    seq: 0,
+                    item: 0,
+                    last: false
+                },
+                Step::Deliver {
+                    seq: 1,
+                    item: 1,
+                    last: true
+                },
+                Step::Discard(2),
+            ]
+        );
+        assert!(r.is_ended() && r.held() == 0);
+    }
+}

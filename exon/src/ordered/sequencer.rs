@@ -1,0 +1,221 @@
+//! The sender's side of one ordered flow: numbers its messages, bounds how many are
+//! unsettled (the receiver holds at most that many out of order), and says when a message
+//! given up needs a gap sent in its place.
+
+use std::collections::BTreeMap;
+
+/// How many messages, and bytes, of one flow may be unsettled at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Messages (and gaps) sent and not yet acknowledged. At least 1.
+    pub messages: u32,
+    /// Their bytes: a message larger than this still goes, alone.
+    pub bytes: usize,
+}
+
+impl Default for Window {
+    fn default() -> Window {
+        Window {
+            messages: 1024,
+            bytes: 8 << 20,
+        }
+    }
+}
+
+/// What a verdict means for the flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Acknowledged: its place in the window is free.
+    Done,
+    /// Given up (not delivered, or in doubt): send a gap for this number, and report its
+    /// verdict through [`Sequencer::on_gap`]. The place stays taken until then.
+    SendGap,
+    /// The message was not one of this flow's unsettled messages (nothing changes).
+    Unknown,
+}
+
+/// One flow's sender state.
+///
+/// Rules (each checked by the simulator's channel properties):
+/// * numbers are consecutive from 0 within a run;
+/// * the first message of a run travels alone: nothing more is sent until it (or its gap)
+///   is acknowledged, so that a receiver that has never seen this run can tell a late
+///   message of an old run (numbered above 0) from a new run's start;
+/// * at most [`Window::messages`] messages and gaps are unsettled, holding at most
+///   [`Window::bytes`] bytes (one larger message may go alone);
+/// * every message given up is replaced by a gap of the same number, kept until
+///   acknowledged, so the receiver never waits for it forever.
+#[derive(Debug, Clone)]
+pub struct Sequencer {
+    run: u32,
+    next: u64,
+    window: Window,
+    /// Unsettled messages and gaps: number to bytes (0 for a gap).
+    unsettled: BTreeMap<u64, usize>,
+    bytes: usize,
+    /// Whether number 0 (or its gap) was acknowledged.
+    opened: bool,
+    /// The flow's last message was sent: nothing more may be.
+    ended: bool,
+}
+
+impl Sequencer {
+    /// A flow of run `run` (chosen by the endpoint at random when it starts).
+    pub fn new(run: u32, window: Window) -> Sequencer {
+        let window = Window {
+            messages: window.messages.max(1),
+            bytes: window.bytes.max(1),
+        };
+        Sequencer {
+            run,
+            next: 0,
+            window,
+            unsettled: BTreeMap::new(),
+            bytes: 0,
+            opened: false,
+            ended: false,
+        }
+    }
+
+    /// The run.
+    pub fn run(&self) -> u32 {
+        self.run
+    }
+
+    /// The number the next message gets.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Whether a message of `len` bytes may be sent now.
+    pub fn has_room(&self, len: usize) -> bool {
+        if self.ended {
+            return false;
+        }
+        if self.unsettled.is_empty() {
+            return true;
+        }
+        self.opened
+            && self.unsettled.len() < self.window.messages as usize
+            && self.bytes.saturating_add(len) <= self.window.bytes
+    }
+
+    /// Whether the flow's last message was sent.
+    pub fn is_ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Numbers a message of `len` bytes (`last` ends the flow). Call only with room
+    /// ([`has_room`](Self::has_room)); returns `None` without it.
+    pub fn assign(&mut self, len: usize, last: bool) -> Option<u64> {
+        if !self.has_room(len) {
+            return None;
+        }
+        let seq = self.next;
+        self.next += 1;
+        self.unsettled.insert(seq, len);
+        self.bytes += len;
+        self.ended = last;
+        Some(seq)
+    }
+
+    /// Takes back the number just assigned: the message could not be handed over.
+    pub fn unassign(&mut self, seq: u64) {
+        if seq + 1 == self.next {
+            if let Some(len) = self.unsettled.remove(&seq) {
+                self.bytes -= len;
+                self.next = seq;
+                self.ended = false;
+            }
+        }
+    }
+
+    /// Message `seq`'s verdict: `delivered`, or given up.
+    pub fn on_verdict(&mut self, seq: u64, delivered: bool) -> Settled {
+        let Some(len) = self.unsettled.get_mut(&seq) else {
+            return Settled::Unknown;
+        };
+        if delivered {
+            self.settle(seq);
+            return Settled::Done;
+        }
+        // Its gap takes its place, with no bytes.
+        self.bytes -= *len;
+        *len = 0;
+        Settled::SendGap
+    }
+
+    /// The gap sent for `seq` was acknowledged.
+    pub fn on_gap(&mut self, seq: u64) {
+        self.settle(seq);
+    }
+
+    fn settle(&mut self, seq: u64) {
+        if let Some(len) = self.unsettled.remove(&seq) {
+            self.bytes -= len;
+            if seq == 0 {
+                self.opened = true;
+            }
+        }
+    }
+
+    /// Messages and gaps unsettled.
+    pub fn unsettled(&self) -> usize {
+        self.unsettled.len()
+    }
+
+    /// Whether every message sent is settled.
+    pub fn is_idle(&self) -> bool {
+        self.unsettled.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_message_goes_alone_then_the_window_bounds() {
+        let mut s = Sequencer::new(
+            9,
+            Window {
+                messages: 3,
+                bytes: 100,
+            },
+        );
+        assert_eq!(s.assign(10, false), Some(0));
+        assert!(
+            !s.has_room(1),
+            "nothing after the first until it is settled"
+        );
+        assert_eq!(s.on_verdict(0, true), Settled::Done);
+        assert_eq!(s.assign(10, false), Some(1));
+        assert_eq!(s.assign(10, false), Some(2));
+        assert_eq!(s.assign(10, false), Some(3));
+        assert_eq!(s.assign(10, false), None, "three unsettled");
+        assert_eq!(s.on_verdict(2, false), Settled::SendGap);
+        assert!(!s.has_room(1), "the gap keeps its place");
+        s.on_gap(2);
+        assert!(s.has_room(80));
+        assert!(!s.has_room(81), "bytes: 20 unsettled");
+        assert_eq!(s.on_verdict(7, true), Settled::Unknown);
+    }
+
+    #[test]
+    fn a_large_message_goes_alone_and_the_last_ends_the_flow() {
+        let mut s = Sequencer::new(
+            1,
+            Window {
+                messages: 8,
+                bytes: 10,
+            },
+        );
+        assert_eq!(s.assign(1000, false), Some(0));
+        s.on_verdict(0, true);
+        assert_eq!(s.assign(1000, true), Some(1));
+        assert!(s.is_ended() && !s.has_room(0));
+        s.unassign(1);
+        assert!(!s.is_ended() && s.is_idle());
+        assert_eq!(s.assign(5, true), Some(1));
+    }
+}
