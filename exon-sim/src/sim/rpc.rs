@@ -150,7 +150,9 @@ impl Sim {
         let body = match &env {
             Envelope::Message(b)
             | Envelope::Request { body: b, .. }
-            | Envelope::Reply { body: b, .. } => b.clone(),
+            | Envelope::Reply { body: b, .. }
+            | Envelope::Ordered { body: b, .. } => b.clone(),
+            Envelope::Gap(_) | Envelope::Reset(_) => bytes::Bytes::new(),
         };
         // The application acts on whatever its node hands it, even a delivery the message
         // oracle finds wrong (a duplicate): the RPC oracle judges the calls on their own.
@@ -204,7 +206,10 @@ impl Sim {
                 }
                 self.drain(i);
             }
-            Envelope::Message(_) => {
+            Envelope::Message(_)
+            | Envelope::Ordered { .. }
+            | Envelope::Gap(_)
+            | Envelope::Reset(_) => {
                 if !is_whole(&body, key, self.sc.workload.len_of(key)) {
                     let what = format!("node{i} delivered {} bytes, not the message", body.len());
                     self.oracle

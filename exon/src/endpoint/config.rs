@@ -73,6 +73,9 @@ pub struct EndpointConfig {
     /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
     /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
     pub shards: usize,
+    /// Ordered channels and streams: windows, chunks, limits. Default
+    /// [`FlowConfig::default()`](super::FlowConfig).
+    pub flows: super::FlowConfig,
     /// Test builds only (feature `rule-switches`): whether a sealed peer's address moves
     /// only to an address that answered a challenge sent there (`docs/security.md`). Off,
     /// a fresher authenticated datagram from a new address moves the peer at once, and an
@@ -99,6 +102,7 @@ impl Default for EndpointConfig {
             ack_after_processing: false,
             learned_address_ttl: Duration::from_secs(60),
             shards: 1,
+            flows: super::FlowConfig::default(),
             #[cfg(feature = "rule-switches")]
             moves_need_an_answer: true,
             rules: crate::proto::Rules::ALL,

@@ -128,7 +128,9 @@ impl Handover {
                 node.handle_taken(t, id);
             }
         }
-        if !self.ack_on_take {
+        // Application acknowledgements (ack-after-processing mode), and streams' chunks
+        // read to their end (any mode).
+        {
             let mut acked = std::mem::take(&mut self.acked_scratch);
             shared.take_acked(&mut acked);
             for id in acked.drain(..) {

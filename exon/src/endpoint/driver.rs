@@ -21,14 +21,19 @@ use super::commands::Sends;
 use super::config::EndpointConfig;
 use super::delivery::{Handover, Permit};
 use super::error::ReceiptError;
+use super::flow_out::FlowOut;
+use super::flows::{Action, ChannelOut, Flows, Held};
 use super::handle::CloseReport;
 use super::handle::Command;
 use super::handle::EndpointStats;
+use super::handle::Outgoing;
 use super::journal_jobs::{JournalDone, JournalJobs};
 use super::message::Acker;
+use super::message::Kind;
 use super::message::Message;
 use super::paths::Paths;
 use super::peers::NoRoute;
+use super::receipts::Ack;
 use super::receive::Inbound;
 use super::request::{Request, Requests};
 use super::route::{Forward, Route};
@@ -36,9 +41,11 @@ use super::shared::{CloseOnDrop, Shared};
 use super::socket::DatagramSocket;
 use super::store::ClockStore;
 use super::store_jobs::{ClockJobs, StoreDone};
+use super::stream_in::StreamIn;
 use super::trace::{debug_in_peer, peer_span, Throttle};
 use super::transmit::Outbound;
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Place};
+use crate::ordered::Arrival;
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 use bytes::Bytes;
 
@@ -61,6 +68,8 @@ enum Wake {
 /// The driver's ends of the channels to the handles and the application.
 pub(crate) struct Channels {
     cmds: mpsc::UnboundedReceiver<Command>,
+    /// The driver's own command channel, for the flows it makes (weak: handles keep it).
+    cmds_self: mpsc::WeakUnboundedSender<Command>,
     deliver: mpsc::Sender<Message>,
     shared: Arc<Shared>,
     /// The links to the other shards of a sharded endpoint.
@@ -70,12 +79,14 @@ pub(crate) struct Channels {
 impl Channels {
     pub(crate) fn new(
         cmds: mpsc::UnboundedReceiver<Command>,
+        cmds_self: mpsc::WeakUnboundedSender<Command>,
         deliver: mpsc::Sender<Message>,
         shared: Arc<Shared>,
         route: Option<Route>,
     ) -> Channels {
         Channels {
             cmds,
+            cmds_self,
             deliver,
             shared,
             route,
@@ -98,6 +109,11 @@ pub(crate) struct Driver<S> {
     handover: Handover,
     /// Requests for this endpoint's server.
     requests: Requests,
+    /// Ordered channels and streams.
+    flows: Flows,
+    /// Reused for the flows' actions.
+    actions: Vec<Action>,
+    cmds_self: mpsc::WeakUnboundedSender<Command>,
     clock: ClockJobs,
     /// Durable mode: the journal.
     journal: Option<JournalJobs>,
@@ -155,6 +171,13 @@ impl<S: DatagramSocket> Driver<S> {
             journal,
             handover: Handover::new(ch.deliver, cfg.ack_after_processing),
             requests: Requests::default(),
+            flows: Flows::new(
+                ch.shared.ordered().clone(),
+                cfg.flows.max_channels,
+                cfg.flows.max_streams,
+            ),
+            actions: Vec::new(),
+            cmds_self: ch.cmds_self,
             clock: ClockJobs::new(store, cfg.store_retry),
             _close_on_drop: CloseOnDrop::new(ch.shared.clone()),
             shared: ch.shared,
@@ -341,6 +364,18 @@ impl<S: DatagramSocket> Driver<S> {
                 let _ = reply.send(self.stats());
             }
             Command::Serve(tx) => self.requests.serve(tx),
+            Command::OpenStream {
+                peer,
+                id,
+                out,
+                inbox,
+            } => self.flows.register(peer, id, out, inbox),
+            Command::ForgetStream { peer, id, mine } => {
+                let mut actions = std::mem::take(&mut self.actions);
+                self.flows.forget(peer, id, mine, &mut actions);
+                self.run_actions(t, &mut actions);
+                self.actions = actions;
+            }
             Command::Requeue(r) => self.requests.push(r),
             Command::Close { timeout, reply } => {
                 self.close_replies.push(reply);
@@ -548,8 +583,23 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 self.node.handle_taken(t, id);
             }
-            Ok(Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_)) => {
+            Ok(Envelope::Ordered { place, last, body }) => {
+                let item = Held { id, body };
+                self.on_ordered(t, from, place, Arrival::Message { item, last });
+            }
+            Ok(Envelope::Gap(place)) => {
+                let item = Held {
+                    id,
+                    body: Bytes::new(),
+                };
+                self.on_ordered(t, from, place, Arrival::Gap(item));
+            }
+            Ok(Envelope::Reset(place)) => {
                 self.node.handle_taken(t, id);
+                let mut actions = std::mem::take(&mut self.actions);
+                self.flows.on_reset(from, place, &mut actions);
+                self.run_actions(t, &mut actions);
+                self.actions = actions;
             }
             Err(e) => {
                 self.stats.envelope_errors += 1;
@@ -558,6 +608,112 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 self.node.handle_taken(t, id);
             }
+        }
+    }
+
+    /// An ordered message or gap: to its flow, then what the flow says to do.
+    fn on_ordered(&mut self, t: Instant, from: NodeId, place: Place, arrival: Arrival<Held>) {
+        let mut actions = std::mem::take(&mut self.actions);
+        if let Err(a) = self.flows.on_ordered(from, place, arrival, &mut actions) {
+            // Too many channels: left untaken (its sender's deadline, if any, settles it).
+            self.stats.channels_full += 1;
+            drop(a);
+        }
+        self.run_actions(t, &mut actions);
+        self.actions = actions;
+    }
+
+    fn run_actions(&mut self, t: Instant, actions: &mut Vec<Action>) {
+        for a in actions.drain(..) {
+            match a {
+                Action::Take(id) => {
+                    self.node.handle_taken(t, id);
+                }
+                Action::Channel(c) => {
+                    let (kind, held) = match c {
+                        ChannelOut::Message { channel, seq, held } => {
+                            (Kind::Channel { channel, seq }, held)
+                        }
+                        ChannelOut::Gap { channel, seq, held } => {
+                            (Kind::Gap { channel, seq }, held)
+                        }
+                        ChannelOut::Stale { channel, seq, held } => {
+                            self.stats.unordered += 1;
+                            (Kind::Unordered { channel, seq }, held)
+                        }
+                    };
+                    let acker = self
+                        .cfg
+                        .ack_after_processing
+                        .then(|| Acker::new(self.shared.clone(), held.id));
+                    let m = Message::new(held.id.from(), held.body, acker, held.id).with_kind(kind);
+                    self.handover.push(m, held.id);
+                }
+                Action::Reset { to, place } => {
+                    let out = Outgoing::ordered(
+                        to,
+                        Envelope::reset(place),
+                        self.shared.next_ids(1),
+                        Ack::None,
+                        None,
+                    );
+                    self.sends.on_send(t, out, &mut self.node, &self.paths);
+                }
+                Action::NewStream {
+                    peer,
+                    id,
+                    first,
+                    held,
+                    last,
+                } => self.new_stream(t, peer, id, first, held, last),
+            }
+        }
+    }
+
+    /// A peer opened stream `id`: made and queued for accepting, or reset when there is no
+    /// room or nobody accepts.
+    fn new_stream(
+        &mut self,
+        t: Instant,
+        peer: NodeId,
+        id: u64,
+        first: Place,
+        held: Held,
+        last: bool,
+    ) {
+        let ordered = self.shared.ordered().clone();
+        let refuse = |me: &mut Self, held: Held| {
+            me.node.handle_taken(t, held.id);
+            me.stats.stream_resets += 1;
+            let place = Place {
+                flow: first.flow.reversed(),
+                run: ordered.run(),
+                seq: 0,
+            };
+            let out = Outgoing::ordered(
+                peer,
+                Envelope::reset(place),
+                me.shared.next_ids(1),
+                Ack::None,
+                None,
+            );
+            me.sends.on_send(t, out, &mut me.node, &me.paths);
+        };
+        if !self.flows.has_room_for_stream() {
+            return refuse(self, held);
+        }
+        let inbox = Arc::new(StreamIn::new(self.shared.clone()));
+        let out = Arc::new(FlowOut::new(
+            peer,
+            first.flow.reversed(),
+            ordered.run(),
+            ordered.config().stream(),
+            self.cmds_self.clone(),
+            self.shared.clone(),
+            Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
+        ));
+        if let Err(held) = self.flows.accept(peer, id, first, held, last, out, inbox) {
+            refuse(self, held);
         }
     }
 
@@ -617,6 +773,8 @@ impl<S: DatagramSocket> Driver<S> {
             journal_writes: self.journal.as_ref().map_or(0, |j| j.writes),
             journal_bytes: self.journal.as_ref().map_or(0, |j| j.disk_bytes()),
             requests_held: self.requests.held(),
+            streams_open: self.flows.streams(),
+            stream_resets: self.stats.stream_resets + self.flows.resets,
             ..self.stats
         }
     }

@@ -87,6 +87,17 @@ counters! {
         pub envelope_errors: u64 [sum],
         /// Requests delivered and held because no server runs ([`Handle::serve`]).
         pub requests_held: usize [size],
+        /// Streams open at the driver now (a side still receiving).
+        pub streams_open: usize [size],
+        /// Streams aborted by their peer, or reset here because their peer's chunk named
+        /// a stream not known here (closed, or from before a restart).
+        pub stream_resets: u64 [sum],
+        /// Channel messages delivered outside their channel's order
+        /// ([`Kind::Unordered`](super::Kind::Unordered)).
+        pub unordered: u64 [sum],
+        /// Channel messages left undelivered because
+        /// [`FlowConfig::max_channels`](super::FlowConfig::max_channels) channels were known.
+        pub channels_full: u64 [sum],
     }
 }
 
@@ -154,6 +165,33 @@ pub(crate) enum Side {
 }
 
 impl Outgoing {
+    /// A message of an ordered flow (a channel's message, a stream's chunk, a gap or a
+    /// reset), bounded by its flow's window rather than by send credits.
+    pub(crate) fn ordered(
+        to: NodeId,
+        payload: Payload,
+        id: MsgId,
+        ack: Ack,
+        deadline: Option<std::time::Instant>,
+    ) -> Outgoing {
+        Outgoing {
+            to,
+            payload,
+            id,
+            ack,
+            reply: Reply::Uncredited,
+            deadline,
+            side: Side::None,
+        }
+    }
+
+    /// A message that never reached the driver: its flow is not told (it knows).
+    pub(crate) fn disarm(self) {
+        if let Ack::Flow(f) = self.ack {
+            f.disarm();
+        }
+    }
+
     /// The request this message answers, if it is a reply.
     pub(crate) fn answers(&self) -> Option<DeliveryId> {
         match &self.side {
@@ -258,6 +296,19 @@ pub(crate) enum Command {
     Serve(mpsc::UnboundedSender<super::request::Request>),
     /// A request a server stopped without answering: held for the next one.
     Requeue(super::request::Request),
+    /// A stream this endpoint opened: its peer's chunks go to `inbox`.
+    OpenStream {
+        peer: NodeId,
+        id: u64,
+        out: Arc<super::flow_out::FlowOut>,
+        inbox: Arc<super::stream_in::StreamIn>,
+    },
+    /// The application dropped a stream: its receiving state goes.
+    ForgetStream {
+        peer: NodeId,
+        id: u64,
+        mine: bool,
+    },
     Close {
         timeout: Duration,
         reply: oneshot::Sender<CloseReport>,
@@ -315,6 +366,21 @@ impl Receipt {
         let _ = tx.send(id);
         self.stored = Some(again);
         Ok(id)
+    }
+
+    /// The receipt of a channel's message (never told it is stored: channels are not kept
+    /// across restarts).
+    pub(crate) fn from_channel(
+        id: MsgId,
+        to: NodeId,
+        rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    ) -> Receipt {
+        Receipt {
+            id,
+            to,
+            rx,
+            stored: None,
+        }
     }
 
     /// A receipt for a message recovered from the journal after a restart (stored already).
@@ -541,6 +607,78 @@ impl Handle {
     #[cfg(feature = "serde")]
     pub(crate) fn default_deadline(&self) -> Option<Duration> {
         self.first().shared.default_deadline()
+    }
+
+    /// The deadline of sends that give none (any build).
+    pub(crate) fn default_deadline_any(&self) -> Option<Duration> {
+        self.first().shared.default_deadline()
+    }
+
+    /// Sends a command to the driver of `peer`'s shard (ignored once it stopped).
+    pub(crate) fn send_command(&self, peer: NodeId, c: Command) {
+        let _ = self.shard(peer).cmds.send(c);
+    }
+
+    /// The sending end of ordered channel `number` to node `to` (see [`Channel`]): its
+    /// messages reach `to`'s application in the order sent. Every value for the same
+    /// destination and number shares one numbering. Errors: [`Error::UnknownPeer`],
+    /// [`Error::Closed`], or sending to this endpoint itself.
+    ///
+    /// [`Channel`]: super::Channel
+    pub fn channel(&self, to: NodeId, number: u16) -> Result<super::Channel, Error> {
+        self.check_len(to, 0)?;
+        let shard = self.shard(to);
+        let ordered = shard.shared.ordered();
+        let out = ordered.channel(to, number, || {
+            super::flow_out::FlowOut::new(
+                to,
+                crate::envelope::Flow::Channel(number),
+                ordered.run(),
+                ordered.config().channel(),
+                shard.cmds.downgrade(),
+                self.first().shared.clone(),
+                None,
+            )
+        });
+        Ok(super::Channel::new(self.clone(), out, number))
+    }
+
+    /// Opens a byte stream to node `to` (see [`Stream`]). The peer learns of it at once
+    /// (from [`accept_stream`](super::Endpoint::accept_stream)), before anything is
+    /// written. Errors: [`Error::UnknownPeer`], [`Error::Closed`], or opening one to this
+    /// endpoint itself.
+    ///
+    /// [`Stream`]: super::Stream
+    pub fn open_stream(&self, to: NodeId) -> Result<super::Stream, Error> {
+        self.check_len(to, 0)?;
+        let shard = self.shard(to);
+        let ordered = shard.shared.ordered();
+        let id = ordered.next_stream();
+        let inbox = Arc::new(super::stream_in::StreamIn::new(shard.shared.clone()));
+        let out = Arc::new(super::flow_out::FlowOut::new(
+            to,
+            crate::envelope::Flow::Stream {
+                id,
+                opener_sent: true,
+            },
+            ordered.run(),
+            ordered.config().stream(),
+            shard.cmds.downgrade(),
+            self.first().shared.clone(),
+            Some((
+                ordered.stream_out(shard.shared.max_payload()),
+                inbox.clone(),
+            )),
+        ));
+        let open = Command::OpenStream {
+            peer: to,
+            id,
+            out: out.clone(),
+            inbox: inbox.clone(),
+        };
+        shard.cmds.send(open).map_err(|_| Error::Closed)?;
+        out.open().map_err(|_| Error::Closed)?;
+        Ok(super::Stream::new(self.clone(), to, id, true, out, inbox))
     }
 
     /// Sends a payload already in its envelope (a plain message, a request).

@@ -25,6 +25,45 @@ pub struct Message {
     acker: Option<Acker>,
     /// Its identity across restarts, and whether it was handed out before one.
     delivery: crate::proto::DeliveryId,
+    kind: Kind,
+}
+
+/// What a delivered message is: a plain message, or one of an ordered channel
+/// ([`Handle::channel`](super::Handle::channel)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Kind {
+    /// A plain message ([`Handle::send`](super::Handle::send)): no order.
+    #[default]
+    Plain,
+    /// Message `seq` of channel `channel` from its sender, delivered in order: every
+    /// number below came before (as a message or a gap), each once. Numbers start at 0 for
+    /// each run of the sending endpoint, so a 0 after higher numbers means the sender
+    /// restarted.
+    Channel {
+        /// The channel's number.
+        channel: u16,
+        /// The message's number in the channel.
+        seq: u64,
+    },
+    /// Message `seq` of channel `channel` was given up by its sender (its deadline passed):
+    /// it will never be delivered, and the channel goes on with `seq + 1`. The payload is
+    /// empty.
+    Gap {
+        /// The channel's number.
+        channel: u16,
+        /// The number skipped.
+        seq: u64,
+    },
+    /// A message of channel `channel` from a run of its sender this endpoint does not
+    /// know (this endpoint restarted since the run began, or a newer run replaced it):
+    /// delivered exactly once, but outside the channel's order. The sender starts a new run
+    /// when it learns of it.
+    Unordered {
+        /// The channel's number.
+        channel: u16,
+        /// The message's number in its run.
+        seq: u64,
+    },
 }
 
 impl PartialEq for Message {
@@ -48,7 +87,19 @@ impl Message {
             payload,
             acker,
             delivery,
+            kind: Kind::Plain,
         }
+    }
+
+    /// The same message, of kind `kind`.
+    pub(crate) fn with_kind(mut self, kind: Kind) -> Message {
+        self.kind = kind;
+        self
+    }
+
+    /// Whether it is a plain message, or its place in an ordered channel.
+    pub fn kind(&self) -> Kind {
+        self.kind
     }
 
     /// Durable mode: whether this message was handed to the application before a restart

@@ -62,6 +62,7 @@
 
 mod batch;
 pub(crate) mod calls;
+mod channel;
 mod commands;
 mod config;
 mod cookies;
@@ -69,6 +70,9 @@ mod delivery;
 mod driver;
 mod durable;
 mod error;
+mod flow_config;
+mod flow_out;
+mod flows;
 pub(crate) mod handle;
 mod journal_jobs;
 mod lossy;
@@ -85,6 +89,8 @@ mod socket;
 mod steering;
 mod store;
 mod store_jobs;
+mod stream;
+mod stream_in;
 mod trace;
 mod transmit;
 #[cfg(feature = "serde")]
@@ -100,19 +106,22 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 pub use batch::BatchSocket;
+pub use channel::Channel;
 pub use config::EndpointConfig;
 pub use cookies::CookieStats;
 pub use durable::RecoveredSend;
 pub use error::{BindError, Error, ReceiptError};
+pub use flow_config::FlowConfig;
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
-pub use message::Message;
+pub use message::{Kind, Message};
 pub use receipts::{BatchReceipt, BatchVerdicts};
 pub use request::Request;
 pub use socket::{DatagramSocket, RecvMeta};
 pub use steering::shard_of;
 use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
+pub use stream::Stream;
 #[cfg(feature = "serde")]
 pub(crate) use typed::encode_after;
 #[cfg(feature = "serde")]
@@ -139,6 +148,8 @@ pub struct Endpoint {
     next: usize,
     /// Durable mode: the messages recovered from the journal at bind.
     recovered: Vec<RecoveredSend>,
+    /// Streams opened by peers.
+    accept: mpsc::UnboundedReceiver<flows::Accepted>,
 }
 
 /// The delivered messages of one driver shard: what [`Endpoint::into_deliveries`] splits an
@@ -359,6 +370,24 @@ impl Endpoint {
         std::mem::take(&mut self.recovered)
     }
 
+    /// The next byte stream a peer opened ([`Handle::open_stream`]), or `None` once the
+    /// endpoint stopped. Streams opened while nobody accepts wait here (up to
+    /// [`FlowConfig::max_streams`] per shard; more are reset).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a stream is taken only when this returns it.
+    pub async fn accept_stream(&mut self) -> Option<Stream> {
+        let a = self.accept.recv().await?;
+        Some(Stream::new(
+            self.handle.clone(),
+            a.peer,
+            a.id,
+            false,
+            a.out,
+            a.inbox,
+        ))
+    }
+
     /// Splits the endpoint into its handle and one stream of deliveries per driver shard
     /// (one stream unless [`EndpointConfig::shards`] is above 1), so that each shard's
     /// messages can be taken by its own task.
@@ -531,6 +560,8 @@ impl Builder {
         };
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let calls = calls::Calls::new(self.config.call_deadline);
+        let (accept_tx, accept_rx) = mpsc::unbounded_channel();
+        let ordered = flows::OrderedShared::new(accept_tx, self.config.flows.clone());
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Vec::new();
@@ -541,6 +572,7 @@ impl Builder {
                 self.config.default_deadline,
                 unreachable.clone(),
                 calls.clone(),
+                ordered.clone(),
             ));
             let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
             let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
@@ -551,7 +583,13 @@ impl Builder {
                 tracing::info_span!("endpoint", id = %self.id, addr = %local_addr, shard = i)
             };
             span.in_scope(|| tracing::info!(clock, "endpoint bound"));
-            let channels = driver::Channels::new(cmd_rx, tx, shared.clone(), routes[i].take());
+            let channels = driver::Channels::new(
+                cmd_rx,
+                cmd_tx.downgrade(),
+                tx,
+                shared.clone(),
+                routes[i].take(),
+            );
             let store = stores.remove(0);
             let journal = durable.take().map(|(journal, receipts)| {
                 shared.set_durable();
@@ -573,6 +611,7 @@ impl Builder {
             rx: receivers,
             next: 0,
             recovered,
+            accept: accept_rx,
         })
     }
 }

@@ -22,6 +22,8 @@ pub(crate) enum Ack {
     Batch(BatchSlot),
     /// Nobody waits for the verdict (a server's reply: its caller learns the outcome).
     None,
+    /// A message of an ordered flow: its flow learns the verdict (and its receipt, if any).
+    Flow(Box<super::flow_out::FlowAck>),
 }
 
 impl Ack {
@@ -34,6 +36,7 @@ impl Ack {
             }
             Ack::Batch(slot) => slot.resolve(verdict),
             Ack::None => {}
+            Ack::Flow(f) => f.resolve(verdict),
         }
     }
 }

@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     durable: AtomicBool,
     /// The calls in flight (one table for every shard of an endpoint).
     calls: Arc<super::calls::Calls>,
+    /// Ordered flows: the run, channels' senders, streams to accept (one for every shard).
+    ordered: Arc<super::flows::OrderedShared>,
 }
 
 /// Bytes of payload one send credit stands for.
@@ -87,6 +89,7 @@ impl Shared {
         default_deadline: Option<std::time::Duration>,
         unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
         calls: Arc<super::calls::Calls>,
+        ordered: Arc<super::flows::OrderedShared>,
     ) -> Shared {
         Shared {
             max_payload,
@@ -107,7 +110,13 @@ impl Shared {
             send_buffer: send_buffer.max(1),
             durable: AtomicBool::new(false),
             calls,
+            ordered,
         }
+    }
+
+    /// The endpoint's ordered flows.
+    pub(crate) fn ordered(&self) -> &Arc<super::flows::OrderedShared> {
+        &self.ordered
     }
 
     /// The calls in flight.
@@ -356,6 +365,10 @@ mod tests {
             None,
             watch,
             crate::endpoint::calls::Calls::new(std::time::Duration::from_secs(1)),
+            crate::endpoint::flows::OrderedShared::new(
+                tokio::sync::mpsc::unbounded_channel().0,
+                Default::default(),
+            ),
         )
     }
 

@@ -38,9 +38,21 @@ pub enum Step<T> {
         item: T,
     },
     /// Not for the application: a late copy of a number already passed (its gap came
-    /// first, or the other way round), a message of an old run, or one after the flow's
-    /// end. Take it and drop it.
+    /// first, or the other way round: its sender gave it up, so it was in doubt), or one
+    /// after the flow's end. Take it and drop it.
     Discard(T),
+    /// A message outside the current run's order: of a run this receiver does not know (it
+    /// restarted since the run began, or the run is old), or held from a run a new one
+    /// replaced. It is a real message its sender may hear as delivered: hand it to the
+    /// application, marked as out of order (a gap of such a run is discarded).
+    Stale {
+        /// Its number in its own run.
+        seq: u64,
+        /// The receiver's handle on it.
+        item: T,
+        /// Whether it is a gap rather than a message.
+        gap: bool,
+    },
 }
 
 /// How many old runs a flow remembers, so that their late messages are not taken for a new
@@ -52,8 +64,9 @@ const RETIRED: usize = 4;
 /// Rules: numbers are released in order, each once; a number whose message and gap both
 /// arrive is released once, as whichever came first, and the other is discarded; a run's
 /// first number is 0 (its sender sends it alone), so a message of an unknown run numbered
-/// above 0 is a late message of an old run and is discarded, while number 0 of a new run
-/// discards what is held of the old one and starts over.
+/// above 0 is not of the current run (this receiver restarted, or the run is old) and is
+/// released as stale, while number 0 of a new run releases what is held of the old one as
+/// stale and starts over. No message is dropped unless its sender gave it up.
 #[derive(Debug, Clone)]
 pub struct Reorder<T> {
     run: Option<u32>,
@@ -83,6 +96,15 @@ impl<T> Reorder<T> {
         Reorder::default()
     }
 
+    /// A flow of run `run` whose numbers below `next` were released already.
+    pub fn started(run: u32, next: u64) -> Reorder<T> {
+        Reorder {
+            run: Some(run),
+            next,
+            ..Reorder::default()
+        }
+    }
+
     /// The current run, once a message of one was released.
     pub fn run(&self) -> Option<u32> {
         self.run
@@ -108,10 +130,10 @@ impl<T> Reorder<T> {
         self.restarts
     }
 
-    /// Drains every held message (the flow is dropped): each is to be taken and dropped.
+    /// Drains every held message (its run is over): each comes out [`Step::Stale`].
     pub fn drain(&mut self, out: &mut Vec<Step<T>>) {
-        for (_, a) in std::mem::take(&mut self.held) {
-            out.push(Step::Discard(item_of(a)));
+        for (seq, a) in std::mem::take(&mut self.held) {
+            out.push(stale(seq, a));
         }
     }
 
@@ -120,7 +142,7 @@ impl<T> Reorder<T> {
     pub fn on_arrival(&mut self, run: u32, seq: u64, arrival: Arrival<T>, out: &mut Vec<Step<T>>) {
         if self.run != Some(run) {
             if seq != 0 || self.retired.contains(&Some(run)) {
-                out.push(Step::Discard(item_of(arrival)));
+                out.push(stale(seq, arrival));
                 return;
             }
             // A new run starts: what is held of the old one will never be released.
@@ -150,7 +172,9 @@ impl<T> Reorder<T> {
             self.release(self.next, a, out);
         }
         if self.ended {
-            self.drain(out);
+            for (_, a) in std::mem::take(&mut self.held) {
+                out.push(Step::Discard(item_of(a)));
+            }
         }
     }
 
@@ -163,6 +187,15 @@ impl<T> Reorder<T> {
             }
             Arrival::Gap(item) => Step::Gap { seq, item },
         });
+    }
+}
+
+fn stale<T>(seq: u64, a: Arrival<T>) -> Step<T> {
+    let gap = matches!(a, Arrival::Gap(_));
+    Step::Stale {
+        seq,
+        item: item_of(a),
+        gap,
     }
 }
 

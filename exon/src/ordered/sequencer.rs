@@ -82,6 +82,11 @@ impl Sequencer {
         self.run
     }
 
+    /// The window.
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
     /// The number the next message gets.
     pub fn next(&self) -> u64 {
         self.next

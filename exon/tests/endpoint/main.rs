@@ -15,4 +15,5 @@ mod loopback;
 mod parts;
 mod rpc;
 mod shards;
+mod streams;
 mod tower_stack;

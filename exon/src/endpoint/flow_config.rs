@@ -1,0 +1,69 @@
+//! Configuration of an endpoint's ordered channels and streams.
+
+/// How channels and streams are sized ([`EndpointConfig::flows`](super::EndpointConfig::flows)).
+/// Windows bound what a receiver holds: a flow's messages held out of order, and a stream's
+/// bytes not yet read, stay below its sender's window. Every flow to one receiver shares that
+/// receiver's [`max_untaken_bytes`](crate::proto::Limits::max_untaken_bytes): keep the windows
+/// of the flows that may be open at once toward one node below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
+pub struct FlowConfig {
+    /// A channel's messages without a verdict at once. Default 1024.
+    pub channel_window: u32,
+    /// Their bytes (a larger message goes alone). Default 4 MiB.
+    pub channel_window_bytes: usize,
+    /// A stream's chunks without a verdict at once. Default 1024.
+    pub stream_window: u32,
+    /// Their bytes: the most a stream has in flight or unread at its peer. Default 4 MiB.
+    pub stream_window_bytes: usize,
+    /// Largest chunk of a stream (bytes written coalesce up to it; one chunk is one exon
+    /// message). Default 32 KiB, capped by the largest message.
+    pub stream_chunk: usize,
+    /// Bytes a stream's writer buffers before its writes wait. Default 256 KiB.
+    pub stream_buffer: usize,
+    /// How long a stream's chunk may go unacknowledged (unread by the peer) before the
+    /// stream breaks with `TimedOut`, for streams opened or accepted from now on
+    /// ([`Stream::set_deadline`](super::Stream::set_deadline) changes it for one).
+    /// Default `None`: a stream waits out outages of any length.
+    pub stream_deadline: Option<std::time::Duration>,
+    /// Streams open at once per driver shard; a peer's new stream beyond is reset.
+    /// Default 4096.
+    pub max_streams: usize,
+    /// Channels (sender and number) a driver shard keeps order for; a message on a further
+    /// one is held undelivered. Default 65536.
+    pub max_channels: usize,
+}
+
+impl Default for FlowConfig {
+    fn default() -> Self {
+        FlowConfig {
+            channel_window: 1024,
+            channel_window_bytes: 4 << 20,
+            stream_window: 1024,
+            stream_window_bytes: 4 << 20,
+            stream_chunk: 32 << 10,
+            stream_buffer: 256 << 10,
+            stream_deadline: None,
+            max_streams: 4096,
+            max_channels: 65536,
+        }
+    }
+}
+
+impl FlowConfig {
+    pub(crate) fn channel(&self) -> crate::ordered::Window {
+        crate::ordered::Window {
+            messages: self.channel_window,
+            bytes: self.channel_window_bytes,
+        }
+    }
+
+    pub(crate) fn stream(&self) -> crate::ordered::Window {
+        crate::ordered::Window {
+            messages: self.stream_window,
+            bytes: self.stream_window_bytes,
+        }
+    }
+}

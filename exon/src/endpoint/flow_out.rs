@@ -1,0 +1,554 @@
+//! The sending side of one ordered flow (a channel, or one direction of a stream): its
+//! [`Sequencer`], the bytes a stream holds before they go as a chunk, and the writers
+//! waiting for room. Verdicts come back to it from the driver ([`FlowAck`]); a message given
+//! up is replaced by its gap (channels) or aborts the stream (streams).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, oneshot};
+
+use super::error::ReceiptError;
+use super::handle::{Command, Outgoing};
+use super::receipts::Ack;
+use super::shared::Shared;
+use super::stream_in::StreamIn;
+use crate::envelope::{Envelope, Flow, Place};
+use crate::ordered::{Sequencer, Settled, Window};
+use crate::proto::{MsgId, NodeId, Payload};
+
+/// Where a channel message's receipt hears its verdict.
+pub(crate) type VerdictRx = oneshot::Receiver<Result<(), ReceiptError>>;
+
+/// Why a flow sends nothing more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Broken {
+    /// The stream was aborted: by its peer, by this end, or because its peer does not know
+    /// it (it restarted).
+    Reset,
+    /// A chunk was not acknowledged by its deadline (the peer is gone, or does not read).
+    TimedOut,
+    /// The endpoint closed.
+    Closed,
+}
+
+impl Broken {
+    /// The I/O error a stream reports for it.
+    pub(crate) fn io(self) -> std::io::Error {
+        use std::io::{Error, ErrorKind};
+        match self {
+            Broken::Reset => Error::new(ErrorKind::ConnectionReset, "exon stream reset"),
+            Broken::TimedOut => Error::new(
+                ErrorKind::TimedOut,
+                "exon stream: data not acknowledged by its deadline",
+            ),
+            Broken::Closed => Error::new(ErrorKind::NotConnected, "exon endpoint closed"),
+        }
+    }
+}
+
+/// A stream's end of writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fin {
+    Open,
+    /// `shutdown` asked for it: the last chunk goes once the buffer is out.
+    Wanted,
+    /// The last chunk is handed to the driver.
+    Sent,
+}
+
+/// What a verdict is about.
+#[derive(Debug)]
+pub(crate) enum AckKind {
+    /// A channel's message, whose receipt waits.
+    Message(Option<oneshot::Sender<Result<(), ReceiptError>>>),
+    /// The gap sent for a message given up.
+    Gap,
+    /// A stream's chunk.
+    Chunk,
+}
+
+/// The verdict of one message of a flow, on its way back to the flow.
+#[derive(Debug)]
+pub(crate) struct FlowAck {
+    out: Arc<FlowOut>,
+    run: u32,
+    seq: u64,
+    kind: AckKind,
+    /// Resolved, or never handed over: dropping it does nothing.
+    done: bool,
+}
+
+impl FlowAck {
+    /// Applies the verdict to the flow (and to the message's receipt).
+    pub(crate) fn resolve(mut self, verdict: Result<(), ReceiptError>) {
+        self.apply(verdict);
+    }
+
+    /// The message never reached the driver: nothing to tell (its sender knows).
+    pub(crate) fn disarm(mut self) {
+        self.done = true;
+    }
+
+    fn apply(&mut self, verdict: Result<(), ReceiptError>) {
+        self.done = true;
+        if let AckKind::Message(tx) = &mut self.kind {
+            if let Some(tx) = tx.take() {
+                let _ = tx.send(verdict);
+            }
+        }
+        self.out.on_verdict(self.run, self.seq, &self.kind, verdict);
+    }
+}
+
+impl Drop for FlowAck {
+    fn drop(&mut self) {
+        if !self.done {
+            // Dropped unresolved: the driver stopped.
+            self.apply(Err(ReceiptError::Unacknowledged));
+        }
+    }
+}
+
+/// How a stream's sending side is set up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamOut {
+    /// Largest chunk.
+    pub(crate) chunk: usize,
+    /// Most bytes written and not yet in a chunk.
+    pub(crate) buffer: usize,
+    /// Deadline of each chunk.
+    pub(crate) deadline: Option<Duration>,
+}
+
+/// One flow's sending side, shared by its senders and the acknowledgements in the driver.
+#[derive(Debug)]
+pub(crate) struct FlowOut {
+    to: NodeId,
+    /// The flow as its receiver names it.
+    flow: Flow,
+    /// The driver of `to`'s shard (weak: a flow does not keep the endpoint running).
+    cmds: mpsc::WeakUnboundedSender<Command>,
+    /// Ids of the messages.
+    ids: Arc<Shared>,
+    /// A stream's receiving side, broken with it.
+    inbox: Option<Arc<StreamIn>>,
+    stream: Option<StreamOut>,
+    state: Mutex<OutState>,
+}
+
+#[derive(Debug)]
+struct OutState {
+    seq: Sequencer,
+    broken: Option<Broken>,
+    wakers: Vec<Waker>,
+    /// Deadline of each message (a stream's chunks), from its hand-over.
+    deadline: Option<Duration>,
+    /// A stream's bytes written and not yet in a chunk.
+    buf: BytesMut,
+    /// Bytes of `buf` a flush sends now, whatever the coalescing.
+    flush: usize,
+    fin: Fin,
+}
+
+impl FlowOut {
+    /// A flow to `to` named `flow` by its receiver, of run `run`.
+    pub(crate) fn new(
+        to: NodeId,
+        flow: Flow,
+        run: u32,
+        window: Window,
+        cmds: mpsc::WeakUnboundedSender<Command>,
+        ids: Arc<Shared>,
+        stream: Option<(StreamOut, Arc<StreamIn>)>,
+    ) -> FlowOut {
+        let deadline = stream.as_ref().and_then(|(s, _)| s.deadline);
+        let (stream, inbox) = match stream {
+            Some((s, i)) => (Some(s), Some(i)),
+            None => (None, None),
+        };
+        FlowOut {
+            to,
+            flow,
+            cmds,
+            ids,
+            inbox,
+            stream,
+            state: Mutex::new(OutState {
+                seq: Sequencer::new(run, window),
+                broken: None,
+                wakers: Vec::new(),
+                deadline,
+                buf: BytesMut::new(),
+                flush: 0,
+                fin: Fin::Open,
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The destination.
+    pub(crate) fn to(&self) -> NodeId {
+        self.to
+    }
+
+    /// Sets the deadline of the messages handed over from now on.
+    pub(crate) fn set_deadline(&self, d: Option<Duration>) {
+        self.lock().deadline = d;
+    }
+
+    /// Why the flow is broken, if it is.
+    pub(crate) fn broken(&self) -> Option<Broken> {
+        self.lock().broken
+    }
+
+    /// Breaks the flow (first reason wins) and wakes its writers and reader.
+    pub(crate) fn break_with(&self, why: Broken) {
+        let wakers = {
+            let mut st = self.lock();
+            if st.broken.is_none() {
+                st.broken = Some(why);
+            }
+            std::mem::take(&mut st.wakers)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+        if let Some(inbox) = &self.inbox {
+            inbox.reset(why);
+        }
+    }
+
+    /// Hands message `seq` to the driver; false if the driver is gone.
+    fn hand(
+        self: &Arc<Self>,
+        st: &OutState,
+        payload: Payload,
+        seq: u64,
+        kind: AckKind,
+        deadline: Option<Duration>,
+    ) -> Option<MsgId> {
+        let cmds = self.cmds.upgrade()?;
+        let deadline = deadline.map(|d| tokio::time::Instant::now().into_std() + d);
+        let id = self.ids.next_ids(1);
+        let ack = Ack::Flow(Box::new(FlowAck {
+            out: self.clone(),
+            run: st.seq.run(),
+            seq,
+            kind,
+            done: false,
+        }));
+        let out = Outgoing::ordered(self.to, payload, id, ack, deadline);
+        match cmds.send(Command::Send(out)) {
+            Ok(()) => Some(id),
+            Err(mpsc::error::SendError(c)) => {
+                // Not resolved through the flow, whose lock the caller holds.
+                if let Command::Send(out) = c {
+                    out.disarm();
+                }
+                None
+            }
+        }
+    }
+
+    // ---- Channels -----------------------------------------------------------------------
+
+    /// A channel's message: numbered and handed to the driver if the window has room
+    /// (`Ok(None)` without room: `waker` is woken when there may be). The receipt's end
+    /// comes back.
+    pub(crate) fn try_send_message(
+        self: &Arc<Self>,
+        body: &mut Option<Bytes>,
+        deadline: Option<Duration>,
+        waker: &Waker,
+    ) -> Result<Option<(MsgId, VerdictRx)>, Broken> {
+        let mut st = self.lock();
+        if let Some(b) = st.broken {
+            return Err(b);
+        }
+        let len = body.as_ref().map_or(0, Bytes::len);
+        if !st.seq.has_room(len) {
+            if !st.wakers.iter().any(|w| w.will_wake(waker)) {
+                st.wakers.push(waker.clone());
+            }
+            return Ok(None);
+        }
+        let Some(seq) = st.seq.assign(len, false) else {
+            return Ok(None);
+        };
+        let place = self.place(&st, seq);
+        let (tx, rx) = oneshot::channel();
+        let payload = Envelope::ordered(place, false, body.take().unwrap_or_default());
+        let Some(id) = self.hand(&st, payload, seq, AckKind::Message(Some(tx)), deadline) else {
+            st.seq.unassign(seq);
+            st.broken = Some(Broken::Closed);
+            return Err(Broken::Closed);
+        };
+        Ok(Some((id, rx)))
+    }
+
+    fn place(&self, st: &OutState, seq: u64) -> Place {
+        Place {
+            flow: self.flow,
+            run: st.seq.run(),
+            seq,
+        }
+    }
+
+    // ---- Streams ------------------------------------------------------------------------
+
+    /// A stream's bytes: takes what the buffer has room for (0 and `waker` kept when
+    /// none), and sends the chunks that may go.
+    pub(crate) fn write(self: &Arc<Self>, data: &[u8], waker: &Waker) -> Result<usize, Broken> {
+        let Some(cfg) = self.stream else {
+            return Ok(0);
+        };
+        let mut st = self.lock();
+        if let Some(b) = st.broken {
+            return Err(b);
+        }
+        if st.fin != Fin::Open {
+            return Err(Broken::Closed);
+        }
+        let room = cfg.buffer.saturating_sub(st.buf.len());
+        let n = room.min(data.len());
+        st.buf.extend_from_slice(&data[..n]);
+        self.pump(&mut st, cfg);
+        if n == 0 {
+            self.keep(&mut st, waker);
+        }
+        Ok(n)
+    }
+
+    /// Asks that everything written go now; true once it is all handed to the driver.
+    pub(crate) fn flush(self: &Arc<Self>, waker: &Waker) -> Result<bool, Broken> {
+        let Some(cfg) = self.stream else {
+            return Ok(true);
+        };
+        let mut st = self.lock();
+        if let Some(b) = st.broken {
+            return Err(b);
+        }
+        st.flush = st.buf.len();
+        self.pump(&mut st, cfg);
+        if st.buf.is_empty() {
+            return Ok(true);
+        }
+        self.keep(&mut st, waker);
+        Ok(false)
+    }
+
+    /// Ends the stream's writing; true once its last chunk is handed to the driver.
+    pub(crate) fn finish(self: &Arc<Self>, waker: &Waker) -> Result<bool, Broken> {
+        let Some(cfg) = self.stream else {
+            return Ok(true);
+        };
+        let mut st = self.lock();
+        if st.fin == Fin::Sent {
+            return Ok(true);
+        }
+        if let Some(b) = st.broken {
+            return Err(b);
+        }
+        st.fin = Fin::Wanted;
+        st.flush = st.buf.len();
+        self.pump(&mut st, cfg);
+        if st.fin == Fin::Sent {
+            return Ok(true);
+        }
+        self.keep(&mut st, waker);
+        Ok(false)
+    }
+
+    /// Whether the stream's writing was ended (`shutdown`).
+    pub(crate) fn is_finished(&self) -> bool {
+        self.lock().fin == Fin::Sent
+    }
+
+    /// Waits (registers `waker`) until every chunk is acknowledged; the error if the stream
+    /// broke first.
+    pub(crate) fn poll_done(&self, waker: &Waker) -> Option<Result<(), Broken>> {
+        let mut st = self.lock();
+        if st.fin == Fin::Sent && st.seq.is_idle() {
+            return Some(Ok(()));
+        }
+        if let Some(b) = st.broken {
+            return Some(Err(b));
+        }
+        self.keep(&mut st, waker);
+        None
+    }
+
+    /// Sends an empty first chunk: the stream's opening, seen by the peer at once.
+    pub(crate) fn open(self: &Arc<Self>) -> Result<(), Broken> {
+        let mut st = self.lock();
+        let Some(seq) = st.seq.assign(0, false) else {
+            return Ok(());
+        };
+        let place = self.place(&st, seq);
+        let payload = Envelope::ordered(place, false, Bytes::new());
+        let deadline = st.deadline;
+        if self
+            .hand(&st, payload, seq, AckKind::Chunk, deadline)
+            .is_none()
+        {
+            st.broken = Some(Broken::Closed);
+            return Err(Broken::Closed);
+        }
+        Ok(())
+    }
+
+    /// Aborts the stream: tells the peer (unless it told us), breaks both sides.
+    pub(crate) fn reset(self: &Arc<Self>, tell_peer: bool) {
+        if tell_peer && self.broken() != Some(Broken::Reset) {
+            self.send_reset();
+        }
+        self.break_with(Broken::Reset);
+    }
+
+    /// Sends the stream's abort to its peer (acknowledged by nobody).
+    pub(crate) fn send_reset(&self) {
+        let Some(cmds) = self.cmds.upgrade() else {
+            return;
+        };
+        let run = self.lock().seq.run();
+        let place = Place {
+            flow: self.flow,
+            run,
+            seq: 0,
+        };
+        let out = Outgoing::ordered(
+            self.to,
+            Envelope::reset(place),
+            self.ids.next_ids(1),
+            Ack::None,
+            None,
+        );
+        let _ = cmds.send(Command::Send(out));
+    }
+
+    fn keep(&self, st: &mut OutState, waker: &Waker) {
+        if !st.wakers.iter().any(|w| w.will_wake(waker)) {
+            st.wakers.push(waker.clone());
+        }
+    }
+
+    /// Sends the chunks that may go: full ones, and a partial one when flushed, ending, or
+    /// when nothing is unacknowledged (small writes coalesce while a chunk is in flight).
+    fn pump(self: &Arc<Self>, st: &mut OutState, cfg: StreamOut) {
+        while st.broken.is_none() && st.fin != Fin::Sent {
+            let len = st.buf.len().min(cfg.chunk);
+            let ending = st.fin == Fin::Wanted && st.buf.len() <= cfg.chunk;
+            let go = if st.buf.is_empty() {
+                ending
+            } else {
+                st.buf.len() >= cfg.chunk || st.flush > 0 || ending || st.seq.is_idle()
+            };
+            if !go || !st.seq.has_room(len) {
+                return;
+            }
+            let Some(seq) = st.seq.assign(len, ending) else {
+                return;
+            };
+            let body = st.buf.split_to(len).freeze();
+            st.flush = st.flush.saturating_sub(len);
+            let place = self.place(st, seq);
+            let deadline = st.deadline;
+            let payload = Envelope::ordered(place, ending, body);
+            if self
+                .hand(st, payload, seq, AckKind::Chunk, deadline)
+                .is_none()
+            {
+                st.broken = Some(Broken::Closed);
+                return;
+            }
+            if ending {
+                st.fin = Fin::Sent;
+            }
+        }
+    }
+
+    /// A verdict of one of the flow's messages, from the driver.
+    fn on_verdict(
+        self: &Arc<Self>,
+        run: u32,
+        seq: u64,
+        kind: &AckKind,
+        verdict: Result<(), ReceiptError>,
+    ) {
+        let given_up = matches!(
+            verdict,
+            Err(ReceiptError::NotDelivered | ReceiptError::InDoubt)
+        );
+        let mut st = self.lock();
+        if run != st.seq.run() {
+            return; // of a run replaced since (its receiver restarted)
+        }
+        match (kind, verdict) {
+            (AckKind::Gap, Ok(())) => st.seq.on_gap(seq),
+            (_, Ok(())) => {
+                st.seq.on_verdict(seq, true);
+            }
+            (AckKind::Message(_), Err(_)) if given_up => {
+                if st.seq.on_verdict(seq, false) == Settled::SendGap {
+                    let place = self.place(&st, seq);
+                    let gap = Envelope::gap(place);
+                    if self.hand(&st, gap, seq, AckKind::Gap, None).is_none() {
+                        st.broken = Some(Broken::Closed);
+                    }
+                }
+            }
+            (AckKind::Chunk, Err(_)) if given_up => {
+                drop(st);
+                self.reset_after(Broken::TimedOut);
+                return;
+            }
+            (_, Err(_)) => {
+                drop(st);
+                self.break_with(Broken::Closed);
+                return;
+            }
+        }
+        if let Some(cfg) = self.stream {
+            self.pump(&mut st, cfg);
+        }
+        let wakers = std::mem::take(&mut st.wakers);
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// A channel's receiver does not know its run (it restarted): the channel starts a new
+    /// run, whose first message travels alone. Messages of the old run without a verdict
+    /// keep their receipts; they count no more against the window.
+    pub(crate) fn restart_run(&self, run: u32) {
+        let wakers = {
+            let mut st = self.lock();
+            if st.seq.run() != run || self.stream.is_some() {
+                return;
+            }
+            let window = st.seq.window();
+            st.seq = Sequencer::new(next_run(run), window);
+            std::mem::take(&mut st.wakers)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// A chunk was given up: the stream is broken for `why`, and its peer told.
+    fn reset_after(self: &Arc<Self>, why: Broken) {
+        if self.broken().is_none() {
+            self.send_reset();
+        }
+        self.break_with(why);
+    }
+}
+
+/// A run different from `run` and from the runs before it (SplitMix64's mixer, on 32 bits).
+fn next_run(run: u32) -> u32 {
+    let mut z = u64::from(run).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u32
+}

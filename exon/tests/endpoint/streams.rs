@@ -1,0 +1,260 @@
+//! Ordered channels and byte streams over loopback UDP, with and without injected loss,
+//! duplication and reordering: order and exactly-once, gaps for messages given up, stream
+//! bytes exact, half-close, abort on drop, a reader that never reads, and errors for a peer
+//! gone for good.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::endpoint::{Endpoint, EndpointConfig, Faults, Kind, LossySocket, ReceiptError};
+use exon::proto::Config;
+use exon::NodeId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UdpSocket;
+use tokio::time::timeout;
+
+const A: NodeId = NodeId::from_const(1);
+const B: NodeId = NodeId::from_const(2);
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn cfg() -> EndpointConfig {
+    EndpointConfig::default().with_protocol({
+        let mut conf = Config::default();
+        conf.timers.initial_rtt = Duration::from_millis(20);
+        conf.timers.probe_interval = Duration::from_millis(50);
+        conf.timers.max_probe_interval = Duration::from_millis(200);
+        conf.timers.idle_timeout = Duration::from_millis(300);
+        conf
+    })
+}
+
+fn security(id: NodeId) -> exon::proto::Security {
+    exon::proto::crypto::insecure_test_security(id, (1..4).map(NodeId::from_const))
+}
+
+async fn start(id: NodeId, faults: Option<Faults>, cfg: EndpointConfig) -> Endpoint {
+    let b = Endpoint::builder(id).security(security(id)).config(cfg);
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    match faults {
+        Some(f) => b.with_socket(LossySocket::new(sock, f)).unwrap(),
+        None => b.with_socket(sock).unwrap(),
+    }
+}
+
+async fn pair_with(faults: Option<Faults>, cfg: EndpointConfig) -> (Endpoint, Endpoint) {
+    let a = start(A, faults, cfg.clone()).await;
+    let b = start(B, faults.map(|f| reseed(f, f.seed + 1)), cfg).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    (a, b)
+}
+
+fn reseed(mut f: Faults, seed: u64) -> Faults {
+    f.seed = seed;
+    f
+}
+
+fn lossy(seed: u64) -> Option<Faults> {
+    let mut f = Faults::default();
+    f.loss = 0.1;
+    f.duplicate = 0.05;
+    f.reorder = 0.1;
+    Some(reseed(f, seed))
+}
+
+/// Bytes of a test pattern: byte `i` is a function of `i` that repeats rarely.
+fn pattern(from: usize, len: usize) -> Vec<u8> {
+    (from..from + len)
+        .map(|i| {
+            (i as u64)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(17) as u8
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn channel_messages_arrive_in_order_exactly_once_under_loss() {
+    let (a, mut b) = pair_with(lossy(7), cfg()).await;
+    let n = 300u64;
+    let sender = tokio::spawn({
+        let a = a.handle();
+        async move {
+            let ch = a.channel(B, 3).unwrap();
+            let plain = a.clone();
+            let mut receipts = Vec::new();
+            for i in 0..n {
+                receipts.push(ch.send(i.to_be_bytes().to_vec()).await.unwrap());
+                if i % 10 == 0 {
+                    receipts.push(plain.send(B, Bytes::from_static(b"plain")).await.unwrap());
+                }
+            }
+            for r in receipts {
+                r.await.unwrap();
+            }
+        }
+    });
+    let (mut next, mut plain) = (0u64, 0);
+    while next < n || plain < n.div_ceil(10) {
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        match m.kind() {
+            Kind::Channel { channel: 3, seq } => {
+                assert_eq!(seq, next, "in order, each once");
+                assert_eq!(m.payload[..], next.to_be_bytes());
+                next += 1;
+            }
+            Kind::Plain => plain += 1,
+            k => panic!("unexpected {k:?}"),
+        }
+    }
+    timeout(LIMIT, sender).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_message_given_up_becomes_a_gap_in_its_place() {
+    let (a, mut b) = pair_with(None, cfg()).await;
+    let ch = a.channel(B, 0).unwrap();
+    let first = ch.send(Bytes::from_static(b"0")).await.unwrap();
+    let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    assert_eq!(m.kind(), Kind::Channel { channel: 0, seq: 0 });
+    timeout(LIMIT, first).await.unwrap().unwrap();
+    // A deadline that has passed before the driver takes the message: certainly not
+    // delivered, and its gap takes its place.
+    let lost = ch
+        .send_within(Bytes::from_static(b"1"), Duration::ZERO)
+        .await
+        .unwrap();
+    let after = ch.send(Bytes::from_static(b"2")).await.unwrap();
+    assert_eq!(
+        timeout(LIMIT, lost).await.unwrap(),
+        Err(ReceiptError::NotDelivered)
+    );
+    let gap = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    assert_eq!(gap.kind(), Kind::Gap { channel: 0, seq: 1 });
+    let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    assert_eq!(m.kind(), Kind::Channel { channel: 0, seq: 2 });
+    assert_eq!(&m.payload[..], b"2");
+    timeout(LIMIT, after).await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn stream_bytes_are_exact_both_ways_under_loss() {
+    let (a, mut b) = pair_with(lossy(11), cfg()).await;
+    let len = 3 << 20;
+    let server = tokio::spawn(async move {
+        let mut s = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+        assert_eq!(s.peer(), A);
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        // Echo it back, reversed in blocks, after the whole request came (half-close).
+        s.write_all(&got).await.unwrap();
+        s.shutdown().await.unwrap();
+        s.finished().await.unwrap();
+        got.len()
+    });
+    let mut s = a.open_stream(B).unwrap();
+    let data = pattern(0, len);
+    // Small and large writes mixed.
+    let mut at = 0;
+    let mut step = 1;
+    while at < len {
+        let n = step.min(len - at);
+        s.write_all(&data[at..at + n]).await.unwrap();
+        at += n;
+        step = if step > 100_000 { 1 } else { step * 7 };
+    }
+    s.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    timeout(LIMIT, s.read_to_end(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.len(), len);
+    assert!(back == data, "bytes exact");
+    assert_eq!(timeout(LIMIT, server).await.unwrap().unwrap(), len);
+    assert!(s.is_closed());
+}
+
+#[tokio::test]
+async fn dropping_a_stream_half_way_resets_it_at_the_peer() {
+    let (a, mut b) = pair_with(None, cfg()).await;
+    let mut s = a.open_stream(B).unwrap();
+    s.write_all(&pattern(0, 100_000)).await.unwrap();
+    s.flush().await.unwrap();
+    let mut peer = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+    let mut buf = vec![0u8; 1000];
+    peer.read_exact(&mut buf).await.unwrap();
+    drop(s);
+    let err = timeout(LIMIT, async {
+        loop {
+            match peer.read(&mut buf).await {
+                Ok(0) => panic!("a reset stream does not end cleanly"),
+                Ok(_) => continue,
+                Err(e) => return e,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+    let err = peer.write_all(b"more").await.unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset);
+}
+
+#[tokio::test]
+async fn a_peer_that_never_reads_holds_at_most_a_window() {
+    let mut c = cfg();
+    c.flows.stream_window_bytes = 256 << 10;
+    c.flows.stream_buffer = 64 << 10;
+    let (a, mut b) = pair_with(None, c).await;
+    let mut s = a.open_stream(B).unwrap();
+    let _peer = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+    let chunk = pattern(0, 16 << 10);
+    let mut written = 0usize;
+    // The writer stops once the window and its buffer are full.
+    while let Ok(r) = timeout(Duration::from_millis(500), s.write_all(&chunk)).await {
+        r.unwrap();
+        written += chunk.len();
+        assert!(written < 8 << 20, "the writer never stopped");
+    }
+    // What the peer holds unread is at most the window; the rest waits in the writer's
+    // buffer (and one write in progress).
+    assert!(written <= (256 + 64 + 16) << 10, "wrote {written}");
+    assert!(written >= 256 << 10, "the window was used: {written}");
+    let stats = b.stats().await.unwrap();
+    let untaken = stats.node.delivered - stats.node.taken;
+    assert!(
+        (1..=16).contains(&untaken),
+        "{untaken} chunks held unread"
+    );
+}
+
+#[tokio::test]
+async fn a_deadline_breaks_a_stream_whose_peer_is_gone() {
+    let mut c = cfg();
+    c.flows.stream_deadline = Some(Duration::from_millis(300));
+    let (a, b) = pair_with(None, c).await;
+    // Gone for good: closed at once, no linger.
+    b.close(Duration::ZERO).await;
+    drop(b);
+    let mut s = a.open_stream(B).unwrap();
+    let err = timeout(LIMIT, async {
+        loop {
+            if let Err(e) = s.write_all(&[7u8; 4096]).await {
+                return e;
+            }
+            if let Err(e) = s.flush().await {
+                return e;
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::ConnectionReset
+        ),
+        "{err}"
+    );
+}
