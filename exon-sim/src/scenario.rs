@@ -145,6 +145,12 @@ pub struct Scenario {
     /// after [`take_delay`](Self::take_delay) (the handler's time), and the oracle checks
     /// every call's end (see [`RpcModel`](crate::RpcModel)). `None`: plain messages.
     pub rpc: Option<crate::RpcModel>,
+    /// Ordered-channel mode: the applications send their `workload.messages` on ordered
+    /// channels (`exon::ordered`), with plain messages mixed in, and the oracle checks
+    /// every flow (see [`ChannelModel`](crate::ChannelModel)). Takes precedence over
+    /// [`rpc`](Self::rpc); deliveries are taken as the channels release them
+    /// ([`take_delay`](Self::take_delay) is not used). `None`: no channels.
+    pub channels: Option<crate::ChannelModel>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -163,6 +169,7 @@ impl std::fmt::Debug for Scenario {
             .field("deadline", &self.deadline)
             .field("durable", &self.durable)
             .field("rpc", &self.rpc)
+            .field("channels", &self.channels)
             .finish_non_exhaustive()
     }
 }
@@ -201,7 +208,7 @@ impl Scenario {
         self.config.validate()?;
         let max = self.config.limits.max_message_size;
         let mut largest = self.workload.payload_len.max(self.workload.max_payload_len);
-        if self.rpc.is_some() {
+        if self.rpc.is_some() || self.channels.is_some() {
             largest += exon::envelope::MAX_OVERHEAD;
         }
         if largest > max {
@@ -244,6 +251,7 @@ impl Default for Scenario {
             disk: None,
             durable: None,
             rpc: None,
+            channels: None,
         }
     }
 }

@@ -95,7 +95,7 @@ impl Sim {
 
     /// Node `i` sends a plain message (in an envelope) to a random other node; false if
     /// the node refused it for now.
-    fn plain_message(&mut self, i: usize) -> bool {
+    pub(super) fn plain_message(&mut self, i: usize) -> bool {
         let n = self.hosts.len();
         let to = (i + self.rng.gen_range(1..n)) % n;
         let wl = &self.sc.workload;
@@ -151,6 +151,12 @@ impl Sim {
             Envelope::Message(b)
             | Envelope::Request { body: b, .. }
             | Envelope::Reply { body: b, .. } => b.clone(),
+            Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_) => {
+                let what = format!("node{i} got an ordered message from node{from}, never sent");
+                self.oracle
+                    .violate(ViolationKind::NeverSent, None, self.now, what);
+                return;
+            }
         };
         // The application acts on whatever its node hands it, even a delivery the message
         // oracle finds wrong (a duplicate): the RPC oracle judges the calls on their own.
@@ -213,6 +219,7 @@ impl Sim {
                 self.take_now(i, id, &body, now);
                 self.drain(i);
             }
+            Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_) => {}
         }
     }
 
