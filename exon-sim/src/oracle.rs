@@ -466,3 +466,6 @@ mod tests;
 
 #[cfg(test)]
 mod rpc_tests;
+
+#[cfg(test)]
+mod channel_tests;
