@@ -6,9 +6,15 @@
 //! `exon::envelope`s, each call's end decided by `exon::call::CallState`), and the oracle
 //! also checks that every call's claimed end is true of what its server executed.
 //!
+//! With [`Scenario::channels`] the applications send on ordered channels
+//! (`exon::ordered`: numbered messages, gaps for those given up, receivers reordering with
+//! out-of-order messages left untaken), and the oracle also checks each flow's order, its
+//! gaps, the window's bound on what a receiver holds, and that no flow stays blocked.
+//!
 //! Everything is reproducible from [`Scenario::seed`].
 #![warn(missing_docs)]
 
+pub mod channels;
 pub mod deafness;
 pub mod disk;
 pub mod faults;
@@ -21,6 +27,7 @@ pub mod scenario;
 pub mod sim;
 pub mod workload;
 
+pub use channels::ChannelModel;
 pub use deafness::DeafWatch;
 pub use disk::DiskModel;
 pub use faults::{Fault, FaultKind};

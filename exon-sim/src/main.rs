@@ -170,6 +170,18 @@ struct Args {
     /// (0: none).
     #[arg(long, default_value_t = 0)]
     message_one_in: u64,
+    /// Ordered-channel mode: the applications send `--messages` on this many channels to
+    /// each receiver (`exon::ordered`: numbered, gaps for messages given up, receivers
+    /// holding out-of-order messages untaken), and the oracle checks every flow's order,
+    /// gaps, held bound and end (0: off). Takes precedence over `--rpc`.
+    #[arg(long, default_value_t = 0)]
+    channels: u16,
+    /// With `--channels`: messages of one flow unsettled at once.
+    #[arg(long, default_value_t = 8)]
+    channel_window: u32,
+    /// With `--channels`: one submission in this many is a plain message (0: none).
+    #[arg(long, default_value_t = 5)]
+    plain_one_in: u64,
     /// Every message (with `--rpc`: every request) is given up this many milliseconds
     /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
     #[arg(long)]
@@ -296,6 +308,12 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             call_deadline: Duration::from_millis(a.call_deadline_ms),
             fail_one_in: a.fail_one_in,
             message_one_in: a.message_one_in,
+        }),
+        channels: (a.channels > 0).then(|| exon_sim::ChannelModel {
+            channels: a.channels,
+            window: a.channel_window,
+            plain_one_in: a.plain_one_in,
+            ..exon_sim::ChannelModel::default()
         }),
         ..Scenario::default()
     }

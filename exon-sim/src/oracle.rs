@@ -5,10 +5,12 @@ use std::time::Duration;
 
 use crate::workload::{read_payload, Kind, MsgKey};
 
+mod channels;
 mod durable;
 mod rpc;
 mod violation;
 
+pub use channels::{ChanVerdict, ChannelCounts, FlowKey};
 pub use rpc::{answer_of, CallEnd, Execution, ReplyFate, RpcCounts, Stable};
 pub use violation::{Violation, ViolationKind};
 
@@ -56,6 +58,8 @@ pub struct Oracle {
     violation_count: u64,
     /// The request/reply workload's calls (`oracle/rpc.rs`).
     rpc: rpc::Calls,
+    /// The ordered channels' flows (`oracle/channels.rs`).
+    chans: channels::Flows,
     /// Distinct messages delivered.
     pub delivered: u64,
     /// Deliveries beyond the first.
@@ -446,6 +450,7 @@ impl Oracle {
             self.violate(kind, Some(key), now, "after quiescence".into());
         }
         self.finish_rpc(now);
+        self.finish_channels(now);
     }
 }
 
@@ -461,3 +466,6 @@ mod tests;
 
 #[cfg(test)]
 mod rpc_tests;
+
+#[cfg(test)]
+mod channel_tests;

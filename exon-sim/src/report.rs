@@ -93,6 +93,8 @@ pub struct Report {
     pub journal_damaged: u32,
     /// RPC mode: the calls' counters.
     pub rpc: Option<crate::oracle::RpcCounts>,
+    /// Channel mode: the flows' counters.
+    pub channels: Option<crate::oracle::ChannelCounts>,
 }
 
 impl Report {
@@ -160,6 +162,14 @@ impl fmt::Display for Report {
                 c.executions,
                 c.reruns,
                 c.discarded
+            )?;
+        }
+        if let Some(c) = &self.channels {
+            write!(
+                f,
+                " flows={} chan_sent={} released={} gaps={} gaps_sent={} discarded={} \
+                 held={} max_held={}",
+                c.flows, c.sent, c.released, c.gaps, c.gaps_sent, c.discarded, c.held, c.max_held
             )?;
         }
         if self.journal_commits > 0 {

@@ -154,3 +154,34 @@ fn rpc_runs_calls_and_reports_them() {
         "{line}"
     );
 }
+
+#[test]
+fn channels_run_ordered_flows_and_report_them() {
+    let out = exon_sim(&[
+        "--channels",
+        "2",
+        "--channel-window",
+        "4",
+        "--traffic",
+        "many",
+        "--nodes",
+        "3",
+        "--messages",
+        "120",
+        "--loss",
+        "0.05",
+        "--reorder",
+        "0.3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(line.contains("violations=0"), "{line}");
+    assert!(
+        line.contains("flows=") && line.contains(" gaps=0"),
+        "{line}"
+    );
+}

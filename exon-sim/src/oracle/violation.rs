@@ -72,6 +72,21 @@ pub enum ViolationKind {
     ReplyLost,
     /// RPC: after healing and quiescence, a call never ended (its caller did not crash).
     CallNotEnded,
+    /// Channels: a flow's numbers reached its receiving application out of order, twice,
+    /// or as another message than the one sent under them (or a sender numbered its
+    /// messages out of order).
+    ChannelOrder,
+    /// Channels: a message its sender was told is acknowledged was released to the
+    /// receiving application as a gap, or never (discarded).
+    ChannelAckedNotReleased,
+    /// Channels: a message its sender was told is not delivered was released as itself.
+    ChannelNotDeliveredReleased,
+    /// Channels: a receiver held as many messages and gaps of one flow out of order as the
+    /// window, or more (at most `window - 1` can be held: the one due is missing).
+    ChannelHeldOverWindow,
+    /// Channels: after healing and quiescence, a flow of a live sender and receiver was not
+    /// released to its last number sent (a channel blocked forever).
+    ChannelBlocked,
 }
 
 /// One violation, with the message involved if any.

@@ -8,6 +8,7 @@ use exon::proto::{Abandoned, MsgId};
 use super::host::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
+use crate::oracle::ChanVerdict;
 use crate::workload::{write_payload, Kind, MsgKey};
 
 impl Sim {
@@ -46,6 +47,15 @@ impl Sim {
             return; // settled already
         };
         let not_delivered = verdict == Abandoned::NotDelivered;
+        let v = if not_delivered {
+            ChanVerdict::NotDelivered
+        } else {
+            ChanVerdict::InDoubt
+        };
+        if self.chan_verdict(i, id, v) {
+            self.drain(i);
+            return; // a gap's (gaps have no deadline)
+        }
         if let Some(key) = self.key_of(i, id) {
             self.oracle.on_abandoned(key, not_delivered, self.now);
         }

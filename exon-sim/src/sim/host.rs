@@ -47,6 +47,8 @@ pub(crate) struct Host {
     pub(crate) open: HashMap<u64, (CallState, MsgId)>,
     /// RPC: requests executed and not yet answered (the reply was refused for now).
     pub(crate) answers: Vec<Answer>,
+    /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash).
+    pub(crate) chans: super::channels::ChanHost,
 }
 
 /// A request its server's application executed and is to answer.
@@ -100,12 +102,16 @@ impl Host {
             calls: HashMap::new(),
             open: HashMap::new(),
             answers: Vec::new(),
+            chans: super::channels::ChanHost::default(),
         }
     }
 
     /// Whether the application has messages to submit.
     pub(crate) fn has_traffic(&self) -> bool {
-        self.quota > 0 || !self.replies.is_empty() || !self.answers.is_empty()
+        self.quota > 0
+            || !self.replies.is_empty()
+            || !self.answers.is_empty()
+            || !self.chans.gaps_owed.is_empty()
     }
 
     /// Crashes the host (node and application, with what was in its buffer). False if it
@@ -123,6 +129,8 @@ impl Host {
         self.calls.clear();
         self.open.clear();
         self.answers.clear();
+        // Its flows die with it: a restarted node starts new runs and reorders afresh.
+        self.chans = super::channels::ChanHost::default();
         true
     }
 }

@@ -4,10 +4,12 @@
 //! The parts: the event queue (`queue.rs`), the hosts (`host.rs`), the nodes and their
 //! drain (`nodes.rs`), the applications (`app.rs`), the links and faults (`network.rs`),
 //! the attackers (`adversary.rs`), the journals of durable mode (`journal.rs`), the
-//! request/reply applications (`rpc.rs`), and the report (`outcome.rs`).
+//! request/reply applications (`rpc.rs`), the ordered-channel applications (`channels.rs`),
+//! and the report (`outcome.rs`).
 
 mod adversary;
 mod app;
+mod channels;
 mod host;
 mod journal;
 mod network;
@@ -193,6 +195,7 @@ impl Sim {
         match ev.what {
             What::Datagram { to, data } => self.on_datagram(to as usize, data),
             What::Timer(i) => self.on_timer(i as usize, ev.t),
+            What::Pump(i) if self.sc.channels.is_some() => self.chan_pump(i as usize),
             What::Pump(i) if self.sc.rpc.is_some() => self.rpc_pump(i as usize),
             What::Pump(i) => self.pump(i as usize),
             What::Take(i) if self.sc.rpc.is_some() => self.rpc_take(i as usize),

@@ -90,6 +90,9 @@ impl Sim {
                     }
                     self.crash_journal(node);
                     self.oracle.on_restart(node);
+                    if self.sc.channels.is_some() {
+                        self.oracle.on_chan_restart(node);
+                    }
                     if self.sc.rpc.is_some() {
                         self.oracle.on_caller_crashed(node);
                     }

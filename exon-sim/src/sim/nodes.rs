@@ -11,7 +11,7 @@ use super::host::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::disk::{clock_record, recover_clock};
-use crate::oracle::ViolationKind;
+use crate::oracle::{ChanVerdict, ViolationKind};
 use crate::workload::MsgKey;
 
 impl Sim {
@@ -70,6 +70,7 @@ impl Sim {
         } else {
             self.hosts[i].msg_keys.clear();
         }
+        self.chan_boot(i);
         let h = &mut self.hosts[i];
         h.node = Some(node);
         h.stored_hw = clock;
@@ -239,6 +240,9 @@ impl Sim {
     /// Hands one event of node `i` to its application (and the oracle).
     pub(super) fn app_event(&mut self, i: usize, e: Event) {
         match e {
+            Event::Delivered { from, payload, id } if self.sc.channels.is_some() => {
+                self.chan_delivered(i, from.get() as usize - 1, payload, id);
+            }
             Event::Delivered { from, payload, id } if self.sc.rpc.is_some() => {
                 self.rpc_delivered(i, from.get() as usize - 1, payload, id);
             }
@@ -267,18 +271,27 @@ impl Sim {
                 }
             }
             Event::Acknowledged { id, .. } => {
+                if self.chan_verdict(i, id, ChanVerdict::Delivered) {
+                    return; // a gap's
+                }
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_acked(key, self.now);
                 }
                 self.rpc_verdict(i, id, Learned::Acknowledged);
             }
             Event::InDoubt { id, .. } => {
+                if self.chan_verdict(i, id, ChanVerdict::InDoubt) {
+                    return;
+                }
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_in_doubt(key, self.now);
                 }
                 self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
+                if self.chan_verdict(i, id, ChanVerdict::NotDelivered) {
+                    return;
+                }
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_abandoned(key, true, self.now);
                 }

@@ -48,6 +48,11 @@ impl Sim {
             journal_torn_bytes: 0,
             journal_damaged: 0,
             rpc: self.scenario().rpc.as_ref().map(|_| o.rpc_counts()),
+            channels: self
+                .scenario()
+                .channels
+                .as_ref()
+                .map(|_| o.channel_counts()),
         };
         for h in &self.hosts {
             let j = &h.jstats;

@@ -95,7 +95,7 @@ impl Sim {
 
     /// Node `i` sends a plain message (in an envelope) to a random other node; false if
     /// the node refused it for now.
-    fn plain_message(&mut self, i: usize) -> bool {
+    pub(super) fn plain_message(&mut self, i: usize) -> bool {
         let n = self.hosts.len();
         let to = (i + self.rng.gen_range(1..n)) % n;
         let wl = &self.sc.workload;
@@ -150,9 +150,13 @@ impl Sim {
         let body = match &env {
             Envelope::Message(b)
             | Envelope::Request { body: b, .. }
-            | Envelope::Reply { body: b, .. }
-            | Envelope::Ordered { body: b, .. } => b.clone(),
-            Envelope::Gap(_) | Envelope::Reset(_) => bytes::Bytes::new(),
+            | Envelope::Reply { body: b, .. } => b.clone(),
+            Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_) => {
+                let what = format!("node{i} got an ordered message from node{from}, never sent");
+                self.oracle
+                    .violate(ViolationKind::NeverSent, None, self.now, what);
+                return;
+            }
         };
         // The application acts on whatever its node hands it, even a delivery the message
         // oracle finds wrong (a duplicate): the RPC oracle judges the calls on their own.
@@ -206,10 +210,7 @@ impl Sim {
                 }
                 self.drain(i);
             }
-            Envelope::Message(_)
-            | Envelope::Ordered { .. }
-            | Envelope::Gap(_)
-            | Envelope::Reset(_) => {
+            Envelope::Message(_) => {
                 if !is_whole(&body, key, self.sc.workload.len_of(key)) {
                     let what = format!("node{i} delivered {} bytes, not the message", body.len());
                     self.oracle
@@ -218,6 +219,7 @@ impl Sim {
                 self.take_now(i, id, &body, now);
                 self.drain(i);
             }
+            Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_) => {}
         }
     }
 

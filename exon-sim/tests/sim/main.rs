@@ -7,6 +7,7 @@
 //! Run: `cargo test -p exon-sim --test sim`.
 
 mod adversary;
+mod channels;
 mod congestion;
 mod deaf_paths;
 mod durable;

@@ -14,9 +14,15 @@ use tokio::sync::mpsc;
 use super::flow_config::FlowConfig;
 use super::flow_out::{Broken, FlowOut, StreamOut};
 use super::stream_in::StreamIn;
-use crate::envelope::{Flow, Place, MAX_STREAM_ID};
+use crate::envelope::{Flow, Place};
 use crate::ordered::{Arrival, Reorder, Step};
 use crate::proto::{DeliveryId, NodeId};
+
+/// Stream ids this endpoint uses (the wire allows up to [`MAX_STREAM_ID`](crate::envelope::MAX_STREAM_ID)): below 2^28, a
+/// stream's flow is a 4-byte varint, and a chunk's envelope (up to 2^30 chunks) fits the
+/// payload's inline head ([`HEAD_MAX`](crate::proto::HEAD_MAX)), so no chunk is copied.
+/// Ids start at a random point below half of it: 2^27 streams before they wrap.
+const STREAM_IDS: u64 = 1 << 28;
 
 /// A stream opened by a peer, for [`Endpoint::accept_stream`](super::Endpoint::accept_stream).
 #[derive(Debug)]
@@ -54,8 +60,7 @@ impl OrderedShared {
         let run = u32::from_le_bytes([seed[0], seed[1], seed[2], seed[3]]);
         let mut s = [0u8; 8];
         s.copy_from_slice(&seed[4..]);
-        // Half the id space above the start: 2^59 streams before the ids wrap.
-        let start = u64::from_le_bytes(s) % MAX_STREAM_ID.div_ceil(2);
+        let start = u64::from_le_bytes(s) % (STREAM_IDS / 2);
         Arc::new(OrderedShared {
             run,
             next_stream: AtomicU64::new(start),
@@ -86,7 +91,7 @@ impl OrderedShared {
 
     /// A new stream id.
     pub(crate) fn next_stream(&self) -> u64 {
-        self.next_stream.fetch_add(1, Ordering::Relaxed) % (MAX_STREAM_ID + 1)
+        self.next_stream.fetch_add(1, Ordering::Relaxed) % STREAM_IDS
     }
 
     /// The sender of channel `n` to `to`, made by `make` the first time.

@@ -4,7 +4,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// Most bytes a head holds in place; a longer head is joined to the body (one copy).
-pub const HEAD_MAX: usize = 23;
+pub const HEAD_MAX: usize = 15;
 
 /// A message's bytes: `head` then `body`, sent as one payload (the receiver sees their
 /// concatenation). `From<Bytes>` gives a payload with no head.
