@@ -279,10 +279,15 @@ impl Flows {
                     seq,
                     held: item,
                 }),
-                Step::Discard(item)
-                | Step::Stale {
+                Step::Discard(item) => Action::Take(item.id),
+                Step::Stale {
                     item, gap: true, ..
-                } => Action::Take(item.id),
+                } => {
+                    // A gap of a run not known here: nothing to deliver, but the sender
+                    // should start a new run all the same.
+                    stale = true;
+                    Action::Take(item.id)
+                }
                 Step::Stale {
                     seq,
                     item,

@@ -255,3 +255,118 @@ async fn a_deadline_breaks_a_stream_whose_peer_is_gone() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn after_the_receiver_restarts_a_channel_starts_a_new_run_and_loses_nothing() {
+    // The receiver's clock is on stable storage, as the protocol requires of a restart.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.clock");
+    let start_b = || {
+        Endpoint::builder(B)
+            .security(security(B))
+            .config(cfg())
+            .clock_store(exon::endpoint::FileStore::new(path.clone()))
+            .bind("127.0.0.1:0")
+    };
+    let a = start(A, None, cfg()).await;
+    let mut b = start_b().await.unwrap();
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let ch = a.channel(B, 9).unwrap();
+    for i in 0..3u32 {
+        let r = ch.send(i.to_be_bytes().to_vec()).await.unwrap();
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        assert_eq!(
+            m.kind(),
+            Kind::Channel {
+                channel: 9,
+                seq: u64::from(i)
+            }
+        );
+        timeout(LIMIT, r).await.unwrap().unwrap();
+    }
+    // The receiver restarts (its channel state is gone) at a new address.
+    b.close(Duration::ZERO).await;
+    drop(b);
+    // The old B's last datagrams may still be on their way: A learns addresses from them.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut b = start_b().await.unwrap();
+    b.add_peer(A, a.local_addr());
+    a.add_peer(B, b.local_addr());
+    let n = 103u32;
+    // Sends wait for the window (the new run's first message goes alone, and is
+    // acknowledged only once taken): they run beside the receiver.
+    let mut sender = tokio::spawn(async move {
+        let mut verdicts = Vec::new();
+        // Batches, each waiting for the last's verdicts: the first ones go before the
+        // sender learns of the restart, the last ones after.
+        for range in (3..n).step_by(10).map(|i| i..(i + 10).min(n)) {
+            let mut receipts = Vec::new();
+            for i in range {
+                receipts.push((i, ch.send(i.to_be_bytes().to_vec()).await.unwrap()));
+            }
+            for (i, r) in receipts {
+                verdicts.push((i, timeout(LIMIT, r).await.unwrap()));
+            }
+        }
+        verdicts
+    });
+    let mut seen = Seen::default();
+    let verdicts = loop {
+        tokio::select! {
+            v = &mut sender => break v.unwrap(),
+            m = b.recv() => seen.record(m.unwrap()),
+        }
+    };
+    // Every message acknowledged was delivered (exactly once); those in flight to the
+    // old incarnation are in doubt (delivered at most once), and nothing else is.
+    let acked: std::collections::BTreeSet<u32> = verdicts
+        .iter()
+        .filter(|(_, v)| v.is_ok())
+        .map(|(i, _)| *i)
+        .collect();
+    for (i, v) in &verdicts {
+        assert!(
+            matches!(v, Ok(_) | Err(ReceiptError::InDoubt)),
+            "message {i}: {v:?}"
+        );
+    }
+    while !acked.is_subset(&seen.values) {
+        seen.record(timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+    }
+    let (ordered, unordered) = (seen.ordered.clone(), seen.unordered);
+    assert!(
+        (n - 10..n).all(|i| acked.contains(&i) && seen.in_order.contains(&i)),
+        "the last batch is acknowledged, and delivered in the new run's order"
+    );
+    // The old run's messages that reached the new receiver came unordered (flagged); the
+    // sender then started a new run, numbered from 0 and in order.
+    assert!(!ordered.is_empty(), "a new run started");
+    assert_eq!(ordered, (0..ordered.len() as u64).collect::<Vec<_>>());
+    let stats = b.stats().await.unwrap();
+    assert_eq!(stats.unordered, unordered);
+}
+
+/// What a channel's receiver got: values, the numbers of those in order, how many out of it.
+#[derive(Default)]
+struct Seen {
+    values: std::collections::BTreeSet<u32>,
+    in_order: std::collections::BTreeSet<u32>,
+    ordered: Vec<u64>,
+    unordered: u64,
+}
+
+impl Seen {
+    fn record(&mut self, m: exon::endpoint::Message) {
+        let v = u32::from_be_bytes(m.payload[..].try_into().unwrap());
+        assert!(self.values.insert(v), "message {v} delivered twice");
+        match m.kind() {
+            Kind::Channel { channel: 9, seq } => {
+                self.ordered.push(seq);
+                self.in_order.insert(v);
+            }
+            Kind::Unordered { channel: 9, .. } => self.unordered += 1,
+            k => panic!("unexpected {k:?}"),
+        }
+    }
+}
