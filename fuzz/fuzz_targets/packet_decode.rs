@@ -26,6 +26,11 @@ fuzz_target!(|data: &[u8]| {
                 outcome,
                 body,
             } => Envelope::reply(*call, *outcome, body.clone()),
+            Envelope::Ordered { place, last, body } => {
+                Envelope::ordered(*place, *last, body.clone())
+            }
+            Envelope::Gap(place) => Envelope::gap(*place),
+            Envelope::Reset(place) => Envelope::reset(*place),
         }
         .to_bytes();
         // Varints have one shortest form; a longer one opens to the same value.
