@@ -171,11 +171,7 @@ impl<S: DatagramSocket> Driver<S> {
             journal,
             handover: Handover::new(ch.deliver, cfg.ack_after_processing),
             requests: Requests::default(),
-            flows: Flows::new(
-                ch.shared.ordered().clone(),
-                cfg.flows.max_channels,
-                cfg.flows.max_streams,
-            ),
+            flows: Flows::new(ch.shared.ordered().clone()),
             actions: Vec::new(),
             cmds_self: ch.cmds_self,
             clock: ClockJobs::new(store, cfg.store_retry),
@@ -774,6 +770,7 @@ impl<S: DatagramSocket> Driver<S> {
             journal_bytes: self.journal.as_ref().map_or(0, |j| j.disk_bytes()),
             requests_held: self.requests.held(),
             streams_open: self.flows.streams(),
+            beyond_window: self.flows.beyond_window,
             stream_resets: self.stats.stream_resets + self.flows.resets,
             ..self.stats
         }

@@ -163,6 +163,15 @@ pub(crate) struct Flows {
     steps: Vec<Step<Held>>,
     max_channels: usize,
     max_streams: usize,
+    /// How far ahead of the next number due a message may be: beyond four of this
+    /// endpoint's windows no sender that keeps to a window sends, so such a message is a
+    /// peer's violation (it would hold untaken room without bound).
+    channel_ahead: u64,
+    stream_ahead: u64,
+    /// The run each channel's sender was last told to replace (one reset per run).
+    resets_sent: HashMap<(NodeId, u16), u32>,
+    /// Messages beyond the window (taken and dropped; a stream's aborts it).
+    pub(crate) beyond_window: u64,
     /// Counters: streams reset by peers, or for being unknown here.
     pub(crate) resets: u64,
     /// Channel messages released out of order (of a run this receiver does not know).
@@ -172,18 +181,19 @@ pub(crate) struct Flows {
 }
 
 impl Flows {
-    pub(crate) fn new(
-        shared: Arc<OrderedShared>,
-        max_channels: usize,
-        max_streams: usize,
-    ) -> Flows {
+    pub(crate) fn new(shared: Arc<OrderedShared>) -> Flows {
+        let c = shared.config().clone();
         Flows {
             shared,
             channels: HashMap::new(),
             streams: HashMap::new(),
             steps: Vec::new(),
-            max_channels,
-            max_streams,
+            max_channels: c.max_channels,
+            max_streams: c.max_streams,
+            channel_ahead: 4 * u64::from(c.channel_window.max(1)),
+            stream_ahead: 4 * u64::from(c.stream_window.max(1)),
+            resets_sent: HashMap::new(),
+            beyond_window: 0,
             resets: 0,
             stale: 0,
             refused: 0,
@@ -265,6 +275,11 @@ impl Flows {
             }
         };
         let known = r.run() == Some(place.run);
+        if known && place.seq >= r.next().saturating_add(self.channel_ahead) {
+            self.beyond_window += 1;
+            actions.push(Action::Take(item_of(arrival).id));
+            return Ok(());
+        }
         r.on_arrival(place.run, place.seq, arrival, &mut self.steps);
         let mut stale = false;
         for step in self.steps.drain(..) {
@@ -303,7 +318,11 @@ impl Flows {
                 }
             });
         }
-        if stale && !known && place.seq != 0 {
+        if stale
+            && !known
+            && place.seq != 0
+            && self.resets_sent.insert((from, n), place.run) != Some(place.run)
+        {
             // The sender's run is unknown here: it should start a new one.
             actions.push(Action::Reset { to: from, place });
         }
@@ -352,6 +371,14 @@ impl Flows {
         let Some(s) = self.streams.get_mut(&key) else {
             return;
         };
+        let far = s.reorder.next().saturating_add(self.stream_ahead);
+        if s.reorder.run() == Some(place.run) && place.seq >= far {
+            self.beyond_window += 1;
+            actions.push(Action::Take(item_of(arrival).id));
+            s.out.reset(true);
+            self.forget(from, id, mine, actions);
+            return;
+        }
         s.reorder
             .on_arrival(place.run, place.seq, arrival, &mut self.steps);
         let mut ended = false;

@@ -95,6 +95,9 @@ counters! {
         /// Channel messages delivered outside their channel's order
         /// ([`Kind::Unordered`](super::Kind::Unordered)).
         pub unordered: u64 [sum],
+        /// Ordered messages more than four windows ahead of their flow (a peer that ignores
+        /// its window): taken and dropped, and a stream's aborts it.
+        pub beyond_window: u64 [sum],
         /// Channel messages left undelivered because
         /// [`FlowConfig::max_channels`](super::FlowConfig::max_channels) channels were known.
         pub channels_full: u64 [sum],
