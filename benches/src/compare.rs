@@ -488,7 +488,10 @@ fn stream(args: &Options) -> Result<(), String> {
         }
     }
     let med: Vec<f64> = rates.iter().map(|r| median(&mut r.clone())).collect();
-    let exon = kinds.iter().position(|&k| k == StreamKind::Exon).map(|i| med[i]);
+    let exon = kinds
+        .iter()
+        .position(|&k| k == StreamKind::Exon)
+        .map(|i| med[i]);
     println!(
         "{:<10} {:>10} {:>9}  verified (bytes, crc32)  per round (MiB/s)",
         "system", "MiB/s", "vs exon"

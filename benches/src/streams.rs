@@ -316,9 +316,8 @@ pub fn channel_calls(
                     (ChannelKind::Channel, Kind::Channel { channel: 1, seq }) => {
                         assert_eq!(seq, next, "requests in order, each once");
                         next += 1;
-                        let back = back.get_or_insert_with(|| {
-                            ep.channel(m.from, 1).expect("channel back")
-                        });
+                        let back = back
+                            .get_or_insert_with(|| ep.channel(m.from, 1).expect("channel back"));
                         drop(back.send(m.payload).await.expect("reply"));
                     }
                     (ChannelKind::Plain, Kind::Plain) => {
