@@ -142,7 +142,8 @@ struct Cli {
 
 /// The system called `s`, for clap.
 fn system(s: &str) -> Result<System, String> {
-    System::parse(s).ok_or_else(|| format!("no system {s:?} (exon, tcp_cubic, tcp_bbr, quic)"))
+    System::parse(s)
+        .ok_or_else(|| format!("no system {s:?} (exon, tcp_cubic, tcp_bbr, quic, exon_stream)"))
 }
 
 fn parse_args() -> Args {

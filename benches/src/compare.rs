@@ -23,6 +23,11 @@ pub enum Mode {
     OneWay,
     /// Request/reply with concurrent callers.
     Rpc,
+    /// One long transfer of `--mib` MiB over a byte stream: exon `Stream`, TCP, QUIC.
+    Stream,
+    /// Request/reply of `--callers` callers over one ordered exon channel, against plain
+    /// exon messages.
+    Channel,
 }
 
 /// What to compare, as the command line says.
@@ -84,6 +89,9 @@ pub struct Options {
     /// One-way, exon only: messages per `Handle::send_batch` call (0: one `send` each).
     #[arg(long, default_value_t = 0)]
     pub send_batch: usize,
+    /// Stream: MiB per transfer (one transfer per system per round; the median is reported).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub mib: u64,
     /// Exon's flow-control window in slots per destination (`Config::window`; 0: exon's
     /// default).
     #[arg(long, default_value_t = 0)]
@@ -126,6 +134,8 @@ pub fn run(args: &Options) -> Result<(), String> {
         Mode::OneWay => one_way(args),
         Mode::Rpc if scaled => Err("--pairs, --shards and --send-batch are for one-way".into()),
         Mode::Rpc => rpc(args),
+        Mode::Stream => stream(args),
+        Mode::Channel => channel(args),
     }
 }
 
@@ -445,6 +455,134 @@ fn rpc(args: &Options) -> Result<(), String> {
     last.push(format!("callers={}", args.callers));
     last.extend(tail_keys(args, &refused));
     last.extend(durable_keys(args));
+    println!("{}", last.join(" "));
+    Ok(())
+}
+
+/// One long transfer per system per round, systems alternating; medians of the rounds.
+fn stream(args: &Options) -> Result<(), String> {
+    use crate::streams::{expected_crc, median, transfer, StreamKind};
+    let kinds: Vec<StreamKind> = StreamKind::ALL
+        .into_iter()
+        .filter(|k| args.only.as_deref().is_none_or(|o| o == k.name()))
+        .collect();
+    if kinds.is_empty() {
+        return Err("--only names no system of this mode (exon, exon_plain, tcp, quic)".into());
+    }
+    let blocks = args.mib;
+    println!(
+        "stream, one transfer of {blocks} MiB per system per round (1 MiB writes), {} rounds, \
+         exon max_datagram_size {} B (0: path MTU discovery), chunks of {} B",
+        args.rounds,
+        args.datagram,
+        exon::endpoint::FlowConfig::default().stream_chunk
+    );
+    let crc = expected_crc(blocks);
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
+    for _ in 0..args.rounds {
+        for (i, &k) in kinds.iter().enumerate() {
+            let t = transfer(k, blocks, args.datagram);
+            assert_eq!(t.bytes, blocks << 20, "{}: bytes read", k.name());
+            assert_eq!(t.crc, crc, "{}: CRC-32 of the bytes read", k.name());
+            rates[i].push(t.mib_s());
+        }
+    }
+    let med: Vec<f64> = rates.iter().map(|r| median(&mut r.clone())).collect();
+    let exon = kinds
+        .iter()
+        .position(|&k| k == StreamKind::Exon)
+        .map(|i| med[i]);
+    println!(
+        "{:<10} {:>10} {:>9}  verified (bytes, crc32)  per round (MiB/s)",
+        "system", "MiB/s", "vs exon"
+    );
+    for (i, k) in kinds.iter().enumerate() {
+        let per: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
+        println!(
+            "{:<10} {:>10.1} {:>9}  {} x {} B, {crc:08x}  {}",
+            k.name(),
+            med[i],
+            vs_exon(med[i], exon),
+            args.rounds,
+            blocks << 20,
+            per.join(" ")
+        );
+    }
+    let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+    let mut last: Vec<String> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{n}_mib_s={:.1}", med[i]))
+        .collect();
+    last.extend(ratios(&names, |i| med[i]));
+    last.push(format!("mib={blocks}"));
+    last.push(format!("rounds={}", args.rounds));
+    last.push(format!("datagram={}", args.datagram));
+    println!("{}", last.join(" "));
+    Ok(())
+}
+
+/// Request/reply over one ordered channel against plain messages, alternating in rounds.
+fn channel(args: &Options) -> Result<(), String> {
+    use crate::streams::{channel_calls, ChannelKind};
+    let kinds: Vec<ChannelKind> = ChannelKind::ALL
+        .into_iter()
+        .filter(|k| args.only.as_deref().is_none_or(|o| o == k.name()))
+        .collect();
+    if kinds.is_empty() {
+        return Err("--only names no system of this mode (exon_channel, exon_plain_msgs)".into());
+    }
+    let callers = u32::try_from(args.callers).map_err(|_| "--callers too large")?;
+    let slot = slot(args);
+    let warmup = Duration::from_millis(200);
+    println!(
+        "channel, {} B requests and replies, {callers} concurrent callers, sealed, exon \
+         max_datagram_size {} B, {} rounds of {:.2} s per system (after {} ms of warm-up each)",
+        args.size,
+        args.datagram,
+        args.rounds,
+        slot.as_secs_f64(),
+        warmup.as_millis()
+    );
+    let mut lats = vec![Latencies::default(); kinds.len()];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
+    let mut totals = vec![0u64; kinds.len()];
+    for _ in 0..args.rounds {
+        for (i, &k) in kinds.iter().enumerate() {
+            let c = channel_calls(k, callers, size(args), args.datagram, warmup, slot);
+            rates[i].push(c.replies as f64 / c.time.as_secs_f64());
+            totals[i] += c.replies;
+            lats[i].merge(&c.latencies);
+        }
+    }
+    let rate = |i: usize| totals[i] as f64 / (slot.as_secs_f64() * args.rounds as f64);
+    println!(
+        "{:<16} {:>10} {:>10} {:>10} {:>10}  per round (req/s)",
+        "system", "req/s", "p50 us", "p99 us", "verified"
+    );
+    let mut last = Vec::new();
+    for (i, k) in kinds.iter().enumerate() {
+        let per: Vec<String> = rates[i].iter().map(|r| format!("{r:.0}")).collect();
+        let (p50, p99) = (lats[i].quantile_us(0.5), lats[i].quantile_us(0.99));
+        println!(
+            "{:<16} {:>10.0} {:>10.0} {:>10.0} {:>10}  {}",
+            k.name(),
+            rate(i),
+            p50,
+            p99,
+            totals[i],
+            per.join(" ")
+        );
+        last.push(format!("{}={:.0}", k.name(), rate(i)));
+        last.push(format!("{}_p50_us={p50:.0}", k.name()));
+        last.push(format!("{}_p99_us={p99:.0}", k.name()));
+    }
+    if kinds.len() == 2 {
+        last.push(format!("channel_over_plain={:.3}", rate(0) / rate(1)));
+    }
+    last.push(format!("callers={callers}"));
+    last.push(format!("size={}", args.size));
+    last.push(format!("datagram={}", args.datagram));
     println!("{}", last.join(" "));
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod rpc;
 pub mod sharded;
 pub mod stats;
 pub mod storage;
+pub mod streams;
 pub mod systems;
 pub mod tcp;
 pub mod testbed;

@@ -36,6 +36,9 @@ pub enum System {
     TcpBbr,
     /// QUIC (quinn, its default congestion control).
     Quic,
+    /// Exon, one-way only: the frames over one exon byte stream (`Handle::open_stream`)
+    /// instead of one message each. Not in [`System::ALL`]: named with `--systems`.
+    ExonStream,
 }
 
 impl System {
@@ -49,12 +52,16 @@ impl System {
             System::TcpCubic => "tcp_cubic",
             System::TcpBbr => "tcp_bbr",
             System::Quic => "quic",
+            System::ExonStream => "exon_stream",
         }
     }
 
     /// The system called `s`.
     pub fn parse(s: &str) -> Option<System> {
-        System::ALL.into_iter().find(|k| k.name() == s)
+        System::ALL
+            .into_iter()
+            .chain([System::ExonStream])
+            .find(|k| k.name() == s)
     }
 
     fn congestion(self) -> &'static str {

@@ -65,6 +65,17 @@ pub(super) async fn recv(a: &RoleArgs, mut ctl: Control) {
             let s = tcp_listen(a).await;
             tokio::spawn(read_all(s, t, size));
         }
+        System::ExonStream => {
+            let mut ep = exon_endpoint(a.addr, 2, a.exon.config());
+            say("READY", &[]);
+            tokio::spawn(async move {
+                let s = ep.accept_stream().await.expect("a stream");
+                read_all(s, t, size).await;
+                // The endpoint stays until the process ends (the stream's acknowledgements).
+                std::future::pending::<()>().await;
+                drop(ep);
+            });
+        }
         System::Quic => {
             let ep = quic_server(a);
             let conn = ep.accept().await.unwrap().await.unwrap();
@@ -193,6 +204,25 @@ pub(super) async fn send(a: &RoleArgs, mut ctl: Control) {
                 ],
             );
             ctl.until_eof().await;
+            ep.close(Duration::from_millis(200)).await;
+        }
+        System::ExonStream => {
+            let ep = exon_endpoint(local_a(), 1, a.exon.config());
+            ep.add_peer(exon_peer(), a.addr);
+            let s = ep.open_stream(exon_peer()).expect("open_stream");
+            let (n, mut s) = write_until(s, &stop, a.size).await;
+            s.shutdown().await.ok();
+            let st = ep.stats().await.expect("endpoint running");
+            say(
+                "SENT",
+                &[
+                    ("n", n.to_string()),
+                    ("retransmissions", st.node.retransmissions.to_string()),
+                    ("datagrams_out", st.node.datagrams_out.to_string()),
+                ],
+            );
+            ctl.until_eof().await;
+            drop(s);
             ep.close(Duration::from_millis(200)).await;
         }
         System::TcpCubic | System::TcpBbr => {

@@ -29,6 +29,7 @@ pub(super) async fn server(a: &RoleArgs, ctl: Control) {
             let s = tcp_listen(a).await;
             serve_tcp(s, ctl.eof_signal(), a.size).await
         }
+        System::ExonStream => panic!("exon_stream is one-way only"),
         System::Quic => {
             let ep = quic_server(a);
             let conn = ep.accept().await.unwrap().await.unwrap();
@@ -62,6 +63,7 @@ pub(super) async fn client(a: &RoleArgs, ctl: Control) {
             exon_caller(ep, &mut tasks)
         }
         System::TcpCubic | System::TcpBbr => tcp_caller(tcp_connect(a).await, &mut tasks, a.size),
+        System::ExonStream => panic!("exon_stream is one-way only"),
         System::Quic => {
             let (ep, conn) = quic_connect(local_a(), a.addr, quic_cert(a)).await;
             quic_ep = Some(ep);
