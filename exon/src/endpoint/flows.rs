@@ -479,3 +479,70 @@ fn item_of(a: Arrival<Held>) -> Held {
         Arrival::Message { item, .. } | Arrival::Gap(item) => item,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEER: NodeId = NodeId::from_const(5);
+
+    fn flows(window: u32) -> Flows {
+        let config = FlowConfig {
+            channel_window: window,
+            ..FlowConfig::default()
+        };
+        Flows::new(OrderedShared::new(mpsc::unbounded_channel().0, config))
+    }
+
+    fn arrive(f: &mut Flows, run: u32, seq: u64) -> Vec<Action> {
+        let place = Place {
+            flow: Flow::Channel(3),
+            run,
+            seq,
+        };
+        let item = Held {
+            id: DeliveryId::for_test(PEER, seq),
+            body: Bytes::from_static(b"m"),
+        };
+        let mut actions = Vec::new();
+        let arrival = Arrival::Message { item, last: false };
+        assert!(f.on_ordered(PEER, place, arrival, &mut actions).is_ok());
+        actions
+    }
+
+    fn kinds(actions: &[Action]) -> Vec<&'static str> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::Channel(ChannelOut::Message { .. }) => "message",
+                Action::Channel(ChannelOut::Gap { .. }) => "gap",
+                Action::Channel(ChannelOut::Stale { .. }) => "stale",
+                Action::Take(_) => "take",
+                Action::Reset { .. } => "reset",
+                Action::NewStream { .. } => "stream",
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_message_far_beyond_the_window_is_dropped_not_held() {
+        let mut f = flows(2);
+        assert_eq!(kinds(&arrive(&mut f, 1, 0)), ["message"]);
+        // Within four windows of the next number: held (untaken) for its turn.
+        assert!(arrive(&mut f, 1, 8).is_empty());
+        // Beyond: no sender keeping to a window sends it; it would hold room forever.
+        assert_eq!(kinds(&arrive(&mut f, 1, 9)), ["take"]);
+        assert_eq!(f.beyond_window, 1);
+    }
+
+    #[test]
+    fn an_unknown_run_is_delivered_unordered_and_its_sender_told_once() {
+        let mut f = flows(8);
+        assert_eq!(kinds(&arrive(&mut f, 7, 3)), ["stale", "reset"]);
+        assert_eq!(kinds(&arrive(&mut f, 7, 4)), ["stale"], "one reset per run");
+        // The sender's new run starts at 0 and is in order.
+        assert_eq!(kinds(&arrive(&mut f, 8, 0)), ["message"]);
+        assert_eq!(kinds(&arrive(&mut f, 8, 1)), ["message"]);
+        assert_eq!(f.stale, 2);
+    }
+}

@@ -39,6 +39,21 @@ impl DeliveryId {
         }
     }
 
+    /// A delivery from `from` in slot `s` of incarnation 1, holding nothing (unit tests of
+    /// the layers above the core).
+    #[cfg(test)]
+    pub(crate) fn for_test(from: NodeId, s: u64) -> DeliveryId {
+        DeliveryId::new(
+            from,
+            1,
+            s,
+            Kept {
+                charge: 0,
+                pin: None,
+            },
+        )
+    }
+
     /// A delivery recovered from the journal after a restart: it may have been handed to
     /// the application before, and not taken.
     pub(crate) fn redelivered(from: NodeId, r: u64, s: u64, kept: Kept) -> DeliveryId {
