@@ -11,6 +11,7 @@
 
 mod batch;
 mod durable;
+mod http;
 mod loopback;
 mod parts;
 mod rpc;
