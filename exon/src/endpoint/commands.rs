@@ -151,6 +151,9 @@ impl Sends {
         let len = payload.len();
         let sent = match out.answers() {
             Some(request) => node.reply(t, request, payload.clone()),
+            // An ordered flow's message may wait untaken at its receiver (held for its turn,
+            // or unread): its arrival is reported before its verdict.
+            None if out.is_flow() => node.send_reported(t, to, payload.clone()),
             None => node.send(t, to, payload.clone()),
         };
         match sent {

@@ -3,9 +3,10 @@
 //! waiting for room. Verdicts come back to it from the driver ([`FlowAck`]); a message given
 //! up is replaced by its gap (channels) or aborts the stream (streams).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
@@ -113,12 +114,16 @@ impl Drop for FlowAck {
 }
 
 /// How a stream's sending side is set up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct StreamOut {
     /// Largest chunk.
     pub(crate) chunk: usize,
     /// Most bytes written and not yet in a chunk.
     pub(crate) buffer: usize,
+    /// The largest chunk that travels whole in one datagram on the path now (the driver
+    /// follows path MTU discovery): chunks are at most this, so that no chunk needs
+    /// fragments (and reassembly credit) when the path carries it whole.
+    pub(crate) hint: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// Deadline of each chunk.
     pub(crate) deadline: Option<Duration>,
 }
@@ -151,6 +156,23 @@ struct OutState {
     /// Bytes of `buf` a flush sends now, whatever the coalescing.
     flush: usize,
     fin: Fin,
+    /// A stream's chunks without a verdict, kept to be sent again if one comes back in
+    /// doubt: the receiver's record of this node was lost (evicted during a long outage)
+    /// while its stream state lives on, and that state tells a copy from a first arrival.
+    chunks: BTreeMap<u64, Chunk>,
+}
+
+/// A stream's chunk handed over and not yet acknowledged.
+#[derive(Debug, Clone)]
+struct Chunk {
+    body: Bytes,
+    last: bool,
+    /// Given up at this point (the stream's deadline from its first hand-over).
+    deadline: Option<Instant>,
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
 }
 
 impl FlowOut {
@@ -184,6 +206,7 @@ impl FlowOut {
                 buf: BytesMut::new(),
                 flush: 0,
                 fin: Fin::Open,
+                chunks: BTreeMap::new(),
             }),
         }
     }
@@ -229,10 +252,9 @@ impl FlowOut {
         payload: Payload,
         seq: u64,
         kind: AckKind,
-        deadline: Option<Duration>,
+        deadline: Option<Instant>,
     ) -> Option<MsgId> {
         let cmds = self.cmds.upgrade()?;
-        let deadline = deadline.map(|d| tokio::time::Instant::now().into_std() + d);
         let id = self.ids.next_ids(1);
         let ack = Ack::Flow(Box::new(FlowAck {
             out: self.clone(),
@@ -282,6 +304,7 @@ impl FlowOut {
         let place = self.place(&st, seq);
         let (tx, rx) = oneshot::channel();
         let payload = Envelope::ordered(place, false, body.take().unwrap_or_default());
+        let deadline = deadline.map(|d| now() + d);
         let Some(id) = self.hand(&st, payload, seq, AckKind::Message(Some(tx)), deadline) else {
             st.seq.unassign(seq);
             st.broken = Some(Broken::Closed);
@@ -303,7 +326,7 @@ impl FlowOut {
     /// A stream's bytes: takes what the buffer has room for (0 and `waker` kept when
     /// none), and sends the chunks that may go.
     pub(crate) fn write(self: &Arc<Self>, data: &[u8], waker: &Waker) -> Result<usize, Broken> {
-        let Some(cfg) = self.stream else {
+        let Some(cfg) = &self.stream else {
             return Ok(0);
         };
         let mut st = self.lock();
@@ -325,7 +348,7 @@ impl FlowOut {
 
     /// Asks that everything written go now; true once it is all handed to the driver.
     pub(crate) fn flush(self: &Arc<Self>, waker: &Waker) -> Result<bool, Broken> {
-        let Some(cfg) = self.stream else {
+        let Some(cfg) = &self.stream else {
             return Ok(true);
         };
         let mut st = self.lock();
@@ -343,7 +366,7 @@ impl FlowOut {
 
     /// Ends the stream's writing; true once its last chunk is handed to the driver.
     pub(crate) fn finish(self: &Arc<Self>, waker: &Waker) -> Result<bool, Broken> {
-        let Some(cfg) = self.stream else {
+        let Some(cfg) = &self.stream else {
             return Ok(true);
         };
         let mut st = self.lock();
@@ -388,17 +411,33 @@ impl FlowOut {
         let Some(seq) = st.seq.assign(0, false) else {
             return Ok(());
         };
-        let place = self.place(&st, seq);
-        let payload = Envelope::ordered(place, false, Bytes::new());
-        let deadline = st.deadline;
-        if self
-            .hand(&st, payload, seq, AckKind::Chunk, deadline)
-            .is_none()
-        {
+        if !self.send_chunk(&mut st, seq, Bytes::new(), false) {
             st.broken = Some(Broken::Closed);
             return Err(Broken::Closed);
         }
         Ok(())
+    }
+
+    /// Hands chunk `seq` to the driver and keeps it until its verdict; false if the driver
+    /// is gone.
+    fn send_chunk(self: &Arc<Self>, st: &mut OutState, seq: u64, body: Bytes, last: bool) -> bool {
+        let deadline = st.deadline.map(|d| now() + d);
+        let chunk = Chunk {
+            body,
+            last,
+            deadline,
+        };
+        let sent = self.resend(st, seq, &chunk);
+        st.chunks.insert(seq, chunk);
+        sent
+    }
+
+    /// (Re)sends chunk `seq`, under its own deadline.
+    fn resend(self: &Arc<Self>, st: &OutState, seq: u64, c: &Chunk) -> bool {
+        let place = self.place(st, seq);
+        let payload = Envelope::ordered(place, c.last, c.body.clone());
+        self.hand(st, payload, seq, AckKind::Chunk, c.deadline)
+            .is_some()
     }
 
     /// Aborts the stream: tells the peer (unless it told us), breaks both sides.
@@ -438,14 +477,17 @@ impl FlowOut {
 
     /// Sends the chunks that may go: full ones, and a partial one when flushed, ending, or
     /// when nothing is unacknowledged (small writes coalesce while a chunk is in flight).
-    fn pump(self: &Arc<Self>, st: &mut OutState, cfg: StreamOut) {
+    fn pump(self: &Arc<Self>, st: &mut OutState, cfg: &StreamOut) {
+        let chunk = cfg.hint.as_ref().map_or(cfg.chunk, |h| {
+            cfg.chunk.min(h.load(std::sync::atomic::Ordering::Relaxed))
+        });
         while st.broken.is_none() && st.fin != Fin::Sent {
-            let len = st.buf.len().min(cfg.chunk);
-            let ending = st.fin == Fin::Wanted && st.buf.len() <= cfg.chunk;
+            let len = st.buf.len().min(chunk);
+            let ending = st.fin == Fin::Wanted && st.buf.len() <= chunk;
             let go = if st.buf.is_empty() {
                 ending
             } else {
-                st.buf.len() >= cfg.chunk || st.flush > 0 || ending || st.seq.is_idle()
+                st.buf.len() >= chunk || st.flush > 0 || ending || st.seq.is_idle()
             };
             if !go || !st.seq.has_room(len) {
                 return;
@@ -455,13 +497,7 @@ impl FlowOut {
             };
             let body = st.buf.split_to(len).freeze();
             st.flush = st.flush.saturating_sub(len);
-            let place = self.place(st, seq);
-            let deadline = st.deadline;
-            let payload = Envelope::ordered(place, ending, body);
-            if self
-                .hand(st, payload, seq, AckKind::Chunk, deadline)
-                .is_none()
-            {
+            if !self.send_chunk(st, seq, body, ending) {
                 st.broken = Some(Broken::Closed);
                 return;
             }
@@ -490,7 +526,28 @@ impl FlowOut {
         match (kind, verdict) {
             (AckKind::Gap, Ok(())) => st.seq.on_gap(seq),
             (_, Ok(())) => {
+                st.chunks.remove(&seq);
                 st.seq.on_verdict(seq, true);
+            }
+            (AckKind::Chunk, Err(ReceiptError::InDoubt)) => {
+                // In doubt: the receiver lost its record of us (a long outage), not the
+                // stream (a restarted receiver answers with a reset). Sent again, the chunk
+                // is told from a copy by the stream's numbering, so it is read once. Past
+                // the stream's deadline, the stream is given up instead.
+                let chunk = st.chunks.get(&seq).cloned();
+                let expired = chunk
+                    .as_ref()
+                    .is_none_or(|c| c.deadline.is_some_and(|d| d <= now()));
+                if expired {
+                    drop(st);
+                    self.reset_after(Broken::TimedOut);
+                    return;
+                }
+                if let Some(c) = chunk {
+                    if !self.resend(&st, seq, &c) {
+                        st.broken = Some(Broken::Closed);
+                    }
+                }
             }
             (AckKind::Message(_), Err(_)) if given_up => {
                 if st.seq.on_verdict(seq, false) == Settled::SendGap {
@@ -512,7 +569,7 @@ impl FlowOut {
                 return;
             }
         }
-        if let Some(cfg) = self.stream {
+        if let Some(cfg) = &self.stream {
             self.pump(&mut st, cfg);
         }
         let wakers = std::mem::take(&mut st.wakers);
@@ -551,4 +608,95 @@ fn next_run(run: u32) -> u32 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PEER: NodeId = NodeId::from_const(9);
+
+    /// A stream's sending side whose driver is `rx` (and `tx`, kept alive).
+    fn stream(
+        deadline: Option<Duration>,
+    ) -> (
+        Arc<FlowOut>,
+        mpsc::UnboundedSender<Command>,
+        mpsc::UnboundedReceiver<Command>,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::for_test());
+        let inbox = Arc::new(StreamIn::new(shared.clone()));
+        let cfg = StreamOut {
+            chunk: 1000,
+            buffer: 10_000,
+            deadline,
+            hint: None,
+        };
+        let flow = Flow::Stream {
+            id: 1,
+            opener_sent: true,
+        };
+        let out = FlowOut::new(
+            PEER,
+            flow,
+            7,
+            Window::default(),
+            tx.downgrade(),
+            shared,
+            Some((cfg, inbox)),
+        );
+        (Arc::new(out), tx, rx)
+    }
+
+    /// The next message handed to the driver: its envelope opened, and its verdict's end.
+    fn next(rx: &mut mpsc::UnboundedReceiver<Command>) -> (Envelope, Ack) {
+        let Ok(Command::Send(out)) = rx.try_recv() else {
+            panic!("no message handed over");
+        };
+        let (ack, payload, _) = out.into_parts();
+        (
+            Envelope::open(payload.to_bytes()).expect("an envelope"),
+            ack,
+        )
+    }
+
+    fn waker() -> Waker {
+        futures_util::task::noop_waker()
+    }
+
+    #[tokio::test]
+    async fn a_chunk_in_doubt_is_sent_again_with_its_number() {
+        let (out, _tx, mut rx) = stream(None);
+        out.open().unwrap();
+        let (_, ack) = next(&mut rx);
+        ack.resolve(Ok(()));
+        assert_eq!(out.write(b"abc", &waker()), Ok(3));
+        let (first, ack) = next(&mut rx);
+        // The receiver lost its record of us: the same chunk goes again, same number.
+        ack.resolve(Err(ReceiptError::InDoubt));
+        let (again, ack) = next(&mut rx);
+        assert_eq!(first, again);
+        let Envelope::Ordered { place, body, .. } = again else {
+            panic!("a chunk");
+        };
+        assert_eq!((place.seq, &body[..]), (1, &b"abc"[..]));
+        ack.resolve(Ok(()));
+        assert_eq!(out.broken(), None);
+        assert!(rx.try_recv().is_err(), "nothing more");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_in_doubt_past_the_deadline_breaks_the_stream() {
+        let (out, _tx, mut rx) = stream(Some(Duration::ZERO));
+        out.open().unwrap();
+        let (_, ack) = next(&mut rx);
+        ack.resolve(Err(ReceiptError::InDoubt));
+        assert_eq!(out.broken(), Some(Broken::TimedOut));
+        let (reset, _) = next(&mut rx);
+        assert!(
+            matches!(reset, Envelope::Reset(_)),
+            "the peer is told: {reset:?}"
+        );
+    }
 }

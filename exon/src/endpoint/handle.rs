@@ -188,11 +188,22 @@ impl Outgoing {
         }
     }
 
+    /// Its verdict's destination, its payload and deadline (unit tests of flows).
+    #[cfg(test)]
+    pub(crate) fn into_parts(self) -> (Ack, Payload, Option<std::time::Instant>) {
+        (self.ack, self.payload, self.deadline)
+    }
+
     /// A message that never reached the driver: its flow is not told (it knows).
     pub(crate) fn disarm(self) {
         if let Ack::Flow(f) = self.ack {
             f.disarm();
         }
+    }
+
+    /// Whether it is an ordered flow's message (its flow hears its verdict).
+    pub(crate) fn is_flow(&self) -> bool {
+        matches!(self.ack, Ack::Flow(_))
     }
 
     /// The request this message answers, if it is a reply.
@@ -669,7 +680,7 @@ impl Handle {
             shard.cmds.downgrade(),
             self.first().shared.clone(),
             Some((
-                ordered.stream_out(shard.shared.max_payload()),
+                ordered.stream_out(to, shard.shared.max_payload()),
                 inbox.clone(),
             )),
         ));

@@ -114,6 +114,23 @@ impl Shared {
         }
     }
 
+    /// A shard's state for unit tests (1000-byte payloads, 8 send credits).
+    #[cfg(test)]
+    pub(crate) fn for_test() -> Shared {
+        let watch = Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new()));
+        Shared::new(
+            1000,
+            8,
+            None,
+            watch,
+            crate::endpoint::calls::Calls::new(std::time::Duration::from_secs(1)),
+            crate::endpoint::flows::OrderedShared::new(
+                tokio::sync::mpsc::unbounded_channel().0,
+                Default::default(),
+            ),
+        )
+    }
+
     /// The endpoint's ordered flows.
     pub(crate) fn ordered(&self) -> &Arc<super::flows::OrderedShared> {
         &self.ordered
@@ -358,18 +375,7 @@ mod tests {
     use super::*;
 
     fn shared() -> Shared {
-        let watch = Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new()));
-        Shared::new(
-            1000,
-            8,
-            None,
-            watch,
-            crate::endpoint::calls::Calls::new(std::time::Duration::from_secs(1)),
-            crate::endpoint::flows::OrderedShared::new(
-                tokio::sync::mpsc::unbounded_channel().0,
-                Default::default(),
-            ),
-        )
+        Shared::for_test()
     }
 
     #[test]

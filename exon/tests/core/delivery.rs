@@ -389,3 +389,58 @@ fn a_full_receiver_grants_no_new_slots() {
     p.node(B).handle_datagram(now, req.encode());
     assert_eq!(p.node(B).receiver_records(), 2, "room again: C gets slots");
 }
+
+/// A message sent with `Node::send_reported` (an ordered flow's message, which its receiver
+/// may hold untaken for its turn) is reported held by GOT as soon as it arrives: its sender
+/// never takes it for lost while it waits untaken (it only asks about it now and then), and
+/// its verdict
+/// still waits for the take. Sent with `send`, the same waiting message is retransmitted and
+/// counted lost at every timeout (what stalled streams behind one lost chunk).
+#[test]
+fn a_reported_message_waiting_untaken_is_reported_held_not_lost() {
+    let waiting = |reported: bool| {
+        let mut p = slow_receiver(test_config());
+        for i in 0..4u8 {
+            let now = p.now;
+            let payload = Bytes::from(vec![i; 100]);
+            if reported {
+                p.node(A).send_reported(now, id(B), payload).unwrap();
+            } else {
+                p.node(A).send(now, id(B), payload).unwrap();
+            }
+            p.drain(A);
+        }
+        p.run(QUIET);
+        assert_eq!(p.nodes[B].delivered.len(), 4, "delivered once each");
+        assert!(p.nodes[A].acked.is_empty(), "acknowledged before taken");
+        let stats = *p.node(A).stats();
+        let path = p.node(A).path(id(B)).expect("a sender record");
+        p.take(B, 4);
+        p.run(QUIET);
+        assert_eq!(p.nodes[A].acked.len(), 4, "acknowledged once taken");
+        assert_eq!(p.node(B).stats().delivered, 4);
+        (stats, path)
+    };
+    let (reported, path) = waiting(true);
+    // Asked about at its retransmission timeout (its first bytes again, answered by GOT),
+    // never taken for lost; its arrival feeds the RTT and the congestion controller.
+    assert_eq!(reported.losses_detected, 0, "{reported:?}");
+    assert_eq!(reported.spurious_losses, 0);
+    assert!(
+        reported.frames_in.got >= 4,
+        "the receiver said it holds them"
+    );
+    assert!(
+        path.min_rtt.is_some() && path.bandwidth.is_some(),
+        "{path:?}"
+    );
+    // Sent plainly: sent whole again at every timeout, and nothing tells the sender it
+    // arrived (no RTT, no delivery rate) until it is taken.
+    let (plain, path) = waiting(false);
+    assert_eq!(plain.frames_in.got, 0);
+    assert!(plain.retransmissions >= 4, "{plain:?}");
+    assert!(
+        path.min_rtt.is_none() && path.bandwidth.is_none(),
+        "{path:?}"
+    );
+}

@@ -228,7 +228,12 @@ async fn a_peer_that_never_reads_holds_at_most_a_window() {
     assert!(written >= 256 << 10, "the window was used: {written}");
     let stats = b.stats().await.unwrap();
     let untaken = stats.node.delivered - stats.node.taken;
-    assert!((1..=16).contains(&untaken), "{untaken} chunks held unread");
+    // And at most a window of chunks (their size follows the path: small until path MTU
+    // discovery has grown the datagrams).
+    assert!(
+        (1..=1024).contains(&untaken),
+        "{untaken} chunks held unread"
+    );
 }
 
 #[tokio::test]

@@ -158,7 +158,10 @@ impl ExonTuning {
         p.flow.envelope_low = (p.flow.envelope_target / 2).max(1);
         p.limits.max_queued_per_peer = (self.window as usize).max(512);
         p.flow.congestion = self.congestion;
-        if let Some(c) = std::env::var("EXON_STREAM_CHUNK").ok().and_then(|v| v.parse().ok()) {
+        if let Some(c) = std::env::var("EXON_STREAM_CHUNK")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
             cfg.flows.stream_chunk = c;
         }
         cfg

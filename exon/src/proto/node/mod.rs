@@ -468,7 +468,25 @@ impl Node {
         to: NodeId,
         payload: impl Into<Payload>,
     ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None)
+        self.accept(now, to, payload.into(), None, false)
+    }
+
+    /// Input: as [`send`](Self::send), for a message its receiver's application may leave
+    /// untaken for long after it arrives (the endpoint's ordered flows hold a message that
+    /// came ahead of its turn, and a stream's chunk until it is read). It travels as FRAG
+    /// frames even when it fits one TOKEN, so the receiver answers GOT as soon as it holds
+    /// it whole (`docs/wire.md`, "GOT"): the sender stops sending it, and its loss
+    /// detection and congestion controller count it as arrived, while its verdict waits
+    /// for the take (ACK). Sent with [`send`](Self::send), such a message is retransmitted
+    /// and taken for lost at every timeout while it waits, and those losses shrink the
+    /// congestion window of everything else sent to that peer.
+    pub fn send_reported(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payload: impl Into<Payload>,
+    ) -> Result<MsgId, SendError> {
+        self.accept(now, to, payload.into(), None, true)
     }
 
     /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
@@ -489,7 +507,7 @@ impl Node {
         if !self.is_waiting(&id) {
             return Err(SendError::NotWaiting);
         }
-        let msg = self.accept(now, id.from(), payload.into(), Some(id))?;
+        let msg = self.accept(now, id.from(), payload.into(), Some(id), false)?;
         if self.journal.is_none() {
             self.take_live(now, id);
         }
@@ -503,6 +521,7 @@ impl Node {
         to: NodeId,
         payload: Payload,
         answers: Option<DeliveryId>,
+        reported: bool,
     ) -> Result<MsgId, SendError> {
         if to == self.id {
             return Err(SendError::ToSelf);
@@ -558,7 +577,7 @@ impl Node {
         };
         let was_quiet = rec.is_quiet() && !rec.is_requesting();
         let frontier_rule = self.rules.token_before_frontier;
-        if rec.enqueue(id, payload, frontier_rule) {
+        if rec.enqueue(id, payload, reported, frontier_rule) {
             self.outbox.wake(to, usize::MAX);
         }
         self.liveness_work(now, to, was_quiet);

@@ -165,6 +165,7 @@ impl SRecord {
                 retry.push(Queued {
                     id,
                     payload: tok.payload,
+                    reported: tok.reported,
                 });
                 return;
             }
@@ -223,6 +224,7 @@ impl SRecord {
                 again.push(Queued {
                     id: tok.id,
                     payload: tok.payload,
+                    reported: tok.reported,
                 });
             },
         );

@@ -242,6 +242,7 @@ impl SRecord {
         let msg = Queued {
             id,
             payload: payload.into(),
+            reported: false,
         };
         match assigned {
             Some((rck, slot)) => {
@@ -464,6 +465,7 @@ impl SRecord {
             bandwidth: self.cc.bandwidth(),
             min_rtt: self.cc.min_rtt(),
             srtt: self.rtt.smoothed(),
+            datagram: self.mtud.size(),
         }
     }
 
@@ -482,8 +484,18 @@ impl SRecord {
     /// Takes message `id` (it waits for an envelope, or uses the first free one at once when
     /// nothing is queued before it). Returns whether it became a token.
     /// `frontier_rule` off (the checker's self-test) freezes the frontier before the token.
-    pub fn enqueue(&mut self, id: MsgId, payload: Payload, frontier_rule: bool) -> bool {
-        let msg = Queued { id, payload };
+    pub fn enqueue(
+        &mut self,
+        id: MsgId,
+        payload: Payload,
+        reported: bool,
+        frontier_rule: bool,
+    ) -> bool {
+        let msg = Queued {
+            id,
+            payload,
+            reported,
+        };
         self.bytes += msg.payload.len();
         self.note_busy();
         let envelope = match self.rck {

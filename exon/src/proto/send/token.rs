@@ -12,6 +12,11 @@ use crate::proto::{MsgId, Payload};
 pub(crate) struct Queued {
     pub(super) id: MsgId,
     pub(super) payload: Payload,
+    /// Sent as FRAG frames even when it fits one TOKEN, so that its receiver reports it
+    /// held (GOT) before its application takes it ([`Node::send_reported`]).
+    ///
+    /// [`Node::send_reported`]: crate::proto::Node::send_reported
+    pub(super) reported: bool,
 }
 
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
@@ -44,6 +49,8 @@ pub(crate) struct Token {
     pub(super) reach: u32,
     /// Its last loss declared by loss detection (kept until it is settled).
     pub(super) lost: Option<Lost>,
+    /// See [`Queued::reported`].
+    pub(super) reported: bool,
 }
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
@@ -75,6 +82,7 @@ impl Token {
             frag: None,
             reach: 0,
             lost: None,
+            reported: msg.reported,
         }
     }
 

@@ -158,6 +158,7 @@ mod tests {
             Queued {
                 id: MsgId(id),
                 payload: Bytes::new().into(),
+                reported: false,
             },
         );
         t.queued = false;

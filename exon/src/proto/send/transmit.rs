@@ -74,9 +74,12 @@ impl SRecord {
             }
             let r = tok.incarnation(rec.rck, keep_own);
             let len = token_len(s, r, tok.payload.len());
-            if tok.frag.is_none() && len > body_room {
+            if tok.frag.is_none() && (len > body_room || tok.reported) {
                 // Too large for one TOKEN in this peer's datagrams: fragments from now on
                 // (a whole TOKEN sent before, when datagrams were larger, is written off).
+                // Or a message its receiver may hold untaken for long: one whole FRAG, so
+                // that the receiver's GOT says it is there (no loss, no retransmission)
+                // before its ACK.
                 rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
                 tok.frag = Some(Box::new(Outgoing::new(tok.payload.len() as u64)));

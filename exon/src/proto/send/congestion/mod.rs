@@ -57,6 +57,8 @@ pub struct PathStats {
     pub min_rtt: Option<Duration>,
     /// Smoothed RTT.
     pub srtt: Option<Duration>,
+    /// The size of datagrams sent to the destination now (path MTU discovery's), in bytes.
+    pub datagram: usize,
 }
 
 /// What one acknowledgement (one verdict frame) settled, for the controller.
