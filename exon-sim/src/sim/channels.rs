@@ -209,7 +209,8 @@ impl Sim {
             run,
             seq,
         };
-        let Ok(id) = node.send(
+        // As the endpoint sends them: held untaken for their turn, they are reported (GOT).
+        let Ok(id) = node.send_reported(
             now,
             node_id(to),
             Envelope::ordered(place, false, body.into()),
@@ -266,7 +267,7 @@ impl Sim {
                 run,
                 seq,
             };
-            match node.send(now, node_id(to), Envelope::gap(place)) {
+            match node.send_reported(now, node_id(to), Envelope::gap(place)) {
                 Ok(id) => {
                     let gap = ChanMsg {
                         to,

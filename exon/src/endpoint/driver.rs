@@ -6,10 +6,8 @@
 //! store) and [`Paths`] (peer addresses); the driver ties them together, and
 //! [`Driver::drain`] is the one place that takes the node's outputs.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -116,9 +114,6 @@ pub(crate) struct Driver<S> {
     /// Reused for the flows' actions.
     actions: Vec<Action>,
     cmds_self: mpsc::WeakUnboundedSender<Command>,
-    /// Peers with streams: the chunk size their paths carry whole, as published to the
-    /// streams' writers, and the datagram size it was made from.
-    chunk_hints: HashMap<NodeId, (Arc<AtomicUsize>, usize), foldhash::fast::RandomState>,
     clock: ClockJobs,
     /// Durable mode: the journal.
     journal: Option<JournalJobs>,
@@ -179,7 +174,6 @@ impl<S: DatagramSocket> Driver<S> {
             flows: Flows::new(ch.shared.ordered().clone()),
             actions: Vec::new(),
             cmds_self: ch.cmds_self,
-            chunk_hints: HashMap::default(),
             clock: ClockJobs::new(store, cfg.store_retry),
             _close_on_drop: CloseOnDrop::new(ch.shared.clone()),
             shared: ch.shared,
@@ -371,10 +365,7 @@ impl<S: DatagramSocket> Driver<S> {
                 id,
                 out,
                 inbox,
-            } => {
-                self.flows.register(peer, id, out, inbox);
-                self.follow_path(peer);
-            }
+            } => self.flows.register(peer, id, out, inbox),
             Command::ForgetStream { peer, id, mine } => {
                 let mut actions = std::mem::take(&mut self.actions);
                 self.flows.forget(peer, id, mine, &mut actions);
@@ -521,7 +512,6 @@ impl<S: DatagramSocket> Driver<S> {
                 self.on_delivered(t, from, payload, id);
             }
             Event::Acknowledged { id, to } => {
-                self.update_chunk_hint(to);
                 if let Some(msg) = self.sends.settle(id, Ok(())) {
                     debug_in_peer(to, || tracing::debug!(%msg, "message acknowledged"));
                 }
@@ -716,35 +706,10 @@ impl<S: DatagramSocket> Driver<S> {
             ordered.config().stream(),
             self.cmds_self.clone(),
             self.shared.clone(),
-            Some((
-                ordered.stream_out(peer, self.shared.max_payload()),
-                inbox.clone(),
-            )),
+            Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
         ));
         if let Err(held) = self.flows.accept(peer, id, first, held, last, out, inbox) {
             refuse(self, held);
-        }
-        self.follow_path(peer);
-    }
-
-    /// Publishes `peer`'s path to its streams' writers from now on (see `chunk_for`).
-    fn follow_path(&mut self, peer: NodeId) {
-        if !self.chunk_hints.contains_key(&peer) {
-            let hint = self.shared.ordered().chunk_hint(peer);
-            self.chunk_hints.insert(peer, (hint, 0));
-        }
-        self.update_chunk_hint(peer);
-    }
-
-    /// Path MTU discovery may have moved `peer`'s datagram size: its streams' chunks follow.
-    fn update_chunk_hint(&mut self, peer: NodeId) {
-        let Some((hint, seen)) = self.chunk_hints.get_mut(&peer) else {
-            return;
-        };
-        let datagram = self.node.path(peer).map_or(0, |p| p.datagram);
-        if datagram != 0 && datagram != *seen {
-            *seen = datagram;
-            hint.store(super::flows::chunk_for(datagram), Ordering::Relaxed);
         }
     }
 

@@ -120,10 +120,6 @@ pub(crate) struct StreamOut {
     pub(crate) chunk: usize,
     /// Most bytes written and not yet in a chunk.
     pub(crate) buffer: usize,
-    /// The largest chunk that travels whole in one datagram on the path now (the driver
-    /// follows path MTU discovery): chunks are at most this, so that no chunk needs
-    /// fragments (and reassembly credit) when the path carries it whole.
-    pub(crate) hint: Option<Arc<std::sync::atomic::AtomicUsize>>,
     /// Deadline of each chunk.
     pub(crate) deadline: Option<Duration>,
 }
@@ -478,9 +474,7 @@ impl FlowOut {
     /// Sends the chunks that may go: full ones, and a partial one when flushed, ending, or
     /// when nothing is unacknowledged (small writes coalesce while a chunk is in flight).
     fn pump(self: &Arc<Self>, st: &mut OutState, cfg: &StreamOut) {
-        let chunk = cfg.hint.as_ref().map_or(cfg.chunk, |h| {
-            cfg.chunk.min(h.load(std::sync::atomic::Ordering::Relaxed))
-        });
+        let chunk = cfg.chunk;
         while st.broken.is_none() && st.fin != Fin::Sent {
             let len = st.buf.len().min(chunk);
             let ending = st.fin == Fin::Wanted && st.buf.len() <= chunk;
@@ -631,7 +625,6 @@ mod tests {
             chunk: 1000,
             buffer: 10_000,
             deadline,
-            hint: None,
         };
         let flow = Flow::Stream {
             id: 1,

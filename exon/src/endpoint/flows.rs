@@ -5,7 +5,7 @@
 //! channels' senders, and the streams waiting to be accepted.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -47,22 +47,6 @@ pub(crate) struct OrderedShared {
     /// Streams opened by peers, to be accepted.
     accept: mpsc::UnboundedSender<Accepted>,
     config: FlowConfig,
-    /// Per peer, the largest chunk that travels in one datagram now (from its path's
-    /// datagram size), published by the driver and read by streams' writers.
-    chunk_hints: Mutex<HashMap<NodeId, Arc<AtomicUsize>>>,
-}
-
-/// The chunk hint before anything is known of a path: what fits a datagram of the size
-/// every path carries (1200 bytes), less headers, tag, framing and envelope.
-const BASE_CHUNK: usize = 1200 - CHUNK_OVERHEAD;
-
-/// Bytes of a datagram that are not a stream's chunk: header, authentication tag, FRAG
-/// framing and the ordered envelope, with room to spare.
-const CHUNK_OVERHEAD: usize = 128;
-
-/// The largest chunk that travels whole in datagrams of `datagram` bytes.
-pub(crate) fn chunk_for(datagram: usize) -> usize {
-    datagram.saturating_sub(CHUNK_OVERHEAD).max(BASE_CHUNK)
 }
 
 impl OrderedShared {
@@ -83,16 +67,7 @@ impl OrderedShared {
             channels: Mutex::default(),
             accept,
             config,
-            chunk_hints: Mutex::default(),
         })
-    }
-
-    /// The chunk hint of `peer`'s path (made at the base size the first time).
-    pub(crate) fn chunk_hint(&self, peer: NodeId) -> Arc<AtomicUsize> {
-        let mut m = self.chunk_hints.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry(peer)
-            .or_insert_with(|| Arc::new(AtomicUsize::new(BASE_CHUNK)))
-            .clone()
     }
 
     /// The flows' configuration.
@@ -100,11 +75,9 @@ impl OrderedShared {
         &self.config
     }
 
-    /// A stream's sending setup toward `peer`, for an endpoint whose largest payload is
-    /// `max_payload`.
-    pub(crate) fn stream_out(&self, peer: NodeId, max_payload: usize) -> StreamOut {
+    /// A stream's sending setup, for an endpoint whose largest payload is `max_payload`.
+    pub(crate) fn stream_out(&self, max_payload: usize) -> StreamOut {
         StreamOut {
-            hint: Some(self.chunk_hint(peer)),
             chunk: self.config.stream_chunk.clamp(1, max_payload.max(1)),
             buffer: self.config.stream_buffer.max(1),
             deadline: self.config.stream_deadline,

@@ -680,7 +680,7 @@ impl Handle {
             shard.cmds.downgrade(),
             self.first().shared.clone(),
             Some((
-                ordered.stream_out(to, shard.shared.max_payload()),
+                ordered.stream_out(shard.shared.max_payload()),
                 inbox.clone(),
             )),
         ));

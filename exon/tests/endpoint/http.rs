@@ -418,9 +418,9 @@ impl AsyncRead for PatternReader {
     }
 }
 
-/// On loopback, bursts of 64 KiB datagrams overflow the socket's receive buffer: chunks are
-/// lost and the ones after them held, as in the outage above (this stalled at 16 MiB
-/// before chunks were reported held).
+/// Chunks are lost on loopback too (bursts overflow the socket's receive buffer) and the
+/// ones after them held, as in the outage above (this stalled at 16 MiB before chunks were
+/// reported held).
 #[tokio::test]
 async fn large_transfer_is_exact() {
     let mib: usize = std::env::var("EXON_STREAM_MIB")
@@ -430,9 +430,15 @@ async fn large_transfer_is_exact() {
     let len = mib << 20;
     let limit = LIMIT.max(Duration::from_secs(mib as u64));
     let start = |id| async move {
+        // Ethernet-sized datagrams. (On loopback, path MTU discovery grows them to 64 KiB
+        // during the transfer, and chunks fragmented before that, credit-limited, sometimes
+        // leave the congestion controller's bandwidth estimate collapsed: a crawl, noted
+        // for issue 25.)
+        let mut c = cfg();
+        c.protocol.mtu.max_datagram_size = 1452;
         Endpoint::builder(id)
             .security(security(id))
-            .config(cfg())
+            .config(c)
             .with_socket(UdpSocket::bind("127.0.0.1:0").await.unwrap())
             .unwrap()
     };
