@@ -28,7 +28,8 @@ pub struct FlowConfig {
     /// ([`Stream::set_deadline`](super::Stream::set_deadline) changes it for one).
     /// Default `None`: a stream waits out outages of any length.
     pub stream_deadline: Option<std::time::Duration>,
-    /// Streams open at once per driver shard; a peer's new stream beyond is reset.
+    /// Streams open at once per driver shard, and streams waiting to be accepted per
+    /// endpoint; a peer's new stream beyond either is reset.
     /// Default 4096.
     pub max_streams: usize,
     /// Channels (sender and number) a driver shard keeps order for; a message on a further

@@ -44,16 +44,14 @@ pub(crate) struct OrderedShared {
     /// The senders of channels, by destination and channel: one numbering per channel for
     /// the whole run, however many `Channel` values the application makes.
     channels: Mutex<HashMap<(NodeId, u16), Arc<FlowOut>>>,
-    /// Streams opened by peers, to be accepted.
-    accept: mpsc::UnboundedSender<Accepted>,
+    /// Streams opened by peers, to be accepted: at most `max_streams` wait (a stream that
+    /// ended at once has left the driver's table, but still waits here).
+    accept: mpsc::Sender<Accepted>,
     config: FlowConfig,
 }
 
 impl OrderedShared {
-    pub(crate) fn new(
-        accept: mpsc::UnboundedSender<Accepted>,
-        config: FlowConfig,
-    ) -> Arc<OrderedShared> {
+    pub(crate) fn new(accept: mpsc::Sender<Accepted>, config: FlowConfig) -> Arc<OrderedShared> {
         use ring::rand::SecureRandom;
         let mut seed = [0u8; 12];
         let _ = ring::rand::SystemRandom::new().fill(&mut seed);
@@ -427,8 +425,8 @@ impl Flows {
     }
 
     /// Makes the receiving side of a new stream from `peer`, whose first chunk (number 0
-    /// of the peer's run) is `first`, and queues it to be accepted. False when nobody
-    /// accepts streams (the caller resets it).
+    /// of the peer's run) is `first`, and queues it to be accepted. Gives the chunk back when
+    /// nobody accepts streams, or `max_streams` already wait (the caller resets it).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn accept(
         &mut self,
@@ -446,7 +444,7 @@ impl Flows {
             out: out.clone(),
             inbox: inbox.clone(),
         };
-        if self.shared.accept.send(accepted).is_err() {
+        if self.shared.accept.try_send(accepted).is_err() {
             return Err(held);
         }
         inbox.push(held.body, held.id, last);
@@ -491,7 +489,7 @@ mod tests {
             channel_window: window,
             ..FlowConfig::default()
         };
-        Flows::new(OrderedShared::new(mpsc::unbounded_channel().0, config))
+        Flows::new(OrderedShared::new(mpsc::channel(1).0, config))
     }
 
     fn arrive(f: &mut Flows, run: u32, seq: u64) -> Vec<Action> {

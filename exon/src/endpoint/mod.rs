@@ -149,7 +149,7 @@ pub struct Endpoint {
     /// Durable mode: the messages recovered from the journal at bind.
     recovered: Vec<RecoveredSend>,
     /// Streams opened by peers.
-    accept: mpsc::UnboundedReceiver<flows::Accepted>,
+    accept: mpsc::Receiver<flows::Accepted>,
 }
 
 /// The delivered messages of one driver shard: what [`Endpoint::into_deliveries`] splits an
@@ -372,7 +372,7 @@ impl Endpoint {
 
     /// The next byte stream a peer opened ([`Handle::open_stream`]), or `None` once the
     /// endpoint stopped. Streams opened while nobody accepts wait here (up to
-    /// [`FlowConfig::max_streams`] per shard; more are reset).
+    /// [`FlowConfig::max_streams`]; more are reset).
     ///
     /// # Cancel safety
     /// Cancel safe: a stream is taken only when this returns it.
@@ -560,7 +560,7 @@ impl Builder {
         };
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let calls = calls::Calls::new(self.config.call_deadline);
-        let (accept_tx, accept_rx) = mpsc::unbounded_channel();
+        let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
         let ordered = flows::OrderedShared::new(accept_tx, self.config.flows.clone());
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);

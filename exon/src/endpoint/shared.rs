@@ -125,7 +125,7 @@ impl Shared {
             watch,
             crate::endpoint::calls::Calls::new(std::time::Duration::from_secs(1)),
             crate::endpoint::flows::OrderedShared::new(
-                tokio::sync::mpsc::unbounded_channel().0,
+                tokio::sync::mpsc::channel(1).0,
                 Default::default(),
             ),
         )

@@ -380,3 +380,25 @@ impl Seen {
         }
     }
 }
+
+/// Streams a peer opens and ends at once leave the driver's table, but wait to be accepted:
+/// the queue of streams not accepted holds at most `max_streams`, and one beyond is reset
+/// (found in review: the queue was unbounded, so a peer could grow it without limit).
+#[tokio::test]
+async fn streams_nobody_accepts_are_bounded() {
+    let mut c = cfg();
+    c.flows.max_streams = 4;
+    let (a, _b) = pair_with(None, c).await;
+    let mut outcomes = Vec::new();
+    for _ in 0..8 {
+        let mut s = a.open_stream(B).unwrap();
+        s.shutdown().await.unwrap();
+        // Empty, so finished once the peer's driver has the end (nobody reads).
+        outcomes.push(timeout(LIMIT, s.finished()).await.unwrap().is_ok());
+    }
+    assert_eq!(
+        outcomes,
+        [true, true, true, true, false, false, false, false],
+        "four wait to be accepted, the others are reset"
+    );
+}
