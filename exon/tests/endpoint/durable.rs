@@ -7,29 +7,15 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use exon::endpoint::{Endpoint, EndpointConfig, Error, ReceiptError};
-use exon::proto::Config;
+use exon::endpoint::{Endpoint, Error, ReceiptError};
 use exon::NodeId;
 use tokio::time::timeout;
+
+use super::common::{cfg, security};
 
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn cfg() -> EndpointConfig {
-    EndpointConfig::default().with_protocol({
-        let mut conf = Config::default();
-        conf.timers.initial_rtt = Duration::from_millis(20);
-        conf.timers.probe_interval = Duration::from_millis(50);
-        conf.timers.max_probe_interval = Duration::from_millis(200);
-        conf.timers.idle_timeout = Duration::from_millis(300);
-        conf
-    })
-}
-
-fn security(id: NodeId) -> exon::proto::Security {
-    exon::proto::crypto::insecure_test_security(id, (1..4).map(NodeId::from_const))
-}
 
 async fn start(id: NodeId, dir: Option<&Path>) -> Endpoint {
     let b = Endpoint::builder(id).security(security(id)).config(cfg());

@@ -16,8 +16,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::endpoint::{DatagramSocket, Endpoint, EndpointConfig};
-use exon::proto::Config;
+use exon::endpoint::{DatagramSocket, Endpoint};
 use exon::NodeId;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
@@ -29,24 +28,11 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::timeout;
 
+use super::common::{cfg, security};
+
 const CLIENT: NodeId = NodeId::from_const(1);
 const SERVER: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(30);
-
-fn cfg() -> EndpointConfig {
-    EndpointConfig::default().with_protocol({
-        let mut conf = Config::default();
-        conf.timers.initial_rtt = Duration::from_millis(20);
-        conf.timers.probe_interval = Duration::from_millis(50);
-        conf.timers.max_probe_interval = Duration::from_millis(200);
-        conf.timers.idle_timeout = Duration::from_millis(300);
-        conf
-    })
-}
-
-fn security(id: NodeId) -> exon::proto::Security {
-    exon::proto::crypto::insecure_test_security(id, (1..4).map(NodeId::from_const))
-}
 
 /// A socket that can be cut (every datagram sent or received is dropped, and counted) and
 /// moved to a new port: receives follow the current socket at once, even one already

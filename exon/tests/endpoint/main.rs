@@ -10,6 +10,7 @@
 //! Run: `cargo test -p exon --test endpoint`.
 
 mod batch;
+mod common;
 mod durable;
 mod http;
 mod loopback;

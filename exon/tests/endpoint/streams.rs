@@ -7,30 +7,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use exon::endpoint::{Endpoint, EndpointConfig, Faults, Kind, LossySocket, ReceiptError};
-use exon::proto::Config;
 use exon::NodeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::time::timeout;
 
+use super::common::{cfg, security};
+
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn cfg() -> EndpointConfig {
-    EndpointConfig::default().with_protocol({
-        let mut conf = Config::default();
-        conf.timers.initial_rtt = Duration::from_millis(20);
-        conf.timers.probe_interval = Duration::from_millis(50);
-        conf.timers.max_probe_interval = Duration::from_millis(200);
-        conf.timers.idle_timeout = Duration::from_millis(300);
-        conf
-    })
-}
-
-fn security(id: NodeId) -> exon::proto::Security {
-    exon::proto::crypto::insecure_test_security(id, (1..4).map(NodeId::from_const))
-}
 
 async fn start(id: NodeId, faults: Option<Faults>, cfg: EndpointConfig) -> Endpoint {
     let b = Endpoint::builder(id).security(security(id)).config(cfg);
