@@ -71,8 +71,8 @@ struct Cli {
     /// Seed of the emulator's loss.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Exon's window (default: exon's default, 1024; its congestion controller sizes the
-    /// flight to the link).
+    /// Exon's window ceiling (default: exon's default, 32768; within it, the window follows
+    /// the congestion window, which sizes the flight to the link).
     #[arg(long)]
     exon_window: Option<u64>,
     /// Exon's envelopes (default 128, at most the window).

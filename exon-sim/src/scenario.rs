@@ -125,6 +125,11 @@ pub struct Scenario {
     /// still buffered: the application crashed before reading it. Zero takes every
     /// delivery at once.
     pub take_delay: Duration,
+    /// A slow application: it takes at most this many deliveries each time it takes (once
+    /// per [`take_delay`](Self::take_delay), which must then be positive), leaving the rest
+    /// for the next time, so it consumes at most `take_batch / take_delay` messages a
+    /// second. Zero: everything in its buffer each time.
+    pub take_batch: usize,
     /// Every message is given up (`Node::abandon`) this long after it was submitted, if
     /// not settled by then. `None`: never.
     pub deadline: Option<Duration>,
@@ -173,6 +178,7 @@ impl std::fmt::Debug for Scenario {
             .field("adversary", &self.adversary)
             .field("plaintext", &self.plaintext)
             .field("take_delay", &self.take_delay)
+            .field("take_batch", &self.take_batch)
             .field("disk", &self.disk)
             .field("deadline", &self.deadline)
             .field("durable", &self.durable)
@@ -255,6 +261,7 @@ impl Default for Scenario {
             expect_idle: true,
             node_hook: None,
             take_delay: Duration::ZERO,
+            take_batch: 0,
             deadline: None,
             disk: None,
             durable: None,

@@ -96,7 +96,8 @@ pub fn impairment(a: &Args, rate_mbit: f64, rtt_ms: f64, loss: f64) -> Impairmen
     }
 }
 
-/// Exon's tuning: its defaults (window 1024, 128 envelopes) on every link, unless given.
+/// Exon's tuning: its defaults (window up to 32768, following the path; 128 envelopes, more
+/// on a long fat path) on every link, unless given.
 /// Its congestion controller, not a per-link window, keeps the link full and the queue
 /// short.
 pub fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {

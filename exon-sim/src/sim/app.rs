@@ -12,11 +12,20 @@ use crate::oracle::ChanVerdict;
 use crate::workload::{write_payload, Kind, MsgKey};
 
 impl Sim {
-    /// The application of node `i` takes every message in its buffer: the oracle sees the
-    /// hand-over, the node acknowledges them.
+    /// The application of node `i` takes every message in its buffer (a slow one, at most
+    /// `take_batch` of them, and comes back after `take_delay` for the rest): the oracle sees
+    /// the hand-over, the node acknowledges them.
     pub(super) fn take(&mut self, i: usize) {
         self.hosts[i].take_scheduled = false;
-        let inbox = std::mem::take(&mut self.hosts[i].inbox);
+        let batch = self.sc.take_batch;
+        let mut inbox = std::mem::take(&mut self.hosts[i].inbox);
+        if batch > 0 && inbox.len() > batch && !self.sc.take_delay.is_zero() {
+            self.hosts[i].inbox = inbox.split_off(batch);
+            self.hosts[i].take_scheduled = true;
+            let t = self.now + nanos(self.sc.take_delay);
+            self.last_activity = self.last_activity.max(t);
+            self.queue.push(t, What::Take(i as u32));
+        }
         if inbox.is_empty() {
             return;
         }

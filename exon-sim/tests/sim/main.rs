@@ -11,6 +11,7 @@ mod channels;
 mod congestion;
 mod deaf_paths;
 mod durable;
+mod flow_control;
 mod large_messages;
 mod mtu;
 mod properties;

@@ -42,6 +42,7 @@ fn sparse(seed: u64) -> Scenario {
     let mut sc = lossy(seed);
     sc.config.flow.envelope_target = 4;
     sc.config.flow.envelope_low = 0;
+    sc.config.flow.autotune = false;
     sc.link.loss = 0.3;
     sc.link.dup = 0.5;
     sc.link.dup_max_delay = Duration::from_secs(2);

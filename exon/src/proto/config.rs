@@ -19,8 +19,9 @@ use crate::proto::wire::frame::{token_len, MAX_HEADER_LEN};
 /// (`[timers]`).
 ///
 /// Nodes that talk to each other need not agree on datagram sizes (each receives up to the
-/// UDP maximum), but a sender's [`FlowConfig::window`] must not exceed its receivers'
-/// [`Limits::max_slots_request`], or its requests are refused.
+/// UDP maximum) nor on windows: a receiver grants at most its [`Limits::max_slots_request`]
+/// per request and [`Limits::max_slots_per_record`] per sender, and a sender whose
+/// [`FlowConfig::window`] is larger holds what the receiver allows.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default))]
@@ -44,6 +45,11 @@ pub struct Config {
     /// high-water mark this far ahead. Default 2^20.
     pub clock_block: u64,
 }
+
+/// The largest flow-control window and slot cap [`Config::validate`] accepts: 2^30 slots
+/// (a billion messages in flight to one peer; far beyond any path, and far from the end of
+/// the clock's range, so sums of slot numbers cannot overflow).
+pub const MAX_WINDOW: u64 = 1 << 30;
 
 /// Datagram sizes and path MTU discovery. Part of [`Config`] (`Config::mtu`).
 #[derive(Debug, Clone, PartialEq)]
@@ -102,8 +108,21 @@ pub struct FlowConfig {
     /// send, as the paper's Algorithm 1 does.
     pub envelope_low: u64,
     /// Largest number of slots a sender holds per destination (envelopes plus unacknowledged
-    /// tokens): the flow-control window. Default 1024.
+    /// tokens): the ceiling of the flow-control window. With congestion control the window
+    /// follows the path (twice the congestion window in tokens, plus `envelope_target`, up to
+    /// this), and the envelopes kept ready grow with it; without, it is this. A receiver
+    /// grants at most its own limits ([`Limits::max_slots_request`],
+    /// [`Limits::max_slots_per_record`]): the sender then holds what both allow. Default
+    /// 32768.
     pub window: u64,
+    /// The envelopes kept ready follow the path: where the measured bandwidth-delay
+    /// product holds more than `envelope_target` tokens, a sender keeps twice the product
+    /// ready and asks for slots before they run out (the low watermark moves up by as
+    /// much), so a REQSLOTS answered a round trip later never leaves it without envelopes.
+    /// Off, it keeps exactly `envelope_target` and asks below `envelope_low`, as the
+    /// paper's Algorithm 1 does. Either way the slot window follows the congestion window
+    /// (see [`window`](Self::window)). Default true.
+    pub autotune: bool,
     /// Congestion controller of every destination: how many bytes of tokens may be in flight
     /// (within the receiver's slots) and at what rate they leave. Default
     /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
@@ -116,7 +135,8 @@ impl Default for FlowConfig {
         FlowConfig {
             envelope_target: 128,
             envelope_low: 64,
-            window: 1024,
+            window: 32768,
+            autotune: true,
             congestion: CongestionControl::default(),
         }
     }
@@ -140,9 +160,12 @@ pub struct Limits {
     /// more evicts the oldest record no token was delivered into (its tokens then get RETRY),
     /// or, if there is none, is dropped and counted. Default 4096.
     pub max_receiver_records: usize,
-    /// Largest `n` accepted in one REQSLOTS. Default 4096.
+    /// Most slots granted for one REQSLOTS: a request for more is granted this many (the
+    /// sender asks again for the rest). Default 32768.
     pub max_slots_request: u64,
-    /// Most slots a receiver record may hold. Default 8192.
+    /// Most slots a receiver record may hold: a request is granted what fits, and refused
+    /// when nothing does. Default 65536 (twice the default window: slots below a sender's
+    /// frontier are held until its next request waives them).
     pub max_slots_per_record: u64,
     /// Deliveries handed to the embedding and not yet reported taken by the application
     /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)). They are not acknowledged
@@ -176,8 +199,8 @@ impl Default for Limits {
             max_queued_bytes: 64 << 20,
             max_sender_records: 4096,
             max_receiver_records: 4096,
-            max_slots_request: 4096,
-            max_slots_per_record: 8192,
+            max_slots_request: 32768,
+            max_slots_per_record: 65536,
             max_untaken: 65536,
             max_untaken_bytes: 64 << 20,
             max_message_size: 16 << 20,
@@ -440,6 +463,12 @@ impl Config {
             return Err(out_of_range(
                 "flow.window and flow.envelope_target",
                 "positive",
+            ));
+        }
+        if self.flow.window > MAX_WINDOW || self.limits.max_slots_per_record > MAX_WINDOW {
+            return Err(out_of_range(
+                "flow.window and limits.max_slots_per_record",
+                "at most 2^30 slots",
             ));
         }
         if self.flow.envelope_target > self.flow.window

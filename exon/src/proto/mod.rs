@@ -24,7 +24,7 @@ pub use wire::{codec, frame, ranges};
 
 pub use config::{
     AckConfig, Config, ConfigError, FlowConfig, KeyConfig, Limits, MtuConfig, TimerConfig,
-    BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MIN_DATAGRAM_SIZE,
+    BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MAX_WINDOW, MIN_DATAGRAM_SIZE,
 };
 pub use send::congestion::{CongestionControl, PathStats};
 

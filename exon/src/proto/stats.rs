@@ -112,8 +112,6 @@ counters! {
         pub wrong_destination: u64 [sum],
         /// Claims to come from this node's own id.
         pub from_self: u64 [sum],
-        /// REQSLOTS with `n` above `max_slots_request`.
-        pub slots_request_too_large: u64 [sum],
         /// REQSLOTS whose `s + n` leaves the clock range.
         pub slots_overflow: u64 [sum],
         /// REQSLOTS that would push a record past `max_slots_per_record`.
@@ -224,6 +222,10 @@ counters! {
         /// `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends
         /// them again later.
         pub held_back: u64 [sum],
+        /// REQSLOTS granted in part: `n` above `Config::limits.max_slots_request`, or more than
+        /// the record's `max_slots_per_record` left room for. The sender learns the number
+        /// granted from SLOTS and asks again for the rest.
+        pub slots_trimmed: u64 [sum],
         /// Messages of ours acknowledged by their receiver.
         pub acknowledged: u64 [sum],
         /// Messages of ours reported in doubt: their receiver lost the incarnation they were

@@ -36,17 +36,20 @@ fn drain(n: &mut Node, now: Instant) -> (usize, usize) {
 }
 
 #[test]
-fn absurd_slot_requests_are_refused_and_counted() {
+fn absurd_slot_requests_are_trimmed_or_refused_and_counted() {
     let t = Instant::now();
     let mut n = node(Config::default(), t);
     let req = |s, n, l| dgram(PEER, vec![Frame::ReqSlots { s, n, l }]);
-    n.handle_datagram(t, req(0, VARINT_MAX, 0)); // "u64::MAX" slots: the most a varint holds
     n.handle_datagram(t, req(VARINT_MAX - 1, 2, 0)); // s near the top: s + n overflows
     n.handle_datagram(t, req(VARINT_MAX, 1, 0));
-    let r = n.stats().rejects;
-    assert_eq!(r.slots_request_too_large, 1);
-    assert_eq!(r.slots_overflow, 2);
+    assert_eq!(n.stats().rejects.slots_overflow, 2);
     assert!(n.is_idle(), "no record for refused requests");
+    // "u64::MAX" slots (the most a varint holds): granted in part, up to the limit.
+    n.handle_datagram(t, req(0, VARINT_MAX, 0));
+    assert_eq!(n.stats().slots_trimmed, 1);
+    assert_eq!(n.slots_held(), Config::default().limits.max_slots_request);
+    let _ = drain(&mut n, t);
+    let mut n = node(Config::default(), t);
     // A gap of 2^40 slots: only the n requested are created, as one range.
     n.handle_datagram(t, req(0, 10, 0));
     n.handle_datagram(t, req(1 << 40, 10, 0));
@@ -116,8 +119,8 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
     let refused = dgram(
         PEER,
         vec![Frame::ReqSlots {
-            s: 0,
-            n: u64::MAX >> 3,
+            s: VARINT_MAX - 1,
+            n: 2,
             l: 0,
         }],
     );

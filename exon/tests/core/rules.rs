@@ -350,11 +350,9 @@ fn rule6_requests_are_bounded() {
         conf.limits.max_slots_per_record = 150;
         conf
     };
-    let mut b = node(B, c, 0, t);
+    let mut b = node(B, c.clone(), 0, t);
     let from = |i: u64| NodeId::new(100 + i).unwrap();
     let req = |src, s, n, l| packet(src, B, vec![Frame::ReqSlots { s, n, l }]);
-    feed(&mut b, t, &[req(from(0), 0, 101, 0)]);
-    assert_eq!(b.stats().rejects.slots_request_too_large, 1);
     feed(&mut b, t, &[req(from(0), u64::MAX >> 2, 2, 0)]);
     assert_eq!(b.stats().rejects.slots_overflow, 1);
     assert_eq!(b.receiver_records(), 0);
@@ -386,12 +384,32 @@ fn rule6_requests_are_bounded() {
     feed(&mut b, t, &[req(from(3), 0, 10, 0)]);
     assert_eq!(b.receiver_records(), 2);
     assert_eq!(b.stats().rejects.too_many_records, 1);
-    // A gap of 2^40 does not create the slots in between; the slot cap holds.
+    // A gap of 2^40 does not create the slots in between; the slot cap holds: what fits
+    // is granted (SLOTS says how many), then nothing more.
     feed(&mut b, t, &[req(from(0), 1 << 40, 60, 0)]);
+    assert_eq!(granted(&out(&mut b, t)), [51]);
+    assert_eq!(b.stats().slots_trimmed, 1);
+    feed(&mut b, t, &[req(from(0), (1 << 40) + 51, 10, 0)]);
+    assert!(out(&mut b, t).is_empty());
     assert_eq!(b.stats().rejects.slots_cap, 1);
-    feed(&mut b, t, &[req(from(0), 1 << 40, 50, 0)]);
-    assert_eq!(b.slots_held(), 99 + 9 + 50);
+    assert_eq!(b.slots_held(), 99 + 9 + 51);
     assert!(b.slot_ranges_held() <= 3);
+    // A request beyond `max_slots_request` is granted in part, not refused.
+    let mut b = node(B, c, 0, t);
+    feed(&mut b, t, &[req(from(0), 0, 101, 0)]);
+    assert_eq!(granted(&out(&mut b, t)), [100]);
+    assert_eq!(b.slots_held(), 100);
+}
+
+/// The `n` of every SLOTS frame in `ps`.
+fn granted(ps: &[Packet]) -> Vec<u64> {
+    frames(ps)
+        .into_iter()
+        .filter_map(|f| match f {
+            Frame::Slots { n, .. } => Some(n),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Rule 7: tokens are retransmitted after an RTO derived from measured RTT, backing off;

@@ -244,10 +244,15 @@ impl Node {
     /// REQSLOTS(s, n, l) from `src` (Algorithm 1, lines 48-60, bounded).
     fn on_reqslots(&mut self, now: Instant, src: NodeId, s: u64, n: u64, l: u64) {
         let bounded = self.rules.bounded_input;
-        if bounded && n > self.cfg.limits.max_slots_request {
-            self.stats.rejects.slots_request_too_large += 1;
-            return;
-        }
+        // Rule 6: a request beyond `max_slots_request` is granted in part (the receiver
+        // grants what it allows, and SLOTS says how many): peers with different limits
+        // degrade to what both allow instead of asking in vain.
+        let asked = n;
+        let n = if bounded {
+            n.min(self.cfg.limits.max_slots_request)
+        } else {
+            n
+        };
         if s.checked_add(n).is_none_or(|end| end > VARINT_MAX) {
             self.stats.rejects.slots_overflow += 1;
             return;
@@ -322,8 +327,11 @@ impl Node {
             u64::MAX
         };
         match rec.request(s, n, l, cap_slots) {
-            Grant::Granted => {
-                if !self.outbox.grant(src, s, rec.rck(), n, cap) {
+            Grant::Granted(granted) => {
+                if granted < asked {
+                    self.stats.slots_trimmed += 1;
+                }
+                if !self.outbox.grant(src, s, rec.rck(), granted, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
             }
@@ -357,7 +365,8 @@ impl Node {
             return;
         };
         let keep_own = self.rules.token_keeps_incarnation;
-        match rec.on_slots(now, s, r, n, keep_own) {
+        let step = self.cfg.flow.envelope_target;
+        match rec.on_slots(now, (s, r, n), keep_own, step) {
             SlotsAnswer::Stale { waive } => {
                 self.stats.stale_slots += 1;
                 if let Some(w) = waive {

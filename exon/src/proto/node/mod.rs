@@ -341,9 +341,10 @@ impl Node {
     }
 
     /// What the sender record for `to` knows of the path: congestion window, bytes in
-    /// flight, pacing rate, bandwidth and RTT estimates. `None` without a record.
+    /// flight, pacing rate, bandwidth and RTT estimates, slots held and the slot window.
+    /// `None` without a record.
     pub fn path(&self, to: NodeId) -> Option<crate::proto::PathStats> {
-        self.senders.get(&to).map(|s| s.path_stats())
+        self.senders.get(&to).map(|s| s.path_stats(&self.cfg))
     }
 
     /// Messages waiting for an envelope, over all destinations.

@@ -48,11 +48,13 @@ pub(crate) struct RRecord {
 /// What a REQSLOTS did to a record.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Grant {
-    /// Slots were granted (possibly none new, for a repeated request): answer SLOTS.
-    Granted,
+    /// Slots were granted from the request's `s`: this many (at most what was asked, fewer
+    /// when the record's cap leaves less room; possibly none new, for a repeated request).
+    /// Answer SLOTS with this `n`.
+    Granted(u64),
     /// Nothing asked (`n = 0`): no answer.
     Waived,
-    /// Refused: the record would hold more than its cap of slots.
+    /// Refused: the record holds its cap of slots, and none from `s` on.
     OverCap,
 }
 
@@ -77,7 +79,9 @@ impl RRecord {
     }
 
     /// Applies REQSLOTS(s, n, l): waives every slot below `l`, then creates the slots in
-    /// `max(sck, s) .. s + n` that do not exist yet. `s + n` was checked not to overflow.
+    /// `max(sck, s) .. s + n` that do not exist yet, as many as the record's cap of
+    /// `max_slots` leaves room for: a receiver grants what it allows, and the sender, told
+    /// how many in SLOTS, asks again for the rest. `s + n` was checked not to overflow.
     ///
     /// Slots below `s` that were never created are not created: the sender's clock is already
     /// past them, so it can never hold an envelope for them in this incarnation.
@@ -87,16 +91,20 @@ impl RRecord {
         if n == 0 {
             return Grant::Waived;
         }
-        let end = s + n;
         let start = self.sck.max(s);
+        let room = max_slots.saturating_sub(self.slots.count());
+        let end = (s + n).min(start.saturating_add(room));
         if end > start {
-            if self.slots.count().saturating_add(end - start) > max_slots {
-                return Grant::OverCap;
-            }
             self.slots.insert(start..end);
             self.sck = end;
         }
-        Grant::Granted
+        // What the sender may use from `s` on: every slot of this incarnation from `s` up to
+        // `sck` was created for it (a repeated request is granted again).
+        let granted = self.sck.saturating_sub(s).min(n);
+        if granted == 0 {
+            return Grant::OverCap;
+        }
+        Grant::Granted(granted)
     }
 
     /// Fills slot `s` if this token is for this incarnation and the slot is free. Returns
@@ -288,13 +296,13 @@ mod tests {
         let mut r = rec();
         assert_eq!(
             r.request(10, 5, 10, cfg.limits.max_slots_per_record),
-            Grant::Granted
+            Grant::Granted(5)
         );
         assert_eq!(r.slots.ranges(), &[10..15]);
         // A duplicate request creates nothing new.
         assert_eq!(
             r.request(10, 5, 10, cfg.limits.max_slots_per_record),
-            Grant::Granted
+            Grant::Granted(5)
         );
         assert_eq!(r.slots.count(), 5);
         // A larger request from the same s extends the range.
@@ -326,21 +334,23 @@ mod tests {
     }
 
     #[test]
-    fn slot_cap_refuses_without_changing_the_slots() {
-        let cfg = {
-            let mut c = Config::default();
-            c.limits.max_slots_per_record = 8;
-            c.limits.max_slots_request = 8;
-            c
-        };
+    fn slot_cap_grants_what_fits_then_refuses_without_changing_the_slots() {
         let mut r = rec();
-        r.request(10, 6, 10, cfg.limits.max_slots_per_record);
-        assert_eq!(
-            r.request(16, 3, 10, cfg.limits.max_slots_per_record),
-            Grant::OverCap
-        );
-        assert_eq!(r.slots.count(), 6);
-        assert_eq!(r.sck, 16);
+        assert_eq!(r.request(10, 6, 10, 8), Grant::Granted(6));
+        // Room for two more: two are granted, and the sender is told so.
+        assert_eq!(r.request(16, 3, 10, 8), Grant::Granted(2));
+        assert_eq!(r.slots.ranges(), &[10..18]);
+        assert_eq!(r.sck, 18);
+        // Full: refused, nothing changes.
+        assert_eq!(r.request(18, 3, 10, 8), Grant::OverCap);
+        assert_eq!(r.slots.count(), 8);
+        assert_eq!(r.sck, 18);
+        // The same request repeated at the cap is granted again as it was.
+        assert_eq!(r.request(16, 3, 10, 8), Grant::Granted(2));
+        // Slots filled or waived make room again.
+        assert!(r.fill(10, 7));
+        assert_eq!(r.request(18, 3, 13, 8), Grant::Granted(3));
+        assert_eq!(r.slots.ranges(), &[13..21]);
     }
 
     #[test]

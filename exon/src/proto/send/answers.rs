@@ -67,14 +67,15 @@ pub(crate) struct AfterFrame {
 
 impl SRecord {
     /// SLOTS(s, r, n) (lines 61-74 of Algorithm 1, with rule 3: `keep_own`, envelopes of
-    /// another incarnation are dropped, not reused).
+    /// another incarnation are dropped, not reused). `n` may be less than was asked: the
+    /// receiver granted what its limits allow, and the slot window keeps below what it
+    /// showed (raised by `step` with every grant in full).
     pub fn on_slots(
         &mut self,
         now: Instant,
-        s: u64,
-        r: u64,
-        n: u64,
+        (s, r, n): (u64, u64, u64),
         keep_own: bool,
+        step: u64,
     ) -> SlotsAnswer {
         if s != self.sck {
             // A probe from a record of an older request that this sender holds nothing
@@ -95,7 +96,8 @@ impl SRecord {
         }
         let mut filled = false;
         if n > 0 {
-            if let Some(sample) = self.req.on_granted(now) {
+            let held = self.envelopes() + n + self.tokens.len() as u64;
+            if let Some(sample) = self.req.on_granted(now, n, held, step) {
                 self.rtt.sample(sample);
             }
             self.sck = s + n;

@@ -258,29 +258,65 @@ impl SRecord {
         }
     }
 
-    /// How many slots to ask for now: enough for `N` envelopes plus every queued message, but
-    /// never more than the window allows (`n = N + |msg| - |env|`, capped): the smaller of
-    /// [`Config::flow.window`](crate::proto::FlowConfig::window) and what the congestion controller can use (twice its window in
-    /// tokens, plus `N`), so receivers do not hold slots for nothing.
+    /// How many slots to ask for now: enough for the envelope goal plus every queued message,
+    /// but never more than the slot window allows (`n = N' + |msg| - |env|`, capped, where
+    /// `N'` is [`envelope_goal`](Self::envelope_goal)), so receivers do not hold slots for
+    /// nothing. A receiver may grant fewer (its limits); the rest is asked for next.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let env = self.envelopes();
         let held = env + self.tokens.len() as u64;
-        let want = (cfg.flow.envelope_target + self.queue.len() as u64).saturating_sub(env);
+        let want = (self.envelope_goal(cfg) + self.queue.len() as u64).saturating_sub(env);
         want.min(self.slot_window(cfg).saturating_sub(held))
     }
 
-    /// The most slots worth holding: [`Config::flow.window`](crate::proto::FlowConfig::window), or less when the congestion window
-    /// holds fewer tokens.
+    /// Tokens the congestion window holds at the current token size: the sender's measure of
+    /// the path's bandwidth-delay product (BBR keeps about twice the product in its window),
+    /// or `None` without congestion control.
+    fn window_tokens(&self) -> Option<u64> {
+        // Before the first token, each is taken to fill a datagram of the path's size.
+        let size = match self.token_size {
+            0 => self.mtud.size() as u64,
+            t => t,
+        };
+        self.cc.is_enabled().then(|| self.cc.window() / size.max(1))
+    }
+
+    /// The most slots worth holding: tokens in flight fill the congestion window, and enough
+    /// envelopes wait for the next round trip of sending while a REQSLOTS is out (as TCP's
+    /// receive window grows with the product it measures): twice the congestion window in
+    /// tokens, plus `N`, capped by [`Config::flow.window`](crate::proto::FlowConfig::window).
+    /// Without congestion control, the configured window.
+    /// A receiver that granted less than asked showed a lower limit: the window stays at
+    /// what it allowed (see [`SlotRequest`](crate::proto::send::request::SlotRequest)).
     pub fn slot_window(&self, cfg: &Config) -> u64 {
-        if !self.cc.is_enabled() || self.token_size == 0 {
-            return cfg.flow.window;
-        }
-        let tokens = self.cc.window() / self.token_size;
-        cfg.flow.window.min(
-            tokens
-                .saturating_mul(2)
-                .saturating_add(cfg.flow.envelope_target),
-        )
+        let w = match self.window_tokens() {
+            Some(tokens) => cfg.flow.window.min(
+                tokens
+                    .saturating_mul(2)
+                    .saturating_add(cfg.flow.envelope_target),
+            ),
+            None => cfg.flow.window,
+        };
+        self.req.ceiling().map_or(w, |c| w.min(c.max(1)))
+    }
+
+    /// `N'`, the envelopes to keep ready: the configured `N`, or, on a path whose measured
+    /// bandwidth-delay product holds more tokens, twice that product (a REQSLOTS answered one
+    /// round trip later then arrives before the envelopes run out, even for a sender that is
+    /// not saturated). Never more than the slot window. The product is BBR's bandwidth
+    /// estimate times the smoothed round trip; without BBR, `N`.
+    pub fn envelope_goal(&self, cfg: &Config) -> u64 {
+        let n = cfg.flow.envelope_target;
+        let bdp = match (self.cc.bandwidth(), self.rtt.smoothed()) {
+            (Some(bw), Some(srtt)) if self.token_size > 0 && cfg.flow.autotune => {
+                let bytes = u128::from(bw) * srtt.as_nanos() / 1_000_000_000;
+                u64::try_from(bytes / u128::from(self.token_size)).unwrap_or(u64::MAX)
+            }
+            _ => 0,
+        };
+        bdp.saturating_mul(2)
+            .max(n)
+            .min(self.slot_window(cfg).max(n))
     }
 
     /// GOT(r, s, ranges) from the receiver: the bytes it holds of the message in slot `s`.
@@ -348,10 +384,12 @@ impl SRecord {
     }
 
     /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
-    /// watermark.
+    /// watermark (moved up with the [envelope goal](Self::envelope_goal): `N' - (N - low)`).
     #[inline]
     pub fn needs_slots(&self, cfg: &Config) -> bool {
-        !self.queue.is_empty() || self.envelopes() < cfg.flow.envelope_low
+        let f = &cfg.flow;
+        let low = self.envelope_goal(cfg) - (f.envelope_target - f.envelope_low);
+        !self.queue.is_empty() || self.envelopes() < low
     }
 
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
@@ -456,9 +494,12 @@ impl SRecord {
     }
 
     /// What the record knows of the path: congestion window, bytes in flight, pacing rate,
-    /// bandwidth and RTT estimates.
-    pub fn path_stats(&self) -> PathStats {
+    /// bandwidth and RTT estimates, slots held and the slot window.
+    pub fn path_stats(&self, cfg: &Config) -> PathStats {
         PathStats {
+            slots: self.envelopes() + self.tokens.len() as u64,
+            envelopes: self.envelopes(),
+            slot_window: self.slot_window(cfg),
             window: self.cc.window(),
             in_flight: self.flight.bytes,
             pacing_rate: self.cc.pacing_rate(),

@@ -20,6 +20,14 @@ pub(crate) struct SlotRequest {
     /// Test-only: a frontier frozen before the token that triggered the request was recorded
     /// (the defect rule 2 corrects).
     frontier_override: Option<u64>,
+    /// The most slots the receiver was seen to allow: set to what this sender held when a
+    /// grant came trimmed (the receiver's limits are lower than this sender's window), raised
+    /// step by step by grants in full, so a sender neither asks in vain nor stays below a
+    /// receiver whose room grew back.
+    ceiling: Option<u64>,
+    /// The smallest `n` any transmission of the outstanding request carried (a request
+    /// sent again may ask for more): a grant below it was trimmed by the receiver.
+    least_sent: Option<u64>,
 }
 
 impl SlotRequest {
@@ -44,6 +52,7 @@ impl SlotRequest {
     /// A new request for `n` slots, due at once.
     pub fn ask(&mut self, n: u64) {
         self.n = Some(n);
+        self.least_sent = None;
         self.sent_at = None;
         self.retransmitted = false;
         self.due = true;
@@ -74,15 +83,37 @@ impl SlotRequest {
 
     /// It went out at `now` in the datagram of sequence number `seq`.
     pub fn on_sent(&mut self, now: Instant, seq: u64) {
+        self.least_sent = match (self.least_sent, self.n) {
+            (Some(l), Some(n)) => Some(l.min(n)),
+            (l, n) => l.or(n),
+        };
         self.due = false;
         self.sent_at = Some(now);
         self.seq = Some(seq);
         self.frontier_override = None;
     }
 
-    /// Its SLOTS came at `now`: the request is over. Returns the RTT sample it gives (none
+    /// Its SLOTS came at `now` granting `granted` of what was asked: the request is over.
+    /// `held` is how many slots the sender holds with them, and `step` how far a grant in
+    /// full raises a ceiling learnt from a trimmed one (by an eighth, at least `step`). Returns the RTT sample it gives (none
     /// for a request sent more than once).
-    pub fn on_granted(&mut self, now: Instant) -> Option<Duration> {
+    pub fn on_granted(
+        &mut self,
+        now: Instant,
+        granted: u64,
+        held: u64,
+        step: u64,
+    ) -> Option<Duration> {
+        // Trimmed only if below what every transmission asked for (an answer to an earlier,
+        // smaller transmission grants less than the latest asks).
+        let least = self.least_sent.or(self.n).unwrap_or(granted);
+        self.ceiling = if granted < least {
+            Some(held)
+        } else {
+            self.ceiling
+                .map(|c| c.max(held).saturating_add(step.max(c / 8)))
+        };
+        self.least_sent = None;
         let sample = self
             .sent_at
             .filter(|_| !self.retransmitted)
@@ -92,6 +123,13 @@ impl SlotRequest {
         self.due = false;
         self.frontier_override = None;
         sample
+    }
+
+    /// The most slots worth holding for this receiver, as far as its grants showed
+    /// (`None`: no grant was ever trimmed).
+    #[inline]
+    pub fn ceiling(&self) -> Option<u64> {
+        self.ceiling
     }
 
     /// Its answer is overdue at this instant, given the retransmission timeout `rto`.

@@ -59,6 +59,13 @@ pub struct PathStats {
     pub srtt: Option<Duration>,
     /// The size of datagrams sent to the destination now (path MTU discovery's), in bytes.
     pub datagram: usize,
+    /// Slots held at the destination: envelopes plus unacknowledged tokens.
+    pub slots: u64,
+    /// Envelopes: slots granted and not yet used by a token.
+    pub envelopes: u64,
+    /// The flow-control window now: the most slots the sender holds (it follows the
+    /// congestion window, up to `Config::flow.window` and what the receiver allows).
+    pub slot_window: u64,
 }
 
 /// What one acknowledgement (one verdict frame) settled, for the controller.
