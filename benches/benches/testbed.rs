@@ -58,9 +58,9 @@ struct Cli {
     /// Measured seconds per system (default 10; the matrix has its own).
     #[arg(long)]
     secs: Option<f64>,
-    /// Warm-up seconds before measuring.
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
+    /// Warm-up seconds before measuring (default 1).
+    #[arg(long)]
+    warmup: Option<f64>,
     /// Seconds allowed after the measurement for what is outstanding (exon's send queue
     /// holds about 10 s of a 1 Mbit/s link).
     #[arg(long, default_value_t = 20.0)]
@@ -238,7 +238,7 @@ fn main() {
     sys::catch_interrupts();
     netns::remove_stale();
     let result = match a.matrix.as_deref() {
-        Some("paper") => matrix::run_paper(&a),
+        Some("paper") => matrix::paper::run_paper(&a),
         Some(m) => usage(&format!("unknown matrix {m:?} (paper)")),
         None if a.sweep.is_some() => sweep::run_loss(&a),
         None if !a.flows.is_empty() => testbed::several_flows(&a),
@@ -257,7 +257,7 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         system: a.system.unwrap_or_else(|| usage("--system")),
         addr: num(a.addr.as_deref().unwrap_or_else(|| usage("--addr"))),
         cert: a.cert.clone(),
-        warmup: secs(a.warmup),
+        warmup: secs(a.warmup.unwrap_or(1.0)),
         secs: secs(a.secs.unwrap_or(10.0)),
         callers: a.callers,
         size: a.size,

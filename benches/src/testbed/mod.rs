@@ -38,8 +38,8 @@ pub struct Args {
     pub reorder: f64,
     /// Measured seconds per system (default 10).
     pub secs: Option<f64>,
-    /// Warm-up seconds before measuring.
-    pub warmup: f64,
+    /// Warm-up seconds before measuring (default 1).
+    pub warmup: Option<f64>,
     /// Seconds allowed after the measurement for what is outstanding.
     pub drain: f64,
     /// Link queue in bytes (default one bandwidth-delay product).
@@ -115,7 +115,7 @@ pub fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
 /// The measured and warm-up times of the command line.
 pub fn timing(a: &Args) -> Timing {
     Timing {
-        warmup: Duration::from_secs_f64(a.warmup),
+        warmup: Duration::from_secs_f64(a.warmup.unwrap_or(1.0)),
         secs: Duration::from_secs_f64(a.secs.unwrap_or(10.0)),
         drain: Duration::from_secs_f64(a.drain),
         size: a.size,
