@@ -26,7 +26,7 @@ pub struct Args {
     pub role: Option<String>,
     /// Traffic pattern.
     pub pattern: Pattern,
-    /// The grid to run instead of one cell (`paper`).
+    /// The grid to run instead of one cell (`paper`, `paths`).
     pub matrix: Option<String>,
     /// Link rate in Mbit/s.
     pub rate_mbit: f64,
@@ -38,7 +38,7 @@ pub struct Args {
     pub reorder: f64,
     /// Measured seconds per system (default 10).
     pub secs: Option<f64>,
-    /// Warm-up seconds before measuring (default 1).
+    /// Warm-up seconds before measuring (default 1; the grid `paths` has its own).
     pub warmup: Option<f64>,
     /// Seconds allowed after the measurement for what is outstanding.
     pub drain: f64,

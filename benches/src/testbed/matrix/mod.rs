@@ -1,11 +1,13 @@
-//! The grids of `--matrix`, written as reports.
+//! The grids of `--matrix`: the paper's and long fat paths, written as reports.
 //!
-//! `paper` ([`paper`]): the paper's Section V grid. Each writes markdown, a CSV and SVG plots into `--out` after
+//! `paper` ([`paper`]): the paper's Section V grid. `paths` ([`paths`]): long fat paths,
+//! 100 Mbit/s at RTT 50 and 200 ms. Each writes markdown, a CSV and SVG plots into `--out` after
 //! every link, so an interrupted grid keeps what it measured. What the grids of systems in
-//! turn share is here: running every pattern of every link, the tables of
+//! turn (`paper`, `paths`) share is here: running every pattern of every link, the tables of
 //! links and of the emulator's counters, and the CSV.
 
 pub mod paper;
+pub mod paths;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
