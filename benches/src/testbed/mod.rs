@@ -26,7 +26,7 @@ pub struct Args {
     pub role: Option<String>,
     /// Traffic pattern.
     pub pattern: Pattern,
-    /// The grid to run instead of one cell (`paper`, `paths`).
+    /// The grid to run instead of one cell (`paper`, `paths`, `fairness`, `all`).
     pub matrix: Option<String>,
     /// Link rate in Mbit/s.
     pub rate_mbit: f64,
@@ -38,7 +38,8 @@ pub struct Args {
     pub reorder: f64,
     /// Measured seconds per system (default 10).
     pub secs: Option<f64>,
-    /// Warm-up seconds before measuring (default 1; the grid `paths` has its own).
+    /// Warm-up seconds before measuring (default 1; the grids `paths` and `fairness` have
+    /// their own).
     pub warmup: Option<f64>,
     /// Seconds allowed after the measurement for what is outstanding.
     pub drain: f64,

@@ -1,11 +1,13 @@
-//! The grids of `--matrix`: the paper's and long fat paths, written as reports.
+//! The grids of `--matrix`: the paper's, long fat paths and fairness, written as reports.
 //!
 //! `paper` ([`paper`]): the paper's Section V grid. `paths` ([`paths`]): long fat paths,
-//! 100 Mbit/s at RTT 50 and 200 ms. Each writes markdown, a CSV and SVG plots into `--out` after
+//! 100 Mbit/s at RTT 50 and 200 ms. `fairness` ([`fairness`]): competing flows on one link.
+//! `all`: the three in turn. Each writes markdown, a CSV and SVG plots into `--out` after
 //! every link, so an interrupted grid keeps what it measured. What the grids of systems in
 //! turn (`paper`, `paths`) share is here: running every pattern of every link, the tables of
 //! links and of the emulator's counters, and the CSV.
 
+pub mod fairness;
 pub mod paper;
 pub mod paths;
 
@@ -21,6 +23,16 @@ use crate::testbed::roles::{ExonTuning, System};
 
 /// Rate (Mbit/s), RTT (ms) and loss (probability each way) of a link.
 pub type Link = (f64, f64, f64);
+
+/// `--matrix all`: the paper's grid, the long fat paths and fairness, in turn. Prints the
+/// `key=value` lines of paths and fairness together as the last line.
+pub fn run_all(a: &Args) -> Result<()> {
+    paper::run_paper(a)?;
+    let mut kv = paths::measure(a)?;
+    kv.extend(fairness::measure(a)?);
+    println!("{}", kv.join(" "));
+    Ok(())
+}
 
 /// The directory of the reports, `--out` from the workspace's root (cargo runs benches from
 /// the package's directory), created if missing.
