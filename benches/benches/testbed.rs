@@ -6,6 +6,9 @@
 //! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --loss 0.05 --secs 10
 //! cargo bench -p exon-benches --bench testbed -- --pattern rpc --callers 16 --rate-mbit 100 --rtt-ms 10 --loss 0.01
 //! cargo bench -p exon-benches --bench testbed -- --matrix paper
+//! cargo bench -p exon-benches --bench testbed -- --matrix paths      # 100 Mbit/s, RTT 50/200 ms, 0/1 % loss
+//! cargo bench -p exon-benches --bench testbed -- --matrix fairness   # exon vs CUBIC, BBR, exon at once
+//! cargo bench -p exon-benches --bench testbed -- --matrix all        # paper, paths, fairness in turn
 //! cargo bench -p exon-benches --bench testbed -- --flows exon,tcp_cubic --rate-mbit 10 --rtt-ms 20 --plot flows.svg
 //! cargo bench -p exon-benches --bench testbed -- --pattern one-way --rate-mbit 100 --rtt-ms 10 --reorder 0.5 --secs 12
 //! cargo bench -p exon-benches --bench testbed -- --sweep loss --systems exon
@@ -39,8 +42,12 @@ struct Cli {
     /// Traffic pattern.
     #[arg(long, default_value = "one-way", value_parser = ["one-way", "rpc"])]
     pattern: String,
-    /// Runs a whole grid instead of one cell (the paper's Section V grid).
-    #[arg(long, value_parser = ["paper"])]
+    /// Runs a whole grid instead of one cell: `paper` (the paper's Section V grid), `paths`
+    /// (long fat paths: 100 Mbit/s at RTT 50 and 200 ms, 0 and 1 % loss; 8 s measured after
+    /// 3 s warm-up unless given), `fairness` (exon against TCP CUBIC, TCP BBR and exon, two
+    /// flows at once on three links; 20 s after 2 s unless given) or `all` (the three in
+    /// turn). Reports go to --out.
+    #[arg(long, value_parser = ["paper", "paths", "fairness", "all"])]
     matrix: Option<String>,
     /// Link rate in Mbit/s.
     #[arg(long, default_value_t = 100.0)]
@@ -58,9 +65,10 @@ struct Cli {
     /// Measured seconds per system (default 10; the matrix has its own).
     #[arg(long)]
     secs: Option<f64>,
-    /// Warm-up seconds before measuring.
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
+    /// Warm-up seconds before measuring (default 1; the grids paths and fairness have their
+    /// own).
+    #[arg(long)]
+    warmup: Option<f64>,
     /// Seconds allowed after the measurement for what is outstanding (exon's send queue
     /// holds about 10 s of a 1 Mbit/s link).
     #[arg(long, default_value_t = 20.0)]
@@ -100,12 +108,12 @@ struct Cli {
     /// Jain's fairness index.
     #[arg(long, value_delimiter = ',', value_parser = system)]
     flows: Vec<System>,
-    /// With --flows: the kernel paces every TCP flow at its congestion control's rate
-    /// (CUBIC too; without it only BBR paces itself), as the fq qdisc would.
+    /// With --flows or --matrix fairness: the kernel paces every TCP flow at its congestion
+    /// control's rate (CUBIC too; without it only BBR paces itself), as the fq qdisc would.
     #[arg(long)]
     tcp_pacing: bool,
-    /// With --flows: TCP's largest segment (TCP_MAXSEG), e.g. 1017 for packets of exon's
-    /// size (1069 bytes with timestamps).
+    /// With --flows or --matrix fairness: TCP's largest segment (TCP_MAXSEG), e.g. 1017 for
+    /// packets of exon's size (1069 bytes with timestamps).
     #[arg(long)]
     tcp_mss: Option<u32>,
     /// Runs a sweep instead of one cell: `loss` runs one-way at 0, 1, 2, 5, 10 and 20 %
@@ -166,11 +174,13 @@ fn parse_args() -> Args {
     if (c.sweep.is_some() || !c.flows.is_empty()) && c.pattern != "one-way" {
         usage("--sweep and --flows run the one-way pattern");
     }
-    if c.role.is_none()
-        && (c.plot.is_some() || c.tcp_pacing || c.tcp_mss.is_some())
-        && c.flows.is_empty()
+    if c.role.is_none() && c.plot.is_some() && c.flows.is_empty() {
+        usage("--plot needs --flows");
+    }
+    let fairness = matches!(c.matrix.as_deref(), Some("fairness" | "all"));
+    if c.role.is_none() && (c.tcp_pacing || c.tcp_mss.is_some()) && c.flows.is_empty() && !fairness
     {
-        usage("--plot, --tcp-pacing and --tcp-mss need --flows");
+        usage("--tcp-pacing and --tcp-mss need --flows or --matrix fairness");
     }
     Args {
         role: c.role,
@@ -238,8 +248,13 @@ fn main() {
     sys::catch_interrupts();
     netns::remove_stale();
     let result = match a.matrix.as_deref() {
-        Some("paper") => matrix::run_paper(&a),
-        Some(m) => usage(&format!("unknown matrix {m:?} (paper)")),
+        Some("paper") => matrix::paper::run_paper(&a),
+        Some("paths") => matrix::paths::run_paths(&a),
+        Some("fairness") => matrix::fairness::run_fairness(&a),
+        Some("all") => matrix::run_all(&a),
+        Some(m) => usage(&format!(
+            "unknown matrix {m:?} (paper, paths, fairness, all)"
+        )),
         None if a.sweep.is_some() => sweep::run_loss(&a),
         None if !a.flows.is_empty() => testbed::several_flows(&a),
         None => testbed::one_cell(&a),
@@ -257,7 +272,7 @@ fn role_args(a: &Args, role: String) -> RoleArgs {
         system: a.system.unwrap_or_else(|| usage("--system")),
         addr: num(a.addr.as_deref().unwrap_or_else(|| usage("--addr"))),
         cert: a.cert.clone(),
-        warmup: secs(a.warmup),
+        warmup: secs(a.warmup.unwrap_or(1.0)),
         secs: secs(a.secs.unwrap_or(10.0)),
         callers: a.callers,
         size: a.size,

@@ -26,7 +26,7 @@ pub struct Args {
     pub role: Option<String>,
     /// Traffic pattern.
     pub pattern: Pattern,
-    /// The grid to run instead of one cell (`paper`).
+    /// The grid to run instead of one cell (`paper`, `paths`, `fairness`, `all`).
     pub matrix: Option<String>,
     /// Link rate in Mbit/s.
     pub rate_mbit: f64,
@@ -38,8 +38,9 @@ pub struct Args {
     pub reorder: f64,
     /// Measured seconds per system (default 10).
     pub secs: Option<f64>,
-    /// Warm-up seconds before measuring.
-    pub warmup: f64,
+    /// Warm-up seconds before measuring (default 1; the grids `paths` and `fairness` have
+    /// their own).
+    pub warmup: Option<f64>,
     /// Seconds allowed after the measurement for what is outstanding.
     pub drain: f64,
     /// Link queue in bytes (default one bandwidth-delay product).
@@ -116,7 +117,7 @@ pub fn exon_tuning(a: &Args, _imp: &Impairment) -> ExonTuning {
 /// The measured and warm-up times of the command line.
 pub fn timing(a: &Args) -> Timing {
     Timing {
-        warmup: Duration::from_secs_f64(a.warmup),
+        warmup: Duration::from_secs_f64(a.warmup.unwrap_or(1.0)),
         secs: Duration::from_secs_f64(a.secs.unwrap_or(10.0)),
         drain: Duration::from_secs_f64(a.drain),
         size: a.size,
