@@ -105,6 +105,22 @@ pub(super) async fn client(a: &RoleArgs, ctl: Control) {
     })
     .await;
     let rate = lat.len() as f64 / elapsed.as_secs_f64();
+    // Exon's caller: where its datagrams and bytes went (frames of each kind it sent).
+    let mut wire = Vec::new();
+    if let Caller::Exon(h) = &*caller {
+        if let Some(s) = h.stats().await {
+            let (n, f) = (&s.node, &s.node.frames_out);
+            wire = vec![
+                ("datagrams_out", n.datagrams_out.to_string()),
+                ("bytes_out", n.bytes_out.to_string()),
+                ("tokens_out", f.token.to_string()),
+                ("acks_out", f.ack.to_string()),
+                ("reqslots_out", f.reqslots.to_string()),
+                ("slots_out", f.slots.to_string()),
+                ("retransmissions", n.retransmissions.to_string()),
+            ];
+        }
+    }
     say(
         "DONE",
         &[
@@ -118,7 +134,10 @@ pub(super) async fn client(a: &RoleArgs, ctl: Control) {
                 calls.outstanding.load(Ordering::Relaxed).to_string(),
             ),
             ("drained", drained.to_string()),
-        ],
+        ]
+        .into_iter()
+        .chain(wire)
+        .collect::<Vec<_>>(),
     );
     if let Caller::Quic(conn) = &*caller {
         conn.close(0u32.into(), b"done");
