@@ -8,8 +8,16 @@
 //! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
-//! bytes in flight are capped below what caused it (the cap grows again, round by round,
-//! while no congestion is seen), and startup ends. Losses later found spurious (the datagram
+//! bytes in flight are capped below what caused it, and startup ends.
+//!
+//! Sharing a bottleneck with TCP (BBRv2's answers, simplified): after a cut the cap *cruises*
+//! for about as many round trips as it holds datagrams (at most 63), with the window at 85 %
+//! of it, so that a loss-based flow (CUBIC) regrows its share, then probes upward one
+//! datagram more, doubling each round, until congestion cuts it again or it no longer binds.
+//! A flow that does not yield to loss (BBRv1 keeps the queue full whatever it loses) would
+//! take the link from one that does; so while the smoothed loss rate of recent rounds stays
+//! above [`LOSS_THRESHOLD`] although this flow backs off, cuts are mild (to 90 %) and the cap
+//! regrows at once, by an eighth a round. Losses later found spurious (the datagram
 //! had only been overtaken) are taken back: from the round in progress, or from the round
 //! that cut the cap, whose cut is undone if the round no longer counts as congested.
 
@@ -50,6 +58,22 @@ pub(crate) const LOSS_THRESHOLD: u64 = 20;
 const STARTUP_LOSS_DATAGRAMS: u64 = 8;
 /// What the in-flight cap keeps of the bytes in flight of a congested round (thousandths).
 const BETA: u64 = 700;
+/// Most round trips the in-flight cap waits after a cut before it probes upward again (BBRv2's
+/// Reno-coexistence bound: a loss-based flow sharing the bottleneck regrows its window in
+/// about as many rounds as it holds datagrams, so the cap waits that long, at most this).
+const MAX_CRUISE_ROUNDS: u64 = 63;
+/// What the window keeps of the in-flight cap while cruising below it (thousandths): room
+/// for flows that share the bottleneck to grow (BBRv2's headroom).
+const HEADROOM: u64 = 850;
+/// Rounds over which the loss rate is smoothed (an exponential average, 1/16 per round) to
+/// tell a flow that yields from one that does not.
+const LOSS_EWMA_SHIFT: u32 = 4;
+/// The smoothed loss rate (thousandths) above which the flows sharing the queue are taken
+/// not to yield to loss.
+const UNYIELDING_LOSS: u64 = LOSS_THRESHOLD;
+/// What the in-flight cap keeps of a congested round's bytes in flight while the flows
+/// sharing the queue do not yield to loss (thousandths).
+const BETA_UNYIELDING: u64 = 900;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
 
@@ -124,6 +148,16 @@ pub(crate) struct Bbr {
     round_began: Option<Instant>,
     /// The last round that cut the in-flight cap.
     last_cut: Option<Cut>,
+    /// Rounds since the in-flight cap was last cut or raised.
+    cruise_rounds: u64,
+    /// The loss rate of recent rounds (thousandths, smoothed over about 16 rounds). Above
+    /// [`LOSS_THRESHOLD`] although this flow backs off, the flows it shares the queue with do
+    /// not yield to loss (BBRv1): cutting would only hand them the link, so congestion is
+    /// then answered by the bandwidth and RTT model alone, as they do.
+    loss_ewma: u64,
+    /// How much the cap grows at its next raise: one datagram after a cut, doubling with
+    /// every raise that brings no congestion.
+    probe_up: u64,
     in_flight: u64,
     /// The bandwidth filter's current maximum (refreshed on every ACK).
     max_bw: u64,
@@ -164,6 +198,9 @@ impl Bbr {
             round_peak: 0,
             round_began: None,
             last_cut: None,
+            cruise_rounds: 0,
+            probe_up: 0,
+            loss_ewma: 0,
             in_flight: 0,
             max_bw: 0,
             cached_window: 0,
@@ -175,7 +212,13 @@ impl Bbr {
 
     /// Recomputes what is read per token: the window and the pacing rate.
     fn refresh(&mut self) {
-        let mut w = self.cwnd.min(self.inflight_hi.max(self.min_window()));
+        let mut hi = self.inflight_hi;
+        let yielding = self.loss_ewma <= UNYIELDING_LOSS;
+        if hi != u64::MAX && self.mode == Mode::ProbeBw && self.cycle != 0 && yielding {
+            // Cruising below a cap congestion set: leave the others room.
+            hi = scale(hi, HEADROOM, UNIT);
+        }
+        let mut w = self.cwnd.min(hi.max(self.min_window()));
         if self.mode == Mode::ProbeRtt {
             w = w.min(self.min_window());
         }
@@ -309,6 +352,12 @@ impl Bbr {
             _ => false,
         };
         let enough = self.mode != Mode::Startup || lost >= STARTUP_LOSS_DATAGRAMS * self.mss;
+        if total > 0 {
+            let rate = scale(lost, UNIT, total).min(UNIT);
+            self.loss_ewma =
+                self.loss_ewma - (self.loss_ewma >> LOSS_EWMA_SHIFT) + (rate >> LOSS_EWMA_SHIFT);
+        }
+        let unyielding = self.mode != Mode::Startup && self.loss_ewma > UNYIELDING_LOSS;
         if lossy && queue && enough {
             let peak = self.round_peak.max(ev.in_flight);
             let base = peak.max(self.bdp(UNIT).unwrap_or(0));
@@ -320,7 +369,8 @@ impl Bbr {
                 hi: self.inflight_hi,
                 ended_startup: self.mode == Mode::Startup,
             });
-            self.inflight_hi = scale(base, BETA, UNIT).max(self.min_window());
+            let beta = if unyielding { BETA_UNYIELDING } else { BETA };
+            self.inflight_hi = scale(base, beta, UNIT).max(self.min_window());
             if self.mode == Mode::Startup {
                 self.filled = true;
                 self.mode = Mode::Drain;
@@ -329,14 +379,31 @@ impl Bbr {
                 self.cycle = 1;
                 self.cycle_at = Some(ev.now);
             }
+            self.cruise_rounds = 0;
+            self.probe_up = self.mss;
         } else if self.inflight_hi != u64::MAX {
-            let grown = self
-                .inflight_hi
-                .saturating_add((self.inflight_hi / 8).max(self.mss));
-            let enough = self
-                .bdp(CWND_GAIN)
-                .map_or(u64::MAX, |b| b.saturating_mul(2));
-            self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+            // Cruise at the cap for about as many rounds as a loss-based flow needs to regrow
+            // its share, then probe upward: one datagram more, doubling each round while no
+            // congestion comes, until the cap no longer binds.
+            self.cruise_rounds += 1;
+            let wait = if unyielding {
+                0
+            } else {
+                (self.inflight_hi / self.mss.max(1)).clamp(1, MAX_CRUISE_ROUNDS)
+            };
+            if self.cruise_rounds >= wait {
+                let step = if unyielding {
+                    self.probe_up.max(self.inflight_hi / 8)
+                } else {
+                    self.probe_up
+                };
+                let grown = self.inflight_hi.saturating_add(step.max(self.mss));
+                self.probe_up = self.probe_up.saturating_mul(2).max(self.mss);
+                let enough = self
+                    .bdp(CWND_GAIN)
+                    .map_or(u64::MAX, |b| b.saturating_mul(2));
+                self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+            }
         }
         self.round_lost = 0;
         self.round_acked = 0;
@@ -656,6 +723,97 @@ mod tests {
         assert!(c.inflight_hi < 50 * MSS, "cap {}", c.inflight_hi);
         assert!(c.window() <= c.inflight_hi);
         assert!(c.mode() != Mode::Startup, "congestion ends startup");
+    }
+
+    /// Drives `c` through `rounds` round trips from `*at`, each of 50 datagrams delivered
+    /// at 1 MB/s with `rtt_ms`, `lost` datagrams declared lost in each; `*delivered` counts
+    /// on. Returns the cap after each round.
+    fn rounds(
+        c: &mut Bbr,
+        at: &mut Instant,
+        delivered: &mut u64,
+        rounds: usize,
+        rtt_ms: u64,
+        lost: u64,
+    ) -> Vec<u64> {
+        let mut caps = Vec::new();
+        for _ in 0..rounds {
+            let prior = *delivered;
+            for i in 0..50 {
+                *delivered += MSS;
+                *at += Duration::from_micros(rtt_ms * 1000 / 50);
+                ack(c, *at, rtt_ms, prior, *delivered);
+                if i == 0 && lost > 0 {
+                    // After the ACK that started the round (which judged the last one).
+                    c.on_lost(&LossEvent {
+                        now: *at,
+                        lost: lost * MSS,
+                        sent_at: *at,
+                        in_flight: 50 * MSS,
+                    });
+                }
+            }
+            caps.push(c.inflight_hi);
+        }
+        caps
+    }
+
+    /// Leaves startup on a clean 10 ms path: returns the clock and the delivered count.
+    fn settled(c: &mut Bbr) -> (Instant, u64) {
+        let (mut at, mut delivered) = (Instant::now(), MSS);
+        ack(c, at, 10, 0, MSS);
+        rounds(c, &mut at, &mut delivered, 12, 10, 0);
+        assert!(c.mode() != Mode::Startup);
+        (at, delivered)
+    }
+
+    #[test]
+    fn after_a_cut_the_cap_cruises_with_headroom_before_probing_up() {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let (mut at, mut d) = settled(&mut c);
+        // One congested round (4 % lost, RTT doubled; judged when the next round starts),
+        // then clean rounds: a loss-based flow sharing the link is regrowing meanwhile.
+        rounds(&mut c, &mut at, &mut d, 1, 20, 2);
+        let mut after = rounds(&mut c, &mut at, &mut d, 1, 20, 0);
+        after.extend(rounds(&mut c, &mut at, &mut d, 20, 10, 0));
+        let cut = after[0];
+        assert!(cut < u64::MAX, "congestion cuts the cap");
+        assert!(
+            after.iter().all(|&h| h == cut),
+            "the cap holds for about its size in datagrams: {after:?}"
+        );
+        if c.mode() == Mode::ProbeBw && c.cycle != 0 {
+            assert!(c.window() <= scale(cut, HEADROOM, UNIT).max(c.min_window()));
+        }
+        let later = rounds(&mut c, &mut at, &mut d, 60, 10, 0);
+        assert!(
+            later.last().is_some_and(|&h| h > cut),
+            "then it probes up: {later:?}"
+        );
+    }
+
+    #[test]
+    fn losses_that_persist_although_it_backs_off_mean_the_others_do_not_yield() {
+        // One congested round: a cut to 70 % of what was in flight (50 datagrams).
+        let mut y = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let (mut at, mut d) = settled(&mut y);
+        rounds(&mut y, &mut at, &mut d, 1, 20, 3);
+        let cut = rounds(&mut y, &mut at, &mut d, 1, 20, 0)[0];
+        assert!(
+            y.loss_ewma <= LOSS_THRESHOLD,
+            "one lossy round is not persistence"
+        );
+        assert!(cut <= scale(50 * MSS, BETA, UNIT).max(scale(y.bdp(UNIT).unwrap(), BETA, UNIT)));
+        // Loss with a queue round after round (a BBRv1 flow keeps the queue full): the
+        // smoothed loss rate passes the threshold, cuts become mild, and the cap regrows at
+        // once instead of cruising.
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let (mut at, mut d) = settled(&mut c);
+        rounds(&mut c, &mut at, &mut d, 40, 20, 3);
+        assert!(c.loss_ewma > LOSS_THRESHOLD, "loss rate {}", c.loss_ewma);
+        let caps = rounds(&mut c, &mut at, &mut d, 3, 20, 0);
+        assert!(caps[0] > cut, "a mild cut: {} against {cut}", caps[0]);
+        assert!(caps[2] > caps[0], "no cruise: {caps:?}");
     }
 
     #[test]
