@@ -8,7 +8,7 @@
 //! take seconds to settle); `--secs` and `--warmup` override both.
 
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{put, Link};
 use crate::testbed::cell::{self, Timing};
@@ -68,12 +68,7 @@ pub fn measure(a: &Args) -> Result<Vec<String>> {
             .map(|i| crate::testbed::exon_tuning(a, i))
             .collect(),
         imps,
-        timing: Timing {
-            warmup: Duration::from_secs_f64(a.warmup.unwrap_or(WARMUP)),
-            secs: Duration::from_secs_f64(a.secs.unwrap_or(SECS)),
-            drain: Duration::from_secs_f64(a.drain),
-            size: crate::message::PAYLOAD,
-        },
+        timing: super::grid_timing(a, WARMUP, SECS),
         tcp: Tcp {
             pacing: a.tcp_pacing,
             mss: a.tcp_mss,
@@ -245,8 +240,8 @@ impl Grid {
     }
 
     fn csv(&self) -> String {
-        let mut w = csv::Writer::from_writer(Vec::new());
         let size = self.timing.size;
+        let mut rows = Vec::new();
         for r in &self.runs {
             let (l, imp) = (LINKS[r.link], &self.imps[r.link]);
             let (rates, total, j) = figures(r);
@@ -271,11 +266,10 @@ impl Grid {
                     ab_forwarded: k[0].forwarded,
                     ba_forwarded: k[1].forwarded,
                 };
-                w.serialize(row).expect("writing CSV to memory cannot fail");
+                rows.push(row);
             }
         }
-        let bytes = w.into_inner().expect("writing CSV to memory cannot fail");
-        String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
+        super::csv_of(rows)
     }
 }
 

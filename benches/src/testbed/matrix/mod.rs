@@ -13,7 +13,7 @@ pub mod paths;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Args;
 use crate::testbed::cell::{self, Outcome, Pattern, Timing};
@@ -40,6 +40,27 @@ pub(crate) fn out_dir(a: &Args) -> Result<PathBuf> {
     let out = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")).join(&a.out);
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(out)
+}
+
+/// A grid's times: `--warmup` and `--secs` if given, else the grid's own `warmup` and `secs`
+/// (seconds); 1 KiB messages.
+pub(crate) fn grid_timing(a: &Args, warmup: f64, secs: f64) -> Timing {
+    Timing {
+        warmup: Duration::from_secs_f64(a.warmup.unwrap_or(warmup)),
+        secs: Duration::from_secs_f64(a.secs.unwrap_or(secs)),
+        drain: Duration::from_secs_f64(a.drain),
+        size: crate::message::PAYLOAD,
+    }
+}
+
+/// `rows` as CSV, the header from the row type's field names.
+pub(crate) fn csv_of<R: serde::Serialize>(rows: impl IntoIterator<Item = R>) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    for row in rows {
+        w.serialize(row).expect("writing CSV to memory cannot fail");
+    }
+    let bytes = w.into_inner().expect("writing CSV to memory cannot fail");
+    String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
 }
 
 /// Writes `body` to `out/name`.
@@ -92,6 +113,26 @@ impl Grid {
             timing,
             started: Instant::now(),
         }
+    }
+
+    /// Runs the grid `name` of `links` and `callers` with `a.systems` and writes its reports
+    /// with `write` into `a.out` after each link.
+    pub fn run(
+        a: &Args,
+        name: &str,
+        (links, callers): (&[Link], &[u64]),
+        timing: Timing,
+        write: impl Fn(&Grid, &Path, &[System]) -> Result<()>,
+    ) -> Result<Grid> {
+        let mut g = Grid::new(a, links, callers, timing);
+        let out = out_dir(a)?;
+        g.measure(&a.systems, |g| write(g, &out, &a.systems))?;
+        println!(
+            "\n{name} done in {:.0} s; reports in {}",
+            g.started.elapsed().as_secs_f64(),
+            out.display()
+        );
+        Ok(g)
     }
 
     /// Runs every pattern of every link with `systems` in turn, and calls `write` after
@@ -208,8 +249,8 @@ impl Grid {
 
     /// Every run as CSV, one line per system and cell.
     pub fn csv(&self) -> String {
-        let mut w = csv::Writer::from_writer(Vec::new());
         let opt = |x: Option<f64>| x.map(|v| format!("{v:.1}"));
+        let mut rows = Vec::new();
         for c in &self.cells {
             let (l, imp, x) = (
                 self.links[c.link],
@@ -245,11 +286,10 @@ impl Grid {
                     ba_dropped_queue: k[1].dropped_queue,
                     ba_forwarded: k[1].forwarded,
                 };
-                w.serialize(row).expect("writing CSV to memory cannot fail");
+                rows.push(row);
             }
         }
-        let bytes = w.into_inner().expect("writing CSV to memory cannot fail");
-        String::from_utf8(bytes).expect("CSV of UTF-8 fields is UTF-8")
+        csv_of(rows)
     }
 }
 

@@ -5,10 +5,9 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Duration;
 
 use super::{fmt_rate, link_name, put, slug, Cell, Grid, Link};
-use crate::testbed::cell::{Pattern, Timing};
+use crate::testbed::cell::Pattern;
 use crate::testbed::netns::Result;
 use crate::testbed::roles::System;
 use crate::testbed::svg::Chart;
@@ -53,21 +52,8 @@ const SERIES: [(&str, &str, Points); 3] = [
 
 /// Runs the grid and writes its reports under `a.out`.
 pub fn run_paper(a: &Args) -> Result<()> {
-    let timing = Timing {
-        warmup: Duration::from_secs_f64(a.warmup.unwrap_or(1.0)),
-        secs: Duration::from_secs_f64(a.secs.unwrap_or(GRID_SECS)),
-        drain: Duration::from_secs_f64(a.drain),
-        size: crate::message::PAYLOAD,
-    };
-    let mut g = Grid::new(a, &LINKS, &CALLERS, timing);
-    let out_path = super::out_dir(a)?;
-    let out = out_path.as_path();
-    g.measure(&a.systems, |g| write(g, out, &a.systems))?;
-    println!(
-        "\ngrid done in {:.0} s; reports in {}",
-        g.started.elapsed().as_secs_f64(),
-        out.display()
-    );
+    let timing = super::grid_timing(a, 1.0, GRID_SECS);
+    Grid::run(a, "grid", (&LINKS, &CALLERS), timing, write)?;
     Ok(())
 }
 

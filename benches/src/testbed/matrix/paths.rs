@@ -8,10 +8,9 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Duration;
 
 use super::{fmt_rate, link_name, put, Grid, Link};
-use crate::testbed::cell::{Outcome, Pattern, Timing};
+use crate::testbed::cell::{Outcome, Pattern};
 use crate::testbed::netns::Result;
 use crate::testbed::roles::System;
 use crate::testbed::svg::Chart;
@@ -43,21 +42,8 @@ pub fn run_paths(a: &Args) -> Result<()> {
 
 /// Runs the grid and writes its reports under `a.out`; the `key=value` pairs of the summary.
 pub fn measure(a: &Args) -> Result<Vec<String>> {
-    let timing = Timing {
-        warmup: Duration::from_secs_f64(a.warmup.unwrap_or(WARMUP)),
-        secs: Duration::from_secs_f64(a.secs.unwrap_or(SECS)),
-        drain: Duration::from_secs_f64(a.drain),
-        size: crate::message::PAYLOAD,
-    };
-    let mut g = Grid::new(a, &LINKS, &CALLERS, timing);
-    let out_path = super::out_dir(a)?;
-    let out = out_path.as_path();
-    g.measure(&a.systems, |g| write(g, out, &a.systems))?;
-    println!(
-        "\npaths grid done in {:.0} s; reports in {}",
-        g.started.elapsed().as_secs_f64(),
-        out.display()
-    );
+    let timing = super::grid_timing(a, WARMUP, SECS);
+    let g = Grid::run(a, "paths grid", (&LINKS, &CALLERS), timing, write)?;
     Ok(summary(&g))
 }
 
