@@ -598,13 +598,13 @@ impl Node {
         let Some(rec) = self.senders.get(&peer) else {
             return;
         };
-        if rec.is_requesting() || !rec.needs_slots(&self.cfg) {
+        if rec.is_requesting() {
             return;
         }
-        let mut n = rec.wanted_slots(&self.cfg);
-        if n == 0 {
-            return;
-        }
+        let mut n = match rec.slots_to_ask(&self.cfg) {
+            Some(n) if n > 0 => n,
+            _ => return,
+        };
         let sck = rec.sck();
         if !self.reserve_clock(sck + n) {
             n = self.hw.saturating_sub(sck);

@@ -263,10 +263,29 @@ impl SRecord {
     /// `N'` is [`envelope_goal`](Self::envelope_goal)), so receivers do not hold slots for
     /// nothing. A receiver may grant fewer (its limits); the rest is asked for next.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
+        let window = self.slot_window(cfg);
+        self.wanted_within(window, self.envelope_goal(cfg, window))
+    }
+
+    /// [`wanted_slots`](Self::wanted_slots) under a slot window and goal worked out once.
+    fn wanted_within(&self, window: u64, goal: u64) -> u64 {
         let env = self.envelopes();
         let held = env + self.tokens.len() as u64;
-        let want = (self.envelope_goal(cfg) + self.queue.len() as u64).saturating_sub(env);
-        want.min(self.slot_window(cfg).saturating_sub(held))
+        let want = (goal + self.queue.len() as u64).saturating_sub(env);
+        want.min(window.saturating_sub(held))
+    }
+
+    /// The slots to ask for now ([`wanted_slots`](Self::wanted_slots)), if it is time to ask:
+    /// messages wait, or envelopes fell below the low watermark, moved up with the
+    /// [envelope goal](Self::envelope_goal) (`N' - (N - low)`). The slot window and the goal
+    /// are worked out once.
+    pub fn slots_to_ask(&self, cfg: &Config) -> Option<u64> {
+        let window = self.slot_window(cfg);
+        let goal = self.envelope_goal(cfg, window);
+        let f = &cfg.flow;
+        let low = goal - (f.envelope_target - f.envelope_low);
+        let due = !self.queue.is_empty() || self.envelopes() < low;
+        due.then(|| self.wanted_within(window, goal))
     }
 
     /// Tokens the congestion window holds at the current token size: the sender's measure of
@@ -305,7 +324,8 @@ impl SRecord {
     /// round trip later then arrives before the envelopes run out, even for a sender that is
     /// not saturated). Never more than the slot window. The product is BBR's bandwidth
     /// estimate times the smoothed round trip; without BBR, `N`.
-    pub fn envelope_goal(&self, cfg: &Config) -> u64 {
+    /// `window` is the [slot window](Self::slot_window).
+    pub fn envelope_goal(&self, cfg: &Config, window: u64) -> u64 {
         let n = cfg.flow.envelope_target;
         let bdp = match (self.cc.bandwidth(), self.rtt.smoothed()) {
             (Some(bw), Some(srtt)) if self.token_size > 0 && cfg.flow.autotune => {
@@ -314,9 +334,7 @@ impl SRecord {
             }
             _ => 0,
         };
-        bdp.saturating_mul(2)
-            .max(n)
-            .min(self.slot_window(cfg).max(n))
+        bdp.saturating_mul(2).max(n).min(window.max(n))
     }
 
     /// GOT(r, s, ranges) from the receiver: the bytes it holds of the message in slot `s`.
@@ -381,15 +399,6 @@ impl SRecord {
             }
         }
         whole
-    }
-
-    /// Whether it is time to ask for slots: messages wait, or envelopes fell below the low
-    /// watermark (moved up with the [envelope goal](Self::envelope_goal): `N' - (N - low)`).
-    #[inline]
-    pub fn needs_slots(&self, cfg: &Config) -> bool {
-        let f = &cfg.flow;
-        let low = self.envelope_goal(cfg) - (f.envelope_target - f.envelope_low);
-        !self.queue.is_empty() || self.envelopes() < low
     }
 
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
