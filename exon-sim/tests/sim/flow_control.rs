@@ -19,8 +19,9 @@ const PAYLOAD: usize = 1000;
 struct Run {
     /// Virtual time until every message was acknowledged.
     done_at: Duration,
-    /// The most slots the first sender held at its destination.
+    /// The most slots the first sender held at its destination, and its largest slot window.
     peak_slots: u64,
+    peak_window: u64,
     /// Its largest slot window once half its messages were acknowledged (start-up over).
     late_window: u64,
     /// The most deliveries waiting for the second node's application.
@@ -69,11 +70,12 @@ fn run(
     };
     let mut sim = Sim::new(sc);
     let to = NodeId::new(2).expect("node 1's id");
-    let (mut done_at, mut peak_slots) = (None, 0);
+    let (mut done_at, mut peak_slots, mut peak_window) = (None, 0, 0);
     let (mut peak_untaken, mut late_window) = (0, 0);
     while sim.step() {
         if let Some((n, p)) = sim.node(0).and_then(|n| Some((n, n.path(to)?))) {
             peak_slots = peak_slots.max(p.slots);
+            peak_window = peak_window.max(p.slot_window);
             if n.stats().acknowledged * 2 >= messages {
                 late_window = late_window.max(p.slot_window);
             }
@@ -96,6 +98,7 @@ fn run(
     Run {
         done_at: done_at.unwrap_or(Duration::MAX),
         peak_slots,
+        peak_window,
         late_window,
         peak_untaken,
         trimmed,
