@@ -136,7 +136,7 @@ fn on_a_long_fat_path_the_window_grows_to_the_product_and_the_link_fills() {
         "the window never covered the path: {r:?}"
     );
     assert!(
-        (r.late_window as f64) < 8.0 * bdp_msgs + 128.0,
+        (r.peak_window as f64) < 8.0 * bdp_msgs + 128.0,
         "the window grew far past the path: {r:?}"
     );
     let mut capped = sim_config();

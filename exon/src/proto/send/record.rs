@@ -290,11 +290,14 @@ impl SRecord {
 
     /// Tokens the congestion window holds at the current token size: the sender's measure of
     /// the path's bandwidth-delay product (BBR keeps about twice the product in its window),
-    /// or `None` without congestion control or before the first token.
+    /// or `None` without congestion control.
     fn window_tokens(&self) -> Option<u64> {
-        // Before the first token nothing is measured: the configured window holds, as it
-        // always did (a first request for every queued message; the receiver trims it).
-        (self.cc.is_enabled() && self.token_size > 0).then(|| self.cc.window() / self.token_size)
+        // Before the first token, each is taken to fill a datagram of the path's size.
+        let size = match self.token_size {
+            0 => self.mtud.size() as u64,
+            t => t,
+        };
+        self.cc.is_enabled().then(|| self.cc.window() / size.max(1))
     }
 
     /// The most slots worth holding: tokens in flight fill the congestion window, and enough
