@@ -36,6 +36,19 @@ struct Entry {
     /// Another address the peer's datagrams came from, being challenged (sealed mode): the
     /// peer's datagrams keep going to `addr` until it answers.
     candidate: Option<Candidate>,
+    /// The first other address heard from while the candidate held its turn: it takes the
+    /// next turn as soon as the candidate has failed.
+    waiting: Option<Waiting>,
+}
+
+/// An address heard from while another was the candidate, waiting for its turn.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    addr: SocketAddr,
+    /// Bytes received from `addr` while it waited (its challenge budget once its turn comes).
+    rx: u64,
+    /// Some datagram from `addr` was the freshest seen from the peer when it came.
+    fresher: bool,
 }
 
 /// An address the peer may have moved to, challenged there (and only there).
@@ -181,6 +194,7 @@ impl PeerBook {
                 heard: None,
                 failed: None,
                 candidate: None,
+                waiting: None,
             },
         );
     }
@@ -248,7 +262,9 @@ impl PeerBook {
     /// peer's first datagram), or the current address has been quiet for a cycle (the
     /// peer's datagrams all come from elsewhere); the peer's datagrams keep going to the
     /// current address meanwhile. One candidate per peer: the first keeps its turn until it
-    /// answers or has failed (every challenge unanswered), and a failed one sits out a cycle.
+    /// answers or has failed (every challenge unanswered); the first other address heard
+    /// from meanwhile takes the next turn once it has failed, and a failed one sits out a
+    /// cycle from when its failure is noticed.
     /// A replay, from any address, cannot move the peer.
     ///
     /// Plaintext mode: an address set by the application never moves, and a learned one
@@ -369,6 +385,7 @@ impl Entry {
             heard: Some(now),
             failed: None,
             candidate: None,
+            waiting: None,
         }
     }
 
@@ -406,34 +423,95 @@ impl Entry {
                     return Learned::Challenge;
                 }
             } else if !c.failed(now) {
-                // The first candidate keeps its turn.
+                // The first candidate keeps its turn; the first other address waits for
+                // the next one.
+                self.wait(from, len, fresher, now);
                 return Learned::Unchanged;
             }
-            // Failed: another address takes the next turn, if one comes within a cycle.
-            self.failed = Some((c.addr, c.next + cycle));
+            // Failed (noticed now): it sits out a cycle from now, and the address that
+            // waited takes the turn at once, whichever address this datagram came from (a
+            // racing copy from the failed address must not take the turn back).
+            self.failed = Some((c.addr, now + cycle));
             self.candidate = None;
+            if let Some(w) = self.waiting.take() {
+                if self.may_challenge(w.addr, w.fresher, now, cycle) {
+                    if w.addr != from {
+                        self.wait(from, len, fresher, now);
+                    }
+                    let rx = if w.addr == from {
+                        w.rx.saturating_add(len)
+                    } else {
+                        w.rx
+                    };
+                    return self.challenge(w.addr, rx, now);
+                }
+            }
         }
-        if self
-            .failed
-            .is_some_and(|(addr, until)| addr == from && now < until)
-        {
+        if !self.may_challenge(from, fresher, now, cycle) {
             return Learned::Unchanged;
         }
-        // The current address went quiet: the peer's datagrams all come from elsewhere.
+        self.challenge(from, len, now)
+    }
+
+    /// Whether `addr` may be the candidate: not sitting out a failure, and either fresher
+    /// than anything seen, or the current address is unproven or has gone quiet (the peer's
+    /// datagrams all come from elsewhere); otherwise it is a replay's source while the peer
+    /// still sends from its proven address.
+    fn may_challenge(
+        &self,
+        addr: SocketAddr,
+        fresher: bool,
+        now: Instant,
+        cycle: Duration,
+    ) -> bool {
+        if self
+            .failed
+            .is_some_and(|(failed, until)| failed == addr && now < until)
+        {
+            return false;
+        }
         let quiet = self
             .heard
             .is_none_or(|t| now.saturating_duration_since(t) >= cycle);
-        if !fresher && self.validated && !quiet {
-            // A replay, while the peer shows it still sends from its proven address.
-            return Learned::Unchanged;
+        fresher || !self.validated || quiet
+    }
+
+    /// Notes `from` as the address waiting for the next turn, if none waits yet (and it is
+    /// not sitting out a failure).
+    fn wait(&mut self, from: SocketAddr, len: u64, fresher: bool, now: Instant) {
+        match &mut self.waiting {
+            Some(w) if w.addr == from => {
+                w.rx = w.rx.saturating_add(len);
+                w.fresher |= fresher;
+            }
+            Some(_) => {}
+            None => {
+                let sitting_out = self
+                    .failed
+                    .is_some_and(|(failed, until)| failed == from && now < until);
+                if !sitting_out {
+                    self.waiting = Some(Waiting {
+                        addr: from,
+                        rx: len,
+                        fresher,
+                    });
+                }
+            }
+        }
+    }
+
+    /// `addr`, from which `rx` bytes came, becomes the candidate: a challenge is due there.
+    fn challenge(&mut self, addr: SocketAddr, rx: u64, now: Instant) -> Learned {
+        if self.waiting.is_some_and(|w| w.addr == addr) {
+            self.waiting = None;
         }
         self.candidate = Some(Candidate {
-            addr: from,
+            addr,
             tokens: [0; CANDIDATE_CHALLENGES as usize],
             tries: 0,
             queued: true,
             next: now,
-            rx: len,
+            rx,
             tx: 0,
         });
         Learned::Challenge
@@ -615,9 +693,10 @@ mod tests {
             assert_eq!(b.challenge_sent(id, Some((k, 60)), at(t)), Ok(addr(9)));
         }
         // The observer's candidate fails (at 700 ms) and sits out a cycle; the originals'
-        // address is challenged although they are no fresher, because the proven address
+        // address waited, and is challenged as soon as the failure is noticed (by the
+        // observer's next copy) although they are no fresher, because the proven address
         // has been quiet for as long.
-        assert_eq!(both(&mut b, 700), (Learned::Unchanged, Learned::Challenge));
+        assert_eq!(both(&mut b, 700), (Learned::Challenge, Learned::Unchanged));
         assert_eq!(b.candidate(id), Some(addr(2)));
         assert_eq!(b.challenge_sent(id, Some((8, 60)), at(730)), Ok(addr(2)));
         assert_eq!(
@@ -631,6 +710,52 @@ mod tests {
             b.learn(acc(1, Some((5, 50))), addr(3), 1000, at(800), none),
             Learned::Unchanged
         );
+    }
+
+    /// What CI caught: the peer moved (its datagrams come from addr(2)) while an observer
+    /// at addr(9) races copies ahead of them, and the peer sends sparsely (backing off). Its
+    /// datagram came just before the observer's candidate failed; its next burst came after
+    /// the failure and a cycle more, led by the observer's copy. The copy took the turn back
+    /// every time and addr(2) was never challenged; the address that waited now takes the
+    /// turn, whichever datagram shows the failure.
+    #[test]
+    fn the_address_that_waited_takes_the_turn_of_a_failed_candidate() {
+        let mut b = proven();
+        let id = NodeId::from_const(1);
+        let none = |_| false;
+        let at = |d| t0() + Duration::from_millis(d);
+        let mut seq = 20;
+        let mut both = |b: &mut PeerBook, t: u64| {
+            seq += 1;
+            let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
+            let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
+            (copy, original)
+        };
+        assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
+        assert_eq!(b.challenge_sent(id, Some((1, 60)), at(0)), Ok(addr(9)));
+        assert_eq!(both(&mut b, 100), (Learned::Challenge, Learned::Unchanged));
+        assert_eq!(b.challenge_sent(id, Some((2, 60)), at(100)), Ok(addr(9)));
+        assert_eq!(both(&mut b, 300), (Learned::Challenge, Learned::Unchanged));
+        assert_eq!(b.challenge_sent(id, Some((3, 60)), at(300)), Ok(addr(9)));
+        // The observer's candidate fails at 700 ms: the original at 699 ms came just before.
+        assert_eq!(
+            b.learn(acc(1, Some((5, 40))), addr(2), 1000, at(699), none),
+            Learned::Unchanged
+        );
+        // The next burst, long after (the failure plus a cycle), led by the observer's copy.
+        assert_eq!(both(&mut b, 1500), (Learned::Challenge, Learned::Unchanged));
+        assert_eq!(b.candidate(id), Some(addr(2)));
+        assert_eq!(b.challenge_sent(id, Some((4, 60)), at(1500)), Ok(addr(2)));
+        // The answer: the observer's copy first (proves nothing), then the original.
+        assert_eq!(
+            b.learn(answer(1, (5, 99), 4), addr(9), 100, at(1560), none),
+            Learned::Unchanged
+        );
+        assert_eq!(
+            b.learn(answer(1, (5, 99), 4), addr(2), 100, at(1590), none),
+            Learned::Moved
+        );
+        assert_eq!(b.get(id), Some(addr(2)));
     }
 
     #[test]
