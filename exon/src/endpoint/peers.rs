@@ -669,6 +669,16 @@ mod tests {
         assert_eq!(b.get(id), Some(addr(1)));
     }
 
+    /// A datagram numbered `seq` from a peer that moved to addr(2), `t` ms after
+    /// [`t0`]: an observer's copy from addr(9) first, the original 30 ms later.
+    fn raced(b: &mut PeerBook, seq: u32, t: u64) -> (Learned, Learned) {
+        let at = |d| t0() + Duration::from_millis(d);
+        let none = |_| false;
+        let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
+        let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
+        (copy, original)
+    }
+
     #[test]
     fn a_peer_that_moved_while_an_observer_races_it_is_followed() {
         let mut b = proven();
@@ -681,9 +691,7 @@ mod tests {
         let mut seq = 20;
         let mut both = |b: &mut PeerBook, t: u64| {
             seq += 1;
-            let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
-            let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
-            (copy, original)
+            raced(b, seq, t)
         };
         assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
         for (k, t) in [(0, 0), (1, 100), (2, 300)] {
@@ -727,9 +735,7 @@ mod tests {
         let mut seq = 20;
         let mut both = |b: &mut PeerBook, t: u64| {
             seq += 1;
-            let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
-            let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
-            (copy, original)
+            raced(b, seq, t)
         };
         assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
         assert_eq!(b.challenge_sent(id, Some((1, 60)), at(0)), Ok(addr(9)));
