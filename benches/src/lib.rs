@@ -21,3 +21,4 @@ pub mod streams;
 pub mod systems;
 pub mod tcp;
 pub mod testbed;
+pub mod tls;

@@ -4,14 +4,14 @@ use std::net::SocketAddr;
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::endpoint::{exon_receiver, exon_sender};
-use crate::harness::{spawn_rt, Cmd, Crew, Progress, BATCH_DEADLINE, LOCALHOST};
+use crate::harness::{spawn_rt, Cmd, Crew, Progress, BATCH_DEADLINE};
 use crate::quic::{quic_oneway_receiver, quic_oneway_sender};
 use crate::systems::OneWayKind;
-use crate::tcp::{read_frames, write_frames};
+use crate::tcp::{accept_one, connect, read_frames, write_frames};
+use crate::tls::{tls_connect, tls_publish};
 
 /// A one-way flow between two threads, set up once and driven in batches.
 pub struct OneWay {
@@ -38,10 +38,11 @@ impl OneWay {
                     exon_receiver(exon_datagram, plain, size, addr_tx, stop_rx, p).await
                 }
                 OneWayKind::Tcp => {
-                    let l = TcpListener::bind(LOCALHOST).await.unwrap();
-                    addr_tx.send(l.local_addr().unwrap()).unwrap();
-                    let (s, _) = l.accept().await.unwrap();
-                    s.set_nodelay(true).unwrap();
+                    read_frames(accept_one(&addr_tx).await, size, stop_rx, p).await;
+                }
+                OneWayKind::TcpTls => {
+                    let tls = tls_publish();
+                    let s = tls.accept(accept_one(&addr_tx).await).await;
                     read_frames(s, size, stop_rx, p).await;
                 }
                 OneWayKind::QuicStream | OneWayKind::QuicUni => {
@@ -56,10 +57,9 @@ impl OneWay {
                     let plain = kind == OneWayKind::ExonPlain;
                     exon_sender(exon_datagram, plain, size, addr, cmd_rx).await
                 }
-                OneWayKind::Tcp => {
-                    let s = TcpStream::connect(addr).await.unwrap();
-                    s.set_nodelay(true).unwrap();
-                    write_frames(s, size, cmd_rx).await;
+                OneWayKind::Tcp => write_frames(connect(addr).await, size, cmd_rx).await,
+                OneWayKind::TcpTls => {
+                    write_frames(tls_connect(connect(addr).await).await, size, cmd_rx).await
                 }
                 OneWayKind::QuicStream | OneWayKind::QuicUni => {
                     quic_oneway_sender(kind, size, addr, cmd_rx).await

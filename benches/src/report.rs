@@ -80,6 +80,8 @@ pub fn ratios(names: &[&str], rate: impl Fn(usize) -> f64) -> Vec<String> {
     for (a, b, key) in [
         ("exon", "exon_plain", "exon_over_plain"),
         ("exon", "tcp", "exon_over_tcp"),
+        ("exon", "tcp_tls", "exon_over_tcp_tls"),
+        ("tcp_tls", "tcp", "tls_over_tcp"),
         ("exon", "quic", "exon_over_quic"),
         ("exon_plain", "tcp", "plain_over_tcp"),
         ("exon_plain", "quic", "plain_over_quic"),
@@ -100,6 +102,16 @@ mod tests {
         let names = ["exon", "tcp", "quic_uni"];
         let rate = |i: usize| [2.0, 4.0, 1.0][i];
         assert_eq!(ratios(&names, rate), ["exon_over_tcp=0.500"]);
+        let names = ["exon", "tcp", "tcp_tls"];
+        let rate = |i: usize| [2.0, 4.0, 2.5][i];
+        assert_eq!(
+            ratios(&names, rate),
+            [
+                "exon_over_tcp=0.500",
+                "exon_over_tcp_tls=0.800",
+                "tls_over_tcp=0.625"
+            ]
+        );
         assert_eq!(vs_exon(3.0, Some(2.0)), "1.50x");
         assert_eq!(vs_exon(3.0, None), "-");
     }

@@ -6,16 +6,16 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use exon::proto::NodeId;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::calls::{call, Caller};
 use crate::endpoint::{exon_bind, exon_caller, serve_exon};
-use crate::harness::{spawn_rt, BATCH_DEADLINE, LOCALHOST};
+use crate::harness::{spawn_rt, BATCH_DEADLINE};
 use crate::message::seq_of;
 use crate::quic::{connect_local, serve_local, serve_quic};
 use crate::systems::RpcKind;
-use crate::tcp::{serve_tcp, tcp_caller};
+use crate::tcp::{accept_one, connect, serve_tcp, tcp_caller};
+use crate::tls::{tls_connect, tls_publish};
 
 /// A batch for the client thread: `n` requests from `callers` concurrent callers.
 struct RpcCmd {
@@ -113,11 +113,13 @@ async fn rpc_server(
             serve_exon(ep, stop, size).await;
         }
         RpcKind::Tcp => {
-            let l = TcpListener::bind(LOCALHOST).await.unwrap();
-            addr_tx.send(l.local_addr().unwrap()).unwrap();
-            let (s, _) = l.accept().await.unwrap();
-            s.set_nodelay(true).unwrap();
-            serve_tcp(s, stop, size).await;
+            let (r, w) = accept_one(&addr_tx).await.into_split();
+            serve_tcp(r, w, stop, size).await;
+        }
+        RpcKind::TcpTls => {
+            let tls = tls_publish();
+            let (r, w) = tokio::io::split(tls.accept(accept_one(&addr_tx).await).await);
+            serve_tcp(r, w, stop, size).await;
         }
         RpcKind::Quic => {
             let ep = serve_local();
@@ -149,9 +151,12 @@ async fn rpc_client(
             exon_caller(ep, &mut tasks)
         }
         RpcKind::Tcp => {
-            let s = TcpStream::connect(addr).await.unwrap();
-            s.set_nodelay(true).unwrap();
-            tcp_caller(s, &mut tasks, size)
+            let (r, w) = connect(addr).await.into_split();
+            tcp_caller(r, w, &mut tasks, size)
+        }
+        RpcKind::TcpTls => {
+            let (r, w) = tokio::io::split(tls_connect(connect(addr).await).await);
+            tcp_caller(r, w, &mut tasks, size)
         }
         RpcKind::Quic => {
             let (ep, conn) = connect_local(addr).await;

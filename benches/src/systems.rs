@@ -9,6 +9,8 @@ pub enum OneWayKind {
     ExonPlain,
     /// One TCP connection, 4-byte length-prefixed frames.
     Tcp,
+    /// The same over TLS 1.3 (rustls, AES-128-GCM): the anchor for sealed exon.
+    TcpTls,
     /// One QUIC connection, one long unidirectional stream of length-prefixed frames.
     QuicStream,
     /// One QUIC connection, one unidirectional stream per message.
@@ -17,10 +19,11 @@ pub enum OneWayKind {
 
 impl OneWayKind {
     /// Every system, in report order.
-    pub const ALL: [OneWayKind; 5] = [
+    pub const ALL: [OneWayKind; 6] = [
         OneWayKind::Exon,
         OneWayKind::ExonPlain,
         OneWayKind::Tcp,
+        OneWayKind::TcpTls,
         OneWayKind::QuicStream,
         OneWayKind::QuicUni,
     ];
@@ -31,6 +34,7 @@ impl OneWayKind {
             OneWayKind::Exon => "exon",
             OneWayKind::ExonPlain => "exon_plain",
             OneWayKind::Tcp => "tcp",
+            OneWayKind::TcpTls => "tcp_tls",
             OneWayKind::QuicStream => "quic",
             OneWayKind::QuicUni => "quic_uni",
         }
@@ -48,16 +52,19 @@ pub enum RpcKind {
     ExonPlain,
     /// One TCP connection, every caller multiplexed over it (request ids, demux map).
     Tcp,
+    /// The same over TLS 1.3 (rustls, AES-128-GCM): the anchor for sealed exon.
+    TcpTls,
     /// One QUIC connection, one bidirectional stream per request.
     Quic,
 }
 
 impl RpcKind {
     /// Every system, in report order.
-    pub const ALL: [RpcKind; 4] = [
+    pub const ALL: [RpcKind; 5] = [
         RpcKind::Exon,
         RpcKind::ExonPlain,
         RpcKind::Tcp,
+        RpcKind::TcpTls,
         RpcKind::Quic,
     ];
 
@@ -67,6 +74,7 @@ impl RpcKind {
             RpcKind::Exon => "exon",
             RpcKind::ExonPlain => "exon_plain",
             RpcKind::Tcp => "tcp",
+            RpcKind::TcpTls => "tcp_tls",
             RpcKind::Quic => "quic",
         }
     }

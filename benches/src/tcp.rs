@@ -4,12 +4,33 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
+use std::net::SocketAddr;
+use std::sync::mpsc as std_mpsc;
+
+use tokio::net::{TcpListener, TcpStream};
+
 use crate::calls::{route, Caller, Pending};
-use crate::harness::{Cmd, Progress};
+use crate::harness::{Cmd, Progress, LOCALHOST};
 use crate::message::{payload, seq_of, Seen};
+
+/// Listens on loopback, hands the address to `addr_tx`, and accepts one connection (no
+/// Nagle).
+pub async fn accept_one(addr_tx: &std_mpsc::Sender<SocketAddr>) -> TcpStream {
+    let l = TcpListener::bind(LOCALHOST).await.unwrap();
+    addr_tx.send(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().await.unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// A connection to `addr` (no Nagle).
+pub async fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
 
 /// Writes frames (u32 length, payload) of `size`-byte messages for every `Send` command;
 /// flushes after each batch.
@@ -92,10 +113,14 @@ async fn next_verified<R: AsyncRead + Unpin>(
     }
 }
 
-/// Answers every framed `size`-byte request on a TCP connection with an echo until `stop`
-/// or the end of the stream. Returns the requests served (each verified exactly once).
-pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>, size: usize) -> u64 {
-    let (r, w) = s.into_split();
+/// Answers every framed `size`-byte request on a TCP connection (its read and write
+/// halves, TLS or not) with an echo until `stop` or the end of the stream. Returns the
+/// requests served (each verified exactly once).
+pub async fn serve_tcp<R, W>(r: R, w: W, mut stop: oneshot::Receiver<()>, size: usize) -> u64
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut r = BufReader::with_capacity(64 * 1024, r);
     let mut w = BufWriter::with_capacity(64 * 1024, w);
     let (mut seen, mut buf) = (Seen::default(), Vec::new());
@@ -109,15 +134,20 @@ pub async fn serve_tcp(s: TcpStream, mut stop: oneshot::Receiver<()>, size: usiz
     seen.count()
 }
 
-/// A TCP caller multiplexing every caller over `s`: a writer task and a reader task that
-/// routes `size`-byte replies, both pushed onto `tasks`.
-pub fn tcp_caller(
-    s: TcpStream,
+/// A TCP caller multiplexing every caller over one connection (its read and write halves,
+/// TLS or not): a writer task and a reader task that routes `size`-byte replies, both
+/// pushed onto `tasks`.
+pub fn tcp_caller<R, W>(
+    r: R,
+    w: W,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
     size: usize,
-) -> Caller {
+) -> Caller
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let pending = Pending::default();
-    let (r, w) = s.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
     // Writer: every caller's requests through one buffered writer, flushed when no more
     // requests wait.

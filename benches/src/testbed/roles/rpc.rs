@@ -26,8 +26,8 @@ pub(super) async fn server(a: &RoleArgs, ctl: Control) {
             serve_exon(ep, ctl.eof_signal(), a.size).await
         }
         System::TcpCubic | System::TcpBbr => {
-            let s = tcp_listen(a).await;
-            serve_tcp(s, ctl.eof_signal(), a.size).await
+            let (r, w) = tcp_listen(a).await.into_split();
+            serve_tcp(r, w, ctl.eof_signal(), a.size).await
         }
         System::ExonStream => panic!("exon_stream is one-way only"),
         System::Quic => {
@@ -62,7 +62,10 @@ pub(super) async fn client(a: &RoleArgs, ctl: Control) {
             ep.add_peer(NodeId::from_const(1), a.addr);
             exon_caller(ep, &mut tasks)
         }
-        System::TcpCubic | System::TcpBbr => tcp_caller(tcp_connect(a).await, &mut tasks, a.size),
+        System::TcpCubic | System::TcpBbr => {
+            let (r, w) = tcp_connect(a).await.into_split();
+            tcp_caller(r, w, &mut tasks, a.size)
+        }
         System::ExonStream => panic!("exon_stream is one-way only"),
         System::Quic => {
             let (ep, conn) = quic_connect(local_a(), a.addr, quic_cert(a)).await;
