@@ -149,17 +149,21 @@ impl Sends {
         let (to, id, deadline) = (out.to(), out.id(), out.deadline());
         let payload = out.take_payload();
         let len = payload.len();
+        // Only a durable node may refuse for want of a stored clock, and the message then
+        // waits with its payload: kept for that case alone (a clone of a payload made
+        // from a `Vec` allocates).
+        let kept = node.is_durable().then(|| payload.clone());
         let sent = match out.answers() {
-            Some(request) => node.reply(t, request, payload.clone()),
+            Some(request) => node.reply(t, request, payload),
             // An ordered flow's message may wait untaken at its receiver (held for its turn,
             // or unread): its arrival is reported before its verdict.
-            None if out.is_flow() => node.send_reported(t, to, payload.clone()),
-            None => node.send(t, to, payload.clone()),
+            None if out.is_flow() => node.send_reported(t, to, payload),
+            None => node.send(t, to, payload),
         };
         match sent {
             Err(SendError::ClockNotStored) => {
                 // Durable ids come from the stored clock: at start, and rarely after.
-                out.put_payload(payload);
+                out.put_payload(kept.expect("only a durable node waits for its clock"));
                 self.block(to);
                 self.waiters.entry(to).or_default().push_front(out);
                 return false;
