@@ -125,6 +125,20 @@ impl BatchSocket {
         })
     }
 
+    /// Asks the kernel for receive and send buffers of `bytes` each (Linux grants at most
+    /// `net.core.rmem_max` and `net.core.wmem_max`; asking for more is not an error).
+    pub fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
+        let s = socket2::SockRef::from(&self.io);
+        s.set_recv_buffer_size(bytes)?;
+        s.set_send_buffer_size(bytes)
+    }
+
+    /// The receive buffer the kernel granted, in bytes (as `SO_RCVBUF` reports it: Linux
+    /// counts twice what was asked, for its bookkeeping).
+    pub fn recv_buffer_size(&self) -> io::Result<usize> {
+        socket2::SockRef::from(&self.io).recv_buffer_size()
+    }
+
     /// Caps the datagrams sent per system call; 1 turns segmentation offload off (each
     /// datagram is then one `sendmsg`). Receiving is unchanged.
     pub fn with_max_send_segments(mut self, n: usize) -> BatchSocket {

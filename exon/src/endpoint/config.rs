@@ -73,6 +73,13 @@ pub struct EndpointConfig {
     /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
     /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
     pub shards: usize,
+    /// Receive and send buffer size asked of the kernel for each socket the endpoint binds
+    /// ([`Endpoint::bind`](super::Endpoint::bind), [`Builder::bind`](super::Builder::bind);
+    /// not for sockets given to `with_socket`). The kernel's default receive buffer (about
+    /// 208 KiB on Linux) holds about 140 full-size datagrams or 3 of 64 KiB: a burst beyond
+    /// it is dropped and sent again. Linux caps what is granted at `net.core.rmem_max` and
+    /// `net.core.wmem_max`. `None` keeps the kernel's defaults. Default 4 MiB.
+    pub socket_buffer: Option<usize>,
     /// Ordered channels and streams: windows, chunks, limits. Default
     /// [`FlowConfig::default()`](super::FlowConfig).
     pub flows: super::FlowConfig,
@@ -88,6 +95,9 @@ pub struct EndpointConfig {
     pub(crate) rules: crate::proto::Rules,
 }
 
+/// The default [`EndpointConfig::socket_buffer`]: 4 MiB.
+pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
+
 impl Default for EndpointConfig {
     fn default() -> Self {
         EndpointConfig {
@@ -102,6 +112,7 @@ impl Default for EndpointConfig {
             ack_after_processing: false,
             learned_address_ttl: Duration::from_secs(60),
             shards: 1,
+            socket_buffer: Some(DEFAULT_SOCKET_BUFFER),
             flows: super::FlowConfig::default(),
             #[cfg(feature = "rule-switches")]
             moves_need_an_answer: true,

@@ -107,7 +107,7 @@ use tracing::Instrument;
 
 pub use batch::BatchSocket;
 pub use channel::Channel;
-pub use config::EndpointConfig;
+pub use config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use cookies::CookieStats;
 pub use durable::RecoveredSend;
 pub use error::{BindError, Error, ReceiptError};
@@ -477,12 +477,7 @@ impl Builder {
     ///
     /// This method is cancel safe, as [`Endpoint::bind`] is.
     pub async fn bind(self, addr: impl ToSocketAddrs) -> Result<Endpoint, BindError> {
-        let shards = self.config.shards.clamp(1, MAX_SHARDS);
-        if shards == 1 {
-            let socket = BatchSocket::bind(addr).await?;
-            return self.with_socket(socket);
-        }
-        let sockets = BatchSocket::bind_reuseport(addr, shards).await?;
+        let sockets = bind_sockets(&self.config, addr).await?;
         self.with_sockets(sockets)
     }
 
@@ -634,3 +629,69 @@ fn with_envelope_room(protocol: &crate::proto::Config) -> crate::proto::Config {
 
 /// Most driver shards of one endpoint.
 const MAX_SHARDS: usize = 256;
+
+/// The sockets [`Builder::bind`] starts an endpoint on: one, or an `SO_REUSEPORT` group of
+/// one per shard, with the buffers [`EndpointConfig::socket_buffer`] asks for.
+async fn bind_sockets(
+    config: &EndpointConfig,
+    addr: impl ToSocketAddrs,
+) -> std::io::Result<Vec<BatchSocket>> {
+    let shards = config.shards.clamp(1, MAX_SHARDS);
+    let sockets = if shards == 1 {
+        vec![BatchSocket::bind(addr).await?]
+    } else {
+        BatchSocket::bind_reuseport(addr, shards).await?
+    };
+    if let Some(bytes) = config.socket_buffer {
+        for s in &sockets {
+            s.set_buffer_sizes(bytes)?;
+        }
+    }
+    Ok(sockets)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod socket_buffer_tests {
+    use super::*;
+
+    fn rmem_max() -> usize {
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The endpoint's sockets get the receive buffer the configuration asks for (as much as
+    /// the kernel grants: Linux reports twice what it granted), not the kernel's default.
+    #[tokio::test]
+    async fn bound_sockets_get_the_configured_buffers() {
+        let asked = 1 << 20;
+        let granted = 2 * asked.min(rmem_max());
+        let mut cfg = EndpointConfig {
+            socket_buffer: Some(asked),
+            ..EndpointConfig::default()
+        };
+        for shards in [1, 2] {
+            cfg.shards = shards;
+            let socks = bind_sockets(&cfg, "127.0.0.1:0").await.unwrap();
+            assert_eq!(socks.len(), shards);
+            for s in &socks {
+                assert_eq!(s.recv_buffer_size().unwrap(), granted);
+            }
+        }
+        cfg.shards = 1;
+        cfg.socket_buffer = None;
+        let socks = bind_sockets(&cfg, "127.0.0.1:0").await.unwrap();
+        let default = socks[0].recv_buffer_size().unwrap();
+        if rmem_max() > asked {
+            assert!(
+                default < granted,
+                "kernel default {default}, asked {granted}"
+            );
+        }
+        assert_eq!(
+            EndpointConfig::default().socket_buffer,
+            Some(DEFAULT_SOCKET_BUFFER)
+        );
+    }
+}
