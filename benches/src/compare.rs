@@ -253,10 +253,10 @@ fn one_way(args: &Options) -> Result<(), String> {
         })
         .collect();
     let totals = alternate(&mut flows, args.rounds, slot, |_, f| (batch, f.run(batch)));
-    let exon_stats = flows
+    let exon_stats: Vec<_> = flows
         .iter()
-        .find(|f| f.kind() == OneWayKind::Exon)
-        .and_then(|f| f.stats());
+        .filter_map(|f| Some((f.kind().name(), f.stats()?)))
+        .collect();
     let verified: Vec<u64> = flows.iter().map(|f| f.verified()).collect();
     drop(flows);
 
@@ -277,8 +277,8 @@ fn one_way(args: &Options) -> Result<(), String> {
             totals[i].rounds()
         );
     }
-    if let Some(s) = exon_stats {
-        println!("exon sender counters: {s}");
+    for (name, s) in exon_stats {
+        println!("{name} sender counters: {s}");
     }
     let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
     let mut last: Vec<String> = names
