@@ -59,6 +59,31 @@ fn fast_loss_recovery_repairs_a_single_loss_without_waiting_for_the_timer() {
     assert!(took < Duration::from_millis(60), "took {took:?}");
 }
 
+/// Ten tokens that share a datagram are acknowledged in one verdict frame: one RTT sample,
+/// not ten. The first sample sets RTTVAR to half the RTT (RFC 6298); ten identical samples
+/// would shrink it to 0.075 of that, and the retransmission timeout with it.
+#[test]
+fn a_verdict_frame_is_one_rtt_sample_however_many_tokens_it_settles() {
+    let mut pair = Pair::new(test_config());
+    for i in 0..10u8 {
+        pair.send(A, vec![i; 50]);
+    }
+    let start = pair.now;
+    while pair.nodes[A].acked.len() < 10 && pair.now - start < Duration::from_secs(10) {
+        assert!(pair.step());
+    }
+    assert_eq!(pair.nodes[A].acked.len(), 10);
+    let p = pair.nodes[A]
+        .node
+        .path(pair::id(B))
+        .expect("a sender record");
+    let (srtt, var) = (p.srtt.expect("measured"), p.rtt_var.expect("measured"));
+    assert!(
+        var >= srtt / 4,
+        "RTTVAR {var:?} against SRTT {srtt:?}: one sample per token?"
+    );
+}
+
 /// The first flight is bounded by the initial congestion window and leaves in bursts of
 /// the pacing quantum, while the pacer's next send time is what `poll_timeout` reports.
 /// Without a controller the whole batch of envelopes goes at once.

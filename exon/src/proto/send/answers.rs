@@ -142,12 +142,8 @@ impl SRecord {
             queued_bytes,
             mut held,
         } = sink;
-        let (rtt, bytes, flight, mtud) = (
-            &mut self.rtt,
-            &mut self.bytes,
-            &mut self.flight,
-            &mut self.mtud,
-        );
+        let (rtt, bytes, flight, mtud) =
+            (&self.rtt, &mut self.bytes, &mut self.flight, &mut self.mtud);
         let credit = &mut self.credit;
         let mut retry = Vec::new();
         // A token that never left cannot have a verdict.

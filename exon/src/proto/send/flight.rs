@@ -23,7 +23,8 @@ pub(crate) struct Flight {
     pub(super) bytes: u64,
     /// Bytes acknowledged by the verdict frame being handled.
     pub(super) ack_batch: u64,
-    /// The newest RTT sample of the verdict frame being handled.
+    /// The round trip of the newest transmission (sent once) that the verdict frame being
+    /// handled acknowledges: the frame's one RTT sample.
     pub(super) ack_rtt: Option<Duration>,
     /// What both loss detectors learnt of reordering (the count rule, the window).
     pub(super) reo: Reordering,
@@ -59,9 +60,9 @@ impl Flight {
     }
 
     /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
-    /// delivery rate, loss detection and (Karn's rule: sent once) the RTT, and tells whether
-    /// its last loss was spurious.
-    pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &mut Rtt) {
+    /// delivery rate, loss detection and (Karn's rule: sent once) the frame's RTT sample,
+    /// and tells whether its last loss was spurious.
+    pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &Rtt) {
         self.bytes = self.bytes.saturating_sub(tok.flight);
         if !acked {
             return;
@@ -93,8 +94,10 @@ impl Flight {
                     let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
                     self.reo.on_reordered(late);
                 }
-                rtt.sample(sample);
-                self.ack_rtt = Some(sample);
+                // One RTT sample per verdict frame (taken in `after_verdicts`): the newest
+                // transmission it acknowledges. Every token of a datagram would otherwise
+                // feed the same round trip again, and RTTVAR would collapse to nothing.
+                self.ack_rtt = Some(self.ack_rtt.map_or(sample, |r| r.min(sample)));
             }
         }
     }

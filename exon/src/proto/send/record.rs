@@ -394,8 +394,8 @@ impl SRecord {
                     let late = sample.saturating_sub(self.rtt.min().unwrap_or(sample));
                     self.flight.reo.on_reordered(late);
                 }
-                self.rtt.sample(sample);
-                self.flight.ack_rtt = Some(sample);
+                let newest = self.flight.ack_rtt.map_or(sample, |r| r.min(sample));
+                self.flight.ack_rtt = Some(newest);
             }
         }
         whole
@@ -515,6 +515,7 @@ impl SRecord {
             bandwidth: self.cc.bandwidth(),
             min_rtt: self.cc.min_rtt(),
             srtt: self.rtt.smoothed(),
+            rtt_var: self.rtt.smoothed().map(|_| self.rtt.var()),
             datagram: self.mtud.size(),
         }
     }

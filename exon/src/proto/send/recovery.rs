@@ -58,6 +58,10 @@ impl SRecord {
     pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
         let acked = std::mem::take(&mut self.flight.ack_batch);
         let rtt = self.flight.ack_rtt.take();
+        if let Some(sample) = rtt {
+            // The frame's one sample (RFC 9002's: the newest transmission acknowledged).
+            self.rtt.sample(sample);
+        }
         self.flight.losses.end_batch();
         self.flight.frag_losses.end_batch();
         let spurious = std::mem::take(&mut self.flight.spurious_bytes);

@@ -7,8 +7,9 @@ use crate::proto::Config;
 /// Smoothed RTT, its variance, and the exponential backoff of one sender record.
 ///
 /// Callers apply Karn's rule: they feed [`Rtt::sample`] only with round trips of frames that
-/// were sent once, never with those of retransmitted frames. Kept in integer nanoseconds:
-/// a sample is taken for nearly every acknowledged message.
+/// were sent once, never with those of retransmitted frames, and take one sample per verdict
+/// frame (the round trip of the newest transmission it acknowledges), not one per token.
+/// Kept in integer nanoseconds.
 #[derive(Debug, Clone)]
 pub struct Rtt {
     srtt: Option<u64>,

@@ -57,6 +57,8 @@ pub struct PathStats {
     pub min_rtt: Option<Duration>,
     /// Smoothed RTT.
     pub srtt: Option<Duration>,
+    /// The RTT's variation (RFC 6298's `RTTVAR`), once the RTT is measured.
+    pub rtt_var: Option<Duration>,
     /// The size of datagrams sent to the destination now (path MTU discovery's), in bytes.
     pub datagram: usize,
     /// Slots held at the destination: envelopes plus unacknowledged tokens.
