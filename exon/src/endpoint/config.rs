@@ -78,7 +78,8 @@ pub struct EndpointConfig {
     /// not for sockets given to `with_socket`). The kernel's default receive buffer (about
     /// 208 KiB on Linux) holds about 140 full-size datagrams or 3 of 64 KiB: a burst beyond
     /// it is dropped and sent again. Linux caps what is granted at `net.core.rmem_max` and
-    /// `net.core.wmem_max`. `None` keeps the kernel's defaults. Default 4 MiB.
+    /// `net.core.wmem_max`; a system that refuses the size keeps its default (with a
+    /// warning). `None` keeps the kernel's defaults. Default 4 MiB.
     pub socket_buffer: Option<usize>,
     /// Ordered channels and streams: windows, chunks, limits. Default
     /// [`FlowConfig::default()`](super::FlowConfig).

@@ -644,7 +644,11 @@ async fn bind_sockets(
     };
     if let Some(bytes) = config.socket_buffer {
         for s in &sockets {
-            s.set_buffer_sizes(bytes)?;
+            // Linux grants what it allows; other systems may refuse a size above their
+            // limit (macOS: ENOBUFS): the kernel's default then stays, and binding goes on.
+            if let Err(e) = s.set_buffer_sizes(bytes) {
+                tracing::warn!(bytes, error = %e, "socket buffers not enlarged");
+            }
         }
     }
     Ok(sockets)
