@@ -9,7 +9,7 @@ use exon::proto::NodeId;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::calls::{call, Caller};
-use crate::endpoint::{exon_bind, exon_caller, serve_exon};
+use crate::endpoint::{exon_bind, exon_caller, exon_stats_line, serve_exon};
 use crate::harness::{spawn_rt, BATCH_DEADLINE};
 use crate::message::seq_of;
 use crate::quic::{connect_local, serve_local, serve_quic};
@@ -195,6 +195,10 @@ async fn rpc_client(
         ep.wait_idle().await;
     }
     if let Some(h) = exon_handle {
+        if let Some(s) = h.stats().await {
+            // Per call: the caller's datagrams, acknowledgements and slot traffic.
+            println!("{} caller counters: {}", kind.name(), exon_stats_line(&s));
+        }
         h.close(Duration::from_millis(200)).await;
     }
     for t in tasks {
