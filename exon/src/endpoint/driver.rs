@@ -359,6 +359,9 @@ impl<S: DatagramSocket> Driver<S> {
             Command::Stats(reply) => {
                 let _ = reply.send(self.stats());
             }
+            Command::Path(peer, reply) => {
+                let _ = reply.send(self.node.path(peer));
+            }
             Command::Serve(tx) => self.requests.serve(tx),
             Command::OpenStream {
                 peer,

@@ -306,6 +306,8 @@ pub(crate) enum Command {
         oneshot::Sender<Result<(), crate::proto::crypto::KeyringError>>,
     ),
     Stats(oneshot::Sender<EndpointStats>),
+    /// What the sender record of a peer knows of the path to it.
+    Path(NodeId, oneshot::Sender<Option<crate::proto::PathStats>>),
     /// A server starts: requests go to it.
     Serve(mpsc::UnboundedSender<super::request::Request>),
     /// A request a server stopped without answering: held for the next one.
@@ -925,6 +927,20 @@ impl Handle {
             total.merge(&rx.await.ok()?);
         }
         Some(total)
+    }
+
+    /// What this endpoint knows of the path to `peer`: RTT and its variation, congestion
+    /// window, bytes in flight, pacing rate, bandwidth estimate, datagram size, slots held
+    /// ([`PathStats`](crate::proto::PathStats)). `None` when no messages were sent to
+    /// `peer` lately (its sender record is gone, or never was) or the endpoint has stopped.
+    ///
+    /// # Cancel safety
+    ///
+    /// This method is cancel safe: it only reads, and a cancelled call changes nothing.
+    pub async fn path(&self, peer: NodeId) -> Option<crate::proto::PathStats> {
+        let (tx, rx) = oneshot::channel();
+        self.shard(peer).cmds.send(Command::Path(peer, tx)).ok()?;
+        rx.await.ok().flatten()
     }
 
     /// Stops accepting sends (waiting senders get [`Error::Closed`]), waits until every

@@ -93,6 +93,34 @@ async fn many_messages_multi_thread_runtime() {
     assert_eq!(report.stats.node.acknowledged, n as u64);
 }
 
+/// `Handle::path` reports what the sender knows of the path to a peer it sends to: the RTT
+/// and its variation once acknowledgements came back, the datagram size, the window; and
+/// nothing for a peer it never sent to.
+#[tokio::test]
+async fn the_path_to_a_peer_is_reported_once_messages_went_there() {
+    let (a, mut b) = pair(cfg()).await;
+    let h = a.handle();
+    assert_eq!(h.path(B).await, None, "nothing sent yet");
+    let mut receipts = Vec::new();
+    for i in 0..20u8 {
+        receipts.push(a.send(B, Bytes::from(vec![i; 100])).await.unwrap());
+    }
+    for _ in 0..20 {
+        timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    }
+    for r in receipts {
+        timeout(LIMIT, r).await.unwrap().unwrap();
+    }
+    let p = h.path(B).await.expect("a sender record for B");
+    let srtt = p.srtt.expect("RTT measured");
+    assert!(srtt > Duration::ZERO && srtt < LIMIT, "{p:?}");
+    assert!(p.rtt_var.is_some(), "{p:?}");
+    assert!(p.datagram > 0 && p.window > 0, "{p:?}");
+    assert_eq!(p.in_flight, 0, "everything acknowledged: {p:?}");
+    assert_eq!(h.path(NodeId::from_const(99)).await, None);
+    a.close(Duration::from_secs(2)).await;
+}
+
 #[tokio::test]
 async fn try_send_fails_fast_and_send_waits_for_room() {
     let mut c = cfg();
