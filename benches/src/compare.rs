@@ -255,6 +255,7 @@ fn one_way(args: &Options) -> Result<(), String> {
     let totals = alternate(&mut flows, args.rounds, slot, |_, f| (batch, f.run(batch)));
     let exon_stats: Vec<_> = flows
         .iter()
+        .filter(|f| matches!(f.kind(), OneWayKind::Exon | OneWayKind::ExonPlain))
         .filter_map(|f| Some((f.kind().name(), f.stats()?)))
         .collect();
     let verified: Vec<u64> = flows.iter().map(|f| f.verified()).collect();

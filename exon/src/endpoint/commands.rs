@@ -163,7 +163,12 @@ impl Sends {
         match sent {
             Err(SendError::ClockNotStored) => {
                 // Durable ids come from the stored clock: at start, and rarely after.
-                out.put_payload(kept.expect("only a durable node waits for its clock"));
+                let Some(payload) = kept else {
+                    // Only a durable node refuses so; refuse rather than lose the payload.
+                    out.refuse(SendError::ClockNotStored.into());
+                    return true;
+                };
+                out.put_payload(payload);
                 self.block(to);
                 self.waiters.entry(to).or_default().push_front(out);
                 return false;

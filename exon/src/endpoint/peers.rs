@@ -464,16 +464,19 @@ impl Entry {
         now: Instant,
         cycle: Duration,
     ) -> bool {
-        if self
-            .failed
-            .is_some_and(|(failed, until)| failed == addr && now < until)
-        {
+        if self.sitting_out(addr, now) {
             return false;
         }
         let quiet = self
             .heard
             .is_none_or(|t| now.saturating_duration_since(t) >= cycle);
         fresher || !self.validated || quiet
+    }
+
+    /// Whether `addr` is the last failed candidate, still sitting out its cycle.
+    fn sitting_out(&self, addr: SocketAddr, now: Instant) -> bool {
+        self.failed
+            .is_some_and(|(failed, until)| failed == addr && now < until)
     }
 
     /// Notes `from` as the address waiting for the next turn, if none waits yet (and it is
@@ -486,10 +489,7 @@ impl Entry {
             }
             Some(_) => {}
             None => {
-                let sitting_out = self
-                    .failed
-                    .is_some_and(|(failed, until)| failed == from && now < until);
-                if !sitting_out {
+                if !self.sitting_out(from, now) {
                     self.waiting = Some(Waiting {
                         addr: from,
                         rx: len,
@@ -669,13 +669,14 @@ mod tests {
         assert_eq!(b.get(id), Some(addr(1)));
     }
 
-    /// A datagram numbered `seq` from a peer that moved to addr(2), `t` ms after
-    /// [`t0`]: an observer's copy from addr(9) first, the original 30 ms later.
-    fn raced(b: &mut PeerBook, seq: u32, t: u64) -> (Learned, Learned) {
+    /// The next datagram (numbered `*seq + 1`) from a peer that moved to addr(2), `t` ms
+    /// after [`t0`]: an observer's copy from addr(9) first, the original 30 ms later.
+    fn raced(b: &mut PeerBook, seq: &mut u32, t: u64) -> (Learned, Learned) {
+        *seq += 1;
         let at = |d| t0() + Duration::from_millis(d);
         let none = |_| false;
-        let copy = b.learn(acc(1, Some((5, seq))), addr(9), 1000, at(t), none);
-        let original = b.learn(acc(1, Some((5, seq))), addr(2), 1000, at(t + 30), none);
+        let copy = b.learn(acc(1, Some((5, *seq))), addr(9), 1000, at(t), none);
+        let original = b.learn(acc(1, Some((5, *seq))), addr(2), 1000, at(t + 30), none);
         (copy, original)
     }
 
@@ -689,10 +690,7 @@ mod tests {
         // The peer moved to addr(2) (its old address is silent); an observer at addr(9)
         // races a copy of each of its datagrams: the copies are the fresher ones.
         let mut seq = 20;
-        let mut both = |b: &mut PeerBook, t: u64| {
-            seq += 1;
-            raced(b, seq, t)
-        };
+        let mut both = |b: &mut PeerBook, t: u64| raced(b, &mut seq, t);
         assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
         for (k, t) in [(0, 0), (1, 100), (2, 300)] {
             if k > 0 {
@@ -733,10 +731,7 @@ mod tests {
         let none = |_| false;
         let at = |d| t0() + Duration::from_millis(d);
         let mut seq = 20;
-        let mut both = |b: &mut PeerBook, t: u64| {
-            seq += 1;
-            raced(b, seq, t)
-        };
+        let mut both = |b: &mut PeerBook, t: u64| raced(b, &mut seq, t);
         assert_eq!(both(&mut b, 0), (Learned::Challenge, Learned::Unchanged));
         assert_eq!(b.challenge_sent(id, Some((1, 60)), at(0)), Ok(addr(9)));
         assert_eq!(both(&mut b, 100), (Learned::Challenge, Learned::Unchanged));
