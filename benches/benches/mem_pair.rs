@@ -31,6 +31,10 @@ struct Args {
     /// Plaintext nodes instead of sealed ones (the default, as in production).
     #[arg(long)]
     plain: bool,
+    /// Datagrams written per call at most (`poll_transmit_run`, as the driver does for
+    /// segmented sends); 1: one `poll_output` per datagram.
+    #[arg(long, default_value_t = 64)]
+    run: usize,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -42,9 +46,11 @@ fn main() {
         datagram,
         warmup,
         plain,
+        run,
         ..
     } = Args::parse();
     let mut pair = MemPair::new(datagram, plain);
+    pair.run = run.max(1);
     pair.run(warmup);
     let before = pair.datagrams;
     let took = pair.run(messages);
@@ -56,7 +62,7 @@ fn main() {
     );
     println!("{rate:.0} messages/s, {per:.3} datagrams per message");
     println!(
-        "messages={messages} datagram={datagram} sealed={} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}",
+        "messages={messages} datagram={datagram} run={run} sealed={} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}",
         !plain
     );
 }

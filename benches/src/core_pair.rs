@@ -20,6 +20,9 @@ pub struct MemPair {
     pub datagrams: u64,
     /// Virtual time: it advances only to the next timer when nothing else is left to do.
     now: Instant,
+    /// Datagrams written per call at most (`Node::poll_transmit_run`), as the driver does
+    /// for segmented sends; 1: one `poll_output` per datagram.
+    pub run: usize,
 }
 
 impl MemPair {
@@ -47,6 +50,7 @@ impl MemPair {
             next: 0,
             datagrams: 0,
             now: Instant::now(),
+            run: 1,
         }
     }
 
@@ -97,6 +101,26 @@ impl MemPair {
             };
             if src.poll_timeout().is_some_and(|t| t <= now) {
                 src.handle_timeout(now);
+            }
+            if self.run > 1 {
+                // As the driver does: clocks stored, then runs of datagrams to one peer.
+                while let Some(hw) = src.poll_clock_store() {
+                    src.handle_clock_stored(now, hw);
+                }
+                self.buf.clear();
+                while let Some(r) = src.poll_transmit_run(now, &mut self.buf, self.run) {
+                    let mut at = 0;
+                    for size in r.sizes() {
+                        moved += 1;
+                        if self.rx.capacity() < size {
+                            self.rx = bytes::BytesMut::with_capacity(256 * 1024);
+                        }
+                        self.rx.extend_from_slice(&self.buf[at..at + size]);
+                        dst.handle_datagram_buf(now, self.rx.split());
+                        at += size;
+                    }
+                    self.buf.clear();
+                }
             }
             loop {
                 self.buf.clear();

@@ -475,25 +475,31 @@ impl<S: DatagramSocket> Driver<S> {
                 more = true;
                 break;
             }
+            // A run of datagrams to one peer, as many as the batch can still take (GSO).
+            let max = (self.cfg.transmit_budget - sent).min(self.outbound.room());
             let (start, buf) = self.outbound.buf();
-            let Some(tx) = self.node.poll_transmit(t, buf) else {
+            let Some(run) = self.node.poll_transmit_run(t, buf, max) else {
                 break;
             };
-            sent += 1;
-            match self.paths.send_to(tx.destination, tx.size) {
-                Ok(addr) => {
-                    self.outbound
-                        .push(socket, stats, start, addr, tx.size)
-                        .await;
-                }
-                Err(why) => {
-                    self.outbound.discard(start);
-                    if why == NoRoute::Amplification {
-                        // Repaired like a loss once the address is validated.
-                        stats.amplification_drops += 1;
-                    } else {
-                        stats.unknown_peer_drops += 1;
-                        tracing::trace!(peer = %tx.destination, "no address: datagram dropped");
+            let mut at = start;
+            for size in run.sizes() {
+                sent += 1;
+                match self.paths.send_to(run.destination, size) {
+                    Ok(addr) => {
+                        at = self.outbound.push(socket, stats, at, addr, size).await + size;
+                    }
+                    Err(why) => {
+                        self.outbound.discard(at, size);
+                        if why == NoRoute::Amplification {
+                            // Repaired like a loss once the address is validated.
+                            stats.amplification_drops += 1;
+                        } else {
+                            stats.unknown_peer_drops += 1;
+                            tracing::trace!(
+                                peer = %run.destination,
+                                "no address: datagram dropped"
+                            );
+                        }
                     }
                 }
             }

@@ -94,13 +94,15 @@ impl Outbound {
         (self.buf.len(), &mut self.buf)
     }
 
-    /// The datagram appended after `start` goes nowhere.
-    pub(crate) fn discard(&mut self, start: usize) {
-        self.buf.truncate(start);
+    /// The datagram at `start` (`size` bytes) goes nowhere: it is taken out of the buffer
+    /// (datagrams after it move up).
+    pub(crate) fn discard(&mut self, start: usize, size: usize) {
+        self.buf.drain(start..start + size);
     }
 
-    /// The datagram appended after `start` (`size` bytes) goes to `addr`: it joins the
-    /// batch, or the batch leaves first and it starts the next.
+    /// The datagram at `start` (`size` bytes; more of the node's may follow it in the
+    /// buffer) goes to `addr`: it joins the batch, or the batch leaves first and it starts
+    /// the next. Returns where the datagram starts in the buffer now.
     pub(crate) async fn push<S: DatagramSocket>(
         &mut self,
         socket: &S,
@@ -108,14 +110,23 @@ impl Outbound {
         start: usize,
         addr: SocketAddr,
         size: usize,
-    ) {
+    ) -> usize {
+        let mut at = start;
         if !self.batch.accepts(addr, size, self.max_segments) {
             self.send_batch(socket, stats, start).await;
+            let rest = self.buf.len() - start;
             self.buf.copy_within(start.., 0);
-            self.buf.truncate(size);
+            self.buf.truncate(rest);
             self.batch = Batch::default();
+            at = 0;
         }
         self.batch.push(addr, size);
+        at
+    }
+
+    /// Datagrams the batch being gathered can still take.
+    pub(crate) fn room(&self) -> usize {
+        self.max_segments.saturating_sub(self.batch.count).max(1)
     }
 
     /// Sends the batch gathered last.

@@ -85,6 +85,36 @@ pub struct Transmit {
     pub size: usize,
 }
 
+/// Datagrams written by [`Node::poll_transmit_run`](crate::proto::Node::poll_transmit_run):
+/// `count` datagrams to one destination, one after the other in the buffer, each
+/// `segment_size` bytes but the last, which may be shorter: what one segmented send (GSO)
+/// carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransmitRun {
+    /// Node the datagrams are for; the embedding maps it to a network address.
+    pub destination: NodeId,
+    /// Size of every datagram of the run but the last.
+    pub segment_size: usize,
+    /// Number of datagrams (at least one).
+    pub count: usize,
+    /// Number of bytes appended to the buffer, all datagrams together.
+    pub size: usize,
+}
+
+impl TransmitRun {
+    /// The sizes of the run's datagrams, in order.
+    pub fn sizes(&self) -> impl Iterator<Item = usize> {
+        let (seg, n, total) = (self.segment_size, self.count, self.size);
+        (0..n).map(move |i| {
+            if i + 1 < n {
+                seg
+            } else {
+                total - seg * (n - 1)
+            }
+        })
+    }
+}
+
 /// The verdict on a message the sender gave up with [`Node::abandon`](crate::proto::Node::abandon).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Abandoned {

@@ -33,7 +33,7 @@ pub use send::congestion::{CongestionControl, PathStats};
 pub(crate) type PeerMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
 pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security, Vouch};
 pub use error::{DecodeError, SendError};
-pub use event::{Abandoned, Event, Transmit};
+pub use event::{Abandoned, Event, Transmit, TransmitRun};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};
 pub use ids::{InvalidNodeId, MsgId, NodeId};
 pub use node::journal::RecoverError;

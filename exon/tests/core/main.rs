@@ -19,4 +19,5 @@ mod record_pressure;
 mod reply;
 mod rules;
 mod sealed;
+mod transmit_runs;
 mod verdicts;

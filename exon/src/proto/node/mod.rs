@@ -90,6 +90,10 @@ pub struct Node {
     rules: Rules,
     /// Reused by `handle_timeout`.
     due_scratch: Vec<(Side, NodeId)>,
+    /// A datagram written during a run but larger than the run's others (`output.rs`):
+    /// its bytes, and its destination while it waits to be returned.
+    stashed: Vec<u8>,
+    stashed_to: Option<NodeId>,
     /// State of the generator for timer jitter (deterministic: seeded from id and clock).
     jitter_state: u64,
     /// Incarnations below this may have been lost: the clock this node started from (a
@@ -181,6 +185,8 @@ impl Node {
             stats: Stats::default(),
             rules: Rules::ALL,
             due_scratch: Vec::new(),
+            stashed: Vec::new(),
+            stashed_to: None,
             jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
             doubt_below: clock,
             unproven: VecDeque::new(),

@@ -208,13 +208,6 @@ impl Outbox {
         }
     }
 
-    /// Forgets everything owed to `peer`.
-    #[inline]
-    pub fn forget(&mut self, peer: NodeId) {
-        self.peers.remove(&peer);
-        self.ready.retain(|p| *p != peer);
-    }
-
     /// Whether anything is owed to `peer`.
     #[inline]
     pub fn owes(&self, peer: NodeId) -> bool {

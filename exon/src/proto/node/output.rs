@@ -5,13 +5,24 @@
 use std::time::{Duration, Instant};
 
 use crate::proto::crypto::TAG_LEN;
-use crate::proto::node::timer::Side;
+use crate::proto::node::outbox::PeerOut;
 use crate::proto::send::mtud::Want;
 use crate::proto::send::silence::Gate;
 use crate::proto::send::transmit::Space;
 use crate::proto::wire::frame::{frame_type, put_mtu_probe, put_path, Header, FLAG_ACK_NOW};
 use crate::proto::wire::ranges::RangeSet;
-use crate::proto::{Event, Node, NodeId, Transmit, Verdict};
+use crate::proto::{Event, Node, NodeId, Transmit, TransmitRun, Verdict};
+
+/// What [`Node::write_datagram`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wrote {
+    /// A datagram of this many bytes.
+    Datagram(usize),
+    /// Nothing: no frame was owed, or none fit.
+    Empty,
+    /// A datagram that could not be sealed (no key for the peer): dropped.
+    Dropped,
+}
 
 /// Most ACK ranges repeated in the next ACK frame (see [`Node::repeat_acks`]).
 const MAX_REPEATED_RANGES: usize = 4;
@@ -97,6 +108,36 @@ impl Node {
     /// A sealed node seals each datagram before returning it; it sends nothing until its
     /// clock is stored far enough to take a nonce epoch from it.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        self.poll_transmit_run(now, buf, 1).map(|r| Transmit {
+            destination: r.destination,
+            size: r.size,
+        })
+    }
+
+    /// Output: as [`poll_transmit`](Self::poll_transmit), but goes on writing datagrams to
+    /// the same peer while it has more to send, up to `max` of them: a run of datagrams of
+    /// one size (the last may be shorter) that the embedding hands to one segmented send
+    /// (GSO). The peer's turn, its deaf gate, its timer and what its silence counts are
+    /// worked out once per run rather than once per datagram. Each datagram holds what a
+    /// call of `poll_transmit` would have written (peers are served in turn run by run, not
+    /// datagram by datagram); one larger than the run's first ends the run and is returned
+    /// alone by the next call.
+    pub fn poll_transmit_run(
+        &mut self,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Option<TransmitRun> {
+        if let Some(peer) = self.stashed_to.take() {
+            buf.extend_from_slice(&self.stashed);
+            let n = self.stashed.len();
+            return Some(TransmitRun {
+                destination: peer,
+                segment_size: n,
+                count: 1,
+                size: n,
+            });
+        }
         self.outbox.release_due(now);
         self.release_deaf(now);
         loop {
@@ -115,109 +156,192 @@ impl Node {
                     continue;
                 }
             };
-            let start = buf.len();
-            let mut header = Header::new(self.id, peer);
-            // A probe takes its id from the node clock (below), so none goes before the
-            // clock is stored that far.
+            // A probe takes its id from the node clock, so none goes before the clock is
+            // stored that far.
             let probe = if deaf {
                 None
             } else {
                 self.due_probe(now, peer)
                     .filter(|_| self.reserve_clock(self.ck + 1))
             };
-            let mut size = probe.map_or_else(|| self.send_size(peer), |(w, _)| w.size);
-            if deaf {
-                // One small datagram: the base size, which every path carries.
-                size = size.min(self.cfg.mtu.min_datagram_size);
-            }
-            let mut limit = start + size;
-            if let Some(sealer) = &mut self.sealer {
-                header.seal = sealer.next_seal_header(peer);
-                limit -= TAG_LEN;
-            }
-            header.encode(buf);
-            let header_end = buf.len();
-            let room = |buf: &Vec<u8>| limit - buf.len();
-
             if let Some((want, timeout)) = probe {
                 // A probe datagram holds the MTU_PROBE alone (its loss loses nothing else);
                 // what else is owed to the peer goes in the next one.
-                // Ids from the node clock: never handed out twice, across restarts too, so
-                // an MTU_ACK of an earlier incarnation's probe (a late copy, a replay)
-                // answers no probe of this one.
-                let id = self.ck;
-                self.ck += 1;
-                put_mtu_probe(buf, id, room(buf));
-                self.stats.frames_out.mtu_probe += 1;
-                self.stats.mtu.probes_sent += 1;
-                let probed = size - room(buf);
-                if let Some(rec) = self.senders.get_mut(&peer) {
-                    rec.mtud_mut().probe_sent(want, id, probed, now, timeout);
-                }
-                self.rearm_sender(peer);
                 self.outbox.put_back(peer, out, true);
-                match self.finish_datagram(peer, header, buf, start, header_end) {
-                    Some(t) => return Some(self.sent_to(now, deaf, t)),
+                let sent = self.write_probe(now, peer, want, timeout, buf);
+                self.rearm_sender(peer);
+                match sent {
+                    Some(size) => return Some(self.sent_run(now, peer, deaf, size, 1, size)),
                     None => continue,
                 }
             }
-
-            // ACK ranges written last time are repeated once (in case that datagram was lost).
-            let mut fresh = None;
-            out.for_each_verdict(|v, r, set| {
-                if let Some(f) = self.repeat_acks(peer, v, r, set) {
-                    fresh = Some(f);
+            let mut size = self.send_size(peer);
+            // A deaf peer gets one small datagram: the base size, which every path carries.
+            let max = if deaf {
+                size = size.min(self.cfg.mtu.min_datagram_size);
+                1
+            } else {
+                max.max(1)
+            };
+            let (mut count, mut total, mut segment) = (0, 0, 0);
+            let mut left;
+            loop {
+                let (wrote, more) = self.write_datagram(now, peer, &mut out, buf, size);
+                left = more;
+                let Wrote::Datagram(n) = wrote else {
+                    if count == 0 && wrote == Wrote::Empty && left {
+                        // Cannot happen (a token always fits in an empty datagram); never
+                        // spin.
+                        debug_assert!(false, "nothing fit in an empty datagram");
+                        left = false;
+                    }
+                    break;
+                };
+                if count == 0 {
+                    segment = n;
+                } else if n > segment {
+                    // Larger than the run's datagrams (segmented sends need them equal):
+                    // it leaves on its own, first thing next call.
+                    let at = buf.len() - n;
+                    self.stashed.clear();
+                    self.stashed.extend_from_slice(&buf[at..]);
+                    self.stashed_to = Some(peer);
+                    buf.truncate(at);
+                    break;
                 }
-            });
-            out.write_frames(buf, limit, &mut self.stats.frames_out);
-            if let Some(fresh) = fresh {
-                if let Some(rec) = self.receivers.get_mut(&peer) {
-                    rec.set_acked_last(fresh);
+                count += 1;
+                total += n;
+                if !left || count >= max || n < segment || !self.take_epoch_if_needed() {
+                    break;
                 }
             }
-            let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
-            let (sender_left, burst_end) = self.write_sender_frames(
-                now,
-                peer,
-                buf,
-                Space {
-                    body_room: limit - header_end,
-                    limit,
-                    datagram: size,
-                },
-            );
-            if burst_end && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before
-            {
-                // The last datagram of this burst: ask for the ACK without delay.
-                buf[start + 3] |= FLAG_ACK_NOW;
-            }
-            if !out.is_empty() || sender_left {
+            if left {
                 self.outbox.put_back(peer, out, true);
             }
-            if buf.len() == header_end {
-                buf.truncate(start);
-                if sender_left {
-                    // Cannot happen (a token always fits in an empty datagram); never spin.
-                    debug_assert!(false, "nothing fit in an empty datagram");
-                    self.outbox.forget(peer);
-                }
-                continue;
-            }
-            match self.finish_datagram(peer, header, buf, start, header_end) {
-                Some(t) => return Some(self.sent_to(now, deaf, t)),
-                None => continue,
+            self.rearm_sender(peer);
+            if count > 0 {
+                return Some(self.sent_run(now, peer, deaf, segment, count, total));
             }
         }
     }
 
-    /// The datagram `t` leaves for its destination at `now` (`deaf`: on the deaf schedule):
-    /// the silence of the destination counts it.
-    fn sent_to(&mut self, now: Instant, deaf: bool, t: Transmit) -> Transmit {
+    /// Writes the MTU probe `want` to `peer` (its answer due within `timeout`) as a datagram
+    /// of its own. Returns its size, or `None` when it could not be sealed.
+    fn write_probe(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        want: Want,
+        timeout: Duration,
+        buf: &mut Vec<u8>,
+    ) -> Option<usize> {
+        let start = buf.len();
+        let (header, header_end, limit) = self.start_datagram(peer, buf, want.size);
+        // Ids from the node clock: never handed out twice, across restarts too, so an
+        // MTU_ACK of an earlier incarnation's probe (a late copy, a replay) answers no probe
+        // of this one.
+        let id = self.ck;
+        self.ck += 1;
+        put_mtu_probe(buf, id, limit - buf.len());
+        self.stats.frames_out.mtu_probe += 1;
+        self.stats.mtu.probes_sent += 1;
+        let probed = want.size - (limit - buf.len());
+        if let Some(rec) = self.senders.get_mut(&peer) {
+            rec.mtud_mut().probe_sent(want, id, probed, now, timeout);
+        }
+        self.finish_datagram(peer, header, buf, start, header_end)
+            .map(|t| t.size)
+    }
+
+    /// Appends the header of a datagram of `size` bytes to `peer`. Returns the header (its
+    /// seal, for [`finish_datagram`](Self::finish_datagram)), where it ends and where the
+    /// frames must end (the tag's room kept).
+    fn start_datagram(
+        &mut self,
+        peer: NodeId,
+        buf: &mut Vec<u8>,
+        size: usize,
+    ) -> (Header, usize, usize) {
+        let mut limit = buf.len() + size;
+        let mut header = Header::new(self.id, peer);
+        if let Some(sealer) = &mut self.sealer {
+            header.seal = sealer.next_seal_header(peer);
+            limit -= TAG_LEN;
+        }
+        header.encode(buf);
+        (header, buf.len(), limit)
+    }
+
+    /// Writes one datagram of at most `size` bytes to `peer`: what `out` holds for it
+    /// (verdicts, SLOTS), then what its sender record owes. Returns what was written, and
+    /// whether the peer has more to send.
+    fn write_datagram(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        out: &mut PeerOut,
+        buf: &mut Vec<u8>,
+        size: usize,
+    ) -> (Wrote, bool) {
+        let start = buf.len();
+        let (header, header_end, limit) = self.start_datagram(peer, buf, size);
+        // ACK ranges written last time are repeated once (in case that datagram was lost).
+        let mut fresh = None;
+        out.for_each_verdict(|v, r, set| {
+            if let Some(f) = self.repeat_acks(peer, v, r, set) {
+                fresh = Some(f);
+            }
+        });
+        out.write_frames(buf, limit, &mut self.stats.frames_out);
+        if let Some(fresh) = fresh {
+            if let Some(rec) = self.receivers.get_mut(&peer) {
+                rec.set_acked_last(fresh);
+            }
+        }
+        let tokens_before = self.stats.frames_out.token + self.stats.frames_out.frag;
+        let space = Space {
+            body_room: limit - header_end,
+            limit,
+            datagram: size,
+        };
+        let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, space);
+        if burst_end && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before {
+            // The last datagram of this burst: ask for the ACK without delay.
+            buf[start + 3] |= FLAG_ACK_NOW;
+        }
+        let left = !out.is_empty() || sender_left;
+        if buf.len() == header_end {
+            buf.truncate(start);
+            return (Wrote::Empty, left);
+        }
+        match self.finish_datagram(peer, header, buf, start, header_end) {
+            Some(t) => (Wrote::Datagram(t.size), left),
+            None => (Wrote::Dropped, left),
+        }
+    }
+
+    /// The run of `count` datagrams (`segment` bytes each but the last, `total` in all) leaves
+    /// for `peer` at `now` (`deaf`: on the deaf schedule): the silence of the destination
+    /// counts it.
+    fn sent_run(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        deaf: bool,
+        segment: usize,
+        count: usize,
+        total: usize,
+    ) -> TransmitRun {
         if self.rules.deaf_backoff {
-            self.silence.on_sent(now, t.destination, deaf);
+            self.silence.on_sent(now, peer, deaf);
         }
         self.stats.deaf_datagrams += u64::from(deaf);
-        t
+        TransmitRun {
+            destination: peer,
+            segment_size: segment,
+            count,
+            size: total,
+        }
     }
 
     /// Seals the datagram `buf[start..]` to `peer` (sealed mode) and counts it. `None` when
@@ -339,7 +463,7 @@ impl Node {
     }
 
     /// Writes the frames the S record of `peer` owes into the datagram (REQSLOTS, TOKENs and
-    /// FRAGs, REQCREDIT) and re-arms its timer. Returns whether it has more to send, and
+    /// FRAGs, REQCREDIT); its timer is re-armed once the run of datagrams ends. Returns whether it has more to send, and
     /// whether its burst ended (nothing left to send: the datagram asks for an ACK now).
     fn write_sender_frames(
         &mut self,
@@ -351,10 +475,7 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return (false, true);
         };
-        let out = rec.write_frames(now, buf, space, &self.cfg, &self.rules, &mut self.stats);
-        let want = rec.next_deadline(&self.cfg);
-        self.timers.arm(rec.armed_mut(), want, Side::Sender, peer);
-        out
+        rec.write_frames(now, buf, space, &self.cfg, &self.rules, &mut self.stats)
     }
 
     /// A fresh challenge token: unique per challenge; unpredictable enough for plaintext
