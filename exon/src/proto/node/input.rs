@@ -222,8 +222,7 @@ impl Node {
             self.outbox.flush_verdicts(src, now, urgent, delay, every);
         }
         self.journal_assignments(now, src);
-        self.rearm_sender(src);
-        self.rearm_receiver(src);
+        self.defer_rearm(src);
     }
 
     /// MTU_ACK(id) from `src`: path MTU discovery learns that its probe got through. The

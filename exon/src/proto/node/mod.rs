@@ -94,6 +94,9 @@ pub struct Node {
     /// its bytes, and its destination while it waits to be returned.
     stashed: Vec<u8>,
     stashed_to: Option<NodeId>,
+    /// Peers whose timers are re-armed before the next output or timeout
+    /// (`timeouts.rs`, `defer_rearm`).
+    rearms_due: Vec<NodeId>,
     /// State of the generator for timer jitter (deterministic: seeded from id and clock).
     jitter_state: u64,
     /// Incarnations below this may have been lost: the clock this node started from (a
@@ -187,6 +190,7 @@ impl Node {
             due_scratch: Vec::new(),
             stashed: Vec::new(),
             stashed_to: None,
+            rearms_due: Vec::new(),
             jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
             doubt_below: clock,
             unproven: VecDeque::new(),
@@ -595,7 +599,7 @@ impl Node {
             rec.end_send();
         }
         self.journal_assignments(now, to);
-        self.rearm_sender(to);
+        self.defer_rearm(to);
         Ok(id)
     }
 

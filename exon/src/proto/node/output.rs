@@ -128,6 +128,7 @@ impl Node {
         buf: &mut Vec<u8>,
         max: usize,
     ) -> Option<TransmitRun> {
+        self.rearm_due();
         if let Some(peer) = self.stashed_to.take() {
             buf.extend_from_slice(&self.stashed);
             let n = self.stashed.len();

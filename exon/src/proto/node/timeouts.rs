@@ -10,7 +10,38 @@ use crate::proto::{Event, Node, NodeId};
 /// Unanswered probes after which a receiver record nothing was delivered into is evicted.
 pub(crate) const MAX_UNPROVEN_PROBES: u32 = 6;
 
+/// Peers whose re-arming waits at most (beyond it, they are re-armed at once).
+const MAX_REARMS_DUE: usize = 64;
+
 impl Node {
+    /// Re-arms both records of `peer` before the next output or timeout rather than now:
+    /// a batch of inputs from one peer (datagrams of a segmented receive, a burst of sends)
+    /// re-arms it once. Every output and timer entry point calls
+    /// [`rearm_due`](Self::rearm_due) first.
+    pub(super) fn defer_rearm(&mut self, peer: NodeId) {
+        if self.rearms_due.last() == Some(&peer) {
+            return;
+        }
+        self.rearms_due.push(peer);
+        if self.rearms_due.len() >= MAX_REARMS_DUE {
+            self.rearm_due();
+        }
+    }
+
+    /// Re-arms the records whose re-arming was deferred.
+    pub(super) fn rearm_due(&mut self) {
+        if self.rearms_due.is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.rearms_due);
+        for &peer in &due {
+            self.rearm_sender(peer);
+            self.rearm_receiver(peer);
+        }
+        due.clear();
+        self.rearms_due = due;
+    }
+
     pub(super) fn rearm_sender(&mut self, peer: NodeId) {
         if let Some(rec) = self.senders.get_mut(&peer) {
             let want = rec.next_deadline(&self.cfg);
@@ -50,6 +81,7 @@ impl Node {
     /// Output: the next instant at which [`handle_timeout`](Self::handle_timeout) must be
     /// called, if any. May be early (then the call does nothing); never late.
     pub fn poll_timeout(&mut self) -> Option<Instant> {
+        self.rearm_due();
         let acks = [
             self.outbox.next_deadline(),
             self.silence.next_wake(),
@@ -69,6 +101,7 @@ impl Node {
 
     /// Input: time has reached `now`; runs every timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.rearm_due();
         self.outbox.release_due(now);
         self.release_deaf(now);
         self.probe_archive(now);
