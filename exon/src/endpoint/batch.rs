@@ -268,13 +268,16 @@ fn udp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSoc
         let dual = a.ip().is_unspecified() || a.ip().to_ipv4_mapped().is_some();
         match s.set_only_v6(!dual) {
             Ok(()) => {}
+            // One IPv6 address serves IPv6 peers whatever the option says.
+            Err(e) if !dual => tracing::debug!(%addr, error = %e, "IPV6_V6ONLY not set"),
             // No dual-stack sockets here (some BSDs): the wildcard serves IPv6 alone.
             Err(e) if a.ip().is_unspecified() => tracing::warn!(
                 %addr, error = %e,
                 "the system refused a dual-stack socket: IPv6 peers only, IPv4 peers unreachable"
             ),
+            // An IPv4-mapped address cannot be bound without dual-stack.
             Err(e) => {
-                let what = format!("setting IPV6_V6ONLY to {} on {addr}: {e}", !dual);
+                let what = format!("turning IPV6_V6ONLY off for {addr}: {e}");
                 return Err(io::Error::new(e.kind(), what));
             }
         }
