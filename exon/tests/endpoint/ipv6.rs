@@ -37,21 +37,27 @@ fn ipv6_loopback(test: &str) -> bool {
 }
 
 async fn start(id: NodeId, addr: &str) -> Endpoint {
+    start_sharded(id, addr, 1).await
+}
+
+async fn start_sharded(id: NodeId, addr: &str, shards: usize) -> Endpoint {
+    let mut cfg = cfg();
+    cfg.shards = shards;
     Endpoint::builder(id)
         .security(security(id))
-        .config(cfg())
+        .config(cfg)
         .bind(addr)
         .await
         .unwrap()
 }
 
-/// A dual-stack endpoint on `[::]`, or `None` (with the reason printed) where the machine
-/// gives none.
-async fn dual_stack(id: NodeId, test: &str) -> Option<Endpoint> {
+/// A dual-stack endpoint on `[::]` with `shards` driver shards, or `None` (with the reason
+/// printed) where the machine gives none.
+async fn dual_stack(id: NodeId, test: &str, shards: usize) -> Option<Endpoint> {
     if !ipv6_loopback(test) {
         return None;
     }
-    let e = start(id, "[::]:0").await;
+    let e = start_sharded(id, "[::]:0", shards).await;
     if e.reach() != Reach::DualStack {
         eprintln!("{test}: skipped, the system refused a dual-stack socket");
         return None;
@@ -136,11 +142,22 @@ async fn endpoints_on_the_ipv6_loopback_exchange_messages_and_calls() {
 /// both ways arrives once and is acknowledged. The IPv4 peer, which the server's application
 /// set in its IPv4-mapped form, and whose datagrams come from `::ffff:127.0.0.1`, is at one
 /// address throughout (no move, no challenge); the server only learned the IPv6 peer's.
+/// Also with two shards (an `SO_REUSEPORT` group on `[::]`, each peer owned by one shard).
 #[tokio::test]
 async fn a_dual_stack_endpoint_serves_ipv4_and_ipv6_peers_at_once() {
-    let Some(mut s) = dual_stack(S, "dual stack").await else {
-        return;
+    for shards in [1, 2] {
+        if !serve_both_families(shards).await {
+            return;
+        }
+    }
+}
+
+/// The test above with `shards` driver shards; false if skipped.
+async fn serve_both_families(shards: usize) -> bool {
+    let Some(mut s) = dual_stack(S, "dual stack", shards).await else {
+        return false;
     };
+    assert_eq!(s.shards(), shards);
     let port = s.local_addr().port();
     let (mut a, mut b) = (start(A, "127.0.0.1:0").await, start(B, "[::1]:0").await);
     a.add_peer(S, v4(port));
@@ -165,6 +182,7 @@ async fn a_dual_stack_endpoint_serves_ipv4_and_ipv6_peers_at_once() {
     assert_eq!(st.address_updates, 1, "only B's address learned: {st:?}");
     assert_eq!(st.path_challenges, 0, "no move to challenge: {st:?}");
     assert_eq!(st.send_errors, 0, "{st:?}");
+    true
 }
 
 /// A NAT in front of A: A sends to the returned address, and its datagrams leave from the
@@ -209,7 +227,7 @@ async fn nat(
 /// moves there once it answers, and its messages reach A through the new mapping.
 #[tokio::test]
 async fn a_peer_moving_between_families_is_followed() {
-    let Some(mut s) = dual_stack(S, "family moves").await else {
+    let Some(mut s) = dual_stack(S, "family moves", 1).await else {
         return;
     };
     let mut a = start(A, "127.0.0.1:0").await;
