@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use quinn_udp::{RecvMeta as QuinnMeta, Transmit, UdpSocketState};
 use tokio::io::Interest;
 
+use super::family::Reach;
 use super::socket::DatagramSocket;
 use super::socket::RecvMeta;
 
@@ -22,22 +23,40 @@ const RECV_BATCH: usize = quinn_udp::BATCH_SIZE;
 /// come from the `quinn-udp` crate (the I/O layer of the quinn QUIC stack): it probes for
 /// GSO and GRO, turns GSO off on the first send the kernel or the NIC refuses, and uses plain
 /// `sendmsg`/`recvmsg` where batching is missing. Like `quinn-udp`, the socket forbids IP
-/// fragmentation: datagrams larger than the path MTU are refused, not fragmented.
+/// fragmentation: datagrams larger than the path MTU are refused, not fragmented (the
+/// don't-fragment options of the socket's family are set, and on a dual-stack socket those
+/// of IPv4 too).
 #[derive(Debug)]
 pub struct BatchSocket {
     io: tokio::net::UdpSocket,
     state: UdpSocketState,
     max_send_segments: usize,
+    reach: Reach,
 }
 
 impl BatchSocket {
-    /// Binds a UDP socket to `addr`.
+    /// Binds a UDP socket to `addr` (the first of its addresses that binds).
+    ///
+    /// A socket bound to the unspecified IPv6 address (`[::]:port`) is **dual-stack**:
+    /// IPV6_V6ONLY is turned off explicitly, whatever the system's default, so that it
+    /// serves IPv4 peers (seen as `::ffff:a.b.c.d`, which the endpoint treats as the IPv4
+    /// address) and IPv6 peers at once. A system that refuses dual-stack sockets gets an
+    /// IPv6-only one, with a warning; [`reach`](DatagramSocket::reach) then says so, and
+    /// IPv4 peers are refused ([`Handle::try_add_peer`](super::Handle::try_add_peer)). A
+    /// socket bound to one IPv6 address serves IPv6 peers only.
     ///
     /// # Cancel safety
     ///
     /// This method is cancel safe: a cancelled call leaves no socket open.
     pub async fn bind(addr: impl tokio::net::ToSocketAddrs) -> io::Result<BatchSocket> {
-        BatchSocket::new(tokio::net::UdpSocket::bind(addr).await?)
+        let mut last = None;
+        for at in tokio::net::lookup_host(addr).await? {
+            match udp_socket(at, false) {
+                Ok(s) => return BatchSocket::new(tokio::net::UdpSocket::from_std(s)?),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(no_address))
     }
 
     /// Binds `n` UDP sockets to the same address with `SO_REUSEPORT` (Linux), one per shard
@@ -103,11 +122,11 @@ impl BatchSocket {
         let mut at = tokio::net::lookup_host(addr)
             .await?
             .next()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind"))?;
+            .ok_or_else(no_address)?;
         // In order: the `i`-th socket bound is the group's socket `i`, shard `i`'s.
         let mut out = Vec::with_capacity(n);
         for _ in 0..n.max(1) {
-            let s = reuseport_socket(at)?;
+            let s = udp_socket(at, true)?;
             at = s.local_addr()?;
             out.push(BatchSocket::new(tokio::net::UdpSocket::from_std(s)?)?);
         }
@@ -115,13 +134,17 @@ impl BatchSocket {
     }
 
     /// Takes over a bound tokio socket (set its buffer sizes before, if needed). Enables GRO
-    /// on it: from now on, read it only through this type.
+    /// on it, and forbids fragmentation with the options of its family: from now on, read
+    /// it only through this type. Its [`reach`](DatagramSocket::reach) is read from the
+    /// socket (IPV6_V6ONLY) once, here.
     pub fn new(io: tokio::net::UdpSocket) -> io::Result<BatchSocket> {
         let state = UdpSocketState::new((&io).into())?;
+        let reach = super::socket::reach_of_fd(&io)?;
         Ok(BatchSocket {
             io,
             state,
             max_send_segments: usize::MAX,
+            reach,
         })
     }
 
@@ -170,6 +193,10 @@ impl DatagramSocket for BatchSocket {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.io.local_addr()
+    }
+
+    fn reach(&self) -> io::Result<Reach> {
+        Ok(self.reach)
     }
 
     fn max_send_segments(&self) -> usize {
@@ -227,22 +254,115 @@ impl DatagramSocket for BatchSocket {
     }
 }
 
-/// A non-blocking UDP socket bound to `addr` with `SO_REUSEPORT` set.
-#[cfg(target_os = "linux")]
-fn reuseport_socket(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+fn no_address() -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")
+}
+
+/// A non-blocking UDP socket bound to `addr`, with `SO_REUSEPORT` set if `reuse_port`
+/// (Linux only). An IPv6 socket gets IPV6_V6ONLY set explicitly: off (dual-stack) on the
+/// unspecified address or an IPv4-mapped one, on otherwise.
+fn udp_socket(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    s.set_reuse_port(true)?;
+    if let SocketAddr::V6(a) = addr {
+        let dual = a.ip().is_unspecified() || a.ip().to_ipv4_mapped().is_some();
+        match s.set_only_v6(!dual) {
+            Ok(()) => {}
+            // One IPv6 address serves IPv6 peers whatever the option says.
+            Err(e) if !dual => tracing::debug!(%addr, error = %e, "IPV6_V6ONLY not set"),
+            // No dual-stack sockets here (some BSDs): the wildcard serves IPv6 alone.
+            Err(e) if a.ip().is_unspecified() => tracing::warn!(
+                %addr, error = %e,
+                "the system refused a dual-stack socket: IPv6 peers only, IPv4 peers unreachable"
+            ),
+            // An IPv4-mapped address cannot be bound without dual-stack.
+            Err(e) => {
+                let what = format!("turning IPV6_V6ONLY off for {addr}: {e}");
+                return Err(io::Error::new(e.kind(), what));
+            }
+        }
+    }
+    if reuse_port {
+        set_reuse_port(&s)?;
+    }
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     Ok(s.into())
 }
 
+/// Sets `SO_REUSEPORT` (Linux).
+#[cfg(target_os = "linux")]
+fn set_reuse_port(s: &socket2::Socket) -> io::Result<()> {
+    s.set_reuse_port(true)
+}
+
 /// `SO_REUSEPORT` groups are used on Linux only.
 #[cfg(not(target_os = "linux"))]
-fn reuseport_socket(_addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
+fn set_reuse_port(_s: &socket2::Socket) -> io::Result<()> {
     Err(io::Error::new(
         io::ErrorKind::Unsupported,
         "sharded endpoints need SO_REUSEPORT (Linux)",
     ))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    /// An integer socket option of `s`, as the kernel reports it.
+    fn option(s: &BatchSocket, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+        let mut value: libc::c_int = -1;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `value` and `len` are live locals of the sizes given; the kernel writes at
+        // most `len` bytes into `value`.
+        let rc = unsafe {
+            libc::getsockopt(
+                s.get_ref().as_raw_fd(),
+                level,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        value
+    }
+
+    /// Each socket forbids fragmentation with the options of its family (both on a
+    /// dual-stack socket, whose IPv4 peers travel as IPv4), and has IPV6_V6ONLY set as its
+    /// address asks: off on `[::]`, on for one IPv6 address.
+    #[tokio::test]
+    async fn sockets_get_the_options_of_their_family() {
+        use libc::{IPPROTO_IP, IPPROTO_IPV6, IPV6_MTU_DISCOVER, IPV6_V6ONLY, IP_MTU_DISCOVER};
+        let v4 = BatchSocket::bind("127.0.0.1:0").await.unwrap();
+        assert_eq!(v4.reach().unwrap(), Reach::V4);
+        let no_fragments = libc::IP_PMTUDISC_PROBE;
+        assert_eq!(option(&v4, IPPROTO_IP, IP_MTU_DISCOVER), no_fragments);
+        if std::net::UdpSocket::bind("[::1]:0").is_err() {
+            eprintln!("IPv6 socket options: skipped, no IPv6 loopback");
+            return;
+        }
+        for (addr, only_v6, reach) in [
+            ("[::]:0", 0, Reach::DualStack),
+            ("[::1]:0", 1, Reach::V6Only),
+        ] {
+            let s = BatchSocket::bind(addr).await.unwrap();
+            assert_eq!(s.reach().unwrap(), reach, "{addr}");
+            assert_eq!(option(&s, IPPROTO_IPV6, IPV6_V6ONLY), only_v6, "{addr}");
+            let v6_probe = libc::IPV6_PMTUDISC_PROBE;
+            assert_eq!(
+                option(&s, IPPROTO_IPV6, IPV6_MTU_DISCOVER),
+                v6_probe,
+                "{addr}"
+            );
+            assert_eq!(option(&s, IPPROTO_IPV6, libc::IPV6_DONTFRAG), 1, "{addr}");
+            assert_eq!(
+                option(&s, IPPROTO_IP, IP_MTU_DISCOVER),
+                no_fragments,
+                "{addr}"
+            );
+        }
+    }
 }

@@ -19,6 +19,7 @@ use ring::hmac;
 use ring::rand::SystemRandom;
 use subtle::ConstantTimeEq;
 
+use super::family::canonical;
 use crate::counters::counters;
 use crate::proto::crypto::DhBudget;
 use crate::proto::frame::{Cookie, CookieReply, Header, COOKIE_LEN, FLAG_COOKIE, MAX_HEADER_LEN};
@@ -157,7 +158,8 @@ impl Cookies {
         }
     }
 
-    /// The cookie for a datagram claiming `id` from `from`, under `key`.
+    /// The cookie for a datagram claiming `id` from `from` (in either form: an IPv4 address
+    /// is taken as IPv4-mapped), under `key`.
     fn mac(key: &hmac::Key, from: SocketAddr, id: NodeId) -> Cookie {
         let ip = match from.ip() {
             IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
@@ -173,14 +175,21 @@ impl Cookies {
         c
     }
 
-    /// The per-source slot of `from`.
-    fn source(&mut self, from: SocketAddr) -> &mut Source {
-        let prefix: u128 = match from.ip() {
+    /// The index of `from`'s per-source slot: its IPv4 address (in either form: the
+    /// IPv4-mapped one is not a /64 of its own, which every IPv4 peer of a dual-stack socket
+    /// would share), or its IPv6 /64 prefix.
+    fn slot(&self, from: SocketAddr) -> usize {
+        let prefix: u128 = match canonical(from).ip() {
             IpAddr::V4(a) => u128::from(u32::from(a)),
             // A /64: one host may hold a whole prefix.
             IpAddr::V6(a) => (u128::from(a) >> 64) | (1 << 64),
         };
-        let slot = (self.hasher.hash_one(prefix) % SOURCE_SLOTS as u64) as usize;
+        (self.hasher.hash_one(prefix) % SOURCE_SLOTS as u64) as usize
+    }
+
+    /// The per-source slot of `from`.
+    fn source(&mut self, from: SocketAddr) -> &mut Source {
+        let slot = self.slot(from);
         let sources = self.sources.get_or_insert_with(|| {
             (0..SOURCE_SLOTS)
                 .map(|_| Source {
@@ -274,6 +283,8 @@ fn new_key(rng: &SystemRandom) -> hmac::Key {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     #[test]
@@ -288,6 +299,34 @@ mod tests {
         assert_ne!(base, Cookies::mac(k, "127.0.0.2:4001".parse().unwrap(), id));
         assert_ne!(base, Cookies::mac(k, a, NodeId::from_const(8)));
         assert_ne!(base, Cookies::mac(&c.previous, a, id));
+    }
+
+    /// An IPv4 source is one source in either form (as a dual-stack socket reports it, or
+    /// not): one slot and one cookie. IPv6 sources share a slot per /64 only.
+    #[test]
+    fn an_ipv4_source_is_one_source_in_either_form() {
+        let c = Cookies::new();
+        let id = NodeId::from_const(7);
+        let (a, mapped) = ("127.0.0.2:4000", "[::ffff:127.0.0.2]:4000");
+        let (a, mapped): (SocketAddr, SocketAddr) = (a.parse().unwrap(), mapped.parse().unwrap());
+        assert_eq!(c.slot(a), c.slot(mapped));
+        assert_eq!(
+            Cookies::mac(&c.current, a, id),
+            Cookies::mac(&c.current, mapped, id)
+        );
+        // Other mapped addresses are other sources (not one ::ffff:0:0/64 for all of them):
+        // 64 addresses cannot all land in one slot of 1024 by chance.
+        let slots: std::collections::HashSet<_> = (1..=64u8)
+            .map(|i| {
+                c.slot(SocketAddr::from((
+                    Ipv4Addr::new(10, 0, 0, i).to_ipv6_mapped(),
+                    1,
+                )))
+            })
+            .collect();
+        assert!(slots.len() > 1);
+        let same_64 = ["[2001:db8::1]:1", "[2001:db8::2]:2"].map(|s| c.slot(s.parse().unwrap()));
+        assert_eq!(same_64[0], same_64[1]);
     }
 
     /// A datagram from `from` echoing `cookie`, claiming id 7.

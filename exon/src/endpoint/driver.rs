@@ -21,6 +21,7 @@ use super::commands::Sends;
 use super::config::EndpointConfig;
 use super::delivery::{Handover, Permit};
 use super::error::ReceiptError;
+use super::family::Reach;
 use super::flow_out::FlowOut;
 use super::flows::{Action, ChannelOut, Flows, Held};
 use super::handle::CloseReport;
@@ -133,9 +134,10 @@ fn now() -> Instant {
 }
 
 impl<S: DatagramSocket> Driver<S> {
+    /// A driver for `node` on `socket`, which reaches the peers `reach` says.
     pub(crate) fn new(
         node: Node,
-        socket: S,
+        (socket, reach): (S, Reach),
         cfg: EndpointConfig,
         ch: Channels,
         store: Box<dyn ClockStore>,
@@ -151,6 +153,7 @@ impl<S: DatagramSocket> Driver<S> {
         let outbound = Outbound::new(
             cfg.protocol.mtu.max_datagram_size,
             socket.max_send_segments(),
+            reach,
         );
         let mut sends = Sends::new(ch.shared.clone());
         let journal = durable.map(|d| {
@@ -466,7 +469,9 @@ impl<S: DatagramSocket> Driver<S> {
             .send_challenges(socket, stats, &mut self.node, &mut self.paths, t)
             .await;
         let replies = self.paths.take_cookie_replies();
-        Outbound::send_cookie_replies(socket, stats, replies).await;
+        self.outbound
+            .send_cookie_replies(socket, stats, replies)
+            .await;
         self.outbound.begin();
         let mut sent = 0;
         let mut more = false;

@@ -1,6 +1,9 @@
 //! Errors of the endpoint API.
 
 use std::io;
+use std::net::SocketAddr;
+
+use super::family::Reach;
 
 use crate::proto::{ConfigError, NodeId, SendError};
 
@@ -35,6 +38,16 @@ pub enum Error {
     /// [`Receipt::stored`](super::Receipt::stored) on an endpoint that is not durable.
     #[error("the endpoint is not durable")]
     NotDurable,
+    /// [`Handle::try_add_peer`](super::Handle::try_add_peer): the endpoint's socket cannot
+    /// send to an address of this family (an IPv6 peer of an IPv4 socket, an IPv4 peer of
+    /// an IPv6-only one). Bind the endpoint to `[::]` to serve both families.
+    #[error("{addr} is out of reach of this endpoint's {reach} socket")]
+    OutOfReach {
+        /// The address refused.
+        addr: SocketAddr,
+        /// What the socket reaches.
+        reach: Reach,
+    },
 }
 
 /// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.

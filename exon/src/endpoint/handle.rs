@@ -13,8 +13,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::error::Error;
 use super::error::ReceiptError;
+use super::family::Reach;
 use super::receipts::{self, Ack, BatchReceipt};
 use super::shared::Shared;
+use super::trace::peer_span;
 use crate::counters::counters;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError, Stats};
@@ -28,7 +30,9 @@ counters! {
         pub node: Stats [nested],
         /// Datagrams not sent because the destination node's address is unknown.
         pub unknown_peer_drops: u64 [sum],
-        /// Socket send errors (counted, never fatal), other than `oversize_drops`.
+        /// Socket send errors (counted, never fatal), other than `oversize_drops`; and sends
+        /// not tried because the peer's address is of a family the socket cannot reach
+        /// ([`Handle::reach`]).
         pub send_errors: u64 [sum],
         /// Datagrams the socket refused as larger than the path or interface carries
         /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
@@ -435,6 +439,8 @@ impl Future for Receipt {
 pub struct Handle {
     id: NodeId,
     local_addr: SocketAddr,
+    /// The peer addresses the endpoint's socket can send to.
+    reach: Reach,
     public_key: Option<PublicKey>,
     /// The driver shards, at least one; a peer belongs to `shards[shard_of(peer)]`.
     shards: Arc<[ShardLink]>,
@@ -456,17 +462,18 @@ impl ShardLink {
 pub(crate) use super::steering::shard_of;
 
 impl Handle {
-    /// The handle of an endpoint with node id `id` at `local_addr`, driven by `shards`
-    /// (at least one).
+    /// The handle of an endpoint with node id `id` at `local_addr`, whose socket reaches
+    /// what `reach` says, driven by `shards` (at least one).
     pub(crate) fn new(
         id: NodeId,
-        local_addr: SocketAddr,
+        (local_addr, reach): (SocketAddr, Reach),
         public_key: Option<PublicKey>,
         shards: Vec<ShardLink>,
     ) -> Handle {
         Handle {
             id,
             local_addr,
+            reach,
             public_key,
             shards: shards.into(),
         }
@@ -561,9 +568,16 @@ impl Handle {
         self.id
     }
 
-    /// The local socket address.
+    /// The local socket address (in [canonical](super::canonical) form: a socket bound to
+    /// an IPv4-mapped IPv6 address reports the IPv4 address).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Which peer addresses the endpoint's socket can send to: IPv4, IPv6 only, or both
+    /// (a dual-stack socket, as [`Endpoint::bind`](super::Endpoint::bind) makes on `[::]`).
+    pub fn reach(&self) -> Reach {
+        self.reach
     }
 
     /// This endpoint's public key, for its peers' keyrings (`None` in plaintext mode).
@@ -869,10 +883,35 @@ impl Handle {
 
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
     /// datagrams, so a peer that changes address keeps being reached.
+    ///
+    /// An IPv4-mapped address (`::ffff:a.b.c.d`) is the IPv4 address. An address the
+    /// endpoint's socket cannot send to (an IPv6 address on an IPv4 socket, an IPv4 one on
+    /// an IPv6-only socket: see [`reach`](Self::reach)) is refused with a warning, and the
+    /// peer's address stays what it was; [`try_add_peer`](Self::try_add_peer) returns the
+    /// error instead.
     pub fn add_peer(&self, id: NodeId, addr: SocketAddr) {
+        // A closed endpoint sends nothing anyway: only a refused address is worth a word.
+        if let Err(e @ Error::OutOfReach { .. }) = self.try_add_peer(id, addr) {
+            peer_span(id).in_scope(|| tracing::warn!(error = %e, "peer address refused"));
+        }
+    }
+
+    /// [`add_peer`](Self::add_peer), saying why an address was refused:
+    /// [`Error::OutOfReach`] for an address of a family the endpoint's socket cannot send
+    /// to, [`Error::Closed`] once the endpoint has stopped.
+    pub fn try_add_peer(&self, id: NodeId, addr: SocketAddr) -> Result<(), Error> {
+        if !self.reach.reaches(addr) {
+            return Err(Error::OutOfReach {
+                addr,
+                reach: self.reach,
+            });
+        }
         let shard = self.shard(id);
         shard.shared.know(id);
-        let _ = shard.cmds.send(Command::AddPeer(id, addr));
+        shard
+            .cmds
+            .send(Command::AddPeer(id, addr))
+            .map_err(|_| Error::Closed)
     }
 
     /// Adds (or replaces) the public key of node `id` in the endpoint's keyring, so that

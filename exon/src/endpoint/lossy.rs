@@ -159,6 +159,10 @@ impl<S: DatagramSocket> DatagramSocket for LossySocket<S> {
         self.inner.local_addr()
     }
 
+    fn reach(&self) -> io::Result<super::Reach> {
+        self.inner.reach()
+    }
+
     fn max_recv_segments(&self) -> usize {
         self.inner.max_recv_segments()
     }

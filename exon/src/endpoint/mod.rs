@@ -70,6 +70,7 @@ mod delivery;
 mod driver;
 mod durable;
 mod error;
+mod family;
 mod flow_config;
 mod flow_out;
 mod flows;
@@ -111,6 +112,7 @@ pub use config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use cookies::CookieStats;
 pub use durable::RecoveredSend;
 pub use error::{BindError, Error, ReceiptError};
+pub use family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
 pub use flow_config::FlowConfig;
 pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
 pub use lossy::{Faults, LossySocket};
@@ -516,7 +518,12 @@ impl Builder {
             (None, None) => Box::new(MemoryStore::new()),
         };
         let clock = store.load().map_err(BindError::Store)?;
-        let local_addr = sockets[0].local_addr()?;
+        let local_addr = family::canonical(sockets[0].local_addr()?);
+        // Read before anything starts: a socket that cannot say what it reaches starts nothing.
+        let reaches = sockets
+            .iter()
+            .map(DatagramSocket::reach)
+            .collect::<std::io::Result<Vec<_>>>()?;
         let sealed = matches!(security, Security::Sealed(_));
         // Built first, so that a bad configuration starts nothing.
         let mut nodes = Vec::with_capacity(n);
@@ -560,6 +567,7 @@ impl Builder {
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Vec::new();
+        let sockets = sockets.into_iter().zip(reaches.iter().copied());
         for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
             let shared = Arc::new(Shared::new(
                 max_payload,
@@ -602,7 +610,7 @@ impl Builder {
             links.push(handle::ShardLink::new(cmd_tx, shared));
         }
         Ok(Endpoint {
-            handle: Handle::new(self.id, local_addr, public_key, links),
+            handle: Handle::new(self.id, (local_addr, reaches[0]), public_key, links),
             rx: receivers,
             next: 0,
             recovered,

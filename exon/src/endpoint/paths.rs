@@ -10,6 +10,7 @@ use bytes::BytesMut;
 use super::config::EndpointConfig;
 use super::cookies::CookieStats;
 use super::cookies::Cookies;
+use super::family::canonical;
 use super::handle::EndpointStats;
 use super::peers::{Learned, NoRoute, PeerBook};
 use super::shared::Shared;
@@ -60,9 +61,10 @@ impl Paths {
         }
     }
 
-    /// Sets (or replaces) `peer`'s address, as the application said.
+    /// Sets (or replaces) `peer`'s address, as the application said (in canonical form,
+    /// as received addresses are).
     pub(crate) fn configure(&mut self, peer: NodeId, addr: SocketAddr) {
-        self.peers.configure(peer, addr);
+        self.peers.configure(peer, canonical(addr));
     }
 
     /// The address `peer`'s datagrams go to, if any.

@@ -12,6 +12,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 use tokio::sync::mpsc;
 
+use super::family::canonical;
 use super::handle::EndpointStats;
 use super::route::{Forward, Route};
 use super::socket::DatagramSocket;
@@ -96,6 +97,9 @@ impl Inbound {
             self.rx_buffers = self.rx_buffers.wrapping_add(1);
             let size = if shared { self.rx.size() } else { 0 };
             node.set_receive_buffer(self.rx_buffers, size);
+            // The one place received addresses enter: an IPv4 peer seen through a
+            // dual-stack socket (`::ffff:a.b.c.d`) is its IPv4 address from here on.
+            let from = canonical(m.addr);
             let stride = if m.stride == 0 {
                 data.len().max(1)
             } else {
@@ -106,11 +110,11 @@ impl Inbound {
                 // opens it in place.
                 let one = data.split_to(stride.min(data.len()));
                 let one = match self.route.as_mut() {
-                    Some(route) => route.keep_elsewhere(one, m.addr),
+                    Some(route) => route.keep_elsewhere(one, from),
                     None => Some(one),
                 };
                 if let Some(one) = one {
-                    each(node, stats, one, m.addr);
+                    each(node, stats, one, from);
                 }
                 if data.is_empty() {
                     break;

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
+use super::family::Reach;
+
 /// What one receive buffer holds after [`DatagramSocket::recv_batch`]: one datagram, or
 /// several from the same source coalesced by the kernel (GRO).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +70,16 @@ pub trait DatagramSocket: Send + Sync + 'static {
 
     /// The address this socket is bound to.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// Which peer addresses this socket can send to: the driver sends to an IPv4 peer as
+    /// `::ffff:a.b.c.d` from a dual-stack IPv6 socket, and sends nothing to a peer out of
+    /// reach (counted in [`EndpointStats::send_errors`](super::EndpointStats::send_errors));
+    /// [`Handle::try_add_peer`](super::Handle::try_add_peer) refuses such an address.
+    /// Default: by the family of [`local_addr`](Self::local_addr), an IPv6 socket taken as
+    /// dual-stack; a socket with IPV6_V6ONLY on should say [`Reach::V6Only`].
+    fn reach(&self) -> io::Result<Reach> {
+        Ok(Reach::of_socket(self.local_addr()?, false))
+    }
 
     /// Most datagrams one [`send_segments`](Self::send_segments) call takes. Default 1 (no
     /// segmentation offload: the driver then hands over one datagram per call).
@@ -140,7 +152,7 @@ pub trait DatagramSocket: Send + Sync + 'static {
 /// Forwards the one-at-a-time methods to a UDP socket type with the same inherent methods
 /// (tokio's and turmoil's); the batch methods keep their defaults.
 macro_rules! forward_udp_socket {
-    ($ty:ty) => {
+    ($ty:ty $(, reach: $reach:expr)?) => {
         impl DatagramSocket for $ty {
             async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
                 <$ty>::send_to(self, buf, target).await
@@ -153,11 +165,25 @@ macro_rules! forward_udp_socket {
             fn local_addr(&self) -> io::Result<SocketAddr> {
                 <$ty>::local_addr(self)
             }
+
+            $(
+                fn reach(&self) -> io::Result<Reach> {
+                    $reach(self)
+                }
+            )?
         }
     };
 }
 
-forward_udp_socket!(tokio::net::UdpSocket);
+forward_udp_socket!(tokio::net::UdpSocket, reach: reach_of_fd);
+
+/// The reach of a real socket, IPV6_V6ONLY read from the kernel (Linux sets it on a socket
+/// bound to one IPv6 address, whatever was asked).
+pub(crate) fn reach_of_fd(io: &tokio::net::UdpSocket) -> io::Result<Reach> {
+    let local = io.local_addr()?;
+    let only_v6 = local.is_ipv6() && socket2::SockRef::from(io).only_v6()?;
+    Ok(Reach::of_socket(local, only_v6))
+}
 
 #[cfg(feature = "turmoil")]
 forward_udp_socket!(turmoil::net::UdpSocket);
@@ -180,6 +206,10 @@ impl<S: DatagramSocket> DatagramSocket for std::sync::Arc<S> {
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         (**self).local_addr()
+    }
+
+    fn reach(&self) -> io::Result<Reach> {
+        (**self).reach()
     }
 
     fn max_send_segments(&self) -> usize {

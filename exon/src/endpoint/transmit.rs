@@ -5,6 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use super::family::{IpFamily, Reach};
 use super::handle::EndpointStats;
 use super::paths::Paths;
 use super::peers::NoRoute;
@@ -12,9 +13,9 @@ use super::socket::DatagramSocket;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;
 
-/// Largest UDP payload of one segmented send over IPv4 (the whole batch travels as one IP
-/// packet until it is segmented).
-const MAX_SEGMENTED: usize = 65_507;
+/// Largest UDP payload of one segmented send (the whole batch travels as one IP packet
+/// until it is segmented): IPv4's, the smaller of the two families'.
+const MAX_SEGMENTED: usize = IpFamily::V4.max_udp_payload();
 
 /// Whether a send failed because the datagram is larger than the path or the interface
 /// carries (EMSGSIZE).
@@ -72,15 +73,29 @@ pub(crate) struct Outbound {
     batch: Batch,
     /// Datagrams one segmented send carries at most.
     max_segments: usize,
+    /// The peer addresses the socket can send to, and in what form.
+    reach: Reach,
 }
 
 impl Outbound {
-    pub(crate) fn new(max_datagram_size: usize, max_segments: usize) -> Outbound {
+    pub(crate) fn new(max_datagram_size: usize, max_segments: usize, reach: Reach) -> Outbound {
         Outbound {
             buf: Vec::with_capacity(max_datagram_size),
             batch: Batch::default(),
             max_segments: max_segments.max(1),
+            reach,
         }
+    }
+
+    /// `addr` as the socket takes it, or `None` (counted, and reported) when the socket
+    /// cannot reach its family: an IPv6 peer from an IPv4 socket, say.
+    fn on_wire(&self, stats: &mut EndpointStats, addr: SocketAddr) -> Option<SocketAddr> {
+        let wire = self.reach.on_wire(addr);
+        if wire.is_none() {
+            stats.send_errors += 1;
+            tracing::debug!(%addr, reach = %self.reach, "peer address out of the socket's reach");
+        }
+        wire
     }
 
     /// Starts gathering datagrams.
@@ -148,8 +163,11 @@ impl Outbound {
         stats: &mut EndpointStats,
         len: usize,
     ) {
+        let Some(addr) = self.batch.addr else { return };
+        let Some(addr) = self.on_wire(stats, addr) else {
+            return;
+        };
         let batch = &self.batch;
-        let Some(addr) = batch.addr else { return };
         let buf = &self.buf[..len];
         let r = if batch.count == 1 {
             socket.send_to(buf, addr).await.map(drop)
@@ -189,6 +207,9 @@ impl Outbound {
             match paths.challenge_sent(peer, made.map(|(token, tx)| (token, tx.size)), t) {
                 Ok(addr) => {
                     stats.path_challenges += 1;
+                    let Some(addr) = self.on_wire(stats, addr) else {
+                        continue;
+                    };
                     if let Err(e) = socket.send_to(&self.buf, addr).await {
                         stats.send_errors += 1;
                         tracing::debug!(error = %e, %addr, "socket send error (ignored)");
@@ -205,6 +226,7 @@ impl Outbound {
     /// Sends COOKIE_REPLYs (each smaller than the datagram it answers, within the limits
     /// of `cookies.rs`).
     pub(crate) async fn send_cookie_replies<S: DatagramSocket>(
+        &self,
         socket: &S,
         stats: &mut EndpointStats,
         replies: Vec<(SocketAddr, CookieReply)>,
@@ -214,6 +236,9 @@ impl Outbound {
         }
         let mut buf = Vec::with_capacity(64);
         for (addr, reply) in replies {
+            let Some(addr) = self.on_wire(stats, addr) else {
+                continue;
+            };
             buf.clear();
             reply.encode(&mut buf);
             stats.send_calls += 1;
@@ -222,5 +247,60 @@ impl Outbound {
                 tracing::debug!(error = %e, %addr, "socket send error (ignored)");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A socket that records where each send went.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<SocketAddr>>);
+
+    impl DatagramSocket for Recorder {
+        async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
+            self.0.lock().unwrap().push(target);
+            Ok(buf.len())
+        }
+
+        async fn recv_from(&self, _buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+            std::future::pending().await
+        }
+
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            Ok(SocketAddr::from(([0, 0, 0, 0], 1)))
+        }
+    }
+
+    /// Pushes one datagram to `to` through an outbound that reaches `reach`; returns where
+    /// the socket was asked to send it, and the send errors counted.
+    async fn push_one(reach: Reach, to: &str) -> (Vec<SocketAddr>, u64) {
+        let (socket, mut stats) = (Recorder::default(), EndpointStats::default());
+        let mut out = Outbound::new(1200, 1, reach);
+        out.begin();
+        let (start, buf) = out.buf();
+        buf.extend_from_slice(&[0; 100]);
+        out.push(&socket, &mut stats, start, to.parse().unwrap(), 100)
+            .await;
+        out.finish(&socket, &mut stats).await;
+        let sent = socket.0.lock().unwrap().clone();
+        (sent, stats.send_errors)
+    }
+
+    #[tokio::test]
+    async fn destinations_take_the_sockets_form_or_are_not_tried() {
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:9".parse().unwrap();
+        assert_eq!(
+            push_one(Reach::DualStack, "127.0.0.1:9").await,
+            (vec![mapped], 0)
+        );
+        let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        assert_eq!(push_one(Reach::V4, "127.0.0.1:9").await, (vec![v4], 0));
+        // Out of reach: nothing handed to the socket, one error counted.
+        assert_eq!(push_one(Reach::V4, "[::1]:9").await, (vec![], 1));
+        assert_eq!(push_one(Reach::V6Only, "127.0.0.1:9").await, (vec![], 1));
     }
 }

@@ -8,6 +8,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use exon::endpoint::{IpFamily, IPV6_MIN_MTU};
 use exon::proto::{Config, MAX_DATAGRAM_SIZE};
 
 use exon_testkit::pair::*;
@@ -84,6 +85,39 @@ fn the_search_stops_at_the_path_mtu() {
         0,
         "probes lost are not data lost"
     );
+}
+
+/// Streams 3000 messages over a path of MTU `mtu` with no loss: every message arrives,
+/// none retransmitted, and the size settles without falling back. Returns the size.
+fn settle_on(mtu: usize) -> usize {
+    let mut p = Pair::new(config());
+    path(&mut p, Rc::new(Cell::new(mtu)), 0);
+    stream(&mut p, 30, Duration::from_millis(20));
+    let size = send_size(&mut p);
+    p.run(Duration::from_secs(30));
+    assert_eq!(p.nodes[B].delivered.len(), 3000);
+    let s = p.node(A).stats();
+    assert_eq!((s.retransmissions, s.mtu.black_hole_fallbacks), (0, 0));
+    size
+}
+
+/// Over IPv6 a 1500-byte Ethernet link carries 1452 bytes of UDP payload (its header is 40
+/// bytes, IPv4's 20): the search stops there exactly (1452 is one of its steps), not at
+/// IPv4's 1472, which the path drops.
+#[test]
+fn over_ipv6_the_search_stops_at_the_ipv6_payload_of_an_ethernet_link() {
+    let ipv6 = IpFamily::V6.udp_payload(1500);
+    assert_eq!(ipv6, 1452);
+    assert_eq!(settle_on(ipv6), ipv6);
+}
+
+/// The base size (1200 bytes) gets through the smallest IPv6 path (MTU 1280, 1232 bytes of
+/// UDP payload), and the search stays within what that path carries.
+#[test]
+fn the_base_size_gets_through_the_smallest_ipv6_path() {
+    let smallest = IpFamily::V6.udp_payload(IPV6_MIN_MTU);
+    let size = settle_on(smallest);
+    assert!((1200..=smallest).contains(&size), "{size}");
 }
 
 #[test]

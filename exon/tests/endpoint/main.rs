@@ -13,6 +13,7 @@ mod batch;
 mod common;
 mod durable;
 mod http;
+mod ipv6;
 mod loopback;
 mod parts;
 mod rpc;
