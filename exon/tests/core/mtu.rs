@@ -111,6 +111,15 @@ fn over_ipv6_the_search_stops_at_the_ipv6_payload_of_an_ethernet_link() {
     assert_eq!(settle_on(ipv6), ipv6);
 }
 
+/// Over IPv4 the same link carries 1472 bytes: the search stops there exactly (a step too),
+/// not 8 bytes short of it as a midpoint search would.
+#[test]
+fn over_ipv4_the_search_stops_at_the_ipv4_payload_of_an_ethernet_link() {
+    let ipv4 = IpFamily::V4.udp_payload(1500);
+    assert_eq!(ipv4, 1472);
+    assert_eq!(settle_on(ipv4), ipv4);
+}
+
 /// The base size (1200 bytes) gets through the smallest IPv6 path (MTU 1280, 1232 bytes of
 /// UDP payload), and the search stays within what that path carries.
 #[test]
