@@ -23,9 +23,9 @@ pub(crate) struct Flight {
     pub(super) bytes: u64,
     /// Bytes acknowledged by the verdict frame being handled.
     pub(super) ack_batch: u64,
-    /// The round trip of the newest transmission (sent once) that the verdict frame being
-    /// handled acknowledges: the frame's one RTT sample.
-    pub(super) ack_rtt: Option<Duration>,
+    /// When the newest transmission (sent once) that the verdict frame being handled
+    /// acknowledges left: the frame's one RTT sample is the time since.
+    pub(super) ack_newest: Option<Instant>,
     /// What both loss detectors learnt of reordering (the count rule, the window).
     pub(super) reo: Reordering,
     /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
@@ -59,6 +59,12 @@ impl Flight {
         self.spurious_at = Some(self.spurious_at.map_or(at, |t: Instant| t.min(at)));
     }
 
+    /// A transmission sent at `at` (once) was acknowledged by the verdict frame being
+    /// handled: the frame's RTT sample is of the newest such.
+    pub fn on_newest(&mut self, at: Instant) {
+        self.ack_newest = Some(self.ack_newest.map_or(at, |n| n.max(at)));
+    }
+
     /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
     /// delivery rate, loss detection and (Karn's rule: sent once) the frame's RTT sample,
     /// and tells whether its last loss was spurious.
@@ -89,15 +95,15 @@ impl Flight {
         if tok.sends == 1 && tok.frag.is_none() {
             let overtaken = self.losses.on_acked(tok.seq);
             if let Some(t) = tok.sent_at {
-                let sample = now.saturating_duration_since(t);
                 if overtaken {
+                    let sample = now.saturating_duration_since(t);
                     let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
                     self.reo.on_reordered(late);
                 }
                 // One RTT sample per verdict frame (taken in `after_verdicts`): the newest
                 // transmission it acknowledges. Every token of a datagram would otherwise
                 // feed the same round trip again, and RTTVAR would collapse to nothing.
-                self.ack_rtt = Some(self.ack_rtt.map_or(sample, |r| r.min(sample)));
+                self.on_newest(t);
             }
         }
     }

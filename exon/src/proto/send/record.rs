@@ -389,13 +389,12 @@ impl SRecord {
             self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
             if !sent.again {
                 self.mtud.on_acked(sent.reach as usize);
-                let sample = now.saturating_duration_since(sent.at);
                 if self.flight.frag_losses.on_acked(sent.seq) && newest == Some(sent.seq) {
+                    let sample = now.saturating_duration_since(sent.at);
                     let late = sample.saturating_sub(self.rtt.min().unwrap_or(sample));
                     self.flight.reo.on_reordered(late);
                 }
-                let newest = self.flight.ack_rtt.map_or(sample, |r| r.min(sample));
-                self.flight.ack_rtt = Some(newest);
+                self.flight.on_newest(sent.at);
             }
         }
         whole

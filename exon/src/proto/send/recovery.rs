@@ -57,9 +57,13 @@ impl SRecord {
     /// only when they stop.
     pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
         let acked = std::mem::take(&mut self.flight.ack_batch);
-        let rtt = self.flight.ack_rtt.take();
+        // The frame's one sample (RFC 9002's: the newest transmission acknowledged).
+        let rtt = self
+            .flight
+            .ack_newest
+            .take()
+            .map(|at| now.saturating_duration_since(at));
         if let Some(sample) = rtt {
-            // The frame's one sample (RFC 9002's: the newest transmission acknowledged).
             self.rtt.sample(sample);
         }
         self.flight.losses.end_batch();
