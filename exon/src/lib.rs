@@ -94,6 +94,8 @@ pub mod proto;
 
 #[cfg(feature = "tokio")]
 pub mod endpoint;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "tokio")]
 pub mod rpc;
 
