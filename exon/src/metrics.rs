@@ -1,4 +1,4 @@
-//! Exports an endpoint's counters and gauges through the `metrics` facade, for Prometheus, OpenTelemetry or any other exporter (names in `docs/metrics.md`).
+//! Records an endpoint's counters and gauges through the `metrics` facade, for any exporter (names in `docs/metrics.md`).
 //!
 //! [`Exporter`] (or [`spawn`]) starts a task that reads [`Handle::stats`] and
 //! [`Handle::path`] for each peer every interval and records them with the `metrics` crate:
