@@ -489,10 +489,13 @@ fn exec_pipes_each_message_and_acknowledges_only_what_it_processed() {
     let (_failing, peer) = listener(d, "127.0.0.1", &["--exec", "exit 3"]);
     let o = send(d, "3", &peer, &["--deadline", "1s", "lost"], b"");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    // In doubt: its copy left (a loaded machine might keep it until the deadline: then
+    // not delivered); never acknowledged.
+    let err = text(&o.stderr);
+    assert!(err.contains("1 sent: 0 acknowledged, 1 "), "{err}");
     assert!(
-        text(&o.stderr).contains("1 sent: 0 acknowledged, 1 in doubt"),
-        "{}",
-        text(&o.stderr)
+        err.contains("in doubt") || err.contains("not delivered"),
+        "{err}"
     );
 }
 
@@ -550,7 +553,10 @@ fn bench_measures_one_way_and_rpc_between_two_processes() {
         assert!(value(last, "p50_us") > 0.0, "{last}");
         assert!(value(last, "p99_us") >= value(last, "p50_us"), "{last}");
         let took = value(last, "secs");
-        assert!(took >= secs.parse::<f64>().unwrap() && took < 5.0, "{last}");
+        assert!(
+            took >= secs.parse::<f64>().unwrap() && took < 15.0,
+            "{last}"
+        );
         if mode == "one-way" {
             // A run past a second shows its progress.
             let err = text(&o.stderr);

@@ -35,7 +35,9 @@
 //!
 //! Features: `tokio` (default) the driver; `serde` typed payloads (`Handle::send_typed`,
 //! `Message::decode`) and a deserializable [`EndpointConfig`]; `turmoil` a
-//! [`DatagramSocket`] for turmoil's simulated UDP.
+//! [`DatagramSocket`] for turmoil's simulated UDP; `metrics` the `metrics` module, which
+//! records an endpoint's counters and gauges through the `metrics` facade
+//! (`docs/metrics.md`).
 //!
 //! [`DatagramSocket`]: endpoint::DatagramSocket
 //!
