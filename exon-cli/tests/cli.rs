@@ -360,6 +360,12 @@ fn send_to_an_absent_peer_exits_nonzero_with_the_verdicts() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
     let err = text(&o.stderr);
     assert!(err.contains("2 sent: 0 acknowledged"), "{err}");
+    // And what to check.
+    let hint = format!(
+        "nothing came back from node 2 at {}",
+        silent.local_addr().unwrap()
+    );
+    assert!(err.contains(&hint), "{err}");
     assert!(
         err.contains("not delivered") || err.contains("in doubt"),
         "{err}"
