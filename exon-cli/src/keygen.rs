@@ -9,9 +9,7 @@ use clap::Args;
 use exon::keyfile::{generate_secret, read_secret, write_secret};
 use exon::proto::SecretKey;
 
-/// Writes a new X25519 secret key to FILE (mode 0600, never overwriting one), or with
-/// --show reads one, and prints its public key, its self-certifying node id and the keyring
-/// line its peers add (`ID PUBLIC_KEY`).
+/// The options of `exon keygen` (its help is in `main.rs`).
 #[derive(Debug, Args)]
 pub struct Opts {
     /// The secret key file to create.

@@ -13,11 +13,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::node::{self, NodeOpts};
 
-/// Binds a node and prints each message it receives, exactly once: its payload and a
-/// newline (default), a JSON object per line (--json), or piped to a command (--exec).
-///
-/// The first line on stderr says where it listens: `listening on ADDR node ID`. It runs
-/// until interrupted (Ctrl-C) or --count messages came.
+/// The options of `exon listen` (its help is in `main.rs`).
 #[derive(Debug, Args)]
 pub struct Opts {
     #[command(flatten)]

@@ -30,13 +30,30 @@ struct Cli {
 enum Command {
     /// Writes a new secret key file and prints the public key, the self-certifying node id
     /// and the keyring line peers add.
+    ///
+    /// The key goes to FILE (mode 0600; an existing file is never overwritten); --show reads
+    /// an existing one instead. The keyring line is `ID PUBLIC_KEY`, the line the peers'
+    /// keyring files hold (--keyring FILE appends it to one).
     Keygen(keygen::Opts),
     /// Binds a node and prints each message it receives (or pipes each to a command).
+    ///
+    /// Each message is printed once: its payload and a newline (default), a JSON object
+    /// per line (--json), or piped to a command (--exec). The first line on stderr says
+    /// where it listens: `listening on ADDR node ID`. It runs until interrupted (Ctrl-C,
+    /// SIGTERM) or --count messages came.
     Listen(listen::Opts),
     /// Sends messages (arguments, files, or lines of stdin); exits 0 only when every one
     /// was acknowledged.
+    ///
+    /// The arguments are sent first, then each --file whole, or else (no argument, no file,
+    /// or --stdin) each line of stdin without its newline; then it waits for every verdict.
+    /// Exit status: 0 when every message was acknowledged (the peer's application took it),
+    /// 1 when some were not (stderr counts them by verdict: in doubt, not delivered,
+    /// unacknowledged, refused), 2 on an error before sending (keys, addresses, flags).
     Send(send::Opts),
     /// Measures one-way messages or request/reply between two processes or machines.
+    ///
+    /// `exon bench server` on one side, `exon bench client` on the other, iperf-style.
     #[command(subcommand)]
     Bench(bench::Role),
 }

@@ -17,7 +17,7 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Args)]
 pub struct NodeOpts {
     /// A TOML configuration file with any of the options below (`id`, `bind`, `key`,
-    /// `keyring`, `peers`, `peer_keys`, `insecure`, `metrics`) and an `[endpoint]` table
+    /// `keyring`, `peers`, `peer_keys`, `open`, `insecure`, `metrics`) and an `[endpoint]` table
     /// (exon's `EndpointConfig`); flags override it. Paths in it are relative to its folder.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -25,7 +25,8 @@ pub struct NodeOpts {
     /// key's self-certifying id; 1 with --insecure).
     #[arg(long)]
     pub id: Option<u64>,
-    /// The address to bind, HOST:PORT (port 0: any free port; the bound address is printed).
+    /// The address to bind, HOST:PORT (port 0: any free port; listen and bench server print
+    /// the address bound).
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
     /// This node's secret key file (`exon keygen --out FILE` makes one) [default: exon.key].

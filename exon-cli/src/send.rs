@@ -12,12 +12,7 @@ use exon::endpoint::{Receipt, ReceiptError};
 
 use crate::node::{self, NodeOpts};
 
-/// Sends messages to a peer, exactly once each: the arguments, then each --file whole, or
-/// else each line of stdin (without its newline). Waits for every verdict.
-///
-/// Exit status: 0 when every message was acknowledged (the peer's application took it), 1
-/// when some were not (stderr counts them by verdict: in doubt, not delivered,
-/// unacknowledged, refused), 2 on an error before sending (keys, addresses, flags).
+/// The options of `exon send` (its help is in `main.rs`).
 #[derive(Debug, Args)]
 pub struct Opts {
     #[command(flatten)]
