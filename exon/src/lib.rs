@@ -35,7 +35,9 @@
 //!
 //! Features: `tokio` (default) the driver; `serde` typed payloads (`Handle::send_typed`,
 //! `Message::decode`) and a deserializable [`EndpointConfig`]; `turmoil` a
-//! [`DatagramSocket`] for turmoil's simulated UDP.
+//! [`DatagramSocket`] for turmoil's simulated UDP; `metrics` the `metrics` module, which
+//! records an endpoint's counters and gauges through the `metrics` facade
+//! (`docs/metrics.md`).
 //!
 //! [`DatagramSocket`]: endpoint::DatagramSocket
 //!
@@ -94,6 +96,8 @@ pub mod proto;
 
 #[cfg(feature = "tokio")]
 pub mod endpoint;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(feature = "tokio")]
 pub mod rpc;
 

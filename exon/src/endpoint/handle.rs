@@ -934,6 +934,19 @@ impl Handle {
         }
     }
 
+    /// The peers this endpoint has an address for (set with [`add_peer`](Self::add_peer),
+    /// or learned from their datagrams), in increasing id order.
+    pub fn peers(&self) -> Vec<NodeId> {
+        let mut all: Vec<NodeId> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.shared.known_peers())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
     /// Whether `peer` is reachable as far as this endpoint knows: false once messages to it
     /// waited [`Config::timers.unreachable_after`](crate::proto::TimerConfig::unreachable_after) without
     /// any datagram from it, true again at its next datagram. Being unreachable drops

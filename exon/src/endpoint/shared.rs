@@ -253,6 +253,12 @@ impl Shared {
         );
     }
 
+    /// The peers with a known address, in no particular order.
+    pub(crate) fn known_peers(&self) -> Vec<NodeId> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.iter().copied().collect()
+    }
+
     /// Whether `peer` has a known address: one atomic load when it is cached (the send
     /// path), the lock of the set otherwise.
     pub(crate) fn is_known(&self, peer: NodeId) -> bool {
