@@ -281,8 +281,7 @@ fn listen_and_send(host: &str) {
         "{}",
         text(&o.stderr)
     );
-    // Another node (node 1 again, from another address, would not be heard while the
-    // listener holds its record: `a_sender_restarted_at_another_address_is_heard`).
+    // Another node.
     let o = send(d, "3", &peer, &["--stdin"], b"line one\nline two\n");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     let (status, out, err) = listener.finish();
@@ -331,7 +330,6 @@ fn listen_and_send_on_ipv6() {
 /// A node that sends again from another address (a second `exon send` with the same key,
 /// on another ephemeral port) while the listener still holds the record of its first run.
 #[test]
-#[ignore = "the library does not hear a sender restarted at another address while the receiver holds its record (reported to the core)"]
 fn a_sender_restarted_at_another_address_is_heard() {
     let dir = keys();
     let d = dir.path();

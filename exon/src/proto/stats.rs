@@ -139,7 +139,8 @@ counters! {
         pub key_budget: u64 [sum],
         /// A sealed datagram whose tag did not verify: forged, altered, truncated, or not for this node.
         pub bad_tag: u64 [sum],
-        /// REQSLOTS whose frontier `l` lies above its own `s` or above every slot the record ever held.
+        /// REQSLOTS whose frontier `l` lies above its own `s`, or (plaintext, where it cannot
+        /// be told from a forgery) above every slot the record ever held.
         pub frontier_beyond_grant: u64 [sum],
         /// TOKEN for an incarnation this node never issued (at or above its clock): no verdict.
         pub never_issued: u64 [sum],
@@ -222,6 +223,10 @@ counters! {
         /// `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends
         /// them again later.
         pub held_back: u64 [sum],
+        /// Sealed: REQSLOTS from a sender that restarted while this node held its record (a
+        /// frontier above every slot the record ever held, within the sender's clock). Not
+        /// granted; the sender is probed, and its waiver ends the record.
+        pub sender_restarts: u64 [sum],
         /// REQSLOTS granted in part: `n` above `Config::limits.max_slots_request`, or more than
         /// the record's `max_slots_per_record` left room for. The sender learns the number
         /// granted from SLOTS and asks again for the rest.

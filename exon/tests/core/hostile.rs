@@ -401,11 +401,15 @@ fn a_frontier_beyond_the_grant_is_refused() {
     );
     assert_eq!(n.slots_held(), 10);
     let huge = 1u64 << 50;
+    // Plaintext: what a restarted sender sends (within its `s`, above the grant) cannot be
+    // told from a forgery, so it is refused too (sealed, it is accepted:
+    // `endpoint/loopback.rs`, `a_sender_restarted_at_another_address_is_heard`).
     for (s, l) in [(huge, huge), (100, 1000), (200, 150)] {
         let f = dgram(PEER, vec![Frame::ReqSlots { s, n: 0, l }]);
         assert_eq!(n.handle_datagram(t, f), None, "s={s} l={l}");
     }
     assert_eq!(n.stats().rejects.frontier_beyond_grant, 3);
+    assert_eq!(n.stats().sender_restarts, 0);
     assert_eq!(n.slots_held(), 10, "no slot dropped");
     // An honest waiver (frontier within what was granted) still works.
     n.handle_datagram(

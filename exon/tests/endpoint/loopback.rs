@@ -445,6 +445,40 @@ async fn restart_on_file_store_keeps_exactly_once() {
 }
 
 /// Sealed datagrams with keys derived from the node ids, ids 0-63 and 1000-1063 known.
+/// A sender that restarts at another address (a new process on a new port, same id and
+/// key) while the receiver still holds the record of its first run is heard: its first
+/// request says it restarted (its clock jumped past the record), the receiver learns the
+/// new address from it and probes the sender there, the sender's waiver ends the old record,
+/// and its messages are delivered. (Before, that request counted as hostile, so the
+/// receiver never learnt the address, and probed the old one for ever.)
+#[tokio::test]
+async fn a_sender_restarted_at_another_address_is_heard() {
+    let c = EndpointConfig::default();
+    let mut b = Endpoint::bind("127.0.0.1:0", B, test_security(B), c.clone())
+        .await
+        .unwrap();
+    for (run, text) in ["first", "second", "third"].into_iter().enumerate() {
+        // A new endpoint each time: a fresh port, the same node id and key.
+        let a = Endpoint::bind("127.0.0.1:0", A, test_security(A), c.clone())
+            .await
+            .unwrap();
+        a.add_peer(B, b.local_addr());
+        let r = a.send(B, text.as_bytes().to_vec()).await.unwrap();
+        let m = timeout(Duration::from_secs(5), b.recv())
+            .await
+            .unwrap_or_else(|_| panic!("run {run}: never delivered"))
+            .unwrap();
+        assert_eq!(&m.payload[..], text.as_bytes());
+        timeout(Duration::from_secs(5), r)
+            .await
+            .unwrap_or_else(|_| panic!("run {run}: no verdict"))
+            .unwrap();
+        assert!(a.close(Duration::from_secs(1)).await.is_clean());
+    }
+    let s = b.stats().await.unwrap();
+    assert!(s.node.sender_restarts >= 2, "{}", s.node.sender_restarts);
+}
+
 fn test_security(id: exon::NodeId) -> exon::proto::Security {
     exon::proto::crypto::insecure_test_security(
         id,

@@ -256,22 +256,33 @@ impl Node {
             self.stats.rejects.slots_overflow += 1;
             return;
         }
-        if self.rules.plausible_input
-            && (l > s || self.receivers.get(&src).is_some_and(|rec| l > rec.sck()))
-        {
-            // An honest sender's frontier is at most its clock `s`, and at most the end of
-            // what it was granted: anything above would waive slots it may hold tokens for.
+        if self.rules.plausible_input && l > s {
+            // An honest sender's frontier is at most its clock `s`: anything above would
+            // waive slots it may hold tokens for.
             self.stats.rejects.frontier_beyond_grant += 1;
-            if l <= s {
-                // A sender that restarted (its clock jumped past this record) asks: it is
-                // alive, and learns of the record at once from a probe, which it answers
-                // with the waiver that ends it (it holds nothing below its clock).
-                let cap = self.outbox_cap();
-                if let Some(rec) = self.receivers.get_mut(&src) {
-                    rec.heard(now);
-                    if !self.outbox.probe(src, rec.sck(), rec.rck(), cap) {
-                        self.stats.rejects.outbox_full += 1;
-                    }
+            return;
+        }
+        if self.rules.plausible_input && self.receivers.get(&src).is_some_and(|rec| l > rec.sck()) {
+            // Above the end of what this record ever granted, yet within the sender's own
+            // clock: a sender that restarted (its clock jumped past the record) asks. Not
+            // granted (that would waive slots tokens of the record may still be in flight
+            // for). Sealed, the datagram is the sender's own, so it is not hostile: it
+            // counts as accepted, and an endpoint learns the address the sender restarted
+            // at. In plaintext anyone could have sent it (and a learned plaintext address
+            // follows every accepted datagram): refused as before. The sender learns of
+            // the record from a probe, which it answers with the waiver that ends it (it
+            // holds nothing below its clock).
+            let sealed = self.sealer.is_some();
+            if sealed {
+                self.stats.sender_restarts += 1;
+            } else {
+                self.stats.rejects.frontier_beyond_grant += 1;
+            }
+            let cap = self.outbox_cap();
+            if let Some(rec) = self.receivers.get_mut(&src) {
+                rec.heard(now);
+                if !self.outbox.probe(src, rec.sck(), rec.rck(), cap) {
+                    self.stats.rejects.outbox_full += 1;
                 }
             }
             return;
