@@ -119,23 +119,23 @@ impl Handover {
     /// first of `handed`, `taken` in all), or acknowledged in ack-after-processing mode:
     /// their ACKs may leave now.
     pub(crate) fn on_taken(&mut self, t: Instant, taken: u64, node: &mut Node, shared: &Shared) {
-        while self.taken_seen < taken {
-            let Some(id) = self.handed.pop_front() else {
-                break;
-            };
-            self.taken_seen += 1;
-            if self.ack_on_take {
-                node.handle_taken(t, id);
-            }
+        let n = usize::try_from(taken.saturating_sub(self.taken_seen))
+            .unwrap_or(usize::MAX)
+            .min(self.handed.len());
+        self.taken_seen += n as u64;
+        let took = self.handed.drain(..n);
+        if self.ack_on_take {
+            // In one call: the takes of one sender in a row share its record's lookup.
+            node.handle_taken_many(t, took);
+        } else {
+            drop(took);
         }
         // Application acknowledgements (ack-after-processing mode), and streams' chunks
         // read to their end (any mode).
         {
             let mut acked = std::mem::take(&mut self.acked_scratch);
             shared.take_acked(&mut acked);
-            for id in acked.drain(..) {
-                node.handle_taken(t, id);
-            }
+            node.handle_taken_many(t, acked.drain(..));
             self.acked_scratch = acked;
         }
     }

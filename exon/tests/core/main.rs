@@ -19,5 +19,6 @@ mod record_pressure;
 mod reply;
 mod rules;
 mod sealed;
+mod takes;
 mod transmit_runs;
 mod verdicts;

@@ -97,6 +97,8 @@ pub struct Node {
     /// Peers whose timers are re-armed before the next output or timeout
     /// (`timeouts.rs`, `defer_rearm`).
     rearms_due: Vec<NodeId>,
+    /// Slots of one run of takes (`receive.rs`, `handle_taken_many`), kept for its memory.
+    taken_scratch: Vec<DeliveryId>,
     /// State of the generator for timer jitter (deterministic: seeded from id and clock).
     jitter_state: u64,
     /// Incarnations below this may have been lost: the clock this node started from (a
@@ -191,6 +193,7 @@ impl Node {
             stashed: Vec::new(),
             stashed_to: None,
             rearms_due: Vec::new(),
+            taken_scratch: Vec::new(),
             jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
             doubt_below: clock,
             unproven: VecDeque::new(),

@@ -309,6 +309,45 @@ impl Outbox {
         true
     }
 
+    /// Queues the verdict `v` for each slot of `slots`, incarnation `r`, as
+    /// [`reply`](Self::reply) does for one (one lookup of the peer's entry for them all).
+    /// Returns how many were dropped (the pending ranges were full).
+    pub fn reply_many(
+        &mut self,
+        peer: NodeId,
+        v: Verdict,
+        r: u64,
+        slots: impl ExactSizeIterator<Item = u64>,
+        cap: usize,
+    ) -> usize {
+        let Some(out) = self.entry(peer, cap) else {
+            return slots.len();
+        };
+        let mut ranges = out.ack_ranges();
+        let i = match out.acks.iter().position(|(w, rck, _)| *w == v && *rck == r) {
+            Some(i) => i,
+            None => {
+                out.acks.push((v, r, RangeSet::new()));
+                out.acks.len() - 1
+            }
+        };
+        let set = &mut out.acks[i].2;
+        let mut dropped = 0;
+        for s in slots {
+            if ranges >= MAX_PENDING_ACK_RANGES {
+                dropped += 1;
+                continue;
+            }
+            let before = set.range_count();
+            set.insert(s..s + 1);
+            ranges = ranges + set.range_count() - before;
+        }
+        if set.is_empty() {
+            out.acks.swap_remove(i);
+        }
+        dropped
+    }
+
     /// Queues GOT for slot `s` of incarnation `r`: the receiver holds `have` of its bytes
     /// (the first [`MAX_GOT_RANGES`] ranges are kept). Does not wake the peer (see
     /// [`flush_verdicts`](Self::flush_verdicts)). Returns false if dropped.

@@ -272,6 +272,66 @@ impl Node {
         self.take_live(now, id)
     }
 
+    /// Input: the application has taken each delivery of `ids`, in order: as
+    /// [`handle_taken`](Self::handle_taken) for each, with the deliveries of one sender
+    /// incarnation in a row sharing one lookup of its record, one entry for their ACKs and
+    /// one flush of its verdicts. Returns how many of them were waiting.
+    pub fn handle_taken_many(
+        &mut self,
+        now: Instant,
+        ids: impl IntoIterator<Item = DeliveryId>,
+    ) -> usize {
+        let mut ids = ids.into_iter().peekable();
+        if self.journal.is_some() {
+            // Durable mode: each take is stored first (`complete_take`).
+            return ids.filter(|id| self.journal_take(now, *id)).count();
+        }
+        let cap = self.outbox_cap();
+        let mut slots = std::mem::take(&mut self.taken_scratch);
+        let mut taken = 0;
+        while let Some(first) = ids.next() {
+            let (from, r) = (first.from(), first.slot().0);
+            slots.clear();
+            let mut urgent = false;
+            let mut next = Some(first);
+            let Some(rec) = self.receivers.get_mut(&from).filter(|rec| rec.rck() == r) else {
+                // Not waiting: skip the run.
+                while ids
+                    .next_if(|id| id.from() == from && id.slot().0 == r)
+                    .is_some()
+                {}
+                continue;
+            };
+            while let Some(id) = next {
+                if let Some(u) = rec.on_taken(id.slot().1) {
+                    urgent |= u;
+                    slots.push(id);
+                }
+                next = ids.next_if(|id| id.from() == from && id.slot().0 == r);
+            }
+            if rec.is_spent() {
+                self.receivers.remove(&from);
+            }
+            if slots.is_empty() {
+                continue;
+            }
+            for &id in &slots {
+                self.release_taken(id);
+            }
+            taken += slots.len();
+            let s = slots.iter().map(|id| id.slot().1);
+            let dropped = self.outbox.reply_many(from, Verdict::Ack, r, s, cap);
+            // The sender retransmits what found no room; the slot is neither free nor held
+            // then: ACK.
+            self.stats.rejects.outbox_full += dropped as u64;
+            let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
+            self.outbox.flush_verdicts(from, now, urgent, delay, every);
+        }
+        slots.clear();
+        self.taken_scratch = slots;
+        taken
+    }
+
     /// The take of `id`, held by its live record: released and acknowledged.
     pub(super) fn take_live(&mut self, now: Instant, id: DeliveryId) -> bool {
         let (from, (r, s)) = (id.from(), id.slot());
