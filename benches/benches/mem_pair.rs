@@ -35,6 +35,10 @@ struct Args {
     /// segmented sends); 1: one `poll_output` per datagram.
     #[arg(long, default_value_t = 64)]
     run: usize,
+    /// Messages per `Node::send_many` call, as the driver hands over `Handle::send_batch`
+    /// (0: one `send` per message).
+    #[arg(long, default_value_t = 0)]
+    send_many: usize,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -47,10 +51,12 @@ fn main() {
         warmup,
         plain,
         run,
+        send_many,
         ..
     } = Args::parse();
     let mut pair = MemPair::new(datagram, plain);
     pair.run = run.max(1);
+    pair.send_many = send_many;
     pair.run(warmup);
     let before = pair.datagrams;
     let took = pair.run(messages);
@@ -62,7 +68,7 @@ fn main() {
     );
     println!("{rate:.0} messages/s, {per:.3} datagrams per message");
     println!(
-        "messages={messages} datagram={datagram} run={run} sealed={} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}",
+        "messages={messages} datagram={datagram} run={run} send_many={send_many} sealed={} msgs_per_s={rate:.0} datagrams_per_msg={per:.3}",
         !plain
     );
 }

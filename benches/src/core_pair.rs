@@ -20,6 +20,8 @@ pub struct MemPair {
     pub datagrams: u64,
     /// Virtual time: it advances only to the next timer when nothing else is left to do.
     now: Instant,
+    /// Messages per `Node::send_many` call (0 or 1: one `send` each).
+    pub send_many: usize,
     /// Deliveries of one drain, taken together.
     taken: Vec<DeliveryId>,
     /// Datagrams written per call at most (`Node::poll_transmit_run`), as the driver does
@@ -53,6 +55,7 @@ impl MemPair {
             datagrams: 0,
             now: Instant::now(),
             run: 1,
+            send_many: 0,
             taken: Vec::new(),
         }
     }
@@ -67,6 +70,22 @@ impl MemPair {
         let mut stuck = 0;
         while self.seen.count() < target {
             let now = self.now;
+            if self.send_many > 1 {
+                // As the driver does for `Handle::send_batch`: one call per batch.
+                while seq < end {
+                    let n = (end - seq).min(self.send_many as u64);
+                    let mut batch: std::collections::VecDeque<_> =
+                        (seq..seq + n).map(|i| payload(i, PAYLOAD).into()).collect();
+                    match self.a.send_many(now, to, &mut batch) {
+                        Ok(_) => seq += n - batch.len() as u64,
+                        Err(SendError::QueueFull(_)) => break,
+                        Err(e) => panic!("send_many: {e}"),
+                    }
+                    if !batch.is_empty() {
+                        break;
+                    }
+                }
+            }
             while seq < end {
                 match self.a.send(now, to, payload(seq, PAYLOAD)) {
                     Ok(_) => seq += 1,

@@ -83,9 +83,87 @@ impl Sends {
         paths: &Paths,
     ) {
         self.credits_taken += credits;
+        let Some(to) = messages.first().map(Outgoing::to) else {
+            return;
+        };
+        // Plain messages to one destination nobody waits before: handed to the core in one
+        // call (`Node::send_many`). Anything else goes one by one.
+        let together = !self.closed
+            && !node.is_durable()
+            && messages.len() > 1
+            && messages
+                .iter()
+                .all(|o| o.to() == to && o.answers().is_none() && !o.is_flow())
+            && self.waiters.get(&to).is_none_or(|w| w.is_empty());
+        if !together {
+            for out in messages {
+                self.on_send_credited(t, out, node, paths);
+            }
+            return;
+        }
+        let mut outs = Vec::with_capacity(messages.len());
         for out in messages {
+            if out.deadline().is_some_and(|d| d <= t) {
+                // Given up before it reached the core: certainly not delivered.
+                out.give_up();
+            } else {
+                outs.push(out);
+            }
+        }
+        let mut payloads: VecDeque<_> = outs.iter_mut().map(Outgoing::take_payload).collect();
+        let first = node.send_many(t, to, &mut payloads);
+        let mut rest = outs.split_off(outs.len() - payloads.len());
+        for (out, p) in rest.iter_mut().zip(payloads) {
+            out.put_payload(p);
+        }
+        if let Ok(first) = first {
+            self.warn_if_no_address(t, node, paths, to);
+            for (i, out) in outs.into_iter().enumerate() {
+                self.keep(out, MsgId(first.0 + i as u64));
+            }
+            if node.is_full(to, 0) {
+                self.block(to);
+            }
+        }
+        // What the core did not take waits for room, or is refused with its reason.
+        for out in rest {
             self.on_send_credited(t, out, node, paths);
         }
+    }
+
+    /// Warns (rate-limited) of sends to `to` while it has no known address.
+    fn warn_if_no_address(&mut self, t: Instant, node: &Node, paths: &Paths, to: NodeId) {
+        if paths.address(to).is_some() {
+            return;
+        }
+        if let Some(suppressed) = self.no_address.allow(t) {
+            tracing::warn!(
+                id = %node.id(),
+                peer = %to,
+                suppressed,
+                "sending to a peer with no known address (add_peer it, or wait for a \
+                 datagram from it)"
+            );
+        }
+    }
+
+    /// `out` is in the core as message `core_id`: kept until its verdict, its deadline
+    /// watched.
+    fn keep(&mut self, out: Outgoing, core_id: MsgId) {
+        let (id, to) = (out.id(), out.to());
+        if let Some(d) = out.deadline() {
+            self.deadlines.push(Reverse((d, core_id, to)));
+        }
+        let (ack, stored) = out.queued_stored();
+        self.acks.insert(
+            core_id,
+            Unacked {
+                id,
+                to,
+                ack,
+                stored,
+            },
+        );
     }
 
     /// Gives back the credits of the sends taken this turn.
@@ -146,7 +224,7 @@ impl Sends {
             out.give_up();
             return true;
         }
-        let (to, id, deadline) = (out.to(), out.id(), out.deadline());
+        let (to, id) = (out.to(), out.id());
         let payload = out.take_payload();
         let len = payload.len();
         // Only a durable node may refuse for want of a stored clock, and the message then
@@ -175,30 +253,8 @@ impl Sends {
             }
             Ok(core_id) => {
                 debug_in_peer(to, || tracing::debug!(msg = %id, len, "message queued"));
-                if let Some(d) = deadline {
-                    self.deadlines.push(Reverse((d, core_id, to)));
-                }
-                if paths.address(to).is_none() {
-                    if let Some(suppressed) = self.no_address.allow(t) {
-                        tracing::warn!(
-                            id = %node.id(),
-                            peer = %to,
-                            suppressed,
-                            "sending to a peer with no known address (add_peer it, or wait \
-                             for a datagram from it)"
-                        );
-                    }
-                }
-                let (ack, stored) = out.queued_stored();
-                self.acks.insert(
-                    core_id,
-                    Unacked {
-                        id,
-                        to,
-                        ack,
-                        stored,
-                    },
-                );
+                self.warn_if_no_address(t, node, paths, to);
+                self.keep(out, core_id);
                 if node.is_full(to, 0) {
                     self.block(to);
                 }

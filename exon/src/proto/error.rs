@@ -83,4 +83,7 @@ pub enum SendError {
     /// durable).
     #[error("the delivery answered is not waiting to be taken")]
     NotWaiting,
+    /// [`Node::send_many`](crate::proto::Node::send_many) was given no payload.
+    #[error("no payload to send")]
+    NothingToSend,
 }

@@ -6,6 +6,7 @@
 //!
 //! Run: `cargo test -p exon --test core`.
 
+mod batches;
 mod codec;
 mod config_serde;
 mod congestion;
@@ -19,6 +20,5 @@ mod record_pressure;
 mod reply;
 mod rules;
 mod sealed;
-mod takes;
 mod transmit_runs;
 mod verdicts;

@@ -228,6 +228,47 @@ async fn sixteen_clients_to(server: Endpoint) -> exon::endpoint::EndpointStats {
     stats
 }
 
+/// A batch larger than the destination's queue: the core takes what fits in one call
+/// (`Node::send_many`), the rest waits in the driver for room, and every message is
+/// delivered once and acknowledged, with a deadline that does not pass.
+#[tokio::test]
+async fn a_batch_larger_than_the_queue_is_sent_whole_and_once() {
+    let mut cfg = EndpointConfig::default().with_linger(Duration::from_millis(100));
+    cfg.protocol.limits.max_queued_per_peer = 100;
+    let mut server = Endpoint::bind("127.0.0.1:0", SERVER, security(SERVER), cfg.clone())
+        .await
+        .unwrap();
+    let id = NodeId::from_const(7);
+    let ep = Endpoint::bind("127.0.0.1:0", id, security(id), cfg)
+        .await
+        .unwrap();
+    ep.add_peer(SERVER, server.local_addr());
+    // The sends wait for room while the queue is full: the server reads meanwhile.
+    let h = ep.handle();
+    let sends = tokio::spawn(async move {
+        let mut batches = Vec::new();
+        for round in 0..3u32 {
+            let range = round * 1000..(round + 1) * 1000;
+            batches.push(
+                h.send_batch(SERVER, range.map(|s| payload(id, s)))
+                    .await
+                    .unwrap(),
+            );
+        }
+        batches
+    });
+    let mut seen = HashSet::new();
+    while seen.len() < 3000 {
+        let m = timeout(LIMIT, server.recv()).await.unwrap().unwrap();
+        assert!(seen.insert(parse(&m.payload)), "delivered twice");
+    }
+    for b in timeout(LIMIT, sends).await.unwrap().unwrap() {
+        assert!(timeout(LIMIT, b).await.unwrap().all_acknowledged());
+    }
+    let s = ep.stats().await.unwrap();
+    assert_eq!(s.node.sent, 3000);
+}
+
 fn server_builder() -> exon::endpoint::Builder {
     Endpoint::builder(SERVER)
         .security(security(SERVER))

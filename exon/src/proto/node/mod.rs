@@ -1,12 +1,13 @@
-//! The sans-IO Exon node: inputs (`send`, `handle_datagram`, `handle_timeout`,
-//! `handle_clock_stored`) and outputs (`poll_transmit`, `poll_event`, `poll_timeout`,
-//! `poll_clock_store`).
+//! The sans-IO Exon node: inputs (`send` and the other sends in `send.rs`,
+//! `handle_datagram`, `handle_timeout`, `handle_clock_stored`) and outputs (`poll_transmit`,
+//! `poll_event`, `poll_timeout`, `poll_clock_store`).
 
 mod input;
 pub(crate) mod journal;
 pub(crate) mod outbox;
 pub(crate) mod output;
 mod receive;
+mod send;
 pub(crate) mod timeouts;
 pub(crate) mod timer;
 
@@ -22,9 +23,7 @@ use crate::proto::send::record::SRecord;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::VARINT_MAX;
 use crate::proto::wire::frame::{Cookie, Frame};
-use crate::proto::{
-    Config, ConfigError, DeliveryId, Event, MsgId, NodeId, Payload, PeerMap, SendError,
-};
+use crate::proto::{Config, ConfigError, DeliveryId, Event, NodeId, PeerMap};
 
 /// Extra outbox entries allowed beyond one per record, for replies to peers without a record.
 const STATELESS_OUTBOX: usize = 1024;
@@ -467,171 +466,5 @@ impl Node {
             self.request_slots(peer);
             self.rearm_sender(peer);
         }
-    }
-
-    // ----- send ------------------------------------------------------------------------
-
-    /// Input: sends `payload` to node `to`, exactly once. Returns the message's id; an
-    /// [`Event::Acknowledged`] with this id follows once the receiver delivered it.
-    ///
-    /// Fails without keeping anything if the payload is too large, the destination's queue is
-    /// full (backpressure: retry after acknowledgements), or too many destinations are busy.
-    pub fn send(
-        &mut self,
-        now: Instant,
-        to: NodeId,
-        payload: impl Into<Payload>,
-    ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None, false)
-    }
-
-    /// Input: as [`send`](Self::send), for a message its receiver's application may leave
-    /// untaken for long after it arrives (the endpoint's ordered flows hold a message that
-    /// came ahead of its turn, and a stream's chunk until it is read). It travels as FRAG
-    /// frames even when it fits one TOKEN, so the receiver answers GOT as soon as it holds
-    /// it whole (`docs/wire.md`, "GOT"): the sender stops sending it, and its loss
-    /// detection and congestion controller count it as arrived, while its verdict waits
-    /// for the take (ACK). Sent with [`send`](Self::send), such a message is retransmitted
-    /// and taken for lost at every timeout while it waits, and those losses shrink the
-    /// congestion window of everything else sent to that peer.
-    pub fn send_reported(
-        &mut self,
-        now: Instant,
-        to: NodeId,
-        payload: impl Into<Payload>,
-    ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None, true)
-    }
-
-    /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
-    /// (as by [`handle_taken`](Self::handle_taken)) and `payload` sent to its sender (as by
-    /// [`send`](Self::send)). In durable mode both go to the journal in one record
-    /// ([`Entry::Replied`](crate::proto::journal::Entry::Replied)), so a crash keeps both
-    /// or neither: the request is acknowledged only once its reply is stored, and a
-    /// restarted node neither hands out the request again nor loses the reply.
-    ///
-    /// Fails without doing either as `send` fails, or with [`SendError::NotWaiting`] when
-    /// the delivery is not waiting (taken or answered already, or from before a restart).
-    pub fn reply(
-        &mut self,
-        now: Instant,
-        id: DeliveryId,
-        payload: impl Into<Payload>,
-    ) -> Result<MsgId, SendError> {
-        if !self.is_waiting(&id) {
-            return Err(SendError::NotWaiting);
-        }
-        let msg = self.accept(now, id.from(), payload.into(), Some(id), false)?;
-        if self.journal.is_none() {
-            self.take_live(now, id);
-        }
-        Ok(msg)
-    }
-
-    /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`).
-    fn accept(
-        &mut self,
-        now: Instant,
-        to: NodeId,
-        payload: Payload,
-        answers: Option<DeliveryId>,
-        reported: bool,
-    ) -> Result<MsgId, SendError> {
-        if to == self.id {
-            return Err(SendError::ToSelf);
-        }
-        if !self.knows_key(to) {
-            return Err(SendError::UnknownKey(to));
-        }
-        let max = self.cfg.limits.max_message_size;
-        if payload.len() > max {
-            return Err(SendError::PayloadTooLarge {
-                len: payload.len(),
-                max,
-            });
-        }
-        if self.is_full(to, payload.len()) {
-            return Err(SendError::QueueFull(to));
-        }
-        if self.journal.is_some() && !self.reserve_clock(self.ck + 1) {
-            // Durable ids come from the stored clock (checked before anything is kept).
-            return Err(SendError::ClockNotStored);
-        }
-        let new_record = !self.senders.contains_key(&to);
-        if new_record {
-            if self.senders.len() >= self.cfg.limits.max_sender_records {
-                return Err(SendError::TooManyPeers);
-            }
-            self.senders
-                .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
-        }
-        let id = if self.journal.is_some() {
-            // Durable ids come from the stored clock: never reused after a restart.
-            self.ck += 1;
-            self.next_msg = self.next_msg.max(self.ck);
-            MsgId(self.ck - 1)
-        } else {
-            self.next_msg += 1;
-            MsgId(self.next_msg - 1)
-        };
-        if new_record {
-            if let Some(rec) = self.senders.get_mut(&to) {
-                if self.journal.is_some() {
-                    rec.set_durable();
-                }
-            }
-        }
-        self.stats.sent += 1;
-        if self.journal.is_some() {
-            self.journal_accepted(now, id, to, payload.clone(), answers);
-        }
-        self.queued_bytes += payload.len();
-        let Some(rec) = self.senders.get_mut(&to) else {
-            unreachable!("record inserted above")
-        };
-        let was_quiet = rec.is_quiet() && !rec.is_requesting();
-        let frontier_rule = self.rules.token_before_frontier;
-        if rec.enqueue(id, payload, reported, frontier_rule) {
-            self.outbox.wake(to, usize::MAX);
-        }
-        self.liveness_work(now, to, was_quiet);
-        if !new_record || self.rules.first_send_requests_slots {
-            self.request_slots(to);
-        }
-        if let Some(rec) = self.senders.get_mut(&to) {
-            rec.end_send();
-        }
-        self.journal_assignments(now, to);
-        self.defer_rearm(to);
-        Ok(id)
-    }
-
-    /// Asks `peer` for slots if the record needs them and no request is outstanding.
-    fn request_slots(&mut self, peer: NodeId) {
-        let Some(rec) = self.senders.get(&peer) else {
-            return;
-        };
-        if rec.is_requesting() {
-            return;
-        }
-        let mut n = match rec.slots_to_ask(&self.cfg) {
-            Some(n) if n > 0 => n,
-            _ => return,
-        };
-        let sck = rec.sck();
-        if !self.reserve_clock(sck + n) {
-            n = self.hw.saturating_sub(sck);
-            if n == 0 {
-                if !self.clock_waiters.contains(&peer) {
-                    self.clock_waiters.push(peer);
-                }
-                return;
-            }
-        }
-        let Some(rec) = self.senders.get_mut(&peer) else {
-            return;
-        };
-        rec.ask_slots(n);
-        self.outbox.wake(peer, usize::MAX);
     }
 }

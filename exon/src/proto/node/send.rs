@@ -1,0 +1,277 @@
+//! Inputs that queue messages: `send`, `send_reported`, `reply` and `send_many`, with the
+//! checks they share and the slot request they lead to.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::proto::send::record::SRecord;
+use crate::proto::{DeliveryId, MsgId, Node, NodeId, Payload, SendError};
+
+impl Node {
+    /// Input: sends `payload` to node `to`, exactly once. Returns the message's id; an
+    /// [`Event::Acknowledged`](crate::proto::Event::Acknowledged) with this id follows once the receiver delivered it.
+    ///
+    /// Fails without keeping anything if the payload is too large, the destination's queue is
+    /// full (backpressure: retry after acknowledgements), or too many destinations are busy.
+    pub fn send(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payload: impl Into<Payload>,
+    ) -> Result<MsgId, SendError> {
+        self.accept(now, to, payload.into(), None, false)
+    }
+
+    /// Input: as [`send`](Self::send), for a message its receiver's application may leave
+    /// untaken for long after it arrives (the endpoint's ordered flows hold a message that
+    /// came ahead of its turn, and a stream's chunk until it is read). It travels as FRAG
+    /// frames even when it fits one TOKEN, so the receiver answers GOT as soon as it holds
+    /// it whole (`docs/wire.md`, "GOT"): the sender stops sending it, and its loss
+    /// detection and congestion controller count it as arrived, while its verdict waits
+    /// for the take (ACK). Sent with [`send`](Self::send), such a message is retransmitted
+    /// and taken for lost at every timeout while it waits, and those losses shrink the
+    /// congestion window of everything else sent to that peer.
+    pub fn send_reported(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payload: impl Into<Payload>,
+    ) -> Result<MsgId, SendError> {
+        self.accept(now, to, payload.into(), None, true)
+    }
+
+    /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
+    /// (as by [`handle_taken`](Self::handle_taken)) and `payload` sent to its sender (as by
+    /// [`send`](Self::send)). In durable mode both go to the journal in one record
+    /// ([`Entry::Replied`](crate::proto::journal::Entry::Replied)), so a crash keeps both
+    /// or neither: the request is acknowledged only once its reply is stored, and a
+    /// restarted node neither hands out the request again nor loses the reply.
+    ///
+    /// Fails without doing either as `send` fails, or with [`SendError::NotWaiting`] when
+    /// the delivery is not waiting (taken or answered already, or from before a restart).
+    pub fn reply(
+        &mut self,
+        now: Instant,
+        id: DeliveryId,
+        payload: impl Into<Payload>,
+    ) -> Result<MsgId, SendError> {
+        if !self.is_waiting(&id) {
+            return Err(SendError::NotWaiting);
+        }
+        let msg = self.accept(now, id.from(), payload.into(), Some(id), false)?;
+        if self.journal.is_none() {
+            self.take_live(now, id);
+        }
+        Ok(msg)
+    }
+
+    /// Input: sends the payloads at the front of `payloads` to `to`, in order, as calls of
+    /// [`send`](Self::send) one after the other would, taking each out of `payloads`, until
+    /// one would be refused (it stays at the front, with those after it). The destination's
+    /// checks, its sender record's lookup, its slot request, its wake-up and its timer are
+    /// worked out once for them all. Returns the id of the first message sent; the others
+    /// follow it one by one (`first.0 + i` for the `i`-th), as many as left `payloads`.
+    /// Fails, sending nothing, as `send` would fail for the first payload.
+    pub fn send_many(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payloads: &mut VecDeque<Payload>,
+    ) -> Result<MsgId, SendError> {
+        let Some(first) = payloads.pop_front() else {
+            return Err(SendError::NothingToSend);
+        };
+        if self.journal.is_some() {
+            // Durable: each message goes to the journal on its own, with its id from the
+            // stored clock (one by one, as `send`).
+            let id = match self.accept(now, to, first.clone(), None, false) {
+                Ok(id) => id,
+                Err(e) => {
+                    payloads.push_front(first);
+                    return Err(e);
+                }
+            };
+            let mut next = id.0 + 1;
+            while let Some(p) = payloads.pop_front() {
+                match self.accept(now, to, p.clone(), None, false) {
+                    Ok(i) if i.0 == next => next += 1,
+                    Ok(_) => unreachable!("durable ids follow one another within a call"),
+                    Err(_) => {
+                        payloads.push_front(p);
+                        break;
+                    }
+                }
+            }
+            return Ok(id);
+        }
+        if let Err(e) = self.check_send(to, first.len()) {
+            payloads.push_front(first);
+            return Err(e);
+        }
+        let new_record = !self.senders.contains_key(&to);
+        if new_record {
+            if self.senders.len() >= self.cfg.limits.max_sender_records {
+                payloads.push_front(first);
+                return Err(SendError::TooManyPeers);
+            }
+            self.senders
+                .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
+        }
+        let (max, per_peer) = (
+            self.cfg.limits.max_message_size,
+            self.cfg.limits.max_queued_per_peer,
+        );
+        let max_bytes = self.cfg.limits.max_queued_bytes;
+        let frontier_rule = self.rules.token_before_frontier;
+        let Some(rec) = self.senders.get_mut(&to) else {
+            unreachable!("record inserted above")
+        };
+        let was_quiet = rec.is_quiet() && !rec.is_requesting();
+        let id = MsgId(self.next_msg);
+        let mut wake = false;
+        let mut next = Some(first);
+        while let Some(p) = next {
+            let len = p.len();
+            let fits =
+                len <= max && self.queued_bytes + len <= max_bytes && rec.queued_count() < per_peer;
+            if !fits {
+                payloads.push_front(p);
+                break;
+            }
+            let msg = MsgId(self.next_msg);
+            self.next_msg += 1;
+            self.stats.sent += 1;
+            self.queued_bytes += len;
+            wake |= rec.enqueue(msg, p, false, frontier_rule);
+            next = payloads.pop_front();
+        }
+        self.after_enqueue(now, to, wake, was_quiet, new_record);
+        Ok(id)
+    }
+
+    /// After messages were queued to `to` (`wake`: tokens are ready to go; `was_quiet`:
+    /// the record had no work before; `new_record`: it was made for them): its liveness
+    /// watch, its slot request, its journal entries and its timer.
+    fn after_enqueue(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        wake: bool,
+        was_quiet: bool,
+        new_record: bool,
+    ) {
+        if wake {
+            self.outbox.wake(to, usize::MAX);
+        }
+        self.liveness_work(now, to, was_quiet);
+        if !new_record || self.rules.first_send_requests_slots {
+            self.request_slots(to);
+        }
+        if let Some(rec) = self.senders.get_mut(&to) {
+            rec.end_send();
+        }
+        self.journal_assignments(now, to);
+        self.defer_rearm(to);
+    }
+
+    /// What a send to `to` of a `len`-byte payload is refused for, if anything, before a
+    /// record is made (`accept`'s first checks).
+    fn check_send(&self, to: NodeId, len: usize) -> Result<(), SendError> {
+        if to == self.id {
+            return Err(SendError::ToSelf);
+        }
+        if !self.knows_key(to) {
+            return Err(SendError::UnknownKey(to));
+        }
+        let max = self.cfg.limits.max_message_size;
+        if len > max {
+            return Err(SendError::PayloadTooLarge { len, max });
+        }
+        if self.is_full(to, len) {
+            return Err(SendError::QueueFull(to));
+        }
+        Ok(())
+    }
+
+    /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`).
+    fn accept(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payload: Payload,
+        answers: Option<DeliveryId>,
+        reported: bool,
+    ) -> Result<MsgId, SendError> {
+        self.check_send(to, payload.len())?;
+        if self.journal.is_some() && !self.reserve_clock(self.ck + 1) {
+            // Durable ids come from the stored clock (checked before anything is kept).
+            return Err(SendError::ClockNotStored);
+        }
+        let new_record = !self.senders.contains_key(&to);
+        if new_record {
+            if self.senders.len() >= self.cfg.limits.max_sender_records {
+                return Err(SendError::TooManyPeers);
+            }
+            self.senders
+                .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
+        }
+        let id = if self.journal.is_some() {
+            // Durable ids come from the stored clock: never reused after a restart.
+            self.ck += 1;
+            self.next_msg = self.next_msg.max(self.ck);
+            MsgId(self.ck - 1)
+        } else {
+            self.next_msg += 1;
+            MsgId(self.next_msg - 1)
+        };
+        if new_record {
+            if let Some(rec) = self.senders.get_mut(&to) {
+                if self.journal.is_some() {
+                    rec.set_durable();
+                }
+            }
+        }
+        self.stats.sent += 1;
+        if self.journal.is_some() {
+            self.journal_accepted(now, id, to, payload.clone(), answers);
+        }
+        self.queued_bytes += payload.len();
+        let Some(rec) = self.senders.get_mut(&to) else {
+            unreachable!("record inserted above")
+        };
+        let was_quiet = rec.is_quiet() && !rec.is_requesting();
+        let frontier_rule = self.rules.token_before_frontier;
+        let wake = rec.enqueue(id, payload, reported, frontier_rule);
+        self.after_enqueue(now, to, wake, was_quiet, new_record);
+        Ok(id)
+    }
+
+    /// Asks `peer` for slots if the record needs them and no request is outstanding.
+    pub(super) fn request_slots(&mut self, peer: NodeId) {
+        let Some(rec) = self.senders.get(&peer) else {
+            return;
+        };
+        if rec.is_requesting() {
+            return;
+        }
+        let mut n = match rec.slots_to_ask(&self.cfg) {
+            Some(n) if n > 0 => n,
+            _ => return,
+        };
+        let sck = rec.sck();
+        if !self.reserve_clock(sck + n) {
+            n = self.hw.saturating_sub(sck);
+            if n == 0 {
+                if !self.clock_waiters.contains(&peer) {
+                    self.clock_waiters.push(peer);
+                }
+                return;
+            }
+        }
+        let Some(rec) = self.senders.get_mut(&peer) else {
+            return;
+        };
+        rec.ask_slots(n);
+        self.outbox.wake(peer, usize::MAX);
+    }
+}

@@ -1,0 +1,212 @@
+//! Batched inputs. Takes reported together (`Node::handle_taken_many`): the same effect as
+//! one `handle_taken` per delivery, in order, whatever senders the deliveries came from.
+//! Sends handed over together (`Node::send_many`): each message as `send` would take it,
+//! ids one after the other, stopping at the first `send` would refuse.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use exon::proto::{Config, DeliveryId, Event, MsgId, Node, NodeId, Payload, Security, SendError};
+
+const A: NodeId = NodeId::from_const(1);
+const B: NodeId = NodeId::from_const(2);
+const C: NodeId = NodeId::from_const(3);
+
+fn node(id: NodeId) -> Node {
+    Node::new(id, Security::InsecurePlaintext, Config::default(), 0).unwrap()
+}
+
+/// Stores `n`'s clocks and returns its datagrams, by destination.
+fn datagrams(n: &mut Node, t: Instant) -> Vec<(NodeId, Bytes)> {
+    while let Some(hw) = n.poll_clock_store() {
+        n.handle_clock_stored(t, hw);
+    }
+    let mut out = Vec::new();
+    let mut buf = Vec::new();
+    while let Some(tx) = n.poll_transmit(t, &mut buf) {
+        out.push((tx.destination, Bytes::copy_from_slice(&buf)));
+        buf.clear();
+    }
+    out
+}
+
+/// A and C each send 300 messages to B, which takes its deliveries one call each (`many`
+/// false) or all those of a drain in one call. Returns every datagram B sent, the ids its
+/// calls reported taken, and the messages acknowledged to A and C.
+fn run(many: bool) -> (Vec<(NodeId, Bytes)>, usize, usize) {
+    let t0 = Instant::now();
+    let (mut a, mut b, mut c) = (node(A), node(B), node(C));
+    for n in [&mut a, &mut b, &mut c] {
+        while let Some(hw) = n.poll_clock_store() {
+            n.handle_clock_stored(t0, hw);
+        }
+    }
+    for i in 0..300u32 {
+        a.send(t0, B, Bytes::from(i.to_be_bytes().to_vec()))
+            .unwrap();
+        c.send(t0, B, Bytes::from((i + 1000).to_be_bytes().to_vec()))
+            .unwrap();
+    }
+    let (mut from_b, mut taken, mut acked) = (Vec::new(), 0, 0);
+    for step in 0..200u64 {
+        let t = t0 + Duration::from_millis(step);
+        for n in [&mut a, &mut b, &mut c] {
+            n.handle_timeout(t);
+        }
+        // A's and C's datagrams interleaved, so B's deliveries alternate senders in runs.
+        let (da, dc) = (datagrams(&mut a, t), datagrams(&mut c, t));
+        for i in 0..da.len().max(dc.len()) {
+            for d in [da.get(i), dc.get(i)].into_iter().flatten() {
+                b.handle_datagram(t, d.1.clone());
+            }
+        }
+        let mut ids: Vec<DeliveryId> = Vec::new();
+        while let Some(e) = b.poll_event() {
+            if let Event::Delivered { id, .. } = e {
+                ids.push(id);
+            }
+        }
+        // Some ids twice: a take reported again is refused either way.
+        if let Some(&first) = ids.first() {
+            ids.push(first);
+        }
+        taken += if many {
+            b.handle_taken_many(t, ids.iter().copied())
+        } else {
+            ids.iter().filter(|id| b.handle_taken(t, **id)).count()
+        };
+        for (to, d) in datagrams(&mut b, t) {
+            match to {
+                A => a.handle_datagram(t, d.clone()),
+                _ => c.handle_datagram(t, d.clone()),
+            };
+            from_b.push((to, d));
+        }
+        for n in [&mut a, &mut c] {
+            while let Some(e) = n.poll_event() {
+                acked += usize::from(matches!(e, Event::Acknowledged { .. }));
+            }
+        }
+    }
+    (from_b, taken, acked)
+}
+
+#[test]
+fn takes_reported_together_are_takes_reported_one_by_one() {
+    let (one, taken_one, acked_one) = run(false);
+    let (many, taken_many, acked_many) = run(true);
+    assert_eq!(
+        (taken_one, acked_one),
+        (600, 600),
+        "every message taken once"
+    );
+    assert_eq!((taken_many, acked_many), (600, 600));
+    assert_eq!(one.len(), many.len(), "as many datagrams from the receiver");
+    assert!(one == many, "the receiver's datagrams differ");
+}
+
+fn payloads(n: u32, size: usize) -> VecDeque<Payload> {
+    (0..n)
+        .map(|i| {
+            let mut p = vec![0u8; size.max(4)];
+            p[..4].copy_from_slice(&i.to_be_bytes());
+            Bytes::from(p).into()
+        })
+        .collect()
+}
+
+#[test]
+fn sends_handed_over_together_are_each_sent_once() {
+    let t0 = Instant::now();
+    let (mut a, mut b) = (node(A), node(B));
+    for n in [&mut a, &mut b] {
+        while let Some(hw) = n.poll_clock_store() {
+            n.handle_clock_stored(t0, hw);
+        }
+    }
+    let mut queue = payloads(500, 1000);
+    let first = a.send_many(t0, B, &mut queue).unwrap();
+    assert!(queue.is_empty(), "all 500 taken");
+    // A second batch: its ids follow the first's.
+    let mut more = payloads(100, 10);
+    let second = a.send_many(t0, B, &mut more).unwrap();
+    assert_eq!(second, MsgId(first.0 + 500));
+    let (mut delivered, mut acked) = (Vec::new(), Vec::new());
+    for step in 0..300u64 {
+        let t = t0 + Duration::from_millis(step);
+        a.handle_timeout(t);
+        b.handle_timeout(t);
+        for (_, d) in datagrams(&mut a, t) {
+            b.handle_datagram(t, d);
+        }
+        let mut ids = Vec::new();
+        while let Some(e) = b.poll_event() {
+            if let Event::Delivered { id, payload, .. } = e {
+                delivered.push(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+                ids.push(id);
+            }
+        }
+        b.handle_taken_many(t, ids);
+        for (_, d) in datagrams(&mut b, t) {
+            a.handle_datagram(t, d);
+        }
+        while let Some(e) = a.poll_event() {
+            if let Event::Acknowledged { id, .. } = e {
+                acked.push(id.0);
+            }
+        }
+    }
+    delivered.sort_unstable();
+    let want: Vec<u32> = (0..100).chain(0..500).collect::<Vec<_>>();
+    let mut want = want;
+    want.sort_unstable();
+    assert_eq!(delivered, want, "each message delivered once");
+    acked.sort_unstable();
+    let ids: Vec<u64> = (first.0..first.0 + 600).collect();
+    assert_eq!(acked, ids, "each id acknowledged once");
+}
+
+#[test]
+fn a_batch_stops_at_the_first_message_send_would_refuse() {
+    let t = Instant::now();
+    let cfg = {
+        let mut c = Config::default();
+        c.limits.max_queued_per_peer = 10;
+        c.limits.max_message_size = 2000;
+        c
+    };
+    let mut a = Node::new(A, Security::InsecurePlaintext, cfg, 0).unwrap();
+    // A payload too large third: the first two go, the rest stay.
+    let mut q = payloads(5, 100);
+    q[2] = Bytes::from(vec![0u8; 3000]).into();
+    let first = a.send_many(t, B, &mut q).unwrap();
+    assert_eq!(q.len(), 3);
+    assert_eq!(q[0].len(), 3000, "the refused payload stays at the front");
+    let err = a.send_many(t, B, &mut q).unwrap_err();
+    assert_eq!(
+        err,
+        SendError::PayloadTooLarge {
+            len: 3000,
+            max: 2000
+        }
+    );
+    assert_eq!(q.len(), 3, "nothing taken when the first is refused");
+    q.pop_front();
+    // The queue holds 10 at most: 2 + 2 sent, then 6 of the next 10.
+    a.send_many(t, B, &mut q).unwrap();
+    let mut ten = payloads(10, 100);
+    let next = a.send_many(t, B, &mut ten).unwrap();
+    assert_eq!(next, MsgId(first.0 + 4));
+    assert_eq!(ten.len(), 4);
+    assert_eq!(a.send_many(t, B, &mut ten), Err(SendError::QueueFull(B)));
+    assert_eq!(
+        a.send_many(t, B, &mut VecDeque::new()),
+        Err(SendError::NothingToSend)
+    );
+    assert_eq!(
+        a.send_many(t, A, &mut payloads(1, 10)),
+        Err(SendError::ToSelf)
+    );
+    assert_eq!(a.stats().sent, 10);
+}
