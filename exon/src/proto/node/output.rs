@@ -120,8 +120,9 @@ impl Node {
     /// (GSO). The peer's turn, its deaf gate, its timer and what its silence counts are
     /// worked out once per run rather than once per datagram. Each datagram holds what a
     /// call of `poll_transmit` would have written (peers are served in turn run by run, not
-    /// datagram by datagram); one larger than the run's first ends the run and is returned
-    /// alone by the next call.
+    /// datagram by datagram, and an MTU probe that falls due during a run goes first in the
+    /// next); one larger than the run's first ends the run and is returned alone by the
+    /// next call.
     pub fn poll_transmit_run(
         &mut self,
         now: Instant,
