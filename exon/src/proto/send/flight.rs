@@ -78,7 +78,7 @@ impl Flight {
         }
         self.ack_batch = self.ack_batch.saturating_add(tok.size);
         let srtt = rtt.smoothed().unwrap_or_default();
-        if let Some(l) = tok.lost.filter(|_| tok.frag.is_none()) {
+        if let Some(l) = tok.lost.as_deref().filter(|_| tok.frag.is_none()) {
             if answers_original(now, l.resent_at, rtt.min()) {
                 let resent = l.resent_at.is_some();
                 self.on_spurious(now, l.at, l.bytes, resent, srtt);

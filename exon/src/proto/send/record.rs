@@ -52,6 +52,9 @@ pub(crate) struct SRecord {
     /// Timer jitter, a fraction of 2^16 (re-drawn by the node at every timeout): stretches
     /// timeouts by up to a quarter so that peers' retransmissions do not phase-lock.
     pub(super) jitter: u16,
+    /// The retransmission timer's delay, and the RTT version and jitter it was worked out
+    /// for (see [`timer_delay`](Self::timer_delay)).
+    pub(super) delay_memo: Option<((u64, u16), std::time::Duration)>,
     /// The last few incarnations the receiver acknowledged tokens of: it delivered into
     /// them, so it never evicted them unused (a RETRY for one of them is refused).
     pub(super) proven: [u64; PROVEN_KEPT],
@@ -138,6 +141,7 @@ impl SRecord {
             armed: None,
             bytes: 0,
             jitter: 0,
+            delay_memo: None,
             // u64::MAX is never an incarnation (they are at most 2^62 - 1).
             proven: [u64::MAX; PROVEN_KEPT],
             proven_next: 0,

@@ -40,8 +40,24 @@ impl SRecord {
     }
 
     /// How long after the last send or acknowledgement the retransmission timer fires: the
-    /// probe timeout for a first expiry (with a controller), else the timeout.
-    pub fn timer_delay(&self, cfg: &Config) -> std::time::Duration {
+    /// probe timeout for a first expiry (with a controller), else the timeout. Worked out
+    /// again only when the RTT estimate, the backoff or the jitter changed (every datagram
+    /// with tokens arms the timer; the configuration and the controller's kind never change
+    /// in a record).
+    pub fn timer_delay(&mut self, cfg: &Config) -> std::time::Duration {
+        let key = (self.rtt.version(), self.jitter);
+        if let Some((k, d)) = self.delay_memo {
+            if k == key {
+                return d;
+            }
+        }
+        let d = self.timer_delay_afresh(cfg);
+        self.delay_memo = Some((key, d));
+        d
+    }
+
+    /// [`timer_delay`](Self::timer_delay), worked out.
+    fn timer_delay_afresh(&self, cfg: &Config) -> std::time::Duration {
         if self.cc.is_enabled() && self.rtt.backoff() == 0 {
             crate::proto::node::timer::stretch(self.rtt.pto(cfg), self.jitter)
         } else {
@@ -79,8 +95,8 @@ impl SRecord {
         }
         if acked > 0 {
             if self.timers.is_set(Timer::Rto) {
-                self.timers
-                    .set(Timer::Rto, Some(now + self.timer_delay(cfg)));
+                let at = now + self.timer_delay(cfg);
+                self.timers.set(Timer::Rto, Some(at));
             }
             let rate = self.flight.rate.take_sample();
             self.cc.on_ack(&AckEvent {
@@ -146,11 +162,11 @@ impl SRecord {
                 Judgement::Lost => {
                     self.flight.losses.pop_front();
                     self.mtud.on_lost(seq, tok.reach as usize);
-                    tok.lost = Some(Lost {
+                    tok.lost = Some(Box::new(Lost {
                         at: now,
                         resent_at: None,
                         bytes: tok.flight,
-                    });
+                    }));
                     bytes += tok.flight;
                     self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                     tok.flight = 0;
@@ -258,8 +274,8 @@ impl SRecord {
     /// A datagram with tokens left: the retransmission timer runs (from its earliest arming).
     #[inline]
     pub fn on_tokens_written(&mut self, now: Instant, cfg: &Config) {
-        self.timers
-            .set_earliest(Timer::Rto, now + self.timer_delay(cfg));
+        let at = now + self.timer_delay(cfg);
+        self.timers.set_earliest(Timer::Rto, at);
     }
 
     /// Whether the pacer holds the next token back (until [`Timer::Pace`]).
@@ -467,5 +483,36 @@ impl SRecord {
         // Tokens queued now get a fresh timer when they are written.
         self.timers.set(Timer::Rto, next);
         (due, due > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::proto::send::record::SRecord;
+    use crate::proto::{Config, Rules};
+
+    #[test]
+    fn the_kept_timer_delay_follows_every_change_of_what_it_derives_from() {
+        let cfg = Config::default();
+        let mut rec = SRecord::new(0, Instant::now(), &cfg, &Rules::default());
+        let mut check = |rec: &mut SRecord, what: &str| {
+            let kept = rec.timer_delay(&cfg);
+            assert_eq!(kept, rec.timer_delay_afresh(&cfg), "after {what}");
+            kept
+        };
+        let first = check(&mut rec, "nothing");
+        rec.rtt.sample(Duration::from_millis(3));
+        let sampled = check(&mut rec, "a sample");
+        assert_ne!(first, sampled);
+        rec.rtt.on_timeout();
+        let backed_off = check(&mut rec, "a timeout");
+        assert_ne!(sampled, backed_off);
+        rec.set_jitter(u16::MAX);
+        let jittered = check(&mut rec, "new jitter");
+        assert_ne!(backed_off, jittered);
+        rec.rtt.sample(Duration::from_millis(40));
+        check(&mut rec, "another sample");
     }
 }

@@ -18,6 +18,9 @@ pub struct Rtt {
     /// The smallest sample ever taken.
     min: Option<u64>,
     backoff: u32,
+    /// Bumped by every change of the estimate or the backoff: what the timeouts derive from
+    /// it may be kept until it moves.
+    version: u64,
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -33,6 +36,7 @@ impl Rtt {
             latest: None,
             min: None,
             backoff: 0,
+            version: 0,
         }
     }
 
@@ -80,11 +84,19 @@ impl Rtt {
             }
         }
         self.backoff = 0;
+        self.version += 1;
     }
 
     /// Doubles the timeout for the next attempt (up to [`Config::timers.max_rto`](crate::proto::TimerConfig::max_rto)).
     pub fn on_timeout(&mut self) {
         self.backoff = (self.backoff + 1).min(16);
+        self.version += 1;
+    }
+
+    /// Changes so far of the estimate or the backoff: [`pto`](Self::pto) and
+    /// [`rto`](Self::rto) (for a given configuration) are the same while it is.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// The probe timeout (RFC 9002 §6.2): the timeout without the [`Config::timers.min_rto`](crate::proto::TimerConfig::min_rto)

@@ -47,8 +47,9 @@ pub(crate) struct Token {
     /// How far into its datagram its frame ended when last sent, in bytes (the
     /// authentication tag counted): what its loss or acknowledgement says of sizes.
     pub(super) reach: u32,
-    /// Its last loss declared by loss detection (kept until it is settled).
-    pub(super) lost: Option<Lost>,
+    /// Its last loss declared by loss detection (kept until it is settled; boxed, since
+    /// few tokens are ever lost and every token is moved in and out of its ring).
+    pub(super) lost: Option<Box<Lost>>,
     /// See [`Queued::reported`].
     pub(super) reported: bool,
 }
