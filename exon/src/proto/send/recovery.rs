@@ -497,7 +497,7 @@ mod tests {
     fn the_kept_timer_delay_follows_every_change_of_what_it_derives_from() {
         let cfg = Config::default();
         let mut rec = SRecord::new(0, Instant::now(), &cfg, &Rules::default());
-        let mut check = |rec: &mut SRecord, what: &str| {
+        let check = |rec: &mut SRecord, what: &str| {
             let kept = rec.timer_delay(&cfg);
             assert_eq!(kept, rec.timer_delay_afresh(&cfg), "after {what}");
             kept
