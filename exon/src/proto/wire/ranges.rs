@@ -90,6 +90,15 @@ impl RangeSet {
 
     /// Removes `v`; returns whether it was a member.
     pub fn remove(&mut self, v: u64) -> bool {
+        // Fast path: the smallest member (slots are mostly filled in increasing order).
+        if let Some(r) = self.ranges.first_mut().filter(|r| r.start == v) {
+            self.count -= 1;
+            r.start += 1;
+            if r.start == r.end {
+                self.ranges.remove(0);
+            }
+            return true;
+        }
         let i = self.ranges.partition_point(|r| r.end <= v);
         let Some(r) = self.ranges.get_mut(i) else {
             return false;
