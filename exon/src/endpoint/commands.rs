@@ -17,6 +17,8 @@ use super::shared::Shared;
 use super::trace::{debug_in_peer, Throttle};
 use crate::proto::{Abandoned, MsgId, Node, NodeId, SendError};
 
+mod together;
+
 /// A message in the core, not yet acknowledged.
 struct Unacked {
     /// The endpoint's id of the message (its receipt's).
@@ -49,6 +51,8 @@ pub(crate) struct Sends {
     closed: bool,
     /// Rate limit of the warning about sends to peers with no address.
     no_address: Throttle,
+    /// The run of sends being gathered, and the buffers of sends handed over together.
+    scratch: together::Scratch,
 }
 
 impl Sends {
@@ -62,6 +66,7 @@ impl Sends {
             credits_taken: 0,
             closed: false,
             no_address: Throttle::default(),
+            scratch: together::Scratch::default(),
         }
     }
 
@@ -73,62 +78,18 @@ impl Sends {
         self.on_send_credited(t, out, node, paths);
     }
 
-    /// A batch of sends to one destination, holding `credits` credits.
+    /// A batch of sends to one destination, holding `credits` credits: in one call of the
+    /// core when they may go together (`together.rs`).
     pub(crate) fn on_batch(
         &mut self,
         t: Instant,
-        messages: Vec<Outgoing>,
+        mut messages: Vec<Outgoing>,
         credits: usize,
         node: &mut Node,
         paths: &Paths,
     ) {
         self.credits_taken += credits;
-        let Some(to) = messages.first().map(Outgoing::to) else {
-            return;
-        };
-        // Plain messages to one destination nobody waits before: handed to the core in one
-        // call (`Node::send_many`). Anything else goes one by one.
-        let together = !self.closed
-            && !node.is_durable()
-            && messages.len() > 1
-            && messages
-                .iter()
-                .all(|o| o.to() == to && o.answers().is_none() && !o.is_flow())
-            && self.waiters.get(&to).is_none_or(|w| w.is_empty());
-        if !together {
-            for out in messages {
-                self.on_send_credited(t, out, node, paths);
-            }
-            return;
-        }
-        let mut outs = Vec::with_capacity(messages.len());
-        for out in messages {
-            if out.deadline().is_some_and(|d| d <= t) {
-                // Given up before it reached the core: certainly not delivered.
-                out.give_up();
-            } else {
-                outs.push(out);
-            }
-        }
-        let mut payloads: VecDeque<_> = outs.iter_mut().map(Outgoing::take_payload).collect();
-        let first = node.send_many(t, to, &mut payloads);
-        let mut rest = outs.split_off(outs.len() - payloads.len());
-        for (out, p) in rest.iter_mut().zip(payloads) {
-            out.put_payload(p);
-        }
-        if let Ok(first) = first {
-            self.warn_if_no_address(t, node, paths, to);
-            for (i, out) in outs.into_iter().enumerate() {
-                self.keep(out, MsgId(first.0 + i as u64));
-            }
-            if node.is_full(to, 0) {
-                self.block(to);
-            }
-        }
-        // What the core did not take waits for room, or is refused with its reason.
-        for out in rest {
-            self.on_send_credited(t, out, node, paths);
-        }
+        self.on_run(t, &mut messages, node, paths);
     }
 
     /// Warns (rate-limited) of sends to `to` while it has no known address.

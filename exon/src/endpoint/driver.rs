@@ -274,8 +274,11 @@ impl<S: DatagramSocket> Driver<S> {
 
     fn on_wake(&mut self, wake: Wake, t: Instant) {
         match wake {
-            Wake::Cmd(Some(c)) => self.on_command(c, t),
-            Wake::Cmd(None) => self.on_handles_gone(t),
+            Wake::Cmd(Some(c)) => self.take_command(c, t),
+            Wake::Cmd(None) => {
+                self.flush_sends(t);
+                self.on_handles_gone(t);
+            }
             Wake::Datagrams(r) => self.on_datagrams(t, r),
             Wake::Stored(r) => {
                 if let Some(hw) = self.clock.on_done(t, r) {
@@ -301,19 +304,24 @@ impl<S: DatagramSocket> Driver<S> {
     }
 
     /// Takes the other inputs that are ready without waiting: queued commands (up to a
-    /// budget), a batch of datagrams (unless one was just taken), a due timer; then returns
-    /// the send credits taken.
+    /// budget, consecutive plain sends to one destination handed to the core together), a
+    /// batch of datagrams (unless one was just taken), a due timer; then returns the send
+    /// credits taken.
     fn take_ready(&mut self, t: Instant, got_datagrams: bool) {
         for _ in 0..COMMAND_BUDGET {
             if !self.cmds_open {
                 break;
             }
             match self.cmds.try_recv() {
-                Ok(c) => self.on_command(c, t),
+                Ok(c) => self.take_command(c, t),
                 Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => self.on_handles_gone(t),
+                Err(TryRecvError::Disconnected) => {
+                    self.flush_sends(t);
+                    self.on_handles_gone(t);
+                }
             }
         }
+        self.flush_sends(t);
         self.on_taken(t);
         if !got_datagrams && self.handover.is_clear() {
             if let Some(r) = self.inbound.recv_now(&self.socket) {
@@ -331,6 +339,26 @@ impl<S: DatagramSocket> Driver<S> {
         self.paths.prune(t, &self.node, &self.shared);
         self.sends.expire_deadlines(t, &mut self.node);
         self.sends.return_credits();
+    }
+
+    /// A command from the channel: a plain send joins the run of sends being gathered (to
+    /// be handed to the core together); any other command is handled after that run, so
+    /// that commands keep their order.
+    fn take_command(&mut self, c: Command, t: Instant) {
+        match c {
+            Command::Send(out) if Sends::may_gather(&out, &self.node) => {
+                self.sends.gather(t, out, &mut self.node, &self.paths);
+            }
+            c => {
+                self.flush_sends(t);
+                self.on_command(c, t);
+            }
+        }
+    }
+
+    /// Hands over the sends gathered (see [`Driver::take_command`]).
+    fn flush_sends(&mut self, t: Instant) {
+        self.sends.flush_run(t, &mut self.node, &self.paths);
     }
 
     fn on_command(&mut self, c: Command, t: Instant) {
@@ -452,6 +480,7 @@ impl<S: DatagramSocket> Driver<S> {
     /// the events; then admits waiting sends. Returns whether datagrams are left, or new
     /// ones were made.
     async fn drain(&mut self, t: Instant) -> bool {
+        debug_assert!(self.sends.run_is_empty(), "gathered sends left over a turn");
         while let Some(hw) = self.node.poll_clock_store() {
             self.clock.want(hw);
         }

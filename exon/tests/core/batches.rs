@@ -106,6 +106,22 @@ fn takes_reported_together_are_takes_reported_one_by_one() {
     assert!(one == many, "the receiver's datagrams differ");
 }
 
+/// Node `id`, its clock stored.
+fn ready(id: NodeId, t: Instant) -> Node {
+    let mut n = node(id);
+    while let Some(hw) = n.poll_clock_store() {
+        n.handle_clock_stored(t, hw);
+    }
+    n
+}
+
+/// Hands `to` the datagrams `from` has for it.
+fn pass(from: &mut Node, to: &mut Node, t: Instant) {
+    for (_, d) in datagrams(from, t) {
+        to.handle_datagram(t, d);
+    }
+}
+
 fn payloads(n: u32, size: usize) -> VecDeque<Payload> {
     (0..n)
         .map(|i| {
@@ -119,12 +135,7 @@ fn payloads(n: u32, size: usize) -> VecDeque<Payload> {
 #[test]
 fn sends_handed_over_together_are_each_sent_once() {
     let t0 = Instant::now();
-    let (mut a, mut b) = (node(A), node(B));
-    for n in [&mut a, &mut b] {
-        while let Some(hw) = n.poll_clock_store() {
-            n.handle_clock_stored(t0, hw);
-        }
-    }
+    let (mut a, mut b) = (ready(A, t0), ready(B, t0));
     let mut queue = payloads(500, 1000);
     let first = a.send_many(t0, B, &mut queue).unwrap();
     assert!(queue.is_empty(), "all 500 taken");
@@ -137,9 +148,7 @@ fn sends_handed_over_together_are_each_sent_once() {
         let t = t0 + Duration::from_millis(step);
         a.handle_timeout(t);
         b.handle_timeout(t);
-        for (_, d) in datagrams(&mut a, t) {
-            b.handle_datagram(t, d);
-        }
+        pass(&mut a, &mut b, t);
         let mut ids = Vec::new();
         while let Some(e) = b.poll_event() {
             if let Event::Delivered { id, payload, .. } = e {
@@ -148,9 +157,7 @@ fn sends_handed_over_together_are_each_sent_once() {
             }
         }
         b.handle_taken_many(t, ids);
-        for (_, d) in datagrams(&mut b, t) {
-            a.handle_datagram(t, d);
-        }
+        pass(&mut b, &mut a, t);
         while let Some(e) = a.poll_event() {
             if let Event::Acknowledged { id, .. } = e {
                 acked.push(id.0);
@@ -209,4 +216,29 @@ fn a_batch_stops_at_the_first_message_send_would_refuse() {
         Err(SendError::ToSelf)
     );
     assert_eq!(a.stats().sent, 10);
+}
+
+/// A batch into a new sender record, to a receiver that takes nothing: its one slot request
+/// was sized before any token set the token size, and the first token's size widens the
+/// window, so the sender asks again without waiting for a verdict (none comes, the
+/// deliveries being untaken) or another send. Every message is delivered.
+#[test]
+fn a_batch_to_a_new_peer_is_delivered_whole_while_nothing_is_taken() {
+    let t0 = Instant::now();
+    let (mut a, mut b) = (ready(A, t0), ready(B, t0));
+    let mut queue = payloads(200, 4);
+    a.send_many(t0, B, &mut queue).unwrap();
+    assert_eq!((a.stats().sent, a.stats().sent_together), (200, 199));
+    let mut delivered = 0;
+    for step in 0..300u64 {
+        let t = t0 + Duration::from_millis(step);
+        a.handle_timeout(t);
+        b.handle_timeout(t);
+        pass(&mut a, &mut b, t);
+        while let Some(e) = b.poll_event() {
+            delivered += usize::from(matches!(e, Event::Delivered { .. }));
+        }
+        pass(&mut b, &mut a, t);
+    }
+    assert_eq!(delivered, 200, "messages delivered, none taken");
 }

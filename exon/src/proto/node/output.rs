@@ -465,7 +465,8 @@ impl Node {
     }
 
     /// Writes the frames the S record of `peer` owes into the datagram (REQSLOTS, TOKENs and
-    /// FRAGs, REQCREDIT); its timer is re-armed once the run of datagrams ends. Returns whether it has more to send, and
+    /// FRAGs, REQCREDIT); its timer is re-armed once the run of datagrams ends, and its first
+    /// token has it ask for slots again. Returns whether it has more to send, and
     /// whether its burst ended (nothing left to send: the datagram asks for an ACK now).
     fn write_sender_frames(
         &mut self,
@@ -477,7 +478,15 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return (false, true);
         };
-        rec.write_frames(now, buf, space, &self.cfg, &self.rules, &mut self.stats)
+        let sized = rec.knows_token_size();
+        let wrote = rec.write_frames(now, buf, space, &self.cfg, &self.rules, &mut self.stats);
+        if !sized && rec.knows_token_size() {
+            // The first token sized the slot window, until then counted in datagram-sized
+            // tokens: messages queued before (a `send_many` into a new record) ask again
+            // for what it now allows, rather than wait for a verdict or another send.
+            self.request_slots(peer);
+        }
+        wrote
     }
 
     /// A fresh challenge token: unique per challenge; unpredictable enough for plaintext

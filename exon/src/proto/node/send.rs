@@ -145,6 +145,7 @@ impl Node {
             wake |= rec.enqueue(msg, p, false, frontier_rule);
             next = payloads.pop_front();
         }
+        self.stats.sent_together += (self.next_msg - id.0).saturating_sub(1);
         self.after_enqueue(now, to, wake, was_quiet, new_record);
         Ok(id)
     }

@@ -451,6 +451,13 @@ impl SRecord {
         self.sck
     }
 
+    /// Whether a token was sent, so that the slot window counts tokens of their measured
+    /// size (before, of a datagram's: see `window_tokens`).
+    #[inline]
+    pub fn knows_token_size(&self) -> bool {
+        self.token_size > 0
+    }
+
     /// Whether a REQSLOTS is outstanding.
     #[inline]
     pub fn is_requesting(&self) -> bool {
