@@ -520,7 +520,8 @@ impl<S: DatagramSocket> Driver<S> {
                 sent += 1;
                 match self.paths.send_to(run.destination, size) {
                     Ok(addr) => {
-                        at = self.outbound.push(socket, stats, at, addr, size).await + size;
+                        self.outbound.push(socket, stats, at, addr, size).await;
+                        at += size;
                     }
                     Err(why) => {
                         self.outbound.discard(at, size);
