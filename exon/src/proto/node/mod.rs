@@ -125,6 +125,8 @@ pub struct Node {
     untaken_bytes: usize,
     /// The receive buffers untaken deliveries keep alive (`pins.rs`).
     pins: crate::proto::recv::pins::Pins,
+    /// Buffers of large reassembled messages, back from the application (`bufpool.rs`).
+    bufs: crate::proto::recv::bufpool::BufPool,
     /// Which destinations owe an answer for too long.
     liveness: crate::proto::send::liveness::Liveness,
     /// The peers sent to without an answer, and the deaf ones' schedule.
@@ -204,6 +206,7 @@ impl Node {
             untaken: 0,
             untaken_bytes: 0,
             pins: Default::default(),
+            bufs: Default::default(),
             liveness: Default::default(),
             silence,
         };

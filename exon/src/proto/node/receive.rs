@@ -443,7 +443,7 @@ impl Node {
         let credit = self.rules.fragments_need_credit;
         match rec
             .assembler_mut()
-            .insert(s, total, offset, &data, now, credit)
+            .insert(s, total, offset, &data, now, credit, &self.bufs)
         {
             Piece::Whole(payload) => {
                 let mut all = RangeSet::new();

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::proto::recv::bufpool::BufPool;
 use crate::proto::wire::ranges::RangeSet;
 
 /// Smallest number of bytes a partial message charges against the grant, whatever its
@@ -116,7 +117,9 @@ impl Assembler {
     /// Takes the fragment `offset .. offset + data.len()` of the `total`-byte message in
     /// `slot` (the caller checked that the slot is free and `total` within bounds, and the
     /// decoder that the fragment is non-empty and inside the message). With `credit` false
-    /// (the rule switched off, for tests) a new message needs no grant.
+    /// (the rule switched off, for tests) a new message needs no grant. A message's buffer
+    /// comes from `pool`, and a whole message goes back to it once dropped.
+    #[allow(clippy::too_many_arguments)]
     pub fn insert(
         &mut self,
         slot: u64,
@@ -125,6 +128,7 @@ impl Assembler {
         data: &Bytes,
         now: Instant,
         credit: bool,
+        pool: &BufPool,
     ) -> Piece {
         let end = offset + data.len() as u64;
         let Some(i) = self.partials.iter().position(|p| p.slot == slot) else {
@@ -143,10 +147,9 @@ impl Assembler {
             let mut p = Partial {
                 slot,
                 total,
-                // Reserved, not zeroed: a zeroed allocation of this size is fresh pages from
-                // the system every time (a page fault and the kernel's zeroing per 4 KiB),
-                // where the bytes come from the fragments anyway.
-                buf: Vec::with_capacity(len),
+                // Reserved, not zeroed (the bytes come from the fragments): a zeroed
+                // allocation of this size is fresh pages from the system every time.
+                buf: pool.take(len),
                 have: RangeSet::new(),
                 progress: now,
             };
@@ -171,7 +174,7 @@ impl Assembler {
         }
         let p = self.partials.swap_remove(i);
         self.charged -= p.charge();
-        Piece::Whole(Bytes::from(p.buf))
+        Piece::Whole(pool.hand_out(p.buf))
     }
 
     /// Drops the partial message in `slot` (its slot was filled by a TOKEN). Returns whether
@@ -248,7 +251,15 @@ mod tests {
         let order = [3, 1, 0, 2];
         for (k, &i) in order.iter().enumerate() {
             let d = frag(total, cuts[i], cuts[i + 1]);
-            let got = a.insert(5, total as u64, cuts[i] as u64, &d, t0(), true);
+            let got = a.insert(
+                5,
+                total as u64,
+                cuts[i] as u64,
+                &d,
+                t0(),
+                true,
+                &BufPool::default(),
+            );
             if k + 1 < order.len() {
                 assert_eq!(got, Piece::Kept);
                 assert_eq!(a.in_use(), total as u64);
@@ -281,7 +292,15 @@ mod tests {
                 let from = next(total + 4_000).saturating_sub(4_000);
                 let to = (from + 1 + next(8_000)).min(total);
                 let d = frag(total, from, to);
-                match a.insert(1, total as u64, from as u64, &d, t0(), true) {
+                match a.insert(
+                    1,
+                    total as u64,
+                    from as u64,
+                    &d,
+                    t0(),
+                    true,
+                    &BufPool::default(),
+                ) {
                     Piece::Whole(m) => {
                         got = Some(m);
                         break;
@@ -300,7 +319,7 @@ mod tests {
     fn a_whole_fragment_needs_no_credit_and_no_copy() {
         let mut a = Assembler::default();
         let d = frag(5000, 0, 5000);
-        let got = a.insert(1, 5000, 0, &d, t0(), true);
+        let got = a.insert(1, 5000, 0, &d, t0(), true, &BufPool::default());
         let Piece::Whole(b) = got else {
             panic!("not whole")
         };
@@ -312,9 +331,12 @@ mod tests {
         let mut a = Assembler::default();
         assert_eq!(a.grant(150_000, 1 << 20, 1 << 30), (150_000, 150_000));
         let d = frag(100_000, 0, 1000);
-        assert_eq!(a.insert(1, 100_000, 0, &d, t0(), true), Piece::Kept);
         assert_eq!(
-            a.insert(2, 100_000, 0, &d, t0(), true),
+            a.insert(1, 100_000, 0, &d, t0(), true, &BufPool::default()),
+            Piece::Kept
+        );
+        assert_eq!(
+            a.insert(2, 100_000, 0, &d, t0(), true, &BufPool::default()),
             Piece::Refused(Refusal::NoCredit)
         );
         assert_eq!(a.partials(), 1);
@@ -324,7 +346,7 @@ mod tests {
         b.grant(4 * MIN_CHARGE, u64::MAX, u64::MAX);
         let tiny = Bytes::from_static(b"x");
         let kept = (0..100)
-            .filter(|s| b.insert(*s, 2, 0, &tiny, t0(), true) == Piece::Kept)
+            .filter(|s| b.insert(*s, 2, 0, &tiny, t0(), true, &BufPool::default()) == Piece::Kept)
             .count();
         assert_eq!(kept, 4);
     }
@@ -342,9 +364,12 @@ mod tests {
         let mut a = Assembler::default();
         a.grant(1 << 20, 1 << 20, u64::MAX);
         let d = frag(50_000, 0, 1000);
-        assert_eq!(a.insert(1, 50_000, 0, &d, t0(), true), Piece::Kept);
         assert_eq!(
-            a.insert(1, 60_000, 1000, &d, t0(), true),
+            a.insert(1, 50_000, 0, &d, t0(), true, &BufPool::default()),
+            Piece::Kept
+        );
+        assert_eq!(
+            a.insert(1, 60_000, 1000, &d, t0(), true, &BufPool::default()),
             Piece::Refused(Refusal::Mismatch)
         );
     }
@@ -356,13 +381,16 @@ mod tests {
         let one = Bytes::from_static(b"y");
         let mut refused = 0;
         for k in 0..(2 * MAX_RANGES as u64) {
-            if a.insert(9, 100_000, k * 2, &one, t0(), true) != Piece::Kept {
+            if a.insert(9, 100_000, k * 2, &one, t0(), true, &BufPool::default()) != Piece::Kept {
                 refused += 1;
             }
         }
         assert_eq!(refused, MAX_RANGES);
         // A fragment joining two ranges is still taken.
-        assert_eq!(a.insert(9, 100_000, 1, &one, t0(), true), Piece::Kept);
+        assert_eq!(
+            a.insert(9, 100_000, 1, &one, t0(), true, &BufPool::default()),
+            Piece::Kept
+        );
     }
 
     #[test]
@@ -372,15 +400,23 @@ mod tests {
         let d = frag(50_000, 0, 1000);
         let idle = Duration::from_secs(30);
         let t = t0();
-        a.insert(3, 50_000, 0, &d, t, true);
-        a.insert(7, 50_000, 0, &d, t + Duration::from_secs(20), true);
+        a.insert(3, 50_000, 0, &d, t, true, &BufPool::default());
+        a.insert(
+            7,
+            50_000,
+            0,
+            &d,
+            t + Duration::from_secs(20),
+            true,
+            &BufPool::default(),
+        );
         assert_eq!(a.next_expiry(idle), Some(t + idle));
         assert_eq!(a.expire(t + idle, idle), 1);
         assert_eq!(a.in_use(), 50_000);
         assert!(a.have(3).is_none() && a.have(7).is_some());
         assert_eq!(a.drop_below(8), 1);
         assert_eq!(a.in_use(), 0);
-        a.insert(9, 50_000, 0, &d, t0(), true);
+        a.insert(9, 50_000, 0, &d, t0(), true, &BufPool::default());
         assert!(a.drop_slot(9));
         assert!(!a.drop_slot(9));
         assert_eq!(a.in_use(), 0);

@@ -2,6 +2,7 @@
 //! messages, deliveries held until taken, pinned receive buffers and eviction under pressure.
 
 pub(crate) mod assembler;
+pub(crate) mod bufpool;
 pub(crate) mod delivery;
 pub(crate) mod eviction;
 pub(crate) mod pins;
