@@ -31,12 +31,13 @@ struct Idle {
 }
 
 impl BufPool {
-    /// An empty buffer with room for `len` bytes: an idle one large enough (and not more
-    /// than twice as large), else a new one.
+    /// An empty buffer with room for `len` bytes: an idle one large enough and at most an
+    /// eighth larger (a partial message holds little more memory than it is charged for),
+    /// else a new one.
     pub fn take(&self, len: usize) -> Vec<u8> {
         if len >= POOLED_FROM {
             let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() / 2 <= len;
+            let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() - len <= len / 8;
             if let Some(i) = idle.bufs.iter().position(fits) {
                 let buf = idle.bufs.swap_remove(i);
                 idle.bytes -= buf.capacity();
@@ -110,7 +111,7 @@ mod tests {
         assert_eq!(&part[..], &[7u8; 10]);
         drop(part);
         assert!(pool.idle_bytes() >= 1 << 20);
-        let again = pool.take(900_000);
+        let again = pool.take(1_000_000);
         assert_eq!(
             (again.as_ptr(), again.len()),
             (ptr, 0),
@@ -136,7 +137,9 @@ mod tests {
         drop(msgs);
         assert!(pool.idle_bytes() <= POOL_BYTES);
         assert!(pool.idle_bytes() >= POOL_BYTES / 2);
-        // A much smaller message does not take a buffer twice its size or more.
+        // A smaller message does not take a buffer much larger than itself.
         assert_eq!(pool.take(100_000).capacity(), 100_000);
+        assert_eq!(pool.take(900_000).capacity(), 900_000);
+        assert_eq!(pool.take(950_000).capacity(), 1 << 20);
     }
 }
