@@ -165,8 +165,7 @@ fn sends_handed_over_together_are_each_sent_once() {
         }
     }
     delivered.sort_unstable();
-    let want: Vec<u32> = (0..100).chain(0..500).collect::<Vec<_>>();
-    let mut want = want;
+    let mut want: Vec<u32> = (0..100).chain(0..500).collect();
     want.sort_unstable();
     assert_eq!(delivered, want, "each message delivered once");
     acked.sort_unstable();
