@@ -103,12 +103,15 @@ pub fn delivered(n: &mut Node) -> Vec<Bytes> {
         .collect()
 }
 
-/// The acknowledgements (other events are dropped).
+/// The messages acknowledged (other events are dropped).
 pub fn acked(n: &mut Node) -> usize {
     events(n)
         .iter()
-        .filter(|e| matches!(e, Event::Acknowledged { .. }))
-        .count()
+        .map(|e| match e {
+            Event::Acknowledged { ids, .. } => ids.count() as usize,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// A default configuration with this envelope target, low-water mark and window.

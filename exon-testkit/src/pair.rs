@@ -247,9 +247,9 @@ impl Pair {
                         side.untaken.push(d);
                     }
                 }
-                Event::Acknowledged { to, id: m } => {
+                Event::Acknowledged { to, ids } => {
                     assert_eq!(to, peer);
-                    side.acked.push(m);
+                    side.acked.extend(ids);
                 }
                 Event::InDoubt { to, id: m } => {
                     assert_eq!(to, peer);

@@ -91,11 +91,13 @@ impl World {
                 assert!(delivered.insert(payload), "delivered twice");
             }
             Event::Delivered { from, .. } => assert!(from != me, "delivered from itself"),
-            Event::Acknowledged { to, id } => {
+            Event::Acknowledged { to, ids: acked } => {
                 // Only the honest peer can settle a message to it (forged ids differ).
                 assert_eq!(to, peer);
-                let payload = ids.get(&id).expect("acknowledged, never sent");
-                assert!(delivered.contains(payload), "acknowledged, never delivered");
+                for id in acked {
+                    let payload = ids.get(&id).expect("acknowledged, never sent");
+                    assert!(delivered.contains(payload), "acknowledged, never delivered");
+                }
             }
             // In doubt (possible once evicted incarnations are forgotten): delivered at
             // most once, which the checks above keep.

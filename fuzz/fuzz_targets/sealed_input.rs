@@ -100,10 +100,12 @@ impl World {
                 assert!(sent.contains(&payload), "delivered a forgery");
                 assert!(delivered.insert(payload), "delivered twice");
             }
-            Event::Acknowledged { to, id } => {
+            Event::Acknowledged { to, ids: acked } => {
                 assert_eq!(to, peer);
-                let payload = ids.get(&id).expect("acknowledged, never sent");
-                assert!(delivered.contains(payload), "acknowledged, never delivered");
+                for id in acked {
+                    let payload = ids.get(&id).expect("acknowledged, never sent");
+                    assert!(delivered.contains(payload), "acknowledged, never delivered");
+                }
             }
             _ => {}
         });

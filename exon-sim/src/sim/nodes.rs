@@ -270,14 +270,16 @@ impl Sim {
                     }
                 }
             }
-            Event::Acknowledged { id, .. } => {
-                if self.chan_verdict(i, id, ChanVerdict::Delivered) {
-                    return; // a gap's
+            Event::Acknowledged { ids, .. } => {
+                for id in ids {
+                    if self.chan_verdict(i, id, ChanVerdict::Delivered) {
+                        continue; // a gap's
+                    }
+                    if let Some(key) = self.key_of(i, id) {
+                        self.oracle.on_acked(key, self.now);
+                    }
+                    self.rpc_verdict(i, id, Learned::Acknowledged);
                 }
-                if let Some(key) = self.key_of(i, id) {
-                    self.oracle.on_acked(key, self.now);
-                }
-                self.rpc_verdict(i, id, Learned::Acknowledged);
             }
             Event::InDoubt { id, .. } => {
                 if self.chan_verdict(i, id, ChanVerdict::InDoubt) {

@@ -11,11 +11,11 @@ use super::error::Error;
 use super::error::ReceiptError;
 use super::handle::Outgoing;
 use super::paths::Paths;
-use super::receipts::Ack;
+use super::receipts::{Ack, Acks};
 use super::seqmap::SeqMap;
 use super::shared::Shared;
 use super::trace::{debug_in_peer, Throttle};
-use crate::proto::{Abandoned, MsgId, Node, NodeId, SendError};
+use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
 
 mod together;
 
@@ -279,6 +279,23 @@ impl Sends {
         let u = self.acks.remove(core_id)?;
         u.ack.resolve(verdict);
         Some(u.id)
+    }
+
+    /// The core's messages `core_ids` were acknowledged: their receipts resolve, a run of
+    /// one batch's messages with one update of the batch. Returns the endpoint's ids of
+    /// the first and last message found.
+    pub(crate) fn settle_acknowledged(&mut self, core_ids: MsgIds) -> Option<(MsgId, MsgId)> {
+        let mut acks = Acks::default();
+        let mut found: Option<(MsgId, MsgId)> = None;
+        for core_id in core_ids {
+            let Some(u) = self.acks.remove(core_id) else {
+                continue;
+            };
+            acks.acknowledge(u.ack);
+            found = Some((found.map_or(u.id, |(first, _)| first), u.id));
+        }
+        acks.flush();
+        found
     }
 
     /// The earliest deadline (possibly of a message settled since).

@@ -555,9 +555,11 @@ impl<S: DatagramSocket> Driver<S> {
                 });
                 self.on_delivered(t, from, payload, id);
             }
-            Event::Acknowledged { id, to } => {
-                if let Some(msg) = self.sends.settle(id, Ok(())) {
-                    debug_in_peer(to, || tracing::debug!(%msg, "message acknowledged"));
+            Event::Acknowledged { ids, to } => {
+                if let Some((first, last)) = self.sends.settle_acknowledged(ids) {
+                    debug_in_peer(to, || {
+                        tracing::debug!(%first, %last, count = ids.count(), "messages acknowledged");
+                    });
                 }
             }
             Event::Stored { id, .. } => self.sends.on_stored(id),

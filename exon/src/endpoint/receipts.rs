@@ -85,7 +85,30 @@ impl BatchState {
         {
             return; // resolved already: the first verdict stands
         }
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        self.settle(1);
+    }
+
+    /// Messages `first .. first + n` acknowledged together: one update of the count of
+    /// pending messages and one completion check for the whole run.
+    fn acknowledge_run(&self, first: u32, n: u32) {
+        let (start, end) = (first as usize, first as usize + n as usize);
+        let Some(codes) = self.codes.get(start..end) else {
+            return;
+        };
+        let settled = codes
+            .iter()
+            .filter(|c| {
+                // Resolved already: the first verdict stands.
+                c.compare_exchange(PENDING, OK, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            })
+            .count();
+        self.settle(settled);
+    }
+
+    /// `n` more messages resolved: the receipt is woken when none is left.
+    fn settle(&self, n: usize) {
+        if n > 0 && self.pending.fetch_sub(n, Ordering::AcqRel) == n {
             if let Some(tx) = self.done.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 let _ = tx.send(());
             }
@@ -134,6 +157,46 @@ impl Drop for BatchSlot {
             self.state
                 .resolve(self.index, Err(ReceiptError::Unacknowledged));
         }
+    }
+}
+
+/// Acknowledgements resolved together: consecutive messages of one batch update its
+/// shared state once per run ([`Acks::flush`] ends the last run).
+#[derive(Default)]
+pub(crate) struct Acks {
+    /// The batch of the run being gathered, its first index and its length.
+    run: Option<(Arc<BatchState>, u32, u32)>,
+}
+
+impl Acks {
+    /// Resolves `ack` as acknowledged, at once or with the run of its batch.
+    pub(crate) fn acknowledge(&mut self, ack: Ack) {
+        let Ack::Batch(mut slot) = ack else {
+            return ack.resolve(Ok(()));
+        };
+        // The run resolves it (dropping the slot leaves the batch to the run).
+        slot.resolved = true;
+        if let Some((s, first, n)) = &mut self.run {
+            if Arc::ptr_eq(s, &slot.state) && first.checked_add(*n) == Some(slot.index) {
+                *n += 1;
+                return;
+            }
+        }
+        self.flush();
+        self.run = Some((slot.state.clone(), slot.index, 1));
+    }
+
+    /// Resolves the run being gathered.
+    pub(crate) fn flush(&mut self) {
+        if let Some((state, first, n)) = self.run.take() {
+            state.acknowledge_run(first, n);
+        }
+    }
+}
+
+impl Drop for Acks {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -360,6 +423,48 @@ mod tests {
         let v = receipt.await;
         assert!(v.all_acknowledged());
         assert_eq!(state.pending.load(Ordering::Acquire), 0);
+    }
+
+    /// Acknowledgements resolved in runs: consecutive slots of one batch in one update,
+    /// interleaved batches and gaps apart, a slot resolved already untouched.
+    #[tokio::test]
+    async fn runs_of_acknowledgements_resolve_each_slot_once() {
+        let (r1, slots1) = batch(node(2), MsgId(0), 6);
+        let (r2, slots2) = batch(node(2), MsgId(6), 2);
+        let mut s1: Vec<Option<BatchSlot>> = slots1.into_iter().map(Some).collect();
+        let mut s2: Vec<Option<BatchSlot>> = slots2.into_iter().map(Some).collect();
+        // Slot 2 of the first batch was resolved in doubt before.
+        s1[2].take().unwrap().resolve(Err(ReceiptError::InDoubt));
+        let mut acks = Acks::default();
+        for i in [0, 1] {
+            acks.acknowledge(Ack::Batch(s1[i].take().unwrap()));
+        }
+        acks.acknowledge(Ack::Batch(s2[0].take().unwrap()));
+        for i in [3, 5] {
+            acks.acknowledge(Ack::Batch(s1[i].take().unwrap()));
+        }
+        acks.flush();
+        assert_eq!(r1.pending(), 1, "slot 4 alone is left");
+        assert_eq!(r2.pending(), 1);
+        assert_eq!(r1.try_verdict(4), None);
+        acks.acknowledge(Ack::Batch(s1[4].take().unwrap()));
+        drop(acks); // the run ends with the gatherer
+        let v = r1.await;
+        let all: Vec<_> = v.iter().collect();
+        assert_eq!(
+            all,
+            [
+                Ok(MsgId(0)),
+                Ok(MsgId(1)),
+                Err(ReceiptError::InDoubt),
+                Ok(MsgId(3)),
+                Ok(MsgId(4)),
+                Ok(MsgId(5)),
+            ]
+        );
+        drop(s2);
+        let v2: Vec<_> = r2.await.iter().collect();
+        assert_eq!(v2, [Ok(MsgId(6)), Err(ReceiptError::Unacknowledged)]);
     }
 
     #[tokio::test]

@@ -1,8 +1,10 @@
 //! What a node hands back to its embedding: events and datagrams to transmit.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 
-use crate::proto::{DeliveryId, MsgId, NodeId};
+use crate::proto::{DeliveryId, MsgId, MsgIds, NodeId};
 
 /// Something the application should know about, from [`Node::poll_event`](crate::proto::Node::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,14 +31,18 @@ pub enum Event {
         /// The id `send` returned for it.
         id: MsgId,
     },
-    /// A message this node sent was taken by the receiving application: its receiver
-    /// delivered it exactly once, and its embedding reported the hand-over
+    /// Messages this node sent were taken by the receiving application: its receiver
+    /// delivered each exactly once, and its embedding reported the hand-over
     /// ([`Node::handle_taken`](crate::proto::Node::handle_taken)) before acknowledging it.
+    ///
+    /// One event settles a run of consecutive ids: the messages one verdict frame
+    /// acknowledged, in the order they were sent, as far as their ids follow one another.
+    /// Every id of the run is acknowledged, once.
     Acknowledged {
-        /// The destination of the message.
+        /// The destination of the messages.
         to: NodeId,
-        /// The id [`Node::send`](crate::proto::Node::send) returned for it.
-        id: MsgId,
+        /// The ids [`Node::send`](crate::proto::Node::send) returned for them.
+        ids: MsgIds,
     },
     /// A message this node sent reached a receiver that has since lost the incarnation it
     /// was sent under (the receiver restarted, or evicted it under pressure), before its
@@ -74,6 +80,25 @@ pub enum Event {
         /// The peer.
         peer: NodeId,
     },
+}
+
+impl Event {
+    /// Queues `ev` in `events`, merged into the last event when both acknowledge messages
+    /// to one destination and `ev`'s id follows the last one's run.
+    pub(crate) fn push_merged(events: &mut VecDeque<Event>, ev: Event) {
+        if let Event::Acknowledged { to, ids } = &ev {
+            if let Some(Event::Acknowledged {
+                to: last_to,
+                ids: last,
+            }) = events.back_mut()
+            {
+                if last_to == to && ids.count() == 1 && last.extend(ids.first()) {
+                    return;
+                }
+            }
+        }
+        events.push_back(ev);
+    }
 }
 
 /// A datagram written by [`Node::poll_transmit`](crate::proto::Node::poll_transmit).

@@ -79,3 +79,126 @@ impl fmt::Display for MsgId {
         write!(f, "m{}", self.0)
     }
 }
+
+/// A run of consecutive message ids, `first ..= last`, never empty: the messages one
+/// [`Event::Acknowledged`](crate::proto::Event::Acknowledged) settles together.
+///
+/// Ids of messages sent one after the other to one destination are consecutive, and a
+/// verdict frame settles its tokens in slot order, so a frame that acknowledges a whole
+/// batch yields one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MsgIds {
+    first: u64,
+    /// Ids after `first` (the run holds `more + 1` ids, so it is never empty).
+    more: u64,
+}
+
+impl MsgIds {
+    /// The run holding `id` alone.
+    pub const fn one(id: MsgId) -> MsgIds {
+        MsgIds {
+            first: id.0,
+            more: 0,
+        }
+    }
+
+    /// The run `first ..= last`, or `None` if `last` is below `first`.
+    pub const fn new(first: MsgId, last: MsgId) -> Option<MsgIds> {
+        match last.0.checked_sub(first.0) {
+            Some(more) => Some(MsgIds {
+                first: first.0,
+                more,
+            }),
+            None => None,
+        }
+    }
+
+    /// The first (smallest) id.
+    pub const fn first(&self) -> MsgId {
+        MsgId(self.first)
+    }
+
+    /// The last (largest) id.
+    pub const fn last(&self) -> MsgId {
+        MsgId(self.first + self.more)
+    }
+
+    /// How many ids the run holds (at least one; saturating at `u64::MAX`).
+    pub const fn count(&self) -> u64 {
+        self.more.saturating_add(1)
+    }
+
+    /// Whether `id` is in the run.
+    pub const fn contains(&self, id: MsgId) -> bool {
+        id.0 >= self.first && id.0 - self.first <= self.more
+    }
+
+    /// The ids, in increasing order.
+    pub fn iter(&self) -> <MsgIds as IntoIterator>::IntoIter {
+        self.into_iter()
+    }
+
+    /// Adds `id` if it directly follows the run; returns whether it did.
+    pub(crate) fn extend(&mut self, id: MsgId) -> bool {
+        let next = self
+            .more
+            .checked_add(1)
+            .and_then(|m| self.first.checked_add(m));
+        let follows = next == Some(id.0);
+        self.more += u64::from(follows);
+        follows
+    }
+}
+
+impl IntoIterator for MsgIds {
+    type Item = MsgId;
+    type IntoIter = std::iter::Map<std::ops::RangeInclusive<u64>, fn(u64) -> MsgId>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        (self.first..=self.first + self.more).map(MsgId as fn(u64) -> MsgId)
+    }
+}
+
+impl fmt::Display for MsgIds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.more == 0 {
+            write!(f, "m{}", self.first)
+        } else {
+            write!(f, "m{}..=m{}", self.first, self.first + self.more)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_grows_only_by_the_id_that_follows_it() {
+        let mut r = MsgIds::one(MsgId(5));
+        assert!(!r.extend(MsgId(5)), "an id already in it");
+        assert!(!r.extend(MsgId(7)), "a gap");
+        assert!(!r.extend(MsgId(4)), "before it");
+        assert!(r.extend(MsgId(6)));
+        assert!(r.extend(MsgId(7)));
+        assert_eq!((r.first(), r.last(), r.count()), (MsgId(5), MsgId(7), 3));
+        assert!(r.contains(MsgId(5)) && r.contains(MsgId(7)));
+        assert!(!r.contains(MsgId(4)) && !r.contains(MsgId(8)));
+        assert_eq!(r.iter().collect::<Vec<_>>(), [MsgId(5), MsgId(6), MsgId(7)]);
+        assert_eq!(r.to_string(), "m5..=m7");
+        assert_eq!(MsgIds::new(MsgId(5), MsgId(7)), Some(r));
+        assert_eq!(MsgIds::new(MsgId(5), MsgId(4)), None);
+    }
+
+    #[test]
+    fn runs_at_the_ends_of_the_id_space_do_not_overflow() {
+        let mut top = MsgIds::one(MsgId(u64::MAX));
+        assert!(!top.extend(MsgId(0)));
+        assert_eq!(top.count(), 1);
+        assert_eq!(top.iter().count(), 1);
+        let mut all = MsgIds::new(MsgId(0), MsgId(u64::MAX)).unwrap();
+        assert_eq!(all.count(), u64::MAX, "saturated");
+        assert!(!all.extend(MsgId(0)));
+        assert!(all.contains(MsgId(u64::MAX)));
+    }
+}

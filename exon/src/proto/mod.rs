@@ -35,7 +35,7 @@ pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security, Vouch};
 pub use error::{DecodeError, SendError};
 pub use event::{Abandoned, Event, Transmit, TransmitRun};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};
-pub use ids::{InvalidNodeId, MsgId, NodeId};
+pub use ids::{InvalidNodeId, MsgId, MsgIds, NodeId};
 pub use node::journal::RecoverError;
 pub use node::output::Output;
 pub use node::{Accepted, Node};

@@ -85,7 +85,9 @@ fn run(many: bool) -> (Vec<(NodeId, Bytes)>, usize, usize) {
         }
         for n in [&mut a, &mut c] {
             while let Some(e) = n.poll_event() {
-                acked += usize::from(matches!(e, Event::Acknowledged { .. }));
+                if let Event::Acknowledged { ids, .. } = e {
+                    acked += ids.count() as usize;
+                }
             }
         }
     }
@@ -159,8 +161,8 @@ fn sends_handed_over_together_are_each_sent_once() {
         b.handle_taken_many(t, ids);
         pass(&mut b, &mut a, t);
         while let Some(e) = a.poll_event() {
-            if let Event::Acknowledged { id, .. } = e {
-                acked.push(id.0);
+            if let Event::Acknowledged { ids, .. } = e {
+                acked.extend(ids.iter().map(|id| id.0));
             }
         }
     }
@@ -240,4 +242,77 @@ fn a_batch_to_a_new_peer_is_delivered_whole_while_nothing_is_taken() {
         pass(&mut b, &mut a, t);
     }
     assert_eq!(delivered, 200, "messages delivered, none taken");
+}
+
+/// Every `Acknowledged` event `n` has, with its destination.
+fn acknowledged(n: &mut Node) -> Vec<(NodeId, exon::proto::MsgIds)> {
+    let mut out = Vec::new();
+    while let Some(e) = n.poll_event() {
+        if let Event::Acknowledged { to, ids } = e {
+            out.push((to, ids));
+        }
+    }
+    out
+}
+
+/// Lets `to` take everything it has delivered.
+fn take_all(to: &mut Node, t: Instant) {
+    let mut ids = Vec::new();
+    while let Some(e) = to.poll_event() {
+        if let Event::Delivered { id, .. } = e {
+            ids.push(id);
+        }
+    }
+    to.handle_taken_many(t, ids);
+}
+
+/// A verdict frame that acknowledges a batch yields one event for the whole run of ids, and
+/// runs to two destinations stay apart even when their ids follow one another.
+#[test]
+fn a_frame_acknowledging_a_batch_is_one_event_per_destination() {
+    let t0 = Instant::now();
+    let (mut a, mut b, mut c) = (ready(A, t0), ready(B, t0), ready(C, t0));
+    // Slots first, so that each batch leaves in one datagram and comes back in one ACK.
+    for (to, peer) in [(B, &mut b), (C, &mut c)] {
+        a.send(t0, to, Bytes::from_static(b"warm-up")).unwrap();
+        for (dest, d) in datagrams(&mut a, t0) {
+            assert_eq!(dest, to);
+            peer.handle_datagram(t0, d);
+        }
+        pass(peer, &mut a, t0);
+        pass(&mut a, peer, t0);
+        take_all(peer, t0);
+        pass(peer, &mut a, t0);
+    }
+    let warm = acknowledged(&mut a);
+    assert_eq!(warm.iter().map(|(_, r)| r.count()).sum::<u64>(), 2);
+    let t = t0 + Duration::from_millis(1);
+    let to_b = a.send_many(t, B, &mut payloads(20, 8)).unwrap();
+    let to_c = a.send_many(t, C, &mut payloads(20, 8)).unwrap();
+    assert_eq!(
+        to_c,
+        MsgId(to_b.0 + 20),
+        "the ids of the two batches follow one another"
+    );
+    for step in 1..200u64 {
+        let t = t0 + Duration::from_millis(step);
+        for (dest, d) in datagrams(&mut a, t) {
+            match dest {
+                B => b.handle_datagram(t, d),
+                _ => c.handle_datagram(t, d),
+            };
+        }
+        take_all(&mut b, t);
+        take_all(&mut c, t);
+        // B's answers, then C's, before A reports anything.
+        pass(&mut b, &mut a, t);
+        pass(&mut c, &mut a, t);
+        if a.stats().acknowledged == 42 {
+            break;
+        }
+    }
+    let runs = acknowledged(&mut a);
+    let b_run = exon::proto::MsgIds::new(to_b, MsgId(to_b.0 + 19)).unwrap();
+    let c_run = exon::proto::MsgIds::new(to_c, MsgId(to_c.0 + 19)).unwrap();
+    assert_eq!(runs, [(B, b_run), (C, c_run)]);
 }

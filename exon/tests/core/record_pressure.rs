@@ -113,7 +113,9 @@ impl Net {
                 *delivered.entry(from).or_default() += 1;
                 taken.push(id);
             }
-            Drained::Event(Event::Acknowledged { .. }) => *acked.entry(id).or_default() += 1,
+            Drained::Event(Event::Acknowledged { ids, .. }) => {
+                *acked.entry(id).or_default() += ids.count();
+            }
             Drained::Event(_) => {}
         });
         if !taken.is_empty() {

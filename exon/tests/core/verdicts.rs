@@ -11,21 +11,21 @@ use std::time::{Duration, Instant};
 use exon::proto::{Config, CongestionControl, Event, Frame, MsgId, Node, NodeId, Packet};
 use exon_testkit::frames::*;
 
-fn ids(evs: &[Event], pick: fn(&Event) -> Option<MsgId>) -> Vec<MsgId> {
-    evs.iter().filter_map(pick).collect()
+fn ids(evs: &[Event], pick: fn(&Event) -> Vec<MsgId>) -> Vec<MsgId> {
+    evs.iter().flat_map(pick).collect()
 }
 
-fn acked_id(e: &Event) -> Option<MsgId> {
+fn acked_id(e: &Event) -> Vec<MsgId> {
     match e {
-        Event::Acknowledged { id, .. } => Some(*id),
-        _ => None,
+        Event::Acknowledged { ids, .. } => ids.iter().collect(),
+        _ => Vec::new(),
     }
 }
 
-fn doubt_id(e: &Event) -> Option<MsgId> {
+fn doubt_id(e: &Event) -> Vec<MsgId> {
     match e {
-        Event::InDoubt { id, .. } => Some(*id),
-        _ => None,
+        Event::InDoubt { id, .. } => vec![*id],
+        _ => Vec::new(),
     }
 }
 

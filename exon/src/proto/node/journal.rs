@@ -149,7 +149,7 @@ impl Node {
                 }
             }
             Gate::Verdict { to, event, .. } => {
-                self.events.push_back(event);
+                Event::push_merged(&mut self.events, event);
                 let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
                 if let Some(rec) = self.senders.get_mut(&to) {
                     rec.set_frontier_cap(cap);
@@ -187,9 +187,9 @@ impl Node {
         let held = std::mem::take(&mut j.held);
         for (slot, event) in held {
             let id = match &event {
-                Event::Acknowledged { id, .. }
-                | Event::InDoubt { id, .. }
-                | Event::NotDelivered { id, .. } => *id,
+                // Held one message each: the journal resolves them one by one.
+                Event::Acknowledged { ids, .. } => ids.first(),
+                Event::InDoubt { id, .. } | Event::NotDelivered { id, .. } => *id,
                 _ => continue,
             };
             let g = Gate::Verdict {

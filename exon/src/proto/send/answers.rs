@@ -9,7 +9,7 @@ use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::record::SRecord;
 use crate::proto::send::token::{Queued, Token};
 use crate::proto::stats::Stats;
-use crate::proto::{Abandoned, Config, Event, MsgId, NodeId, Rules};
+use crate::proto::{Abandoned, Config, Event, MsgId, MsgIds, NodeId, Rules};
 
 /// What a record reports to the node while settling messages: counters, events for the
 /// application, and the node-wide count of bytes accepted and not yet settled.
@@ -35,7 +35,7 @@ impl Sink<'_> {
     ) {
         match held {
             Some(h) => h.push((slot, ev)),
-            None => events.push_back(ev),
+            None => Event::push_merged(events, ev),
         }
     }
 }
@@ -175,7 +175,8 @@ impl SRecord {
                 return;
             }
             stats.acknowledged += 1;
-            Sink::verdict(events, &mut held, slot, Event::Acknowledged { to, id });
+            let ids = MsgIds::one(id);
+            Sink::verdict(events, &mut held, slot, Event::Acknowledged { to, ids });
         }) > 0;
         // Messages to send again go first, in their original order.
         for msg in retry.into_iter().rev() {
