@@ -10,7 +10,7 @@ use crate::endpoint::{exon_config, exon_refusal, EXON_WINDOW};
 use crate::harness::WORKER_THREADS;
 use crate::message::{batch_for, MAX_SIZE, MIN_SIZE, PAYLOAD};
 use crate::one_way::OneWay;
-use crate::report::{alternate, mb_s, ratios, vs_exon};
+use crate::report::{alternate, mb_s, ratios, vs_exon, Tally};
 use crate::rpc::Rpc;
 use crate::sharded::ShardedOneWay;
 use crate::stats::Latencies;
@@ -218,6 +218,15 @@ fn slot(args: &Options) -> Duration {
     Duration::from_secs_f64(args.secs / args.rounds as f64)
 }
 
+/// `{system}_cpu_us=`: the CPU time per message (request) of each system, both ends.
+fn cpu_keys(names: &[&str], totals: &[Tally]) -> Vec<String> {
+    names
+        .iter()
+        .zip(totals)
+        .map(|(n, t)| format!("{n}_cpu_us={:.2}", t.cpu_us_per_message()))
+        .collect()
+}
+
 /// The keys every last line ends with: exon's datagram, threads, size, and the exon systems
 /// that refused the size.
 fn tail_keys(args: &Options, refused: &[&str]) -> Vec<String> {
@@ -264,17 +273,18 @@ fn one_way(args: &Options) -> Result<(), String> {
     let rate = |i: usize| totals[i].rate();
     let exon = kinds.iter().position(|&k| k == OneWayKind::Exon).map(rate);
     println!(
-        "{:<10} {:>12} {:>10} {:>9} {:>12}  per round (msgs/s)",
-        "system", "msgs/s", "MB/s", "vs exon", "verified"
+        "{:<10} {:>12} {:>10} {:>9} {:>12} {:>11}  per round (msgs/s)",
+        "system", "msgs/s", "MB/s", "vs exon", "verified", "cpu us/msg"
     );
     for (i, k) in kinds.iter().enumerate() {
         println!(
-            "{:<10} {:>12.0} {:>10.1} {:>9} {:>12}  {}",
+            "{:<10} {:>12.0} {:>10.1} {:>9} {:>12} {:>11.2}  {}",
             k.name(),
             rate(i),
             mb_s(rate(i), args.size),
             vs_exon(rate(i), exon),
             verified[i],
+            totals[i].cpu_us_per_message(),
             totals[i].rounds()
         );
     }
@@ -294,6 +304,7 @@ fn one_way(args: &Options) -> Result<(), String> {
             .enumerate()
             .map(|(i, n)| format!("{n}_mb_s={:.1}", mb_s(rate(i), args.size))),
     );
+    last.extend(cpu_keys(&names, &totals));
     last.extend(tail_keys(args, &refused));
     last.extend(durable_keys(args));
     println!("{}", last.join(" "));
@@ -424,12 +435,12 @@ fn rpc(args: &Options) -> Result<(), String> {
         .map(|l| (l.quantile_us(0.5), l.quantile_us(0.99)))
         .collect();
     println!(
-        "{:<8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10}  per round (req/s)",
-        "system", "req/s", "MB/s", "vs exon", "p50 us", "p99 us", "verified"
+        "{:<8} {:>12} {:>10} {:>9} {:>10} {:>10} {:>10} {:>11}  per round (req/s)",
+        "system", "req/s", "MB/s", "vs exon", "p50 us", "p99 us", "verified", "cpu us/req"
     );
     for (i, k) in kinds.iter().enumerate() {
         println!(
-            "{:<8} {:>12.0} {:>10.1} {:>9} {:>10.0} {:>10.0} {:>10}  {}",
+            "{:<8} {:>12.0} {:>10.1} {:>9} {:>10.0} {:>10.0} {:>10} {:>11.2}  {}",
             k.name(),
             rate(i),
             mb_s(rate(i), bytes),
@@ -437,6 +448,7 @@ fn rpc(args: &Options) -> Result<(), String> {
             p[i].0,
             p[i].1,
             totals[i].messages,
+            totals[i].cpu_us_per_message(),
             totals[i].rounds()
         );
     }
@@ -453,6 +465,7 @@ fn rpc(args: &Options) -> Result<(), String> {
     for (i, n) in names.iter().enumerate() {
         last.push(format!("{n}_mb_s={:.1}", mb_s(rate(i), bytes)));
     }
+    last.extend(cpu_keys(&names, &totals));
     last.push(format!("callers={}", args.callers));
     last.extend(tail_keys(args, &refused));
     last.extend(durable_keys(args));

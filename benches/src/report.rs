@@ -9,6 +9,9 @@ pub struct Tally {
     pub messages: u64,
     /// Time they took.
     pub time: Duration,
+    /// CPU time of the whole process (user and system, every thread) over the rounds:
+    /// both ends of the system measured, since the others are idle meanwhile.
+    pub cpu: Duration,
     rounds: Vec<f64>,
 }
 
@@ -18,6 +21,11 @@ impl Tally {
         self.messages += n;
         self.time += t;
         self.rounds.push(n as f64 / t.as_secs_f64());
+    }
+
+    /// CPU time spent per message (both ends), in microseconds.
+    pub fn cpu_us_per_message(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.messages.max(1) as f64
     }
 
     /// Messages per second over the run.
@@ -55,11 +63,27 @@ pub fn alternate<S>(
     let mut tallies = vec![Tally::default(); systems.len()];
     for _ in 0..rounds {
         for (i, s) in systems.iter_mut().enumerate() {
+            let before = process_cpu();
             let (n, t) = timed(slot, || batch(i, s));
             tallies[i].add(n, t);
+            tallies[i].cpu += process_cpu().saturating_sub(before);
         }
     }
     tallies
+}
+
+/// CPU time this process has used so far, user and system, all threads (zero where the
+/// system will not say).
+pub fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` writes the struct it is given, which is plain data.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 /// MB/s (10^6 bytes) of `rate` messages per second carrying `bytes` each.
