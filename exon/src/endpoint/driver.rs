@@ -1,5 +1,13 @@
 //! The driver task: owns the node and the socket; each turn it takes every input that is
-//! ready (queued commands, a batch of datagrams, a due timer), then drains the node's outputs.
+//! ready (queued commands, a slice of a batch of datagrams, a due timer), then drains the
+//! node's outputs.
+//!
+//! A turn takes received datagrams until it has something for the application and
+//! `receive::TURN_BYTES` are in; the rest of the batch waits for the next turn. Such a
+//! turn ends by yielding to the runtime, so that the tasks it woke (receivers, callers,
+//! servers) answer first: their sends are taken at the start of the next turn and leave
+//! before more input is read. Request/reply then flows as a pipeline of small bursts
+//! rather than one batch bouncing between two idle sides.
 //!
 //! Each concern has a part of its own: [`Inbound`] (receive), [`Outbound`] (transmit),
 //! [`Sends`] (the handles' sends), [`Handover`] (deliveries), [`ClockJobs`] (the clock
@@ -62,6 +70,8 @@ enum Wake {
     Deliver(Permit),
     Forwarded(Option<Forward>),
     Taken,
+    /// Buffers of the last batch of datagrams wait to be taken.
+    Pending,
     Timer,
     Continue,
 }
@@ -126,6 +136,10 @@ pub(crate) struct Driver<S> {
     receiver_dropped: Throttle,
     sleep: Pin<Box<Sleep>>,
     sleep_at: Option<Instant>,
+    /// The last turn took datagrams: the tasks they woke run before the next.
+    took_datagrams: bool,
+    /// The last turn handed events of the node on (deliveries, verdicts).
+    handed: bool,
     _close_on_drop: CloseOnDrop,
 }
 
@@ -187,6 +201,8 @@ impl<S: DatagramSocket> Driver<S> {
             receiver_dropped: Throttle::default(),
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             sleep_at: None,
+            took_datagrams: false,
+            handed: false,
             cfg,
         }
     }
@@ -218,11 +234,16 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 return;
             }
+            if std::mem::take(&mut self.took_datagrams) && std::mem::take(&mut self.handed) {
+                // Let the tasks this turn's datagrams woke (receivers, callers, servers) run
+                // first: what they send back is taken, and leaves, before more input.
+                tokio::task::yield_now().await;
+            }
             let wake = self.wait(more).await;
             let t = now();
-            let got_datagrams = matches!(wake, Wake::Datagrams(_));
+            let got_datagrams = matches!(wake, Wake::Datagrams(_) | Wake::Pending);
             self.on_wake(wake, t);
-            self.take_ready(t, got_datagrams);
+            self.took_datagrams = self.take_ready(t, got_datagrams) || got_datagrams;
         }
     }
 
@@ -246,6 +267,7 @@ impl<S: DatagramSocket> Driver<S> {
         }
         let room = self.handover.room();
         let reading = room.is_none();
+        let pending = self.inbound.has_pending();
         let store_job = self.clock.job();
         let storing = store_job.is_some();
         let journal_job = self.journal.as_mut().and_then(|j| j.job());
@@ -263,7 +285,8 @@ impl<S: DatagramSocket> Driver<S> {
                 Wake::Journalled(Box::new(r))
             }
             p = async { room.expect("guarded").await }, if !reading => Wake::Deliver(p),
-            r = rx.recv(socket), if reading => Wake::Datagrams(r),
+            _ = std::future::ready(()), if reading && pending => Wake::Pending,
+            r = rx.recv(socket), if reading && !pending => Wake::Datagrams(r),
             f = async { forwarded.expect("guarded").recv().await }, if reading && forwarding => {
                 Wake::Forwarded(f)
             }
@@ -280,6 +303,7 @@ impl<S: DatagramSocket> Driver<S> {
                 self.on_handles_gone(t);
             }
             Wake::Datagrams(r) => self.on_datagrams(t, r),
+            Wake::Pending => self.on_pending(t),
             Wake::Stored(r) => {
                 if let Some(hw) = self.clock.on_done(t, r) {
                     self.node.handle_clock_stored(t, hw);
@@ -306,8 +330,8 @@ impl<S: DatagramSocket> Driver<S> {
     /// Takes the other inputs that are ready without waiting: queued commands (up to a
     /// budget, consecutive plain sends to one destination handed to the core together), a
     /// batch of datagrams (unless one was just taken), a due timer; then returns the send
-    /// credits taken.
-    fn take_ready(&mut self, t: Instant, got_datagrams: bool) {
+    /// credits taken. Returns whether it took datagrams.
+    fn take_ready(&mut self, t: Instant, got_datagrams: bool) -> bool {
         for _ in 0..COMMAND_BUDGET {
             if !self.cmds_open {
                 break;
@@ -323,9 +347,14 @@ impl<S: DatagramSocket> Driver<S> {
         }
         self.flush_sends(t);
         self.on_taken(t);
+        let mut took = false;
         if !got_datagrams && self.handover.is_clear() {
-            if let Some(r) = self.inbound.recv_now(&self.socket) {
+            if self.inbound.has_pending() {
+                self.on_pending(t);
+                took = true;
+            } else if let Some(r) = self.inbound.recv_now(&self.socket) {
                 self.on_datagrams(t, r);
+                took = true;
             }
         }
         if self.handover.is_clear() {
@@ -339,6 +368,7 @@ impl<S: DatagramSocket> Driver<S> {
         self.paths.prune(t, &self.node, &self.shared);
         self.sends.expire_deadlines(t, &mut self.node);
         self.sends.return_credits();
+        took
     }
 
     /// A command from the channel: a plain send joins the run of sends being gathered (to
@@ -442,11 +472,16 @@ impl<S: DatagramSocket> Driver<S> {
         self.sends.close();
     }
 
-    /// Handles a received batch: every datagram of every filled buffer.
+    /// Handles a received batch: its first slice now, the rest in the next turns.
     fn on_datagrams(&mut self, t: Instant, r: std::io::Result<usize>) {
+        self.inbound.on_batch(r, &mut self.stats);
+        self.on_pending(t);
+    }
+
+    /// Takes the next buffers of the last batch of datagrams (up to `TURN_BYTES`).
+    fn on_pending(&mut self, t: Instant) {
         let (paths, shared) = (&mut self.paths, &self.shared);
-        self.inbound.on_batch(
-            r,
+        self.inbound.take_pending(
             &mut self.node,
             &mut self.stats,
             |node, stats, data, from| {
@@ -541,6 +576,7 @@ impl<S: DatagramSocket> Driver<S> {
         }
         self.outbound.finish(socket, stats).await;
         while let Some(e) = self.node.poll_event() {
+            self.handed = true;
             self.on_event(t, e);
         }
         more | self.sends.admit_waiters(t, &mut self.node, &self.paths)

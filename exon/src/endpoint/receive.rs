@@ -25,6 +25,12 @@ const RECV_BATCH: usize = 32;
 const SPARES: usize = 16;
 /// Memory for receive buffers per endpoint (fewer, larger buffers with GRO).
 const RECV_MEMORY: usize = 512 * 1024;
+/// Received bytes after which a turn of the driver that has something for the application
+/// (an event of the node) ends: the rest of the batch waits for the next turn, after the
+/// driver has handed it over, let the application answer, and sent what both called for.
+/// Input with nothing for the application (fragments of a large message, acknowledgements)
+/// is taken on in the same turn.
+pub(crate) const TURN_BYTES: usize = 16 * 1024;
 
 /// Where received datagrams come from: the socket's batches, and (sharded) the datagrams
 /// other shards pass on.
@@ -34,6 +40,9 @@ pub(crate) struct Inbound {
     rx_buffers: u64,
     /// The other shards of a sharded endpoint.
     route: Option<Route>,
+    /// Buffers of the last batch not yet handed to the node: `next..end`.
+    next: usize,
+    end: usize,
 }
 
 impl Inbound {
@@ -43,7 +52,15 @@ impl Inbound {
             rx: RxBufs::new(max_datagram, segments),
             rx_buffers: 0,
             route,
+            next: 0,
+            end: 0,
         }
+    }
+
+    /// Whether buffers of the last batch wait for the node: the socket is read again only
+    /// once they are all taken.
+    pub(crate) fn has_pending(&self) -> bool {
+        self.next < self.end
     }
 
     /// The two sources to wait on together: the receive buffers, and the queue of
@@ -52,8 +69,12 @@ impl Inbound {
         (&mut self.rx, self.route.as_mut().and_then(Route::incoming))
     }
 
-    /// A batch from the socket if one is ready now, without waiting.
+    /// A batch from the socket if one is ready now, without waiting (none while buffers of
+    /// the last one wait).
     pub(crate) fn recv_now<S: DatagramSocket>(&mut self, socket: &S) -> Option<io::Result<usize>> {
+        if self.has_pending() {
+            return None;
+        }
         self.rx.recv_now(socket)
     }
 
@@ -69,15 +90,8 @@ impl Inbound {
         }
     }
 
-    /// Splits a received batch into its datagrams: each goes to `each` (with the node), or
-    /// to the shard that owns its source.
-    pub(crate) fn on_batch(
-        &mut self,
-        r: io::Result<usize>,
-        node: &mut Node,
-        stats: &mut EndpointStats,
-        mut each: impl FnMut(&mut Node, &mut EndpointStats, BytesMut, SocketAddr),
-    ) {
+    /// Takes a received batch: its buffers wait for [`take_pending`](Self::take_pending).
+    pub(crate) fn on_batch(&mut self, r: io::Result<usize>, stats: &mut EndpointStats) {
         let n = match r {
             Ok(n) => n,
             Err(e) => {
@@ -89,8 +103,37 @@ impl Inbound {
             }
         };
         stats.recv_calls += 1;
-        for i in 0..n {
+        (self.next, self.end) = (0, n.min(self.rx.count));
+    }
+
+    /// Splits the waiting buffers of the last batch into their datagrams, until
+    /// [`TURN_BYTES`] are taken and the node has an event for the application (or all
+    /// are taken): each datagram goes to `each` (with the node), or to the shard that owns
+    /// its source.
+    pub(crate) fn take_pending(
+        &mut self,
+        node: &mut Node,
+        stats: &mut EndpointStats,
+        each: impl FnMut(&mut Node, &mut EndpointStats, BytesMut, SocketAddr),
+    ) {
+        self.take_some(node, stats, each, Node::has_events);
+    }
+
+    /// [`take_pending`](Self::take_pending), with `busy` saying when the node has something
+    /// for the application.
+    fn take_some(
+        &mut self,
+        node: &mut Node,
+        stats: &mut EndpointStats,
+        mut each: impl FnMut(&mut Node, &mut EndpointStats, BytesMut, SocketAddr),
+        busy: impl Fn(&Node) -> bool,
+    ) {
+        let mut taken = 0;
+        while self.next < self.end && (taken < TURN_BYTES || !busy(node)) {
+            let i = self.next;
+            self.next += 1;
             let (mut data, m) = self.rx.take(i);
+            taken += data.len();
             // A datagram split off its receive buffer (not copied) keeps all of it alive
             // while any part is held: the node copies small deliveries out beyond a budget.
             let shared = self.rx.is_shared(data.len());
@@ -302,6 +345,81 @@ mod tests {
         for (i, p) in held.iter().enumerate() {
             assert_eq!(&p[..], &[i as u8; 600][..]);
         }
+    }
+
+    /// A socket with a datagram always ready.
+    struct Ready;
+
+    impl DatagramSocket for Ready {
+        async fn send_to(&self, buf: &[u8], _: SocketAddr) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+
+        async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+            Ok((buf.len().min(1), SocketAddr::from(([127, 0, 0, 1], 9))))
+        }
+
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            Ok(SocketAddr::from(([127, 0, 0, 1], 8)))
+        }
+    }
+
+    /// An inbound side with `n` buffers of `len` bytes received.
+    fn batch_of(n: usize, len: usize) -> (Inbound, usize) {
+        let mut inbound = Inbound::new(len, 1, None);
+        let n = n.min(inbound.rx.count);
+        for i in 0..n {
+            inbound.rx.bufs[i][..len].fill(i as u8);
+            inbound.rx.meta[i] = RecvMeta::single(SocketAddr::from(([127, 0, 0, 1], 9)), len);
+        }
+        (inbound, n)
+    }
+
+    fn node() -> Node {
+        use crate::proto::{Config, NodeId, Security};
+        Node::new(
+            NodeId::from_const(1),
+            Security::InsecurePlaintext,
+            Config::default(),
+            0,
+        )
+        .unwrap()
+    }
+
+    /// A turn takes input until it has something for the application and `TURN_BYTES` are
+    /// in; the rest of the batch waits, whole and in order, and the socket is not read
+    /// meanwhile. Input with nothing for the application is all taken at once.
+    #[test]
+    fn a_turn_stops_taking_input_once_it_has_something_for_the_application() {
+        let (mut node, mut stats) = (node(), EndpointStats::default());
+        let len = TURN_BYTES * 3 / 4;
+        let (mut inbound, n) = batch_of(5, len);
+        assert_eq!(n, 5, "room for five buffers");
+        let mut seen = Vec::new();
+        let mut each = |_: &mut Node, _: &mut EndpointStats, d: BytesMut, _| seen.push(d[0]);
+        // Busy from the first datagram on: two buffers make TURN_BYTES.
+        inbound.on_batch(Ok(n), &mut stats);
+        inbound.take_some(&mut node, &mut stats, &mut each, |_| true);
+        assert!(inbound.has_pending());
+        assert!(
+            inbound.recv_now(&Ready).is_none(),
+            "no read while buffers wait"
+        );
+        inbound.take_some(&mut node, &mut stats, &mut each, |_| true);
+        inbound.take_some(&mut node, &mut stats, &mut each, |_| true);
+        assert!(!inbound.has_pending());
+        assert!(
+            inbound.recv_now(&Ready).is_some(),
+            "read again once all are taken"
+        );
+        assert_eq!(seen, [0, 1, 2, 3, 4], "every datagram once, in order");
+        assert_eq!(stats.recv_calls, 1);
+        // Never busy: the whole batch in one turn.
+        let (mut inbound, n) = batch_of(5, len);
+        let mut count = 0;
+        inbound.on_batch(Ok(n), &mut stats);
+        inbound.take_some(&mut node, &mut stats, |_, _, _, _| count += 1, |_| false);
+        assert_eq!((count, inbound.has_pending()), (5, false));
     }
 
     #[test]

@@ -100,6 +100,12 @@ impl Node {
         self.events.pop_front()
     }
 
+    /// Whether an event waits for [`poll_event`](Self::poll_event) (an embedding that takes
+    /// input in slices may hand the application what it has before taking more).
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Output: appends the next datagram to `buf` and says where it goes, or returns `None`
     /// when nothing is waiting. Each call serves the next peer in round-robin order, packing
     /// every frame owed to it (ACKs, SLOTS, REQSLOTS, TOKENs) up to its
