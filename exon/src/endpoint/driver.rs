@@ -2,12 +2,13 @@
 //! ready (queued commands, a slice of a batch of datagrams, a due timer), then drains the
 //! node's outputs.
 //!
-//! A turn takes received datagrams until it has something for the application and
-//! `receive::TURN_BYTES` are in; the rest of the batch waits for the next turn. Such a
-//! turn ends by yielding to the runtime, so that the tasks it woke (receivers, callers,
-//! servers) answer first: their sends are taken at the start of the next turn and leave
-//! before more input is read. Request/reply then flows as a pipeline of small bursts
-//! rather than one batch bouncing between two idle sides.
+//! A turn that took datagrams and handed deliveries on ends by yielding to the runtime, so
+//! that the tasks it woke (receivers, callers, servers) run first. When they answer, the
+//! next turns take received batches in slices ([`Turns`]): a turn stops once it has
+//! something for the application and `receive::TURN_BYTES` are in, and the answers are
+//! taken at the start of the next turn and leave before more input is read. Request/reply
+//! then flows as a pipeline of small bursts rather than one batch bouncing between two
+//! idle sides.
 //!
 //! Each concern has a part of its own: [`Inbound`] (receive), [`Outbound`] (transmit),
 //! [`Sends`] (the handles' sends), [`Handover`] (deliveries), [`ClockJobs`] (the clock
@@ -53,6 +54,7 @@ use super::store_jobs::{ClockJobs, StoreDone};
 use super::stream_in::StreamIn;
 use super::trace::{debug_in_peer, peer_span, Throttle};
 use super::transmit::Outbound;
+use super::turns::Turns;
 use crate::envelope::{Envelope, Place};
 use crate::ordered::Arrival;
 use crate::proto::{DeliveryId, Event, Node, NodeId};
@@ -136,10 +138,8 @@ pub(crate) struct Driver<S> {
     receiver_dropped: Throttle,
     sleep: Pin<Box<Sleep>>,
     sleep_at: Option<Instant>,
-    /// The last turn took datagrams: the tasks they woke run before the next.
-    took_datagrams: bool,
-    /// The last turn handed events of the node on (deliveries, verdicts).
-    handed: bool,
+    /// When turns yield to the application, and whether they take datagrams in slices.
+    turns: Turns,
     _close_on_drop: CloseOnDrop,
 }
 
@@ -201,8 +201,7 @@ impl<S: DatagramSocket> Driver<S> {
             receiver_dropped: Throttle::default(),
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             sleep_at: None,
-            took_datagrams: false,
-            handed: false,
+            turns: Turns::default(),
             cfg,
         }
     }
@@ -234,7 +233,7 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 return;
             }
-            if std::mem::take(&mut self.took_datagrams) && std::mem::take(&mut self.handed) {
+            if self.turns.should_yield() {
                 // Let the tasks this turn's datagrams woke (receivers, callers, servers) run
                 // first: what they send back is taken, and leaves, before more input.
                 tokio::task::yield_now().await;
@@ -243,7 +242,9 @@ impl<S: DatagramSocket> Driver<S> {
             let t = now();
             let got_datagrams = matches!(wake, Wake::Datagrams(_) | Wake::Pending);
             self.on_wake(wake, t);
-            self.took_datagrams = self.take_ready(t, got_datagrams) || got_datagrams;
+            if self.take_ready(t, got_datagrams) || got_datagrams {
+                self.turns.took_datagrams();
+            }
         }
     }
 
@@ -375,6 +376,7 @@ impl<S: DatagramSocket> Driver<S> {
     /// be handed to the core together); any other command is handled after that run, so
     /// that commands keep their order.
     fn take_command(&mut self, c: Command, t: Instant) {
+        self.turns.command();
         match c {
             Command::Send(out) if Sends::may_gather(&out, &self.node) => {
                 self.sends.gather(t, out, &mut self.node, &self.paths);
@@ -480,6 +482,7 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// Takes the next buffers of the last batch of datagrams (up to `TURN_BYTES`).
     fn on_pending(&mut self, t: Instant) {
+        let slice = self.turns.slicing();
         let (paths, shared) = (&mut self.paths, &self.shared);
         self.inbound.take_pending(
             &mut self.node,
@@ -487,6 +490,7 @@ impl<S: DatagramSocket> Driver<S> {
             |node, stats, data, from| {
                 paths.on_datagram(t, node, stats, shared, data, from);
             },
+            slice,
         );
     }
 
@@ -576,7 +580,9 @@ impl<S: DatagramSocket> Driver<S> {
         }
         self.outbound.finish(socket, stats).await;
         while let Some(e) = self.node.poll_event() {
-            self.handed = true;
+            if matches!(e, Event::Delivered { .. }) {
+                self.turns.handed();
+            }
             self.on_event(t, e);
         }
         more | self.sends.admit_waiters(t, &mut self.node, &self.paths)

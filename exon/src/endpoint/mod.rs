@@ -94,6 +94,7 @@ mod stream;
 mod stream_in;
 mod trace;
 mod transmit;
+mod turns;
 #[cfg(feature = "serde")]
 mod typed;
 

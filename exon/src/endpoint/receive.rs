@@ -25,11 +25,12 @@ const RECV_BATCH: usize = 32;
 const SPARES: usize = 16;
 /// Memory for receive buffers per endpoint (fewer, larger buffers with GRO).
 const RECV_MEMORY: usize = 512 * 1024;
-/// Received bytes after which a turn of the driver that has something for the application
-/// (an event of the node) ends: the rest of the batch waits for the next turn, after the
-/// driver has handed it over, let the application answer, and sent what both called for.
-/// Input with nothing for the application (fragments of a large message, acknowledgements)
-/// is taken on in the same turn.
+/// Received bytes after which a turn of the driver that takes datagrams in slices (the
+/// application answers what it is handed: `turns.rs`) ends once it has something for the
+/// application (an event of the node): the rest of the batch waits for the next turn,
+/// after the driver has handed it over, let the application answer, and sent what both
+/// called for. Input with nothing for the application (fragments of a large message,
+/// acknowledgements) is taken on in the same turn.
 pub(crate) const TURN_BYTES: usize = 16 * 1024;
 
 /// Where received datagrams come from: the socket's batches, and (sharded) the datagrams
@@ -106,17 +107,18 @@ impl Inbound {
         (self.next, self.end) = (0, n.min(self.rx.count));
     }
 
-    /// Splits the waiting buffers of the last batch into their datagrams, until
-    /// [`TURN_BYTES`] are taken and the node has an event for the application (or all
-    /// are taken): each datagram goes to `each` (with the node), or to the shard that owns
+    /// Splits the waiting buffers of the last batch into their datagrams: all of them, or
+    /// with `slice` until [`TURN_BYTES`] are taken and the node has an event for the
+    /// application. Each datagram goes to `each` (with the node), or to the shard that owns
     /// its source.
     pub(crate) fn take_pending(
         &mut self,
         node: &mut Node,
         stats: &mut EndpointStats,
         each: impl FnMut(&mut Node, &mut EndpointStats, BytesMut, SocketAddr),
+        slice: bool,
     ) {
-        self.take_some(node, stats, each, Node::has_events);
+        self.take_some(node, stats, each, |n| slice && n.has_events());
     }
 
     /// [`take_pending`](Self::take_pending), with `busy` saying when the node has something
