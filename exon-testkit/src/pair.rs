@@ -205,6 +205,15 @@ impl Pair {
         let side = &mut self.nodes[i];
         let (auto_store, auto_take) = (side.auto_store, side.auto_take);
         let auto_sync = side.auto_sync;
+        if auto_sync {
+            // Records left unsynced while syncing was off are synced first.
+            if let Some(last) = side.unsynced.last().map(|w| w.seq) {
+                for w in side.unsynced.drain(..) {
+                    side.journal.apply(&w.entry);
+                }
+                side.node.handle_stored(now, last);
+            }
+        }
         let (journal, unsynced) = (&mut side.journal, &mut side.unsynced);
         drain_with(&mut side.node, now, |node, out| match out {
             Drained::Store(w) => {
@@ -323,14 +332,24 @@ impl Pair {
     /// untaken deliveries, and restarts from its stored clock and synced journal. What it
     /// saw (`delivered`, `acked`, ...) is kept across the crash.
     pub fn crash_and_recover(&mut self, i: usize) {
+        let journal = self.nodes[i].journal.clone();
+        self.crash_and_recover_with(i, journal, false);
+    }
+
+    /// Durable mode: node `i` crashes, as in [`crash_and_recover`](Self::crash_and_recover),
+    /// and restarts from its stored clock with `journal` in place of what it had synced (a
+    /// journal deleted, replaced, or restored from an older copy), reported `damaged` or
+    /// not. The new node has every rule on.
+    pub fn crash_and_recover_with(&mut self, i: usize, journal: State, damaged: bool) {
         let now = self.now;
         let side = &mut self.nodes[i];
         side.unsynced.clear();
         side.untaken.clear();
         let cfg = side.node.config().clone();
         let mut node = Node::new(id(i), Security::InsecurePlaintext, cfg, side.stored).unwrap();
-        node.recover(now, side.journal.recovered(false))
+        node.recover(now, journal.recovered(damaged))
             .expect("a fresh node");
+        side.journal = journal;
         side.node = node;
         self.drain(i);
     }

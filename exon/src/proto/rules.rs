@@ -118,6 +118,14 @@ pub struct Rules {
     /// `Accepted`, and a crash between them loses the reply of a request acknowledged as
     /// executed.
     pub reply_in_one_record: bool,
+    /// Durable mode: a journal answers LOST (never delivered) only for incarnations it
+    /// covers: those of this run, and those of earlier runs inside its `Covers` records (a
+    /// journal records the clock it started at and the marks the clock reached); a new or
+    /// replaced journal covers nothing made before it, so tokens of such incarnations get
+    /// DOUBT; and no incarnation is made before the journal covers it. Off, every
+    /// incarnation from before the restart is taken for covered, and a receiver restarted
+    /// with a new journal delivers a second time what it delivered before.
+    pub journal_covers_incarnations: bool,
 }
 
 impl Rules {
@@ -149,6 +157,7 @@ impl Rules {
         journal_before_token: true,
         journal_before_verdict: true,
         reply_in_one_record: true,
+        journal_covers_incarnations: true,
     };
 }
 

@@ -306,3 +306,202 @@ fn without_journal_before_verdict_a_verdict_is_reported_twice() {
         assert_eq!(unflagged(&p, B)[&payload(0)], 1);
     }
 }
+
+/// Issue 42, item 1: B takes message M and its ACK is lost, then B restarts from its stored
+/// clock with `journal` (a journal deleted, or durable mode switched on for a node that ran
+/// without it: nothing covers M's incarnation). Returns how many times M was delivered
+/// unflagged and A's verdicts (acknowledged, in doubt).
+fn restart_with_a_journal_that_never_saw_m(
+    covers: bool,
+    was_durable: bool,
+) -> (usize, usize, usize) {
+    let mut p = durable_pair(false, was_durable);
+    // Once M's token left, every datagram from B is lost: M's ACK never reaches A.
+    let deaf = std::rc::Rc::new(std::cell::Cell::new(false));
+    let d = deaf.clone();
+    p.set_filter(move |w| {
+        if w.from == B && d.get() {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.send(A, payload(0));
+    step_until(&mut p, |p| p.nodes[A].node.stats().frames_out.token > 0);
+    deaf.set(true);
+    step_until(&mut p, |p| p.nodes[B].delivered.len() == 1);
+    p.run(Duration::from_millis(50));
+    assert!(p.nodes[A].acked.is_empty(), "the ACK is lost");
+    if was_durable {
+        p.crash_and_recover_with(B, exon::proto::journal::State::new(), false);
+    } else {
+        // Without a journal a restart keeps only the clock; durable mode is switched on.
+        let side = &mut p.nodes[B];
+        let cfg = side.node.config().clone();
+        side.node = exon::proto::Node::new(
+            exon_testkit::pair::id(B),
+            exon::proto::Security::InsecurePlaintext,
+            cfg,
+            side.stored,
+        )
+        .unwrap();
+        side.untaken.clear();
+        p.make_durable(B);
+    }
+    let mut rules = Rules::ALL;
+    rules.journal_covers_incarnations = covers;
+    p.node(B).set_rules(rules);
+    p.set_filter(|_| Fate::Deliver);
+    p.run(Duration::from_secs(60));
+    let a = &p.nodes[A];
+    (
+        unflagged(&p, B)[&payload(0)],
+        a.acked.len(),
+        a.in_doubt.len(),
+    )
+}
+
+#[test]
+fn a_receiver_restarted_with_a_new_journal_answers_doubt_for_what_it_may_have_delivered() {
+    for was_durable in [true, false] {
+        // With the rule: M once, and the sender says it does not know.
+        assert_eq!(
+            restart_with_a_journal_that_never_saw_m(true, was_durable),
+            (1, 0, 1),
+            "was durable: {was_durable}"
+        );
+        // Without it: LOST for a slot the new journal never saw, and M delivered twice.
+        assert_eq!(
+            restart_with_a_journal_that_never_saw_m(false, was_durable),
+            (2, 1, 0),
+            "rule off, was durable: {was_durable}"
+        );
+    }
+}
+
+#[test]
+fn a_journal_covers_from_where_it_started_across_restarts_and_compactions() {
+    let mut p = durable_pair(false, true);
+    let start = p.nodes[B].journal.covers();
+    assert!(start.is_some(), "a new journal records where it starts");
+    for i in 0..5 {
+        p.send(A, payload(i));
+    }
+    p.run(Duration::from_secs(10));
+    let (from, below) = p.nodes[B].journal.covers().unwrap();
+    assert_eq!(from, start.unwrap().0);
+    assert!(below > from, "it covers the incarnations made");
+    // A compaction keeps it: the live records replay to the same coverage.
+    let mut again = exon::proto::journal::State::new();
+    for e in p.nodes[B].journal.live_entries() {
+        again.apply(&e);
+    }
+    assert_eq!(again.covers(), Some((from, below)));
+    assert!(again.is_empty(), "a quiet journal holds nothing else");
+    p.crash_and_recover(B);
+    p.sync(B);
+    assert_eq!(
+        p.nodes[B].journal.covers().unwrap().0,
+        from,
+        "still from its start"
+    );
+}
+
+/// Issue 42, item 4: both sides durable. B takes M, its ACK is lost; A gives M up (in
+/// doubt), and its next frames carry a frontier past M's slot while the `Resolved` record
+/// is not synced; A crashes, B restarts too. A recovers M in its old slot and sends it
+/// again: B must still know it delivered M. Returns M's unflagged deliveries.
+fn abandon_then_both_crash(rule: bool) -> usize {
+    let mut p = durable_pair(true, true);
+    let mut rules = Rules::ALL;
+    rules.journal_before_verdict = rule;
+    p.node(A).set_rules(rules);
+    let deaf = std::rc::Rc::new(std::cell::Cell::new(false));
+    let d = deaf.clone();
+    p.set_filter(move |w| {
+        if w.from == B && d.get() {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m = p.send(A, payload(0));
+    step_until(&mut p, |p| p.nodes[A].node.stats().frames_out.token > 0);
+    deaf.set(true);
+    step_until(&mut p, |p| p.nodes[B].delivered.len() == 1);
+    p.run(Duration::from_millis(20));
+    assert!(p.nodes[A].acked.is_empty(), "the ACK is lost");
+    // A gives M up; its record of that is not synced.
+    p.nodes[A].auto_sync = false;
+    let now = p.now;
+    let v = p.node(A).abandon(now, exon_testkit::pair::id(B), m);
+    assert_eq!(v, Some(exon::proto::Abandoned::InDoubt));
+    p.drain(A);
+    // The path heals; A goes on sending, and B probes: the frontier may move on.
+    deaf.set(false);
+    p.send(A, payload(1));
+    p.run(Duration::from_secs(20));
+    p.crash_and_recover(A);
+    p.crash_and_recover(B);
+    p.nodes[A].auto_sync = true;
+    p.sync(A);
+    p.run(Duration::from_secs(60));
+    assert!(p.both_idle(), "everything settles");
+    unflagged(&p, B)[&payload(0)]
+}
+
+#[test]
+fn a_message_given_up_keeps_its_slot_below_the_frontier_until_that_is_stored() {
+    assert_eq!(abandon_then_both_crash(true), 1);
+    assert_eq!(
+        abandon_then_both_crash(false),
+        2,
+        "without the rule the receiver forgets M's slot and M is delivered twice"
+    );
+}
+
+/// Issue 42, item 6: A waits for reassembly credit under B's incarnation `r` when B
+/// restarts with its journal intact. A's REQCREDIT for `r` must get the journal's answer
+/// (LOST: nothing was delivered into that slot), not DOUBT.
+#[test]
+fn a_reqcredit_for_an_incarnation_lost_in_a_restart_asks_the_journal() {
+    use exon::proto::Frame;
+    use exon_testkit::frames::{frames, packet};
+    let mut p = durable_pair(false, true);
+    p.record = true;
+    let cut = std::rc::Rc::new(std::cell::Cell::new(false));
+    let c = cut.clone();
+    p.set_filter(move |_w| if c.get() { Fate::Drop } else { Fate::Deliver });
+    p.send(A, payload(0));
+    step_until(&mut p, |p| p.nodes[A].node.stats().frames_in.slots > 0);
+    cut.set(true);
+    let (s, r) = p
+        .log
+        .iter()
+        .filter(|w| w.from == B)
+        .flat_map(|w| frames(&[w.packet()]))
+        .find_map(|f| match f {
+            Frame::Slots { s, r, n } if n > 0 => Some((s, r)),
+            _ => None,
+        })
+        .expect("B granted slots");
+    p.crash_and_recover(B);
+    let before = p.nodes[B].node.stats().frames_out;
+    let want = 1 << 20;
+    let req = packet(
+        exon_testkit::pair::id(A),
+        exon_testkit::pair::id(B),
+        vec![Frame::ReqCredit { r, s, want }],
+    );
+    p.inject(B, req.encode());
+    let after = p.nodes[B].node.stats().frames_out;
+    assert_eq!(
+        after.doubt, before.doubt,
+        "a durable receiver leaves nothing in doubt"
+    );
+    assert_eq!(
+        after.lost,
+        before.lost + 1,
+        "the journal answers: never delivered"
+    );
+}

@@ -76,6 +76,16 @@ pub enum Entry {
         /// The reply.
         payload: Bytes,
     },
+    /// Receiver: every delivery into this node's incarnations in `from..below` is in this
+    /// journal. A new journal's first record has `from` = the clock the node started at
+    /// (incarnations made before it, by a run without this journal, are not covered), and
+    /// `below` grows with the clock's high-water mark; a checkpoint carries the last one.
+    Covers {
+        /// The first incarnation the journal covers.
+        from: u64,
+        /// Incarnations below this are covered (the clock's high-water mark, plus one).
+        below: u64,
+    },
 }
 
 /// Why bytes are not a journal record.
@@ -99,6 +109,7 @@ const ACCEPTED: u8 = 4;
 const ASSIGNED: u8 = 5;
 const RESOLVED: u8 = 6;
 const REPLIED: u8 = 7;
+const COVERS: u8 = 8;
 
 impl Entry {
     /// The record's encoded length.
@@ -132,6 +143,7 @@ impl Entry {
                     + v(payload.len() as u64)
                     + payload.len()
             }
+            Entry::Covers { from, below } => v(*from) + v(*below),
         }
     }
 
@@ -194,6 +206,11 @@ impl Entry {
                 put_varint(buf, payload.len() as u64);
                 buf.put_slice(payload);
             }
+            Entry::Covers { from, below } => {
+                buf.put_u8(COVERS);
+                put_varint(buf, *from);
+                put_varint(buf, *below);
+            }
         }
     }
 
@@ -244,6 +261,10 @@ impl Entry {
                 slot: int(r)?,
                 id: MsgId(int(r)?),
                 payload: blob(r, bytes)?,
+            },
+            COVERS => Entry::Covers {
+                from: int(r)?,
+                below: int(r)?,
             },
             k => return Err(EntryError::Kind(k)),
         };
@@ -303,6 +324,10 @@ mod tests {
                 slot: 1 << 20,
                 id: MsgId(99),
                 payload: Bytes::from_static(b"answer"),
+            },
+            Entry::Covers {
+                from: 1 << 50,
+                below: (1 << 50) + 4096,
             },
         ]
     }

@@ -23,6 +23,12 @@ pub(crate) enum Gate {
     },
     /// A message accepted by `send` is on stable storage.
     Stored(Event),
+    /// The journal covers incarnations below `below` (a `Covers` record): new ones may be
+    /// made up to there.
+    Covers { below: u64 },
+    /// A message given up (`Node::abandon`): the frontier to `to` may pass `slot` once its
+    /// `Resolved` record is stored.
+    Released { to: NodeId, slot: u64 },
 }
 
 /// Writes handed out and gates waiting, in durable mode.
@@ -44,16 +50,33 @@ pub(crate) struct Journal {
     pub archive: Archive,
     /// Verdicts of a sender record, waiting to be journalled (the record's sink).
     pub held: Vec<(u64, Event)>,
-    /// Incarnations below this were made before the restart: a token for one that the
-    /// archive does not know was never delivered (RETRY).
-    pub restart_below: u64,
+    /// The incarnations made before this run that the journal covers (`from..below` of
+    /// its `Covers` records at recovery): a token for one that the archive does not know
+    /// was never delivered (LOST). Empty for a new journal.
+    pub vouched: std::ops::Range<u64>,
+    /// The first incarnation of this run: this run's journal holds all its deliveries.
+    pub run_start: u64,
+    /// Where this journal starts covering (its first `Covers` record's `from`).
+    pub covers_from: u64,
+    /// Incarnations below this are covered by a durable `Covers` record: new ones may be
+    /// made only below it.
+    pub covered_below: u64,
+    /// The largest `below` written in a `Covers` record.
+    pub covers_asked: u64,
     /// The storage lost records it had made durable: unknown tokens of old incarnations
     /// get DOUBT.
     pub damaged: bool,
 }
 
 impl Journal {
-    pub fn new(restart_below: u64, damaged: bool) -> Journal {
+    /// The journal of a node whose first incarnation of this run is `run_start`, given what
+    /// the journal covered at recovery (`Recovered::covers`) and whether it was damaged.
+    pub fn new(run_start: u64, covers: Option<(u64, u64)>, damaged: bool) -> Journal {
+        let (covers_from, vouched) = match covers {
+            // Incarnations from `run_start` on are this run's, whatever an older record says.
+            Some((from, below)) => (from.min(run_start), from..below.min(run_start)),
+            None => (run_start, run_start..run_start),
+        };
         Journal {
             next_seq: 1,
             durable: 0,
@@ -63,9 +86,20 @@ impl Journal {
             resolving: PeerMap::default(),
             archive: Archive::default(),
             held: Vec::new(),
-            restart_below,
+            vouched,
+            run_start,
+            covers_from,
+            covered_below: run_start,
+            covers_asked: run_start,
             damaged,
         }
+    }
+
+    /// Whether every delivery into incarnation `r` (made before `ck`, the clock now) is in
+    /// this journal, so that a slot of `r` the archive does not know was never delivered:
+    /// `r` was made by this run, or by an earlier one the journal covered undamaged.
+    pub fn vouches_for(&self, r: u64, ck: u64) -> bool {
+        (self.run_start <= r && r < ck) || (!self.damaged && self.vouched.contains(&r))
     }
 
     /// Queues `entry` for the disk; returns its number.
@@ -90,7 +124,8 @@ impl Journal {
     pub fn gate(&mut self, seq: u64, g: Gate) {
         if let Gate::Verdict {
             to, slot: Some(s), ..
-        } = &g
+        }
+        | Gate::Released { to, slot: s } = &g
         {
             *self
                 .resolving
@@ -121,9 +156,13 @@ impl Journal {
             };
             if let Gate::Verdict {
                 to, slot: Some(s), ..
-            } = &g
+            }
+            | Gate::Released { to, slot: s } = &g
             {
                 self.resolved(*to, *s);
+            }
+            if let Gate::Covers { below } = &g {
+                self.covered_below = self.covered_below.max(*below);
             }
             if let Gate::Take(id) = &g {
                 let (r, s) = id.slot();

@@ -20,6 +20,8 @@ pub struct State {
     inbox: BTreeMap<(NodeId, u64, u64), Option<Bytes>>,
     /// Messages accepted and not resolved.
     outbox: BTreeMap<MsgId, RecoveredMessage>,
+    /// The incarnations the journal covers (`Covers`): `(from, below)`.
+    covers: Option<(u64, u64)>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -60,8 +62,13 @@ pub struct Recovered {
     /// Messages accepted and not resolved, oldest first.
     pub messages: Vec<RecoveredMessage>,
     /// Whether the storage lost records it had made durable (a damaged log): tokens for
-    /// what it may have held are then answered DOUBT, not RETRY.
+    /// what it may have held are then answered DOUBT, not LOST.
     pub damaged: bool,
+    /// The incarnations `from..below` whose every delivery the journal holds (its last
+    /// `Covers` record), or `None` for a journal that has none: a new one (a first start, a
+    /// journal deleted or replaced, durable mode switched on for a node that ran without
+    /// it). Tokens of earlier incarnations outside it are answered DOUBT, never LOST.
+    pub covers: Option<(u64, u64)>,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -156,6 +163,18 @@ impl State {
                     self.live_bytes -= Self::message_len(&m);
                 }
             }
+            Entry::Covers { from, below } => {
+                // The journal's first record says where it starts; later ones only extend it.
+                let (from, below) = match self.covers {
+                    Some((f, b)) => {
+                        self.live_bytes -= Entry::Covers { from: f, below: b }.encoded_len();
+                        (f, b.max(*below))
+                    }
+                    None => (*from, *below),
+                };
+                self.live_bytes += Entry::Covers { from, below }.encoded_len();
+                self.covers = Some((from, below));
+            }
             Entry::Replied {
                 from,
                 rck,
@@ -195,7 +214,8 @@ impl State {
         accepted + assigned
     }
 
-    /// Whether nothing is live (a compacted log would be empty).
+    /// Whether nothing is live but the journal's coverage (a compacted log would be its
+    /// one `Covers` record).
     pub fn is_empty(&self) -> bool {
         self.inbox.is_empty() && self.outbox.is_empty()
     }
@@ -213,6 +233,9 @@ impl State {
     /// The records that rebuild this state, for a compaction: replaying them gives the
     /// same state.
     pub fn live_entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        let covers = self
+            .covers
+            .map(|(from, below)| Entry::Covers { from, below });
         let inbox = self.inbox.iter().map(|(&(from, rck, slot), p)| match p {
             Some(payload) => Entry::Delivered {
                 from,
@@ -235,7 +258,12 @@ impl State {
             });
             std::iter::once(accepted).chain(assigned)
         });
-        inbox.chain(outbox)
+        covers.into_iter().chain(inbox).chain(outbox)
+    }
+
+    /// The incarnations the journal covers: `(from, below)` of its `Covers` records.
+    pub fn covers(&self) -> Option<(u64, u64)> {
+        self.covers
     }
 
     /// What a restarted node is given; `damaged` says the log lost durable records.
@@ -253,6 +281,7 @@ impl State {
                 .collect(),
             messages: self.outbox.values().cloned().collect(),
             damaged,
+            covers: self.covers,
         }
     }
 }

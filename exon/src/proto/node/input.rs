@@ -306,7 +306,7 @@ impl Node {
                 self.stats.rejects.too_many_records += 1;
                 return;
             }
-            if !self.reserve_clock(self.ck + 1) {
+            if !self.reserve_clock(self.ck + 1) || !self.journal_covers_incarnation(self.ck) {
                 self.stats.rejects.clock_wait += 1;
                 return;
             }
@@ -475,9 +475,9 @@ impl Node {
     pub fn abandon(&mut self, now: Instant, to: NodeId, id: MsgId) -> Option<Abandoned> {
         let doubt_sent = self.rules.deadline_doubts_sent_tokens;
         let rec = self.senders.get_mut(&to)?;
-        let (len, verdict) = rec.abandon(now, id, doubt_sent)?;
+        let (len, verdict, slot) = rec.abandon(now, id, doubt_sent)?;
         self.queued_bytes -= len;
-        self.journal_abandoned(id);
+        self.journal_abandoned(now, to, id, slot);
         match verdict {
             Abandoned::NotDelivered => self.stats.not_delivered += 1,
             Abandoned::InDoubt => self.stats.in_doubt += 1,

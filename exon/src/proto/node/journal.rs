@@ -34,7 +34,7 @@ impl Node {
         if self.journal.is_some() || self.next_msg != 0 || !self.is_idle() {
             return Err(RecoverError::NotFresh);
         }
-        let mut j = Journal::new(self.ck, recovered.damaged);
+        let mut j = Journal::new(self.ck, recovered.covers, recovered.damaged);
         let every = self.cfg.timers.probe_interval;
         for d in recovered.deliveries {
             let taken = d.payload.is_none();
@@ -55,6 +55,9 @@ impl Node {
             }
         }
         self.journal = Some(Box::new(j));
+        // The journal covers this run's incarnations from here on: the clock's mark asked
+        // for so far (the next ones as they are asked, `poll_clock_store`).
+        self.journal_covers(self.hw_asked.max(self.hw), true);
         for m in recovered.messages {
             if m.to == self.id {
                 // Never written by a node (it refuses sends to itself): a damaged journal.
@@ -126,7 +129,10 @@ impl Node {
             Gate::Deliver(_) => self.rules.journal_before_delivery,
             Gate::Take(_) => self.rules.journal_before_ack,
             Gate::Assigned { .. } => self.rules.journal_before_token,
-            Gate::Verdict { .. } | Gate::Stored(_) => self.rules.journal_before_verdict,
+            Gate::Verdict { .. } | Gate::Stored(_) | Gate::Released { .. } => {
+                self.rules.journal_before_verdict
+            }
+            Gate::Covers { .. } => true,
         };
         if waits {
             j.gate(seq, g);
@@ -148,6 +154,10 @@ impl Node {
                     self.outbox.wake(to, usize::MAX);
                 }
             }
+            Gate::Covers { .. } => {
+                // New incarnations may be made: sources refused meanwhile ask again.
+            }
+            Gate::Released { to, .. } => self.release_frontier(now, to),
             Gate::Verdict { to, event, .. } => {
                 Event::push_merged(&mut self.events, event);
                 let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
@@ -268,11 +278,41 @@ impl Node {
         }
     }
 
-    /// Durable mode: a message given up is forgotten by the journal too.
-    pub(super) fn journal_abandoned(&mut self, id: MsgId) {
-        if let Some(j) = self.journal.as_mut() {
-            j.write(Entry::Resolved { id });
+    /// Durable mode: a message given up is forgotten by the journal too. Until its
+    /// `Resolved` record is stored, the frontier to `to` stays below its slot (if it had
+    /// one): a crash before then recovers the message in that slot, and the receiver must
+    /// still know whether it delivered it.
+    pub(super) fn journal_abandoned(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        id: MsgId,
+        slot: Option<u64>,
+    ) {
+        if self.journal.is_none() {
+            return;
         }
+        let Some(slot) = slot else {
+            if let Some(j) = self.journal.as_mut() {
+                j.write(Entry::Resolved { id });
+            }
+            return;
+        };
+        self.journal(now, Entry::Resolved { id }, Gate::Released { to, slot });
+        let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
+        if let Some(rec) = self.senders.get_mut(&to) {
+            rec.set_frontier_cap(cap);
+        }
+    }
+
+    /// A held slot's record is stored: the frontier to `to` may move on.
+    fn release_frontier(&mut self, now: Instant, to: NodeId) {
+        let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
+        if let Some(rec) = self.senders.get_mut(&to) {
+            rec.set_frontier_cap(cap);
+            rec.note_if_idle(now);
+        }
+        self.rearm_sender(to);
     }
 
     /// Durable mode: the delivery `ev` (slot `s` of `(src, r)`) reaches the application once
@@ -294,18 +334,51 @@ impl Node {
         self.journal(now, entry, Gate::Deliver(ev));
     }
 
-    /// Durable mode: the answer the journal gives a token of `(src, r, s)` for which no
-    /// live record holds `r`: `Some(answer)` when it knows (ACK for a taken delivery, no
-    /// answer for one the application holds, RETRY for an incarnation lost in a restart).
+    /// Durable mode: the answer the journal gives a token (or a REQCREDIT) of
+    /// `(src, r, s)` for which no live record holds `r`: `Some(answer)` when it knows (ACK
+    /// for a taken delivery, no answer for one the application holds, LOST for a slot of
+    /// an incarnation it vouches for that holds no delivery), `None` when it cannot say.
+    ///
+    /// The journal vouches for an incarnation when it holds every delivery ever made into
+    /// it: one this run made (each delivery was stored before it was handed over), or one
+    /// an earlier run made inside what the journal covered (`Covers`), unless the storage
+    /// lost records. A new or replaced journal covers nothing made before it, a restored
+    /// clock nothing between its copy and the run that started above it: DOUBT there.
     pub(super) fn journal_verdict(&self, src: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
         let j = self.journal.as_ref()?;
         if let Some(v) = j.archive.verdict(src, r, s) {
             return Some(v);
         }
-        // Every delivery was stored before it was handed over or acknowledged: a token of
-        // an incarnation lost in the restart that the archive does not know was never
-        // delivered, unless the storage lost records.
-        (r < j.restart_below && !j.damaged).then_some(Some(Verdict::Lost))
+        if !self.rules.journal_covers_incarnations {
+            // The defect (self-test only): every incarnation from before this run is taken
+            // for covered, whatever journal the node restarted with.
+            return (r < j.run_start && !j.damaged).then_some(Some(Verdict::Lost));
+        }
+        j.vouches_for(r, self.ck).then_some(Some(Verdict::Lost))
+    }
+
+    /// Durable mode: the journal covers this node's incarnations below `below` (the
+    /// clock's mark asked for): a `Covers` record, which new incarnations wait for. The
+    /// first one (at recovery) is written whatever `below`: it records where the journal
+    /// starts.
+    pub(super) fn journal_covers(&mut self, below: u64, first: bool) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        if below <= j.covers_asked && !first {
+            return;
+        }
+        j.covers_asked = j.covers_asked.max(below);
+        let (from, below) = (j.covers_from, j.covers_asked);
+        let seq = j.write(Entry::Covers { from, below });
+        j.gate(seq, Gate::Covers { below });
+    }
+
+    /// Durable mode: whether incarnation `r` may be made now (the journal covers it
+    /// durably). Always true in other modes, and with the rule off.
+    pub(super) fn journal_covers_incarnation(&self, r: u64) -> bool {
+        !self.rules.journal_covers_incarnations
+            || self.journal.as_ref().is_none_or(|j| r < j.covered_below)
     }
 
     /// Durable mode: the application took `id`; the ACK waits for the `Taken` record.

@@ -440,6 +440,8 @@ impl Node {
         let p = self.hw_pending?;
         if p > self.hw_asked {
             self.hw_asked = p;
+            // Durable mode: the journal covers the incarnations this mark allows.
+            self.journal_covers(p, false);
             if !self.rules.clock_waits_for_store {
                 // The defect (self-test only): counted as stored before it is.
                 self.clock_stored(p);

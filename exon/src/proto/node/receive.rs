@@ -79,13 +79,7 @@ impl Node {
                     rec.heard(now);
                 }
                 urgent = true;
-                match self.journal_verdict(src, r, s) {
-                    Some(v) => {
-                        self.stats.duplicates_dropped += u64::from(v != Some(Verdict::Lost));
-                        v
-                    }
-                    None => self.verdict_without_record(r, s),
-                }
+                self.answer_without_record(src, r, s)
             }
         };
         if let Some(v) = verdict {
@@ -94,6 +88,19 @@ impl Node {
             }
         }
         urgent
+    }
+
+    /// The answer to a TOKEN (or REQCREDIT) from `src` for slot `s` of incarnation `r` when
+    /// no live record holds `r`: the journal's, when it knows (durable mode), else
+    /// [`verdict_without_record`](Self::verdict_without_record)'s.
+    pub(super) fn answer_without_record(&mut self, src: NodeId, r: u64, s: u64) -> Option<Verdict> {
+        match self.journal_verdict(src, r, s) {
+            Some(v) => {
+                self.stats.duplicates_dropped += u64::from(v.is_some_and(|v| v != Verdict::Lost));
+                v
+            }
+            None => self.verdict_without_record(r, s),
+        }
     }
 
     /// The answer to a TOKEN of slot `s` of incarnation `r` when no record of `r` exists.
@@ -504,7 +511,7 @@ impl Node {
         (r, s, want): (u64, u64, u64),
     ) {
         if self.receivers.get(&src).is_none_or(|rec| rec.rck() != r) {
-            if let Some(v) = self.verdict_without_record(r, s) {
+            if let Some(v) = self.answer_without_record(src, r, s) {
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
                     self.stats.rejects.outbox_full += 1;

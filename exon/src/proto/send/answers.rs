@@ -289,18 +289,18 @@ impl SRecord {
         self.on_tokens_settled();
     }
 
-    /// Forgets message `id` (given up): returns its size and the truthful verdict, or `None`
-    /// if it is not pending here. `doubt_sent` off (the checker's self-test) calls every
+    /// Forgets message `id` (given up): returns its size, the truthful verdict and the slot
+    /// it had (if it was a token), or `None` if it is not pending here. `doubt_sent` off (the checker's self-test) calls every
     /// abandoned token not delivered.
     pub fn abandon(
         &mut self,
         now: Instant,
         id: MsgId,
         doubt_sent: bool,
-    ) -> Option<(usize, Abandoned)> {
-        let (len, verdict) = if let Some(i) = self.queue.iter().position(|q| q.id == id) {
+    ) -> Option<(usize, Abandoned, Option<u64>)> {
+        let (len, verdict, slot) = if let Some(i) = self.queue.iter().position(|q| q.id == id) {
             let q = self.queue.remove(i)?;
-            (q.payload.len(), Abandoned::NotDelivered)
+            (q.payload.len(), Abandoned::NotDelivered, None)
         } else {
             let slot = self.tokens.iter_mut().find(|(_, t)| t.id == id)?.0;
             let mut taken = None;
@@ -321,10 +321,10 @@ impl SRecord {
                 Abandoned::InDoubt
             };
             self.on_tokens_settled();
-            (tok.payload.len(), verdict)
+            (tok.payload.len(), verdict, Some(slot))
         };
         self.bytes -= len;
         self.note_if_idle(now);
-        Some((len, verdict))
+        Some((len, verdict, slot))
     }
 }

@@ -637,7 +637,7 @@ mod tests {
         assert_eq!(again, 0, "requeued as never sent");
         assert_eq!((rec.token_count(), rec.queued_count()), (1, 1));
         assert_eq!(
-            rec.abandon(t0, MsgId(5), true).map(|(_, v)| v),
+            rec.abandon(t0, MsgId(5), true).map(|(_, v, _)| v),
             Some(crate::proto::Abandoned::InDoubt)
         );
     }
