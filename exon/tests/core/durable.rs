@@ -49,6 +49,20 @@ fn step_until(p: &mut Pair, cond: impl Fn(&Pair) -> bool) {
     panic!("condition never reached");
 }
 
+/// Node `i` restarts from its stored clock and nothing else (no journal).
+fn restart_without_journal(p: &mut Pair, i: usize) {
+    let side = &mut p.nodes[i];
+    let cfg = side.node.config().clone();
+    side.node = exon::proto::Node::new(
+        exon_testkit::pair::id(i),
+        exon::proto::Security::InsecurePlaintext,
+        cfg,
+        side.stored,
+    )
+    .unwrap();
+    side.untaken.clear();
+}
+
 /// A stream of `n` messages from A to B, B crashing once a third has arrived, its journal
 /// synced every `sync_every` steps (0: every record at once).
 fn receiver_crash(durable: bool, n: usize, sync_every: usize) -> Pair {
@@ -78,17 +92,7 @@ fn receiver_crash(durable: bool, n: usize, sync_every: usize) -> Pair {
     if durable {
         p.crash_and_recover(B);
     } else {
-        // Without a journal a restart keeps only the clock.
-        let side = &mut p.nodes[B];
-        let cfg = side.node.config().clone();
-        side.node = exon::proto::Node::new(
-            exon_testkit::pair::id(B),
-            exon::proto::Security::InsecurePlaintext,
-            cfg,
-            side.stored,
-        )
-        .unwrap();
-        side.untaken.clear();
+        restart_without_journal(&mut p, B);
     }
     p.nodes[B].auto_sync = true;
     p.sync(B);
@@ -335,17 +339,8 @@ fn restart_with_a_journal_that_never_saw_m(
     if was_durable {
         p.crash_and_recover_with(B, exon::proto::journal::State::new(), false);
     } else {
-        // Without a journal a restart keeps only the clock; durable mode is switched on.
-        let side = &mut p.nodes[B];
-        let cfg = side.node.config().clone();
-        side.node = exon::proto::Node::new(
-            exon_testkit::pair::id(B),
-            exon::proto::Security::InsecurePlaintext,
-            cfg,
-            side.stored,
-        )
-        .unwrap();
-        side.untaken.clear();
+        // A node that ran without a journal restarts with durable mode switched on.
+        restart_without_journal(&mut p, B);
         p.make_durable(B);
     }
     let mut rules = Rules::ALL;
