@@ -188,7 +188,6 @@ pub(crate) fn deadlines_across_resize(seed: u64, rules: Option<Rules>) -> Scenar
             burst: 2,
             max_pending: 200,
             interval: Duration::from_millis(10),
-            ..Workload::default()
         },
         deadline: Some(Duration::from_millis(deadline)),
         faults,
