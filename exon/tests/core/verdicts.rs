@@ -4,7 +4,9 @@
 //! or a datagram goes to the sender anyway). Beyond ACK: DOUBT after a receiver restart (its
 //! incarnations died with it) and RETRY after an eviction (nothing was delivered into the
 //! incarnation); each of those tests fails if the receiver answered ACK instead, which would
-//! acknowledge a message that was never delivered.
+//! acknowledge a message that was never delivered. And the verdict of a message given up at
+//! its deadline after its datagrams shrank (`deadline_after_resize`): a whole TOKEN that left
+//! before makes it in doubt, never not delivered.
 
 use std::time::{Duration, Instant};
 
