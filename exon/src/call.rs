@@ -11,10 +11,11 @@ pub enum Learned {
     /// The request was acknowledged: the server took it with its reply queued (it was
     /// executed).
     Acknowledged,
-    /// The request was given up before any copy of it left (or refused by the server for
-    /// its size): never delivered.
+    /// The request was given up before any whole copy of it left (or refused by the server
+    /// for its size): never delivered.
     NotDelivered,
-    /// The request was given up, or its receiver lost its incarnation, after a copy left.
+    /// The request was given up, or its receiver lost its incarnation, after a whole copy
+    /// left.
     InDoubt,
     /// The reply came.
     Reply(Outcome, Bytes),

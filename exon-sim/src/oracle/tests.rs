@@ -116,6 +116,33 @@ fn not_delivered_must_never_arrive() {
     assert_eq!((o.not_delivered, o.expired_in_doubt, o.lost), (1, 1, 0));
 }
 
+/// The other order (the deadline-after-resize class): delivered and taken, its ACK lost,
+/// then given up and told not delivered. And a message sent again after it was delivered
+/// (a RETRY or LOST obeyed wrongly) and delivered a second time.
+#[test]
+fn not_delivered_after_delivery_and_a_resend_delivered_twice_are_caught() {
+    let mut o = Oracle::new(2);
+    let a = o.on_submit(0, 1, 0);
+    let b = o.on_submit(0, 1, 0);
+    for k in [a, b] {
+        assert!(o.on_delivered(1, 0, &payload(k), 1).is_some());
+        assert!(o.on_taken(1, &payload(k), 2).is_some());
+    }
+    o.on_abandoned(a, true, 5);
+    assert_eq!(kinds(&o), [ViolationKind::DeliveredAfterNotDelivered]);
+    assert!(o.on_delivered(1, 0, &payload(b), 6).is_none());
+    o.on_acked(b, 7);
+    o.finish(10);
+    assert_eq!(
+        kinds(&o),
+        [
+            ViolationKind::DeliveredAfterNotDelivered,
+            ViolationKind::Duplicate
+        ]
+    );
+    assert_eq!(o.violations()[1].key, Some(b));
+}
+
 #[test]
 fn restarts_excuse_nothing_else() {
     let mut o = Oracle::new(2);

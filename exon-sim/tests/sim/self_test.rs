@@ -360,6 +360,20 @@ fn deadline_doubts_sent_tokens() {
     assert!(r.not_delivered > 0);
 }
 
+/// Deadlines during a one-way outage after datagram sizes changed (`deaf_paths.rs`): a
+/// message that left as one whole TOKEN and was delivered is cut into fragments when the
+/// sizes shrink (deaf schedule, black-hole fallback). With the rule off, giving it up
+/// before every fragment left reports it not delivered, and the oracle sees it delivered.
+#[test]
+fn deadline_remembers_whole_copies() {
+    let r = self_test_with(
+        |seed| super::deaf_paths::deadlines_across_resize(seed, None),
+        |r| r.deadline_remembers_whole_copies = false,
+        &[ViolationKind::DeliveredAfterNotDelivered],
+    );
+    assert!(r.not_delivered > 0);
+}
+
 /// A clean run with deadlines reports both verdicts.
 #[test]
 fn deadlines_give_both_verdicts() {

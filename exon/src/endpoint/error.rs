@@ -63,15 +63,16 @@ pub enum ReceiptError {
     /// (too many destinations, or the endpoint closed meanwhile): it was never sent.
     #[error("message refused: {0}")]
     Refused(Error),
-    /// The message's deadline passed before any copy of it left this endpoint: it was
-    /// certainly not delivered, and never will be.
+    /// The message's deadline passed before any whole copy of it left this endpoint (it was
+    /// never sent, or only in fragments some bytes of which never left): it was certainly
+    /// not delivered, and never will be.
     #[error("deadline passed before the message was sent: not delivered")]
     NotDelivered,
     /// The receiver lost the incarnation the message was sent under (it restarted, or
     /// forgot it under a flood of requests) before acknowledging it: the message was
     /// delivered at most once, maybe not at all (or delivered and lost in the receiver's
     /// buffer before its application took it), and will not be sent again. Also the verdict
-    /// on a message whose deadline passed after a copy of it was sent.
+    /// on a message whose deadline passed after a whole copy of it was sent.
     #[error("receiver restarted before acknowledging: message in doubt")]
     InDoubt,
 }

@@ -143,9 +143,12 @@ impl TransmitRun {
 /// The verdict on a message the sender gave up with [`Node::abandon`](crate::proto::Node::abandon).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Abandoned {
-    /// No copy of it ever left this node: it was certainly not delivered, and never will be.
+    /// No whole copy of it ever left this node (it was never sent, or only in FRAGs some
+    /// bytes of which never left): it was certainly not delivered, and never will be.
     NotDelivered,
-    /// A copy left (it was sent at least once as a TOKEN, or every byte of it in FRAGs):
-    /// it may still be delivered, at most once, or may never be. It will not be sent again.
+    /// A whole copy left (it was sent at least once as a TOKEN, or every byte of it in
+    /// FRAGs), even if it was cut into fragments since, when datagrams shrank: it may still
+    /// be delivered, at most once, may have been, or may never be. It will not be sent
+    /// again.
     InDoubt,
 }

@@ -47,6 +47,13 @@ pub struct Rules {
     /// doubt; only one that never left is reported not delivered. Off, every abandoned
     /// message is reported not delivered, although a copy in flight may still arrive.
     pub deadline_doubts_sent_tokens: bool,
+    /// Beyond the notes (deadlines after a change of datagram sizes): a token remembers
+    /// that a whole copy of its message (one TOKEN, or every byte in FRAGs) ever left, and a
+    /// message given up after that is in doubt, however its retransmissions were cut up
+    /// since (datagrams shrunk by the deaf schedule or the black-hole fallback, fragments
+    /// that never left). Off, a message whose present fragments did not all leave is
+    /// reported not delivered, although an earlier whole copy may have been delivered.
+    pub deadline_remembers_whole_copies: bool,
     /// Beyond the paper (large messages): a receiver stores a partial message only within
     /// the reassembly memory it granted its sender (CREDIT), and a sender starts a message
     /// of several fragments only within the credit it holds, waiting otherwise. Off, both
@@ -143,6 +150,7 @@ impl Rules {
         unproven_probe_limit: true,
         ack_on_take: true,
         deadline_doubts_sent_tokens: true,
+        deadline_remembers_whole_copies: true,
         fragments_need_credit: true,
         deaf_backoff: true,
         evict_silent_records: true,

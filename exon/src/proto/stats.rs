@@ -239,10 +239,10 @@ counters! {
         pub acknowledged: u64 [sum],
         /// Messages of ours reported in doubt: their receiver lost the incarnation they were
         /// sent under (a restart, or an eviction under pressure), or they were given up
-        /// (`Node::abandon`) after a copy left, so delivery is unknown.
+        /// (`Node::abandon`) after a whole copy left, so delivery is unknown.
         pub in_doubt: u64 [sum],
-        /// Messages of ours given up (`Node::abandon`) before any copy left: certainly not
-        /// delivered.
+        /// Messages of ours given up (`Node::abandon`) before any whole copy left: certainly
+        /// not delivered.
         pub not_delivered: u64 [sum],
         /// Tokens of ours the receiver answered with RETRY (never delivered): made again from
         /// fresh slots.

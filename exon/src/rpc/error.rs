@@ -15,11 +15,11 @@ pub enum CallError {
     /// closed, journal failed): it was **not executed**, and never will be.
     #[error("request not sent: {0}")]
     Refused(Error),
-    /// The call's deadline passed before any copy of the request left this endpoint (or
+    /// The call's deadline passed before any whole copy of the request left this endpoint (or
     /// the server refused a message that large): **not executed**, and never will be.
     #[error("request not delivered before the deadline: not executed")]
     NotExecuted,
-    /// The request may have been executed, or may yet be, at most once: a copy left, and
+    /// The request may have been executed, or may yet be, at most once: a whole copy left, and
     /// the server did not acknowledge it before the deadline (or restarted, not durable,
     /// before answering). A reply that comes later is discarded and counted
     /// ([`EndpointStats::replies_discarded`](crate::endpoint::EndpointStats::replies_discarded)).

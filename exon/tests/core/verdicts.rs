@@ -4,7 +4,9 @@
 //! or a datagram goes to the sender anyway). Beyond ACK: DOUBT after a receiver restart (its
 //! incarnations died with it) and RETRY after an eviction (nothing was delivered into the
 //! incarnation); each of those tests fails if the receiver answered ACK instead, which would
-//! acknowledge a message that was never delivered.
+//! acknowledge a message that was never delivered. And the verdict of a message given up at
+//! its deadline after its datagrams shrank (`deadline_after_resize`): a whole TOKEN that left
+//! before makes it in doubt, never not delivered.
 
 use std::time::{Duration, Instant};
 
@@ -317,5 +319,164 @@ fn zero_ack_delay_acknowledges_every_datagram() {
     for p in &ps {
         feed(&mut b, t, std::slice::from_ref(p));
         assert_eq!(acks(&out(&mut b, t)), 1);
+    }
+}
+
+// ----- deadlines after a change of datagram sizes ----------------------------------------
+
+mod deadline_after_resize {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use exon::proto::{Abandoned, Frame, MAX_DATAGRAM_SIZE};
+    use exon_testkit::pair::*;
+
+    /// Whether the datagram carries a whole TOKEN with a payload of at least `big` bytes.
+    fn has_token(w: &Wire, big: usize) -> bool {
+        w.packet()
+            .frames
+            .iter()
+            .any(|f| matches!(f, Frame::Token { payload, .. } if payload.len() >= big))
+    }
+
+    /// A path on which B's datagrams stop reaching A (a one-way outage, the ACK path
+    /// down) as soon as a datagram of A's carrying a whole TOKEN of a message of at least
+    /// `big` bytes went by, and that carries datagrams up to `mtu` (changeable while running).
+    fn ack_path_fails_after_big_token(p: &mut Pair, big: usize, mtu: Rc<Cell<usize>>) {
+        let down = Rc::new(Cell::new(false));
+        p.set_filter(move |w: &Wire| {
+            if w.data.len() > mtu.get() || (w.from == B && down.get()) {
+                return Fate::Drop;
+            }
+            if w.from == A && has_token(w, big) {
+                down.set(true);
+            }
+            Fate::Deliver
+        });
+    }
+
+    /// The first case: a 1 300-byte message in fixed 1 452-byte datagrams (no path
+    /// MTU discovery) leaves as one whole TOKEN, is delivered and taken, and then nothing
+    /// comes back for 20 s. A, deaf to B, retransmits in base-size (1 200-byte) datagrams, in
+    /// which the message only fits as fragments, none of which may leave (no credit comes
+    /// back). Given up at its deadline, it is in doubt: a whole copy left, and was in fact
+    /// delivered. Reporting it not delivered would have the application send it again.
+    fn whole_token_then_deaf_peer(silence: Duration) -> (Pair, Option<Abandoned>) {
+        let mut c = test_config();
+        c.mtu.max_datagram_size = 1452;
+        let mut p = Pair::new(c);
+        ack_path_fails_after_big_token(&mut p, 1300, Rc::new(Cell::new(usize::MAX)));
+        let m = p.send(A, Bytes::from(vec![7u8; 1300]));
+        p.run(silence);
+        let now = p.now;
+        let verdict = p.node(A).abandon(now, id(B), m);
+        (p, verdict)
+    }
+
+    #[test]
+    fn a_delivered_message_whose_ack_path_failed_is_in_doubt_after_a_long_silence() {
+        let (mut p, verdict) = whole_token_then_deaf_peer(Duration::from_secs(20));
+        assert_eq!(p.nodes[B].delivered.len(), 1, "M was delivered");
+        assert!(
+            p.node(A).stats().deaf_datagrams > 0,
+            "A never went deaf: the test does not reach the defect"
+        );
+        assert_eq!(verdict, Some(Abandoned::InDoubt));
+    }
+
+    /// The control: a short silence (before A treats B as deaf) gives doubt too.
+    #[test]
+    fn a_delivered_message_whose_ack_path_failed_is_in_doubt_after_a_short_silence() {
+        let (mut p, verdict) = whole_token_then_deaf_peer(Duration::from_millis(200));
+        assert_eq!(p.nodes[B].delivered.len(), 1);
+        assert_eq!(p.node(A).stats().deaf_datagrams, 0);
+        assert_eq!(verdict, Some(Abandoned::InDoubt));
+    }
+
+    /// The second case, through the black-hole fallback: path MTU discovery grew
+    /// datagrams to 9 000 bytes, and a 5 000-byte message M leaves as one whole TOKEN and is
+    /// delivered. Then the path shrinks to 1 500 bytes, and B's answers about messages (ACK,
+    /// GOT, CREDIT) stop reaching A, while its other datagrams (MTU_ACK) still do: A hears
+    /// B, so it is not deaf, but M's retransmissions (whole, 9 000-byte datagrams) are lost,
+    /// black-hole detection falls back to the base size, and M is cut into fragments that
+    /// wait for credit that never comes. Given up, M is in doubt: a whole copy left.
+    #[test]
+    fn a_delivered_message_is_in_doubt_after_the_black_hole_fallback() {
+        let mut c = test_config();
+        c.mtu.discovery = true;
+        c.mtu.max_datagram_size = MAX_DATAGRAM_SIZE;
+        let mut p = Pair::new(c);
+        let mtu = Rc::new(Cell::new(9000));
+        let down = Rc::new(Cell::new(false));
+        let (path, cut) = (mtu.clone(), down.clone());
+        p.set_filter(move |w: &Wire| {
+            if w.data.len() > path.get() {
+                return Fate::Drop;
+            }
+            let answers = |f: &Frame| {
+                matches!(
+                    f,
+                    Frame::Ack { .. } | Frame::Got { .. } | Frame::Credit { .. }
+                )
+            };
+            if w.from == B && cut.get() && w.packet().frames.iter().any(answers) {
+                return Fate::Drop;
+            }
+            if w.from == A && has_token(w, 5000) {
+                // M left whole: the path shrinks behind it, and the answers stop.
+                cut.set(true);
+                path.set(1500);
+            }
+            Fate::Deliver
+        });
+        // Small messages first, so that discovery finds the path's size.
+        for round in 0..20u32 {
+            for i in 0..50u32 {
+                p.send(A, Bytes::from((round * 50 + i).to_be_bytes().repeat(25)));
+            }
+            p.run(Duration::from_millis(20));
+        }
+        let size = p.node(A).send_size(id(B));
+        assert!(size > 5100, "discovery stopped at {size}");
+        let m = p.send(A, Bytes::from(vec![9u8; 5000]));
+        p.run(Duration::from_secs(20));
+        assert!(down.get(), "M never left whole");
+        assert_eq!(p.nodes[B].delivered.len(), 1001, "M was delivered, once");
+        let s = *p.node(A).stats();
+        assert!(
+            s.mtu.black_hole_fallbacks > 0,
+            "no fallback: the test does not reach the defect ({:?})",
+            s.mtu
+        );
+        assert!(p.node(A).send_size(id(B)) <= 1500);
+        let now = p.now;
+        assert_eq!(p.node(A).abandon(now, id(B), m), Some(Abandoned::InDoubt));
+    }
+
+    /// With the rule off, the defect returns: the delivered message is reported not
+    /// delivered.
+    #[cfg(feature = "rule-switches")]
+    #[test]
+    fn without_the_rule_a_delivered_message_is_reported_not_delivered() {
+        let mut c = test_config();
+        c.mtu.max_datagram_size = 1452;
+        let mut p = Pair::new(c);
+        p.node(A).set_rules({
+            let mut r = exon::proto::Rules::ALL;
+            r.deadline_remembers_whole_copies = false;
+            r
+        });
+        ack_path_fails_after_big_token(&mut p, 1300, Rc::new(Cell::new(usize::MAX)));
+        let m = p.send(A, Bytes::from(vec![7u8; 1300]));
+        p.run(Duration::from_secs(20));
+        let now = p.now;
+        assert_eq!(p.nodes[B].delivered.len(), 1);
+        assert_eq!(
+            p.node(A).abandon(now, id(B), m),
+            Some(Abandoned::NotDelivered),
+            "the defect the rule prevents"
+        );
     }
 }

@@ -468,14 +468,16 @@ impl Node {
     /// truthful verdict, or `None` if the message is not pending (already settled, or never
     /// sent to `to`).
     ///
-    /// A message still queued, made into a TOKEN never written out, or sent in fragments of
-    /// which some bytes never left, is [`Abandoned::NotDelivered`]: its slot (if any) is
-    /// simply released later by the collection frontier (with any partial message the
-    /// receiver held in it). Any other is [`Abandoned::InDoubt`].
+    /// A message no whole copy of which ever left (still queued, made into a TOKEN never
+    /// written out, or sent only in fragments some bytes of which never left) is
+    /// [`Abandoned::NotDelivered`]: its slot (if any) is simply released later by the
+    /// collection frontier (with any partial message the receiver held in it). Any other is
+    /// [`Abandoned::InDoubt`], including a message that left as one whole TOKEN and was
+    /// cut into fragments afterwards (smaller datagrams), however few of those left.
     pub fn abandon(&mut self, now: Instant, to: NodeId, id: MsgId) -> Option<Abandoned> {
-        let doubt_sent = self.rules.deadline_doubts_sent_tokens;
+        let rules = self.rules;
         let rec = self.senders.get_mut(&to)?;
-        let (len, verdict, slot) = rec.abandon(now, id, doubt_sent)?;
+        let (len, verdict, slot) = rec.abandon(now, id, &rules)?;
         self.queued_bytes -= len;
         self.journal_abandoned(now, to, id, slot);
         match verdict {

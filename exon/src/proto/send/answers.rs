@@ -290,13 +290,17 @@ impl SRecord {
     }
 
     /// Forgets message `id` (given up): returns its size, the truthful verdict and the slot
-    /// it had (if it was a token), or `None` if it is not pending here. `doubt_sent` off (the checker's self-test) calls every
-    /// abandoned token not delivered.
+    /// it had (if it was a token), or `None` if it is not pending here. Not delivered only if no whole copy ever left (still
+    /// queued, a token never written, or fragments some bytes of which never left and no
+    /// whole TOKEN before them); in doubt otherwise. The rules `deadline_doubts_sent_tokens`
+    /// off (every abandoned token not delivered) and `deadline_remembers_whole_copies` off
+    /// (a message whose present fragments did not all leave not delivered, an earlier whole
+    /// TOKEN forgotten) are the checker's self-test.
     pub fn abandon(
         &mut self,
         now: Instant,
         id: MsgId,
-        doubt_sent: bool,
+        rules: &Rules,
     ) -> Option<(usize, Abandoned, Option<u64>)> {
         let (len, verdict, slot) = if let Some(i) = self.queue.iter().position(|q| q.id == id) {
             let q = self.queue.remove(i)?;
@@ -312,10 +316,16 @@ impl SRecord {
                     .give_back(tok.rck, Outgoing::charge_of(o.total()));
             }
             self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
-            // A message in fragments some bytes of which never left cannot be delivered:
-            // its receiver can never make it whole.
-            let partly_unsent = tok.frag.as_ref().is_some_and(|o| !o.all_sent());
-            let verdict = if tok.sends == 0 || !doubt_sent || partly_unsent {
+            // A message no whole copy of which ever left cannot be delivered: its receiver
+            // can never make it whole. A whole TOKEN that left before the message was cut
+            // into fragments (smaller datagrams) counts, whatever became of the fragments.
+            let whole_left = if rules.deadline_remembers_whole_copies {
+                tok.whole_left
+            } else {
+                tok.frag.as_ref().is_none_or(|o| o.all_sent())
+            };
+            let doubt_sent = rules.deadline_doubts_sent_tokens;
+            let verdict = if tok.sends == 0 || !doubt_sent || !whole_left {
                 Abandoned::NotDelivered
             } else {
                 Abandoned::InDoubt

@@ -250,11 +250,13 @@ impl SRecord {
         };
         match assigned {
             Some((rck, slot)) => {
-                // It may have left before the crash (its slot was stored first): a verdict
-                // for its incarnation must not put it back in the queue as never sent, and
-                // giving it up is in doubt.
+                // It may have left before the crash (its slot was stored first), whole: a
+                // verdict for its incarnation must not put it back in the queue as never
+                // sent, and giving it up is in doubt, even once it goes in fragments (the
+                // restarted node starts from the base datagram size) not all of which left.
                 let mut tok = Token::new(rck, msg);
                 tok.sends = 1;
+                tok.whole_left = true;
                 self.tokens.insert(slot, tok);
                 self.to_send.push_back(slot);
             }
@@ -637,7 +639,26 @@ mod tests {
         assert_eq!(again, 0, "requeued as never sent");
         assert_eq!((rec.token_count(), rec.queued_count()), (1, 1));
         assert_eq!(
-            rec.abandon(t0, MsgId(5), true).map(|(_, v, _)| v),
+            rec.abandon(t0, MsgId(5), &Rules::ALL).map(|(_, v, _)| v),
+            Some(crate::proto::Abandoned::InDoubt)
+        );
+    }
+
+    /// A restarted node starts from the base datagram size: a recovered token that left
+    /// whole before the crash in larger datagrams goes in fragments now. Given up before
+    /// they all left, it is still in doubt (that whole copy may have been delivered).
+    #[test]
+    fn a_recovered_token_cut_into_fragments_is_in_doubt() {
+        let cfg = Config::default();
+        let t0 = Instant::now();
+        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
+        rec.set_durable();
+        rec.restore(MsgId(5), Bytes::from(vec![1u8; 5000]), Some((7, 42)));
+        let tok = rec.tokens.get_mut(42).expect("restored");
+        tok.frag = Some(Box::new(Outgoing::new(5000)));
+        assert!(!tok.frag.as_ref().is_some_and(|o| o.all_sent()));
+        assert_eq!(
+            rec.abandon(t0, MsgId(5), &Rules::ALL).map(|(_, v, _)| v),
             Some(crate::proto::Abandoned::InDoubt)
         );
     }

@@ -30,8 +30,12 @@ pub(crate) struct Token {
     pub(super) id: MsgId,
     /// When it was last put on the wire (`None`: never yet).
     pub(super) sent_at: Option<Instant>,
-    /// How many times it was put on the wire.
+    /// How many times it was put on the wire (as a TOKEN, or a FRAG of it).
     pub(super) sends: u32,
+    /// A whole copy of the message left at least once: one TOKEN frame, or every byte of
+    /// it in FRAG frames. Never cleared: a message cut into fragments later (smaller
+    /// datagrams) of which some never left may still have been delivered from that copy.
+    pub(super) whole_left: bool,
     /// Waiting in `to_send`.
     pub(super) queued: bool,
     /// Sequence number of its last transmission (see [`LossDetector`]).
@@ -75,6 +79,7 @@ impl Token {
             id: msg.id,
             sent_at: None,
             sends: 0,
+            whole_left: false,
             queued: true,
             seq: 0,
             flight: 0,

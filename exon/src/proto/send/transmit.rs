@@ -76,7 +76,9 @@ impl SRecord {
             let len = token_len(s, r, tok.payload.len());
             if tok.frag.is_none() && (len > body_room || tok.reported) {
                 // Too large for one TOKEN in this peer's datagrams: fragments from now on
-                // (a whole TOKEN sent before, when datagrams were larger, is written off).
+                // (a whole TOKEN sent before, when datagrams were larger, is written off as
+                // bytes in flight, but `whole_left` keeps that it left: it may have been
+                // delivered).
                 // Or a message its receiver may hold untaken for long: one whole FRAG, so
                 // that the receiver's GOT says it is there (no loss, no retransmission)
                 // before its ACK.
@@ -148,6 +150,7 @@ impl SRecord {
                 l.resent_at.get_or_insert(now);
             }
             tok.sends = tok.sends.saturating_add(1);
+            tok.whole_left = true;
             tok.sent_at = Some(now);
             tok.queued = false;
             rec.to_send.pop_front();
@@ -321,6 +324,8 @@ impl SRecord {
         if let Some(tok) = self.tokens.get_mut(slot) {
             if let Some(o) = &mut tok.frag {
                 o.on_sent(range, seq, now, size, st, reach);
+                // Every byte has now left once: a whole copy, whatever happens to sizes.
+                tok.whole_left |= o.all_sent();
                 tok.flight = tok.flight.saturating_add(size);
                 tok.seq = seq;
             }
