@@ -90,6 +90,14 @@ impl ClockStore for MemoryStore {
 /// renames it over the file and fsyncs the directory, so a crash leaves either the old or the
 /// new value, and two stores never share a temporary file. It runs on
 /// tokio's blocking pool. A missing file starts from [`wall_clock_start`].
+///
+/// [`load`](ClockStore::load) never returns less than the wall clock
+/// ([`wall_clock_start`], microseconds since the Unix epoch): a node restarted on an older
+/// copy of its directory (a backup restored, a VM snapshot rolled back) then starts above
+/// every clock value the lost run used, so it reuses no incarnation and no nonce epoch, as
+/// long as the clock has not run ahead of the wall clock (it advances by one per slot and
+/// per incarnation: fewer than a million a second on average since the clock was first
+/// taken from the wall clock) and the wall clock does not go back.
 pub struct FileStore {
     path: PathBuf,
 }
@@ -119,7 +127,8 @@ impl ClockStore for FileStore {
         match fs::read_to_string(&self.path) {
             Ok(s) => s
                 .trim()
-                .parse()
+                .parse::<u64>()
+                .map(|stored| stored.max(wall_clock_start()))
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(wall_clock_start()),
             Err(e) => Err(e),
