@@ -665,6 +665,7 @@ impl Handle {
                 crate::envelope::Flow::Channel(number),
                 ordered.run(),
                 ordered.config().channel(),
+                ordered.advertises(),
                 shard.cmds.downgrade(),
                 self.first().shared.clone(),
                 None,
@@ -693,6 +694,7 @@ impl Handle {
             },
             ordered.run(),
             ordered.config().stream(),
+            ordered.advertises(),
             shard.cmds.downgrade(),
             self.first().shared.clone(),
             Some((
