@@ -186,3 +186,58 @@ async fn without_the_rules_acknowledged_messages_are_dropped() {
     assert!(o.beyond_window > 0);
     assert!((o.received.len() as u64) < MESSAGES, "stalled: {e}");
 }
+
+/// Streams alike: A (default stream window, 1024 chunks) and B (4 chunks of at most 8 KiB,
+/// 32 KiB) write 256 KiB each way at once, both dropping 10 % of their datagrams: every byte
+/// arrives exact, and neither receives beyond the window it advertised.
+#[tokio::test]
+async fn a_stream_between_unequal_windows_is_exact_both_ways_within_the_smaller() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut small = cfg();
+    small.flows.stream_window = 4;
+    small.flows.stream_window_bytes = 32 << 10;
+    small.flows.stream_chunk = 8 << 10;
+    let a = start(A, 21, cfg()).await;
+    let mut b = start(B, 22, small).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let len = 256 << 10;
+    let data = |k: u8| -> Vec<u8> { (0..len).map(|i| (i as u8).wrapping_mul(k)).collect() };
+    let mut s = a.open_stream(B).unwrap();
+    let mut t = timeout(Duration::from_secs(20), b.accept_stream())
+        .await
+        .unwrap()
+        .unwrap();
+    let (sa, sb) = (data(3), data(7));
+    let one = async {
+        let (mut r, mut w) = tokio::io::split(&mut s);
+        let write = async {
+            w.write_all(&sa).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        let read = r.read_to_end(&mut got);
+        let (_, n) = tokio::join!(write, read);
+        n.unwrap();
+        got
+    };
+    let two = async {
+        let (mut r, mut w) = tokio::io::split(&mut t);
+        let write = async {
+            w.write_all(&sb).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let mut got = Vec::new();
+        let read = r.read_to_end(&mut got);
+        let (_, n) = tokio::join!(write, read);
+        n.unwrap();
+        got
+    };
+    let (at_a, at_b) = timeout(Duration::from_secs(30), async { tokio::join!(one, two) })
+        .await
+        .unwrap();
+    assert!(at_a == sb, "A read B's bytes exact");
+    assert!(at_b == sa, "B read A's bytes exact");
+    assert_eq!(b.stats().await.unwrap().beyond_window, 0);
+    assert_eq!(a.stats().await.unwrap().beyond_window, 0);
+}
