@@ -8,8 +8,13 @@ pub struct ChannelModel {
     /// Channels each node uses to each receiver (at least 1).
     pub channels: u16,
     /// Messages (and gaps) of one flow unsettled at once (`Window::messages`): the receiver
-    /// holds at most one fewer out of order.
+    /// holds at most one fewer out of order. Every node's window, unless `windows` says
+    /// otherwise.
     pub window: u32,
+    /// Per-node windows (node `i` uses `windows[i % len]`, as sender and as receiver):
+    /// nodes whose windows differ, as the endpoint's `FlowConfig::channel_window` may.
+    /// Empty: every node uses `window`.
+    pub windows: Vec<u32>,
     /// Bytes of one flow unsettled at once (`Window::bytes`).
     pub window_bytes: usize,
     /// One submission in this many (drawn at random) is a plain message
@@ -26,6 +31,15 @@ pub struct ChannelModel {
     /// is acknowledged. Off: the sender numbers and sends from 0 at once (bounded by the
     /// window unless [`window_rule`](Self::window_rule) is off too).
     pub first_alone: bool,
+    /// Rule: a receiver advertises its window when a sender's run starts
+    /// (`Envelope::window`), and the sender keeps to the smaller of its own and that one,
+    /// one message at a time until it knows (`Sequencer::expect_peer_window`). Off: a
+    /// sender keeps to its own window.
+    pub advertise: bool,
+    /// Rule: a receiver holds a message that arrives ahead of its turn untaken, however
+    /// far beyond its window. Off: one at least four receiver windows ahead is taken
+    /// (acknowledged) and dropped, as the endpoint did before (issue 42).
+    pub hold_beyond_window: bool,
 }
 
 impl Default for ChannelModel {
@@ -33,26 +47,37 @@ impl Default for ChannelModel {
         ChannelModel {
             channels: 2,
             window: 8,
+            windows: Vec::new(),
             window_bytes: 64 << 10,
             plain_one_in: 5,
             gaps: true,
             window_rule: true,
             first_alone: true,
+            advertise: true,
+            hold_beyond_window: true,
         }
     }
 }
 
 impl ChannelModel {
-    /// The window senders use (`exon::ordered::Window`).
-    pub fn window(&self) -> exon::ordered::Window {
+    /// Node `node`'s window, as sender and as receiver (`exon::ordered::Window`).
+    pub fn window_of(&self, node: usize) -> exon::ordered::Window {
+        let messages = match self.windows.len() {
+            0 => self.window,
+            n => self.windows[node % n],
+        };
         exon::ordered::Window {
-            messages: self.window.max(1),
+            messages: messages.max(1),
             bytes: self.window_bytes.max(1),
         }
     }
 
     /// Whether every rule is on.
     pub fn all_rules(&self) -> bool {
-        self.gaps && self.window_rule && self.first_alone
+        self.gaps
+            && self.window_rule
+            && self.first_alone
+            && self.advertise
+            && self.hold_beyond_window
     }
 }

@@ -179,6 +179,11 @@ struct Args {
     /// With `--channels`: messages of one flow unsettled at once.
     #[arg(long, default_value_t = 8)]
     channel_window: u32,
+    /// With `--channels`: per-node windows, comma-separated (node `i` uses the
+    /// `i % len`-th), instead of `--channel-window` for all: receivers advertise theirs and
+    /// senders keep to the smaller.
+    #[arg(long, value_delimiter = ',')]
+    channel_windows: Vec<u32>,
     /// With `--channels`: one submission in this many is a plain message (0: none).
     #[arg(long, default_value_t = 5)]
     plain_one_in: u64,
@@ -312,6 +317,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         channels: (a.channels > 0).then(|| exon_sim::ChannelModel {
             channels: a.channels,
             window: a.channel_window,
+            windows: a.channel_windows.clone(),
             plain_one_in: a.plain_one_in,
             ..exon_sim::ChannelModel::default()
         }),

@@ -28,6 +28,8 @@ const ORDERED_LAST: u8 = 0x06;
 const GAP: u8 = 0x07;
 /// Kind byte of a stream's abort.
 const RESET: u8 = 0x08;
+/// Kind byte of a receiver's window, advertised to a flow's sender.
+const WINDOW: u8 = 0x09;
 
 /// The most bytes an envelope adds to the application's bytes: an ordered message's kind,
 /// flow (8), run (4) and sequence number (8).
@@ -147,6 +149,19 @@ pub enum Envelope {
     Gap(Place),
     /// The stream of `place.flow` is aborted (`place.seq` is 0).
     Reset(Place),
+    /// The receiver of the flow `flow` (named as the receiver of this envelope, the flow's
+    /// sender, sees it) advertises its window for the sender's run `run`: the sender keeps
+    /// at most `messages` messages and gaps, and `bytes` bytes, of the flow unsettled.
+    Window {
+        /// The flow, as its sender names it.
+        flow: Flow,
+        /// The sender's run the window is for.
+        run: u32,
+        /// Messages and gaps unsettled at once (at most `u32::MAX`).
+        messages: u32,
+        /// Their bytes (at most `2^62 - 1` on the wire).
+        bytes: u64,
+    },
 }
 
 /// Why bytes are not an envelope (an authenticated peer that does not speak it).
@@ -177,7 +192,7 @@ impl Envelope {
             data.advance(1);
             return Ok(Envelope::Message(data));
         }
-        if (ORDERED..=RESET).contains(&kind) {
+        if (ORDERED..=WINDOW).contains(&kind) {
             return open_ordered(kind, data);
         }
         let outcome = match kind {
@@ -240,6 +255,19 @@ impl Envelope {
     pub fn reset(place: Place) -> Payload {
         with_place(RESET, place, Bytes::new())
     }
+
+    /// Seals a receiver's window for flow `flow` (as its sender names it) of run `run`
+    /// (see [`Envelope::Window`]).
+    pub fn window(flow: Flow, run: u32, messages: u32, bytes: u64) -> Payload {
+        let place = Place {
+            flow,
+            run,
+            seq: u64::from(messages),
+        };
+        let mut b = Vec::with_capacity(8);
+        put_varint(&mut b, bytes.min(crate::proto::codec::VARINT_MAX));
+        with_place(WINDOW, place, Bytes::from(b))
+    }
 }
 
 fn with_place(kind: u8, place: Place, body: Bytes) -> Payload {
@@ -272,7 +300,17 @@ fn open_ordered(kind: u8, mut data: Bytes) -> Result<Envelope, EnvelopeError> {
             body: data,
         },
         GAP => Envelope::Gap(place),
-        _ => Envelope::Reset(place),
+        RESET => Envelope::Reset(place),
+        _ => {
+            let mut r = Reader::new(&data);
+            let bytes = r.varint().map_err(|_| EnvelopeError::Ordered)?;
+            Envelope::Window {
+                flow,
+                run,
+                messages: u32::try_from(seq).unwrap_or(u32::MAX),
+                bytes,
+            }
+        }
     })
 }
 
@@ -363,6 +401,17 @@ mod tests {
                     Ok(Envelope::Reset(place))
                 );
             }
+            for (messages, bytes) in [(0, 0), (16, 4 << 20), (u32::MAX, (1 << 62) - 1)] {
+                assert_eq!(
+                    Envelope::open(Envelope::window(flow, 9, messages, bytes).to_bytes()),
+                    Ok(Envelope::Window {
+                        flow,
+                        run: 9,
+                        messages,
+                        bytes
+                    })
+                );
+            }
             assert_eq!(flow.reversed().reversed(), flow);
         }
         // A channel's message, and a stream's chunk below 2^30 in a stream id below 2^28
@@ -395,14 +444,19 @@ mod tests {
             Envelope::open(Bytes::from_static(&[RESET, 1, 0, 0])),
             Err(EnvelopeError::Ordered)
         );
+        // A window without its bytes.
+        assert_eq!(
+            Envelope::open(Bytes::from_static(&[WINDOW, 0, 0, 0, 0, 0, 16])),
+            Err(EnvelopeError::Ordered)
+        );
     }
 
     #[test]
     fn hostile_bytes_are_errors_never_panics() {
         assert_eq!(Envelope::open(Bytes::new()), Err(EnvelopeError::Empty));
         assert_eq!(
-            Envelope::open(Bytes::from_static(&[0x09, 1])),
-            Err(EnvelopeError::Kind(9))
+            Envelope::open(Bytes::from_static(&[0x0A, 1])),
+            Err(EnvelopeError::Kind(0x0A))
         );
         // A request whose call id says 8 bytes and has 2.
         assert_eq!(

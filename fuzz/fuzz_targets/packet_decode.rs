@@ -31,6 +31,12 @@ fuzz_target!(|data: &[u8]| {
             }
             Envelope::Gap(place) => Envelope::gap(*place),
             Envelope::Reset(place) => Envelope::reset(*place),
+            Envelope::Window {
+                flow,
+                run,
+                messages,
+                bytes,
+            } => Envelope::window(*flow, *run, *messages, *bytes),
         }
         .to_bytes();
         // Varints have one shortest form; a longer one opens to the same value.

@@ -4,8 +4,11 @@
 //! `Envelope::ordered`, replace each message given up (told not delivered or in doubt) by a
 //! gap (`Envelope::gap`) and settle it when the gap is acknowledged; receivers run an
 //! `exon::ordered::Reorder` per sender and channel and leave the messages that arrive ahead
-//! of their turn untaken in their node (so unacknowledged) until released in order. Plain
-//! messages, mixed in, are taken at once. The oracle sees every step.
+//! of their turn untaken in their node (so unacknowledged) until released in order, however
+//! far beyond their own window. Each node has its window (`ChannelModel::windows`): a
+//! receiver advertises it when a sender's run starts (`Envelope::window`), and the sender
+//! keeps to the smaller of the two, as the endpoint does. Plain messages, mixed in, are
+//! taken at once. The oracle sees every step.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -34,12 +37,14 @@ enum Numbering {
 }
 
 impl Numbering {
-    fn new(m: &ChannelModel, run: u32) -> Numbering {
+    /// The numbering of node `node`'s flow of run `run`.
+    fn new(m: &ChannelModel, node: usize, run: u32) -> Numbering {
+        let own = m.window_of(node);
         if !m.first_alone {
             Numbering::Loose {
                 next: 0,
                 unsettled: BTreeSet::new(),
-                window: m.window_rule.then_some(m.window.max(1)),
+                window: m.window_rule.then_some(own.messages),
             }
         } else if !m.window_rule {
             let open = Window {
@@ -47,8 +52,19 @@ impl Numbering {
                 bytes: usize::MAX,
             };
             Numbering::Real(Sequencer::new(run, open))
+        } else if m.advertise {
+            Numbering::Real(Sequencer::new(run, own).expect_peer_window())
         } else {
-            Numbering::Real(Sequencer::new(run, m.window()))
+            Numbering::Real(Sequencer::new(run, own))
+        }
+    }
+
+    /// The receiver advertised its window for run `run`.
+    fn on_peer_window(&mut self, run: u32, w: Window) {
+        if let Numbering::Real(s) = self {
+            if s.run() == run && s.peer_window().is_none() {
+                s.on_peer_window(w);
+            }
         }
     }
 
@@ -140,6 +156,8 @@ pub(crate) struct ChanHost {
     pub(crate) gaps_owed: Vec<(usize, u16, u64)>,
     /// Reorder buffer per (sender, channel).
     recv: BTreeMap<(usize, u16), Reorder<Item>>,
+    /// Ids of the window advertisements this boot sent (their verdicts matter to nobody).
+    adverts: BTreeSet<u64>,
 }
 
 impl Sim {
@@ -198,7 +216,7 @@ impl Sim {
             .chans
             .send
             .entry((to, ch))
-            .or_insert_with(|| Numbering::new(m, run));
+            .or_insert_with(|| Numbering::new(m, i, run));
         let Some(seq) = num.assign(len) else {
             return false;
         };
@@ -305,6 +323,9 @@ impl Sim {
             return false;
         };
         let h = &mut self.hosts[i];
+        if h.chans.adverts.remove(&id.0) {
+            return true;
+        }
         let Some(msg) = h.chans.ids.remove(&id.0) else {
             return false;
         };
@@ -393,6 +414,23 @@ impl Sim {
                 };
                 self.chan_arrival(i, from, ch, run, seq, Arrival::Gap(item));
             }
+            Envelope::Window {
+                flow: Flow::Channel(ch),
+                run,
+                messages,
+                bytes,
+            } => {
+                // A receiver's window for this node's flow to it.
+                self.chan_take(i, id);
+                let w = Window {
+                    messages,
+                    bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                };
+                if let Some(num) = self.hosts[i].chans.send.get_mut(&(from, ch)) {
+                    num.on_peer_window(run, w);
+                }
+                self.schedule_pump(i, self.now);
+            }
             other => {
                 let what = format!("node{i} got {other:?} from node{from}, never sent");
                 self.oracle
@@ -430,11 +468,30 @@ impl Sim {
         seq: u64,
         arrival: Arrival<Item>,
     ) {
-        let window = self.sc.channels.as_ref().map_or(1, |m| m.window);
+        let Some(m) = self.sc.channels.clone() else {
+            return;
+        };
+        let own = m.window_of(i);
+        let window = own.messages;
         let mut out = Vec::new();
         let r = self.hosts[i].chans.recv.entry((from, ch)).or_default();
         let before = r.held();
+        let known = r.run() == Some(run);
+        let far = r.next().saturating_add(4 * u64::from(window));
+        if known && !m.hold_beyond_window && seq >= far {
+            // Rule off: taken (acknowledged) and dropped, never released.
+            let item = match arrival {
+                Arrival::Message { item, .. } | Arrival::Gap(item) => item,
+            };
+            self.chan_discard(i, item);
+            return;
+        }
         r.on_arrival(run, seq, arrival, &mut out);
+        if m.advertise && !known && r.run() == Some(run) {
+            // The sender's run starts here: tell it this receiver's window.
+            self.chan_advertise(i, from, ch, run, own);
+        }
+        let r = &self.hosts[i].chans.recv[&(from, ch)];
         let (held, cur) = (r.held(), r.run());
         let Some(cur) = cur else {
             for step in out {
@@ -468,6 +525,22 @@ impl Sim {
                 // it `Kind::Unordered`); counted as delivered, not as released in order.
                 Step::Discard(item) | Step::Stale { item, .. } => self.chan_discard(i, item),
             }
+        }
+    }
+
+    /// Node `i` advertises its window `w` to `to` for `to`'s run `run` of channel `ch`
+    /// (with no deadline; refused for now, it is not sent: the sender goes on one message
+    /// at a time).
+    fn chan_advertise(&mut self, i: usize, to: usize, ch: u16, run: u32, w: Window) {
+        let now = self.instant();
+        let h = &mut self.hosts[i];
+        let Some(node) = h.node.as_mut() else {
+            return;
+        };
+        let payload = Envelope::window(Flow::Channel(ch), run, w.messages, w.bytes as u64);
+        if let Ok(id) = node.send_reported(now, node_id(to), payload) {
+            h.chans.adverts.insert(id.0);
+            self.last_activity = self.last_activity.max(self.now);
         }
     }
 

@@ -151,7 +151,10 @@ impl Sim {
             Envelope::Message(b)
             | Envelope::Request { body: b, .. }
             | Envelope::Reply { body: b, .. } => b.clone(),
-            Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_) => {
+            Envelope::Ordered { .. }
+            | Envelope::Gap(_)
+            | Envelope::Reset(_)
+            | Envelope::Window { .. } => {
                 let what = format!("node{i} got an ordered message from node{from}, never sent");
                 self.oracle
                     .violate(ViolationKind::NeverSent, None, self.now, what);
@@ -219,7 +222,10 @@ impl Sim {
                 self.take_now(i, id, &body, now);
                 self.drain(i);
             }
-            Envelope::Ordered { .. } | Envelope::Gap(_) | Envelope::Reset(_) => {}
+            Envelope::Ordered { .. }
+            | Envelope::Gap(_)
+            | Envelope::Reset(_)
+            | Envelope::Window { .. } => {}
         }
     }
 

@@ -134,6 +134,45 @@ fn channels_release_in_order_under_loss_duplication_and_reordering() {
     assert!(c.max_held <= 3, "{c:?}");
 }
 
+/// [`lossy`] with nodes whose windows differ: node 0 receives with a window of 2, node 1
+/// with 16, node 2 with 64 (and each sends with its own), so most flows join a sender's
+/// larger window to a receiver's smaller one, as in issue 42 (item 3). More messages, so
+/// that flows run long past their first window.
+fn unequal_windows(seed: u64) -> Scenario {
+    let mut sc = lossy(seed);
+    sc.workload.messages = 400;
+    if let Some(m) = sc.channels.as_mut() {
+        m.windows = vec![2, 16, 64];
+    }
+    sc
+}
+
+/// Unequal windows over many seeds: every acknowledged message is released to its
+/// receiver's application in order (the oracle's `ChannelAckedNotReleased` and
+/// `ChannelOrder`), every number is released, and each receiver holds less than its own
+/// window (`ChannelHeldOverWindow`, checked against the receiver's window).
+#[test]
+fn unequal_windows_release_every_acknowledged_message_in_order() {
+    let c = soak(unequal_windows, 0..12);
+    assert!(c.held > 0, "nothing ever arrived out of order: {c:?}");
+    assert!(c.max_held < 64, "{c:?}");
+}
+
+/// [`unequal_windows`] with deadlines in partitions: gaps too.
+fn unequal_windows_with_deadlines(seed: u64) -> Scenario {
+    let mut sc = with_deadlines(seed);
+    if let Some(m) = sc.channels.as_mut() {
+        m.windows = vec![2, 16, 64];
+    }
+    sc
+}
+
+#[test]
+fn unequal_windows_with_deadlines_keep_every_flow_in_order() {
+    let c = soak(unequal_windows_with_deadlines, 0..6);
+    assert!(c.gaps > 0, "no message was given up: {c:?}");
+}
+
 #[test]
 fn deadlines_in_partitions_become_gaps_and_no_flow_blocks() {
     let c = soak(with_deadlines, 0..4);
@@ -268,6 +307,60 @@ fn without_the_window_a_receiver_holds_more_than_it_allows() {
         |m| m.window_rule = false,
         ViolationKind::ChannelHeldOverWindow,
     );
+}
+
+/// The defect of issue 42 (item 3): no window advertised, and a receiver that takes and
+/// drops what lies four of its windows ahead. A sender with a larger window has messages
+/// acknowledged that never reach the application.
+#[test]
+fn without_advertised_windows_and_holding_acknowledged_messages_are_dropped() {
+    self_test(
+        unequal_windows,
+        0..6,
+        |m| {
+            m.advertise = false;
+            m.hold_beyond_window = false;
+        },
+        ViolationKind::ChannelAckedNotReleased,
+    );
+}
+
+/// Without the advertisement alone, nothing acknowledged is lost (the receiver holds what
+/// is beyond its window untaken), but a receiver holds more than its own window allows.
+#[test]
+fn without_advertised_windows_a_receiver_holds_beyond_its_window() {
+    self_test(
+        unequal_windows,
+        0..6,
+        |m| m.advertise = false,
+        ViolationKind::ChannelHeldOverWindow,
+    );
+    for seed in 0..3 {
+        let mut sc = unequal_windows(seed);
+        if let Some(m) = sc.channels.as_mut() {
+            m.advertise = false;
+        }
+        let r = Sim::new(sc).run();
+        assert!(
+            !kinds(&r).contains(&ViolationKind::ChannelAckedNotReleased),
+            "{}",
+            r.describe_failure()
+        );
+    }
+}
+
+/// Without holding alone, the advertised windows keep senders within their receivers'
+/// windows: nothing comes four windows ahead, and the run is clean.
+#[test]
+fn advertised_windows_alone_keep_senders_within_the_receivers_window() {
+    for seed in 0..3 {
+        let mut sc = unequal_windows(seed);
+        if let Some(m) = sc.channels.as_mut() {
+            m.hold_beyond_window = false;
+        }
+        let r = Sim::new(sc).run();
+        assert!(r.ok(), "{}", r.describe_failure());
+    }
 }
 
 #[test]

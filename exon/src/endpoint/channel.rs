@@ -24,9 +24,11 @@ use crate::proto::NodeId;
 /// values made by later calls to [`Handle::channel`], send on the same channel.
 ///
 /// Flow control: at most [`FlowConfig::channel_window`](super::FlowConfig::channel_window)
-/// messages of a channel are without a verdict at once; a send beyond waits. A message is
-/// acknowledged when the peer's application takes it, so a peer that does not read stops
-/// its channels' senders, and the peer holds at most a window of messages per channel.
+/// messages of a channel are without a verdict at once, or the peer's own window if it is
+/// smaller (the peer advertises it when the channel's run starts; until then one message at
+/// a time); a send beyond waits. A message is acknowledged when the peer's application
+/// takes it, so a peer that does not read stops its channels' senders, and the peer holds
+/// less than its window of messages per channel.
 #[derive(Debug, Clone)]
 pub struct Channel {
     handle: Handle,

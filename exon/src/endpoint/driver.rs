@@ -56,7 +56,7 @@ use super::trace::{debug_in_peer, peer_span, Throttle};
 use super::transmit::Outbound;
 use super::turns::Turns;
 use crate::envelope::{Envelope, Place};
-use crate::ordered::Arrival;
+use crate::ordered::{Arrival, Window};
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 use bytes::Bytes;
 
@@ -678,6 +678,19 @@ impl<S: DatagramSocket> Driver<S> {
                 };
                 self.on_ordered(t, from, place, Arrival::Gap(item));
             }
+            Ok(Envelope::Window {
+                flow,
+                run,
+                messages,
+                bytes,
+            }) => {
+                self.node.handle_taken(t, id);
+                let window = Window {
+                    messages,
+                    bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                };
+                self.flows.on_window(from, flow, run, window);
+            }
             Ok(Envelope::Reset(place)) => {
                 self.node.handle_taken(t, id);
                 let mut actions = std::mem::take(&mut self.actions);
@@ -732,6 +745,17 @@ impl<S: DatagramSocket> Driver<S> {
                         .then(|| Acker::new(self.shared.clone(), held.id));
                     let m = Message::new(held.id.from(), held.body, acker, held.id).with_kind(kind);
                     self.handover.push(m, held.id);
+                }
+                Action::Window {
+                    to,
+                    flow,
+                    run,
+                    window,
+                } => {
+                    let payload = Envelope::window(flow, run, window.messages, window.bytes as u64);
+                    let out =
+                        Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
+                    self.sends.on_send(t, out, &mut self.node, &self.paths);
                 }
                 Action::Reset { to, place } => {
                     let out = Outgoing::ordered(
@@ -792,13 +816,20 @@ impl<S: DatagramSocket> Driver<S> {
             first.flow.reversed(),
             ordered.run(),
             ordered.config().stream(),
+            ordered.advertises(),
             self.cmds_self.clone(),
             self.shared.clone(),
             Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
         ));
-        if let Err(held) = self.flows.accept(peer, id, first, held, last, out, inbox) {
-            refuse(self, held);
+        let mut actions = std::mem::take(&mut self.actions);
+        let accepted = self
+            .flows
+            .accept(peer, id, first, held, last, out, inbox, &mut actions);
+        match accepted {
+            Ok(()) => self.run_actions(t, &mut actions),
+            Err(held) => refuse(self, held),
         }
+        self.actions = actions;
     }
 
     /// Hands delivered messages to the application while the buffer has room.

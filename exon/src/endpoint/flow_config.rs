@@ -1,8 +1,11 @@
 //! Configuration of an endpoint's ordered channels and streams.
 
 /// How channels and streams are sized ([`EndpointConfig::flows`](super::EndpointConfig::flows)).
-/// Windows bound what a receiver holds: a flow's messages held out of order, and a stream's
-/// bytes not yet read, stay below its sender's window. Every flow to one receiver shares that
+/// Each window serves both ends of a flow: as a sender, an endpoint keeps at most its window
+/// of a flow unsettled; as a receiver, it advertises its window to the flow's sender, which
+/// keeps to the smaller of the two. So a flow's messages held out of order, and a stream's
+/// bytes not yet read, stay below the receiver's window, whatever its peers configured.
+/// Every flow to one receiver shares that
 /// receiver's [`max_untaken_bytes`](crate::proto::Limits::max_untaken_bytes): keep the windows
 /// of the flows that may be open at once toward one node below it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -10,13 +13,17 @@
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct FlowConfig {
-    /// A channel's messages without a verdict at once. Default 1024.
+    /// A channel's messages without a verdict at once (as a sender), and the most this
+    /// endpoint lets a sender have (as a receiver, advertised). Default 1024.
     pub channel_window: u32,
-    /// Their bytes (a larger message goes alone). Default 4 MiB.
+    /// Their bytes (a larger message goes alone), both ways as `channel_window`. Default
+    /// 4 MiB.
     pub channel_window_bytes: usize,
-    /// A stream's chunks without a verdict at once. Default 1024.
+    /// A stream's chunks without a verdict at once, both ways as `channel_window`. Default
+    /// 1024.
     pub stream_window: u32,
-    /// Their bytes: the most a stream has in flight or unread at its peer. Default 4 MiB.
+    /// Their bytes: the most a stream has in flight or unread at its peer (the smaller of
+    /// the two ends' values). Default 4 MiB.
     pub stream_window_bytes: usize,
     /// Largest chunk of a stream (bytes written coalesce up to it; one chunk is one exon
     /// message). Default 32 KiB, capped by the largest message.

@@ -137,6 +137,8 @@ pub(crate) struct FlowOut {
     /// A stream's receiving side, broken with it.
     inbox: Option<Arc<StreamIn>>,
     stream: Option<StreamOut>,
+    /// Whether each run waits for its receiver's window (`Rules::advertise_flow_window`).
+    awaits_window: bool,
     state: Mutex<OutState>,
 }
 
@@ -172,12 +174,16 @@ fn now() -> Instant {
 }
 
 impl FlowOut {
-    /// A flow to `to` named `flow` by its receiver, of run `run`.
+    /// A flow to `to` named `flow` by its receiver, of run `run`, with window `window`
+    /// (and, `awaits_window`, the receiver's once it advertises it: one message at a time
+    /// until then).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         to: NodeId,
         flow: Flow,
         run: u32,
         window: Window,
+        awaits_window: bool,
         cmds: mpsc::WeakUnboundedSender<Command>,
         ids: Arc<Shared>,
         stream: Option<(StreamOut, Arc<StreamIn>)>,
@@ -194,8 +200,9 @@ impl FlowOut {
             ids,
             inbox,
             stream,
+            awaits_window,
             state: Mutex::new(OutState {
-                seq: Sequencer::new(run, window),
+                seq: sequencer(run, window, awaits_window),
                 broken: None,
                 wakers: Vec::new(),
                 deadline,
@@ -581,10 +588,32 @@ impl FlowOut {
                 return;
             }
             let window = st.seq.window();
-            st.seq = Sequencer::new(next_run(run), window);
+            // The receiver restarted: its window may have changed, it advertises it anew.
+            st.seq = sequencer(next_run(run), window, self.awaits_window);
             std::mem::take(&mut st.wakers)
         };
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// The receiver advertised its window for run `run`: from now on the flow keeps to the
+    /// smaller of its own and that one (a window for a run replaced since is ignored).
+    pub(crate) fn on_peer_window(self: &Arc<Self>, run: u32, window: Window) {
+        let mut st = self.lock();
+        if st.seq.run() != run || !self.awaits_window {
+            return;
+        }
+        st.seq.on_peer_window(window);
+        if let Some(cfg) = &self.stream {
+            self.pump(&mut st, cfg);
+        }
+        let wakers = std::mem::take(&mut st.wakers);
+        drop(st);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Whether the receiver's window is known (or not awaited).
+    pub(crate) fn knows_peer_window(&self) -> bool {
+        self.lock().seq.peer_window().is_some()
     }
 
     /// A chunk was given up: the stream is broken for `why`, and its peer told.
@@ -593,6 +622,16 @@ impl FlowOut {
             self.send_reset();
         }
         self.break_with(why);
+    }
+}
+
+/// A flow's numbering of run `run`, waiting for its receiver's window or not.
+fn sequencer(run: u32, window: Window, awaits_window: bool) -> Sequencer {
+    let s = Sequencer::new(run, window);
+    if awaits_window {
+        s.expect_peer_window()
+    } else {
+        s
     }
 }
 
@@ -635,6 +674,7 @@ mod tests {
             flow,
             7,
             Window::default(),
+            false,
             tx.downgrade(),
             shared,
             Some((cfg, inbox)),

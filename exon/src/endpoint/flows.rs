@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -15,8 +15,8 @@ use super::flow_config::FlowConfig;
 use super::flow_out::{Broken, FlowOut, StreamOut};
 use super::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
-use crate::ordered::{Arrival, Reorder, Step};
-use crate::proto::{DeliveryId, NodeId};
+use crate::ordered::{Arrival, Reorder, Step, Window};
+use crate::proto::{DeliveryId, NodeId, Rules};
 
 /// Stream ids this endpoint uses (the wire allows up to [`MAX_STREAM_ID`](crate::envelope::MAX_STREAM_ID)): below 2^28, a
 /// stream's flow is a 4-byte varint, and a chunk's envelope (up to 2^30 chunks) fits the
@@ -48,10 +48,16 @@ pub(crate) struct OrderedShared {
     /// ended at once has left the driver's table, but still waits here).
     accept: mpsc::Sender<Accepted>,
     config: FlowConfig,
+    /// The rules in force (`advertise_flow_window`, `hold_beyond_window`).
+    rules: Rules,
 }
 
 impl OrderedShared {
-    pub(crate) fn new(accept: mpsc::Sender<Accepted>, config: FlowConfig) -> Arc<OrderedShared> {
+    pub(crate) fn new(
+        accept: mpsc::Sender<Accepted>,
+        config: FlowConfig,
+        rules: Rules,
+    ) -> Arc<OrderedShared> {
         use ring::rand::SecureRandom;
         let mut seed = [0u8; 12];
         let _ = ring::rand::SystemRandom::new().fill(&mut seed);
@@ -65,7 +71,14 @@ impl OrderedShared {
             channels: Mutex::default(),
             accept,
             config,
+            rules,
         })
+    }
+
+    /// Whether receivers advertise their windows and senders wait for them
+    /// ([`Rules::advertise_flow_window`]).
+    pub(crate) fn advertises(&self) -> bool {
+        self.rules.advertise_flow_window
     }
 
     /// The flows' configuration.
@@ -142,6 +155,14 @@ pub(crate) enum Action {
     Take(DeliveryId),
     /// Tell `to` that the stream it names `flow` is unknown here (reset).
     Reset { to: NodeId, place: Place },
+    /// Advertise this receiver's window to `to`, the sender of `flow` (as `to` names it)
+    /// in run `run`.
+    Window {
+        to: NodeId,
+        flow: Flow,
+        run: u32,
+        window: Window,
+    },
     /// Make and accept a stream opened by `peer`, whose first chunk is `held`.
     NewStream {
         peer: NodeId,
@@ -161,14 +182,22 @@ pub(crate) struct Flows {
     steps: Vec<Step<Held>>,
     max_channels: usize,
     max_streams: usize,
-    /// How far ahead of the next number due a message may be: beyond four of this
-    /// endpoint's windows no sender that keeps to a window sends, so such a message is a
-    /// peer's violation (it would hold untaken room without bound).
-    channel_ahead: u64,
-    stream_ahead: u64,
+    /// This endpoint's windows as a receiver, advertised to senders: a message at or
+    /// beyond the next number due plus `messages` was sent by a sender that does not keep
+    /// to them (counted in `beyond_window`, and held untaken all the same).
+    channel_window: Window,
+    stream_window: Window,
+    /// Rules: advertise the windows; hold what is beyond them (off: take and drop what is
+    /// four windows ahead, the old defect).
+    advertise: bool,
+    hold: bool,
+    /// Sending sides of streams whose receiving side ended before their receiver's window
+    /// came (weak: a stream's state is the application's; pruned when full).
+    awaiting_window: HashMap<(NodeId, u64, bool), Weak<FlowOut>>,
     /// The run each channel's sender was last told to replace (one reset per run).
     resets_sent: HashMap<(NodeId, u16), u32>,
-    /// Messages beyond the window (taken and dropped; a stream's aborts it).
+    /// Ordered messages that arrived at or beyond their flow's next number due plus this
+    /// receiver's window (held untaken for their turn like any other).
     pub(crate) beyond_window: u64,
     /// Counters: streams reset by peers, or for being unknown here.
     pub(crate) resets: u64,
@@ -181,6 +210,7 @@ pub(crate) struct Flows {
 impl Flows {
     pub(crate) fn new(shared: Arc<OrderedShared>) -> Flows {
         let c = shared.config().clone();
+        let rules = shared.rules;
         Flows {
             shared,
             channels: HashMap::new(),
@@ -188,8 +218,11 @@ impl Flows {
             steps: Vec::new(),
             max_channels: c.max_channels,
             max_streams: c.max_streams,
-            channel_ahead: 4 * u64::from(c.channel_window.max(1)),
-            stream_ahead: 4 * u64::from(c.stream_window.max(1)),
+            channel_window: c.channel(),
+            stream_window: c.stream(),
+            advertise: rules.advertise_flow_window,
+            hold: rules.hold_beyond_window,
+            awaiting_window: HashMap::new(),
             resets_sent: HashMap::new(),
             beyond_window: 0,
             resets: 0,
@@ -221,6 +254,7 @@ impl Flows {
 
     /// The application is done with a stream: its state goes, what it held is taken.
     pub(crate) fn forget(&mut self, peer: NodeId, id: u64, mine: bool, actions: &mut Vec<Action>) {
+        self.awaiting_window.remove(&(peer, id, mine));
         if let Some(mut s) = self.streams.remove(&(peer, id, mine)) {
             s.reorder.drain(&mut self.steps);
             for step in self.steps.drain(..) {
@@ -273,12 +307,28 @@ impl Flows {
             }
         };
         let known = r.run() == Some(place.run);
-        if known && place.seq >= r.next().saturating_add(self.channel_ahead) {
+        let window = u64::from(self.channel_window.messages.max(1));
+        if known && place.seq >= r.next().saturating_add(window) {
+            // Its sender does not keep to this receiver's window (it has not learned it,
+            // or ignores it): held untaken all the same, so never acknowledged before the
+            // application has it. The core's untaken limits bound what such a peer holds.
             self.beyond_window += 1;
-            actions.push(Action::Take(item_of(arrival).id));
-            return Ok(());
+            if !self.hold && place.seq >= r.next().saturating_add(4 * window) {
+                // Rule off: the old defect, taken (acknowledged) and dropped.
+                actions.push(Action::Take(item_of(arrival).id));
+                return Ok(());
+            }
         }
         r.on_arrival(place.run, place.seq, arrival, &mut self.steps);
+        if self.advertise && !known && r.run() == Some(place.run) {
+            // The sender's run starts here: tell it this receiver's window.
+            actions.push(Action::Window {
+                to: from,
+                flow: Flow::Channel(n),
+                run: place.run,
+                window: self.channel_window,
+            });
+        }
         let mut stale = false;
         for step in self.steps.drain(..) {
             actions.push(match step {
@@ -369,16 +419,31 @@ impl Flows {
         let Some(s) = self.streams.get_mut(&key) else {
             return;
         };
-        let far = s.reorder.next().saturating_add(self.stream_ahead);
-        if s.reorder.run() == Some(place.run) && place.seq >= far {
+        let window = u64::from(self.stream_window.messages.max(1));
+        let known = s.reorder.run() == Some(place.run);
+        if known && place.seq >= s.reorder.next().saturating_add(window) {
+            // As for a channel: held untaken for its turn, counted.
             self.beyond_window += 1;
-            actions.push(Action::Take(item_of(arrival).id));
-            s.out.reset(true);
-            self.forget(from, id, mine, actions);
-            return;
+            if !self.hold && place.seq >= s.reorder.next().saturating_add(4 * window) {
+                // Rule off: the old defect, taken (acknowledged) and the stream aborted.
+                actions.push(Action::Take(item_of(arrival).id));
+                s.out.reset(true);
+                self.forget(from, id, mine, actions);
+                return;
+            }
         }
         s.reorder
             .on_arrival(place.run, place.seq, arrival, &mut self.steps);
+        if self.advertise && !known && s.reorder.run() == Some(place.run) {
+            // The peer's first chunk of a stream this endpoint opened: its writing
+            // starts, tell it this receiver's window.
+            actions.push(Action::Window {
+                to: from,
+                flow: place.flow.reversed(),
+                run: place.run,
+                window: self.stream_window,
+            });
+        }
         let mut ended = false;
         for step in self.steps.drain(..) {
             match step {
@@ -399,8 +464,48 @@ impl Flows {
         }
         if ended {
             // Nothing more comes on this flow: its state goes (the stream object keeps
-            // the inbox).
-            self.streams.remove(&key);
+            // the inbox), but its sending side may still wait for the peer's window.
+            if let Some(s) = self.streams.remove(&key) {
+                self.keep_awaiting(key, &s.out);
+            }
+        }
+    }
+
+    /// Keeps a stream's sending side findable by its peer's window once its receiving side
+    /// is gone, if it still waits for it.
+    fn keep_awaiting(&mut self, key: (NodeId, u64, bool), out: &Arc<FlowOut>) {
+        if !self.advertise || out.knows_peer_window() || out.broken().is_some() {
+            return;
+        }
+        if self.awaiting_window.len() >= self.max_streams {
+            self.awaiting_window.retain(|_, w| w.strong_count() > 0);
+            if self.awaiting_window.len() >= self.max_streams {
+                return; // it goes on one chunk at a time
+            }
+        }
+        self.awaiting_window.insert(key, Arc::downgrade(out));
+    }
+
+    /// A peer's window for one of this endpoint's flows to it (`flow` as this endpoint,
+    /// the sender, names it).
+    pub(crate) fn on_window(&mut self, from: NodeId, flow: Flow, run: u32, window: Window) {
+        match flow {
+            Flow::Channel(n) => {
+                if let Some(out) = self.shared.channel_out(from, n) {
+                    out.on_peer_window(run, window);
+                }
+            }
+            Flow::Stream { id, opener_sent } => {
+                // The window's sender opened the stream, or this endpoint did.
+                let key = (from, id, !opener_sent);
+                if let Some(s) = self.streams.get(&key) {
+                    s.out.on_peer_window(run, window);
+                } else if let Some(out) = self.awaiting_window.remove(&key) {
+                    if let Some(out) = out.upgrade() {
+                        out.on_peer_window(run, window);
+                    }
+                }
+            }
         }
     }
 
@@ -437,6 +542,7 @@ impl Flows {
         last: bool,
         out: Arc<FlowOut>,
         inbox: Arc<StreamIn>,
+        actions: &mut Vec<Action>,
     ) -> Result<(), Held> {
         let accepted = Accepted {
             peer,
@@ -448,7 +554,19 @@ impl Flows {
             return Err(held);
         }
         inbox.push(held.body, held.id, last);
-        if !last {
+        if self.advertise && !last {
+            // The opener's writing goes on: tell it this receiver's window.
+            actions.push(Action::Window {
+                to: peer,
+                flow: first.flow.reversed(),
+                run: first.run,
+                window: self.stream_window,
+            });
+        }
+        if last {
+            // Nothing more comes from the opener; this side may still write.
+            self.keep_awaiting((peer, id, false), &out);
+        } else {
             let reorder = Reorder::started(first.run, 1);
             self.streams.insert(
                 (peer, id, false),
@@ -485,11 +603,15 @@ mod tests {
     const PEER: NodeId = NodeId::from_const(5);
 
     fn flows(window: u32) -> Flows {
+        flows_with(window, Rules::ALL)
+    }
+
+    fn flows_with(window: u32, rules: Rules) -> Flows {
         let config = FlowConfig {
             channel_window: window,
             ..FlowConfig::default()
         };
-        Flows::new(OrderedShared::new(mpsc::channel(1).0, config))
+        Flows::new(OrderedShared::new(mpsc::channel(1).0, config, rules))
     }
 
     fn arrive(f: &mut Flows, run: u32, seq: u64) -> Vec<Action> {
@@ -517,20 +639,70 @@ mod tests {
                 Action::Channel(ChannelOut::Stale { .. }) => "stale",
                 Action::Take(_) => "take",
                 Action::Reset { .. } => "reset",
+                Action::Window { .. } => "window",
                 Action::NewStream { .. } => "stream",
             })
             .collect()
     }
 
+    /// A message however far beyond this receiver's window is held untaken for its turn,
+    /// never taken (acknowledged) and dropped: its sender may not know the window, or not
+    /// keep to it, and an acknowledged message must reach the application. (The core's
+    /// untaken limits bound what a peer holds that way.)
     #[test]
-    fn a_message_far_beyond_the_window_is_dropped_not_held() {
+    fn a_message_far_beyond_the_window_is_held_not_dropped() {
         let mut f = flows(2);
-        assert_eq!(kinds(&arrive(&mut f, 1, 0)), ["message"]);
-        // Within four windows of the next number: held (untaken) for its turn.
+        assert_eq!(kinds(&arrive(&mut f, 1, 0)), ["window", "message"]);
+        assert!(arrive(&mut f, 1, 8).is_empty(), "held");
+        assert!(arrive(&mut f, 1, 9).is_empty(), "held, beyond four windows");
+        assert!(arrive(&mut f, 1, 1000).is_empty(), "held, however far");
+        assert_eq!(f.beyond_window, 3);
+        for seq in 1..8 {
+            arrive(&mut f, 1, seq);
+        }
+        // 8 and 9 were released behind 1..=7, in order.
+        assert_eq!(f.channels[&(PEER, 3)].next(), 10);
+    }
+
+    /// With the rule off, the old defect: a message four windows ahead is taken and dropped.
+    #[test]
+    fn without_the_rule_a_message_far_beyond_the_window_is_taken_and_dropped() {
+        let mut rules = Rules::ALL;
+        rules.hold_beyond_window = false;
+        let mut f = flows_with(2, rules);
+        assert_eq!(kinds(&arrive(&mut f, 1, 0)), ["window", "message"]);
         assert!(arrive(&mut f, 1, 8).is_empty());
-        // Beyond: no sender keeping to a window sends it; it would hold room forever.
         assert_eq!(kinds(&arrive(&mut f, 1, 9)), ["take"]);
-        assert_eq!(f.beyond_window, 1);
+    }
+
+    /// The receiver advertises its window once per sender's run, when the run starts.
+    #[test]
+    fn the_window_is_advertised_when_a_run_starts() {
+        let mut f = flows(5);
+        let actions = arrive(&mut f, 1, 0);
+        let Some(Action::Window {
+            to,
+            flow,
+            run,
+            window,
+        }) = actions.first()
+        else {
+            panic!("no window advertised");
+        };
+        assert_eq!(
+            (*to, *flow, *run, window.messages),
+            (PEER, Flow::Channel(3), 1, 5)
+        );
+        assert_eq!(kinds(&arrive(&mut f, 1, 1)), ["message"], "once per run");
+        assert_eq!(
+            kinds(&arrive(&mut f, 2, 0)),
+            ["window", "message"],
+            "a new run"
+        );
+        let mut rules = Rules::ALL;
+        rules.advertise_flow_window = false;
+        let mut f = flows_with(5, rules);
+        assert_eq!(kinds(&arrive(&mut f, 1, 0)), ["message"], "rule off");
     }
 
     #[test]
@@ -539,7 +711,7 @@ mod tests {
         assert_eq!(kinds(&arrive(&mut f, 7, 3)), ["stale", "reset"]);
         assert_eq!(kinds(&arrive(&mut f, 7, 4)), ["stale"], "one reset per run");
         // The sender's new run starts at 0 and is in order.
-        assert_eq!(kinds(&arrive(&mut f, 8, 0)), ["message"]);
+        assert_eq!(kinds(&arrive(&mut f, 8, 0)), ["window", "message"]);
         assert_eq!(kinds(&arrive(&mut f, 8, 1)), ["message"]);
         assert_eq!(f.stale, 2);
     }

@@ -99,8 +99,9 @@ counters! {
         /// Channel messages delivered outside their channel's order
         /// ([`Kind::Unordered`](super::Kind::Unordered)).
         pub unordered: u64 [sum],
-        /// Ordered messages more than four windows ahead of their flow (a peer that ignores
-        /// its window): taken and dropped, and a stream's aborts it.
+        /// Ordered messages that arrived at or beyond their flow's next number due plus this
+        /// endpoint's window (a sender that ignores the window it was told): held untaken
+        /// for their turn like any message ahead of it, never taken and dropped.
         pub beyond_window: u64 [sum],
         /// Channel messages left undelivered because
         /// [`FlowConfig::max_channels`](super::FlowConfig::max_channels) channels were known.
@@ -665,6 +666,7 @@ impl Handle {
                 crate::envelope::Flow::Channel(number),
                 ordered.run(),
                 ordered.config().channel(),
+                ordered.advertises(),
                 shard.cmds.downgrade(),
                 self.first().shared.clone(),
                 None,
@@ -693,6 +695,7 @@ impl Handle {
             },
             ordered.run(),
             ordered.config().stream(),
+            ordered.advertises(),
             shard.cmds.downgrade(),
             self.first().shared.clone(),
             Some((

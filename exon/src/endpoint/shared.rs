@@ -127,6 +127,7 @@ impl Shared {
             crate::endpoint::flows::OrderedShared::new(
                 tokio::sync::mpsc::channel(1).0,
                 Default::default(),
+                crate::proto::Rules::ALL,
             ),
         )
     }

@@ -42,7 +42,10 @@ pub enum Settled {
 ///   is acknowledged, so that a receiver that has never seen this run can tell a late
 ///   message of an old run (numbered above 0) from a new run's start;
 /// * at most [`Window::messages`] messages and gaps are unsettled, holding at most
-///   [`Window::bytes`] bytes (one larger message may go alone);
+///   [`Window::bytes`] bytes (one larger message may go alone); a sequencer made to
+///   [`expect_peer_window`](Self::expect_peer_window) keeps to the smaller of its own window
+///   and the one its receiver advertised ([`on_peer_window`](Self::on_peer_window)), and
+///   until that is known has one message or gap unsettled at a time;
 /// * every message given up is replaced by a gap of the same number, kept until
 ///   acknowledged, so the receiver never waits for it forever.
 #[derive(Debug, Clone)]
@@ -50,6 +53,8 @@ pub struct Sequencer {
     run: u32,
     next: u64,
     window: Window,
+    /// The receiver's window: `None` while it is awaited (one message at a time).
+    peer: Option<Window>,
     /// Unsettled messages and gaps: number to bytes (0 for a gap).
     unsettled: BTreeMap<u64, usize>,
     bytes: usize,
@@ -70,10 +75,49 @@ impl Sequencer {
             run,
             next: 0,
             window,
+            peer: Some(window),
             unsettled: BTreeMap::new(),
             bytes: 0,
             opened: false,
             ended: false,
+        }
+    }
+
+    /// Makes the sequencer wait for its receiver's window: until
+    /// [`on_peer_window`](Self::on_peer_window), one message or gap at a time.
+    pub fn expect_peer_window(mut self) -> Sequencer {
+        self.peer = None;
+        self
+    }
+
+    /// The receiver advertised its window: from now on at most the smaller of each bound
+    /// (own and advertised; at least 1 message and 1 byte) is unsettled. Messages already
+    /// unsettled beyond it stay so; no new one goes until they fit.
+    pub fn on_peer_window(&mut self, w: Window) {
+        self.peer = Some(Window {
+            messages: w.messages.max(1),
+            bytes: w.bytes.max(1),
+        });
+    }
+
+    /// The receiver's window, once known (its own window for a sequencer that does not
+    /// [`expect_peer_window`](Self::expect_peer_window)).
+    pub fn peer_window(&self) -> Option<Window> {
+        self.peer
+    }
+
+    /// What bounds the unsettled messages now: the smaller of the own and the receiver's
+    /// windows, or one message while the receiver's is awaited.
+    pub fn limit(&self) -> Window {
+        match self.peer {
+            Some(p) => Window {
+                messages: self.window.messages.min(p.messages),
+                bytes: self.window.bytes.min(p.bytes),
+            },
+            None => Window {
+                messages: 1,
+                bytes: self.window.bytes,
+            },
         }
     }
 
@@ -82,7 +126,7 @@ impl Sequencer {
         self.run
     }
 
-    /// The window.
+    /// The own window (as configured; see [`limit`](Self::limit) for what bounds now).
     pub fn window(&self) -> Window {
         self.window
     }
@@ -100,9 +144,10 @@ impl Sequencer {
         if self.unsettled.is_empty() {
             return true;
         }
+        let limit = self.limit();
         self.opened
-            && self.unsettled.len() < self.window.messages as usize
-            && self.bytes.saturating_add(len) <= self.window.bytes
+            && self.unsettled.len() < limit.messages as usize
+            && self.bytes.saturating_add(len) <= limit.bytes
     }
 
     /// Whether the flow's last message was sent.
@@ -204,6 +249,53 @@ mod tests {
         assert!(s.has_room(80));
         assert!(!s.has_room(81), "bytes: 20 unsettled");
         assert_eq!(s.on_verdict(7, true), Settled::Unknown);
+    }
+
+    #[test]
+    fn the_receivers_window_bounds_once_known_and_one_at_a_time_before() {
+        let own = Window {
+            messages: 8,
+            bytes: 1000,
+        };
+        let mut s = Sequencer::new(3, own).expect_peer_window();
+        assert_eq!(s.assign(1, false), Some(0));
+        s.on_verdict(0, true);
+        assert_eq!(s.assign(1, false), Some(1));
+        assert!(
+            !s.has_room(1),
+            "one at a time until the receiver's window is known"
+        );
+        s.on_verdict(1, true);
+        s.on_peer_window(Window {
+            messages: 2,
+            bytes: 1 << 20,
+        });
+        assert_eq!(
+            s.limit(),
+            Window {
+                messages: 2,
+                bytes: 1000
+            }
+        );
+        assert_eq!(s.assign(1, false), Some(2));
+        assert_eq!(s.assign(1, false), Some(3));
+        assert!(!s.has_room(1), "the receiver's 2");
+        // A larger advertised window does not raise the own one.
+        s.on_peer_window(Window {
+            messages: 100,
+            bytes: 10,
+        });
+        assert_eq!(
+            s.limit(),
+            Window {
+                messages: 8,
+                bytes: 10
+            }
+        );
+        assert!(
+            s.has_room(8) && !s.has_room(9),
+            "bytes: the receiver's 10, 2 unsettled"
+        );
     }
 
     #[test]

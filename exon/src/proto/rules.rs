@@ -133,6 +133,18 @@ pub struct Rules {
     /// incarnation from before the restart is taken for covered, and a receiver restarted
     /// with a new journal delivers a second time what it delivered before.
     pub journal_covers_incarnations: bool,
+    /// Ordered flows (the endpoint's rule, `docs/channels.md`): a flow's receiver
+    /// advertises its window (`FlowConfig::channel_window`, `stream_window` and their
+    /// bytes) when a sender's run starts, and the sender keeps to the smaller of its own
+    /// window and the advertised one, one message at a time until it knows. Off, nothing is
+    /// advertised and a sender keeps to its own window only.
+    pub advertise_flow_window: bool,
+    /// Ordered flows (the endpoint's rule): a message that arrives ahead of its turn is
+    /// held untaken (so unacknowledged) until released in order, however far beyond the
+    /// receiver's window. Off, one more than four receiver windows ahead is taken
+    /// (acknowledged) and dropped, a stream's aborting it: with a sender's window larger
+    /// than the receiver's, messages acknowledged never reach the application.
+    pub hold_beyond_window: bool,
 }
 
 impl Rules {
@@ -166,6 +178,8 @@ impl Rules {
         journal_before_verdict: true,
         reply_in_one_record: true,
         journal_covers_incarnations: true,
+        advertise_flow_window: true,
+        hold_beyond_window: true,
     };
 }
 

@@ -10,6 +10,7 @@
 //! Run: `cargo test -p exon --test endpoint`.
 
 mod batch;
+mod channel_windows;
 mod coalesce;
 mod common;
 mod durable;

@@ -304,6 +304,10 @@ async fn after_the_receiver_restarts_a_channel_starts_a_new_run_and_loses_nothin
             for (i, r) in receipts {
                 verdicts.push((i, timeout(LIMIT, r).await.unwrap()));
             }
+            // The receiver's reset is its first message to the sender since it restarted
+            // (tens of milliseconds when the sender holds a record of the old incarnation:
+            // the window it advertised); the batches leave it time to arrive.
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         verdicts
     });
