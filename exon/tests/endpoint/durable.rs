@@ -261,3 +261,51 @@ async fn a_commit_delay_gathers_records_into_few_syncs() {
         assert!(timeout(LIMIT, r).await.unwrap().is_ok());
     }
 }
+
+/// Issue 42, item 1, over loopback: a durable receiver hands M to its application (which
+/// does not acknowledge it before the process dies), then restarts with its journal
+/// directory deleted and its clock kept. The new journal covers nothing from before it:
+/// the sender hears DOUBT and reports M in doubt, and M is never delivered again. With
+/// `journal_covers_incarnations` off, the journal answers LOST and M comes twice.
+#[tokio::test]
+async fn a_durable_receiver_whose_journal_was_deleted_leaves_in_doubt_what_it_delivered() {
+    for rule in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let a = start(A, None).await;
+        let bind_b = || {
+            let mut rules = exon::proto::Rules::ALL;
+            rules.journal_covers_incarnations = rule;
+            let c = cfg().with_ack_after_processing(true).with_rules(rules);
+            Endpoint::builder(B)
+                .security(security(B))
+                .config(c)
+                .durable(dir.path())
+                .bind("127.0.0.1:0")
+        };
+        let mut b = bind_b().await.unwrap();
+        a.add_peer(B, b.local_addr());
+        b.add_peer(A, a.local_addr());
+        let receipt = a.send(B, b"M".to_vec()).await.unwrap();
+        let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+        assert_eq!(&m.payload[..], b"M");
+        drop(m);
+        drop(b.close(Duration::ZERO).await);
+        drop(b);
+        std::fs::remove_dir_all(dir.path().join("journal")).unwrap();
+        let mut b = bind_b().await.unwrap();
+        b.add_peer(A, a.local_addr());
+        a.add_peer(B, b.local_addr());
+        if rule {
+            let verdict = timeout(LIMIT, receipt).await.unwrap();
+            assert!(matches!(verdict, Err(ReceiptError::InDoubt)), "{verdict:?}");
+            let again = timeout(Duration::from_millis(500), b.recv()).await;
+            assert!(again.is_err(), "M delivered once");
+        } else {
+            // LOST for a slot the new journal never saw: M is sent and delivered again.
+            let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+            assert_eq!(&m.payload[..], b"M", "rule off: M delivered twice");
+            m.ack();
+            assert!(timeout(LIMIT, receipt).await.unwrap().is_ok());
+        }
+    }
+}
