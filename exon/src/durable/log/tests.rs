@@ -175,7 +175,14 @@ fn limit_a_last_record_damaged_to_look_cut_short_is_taken_for_a_torn_write() {
 #[test]
 fn zeros_after_a_torn_write_are_a_torn_write() {
     let big = |i: usize| vec![b'a' + (i % 26) as u8; 300];
-    for (keep, zeros_to) in [(0, 700), (10, 512), (203, 1024), (715, 1536), (1227, 2048), (618, 1024)] {
+    for (keep, zeros_to) in [
+        (0, 700),
+        (10, 512),
+        (203, 1024),
+        (715, 1536),
+        (1227, 2048),
+        (618, 1024),
+    ] {
         let mem = MemBackend::new();
         let (mut log, _) = open(&mem, LogConfig::default());
         log.append(&big(0)).unwrap();
@@ -193,7 +200,10 @@ fn zeros_after_a_torn_write_are_a_torn_write() {
         assert!(!rec.lost_synced_data(), "keep {keep}");
         let whole = keep / record::framed_len(300);
         assert_eq!(rec.entries.len(), 1 + whole, "keep {keep}");
-        assert_eq!(rec.torn_bytes as usize, data.len() - synced.len() - whole * 309);
+        assert_eq!(
+            rec.torn_bytes as usize,
+            data.len() - synced.len() - whole * 309
+        );
     }
 }
 
