@@ -25,6 +25,13 @@ pub struct JournalModel {
     /// The probability that a crash with nothing pending falls inside a compaction (the
     /// disk fails after a random number of operations).
     pub crash_mid_compaction: f64,
+    /// The probability that a crash also changes a byte of a record the journal had synced
+    /// (bit rot, a bad sector), in any segment: a byte of a record that another synced
+    /// record follows in its segment (damage confined to a segment's last record may look
+    /// like a torn write: the documented limit of docs/durability.md). The oracle then
+    /// expects the recovery to say the journal is damaged, and excuses `InDoubt` for
+    /// messages to that node from then on, and no more.
+    pub damage: f64,
 }
 
 impl Default for JournalModel {
@@ -34,8 +41,26 @@ impl Default for JournalModel {
             segment_bytes: 64 << 10,
             crash_mid_commit: 0.0,
             crash_mid_compaction: 0.5,
+            damage: 0.0,
         }
     }
+}
+
+/// Where the records of a segment's synced bytes start, by the framing of
+/// docs/durability.md (`len: u32 LE | crc32: u32 LE | kind: u8 | body`, `len` counting kind
+/// and body): synced bytes end with a whole record (a sync comes at the end of a batch).
+pub(crate) fn record_starts(data: &[u8]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut at = 0usize;
+    while let Some(len) = data.get(at..at + 4) {
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if len == 0 || at + 8 + len > data.len() {
+            break;
+        }
+        starts.push(at);
+        at += 8 + len;
+    }
+    starts
 }
 
 /// Bytes a journal record needs beyond its payload (the record's fields, framing).

@@ -151,6 +151,11 @@ struct Args {
     /// durable that the node was never told of).
     #[arg(long, default_value_t = 0.0)]
     crash_mid_commit: f64,
+    /// Durable mode: probability that a crash also changes a byte of a record the journal
+    /// had synced (bit rot, a bad sector). The oracle then expects the recovery to report
+    /// the journal damaged, and excuses `InDoubt` only for messages to a damaged node.
+    #[arg(long, default_value_t = 0.0)]
+    damage: f64,
     /// Request/reply mode: the applications make `--messages` calls (requests and replies
     /// in envelopes, each call ended by `exon::call::CallState`), servers execute each
     /// request and answer it with `Node::reply` after `--take-delay-ms`, and the oracle
@@ -305,6 +310,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         durable: a.durable.then(|| exon_sim::JournalModel {
             compact_after: a.compact_after,
             crash_mid_commit: a.crash_mid_commit,
+            damage: a.damage,
             ..exon_sim::JournalModel::default()
         }),
         deadline: a.deadline_ms.map(Duration::from_millis),

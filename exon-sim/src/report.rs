@@ -91,6 +91,9 @@ pub struct Report {
     pub journal_torn_bytes: u64,
     /// Durable mode: recoveries that found a journal damaged.
     pub journal_damaged: u32,
+    /// Durable mode: crashes that changed a byte of a synced journal record
+    /// (`JournalModel::damage`).
+    pub journal_damage_injected: u32,
     /// RPC mode: the calls' counters.
     pub rpc: Option<crate::oracle::RpcCounts>,
     /// Channel mode: the flows' counters.
@@ -177,7 +180,7 @@ impl fmt::Display for Report {
                 f,
                 " stored={} redeliveries={} commits={} compactions={} journal_bytes_max={} \
                  mid_commit_crashes={} mid_compaction_crashes={} journal_torn_bytes={} \
-                 journal_damaged={}",
+                 journal_damaged={} journal_damage_injected={}",
                 self.stored,
                 self.redeliveries,
                 self.journal_commits,
@@ -186,7 +189,8 @@ impl fmt::Display for Report {
                 self.crashes_mid_commit,
                 self.crashes_mid_compaction,
                 self.journal_torn_bytes,
-                self.journal_damaged
+                self.journal_damaged,
+                self.journal_damage_injected
             )?;
         }
         Ok(())

@@ -20,7 +20,11 @@ impl Oracle {
     }
 
     /// The journal of `node` was found damaged at a recovery: verdicts in doubt about
-    /// messages to it are excused from then on.
+    /// messages to it are excused from then on, and so are flagged redeliveries of messages
+    /// already acknowledged (it may have lost their `Taken` records: the application gets
+    /// them again flagged, with their stable ids). Nothing else is: no unflagged duplicate,
+    /// no acknowledgement of what was not delivered, no stored message left without a
+    /// verdict.
     pub fn on_damaged(&mut self, node: usize) {
         if let Some(d) = self.damaged.get_mut(node) {
             *d = true;
@@ -46,7 +50,8 @@ impl Oracle {
     }
 
     /// A flagged redelivery of `key`, handed over before: allowed (the application gets it
-    /// again) unless its sender was already told it was acknowledged.
+    /// again) unless its sender was already told it was acknowledged (and `node`'s journal
+    /// was not found damaged).
     pub(super) fn on_redelivery(
         &mut self,
         node: usize,
@@ -54,8 +59,9 @@ impl Oracle {
         kind: Kind,
         now: u64,
     ) -> Option<(MsgKey, Kind)> {
+        let damaged = self.damaged.get(node).copied().unwrap_or(false);
         let r = rec_in(&mut self.msgs, key)?;
-        if r.acked {
+        if r.acked && !damaged {
             self.violate(
                 ViolationKind::RedeliveredAfterAck,
                 Some(key),

@@ -74,6 +74,11 @@ pub(crate) struct JournalStats {
     pub(crate) cut_commits: u32,
     pub(crate) cut_compactions: u32,
     pub(crate) damaged: u32,
+    /// Crashes that changed a byte of a synced record (`JournalModel::damage`).
+    pub(crate) damage_injected: u32,
+    /// The segment of the synced record the last crash changed, until the next recovery
+    /// checks that it found the damage.
+    pub(crate) damaged_seg: Option<u64>,
     pub(crate) torn_bytes: u64,
 }
 

@@ -11,7 +11,32 @@ use rand::{Rng, SeedableRng};
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::disk::DiskModel;
+use crate::journal::record_starts;
 use crate::oracle::ViolationKind;
+
+/// Changes a byte of a synced record of `disk` (XOR `mask`): a byte chosen by `pick` among
+/// those of the records that another synced record follows in their segment. Returns
+/// whether there was one.
+fn damage_synced(disk: &exon::durable::MemBackend, pick: u64, mask: u8) -> Option<u64> {
+    let sites: Vec<(u64, usize)> = disk
+        .synced_segments()
+        .into_iter()
+        .filter_map(|(seg, data)| Some((seg, *record_starts(&data).last()?)))
+        .filter(|&(_, last)| last > 0)
+        .collect();
+    let total: u64 = sites.iter().map(|&(_, n)| n as u64).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut at = pick % total;
+    for (seg, n) in sites {
+        if at < n as u64 {
+            return disk.damage_synced(seg, at as usize, mask).then_some(seg);
+        }
+        at -= n as u64;
+    }
+    None
+}
 
 impl Sim {
     /// The disk the journals run on: the scenario's, or the default model.
@@ -34,6 +59,18 @@ impl Sim {
         match Journal::open(h.jdisk.clone(), cfg) {
             Ok((j, rec, report)) => {
                 h.jstats.torn_bytes += report.torn_bytes;
+                // A changed byte of a synced record in a segment the recovery kept (so
+                // read: one it did not read was obsolete, and is removed) must be found.
+                if let Some(seg) = h.jstats.damaged_seg.take() {
+                    if !report.damaged && h.jdisk.list_segments().contains(&seg) {
+                        let what = format!(
+                            "node{i}'s journal: damage to a synced record of segment {seg} \
+                             not found at recovery"
+                        );
+                        self.oracle
+                            .violate(ViolationKind::JournalError, None, self.now, what);
+                    }
+                }
                 if report.damaged {
                     h.jstats.damaged += 1;
                     self.oracle.on_damaged(i);
@@ -142,6 +179,14 @@ impl Sim {
         }
         h.jstats.compactions += j.compactions();
         drop(j);
+        if model.damage > 0.0 && self.rng.gen_bool(model.damage.clamp(0.0, 1.0)) {
+            let pick: u64 = self.rng.gen();
+            let mask = self.rng.gen_range(1..=255u8);
+            let h = &mut self.hosts[i];
+            h.jstats.damaged_seg = damage_synced(&h.jdisk, pick, mask);
+            h.jstats.damage_injected += u32::from(h.jstats.damaged_seg.is_some());
+        }
+        let h = &mut self.hosts[i];
         if torn {
             h.jdisk.crash_with(
                 |_, unsynced| keep.gen_range(0..=unsynced),

@@ -47,6 +47,7 @@ impl Sim {
             crashes_mid_compaction: 0,
             journal_torn_bytes: 0,
             journal_damaged: 0,
+            journal_damage_injected: 0,
             rpc: self.scenario().rpc.as_ref().map(|_| o.rpc_counts()),
             channels: self
                 .scenario()
@@ -63,6 +64,7 @@ impl Sim {
             r.crashes_mid_compaction += j.cut_compactions;
             r.journal_torn_bytes += j.torn_bytes;
             r.journal_damaged += j.damaged;
+            r.journal_damage_injected += j.damage_injected;
         }
         for l in self.links() {
             let s = l.stats();

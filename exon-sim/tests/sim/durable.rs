@@ -346,3 +346,79 @@ fn durable_long_soak() {
     eprintln!("durable long soak: {sum:?}, failed seeds: {failed:?}");
     assert!(failed.is_empty(), "failed seeds: {failed:?}");
 }
+
+/// [`durable`] where each crash also changes a byte of a synced journal record with
+/// probability `p` (`JournalModel::damage`).
+fn damaged_disks(seed: u64, p: f64) -> Scenario {
+    let mut sc = durable(seed);
+    if let Some(d) = &mut sc.durable {
+        d.damage = p;
+    }
+    sc
+}
+
+/// Issue 42, item 5: synced journal records damaged at crashes (a changed byte in any
+/// segment, the newest included, of a record another synced record follows). Every damage
+/// is found at the next recovery (the journal reports it damaged: the sim checks each one,
+/// `JournalError` otherwise), and no run without damage has a message in doubt.
+#[test]
+fn damaged_synced_records_are_always_found() {
+    let (mut injected, mut found, mut runs_damaged) = (0, 0, 0);
+    let mut kinds_seen = std::collections::BTreeMap::new();
+    for seed in 0..24 {
+        let r = Sim::new(damaged_disks(seed, 0.5)).run();
+        for v in &r.violations {
+            assert_ne!(v.kind, ViolationKind::JournalError, "seed {seed}: {v}");
+            *kinds_seen.entry(format!("{:?}", v.kind)).or_insert(0u64) += 1;
+        }
+        assert!(
+            r.journal_damaged >= r.journal_damage_injected.min(1),
+            "seed {seed}: {r}"
+        );
+        if r.journal_damaged == 0 {
+            assert_eq!(r.in_doubt, 0, "seed {seed}: doubt without damage: {r}");
+            assert!(r.ok(), "{}", r.describe_failure());
+        } else {
+            runs_damaged += 1;
+        }
+        injected += r.journal_damage_injected;
+        found += r.journal_damaged;
+    }
+    eprintln!(
+        "damaged disks: {injected} damages injected, {found} recoveries found a journal \
+         damaged, in {runs_damaged} runs; violations in those runs by kind: {kinds_seen:?}"
+    );
+    // Some damage falls in segments a crash or the recovery removed (obsolete ones).
+    assert!(injected > 10 && found > injected / 2, "{injected} {found}");
+}
+
+/// The same without damage: the check of the test above does not fire on torn writes and
+/// cut commits and compactions alone (no recovery reports a journal damaged).
+#[test]
+fn torn_writes_alone_are_never_damage() {
+    for seed in 0..8 {
+        let r = Sim::new(mid_commit(seed)).run();
+        assert_eq!(r.journal_damaged, 0, "seed {seed}: {r}");
+        assert_eq!(r.in_doubt, 0, "seed {seed}: {r}");
+    }
+}
+
+/// The whole promise with damaged synced records: DOUBT (`InDoubt` for messages to the
+/// damaged node) and flagged redeliveries, never silence: no unflagged duplicate, no
+/// acknowledgement of what was not delivered, no verdict twice, no stored message left
+/// without a verdict. The log finds every damage (above); what the core makes of
+/// `Recovered::damaged` on the sending side (a lost `Assigned` record makes the restarted
+/// sender move a message to fresh slots: an unflagged duplicate; a lost `Accepted` or
+/// `Resolved` record loses a verdict or reports one twice) is not there yet.
+#[test]
+#[ignore = "core: Recovered::damaged covers only the receiving side (proto/node/journal.rs, being changed)"]
+fn damaged_synced_records_give_doubt_never_silence() {
+    let mut failures = Vec::new();
+    for seed in 0..24 {
+        let r = Sim::new(damaged_disks(seed, 0.5)).run();
+        if !r.ok() {
+            failures.push(r.describe_failure());
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}

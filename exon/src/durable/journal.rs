@@ -63,7 +63,7 @@ pub enum JournalError {
 pub struct OpenReport {
     /// Records replayed.
     pub records: usize,
-    /// Bytes cut off the log's tail (a write torn by a crash).
+    /// Bytes cut off the log's tail (a write torn by a crash: never synced data).
     pub torn_bytes: u64,
     /// Records that did not decode, or synced data the log lost: the node then answers
     /// DOUBT rather than LOST for what it cannot vouch for.
@@ -106,7 +106,7 @@ impl<B: Backend> Journal<B> {
         let mut report = OpenReport {
             records: rec.entries.len(),
             torn_bytes: rec.torn_bytes,
-            damaged: rec.lost_tail_in_middle(),
+            damaged: rec.lost_synced_data(),
         };
         for bytes in &rec.entries {
             match Entry::decode(bytes) {
@@ -258,6 +258,27 @@ mod tests {
         let ids: Vec<_> = rec.messages.iter().map(|m| m.id.0).collect();
         assert_eq!(ids, [1, 2]);
         assert!(!report.damaged && !rec.damaged);
+    }
+
+    /// Issue 42, item 5: a byte flipped in a synced record of the last segment, with intact
+    /// records after it, is reported damaged (the node then answers DOUBT), not cut as a
+    /// torn write.
+    #[test]
+    fn a_damaged_synced_record_in_the_last_segment_is_reported_damaged() {
+        let disk = MemBackend::new();
+        let (mut j, _, _) = Journal::open(disk.clone(), JournalConfig::default()).unwrap();
+        for i in 1..=3 {
+            j.append(&w(i, accepted(i))).unwrap();
+            j.commit().unwrap();
+        }
+        drop(j);
+        let mut data = disk.segment(0).unwrap();
+        let at = data.len() / 2;
+        data[at] ^= 0x04;
+        disk.put_segment(0, data);
+        let (_, rec, report) = Journal::open(disk, JournalConfig::default()).unwrap();
+        assert!(report.damaged && rec.damaged, "{report:?}");
+        assert_eq!((report.records, report.torn_bytes), (1, 0));
     }
 
     #[test]

@@ -10,11 +10,28 @@
 //!
 //! [`Log::open`] recovers: it starts at the newest segment that opens with a checkpoint whose
 //! end is in the log, and replays every entry from there on. A checkpoint without its end
-//! (a crash or an error during [`Log::checkpoint`]) is discarded with its segments. Damage
-//! in the last segment (a torn write, or a damaged synced record: the log cannot tell them
-//! apart) is cut off and counted in [`Recovery::torn_bytes`]; damage in an earlier segment
-//! is corruption of synced data: the log is cut there, and [`Recovery::damaged_segment`]
-//! says so.
+//! (a crash or an error during [`Log::checkpoint`]) is discarded with its segments.
+//!
+//! Each segment is read up to its first record that is not intact (cut short, a length out
+//! of bounds, a failing checksum, an unknown kind). A crash can only lose or tear what was
+//! written after the last sync, which is in the last segment, and it leaves a prefix of
+//! that write: its last record cut short, possibly followed by zeros (a file system that
+//! made the size durable before the data). So the log cuts the bad record off the last
+//! segment as a torn write ([`Recovery::torn_bytes`]) only if it has that shape: it runs
+//! past the end of the segment once zeros from a sector boundary on are left out, and no
+//! intact record starts anywhere after it (searched at every offset, so that a damaged
+//! length field hides nothing). Anything else is damage to synced data, cut at the damage
+//! and reported in [`Recovery::damaged_segment`] ([`Recovery::lost_synced_data`]): a bad
+//! record in a segment other than the last (each was synced before the next was created),
+//! a whole record whose checksum fails, intact records after the bad one, or a checkpoint
+//! with entries and no end in the oldest segment left (older segments are removed only
+//! once a checkpoint is synced).
+//!
+//! The limit: damage confined to the last record of the last segment that leaves it
+//! looking cut short (its length field made to run past the end, or its last bytes zeros
+//! from a sector boundary on) cannot be told from a torn write, and is cut as one. Every
+//! commit's records are intact records after the previous commit's, so this concerns only
+//! the last record written before the log was reopened.
 
 use std::io;
 

@@ -114,6 +114,132 @@ impl<'a> Records<'a> {
     }
 }
 
+/// A file system that persists a file's size before its data shows the blocks it lost as
+/// zeros, from a sector boundary on (or from the synced end, where the last synced sector
+/// was written whole).
+const SECTOR: usize = 512;
+
+/// The length field of the header at `at`, if the header is there and its length in bounds
+/// for a record of kind `kind` (the byte after the header) as [`Records`] reads it; the
+/// kind is not checked when it is past the end of `data`.
+fn plausible_len(data: &[u8], at: usize, max_body: usize) -> Option<usize> {
+    let field = data.get(at..at.checked_add(4)?)?;
+    let len = u32::from_le_bytes(field.try_into().ok()?) as usize;
+    let ok = match data.get(at + HEADER) {
+        _ if len == 0 => false,
+        Some(&ENTRY) => len - 1 <= max_body,
+        Some(&(BEGIN | END)) => len == 9,
+        Some(_) => false,
+        None => len - 1 <= max_body.max(8),
+    };
+    ok.then_some(len)
+}
+
+/// The end of what looks written in `data`: past its last byte that is not zero.
+fn written_end(data: &[u8]) -> usize {
+    data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
+}
+
+/// Whether the damage that ended a scan of the last segment's `data` at `at` (the end of
+/// its last intact record) can be a write torn by a crash, rather than damage to records
+/// that were synced. A crash loses or tears only what was written after the last sync: it
+/// leaves a prefix of the last write (its last record cut short), possibly followed by
+/// zeros (a size made durable before the data, from a sector boundary or the synced end
+/// on). So it is taken for a torn write only if
+///
+/// * the record at `at` is cut short by the end of the segment, once zeros from a sector
+///   boundary on are left out (a whole record whose checksum fails was written whole, and
+///   a torn write never leaves a header with a length out of bounds), and
+/// * no intact record starts after `at` (a torn write leaves nothing intact after the
+///   record it cut): the bytes after `at` are searched at every offset, so a length field
+///   that was damaged does not hide the records after it.
+///
+/// What this cannot tell apart: damage confined to the last record of the segment that
+/// leaves it looking cut short (its length field made to run past the end, or damage in a
+/// record whose last bytes are zeros from a sector boundary on). The search is bounded:
+/// past about eight times the bytes after `at` in checksummed bytes and headers read (a
+/// disk made to cost more is not a torn write), it answers "damaged".
+pub(crate) fn torn_tail(data: &[u8], at: usize, max_body: usize) -> bool {
+    let at = at.min(data.len());
+    cut_short(data, at, max_body) && !intact_record_after(data, at, max_body)
+}
+
+/// Whether the record at `at` runs past the end of `data`, zeros from a sector boundary on
+/// left out (see [`torn_tail`]).
+fn cut_short(data: &[u8], at: usize, max_body: usize) -> bool {
+    let written = written_end(data);
+    if written <= at {
+        // Nothing but zeros after the intact records.
+        return true;
+    }
+    let end = if written < data.len() {
+        written.next_multiple_of(SECTOR).min(data.len())
+    } else {
+        data.len()
+    };
+    if end - at <= HEADER {
+        // Zeros, or a header cut short.
+        return true;
+    }
+    match plausible_len(&data[..end], at, max_body) {
+        Some(len) => at + HEADER + len > end,
+        None => false,
+    }
+}
+
+/// Whether an intact record starts anywhere after `at`, followed by what looks like records
+/// up to the end (each header's length in bounds, the last record possibly cut short, then
+/// possibly zeros). The look at the following headers is cheap and comes first, so that
+/// checksums are computed for few candidates. Bounded work: past the budget, `true`.
+fn intact_record_after(data: &[u8], at: usize, max_body: usize) -> bool {
+    let written = written_end(data);
+    let mut budget = (data.len() as u64)
+        .saturating_sub(at as u64)
+        .saturating_mul(8)
+        .saturating_add(1 << 20);
+    let mut spend = |n: usize| match budget.checked_sub(n as u64 + 1) {
+        Some(b) => {
+            budget = b;
+            true
+        }
+        None => false,
+    };
+    for p in at.saturating_add(1)..written {
+        let Some(len) = plausible_len(data, p, max_body) else {
+            continue;
+        };
+        let mut q = p + HEADER + len;
+        if q > data.len() {
+            continue;
+        }
+        let follows = loop {
+            if !spend(0) {
+                return true;
+            }
+            if q >= written || data.len() - q <= HEADER {
+                break true;
+            }
+            match plausible_len(data, q, max_body) {
+                None => break false,
+                Some(l) if q + HEADER + l > data.len() => break true,
+                Some(l) => q += HEADER + l,
+            }
+        };
+        if !follows {
+            continue;
+        }
+        if !spend(len) {
+            return true;
+        }
+        let mut one = Records::new(data, max_body);
+        one.at = p;
+        if one.parse().is_some() {
+            return true;
+        }
+    }
+    false
+}
+
 impl Iterator for Records<'_> {
     type Item = (usize, Record);
 

@@ -190,6 +190,13 @@ pub struct Limits {
     /// a fragmented message only within the credit it was granted, so a receiver never
     /// holds more than this; senders without credit wait (backpressure). Default 64 MiB.
     pub max_reassembly_bytes: u64,
+    /// Most peers the deaf-peer schedule (`Rules::deaf_backoff`) remembers sending to at
+    /// once. Every destination the node sends to gets an entry, answers to unauthenticated
+    /// datagrams included; past this many, the entries paused past `4 * max_rto` go first,
+    /// then the half sent to longest ago, and the table gives its memory back. An evicted
+    /// peer starts its grace again (it may get `2 * max_rto` of datagrams before it is deaf
+    /// again). At least 1. Default 9216 (the default sender and receiver records, and 1024).
+    pub max_unanswered_peers: usize,
 }
 
 impl Default for Limits {
@@ -206,6 +213,7 @@ impl Default for Limits {
             max_message_size: 16 << 20,
             max_reassembly_per_source: 16 << 20,
             max_reassembly_bytes: 64 << 20,
+            max_unanswered_peers: 9216,
         }
     }
 }
@@ -478,9 +486,12 @@ impl Config {
                 "flow.envelope_low <= flow.envelope_target <= flow.window",
             ));
         }
-        if self.limits.max_queued_per_peer == 0 || self.limits.max_sender_records == 0 {
+        if self.limits.max_queued_per_peer == 0
+            || self.limits.max_sender_records == 0
+            || self.limits.max_unanswered_peers == 0
+        {
             return Err(out_of_range(
-                "limits.max_queued_per_peer and limits.max_sender_records",
+                "limits.max_queued_per_peer, limits.max_sender_records and limits.max_unanswered_peers",
                 "positive",
             ));
         }

@@ -177,6 +177,35 @@ impl MemBackend {
             .map(|s| s.data.clone())
     }
 
+    /// The synced content of each segment whose creation is durable, in order: what a
+    /// crash leaves at least (for tests that damage synced data).
+    pub fn synced_segments(&self) -> Vec<(u64, Vec<u8>)> {
+        let disk = self.disk();
+        disk.segs
+            .iter()
+            .filter(|(_, s)| s.durable_listed)
+            .map(|(&n, s)| (n, s.durable.clone()))
+            .collect()
+    }
+
+    /// Changes byte `at` of the synced content of segment `seg` (XOR `mask`), as bit rot or
+    /// a bad sector would: in what a crash leaves and in what is visible now. Returns
+    /// whether there was such a byte.
+    pub fn damage_synced(&self, seg: u64, at: usize, mask: u8) -> bool {
+        let mut disk = self.disk();
+        let Some(s) = disk.segs.get_mut(&seg) else {
+            return false;
+        };
+        if at >= s.durable.len() {
+            return false;
+        }
+        s.durable[at] ^= mask;
+        if let Some(b) = s.data.get_mut(at) {
+            *b ^= mask;
+        }
+        true
+    }
+
     /// Replaces segment `seg` with `data`, durably (as if written and synced long ago):
     /// for tests that damage a disk.
     pub fn put_segment(&self, seg: u64, data: Vec<u8>) {
@@ -339,6 +368,22 @@ mod tests {
         mem.remove(3).unwrap();
         mem.crash_with(|_, _| 0, |seg| seg != 5);
         assert_eq!(mem.list().unwrap(), vec![6]);
+    }
+
+    #[test]
+    fn mem_damage_changes_synced_bytes_only() {
+        let mut mem = MemBackend::new();
+        mem.create(1).unwrap();
+        mem.sync_dir().unwrap();
+        mem.append(1, b"abc").unwrap();
+        mem.sync(1).unwrap();
+        mem.append(1, b"de").unwrap();
+        assert_eq!(mem.synced_segments(), vec![(1, b"abc".to_vec())]);
+        assert!(mem.damage_synced(1, 1, 0x01));
+        assert!(!mem.damage_synced(1, 3, 0x01), "not synced");
+        assert_eq!(mem.segment(1).unwrap(), b"accde");
+        mem.crash(|_, _| 0);
+        assert_eq!(mem.segment(1).unwrap(), b"acc");
     }
 
     #[test]

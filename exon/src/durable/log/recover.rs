@@ -17,16 +17,26 @@ pub struct Recovery {
     pub entries: Vec<Bytes>,
     /// The segments the log holds now.
     pub segments: usize,
-    /// Bytes cut off the end of the last segment: a torn write after a crash, or damage to
-    /// records that were synced (the log cannot tell which).
+    /// Bytes cut off the end of the last segment as a write torn by a crash: the last
+    /// record cut short by the end of the segment (and possibly zeros after it), with no
+    /// intact record after it. Only what was never synced can look like this (see
+    /// [`Recovery::damaged_segment`] for the one exception).
     pub torn_bytes: u64,
-    /// A segment other than the last that is damaged: synced data was lost. The log was cut
-    /// at the damage and the later segments removed; their bytes are in `dropped_bytes`.
+    /// The segment whose synced records are damaged, if any: synced data was lost. It is
+    /// damage in a segment other than the last (each was synced before the next one was
+    /// created), damage in the last one that is not shaped like a torn write (a whole
+    /// record whose checksum fails, or an intact record after the bad one), or a checkpoint
+    /// with entries and no end in the oldest segment (older segments are removed only once
+    /// a checkpoint is synced). The log was cut at the damage and the later segments
+    /// removed; the bytes are in `dropped_bytes`. Not detected: damage confined to the last
+    /// record of the last segment that leaves it looking cut short, which is cut as a torn
+    /// write.
     pub damaged_segment: Option<u64>,
     /// Bytes dropped because of `damaged_segment`.
     pub dropped_bytes: u64,
     /// Whether an incomplete checkpoint (begun, never ended) was discarded. Its entries were
-    /// copies of live ones, so nothing is lost.
+    /// copies of live ones, so nothing is lost, unless `damaged_segment` is that of the
+    /// checkpoint.
     pub discarded_checkpoint: bool,
     /// Segments removed because a checkpoint after them made them obsolete (a crash came
     /// between the checkpoint and their removal).
@@ -34,8 +44,10 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    /// Whether synced data was lost in a segment other than the last.
-    pub fn lost_tail_in_middle(&self) -> bool {
+    /// Whether records that were synced were found damaged and cut
+    /// ([`damaged_segment`](Self::damaged_segment)): what they held is lost, and the
+    /// layer above must not vouch for it.
+    pub fn lost_synced_data(&self) -> bool {
         self.damaged_segment.is_some()
     }
 }
@@ -171,7 +183,7 @@ pub(super) fn recover<B: Backend>(
         }
         if s.damaged() {
             let lost = (s.data.len() - s.valid) as u64;
-            if j + 1 == segs.len() {
+            if j + 1 == segs.len() && record::torn_tail(&s.data, s.valid, cfg.max_record) {
                 rec.torn_bytes = lost;
             } else {
                 rec.damaged_segment = Some(s.seg);
@@ -183,6 +195,15 @@ pub(super) fn recover<B: Backend>(
         }
     }
     if let Some((j, at, n, _)) = begun {
+        // A checkpoint that begins the oldest segment left has nothing older to fall back
+        // on: older segments are removed only after a checkpoint's end is synced, so one
+        // with entries and no end was damaged (a checkpoint of a log that never committed
+        // has no entries in the journal's use).
+        if (j, at) == (0, 0) && rec.entries.len() > n && rec.damaged_segment.is_none() {
+            rec.damaged_segment = Some(segs[0].seg);
+            rec.dropped_bytes = segs.iter().map(|s| s.data.len() as u64).sum();
+            rec.torn_bytes = 0;
+        }
         rec.entries.truncate(n);
         rec.discarded_checkpoint = true;
         cut = Some((j, at));

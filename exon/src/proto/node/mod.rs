@@ -337,6 +337,12 @@ impl Node {
         self.receivers.len()
     }
 
+    /// Destinations the deaf-peer schedule remembers sending to (`send/silence.rs`; at most
+    /// `Limits::max_unanswered_peers`), and the entries its map has room for.
+    pub fn unanswered_peers(&self) -> (usize, usize) {
+        (self.silence.len(), self.silence.footprint().0)
+    }
+
     /// Slots held over all receiver records.
     pub fn slots_held(&self) -> u64 {
         self.receivers.values().map(|r| r.slots().count()).sum()

@@ -181,6 +181,19 @@ pub(crate) struct Outbox {
 }
 
 impl Outbox {
+    /// Gives back the memory of its tables once they are far larger than what they hold.
+    pub fn shrink(&mut self) {
+        if self.peers.capacity() > 4 * self.peers.len() + 64 {
+            self.peers.shrink_to(2 * self.peers.len());
+        }
+        if self.ready.capacity() > 4 * self.ready.len() + 64 {
+            self.ready.shrink_to(2 * self.ready.len());
+        }
+        if self.deferred.capacity() > 4 * self.deferred.len() + 64 {
+            self.deferred.shrink_to(2 * self.deferred.len());
+        }
+    }
+
     /// The pending output of `peer`, created if needed without queueing the peer. Returns
     /// `None` when a new entry would exceed `cap` peers.
     fn entry(&mut self, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {

@@ -47,6 +47,7 @@ impl Node {
             let want = rec.next_deadline(&self.cfg);
             self.timers.arm(rec.armed_mut(), want, Side::Sender, peer);
         }
+        self.compact_timers();
     }
 
     /// When the R record `rec` probes its source next, if it does.
@@ -69,6 +70,36 @@ impl Node {
             let want = [probe, expiry].into_iter().flatten().min();
             self.timers.arm(rec.armed_mut(), want, Side::Receiver, peer);
         }
+        self.compact_timers();
+    }
+
+    /// Gives back the memory of tables that emptied (a `HashMap` never shrinks by itself):
+    /// records evicted after a flood of forged ids leave their maps' capacity behind.
+    fn tidy_tables(&mut self) {
+        fn shrink<K: std::hash::Hash + Eq, V, S: std::hash::BuildHasher>(
+            m: &mut std::collections::HashMap<K, V, S>,
+        ) {
+            if m.capacity() > 4 * m.len() + 64 {
+                m.shrink_to(2 * m.len());
+            }
+        }
+        shrink(&mut self.receivers);
+        shrink(&mut self.senders);
+        if self.unproven.capacity() > 4 * self.unproven.len() + 64 {
+            self.unproven.shrink_to(2 * self.unproven.len());
+        }
+        self.timers.shrink();
+        self.outbox.shrink();
+    }
+
+    /// Drops stale timer entries once they outnumber the records by far (`TimerQueue::compact`).
+    fn compact_timers(&mut self) {
+        let live = self.senders.len() + self.receivers.len();
+        let (senders, receivers) = (&self.senders, &self.receivers);
+        self.timers.compact(live, |t, side, peer| match side {
+            Side::Sender => senders.get(&peer).is_some_and(|r| r.is_armed_at(t)),
+            Side::Receiver => receivers.get(&peer).is_some_and(|r| r.is_armed_at(t)),
+        });
     }
 
     fn is_current(&self, t: Instant, side: Side, peer: NodeId) -> bool {
@@ -104,6 +135,8 @@ impl Node {
         self.rearm_due();
         self.outbox.release_due(now);
         self.release_deaf(now);
+        self.silence.tidy(now);
+        self.tidy_tables();
         self.probe_archive(now);
         // Take every due entry first, so a record is handled at most once per call.
         let mut due = std::mem::take(&mut self.due_scratch);

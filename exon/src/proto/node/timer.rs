@@ -51,6 +51,27 @@ impl TimerQueue {
     pub fn pop(&mut self) -> Option<(Instant, Side, NodeId)> {
         self.heap.pop().map(|Reverse(e)| e)
     }
+
+    /// Gives memory back once the entries are far fewer than the room for them.
+    pub fn shrink(&mut self) {
+        if self.heap.capacity() > 4 * self.heap.len() + 256 {
+            self.heap.shrink_to(2 * self.heap.len());
+        }
+    }
+
+    /// Drops the stale entries (those `current` refuses) and gives memory back, once they
+    /// outnumber the records (`live`) by far: records evicted before their timers came due
+    /// (a flood of forged ids) leave one each, and only time would take them out.
+    pub fn compact(&mut self, live: usize, current: impl Fn(Instant, Side, NodeId) -> bool) {
+        if self.heap.len() <= 2 * live + 256 {
+            return;
+        }
+        self.heap
+            .retain(|Reverse((t, side, peer))| current(*t, *side, *peer));
+        if self.heap.capacity() > 4 * self.heap.len() + 256 {
+            self.heap.shrink_to(2 * self.heap.len());
+        }
+    }
 }
 
 /// `d` stretched by `jitter / 2^18` (so by less than a quarter): the per-record timer

@@ -34,6 +34,8 @@ pub(crate) struct Schedule {
     pub first: Duration,
     /// The longest wait: `max_rto`.
     pub cap: Duration,
+    /// The most entries held (`Limits::max_unanswered_peers`).
+    pub max_peers: usize,
 }
 
 impl Schedule {
@@ -44,6 +46,7 @@ impl Schedule {
             reset: cfg.timers.max_rto.saturating_mul(4),
             first: (cfg.timers.max_rto / 8).max(cfg.timers.min_rto),
             cap: cfg.timers.max_rto,
+            max_peers: cfg.limits.max_unanswered_peers.max(1),
         }
     }
 }
@@ -76,7 +79,10 @@ struct Unanswered {
 }
 
 /// The peers this node sends to, whether they answer, and the deaf ones waiting for their
-/// turn. Soft state: an entry lives while the node sends to its peer now and then.
+/// turn. Soft state: an entry lives while the node sends to its peer now and then, and the
+/// table holds at most [`Schedule::max_peers`] entries (every answer to an unauthenticated
+/// datagram makes one): past it, expired entries go, then the older half by their last
+/// datagram; the map and the wake-up queue give their memory back as they empty.
 #[derive(Debug)]
 pub(crate) struct Silence {
     schedule: Schedule,
@@ -85,6 +91,8 @@ pub(crate) struct Silence {
     parked: BinaryHeap<Reverse<(Instant, NodeId)>>,
     /// Entries beyond which the next new peer prunes those paused past `reset`.
     prune_at: usize,
+    /// The last [`tidy`](Self::tidy) that pruned.
+    tidied: Option<Instant>,
 }
 
 /// Entries kept before the first pruning pass.
@@ -98,6 +106,7 @@ impl Silence {
             peers: PeerMap::default(),
             parked: BinaryHeap::new(),
             prune_at: PRUNE_MIN,
+            tidied: None,
         }
     }
 
@@ -118,9 +127,8 @@ impl Silence {
     /// A datagram left for `peer` at `now`; `deaf` when [`gate`](Self::gate) said so.
     pub fn on_sent(&mut self, now: Instant, peer: NodeId, deaf: bool) {
         let s = self.schedule;
-        if self.peers.len() >= self.prune_at && !self.peers.contains_key(&peer) {
-            self.peers.retain(|_, u| now < u.reset_at);
-            self.prune_at = (self.peers.len() * 2).max(PRUNE_MIN);
+        if self.peers.len() >= self.prune_at.min(s.max_peers) && !self.peers.contains_key(&peer) {
+            self.prune(now);
         }
         let u = self.peers.entry(peer).or_insert(Unanswered {
             deaf_at: None,
@@ -139,6 +147,47 @@ impl Silence {
         if deaf {
             u.next = Some(now + u.wait);
             u.wait = u.wait.saturating_mul(2).min(s.cap);
+        }
+    }
+
+    /// Drops the entries paused past `reset` once in a while (at most every `reset`, and only
+    /// when more than a few are held), so that a table grown by a burst is given back when
+    /// the node stops sending to those peers: called on timeouts.
+    pub fn tidy(&mut self, now: Instant) {
+        if self.peers.len() > PRUNE_MIN / 2
+            && self.tidied.is_none_or(|t| now >= t + self.schedule.reset)
+        {
+            self.tidied = Some(now);
+            self.prune(now);
+        } else if self.peers.is_empty() && self.peers.capacity() > 0 {
+            self.peers = PeerMap::default();
+            self.parked = BinaryHeap::new();
+        }
+    }
+
+    /// Drops the entries paused past `reset` and, if the table is still full, the older half
+    /// (by the last datagram sent); gives memory back.
+    fn prune(&mut self, now: Instant) {
+        let max = self.schedule.max_peers;
+        self.peers.retain(|_, u| now < u.reset_at);
+        if self.peers.len() >= max {
+            let mut last: Vec<Instant> = self.peers.values().map(|u| u.reset_at).collect();
+            let keep = max / 2;
+            // The `keep` most recent survive (ties may keep a few less).
+            let cut = last.len() - keep;
+            let nth = cut.min(last.len() - 1);
+            let (_, &mut threshold, _) = last.select_nth_unstable(nth);
+            self.peers.retain(|_, u| u.reset_at > threshold);
+        }
+        self.prune_at = (self.peers.len() * 2).max(PRUNE_MIN);
+        if self.peers.capacity() > 4 * self.peers.len().max(PRUNE_MIN) {
+            self.peers.shrink_to(2 * self.peers.len());
+        }
+        if self.parked.len() > 2 * self.peers.len() + PRUNE_MIN {
+            let peers = &self.peers;
+            self.parked
+                .retain(|Reverse((at, p))| peers.get(p).is_some_and(|u| u.parked == Some(*at)));
+            self.parked.shrink_to(2 * self.parked.len());
         }
     }
 
@@ -201,9 +250,13 @@ impl Silence {
     }
 
     /// Peers sent to lately (the entries held).
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.peers.len()
+    }
+
+    /// The entries the map has room for (memory held), and the wake-up queue's length.
+    pub fn footprint(&self) -> (usize, usize) {
+        (self.peers.capacity(), self.parked.len())
     }
 }
 
@@ -242,6 +295,31 @@ mod tests {
             now += step;
         }
         deaf
+    }
+
+    /// Issue 42, item 8: answers to a flood of distinct ids within one instant (nothing
+    /// expires by time) stay within the count, and the memory comes back once they expire.
+    #[test]
+    fn the_table_is_bounded_by_a_count_and_gives_its_memory_back() {
+        let sc = Schedule {
+            max_peers: 1000,
+            ..sched()
+        };
+        let t0 = crate::test_time::origin();
+        let mut s = Silence::new(sc);
+        for i in 0..100_000 {
+            let p = NodeId::new(1000 + i).unwrap();
+            assert_eq!(s.gate(t0, p), Gate::Open);
+            s.on_sent(t0, p, false);
+            assert!(s.len() <= 1000);
+        }
+        // The newest is kept.
+        assert!(s.peers.contains_key(&NodeId::new(1000 + 99_999).unwrap()));
+        assert!(s.footprint().0 <= 4 * 1000);
+        s.tidy(t0 + sc.reset);
+        assert_eq!(s.len(), 0);
+        s.tidy(t0 + sc.reset * 2);
+        assert!(s.footprint().0 <= PRUNE_MIN, "{:?}", s.footprint());
     }
 
     #[test]
