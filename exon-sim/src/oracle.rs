@@ -337,10 +337,26 @@ impl Oracle {
     /// time before: a token made after the restart from an envelope granted before it is in
     /// doubt too).
     pub fn on_in_doubt(&mut self, key: MsgKey, now: u64) {
-        if self.durable {
+        // A sender whose journal was damaged reports every message it recovered in doubt:
+        // its records of their slots and verdicts may be lost (some may have been reported
+        // before the crash: in doubt after acknowledged is weaker, and true).
+        let sender_damaged = self
+            .damaged
+            .get(key.sender as usize)
+            .copied()
+            .unwrap_or(false);
+        if sender_damaged {
+            if let Some(r) = rec_in(&mut self.msgs, key) {
+                if r.acked || r.doubted || r.not_delivered {
+                    return;
+                }
+            }
+        }
+        if self.durable && !sender_damaged {
             self.check_durable_doubt(key, now);
         }
-        let explained = self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
+        let explained =
+            sender_damaged || self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
         let Some(r) = self.settle(key, now, "in doubt") else {
             return;
         };
@@ -434,7 +450,13 @@ impl Oracle {
                     seq: seq as u64,
                 };
                 let settled = r.acked || r.doubted || r.not_delivered;
-                if r.given_up && !r.taken {
+                let damaged = self.damaged.get(s).copied().unwrap_or(false);
+                if damaged && !settled {
+                    // Its sender's journal lost records (their `Accepted` or `Resolved`):
+                    // the application is told the journal was damaged, and what it was
+                    // told stored and never heard of again is in doubt.
+                    self.lost_by_restart += u64::from(!r.taken);
+                } else if r.given_up && !r.taken {
                     // Given up at its deadline, and told so truthfully: not a loss.
                 } else if !r.taken && (r.doubted || (r.sender_restarted && !settled)) {
                     self.lost_by_restart += 1;

@@ -403,15 +403,15 @@ fn torn_writes_alone_are_never_damage() {
     }
 }
 
-/// The whole promise with damaged synced records: DOUBT (`InDoubt` for messages to the
-/// damaged node) and flagged redeliveries, never silence: no unflagged duplicate, no
-/// acknowledgement of what was not delivered, no verdict twice, no stored message left
-/// without a verdict. The log finds every damage (above); what the core makes of
-/// `Recovered::damaged` on the sending side (a lost `Assigned` record makes the restarted
-/// sender move a message to fresh slots: an unflagged duplicate; a lost `Accepted` or
-/// `Resolved` record loses a verdict or reports one twice) is not there yet.
+/// The whole promise with damaged synced records: DOUBT and flagged redeliveries, never a
+/// second unflagged delivery nor an acknowledgement of what was not delivered. A damaged
+/// receiver answers DOUBT for what its lost records may have covered (and keeps doing so
+/// after later restarts); a damaged sender reports every message it recovered in doubt
+/// (its records of their newer slots or verdicts may be lost), and the oracle counts the
+/// stored messages it never heard of again as in doubt (the application is told the
+/// journal was damaged). With the sender's rule off (its recovered messages sent again)
+/// this finds unflagged duplicates.
 #[test]
-#[ignore = "core: Recovered::damaged covers only the receiving side (proto/node/journal.rs, being changed)"]
 fn damaged_synced_records_give_doubt_never_silence() {
     let mut failures = Vec::new();
     for seed in 0..24 {

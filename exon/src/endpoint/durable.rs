@@ -21,6 +21,8 @@ use crate::proto::{MsgId, Node, NodeId};
 pub(crate) struct DriverJournal {
     pub(crate) jobs: JournalJobs,
     pub(crate) recovered: Vec<(MsgId, NodeId, Ack)>,
+    /// The journal was found damaged at recovery ([`Endpoint::journal_damaged`]).
+    pub(crate) damaged: bool,
 }
 
 /// A message recovered from the journal of a durable endpoint after a restart: it is being
@@ -93,6 +95,7 @@ impl DurableDir {
             DriverJournal {
                 jobs,
                 recovered: acks,
+                damaged: report.damaged,
             },
             receipts,
         ))

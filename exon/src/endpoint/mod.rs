@@ -151,6 +151,8 @@ pub struct Endpoint {
     next: usize,
     /// Durable mode: the messages recovered from the journal at bind.
     recovered: Vec<RecoveredSend>,
+    /// Durable mode: the journal was found damaged at bind.
+    journal_damaged: bool,
     /// Streams opened by peers.
     accept: mpsc::Receiver<flows::Accepted>,
 }
@@ -373,6 +375,17 @@ impl Endpoint {
         std::mem::take(&mut self.recovered)
     }
 
+    /// Durable mode: whether the journal was found damaged when the endpoint was bound
+    /// (records it had made durable were lost: a bad sector, bit rot). Then every message
+    /// recovered from it resolves in doubt ([`ReceiptError::InDoubt`]), tokens of earlier
+    /// incarnations are answered DOUBT, and a message the application was told was stored
+    /// before the restart that is neither recovered nor resolved is **in doubt**, not
+    /// settled: its records may be among those lost. False on an endpoint that is not
+    /// durable.
+    pub fn journal_damaged(&self) -> bool {
+        self.journal_damaged
+    }
+
     /// The next byte stream a peer opened ([`Handle::open_stream`]), or `None` once the
     /// endpoint stopped. Streams opened while nobody accepts wait here (up to
     /// [`FlowConfig::max_streams`]; more are reset).
@@ -569,6 +582,7 @@ impl Builder {
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Vec::new();
+        let mut journal_damaged = false;
         let sockets = sockets.into_iter().zip(reaches.iter().copied());
         for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
             let shared = Arc::new(Shared::new(
@@ -599,6 +613,7 @@ impl Builder {
             let journal = durable.take().map(|(journal, receipts)| {
                 shared.set_durable();
                 recovered = receipts;
+                journal_damaged = journal.damaged;
                 journal
             });
             let cfg = self.config.clone();
@@ -616,6 +631,7 @@ impl Builder {
             rx: receivers,
             next: 0,
             recovered,
+            journal_damaged,
             accept: accept_rx,
         })
     }

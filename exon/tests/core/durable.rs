@@ -500,3 +500,39 @@ fn a_reqcredit_for_an_incarnation_lost_in_a_restart_asks_the_journal() {
         "the journal answers: never delivered"
     );
 }
+
+/// A journal found damaged lost records it covered: from then on it vouches only for what
+/// it records afterwards, even at a later restart where the log reads clean. B delivers M
+/// (its ACK lost), restarts on a damaged journal that lost M's `Delivered` record, and
+/// restarts again before A's token comes back: M must be in doubt, never delivered twice.
+#[test]
+fn a_journal_damaged_once_never_vouches_for_what_the_damage_may_have_taken() {
+    let mut p = durable_pair(false, true);
+    // The synced journal before M: it already covers the incarnation M will go into.
+    let before_m = p.nodes[B].journal.clone();
+    let cut = std::rc::Rc::new(std::cell::Cell::new((false, false)));
+    let c = cut.clone();
+    p.set_filter(move |w| {
+        let (from_b, all) = c.get();
+        if all || (from_b && w.from == B) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.send(A, payload(0));
+    step_until(&mut p, |p| p.nodes[A].node.stats().frames_out.token > 0);
+    cut.set((true, false));
+    step_until(&mut p, |p| p.nodes[B].delivered.len() == 1);
+    p.run(Duration::from_millis(20));
+    cut.set((true, true));
+    // The damage took M's record: the log reads up to before it, reported damaged.
+    p.crash_and_recover_with(B, before_m, true);
+    p.run(Duration::from_millis(20));
+    // A second restart: the log now reads clean.
+    p.crash_and_recover(B);
+    cut.set((false, false));
+    p.run(Duration::from_secs(60));
+    assert_eq!(unflagged(&p, B)[&payload(0)], 1, "M delivered once");
+    assert_eq!(p.nodes[A].in_doubt.len(), 1, "and in doubt");
+}

@@ -309,3 +309,44 @@ async fn a_durable_receiver_whose_journal_was_deleted_leaves_in_doubt_what_it_de
         }
     }
 }
+
+/// Issue 42, item 5, over loopback: one byte changed in the middle of a durable receiver's
+/// journal (synced records after it) is damage, not a torn write: the endpoint says so
+/// (`journal_damaged`), and the messages it held come back flagged or not at all, never
+/// unflagged twice.
+#[tokio::test]
+async fn a_byte_changed_inside_a_synced_journal_is_reported_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(A, None).await;
+    let bind_b = || {
+        Endpoint::builder(B)
+            .security(security(B))
+            .config(cfg().with_ack_after_processing(true))
+            .durable(dir.path())
+            .bind("127.0.0.1:0")
+    };
+    let mut b = bind_b().await.unwrap();
+    assert!(!b.journal_damaged());
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    for i in 0..20u32 {
+        drop(a.send(B, vec![i as u8; 200]).await.unwrap());
+    }
+    for _ in 0..20 {
+        // Handed over (journalled), never acknowledged: every record stays live.
+        drop(timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+    }
+    drop(b.close(Duration::ZERO).await);
+    drop(b);
+    let seg = std::fs::read_dir(dir.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .expect("a segment");
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&seg, &bytes).unwrap();
+    let b = bind_b().await.unwrap();
+    assert!(b.journal_damaged(), "damage in synced records is reported");
+}

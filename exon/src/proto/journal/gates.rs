@@ -73,6 +73,10 @@ impl Journal {
     /// the journal covered at recovery (`Recovered::covers`) and whether it was damaged.
     pub fn new(run_start: u64, covers: Option<(u64, u64)>, damaged: bool) -> Journal {
         let (covers_from, vouched) = match covers {
+            // A damaged log lost records it covered: it starts covering again from here,
+            // and says so in its next `Covers` record (later recoveries must not vouch for
+            // what the damage took, even once the log reads clean).
+            Some(_) if damaged => (run_start, run_start..run_start),
             // Incarnations from `run_start` on are this run's, whatever an older record says.
             Some((from, below)) => (from.min(run_start), from..below.min(run_start)),
             None => (run_start, run_start..run_start),

@@ -164,11 +164,16 @@ impl State {
                 }
             }
             Entry::Covers { from, below } => {
-                // The journal's first record says where it starts; later ones only extend it.
+                // The journal's first record says where it starts; later ones extend it, or
+                // start it again higher (after damage lost records it covered).
                 let (from, below) = match self.covers {
                     Some((f, b)) => {
                         self.live_bytes -= Entry::Covers { from: f, below: b }.encoded_len();
-                        (f, b.max(*below))
+                        if *from > f {
+                            (*from, *below)
+                        } else {
+                            (f, b.max(*below))
+                        }
                     }
                     None => (*from, *below),
                 };

@@ -64,6 +64,20 @@ impl Node {
                 continue;
             }
             self.next_msg = self.next_msg.max(m.id.0.saturating_add(1));
+            if recovered.damaged && self.rules.journal_covers_incarnations {
+                // The log lost records after these: a newer slot (delivered there, this
+                // one would get LOST and the message would go twice), or the verdict (the
+                // receiver may have forgotten the slot). Nothing says which: in doubt.
+                self.stats.in_doubt += 1;
+                let event = Event::InDoubt { to: m.to, id: m.id };
+                let g = Gate::Verdict {
+                    to: m.to,
+                    slot: None,
+                    event,
+                };
+                self.journal(now, Entry::Resolved { id: m.id }, g);
+                continue;
+            }
             if !self.senders.contains_key(&m.to) {
                 let mut rec = SRecord::new(self.ck, now, &self.cfg, &self.rules);
                 rec.set_durable();
