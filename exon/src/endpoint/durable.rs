@@ -115,7 +115,11 @@ impl Builder {
     /// - a sent message is on disk before it leaves ([`Receipt::stored`] says when); after a
     ///   restart every message not acknowledged is sent again, in the slot it had, and its
     ///   verdict comes through [`Endpoint::take_recovered`](super::Endpoint::take_recovered);
-    /// - a durable receiver never makes a sender report in doubt.
+    /// - a durable receiver with its journal intact never makes a sender report in doubt
+    ///   (evictions under record pressure included); one whose journal is new (deleted,
+    ///   replaced, durable mode just switched on) or was found damaged answers DOUBT for
+    ///   what it cannot vouch for, never a second delivery
+    ///   ([`Endpoint::journal_damaged`](super::Endpoint::journal_damaged)).
     ///
     /// Writes are synced in groups (everything written while one sync runs goes in the
     /// next), and the journal is compacted to what is live, so a quiet endpoint's directory
