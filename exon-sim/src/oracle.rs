@@ -339,7 +339,12 @@ impl Oracle {
                 now,
                 format!("node{node} delivered it again, resent by its restored sender ({why})"),
             );
-            return None;
+            // Recorded; the application takes it (else the sender retransmits it forever
+            // and the run ends not idle, hiding what comes after).
+            if let Some(r) = rec_in(&mut self.msgs, key) {
+                r.replays += 1;
+            }
+            return Some((key, kind));
         }
         if deliveries > 1 {
             self.duplicates += 1;

@@ -175,6 +175,7 @@ impl Oracle {
             }
         }
         self.restore_reopened += reopened;
+        self.doubt_excused += reopened;
     }
 
     /// A second unflagged delivery of `key`: tolerated (and counted) once if its first
