@@ -332,7 +332,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             crash_mid_commit: a.crash_mid_commit,
             journal_loss: a.journal_loss,
             switch_on: a.durable_at_restart,
-            restore: (a.restore > 0.0).then(|| exon_sim::RestoreModel {
+            restore: (a.restore > 0.0).then_some(exon_sim::RestoreModel {
                 probability: a.restore,
                 floor_rate: if a.no_restore_floor {
                     0

@@ -117,7 +117,10 @@ impl Oracle {
     /// messages, reported stored or not, died with it.
     pub fn on_journal_lost(&mut self, node: usize) {
         if let Some(v) = self.msgs.get_mut(node) {
-            for r in v.iter_mut().filter(|r| !(r.acked || r.doubted || r.not_delivered)) {
+            for r in v
+                .iter_mut()
+                .filter(|r| !(r.acked || r.doubted || r.not_delivered))
+            {
                 r.sender_restarted = true;
             }
         }

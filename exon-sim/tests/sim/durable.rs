@@ -5,6 +5,12 @@
 //! acknowledged, and every journal empty at the end. Each journal rule switched off is
 //! caught by the oracle; the same crashes without a journal leave messages in doubt.
 //!
+//! Then the faults of issue 42 (`docs/testing.md`): a new journal at a restart, durable mode
+//! switched on at a restart (with `journal_covers_incarnations` off: a duplicate), a
+//! directory restored from an older copy (without the wall-clock floor: messages
+//! acknowledged undelivered), and a message given up followed by crashes of both sides
+//! (with `journal_before_verdict` off: a duplicate).
+//!
 //! The runs in durable mode are ignored in debug builds while the core's
 //! `State::live_bytes` underflows with overflow checks on (the first `core_bug_` test):
 //! run them with `cargo test --release -p exon-sim --test sim durable`. The `core_bug_`
@@ -578,4 +584,3 @@ fn without_journal_before_verdict_abandon_then_crashes_deliver_twice() {
         ViolationKind::Duplicate,
     );
 }
-
