@@ -503,9 +503,9 @@ fn restored_copies_with_the_floor_lose_nothing_silently() {
 /// (a) could be answered DOUBT (or ACK) by a receiver that kept the frontier its sender
 /// reported for each covered incarnation. Seed 0: `ResentByRestoredSender` at 371 ms,
 /// node0#128 (delivered at 31 ms, acknowledged at 45 ms, then node0 restored from a copy of
-/// its first restart, before 45 ms). CLI: `exon-sim --durable --messages 2000 --restarts 16 --loss 0.1 --dup 0.1
-/// --reorder 0.1 --take-delay-ms 3 --disk-sync-us 3000 --restore 0.5 --seed 3` (way (b),
-/// node1#0 at 754 ms) or `--seed 7` (way (a), node1#0 at 1.12 s).
+/// its first restart, before 45 ms). CLI: `exon-sim --durable --messages 2000 --restarts 16
+/// --loss 0.1 --dup 0.1 --reorder 0.1 --take-delay-ms 3 --disk-sync-us 3000 --restore 0.5
+/// --seed 3` (way (b), node1#0 at 754 ms) or `--seed 7` (way (a), node1#0 at 1.12 s).
 #[test]
 #[ignore = "core defect: a sender restored from an older copy has messages delivered twice (LOST below the frontier; slots assigned after the copy)"]
 fn core_bug_a_restored_sender_delivers_twice() {
