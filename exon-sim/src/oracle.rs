@@ -75,6 +75,9 @@ pub struct Oracle {
     durable: bool,
     /// Durable mode: nodes whose journal was found damaged at a recovery.
     damaged: Vec<bool>,
+    /// Durable mode: when each node last restarted with a journal that cannot vouch for
+    /// its earlier incarnations (`NONE`: never).
+    unvouched_at: Vec<u64>,
     violations: Vec<Violation>,
     violation_count: u64,
     /// Violations of each kind seen, all of them (not only those kept).
@@ -136,6 +139,7 @@ impl Oracle {
             msgs: vec![Vec::new(); nodes],
             restarted: vec![false; nodes],
             damaged: vec![false; nodes],
+            unvouched_at: vec![NONE; nodes],
             ..Oracle::default()
         }
     }

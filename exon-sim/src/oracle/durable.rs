@@ -100,7 +100,10 @@ impl Oracle {
     /// it made before: a new one (its directory lost, or durable mode just switched on) or
     /// one restored from an older copy. Tokens of those incarnations get DOUBT, so the
     /// messages to it unsettled now may end in doubt (and only those).
-    pub fn on_unvouched_restart(&mut self, node: usize) {
+    pub fn on_unvouched_restart(&mut self, node: usize, now: u64) {
+        if let Some(t) = self.unvouched_at.get_mut(node) {
+            *t = now;
+        }
         for v in &mut self.msgs {
             for r in v.iter_mut() {
                 if r.to as usize == node && !(r.acked || r.doubted || r.not_delivered) {
@@ -205,6 +208,17 @@ impl Oracle {
             return;
         };
         if r.given_up && !r.acked {
+            // In flight all along (its sender's journal held it): a restart of its
+            // receiver that could not vouch since it was sent excuses doubt too.
+            let t = self
+                .unvouched_at
+                .get(r.to as usize)
+                .copied()
+                .unwrap_or(super::NONE);
+            if t != super::NONE && t >= r.sent_at && !r.doubt_ok {
+                r.doubt_ok = true;
+                self.doubt_excused += 1;
+            }
             r.given_up = false;
             r.doubted = false;
             r.not_delivered = false;

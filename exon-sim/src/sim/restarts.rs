@@ -87,7 +87,7 @@ impl Sim {
                 clock_floor = r.floor(self.now);
             }
             if unvouched {
-                self.oracle.on_unvouched_restart(i);
+                self.oracle.on_unvouched_restart(i, self.now);
             }
         }
         let mut clock = if keep_clock {
