@@ -32,6 +32,72 @@ pub struct JournalModel {
     /// expects the recovery to say the journal is damaged, and excuses `InDoubt` for
     /// messages to that node from then on, and no more.
     pub damage: f64,
+    /// The probability that a restart brings the host back with a new, empty journal (its
+    /// directory lost, its clock kept): what its old journal vouched for is gone, so tokens
+    /// of its earlier incarnations must get DOUBT, never LOST. The oracle then excuses
+    /// `InDoubt` for the messages to it that were unsettled at that restart.
+    pub journal_loss: f64,
+    /// Durable mode switched on: every host runs without a journal until its first
+    /// restart, and comes back durable (with a new journal, its clock kept). Messages to it
+    /// unsettled at that restart may end in doubt.
+    pub switch_on: bool,
+    /// A host's directory restored from an older copy (see [`RestoreModel`]). `None`:
+    /// never.
+    pub restore: Option<RestoreModel>,
+    /// With deadlines ([`Scenario::deadline`](crate::Scenario::deadline)): the probability
+    /// that a message given up is followed by crashes of both sides, the sender's within
+    /// two sync latencies (often before its `Resolved` record is synced) and the receiver's
+    /// within four. At most [`ABANDON_CRASHES`] such crashes per run.
+    pub abandon_crash: f64,
+}
+
+/// Most crash pairs [`JournalModel::abandon_crash`] adds to one run.
+pub const ABANDON_CRASHES: u32 = 16;
+
+/// Directories restored from an older copy: at each restart of a host, the copy it holds
+/// (its clock and journal as they were at an earlier restart, taken when it held none) is
+/// put back with probability [`probability`](Self::probability) instead of what its last
+/// run left. The restarted node starts from `max(stored clock, floor)`, as
+/// `exon::endpoint::FileStore::load` does with the wall clock, where the floor is
+/// [`FLOOR_BASE`] plus the virtual time in microseconds times
+/// [`floor_rate`](Self::floor_rate) (applied at every restart, as the real store does).
+///
+/// What a restored host delivered, took or sent between its copy and the crash is lost
+/// with the copy: the oracle tolerates, and counts, exactly those consequences (see
+/// [`Oracle::on_restored`](crate::Oracle::on_restored)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoreModel {
+    /// Probability that a restart restores the copy held.
+    pub probability: f64,
+    /// Wall-clock microseconds per microsecond of virtual time. The real floor assumes a
+    /// node's clock does not run ahead of the wall clock, but each restart moves the clock
+    /// up by `clock_block` (2^20 by default, about a second of microseconds), and the
+    /// simulator crashes hosts every hundred milliseconds or so: at rate 1 the clock of a
+    /// crash loop runs ahead of the floor. The default, 1000, makes the simulator's wall
+    /// clock as far ahead of its restarts as a real one is of restarts a few minutes apart.
+    /// 0: no floor (the node starts from its stored clock: the defect the floor fixes).
+    pub floor_rate: u64,
+}
+
+/// The sim's wall clock at virtual time zero, in microseconds: above every clock value a
+/// node reaches from a start at 0 (each restart adds `clock_block`, 2^20 by default).
+pub const FLOOR_BASE: u64 = 1 << 40;
+
+impl Default for RestoreModel {
+    fn default() -> Self {
+        RestoreModel {
+            probability: 0.5,
+            floor_rate: 1000,
+        }
+    }
+}
+
+impl RestoreModel {
+    /// The floor of a restart at `now_ns` of virtual time, if there is one.
+    pub fn floor(&self, now_ns: u64) -> Option<u64> {
+        (self.floor_rate > 0)
+            .then(|| FLOOR_BASE.saturating_add((now_ns / 1000).saturating_mul(self.floor_rate)))
+    }
 }
 
 impl Default for JournalModel {
@@ -42,6 +108,10 @@ impl Default for JournalModel {
             crash_mid_commit: 0.0,
             crash_mid_compaction: 0.5,
             damage: 0.0,
+            journal_loss: 0.0,
+            switch_on: false,
+            restore: None,
+            abandon_crash: 0.0,
         }
     }
 }

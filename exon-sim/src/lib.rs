@@ -31,7 +31,7 @@ pub use channels::ChannelModel;
 pub use deafness::DeafWatch;
 pub use disk::DiskModel;
 pub use faults::{Fault, FaultKind};
-pub use journal::JournalModel;
+pub use journal::{JournalModel, RestoreModel};
 pub use link::{Decision, GilbertElliott, Link, LinkConfig, LinkState};
 pub use oracle::{Oracle, Violation, ViolationKind};
 pub use report::Report;

@@ -156,6 +156,36 @@ struct Args {
     /// the journal damaged, and excuses `InDoubt` only for messages to a damaged node.
     #[arg(long, default_value_t = 0.0)]
     damage: f64,
+    /// Durable mode: probability that a restart brings the host back with a new, empty
+    /// journal, its clock kept (its directory lost). Messages to it unsettled then may end
+    /// in doubt; nothing may be delivered twice.
+    #[arg(long, default_value_t = 0.0)]
+    journal_loss: f64,
+    /// Durable mode switched on at restarts: every node runs without a journal until its
+    /// first restart and comes back durable (a new journal, its clock kept).
+    #[arg(long)]
+    durable_at_restart: bool,
+    /// Durable mode: probability that a restart puts back an older copy of the host's
+    /// directory (clock and journal, copied at an earlier restart), starting the node from
+    /// max(stored clock, wall-clock floor) as `FileStore::load` does. Deliveries to it after
+    /// the copy may be repeated (a documented limit, counted); no message may be
+    /// acknowledged undelivered.
+    #[arg(long, default_value_t = 0.0)]
+    restore: f64,
+    /// With `--restore`: wall-clock microseconds per microsecond of virtual time (the
+    /// floor's pace; 1 is real time, at which the sim's crash loops run the clock ahead of
+    /// the floor). 0: no floor.
+    #[arg(long, default_value_t = 1000)]
+    restore_floor_rate: u64,
+    /// With `--restore`: no wall-clock floor (the node restarts from the copy's clock: the
+    /// defect `FileStore::load`'s floor fixes). Same as `--restore-floor-rate 0`.
+    #[arg(long)]
+    no_restore_floor: bool,
+    /// Durable mode with `--deadline-ms`: probability that a message given up is followed
+    /// by crashes of both sides (the sender's within two sync latencies, often before its
+    /// `Resolved` record is synced; at most 16 pairs a run).
+    #[arg(long, default_value_t = 0.0)]
+    abandon_crash: f64,
     /// Request/reply mode: the applications make `--messages` calls (requests and replies
     /// in envelopes, each call ended by `exon::call::CallState`), servers execute each
     /// request and answer it with `Node::reply` after `--take-delay-ms`, and the oracle
@@ -311,6 +341,17 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             compact_after: a.compact_after,
             crash_mid_commit: a.crash_mid_commit,
             damage: a.damage,
+            journal_loss: a.journal_loss,
+            switch_on: a.durable_at_restart,
+            restore: (a.restore > 0.0).then_some(exon_sim::RestoreModel {
+                probability: a.restore,
+                floor_rate: if a.no_restore_floor {
+                    0
+                } else {
+                    a.restore_floor_rate
+                },
+            }),
+            abandon_crash: a.abandon_crash,
             ..exon_sim::JournalModel::default()
         }),
         deadline: a.deadline_ms.map(Duration::from_millis),

@@ -39,8 +39,29 @@ struct Rec {
     not_delivered: bool,
     /// Its sender restarted before it was settled: the obligation died with the process.
     sender_restarted: bool,
+    /// Durable mode: its receiver restarted while it was unsettled with a journal that
+    /// cannot vouch for the incarnations before (a new or restored journal): `InDoubt` is
+    /// allowed.
+    doubt_ok: bool,
+    /// Durable mode: its delivery was lost with a directory restored from an older copy:
+    /// one more unflagged delivery is tolerated (and counted).
+    replay_ok: bool,
+    /// Durable mode: its take was lost with a directory restored from an older copy: one
+    /// flagged redelivery after its acknowledgement is tolerated (and counted).
+    retake_ok: bool,
+    /// Deliveries tolerated by `replay_ok`.
+    replays: u32,
+    /// Durable mode: its sender was restored from a copy taken before its verdict, so its
+    /// verdict was undone with the application's state and the message is in flight again.
+    reopened: bool,
+    /// With `reopened`: it had its verdict before the restore (the copy did not know it).
+    verdict_undone: bool,
+    /// Virtual time of its last delivery (unflagged) and of its last take.
+    last_delivered_at: u64,
+    last_taken_at: u64,
     sent_at: u64,
     delivered_at: u64,
+    taken_at: u64,
     acked_at: u64,
 }
 
@@ -54,8 +75,13 @@ pub struct Oracle {
     durable: bool,
     /// Durable mode: nodes whose journal was found damaged at a recovery.
     damaged: Vec<bool>,
+    /// Durable mode: when each node last restarted with a journal that cannot vouch for
+    /// its earlier incarnations (`NONE`: never).
+    unvouched_at: Vec<u64>,
     violations: Vec<Violation>,
     violation_count: u64,
+    /// Violations of each kind seen, all of them (not only those kept).
+    kind_counts: Vec<(ViolationKind, u64)>,
     /// The request/reply workload's calls (`oracle/rpc.rs`).
     rpc: rpc::Calls,
     /// The ordered channels' flows (`oracle/channels.rs`).
@@ -84,6 +110,23 @@ pub struct Oracle {
     pub redeliveries: u64,
     /// Durable mode: messages their senders' applications were told are stored.
     pub stored: u64,
+    /// Durable mode: messages that could end in doubt because their receiver restarted
+    /// with a journal that cannot vouch for its earlier incarnations (a new journal, durable
+    /// mode switched on, a restored copy) while they were unsettled.
+    pub doubt_excused: u64,
+    /// Durable mode, restored copies: second deliveries of messages first delivered to
+    /// the restored host after its copy was taken (tolerated: the copy cannot know them).
+    pub restore_duplicates: u64,
+    /// Durable mode, restored copies: flagged redeliveries after the acknowledgement of
+    /// messages the restored host took after its copy was taken (tolerated likewise).
+    pub restore_redeliveries: u64,
+    /// Durable mode: messages given up at their deadline whose sender crashed before its
+    /// `Resolved` record was durable, recovered and sent again (their verdict revoked: the
+    /// documented limit of deadlines in `docs/durability.md`).
+    pub revoked_verdicts: u64,
+    /// Durable mode, restored copies: messages of a restored sender whose verdict came after
+    /// its copy was taken: undone with its application's state, in flight again.
+    pub restore_reopened: u64,
 }
 
 /// Violations kept in full; later ones are only counted.
@@ -96,6 +139,7 @@ impl Oracle {
             msgs: vec![Vec::new(); nodes],
             restarted: vec![false; nodes],
             damaged: vec![false; nodes],
+            unvouched_at: vec![NONE; nodes],
             ..Oracle::default()
         }
     }
@@ -120,9 +164,19 @@ impl Oracle {
         self.violation_count
     }
 
+    /// How many violations of each kind were seen (all of them, in the order of each kind's
+    /// first).
+    pub fn violation_kinds(&self) -> &[(ViolationKind, u64)] {
+        &self.kind_counts
+    }
+
     /// Records a violation.
     pub fn violate(&mut self, kind: ViolationKind, key: Option<MsgKey>, now: u64, what: String) {
         self.violation_count += 1;
+        match self.kind_counts.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => self.kind_counts.push((kind, 1)),
+        }
         if self.violations.len() < KEEP {
             let trace = key.map(|k| self.trace(k)).unwrap_or_default();
             self.violations.push(Violation {
@@ -193,8 +247,17 @@ impl Oracle {
             given_up: false,
             not_delivered: false,
             sender_restarted: false,
+            doubt_ok: false,
+            replay_ok: false,
+            retake_ok: false,
+            replays: 0,
+            reopened: false,
+            verdict_undone: false,
+            last_delivered_at: NONE,
+            last_taken_at: NONE,
             sent_at: now,
             delivered_at: NONE,
+            taken_at: NONE,
             acked_at: NONE,
         });
         key
@@ -252,6 +315,8 @@ impl Oracle {
             return self.on_redelivery(node, key, kind, now);
         }
         r.deliveries += 1;
+        r.last_delivered_at = now;
+        let reopened = r.reopened.then_some(r.verdict_undone);
         let told_not_delivered = r.not_delivered;
         let deliveries = r.deliveries;
         if told_not_delivered {
@@ -261,6 +326,29 @@ impl Oracle {
                 now,
                 format!("node{node} delivered it after its sender was told not delivered"),
             );
+        }
+        if deliveries > 1 && self.tolerate_replay(key) {
+            return Some((key, kind));
+        }
+        if let (true, Some(undone)) = (deliveries > 1, reopened) {
+            self.duplicates += 1;
+            let why = if undone {
+                "its verdict came after the copy: LOST for a slot below the frontier"
+            } else {
+                "unsettled in the copy: its slot after the copy unknown"
+            };
+            self.violate(
+                ViolationKind::ResentByRestoredSender,
+                Some(key),
+                now,
+                format!("node{node} delivered it again, resent by its restored sender ({why})"),
+            );
+            // Recorded; the application takes it (else the sender retransmits it forever
+            // and the run ends not idle, hiding what comes after).
+            if let Some(r) = rec_in(&mut self.msgs, key) {
+                r.replays += 1;
+            }
+            return Some((key, kind));
         }
         if deliveries > 1 {
             self.duplicates += 1;
@@ -284,7 +372,7 @@ impl Oracle {
     pub fn on_taken(&mut self, node: usize, payload: &[u8], now: u64) -> Option<(MsgKey, Kind)> {
         let (key, kind) = read_payload(payload)?;
         let r = rec_in(&mut self.msgs, key)?;
-        let handovers = r.deliveries.min(1) + r.redeliveries;
+        let handovers = r.deliveries.min(1) + r.redeliveries + r.replays;
         if r.takes >= handovers || r.to as usize != node {
             self.violate(
                 ViolationKind::Duplicate,
@@ -294,6 +382,10 @@ impl Oracle {
             );
             return None;
         }
+        if !r.taken {
+            r.taken_at = now;
+        }
+        r.last_taken_at = now;
         r.taken = true;
         r.takes += 1;
         Some((key, kind))

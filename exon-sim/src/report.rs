@@ -37,6 +37,8 @@ pub struct Report {
     pub violation_count: u64,
     /// The first violations, with a trace of the message involved.
     pub violations: Vec<Violation>,
+    /// How many violations of each kind (all of them, not only those kept).
+    pub violation_kinds: Vec<(crate::oracle::ViolationKind, u64)>,
     /// Nodes idle (holding only their clock) at the end.
     pub idle_nodes: usize,
     /// Events still pending when the run stopped.
@@ -94,6 +96,27 @@ pub struct Report {
     /// Durable mode: crashes that changed a byte of a synced journal record
     /// (`JournalModel::damage`).
     pub journal_damage_injected: u32,
+    /// Durable mode: restarts with a new, empty journal (`JournalModel::journal_loss`).
+    pub journals_lost: u32,
+    /// Durable mode: restarts that switched durable mode on (`JournalModel::switch_on`).
+    pub switched_on: u32,
+    /// Durable mode: restarts from an older copy of the directory (`JournalModel::restore`).
+    pub restored: u32,
+    /// Durable mode: crashes that followed a message given up, in pairs
+    /// (`JournalModel::abandon_crash`).
+    pub abandon_crashes: u32,
+    /// Durable mode: messages allowed to end in doubt by a restart with a journal that
+    /// cannot vouch for its earlier incarnations (see `Oracle::on_unvouched_restart`).
+    pub doubt_excused: u64,
+    /// Durable mode: second deliveries tolerated after a restored copy (messages first
+    /// delivered to the restored host after its copy was taken).
+    pub restore_duplicates: u64,
+    /// Durable mode: flagged redeliveries after acknowledgement tolerated after a restored
+    /// copy (messages the restored host took after its copy was taken).
+    pub restore_redeliveries: u64,
+    /// Durable mode: verdicts of messages given up that a crash before their `Resolved`
+    /// record was durable revoked (the message was recovered and sent again).
+    pub revoked_verdicts: u64,
     /// RPC mode: the calls' counters.
     pub rpc: Option<crate::oracle::RpcCounts>,
     /// Channel mode: the flows' counters.
@@ -112,6 +135,7 @@ impl Report {
             "seed={} (replay with EXON_SIM_SEED={}): {} violation(s)\n",
             self.seed, self.seed, self.violation_count
         );
+        s.push_str(&format!("  by kind: {:?}\n", self.violation_kinds));
         for v in self.violations.iter().take(10) {
             s.push_str(&format!("  {v}\n"));
         }
@@ -191,6 +215,22 @@ impl fmt::Display for Report {
                 self.journal_torn_bytes,
                 self.journal_damaged,
                 self.journal_damage_injected
+            )?;
+            write!(
+                f,
+                " journals_lost={} switched_on={} restored={} abandon_crashes={} \
+                 doubt_excused={} restore_duplicates={} restore_redeliveries={} \
+                 revoked_verdicts={} not_delivered={} expired_in_doubt={}",
+                self.journals_lost,
+                self.switched_on,
+                self.restored,
+                self.abandon_crashes,
+                self.doubt_excused,
+                self.restore_duplicates,
+                self.restore_redeliveries,
+                self.revoked_verdicts,
+                self.not_delivered,
+                self.expired_in_doubt
             )?;
         }
         Ok(())

@@ -61,6 +61,13 @@ impl Oracle {
     ) -> Option<(MsgKey, Kind)> {
         let damaged = self.damaged.get(node).copied().unwrap_or(false);
         let r = rec_in(&mut self.msgs, key)?;
+        if r.acked && r.retake_ok {
+            // Taken after the copy its restored host came back from: the copy cannot know.
+            r.retake_ok = false;
+            r.redeliveries += 1;
+            self.restore_redeliveries += 1;
+            return Some((key, kind));
+        }
         if r.acked && !damaged {
             self.violate(
                 ViolationKind::RedeliveredAfterAck,
@@ -84,11 +91,145 @@ impl Oracle {
         if to.is_some_and(|to| self.damaged.get(to).copied().unwrap_or(false)) {
             return;
         }
+        if self.rec(key).is_some_and(|r| r.doubt_ok) {
+            return;
+        }
         self.violate(
             ViolationKind::DurableInDoubt,
             Some(key),
             now,
             "in doubt, although every node keeps a journal".into(),
         );
+    }
+
+    /// `node` restarts (durable mode) with a journal that cannot vouch for the incarnations
+    /// it made before: a new one (its directory lost, or durable mode just switched on) or
+    /// one restored from an older copy. Tokens of those incarnations get DOUBT, so the
+    /// messages to it unsettled now may end in doubt (and only those).
+    pub fn on_unvouched_restart(&mut self, node: usize, now: u64) {
+        if let Some(t) = self.unvouched_at.get_mut(node) {
+            *t = now;
+        }
+        for v in &mut self.msgs {
+            for r in v.iter_mut() {
+                if r.to as usize == node && !(r.acked || r.doubted || r.not_delivered) {
+                    if !r.doubt_ok {
+                        self.doubt_excused += 1;
+                    }
+                    r.doubt_ok = true;
+                }
+            }
+        }
+    }
+
+    /// `node` restarts with a new, empty journal (its directory lost): its unsettled
+    /// messages, reported stored or not, died with it.
+    pub fn on_journal_lost(&mut self, node: usize) {
+        if let Some(v) = self.msgs.get_mut(node) {
+            for r in v
+                .iter_mut()
+                .filter(|r| !(r.acked || r.doubted || r.not_delivered))
+            {
+                r.sender_restarted = true;
+            }
+        }
+    }
+
+    /// `node` restarts from a copy of its directory taken at `since` (virtual ns): what it
+    /// did after that is lost with its application's own state, rolled back with it. The
+    /// messages first delivered to it since may be delivered once more (its journal does not
+    /// know them, and vouches for slots they were delivered in: the documented limit of
+    /// restored copies), those it took since may be handed over again after their
+    /// acknowledgement, and the messages it submitted since are forgotten. Those it
+    /// submitted before and heard the verdict of since are in flight again (`reopened`):
+    /// their verdict may come again, and may be `InDoubt`; delivered again, they are
+    /// reported as [`ViolationKind::ResentByRestoredSender`] (a receiver answers LOST for a
+    /// slot below the frontier its sender reported: the core defect recorded in
+    /// `tests/sim/durable.rs`).
+    pub fn on_restored(&mut self, node: usize, since: u64) {
+        let after = |t: u64| t != super::NONE && t >= since;
+        for v in &mut self.msgs {
+            for r in v.iter_mut().filter(|r| r.to as usize == node) {
+                if after(r.last_delivered_at) {
+                    r.replay_ok = true;
+                }
+                if after(r.last_taken_at) {
+                    r.retake_ok = true;
+                }
+            }
+        }
+        let mut reopened = 0;
+        if let Some(v) = self.msgs.get_mut(node) {
+            for r in v.iter_mut() {
+                let settled = r.acked || r.doubted || r.not_delivered;
+                if r.sent_at >= since {
+                    if !settled {
+                        r.sender_restarted = true;
+                    }
+                } else if !settled {
+                    // In the copy, unsettled: the restored node sends it again, in the slot
+                    // the copy knows or in a fresh one.
+                    r.reopened = true;
+                } else if after(r.acked_at) {
+                    // Its verdict came after the copy: the restored application does not
+                    // know it, and the restored node may send it again.
+                    r.acked = false;
+                    r.doubted = false;
+                    r.given_up = false;
+                    r.not_delivered = false;
+                    r.acked_at = super::NONE;
+                    r.reopened = true;
+                    r.verdict_undone = true;
+                    r.doubt_ok = true;
+                    r.sender_restarted = true;
+                    reopened += 1;
+                }
+            }
+        }
+        self.restore_reopened += reopened;
+        self.doubt_excused += reopened;
+    }
+
+    /// A second unflagged delivery of `key`: tolerated (and counted) once if its first
+    /// delivery was lost with a restored copy of its receiver's directory.
+    pub(super) fn tolerate_replay(&mut self, key: MsgKey) -> bool {
+        let Some(r) = rec_in(&mut self.msgs, key) else {
+            return false;
+        };
+        if !r.replay_ok {
+            return false;
+        }
+        r.replay_ok = false;
+        r.replays += 1;
+        self.restore_duplicates += 1;
+        true
+    }
+
+    /// The restarted sender of `key` recovered it from its journal (durable mode). If its
+    /// application had given it up at its deadline, the crash came before the `Resolved`
+    /// record was durable: the message is live again and owes a new verdict (the known
+    /// limit of deadlines in `docs/durability.md`), counted in `revoked_verdicts`.
+    pub fn on_recovered(&mut self, key: MsgKey) {
+        let Some(r) = rec_in(&mut self.msgs, key) else {
+            return;
+        };
+        if r.given_up && !r.acked {
+            // In flight all along (its sender's journal held it): a restart of its
+            // receiver that could not vouch since it was sent excuses doubt too.
+            let t = self
+                .unvouched_at
+                .get(r.to as usize)
+                .copied()
+                .unwrap_or(super::NONE);
+            if t != super::NONE && t >= r.sent_at && !r.doubt_ok {
+                r.doubt_ok = true;
+                self.doubt_excused += 1;
+            }
+            r.given_up = false;
+            r.doubted = false;
+            r.not_delivered = false;
+            r.acked_at = super::NONE;
+            self.revoked_verdicts += 1;
+        }
     }
 }

@@ -241,3 +241,58 @@ fn a_damaged_journal_excuses_doubt() {
     o.finish(10);
     assert_eq!(o.violation_count(), 0, "{:?}", o.violations());
 }
+
+/// A restored copy of a receiver's directory taken at 10: a second delivery of a message
+/// first delivered after the copy is tolerated (and counted), of one delivered before it
+/// is a `Duplicate`; and a message its restored sender had its verdict of after the copy,
+/// delivered again, is `ResentByRestoredSender`.
+#[test]
+fn restored_copies_tolerate_exactly_what_the_copy_cannot_know() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let before = o.on_submit(0, 1, 0);
+    let after = o.on_submit(0, 1, 0);
+    assert!(o.on_delivered(1, 0, &payload(before), 5).is_some());
+    assert!(o.on_delivered(1, 0, &payload(after), 15).is_some());
+    o.on_restored(1, 10);
+    assert!(o.on_delivered(1, 0, &payload(after), 20).is_some());
+    assert!(o.on_delivered(1, 0, &payload(after), 21).is_none());
+    assert!(o.on_delivered(1, 0, &payload(before), 22).is_none());
+    assert_eq!(o.restore_duplicates, 1);
+    assert_eq!(
+        kinds(&o),
+        [ViolationKind::Duplicate, ViolationKind::Duplicate]
+    );
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let m = o.on_submit(0, 1, 0);
+    assert!(o.on_delivered(1, 0, &payload(m), 5).is_some());
+    assert!(o.on_taken(1, &payload(m), 6).is_some());
+    o.on_acked(m, 15);
+    o.on_restored(0, 10);
+    assert_eq!(o.restore_reopened, 1);
+    o.on_delivered(1, 0, &payload(m), 20);
+    assert_eq!(kinds(&o), [ViolationKind::ResentByRestoredSender]);
+}
+
+/// A message given up whose sender crashed before its `Resolved` record was durable is
+/// recovered: its verdict is revoked, and a restart of its receiver with a new journal
+/// since it was sent excuses its doubt.
+#[test]
+fn a_recovered_message_given_up_owes_a_new_verdict() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let m = o.on_submit(0, 1, 0);
+    let n = o.on_submit(0, 1, 0);
+    o.on_abandoned(m, false, 5);
+    o.on_abandoned(n, false, 5);
+    o.on_restart(1);
+    o.on_unvouched_restart(1, 6);
+    o.on_recovered(m);
+    o.on_in_doubt(m, 8);
+    assert_eq!(o.revoked_verdicts, 1);
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+    // Not recovered: a second verdict is one too many.
+    o.on_in_doubt(n, 9);
+    assert!(kinds(&o).contains(&ViolationKind::DoubleAck));
+}

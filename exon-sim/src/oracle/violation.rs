@@ -46,6 +46,11 @@ pub enum ViolationKind {
     /// Durable mode: a message was handed to the receiving application again (flagged as a
     /// redelivery) after its sender was told it was acknowledged.
     RedeliveredAfterAck,
+    /// Durable mode, restored copies: a message was delivered again after its sender was
+    /// restored from a copy of its directory taken before the message's verdict, and sent
+    /// it again (a duplicate of its own kind, to tell it from the others: its receiver
+    /// answered LOST for a slot below the frontier the sender had reported).
+    ResentByRestoredSender,
     /// Durable mode: after quiescence and a final compaction, a host's journal still holds
     /// live records (it must replay to nothing: obliviousness on disk).
     JournalNotEmpty,

@@ -43,13 +43,28 @@ impl Sim {
     }
 
     /// Message `id` of node `i` reached its deadline: the node gives it up (if it is still
-    /// the incarnation that sent it) and the oracle checks the verdict.
-    pub(super) fn give_up(&mut self, i: usize, to: usize, id: MsgId, boot: u32) {
-        if self.hosts[i].restarts != boot {
+    /// the incarnation that sent it, or, in durable mode (`seq` set), one that recovered it:
+    /// the application keeps its deadlines across crashes as the journal keeps its
+    /// messages) and the oracle checks the verdict. A durable deadline that falls while
+    /// the node is down is tried again a millisecond later.
+    pub(super) fn give_up(&mut self, i: usize, to: usize, id: MsgId, boot: u32, seq: u64) {
+        let same_run = self.hosts[i].restarts == boot;
+        let recovered = seq != u64::MAX && self.hosts[i].msg_keys.get(&id.0) == Some(&seq);
+        if !same_run && !recovered {
             return;
         }
         let now = self.instant();
         let Some(node) = self.hosts[i].node.as_mut() else {
+            if recovered {
+                let what = What::GiveUp {
+                    node: i as u32,
+                    to: to as u32,
+                    id: id.0,
+                    boot,
+                    seq,
+                };
+                self.queue.push(self.now + 1_000_000, what);
+            }
             return;
         };
         let Some(verdict) = node.abandon(now, node_id(to), id) else {
@@ -68,6 +83,7 @@ impl Sim {
         if let Some(key) = self.key_of(i, id) {
             self.oracle.on_abandoned(key, not_delivered, self.now);
         }
+        self.crash_after_abandon(i, to);
         let learned = if not_delivered {
             Learned::NotDelivered
         } else {
@@ -129,11 +145,13 @@ impl Sim {
                         self.hosts[i].msg_keys.insert(id.0, key.seq);
                         sent += 1;
                         if let Some(d) = self.sc.deadline {
+                            let durable = self.hosts[i].journal.is_some();
                             let what = What::GiveUp {
                                 node: i as u32,
                                 to: to as u32,
                                 id: id.0,
                                 boot: self.hosts[i].restarts,
+                                seq: if durable { key.seq } else { u64::MAX },
                             };
                             self.queue.push(self.now + nanos(d), what);
                         }

@@ -262,6 +262,7 @@ impl Sim {
                 to: to as u32,
                 id: id.0,
                 boot,
+                seq: u64::MAX,
             };
             self.queue.push(self.now + nanos(d), what);
         }

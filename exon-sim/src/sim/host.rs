@@ -41,6 +41,12 @@ pub(crate) struct Host {
     pub(crate) commit_scheduled: bool,
     /// Durable mode: figures over the host's life (see [`Report`](crate::Report)).
     pub(crate) jstats: JournalStats,
+    /// Durable mode: the host keeps a journal now (false until its first restart when
+    /// durable mode is switched on at restarts, `JournalModel::switch_on`).
+    pub(crate) durable_on: bool,
+    /// Durable mode: a copy of its directory, to restore at a later restart
+    /// (`JournalModel::restore`).
+    pub(crate) snapshot: Option<Snapshot>,
     /// RPC: the call of each request message of the open calls.
     pub(crate) calls: HashMap<u64, u64>,
     /// RPC: the open calls: their state and request message.
@@ -49,6 +55,21 @@ pub(crate) struct Host {
     pub(crate) answers: Vec<Answer>,
     /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash).
     pub(crate) chans: super::channels::ChanHost,
+}
+
+/// A copy of a durable host's directory (clock and journal) and of its application's
+/// message ids, taken at one restart to be put back at a later one.
+pub(crate) struct Snapshot {
+    /// Virtual time of the copy (ns).
+    pub(crate) at: u64,
+    /// The journal's segments: (number, bytes).
+    pub(crate) segments: Vec<(u64, Vec<u8>)>,
+    /// The clock log (with a simulated disk).
+    pub(crate) disk: crate::disk::Disk,
+    /// The stored clock (without a simulated disk).
+    pub(crate) stored_hw: u64,
+    /// The application's map of message ids to its sequence numbers.
+    pub(crate) msg_keys: HashMap<u64, u64>,
 }
 
 /// A request its server's application executed and is to answer.
@@ -80,6 +101,14 @@ pub(crate) struct JournalStats {
     /// checks that it found the damage.
     pub(crate) damaged_seg: Option<u64>,
     pub(crate) torn_bytes: u64,
+    /// Restarts with a new, empty journal.
+    pub(crate) lost: u32,
+    /// Restarts that switched durable mode on.
+    pub(crate) switched_on: u32,
+    /// Restarts from an older copy of the directory.
+    pub(crate) restored: u32,
+    /// Crashes that followed a message given up.
+    pub(crate) abandon_crashes: u32,
 }
 
 impl Host {
@@ -104,6 +133,8 @@ impl Host {
             journal: None,
             commit_scheduled: false,
             jstats: JournalStats::default(),
+            durable_on: true,
+            snapshot: None,
             calls: HashMap::new(),
             open: HashMap::new(),
             answers: Vec::new(),

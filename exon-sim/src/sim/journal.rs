@@ -55,6 +55,9 @@ impl Sim {
     /// when the scenario is not durable.
     pub(super) fn open_journal(&mut self, i: usize) -> Option<Recovered> {
         let cfg = self.journal_config()?;
+        if !self.hosts[i].durable_on {
+            return None;
+        }
         let h = &mut self.hosts[i];
         match Journal::open(h.jdisk.clone(), cfg) {
             Ok((j, rec, report)) => {

@@ -16,6 +16,7 @@ mod network;
 mod nodes;
 mod outcome;
 mod queue;
+mod restarts;
 mod rpc;
 
 use std::time::{Duration, Instant};
@@ -114,6 +115,9 @@ impl Sim {
                 None => sim.sc.workload.quota(i, n),
             };
             sim.hosts.push(Host::new(quota));
+            if sim.sc.durable.as_ref().is_some_and(|d| d.switch_on) {
+                sim.hosts[i].durable_on = false;
+            }
             sim.boot(i, 0);
         }
         for (k, f) in sim.sc.faults.clone().iter().enumerate() {
@@ -203,19 +207,19 @@ impl Sim {
             What::CallDeadline { node, call, boot } => {
                 self.call_deadline(node as usize, call, boot)
             }
-            What::GiveUp { node, to, id, boot } => {
-                self.give_up(node as usize, to as usize, MsgId(id), boot)
-            }
+            What::GiveUp {
+                node,
+                to,
+                id,
+                boot,
+                seq,
+            } => self.give_up(node as usize, to as usize, MsgId(id), boot, seq),
             What::Fault(k) => self.fault(k as usize),
-            What::Revive { node, keep_clock } => {
-                let i = node as usize;
-                let clock = if keep_clock {
-                    self.recovered_clock(i)
-                } else {
-                    0
-                };
-                self.boot(i, clock);
+            What::Crash { node, down_us } => {
+                let down = Duration::from_micros(u64::from(down_us));
+                self.crash_host(node as usize, down, true);
             }
+            What::Revive { node, keep_clock } => self.revive(node as usize, keep_clock),
             What::Synced { node, boot, hw } => self.on_synced(node as usize, boot, hw),
             What::Commit { node, boot } => self.on_commit(node as usize, boot),
             What::Hostile(left) => self.hostile(left),

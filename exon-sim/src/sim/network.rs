@@ -81,33 +81,7 @@ impl Sim {
                 node,
                 down,
                 keep_clock,
-            } => {
-                if self.hosts[node].crash() {
-                    if let Some(d) = &self.sc.disk {
-                        let h = &mut self.hosts[node];
-                        h.crashes_losing_writes += u32::from(h.disk.unsynced() > 0);
-                        h.disk.crash(d.torn_writes, &mut self.rng);
-                    }
-                    self.crash_journal(node);
-                    self.oracle.on_restart(node);
-                    if self.sc.channels.is_some() {
-                        self.oracle.on_chan_restart(node);
-                    }
-                    if self.sc.rpc.is_some() {
-                        self.oracle.on_caller_crashed(node);
-                    }
-                    self.deaf.on_restart(node);
-                    let t = self.now + nanos(down);
-                    self.last_activity = self.last_activity.max(t);
-                    self.queue.push(
-                        t,
-                        What::Revive {
-                            node: node as u32,
-                            keep_clock,
-                        },
-                    );
-                }
-            }
+            } => self.crash_host(node, down, keep_clock),
         }
     }
 

@@ -62,6 +62,15 @@ impl Sim {
         if let Some(recovered) = self.open_journal(i) {
             // Durable mode: the journal's records are the node's first input; recovered
             // messages keep their ids (and so their keys).
+            for m in &recovered.messages {
+                if let Some(&seq) = self.hosts[i].msg_keys.get(&m.id.0) {
+                    let key = MsgKey {
+                        sender: i as u32,
+                        seq,
+                    };
+                    self.oracle.on_recovered(key);
+                }
+            }
             if let Err(e) = node.recover(self.instant(), recovered) {
                 let what = format!("node{i} refused its journal: {e}");
                 self.oracle

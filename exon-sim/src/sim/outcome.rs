@@ -23,6 +23,7 @@ impl Sim {
             expired_in_doubt: o.expired_in_doubt,
             violation_count: o.violation_count(),
             violations: o.violations().to_vec(),
+            violation_kinds: o.violation_kinds().to_vec(),
             idle_nodes,
             pending_events,
             events: self.events(),
@@ -48,6 +49,14 @@ impl Sim {
             journal_torn_bytes: 0,
             journal_damaged: 0,
             journal_damage_injected: 0,
+            journals_lost: 0,
+            switched_on: 0,
+            restored: 0,
+            abandon_crashes: 0,
+            doubt_excused: o.doubt_excused,
+            restore_duplicates: o.restore_duplicates,
+            restore_redeliveries: o.restore_redeliveries,
+            revoked_verdicts: o.revoked_verdicts,
             rpc: self.scenario().rpc.as_ref().map(|_| o.rpc_counts()),
             channels: self
                 .scenario()
@@ -65,6 +74,10 @@ impl Sim {
             r.journal_torn_bytes += j.torn_bytes;
             r.journal_damaged += j.damaged;
             r.journal_damage_injected += j.damage_injected;
+            r.journals_lost += j.lost;
+            r.switched_on += j.switched_on;
+            r.restored += j.restored;
+            r.abandon_crashes += j.abandon_crashes;
         }
         for l in self.links() {
             let s = l.stats();

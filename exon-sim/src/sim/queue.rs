@@ -24,6 +24,10 @@ pub(crate) enum What {
         to: u32,
         id: u64,
         boot: u32,
+        /// The message's sequence number when the deadline may outlive a restart (durable
+        /// mode: a recovered message keeps its id and is given up by the restarted node);
+        /// `u64::MAX` otherwise.
+        seq: u64,
     },
     /// RPC: the deadline of call `call` of node `node` in its incarnation `boot`.
     CallDeadline {
@@ -32,6 +36,12 @@ pub(crate) enum What {
         boot: u32,
     },
     Fault(u32),
+    /// Durable mode: a crash of node `node`, down for `down_us` microseconds, that the run
+    /// added (after a message was given up).
+    Crash {
+        node: u32,
+        down_us: u32,
+    },
     Revive {
         node: u32,
         keep_clock: bool,

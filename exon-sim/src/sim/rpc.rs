@@ -76,6 +76,7 @@ impl Sim {
                     to: to as u32,
                     id: id.0,
                     boot,
+                    seq: u64::MAX,
                 };
                 self.queue.push(self.now + nanos(d), what);
             }
@@ -126,6 +127,7 @@ impl Sim {
                 to: to as u32,
                 id: id.0,
                 boot: h.restarts,
+                seq: u64::MAX,
             };
             self.queue.push(self.now + nanos(d), what);
         }
