@@ -95,9 +95,12 @@ impl ClockStore for MemoryStore {
 /// ([`wall_clock_start`], microseconds since the Unix epoch): a node restarted on an older
 /// copy of its directory (a backup restored, a VM snapshot rolled back) then starts above
 /// every clock value the lost run used, so it reuses no incarnation and no nonce epoch, as
-/// long as the clock has not run ahead of the wall clock (it advances by one per slot and
-/// per incarnation: fewer than a million a second on average since the clock was first
-/// taken from the wall clock) and the wall clock does not go back.
+/// long as the clock has not run ahead of the wall clock and the wall clock does not go
+/// back. The clock advances by one per slot and per incarnation, and each restart moves it
+/// to the stored mark, up to `clock_block` (2^20 by default, about a second of
+/// microseconds) past the last value used: it stays behind the wall clock while the node
+/// averages fewer than a million slots a second and restarts less than about once a
+/// second (a tight crash loop runs it ahead, and a copy restored then may reuse values).
 pub struct FileStore {
     path: PathBuf,
 }
