@@ -25,6 +25,9 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant as TokioInstant, Sleep};
 
+pub(crate) mod command;
+pub(crate) mod outgoing;
+
 use super::calls::ReplyIn;
 use super::commands::Sends;
 use super::config::EndpointConfig;
@@ -33,10 +36,6 @@ use super::error::ReceiptError;
 use super::family::Reach;
 use super::flow_out::FlowOut;
 use super::flows::{Action, ChannelOut, Flows, Held};
-use super::handle::CloseReport;
-use super::handle::Command;
-use super::handle::EndpointStats;
-use super::handle::Outgoing;
 use super::journal_jobs::{JournalDone, JournalJobs};
 use super::message::Acker;
 use super::message::Kind;
@@ -49,6 +48,7 @@ use super::request::{Request, Requests};
 use super::route::{Forward, Route};
 use super::shared::{CloseOnDrop, Shared};
 use super::socket::DatagramSocket;
+use super::stats::{CloseReport, EndpointStats};
 use super::store::ClockStore;
 use super::store_jobs::{ClockJobs, StoreDone};
 use super::stream_in::StreamIn;
@@ -59,6 +59,8 @@ use crate::envelope::{Envelope, Place};
 use crate::ordered::{Arrival, Window};
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 use bytes::Bytes;
+use command::Command;
+use outgoing::Outgoing;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
+use super::driver::command::Command;
+use super::driver::outgoing::Outgoing;
 use super::error::ReceiptError;
-use super::handle::{Command, Outgoing};
 use super::receipts::Ack;
 use super::shared::Shared;
 use super::stream_in::StreamIn;

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::driver::command::Command;
 use super::flow_out::FlowOut;
-use super::handle::{Command, Handle};
+use super::handle::Handle;
 use super::stream_in::StreamIn;
 use crate::proto::NodeId;
 

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tower_service::Service;
 
 use super::error::Failure;
-use crate::endpoint::handle::Command;
+use crate::endpoint::Command;
 use crate::endpoint::{Error, Handle, Request};
 use crate::envelope::{Envelope, Outcome};
 
@@ -248,7 +248,7 @@ fn start<S>(
 /// server's loop.
 struct Replies {
     handle: Handle,
-    out: Vec<crate::endpoint::handle::Outgoing>,
+    out: Vec<crate::endpoint::Outgoing>,
 }
 
 impl Replies {
