@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::broken::Broken;
 use super::error::Error;
-use super::flow_out::{Broken, FlowOut};
+use super::flow_out::FlowOut;
 use super::handle::Handle;
 use super::receipts::Receipt;
 use crate::proto::NodeId;

@@ -9,12 +9,12 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use super::driver::command::Command;
-use super::driver::outgoing::Outgoing;
+use super::broken::Broken;
+use super::driver::outgoing::{Outgoing, Submit};
 use super::error::ReceiptError;
-use super::receipts::Ack;
+use super::receipts::{Ack, FlowVerdict};
 use super::shared::Shared;
 use super::stream_in::StreamIn;
 use crate::envelope::{Envelope, Flow, Place};
@@ -23,33 +23,6 @@ use crate::proto::{MsgId, NodeId, Payload};
 
 /// Where a channel message's receipt hears its verdict.
 pub(crate) type VerdictRx = oneshot::Receiver<Result<(), ReceiptError>>;
-
-/// Why a flow sends nothing more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Broken {
-    /// The stream was aborted: by its peer, by this end, or because its peer does not know
-    /// it (it restarted).
-    Reset,
-    /// A chunk was not acknowledged by its deadline (the peer is gone, or does not read).
-    TimedOut,
-    /// The endpoint closed.
-    Closed,
-}
-
-impl Broken {
-    /// The I/O error a stream reports for it.
-    pub(crate) fn io(self) -> std::io::Error {
-        use std::io::{Error, ErrorKind};
-        match self {
-            Broken::Reset => Error::new(ErrorKind::ConnectionReset, "exon stream reset"),
-            Broken::TimedOut => Error::new(
-                ErrorKind::TimedOut,
-                "exon stream: data not acknowledged by its deadline",
-            ),
-            Broken::Closed => Error::new(ErrorKind::NotConnected, "exon endpoint closed"),
-        }
-    }
-}
 
 /// A stream's end of writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,17 +56,17 @@ pub(crate) struct FlowAck {
     done: bool,
 }
 
-impl FlowAck {
-    /// Applies the verdict to the flow (and to the message's receipt).
-    pub(crate) fn resolve(mut self, verdict: Result<(), ReceiptError>) {
+impl FlowVerdict for FlowAck {
+    fn resolve(mut self: Box<Self>, verdict: Result<(), ReceiptError>) {
         self.apply(verdict);
     }
 
-    /// The message never reached the driver: nothing to tell (its sender knows).
-    pub(crate) fn disarm(mut self) {
+    fn disarm(mut self: Box<Self>) {
         self.done = true;
     }
+}
 
+impl FlowAck {
     fn apply(&mut self, verdict: Result<(), ReceiptError>) {
         self.done = true;
         if let AckKind::Message(tx) = &mut self.kind {
@@ -132,7 +105,7 @@ pub(crate) struct FlowOut {
     /// The flow as its receiver names it.
     flow: Flow,
     /// The driver of `to`'s shard (weak: a flow does not keep the endpoint running).
-    cmds: mpsc::WeakUnboundedSender<Command>,
+    driver: Box<dyn Submit>,
     /// Ids of the messages.
     ids: Arc<Shared>,
     /// A stream's receiving side, broken with it.
@@ -185,7 +158,7 @@ impl FlowOut {
         run: u32,
         window: Window,
         awaits_window: bool,
-        cmds: mpsc::WeakUnboundedSender<Command>,
+        driver: Box<dyn Submit>,
         ids: Arc<Shared>,
         stream: Option<(StreamOut, Arc<StreamIn>)>,
     ) -> FlowOut {
@@ -197,7 +170,7 @@ impl FlowOut {
         FlowOut {
             to,
             flow,
-            cmds,
+            driver,
             ids,
             inbox,
             stream,
@@ -258,7 +231,9 @@ impl FlowOut {
         kind: AckKind,
         deadline: Option<Instant>,
     ) -> Option<MsgId> {
-        let cmds = self.cmds.upgrade()?;
+        if !self.driver.is_open() {
+            return None;
+        }
         let id = self.ids.next_ids(1);
         let ack = Ack::Flow(Box::new(FlowAck {
             out: self.clone(),
@@ -268,13 +243,11 @@ impl FlowOut {
             done: false,
         }));
         let out = Outgoing::ordered(self.to, payload, id, ack, deadline);
-        match cmds.send(Command::Send(out)) {
+        match self.driver.submit(out) {
             Ok(()) => Some(id),
-            Err(mpsc::error::SendError(c)) => {
+            Err(out) => {
                 // Not resolved through the flow, whose lock the caller holds.
-                if let Command::Send(out) = c {
-                    out.disarm();
-                }
+                out.disarm();
                 None
             }
         }
@@ -454,9 +427,9 @@ impl FlowOut {
 
     /// Sends the stream's abort to its peer (acknowledged by nobody).
     pub(crate) fn send_reset(&self) {
-        let Some(cmds) = self.cmds.upgrade() else {
+        if !self.driver.is_open() {
             return;
-        };
+        }
         let run = self.lock().seq.run();
         let place = Place {
             flow: self.flow,
@@ -470,7 +443,7 @@ impl FlowOut {
             Ack::None,
             None,
         );
-        let _ = cmds.send(Command::Send(out));
+        let _ = self.driver.submit(out);
     }
 
     fn keep(&self, st: &mut OutState, waker: &Waker) {
@@ -647,6 +620,8 @@ fn next_run(run: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::driver::command::Command;
+    use tokio::sync::mpsc;
 
     const PEER: NodeId = NodeId::from_const(9);
 
@@ -676,7 +651,7 @@ mod tests {
             7,
             Window::default(),
             false,
-            tx.downgrade(),
+            Box::new(tx.downgrade()),
             shared,
             Some((cfg, inbox)),
         );

@@ -9,13 +9,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::calls::Calls;
 use super::driver::command::Command;
 use super::driver::outgoing::{Outgoing, Reply};
 use super::error::Error;
 use super::family::Reach;
+use super::flow_out::FlowOut;
+use super::flows::OrderedShared;
 use super::receipts::{self, Ack, BatchReceipt, Receipt};
+use super::request::Request;
 use super::shared::Shared;
 use super::stats::{CloseReport, EndpointStats};
+use super::stream_in::StreamIn;
 use super::trace::peer_span;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
@@ -31,6 +36,10 @@ pub struct Handle {
     public_key: Option<PublicKey>,
     /// The driver shards, at least one; a peer belongs to `shards[shard_of(peer)]`.
     shards: Arc<[ShardLink]>,
+    /// The calls in flight (one table for every shard).
+    calls: Arc<Calls>,
+    /// Ordered flows: the run, channels' senders, streams to accept (one for every shard).
+    ordered: Arc<OrderedShared>,
 }
 
 /// A handle's way to one driver shard: its command channel and the state it shares.
@@ -50,12 +59,14 @@ pub(crate) use super::steering::shard_of;
 
 impl Handle {
     /// The handle of an endpoint with node id `id` at `local_addr`, whose socket reaches
-    /// what `reach` says, driven by `shards` (at least one).
+    /// what `reach` says, driven by `shards` (at least one), with the endpoint-wide calls
+    /// in flight and ordered flows.
     pub(crate) fn new(
         id: NodeId,
         (local_addr, reach): (SocketAddr, Reach),
         public_key: Option<PublicKey>,
         shards: Vec<ShardLink>,
+        (calls, ordered): (Arc<Calls>, Arc<OrderedShared>),
     ) -> Handle {
         Handle {
             id,
@@ -63,6 +74,8 @@ impl Handle {
             reach,
             public_key,
             shards: shards.into(),
+            calls,
+            ordered,
         }
     }
 
@@ -78,8 +91,8 @@ impl Handle {
     }
 
     /// The calls in flight of this endpoint.
-    pub(crate) fn calls(&self) -> &Arc<super::calls::Calls> {
-        self.first().shared.calls()
+    pub(crate) fn calls(&self) -> &Arc<Calls> {
+        &self.calls
     }
 
     /// What the driver shard that owns `peer` shares with handles.
@@ -87,17 +100,22 @@ impl Handle {
         &self.shard(peer).shared
     }
 
-    /// Sends `c` to the driver shard that owns `peer`.
-    pub(crate) fn command(&self, peer: NodeId, c: Command) -> Result<(), Error> {
-        self.shard(peer).cmds.send(c).map_err(|_| Error::Closed)
-    }
-
-    /// Sends the command `c()` makes to every driver shard.
-    pub(crate) fn command_all(&self, mut c: impl FnMut() -> Command) -> Result<(), Error> {
+    /// A server starts: every driver shard hands its requests to `to` from now on
+    /// ([`Error::Closed`] once the endpoint stopped).
+    pub(crate) fn serve_requests(&self, to: &mpsc::UnboundedSender<Request>) -> Result<(), Error> {
         for shard in self.shards.iter() {
-            shard.cmds.send(c()).map_err(|_| Error::Closed)?;
+            shard
+                .cmds
+                .send(Command::Serve(to.clone()))
+                .map_err(|_| Error::Closed)?;
         }
         Ok(())
+    }
+
+    /// A request a server stopped without answering goes back to its driver shard, held
+    /// for the next server (dropped once the endpoint stopped).
+    pub(crate) fn requeue(&self, req: Request) {
+        let _ = self.shard(req.from()).cmds.send(Command::Requeue(req));
     }
 
     /// A server's reply `payload` (in its envelope) to the request delivered as `request`
@@ -222,9 +240,11 @@ impl Handle {
         self.first().shared.default_deadline()
     }
 
-    /// Sends a command to the driver of `peer`'s shard (ignored once it stopped).
-    pub(crate) fn send_command(&self, peer: NodeId, c: Command) {
-        let _ = self.shard(peer).cmds.send(c);
+    /// The application dropped stream `id` with `peer` (`mine`: opened here): its receiving
+    /// state at the driver goes (ignored once the driver stopped).
+    pub(crate) fn forget_stream(&self, peer: NodeId, id: u64, mine: bool) {
+        let forget = Command::ForgetStream { peer, id, mine };
+        let _ = self.shard(peer).cmds.send(forget);
     }
 
     /// The sending end of ordered channel `number` to node `to` (see [`Channel`]): its
@@ -236,15 +256,15 @@ impl Handle {
     pub fn channel(&self, to: NodeId, number: u16) -> Result<super::Channel, Error> {
         self.check_len(to, 0)?;
         let shard = self.shard(to);
-        let ordered = shard.shared.ordered();
+        let ordered = &self.ordered;
         let out = ordered.channel(to, number, || {
-            super::flow_out::FlowOut::new(
+            FlowOut::new(
                 to,
                 crate::envelope::Flow::Channel(number),
                 ordered.run(),
                 ordered.config().channel(),
                 ordered.advertises(),
-                shard.cmds.downgrade(),
+                Box::new(shard.cmds.downgrade()),
                 self.first().shared.clone(),
                 None,
             )
@@ -261,10 +281,10 @@ impl Handle {
     pub fn open_stream(&self, to: NodeId) -> Result<super::Stream, Error> {
         self.check_len(to, 0)?;
         let shard = self.shard(to);
-        let ordered = shard.shared.ordered();
+        let ordered = &self.ordered;
         let id = ordered.next_stream();
-        let inbox = Arc::new(super::stream_in::StreamIn::new(shard.shared.clone()));
-        let out = Arc::new(super::flow_out::FlowOut::new(
+        let inbox = Arc::new(StreamIn::new(shard.shared.clone()));
+        let out = Arc::new(FlowOut::new(
             to,
             crate::envelope::Flow::Stream {
                 id,
@@ -273,7 +293,7 @@ impl Handle {
             ordered.run(),
             ordered.config().stream(),
             ordered.advertises(),
-            shard.cmds.downgrade(),
+            Box::new(shard.cmds.downgrade()),
             self.first().shared.clone(),
             Some((
                 ordered.stream_out(shard.shared.max_payload()),

@@ -61,6 +61,7 @@
 //! instead (discovery off).
 
 mod batch;
+mod broken;
 pub(crate) mod calls;
 mod channel;
 mod commands;
@@ -112,7 +113,6 @@ pub use batch::BatchSocket;
 pub use channel::Channel;
 pub use config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use cookies::CookieStats;
-pub(crate) use driver::command::Command;
 pub(crate) use driver::outgoing::Outgoing;
 pub use durable::RecoveredSend;
 pub use error::{BindError, Error, ReceiptError};
@@ -594,8 +594,6 @@ impl Builder {
                 self.config.send_buffer,
                 self.config.default_deadline,
                 unreachable.clone(),
-                calls.clone(),
-                ordered.clone(),
             ));
             let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
             let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
@@ -611,6 +609,7 @@ impl Builder {
                 cmd_tx.downgrade(),
                 tx,
                 shared.clone(),
+                (calls.clone(), ordered.clone()),
                 routes[i].take(),
             );
             let store = stores.remove(0);
@@ -631,7 +630,13 @@ impl Builder {
             links.push(handle::ShardLink::new(cmd_tx, shared));
         }
         Ok(Endpoint {
-            handle: Handle::new(self.id, (local_addr, reaches[0]), public_key, links),
+            handle: Handle::new(
+                self.id,
+                (local_addr, reaches[0]),
+                public_key,
+                links,
+                (calls, ordered),
+            ),
             rx: receivers,
             next: 0,
             recovered,

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::driver::command::Command;
 use super::flow_out::FlowOut;
 use super::handle::Handle;
 use super::stream_in::StreamIn;
@@ -163,13 +162,6 @@ impl Drop for Stream {
             self.out.reset(true);
         }
         self.inbox.drop_reader();
-        self.handle.send_command(
-            self.peer,
-            Command::ForgetStream {
-                peer: self.peer,
-                id: self.id,
-                mine: self.mine,
-            },
-        );
+        self.handle.forget_stream(self.peer, self.id, self.mine);
     }
 }

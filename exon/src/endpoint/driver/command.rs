@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::outgoing::Outgoing;
+use super::outgoing::{Outgoing, Submit};
 use crate::endpoint::flow_out::FlowOut;
 use crate::endpoint::request::Request;
 use crate::endpoint::stats::{CloseReport, EndpointStats};
@@ -52,6 +52,23 @@ pub(crate) enum Command {
         timeout: Duration,
         reply: oneshot::Sender<CloseReport>,
     },
+}
+
+/// A driver shard's command channel, held weakly by a flow: only its messages go through.
+impl Submit for mpsc::WeakUnboundedSender<Command> {
+    fn is_open(&self) -> bool {
+        self.strong_count() > 0
+    }
+
+    fn submit(&self, out: Outgoing) -> Result<(), Outgoing> {
+        let Some(cmds) = self.upgrade() else {
+            return Err(out);
+        };
+        cmds.send(Command::Send(out)).map_err(|e| match e.0 {
+            Command::Send(out) => out,
+            _ => unreachable!("only a message was sent"),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The driver's side of one message handed over by a handle or a flow ([`Outgoing`]): what
-//! it carries, whom it answers, and how its sender hears that it was queued or refused.
+//! it carries, whom it answers, and how its sender hears that it was queued or refused;
+//! and [`Submit`], the narrow way in for the flows, which never build driver commands.
 
 use tokio::sync::oneshot;
 
@@ -210,4 +211,13 @@ impl Outgoing {
     pub(crate) fn give_up(self) {
         self.queued().resolve(Err(ReceiptError::NotDelivered));
     }
+}
+
+/// How an ordered flow hands its messages to the driver of its peer's shard (weak: a flow
+/// does not keep the endpoint running). The flows reach the driver only through this.
+pub(crate) trait Submit: Send + Sync + std::fmt::Debug {
+    /// Whether the driver is still there to take messages (a handle keeps it).
+    fn is_open(&self) -> bool;
+    /// Hands `out` to the driver; gives it back when the driver is gone.
+    fn submit(&self, out: Outgoing) -> Result<(), Outgoing>;
 }
