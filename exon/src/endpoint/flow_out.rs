@@ -1,6 +1,6 @@
 //! The sending side of one ordered flow (a channel, or one direction of a stream): its
 //! [`Sequencer`], the bytes a stream holds before they go as a chunk, and the writers
-//! waiting for room. Verdicts come back to it from the driver ([`FlowAck`]); a message given
+//! waiting for room. Verdicts come back to it from the driver (`FlowAck`); a message given
 //! up is replaced by its gap (channels) or aborts the stream (streams).
 
 use std::collections::BTreeMap;
@@ -14,7 +14,8 @@ use tokio::sync::oneshot;
 use super::broken::Broken;
 use super::driver::outgoing::{Outgoing, Submit};
 use super::error::ReceiptError;
-use super::receipts::{Ack, FlowVerdict};
+use super::flow_ack::{AckKind, FlowAck, FlowVerdicts};
+use super::receipts::Ack;
 use super::shared::Shared;
 use super::stream_in::StreamIn;
 use crate::envelope::{Envelope, Flow, Place};
@@ -32,59 +33,6 @@ enum Fin {
     Wanted,
     /// The last chunk is handed to the driver.
     Sent,
-}
-
-/// What a verdict is about.
-#[derive(Debug)]
-pub(crate) enum AckKind {
-    /// A channel's message, whose receipt waits.
-    Message(Option<oneshot::Sender<Result<(), ReceiptError>>>),
-    /// The gap sent for a message given up.
-    Gap,
-    /// A stream's chunk.
-    Chunk,
-}
-
-/// The verdict of one message of a flow, on its way back to the flow.
-#[derive(Debug)]
-pub(crate) struct FlowAck {
-    out: Arc<FlowOut>,
-    run: u32,
-    seq: u64,
-    kind: AckKind,
-    /// Resolved, or never handed over: dropping it does nothing.
-    done: bool,
-}
-
-impl FlowVerdict for FlowAck {
-    fn resolve(mut self: Box<Self>, verdict: Result<(), ReceiptError>) {
-        self.apply(verdict);
-    }
-
-    fn disarm(mut self: Box<Self>) {
-        self.done = true;
-    }
-}
-
-impl FlowAck {
-    fn apply(&mut self, verdict: Result<(), ReceiptError>) {
-        self.done = true;
-        if let AckKind::Message(tx) = &mut self.kind {
-            if let Some(tx) = tx.take() {
-                let _ = tx.send(verdict);
-            }
-        }
-        self.out.on_verdict(self.run, self.seq, &self.kind, verdict);
-    }
-}
-
-impl Drop for FlowAck {
-    fn drop(&mut self) {
-        if !self.done {
-            // Dropped unresolved: the driver stopped.
-            self.apply(Err(ReceiptError::Unacknowledged));
-        }
-    }
 }
 
 /// How a stream's sending side is set up.
@@ -235,13 +183,12 @@ impl FlowOut {
             return None;
         }
         let id = self.ids.next_ids(1);
-        let ack = Ack::Flow(Box::new(FlowAck {
-            out: self.clone(),
-            run: st.seq.run(),
+        let ack = Ack::Flow(Box::new(FlowAck::new(
+            self.clone(),
+            st.seq.run(),
             seq,
             kind,
-            done: false,
-        }));
+        )));
         let out = Outgoing::ordered(self.to, payload, id, ack, deadline);
         match self.driver.submit(out) {
             Ok(()) => Some(id),
@@ -483,7 +430,7 @@ impl FlowOut {
     }
 
     /// A verdict of one of the flow's messages, from the driver.
-    fn on_verdict(
+    fn verdict(
         self: &Arc<Self>,
         run: u32,
         seq: u64,
@@ -615,6 +562,18 @@ fn next_run(run: u32) -> u32 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) as u32
+}
+
+impl FlowVerdicts for FlowOut {
+    fn on_verdict(
+        self: Arc<Self>,
+        run: u32,
+        seq: u64,
+        kind: &AckKind,
+        verdict: Result<(), ReceiptError>,
+    ) {
+        self.verdict(run, seq, kind, verdict);
+    }
 }
 
 #[cfg(test)]

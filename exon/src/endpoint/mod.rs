@@ -72,6 +72,7 @@ mod driver;
 mod durable;
 mod error;
 mod family;
+mod flow_ack;
 mod flow_config;
 mod flow_out;
 mod flows;

@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use super::error::Error;
 use super::error::ReceiptError;
+use super::flow_ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
 
 /// Where the driver sends a message's verdict.
@@ -23,16 +24,7 @@ pub(crate) enum Ack {
     /// Nobody waits for the verdict (a server's reply: its caller learns the outcome).
     None,
     /// A message of an ordered flow: its flow learns the verdict (and its receipt, if any).
-    Flow(Box<dyn FlowVerdict>),
-}
-
-/// Where an ordered flow's message takes its verdict back to its flow (`flow_out`'s
-/// `FlowAck`). Dropped unresolved, it tells its flow the message is unacknowledged.
-pub(crate) trait FlowVerdict: Send {
-    /// Applies the verdict to the flow (and to the message's receipt).
-    fn resolve(self: Box<Self>, verdict: Result<(), ReceiptError>);
-    /// The message never reached the driver: nothing to tell (its sender knows).
-    fn disarm(self: Box<Self>);
+    Flow(Box<FlowAck>),
 }
 
 impl Ack {
