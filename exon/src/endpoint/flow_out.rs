@@ -190,14 +190,8 @@ impl FlowOut {
             kind,
         )));
         let out = Outgoing::ordered(self.to, payload, id, ack, deadline);
-        match self.driver.submit(out) {
-            Ok(()) => Some(id),
-            Err(out) => {
-                // Not resolved through the flow, whose lock the caller holds.
-                out.disarm();
-                None
-            }
-        }
+        // Not resolved through the flow if the driver is gone: the caller holds its lock.
+        self.driver.submit(out).then_some(id)
     }
 
     // ---- Channels -----------------------------------------------------------------------
@@ -390,7 +384,7 @@ impl FlowOut {
             Ack::None,
             None,
         );
-        let _ = self.driver.submit(out);
+        self.driver.submit(out);
     }
 
     fn keep(&self, st: &mut OutState, waker: &Waker) {

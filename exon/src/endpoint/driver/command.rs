@@ -60,14 +60,20 @@ impl Submit for mpsc::WeakUnboundedSender<Command> {
         self.strong_count() > 0
     }
 
-    fn submit(&self, out: Outgoing) -> Result<(), Outgoing> {
+    fn submit(&self, out: Outgoing) -> bool {
         let Some(cmds) = self.upgrade() else {
-            return Err(out);
+            out.disarm();
+            return false;
         };
-        cmds.send(Command::Send(out)).map_err(|e| match e.0 {
-            Command::Send(out) => out,
-            _ => unreachable!("only a message was sent"),
-        })
+        match cmds.send(Command::Send(out)) {
+            Ok(()) => true,
+            Err(mpsc::error::SendError(c)) => {
+                if let Command::Send(out) = c {
+                    out.disarm();
+                }
+                false
+            }
+        }
     }
 }
 

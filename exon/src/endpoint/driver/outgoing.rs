@@ -218,6 +218,7 @@ impl Outgoing {
 pub(crate) trait Submit: Send + Sync + std::fmt::Debug {
     /// Whether the driver is still there to take messages (a handle keeps it).
     fn is_open(&self) -> bool;
-    /// Hands `out` to the driver; gives it back when the driver is gone.
-    fn submit(&self, out: Outgoing) -> Result<(), Outgoing>;
+    /// Hands `out` to the driver; false when the driver is gone, and `out` is then
+    /// disarmed: its flow is not told (the caller knows, and may hold the flow's lock).
+    fn submit(&self, out: Outgoing) -> bool;
 }
