@@ -189,7 +189,7 @@ impl Handle {
     /// their way to the core at once (more wait for the driver to take them), and sends that
     /// find the destination full on arrival wait in the driver, in order, until it has room.
     /// The rare refusal found only then (too many destinations, or a close racing the send)
-    /// resolves the receipt with [`ReceiptError::Refused`]. A destination with no known
+    /// resolves the receipt with [`ReceiptError::Refused`](super::ReceiptError::Refused). A destination with no known
     /// address is refused at once with [`Error::UnknownPeer`].
     ///
     /// # Cancel safety
@@ -204,8 +204,8 @@ impl Handle {
     /// Like [`send`](Self::send), with a deadline `within` from now (instead of
     /// [`EndpointConfig::default_deadline`](super::EndpointConfig::default_deadline)): if the
     /// message is not acknowledged by then, the endpoint gives it up and the receipt
-    /// resolves with [`ReceiptError::NotDelivered`] when no copy of it ever left (certain),
-    /// or [`ReceiptError::InDoubt`] when one did (it may still arrive, at most once).
+    /// resolves with [`ReceiptError::NotDelivered`](super::ReceiptError::NotDelivered) when no copy of it ever left (certain),
+    /// or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt) when one did (it may still arrive, at most once).
     ///
     /// # Cancel safety
     /// As [`send`](Self::send).
