@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Structure figures of the repository (issue 21): fields open to sibling modules per struct,
 files with `impl Node`, files writing each timer field, import cycles, hand-written drains,
-test binaries, largest file and function. Run from the repository root: python3 scripts/structure.py"""
+test binaries, largest file and function. Run from the repository root: python3 scripts/structure.py
+Exits 1 when any crate (exon, exon-sim, benches) has an import cycle: CI runs it (.ci/run)."""
 import os, re, sys, collections
 root = sys.argv[1] if len(sys.argv) > 1 else '.'
 def rs_files(d):
@@ -128,3 +129,6 @@ for f in allf:
         n = j - i + 1
         if n > bestf[0]: bestf = (n, f'{os.path.relpath(f, root)}::{m.group(2)}')
 print(f'## largest function: {bestf[1]} {bestf[0]} lines')
+if ncyc:
+    print(f'error: {ncyc} import cycle(s) (above, under "import cycles"): break them', file=sys.stderr)
+    sys.exit(1)

@@ -126,9 +126,7 @@ impl MemPair {
             }
             if self.run > 1 {
                 // As the driver does: clocks stored, then runs of datagrams to one peer.
-                while let Some(hw) = src.poll_clock_store() {
-                    src.handle_clock_stored(now, hw);
-                }
+                exon_testkit::confirm_clock(src, now);
                 self.buf.clear();
                 while let Some(r) = src.poll_transmit_run(now, &mut self.buf, self.run) {
                     let mut at = 0;

@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, message::PublishMessage, stream};
 use tokio::task::JoinSet;
 
+pub use crate::durable_table::{Context, Row, Settings};
 use crate::harness::{runtime, BATCH_DEADLINE};
 use crate::message::payload;
-use crate::report::{alternate, mb_s, Tally};
+use crate::report::{alternate, mb_s};
 use crate::stats::Latencies;
 
 /// How many async publishes await their PubAck at once (`nats_js`, `nats_js_nofsync`).
@@ -41,49 +42,6 @@ const SERVER_START_LIMIT: Duration = Duration::from_secs(15);
 pub const SYNC_BYTES: usize = 1024;
 /// NATS refuses payloads above its `max_payload` (1 MiB by default).
 const NATS_MAX_PAYLOAD: usize = 1 << 20;
-
-/// What the durable section is told by `compare`'s command line.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// Bytes per message.
-    pub size: usize,
-    /// Measured time per system, split into `rounds` rounds (systems alternate within each).
-    pub secs: f64,
-    /// Rounds.
-    pub rounds: u32,
-    /// Concurrent callers of the request/reply-like row (`nats_js_rpc`).
-    pub callers: u64,
-    /// Worker threads of the client's tokio runtime (0: current-thread).
-    pub threads: usize,
-    /// Samples of the sync probe.
-    pub sync_samples: usize,
-    /// Why NATS is not run, if it is not (`--quick`, `--no-nats`, `--only`).
-    pub skip_nats: Option<String>,
-    /// Where the temporary directory is made (default: the system's temporary directory).
-    pub dir: Option<PathBuf>,
-}
-
-/// One row of the durable table: a system's rate and, for the request/reply-like rows, its
-/// latency.
-#[derive(Debug, Clone)]
-pub struct Row {
-    /// The name in the table and the key of the last line.
-    pub name: &'static str,
-    /// What was measured, in words.
-    pub what: String,
-    /// Messages (or acknowledged publishes) and their time, by round.
-    pub tally: Tally,
-    /// Latency of each call, for the rows that wait for each message's acknowledgement.
-    pub latency: Option<Latencies>,
-}
-
-/// What every durable system gets: where to keep its files, and the run's settings.
-pub struct Context<'a> {
-    /// The run's temporary directory (removed at the end).
-    pub dir: &'a Path,
-    /// The settings.
-    pub settings: &'a Settings,
-}
 
 /// Exon's rows of the durable table (`durable_exon.rs`): `exon_durable` (one-way msgs/s, each
 /// message counted once acknowledged by a durable receiver), `exon_durable_rpc` (p50/p99),

@@ -12,7 +12,7 @@ use exon::rpc::{Failure, Request, Response};
 use exon::NodeId;
 use tokio::sync::Semaphore;
 
-use crate::durable::{Context, Row};
+use crate::durable_table::{Context, Row};
 use crate::harness::runtime;
 use crate::message::payload;
 use crate::report::Tally;

@@ -5,6 +5,7 @@ pub mod compare;
 pub mod core_pair;
 pub mod durable;
 pub mod durable_exon;
+pub mod durable_table;
 pub mod endpoint;
 pub mod harness;
 pub mod message;

@@ -105,6 +105,8 @@ pub struct Node {
     pub bind: String,
     /// The peers given with their addresses.
     pub peers: Vec<(NodeId, SocketAddr)>,
+    /// The keyring file given (sealed mode), for messages.
+    pub keyring: Option<PathBuf>,
     /// The endpoint's configuration.
     pub config: EndpointConfig,
     /// The configuration file's `metrics` address.
@@ -137,6 +139,7 @@ impl NodeOpts {
             .collect::<anyhow::Result<Vec<_>>>()?;
         let insecure = self.insecure || file.insecure;
         let id = self.id.or(file.id);
+        let mut keyring_given = None;
         let (id, security) = if insecure {
             let id = id.unwrap_or(1);
             (node_id(id)?, Security::InsecurePlaintext)
@@ -147,6 +150,7 @@ impl NodeOpts {
                 .or(file.key)
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_KEY));
             let keyring = self.keyring.clone().or(file.keyring);
+            keyring_given.clone_from(&keyring);
             sealed(
                 id,
                 &key,
@@ -165,6 +169,7 @@ impl NodeOpts {
             security,
             bind,
             peers,
+            keyring: keyring_given,
             config: file.endpoint.unwrap_or_default(),
             metrics: file.metrics,
         })

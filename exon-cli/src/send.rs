@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
-use exon::endpoint::{Receipt, ReceiptError};
+use exon::endpoint::{Error, Receipt, ReceiptError};
+use exon::proto::SendError;
 
 use crate::node::{self, NodeOpts};
 
@@ -100,7 +101,19 @@ pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
     // Verdicts are in: close at once (nothing is outstanding).
     ep.close(Duration::from_millis(100)).await;
     eprintln!("{}", verdicts.summary());
-    if !verdicts.all_acknowledged() && !heard {
+    for id in &verdicts.no_key {
+        // Refused before anything left: the peer's key is missing here, not the peer there.
+        eprintln!(
+            "node {id} has no public key in the keyring given{}: nothing was sent to it. Add \
+             its keyring line (`exon keygen` printed it) there, or give --peer-key {id}=KEY.",
+            n.keyring
+                .as_ref()
+                .map(|k| format!(" ({})", k.display()))
+                .unwrap_or_default(),
+        );
+    }
+    let unkeyed = verdicts.no_key_messages;
+    if !verdicts.all_acknowledged() && !heard && unkeyed < verdicts.unacknowledged_total() {
         let at = n.peers.iter().find(|(id, _)| *id == to).map(|(_, a)| a);
         eprintln!(
             "nothing came back from node {}{}: is `exon listen` running there, with this \
@@ -127,6 +140,10 @@ struct Verdicts {
     not_delivered: u64,
     unacknowledged: u64,
     refused: u64,
+    /// Peers refused because the keyring has no public key for them, and how many
+    /// messages were refused so.
+    no_key: std::collections::BTreeSet<u64>,
+    no_key_messages: u64,
 }
 
 impl Verdicts {
@@ -152,7 +169,13 @@ impl Verdicts {
             Ok(_) => &mut self.acknowledged,
             Err(ReceiptError::InDoubt) => &mut self.in_doubt,
             Err(ReceiptError::NotDelivered) => &mut self.not_delivered,
-            Err(ReceiptError::Refused(_)) => &mut self.refused,
+            Err(ReceiptError::Refused(e)) => {
+                if let Error::Send(SendError::UnknownKey(id)) = e {
+                    self.no_key.insert(id.get());
+                    self.no_key_messages += 1;
+                }
+                &mut self.refused
+            }
             Err(_) => &mut self.unacknowledged,
         };
         *c += 1;
@@ -160,6 +183,11 @@ impl Verdicts {
 
     fn total(&self) -> u64 {
         self.acknowledged + self.in_doubt + self.not_delivered + self.unacknowledged + self.refused
+    }
+
+    /// The messages not acknowledged, whatever their verdict.
+    fn unacknowledged_total(&self) -> u64 {
+        self.total() - self.acknowledged
     }
 
     fn all_acknowledged(&self) -> bool {
@@ -216,5 +244,19 @@ mod tests {
         assert!(s.contains("1 not delivered"), "{s}");
         assert!(!s.contains("refused"), "{s}");
         assert!(Verdicts::default().all_acknowledged());
+    }
+
+    #[test]
+    fn a_refusal_for_a_missing_key_names_the_peer() {
+        let mut v = Verdicts::default();
+        let three = exon::NodeId::new(3).unwrap();
+        v.count(&Err(ReceiptError::Refused(Error::Send(
+            SendError::UnknownKey(three),
+        ))));
+        v.count(&Err(ReceiptError::Refused(Error::Closed)));
+        assert_eq!(v.refused, 2);
+        assert_eq!(v.no_key.iter().copied().collect::<Vec<_>>(), [3]);
+        assert_eq!(v.no_key_messages, 1);
+        assert_eq!(v.unacknowledged_total(), 2);
     }
 }

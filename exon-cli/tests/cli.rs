@@ -374,6 +374,51 @@ fn send_to_an_absent_peer_exits_nonzero_with_the_verdicts() {
     );
 }
 
+/// A peer whose key is not in the keyring given: the send is refused before anything
+/// leaves, and the message says so (not that the peer may not be listening).
+#[test]
+fn send_to_a_peer_missing_from_the_keyring_says_so() {
+    let dir = keys();
+    // A keyring of nodes 1 and 2 only.
+    let ring = std::fs::read_to_string(dir.path().join("peers")).unwrap();
+    let two: String = ring
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("3 "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(two.lines().count(), ring.lines().count() - 1, "{ring}");
+    std::fs::write(dir.path().join("ring12"), two).unwrap();
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let peer = format!("3@{}", silent.local_addr().unwrap());
+    let o = run(
+        dir.path(),
+        &[
+            "send",
+            "--peer",
+            &peer,
+            "--key",
+            "n1.key",
+            "--keyring",
+            "ring12",
+            "--deadline",
+            "300ms",
+            "a",
+        ],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("1 sent: 0 acknowledged, 1 refused (never sent)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("node 3 has no public key in the keyring given (ring12)"),
+        "{err}"
+    );
+    assert!(!err.contains("nothing came back"), "{err}");
+}
+
 #[test]
 fn errors_say_what_to_fix() {
     let dir = tempfile::tempdir().unwrap();

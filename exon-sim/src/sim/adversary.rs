@@ -6,7 +6,8 @@ use exon::proto::{Frame, NodeId};
 use rand::rngs::SmallRng;
 use rand::Rng;
 
-use super::host::{node_id, Host};
+use super::host::Host;
+use super::ids::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::scenario::Attack;

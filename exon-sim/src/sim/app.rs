@@ -5,7 +5,7 @@ use bytes::Bytes;
 use exon::call::Learned;
 use exon::proto::{Abandoned, MsgId};
 
-use super::host::node_id;
+use super::ids::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::oracle::ChanVerdict;

@@ -18,7 +18,7 @@ use exon::ordered::{Arrival, Reorder, Sequencer, Settled, Step, Window};
 use exon::proto::{DeliveryId, MsgId};
 use rand::Rng;
 
-use super::host::node_id;
+use super::ids::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::channels::ChannelModel;

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use exon::call::CallState;
 use exon::durable::{Journal, MemBackend};
-use exon::proto::{DeliveryId, MsgId, Node, NodeId};
+use exon::proto::{DeliveryId, MsgId, Node};
 
 /// One simulated host: the node (absent while crashed) and its application.
 pub(crate) struct Host {
@@ -169,9 +169,4 @@ impl Host {
         self.chans = super::channels::ChanHost::default();
         true
     }
-}
-
-/// The node id of host `i`.
-pub(crate) fn node_id(i: usize) -> NodeId {
-    NodeId::from_const(i as u64 + 1)
 }

@@ -11,6 +11,7 @@ mod adversary;
 mod app;
 mod channels;
 mod host;
+mod ids;
 mod journal;
 mod network;
 mod nodes;

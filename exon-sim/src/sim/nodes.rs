@@ -7,7 +7,7 @@ use exon::call::Learned;
 use exon::proto::crypto::insecure_test_security;
 use exon::proto::{Event, MsgId, Node, Output, Security};
 
-use super::host::node_id;
+use super::ids::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::disk::{clock_record, recover_clock};

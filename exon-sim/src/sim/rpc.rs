@@ -9,7 +9,8 @@ use exon::envelope::Envelope;
 use exon::proto::{DeliveryId, MsgId, SendError};
 use rand::Rng;
 
-use super::host::{node_id, Answer};
+use super::host::Answer;
+use super::ids::node_id;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::oracle::{answer_of, Execution, ReplyFate, Stable, ViolationKind};

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::broken::Broken;
 use super::error::Error;
-use super::flow_out::{Broken, FlowOut};
-use super::handle::{Handle, Receipt};
+use super::flow_out::FlowOut;
+use super::handle::Handle;
+use super::receipts::Receipt;
 use crate::proto::NodeId;
 
 /// The sending end of channel `n` to one peer ([`Handle::channel`]): messages sent on it

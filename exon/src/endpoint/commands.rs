@@ -7,9 +7,9 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::driver::outgoing::Outgoing;
 use super::error::Error;
 use super::error::ReceiptError;
-use super::handle::Outgoing;
 use super::paths::Paths;
 use super::receipts::{Ack, Acks};
 use super::seqmap::SeqMap;

@@ -25,18 +25,17 @@ use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant as TokioInstant, Sleep};
 
-use super::calls::ReplyIn;
+pub(crate) mod command;
+pub(crate) mod outgoing;
+
+use super::calls::{Calls, ReplyIn};
 use super::commands::Sends;
 use super::config::EndpointConfig;
 use super::delivery::{Handover, Permit};
 use super::error::ReceiptError;
 use super::family::Reach;
 use super::flow_out::FlowOut;
-use super::flows::{Action, ChannelOut, Flows, Held};
-use super::handle::CloseReport;
-use super::handle::Command;
-use super::handle::EndpointStats;
-use super::handle::Outgoing;
+use super::flows::{Action, ChannelOut, Flows, Held, OrderedShared};
 use super::journal_jobs::{JournalDone, JournalJobs};
 use super::message::Acker;
 use super::message::Kind;
@@ -49,6 +48,7 @@ use super::request::{Request, Requests};
 use super::route::{Forward, Route};
 use super::shared::{CloseOnDrop, Shared};
 use super::socket::DatagramSocket;
+use super::stats::{CloseReport, EndpointStats};
 use super::store::ClockStore;
 use super::store_jobs::{ClockJobs, StoreDone};
 use super::stream_in::StreamIn;
@@ -59,6 +59,8 @@ use crate::envelope::{Envelope, Place};
 use crate::ordered::{Arrival, Window};
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 use bytes::Bytes;
+use command::Command;
+use outgoing::Outgoing;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
@@ -85,6 +87,9 @@ pub(crate) struct Channels {
     cmds_self: mpsc::WeakUnboundedSender<Command>,
     deliver: mpsc::Sender<Message>,
     shared: Arc<Shared>,
+    /// The endpoint's calls in flight and ordered flows (one for every shard).
+    calls: Arc<Calls>,
+    ordered: Arc<OrderedShared>,
     /// The links to the other shards of a sharded endpoint.
     route: Option<Route>,
 }
@@ -95,6 +100,7 @@ impl Channels {
         cmds_self: mpsc::WeakUnboundedSender<Command>,
         deliver: mpsc::Sender<Message>,
         shared: Arc<Shared>,
+        (calls, ordered): (Arc<Calls>, Arc<OrderedShared>),
         route: Option<Route>,
     ) -> Channels {
         Channels {
@@ -102,6 +108,8 @@ impl Channels {
             cmds_self,
             deliver,
             shared,
+            calls,
+            ordered,
             route,
         }
     }
@@ -113,6 +121,8 @@ pub(crate) struct Driver<S> {
     socket: S,
     cfg: EndpointConfig,
     shared: Arc<Shared>,
+    /// The endpoint's calls in flight: replies go to them.
+    calls: Arc<Calls>,
     cmds: mpsc::UnboundedReceiver<Command>,
     cmds_open: bool,
     paths: Paths,
@@ -188,7 +198,8 @@ impl<S: DatagramSocket> Driver<S> {
             journal,
             handover: Handover::new(ch.deliver, cfg.ack_after_processing),
             requests: Requests::default(),
-            flows: Flows::new(ch.shared.ordered().clone()),
+            flows: Flows::new(ch.ordered),
+            calls: ch.calls,
             actions: Vec::new(),
             cmds_self: ch.cmds_self,
             clock: ClockJobs::new(store, cfg.store_retry),
@@ -655,11 +666,7 @@ impl<S: DatagramSocket> Driver<S> {
                 body,
             }) => {
                 // Taken at once: the reply is the caller's now (or nobody's).
-                if !self
-                    .shared
-                    .calls()
-                    .on_reply(call, from, ReplyIn { outcome, body })
-                {
+                if !self.calls.on_reply(call, from, ReplyIn { outcome, body }) {
                     self.stats.replies_discarded += 1;
                     debug_in_peer(from, || {
                         tracing::debug!(call, "reply for no waiting call discarded")
@@ -789,7 +796,7 @@ impl<S: DatagramSocket> Driver<S> {
         held: Held,
         last: bool,
     ) {
-        let ordered = self.shared.ordered().clone();
+        let ordered = self.flows.ordered().clone();
         let refuse = |me: &mut Self, held: Held| {
             me.node.handle_taken(t, held.id);
             me.stats.stream_resets += 1;
@@ -817,7 +824,7 @@ impl<S: DatagramSocket> Driver<S> {
             ordered.run(),
             ordered.config().stream(),
             ordered.advertises(),
-            self.cmds_self.clone(),
+            Box::new(self.cmds_self.clone()),
             self.shared.clone(),
             Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
         ));

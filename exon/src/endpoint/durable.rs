@@ -8,9 +8,9 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use super::error::BindError;
-use super::handle::Receipt;
 use super::journal_jobs::JournalJobs;
 use super::receipts::Ack;
+use super::receipts::Receipt;
 use super::store::FileStore;
 use super::Builder;
 use crate::durable::{FsBackend, Journal, JournalConfig};

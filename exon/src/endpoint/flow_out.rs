@@ -1,6 +1,6 @@
 //! The sending side of one ordered flow (a channel, or one direction of a stream): its
 //! [`Sequencer`], the bytes a stream holds before they go as a chunk, and the writers
-//! waiting for room. Verdicts come back to it from the driver ([`FlowAck`]); a message given
+//! waiting for room. Verdicts come back to it from the driver (`FlowAck`); a message given
 //! up is replaced by its gap (channels) or aborts the stream (streams).
 
 use std::collections::BTreeMap;
@@ -9,10 +9,12 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::broken::Broken;
+use super::driver::outgoing::{Outgoing, Submit};
 use super::error::ReceiptError;
-use super::handle::{Command, Outgoing};
+use super::flow_ack::{AckKind, FlowAck, FlowVerdicts};
 use super::receipts::Ack;
 use super::shared::Shared;
 use super::stream_in::StreamIn;
@@ -23,33 +25,6 @@ use crate::proto::{MsgId, NodeId, Payload};
 /// Where a channel message's receipt hears its verdict.
 pub(crate) type VerdictRx = oneshot::Receiver<Result<(), ReceiptError>>;
 
-/// Why a flow sends nothing more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Broken {
-    /// The stream was aborted: by its peer, by this end, or because its peer does not know
-    /// it (it restarted).
-    Reset,
-    /// A chunk was not acknowledged by its deadline (the peer is gone, or does not read).
-    TimedOut,
-    /// The endpoint closed.
-    Closed,
-}
-
-impl Broken {
-    /// The I/O error a stream reports for it.
-    pub(crate) fn io(self) -> std::io::Error {
-        use std::io::{Error, ErrorKind};
-        match self {
-            Broken::Reset => Error::new(ErrorKind::ConnectionReset, "exon stream reset"),
-            Broken::TimedOut => Error::new(
-                ErrorKind::TimedOut,
-                "exon stream: data not acknowledged by its deadline",
-            ),
-            Broken::Closed => Error::new(ErrorKind::NotConnected, "exon endpoint closed"),
-        }
-    }
-}
-
 /// A stream's end of writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fin {
@@ -58,59 +33,6 @@ enum Fin {
     Wanted,
     /// The last chunk is handed to the driver.
     Sent,
-}
-
-/// What a verdict is about.
-#[derive(Debug)]
-pub(crate) enum AckKind {
-    /// A channel's message, whose receipt waits.
-    Message(Option<oneshot::Sender<Result<(), ReceiptError>>>),
-    /// The gap sent for a message given up.
-    Gap,
-    /// A stream's chunk.
-    Chunk,
-}
-
-/// The verdict of one message of a flow, on its way back to the flow.
-#[derive(Debug)]
-pub(crate) struct FlowAck {
-    out: Arc<FlowOut>,
-    run: u32,
-    seq: u64,
-    kind: AckKind,
-    /// Resolved, or never handed over: dropping it does nothing.
-    done: bool,
-}
-
-impl FlowAck {
-    /// Applies the verdict to the flow (and to the message's receipt).
-    pub(crate) fn resolve(mut self, verdict: Result<(), ReceiptError>) {
-        self.apply(verdict);
-    }
-
-    /// The message never reached the driver: nothing to tell (its sender knows).
-    pub(crate) fn disarm(mut self) {
-        self.done = true;
-    }
-
-    fn apply(&mut self, verdict: Result<(), ReceiptError>) {
-        self.done = true;
-        if let AckKind::Message(tx) = &mut self.kind {
-            if let Some(tx) = tx.take() {
-                let _ = tx.send(verdict);
-            }
-        }
-        self.out.on_verdict(self.run, self.seq, &self.kind, verdict);
-    }
-}
-
-impl Drop for FlowAck {
-    fn drop(&mut self) {
-        if !self.done {
-            // Dropped unresolved: the driver stopped.
-            self.apply(Err(ReceiptError::Unacknowledged));
-        }
-    }
 }
 
 /// How a stream's sending side is set up.
@@ -131,7 +53,7 @@ pub(crate) struct FlowOut {
     /// The flow as its receiver names it.
     flow: Flow,
     /// The driver of `to`'s shard (weak: a flow does not keep the endpoint running).
-    cmds: mpsc::WeakUnboundedSender<Command>,
+    driver: Box<dyn Submit>,
     /// Ids of the messages.
     ids: Arc<Shared>,
     /// A stream's receiving side, broken with it.
@@ -184,7 +106,7 @@ impl FlowOut {
         run: u32,
         window: Window,
         awaits_window: bool,
-        cmds: mpsc::WeakUnboundedSender<Command>,
+        driver: Box<dyn Submit>,
         ids: Arc<Shared>,
         stream: Option<(StreamOut, Arc<StreamIn>)>,
     ) -> FlowOut {
@@ -196,7 +118,7 @@ impl FlowOut {
         FlowOut {
             to,
             flow,
-            cmds,
+            driver,
             ids,
             inbox,
             stream,
@@ -257,26 +179,19 @@ impl FlowOut {
         kind: AckKind,
         deadline: Option<Instant>,
     ) -> Option<MsgId> {
-        let cmds = self.cmds.upgrade()?;
+        if !self.driver.is_open() {
+            return None;
+        }
         let id = self.ids.next_ids(1);
-        let ack = Ack::Flow(Box::new(FlowAck {
-            out: self.clone(),
-            run: st.seq.run(),
+        let ack = Ack::Flow(Box::new(FlowAck::new(
+            self.clone(),
+            st.seq.run(),
             seq,
             kind,
-            done: false,
-        }));
+        )));
         let out = Outgoing::ordered(self.to, payload, id, ack, deadline);
-        match cmds.send(Command::Send(out)) {
-            Ok(()) => Some(id),
-            Err(mpsc::error::SendError(c)) => {
-                // Not resolved through the flow, whose lock the caller holds.
-                if let Command::Send(out) = c {
-                    out.disarm();
-                }
-                None
-            }
-        }
+        // Not resolved through the flow if the driver is gone: the caller holds its lock.
+        self.driver.submit(out).then_some(id)
     }
 
     // ---- Channels -----------------------------------------------------------------------
@@ -453,9 +368,9 @@ impl FlowOut {
 
     /// Sends the stream's abort to its peer (acknowledged by nobody).
     pub(crate) fn send_reset(&self) {
-        let Some(cmds) = self.cmds.upgrade() else {
+        if !self.driver.is_open() {
             return;
-        };
+        }
         let run = self.lock().seq.run();
         let place = Place {
             flow: self.flow,
@@ -469,7 +384,7 @@ impl FlowOut {
             Ack::None,
             None,
         );
-        let _ = cmds.send(Command::Send(out));
+        self.driver.submit(out);
     }
 
     fn keep(&self, st: &mut OutState, waker: &Waker) {
@@ -509,7 +424,7 @@ impl FlowOut {
     }
 
     /// A verdict of one of the flow's messages, from the driver.
-    fn on_verdict(
+    fn verdict(
         self: &Arc<Self>,
         run: u32,
         seq: u64,
@@ -643,9 +558,23 @@ fn next_run(run: u32) -> u32 {
     (z ^ (z >> 31)) as u32
 }
 
+impl FlowVerdicts for FlowOut {
+    fn on_verdict(
+        self: Arc<Self>,
+        run: u32,
+        seq: u64,
+        kind: &AckKind,
+        verdict: Result<(), ReceiptError>,
+    ) {
+        self.verdict(run, seq, kind, verdict);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::driver::command::Command;
+    use tokio::sync::mpsc;
 
     const PEER: NodeId = NodeId::from_const(9);
 
@@ -675,7 +604,7 @@ mod tests {
             7,
             Window::default(),
             false,
-            tx.downgrade(),
+            Box::new(tx.downgrade()),
             shared,
             Some((cfg, inbox)),
         );

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use super::broken::Broken;
 use super::flow_config::FlowConfig;
-use super::flow_out::{Broken, FlowOut, StreamOut};
+use super::flow_out::{FlowOut, StreamOut};
 use super::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
 use crate::ordered::{Arrival, Reorder, Step, Window};
@@ -229,6 +230,11 @@ impl Flows {
             stale: 0,
             refused: 0,
         }
+    }
+
+    /// What every shard of the endpoint shares about flows.
+    pub(crate) fn ordered(&self) -> &Arc<OrderedShared> {
+        &self.shared
     }
 
     /// Streams open at this shard.

@@ -1,438 +1,29 @@
-//! The cloneable sending side of an endpoint, receipts, and the commands sent to the driver.
+//! The cloneable sending side of an endpoint ([`Handle`]): sends, peers, counters, close;
+//! it reaches its driver shards through their command channels.
 
 use std::collections::BTreeSet;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
+use super::calls::Calls;
+use super::driver::command::Command;
+use super::driver::outgoing::{Outgoing, Reply};
 use super::error::Error;
-use super::error::ReceiptError;
 use super::family::Reach;
-use super::receipts::{self, Ack, BatchReceipt};
+use super::flow_out::FlowOut;
+use super::flows::OrderedShared;
+use super::receipts::{self, Ack, BatchReceipt, Receipt};
+use super::request::Request;
 use super::shared::Shared;
+use super::stats::{CloseReport, EndpointStats};
+use super::stream_in::StreamIn;
 use super::trace::peer_span;
-use crate::counters::counters;
 use crate::envelope::Envelope;
-use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError, Stats};
-
-counters! {
-    /// Counters of an endpoint: the core's plus the driver's.
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-    #[non_exhaustive]
-    pub struct EndpointStats {
-        /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
-        pub node: Stats [nested],
-        /// Datagrams not sent because the destination node's address is unknown.
-        pub unknown_peer_drops: u64 [sum],
-        /// Socket send errors (counted, never fatal), other than `oversize_drops`; and sends
-        /// not tried because the peer's address is of a family the socket cannot reach
-        /// ([`Handle::reach`]).
-        pub send_errors: u64 [sum],
-        /// Datagrams the socket refused as larger than the path or interface carries
-        /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
-        /// datagrams past a path that shrank. Lost like any datagram, never fatal.
-        pub oversize_drops: u64 [sum],
-        /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
-        pub recv_errors: u64 [sum],
-        /// Peer addresses learned or changed from incoming datagrams: a first address, or a
-        /// move to a candidate address that answered its challenge.
-        pub address_updates: u64 [sum],
-        /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
-        /// an address other than the one it proved, which must answer there before the peer's
-        /// datagrams go to it.
-        pub path_challenges: u64 [sum],
-        /// Authenticated datagrams whose source address was not recorded because the address
-        /// book was full of peers with work in progress.
-        pub address_book_full: u64 [sum],
-        /// Datagrams not sent because their destination's address is not validated yet and had
-        /// three times the bytes it sent (anti-amplification); repaired like losses.
-        pub amplification_drops: u64 [sum],
-        /// Peer addresses held now: those set with `add_peer`, and those learned from peers
-        /// the node holds a record for.
-        pub peer_addresses: usize [size],
-        /// Times the endpoint stopped reading the socket because the application was not
-        /// reading delivered messages.
-        pub delivery_stalls: u64 [sum],
-        /// Socket send calls: with segmentation offload one call sends several datagrams
-        /// (compare with `node.datagrams_out`).
-        pub send_calls: u64 [sum],
-        /// Socket receive calls that returned datagrams: with batched receives one call returns
-        /// several (compare with `node.datagrams_in`).
-        pub recv_calls: u64 [sum],
-        /// Datagrams a shard received for a peer another shard owns, and handed to that shard
-        /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
-        pub forwarded: u64 [sum],
-        /// Datagrams a shard could not hand to the owning shard because its queue was full
-        /// (dropped, as the network may; repaired like losses).
-        pub forward_drops: u64 [sum],
-        /// The cookie exchange under load (`docs/security.md`).
-        pub cookies: super::cookies::CookieStats [nested],
-        /// Driver shards whose counters these are (1 unless the endpoint is sharded).
-        pub shards: usize [size],
-        /// Durable mode: group commits of the journal (one sync each).
-        pub journal_commits: u64 [sum],
-        /// Durable mode: journal records written (divided by `journal_commits`: the group
-        /// commit's batch).
-        pub journal_writes: u64 [sum],
-        /// Durable mode: bytes the journal takes on disk (at the last commit).
-        pub journal_bytes: u64 [sum],
-        /// Replies that came for calls no longer waiting (their future was dropped, or their
-        /// deadline passed first), or from a node other than the one called: taken and
-        /// discarded.
-        pub replies_discarded: u64 [sum],
-        /// Messages from authenticated peers that were not a valid envelope (a peer that
-        /// does not speak this endpoint's message format): taken and discarded.
-        pub envelope_errors: u64 [sum],
-        /// Requests delivered and held because no server runs ([`Handle::serve`]).
-        pub requests_held: usize [size],
-        /// Streams open at the driver now (a side still receiving).
-        pub streams_open: usize [size],
-        /// Streams aborted by their peer, or reset here because their peer's chunk named
-        /// a stream not known here (closed, or from before a restart).
-        pub stream_resets: u64 [sum],
-        /// Channel messages delivered outside their channel's order
-        /// ([`Kind::Unordered`](super::Kind::Unordered)).
-        pub unordered: u64 [sum],
-        /// Ordered messages that arrived at or beyond their flow's next number due plus this
-        /// endpoint's window (a sender that ignores the window it was told): held untaken
-        /// for their turn like any message ahead of it, never taken and dropped.
-        pub beyond_window: u64 [sum],
-        /// Channel messages left undelivered because
-        /// [`FlowConfig::max_channels`](super::FlowConfig::max_channels) channels were known.
-        pub channels_full: u64 [sum],
-    }
-}
-
-/// What [`Handle::close`] reports.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct CloseReport {
-    /// Messages accepted and not acknowledged when the endpoint stopped (empty on a clean
-    /// close).
-    pub unacknowledged: Vec<(NodeId, MsgId)>,
-    /// Messages delivered to this endpoint that its application never took: still in the
-    /// delivery buffer when the endpoint stopped (they are not handed out afterwards), or
-    /// discarded because the [`Endpoint`](super::Endpoint) was dropped. None of them was
-    /// acknowledged: their senders see them as unacknowledged or in doubt.
-    pub undelivered: usize,
-    /// The counters at the end.
-    pub stats: EndpointStats,
-}
-
-impl CloseReport {
-    /// True when every message was acknowledged and every delivery taken.
-    pub fn is_clean(&self) -> bool {
-        self.unacknowledged.is_empty() && self.undelivered == 0
-    }
-}
-
-/// Whether a send waits for the driver's answer.
-pub(crate) enum Reply {
-    /// No: the send already returned its receipt (it held a send credit).
-    None,
-    /// Yes (`try_send`), answered at once: in the core's queue, or refused.
-    Try(oneshot::Sender<Result<(), Error>>),
-    /// No, and it holds no send credit: a server's reply (bounded by the requests the
-    /// node holds, each waiting for its reply).
-    Uncredited,
-}
-
-/// A message for the driver to hand to the core.
-pub(crate) struct Outgoing {
-    to: NodeId,
-    payload: Payload,
-    /// The endpoint's id for the message (the one its receipt shows).
-    id: MsgId,
-    ack: Ack,
-    reply: Reply,
-    /// When the endpoint gives the message up, if not acknowledged by then.
-    deadline: Option<std::time::Instant>,
-    /// Where the message's storing is told (durable mode), or the request a reply
-    /// answers.
-    side: Side,
-}
-
-/// What some messages carry beside their payload: one field for both, since no message
-/// carries both (a reply is never told it is stored), so that every send's `Outgoing` stays
-/// small (see `a_send_command_stays_small`).
-pub(crate) enum Side {
-    /// Nothing.
-    None,
-    /// Durable mode: told the message's stable id once it is on stable storage.
-    Stored(oneshot::Sender<MsgId>),
-    /// A reply: the request it answers, taken in the same step ([`Node::reply`]). Boxed, as
-    /// few messages are replies.
-    ///
-    /// [`Node::reply`]: crate::proto::Node::reply
-    Answers(Box<DeliveryId>),
-}
-
-impl Outgoing {
-    /// A message of an ordered flow (a channel's message, a stream's chunk, a gap or a
-    /// reset), bounded by its flow's window rather than by send credits.
-    pub(crate) fn ordered(
-        to: NodeId,
-        payload: Payload,
-        id: MsgId,
-        ack: Ack,
-        deadline: Option<std::time::Instant>,
-    ) -> Outgoing {
-        Outgoing {
-            to,
-            payload,
-            id,
-            ack,
-            reply: Reply::Uncredited,
-            deadline,
-            side: Side::None,
-        }
-    }
-
-    /// Its verdict's destination, its payload and deadline (unit tests of flows).
-    #[cfg(test)]
-    pub(crate) fn into_parts(self) -> (Ack, Payload, Option<std::time::Instant>) {
-        (self.ack, self.payload, self.deadline)
-    }
-
-    /// A message that never reached the driver: its flow is not told (it knows).
-    pub(crate) fn disarm(self) {
-        if let Ack::Flow(f) = self.ack {
-            f.disarm();
-        }
-    }
-
-    /// Whether it is an ordered flow's message (its flow hears its verdict).
-    pub(crate) fn is_flow(&self) -> bool {
-        matches!(self.ack, Ack::Flow(_))
-    }
-
-    /// The request this message answers, if it is a reply.
-    pub(crate) fn answers(&self) -> Option<DeliveryId> {
-        match &self.side {
-            Side::Answers(d) => Some(**d),
-            _ => None,
-        }
-    }
-
-    /// Whether it holds a send credit, returned when the driver takes it.
-    pub(crate) fn holds_credit(&self) -> bool {
-        matches!(self.reply, Reply::None)
-    }
-
-    /// The destination.
-    pub(crate) fn to(&self) -> NodeId {
-        self.to
-    }
-
-    /// The endpoint's id for the message.
-    pub(crate) fn id(&self) -> MsgId {
-        self.id
-    }
-
-    /// The payload's length.
-    pub(crate) fn payload_len(&self) -> usize {
-        self.payload.len()
-    }
-
-    /// When the endpoint gives the message up.
-    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
-        self.deadline
-    }
-
-    /// Whether the sender waits for the driver's answer ([`Handle::try_send`]).
-    pub(crate) fn waits_for_answer(&self) -> bool {
-        matches!(self.reply, Reply::Try(_))
-    }
-
-    /// Takes the payload out, to hand it to the core.
-    pub(crate) fn take_payload(&mut self) -> Payload {
-        std::mem::take(&mut self.payload)
-    }
-
-    /// Gives the payload back (the core could not take the message yet).
-    pub(crate) fn put_payload(&mut self, payload: Payload) {
-        self.payload = payload;
-    }
-
-    /// The message is in the core's queue: a waiting sender hears so; the acknowledgement
-    /// is to come through the returned end.
-    pub(crate) fn queued(self) -> Ack {
-        self.queued_stored().0
-    }
-
-    /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
-    pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
-        if let Reply::Try(r) = self.reply {
-            let _ = r.send(Ok(()));
-        }
-        let stored = match self.side {
-            Side::Stored(tx) => Some(tx),
-            _ => None,
-        };
-        (self.ack, stored)
-    }
-
-    /// Tells the sender that the message was refused: through its answer if it waits for
-    /// one, otherwise through its receipt.
-    pub(crate) fn refuse(self, e: Error) {
-        match self.reply {
-            Reply::None | Reply::Uncredited => self.ack.resolve(Err(ReceiptError::Refused(e))),
-            Reply::Try(r) => {
-                let _ = r.send(Err(e));
-            }
-        }
-    }
-
-    /// The message is given up at its deadline before it reached the core: certainly not
-    /// delivered.
-    pub(crate) fn give_up(self) {
-        self.queued().resolve(Err(ReceiptError::NotDelivered));
-    }
-}
-
-/// A command from a handle to the driver task.
-pub(crate) enum Command {
-    Send(Outgoing),
-    /// Several messages, in order, holding `credits` send credits: to one destination
-    /// (`send_batch`), or a server's replies to several (no credits).
-    SendBatch {
-        messages: Vec<Outgoing>,
-        credits: usize,
-    },
-    AddPeer(NodeId, SocketAddr),
-    AddPeerKey(
-        NodeId,
-        PublicKey,
-        oneshot::Sender<Result<(), crate::proto::crypto::KeyringError>>,
-    ),
-    Stats(oneshot::Sender<EndpointStats>),
-    /// What the sender record of a peer knows of the path to it.
-    Path(NodeId, oneshot::Sender<Option<crate::proto::PathStats>>),
-    /// A server starts: requests go to it.
-    Serve(mpsc::UnboundedSender<super::request::Request>),
-    /// A request a server stopped without answering: held for the next one.
-    Requeue(super::request::Request),
-    /// A stream this endpoint opened: its peer's chunks go to `inbox`.
-    OpenStream {
-        peer: NodeId,
-        id: u64,
-        out: Arc<super::flow_out::FlowOut>,
-        inbox: Arc<super::stream_in::StreamIn>,
-    },
-    /// The application dropped a stream: its receiving state goes.
-    ForgetStream {
-        peer: NodeId,
-        id: u64,
-        mine: bool,
-    },
-    Close {
-        timeout: Duration,
-        reply: oneshot::Sender<CloseReport>,
-    },
-}
-
-/// Resolves with the message's verdict: `Ok` once the receiving application took the
-/// message (it left the peer's [`recv`](super::Endpoint::recv)), exactly once; otherwise a
-/// [`ReceiptError`] saying what is known (in doubt, unacknowledged, refused).
-///
-/// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
-/// retransmits until acknowledged (or until it is closed).
-///
-/// # Cancel safety
-/// Cancel safe: a receipt can be polled again after a poll was dropped (in `select!`, or
-/// under a timeout), and the verdict is not lost meanwhile.
-#[derive(Debug)]
-#[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the message)"]
-pub struct Receipt {
-    id: MsgId,
-    to: NodeId,
-    rx: oneshot::Receiver<Result<(), ReceiptError>>,
-    /// Durable mode: the stable id, once the message is stored.
-    stored: Option<oneshot::Receiver<MsgId>>,
-}
-
-impl Receipt {
-    /// The message's id: unique within this endpoint and increasing in the order of the
-    /// sends (the endpoint's own numbering, not the core's).
-    pub fn id(&self) -> MsgId {
-        self.id
-    }
-
-    /// The destination node.
-    pub fn to(&self) -> NodeId {
-        self.to
-    }
-
-    /// Durable mode: waits until the message is on stable storage, and returns its stable
-    /// id: a restart of this endpoint sends it again, and after it the receipt
-    /// [`Endpoint::take_recovered`](super::Endpoint::take_recovered) gives for it carries this
-    /// id. Writes reach the disk in the order of the sends, so once one message is stored,
-    /// every message sent before it is. A receipt of a recovered message is stored already.
-    ///
-    /// Errors: [`Error::NotDurable`] on an endpoint that is not durable; [`Error::Closed`]
-    /// when the endpoint stopped (or refused the message) before it was stored. Cancel
-    /// safe.
-    pub async fn stored(&mut self) -> Result<MsgId, Error> {
-        let Some(rx) = &mut self.stored else {
-            return Err(Error::NotDurable);
-        };
-        let id = rx.await.map_err(|_| Error::Closed)?;
-        // Stored: later calls answer at once.
-        let (tx, again) = oneshot::channel();
-        let _ = tx.send(id);
-        self.stored = Some(again);
-        Ok(id)
-    }
-
-    /// The receipt of a channel's message (never told it is stored: channels are not kept
-    /// across restarts).
-    pub(crate) fn from_channel(
-        id: MsgId,
-        to: NodeId,
-        rx: oneshot::Receiver<Result<(), ReceiptError>>,
-    ) -> Receipt {
-        Receipt {
-            id,
-            to,
-            rx,
-            stored: None,
-        }
-    }
-
-    /// A receipt for a message recovered from the journal after a restart (stored already).
-    pub(crate) fn recovered(
-        id: MsgId,
-        to: NodeId,
-        rx: oneshot::Receiver<Result<(), ReceiptError>>,
-    ) -> Receipt {
-        let (tx, stored) = oneshot::channel();
-        let _ = tx.send(id);
-        Receipt {
-            id,
-            to,
-            rx,
-            stored: Some(stored),
-        }
-    }
-}
-
-impl Future for Receipt {
-    type Output = Result<MsgId, ReceiptError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let id = self.id;
-        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
-            Ok(Ok(())) => Ok(id),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ReceiptError::Unacknowledged),
-        })
-    }
-}
+use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
 
 /// A cloneable handle to an endpoint: send messages, add peers, read counters, close.
 /// [`Endpoint`](super::Endpoint) dereferences to its handle.
@@ -445,6 +36,10 @@ pub struct Handle {
     public_key: Option<PublicKey>,
     /// The driver shards, at least one; a peer belongs to `shards[shard_of(peer)]`.
     shards: Arc<[ShardLink]>,
+    /// The calls in flight (one table for every shard).
+    calls: Arc<Calls>,
+    /// Ordered flows: the run, channels' senders, streams to accept (one for every shard).
+    ordered: Arc<OrderedShared>,
 }
 
 /// A handle's way to one driver shard: its command channel and the state it shares.
@@ -464,12 +59,14 @@ pub(crate) use super::steering::shard_of;
 
 impl Handle {
     /// The handle of an endpoint with node id `id` at `local_addr`, whose socket reaches
-    /// what `reach` says, driven by `shards` (at least one).
+    /// what `reach` says, driven by `shards` (at least one), with the endpoint-wide calls
+    /// in flight and ordered flows.
     pub(crate) fn new(
         id: NodeId,
         (local_addr, reach): (SocketAddr, Reach),
         public_key: Option<PublicKey>,
         shards: Vec<ShardLink>,
+        (calls, ordered): (Arc<Calls>, Arc<OrderedShared>),
     ) -> Handle {
         Handle {
             id,
@@ -477,6 +74,8 @@ impl Handle {
             reach,
             public_key,
             shards: shards.into(),
+            calls,
+            ordered,
         }
     }
 
@@ -492,8 +91,8 @@ impl Handle {
     }
 
     /// The calls in flight of this endpoint.
-    pub(crate) fn calls(&self) -> &Arc<super::calls::Calls> {
-        self.first().shared.calls()
+    pub(crate) fn calls(&self) -> &Arc<Calls> {
+        &self.calls
     }
 
     /// What the driver shard that owns `peer` shares with handles.
@@ -501,33 +100,29 @@ impl Handle {
         &self.shard(peer).shared
     }
 
-    /// Sends `c` to the driver shard that owns `peer`.
-    pub(crate) fn command(&self, peer: NodeId, c: Command) -> Result<(), Error> {
-        self.shard(peer).cmds.send(c).map_err(|_| Error::Closed)
-    }
-
-    /// Sends the command `c()` makes to every driver shard.
-    pub(crate) fn command_all(&self, mut c: impl FnMut() -> Command) -> Result<(), Error> {
+    /// A server starts: every driver shard hands its requests to `to` from now on
+    /// ([`Error::Closed`] once the endpoint stopped).
+    pub(crate) fn serve_requests(&self, to: &mpsc::UnboundedSender<Request>) -> Result<(), Error> {
         for shard in self.shards.iter() {
-            shard.cmds.send(c()).map_err(|_| Error::Closed)?;
+            shard
+                .cmds
+                .send(Command::Serve(to.clone()))
+                .map_err(|_| Error::Closed)?;
         }
         Ok(())
+    }
+
+    /// A request a server stopped without answering goes back to its driver shard, held
+    /// for the next server (dropped once the endpoint stopped).
+    pub(crate) fn requeue(&self, req: Request) {
+        let _ = self.shard(req.from()).cmds.send(Command::Requeue(req));
     }
 
     /// A server's reply `payload` (in its envelope) to the request delivered as `request`
     /// from `to`, which it takes in the same step. Holds no send credit, and has no
     /// deadline: it is sent until acknowledged (or the endpoint closes).
     pub(crate) fn reply_out(&self, to: NodeId, request: DeliveryId, payload: Payload) -> Outgoing {
-        Outgoing {
-            to,
-            payload,
-            id: self.first().shared.next_ids(1),
-            // No receipt: the caller learns the outcome, the server has nothing to wait for.
-            ack: Ack::None,
-            reply: Reply::Uncredited,
-            deadline: None,
-            side: Side::Answers(Box::new(request)),
-        }
+        Outgoing::reply(to, request, payload, self.first().shared.next_ids(1))
     }
 
     /// Hands replies ([`reply_out`](Self::reply_out)) to the driver: one command per shard.
@@ -542,10 +137,10 @@ impl Handle {
                 .map_err(|_| Error::Closed);
         }
         let n = self.shards.len();
-        replies.sort_by_key(|o| shard_of(o.to, n));
+        replies.sort_by_key(|o| shard_of(o.to(), n));
         while let Some(last) = replies.last() {
-            let shard = shard_of(last.to, n);
-            let cut = replies.partition_point(|o| shard_of(o.to, n) < shard);
+            let shard = shard_of(last.to(), n);
+            let cut = replies.partition_point(|o| shard_of(o.to(), n) < shard);
             let messages = replies.split_off(cut);
             self.shards[shard]
                 .cmds
@@ -594,7 +189,7 @@ impl Handle {
     /// their way to the core at once (more wait for the driver to take them), and sends that
     /// find the destination full on arrival wait in the driver, in order, until it has room.
     /// The rare refusal found only then (too many destinations, or a close racing the send)
-    /// resolves the receipt with [`ReceiptError::Refused`]. A destination with no known
+    /// resolves the receipt with [`ReceiptError::Refused`](super::ReceiptError::Refused). A destination with no known
     /// address is refused at once with [`Error::UnknownPeer`].
     ///
     /// # Cancel safety
@@ -609,8 +204,8 @@ impl Handle {
     /// Like [`send`](Self::send), with a deadline `within` from now (instead of
     /// [`EndpointConfig::default_deadline`](super::EndpointConfig::default_deadline)): if the
     /// message is not acknowledged by then, the endpoint gives it up and the receipt
-    /// resolves with [`ReceiptError::NotDelivered`] when no copy of it ever left (certain),
-    /// or [`ReceiptError::InDoubt`] when one did (it may still arrive, at most once).
+    /// resolves with [`ReceiptError::NotDelivered`](super::ReceiptError::NotDelivered) when no copy of it ever left (certain),
+    /// or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt) when one did (it may still arrive, at most once).
     ///
     /// # Cancel safety
     /// As [`send`](Self::send).
@@ -645,9 +240,11 @@ impl Handle {
         self.first().shared.default_deadline()
     }
 
-    /// Sends a command to the driver of `peer`'s shard (ignored once it stopped).
-    pub(crate) fn send_command(&self, peer: NodeId, c: Command) {
-        let _ = self.shard(peer).cmds.send(c);
+    /// The application dropped stream `id` with `peer` (`mine`: opened here): its receiving
+    /// state at the driver goes (ignored once the driver stopped).
+    pub(crate) fn forget_stream(&self, peer: NodeId, id: u64, mine: bool) {
+        let forget = Command::ForgetStream { peer, id, mine };
+        let _ = self.shard(peer).cmds.send(forget);
     }
 
     /// The sending end of ordered channel `number` to node `to` (see [`Channel`]): its
@@ -659,15 +256,15 @@ impl Handle {
     pub fn channel(&self, to: NodeId, number: u16) -> Result<super::Channel, Error> {
         self.check_len(to, 0)?;
         let shard = self.shard(to);
-        let ordered = shard.shared.ordered();
+        let ordered = &self.ordered;
         let out = ordered.channel(to, number, || {
-            super::flow_out::FlowOut::new(
+            FlowOut::new(
                 to,
                 crate::envelope::Flow::Channel(number),
                 ordered.run(),
                 ordered.config().channel(),
                 ordered.advertises(),
-                shard.cmds.downgrade(),
+                Box::new(shard.cmds.downgrade()),
                 self.first().shared.clone(),
                 None,
             )
@@ -684,10 +281,10 @@ impl Handle {
     pub fn open_stream(&self, to: NodeId) -> Result<super::Stream, Error> {
         self.check_len(to, 0)?;
         let shard = self.shard(to);
-        let ordered = shard.shared.ordered();
+        let ordered = &self.ordered;
         let id = ordered.next_stream();
-        let inbox = Arc::new(super::stream_in::StreamIn::new(shard.shared.clone()));
-        let out = Arc::new(super::flow_out::FlowOut::new(
+        let inbox = Arc::new(StreamIn::new(shard.shared.clone()));
+        let out = Arc::new(FlowOut::new(
             to,
             crate::envelope::Flow::Stream {
                 id,
@@ -696,7 +293,7 @@ impl Handle {
             ordered.run(),
             ordered.config().stream(),
             ordered.advertises(),
-            shard.cmds.downgrade(),
+            Box::new(shard.cmds.downgrade()),
             self.first().shared.clone(),
             Some((
                 ordered.stream_out(shard.shared.max_payload()),
@@ -786,14 +383,17 @@ impl Handle {
             .into_iter()
             .zip(slots)
             .enumerate()
-            .map(|(i, (payload, slot))| Outgoing {
-                to,
-                payload,
-                id: MsgId(first.0 + i as u64),
-                ack: Ack::Batch(slot),
-                reply: Reply::None,
-                deadline,
-                side: Side::None,
+            .map(|(i, (payload, slot))| {
+                let id = MsgId(first.0 + i as u64);
+                Outgoing::send(
+                    to,
+                    payload,
+                    id,
+                    Ack::Batch(slot),
+                    Reply::None,
+                    deadline,
+                    None,
+                )
             })
             .collect();
         shard
@@ -868,20 +468,12 @@ impl Handle {
         } else {
             (None, None)
         };
-        let out = Outgoing {
-            to,
-            payload,
-            id,
-            ack: Ack::One(ack),
-            reply,
-            deadline,
-            side: stored_tx.map_or(Side::None, Side::Stored),
-        };
+        let out = Outgoing::send(to, payload, id, Ack::One(ack), reply, deadline, stored_tx);
         self.shard(to)
             .cmds
             .send(Command::Send(out))
             .map_err(|_| Error::Closed)?;
-        Ok(Receipt { id, to, rx, stored })
+        Ok(Receipt::new(id, to, rx, stored))
     }
 
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
@@ -1026,19 +618,5 @@ impl Handle {
         }
         total.unacknowledged.sort_by_key(|(_, id)| *id);
         total
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every send moves a `Command` through the driver's channel, and its moves are copies:
-    /// a larger one (a field added inline) costs every message (measured: +80 bytes was
-    /// about +300 instructions per message in `memcpy`, one-way on loopback).
-    #[test]
-    fn a_send_command_stays_small() {
-        let size = std::mem::size_of::<Command>();
-        assert!(size <= 128, "Command is {size} bytes");
     }
 }

@@ -61,6 +61,7 @@
 //! instead (discovery off).
 
 mod batch;
+mod broken;
 pub(crate) mod calls;
 mod channel;
 mod commands;
@@ -71,10 +72,11 @@ mod driver;
 mod durable;
 mod error;
 mod family;
+mod flow_ack;
 mod flow_config;
 mod flow_out;
 mod flows;
-pub(crate) mod handle;
+mod handle;
 mod journal_jobs;
 mod lossy;
 mod message;
@@ -87,6 +89,7 @@ mod route;
 mod seqmap;
 mod shared;
 mod socket;
+mod stats;
 mod steering;
 mod store;
 mod store_jobs;
@@ -111,16 +114,18 @@ pub use batch::BatchSocket;
 pub use channel::Channel;
 pub use config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use cookies::CookieStats;
+pub(crate) use driver::outgoing::Outgoing;
 pub use durable::RecoveredSend;
 pub use error::{BindError, Error, ReceiptError};
 pub use family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
 pub use flow_config::FlowConfig;
-pub use handle::{CloseReport, EndpointStats, Handle, Receipt};
+pub use handle::Handle;
 pub use lossy::{Faults, LossySocket};
 pub use message::{Kind, Message};
-pub use receipts::{BatchReceipt, BatchVerdicts};
+pub use receipts::{BatchReceipt, BatchVerdicts, Receipt};
 pub use request::Request;
 pub use socket::{DatagramSocket, RecvMeta};
+pub use stats::{CloseReport, EndpointStats};
 pub use steering::shard_of;
 use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
@@ -590,8 +595,6 @@ impl Builder {
                 self.config.send_buffer,
                 self.config.default_deadline,
                 unreachable.clone(),
-                calls.clone(),
-                ordered.clone(),
             ));
             let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
             let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
@@ -607,6 +610,7 @@ impl Builder {
                 cmd_tx.downgrade(),
                 tx,
                 shared.clone(),
+                (calls.clone(), ordered.clone()),
                 routes[i].take(),
             );
             let store = stores.remove(0);
@@ -627,7 +631,13 @@ impl Builder {
             links.push(handle::ShardLink::new(cmd_tx, shared));
         }
         Ok(Endpoint {
-            handle: Handle::new(self.id, (local_addr, reaches[0]), public_key, links),
+            handle: Handle::new(
+                self.id,
+                (local_addr, reaches[0]),
+                public_key,
+                links,
+                (calls, ordered),
+            ),
             rx: receivers,
             next: 0,
             recovered,

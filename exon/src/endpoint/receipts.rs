@@ -1,5 +1,5 @@
-//! How the driver resolves the verdict of a message: one receipt's oneshot per message
-//! ([`Handle::send`](super::Handle::send)), or one shared slot table per batch
+//! Receipts, and how the driver resolves the verdict of a message: one [`Receipt`] per
+//! message ([`Handle::send`](super::Handle::send)), or one shared slot table per batch
 //! ([`Handle::send_batch`](super::Handle::send_batch), [`BatchReceipt`]).
 
 use std::future::Future;
@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use super::error::Error;
 use super::error::ReceiptError;
+use super::flow_ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
 
 /// Where the driver sends a message's verdict.
@@ -23,7 +24,7 @@ pub(crate) enum Ack {
     /// Nobody waits for the verdict (a server's reply: its caller learns the outcome).
     None,
     /// A message of an ordered flow: its flow learns the verdict (and its receipt, if any).
-    Flow(Box<super::flow_out::FlowAck>),
+    Flow(Box<FlowAck>),
 }
 
 impl Ack {
@@ -472,5 +473,114 @@ mod tests {
         let (receipt, slots) = batch(node(2), MsgId(0), 0);
         assert!(slots.is_empty());
         assert!(receipt.await.is_empty());
+    }
+}
+
+/// Resolves with the message's verdict: `Ok` once the receiving application took the
+/// message (it left the peer's [`recv`](super::Endpoint::recv)), exactly once; otherwise a
+/// [`ReceiptError`] saying what is known (in doubt, unacknowledged, refused).
+///
+/// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
+/// retransmits until acknowledged (or until it is closed).
+///
+/// # Cancel safety
+/// Cancel safe: a receipt can be polled again after a poll was dropped (in `select!`, or
+/// under a timeout), and the verdict is not lost meanwhile.
+#[derive(Debug)]
+#[must_use = "a receipt does nothing unless awaited (dropping it does not cancel the message)"]
+pub struct Receipt {
+    id: MsgId,
+    to: NodeId,
+    rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    /// Durable mode: the stable id, once the message is stored.
+    stored: Option<oneshot::Receiver<MsgId>>,
+}
+
+impl Receipt {
+    /// The receipt of message `id` to `to`, whose verdict comes through `rx` (and, durable
+    /// mode, its stable id through `stored`).
+    pub(crate) fn new(
+        id: MsgId,
+        to: NodeId,
+        rx: oneshot::Receiver<Result<(), ReceiptError>>,
+        stored: Option<oneshot::Receiver<MsgId>>,
+    ) -> Receipt {
+        Receipt { id, to, rx, stored }
+    }
+
+    /// The message's id: unique within this endpoint and increasing in the order of the
+    /// sends (the endpoint's own numbering, not the core's).
+    pub fn id(&self) -> MsgId {
+        self.id
+    }
+
+    /// The destination node.
+    pub fn to(&self) -> NodeId {
+        self.to
+    }
+
+    /// Durable mode: waits until the message is on stable storage, and returns its stable
+    /// id: a restart of this endpoint sends it again, and after it the receipt
+    /// [`Endpoint::take_recovered`](super::Endpoint::take_recovered) gives for it carries this
+    /// id. Writes reach the disk in the order of the sends, so once one message is stored,
+    /// every message sent before it is. A receipt of a recovered message is stored already.
+    ///
+    /// Errors: [`Error::NotDurable`] on an endpoint that is not durable; [`Error::Closed`]
+    /// when the endpoint stopped (or refused the message) before it was stored. Cancel
+    /// safe.
+    pub async fn stored(&mut self) -> Result<MsgId, Error> {
+        let Some(rx) = &mut self.stored else {
+            return Err(Error::NotDurable);
+        };
+        let id = rx.await.map_err(|_| Error::Closed)?;
+        // Stored: later calls answer at once.
+        let (tx, again) = oneshot::channel();
+        let _ = tx.send(id);
+        self.stored = Some(again);
+        Ok(id)
+    }
+
+    /// The receipt of a channel's message (never told it is stored: channels are not kept
+    /// across restarts).
+    pub(crate) fn from_channel(
+        id: MsgId,
+        to: NodeId,
+        rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    ) -> Receipt {
+        Receipt {
+            id,
+            to,
+            rx,
+            stored: None,
+        }
+    }
+
+    /// A receipt for a message recovered from the journal after a restart (stored already).
+    pub(crate) fn recovered(
+        id: MsgId,
+        to: NodeId,
+        rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    ) -> Receipt {
+        let (tx, stored) = oneshot::channel();
+        let _ = tx.send(id);
+        Receipt {
+            id,
+            to,
+            rx,
+            stored: Some(stored),
+        }
+    }
+}
+
+impl Future for Receipt {
+    type Output = Result<MsgId, ReceiptError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let id = self.id;
+        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
+            Ok(Ok(())) => Ok(id),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ReceiptError::Unacknowledged),
+        })
     }
 }

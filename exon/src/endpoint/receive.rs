@@ -13,10 +13,10 @@ use bytes::BytesMut;
 use tokio::sync::mpsc;
 
 use super::family::canonical;
-use super::handle::EndpointStats;
 use super::route::{Forward, Route};
 use super::socket::DatagramSocket;
 use super::socket::RecvMeta;
+use super::stats::EndpointStats;
 use crate::proto::Node;
 
 /// Most receive buffers filled per call.

@@ -55,10 +55,6 @@ pub(crate) struct Shared {
     send_buffer: usize,
     /// Durable mode: receipts learn when their message is stored.
     durable: AtomicBool,
-    /// The calls in flight (one table for every shard of an endpoint).
-    calls: Arc<super::calls::Calls>,
-    /// Ordered flows: the run, channels' senders, streams to accept (one for every shard).
-    ordered: Arc<super::flows::OrderedShared>,
 }
 
 /// Bytes of payload one send credit stands for.
@@ -88,8 +84,6 @@ impl Shared {
         send_buffer: usize,
         default_deadline: Option<std::time::Duration>,
         unreachable: Arc<tokio::sync::watch::Sender<BTreeSet<NodeId>>>,
-        calls: Arc<super::calls::Calls>,
-        ordered: Arc<super::flows::OrderedShared>,
     ) -> Shared {
         Shared {
             max_payload,
@@ -109,8 +103,6 @@ impl Shared {
             unreachable,
             send_buffer: send_buffer.max(1),
             durable: AtomicBool::new(false),
-            calls,
-            ordered,
         }
     }
 
@@ -118,28 +110,7 @@ impl Shared {
     #[cfg(test)]
     pub(crate) fn for_test() -> Shared {
         let watch = Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new()));
-        Shared::new(
-            1000,
-            8,
-            None,
-            watch,
-            crate::endpoint::calls::Calls::new(std::time::Duration::from_secs(1)),
-            crate::endpoint::flows::OrderedShared::new(
-                tokio::sync::mpsc::channel(1).0,
-                Default::default(),
-                crate::proto::Rules::ALL,
-            ),
-        )
-    }
-
-    /// The endpoint's ordered flows.
-    pub(crate) fn ordered(&self) -> &Arc<super::flows::OrderedShared> {
-        &self.ordered
-    }
-
-    /// The calls in flight.
-    pub(crate) fn calls(&self) -> &Arc<super::calls::Calls> {
-        &self.calls
+        Shared::new(1000, 8, None, watch)
     }
 
     /// Durable mode: receipts learn when their message is stored.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::flow_out::FlowOut;
-use super::handle::{Command, Handle};
+use super::handle::Handle;
 use super::stream_in::StreamIn;
 use crate::proto::NodeId;
 
@@ -162,13 +162,6 @@ impl Drop for Stream {
             self.out.reset(true);
         }
         self.inbox.drop_reader();
-        self.handle.send_command(
-            self.peer,
-            Command::ForgetStream {
-                peer: self.peer,
-                id: self.id,
-                mine: self.mine,
-            },
-        );
+        self.handle.forget_stream(self.peer, self.id, self.mine);
     }
 }

@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes};
 
-use super::flow_out::Broken;
+use super::broken::Broken;
 use super::shared::Shared;
 use crate::proto::DeliveryId;
 

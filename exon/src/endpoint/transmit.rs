@@ -6,10 +6,10 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use super::family::{IpFamily, Reach};
-use super::handle::EndpointStats;
 use super::paths::Paths;
 use super::peers::NoRoute;
 use super::socket::DatagramSocket;
+use super::stats::EndpointStats;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;
 

@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::error::Error;
 use super::handle::Handle;
-use super::handle::Receipt;
 use super::message::Message;
+use super::receipts::Receipt;
 use crate::envelope::Envelope;
 use crate::proto::NodeId;
 

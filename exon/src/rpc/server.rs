@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 use tower_service::Service;
 
 use super::error::Failure;
-use crate::endpoint::handle::Command;
 use crate::endpoint::{Error, Handle, Request};
 use crate::envelope::{Envelope, Outcome};
 
@@ -146,7 +145,7 @@ impl Handle {
         S::Error: Into<Failure>,
     {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.command_all(|| Command::Serve(tx.clone()))?;
+        self.serve_requests(&tx)?;
         drop(tx);
         let mut queue = Queue {
             handle: self.clone(),
@@ -248,7 +247,7 @@ fn start<S>(
 /// server's loop.
 struct Replies {
     handle: Handle,
-    out: Vec<crate::endpoint::handle::Outgoing>,
+    out: Vec<crate::endpoint::Outgoing>,
 }
 
 impl Replies {
@@ -326,7 +325,7 @@ impl Drop for Queue {
     fn drop(&mut self) {
         self.rx.close();
         while let Ok(req) = self.rx.try_recv() {
-            let _ = self.handle.command(req.from(), Command::Requeue(req));
+            self.handle.requeue(req);
         }
     }
 }
@@ -350,7 +349,7 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if let Some(req) = self.req.take() {
-            let _ = self.handle.command(req.from(), Command::Requeue(req));
+            self.handle.requeue(req);
         }
     }
 }

@@ -17,18 +17,13 @@ fn node(id: NodeId) -> Node {
     Node::new(id, Security::InsecurePlaintext, Config::default(), 0).unwrap()
 }
 
-/// Stores `n`'s clocks and returns its datagrams, by destination.
+/// Stores `n`'s clocks and returns its datagrams, by destination (the test kit's
+/// [`datagrams`](exon_testkit::datagrams): its events stay queued, for the caller).
 fn datagrams(n: &mut Node, t: Instant) -> Vec<(NodeId, Bytes)> {
-    while let Some(hw) = n.poll_clock_store() {
-        n.handle_clock_stored(t, hw);
-    }
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    while let Some(tx) = n.poll_transmit(t, &mut buf) {
-        out.push((tx.destination, Bytes::copy_from_slice(&buf)));
-        buf.clear();
-    }
-    out
+    exon_testkit::datagrams(n, t)
+        .into_iter()
+        .map(|(tx, d)| (tx.destination, d))
+        .collect()
 }
 
 /// A and C each send 300 messages to B, which takes its deliveries one call each (`many`
@@ -38,9 +33,7 @@ fn run(many: bool) -> (Vec<(NodeId, Bytes)>, usize, usize) {
     let t0 = Instant::now();
     let (mut a, mut b, mut c) = (node(A), node(B), node(C));
     for n in [&mut a, &mut b, &mut c] {
-        while let Some(hw) = n.poll_clock_store() {
-            n.handle_clock_stored(t0, hw);
-        }
+        exon_testkit::confirm_clock(n, t0);
     }
     for i in 0..300u32 {
         a.send(t0, B, Bytes::from(i.to_be_bytes().to_vec()))
@@ -111,9 +104,7 @@ fn takes_reported_together_are_takes_reported_one_by_one() {
 /// Node `id`, its clock stored.
 fn ready(id: NodeId, t: Instant) -> Node {
     let mut n = node(id);
-    while let Some(hw) = n.poll_clock_store() {
-        n.handle_clock_stored(t, hw);
-    }
+    exon_testkit::confirm_clock(&mut n, t);
     n
 }
 

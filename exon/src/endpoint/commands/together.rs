@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use super::Sends;
-use crate::endpoint::handle::Outgoing;
+use crate::endpoint::driver::outgoing::Outgoing;
 use crate::endpoint::paths::Paths;
 use crate::endpoint::trace::debug_in_peer;
 use crate::proto::{MsgId, Node, NodeId};

@@ -1,0 +1,224 @@
+//! The driver's side of one message handed over by a handle or a flow ([`Outgoing`]): what
+//! it carries, whom it answers, and how its sender hears that it was queued or refused;
+//! and [`Submit`], the narrow way in for the flows, which never build driver commands.
+
+use tokio::sync::oneshot;
+
+use crate::endpoint::error::{Error, ReceiptError};
+use crate::endpoint::receipts::Ack;
+use crate::proto::{DeliveryId, MsgId, NodeId, Payload};
+
+/// Whether a send waits for the driver's answer.
+pub(crate) enum Reply {
+    /// No: the send already returned its receipt (it held a send credit).
+    None,
+    /// Yes (`try_send`), answered at once: in the core's queue, or refused.
+    Try(oneshot::Sender<Result<(), Error>>),
+    /// No, and it holds no send credit: a server's reply (bounded by the requests the
+    /// node holds, each waiting for its reply).
+    Uncredited,
+}
+
+/// A message for the driver to hand to the core.
+pub(crate) struct Outgoing {
+    to: NodeId,
+    payload: Payload,
+    /// The endpoint's id for the message (the one its receipt shows).
+    id: MsgId,
+    ack: Ack,
+    reply: Reply,
+    /// When the endpoint gives the message up, if not acknowledged by then.
+    deadline: Option<std::time::Instant>,
+    /// Where the message's storing is told (durable mode), or the request a reply
+    /// answers.
+    side: Side,
+}
+
+/// What some messages carry beside their payload: one field for both, since no message
+/// carries both (a reply is never told it is stored), so that every send's `Outgoing` stays
+/// small (see `a_send_command_stays_small`).
+pub(crate) enum Side {
+    /// Nothing.
+    None,
+    /// Durable mode: told the message's stable id once it is on stable storage.
+    Stored(oneshot::Sender<MsgId>),
+    /// A reply: the request it answers, taken in the same step ([`Node::reply`]). Boxed, as
+    /// few messages are replies.
+    ///
+    /// [`Node::reply`]: crate::proto::Node::reply
+    Answers(Box<DeliveryId>),
+}
+
+impl Outgoing {
+    /// A handle's message ([`Handle::send`] and the like): `reply` says whether its sender
+    /// waits for the driver's answer; `stored` (durable mode) is told its stable id once it
+    /// is on stable storage.
+    ///
+    /// [`Handle::send`]: crate::endpoint::Handle::send
+    pub(crate) fn send(
+        to: NodeId,
+        payload: Payload,
+        id: MsgId,
+        ack: Ack,
+        reply: Reply,
+        deadline: Option<std::time::Instant>,
+        stored: Option<oneshot::Sender<MsgId>>,
+    ) -> Outgoing {
+        Outgoing {
+            to,
+            payload,
+            id,
+            ack,
+            reply,
+            deadline,
+            side: stored.map_or(Side::None, Side::Stored),
+        }
+    }
+
+    /// A server's reply `payload` to the request delivered as `request` from `to`, which it
+    /// takes in the same step. Holds no send credit, and has no deadline: it is sent until
+    /// acknowledged (or the endpoint closes); nobody waits for its verdict (the caller
+    /// learns the outcome, the server has nothing to wait for).
+    pub(crate) fn reply(to: NodeId, request: DeliveryId, payload: Payload, id: MsgId) -> Outgoing {
+        Outgoing {
+            to,
+            payload,
+            id,
+            ack: Ack::None,
+            reply: Reply::Uncredited,
+            deadline: None,
+            side: Side::Answers(Box::new(request)),
+        }
+    }
+
+    /// A message of an ordered flow (a channel's message, a stream's chunk, a gap or a
+    /// reset), bounded by its flow's window rather than by send credits.
+    pub(crate) fn ordered(
+        to: NodeId,
+        payload: Payload,
+        id: MsgId,
+        ack: Ack,
+        deadline: Option<std::time::Instant>,
+    ) -> Outgoing {
+        Outgoing {
+            to,
+            payload,
+            id,
+            ack,
+            reply: Reply::Uncredited,
+            deadline,
+            side: Side::None,
+        }
+    }
+
+    /// Its verdict's destination, its payload and deadline (unit tests of flows).
+    #[cfg(test)]
+    pub(crate) fn into_parts(self) -> (Ack, Payload, Option<std::time::Instant>) {
+        (self.ack, self.payload, self.deadline)
+    }
+
+    /// A message that never reached the driver: its flow is not told (it knows).
+    pub(crate) fn disarm(self) {
+        if let Ack::Flow(f) = self.ack {
+            f.disarm();
+        }
+    }
+
+    /// Whether it is an ordered flow's message (its flow hears its verdict).
+    pub(crate) fn is_flow(&self) -> bool {
+        matches!(self.ack, Ack::Flow(_))
+    }
+
+    /// The request this message answers, if it is a reply.
+    pub(crate) fn answers(&self) -> Option<DeliveryId> {
+        match &self.side {
+            Side::Answers(d) => Some(**d),
+            _ => None,
+        }
+    }
+
+    /// Whether it holds a send credit, returned when the driver takes it.
+    pub(crate) fn holds_credit(&self) -> bool {
+        matches!(self.reply, Reply::None)
+    }
+
+    /// The destination.
+    pub(crate) fn to(&self) -> NodeId {
+        self.to
+    }
+
+    /// The endpoint's id for the message.
+    pub(crate) fn id(&self) -> MsgId {
+        self.id
+    }
+
+    /// The payload's length.
+    pub(crate) fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// When the endpoint gives the message up.
+    pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
+    }
+
+    /// Whether the sender waits for the driver's answer ([`Handle::try_send`](crate::endpoint::Handle::try_send)).
+    pub(crate) fn waits_for_answer(&self) -> bool {
+        matches!(self.reply, Reply::Try(_))
+    }
+
+    /// Takes the payload out, to hand it to the core.
+    pub(crate) fn take_payload(&mut self) -> Payload {
+        std::mem::take(&mut self.payload)
+    }
+
+    /// Gives the payload back (the core could not take the message yet).
+    pub(crate) fn put_payload(&mut self, payload: Payload) {
+        self.payload = payload;
+    }
+
+    /// The message is in the core's queue: a waiting sender hears so; the acknowledgement
+    /// is to come through the returned end.
+    pub(crate) fn queued(self) -> Ack {
+        self.queued_stored().0
+    }
+
+    /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
+    pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
+        if let Reply::Try(r) = self.reply {
+            let _ = r.send(Ok(()));
+        }
+        let stored = match self.side {
+            Side::Stored(tx) => Some(tx),
+            _ => None,
+        };
+        (self.ack, stored)
+    }
+
+    /// Tells the sender that the message was refused: through its answer if it waits for
+    /// one, otherwise through its receipt.
+    pub(crate) fn refuse(self, e: Error) {
+        match self.reply {
+            Reply::None | Reply::Uncredited => self.ack.resolve(Err(ReceiptError::Refused(e))),
+            Reply::Try(r) => {
+                let _ = r.send(Err(e));
+            }
+        }
+    }
+
+    /// The message is given up at its deadline before it reached the core: certainly not
+    /// delivered.
+    pub(crate) fn give_up(self) {
+        self.queued().resolve(Err(ReceiptError::NotDelivered));
+    }
+}
+
+/// How an ordered flow hands its messages to the driver of its peer's shard (weak: a flow
+/// does not keep the endpoint running). The flows reach the driver only through this.
+pub(crate) trait Submit: Send + Sync + std::fmt::Debug {
+    /// Whether the driver is still there to take messages (a handle keeps it).
+    fn is_open(&self) -> bool;
+    /// Hands `out` to the driver; false when the driver is gone, and `out` is then
+    /// disarmed: its flow is not told (the caller knows, and may hold the flow's lock).
+    fn submit(&self, out: Outgoing) -> bool;
+}

@@ -1,0 +1,115 @@
+//! The endpoint's public counters ([`EndpointStats`]) and what a close reports
+//! ([`CloseReport`]).
+
+use crate::counters::counters;
+use crate::proto::{MsgId, NodeId, Stats};
+
+counters! {
+    /// Counters of an endpoint: the core's plus the driver's.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    #[non_exhaustive]
+    pub struct EndpointStats {
+        /// The protocol core's counters (sent, delivered, acknowledged, retransmissions, ...).
+        pub node: Stats [nested],
+        /// Datagrams not sent because the destination node's address is unknown.
+        pub unknown_peer_drops: u64 [sum],
+        /// Socket send errors (counted, never fatal), other than `oversize_drops`; and sends
+        /// not tried because the peer's address is of a family the socket cannot reach
+        /// ([`Handle::reach`](super::Handle::reach)).
+        pub send_errors: u64 [sum],
+        /// Datagrams the socket refused as larger than the path or interface carries
+        /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
+        /// datagrams past a path that shrank. Lost like any datagram, never fatal.
+        pub oversize_drops: u64 [sum],
+        /// Socket receive errors, such as ICMP port unreachable (counted, never fatal).
+        pub recv_errors: u64 [sum],
+        /// Peer addresses learned or changed from incoming datagrams: a first address, or a
+        /// move to a candidate address that answered its challenge.
+        pub address_updates: u64 [sum],
+        /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
+        /// an address other than the one it proved, which must answer there before the peer's
+        /// datagrams go to it.
+        pub path_challenges: u64 [sum],
+        /// Authenticated datagrams whose source address was not recorded because the address
+        /// book was full of peers with work in progress.
+        pub address_book_full: u64 [sum],
+        /// Datagrams not sent because their destination's address is not validated yet and had
+        /// three times the bytes it sent (anti-amplification); repaired like losses.
+        pub amplification_drops: u64 [sum],
+        /// Peer addresses held now: those set with `add_peer`, and those learned from peers
+        /// the node holds a record for.
+        pub peer_addresses: usize [size],
+        /// Times the endpoint stopped reading the socket because the application was not
+        /// reading delivered messages.
+        pub delivery_stalls: u64 [sum],
+        /// Socket send calls: with segmentation offload one call sends several datagrams
+        /// (compare with `node.datagrams_out`).
+        pub send_calls: u64 [sum],
+        /// Socket receive calls that returned datagrams: with batched receives one call returns
+        /// several (compare with `node.datagrams_in`).
+        pub recv_calls: u64 [sum],
+        /// Datagrams a shard received for a peer another shard owns, and handed to that shard
+        /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+        pub forwarded: u64 [sum],
+        /// Datagrams a shard could not hand to the owning shard because its queue was full
+        /// (dropped, as the network may; repaired like losses).
+        pub forward_drops: u64 [sum],
+        /// The cookie exchange under load (`docs/security.md`).
+        pub cookies: super::cookies::CookieStats [nested],
+        /// Driver shards whose counters these are (1 unless the endpoint is sharded).
+        pub shards: usize [size],
+        /// Durable mode: group commits of the journal (one sync each).
+        pub journal_commits: u64 [sum],
+        /// Durable mode: journal records written (divided by `journal_commits`: the group
+        /// commit's batch).
+        pub journal_writes: u64 [sum],
+        /// Durable mode: bytes the journal takes on disk (at the last commit).
+        pub journal_bytes: u64 [sum],
+        /// Replies that came for calls no longer waiting (their future was dropped, or their
+        /// deadline passed first), or from a node other than the one called: taken and
+        /// discarded.
+        pub replies_discarded: u64 [sum],
+        /// Messages from authenticated peers that were not a valid envelope (a peer that
+        /// does not speak this endpoint's message format): taken and discarded.
+        pub envelope_errors: u64 [sum],
+        /// Requests delivered and held because no server runs ([`Handle::serve`](super::Handle::serve)).
+        pub requests_held: usize [size],
+        /// Streams open at the driver now (a side still receiving).
+        pub streams_open: usize [size],
+        /// Streams aborted by their peer, or reset here because their peer's chunk named
+        /// a stream not known here (closed, or from before a restart).
+        pub stream_resets: u64 [sum],
+        /// Channel messages delivered outside their channel's order
+        /// ([`Kind::Unordered`](super::Kind::Unordered)).
+        pub unordered: u64 [sum],
+        /// Ordered messages that arrived at or beyond their flow's next number due plus this
+        /// endpoint's window (a sender that ignores the window it was told): held untaken
+        /// for their turn like any message ahead of it, never taken and dropped.
+        pub beyond_window: u64 [sum],
+        /// Channel messages left undelivered because
+        /// [`FlowConfig::max_channels`](super::FlowConfig::max_channels) channels were known.
+        pub channels_full: u64 [sum],
+    }
+}
+
+/// What [`Handle::close`](super::Handle::close) reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CloseReport {
+    /// Messages accepted and not acknowledged when the endpoint stopped (empty on a clean
+    /// close).
+    pub unacknowledged: Vec<(NodeId, MsgId)>,
+    /// Messages delivered to this endpoint that its application never took: still in the
+    /// delivery buffer when the endpoint stopped (they are not handed out afterwards), or
+    /// discarded because the [`Endpoint`](super::Endpoint) was dropped. None of them was
+    /// acknowledged: their senders see them as unacknowledged or in doubt.
+    pub undelivered: usize,
+    /// The counters at the end.
+    pub stats: EndpointStats,
+}
+
+impl CloseReport {
+    /// True when every message was acknowledged and every delivery taken.
+    pub fn is_clean(&self) -> bool {
+        self.unacknowledged.is_empty() && self.undelivered == 0
+    }
+}
