@@ -7,10 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::broken::Broken;
-use super::error::Error;
+use crate::endpoint::api::error::Error;
 use super::flow_out::FlowOut;
-use super::handle::Handle;
-use super::receipts::Receipt;
+use crate::endpoint::api::handle::Handle;
+use crate::endpoint::api::receipts::Receipt;
 use crate::proto::NodeId;
 
 /// The sending end of channel `n` to one peer ([`Handle::channel`]): messages sent on it

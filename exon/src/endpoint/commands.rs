@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::driver::outgoing::Outgoing;
-use super::error::Error;
-use super::error::ReceiptError;
+use crate::endpoint::api::error::Error;
+use crate::endpoint::api::error::ReceiptError;
 use super::paths::Paths;
-use super::receipts::{Ack, Acks};
+use crate::endpoint::api::receipts::{Ack, Acks};
 use super::seqmap::SeqMap;
-use super::shared::Shared;
+use crate::endpoint::api::shared::Shared;
 use super::trace::{debug_in_peer, Throttle};
 use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
 

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use tokio::sync::mpsc;
 
-use super::message::Message;
-use super::shared::Shared;
+use crate::endpoint::api::message::Message;
+use crate::endpoint::api::shared::Shared;
 use crate::proto::{DeliveryId, Node};
 
 /// Delivered messages on their way to the application.

@@ -30,25 +30,25 @@ pub(crate) mod outgoing;
 
 use super::calls::{Calls, ReplyIn};
 use super::commands::Sends;
-use super::config::EndpointConfig;
+use crate::endpoint::api::config::EndpointConfig;
 use super::delivery::{Handover, Permit};
-use super::error::ReceiptError;
+use crate::endpoint::api::error::ReceiptError;
 use super::family::Reach;
 use super::flow_out::FlowOut;
 use super::flows::{Action, ChannelOut, Flows, Held, OrderedShared};
 use super::journal_jobs::{JournalDone, JournalJobs};
-use super::message::Acker;
-use super::message::Kind;
-use super::message::Message;
+use crate::endpoint::api::message::Acker;
+use crate::endpoint::api::message::Kind;
+use crate::endpoint::api::message::Message;
 use super::paths::Paths;
 use super::peers::NoRoute;
-use super::receipts::Ack;
+use crate::endpoint::api::receipts::Ack;
 use super::receive::Inbound;
 use super::request::{Request, Requests};
 use super::route::{Forward, Route};
-use super::shared::{CloseOnDrop, Shared};
+use crate::endpoint::api::shared::{CloseOnDrop, Shared};
 use super::socket::DatagramSocket;
-use super::stats::{CloseReport, EndpointStats};
+use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use super::store::ClockStore;
 use super::store_jobs::{ClockJobs, StoreDone};
 use super::stream_in::StreamIn;
@@ -407,11 +407,11 @@ impl<S: DatagramSocket> Driver<S> {
     fn on_command(&mut self, c: Command, t: Instant) {
         match c {
             Command::Send(out) if self.journal_failed() => {
-                self.sends.refuse(out, super::error::Error::Storage);
+                self.sends.refuse(out, crate::endpoint::api::error::Error::Storage);
             }
             Command::SendBatch { messages, credits } if self.journal_failed() => {
                 self.sends
-                    .refuse_batch(messages, credits, super::error::Error::Storage);
+                    .refuse_batch(messages, credits, crate::endpoint::api::error::Error::Storage);
             }
             Command::Send(out) => self.sends.on_send(t, out, &mut self.node, &self.paths),
             Command::SendBatch { messages, credits } => {

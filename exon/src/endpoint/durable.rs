@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use super::error::BindError;
+use crate::endpoint::api::error::BindError;
 use super::journal_jobs::JournalJobs;
-use super::receipts::Ack;
-use super::receipts::Receipt;
+use crate::endpoint::api::receipts::Ack;
+use crate::endpoint::api::receipts::Receipt;
 use super::store::FileStore;
 use super::Builder;
 use crate::durable::{FsBackend, Journal, JournalConfig};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::error::ReceiptError;
+use crate::endpoint::api::error::ReceiptError;
 
 /// What a verdict is about.
 #[derive(Debug)]

@@ -13,10 +13,10 @@ use tokio::sync::oneshot;
 
 use super::broken::Broken;
 use super::driver::outgoing::{Outgoing, Submit};
-use super::error::ReceiptError;
+use crate::endpoint::api::error::ReceiptError;
 use super::flow_ack::{AckKind, FlowAck, FlowVerdicts};
-use super::receipts::Ack;
-use super::shared::Shared;
+use crate::endpoint::api::receipts::Ack;
+use crate::endpoint::api::shared::Shared;
 use super::stream_in::StreamIn;
 use crate::envelope::{Envelope, Flow, Place};
 use crate::ordered::{Sequencer, Settled, Window};

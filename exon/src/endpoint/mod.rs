@@ -60,36 +60,30 @@
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
 
+mod api;
 mod batch;
 mod broken;
 pub(crate) mod calls;
 mod channel;
 mod commands;
-mod config;
 mod cookies;
 mod delivery;
 mod driver;
 mod durable;
-mod error;
 mod family;
 mod flow_ack;
 mod flow_config;
 mod flow_out;
 mod flows;
-mod handle;
 mod journal_jobs;
 mod lossy;
-mod message;
 mod paths;
 mod peers;
-mod receipts;
 mod receive;
 mod request;
 mod route;
 mod seqmap;
-mod shared;
 mod socket;
-mod stats;
 mod steering;
 mod store;
 mod store_jobs;
@@ -98,8 +92,6 @@ mod stream_in;
 mod trace;
 mod transmit;
 mod turns;
-#[cfg(feature = "serde")]
-mod typed;
 
 use std::ops::Deref;
 use std::pin::Pin;
@@ -112,31 +104,31 @@ use tracing::Instrument;
 
 pub use batch::BatchSocket;
 pub use channel::Channel;
-pub use config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
+pub use api::config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use cookies::CookieStats;
 pub(crate) use driver::outgoing::Outgoing;
 pub use durable::RecoveredSend;
-pub use error::{BindError, Error, ReceiptError};
+pub use api::error::{BindError, Error, ReceiptError};
 pub use family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
 pub use flow_config::FlowConfig;
-pub use handle::Handle;
+pub use api::handle::Handle;
 pub use lossy::{Faults, LossySocket};
-pub use message::{Kind, Message};
-pub use receipts::{BatchReceipt, BatchVerdicts, Receipt};
+pub use api::message::{Kind, Message};
+pub use api::receipts::{BatchReceipt, BatchVerdicts, Receipt};
 pub use request::Request;
 pub use socket::{DatagramSocket, RecvMeta};
-pub use stats::{CloseReport, EndpointStats};
+pub use api::stats::{CloseReport, EndpointStats};
 pub use steering::shard_of;
 use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 pub use stream::Stream;
 #[cfg(feature = "serde")]
-pub(crate) use typed::encode_after;
+pub(crate) use api::typed::encode_after;
 #[cfg(feature = "serde")]
-pub use typed::{decode, encode, PayloadError};
+pub use api::typed::{decode, encode, PayloadError};
 
 use crate::proto::{Identity, Node, NodeId, Security};
-use shared::Shared;
+use api::shared::Shared;
 
 /// An exactly-once messaging endpoint: a node id bound to a datagram socket.
 ///
@@ -628,7 +620,7 @@ impl Builder {
                 shared: shared.clone(),
                 done: false,
             });
-            links.push(handle::ShardLink::new(cmd_tx, shared));
+            links.push(api::handle::ShardLink::new(cmd_tx, shared));
         }
         Ok(Endpoint {
             handle: Handle::new(

@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use super::config::EndpointConfig;
+use crate::endpoint::api::config::EndpointConfig;
 use super::cookies::CookieStats;
 use super::cookies::Cookies;
 use super::family::canonical;
 use super::peers::{Learned, NoRoute, PeerBook};
-use super::shared::Shared;
-use super::stats::EndpointStats;
+use crate::endpoint::api::shared::Shared;
+use crate::endpoint::api::stats::EndpointStats;
 use super::trace::peer_span;
 use crate::proto::frame::CookieReply;
 use crate::proto::{Node, NodeId};

@@ -16,7 +16,7 @@ use super::family::canonical;
 use super::route::{Forward, Route};
 use super::socket::DatagramSocket;
 use super::socket::RecvMeta;
-use super::stats::EndpointStats;
+use crate::endpoint::api::stats::EndpointStats;
 use crate::proto::Node;
 
 /// Most receive buffers filled per call.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use bytes::BytesMut;
 use tokio::sync::mpsc;
 
-use super::stats::EndpointStats;
+use crate::endpoint::api::stats::EndpointStats;
 use super::steering::shard_of;
 
 /// Datagrams a shard received for peers another shard owns, with their source addresses.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::flow_out::FlowOut;
-use super::handle::Handle;
+use crate::endpoint::api::handle::Handle;
 use super::stream_in::StreamIn;
 use crate::proto::NodeId;
 

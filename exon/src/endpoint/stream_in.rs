@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Buf, Bytes};
 
 use super::broken::Broken;
-use super::shared::Shared;
+use crate::endpoint::api::shared::Shared;
 use crate::proto::DeliveryId;
 
 /// A stream's receiving side, shared by the driver (which pushes) and the stream (which

@@ -9,7 +9,7 @@ use super::family::{IpFamily, Reach};
 use super::paths::Paths;
 use super::peers::NoRoute;
 use super::socket::DatagramSocket;
-use super::stats::EndpointStats;
+use crate::endpoint::api::stats::EndpointStats;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;
 

@@ -9,7 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::outgoing::{Outgoing, Submit};
 use crate::endpoint::flow_out::FlowOut;
 use crate::endpoint::request::Request;
-use crate::endpoint::stats::{CloseReport, EndpointStats};
+use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::stream_in::StreamIn;
 use crate::proto::{NodeId, PublicKey};
 

@@ -4,8 +4,8 @@
 
 use tokio::sync::oneshot;
 
-use crate::endpoint::error::{Error, ReceiptError};
-use crate::endpoint::receipts::Ack;
+use crate::endpoint::api::error::{Error, ReceiptError};
+use crate::endpoint::api::receipts::Ack;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload};
 
 /// Whether a send waits for the driver's answer.

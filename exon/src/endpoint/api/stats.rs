@@ -15,7 +15,7 @@ counters! {
         pub unknown_peer_drops: u64 [sum],
         /// Socket send errors (counted, never fatal), other than `oversize_drops`; and sends
         /// not tried because the peer's address is of a family the socket cannot reach
-        /// ([`Handle::reach`](super::Handle::reach)).
+        /// ([`Handle::reach`](crate::endpoint::Handle::reach)).
         pub send_errors: u64 [sum],
         /// Datagrams the socket refused as larger than the path or interface carries
         /// (EMSGSIZE: the socket forbids fragmentation): MTU probes above the path MTU, or
@@ -49,13 +49,13 @@ counters! {
         /// several (compare with `node.datagrams_in`).
         pub recv_calls: u64 [sum],
         /// Datagrams a shard received for a peer another shard owns, and handed to that shard
-        /// (sharded endpoints only, see [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+        /// (sharded endpoints only, see [`EndpointConfig::shards`](crate::endpoint::EndpointConfig::shards)).
         pub forwarded: u64 [sum],
         /// Datagrams a shard could not hand to the owning shard because its queue was full
         /// (dropped, as the network may; repaired like losses).
         pub forward_drops: u64 [sum],
         /// The cookie exchange under load (`docs/security.md`).
-        pub cookies: super::cookies::CookieStats [nested],
+        pub cookies: crate::endpoint::cookies::CookieStats [nested],
         /// Driver shards whose counters these are (1 unless the endpoint is sharded).
         pub shards: usize [size],
         /// Durable mode: group commits of the journal (one sync each).
@@ -72,7 +72,7 @@ counters! {
         /// Messages from authenticated peers that were not a valid envelope (a peer that
         /// does not speak this endpoint's message format): taken and discarded.
         pub envelope_errors: u64 [sum],
-        /// Requests delivered and held because no server runs ([`Handle::serve`](super::Handle::serve)).
+        /// Requests delivered and held because no server runs ([`Handle::serve`](crate::endpoint::Handle::serve)).
         pub requests_held: usize [size],
         /// Streams open at the driver now (a side still receiving).
         pub streams_open: usize [size],
@@ -80,19 +80,19 @@ counters! {
         /// a stream not known here (closed, or from before a restart).
         pub stream_resets: u64 [sum],
         /// Channel messages delivered outside their channel's order
-        /// ([`Kind::Unordered`](super::Kind::Unordered)).
+        /// ([`Kind::Unordered`](crate::endpoint::Kind::Unordered)).
         pub unordered: u64 [sum],
         /// Ordered messages that arrived at or beyond their flow's next number due plus this
         /// endpoint's window (a sender that ignores the window it was told): held untaken
         /// for their turn like any message ahead of it, never taken and dropped.
         pub beyond_window: u64 [sum],
         /// Channel messages left undelivered because
-        /// [`FlowConfig::max_channels`](super::FlowConfig::max_channels) channels were known.
+        /// [`FlowConfig::max_channels`](crate::endpoint::FlowConfig::max_channels) channels were known.
         pub channels_full: u64 [sum],
     }
 }
 
-/// What [`Handle::close`](super::Handle::close) reports.
+/// What [`Handle::close`](crate::endpoint::Handle::close) reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CloseReport {
     /// Messages accepted and not acknowledged when the endpoint stopped (empty on a clean
@@ -100,7 +100,7 @@ pub struct CloseReport {
     pub unacknowledged: Vec<(NodeId, MsgId)>,
     /// Messages delivered to this endpoint that its application never took: still in the
     /// delivery buffer when the endpoint stopped (they are not handed out afterwards), or
-    /// discarded because the [`Endpoint`](super::Endpoint) was dropped. None of them was
+    /// discarded because the [`Endpoint`](crate::endpoint::Endpoint) was dropped. None of them was
     /// acknowledged: their senders see them as unacknowledged or in doubt.
     pub undelivered: usize,
     /// The counters at the end.

@@ -5,13 +5,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::shared::Shared;
+use crate::endpoint::api::shared::Shared;
 use crate::proto::NodeId;
 
 /// A message delivered exactly once, with its sender's node id.
 ///
-/// By default, taking it from [`Endpoint::recv`](super::Endpoint::recv) acknowledges it. With
-/// [`EndpointConfig::ack_after_processing`](super::EndpointConfig::ack_after_processing), it is acknowledged only when the application
+/// By default, taking it from [`Endpoint::recv`](crate::endpoint::Endpoint::recv) acknowledges it. With
+/// [`EndpointConfig::ack_after_processing`](crate::endpoint::EndpointConfig::ack_after_processing), it is acknowledged only when the application
 /// calls [`ack`](Self::ack) (after processing it); one dropped without `ack` is never
 /// acknowledged (its sender sees it as unacknowledged or in doubt) and keeps taking one of
 /// the receiver's [`Config::limits.max_untaken`](crate::proto::Limits::max_untaken) places.
@@ -29,10 +29,10 @@ pub struct Message {
 }
 
 /// What a delivered message is: a plain message, or one of an ordered channel
-/// ([`Handle::channel`](super::Handle::channel)).
+/// ([`Handle::channel`](crate::endpoint::Handle::channel)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Kind {
-    /// A plain message ([`Handle::send`](super::Handle::send)): no order.
+    /// A plain message ([`Handle::send`](crate::endpoint::Handle::send)): no order.
     #[default]
     Plain,
     /// Message `seq` of channel `channel` from its sender, delivered in order: every
@@ -120,7 +120,7 @@ impl Message {
 
     /// Acknowledges the message to its sender, whose receipt then resolves `Ok`: call it
     /// once the message is processed. Needed only with
-    /// [`EndpointConfig::ack_after_processing`](super::EndpointConfig::ack_after_processing); otherwise (the message was acknowledged
+    /// [`EndpointConfig::ack_after_processing`](crate::endpoint::EndpointConfig::ack_after_processing); otherwise (the message was acknowledged
     /// when taken) it does nothing. Acknowledging twice does nothing more.
     pub fn ack(&self) {
         if let Some(a) = &self.acker {

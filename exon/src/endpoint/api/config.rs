@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::proto::Config;
 
-/// Configuration of an [`Endpoint`](super::Endpoint). Every field has a documented default;
+/// Configuration of an [`Endpoint`](crate::endpoint::Endpoint). Every field has a documented default;
 /// build it with the `with_*` methods, by setting fields of `EndpointConfig::default()` (the
 /// struct is `#[non_exhaustive]`: it will grow), or deserialize it (feature `serde`: missing
 /// fields take their defaults, unknown fields are refused, durations are text such as
@@ -24,7 +24,7 @@ pub struct EndpointConfig {
     /// busy peer cannot starve the rest. Default 256.
     pub transmit_budget: usize,
     /// Sends handed to the driver without waiting for its answer and not yet taken by it
-    /// (see [`Handle::send`](super::Handle::send)); a send beyond waits for the driver.
+    /// (see [`Handle::send`](crate::endpoint::Handle::send)); a send beyond waits for the driver.
     /// Default 256: enough to keep the driver busy, and few enough that the payloads it
     /// copies into datagrams are still in the processor's cache (1024 was 5-30 % slower
     /// one-way on loopback).
@@ -37,22 +37,22 @@ pub struct EndpointConfig {
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub store_retry: Duration,
     /// Deadline of every send that does not give its own
-    /// ([`Handle::send_within`](super::Handle::send_within)): when it passes before the
+    /// ([`Handle::send_within`](crate::endpoint::Handle::send_within)): when it passes before the
     /// message is acknowledged, the endpoint gives the message up and its receipt resolves
-    /// with [`ReceiptError::NotDelivered`](super::ReceiptError::NotDelivered) (no copy ever
-    /// left) or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt). Default `None`:
+    /// with [`ReceiptError::NotDelivered`](crate::endpoint::ReceiptError::NotDelivered) (no copy ever
+    /// left) or [`ReceiptError::InDoubt`](crate::endpoint::ReceiptError::InDoubt). Default `None`:
     /// messages are retried until acknowledged, across link failures of any length.
     pub default_deadline: Option<Duration>,
     /// Deadline of every call that does not give its own
-    /// ([`Handle::call`](super::Handle::call) against
-    /// [`Handle::call_within`](super::Handle::call_within)): the request is given up at it
+    /// ([`Handle::call`](crate::endpoint::Handle::call) against
+    /// [`Handle::call_within`](crate::endpoint::Handle::call_within)): the request is given up at it
     /// if not acknowledged, and the call waits for the reply until then (see
     /// [`CallError`](crate::rpc::CallError)). Default 30 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub call_deadline: Duration,
     /// Acknowledge a message only when the application calls
-    /// [`Message::ack`](super::Message::ack) (after processing it), instead of when it takes
-    /// it from [`recv`](super::Endpoint::recv). Messages taken and not yet acknowledged count
+    /// [`Message::ack`](crate::endpoint::Message::ack) (after processing it), instead of when it takes
+    /// it from [`recv`](crate::endpoint::Endpoint::recv). Messages taken and not yet acknowledged count
     /// against [`Config::limits.max_untaken`](crate::proto::Limits::max_untaken), and once that many wait the endpoint grants no new
     /// slots: a slow consumer slows its senders down instead of growing memory. Default
     /// false.
@@ -64,17 +64,17 @@ pub struct EndpointConfig {
     /// Default 60 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub learned_address_ttl: Duration,
-    /// Driver shards of the endpoint ([`Endpoint::bind`](super::Endpoint::bind) and
-    /// [`Builder::bind`](super::Builder::bind)): each is a task with its own protocol node,
+    /// Driver shards of the endpoint ([`Endpoint::bind`](crate::endpoint::Endpoint::bind) and
+    /// [`Builder::bind`](crate::endpoint::Builder::bind)): each is a task with its own protocol node,
     /// socket (`SO_REUSEPORT`, all bound to the same address) and share of the peers (a
     /// fixed hash of the peer's node id), so that one endpoint can use several cores on a
     /// multi-thread runtime. On Linux the kernel hands each datagram to its owner's socket
     /// (a steering program on the group); one that lands elsewhere is passed on. Default 1 (one driver task, one socket). Ignored by
-    /// [`Builder::with_socket`](super::Builder::with_socket) (one shard), and replaced by
-    /// the number of sockets given to [`Builder::with_sockets`](super::Builder::with_sockets).
+    /// [`Builder::with_socket`](crate::endpoint::Builder::with_socket) (one shard), and replaced by
+    /// the number of sockets given to [`Builder::with_sockets`](crate::endpoint::Builder::with_sockets).
     pub shards: usize,
     /// Receive and send buffer size asked of the kernel for each socket the endpoint binds
-    /// ([`Endpoint::bind`](super::Endpoint::bind), [`Builder::bind`](super::Builder::bind);
+    /// ([`Endpoint::bind`](crate::endpoint::Endpoint::bind), [`Builder::bind`](crate::endpoint::Builder::bind);
     /// not for sockets given to `with_socket`). The kernel's default receive buffer (about
     /// 208 KiB on Linux) holds about 140 full-size datagrams or 3 of 64 KiB: a burst beyond
     /// it is dropped and sent again. Linux caps what is granted at `net.core.rmem_max` and
@@ -82,8 +82,8 @@ pub struct EndpointConfig {
     /// warning). `None` keeps the kernel's defaults. Default 4 MiB.
     pub socket_buffer: Option<usize>,
     /// Ordered channels and streams: windows, chunks, limits. Default
-    /// [`FlowConfig::default()`](super::FlowConfig).
-    pub flows: super::FlowConfig,
+    /// [`FlowConfig::default()`](crate::endpoint::FlowConfig).
+    pub flows: crate::endpoint::FlowConfig,
     /// Test builds only (feature `rule-switches`): whether a sealed peer's address moves
     /// only to an address that answered a challenge sent there (`docs/security.md`). Off,
     /// a fresher authenticated datagram from a new address moves the peer at once, and an
@@ -114,7 +114,7 @@ impl Default for EndpointConfig {
             learned_address_ttl: Duration::from_secs(60),
             shards: 1,
             socket_buffer: Some(DEFAULT_SOCKET_BUFFER),
-            flows: super::FlowConfig::default(),
+            flows: crate::endpoint::FlowConfig::default(),
             #[cfg(feature = "rule-switches")]
             moves_need_an_answer: true,
             rules: crate::proto::Rules::ALL,

@@ -4,10 +4,10 @@
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::error::Error;
-use super::handle::Handle;
-use super::message::Message;
-use super::receipts::Receipt;
+use crate::endpoint::api::error::Error;
+use crate::endpoint::api::handle::Handle;
+use crate::endpoint::api::message::Message;
+use crate::endpoint::api::receipts::Receipt;
 use crate::envelope::Envelope;
 use crate::proto::NodeId;
 

@@ -1,6 +1,6 @@
 //! Receipts, and how the driver resolves the verdict of a message: one [`Receipt`] per
-//! message ([`Handle::send`](super::Handle::send)), or one shared slot table per batch
-//! ([`Handle::send_batch`](super::Handle::send_batch), [`BatchReceipt`]).
+//! message ([`Handle::send`](crate::endpoint::Handle::send)), or one shared slot table per batch
+//! ([`Handle::send_batch`](crate::endpoint::Handle::send_batch), [`BatchReceipt`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,9 +10,9 @@ use std::task::{Context, Poll};
 
 use tokio::sync::oneshot;
 
-use super::error::Error;
-use super::error::ReceiptError;
-use super::flow_ack::FlowAck;
+use crate::endpoint::api::error::Error;
+use crate::endpoint::api::error::ReceiptError;
+use crate::endpoint::flow_ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
 
 /// Where the driver sends a message's verdict.
@@ -227,10 +227,10 @@ pub(crate) fn batch(to: NodeId, first: MsgId, len: usize) -> (BatchReceipt, Vec<
     (receipt, slots)
 }
 
-/// The receipt of a batch sent with [`Handle::send_batch`](super::Handle::send_batch): the
+/// The receipt of a batch sent with [`Handle::send_batch`](crate::endpoint::Handle::send_batch): the
 /// verdicts of all its messages in one allocation, with one wake-up when the last is known.
 /// Awaiting it yields the [`BatchVerdicts`]; each message's verdict means what a
-/// [`Receipt`](super::Receipt)'s does (acknowledged exactly once, in doubt, not delivered,
+/// [`Receipt`](crate::endpoint::Receipt)'s does (acknowledged exactly once, in doubt, not delivered,
 /// unacknowledged, refused).
 ///
 /// Dropping it never cancels the messages.
@@ -341,7 +341,7 @@ impl BatchVerdicts {
     }
 
     /// The verdict of message `index` (its id when acknowledged), as a
-    /// [`Receipt`](super::Receipt) would resolve.
+    /// [`Receipt`](crate::endpoint::Receipt) would resolve.
     pub fn get(&self, index: usize) -> Option<Result<MsgId, ReceiptError>> {
         let v = self
             .state

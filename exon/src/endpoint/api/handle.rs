@@ -9,24 +9,24 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use super::calls::Calls;
-use super::driver::command::Command;
-use super::driver::outgoing::{Outgoing, Reply};
-use super::error::Error;
-use super::family::Reach;
-use super::flow_out::FlowOut;
-use super::flows::OrderedShared;
-use super::receipts::{self, Ack, BatchReceipt, Receipt};
-use super::request::Request;
-use super::shared::Shared;
-use super::stats::{CloseReport, EndpointStats};
-use super::stream_in::StreamIn;
-use super::trace::peer_span;
+use crate::endpoint::calls::Calls;
+use crate::endpoint::driver::command::Command;
+use crate::endpoint::driver::outgoing::{Outgoing, Reply};
+use crate::endpoint::api::error::Error;
+use crate::endpoint::family::Reach;
+use crate::endpoint::flow_out::FlowOut;
+use crate::endpoint::flows::OrderedShared;
+use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};
+use crate::endpoint::request::Request;
+use crate::endpoint::api::shared::Shared;
+use crate::endpoint::api::stats::{CloseReport, EndpointStats};
+use crate::endpoint::stream_in::StreamIn;
+use crate::endpoint::trace::peer_span;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
 
 /// A cloneable handle to an endpoint: send messages, add peers, read counters, close.
-/// [`Endpoint`](super::Endpoint) dereferences to its handle.
+/// [`Endpoint`](crate::endpoint::Endpoint) dereferences to its handle.
 #[derive(Debug, Clone)]
 pub struct Handle {
     id: NodeId,
@@ -55,7 +55,7 @@ impl ShardLink {
     }
 }
 
-pub(crate) use super::steering::shard_of;
+pub(crate) use crate::endpoint::steering::shard_of;
 
 impl Handle {
     /// The handle of an endpoint with node id `id` at `local_addr`, whose socket reaches
@@ -154,7 +154,7 @@ impl Handle {
     }
 
     /// Driver shards of this endpoint (see
-    /// [`EndpointConfig::shards`](super::EndpointConfig::shards)).
+    /// [`EndpointConfig::shards`](crate::endpoint::EndpointConfig::shards)).
     pub fn shards(&self) -> usize {
         self.shards.len()
     }
@@ -164,14 +164,14 @@ impl Handle {
         self.id
     }
 
-    /// The local socket address (in [canonical](super::canonical) form: a socket bound to
+    /// The local socket address (in [canonical](crate::endpoint::canonical) form: a socket bound to
     /// an IPv4-mapped IPv6 address reports the IPv4 address).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
 
     /// Which peer addresses the endpoint's socket can send to: IPv4, IPv6 only, or both
-    /// (a dual-stack socket, as [`Endpoint::bind`](super::Endpoint::bind) makes on `[::]`).
+    /// (a dual-stack socket, as [`Endpoint::bind`](crate::endpoint::Endpoint::bind) makes on `[::]`).
     pub fn reach(&self) -> Reach {
         self.reach
     }
@@ -185,11 +185,11 @@ impl Handle {
     /// full (backpressure), then returns a [`Receipt`] that resolves on acknowledgement.
     ///
     /// The send is handed to the driver without waiting for its answer: up to
-    /// [`EndpointConfig::send_buffer`](super::EndpointConfig::send_buffer) sends may be on
+    /// [`EndpointConfig::send_buffer`](crate::endpoint::EndpointConfig::send_buffer) sends may be on
     /// their way to the core at once (more wait for the driver to take them), and sends that
     /// find the destination full on arrival wait in the driver, in order, until it has room.
     /// The rare refusal found only then (too many destinations, or a close racing the send)
-    /// resolves the receipt with [`ReceiptError::Refused`](super::ReceiptError::Refused). A destination with no known
+    /// resolves the receipt with [`ReceiptError::Refused`](crate::endpoint::ReceiptError::Refused). A destination with no known
     /// address is refused at once with [`Error::UnknownPeer`].
     ///
     /// # Cancel safety
@@ -202,10 +202,10 @@ impl Handle {
     }
 
     /// Like [`send`](Self::send), with a deadline `within` from now (instead of
-    /// [`EndpointConfig::default_deadline`](super::EndpointConfig::default_deadline)): if the
+    /// [`EndpointConfig::default_deadline`](crate::endpoint::EndpointConfig::default_deadline)): if the
     /// message is not acknowledged by then, the endpoint gives it up and the receipt
-    /// resolves with [`ReceiptError::NotDelivered`](super::ReceiptError::NotDelivered) when no copy of it ever left (certain),
-    /// or [`ReceiptError::InDoubt`](super::ReceiptError::InDoubt) when one did (it may still arrive, at most once).
+    /// resolves with [`ReceiptError::NotDelivered`](crate::endpoint::ReceiptError::NotDelivered) when no copy of it ever left (certain),
+    /// or [`ReceiptError::InDoubt`](crate::endpoint::ReceiptError::InDoubt) when one did (it may still arrive, at most once).
     ///
     /// # Cancel safety
     /// As [`send`](Self::send).
@@ -252,8 +252,8 @@ impl Handle {
     /// destination and number shares one numbering. Errors: [`Error::UnknownPeer`],
     /// [`Error::Closed`], or sending to this endpoint itself.
     ///
-    /// [`Channel`]: super::Channel
-    pub fn channel(&self, to: NodeId, number: u16) -> Result<super::Channel, Error> {
+    /// [`Channel`]: crate::endpoint::Channel
+    pub fn channel(&self, to: NodeId, number: u16) -> Result<crate::endpoint::Channel, Error> {
         self.check_len(to, 0)?;
         let shard = self.shard(to);
         let ordered = &self.ordered;
@@ -269,16 +269,16 @@ impl Handle {
                 None,
             )
         });
-        Ok(super::Channel::new(self.clone(), out, number))
+        Ok(crate::endpoint::Channel::new(self.clone(), out, number))
     }
 
     /// Opens a byte stream to node `to` (see [`Stream`]). The peer learns of it at once
-    /// (from [`accept_stream`](super::Endpoint::accept_stream)), before anything is
+    /// (from [`accept_stream`](crate::endpoint::Endpoint::accept_stream)), before anything is
     /// written. Errors: [`Error::UnknownPeer`], [`Error::Closed`], or opening one to this
     /// endpoint itself.
     ///
-    /// [`Stream`]: super::Stream
-    pub fn open_stream(&self, to: NodeId) -> Result<super::Stream, Error> {
+    /// [`Stream`]: crate::endpoint::Stream
+    pub fn open_stream(&self, to: NodeId) -> Result<crate::endpoint::Stream, Error> {
         self.check_len(to, 0)?;
         let shard = self.shard(to);
         let ordered = &self.ordered;
@@ -308,7 +308,7 @@ impl Handle {
         };
         shard.cmds.send(open).map_err(|_| Error::Closed)?;
         out.open().map_err(|_| Error::Closed)?;
-        Ok(super::Stream::new(self.clone(), to, id, true, out, inbox))
+        Ok(crate::endpoint::Stream::new(self.clone(), to, id, true, out, inbox))
     }
 
     /// Sends a payload already in its envelope (a plain message, a request).
@@ -340,7 +340,7 @@ impl Handle {
     /// All or nothing up front: if any payload is too large, the destination unknown, or
     /// the endpoint closing, nothing is sent and the error says why. Otherwise it waits, as
     /// `send` does, while the destination's queue is full and for up to
-    /// [`send_buffer`](super::EndpointConfig::send_buffer) send credits; the messages then
+    /// [`send_buffer`](crate::endpoint::EndpointConfig::send_buffer) send credits; the messages then
     /// queue in the driver behind each other (and behind earlier sends) until the core has
     /// room. Each message's verdict means what a [`Receipt`]'s does.
     ///

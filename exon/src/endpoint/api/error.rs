@@ -3,7 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use super::family::Reach;
+use crate::endpoint::family::Reach;
 
 use crate::proto::{ConfigError, NodeId, SendError};
 
@@ -19,11 +19,11 @@ pub enum Error {
     #[error("endpoint closed")]
     Closed,
     /// No address is known for this node id: add it with
-    /// [`Handle::add_peer`](super::Handle::add_peer) (or let the peer speak first: addresses
+    /// [`Handle::add_peer`](crate::endpoint::Handle::add_peer) (or let the peer speak first: addresses
     /// are learned from its datagrams). Nothing about the message was kept.
     #[error("no address known for node {0}")]
     UnknownPeer(NodeId),
-    /// [`Handle::add_peer_key`](super::Handle::add_peer_key): the keyring holds `max` peers
+    /// [`Handle::add_peer_key`](crate::endpoint::Handle::add_peer_key): the keyring holds `max` peers
     /// already ([`Config::keys.max_keyring_size`](crate::proto::KeyConfig::max_keyring_size)).
     #[error("the keyring is full ({max} peers)")]
     KeyringFull {
@@ -35,10 +35,10 @@ pub enum Error {
     /// stored is recovered.
     #[error("the journal failed: the endpoint stores nothing more")]
     Storage,
-    /// [`Receipt::stored`](super::Receipt::stored) on an endpoint that is not durable.
+    /// [`Receipt::stored`](crate::endpoint::Receipt::stored) on an endpoint that is not durable.
     #[error("the endpoint is not durable")]
     NotDurable,
-    /// [`Handle::try_add_peer`](super::Handle::try_add_peer): the endpoint's socket cannot
+    /// [`Handle::try_add_peer`](crate::endpoint::Handle::try_add_peer): the endpoint's socket cannot
     /// send to an address of this family (an IPv6 peer of an IPv4 socket, an IPv4 peer of
     /// an IPv6-only one). Bind the endpoint to `[::]` to serve both families.
     #[error("{addr} is out of reach of this endpoint's {reach} socket")]
@@ -50,7 +50,7 @@ pub enum Error {
     },
 }
 
-/// Why a [`Receipt`](super::Receipt) resolved without an acknowledgement.
+/// Why a [`Receipt`](crate::endpoint::Receipt) resolved without an acknowledgement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReceiptError {
@@ -59,7 +59,7 @@ pub enum ReceiptError {
     /// delivered twice.
     #[error("endpoint stopped before the message was acknowledged")]
     Unacknowledged,
-    /// The endpoint refused the message after [`send`](super::Handle::send) had returned
+    /// The endpoint refused the message after [`send`](crate::endpoint::Handle::send) had returned
     /// (too many destinations, or the endpoint closed meanwhile): it was never sent.
     #[error("message refused: {0}")]
     Refused(Error),

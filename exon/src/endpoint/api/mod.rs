@@ -1,0 +1,12 @@
+//! The public API: the handle, delivered messages, receipts, errors, configuration,
+//! counters, typed payloads, and the state the handles share with the driver.
+
+pub(crate) mod config;
+pub(crate) mod error;
+pub(crate) mod handle;
+pub(crate) mod message;
+pub(crate) mod receipts;
+pub(crate) mod shared;
+pub(crate) mod stats;
+#[cfg(feature = "serde")]
+pub(crate) mod typed;
