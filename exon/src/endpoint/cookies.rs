@@ -19,7 +19,7 @@ use ring::hmac;
 use ring::rand::SystemRandom;
 use subtle::ConstantTimeEq;
 
-use super::family::canonical;
+use crate::endpoint::io::family::canonical;
 use crate::counters::counters;
 use crate::proto::crypto::DhBudget;
 use crate::proto::frame::{Cookie, CookieReply, Header, COOKIE_LEN, FLAG_COOKIE, MAX_HEADER_LEN};

@@ -60,8 +60,8 @@
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
 
+mod io;
 mod api;
-mod batch;
 mod broken;
 pub(crate) mod calls;
 mod channel;
@@ -70,27 +70,22 @@ mod cookies;
 mod delivery;
 mod driver;
 mod durable;
-mod family;
 mod flow_ack;
 mod flow_config;
 mod flow_out;
 mod flows;
 mod journal_jobs;
-mod lossy;
 mod paths;
 mod peers;
-mod receive;
 mod request;
 mod route;
 mod seqmap;
-mod socket;
 mod steering;
 mod store;
 mod store_jobs;
 mod stream;
 mod stream_in;
 mod trace;
-mod transmit;
 mod turns;
 
 use std::ops::Deref;
@@ -102,21 +97,21 @@ use tokio::net::ToSocketAddrs;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-pub use batch::BatchSocket;
+pub use io::batch::BatchSocket;
 pub use channel::Channel;
 pub use api::config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use cookies::CookieStats;
 pub(crate) use driver::outgoing::Outgoing;
 pub use durable::RecoveredSend;
 pub use api::error::{BindError, Error, ReceiptError};
-pub use family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
+pub use io::family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
 pub use flow_config::FlowConfig;
 pub use api::handle::Handle;
-pub use lossy::{Faults, LossySocket};
+pub use io::lossy::{Faults, LossySocket};
 pub use api::message::{Kind, Message};
 pub use api::receipts::{BatchReceipt, BatchVerdicts, Receipt};
 pub use request::Request;
-pub use socket::{DatagramSocket, RecvMeta};
+pub use io::socket::{DatagramSocket, RecvMeta};
 pub use api::stats::{CloseReport, EndpointStats};
 pub use steering::shard_of;
 use store::SharedStore;
@@ -529,7 +524,7 @@ impl Builder {
             (None, None) => Box::new(MemoryStore::new()),
         };
         let clock = store.load().map_err(BindError::Store)?;
-        let local_addr = family::canonical(sockets[0].local_addr()?);
+        let local_addr = io::family::canonical(sockets[0].local_addr()?);
         // Read before anything starts: a socket that cannot say what it reaches starts nothing.
         let reaches = sockets
             .iter()

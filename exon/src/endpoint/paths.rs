@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use crate::endpoint::api::config::EndpointConfig;
 use super::cookies::CookieStats;
 use super::cookies::Cookies;
-use super::family::canonical;
+use crate::endpoint::io::family::canonical;
 use super::peers::{Learned, NoRoute, PeerBook};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::EndpointStats;

@@ -3,7 +3,7 @@
 use std::io;
 use std::net::SocketAddr;
 
-use crate::endpoint::family::Reach;
+use crate::endpoint::io::family::Reach;
 
 use crate::proto::{ConfigError, NodeId, SendError};
 

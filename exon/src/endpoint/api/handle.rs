@@ -13,7 +13,7 @@ use crate::endpoint::calls::Calls;
 use crate::endpoint::driver::command::Command;
 use crate::endpoint::driver::outgoing::{Outgoing, Reply};
 use crate::endpoint::api::error::Error;
-use crate::endpoint::family::Reach;
+use crate::endpoint::io::family::Reach;
 use crate::endpoint::flow_out::FlowOut;
 use crate::endpoint::flows::OrderedShared;
 use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};

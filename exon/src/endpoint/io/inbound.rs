@@ -12,10 +12,10 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 use tokio::sync::mpsc;
 
-use super::family::canonical;
-use super::route::{Forward, Route};
-use super::socket::DatagramSocket;
-use super::socket::RecvMeta;
+use crate::endpoint::io::family::canonical;
+use crate::endpoint::route::{Forward, Route};
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::endpoint::io::socket::RecvMeta;
 use crate::endpoint::api::stats::EndpointStats;
 use crate::proto::Node;
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use super::family::Reach;
+use crate::endpoint::io::family::Reach;
 
 /// What one receive buffer holds after [`DatagramSocket::recv_batch`]: one datagram, or
 /// several from the same source coalesced by the kernel (GRO).
@@ -35,7 +35,7 @@ impl RecvMeta {
 /// A bound datagram socket: the only thing the driver needs from the network.
 ///
 /// Small enough for tokio's `UdpSocket`, turmoil's `UdpSocket` (feature `turmoil`) and
-/// in-memory or fault-injecting wrappers such as [`LossySocket`](super::LossySocket).
+/// in-memory or fault-injecting wrappers such as [`LossySocket`](crate::endpoint::LossySocket).
 ///
 /// `recv_from` must be **cancel safe**: the driver polls it inside `tokio::select!` and may
 /// drop the future before it completes; a datagram must then not be lost halfway (tokio's and
@@ -43,7 +43,7 @@ impl RecvMeta {
 ///
 /// The batch methods ([`send_segments`](Self::send_segments),
 /// [`recv_batch`](Self::recv_batch)) have one-datagram-at-a-time defaults built on
-/// `send_to` and `recv_from`; [`BatchSocket`](super::BatchSocket) overrides them with UDP
+/// `send_to` and `recv_from`; [`BatchSocket`](crate::endpoint::BatchSocket) overrides them with UDP
 /// GSO, GRO and `recvmmsg` where the kernel has them.
 pub trait DatagramSocket: Send + Sync + 'static {
     /// Sends one datagram to `target`; returns the number of bytes sent.
@@ -73,8 +73,8 @@ pub trait DatagramSocket: Send + Sync + 'static {
 
     /// Which peer addresses this socket can send to: the driver sends to an IPv4 peer as
     /// `::ffff:a.b.c.d` from a dual-stack IPv6 socket, and sends nothing to a peer out of
-    /// reach (counted in [`EndpointStats::send_errors`](super::EndpointStats::send_errors));
-    /// [`Handle::try_add_peer`](super::Handle::try_add_peer) refuses such an address.
+    /// reach (counted in [`EndpointStats::send_errors`](crate::endpoint::EndpointStats::send_errors));
+    /// [`Handle::try_add_peer`](crate::endpoint::Handle::try_add_peer) refuses such an address.
     /// Default: by the family of [`local_addr`](Self::local_addr), an IPv6 socket taken as
     /// dual-stack; a socket with IPV6_V6ONLY on should say [`Reach::V6Only`].
     fn reach(&self) -> io::Result<Reach> {

@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use super::socket::DatagramSocket;
-use super::socket::RecvMeta;
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::endpoint::io::socket::RecvMeta;
 
 /// Fault rates applied to outgoing datagrams by a [`LossySocket`], each a probability in
 /// `0.0..=1.0`. Start from `Faults::default()` and set the fields to change (the struct is
@@ -159,7 +159,7 @@ impl<S: DatagramSocket> DatagramSocket for LossySocket<S> {
         self.inner.local_addr()
     }
 
-    fn reach(&self) -> io::Result<super::Reach> {
+    fn reach(&self) -> io::Result<crate::endpoint::Reach> {
         self.inner.reach()
     }
 

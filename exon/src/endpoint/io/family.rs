@@ -5,7 +5,7 @@
 //! A dual-stack IPv6 socket (IPV6_V6ONLY off) reports an IPv4 peer as the IPv4-mapped
 //! address `::ffff:a.b.c.d`; the same peer reached through an IPv4 socket, or configured by
 //! the application, is `a.b.c.d`. The driver turns every address that comes in (received
-//! datagrams, [`Handle::add_peer`](super::Handle::add_peer)) into its [`canonical`] form
+//! datagrams, [`Handle::add_peer`](crate::endpoint::Handle::add_peer)) into its [`canonical`] form
 //! before anything looks at it, so that the address book, the cookies and the path
 //! challenges see one address per peer; and turns it back into what the socket takes
 //! ([`Reach::on_wire`]) only when it sends.

@@ -5,10 +5,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::family::{IpFamily, Reach};
-use super::paths::Paths;
-use super::peers::NoRoute;
-use super::socket::DatagramSocket;
+use crate::endpoint::io::family::{IpFamily, Reach};
+use crate::endpoint::paths::Paths;
+use crate::endpoint::peers::NoRoute;
+use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::EndpointStats;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;

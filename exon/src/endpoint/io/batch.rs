@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use quinn_udp::{RecvMeta as QuinnMeta, Transmit, UdpSocketState};
 use tokio::io::Interest;
 
-use super::family::Reach;
-use super::socket::DatagramSocket;
-use super::socket::RecvMeta;
+use crate::endpoint::io::family::Reach;
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::endpoint::io::socket::RecvMeta;
 
 /// Most receive buffers one [`recv_batch`](DatagramSocket::recv_batch) call fills.
 const RECV_BATCH: usize = quinn_udp::BATCH_SIZE;
@@ -19,7 +19,7 @@ const RECV_BATCH: usize = quinn_udp::BATCH_SIZE;
 /// destination (UDP GSO), and one receives up to 32 buffers (`recvmmsg`), each holding up to
 /// [`max_recv_segments`](DatagramSocket::max_recv_segments) datagrams (UDP GRO).
 ///
-/// [`Endpoint::bind`](super::Endpoint::bind) uses it. The system calls and their fallbacks
+/// [`Endpoint::bind`](crate::endpoint::Endpoint::bind) uses it. The system calls and their fallbacks
 /// come from the `quinn-udp` crate (the I/O layer of the quinn QUIC stack): it probes for
 /// GSO and GRO, turns GSO off on the first send the kernel or the NIC refuses, and uses plain
 /// `sendmsg`/`recvmsg` where batching is missing. Like `quinn-udp`, the socket forbids IP
@@ -42,7 +42,7 @@ impl BatchSocket {
     /// serves IPv4 peers (seen as `::ffff:a.b.c.d`, which the endpoint treats as the IPv4
     /// address) and IPv6 peers at once. A system that refuses dual-stack sockets gets an
     /// IPv6-only one, with a warning; [`reach`](DatagramSocket::reach) then says so, and
-    /// IPv4 peers are refused ([`Handle::try_add_peer`](super::Handle::try_add_peer)). A
+    /// IPv4 peers are refused ([`Handle::try_add_peer`](crate::endpoint::Handle::try_add_peer)). A
     /// socket bound to one IPv6 address serves IPv6 peers only.
     ///
     /// # Cancel safety
@@ -89,7 +89,7 @@ impl BatchSocket {
     /// Attaches the steering program of [`bind_reuseport`](Self::bind_reuseport) to the
     /// `SO_REUSEPORT` group that `group` forms, for sockets made another way (with other
     /// buffer sizes, say): `group[i]` must be the `i`-th socket bound to the address, and
-    /// the sockets are then given to [`Builder::with_sockets`](super::Builder::with_sockets)
+    /// the sockets are then given to [`Builder::with_sockets`](crate::endpoint::Builder::with_sockets)
     /// in that order. Linux only (elsewhere: `Unsupported`); a kernel that refuses the
     /// program returns its error, and the shards then pass datagrams on as without it.
     pub fn steer_by_node_id(group: &[BatchSocket]) -> io::Result<()> {
@@ -97,7 +97,7 @@ impl BatchSocket {
             return Ok(());
         };
         #[cfg(target_os = "linux")]
-        return super::steering::attach(&first.io, group.len());
+        return crate::endpoint::steering::attach(&first.io, group.len());
         #[cfg(not(target_os = "linux"))]
         {
             let _ = first;
@@ -139,7 +139,7 @@ impl BatchSocket {
     /// socket (IPV6_V6ONLY) once, here.
     pub fn new(io: tokio::net::UdpSocket) -> io::Result<BatchSocket> {
         let state = UdpSocketState::new((&io).into())?;
-        let reach = super::socket::reach_of_fd(&io)?;
+        let reach = crate::endpoint::io::socket::reach_of_fd(&io)?;
         Ok(BatchSocket {
             io,
             state,
