@@ -45,7 +45,7 @@ use super::peers::NoRoute;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::io::inbound::Inbound;
 use super::request::{Request, Requests};
-use super::route::{Forward, Route};
+use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::api::shared::{CloseOnDrop, Shared};
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};

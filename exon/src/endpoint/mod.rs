@@ -60,6 +60,7 @@
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
 
+mod shards;
 mod io;
 mod api;
 mod broken;
@@ -78,9 +79,7 @@ mod journal_jobs;
 mod paths;
 mod peers;
 mod request;
-mod route;
 mod seqmap;
-mod steering;
 mod store;
 mod store_jobs;
 mod stream;
@@ -113,7 +112,7 @@ pub use api::receipts::{BatchReceipt, BatchVerdicts, Receipt};
 pub use request::Request;
 pub use io::socket::{DatagramSocket, RecvMeta};
 pub use api::stats::{CloseReport, EndpointStats};
-pub use steering::shard_of;
+pub use shards::steering::shard_of;
 use store::SharedStore;
 pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 pub use stream::Stream;
@@ -561,10 +560,10 @@ impl Builder {
             let shared = SharedStore::new(store, clock);
             (0..n).map(|_| Box::new(shared.clone()) as _).collect()
         };
-        let mut routes: Vec<Option<route::Route>> = if n == 1 {
+        let mut routes: Vec<Option<shards::route::Route>> = if n == 1 {
             vec![None]
         } else {
-            route::Route::mesh(n).into_iter().map(Some).collect()
+            shards::route::Route::mesh(n).into_iter().map(Some).collect()
         };
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let calls = calls::Calls::new(self.config.call_deadline);

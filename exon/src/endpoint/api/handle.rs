@@ -55,7 +55,7 @@ impl ShardLink {
     }
 }
 
-pub(crate) use crate::endpoint::steering::shard_of;
+pub(crate) use crate::endpoint::shards::steering::shard_of;
 
 impl Handle {
     /// The handle of an endpoint with node id `id` at `local_addr`, whose socket reaches

@@ -97,7 +97,7 @@ impl BatchSocket {
             return Ok(());
         };
         #[cfg(target_os = "linux")]
-        return crate::endpoint::steering::attach(&first.io, group.len());
+        return crate::endpoint::shards::steering::attach(&first.io, group.len());
         #[cfg(not(target_os = "linux"))]
         {
             let _ = first;

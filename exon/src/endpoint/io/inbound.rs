@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use tokio::sync::mpsc;
 
 use crate::endpoint::io::family::canonical;
-use crate::endpoint::route::{Forward, Route};
+use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::io::socket::RecvMeta;
 use crate::endpoint::api::stats::EndpointStats;

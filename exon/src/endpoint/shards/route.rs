@@ -7,7 +7,7 @@ use bytes::BytesMut;
 use tokio::sync::mpsc;
 
 use crate::endpoint::api::stats::EndpointStats;
-use super::steering::shard_of;
+use crate::endpoint::shards::steering::shard_of;
 
 /// Datagrams a shard received for peers another shard owns, with their source addresses.
 pub(crate) type Forward = Vec<(BytesMut, SocketAddr)>;

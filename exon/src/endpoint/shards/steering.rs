@@ -21,7 +21,7 @@ const M1: u32 = 0x85eb_ca6b;
 const M2: u32 = 0xc2b2_ae35;
 
 /// The shard that owns `peer` in an endpoint of `n` shards
-/// ([`EndpointConfig::shards`](super::EndpointConfig::shards)): a fixed hash of the node
+/// ([`EndpointConfig::shards`](crate::endpoint::EndpointConfig::shards)): a fixed hash of the node
 /// id, so that every datagram from and every message to a peer goes through the same shard.
 /// The kernel program that steers datagrams computes the same function from a datagram's
 /// header; it does not change between versions of this crate that share the wire format.
