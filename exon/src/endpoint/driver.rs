@@ -41,7 +41,7 @@ use crate::endpoint::api::message::Acker;
 use crate::endpoint::api::message::Kind;
 use crate::endpoint::api::message::Message;
 use super::paths::Paths;
-use super::peers::NoRoute;
+use crate::endpoint::paths::book::NoRoute;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::io::inbound::Inbound;
 use super::request::{Request, Requests};

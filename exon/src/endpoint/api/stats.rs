@@ -55,7 +55,7 @@ counters! {
         /// (dropped, as the network may; repaired like losses).
         pub forward_drops: u64 [sum],
         /// The cookie exchange under load (`docs/security.md`).
-        pub cookies: crate::endpoint::cookies::CookieStats [nested],
+        pub cookies: crate::endpoint::paths::cookies::CookieStats [nested],
         /// Driver shards whose counters these are (1 unless the endpoint is sharded).
         pub shards: usize [size],
         /// Durable mode: group commits of the journal (one sync each).

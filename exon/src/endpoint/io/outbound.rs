@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::endpoint::io::family::{IpFamily, Reach};
 use crate::endpoint::paths::Paths;
-use crate::endpoint::peers::NoRoute;
+use crate::endpoint::paths::book::NoRoute;
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::EndpointStats;
 use crate::proto::frame::CookieReply;

@@ -1,6 +1,12 @@
 //! What the driver knows of where its peers are: the address book, the path challenges owed
 //! to candidate addresses, and the cookie exchange under load; each received datagram goes
 //! to the node through here.
+//!
+//! The room of paths, the peer book and cookies: [`Paths`] here, the peer book in [`book`],
+//! the cookie exchange in [`cookies`].
+
+pub(crate) mod book;
+pub(crate) mod cookies;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -8,13 +14,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use crate::endpoint::api::config::EndpointConfig;
-use super::cookies::CookieStats;
-use super::cookies::Cookies;
+use crate::endpoint::paths::cookies::CookieStats;
+use crate::endpoint::paths::cookies::Cookies;
 use crate::endpoint::io::family::canonical;
-use super::peers::{Learned, NoRoute, PeerBook};
+use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::EndpointStats;
-use super::trace::peer_span;
+use crate::endpoint::trace::peer_span;
 use crate::proto::frame::CookieReply;
 use crate::proto::{Node, NodeId};
 
