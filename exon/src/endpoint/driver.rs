@@ -36,7 +36,7 @@ use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::io::family::Reach;
 use super::flow_out::FlowOut;
 use super::flows::{Action, ChannelOut, Flows, Held, OrderedShared};
-use super::journal_jobs::{JournalDone, JournalJobs};
+use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
 use crate::endpoint::api::message::Acker;
 use crate::endpoint::api::message::Kind;
 use crate::endpoint::api::message::Message;
@@ -49,8 +49,8 @@ use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::api::shared::{CloseOnDrop, Shared};
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
-use super::store::ClockStore;
-use super::store_jobs::{ClockJobs, StoreDone};
+use crate::endpoint::storage::clock_store::ClockStore;
+use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
 use super::stream_in::StreamIn;
 use super::trace::{debug_in_peer, peer_span, Throttle};
 use crate::endpoint::io::outbound::Outbound;
@@ -165,7 +165,7 @@ impl<S: DatagramSocket> Driver<S> {
         cfg: EndpointConfig,
         ch: Channels,
         store: Box<dyn ClockStore>,
-        durable: Option<super::durable::DriverJournal>,
+        durable: Option<crate::endpoint::storage::durable::DriverJournal>,
     ) -> Self {
         // Receive up to the UDP maximum whatever our own datagram size: peers configured
         // with larger datagrams are understood.

@@ -60,6 +60,7 @@
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
 
+mod storage;
 mod shards;
 mod io;
 mod api;
@@ -69,17 +70,13 @@ mod channel;
 mod commands;
 mod delivery;
 mod driver;
-mod durable;
 mod flow_ack;
 mod flow_config;
 mod flow_out;
 mod flows;
-mod journal_jobs;
 mod paths;
 mod request;
 mod seqmap;
-mod store;
-mod store_jobs;
 mod stream;
 mod stream_in;
 mod trace;
@@ -99,7 +96,7 @@ pub use channel::Channel;
 pub use api::config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use paths::cookies::CookieStats;
 pub(crate) use driver::outgoing::Outgoing;
-pub use durable::RecoveredSend;
+pub use storage::durable::RecoveredSend;
 pub use api::error::{BindError, Error, ReceiptError};
 pub use io::family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
 pub use flow_config::FlowConfig;
@@ -111,8 +108,8 @@ pub use request::Request;
 pub use io::socket::{DatagramSocket, RecvMeta};
 pub use api::stats::{CloseReport, EndpointStats};
 pub use shards::steering::shard_of;
-use store::SharedStore;
-pub use store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
+use storage::clock_store::SharedStore;
+pub use storage::clock_store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 pub use stream::Stream;
 #[cfg(feature = "serde")]
 pub(crate) use api::typed::encode_after;
@@ -424,7 +421,7 @@ pub struct Builder {
     store: Option<Box<dyn ClockStore>>,
     security: Option<Security>,
     /// Durable mode: the directory and the journal's limits.
-    durable: Option<durable::DurableDir>,
+    durable: Option<storage::durable::DurableDir>,
 }
 
 impl std::fmt::Debug for Builder {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::{JoinError, JoinHandle};
 
-use super::store::ClockStore;
+use crate::endpoint::storage::clock_store::ClockStore;
 
 /// What a clock store job gives back: the store, the mark, and whether it was stored.
 pub(crate) type StoreDone = (Box<dyn ClockStore>, u64, io::Result<()>);

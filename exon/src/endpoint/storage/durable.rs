@@ -8,11 +8,11 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::BindError;
-use super::journal_jobs::JournalJobs;
+use crate::endpoint::storage::journal_jobs::JournalJobs;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::receipts::Receipt;
-use super::store::FileStore;
-use super::Builder;
+use crate::endpoint::storage::clock_store::FileStore;
+use crate::endpoint::Builder;
 use crate::durable::{FsBackend, Journal, JournalConfig};
 use crate::proto::{MsgId, Node, NodeId};
 
@@ -110,16 +110,16 @@ impl Builder {
     ///
     /// - a delivery is on disk before it is handed to the application, and a take before it
     ///   is acknowledged; after a restart, messages handed out and not taken come back
-    ///   flagged ([`Message::is_redelivery`](super::Message::is_redelivery)), with the same
-    ///   [`Message::stable_id`](super::Message::stable_id);
+    ///   flagged ([`Message::is_redelivery`](crate::endpoint::Message::is_redelivery)), with the same
+    ///   [`Message::stable_id`](crate::endpoint::Message::stable_id);
     /// - a sent message is on disk before it leaves ([`Receipt::stored`] says when); after a
     ///   restart every message not acknowledged is sent again, in the slot it had, and its
-    ///   verdict comes through [`Endpoint::take_recovered`](super::Endpoint::take_recovered);
+    ///   verdict comes through [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered);
     /// - a durable receiver with its journal intact never makes a sender report in doubt
     ///   (evictions under record pressure included); one whose journal is new (deleted,
     ///   replaced, durable mode just switched on) or was found damaged answers DOUBT for
     ///   what it cannot vouch for, never a second delivery
-    ///   ([`Endpoint::journal_damaged`](super::Endpoint::journal_damaged)).
+    ///   ([`Endpoint::journal_damaged`](crate::endpoint::Endpoint::journal_damaged)).
     ///
     /// Writes are synced in groups (everything written while one sync runs goes in the
     /// next), and the journal is compacted to what is live, so a quiet endpoint's directory
