@@ -60,25 +60,18 @@
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
 
+mod flows;
 mod storage;
 mod shards;
 mod io;
 mod api;
-mod broken;
 pub(crate) mod calls;
-mod channel;
 mod commands;
 mod delivery;
 mod driver;
-mod flow_ack;
-mod flow_config;
-mod flow_out;
-mod flows;
 mod paths;
 mod request;
 mod seqmap;
-mod stream;
-mod stream_in;
 mod trace;
 mod turns;
 
@@ -92,14 +85,14 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 pub use io::batch::BatchSocket;
-pub use channel::Channel;
+pub use flows::channel::Channel;
 pub use api::config::{EndpointConfig, DEFAULT_SOCKET_BUFFER};
 pub use paths::cookies::CookieStats;
 pub(crate) use driver::outgoing::Outgoing;
 pub use storage::durable::RecoveredSend;
 pub use api::error::{BindError, Error, ReceiptError};
 pub use io::family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};
-pub use flow_config::FlowConfig;
+pub use flows::config::FlowConfig;
 pub use api::handle::Handle;
 pub use io::lossy::{Faults, LossySocket};
 pub use api::message::{Kind, Message};
@@ -110,7 +103,7 @@ pub use api::stats::{CloseReport, EndpointStats};
 pub use shards::steering::shard_of;
 use storage::clock_store::SharedStore;
 pub use storage::clock_store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
-pub use stream::Stream;
+pub use flows::stream::Stream;
 #[cfg(feature = "serde")]
 pub(crate) use api::typed::encode_after;
 #[cfg(feature = "serde")]
@@ -140,7 +133,7 @@ pub struct Endpoint {
     /// Durable mode: the journal was found damaged at bind.
     journal_damaged: bool,
     /// Streams opened by peers.
-    accept: mpsc::Receiver<flows::Accepted>,
+    accept: mpsc::Receiver<flows::at_driver::Accepted>,
 }
 
 /// The delivered messages of one driver shard: what [`Endpoint::into_deliveries`] splits an
@@ -564,7 +557,7 @@ impl Builder {
         let calls = calls::Calls::new(self.config.call_deadline);
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
         let ordered =
-            flows::OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);
+            flows::at_driver::OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Vec::new();

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::Error;
 use crate::endpoint::api::error::ReceiptError;
-use crate::endpoint::flow_ack::FlowAck;
+use crate::endpoint::flows::ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
 
 /// Where the driver sends a message's verdict.

@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::outgoing::{Outgoing, Submit};
-use crate::endpoint::flow_out::FlowOut;
+use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::request::Request;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
-use crate::endpoint::stream_in::StreamIn;
+use crate::endpoint::flows::stream_in::StreamIn;
 use crate::proto::{NodeId, PublicKey};
 
 /// A command from a handle to the driver task.

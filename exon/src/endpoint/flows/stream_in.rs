@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes};
 
-use super::broken::Broken;
+use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::api::shared::Shared;
 use crate::proto::DeliveryId;
 

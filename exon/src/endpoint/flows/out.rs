@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
-use super::broken::Broken;
-use super::driver::outgoing::{Outgoing, Submit};
+use crate::endpoint::flows::broken::Broken;
+use crate::endpoint::driver::outgoing::{Outgoing, Submit};
 use crate::endpoint::api::error::ReceiptError;
-use super::flow_ack::{AckKind, FlowAck, FlowVerdicts};
+use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::shared::Shared;
-use super::stream_in::StreamIn;
+use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Envelope, Flow, Place};
 use crate::ordered::{Sequencer, Settled, Window};
 use crate::proto::{MsgId, NodeId, Payload};

@@ -10,22 +10,22 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::flow_out::FlowOut;
+use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::api::handle::Handle;
-use super::stream_in::StreamIn;
+use crate::endpoint::flows::stream_in::StreamIn;
 use crate::proto::NodeId;
 
 /// A reliable, ordered, bidirectional byte stream to one peer, over exon's exactly-once
-/// messages ([`Handle::open_stream`], [`Endpoint::accept_stream`](super::Endpoint::accept_stream)).
+/// messages ([`Handle::open_stream`], [`Endpoint::accept_stream`](crate::endpoint::Endpoint::accept_stream)).
 ///
 /// * **Bytes**: every byte written is read by the peer once, in order. Writes are buffered
 ///   and coalesce into chunks of up to
-///   [`FlowConfig::stream_chunk`](super::FlowConfig::stream_chunk) bytes (one exon message
+///   [`FlowConfig::stream_chunk`](crate::endpoint::FlowConfig::stream_chunk) bytes (one exon message
 ///   each); a partial chunk goes at once when nothing is in flight, else when the chunk fills
 ///   or on `flush` (so small writes coalesce while a chunk is in flight, and a lone write is
 ///   never held).
 /// * **Flow control**: a chunk is acknowledged when the peer's application has read it to
-///   its end, and at most [`FlowConfig::stream_window_bytes`](super::FlowConfig) are
+///   its end, and at most [`FlowConfig::stream_window_bytes`](crate::endpoint::FlowConfig) are
 ///   unacknowledged: a peer that stops reading stops the writer, and holds at most a window.
 /// * **Outages**: nothing times out by default. A stream waits out a link failure of any
 ///   length, and either end may change address (or be reached through another); the

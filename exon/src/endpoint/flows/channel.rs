@@ -6,26 +6,26 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::broken::Broken;
+use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::api::error::Error;
-use super::flow_out::FlowOut;
+use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::api::handle::Handle;
 use crate::endpoint::api::receipts::Receipt;
 use crate::proto::NodeId;
 
 /// The sending end of channel `n` to one peer ([`Handle::channel`]): messages sent on it
-/// reach the peer's [`recv`](super::Endpoint::recv) in the order of the sends, each exactly
-/// once, as [`Kind::Channel`](super::Kind::Channel) messages with consecutive numbers. A
+/// reach the peer's [`recv`](crate::endpoint::Endpoint::recv) in the order of the sends, each exactly
+/// once, as [`Kind::Channel`](crate::endpoint::Kind::Channel) messages with consecutive numbers. A
 /// message given up at its deadline does not block the channel: the peer gets a
-/// [`Kind::Gap`](super::Kind::Gap) in its place, in order, and its receipt says
-/// [`NotDelivered`](super::ReceiptError::NotDelivered) or
-/// [`InDoubt`](super::ReceiptError::InDoubt)
+/// [`Kind::Gap`](crate::endpoint::Kind::Gap) in its place, in order, and its receipt says
+/// [`NotDelivered`](crate::endpoint::ReceiptError::NotDelivered) or
+/// [`InDoubt`](crate::endpoint::ReceiptError::InDoubt)
 /// (in doubt: the message itself may have arrived first, and then the gap is dropped).
 ///
 /// Every `Channel` value for the same peer and number shares one numbering: clones, and
 /// values made by later calls to [`Handle::channel`], send on the same channel.
 ///
-/// Flow control: at most [`FlowConfig::channel_window`](super::FlowConfig::channel_window)
+/// Flow control: at most [`FlowConfig::channel_window`](crate::endpoint::FlowConfig::channel_window)
 /// messages of a channel are without a verdict at once, or the peer's own window if it is
 /// smaller (the peer advertises it when the channel's run starts; until then one message at
 /// a time); a send beyond waits. A message is acknowledged when the peer's application
@@ -58,7 +58,7 @@ impl Channel {
     }
 
     /// Sends `payload` on the channel, with the endpoint's
-    /// [`default_deadline`](super::EndpointConfig::default_deadline). Waits while the
+    /// [`default_deadline`](crate::endpoint::EndpointConfig::default_deadline). Waits while the
     /// channel's window is full. The receipt resolves as a [`Handle::send`] receipt does.
     ///
     /// # Cancel safety

@@ -1,6 +1,6 @@
 //! Configuration of an endpoint's ordered channels and streams.
 
-/// How channels and streams are sized ([`EndpointConfig::flows`](super::EndpointConfig::flows)).
+/// How channels and streams are sized ([`EndpointConfig::flows`](crate::endpoint::EndpointConfig::flows)).
 /// Each window serves both ends of a flow: as a sender, an endpoint keeps at most its window
 /// of a flow unsettled; as a receiver, it advertises its window to the flow's sender, which
 /// keeps to the smaller of the two. So a flow's messages held out of order, and a stream's
@@ -32,7 +32,7 @@ pub struct FlowConfig {
     pub stream_buffer: usize,
     /// How long a stream's chunk may go unacknowledged (unread by the peer) before the
     /// stream breaks with `TimedOut`, for streams opened or accepted from now on
-    /// ([`Stream::set_deadline`](super::Stream::set_deadline) changes it for one).
+    /// ([`Stream::set_deadline`](crate::endpoint::Stream::set_deadline) changes it for one).
     /// Default `None`: a stream waits out outages of any length.
     pub stream_deadline: Option<std::time::Duration>,
     /// Streams open at once per driver shard, and streams waiting to be accepted per

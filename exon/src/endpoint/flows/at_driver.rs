@@ -11,10 +11,10 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use super::broken::Broken;
-use super::flow_config::FlowConfig;
-use super::flow_out::{FlowOut, StreamOut};
-use super::stream_in::StreamIn;
+use crate::endpoint::flows::broken::Broken;
+use crate::endpoint::flows::config::FlowConfig;
+use crate::endpoint::flows::out::{FlowOut, StreamOut};
+use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
 use crate::ordered::{Arrival, Reorder, Step, Window};
 use crate::proto::{DeliveryId, NodeId, Rules};
@@ -25,7 +25,7 @@ use crate::proto::{DeliveryId, NodeId, Rules};
 /// Ids start at a random point below half of it: 2^27 streams before they wrap.
 const STREAM_IDS: u64 = 1 << 28;
 
-/// A stream opened by a peer, for [`Endpoint::accept_stream`](super::Endpoint::accept_stream).
+/// A stream opened by a peer, for [`Endpoint::accept_stream`](crate::endpoint::Endpoint::accept_stream).
 #[derive(Debug)]
 pub(crate) struct Accepted {
     pub(crate) peer: NodeId,
