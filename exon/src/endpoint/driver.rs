@@ -28,7 +28,7 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 pub(crate) mod command;
 pub(crate) mod outgoing;
 
-use super::calls::{Calls, ReplyIn};
+use crate::rpc::calls::{Calls, ReplyIn};
 use super::commands::Sends;
 use crate::endpoint::api::config::EndpointConfig;
 use super::delivery::{Handover, Permit};
@@ -44,7 +44,7 @@ use super::paths::Paths;
 use crate::endpoint::paths::book::NoRoute;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::io::inbound::Inbound;
-use super::request::{Request, Requests};
+use crate::rpc::request::{Request, Requests};
 use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::api::shared::{CloseOnDrop, Shared};
 use crate::endpoint::io::socket::DatagramSocket;

@@ -60,17 +60,15 @@
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
 
-mod flows;
-mod storage;
-mod shards;
-mod io;
-mod api;
-pub(crate) mod calls;
+pub(crate) mod flows;
+pub(crate) mod storage;
+pub(crate) mod shards;
+pub(crate) mod io;
+pub(crate) mod api;
 mod commands;
 mod delivery;
-mod driver;
-mod paths;
-mod request;
+pub(crate) mod driver;
+pub(crate) mod paths;
 mod seqmap;
 mod trace;
 mod turns;
@@ -97,7 +95,7 @@ pub use api::handle::Handle;
 pub use io::lossy::{Faults, LossySocket};
 pub use api::message::{Kind, Message};
 pub use api::receipts::{BatchReceipt, BatchVerdicts, Receipt};
-pub use request::Request;
+pub use crate::rpc::request::Request;
 pub use io::socket::{DatagramSocket, RecvMeta};
 pub use api::stats::{CloseReport, EndpointStats};
 pub use shards::steering::shard_of;
@@ -105,9 +103,9 @@ use storage::clock_store::SharedStore;
 pub use storage::clock_store::{wall_clock_start, ClockStore, FileStore, MemoryStore};
 pub use flows::stream::Stream;
 #[cfg(feature = "serde")]
-pub(crate) use api::typed::encode_after;
+pub(crate) use api::payload::encode_after;
 #[cfg(feature = "serde")]
-pub use api::typed::{decode, encode, PayloadError};
+pub use api::payload::{decode, encode, PayloadError};
 
 use crate::proto::{Identity, Node, NodeId, Security};
 use api::shared::Shared;
@@ -554,7 +552,7 @@ impl Builder {
             shards::route::Route::mesh(n).into_iter().map(Some).collect()
         };
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
-        let calls = calls::Calls::new(self.config.call_deadline);
+        let calls = crate::rpc::calls::Calls::new(self.config.call_deadline);
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
         let ordered =
             flows::at_driver::OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::error::{CallError, Failure};
 use crate::call::{CallState, Ended, Learned};
-use crate::endpoint::calls::{CallGuard, ReplyIn};
+use crate::rpc::calls::{CallGuard, ReplyIn};
 use crate::endpoint::{Handle, Receipt, ReceiptError};
 use crate::envelope::{Envelope, Outcome};
 use crate::proto::{NodeId, Payload};

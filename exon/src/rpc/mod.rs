@@ -31,12 +31,14 @@
 //! Requests and replies are exon messages, in an envelope that carries the caller's call
 //! id ([`envelope`](crate::envelope), `docs/wire.md`).
 
+pub(crate) mod calls;
 mod client;
 mod error;
+pub(crate) mod request;
 mod server;
 mod service;
 
-pub use crate::endpoint::Request;
+pub use request::Request;
 pub use error::{CallError, Failure};
 pub use server::{HandlerFn, Response, ServeConfig};
 pub use service::Client;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::endpoint::calls::Calls;
+use crate::rpc::calls::Calls;
 use crate::endpoint::driver::command::Command;
 use crate::endpoint::driver::outgoing::{Outgoing, Reply};
 use crate::endpoint::api::error::Error;
@@ -17,7 +17,7 @@ use crate::endpoint::io::family::Reach;
 use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::flows::at_driver::OrderedShared;
 use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};
-use crate::endpoint::request::Request;
+use crate::rpc::request::Request;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::flows::stream_in::StreamIn;

@@ -5,6 +5,8 @@ pub(crate) mod config;
 pub(crate) mod error;
 pub(crate) mod handle;
 pub(crate) mod message;
+#[cfg(feature = "serde")]
+pub(crate) mod payload;
 pub(crate) mod receipts;
 pub(crate) mod shared;
 pub(crate) mod stats;

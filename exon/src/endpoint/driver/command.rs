@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::outgoing::{Outgoing, Submit};
 use crate::endpoint::flows::out::FlowOut;
-use crate::endpoint::request::Request;
+use crate::rpc::request::Request;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::proto::{NodeId, PublicKey};

@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use crate::proto::{DeliveryId, NodeId};
 
 /// A request delivered exactly once to this endpoint's server
-/// ([`Handle::serve`](crate::endpoint::Handle::serve)): the caller's node id and the
+/// ([`Handle::serve`](crate::Handle::serve)): the caller's node id and the
 /// request's bytes, and its identity across restarts of a durable endpoint.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -64,8 +64,8 @@ impl Request {
 
     /// Decodes the request as a `T` (sent with `call_typed`).
     #[cfg(feature = "serde")]
-    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, super::PayloadError> {
-        super::decode(&self.body)
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::endpoint::api::payload::PayloadError> {
+        crate::endpoint::api::payload::decode(&self.body)
     }
 
     /// What the reply needs: the call id and the delivery it takes.
