@@ -65,13 +65,8 @@ pub(crate) mod storage;
 pub(crate) mod shards;
 pub(crate) mod io;
 pub(crate) mod api;
-mod commands;
-mod delivery;
 pub(crate) mod driver;
 pub(crate) mod paths;
-mod seqmap;
-mod trace;
-mod turns;
 
 use std::ops::Deref;
 use std::pin::Pin;

@@ -21,7 +21,7 @@ use crate::rpc::request::Request;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::flows::stream_in::StreamIn;
-use crate::endpoint::trace::peer_span;
+use crate::endpoint::driver::trace::peer_span;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
 

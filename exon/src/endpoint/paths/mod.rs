@@ -20,7 +20,7 @@ use crate::endpoint::io::family::canonical;
 use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::EndpointStats;
-use crate::endpoint::trace::peer_span;
+use crate::endpoint::driver::trace::peer_span;
 use crate::proto::frame::CookieReply;
 use crate::proto::{Node, NodeId};
 

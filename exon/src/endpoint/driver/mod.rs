@@ -5,7 +5,7 @@
 //! A turn that took datagrams and handed deliveries on ends by yielding to the runtime, so
 //! that the tasks it woke (receivers, callers, servers) run first. When they answer, the
 //! next turns take received batches in slices ([`Turns`]): a turn stops once it has
-//! something for the application and `receive::TURN_BYTES` are in, and the answers are
+//! something for the application and `inbound::TURN_BYTES` are in, and the answers are
 //! taken at the start of the next turn and leave before more input is read. Request/reply
 //! then flows as a pipeline of small bursts rather than one batch bouncing between two
 //! idle sides.
@@ -26,12 +26,17 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant as TokioInstant, Sleep};
 
 pub(crate) mod command;
+pub(crate) mod handover;
 pub(crate) mod outgoing;
+pub(crate) mod sends;
+pub(crate) mod seqmap;
+pub(crate) mod trace;
+pub(crate) mod turns;
 
 use crate::rpc::calls::{Calls, ReplyIn};
-use super::commands::Sends;
+use crate::endpoint::driver::sends::Sends;
 use crate::endpoint::api::config::EndpointConfig;
-use super::delivery::{Handover, Permit};
+use crate::endpoint::driver::handover::{Handover, Permit};
 use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::io::family::Reach;
 use crate::endpoint::flows::out::FlowOut;
@@ -40,7 +45,7 @@ use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
 use crate::endpoint::api::message::Acker;
 use crate::endpoint::api::message::Kind;
 use crate::endpoint::api::message::Message;
-use super::paths::Paths;
+use crate::endpoint::paths::Paths;
 use crate::endpoint::paths::book::NoRoute;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::io::inbound::Inbound;
@@ -52,9 +57,9 @@ use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::storage::clock_store::ClockStore;
 use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
 use crate::endpoint::flows::stream_in::StreamIn;
-use super::trace::{debug_in_peer, peer_span, Throttle};
+use crate::endpoint::driver::trace::{debug_in_peer, peer_span, Throttle};
 use crate::endpoint::io::outbound::Outbound;
-use super::turns::Turns;
+use crate::endpoint::driver::turns::Turns;
 use crate::envelope::{Envelope, Place};
 use crate::ordered::{Arrival, Window};
 use crate::proto::{DeliveryId, Event, Node, NodeId};

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::Sends;
 use crate::endpoint::driver::outgoing::Outgoing;
 use crate::endpoint::paths::Paths;
-use crate::endpoint::trace::debug_in_peer;
+use crate::endpoint::driver::trace::debug_in_peer;
 use crate::proto::{MsgId, Node, NodeId};
 
 /// Reused buffers of the sends handed over together, so that a turn allocates nothing once
