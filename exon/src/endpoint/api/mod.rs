@@ -1,7 +1,9 @@
 //! The public API: the handle, delivered messages, receipts, errors, configuration,
 //! counters, typed payloads, and the state the handles share with the driver.
 
+pub(crate) mod builder;
 pub(crate) mod config;
+pub(crate) mod endpoint;
 pub(crate) mod error;
 pub(crate) mod handle;
 pub(crate) mod message;

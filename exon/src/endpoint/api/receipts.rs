@@ -477,7 +477,7 @@ mod tests {
 }
 
 /// Resolves with the message's verdict: `Ok` once the receiving application took the
-/// message (it left the peer's [`recv`](super::Endpoint::recv)), exactly once; otherwise a
+/// message (it left the peer's [`recv`](crate::endpoint::Endpoint::recv)), exactly once; otherwise a
 /// [`ReceiptError`] saying what is known (in doubt, unacknowledged, refused).
 ///
 /// Dropping a receipt never cancels the message: the endpoint keeps the obligation and
@@ -521,7 +521,7 @@ impl Receipt {
 
     /// Durable mode: waits until the message is on stable storage, and returns its stable
     /// id: a restart of this endpoint sends it again, and after it the receipt
-    /// [`Endpoint::take_recovered`](super::Endpoint::take_recovered) gives for it carries this
+    /// [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered) gives for it carries this
     /// id. Writes reach the disk in the order of the sends, so once one message is stored,
     /// every message sent before it is. A receipt of a recovered message is stored already.
     ///

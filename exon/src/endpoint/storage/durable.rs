@@ -2,7 +2,7 @@
 //! the node (`docs/durability.md`).
 
 use crate::envelope::Envelope;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -12,7 +12,6 @@ use crate::endpoint::storage::journal_jobs::JournalJobs;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::receipts::Receipt;
 use crate::endpoint::storage::clock_store::FileStore;
-use crate::endpoint::Builder;
 use crate::durable::{FsBackend, Journal, JournalConfig};
 use crate::proto::{MsgId, Node, NodeId};
 
@@ -99,43 +98,5 @@ impl DurableDir {
             },
             receipts,
         ))
-    }
-}
-
-impl Builder {
-    /// Makes the endpoint **durable**, keeping its state in directory `dir` (created if
-    /// missing): the clock (`dir/clock`, unless a [`clock_store`](Self::clock_store) is
-    /// given) and a journal of what it sends and receives (`dir/journal/`). Exactly-once
-    /// then survives crashes of this process:
-    ///
-    /// - a delivery is on disk before it is handed to the application, and a take before it
-    ///   is acknowledged; after a restart, messages handed out and not taken come back
-    ///   flagged ([`Message::is_redelivery`](crate::endpoint::Message::is_redelivery)), with the same
-    ///   [`Message::stable_id`](crate::endpoint::Message::stable_id);
-    /// - a sent message is on disk before it leaves ([`Receipt::stored`] says when); after a
-    ///   restart every message not acknowledged is sent again, in the slot it had, and its
-    ///   verdict comes through [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered);
-    /// - a durable receiver with its journal intact never makes a sender report in doubt
-    ///   (evictions under record pressure included); one whose journal is new (deleted,
-    ///   replaced, durable mode just switched on) or was found damaged answers DOUBT for
-    ///   what it cannot vouch for, never a second delivery
-    ///   ([`Endpoint::journal_damaged`](crate::endpoint::Endpoint::journal_damaged)).
-    ///
-    /// Writes are synced in groups (everything written while one sync runs goes in the
-    /// next), and the journal is compacted to what is live, so a quiet endpoint's directory
-    /// shrinks back to about its clock. One process at a time per directory; one driver
-    /// shard. See `docs/durability.md`.
-    pub fn durable(self, dir: impl AsRef<Path>) -> Self {
-        self.durable_with(dir, JournalConfig::default())
-    }
-
-    /// As [`durable`](Self::durable), with the journal's limits (disk budget, segment
-    /// size, compaction threshold).
-    pub fn durable_with(mut self, dir: impl AsRef<Path>, config: JournalConfig) -> Self {
-        self.durable = Some(DurableDir {
-            dir: dir.as_ref().to_path_buf(),
-            config,
-        });
-        self
     }
 }
