@@ -14,6 +14,10 @@
 //! [`Sends`] (the handles' sends), [`Handover`] (deliveries), [`ClockJobs`] (the clock
 //! store) and [`Paths`] (peer addresses); the driver ties them together, and
 //! [`Driver::drain`] is the one place that takes the node's outputs.
+//!
+//! The driver's share of the node's events (each delivery opened by its envelope: a
+//! message, a request, a reply, a piece of an ordered flow) is in `events.rs`; its share of
+//! ordered flows (hand-overs, windows, resets, accepted streams) in `ordered.rs`.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -26,46 +30,38 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant as TokioInstant, Sleep};
 
 pub(crate) mod command;
+mod events;
 pub(crate) mod handover;
+mod ordered;
 pub(crate) mod outgoing;
 pub(crate) mod sends;
 pub(crate) mod seqmap;
 pub(crate) mod trace;
 pub(crate) mod turns;
 
-use crate::rpc::calls::{Calls, ReplyIn};
+use crate::rpc::calls::Calls;
 use crate::endpoint::driver::sends::Sends;
 use crate::endpoint::api::config::EndpointConfig;
 use crate::endpoint::driver::handover::{Handover, Permit};
-use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::io::family::Reach;
-use crate::endpoint::flows::out::FlowOut;
-use crate::endpoint::flows::at_driver::{Action, ChannelOut, Flows, Held, OrderedShared};
+use crate::endpoint::flows::at_driver::{Action, Flows, OrderedShared};
 use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
-use crate::endpoint::api::message::Acker;
-use crate::endpoint::api::message::Kind;
 use crate::endpoint::api::message::Message;
 use crate::endpoint::paths::Paths;
 use crate::endpoint::paths::book::NoRoute;
-use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::io::inbound::Inbound;
-use crate::rpc::request::{Request, Requests};
+use crate::rpc::request::Requests;
 use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::api::shared::{CloseOnDrop, Shared};
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::storage::clock_store::ClockStore;
 use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
-use crate::endpoint::flows::stream_in::StreamIn;
-use crate::endpoint::driver::trace::{debug_in_peer, peer_span, Throttle};
+use crate::endpoint::driver::trace::{peer_span, Throttle};
 use crate::endpoint::io::outbound::Outbound;
 use crate::endpoint::driver::turns::Turns;
-use crate::envelope::{Envelope, Place};
-use crate::ordered::{Arrival, Window};
-use crate::proto::{DeliveryId, Event, Node, NodeId};
-use bytes::Bytes;
+use crate::proto::{Event, Node};
 use command::Command;
-use outgoing::Outgoing;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
@@ -602,246 +598,6 @@ impl<S: DatagramSocket> Driver<S> {
             self.on_event(t, e);
         }
         more | self.sends.admit_waiters(t, &mut self.node, &self.paths)
-    }
-
-    /// One event of the node: a delivery to hand over, a verdict, a change of reachability.
-    fn on_event(&mut self, t: Instant, e: Event) {
-        match e {
-            Event::Delivered { from, payload, id } => {
-                debug_in_peer(from, || {
-                    tracing::debug!(len = payload.len(), "message delivered");
-                });
-                self.on_delivered(t, from, payload, id);
-            }
-            Event::Acknowledged { ids, to } => {
-                if let Some((first, last)) = self.sends.settle_acknowledged(ids) {
-                    debug_in_peer(to, || {
-                        tracing::debug!(%first, %last, count = ids.count(), "messages acknowledged");
-                    });
-                }
-            }
-            Event::Stored { id, .. } => self.sends.on_stored(id),
-            Event::PeerUnreachable { peer } => {
-                tracing::warn!(%peer, "peer unreachable");
-                self.shared.set_unreachable(peer, true);
-            }
-            Event::PeerReachable { peer } => {
-                tracing::info!(%peer, "peer reachable again");
-                self.shared.set_unreachable(peer, false);
-            }
-            Event::InDoubt { id, to } => {
-                if let Some(suppressed) = self.in_doubt.allow(t) {
-                    tracing::warn!(
-                        id = %self.node.id(),
-                        peer = %to,
-                        suppressed,
-                        "receiver lost the message's incarnation: in doubt"
-                    );
-                }
-                if let Some(msg) = self.sends.settle(id, Err(ReceiptError::InDoubt)) {
-                    debug_in_peer(to, || tracing::debug!(%msg, "message in doubt"));
-                }
-            }
-            Event::NotDelivered { id, to } => {
-                peer_span(to).in_scope(|| {
-                    tracing::warn!("message larger than the receiver takes: not delivered");
-                });
-                self.sends.settle(id, Err(ReceiptError::NotDelivered));
-            }
-        }
-    }
-
-    /// A delivery, opened: a plain message for the application, a request for the
-    /// server, or a reply for the call waiting for it.
-    fn on_delivered(&mut self, t: Instant, from: NodeId, payload: Bytes, id: DeliveryId) {
-        match Envelope::open(payload) {
-            Ok(Envelope::Message(body)) => {
-                let acker = self
-                    .cfg
-                    .ack_after_processing
-                    .then(|| Acker::new(self.shared.clone(), id));
-                self.handover.push(Message::new(from, body, acker, id), id);
-            }
-            Ok(Envelope::Request { call, body }) => {
-                self.requests.push(Request::new(from, call, body, id));
-            }
-            Ok(Envelope::Reply {
-                call,
-                outcome,
-                body,
-            }) => {
-                // Taken at once: the reply is the caller's now (or nobody's).
-                if !self.calls.on_reply(call, from, ReplyIn { outcome, body }) {
-                    self.stats.replies_discarded += 1;
-                    debug_in_peer(from, || {
-                        tracing::debug!(call, "reply for no waiting call discarded")
-                    });
-                }
-                self.node.handle_taken(t, id);
-            }
-            Ok(Envelope::Ordered { place, last, body }) => {
-                let item = Held { id, body };
-                self.on_ordered(t, from, place, Arrival::Message { item, last });
-            }
-            Ok(Envelope::Gap(place)) => {
-                let item = Held {
-                    id,
-                    body: Bytes::new(),
-                };
-                self.on_ordered(t, from, place, Arrival::Gap(item));
-            }
-            Ok(Envelope::Window {
-                flow,
-                run,
-                messages,
-                bytes,
-            }) => {
-                self.node.handle_taken(t, id);
-                let window = Window {
-                    messages,
-                    bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
-                };
-                self.flows.on_window(from, flow, run, window);
-            }
-            Ok(Envelope::Reset(place)) => {
-                self.node.handle_taken(t, id);
-                let mut actions = std::mem::take(&mut self.actions);
-                self.flows.on_reset(from, place, &mut actions);
-                self.run_actions(t, &mut actions);
-                self.actions = actions;
-            }
-            Err(e) => {
-                self.stats.envelope_errors += 1;
-                if let Some(suppressed) = self.receiver_dropped.allow(t) {
-                    tracing::warn!(peer = %from, error = %e, suppressed, "message discarded");
-                }
-                self.node.handle_taken(t, id);
-            }
-        }
-    }
-
-    /// An ordered message or gap: to its flow, then what the flow says to do.
-    fn on_ordered(&mut self, t: Instant, from: NodeId, place: Place, arrival: Arrival<Held>) {
-        let mut actions = std::mem::take(&mut self.actions);
-        if let Err(a) = self.flows.on_ordered(from, place, arrival, &mut actions) {
-            // Too many channels: left untaken (its sender's deadline, if any, settles it).
-            self.stats.channels_full += 1;
-            drop(a);
-        }
-        self.run_actions(t, &mut actions);
-        self.actions = actions;
-    }
-
-    fn run_actions(&mut self, t: Instant, actions: &mut Vec<Action>) {
-        for a in actions.drain(..) {
-            match a {
-                Action::Take(id) => {
-                    self.node.handle_taken(t, id);
-                }
-                Action::Channel(c) => {
-                    let (kind, held) = match c {
-                        ChannelOut::Message { channel, seq, held } => {
-                            (Kind::Channel { channel, seq }, held)
-                        }
-                        ChannelOut::Gap { channel, seq, held } => {
-                            (Kind::Gap { channel, seq }, held)
-                        }
-                        ChannelOut::Stale { channel, seq, held } => {
-                            self.stats.unordered += 1;
-                            (Kind::Unordered { channel, seq }, held)
-                        }
-                    };
-                    let acker = self
-                        .cfg
-                        .ack_after_processing
-                        .then(|| Acker::new(self.shared.clone(), held.id));
-                    let m = Message::new(held.id.from(), held.body, acker, held.id).with_kind(kind);
-                    self.handover.push(m, held.id);
-                }
-                Action::Window {
-                    to,
-                    flow,
-                    run,
-                    window,
-                } => {
-                    let payload = Envelope::window(flow, run, window.messages, window.bytes as u64);
-                    let out =
-                        Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
-                    self.sends.on_send(t, out, &mut self.node, &self.paths);
-                }
-                Action::Reset { to, place } => {
-                    let out = Outgoing::ordered(
-                        to,
-                        Envelope::reset(place),
-                        self.shared.next_ids(1),
-                        Ack::None,
-                        None,
-                    );
-                    self.sends.on_send(t, out, &mut self.node, &self.paths);
-                }
-                Action::NewStream {
-                    peer,
-                    id,
-                    first,
-                    held,
-                    last,
-                } => self.new_stream(t, peer, id, first, held, last),
-            }
-        }
-    }
-
-    /// A peer opened stream `id`: made and queued for accepting, or reset when there is no
-    /// room or nobody accepts.
-    fn new_stream(
-        &mut self,
-        t: Instant,
-        peer: NodeId,
-        id: u64,
-        first: Place,
-        held: Held,
-        last: bool,
-    ) {
-        let ordered = self.flows.ordered().clone();
-        let refuse = |me: &mut Self, held: Held| {
-            me.node.handle_taken(t, held.id);
-            me.stats.stream_resets += 1;
-            let place = Place {
-                flow: first.flow.reversed(),
-                run: ordered.run(),
-                seq: 0,
-            };
-            let out = Outgoing::ordered(
-                peer,
-                Envelope::reset(place),
-                me.shared.next_ids(1),
-                Ack::None,
-                None,
-            );
-            me.sends.on_send(t, out, &mut me.node, &me.paths);
-        };
-        if !self.flows.has_room_for_stream() {
-            return refuse(self, held);
-        }
-        let inbox = Arc::new(StreamIn::new(self.shared.clone()));
-        let out = Arc::new(FlowOut::new(
-            peer,
-            first.flow.reversed(),
-            ordered.run(),
-            ordered.config().stream(),
-            ordered.advertises(),
-            Box::new(self.cmds_self.clone()),
-            self.shared.clone(),
-            Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
-        ));
-        let mut actions = std::mem::take(&mut self.actions);
-        let accepted = self
-            .flows
-            .accept(peer, id, first, held, last, out, inbox, &mut actions);
-        match accepted {
-            Ok(()) => self.run_actions(t, &mut actions),
-            Err(held) => refuse(self, held),
-        }
-        self.actions = actions;
     }
 
     /// Hands delivered messages to the application while the buffer has room.

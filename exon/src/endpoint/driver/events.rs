@@ -1,0 +1,136 @@
+//! The driver's share of the node's events: verdicts and reachability, and each delivery
+//! opened by its envelope (a message for the application, a request for the server, a
+//! reply for its call, or a piece of an ordered flow).
+
+use bytes::Bytes;
+
+use super::Driver;
+use crate::endpoint::api::error::ReceiptError;
+use crate::endpoint::api::message::{Acker, Message};
+use crate::endpoint::driver::trace::{debug_in_peer, peer_span};
+use crate::endpoint::flows::at_driver::Held;
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::envelope::Envelope;
+use crate::ordered::{Arrival, Window};
+use crate::proto::{DeliveryId, Event, NodeId};
+use crate::rpc::calls::ReplyIn;
+use crate::rpc::request::Request;
+use std::time::Instant;
+
+impl<S: DatagramSocket> Driver<S> {
+    /// One event of the node: a delivery to hand over, a verdict, a change of reachability.
+    pub(super) fn on_event(&mut self, t: Instant, e: Event) {
+        match e {
+            Event::Delivered { from, payload, id } => {
+                debug_in_peer(from, || {
+                    tracing::debug!(len = payload.len(), "message delivered");
+                });
+                self.on_delivered(t, from, payload, id);
+            }
+            Event::Acknowledged { ids, to } => {
+                if let Some((first, last)) = self.sends.settle_acknowledged(ids) {
+                    debug_in_peer(to, || {
+                        tracing::debug!(%first, %last, count = ids.count(), "messages acknowledged");
+                    });
+                }
+            }
+            Event::Stored { id, .. } => self.sends.on_stored(id),
+            Event::PeerUnreachable { peer } => {
+                tracing::warn!(%peer, "peer unreachable");
+                self.shared.set_unreachable(peer, true);
+            }
+            Event::PeerReachable { peer } => {
+                tracing::info!(%peer, "peer reachable again");
+                self.shared.set_unreachable(peer, false);
+            }
+            Event::InDoubt { id, to } => {
+                if let Some(suppressed) = self.in_doubt.allow(t) {
+                    tracing::warn!(
+                        id = %self.node.id(),
+                        peer = %to,
+                        suppressed,
+                        "receiver lost the message's incarnation: in doubt"
+                    );
+                }
+                if let Some(msg) = self.sends.settle(id, Err(ReceiptError::InDoubt)) {
+                    debug_in_peer(to, || tracing::debug!(%msg, "message in doubt"));
+                }
+            }
+            Event::NotDelivered { id, to } => {
+                peer_span(to).in_scope(|| {
+                    tracing::warn!("message larger than the receiver takes: not delivered");
+                });
+                self.sends.settle(id, Err(ReceiptError::NotDelivered));
+            }
+        }
+    }
+
+    /// A delivery, opened: a plain message for the application, a request for the
+    /// server, or a reply for the call waiting for it.
+    pub(super) fn on_delivered(&mut self, t: Instant, from: NodeId, payload: Bytes, id: DeliveryId) {
+        match Envelope::open(payload) {
+            Ok(Envelope::Message(body)) => {
+                let acker = self
+                    .cfg
+                    .ack_after_processing
+                    .then(|| Acker::new(self.shared.clone(), id));
+                self.handover.push(Message::new(from, body, acker, id), id);
+            }
+            Ok(Envelope::Request { call, body }) => {
+                self.requests.push(Request::new(from, call, body, id));
+            }
+            Ok(Envelope::Reply {
+                call,
+                outcome,
+                body,
+            }) => {
+                // Taken at once: the reply is the caller's now (or nobody's).
+                if !self.calls.on_reply(call, from, ReplyIn { outcome, body }) {
+                    self.stats.replies_discarded += 1;
+                    debug_in_peer(from, || {
+                        tracing::debug!(call, "reply for no waiting call discarded")
+                    });
+                }
+                self.node.handle_taken(t, id);
+            }
+            Ok(Envelope::Ordered { place, last, body }) => {
+                let item = Held { id, body };
+                self.on_ordered(t, from, place, Arrival::Message { item, last });
+            }
+            Ok(Envelope::Gap(place)) => {
+                let item = Held {
+                    id,
+                    body: Bytes::new(),
+                };
+                self.on_ordered(t, from, place, Arrival::Gap(item));
+            }
+            Ok(Envelope::Window {
+                flow,
+                run,
+                messages,
+                bytes,
+            }) => {
+                self.node.handle_taken(t, id);
+                let window = Window {
+                    messages,
+                    bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
+                };
+                self.flows.on_window(from, flow, run, window);
+            }
+            Ok(Envelope::Reset(place)) => {
+                self.node.handle_taken(t, id);
+                let mut actions = std::mem::take(&mut self.actions);
+                self.flows.on_reset(from, place, &mut actions);
+                self.run_actions(t, &mut actions);
+                self.actions = actions;
+            }
+            Err(e) => {
+                self.stats.envelope_errors += 1;
+                if let Some(suppressed) = self.receiver_dropped.allow(t) {
+                    tracing::warn!(peer = %from, error = %e, suppressed, "message discarded");
+                }
+                self.node.handle_taken(t, id);
+            }
+        }
+    }
+}

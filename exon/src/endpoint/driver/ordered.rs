@@ -1,0 +1,143 @@
+//! The driver's share of ordered flows: each ordered message or gap to its flow, and what
+//! the flows say to do (hand a message over, send a window or a reset, accept a stream).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::outgoing::Outgoing;
+use super::Driver;
+use crate::endpoint::api::message::{Acker, Kind, Message};
+use crate::endpoint::api::receipts::Ack;
+use crate::endpoint::flows::at_driver::{Action, ChannelOut, Held};
+use crate::endpoint::flows::out::FlowOut;
+use crate::endpoint::flows::stream_in::StreamIn;
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::envelope::{Envelope, Place};
+use crate::ordered::Arrival;
+use crate::proto::NodeId;
+
+impl<S: DatagramSocket> Driver<S> {
+    /// An ordered message or gap: to its flow, then what the flow says to do.
+    pub(super) fn on_ordered(&mut self, t: Instant, from: NodeId, place: Place, arrival: Arrival<Held>) {
+        let mut actions = std::mem::take(&mut self.actions);
+        if let Err(a) = self.flows.on_ordered(from, place, arrival, &mut actions) {
+            // Too many channels: left untaken (its sender's deadline, if any, settles it).
+            self.stats.channels_full += 1;
+            drop(a);
+        }
+        self.run_actions(t, &mut actions);
+        self.actions = actions;
+    }
+
+    pub(super) fn run_actions(&mut self, t: Instant, actions: &mut Vec<Action>) {
+        for a in actions.drain(..) {
+            match a {
+                Action::Take(id) => {
+                    self.node.handle_taken(t, id);
+                }
+                Action::Channel(c) => {
+                    let (kind, held) = match c {
+                        ChannelOut::Message { channel, seq, held } => {
+                            (Kind::Channel { channel, seq }, held)
+                        }
+                        ChannelOut::Gap { channel, seq, held } => {
+                            (Kind::Gap { channel, seq }, held)
+                        }
+                        ChannelOut::Stale { channel, seq, held } => {
+                            self.stats.unordered += 1;
+                            (Kind::Unordered { channel, seq }, held)
+                        }
+                    };
+                    let acker = self
+                        .cfg
+                        .ack_after_processing
+                        .then(|| Acker::new(self.shared.clone(), held.id));
+                    let m = Message::new(held.id.from(), held.body, acker, held.id).with_kind(kind);
+                    self.handover.push(m, held.id);
+                }
+                Action::Window {
+                    to,
+                    flow,
+                    run,
+                    window,
+                } => {
+                    let payload = Envelope::window(flow, run, window.messages, window.bytes as u64);
+                    let out =
+                        Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
+                    self.sends.on_send(t, out, &mut self.node, &self.paths);
+                }
+                Action::Reset { to, place } => {
+                    let out = Outgoing::ordered(
+                        to,
+                        Envelope::reset(place),
+                        self.shared.next_ids(1),
+                        Ack::None,
+                        None,
+                    );
+                    self.sends.on_send(t, out, &mut self.node, &self.paths);
+                }
+                Action::NewStream {
+                    peer,
+                    id,
+                    first,
+                    held,
+                    last,
+                } => self.new_stream(t, peer, id, first, held, last),
+            }
+        }
+    }
+
+    /// A peer opened stream `id`: made and queued for accepting, or reset when there is no
+    /// room or nobody accepts.
+    pub(super) fn new_stream(
+        &mut self,
+        t: Instant,
+        peer: NodeId,
+        id: u64,
+        first: Place,
+        held: Held,
+        last: bool,
+    ) {
+        let ordered = self.flows.ordered().clone();
+        let refuse = |me: &mut Self, held: Held| {
+            me.node.handle_taken(t, held.id);
+            me.stats.stream_resets += 1;
+            let place = Place {
+                flow: first.flow.reversed(),
+                run: ordered.run(),
+                seq: 0,
+            };
+            let out = Outgoing::ordered(
+                peer,
+                Envelope::reset(place),
+                me.shared.next_ids(1),
+                Ack::None,
+                None,
+            );
+            me.sends.on_send(t, out, &mut me.node, &me.paths);
+        };
+        if !self.flows.has_room_for_stream() {
+            return refuse(self, held);
+        }
+        let inbox = Arc::new(StreamIn::new(self.shared.clone()));
+        let out = Arc::new(FlowOut::new(
+            peer,
+            first.flow.reversed(),
+            ordered.run(),
+            ordered.config().stream(),
+            ordered.advertises(),
+            Box::new(self.cmds_self.clone()),
+            self.shared.clone(),
+            Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
+        ));
+        let mut actions = std::mem::take(&mut self.actions);
+        let accepted = self
+            .flows
+            .accept(peer, id, first, held, last, out, inbox, &mut actions);
+        match accepted {
+            Ok(()) => self.run_actions(t, &mut actions),
+            Err(held) => refuse(self, held),
+        }
+        self.actions = actions;
+    }
+}
