@@ -9,10 +9,10 @@ use tokio::time::Instant;
 
 use super::error::{CallError, Failure};
 use crate::call::{CallState, Ended, Learned};
-use crate::rpc::calls::{CallGuard, ReplyIn};
 use crate::endpoint::{Handle, Receipt, ReceiptError};
 use crate::envelope::{Envelope, Outcome};
 use crate::proto::{NodeId, Payload};
+use crate::rpc::calls::{CallGuard, ReplyIn};
 
 impl Handle {
     /// Calls node `to` with `request` and waits for its reply: the request is executed by

@@ -38,7 +38,7 @@ pub(crate) mod request;
 mod server;
 mod service;
 
-pub use request::Request;
 pub use error::{CallError, Failure};
+pub use request::Request;
 pub use server::{HandlerFn, Response, ServeConfig};
 pub use service::Client;

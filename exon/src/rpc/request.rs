@@ -64,7 +64,9 @@ impl Request {
 
     /// Decodes the request as a `T` (sent with `call_typed`).
     #[cfg(feature = "serde")]
-    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, crate::endpoint::api::payload::PayloadError> {
+    pub fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<T, crate::endpoint::api::payload::PayloadError> {
         crate::endpoint::api::payload::decode(&self.body)
     }
 

@@ -184,8 +184,7 @@ impl Builder {
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let calls = crate::rpc::calls::Calls::new(self.config.call_deadline);
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
-        let ordered =
-            OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);
+        let ordered = OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Vec::new();

@@ -304,4 +304,3 @@ impl futures_core::Stream for Endpoint {
         self.get_mut().poll_recv(cx)
     }
 }
-

@@ -9,21 +9,21 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::rpc::calls::Calls;
-use crate::endpoint::driver::command::Command;
-use crate::endpoint::driver::outgoing::{Outgoing, Reply};
 use crate::endpoint::api::error::Error;
-use crate::endpoint::io::family::Reach;
-use crate::endpoint::flows::out::FlowOut;
-use crate::endpoint::flows::at_driver::OrderedShared;
 use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};
-use crate::rpc::request::Request;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
-use crate::endpoint::flows::stream_in::StreamIn;
+use crate::endpoint::driver::command::Command;
+use crate::endpoint::driver::outgoing::{Outgoing, Reply};
 use crate::endpoint::driver::trace::peer_span;
+use crate::endpoint::flows::at_driver::OrderedShared;
+use crate::endpoint::flows::out::FlowOut;
+use crate::endpoint::flows::stream_in::StreamIn;
+use crate::endpoint::io::family::Reach;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
+use crate::rpc::calls::Calls;
+use crate::rpc::request::Request;
 
 /// A cloneable handle to an endpoint: send messages, add peers, read counters, close.
 /// [`Endpoint`](crate::endpoint::Endpoint) dereferences to its handle.
@@ -308,7 +308,14 @@ impl Handle {
         };
         shard.cmds.send(open).map_err(|_| Error::Closed)?;
         out.open().map_err(|_| Error::Closed)?;
-        Ok(crate::endpoint::Stream::new(self.clone(), to, id, true, out, inbox))
+        Ok(crate::endpoint::Stream::new(
+            self.clone(),
+            to,
+            id,
+            true,
+            out,
+            inbox,
+        ))
     }
 
     /// Sends a payload already in its envelope (a plain message, a request).

@@ -53,4 +53,3 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, PayloadError> {
     }
     Ok(value)
 }
-

@@ -7,11 +7,11 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::outgoing::{Outgoing, Submit};
-use crate::endpoint::flows::out::FlowOut;
-use crate::rpc::request::Request;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
+use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::proto::{NodeId, PublicKey};
+use crate::rpc::request::Request;
 
 /// A command from a handle to the driver task.
 pub(crate) enum Command {

@@ -67,7 +67,13 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// A delivery, opened: a plain message for the application, a request for the
     /// server, or a reply for the call waiting for it.
-    pub(super) fn on_delivered(&mut self, t: Instant, from: NodeId, payload: Bytes, id: DeliveryId) {
+    pub(super) fn on_delivered(
+        &mut self,
+        t: Instant,
+        from: NodeId,
+        payload: Bytes,
+        id: DeliveryId,
+    ) {
         match Envelope::open(payload) {
             Ok(Envelope::Message(body)) => {
                 let acker = self

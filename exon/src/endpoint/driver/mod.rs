@@ -39,28 +39,28 @@ pub(crate) mod seqmap;
 pub(crate) mod trace;
 pub(crate) mod turns;
 
-use crate::rpc::calls::Calls;
-use crate::endpoint::driver::sends::Sends;
 use crate::endpoint::api::config::EndpointConfig;
-use crate::endpoint::driver::handover::{Handover, Permit};
-use crate::endpoint::io::family::Reach;
-use crate::endpoint::flows::at_driver::{Action, Flows, OrderedShared};
-use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
 use crate::endpoint::api::message::Message;
-use crate::endpoint::paths::Paths;
-use crate::endpoint::paths::book::NoRoute;
-use crate::endpoint::io::inbound::Inbound;
-use crate::rpc::request::Requests;
-use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::api::shared::{CloseOnDrop, Shared};
-use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
-use crate::endpoint::storage::clock_store::ClockStore;
-use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
+use crate::endpoint::driver::handover::{Handover, Permit};
+use crate::endpoint::driver::sends::Sends;
 use crate::endpoint::driver::trace::{peer_span, Throttle};
-use crate::endpoint::io::outbound::Outbound;
 use crate::endpoint::driver::turns::Turns;
+use crate::endpoint::flows::at_driver::{Action, Flows, OrderedShared};
+use crate::endpoint::io::family::Reach;
+use crate::endpoint::io::inbound::Inbound;
+use crate::endpoint::io::outbound::Outbound;
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::endpoint::paths::book::NoRoute;
+use crate::endpoint::paths::Paths;
+use crate::endpoint::shards::route::{Forward, Route};
+use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
+use crate::endpoint::storage::clock_store::ClockStore;
+use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
 use crate::proto::{Event, Node};
+use crate::rpc::calls::Calls;
+use crate::rpc::request::Requests;
 use command::Command;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
@@ -408,11 +408,15 @@ impl<S: DatagramSocket> Driver<S> {
     fn on_command(&mut self, c: Command, t: Instant) {
         match c {
             Command::Send(out) if self.journal_failed() => {
-                self.sends.refuse(out, crate::endpoint::api::error::Error::Storage);
+                self.sends
+                    .refuse(out, crate::endpoint::api::error::Error::Storage);
             }
             Command::SendBatch { messages, credits } if self.journal_failed() => {
-                self.sends
-                    .refuse_batch(messages, credits, crate::endpoint::api::error::Error::Storage);
+                self.sends.refuse_batch(
+                    messages,
+                    credits,
+                    crate::endpoint::api::error::Error::Storage,
+                );
             }
             Command::Send(out) => self.sends.on_send(t, out, &mut self.node, &self.paths),
             Command::SendBatch { messages, credits } => {

@@ -18,7 +18,13 @@ use crate::proto::NodeId;
 
 impl<S: DatagramSocket> Driver<S> {
     /// An ordered message or gap: to its flow, then what the flow says to do.
-    pub(super) fn on_ordered(&mut self, t: Instant, from: NodeId, place: Place, arrival: Arrival<Held>) {
+    pub(super) fn on_ordered(
+        &mut self,
+        t: Instant,
+        from: NodeId,
+        place: Place,
+        arrival: Arrival<Held>,
+    ) {
         let mut actions = std::mem::take(&mut self.actions);
         if let Err(a) = self.flows.on_ordered(from, place, arrival, &mut actions) {
             // Too many channels: left untaken (its sender's deadline, if any, settles it).

@@ -7,14 +7,14 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::endpoint::driver::outgoing::Outgoing;
 use crate::endpoint::api::error::Error;
 use crate::endpoint::api::error::ReceiptError;
-use crate::endpoint::paths::Paths;
 use crate::endpoint::api::receipts::{Ack, Acks};
-use crate::endpoint::driver::seqmap::SeqMap;
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::driver::outgoing::Outgoing;
+use crate::endpoint::driver::seqmap::SeqMap;
 use crate::endpoint::driver::trace::{debug_in_peer, Throttle};
+use crate::endpoint::paths::Paths;
 use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
 
 mod together;

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::api::error::Error;
-use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::api::handle::Handle;
 use crate::endpoint::api::receipts::Receipt;
+use crate::endpoint::flows::broken::Broken;
+use crate::endpoint::flows::out::FlowOut;
 use crate::proto::NodeId;
 
 /// The sending end of channel `n` to one peer ([`Handle::channel`]): messages sent on it

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::oneshot;
 
-use crate::endpoint::flows::broken::Broken;
-use crate::endpoint::driver::outgoing::{Outgoing, Submit};
 use crate::endpoint::api::error::ReceiptError;
-use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::driver::outgoing::{Outgoing, Submit};
+use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
+use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Envelope, Flow, Place};
 use crate::ordered::{Sequencer, Settled, Window};

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::api::handle::Handle;
+use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::proto::NodeId;
 

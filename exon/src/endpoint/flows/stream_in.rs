@@ -8,8 +8,8 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::{Buf, Bytes};
 
-use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::flows::broken::Broken;
 use crate::proto::DeliveryId;
 
 /// A stream's receiving side, shared by the driver (which pushes) and the stream (which

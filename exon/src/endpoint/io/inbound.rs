@@ -12,11 +12,11 @@ use std::task::{Context, Poll, Waker};
 use bytes::BytesMut;
 use tokio::sync::mpsc;
 
+use crate::endpoint::api::stats::EndpointStats;
 use crate::endpoint::io::family::canonical;
-use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::io::socket::RecvMeta;
-use crate::endpoint::api::stats::EndpointStats;
+use crate::endpoint::shards::route::{Forward, Route};
 use crate::proto::Node;
 
 /// Most receive buffers filled per call.

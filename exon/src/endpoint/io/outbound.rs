@@ -5,11 +5,11 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::endpoint::io::family::{IpFamily, Reach};
-use crate::endpoint::paths::Paths;
-use crate::endpoint::paths::book::NoRoute;
-use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::api::stats::EndpointStats;
+use crate::endpoint::io::family::{IpFamily, Reach};
+use crate::endpoint::io::socket::DatagramSocket;
+use crate::endpoint::paths::book::NoRoute;
+use crate::endpoint::paths::Paths;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;
 

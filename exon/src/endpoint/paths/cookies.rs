@@ -19,8 +19,8 @@ use ring::hmac;
 use ring::rand::SystemRandom;
 use subtle::ConstantTimeEq;
 
-use crate::endpoint::io::family::canonical;
 use crate::counters::counters;
+use crate::endpoint::io::family::canonical;
 use crate::proto::crypto::DhBudget;
 use crate::proto::frame::{Cookie, CookieReply, Header, COOKIE_LEN, FLAG_COOKIE, MAX_HEADER_LEN};
 use crate::proto::{NodeId, Vouch};

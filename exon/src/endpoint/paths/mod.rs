@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use crate::endpoint::api::config::EndpointConfig;
-use crate::endpoint::paths::cookies::CookieStats;
-use crate::endpoint::paths::cookies::Cookies;
-use crate::endpoint::io::family::canonical;
-use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::EndpointStats;
 use crate::endpoint::driver::trace::peer_span;
+use crate::endpoint::io::family::canonical;
+use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
+use crate::endpoint::paths::cookies::CookieStats;
+use crate::endpoint::paths::cookies::Cookies;
 use crate::proto::frame::CookieReply;
 use crate::proto::{Node, NodeId};
 

@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::durable::{FsBackend, Journal, JournalConfig};
 use crate::endpoint::api::error::BindError;
-use crate::endpoint::storage::journal_jobs::JournalJobs;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::receipts::Receipt;
 use crate::endpoint::storage::clock_store::FileStore;
-use crate::durable::{FsBackend, Journal, JournalConfig};
+use crate::endpoint::storage::journal_jobs::JournalJobs;
 use crate::proto::{MsgId, Node, NodeId};
 
 /// What the driver of a durable endpoint starts with: its journal, and where the verdicts

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use super::Sends;
 use crate::endpoint::driver::outgoing::Outgoing;
-use crate::endpoint::paths::Paths;
 use crate::endpoint::driver::trace::debug_in_peer;
+use crate::endpoint::paths::Paths;
 use crate::proto::{MsgId, Node, NodeId};
 
 /// Reused buffers of the sends handed over together, so that a turn allocates nothing once
