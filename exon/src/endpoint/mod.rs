@@ -43,11 +43,8 @@
 //! group of endpoints and the tasks that use them), and scale out with threads or
 //! processes. The driver is one task: a multi-thread runtime does not make it faster, and
 //! it puts the application's tasks and the driver on different threads, so every hand-over
-//! becomes a cross-thread wake-up. Measured on the 2-core development machine (loopback,
-//! 1 KB messages, `cargo bench -p exon-benches --bench compare -- --only exon --threads N`): one-way,
-//! current-thread 430-580 k msgs/s against 270-290 k with one worker and 240-260 k with
-//! two; RPC with 100 callers, 130-180 k requests/s (p50 0.46-0.56 ms) against 40-96 k (p50
-//! 0.9-1.7 ms). The endpoint works on either runtime.
+//! becomes a cross-thread wake-up (measured in `BENCHMARKS.md`, "Runtime layout"). The
+//! endpoint works on either runtime.
 //!
 //! # Datagram size
 //! Path MTU discovery ([`Config::mtu.discovery`](crate::proto::MtuConfig::discovery), on by
@@ -59,6 +56,52 @@
 //! is dropped or refused (EMSGSIZE, counted in [`EndpointStats::oversize_drops`] as a lost
 //! datagram), never fragmented. [`EndpointConfig::with_max_datagram_size`] fixes the size
 //! instead (discovery off).
+//!
+//! # Rooms
+//! Each folder holds one part of the endpoint; the public paths (`exon::endpoint::X`) are
+//! re-exported here.
+//!
+//! | room | what it holds |
+//! |---|---|
+//! | `api/` | the public API: [`Endpoint`] and [`Deliveries`] (`endpoint.rs`), [`Builder`] (`builder.rs`), [`Handle`], [`Message`], receipts, errors, [`EndpointConfig`], [`EndpointStats`], typed payloads (`typed.rs` over the codec in `payload.rs`), and the state handles share with the driver (`shared.rs`) |
+//! | `driver/` | the driver's turn (`mod.rs`) and what it takes and gives: the handles' commands (`command.rs`), each message handed to the core (`outgoing.rs`), the handles' sends (`sends.rs`), the hand-over of deliveries (`handover.rs`), when a turn yields (`turns.rs`), its share of the node's events (`events.rs`) and of ordered flows (`ordered.rs`), its logging (`trace.rs`), a map keyed by message ids (`seqmap.rs`) |
+//! | `io/` | socket I/O: the [`DatagramSocket`] trait (`socket.rs`), [`BatchSocket`] (GSO sends, GRO and `recvmmsg` receives), [`LossySocket`], IP families (`family.rs`), the driver's receive side (`inbound.rs`) and transmit side (`outbound.rs`) |
+//! | `shards/` | shards and steering: which shard owns a peer and the kernel program that steers datagrams (`steering.rs`), the links between shards (`route.rs`) |
+//! | `paths/` | where peers are: the driver's paths (`mod.rs`), the peer book of addresses and their challenges (`book.rs`), cookies against floods (`cookies.rs`) |
+//! | `storage/` | storage jobs: the [`ClockStore`]s (`clock_store.rs`) and the driver's jobs storing the clock (`clock_jobs.rs`), the journal's jobs (`journal_jobs.rs`), durable mode's bind and recovery (`durable.rs`) |
+//! | `flows/` | ordered flows: [`Channel`], [`Stream`], a stream's receiving side (`stream_in.rs`), the sending side of one flow (`out.rs`), verdicts on their way back (`ack.rs`), why a flow broke (`broken.rs`), [`FlowConfig`], and their share of the driver, the reorder buffers (`at_driver.rs`) |
+//!
+//! Request/reply's driver side lives in `exon::rpc`: the calls waiting for a reply
+//! (`rpc/calls.rs`) and the requests waiting for a server (`rpc/request.rs`).
+//!
+//! # Words
+//! One word per concept, in the code and its documentation:
+//! - **Ack**: where the driver sends one message's verdict (a receipt, a batch's slot, a
+//!   flow, or nowhere); **Acks**: verdicts of one batch resolved together, one update per
+//!   run; **Acker**: the handle an application acknowledges a [`Message`] with in
+//!   ack-after-processing mode; **FlowAck**: the verdict of one message of an ordered flow
+//!   on its way back to the flow; **AckKind**: what a FlowAck is about (a channel's
+//!   message, a gap, a stream's chunk).
+//! - **verdict**: how a message ended: acknowledged, or a [`ReceiptError`]
+//!   (unacknowledged, in doubt, refused, not delivered); a **receipt** resolves with it.
+//! - **send**: a message a handle gives the driver; **Outgoing**: one message handed to the
+//!   core; **Sends**: the driver's sends from arrival to verdict.
+//! - **delivery**: a message the node delivered; **hand-over** (**Handover**): deliveries on
+//!   their way to the application; **take**: the application took a delivery, which is
+//!   what acknowledges it.
+//! - **store jobs** (**ClockJobs**): the clock's high-water marks, stored by the
+//!   [`ClockStore`]; **journal jobs** (**JournalJobs**): durable mode's writes, appended and
+//!   synced to the journal. Both run off the driver's task and report back.
+//! - **turn**: one round of the driver (take the ready inputs, drain the node's outputs);
+//!   **inbound**/**outbound**: the driver's receive and transmit sides.
+//! - **shard**: one driver task with its own node and socket; **steering**: handing each
+//!   datagram to the socket of the shard that owns its peer; **route**: a link between shards.
+//! - **path**: where a peer is reached; **peer book**: the addresses, validated by
+//!   **challenges**; a **candidate** is an address a peer may have moved to; a **cookie**
+//!   proves a source address before a key agreement.
+//! - **flow**: one ordered channel, or one direction of a stream; **window**: what a
+//!   receiver lets a flow send; **run**: one life of a flow's numbering; **gap**: a place a
+//!   sender gave up; **reset**: a stream refused or closed.
 
 pub(crate) mod api;
 pub(crate) mod driver;

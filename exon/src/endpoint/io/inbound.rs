@@ -26,7 +26,7 @@ const SPARES: usize = 16;
 /// Memory for receive buffers per endpoint (fewer, larger buffers with GRO).
 const RECV_MEMORY: usize = 512 * 1024;
 /// Received bytes after which a turn of the driver that takes datagrams in slices (the
-/// application answers what it is handed: `turns.rs`) ends once it has something for the
+/// application answers what it is handed: `driver/turns.rs`) ends once it has something for the
 /// application (an event of the node): the rest of the batch waits for the next turn,
 /// after the driver has handed it over, let the application answer, and sent what both
 /// called for. Input with nothing for the application (fragments of a large message,
