@@ -1,0 +1,388 @@
+//! Tests of BBR: a clean link, random loss, loss with a queue, cuts and their cruise, spurious
+//! losses undone, startup, hostile numbers.
+
+use super::super::rate::DeliveryRate;
+use super::*;
+
+const MSS: u64 = 1000;
+
+/// A fluid model of one bottleneck: `rate` bytes per second, `rtt` of propagation, a
+/// queue of `queue` bytes, random loss `p` (every `1/p`-th token), driven one token at a
+/// time. Returns (goodput bytes/s, largest queue seen in bytes, the controller).
+fn run(rate: u64, rtt: Duration, queue: u64, every_nth_lost: u64, secs: u64) -> (u64, u64, Bbr) {
+    let t0 = Instant::now();
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let mut dr = DeliveryRate::default();
+    let mut now = t0;
+    let mut link_free = t0;
+    let mut in_flight: u64 = 0;
+    let mut acks: std::collections::VecDeque<(Instant, super::super::SendState, bool)> =
+        Default::default();
+    let mut next_send = t0;
+    let mut n = 0u64;
+    let mut max_queue = 0;
+    let end = t0 + Duration::from_secs(secs);
+    let mut delivered_in_last_half = 0;
+    while now < end {
+        // Deliver every ACK due.
+        while acks.front().is_some_and(|a| a.0 <= now) {
+            let (at, st, lost) = acks.pop_front().unwrap();
+            in_flight -= MSS;
+            if lost {
+                c.on_lost(&LossEvent {
+                    now: at,
+                    lost: MSS,
+                    sent_at: st.sent_at(),
+                    in_flight,
+                });
+                continue;
+            }
+            dr.on_acked(at, &st, MSS);
+            if at >= t0 + Duration::from_secs(secs / 2) {
+                delivered_in_last_half += MSS;
+            }
+            let sample = dr.take_sample();
+            c.on_ack(&AckEvent {
+                now: at,
+                acked: MSS,
+                in_flight,
+                rate: sample,
+                rtt: Some(at.saturating_duration_since(st.sent_at())),
+                srtt: None,
+                delivered: dr.delivered(),
+            });
+        }
+        if in_flight + MSS <= c.window() && now >= next_send {
+            let st = dr.on_sent(now, in_flight);
+            in_flight += MSS;
+            c.on_sent(now, MSS, in_flight);
+            n += 1;
+            let backlog = link_free.saturating_duration_since(now);
+            let queued = bytes_in(rate, backlog);
+            max_queue = max_queue.max(queued);
+            let dropped = queued + MSS > queue;
+            let random = every_nth_lost > 0 && n.is_multiple_of(every_nth_lost);
+            if !dropped {
+                link_free = link_free.max(now) + Duration::from_nanos(MSS * 1_000_000_000 / rate);
+            }
+            let arrive = link_free.max(now) + rtt;
+            // Loss detected about one RTT later.
+            acks.push_back((arrive, st, dropped || random));
+            let pace = c.pacing_rate().unwrap();
+            next_send = now + Duration::from_nanos(MSS * 1_000_000_000 / pace);
+            continue;
+        }
+        // Advance to the next event.
+        let mut next = acks.front().map_or(end, |a| a.0);
+        if in_flight + MSS <= c.window() {
+            next = next.min(next_send);
+        }
+        now = next.max(now + Duration::from_micros(1));
+    }
+    (delivered_in_last_half / (secs / 2), max_queue, c)
+}
+
+#[test]
+fn fills_a_clean_link_with_a_short_queue() {
+    // 10 Mbit/s (1.25 MB/s), 20 ms, a queue of 100 KB (0.8 BDP... 4 BDP).
+    let (goodput, _, c) = run(1_250_000, Duration::from_millis(20), 100_000, 0, 20);
+    assert!(goodput > 1_100_000, "goodput {goodput}");
+    assert_eq!(c.mode(), Mode::ProbeBw);
+    let bw = c.bandwidth().unwrap();
+    assert!((1_150_000..=1_300_000).contains(&bw), "bw {bw}");
+}
+
+#[test]
+fn keeps_the_link_full_at_five_percent_random_loss() {
+    let (goodput, _, _) = run(1_250_000, Duration::from_millis(20), 100_000, 20, 20);
+    // 95 % of the link at most gets through; ask for 85 % of the link.
+    assert!(goodput > 1_060_000, "goodput {goodput}");
+}
+
+/// An ACK of one MSS at `at`, 50 in flight, at 1 MB/s, with an RTT of `rtt_ms`.
+fn ack(c: &mut Bbr, at: Instant, rtt_ms: u64, prior: u64, delivered: u64) {
+    ack_in_flight(c, at, rtt_ms, prior, delivered, 50 * MSS);
+}
+
+/// [`ack`] with `in_flight` bytes in flight.
+fn ack_in_flight(
+    c: &mut Bbr,
+    at: Instant,
+    rtt_ms: u64,
+    prior: u64,
+    delivered: u64,
+    in_flight: u64,
+) {
+    c.on_ack(&AckEvent {
+        now: at,
+        acked: MSS,
+        in_flight,
+        rate: Some(super::super::RateSample {
+            delivery_rate: 1_000_000,
+            app_limited: false,
+            prior_delivered: prior,
+            interval: Duration::from_millis(50),
+        }),
+        rtt: Some(Duration::from_millis(rtt_ms)),
+        srtt: None,
+        delivered,
+    })
+}
+
+#[test]
+fn backs_off_when_loss_comes_with_a_queue() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    ack(&mut c, t0, 10, 0, MSS);
+    assert_eq!(c.inflight_hi, u64::MAX);
+    // Random loss, no queue: a round with 10 % loss changes nothing.
+    c.on_lost(&LossEvent {
+        now: t0,
+        lost: 5 * MSS,
+        sent_at: t0,
+        in_flight: 50 * MSS,
+    });
+    for i in 0..40 {
+        ack(
+            &mut c,
+            t0 + Duration::from_millis(i),
+            10,
+            MSS,
+            2 * MSS + i * MSS,
+        );
+    }
+    ack(
+        &mut c,
+        t0 + Duration::from_millis(60),
+        10,
+        100 * MSS,
+        100 * MSS,
+    );
+    assert_eq!(c.inflight_hi, u64::MAX, "random loss is ignored");
+    // More losses (enough to end startup) with every RTT doubled: a queue. The
+    // in-flight cap comes down.
+    c.on_lost(&LossEvent {
+        now: t0,
+        lost: 10 * MSS,
+        sent_at: t0,
+        in_flight: 50 * MSS,
+    });
+    for i in 0..40 {
+        ack(
+            &mut c,
+            t0 + Duration::from_millis(70 + i),
+            25,
+            100 * MSS,
+            101 * MSS + i * MSS,
+        );
+    }
+    ack(
+        &mut c,
+        t0 + Duration::from_millis(120),
+        25,
+        200 * MSS,
+        200 * MSS,
+    );
+    assert!(c.inflight_hi < 50 * MSS, "cap {}", c.inflight_hi);
+    assert!(c.window() <= c.inflight_hi);
+    assert!(c.mode() != Mode::Startup, "congestion ends startup");
+}
+
+/// Drives `c` through `rounds` round trips from `*at`, each of 50 datagrams delivered
+/// at 1 MB/s with `rtt_ms` and 8 in flight, `lost` datagrams declared lost in each; `*delivered` counts
+/// on. Returns the cap after each round.
+fn rounds(
+    c: &mut Bbr,
+    at: &mut Instant,
+    delivered: &mut u64,
+    rounds: usize,
+    rtt_ms: u64,
+    lost: u64,
+) -> Vec<u64> {
+    let mut caps = Vec::new();
+    for _ in 0..rounds {
+        let prior = *delivered;
+        for i in 0..50 {
+            *delivered += MSS;
+            *at += Duration::from_micros(rtt_ms * 1000 / 50);
+            // About the path's product in flight, so that start-up's queue drains.
+            ack_in_flight(c, *at, rtt_ms, prior, *delivered, 8 * MSS);
+            if i == 0 && lost > 0 {
+                // After the ACK that started the round (which judged the last one).
+                c.on_lost(&LossEvent {
+                    now: *at,
+                    lost: lost * MSS,
+                    sent_at: *at,
+                    in_flight: 50 * MSS,
+                });
+            }
+        }
+        caps.push(c.inflight_hi);
+    }
+    caps
+}
+
+/// Leaves startup on a clean 10 ms path: returns the clock and the delivered count.
+fn settled(c: &mut Bbr) -> (Instant, u64) {
+    let (mut at, mut delivered) = (Instant::now(), MSS);
+    ack(c, at, 10, 0, MSS);
+    rounds(c, &mut at, &mut delivered, 12, 10, 0);
+    assert_eq!(c.mode(), Mode::ProbeBw);
+    (at, delivered)
+}
+
+#[test]
+fn after_a_cut_the_cap_cruises_with_headroom_before_probing_up() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    // One congested round (4 % lost, RTT doubled; judged when the next round starts),
+    // then clean rounds: a loss-based flow sharing the link is regrowing meanwhile.
+    rounds(&mut c, &mut at, &mut d, 1, 20, 2);
+    let mut after = rounds(&mut c, &mut at, &mut d, 1, 20, 0);
+    let cut = after[0];
+    assert!(cut < u64::MAX, "congestion cuts the cap");
+    // It holds for about its size in datagrams.
+    let wait = (cut / MSS).clamp(1, MAX_CRUISE_ROUNDS) as usize;
+    let mut cruised = 0;
+    for _ in 1..wait {
+        after.extend(rounds(&mut c, &mut at, &mut d, 1, 10, 0));
+        if c.mode() == Mode::ProbeBw && c.cycle != 0 {
+            // Cruising: the window leaves 15 % of the cap to the others.
+            assert!(c.window() <= scale(cut, 850, UNIT).max(c.min_window()));
+            cruised += 1;
+        }
+    }
+    assert!(cruised > 0, "never cruised: {:?}", c.mode());
+    assert!(
+        after.iter().all(|&h| h == cut),
+        "the cap holds for {wait} rounds: {after:?}"
+    );
+    let later = rounds(&mut c, &mut at, &mut d, 60, 10, 0);
+    assert!(
+        later.last().is_some_and(|&h| h > cut),
+        "then it probes up: {later:?}"
+    );
+}
+
+#[test]
+fn losses_that_persist_although_it_backs_off_mean_the_others_do_not_yield() {
+    // One congested round: a cut to 70 % of what was in flight (50 datagrams).
+    let mut y = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut y);
+    rounds(&mut y, &mut at, &mut d, 1, 20, 3);
+    let cut = rounds(&mut y, &mut at, &mut d, 1, 20, 0)[0];
+    assert!(
+        y.loss_ewma <= LOSS_THRESHOLD,
+        "one lossy round is not persistence"
+    );
+    assert!(cut <= scale(50 * MSS, BETA, UNIT).max(scale(y.bdp(UNIT).unwrap(), BETA, UNIT)));
+    // Loss with a queue round after round (a BBRv1 flow keeps the queue full): the
+    // smoothed loss rate passes the threshold, cuts become mild, and the cap regrows at
+    // once instead of cruising.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    rounds(&mut c, &mut at, &mut d, 40, 20, 3);
+    assert!(c.loss_ewma > LOSS_THRESHOLD, "loss rate {}", c.loss_ewma);
+    let caps = rounds(&mut c, &mut at, &mut d, 3, 20, 0);
+    assert!(caps[0] > cut, "a mild cut: {} against {cut}", caps[0]);
+    assert!(caps[2] > caps[0], "no cruise: {caps:?}");
+}
+
+#[test]
+fn a_cut_whose_losses_were_spurious_is_undone() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    ack(&mut c, t0, 10, 0, MSS);
+    let lost = LossEvent {
+        now: t0 + ms(5),
+        lost: 10 * MSS,
+        sent_at: t0,
+        in_flight: 50 * MSS,
+    };
+    // Losses in the round in progress, found spurious before it ends: no cut.
+    c.on_lost(&lost);
+    c.on_spurious(&SpuriousEvent {
+        lost: 10 * MSS,
+        lost_at: t0 + ms(5),
+    });
+    for i in 0..40 {
+        ack(&mut c, t0 + ms(10 + i), 25, MSS, 2 * MSS + i * MSS);
+    }
+    ack(&mut c, t0 + ms(60), 25, 100 * MSS, 100 * MSS);
+    assert_eq!(c.inflight_hi, u64::MAX, "no loss left in the round");
+    // The same losses found spurious only after the round that cut the cap.
+    c.on_lost(&LossEvent {
+        now: t0 + ms(65),
+        ..lost
+    });
+    for i in 0..40 {
+        ack(&mut c, t0 + ms(70 + i), 25, 100 * MSS, 101 * MSS + i * MSS);
+    }
+    ack(&mut c, t0 + ms(120), 25, 200 * MSS, 200 * MSS);
+    assert!(c.inflight_hi < 50 * MSS, "cut: cap {}", c.inflight_hi);
+    assert_eq!(c.mode(), Mode::Drain, "the cut ended startup");
+    let spurious = |lost| SpuriousEvent {
+        lost,
+        lost_at: t0 + ms(65),
+    };
+    c.on_spurious(&spurious(MSS));
+    assert!(c.inflight_hi < 50 * MSS, "9 of 11 KB lost: still lossy");
+    c.on_spurious(&spurious(9 * MSS));
+    assert_eq!(c.inflight_hi, u64::MAX, "the cut is undone");
+    assert_eq!(c.mode(), Mode::Startup, "and startup resumes");
+}
+
+#[test]
+fn one_loss_in_a_small_startup_round_does_not_end_startup() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    ack(&mut c, t0, 10, 0, MSS);
+    // A round of 5 datagrams, one of them declared lost, and RTTs well above the
+    // minimum: 20 % lost "with a queue", but one datagram.
+    c.on_lost(&LossEvent {
+        now: t0 + ms(5),
+        lost: MSS,
+        sent_at: t0,
+        in_flight: 5 * MSS,
+    });
+    for i in 0..4 {
+        ack(&mut c, t0 + ms(10 + i), 25, MSS, 2 * MSS + i * MSS);
+    }
+    ack(&mut c, t0 + ms(20), 25, 10 * MSS, 10 * MSS);
+    assert_eq!(c.inflight_hi, u64::MAX);
+    assert_eq!(c.mode(), Mode::Startup);
+}
+
+#[test]
+fn hostile_numbers_do_not_overflow() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    for i in 0..100 {
+        c.on_ack(&AckEvent {
+            now: t0 + Duration::from_secs(i * 20),
+            acked: u64::MAX,
+            in_flight: u64::MAX,
+            rate: Some(super::super::RateSample {
+                delivery_rate: u64::MAX,
+                app_limited: i % 2 == 0,
+                prior_delivered: u64::MAX,
+                interval: Duration::MAX,
+            }),
+            rtt: Some(Duration::from_nanos(i)),
+            srtt: Some(Duration::MAX),
+            delivered: u64::MAX,
+        });
+        c.on_lost(&LossEvent {
+            now: t0,
+            lost: u64::MAX,
+            sent_at: t0,
+            in_flight: u64::MAX,
+        });
+    }
+    assert!(c.window() >= MIN_WINDOW * MSS);
+    assert!(c.pacing_rate().is_some());
+    c.on_rto(t0);
+    assert_eq!(c.window(), MIN_WINDOW * MSS);
+}
