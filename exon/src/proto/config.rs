@@ -454,6 +454,13 @@ impl Config {
 
     /// Checks that values are in range and consistent with each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_sizes_and_flow()?;
+        self.validate_timers_and_budgets()?;
+        self.validate_messages()
+    }
+
+    /// Datagram sizes, the flow window and envelopes, the per-peer and slot limits.
+    fn validate_sizes_and_flow(&self) -> Result<(), ConfigError> {
         if !(MIN_DATAGRAM_SIZE..=MAX_DATAGRAM_SIZE).contains(&self.mtu.max_datagram_size) {
             return Err(out_of_range("mtu.max_datagram_size", "within 128..=65507"));
         }
@@ -502,6 +509,11 @@ impl Config {
                 "0 < limits.max_slots_request <= limits.max_slots_per_record",
             ));
         }
+        Ok(())
+    }
+
+    /// Timers, acknowledgements, key budgets and the untaken-delivery limits.
+    fn validate_timers_and_budgets(&self) -> Result<(), ConfigError> {
         if self.timers.min_rto.is_zero() || self.timers.min_rto > self.timers.max_rto {
             return Err(inconsistent("0 < timers.min_rto <= timers.max_rto"));
         }
@@ -535,6 +547,11 @@ impl Config {
                 "positive",
             ));
         }
+        Ok(())
+    }
+
+    /// Message sizes against reassembly and queue memory, and the clock block.
+    fn validate_messages(&self) -> Result<(), ConfigError> {
         if self.limits.max_message_size == 0
             || self.limits.max_reassembly_per_source < crate::proto::recv::assembler::MIN_CHARGE
             || (self.limits.max_message_size as u64) > self.limits.max_reassembly_per_source

@@ -112,23 +112,7 @@ impl State {
                     self.live_bytes += e.encoded_len();
                 }
             }
-            Entry::Confirmed { from, below } => {
-                let taken: Vec<_> = self
-                    .inbox
-                    .range((*from, 0, 0)..=(*from, u64::MAX, u64::MAX))
-                    .filter(|((_, _, s), p)| *s < *below && p.is_none())
-                    .map(|(k, _)| *k)
-                    .collect();
-                for (f, r, s) in taken {
-                    self.inbox.remove(&(f, r, s));
-                    self.live_bytes -= Entry::Taken {
-                        from: f,
-                        rck: r,
-                        slot: s,
-                    }
-                    .encoded_len();
-                }
-            }
+            Entry::Confirmed { from, below } => self.confirm(*from, *below),
             Entry::Accepted { id, to, payload } => {
                 if !self.outbox.contains_key(id) {
                     self.live_bytes += e.encoded_len();
@@ -163,23 +147,7 @@ impl State {
                     self.live_bytes -= Self::message_len(&m);
                 }
             }
-            Entry::Covers { from, below } => {
-                // The journal's first record says where it starts; later ones extend it, or
-                // start it again higher (after damage lost records it covered).
-                let (from, below) = match self.covers {
-                    Some((f, b)) => {
-                        self.live_bytes -= Entry::Covers { from: f, below: b }.encoded_len();
-                        if *from > f {
-                            (*from, *below)
-                        } else {
-                            (f, b.max(*below))
-                        }
-                    }
-                    None => (*from, *below),
-                };
-                self.live_bytes += Entry::Covers { from, below }.encoded_len();
-                self.covers = Some((from, below));
-            }
+            Entry::Covers { from, below } => self.cover(*from, *below),
             Entry::Replied {
                 from,
                 rck,
@@ -199,6 +167,44 @@ impl State {
                 });
             }
         }
+    }
+
+    /// `from`'s frontier passed `below`: its taken deliveries below are forgotten.
+    fn confirm(&mut self, from: NodeId, below: u64) {
+        let taken: Vec<_> = self
+            .inbox
+            .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
+            .filter(|((_, _, s), p)| *s < below && p.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        for (f, r, s) in taken {
+            self.inbox.remove(&(f, r, s));
+            self.live_bytes -= Entry::Taken {
+                from: f,
+                rck: r,
+                slot: s,
+            }
+            .encoded_len();
+        }
+    }
+
+    /// A `Covers` record: the journal's start, extended or started again.
+    fn cover(&mut self, from: u64, below: u64) {
+        // The journal's first record says where it starts; later ones extend it, or
+        // start it again higher (after damage lost records it covered).
+        let (from, below) = match self.covers {
+            Some((f, b)) => {
+                self.live_bytes -= Entry::Covers { from: f, below: b }.encoded_len();
+                if from > f {
+                    (from, below)
+                } else {
+                    (f, b.max(below))
+                }
+            }
+            None => (from, below),
+        };
+        self.live_bytes += Entry::Covers { from, below }.encoded_len();
+        self.covers = Some((from, below));
     }
 
     fn message_len(m: &RecoveredMessage) -> usize {
