@@ -111,11 +111,13 @@ fn forged_ids_leave_bounded_state(ids: u64) {
             k + 1
         );
     }
-    // Flat: the second half of the flood adds nothing that stays.
+    // Flat: the second half of the flood adds no more than the bounded tables' last
+    // capacity steps (at 200 000 ids the deaf-peer table is still filling towards its
+    // 9 216 entries: a map's doubling is about 1 MiB; at 1 000 000 it is full and flat).
     let half = samples[4];
     let end = *samples.last().unwrap();
     assert!(
-        end - half <= 1 << 20,
+        end - half <= 2 << 20,
         "heap grew {} bytes in the second half",
         end - half
     );
