@@ -1,6 +1,7 @@
 //! Test kit for exon: the one drain, the in-memory two-node `Pair`, and frame builders.
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod drain;
 pub mod frames;
 pub mod pair;

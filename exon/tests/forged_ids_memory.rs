@@ -11,32 +11,14 @@
 //! Run: `cargo test -p exon --test forged_ids_memory` (200 000 ids); the flood of 1 000 000
 //! ids: `cargo test --release -p exon --test forged_ids_memory -- --ignored`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
+use exon_testkit::alloc::Counting;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use exon::proto::frame::Header;
 use exon::proto::{Config, Frame, Node, NodeId, Packet, Security};
 
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-// SAFETY: every call is passed to the system allocator unchanged; only a counter is kept.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as the caller's contract for `GlobalAlloc::alloc`.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as the caller's contract for `GlobalAlloc::dealloc`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -50,7 +32,7 @@ const VICTIM: NodeId = NodeId::from_const(1);
 const BOUND: i64 = 12 << 20;
 
 fn heap() -> i64 {
-    LIVE.load(Ordering::Relaxed)
+    exon_testkit::alloc::live()
 }
 
 /// Floods `node` with one REQSLOTS from each of `ids` forged ids from `first` on, at `now`,

@@ -15,31 +15,12 @@
 //!
 //! Run: `cargo test -p exon --test untaken_memory`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, Ordering};
+use exon_testkit::alloc::Counting;
 use std::time::Instant;
 
 use bytes::{BufMut, BytesMut};
 use exon::proto::frame::{put_mtu_probe, put_reqslots, put_token, Header};
 use exon::proto::{Config, Event, Frame, Node, NodeId, Packet, Security};
-
-struct Counting;
-
-static LIVE: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is passed to the system allocator unchanged; only a counter is kept.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as the caller's contract for `GlobalAlloc::alloc`.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
-        // SAFETY: as the caller's contract for `GlobalAlloc::dealloc`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -92,7 +73,7 @@ fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
     let mut node = Node::new(VICTIM, Security::InsecurePlaintext, c, 1 << 20).unwrap();
     exon_testkit::confirm_clock(&mut node, now);
     let mut key = 0;
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = exon_testkit::alloc::live();
     let mut held = Vec::with_capacity(DELIVERIES as usize);
     let mut payload = 0u64;
     let mut s = 0;
@@ -126,7 +107,7 @@ fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
     }
     assert_eq!(held.len() as u64, DELIVERIES);
     assert_eq!(node.untaken(), DELIVERIES as usize);
-    let grown = (LIVE.load(Ordering::Relaxed) - before) as u64;
+    let grown = (exon_testkit::alloc::live() - before) as u64;
     let st = node.stats();
     eprintln!(
         "{} deliveries, {payload} bytes of payload: heap +{} bytes ({} per delivery); {} kept as \

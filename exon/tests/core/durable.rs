@@ -311,16 +311,12 @@ fn without_journal_before_verdict_a_verdict_is_reported_twice() {
     }
 }
 
-/// Issue 42, item 1: B takes message M and its ACK is lost, then B restarts from its stored
-/// clock with `journal` (a journal deleted, or durable mode switched on for a node that ran
-/// without it: nothing covers M's incarnation). Returns how many times M was delivered
-/// unflagged and A's verdicts (acknowledged, in doubt).
-fn restart_with_a_journal_that_never_saw_m(
-    covers: bool,
-    was_durable: bool,
-) -> (usize, usize, usize) {
-    let mut p = durable_pair(false, was_durable);
-    // Once M's token left, every datagram from B is lost: M's ACK never reaches A.
+/// A sends M (`payload(0)`); once its token left, every datagram from B is lost, so B
+/// delivers M and its ACK never reaches A. Returns M's id and the switch that heals B's
+/// side (`set(false)`).
+fn delivered_with_its_ack_lost(
+    p: &mut Pair,
+) -> (exon::proto::MsgId, std::rc::Rc<std::cell::Cell<bool>>) {
     let deaf = std::rc::Rc::new(std::cell::Cell::new(false));
     let d = deaf.clone();
     p.set_filter(move |w| {
@@ -330,12 +326,25 @@ fn restart_with_a_journal_that_never_saw_m(
             Fate::Deliver
         }
     });
-    p.send(A, payload(0));
-    step_until(&mut p, |p| p.nodes[A].node.stats().frames_out.token > 0);
+    let m = p.send(A, payload(0));
+    step_until(p, |p| p.nodes[A].node.stats().frames_out.token > 0);
     deaf.set(true);
-    step_until(&mut p, |p| p.nodes[B].delivered.len() == 1);
-    p.run(Duration::from_millis(50));
+    step_until(p, |p| p.nodes[B].delivered.len() == 1);
+    p.run(Duration::from_millis(20));
     assert!(p.nodes[A].acked.is_empty(), "the ACK is lost");
+    (m, deaf)
+}
+
+/// Issue 42, item 1: B takes message M and its ACK is lost, then B restarts from its stored
+/// clock with `journal` (a journal deleted, or durable mode switched on for a node that ran
+/// without it: nothing covers M's incarnation). Returns how many times M was delivered
+/// unflagged and A's verdicts (acknowledged, in doubt).
+fn restart_with_a_journal_that_never_saw_m(
+    covers: bool,
+    was_durable: bool,
+) -> (usize, usize, usize) {
+    let mut p = durable_pair(false, was_durable);
+    delivered_with_its_ack_lost(&mut p);
     if was_durable {
         p.crash_and_recover_with(B, exon::proto::journal::State::new(), false);
     } else {
@@ -411,21 +420,7 @@ fn abandon_then_both_crash(rule: bool) -> usize {
     let mut rules = Rules::ALL;
     rules.journal_before_verdict = rule;
     p.node(A).set_rules(rules);
-    let deaf = std::rc::Rc::new(std::cell::Cell::new(false));
-    let d = deaf.clone();
-    p.set_filter(move |w| {
-        if w.from == B && d.get() {
-            Fate::Drop
-        } else {
-            Fate::Deliver
-        }
-    });
-    let m = p.send(A, payload(0));
-    step_until(&mut p, |p| p.nodes[A].node.stats().frames_out.token > 0);
-    deaf.set(true);
-    step_until(&mut p, |p| p.nodes[B].delivered.len() == 1);
-    p.run(Duration::from_millis(20));
-    assert!(p.nodes[A].acked.is_empty(), "the ACK is lost");
+    let (m, deaf) = delivered_with_its_ack_lost(&mut p);
     // A gives M up; its record of that is not synced.
     p.nodes[A].auto_sync = false;
     let now = p.now;
