@@ -66,6 +66,7 @@ fn granted(node: &mut Node, now: Instant) -> Option<u64> {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
     let now = Instant::now();
     let mut c = Config::default();

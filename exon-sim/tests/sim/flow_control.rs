@@ -116,6 +116,7 @@ fn ideal(messages: u64, rate: u64) -> Duration {
 /// grows to the product (bounded: a few times it), and the link fills; a sender whose window
 /// is held at a fifth of the product takes longer for a quarter of the messages.
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn on_a_long_fat_path_the_window_grows_to_the_product_and_the_link_fills() {
     let (rate, latency) = (5_000_000, Duration::from_millis(100));
     let n = 12_000;
@@ -181,6 +182,7 @@ fn peers_whose_limits_differ_degrade_to_what_both_allow() {
 /// well below what the same link gives a fast application (its product is ~500 messages);
 /// deliveries waiting for the application stay bounded the same way.
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_slow_application_holds_the_window_to_its_pace() {
     let (rate, latency) = (10_000_000, Duration::from_millis(25));
     let n = 3_000;

@@ -77,6 +77,7 @@ fn compare(clean: &Run, reordered: &Run) -> (f64, f64, f64) {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn half_the_datagrams_held_back_cost_at_most_twice_the_time_and_two_percent_resent() {
     for payload in [200, 4000] {
         let clean = run(0.0, payload, None);
@@ -91,6 +92,7 @@ fn half_the_datagrams_held_back_cost_at_most_twice_the_time_and_two_percent_rese
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_tenth_held_back_costs_little_time_and_one_percent_resent() {
     for payload in [200, 4000] {
         let clean = run(0.0, payload, None);

@@ -227,6 +227,7 @@ fn after_a_flood_of_identities(rules: Rules) -> (u64, u64, Net) {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn identities_that_vanish_do_not_lock_out_known_or_new_peers() {
     let (known, new, mut net) = after_a_flood_of_identities(Rules::ALL);
     eprintln!("after 10 000 identities: known peer {known}/100, new peer {new}/100 in 1 s");
@@ -258,6 +259,7 @@ fn identities_that_vanish_do_not_lock_out_known_or_new_peers() {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn without_evicting_silent_records_the_full_table_locks_peers_out() {
     let mut rules = Rules::ALL;
     rules.evict_silent_records = false;
@@ -304,6 +306,7 @@ fn active_peer_throughput(rate: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_stream_of_new_identities_does_not_slow_an_active_peer() {
     let alone = active_peer_throughput(0);
     let with_stream = active_peer_throughput(1000);
@@ -369,6 +372,7 @@ fn evicted_during_an_outage(durable: bool, covers: bool) -> (u64, u64, u64) {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_durable_receiver_answers_an_evicted_record_from_its_journal() {
     assert_eq!(evicted_during_an_outage(true, true), (20, 20, 0));
     // Without the journal's coverage of this run's incarnations, the forgotten eviction

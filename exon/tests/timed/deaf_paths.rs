@@ -149,6 +149,7 @@ fn check(o: &Outcome, what: &str) {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_one_way_outage_is_met_with_the_deaf_schedule() {
     serially(async {
         let o = one_way_outage(Duration::from_millis(500), true).await;
@@ -157,6 +158,7 @@ fn a_one_way_outage_is_met_with_the_deaf_schedule() {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn without_the_deaf_schedule_the_dead_path_is_flooded() {
     serially(async {
         let o = one_way_outage(Duration::from_millis(500), false).await;

@@ -597,6 +597,7 @@ fn without_the_rule_a_racing_observer_stalls_the_conversation() {
 /// original (the copies are always the fresher ones: the new address is challenged once the
 /// observer's candidate failed and the old address stayed quiet as long).
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_peer_whose_address_changes_is_followed_once_it_answers_there() {
     serially(async {
         for race_from in [None, Some(0)] {

@@ -284,6 +284,7 @@ fn within_deadline(r: &Run) -> usize {
 }
 
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_flood_of_forgeries_does_not_lock_out_new_peers() {
     serially(a_flood_of_forgeries_does_not_lock_out_new_peers_run());
 }
@@ -323,6 +324,7 @@ async fn a_flood_of_forgeries_does_not_lock_out_new_peers_run() {
 /// floods, and tries up to three times; `exon/tests/core/hostile.rs` shows the members' defect
 /// exactly, on the core.
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn without_the_rules_a_flood_locks_new_peers_out() {
     serially(without_the_rules_run());
 }

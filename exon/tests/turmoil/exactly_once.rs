@@ -175,6 +175,7 @@ fn bounce_with_clock_store_kept() {
 /// Messages from 4 bytes to 300 KB, most of them in fragments, through random loss: each
 /// delivered once and whole (the server checks every byte) and acknowledged.
 #[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn large_messages_under_random_loss() {
     let n = 40;
     let mut sim = sim(300, |b| {
