@@ -22,7 +22,7 @@ use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::endpoint::Kind;
+use exon::endpoint::{Channel, Endpoint, Handle, Kind};
 use exon::proto::NodeId;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -300,110 +300,11 @@ pub fn channel_calls(
     let (addr_tx, addr_rx) = std_mpsc::channel::<SocketAddr>();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
-        runtime(0).block_on(async move {
-            let mut ep = exon_bind(2, datagram, false);
-            addr_tx.send(ep.local_addr()).unwrap();
-            // The channel back, once the client is known (its first request).
-            let mut back = None;
-            let mut stop = stop_rx;
-            let mut next = 0u64;
-            loop {
-                let m = tokio::select! {
-                    m = ep.recv() => m.expect("endpoint running"),
-                    _ = &mut stop => break,
-                };
-                match (kind, m.kind()) {
-                    (ChannelKind::Channel, Kind::Channel { channel: 1, seq }) => {
-                        assert_eq!(seq, next, "requests in order, each once");
-                        next += 1;
-                        let back = back
-                            .get_or_insert_with(|| ep.channel(m.from, 1).expect("channel back"));
-                        drop(back.send(m.payload).await.expect("reply"));
-                    }
-                    (ChannelKind::Plain, Kind::Plain) => {
-                        drop(ep.send(m.from, m.payload).await.expect("reply"));
-                    }
-                    (_, k) => panic!("unexpected {k:?}"),
-                }
-            }
-            ep.close(Duration::from_millis(200)).await;
-        })
+        runtime(0).block_on(serve_calls(kind, datagram, addr_tx, stop_rx));
     });
     let to = addr_rx.recv().expect("server address");
     let client = std::thread::spawn(move || {
-        runtime(0).block_on(async move {
-            let server = NodeId::from_const(2);
-            let mut ep = exon_bind(1, datagram, false);
-            ep.add_peer(server, to);
-            let ch = ep.channel(server, 1).expect("channel");
-            // One waiter per caller; the receive loop routes replies by caller id.
-            let mut waiters: Vec<tokio::sync::mpsc::Sender<(u64, Instant)>> = Vec::new();
-            let mut tasks = Vec::new();
-            let measuring = Instant::now() + warmup;
-            let end = measuring + secs;
-            for c in 0..callers {
-                let (tx, mut rx) = tokio::sync::mpsc::channel::<(u64, Instant)>(1);
-                waiters.push(tx);
-                let (h, ch) = (ep.handle(), ch.clone());
-                tasks.push(tokio::spawn(async move {
-                    let mut lat = Latencies::default();
-                    let mut n = 0u64;
-                    let mut counter = 0u64;
-                    loop {
-                        let sent = Instant::now();
-                        if sent >= end {
-                            break;
-                        }
-                        let req = request(c, counter, size);
-                        let r = match kind {
-                            ChannelKind::Channel => ch.send(req).await,
-                            ChannelKind::Plain => h.send(server, req).await,
-                        };
-                        drop(r.expect("send"));
-                        let (got, at) = rx.recv().await.expect("reply");
-                        assert_eq!(got, counter, "caller {c}: reply to its own request");
-                        counter += 1;
-                        if sent >= measuring {
-                            lat.record(at - sent);
-                            n += 1;
-                        }
-                    }
-                    (n, lat)
-                }));
-            }
-            let mut next = 0u64;
-            let router = async {
-                loop {
-                    let m = ep.recv().await.expect("endpoint running");
-                    match (kind, m.kind()) {
-                        (ChannelKind::Channel, Kind::Channel { channel: 1, seq }) => {
-                            assert_eq!(seq, next, "replies in order, each once");
-                            next += 1;
-                        }
-                        (ChannelKind::Plain, Kind::Plain) => {}
-                        (_, k) => panic!("unexpected {k:?}"),
-                    }
-                    assert_eq!(m.payload.len(), size.max(12), "reply length");
-                    let (c, counter) = parse(&m.payload);
-                    let _ = waiters[c as usize].try_send((counter, Instant::now()));
-                }
-            };
-            let all = async {
-                let (mut n, mut lat) = (0, Latencies::default());
-                for t in tasks {
-                    let (k, l) = t.await.expect("caller");
-                    n += k;
-                    lat.merge(&l);
-                }
-                (n, lat)
-            };
-            let (n, lat) = tokio::select! {
-                r = all => r,
-                _ = router => unreachable!(),
-            };
-            ep.close(Duration::from_millis(200)).await;
-            (n, lat)
-        })
+        runtime(0).block_on(make_calls(kind, callers, size, datagram, to, warmup, secs))
     });
     let (replies, latencies) = client.join().expect("client");
     let _ = stop_tx.send(());
@@ -412,5 +313,160 @@ pub fn channel_calls(
         replies,
         time: secs,
         latencies,
+    }
+}
+
+/// The server of [`channel_calls`]: sends its address to `addr_tx` once bound, then echoes
+/// each request (on its own ordered channel back, or as a plain message) until `stop`.
+async fn serve_calls(
+    kind: ChannelKind,
+    datagram: usize,
+    addr_tx: std_mpsc::Sender<SocketAddr>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut ep = exon_bind(2, datagram, false);
+    addr_tx.send(ep.local_addr()).unwrap();
+    // The channel back, once the client is known (its first request).
+    let mut back = None;
+    let mut next = 0u64;
+    loop {
+        let m = tokio::select! {
+            m = ep.recv() => m.expect("endpoint running"),
+            _ = &mut stop => break,
+        };
+        match (kind, m.kind()) {
+            (ChannelKind::Channel, Kind::Channel { channel: 1, seq }) => {
+                assert_eq!(seq, next, "requests in order, each once");
+                next += 1;
+                let back = back.get_or_insert_with(|| ep.channel(m.from, 1).expect("channel back"));
+                drop(back.send(m.payload).await.expect("reply"));
+            }
+            (ChannelKind::Plain, Kind::Plain) => {
+                drop(ep.send(m.from, m.payload).await.expect("reply"));
+            }
+            (_, k) => panic!("unexpected {k:?}"),
+        }
+    }
+    ep.close(Duration::from_millis(200)).await;
+}
+
+/// The client of [`channel_calls`]: `callers` callers over one endpoint to the server at
+/// `to`, for `secs` after `warmup`, while the endpoint's replies are routed to them. Returns
+/// the calls measured and their latencies.
+async fn make_calls(
+    kind: ChannelKind,
+    callers: u32,
+    size: usize,
+    datagram: usize,
+    to: SocketAddr,
+    warmup: Duration,
+    secs: Duration,
+) -> (u64, Latencies) {
+    let server = NodeId::from_const(2);
+    let mut ep = exon_bind(1, datagram, false);
+    ep.add_peer(server, to);
+    let ch = ep.channel(server, 1).expect("channel");
+    // One waiter per caller; the receive loop routes replies by caller id.
+    let mut waiters: Vec<tokio::sync::mpsc::Sender<(u64, Instant)>> = Vec::new();
+    let mut tasks = Vec::new();
+    let measuring = Instant::now() + warmup;
+    let end = measuring + secs;
+    for c in 0..callers {
+        let (tx, rx) = tokio::sync::mpsc::channel::<(u64, Instant)>(1);
+        waiters.push(tx);
+        let (h, ch) = (ep.handle(), ch.clone());
+        let caller = Caller {
+            id: c,
+            kind,
+            ch,
+            h,
+            server,
+            replies: rx,
+        };
+        tasks.push(tokio::spawn(caller.run(size, measuring, end)));
+    }
+    let router = route_replies(&mut ep, kind, size, &waiters);
+    let all = async {
+        let (mut n, mut lat) = (0, Latencies::default());
+        for t in tasks {
+            let (k, l) = t.await.expect("caller");
+            n += k;
+            lat.merge(&l);
+        }
+        (n, lat)
+    };
+    let (n, lat) = tokio::select! {
+        r = all => r,
+        _ = router => unreachable!(),
+    };
+    ep.close(Duration::from_millis(200)).await;
+    (n, lat)
+}
+
+/// Hands each reply `ep` receives to the waiter of its caller (by caller id), checking that
+/// the channel's replies come in order, each once, and their length (`size`). Runs as long
+/// as the endpoint does.
+async fn route_replies(
+    ep: &mut Endpoint,
+    kind: ChannelKind,
+    size: usize,
+    waiters: &[tokio::sync::mpsc::Sender<(u64, Instant)>],
+) {
+    let mut next = 0u64;
+    loop {
+        let m = ep.recv().await.expect("endpoint running");
+        match (kind, m.kind()) {
+            (ChannelKind::Channel, Kind::Channel { channel: 1, seq }) => {
+                assert_eq!(seq, next, "replies in order, each once");
+                next += 1;
+            }
+            (ChannelKind::Plain, Kind::Plain) => {}
+            (_, k) => panic!("unexpected {k:?}"),
+        }
+        assert_eq!(m.payload.len(), size.max(12), "reply length");
+        let (c, counter) = parse(&m.payload);
+        let _ = waiters[c as usize].try_send((counter, Instant::now()));
+    }
+}
+
+/// One caller of [`channel_calls`]: its id, the two ways its requests may go (`kind` says
+/// which), and its replies, routed to it by id.
+struct Caller {
+    id: u32,
+    kind: ChannelKind,
+    ch: Channel,
+    h: Handle,
+    server: NodeId,
+    replies: tokio::sync::mpsc::Receiver<(u64, Instant)>,
+}
+
+impl Caller {
+    /// Calls (a `size`-byte request, then its reply) until `end`. Returns the calls made
+    /// from `measuring` on, and their latencies.
+    async fn run(mut self, size: usize, measuring: Instant, end: Instant) -> (u64, Latencies) {
+        let c = self.id;
+        let mut lat = Latencies::default();
+        let mut n = 0u64;
+        let mut counter = 0u64;
+        loop {
+            let sent = Instant::now();
+            if sent >= end {
+                break;
+            }
+            let req = request(c, counter, size);
+            let r = match self.kind {
+                ChannelKind::Channel => self.ch.send(req).await,
+                ChannelKind::Plain => self.h.send(self.server, req).await,
+            };
+            drop(r.expect("send"));
+            let (got, at) = self.replies.recv().await.expect("reply");
+            assert_eq!(got, counter, "caller {c}: reply to its own request");
+            counter += 1;
+            if sent >= measuring {
+                lat.record(at - sent);
+                n += 1;
+            }
+        }
+        (n, lat)
     }
 }

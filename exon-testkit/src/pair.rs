@@ -79,6 +79,89 @@ pub struct Side {
     pub redelivered: Vec<Bytes>,
 }
 
+impl Side {
+    /// Durable mode: syncs the journal records not yet synced and reports them durable.
+    /// Returns whether there were any.
+    fn sync_unsynced(&mut self, now: Instant) -> bool {
+        let Some(last) = self.unsynced.last().map(|w| w.seq) else {
+            return false;
+        };
+        for w in self.unsynced.drain(..) {
+            self.journal.apply(&w.entry);
+        }
+        self.node.handle_stored(now, last);
+        true
+    }
+}
+
+/// Where [`Pair::drain`] writes down the events of a side's node: the side's logs, borrowed
+/// apart from the node (which the drain holds), and the deliveries its application takes.
+struct EventLog<'a> {
+    /// The other node: every event is about it.
+    peer: NodeId,
+    /// Deliveries go to `taken` (else to `untaken`).
+    auto_take: bool,
+    taken: &'a mut Vec<DeliveryId>,
+    delivered: &'a mut Vec<Bytes>,
+    redelivered: &'a mut Vec<Bytes>,
+    untaken: &'a mut Vec<DeliveryId>,
+    acked: &'a mut Vec<MsgId>,
+    in_doubt: &'a mut Vec<MsgId>,
+    not_delivered: &'a mut Vec<MsgId>,
+    stored_msgs: &'a mut Vec<MsgId>,
+    liveness: &'a mut Vec<bool>,
+}
+
+impl EventLog<'_> {
+    /// Writes down event `e` (about the other node, or the test fails).
+    fn record(&mut self, e: Event) {
+        let peer = self.peer;
+        match e {
+            Event::Delivered {
+                from,
+                payload,
+                id: d,
+            } => {
+                assert_eq!(from, peer);
+                if d.is_redelivery() {
+                    self.redelivered.push(payload.clone());
+                }
+                self.delivered.push(payload);
+                if self.auto_take {
+                    self.taken.push(d);
+                } else {
+                    self.untaken.push(d);
+                }
+            }
+            Event::Acknowledged { to, ids } => {
+                assert_eq!(to, peer);
+                self.acked.extend(ids);
+            }
+            Event::InDoubt { to, id: m } => {
+                assert_eq!(to, peer);
+                self.in_doubt.push(m);
+            }
+            Event::NotDelivered { to, id: m } => {
+                assert_eq!(to, peer);
+                self.not_delivered.push(m);
+            }
+            Event::Stored { to, id: m } => {
+                assert_eq!(to, peer);
+                self.stored_msgs.push(m);
+            }
+            Event::PeerUnreachable { peer: p } => {
+                assert_eq!(p, peer);
+                self.liveness.push(false);
+            }
+            Event::PeerReachable { peer: p } => {
+                assert_eq!(p, peer);
+                self.liveness.push(true);
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+}
+
 type Filter = Box<dyn FnMut(&Wire) -> Fate>;
 
 /// Two nodes, [`A`] and [`B`], over a network in virtual time.
@@ -207,13 +290,21 @@ impl Pair {
         let auto_sync = side.auto_sync;
         if auto_sync {
             // Records left unsynced while syncing was off are synced first.
-            if let Some(last) = side.unsynced.last().map(|w| w.seq) {
-                for w in side.unsynced.drain(..) {
-                    side.journal.apply(&w.entry);
-                }
-                side.node.handle_stored(now, last);
-            }
+            side.sync_unsynced(now);
         }
+        let mut events = EventLog {
+            peer,
+            auto_take,
+            taken: &mut taken,
+            delivered: &mut side.delivered,
+            redelivered: &mut side.redelivered,
+            untaken: &mut side.untaken,
+            acked: &mut side.acked,
+            in_doubt: &mut side.in_doubt,
+            not_delivered: &mut side.not_delivered,
+            stored_msgs: &mut side.stored_msgs,
+            liveness: &mut side.liveness,
+        };
         let (journal, unsynced) = (&mut side.journal, &mut side.unsynced);
         drain_with(&mut side.node, now, |node, out| match out {
             Drained::Store(w) => {
@@ -239,49 +330,7 @@ impl Pair {
                     *strays += 1;
                 }
             }
-            Drained::Event(e) => match e {
-                Event::Delivered {
-                    from,
-                    payload,
-                    id: d,
-                } => {
-                    assert_eq!(from, peer);
-                    if d.is_redelivery() {
-                        side.redelivered.push(payload.clone());
-                    }
-                    side.delivered.push(payload);
-                    if auto_take {
-                        taken.push(d);
-                    } else {
-                        side.untaken.push(d);
-                    }
-                }
-                Event::Acknowledged { to, ids } => {
-                    assert_eq!(to, peer);
-                    side.acked.extend(ids);
-                }
-                Event::InDoubt { to, id: m } => {
-                    assert_eq!(to, peer);
-                    side.in_doubt.push(m);
-                }
-                Event::NotDelivered { to, id: m } => {
-                    assert_eq!(to, peer);
-                    side.not_delivered.push(m);
-                }
-                Event::Stored { to, id: m } => {
-                    assert_eq!(to, peer);
-                    side.stored_msgs.push(m);
-                }
-                Event::PeerUnreachable { peer: p } => {
-                    assert_eq!(p, peer);
-                    side.liveness.push(false);
-                }
-                Event::PeerReachable { peer: p } => {
-                    assert_eq!(p, peer);
-                    side.liveness.push(true);
-                }
-                other => panic!("unexpected event {other:?}"),
-            },
+            Drained::Event(e) => events.record(e),
         });
         // The application takes what was delivered once the events are read (taking makes
         // no event), and the ACKs go out in the next drain.
@@ -289,17 +338,23 @@ impl Pair {
         for d in taken {
             took |= side.node.handle_taken(now, d);
         }
+        self.put_wires(i, wires);
+        if took {
+            self.drain(i);
+        }
+    }
+
+    /// Puts the datagrams node `from` sent on the network, in order, each with the next
+    /// sequence number.
+    fn put_wires(&mut self, from: usize, wires: Vec<Bytes>) {
         for data in wires {
             let wire = Wire {
-                from: i,
+                from,
                 seq: self.seq,
                 data,
             };
             self.seq += 1;
             self.put_on_network(wire);
-        }
-        if took {
-            self.drain(i);
         }
     }
 
@@ -317,14 +372,9 @@ impl Pair {
     pub fn sync(&mut self, i: usize) {
         self.drain(i);
         let now = self.now;
-        let side = &mut self.nodes[i];
-        let Some(last) = side.unsynced.last().map(|w| w.seq) else {
+        if !self.nodes[i].sync_unsynced(now) {
             return;
-        };
-        for w in side.unsynced.drain(..) {
-            side.journal.apply(&w.entry);
         }
-        side.node.handle_stored(now, last);
         self.drain(i);
     }
 

@@ -95,6 +95,9 @@ pub(super) struct Recovered {
     pub since_checkpoint: u64,
 }
 
+/// A place in the log: (segment index, offset).
+type At = (usize, usize);
+
 /// Reads the log in `backend` back, replays it and repairs it (see [`Log::open`]).
 ///
 /// [`Log::open`]: super::Log::open
@@ -109,40 +112,39 @@ pub(super) fn recover<B: Backend>(
         Some(&n) => n.checked_add(1).ok_or(LogError::SegmentNumbers)?,
         None => 0,
     };
-    // Read from the newest segment back to the newest complete checkpoint.
+    let (segs, start) = read_back(backend, cfg, &numbers)?;
+    let mut rec = Recovery {
+        removed_segments: start,
+        ..Recovery::default()
+    };
+    remove_obsolete(backend, &numbers[..start])?;
+    let (cut, end_at) = replay(&segs, cfg, &mut rec);
+    let mut lens: Vec<(u64, u64)> = segs.iter().map(|s| (s.seg, s.data.len() as u64)).collect();
+    if let Some(cut) = cut {
+        cut_log(backend, &mut lens, cut)?;
+    }
+    let since_checkpoint = since_checkpoint(&lens, end_at);
+    rec.segments = lens.len();
+    let found = Recovered {
+        segs: lens,
+        next_seg,
+        since_checkpoint,
+    };
+    Ok((found, rec))
+}
+
+/// Reads the segments `numbers` (sorted) from the newest back to the newest complete
+/// checkpoint. Returns them oldest first, and the index in `numbers` of the oldest one read:
+/// the segments before it are obsolete.
+fn read_back<B: Backend>(
+    backend: &mut B,
+    cfg: &LogConfig,
+    numbers: &[u64],
+) -> Result<(Vec<Segment>, usize), LogError> {
     let mut segs = std::collections::VecDeque::new();
     let mut start = 0;
     for (i, &seg) in numbers.iter().enumerate().rev() {
-        let data = backend.read(seg, cfg.segment_bytes).map_err(|e| {
-            if e.kind() == io::ErrorKind::FileTooLarge {
-                LogError::SegmentTooLarge {
-                    seg,
-                    max: cfg.segment_bytes,
-                }
-            } else {
-                LogError::Io(e)
-            }
-        })?;
-        let (mut first, mut ends) = (None, BTreeSet::new());
-        let mut records = Records::new(&data, cfg.max_record);
-        for (at, r) in records.by_ref() {
-            match r {
-                Record::End(n) if n <= seg && numbers.binary_search(&n).is_ok() => {
-                    ends.insert(n);
-                }
-                _ => {}
-            }
-            if at == 0 {
-                first = Some(r);
-            }
-        }
-        segs.push_front(Segment {
-            seg,
-            valid: records.offset(),
-            data: Bytes::from(data),
-            first,
-            ends,
-        });
+        segs.push_front(read_segment(backend, cfg, numbers, seg)?);
         let segs = segs.make_contiguous();
         if let Some(Record::Begin(n)) = segs[0].first {
             if n == seg && has_end(segs, n) {
@@ -151,22 +153,68 @@ pub(super) fn recover<B: Backend>(
             }
         }
     }
-    let segs = Vec::from(segs);
-    let mut rec = Recovery {
-        removed_segments: start,
-        ..Recovery::default()
-    };
-    for &seg in &numbers[..start] {
+    Ok((Vec::from(segs), start))
+}
+
+/// Reads segment `seg` back: its intact bytes, its first record, and its checkpoint ends
+/// (of those that may match a begin: the number of a segment of `numbers` up to this one).
+fn read_segment<B: Backend>(
+    backend: &mut B,
+    cfg: &LogConfig,
+    numbers: &[u64],
+    seg: u64,
+) -> Result<Segment, LogError> {
+    let data = backend.read(seg, cfg.segment_bytes).map_err(|e| {
+        if e.kind() == io::ErrorKind::FileTooLarge {
+            LogError::SegmentTooLarge {
+                seg,
+                max: cfg.segment_bytes,
+            }
+        } else {
+            LogError::Io(e)
+        }
+    })?;
+    let (mut first, mut ends) = (None, BTreeSet::new());
+    let mut records = Records::new(&data, cfg.max_record);
+    for (at, r) in records.by_ref() {
+        match r {
+            Record::End(n) if n <= seg && numbers.binary_search(&n).is_ok() => {
+                ends.insert(n);
+            }
+            _ => {}
+        }
+        if at == 0 {
+            first = Some(r);
+        }
+    }
+    Ok(Segment {
+        seg,
+        valid: records.offset(),
+        data: Bytes::from(data),
+        first,
+        ends,
+    })
+}
+
+/// Removes the segments a later checkpoint made obsolete, then syncs the directory (if
+/// there were any).
+fn remove_obsolete<B: Backend>(backend: &mut B, obsolete: &[u64]) -> Result<(), LogError> {
+    for &seg in obsolete {
         backend.remove(seg)?;
     }
-    if start > 0 {
+    if !obsolete.is_empty() {
         backend.sync_dir()?;
     }
+    Ok(())
+}
 
-    // Replay; find where the log must be cut (damage, or an unended checkpoint).
+/// Replays `segs` into `rec.entries`, recording in `rec` what was damaged or discarded.
+/// Returns where the log must be cut (damage, or an unended checkpoint), and where the last
+/// checkpoint ended (just after its end).
+fn replay(segs: &[Segment], cfg: &LogConfig, rec: &mut Recovery) -> (Option<At>, Option<At>) {
     let mut begun = None; // (segment index, offset, entries before, number)
-    let mut cut = None; // (segment index, offset)
-    let mut end_at = None; // just after the last checkpoint end: (segment index, offset)
+    let mut cut = None;
+    let mut end_at = None; // just after the last checkpoint end
     for (j, s) in segs.iter().enumerate() {
         for (at, r) in Records::new(&s.data, cfg.max_record) {
             match r {
@@ -182,60 +230,79 @@ pub(super) fn recover<B: Backend>(
             }
         }
         if s.damaged() {
-            let lost = (s.data.len() - s.valid) as u64;
-            if j + 1 == segs.len() && record::torn_tail(&s.data, s.valid, cfg.max_record) {
-                rec.torn_bytes = lost;
-            } else {
-                rec.damaged_segment = Some(s.seg);
-                let later: usize = segs[j + 1..].iter().map(|s| s.data.len()).sum();
-                rec.dropped_bytes = lost + later as u64;
-            }
+            record_damage(segs, j, cfg, rec);
             cut = Some((j, s.valid));
             break;
         }
     }
-    if let Some((j, at, n, _)) = begun {
-        // A checkpoint that begins the oldest segment left has nothing older to fall back
-        // on: older segments are removed only after a checkpoint's end is synced, so one
-        // with entries and no end was damaged (a checkpoint of a log that never committed
-        // has no entries in the journal's use).
-        if (j, at) == (0, 0) && rec.entries.len() > n && rec.damaged_segment.is_none() {
-            rec.damaged_segment = Some(segs[0].seg);
-            rec.dropped_bytes = segs.iter().map(|s| s.data.len() as u64).sum();
-            rec.torn_bytes = 0;
-        }
-        rec.entries.truncate(n);
-        rec.discarded_checkpoint = true;
-        cut = Some((j, at));
+    if let Some((j, at, entries, _)) = begun {
+        cut = Some(discard_checkpoint(segs, rec, (j, at), entries));
     }
-    let mut lens: Vec<(u64, u64)> = segs.iter().map(|s| (s.seg, s.data.len() as u64)).collect();
-    if let Some((j, at)) = cut {
-        // Later segments go first: until the cut segment is repaired, a crash leaves a
-        // log that recovery cuts at the same place.
-        for &(seg, _) in lens[j + 1..].iter().rev() {
-            backend.remove(seg)?;
-        }
-        if j + 1 < lens.len() {
-            backend.sync_dir()?;
-        }
-        lens.truncate(j + 1);
-        if lens[j].1 > at as u64 {
-            backend.truncate(lens[j].0, at as u64)?;
-            backend.sync(lens[j].0)?;
-            lens[j].1 = at as u64;
-        }
+    (cut, end_at)
+}
+
+/// Segment `segs[j]` is damaged: in the last segment, a tail shaped like a torn write
+/// (cut); anywhere else, synced data lost (it and the later segments dropped).
+fn record_damage(segs: &[Segment], j: usize, cfg: &LogConfig, rec: &mut Recovery) {
+    let s = &segs[j];
+    let lost = (s.data.len() - s.valid) as u64;
+    if j + 1 == segs.len() && record::torn_tail(&s.data, s.valid, cfg.max_record) {
+        rec.torn_bytes = lost;
+    } else {
+        rec.damaged_segment = Some(s.seg);
+        let later: usize = segs[j + 1..].iter().map(|s| s.data.len()).sum();
+        rec.dropped_bytes = lost + later as u64;
     }
-    let since_checkpoint = match end_at {
+}
+
+/// Discards the checkpoint begun at `begun` and never ended (`entries`: the entries replayed
+/// before it): its entries go, and the log is cut where it began (returned).
+fn discard_checkpoint(segs: &[Segment], rec: &mut Recovery, begun: At, entries: usize) -> At {
+    // A checkpoint that begins the oldest segment left has nothing older to fall back
+    // on: older segments are removed only after a checkpoint's end is synced, so one
+    // with entries and no end was damaged (a checkpoint of a log that never committed
+    // has no entries in the journal's use).
+    if begun == (0, 0) && rec.entries.len() > entries && rec.damaged_segment.is_none() {
+        rec.damaged_segment = Some(segs[0].seg);
+        rec.dropped_bytes = segs.iter().map(|s| s.data.len() as u64).sum();
+        rec.torn_bytes = 0;
+    }
+    rec.entries.truncate(entries);
+    rec.discarded_checkpoint = true;
+    begun
+}
+
+/// Cuts the log at `(j, at)`: the later segments are removed (newest first, then the
+/// directory synced), and segment `j` is truncated there and synced; `lens` follows.
+fn cut_log<B: Backend>(
+    backend: &mut B,
+    lens: &mut Vec<(u64, u64)>,
+    (j, at): At,
+) -> Result<(), LogError> {
+    // Later segments go first: until the cut segment is repaired, a crash leaves a
+    // log that recovery cuts at the same place.
+    for &(seg, _) in lens[j + 1..].iter().rev() {
+        backend.remove(seg)?;
+    }
+    if j + 1 < lens.len() {
+        backend.sync_dir()?;
+    }
+    lens.truncate(j + 1);
+    if lens[j].1 > at as u64 {
+        backend.truncate(lens[j].0, at as u64)?;
+        backend.sync(lens[j].0)?;
+        lens[j].1 = at as u64;
+    }
+    Ok(())
+}
+
+/// Bytes after the last checkpoint's end `end_at`, in the segments of `lens` (all bytes if
+/// there is none, or the cut took it).
+fn since_checkpoint(lens: &[(u64, u64)], end_at: Option<At>) -> u64 {
+    match end_at {
         Some((j, at)) if j < lens.len() => {
             lens[j].1.saturating_sub(at as u64) + lens[j + 1..].iter().map(|s| s.1).sum::<u64>()
         }
         _ => lens.iter().map(|s| s.1).sum(),
-    };
-    rec.segments = lens.len();
-    let found = Recovered {
-        segs: lens,
-        next_seg,
-        since_checkpoint,
-    };
-    Ok((found, rec))
+    }
 }

@@ -256,35 +256,7 @@ impl Node {
             self.stats.rejects.slots_overflow += 1;
             return;
         }
-        if self.rules.plausible_input && l > s {
-            // An honest sender's frontier is at most its clock `s`: anything above would
-            // waive slots it may hold tokens for.
-            self.stats.rejects.frontier_beyond_grant += 1;
-            return;
-        }
-        if self.rules.plausible_input && self.receivers.get(&src).is_some_and(|rec| l > rec.sck()) {
-            // Above the end of what this record ever granted, yet within the sender's own
-            // clock: a sender that restarted (its clock jumped past the record) asks. Not
-            // granted (that would waive slots tokens of the record may still be in flight
-            // for). Sealed, the datagram is the sender's own, so it is not hostile: it
-            // counts as accepted, and an endpoint learns the address the sender restarted
-            // at. In plaintext anyone could have sent it (and a learned plaintext address
-            // follows every accepted datagram): refused as before. The sender learns of
-            // the record from a probe, which it answers with the waiver that ends it (it
-            // holds nothing below its clock).
-            let sealed = self.sealer.is_some();
-            if sealed {
-                self.stats.sender_restarts += 1;
-            } else {
-                self.stats.rejects.frontier_beyond_grant += 1;
-            }
-            let cap = self.outbox_cap();
-            if let Some(rec) = self.receivers.get_mut(&src) {
-                rec.heard(now);
-                if !self.outbox.probe(src, rec.sck(), rec.rck(), cap) {
-                    self.stats.rejects.outbox_full += 1;
-                }
-            }
+        if self.implausible_frontier(now, src, s, l) {
             return;
         }
         // A durable receiver forgets the taken deliveries the sender holds no token for.
@@ -299,31 +271,92 @@ impl Node {
             if n == 0 {
                 return; // a waiver for a record that is already gone
             }
-            if bounded
-                && self.receivers.len() >= self.cfg.limits.max_receiver_records
-                && !self.make_room(now)
-            {
-                self.stats.rejects.too_many_records += 1;
+            if !self.open_receiver(now, src, s) {
                 return;
-            }
-            if !self.reserve_clock(self.ck + 1) || !self.journal_covers_incarnation(self.ck) {
-                self.stats.rejects.clock_wait += 1;
-                return;
-            }
-            let rck = self.ck;
-            self.ck += 1;
-            self.stats.incarnations += 1;
-            self.receivers.insert(src, RRecord::new(s, rck, now));
-            self.unproven.push_back((src, rck));
-            if self.unproven.len() > 2 * self.cfg.limits.max_receiver_records {
-                let receivers = &self.receivers;
-                self.unproven.retain(|(p, r)| {
-                    receivers
-                        .get(p)
-                        .is_some_and(|rec| rec.rck() == *r && !rec.is_proven())
-                });
             }
         }
+        self.grant_slots(now, src, s, n, l, asked);
+    }
+
+    /// Rule `plausible_input`: whether the frontier `l` of a REQSLOTS(s, _, l) from `src`
+    /// is past what an honest sender asks for (its clock `s`), or past all its receiver
+    /// record ever granted (a restarted sender). Counted; nothing is granted.
+    fn implausible_frontier(&mut self, now: Instant, src: NodeId, s: u64, l: u64) -> bool {
+        if self.rules.plausible_input && l > s {
+            // An honest sender's frontier is at most its clock `s`: anything above would
+            // waive slots it may hold tokens for.
+            self.stats.rejects.frontier_beyond_grant += 1;
+            return true;
+        }
+        if self.rules.plausible_input && self.receivers.get(&src).is_some_and(|rec| l > rec.sck()) {
+            // Above the end of what this record ever granted, yet within the sender's own
+            // clock: a sender that restarted (its clock jumped past the record) asks. Not
+            // granted (that would waive slots tokens of the record may still be in flight
+            // for). Sealed, the datagram is the sender's own, so it is not hostile: it
+            // counts as accepted, and an endpoint learns the address the sender restarted
+            // at. In plaintext anyone could have sent it (and a learned plaintext address
+            // follows every accepted datagram): refused as before. The sender learns of
+            // the record from a probe, which it answers with the waiver that ends it (it
+            // holds nothing below its clock).
+            self.on_restarted_sender(now, src);
+            return true;
+        }
+        false
+    }
+
+    /// A REQSLOTS from `src` past the end of its receiver record: the sender restarted.
+    /// Counted (sealed) or refused (plaintext); the record hears from it and probes it.
+    fn on_restarted_sender(&mut self, now: Instant, src: NodeId) {
+        let sealed = self.sealer.is_some();
+        if sealed {
+            self.stats.sender_restarts += 1;
+        } else {
+            self.stats.rejects.frontier_beyond_grant += 1;
+        }
+        let cap = self.outbox_cap();
+        if let Some(rec) = self.receivers.get_mut(&src) {
+            rec.heard(now);
+            if !self.outbox.probe(src, rec.sck(), rec.rck(), cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+        }
+    }
+
+    /// Opens a receiver record for `src`, its slots from `s`, in a new incarnation taken
+    /// from the node clock, when the record bound (room made if need be) and the stored
+    /// clock allow it. Returns whether it did (what stopped it is counted).
+    fn open_receiver(&mut self, now: Instant, src: NodeId, s: u64) -> bool {
+        if self.rules.bounded_input
+            && self.receivers.len() >= self.cfg.limits.max_receiver_records
+            && !self.make_room(now)
+        {
+            self.stats.rejects.too_many_records += 1;
+            return false;
+        }
+        if !self.reserve_clock(self.ck + 1) || !self.journal_covers_incarnation(self.ck) {
+            self.stats.rejects.clock_wait += 1;
+            return false;
+        }
+        let rck = self.ck;
+        self.ck += 1;
+        self.stats.incarnations += 1;
+        self.receivers.insert(src, RRecord::new(s, rck, now));
+        self.unproven.push_back((src, rck));
+        if self.unproven.len() > 2 * self.cfg.limits.max_receiver_records {
+            let receivers = &self.receivers;
+            self.unproven.retain(|(p, r)| {
+                receivers
+                    .get(p)
+                    .is_some_and(|rec| rec.rck() == *r && !rec.is_proven())
+            });
+        }
+        true
+    }
+
+    /// Grants REQSLOTS(s, n, l) from `src` on its receiver record (`asked`: `n` before
+    /// rule 6 trimmed it): SLOTS for what was granted go in the outbox, and a record left
+    /// holding nothing goes.
+    fn grant_slots(&mut self, now: Instant, src: NodeId, s: u64, n: u64, l: u64, asked: u64) {
         let cap = self.outbox_cap();
         let Some(rec) = self.receivers.get_mut(&src) else {
             return;
@@ -331,7 +364,7 @@ impl Node {
         // Only the source's sender half (REQSLOTS, TOKEN) counts as hearing from it: its
         // receiver half's SLOTS and ACKs say nothing about the slots held here.
         rec.heard(now);
-        let cap_slots = if bounded {
+        let cap_slots = if self.rules.bounded_input {
             self.cfg.limits.max_slots_per_record
         } else {
             u64::MAX

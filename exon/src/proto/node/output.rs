@@ -24,6 +24,16 @@ enum Wrote {
     Dropped,
 }
 
+/// What [`Node::write_run`] wrote: `count` datagrams of `segment` bytes (the last may be
+/// shorter), `total` bytes in all; `left`: the peer has more to send.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    segment: usize,
+    count: usize,
+    total: usize,
+    left: bool,
+}
+
 /// Most ACK ranges repeated in the next ACK frame (see [`Node::repeat_acks`]).
 const MAX_REPEATED_RANGES: usize = 4;
 
@@ -136,15 +146,8 @@ impl Node {
         max: usize,
     ) -> Option<TransmitRun> {
         self.rearm_due();
-        if let Some(peer) = self.stashed_to.take() {
-            buf.extend_from_slice(&self.stashed);
-            let n = self.stashed.len();
-            return Some(TransmitRun {
-                destination: peer,
-                segment_size: n,
-                count: 1,
-                size: n,
-            });
+        if let Some(run) = self.take_stashed(buf) {
+            return Some(run);
         }
         self.outbox.release_due(now);
         self.release_deaf(now);
@@ -164,15 +167,7 @@ impl Node {
                     continue;
                 }
             };
-            // A probe takes its id from the node clock, so none goes before the clock is
-            // stored that far.
-            let probe = if deaf {
-                None
-            } else {
-                self.due_probe(now, peer)
-                    .filter(|_| self.reserve_clock(self.ck + 1))
-            };
-            if let Some((want, timeout)) = probe {
+            if let Some((want, timeout)) = self.probe_now(now, peer, deaf) {
                 // A probe datagram holds the MTU_PROBE alone (its loss loses nothing else);
                 // what else is owed to the peer goes in the next one.
                 self.outbox.put_back(peer, out, true);
@@ -183,54 +178,115 @@ impl Node {
                     None => continue,
                 }
             }
-            let mut size = self.send_size(peer);
-            // A deaf peer gets one small datagram: the base size, which every path carries.
-            let max = if deaf {
-                size = size.min(self.cfg.mtu.min_datagram_size);
-                1
-            } else {
-                max.max(1)
-            };
-            let (mut count, mut total, mut segment) = (0, 0, 0);
-            let mut left;
-            loop {
-                let (wrote, more) = self.write_datagram(now, peer, &mut out, buf, size);
-                left = more;
-                let Wrote::Datagram(n) = wrote else {
-                    if count == 0 && wrote == Wrote::Empty && left {
-                        // Cannot happen (a token always fits in an empty datagram); never
-                        // spin.
-                        debug_assert!(false, "nothing fit in an empty datagram");
-                        left = false;
-                    }
-                    break;
-                };
-                if count == 0 {
-                    segment = n;
-                } else if n > segment {
-                    // Larger than the run's datagrams (segmented sends need them equal):
-                    // it leaves on its own, first thing next call.
-                    let at = buf.len() - n;
-                    self.stashed.clear();
-                    self.stashed.extend_from_slice(&buf[at..]);
-                    self.stashed_to = Some(peer);
-                    buf.truncate(at);
-                    break;
-                }
-                count += 1;
-                total += n;
-                if !left || count >= max || n < segment || !self.take_epoch_if_needed() {
-                    break;
-                }
-            }
-            if left {
+            let run = self.write_run(now, peer, deaf, &mut out, buf, max);
+            if run.left {
                 self.outbox.put_back(peer, out, true);
             }
             self.rearm_sender(peer);
-            if count > 0 {
+            if run.count > 0 {
+                let (segment, count, total) = (run.segment, run.count, run.total);
                 return Some(self.sent_run(now, peer, deaf, segment, count, total));
             }
         }
+    }
+
+    /// The datagram the last run left over (larger than its datagrams), appended to `buf`
+    /// as a run of its own, if any.
+    #[inline]
+    fn take_stashed(&mut self, buf: &mut Vec<u8>) -> Option<TransmitRun> {
+        let peer = self.stashed_to.take()?;
+        buf.extend_from_slice(&self.stashed);
+        let n = self.stashed.len();
+        Some(TransmitRun {
+            destination: peer,
+            segment_size: n,
+            count: 1,
+            size: n,
+        })
+    }
+
+    /// The MTU probe to send `peer` before its run, if one is due: none to a deaf peer, and
+    /// none before the clock is stored past the probe's id (taken from the node clock).
+    #[inline]
+    fn probe_now(&mut self, now: Instant, peer: NodeId, deaf: bool) -> Option<(Want, Duration)> {
+        if deaf {
+            None
+        } else {
+            self.due_probe(now, peer)
+                .filter(|_| self.reserve_clock(self.ck + 1))
+        }
+    }
+
+    /// The size of the datagrams of a run to `peer`, and the most it may hold (`max`, at
+    /// least one). A deaf peer gets one small datagram: the base size, which every path
+    /// carries.
+    #[inline]
+    fn run_shape(&self, peer: NodeId, deaf: bool, max: usize) -> (usize, usize) {
+        let size = self.send_size(peer);
+        if deaf {
+            (size.min(self.cfg.mtu.min_datagram_size), 1)
+        } else {
+            (size, max.max(1))
+        }
+    }
+
+    /// Writes a run of datagrams to `peer` (`deaf`: on the deaf schedule), of the size and
+    /// up to the number [`run_shape`](Self::run_shape) says, while it has more to send and
+    /// the datagrams keep the run's size (the last may be shorter; a larger one is stashed
+    /// for the next call).
+    #[inline]
+    fn write_run(
+        &mut self,
+        now: Instant,
+        peer: NodeId,
+        deaf: bool,
+        out: &mut PeerOut,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Run {
+        let (size, max) = self.run_shape(peer, deaf, max);
+        let mut run = Run {
+            segment: 0,
+            count: 0,
+            total: 0,
+            left: false,
+        };
+        loop {
+            let (wrote, more) = self.write_datagram(now, peer, out, buf, size);
+            run.left = more;
+            let Wrote::Datagram(n) = wrote else {
+                if run.count == 0 && wrote == Wrote::Empty && run.left {
+                    // Cannot happen (a token always fits in an empty datagram); never spin.
+                    debug_assert!(false, "nothing fit in an empty datagram");
+                    run.left = false;
+                }
+                return run;
+            };
+            if run.count == 0 {
+                run.segment = n;
+            } else if n > run.segment {
+                // Larger than the run's datagrams (segmented sends need them equal): it
+                // leaves on its own, first thing next call.
+                self.stash(peer, buf, n);
+                return run;
+            }
+            run.count += 1;
+            run.total += n;
+            if !run.left || run.count >= max || n < run.segment || !self.take_epoch_if_needed() {
+                return run;
+            }
+        }
+    }
+
+    /// Moves the datagram of `n` bytes at the end of `buf` to the stash: it goes to `peer`
+    /// on its own, first thing next call.
+    #[inline]
+    fn stash(&mut self, peer: NodeId, buf: &mut Vec<u8>, n: usize) {
+        let at = buf.len() - n;
+        self.stashed.clear();
+        self.stashed.extend_from_slice(&buf[at..]);
+        self.stashed_to = Some(peer);
+        buf.truncate(at);
     }
 
     /// Writes the MTU probe `want` to `peer` (its answer due within `timeout`) as a datagram

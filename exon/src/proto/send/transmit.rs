@@ -26,6 +26,47 @@ pub(crate) struct Space {
     pub datagram: usize,
 }
 
+/// A datagram being filled with a record's frames: when, the buffer and its room, and the
+/// counters of what goes in.
+struct Fill<'a> {
+    now: Instant,
+    buf: &'a mut Vec<u8>,
+    space: Space,
+    stats: &'a mut Stats,
+}
+
+impl Fill<'_> {
+    /// Bytes left for frames in this datagram.
+    #[inline]
+    fn room(&self) -> usize {
+        self.space.limit - self.buf.len()
+    }
+
+    /// How far into the datagram the frames written so far reach.
+    #[inline]
+    fn reach(&self) -> u32 {
+        (self.space.datagram - self.room()) as u32
+    }
+
+    /// The datagram size, as the pacer's maximum segment size.
+    #[inline]
+    fn mss(&self) -> u64 {
+        self.space.datagram as u64
+    }
+}
+
+/// What became of the token at the front of `to_send` (see [`SRecord::write_tokens`]).
+enum Step {
+    /// A frame of it went into the datagram.
+    Wrote,
+    /// Nothing of it here, and it left the front of the queue: the next token's turn.
+    Next,
+    /// Nothing more goes into this datagram.
+    Stop,
+    /// The congestion window or the pacer holds it back.
+    Blocked,
+}
+
 impl SRecord {
     /// Writes the frames this record owes into the datagram in `buf`: an outstanding
     /// REQSLOTS, then TOKENs and FRAGs as the congestion window and the pacer let them, then
@@ -41,40 +82,58 @@ impl SRecord {
         rules: &Rules,
         stats: &mut Stats,
     ) -> (bool, bool) {
-        let Space {
-            body_room,
-            limit,
-            datagram: dgram_size,
-        } = space;
-        let rec = self;
-        if rec.req.is_due() {
-            let (s, n, l) = (rec.sck, rec.req.asked().unwrap_or(0), rec.frontier());
-            if reqslots_len(s, n, l) <= limit - buf.len() {
-                put_reqslots(buf, s, n, l);
-                stats.frames_out.reqslots += 1;
-                let seq = rec.flight.losses.current_seq();
-                rec.req.on_sent(now, seq);
+        let mut fill = Fill {
+            now,
+            buf,
+            space,
+            stats,
+        };
+        self.write_reqslots(&mut fill);
+        let (wrote, blocked) = self.write_tokens(&mut fill, cfg, rules);
+        self.write_reqcredit(&mut fill);
+        self.end_datagram(now, cfg, wrote);
+        let credit_due = self.credit.due().is_some();
+        let burst_end = !self.req.is_due() && self.to_send.is_empty() && !credit_due;
+        let left = self.req.is_due() || credit_due || (!self.to_send.is_empty() && !blocked);
+        (left, burst_end)
+    }
+
+    /// Writes the outstanding REQSLOTS into the datagram, if one is due and fits.
+    #[inline]
+    fn write_reqslots(&mut self, fill: &mut Fill<'_>) {
+        if self.req.is_due() {
+            let (s, n, l) = (self.sck, self.req.asked().unwrap_or(0), self.frontier());
+            if reqslots_len(s, n, l) <= fill.room() {
+                put_reqslots(fill.buf, s, n, l);
+                fill.stats.frames_out.reqslots += 1;
+                let seq = self.flight.losses.current_seq();
+                self.req.on_sent(fill.now, seq);
             }
         }
+    }
+
+    /// Writes the tokens of `to_send` in turn, each whole (TOKEN) or a fragment of it
+    /// (FRAG), while they fit and the congestion window and the pacer let them. Returns
+    /// whether any was written, and whether one was held back (window, pacer, or a slot not
+    /// yet on stable storage).
+    #[inline]
+    fn write_tokens(&mut self, fill: &mut Fill<'_>, cfg: &Config, rules: &Rules) -> (bool, bool) {
         let keep_own = rules.token_keeps_incarnation;
-        let mss = dgram_size as u64;
         let mut wrote = false;
-        let mut blocked = false;
-        rec.clear_pace();
-        while let Some(&s) = rec.to_send.front() {
-            let logged = rec.is_logged(s);
-            let Some(tok) = rec.tokens.get_mut(s) else {
-                rec.to_send.pop_front();
+        self.clear_pace();
+        while let Some(&s) = self.to_send.front() {
+            let logged = self.is_logged(s);
+            let Some(tok) = self.tokens.get_mut(s) else {
+                self.to_send.pop_front();
                 continue;
             };
             if !logged {
                 // Durable mode: its slot is not on stable storage yet.
-                blocked = true;
-                break;
+                return (wrote, true);
             }
-            let r = tok.incarnation(rec.rck, keep_own);
+            let r = tok.incarnation(self.rck, keep_own);
             let len = token_len(s, r, tok.payload.len());
-            if tok.frag.is_none() && (len > body_room || tok.reported) {
+            if tok.frag.is_none() && (len > fill.space.body_room || tok.reported) {
                 // Too large for one TOKEN in this peer's datagrams: fragments from now on
                 // (a whole TOKEN sent before, when datagrams were larger, is written off as
                 // bytes in flight, but `whole_left` keeps that it left: it may have been
@@ -82,111 +141,146 @@ impl SRecord {
                 // Or a message its receiver may hold untaken for long: one whole FRAG, so
                 // that the receiver's GOT says it is there (no loss, no retransmission)
                 // before its ACK.
-                rec.flight.bytes = rec.flight.bytes.saturating_sub(tok.flight);
+                self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
                 tok.frag = Some(Box::new(Outgoing::new(tok.payload.len() as u64)));
             }
-            if tok.frag.is_some() {
-                let room_now = limit - buf.len();
-                let cap = cfg.limits.max_reassembly_per_source;
-                let credit = rules.fragments_need_credit;
-                let plan = rec.plan_fragment(s, r, body_room, room_now, cap, credit);
-                let (range, overhead) = match plan {
-                    FragPlan::Done | FragPlan::Wait => continue,
-                    FragPlan::Later => break,
-                    FragPlan::Send { range, overhead } => (range, overhead),
-                };
-                let size = (overhead + (range.end - range.start) as usize) as u64;
-                if !rec.may_send(now, size, mss) {
-                    blocked = true;
-                    break;
-                }
-                let Some(tok) = rec.tokens.get_mut(s) else {
-                    break;
-                };
-                let Some(o) = &tok.frag else {
-                    break;
-                };
-                let total = o.total();
-                let (from, to) = (range.start as usize, range.end as usize);
-                let data = tok.payload.slices(from, to);
-                put_frag_parts(buf, s, r, (total, range.start), data);
-                if o.is_resend(&range) {
-                    stats.retransmissions += 1;
-                }
-                let more = o.has_pending_after(&range);
-                tok.sends = tok.sends.saturating_add(1);
-                tok.sent_at = Some(now);
-                rec.to_send.pop_front();
-                if more {
-                    // The rest waits behind the other tokens: no message holds up another.
-                    rec.to_send.push_back(s);
-                } else {
-                    tok.queued = false;
-                }
-                let reach = (dgram_size - (limit - buf.len())) as u32;
-                rec.on_fragment_sent(now, s, range, size, reach);
-                stats.frames_out.frag += 1;
-                wrote = true;
-                continue;
-            }
-            if len > limit - buf.len() {
-                break;
-            }
-            let size = len as u64;
-            if !rec.may_send(now, size, mss) {
-                blocked = true;
-                break;
-            }
-            let Some(tok) = rec.tokens.get_mut(s) else {
-                break;
+            let step = if tok.frag.is_some() {
+                self.write_fragment(fill, s, r, cfg, rules)
+            } else {
+                self.write_token(fill, s, r, len)
             };
-            put_token_parts(buf, s, r, tok.payload.head(), tok.payload.body());
-            tok.reach = (dgram_size - (limit - buf.len())) as u32;
-            if tok.sends > 0 {
-                stats.retransmissions += 1;
+            match step {
+                Step::Wrote => wrote = true,
+                Step::Next => {}
+                Step::Stop => return (wrote, false),
+                Step::Blocked => return (wrote, true),
             }
-            if let Some(l) = &mut tok.lost {
-                l.resent_at.get_or_insert(now);
-            }
-            tok.sends = tok.sends.saturating_add(1);
-            tok.whole_left = true;
-            tok.sent_at = Some(now);
+        }
+        (wrote, false)
+    }
+
+    /// Writes the next FRAG of the message in slot `s` (incarnation `r`, at the front of
+    /// `to_send`) as its plan, the congestion window and the pacer let it.
+    #[inline]
+    fn write_fragment(
+        &mut self,
+        fill: &mut Fill<'_>,
+        s: u64,
+        r: u64,
+        cfg: &Config,
+        rules: &Rules,
+    ) -> Step {
+        let room_now = fill.room();
+        let cap = cfg.limits.max_reassembly_per_source;
+        let credit = rules.fragments_need_credit;
+        let plan = self.plan_fragment(s, r, fill.space.body_room, room_now, cap, credit);
+        let (range, overhead) = match plan {
+            FragPlan::Done | FragPlan::Wait => return Step::Next,
+            FragPlan::Later => return Step::Stop,
+            FragPlan::Send { range, overhead } => (range, overhead),
+        };
+        let size = (overhead + (range.end - range.start) as usize) as u64;
+        if !self.may_send(fill.now, size, fill.mss()) {
+            return Step::Blocked;
+        }
+        let Some(tok) = self.tokens.get_mut(s) else {
+            return Step::Stop;
+        };
+        let Some(o) = &tok.frag else {
+            return Step::Stop;
+        };
+        let total = o.total();
+        let (from, to) = (range.start as usize, range.end as usize);
+        let data = tok.payload.slices(from, to);
+        put_frag_parts(fill.buf, s, r, (total, range.start), data);
+        if o.is_resend(&range) {
+            fill.stats.retransmissions += 1;
+        }
+        let more = o.has_pending_after(&range);
+        tok.sends = tok.sends.saturating_add(1);
+        tok.sent_at = Some(fill.now);
+        self.to_send.pop_front();
+        if more {
+            // The rest waits behind the other tokens: no message holds up another.
+            self.to_send.push_back(s);
+        } else {
             tok.queued = false;
-            rec.to_send.pop_front();
-            rec.on_token_sent(now, s, size);
-            stats.frames_out.token += 1;
-            wrote = true;
         }
-        // After the tokens: a message that found no credit just asked for it.
-        if rec.credit.due().is_some() {
+        let reach = fill.reach();
+        self.on_fragment_sent(fill.now, s, range, size, reach);
+        fill.stats.frames_out.frag += 1;
+        Step::Wrote
+    }
+
+    /// Writes the token in slot `s` (incarnation `r`, at the front of `to_send`) whole, as
+    /// a TOKEN frame of `len` bytes, if it fits and the congestion window and the pacer let
+    /// it.
+    #[inline]
+    fn write_token(&mut self, fill: &mut Fill<'_>, s: u64, r: u64, len: usize) -> Step {
+        if len > fill.room() {
+            return Step::Stop;
+        }
+        let size = len as u64;
+        if !self.may_send(fill.now, size, fill.mss()) {
+            return Step::Blocked;
+        }
+        let Some(tok) = self.tokens.get_mut(s) else {
+            return Step::Stop;
+        };
+        put_token_parts(fill.buf, s, r, tok.payload.head(), tok.payload.body());
+        tok.reach = fill.reach();
+        if tok.sends > 0 {
+            fill.stats.retransmissions += 1;
+        }
+        if let Some(l) = &mut tok.lost {
+            l.resent_at.get_or_insert(fill.now);
+        }
+        tok.sends = tok.sends.saturating_add(1);
+        tok.whole_left = true;
+        tok.sent_at = Some(fill.now);
+        tok.queued = false;
+        self.to_send.pop_front();
+        self.on_token_sent(fill.now, s, size);
+        fill.stats.frames_out.token += 1;
+        Step::Wrote
+    }
+
+    /// After the tokens: writes the REQCREDIT a message that found no credit just asked
+    /// for, if it is due and fits.
+    #[inline]
+    fn write_reqcredit(&mut self, fill: &mut Fill<'_>) {
+        if self.credit.due().is_some() {
             // The REQCREDIT names a waiting message: never one already settled.
-            let tokens = &rec.tokens;
-            rec.credit.retain_waiting(|s| tokens.get(s).is_some());
+            let tokens = &self.tokens;
+            self.credit.retain_waiting(|s| tokens.get(s).is_some());
         }
-        if let Some((r, s, want)) = rec.credit.due() {
-            if reqcredit_len(r, s, want) <= limit - buf.len() {
-                put_reqcredit(buf, r, s, want);
-                stats.frames_out.credit += 1;
-                rec.credit.on_asked(now);
+        if let Some((r, s, want)) = self.credit.due() {
+            if reqcredit_len(r, s, want) <= fill.room() {
+                put_reqcredit(fill.buf, r, s, want);
+                fill.stats.frames_out.credit += 1;
+                self.credit.on_asked(fill.now);
             }
         }
-        rec.flight.losses.end_datagram();
-        rec.flight.frag_losses.end_datagram();
+    }
+
+    /// The datagram is written: the loss detectors close it, a probe that put tokens in it
+    /// is over, an emptied queue marks rate samples app-limited, and written tokens run the
+    /// retransmission timer.
+    #[inline]
+    fn end_datagram(&mut self, now: Instant, cfg: &Config, wrote: bool) {
+        self.flight.losses.end_datagram();
+        self.flight.frag_losses.end_datagram();
         if wrote {
-            rec.probe = false;
+            self.probe = false;
         }
-        if rec.to_send.is_empty() {
+        if self.to_send.is_empty() {
             // Nothing (or no slot) to send: rate samples may understate the path.
-            rec.flight.rate.mark_app_limited(rec.flight.bytes);
+            self.flight.rate.mark_app_limited(self.flight.bytes);
         }
         if wrote {
-            rec.on_tokens_written(now, cfg);
+            self.on_tokens_written(now, cfg);
         }
-        let credit_due = rec.credit.due().is_some();
-        let burst_end = !rec.req.is_due() && rec.to_send.is_empty() && !credit_due;
-        let left = rec.req.is_due() || credit_due || (!rec.to_send.is_empty() && !blocked);
-        (left, burst_end)
     }
 
     /// Whether the congestion window lets a token of `size` bytes go out now (one token
