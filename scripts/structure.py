@@ -129,6 +129,27 @@ for f in allf:
         n = j - i + 1
         if n > bestf[0]: bestf = (n, f'{os.path.relpath(f, root)}::{m.group(2)}')
 print(f'## largest function: {bestf[1]} {bestf[0]} lines')
+# 8. no function over 100 lines outside tests and examples (a test module starts at the first
+# `#[cfg(test)]` at the start of a line)
+LONG = 100
+long_fns = []
+for f in [f for d in ['exon', 'exon-sim', 'exon-testkit', 'exon-cli', 'benches', 'src'] for f in rs_files(d)]:
+    rel = os.path.relpath(f, root)
+    if '/tests/' in '/' + rel or rel.endswith('tests.rs') or '/examples/' in '/' + rel:
+        continue
+    lines = open(f).read().split('\n')
+    end = next((i for i, l in enumerate(lines) if l.startswith('#[cfg(test)]')), len(lines))
+    for i, l in enumerate(lines[:end]):
+        m = re.match(r'^(\s*)(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?(?:const\s+)?(?:unsafe\s+)?fn\s+(\w+)', l)
+        if not m or l.rstrip().endswith(';'):
+            continue
+        j = next((j for j in range(i, len(lines)) if lines[j] == m.group(1) + '}' or (j == i and l.rstrip().endswith('}'))), i)
+        if j - i + 1 > LONG:
+            long_fns.append(f'{rel}::{m.group(2)} {j - i + 1} lines')
+print(f'## functions over {LONG} lines outside tests and examples: {len(long_fns)}', *long_fns, sep='\n  ')
 if ncyc:
     print(f'error: {ncyc} import cycle(s) (above, under "import cycles"): break them', file=sys.stderr)
+if long_fns:
+    print(f'error: {len(long_fns)} function(s) over {LONG} lines (above): split them', file=sys.stderr)
+if ncyc or long_fns:
     sys.exit(1)
