@@ -86,4 +86,22 @@ pub enum SendError {
     /// [`Node::send_many`](crate::proto::Node::send_many) was given no payload.
     #[error("no payload to send")]
     NothingToSend,
+    /// [`Node::send_keyed`](crate::proto::Node::send_keyed): the key is not above the
+    /// highest key accepted for this destination. Either a message with this key was
+    /// accepted before (its verdict comes, or came, on its own receipt; after a restart it
+    /// is among the recovered messages, with its key, unless it was resolved before the
+    /// crash), or the keys were given out of order. Nothing was kept.
+    #[error("key {key} for {to} is not above the highest key accepted for it ({highest}): already accepted, or out of order")]
+    KeyNotAbove {
+        /// The destination.
+        to: NodeId,
+        /// The key refused.
+        key: u64,
+        /// The highest key accepted for `to`.
+        highest: u64,
+    },
+    /// [`Node::send_keyed`](crate::proto::Node::send_keyed) on a node that is not durable:
+    /// keys are kept in the journal.
+    #[error("keyed sends need durable mode (the journal keeps the keys)")]
+    NotDurable,
 }

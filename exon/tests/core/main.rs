@@ -13,6 +13,7 @@ mod congestion;
 mod delivery;
 mod durable;
 mod hostile;
+mod keyed;
 mod large_messages;
 mod mtu;
 mod pair_exactly_once;

@@ -350,3 +350,87 @@ async fn a_byte_changed_inside_a_synced_journal_is_reported_damaged() {
     let b = bind_b().await.unwrap();
     assert!(b.journal_damaged(), "damage in synced records is reported");
 }
+
+/// Keyed sends from an outbox (`Handle::send_keyed`): A's application sends 200 rows, stops
+/// (close, no wait) after noting the verdicts of the first 100 only, and at its restart
+/// sends again every row it has no verdict for. Rows the journal had accepted are refused
+/// with `KeyNotAbove` (those not resolved come back from `take_recovered` with their keys);
+/// the others are accepted. B's application receives each row once. Sending keyed on an
+/// endpoint that is not durable is refused.
+#[tokio::test]
+async fn an_outbox_sent_again_after_a_restart_delivers_each_row_once() {
+    use exon::proto::SendError;
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let n = 200u64;
+    let mut b = start(B, Some(db.path())).await;
+    let a = start(A, Some(da.path())).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let (bh, b_addr) = (b.handle(), b.local_addr());
+    let reader = tokio::spawn(async move {
+        let mut tally = Tally::default();
+        while tally.0.len() < n as usize {
+            let Some(m) = b.recv().await else { break };
+            tally.see(&m);
+        }
+        tally
+    });
+    let mut noted = Vec::new();
+    let mut receipts = Vec::new();
+    for key in 1..=n {
+        let r = a
+            .send_keyed(B, key, (key as u32).to_be_bytes().to_vec())
+            .await;
+        receipts.push((key, r.unwrap()));
+    }
+    for (key, r) in receipts.drain(..100) {
+        timeout(LIMIT, r).await.unwrap().unwrap();
+        noted.push(key);
+    }
+    drop(a.close(Duration::ZERO).await);
+    drop(a);
+    drop(receipts);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut a = start(A, Some(da.path())).await;
+    a.add_peer(B, b_addr);
+    bh.add_peer(A, a.local_addr());
+    let recovered = a.take_recovered();
+    assert!(recovered.iter().all(|r| r.key.is_some()), "keys recovered");
+    let (mut refused, mut accepted) = (0, Vec::new());
+    for key in (1..=n).filter(|k| !noted.contains(k)) {
+        match a
+            .send_keyed(B, key, (key as u32).to_be_bytes().to_vec())
+            .await
+        {
+            Err(Error::Send(SendError::KeyNotAbove {
+                key: k, highest, ..
+            })) => {
+                assert_eq!((k, highest), (key, n));
+                refused += 1;
+            }
+            Ok(r) => accepted.push(r),
+            Err(e) => panic!("row {key}: {e}"),
+        }
+    }
+    assert_eq!(
+        refused,
+        n as usize - 100,
+        "every row was stored before the restart"
+    );
+    for r in recovered {
+        timeout(LIMIT, r.receipt).await.unwrap().unwrap();
+    }
+    for r in accepted {
+        timeout(LIMIT, r).await.unwrap().unwrap();
+    }
+    let tally = timeout(LIMIT, reader).await.unwrap().unwrap();
+    assert_eq!(tally.0.len(), n as usize, "every row delivered");
+    assert!(
+        tally.0.values().all(|&(plain, _)| plain == 1),
+        "each row once"
+    );
+    let plain = start(NodeId::from_const(3), None).await;
+    plain.add_peer(B, b_addr);
+    let r = plain.send_keyed(B, 1, vec![0; 4]).await.map(|_| ());
+    assert_eq!(r, Err(Error::Send(SendError::NotDurable)));
+}

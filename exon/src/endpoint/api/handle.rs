@@ -235,6 +235,14 @@ impl Handle {
         self.first().shared.default_deadline()
     }
 
+    /// When a send made now that gives no deadline is given up, if ever.
+    fn default_deadline_at(&self) -> Option<std::time::Instant> {
+        self.first()
+            .shared
+            .default_deadline()
+            .map(|w| tokio::time::Instant::now().into_std() + w)
+    }
+
     /// The deadline of sends that give none (any build).
     pub(crate) fn default_deadline_any(&self) -> Option<Duration> {
         self.first().shared.default_deadline()
@@ -423,12 +431,48 @@ impl Handle {
         self.check(to, &payload)?;
         let payload = Envelope::message(payload);
         let (reply, answer) = oneshot::channel();
-        let deadline = self
-            .first()
-            .shared
-            .default_deadline()
-            .map(|w| tokio::time::Instant::now().into_std() + w);
-        let receipt = self.hand_over(to, payload, Reply::Try(reply), deadline)?;
+        let receipt = self.hand_over(to, payload, Reply::Try(reply), self.default_deadline_at())?;
+        answer.await.map_err(|_| Error::Closed)??;
+        Ok(receipt)
+    }
+
+    /// Durable mode: like [`send`](Self::send), under the application's `key` for the
+    /// message (an outbox row's id, a sequence number), exactly once from the application's
+    /// store: keys grow per destination, the journal keeps the highest key accepted for `to`,
+    /// and a key not above it is refused with
+    /// [`SendError::KeyNotAbove`](crate::proto::SendError::KeyNotAbove), across crashes and
+    /// restarts, with no window. So an application that, after a crash, sends again every
+    /// outbox row it holds no verdict for never makes a duplicate: a row whose message was
+    /// accepted before the crash is refused (if it was not resolved, its message is among
+    /// [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered), with its
+    /// key, and its verdict comes on that receipt), one that was not is accepted now. Keys
+    /// out of order are refused the same way, never dropped silently. See
+    /// `docs/durability.md`, "Exactly once from an outbox".
+    ///
+    /// Awaits the driver's answer (a full queue makes it wait, as `send` does), so the key
+    /// is accepted or refused when this returns. Errors as `send`, plus
+    /// [`SendError::KeyNotAbove`](crate::proto::SendError::KeyNotAbove), and
+    /// [`SendError::NotDurable`](crate::proto::SendError::NotDurable) on an endpoint that is
+    /// not durable.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe, and safe to retry: a `send_keyed` dropped while waiting may have
+    /// sent the message; sending the same key again is then refused, never duplicated.
+    pub async fn send_keyed(
+        &self,
+        to: NodeId,
+        key: u64,
+        payload: impl Into<Bytes>,
+    ) -> Result<Receipt, Error> {
+        let payload = payload.into();
+        self.check(to, &payload)?;
+        if !self.first().shared.is_durable() {
+            return Err(SendError::NotDurable.into());
+        }
+        let (reply, answer) = oneshot::channel();
+        let keyed = Reply::Keyed(Box::new((reply, key)));
+        let deadline = self.default_deadline_at();
+        let receipt = self.hand_over(to, Envelope::message(payload), keyed, deadline)?;
         answer.await.map_err(|_| Error::Closed)??;
         Ok(receipt)
     }

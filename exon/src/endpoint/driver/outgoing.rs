@@ -14,6 +14,10 @@ pub(crate) enum Reply {
     None,
     /// Yes (`try_send`), answered at once: in the core's queue, or refused.
     Try(oneshot::Sender<Result<(), Error>>),
+    /// Yes (`send_keyed`), answered once the core took the message under the application's
+    /// key or refused it (a full queue makes it wait, as a `send`). Boxed, as few sends are
+    /// keyed and every send's `Outgoing` stays small.
+    Keyed(Box<(oneshot::Sender<Result<(), Error>>, u64)>),
     /// No, and it holds no send credit: a server's reply (bounded by the requests the
     /// node holds, each waiting for its reply).
     Uncredited,
@@ -162,9 +166,18 @@ impl Outgoing {
         self.deadline
     }
 
-    /// Whether the sender waits for the driver's answer ([`Handle::try_send`](crate::endpoint::Handle::try_send)).
+    /// Whether the sender waits for the driver's answer at once, refused rather than kept
+    /// waiting by a full queue ([`Handle::try_send`](crate::endpoint::Handle::try_send)).
     pub(crate) fn waits_for_answer(&self) -> bool {
         matches!(self.reply, Reply::Try(_))
+    }
+
+    /// The application's key ([`Handle::send_keyed`](crate::endpoint::Handle::send_keyed)).
+    pub(crate) fn key(&self) -> Option<u64> {
+        match &self.reply {
+            Reply::Keyed(k) => Some(k.1),
+            _ => None,
+        }
     }
 
     /// Takes the payload out, to hand it to the core.
@@ -185,8 +198,14 @@ impl Outgoing {
 
     /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
     pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
-        if let Reply::Try(r) = self.reply {
-            let _ = r.send(Ok(()));
+        match self.reply {
+            Reply::Try(r) => {
+                let _ = r.send(Ok(()));
+            }
+            Reply::Keyed(k) => {
+                let _ = k.0.send(Ok(()));
+            }
+            Reply::None | Reply::Uncredited => {}
         }
         let stored = match self.side {
             Side::Stored(tx) => Some(tx),
@@ -202,6 +221,9 @@ impl Outgoing {
             Reply::None | Reply::Uncredited => self.ack.resolve(Err(ReceiptError::Refused(e))),
             Reply::Try(r) => {
                 let _ = r.send(Err(e));
+            }
+            Reply::Keyed(k) => {
+                let _ = k.0.send(Err(e));
             }
         }
     }

@@ -197,7 +197,10 @@ impl Sends {
             // An ordered flow's message may wait untaken at its receiver (held for its turn,
             // or unread): its arrival is reported before its verdict.
             None if out.is_flow() => node.send_reported(t, to, payload),
-            None => node.send(t, to, payload),
+            None => match out.key() {
+                Some(key) => node.send_keyed(t, to, key, payload),
+                None => node.send(t, to, payload),
+            },
         };
         match sent {
             Err(SendError::ClockNotStored) => {

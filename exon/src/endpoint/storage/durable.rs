@@ -34,6 +34,9 @@ pub struct RecoveredSend {
     pub to: NodeId,
     /// The message, so the application knows which of its own items it is.
     pub payload: bytes::Bytes,
+    /// The application's key, for a message sent with
+    /// [`Handle::send_keyed`](crate::endpoint::Handle::send_keyed).
+    pub key: Option<u64>,
 }
 
 /// Where a durable endpoint keeps its state, and how.
@@ -84,6 +87,7 @@ impl DurableDir {
                     receipt: Receipt::recovered(m.id, m.to, rx),
                     to: m.to,
                     payload: body,
+                    key: m.key,
                 });
             }
         }

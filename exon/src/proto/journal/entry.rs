@@ -86,6 +86,28 @@ pub enum Entry {
         /// Incarnations below this are covered (the clock's high-water mark, plus one).
         below: u64,
     },
+    /// Sender: `send_keyed` accepted message `id` for `to` under the application's key
+    /// `key` (`Accepted` and the destination's new highest key in one record, so a crash
+    /// keeps both or neither).
+    AcceptedKeyed {
+        /// The message's id (stable across restarts).
+        id: MsgId,
+        /// The destination.
+        to: NodeId,
+        /// The application's key: above every key accepted for `to` before.
+        key: u64,
+        /// The message.
+        payload: Bytes,
+    },
+    /// Sender: the highest application key accepted for `to` (a checkpoint's record of a
+    /// destination's keys once its keyed messages are resolved: one integer per
+    /// destination).
+    KeyFloor {
+        /// The destination.
+        to: NodeId,
+        /// The highest key accepted for it.
+        key: u64,
+    },
 }
 
 /// Why bytes are not a journal record.
@@ -110,6 +132,8 @@ const ASSIGNED: u8 = 5;
 const RESOLVED: u8 = 6;
 const REPLIED: u8 = 7;
 const COVERS: u8 = 8;
+const ACCEPTED_KEYED: u8 = 10;
+const KEY_FLOOR: u8 = 11;
 
 impl Entry {
     /// The record's encoded length.
@@ -144,6 +168,13 @@ impl Entry {
                     + payload.len()
             }
             Entry::Covers { from, below } => v(*from) + v(*below),
+            Entry::AcceptedKeyed {
+                id,
+                to,
+                key,
+                payload,
+            } => v(id.0) + v(to.get()) + v(*key) + v(payload.len() as u64) + payload.len(),
+            Entry::KeyFloor { to, key } => v(to.get()) + v(*key),
         }
     }
 
@@ -211,6 +242,24 @@ impl Entry {
                 put_varint(buf, *from);
                 put_varint(buf, *below);
             }
+            Entry::AcceptedKeyed {
+                id,
+                to,
+                key,
+                payload,
+            } => {
+                buf.put_u8(ACCEPTED_KEYED);
+                put_varint(buf, id.0);
+                put_varint(buf, to.get());
+                put_varint(buf, *key);
+                put_varint(buf, payload.len() as u64);
+                buf.put_slice(payload);
+            }
+            Entry::KeyFloor { to, key } => {
+                buf.put_u8(KEY_FLOOR);
+                put_varint(buf, to.get());
+                put_varint(buf, *key);
+            }
         }
     }
 
@@ -265,6 +314,16 @@ impl Entry {
             COVERS => Entry::Covers {
                 from: int(r)?,
                 below: int(r)?,
+            },
+            ACCEPTED_KEYED => Entry::AcceptedKeyed {
+                id: MsgId(int(r)?),
+                to: node(r)?,
+                key: int(r)?,
+                payload: blob(r, bytes)?,
+            },
+            KEY_FLOOR => Entry::KeyFloor {
+                to: node(r)?,
+                key: int(r)?,
             },
             k => return Err(EntryError::Kind(k)),
         };
@@ -329,6 +388,13 @@ mod tests {
                 from: 1 << 50,
                 below: (1 << 50) + 4096,
             },
+            Entry::AcceptedKeyed {
+                id: MsgId(13),
+                to: n,
+                key: u64::MAX >> 2,
+                payload: Bytes::from_static(b"row 7"),
+            },
+            Entry::KeyFloor { to: n, key: 7 },
         ]
     }
 

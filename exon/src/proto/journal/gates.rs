@@ -66,6 +66,9 @@ pub(crate) struct Journal {
     /// The storage lost records it had made durable: unknown tokens of old incarnations
     /// get DOUBT.
     pub damaged: bool,
+    /// The highest application key accepted per destination (`Node::send_keyed`): one
+    /// integer per destination ever sent to with a key, recovered from the journal.
+    pub keys: PeerMap<u64>,
 }
 
 impl Journal {
@@ -96,6 +99,7 @@ impl Journal {
             covered_below: run_start,
             covers_asked: run_start,
             damaged,
+            keys: PeerMap::default(),
         }
     }
 

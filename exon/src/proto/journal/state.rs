@@ -22,6 +22,8 @@ pub struct State {
     outbox: BTreeMap<MsgId, RecoveredMessage>,
     /// The incarnations the journal covers (`Covers`): `(from, below)`.
     covers: Option<(u64, u64)>,
+    /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
+    keys: BTreeMap<NodeId, u64>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -38,6 +40,8 @@ pub struct RecoveredMessage {
     pub payload: Bytes,
     /// The receiver incarnation and slot it was assigned, if it became a token.
     pub assigned: Option<(u64, u64)>,
+    /// The application's key, for a message sent with `send_keyed`.
+    pub key: Option<u64>,
 }
 
 /// A delivery a restarted receiver recovers.
@@ -69,6 +73,8 @@ pub struct Recovered {
     /// journal deleted or replaced, durable mode switched on for a node that ran without
     /// it). Tokens of earlier incarnations outside it are answered DOUBT, never LOST.
     pub covers: Option<(u64, u64)>,
+    /// The highest application key accepted per destination (`send_keyed`).
+    pub keys: Vec<(NodeId, u64)>,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -113,20 +119,17 @@ impl State {
                 }
             }
             Entry::Confirmed { from, below } => self.confirm(*from, *below),
-            Entry::Accepted { id, to, payload } => {
-                if !self.outbox.contains_key(id) {
-                    self.live_bytes += e.encoded_len();
-                    self.outbox.insert(
-                        *id,
-                        RecoveredMessage {
-                            id: *id,
-                            to: *to,
-                            payload: payload.clone(),
-                            assigned: None,
-                        },
-                    );
-                }
+            Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None),
+            Entry::AcceptedKeyed {
+                id,
+                to,
+                key,
+                payload,
+            } => {
+                self.raise_key(*to, *key);
+                self.accept(*id, *to, payload, Some(*key));
             }
+            Entry::KeyFloor { to, key } => self.raise_key(*to, *key),
             Entry::Assigned { id, rck, slot } => {
                 if let Some(m) = self.outbox.get_mut(id) {
                     // A newer assignment (a fresh slot after a RETRY) replaces the last one.
@@ -169,6 +172,35 @@ impl State {
         }
     }
 
+    /// Message `id` for `to` is accepted (under the application's `key`, if any).
+    fn accept(&mut self, id: MsgId, to: NodeId, payload: &Bytes, key: Option<u64>) {
+        if self.outbox.contains_key(&id) {
+            return;
+        }
+        let m = RecoveredMessage {
+            id,
+            to,
+            payload: payload.clone(),
+            assigned: None,
+            key,
+        };
+        self.live_bytes += Self::message_len(&m);
+        self.outbox.insert(id, m);
+    }
+
+    /// `to`'s highest key is at least `key` (kept as one `KeyFloor` record).
+    fn raise_key(&mut self, to: NodeId, key: u64) {
+        let old = self.keys.get(&to).copied();
+        if old.is_some_and(|k| k >= key) {
+            return;
+        }
+        if let Some(k) = old {
+            self.live_bytes -= Entry::KeyFloor { to, key: k }.encoded_len();
+        }
+        self.live_bytes += Entry::KeyFloor { to, key }.encoded_len();
+        self.keys.insert(to, key);
+    }
+
     /// `from`'s frontier passed `below`: its taken deliveries below are forgotten.
     fn confirm(&mut self, from: NodeId, below: u64) {
         let taken: Vec<_> = self
@@ -207,13 +239,25 @@ impl State {
         self.covers = Some((from, below));
     }
 
-    fn message_len(m: &RecoveredMessage) -> usize {
-        let accepted = Entry::Accepted {
-            id: m.id,
-            to: m.to,
-            payload: m.payload.clone(),
+    /// The record that accepted `m` (`AcceptedKeyed` for a keyed message).
+    fn accepted(m: &RecoveredMessage) -> Entry {
+        match m.key {
+            Some(key) => Entry::AcceptedKeyed {
+                id: m.id,
+                to: m.to,
+                key,
+                payload: m.payload.clone(),
+            },
+            None => Entry::Accepted {
+                id: m.id,
+                to: m.to,
+                payload: m.payload.clone(),
+            },
         }
-        .encoded_len();
+    }
+
+    fn message_len(m: &RecoveredMessage) -> usize {
+        let accepted = Self::accepted(m).encoded_len();
         let assigned = m.assigned.map_or(0, |(rck, slot)| {
             Entry::Assigned {
                 id: m.id,
@@ -256,12 +300,12 @@ impl State {
             },
             None => Entry::Taken { from, rck, slot },
         });
+        let keys = self
+            .keys
+            .iter()
+            .map(|(&to, &key)| Entry::KeyFloor { to, key });
         let outbox = self.outbox.values().flat_map(|m| {
-            let accepted = Entry::Accepted {
-                id: m.id,
-                to: m.to,
-                payload: m.payload.clone(),
-            };
+            let accepted = Self::accepted(m);
             let assigned = m.assigned.map(|(rck, slot)| Entry::Assigned {
                 id: m.id,
                 rck,
@@ -269,7 +313,7 @@ impl State {
             });
             std::iter::once(accepted).chain(assigned)
         });
-        covers.into_iter().chain(inbox).chain(outbox)
+        covers.into_iter().chain(keys).chain(inbox).chain(outbox)
     }
 
     /// The incarnations the journal covers: `(from, below)` of its `Covers` records.
@@ -293,6 +337,7 @@ impl State {
             messages: self.outbox.values().cloned().collect(),
             damaged,
             covers: self.covers,
+            keys: self.keys.iter().map(|(&to, &key)| (to, key)).collect(),
         }
     }
 }

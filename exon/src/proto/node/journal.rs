@@ -35,6 +35,7 @@ impl Node {
             return Err(RecoverError::NotFresh);
         }
         let mut j = Journal::new(self.ck, recovered.covers, recovered.damaged);
+        j.keys.extend(recovered.keys.iter().copied());
         let every = self.cfg.timers.probe_interval;
         for d in recovered.deliveries {
             let taken = d.payload.is_none();
@@ -240,10 +241,23 @@ impl Node {
         to: NodeId,
         payload: Payload,
         answers: Option<DeliveryId>,
+        key: Option<u64>,
     ) {
         let g = Gate::Stored(Event::Stored { to, id });
         // The journal's record holds the payload whole (the log copies it anyway).
         let payload = payload.to_bytes();
+        if let Some(key) = key {
+            if let Some(j) = self.journal.as_mut() {
+                j.keys.insert(to, key);
+            }
+            let accepted = Entry::AcceptedKeyed {
+                id,
+                to,
+                key,
+                payload,
+            };
+            return self.journal(now, accepted, g);
+        }
         let Some(d) = answers else {
             self.journal(now, Entry::Accepted { id, to, payload }, g);
             return;

@@ -19,7 +19,37 @@ impl Node {
         to: NodeId,
         payload: impl Into<Payload>,
     ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None, false)
+        self.accept(now, to, payload.into(), None, false, None)
+    }
+
+    /// Input: as [`send`](Self::send), under the application's `key` for the message (an
+    /// outbox row's id, a sequence number): durable mode only. Keys grow per destination:
+    /// the journal keeps the highest key accepted for `to` (in the message's own record, and
+    /// one integer per destination in its checkpoints), and a key not above it is refused
+    /// with [`SendError::KeyNotAbove`], whatever happened in between (a crash, a restart).
+    /// So an application that sends again, after a crash, every outbox row it has no
+    /// verdict for never makes a duplicate: a row whose message was stored is refused (its
+    /// message was recovered, with its key, or resolved), one that was not is accepted.
+    /// Keys out of order are refused the same way (an error, never a silent drop).
+    ///
+    /// Fails as [`send`](Self::send) fails, with [`SendError::KeyNotAbove`], or with
+    /// [`SendError::NotDurable`] on a node that is not durable.
+    pub fn send_keyed(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        key: u64,
+        payload: impl Into<Payload>,
+    ) -> Result<MsgId, SendError> {
+        let Some(j) = self.journal.as_ref() else {
+            return Err(SendError::NotDurable);
+        };
+        if let Some(&highest) = j.keys.get(&to) {
+            if key <= highest {
+                return Err(SendError::KeyNotAbove { to, key, highest });
+            }
+        }
+        self.accept(now, to, payload.into(), None, false, Some(key))
     }
 
     /// Input: as [`send`](Self::send), for a message its receiver's application may leave
@@ -37,7 +67,7 @@ impl Node {
         to: NodeId,
         payload: impl Into<Payload>,
     ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None, true)
+        self.accept(now, to, payload.into(), None, true, None)
     }
 
     /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
@@ -58,7 +88,7 @@ impl Node {
         if !self.is_waiting(&id) {
             return Err(SendError::NotWaiting);
         }
-        let msg = self.accept(now, id.from(), payload.into(), Some(id), false)?;
+        let msg = self.accept(now, id.from(), payload.into(), Some(id), false, None)?;
         if self.journal.is_none() {
             self.take_live(now, id);
         }
@@ -84,7 +114,7 @@ impl Node {
         if self.journal.is_some() {
             // Durable: each message goes to the journal on its own, with its id from the
             // stored clock (one by one, as `send`).
-            let id = match self.accept(now, to, first.clone(), None, false) {
+            let id = match self.accept(now, to, first.clone(), None, false, None) {
                 Ok(id) => id,
                 Err(e) => {
                     payloads.push_front(first);
@@ -93,7 +123,7 @@ impl Node {
             };
             let mut next = id.0 + 1;
             while let Some(p) = payloads.pop_front() {
-                match self.accept(now, to, p.clone(), None, false) {
+                match self.accept(now, to, p.clone(), None, false, None) {
                     Ok(i) if i.0 == next => next += 1,
                     Ok(_) => unreachable!("durable ids follow one another within a call"),
                     Err(_) => {
@@ -194,7 +224,8 @@ impl Node {
         Ok(())
     }
 
-    /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`).
+    /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`); with
+    /// `key`, under that application key (`send_keyed`).
     fn accept(
         &mut self,
         now: Instant,
@@ -202,6 +233,7 @@ impl Node {
         payload: Payload,
         answers: Option<DeliveryId>,
         reported: bool,
+        key: Option<u64>,
     ) -> Result<MsgId, SendError> {
         self.check_send(to, payload.len())?;
         if self.journal.is_some() && !self.reserve_clock(self.ck + 1) {
@@ -234,7 +266,7 @@ impl Node {
         }
         self.stats.sent += 1;
         if self.journal.is_some() {
-            self.journal_accepted(now, id, to, payload.clone(), answers);
+            self.journal_accepted(now, id, to, payload.clone(), answers, key);
         }
         self.queued_bytes += payload.len();
         let Some(rec) = self.senders.get_mut(&to) else {

@@ -1,0 +1,158 @@
+//! Keyed sends (`Node::send_keyed`): the journal keeps the highest application key accepted
+//! per destination, so an application that sends its unconfirmed outbox rows again after a
+//! crash never makes a duplicate, whatever moment the crash hit: before the message's record
+//! was synced (accepted again), after (refused, the message recovered), or after its verdict
+//! (refused, the message settled: the sender's gap that unkeyed sends fall into).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::proto::SendError;
+use exon_testkit::pair::{id, test_config, Pair, A, B};
+
+fn row(key: u64) -> Bytes {
+    Bytes::from(format!("outbox row {key}"))
+}
+
+fn durable_pair() -> Pair {
+    let mut p = Pair::new(test_config());
+    p.drain(A);
+    p.drain(B);
+    p.make_durable(A);
+    p.make_durable(B);
+    p
+}
+
+/// A's application sends outbox rows `keys` to B with their keys; returns the refusals.
+fn send_rows(p: &mut Pair, keys: impl IntoIterator<Item = u64>) -> Vec<SendError> {
+    let now = p.now;
+    let mut refused = Vec::new();
+    for key in keys {
+        match p.nodes[A].node.send_keyed(now, id(B), key, row(key)) {
+            Ok(_) => {}
+            Err(e) => refused.push(e),
+        }
+    }
+    p.drain(A);
+    refused
+}
+
+/// How many times B's application was handed each row (redeliveries not counted).
+fn deliveries(p: &Pair) -> HashMap<Bytes, i64> {
+    let mut n: HashMap<Bytes, i64> = HashMap::new();
+    for d in &p.nodes[B].delivered {
+        *n.entry(d.clone()).or_default() += 1;
+    }
+    for d in &p.nodes[B].redelivered {
+        *n.entry(d.clone()).or_default() -= 1;
+    }
+    n
+}
+
+fn assert_each_once(p: &Pair, keys: std::ops::RangeInclusive<u64>) {
+    let n = deliveries(p);
+    for k in keys.clone() {
+        assert_eq!(n.get(&row(k)), Some(&1), "row {k}: {n:?}");
+    }
+    assert_eq!(n.len(), keys.count(), "{n:?}");
+}
+
+fn not_above(key: u64, highest: u64) -> SendError {
+    SendError::KeyNotAbove {
+        to: id(B),
+        key,
+        highest,
+    }
+}
+
+#[test]
+fn a_row_sent_again_after_its_verdict_and_a_crash_is_refused_not_duplicated() {
+    let mut p = durable_pair();
+    assert!(send_rows(&mut p, 1..=10).is_empty());
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.nodes[A].acked.len(), 10, "every row acknowledged");
+    // The application crashes before it noted the verdicts: it sends every row again.
+    p.crash_and_recover(A);
+    let refused = send_rows(&mut p, 1..=10);
+    assert_eq!(
+        refused,
+        (1..=10).map(|k| not_above(k, 10)).collect::<Vec<_>>()
+    );
+    assert!(send_rows(&mut p, [11]).is_empty(), "the next row goes");
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 1..=11);
+}
+
+#[test]
+fn a_row_stored_and_not_yet_acknowledged_is_recovered_and_refused() {
+    let mut p = durable_pair();
+    // B hears nothing before A crashes: the rows are stored, not sent.
+    p.set_filter(|_| exon_testkit::pair::Fate::Drop);
+    assert!(send_rows(&mut p, 1..=5).is_empty());
+    p.crash_and_recover(A);
+    p.set_filter(|_| exon_testkit::pair::Fate::Deliver);
+    let refused = send_rows(&mut p, 1..=5);
+    assert_eq!(refused.len(), 5, "{refused:?}");
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 1..=5);
+}
+
+#[test]
+fn a_row_whose_record_was_not_synced_is_accepted_again() {
+    let mut p = durable_pair();
+    p.nodes[A].auto_sync = false;
+    p.set_filter(|_| exon_testkit::pair::Fate::Drop);
+    assert!(send_rows(&mut p, 1..=5).is_empty());
+    // The crash loses the unsynced records: nothing was stored, nothing may be refused.
+    p.crash_and_recover(A);
+    p.nodes[A].auto_sync = true;
+    p.set_filter(|_| exon_testkit::pair::Fate::Deliver);
+    assert!(send_rows(&mut p, 1..=5).is_empty());
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 1..=5);
+}
+
+#[test]
+fn keys_out_of_order_are_refused_and_keys_are_per_destination() {
+    let mut p = durable_pair();
+    assert!(send_rows(&mut p, [7]).is_empty());
+    assert_eq!(
+        send_rows(&mut p, [5, 7]),
+        vec![not_above(5, 7), not_above(7, 7)]
+    );
+    assert!(send_rows(&mut p, [8]).is_empty());
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 7..=8);
+}
+
+#[test]
+fn keyed_sends_need_durable_mode() {
+    let mut p = Pair::new(test_config());
+    let now = p.now;
+    let r = p.nodes[A].node.send_keyed(now, id(B), 1, row(1));
+    assert_eq!(r, Err(SendError::NotDurable));
+}
+
+#[test]
+fn keys_outlive_compaction_and_many_restarts() {
+    let mut p = durable_pair();
+    for round in 0..5u64 {
+        let keys = round * 10 + 1..=round * 10 + 10;
+        assert!(send_rows(&mut p, keys.clone()).is_empty());
+        p.run(Duration::from_secs(5));
+        // A compaction keeps what is live: the journal's state rebuilt from its own live
+        // records (a checkpoint) holds the keys, though every message is resolved.
+        let live: Vec<_> = p.nodes[A].journal.live_entries().collect();
+        let mut compacted = exon::proto::journal::State::new();
+        for e in &live {
+            compacted.apply(e);
+        }
+        assert!(compacted.is_empty(), "only the coverage and the keys stay");
+        p.crash_and_recover_with(A, compacted, false);
+        let refused = send_rows(&mut p, keys.clone());
+        assert_eq!(refused.len(), 10, "round {round}: {refused:?}");
+    }
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 1..=50);
+}
