@@ -35,6 +35,9 @@ struct Rec {
     doubted: bool,
     /// Its sender gave it up at its deadline (told not delivered, or in doubt).
     given_up: bool,
+    /// Durable mode: its sender gave it up and waits for the `Resolved` record before it
+    /// tells the application (`Abandoned::Pending`).
+    giving_up: bool,
     /// Its sender was told it was certainly not delivered.
     not_delivered: bool,
     /// Its sender restarted before it was settled: the obligation died with the process.
@@ -120,10 +123,13 @@ pub struct Oracle {
     /// Durable mode, restored copies: flagged redeliveries after the acknowledgement of
     /// messages the restored host took after its copy was taken (tolerated likewise).
     pub restore_redeliveries: u64,
-    /// Durable mode: messages given up at their deadline whose sender crashed before its
-    /// `Resolved` record was durable, recovered and sent again (their verdict revoked: the
-    /// documented limit of deadlines in `docs/durability.md`).
+    /// Durable mode: messages given up at their deadline, their verdict reported, whose
+    /// sender recovered them after a crash and sent them again (a violation:
+    /// [`ViolationKind::VerdictRevoked`]).
     pub revoked_verdicts: u64,
+    /// Durable mode: verdicts reported again, the same, by a restarted sender whose
+    /// journal held them as not reported (allowed: `docs/durability.md`).
+    pub repeated_verdicts: u64,
     /// Durable mode, restored copies: messages of a restored sender whose verdict came after
     /// its copy was taken: undone with its application's state, in flight again.
     pub restore_reopened: u64,
@@ -245,6 +251,7 @@ impl Oracle {
             acked: false,
             doubted: false,
             given_up: false,
+            giving_up: false,
             not_delivered: false,
             sender_restarted: false,
             doubt_ok: false,
@@ -429,6 +436,10 @@ impl Oracle {
     /// time before: a token made after the restart from an envelope granted before it is in
     /// doubt too).
     pub fn on_in_doubt(&mut self, key: MsgKey, now: u64) {
+        if self.rec(key).is_some_and(|r| r.giving_up) {
+            // The verdict of a message given up (durable mode), once its record is stored.
+            return self.on_abandoned(key, false, now);
+        }
         // A sender whose journal was damaged reports every message it recovered in doubt:
         // its records of their slots and verdicts may be lost (some may have been reported
         // before the crash: in doubt after acknowledged is weaker, and true).
@@ -472,6 +483,7 @@ impl Oracle {
             return;
         };
         r.given_up = true;
+        r.giving_up = false;
         r.doubted = !not_delivered;
         r.not_delivered = not_delivered;
         r.acked_at = now;

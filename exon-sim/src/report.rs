@@ -117,6 +117,9 @@ pub struct Report {
     /// Durable mode: verdicts of messages given up that a crash before their `Resolved`
     /// record was durable revoked (the message was recovered and sent again).
     pub revoked_verdicts: u64,
+    /// Durable mode: verdicts reported again, the same, after a crash that came before
+    /// their report was recorded (allowed).
+    pub repeated_verdicts: u64,
     /// RPC mode: the calls' counters.
     pub rpc: Option<crate::oracle::RpcCounts>,
     /// Channel mode: the flows' counters.
@@ -220,7 +223,7 @@ impl fmt::Display for Report {
                 f,
                 " journals_lost={} switched_on={} restored={} abandon_crashes={} \
                  doubt_excused={} restore_duplicates={} restore_redeliveries={} \
-                 revoked_verdicts={} not_delivered={} expired_in_doubt={}",
+                 revoked_verdicts={} repeated_verdicts={} not_delivered={} expired_in_doubt={}",
                 self.journals_lost,
                 self.switched_on,
                 self.restored,
@@ -229,6 +232,7 @@ impl fmt::Display for Report {
                 self.restore_duplicates,
                 self.restore_redeliveries,
                 self.revoked_verdicts,
+                self.repeated_verdicts,
                 self.not_delivered,
                 self.expired_in_doubt
             )?;

@@ -4,6 +4,7 @@
 
 use super::{rec_in, Oracle, ViolationKind};
 use crate::workload::{Kind, MsgKey};
+use exon::proto::journal::Outcome;
 
 impl Oracle {
     /// Turns on the checks of durable mode (every node journals its inbox and outbox):
@@ -205,17 +206,68 @@ impl Oracle {
         true
     }
 
+    /// The sender gave `key` up (durable mode): its verdict comes once its `Resolved`
+    /// record is stored, as an event ([`on_in_doubt`](Self::on_in_doubt) or
+    /// [`on_abandoned`](Self::on_abandoned)).
+    pub fn on_giving_up(&mut self, key: MsgKey) {
+        if let Some(r) = rec_in(&mut self.msgs, key) {
+            r.giving_up = true;
+        }
+    }
+
+    /// The restarted sender of `key` reports its verdict `outcome` again, from its journal
+    /// (durable mode): returns true if it was reported already, the same (allowed, counted
+    /// in `repeated_verdicts`) or not ([`ViolationKind::VerdictChanged`]); false if this is
+    /// its first report.
+    pub fn on_reported_again(&mut self, key: MsgKey, outcome: Outcome, now: u64) -> bool {
+        let Some(r) = rec_in(&mut self.msgs, key) else {
+            return false;
+        };
+        let before = if r.acked {
+            Outcome::Acknowledged
+        } else if r.not_delivered {
+            Outcome::NotDelivered
+        } else if r.doubted {
+            Outcome::InDoubt
+        } else {
+            return false;
+        };
+        if before == outcome {
+            self.repeated_verdicts += 1;
+        } else {
+            self.violate(
+                ViolationKind::VerdictChanged,
+                Some(key),
+                now,
+                format!("reported {outcome:?} after a restart, {before:?} before"),
+            );
+        }
+        true
+    }
+
     /// The restarted sender of `key` recovered it from its journal (durable mode). If its
-    /// application had given it up at its deadline, the crash came before the `Resolved`
-    /// record was durable: the message is live again and owes a new verdict (the known
-    /// limit of deadlines in `docs/durability.md`), counted in `revoked_verdicts`.
-    pub fn on_recovered(&mut self, key: MsgKey) {
+    /// application was waiting for the verdict of the message given up, the crash came
+    /// before the `Resolved` record was durable: the message is live again and owes a
+    /// verdict (the restarted node decides it). If its application had heard the verdict,
+    /// that verdict is revoked: a violation ([`ViolationKind::VerdictRevoked`]).
+    pub fn on_recovered(&mut self, key: MsgKey, now: u64) {
         let Some(r) = rec_in(&mut self.msgs, key) else {
             return;
         };
         if r.given_up && !r.acked {
+            self.revoked_verdicts += 1;
+            self.violate(
+                ViolationKind::VerdictRevoked,
+                Some(key),
+                now,
+                "its verdict was reported, and its sender recovered it to send it again".into(),
+            );
+            return;
+        }
+        if r.giving_up {
             // In flight all along (its sender's journal held it): a restart of its
             // receiver that could not vouch since it was sent excuses doubt too.
+            r.giving_up = false;
             let t = self
                 .unvouched_at
                 .get(r.to as usize)
@@ -225,11 +277,6 @@ impl Oracle {
                 r.doubt_ok = true;
                 self.doubt_excused += 1;
             }
-            r.given_up = false;
-            r.doubted = false;
-            r.not_delivered = false;
-            r.acked_at = super::NONE;
-            self.revoked_verdicts += 1;
         }
     }
 }

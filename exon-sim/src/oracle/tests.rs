@@ -275,24 +275,48 @@ fn restored_copies_tolerate_exactly_what_the_copy_cannot_know() {
     assert_eq!(kinds(&o), [ViolationKind::ResentByRestoredSender]);
 }
 
-/// A message given up whose sender crashed before its `Resolved` record was durable is
-/// recovered: its verdict is revoked, and a restart of its receiver with a new journal
-/// since it was sent excuses its doubt.
+/// A message given up whose sender crashed before its `Resolved` record was durable (its
+/// verdict not yet reported) is recovered: it owes a new verdict, and a restart of its
+/// receiver with a new journal since it was sent excuses its doubt. One whose verdict was
+/// reported and that is recovered all the same is a revoked verdict.
 #[test]
 fn a_recovered_message_given_up_owes_a_new_verdict() {
     let mut o = Oracle::new(2);
     o.set_durable();
     let m = o.on_submit(0, 1, 0);
     let n = o.on_submit(0, 1, 0);
-    o.on_abandoned(m, false, 5);
+    o.on_giving_up(m);
     o.on_abandoned(n, false, 5);
     o.on_restart(1);
     o.on_unvouched_restart(1, 6);
-    o.on_recovered(m);
+    o.on_recovered(m, 7);
     o.on_in_doubt(m, 8);
-    assert_eq!(o.revoked_verdicts, 1);
+    assert_eq!(o.revoked_verdicts, 0);
     assert!(kinds(&o).is_empty(), "{:?}", o.violations());
-    // Not recovered: a second verdict is one too many.
-    o.on_in_doubt(n, 9);
-    assert!(kinds(&o).contains(&ViolationKind::DoubleAck));
+    o.on_recovered(n, 9);
+    assert_eq!(o.revoked_verdicts, 1);
+    assert_eq!(kinds(&o), [ViolationKind::VerdictRevoked]);
+}
+
+/// A verdict reported again after a restart: the same is allowed (counted), another is a
+/// violation; a message given up hears its verdict through `on_in_doubt`.
+#[test]
+fn a_verdict_reported_again_must_be_the_same() {
+    use exon::proto::journal::Outcome;
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let m = o.on_submit(0, 1, 0);
+    let n = o.on_submit(0, 1, 0);
+    o.on_giving_up(m);
+    o.on_in_doubt(m, 5);
+    assert_eq!(o.expired_in_doubt, 1);
+    assert!(o.on_reported_again(m, Outcome::InDoubt, 6));
+    assert_eq!(o.repeated_verdicts, 1);
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+    assert!(
+        !o.on_reported_again(n, Outcome::NotDelivered, 6),
+        "first report"
+    );
+    assert!(o.on_reported_again(m, Outcome::NotDelivered, 7));
+    assert_eq!(kinds(&o), [ViolationKind::VerdictChanged]);
 }

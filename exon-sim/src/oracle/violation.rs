@@ -51,6 +51,13 @@ pub enum ViolationKind {
     /// it again (a duplicate of its own kind, to tell it from the others: its receiver
     /// answered LOST for a slot below the frontier the sender had reported).
     ResentByRestoredSender,
+    /// Durable mode: a message whose verdict its sender's application heard (given up at
+    /// its deadline) was recovered by its restarted sender, to be sent again: the verdict
+    /// heard was not the message's last word.
+    VerdictRevoked,
+    /// Durable mode: a verdict reported again after a restart (its journal held it as not
+    /// reported) differs from the one reported before.
+    VerdictChanged,
     /// Durable mode: after quiescence and a final compaction, a host's journal still holds
     /// live records (it must replay to nothing: obliviousness on disk).
     JournalNotEmpty,

@@ -70,6 +70,15 @@ impl Sim {
         let Some(verdict) = node.abandon(now, node_id(to), id) else {
             return; // settled already
         };
+        if verdict == Abandoned::Pending {
+            // Durable mode: the verdict comes as an event once its record is stored.
+            if let Some(key) = self.key_of(i, id) {
+                self.oracle.on_giving_up(key);
+            }
+            self.crash_after_abandon(i, to);
+            self.drain(i);
+            return;
+        }
         let not_delivered = verdict == Abandoned::NotDelivered;
         let v = if not_delivered {
             ChanVerdict::NotDelivered

@@ -47,6 +47,9 @@ pub(crate) struct Host {
     /// Durable mode: a copy of its directory, to restore at a later restart
     /// (`JournalModel::restore`).
     pub(crate) snapshot: Option<Snapshot>,
+    /// Durable mode: ids of the verdicts its journal held as not reported at its last
+    /// recovery (reported again; the application may have heard them before the crash).
+    pub(crate) replayed: std::collections::HashSet<u64>,
     /// RPC: the call of each request message of the open calls.
     pub(crate) calls: HashMap<u64, u64>,
     /// RPC: the open calls: their state and request message.
@@ -133,6 +136,7 @@ impl Host {
             journal: None,
             commit_scheduled: false,
             jstats: JournalStats::default(),
+            replayed: Default::default(),
             durable_on: true,
             snapshot: None,
             calls: HashMap::new(),

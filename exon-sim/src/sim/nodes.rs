@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use exon::call::Learned;
 use exon::proto::crypto::insecure_test_security;
+use exon::proto::journal::Outcome;
 use exon::proto::{Event, MsgId, Node, Output, Security};
 
 use super::ids::node_id;
@@ -68,9 +69,11 @@ impl Sim {
                         sender: i as u32,
                         seq,
                     };
-                    self.oracle.on_recovered(key);
+                    self.oracle.on_recovered(key, self.now);
                 }
             }
+            // Verdicts the journal holds as not reported: the node reports them again.
+            self.hosts[i].replayed = recovered.verdicts.iter().map(|v| v.id.0).collect();
             if let Err(e) = node.recover(self.instant(), recovered) {
                 let what = format!("node{i} refused its journal: {e}");
                 self.oracle
@@ -281,6 +284,9 @@ impl Sim {
             }
             Event::Acknowledged { ids, .. } => {
                 for id in ids {
+                    if self.reported_again(i, id, Outcome::Acknowledged) {
+                        continue;
+                    }
                     if self.chan_verdict(i, id, ChanVerdict::Delivered) {
                         continue; // a gap's
                     }
@@ -291,6 +297,9 @@ impl Sim {
                 }
             }
             Event::InDoubt { id, .. } => {
+                if self.reported_again(i, id, Outcome::InDoubt) {
+                    return;
+                }
                 if self.chan_verdict(i, id, ChanVerdict::InDoubt) {
                     return;
                 }
@@ -300,6 +309,9 @@ impl Sim {
                 self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
+                if self.reported_again(i, id, Outcome::NotDelivered) {
+                    return;
+                }
                 if self.chan_verdict(i, id, ChanVerdict::NotDelivered) {
                     return;
                 }
@@ -315,6 +327,23 @@ impl Sim {
             }
             _ => {}
         }
+    }
+
+    /// Whether the verdict `outcome` of node `i`'s message `id` is one its journal held as
+    /// not reported at its last recovery, and the application heard it before the crash
+    /// (the oracle checks it is the same).
+    fn reported_again(&mut self, i: usize, id: MsgId, outcome: Outcome) -> bool {
+        if !self.hosts[i].replayed.remove(&id.0) {
+            return false;
+        }
+        let Some(&seq) = self.hosts[i].msg_keys.get(&id.0) else {
+            return false;
+        };
+        let key = MsgKey {
+            sender: i as u32,
+            seq,
+        };
+        self.oracle.on_reported_again(key, outcome, self.now)
     }
 
     /// Checks the bounded-state property of node `i`.

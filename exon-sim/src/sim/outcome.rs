@@ -57,6 +57,7 @@ impl Sim {
             restore_duplicates: o.restore_duplicates,
             restore_redeliveries: o.restore_redeliveries,
             revoked_verdicts: o.revoked_verdicts,
+            repeated_verdicts: o.repeated_verdicts,
             rpc: self.scenario().rpc.as_ref().map(|_| o.rpc_counts()),
             channels: self
                 .scenario()

@@ -288,8 +288,14 @@ mod tests {
         let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
         for i in 1..=200 {
             j.append(&w(2 * i - 1, accepted(i))).unwrap();
-            j.append(&w(2 * i, Entry::Resolved { id: MsgId(i) }))
-                .unwrap();
+            j.append(&w(
+                2 * i,
+                Entry::Resolved {
+                    id: MsgId(i),
+                    verdict: None,
+                },
+            ))
+            .unwrap();
         }
         j.commit().unwrap();
         assert!(j.disk_bytes() > 1000);
@@ -316,8 +322,14 @@ mod tests {
             j.append(&w(seq, accepted(i))).unwrap();
             if i > 3 {
                 seq += 1;
-                j.append(&w(seq, Entry::Resolved { id: MsgId(i - 3) }))
-                    .unwrap();
+                j.append(&w(
+                    seq,
+                    Entry::Resolved {
+                        id: MsgId(i - 3),
+                        verdict: None,
+                    },
+                ))
+                .unwrap();
             }
             j.commit().unwrap();
         }

@@ -37,7 +37,8 @@ pub enum Event {
     ///
     /// One event settles a run of consecutive ids: the messages one verdict frame
     /// acknowledged, in the order they were sent, as far as their ids follow one another.
-    /// Every id of the run is acknowledged, once.
+    /// Every id of the run is acknowledged, once (durable mode: once per run of the node; a
+    /// restarted node may report a verdict its journal holds again, see [`Event::InDoubt`]).
     Acknowledged {
         /// The destination of the messages.
         to: NodeId,
@@ -49,6 +50,13 @@ pub enum Event {
     /// application was known to have taken it: it was delivered at most once, maybe not at
     /// all (or delivered and lost in the receiver's buffer), and will not be sent again. Never silent:
     /// every message ends as exactly one of `Acknowledged` or `InDoubt`.
+    ///
+    /// Durable mode: also the verdict of a message given up ([`Node::abandon`](crate::proto::Node::abandon)
+    /// returned [`Abandoned::Pending`]) after a whole copy left.
+    ///
+    /// Durable mode, after a restart: a verdict the journal stored may be reported again
+    /// (it was handed out before the crash and the journal had not yet recorded that): the
+    /// same verdict for the same id, never a different one.
     InDoubt {
         /// The destination of the message.
         to: NodeId,
@@ -59,6 +67,9 @@ pub enum Event {
     /// left, and its receiver takes no message that large (its
     /// [`Config::limits.max_message_size`](crate::proto::Limits::max_message_size) is smaller than the
     /// message; it said so in its CREDIT). Never sent again.
+    ///
+    /// Durable mode: also the verdict of a message given up ([`Node::abandon`](crate::proto::Node::abandon)
+    /// returned [`Abandoned::Pending`]) no whole copy of which left.
     NotDelivered {
         /// The destination of the message.
         to: NodeId,
@@ -151,4 +162,9 @@ pub enum Abandoned {
     /// be delivered, at most once, may have been, or may never be. It will not be sent
     /// again.
     InDoubt,
+    /// Durable mode: the message is given up, and its verdict (one of the above) comes as
+    /// [`Event::NotDelivered`] or [`Event::InDoubt`] for its id once its `Resolved` record
+    /// is stored. A crash before then recovers the message, which is sent again: the
+    /// restarted node decides its verdict anew.
+    Pending,
 }

@@ -133,6 +133,18 @@ pub struct Rules {
     /// incarnation from before the restart is taken for covered, and a receiver restarted
     /// with a new journal delivers a second time what it delivered before.
     pub journal_covers_incarnations: bool,
+    /// Durable mode: a message given up (`Node::abandon`) gets its verdict only once its
+    /// `Resolved` record is stored (`Abandoned::Pending`, then `Event::NotDelivered` or
+    /// `Event::InDoubt`). Off, `abandon` returns the verdict at once, and a crash before
+    /// the record is stored recovers the message and sends it again: a message reported
+    /// not delivered is delivered.
+    pub deadline_verdict_after_record: bool,
+    /// Durable mode: a `Resolved` record keeps the message's verdict until a `Reported`
+    /// record says the application was handed it, and a restarted node reports every
+    /// verdict its journal still holds. Off, a restarted node forgets them, and a crash
+    /// between the record's sync and the report loses the verdict of a message the
+    /// application was told was stored.
+    pub report_stored_verdicts: bool,
     /// Ordered flows (the endpoint's rule, `docs/channels.md`): a flow's receiver
     /// advertises its window (`FlowConfig::channel_window`, `stream_window` and their
     /// bytes) when a sender's run starts, and the sender keeps to the smaller of its own
@@ -178,6 +190,8 @@ impl Rules {
         journal_before_verdict: true,
         reply_in_one_record: true,
         journal_covers_incarnations: true,
+        deadline_verdict_after_record: true,
+        report_stored_verdicts: true,
         advertise_flow_window: true,
         hold_beyond_window: true,
     };

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::proto::Rules;
+use exon::proto::journal::Entry;
+use exon::proto::{Abandoned, Rules};
 use exon_testkit::pair::{test_config, Fate, Pair, A, B};
 
 fn payload(i: usize) -> Bytes {
@@ -425,7 +426,11 @@ fn abandon_then_both_crash(rule: bool) -> usize {
     p.nodes[A].auto_sync = false;
     let now = p.now;
     let v = p.node(A).abandon(now, exon_testkit::pair::id(B), m);
-    assert_eq!(v, Some(exon::proto::Abandoned::InDoubt));
+    assert_eq!(
+        v,
+        Some(exon::proto::Abandoned::Pending),
+        "in doubt, once stored"
+    );
     p.drain(A);
     // The path heals; A goes on sending, and B probes: the frontier may move on.
     deaf.set(false);
@@ -530,4 +535,171 @@ fn a_journal_damaged_once_never_vouches_for_what_the_damage_may_have_taken() {
     p.run(Duration::from_secs(60));
     assert_eq!(unflagged(&p, B)[&payload(0)], 1, "M delivered once");
     assert_eq!(p.nodes[A].in_doubt.len(), 1, "and in doubt");
+}
+
+/// Node `i` crashes (its unsynced records lost) and restarts from its synced journal, its
+/// new node under `rules` from the start (recovery included).
+fn crash_and_recover_under(p: &mut Pair, i: usize, rules: Rules) {
+    let side = &mut p.nodes[i];
+    side.unsynced.clear();
+    side.untaken.clear();
+    let cfg = side.node.config().clone();
+    let mut node = exon::proto::Node::new(
+        exon_testkit::pair::id(i),
+        exon::proto::Security::InsecurePlaintext,
+        cfg,
+        side.stored,
+    )
+    .unwrap();
+    node.set_rules(rules);
+    node.recover(p.now, side.journal.recovered(false)).unwrap();
+    side.node = node;
+    p.drain(i);
+}
+
+/// Issue 44, item 4: A gives M up before any copy of it left (not delivered), and crashes
+/// before the `Resolved` record is synced. Returns what `abandon` returned, whether A's
+/// application was told M was not delivered, and how many times B delivered M.
+fn abandon_then_crash_before_the_record(rule: bool) -> (Option<Abandoned>, bool, usize) {
+    let mut p = durable_pair(true, true);
+    let mut rules = Rules::ALL;
+    rules.deadline_verdict_after_record = rule;
+    p.node(A).set_rules(rules);
+    let m = p.send(A, payload(0));
+    p.drain(A);
+    assert_eq!(
+        p.nodes[A].stored_msgs,
+        [m],
+        "M is stored, waiting for slots"
+    );
+    p.nodes[A].auto_sync = false;
+    let now = p.now;
+    let v = p.node(A).abandon(now, exon_testkit::pair::id(B), m);
+    p.drain(A);
+    let told = v == Some(Abandoned::NotDelivered) || p.nodes[A].not_delivered.contains(&m);
+    crash_and_recover_under(&mut p, A, rules);
+    p.nodes[A].auto_sync = true;
+    p.run(Duration::from_secs(20));
+    let told = told || p.nodes[A].not_delivered.contains(&m);
+    (
+        v,
+        told,
+        unflagged(&p, B).get(&payload(0)).copied().unwrap_or(0),
+    )
+}
+
+#[test]
+fn a_deadline_verdict_is_reported_once_its_record_is_stored() {
+    // With the rule: nothing reported before the crash; M recovered, delivered once and
+    // acknowledged.
+    let (v, told, delivered) = abandon_then_crash_before_the_record(true);
+    assert_eq!(v, Some(Abandoned::Pending));
+    assert!(!told, "never told not delivered");
+    assert_eq!(delivered, 1);
+    // Without: told not delivered at once, and delivered after the restart.
+    let (v, told, delivered) = abandon_then_crash_before_the_record(false);
+    assert_eq!(v, Some(Abandoned::NotDelivered));
+    assert!(
+        told && delivered == 1,
+        "without the rule a message reported not delivered is delivered"
+    );
+}
+
+#[test]
+fn a_deadline_verdict_comes_as_an_event_once_stored() {
+    let mut p = durable_pair(true, true);
+    let m = p.send(A, payload(0));
+    p.drain(A);
+    p.nodes[A].auto_sync = false;
+    let now = p.now;
+    let v = p.node(A).abandon(now, exon_testkit::pair::id(B), m);
+    assert_eq!(v, Some(Abandoned::Pending));
+    p.drain(A);
+    assert!(p.nodes[A].not_delivered.is_empty(), "not before the record");
+    p.nodes[A].auto_sync = true;
+    p.sync(A);
+    assert_eq!(p.nodes[A].not_delivered, [m]);
+    p.run(Duration::from_secs(20));
+    assert!(p.nodes[B].delivered.is_empty());
+    assert!(
+        p.nodes[A].journal.is_empty(),
+        "the verdict is reported: forgotten"
+    );
+}
+
+/// A sends M, B takes it; A's journal stops syncing until the `Resolved` record of M's
+/// acknowledgement is written (not synced). Returns M.
+fn acknowledged_unsynced(p: &mut Pair) -> exon::proto::MsgId {
+    let m = p.send(A, payload(0));
+    step_until(p, |p| p.nodes[B].delivered.len() == 1);
+    p.nodes[A].auto_sync = false;
+    let resolved = |p: &Pair| {
+        p.nodes[A]
+            .unsynced
+            .iter()
+            .any(|w| matches!(w.entry, Entry::Resolved { .. }))
+    };
+    step_until(p, resolved);
+    m
+}
+
+/// Issue 44, item 4: B takes M; A's `Resolved` record of M's acknowledgement reaches the
+/// disk, and A crashes before it is told so (the verdict never handed out). Returns A's
+/// acknowledgements after its restart, and whether its journal is empty at the end.
+fn verdict_stored_then_crash(rule: bool) -> (Vec<exon::proto::MsgId>, bool) {
+    let mut p = durable_pair(true, true);
+    let mut rules = Rules::ALL;
+    rules.report_stored_verdicts = rule;
+    p.node(A).set_rules(rules);
+    let m = acknowledged_unsynced(&mut p);
+    assert!(p.nodes[A].acked.is_empty(), "not reported yet");
+    // The commit reaches the disk; the crash comes before the node is told.
+    let side = &mut p.nodes[A];
+    for w in side.unsynced.drain(..) {
+        side.journal.apply(&w.entry);
+    }
+    crash_and_recover_under(&mut p, A, rules);
+    p.nodes[A].auto_sync = true;
+    p.run(Duration::from_secs(20));
+    let acked = p.nodes[A].acked.clone();
+    assert!(acked.iter().all(|&a| a == m));
+    (acked, p.nodes[A].journal.is_empty())
+}
+
+#[test]
+fn a_verdict_stored_and_not_reported_is_reported_after_a_crash() {
+    let (acked, empty) = verdict_stored_then_crash(true);
+    assert_eq!(acked.len(), 1, "reported by the restarted node");
+    assert!(empty, "and then forgotten");
+    let (acked, empty) = verdict_stored_then_crash(false);
+    assert!(acked.is_empty(), "without the rule the verdict is lost");
+    assert!(empty, "forgotten all the same");
+}
+
+/// A verdict handed out whose `Reported` record is lost in a crash is reported again: the
+/// same verdict, for the same id (the documented repeat).
+#[test]
+fn a_verdict_reported_before_its_report_is_stored_is_reported_again_the_same() {
+    let mut p = durable_pair(true, true);
+    let m = acknowledged_unsynced(&mut p);
+    // The `Resolved` record is synced and reported; the `Reported` record is not.
+    let side = &mut p.nodes[A];
+    let last = side.unsynced.last().map(|w| w.seq).unwrap();
+    for w in side.unsynced.drain(..) {
+        side.journal.apply(&w.entry);
+    }
+    let now = p.now;
+    p.nodes[A].node.handle_stored(now, last);
+    p.drain(A);
+    assert_eq!(p.nodes[A].acked, [m]);
+    assert!(p.nodes[A]
+        .unsynced
+        .iter()
+        .any(|w| matches!(w.entry, Entry::Reported { .. })));
+    crash_and_recover_under(&mut p, A, Rules::ALL);
+    p.nodes[A].auto_sync = true;
+    p.run(Duration::from_secs(20));
+    assert_eq!(p.nodes[A].acked, [m, m], "the same verdict, again");
+    assert!(p.nodes[A].in_doubt.is_empty() && p.nodes[A].not_delivered.is_empty());
+    assert!(p.nodes[A].journal.is_empty());
 }

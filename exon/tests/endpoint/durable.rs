@@ -434,3 +434,47 @@ async fn an_outbox_sent_again_after_a_restart_delivers_each_row_once() {
     let r = plain.send_keyed(B, 1, vec![0; 4]).await.map(|_| ());
     assert_eq!(r, Err(Error::Send(SendError::NotDurable)));
 }
+
+/// Issue 44, item 4, at the endpoint: a durable sender's deadline verdict reaches its
+/// receipt (once its `Resolved` record is stored), and after a restart a verdict the
+/// journal stored and never recorded as reported comes back on a settled receipt from
+/// `take_recovered`, with its id.
+#[tokio::test]
+async fn durable_verdicts_reach_receipts_once_stored_and_after_a_restart() {
+    use exon::durable::{FsBackend, Journal, JournalConfig};
+    use exon::proto::journal::{Entry, Outcome, Write};
+    use exon::proto::MsgId;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(A, Some(dir.path())).await;
+    // B never answers: the message is given up at its deadline.
+    a.add_peer(B, "127.0.0.1:9".parse().unwrap());
+    let r = a
+        .handle()
+        .send_within(B, &b"late"[..], Duration::from_millis(100))
+        .await
+        .unwrap();
+    let v = timeout(LIMIT, r).await.unwrap();
+    assert!(
+        matches!(v, Err(ReceiptError::NotDelivered | ReceiptError::InDoubt)),
+        "{v:?}"
+    );
+    drop(a);
+    // A journal holding a verdict stored and not reported (a crash came in between).
+    let other = tempfile::tempdir().unwrap();
+    let backend = FsBackend::open(other.path().join("journal")).unwrap();
+    let (mut j, _, _) = Journal::open(backend, JournalConfig::default()).unwrap();
+    let entry = Entry::Resolved {
+        id: MsgId(77),
+        verdict: Some((B, Outcome::Acknowledged)),
+    };
+    j.append(&Write { seq: 1, entry }).unwrap();
+    j.commit().unwrap();
+    drop(j);
+    let mut a = start(A, Some(other.path())).await;
+    let rec = a.take_recovered();
+    assert_eq!(rec.len(), 1);
+    let s = rec.into_iter().next().unwrap();
+    assert!(s.settled && s.payload.is_empty() && s.to == B);
+    assert_eq!(s.receipt.id(), MsgId(77));
+    assert_eq!(timeout(LIMIT, s.receipt).await.unwrap(), Ok(MsgId(77)));
+}

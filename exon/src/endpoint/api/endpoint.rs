@@ -247,7 +247,11 @@ impl Endpoint {
     /// (accepted before a restart and not acknowledged), each with its payload and a
     /// receipt carrying the stable id ([`Receipt::id`](crate::endpoint::Receipt::id), [`Receipt::stored`](crate::endpoint::Receipt::stored)) it had before
     /// the restart: they are being sent again, and each receipt resolves with the message's
-    /// verdict. Empty after the first call, and on an endpoint that is not durable.
+    /// verdict. Also the messages whose verdict the journal stored and had not recorded
+    /// as reported before the restart ([`RecoveredSend::settled`]: not sent again, the
+    /// receipt resolves with that verdict at once; it may have been reported before the
+    /// crash too, the same). Empty after the first call, and on an endpoint that is not
+    /// durable.
     pub fn take_recovered(&mut self) -> Vec<RecoveredSend> {
         std::mem::take(&mut self.recovered)
     }

@@ -49,7 +49,7 @@ impl<S: DatagramSocket> Driver<S> {
                         id = %self.node.id(),
                         peer = %to,
                         suppressed,
-                        "receiver lost the message's incarnation: in doubt"
+                        "message in doubt (its receiver lost its incarnation, or it was given up after a copy left)"
                     );
                 }
                 if let Some(msg) = self.sends.settle(id, Err(ReceiptError::InDoubt)) {
@@ -58,7 +58,9 @@ impl<S: DatagramSocket> Driver<S> {
             }
             Event::NotDelivered { id, to } => {
                 peer_span(to).in_scope(|| {
-                    tracing::warn!("message larger than the receiver takes: not delivered");
+                    tracing::warn!(
+                        "message not delivered (larger than the receiver takes, or given up)"
+                    );
                 });
                 self.sends.settle(id, Err(ReceiptError::NotDelivered));
             }

@@ -341,7 +341,8 @@ impl Sends {
             let verdict = match node.abandon(t, to, core_id) {
                 Some(Abandoned::NotDelivered) => ReceiptError::NotDelivered,
                 Some(Abandoned::InDoubt) => ReceiptError::InDoubt,
-                None => continue,
+                // Durable mode: the verdict comes as an event once its record is stored.
+                Some(Abandoned::Pending) | None => continue,
             };
             self.settle(core_id, Err(verdict));
         }

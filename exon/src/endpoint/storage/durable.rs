@@ -26,17 +26,27 @@ pub(crate) struct DriverJournal {
 
 /// A message recovered from the journal of a durable endpoint after a restart: it is being
 /// sent again, under the id it had ([`Receipt::id`]); the receipt resolves with its verdict.
+///
+/// Or (`settled`) a message whose verdict the journal stored before the crash and may not
+/// have reported: the receipt resolves with that verdict at once, and the payload is empty
+/// (the journal keeps only the verdict). Such a verdict may have reached the application
+/// before the crash too (the journal records a report with its next commit): the same
+/// verdict for the same id, never a different one.
 #[derive(Debug)]
 pub struct RecoveredSend {
     /// The message's receipt (stored already).
     pub receipt: Receipt,
     /// The destination.
     pub to: NodeId,
-    /// The message, so the application knows which of its own items it is.
+    /// The message, so the application knows which of its own items it is (empty when
+    /// `settled`).
     pub payload: bytes::Bytes,
     /// The application's key, for a message sent with
     /// [`Handle::send_keyed`](crate::endpoint::Handle::send_keyed).
     pub key: Option<u64>,
+    /// The message had its verdict before the restart: it is not sent again, and the
+    /// receipt carries that verdict.
+    pub settled: bool,
 }
 
 /// Where a durable endpoint keeps its state, and how.
@@ -88,8 +98,21 @@ impl DurableDir {
                     to: m.to,
                     payload: body,
                     key: m.key,
+                    settled: false,
                 });
             }
+        }
+        for v in &recovered.verdicts {
+            // The node reports these again at recovery: the receipts resolve at once.
+            let (tx, rx) = oneshot::channel();
+            acks.push((v.id, v.to, Ack::One(tx)));
+            receipts.push(RecoveredSend {
+                receipt: Receipt::recovered(v.id, v.to, rx),
+                to: v.to,
+                payload: bytes::Bytes::new(),
+                key: None,
+                settled: true,
+            });
         }
         node.recover(Instant::now(), recovered)
             .map_err(|e| BindError::Io(std::io::Error::other(e)))?;

@@ -55,10 +55,22 @@ pub enum Entry {
         /// The slot.
         slot: u64,
     },
-    /// Sender: message `id` has its verdict; it is forgotten.
+    /// Sender: message `id` has its verdict; it is forgotten, its verdict kept until a
+    /// `Reported` record covers it (a restart reports it again until then).
     Resolved {
         /// The message's id.
         id: MsgId,
+        /// Its destination and verdict; `None` in records written before verdicts were
+        /// kept (nothing to report).
+        verdict: Option<(NodeId, Outcome)>,
+    },
+    /// Sender: the verdicts of messages `first .. first + count` were handed to the
+    /// application; the journal forgets them.
+    Reported {
+        /// The first id of the run.
+        first: MsgId,
+        /// How many consecutive ids.
+        count: u64,
     },
     /// Receiver and sender at once: the application took the delivery in
     /// `(from, rck, slot)` and, in the same record, `send` accepted message `id` for `from`
@@ -110,6 +122,36 @@ pub enum Entry {
     },
 }
 
+/// The verdict a `Resolved` record keeps until it is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Taken by the receiving application (`Event::Acknowledged`).
+    Acknowledged,
+    /// Certainly not delivered (`Event::NotDelivered`).
+    NotDelivered,
+    /// Delivered at most once, maybe not at all (`Event::InDoubt`).
+    InDoubt,
+}
+
+impl Outcome {
+    fn code(self) -> u64 {
+        match self {
+            Outcome::Acknowledged => 1,
+            Outcome::NotDelivered => 2,
+            Outcome::InDoubt => 3,
+        }
+    }
+
+    fn from_code(c: u64) -> Option<Outcome> {
+        match c {
+            1 => Some(Outcome::Acknowledged),
+            2 => Some(Outcome::NotDelivered),
+            3 => Some(Outcome::InDoubt),
+            _ => None,
+        }
+    }
+}
+
 /// Why bytes are not a journal record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum EntryError {
@@ -122,6 +164,9 @@ pub enum EntryError {
     /// A node id out of range.
     #[error("node id out of range in a journal record")]
     NodeId,
+    /// A verdict code that names no verdict.
+    #[error("unknown verdict {0} in a journal record")]
+    Outcome(u64),
 }
 
 const DELIVERED: u8 = 1;
@@ -132,6 +177,7 @@ const ASSIGNED: u8 = 5;
 const RESOLVED: u8 = 6;
 const REPLIED: u8 = 7;
 const COVERS: u8 = 8;
+const REPORTED: u8 = 9;
 const ACCEPTED_KEYED: u8 = 10;
 const KEY_FLOOR: u8 = 11;
 
@@ -152,7 +198,10 @@ impl Entry {
                 v(id.0) + v(to.get()) + v(payload.len() as u64) + payload.len()
             }
             Entry::Assigned { id, rck, slot } => v(id.0) + v(*rck) + v(*slot),
-            Entry::Resolved { id } => v(id.0),
+            Entry::Resolved { id, verdict } => {
+                v(id.0) + verdict.map_or(0, |(to, o)| v(o.code()) + v(to.get()))
+            }
+            Entry::Reported { first, count } => v(first.0) + v(*count),
             Entry::Replied {
                 from,
                 rck,
@@ -218,9 +267,18 @@ impl Entry {
                 put_varint(buf, *rck);
                 put_varint(buf, *slot);
             }
-            Entry::Resolved { id } => {
+            Entry::Resolved { id, verdict } => {
                 buf.put_u8(RESOLVED);
                 put_varint(buf, id.0);
+                if let Some((to, o)) = verdict {
+                    put_varint(buf, o.code());
+                    put_varint(buf, to.get());
+                }
+            }
+            Entry::Reported { first, count } => {
+                buf.put_u8(REPORTED);
+                put_varint(buf, first.0);
+                put_varint(buf, *count);
             }
             Entry::Replied {
                 from,
@@ -303,7 +361,14 @@ impl Entry {
                 rck: int(r)?,
                 slot: int(r)?,
             },
-            RESOLVED => Entry::Resolved { id: MsgId(int(r)?) },
+            RESOLVED => Entry::Resolved {
+                id: MsgId(int(r)?),
+                verdict: verdict(r)?,
+            },
+            REPORTED => Entry::Reported {
+                first: MsgId(int(r)?),
+                count: int(r)?,
+            },
             REPLIED => Entry::Replied {
                 from: node(r)?,
                 rck: int(r)?,
@@ -342,6 +407,16 @@ fn node(r: &mut Reader<'_>) -> Result<NodeId, EntryError> {
     NodeId::new(int(r)?).ok_or(EntryError::NodeId)
 }
 
+/// A `Resolved` record's verdict: absent in records written before verdicts were kept.
+fn verdict(r: &mut Reader<'_>) -> Result<Option<(NodeId, Outcome)>, EntryError> {
+    if r.remaining() == 0 {
+        return Ok(None);
+    }
+    let c = int(r)?;
+    let o = Outcome::from_code(c).ok_or(EntryError::Outcome(c))?;
+    Ok(Some((node(r)?, o)))
+}
+
 fn blob(r: &mut Reader<'_>, whole: &Bytes) -> Result<Bytes, EntryError> {
     r.length_prefixed(whole, usize::MAX)
         .map_err(|_| EntryError::Length)
@@ -376,7 +451,26 @@ mod tests {
                 rck: 5,
                 slot: 6,
             },
-            Entry::Resolved { id: MsgId(1 << 61) },
+            Entry::Resolved {
+                id: MsgId(1 << 61),
+                verdict: None,
+            },
+            Entry::Resolved {
+                id: MsgId(12),
+                verdict: Some((n, Outcome::Acknowledged)),
+            },
+            Entry::Resolved {
+                id: MsgId(13),
+                verdict: Some((n, Outcome::NotDelivered)),
+            },
+            Entry::Resolved {
+                id: MsgId(1 << 40),
+                verdict: Some((n, Outcome::InDoubt)),
+            },
+            Entry::Reported {
+                first: MsgId(12),
+                count: 2,
+            },
             Entry::Replied {
                 from: n,
                 rck: 4,
@@ -411,7 +505,16 @@ mod tests {
     fn truncated_extended_or_garbled_records_are_errors() {
         for e in all() {
             let b = e.to_bytes();
-            for cut in 0..b.len() {
+            // A `Resolved` record cut right after its id is the older encoding, no verdict.
+            let old = matches!(
+                e,
+                Entry::Resolved {
+                    verdict: Some(_),
+                    ..
+                }
+            )
+            .then(|| 1 + id_len(&e));
+            for cut in (0..b.len()).filter(|c| Some(*c) != old) {
                 assert!(
                     Entry::decode(&b.slice(..cut)).is_err(),
                     "{e:?} cut at {cut}"
@@ -419,11 +522,23 @@ mod tests {
             }
             let mut long = b.to_vec();
             long.push(0);
-            assert_eq!(Entry::decode(&Bytes::from(long)), Err(EntryError::Length));
+            // (a `Resolved` record without a verdict reads the extra byte as a verdict code)
+            assert!(Entry::decode(&Bytes::from(long)).is_err(), "{e:?} extended");
         }
         assert_eq!(
             Entry::decode(&Bytes::from_static(&[99])),
             Err(EntryError::Kind(99))
         );
+        assert_eq!(
+            Entry::decode(&Bytes::from_static(&[RESOLVED, 5, 4, 1])),
+            Err(EntryError::Outcome(4))
+        );
+    }
+
+    fn id_len(e: &Entry) -> usize {
+        match e {
+            Entry::Resolved { id, .. } => varint_len(id.0),
+            _ => 0,
+        }
     }
 }

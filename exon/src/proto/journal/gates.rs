@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::proto::journal::{Archive, Entry, Write};
-use crate::proto::{DeliveryId, Event, NodeId, PeerMap};
+use crate::proto::{DeliveryId, Event, MsgId, NodeId, PeerMap};
 
 /// What waits for a write to be durable.
 #[derive(Debug)]
@@ -14,8 +14,8 @@ pub(crate) enum Gate {
     Take(DeliveryId),
     /// Tokens to `to` in slots below `below` may go out.
     Assigned { to: NodeId, below: u64 },
-    /// A verdict, reported once its `Resolved` record is stored; the frontier to `to` may
-    /// then pass `slot`.
+    /// A verdict (an acknowledgement, or a message given up), reported once its `Resolved`
+    /// record is stored; the frontier to `to` may then pass `slot`.
     Verdict {
         to: NodeId,
         slot: Option<u64>,
@@ -26,7 +26,8 @@ pub(crate) enum Gate {
     /// The journal covers incarnations below `below` (a `Covers` record): new ones may be
     /// made up to there.
     Covers { below: u64 },
-    /// A message given up (`Node::abandon`): the frontier to `to` may pass `slot` once its
+    /// A message given up (`Node::abandon`) whose verdict was reported at once (the rule
+    /// `deadline_verdict_after_record` off): the frontier to `to` may pass `slot` once its
     /// `Resolved` record is stored.
     Released { to: NodeId, slot: u64 },
 }
@@ -116,6 +117,23 @@ impl Journal {
         self.next_seq += 1;
         self.writes.push_back(Write { seq, entry });
         seq
+    }
+
+    /// The application was handed the verdicts of `first .. first + count`: a `Reported`
+    /// record, merged into the last write if that is one this run extends and it is not
+    /// handed out yet (no sync of its own: it rides the next commit).
+    pub fn report(&mut self, first: MsgId, count: u64) {
+        if let Some(Write {
+            entry: Entry::Reported { first: f, count: c },
+            ..
+        }) = self.writes.back_mut()
+        {
+            if f.0.checked_add(*c) == Some(first.0) {
+                *c = c.saturating_add(count);
+                return;
+            }
+        }
+        self.write(Entry::Reported { first, count });
     }
 
     /// The number of the last write queued.

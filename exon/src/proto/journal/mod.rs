@@ -10,7 +10,8 @@
 //! |-------------|--------------------------------------|------------------------------------|
 //! | `Accepted`  | `send` accepts a message             | [`Event::Stored`](crate::proto::Event::Stored) |
 //! | `Assigned`  | a message gets its slot (a token)    | the token's first transmission      |
-//! | `Resolved`  | a verdict ends a message             | the verdict event, and the frontier passing its slot |
+//! | `Resolved`  | a verdict ends a message (it keeps the verdict) | the verdict event (a deadline's too), and the frontier passing its slot |
+//! | `Reported`  | the application is handed verdicts   | nothing (it lets the log shrink)    |
 //! | `Delivered` | a token fills a slot                 | [`Event::Delivered`](crate::proto::Event::Delivered) |
 //! | `Taken`     | the application takes a delivery     | the ACK                             |
 //! | `Confirmed` | the sender's frontier passes taken slots | nothing (it only lets the log shrink) |
@@ -24,8 +25,8 @@ pub(crate) mod gates;
 mod state;
 
 pub(crate) use archive::Archive;
-pub use entry::{Entry, EntryError};
-pub use state::{Recovered, RecoveredDelivery, RecoveredMessage, State};
+pub use entry::{Entry, EntryError, Outcome};
+pub use state::{Recovered, RecoveredDelivery, RecoveredMessage, RecoveredVerdict, State};
 
 /// One record to make durable, numbered: `seq` grows by one per write, and reporting `seq`
 /// durable reports every write before it durable too (writes reach the disk in order).

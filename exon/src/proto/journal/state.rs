@@ -5,14 +5,15 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::proto::journal::Entry;
+use crate::proto::journal::{Entry, Outcome};
 use crate::proto::{MsgId, NodeId};
 
 /// The live content of a journal, built by replaying its records in order.
 ///
 /// A delivery is live until its sender's frontier passes its slot after it was taken
-/// (`Confirmed`); a message sent is live until it is `Resolved`. Everything else is
-/// forgotten: a quiet node's live state is empty, so its compacted log is too.
+/// (`Confirmed`); a message sent is live until it is `Resolved`, and its verdict until it
+/// is `Reported`. Everything else is forgotten: a quiet node's live state is empty, so its
+/// compacted log is too.
 #[derive(Debug, Default, Clone)]
 pub struct State {
     /// Deliveries by (source, incarnation, slot): the payload while untaken, `None` once
@@ -20,6 +21,8 @@ pub struct State {
     inbox: BTreeMap<(NodeId, u64, u64), Option<Bytes>>,
     /// Messages accepted and not resolved.
     outbox: BTreeMap<MsgId, RecoveredMessage>,
+    /// Verdicts stored and not reported (`Resolved` with a verdict, no `Reported` yet).
+    verdicts: BTreeMap<MsgId, (NodeId, Outcome)>,
     /// The incarnations the journal covers (`Covers`): `(from, below)`.
     covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
@@ -58,6 +61,18 @@ pub struct RecoveredDelivery {
     pub payload: Option<Bytes>,
 }
 
+/// A verdict the journal holds that the application may not have heard (stored, not
+/// reported): a restarted node reports it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveredVerdict {
+    /// The message's id.
+    pub id: MsgId,
+    /// Its destination.
+    pub to: NodeId,
+    /// Its verdict.
+    pub outcome: Outcome,
+}
+
 /// What a restarted node is given ([`Node::recover`](crate::proto::Node::recover)).
 #[derive(Debug, Default, Clone)]
 pub struct Recovered {
@@ -65,6 +80,8 @@ pub struct Recovered {
     pub deliveries: Vec<RecoveredDelivery>,
     /// Messages accepted and not resolved, oldest first.
     pub messages: Vec<RecoveredMessage>,
+    /// Verdicts stored and not known to be reported, oldest first: reported again.
+    pub verdicts: Vec<RecoveredVerdict>,
     /// Whether the storage lost records it had made durable (a damaged log): tokens for
     /// what it may have held are then answered DOUBT, not LOST.
     pub damaged: bool,
@@ -145,11 +162,17 @@ impl State {
                     m.assigned = Some((*rck, *slot));
                 }
             }
-            Entry::Resolved { id } => {
+            Entry::Resolved { id, verdict } => {
                 if let Some(m) = self.outbox.remove(id) {
                     self.live_bytes -= Self::message_len(&m);
                 }
+                if let Some(v) = verdict {
+                    if self.verdicts.insert(*id, *v).is_none() {
+                        self.live_bytes += e.encoded_len();
+                    }
+                }
             }
+            Entry::Reported { first, count } => self.reported(*first, *count),
             Entry::Covers { from, below } => self.cover(*from, *below),
             Entry::Replied {
                 from,
@@ -220,6 +243,21 @@ impl State {
         }
     }
 
+    /// A `Reported` record: the verdicts of `first .. first + count` are forgotten.
+    fn reported(&mut self, first: MsgId, count: u64) {
+        let end = MsgId(first.0.saturating_add(count));
+        let ids: Vec<MsgId> = self.verdicts.range(first..end).map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(v) = self.verdicts.remove(&id) {
+                self.live_bytes -= Entry::Resolved {
+                    id,
+                    verdict: Some(v),
+                }
+                .encoded_len();
+            }
+        }
+    }
+
     /// A `Covers` record: the journal's start, extended or started again.
     fn cover(&mut self, from: u64, below: u64) {
         // The journal's first record says where it starts; later ones extend it, or
@@ -272,7 +310,7 @@ impl State {
     /// Whether nothing is live but the journal's coverage (a compacted log would be its
     /// one `Covers` record).
     pub fn is_empty(&self) -> bool {
-        self.inbox.is_empty() && self.outbox.is_empty()
+        self.inbox.is_empty() && self.outbox.is_empty() && self.verdicts.is_empty()
     }
 
     /// Bytes the live records take encoded: what a compaction writes.
@@ -283,6 +321,11 @@ impl State {
     /// Deliveries remembered, and messages not resolved.
     pub fn counts(&self) -> (usize, usize) {
         (self.inbox.len(), self.outbox.len())
+    }
+
+    /// Verdicts stored and not reported.
+    pub fn unreported(&self) -> usize {
+        self.verdicts.len()
     }
 
     /// The records that rebuild this state, for a compaction: replaying them gives the
@@ -313,7 +356,16 @@ impl State {
             });
             std::iter::once(accepted).chain(assigned)
         });
-        covers.into_iter().chain(keys).chain(inbox).chain(outbox)
+        let verdicts = self.verdicts.iter().map(|(&id, &v)| Entry::Resolved {
+            id,
+            verdict: Some(v),
+        });
+        covers
+            .into_iter()
+            .chain(keys)
+            .chain(inbox)
+            .chain(outbox)
+            .chain(verdicts)
     }
 
     /// The incarnations the journal covers: `(from, below)` of its `Covers` records.
@@ -335,6 +387,11 @@ impl State {
                 })
                 .collect(),
             messages: self.outbox.values().cloned().collect(),
+            verdicts: self
+                .verdicts
+                .iter()
+                .map(|(&id, &(to, outcome))| RecoveredVerdict { id, to, outcome })
+                .collect(),
             damaged,
             covers: self.covers,
             keys: self.keys.iter().map(|(&to, &key)| (to, key)).collect(),
@@ -395,7 +452,14 @@ mod tests {
                 slot: 40,
             },
             Entry::Confirmed { from: A, below: 12 },
-            Entry::Resolved { id: MsgId(3) },
+            Entry::Resolved {
+                id: MsgId(3),
+                verdict: Some((A, Outcome::Acknowledged)),
+            },
+            Entry::Reported {
+                first: MsgId(3),
+                count: 1,
+            },
         ]);
         assert!(s.is_empty());
         assert_eq!(s.live_bytes(), 0);
@@ -474,10 +538,52 @@ mod tests {
             slot: 1 << 40,
         });
         assert_eq!(t.live_bytes(), encoded(&t));
-        t.apply(&Entry::Resolved { id: MsgId(1) });
+        t.apply(&Entry::Resolved {
+            id: MsgId(1),
+            verdict: None,
+        });
         assert_eq!(t.live_bytes(), 0);
         assert_eq!(msgs[1].assigned, None);
         assert_eq!(s.live_bytes(), encoded(&s));
         assert_eq!(again.live_bytes(), encoded(&again));
+    }
+
+    #[test]
+    fn a_verdict_stays_until_reported_and_survives_a_compaction() {
+        let accepted = |id| Entry::Accepted {
+            id: MsgId(id),
+            to: A,
+            payload: Bytes::from_static(b"m"),
+        };
+        let resolved = |id, o| Entry::Resolved {
+            id: MsgId(id),
+            verdict: Some((A, o)),
+        };
+        let s = replay(&[
+            accepted(4),
+            accepted(5),
+            accepted(6),
+            resolved(4, Outcome::Acknowledged),
+            resolved(5, Outcome::NotDelivered),
+            resolved(6, Outcome::InDoubt),
+            Entry::Reported {
+                first: MsgId(4),
+                count: 1,
+            },
+        ]);
+        assert_eq!(s.unreported(), 2);
+        assert_eq!(s.live_bytes(), encoded(&s));
+        let again = replay(&s.live_entries().collect::<Vec<_>>());
+        let r = again.recovered(false);
+        assert!(r.messages.is_empty());
+        let v: Vec<_> = r.verdicts.iter().map(|v| (v.id.0, v.outcome)).collect();
+        assert_eq!(v, [(5, Outcome::NotDelivered), (6, Outcome::InDoubt)]);
+        let mut done = again.clone();
+        done.apply(&Entry::Reported {
+            first: MsgId(5),
+            count: 2,
+        });
+        assert!(done.is_empty());
+        assert_eq!(done.live_bytes(), 0);
     }
 }

@@ -507,17 +507,24 @@ impl Node {
     /// collection frontier (with any partial message the receiver held in it). Any other is
     /// [`Abandoned::InDoubt`], including a message that left as one whole TOKEN and was
     /// cut into fragments afterwards (smaller datagrams), however few of those left.
+    ///
+    /// Durable mode: the verdict is decided now but reaches the application only once the
+    /// message's `Resolved` record is stored: `abandon` returns [`Abandoned::Pending`], and
+    /// [`Event::NotDelivered`](crate::proto::Event::NotDelivered) or
+    /// [`Event::InDoubt`](crate::proto::Event::InDoubt) for `id` follows. A crash before
+    /// the record is stored recovers the message: it is sent again and gets a verdict from
+    /// the restarted node (never one the application heard before).
     pub fn abandon(&mut self, now: Instant, to: NodeId, id: MsgId) -> Option<Abandoned> {
         let rules = self.rules;
         let rec = self.senders.get_mut(&to)?;
         let (len, verdict, slot) = rec.abandon(now, id, &rules)?;
         self.queued_bytes -= len;
-        self.journal_abandoned(now, to, id, slot);
         match verdict {
             Abandoned::NotDelivered => self.stats.not_delivered += 1,
-            Abandoned::InDoubt => self.stats.in_doubt += 1,
+            _ => self.stats.in_doubt += 1,
         }
+        let pending = self.journal_abandoned(now, to, id, slot, verdict);
         self.rearm_sender(to);
-        Some(verdict)
+        Some(if pending { Abandoned::Pending } else { verdict })
     }
 }

@@ -5,10 +5,10 @@ use std::time::Instant;
 
 use crate::proto::frame::Verdict;
 use crate::proto::journal::gates::{Gate, Journal};
-use crate::proto::journal::{Entry, Recovered, Write};
+use crate::proto::journal::{Entry, Outcome, Recovered, RecoveredVerdict, Write};
 use crate::proto::recv::delivery::Kept;
 use crate::proto::send::record::SRecord;
-use crate::proto::{DeliveryId, Event, MsgId, Node, NodeId, Payload};
+use crate::proto::{Abandoned, DeliveryId, Event, MsgId, MsgIds, Node, NodeId, Payload};
 
 /// Why [`Node::recover`] refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -76,7 +76,8 @@ impl Node {
                     slot: None,
                     event,
                 };
-                self.journal(now, Entry::Resolved { id: m.id }, g);
+                let verdict = Some((m.to, Outcome::InDoubt));
+                self.journal(now, Entry::Resolved { id: m.id, verdict }, g);
                 continue;
             }
             if !self.senders.contains_key(&m.to) {
@@ -90,6 +91,7 @@ impl Node {
                 rec.restore(m.id, m.payload, m.assigned);
             }
         }
+        self.recover_verdicts(recovered.verdicts);
         let peers: Vec<NodeId> = self.senders.keys().copied().collect();
         for peer in peers {
             self.liveness_work(now, peer, true);
@@ -98,6 +100,44 @@ impl Node {
             self.rearm_sender(peer);
         }
         Ok(())
+    }
+
+    /// Verdicts the journal stored and holds as not reported (a crash came between the
+    /// record's sync and the report, or before the `Reported` record was stored): reported
+    /// again, as events, the same verdicts. With the rule off they are forgotten.
+    fn recover_verdicts(&mut self, verdicts: Vec<RecoveredVerdict>) {
+        for v in verdicts {
+            self.next_msg = self.next_msg.max(v.id.0.saturating_add(1));
+            if !self.rules.report_stored_verdicts {
+                if let Some(j) = self.journal.as_mut() {
+                    j.report(v.id, 1);
+                }
+                continue;
+            }
+            let (to, id) = (v.to, v.id);
+            let event = match v.outcome {
+                Outcome::Acknowledged => Event::Acknowledged {
+                    to,
+                    ids: MsgIds::one(id),
+                },
+                Outcome::NotDelivered => Event::NotDelivered { to, id },
+                Outcome::InDoubt => Event::InDoubt { to, id },
+            };
+            Event::push_merged(&mut self.events, event);
+        }
+    }
+
+    /// Durable mode: event `e` is being handed to the application; a verdict's record may
+    /// forget it (a `Reported` record, synced with the next commit).
+    pub(super) fn journal_reported(&mut self, e: &Event) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        match e {
+            Event::Acknowledged { ids, .. } => j.report(ids.first(), ids.count()),
+            Event::InDoubt { id, .. } | Event::NotDelivered { id, .. } => j.report(*id, 1),
+            _ => {}
+        }
     }
 
     /// Whether the node runs in durable mode ([`recover`](Self::recover)).
@@ -211,10 +251,11 @@ impl Node {
         };
         let held = std::mem::take(&mut j.held);
         for (slot, event) in held {
-            let id = match &event {
+            let (id, outcome) = match &event {
                 // Held one message each: the journal resolves them one by one.
-                Event::Acknowledged { ids, .. } => ids.first(),
-                Event::InDoubt { id, .. } | Event::NotDelivered { id, .. } => *id,
+                Event::Acknowledged { ids, .. } => (ids.first(), Outcome::Acknowledged),
+                Event::InDoubt { id, .. } => (*id, Outcome::InDoubt),
+                Event::NotDelivered { id, .. } => (*id, Outcome::NotDelivered),
                 _ => continue,
             };
             let g = Gate::Verdict {
@@ -222,7 +263,8 @@ impl Node {
                 slot: Some(slot),
                 event,
             };
-            self.journal(now, Entry::Resolved { id }, g);
+            let verdict = Some((to, outcome));
+            self.journal(now, Entry::Resolved { id, verdict }, g);
         }
         let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
         if let Some(rec) = self.senders.get_mut(&to) {
@@ -306,31 +348,46 @@ impl Node {
         }
     }
 
-    /// Durable mode: a message given up is forgotten by the journal too. Until its
+    /// Durable mode: a message given up is forgotten by the journal too; returns whether
+    /// its verdict waits for the record (it then comes as an event once stored). Until its
     /// `Resolved` record is stored, the frontier to `to` stays below its slot (if it had
     /// one): a crash before then recovers the message in that slot, and the receiver must
-    /// still know whether it delivered it.
+    /// still know whether it delivered it; and the application does not hear the verdict,
+    /// which the restarted node decides anew.
     pub(super) fn journal_abandoned(
         &mut self,
         now: Instant,
         to: NodeId,
         id: MsgId,
         slot: Option<u64>,
-    ) {
+        verdict: Abandoned,
+    ) -> bool {
         if self.journal.is_none() {
-            return;
+            return false;
         }
-        let Some(slot) = slot else {
-            if let Some(j) = self.journal.as_mut() {
-                j.write(Entry::Resolved { id });
-            }
-            return;
-        };
-        self.journal(now, Entry::Resolved { id }, Gate::Released { to, slot });
+        let pending = self.rules.deadline_verdict_after_record;
+        if pending {
+            let (outcome, event) = match verdict {
+                Abandoned::NotDelivered => (Outcome::NotDelivered, Event::NotDelivered { to, id }),
+                _ => (Outcome::InDoubt, Event::InDoubt { to, id }),
+            };
+            let entry = Entry::Resolved {
+                id,
+                verdict: Some((to, outcome)),
+            };
+            self.journal(now, entry, Gate::Verdict { to, slot, event });
+        } else if let Some(slot) = slot {
+            // The defect (self-test only): the verdict went out already.
+            let entry = Entry::Resolved { id, verdict: None };
+            self.journal(now, entry, Gate::Released { to, slot });
+        } else if let Some(j) = self.journal.as_mut() {
+            j.write(Entry::Resolved { id, verdict: None });
+        }
         let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
         if let Some(rec) = self.senders.get_mut(&to) {
             rec.set_frontier_cap(cap);
         }
+        pending
     }
 
     /// A held slot's record is stored: the frontier to `to` may move on.

@@ -106,8 +106,14 @@ impl Node {
     }
 
     /// Output: an event for the application, if any.
+    ///
+    /// Durable mode: a verdict handed out here counts as reported (its journal record may
+    /// forget it, with a `Reported` record); one stored and not handed out before a crash
+    /// is reported again by the restarted node.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let e = self.events.pop_front()?;
+        self.journal_reported(&e);
+        Some(e)
     }
 
     /// Whether an event waits for [`poll_event`](Self::poll_event) (an embedding that takes
