@@ -13,7 +13,6 @@ manual=(
   a_million_forged_ids_leave_bounded_state          # release, by hand
   a_million_forged_ids_over_udp_leave_bounded_state # release, by hand
   a_one_way_outage_at_the_defaults                  # 45 s, the figures
-  a_verdict_stored_and_not_reported_before_a_crash  # a known limit (docs/durability.md)
   durable_long_soak                                 # 200 seeds
   core_bug_a_restored_sender_delivers_twice         # a known limit (docs/durability.md)
 )

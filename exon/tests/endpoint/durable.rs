@@ -383,6 +383,9 @@ async fn an_outbox_sent_again_after_a_restart_delivers_each_row_once() {
             .await;
         receipts.push((key, r.unwrap()));
     }
+    // Every row is on stable storage (the last one's record is synced after the others').
+    let (_, last) = receipts.last_mut().unwrap();
+    timeout(LIMIT, last.stored()).await.unwrap().unwrap();
     for (key, r) in receipts.drain(..100) {
         timeout(LIMIT, r).await.unwrap().unwrap();
         noted.push(key);

@@ -290,25 +290,32 @@ async fn deadlines_racing_replies_end_every_call_truthfully() {
     for t in calls {
         results.push(timeout(LIMIT, t).await.unwrap().unwrap());
     }
-    // Every request reaches the server (none is lost, even those given up): let them run.
+    // Every request that may have left reaches the server (none is lost, even those given
+    // up): let them run. A call that says its request was certainly not executed (given up
+    // before any copy left: possible when the machine is loaded) must never run.
+    let never: Vec<u64> = results
+        .iter()
+        .filter(|(_, r)| matches!(r, Err(e) if e.executed() == Some(false)))
+        .map(|(i, _)| *i)
+        .collect();
     let t = tokio::time::Instant::now();
-    while runs.lock().unwrap().len() < n as usize {
+    while runs.lock().unwrap().len() < n as usize - never.len() {
         assert!(t.elapsed() < LIMIT, "every request runs once");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for i in &never {
+        assert!(
+            !runs.lock().unwrap().contains(i),
+            "call {i} said not executed, but it ran"
+        );
+    }
     let mut late = 0;
     for (i, r) in &results {
-        let ran = runs.lock().unwrap().contains(i);
         match r {
             Ok(b) => assert_eq!(b[..], i.to_be_bytes()),
-            Err(e) => {
-                late += 1;
-                assert_ne!(
-                    e.executed(),
-                    Some(false),
-                    "call {i}: {e}, but it ran: {ran}"
-                );
-            }
+            Err(e) if e.executed() == Some(false) => {}
+            Err(_) => late += 1,
         }
     }
     assert!(
