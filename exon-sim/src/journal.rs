@@ -49,6 +49,17 @@ pub struct JournalModel {
     /// two sync latencies (often before its `Resolved` record is synced) and the receiver's
     /// within four. At most [`ABANDON_CRASHES`] such crashes per run.
     pub abandon_crash: f64,
+    /// Keyed sends from an outbox (`Node::send_keyed`): each application sends every
+    /// message under its sequence number as the key, keeps it in its own (perfectly
+    /// durable) outbox until it has a verdict, and at each restart sends again, in order,
+    /// every message it holds no verdict for. A refusal (`KeyNotAbove`) means exon had
+    /// accepted it. The oracle then excuses no message of a restarted sender: each must
+    /// be delivered exactly once.
+    pub keyed: bool,
+    /// With [`keyed`](Self::keyed), a self-test: the outbox is sent again with plain
+    /// `send`s after a restart (the sender's gap keyed sends close): the oracle must find
+    /// messages delivered twice.
+    pub resend_unkeyed: bool,
 }
 
 /// Most crash pairs [`JournalModel::abandon_crash`] adds to one run.
@@ -112,6 +123,8 @@ impl Default for JournalModel {
             switch_on: false,
             restore: None,
             abandon_crash: 0.0,
+            keyed: false,
+            resend_unkeyed: false,
         }
     }
 }

@@ -165,6 +165,13 @@ struct Args {
     /// first restart and comes back durable (a new journal, its clock kept).
     #[arg(long)]
     durable_at_restart: bool,
+    /// Durable mode: keyed sends from an outbox. Each application sends under its
+    /// message's sequence number (`Node::send_keyed`), keeps the message until its verdict,
+    /// and at each restart sends again what it holds no verdict for; the oracle excuses no
+    /// message of a restarted sender (each delivered exactly once). Plain messages only,
+    /// without deadlines.
+    #[arg(long, requires = "durable", conflicts_with_all = ["rpc", "channels", "deadline_ms"])]
+    keyed: bool,
     /// Durable mode: probability that a restart puts back an older copy of the host's
     /// directory (clock and journal, copied at an earlier restart), starting the node from
     /// max(stored clock, wall-clock floor) as `FileStore::load` does. Deliveries to it after
@@ -352,6 +359,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
                 },
             }),
             abandon_crash: a.abandon_crash,
+            keyed: a.keyed,
             ..exon_sim::JournalModel::default()
         }),
         deadline: a.deadline_ms.map(Duration::from_millis),

@@ -76,6 +76,8 @@ pub struct Oracle {
     restarted: Vec<bool>,
     /// Durable mode: the checks of [`Oracle::set_durable`].
     durable: bool,
+    /// Keyed sends from an outbox ([`Oracle::set_keyed`]).
+    keyed: bool,
     /// Durable mode: nodes whose journal was found damaged at a recovery.
     damaged: Vec<bool>,
     /// Durable mode: when each node last restarted with a journal that cannot vouch for
@@ -534,6 +536,10 @@ impl Oracle {
     pub fn on_restart(&mut self, node: usize) {
         self.restarted[node] = true;
         let durable = self.durable;
+        if self.keyed {
+            // The application sends again what it holds no verdict for.
+            return;
+        }
         if let Some(v) = self.msgs.get_mut(node) {
             // In durable mode a message its application was told is stored outlives the
             // crash: its sender still owes a verdict.

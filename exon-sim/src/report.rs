@@ -105,6 +105,10 @@ pub struct Report {
     /// Durable mode: crashes that followed a message given up, in pairs
     /// (`JournalModel::abandon_crash`).
     pub abandon_crashes: u32,
+    /// Keyed sends (`JournalModel::keyed`): outbox messages sent again after restarts and
+    /// accepted (their records were lost), and refused (exon had accepted them). `None`:
+    /// not keyed.
+    pub keyed: Option<(u64, u64)>,
     /// Durable mode: messages allowed to end in doubt by a restart with a journal that
     /// cannot vouch for its earlier incarnations (see `Oracle::on_unvouched_restart`).
     pub doubt_excused: u64,
@@ -236,6 +240,9 @@ impl fmt::Display for Report {
                 self.not_delivered,
                 self.expired_in_doubt
             )?;
+            if let Some((resent, refused)) = self.keyed {
+                write!(f, " keyed_resent={resent} keyed_refused={refused}")?;
+            }
         }
         Ok(())
     }

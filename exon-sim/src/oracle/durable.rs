@@ -15,6 +15,13 @@ impl Oracle {
         self.durable = true;
     }
 
+    /// Keyed sends from an outbox (durable mode): a restarted sender's application sends
+    /// again every message it holds no verdict for, so none is excused as lost by the
+    /// restart.
+    pub fn set_keyed(&mut self) {
+        self.keyed = true;
+    }
+
     /// Whether the checks of durable mode are on.
     pub fn is_durable(&self) -> bool {
         self.durable

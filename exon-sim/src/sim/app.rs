@@ -107,8 +107,20 @@ impl Sim {
         self.hosts[i].pump_scheduled = false;
         let n = self.hosts.len();
         let wl = self.sc.workload.clone();
-        let Some(node) = self.hosts[i].node.as_ref() else {
+        if self.hosts[i].node.is_none() {
             return; // resumed by the restart
+        }
+        if !self.hosts[i].resend.is_empty() {
+            // Keyed sends: the outbox goes first, in key order.
+            let through = self.resend_outbox(i);
+            self.drain(i);
+            if !through {
+                self.schedule_pump(i, self.now + nanos(wl.interval));
+                return;
+            }
+        }
+        let Some(node) = self.hosts[i].node.as_ref() else {
+            return;
         };
         // Plan destinations: owed replies first, then new messages.
         self.plan.clear();
@@ -133,6 +145,7 @@ impl Sim {
             let now = self.instant();
             let plan = std::mem::take(&mut self.plan);
             let mut sent = 0;
+            let keyed = self.keyed();
             for (j, &to) in plan.iter().enumerate() {
                 // One allocation per message: a queued or unacknowledged message keeps only
                 // its own payload alive, never a buffer shared with the rest of its burst.
@@ -148,10 +161,18 @@ impl Sim {
                 let Some(node) = self.hosts[i].node.as_mut() else {
                     break;
                 };
-                match node.send(now, node_id(to), p) {
+                let sent_now = if keyed {
+                    node.send_keyed(now, node_id(to), key.seq, p)
+                } else {
+                    node.send(now, node_id(to), p)
+                };
+                match sent_now {
                     Ok(id) => {
                         let key = self.oracle.on_submit(i, to, self.now);
                         self.hosts[i].msg_keys.insert(id.0, key.seq);
+                        if keyed {
+                            self.hosts[i].outbox.insert(key.seq, (to, kind));
+                        }
                         sent += 1;
                         if let Some(d) = self.sc.deadline {
                             let durable = self.hosts[i].journal.is_some();
@@ -178,5 +199,61 @@ impl Sim {
             self.drain(i);
         }
         self.schedule_pump(i, self.now + nanos(wl.interval));
+    }
+
+    /// Whether the applications send keyed from an outbox (`JournalModel::keyed`).
+    pub(super) fn keyed(&self) -> bool {
+        self.sc.durable.as_ref().is_some_and(|d| d.keyed)
+    }
+
+    /// Keyed sends: the application of node `i` sends again, in key order, the messages of
+    /// its outbox it holds no verdict for since its restart. A refusal for the key means
+    /// exon accepted it before the crash (recovered, or resolved). Returns whether the
+    /// outbox is through (false: the node refused for now; try again at the next pump).
+    fn resend_outbox(&mut self, i: usize) -> bool {
+        let now = self.instant();
+        while let Some(&seq) = self.hosts[i].resend.front() {
+            let Some(&(to, kind)) = self.hosts[i].outbox.get(&seq) else {
+                self.hosts[i].resend.pop_front();
+                continue;
+            };
+            let key = MsgKey {
+                sender: i as u32,
+                seq,
+            };
+            let len = self.sc.workload.len_of(key);
+            let mut p = Vec::with_capacity(len);
+            write_payload(&mut p, key, kind, len);
+            let Some(node) = self.hosts[i].node.as_mut() else {
+                return false;
+            };
+            let unkeyed = self.sc.durable.as_ref().is_some_and(|d| d.resend_unkeyed);
+            let sent = if unkeyed {
+                node.send(now, node_id(to), Bytes::from(p))
+            } else {
+                node.send_keyed(now, node_id(to), seq, Bytes::from(p))
+            };
+            match sent {
+                Ok(id) => {
+                    self.hosts[i].msg_keys.insert(id.0, seq);
+                    self.hosts[i].jstats.keyed_resent += 1;
+                }
+                Err(exon::proto::SendError::KeyNotAbove { .. }) => {
+                    self.hosts[i].jstats.keyed_refused += 1;
+                }
+                Err(_) => return false,
+            }
+            self.hosts[i].resend.pop_front();
+            self.last_activity = self.now;
+        }
+        true
+    }
+
+    /// Keyed sends: node `i`'s message `id` has its verdict: it leaves the outbox.
+    pub(super) fn settle_outbox(&mut self, i: usize, id: MsgId) {
+        let h = &mut self.hosts[i];
+        if let Some(seq) = h.msg_keys.get(&id.0) {
+            h.outbox.remove(seq);
+        }
     }
 }

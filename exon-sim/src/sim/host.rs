@@ -58,6 +58,12 @@ pub(crate) struct Host {
     pub(crate) answers: Vec<Answer>,
     /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash).
     pub(crate) chans: super::channels::ChanHost,
+    /// Keyed sends (`JournalModel::keyed`): the application's outbox, its own store (kept
+    /// across crashes): each message it sent and holds no verdict for, by sequence number
+    /// (its key): (destination, kind).
+    pub(crate) outbox: std::collections::BTreeMap<u64, (usize, crate::workload::Kind)>,
+    /// Keyed sends: the outbox's messages to send again since the last restart, in order.
+    pub(crate) resend: std::collections::VecDeque<u64>,
 }
 
 /// A copy of a durable host's directory (clock and journal) and of its application's
@@ -112,6 +118,10 @@ pub(crate) struct JournalStats {
     pub(crate) restored: u32,
     /// Crashes that followed a message given up.
     pub(crate) abandon_crashes: u32,
+    /// Keyed sends: outbox messages sent again after a restart and accepted (their records
+    /// were lost in the crash), and refused (exon had accepted them).
+    pub(crate) keyed_resent: u64,
+    pub(crate) keyed_refused: u64,
 }
 
 impl Host {
@@ -121,6 +131,8 @@ impl Host {
             node: None,
             stored_hw: 0,
             msg_keys: HashMap::new(),
+            outbox: Default::default(),
+            resend: Default::default(),
             quota,
             replies: Vec::new(),
             timer_at: None,
@@ -152,6 +164,7 @@ impl Host {
             || !self.replies.is_empty()
             || !self.answers.is_empty()
             || !self.chans.gaps_owed.is_empty()
+            || !self.resend.is_empty()
     }
 
     /// Crashes the host (node and application, with what was in its buffer). False if it

@@ -90,8 +90,11 @@ impl Sim {
             held: vec![Vec::new(); n * n],
             oracle: {
                 let mut o = Oracle::new(n);
-                if sc.durable.is_some() {
+                if let Some(d) = &sc.durable {
                     o.set_durable();
+                    if d.keyed {
+                        o.set_keyed();
+                    }
                 }
                 o
             },

@@ -74,6 +74,9 @@ impl Sim {
             }
             // Verdicts the journal holds as not reported: the node reports them again.
             self.hosts[i].replayed = recovered.verdicts.iter().map(|v| v.id.0).collect();
+            // Keyed sends: the application sends again what it holds no verdict for.
+            let h = &mut self.hosts[i];
+            h.resend = h.outbox.keys().copied().collect();
             if let Err(e) = node.recover(self.instant(), recovered) {
                 let what = format!("node{i} refused its journal: {e}");
                 self.oracle
@@ -284,6 +287,7 @@ impl Sim {
             }
             Event::Acknowledged { ids, .. } => {
                 for id in ids {
+                    self.settle_outbox(i, id);
                     if self.reported_again(i, id, Outcome::Acknowledged) {
                         continue;
                     }
@@ -297,6 +301,7 @@ impl Sim {
                 }
             }
             Event::InDoubt { id, .. } => {
+                self.settle_outbox(i, id);
                 if self.reported_again(i, id, Outcome::InDoubt) {
                     return;
                 }
@@ -309,6 +314,7 @@ impl Sim {
                 self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
+                self.settle_outbox(i, id);
                 if self.reported_again(i, id, Outcome::NotDelivered) {
                     return;
                 }

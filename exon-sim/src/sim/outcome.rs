@@ -53,6 +53,17 @@ impl Sim {
             switched_on: 0,
             restored: 0,
             abandon_crashes: 0,
+            keyed: self
+                .scenario()
+                .durable
+                .as_ref()
+                .filter(|d| d.keyed)
+                .map(|_| {
+                    let h = self.hosts.iter().map(|h| &h.jstats);
+                    h.fold((0, 0), |(a, b), j| {
+                        (a + j.keyed_resent, b + j.keyed_refused)
+                    })
+                }),
             doubt_excused: o.doubt_excused,
             restore_duplicates: o.restore_duplicates,
             restore_redeliveries: o.restore_redeliveries,

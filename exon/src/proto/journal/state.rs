@@ -307,8 +307,8 @@ impl State {
         accepted + assigned
     }
 
-    /// Whether nothing is live but the journal's coverage (a compacted log would be its
-    /// one `Covers` record).
+    /// Whether nothing is live but the journal's coverage and its keys (a compacted log
+    /// would be its one `Covers` record and a `KeyFloor` per destination sent keyed).
     pub fn is_empty(&self) -> bool {
         self.inbox.is_empty() && self.outbox.is_empty() && self.verdicts.is_empty()
     }
@@ -366,6 +366,12 @@ impl State {
             .chain(inbox)
             .chain(outbox)
             .chain(verdicts)
+    }
+
+    /// The highest application key accepted per destination (`send_keyed`): a quiet
+    /// journal keeps one `KeyFloor` record for each.
+    pub fn keys(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.keys.iter().map(|(&to, &key)| (to, key))
     }
 
     /// The incarnations the journal covers: `(from, below)` of its `Covers` records.
