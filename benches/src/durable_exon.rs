@@ -47,8 +47,9 @@ async fn pair(dir: Option<&Path>) -> (Endpoint, Endpoint) {
 
 /// One-way for `secs`: batches of [`BATCH`] messages, [`WINDOW`] batches awaiting their
 /// verdicts; a message counts once acknowledged (taken by the receiving application, and,
-/// durable, its take on disk).
-async fn one_way(dir: Option<&Path>, size: usize, secs: f64) -> (u64, Duration) {
+/// durable, its take on disk). `keyed` (durable only): the batches are keyed
+/// (`send_keyed_batch`, the message number as its key), as an outbox sends its rows.
+async fn one_way(dir: Option<&Path>, size: usize, secs: f64, keyed: bool) -> (u64, Duration) {
     let (a, mut b) = pair(dir).await;
     let reader = tokio::spawn(async move {
         let mut buf = Vec::with_capacity(1024);
@@ -65,8 +66,13 @@ async fn one_way(dir: Option<&Path>, size: usize, secs: f64) -> (u64, Duration) 
         let batch: Vec<_> = (seq..seq + BATCH as u64)
             .map(|s| payload(s, size))
             .collect();
+        let r = if keyed {
+            a.send_keyed_batch(B, seq + 1, batch).await
+        } else {
+            a.send_batch(B, batch).await
+        };
         seq += BATCH as u64;
-        let r = a.send_batch(B, batch).await.expect("send");
+        let r = r.expect("send");
         tasks.push(tokio::spawn(async move {
             let v = r.await;
             drop(permit);
@@ -138,14 +144,18 @@ pub fn rows(cx: &Context<'_>) -> Vec<Row> {
     let mut out = Vec::new();
     let secs = s.secs / s.rounds as f64;
     let (mut durable, mut memory) = (Tally::default(), Tally::default());
+    let mut keyed = Tally::default();
     let (mut rpc_d, mut rpc_m) = (Tally::default(), Tally::default());
     let (mut lat_d, mut lat_m) = (Latencies::default(), Latencies::default());
     for round in 0..s.rounds {
         let dir = cx.dir.join(format!("exon-{round}"));
-        let (n, t) = rt.block_on(one_way(Some(&dir), s.size, secs));
+        let (n, t) = rt.block_on(one_way(Some(&dir), s.size, secs, false));
         durable.add(n, t);
-        let (n, t) = rt.block_on(one_way(None, s.size, secs));
+        let (n, t) = rt.block_on(one_way(None, s.size, secs, false));
         memory.add(n, t);
+        let dir = cx.dir.join(format!("exon-keyed-{round}"));
+        let (n, t) = rt.block_on(one_way(Some(&dir), s.size, secs, true));
+        keyed.add(n, t);
         let dir = cx.dir.join(format!("exon-rpc-{round}"));
         let (n, t, l) = rt.block_on(rpc(Some(&dir), s.size, secs, s.callers));
         rpc_d.add(n, t);
@@ -159,6 +169,12 @@ pub fn rows(cx: &Context<'_>) -> Vec<Row> {
         name: "exon_durable",
         what: format!("{what}, durable endpoints (journal synced before each step)"),
         tally: durable,
+        latency: None,
+    });
+    out.push(Row {
+        name: "exon_durable_keyed",
+        what: format!("{what}, keyed (send_keyed_batch), durable endpoints"),
+        tally: keyed,
         latency: None,
     });
     out.push(Row {

@@ -100,6 +100,9 @@ pub enum SendError {
         /// The highest key accepted for `to`.
         highest: u64,
     },
+    /// A keyed batch whose keys would pass `u64::MAX`.
+    #[error("the batch's keys would pass the largest key")]
+    KeysExhausted,
     /// [`Node::send_keyed`](crate::proto::Node::send_keyed) on a node that is not durable:
     /// keys are kept in the journal.
     #[error("keyed sends need durable mode (the journal keeps the keys)")]

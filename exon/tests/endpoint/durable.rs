@@ -481,3 +481,49 @@ async fn durable_verdicts_reach_receipts_once_stored_and_after_a_restart() {
     assert_eq!(s.receipt.id(), MsgId(77));
     assert_eq!(timeout(LIMIT, s.receipt).await.unwrap(), Ok(MsgId(77)));
 }
+
+/// Keyed batches (`Handle::send_keyed_batch`): rows 1-10 in one batch, then rows 6-15 in
+/// another (as an outbox sends again what it holds no verdict for): rows 6-10 are refused
+/// one by one with `KeyNotAbove`, rows 11-15 are sent; each row is delivered once.
+#[tokio::test]
+async fn a_keyed_batch_refuses_the_rows_already_accepted_and_sends_the_rest() {
+    use exon::proto::SendError;
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut b = start(B, Some(db.path())).await;
+    let a = start(A, Some(da.path())).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let reader = tokio::spawn(async move {
+        let mut tally = Tally::default();
+        while tally.0.len() < 15 {
+            let Some(m) = b.recv().await else { break };
+            tally.see(&m);
+        }
+        tally
+    });
+    let rows = |keys: std::ops::RangeInclusive<u32>| keys.map(|k| k.to_be_bytes().to_vec());
+    let first = a.send_keyed_batch(B, 1, rows(1..=10)).await.unwrap();
+    let v = timeout(LIMIT, first).await.unwrap();
+    assert!(v.all_acknowledged(), "{v:?}");
+    let again = a.send_keyed_batch(B, 6, rows(6..=15)).await.unwrap();
+    let v = timeout(LIMIT, again).await.unwrap();
+    for (i, r) in v.iter().enumerate() {
+        let key = 6 + i as u64;
+        if key <= 10 {
+            let refused = ReceiptError::Refused(Error::Send(SendError::KeyNotAbove {
+                to: B,
+                key,
+                highest: 10,
+            }));
+            assert_eq!(r, Err(refused), "row {key}");
+        } else {
+            assert!(r.is_ok(), "row {key}: {r:?}");
+        }
+    }
+    let tally = timeout(LIMIT, reader).await.unwrap().unwrap();
+    assert_eq!(tally.0.len(), 15);
+    assert!(
+        tally.0.values().all(|&(plain, _)| plain == 1),
+        "each row once"
+    );
+}

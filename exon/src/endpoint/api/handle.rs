@@ -367,9 +367,57 @@ impl Handle {
         I: IntoIterator,
         I::Item: Into<Bytes>,
     {
+        self.batch(to, payloads, None).await
+    }
+
+    /// Durable mode: [`send_batch`](Self::send_batch) with keys, the `i`-th payload under
+    /// key `first_key + i`, as [`send_keyed`](Self::send_keyed) sends one: an outbox's rows
+    /// in key order, in one hand-over. A message whose key is not above the highest
+    /// accepted for `to` is refused on its own (its verdict in the [`BatchReceipt`] is
+    /// [`ReceiptError::Refused`](crate::endpoint::ReceiptError::Refused) with
+    /// [`SendError::KeyNotAbove`](crate::proto::SendError::KeyNotAbove)); the others are
+    /// sent. So a batch of rows sent again after a crash sends exactly those exon had not
+    /// accepted. Errors as `send_batch`, plus
+    /// [`SendError::NotDurable`](crate::proto::SendError::NotDurable) and
+    /// [`SendError::KeysExhausted`](crate::proto::SendError::KeysExhausted).
+    ///
+    /// # Cancel safety
+    /// As [`send_batch`](Self::send_batch).
+    pub async fn send_keyed_batch<I>(
+        &self,
+        to: NodeId,
+        first_key: u64,
+        payloads: I,
+    ) -> Result<BatchReceipt, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Bytes>,
+    {
+        self.batch(to, payloads, Some(first_key)).await
+    }
+
+    /// [`send_batch`](Self::send_batch), keyed from `first_key` if given.
+    async fn batch<I>(
+        &self,
+        to: NodeId,
+        payloads: I,
+        first_key: Option<u64>,
+    ) -> Result<BatchReceipt, Error>
+    where
+        I: IntoIterator,
+        I::Item: Into<Bytes>,
+    {
         let within = self.first().shared.default_deadline();
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
+        if let Some(k) = first_key {
+            if !self.first().shared.is_durable() {
+                return Err(SendError::NotDurable.into());
+            }
+            if k.checked_add(payloads.len() as u64).is_none() {
+                return Err(SendError::KeysExhausted.into());
+            }
+        }
         for p in &payloads {
             self.check(to, p)?;
         }
@@ -405,7 +453,7 @@ impl Handle {
                     payload,
                     id,
                     Ack::Batch(slot),
-                    Reply::None,
+                    first_key.map_or(Reply::None, |k| Reply::KeyedBatch(k + i as u64)),
                     deadline,
                     None,
                 )

@@ -18,6 +18,9 @@ pub(crate) enum Reply {
     /// key or refused it (a full queue makes it wait, as a `send`). Boxed, as few sends are
     /// keyed and every send's `Outgoing` stays small.
     Keyed(Box<(oneshot::Sender<Result<(), Error>>, u64)>),
+    /// No, as [`None`](Self::None) (it holds a send credit): a message of a keyed batch
+    /// (`send_keyed_batch`), under this key; refused through its receipt.
+    KeyedBatch(u64),
     /// No, and it holds no send credit: a server's reply (bounded by the requests the
     /// node holds, each waiting for its reply).
     Uncredited,
@@ -143,7 +146,7 @@ impl Outgoing {
 
     /// Whether it holds a send credit, returned when the driver takes it.
     pub(crate) fn holds_credit(&self) -> bool {
-        matches!(self.reply, Reply::None)
+        matches!(self.reply, Reply::None | Reply::KeyedBatch(_))
     }
 
     /// The destination.
@@ -176,6 +179,7 @@ impl Outgoing {
     pub(crate) fn key(&self) -> Option<u64> {
         match &self.reply {
             Reply::Keyed(k) => Some(k.1),
+            Reply::KeyedBatch(key) => Some(*key),
             _ => None,
         }
     }
@@ -205,7 +209,7 @@ impl Outgoing {
             Reply::Keyed(k) => {
                 let _ = k.0.send(Ok(()));
             }
-            Reply::None | Reply::Uncredited => {}
+            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) => {}
         }
         let stored = match self.side {
             Side::Stored(tx) => Some(tx),
@@ -218,7 +222,9 @@ impl Outgoing {
     /// one, otherwise through its receipt.
     pub(crate) fn refuse(self, e: Error) {
         match self.reply {
-            Reply::None | Reply::Uncredited => self.ack.resolve(Err(ReceiptError::Refused(e))),
+            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) => {
+                self.ack.resolve(Err(ReceiptError::Refused(e)))
+            }
             Reply::Try(r) => {
                 let _ = r.send(Err(e));
             }
