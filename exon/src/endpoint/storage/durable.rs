@@ -110,7 +110,7 @@ impl DurableDir {
                 receipt: Receipt::recovered(v.id, v.to, rx),
                 to: v.to,
                 payload: bytes::Bytes::new(),
-                key: None,
+                key: v.key,
                 settled: true,
             });
         }

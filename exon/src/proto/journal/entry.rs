@@ -120,6 +120,19 @@ pub enum Entry {
         /// The highest key accepted for it.
         key: u64,
     },
+    /// Sender, in checkpoints only: `Resolved` with its verdict for a message sent under
+    /// the application's `key` (so the verdict reported again after a restart names the
+    /// key after its `AcceptedKeyed` record is compacted away).
+    ResolvedKeyed {
+        /// The message's id.
+        id: MsgId,
+        /// Its destination.
+        to: NodeId,
+        /// Its verdict.
+        outcome: Outcome,
+        /// The application's key.
+        key: u64,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -180,6 +193,7 @@ const COVERS: u8 = 8;
 const REPORTED: u8 = 9;
 const ACCEPTED_KEYED: u8 = 10;
 const KEY_FLOOR: u8 = 11;
+const RESOLVED_KEYED: u8 = 12;
 
 impl Entry {
     /// The record's encoded length.
@@ -224,6 +238,12 @@ impl Entry {
                 payload,
             } => v(id.0) + v(to.get()) + v(*key) + v(payload.len() as u64) + payload.len(),
             Entry::KeyFloor { to, key } => v(to.get()) + v(*key),
+            Entry::ResolvedKeyed {
+                id,
+                to,
+                outcome,
+                key,
+            } => v(id.0) + v(to.get()) + v(outcome.code()) + v(*key),
         }
     }
 
@@ -318,6 +338,18 @@ impl Entry {
                 put_varint(buf, to.get());
                 put_varint(buf, *key);
             }
+            Entry::ResolvedKeyed {
+                id,
+                to,
+                outcome,
+                key,
+            } => {
+                buf.put_u8(RESOLVED_KEYED);
+                put_varint(buf, id.0);
+                put_varint(buf, to.get());
+                put_varint(buf, outcome.code());
+                put_varint(buf, *key);
+            }
         }
     }
 
@@ -388,6 +420,15 @@ impl Entry {
             },
             KEY_FLOOR => Entry::KeyFloor {
                 to: node(r)?,
+                key: int(r)?,
+            },
+            RESOLVED_KEYED => Entry::ResolvedKeyed {
+                id: MsgId(int(r)?),
+                to: node(r)?,
+                outcome: {
+                    let c = int(r)?;
+                    Outcome::from_code(c).ok_or(EntryError::Outcome(c))?
+                },
                 key: int(r)?,
             },
             k => return Err(EntryError::Kind(k)),
@@ -489,6 +530,12 @@ mod tests {
                 payload: Bytes::from_static(b"row 7"),
             },
             Entry::KeyFloor { to: n, key: 7 },
+            Entry::ResolvedKeyed {
+                id: MsgId(14),
+                to: n,
+                outcome: Outcome::NotDelivered,
+                key: 8,
+            },
         ]
     }
 

@@ -22,7 +22,7 @@ pub struct State {
     /// Messages accepted and not resolved.
     outbox: BTreeMap<MsgId, RecoveredMessage>,
     /// Verdicts stored and not reported (`Resolved` with a verdict, no `Reported` yet).
-    verdicts: BTreeMap<MsgId, (NodeId, Outcome)>,
+    verdicts: BTreeMap<MsgId, (NodeId, Outcome, Option<u64>)>,
     /// The incarnations the journal covers (`Covers`): `(from, below)`.
     covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
@@ -71,6 +71,8 @@ pub struct RecoveredVerdict {
     pub to: NodeId,
     /// Its verdict.
     pub outcome: Outcome,
+    /// The application's key, for a message sent with `send_keyed`.
+    pub key: Option<u64>,
 }
 
 /// What a restarted node is given ([`Node::recover`](crate::proto::Node::recover)).
@@ -163,14 +165,19 @@ impl State {
                 }
             }
             Entry::Resolved { id, verdict } => {
-                if let Some(m) = self.outbox.remove(id) {
-                    self.live_bytes -= Self::message_len(&m);
+                let key = self.resolve(*id);
+                if let Some((to, o)) = verdict {
+                    self.hold_verdict(*id, (*to, *o, key));
                 }
-                if let Some(v) = verdict {
-                    if self.verdicts.insert(*id, *v).is_none() {
-                        self.live_bytes += e.encoded_len();
-                    }
-                }
+            }
+            Entry::ResolvedKeyed {
+                id,
+                to,
+                outcome,
+                key,
+            } => {
+                self.resolve(*id);
+                self.hold_verdict(*id, (*to, *outcome, Some(*key)));
             }
             Entry::Reported { first, count } => self.reported(*first, *count),
             Entry::Covers { from, below } => self.cover(*from, *below),
@@ -243,17 +250,43 @@ impl State {
         }
     }
 
+    /// Message `id` is resolved: it leaves the outbox. Returns its key, if it had one.
+    fn resolve(&mut self, id: MsgId) -> Option<u64> {
+        let m = self.outbox.remove(&id)?;
+        self.live_bytes -= Self::message_len(&m);
+        m.key
+    }
+
+    /// A verdict stored, held until reported.
+    fn hold_verdict(&mut self, id: MsgId, v: (NodeId, Outcome, Option<u64>)) {
+        if self.verdicts.insert(id, v).is_none() {
+            self.live_bytes += Self::verdict_entry(id, v).encoded_len();
+        }
+    }
+
+    /// The record that keeps verdict `v` of message `id` (`ResolvedKeyed` for a keyed one).
+    fn verdict_entry(id: MsgId, (to, outcome, key): (NodeId, Outcome, Option<u64>)) -> Entry {
+        match key {
+            Some(key) => Entry::ResolvedKeyed {
+                id,
+                to,
+                outcome,
+                key,
+            },
+            None => Entry::Resolved {
+                id,
+                verdict: Some((to, outcome)),
+            },
+        }
+    }
+
     /// A `Reported` record: the verdicts of `first .. first + count` are forgotten.
     fn reported(&mut self, first: MsgId, count: u64) {
         let end = MsgId(first.0.saturating_add(count));
         let ids: Vec<MsgId> = self.verdicts.range(first..end).map(|(id, _)| *id).collect();
         for id in ids {
             if let Some(v) = self.verdicts.remove(&id) {
-                self.live_bytes -= Entry::Resolved {
-                    id,
-                    verdict: Some(v),
-                }
-                .encoded_len();
+                self.live_bytes -= Self::verdict_entry(id, v).encoded_len();
             }
         }
     }
@@ -356,10 +389,10 @@ impl State {
             });
             std::iter::once(accepted).chain(assigned)
         });
-        let verdicts = self.verdicts.iter().map(|(&id, &v)| Entry::Resolved {
-            id,
-            verdict: Some(v),
-        });
+        let verdicts = self
+            .verdicts
+            .iter()
+            .map(|(&id, &v)| Self::verdict_entry(id, v));
         covers
             .into_iter()
             .chain(keys)
@@ -396,7 +429,12 @@ impl State {
             verdicts: self
                 .verdicts
                 .iter()
-                .map(|(&id, &(to, outcome))| RecoveredVerdict { id, to, outcome })
+                .map(|(&id, &(to, outcome, key))| RecoveredVerdict {
+                    id,
+                    to,
+                    outcome,
+                    key,
+                })
                 .collect(),
             damaged,
             covers: self.covers,
@@ -591,5 +629,54 @@ mod tests {
         });
         assert!(done.is_empty());
         assert_eq!(done.live_bytes(), 0);
+    }
+
+    #[test]
+    fn a_keyed_verdict_keeps_its_key_through_compaction() {
+        let to = NodeId::from_const(2);
+        let mut s = State::new();
+        s.apply(&Entry::AcceptedKeyed {
+            id: MsgId(5),
+            to,
+            key: 42,
+            payload: Bytes::from_static(b"row 42"),
+        });
+        s.apply(&Entry::Resolved {
+            id: MsgId(5),
+            verdict: Some((to, Outcome::NotDelivered)),
+        });
+        let expect = |s: &State| {
+            let v = &s.recovered(false).verdicts;
+            assert_eq!(v.len(), 1);
+            assert_eq!(
+                (v[0].id, v[0].outcome, v[0].key),
+                (MsgId(5), Outcome::NotDelivered, Some(42))
+            );
+        };
+        expect(&s);
+        // A checkpoint: the state rebuilt from its live records, at their length.
+        let live: Vec<Entry> = s.live_entries().collect();
+        assert!(live
+            .iter()
+            .any(|e| matches!(e, Entry::ResolvedKeyed { key: 42, .. })));
+        let len: usize = live.iter().map(Entry::encoded_len).sum();
+        assert_eq!(len, s.live_bytes());
+        let mut c = State::new();
+        for e in &live {
+            c.apply(e);
+        }
+        expect(&c);
+        assert_eq!(c.live_bytes(), s.live_bytes());
+        // Reported: only the key floor and nothing else stays.
+        c.apply(&Entry::Reported {
+            first: MsgId(5),
+            count: 1,
+        });
+        assert!(c.is_empty());
+        assert_eq!(c.keys().collect::<Vec<_>>(), vec![(to, 42)]);
+        assert_eq!(
+            c.live_bytes(),
+            Entry::KeyFloor { to, key: 42 }.encoded_len()
+        );
     }
 }
