@@ -251,7 +251,9 @@ impl Builder {
     ///   [`Message::stable_id`](crate::endpoint::Message::stable_id);
     /// - a sent message is on disk before it leaves ([`Receipt::stored`](crate::endpoint::Receipt::stored) says when); after a
     ///   restart every message not acknowledged is sent again, in the slot it had, and its
-    ///   verdict comes through [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered);
+    ///   verdict comes through [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered)
+    ///   (a request's call, with its reply to come, through
+    ///   [`Endpoint::take_recovered_calls`](crate::endpoint::Endpoint::take_recovered_calls));
     /// - a durable receiver with its journal intact never makes a sender report in doubt
     ///   (evictions under record pressure included); one whose journal is new (deleted,
     ///   replaced, durable mode just switched on) or was found damaged answers DOUBT for

@@ -254,7 +254,8 @@ impl Endpoint {
     /// as reported before the restart ([`RecoveredSend::settled`]: not sent again, the
     /// receipt resolves with that verdict at once; it may have been reported before the
     /// crash too, the same). Empty after the first call, and on an endpoint that is not
-    /// durable.
+    /// durable. Requests recovered are calls: see
+    /// [`take_recovered_calls`](Self::take_recovered_calls).
     pub fn take_recovered(&mut self) -> Vec<RecoveredSend> {
         std::mem::take(&mut self.recovered)
     }
