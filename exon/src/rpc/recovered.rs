@@ -20,6 +20,9 @@ use crate::proto::{MsgId, NodeId};
 /// the stable id it had, and its call is open again under the call id it had, so the
 /// server's reply comes to [`reply`](Self::reply), which resolves as
 /// [`Handle::call`](crate::endpoint::Handle::call)'s future would have.
+///
+/// Not recovered (yet): a call whose request the server had acknowledged before the
+/// restart and whose reply had not come; its reply is discarded (`docs/rpc.md`).
 #[derive(Debug)]
 pub struct RecoveredCall {
     /// The request's stable id: the [`Receipt::id`](crate::endpoint::Receipt::id) it had
