@@ -40,6 +40,17 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Random numbers below `n` (xorshift, seeded by `RPC_SEED`).
+fn random() -> impl FnMut(u64) -> u64 {
+    let mut seed = env_or("RPC_SEED", 0x2545_F491_4F6C_DD1D) | 1;
+    move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 /// A free loopback port (bound, then released): the server binds it at every start.
 fn free_addr() -> SocketAddr {
     UdpSocket::bind("127.0.0.1:0")
@@ -213,13 +224,7 @@ fn killed_rpc_servers_execute_each_request_exactly_once() {
     let calls = env_or("RPC_CALLS", 600);
     let window = env_or("RPC_WINDOW", 32) as usize;
     let deadline = Duration::from_secs(env_or("RPC_DEADLINE_S", 20));
-    let mut seed = env_or("RPC_SEED", 0x2545_F491_4F6C_DD1D) | 1;
-    let mut rand = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = random();
     let began = Instant::now();
     let root = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -431,13 +436,7 @@ fn caller_lines(path: &Path) -> (HashMap<u64, Vec<u64>>, HashSet<u64>, usize) {
 fn a_killed_durable_caller_receives_every_reply_once() {
     let kills = env_or("RPC_CALLER_KILLS", 12);
     let calls = env_or("RPC_CALLER_CALLS", 1000);
-    let mut seed = env_or("RPC_SEED", 0x2545_F491_4F6C_DD1D) | 1;
-    let mut rand = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = random();
     let root = tempfile::tempdir().unwrap();
     let (server_addr, caller_addr) = (free_addr(), free_addr());
     let mut server = Server::new(root.path(), server_addr, caller_addr);
