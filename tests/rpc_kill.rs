@@ -7,6 +7,10 @@
 //! call retried (as a new attempt) only when its error says the request was certainly not
 //! executed (`CallError::executed() == Some(false)`).
 //!
+//! A second test kills the *caller* (`src/bin/rpc-caller.rs`, durable) mid-call and
+//! starts it again on its directory: its calls come back (`take_recovered_calls`), and
+//! every executed request's reply is received exactly once across its runs.
+//!
 //! A short run is part of `cargo test`; a long one:
 //! `RPC_KILLS=200 RPC_CALLS=20000 cargo test --release --test rpc_kill -- --nocapture`
 //! (also `RPC_WINDOW`, calls in flight; `RPC_SEED`; `RPC_DEADLINE_S`, each call's deadline).
@@ -36,6 +40,17 @@ fn env_or(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// Random numbers below `n` (xorshift, seeded by `RPC_SEED`).
+fn random() -> impl FnMut(u64) -> u64 {
+    let mut seed = env_or("RPC_SEED", 0x2545_F491_4F6C_DD1D) | 1;
+    move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
+
 /// A free loopback port (bound, then released): the server binds it at every start.
 fn free_addr() -> SocketAddr {
     UdpSocket::bind("127.0.0.1:0")
@@ -53,6 +68,8 @@ struct Server {
     log: PathBuf,
     child: Option<Child>,
     starts: u32,
+    /// Most milliseconds the handler waits before, and again after, its effect.
+    work_ms: u64,
 }
 
 impl Server {
@@ -65,12 +82,14 @@ impl Server {
             log: root.join("server.redeliveries"),
             child: None,
             starts: 0,
+            work_ms: 4,
         }
     }
 
     fn start(&mut self) {
         let child = Command::new(env!("CARGO_BIN_EXE_rpc-node"))
             .args(["--bind", &self.bind.to_string()])
+            .args(["--work-ms", &self.work_ms.to_string()])
             .args(["--peer", &self.peer.to_string()])
             .arg("--dir")
             .arg(&self.dir)
@@ -205,13 +224,7 @@ fn killed_rpc_servers_execute_each_request_exactly_once() {
     let calls = env_or("RPC_CALLS", 600);
     let window = env_or("RPC_WINDOW", 32) as usize;
     let deadline = Duration::from_secs(env_or("RPC_DEADLINE_S", 20));
-    let mut seed = env_or("RPC_SEED", 0x2545_F491_4F6C_DD1D) | 1;
-    let mut rand = move |n: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % n
-    };
+    let mut rand = random();
     let began = Instant::now();
     let root = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -355,4 +368,144 @@ fn killed_rpc_servers_execute_each_request_exactly_once() {
         kills_in_flight < 5 || redelivered > 0,
         "{kills_in_flight} kills amid calls, and no request came back flagged"
     );
+}
+
+/// The caller process (`rpc-caller`): durable, killed and started again.
+struct Caller {
+    args: Vec<String>,
+    out: PathBuf,
+    child: Option<Child>,
+}
+
+impl Caller {
+    fn start(&mut self, issue: Option<u64>) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rpc-caller"));
+        cmd.args(&self.args);
+        if let Some(n) = issue {
+            cmd.args(["--issue", &n.to_string()]);
+        }
+        self.child = Some(cmd.spawn().expect("start rpc-caller"));
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The caller's file: `ok` replies by request (their `seq`s), `noreply` requests, and how
+/// many calls its starts recovered.
+fn caller_lines(path: &Path) -> (HashMap<u64, Vec<u64>>, HashSet<u64>, usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let (mut ok, mut no_reply, mut recovered) =
+        (HashMap::<u64, Vec<u64>>::new(), HashSet::new(), 0);
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |v: &str| v.parse::<u64>().unwrap();
+        match f[..] {
+            ["ok", n, seq] => ok.entry(num(n)).or_default().push(num(seq)),
+            ["noreply", n] => drop(no_reply.insert(num(n))),
+            ["start", "recovered", k] => recovered += num(k) as usize,
+            // A call that ended otherwise ("err n error"): it has no reply line.
+            ["err", ..] => eprintln!("caller: {line}"),
+            _ => panic!("caller line {line:?}"),
+        }
+    }
+    (ok, no_reply, recovered)
+}
+
+/// Issue 44, item 3: a durable caller killed with SIGKILL mid-call and started again gets
+/// its calls back; every request executed has its reply received exactly once (a recovered
+/// call ending `NoReply` only where the reply came before the kill), none twice, and no
+/// request without an effect has a reply.
+///
+/// Ignored: it fails today. Only requests not yet acknowledged are recovered; a request
+/// acknowledged before the kill (its `Resolved` record synced) whose reply had not come yet
+/// is not, and its reply, sent again to the restarted caller, finds no call (hundreds of
+/// 1000 with 12 kills). Run: `cargo test --test rpc_kill -- --ignored --nocapture`.
+#[test]
+#[ignore = "acknowledged requests whose reply had not come are not recovered yet"]
+fn a_killed_durable_caller_receives_every_reply_once() {
+    let kills = env_or("RPC_CALLER_KILLS", 12);
+    let calls = env_or("RPC_CALLER_CALLS", 1000);
+    let mut rand = random();
+    let root = tempfile::tempdir().unwrap();
+    let (server_addr, caller_addr) = (free_addr(), free_addr());
+    let mut server = Server::new(root.path(), server_addr, caller_addr);
+    server.work_ms = 300;
+    server.start();
+    let out = root.path().join("caller.replies");
+    let mut caller = Caller {
+        args: vec![
+            "--dir".into(),
+            root.path().join("caller.dir").display().to_string(),
+            "--bind".into(),
+            caller_addr.to_string(),
+            "--peer".into(),
+            server_addr.to_string(),
+            "--out".into(),
+            out.display().to_string(),
+        ],
+        out: out.clone(),
+        child: None,
+    };
+    caller.start(Some(calls));
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(100 + rand(300)));
+        caller.kill();
+        std::thread::sleep(Duration::from_millis(rand(100)));
+        caller.start(None);
+    }
+    // The last run waits for its recovered calls, then exits.
+    let began = Instant::now();
+    let status = loop {
+        if let Some(s) = caller.child.as_mut().unwrap().try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "the caller did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the caller failed: {status}");
+    server.check_running();
+    server.kill();
+    let effects = effects(&server.out);
+    let (ok, no_reply, recovered) = caller_lines(&caller.out);
+    let missing = effects.keys().filter(|n| !ok.contains_key(n)).count();
+    assert_eq!(
+        missing, 0,
+        "{missing} executed requests without a reply received"
+    );
+    for (n, es) in &effects {
+        assert!(*n < calls, "an effect for request {n}, never made");
+        assert_eq!(es.len(), 1, "request {n} executed {} times", es.len());
+        let got = ok.get(n).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(
+            got,
+            [es[0].seq],
+            "request {n}: replies {got:?}, executed as {}",
+            es[0].seq
+        );
+    }
+    for n in ok.keys().chain(&no_reply) {
+        assert!(effects.contains_key(n), "request {n}: a reply, no effect");
+    }
+    eprintln!(
+        "{calls} calls, {} executed, {} replies, {} recovered calls ended NoReply (their \
+         reply came before the kill); {kills} kills; {recovered} calls recovered",
+        effects.len(),
+        ok.len(),
+        no_reply.len(),
+    );
+    assert!(recovered > 0, "no kill left a call to recover");
 }

@@ -157,6 +157,12 @@ pub struct Rules {
     /// (acknowledged) and dropped, a stream's aborting it: with a sender's window larger
     /// than the receiver's, messages acknowledged never reach the application.
     pub hold_beyond_window: bool,
+    /// Durable mode (the endpoint's rule, `docs/rpc.md`): a caller's requests recovered
+    /// from its journal after a restart are registered again in its table of calls, under
+    /// the call ids they had, so that their replies reach the recovered calls
+    /// (`Endpoint::take_recovered_calls`). Off, they are still sent again and executed,
+    /// but their replies find no call and are discarded.
+    pub recover_calls: bool,
 }
 
 impl Rules {
@@ -194,6 +200,7 @@ impl Rules {
         report_stored_verdicts: true,
         advertise_flow_window: true,
         hold_beyond_window: true,
+        recover_calls: true,
     };
 }
 

@@ -55,11 +55,44 @@ impl Calls {
     }
 
     /// Opens a call to node `to`: its id, and where its reply will come. The guard closes
-    /// it.
+    /// it. The id is one no call waiting now has (a call recovered after a restart keeps
+    /// its id, and new ones start above it: [`reopen`](Self::reopen)).
     pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
-        let id = self.next.fetch_add(1, Ordering::Relaxed) % CALL_ID_LIMIT;
         let (tx, rx) = oneshot::channel();
-        self.lock().insert(id, (to, tx));
+        let mut waiting = self.lock();
+        let id = loop {
+            let id = self.next.fetch_add(1, Ordering::Relaxed) % CALL_ID_LIMIT;
+            if !waiting.contains_key(&id) {
+                break id;
+            }
+        };
+        waiting.insert(id, (to, tx));
+        drop(waiting);
+        (
+            CallGuard {
+                calls: self.clone(),
+                id,
+            },
+            rx,
+        )
+    }
+
+    /// Durable mode: opens again call `id` to node `to`, a call of an earlier run whose
+    /// request was recovered from the journal (`register`: the rule `recover_calls`; off,
+    /// the call is not in the table and its reply finds none). New calls take ids above
+    /// it.
+    pub(crate) fn reopen(
+        self: &Arc<Self>,
+        id: u64,
+        to: NodeId,
+        register: bool,
+    ) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
+        let id = id % CALL_ID_LIMIT;
+        self.next.fetch_max(id + 1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        if register {
+            self.lock().insert(id, (to, tx));
+        }
         (
             CallGuard {
                 calls: self.clone(),
@@ -169,6 +202,34 @@ mod tests {
             "its own reply still comes"
         );
         assert!(rx.try_recv().is_ok());
+    }
+
+    #[test]
+    fn a_reopened_call_gets_its_reply_and_new_ids_start_above_it() {
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let (old, _) = calls.open(PEER);
+        let recovered = old.id() + 1000;
+        let (guard, mut rx) = calls.reopen(recovered, PEER, true);
+        assert_eq!(guard.id(), recovered);
+        for _ in 0..10 {
+            let (new, _) = calls.open(PEER);
+            assert!(
+                new.id() > recovered,
+                "new calls start above a recovered one"
+            );
+        }
+        assert!(calls.on_reply(recovered, PEER, reply()));
+        assert!(rx.try_recv().is_ok());
+    }
+
+    #[test]
+    fn a_new_call_never_takes_the_id_of_a_waiting_one() {
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let (first, _) = calls.open(PEER);
+        // The counter wraps onto the waiting call's id (as after 2^62 calls).
+        calls.next.store(first.id(), Ordering::Relaxed);
+        let (second, _) = calls.open(PEER);
+        assert_ne!(first.id(), second.id());
     }
 
     #[test]

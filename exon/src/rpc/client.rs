@@ -66,7 +66,7 @@ impl Handle {
             .send_sealed(to, payload, Some(within))
             .await
             .map_err(CallError::Refused)?;
-        outcome(guard, reply, receipt, deadline).await
+        outcome(guard, reply, receipt, ReplyWait::Until(deadline)).await
     }
 
     /// Encodes `request` with bincode, [`call`](Self::call)s, and decodes the reply as a
@@ -114,17 +114,32 @@ impl Handle {
     }
 }
 
+/// How long a call waits for the reply of a request its server acknowledged.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReplyWait {
+    /// Until the call's deadline.
+    Until(Instant),
+    /// For this long after the acknowledgement (a call recovered after a restart, which
+    /// has no deadline of its own).
+    AfterAck(Duration),
+}
+
 /// Waits for whichever tells the call's outcome first: the reply (the request was
 /// executed), or the request's verdict. A verdict short of an acknowledgement ends the
 /// call; an acknowledgement (the server took the request with its reply queued) leaves
-/// the reply to wait for until the deadline ([`CallState`]).
+/// the reply to wait for until the deadline ([`CallState`], [`ReplyWait`]).
 pub(crate) async fn outcome(
     guard: CallGuard,
     mut reply: oneshot::Receiver<ReplyIn>,
     mut receipt: Receipt,
-    deadline: Instant,
+    wait: ReplyWait,
 ) -> Result<Bytes, CallError> {
     let mut call = CallState::new();
+    let mut deadline = match wait {
+        ReplyWait::Until(d) => d,
+        // Unused until the acknowledgement sets it.
+        ReplyWait::AfterAck(_) => Instant::now(),
+    };
     let ended = loop {
         let learned = tokio::select! {
             biased;
@@ -134,7 +149,12 @@ pub(crate) async fn outcome(
                 Err(_) => break if call.is_acknowledged() { Ended::NoReply } else { Ended::InDoubt },
             },
             v = &mut receipt, if !call.is_acknowledged() => match v {
-                Ok(_) => Learned::Acknowledged,
+                Ok(_) => {
+                    if let ReplyWait::AfterAck(d) = wait {
+                        deadline = Instant::now() + d;
+                    }
+                    Learned::Acknowledged
+                }
                 Err(ReceiptError::NotDelivered) => Learned::NotDelivered,
                 Err(ReceiptError::Refused(e)) => return Err(CallError::Refused(e)),
                 Err(_) => Learned::InDoubt,

@@ -34,11 +34,13 @@
 pub(crate) mod calls;
 mod client;
 mod error;
+pub(crate) mod recovered;
 pub(crate) mod request;
 mod server;
 mod service;
 
 pub use error::{CallError, Failure};
+pub use recovered::{CallReply, RecoveredCall};
 pub use request::Request;
 pub use server::{HandlerFn, Response, ServeConfig};
 pub use service::Client;

@@ -18,6 +18,7 @@ mod http;
 mod ipv6;
 mod loopback;
 mod parts;
+mod recovered_calls;
 mod rpc;
 mod shards;
 mod streams;

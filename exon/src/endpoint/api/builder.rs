@@ -21,7 +21,7 @@ use crate::endpoint::io::family::canonical;
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::shards::route::Route;
 use crate::endpoint::storage::clock_store::{ClockStore, MemoryStore, SharedStore};
-use crate::endpoint::storage::durable::DurableDir;
+use crate::endpoint::storage::durable::{DurableDir, Recovery};
 use crate::proto::{Identity, Node, NodeId, Security};
 
 impl Endpoint {
@@ -169,8 +169,10 @@ impl Builder {
         let sealed = matches!(security, Security::Sealed(_));
         // Built first, so that a bad configuration starts nothing.
         let mut nodes = new_nodes(self.id, &security, &self.config, clock, n)?;
+        let calls = crate::rpc::calls::Calls::new(self.config.call_deadline);
+        let reopen = (&calls, self.config.rules.recover_calls);
         let mut durable = match &self.durable {
-            Some(d) => Some(d.open(&mut nodes[0])?),
+            Some(d) => Some(d.open(&mut nodes[0], reopen)?),
             None => None,
         };
         let public_key = nodes[0].public_key();
@@ -182,12 +184,11 @@ impl Builder {
         let mut stores = shard_stores(store, clock, n);
         let mut routes = shard_routes(n);
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
-        let calls = crate::rpc::calls::Calls::new(self.config.call_deadline);
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
         let ordered = OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
-        let mut recovered = Vec::new();
+        let mut recovered = Recovery::default();
         let mut journal_damaged = false;
         let sockets = sockets.into_iter().zip(reaches.iter().copied());
         for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
@@ -210,9 +211,9 @@ impl Builder {
                 routes[i].take(),
             );
             let store = stores.remove(0);
-            let journal = durable.take().map(|(journal, receipts)| {
+            let journal = durable.take().map(|(journal, recovery)| {
                 shared.set_durable();
-                recovered = receipts;
+                recovered = recovery;
                 journal_damaged = journal.damaged;
                 journal
             });
@@ -250,7 +251,9 @@ impl Builder {
     ///   [`Message::stable_id`](crate::endpoint::Message::stable_id);
     /// - a sent message is on disk before it leaves ([`Receipt::stored`](crate::endpoint::Receipt::stored) says when); after a
     ///   restart every message not acknowledged is sent again, in the slot it had, and its
-    ///   verdict comes through [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered);
+    ///   verdict comes through [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered)
+    ///   (a request's call, with its reply to come, through
+    ///   [`Endpoint::take_recovered_calls`](crate::endpoint::Endpoint::take_recovered_calls));
     /// - a durable receiver with its journal intact never makes a sender report in doubt
     ///   (evictions under record pressure included); one whose journal is new (deleted,
     ///   replaced, durable mode just switched on) or was found damaged answers DOUBT for

@@ -13,7 +13,7 @@ use crate::endpoint::api::message::Message;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::flows::at_driver::Accepted;
 use crate::endpoint::flows::stream::Stream;
-use crate::endpoint::storage::durable::RecoveredSend;
+use crate::endpoint::storage::durable::{RecoveredRequest, RecoveredSend, Recovery};
 
 /// An exactly-once messaging endpoint: a node id bound to a datagram socket.
 ///
@@ -33,6 +33,8 @@ pub struct Endpoint {
     next: usize,
     /// Durable mode: the messages recovered from the journal at bind.
     recovered: Vec<RecoveredSend>,
+    /// Durable mode: the requests recovered from the journal at bind, their calls open.
+    recovered_calls: Vec<RecoveredRequest>,
     /// Durable mode: the journal was found damaged at bind.
     journal_damaged: bool,
     /// Streams opened by peers.
@@ -152,14 +154,15 @@ impl Endpoint {
     pub(crate) fn started(
         handle: Handle,
         rx: Vec<Deliveries>,
-        (recovered, journal_damaged): (Vec<RecoveredSend>, bool),
+        (recovered, journal_damaged): (Recovery, bool),
         accept: mpsc::Receiver<Accepted>,
     ) -> Endpoint {
         Endpoint {
             handle,
             rx,
             next: 0,
-            recovered,
+            recovered: recovered.sends,
+            recovered_calls: recovered.calls,
             journal_damaged,
             accept,
         }
@@ -251,9 +254,16 @@ impl Endpoint {
     /// as reported before the restart ([`RecoveredSend::settled`]: not sent again, the
     /// receipt resolves with that verdict at once; it may have been reported before the
     /// crash too, the same). Empty after the first call, and on an endpoint that is not
-    /// durable.
+    /// durable. Requests recovered are calls: see
+    /// [`take_recovered_calls`](Self::take_recovered_calls).
     pub fn take_recovered(&mut self) -> Vec<RecoveredSend> {
         std::mem::take(&mut self.recovered)
+    }
+
+    /// The requests recovered at bind, their calls open
+    /// ([`take_recovered_calls`](Self::take_recovered_calls) hands them out).
+    pub(crate) fn take_recovered_requests(&mut self) -> Vec<RecoveredRequest> {
+        std::mem::take(&mut self.recovered_calls)
     }
 
     /// Durable mode: whether the journal was found damaged when the endpoint was bound

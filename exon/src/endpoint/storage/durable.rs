@@ -2,6 +2,7 @@
 //! the node (`docs/durability.md`).
 
 use crate::envelope::Envelope;
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -13,7 +14,9 @@ use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::receipts::Receipt;
 use crate::endpoint::storage::clock_store::FileStore;
 use crate::endpoint::storage::journal_jobs::JournalJobs;
+use crate::proto::journal::RecoveredDelivery;
 use crate::proto::{MsgId, Node, NodeId};
+use crate::rpc::calls::{CallGuard, Calls, ReplyIn};
 
 /// What the driver of a durable endpoint starts with: its journal, and where the verdicts
 /// of the messages recovered from it go.
@@ -49,6 +52,36 @@ pub struct RecoveredSend {
     pub settled: bool,
 }
 
+/// A request of a durable caller recovered from its journal: being sent again, its call
+/// open again in the table of calls (what
+/// [`Endpoint::take_recovered_calls`](crate::endpoint::Endpoint::take_recovered_calls)
+/// hands out as a [`RecoveredCall`](crate::rpc::RecoveredCall)).
+#[derive(Debug)]
+pub(crate) struct RecoveredRequest {
+    /// The request's receipt (stored already).
+    pub(crate) receipt: Receipt,
+    /// The node called.
+    pub(crate) to: NodeId,
+    /// The request, out of its envelope.
+    pub(crate) body: bytes::Bytes,
+    /// The call, open again under its id.
+    pub(crate) guard: CallGuard,
+    /// Where its reply comes.
+    pub(crate) reply: oneshot::Receiver<ReplyIn>,
+    /// Its reply is among the deliveries recovered untaken: it may have reached the
+    /// call's future before the restart.
+    pub(crate) reply_stored: bool,
+}
+
+/// What a durable endpoint recovered at bind for the application: messages and calls.
+#[derive(Debug, Default)]
+pub(crate) struct Recovery {
+    /// Plain messages ([`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered)).
+    pub(crate) sends: Vec<RecoveredSend>,
+    /// Requests, their calls open again.
+    pub(crate) calls: Vec<RecoveredRequest>,
+}
+
 /// Where a durable endpoint keeps its state, and how.
 #[derive(Debug, Clone)]
 pub(crate) struct DurableDir {
@@ -63,11 +96,14 @@ impl DurableDir {
     }
 
     /// Opens the journal, recovers `node` from it, and returns the driver's journal and
-    /// receipts for the messages recovered (their verdicts are still to come).
+    /// receipts for the messages recovered (their verdicts are still to come); the calls of
+    /// the requests recovered are opened again in `calls` (registered in its table with
+    /// the rule `recover_calls`).
     pub(crate) fn open(
         &self,
         node: &mut Node,
-    ) -> Result<(DriverJournal, Vec<RecoveredSend>), BindError> {
+        (calls, register): (&std::sync::Arc<Calls>, bool),
+    ) -> Result<(DriverJournal, Recovery), BindError> {
         let backend = FsBackend::open(self.dir.join("journal"))?;
         let (journal, recovered, report) = Journal::open(backend, self.config.clone())?;
         let (deliveries, messages) = (recovered.deliveries.len(), recovered.messages.len());
@@ -86,20 +122,33 @@ impl DurableDir {
             );
         }
         let mut acks = Vec::with_capacity(messages);
-        let mut receipts = Vec::with_capacity(messages);
+        let mut out = Recovery::default();
+        let receipts = &mut out.sends;
+        let replies = stored_replies(&recovered.deliveries);
         for m in &recovered.messages {
             let (tx, rx) = oneshot::channel();
             acks.push((m.id, m.to, Ack::One(tx)));
-            // Requests and replies are sent again too; only plain messages have a receipt
-            // the application can match (a call's future did not survive the restart).
-            if let Ok(Envelope::Message(body)) = Envelope::open(m.payload.clone()) {
-                receipts.push(RecoveredSend {
+            // Replies are sent again too, and have no receipt: the caller is told.
+            match Envelope::open(m.payload.clone()) {
+                Ok(Envelope::Message(body)) => receipts.push(RecoveredSend {
                     receipt: Receipt::recovered(m.id, m.to, rx),
                     to: m.to,
                     payload: body,
                     key: m.key,
                     settled: false,
-                });
+                }),
+                Ok(Envelope::Request { call, body }) => {
+                    let (guard, reply) = calls.reopen(call, m.to, register);
+                    out.calls.push(RecoveredRequest {
+                        receipt: Receipt::recovered(m.id, m.to, rx),
+                        to: m.to,
+                        body,
+                        guard,
+                        reply,
+                        reply_stored: replies.contains(&(m.to, call)),
+                    });
+                }
+                _ => {}
             }
         }
         for v in &recovered.verdicts {
@@ -123,7 +172,18 @@ impl DurableDir {
                 recovered: acks,
                 damaged: report.damaged,
             },
-            receipts,
+            out,
         ))
     }
+}
+
+/// The replies among the deliveries recovered untaken: their senders and call ids.
+fn stored_replies(deliveries: &[RecoveredDelivery]) -> HashSet<(NodeId, u64)> {
+    deliveries
+        .iter()
+        .filter_map(|d| match Envelope::open(d.payload.clone()?) {
+            Ok(Envelope::Reply { call, .. }) => Some((d.from, call)),
+            _ => None,
+        })
+        .collect()
 }
