@@ -260,8 +260,7 @@ impl Entry {
                 put_varint(buf, from.get());
                 put_varint(buf, *rck);
                 put_varint(buf, *slot);
-                put_varint(buf, payload.len() as u64);
-                buf.put_slice(payload);
+                put_blob(buf, payload);
             }
             Entry::Taken { from, rck, slot } => {
                 buf.put_u8(TAKEN);
@@ -278,8 +277,7 @@ impl Entry {
                 buf.put_u8(ACCEPTED);
                 put_varint(buf, id.0);
                 put_varint(buf, to.get());
-                put_varint(buf, payload.len() as u64);
-                buf.put_slice(payload);
+                put_blob(buf, payload);
             }
             Entry::Assigned { id, rck, slot } => {
                 buf.put_u8(ASSIGNED);
@@ -312,8 +310,7 @@ impl Entry {
                 put_varint(buf, *rck);
                 put_varint(buf, *slot);
                 put_varint(buf, id.0);
-                put_varint(buf, payload.len() as u64);
-                buf.put_slice(payload);
+                put_blob(buf, payload);
             }
             Entry::Covers { from, below } => {
                 buf.put_u8(COVERS);
@@ -330,8 +327,7 @@ impl Entry {
                 put_varint(buf, id.0);
                 put_varint(buf, to.get());
                 put_varint(buf, *key);
-                put_varint(buf, payload.len() as u64);
-                buf.put_slice(payload);
+                put_blob(buf, payload);
             }
             Entry::KeyFloor { to, key } => {
                 buf.put_u8(KEY_FLOOR);
@@ -438,6 +434,12 @@ impl Entry {
         }
         Ok(e)
     }
+}
+
+/// Appends `payload`, length-prefixed.
+fn put_blob(buf: &mut impl BufMut, payload: &[u8]) {
+    put_varint(buf, payload.len() as u64);
+    buf.put_slice(payload);
 }
 
 fn int(r: &mut Reader<'_>) -> Result<u64, EntryError> {
