@@ -121,8 +121,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let restarted = !text.is_empty();
             let mut receipts = Vec::new();
             for r in ep.take_recovered() {
+                if r.settled {
+                    // Resolved before the crash, its verdict not yet reported: it is not
+                    // sent again, and this application keeps no ids to tell which item it
+                    // was (exon-outbox's keyed sends do).
+                    continue;
+                }
                 // Exon sends these again itself, under the ids they had.
-                stored.insert(u32::from_be_bytes(r.payload[..4].try_into()?));
+                let item = r.payload.get(..4).ok_or("a recovered message too short")?;
+                stored.insert(u32::from_be_bytes(item.try_into()?));
                 receipts.push(r.receipt);
             }
             // What is neither stored nor recovered was never stored, or was acknowledged
