@@ -119,19 +119,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 }
             }
             let restarted = !text.is_empty();
-            let mut receipts = Vec::new();
-            for r in ep.take_recovered() {
-                if r.settled {
-                    // Resolved before the crash, its verdict not yet reported: it is not
-                    // sent again, and this application keeps no ids to tell which item it
-                    // was (exon-outbox's keyed sends do).
-                    continue;
-                }
-                // Exon sends these again itself, under the ids they had.
-                let item = r.payload.get(..4).ok_or("a recovered message too short")?;
-                stored.insert(u32::from_be_bytes(item.try_into()?));
-                receipts.push(r.receipt);
-            }
+            let mut receipts = recovered(&mut ep, &mut stored)?;
             // What is neither stored nor recovered was never stored, or was acknowledged
             // and resolved before the application noted it stored: sent (again).
             let todo: Vec<u32> = (0..o.count).filter(|i| !stored.contains(i)).collect();
@@ -166,4 +154,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+/// The messages recovered from the journal, which exon sends again itself under the ids
+/// they had: their items are noted in `stored`, and their receipts returned.
+fn recovered(
+    ep: &mut Endpoint,
+    stored: &mut HashSet<u32>,
+) -> Result<Vec<exon::endpoint::Receipt>, Box<dyn std::error::Error>> {
+    let mut receipts = Vec::new();
+    for r in ep.take_recovered() {
+        if r.settled {
+            // Resolved before the crash, its verdict not yet reported: it is not sent
+            // again, and this application keeps no ids to tell which item it was
+            // (exon-outbox's keyed sends do).
+            continue;
+        }
+        let item = r.payload.get(..4).ok_or("a recovered message too short")?;
+        stored.insert(u32::from_be_bytes(item.try_into()?));
+        receipts.push(r.receipt);
+    }
+    Ok(receipts)
 }
