@@ -90,7 +90,10 @@ pub enum SendError {
     /// highest key accepted for this destination. Either a message with this key was
     /// accepted before (its verdict comes, or came, on its own receipt; after a restart it
     /// is among the recovered messages, with its key, unless it was resolved before the
-    /// crash), or the keys were given out of order. Nothing was kept.
+    /// crash), or the keys were given out of order. Nothing was kept. Within one run, the
+    /// earlier message of this key may not be on stable storage yet: its own
+    /// `Event::Stored` (the endpoint's `Receipt::stored`) says when; a crash before then
+    /// loses it, and the key is accepted again after the restart.
     #[error("key {key} for {to} is not above the highest key accepted for it ({highest}): already accepted, or out of order")]
     KeyNotAbove {
         /// The destination.
