@@ -197,6 +197,12 @@ pub struct Limits {
     /// peer starts its grace again (it may get `2 * max_rto` of datagrams before it is deaf
     /// again). At least 1. Default 9216 (the default sender and receiver records, and 1024).
     pub max_unanswered_peers: usize,
+    /// Durable mode: most marks the journal keeps at once
+    /// ([`Mark`](crate::proto::journal::Mark): the endpoint keeps one per durable ordered
+    /// flow and direction). A new mark beyond it is refused with
+    /// [`MarkError::TooMany`](crate::proto::MarkError::TooMany) (the endpoint then resets
+    /// the flow). Default 65536.
+    pub max_marks: usize,
 }
 
 impl Default for Limits {
@@ -214,6 +220,7 @@ impl Default for Limits {
             max_reassembly_per_source: 16 << 20,
             max_reassembly_bytes: 64 << 20,
             max_unanswered_peers: 9216,
+            max_marks: 65536,
         }
     }
 }

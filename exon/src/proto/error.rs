@@ -110,4 +110,30 @@ pub enum SendError {
     /// keys are kept in the journal.
     #[error("keyed sends need durable mode (the journal keeps the keys)")]
     NotDurable,
+    /// [`Node::send_marked`](crate::proto::Node::send_marked): the mark cannot be kept.
+    #[error(transparent)]
+    Mark(#[from] MarkError),
+}
+
+/// Why a [`Mark`](crate::proto::journal::Mark) cannot be kept
+/// ([`Node::send_marked`](crate::proto::Node::send_marked),
+/// [`Node::handle_taken_marked`](crate::proto::Node::handle_taken_marked),
+/// [`Node::set_mark`](crate::proto::Node::set_mark)). Nothing was kept or taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MarkError {
+    /// The node is not durable: marks live in the journal.
+    #[error("marks need durable mode (the journal keeps them)")]
+    NotDurable,
+    /// The value is longer than [`MAX_MARK_BYTES`](crate::proto::journal::MAX_MARK_BYTES).
+    #[error("a mark of {len} bytes exceeds the maximum of {max}")]
+    TooLarge {
+        /// The value's length.
+        len: usize,
+        /// The most a mark may hold.
+        max: usize,
+    },
+    /// The journal holds [`Limits::max_marks`](crate::proto::Limits::max_marks) marks: a
+    /// new one waits until one is forgotten.
+    #[error("the journal holds its maximum of {0} marks")]
+    TooMany(usize),
 }

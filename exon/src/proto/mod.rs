@@ -32,7 +32,7 @@ pub use send::congestion::{CongestionControl, PathStats};
 /// still randomly seeded per map, so forged ids cannot be chosen to collide.
 pub(crate) type PeerMap<V> = std::collections::HashMap<NodeId, V, foldhash::fast::RandomState>;
 pub use crypto::{Identity, Keyring, PublicKey, SecretKey, Security, Vouch};
-pub use error::{DecodeError, SendError};
+pub use error::{DecodeError, MarkError, SendError};
 pub use event::{Abandoned, Event, Transmit, TransmitRun};
 pub use frame::{AckRanges, Frame, Header, Packet, Verdict};
 pub use ids::{InvalidNodeId, MsgId, MsgIds, NodeId};

@@ -163,6 +163,12 @@ pub struct Rules {
     /// (`Endpoint::take_recovered_calls`). Off, they are still sent again and executed,
     /// but their replies find no call and are discarded.
     pub recover_calls: bool,
+    /// Durable mode: a mark set with a send or a take (`Node::send_marked`,
+    /// `Node::handle_taken_marked`) is written in the same record as the send or the take,
+    /// so a crash keeps both or neither. Off, the mark is a record of its own written
+    /// first: a crash between the two keeps a flow's position without the message or the
+    /// take it goes with.
+    pub mark_in_one_record: bool,
 }
 
 impl Rules {
@@ -201,6 +207,7 @@ impl Rules {
         advertise_flow_window: true,
         hold_beyond_window: true,
         recover_calls: true,
+        mark_in_one_record: true,
     };
 }
 

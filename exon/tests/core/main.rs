@@ -15,6 +15,7 @@ mod durable;
 mod hostile;
 mod keyed;
 mod large_messages;
+mod marks;
 mod mtu;
 mod pair_exactly_once;
 mod record_pressure;

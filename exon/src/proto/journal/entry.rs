@@ -3,6 +3,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::proto::codec::{put_varint, varint_len, Reader};
+use crate::proto::journal::marks::MAX_MARK_BYTES;
 use crate::proto::{MsgId, NodeId};
 
 /// One journal record. Encoded as a kind byte and QUIC-style variable-length integers, the
@@ -133,6 +134,45 @@ pub enum Entry {
         /// The application's key.
         key: u64,
     },
+    /// A layer above the core keeps `value` under `(peer, lane)` (a
+    /// [`Mark`](crate::proto::journal::Mark)); an empty value forgets it. Written alone, and
+    /// in checkpoints (one per live mark).
+    Mark {
+        /// The peer the mark is about.
+        peer: NodeId,
+        /// The layer's lane.
+        lane: u64,
+        /// The value (at most [`MAX_MARK_BYTES`]).
+        value: Bytes,
+    },
+    /// Sender: `send_marked` accepted message `id` for `to`, and in the same record the
+    /// mark `(to, lane)` became `value` (replayed as `Accepted` then `Mark`).
+    AcceptedMark {
+        /// The message's id (stable across restarts).
+        id: MsgId,
+        /// The destination.
+        to: NodeId,
+        /// The mark's lane.
+        lane: u64,
+        /// The mark's new value.
+        value: Bytes,
+        /// The message.
+        payload: Bytes,
+    },
+    /// Receiver: the application took the delivery in `(from, rck, slot)` and in the same
+    /// record the mark `(from, lane)` became `value` (replayed as `Taken` then `Mark`).
+    TakenMark {
+        /// The sending node.
+        from: NodeId,
+        /// The receiver incarnation.
+        rck: u64,
+        /// The slot.
+        slot: u64,
+        /// The mark's lane.
+        lane: u64,
+        /// The mark's new value.
+        value: Bytes,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -194,6 +234,9 @@ const REPORTED: u8 = 9;
 const ACCEPTED_KEYED: u8 = 10;
 const KEY_FLOOR: u8 = 11;
 const RESOLVED_KEYED: u8 = 12;
+const MARK: u8 = 13;
+const ACCEPTED_MARK: u8 = 14;
+const TAKEN_MARK: u8 = 15;
 
 impl Entry {
     /// The record's encoded length.
@@ -244,6 +287,21 @@ impl Entry {
                 outcome,
                 key,
             } => v(id.0) + v(to.get()) + v(outcome.code()) + v(*key),
+            Entry::Mark { peer, lane, value } => v(peer.get()) + v(*lane) + blob_len(value),
+            Entry::AcceptedMark {
+                id,
+                to,
+                lane,
+                value,
+                payload,
+            } => v(id.0) + v(to.get()) + v(*lane) + blob_len(value) + blob_len(payload),
+            Entry::TakenMark {
+                from,
+                rck,
+                slot,
+                lane,
+                value,
+            } => v(from.get()) + v(*rck) + v(*slot) + v(*lane) + blob_len(value),
         }
     }
 
@@ -317,6 +375,18 @@ impl Entry {
                 put_varint(buf, *from);
                 put_varint(buf, *below);
             }
+            Entry::AcceptedKeyed { .. } | Entry::KeyFloor { .. } | Entry::ResolvedKeyed { .. } => {
+                self.encode_more(buf)
+            }
+            Entry::Mark { .. } | Entry::AcceptedMark { .. } | Entry::TakenMark { .. } => {
+                self.encode_more(buf)
+            }
+        }
+    }
+
+    /// `encode` for the records that carry a key or a mark.
+    fn encode_more(&self, buf: &mut impl BufMut) {
+        match self {
             Entry::AcceptedKeyed {
                 id,
                 to,
@@ -346,6 +416,41 @@ impl Entry {
                 put_varint(buf, outcome.code());
                 put_varint(buf, *key);
             }
+            Entry::Mark { peer, lane, value } => {
+                buf.put_u8(MARK);
+                put_varint(buf, peer.get());
+                put_varint(buf, *lane);
+                put_blob(buf, value);
+            }
+            Entry::AcceptedMark {
+                id,
+                to,
+                lane,
+                value,
+                payload,
+            } => {
+                buf.put_u8(ACCEPTED_MARK);
+                put_varint(buf, id.0);
+                put_varint(buf, to.get());
+                put_varint(buf, *lane);
+                put_blob(buf, value);
+                put_blob(buf, payload);
+            }
+            Entry::TakenMark {
+                from,
+                rck,
+                slot,
+                lane,
+                value,
+            } => {
+                buf.put_u8(TAKEN_MARK);
+                put_varint(buf, from.get());
+                put_varint(buf, *rck);
+                put_varint(buf, *slot);
+                put_varint(buf, *lane);
+                put_blob(buf, value);
+            }
+            _ => unreachable!("encode_more is called for the records with a key or a mark"),
         }
     }
 
@@ -427,6 +532,25 @@ impl Entry {
                 },
                 key: int(r)?,
             },
+            MARK => Entry::Mark {
+                peer: node(r)?,
+                lane: int(r)?,
+                value: mark(r, bytes)?,
+            },
+            ACCEPTED_MARK => Entry::AcceptedMark {
+                id: MsgId(int(r)?),
+                to: node(r)?,
+                lane: int(r)?,
+                value: mark(r, bytes)?,
+                payload: blob(r, bytes)?,
+            },
+            TAKEN_MARK => Entry::TakenMark {
+                from: node(r)?,
+                rck: int(r)?,
+                slot: int(r)?,
+                lane: int(r)?,
+                value: mark(r, bytes)?,
+            },
             k => return Err(EntryError::Kind(k)),
         };
         if r.remaining() != 0 {
@@ -463,6 +587,17 @@ fn verdict(r: &mut Reader<'_>) -> Result<Option<(NodeId, Outcome)>, EntryError> 
 fn blob(r: &mut Reader<'_>, whole: &Bytes) -> Result<Bytes, EntryError> {
     r.length_prefixed(whole, usize::MAX)
         .map_err(|_| EntryError::Length)
+}
+
+/// A mark's value: at most [`MAX_MARK_BYTES`] (more is damage).
+fn mark(r: &mut Reader<'_>, whole: &Bytes) -> Result<Bytes, EntryError> {
+    r.length_prefixed(whole, MAX_MARK_BYTES)
+        .map_err(|_| EntryError::Length)
+}
+
+/// A length-prefixed blob's encoded length.
+fn blob_len(b: &[u8]) -> usize {
+    varint_len(b.len() as u64) + b.len()
 }
 
 #[cfg(test)]
@@ -538,6 +673,30 @@ mod tests {
                 outcome: Outcome::NotDelivered,
                 key: 8,
             },
+            Entry::Mark {
+                peer: n,
+                lane: 1 << 33,
+                value: Bytes::from_static(b"run 5 next 9"),
+            },
+            Entry::Mark {
+                peer: n,
+                lane: 0,
+                value: Bytes::new(),
+            },
+            Entry::AcceptedMark {
+                id: MsgId(15),
+                to: n,
+                lane: 6,
+                value: Bytes::from_static(&[1, 2, 3]),
+                payload: Bytes::from_static(b"chunk"),
+            },
+            Entry::TakenMark {
+                from: n,
+                rck: 1 << 45,
+                slot: 17,
+                lane: 6,
+                value: Bytes::from_static(&[MAX_MARK_BYTES as u8; MAX_MARK_BYTES]),
+            },
         ]
     }
 
@@ -582,6 +741,16 @@ mod tests {
             Entry::decode(&Bytes::from_static(&[RESOLVED, 5, 4, 1])),
             Err(EntryError::Outcome(4))
         );
+    }
+
+    #[test]
+    fn a_mark_longer_than_its_limit_is_damage() {
+        let long = Entry::Mark {
+            peer: NodeId::from_const(7),
+            lane: 1,
+            value: Bytes::from(vec![0; MAX_MARK_BYTES + 1]),
+        };
+        assert_eq!(Entry::decode(&long.to_bytes()), Err(EntryError::Length));
     }
 
     fn id_len(e: &Entry) -> usize {

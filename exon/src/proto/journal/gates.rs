@@ -70,6 +70,8 @@ pub(crate) struct Journal {
     /// The highest application key accepted per destination (`Node::send_keyed`): one
     /// integer per destination ever sent to with a key, recovered from the journal.
     pub keys: PeerMap<u64>,
+    /// The layers' marks, as the journal will hold them once its writes are durable.
+    pub marks: crate::proto::journal::marks::Marks,
 }
 
 impl Journal {
@@ -101,6 +103,7 @@ impl Journal {
             covers_asked: run_start,
             damaged,
             keys: PeerMap::default(),
+            marks: Default::default(),
         }
     }
 

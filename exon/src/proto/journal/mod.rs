@@ -15,6 +15,7 @@
 //! | `Delivered` | a token fills a slot                 | [`Event::Delivered`](crate::proto::Event::Delivered) |
 //! | `Taken`     | the application takes a delivery     | the ACK                             |
 //! | `Confirmed` | the sender's frontier passes taken slots | nothing (it only lets the log shrink) |
+//! | `Mark`, `AcceptedMark`, `TakenMark` | a layer above keeps a value (alone, with a send, with a take) | what the send or the take holds back |
 //!
 //! [`State`] replays records (at recovery, and in the storage layer to know what a
 //! compaction keeps); [`Recovered`] is what a restarted node is given.
@@ -22,10 +23,12 @@
 mod archive;
 mod entry;
 pub(crate) mod gates;
+pub(crate) mod marks;
 mod state;
 
 pub(crate) use archive::Archive;
 pub use entry::{Entry, EntryError, Outcome};
+pub use marks::{Mark, MAX_MARK_BYTES};
 pub use state::{Recovered, RecoveredDelivery, RecoveredMessage, RecoveredVerdict, State};
 
 /// One record to make durable, numbered: `seq` grows by one per write, and reporting `seq`

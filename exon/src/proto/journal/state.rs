@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::proto::journal::marks::Marks;
 use crate::proto::journal::{Entry, Outcome};
 use crate::proto::{MsgId, NodeId};
 
@@ -27,6 +28,8 @@ pub struct State {
     covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
     keys: BTreeMap<NodeId, u64>,
+    /// The layers' marks (`Mark`, `AcceptedMark`, `TakenMark`): the last value of each.
+    marks: Marks,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -94,6 +97,9 @@ pub struct Recovered {
     pub covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`send_keyed`).
     pub keys: Vec<(NodeId, u64)>,
+    /// The layers' marks: peer, lane and the last value written
+    /// ([`Mark`](crate::proto::journal::Mark)).
+    pub marks: Vec<(NodeId, u64, Bytes)>,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -199,7 +205,48 @@ impl State {
                     payload: payload.clone(),
                 });
             }
+            Entry::Mark { .. } | Entry::AcceptedMark { .. } | Entry::TakenMark { .. } => {
+                self.apply_marked(e)
+            }
         }
+    }
+
+    /// `apply` for the records that carry a mark.
+    fn apply_marked(&mut self, e: &Entry) {
+        match e {
+            Entry::Mark { peer, lane, value } => self.mark(*peer, *lane, value),
+            Entry::AcceptedMark {
+                id,
+                to,
+                lane,
+                value,
+                payload,
+            } => {
+                self.accept(*id, *to, payload, None);
+                self.mark(*to, *lane, value);
+            }
+            Entry::TakenMark {
+                from,
+                rck,
+                slot,
+                lane,
+                value,
+            } => {
+                self.apply(&Entry::Taken {
+                    from: *from,
+                    rck: *rck,
+                    slot: *slot,
+                });
+                self.mark(*from, *lane, value);
+            }
+            _ => {}
+        }
+    }
+
+    /// The mark `(peer, lane)` is `value` now (forgotten if empty).
+    fn mark(&mut self, peer: NodeId, lane: u64, value: &Bytes) {
+        let change = self.marks.set(peer, lane, value);
+        self.live_bytes = self.live_bytes.saturating_add_signed(change);
     }
 
     /// Message `id` for `to` is accepted (under the application's `key`, if any).
@@ -393,9 +440,15 @@ impl State {
             .verdicts
             .iter()
             .map(|(&id, &v)| Self::verdict_entry(id, v));
+        let marks = self.marks.iter().map(|(peer, lane, value)| Entry::Mark {
+            peer,
+            lane,
+            value: value.clone(),
+        });
         covers
             .into_iter()
             .chain(keys)
+            .chain(marks)
             .chain(inbox)
             .chain(outbox)
             .chain(verdicts)
@@ -439,7 +492,18 @@ impl State {
             damaged,
             covers: self.covers,
             keys: self.keys.iter().map(|(&to, &key)| (to, key)).collect(),
+            marks: self
+                .marks
+                .iter()
+                .map(|(p, l, v)| (p, l, v.clone()))
+                .collect(),
         }
+    }
+
+    /// The layers' live marks: peer, lane, value (a quiet journal keeps one `Mark` record
+    /// for each).
+    pub fn marks(&self) -> impl Iterator<Item = (NodeId, u64, &Bytes)> + '_ {
+        self.marks.iter()
     }
 }
 

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use crate::proto::frame::Verdict;
 use crate::proto::journal::gates::{Gate, Journal};
-use crate::proto::journal::{Entry, Outcome, Recovered, RecoveredVerdict, Write};
+use crate::proto::journal::{Entry, Mark, Outcome, Recovered, RecoveredVerdict, Write};
+use crate::proto::node::send::Stamp;
 use crate::proto::recv::delivery::Kept;
 use crate::proto::send::record::SRecord;
 use crate::proto::{Abandoned, DeliveryId, Event, MsgId, MsgIds, Node, NodeId, Payload};
@@ -36,6 +37,9 @@ impl Node {
         }
         let mut j = Journal::new(self.ck, recovered.covers, recovered.damaged);
         j.keys.extend(recovered.keys.iter().copied());
+        for (peer, lane, value) in &recovered.marks {
+            j.marks.set(*peer, *lane, value);
+        }
         let every = self.cfg.timers.probe_interval;
         for d in recovered.deliveries {
             let taken = d.payload.is_none();
@@ -283,22 +287,47 @@ impl Node {
         to: NodeId,
         payload: Payload,
         answers: Option<DeliveryId>,
-        key: Option<u64>,
+        stamp: Stamp,
     ) {
         let g = Gate::Stored(Event::Stored { to, id });
         // The journal's record holds the payload whole (the log copies it anyway).
         let payload = payload.to_bytes();
-        if let Some(key) = key {
-            if let Some(j) = self.journal.as_mut() {
-                j.keys.insert(to, key);
+        match stamp {
+            Stamp::Plain => {}
+            Stamp::Key(key) => {
+                if let Some(j) = self.journal.as_mut() {
+                    j.keys.insert(to, key);
+                }
+                let accepted = Entry::AcceptedKeyed {
+                    id,
+                    to,
+                    key,
+                    payload,
+                };
+                return self.journal(now, accepted, g);
             }
-            let accepted = Entry::AcceptedKeyed {
-                id,
-                to,
-                key,
-                payload,
-            };
-            return self.journal(now, accepted, g);
+            Stamp::Mark(Mark { lane, value }) => {
+                if let Some(j) = self.journal.as_mut() {
+                    j.marks.set(to, lane, &value);
+                    if !self.rules.mark_in_one_record {
+                        // The defect the rule prevents: the mark, then the message.
+                        j.write(Entry::Mark {
+                            peer: to,
+                            lane,
+                            value,
+                        });
+                        return self.journal(now, Entry::Accepted { id, to, payload }, g);
+                    }
+                }
+                let accepted = Entry::AcceptedMark {
+                    id,
+                    to,
+                    lane,
+                    value,
+                    payload,
+                };
+                return self.journal(now, accepted, g);
+            }
         }
         let Some(d) = answers else {
             self.journal(now, Entry::Accepted { id, to, payload }, g);
@@ -468,15 +497,51 @@ impl Node {
 
     /// Durable mode: the application took `id`; the ACK waits for the `Taken` record.
     /// Returns whether the take was accepted (the delivery was waiting).
-    pub(super) fn journal_take(&mut self, now: Instant, id: DeliveryId) -> bool {
+    /// With `mark`, the take sets the mark `(source, lane)` in the same record.
+    pub(super) fn journal_take(
+        &mut self,
+        now: Instant,
+        id: DeliveryId,
+        mark: Option<Mark>,
+    ) -> bool {
         if self.journal.is_none() || !self.is_waiting(&id) {
             return false;
         }
         let (from, (r, s)) = (id.from(), id.slot());
-        let entry = Entry::Taken {
-            from,
-            rck: r,
-            slot: s,
+        let entry = match mark {
+            None => Entry::Taken {
+                from,
+                rck: r,
+                slot: s,
+            },
+            Some(Mark { lane, value }) => match self.journal.as_mut() {
+                Some(j) if !self.rules.mark_in_one_record => {
+                    // The defect the rule prevents: the mark, then the take.
+                    j.marks.set(from, lane, &value);
+                    j.write(Entry::Mark {
+                        peer: from,
+                        lane,
+                        value,
+                    });
+                    Entry::Taken {
+                        from,
+                        rck: r,
+                        slot: s,
+                    }
+                }
+                j => {
+                    if let Some(j) = j {
+                        j.marks.set(from, lane, &value);
+                    }
+                    Entry::TakenMark {
+                        from,
+                        rck: r,
+                        slot: s,
+                        lane,
+                        value,
+                    }
+                }
+            },
         };
         self.journal(now, entry, Gate::Take(id));
         true

@@ -4,6 +4,7 @@
 
 mod input;
 pub(crate) mod journal;
+mod marks;
 pub(crate) mod outbox;
 pub(crate) mod output;
 mod receive;

@@ -274,7 +274,7 @@ impl Node {
     pub fn handle_taken(&mut self, now: Instant, id: DeliveryId) -> bool {
         if self.journal.is_some() {
             // Durable mode: acknowledged once the take is stored (`complete_take`).
-            return self.journal_take(now, id);
+            return self.journal_take(now, id, None);
         }
         self.take_live(now, id)
     }
@@ -291,7 +291,7 @@ impl Node {
         let mut ids = ids.into_iter().peekable();
         if self.journal.is_some() {
             // Durable mode: each take is stored first (`complete_take`).
-            return ids.filter(|id| self.journal_take(now, *id)).count();
+            return ids.filter(|id| self.journal_take(now, *id, None)).count();
         }
         let cap = self.outbox_cap();
         let mut slots = std::mem::take(&mut self.taken_scratch);

@@ -4,8 +4,20 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use crate::proto::journal::Mark;
 use crate::proto::send::record::SRecord;
 use crate::proto::{DeliveryId, MsgId, Node, NodeId, Payload, SendError};
+
+/// What a send's journal record carries besides the message.
+#[derive(Debug)]
+pub(super) enum Stamp {
+    /// Nothing: an `Accepted` record.
+    Plain,
+    /// The application's key (`send_keyed`): an `AcceptedKeyed` record.
+    Key(u64),
+    /// A layer's mark (`send_marked`): an `AcceptedMark` record.
+    Mark(Mark),
+}
 
 impl Node {
     /// Input: sends `payload` to node `to`, exactly once. Returns the message's id; an
@@ -19,7 +31,7 @@ impl Node {
         to: NodeId,
         payload: impl Into<Payload>,
     ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None, false, None)
+        self.accept(now, to, payload.into(), None, false, Stamp::Plain)
     }
 
     /// Input: as [`send`](Self::send), under the application's `key` for the message (an
@@ -49,7 +61,7 @@ impl Node {
                 return Err(SendError::KeyNotAbove { to, key, highest });
             }
         }
-        self.accept(now, to, payload.into(), None, false, Some(key))
+        self.accept(now, to, payload.into(), None, false, Stamp::Key(key))
     }
 
     /// Input: as [`send`](Self::send), for a message its receiver's application may leave
@@ -67,7 +79,7 @@ impl Node {
         to: NodeId,
         payload: impl Into<Payload>,
     ) -> Result<MsgId, SendError> {
-        self.accept(now, to, payload.into(), None, true, None)
+        self.accept(now, to, payload.into(), None, true, Stamp::Plain)
     }
 
     /// Input: answers the delivery `id` with `payload`, in one step: the delivery is taken
@@ -88,7 +100,14 @@ impl Node {
         if !self.is_waiting(&id) {
             return Err(SendError::NotWaiting);
         }
-        let msg = self.accept(now, id.from(), payload.into(), Some(id), false, None)?;
+        let msg = self.accept(
+            now,
+            id.from(),
+            payload.into(),
+            Some(id),
+            false,
+            Stamp::Plain,
+        )?;
         if self.journal.is_none() {
             self.take_live(now, id);
         }
@@ -114,7 +133,7 @@ impl Node {
         if self.journal.is_some() {
             // Durable: each message goes to the journal on its own, with its id from the
             // stored clock (one by one, as `send`).
-            let id = match self.accept(now, to, first.clone(), None, false, None) {
+            let id = match self.accept(now, to, first.clone(), None, false, Stamp::Plain) {
                 Ok(id) => id,
                 Err(e) => {
                     payloads.push_front(first);
@@ -123,7 +142,7 @@ impl Node {
             };
             let mut next = id.0 + 1;
             while let Some(p) = payloads.pop_front() {
-                match self.accept(now, to, p.clone(), None, false, None) {
+                match self.accept(now, to, p.clone(), None, false, Stamp::Plain) {
                     Ok(i) if i.0 == next => next += 1,
                     Ok(_) => unreachable!("durable ids follow one another within a call"),
                     Err(_) => {
@@ -225,15 +244,15 @@ impl Node {
     }
 
     /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`); with
-    /// `key`, under that application key (`send_keyed`).
-    fn accept(
+    /// `stamp`, under an application key (`send_keyed`) or with a mark (`send_marked`).
+    pub(super) fn accept(
         &mut self,
         now: Instant,
         to: NodeId,
         payload: Payload,
         answers: Option<DeliveryId>,
         reported: bool,
-        key: Option<u64>,
+        stamp: Stamp,
     ) -> Result<MsgId, SendError> {
         self.check_send(to, payload.len())?;
         if self.journal.is_some() && !self.reserve_clock(self.ck + 1) {
@@ -266,7 +285,7 @@ impl Node {
         }
         self.stats.sent += 1;
         if self.journal.is_some() {
-            self.journal_accepted(now, id, to, payload.clone(), answers, key);
+            self.journal_accepted(now, id, to, payload.clone(), answers, stamp);
         }
         self.queued_bytes += payload.len();
         let Some(rec) = self.senders.get_mut(&to) else {
