@@ -83,6 +83,33 @@ impl Sequencer {
         }
     }
 
+    /// A durable flow's sequencer after a restart ([`position`](crate::ordered::position)):
+    /// run `run`, the numbers below `next` given out before it, `unsettled` the messages and
+    /// gaps recovered without a verdict (number and bytes, 0 for a gap), and the receiver's
+    /// window if it was known (else one message at a time until it is advertised again).
+    /// Number 0 was acknowledged unless it is among `unsettled`.
+    pub fn resume(
+        run: u32,
+        next: u64,
+        window: Window,
+        peer: Option<Window>,
+        unsettled: impl IntoIterator<Item = (u64, usize)>,
+    ) -> Sequencer {
+        let mut s = Sequencer::new(run, window);
+        s.peer = peer.map(|w| Window {
+            messages: w.messages.max(1),
+            bytes: w.bytes.max(1),
+        });
+        s.next = next;
+        for (seq, len) in unsettled {
+            if seq < next && s.unsettled.insert(seq, len).is_none() {
+                s.bytes += len;
+            }
+        }
+        s.opened = next > 0 && !s.unsettled.contains_key(&0);
+        s
+    }
+
     /// Makes the sequencer wait for its receiver's window: until
     /// [`on_peer_window`](Self::on_peer_window), one message or gap at a time.
     pub fn expect_peer_window(mut self) -> Sequencer {
@@ -223,6 +250,28 @@ impl Sequencer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resumed_flow_goes_on_with_its_numbers_and_its_unsettled_messages() {
+        let w = Window {
+            messages: 3,
+            bytes: 100,
+        };
+        // Numbers 0..5 given out, 3 and 4 without a verdict, the receiver's window known.
+        let mut s = Sequencer::resume(7, 5, w, Some(w), [(3, 10), (4, 0)]);
+        assert_eq!((s.run(), s.next(), s.unsettled()), (7, 5, 2));
+        assert_eq!(s.assign(1, false), Some(5));
+        assert!(!s.has_room(1), "the window of 3 is full");
+        assert_eq!(s.on_verdict(3, true), Settled::Done);
+        s.on_gap(4);
+        assert_eq!(s.assign(1, false), Some(6));
+        // Number 0 not settled: the run's first message still goes alone.
+        let mut s = Sequencer::resume(7, 1, w, None, [(0, 10)]);
+        assert!(!s.has_room(1));
+        assert_eq!(s.on_verdict(0, true), Settled::Done);
+        assert_eq!(s.assign(1, false), Some(1));
+        assert!(!s.has_room(1), "the receiver's window is awaited");
+    }
 
     #[test]
     fn the_first_message_goes_alone_then_the_window_bounds() {

@@ -1,0 +1,158 @@
+//! Where a durable flow stands, as its journal marks keep it: a sender's run, next number,
+//! bytes sent and its receiver's window ([`SendPosition`]); a receiver's run, next number
+//! due and bytes released ([`RecvPosition`]); and the lane each is kept under.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::ordered::Window;
+use crate::proto::codec::{put_varint, Reader};
+
+/// The mark lane of a flow whose wire code is `flow_code` (a channel's or a stream's, as the
+/// receiver names it), for its sending side (`sending`) or its receiving side at this node.
+pub fn lane(flow_code: u64, sending: bool) -> u64 {
+    (flow_code << 1) | u64::from(!sending)
+}
+
+/// The flow code and side a lane names: `(flow_code, sending)`.
+pub fn from_lane(lane: u64) -> (u64, bool) {
+    (lane >> 1, lane & 1 == 0)
+}
+
+const SEND: u64 = 1;
+const RECV: u64 = 2;
+
+/// A durable flow's sender, as of its last message accepted (kept with that message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendPosition {
+    /// The flow's run: kept across restarts, so the receiver goes on with it.
+    pub run: u32,
+    /// The number the next message gets.
+    pub next: u64,
+    /// A stream's bytes sent before the next chunk (0 for a channel).
+    pub offset: u64,
+    /// The receiver's window, once advertised.
+    pub peer_window: Option<Window>,
+}
+
+/// A durable flow's receiver, as of its last take (kept with that take).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvPosition {
+    /// The sender's run.
+    pub run: u32,
+    /// Numbers below this were released to the application.
+    pub next: u64,
+    /// A stream's bytes before the first byte of number `next`.
+    pub offset: u64,
+}
+
+impl SendPosition {
+    /// The mark's value.
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(32);
+        put_varint(&mut b, SEND);
+        put_varint(&mut b, u64::from(self.run));
+        put_varint(&mut b, self.next);
+        put_varint(&mut b, self.offset);
+        let (m, by) = self
+            .peer_window
+            .map_or((0, 0), |w| (u64::from(w.messages), w.bytes as u64));
+        put_varint(&mut b, m);
+        put_varint(&mut b, by);
+        b.freeze()
+    }
+
+    /// Reads a mark's value (`None` for anything else: a damaged or foreign mark).
+    pub fn decode(v: &[u8]) -> Option<SendPosition> {
+        let mut r = Reader::new(v);
+        if r.varint().ok()? != SEND {
+            return None;
+        }
+        let run = u32::try_from(r.varint().ok()?).ok()?;
+        let next = r.varint().ok()?;
+        let offset = r.varint().ok()?;
+        let messages = u32::try_from(r.varint().ok()?).ok()?;
+        let bytes = usize::try_from(r.varint().ok()?).ok()?;
+        if r.remaining() != 0 {
+            return None;
+        }
+        let peer_window = (messages > 0).then_some(Window {
+            messages,
+            bytes: bytes.max(1),
+        });
+        Some(SendPosition {
+            run,
+            next,
+            offset,
+            peer_window,
+        })
+    }
+}
+
+impl RecvPosition {
+    /// The mark's value.
+    pub fn encode(&self) -> Bytes {
+        let mut b = BytesMut::with_capacity(24);
+        put_varint(&mut b, RECV);
+        put_varint(&mut b, u64::from(self.run));
+        put_varint(&mut b, self.next);
+        put_varint(&mut b, self.offset);
+        b.freeze()
+    }
+
+    /// Reads a mark's value (`None` for anything else).
+    pub fn decode(v: &[u8]) -> Option<RecvPosition> {
+        let mut r = Reader::new(v);
+        if r.varint().ok()? != RECV {
+            return None;
+        }
+        let run = u32::try_from(r.varint().ok()?).ok()?;
+        let next = r.varint().ok()?;
+        let offset = r.varint().ok()?;
+        if r.remaining() != 0 {
+            return None;
+        }
+        Some(RecvPosition { run, next, offset })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::journal::MAX_MARK_BYTES;
+
+    #[test]
+    fn positions_round_trip_within_a_mark_and_reject_other_bytes() {
+        let s = SendPosition {
+            run: u32::MAX,
+            next: u64::MAX >> 2,
+            offset: u64::MAX >> 2,
+            peer_window: Some(Window {
+                messages: u32::MAX,
+                bytes: 1 << 40,
+            }),
+        };
+        let e = s.encode();
+        assert!(e.len() <= MAX_MARK_BYTES);
+        assert_eq!(SendPosition::decode(&e), Some(s));
+        assert_eq!(RecvPosition::decode(&e), None, "a sender's mark is not a receiver's");
+        let r = RecvPosition {
+            run: 7,
+            next: 9,
+            offset: 1 << 33,
+        };
+        assert_eq!(RecvPosition::decode(&r.encode()), Some(r));
+        for cut in 0..e.len() {
+            assert_eq!(SendPosition::decode(&e[..cut]), None);
+        }
+        let mut long = r.encode().to_vec();
+        long.push(0);
+        assert_eq!(RecvPosition::decode(&long), None);
+    }
+
+    #[test]
+    fn lanes_tell_the_two_sides_of_a_flow_apart() {
+        assert_ne!(lane(5, true), lane(5, false));
+        assert_eq!(from_lane(lane(5, true)), (5, true));
+        assert_eq!(from_lane(lane(5, false)), (5, false));
+    }
+}
