@@ -55,7 +55,7 @@ pub enum Flow {
 
 impl Flow {
     /// The flow's varint on the wire: the id shifted past two tag bits.
-    fn code(self) -> u64 {
+    pub(crate) fn code(self) -> u64 {
         match self {
             Flow::Channel(n) => u64::from(n) << 2,
             Flow::Stream { id, opener_sent } => {
@@ -64,7 +64,7 @@ impl Flow {
         }
     }
 
-    fn from_code(code: u64) -> Option<Flow> {
+    pub(crate) fn from_code(code: u64) -> Option<Flow> {
         let id = code >> 2;
         match code & 3 {
             0 => u16::try_from(id).ok().map(Flow::Channel),

@@ -134,7 +134,11 @@ mod tests {
         let e = s.encode();
         assert!(e.len() <= MAX_MARK_BYTES);
         assert_eq!(SendPosition::decode(&e), Some(s));
-        assert_eq!(RecvPosition::decode(&e), None, "a sender's mark is not a receiver's");
+        assert_eq!(
+            RecvPosition::decode(&e),
+            None,
+            "a sender's mark is not a receiver's"
+        );
         let r = RecvPosition {
             run: 7,
             next: 9,

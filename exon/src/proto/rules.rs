@@ -169,6 +169,13 @@ pub struct Rules {
     /// first: a crash between the two keeps a flow's position without the message or the
     /// take it goes with.
     pub mark_in_one_record: bool,
+    /// Durable mode (the endpoint's rule, `docs/channels.md`): ordered channels keep their
+    /// positions in the journal (the sender's run and next number with each message, the
+    /// receiver's next number due with each take) and go on from them after a restart of
+    /// either side. Off, they start over as on an endpoint that is not durable: a restarted
+    /// receiver releases its senders' messages out of order (`Kind::Unordered`), a
+    /// restarted sender starts a new run.
+    pub durable_flows: bool,
 }
 
 impl Rules {
@@ -208,6 +215,7 @@ impl Rules {
         hold_beyond_window: true,
         recover_calls: true,
         mark_in_one_record: true,
+        durable_flows: true,
     };
 }
 

@@ -14,6 +14,7 @@ mod channel_windows;
 mod coalesce;
 mod common;
 mod durable;
+mod durable_channels;
 mod http;
 mod ipv6;
 mod loopback;

@@ -185,7 +185,12 @@ impl Builder {
         let mut routes = shard_routes(n);
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
-        let ordered = OrderedShared::new(accept_tx, self.config.flows.clone(), self.config.rules);
+        let resumed = durable
+            .as_mut()
+            .filter(|_| self.config.rules.durable_flows)
+            .map(|(_, recovery)| std::mem::take(&mut recovery.flows.out));
+        let (flows, rules) = (self.config.flows.clone(), self.config.rules);
+        let ordered = OrderedShared::new_durable(accept_tx, flows, rules, resumed);
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Recovery::default();
@@ -230,6 +235,7 @@ impl Builder {
             links,
             (calls, ordered),
         );
+        handle.resume_channels();
         Ok(Endpoint::started(
             handle,
             receivers,

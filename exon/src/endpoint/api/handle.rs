@@ -280,6 +280,14 @@ impl Handle {
         Ok(crate::endpoint::Channel::new(self.clone(), out, number))
     }
 
+    /// Durable mode: makes again the channels recovered at bind, so they go on at once
+    /// (their recovered messages' verdicts, the gaps of those given up).
+    pub(crate) fn resume_channels(&self) {
+        for (to, n) in self.ordered.resumed_channels() {
+            let _ = self.channel(to, n);
+        }
+    }
+
     /// Opens a byte stream to node `to` (see [`Stream`]). The peer learns of it at once
     /// (from [`accept_stream`](crate::endpoint::Endpoint::accept_stream)), before anything is
     /// written. Errors: [`Error::UnknownPeer`], [`Error::Closed`], or opening one to this

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use crate::endpoint::api::message::Message;
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::flows::at_driver::Flows;
 use crate::proto::{DeliveryId, Node};
 
 /// Delivered messages on their way to the application.
@@ -118,25 +119,56 @@ impl Handover {
     /// Reports to the node the messages the application took since the last call (the
     /// first of `handed`, `taken` in all), or acknowledged in ack-after-processing mode:
     /// their ACKs may leave now.
-    pub(crate) fn on_taken(&mut self, t: Instant, taken: u64, node: &mut Node, shared: &Shared) {
+    /// Durable channels' messages keep their channel's position with their take
+    /// ([`Flows::take_mark`]).
+    pub(crate) fn on_taken(
+        &mut self,
+        t: Instant,
+        taken: u64,
+        (node, flows): (&mut Node, &mut Flows),
+        shared: &Shared,
+    ) {
         let n = usize::try_from(taken.saturating_sub(self.taken_seen))
             .unwrap_or(usize::MAX)
             .min(self.handed.len());
         self.taken_seen += n as u64;
         let took = self.handed.drain(..n);
-        if self.ack_on_take {
+        if !self.ack_on_take {
+            drop(took);
+        } else if flows.has_marks() {
+            took.for_each(|id| take_marked(t, id, node, flows));
+        } else {
             // In one call: the takes of one sender in a row share its record's lookup.
             node.handle_taken_many(t, took);
-        } else {
-            drop(took);
         }
         // Application acknowledgements (ack-after-processing mode), and streams' chunks
         // read to their end (any mode).
         {
             let mut acked = std::mem::take(&mut self.acked_scratch);
             shared.take_acked(&mut acked);
-            node.handle_taken_many(t, acked.drain(..));
+            if flows.has_marks() {
+                acked
+                    .drain(..)
+                    .for_each(|id| take_marked(t, id, node, flows));
+            } else {
+                node.handle_taken_many(t, acked.drain(..));
+            }
             self.acked_scratch = acked;
+        }
+    }
+}
+
+/// Takes `id`, keeping its durable channel's position with the take if it has one.
+fn take_marked(t: Instant, id: DeliveryId, node: &mut Node, flows: &mut Flows) {
+    match flows.take_mark(&id) {
+        Some(mark) => {
+            if node.handle_taken_marked(t, id, mark).is_err() {
+                // Not durable, or no room for the mark: taken all the same.
+                node.handle_taken(t, id);
+            }
+        }
+        None => {
+            node.handle_taken(t, id);
         }
     }
 }

@@ -181,6 +181,11 @@ impl<S: DatagramSocket> Driver<S> {
             reach,
         );
         let mut sends = Sends::new(ch.shared.clone());
+        let mut flows = Flows::new(ch.ordered);
+        if durable.is_some() && cfg.rules.durable_flows {
+            // Durable channels go on from the positions the journal's marks kept.
+            flows.resume(node.marks());
+        }
         let journal = durable.map(|d| {
             for (id, to, ack) in d.recovered {
                 sends.recovered(id, to, ack);
@@ -199,7 +204,7 @@ impl<S: DatagramSocket> Driver<S> {
             journal,
             handover: Handover::new(ch.deliver, cfg.ack_after_processing),
             requests: Requests::default(),
-            flows: Flows::new(ch.ordered),
+            flows,
             calls: ch.calls,
             actions: Vec::new(),
             cmds_self: ch.cmds_self,
@@ -527,7 +532,7 @@ impl<S: DatagramSocket> Driver<S> {
     fn on_taken(&mut self, t: Instant) {
         let taken = self.shared.taken();
         self.handover
-            .on_taken(t, taken, &mut self.node, &self.shared);
+            .on_taken(t, taken, (&mut self.node, &mut self.flows), &self.shared);
     }
 
     /// Drains the node's outputs in the contract's order: the clock marks to store, then
@@ -642,7 +647,7 @@ impl<S: DatagramSocket> Driver<S> {
         // From here on nothing is taken: what the application did not take is reported.
         let taken = self.shared.stop_taking();
         self.handover
-            .on_taken(t, taken, &mut self.node, &self.shared);
+            .on_taken(t, taken, (&mut self.node, &mut self.flows), &self.shared);
         Some(CloseReport {
             unacknowledged: self.sends.unacknowledged(),
             undelivered: self.handover.undelivered() + self.requests.held(),

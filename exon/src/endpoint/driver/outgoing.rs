@@ -6,6 +6,7 @@ use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::{Error, ReceiptError};
 use crate::endpoint::api::receipts::Ack;
+use crate::proto::journal::Mark;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload};
 
 /// Whether a send waits for the driver's answer.
@@ -54,6 +55,10 @@ pub(crate) enum Side {
     ///
     /// [`Node::reply`]: crate::proto::Node::reply
     Answers(Box<DeliveryId>),
+    /// A durable flow's message: the flow's position, kept in the message's own journal
+    /// record ([`Node::send_marked`](crate::proto::Node::send_marked)). Boxed, as few
+    /// messages carry one.
+    Marked(Box<Mark>),
 }
 
 impl Outgoing {
@@ -115,6 +120,30 @@ impl Outgoing {
             reply: Reply::Uncredited,
             deadline,
             side: Side::None,
+        }
+    }
+
+    /// The same, keeping `mark` with it in its journal record (a durable flow's position).
+    pub(crate) fn with_mark(mut self, mark: Mark) -> Outgoing {
+        self.side = Side::Marked(Box::new(mark));
+        self
+    }
+
+    /// Takes out the mark a durable flow's message keeps with it.
+    pub(crate) fn take_mark(&mut self) -> Option<Mark> {
+        match std::mem::replace(&mut self.side, Side::None) {
+            Side::Marked(m) => Some(*m),
+            other => {
+                self.side = other;
+                None
+            }
+        }
+    }
+
+    /// Gives the mark back (the core could not take the message yet).
+    pub(crate) fn put_mark(&mut self, mark: Option<Mark>) {
+        if let Some(m) = mark {
+            self.side = Side::Marked(Box::new(m));
         }
     }
 

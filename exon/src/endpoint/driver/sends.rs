@@ -192,11 +192,17 @@ impl Sends {
         // waits with its payload: kept for that case alone (a clone of a payload made
         // from a `Vec` allocates).
         let kept = node.is_durable().then(|| payload.clone());
+        let mark = out.take_mark();
+        let kept_mark = mark.clone();
         let sent = match out.answers() {
             Some(request) => node.reply(t, request, payload),
             // An ordered flow's message may wait untaken at its receiver (held for its turn,
-            // or unread): its arrival is reported before its verdict.
-            None if out.is_flow() => node.send_reported(t, to, payload),
+            // or unread): its arrival is reported before its verdict. A durable flow's
+            // keeps its position in its journal record.
+            None if out.is_flow() => match mark {
+                Some(m) => node.send_marked(t, to, payload, true, m),
+                None => node.send_reported(t, to, payload),
+            },
             None => match out.key() {
                 Some(key) => node.send_keyed(t, to, key, payload),
                 None => node.send(t, to, payload),
@@ -211,6 +217,7 @@ impl Sends {
                     return true;
                 };
                 out.put_payload(payload);
+                out.put_mark(kept_mark);
                 self.block(to);
                 self.waiters.entry(to).or_default().push_front(out);
                 return false;

@@ -14,9 +14,12 @@ use tokio::sync::mpsc;
 use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::config::FlowConfig;
 use crate::endpoint::flows::out::{FlowOut, StreamOut};
+use crate::endpoint::flows::resume::{ResumedFlows, ResumedOut};
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
+use crate::ordered::position::{self, RecvPosition};
 use crate::ordered::{Arrival, Reorder, Step, Window};
+use crate::proto::journal::Mark;
 use crate::proto::{DeliveryId, NodeId, Rules};
 
 /// Stream ids this endpoint uses (the wire allows up to [`MAX_STREAM_ID`](crate::envelope::MAX_STREAM_ID)): below 2^28, a
@@ -51,13 +54,29 @@ pub(crate) struct OrderedShared {
     config: FlowConfig,
     /// The rules in force (`advertise_flow_window`, `hold_beyond_window`).
     rules: Rules,
+    /// Durable mode: channels keep their positions in the journal's marks.
+    durable: bool,
+    /// Durable mode: the sending sides of channels recovered at bind, until made again.
+    resumed: Mutex<HashMap<(NodeId, u16), ResumedOut>>,
 }
 
 impl OrderedShared {
+    #[cfg(test)]
     pub(crate) fn new(
         accept: mpsc::Sender<Accepted>,
         config: FlowConfig,
         rules: Rules,
+    ) -> Arc<OrderedShared> {
+        Self::new_durable(accept, config, rules, None)
+    }
+
+    /// As [`new`](Self::new); `resumed` (durable mode): the channels' sending sides
+    /// recovered from the journal.
+    pub(crate) fn new_durable(
+        accept: mpsc::Sender<Accepted>,
+        config: FlowConfig,
+        rules: Rules,
+        resumed: Option<HashMap<(NodeId, u16), ResumedOut>>,
     ) -> Arc<OrderedShared> {
         use ring::rand::SecureRandom;
         let mut seed = [0u8; 12];
@@ -73,7 +92,15 @@ impl OrderedShared {
             accept,
             config,
             rules,
+            durable: resumed.is_some(),
+            resumed: Mutex::new(resumed.unwrap_or_default()),
         })
+    }
+
+    /// Durable mode: the channels recovered at bind and not made again yet.
+    pub(crate) fn resumed_channels(&self) -> Vec<(NodeId, u16)> {
+        let r = self.resumed.lock().unwrap_or_else(|p| p.into_inner());
+        r.keys().copied().collect()
     }
 
     /// Whether receivers advertise their windows and senders wait for them
@@ -107,6 +134,9 @@ impl OrderedShared {
     }
 
     /// The sender of channel `n` to `to`, made by `make` the first time.
+    /// Durable mode: the channel goes on from where it stood before a restart (its
+    /// position, and its messages recovered without a verdict), keeping its position with
+    /// each new message.
     pub(crate) fn channel(
         &self,
         to: NodeId,
@@ -114,7 +144,29 @@ impl OrderedShared {
         make: impl FnOnce() -> FlowOut,
     ) -> Arc<FlowOut> {
         let mut m = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        m.entry((to, n)).or_insert_with(|| Arc::new(make())).clone()
+        if let Some(out) = m.get(&(to, n)) {
+            return out.clone();
+        }
+        let mut out = make();
+        let mut pending = None;
+        if self.durable {
+            let lane = position::lane(Flow::Channel(n).code(), true);
+            let r = self
+                .resumed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&(to, n));
+            out = out.with_durable(lane, r.as_ref().map(|r| (r.pos, r.unsettled.clone())));
+            pending = r.map(|r| r.pending);
+        }
+        let out = Arc::new(out);
+        m.insert((to, n), out.clone());
+        drop(m);
+        if let Some(p) = pending {
+            // Verdicts of its recovered messages heard meanwhile, then the next ones.
+            p.ready(out.clone());
+        }
+        out
     }
 
     /// The sender of channel `n` to `to`, if one was made.
@@ -206,6 +258,14 @@ pub(crate) struct Flows {
     pub(crate) stale: u64,
     /// Channel messages beyond `max_channels` flows, left untaken.
     pub(crate) refused: u64,
+    /// Durable mode: channels keep their positions in the journal's marks, with the takes.
+    durable: bool,
+    /// Durable mode: channel messages (and gaps) released to the application and not yet
+    /// taken, by delivery: their channel. Their takes keep the channel's position.
+    released: HashMap<DeliveryId, (NodeId, u16)>,
+    /// Durable mode: channels resumed at bind whose senders have not been told this
+    /// receiver's window since (they are at their first arrival).
+    unadvertised: std::collections::HashSet<(NodeId, u16)>,
 }
 
 impl Flows {
@@ -229,7 +289,44 @@ impl Flows {
             resets: 0,
             stale: 0,
             refused: 0,
+            durable: false,
+            released: HashMap::new(),
+            unadvertised: Default::default(),
         }
+    }
+
+    /// Durable mode: channels keep their positions in the journal's `marks`, and go on from
+    /// where the marks say they stood (the node's marks, recovered at bind).
+    pub(crate) fn resume<'a>(&mut self, marks: impl Iterator<Item = (NodeId, u64, &'a Bytes)>) {
+        self.durable = true;
+        let marks: Vec<_> = marks.map(|(p, l, v)| (p, l, v.clone())).collect();
+        for (from, n, pos) in ResumedFlows::from_marks(&marks).inbound {
+            self.channels
+                .insert((from, n), Reorder::started(pos.run, pos.next));
+            self.unadvertised.insert((from, n));
+        }
+    }
+
+    /// Durable mode: what the take of `id` keeps with it, if it is a channel's message: the
+    /// channel's position (its run and the next number due, so the numbers released before
+    /// are not waited for again after a restart).
+    pub(crate) fn take_mark(&mut self, id: &DeliveryId) -> Option<Mark> {
+        let (from, n) = self.released.remove(id)?;
+        let r = self.channels.get(&(from, n))?;
+        let pos = RecvPosition {
+            run: r.run()?,
+            next: r.next(),
+            offset: 0,
+        };
+        Some(Mark {
+            lane: position::lane(Flow::Channel(n).code(), false),
+            value: pos.encode(),
+        })
+    }
+
+    /// Whether any take may keep a position ([`take_mark`](Self::take_mark)).
+    pub(crate) fn has_marks(&self) -> bool {
+        !self.released.is_empty()
     }
 
     /// What every shard of the endpoint shares about flows.
@@ -313,6 +410,11 @@ impl Flows {
             }
         };
         let known = r.run() == Some(place.run);
+        if known && place.seq < r.next() && is_redelivery(&arrival) {
+            // Durable mode: released before a restart, not taken: handed out again.
+            self.released_again(from, n, place.seq, arrival, actions);
+            return Ok(());
+        }
         let window = u64::from(self.channel_window.messages.max(1));
         if known && place.seq >= r.next().saturating_add(window) {
             // Its sender does not keep to this receiver's window (it has not learned it,
@@ -326,7 +428,8 @@ impl Flows {
             }
         }
         r.on_arrival(place.run, place.seq, arrival, &mut self.steps);
-        if self.advertise && !known && r.run() == Some(place.run) {
+        let resumed = self.unadvertised.remove(&(from, n));
+        if self.advertise && (!known || resumed) && r.run() == Some(place.run) {
             // The sender's run starts here: tell it this receiver's window.
             actions.push(Action::Window {
                 to: from,
@@ -337,6 +440,11 @@ impl Flows {
         }
         let mut stale = false;
         for step in self.steps.drain(..) {
+            if self.durable {
+                if let Step::Deliver { item, .. } | Step::Gap { item, .. } = &step {
+                    self.released.insert(item.id, (from, n));
+                }
+            }
             actions.push(match step {
                 Step::Deliver { seq, item, .. } => Action::Channel(ChannelOut::Message {
                     channel: n,
@@ -381,6 +489,32 @@ impl Flows {
             actions.push(Action::Reset { to: from, place });
         }
         Ok(())
+    }
+
+    /// Durable mode: number `seq` of channel `n` from `from`, released before a restart
+    /// and not taken, handed to the application again (flagged as a redelivery).
+    fn released_again(
+        &mut self,
+        from: NodeId,
+        n: u16,
+        seq: u64,
+        arrival: Arrival<Held>,
+        actions: &mut Vec<Action>,
+    ) {
+        let (Arrival::Message { item, .. } | Arrival::Gap(item)) = &arrival;
+        self.released.insert(item.id, (from, n));
+        actions.push(Action::Channel(match arrival {
+            Arrival::Message { item, .. } => ChannelOut::Message {
+                channel: n,
+                seq,
+                held: item,
+            },
+            Arrival::Gap(item) => ChannelOut::Gap {
+                channel: n,
+                seq,
+                held: item,
+            },
+        }));
     }
 
     fn on_stream(
@@ -599,6 +733,13 @@ fn step_item(s: Step<Held>) -> Held {
 fn item_of(a: Arrival<Held>) -> Held {
     match a {
         Arrival::Message { item, .. } | Arrival::Gap(item) => item,
+    }
+}
+
+/// Whether an arrival is a delivery handed out again after a restart.
+fn is_redelivery(a: &Arrival<Held>) -> bool {
+    match a {
+        Arrival::Message { item, .. } | Arrival::Gap(item) => item.id.is_redelivery(),
     }
 }
 

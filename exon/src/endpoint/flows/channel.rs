@@ -57,6 +57,17 @@ impl Channel {
         self.number
     }
 
+    /// The number the next message sent on the channel gets (the peer sees it as
+    /// [`Kind::Channel`](crate::endpoint::Kind::Channel)'s `seq`). On a durable endpoint
+    /// the numbering goes on across restarts: after one, the messages numbered below this
+    /// were accepted before it (stored; those without a verdict are among
+    /// [`Endpoint::take_recovered`](crate::endpoint::Endpoint::take_recovered), with
+    /// [`RecoveredSend::channel`](crate::endpoint::RecoveredSend::channel), and are being
+    /// sent), so an application that numbers its items the same way knows where to go on.
+    pub fn next_seq(&self) -> u64 {
+        self.out.next_position().0
+    }
+
     /// Sends `payload` on the channel, with the endpoint's
     /// [`default_deadline`](crate::endpoint::EndpointConfig::default_deadline). Waits while the
     /// channel's window is full. The receipt resolves as a [`Handle::send`] receipt does.

@@ -8,5 +8,6 @@ pub(crate) mod broken;
 pub(crate) mod channel;
 pub(crate) mod config;
 pub(crate) mod out;
+pub(crate) mod resume;
 pub(crate) mod stream;
 pub(crate) mod stream_in;

@@ -19,7 +19,9 @@ use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
 use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Envelope, Flow, Place};
+use crate::ordered::position::SendPosition;
 use crate::ordered::{Sequencer, Settled, Window};
+use crate::proto::journal::Mark;
 use crate::proto::{MsgId, NodeId, Payload};
 
 /// Where a channel message's receipt hears its verdict.
@@ -61,6 +63,9 @@ pub(crate) struct FlowOut {
     stream: Option<StreamOut>,
     /// Whether each run waits for its receiver's window (`Rules::advertise_flow_window`).
     awaits_window: bool,
+    /// A durable flow's mark lane: each new message keeps the flow's position with it in
+    /// its journal record ([`SendPosition`]).
+    durable: Option<u64>,
     state: Mutex<OutState>,
 }
 
@@ -80,6 +85,8 @@ struct OutState {
     /// doubt: the receiver's record of this node was lost (evicted during a long outage)
     /// while its stream state lives on, and that state tells a copy from a first arrival.
     chunks: BTreeMap<u64, Chunk>,
+    /// A stream's bytes put in chunks so far (over restarts, for a durable stream).
+    offset: u64,
 }
 
 /// A stream's chunk handed over and not yet acknowledged.
@@ -123,6 +130,7 @@ impl FlowOut {
             inbox,
             stream,
             awaits_window,
+            durable: None,
             state: Mutex::new(OutState {
                 seq: sequencer(run, window, awaits_window),
                 broken: None,
@@ -132,8 +140,49 @@ impl FlowOut {
                 flush: 0,
                 fin: Fin::Open,
                 chunks: BTreeMap::new(),
+                offset: 0,
             }),
         }
+    }
+
+    /// Makes the flow durable, its position kept under mark lane `lane`; `resume`: where it
+    /// stood before a restart, and its messages and gaps recovered without a verdict
+    /// (number and bytes; 0 for a gap).
+    pub(crate) fn with_durable(
+        mut self,
+        lane: u64,
+        resume: Option<(SendPosition, Vec<(u64, usize)>)>,
+    ) -> FlowOut {
+        self.durable = Some(lane);
+        if let Some((pos, unsettled)) = resume {
+            let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+            let window = st.seq.window();
+            let peer = pos.peer_window.or((!self.awaits_window).then_some(window));
+            st.seq = Sequencer::resume(pos.run, pos.next, window, peer, unsettled);
+            st.offset = pos.offset;
+        }
+        self
+    }
+
+    /// A durable flow's position once message `seq` is accepted, to keep with it.
+    fn position(&self, st: &OutState, seq: u64) -> Option<Mark> {
+        let lane = self.durable?;
+        let pos = SendPosition {
+            run: st.seq.run(),
+            next: seq + 1,
+            offset: st.offset,
+            peer_window: st.seq.peer_window().filter(|_| self.awaits_window),
+        };
+        Some(Mark {
+            lane,
+            value: pos.encode(),
+        })
+    }
+
+    /// The number the flow's next message gets, and a stream's bytes before it.
+    pub(crate) fn next_position(&self) -> (u64, u64) {
+        let st = self.lock();
+        (st.seq.next(), st.offset)
     }
 
     fn lock(&self) -> MutexGuard<'_, OutState> {
@@ -178,6 +227,7 @@ impl FlowOut {
         seq: u64,
         kind: AckKind,
         deadline: Option<Instant>,
+        mark: Option<Mark>,
     ) -> Option<MsgId> {
         if !self.driver.is_open() {
             return None;
@@ -189,7 +239,10 @@ impl FlowOut {
             seq,
             kind,
         )));
-        let out = Outgoing::ordered(self.to, payload, id, ack, deadline);
+        let mut out = Outgoing::ordered(self.to, payload, id, ack, deadline);
+        if let Some(m) = mark {
+            out = out.with_mark(m);
+        }
         // Not resolved through the flow if the driver is gone: the caller holds its lock.
         self.driver.submit(out).then_some(id)
     }
@@ -223,7 +276,9 @@ impl FlowOut {
         let (tx, rx) = oneshot::channel();
         let payload = Envelope::ordered(place, false, body.take().unwrap_or_default());
         let deadline = deadline.map(|d| now() + d);
-        let Some(id) = self.hand(&st, payload, seq, AckKind::Message(Some(tx)), deadline) else {
+        let mark = self.position(&st, seq);
+        let kind = AckKind::Message(Some(tx));
+        let Some(id) = self.hand(&st, payload, seq, kind, deadline, mark) else {
             st.seq.unassign(seq);
             st.broken = Some(Broken::Closed);
             return Err(Broken::Closed);
@@ -345,16 +400,18 @@ impl FlowOut {
             last,
             deadline,
         };
-        let sent = self.resend(st, seq, &chunk);
+        st.offset += chunk.body.len() as u64;
+        let mark = self.position(st, seq);
+        let sent = self.resend(st, seq, &chunk, mark);
         st.chunks.insert(seq, chunk);
         sent
     }
 
-    /// (Re)sends chunk `seq`, under its own deadline.
-    fn resend(self: &Arc<Self>, st: &OutState, seq: u64, c: &Chunk) -> bool {
+    /// (Re)sends chunk `seq`, under its own deadline (a new one with its flow's position).
+    fn resend(self: &Arc<Self>, st: &OutState, seq: u64, c: &Chunk, mark: Option<Mark>) -> bool {
         let place = self.place(st, seq);
         let payload = Envelope::ordered(place, c.last, c.body.clone());
-        self.hand(st, payload, seq, AckKind::Chunk, c.deadline)
+        self.hand(st, payload, seq, AckKind::Chunk, c.deadline, mark)
             .is_some()
     }
 
@@ -460,7 +517,7 @@ impl FlowOut {
                     return;
                 }
                 if let Some(c) = chunk {
-                    if !self.resend(&st, seq, &c) {
+                    if !self.resend(&st, seq, &c, None) {
                         st.broken = Some(Broken::Closed);
                     }
                 }
@@ -469,7 +526,7 @@ impl FlowOut {
                 if st.seq.on_verdict(seq, false) == Settled::SendGap {
                     let place = self.place(&st, seq);
                     let gap = Envelope::gap(place);
-                    if self.hand(&st, gap, seq, AckKind::Gap, None).is_none() {
+                    if self.hand(&st, gap, seq, AckKind::Gap, None, None).is_none() {
                         st.broken = Some(Broken::Closed);
                     }
                 }

@@ -1,7 +1,7 @@
 //! Durable mode of the endpoint: the journal directory, opened at bind and recovered into
 //! the node (`docs/durability.md`).
 
-use crate::envelope::Envelope;
+use crate::envelope::{Envelope, Place};
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -12,8 +12,10 @@ use crate::durable::{FsBackend, Journal, JournalConfig};
 use crate::endpoint::api::error::BindError;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::receipts::Receipt;
+use crate::endpoint::flows::resume::ResumedFlows;
 use crate::endpoint::storage::clock_store::FileStore;
 use crate::endpoint::storage::journal_jobs::JournalJobs;
+use crate::envelope::Flow;
 use crate::proto::journal::RecoveredDelivery;
 use crate::proto::{MsgId, Node, NodeId};
 use crate::rpc::calls::{CallGuard, Calls, ReplyIn};
@@ -50,6 +52,10 @@ pub struct RecoveredSend {
     /// The message had its verdict before the restart: it is not sent again, and the
     /// receipt carries that verdict.
     pub settled: bool,
+    /// A durable channel's message: the channel and the message's number in it. It is sent
+    /// again on its channel, in its place (a gap replaces it if it is given up), whether or
+    /// not the application makes the channel again: do not send it again.
+    pub channel: Option<(u16, u64)>,
 }
 
 /// A request of a durable caller recovered from its journal: being sent again, its call
@@ -80,6 +86,76 @@ pub(crate) struct Recovery {
     pub(crate) sends: Vec<RecoveredSend>,
     /// Requests, their calls open again.
     pub(crate) calls: Vec<RecoveredRequest>,
+    /// Durable channels: where each stood.
+    pub(crate) flows: ResumedFlows,
+}
+
+impl Recovery {
+    /// Message `m`, recovered from the journal without a verdict: handed to the application
+    /// (a plain message, a call), or to its durable channel. Returns where its verdict goes.
+    fn recover_message(
+        &mut self,
+        m: &crate::proto::journal::RecoveredMessage,
+        (calls, register): (&std::sync::Arc<Calls>, bool),
+        replies: &HashSet<(NodeId, u64)>,
+    ) -> Ack {
+        let (tx, rx) = oneshot::channel();
+        let receipt = |rx| Receipt::recovered(m.id, m.to, rx);
+        // Replies are sent again too, and have no receipt: the caller is told.
+        match Envelope::open(m.payload.clone()) {
+            Ok(Envelope::Ordered {
+                place:
+                    place @ Place {
+                        flow: Flow::Channel(n),
+                        ..
+                    },
+                body,
+                ..
+            }) => {
+                let len = Some(body.len());
+                let ack = self.flows.recovered(m.to, n, place, len, Some(tx));
+                self.sends.push(RecoveredSend {
+                    receipt: receipt(rx),
+                    to: m.to,
+                    payload: body,
+                    key: m.key,
+                    settled: false,
+                    channel: Some((n, place.seq)),
+                });
+                ack
+            }
+            Ok(Envelope::Gap(
+                place @ Place {
+                    flow: Flow::Channel(n),
+                    ..
+                },
+            )) => self.flows.recovered(m.to, n, place, None, None),
+            Ok(Envelope::Message(body)) => {
+                self.sends.push(RecoveredSend {
+                    receipt: receipt(rx),
+                    to: m.to,
+                    payload: body,
+                    key: m.key,
+                    settled: false,
+                    channel: None,
+                });
+                Ack::One(tx)
+            }
+            Ok(Envelope::Request { call, body }) => {
+                let (guard, reply) = calls.reopen(call, m.to, register);
+                self.calls.push(RecoveredRequest {
+                    receipt: receipt(rx),
+                    to: m.to,
+                    body,
+                    guard,
+                    reply,
+                    reply_stored: replies.contains(&(m.to, call)),
+                });
+                Ack::One(tx)
+            }
+            _ => Ack::One(tx),
+        }
+    }
 }
 
 /// Where a durable endpoint keeps its state, and how.
@@ -123,34 +199,13 @@ impl DurableDir {
         }
         let mut acks = Vec::with_capacity(messages);
         let mut out = Recovery::default();
-        let receipts = &mut out.sends;
         let replies = stored_replies(&recovered.deliveries);
+        out.flows = ResumedFlows::from_marks(&recovered.marks);
         for m in &recovered.messages {
-            let (tx, rx) = oneshot::channel();
-            acks.push((m.id, m.to, Ack::One(tx)));
-            // Replies are sent again too, and have no receipt: the caller is told.
-            match Envelope::open(m.payload.clone()) {
-                Ok(Envelope::Message(body)) => receipts.push(RecoveredSend {
-                    receipt: Receipt::recovered(m.id, m.to, rx),
-                    to: m.to,
-                    payload: body,
-                    key: m.key,
-                    settled: false,
-                }),
-                Ok(Envelope::Request { call, body }) => {
-                    let (guard, reply) = calls.reopen(call, m.to, register);
-                    out.calls.push(RecoveredRequest {
-                        receipt: Receipt::recovered(m.id, m.to, rx),
-                        to: m.to,
-                        body,
-                        guard,
-                        reply,
-                        reply_stored: replies.contains(&(m.to, call)),
-                    });
-                }
-                _ => {}
-            }
+            let ack = out.recover_message(m, (calls, register), &replies);
+            acks.push((m.id, m.to, ack));
         }
+        let receipts = &mut out.sends;
         for v in &recovered.verdicts {
             // The node reports these again at recovery: the receipts resolve at once.
             let (tx, rx) = oneshot::channel();
@@ -161,6 +216,7 @@ impl DurableDir {
                 payload: bytes::Bytes::new(),
                 key: v.key,
                 settled: true,
+                channel: None,
             });
         }
         node.recover(Instant::now(), recovered)
