@@ -32,17 +32,27 @@ pub struct SendPosition {
     pub offset: u64,
     /// The receiver's window, once advertised.
     pub peer_window: Option<Window>,
+    /// A stream's last chunk was sent (its writing is shut down).
+    pub ended: bool,
 }
 
 /// A durable flow's receiver, as of its last take (kept with that take).
+///
+/// For a channel, `next` is the next number due (numbers below it were released to the
+/// application, some maybe not taken yet: they come back flagged after a restart). For a
+/// stream, whose chunks are taken in order, it is the number after the last chunk taken,
+/// `offset` the bytes of the chunks taken (where reading goes on after a restart), and
+/// `ended` says the last chunk was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecvPosition {
     /// The sender's run.
     pub run: u32,
-    /// Numbers below this were released to the application.
+    /// The next number (see above).
     pub next: u64,
-    /// A stream's bytes before the first byte of number `next`.
+    /// A stream's bytes taken.
     pub offset: u64,
+    /// A stream's last chunk was taken.
+    pub ended: bool,
 }
 
 impl SendPosition {
@@ -58,6 +68,7 @@ impl SendPosition {
             .map_or((0, 0), |w| (u64::from(w.messages), w.bytes as u64));
         put_varint(&mut b, m);
         put_varint(&mut b, by);
+        put_varint(&mut b, u64::from(self.ended));
         b.freeze()
     }
 
@@ -72,6 +83,7 @@ impl SendPosition {
         let offset = r.varint().ok()?;
         let messages = u32::try_from(r.varint().ok()?).ok()?;
         let bytes = usize::try_from(r.varint().ok()?).ok()?;
+        let ended = flag(&mut r)?;
         if r.remaining() != 0 {
             return None;
         }
@@ -84,6 +96,7 @@ impl SendPosition {
             next,
             offset,
             peer_window,
+            ended,
         })
     }
 }
@@ -96,6 +109,7 @@ impl RecvPosition {
         put_varint(&mut b, u64::from(self.run));
         put_varint(&mut b, self.next);
         put_varint(&mut b, self.offset);
+        put_varint(&mut b, u64::from(self.ended));
         b.freeze()
     }
 
@@ -108,10 +122,25 @@ impl RecvPosition {
         let run = u32::try_from(r.varint().ok()?).ok()?;
         let next = r.varint().ok()?;
         let offset = r.varint().ok()?;
+        let ended = flag(&mut r)?;
         if r.remaining() != 0 {
             return None;
         }
-        Some(RecvPosition { run, next, offset })
+        Some(RecvPosition {
+            run,
+            next,
+            offset,
+            ended,
+        })
+    }
+}
+
+/// A flag: 0 or 1.
+fn flag(r: &mut Reader<'_>) -> Option<bool> {
+    match r.varint().ok()? {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
     }
 }
 
@@ -130,6 +159,7 @@ mod tests {
                 messages: u32::MAX,
                 bytes: 1 << 40,
             }),
+            ended: true,
         };
         let e = s.encode();
         assert!(e.len() <= MAX_MARK_BYTES);
@@ -143,6 +173,7 @@ mod tests {
             run: 7,
             next: 9,
             offset: 1 << 33,
+            ended: false,
         };
         assert_eq!(RecvPosition::decode(&r.encode()), Some(r));
         for cut in 0..e.len() {

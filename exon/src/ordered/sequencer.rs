@@ -110,6 +110,12 @@ impl Sequencer {
         s
     }
 
+    /// The flow's last message was sent before a restart ([`resume`](Self::resume)):
+    /// nothing more may be.
+    pub fn end(&mut self) {
+        self.ended = true;
+    }
+
     /// Makes the sequencer wait for its receiver's window: until
     /// [`on_peer_window`](Self::on_peer_window), one message or gap at a time.
     pub fn expect_peer_window(mut self) -> Sequencer {

@@ -14,6 +14,7 @@ use crate::endpoint::api::endpoint::{Deliveries, Endpoint};
 use crate::endpoint::api::error::BindError;
 use crate::endpoint::api::handle::{Handle, ShardLink};
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::driver::outgoing::Submit;
 use crate::endpoint::driver::{Channels, Driver};
 use crate::endpoint::flows::at_driver::OrderedShared;
 use crate::endpoint::io::batch::BatchSocket;
@@ -185,15 +186,11 @@ impl Builder {
         let mut routes = shard_routes(n);
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
-        let resumed = durable
-            .as_mut()
-            .filter(|_| self.config.rules.durable_flows)
-            .map(|(_, recovery)| std::mem::take(&mut recovery.flows.out));
-        let (flows, rules) = (self.config.flows.clone(), self.config.rules);
-        let ordered = OrderedShared::new_durable(accept_tx, flows, rules, resumed);
+        let ordered = ordered_shared(&self.config, accept_tx, durable.as_mut().map(|(_, r)| r));
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Recovery::default();
+        let mut streams_made = Vec::new();
         let mut journal_damaged = false;
         let sockets = sockets.into_iter().zip(reaches.iter().copied());
         for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
@@ -223,7 +220,11 @@ impl Builder {
                 journal
             });
             let cfg = self.config.clone();
-            let driver = Driver::new(node, socket, cfg, channels, store, journal);
+            let mut driver = Driver::new(node, socket, cfg, channels, store, journal);
+            if self.config.rules.durable_flows {
+                // Durable streams go on: made again here, before the driver runs.
+                streams_made = resume_streams(&mut driver, &mut recovered, &ordered, &cmd_tx);
+            }
             tokio::spawn(driver.run().instrument(span));
             receivers.push(Deliveries::new(rx, shared.clone()));
             links.push(ShardLink::new(cmd_tx, shared));
@@ -236,6 +237,7 @@ impl Builder {
             (calls, ordered),
         );
         handle.resume_channels();
+        recovered.streams = handle.streams_of(streams_made);
         Ok(Endpoint::started(
             handle,
             receivers,
@@ -283,6 +285,34 @@ impl Builder {
         });
         self
     }
+}
+
+/// What every shard shares about ordered flows; durable mode: with the channels
+/// recovered from the journal (`recovery`).
+fn ordered_shared(
+    config: &EndpointConfig,
+    accept: mpsc::Sender<crate::endpoint::flows::at_driver::Accepted>,
+    recovery: Option<&mut Recovery>,
+) -> Arc<OrderedShared> {
+    let resumed = recovery
+        .filter(|_| config.rules.durable_flows)
+        .map(|r| std::mem::take(&mut r.flows.out));
+    OrderedShared::new_durable(accept, config.flows.clone(), config.rules, resumed)
+}
+
+/// Durable mode: the streams `recovered` from the journal, made again and handed to
+/// `driver` (whose commands go to `cmds`) before it runs.
+fn resume_streams<S: DatagramSocket>(
+    driver: &mut Driver<S>,
+    recovered: &mut Recovery,
+    ordered: &OrderedShared,
+    cmds: &mpsc::UnboundedSender<crate::endpoint::driver::command::Command>,
+) -> Vec<crate::endpoint::flows::resume::StreamParts> {
+    let streams = std::mem::take(&mut recovered.flows.streams);
+    let submit = || -> Box<dyn Submit> { Box::new(cmds.downgrade()) };
+    let made = ordered.make_streams(streams, submit, driver.shared());
+    driver.resume_streams(&made);
+    made
 }
 
 /// The clock store an endpoint starts with: the one given, else a durable endpoint's clock

@@ -35,6 +35,8 @@ pub struct Endpoint {
     recovered: Vec<RecoveredSend>,
     /// Durable mode: the requests recovered from the journal at bind, their calls open.
     recovered_calls: Vec<RecoveredRequest>,
+    /// Durable mode: the streams made again at bind.
+    recovered_streams: Vec<crate::endpoint::Stream>,
     /// Durable mode: the journal was found damaged at bind.
     journal_damaged: bool,
     /// Streams opened by peers.
@@ -163,6 +165,7 @@ impl Endpoint {
             next: 0,
             recovered: recovered.sends,
             recovered_calls: recovered.calls,
+            recovered_streams: recovered.streams,
             journal_damaged,
             accept,
         }
@@ -258,6 +261,19 @@ impl Endpoint {
     /// [`take_recovered_calls`](Self::take_recovered_calls).
     pub fn take_recovered(&mut self) -> Vec<RecoveredSend> {
         std::mem::take(&mut self.recovered)
+    }
+
+    /// Durable mode: the streams this endpoint had open before a restart, going on
+    /// (`docs/channels.md`, "Durable streams"): each resumes where its two sides stood in
+    /// the journal. Reading goes on at [`Stream::read_offset`](crate::endpoint::Stream::read_offset)
+    /// (the bytes read before the restart and dealt with: a durable stream's bytes count as
+    /// read once the application reads again after them); writing at
+    /// [`Stream::write_offset`](crate::endpoint::Stream::write_offset) (the bytes written
+    /// and stored before the restart: write the rest from there). The peer's end goes on
+    /// unchanged. A stream dropped here is aborted, as any stream. Empty after the first
+    /// call, and on an endpoint that is not durable.
+    pub fn take_recovered_streams(&mut self) -> Vec<crate::endpoint::Stream> {
+        std::mem::take(&mut self.recovered_streams)
     }
 
     /// The requests recovered at bind, their calls open

@@ -18,7 +18,6 @@ use crate::endpoint::driver::outgoing::{Outgoing, Reply};
 use crate::endpoint::driver::trace::peer_span;
 use crate::endpoint::flows::at_driver::OrderedShared;
 use crate::endpoint::flows::out::FlowOut;
-use crate::endpoint::flows::stream_in::StreamIn;
 use crate::endpoint::io::family::Reach;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
@@ -288,6 +287,18 @@ impl Handle {
         }
     }
 
+    /// Durable mode: the streams made again at bind, for the application.
+    pub(crate) fn streams_of(
+        &self,
+        parts: Vec<crate::endpoint::flows::resume::StreamParts>,
+    ) -> Vec<crate::endpoint::Stream> {
+        let stream = |p: crate::endpoint::flows::resume::StreamParts| {
+            let (peer, id, mine) = p.key;
+            crate::endpoint::Stream::new(self.clone(), peer, id, mine, p.out, p.inbox)
+        };
+        parts.into_iter().map(stream).collect()
+    }
+
     /// Opens a byte stream to node `to` (see [`Stream`]). The peer learns of it at once
     /// (from [`accept_stream`](crate::endpoint::Endpoint::accept_stream)), before anything is
     /// written. Errors: [`Error::UnknownPeer`], [`Error::Closed`], or opening one to this
@@ -299,8 +310,8 @@ impl Handle {
         let shard = self.shard(to);
         let ordered = &self.ordered;
         let id = ordered.next_stream();
-        let inbox = Arc::new(StreamIn::new(shard.shared.clone()));
-        let out = Arc::new(FlowOut::new(
+        let inbox = Arc::new(ordered.stream_in(shard.shared.clone()));
+        let out = FlowOut::new(
             to,
             crate::envelope::Flow::Stream {
                 id,
@@ -315,7 +326,8 @@ impl Handle {
                 ordered.stream_out(shard.shared.max_payload()),
                 inbox.clone(),
             )),
-        ));
+        );
+        let out = Arc::new(ordered.stream_out_durable(out, (to, id, true)));
         let open = Command::OpenStream {
             peer: to,
             id,

@@ -223,6 +223,23 @@ impl<S: DatagramSocket> Driver<S> {
         }
     }
 
+    /// What the driver shares with its handles.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Durable mode: the streams recovered at bind go on (before the driver runs, so
+    /// their peers' chunks find them).
+    pub(crate) fn resume_streams(
+        &mut self,
+        streams: &[crate::endpoint::flows::resume::StreamParts],
+    ) {
+        for p in streams {
+            let (out, inbox) = (p.out.clone(), p.inbox.clone());
+            self.flows.resume_stream(p.key, out, inbox, p.recv);
+        }
+    }
+
     /// The driver loop: runs until closed (explicitly, or all handles dropped and linger over).
     pub(crate) async fn run(mut self) {
         tracing::info!("endpoint driver started");

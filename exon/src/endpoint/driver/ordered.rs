@@ -10,10 +10,10 @@ use crate::endpoint::api::message::{Acker, Kind, Message};
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::flows::at_driver::{Action, ChannelOut, Held};
 use crate::endpoint::flows::out::FlowOut;
-use crate::endpoint::flows::stream_in::StreamIn;
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::envelope::{Envelope, Place};
 use crate::ordered::Arrival;
+use crate::proto::journal::Mark;
 use crate::proto::NodeId;
 
 impl<S: DatagramSocket> Driver<S> {
@@ -82,6 +82,15 @@ impl<S: DatagramSocket> Driver<S> {
                     );
                     self.sends.on_send(t, out, &mut self.node, &self.paths);
                 }
+                Action::ForgetMarks { peer, lanes } => {
+                    for lane in lanes {
+                        let gone = Mark {
+                            lane,
+                            value: bytes::Bytes::new(),
+                        };
+                        let _ = self.node.set_mark(peer, gone);
+                    }
+                }
                 Action::NewStream {
                     peer,
                     id,
@@ -125,8 +134,8 @@ impl<S: DatagramSocket> Driver<S> {
         if !self.flows.has_room_for_stream() {
             return refuse(self, held);
         }
-        let inbox = Arc::new(StreamIn::new(self.shared.clone()));
-        let out = Arc::new(FlowOut::new(
+        let inbox = Arc::new(ordered.stream_in(self.shared.clone()));
+        let out = FlowOut::new(
             peer,
             first.flow.reversed(),
             ordered.run(),
@@ -135,7 +144,8 @@ impl<S: DatagramSocket> Driver<S> {
             Box::new(self.cmds_self.clone()),
             self.shared.clone(),
             Some((ordered.stream_out(self.shared.max_payload()), inbox.clone())),
-        ));
+        );
+        let out = Arc::new(ordered.stream_out_durable(out, (peer, id, false)));
         let mut actions = std::mem::take(&mut self.actions);
         let accepted = self
             .flows

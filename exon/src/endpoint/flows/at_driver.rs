@@ -11,10 +11,13 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use crate::endpoint::api::shared::Shared;
+use crate::endpoint::driver::outgoing::Submit;
 use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::config::FlowConfig;
 use crate::endpoint::flows::out::{FlowOut, StreamOut};
-use crate::endpoint::flows::resume::{ResumedFlows, ResumedOut};
+use crate::endpoint::flows::positions::{send_lane, Positions, StreamKey, Take};
+use crate::endpoint::flows::resume::{self, ResumedFlows, ResumedOut, ResumedStream, StreamParts};
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
 use crate::ordered::position::{self, RecvPosition};
@@ -97,6 +100,54 @@ impl OrderedShared {
         })
     }
 
+    /// A new stream's receiving side (durable: its takes wait for the next read).
+    pub(crate) fn stream_in(&self, shared: Arc<Shared>) -> StreamIn {
+        if self.durable {
+            StreamIn::durable(shared, 0, false)
+        } else {
+            StreamIn::new(shared)
+        }
+    }
+
+    /// Durable mode: makes again the streams recovered at bind, for the driver `driver()`
+    /// whose messages take their ids from `shared`.
+    pub(crate) fn make_streams(
+        &self,
+        streams: HashMap<StreamKey, ResumedStream>,
+        driver: impl Fn() -> Box<dyn Submit>,
+        shared: &Arc<Shared>,
+    ) -> Vec<StreamParts> {
+        let inbox = |offset, ended| StreamIn::durable(shared.clone(), offset, ended);
+        let out = |(peer, id, mine): StreamKey, inbox| {
+            let flow = Flow::Stream {
+                id,
+                opener_sent: mine,
+            };
+            let stream = Some((self.stream_out(shared.max_payload()), inbox));
+            let (window, awaits) = (self.config.stream(), self.advertises());
+            FlowOut::new(
+                peer,
+                flow,
+                self.run,
+                window,
+                awaits,
+                driver(),
+                shared.clone(),
+                stream,
+            )
+        };
+        resume::make_streams(streams, inbox, out)
+    }
+
+    /// A new stream's sending side `out` (durable: it keeps its position with each chunk).
+    pub(crate) fn stream_out_durable(&self, out: FlowOut, key: StreamKey) -> FlowOut {
+        if self.durable {
+            out.with_durable(send_lane(key), None)
+        } else {
+            out
+        }
+    }
+
     /// Durable mode: the channels recovered at bind and not made again yet.
     pub(crate) fn resumed_channels(&self) -> Vec<(NodeId, u16)> {
         let r = self.resumed.lock().unwrap_or_else(|p| p.into_inner());
@@ -156,7 +207,7 @@ impl OrderedShared {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .remove(&(to, n));
-            out = out.with_durable(lane, r.as_ref().map(|r| (r.pos, r.unsettled.clone())));
+            out = out.with_durable(lane, r.as_ref().map(|r| &r.resume));
             pending = r.map(|r| r.pending);
         }
         let out = Arc::new(out);
@@ -216,6 +267,8 @@ pub(crate) enum Action {
         run: u32,
         window: Window,
     },
+    /// Durable mode: forget the marks `lanes` of `peer` (a stream gone).
+    ForgetMarks { peer: NodeId, lanes: [u64; 2] },
     /// Make and accept a stream opened by `peer`, whose first chunk is `held`.
     NewStream {
         peer: NodeId,
@@ -260,9 +313,9 @@ pub(crate) struct Flows {
     pub(crate) refused: u64,
     /// Durable mode: channels keep their positions in the journal's marks, with the takes.
     durable: bool,
-    /// Durable mode: channel messages (and gaps) released to the application and not yet
-    /// taken, by delivery: their channel. Their takes keep the channel's position.
-    released: HashMap<DeliveryId, (NodeId, u16)>,
+    /// Durable mode: deliveries of flows released to the application and not yet taken,
+    /// whose takes keep their flow's position; and the streams' positions.
+    positions: Positions,
     /// Durable mode: channels resumed at bind whose senders have not been told this
     /// receiver's window since (they are at their first arrival).
     unadvertised: std::collections::HashSet<(NodeId, u16)>,
@@ -290,7 +343,7 @@ impl Flows {
             stale: 0,
             refused: 0,
             durable: false,
-            released: HashMap::new(),
+            positions: Positions::default(),
             unadvertised: Default::default(),
         }
     }
@@ -307,16 +360,21 @@ impl Flows {
         }
     }
 
-    /// Durable mode: what the take of `id` keeps with it, if it is a channel's message: the
+    /// Durable mode: what the take of `id` keeps with it, if it is a durable flow's: a
     /// channel's position (its run and the next number due, so the numbers released before
-    /// are not waited for again after a restart).
+    /// are not waited for again after a restart), or a stream's (the chunk after it, and
+    /// the bytes taken).
     pub(crate) fn take_mark(&mut self, id: &DeliveryId) -> Option<Mark> {
-        let (from, n) = self.released.remove(id)?;
+        let (from, n) = match self.positions.take(id)? {
+            Take::Mark(m) => return Some(m),
+            Take::Channel(from, n) => (from, n),
+        };
         let r = self.channels.get(&(from, n))?;
         let pos = RecvPosition {
             run: r.run()?,
             next: r.next(),
             offset: 0,
+            ended: false,
         };
         Some(Mark {
             lane: position::lane(Flow::Channel(n).code(), false),
@@ -326,7 +384,38 @@ impl Flows {
 
     /// Whether any take may keep a position ([`take_mark`](Self::take_mark)).
     pub(crate) fn has_marks(&self) -> bool {
-        !self.released.is_empty()
+        !self.positions.is_empty()
+    }
+
+    /// Durable mode: a stream recovered at bind goes on: its receiving side from `recv`
+    /// (where its reading stood), or from its start.
+    pub(crate) fn resume_stream(
+        &mut self,
+        key: StreamKey,
+        out: Arc<FlowOut>,
+        inbox: Arc<StreamIn>,
+        recv: Option<RecvPosition>,
+    ) {
+        let reorder = match recv {
+            Some(p) if p.ended => {
+                // Read to its end before: nothing more comes; its sending side may still
+                // wait for the peer's window.
+                self.positions.resume_stream(key, p);
+                self.keep_awaiting(key, &out);
+                return;
+            }
+            Some(p) => {
+                self.positions.resume_stream(key, p);
+                Reorder::started(p.run, p.next)
+            }
+            None => Reorder::new(),
+        };
+        let s = RecvStream {
+            reorder,
+            inbox,
+            out,
+        };
+        self.streams.insert(key, s);
     }
 
     /// What every shard of the endpoint shares about flows.
@@ -358,6 +447,11 @@ impl Flows {
     /// The application is done with a stream: its state goes, what it held is taken.
     pub(crate) fn forget(&mut self, peer: NodeId, id: u64, mine: bool, actions: &mut Vec<Action>) {
         self.awaiting_window.remove(&(peer, id, mine));
+        if self.durable {
+            // A durable stream's positions go with it.
+            let lanes = self.positions.forget_stream((peer, id, mine));
+            actions.push(Action::ForgetMarks { peer, lanes });
+        }
         if let Some(mut s) = self.streams.remove(&(peer, id, mine)) {
             s.reorder.drain(&mut self.steps);
             for step in self.steps.drain(..) {
@@ -442,7 +536,7 @@ impl Flows {
         for step in self.steps.drain(..) {
             if self.durable {
                 if let Step::Deliver { item, .. } | Step::Gap { item, .. } = &step {
-                    self.released.insert(item.id, (from, n));
+                    self.positions.channel(item.id, from, n);
                 }
             }
             actions.push(match step {
@@ -502,7 +596,7 @@ impl Flows {
         actions: &mut Vec<Action>,
     ) {
         let (Arrival::Message { item, .. } | Arrival::Gap(item)) = &arrival;
-        self.released.insert(item.id, (from, n));
+        self.positions.channel(item.id, from, n);
         actions.push(Action::Channel(match arrival {
             Arrival::Message { item, .. } => ChannelOut::Message {
                 channel: n,
@@ -585,9 +679,14 @@ impl Flows {
             });
         }
         let mut ended = false;
+        let run = place.run;
         for step in self.steps.drain(..) {
             match step {
-                Step::Deliver { item, last, .. } => {
+                Step::Deliver { item, last, seq } => {
+                    if self.durable {
+                        let len = item.body.len();
+                        self.positions.chunk(item.id, key, (run, seq), len, last);
+                    }
                     s.inbox.push(item.body, item.id, last);
                     ended |= last;
                 }
@@ -693,6 +792,13 @@ impl Flows {
         if self.shared.accept.try_send(accepted).is_err() {
             return Err(held);
         }
+        if self.durable {
+            // Its take keeps the stream's position: known here after a restart.
+            let key = (peer, id, false);
+            let len = held.body.len();
+            self.positions
+                .chunk(held.id, key, (first.run, 0), len, last);
+        }
         inbox.push(held.body, held.id, last);
         if self.advertise && !last {
             // The opener's writing goes on: tell it this receiver's window.
@@ -788,6 +894,7 @@ mod tests {
                 Action::Reset { .. } => "reset",
                 Action::Window { .. } => "window",
                 Action::NewStream { .. } => "stream",
+                Action::ForgetMarks { .. } => "forget",
             })
             .collect()
     }

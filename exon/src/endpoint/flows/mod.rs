@@ -8,6 +8,7 @@ pub(crate) mod broken;
 pub(crate) mod channel;
 pub(crate) mod config;
 pub(crate) mod out;
+pub(crate) mod positions;
 pub(crate) mod resume;
 pub(crate) mod stream;
 pub(crate) mod stream_in;

@@ -89,6 +89,18 @@ struct OutState {
     offset: u64,
 }
 
+/// Where a durable flow's sending side goes on from after a restart.
+#[derive(Debug, Clone)]
+pub(crate) struct Resume {
+    /// Where it stood.
+    pub(crate) pos: SendPosition,
+    /// Its messages, gaps and chunks of that run without a verdict: number and bytes
+    /// (0: a gap).
+    pub(crate) unsettled: Vec<(u64, usize)>,
+    /// A stream's chunks among them: number, bytes, whether the last.
+    pub(crate) chunks: Vec<(u64, Bytes, bool)>,
+}
+
 /// A stream's chunk handed over and not yet acknowledged.
 #[derive(Debug, Clone)]
 struct Chunk {
@@ -147,19 +159,29 @@ impl FlowOut {
 
     /// Makes the flow durable, its position kept under mark lane `lane`; `resume`: where it
     /// stood before a restart, and its messages and gaps recovered without a verdict
-    /// (number and bytes; 0 for a gap).
-    pub(crate) fn with_durable(
-        mut self,
-        lane: u64,
-        resume: Option<(SendPosition, Vec<(u64, usize)>)>,
-    ) -> FlowOut {
+    /// (number and bytes; 0 for a gap), and a stream's chunks among them.
+    pub(crate) fn with_durable(mut self, lane: u64, resume: Option<&Resume>) -> FlowOut {
         self.durable = Some(lane);
-        if let Some((pos, unsettled)) = resume {
+        if let Some(r) = resume {
             let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
             let window = st.seq.window();
+            let pos = r.pos;
             let peer = pos.peer_window.or((!self.awaits_window).then_some(window));
+            let unsettled = r.unsettled.iter().copied();
             st.seq = Sequencer::resume(pos.run, pos.next, window, peer, unsettled);
             st.offset = pos.offset;
+            if pos.ended {
+                st.seq.end();
+                st.fin = Fin::Sent;
+            }
+            for (seq, body, last) in &r.chunks {
+                let chunk = Chunk {
+                    body: body.clone(),
+                    last: *last,
+                    deadline: None,
+                };
+                st.chunks.insert(*seq, chunk);
+            }
         }
         self
     }
@@ -172,11 +194,19 @@ impl FlowOut {
             next: seq + 1,
             offset: st.offset,
             peer_window: st.seq.peer_window().filter(|_| self.awaits_window),
+            ended: st.seq.is_ended(),
         };
         Some(Mark {
             lane,
             value: pos.encode(),
         })
+    }
+
+    /// A stream's bytes written: put in chunks (over restarts, for a durable stream) and
+    /// buffered.
+    pub(crate) fn written(&self) -> u64 {
+        let st = self.lock();
+        st.offset + st.buf.len() as u64
     }
 
     /// The number the flow's next message gets, and a stream's bytes before it.

@@ -1,6 +1,6 @@
-//! Durable flows after a restart: where each channel stood, from the journal's marks and
-//! the messages recovered without a verdict, for the endpoint to go on with it (the
-//! sender's numbering and window, the receiver's next number due).
+//! Durable flows after a restart: where each channel and stream stood, from the journal's
+//! marks and the messages recovered without a verdict, for the endpoint to go on with it
+//! (the sender's numbering, window and bytes, the receiver's next number due and bytes).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -10,7 +10,9 @@ use bytes::Bytes;
 use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
-use crate::endpoint::flows::out::FlowOut;
+use crate::endpoint::flows::out::{FlowOut, Resume};
+use crate::endpoint::flows::positions::{send_lane, StreamKey};
+use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
 use crate::ordered::position::{from_lane, RecvPosition, SendPosition};
 use crate::proto::NodeId;
@@ -20,6 +22,7 @@ use crate::proto::NodeId;
 enum Tag {
     Message,
     Gap,
+    Chunk,
 }
 
 /// Verdicts heard before their flow's sending side was made again.
@@ -44,6 +47,7 @@ impl PendingFlow {
             let kind = match tag {
                 Tag::Message => AckKind::Message(None),
                 Tag::Gap => AckKind::Gap,
+                Tag::Chunk => AckKind::Chunk,
             };
             out.clone().on_verdict(run, seq, &kind, verdict);
         }
@@ -65,7 +69,8 @@ impl FlowVerdicts for PendingFlow {
                 None => {
                     let tag = match kind {
                         AckKind::Gap => Tag::Gap,
-                        _ => Tag::Message,
+                        AckKind::Chunk => Tag::Chunk,
+                        AckKind::Message(_) => Tag::Message,
                     };
                     st.0.push((run, seq, tag, verdict));
                     return;
@@ -76,24 +81,34 @@ impl FlowVerdicts for PendingFlow {
     }
 }
 
-/// A durable channel's sending side as recovered.
+/// A durable flow's sending side as recovered.
 #[derive(Debug)]
 pub(crate) struct ResumedOut {
-    /// Where it stood.
-    pub(crate) pos: SendPosition,
-    /// Its messages and gaps of that run without a verdict: number and bytes (0: a gap).
-    pub(crate) unsettled: Vec<(u64, usize)>,
-    /// Where their verdicts wait for the flow.
+    /// Where it goes on from.
+    pub(crate) resume: Resume,
+    /// Where its recovered messages' verdicts wait for the flow.
     pub(crate) pending: Arc<PendingFlow>,
 }
 
-/// What a durable endpoint's channels recovered at bind.
+/// A durable stream as recovered: its sending side (if it sent anything durable) and its
+/// receiving side (if it took anything).
+#[derive(Debug)]
+pub(crate) struct ResumedStream {
+    /// The sending side.
+    pub(crate) out: Option<ResumedOut>,
+    /// The receiving side's position.
+    pub(crate) recv: Option<RecvPosition>,
+}
+
+/// What a durable endpoint's ordered flows recovered at bind.
 #[derive(Debug, Default)]
 pub(crate) struct ResumedFlows {
     /// Channels this endpoint sends on, by destination and number.
     pub(crate) out: HashMap<(NodeId, u16), ResumedOut>,
     /// Channels this endpoint receives: the sender, the number, and the position.
     pub(crate) inbound: Vec<(NodeId, u16, RecvPosition)>,
+    /// Streams, by peer, id, and whether this endpoint opened them.
+    pub(crate) streams: HashMap<StreamKey, ResumedStream>,
 }
 
 impl ResumedFlows {
@@ -102,18 +117,40 @@ impl ResumedFlows {
         let mut r = ResumedFlows::default();
         for (peer, lane, value) in marks {
             let (code, sending) = from_lane(*lane);
-            let Some(Flow::Channel(n)) = Flow::from_code(code) else {
-                continue;
-            };
-            if sending {
-                if let Some(pos) = SendPosition::decode(value) {
-                    r.out.insert((*peer, n), resumed_out(pos));
+            match (Flow::from_code(code), sending) {
+                (Some(Flow::Channel(n)), true) => {
+                    if let Some(pos) = SendPosition::decode(value) {
+                        r.out.insert((*peer, n), resumed_out(pos));
+                    }
                 }
-            } else if let Some(pos) = RecvPosition::decode(value) {
-                r.inbound.push((*peer, n, pos));
+                (Some(Flow::Channel(n)), false) => {
+                    if let Some(pos) = RecvPosition::decode(value) {
+                        r.inbound.push((*peer, n, pos));
+                    }
+                }
+                (Some(Flow::Stream { id, opener_sent }), true) => {
+                    if let Some(pos) = SendPosition::decode(value) {
+                        r.stream(*peer, id, opener_sent).out = Some(resumed_out(pos));
+                    }
+                }
+                (Some(Flow::Stream { id, opener_sent }), false) => {
+                    if let Some(pos) = RecvPosition::decode(value) {
+                        r.stream(*peer, id, !opener_sent).recv = Some(pos);
+                    }
+                }
+                (None, _) => {}
             }
         }
         r
+    }
+
+    fn stream(&mut self, peer: NodeId, id: u64, mine: bool) -> &mut ResumedStream {
+        self.streams
+            .entry((peer, id, mine))
+            .or_insert(ResumedStream {
+                out: None,
+                recv: None,
+            })
     }
 
     /// A channel message (or gap: `body` `None`) to `to` recovered without a verdict: it
@@ -134,11 +171,12 @@ impl ResumedFlows {
                 next: place.seq + 1,
                 offset: 0,
                 peer_window: None,
+                ended: false,
             })
         });
-        if place.run == r.pos.run {
-            r.pos.next = r.pos.next.max(place.seq + 1);
-            r.unsettled.push((place.seq, body.unwrap_or(0)));
+        if place.run == r.resume.pos.run {
+            r.resume.pos.next = r.resume.pos.next.max(place.seq + 1);
+            r.resume.unsettled.push((place.seq, body.unwrap_or(0)));
         }
         let kind = match body {
             Some(_) => AckKind::Message(receipt),
@@ -151,12 +189,78 @@ impl ResumedFlows {
             kind,
         )))
     }
+
+    /// A stream's chunk to `to` recovered without a verdict, of stream `id` (`mine`: opened
+    /// by this endpoint): it joins its stream's sending side if the stream's mark names its
+    /// run, and its verdict goes to it. `None`: not a stream that goes on (its chunk is
+    /// sent again alone, as a message nobody waits for).
+    pub(crate) fn recovered_chunk(
+        &mut self,
+        to: NodeId,
+        (id, mine): (u64, bool),
+        place: Place,
+        body: Bytes,
+        last: bool,
+    ) -> Option<Ack> {
+        let s = self.streams.get_mut(&(to, id, mine))?;
+        let r = s.out.as_mut().filter(|r| r.resume.pos.run == place.run)?;
+        if place.seq >= r.resume.pos.next {
+            return None; // not kept with its mark: cannot be
+        }
+        r.resume.unsettled.push((place.seq, body.len()));
+        r.resume.chunks.push((place.seq, body, last));
+        Some(Ack::Flow(Box::new(FlowAck::new(
+            r.pending.clone(),
+            place.run,
+            place.seq,
+            AckKind::Chunk,
+        ))))
+    }
 }
 
 fn resumed_out(pos: SendPosition) -> ResumedOut {
     ResumedOut {
-        pos,
-        unsettled: Vec::new(),
+        resume: Resume {
+            pos,
+            unsettled: Vec::new(),
+            chunks: Vec::new(),
+        },
         pending: Arc::default(),
     }
+}
+
+/// A durable stream made again at bind: for the driver (its receiving side goes on from
+/// `recv`) and the application (a [`Stream`](crate::endpoint::Stream)).
+pub(crate) struct StreamParts {
+    pub(crate) key: StreamKey,
+    pub(crate) out: Arc<FlowOut>,
+    pub(crate) inbox: Arc<StreamIn>,
+    pub(crate) recv: Option<RecvPosition>,
+}
+
+/// Makes again the durable streams recovered at bind: `inbox(offset, ended)` makes a
+/// receiving side, `out(key, inbox)` a sending side (before it goes on from where it
+/// stood).
+pub(crate) fn make_streams(
+    streams: HashMap<StreamKey, ResumedStream>,
+    inbox: impl Fn(u64, bool) -> StreamIn,
+    out: impl Fn(StreamKey, Arc<StreamIn>) -> FlowOut,
+) -> Vec<StreamParts> {
+    let mut parts = Vec::with_capacity(streams.len());
+    for (key, s) in streams {
+        let (offset, ended) = s.recv.map_or((0, false), |p| (p.offset, p.ended));
+        let inbox = Arc::new(inbox(offset, ended));
+        let resume = s.out.as_ref().map(|o| &o.resume);
+        let made = Arc::new(out(key, inbox.clone()).with_durable(send_lane(key), resume));
+        if let Some(o) = s.out {
+            o.pending.ready(made.clone());
+        }
+        parts.push(StreamParts {
+            key,
+            out: made,
+            inbox,
+            recv: s.recv,
+        });
+    }
+    parts
 }

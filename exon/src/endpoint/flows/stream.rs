@@ -37,8 +37,12 @@ use crate::proto::NodeId;
 /// * **Close**: drop the stream once it is shut down and read to its end. Dropping it
 ///   earlier aborts it: the peer's reads and writes fail with `ConnectionReset`, and bytes
 ///   not yet read on either side are dropped (a cancelled transfer).
-/// * **Restarts**: a stream does not survive a restart of either endpoint: the other end's
-///   next write or read fails with `ConnectionReset` (or its deadline).
+/// * **Restarts**: on durable endpoints a stream goes on across restarts of either end
+///   ([`Endpoint::take_recovered_streams`](crate::endpoint::Endpoint::take_recovered_streams),
+///   [`read_offset`](Self::read_offset), [`write_offset`](Self::write_offset); a chunk
+///   read to its end counts as read once the application reads again). Otherwise a stream
+///   does not survive a restart of either endpoint: the other end's next write or read
+///   fails with `ConnectionReset` (or its deadline).
 #[derive(Debug)]
 pub struct Stream {
     handle: Handle,
@@ -82,6 +86,20 @@ impl Stream {
     /// Whether this end opened the stream.
     pub fn is_opener(&self) -> bool {
         self.mine
+    }
+
+    /// The bytes of the peer's side before the next byte read: the bytes read so far (on
+    /// a stream recovered after a restart, counted from the stream's start: reading goes
+    /// on here, after the bytes read and dealt with before the restart).
+    pub fn read_offset(&self) -> u64 {
+        self.inbox.offset()
+    }
+
+    /// The bytes written on this side so far, from the stream's start (on a stream
+    /// recovered after a restart: the bytes written and stored before it; the application
+    /// writes the rest from there).
+    pub fn write_offset(&self) -> u64 {
+        self.out.written()
     }
 
     /// Bounds how long each chunk written from now on may go unacknowledged (unread by the

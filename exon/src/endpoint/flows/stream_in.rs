@@ -1,6 +1,8 @@
 //! The receiving side of one stream: the chunks released in order by the driver, read by
 //! the application; a chunk read to its end is taken, which acknowledges it to the writer
-//! (so a reader that stops reading stops the writer: the writer's window fills).
+//! (so a reader that stops reading stops the writer: the writer's window fills). On a
+//! durable endpoint, a chunk read to its end is taken when the application reads again:
+//! by then it has done what it does with the bytes, and a restart resumes after them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,6 +32,13 @@ struct InState {
     waker: Option<Waker>,
     /// The application dropped the stream: chunks are taken as they come.
     dropped: bool,
+    /// Durable mode: chunks read to their end are taken at the next read.
+    defer: bool,
+    /// Chunks read to their end, not yet taken (durable mode).
+    done: Vec<DeliveryId>,
+    /// Bytes of the stream before the next byte read (after a restart, from the bytes
+    /// taken before it).
+    offset: u64,
 }
 
 impl StreamIn {
@@ -40,6 +49,33 @@ impl StreamIn {
         }
     }
 
+    /// A durable stream's receiving side: chunks read to their end are taken at the next
+    /// read; reading goes on at byte `offset`, at the end already if `ended`.
+    pub(crate) fn durable(shared: Arc<Shared>, offset: u64, ended: bool) -> StreamIn {
+        let st = InState {
+            defer: true,
+            offset,
+            fin: ended,
+            ..InState::default()
+        };
+        StreamIn {
+            shared,
+            state: Mutex::new(st),
+        }
+    }
+
+    /// Bytes of the stream before the next byte read.
+    pub(crate) fn offset(&self) -> u64 {
+        self.lock().offset
+    }
+
+    /// Takes the chunks read to their end and not yet taken (durable mode).
+    fn take_done(&self, st: &mut InState) {
+        for id in st.done.drain(..) {
+            self.shared.ack(id);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, InState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -47,7 +83,10 @@ impl StreamIn {
     /// A chunk released in order (`last`: the peer's final one).
     pub(crate) fn push(&self, body: Bytes, id: DeliveryId, last: bool) {
         let mut st = self.lock();
-        if st.dropped || st.reset.is_some() || body.is_empty() {
+        // (Durable: an empty chunk behind others waits for its turn, so chunks are taken
+        // in order.)
+        let queued = st.defer && !(st.chunks.is_empty() && st.done.is_empty());
+        if st.dropped || st.reset.is_some() || (body.is_empty() && !queued) {
             // Nobody will read it (or nothing to read): taken now.
             self.shared.ack(id);
         } else {
@@ -68,6 +107,7 @@ impl StreamIn {
         if st.reset.is_none() {
             st.reset = Some(why);
         }
+        self.take_done(&mut st);
         for (_, id) in st.chunks.drain(..) {
             self.shared.ack(id);
         }
@@ -80,6 +120,7 @@ impl StreamIn {
     pub(crate) fn drop_reader(&self) {
         let mut st = self.lock();
         st.dropped = true;
+        self.take_done(&mut st);
         for (_, id) in st.chunks.drain(..) {
             self.shared.ack(id);
         }
@@ -98,6 +139,8 @@ impl StreamIn {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let mut st = self.lock();
+        // The application reads again: what it read to the end before is dealt with.
+        self.take_done(&mut st);
         if let Some(why) = st.reset {
             return Poll::Ready(Err(why.io()));
         }
@@ -109,13 +152,26 @@ impl StreamIn {
             let Some((front, _)) = st.chunks.front_mut() else {
                 break;
             };
+            if front.is_empty() {
+                // An empty chunk queued behind others (durable mode): taken in its turn.
+                if let Some((_, id)) = st.chunks.pop_front() {
+                    st.done.push(id);
+                }
+                continue;
+            }
             let n = front.len().min(buf.remaining());
             buf.put_slice(&front[..n]);
             front.advance(n);
+            let emptied = front.is_empty();
+            st.offset += n as u64;
             read = true;
-            if front.is_empty() {
+            if emptied {
                 if let Some((_, id)) = st.chunks.pop_front() {
-                    self.shared.ack(id);
+                    if st.defer {
+                        st.done.push(id);
+                    } else {
+                        self.shared.ack(id);
+                    }
                 }
             }
         }

@@ -86,8 +86,11 @@ pub(crate) struct Recovery {
     pub(crate) sends: Vec<RecoveredSend>,
     /// Requests, their calls open again.
     pub(crate) calls: Vec<RecoveredRequest>,
-    /// Durable channels: where each stood.
+    /// Durable channels and streams: where each stood.
     pub(crate) flows: ResumedFlows,
+    /// Durable streams made again, for the application
+    /// ([`Endpoint::take_recovered_streams`](crate::endpoint::Endpoint::take_recovered_streams)).
+    pub(crate) streams: Vec<crate::endpoint::Stream>,
 }
 
 impl Recovery {
@@ -130,6 +133,21 @@ impl Recovery {
                     ..
                 },
             )) => self.flows.recovered(m.to, n, place, None, None),
+            Ok(Envelope::Ordered {
+                place:
+                    place @ Place {
+                        flow: Flow::Stream { id, opener_sent },
+                        ..
+                    },
+                body,
+                last,
+            }) => {
+                // A durable stream's chunk (this endpoint sent it: `opener_sent` says
+                // whether it opened the stream) goes on with its stream.
+                let stream = (id, opener_sent);
+                let ack = self.flows.recovered_chunk(m.to, stream, place, body, last);
+                ack.unwrap_or(Ack::One(tx))
+            }
             Ok(Envelope::Message(body)) => {
                 self.sends.push(RecoveredSend {
                     receipt: receipt(rx),
