@@ -22,3 +22,29 @@ pub fn cfg() -> EndpointConfig {
 pub fn security(id: NodeId) -> exon::proto::Security {
     exon::proto::crypto::insecure_test_security(id, (1..4).map(NodeId::from_const))
 }
+
+/// A durable endpoint for node `id` in directory `dir` on loopback, with the rule
+/// `durable_flows` as given, acknowledging after processing or not.
+pub async fn durable_flows(
+    id: NodeId,
+    dir: &std::path::Path,
+    rule: bool,
+    ack_later: bool,
+) -> exon::endpoint::Endpoint {
+    let mut rules = exon::proto::Rules::ALL;
+    rules.durable_flows = rule;
+    let mut c = cfg().with_rules(rules);
+    c.ack_after_processing = ack_later;
+    exon::endpoint::Endpoint::builder(id)
+        .security(security(id))
+        .config(c)
+        .durable(dir)
+        .bind("127.0.0.1:0")
+        .await
+        .unwrap()
+}
+
+/// Stops `e` at once, as a crash would (no linger), keeping what its journal synced.
+pub async fn stop(e: exon::endpoint::Endpoint) {
+    drop(e.close(Duration::ZERO).await);
+}

@@ -4,36 +4,17 @@
 //! messages sent again from the journal. With the rule `durable_flows` off, the channel
 //! starts over after a restart (old behaviour): the receiver releases out of order.
 
-use std::path::Path;
 use std::time::Duration;
 
 use exon::endpoint::{Endpoint, Kind, Message};
 use exon::NodeId;
 use tokio::time::timeout;
 
-use super::common::{cfg, security};
+use super::common::{durable_flows, stop};
 
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(20);
-
-async fn durable(id: NodeId, dir: &Path, rule: bool, ack_later: bool) -> Endpoint {
-    let mut rules = exon::proto::Rules::ALL;
-    rules.durable_flows = rule;
-    let mut c = cfg().with_rules(rules);
-    c.ack_after_processing = ack_later;
-    Endpoint::builder(id)
-        .security(security(id))
-        .config(c)
-        .durable(dir)
-        .bind("127.0.0.1:0")
-        .await
-        .unwrap()
-}
-
-async fn stop(e: Endpoint) {
-    drop(e.close(Duration::ZERO).await);
-}
 
 fn pair(a: &Endpoint, b: &Endpoint) {
     a.add_peer(B, b.local_addr());
@@ -89,22 +70,22 @@ fn in_order(got: &[(u64, Option<u64>, bool)], range: std::ops::Range<u64>) -> bo
 async fn a_durable_channel_goes_on_across_restarts_of_either_side() {
     for rule in [true, false] {
         let (adir, bdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let a = durable(A, adir.path(), rule, false).await;
-        let mut b = durable(B, bdir.path(), rule, false).await;
+        let a = durable_flows(A, adir.path(), rule, false).await;
+        let mut b = durable_flows(B, bdir.path(), rule, false).await;
         pair(&a, &b);
         let sent = send(&a, 0..100);
         assert!(in_order(&recv(&mut b, 100).await, 0..100));
         sent.await.unwrap();
         // The receiver restarts.
         stop(b).await;
-        let mut b = durable(B, bdir.path(), rule, false).await;
+        let mut b = durable_flows(B, bdir.path(), rule, false).await;
         pair(&a, &b);
         let sent = send(&a, 100..200);
         let second = recv(&mut b, 100).await;
         sent.await.unwrap();
         // The sender restarts.
         stop(a).await;
-        let mut a = durable(A, adir.path(), rule, false).await;
+        let mut a = durable_flows(A, adir.path(), rule, false).await;
         pair(&a, &b);
         // Every message was acknowledged: at most verdicts stored and maybe not reported.
         assert!(a.take_recovered().iter().all(|r| r.settled));
@@ -134,8 +115,8 @@ async fn a_durable_channel_goes_on_across_restarts_of_either_side() {
 #[tokio::test]
 async fn unacknowledged_channel_messages_survive_restarts_of_either_side() {
     let (adir, bdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let a = durable(A, adir.path(), true, false).await;
-    let mut b = durable(B, bdir.path(), true, true).await;
+    let a = durable_flows(A, adir.path(), true, false).await;
+    let mut b = durable_flows(B, bdir.path(), true, true).await;
     pair(&a, &b);
     let sent = send(&a, 0..10);
     assert!(in_order(&recv(&mut b, 10).await, 0..10));
@@ -161,8 +142,8 @@ async fn unacknowledged_channel_messages_survive_restarts_of_either_side() {
     drop(ch);
     stop(a).await;
     drop(receipts);
-    let mut a = durable(A, adir.path(), true, false).await;
-    let mut b = durable(B, bdir.path(), true, true).await;
+    let mut a = durable_flows(A, adir.path(), true, false).await;
+    let mut b = durable_flows(B, bdir.path(), true, true).await;
     pair(&a, &b);
     let recovered: Vec<_> = a
         .take_recovered()

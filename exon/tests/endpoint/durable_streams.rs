@@ -5,7 +5,6 @@
 //! at `write_offset` (what was stored), and the bytes arrive exact. With the rule
 //! `durable_flows` off, nothing is recovered and the stream breaks (old behaviour).
 
-use std::path::Path;
 use std::time::Duration;
 
 use exon::endpoint::{Endpoint, Stream};
@@ -13,27 +12,11 @@ use exon::NodeId;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::timeout;
 
-use super::common::{cfg, security};
+use super::common::{durable_flows, stop};
 
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 const LIMIT: Duration = Duration::from_secs(20);
-
-async fn durable(id: NodeId, dir: &Path, rule: bool) -> Endpoint {
-    let mut rules = exon::proto::Rules::ALL;
-    rules.durable_flows = rule;
-    Endpoint::builder(id)
-        .security(security(id))
-        .config(cfg().with_rules(rules))
-        .durable(dir)
-        .bind("127.0.0.1:0")
-        .await
-        .unwrap()
-}
-
-async fn stop(e: Endpoint) {
-    drop(e.close(Duration::ZERO).await);
-}
 
 fn pair(a: &Endpoint, b: &Endpoint) {
     a.add_peer(B, b.local_addr());
@@ -78,8 +61,8 @@ async fn a_durable_stream_goes_on_across_restarts_of_either_end() {
     let whole = data(3 << 20);
     for rule in [true, false] {
         let (adir, bdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let a = durable(A, adir.path(), rule).await;
-        let mut b = durable(B, bdir.path(), rule).await;
+        let a = durable_flows(A, adir.path(), rule, false).await;
+        let mut b = durable_flows(B, bdir.path(), rule, false).await;
         pair(&a, &b);
         let mut w = a.handle().open_stream(B).unwrap();
         let first = whole[..1 << 20].to_vec();
@@ -95,7 +78,7 @@ async fn a_durable_stream_goes_on_across_restarts_of_either_end() {
         // abort).
         stop(b).await;
         drop(r);
-        let mut b = durable(B, bdir.path(), rule).await;
+        let mut b = durable_flows(B, bdir.path(), rule, false).await;
         pair(&a, &b);
         let mut got = b.take_recovered_streams();
         if !rule {
@@ -120,7 +103,7 @@ async fn a_durable_stream_goes_on_across_restarts_of_either_end() {
         w.flush().await.unwrap();
         stop(a).await;
         drop(w);
-        let mut a = durable(A, adir.path(), rule).await;
+        let mut a = durable_flows(A, adir.path(), rule, false).await;
         pair(&a, &b);
         let mut got = a.take_recovered_streams();
         assert_eq!(got.len(), 1);
