@@ -34,6 +34,11 @@ pub struct SendPosition {
     pub peer_window: Option<Window>,
     /// A stream's last chunk was sent (its writing is shut down).
     pub ended: bool,
+    /// The lowest number without a verdict once this message was accepted (itself, or an
+    /// older one): a number given up whose gap a crash lost is at or above it, so a
+    /// restarted channel sends a gap for every number from here to `next` it does not
+    /// hold (a gap for a number its receiver released already is discarded there).
+    pub base: u64,
 }
 
 /// A durable flow's receiver, as of its last take (kept with that take).
@@ -69,6 +74,7 @@ impl SendPosition {
         put_varint(&mut b, m);
         put_varint(&mut b, by);
         put_varint(&mut b, u64::from(self.ended));
+        put_varint(&mut b, self.base);
         b.freeze()
     }
 
@@ -84,7 +90,8 @@ impl SendPosition {
         let messages = u32::try_from(r.varint().ok()?).ok()?;
         let bytes = usize::try_from(r.varint().ok()?).ok()?;
         let ended = flag(&mut r)?;
-        if r.remaining() != 0 {
+        let base = r.varint().ok()?;
+        if r.remaining() != 0 || base > next {
             return None;
         }
         let peer_window = (messages > 0).then_some(Window {
@@ -97,6 +104,7 @@ impl SendPosition {
             offset,
             peer_window,
             ended,
+            base,
         })
     }
 }
@@ -160,6 +168,7 @@ mod tests {
                 bytes: 1 << 40,
             }),
             ended: true,
+            base: 3,
         };
         let e = s.encode();
         assert!(e.len() <= MAX_MARK_BYTES);

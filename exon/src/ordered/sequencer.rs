@@ -242,6 +242,11 @@ impl Sequencer {
         }
     }
 
+    /// The lowest number unsettled, if any.
+    pub fn lowest_unsettled(&self) -> Option<u64> {
+        self.unsettled.keys().next().copied()
+    }
+
     /// Messages and gaps unsettled.
     pub fn unsettled(&self) -> usize {
         self.unsettled.len()

@@ -216,6 +216,7 @@ impl OrderedShared {
         if let Some(p) = pending {
             // Verdicts of its recovered messages heard meanwhile, then the next ones.
             p.ready(out.clone());
+            out.send_owed_gaps();
         }
         out
     }

@@ -87,6 +87,11 @@ struct OutState {
     chunks: BTreeMap<u64, Chunk>,
     /// A stream's bytes put in chunks so far (over restarts, for a durable stream).
     offset: u64,
+    /// A durable channel resumed after a restart: the numbers that may have been given up
+    /// with their gaps lost in the crash, whose gaps are sent again ([`send_owed_gaps`]).
+    ///
+    /// [`send_owed_gaps`]: FlowOut::send_owed_gaps
+    owed: Vec<u64>,
 }
 
 /// Where a durable flow's sending side goes on from after a restart.
@@ -153,6 +158,7 @@ impl FlowOut {
                 fin: Fin::Open,
                 chunks: BTreeMap::new(),
                 offset: 0,
+                owed: Vec::new(),
             }),
         }
     }
@@ -167,7 +173,15 @@ impl FlowOut {
             let window = st.seq.window();
             let pos = r.pos;
             let peer = pos.peer_window.or((!self.awaits_window).then_some(window));
-            let unsettled = r.unsettled.iter().copied();
+            // A channel: every number from the base on that it does not hold may have
+            // been given up with its gap lost; it owes them gaps (0 bytes each).
+            let held: std::collections::BTreeSet<u64> =
+                r.unsettled.iter().map(|&(seq, _)| seq).collect();
+            if self.stream.is_none() {
+                st.owed = (pos.base..pos.next).filter(|n| !held.contains(n)).collect();
+            }
+            let owed = st.owed.iter().map(|&n| (n, 0));
+            let unsettled = r.unsettled.iter().copied().chain(owed);
             st.seq = Sequencer::resume(pos.run, pos.next, window, peer, unsettled);
             st.offset = pos.offset;
             if pos.ended {
@@ -186,6 +200,20 @@ impl FlowOut {
         self
     }
 
+    /// A durable channel resumed after a restart sends the gaps it owes (a number given up
+    /// before the crash may have lost its gap in it; one released at the receiver already
+    /// is discarded there). Each counts in the window until acknowledged.
+    pub(crate) fn send_owed_gaps(self: &Arc<Self>) {
+        let mut st = self.lock();
+        for seq in std::mem::take(&mut st.owed) {
+            let gap = Envelope::gap(self.place(&st, seq));
+            if self.hand(&st, gap, seq, AckKind::Gap, None, None).is_none() {
+                st.broken = Some(Broken::Closed);
+                return;
+            }
+        }
+    }
+
     /// A durable flow's position once message `seq` is accepted, to keep with it.
     fn position(&self, st: &OutState, seq: u64) -> Option<Mark> {
         let lane = self.durable?;
@@ -195,6 +223,7 @@ impl FlowOut {
             offset: st.offset,
             peer_window: st.seq.peer_window().filter(|_| self.awaits_window),
             ended: st.seq.is_ended(),
+            base: st.seq.lowest_unsettled().unwrap_or(seq),
         };
         Some(Mark {
             lane,
@@ -733,6 +762,54 @@ mod tests {
         ack.resolve(Ok(()));
         assert_eq!(out.broken(), None);
         assert!(rx.try_recv().is_err(), "nothing more");
+    }
+
+    /// A durable channel resumed after a restart owes a gap to every number from its
+    /// mark's base to its next that it does not hold (given up before the crash, its gap
+    /// maybe lost in it), and keeps its messages' numbering.
+    #[tokio::test]
+    async fn a_resumed_channel_sends_the_gaps_it_may_owe() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::for_test());
+        let flow = Flow::Channel(0);
+        let driver = Box::new(tx.downgrade());
+        let out = FlowOut::new(
+            PEER,
+            flow,
+            7,
+            Window::default(),
+            false,
+            driver,
+            shared,
+            None,
+        );
+        let pos = SendPosition {
+            run: 7,
+            next: 6,
+            offset: 0,
+            peer_window: None,
+            ended: false,
+            base: 2,
+        };
+        let resume = Resume {
+            pos,
+            unsettled: vec![(3, 10)],
+            chunks: Vec::new(),
+        };
+        let out = Arc::new(out.with_durable(1, Some(&resume)));
+        out.send_owed_gaps();
+        let mut gaps = Vec::new();
+        while let Ok(Command::Send(o)) = rx.try_recv() {
+            let (ack, payload, _) = o.into_parts();
+            let Ok(Envelope::Gap(place)) = Envelope::open(payload.to_bytes()) else {
+                panic!("a gap");
+            };
+            assert_eq!(place.run, 7);
+            gaps.push(place.seq);
+            ack.resolve(Ok(()));
+        }
+        assert_eq!(gaps, vec![2, 4, 5]);
+        assert_eq!(out.next_position().0, 6, "the numbering goes on");
     }
 
     #[tokio::test]

@@ -172,10 +172,12 @@ impl ResumedFlows {
                 offset: 0,
                 peer_window: None,
                 ended: false,
+                base: place.seq,
             })
         });
         if place.run == r.resume.pos.run {
             r.resume.pos.next = r.resume.pos.next.max(place.seq + 1);
+            r.resume.pos.base = r.resume.pos.base.min(place.seq);
             r.resume.unsettled.push((place.seq, body.unwrap_or(0)));
         }
         let kind = match body {
