@@ -401,19 +401,35 @@ impl Drop for Caller {
     }
 }
 
+/// How many calls the caller's starts recovered: in all, those whose request had been
+/// acknowledged, and those whose reply had been handed out.
+#[derive(Debug, Default)]
+struct Recovered {
+    calls: usize,
+    acknowledged: usize,
+    redelivered: usize,
+}
+
 /// The caller's file: `ok` replies by request (their `seq`s), `noreply` requests, and how
 /// many calls its starts recovered.
-fn caller_lines(path: &Path) -> (HashMap<u64, Vec<u64>>, HashSet<u64>, usize) {
+fn caller_lines(path: &Path) -> (HashMap<u64, Vec<u64>>, HashSet<u64>, Recovered) {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    let (mut ok, mut no_reply, mut recovered) =
-        (HashMap::<u64, Vec<u64>>::new(), HashSet::new(), 0);
+    let (mut ok, mut no_reply, mut recovered) = (
+        HashMap::<u64, Vec<u64>>::new(),
+        HashSet::new(),
+        Recovered::default(),
+    );
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
         let num = |v: &str| v.parse::<u64>().unwrap();
         match f[..] {
             ["ok", n, seq] => ok.entry(num(n)).or_default().push(num(seq)),
             ["noreply", n] => drop(no_reply.insert(num(n))),
-            ["start", "recovered", k] => recovered += num(k) as usize,
+            ["start", "recovered", k, "acknowledged", a, "redelivered", r] => {
+                recovered.calls += num(k) as usize;
+                recovered.acknowledged += num(a) as usize;
+                recovered.redelivered += num(r) as usize;
+            }
             // A call that ended otherwise ("err n error"): it has no reply line.
             ["err", ..] => eprintln!("caller: {line}"),
             _ => panic!("caller line {line:?}"),
@@ -423,16 +439,17 @@ fn caller_lines(path: &Path) -> (HashMap<u64, Vec<u64>>, HashSet<u64>, usize) {
 }
 
 /// Issue 44, item 3: a durable caller killed with SIGKILL mid-call and started again gets
-/// its calls back; every request executed has its reply received exactly once (a recovered
-/// call ending `NoReply` only where the reply came before the kill), none twice, and no
-/// request without an effect has a reply.
+/// its calls back, those whose request the server acknowledged before the kill included
+/// (held in its journal until the call is acknowledged by the caller's application:
+/// `Handle::call_acked`); every request executed has its reply received exactly once (a
+/// recovered call ending `NoReply` only where the reply came before the kill), none twice,
+/// and no request without an effect has a reply.
 ///
-/// Ignored: it fails today. Only requests not yet acknowledged are recovered; a request
-/// acknowledged before the kill (its `Resolved` record synced) whose reply had not come yet
-/// is not, and its reply, sent again to the restarted caller, finds no call (hundreds of
-/// 1000 with 12 kills). Run: `cargo test --test rpc_kill -- --ignored --nocapture`.
+/// Heavy (seconds in a release build, a release build of the workspace's binaries first):
+/// `cargo test --release --test rpc_kill -- --ignored --nocapture` (also
+/// `RPC_CALLER_KILLS`, `RPC_CALLER_CALLS`, `RPC_SEED`).
 #[test]
-#[ignore = "acknowledged requests whose reply had not come are not recovered yet"]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn a_killed_durable_caller_receives_every_reply_once() {
     let kills = env_or("RPC_CALLER_KILLS", 12);
     let calls = env_or("RPC_CALLER_CALLS", 1000);
@@ -502,10 +519,16 @@ fn a_killed_durable_caller_receives_every_reply_once() {
     }
     eprintln!(
         "{calls} calls, {} executed, {} replies, {} recovered calls ended NoReply (their \
-         reply came before the kill); {kills} kills; {recovered} calls recovered",
+         reply came before the kill); {kills} kills; {} calls recovered, {} of them \
+         acknowledged before the kill, {} with their reply handed out before it",
         effects.len(),
         ok.len(),
         no_reply.len(),
+        recovered.calls,
+        recovered.acknowledged,
+        recovered.redelivered,
     );
-    assert!(recovered > 0, "no kill left a call to recover");
+    // (Whether a kill came between a request's acknowledgement and its call's end depends
+    // on the kills' timing: the figures say, the test does not require it.)
+    assert!(recovered.calls > 0, "no kill left a call to recover");
 }

@@ -7,9 +7,13 @@
 //! journal recovered (`Endpoint::take_recovered_calls`) and waits for them too. Each call's
 //! end is a line of its file, written and synced: `ok n seq` (the reply: `n`, and the
 //! server's count of effects before it), `noreply n`, `err n error`; each start writes
-//! `start recovered k`. A recovered call flagged `redelivery` whose `n` already has an `ok`
-//! line is not written again (the reply reached the call before the crash): the lookup a
-//! caller that keeps what replies did makes. It exits once every call has ended.
+//! `start recovered k acknowledged a redelivered r` (of the `k` calls recovered, `a` had
+//! their request acknowledged before the kill, `r` their reply handed out before it). A
+//! call's line written, and only then is the call acknowledged (`Handle::call_acked`,
+//! `CallReply::acked`): a kill before that recovers it. A recovered call flagged
+//! `redelivery` whose `n` already has an `ok` line is not written again (the reply reached
+//! the call, and its line the file, before the kill): the lookup a caller that keeps what
+//! replies did makes. It exits once every call has ended.
 //!
 //! ```text
 //! rpc-caller --dir /tmp/c --bind 127.0.0.1:7001 --peer 127.0.0.1:7002 --out /tmp/c.replies --issue 200
@@ -77,7 +81,7 @@ impl Replies {
     }
 
     /// Writes how call `n` ended (a redelivered reply already written is not written again).
-    fn end(&mut self, n: u64, result: Result<Bytes, CallError>, redelivery: bool) {
+    fn end(&mut self, n: u64, result: &Result<Bytes, CallError>, redelivery: bool) {
         let line = match result {
             Ok(r) if r.len() == 16 => {
                 if redelivery && self.ok.contains(&n) {
@@ -119,22 +123,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ep.add_peer(server, o.peer);
     let replies = Arc::new(Mutex::new(Replies::open(&o)?));
     let recovered = ep.take_recovered_calls();
-    let start = format!("start recovered {}\n", recovered.len());
+    let acknowledged = recovered.iter().filter(|c| c.acknowledged).count();
+    let redelivered = recovered.iter().filter(|c| c.redelivery).count();
+    let start = format!(
+        "start recovered {} acknowledged {acknowledged} redelivered {redelivered}\n",
+        recovered.len()
+    );
     replies.lock().expect("replies").write(&start)?;
     let mut tasks = Vec::new();
     for c in recovered {
         let n = u64::from_be_bytes(c.request[..8].try_into()?);
         let replies = replies.clone();
         tasks.push(tokio::spawn(async move {
-            let r = c.reply.await;
-            replies.lock().expect("replies").end(n, r, c.redelivery);
+            let r = c.reply.acked().await;
+            replies
+                .lock()
+                .expect("replies")
+                .end(n, r.result(), c.redelivery);
+            drop(r.ack());
         }));
     }
     for n in 0..o.issue.unwrap_or(0) {
         let (h, replies) = (ep.handle(), replies.clone());
         tasks.push(tokio::spawn(async move {
-            let r = h.call(server, request(n)).await;
-            replies.lock().expect("replies").end(n, r, false);
+            let r = h.call_acked(server, request(n)).await;
+            replies.lock().expect("replies").end(n, r.result(), false);
+            drop(r.ack());
         }));
     }
     for t in tasks {

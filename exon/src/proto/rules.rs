@@ -176,6 +176,14 @@ pub struct Rules {
     /// receiver releases its senders' messages out of order (`Kind::Unordered`), a
     /// restarted sender starts a new run.
     pub durable_flows: bool,
+    /// Durable mode (`Node::send_held`, the endpoint's calls, `docs/rpc.md`): a caller's
+    /// request stays in its journal after its acknowledgement (`AcceptedHeld`, `Held`)
+    /// until the endpoint releases it, when the call takes its reply (`TakenReleased`, one
+    /// record with the reply's take) or ends without one (`Released`), so that a restart
+    /// reopens a call whose request the server acknowledged and whose reply has not been
+    /// taken. Off, `send_held` is `send`: the acknowledgement forgets the request, and its
+    /// reply, coming to the restarted caller, finds no call and is discarded.
+    pub hold_call_requests: bool,
 }
 
 impl Rules {
@@ -216,6 +224,7 @@ impl Rules {
         recover_calls: true,
         mark_in_one_record: true,
         durable_flows: true,
+        hold_call_requests: true,
     };
 }
 

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::envelope::Outcome;
-use crate::proto::NodeId;
+use crate::proto::{DeliveryId, MsgId, NodeId};
 
 /// A reply as it reached the caller.
 #[derive(Debug)]
@@ -28,10 +28,59 @@ pub(crate) struct Calls {
     pub(crate) deadline: std::time::Duration,
     /// Calls waiting for their reply, by call id: the node called, and the caller's end.
     waiting: Mutex<Waiting>,
+    /// Durable mode: the calls with a held request that ended, for the driver to release
+    /// their requests (and take their replies).
+    released: Mutex<Vec<Ended>>,
+    /// Notified when `released` gets one.
+    released_notify: tokio::sync::Notify,
 }
 
-/// Calls waiting for their reply: call id to the node called and where its reply goes.
-type Waiting = HashMap<u64, (NodeId, oneshot::Sender<ReplyIn>), foldhash::fast::RandomState>;
+/// An open call.
+#[derive(Debug)]
+struct Waiter {
+    /// The node called.
+    to: NodeId,
+    /// Where its reply goes (`None` once it came).
+    tx: Option<oneshot::Sender<ReplyIn>>,
+    /// Durable mode: its request, held in the journal (`Node::send_held`) until the call
+    /// ends: the core's id of the message.
+    held: Option<MsgId>,
+    /// Durable mode: its reply, handed to the call and taken when the call ends.
+    reply: Option<DeliveryId>,
+}
+
+/// Open calls, by call id.
+type Waiting = HashMap<u64, Waiter, foldhash::fast::RandomState>;
+
+/// A call with a held request that ended: its request to release, with the take of its
+/// reply if it got one (`Node::take_reply`), else alone (`Node::release`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// The core's id of the request.
+    pub(crate) request: MsgId,
+    /// The reply's delivery, not taken yet.
+    pub(crate) reply: Option<DeliveryId>,
+}
+
+/// What the driver does with a reply's delivery ([`Calls::on_reply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Take {
+    /// Takes it now, releasing this held request with it, if any.
+    Now(Option<MsgId>),
+    /// Leaves it untaken: its call has a held request and got the reply; both go when the
+    /// call ends ([`Calls::take_ended`]), so that a crash before then hands the reply out
+    /// again to the call recovered after the restart.
+    AtEnd,
+}
+
+/// What became of a reply ([`Calls::on_reply`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replied {
+    /// It reached its call.
+    pub(crate) handed: bool,
+    /// When its delivery is taken.
+    pub(crate) take: Take,
+}
 
 /// Call ids stay below this (they travel as varints, at most 8 bytes).
 const CALL_ID_LIMIT: u64 = 1 << 62;
@@ -51,6 +100,8 @@ impl Calls {
             next: AtomicU64::new(seed % (CALL_ID_LIMIT / 2)),
             deadline,
             waiting: Mutex::default(),
+            released: Mutex::default(),
+            released_notify: tokio::sync::Notify::new(),
         })
     }
 
@@ -66,7 +117,15 @@ impl Calls {
                 break id;
             }
         };
-        waiting.insert(id, (to, tx));
+        waiting.insert(
+            id,
+            Waiter {
+                to,
+                tx: Some(tx),
+                held: None,
+                reply: None,
+            },
+        );
         drop(waiting);
         (
             CallGuard {
@@ -79,19 +138,26 @@ impl Calls {
 
     /// Durable mode: opens again call `id` to node `to`, a call of an earlier run whose
     /// request was recovered from the journal (`register`: the rule `recover_calls`; off,
-    /// the call is not in the table and its reply finds none). New calls take ids above
-    /// it.
+    /// the call is not in the table and its reply finds none), `held` in the journal
+    /// under that id. New calls take ids above it.
     pub(crate) fn reopen(
         self: &Arc<Self>,
         id: u64,
         to: NodeId,
         register: bool,
+        held: Option<MsgId>,
     ) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
         let id = id % CALL_ID_LIMIT;
         self.next.fetch_max(id + 1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         if register {
-            self.lock().insert(id, (to, tx));
+            let w = Waiter {
+                to,
+                tx: Some(tx),
+                held,
+                reply: None,
+            };
+            self.lock().insert(id, w);
         }
         (
             CallGuard {
@@ -102,22 +168,92 @@ impl Calls {
         )
     }
 
-    /// A reply to call `id` came from node `from`: handed to its caller if `from` is the
-    /// node called. Returns false when nobody waits for it (the call ended: its future was
-    /// dropped, or its deadline passed), and when `from` is another node: call ids are
-    /// sequential, so a peer that saw this endpoint's calls to it can guess the ids of its
-    /// calls to others, and its reply must not end them.
-    pub(crate) fn on_reply(&self, id: u64, from: NodeId, reply: ReplyIn) -> bool {
-        let mut waiting = self.lock();
-        match waiting.get(&id) {
-            Some((to, _)) if *to == from => {}
-            _ => return false,
+    /// Durable mode: call `id`'s request is held in the journal as message `msg`
+    /// (`Node::send_held`), until the call ends. Returns false when the call has ended
+    /// already: the caller releases `msg` itself.
+    pub(crate) fn hold(&self, id: u64, msg: MsgId) -> bool {
+        match self.lock().get_mut(&id) {
+            Some(w) => {
+                w.held = Some(msg);
+                true
+            }
+            None => false,
         }
-        let Some((_, tx)) = waiting.remove(&id) else {
-            return false;
+    }
+
+    /// A reply to call `id` came from node `from` in delivery `delivery`: handed to its
+    /// caller if `from` is the node called. Not handed when nobody waits for it (the call
+    /// ended: its future was dropped, or its deadline passed; or it got its reply), nor
+    /// when `from` is another node: call ids are sequential, so a peer that saw this
+    /// endpoint's calls to it can guess the ids of its calls to others, and its reply must
+    /// not end them. A call with a held request keeps the reply's delivery, to take it when
+    /// the call ends.
+    pub(crate) fn on_reply(
+        &self,
+        id: u64,
+        from: NodeId,
+        reply: ReplyIn,
+        delivery: DeliveryId,
+    ) -> Replied {
+        let mut waiting = self.lock();
+        let Some(w) = waiting.get_mut(&id).filter(|w| w.to == from) else {
+            return Replied {
+                handed: false,
+                take: Take::Now(None),
+            };
         };
-        drop(waiting);
-        tx.send(reply).is_ok()
+        let Some(tx) = w.tx.take() else {
+            // A second reply: the call has its answer.
+            return Replied {
+                handed: false,
+                take: Take::Now(None),
+            };
+        };
+        // Sent under the lock: the call's end (`close`) sees the reply kept.
+        let handed = tx.send(reply).is_ok();
+        if handed && w.held.is_some() {
+            w.reply = Some(delivery);
+            return Replied {
+                handed,
+                take: Take::AtEnd,
+            };
+        }
+        let held = w.held;
+        waiting.remove(&id);
+        Replied {
+            handed,
+            take: Take::Now(held),
+        }
+    }
+
+    /// Durable mode: the calls with a held request that ended since the last call.
+    pub(crate) fn take_ended(&self) -> Vec<Ended> {
+        let mut v = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *v)
+    }
+
+    /// Completes when a call with a held request ended.
+    pub(crate) fn ended_notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.released_notify.notified()
+    }
+
+    /// Call `id` ended: it leaves the table, and its held request, if any, is to release
+    /// (with its reply's take).
+    fn close(&self, id: u64) {
+        let Some(w) = self.lock().remove(&id) else {
+            return;
+        };
+        if let Some(request) = w.held {
+            let ended = Ended {
+                request,
+                reply: w.reply,
+            };
+            self.released
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ended);
+            self.released_notify.notify_one();
+        }
     }
 
     /// Calls waiting for a reply now.
@@ -148,7 +284,7 @@ impl CallGuard {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.calls.lock().remove(&self.id);
+        self.calls.close(self.id);
     }
 }
 
@@ -165,14 +301,18 @@ mod tests {
 
     const PEER: NodeId = NodeId::from_const(7);
 
+    fn d(slot: u64) -> DeliveryId {
+        DeliveryId::for_test(PEER, slot)
+    }
+
     #[test]
     fn a_reply_reaches_its_open_call_once() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
         let (guard, mut rx) = calls.open(PEER);
-        assert!(calls.on_reply(guard.id(), PEER, reply()));
+        assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);
         assert!(rx.try_recv().is_ok());
         assert!(
-            !calls.on_reply(guard.id(), PEER, reply()),
+            !calls.on_reply(guard.id(), PEER, reply(), d(1)).handed,
             "a second reply finds no call"
         );
     }
@@ -184,7 +324,7 @@ mod tests {
         let id = guard.id();
         drop(guard);
         assert_eq!(calls.waiting(), 0);
-        assert!(!calls.on_reply(id, PEER, reply()));
+        assert!(!calls.on_reply(id, PEER, reply(), d(1)).handed);
     }
 
     #[test]
@@ -193,12 +333,12 @@ mod tests {
         let (guard, mut rx) = calls.open(PEER);
         let other = NodeId::from_const(8);
         assert!(
-            !calls.on_reply(guard.id(), other, reply()),
+            !calls.on_reply(guard.id(), other, reply(), d(1)).handed,
             "not the node called"
         );
         assert!(rx.try_recv().is_err(), "the call did not end");
         assert!(
-            calls.on_reply(guard.id(), PEER, reply()),
+            calls.on_reply(guard.id(), PEER, reply(), d(1)).handed,
             "its own reply still comes"
         );
         assert!(rx.try_recv().is_ok());
@@ -209,7 +349,7 @@ mod tests {
         let calls = Calls::new(std::time::Duration::from_secs(1));
         let (old, _) = calls.open(PEER);
         let recovered = old.id() + 1000;
-        let (guard, mut rx) = calls.reopen(recovered, PEER, true);
+        let (guard, mut rx) = calls.reopen(recovered, PEER, true, None);
         assert_eq!(guard.id(), recovered);
         for _ in 0..10 {
             let (new, _) = calls.open(PEER);
@@ -218,8 +358,81 @@ mod tests {
                 "new calls start above a recovered one"
             );
         }
-        assert!(calls.on_reply(recovered, PEER, reply()));
+        assert!(calls.on_reply(recovered, PEER, reply(), d(1)).handed);
         assert!(rx.try_recv().is_ok());
+    }
+
+    #[test]
+    fn a_call_ended_without_its_reply_releases_its_held_request_once() {
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let (guard, _rx) = calls.open(PEER);
+        let id = guard.id();
+        assert!(calls.hold(id, MsgId(5)));
+        assert!(calls.take_ended().is_empty(), "held while the call is open");
+        drop(guard);
+        let ended = Ended {
+            request: MsgId(5),
+            reply: None,
+        };
+        assert_eq!(calls.take_ended(), [ended]);
+        assert!(calls.take_ended().is_empty());
+        // A request held after its call ended: refused, for the driver to release.
+        assert!(!calls.hold(id, MsgId(6)));
+        // A recovered call, reopened with its held request, releases it the same way.
+        let (guard, _rx) = calls.reopen(id + 7, PEER, true, Some(MsgId(7)));
+        drop(guard);
+        assert_eq!(calls.take_ended()[0].request, MsgId(7));
+    }
+
+    #[test]
+    fn a_held_call_takes_its_reply_when_it_ends() {
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let (guard, mut rx) = calls.open(PEER);
+        assert!(calls.hold(guard.id(), MsgId(9)));
+        let other = NodeId::from_const(8);
+        let refused = Replied {
+            handed: false,
+            take: Take::Now(None),
+        };
+        assert_eq!(calls.on_reply(guard.id(), other, reply(), d(1)), refused);
+        let kept = Replied {
+            handed: true,
+            take: Take::AtEnd,
+        };
+        assert_eq!(calls.on_reply(guard.id(), PEER, reply(), d(2)), kept);
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(
+            calls.on_reply(guard.id(), PEER, reply(), d(3)),
+            refused,
+            "a second reply is not handed, and taken at once"
+        );
+        assert!(calls.take_ended().is_empty(), "taken when the call ends");
+        drop(guard);
+        let ended = Ended {
+            request: MsgId(9),
+            reply: Some(d(2)),
+        };
+        assert_eq!(calls.take_ended(), [ended]);
+        // A reply whose call's future is gone (its receiver dropped, its guard not yet):
+        // not handed, and taken at once with the held request's release.
+        let (guard, rx) = calls.open(PEER);
+        assert!(calls.hold(guard.id(), MsgId(10)));
+        drop(rx);
+        let gone = Replied {
+            handed: false,
+            take: Take::Now(Some(MsgId(10))),
+        };
+        assert_eq!(calls.on_reply(guard.id(), PEER, reply(), d(4)), gone);
+        drop(guard);
+        assert!(calls.take_ended().is_empty());
+        // A call with no held request (not durable) has its reply taken at once.
+        let (guard, _rx) = calls.open(PEER);
+        let plain = Replied {
+            handed: true,
+            take: Take::Now(None),
+        };
+        assert_eq!(calls.on_reply(guard.id(), PEER, reply(), d(5)), plain);
+        assert_eq!(calls.waiting(), 0);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::endpoint::{Handle, Receipt, ReceiptError};
 use crate::envelope::{Envelope, Outcome};
 use crate::proto::{NodeId, Payload};
 use crate::rpc::calls::{CallGuard, ReplyIn};
+use crate::rpc::outcome::CallOutcome;
 
 impl Handle {
     /// Calls node `to` with `request` and waits for its reply: the request is executed by
@@ -22,6 +23,11 @@ impl Handle {
     ///
     /// Many calls may be in flight at once, from any number of tasks; each waits only for
     /// its own reply.
+    ///
+    /// On a durable endpoint the call survives a restart of this process until the future
+    /// returns (`Endpoint::take_recovered_calls`); an application that stores what the reply
+    /// did and must not lose it to a crash in between uses
+    /// [`call_acked`](Self::call_acked).
     ///
     /// # Cancel safety
     /// Dropping the call's future does not cancel the request (once sent, it is delivered
@@ -59,14 +65,31 @@ impl Handle {
         within: Duration,
         seal: impl FnOnce(u64) -> Result<Payload, CallError>,
     ) -> Result<Bytes, CallError> {
+        self.call_open(to, within, seal).await.ack()
+    }
+
+    /// [`call_sealed`](Self::call_sealed), its call left open in the outcome.
+    pub(crate) async fn call_open(
+        &self,
+        to: NodeId,
+        within: Duration,
+        seal: impl FnOnce(u64) -> Result<Payload, CallError>,
+    ) -> CallOutcome {
         let deadline = Instant::now() + within;
         let (guard, reply) = self.calls().open(to);
-        let payload = seal(guard.id())?;
-        let receipt = self
-            .send_sealed(to, payload, Some(within))
-            .await
-            .map_err(CallError::Refused)?;
-        outcome(guard, reply, receipt, ReplyWait::Until(deadline)).await
+        let payload = match seal(guard.id()) {
+            Ok(p) => p,
+            Err(e) => return CallOutcome::new(Err(e), guard),
+        };
+        let sent = self
+            .send_sealed(to, payload, Some(within), Some(guard.id()))
+            .await;
+        let receipt = match sent {
+            Ok(r) => r,
+            Err(e) => return CallOutcome::new(Err(CallError::Refused(e)), guard),
+        };
+        let (result, guard) = ended(guard, reply, receipt, ReplyWait::Until(deadline)).await;
+        CallOutcome::new(result, guard)
     }
 
     /// Encodes `request` with bincode, [`call`](Self::call)s, and decodes the reply as a
@@ -127,13 +150,14 @@ pub(crate) enum ReplyWait {
 /// Waits for whichever tells the call's outcome first: the reply (the request was
 /// executed), or the request's verdict. A verdict short of an acknowledgement ends the
 /// call; an acknowledgement (the server took the request with its reply queued) leaves
-/// the reply to wait for until the deadline ([`CallState`], [`ReplyWait`]).
-pub(crate) async fn outcome(
+/// the reply to wait for until the deadline ([`CallState`], [`ReplyWait`]). Returns the
+/// call's guard with the result: the call ends when it is dropped.
+pub(crate) async fn ended(
     guard: CallGuard,
     mut reply: oneshot::Receiver<ReplyIn>,
     mut receipt: Receipt,
     wait: ReplyWait,
-) -> Result<Bytes, CallError> {
+) -> (Result<Bytes, CallError>, CallGuard) {
     let mut call = CallState::new();
     let mut deadline = match wait {
         ReplyWait::Until(d) => d,
@@ -156,7 +180,7 @@ pub(crate) async fn outcome(
                     Learned::Acknowledged
                 }
                 Err(ReceiptError::NotDelivered) => Learned::NotDelivered,
-                Err(ReceiptError::Refused(e)) => return Err(CallError::Refused(e)),
+                Err(ReceiptError::Refused(e)) => return (Err(CallError::Refused(e)), guard),
                 Err(_) => Learned::InDoubt,
             },
             _ = tokio::time::sleep_until(deadline), if call.is_acknowledged() => Learned::Deadline,
@@ -165,8 +189,7 @@ pub(crate) async fn outcome(
             break e;
         }
     };
-    drop(guard);
-    match ended {
+    let result = match ended {
         Ended::Reply(Outcome::Answered, body) => Ok(body),
         Ended::Reply(Outcome::Failed, body) => Err(CallError::Failed(Failure::raw(body))),
         Ended::Reply(Outcome::Panicked, body) => Err(CallError::Panicked(
@@ -175,5 +198,6 @@ pub(crate) async fn outcome(
         Ended::NotExecuted => Err(CallError::NotExecuted),
         Ended::InDoubt => Err(CallError::InDoubt),
         Ended::NoReply => Err(CallError::NoReply),
-    }
+    };
+    (result, guard)
 }

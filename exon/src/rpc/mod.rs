@@ -34,12 +34,14 @@
 pub(crate) mod calls;
 mod client;
 mod error;
+mod outcome;
 pub(crate) mod recovered;
 pub(crate) mod request;
 mod server;
 mod service;
 
 pub use error::{CallError, Failure};
+pub use outcome::CallOutcome;
 pub use recovered::{CallReply, RecoveredCall};
 pub use request::Request;
 pub use server::{HandlerFn, Response, ServeConfig};

@@ -12,6 +12,7 @@ mod config_serde;
 mod congestion;
 mod delivery;
 mod durable;
+mod held;
 mod hostile;
 mod keyed;
 mod large_messages;

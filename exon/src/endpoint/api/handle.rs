@@ -224,7 +224,7 @@ impl Handle {
         within: Option<Duration>,
     ) -> Result<Receipt, Error> {
         self.check(to, &payload)?;
-        self.send_sealed(to, Envelope::message(payload), within)
+        self.send_sealed(to, Envelope::message(payload), within, None)
             .await
     }
 
@@ -346,12 +346,13 @@ impl Handle {
         ))
     }
 
-    /// Sends a payload already in its envelope (a plain message, a request).
+    /// Sends a payload already in its envelope (a plain message; a request, of call `call`).
     pub(crate) async fn send_sealed(
         &self,
         to: NodeId,
         payload: Payload,
         within: Option<Duration>,
+        call: Option<u64>,
     ) -> Result<Receipt, Error> {
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         let shard = self.shard(to);
@@ -363,7 +364,8 @@ impl Handle {
         if !shard.shared.take_credits(weight).await {
             return Err(Error::Closed);
         }
-        self.hand_over(to, payload, Reply::None, deadline)
+        let reply = call.map_or(Reply::None, Reply::Request);
+        self.hand_over(to, payload, reply, deadline)
     }
 
     /// Sends every payload of `payloads` to node `to`, exactly once each, in one hand-over

@@ -13,7 +13,7 @@ use crate::endpoint::io::socket::DatagramSocket;
 use crate::envelope::Envelope;
 use crate::ordered::{Arrival, Window};
 use crate::proto::{DeliveryId, Event, NodeId};
-use crate::rpc::calls::ReplyIn;
+use crate::rpc::calls::{ReplyIn, Take};
 use crate::rpc::request::Request;
 use std::time::Instant;
 
@@ -92,14 +92,23 @@ impl<S: DatagramSocket> Driver<S> {
                 outcome,
                 body,
             }) => {
-                // Taken at once: the reply is the caller's now (or nobody's).
-                if !self.calls.on_reply(call, from, ReplyIn { outcome, body }) {
+                // Taken at once: the reply is the caller's now (or nobody's). Durable mode:
+                // taken when its call ends, with the release of its held request (one
+                // record).
+                let replied = self
+                    .calls
+                    .on_reply(call, from, ReplyIn { outcome, body }, id);
+                if !replied.handed {
                     self.stats.replies_discarded += 1;
                     debug_in_peer(from, || {
                         tracing::debug!(call, "reply for no waiting call discarded")
                     });
                 }
-                self.node.handle_taken(t, id);
+                match replied.take {
+                    Take::Now(Some(request)) => drop(self.node.take_reply(t, id, request)),
+                    Take::Now(None) => drop(self.node.handle_taken(t, id)),
+                    Take::AtEnd => {}
+                }
             }
             Ok(Envelope::Ordered { place, last, body }) => {
                 let item = Held { id, body };

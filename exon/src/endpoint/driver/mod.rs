@@ -180,7 +180,7 @@ impl<S: DatagramSocket> Driver<S> {
             socket.max_send_segments(),
             reach,
         );
-        let mut sends = Sends::new(ch.shared.clone());
+        let mut sends = Sends::new(ch.shared.clone(), ch.calls.clone());
         let mut flows = Flows::new(ch.ordered);
         if durable.is_some() && cfg.rules.durable_flows {
             // Durable channels go on from the positions the journal's marks kept.
@@ -305,16 +305,20 @@ impl<S: DatagramSocket> Driver<S> {
         let pending = self.inbound.has_pending();
         let store_job = self.clock.job();
         let storing = store_job.is_some();
+        let holds = self.journal.is_some();
         let journal_job = self.journal.as_mut().and_then(|j| j.job());
         let journalling = journal_job.is_some();
         let (rx, forwarded) = self.inbound.sources();
         let forwarding = forwarded.is_some();
         let (socket, sleep) = (&self.socket, &mut self.sleep);
         let taken = self.shared.taken_notified();
+        // Durable mode: calls that ended release their held requests.
+        let ended = self.calls.ended_notified();
         tokio::select! {
             biased;
             c = self.cmds.recv(), if self.cmds_open => Wake::Cmd(c),
             _ = taken => Wake::Taken,
+            _ = ended, if holds => Wake::Taken,
             r = async { store_job.expect("guarded").await }, if storing => Wake::Stored(r),
             r = async { journal_job.expect("guarded").await }, if journalling => {
                 Wake::Journalled(Box::new(r))
@@ -545,11 +549,20 @@ impl<S: DatagramSocket> Driver<S> {
     }
 
     /// Reports to the node the messages the application took (or acknowledged) since the
-    /// last call.
+    /// last call, and (durable mode) the calls with a held request that ended: each
+    /// request released, with the take of its reply if it got one.
     fn on_taken(&mut self, t: Instant) {
         let taken = self.shared.taken();
         self.handover
             .on_taken(t, taken, (&mut self.node, &mut self.flows), &self.shared);
+        if self.journal.is_some() {
+            for ended in self.calls.take_ended() {
+                match ended.reply {
+                    Some(d) => drop(self.node.take_reply(t, d, ended.request)),
+                    None => drop(self.node.release(ended.request)),
+                }
+            }
+        }
     }
 
     /// Drains the node's outputs in the contract's order: the clock marks to store, then

@@ -25,6 +25,9 @@ pub(crate) enum Reply {
     /// No, and it holds no send credit: a server's reply (bounded by the requests the
     /// node holds, each waiting for its reply).
     Uncredited,
+    /// No, as [`None`](Self::None) (it holds a send credit): the request of call `0`, held
+    /// in a durable node's journal until the call ends (`Node::send_held`).
+    Request(u64),
 }
 
 /// A message for the driver to hand to the core.
@@ -175,7 +178,10 @@ impl Outgoing {
 
     /// Whether it holds a send credit, returned when the driver takes it.
     pub(crate) fn holds_credit(&self) -> bool {
-        matches!(self.reply, Reply::None | Reply::KeyedBatch(_))
+        matches!(
+            self.reply,
+            Reply::None | Reply::KeyedBatch(_) | Reply::Request(_)
+        )
     }
 
     /// The destination.
@@ -202,6 +208,14 @@ impl Outgoing {
     /// waiting by a full queue ([`Handle::try_send`](crate::endpoint::Handle::try_send)).
     pub(crate) fn waits_for_answer(&self) -> bool {
         matches!(self.reply, Reply::Try(_))
+    }
+
+    /// The call whose request this is ([`Handle::call`](crate::endpoint::Handle::call)).
+    pub(crate) fn call(&self) -> Option<u64> {
+        match self.reply {
+            Reply::Request(call) => Some(call),
+            _ => None,
+        }
     }
 
     /// The application's key ([`Handle::send_keyed`](crate::endpoint::Handle::send_keyed)).
@@ -238,7 +252,7 @@ impl Outgoing {
             Reply::Keyed(k) => {
                 let _ = k.0.send(Ok(()));
             }
-            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) => {}
+            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) | Reply::Request(_) => {}
         }
         let stored = match self.side {
             Side::Stored(tx) => Some(tx),
@@ -251,7 +265,7 @@ impl Outgoing {
     /// one, otherwise through its receipt.
     pub(crate) fn refuse(self, e: Error) {
         match self.reply {
-            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) => {
+            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) | Reply::Request(_) => {
                 self.ack.resolve(Err(ReceiptError::Refused(e)))
             }
             Reply::Try(r) => {

@@ -16,6 +16,7 @@ use crate::endpoint::driver::seqmap::SeqMap;
 use crate::endpoint::driver::trace::{debug_in_peer, Throttle};
 use crate::endpoint::paths::Paths;
 use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
+use crate::rpc::calls::Calls;
 
 mod together;
 
@@ -35,6 +36,8 @@ const NOT_IN_CORE: MsgId = MsgId(u64::MAX);
 /// The sends the driver took from the handles, from their arrival to their verdict.
 pub(crate) struct Sends {
     shared: Arc<Shared>,
+    /// The endpoint's calls: a durable node's requests are held until their call ends.
+    calls: Arc<Calls>,
     /// Messages in the core by the core's id.
     acks: SeqMap<Unacked>,
     /// Sends waiting for room in the core, per destination (each such destination is in
@@ -56,9 +59,10 @@ pub(crate) struct Sends {
 }
 
 impl Sends {
-    pub(crate) fn new(shared: Arc<Shared>) -> Sends {
+    pub(crate) fn new(shared: Arc<Shared>, calls: Arc<Calls>) -> Sends {
         Sends {
             shared,
+            calls,
             acks: SeqMap::default(),
             waiters: HashMap::default(),
             deadlines: BinaryHeap::new(),
@@ -203,9 +207,11 @@ impl Sends {
                 Some(m) => node.send_marked(t, to, payload, true, m),
                 None => node.send_reported(t, to, payload),
             },
-            None => match out.key() {
-                Some(key) => node.send_keyed(t, to, key, payload),
-                None => node.send(t, to, payload),
+            None => match (out.key(), out.call()) {
+                (Some(key), _) => node.send_keyed(t, to, key, payload),
+                // A request: held in a durable node's journal until its call ends.
+                (None, Some(_)) => node.send_held(t, to, payload),
+                (None, None) => node.send(t, to, payload),
             },
         };
         match sent {
@@ -224,6 +230,12 @@ impl Sends {
             }
             Ok(core_id) => {
                 debug_in_peer(to, || tracing::debug!(msg = %id, len, "message queued"));
+                if let Some(call) = out.call().filter(|_| node.is_durable()) {
+                    if !self.calls.hold(call, core_id) {
+                        // The call ended meanwhile (its future dropped): nothing to hold for.
+                        node.release(core_id);
+                    }
+                }
                 self.warn_if_no_address(t, node, paths, to);
                 self.keep(out, core_id);
                 if node.is_full(to, 0) {

@@ -16,7 +16,7 @@ use crate::endpoint::flows::resume::ResumedFlows;
 use crate::endpoint::storage::clock_store::FileStore;
 use crate::endpoint::storage::journal_jobs::JournalJobs;
 use crate::envelope::Flow;
-use crate::proto::journal::RecoveredDelivery;
+use crate::proto::journal::{RecoveredDelivery, RecoveredMessage};
 use crate::proto::{MsgId, Node, NodeId};
 use crate::rpc::calls::{CallGuard, Calls, ReplyIn};
 
@@ -58,8 +58,9 @@ pub struct RecoveredSend {
     pub channel: Option<(u16, u64)>,
 }
 
-/// A request of a durable caller recovered from its journal: being sent again, its call
-/// open again in the table of calls (what
+/// A request of a durable caller recovered from its journal: being sent again (or, when
+/// `acknowledged`, waiting for its reply only), its call open again in the table of calls
+/// (what
 /// [`Endpoint::take_recovered_calls`](crate::endpoint::Endpoint::take_recovered_calls)
 /// hands out as a [`RecoveredCall`](crate::rpc::RecoveredCall)).
 #[derive(Debug)]
@@ -77,6 +78,9 @@ pub(crate) struct RecoveredRequest {
     /// Its reply is among the deliveries recovered untaken: it may have reached the
     /// call's future before the restart.
     pub(crate) reply_stored: bool,
+    /// The server acknowledged it before the restart (it was held in the journal,
+    /// `Node::send_held`): not sent again, its receipt resolved.
+    pub(crate) acknowledged: bool,
 }
 
 /// What a durable endpoint recovered at bind for the application: messages and calls.
@@ -98,7 +102,7 @@ impl Recovery {
     /// (a plain message, a call), or to its durable channel. Returns where its verdict goes.
     fn recover_message(
         &mut self,
-        m: &crate::proto::journal::RecoveredMessage,
+        m: &RecoveredMessage,
         (calls, register): (&std::sync::Arc<Calls>, bool),
         replies: &HashSet<(NodeId, u64)>,
     ) -> Ack {
@@ -160,15 +164,9 @@ impl Recovery {
                 Ack::One(tx)
             }
             Ok(Envelope::Request { call, body }) => {
-                let (guard, reply) = calls.reopen(call, m.to, register);
-                self.calls.push(RecoveredRequest {
-                    receipt: receipt(rx),
-                    to: m.to,
-                    body,
-                    guard,
-                    reply,
-                    reply_stored: replies.contains(&(m.to, call)),
-                });
+                let reopen = (calls, register);
+                let r = reopen_call(m, (call, body), reopen, rx, replies, false);
+                self.calls.push(r);
                 Ack::One(tx)
             }
             _ => Ack::One(tx),
@@ -219,12 +217,24 @@ impl DurableDir {
         let mut out = Recovery::default();
         let replies = stored_replies(&recovered.deliveries);
         out.flows = ResumedFlows::from_marks(&recovered.marks);
+        // Held requests no call will release (calls not registered).
+        let mut release = Vec::new();
         for m in &recovered.messages {
             let ack = out.recover_message(m, (calls, register), &replies);
             acks.push((m.id, m.to, ack));
+            if m.held && !register {
+                release.push(m.id);
+            }
         }
+        let acknowledged =
+            reopen_acknowledged(&recovered.held, &replies, (calls, register), &mut out.calls);
+        release.extend(acknowledged.release);
         let receipts = &mut out.sends;
         for v in &recovered.verdicts {
+            if acknowledged.calls.contains(&v.id) {
+                // Its call stands for it (its receipt resolved already).
+                continue;
+            }
             // The node reports these again at recovery: the receipts resolve at once.
             let (tx, rx) = oneshot::channel();
             acks.push((v.id, v.to, Ack::One(tx)));
@@ -239,6 +249,9 @@ impl DurableDir {
         }
         node.recover(Instant::now(), recovered)
             .map_err(|e| BindError::Io(std::io::Error::other(e)))?;
+        for id in release {
+            node.release(id);
+        }
         let jobs = JournalJobs::new(journal);
         Ok((
             DriverJournal {
@@ -248,6 +261,68 @@ impl DurableDir {
             },
             out,
         ))
+    }
+}
+
+/// The acknowledged calls [`reopen_acknowledged`] opened again, and the held requests it
+/// left to release.
+struct Reopened {
+    /// The ids of the requests whose calls were opened again.
+    calls: HashSet<MsgId>,
+    /// Held messages that no call will release.
+    release: Vec<MsgId>,
+}
+
+/// Durable mode: the calls whose requests the server acknowledged before the restart and
+/// the journal held (`Recovered::held`) are opened again, waiting for their replies only
+/// (registered with the rule `recover_calls`; otherwise their requests are released).
+fn reopen_acknowledged(
+    held: &[RecoveredMessage],
+    replies: &HashSet<(NodeId, u64)>,
+    (calls, register): (&std::sync::Arc<Calls>, bool),
+    out: &mut Vec<RecoveredRequest>,
+) -> Reopened {
+    let mut r = Reopened {
+        calls: HashSet::new(),
+        release: Vec::new(),
+    };
+    for m in held {
+        let Ok(Envelope::Request { call, body }) = Envelope::open(m.payload.clone()) else {
+            r.release.push(m.id);
+            continue;
+        };
+        if !register {
+            r.release.push(m.id);
+        }
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Ok(()));
+        r.calls.insert(m.id);
+        let reopen = (calls, register);
+        out.push(reopen_call(m, (call, body), reopen, rx, replies, true));
+    }
+    r
+}
+
+/// Request `m` (of call `call`, `body` out of its envelope) recovered: its call opened
+/// again in `calls` (registered with the rule `recover_calls`), held under its id if it was
+/// sent held; its receipt resolves through `rx`. `acknowledged`: before the restart.
+fn reopen_call(
+    m: &RecoveredMessage,
+    (call, body): (u64, bytes::Bytes),
+    (calls, register): (&std::sync::Arc<Calls>, bool),
+    rx: oneshot::Receiver<Result<(), crate::endpoint::api::error::ReceiptError>>,
+    replies: &HashSet<(NodeId, u64)>,
+    acknowledged: bool,
+) -> RecoveredRequest {
+    let (guard, reply) = calls.reopen(call, m.to, register, m.held.then_some(m.id));
+    RecoveredRequest {
+        receipt: Receipt::recovered(m.id, m.to, rx),
+        to: m.to,
+        body,
+        guard,
+        reply,
+        reply_stored: replies.contains(&(m.to, call)),
+        acknowledged,
     }
 }
 

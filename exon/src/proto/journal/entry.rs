@@ -173,6 +173,48 @@ pub enum Entry {
         /// The mark's new value.
         value: Bytes,
     },
+    /// Sender: `send_held` accepted message `id` for `to`: as `Accepted`, and an
+    /// `Acknowledged` verdict does not forget it: it stays (as `Held` in checkpoints) until
+    /// a `Released` record (a caller's request, kept until its reply is taken or its call
+    /// ends).
+    AcceptedHeld {
+        /// The message's id (stable across restarts).
+        id: MsgId,
+        /// The destination.
+        to: NodeId,
+        /// The message.
+        payload: Bytes,
+    },
+    /// Sender, in checkpoints only: message `id` for `to`, accepted held, was acknowledged
+    /// and is not released yet.
+    Held {
+        /// The message's id.
+        id: MsgId,
+        /// The destination.
+        to: NodeId,
+        /// The message.
+        payload: Bytes,
+    },
+    /// Sender: the application released held message `id` (its call ended without taking
+    /// a reply: its deadline passed, it failed, it was dropped); the journal forgets it once
+    /// it is resolved.
+    Released {
+        /// The message's id.
+        id: MsgId,
+    },
+    /// Receiver and sender at once: the application took the delivery in
+    /// `(from, rck, slot)`, the reply to held message `id`, and released `id`, in one
+    /// record (a crash keeps both or neither): replayed as `Taken` then `Released`.
+    TakenReleased {
+        /// The sending node of the delivery.
+        from: NodeId,
+        /// The receiver incarnation of the delivery.
+        rck: u64,
+        /// The slot of the delivery.
+        slot: u64,
+        /// The held message released.
+        id: MsgId,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -237,6 +279,11 @@ const RESOLVED_KEYED: u8 = 12;
 const MARK: u8 = 13;
 const ACCEPTED_MARK: u8 = 14;
 const TAKEN_MARK: u8 = 15;
+// Held messages: kinds from 20 on.
+const ACCEPTED_HELD: u8 = 20;
+const HELD: u8 = 21;
+const RELEASED: u8 = 22;
+const TAKEN_RELEASED: u8 = 23;
 
 impl Entry {
     /// The record's encoded length.
@@ -302,6 +349,16 @@ impl Entry {
                 lane,
                 value,
             } => v(from.get()) + v(*rck) + v(*slot) + v(*lane) + blob_len(value),
+            Entry::AcceptedHeld { id, to, payload } | Entry::Held { id, to, payload } => {
+                v(id.0) + v(to.get()) + blob_len(payload)
+            }
+            Entry::Released { id } => v(id.0),
+            Entry::TakenReleased {
+                from,
+                rck,
+                slot,
+                id,
+            } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
         }
     }
 
@@ -381,6 +438,40 @@ impl Entry {
             Entry::Mark { .. } | Entry::AcceptedMark { .. } | Entry::TakenMark { .. } => {
                 self.encode_more(buf)
             }
+            Entry::AcceptedHeld { .. }
+            | Entry::Held { .. }
+            | Entry::Released { .. }
+            | Entry::TakenReleased { .. } => self.encode_held(buf),
+        }
+    }
+
+    /// Appends the encoding of a record of held messages (`encode`'s share for them).
+    fn encode_held(&self, buf: &mut impl BufMut) {
+        match self {
+            Entry::AcceptedHeld { id, to, payload } | Entry::Held { id, to, payload } => {
+                let held = matches!(self, Entry::Held { .. });
+                buf.put_u8(if held { HELD } else { ACCEPTED_HELD });
+                put_varint(buf, id.0);
+                put_varint(buf, to.get());
+                put_blob(buf, payload);
+            }
+            Entry::Released { id } => {
+                buf.put_u8(RELEASED);
+                put_varint(buf, id.0);
+            }
+            Entry::TakenReleased {
+                from,
+                rck,
+                slot,
+                id,
+            } => {
+                buf.put_u8(TAKEN_RELEASED);
+                put_varint(buf, from.get());
+                put_varint(buf, *rck);
+                put_varint(buf, *slot);
+                put_varint(buf, id.0);
+            }
+            _ => unreachable!("encode_held is called for the records of held messages"),
         }
     }
 
@@ -551,6 +642,7 @@ impl Entry {
                 lane: int(r)?,
                 value: mark(r, bytes)?,
             },
+            ACCEPTED_HELD..=TAKEN_RELEASED => decode_held(kind, r, bytes)?,
             k => return Err(EntryError::Kind(k)),
         };
         if r.remaining() != 0 {
@@ -558,6 +650,31 @@ impl Entry {
         }
         Ok(e)
     }
+}
+
+/// Decodes the body of a record of held messages, of kind `kind`
+/// (`ACCEPTED_HELD..=TAKEN_RELEASED`).
+fn decode_held(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, EntryError> {
+    Ok(match kind {
+        ACCEPTED_HELD => Entry::AcceptedHeld {
+            id: MsgId(int(r)?),
+            to: node(r)?,
+            payload: blob(r, whole)?,
+        },
+        HELD => Entry::Held {
+            id: MsgId(int(r)?),
+            to: node(r)?,
+            payload: blob(r, whole)?,
+        },
+        RELEASED => Entry::Released { id: MsgId(int(r)?) },
+        TAKEN_RELEASED => Entry::TakenReleased {
+            from: node(r)?,
+            rck: int(r)?,
+            slot: int(r)?,
+            id: MsgId(int(r)?),
+        },
+        k => return Err(EntryError::Kind(k)),
+    })
 }
 
 /// Appends `payload`, length-prefixed.
@@ -697,6 +814,23 @@ mod tests {
                 lane: 6,
                 value: Bytes::from_static(&[MAX_MARK_BYTES as u8; MAX_MARK_BYTES]),
             },
+            Entry::AcceptedHeld {
+                id: MsgId(15),
+                to: n,
+                payload: Bytes::from_static(b"request"),
+            },
+            Entry::Held {
+                id: MsgId(1 << 33),
+                to: n,
+                payload: Bytes::new(),
+            },
+            Entry::Released { id: MsgId(15) },
+            Entry::TakenReleased {
+                from: n,
+                rck: 1 << 45,
+                slot: 17,
+                id: MsgId(1 << 20),
+            },
         ]
     }
 
@@ -751,6 +885,48 @@ mod tests {
             value: Bytes::from(vec![0; MAX_MARK_BYTES + 1]),
         };
         assert_eq!(Entry::decode(&long.to_bytes()), Err(EntryError::Length));
+    }
+
+    #[test]
+    fn hostile_held_records_are_errors_not_panics() {
+        let decode = |b: &'static [u8]| Entry::decode(&Bytes::from_static(b));
+        // No id, an id cut short (a two-byte varint with one byte).
+        assert_eq!(decode(&[RELEASED]), Err(EntryError::Length));
+        assert_eq!(decode(&[RELEASED, 0x40]), Err(EntryError::Length));
+        // A payload longer than the record (5 bytes announced, 1 there), and the largest
+        // length a varint says: an error, nothing allocated.
+        assert_eq!(decode(&[HELD, 1, 7, 5, b'a']), Err(EntryError::Length));
+        assert_eq!(
+            decode(&[
+                ACCEPTED_HELD,
+                1,
+                7,
+                0xff,
+                0xff,
+                0xff,
+                0xff,
+                0xff,
+                0xff,
+                0xff,
+                0xff
+            ]),
+            Err(EntryError::Length)
+        );
+        // A take without its id, and one with a byte left over.
+        assert_eq!(decode(&[TAKEN_RELEASED, 7, 1, 2]), Err(EntryError::Length));
+        assert_eq!(
+            decode(&[TAKEN_RELEASED, 7, 1, 2, 3, 0]),
+            Err(EntryError::Length)
+        );
+        assert_eq!(
+            decode(&[TAKEN_RELEASED, 7, 1, 2, 3]),
+            Ok(Entry::TakenReleased {
+                from: NodeId::from_const(7),
+                rck: 1,
+                slot: 2,
+                id: MsgId(3)
+            })
+        );
     }
 
     fn id_len(e: &Entry) -> usize {

@@ -72,6 +72,9 @@ pub(crate) struct Journal {
     pub keys: PeerMap<u64>,
     /// The layers' marks, as the journal will hold them once its writes are durable.
     pub marks: crate::proto::journal::marks::Marks,
+    /// Messages sent held (`Node::send_held`) and not released, acknowledged or not: one
+    /// per call the application has open (it releases each when the call ends).
+    pub holds: std::collections::HashSet<MsgId, foldhash::fast::RandomState>,
 }
 
 impl Journal {
@@ -104,6 +107,7 @@ impl Journal {
             damaged,
             keys: PeerMap::default(),
             marks: Default::default(),
+            holds: Default::default(),
         }
     }
 

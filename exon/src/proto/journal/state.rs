@@ -13,7 +13,8 @@ use crate::proto::{MsgId, NodeId};
 ///
 /// A delivery is live until its sender's frontier passes its slot after it was taken
 /// (`Confirmed`); a message sent is live until it is `Resolved`, and its verdict until it
-/// is `Reported`. Everything else is forgotten: a quiet node's live state is empty, so its
+/// is `Reported`; a message sent held (`AcceptedHeld`) and acknowledged stays until it is
+/// `Released`. Everything else is forgotten: a quiet node's live state is empty, so its
 /// compacted log is too.
 #[derive(Debug, Default, Clone)]
 pub struct State {
@@ -24,6 +25,8 @@ pub struct State {
     outbox: BTreeMap<MsgId, RecoveredMessage>,
     /// Verdicts stored and not reported (`Resolved` with a verdict, no `Reported` yet).
     verdicts: BTreeMap<MsgId, (NodeId, Outcome, Option<u64>)>,
+    /// Messages sent held and acknowledged, not released (`Held` in checkpoints).
+    held: BTreeMap<MsgId, RecoveredMessage>,
     /// The incarnations the journal covers (`Covers`): `(from, below)`.
     covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
@@ -48,6 +51,8 @@ pub struct RecoveredMessage {
     pub assigned: Option<(u64, u64)>,
     /// The application's key, for a message sent with `send_keyed`.
     pub key: Option<u64>,
+    /// Sent with `send_held`, and not released: an acknowledgement does not forget it.
+    pub held: bool,
 }
 
 /// A delivery a restarted receiver recovers.
@@ -100,6 +105,9 @@ pub struct Recovered {
     /// The layers' marks: peer, lane and the last value written
     /// ([`Mark`](crate::proto::journal::Mark)).
     pub marks: Vec<(NodeId, u64, Bytes)>,
+    /// Messages sent held (`send_held`), acknowledged and not released, oldest first: not
+    /// sent again; the node keeps them until [`Node::release`](crate::proto::Node::release).
+    pub held: Vec<RecoveredMessage>,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -144,7 +152,7 @@ impl State {
                 }
             }
             Entry::Confirmed { from, below } => self.confirm(*from, *below),
-            Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None),
+            Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None, false),
             Entry::AcceptedKeyed {
                 id,
                 to,
@@ -152,7 +160,7 @@ impl State {
                 payload,
             } => {
                 self.raise_key(*to, *key);
-                self.accept(*id, *to, payload, Some(*key));
+                self.accept(*id, *to, payload, Some(*key), false);
             }
             Entry::KeyFloor { to, key } => self.raise_key(*to, *key),
             Entry::Assigned { id, rck, slot } => {
@@ -171,7 +179,8 @@ impl State {
                 }
             }
             Entry::Resolved { id, verdict } => {
-                let key = self.resolve(*id);
+                let acked = matches!(verdict, Some((_, Outcome::Acknowledged)));
+                let key = self.resolve(*id, acked);
                 if let Some((to, o)) = verdict {
                     self.hold_verdict(*id, (*to, *o, key));
                 }
@@ -182,7 +191,7 @@ impl State {
                 outcome,
                 key,
             } => {
-                self.resolve(*id);
+                self.resolve(*id, *outcome == Outcome::Acknowledged);
                 self.hold_verdict(*id, (*to, *outcome, Some(*key)));
             }
             Entry::Reported { first, count } => self.reported(*first, *count),
@@ -208,6 +217,44 @@ impl State {
             Entry::Mark { .. } | Entry::AcceptedMark { .. } | Entry::TakenMark { .. } => {
                 self.apply_marked(e)
             }
+            Entry::AcceptedHeld { .. }
+            | Entry::Held { .. }
+            | Entry::Released { .. }
+            | Entry::TakenReleased { .. } => self.apply_held(e),
+        }
+    }
+
+    /// `apply` for the records of held messages.
+    fn apply_held(&mut self, e: &Entry) {
+        match e {
+            Entry::AcceptedHeld { id, to, payload } => self.accept(*id, *to, payload, None, true),
+            Entry::Held { id, to, payload }
+                if !self.outbox.contains_key(id) && !self.held.contains_key(id) =>
+            {
+                self.hold(RecoveredMessage {
+                    id: *id,
+                    to: *to,
+                    payload: payload.clone(),
+                    assigned: None,
+                    key: None,
+                    held: true,
+                });
+            }
+            Entry::Released { id } => self.release(*id),
+            Entry::TakenReleased {
+                from,
+                rck,
+                slot,
+                id,
+            } => {
+                self.apply(&Entry::Taken {
+                    from: *from,
+                    rck: *rck,
+                    slot: *slot,
+                });
+                self.release(*id);
+            }
+            _ => {}
         }
     }
 
@@ -222,7 +269,7 @@ impl State {
                 value,
                 payload,
             } => {
-                self.accept(*id, *to, payload, None);
+                self.accept(*id, *to, payload, None, false);
                 self.mark(*to, *lane, value);
             }
             Entry::TakenMark {
@@ -249,9 +296,10 @@ impl State {
         self.live_bytes = self.live_bytes.saturating_add_signed(change);
     }
 
-    /// Message `id` for `to` is accepted (under the application's `key`, if any).
-    fn accept(&mut self, id: MsgId, to: NodeId, payload: &Bytes, key: Option<u64>) {
-        if self.outbox.contains_key(&id) {
+    /// Message `id` for `to` is accepted (under the application's `key`, if any; `held`
+    /// until released).
+    fn accept(&mut self, id: MsgId, to: NodeId, payload: &Bytes, key: Option<u64>, held: bool) {
+        if self.outbox.contains_key(&id) || self.held.contains_key(&id) {
             return;
         }
         let m = RecoveredMessage {
@@ -260,6 +308,7 @@ impl State {
             payload: payload.clone(),
             assigned: None,
             key,
+            held,
         };
         self.live_bytes += Self::message_len(&m);
         self.outbox.insert(id, m);
@@ -297,11 +346,43 @@ impl State {
         }
     }
 
-    /// Message `id` is resolved: it leaves the outbox. Returns its key, if it had one.
-    fn resolve(&mut self, id: MsgId) -> Option<u64> {
+    /// Message `id` is resolved (`acked`: acknowledged): it leaves the outbox, for the held
+    /// messages if it was sent held and is acknowledged. Returns its key, if it had one.
+    fn resolve(&mut self, id: MsgId, acked: bool) -> Option<u64> {
         let m = self.outbox.remove(&id)?;
         self.live_bytes -= Self::message_len(&m);
-        m.key
+        let key = m.key;
+        if m.held && acked {
+            self.hold(m);
+        }
+        key
+    }
+
+    /// Message `m`, sent held, is acknowledged: kept until released.
+    fn hold(&mut self, mut m: RecoveredMessage) {
+        m.assigned = None;
+        self.live_bytes += Self::held_entry(&m).encoded_len();
+        self.held.insert(m.id, m);
+    }
+
+    /// Held message `id` is released: forgotten if acknowledged, an ordinary message
+    /// (forgotten once resolved) if not yet.
+    fn release(&mut self, id: MsgId) {
+        if let Some(m) = self.outbox.get_mut(&id) {
+            // `Accepted` and `AcceptedHeld` are the same length.
+            m.held = false;
+        } else if let Some(m) = self.held.remove(&id) {
+            self.live_bytes -= Self::held_entry(&m).encoded_len();
+        }
+    }
+
+    /// The checkpoint record of a held message acknowledged.
+    fn held_entry(m: &RecoveredMessage) -> Entry {
+        Entry::Held {
+            id: m.id,
+            to: m.to,
+            payload: m.payload.clone(),
+        }
     }
 
     /// A verdict stored, held until reported.
@@ -357,13 +438,19 @@ impl State {
         self.covers = Some((from, below));
     }
 
-    /// The record that accepted `m` (`AcceptedKeyed` for a keyed message).
+    /// The record that accepted `m` (`AcceptedKeyed` for a keyed message, `AcceptedHeld`
+    /// for a held one).
     fn accepted(m: &RecoveredMessage) -> Entry {
         match m.key {
             Some(key) => Entry::AcceptedKeyed {
                 id: m.id,
                 to: m.to,
                 key,
+                payload: m.payload.clone(),
+            },
+            None if m.held => Entry::AcceptedHeld {
+                id: m.id,
+                to: m.to,
                 payload: m.payload.clone(),
             },
             None => Entry::Accepted {
@@ -390,7 +477,10 @@ impl State {
     /// Whether nothing is live but the journal's coverage and its keys (a compacted log
     /// would be its one `Covers` record and a `KeyFloor` per destination sent keyed).
     pub fn is_empty(&self) -> bool {
-        self.inbox.is_empty() && self.outbox.is_empty() && self.verdicts.is_empty()
+        self.inbox.is_empty()
+            && self.outbox.is_empty()
+            && self.verdicts.is_empty()
+            && self.held.is_empty()
     }
 
     /// Bytes the live records take encoded: what a compaction writes.
@@ -406,6 +496,11 @@ impl State {
     /// Verdicts stored and not reported.
     pub fn unreported(&self) -> usize {
         self.verdicts.len()
+    }
+
+    /// Messages sent held, acknowledged and not released.
+    pub fn held(&self) -> usize {
+        self.held.len()
     }
 
     /// The records that rebuild this state, for a compaction: replaying them gives the
@@ -445,12 +540,14 @@ impl State {
             lane,
             value: value.clone(),
         });
+        let held = self.held.values().map(Self::held_entry);
         covers
             .into_iter()
             .chain(keys)
             .chain(marks)
             .chain(inbox)
             .chain(outbox)
+            .chain(held)
             .chain(verdicts)
     }
 
@@ -497,6 +594,7 @@ impl State {
                 .iter()
                 .map(|(p, l, v)| (p, l, v.clone()))
                 .collect(),
+            held: self.held.values().cloned().collect(),
         }
     }
 
@@ -742,5 +840,94 @@ mod tests {
             c.live_bytes(),
             Entry::KeyFloor { to, key: 42 }.encoded_len()
         );
+    }
+    #[test]
+    fn a_held_message_stays_acknowledged_until_released_through_compactions() {
+        let held = |id| Entry::AcceptedHeld {
+            id: MsgId(id),
+            to: A,
+            payload: Bytes::from_static(b"request"),
+        };
+        let resolved = |id, o| Entry::Resolved {
+            id: MsgId(id),
+            verdict: Some((A, o)),
+        };
+        let compacted = |s: &State| {
+            let c = replay(&s.live_entries().collect::<Vec<_>>());
+            assert_eq!(c.live_bytes(), s.live_bytes());
+            assert_eq!(s.live_bytes(), encoded(s));
+            c
+        };
+        let s = replay(&[
+            held(1),
+            Entry::Assigned {
+                id: MsgId(1),
+                rck: 4,
+                slot: 9,
+            },
+            held(2),
+            held(3),
+            resolved(1, Outcome::Acknowledged),
+            resolved(2, Outcome::NotDelivered),
+            Entry::Reported {
+                first: MsgId(1),
+                count: 2,
+            },
+        ]);
+        // 1: acknowledged, held; 2: not delivered, forgotten; 3: not resolved, in the outbox.
+        assert_eq!((s.held(), s.counts().1), (1, 1));
+        let r = compacted(&s).recovered(false);
+        assert_eq!(r.held.len(), 1);
+        assert_eq!((r.held[0].id, r.held[0].to), (MsgId(1), A));
+        assert_eq!(&r.held[0].payload[..], b"request");
+        assert!(r.verdicts.is_empty(), "reported");
+        assert!(r.messages[0].held, "3 is held when it is acknowledged");
+        // Released: 1 is forgotten; 3, released before its verdict, is forgotten with it.
+        let mut s = compacted(&s);
+        s.apply(&Entry::Released { id: MsgId(1) });
+        s.apply(&delivered(7));
+        s.apply(&Entry::TakenReleased {
+            from: A,
+            rck: 5,
+            slot: 7,
+            id: MsgId(3),
+        });
+        let mut s = compacted(&s);
+        assert_eq!((s.held(), s.counts()), (0, (1, 1)));
+        assert!(!s.recovered(false).messages[0].held);
+        s.apply(&resolved(3, Outcome::Acknowledged));
+        s.apply(&Entry::Confirmed { from: A, below: 8 });
+        s.apply(&Entry::Reported {
+            first: MsgId(3),
+            count: 1,
+        });
+        assert!(s.is_empty(), "{:?}", s.recovered(false));
+        assert_eq!(s.live_bytes(), 0);
+    }
+
+    #[test]
+    fn a_held_verdict_not_yet_reported_is_kept_beside_the_held_message() {
+        let mut s = State::new();
+        s.apply(&Entry::AcceptedHeld {
+            id: MsgId(8),
+            to: A,
+            payload: Bytes::from_static(b"q"),
+        });
+        s.apply(&Entry::Resolved {
+            id: MsgId(8),
+            verdict: Some((A, Outcome::Acknowledged)),
+        });
+        let c = replay(&s.live_entries().collect::<Vec<_>>());
+        let r = c.recovered(false);
+        assert_eq!((r.held.len(), r.verdicts.len()), (1, 1));
+        assert_eq!(c.live_bytes(), s.live_bytes());
+        // A `Held` record for a message already held, or still in the outbox, adds nothing.
+        let mut d = c.clone();
+        d.apply(&Entry::Held {
+            id: MsgId(8),
+            to: A,
+            payload: Bytes::from_static(b"q"),
+        });
+        assert_eq!(d.live_bytes(), c.live_bytes());
     }
 }

@@ -69,6 +69,11 @@ impl Node {
                 continue;
             }
             self.next_msg = self.next_msg.max(m.id.0.saturating_add(1));
+            if m.held {
+                if let Some(j) = self.journal.as_mut() {
+                    j.holds.insert(m.id);
+                }
+            }
             if recovered.damaged && self.rules.journal_covers_incarnations {
                 // The log lost records after these: a newer slot (delivered there, this
                 // one would get LOST and the message would go twice), or the verdict (the
@@ -96,6 +101,7 @@ impl Node {
             }
         }
         self.recover_verdicts(recovered.verdicts);
+        self.recover_held(recovered.held);
         let peers: Vec<NodeId> = self.senders.keys().copied().collect();
         for peer in peers {
             self.liveness_work(now, peer, true);
@@ -294,6 +300,14 @@ impl Node {
         let payload = payload.to_bytes();
         match stamp {
             Stamp::Plain => {}
+            Stamp::Held if self.rules.hold_call_requests => {
+                if let Some(j) = self.journal.as_mut() {
+                    j.holds.insert(id);
+                }
+                return self.journal(now, Entry::AcceptedHeld { id, to, payload }, g);
+            }
+            // The defect the rule prevents: an `Accepted` record, forgotten at its verdict.
+            Stamp::Held => {}
             Stamp::Key(key) => {
                 if let Some(j) = self.journal.as_mut() {
                     j.keys.insert(to, key);

@@ -17,6 +17,9 @@ pub(super) enum Stamp {
     Key(u64),
     /// A layer's mark (`send_marked`): an `AcceptedMark` record.
     Mark(Mark),
+    /// Held past its acknowledgement until released (`send_held`): an `AcceptedHeld`
+    /// record.
+    Held,
 }
 
 impl Node {
