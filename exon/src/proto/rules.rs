@@ -176,6 +176,13 @@ pub struct Rules {
     /// receiver releases its senders' messages out of order (`Kind::Unordered`), a
     /// restarted sender starts a new run.
     pub durable_flows: bool,
+    /// Messages sent again in fresh slots (their tokens' incarnation was lost: RETRY,
+    /// LOST) ask for those slots whatever the slot window: they held slots before, so the
+    /// receiver holds no more than it did. Off, they wait for room in the window like new
+    /// messages: when the window has shrunk below the tokens the receiver holds untaken
+    /// (after congestion or a restart of the sender) and the receiver's application waits
+    /// for them before it takes those (an ordered channel), nothing ever moves again.
+    pub resend_beyond_slot_window: bool,
 }
 
 impl Rules {
@@ -216,6 +223,7 @@ impl Rules {
         recover_calls: true,
         mark_in_one_record: true,
         durable_flows: true,
+        resend_beyond_slot_window: true,
     };
 }
 
