@@ -18,6 +18,7 @@
 
 pub mod effects;
 pub mod error;
+pub mod node;
 pub mod outbox;
 pub mod receiver;
 pub mod sender;
