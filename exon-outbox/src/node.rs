@@ -1,4 +1,4 @@
-//! What the SIGKILL tests' nodes (`outbox-node`, and others like it) share: their flags and
+//! What the SIGKILL tests' nodes (`outbox-node`, `channel-node`) share: their flags and
 //! their durable endpoint.
 
 use std::net::SocketAddr;
