@@ -22,6 +22,12 @@ pub enum Error {
     /// The sender finished with rows still in its outbox.
     #[error("{0} rows left in the outbox")]
     OutboxNotEmpty(u64),
+    /// A channel's numbering was not what its sender expects (`channel-node send`).
+    #[error("channel: {0}")]
+    Channel(String),
+    /// Messages whose verdict was not acknowledged (`channel-node send`).
+    #[error("{0} messages not acknowledged")]
+    NotAcknowledged(u64),
     /// A task of the node panicked or was cancelled.
     #[error("task: {0}")]
     Task(#[from] tokio::task::JoinError),

@@ -15,13 +15,22 @@
 //!
 //! `docs/durability.md`, "Exactly once from an outbox", describes the pattern and what it
 //! relies on.
+//!
+//! The same harness checks a durable ordered channel through SIGKILLs
+//! (`tests/channel_kill.rs`, binary `channel-node`, module [`channel`]): the sender goes on
+//! from `Channel::next_seq()` after each restart, the receiver applies each message in the
+//! channel's order into its redb database ([`Applied`]) before acknowledging it.
 
+pub mod applied;
+pub mod channel;
 pub mod effects;
 pub mod error;
+pub mod node;
 pub mod outbox;
 pub mod receiver;
 pub mod sender;
 
+pub use applied::{Applied, Order};
 pub use effects::{Effects, Tally};
 pub use error::Error;
 pub use outbox::Outbox;

@@ -10,121 +10,25 @@
 //! (also `OUTBOX_SEED`; `OUTBOX_RATE`, rows a second; `OUTBOX_LIMIT_S`, the time the
 //! stream has to finish after the kills).
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
 use exon_outbox::{Effects, Outbox};
-use exon_testkit::procs::{env_or, free_addr, xorshift, Proc};
-
-/// One side: its process, and its database.
-struct Side {
-    proc: Proc,
-    db: PathBuf,
-}
-
-/// The `role` side (`send`, `recv`), node `id`, binding `bind` and sending to `peer`, with
-/// its directory and database under `root`; `rate`: rows a second (the sender's).
-fn side(
-    role: &str,
-    id: u64,
-    (bind, peer): (SocketAddr, SocketAddr),
-    root: &Path,
-    count: u64,
-    rate: u64,
-) -> Side {
-    let db = root.join(format!("{role}.redb"));
-    let mut args: Vec<std::ffi::OsString> = vec![role.into()];
-    let flags = [
-        ("--id", id.to_string()),
-        ("--bind", bind.to_string()),
-        ("--peer", peer.to_string()),
-    ];
-    let more = [("--count", count.to_string()), ("--rate", rate.to_string())];
-    for (flag, value) in flags.into_iter().chain(more) {
-        args.extend([flag.into(), value.into()]);
-    }
-    args.extend(["--dir".into(), root.join(format!("{role}.dir")).into()]);
-    args.extend(["--db".into(), db.clone().into()]);
-    let proc = Proc::new(env!("CARGO_BIN_EXE_outbox-node"), args);
-    Side { proc, db }
-}
-
-/// Kills a random side every 50 to 450 ms until `kills` kills, or until the sender
-/// finished its part; returns the kills of (receiver, sender).
-fn kill_at_random(recv: &mut Proc, send: &mut Proc, kills: u64, seed: u64) -> (u32, u32) {
-    let mut rand = xorshift(seed);
-    let mut done = (0, 0);
-    while u64::from(done.0 + done.1) < kills {
-        std::thread::sleep(Duration::from_millis(50 + rand(400)));
-        if send.finished().is_some() {
-            break;
-        }
-        let on_recv = rand(2) == 0;
-        let victim = if on_recv { &mut *recv } else { &mut *send };
-        victim.kill();
-        if on_recv {
-            done.0 += 1;
-        } else {
-            done.1 += 1;
-        }
-        let role = if on_recv { "recv" } else { "send" };
-        eprintln!(
-            "kill {}: {role} (start {})",
-            done.0 + done.1,
-            victim.starts()
-        );
-        std::thread::sleep(Duration::from_millis(rand(100)));
-        victim.start();
-    }
-    done
-}
-
-/// Waits for the sender to finish (the receiver runs until stopped).
-fn wait_for_sender(recv: &mut Proc, send: &mut Proc, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(ok) = send.finished() {
-            assert!(ok, "the sender failed");
-            return;
-        }
-        assert_eq!(recv.finished(), None, "the receiver stopped");
-        assert!(
-            Instant::now() < deadline,
-            "the stream did not finish in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+use exon_testkit::procs::KillRun;
 
 #[test]
 #[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn an_outbox_through_sigkills_is_processed_exactly_once() {
-    let kills = env_or("OUTBOX_KILLS", 10);
-    let count = env_or("OUTBOX_COUNT", 3000);
-    let seed = env_or("OUTBOX_SEED", 0x9E37_79B9_7F4A_7C15);
-    let limit = Duration::from_secs(env_or("OUTBOX_LIMIT_S", 300));
-    // The stream lasts about half a second a kill: longer than the kills (one every 300 ms
-    // on average, and the restart).
-    let rate = env_or("OUTBOX_RATE", (count * 2 / kills.max(1)).max(1));
-    let started = Instant::now();
+    let run = KillRun::from_env(env!("CARGO_BIN_EXE_outbox-node"), "OUTBOX", 10, 3000);
+    let count = run.count;
     let root = tempfile::tempdir().unwrap();
-    let (sa, ra) = (free_addr(), free_addr());
-    let mut recv = side("recv", 2, (ra, sa), root.path(), count, 0);
-    let mut send = side("send", 1, (sa, ra), root.path(), count, rate);
-    recv.proc.start();
-    send.proc.start();
-    let (recv_kills, send_kills) = kill_at_random(&mut recv.proc, &mut send.proc, kills, seed);
-    wait_for_sender(&mut recv.proc, &mut send.proc, limit);
-    recv.proc.kill();
-    let tally = Effects::open(&recv.db).unwrap().tally().unwrap();
-    let outbox = Outbox::open(&send.db).unwrap();
+    let killed = run.run(root.path());
+    let (recv_kills, send_kills) = (killed.recv_kills, killed.send_kills);
+    let tally = Effects::open(&killed.recv_db).unwrap().tally().unwrap();
+    let outbox = Outbox::open(&killed.send_db).unwrap();
     let (twice, missing) = (tally.twice(count), tally.missing(count));
     eprintln!(
         "{count} items, {} kills ({recv_kills} of the receiver, {send_kills} of the sender) \
          in {:.1} s: {twice} processed twice, {missing} missing; sender's rows: {:?}",
         recv_kills + send_kills,
-        started.elapsed().as_secs_f64(),
+        killed.elapsed.as_secs_f64(),
         outbox.counters().unwrap()
     );
     assert_eq!((twice, missing), (0, 0), "items processed twice, missing");

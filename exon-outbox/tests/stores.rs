@@ -67,3 +67,55 @@ fn a_redelivery_processed_before_is_not_processed_again() {
         (0, 0, 0, 3)
     );
 }
+
+/// The channel's receiver applies the numbers due, skips a flagged redelivery it applied
+/// before, and records every breach of the order: a number not due (twice or skipped), an
+/// item that is not its number, a message outside the channel.
+#[test]
+fn the_channel_store_applies_in_order_and_records_breaches() {
+    use exon_outbox::applied::Arrival;
+    use exon_outbox::Applied;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("applied.redb");
+    let seq = |seq: u64, redelivery: bool| Arrival::Seq {
+        seq,
+        item: seq,
+        redelivery,
+    };
+    let db = Applied::open(&path).unwrap();
+    assert_eq!(db.apply(&[seq(0, false), seq(1, false)]).unwrap(), 2);
+    drop(db);
+    // Opened again (a restart): 1 comes again flagged and is skipped, 2 is due.
+    let db = Applied::open(&path).unwrap();
+    assert_eq!(
+        db.apply(&[seq(1, true), seq(2, true), seq(3, false)])
+            .unwrap(),
+        2
+    );
+    let order = db.order().unwrap();
+    assert_eq!(order.seqs, [0, 1, 2, 3]);
+    assert!(order.violations.is_empty());
+    assert_eq!(order.skipped, 1);
+    assert_eq!(
+        (order.twice(4), order.missing(4), order.out_of_order()),
+        (0, 0, 0)
+    );
+    // Breaches: 3 again unflagged, 5 before 4, an item that is not its number, a gap.
+    let wrong = Arrival::Seq {
+        seq: 6,
+        item: 7,
+        redelivery: false,
+    };
+    let gap = Arrival::Other("a gap".into());
+    assert_eq!(
+        db.apply(&[seq(3, false), seq(5, false), wrong, gap])
+            .unwrap(),
+        3
+    );
+    let order = db.order().unwrap();
+    assert_eq!(order.seqs, [0, 1, 2, 3, 3, 5, 6]);
+    assert_eq!(order.violations.len(), 4, "{:?}", order.violations);
+    assert_eq!((order.twice(7), order.missing(7)), (1, 1));
+    assert_eq!(order.out_of_order(), 2, "3 after 3, 5 after 3");
+    assert_eq!(order.strays(6), 1);
+}

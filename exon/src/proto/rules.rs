@@ -184,6 +184,13 @@ pub struct Rules {
     /// taken. Off, `send_held` is `send`: the acknowledgement forgets the request, and its
     /// reply, coming to the restarted caller, finds no call and is discarded.
     pub hold_call_requests: bool,
+    /// Messages sent again in fresh slots (their tokens' incarnation was lost: RETRY,
+    /// LOST) ask for those slots whatever the slot window: they held slots before, so the
+    /// receiver holds no more than it did. Off, they wait for room in the window like new
+    /// messages: when the window has shrunk below the tokens the receiver holds untaken
+    /// (after congestion or a restart of the sender) and the receiver's application waits
+    /// for them before it takes those (an ordered channel), nothing ever moves again.
+    pub resend_beyond_slot_window: bool,
 }
 
 impl Rules {
@@ -225,6 +232,7 @@ impl Rules {
         mark_in_one_record: true,
         durable_flows: true,
         hold_call_requests: true,
+        resend_beyond_slot_window: true,
     };
 }
 

@@ -703,3 +703,86 @@ fn a_verdict_reported_before_its_report_is_stored_is_reported_again_the_same() {
     assert!(p.nodes[A].in_doubt.is_empty() && p.nodes[A].not_delivered.is_empty());
     assert!(p.nodes[A].journal.is_empty());
 }
+
+/// The incarnations of the tokens a datagram carries.
+fn token_incarnations(w: &exon_testkit::pair::Wire) -> Vec<u64> {
+    let frames = w.packet().frames;
+    let r = |f: &exon::proto::Frame| match f {
+        exon::proto::Frame::Token { r, .. } => Some(*r),
+        _ => None,
+    };
+    frames.iter().filter_map(r).collect()
+}
+
+/// A stream of 301 messages from A to B, whose application takes nothing before the first
+/// (as an ordered channel's receiver): the first message's token is lost, B restarts
+/// (losing that incarnation), and the first message's tokens stay lost until B holds later
+/// messages untaken in its new incarnation; then B answers LOST for them, and A sends them
+/// again in fresh slots. Returns B's deliveries and whether the first was among them.
+/// `rule`: A's `resend_beyond_slot_window`.
+fn sent_again_behind_held_tokens(rule: bool) -> (usize, bool) {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let mut p = durable_pair(false, true);
+    let mut rules = Rules::ALL;
+    rules.resend_beyond_slot_window = rule;
+    p.node(A).set_rules(rules);
+    p.nodes[B].auto_take = false;
+    // Phase 1: A's tokens are lost; 2: those of the first incarnation only; 3: none.
+    let phase = Rc::new(Cell::new(1));
+    let first = Rc::new(Cell::new(None::<u64>));
+    let (ph, fi) = (phase.clone(), first.clone());
+    p.set_filter(move |w| {
+        if w.from != A {
+            return Fate::Deliver;
+        }
+        let rs = token_incarnations(w);
+        let drop = match (ph.get(), rs.first()) {
+            (1, Some(&r)) => {
+                fi.set(fi.get().or(Some(r)));
+                true
+            }
+            (2, _) => rs.iter().any(|r| Some(*r) == fi.get()),
+            _ => false,
+        };
+        if drop {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let m0 = payload(0);
+    p.send(A, m0.clone());
+    step_until(&mut p, |_| first.get().is_some());
+    p.crash_and_recover(B);
+    phase.set(2);
+    for i in 1..=300 {
+        p.send(A, payload(i));
+    }
+    p.run(Duration::from_secs(5));
+    phase.set(3);
+    p.run(Duration::from_secs(60));
+    if p.nodes[B].delivered.contains(&m0) {
+        // The first is there: B takes everything from now on.
+        p.nodes[B].auto_take = true;
+        p.take(B, usize::MAX);
+        p.run(Duration::from_secs(60));
+    }
+    let b = &p.nodes[B];
+    (b.delivered.len(), b.delivered.contains(&m0))
+}
+
+/// Messages sent again in fresh slots ask for them beyond the slot window, which shrank
+/// below the tokens the receiver holds untaken while waiting for them. Found by the
+/// channel SIGKILL test (`exon-outbox/tests/channel_kill.rs`): with the rule off, a
+/// durable channel stalled for good, its sender asking for no slot and its receiver taking
+/// nothing before the first message.
+#[test]
+fn a_message_sent_again_gets_a_slot_while_later_ones_are_held_untaken() {
+    assert_eq!(sent_again_behind_held_tokens(true), (301, true));
+    let (delivered, first) = sent_again_behind_held_tokens(false);
+    assert!(
+        !first && delivered < 301,
+        "rule off: {delivered} delivered, the first {first}"
+    );
+}

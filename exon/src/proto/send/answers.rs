@@ -179,6 +179,7 @@ impl SRecord {
             Sink::verdict(events, &mut held, slot, Event::Acknowledged { to, ids });
         }) > 0;
         // Messages to send again go first, in their original order.
+        self.again += retry.len();
         for msg in retry.into_iter().rev() {
             self.queue.push_front(msg);
         }
@@ -234,6 +235,7 @@ impl SRecord {
             return (0, false);
         }
         let n = again.len() as u64;
+        self.again += again.len();
         for msg in again.into_iter().rev() {
             self.queue.push_front(msg);
         }
@@ -304,6 +306,9 @@ impl SRecord {
     ) -> Option<(usize, Abandoned, Option<u64>)> {
         let (len, verdict, slot) = if let Some(i) = self.queue.iter().position(|q| q.id == id) {
             let q = self.queue.remove(i)?;
+            if i < self.again {
+                self.again -= 1;
+            }
             (q.payload.len(), Abandoned::NotDelivered, None)
         } else {
             let slot = self.tokens.iter_mut().find(|(_, t)| t.id == id)?.0;

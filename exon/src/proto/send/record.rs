@@ -33,6 +33,11 @@ pub(crate) struct SRecord {
     pub(super) env_start: u64,
     /// Messages waiting for an envelope.
     pub(super) queue: VecDeque<Queued>,
+    /// How many messages at the front of `queue` are sent again (their tokens'
+    /// incarnation was lost: RETRY, LOST): they held slots before, and ask for fresh ones
+    /// whatever the slot window ([`Rules::resend_beyond_slot_window`], `resend_rule`).
+    pub(super) again: usize,
+    resend_rule: bool,
     /// Tokens by slot number.
     pub(super) tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
@@ -132,6 +137,8 @@ impl SRecord {
             rck: None,
             env_start: ck,
             queue: VecDeque::new(),
+            again: 0,
+            resend_rule: rules.resend_beyond_slot_window,
             tokens: Tokens::default(),
             to_send: VecDeque::new(),
             req: SlotRequest::default(),
@@ -268,6 +275,8 @@ impl SRecord {
     /// but never more than the slot window allows (`n = N' + |msg| - |env|`, capped, where
     /// `N'` is [`envelope_goal`](Self::envelope_goal)), so receivers do not hold slots for
     /// nothing. A receiver may grant fewer (its limits); the rest is asked for next.
+    /// Messages sent again ask beyond the window (`again`): the window may have shrunk
+    /// below the tokens a receiver holds untaken, waiting for them.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let window = self.slot_window(cfg);
         self.wanted_within(window, self.envelope_goal(cfg, window))
@@ -278,7 +287,12 @@ impl SRecord {
         let env = self.envelopes();
         let held = env + self.tokens.len() as u64;
         let want = (goal + self.queue.len() as u64).saturating_sub(env);
-        want.min(window.saturating_sub(held))
+        let again = if self.resend_rule {
+            (self.again as u64).saturating_sub(env)
+        } else {
+            0
+        };
+        want.min(window.saturating_sub(held).max(again))
     }
 
     /// The slots to ask for now ([`wanted_slots`](Self::wanted_slots)), if it is time to ask:
@@ -427,6 +441,7 @@ impl SRecord {
             let Some(msg) = self.queue.pop_front() else {
                 break;
             };
+            self.again = self.again.saturating_sub(1);
             self.make_token(slot, rck, msg);
             made += 1;
         }
