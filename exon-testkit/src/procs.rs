@@ -1,5 +1,6 @@
 //! Real processes for the SIGKILL tests: a process killed and started again with the same
-//! arguments, free loopback ports, a small random generator, figures from the environment.
+//! arguments, free loopback ports, a small random generator, figures from the environment,
+//! and a pseudo-random byte source any part of which can be made again on its own.
 
 use std::ffi::OsString;
 use std::net::{SocketAddr, UdpSocket};
@@ -93,5 +94,37 @@ pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
         s ^= s >> 7;
         s ^= s << 17;
         s % n
+    }
+}
+
+/// Bytes `offset..offset + buf.len()` of the pseudo-random source `seed` (SplitMix64 of each
+/// 8-byte word's index): any part is made again on its own, so a writer restarted at some
+/// offset goes on with the same bytes, and a test checks what arrived without keeping it.
+/// No shift of the source matches it (a byte lost or repeated shows).
+pub fn source(seed: u64, offset: u64, buf: &mut [u8]) {
+    for (at, b) in (offset..).zip(buf) {
+        let mut z = seed.wrapping_add((at / 8).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        *b = (z >> (8 * (at % 8))) as u8;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::source;
+
+    #[test]
+    fn any_part_of_the_source_is_made_again_alike() {
+        let mut whole = vec![0u8; 1000];
+        source(7, 0, &mut whole);
+        let mut part = vec![0u8; 101];
+        source(7, 333, &mut part);
+        assert_eq!(part, whole[333..434]);
+        let mut other = vec![0u8; 1000];
+        source(8, 0, &mut other);
+        assert_ne!(other, whole, "another seed, other bytes");
+        assert_ne!(whole[1..], whole[..999], "no shift by one matches");
     }
 }
