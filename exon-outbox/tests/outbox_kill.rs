@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use exon_outbox::{Effects, Outbox};
-use exon_testkit::procs::{env_or, free_addr, xorshift, Proc};
+use exon_testkit::procs::{env_or, free_addr, kill_at_random, Proc};
 
 /// One side: its process, and its database.
 struct Side {
@@ -50,53 +50,6 @@ fn side(
     Side { proc, db }
 }
 
-/// Kills a random side every 50 to 450 ms until `kills` kills, or until the sender
-/// finished its part; returns the kills of (receiver, sender).
-fn kill_at_random(recv: &mut Proc, send: &mut Proc, kills: u64, seed: u64) -> (u32, u32) {
-    let mut rand = xorshift(seed);
-    let mut done = (0, 0);
-    while u64::from(done.0 + done.1) < kills {
-        std::thread::sleep(Duration::from_millis(50 + rand(400)));
-        if send.finished().is_some() {
-            break;
-        }
-        let on_recv = rand(2) == 0;
-        let victim = if on_recv { &mut *recv } else { &mut *send };
-        victim.kill();
-        if on_recv {
-            done.0 += 1;
-        } else {
-            done.1 += 1;
-        }
-        let role = if on_recv { "recv" } else { "send" };
-        eprintln!(
-            "kill {}: {role} (start {})",
-            done.0 + done.1,
-            victim.starts()
-        );
-        std::thread::sleep(Duration::from_millis(rand(100)));
-        victim.start();
-    }
-    done
-}
-
-/// Waits for the sender to finish (the receiver runs until stopped).
-fn wait_for_sender(recv: &mut Proc, send: &mut Proc, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(ok) = send.finished() {
-            assert!(ok, "the sender failed");
-            return;
-        }
-        assert_eq!(recv.finished(), None, "the receiver stopped");
-        assert!(
-            Instant::now() < deadline,
-            "the stream did not finish in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 #[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
 fn an_outbox_through_sigkills_is_processed_exactly_once() {
@@ -114,8 +67,10 @@ fn an_outbox_through_sigkills_is_processed_exactly_once() {
     let mut send = side("send", 1, (sa, ra), root.path(), count, rate);
     recv.proc.start();
     send.proc.start();
-    let (recv_kills, send_kills) = kill_at_random(&mut recv.proc, &mut send.proc, kills, seed);
-    wait_for_sender(&mut recv.proc, &mut send.proc, limit);
+    let procs = [&mut recv.proc, &mut send.proc];
+    let [recv_kills, send_kills] = kill_at_random(procs, kills, (50, 400), seed, String::new);
+    // (The receiver runs until stopped.)
+    send.proc.wait_for_exit(&mut recv.proc, limit);
     recv.proc.kill();
     let tally = Effects::open(&recv.db).unwrap().tally().unwrap();
     let outbox = Outbox::open(&send.db).unwrap();

@@ -1,11 +1,13 @@
 //! Real processes for the SIGKILL tests: a process killed and started again with the same
-//! arguments, free loopback ports, a small random generator, figures from the environment,
-//! and a pseudo-random byte source any part of which can be made again on its own.
+//! arguments, kills at random moments, the wait for a process's end, free loopback ports, a
+//! small random generator, figures from the environment, and a pseudo-random byte source
+//! any part of which can be made again on its own.
 
 use std::ffi::OsString;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 /// A process a test kills with SIGKILL at random moments and starts again with the same
 /// arguments. Dropping it (also on a panic) kills it: no process outlives its test.
@@ -61,6 +63,83 @@ impl Proc {
     pub fn starts(&self) -> u32 {
         self.starts
     }
+
+    /// The program's file name and its first argument (`outbox-node send`).
+    pub fn name(&self) -> String {
+        let program = self.program.file_name().unwrap_or(self.program.as_os_str());
+        let first = self.args.first().map(|a| a.to_string_lossy());
+        format!(
+            "{} {}",
+            program.to_string_lossy(),
+            first.unwrap_or_default()
+        )
+    }
+
+    /// Waits until it exits, for at most `limit`, while `running` (a process that runs
+    /// until killed) goes on.
+    ///
+    /// # Panics
+    /// When it fails, when `running` stops, or past `limit`.
+    pub fn wait_for_exit(&mut self, running: &mut Proc, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(ok) = self.finished() {
+                assert!(ok, "{} failed (its error above)", self.name());
+                return;
+            }
+            let stopped = running.finished();
+            assert_eq!(
+                stopped,
+                None,
+                "{} stopped (its error above)",
+                running.name()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{} did not finish in {limit:?}",
+                self.name()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Kills one of `procs`, chosen at random, after each pause (`least` ms and up to `spread`
+/// ms more) and starts it again after up to 100 ms, until `kills` kills or until one of
+/// them ended by itself; `seed` makes the choices. Each kill is reported on stderr, with
+/// `note()` after it. Returns the kills of each.
+pub fn kill_at_random(
+    procs: [&mut Proc; 2],
+    kills: u64,
+    (least, spread): (u64, u64),
+    seed: u64,
+    mut note: impl FnMut() -> String,
+) -> [u32; 2] {
+    let mut rand = xorshift(seed);
+    let mut done = [0u32; 2];
+    let started = Instant::now();
+    let [a, b] = procs;
+    while u64::from(done[0] + done[1]) < kills {
+        std::thread::sleep(Duration::from_millis(least + rand(spread.max(1))));
+        if a.finished().is_some() || b.finished().is_some() {
+            break;
+        }
+        let i = usize::from(rand(2) == 1);
+        let victim = if i == 0 { &mut *a } else { &mut *b };
+        victim.kill();
+        done[i] += 1;
+        eprintln!(
+            "{:6.1} s: kill {}: {} (start {}){}",
+            started.elapsed().as_secs_f64(),
+            done[0] + done[1],
+            victim.name(),
+            victim.starts(),
+            note()
+        );
+        std::thread::sleep(Duration::from_millis(rand(100)));
+        victim.start();
+    }
+    done
 }
 
 impl Drop for Proc {
