@@ -1,6 +1,8 @@
 //! Real processes for the SIGKILL tests: a process killed and started again with the same
-//! arguments, free loopback ports, a small random generator, figures from the environment,
-//! and a stream between two such processes killed at random ([`KillRun`]).
+//! arguments, kills at random moments, the wait for a process's end, free loopback ports, a
+//! small random generator, figures from the environment, a pseudo-random byte source any
+//! part of which can be made again on its own, and a stream between two such processes
+//! killed at random ([`KillRun`]).
 
 use std::ffi::OsString;
 use std::net::{SocketAddr, UdpSocket};
@@ -62,6 +64,83 @@ impl Proc {
     pub fn starts(&self) -> u32 {
         self.starts
     }
+
+    /// The program's file name and its first argument (`outbox-node send`).
+    pub fn name(&self) -> String {
+        let program = self.program.file_name().unwrap_or(self.program.as_os_str());
+        let first = self.args.first().map(|a| a.to_string_lossy());
+        format!(
+            "{} {}",
+            program.to_string_lossy(),
+            first.unwrap_or_default()
+        )
+    }
+
+    /// Waits until it exits, for at most `limit`, while `running` (a process that runs
+    /// until killed) goes on.
+    ///
+    /// # Panics
+    /// When it fails, when `running` stops, or past `limit`.
+    pub fn wait_for_exit(&mut self, running: &mut Proc, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(ok) = self.finished() {
+                assert!(ok, "{} failed (its error above)", self.name());
+                return;
+            }
+            let stopped = running.finished();
+            assert_eq!(
+                stopped,
+                None,
+                "{} stopped (its error above)",
+                running.name()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "{} did not finish in {limit:?}",
+                self.name()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Kills one of `procs`, chosen at random, after each pause (`least` ms and up to `spread`
+/// ms more) and starts it again after up to 100 ms, until `kills` kills or until one of
+/// them ended by itself; `seed` makes the choices. Each kill is reported on stderr, with
+/// `note()` after it. Returns the kills of each.
+pub fn kill_at_random(
+    procs: [&mut Proc; 2],
+    kills: u64,
+    (least, spread): (u64, u64),
+    seed: u64,
+    mut note: impl FnMut() -> String,
+) -> [u32; 2] {
+    let mut rand = xorshift(seed);
+    let mut done = [0u32; 2];
+    let started = Instant::now();
+    let [a, b] = procs;
+    while u64::from(done[0] + done[1]) < kills {
+        std::thread::sleep(Duration::from_millis(least + rand(spread.max(1))));
+        if a.finished().is_some() || b.finished().is_some() {
+            break;
+        }
+        let i = usize::from(rand(2) == 1);
+        let victim = if i == 0 { &mut *a } else { &mut *b };
+        victim.kill();
+        done[i] += 1;
+        eprintln!(
+            "{:6.1} s: kill {}: {} (start {}){}",
+            started.elapsed().as_secs_f64(),
+            done[0] + done[1],
+            victim.name(),
+            victim.starts(),
+            note()
+        );
+        std::thread::sleep(Duration::from_millis(rand(100)));
+        victim.start();
+    }
+    done
 }
 
 impl Drop for Proc {
@@ -95,6 +174,20 @@ pub fn xorshift(seed: u64) -> impl FnMut(u64) -> u64 {
         s ^= s >> 7;
         s ^= s << 17;
         s % n
+    }
+}
+
+/// Bytes `offset..offset + buf.len()` of the pseudo-random source `seed` (SplitMix64 of each
+/// 8-byte word's index): any part is made again on its own, so a writer restarted at some
+/// offset goes on with the same bytes, and a test checks what arrived without keeping it.
+/// No shift of the source matches it (a byte lost or repeated shows).
+pub fn source(seed: u64, offset: u64, buf: &mut [u8]) {
+    for (at, b) in (offset..).zip(buf) {
+        let mut z = seed.wrapping_add((at / 8).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        *b = (z >> (8 * (at % 8))) as u8;
     }
 }
 
@@ -165,8 +258,10 @@ impl KillRun {
         let (mut send, send_db) = self.side("send", 1, (sa, ra), root, self.rate);
         recv.start();
         send.start();
-        let (recv_kills, send_kills) = self.kill_at_random(&mut recv, &mut send);
-        wait_for_sender(&mut recv, &mut send, self.limit);
+        let procs = [&mut recv, &mut send];
+        let [recv_kills, send_kills] =
+            kill_at_random(procs, self.kills, (50, 400), self.seed, String::new);
+        send.wait_for_exit(&mut recv, self.limit);
         recv.kill();
         Killed {
             recv_db,
@@ -203,51 +298,22 @@ impl KillRun {
         args.extend(["--db".into(), db.clone().into()]);
         (Proc::new(&self.program, args), db)
     }
-
-    /// Kills a random side every 50 to 450 ms until `kills` kills, or until the sender
-    /// finished its part; returns the kills of (receiver, sender).
-    fn kill_at_random(&self, recv: &mut Proc, send: &mut Proc) -> (u32, u32) {
-        let mut rand = xorshift(self.seed);
-        let mut done = (0, 0);
-        while u64::from(done.0 + done.1) < self.kills {
-            std::thread::sleep(Duration::from_millis(50 + rand(400)));
-            if send.finished().is_some() {
-                break;
-            }
-            let on_recv = rand(2) == 0;
-            let victim = if on_recv { &mut *recv } else { &mut *send };
-            victim.kill();
-            if on_recv {
-                done.0 += 1;
-            } else {
-                done.1 += 1;
-            }
-            let role = if on_recv { "recv" } else { "send" };
-            eprintln!(
-                "kill {}: {role} (start {})",
-                done.0 + done.1,
-                victim.starts()
-            );
-            std::thread::sleep(Duration::from_millis(rand(100)));
-            victim.start();
-        }
-        done
-    }
 }
 
-/// Waits for the sender to finish (the receiver runs until stopped).
-fn wait_for_sender(recv: &mut Proc, send: &mut Proc, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(ok) = send.finished() {
-            assert!(ok, "the sender failed");
-            return;
-        }
-        assert_eq!(recv.finished(), None, "the receiver stopped");
-        assert!(
-            Instant::now() < deadline,
-            "the stream did not finish in {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+#[cfg(test)]
+mod tests {
+    use super::source;
+
+    #[test]
+    fn any_part_of_the_source_is_made_again_alike() {
+        let mut whole = vec![0u8; 1000];
+        source(7, 0, &mut whole);
+        let mut part = vec![0u8; 101];
+        source(7, 333, &mut part);
+        assert_eq!(part, whole[333..434]);
+        let mut other = vec![0u8; 1000];
+        source(8, 0, &mut other);
+        assert_ne!(other, whole, "another seed, other bytes");
+        assert_ne!(whole[1..], whole[..999], "no shift by one matches");
     }
 }

@@ -22,37 +22,22 @@
 use std::collections::HashSet;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
-use exon::proto::crypto::insecure_test_security;
-use exon::{Endpoint, EndpointConfig, NodeId};
+use clap::Parser;
+use exon::{Endpoint, EndpointConfig};
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Role {
-    Send,
-    Recv,
-}
+mod node;
+
+use node::Role;
 
 /// A durable node of the crash test.
 #[derive(Debug, Parser)]
 struct Opts {
-    /// Which side.
-    role: Role,
-    /// The endpoint's directory (clock and journal).
-    #[arg(long)]
-    dir: PathBuf,
-    /// This node's id (the other is 3 minus it).
-    #[arg(long)]
-    id: u64,
-    /// Address to bind.
-    #[arg(long)]
-    bind: SocketAddr,
-    /// The other node's address.
-    #[arg(long)]
-    peer: SocketAddr,
+    // Its side (`send`, `recv`), --id, --dir, --bind, --peer.
+    #[command(flatten)]
+    node: node::Side,
     /// The application's own file (its effects, or its progress).
     #[arg(long)]
     out: PathBuf,
@@ -64,23 +49,12 @@ struct Opts {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let o = Opts::parse();
-    let (me, other) = (
-        NodeId::new(o.id).ok_or("id")?,
-        NodeId::new(3 - o.id).ok_or("id")?,
-    );
     let mut cfg = EndpointConfig::default();
-    cfg.ack_after_processing = matches!(o.role, Role::Recv);
-    cfg.protocol.timers.idle_timeout = Duration::from_millis(500);
-    let mut ep = Endpoint::builder(me)
-        .security(insecure_test_security(me, [other]))
-        .config(cfg)
-        .durable(&o.dir)
-        .bind(o.bind)
-        .await?;
-    ep.add_peer(other, o.peer);
+    cfg.ack_after_processing = o.node.role == Role::Recv;
+    let (mut ep, other) = o.node.endpoint(cfg).await?;
     let text = std::fs::read_to_string(&o.out).unwrap_or_default();
     let mut out = OpenOptions::new().create(true).append(true).open(&o.out)?;
-    match o.role {
+    match o.node.role {
         Role::Recv => {
             // The application's store: the stable ids it processed, and the messages.
             let mut done: HashSet<String> = HashSet::new();

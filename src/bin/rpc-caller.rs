@@ -22,16 +22,16 @@
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
-use exon::proto::crypto::insecure_test_security;
 use exon::rpc::CallError;
-use exon::{Endpoint, EndpointConfig, NodeId};
+use exon::{EndpointConfig, NodeId};
+
+mod node;
 
 /// The server's id; the client is 1.
 const SERVER: u64 = 2;
@@ -40,15 +40,9 @@ const CLIENT: u64 = 1;
 /// A durable RPC caller of the crash test.
 #[derive(Debug, Parser)]
 struct Opts {
-    /// The endpoint's directory (clock and journal).
-    #[arg(long)]
-    dir: PathBuf,
-    /// Address to bind.
-    #[arg(long)]
-    bind: SocketAddr,
-    /// The server's address.
-    #[arg(long)]
-    peer: SocketAddr,
+    // --dir, --bind, --peer (the server's address).
+    #[command(flatten)]
+    net: node::Net,
     /// Where each call's end is written.
     #[arg(long)]
     out: PathBuf,
@@ -112,15 +106,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         NodeId::new(CLIENT).ok_or("id")?,
         NodeId::new(SERVER).ok_or("id")?,
     );
-    let mut cfg = EndpointConfig::default();
-    cfg.protocol.timers.idle_timeout = Duration::from_millis(500);
-    let mut ep = Endpoint::builder(me)
-        .security(insecure_test_security(me, [server]))
-        .config(cfg)
-        .durable(&o.dir)
-        .bind(o.bind)
+    let mut ep = o
+        .net
+        .endpoint(me, server, EndpointConfig::default())
         .await?;
-    ep.add_peer(server, o.peer);
     let replies = Arc::new(Mutex::new(Replies::open(&o)?));
     let recovered = ep.take_recovered_calls();
     let acknowledged = recovered.iter().filter(|c| c.acknowledged).count();

@@ -21,15 +21,15 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use exon::proto::crypto::insecure_test_security;
 use exon::rpc::{Failure, Request, Response};
-use exon::{Endpoint, EndpointConfig, NodeId};
+use exon::{EndpointConfig, NodeId};
+
+mod node;
 
 /// The server's id; the client is 1.
 const SERVER: u64 = 2;
@@ -38,15 +38,9 @@ const CLIENT: u64 = 1;
 /// A durable RPC server of the crash test.
 #[derive(Debug, Parser)]
 struct Opts {
-    /// The endpoint's directory (clock and journal).
-    #[arg(long)]
-    dir: PathBuf,
-    /// Address to bind.
-    #[arg(long)]
-    bind: SocketAddr,
-    /// The client's address.
-    #[arg(long)]
-    peer: SocketAddr,
+    // --dir, --bind, --peer (the client's address).
+    #[command(flatten)]
+    net: node::Net,
     /// The handler's own store: the effects, with the stable ids.
     #[arg(long)]
     out: PathBuf,
@@ -162,15 +156,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         NodeId::new(SERVER).ok_or("id")?,
         NodeId::new(CLIENT).ok_or("id")?,
     );
-    let mut cfg = EndpointConfig::default();
-    cfg.protocol.timers.idle_timeout = Duration::from_millis(500);
-    let ep = Endpoint::builder(me)
-        .security(insecure_test_security(me, [client]))
-        .config(cfg)
-        .durable(&o.dir)
-        .bind(o.bind)
+    let ep = o
+        .net
+        .endpoint(me, client, EndpointConfig::default())
         .await?;
-    ep.add_peer(client, o.peer);
     let store = Arc::new(Mutex::new(Store::open(&o)?));
     let work_ms = o.work_ms;
     // Runs until killed.

@@ -130,3 +130,43 @@ async fn a_durable_stream_goes_on_across_restarts_of_either_end() {
         stop(b).await;
     }
 }
+
+/// The writer shuts its side while the reader holds its last chunk of bytes (read to its
+/// end, not yet counted as read): the stream's end comes as an empty chunk queued behind
+/// it. The reader's next read takes the chunk and hits the end: the empty last chunk must
+/// be taken then too, or the writer's `finished` waits for it for ever (the reader has
+/// nothing more to read, and keeps its stream open). Found by `tests/stream_kill.rs`.
+#[tokio::test]
+async fn a_durable_stream_s_end_queued_behind_a_chunk_is_taken_at_the_end() {
+    let (adir, bdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = durable_flows(A, adir.path(), true, false).await;
+    let mut b = durable_flows(B, bdir.path(), true, false).await;
+    pair(&a, &b);
+    let whole = data(100_000);
+    let mut w = a.handle().open_stream(B).unwrap();
+    w.write_all(&whole).await.unwrap();
+    w.flush().await.unwrap();
+    let mut r = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+    let mut store = Vec::new();
+    // Every byte read: the last chunk read to its end, not yet counted as read.
+    read_into(&mut r, &mut store, whole.len()).await.unwrap();
+    assert!(store == whole);
+    // The end, with nothing buffered: an empty last chunk, behind the reader's last one.
+    w.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut buf = [0u8; 16];
+    let n = timeout(LIMIT, r.read(&mut buf)).await.unwrap().unwrap();
+    assert_eq!(n, 0, "the end");
+    // The reader keeps its stream: the writer hears that everything was read.
+    let done = timeout(Duration::from_secs(5), w.finished()).await;
+    assert!(
+        matches!(done, Ok(Ok(()))),
+        "the writer's finished: {done:?}"
+    );
+    r.shutdown().await.unwrap();
+    assert_eq!(timeout(LIMIT, w.read(&mut buf)).await.unwrap().unwrap(), 0);
+    timeout(LIMIT, r.finished()).await.unwrap().unwrap();
+    drop((w, r));
+    stop(a).await;
+    stop(b).await;
+}

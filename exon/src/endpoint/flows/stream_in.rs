@@ -153,9 +153,15 @@ impl StreamIn {
                 break;
             };
             if front.is_empty() {
-                // An empty chunk queued behind others (durable mode): taken in its turn.
+                // An empty chunk queued behind others (durable mode): taken in its turn,
+                // at once when every chunk before it is taken (it has no bytes to deal
+                // with; and as the stream's end, no read would come after it).
                 if let Some((_, id)) = st.chunks.pop_front() {
-                    st.done.push(id);
+                    if st.done.is_empty() {
+                        self.shared.ack(id);
+                    } else {
+                        st.done.push(id);
+                    }
                 }
                 continue;
             }
