@@ -537,4 +537,20 @@ async fn a_durable_directory_keeps_its_number_of_shards() {
     assert_eq!(changed(durable(S, three.path(), 2).await), (3, 2));
     stop(durable(S, three.path(), 3).await.unwrap()).await;
     assert!(three.path().join("shards").exists(), "recorded again");
+    // A directory not made yet, the clock kept elsewhere: made, with its journals.
+    for shards in [1, 2] {
+        let dir = one.path().join(format!("new-{shards}"));
+        let e = Endpoint::builder(S)
+            .security(security(S))
+            .config(cfg().with_shards(shards))
+            .clock_store(exon::endpoint::MemoryStore::new())
+            .durable(&dir)
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        stop(e).await;
+        assert!(dir
+            .join(format!("journal{}", ["", "-1"][shards - 1]))
+            .is_dir());
+    }
 }

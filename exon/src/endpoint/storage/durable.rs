@@ -229,11 +229,13 @@ impl DurableDir {
         Ok(highest.map(|i: usize| i + 1))
     }
 
-    /// Checks that the directory (created already) was used with `n` shards, or is new
+    /// Checks that the directory (created if missing) was used with `n` shards, or is new
     /// ([`BindError::DurableShardsChanged`] otherwise: each journal holds the peers its
     /// shard owned, and owners change with the number of shards). Above one shard the
     /// number is recorded in the `shards` file (synced) before any journal is opened.
     pub(crate) fn check_shards(&self, n: usize) -> Result<(), BindError> {
+        // Made already unless the clock is kept elsewhere (`Builder::clock_store`).
+        std::fs::create_dir_all(&self.dir)?;
         let file = self.dir.join(SHARDS_FILE);
         let recorded = self.recorded_shards()?;
         if let Some(recorded) = recorded.filter(|&r| r != n) {
