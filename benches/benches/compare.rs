@@ -52,8 +52,11 @@
 //! ack), `nats_js_sync` (publish and await the ack, one caller: p50/p99) and `nats_js_rpc`
 //! (the same with `--callers` concurrent callers, as the rpc mode). `--quick` (a smoke run:
 //! 0.3 s, one round) and `--no-nats` skip NATS (`nats_js=skipped`); `--only durable` runs the
-//! durable section alone. `durable::exon_durable_rows` is where exon's durable mode will add
-//! its rows.
+//! durable section alone. `durable::exon_durable_rows` adds exon's rows: durable and
+//! in-memory one-way (`exon_durable`, `exon_durable_keyed`, `exon_memory`) and request/reply
+//! (`exon_durable_rpc`, `exon_memory_rpc`), then two durable senders into a durable receiver
+//! of one shard and of two (`exon_durable_2to1`, `exon_durable_2shards`: a journal per
+//! shard), those two on a runtime of at least two worker threads.
 //!
 //! ```text
 //! cargo bench -p exon-benches --bench compare -- one-way --secs 3            # with NATS

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
+use crate::endpoint::shards::steering::shard_of;
 use crate::envelope::Outcome;
 use crate::proto::{DeliveryId, MsgId, NodeId};
 
@@ -28,11 +29,12 @@ pub(crate) struct Calls {
     pub(crate) deadline: std::time::Duration,
     /// Calls waiting for their reply, by call id: the node called, and the caller's end.
     waiting: Mutex<Waiting>,
-    /// Durable mode: the calls with a held request that ended, for the driver to release
-    /// their requests (and take their replies).
-    released: Mutex<Vec<Ended>>,
-    /// Notified when `released` gets one.
-    released_notify: tokio::sync::Notify,
+    /// Durable mode: the calls with a held request that ended, for the driver shard that
+    /// owns the node called (its node holds the request) to release their requests (and
+    /// take their replies): one list per shard.
+    released: Mutex<Vec<Vec<Ended>>>,
+    /// Notified when a shard's list in `released` gets one.
+    released_notify: Box<[tokio::sync::Notify]>,
 }
 
 /// An open call.
@@ -89,7 +91,14 @@ impl Calls {
     /// A table whose call ids start at a random point: a reply to a call made before a
     /// restart of this endpoint (it can come: exon delivers it to the new incarnation)
     /// finds no call with its id, rather than a new call that reused it.
+    #[cfg(test)]
     pub(crate) fn new(deadline: std::time::Duration) -> Arc<Calls> {
+        Self::sharded(deadline, 1)
+    }
+
+    /// As [`new`](Self::new), for an endpoint of `shards` driver shards (at least one).
+    pub(crate) fn sharded(deadline: std::time::Duration, shards: usize) -> Arc<Calls> {
+        let shards = shards.max(1);
         let seed = std::collections::hash_map::RandomState::new().hash_one(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -100,8 +109,8 @@ impl Calls {
             next: AtomicU64::new(seed % (CALL_ID_LIMIT / 2)),
             deadline,
             waiting: Mutex::default(),
-            released: Mutex::default(),
-            released_notify: tokio::sync::Notify::new(),
+            released: Mutex::new(vec![Vec::new(); shards]),
+            released_notify: (0..shards).map(|_| tokio::sync::Notify::new()).collect(),
         })
     }
 
@@ -226,15 +235,17 @@ impl Calls {
         }
     }
 
-    /// Durable mode: the calls with a held request that ended since the last call.
-    pub(crate) fn take_ended(&self) -> Vec<Ended> {
+    /// Durable mode: the calls with a held request that ended since the last call, of the
+    /// nodes that driver shard `shard` owns.
+    pub(crate) fn take_ended(&self, shard: usize) -> Vec<Ended> {
         let mut v = self.released.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::take(&mut *v)
+        v.get_mut(shard).map(std::mem::take).unwrap_or_default()
     }
 
-    /// Completes when a call with a held request ended.
-    pub(crate) fn ended_notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.released_notify.notified()
+    /// Completes when a call with a held request to a node driver shard `shard` owns ended.
+    pub(crate) fn ended_notified(&self, shard: usize) -> tokio::sync::futures::Notified<'_> {
+        let i = shard.min(self.released_notify.len() - 1);
+        self.released_notify[i].notified()
     }
 
     /// Call `id` ended: it leaves the table, and its held request, if any, is to release
@@ -248,11 +259,11 @@ impl Calls {
                 request,
                 reply: w.reply,
             };
-            self.released
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(ended);
-            self.released_notify.notify_one();
+            let shard = shard_of(w.to, self.released_notify.len());
+            let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+            released[shard].push(ended);
+            drop(released);
+            self.released_notify[shard].notify_one();
         }
     }
 
@@ -368,20 +379,48 @@ mod tests {
         let (guard, _rx) = calls.open(PEER);
         let id = guard.id();
         assert!(calls.hold(id, MsgId(5)));
-        assert!(calls.take_ended().is_empty(), "held while the call is open");
+        assert!(
+            calls.take_ended(0).is_empty(),
+            "held while the call is open"
+        );
         drop(guard);
         let ended = Ended {
             request: MsgId(5),
             reply: None,
         };
-        assert_eq!(calls.take_ended(), [ended]);
-        assert!(calls.take_ended().is_empty());
+        assert_eq!(calls.take_ended(0), [ended]);
+        assert!(calls.take_ended(0).is_empty());
         // A request held after its call ended: refused, for the driver to release.
         assert!(!calls.hold(id, MsgId(6)));
         // A recovered call, reopened with its held request, releases it the same way.
         let (guard, _rx) = calls.reopen(id + 7, PEER, true, Some(MsgId(7)));
         drop(guard);
-        assert_eq!(calls.take_ended()[0].request, MsgId(7));
+        assert_eq!(calls.take_ended(0)[0].request, MsgId(7));
+    }
+
+    /// Each shard's node holds the requests to the peers it owns: an ended call's release
+    /// goes to that shard only (another shard's node could hold another message under the
+    /// same id: durable ids are drawn per shard).
+    #[test]
+    fn an_ended_call_is_released_by_the_shard_that_owns_its_peer() {
+        let calls = Calls::sharded(std::time::Duration::from_secs(1), 2);
+        let peers: Vec<NodeId> = (1..40).map(NodeId::from_const).collect();
+        let owner = |p: NodeId| shard_of(p, 2);
+        let (a, b) = (
+            *peers.iter().find(|&&p| owner(p) == 0).unwrap(),
+            *peers.iter().find(|&&p| owner(p) == 1).unwrap(),
+        );
+        for (peer, msg) in [(a, 1), (b, 2)] {
+            let (guard, _rx) = calls.open(peer);
+            assert!(calls.hold(guard.id(), MsgId(msg)));
+        }
+        let ended = |m| Ended {
+            request: MsgId(m),
+            reply: None,
+        };
+        assert_eq!(calls.take_ended(1), [ended(2)]);
+        assert_eq!(calls.take_ended(0), [ended(1)]);
+        assert!(calls.take_ended(0).is_empty() && calls.take_ended(1).is_empty());
     }
 
     #[test]
@@ -406,13 +445,13 @@ mod tests {
             refused,
             "a second reply is not handed, and taken at once"
         );
-        assert!(calls.take_ended().is_empty(), "taken when the call ends");
+        assert!(calls.take_ended(0).is_empty(), "taken when the call ends");
         drop(guard);
         let ended = Ended {
             request: MsgId(9),
             reply: Some(d(2)),
         };
-        assert_eq!(calls.take_ended(), [ended]);
+        assert_eq!(calls.take_ended(0), [ended]);
         // A reply whose call's future is gone (its receiver dropped, its guard not yet):
         // not handed, and taken at once with the held request's release.
         let (guard, rx) = calls.open(PEER);
@@ -424,7 +463,7 @@ mod tests {
         };
         assert_eq!(calls.on_reply(guard.id(), PEER, reply(), d(4)), gone);
         drop(guard);
-        assert!(calls.take_ended().is_empty());
+        assert!(calls.take_ended(0).is_empty());
         // A call with no held request (not durable) has its reply taken at once.
         let (guard, _rx) = calls.open(PEER);
         let plain = Replied {

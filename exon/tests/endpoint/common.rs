@@ -35,13 +35,23 @@ pub async fn durable_flows(
     rules.durable_flows = rule;
     let mut c = cfg().with_rules(rules);
     c.ack_after_processing = ack_later;
+    bind_durable(id, dir, c, security(id)).await.unwrap()
+}
+
+/// A durable endpoint for node `id` in directory `dir` on loopback, with configuration `c`
+/// and security `sec`.
+pub async fn bind_durable(
+    id: NodeId,
+    dir: &std::path::Path,
+    c: EndpointConfig,
+    sec: exon::proto::Security,
+) -> Result<exon::endpoint::Endpoint, exon::endpoint::BindError> {
     exon::endpoint::Endpoint::builder(id)
-        .security(security(id))
+        .security(sec)
         .config(c)
         .durable(dir)
         .bind("127.0.0.1:0")
         .await
-        .unwrap()
 }
 
 /// Stops `e` at once, as a crash would (no linger), keeping what its journal synced.

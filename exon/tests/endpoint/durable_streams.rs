@@ -24,7 +24,7 @@ fn pair(a: &Endpoint, b: &Endpoint) {
 }
 
 /// The stream's bytes: a pattern no shift of itself matches.
-fn data(len: usize) -> Vec<u8> {
+pub(super) fn data(len: usize) -> Vec<u8> {
     let mut x = 0x2545_f491_4f6c_dd1du64;
     (0..len)
         .map(|_| {

@@ -14,7 +14,7 @@ use exon::rpc::{Failure, Request, Response};
 use exon::NodeId;
 use tokio::time::timeout;
 
-use super::common::{cfg, security};
+use super::common::{bind_durable, cfg, security};
 
 const S: NodeId = NodeId::from_const(1);
 const C: NodeId = NodeId::from_const(2);
@@ -26,24 +26,18 @@ async fn durable(id: NodeId, dir: &Path, recover_calls: bool) -> Endpoint {
     let c = cfg()
         .with_rules(rules)
         .with_call_deadline(Duration::from_secs(3));
-    Endpoint::builder(id)
-        .security(security(id))
-        .config(c)
-        .durable(dir)
-        .bind("127.0.0.1:0")
-        .await
-        .unwrap()
+    bind_durable(id, dir, c, security(id)).await.unwrap()
 }
 
 /// How often the server's handler ran each request, and how many began.
 #[derive(Default)]
-struct Runs {
-    began: AtomicUsize,
-    done: Mutex<HashMap<u64, u32>>,
+pub(super) struct Runs {
+    pub(super) began: AtomicUsize,
+    pub(super) done: Mutex<HashMap<u64, u32>>,
 }
 
 /// Serves `x -> x * x` slowly, counting runs.
-fn serve_slowly(server: &Endpoint, runs: Arc<Runs>) {
+pub(super) fn serve_slowly(server: &Endpoint, runs: Arc<Runs>) {
     let h = server.handle();
     tokio::spawn(async move {
         h.serve(move |req: Request| {

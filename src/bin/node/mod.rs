@@ -1,6 +1,7 @@
 //! What the crash tests' nodes (`durable-node`, `rpc-node`, `rpc-caller`, `stream-node`)
-//! share: the flags of a durable endpoint on loopback and of its one peer, and that endpoint;
-//! for the one-way tests' nodes (`durable-node`, `stream-node`), their side and id too.
+//! share: the flags of a durable endpoint on loopback (its driver shards too) and of its
+//! peer (or peers, `--peer ID=ADDR` repeated), and that endpoint; for the one-way tests'
+//! nodes (`durable-node`, `stream-node`), their side and id too.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,7 +26,8 @@ pub struct Side {
     /// Which side.
     #[arg(value_enum)]
     pub role: Role,
-    /// This node's id, 1 or 2 (the other is 3 minus it).
+    /// This node's id: 1 or 2 (the other is 3 minus it), or any where every `--peer`
+    /// names its id.
     #[arg(long)]
     pub id: u64,
     #[command(flatten)]
@@ -34,22 +36,38 @@ pub struct Side {
 
 #[allow(dead_code)] // (the RPC nodes' ids are fixed)
 impl Side {
-    /// This node's durable endpoint ([`Net::endpoint`]), and the other node's id.
+    /// This node's durable endpoint ([`Net::endpoint`]), and its (first) peer's id.
     pub async fn endpoint(
         &self,
         cfg: EndpointConfig,
     ) -> Result<(Endpoint, NodeId), Box<dyn std::error::Error>> {
-        let id = |n: u64| {
-            NodeId::new(n)
-                .filter(|_| (1..=2).contains(&self.id))
-                .ok_or("--id: 1 or 2")
-        };
-        let (me, other) = (id(self.id)?, id(3 - self.id.min(2))?);
-        Ok((self.net.endpoint(me, other, cfg).await?, other))
+        let (me, other) = self.ids()?;
+        let first = self.net.peers(other)[0].0;
+        Ok((self.net.endpoint(me, other, cfg).await?, first))
+    }
+
+    /// Its peers' ids (the other node's for a `--peer` without an id).
+    pub fn peer_ids(&self) -> Result<Vec<NodeId>, Box<dyn std::error::Error>> {
+        let (_, other) = self.ids()?;
+        Ok(self.net.peers(other).into_iter().map(|p| p.0).collect())
+    }
+
+    /// This node's id, and the other node's of a pair (3 minus it, for a `--peer` without
+    /// an id; any where every peer names its id).
+    fn ids(&self) -> Result<(NodeId, NodeId), Box<dyn std::error::Error>> {
+        let me = NodeId::new(self.id).ok_or("--id")?;
+        if (1..=2).contains(&self.id) {
+            return Ok((me, NodeId::new(3 - self.id).ok_or("--id")?));
+        }
+        if self.net.peer.iter().any(|p| p.id.is_none()) {
+            return Err("--id: 1 or 2, or an id with every --peer".into());
+        }
+        Ok((me, me))
     }
 }
 
-/// Where a node keeps its state, where it listens, and where its peer is.
+/// Where a node keeps its state (and in how many shards), where it listens, and where its
+/// peers are.
 #[derive(Debug, clap::Args)]
 pub struct Net {
     /// The endpoint's directory (clock and journal).
@@ -58,15 +76,48 @@ pub struct Net {
     /// Address to bind.
     #[arg(long)]
     pub bind: SocketAddr,
-    /// The other node's address.
-    #[arg(long)]
-    pub peer: SocketAddr,
+    /// The other node's address (`ADDR`), or a peer's id and address (`ID=ADDR`);
+    /// repeated for several peers.
+    #[arg(long, required = true)]
+    pub peer: Vec<Peer>,
+    /// Driver shards of the endpoint (a journal each).
+    #[arg(long, default_value_t = 1)]
+    pub shards: usize,
+}
+
+/// A peer on the command line: `ADDR` (the other node of a pair), or `ID=ADDR`.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    pub id: Option<NodeId>,
+    pub addr: SocketAddr,
+}
+
+impl std::str::FromStr for Peer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Peer, String> {
+        let (id, addr) = match s.split_once('=') {
+            Some((id, addr)) => {
+                let id = id.parse().ok().and_then(NodeId::new);
+                (Some(id.ok_or(format!("a node id: {s}"))?), addr)
+            }
+            None => (None, s),
+        };
+        let addr = addr.parse().map_err(|e| format!("{addr}: {e}"))?;
+        Ok(Peer { id, addr })
+    }
 }
 
 impl Net {
-    /// Node `me`'s durable endpoint on `dir` and `bind`, configured by `cfg` (a peer's
-    /// silence noticed after half a second), with `other` at `peer`; both are in the test
-    /// keyring.
+    /// The peers, with `other` for one named by its address alone.
+    pub fn peers(&self, other: NodeId) -> Vec<(NodeId, SocketAddr)> {
+        let id = |p: &Peer| p.id.unwrap_or(other);
+        self.peer.iter().map(|p| (id(p), p.addr)).collect()
+    }
+
+    /// Node `me`'s durable endpoint of `--shards` shards on `dir` and `bind`, configured by
+    /// `cfg` (a peer's silence noticed after half a second), with its peers (`other` for a
+    /// `--peer` without an id) at their addresses; all are in the test keyring.
     pub async fn endpoint(
         &self,
         me: NodeId,
@@ -74,13 +125,16 @@ impl Net {
         mut cfg: EndpointConfig,
     ) -> Result<Endpoint, BindError> {
         cfg.protocol.timers.idle_timeout = Duration::from_millis(500);
+        let peers = self.peers(other);
         let ep = Endpoint::builder(me)
-            .security(insecure_test_security(me, [other]))
-            .config(cfg)
+            .security(insecure_test_security(me, peers.iter().map(|p| p.0)))
+            .config(cfg.with_shards(self.shards))
             .durable(&self.dir)
             .bind(self.bind)
             .await?;
-        ep.add_peer(other, self.peer);
+        for (id, addr) in peers {
+            ep.add_peer(id, addr);
+        }
         Ok(ep)
     }
 }

@@ -1,6 +1,7 @@
 //! How an endpoint starts ([`Builder`]): its configuration, clock store, security and
 //! durable mode, then its sockets, one driver shard each.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ use crate::endpoint::io::family::canonical;
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::shards::route::Route;
 use crate::endpoint::storage::clock_store::{ClockStore, MemoryStore, SharedStore};
-use crate::endpoint::storage::durable::{DurableDir, Recovery};
+use crate::endpoint::storage::durable::{DriverJournal, DurableDir, Recovery};
 use crate::proto::{Identity, Node, NodeId, Security};
 
 impl Endpoint {
@@ -147,6 +148,8 @@ impl Builder {
     /// protocol node; they share the node id, the identity, the clock store (which keeps
     /// the highest mark any shard stored, so a restart starts above every clock value any
     /// shard used) and the delivery order within each shard. An empty list is refused.
+    /// Durable mode: each shard has its own journal in the directory, which must be bound
+    /// with the number of shards it was used with ([`BindError::DurableShardsChanged`]).
     pub fn with_sockets<S: DatagramSocket>(self, sockets: Vec<S>) -> Result<Endpoint, BindError> {
         let security = self.security.ok_or(BindError::NoSecurity)?;
         if sockets.is_empty() || sockets.len() > MAX_SHARDS {
@@ -156,9 +159,6 @@ impl Builder {
             )));
         }
         let n = sockets.len();
-        if self.durable.is_some() && n > 1 {
-            return Err(BindError::DurableShards);
-        }
         let mut store = clock_store(self.store, self.durable.as_ref())?;
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = canonical(sockets[0].local_addr()?);
@@ -170,12 +170,9 @@ impl Builder {
         let sealed = matches!(security, Security::Sealed(_));
         // Built first, so that a bad configuration starts nothing.
         let mut nodes = new_nodes(self.id, &security, &self.config, clock, n)?;
-        let calls = crate::rpc::calls::Calls::new(self.config.call_deadline);
+        let calls = crate::rpc::calls::Calls::sharded(self.config.call_deadline, n);
         let reopen = (&calls, self.config.rules.recover_calls);
-        let mut durable = match &self.durable {
-            Some(d) => Some(d.open(&mut nodes[0], reopen)?),
-            None => None,
-        };
+        let mut durable = open_journals(self.durable.as_ref(), &mut nodes, reopen)?;
         let public_key = nodes[0].public_key();
         self.config.protocol.validate()?;
         let max_payload = self.config.protocol.limits.max_message_size;
@@ -186,14 +183,15 @@ impl Builder {
         let mut routes = shard_routes(n);
         let unreachable = Arc::new(tokio::sync::watch::Sender::new(Default::default()));
         let (accept_tx, accept_rx) = mpsc::channel(self.config.flows.max_streams.max(1));
-        let ordered = ordered_shared(&self.config, accept_tx, durable.as_mut().map(|(_, r)| r));
+        let ordered = ordered_shared(&self.config, accept_tx, &mut durable);
         let mut links = Vec::with_capacity(n);
         let mut receivers = Vec::with_capacity(n);
         let mut recovered = Recovery::default();
         let mut streams_made = Vec::new();
         let mut journal_damaged = false;
         let sockets = sockets.into_iter().zip(reaches.iter().copied());
-        for (i, (node, socket)) in nodes.into_iter().zip(sockets).enumerate() {
+        let shards = nodes.into_iter().zip(sockets).zip(durable);
+        for (i, ((node, socket), durable)) in shards.enumerate() {
             let shared = Arc::new(Shared::new(
                 max_payload,
                 self.config.send_buffer,
@@ -213,18 +211,23 @@ impl Builder {
                 routes[i].take(),
             );
             let store = stores.remove(0);
-            let journal = durable.take().map(|(journal, recovery)| {
-                shared.set_durable();
-                recovered = recovery;
-                journal_damaged = journal.damaged;
-                journal
-            });
+            let (journal, mut recovery) = match durable {
+                Some((journal, recovery)) => {
+                    shared.set_durable();
+                    journal_damaged |= journal.damaged;
+                    (Some(journal), recovery)
+                }
+                None => (None, Recovery::default()),
+            };
             let cfg = self.config.clone();
             let mut driver = Driver::new(node, socket, cfg, channels, store, journal);
             if self.config.rules.durable_flows {
                 // Durable streams go on: made again here, before the driver runs.
-                streams_made = resume_streams(&mut driver, &mut recovered, &ordered, &cmd_tx);
+                let made = resume_streams(&mut driver, &mut recovery, &ordered, &cmd_tx);
+                streams_made.extend(made);
             }
+            recovered.sends.append(&mut recovery.sends);
+            recovered.calls.append(&mut recovery.calls);
             tokio::spawn(driver.run().instrument(span));
             receivers.push(Deliveries::new(rx, shared.clone()));
             links.push(ShardLink::new(cmd_tx, shared));
@@ -250,7 +253,9 @@ impl Builder {
 impl Builder {
     /// Makes the endpoint **durable**, keeping its state in directory `dir` (created if
     /// missing): the clock (`dir/clock`, unless a [`clock_store`](Self::clock_store) is
-    /// given) and a journal of what it sends and receives (`dir/journal/`). Exactly-once
+    /// given) and a journal of what it sends and receives (`dir/journal/`; with several
+    /// driver shards, one journal per shard: `dir/journal-1/`, ... for the others, and the
+    /// number of shards in `dir/shards`). Exactly-once
     /// then survives crashes of this process:
     ///
     /// - a delivery is on disk before it is handed to the application, and a take before it
@@ -270,8 +275,10 @@ impl Builder {
     ///
     /// Writes are synced in groups (everything written while one sync runs goes in the
     /// next), and the journal is compacted to what is live, so a quiet endpoint's directory
-    /// shrinks back to about its clock. One process at a time per directory; one driver
-    /// shard. See `docs/durability.md`.
+    /// shrinks back to about its clock. One process at a time per directory; a directory
+    /// is bound with the number of shards it was used with (each journal holds the peers
+    /// its shard owns: [`BindError::DurableShardsChanged`] otherwise). See
+    /// `docs/durability.md`.
     pub fn durable(self, dir: impl AsRef<Path>) -> Self {
         self.durable_with(dir, JournalConfig::default())
     }
@@ -287,16 +294,41 @@ impl Builder {
     }
 }
 
+/// Durable mode: each shard's node recovered from its journal (`durable`: the directory),
+/// with what the driver and the application get of it, shard by shard; `None` for each
+/// shard of an endpoint that is not durable. The directory must have been used with as
+/// many shards ([`DurableDir::check_shards`]).
+fn open_journals(
+    durable: Option<&DurableDir>,
+    nodes: &mut [Node],
+    reopen: (&Arc<crate::rpc::calls::Calls>, bool),
+) -> Result<Vec<Option<(DriverJournal, Recovery)>>, BindError> {
+    let Some(d) = durable else {
+        return Ok(nodes.iter().map(|_| None).collect());
+    };
+    d.check_shards(nodes.len())?;
+    let mut out = Vec::with_capacity(nodes.len());
+    for (i, node) in nodes.iter_mut().enumerate() {
+        out.push(Some(d.open(i, node, reopen)?));
+    }
+    Ok(out)
+}
+
 /// What every shard shares about ordered flows; durable mode: with the channels
-/// recovered from the journal (`recovery`).
+/// recovered from every shard's journal (`durable`; each holds the channels to the peers
+/// its shard owns).
 fn ordered_shared(
     config: &EndpointConfig,
     accept: mpsc::Sender<crate::endpoint::flows::at_driver::Accepted>,
-    recovery: Option<&mut Recovery>,
+    durable: &mut [Option<(DriverJournal, Recovery)>],
 ) -> Arc<OrderedShared> {
-    let resumed = recovery
-        .filter(|_| config.rules.durable_flows)
-        .map(|r| std::mem::take(&mut r.flows.out));
+    let mut resumed = None;
+    for (_, r) in durable.iter_mut().flatten() {
+        if config.rules.durable_flows {
+            let all: &mut HashMap<_, _> = resumed.get_or_insert_with(HashMap::new);
+            all.extend(std::mem::take(&mut r.flows.out));
+        }
+    }
     OrderedShared::new_durable(accept, config.flows.clone(), config.rules, resumed)
 }
 

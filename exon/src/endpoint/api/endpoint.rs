@@ -257,7 +257,10 @@ impl Endpoint {
     /// as reported before the restart ([`RecoveredSend::settled`]: not sent again, the
     /// receipt resolves with that verdict at once; it may have been reported before the
     /// crash too, the same). Empty after the first call, and on an endpoint that is not
-    /// durable. Requests recovered are calls: see
+    /// durable. With several driver shards, what every shard's journal recovered (each
+    /// message sent again by the shard that owns its destination; two shards may give the
+    /// same id to messages to different peers: a message is its destination and its id).
+    /// Requests recovered are calls: see
     /// [`take_recovered_calls`](Self::take_recovered_calls).
     pub fn take_recovered(&mut self) -> Vec<RecoveredSend> {
         std::mem::take(&mut self.recovered)
@@ -287,8 +290,9 @@ impl Endpoint {
     /// recovered from it resolves in doubt ([`ReceiptError::InDoubt`](crate::endpoint::ReceiptError::InDoubt)), tokens of earlier
     /// incarnations are answered DOUBT, and a message the application was told was stored
     /// before the restart that is neither recovered nor resolved is **in doubt**, not
-    /// settled: its records may be among those lost. False on an endpoint that is not
-    /// durable.
+    /// settled: its records may be among those lost. With several driver shards: whether
+    /// any shard's journal was (what the others hold is unaffected: each holds other
+    /// peers). False on an endpoint that is not durable.
     pub fn journal_damaged(&self) -> bool {
         self.journal_damaged
     }

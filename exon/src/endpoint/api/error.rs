@@ -97,7 +97,16 @@ pub enum BindError {
     /// Durable mode: the journal could not be opened (or read back).
     #[error("journal: {0}")]
     Journal(#[from] crate::durable::JournalError),
-    /// Durable mode takes one driver shard.
-    #[error("a durable endpoint has one shard")]
-    DurableShards,
+    /// Durable mode: the directory was used with another number of driver shards. Each
+    /// shard keeps the state of the peers it owns in a journal of its own, and which shard
+    /// owns a peer depends on the number of shards
+    /// ([`shard_of`](crate::endpoint::shard_of)): bind the directory with the number it was
+    /// used with (`docs/durability.md`, "Shards").
+    #[error("durable directory used with {recorded} driver shard(s), bound with {asked}")]
+    DurableShardsChanged {
+        /// The number of shards the directory was used with.
+        recorded: usize,
+        /// The number of shards asked for now.
+        asked: usize,
+    },
 }

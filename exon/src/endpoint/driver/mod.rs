@@ -124,6 +124,8 @@ pub(crate) struct Driver<S> {
     shared: Arc<Shared>,
     /// The endpoint's calls in flight: replies go to them.
     calls: Arc<Calls>,
+    /// This driver's shard (0 for an endpoint of one).
+    shard: usize,
     cmds: mpsc::UnboundedReceiver<Command>,
     cmds_open: bool,
     paths: Paths,
@@ -168,6 +170,7 @@ impl<S: DatagramSocket> Driver<S> {
         store: Box<dyn ClockStore>,
         durable: Option<crate::endpoint::storage::durable::DriverJournal>,
     ) -> Self {
+        let shard = ch.route.as_ref().map_or(0, Route::me);
         // Receive up to the UDP maximum whatever our own datagram size: peers configured
         // with larger datagrams are understood.
         let inbound = Inbound::new(
@@ -206,6 +209,7 @@ impl<S: DatagramSocket> Driver<S> {
             requests: Requests::default(),
             flows,
             calls: ch.calls,
+            shard,
             actions: Vec::new(),
             cmds_self: ch.cmds_self,
             clock: ClockJobs::new(store, cfg.store_retry),
@@ -313,7 +317,7 @@ impl<S: DatagramSocket> Driver<S> {
         let (socket, sleep) = (&self.socket, &mut self.sleep);
         let taken = self.shared.taken_notified();
         // Durable mode: calls that ended release their held requests.
-        let ended = self.calls.ended_notified();
+        let ended = self.calls.ended_notified(self.shard);
         tokio::select! {
             biased;
             c = self.cmds.recv(), if self.cmds_open => Wake::Cmd(c),
@@ -556,7 +560,7 @@ impl<S: DatagramSocket> Driver<S> {
         self.handover
             .on_taken(t, taken, (&mut self.node, &mut self.flows), &self.shared);
         if self.journal.is_some() {
-            for ended in self.calls.take_ended() {
+            for ended in self.calls.take_ended(self.shard) {
                 match ended.reply {
                     Some(d) => drop(self.node.take_reply(t, d, ended.request)),
                     None => drop(self.node.release(ended.request)),

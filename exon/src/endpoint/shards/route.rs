@@ -50,6 +50,11 @@ impl Route {
             .collect()
     }
 
+    /// This shard's index.
+    pub(crate) fn me(&self) -> usize {
+        self.me
+    }
+
     /// The shard that owns the source of `datagram`, when it is another one. A datagram
     /// whose header does not decode stays (the local node rejects and counts it).
     fn owner_elsewhere(&self, datagram: &[u8]) -> Option<usize> {

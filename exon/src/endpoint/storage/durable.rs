@@ -174,6 +174,9 @@ impl Recovery {
     }
 }
 
+/// The file that records a durable directory's number of shards, when above one.
+const SHARDS_FILE: &str = "shards";
+
 /// Where a durable endpoint keeps its state, and how.
 #[derive(Debug, Clone)]
 pub(crate) struct DurableDir {
@@ -187,19 +190,82 @@ impl DurableDir {
         FileStore::new(self.dir.join("clock"))
     }
 
-    /// Opens the journal, recovers `node` from it, and returns the driver's journal and
-    /// receipts for the messages recovered (their verdicts are still to come); the calls of
-    /// the requests recovered are opened again in `calls` (registered in its table with
-    /// the rule `recover_calls`).
+    /// The journal of shard `shard`: `journal/` for the first (so a directory of one shard
+    /// has the layout it always had), `journal-<shard>/` for the others.
+    pub(crate) fn journal_dir(&self, shard: usize) -> PathBuf {
+        match shard {
+            0 => self.dir.join("journal"),
+            i => self.dir.join(format!("journal-{i}")),
+        }
+    }
+
+    /// The number of driver shards the directory was used with: what its `shards` file
+    /// says, else one more than the highest shard that has a journal (a directory of one
+    /// shard, written before the file existed, has only `journal/`), else `None` (new).
+    fn recorded_shards(&self) -> Result<Option<usize>, BindError> {
+        match std::fs::read_to_string(self.dir.join(SHARDS_FILE)) {
+            Ok(s) => {
+                let n = s.trim().parse::<usize>().map_err(|e| {
+                    BindError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                })?;
+                return Ok(Some(n));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut highest = None;
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let shard = match name.to_str() {
+                Some("journal") => Some(0),
+                Some(s) => s.strip_prefix("journal-").and_then(|i| i.parse().ok()),
+                None => None,
+            };
+            if let Some(i) = shard.filter(|_| entry.path().is_dir()) {
+                highest = highest.max(Some(i));
+            }
+        }
+        Ok(highest.map(|i: usize| i + 1))
+    }
+
+    /// Checks that the directory (created if missing) was used with `n` shards, or is new
+    /// ([`BindError::DurableShardsChanged`] otherwise: each journal holds the peers its
+    /// shard owned, and owners change with the number of shards). Above one shard the
+    /// number is recorded in the `shards` file (synced) before any journal is opened.
+    pub(crate) fn check_shards(&self, n: usize) -> Result<(), BindError> {
+        // Made already unless the clock is kept elsewhere (`Builder::clock_store`).
+        std::fs::create_dir_all(&self.dir)?;
+        let file = self.dir.join(SHARDS_FILE);
+        let recorded = self.recorded_shards()?;
+        if let Some(recorded) = recorded.filter(|&r| r != n) {
+            return Err(BindError::DurableShardsChanged { recorded, asked: n });
+        }
+        if n > 1 && !file.exists() {
+            // Decimal text, written atomically (a crash leaves no file or the whole one).
+            crate::endpoint::storage::clock_store::ClockStore::store(
+                &mut FileStore::new(file),
+                n as u64,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Opens the journal of shard `shard`, recovers `node` (that shard's) from it, and
+    /// returns the driver's journal and receipts for the messages recovered (their verdicts
+    /// are still to come); the calls of the requests recovered are opened again in `calls`
+    /// (registered in its table with the rule `recover_calls`).
     pub(crate) fn open(
         &self,
+        shard: usize,
         node: &mut Node,
         (calls, register): (&std::sync::Arc<Calls>, bool),
     ) -> Result<(DriverJournal, Recovery), BindError> {
-        let backend = FsBackend::open(self.dir.join("journal"))?;
+        let backend = FsBackend::open(self.journal_dir(shard))?;
         let (journal, recovered, report) = Journal::open(backend, self.config.clone())?;
         let (deliveries, messages) = (recovered.deliveries.len(), recovered.messages.len());
         tracing::info!(
+            shard,
             records = report.records,
             torn_bytes = report.torn_bytes,
             damaged = report.damaged,
