@@ -40,6 +40,18 @@ pub struct ChannelModel {
     /// far beyond its window. Off: one at least four receiver windows ahead is taken
     /// (acknowledged) and dropped, as the endpoint did before (issue 42).
     pub hold_beyond_window: bool,
+    /// Rule (durable flows, with `Scenario::durable`): a restarted sender owes a gap to
+    /// every number from its mark's base (the lowest number without a verdict when its
+    /// last message was accepted, `SendPosition::base`) to its next that it does not hold
+    /// (a number given up may have lost its gap in the crash), as the endpoint does since
+    /// 468cc46. Off: as at 2b21b29: such a number is taken as settled, and its receiver
+    /// waits for it forever (or, for number 0, never learns the run).
+    pub owed_gaps: bool,
+    /// Rule (with [`owed_gaps`](Self::owed_gaps)): the owed gaps are sent at the restart.
+    /// Off: when the application sends on the channel again, as the endpoint does at
+    /// 468cc46 (`OrderedShared::channel` calls `FlowOut::send_owed_gaps`): one that no
+    /// longer sends on it leaves its receiver waiting.
+    pub owed_gaps_at_restart: bool,
 }
 
 impl Default for ChannelModel {
@@ -55,6 +67,8 @@ impl Default for ChannelModel {
             first_alone: true,
             advertise: true,
             hold_beyond_window: true,
+            owed_gaps: true,
+            owed_gaps_at_restart: true,
         }
     }
 }
@@ -79,5 +93,7 @@ impl ChannelModel {
             && self.first_alone
             && self.advertise
             && self.hold_beyond_window
+            && self.owed_gaps
+            && self.owed_gaps_at_restart
     }
 }

@@ -215,7 +215,9 @@ struct Args {
     /// Ordered-channel mode: the applications send `--messages` on this many channels to
     /// each receiver (`exon::ordered`: numbered, gaps for messages given up, receivers
     /// holding out-of-order messages untaken), and the oracle checks every flow's order,
-    /// gaps, held bound and end (0: off). Takes precedence over `--rpc`.
+    /// gaps, held bound and end (0: off). Takes precedence over `--rpc`. With `--durable`
+    /// the channels are durable (positions kept in journal marks) and survive crashes of
+    /// either side.
     #[arg(long, default_value_t = 0)]
     channels: u16,
     /// With `--channels`: messages of one flow unsettled at once.
@@ -229,6 +231,17 @@ struct Args {
     /// With `--channels`: one submission in this many is a plain message (0: none).
     #[arg(long, default_value_t = 5)]
     plain_one_in: u64,
+    /// With `--channels --durable`: a restarted sender owes no gaps to the numbers from
+    /// its mark's base that it no longer holds (as the endpoint at 2b21b29): a number given
+    /// up whose gap a crash lost is never filled (try `--deadline-ms 200 --abandon-crash
+    /// 0.3`).
+    #[arg(long, requires_all = ["channels", "durable"])]
+    no_owed_gaps: bool,
+    /// With `--channels --durable`: a restarted sender sends the gaps it owes when its
+    /// application sends on the channel again, not at the restart (as the endpoint at
+    /// 468cc46): one that no longer sends on it leaves its receiver waiting.
+    #[arg(long, requires_all = ["channels", "durable"])]
+    owed_gaps_when_used: bool,
     /// Every message (with `--rpc`: every request) is given up this many milliseconds
     /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
     #[arg(long)]
@@ -374,6 +387,8 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             window: a.channel_window,
             windows: a.channel_windows.clone(),
             plain_one_in: a.plain_one_in,
+            owed_gaps: !a.no_owed_gaps,
+            owed_gaps_at_restart: !a.owed_gaps_when_used,
             ..exon_sim::ChannelModel::default()
         }),
         ..Scenario::default()

@@ -151,6 +151,31 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The channel workload's part of the summary (`Display`).
+    fn fmt_channels(
+        &self,
+        c: &crate::oracle::ChannelCounts,
+        f: &mut fmt::Formatter<'_>,
+    ) -> fmt::Result {
+        write!(
+            f,
+            " flows={} chan_sent={} released={} gaps={} gaps_sent={} discarded={} held={} \
+             max_held={}",
+            c.flows, c.sent, c.released, c.gaps, c.gaps_sent, c.discarded, c.held, c.max_held
+        )?;
+        if self.journal_commits > 0 {
+            write!(
+                f,
+                " chan_released_again={} chan_repeated={} chan_lost_with_sender={} \
+                 chan_owed_gaps={}",
+                c.released_again, c.repeated, c.lost_with_sender, c.owed_gaps
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Display for Report {
     /// The one-line `key=value` summary (without wall-clock figures).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -199,12 +224,7 @@ impl fmt::Display for Report {
             )?;
         }
         if let Some(c) = &self.channels {
-            write!(
-                f,
-                " flows={} chan_sent={} released={} gaps={} gaps_sent={} discarded={} \
-                 held={} max_held={}",
-                c.flows, c.sent, c.released, c.gaps, c.gaps_sent, c.discarded, c.held, c.max_held
-            )?;
+            self.fmt_channels(c, f)?;
         }
         if self.journal_commits > 0 {
             write!(

@@ -156,13 +156,19 @@ pub struct Scenario {
     /// [`rpc`](Self::rpc); deliveries are taken as the channels release them
     /// ([`take_delay`](Self::take_delay) is not used). `None`: no channels.
     ///
-    /// Restarts: a restarted node draws a new run and loses its reorder buffers, and the
-    /// oracle excuses the flows of a restarted sender or receiver from completing. But a
-    /// receiver restarted in the middle of a live sender's run discards the rest of that
-    /// run (numbers above 0 of a run it does not know) and takes them, so their sender is
-    /// told they were delivered: reported as `ChannelAckedNotReleased`. Nothing in
-    /// `exon::ordered` tells the sender to start a new run yet, so the channel tests keep
-    /// crashes off.
+    /// Restarts without [`durable`](Self::durable): a restarted node draws a new run and
+    /// loses its reorder buffers, and the oracle excuses the flows of a restarted sender or
+    /// receiver from completing. But a receiver restarted in the middle of a live sender's
+    /// run discards the rest of that run (numbers above 0 of a run it does not know) and
+    /// takes them, so their sender is told they were delivered: reported as
+    /// `ChannelAckedNotReleased`. So the channel tests without journals keep crashes off.
+    ///
+    /// With [`durable`](Self::durable) the flows are durable as the endpoint's are (rule
+    /// `durable_flows`): their positions live in the journal's marks, a restarted host goes
+    /// on from them, and the oracle excuses no flow: each is released to its end, in order,
+    /// each number's effect once (a flagged redelivery of a number the application had is
+    /// allowed: it commits its effect with the number). Not with the faults that lose or
+    /// replace a journal (`journal_loss`, `switch_on`, `restore`, `damage`) nor `keyed`.
     pub channels: Option<crate::ChannelModel>,
 }
 
@@ -210,6 +216,9 @@ pub enum ScenarioError {
     /// The node configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// Two modes that do not go together.
+    #[error("{0}")]
+    Unsupported(&'static str),
 }
 
 impl Scenario {
@@ -227,6 +236,17 @@ impl Scenario {
         }
         if largest > max {
             return Err(ScenarioError::PayloadTooLarge { len: largest, max });
+        }
+        if let (Some(_), Some(d)) = (&self.channels, &self.durable) {
+            if d.journal_loss > 0.0 || d.switch_on || d.restore.is_some() || d.damage > 0.0 {
+                return Err(ScenarioError::Unsupported(
+                    "durable channels need their journals: not with lost, new, restored or \
+                     damaged journals",
+                ));
+            }
+            if d.keyed {
+                return Err(ScenarioError::Unsupported("channels do not send keyed"));
+            }
         }
         Ok(())
     }

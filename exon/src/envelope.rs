@@ -54,8 +54,9 @@ pub enum Flow {
 }
 
 impl Flow {
-    /// The flow's varint on the wire: the id shifted past two tag bits.
-    pub(crate) fn code(self) -> u64 {
+    /// The flow's varint on the wire: the id shifted past two tag bits (a durable flow's
+    /// journal mark is kept under [`position::lane`](crate::ordered::position::lane) of it).
+    pub fn code(self) -> u64 {
         match self {
             Flow::Channel(n) => u64::from(n) << 2,
             Flow::Stream { id, opener_sent } => {
@@ -64,7 +65,9 @@ impl Flow {
         }
     }
 
-    pub(crate) fn from_code(code: u64) -> Option<Flow> {
+    /// The flow a wire code names (`None` for a code no flow has): the inverse of
+    /// [`code`](Self::code).
+    pub fn from_code(code: u64) -> Option<Flow> {
         let id = code >> 2;
         match code & 3 {
             0 => u16::try_from(id).ok().map(Flow::Channel),

@@ -1,6 +1,8 @@
 //! The channel checks of the oracle, fed by hand: each violation kind is reported when its
 //! rule is broken, and a flow released in order reports nothing.
 
+use std::collections::HashSet;
+
 use super::*;
 
 const FLOW: FlowKey = FlowKey {
@@ -28,11 +30,11 @@ fn kinds(o: &Oracle) -> Vec<ViolationKind> {
 #[test]
 fn a_flow_released_in_order_with_a_gap_is_clean() {
     let (mut o, k) = three();
-    o.on_chan_release(FLOW, 0, Some(k[0]), 1);
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 1);
     o.on_chan_verdict(FLOW, 0, ChanVerdict::Delivered, 2);
     o.on_chan_verdict(FLOW, 1, ChanVerdict::NotDelivered, 3);
-    o.on_chan_release(FLOW, 1, None, 4);
-    o.on_chan_release(FLOW, 2, Some(k[2]), 5);
+    o.on_chan_release(FLOW, 1, None, false, 4);
+    o.on_chan_release(FLOW, 2, Some(k[2]), false, 5);
     o.on_chan_held(FLOW, 2, true, 3, 5);
     o.finish_channels(6);
     assert!(o.violations().is_empty(), "{:?}", o.violations());
@@ -43,10 +45,10 @@ fn a_flow_released_in_order_with_a_gap_is_clean() {
 #[test]
 fn out_of_order_twice_or_another_message_is_reported() {
     let (mut o, k) = three();
-    o.on_chan_release(FLOW, 1, Some(k[1]), 1);
+    o.on_chan_release(FLOW, 1, Some(k[1]), false, 1);
     assert_eq!(kinds(&o), vec![ViolationKind::ChannelOrder]);
-    o.on_chan_release(FLOW, 0, Some(k[1]), 2);
-    o.on_chan_release(FLOW, 0, Some(k[0]), 3);
+    o.on_chan_release(FLOW, 0, Some(k[1]), false, 2);
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 3);
     assert_eq!(kinds(&o), vec![ViolationKind::ChannelOrder; 3]);
 }
 
@@ -54,8 +56,8 @@ fn out_of_order_twice_or_another_message_is_reported() {
 fn verdicts_must_match_what_was_released() {
     let (mut o, k) = three();
     o.on_chan_verdict(FLOW, 0, ChanVerdict::NotDelivered, 1);
-    o.on_chan_release(FLOW, 0, Some(k[0]), 2);
-    o.on_chan_release(FLOW, 1, None, 3);
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 2);
+    o.on_chan_release(FLOW, 1, None, false, 3);
     o.on_chan_verdict(FLOW, 1, ChanVerdict::Delivered, 4);
     o.on_chan_verdict(FLOW, 2, ChanVerdict::Delivered, 5);
     assert_eq!(
@@ -85,4 +87,49 @@ fn a_window_held_and_a_flow_stuck_are_reported() {
     o.on_chan_restart(0);
     o.finish_channels(2);
     assert!(o.violations().is_empty());
+}
+
+#[test]
+fn durable_a_number_the_application_had_may_come_again_only_flagged_and_the_same() {
+    let (mut o, k) = three();
+    o.set_durable();
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 1);
+    o.on_chan_release(FLOW, 1, None, false, 2);
+    // The receiver restarted: both come again, flagged; nothing changes.
+    o.on_chan_release(FLOW, 0, Some(k[0]), true, 3);
+    o.on_chan_release(FLOW, 1, None, true, 3);
+    assert!(o.violations().is_empty(), "{:?}", o.violations());
+    assert_eq!(o.channel_counts().repeated, 2);
+    // Unflagged, or another message under the number: reported.
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 4);
+    o.on_chan_release(FLOW, 0, Some(k[1]), true, 5);
+    assert_eq!(kinds(&o), vec![ViolationKind::ChannelOrder; 2]);
+    // A restart excuses nothing: the flow must be released to its end.
+    o.on_chan_restart(0);
+    o.on_chan_restart(1);
+    o.finish_channels(6);
+    assert_eq!(kinds(&o)[2..], [ViolationKind::ChannelBlocked]);
+}
+
+#[test]
+fn durable_a_restarted_sender_keeps_the_numbers_known_durable() {
+    let (mut o, k) = three();
+    o.set_durable();
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 1);
+    // Number 1 outlived the crash in the journal, 2 did not (and never left).
+    o.on_chan_sender_recovered(0, &HashSet::from([k[1]]));
+    assert_eq!(o.channel_counts().lost_with_sender, 1);
+    let again = o.on_submit(0, 1, 2);
+    o.on_chan_sent(FLOW, 2, again, 2);
+    o.on_chan_release(FLOW, 1, Some(k[1]), false, 3);
+    o.on_chan_release(FLOW, 2, Some(again), false, 4);
+    o.finish_channels(5);
+    assert!(o.violations().is_empty(), "{:?}", o.violations());
+    // A sender that skips a number is reported.
+    let (mut o, k) = three();
+    o.set_durable();
+    o.on_chan_sender_recovered(0, &HashSet::from([k[0]]));
+    let skip = o.on_submit(0, 1, 2);
+    o.on_chan_sent(FLOW, 2, skip, 2);
+    assert_eq!(kinds(&o), vec![ViolationKind::ChannelOrder]);
 }

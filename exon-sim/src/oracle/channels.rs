@@ -5,7 +5,7 @@
 //! never holds more out of order than the window allows; and after healing every flow of a
 //! live sender is released to its end.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{Oracle, ViolationKind};
 use crate::workload::MsgKey;
@@ -91,12 +91,44 @@ pub struct ChannelCounts {
     pub held: u64,
     /// The most messages and gaps one flow held at once.
     pub max_held: u64,
+    /// Durable mode: flagged redeliveries of numbers below the next due of their run,
+    /// handed out again at once (released before a crash of the receiver, not taken).
+    pub released_again: u64,
+    /// Durable mode: numbers released again (flagged) that the receiving application had
+    /// already: it commits its effect with the number, so they change nothing.
+    pub repeated: u64,
+    /// Durable mode: gaps restarted senders owed to the numbers from their marks' bases
+    /// they no longer held (`SendPosition::base`).
+    pub owed_gaps: u64,
+    /// Durable mode: numbers a sender's crash took before their records were durable
+    /// (never sent: the sender numbers its next messages from there again).
+    pub lost_with_sender: u64,
+}
+
+impl ChannelCounts {
+    /// Adds the counters of another run (of `max_held`, the larger), for a soak's sum.
+    pub fn add(&mut self, o: &ChannelCounts) {
+        self.flows += o.flows;
+        self.sent += o.sent;
+        self.released += o.released;
+        self.gaps += o.gaps;
+        self.gaps_sent += o.gaps_sent;
+        self.discarded += o.discarded;
+        self.held += o.held;
+        self.max_held = self.max_held.max(o.max_held);
+        self.released_again += o.released_again;
+        self.repeated += o.repeated;
+        self.owed_gaps += o.owed_gaps;
+        self.lost_with_sender += o.lost_with_sender;
+    }
 }
 
 /// Every flow.
 #[derive(Debug, Default)]
 pub(super) struct Flows {
     flows: BTreeMap<FlowKey, FlowRec>,
+    /// The flow and number of each channel message sent.
+    by_key: HashMap<MsgKey, (FlowKey, u64)>,
     counts: ChannelCounts,
 }
 
@@ -125,6 +157,16 @@ impl Oracle {
             gap_acked: false,
             released: None,
         });
+        self.chans.by_key.insert(key, (flow, seq));
+    }
+
+    /// The sender of channel message `key` got its verdict `v` without knowing its flow (a
+    /// verdict its journal kept and its restarted node reports: the journal keeps no
+    /// payload with a verdict); nothing if `key` is not a channel message.
+    pub fn on_chan_verdict_of(&mut self, key: MsgKey, v: ChanVerdict, now: u64) {
+        if let Some(&(flow, seq)) = self.chans.by_key.get(&key) {
+            self.on_chan_verdict(flow, seq, v, now);
+        }
     }
 
     /// The sender of `flow` got the verdict of number `seq`. An acknowledged message must
@@ -176,9 +218,24 @@ impl Oracle {
     }
 
     /// The receiving application of `flow` got number `seq`: the message `key`, or a gap
-    /// (`None`). Numbers come strictly in order, each once, as what was sent under them.
-    pub fn on_chan_release(&mut self, flow: FlowKey, seq: u64, key: Option<MsgKey>, now: u64) {
+    /// (`None`); `again`: flagged as a redelivery after a crash of the receiver. Numbers
+    /// come strictly in order, each once, as what was sent under them. In durable mode the
+    /// application commits each number's effect with the number (its own store, which
+    /// crashes do not touch), so a flagged number it had already is allowed, and changes
+    /// nothing: it must be one it had, the same message if it was one.
+    pub fn on_chan_release(
+        &mut self,
+        flow: FlowKey,
+        seq: u64,
+        key: Option<MsgKey>,
+        again: bool,
+        now: u64,
+    ) {
+        let durable = self.durable;
         let f = self.chans.flows.entry(flow).or_default();
+        if durable && again && seq < f.next {
+            return self.on_chan_repeated(flow, seq, key, now);
+        }
         if seq != f.next {
             let what = format!(
                 "{flow}: number {seq} released as {}, {} due",
@@ -233,6 +290,68 @@ impl Oracle {
         }
     }
 
+    /// A flagged number `seq` of `flow` that its receiving application had already (durable
+    /// mode): the same message, or its gap.
+    fn on_chan_repeated(&mut self, flow: FlowKey, seq: u64, key: Option<MsgKey>, now: u64) {
+        self.chans.counts.repeated += 1;
+        let Some(n) = self.num_mut(flow, seq) else {
+            let what = format!("{flow}: number {seq} released again, never sent");
+            self.violate(ViolationKind::ChannelOrder, key, now, what);
+            return;
+        };
+        let sent = n.key;
+        if let Some(k) = key.filter(|&k| k != sent) {
+            let what = format!("{flow}: number {seq} released again as message {k}, not {sent}");
+            self.violate(ViolationKind::ChannelOrder, Some(k), now, what);
+        }
+    }
+
+    /// Restarted senders owe `n` gaps for numbers they no longer know the fate of.
+    pub fn on_chan_owed_gaps(&mut self, n: u64) {
+        self.chans.counts.owed_gaps += n;
+    }
+
+    /// A receiver handed out a flagged redelivery numbered below the next due of its run
+    /// again at once (durable mode: released before its crash, not taken).
+    pub fn on_chan_released_again(&mut self) {
+        self.chans.counts.released_again += 1;
+    }
+
+    /// `node` restarted with its journal (durable mode), which kept its messages `kept`
+    /// (without a verdict, or with one not reported). Each of its flows keeps the numbers
+    /// up to the last one known to have been durable (kept; or reported stored, delivered,
+    /// released, given a verdict or settled by its gap); the numbers after it were lost
+    /// with the crash before they were sent, and the sender numbers its next messages from
+    /// there again.
+    pub fn on_chan_sender_recovered(&mut self, node: usize, kept: &HashSet<MsgKey>) {
+        let mut lost = 0;
+        let msgs = &self.msgs;
+        let by_key = &mut self.chans.by_key;
+        for (k, f) in self.chans.flows.iter_mut() {
+            if k.from as usize != node {
+                continue;
+            }
+            let durable = |n: &Num| {
+                let rec = msgs
+                    .get(n.key.sender as usize)
+                    .and_then(|v| v.get(usize::try_from(n.key.seq).ok()?));
+                let told = rec.is_some_and(|r| {
+                    r.stored || r.deliveries > 0 || r.acked || r.doubted || r.not_delivered
+                });
+                told || n.released.is_some()
+                    || n.verdict.is_some()
+                    || n.gap_acked
+                    || kept.contains(&n.key)
+            };
+            let keep = f.nums.iter().rposition(durable).map_or(0, |j| j + 1);
+            lost += (f.nums.len() - keep) as u64;
+            for n in f.nums.drain(keep..) {
+                by_key.remove(&n.key);
+            }
+        }
+        self.chans.counts.lost_with_sender += lost;
+    }
+
     /// The receiver of a flow discarded an arrival (a late copy, an old run's message).
     pub fn on_chan_discard(&mut self) {
         self.chans.counts.discarded += 1;
@@ -271,11 +390,11 @@ impl Oracle {
     }
 
     /// After healing and quiescence: every flow of a live sender and receiver was released
-    /// to its last number sent.
+    /// to its last number sent (in durable mode every flow: they outlive restarts).
     pub(super) fn finish_channels(&mut self, now: u64) {
         let mut bad = Vec::new();
         for (k, f) in &self.chans.flows {
-            if f.sender_restarted || f.receiver_restarted {
+            if !self.durable && (f.sender_restarted || f.receiver_restarted) {
                 continue;
             }
             let sent = f.nums.len() as u64;

@@ -1,138 +1,48 @@
 //! The ordered-channel applications ([`Scenario::channels`](crate::Scenario::channels)):
 //! senders number each channel's messages with an `exon::ordered::Sequencer` (one run per
-//! boot of their node, drawn from the simulation's random source) and seal them with
-//! `Envelope::ordered`, replace each message given up (told not delivered or in doubt) by a
-//! gap (`Envelope::gap`) and settle it when the gap is acknowledged; receivers run an
-//! `exon::ordered::Reorder` per sender and channel and leave the messages that arrive ahead
-//! of their turn untaken in their node (so unacknowledged) until released in order, however
-//! far beyond their own window. Each node has its window (`ChannelModel::windows`): a
-//! receiver advertises it when a sender's run starts (`Envelope::window`), and the sender
-//! keeps to the smaller of the two, as the endpoint does. Plain messages, mixed in, are
-//! taken at once. The oracle sees every step.
+//! boot of their node for the flows it starts, drawn from the simulation's random source)
+//! and seal them with `Envelope::ordered`, replace each message given up (told not
+//! delivered or in doubt) by a gap (`Envelope::gap`) and settle it when the gap is
+//! acknowledged; receivers run an `exon::ordered::Reorder` per sender and channel and leave
+//! the messages that arrive ahead of their turn untaken in their node (so unacknowledged)
+//! until released in order, however far beyond their own window. Each node has its window
+//! (`ChannelModel::windows`): a receiver advertises it when a sender's run starts
+//! (`Envelope::window`), and the sender keeps to the smaller of the two, as the endpoint
+//! does. Plain messages, mixed in, are taken at once. The oracle sees every step.
+//!
+//! In durable mode the flows are durable as the endpoint's are (rule `durable_flows`):
+//! each new message keeps its flow's `SendPosition` with it in its journal record
+//! (`Node::send_marked`), each take of a message or gap released keeps the flow's
+//! `RecvPosition` (`Node::handle_taken_marked`), and a flagged redelivery of a number
+//! below the next due of the run is handed out again at once (released before a crash,
+//! not taken). A restarted host goes on from its marks (`chan_resume.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use exon::envelope::{Envelope, Flow, Place};
-use exon::ordered::{Arrival, Reorder, Sequencer, Settled, Step, Window};
+use exon::ordered::position::{self, RecvPosition};
+use exon::ordered::{Arrival, Reorder, Settled, Step, Window};
+use exon::proto::journal::Mark;
 use exon::proto::{DeliveryId, MsgId};
 use rand::Rng;
 
 use super::ids::node_id;
+use super::numbering::Numbering;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::channels::ChannelModel;
 use crate::oracle::{ChanVerdict, FlowKey, ViolationKind};
 use crate::workload::{is_whole, read_payload, write_payload, Kind, MsgKey};
 
-/// A sender's numbering of one flow: the real `Sequencer`, or, with the first-message-alone
-/// rule switched off, a plain counter (bounded by the window unless that rule is off too).
-enum Numbering {
-    Real(Sequencer),
-    Loose {
-        next: u64,
-        unsettled: BTreeSet<u64>,
-        window: Option<u32>,
-    },
-}
-
-impl Numbering {
-    /// The numbering of node `node`'s flow of run `run`.
-    fn new(m: &ChannelModel, node: usize, run: u32) -> Numbering {
-        let own = m.window_of(node);
-        if !m.first_alone {
-            Numbering::Loose {
-                next: 0,
-                unsettled: BTreeSet::new(),
-                window: m.window_rule.then_some(own.messages),
-            }
-        } else if !m.window_rule {
-            let open = Window {
-                messages: u32::MAX,
-                bytes: usize::MAX,
-            };
-            Numbering::Real(Sequencer::new(run, open))
-        } else if m.advertise {
-            Numbering::Real(Sequencer::new(run, own).expect_peer_window())
-        } else {
-            Numbering::Real(Sequencer::new(run, own))
-        }
-    }
-
-    /// The receiver advertised its window for run `run`.
-    fn on_peer_window(&mut self, run: u32, w: Window) {
-        if let Numbering::Real(s) = self {
-            if s.run() == run && s.peer_window().is_none() {
-                s.on_peer_window(w);
-            }
-        }
-    }
-
-    fn assign(&mut self, len: usize) -> Option<u64> {
-        match self {
-            Numbering::Real(s) => s.assign(len, false),
-            Numbering::Loose {
-                next,
-                unsettled,
-                window,
-            } => {
-                if window.is_some_and(|w| unsettled.len() >= w as usize) {
-                    return None;
-                }
-                let seq = *next;
-                *next += 1;
-                unsettled.insert(seq);
-                Some(seq)
-            }
-        }
-    }
-
-    fn unassign(&mut self, seq: u64) {
-        match self {
-            Numbering::Real(s) => s.unassign(seq),
-            Numbering::Loose {
-                next, unsettled, ..
-            } => {
-                if seq + 1 == *next && unsettled.remove(&seq) {
-                    *next = seq;
-                }
-            }
-        }
-    }
-
-    fn on_verdict(&mut self, seq: u64, delivered: bool) -> Settled {
-        match self {
-            Numbering::Real(s) => s.on_verdict(seq, delivered),
-            Numbering::Loose { unsettled, .. } => {
-                if !unsettled.contains(&seq) {
-                    Settled::Unknown
-                } else if delivered {
-                    unsettled.remove(&seq);
-                    Settled::Done
-                } else {
-                    Settled::SendGap
-                }
-            }
-        }
-    }
-
-    fn on_gap(&mut self, seq: u64) {
-        match self {
-            Numbering::Real(s) => s.on_gap(seq),
-            Numbering::Loose { unsettled, .. } => {
-                unsettled.remove(&seq);
-            }
-        }
-    }
-}
-
 /// What a sent channel message or gap was.
 #[derive(Debug, Clone, Copy)]
-struct ChanMsg {
-    to: usize,
-    channel: u16,
-    seq: u64,
-    gap: bool,
+pub(super) struct ChanMsg {
+    pub(super) to: usize,
+    pub(super) channel: u16,
+    pub(super) run: u32,
+    pub(super) seq: u64,
+    pub(super) gap: bool,
 }
 
 /// A receiver's handle on an arrival held in its `Reorder`: the delivery to take, and the
@@ -143,21 +53,38 @@ pub(crate) struct Item {
     body: Bytes,
 }
 
-/// One host's channel state, as sender and receiver; a crash loses all of it.
+/// A gap a sender owes: receiver, channel, run, number.
+pub(super) type Owed = (usize, u16, u32, u64);
+
+/// One host's channel state, as sender and receiver; a crash loses all of it (a durable
+/// host rebuilds it from its journal's marks and messages).
 #[derive(Default)]
 pub(crate) struct ChanHost {
-    /// The run of this boot of the node.
+    /// The run of the flows this boot of the node starts.
     pub(crate) run: u32,
+    /// Durable mode with rule `durable_flows`: positions are kept in marks.
+    pub(super) durable: bool,
     /// Numbering per (receiver, channel).
-    send: BTreeMap<(usize, u16), Numbering>,
-    /// What each message id of this boot is.
-    ids: HashMap<u64, ChanMsg>,
-    /// Gaps to send: (receiver, channel, number).
-    pub(crate) gaps_owed: Vec<(usize, u16, u64)>,
+    pub(super) send: BTreeMap<(usize, u16), Numbering>,
+    /// What each message id is (of this boot, and recovered).
+    pub(super) ids: HashMap<u64, ChanMsg>,
+    /// Gaps to send.
+    pub(crate) gaps_owed: Vec<Owed>,
     /// Reorder buffer per (sender, channel).
-    recv: BTreeMap<(usize, u16), Reorder<Item>>,
-    /// Ids of the window advertisements this boot sent (their verdicts matter to nobody).
-    adverts: BTreeSet<u64>,
+    pub(super) recv: BTreeMap<(usize, u16), Reorder<Item>>,
+    /// Ids of the window advertisements sent (their verdicts matter to nobody).
+    pub(super) adverts: BTreeSet<u64>,
+    /// Durable mode: flows resumed from a receiver's mark whose senders have not been told
+    /// this receiver's window since (told at their first arrival).
+    pub(super) unadvertised: BTreeSet<(usize, u16)>,
+    /// Durable mode, `ChannelModel::owed_gaps_at_restart` off: the gaps a resumed flow
+    /// owes, sent when the application sends on it again (by receiver and channel).
+    pub(super) owed_later: BTreeMap<(usize, u16), Vec<Owed>>,
+}
+
+/// The mark lane of channel `ch`, its sending side or its receiving side.
+pub(super) fn chan_lane(ch: u16, sending: bool) -> u64 {
+    position::lane(Flow::Channel(ch).code(), sending)
 }
 
 impl Sim {
@@ -194,7 +121,7 @@ impl Sim {
     }
 
     /// Node `i` sends its next message on channel `ch` to `to`; false if the flow has no
-    /// room or the node refused it for now.
+    /// room or the node refused it for now. A durable flow keeps its position with it.
     fn chan_send(&mut self, i: usize, to: usize, ch: u16, m: &ChannelModel) -> bool {
         let wl = &self.sc.workload;
         let key = MsgKey {
@@ -205,7 +132,12 @@ impl Sim {
         let max_pending = wl.max_pending;
         let now = self.instant();
         let h = &mut self.hosts[i];
-        let run = h.chans.run;
+        let boot_run = h.chans.run;
+        let durable = h.chans.durable;
+        if let Some(owed) = h.chans.owed_later.remove(&(to, ch)) {
+            // The application makes the channel again: its owed gaps go (next round).
+            h.chans.gaps_owed.extend(owed);
+        }
         let Some(node) = h.node.as_mut() else {
             return false;
         };
@@ -216,7 +148,8 @@ impl Sim {
             .chans
             .send
             .entry((to, ch))
-            .or_insert_with(|| Numbering::new(m, i, run));
+            .or_insert_with(|| Numbering::new(m, i, boot_run));
+        let run = num.run();
         let Some(seq) = num.assign(len) else {
             return false;
         };
@@ -228,11 +161,17 @@ impl Sim {
             seq,
         };
         // As the endpoint sends them: held untaken for their turn, they are reported (GOT).
-        let Ok(id) = node.send_reported(
-            now,
-            node_id(to),
-            Envelope::ordered(place, false, body.into()),
-        ) else {
+        let env = Envelope::ordered(place, false, body.into());
+        let sent = if durable {
+            let mark = Mark {
+                lane: chan_lane(ch, true),
+                value: num.position(seq, m).encode(),
+            };
+            node.send_marked(now, node_id(to), env, true, mark)
+        } else {
+            node.send_reported(now, node_id(to), env)
+        };
+        let Ok(id) = sent else {
             num.unassign(seq);
             return false;
         };
@@ -242,6 +181,7 @@ impl Sim {
         let msg = ChanMsg {
             to,
             channel: ch,
+            run,
             seq,
             gap: false,
         };
@@ -257,30 +197,31 @@ impl Sim {
         self.oracle.on_chan_sent(flow, seq, key, self.now);
         self.last_activity = self.last_activity.max(self.now);
         if let Some(d) = self.sc.deadline {
+            // In durable mode the application keeps its deadlines across crashes, as the
+            // journal keeps its messages.
             let what = What::GiveUp {
                 node: i as u32,
                 to: to as u32,
                 id: id.0,
                 boot,
-                seq: u64::MAX,
+                seq: if durable { key.seq } else { u64::MAX },
             };
             self.queue.push(self.now + nanos(d), what);
         }
         true
     }
 
-    /// Node `i` sends the gaps it owes (with no deadline); those refused for now wait for
-    /// the next round.
+    /// Node `i` sends the gaps it owes (with no deadline, and no mark: a gap is not a new
+    /// number); those refused for now wait for the next round.
     fn send_gaps(&mut self, i: usize) {
         let now = self.instant();
         let h = &mut self.hosts[i];
         let Some(node) = h.node.as_mut() else {
             return;
         };
-        let run = h.chans.run;
         let mut left = Vec::new();
         let mut sent = Vec::new();
-        for (to, ch, seq) in std::mem::take(&mut h.chans.gaps_owed) {
+        for (to, ch, run, seq) in std::mem::take(&mut h.chans.gaps_owed) {
             let place = Place {
                 flow: Flow::Channel(ch),
                 run,
@@ -288,9 +229,11 @@ impl Sim {
             };
             match node.send_reported(now, node_id(to), Envelope::gap(place)) {
                 Ok(id) => {
+                    h.chan_own.insert(id.0);
                     let gap = ChanMsg {
                         to,
                         channel: ch,
+                        run,
                         seq,
                         gap: true,
                     };
@@ -302,7 +245,7 @@ impl Sim {
                         channel: ch,
                     });
                 }
-                Err(_) => left.push((to, ch, seq)),
+                Err(_) => left.push((to, ch, run, seq)),
             }
         }
         h.chans.gaps_owed = left;
@@ -318,7 +261,8 @@ impl Sim {
     /// (or, not delivered, owes the gap again) and returns true; for a channel message it
     /// feeds the flow's numbering (owing a gap if it was given up, with the gap rule on)
     /// and returns false, as for any other message (the caller goes on with the message
-    /// oracle).
+    /// oracle). A message or gap of a run its flow no longer numbers (recovered from an
+    /// older run) only tells the oracle.
     pub(super) fn chan_verdict(&mut self, i: usize, id: MsgId, v: ChanVerdict) -> bool {
         let Some(m) = self.sc.channels.clone() else {
             return false;
@@ -328,34 +272,62 @@ impl Sim {
             return true;
         }
         let Some(msg) = h.chans.ids.remove(&id.0) else {
-            return false;
+            // A verdict its journal kept and the restarted node reports: it says nothing of
+            // its flow or number (the journal keeps no payload with a verdict), as at the
+            // endpoint. The application knows its message (the oracle hears it); a gap's or
+            // an advertisement's matters to nobody.
+            if let Some(&seq) = h.msg_keys.get(&id.0) {
+                let key = MsgKey {
+                    sender: i as u32,
+                    seq,
+                };
+                self.oracle.on_chan_verdict_of(key, v, self.now);
+            }
+            return h.chan_own.contains(&id.0);
         };
         let flow = FlowKey {
             from: i as u32,
             to: msg.to as u32,
-            run: h.chans.run,
+            run: msg.run,
             channel: msg.channel,
         };
-        let Some(num) = h.chans.send.get_mut(&(msg.to, msg.channel)) else {
-            return msg.gap;
-        };
+        let num = h
+            .chans
+            .send
+            .get_mut(&(msg.to, msg.channel))
+            .filter(|n| n.run() == msg.run);
         if msg.gap {
-            if v == ChanVerdict::Delivered {
-                num.on_gap(msg.seq);
-                self.oracle.on_chan_gap_acked(flow, msg.seq, self.now);
-            } else {
-                h.chans.gaps_owed.push((msg.to, msg.channel, msg.seq));
+            match (v, num) {
+                (ChanVerdict::Delivered, num) => {
+                    if let Some(num) = num {
+                        num.on_gap(msg.seq);
+                    }
+                    self.oracle.on_chan_gap_acked(flow, msg.seq, self.now);
+                }
+                (_, Some(_)) => h
+                    .chans
+                    .gaps_owed
+                    .push((msg.to, msg.channel, msg.run, msg.seq)),
+                (_, None) => {}
             }
         } else {
-            let settled = num.on_verdict(msg.seq, v == ChanVerdict::Delivered);
-            if settled == Settled::SendGap && m.gaps {
-                h.chans.gaps_owed.push((msg.to, msg.channel, msg.seq));
+            let settled = num.map(|n| n.on_verdict(msg.seq, v == ChanVerdict::Delivered));
+            if settled == Some(Settled::SendGap) && m.gaps {
+                h.chans
+                    .gaps_owed
+                    .push((msg.to, msg.channel, msg.run, msg.seq));
             }
             self.oracle.on_chan_verdict(flow, msg.seq, v, self.now);
         }
         // A place may have come free, or a gap is owed.
         self.schedule_pump(i, self.now);
         msg.gap
+    }
+
+    /// Whether node `i`'s message `id` is one of its channel application's own, not the
+    /// workload's: a gap or a window advertisement.
+    pub(super) fn chan_unkeyed(&self, i: usize, id: MsgId) -> bool {
+        self.hosts[i].chan_own.contains(&id.0)
     }
 
     /// A delivery to node `i`'s channel application: a plain message is taken at once; a
@@ -458,8 +430,57 @@ impl Sim {
         }
     }
 
+    /// Node `i`'s application takes delivery `id`, a number of channel `ch` from `from`
+    /// released to it; a durable flow keeps its position with the take (its `Reorder`'s
+    /// run and next number due, as `Flows::take_mark` does), in the same record.
+    fn chan_take_released(&mut self, i: usize, from: usize, ch: u16, id: DeliveryId) {
+        let now = self.instant();
+        let h = &mut self.hosts[i];
+        let Some(node) = h.node.as_mut() else {
+            return;
+        };
+        let pos = match h.chans.recv.get(&(from, ch)) {
+            Some(r) if h.chans.durable => r.run().map(|run| RecvPosition {
+                run,
+                next: r.next(),
+                offset: 0,
+                ended: false,
+            }),
+            _ => None,
+        };
+        if let Some(pos) = pos {
+            let mark = Mark {
+                lane: chan_lane(ch, false),
+                value: pos.encode(),
+            };
+            if node.handle_taken_marked(now, id, mark).is_ok() {
+                return;
+            }
+            // No room for the mark: taken all the same, as the endpoint does.
+        }
+        node.handle_taken(now, id);
+    }
+
+    /// Number `seq` of `flow` is released to node `i`'s application: `item`, a message or
+    /// (`gap`) its gap, taken then. A flagged redelivery (after a crash of the receiver)
+    /// may be a number the application had: it commits its effect with the number, so
+    /// the oracle checks the number, not a second effect.
+    fn chan_release(&mut self, i: usize, flow: FlowKey, seq: u64, item: Item, gap: bool) {
+        self.chan_take_released(i, flow.from as usize, flow.channel, item.id);
+        let again = item.id.is_redelivery();
+        let key = if gap {
+            None
+        } else {
+            let key = self.oracle.on_taken(i, &item.body, self.now).map(|k| k.0);
+            key.or_else(|| read_payload(&item.body).map(|k| k.0))
+        };
+        self.oracle.on_chan_release(flow, seq, key, again, self.now);
+    }
+
     /// Number `seq` of run `run` of channel `ch` from `from` arrived at node `i`: its
-    /// `Reorder` decides, the oracle checks what is released and how much is held.
+    /// `Reorder` decides, the oracle checks what is released and how much is held. In
+    /// durable mode a flagged redelivery of a number below the next due of the run was
+    /// released before a crash and not taken: it is handed out again at once.
     fn chan_arrival(
         &mut self,
         i: usize,
@@ -475,21 +496,37 @@ impl Sim {
         let own = m.window_of(i);
         let window = own.messages;
         let mut out = Vec::new();
+        let durable = self.hosts[i].chans.durable;
         let r = self.hosts[i].chans.recv.entry((from, ch)).or_default();
         let before = r.held();
         let known = r.run() == Some(run);
+        let (item, gap) = match &arrival {
+            Arrival::Message { item, .. } => (item.clone(), false),
+            Arrival::Gap(item) => (item.clone(), true),
+        };
+        let flow = FlowKey {
+            from: from as u32,
+            to: i as u32,
+            run,
+            channel: ch,
+        };
+        if durable && known && seq < r.next() && item.id.is_redelivery() {
+            self.oracle.on_chan_released_again();
+            self.chan_release(i, flow, seq, item, gap);
+            return;
+        }
         let far = r.next().saturating_add(4 * u64::from(window));
         if known && !m.hold_beyond_window && seq >= far {
             // Rule off: taken (acknowledged) and dropped, never released.
-            let item = match arrival {
-                Arrival::Message { item, .. } | Arrival::Gap(item) => item,
-            };
             self.chan_discard(i, item);
             return;
         }
         r.on_arrival(run, seq, arrival, &mut out);
-        if m.advertise && !known && r.run() == Some(run) {
-            // The sender's run starts here: tell it this receiver's window.
+        let resumed = self.hosts[i].chans.unadvertised.remove(&(from, ch));
+        let r = &self.hosts[i].chans.recv[&(from, ch)];
+        if m.advertise && (!known || resumed) && r.run() == Some(run) {
+            // The sender's run starts here (or this receiver restarted since): tell it
+            // this receiver's window.
             self.chan_advertise(i, from, ch, run, own);
         }
         let r = &self.hosts[i].chans.recv[&(from, ch)];
@@ -502,26 +539,13 @@ impl Sim {
             }
             return;
         };
-        let flow = FlowKey {
-            from: from as u32,
-            to: i as u32,
-            run: cur,
-            channel: ch,
-        };
+        let flow = FlowKey { run: cur, ..flow };
         self.oracle
             .on_chan_held(flow, held, held > before, window, self.now);
         for step in out {
             match step {
-                Step::Deliver { seq, item, .. } => {
-                    self.chan_take(i, item.id);
-                    let key = self.oracle.on_taken(i, &item.body, self.now).map(|k| k.0);
-                    let key = key.or_else(|| read_payload(&item.body).map(|k| k.0));
-                    self.oracle.on_chan_release(flow, seq, key, self.now);
-                }
-                Step::Gap { seq, item } => {
-                    self.chan_take(i, item.id);
-                    self.oracle.on_chan_release(flow, seq, None, self.now);
-                }
+                Step::Deliver { seq, item, .. } => self.chan_release(i, flow, seq, item, false),
+                Step::Gap { seq, item } => self.chan_release(i, flow, seq, item, true),
                 // Stale: handed to the application outside the order (the endpoint marks
                 // it `Kind::Unordered`); counted as delivered, not as released in order.
                 Step::Discard(item) | Step::Stale { item, .. } => self.chan_discard(i, item),
@@ -541,6 +565,7 @@ impl Sim {
         let payload = Envelope::window(Flow::Channel(ch), run, w.messages, w.bytes as u64);
         if let Ok(id) = node.send_reported(now, node_id(to), payload) {
             h.chans.adverts.insert(id.0);
+            h.chan_own.insert(id.0);
             self.last_activity = self.last_activity.max(self.now);
         }
     }
@@ -552,12 +577,5 @@ impl Sim {
             self.oracle.on_taken(i, &item.body, self.now);
         }
         self.oracle.on_chan_discard();
-    }
-
-    /// Draws node `i`'s run for this boot.
-    pub(super) fn chan_boot(&mut self, i: usize) {
-        if self.sc.channels.is_some() {
-            self.hosts[i].chans.run = self.rng.gen();
-        }
     }
 }

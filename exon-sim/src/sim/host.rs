@@ -56,8 +56,13 @@ pub(crate) struct Host {
     pub(crate) open: HashMap<u64, (CallState, MsgId)>,
     /// RPC: requests executed and not yet answered (the reply was refused for now).
     pub(crate) answers: Vec<Answer>,
-    /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash).
+    /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash;
+    /// a durable host rebuilds it from its journal).
     pub(crate) chans: super::channels::ChanHost,
+    /// Channels: ids of the channel application's own messages (gaps and window
+    /// advertisements), of every incarnation in durable mode, as `msg_keys`: a verdict
+    /// reported again after a restart may be about one.
+    pub(crate) chan_own: std::collections::HashSet<u64>,
     /// Keyed sends (`JournalModel::keyed`): the application's outbox, its own store (kept
     /// across crashes): each message it sent and holds no verdict for, by sequence number
     /// (its key): (destination, kind).
@@ -155,6 +160,7 @@ impl Host {
             open: HashMap::new(),
             answers: Vec::new(),
             chans: super::channels::ChanHost::default(),
+            chan_own: Default::default(),
         }
     }
 

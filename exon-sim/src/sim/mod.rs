@@ -4,17 +4,20 @@
 //! The parts: the event queue (`queue.rs`), the hosts (`host.rs`), the nodes and their
 //! drain (`nodes.rs`), the applications (`app.rs`), the links and faults (`network.rs`),
 //! the attackers (`adversary.rs`), the journals of durable mode (`journal.rs`), the
-//! request/reply applications (`rpc.rs`), the ordered-channel applications (`channels.rs`),
-//! and the report (`outcome.rs`).
+//! request/reply applications (`rpc.rs`), the ordered-channel applications (`channels.rs`;
+//! their numbering in `numbering.rs`, durable flows resumed after a restart in
+//! `chan_resume.rs`), and the report (`outcome.rs`).
 
 mod adversary;
 mod app;
+mod chan_resume;
 mod channels;
 mod host;
 mod ids;
 mod journal;
 mod network;
 mod nodes;
+mod numbering;
 mod outcome;
 mod queue;
 mod restarts;

@@ -77,6 +77,8 @@ impl Sim {
             // Keyed sends: the application sends again what it holds no verdict for.
             let h = &mut self.hosts[i];
             h.resend = h.outbox.keys().copied().collect();
+            // Channels: durable flows go on from the journal's marks.
+            self.chan_boot(i, node.rules().durable_flows, Some(&recovered));
             if let Err(e) = node.recover(self.instant(), recovered) {
                 let what = format!("node{i} refused its journal: {e}");
                 self.oracle
@@ -84,8 +86,9 @@ impl Sim {
             }
         } else {
             self.hosts[i].msg_keys.clear();
+            self.hosts[i].chan_own.clear();
+            self.chan_boot(i, false, None);
         }
-        self.chan_boot(i);
         let h = &mut self.hosts[i];
         h.node = Some(node);
         h.stored_hw = clock;
@@ -327,6 +330,9 @@ impl Sim {
                 self.rpc_verdict(i, id, Learned::NotDelivered);
             }
             Event::Stored { id, .. } => {
+                if self.chan_unkeyed(i, id) {
+                    return; // a channel's gap or window advertisement
+                }
                 if let Some(key) = self.key_of(i, id) {
                     self.oracle.on_stored(key, self.now);
                 }

@@ -8,8 +8,10 @@
 //! in keep exactly-once. With each rule of the ordered flows switched off in the channel
 //! driver, the oracle catches the breach.
 
+use std::rc::Rc;
 use std::time::Duration;
 
+use exon::proto::{Node, Rules};
 use exon_sim::oracle::ChannelCounts;
 use exon_sim::{
     seed_from_env, ChannelModel, Fault, FaultKind, Pattern, Report, Scenario, Sim, ViolationKind,
@@ -113,14 +115,7 @@ fn soak(make: fn(u64) -> Scenario, seeds: std::ops::Range<u64>) -> ChannelCounts
         assert!(r.ok(), "{}", r.describe_failure());
         let c = counts(&r);
         assert_eq!(c.released + c.gaps, c.sent, "every number released: {r}");
-        sum.flows += c.flows;
-        sum.sent += c.sent;
-        sum.released += c.released;
-        sum.gaps += c.gaps;
-        sum.gaps_sent += c.gaps_sent;
-        sum.discarded += c.discarded;
-        sum.held += c.held;
-        sum.max_held = sum.max_held.max(c.max_held);
+        sum.add(&c);
     }
     println!("{sum:?}");
     sum
@@ -373,5 +368,233 @@ fn without_the_first_message_alone_a_later_one_is_taken_for_an_old_run() {
         0..6,
         |m| m.first_alone = false,
         ViolationKind::ChannelAckedNotReleased,
+    );
+}
+
+/// Durable channels (issue 44): the durable soak's scenario (two nodes journaling on disks
+/// that sync in 3 ms and tear unsynced writes, eight crashes alternating between them, a
+/// lossy, duplicating, reordering network) with crashes inside one commit in five, the
+/// applications sending to each other on four channels. Their flows keep their positions
+/// in the journal's marks and go on across the crashes.
+fn durable_channels(seed: u64) -> Scenario {
+    let mut sc = crate::durable::durable(seed);
+    sc.max_events = 3_000_000;
+    if let Some(d) = sc.durable.as_mut() {
+        d.crash_mid_commit = 0.2;
+    }
+    sc.channels = Some(ChannelModel {
+        channels: 4,
+        ..ChannelModel::default()
+    });
+    sc
+}
+
+/// [`durable_channels`] with deadlines (200 ms) in partitions, each message given up
+/// followed with probability 0.3 by crashes of both sides (often before the verdict's
+/// record, or the gap that replaces it, is synced).
+fn durable_channels_given_up(seed: u64) -> Scenario {
+    let mut sc = durable_channels(seed);
+    // The partitions of three nodes, between the two.
+    let two = |x: usize| x.min(1);
+    sc.faults
+        .extend(partitions(seed, 3, 250).into_iter().map(|f| {
+            let kind = match f.kind {
+                FaultKind::Partition { a, b, one_way } => FaultKind::Partition {
+                    a: two(a),
+                    b: two(b),
+                    one_way,
+                },
+                FaultKind::Hold { a, b } => FaultKind::Hold {
+                    a: two(a),
+                    b: two(b),
+                },
+                FaultKind::Heal { a, b, one_way } => FaultKind::Heal {
+                    a: two(a),
+                    b: two(b),
+                    one_way,
+                },
+                k => k,
+            };
+            Fault { kind, ..f }
+        }));
+    sc.faults.sort_by_key(|f| f.at);
+    sc.deadline = Some(Duration::from_millis(200));
+    if let Some(d) = sc.durable.as_mut() {
+        d.abandon_crash = 0.3;
+    }
+    sc
+}
+
+/// Runs `make` over `seeds` in durable mode, each clean and every number of every flow
+/// released (as its message or its gap) or lost with its sender before it was sent;
+/// returns the counters summed and the crashes.
+fn durable_soak(make: fn(u64) -> Scenario, seeds: std::ops::Range<u64>) -> (ChannelCounts, u64) {
+    let mut sum = ChannelCounts::default();
+    let mut crashes = 0;
+    for seed in seeds {
+        let r = Sim::new(make(seed)).run();
+        assert!(r.ok(), "{}", r.describe_failure());
+        assert_eq!(r.in_doubt, 0, "seed {seed}");
+        let c = counts(&r);
+        assert_eq!(
+            c.released + c.gaps + c.lost_with_sender,
+            c.sent,
+            "every number released: {r}"
+        );
+        crashes += u64::from(r.restarts);
+        sum.add(&c);
+    }
+    println!("{crashes} crashes, {sum:?}");
+    (sum, crashes)
+}
+
+/// Crashes of both sides, torn writes and crashes inside commits: every flow is released
+/// in order to its end, each number's effect once (numbers released before a receiver's
+/// crash and not taken come again flagged, and change nothing), and a sender's numbers
+/// lost with its crash before they were sent are given out again.
+#[test]
+fn durable_channels_go_on_across_crashes_of_both_sides() {
+    let (c, crashes) = durable_soak(durable_channels, 0..16);
+    assert!(crashes >= 16 * 6, "{crashes} crashes");
+    assert!(c.held > 0, "nothing ever arrived out of order: {c:?}");
+    assert!(
+        c.repeated > 0,
+        "no receiver crashed with numbers not taken: {c:?}"
+    );
+    assert!(c.lost_with_sender > 0, "no sender lost a number: {c:?}");
+}
+
+/// The same with messages given up and crashes right after: gaps, and gaps a restarted
+/// sender sends for the numbers it no longer knows the fate of.
+#[test]
+fn durable_channels_fill_the_numbers_given_up_across_crashes() {
+    let (c, _) = durable_soak(durable_channels_given_up, 0..12);
+    assert!(c.gaps > 0, "no message was given up: {c:?}");
+    assert!(c.owed_gaps > 0, "no restarted sender owed a gap: {c:?}");
+}
+
+/// [`durable_channels_given_up`] with every crash inside a commit when one is pending
+/// (the disk fails part way through it, tearing what it wrote), at times off the
+/// millisecond grid of the workload.
+fn torn_commits(seed: u64) -> Scenario {
+    let mut sc = durable_channels_given_up(seed);
+    if let Some(d) = sc.durable.as_mut() {
+        d.crash_mid_commit = 1.0;
+    }
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for f in &mut sc.faults {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        f.at += Duration::from_micros(x % 1000);
+    }
+    sc.faults.sort_by_key(|f| f.at);
+    sc
+}
+
+/// Every crash inside a commit, tearing what it wrote: a sender's position is never kept
+/// without its message, nor a receiver's without its take.
+#[test]
+fn durable_channels_keep_their_positions_through_torn_commits() {
+    let (c, crashes) = durable_soak(torn_commits, 0..24);
+    assert!(crashes >= 24 * 10, "{crashes} crashes");
+    assert!(c.lost_with_sender > 0, "no sender lost a number: {c:?}");
+    assert!(c.owed_gaps > 0, "no restarted sender owed a gap: {c:?}");
+}
+
+/// The node rules to switch off, and the channel rules.
+type Off = (fn(&mut Rules), fn(&mut ChannelModel));
+
+/// Runs `make` over `seeds` with the node rules `off` and the channel rules `model_off`
+/// until one shows a violation of one of `kinds` (the same seed clean with every rule
+/// on); fails if none does.
+fn durable_self_test(
+    make: fn(u64) -> Scenario,
+    seeds: std::ops::Range<u64>,
+    (off, model_off): Off,
+    kinds: &[ViolationKind],
+) {
+    for seed in seeds.clone() {
+        let mut sc = make(seed);
+        let mut rules = Rules::ALL;
+        off(&mut rules);
+        sc.node_hook = Some(Rc::new(move |_, n: &mut Node| n.set_rules(rules)));
+        sc.max_events = 1_000_000;
+        if let Some(m) = sc.channels.as_mut() {
+            model_off(m);
+        }
+        let bad = Sim::new(sc).run();
+        let seen: Vec<_> = bad.violation_kinds.iter().map(|&(k, _)| k).collect();
+        if !seen.iter().any(|k| kinds.contains(k)) {
+            continue;
+        }
+        let good = Sim::new(make(seed)).run();
+        assert!(good.ok(), "{}", good.describe_failure());
+        println!("seed {seed}, rule off: {:?}\n{bad}", bad.violations.first());
+        return;
+    }
+    panic!("none of {kinds:?} in any seed of {seeds:?}");
+}
+
+/// `Rules::mark_in_one_record` off: the mark is written in a record of its own before
+/// the message's, and a crash between them keeps a sender's position without its
+/// message: its next message skips the number (or a gap fills a number no message was
+/// sent under).
+#[test]
+fn without_mark_in_one_record_a_restarted_sender_skips_a_number() {
+    durable_self_test(
+        torn_commits,
+        0..40,
+        (|r| r.mark_in_one_record = false, |_| {}),
+        &[ViolationKind::ChannelOrder, ViolationKind::ChannelBlocked],
+    );
+}
+
+/// `Rules::durable_flows` off: the hosts keep no positions and start their flows over
+/// after a restart (a new run for a restarted sender; a restarted receiver releases its
+/// senders' runs out of order): flows stop short, or have messages acknowledged that were
+/// never released in order.
+#[test]
+fn without_durable_flows_a_restart_breaks_the_order() {
+    durable_self_test(
+        durable_channels_given_up,
+        0..8,
+        (|r| r.durable_flows = false, |_| {}),
+        &[
+            ViolationKind::ChannelBlocked,
+            ViolationKind::ChannelAckedNotReleased,
+        ],
+    );
+}
+
+/// Without the gaps a restarted sender owes (as the endpoint resumes its channels at
+/// 2b21b29): a message given up whose gap a crash lost is taken as settled, and its
+/// receiver waits for it forever (or, for number 0, releases the rest of the run out of
+/// order).
+#[test]
+fn without_owed_gaps_a_number_given_up_before_a_crash_is_never_filled() {
+    durable_self_test(
+        durable_channels_given_up,
+        0..8,
+        (|_| {}, |m| m.owed_gaps = false),
+        &[
+            ViolationKind::ChannelBlocked,
+            ViolationKind::ChannelAckedNotReleased,
+            ViolationKind::ChannelHeldOverWindow,
+        ],
+    );
+}
+
+/// The owed gaps sent only when the application sends on the channel again (as the
+/// endpoint at 468cc46: `OrderedShared::channel` calls `FlowOut::send_owed_gaps`): a
+/// sender that restarts after its last message on a channel never sends them, and its
+/// receiver waits forever (seed 22).
+#[test]
+fn owed_gaps_sent_when_the_channel_is_used_again_leave_a_receiver_waiting() {
+    durable_self_test(
+        durable_channels_given_up,
+        0..40,
+        (|_| {}, |m| m.owed_gaps_at_restart = false),
+        &[ViolationKind::ChannelBlocked],
     );
 }

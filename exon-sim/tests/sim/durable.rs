@@ -27,7 +27,7 @@ use exon_sim::{
 
 /// `crashes` crashes, alternating between the two nodes, spread over the first 1.2 s, each
 /// down for a few milliseconds.
-fn crashes(seed: u64, crashes: u64) -> Vec<Fault> {
+pub(crate) fn crashes(seed: u64, crashes: u64) -> Vec<Fault> {
     (0..crashes)
         .map(|k| Fault {
             at: Duration::from_millis(40 + 1200 * k / crashes + 3 * (seed % 7)),
@@ -43,7 +43,7 @@ fn crashes(seed: u64, crashes: u64) -> Vec<Fault> {
 /// Two nodes streaming to each other over a lossy, duplicating, reordering network, the
 /// applications taking deliveries 3 ms late (a crash loses what is in their buffer), eight
 /// crashes, journals that sync in 3 ms, tear unsynced writes and compact every 4 KiB.
-fn durable(seed: u64) -> Scenario {
+pub(crate) fn durable(seed: u64) -> Scenario {
     let mut sc = Scenario {
         seed,
         workload: Workload {
