@@ -388,7 +388,12 @@ mod tests {
         let mut c = Cookies::new();
         let own = NodeId::from_const(2);
         let a: SocketAddr = "127.0.0.2:4000".parse().unwrap();
-        let b: SocketAddr = "127.0.0.3:4000".parse().unwrap();
+        // Another source in another slot (the slots' hash is seeded at random: two
+        // addresses share one once in `SOURCE_SLOTS`, and then share its limit).
+        let b = (3..=255u8)
+            .map(|x| SocketAddr::from(([127, 0, 0, x], 4000)))
+            .find(|b| c.slot(*b) != c.slot(a))
+            .unwrap();
         let mut h = Header::new(NodeId::from_const(7), own);
         h.seal = Some(crate::proto::frame::SealHeader {
             seq: crate::proto::crypto::Seq {
