@@ -23,17 +23,11 @@ fn pair(a: &Endpoint, b: &Endpoint) {
     b.add_peer(A, a.local_addr());
 }
 
-/// The stream's bytes: a pattern no shift of itself matches.
+/// The stream's bytes: a pattern no shift of itself matches (`procs::source`).
 pub(super) fn data(len: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut bytes = vec![0; len];
+    exon_testkit::procs::source(0x2545_f491_4f6c_dd1d, 0, &mut bytes);
+    bytes
 }
 
 /// Reads from `s` into `store` (the application's own store: what it dealt with) until
