@@ -16,7 +16,6 @@ manual=(
   durable_long_soak                                 # 200 seeds
   core_bug_a_restored_sender_delivers_twice         # a known limit (docs/durability.md)
   core_bug_a_restarted_sender_gets_no_slots_while_its_record_holds_deliveries # core defect (issue 44)
-  core_bug_a_fragmented_message_taken_is_never_acknowledged                   # core defect (issue 44)
 )
 skips=()
 for m in "${manual[@]}"; do skips+=(--skip "$m"); done

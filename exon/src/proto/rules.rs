@@ -191,6 +191,13 @@ pub struct Rules {
     /// (after congestion or a restart of the sender) and the receiver's application waits
     /// for them before it takes those (an ordered channel), nothing ever moves again.
     pub resend_beyond_slot_window: bool,
+    /// A message its receiver reports held whole (GOT) waits for its verdict under the
+    /// retransmission timer, whose probe asks again for an ACK that was lost, even when
+    /// the GOT came before this life of the sender sent any of it (a late copy reaching
+    /// a restarted sender). Off, such a message has no timer: it is neither sent nor
+    /// probed, and an ACK lost at its take (the sender was down then) leaves it in flight
+    /// for ever.
+    pub whole_awaits_verdict: bool,
 }
 
 impl Rules {
@@ -233,6 +240,7 @@ impl Rules {
         durable_flows: true,
         hold_call_requests: true,
         resend_beyond_slot_window: true,
+        whole_awaits_verdict: true,
     };
 }
 

@@ -21,6 +21,7 @@ mod mtu;
 mod pair_exactly_once;
 mod record_pressure;
 mod reply;
+mod restored_tokens;
 mod rules;
 mod sealed;
 mod transmit_runs;

@@ -490,11 +490,14 @@ impl Node {
         s: u64,
         ranges: impl Iterator<Item = std::ops::Range<u64>>,
     ) {
-        let keep_own = self.rules.token_keeps_incarnation;
+        let rules = (
+            self.rules.token_keeps_incarnation,
+            self.rules.whole_awaits_verdict,
+        );
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        if rec.on_got(now, r, s, ranges, keep_own) && rec.has_credit_waiters() {
+        if rec.on_got(now, (r, s), ranges, rules, &self.cfg) && rec.has_credit_waiters() {
             self.resume_credit_waiters(src);
         }
     }

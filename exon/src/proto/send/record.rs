@@ -12,7 +12,7 @@ use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
 use crate::proto::send::request::SlotRequest;
 use crate::proto::send::rtt::Rtt;
-use crate::proto::send::timers::Timers;
+use crate::proto::send::timers::{Timer, Timers};
 use crate::proto::send::token::{Queued, Token};
 use crate::proto::send::tokens::Tokens;
 use bytes::Bytes;
@@ -361,13 +361,20 @@ impl SRecord {
     /// Transmissions now wholly held leave the flight and feed the RTT, the delivery rate
     /// and loss detection as acknowledged tokens do. Returns whether the message became
     /// whole at the receiver (its credit is given back).
+    ///
+    /// A message held whole waits for its verdict (the receiver acknowledges it when its
+    /// application takes it, once): with `await_verdict`
+    /// ([`Rules::whole_awaits_verdict`](crate::proto::Rules::whole_awaits_verdict)) the
+    /// retransmission timer runs for it, even when the GOT came before any copy left in
+    /// this life of the node (a late copy, after a restart), so that a lost ACK is asked
+    /// for again by a probe.
     pub fn on_got(
         &mut self,
         now: Instant,
-        r: u64,
-        s: u64,
+        (r, s): (u64, u64),
         ranges: impl Iterator<Item = std::ops::Range<u64>>,
-        keep_own: bool,
+        (keep_own, await_verdict): (bool, bool),
+        cfg: &Config,
     ) -> bool {
         let rck = self.rck;
         let Some(tok) = self.tokens.get_mut(s) else {
@@ -388,7 +395,13 @@ impl SRecord {
             tok.queued = true;
             self.to_send.push_back(s);
         }
-        let whole = !was_whole && o.is_whole();
+        let held_whole = o.is_whole();
+        let whole = !was_whole && held_whole;
+        if held_whole && await_verdict && tok.sent_at.is_none() {
+            // Held whole before this life sent any of it: time the verdict from now.
+            tok.sent_at = Some(now);
+        }
+        let stranded = held_whole && await_verdict && !self.timers.is_set(Timer::Rto);
         let charge = (whole && o.is_charged()).then(|| Outgoing::charge_of(o.total()));
         if let Some(c) = charge {
             o.set_charged(false);
@@ -416,6 +429,10 @@ impl SRecord {
                 }
                 self.flight.on_newest(sent.at);
             }
+        }
+        if stranded {
+            let at = now + self.timer_delay(cfg);
+            self.timers.set(Timer::Rto, Some(at));
         }
         whole
     }
