@@ -15,7 +15,6 @@ manual=(
   a_one_way_outage_at_the_defaults                  # 45 s, the issue's figures
   durable_long_soak                                 # 200 seeds
   core_bug_a_restored_sender_delivers_twice         # a known limit (docs/durability.md)
-  core_bug_a_restarted_sender_gets_no_slots_while_its_record_holds_deliveries # core defect (issue 44)
 )
 skips=()
 for m in "${manual[@]}"; do skips+=(--skip "$m"); done

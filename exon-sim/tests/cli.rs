@@ -229,16 +229,16 @@ fn clean(args: &str) {
     );
 }
 
-/// Core defect found by the durable channels (issue 44): node2 restarts (its clock jumps)
-/// while node0's receiver record of it holds deliveries the channel keeps untaken for their
-/// turn. node0 refuses node2's new REQSLOTS as an implausible frontier (beyond what the
-/// record granted: a restarted sender) and probes; node2's waiver removes the record's free
-/// slots but not the record (`is_spent` needs no delivery held); so node2's requests are
-/// refused forever (stale_slots in the hundreds), the gap the held messages wait for
-/// never leaves, and the flows stay blocked with 32 messages queued.
+/// Found by the durable channels (issue 44), fixed in the core by the rule
+/// `restarted_sender_gets_slots`: node2 restarts (its clock jumps) while node0's receiver
+/// record of it holds deliveries the channel keeps untaken for their turn. node0 refused
+/// node2's new REQSLOTS as an implausible frontier (beyond what the record granted: a
+/// restarted sender) and probed; node2's waiver removed the record's free slots but not the
+/// record (`is_spent` needs no delivery held); so node2's requests were refused forever,
+/// the gap the held messages waited for never left, and the flows stayed blocked with 32
+/// messages queued. `exon/tests/core/sender_restarts.rs` isolates it.
 #[test]
-#[ignore = "core defect: a restarted sender gets no slots while its receiver's record holds untaken deliveries"]
-fn core_bug_a_restarted_sender_gets_no_slots_while_its_record_holds_deliveries() {
+fn a_restarted_sender_gets_slots_while_its_record_holds_untaken_deliveries() {
     clean(concat!(
         "--durable --channels 4 --messages 4000 --loss 0.05 --dup 0.05 --reorder 0.05 ",
         "--disk-sync-us 3000 --restarts 40 --nodes 3 --traffic many --crash-mid-commit ",
@@ -251,7 +251,7 @@ fn core_bug_a_restarted_sender_gets_no_slots_while_its_record_holds_deliveries()
 /// receiving application taking 3 ms late, node0 took one message of node1 while node1 was
 /// down (its one ACK lost); a late copy of node0's old GOT ("held whole") reached the
 /// restarted node1 before it sent any of the restored message, which then had no timer and
-/// stayed in flight for ever. `exon/tests/core/restored_tokens.rs` isolates it.
+/// stayed in flight for ever. `exon/tests/core/sender_restarts.rs` isolates it.
 #[test]
 fn a_fragmented_message_taken_while_its_sender_was_down_is_acknowledged() {
     clean(concat!(

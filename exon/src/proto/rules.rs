@@ -198,6 +198,13 @@ pub struct Rules {
     /// probed, and an ACK lost at its take (the sender was down then) leaves it in flight
     /// for ever.
     pub whole_awaits_verdict: bool,
+    /// A receiver record whose free slots are all gone, left only with deliveries its
+    /// application has not taken, grants a restarted sender's REQSLOTS whose frontier is
+    /// past the record's end (the sender's clock jumped in its restart): such a request
+    /// can waive nothing. Off, it is refused as implausible until the application takes
+    /// those deliveries, which may wait for exactly a message the sender can then never
+    /// send (an ordered channel's gap): both sides wait for ever.
+    pub restarted_sender_gets_slots: bool,
 }
 
 impl Rules {
@@ -241,6 +248,7 @@ impl Rules {
         hold_call_requests: true,
         resend_beyond_slot_window: true,
         whole_awaits_verdict: true,
+        restarted_sender_gets_slots: true,
     };
 }
 

@@ -288,16 +288,25 @@ impl Node {
             self.stats.rejects.frontier_beyond_grant += 1;
             return true;
         }
-        if self.rules.plausible_input && self.receivers.get(&src).is_some_and(|rec| l > rec.sck()) {
+        let past_free_slots = |rec: &RRecord| {
+            l > rec.sck()
+                && (!self.rules.restarted_sender_gets_slots
+                    || rec.slots().first().is_some_and(|f| f.start < l))
+        };
+        if self.rules.plausible_input && self.receivers.get(&src).is_some_and(past_free_slots) {
             // Above the end of what this record ever granted, yet within the sender's own
             // clock: a sender that restarted (its clock jumped past the record) asks. Not
-            // granted (that would waive slots tokens of the record may still be in flight
-            // for). Sealed, the datagram is the sender's own, so it is not hostile: it
-            // counts as accepted, and an endpoint learns the address the sender restarted
-            // at. In plaintext anyone could have sent it (and a learned plaintext address
-            // follows every accepted datagram): refused as before. The sender learns of
-            // the record from a probe, which it answers with the waiver that ends it (it
-            // holds nothing below its clock).
+            // granted while the record holds free slots below it (that would waive slots
+            // tokens of the record may still be in flight for). Sealed, the datagram is the
+            // sender's own, so it is not hostile: it counts as accepted, and an endpoint
+            // learns the address the sender restarted at. In plaintext anyone could have
+            // sent it (and a learned plaintext address follows every accepted datagram):
+            // refused as before. The sender learns of the record from a probe, which it
+            // answers with the waiver that ends its free slots (it holds nothing below its
+            // clock). A record left with deliveries its application has not taken (rule
+            // `restarted_sender_gets_slots`) has nothing such a request could waive: it
+            // grants from the request's clock on, in its incarnation, and the held
+            // deliveries stay held until taken.
             self.on_restarted_sender(now, src);
             return true;
         }

@@ -1,14 +1,15 @@
-//! A restarted durable sender's restored tokens: each one is sent, or waits for its verdict
-//! under the retransmission timer, until it has one, whatever late copies of old answers
-//! reach it first.
+//! Senders that restart: a durable sender's restored tokens are each sent, or wait for
+//! their verdict under the retransmission timer, whatever late copies of old answers reach
+//! it first; and a restarted sender gets slots again from a receiver whose record of it
+//! holds deliveries its application has not taken.
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::proto::{Frame, Rules};
-use exon_testkit::pair::{test_config, Fate, Pair, Wire, A, B};
+use exon::proto::{Frame, Node, Rules, Security};
+use exon_testkit::pair::{id, test_config, Fate, Pair, Wire, A, B};
 
 /// One message, in fragments (the pair's datagrams are 1 200 bytes).
 const LEN: usize = 3_000;
@@ -77,4 +78,44 @@ fn a_restored_message_held_whole_before_it_left_again_still_gets_its_verdict() {
 #[test]
 fn without_whole_awaits_verdict_the_restored_message_stays_in_flight() {
     assert!(!acknowledged_after_a_late_got(false));
+}
+
+/// A sends three messages to B, whose application holds them (it takes them only later: an
+/// ordered channel waiting for an earlier number, say). A restarts with no journal, its
+/// clock past everything B's record of it granted, and sends one more. Returns how many
+/// messages B had delivered after 10 s, with B's rule `restarted_sender_gets_slots` as
+/// given.
+fn delivered_after_a_restart_past_held_deliveries(rule: bool) -> usize {
+    let mut p = Pair::new(test_config());
+    p.drain(A);
+    p.drain(B);
+    let mut rules = Rules::ALL;
+    rules.restarted_sender_gets_slots = rule;
+    p.node(B).set_rules(rules);
+    p.nodes[B].auto_take = false;
+    for i in 0..3u8 {
+        p.send(A, vec![i; 100]);
+    }
+    p.drain(A);
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.nodes[B].untaken.len(), 3, "held at B");
+    let side = &mut p.nodes[A];
+    let cfg = side.node.config().clone();
+    side.node = Node::new(id(A), Security::InsecurePlaintext, cfg, side.stored).unwrap();
+    p.send(A, vec![9u8; 100]);
+    p.drain(A);
+    p.run(Duration::from_secs(10));
+    p.nodes[B].delivered.len()
+}
+
+#[test]
+fn a_restarted_sender_gets_slots_while_its_record_holds_untaken_deliveries() {
+    assert_eq!(delivered_after_a_restart_past_held_deliveries(true), 4);
+}
+
+/// The rule switched off: B refuses A's requests as implausible for as long as its
+/// application holds the three, and the fourth message never arrives.
+#[test]
+fn without_restarted_sender_gets_slots_the_restarted_sender_waits_on_the_held_deliveries() {
+    assert_eq!(delivered_after_a_restart_past_held_deliveries(false), 3);
 }
