@@ -53,10 +53,14 @@
 //! (the same with `--callers` concurrent callers, as the rpc mode). `--quick` (a smoke run:
 //! 0.3 s, one round) and `--no-nats` skip NATS (`nats_js=skipped`); `--only durable` runs the
 //! durable section alone. `durable::exon_durable_rows` adds exon's rows: durable and
-//! in-memory one-way (`exon_durable`, `exon_durable_keyed`, `exon_memory`) and request/reply
-//! (`exon_durable_rpc`, `exon_memory_rpc`), then two durable senders into a durable receiver
-//! of one shard and of two (`exon_durable_2to1`, `exon_durable_2shards`: a journal per
-//! shard), those two on a runtime of at least two worker threads.
+//! in-memory one-way in batches of 256 (`exon_durable`, `exon_durable_keyed`, `exon_memory`)
+//! and of 16 (`exon_durable_b16`, `exon_memory_b16`) and request/reply (`exon_durable_rpc`,
+//! `exon_memory_rpc`), then two durable senders into a durable receiver of one shard and of
+//! two (`exon_durable_2to1`, `exon_durable_2shards`: a journal per shard), those two on a
+//! runtime of at least two worker threads. Under the table, what the durable rows' journals
+//! wrote per message counted, both ends together (`EndpointStats::journal_written_bytes`,
+//! `journal_writes`, `journal_commits`): bytes, records and syncs, also in the last line as
+//! `<row>_journal_b_per_msg`, `<row>_journal_records_per_msg`, `<row>_syncs_per_msg`.
 //!
 //! ```text
 //! cargo bench -p exon-benches --bench compare -- one-way --secs 3            # with NATS

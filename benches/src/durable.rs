@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, message::PublishMessage, stream};
 use tokio::task::JoinSet;
 
-pub use crate::durable_table::{Context, Row, Settings};
+pub use crate::durable_table::{Context, JournalCost, Row, Settings};
 use crate::harness::{runtime, BATCH_DEADLINE};
 use crate::message::payload;
 use crate::report::{alternate, mb_s};
@@ -96,6 +96,12 @@ pub fn run(s: &Settings) -> Vec<String> {
             keys.push(format!("{}_p50_us={:.0}", r.name, l.quantile_us(0.5)));
             keys.push(format!("{}_p99_us={:.0}", r.name, l.quantile_us(0.99)));
         }
+        if let Some(j) = &r.journal {
+            let (b, n, c) = j.per_message();
+            keys.push(format!("{}_journal_b_per_msg={b:.0}", r.name));
+            keys.push(format!("{}_journal_records_per_msg={n:.2}", r.name));
+            keys.push(format!("{}_syncs_per_msg={c:.4}", r.name));
+        }
     }
     keys
 }
@@ -125,6 +131,22 @@ fn print_rows(rows: &[Row], size: u64) {
             r.tally.rounds(),
             r.what
         );
+    }
+    let costs: Vec<_> = rows
+        .iter()
+        .filter_map(|r| r.journal.map(|j| (r.name, j)))
+        .collect();
+    if costs.is_empty() {
+        return;
+    }
+    println!("journal per message (both ends' journals, record framing left out):");
+    println!(
+        "{:<20} {:>10} {:>10} {:>10}",
+        "system", "bytes", "records", "syncs"
+    );
+    for (name, j) in costs {
+        let (b, n, c) = j.per_message();
+        println!("{name:<20} {b:>10.0} {n:>10.2} {c:>10.4}");
     }
 }
 
@@ -254,6 +276,7 @@ fn measure(rt: &tokio::runtime::Runtime, mut flows: Vec<JsFlow>, s: &Settings) -
             what: f.what.clone(),
             tally,
             latency,
+            journal: None,
         });
     }
     rows

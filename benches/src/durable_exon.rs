@@ -12,7 +12,7 @@ use exon::rpc::{Failure, Request, Response};
 use exon::NodeId;
 use tokio::sync::Semaphore;
 
-use crate::durable_table::{Context, Row};
+use crate::durable_table::{Context, JournalCost, Row};
 use crate::endpoint::sender_ids;
 use crate::harness::runtime;
 use crate::message::payload;
@@ -21,8 +21,9 @@ use crate::stats::Latencies;
 
 const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
-/// Messages per `send_batch` of the one-way runs.
+/// Messages per `send_batch` of the one-way runs, and the smaller batch of the `_b16` rows.
 const BATCH: usize = 256;
+const SMALL_BATCH: usize = 16;
 /// Batches awaiting their verdicts at once.
 const WINDOW: usize = 16;
 /// Driver shards of the sharded durable receiver (`exon_durable_2shards`).
@@ -88,18 +89,47 @@ async fn endpoints(dir: Option<&Path>, shape: Shape) -> (Vec<Endpoint>, Endpoint
     (senders, b)
 }
 
-/// One-way for `secs`: each sender of `shape` sends batches of [`BATCH`] messages, [`WINDOW`]
-/// batches awaiting their verdicts; a message counts once acknowledged (taken by the
-/// receiving application, one task per shard, and, durable, its take on disk). `keyed`
-/// (durable only): the batches are keyed (`send_keyed_batch`, the message number as its
-/// key), as an outbox sends its rows.
+/// How a one-way run sends: messages per `send_batch`, and whether keyed.
+#[derive(Debug, Clone, Copy)]
+struct Sending {
+    batch: usize,
+    keyed: bool,
+}
+
+/// Plain batches of [`BATCH`].
+const PLAIN: Sending = Sending {
+    batch: BATCH,
+    keyed: false,
+};
+
+/// What the journals of `endpoints` wrote, for `messages`.
+async fn journal_cost(endpoints: &[Handle], messages: u64) -> JournalCost {
+    let mut c = JournalCost {
+        messages,
+        ..JournalCost::default()
+    };
+    for e in endpoints {
+        if let Some(st) = e.stats().await {
+            c.bytes += st.journal_written_bytes;
+            c.records += st.journal_writes;
+            c.commits += st.journal_commits;
+        }
+    }
+    c
+}
+
+/// One-way for `secs`: each sender of `shape` sends batches of `how.batch` messages,
+/// [`WINDOW`] batches awaiting their verdicts; a message counts once acknowledged (taken by
+/// the receiving application, one task per shard, and, durable, its take on disk).
+/// `how.keyed` (durable only): the batches are keyed (`send_keyed_batch`, the message
+/// number as its key), as an outbox sends its rows. Also says what the journals wrote.
 async fn one_way(
     dir: Option<&Path>,
     size: usize,
     secs: f64,
-    keyed: bool,
+    how: Sending,
     shape: Shape,
-) -> (u64, Duration) {
+) -> (u64, Duration, JournalCost) {
     let (senders, b) = endpoints(dir, shape).await;
     let (b, deliveries) = b.into_deliveries();
     let readers: Vec<_> = deliveries
@@ -117,13 +147,16 @@ async fn one_way(
     let end = start + Duration::from_secs_f64(secs);
     let sending: Vec<_> = senders
         .iter()
-        .map(|a| tokio::spawn(send_for(a.handle(), size, end, keyed)))
+        .map(|a| tokio::spawn(send_for(a.handle(), size, end, how)))
         .collect();
     let mut acked = 0;
     for t in sending {
         acked += t.await.expect("sender");
     }
     let took = start.elapsed();
+    let mut all: Vec<Handle> = senders.iter().map(|a| a.handle()).collect();
+    all.push(b.clone());
+    let cost = journal_cost(&all, acked).await;
     for a in senders {
         a.close(Duration::from_secs(1)).await;
     }
@@ -131,25 +164,26 @@ async fn one_way(
     for r in readers {
         r.abort();
     }
-    (acked, took)
+    (acked, took, cost)
 }
 
 /// One sender's part of [`one_way`] until `end`: how many of its messages were
 /// acknowledged.
-async fn send_for(a: Handle, size: usize, end: Instant, keyed: bool) -> u64 {
+async fn send_for(a: Handle, size: usize, end: Instant, how: Sending) -> u64 {
+    let Sending { batch, keyed } = how;
     let window = Arc::new(Semaphore::new(WINDOW));
     let (mut seq, mut tasks) = (0u64, Vec::new());
     while Instant::now() < end {
         let permit = window.clone().acquire_owned().await.expect("open");
-        let batch: Vec<_> = (seq..seq + BATCH as u64)
+        let msgs: Vec<_> = (seq..seq + batch as u64)
             .map(|s| payload(s, size))
             .collect();
         let r = if keyed {
-            a.send_keyed_batch(B, seq + 1, batch).await
+            a.send_keyed_batch(B, seq + 1, msgs).await
         } else {
-            a.send_batch(B, batch).await
+            a.send_batch(B, msgs).await
         };
-        seq += BATCH as u64;
+        seq += batch as u64;
         let r = r.expect("send");
         tasks.push(tokio::spawn(async move {
             let v = r.await;
@@ -172,7 +206,7 @@ async fn rpc(
     size: usize,
     secs: f64,
     callers: u64,
-) -> (u64, Duration, Latencies) {
+) -> (u64, Duration, Latencies, JournalCost) {
     let (a, b) = pair(dir).await;
     let a_handle = a.handle();
     let server = b.handle();
@@ -206,71 +240,120 @@ async fn rpc(
         lat.merge(&l);
     }
     let took = start.elapsed();
+    let cost = journal_cost(&[a.handle(), b.handle()], n).await;
     a.close(Duration::from_secs(1)).await;
     b.close(Duration::from_secs(1)).await;
     serving.await.expect("server").expect("served");
-    (n, took, lat)
+    (n, took, lat, cost)
 }
 
-/// The exon rows of the durable table: one-way and request/reply, durable and not.
+/// A row's figures over the rounds.
+#[derive(Default)]
+struct Acc {
+    tally: Tally,
+    latency: Option<Latencies>,
+    journal: JournalCost,
+}
+
+impl Acc {
+    fn add(&mut self, (n, t, j): (u64, Duration, JournalCost)) {
+        self.tally.add(n, t);
+        self.journal.add(j);
+    }
+
+    fn add_rpc(&mut self, (n, t, l, j): (u64, Duration, Latencies, JournalCost)) {
+        self.add((n, t, j));
+        self.latency
+            .get_or_insert_with(Latencies::default)
+            .merge(&l);
+    }
+
+    fn row(self, name: &'static str, what: String, durable: bool) -> Row {
+        Row {
+            name,
+            what,
+            tally: self.tally,
+            latency: self.latency,
+            journal: durable.then_some(self.journal),
+        }
+    }
+}
+
+/// The exon rows of the durable table: one-way (batches of [`BATCH`] and of
+/// [`SMALL_BATCH`]) and request/reply, durable and not.
 pub fn rows(cx: &Context<'_>) -> Vec<Row> {
     let s = cx.settings;
     let rt = runtime(s.threads);
-    let mut out = Vec::new();
     let secs = s.secs / s.rounds as f64;
-    let (mut durable, mut memory) = (Tally::default(), Tally::default());
-    let mut keyed = Tally::default();
-    let (mut rpc_d, mut rpc_m) = (Tally::default(), Tally::default());
-    let (mut lat_d, mut lat_m) = (Latencies::default(), Latencies::default());
+    let small = Sending {
+        batch: SMALL_BATCH,
+        keyed: false,
+    };
+    let keyed = Sending {
+        batch: BATCH,
+        keyed: true,
+    };
+    let mut acc: [Acc; 7] = Default::default();
     for round in 0..s.rounds {
-        let dir = cx.dir.join(format!("exon-{round}"));
-        let (n, t) = rt.block_on(one_way(Some(&dir), s.size, secs, false, ONE));
-        durable.add(n, t);
-        let (n, t) = rt.block_on(one_way(None, s.size, secs, false, ONE));
-        memory.add(n, t);
-        let dir = cx.dir.join(format!("exon-keyed-{round}"));
-        let (n, t) = rt.block_on(one_way(Some(&dir), s.size, secs, true, ONE));
-        keyed.add(n, t);
-        let dir = cx.dir.join(format!("exon-rpc-{round}"));
-        let (n, t, l) = rt.block_on(rpc(Some(&dir), s.size, secs, s.callers));
-        rpc_d.add(n, t);
-        lat_d.merge(&l);
-        let (n, t, l) = rt.block_on(rpc(None, s.size, secs, s.callers));
-        rpc_m.add(n, t);
-        lat_m.merge(&l);
+        let dir = |what: &str| cx.dir.join(format!("exon-{what}-{round}"));
+        let d = dir("one-way");
+        acc[0].add(rt.block_on(one_way(Some(&d), s.size, secs, PLAIN, ONE)));
+        acc[1].add(rt.block_on(one_way(None, s.size, secs, PLAIN, ONE)));
+        let d = dir("keyed");
+        acc[2].add(rt.block_on(one_way(Some(&d), s.size, secs, keyed, ONE)));
+        let d = dir("small");
+        acc[3].add(rt.block_on(one_way(Some(&d), s.size, secs, small, ONE)));
+        acc[4].add(rt.block_on(one_way(None, s.size, secs, small, ONE)));
+        let d = dir("rpc");
+        acc[5].add_rpc(rt.block_on(rpc(Some(&d), s.size, secs, s.callers)));
+        acc[6].add_rpc(rt.block_on(rpc(None, s.size, secs, s.callers)));
     }
-    let what = format!("one-way, batches of {BATCH}, {WINDOW} awaiting verdicts");
-    out.push(Row {
-        name: "exon_durable",
-        what: format!("{what}, durable endpoints (journal synced before each step)"),
-        tally: durable,
-        latency: None,
-    });
-    out.push(Row {
-        name: "exon_durable_keyed",
-        what: format!("{what}, keyed (send_keyed_batch), durable endpoints"),
-        tally: keyed,
-        latency: None,
-    });
-    out.push(Row {
-        name: "exon_memory",
-        what: format!("{what}, the same endpoints not durable"),
-        tally: memory,
-        latency: None,
-    });
-    let what = format!("request/reply, {} callers, echo server", s.callers);
-    out.push(Row {
-        name: "exon_durable_rpc",
-        what: format!("{what}, both durable"),
-        tally: rpc_d,
-        latency: Some(lat_d),
-    });
-    out.push(Row {
-        name: "exon_memory_rpc",
-        what: format!("{what}, neither durable"),
-        tally: rpc_m,
-        latency: Some(lat_m),
-    });
+    let [durable, memory, keyed, small_d, small_m, rpc_d, rpc_m] = acc;
+    let what = |b: usize| format!("one-way, batches of {b}, {WINDOW} awaiting verdicts");
+    let rpc_what = format!("request/reply, {} callers, echo server", s.callers);
+    let mut out = vec![
+        durable.row(
+            "exon_durable",
+            format!(
+                "{}, durable endpoints (journal synced before each step)",
+                what(BATCH)
+            ),
+            true,
+        ),
+        keyed.row(
+            "exon_durable_keyed",
+            format!(
+                "{}, keyed (send_keyed_batch), durable endpoints",
+                what(BATCH)
+            ),
+            true,
+        ),
+        memory.row(
+            "exon_memory",
+            format!("{}, the same endpoints not durable", what(BATCH)),
+            false,
+        ),
+        small_d.row(
+            "exon_durable_b16",
+            format!("{}, durable endpoints", what(SMALL_BATCH)),
+            true,
+        ),
+        small_m.row(
+            "exon_memory_b16",
+            format!("{}, not durable", what(SMALL_BATCH)),
+            false,
+        ),
+        rpc_d.row(
+            "exon_durable_rpc",
+            format!("{rpc_what}, both durable"),
+            true,
+        ),
+        rpc_m.row(
+            "exon_memory_rpc",
+            format!("{rpc_what}, neither durable"),
+            false,
+        ),
+    ];
     out.extend(shard_rows(cx));
     out
 }
@@ -286,31 +369,28 @@ fn shard_rows(cx: &Context<'_>) -> Vec<Row> {
         senders: SHARDS,
         shards,
     });
-    let mut tallies = [Tally::default(), Tally::default()];
+    let mut accs: [Acc; 2] = Default::default();
     for round in 0..s.rounds {
-        for (shape, tally) in shapes.iter().zip(&mut tallies) {
+        for (shape, acc) in shapes.iter().zip(&mut accs) {
             let dir = cx.dir.join(format!("exon-shards-{}-{round}", shape.shards));
-            let (n, t) = rt.block_on(one_way(Some(&dir), s.size, secs, false, *shape));
-            tally.add(n, t);
+            acc.add(rt.block_on(one_way(Some(&dir), s.size, secs, PLAIN, *shape)));
         }
     }
-    let [one, sharded] = tallies;
+    let [one, sharded] = accs;
     let what = format!(
         "one-way as exon_durable, from {SHARDS} durable senders, {} worker threads",
         s.threads.max(SHARDS)
     );
     vec![
-        Row {
-            name: "exon_durable_2to1",
-            what: format!("{what}, into a receiver of one shard"),
-            tally: one,
-            latency: None,
-        },
-        Row {
-            name: "exon_durable_2shards",
-            what: format!("{what}, into a receiver of {SHARDS} shards (a journal each)"),
-            tally: sharded,
-            latency: None,
-        },
+        one.row(
+            "exon_durable_2to1",
+            format!("{what}, into a receiver of one shard"),
+            true,
+        ),
+        sharded.row(
+            "exon_durable_2shards",
+            format!("{what}, into a receiver of {SHARDS} shards (a journal each)"),
+            true,
+        ),
     ]
 }

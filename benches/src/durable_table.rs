@@ -40,6 +40,43 @@ pub struct Row {
     pub tally: Tally,
     /// Latency of each call, for the rows that wait for each message's acknowledgement.
     pub latency: Option<Latencies>,
+    /// Durable exon rows: what both ends' journals wrote for the messages counted.
+    pub journal: Option<JournalCost>,
+}
+
+/// What the journals of a durable exon run wrote (`EndpointStats::journal_written_bytes`,
+/// `journal_writes`, `journal_commits`, every endpoint of the run together), for the
+/// messages it counted.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct JournalCost {
+    /// Encoded bytes of the records (framing left out).
+    pub bytes: u64,
+    /// Records.
+    pub records: u64,
+    /// Group commits (one sync each).
+    pub commits: u64,
+    /// Messages (or requests) counted.
+    pub messages: u64,
+}
+
+impl JournalCost {
+    /// Adds another run's figures.
+    pub fn add(&mut self, o: JournalCost) {
+        self.bytes += o.bytes;
+        self.records += o.records;
+        self.commits += o.commits;
+        self.messages += o.messages;
+    }
+
+    /// Per message counted: bytes, records and syncs.
+    pub fn per_message(&self) -> (f64, f64, f64) {
+        let n = self.messages.max(1) as f64;
+        (
+            self.bytes as f64 / n,
+            self.records as f64 / n,
+            self.commits as f64 / n,
+        )
+    }
 }
 
 /// What every durable system gets: where to keep its files, and the run's settings.

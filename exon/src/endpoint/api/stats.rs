@@ -63,6 +63,9 @@ counters! {
         /// Durable mode: journal records written (divided by `journal_commits`: the group
         /// commit's batch).
         pub journal_writes: u64 [sum],
+        /// Durable mode: the encoded bytes of those records (each record's framing, 9 bytes,
+        /// left out): divided by the messages, what the journal costs per message.
+        pub journal_written_bytes: u64 [sum],
         /// Durable mode: bytes the journal takes on disk (at the last commit).
         pub journal_bytes: u64 [sum],
         /// Replies that came for calls no longer waiting (their future was dropped, or their

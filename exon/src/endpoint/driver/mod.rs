@@ -697,6 +697,7 @@ impl<S: DatagramSocket> Driver<S> {
             shards: 1,
             journal_commits: self.journal.as_ref().map_or(0, |j| j.commits),
             journal_writes: self.journal.as_ref().map_or(0, |j| j.writes),
+            journal_written_bytes: self.journal.as_ref().map_or(0, |j| j.written_bytes),
             journal_bytes: self.journal.as_ref().map_or(0, |j| j.disk_bytes()),
             requests_held: self.requests.held(),
             streams_open: self.flows.streams(),

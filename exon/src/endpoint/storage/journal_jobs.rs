@@ -42,9 +42,11 @@ pub(crate) struct JournalJobs {
     last_write: Option<Instant>,
     /// Bytes on disk at the end of the last job.
     disk_bytes: u64,
-    /// Group commits done, and writes in them.
+    /// Group commits done, writes in them, and those writes' encoded bytes (record
+    /// framing left out).
     pub(crate) commits: u64,
     pub(crate) writes: u64,
+    pub(crate) written_bytes: u64,
 }
 
 impl JournalJobs {
@@ -66,6 +68,7 @@ impl JournalJobs {
             disk_bytes: 0,
             commits: 0,
             writes: 0,
+            written_bytes: 0,
         }
     }
 
@@ -131,6 +134,7 @@ impl JournalJobs {
         }
         self.commits += 1;
         self.writes += writes.len() as u64;
+        self.written_bytes += bytes as u64;
         self.job = Some(tokio::task::spawn_blocking(move || {
             let r = writes
                 .iter()
