@@ -57,7 +57,10 @@
 //! and of 16 (`exon_durable_b16`, `exon_memory_b16`) and request/reply (`exon_durable_rpc`,
 //! `exon_memory_rpc`), then two durable senders into a durable receiver of one shard and of
 //! two (`exon_durable_2to1`, `exon_durable_2shards`: a journal per shard), those two on a
-//! runtime of at least two worker threads. Under the table, what the durable rows' journals
+//! runtime of at least two worker threads; and `journal_engine`, exon's journal alone
+//! (`durable_engine.rs`: two journals, a thread each, writing the records `exon_durable`
+//! writes per message, one commit per 256 messages), the ceiling the protocol's rows sit
+//! under on the same disk in the same run. Under the table, what the durable rows' journals
 //! wrote per message counted, both ends together (`EndpointStats::journal_written_bytes`,
 //! `journal_writes`, `journal_commits`): bytes, records and syncs, also in the last line as
 //! `<row>_journal_b_per_msg`, `<row>_journal_records_per_msg`, `<row>_syncs_per_msg`.

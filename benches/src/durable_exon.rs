@@ -355,6 +355,7 @@ pub fn rows(cx: &Context<'_>) -> Vec<Row> {
         ),
     ];
     out.extend(shard_rows(cx));
+    out.push(crate::durable_engine::row(cx));
     out
 }
 

@@ -4,6 +4,7 @@ pub mod calls;
 pub mod compare;
 pub mod core_pair;
 pub mod durable;
+pub mod durable_engine;
 pub mod durable_exon;
 pub mod durable_table;
 pub mod endpoint;
