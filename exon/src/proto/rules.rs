@@ -191,6 +191,15 @@ pub struct Rules {
     /// (after congestion or a restart of the sender) and the receiver's application waits
     /// for them before it takes those (an ordered channel), nothing ever moves again.
     pub resend_beyond_slot_window: bool,
+    /// Durable mode (the endpoint's rule, `docs/channels.md`): a durable flow reserves room
+    /// for its marks (`Limits::max_marks`) before it starts, so none goes on without them:
+    /// a channel or stream this endpoint opens beyond the room is refused
+    /// (`Error::TooManyFlows`), a peer's new stream is reset, a peer's new channel's
+    /// messages are left undelivered (untaken). Off, a flow starts without room: its takes
+    /// go on without a mark once the journal holds `max_marks` (its position lost at a
+    /// restart: the channel starts over out of order), its first send is refused by the
+    /// core.
+    pub reserve_flow_marks: bool,
 }
 
 impl Rules {
@@ -233,6 +242,7 @@ impl Rules {
         durable_flows: true,
         hold_call_requests: true,
         resend_beyond_slot_window: true,
+        reserve_flow_marks: true,
     };
 }
 

@@ -10,5 +10,6 @@ pub(crate) mod config;
 pub(crate) mod out;
 pub(crate) mod positions;
 pub(crate) mod resume;
+pub(crate) mod slots;
 pub(crate) mod stream;
 pub(crate) mod stream_in;
