@@ -200,6 +200,12 @@ pub struct Rules {
     /// restart: the channel starts over out of order), its first send is refused by the
     /// core.
     pub reserve_flow_marks: bool,
+    /// Durable mode (the endpoint's rule, `docs/channels.md`): a durable flow's sender
+    /// keeps its receiver's window in the flow's mark once it learns it (with the take of
+    /// the window's advert, and in every later position of the same run). Off, the window
+    /// is kept only with a message numbered after it was learnt: a sender restarted before
+    /// sending one goes on one message at a time for good (its receiver advertised once).
+    pub mark_flow_window: bool,
 }
 
 impl Rules {
@@ -243,6 +249,7 @@ impl Rules {
         hold_call_requests: true,
         resend_beyond_slot_window: true,
         reserve_flow_marks: true,
+        mark_flow_window: true,
     };
 }
 

@@ -792,13 +792,21 @@ impl Flows {
     }
 
     /// A peer's window for one of this endpoint's flows to it (`flow` as this endpoint,
-    /// the sender, names it).
-    pub(crate) fn on_window(&mut self, from: NodeId, flow: Flow, run: u32, window: Window) {
-        match flow {
+    /// the sender, names it). Durable mode: returns the flow's sending mark lane, whose
+    /// mark keeps the window with the advert's take ([`Rules::mark_flow_window`]).
+    pub(crate) fn on_window(
+        &mut self,
+        from: NodeId,
+        flow: Flow,
+        run: u32,
+        window: Window,
+    ) -> Option<u64> {
+        let lane = match flow {
             Flow::Channel(n) => {
                 if let Some(out) = self.shared.channel_out(from, n) {
                     out.on_peer_window(run, window);
                 }
+                position::lane(flow.code(), true)
             }
             Flow::Stream { id, opener_sent } => {
                 // The window's sender opened the stream, or this endpoint did.
@@ -810,8 +818,10 @@ impl Flows {
                         out.on_peer_window(run, window);
                     }
                 }
+                send_lane(key)
             }
-        }
+        };
+        (self.durable && self.shared.rules.mark_flow_window).then_some(lane)
     }
 
     /// A stream's abort from its peer.
