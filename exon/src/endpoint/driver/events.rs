@@ -9,7 +9,7 @@ use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::message::{Acker, Message};
 use crate::endpoint::driver::trace::{debug_in_peer, peer_span};
 use crate::endpoint::flows::at_driver::Held;
-use crate::endpoint::flows::positions::window_mark;
+use crate::endpoint::flows::window_mark::window_mark;
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::envelope::Envelope;
 use crate::ordered::{Arrival, Window};

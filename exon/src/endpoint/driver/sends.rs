@@ -14,7 +14,7 @@ use crate::endpoint::api::shared::Shared;
 use crate::endpoint::driver::outgoing::Outgoing;
 use crate::endpoint::driver::seqmap::SeqMap;
 use crate::endpoint::driver::trace::{debug_in_peer, Throttle};
-use crate::endpoint::flows::positions::keep_window;
+use crate::endpoint::flows::window_mark::keep_window;
 use crate::endpoint::paths::Paths;
 use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
 use crate::rpc::calls::Calls;

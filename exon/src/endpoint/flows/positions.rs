@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 
 use crate::envelope::Flow;
-use crate::ordered::position::{self, RecvPosition, SendPosition};
+use crate::ordered::position::{self, RecvPosition};
 use crate::proto::journal::Mark;
-use crate::proto::{DeliveryId, Node, NodeId};
+use crate::proto::{DeliveryId, NodeId};
 
 /// A stream at the driver: its peer, its id, and whether this endpoint opened it.
 pub(crate) type StreamKey = (NodeId, u64, bool);
@@ -124,37 +124,6 @@ impl Positions {
     pub(crate) fn is_empty(&self) -> bool {
         self.released.is_empty()
     }
-}
-
-/// Durable mode: `mark`, a flow's position kept with a new message to `to`, with the
-/// receiver's window the flow's mark knows if it knows none ([`SendPosition::keep_window`],
-/// [`Rules::mark_flow_window`](crate::proto::Rules::mark_flow_window)).
-pub(crate) fn keep_window(node: &Node, to: NodeId, mark: Mark) -> Mark {
-    if !node.rules().mark_flow_window {
-        return mark;
-    }
-    let kept = node.mark(to, mark.lane).map(|v| &v[..]);
-    match SendPosition::keep_window(&mark.value, kept) {
-        Some(value) => Mark {
-            lane: mark.lane,
-            value,
-        },
-        None => mark,
-    }
-}
-
-/// Durable mode: the mark to keep with the take of a window's advert for the flow whose
-/// sending mark is `(from, lane)`, of run `run`: its position with the window, if it did
-/// not know it (`None`: a plain take).
-pub(crate) fn window_mark(
-    node: &Node,
-    (from, lane): (NodeId, u64),
-    run: u32,
-    window: crate::ordered::Window,
-) -> Option<Mark> {
-    let kept = node.mark(from, lane)?;
-    let value = SendPosition::learnt_window(kept, run, window)?;
-    Some(Mark { lane, value })
 }
 
 /// The marks of a stream's two sides at this endpoint: peer and lane.
