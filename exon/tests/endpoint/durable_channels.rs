@@ -232,3 +232,32 @@ async fn a_resumed_channel_keeps_its_receivers_window() {
         stop(b).await;
     }
 }
+
+/// Sends that wait for the node's clock to be stored (a tiny `clock_block`: dozens of
+/// waits) keep their payloads and their channel's positions: none is refused (the driver
+/// keeps a copy exactly when the clock may refuse, `Sends::admit`: one fewer and this
+/// fails), and after the sender's restart the channel goes on at the right number.
+#[tokio::test]
+async fn sends_waiting_for_the_clock_keep_their_positions() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let bind_a = || {
+        let mut c = super::common::cfg();
+        c.protocol.clock_block = 4;
+        super::common::bind_durable(A, dirs[0].path(), c, super::common::security(A))
+    };
+    let a = bind_a().await.unwrap();
+    let mut b = durable_flows(B, dirs[1].path(), true, false).await;
+    pair(&a, &b);
+    let sent = send(&a, 0..200);
+    assert!(in_order(&recv(&mut b, 200).await, 0..200));
+    sent.await.unwrap();
+    stop(a).await;
+    let a = bind_a().await.unwrap();
+    pair(&a, &b);
+    assert_eq!(a.handle().channel(B, 0).unwrap().next_seq(), 200);
+    let sent = send(&a, 200..220);
+    assert!(in_order(&recv(&mut b, 20).await, 200..220));
+    sent.await.unwrap();
+    stop(a).await;
+    stop(b).await;
+}
