@@ -154,7 +154,7 @@ const FIELDS: &[Field] = &[
     Field(Group::Endpoint, "stream_resets", "exon_stream_resets_total", None, Kind::Counter, "Streams aborted by their peer, or reset here because their peer's chunk named a stream not known here (closed, or from before a restart)."),
     Field(Group::Endpoint, "unordered", "exon_unordered_deliveries_total", None, Kind::Counter, "Channel messages delivered outside their channel's order (`Kind::Unordered`)."),
     Field(Group::Endpoint, "beyond_window", "exon_beyond_window_total", None, Kind::Counter, "Ordered messages that arrived at or beyond their flow's next number due plus this endpoint's window (a sender that ignores the window it was told): held untaken for their turn like any message ahead of it, never taken and dropped."),
-    Field(Group::Endpoint, "channels_full", "exon_channels_full_total", None, Kind::Counter, "Channel messages left undelivered because `FlowConfig::max_channels` channels were known."),
+    Field(Group::Endpoint, "channels_full", "exon_channels_full_total", None, Kind::Counter, "Channel messages left undelivered because `FlowConfig::max_channels` channels were known, or (durable mode) no room was left for their channel's position (`Limits::max_marks`): held untaken."),
     Field(Group::Mtu, "probes_sent", "exon_mtu_probes_sent_total", None, Kind::Counter, "MTU_PROBE datagrams sent (search, confirmation and base-size companion probes)."),
     Field(Group::Mtu, "probes_acked", "exon_mtu_probes_acked_total", None, Kind::Counter, "Probes answered by an MTU_ACK in time."),
     Field(Group::Mtu, "probes_lost", "exon_mtu_probes_lost_total", None, Kind::Counter, "Probes unanswered when their time ran out."),

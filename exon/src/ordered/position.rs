@@ -78,6 +78,36 @@ impl SendPosition {
         b.freeze()
     }
 
+    /// The flow's mark `kept`, with its receiver's window for run `run` now `window`:
+    /// `None` when `kept` is not a sender's position of that run, or knows it already. The
+    /// endpoint keeps it with the take of the window's advert, so a restarted sender knows
+    /// the window though it sent nothing after learning it.
+    pub fn learnt_window(kept: &[u8], run: u32, window: Window) -> Option<Bytes> {
+        let mut pos = SendPosition::decode(kept)?;
+        if pos.run != run || pos.peer_window == Some(window) {
+            return None;
+        }
+        pos.peer_window = Some(window);
+        Some(pos.encode())
+    }
+
+    /// `value`, a flow's position kept with a new message, with the receiver's window of
+    /// the flow's mark so far (`kept`) when it knows none and `kept` is of the same run (a
+    /// message numbered before the window came, stored after it was learnt): `None` when
+    /// `value` stays as it is. A window once kept is not forgotten within its run.
+    pub fn keep_window(value: &[u8], kept: Option<&[u8]>) -> Option<Bytes> {
+        let mut pos = SendPosition::decode(value)?;
+        if pos.peer_window.is_some() {
+            return None;
+        }
+        let old = SendPosition::decode(kept?)?;
+        if old.run != pos.run {
+            return None;
+        }
+        pos.peer_window = Some(old.peer_window?);
+        Some(pos.encode())
+    }
+
     /// Reads a mark's value (`None` for anything else: a damaged or foreign mark).
     pub fn decode(v: &[u8]) -> Option<SendPosition> {
         let mut r = Reader::new(v);
@@ -191,6 +221,40 @@ mod tests {
         let mut long = r.encode().to_vec();
         long.push(0);
         assert_eq!(RecvPosition::decode(&long), None);
+    }
+
+    /// A window learnt is kept in the flow's mark, and a later position without one (a
+    /// message numbered before it came) keeps it too, within the same run only.
+    #[test]
+    fn a_learnt_window_stays_in_the_mark_within_its_run() {
+        let w = Window {
+            messages: 64,
+            bytes: 1 << 20,
+        };
+        let pos = |run, next, peer_window| SendPosition {
+            run,
+            next,
+            offset: 0,
+            peer_window,
+            ended: false,
+            base: 0,
+        };
+        let kept = pos(7, 1, None).encode();
+        let learnt = SendPosition::learnt_window(&kept, 7, w).expect("learnt");
+        assert_eq!(SendPosition::decode(&learnt), Some(pos(7, 1, Some(w))));
+        assert_eq!(SendPosition::learnt_window(&learnt, 7, w), None, "known");
+        assert_eq!(
+            SendPosition::learnt_window(&kept, 8, w),
+            None,
+            "another run"
+        );
+        let later = pos(7, 2, None).encode();
+        let kept_too = SendPosition::keep_window(&later, Some(&learnt)).expect("kept");
+        assert_eq!(SendPosition::decode(&kept_too), Some(pos(7, 2, Some(w))));
+        assert_eq!(SendPosition::keep_window(&later, Some(&kept)), None);
+        assert_eq!(SendPosition::keep_window(&later, None), None);
+        let other_run = pos(8, 0, None).encode();
+        assert_eq!(SendPosition::keep_window(&other_run, Some(&learnt)), None);
     }
 
     #[test]

@@ -200,8 +200,9 @@ pub struct Limits {
     /// Durable mode: most marks the journal keeps at once
     /// ([`Mark`](crate::proto::journal::Mark): the endpoint keeps one per durable ordered
     /// flow and direction). A new mark beyond it is refused with
-    /// [`MarkError::TooMany`](crate::proto::MarkError::TooMany) (the endpoint then resets
-    /// the flow). Default 65536.
+    /// [`MarkError::TooMany`](crate::proto::MarkError::TooMany). The endpoint reserves room
+    /// before a durable flow starts and refuses a flow without it
+    /// (`Rules::reserve_flow_marks`, `docs/channels.md`). Default 65536.
     pub max_marks: usize,
 }
 

@@ -205,6 +205,21 @@ pub struct Rules {
     /// those deliveries, which may wait for exactly a message the sender can then never
     /// send (an ordered channel's gap): both sides wait for ever.
     pub restarted_sender_gets_slots: bool,
+    /// Durable mode (the endpoint's rule, `docs/channels.md`): a durable flow reserves room
+    /// for its marks (`Limits::max_marks`) before it starts, so none goes on without them:
+    /// a channel or stream this endpoint opens beyond the room is refused
+    /// (`Error::TooManyFlows`), a peer's new stream is reset, a peer's new channel's
+    /// messages are left undelivered (untaken). Off, a flow starts without room: its takes
+    /// go on without a mark once the journal holds `max_marks` (its position lost at a
+    /// restart: the channel starts over out of order), its first send is refused by the
+    /// core.
+    pub reserve_flow_marks: bool,
+    /// Durable mode (the endpoint's rule, `docs/channels.md`): a durable flow's sender
+    /// keeps its receiver's window in the flow's mark once it learns it (with the take of
+    /// the window's advert, and in every later position of the same run). Off, the window
+    /// is kept only with a message numbered after it was learnt: a sender restarted before
+    /// sending one goes on one message at a time for good (its receiver advertised once).
+    pub mark_flow_window: bool,
 }
 
 impl Rules {
@@ -249,6 +264,8 @@ impl Rules {
         resend_beyond_slot_window: true,
         whole_awaits_verdict: true,
         restarted_sender_gets_slots: true,
+        reserve_flow_marks: true,
+        mark_flow_window: true,
     };
 }
 

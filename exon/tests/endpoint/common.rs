@@ -33,6 +33,17 @@ pub async fn durable_flows(
 ) -> exon::endpoint::Endpoint {
     let mut rules = exon::proto::Rules::ALL;
     rules.durable_flows = rule;
+    durable_rules(id, dir, rules, ack_later).await
+}
+
+/// A durable endpoint for node `id` in directory `dir` on loopback, with `rules`,
+/// acknowledging after processing or not.
+pub async fn durable_rules(
+    id: NodeId,
+    dir: &std::path::Path,
+    rules: exon::proto::Rules,
+    ack_later: bool,
+) -> exon::endpoint::Endpoint {
     let mut c = cfg().with_rules(rules);
     c.ack_after_processing = ack_later;
     bind_durable(id, dir, c, security(id)).await.unwrap()

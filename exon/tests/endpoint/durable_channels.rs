@@ -176,3 +176,88 @@ async fn unacknowledged_channel_messages_survive_restarts_of_either_side() {
     stop(a).await;
     stop(b).await;
 }
+
+/// A durable endpoint for node `id` in `dir`, with the rule `mark_flow_window` as given.
+async fn bind_window_rule(id: NodeId, dir: &std::path::Path, rule: bool, later: bool) -> Endpoint {
+    let mut rules = exon::proto::Rules::ALL;
+    rules.mark_flow_window = rule;
+    super::common::durable_rules(id, dir, rules, later).await
+}
+
+/// A sender restarted after it learned its receiver's window, and before it sent anything
+/// more, still knows that window: its resumed channel has many messages in flight at once
+/// (the receiver, which did not restart, does not advertise it again). With the rule
+/// `mark_flow_window` off, the window was not kept and the channel goes on one message at
+/// a time for good.
+#[tokio::test]
+async fn a_resumed_channel_keeps_its_receivers_window() {
+    for rule in [true, false] {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let bind_a = || bind_window_rule(A, dirs[0].path(), rule, false);
+        let a = bind_a().await;
+        let mut b = bind_window_rule(B, dirs[1].path(), true, true).await;
+        pair(&a, &b);
+        let ch = a.handle().channel(B, 0).unwrap();
+        let receipt = ch.send(vec![0u8]).await.unwrap();
+        timeout(LIMIT, b.recv()).await.unwrap().unwrap().ack();
+        timeout(LIMIT, receipt).await.unwrap().unwrap();
+        // The window's advert comes, and is kept (the journal syncs it).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(ch);
+        stop(a).await;
+        let a = bind_a().await;
+        pair(&a, &b);
+        let ch = a.handle().channel(B, 0).unwrap();
+        let sender = tokio::spawn(async move {
+            let mut receipts = Vec::new();
+            for x in 1..=10u8 {
+                receipts.push(ch.send(vec![x]).await.unwrap());
+            }
+            receipts
+        });
+        // B holds what arrives, unacknowledged: the sender's window of it, or one.
+        let mut held = Vec::new();
+        while let Ok(Some(m)) = timeout(Duration::from_millis(700), b.recv()).await {
+            held.push(m);
+        }
+        let in_flight = held.len();
+        if rule {
+            assert_eq!(in_flight, 10, "the window is known after the restart");
+        } else {
+            assert_eq!(in_flight, 1, "rule off: one message at a time");
+        }
+        held.into_iter().for_each(|m| m.ack());
+        sender.abort();
+        stop(a).await;
+        stop(b).await;
+    }
+}
+
+/// Sends that wait for the node's clock to be stored (a tiny `clock_block`: dozens of
+/// waits) keep their payloads and their channel's positions: none is refused (the driver
+/// keeps a copy exactly when the clock may refuse, `Sends::admit`: one fewer and this
+/// fails), and after the sender's restart the channel goes on at the right number.
+#[tokio::test]
+async fn sends_waiting_for_the_clock_keep_their_positions() {
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let bind_a = || {
+        let mut c = super::common::cfg();
+        c.protocol.clock_block = 4;
+        super::common::bind_durable(A, dirs[0].path(), c, super::common::security(A))
+    };
+    let a = bind_a().await.unwrap();
+    let mut b = durable_flows(B, dirs[1].path(), true, false).await;
+    pair(&a, &b);
+    let sent = send(&a, 0..200);
+    assert!(in_order(&recv(&mut b, 200).await, 0..200));
+    sent.await.unwrap();
+    stop(a).await;
+    let a = bind_a().await.unwrap();
+    pair(&a, &b);
+    assert_eq!(a.handle().channel(B, 0).unwrap().next_seq(), 200);
+    let sent = send(&a, 200..220);
+    assert!(in_order(&recv(&mut b, 20).await, 200..220));
+    sent.await.unwrap();
+    stop(a).await;
+    stop(b).await;
+}

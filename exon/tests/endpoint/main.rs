@@ -15,6 +15,7 @@ mod coalesce;
 mod common;
 mod durable;
 mod durable_channels;
+mod durable_marks;
 mod durable_shards;
 mod durable_streams;
 mod http;

@@ -329,7 +329,14 @@ fn ordered_shared(
             all.extend(std::mem::take(&mut r.flows.out));
         }
     }
-    OrderedShared::new_durable(accept, config.flows.clone(), config.rules, resumed)
+    let max_marks = config.protocol.limits.max_marks;
+    OrderedShared::new_durable(
+        accept,
+        config.flows.clone(),
+        config.rules,
+        resumed,
+        max_marks,
+    )
 }
 
 /// Durable mode: the streams `recovered` from the journal, made again and handed to

@@ -48,6 +48,17 @@ pub enum Error {
         /// What the socket reaches.
         reach: Reach,
     },
+    /// Durable mode ([`Handle::channel`](crate::endpoint::Handle::channel),
+    /// [`Handle::open_stream`](crate::endpoint::Handle::open_stream)): the journal keeps
+    /// the positions of as many durable flows as it may already
+    /// ([`Limits::max_marks`](crate::proto::Limits::max_marks) marks: one per channel and
+    /// direction, two per stream, all shards together). A flow never goes on without its
+    /// position, so the new one is refused; room comes back when a stream is dropped.
+    #[error("the journal keeps the positions of {max} durable flow sides already")]
+    TooManyFlows {
+        /// The bound (`Limits::max_marks`).
+        max: usize,
+    },
 }
 
 /// Why a [`Receipt`](crate::endpoint::Receipt) resolved without an acknowledgement.

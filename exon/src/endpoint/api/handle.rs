@@ -257,7 +257,8 @@ impl Handle {
     /// The sending end of ordered channel `number` to node `to` (see [`Channel`]): its
     /// messages reach `to`'s application in the order sent. Every value for the same
     /// destination and number shares one numbering. Errors: [`Error::UnknownPeer`],
-    /// [`Error::Closed`], or sending to this endpoint itself.
+    /// [`Error::Closed`], sending to this endpoint itself, or (durable mode, a new
+    /// channel) [`Error::TooManyFlows`].
     ///
     /// [`Channel`]: crate::endpoint::Channel
     pub fn channel(&self, to: NodeId, number: u16) -> Result<crate::endpoint::Channel, Error> {
@@ -275,7 +276,7 @@ impl Handle {
                 self.first().shared.clone(),
                 None,
             )
-        });
+        })?;
         Ok(crate::endpoint::Channel::new(self.clone(), out, number))
     }
 
@@ -301,8 +302,8 @@ impl Handle {
 
     /// Opens a byte stream to node `to` (see [`Stream`]). The peer learns of it at once
     /// (from [`accept_stream`](crate::endpoint::Endpoint::accept_stream)), before anything is
-    /// written. Errors: [`Error::UnknownPeer`], [`Error::Closed`], or opening one to this
-    /// endpoint itself.
+    /// written. Errors: [`Error::UnknownPeer`], [`Error::Closed`], opening one to this
+    /// endpoint itself, or (durable mode) [`Error::TooManyFlows`].
     ///
     /// [`Stream`]: crate::endpoint::Stream
     pub fn open_stream(&self, to: NodeId) -> Result<crate::endpoint::Stream, Error> {
@@ -310,6 +311,8 @@ impl Handle {
         let shard = self.shard(to);
         let ordered = &self.ordered;
         let id = ordered.next_stream();
+        let slots = crate::endpoint::flows::positions::stream_slots((to, id, true));
+        ordered.reserve_marks(&slots)?;
         let inbox = Arc::new(ordered.stream_in(shard.shared.clone()));
         let out = FlowOut::new(
             to,
@@ -334,8 +337,12 @@ impl Handle {
             out: out.clone(),
             inbox: inbox.clone(),
         };
-        shard.cmds.send(open).map_err(|_| Error::Closed)?;
-        out.open().map_err(|_| Error::Closed)?;
+        let closed = || {
+            ordered.release_marks(&slots);
+            Error::Closed
+        };
+        shard.cmds.send(open).map_err(|_| closed())?;
+        out.open().map_err(|_| closed())?;
         Ok(crate::endpoint::Stream::new(
             self.clone(),
             to,

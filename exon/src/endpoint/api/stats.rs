@@ -90,7 +90,9 @@ counters! {
         /// for their turn like any message ahead of it, never taken and dropped.
         pub beyond_window: u64 [sum],
         /// Channel messages left undelivered because
-        /// [`FlowConfig::max_channels`](crate::endpoint::FlowConfig::max_channels) channels were known.
+        /// [`FlowConfig::max_channels`](crate::endpoint::FlowConfig::max_channels) channels were known,
+        /// or (durable mode) no room was left for their channel's position
+        /// ([`Limits::max_marks`](crate::proto::Limits::max_marks)): held untaken.
         pub channels_full: u64 [sum],
     }
 }

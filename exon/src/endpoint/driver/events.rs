@@ -9,6 +9,7 @@ use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::message::{Acker, Message};
 use crate::endpoint::driver::trace::{debug_in_peer, peer_span};
 use crate::endpoint::flows::at_driver::Held;
+use crate::endpoint::flows::window_mark::window_mark;
 use crate::endpoint::io::socket::DatagramSocket;
 use crate::envelope::Envelope;
 use crate::ordered::{Arrival, Window};
@@ -127,12 +128,18 @@ impl<S: DatagramSocket> Driver<S> {
                 messages,
                 bytes,
             }) => {
-                self.node.handle_taken(t, id);
                 let window = Window {
                     messages,
                     bytes: usize::try_from(bytes).unwrap_or(usize::MAX),
                 };
-                self.flows.on_window(from, flow, run, window);
+                let lane = self.flows.on_window(from, flow, run, window);
+                // Durable mode: the flow's mark keeps the window, in the take's record (a
+                // crash keeps both, or neither and the advert comes again).
+                let mark = lane.and_then(|l| window_mark(&self.node, (from, l), run, window));
+                let marked = mark.is_some_and(|m| self.node.handle_taken_marked(t, id, m).is_ok());
+                if !marked {
+                    self.node.handle_taken(t, id);
+                }
             }
             Ok(Envelope::Reset(place)) => {
                 self.node.handle_taken(t, id);

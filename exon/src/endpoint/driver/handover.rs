@@ -162,8 +162,11 @@ impl Handover {
 fn take_marked(t: Instant, id: DeliveryId, node: &mut Node, flows: &mut Flows) {
     match flows.take_mark(&id) {
         Some(mark) => {
-            if node.handle_taken_marked(t, id, mark).is_err() {
-                // Not durable, or no room for the mark: taken all the same.
+            if let Err(e) = node.handle_taken_marked(t, id, mark) {
+                // No room for the mark: only with `Rules::reserve_flow_marks` off (a flow
+                // reserves its room before it starts). Taken all the same: the flow goes
+                // on from its older position after a restart.
+                tracing::warn!(error = %e, "a durable flow's take without its position");
                 node.handle_taken(t, id);
             }
         }

@@ -90,6 +90,8 @@ impl<S: DatagramSocket> Driver<S> {
                         };
                         let _ = self.node.set_mark(peer, gone);
                     }
+                    let slots = lanes.map(|lane| (peer, lane));
+                    self.flows.ordered().release_marks(&slots);
                 }
                 Action::NewStream {
                     peer,
@@ -131,7 +133,9 @@ impl<S: DatagramSocket> Driver<S> {
             );
             me.sends.on_send(t, out, &mut me.node, &me.paths);
         };
-        if !self.flows.has_room_for_stream() {
+        let slots = crate::endpoint::flows::positions::stream_slots((peer, id, false));
+        if !self.flows.has_room_for_stream() || ordered.reserve_marks(&slots).is_err() {
+            // Durable mode: no room for its positions, so not accepted at all.
             return refuse(self, held);
         }
         let inbox = Arc::new(ordered.stream_in(self.shared.clone()));
@@ -152,7 +156,10 @@ impl<S: DatagramSocket> Driver<S> {
             .accept(peer, id, first, held, last, out, inbox, &mut actions);
         match accepted {
             Ok(()) => self.run_actions(t, &mut actions),
-            Err(held) => refuse(self, held),
+            Err(held) => {
+                ordered.release_marks(&slots);
+                refuse(self, held)
+            }
         }
         self.actions = actions;
     }

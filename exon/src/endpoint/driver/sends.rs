@@ -14,6 +14,7 @@ use crate::endpoint::api::shared::Shared;
 use crate::endpoint::driver::outgoing::Outgoing;
 use crate::endpoint::driver::seqmap::SeqMap;
 use crate::endpoint::driver::trace::{debug_in_peer, Throttle};
+use crate::endpoint::flows::window_mark::keep_window;
 use crate::endpoint::paths::Paths;
 use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
 use crate::rpc::calls::Calls;
@@ -192,12 +193,14 @@ impl Sends {
         let (to, id) = (out.to(), out.id());
         let payload = out.take_payload();
         let len = payload.len();
-        // Only a durable node may refuse for want of a stored clock, and the message then
-        // waits with its payload: kept for that case alone (a clone of a payload made
-        // from a `Vec` allocates).
-        let kept = node.is_durable().then(|| payload.clone());
-        let mark = out.take_mark();
-        let kept_mark = mark.clone();
+        // Only a durable node whose clock is not stored ahead of it may refuse for want of a
+        // stored clock (`ClockNotStored`: its clock has reached the stored high-water
+        // mark), and the message then waits with its payload and mark: kept for that case
+        // alone (a clone of a payload made from a `Vec` allocates, as does a mark's).
+        let may_wait = node.is_durable() && node.clock() >= node.clock_high_water();
+        let kept = may_wait.then(|| payload.clone());
+        let mark = out.take_mark().map(|m| keep_window(node, to, m));
+        let kept_mark = if may_wait { mark.clone() } else { None };
         let sent = match out.answers() {
             Some(request) => node.reply(t, request, payload),
             // An ordered flow's message may wait untaken at its receiver (held for its turn,

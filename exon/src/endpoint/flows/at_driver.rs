@@ -11,13 +11,15 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+use crate::endpoint::api::error::Error;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::driver::outgoing::Submit;
 use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::config::FlowConfig;
 use crate::endpoint::flows::out::{FlowOut, StreamOut};
-use crate::endpoint::flows::positions::{send_lane, Positions, StreamKey, Take};
+use crate::endpoint::flows::positions::{send_lane, stream_slots, Positions, StreamKey, Take};
 use crate::endpoint::flows::resume::{self, ResumedFlows, ResumedOut, ResumedStream, StreamParts};
+use crate::endpoint::flows::slots::{MarkSlots, Slot};
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
 use crate::ordered::position::{self, RecvPosition};
@@ -48,6 +50,9 @@ pub(crate) struct OrderedShared {
     /// The next stream id this endpoint opens (random start: a late message for a stream
     /// of an earlier run names no stream of this one).
     next_stream: AtomicU64,
+    /// Durable mode: ids of the streams this endpoint opened before a restart and made
+    /// again at bind: a new stream skips them.
+    recovered_ids: Mutex<std::collections::HashSet<u64>>,
     /// The senders of channels, by destination and channel: one numbering per channel for
     /// the whole run, however many `Channel` values the application makes.
     channels: Mutex<HashMap<(NodeId, u16), Arc<FlowOut>>>,
@@ -61,6 +66,8 @@ pub(crate) struct OrderedShared {
     durable: bool,
     /// Durable mode: the sending sides of channels recovered at bind, until made again.
     resumed: Mutex<HashMap<(NodeId, u16), ResumedOut>>,
+    /// Durable mode, `Rules::reserve_flow_marks`: the room for flows' marks.
+    slots: Option<MarkSlots>,
 }
 
 impl OrderedShared {
@@ -70,16 +77,18 @@ impl OrderedShared {
         config: FlowConfig,
         rules: Rules,
     ) -> Arc<OrderedShared> {
-        Self::new_durable(accept, config, rules, None)
+        Self::new_durable(accept, config, rules, None, 0)
     }
 
     /// As [`new`](Self::new); `resumed` (durable mode): the channels' sending sides
-    /// recovered from the journal.
+    /// recovered from the journal; `max_marks`: the marks each journal keeps at most
+    /// ([`Limits::max_marks`](crate::proto::Limits::max_marks)).
     pub(crate) fn new_durable(
         accept: mpsc::Sender<Accepted>,
         config: FlowConfig,
         rules: Rules,
         resumed: Option<HashMap<(NodeId, u16), ResumedOut>>,
+        max_marks: usize,
     ) -> Arc<OrderedShared> {
         use ring::rand::SecureRandom;
         let mut seed = [0u8; 12];
@@ -91,13 +100,41 @@ impl OrderedShared {
         Arc::new(OrderedShared {
             run,
             next_stream: AtomicU64::new(start),
+            recovered_ids: Mutex::default(),
             channels: Mutex::default(),
             accept,
             config,
             rules,
             durable: resumed.is_some(),
+            slots: (resumed.is_some() && rules.reserve_flow_marks)
+                .then(|| MarkSlots::new(max_marks)),
             resumed: Mutex::new(resumed.unwrap_or_default()),
         })
+    }
+
+    /// Durable mode: reserves room for the marks `slots` of a new flow
+    /// ([`Rules::reserve_flow_marks`]), or says there is none.
+    pub(crate) fn reserve_marks(&self, slots: &[Slot]) -> Result<(), Error> {
+        match &self.slots {
+            Some(s) if !s.reserve(slots) => Err(Error::TooManyFlows { max: s.max() }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Durable mode: the marks `slots` are forgotten (or were never written): their room
+    /// is free again.
+    pub(crate) fn release_marks(&self, slots: &[Slot]) {
+        if let Some(s) = &self.slots {
+            s.release(slots);
+        }
+    }
+
+    /// Durable mode: marks a journal holds already, or a recovered flow's, take their room
+    /// whatever is left.
+    pub(crate) fn hold_marks(&self, slots: impl IntoIterator<Item = Slot>) {
+        if let Some(s) = &self.slots {
+            s.hold(slots);
+        }
     }
 
     /// A new stream's receiving side (durable: its takes wait for the next read).
@@ -136,6 +173,9 @@ impl OrderedShared {
                 stream,
             )
         };
+        let mut ids = self.recovered_ids.lock().unwrap_or_else(|p| p.into_inner());
+        ids.extend(streams.keys().filter(|k| k.2).map(|k| k.1));
+        drop(ids);
         resume::make_streams(streams, inbox, out)
     }
 
@@ -179,29 +219,36 @@ impl OrderedShared {
         self.run
     }
 
-    /// A new stream id.
+    /// A new stream id: none of a stream recovered at bind.
     pub(crate) fn next_stream(&self) -> u64 {
-        self.next_stream.fetch_add(1, Ordering::Relaxed) % STREAM_IDS
+        let ids = self.recovered_ids.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let id = self.next_stream.fetch_add(1, Ordering::Relaxed) % STREAM_IDS;
+            if !ids.contains(&id) {
+                return id;
+            }
+        }
     }
 
     /// The sender of channel `n` to `to`, made by `make` the first time.
     /// Durable mode: the channel goes on from where it stood before a restart (its
     /// position, and its messages recovered without a verdict), keeping its position with
-    /// each new message.
+    /// each new message; a new one needs room for its mark ([`Error::TooManyFlows`]).
     pub(crate) fn channel(
         &self,
         to: NodeId,
         n: u16,
         make: impl FnOnce() -> FlowOut,
-    ) -> Arc<FlowOut> {
+    ) -> Result<Arc<FlowOut>, Error> {
         let mut m = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(out) = m.get(&(to, n)) {
-            return out.clone();
+            return Ok(out.clone());
         }
-        let mut out = make();
         let mut pending = None;
+        let lane = position::lane(Flow::Channel(n).code(), true);
+        self.reserve_marks(&[(to, lane)])?;
+        let mut out = make();
         if self.durable {
-            let lane = position::lane(Flow::Channel(n).code(), true);
             let r = self
                 .resumed
                 .lock()
@@ -218,7 +265,7 @@ impl OrderedShared {
             p.ready(out.clone());
             out.send_owed_gaps();
         }
-        out
+        Ok(out)
     }
 
     /// The sender of channel `n` to `to`, if one was made.
@@ -354,6 +401,9 @@ impl Flows {
     pub(crate) fn resume<'a>(&mut self, marks: impl Iterator<Item = (NodeId, u64, &'a Bytes)>) {
         self.durable = true;
         let marks: Vec<_> = marks.map(|(p, l, v)| (p, l, v.clone())).collect();
+        // Their room is theirs (a peer's channel, not yet heard from, goes on with it).
+        self.shared
+            .hold_marks(marks.iter().map(|(p, l, _)| (*p, *l)));
         for (from, n, pos) in ResumedFlows::from_marks(&marks).inbound {
             self.channels
                 .insert((from, n), Reorder::started(pos.run, pos.next));
@@ -397,6 +447,8 @@ impl Flows {
         inbox: Arc<StreamIn>,
         recv: Option<RecvPosition>,
     ) {
+        // Both its sides had their room before the restart: kept (one may have no mark yet).
+        self.shared.hold_marks(stream_slots(key));
         let reorder = match recv {
             Some(p) if p.ended => {
                 // Read to its end before: nothing more comes; its sending side may still
@@ -483,6 +535,23 @@ impl Flows {
         }
     }
 
+    /// Whether channel `n` from `from` has its reorder buffer, made now if there is room:
+    /// below `max_channels`, and in durable mode room for its position's mark (without it
+    /// the channel's messages are not delivered at all).
+    fn has_channel(&mut self, from: NodeId, n: u16) -> bool {
+        if self.channels.contains_key(&(from, n)) {
+            return true;
+        }
+        let lane = position::lane(Flow::Channel(n).code(), false);
+        if self.channels.len() >= self.max_channels
+            || (self.durable && self.shared.reserve_marks(&[(from, lane)]).is_err())
+        {
+            return false;
+        }
+        self.channels.insert((from, n), Reorder::new());
+        true
+    }
+
     /// Returns the arrival back when its flow cannot be made (too many): the driver leaves
     /// it untaken.
     fn on_channel(
@@ -493,16 +562,12 @@ impl Flows {
         arrival: Arrival<Held>,
         actions: &mut Vec<Action>,
     ) -> Result<(), Arrival<Held>> {
-        let len = self.channels.len();
-        let r = match self.channels.entry((from, n)) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                if len >= self.max_channels {
-                    self.refused += 1;
-                    return Err(arrival);
-                }
-                e.insert(Reorder::new())
-            }
+        if !self.has_channel(from, n) {
+            self.refused += 1;
+            return Err(arrival);
+        }
+        let Some(r) = self.channels.get_mut(&(from, n)) else {
+            return Err(arrival);
         };
         let known = r.run() == Some(place.run);
         if known && place.seq < r.next() && is_redelivery(&arrival) {
@@ -727,13 +792,21 @@ impl Flows {
     }
 
     /// A peer's window for one of this endpoint's flows to it (`flow` as this endpoint,
-    /// the sender, names it).
-    pub(crate) fn on_window(&mut self, from: NodeId, flow: Flow, run: u32, window: Window) {
-        match flow {
+    /// the sender, names it). Durable mode: returns the flow's sending mark lane, whose
+    /// mark keeps the window with the advert's take ([`Rules::mark_flow_window`]).
+    pub(crate) fn on_window(
+        &mut self,
+        from: NodeId,
+        flow: Flow,
+        run: u32,
+        window: Window,
+    ) -> Option<u64> {
+        let lane = match flow {
             Flow::Channel(n) => {
                 if let Some(out) = self.shared.channel_out(from, n) {
                     out.on_peer_window(run, window);
                 }
+                position::lane(flow.code(), true)
             }
             Flow::Stream { id, opener_sent } => {
                 // The window's sender opened the stream, or this endpoint did.
@@ -745,8 +818,10 @@ impl Flows {
                         out.on_peer_window(run, window);
                     }
                 }
+                send_lane(key)
             }
-        }
+        };
+        (self.durable && self.shared.rules.mark_flow_window).then_some(lane)
     }
 
     /// A stream's abort from its peer.
@@ -958,6 +1033,35 @@ mod tests {
         rules.advertise_flow_window = false;
         let mut f = flows_with(5, rules);
         assert_eq!(kinds(&arrive(&mut f, 1, 0)), ["message"], "rule off");
+    }
+
+    /// A stream recovered at bind keeps its id: a new stream opened since never gets it.
+    #[test]
+    fn a_new_stream_skips_the_ids_of_recovered_streams() {
+        let s = OrderedShared::new(mpsc::channel(1).0, FlowConfig::default(), Rules::ALL);
+        let first = s.next_stream();
+        let shared = Arc::new(Shared::for_test());
+        let recv = RecvPosition {
+            run: 1,
+            next: 1,
+            offset: 0,
+            ended: false,
+        };
+        let streams = [first + 1, first + 2]
+            .map(|id| {
+                (
+                    (PEER, id, true),
+                    ResumedStream {
+                        out: None,
+                        recv: Some(recv),
+                    },
+                )
+            })
+            .into();
+        let (tx, _rx) = mpsc::unbounded_channel::<crate::endpoint::driver::command::Command>();
+        let driver = || -> Box<dyn Submit> { Box::new(tx.downgrade()) };
+        assert_eq!(s.make_streams(streams, driver, &shared).len(), 2);
+        assert_eq!(s.next_stream(), first + 3);
     }
 
     #[test]

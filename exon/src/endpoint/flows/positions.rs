@@ -126,6 +126,11 @@ impl Positions {
     }
 }
 
+/// The marks of a stream's two sides at this endpoint: peer and lane.
+pub(crate) fn stream_slots(key: StreamKey) -> [(NodeId, u64); 2] {
+    [(key.0, send_lane(key)), (key.0, recv_lane(key))]
+}
+
 /// The mark lane of a stream's sending side at this endpoint (its flow as the peer, the
 /// receiver, names it: opened by the sender if this endpoint opened it).
 pub(crate) fn send_lane((_, id, mine): StreamKey) -> u64 {
