@@ -24,5 +24,6 @@ mod reply;
 mod rules;
 mod sealed;
 mod sender_restarts;
+mod sync_paths;
 mod transmit_runs;
 mod verdicts;
