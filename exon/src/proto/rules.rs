@@ -220,6 +220,25 @@ pub struct Rules {
     /// is kept only with a message numbered after it was learnt: a sender restarted before
     /// sending one goes on one message at a time for good (its receiver advertised once).
     pub mark_flow_window: bool,
+    /// Durable mode (issue 45: a payload journalled once): a receiver journals no payload.
+    /// It hands a delivery over at once and relies on the sender's copy, kept until the ACK
+    /// (which waits for the `Taken` record): it journals instead how far it granted each
+    /// incarnation (`Granted`), and after a restart delivers a token of an incarnation
+    /// still open (granted, not passed by its sender's frontier) again, flagged as a
+    /// redelivery under its id. Off, every delivery is journalled with its payload
+    /// (`Delivered`) before it is handed over (`journal_before_delivery`), and recovered
+    /// from the receiver's own journal.
+    pub deliver_from_senders_copy: bool,
+    /// Durable mode, with `deliver_from_senders_copy`: SLOTS leave only once the `Granted`
+    /// record of their end is stored. Off, they leave at once, and a crash before the record
+    /// is stored leaves slots the journal never heard of: a token delivered in one of them
+    /// before the crash gets LOST after it, and its retry is delivered a second time.
+    pub slots_wait_for_granted: bool,
+    /// Durable mode, with `deliver_from_senders_copy`: a restarted receiver does not
+    /// deliver a token of an open incarnation whose slot its sender's frontier passed
+    /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
+    /// taken and confirmed before the restart is delivered again.
+    pub redeliver_above_frontier: bool,
 }
 
 impl Rules {
@@ -266,6 +285,9 @@ impl Rules {
         restarted_sender_gets_slots: true,
         reserve_flow_marks: true,
         mark_flow_window: true,
+        deliver_from_senders_copy: true,
+        slots_wait_for_granted: true,
+        redeliver_above_frontier: true,
     };
 }
 

@@ -215,6 +215,19 @@ pub enum Entry {
         /// The held message released.
         id: MsgId,
     },
+    /// Receiver (`Rules::deliver_from_senders_copy`): incarnation `rck` granted `from`
+    /// slots below `end` (its SLOTS leave once this is stored). The incarnation stays open
+    /// until `from`'s frontier passes `end` (`Confirmed`): after a restart, a token of an
+    /// open incarnation in a slot below `end` and above the frontier is delivered again,
+    /// flagged (its sender holds the payload); checkpoints write one per open incarnation.
+    Granted {
+        /// The sending node.
+        from: NodeId,
+        /// The receiver incarnation.
+        rck: u64,
+        /// One past the highest slot granted.
+        end: u64,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -284,6 +297,8 @@ const ACCEPTED_HELD: u8 = 20;
 const HELD: u8 = 21;
 const RELEASED: u8 = 22;
 const TAKEN_RELEASED: u8 = 23;
+// A receiver's grants: kind 24.
+const GRANTED: u8 = 24;
 
 impl Entry {
     /// The record's encoded length.
@@ -359,6 +374,7 @@ impl Entry {
                 slot,
                 id,
             } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
+            Entry::Granted { from, rck, end } => v(from.get()) + v(*rck) + v(*end),
         }
     }
 
@@ -442,6 +458,12 @@ impl Entry {
             | Entry::Held { .. }
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
+            Entry::Granted { from, rck, end } => {
+                buf.put_u8(GRANTED);
+                put_varint(buf, from.get());
+                put_varint(buf, *rck);
+                put_varint(buf, *end);
+            }
         }
     }
 
@@ -643,6 +665,11 @@ impl Entry {
                 value: mark(r, bytes)?,
             },
             ACCEPTED_HELD..=TAKEN_RELEASED => decode_held(kind, r, bytes)?,
+            GRANTED => Entry::Granted {
+                from: node(r)?,
+                rck: int(r)?,
+                end: int(r)?,
+            },
             k => return Err(EntryError::Kind(k)),
         };
         if r.remaining() != 0 {
@@ -830,6 +857,11 @@ mod tests {
                 rck: 1 << 45,
                 slot: 17,
                 id: MsgId(1 << 20),
+            },
+            Entry::Granted {
+                from: n,
+                rck: 1 << 45,
+                end: 1 << 21,
             },
         ]
     }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+use crate::proto::journal::grants::Grants;
 use crate::proto::journal::marks::Marks;
 use crate::proto::journal::{Entry, Outcome};
 use crate::proto::{MsgId, NodeId};
@@ -33,6 +34,8 @@ pub struct State {
     keys: BTreeMap<NodeId, u64>,
     /// The layers' marks (`Mark`, `AcceptedMark`, `TakenMark`): the last value of each.
     marks: Marks,
+    /// The receiver's open incarnations (`Granted`, closed by `Confirmed`).
+    grants: Grants,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -108,6 +111,9 @@ pub struct Recovered {
     /// Messages sent held (`send_held`), acknowledged and not released, oldest first: not
     /// sent again; the node keeps them until [`Node::release`](crate::proto::Node::release).
     pub held: Vec<RecoveredMessage>,
+    /// The receiver's open incarnations (`Granted`, not yet passed by their source's
+    /// frontier): tokens of their slots above the frontier are delivered again, flagged.
+    pub grants: Grants,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -151,7 +157,13 @@ impl State {
                     self.live_bytes += e.encoded_len();
                 }
             }
-            Entry::Confirmed { from, below } => self.confirm(*from, *below),
+            Entry::Confirmed { from, below } => {
+                self.confirm(*from, *below);
+                self.grants.confirm(*from, *below);
+            }
+            Entry::Granted { from, rck, end } => {
+                self.grants.grant(*from, *rck, *end);
+            }
             Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None, false),
             Entry::AcceptedKeyed {
                 id,
@@ -478,6 +490,7 @@ impl State {
     /// would be its one `Covers` record and a `KeyFloor` per destination sent keyed).
     pub fn is_empty(&self) -> bool {
         self.inbox.is_empty()
+            && self.grants.is_empty()
             && self.outbox.is_empty()
             && self.verdicts.is_empty()
             && self.held.is_empty()
@@ -485,7 +498,7 @@ impl State {
 
     /// Bytes the live records take encoded: what a compaction writes.
     pub fn live_bytes(&self) -> usize {
-        self.live_bytes
+        self.live_bytes + self.grants.bytes()
     }
 
     /// Deliveries remembered, and messages not resolved.
@@ -545,6 +558,7 @@ impl State {
             .into_iter()
             .chain(keys)
             .chain(marks)
+            .chain(self.grants.entries())
             .chain(inbox)
             .chain(outbox)
             .chain(held)
@@ -595,6 +609,7 @@ impl State {
                 .map(|(p, l, v)| (p, l, v.clone()))
                 .collect(),
             held: self.held.values().cloned().collect(),
+            grants: self.grants.clone(),
         }
     }
 

@@ -342,6 +342,9 @@ impl Node {
             self.stats.rejects.too_many_records += 1;
             return false;
         }
+        if !self.journal_has_room_for_grants() {
+            return false;
+        }
         if !self.reserve_clock(self.ck + 1) || !self.journal_covers_incarnation(self.ck) {
             self.stats.rejects.clock_wait += 1;
             return false;
@@ -378,20 +381,26 @@ impl Node {
         } else {
             u64::MAX
         };
-        match rec.request(s, n, l, cap_slots) {
+        let grant = rec.request(s, n, l, cap_slots);
+        let (r, end) = (rec.rck(), rec.sck());
+        if rec.is_spent() {
+            self.receivers.remove(&src);
+        }
+        match grant {
             Grant::Granted(granted) => {
                 if granted < asked {
                     self.stats.slots_trimmed += 1;
                 }
-                if !self.outbox.grant(src, s, rec.rck(), granted, cap) {
+                // Durable mode: the SLOTS wait for the journal to hold their end.
+                if self.journal_granted(src, (r, end), (s, granted)) {
+                    return;
+                }
+                if !self.outbox.grant(src, s, r, granted, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
             }
             Grant::Waived => {}
             Grant::OverCap => self.stats.rejects.slots_cap += 1,
-        }
-        if rec.is_spent() {
-            self.receivers.remove(&src);
         }
     }
 

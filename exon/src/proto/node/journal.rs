@@ -59,6 +59,11 @@ impl Node {
                 });
             }
         }
+        for (from, r, end) in recovered.grants.iter() {
+            // Probed, so that the source's frontier closes them even if it stays quiet.
+            j.archive.watch(now, from, r, end, every);
+        }
+        j.grants = recovered.grants;
         self.journal = Some(Box::new(j));
         // The journal covers this run's incarnations from here on: the clock's mark asked
         // for so far (the next ones as they are asked, `poll_clock_store`).
@@ -198,6 +203,7 @@ impl Node {
                 self.rules.journal_before_verdict
             }
             Gate::Covers { .. } => true,
+            Gate::Slots { .. } => self.rules.slots_wait_for_granted,
         };
         if waits {
             j.gate(seq, g);
@@ -223,6 +229,12 @@ impl Node {
                 // New incarnations may be made: sources refused meanwhile ask again.
             }
             Gate::Released { to, .. } => self.release_frontier(now, to),
+            Gate::Slots { to, s, r, n } => {
+                let cap = self.outbox_cap();
+                if !self.outbox.grant(to, s, r, n, cap) {
+                    self.stats.rejects.outbox_full += 1;
+                }
+            }
             Gate::Verdict { to, event, .. } => {
                 Event::push_merged(&mut self.events, event);
                 let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
@@ -443,10 +455,14 @@ impl Node {
         self.rearm_sender(to);
     }
 
-    /// Durable mode: the delivery `ev` (slot `s` of `(src, r)`) reaches the application once
-    /// its record is stored. Other modes hand it over at once.
+    /// Durable mode without `Rules::deliver_from_senders_copy`: the delivery `ev` (slot `s`
+    /// of `(src, r)`) reaches the application once its `Delivered` record is stored. Other
+    /// modes hand it over at once.
     pub(super) fn deliver(&mut self, now: Instant, ev: Event, src: NodeId, (r, s): (u64, u64)) {
-        if self.journal.is_none() {
+        if self.journal.is_none() || self.rules.deliver_from_senders_copy {
+            // With the rule, the sender's copy stands for the receiver's: the journal holds
+            // the incarnation's grant (`Granted`), and a restart delivers it again from that
+            // copy, flagged, until it is taken.
             self.events.push_back(ev);
             return;
         }
@@ -578,17 +594,20 @@ impl Node {
         self.take_live(now, id);
     }
 
-    /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten.
+    /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten, and
+    /// open incarnations ending below it close.
     pub(super) fn journal_frontier(&mut self, src: NodeId, l: u64) {
         let Some(j) = self.journal.as_mut() else {
             return;
         };
-        if j.archive.confirm(src, l) > 0 {
+        let forgot = j.archive.confirm(src, l) > 0;
+        if j.grants.confirm(src, l) | forgot {
             j.write(Entry::Confirmed {
                 from: src,
                 below: l,
             });
         }
+        self.drop_revived(src);
     }
 
     /// Durable mode: the archive's probes due at `now` (SLOTS(s, r, 0) to each source it

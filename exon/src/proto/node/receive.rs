@@ -79,7 +79,15 @@ impl Node {
                     rec.heard(now);
                 }
                 urgent = true;
-                self.answer_without_record(src, r, s)
+                if !self.journal_redelivers(src, r, s) {
+                    self.answer_without_record(src, r, s)
+                } else if !room {
+                    self.stats.held_back += 1;
+                    None
+                } else {
+                    self.redeliver(now, src, (r, s), payload);
+                    None
+                }
             }
         };
         if let Some(v) = verdict {
@@ -155,6 +163,7 @@ impl Node {
     pub(super) fn evict_receiver(&mut self, src: NodeId, r: u64) {
         self.receivers.remove(&src);
         self.stats.evictions += 1;
+        self.journal_closed(src, r);
         let forgot = self.evictions.evicted_unused(r);
         self.forget_evicted_below(forgot);
     }
@@ -424,6 +433,14 @@ impl Node {
         }
         let room = self.has_room_for_delivery() || !self.rules.ack_on_take;
         let cap = self.outbox_cap();
+        if !whole
+            && self.receivers.get(&src).is_none_or(|rec| rec.rck() != r)
+            && self.journal_redelivers(src, r, s)
+        {
+            // Part of a message of an open incarnation of an earlier run: reassembled to be
+            // delivered again.
+            return self.on_revived_frag(now, src, (s, r, total), offset, data);
+        }
         let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
             return self.on_token(now, src, s, r, data);
@@ -514,6 +531,9 @@ impl Node {
         (r, s, want): (u64, u64, u64),
     ) {
         if self.receivers.get(&src).is_none_or(|rec| rec.rck() != r) {
+            if self.journal_redelivers(src, r, s) {
+                return self.on_revived_reqcredit(src, r, want);
+            }
             if let Some(v) = self.answer_without_record(src, r, s) {
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
@@ -524,11 +544,7 @@ impl Node {
             }
             return;
         }
-        let reserved: u64 = self
-            .receivers
-            .values()
-            .map(|r| r.assembler().granted())
-            .sum();
+        let reserved = self.reassembly_granted();
         let free = self
             .cfg
             .limits
@@ -588,19 +604,27 @@ impl Node {
 
     /// Bytes of reassembly memory partial messages hold now, over all sources.
     pub fn reassembly_in_use(&self) -> u64 {
+        let revived = self.journal.as_ref().map_or(0, |j| {
+            j.revived.values().map(|(_, a)| a.in_use()).sum::<u64>()
+        });
         self.receivers
             .values()
             .map(|r| r.assembler().in_use())
-            .sum()
+            .sum::<u64>()
+            + revived
     }
 
     /// Bytes of reassembly memory granted (CREDIT) over all sources: never more than
     /// [`Config::limits.max_reassembly_bytes`](crate::proto::Limits::max_reassembly_bytes).
     pub fn reassembly_granted(&self) -> u64 {
+        let revived = self.journal.as_ref().map_or(0, |j| {
+            j.revived.values().map(|(_, a)| a.granted()).sum::<u64>()
+        });
         self.receivers
             .values()
             .map(|r| r.assembler().granted())
-            .sum()
+            .sum::<u64>()
+            + revived
     }
 
     /// Partial messages being reassembled, over all sources.

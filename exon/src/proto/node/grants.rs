@@ -1,0 +1,137 @@
+//! Durable mode with `Rules::deliver_from_senders_copy`: the receiver journals no payload.
+//! It journals how far each incarnation granted each source (`Granted`, which its SLOTS
+//! wait for), and after a restart delivers a token of an open incarnation again, flagged,
+//! from the copy its sender keeps until the ACK.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::proto::journal::gates::Gate;
+use crate::proto::journal::{Entry, Standing};
+use crate::proto::{DeliveryId, Event, Node, NodeId};
+
+/// Open incarnations a journal keeps at most, per receiver record allowed: records outlive
+/// restarts now, so more than the live ones may be open (removed, evicted, or of an
+/// earlier run), until their sources' frontiers pass them.
+const OPEN_PER_RECORD: usize = 4;
+
+impl Node {
+    /// Whether this node journals grants instead of deliveries (durable mode, the rule on).
+    pub(super) fn journals_grants(&self) -> bool {
+        self.journal.is_some() && self.rules.deliver_from_senders_copy
+    }
+
+    /// Durable mode: incarnation `r` of `src`'s record granted it slots below `end`, and
+    /// SLOTS(s, r, n) are due. Returns true when they wait for the journal (a `Granted`
+    /// record of `end`, written now if none holds it yet), false when they may go now.
+    pub(super) fn journal_granted(
+        &mut self,
+        src: NodeId,
+        (r, end): (u64, u64),
+        (s, n): (u64, u64),
+    ) -> bool {
+        if !self.journals_grants() {
+            return false;
+        }
+        let waits = self.rules.slots_wait_for_granted;
+        let Some(j) = self.journal.as_mut() else {
+            return false;
+        };
+        let g = Gate::Slots { to: src, s, r, n };
+        match j.grant_stored(src, r, end) {
+            Ok(true) => false,
+            Err(seq) if waits => {
+                j.gate(seq, g);
+                true
+            }
+            Err(_) => false,
+            Ok(false) => {
+                j.grants.grant(src, r, end);
+                let seq = j.write(Entry::Granted { from: src, rck: r, end });
+                j.granting.insert(src, (r, end, seq));
+                if waits {
+                    j.gate(seq, g);
+                }
+                waits
+            }
+        }
+    }
+
+    /// Durable mode: whether a new incarnation may be opened (the journal keeps a bounded
+    /// number open). Counted when not.
+    pub(super) fn journal_has_room_for_grants(&mut self) -> bool {
+        let cap = self
+            .cfg
+            .limits
+            .max_receiver_records
+            .saturating_mul(OPEN_PER_RECORD);
+        let full = self.journals_grants()
+            && self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.grants.len() >= cap);
+        if full {
+            self.stats.rejects.too_many_records += 1;
+        }
+        !full
+    }
+
+    /// Durable mode: the unproven record of `(src, r)` was evicted (nothing was delivered
+    /// into it): its incarnation closes (a `Granted` record of end 0).
+    pub(super) fn journal_closed(&mut self, src: NodeId, r: u64) {
+        if !self.journals_grants() {
+            return;
+        }
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        if j.grants.grant(src, r, 0) {
+            j.write(Entry::Granted {
+                from: src,
+                rck: r,
+                end: 0,
+            });
+        }
+    }
+
+    /// Durable mode: whether the token of slot `s` of `(src, r)`, an incarnation of an
+    /// earlier run no live record holds, is to be delivered again: its incarnation is open,
+    /// the slot below its end and above the source's frontier, and the archive does not
+    /// know it. Otherwise the journal answers as without this rule (`answer_without_record`:
+    /// ACK if taken, nothing while held, LOST or DOUBT for a slot its sender holds no token
+    /// in).
+    pub(super) fn journal_redelivers(&self, src: NodeId, r: u64, s: u64) -> bool {
+        let Some(j) = self.journal.as_ref().filter(|_| self.journals_grants()) else {
+            return false;
+        };
+        if r >= j.run_start || j.archive.verdict(src, r, s).is_some() {
+            return false;
+        }
+        match j.grants.standing(src, r, s) {
+            Standing::Open => true,
+            // The defect the rule prevents: a stale copy below the frontier delivered.
+            Standing::Passed => !self.rules.redeliver_above_frontier,
+            Standing::Closed => false,
+        }
+    }
+
+    /// Durable mode: the token of `(src, r, s)` in an open incarnation of an earlier run is
+    /// handed over again, flagged (the last run may have handed it over), and kept in the
+    /// archive until taken (its later copies get no answer, then ACK).
+    pub(super) fn redeliver(&mut self, now: Instant, src: NodeId, (r, s): (u64, u64), p: Bytes) {
+        let (payload, kept) = self.keep_payload(p);
+        self.untaken += 1;
+        self.untaken_bytes += kept.charge;
+        self.stats.redelivered += 1;
+        let every = self.cfg.timers.probe_interval;
+        if let Some(j) = self.journal.as_mut() {
+            j.archive.insert(now, src, r, s, false, every);
+        }
+        self.events.push_back(Event::Delivered {
+            from: src,
+            payload,
+            id: DeliveryId::redelivered(src, r, s, kept),
+        });
+    }
+}
