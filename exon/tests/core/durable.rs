@@ -482,7 +482,11 @@ fn a_reqcredit_for_an_incarnation_lost_in_a_restart_asks_the_journal() {
             "a durable receiver leaves nothing in doubt"
         );
         if copy {
-            assert_eq!(after.credit, before.credit + 1, "credit in the open incarnation");
+            assert_eq!(
+                after.credit,
+                before.credit + 1,
+                "credit in the open incarnation"
+            );
             assert_eq!(after.lost, before.lost);
         } else {
             assert_eq!(

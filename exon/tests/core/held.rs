@@ -108,7 +108,10 @@ fn an_acknowledged_request_is_held_until_its_reply_is_taken_across_crashes_and_c
         if !hold {
             // The defect: the restarted caller has nothing that says a reply is due (its
             // journal holds no message: at most the incarnation it grants B, still open).
-            assert_eq!((journal.held(), journal.counts().1, journal.unreported()), (0, 0, 0));
+            assert_eq!(
+                (journal.held(), journal.counts().1, journal.unreported()),
+                (0, 0, 0)
+            );
             continue;
         }
         assert_eq!((recovered.held[0].id, recovered.held[0].to), (m, id(B)));

@@ -74,7 +74,10 @@ fn a_durable_one_way_message_crosses_three_syncs() {
     // The first message: A's Accepted and B's Granted (the SLOTS wait for it) in one
     // round, then A's Assigned (the token waits for it); B hands it over at once.
     let (handed, acked) = one_way(&mut p, b"first");
-    assert_eq!(handed, 2, "syncs before B's application has the first message");
+    assert_eq!(
+        handed, 2,
+        "syncs before B's application has the first message"
+    );
     assert_eq!(acked, 2, "syncs from the take to A's verdict");
     // Then A holds slots: its Accepted and Assigned are one sync, and B journals nothing
     // before the hand-over (A keeps the payload until the ACK).
@@ -122,7 +125,10 @@ fn a_durable_call_crosses_two_syncs_before_its_reply_is_handed_over() {
     // Then: A's AcceptedHeld (with its slot), B hands the request over at once; B's
     // Replied (the request's take and the reply, one record), A hands it over at once.
     let (at_server, replied, settled) = call(&mut p, b"second");
-    assert_eq!(at_server, 1, "syncs before the server's handler has the request");
+    assert_eq!(
+        at_server, 1,
+        "syncs before the server's handler has the request"
+    );
     assert_eq!(replied, 1, "syncs from the reply to the caller's hand-over");
     assert_eq!(
         at_server + replied,

@@ -145,7 +145,11 @@ impl Archive {
             if src.probe_at.is_none_or(|t| t > now) {
                 continue;
             }
-            let top = src.slots.keys().next_back().map(|&(s, r)| (s.saturating_add(1), r));
+            let top = src
+                .slots
+                .keys()
+                .next_back()
+                .map(|&(s, r)| (s.saturating_add(1), r));
             let Some((s, r)) = top.max(src.watch) else {
                 continue;
             };

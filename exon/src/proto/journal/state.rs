@@ -157,13 +157,7 @@ impl State {
                     self.live_bytes += e.encoded_len();
                 }
             }
-            Entry::Confirmed { from, below } => {
-                self.confirm(*from, *below);
-                self.grants.confirm(*from, *below);
-            }
-            Entry::Granted { from, rck, end } => {
-                self.grants.grant(*from, *rck, *end);
-            }
+            Entry::Confirmed { .. } | Entry::Granted { .. } => self.apply_grants(e),
             Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None, false),
             Entry::AcceptedKeyed {
                 id,
@@ -233,6 +227,21 @@ impl State {
             | Entry::Held { .. }
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.apply_held(e),
+        }
+    }
+
+    /// `apply` for the records of a receiver's grants: `Confirmed` (the frontier passed
+    /// taken deliveries, and ends of open incarnations) and `Granted`.
+    fn apply_grants(&mut self, e: &Entry) {
+        match e {
+            Entry::Confirmed { from, below } => {
+                self.confirm(*from, *below);
+                self.grants.confirm(*from, *below);
+            }
+            Entry::Granted { from, rck, end } => {
+                self.grants.grant(*from, *rck, *end);
+            }
+            _ => {}
         }
     }
 

@@ -48,7 +48,11 @@ impl Node {
             Err(_) => false,
             Ok(false) => {
                 j.grants.grant(src, r, end);
-                let seq = j.write(Entry::Granted { from: src, rck: r, end });
+                let seq = j.write(Entry::Granted {
+                    from: src,
+                    rck: r,
+                    end,
+                });
                 j.granting.insert(src, (r, end, seq));
                 if waits {
                     j.gate(seq, g);
@@ -66,11 +70,8 @@ impl Node {
             .limits
             .max_receiver_records
             .saturating_mul(OPEN_PER_RECORD);
-        let full = self.journals_grants()
-            && self
-                .journal
-                .as_ref()
-                .is_some_and(|j| j.grants.len() >= cap);
+        let full =
+            self.journals_grants() && self.journal.as_ref().is_some_and(|j| j.grants.len() >= cap);
         if full {
             self.stats.rejects.too_many_records += 1;
         }

@@ -15,7 +15,10 @@ impl Node {
     /// one per source (a newer incarnation's replaces an older one's, its partials dropped).
     fn revived_assembler(&mut self, src: NodeId, r: u64) -> Option<&mut Assembler> {
         let j = self.journal.as_mut()?;
-        let slot = j.revived.entry(src).or_insert_with(|| (r, Assembler::default()));
+        let slot = j
+            .revived
+            .entry(src)
+            .or_insert_with(|| (r, Assembler::default()));
         if slot.0 != r {
             *slot = (r, Assembler::default());
         }
@@ -33,7 +36,7 @@ impl Node {
         offset: u64,
         data: Bytes,
     ) -> bool {
-        if !(self.has_room_for_delivery() || !self.rules.ack_on_take) {
+        if !self.has_room_for_delivery() && self.rules.ack_on_take {
             self.stats.held_back += 1;
             return false;
         }

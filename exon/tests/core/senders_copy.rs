@@ -1,0 +1,162 @@
+//! Issue 45, a payload journalled once (`Rules::deliver_from_senders_copy`): a durable
+//! receiver hands a delivery over at once and journals no payload; it journals its grants
+//! (`Granted`, which its SLOTS wait for) and, after a restart, delivers a token of an open
+//! incarnation again, flagged, from the sender's copy. Each rule shown to matter by
+//! switching it off.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use exon::proto::{DeliveryId, Frame, Rules};
+use exon_testkit::frames::{frames, packet};
+use exon_testkit::pair::{id, test_config, Pair, A, B};
+
+/// A durable pair (both journals synced at once unless a test says otherwise), B's rules
+/// as given; senders ask for slots after every send (the frontier travels with each).
+fn pair(b_rules: Rules) -> Pair {
+    let mut cfg = test_config();
+    cfg.timers.idle_timeout = Duration::from_secs(600);
+    cfg.timers.probe_interval = Duration::from_secs(60);
+    cfg.timers.max_probe_interval = Duration::from_secs(600);
+    cfg.flow.envelope_low = cfg.flow.envelope_target;
+    let mut p = Pair::new(cfg);
+    p.drain(A);
+    p.drain(B);
+    p.make_durable(A);
+    p.make_durable(B);
+    p.node(B).set_rules(b_rules);
+    p
+}
+
+/// B's deliveries of `m`: (unflagged, flagged).
+fn deliveries(p: &Pair, m: &[u8]) -> (usize, usize) {
+    let all = p.nodes[B].delivered.iter().filter(|d| &d[..] == m).count();
+    let flagged = p.nodes[B]
+        .redelivered
+        .iter()
+        .filter(|d| &d[..] == m)
+        .count();
+    (all - flagged, flagged)
+}
+
+/// B hands M over, and crashes before its application takes it; A's copy comes again.
+/// Returns B's deliveries of M, and whether the one after the crash kept M's id.
+fn crash_after_hand_over(rules: Rules) -> ((usize, usize), bool) {
+    let mut p = pair(rules);
+    // A first message opens B's incarnation (its grant stored), then B syncs nothing more.
+    p.send(A, Bytes::from_static(b"first"));
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    p.nodes[B].auto_sync = false;
+    p.nodes[B].auto_take = false;
+    let m = Bytes::from_static(b"handed over, not taken");
+    p.send(A, m.clone());
+    p.run(Duration::from_secs(2));
+    let first: DeliveryId = *p.nodes[B].untaken.first().expect("handed over");
+    p.crash_and_recover(B);
+    p.node(B).set_rules(rules);
+    p.nodes[B].auto_sync = true;
+    p.sync(B);
+    p.run(Duration::from_secs(5));
+    let again = p.nodes[B].untaken.first().copied();
+    let same = again.is_some_and(|d| d.stable() == first.stable());
+    p.take(B, usize::MAX);
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.nodes[A].acked.len(), 2, "acknowledged once");
+    assert!(p.nodes[A].in_doubt.is_empty());
+    (deliveries(&p, &m), same)
+}
+
+#[test]
+fn a_message_handed_over_and_not_taken_comes_back_flagged_under_its_id_once() {
+    let mut on = Rules::ALL;
+    on.journal_before_delivery = false;
+    assert_eq!(crash_after_hand_over(on), ((1, 1), true), "from A's copy");
+    // Neither rule: no `Delivered` record stored (the hand-over did not wait for it), and
+    // no open incarnation: LOST, and A's retry comes unflagged under a new id.
+    let mut off = on;
+    off.deliver_from_senders_copy = false;
+    let (count, same) = crash_after_hand_over(off);
+    assert_eq!(count, (2, 0), "an unflagged duplicate");
+    assert!(!same);
+}
+
+/// B's `Granted` record is not synced when its SLOTS would go; A's token comes, B hands
+/// it over, its application takes it, and B crashes before syncing. Returns B's unflagged
+/// deliveries of the message.
+fn crash_before_granted_is_stored(gate: bool) -> usize {
+    let mut rules = Rules::ALL;
+    rules.slots_wait_for_granted = gate;
+    let mut p = pair(rules);
+    p.nodes[B].auto_sync = false;
+    let m = Bytes::from_static(b"granted, not journalled");
+    p.send(A, m.clone());
+    p.run(Duration::from_secs(2));
+    assert_eq!(
+        p.nodes[B].delivered.len(),
+        usize::from(!gate),
+        "the SLOTS wait for the record"
+    );
+    p.crash_and_recover(B);
+    p.node(B).set_rules(rules);
+    p.nodes[B].auto_sync = true;
+    p.sync(B);
+    p.run(Duration::from_secs(10));
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    deliveries(&p, &m).0
+}
+
+#[test]
+fn slots_leave_only_once_their_grant_is_stored() {
+    assert_eq!(crash_before_granted_is_stored(true), 1);
+    assert_eq!(
+        crash_before_granted_is_stored(false),
+        2,
+        "without the gate, the slot is unknown after the crash: LOST, and delivered twice"
+    );
+}
+
+/// M is delivered, taken and acknowledged, and A's frontier passes it (a second message's
+/// REQSLOTS carries it: B forgets M's take); B restarts, the incarnation still open (A
+/// holds envelopes in it), and a stale copy of M's token comes. Returns B's deliveries of
+/// M.
+fn stale_copy_after_a_restart(rule: bool) -> usize {
+    let mut rules = Rules::ALL;
+    rules.redeliver_above_frontier = rule;
+    let mut p = pair(rules);
+    p.record = true;
+    let m = Bytes::from_static(b"taken and confirmed");
+    p.send(A, m.clone());
+    p.run(Duration::from_secs(2));
+    p.send(A, Bytes::from_static(b"second"));
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.nodes[A].acked.len(), 2);
+    assert_eq!(
+        p.nodes[B].node.remembered_deliveries(),
+        1,
+        "M's take forgotten"
+    );
+    let token = p
+        .log
+        .iter()
+        .filter(|w| w.from == A)
+        .flat_map(|w| frames(&[w.packet()]))
+        .find(|f| matches!(f, Frame::Token { payload, .. } if payload == &m))
+        .expect("M's token");
+    p.crash_and_recover(B);
+    p.node(B).set_rules(rules);
+    p.inject(B, packet(id(A), id(B), vec![token]).encode());
+    p.run(Duration::from_secs(2));
+    let (unflagged, flagged) = deliveries(&p, &m);
+    unflagged + flagged
+}
+
+#[test]
+fn a_stale_copy_of_a_token_taken_and_confirmed_is_not_delivered_again() {
+    assert_eq!(stale_copy_after_a_restart(true), 1);
+    assert_eq!(
+        stale_copy_after_a_restart(false),
+        2,
+        "without the frontier, delivered again after A was told it was acknowledged"
+    );
+}
