@@ -160,3 +160,45 @@ fn a_stale_copy_of_a_token_taken_and_confirmed_is_not_delivered_again() {
         "without the frontier, delivered again after A was told it was acknowledged"
     );
 }
+
+/// Journal bytes and records both nodes write per one-way 1 KB message, over a stream of
+/// `n` (the records as the core asks for them, framing left out), with B's rule as given.
+fn journal_per_message(copy: bool, n: usize) -> (f64, f64) {
+    let mut rules = Rules::ALL;
+    rules.deliver_from_senders_copy = copy;
+    let mut p = pair(rules);
+    for i in [A, B] {
+        p.nodes[i].auto_sync = false;
+    }
+    let (mut bytes, mut records) = (0usize, 0usize);
+    for k in 0..n {
+        p.send(A, Bytes::from(vec![k as u8; 1024]));
+    }
+    for _ in 0..200 {
+        p.run(Duration::from_millis(20));
+        for i in [A, B] {
+            p.drain(i);
+            bytes += p.nodes[i]
+                .unsynced
+                .iter()
+                .map(|w| w.entry.encoded_len())
+                .sum::<usize>();
+            records += p.nodes[i].unsynced.len();
+            p.sync(i);
+        }
+        if p.nodes[A].acked.len() == n {
+            break;
+        }
+    }
+    assert_eq!(p.nodes[A].acked.len(), n);
+    (bytes as f64 / n as f64, records as f64 / n as f64)
+}
+
+#[test]
+fn a_one_way_message_journals_its_payload_once() {
+    let (bytes, records) = journal_per_message(true, 256);
+    let (old_bytes, old_records) = journal_per_message(false, 256);
+    eprintln!("journal per 1 KB message: {bytes:.0} bytes in {records:.2} records (rule off: {old_bytes:.0} bytes in {old_records:.2} records)");
+    assert!(bytes < 1.3 * 1024.0, "{bytes} bytes per message");
+    assert!(old_bytes > 2.0 * 1024.0, "two payloads with the rule off");
+}
