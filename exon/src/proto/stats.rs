@@ -256,7 +256,8 @@ counters! {
         /// Messages delivered that were put together from more than one FRAG.
         pub reassembled: u64 [sum],
         /// Messages of ours given up because their receiver takes none that large (also counted
-        /// in `not_delivered`; `Event::NotDelivered`).
+        /// in `not_delivered`, `Event::NotDelivered`, or, when a whole copy may have left
+        /// before, in `in_doubt`, `Event::InDoubt`).
         pub too_large_for_peer: u64 [sum],
         /// Partial messages dropped after `Config::timers.reassembly_timeout` without a new byte (their
         /// slots stay free: the sender's retransmissions still deliver them).

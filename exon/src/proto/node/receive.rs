@@ -559,9 +559,9 @@ impl Node {
         }
     }
 
-    /// Gives up the messages to `src` waiting for credit that are larger than `max`, the
-    /// largest its receiver takes: never sent, so certainly not delivered
-    /// ([`Event::NotDelivered`](crate::proto::Event::NotDelivered)).
+    /// Gives up the messages to `src` larger than `max`, the largest its receiver takes,
+    /// that still have bytes to send, each with its truthful verdict (not delivered, or in
+    /// doubt when a whole copy may have left: `SRecord::refuse_oversized`).
     fn refuse_oversized(&mut self, now: Instant, src: NodeId, max: u64) {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
@@ -572,7 +572,7 @@ impl Node {
             queued_bytes: &mut self.queued_bytes,
             held: self.journal.as_mut().map(|j| &mut j.held),
         };
-        rec.refuse_oversized(src, max, sink);
+        rec.refuse_oversized(src, max, &self.rules, sink);
         self.journal_verdicts(now, src);
     }
 
