@@ -220,6 +220,12 @@ pub struct Rules {
     /// is kept only with a message numbered after it was learnt: a sender restarted before
     /// sending one goes on one message at a time for good (its receiver advertised once).
     pub mark_flow_window: bool,
+    /// A source gets at most its share of the untaken deliveries
+    /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
+    /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
+    /// holding deliveries its application cannot take yet (an ordered flow's messages far
+    /// beyond their turn) fills `max_untaken` and stops delivery from every source.
+    pub untaken_share_per_source: bool,
 }
 
 impl Rules {
@@ -266,6 +272,7 @@ impl Rules {
         restarted_sender_gets_slots: true,
         reserve_flow_marks: true,
         mark_flow_window: true,
+        untaken_share_per_source: true,
     };
 }
 

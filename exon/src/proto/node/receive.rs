@@ -31,7 +31,7 @@ impl Node {
     ) -> bool {
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
-        let room = self.has_room_for_delivery() || !on_take;
+        let room = self.has_room_for_delivery(src) || !on_take;
         let verdict = match self.receivers.get_mut(&src) {
             Some(rec) if rec.rck() == r => {
                 rec.heard(now);
@@ -48,8 +48,7 @@ impl Node {
                     }
                     let (payload, kept) = self.keep_payload(payload);
                     if on_take {
-                        self.untaken += 1;
-                        self.untaken_bytes += kept.charge;
+                        self.untaken.add(src, kept.charge);
                     } else if let Some(key) = kept.pin {
                         // Not held: nothing to give back at a take.
                         self.pins.release(key);
@@ -258,9 +257,9 @@ impl Node {
     }
 
     /// Whether another delivery may be held now.
-    pub(super) fn has_room_for_delivery(&self) -> bool {
-        self.untaken < self.cfg.limits.max_untaken
-            && self.untaken_bytes < self.cfg.limits.max_untaken_bytes
+    pub(super) fn has_room_for_delivery(&self, src: NodeId) -> bool {
+        let share = self.rules.untaken_share_per_source;
+        self.untaken.has_room_for(src, &self.cfg.limits, share)
     }
 
     /// Input: the application has taken the delivery `id` (it left the embedding's buffer,
@@ -364,8 +363,7 @@ impl Node {
     /// A delivery left the node's care: its charge and pinned buffer are given back.
     pub(super) fn release_taken(&mut self, id: DeliveryId) {
         let kept = id.kept();
-        self.untaken -= 1;
-        self.untaken_bytes = self.untaken_bytes.saturating_sub(kept.charge);
+        self.untaken.remove(id.from(), kept.charge);
         if let Some(key) = kept.pin {
             self.pins.release(key);
         }
@@ -399,7 +397,7 @@ impl Node {
 
     /// Deliveries handed to the embedding and not yet reported taken.
     pub fn untaken(&self) -> usize {
-        self.untaken
+        self.untaken.count()
     }
 
     /// FRAG(s, r, total, offset, data) from `src`. The message is delivered, as a TOKEN
@@ -422,7 +420,7 @@ impl Node {
             self.stats.rejects.fragment_refused += 1;
             return false;
         }
-        let room = self.has_room_for_delivery() || !self.rules.ack_on_take;
+        let room = self.has_room_for_delivery(src) || !self.rules.ack_on_take;
         let cap = self.outbox_cap();
         let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
