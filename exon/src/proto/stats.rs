@@ -224,8 +224,9 @@ counters! {
         /// again.
         pub recovered_messages: u64 [sum],
         /// TOKENs not delivered (and not answered), and REQSLOTS not granted, because
-        /// `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends
-        /// them again later.
+        /// `Config::limits.max_untaken` deliveries (or their source's share,
+        /// `max_untaken_per_source`) were waiting for the application: the sender sends them
+        /// again later.
         pub held_back: u64 [sum],
         /// Sealed: REQSLOTS from a sender that restarted while this node held its record (a
         /// frontier above every slot the record ever held, within the sender's clock). Not
