@@ -70,9 +70,11 @@ mod tests {
 
     #[test]
     fn a_source_takes_at_most_its_share_and_gives_it_back() {
-        let mut limits = Limits::default();
-        limits.max_untaken = 4;
-        limits.max_untaken_per_source = 2;
+        let limits = Limits {
+            max_untaken: 4,
+            max_untaken_per_source: 2,
+            ..Limits::default()
+        };
         let (a, b) = (NodeId::from_const(1), NodeId::from_const(2));
         let mut u = Untaken::default();
         u.add(a, 10);
