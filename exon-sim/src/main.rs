@@ -242,6 +242,42 @@ struct Args {
     /// 468cc46): one that no longer sends on it leaves its receiver waiting.
     #[arg(long, requires_all = ["channels", "durable"])]
     owed_gaps_when_used: bool,
+    /// Durable byte-stream mode (with `--durable`): every node writes this many streams to
+    /// every other node, each `--stream-bytes` long from a seeded source, in writes of
+    /// random sizes cut into chunks of at most `--stream-chunk` bytes; readers read in
+    /// random sizes and store what they read in their own store (kept across crashes), and
+    /// the oracle checks that each store holds exactly the source's bytes, none skipped,
+    /// none twice, and at the end all of them and the stream's end (0: off). Replaces the
+    /// `--messages` workload; not with `--channels`, `--rpc` or `--deadline-ms`.
+    #[arg(long, default_value_t = 0, requires = "durable",
+          conflicts_with_all = ["channels", "rpc", "deadline_ms", "keyed"])]
+    streams: u16,
+    /// With `--streams`: bytes of each stream.
+    #[arg(long, default_value_t = 48 << 10)]
+    stream_bytes: u64,
+    /// With `--streams`: the largest chunk, in bytes (chunks above the path's datagram
+    /// size, about 1200 bytes until path MTU discovery grows it, travel in fragments).
+    #[arg(long, default_value_t = 1000)]
+    stream_chunk: usize,
+    /// With `--streams`: the largest write and the largest read, in bytes.
+    #[arg(long, default_value_t = 6000)]
+    stream_io: usize,
+    /// With `--streams`: chunks of one stream unsettled at once.
+    #[arg(long, default_value_t = 8)]
+    stream_window: u32,
+    /// With `--streams`: the longest time a reader takes to store what it read, in
+    /// milliseconds (a crash in between loses what it read and did not store).
+    #[arg(long, default_value_t = 3)]
+    store_delay_ms: u64,
+    /// With `--streams`: a chunk read to its end is taken at once, before its bytes are
+    /// stored, not when the application reads again (the rule broken: a crash in between
+    /// loses bytes).
+    #[arg(long, requires = "streams")]
+    take_on_read: bool,
+    /// Stop a run after this many events (a run that never goes quiet is reported with
+    /// what it left undone).
+    #[arg(long, default_value_t = 50_000_000)]
+    max_events: u64,
     /// Every message (with `--rpc`: every request) is given up this many milliseconds
     /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
     #[arg(long)]
@@ -302,6 +338,21 @@ fn node_config(a: &Args) -> exon::proto::Config {
         Congestion::Off => exon::proto::CongestionControl::Off,
     };
     c
+}
+
+/// The byte-stream workload the options describe (`--streams`).
+fn stream_model(a: &Args) -> Option<exon_sim::StreamModel> {
+    (a.streams > 0).then(|| exon_sim::StreamModel {
+        streams: a.streams,
+        bytes: a.stream_bytes,
+        chunk: a.stream_chunk,
+        max_write: a.stream_io,
+        max_read: a.stream_io,
+        store_delay: Duration::from_millis(a.store_delay_ms),
+        window: a.stream_window,
+        deferred_take: !a.take_on_read,
+        ..exon_sim::StreamModel::default()
+    })
 }
 
 fn scenario(a: &Args, seed: u64) -> Scenario {
@@ -391,6 +442,8 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             owed_gaps_at_restart: !a.owed_gaps_when_used,
             ..exon_sim::ChannelModel::default()
         }),
+        max_events: a.max_events,
+        streams: stream_model(a),
         ..Scenario::default()
     }
 }
