@@ -15,7 +15,6 @@ manual=(
   a_one_way_outage_at_the_defaults                  # 45 s, the figures
   durable_long_soak                                 # 200 seeds
   core_bug_a_restored_sender_delivers_twice         # a known limit (docs/durability.md)
-  core_bug_fragmented_stream_chunks_stall_after_crashes # open core defect (docs/testing.md)
 )
 skips=()
 for m in "${manual[@]}"; do skips+=(--skip "$m"); done

@@ -27,6 +27,7 @@ pub mod link;
 pub mod oracle;
 pub mod report;
 pub mod rpc;
+pub mod rules_off;
 pub mod scenario;
 pub mod sim;
 pub mod streams;

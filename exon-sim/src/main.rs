@@ -278,6 +278,11 @@ struct Args {
     /// what it left undone).
     #[arg(long, default_value_t = 50_000_000)]
     max_events: u64,
+    /// Switches these core rules off on every node (comma-separated names of
+    /// `exon::proto::Rules`' fields): self-tests of the rules, which the checker should
+    /// then catch.
+    #[arg(long, value_delimiter = ',')]
+    rules_off: Vec<String>,
     /// Every message (with `--rpc`: every request) is given up this many milliseconds
     /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
     #[arg(long)]
@@ -444,8 +449,32 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         }),
         max_events: a.max_events,
         streams: stream_model(a),
+        node_hook: rules_hook(&a.rules_off),
         ..Scenario::default()
     }
+}
+
+/// The hook that switches `off` off on every node, if any.
+fn rules_hook(off: &[String]) -> Option<exon_sim::scenario::NodeHook> {
+    if off.is_empty() {
+        return None;
+    }
+    let mut rules = exon::proto::Rules::ALL;
+    for name in off {
+        // Checked at start (`check_rules_off`).
+        exon_sim::rules_off::switch_off(&mut rules, name);
+    }
+    Some(std::rc::Rc::new(move |_, node: &mut exon::proto::Node| {
+        node.set_rules(rules)
+    }))
+}
+
+/// The names of `--rules-off` that name no rule.
+fn unknown_rules(off: &[String]) -> Vec<&str> {
+    off.iter()
+        .map(String::as_str)
+        .filter(|n| !exon_sim::rules_off::RULES.contains(n))
+        .collect()
 }
 
 /// The time left at the average rate so far, once there is a rate to speak of (indicatif's
@@ -466,6 +495,15 @@ fn honest_eta(state: &ProgressState, w: &mut dyn std::fmt::Write) {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    let unknown = unknown_rules(&a.rules_off);
+    if !unknown.is_empty() {
+        eprintln!(
+            "exon-sim: --rules-off: no such rule: {} (the rules: {})",
+            unknown.join(", "),
+            exon_sim::rules_off::RULES.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     if let Err(e) = scenario(&a, a.seed).validate() {
         eprintln!("exon-sim: {e}");
         return ExitCode::from(2);

@@ -140,6 +140,49 @@ fn without_durable_flows_a_restart_breaks_the_streams() {
     );
 }
 
+/// [`durable_streams`] with chunks of `chunk` bytes (fragments of one slot, which wait for
+/// reassembly credit) on `nodes` nodes.
+fn in_fragments(seed: u64, nodes: usize, chunk: usize) -> Scenario {
+    let mut sc = durable_streams(seed);
+    sc.nodes = nodes;
+    if let Some(m) = sc.streams.as_mut() {
+        m.chunk = chunk;
+    }
+    sc
+}
+
+fn chunks_of_2048(seed: u64) -> Scenario {
+    in_fragments(seed, 2, 2048)
+}
+
+fn three_nodes_chunks_of_3000(seed: u64) -> Scenario {
+    in_fragments(seed, 3, 3000)
+}
+
+/// Chunks in fragments across crashes of both sides (the soak's stall before
+/// `Rules::credit_asks_each_waiting` and `report_recovered_held`: a restarted reader holds
+/// a chunk untaken for an earlier one that waits for credit, or for room in the window).
+#[test]
+fn durable_streams_in_fragments_go_on_across_crashes() {
+    soak(chunks_of_2048, 0..4);
+    soak(three_nodes_chunks_of_3000, 0..2);
+}
+
+/// `Rules::credit_asks_each_waiting` off: a restarted writer's REQCREDIT always names the
+/// chunk its restarted reader holds untaken (whose verdict it withholds), so the earlier
+/// chunk the reader waits for never gets credit: the stream stalls.
+#[test]
+#[ignore = "heavy (CI runs it: scripts/heavy-tests.sh)"]
+fn without_credit_asks_each_waiting_chunks_in_fragments_stall() {
+    self_test(
+        chunks_of_2048,
+        0..24,
+        |r| r.credit_asks_each_waiting = false,
+        |_| {},
+        &[ViolationKind::StreamIncomplete, ViolationKind::NotIdle],
+    );
+}
+
 /// Streams refuse what they cannot survive: no journal, deadlines, lost journals.
 #[test]
 fn streams_need_durable_mode_with_its_journals_and_no_deadlines() {

@@ -226,6 +226,20 @@ pub struct Rules {
     /// holding deliveries its application cannot take yet (an ordered flow's messages far
     /// beyond their turn) fills `max_untaken` and stops delivery from every source.
     pub untaken_share_per_source: bool,
+    /// A REQCREDIT asking about an incarnation the sender holds no grant for (its receiver
+    /// may have lost it: the answer is the verdict of the slot it names) names, each time it
+    /// goes unanswered, the next message waiting for credit. Off, it always names the
+    /// oldest: a receiver that holds that one untaken (a recovered delivery its
+    /// application takes only after another of the waiting messages, a stream's later
+    /// chunk) never answers, and none of them ever moves again.
+    pub credit_asks_each_waiting: bool,
+    /// Durable mode: a FRAG of a delivery a restart handed over again and the application
+    /// has not taken yet (no live record holds its incarnation) is answered GOT (held
+    /// whole), as a live record answers for its held deliveries. Off, it gets no answer:
+    /// its sender keeps it in flight and sends it again and again, and when the
+    /// application waits for another message first (a stream's earlier chunk), that one
+    /// may never find room in the congestion window.
+    pub report_recovered_held: bool,
 }
 
 impl Rules {
@@ -273,6 +287,8 @@ impl Rules {
         reserve_flow_marks: true,
         mark_flow_window: true,
         untaken_share_per_source: true,
+        credit_asks_each_waiting: true,
+        report_recovered_held: true,
     };
 }
 

@@ -14,11 +14,7 @@ use exon_testkit::pair::{id, test_config, Pair, A, B};
 /// A durable pair whose journals sync only when the test says (`Pair::sync`); neither
 /// application takes anything by itself.
 fn pair() -> Pair {
-    let mut p = Pair::new(test_config());
-    p.drain(A);
-    p.drain(B);
-    p.make_durable(A);
-    p.make_durable(B);
+    let mut p = Pair::durable(test_config());
     for i in [A, B] {
         p.nodes[i].auto_sync = false;
         p.nodes[i].auto_take = false;

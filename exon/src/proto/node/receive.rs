@@ -102,6 +102,17 @@ impl Node {
         }
     }
 
+    /// Durable mode, rule `report_recovered_held`: whether `(src, r, s)` is a delivery a
+    /// restart handed over again (no live record holds `r`) that the application has not
+    /// taken yet.
+    fn recovered_held(&self, src: NodeId, r: u64, s: u64) -> bool {
+        self.rules.report_recovered_held
+            && self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.archive.is_held(src, r, s))
+    }
+
     /// The answer to a TOKEN of slot `s` of incarnation `r` when no record of `r` exists.
     ///
     /// An incarnation made since this node started and then removed had every slot filled
@@ -422,6 +433,19 @@ impl Node {
         }
         let room = self.has_room_for_delivery(src) || !self.rules.ack_on_take;
         let cap = self.outbox_cap();
+        let live = self.receivers.get(&src).is_some_and(|rec| rec.rck() == r);
+        if !live && self.recovered_held(src, r, s) {
+            // Handed over again after a restart and not taken yet (its application may wait
+            // for another message first): reported held, as a live record reports its
+            // held deliveries, so that its sender takes it out of flight and the messages
+            // the application waits for can go.
+            let mut all = RangeSet::new();
+            all.insert(0..total);
+            if !self.outbox.got(src, r, s, &all, cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+            return true;
+        }
         let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
             return self.on_token(now, src, s, r, data);
