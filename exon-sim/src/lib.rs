@@ -11,6 +11,10 @@
 //! out-of-order messages left untaken), and the oracle also checks each flow's order, its
 //! gaps, the window's bound on what a receiver holds, and that no flow stays blocked.
 //!
+//! With [`Scenario::streams`] the applications write durable byte streams to each other
+//! across crashes, and the oracle checks that each reader's store holds exactly its
+//! source's bytes, and at the end all of them.
+//!
 //! Everything is reproducible from [`Scenario::seed`].
 #![warn(missing_docs)]
 
@@ -23,8 +27,10 @@ pub mod link;
 pub mod oracle;
 pub mod report;
 pub mod rpc;
+pub mod rules_off;
 pub mod scenario;
 pub mod sim;
+pub mod streams;
 pub mod workload;
 
 pub use channels::ChannelModel;
@@ -38,6 +44,7 @@ pub use report::Report;
 pub use rpc::RpcModel;
 pub use scenario::{sim_config, Adversary, Attack, Hostile, Scenario, ScenarioError};
 pub use sim::Sim;
+pub use streams::{StreamKey, StreamModel};
 pub use workload::{MsgKey, Pattern, Workload};
 
 /// Seed from the `EXON_SIM_SEED` environment variable, if set and valid.

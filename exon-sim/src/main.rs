@@ -242,6 +242,47 @@ struct Args {
     /// 468cc46): one that no longer sends on it leaves its receiver waiting.
     #[arg(long, requires_all = ["channels", "durable"])]
     owed_gaps_when_used: bool,
+    /// Durable byte-stream mode (with `--durable`): every node writes this many streams to
+    /// every other node, each `--stream-bytes` long from a seeded source, in writes of
+    /// random sizes cut into chunks of at most `--stream-chunk` bytes; readers read in
+    /// random sizes and store what they read in their own store (kept across crashes), and
+    /// the oracle checks that each store holds exactly the source's bytes, none skipped,
+    /// none twice, and at the end all of them and the stream's end (0: off). Replaces the
+    /// `--messages` workload; not with `--channels`, `--rpc` or `--deadline-ms`.
+    #[arg(long, default_value_t = 0, requires = "durable",
+          conflicts_with_all = ["channels", "rpc", "deadline_ms", "keyed"])]
+    streams: u16,
+    /// With `--streams`: bytes of each stream.
+    #[arg(long, default_value_t = 48 << 10)]
+    stream_bytes: u64,
+    /// With `--streams`: the largest chunk, in bytes (chunks above the path's datagram
+    /// size, about 1200 bytes until path MTU discovery grows it, travel in fragments).
+    #[arg(long, default_value_t = 1000)]
+    stream_chunk: usize,
+    /// With `--streams`: the largest write and the largest read, in bytes.
+    #[arg(long, default_value_t = 6000)]
+    stream_io: usize,
+    /// With `--streams`: chunks of one stream unsettled at once.
+    #[arg(long, default_value_t = 8)]
+    stream_window: u32,
+    /// With `--streams`: the longest time a reader takes to store what it read, in
+    /// milliseconds (a crash in between loses what it read and did not store).
+    #[arg(long, default_value_t = 3)]
+    store_delay_ms: u64,
+    /// With `--streams`: a chunk read to its end is taken at once, before its bytes are
+    /// stored, not when the application reads again (the rule broken: a crash in between
+    /// loses bytes).
+    #[arg(long, requires = "streams")]
+    take_on_read: bool,
+    /// Stop a run after this many events (a run that never goes quiet is reported with
+    /// what it left undone).
+    #[arg(long, default_value_t = 50_000_000)]
+    max_events: u64,
+    /// Switches these core rules off on every node (comma-separated names of
+    /// `exon::proto::Rules`' fields): self-tests of the rules, which the checker should
+    /// then catch.
+    #[arg(long, value_delimiter = ',')]
+    rules_off: Vec<String>,
     /// Every message (with `--rpc`: every request) is given up this many milliseconds
     /// after it was submitted, if not settled by then (`Node::abandon`). Default: never.
     #[arg(long)]
@@ -302,6 +343,21 @@ fn node_config(a: &Args) -> exon::proto::Config {
         Congestion::Off => exon::proto::CongestionControl::Off,
     };
     c
+}
+
+/// The byte-stream workload the options describe (`--streams`).
+fn stream_model(a: &Args) -> Option<exon_sim::StreamModel> {
+    (a.streams > 0).then(|| exon_sim::StreamModel {
+        streams: a.streams,
+        bytes: a.stream_bytes,
+        chunk: a.stream_chunk,
+        max_write: a.stream_io,
+        max_read: a.stream_io,
+        store_delay: Duration::from_millis(a.store_delay_ms),
+        window: a.stream_window,
+        deferred_take: !a.take_on_read,
+        ..exon_sim::StreamModel::default()
+    })
 }
 
 fn scenario(a: &Args, seed: u64) -> Scenario {
@@ -391,8 +447,34 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             owed_gaps_at_restart: !a.owed_gaps_when_used,
             ..exon_sim::ChannelModel::default()
         }),
+        max_events: a.max_events,
+        streams: stream_model(a),
+        node_hook: rules_hook(&a.rules_off),
         ..Scenario::default()
     }
+}
+
+/// The hook that switches `off` off on every node, if any.
+fn rules_hook(off: &[String]) -> Option<exon_sim::scenario::NodeHook> {
+    if off.is_empty() {
+        return None;
+    }
+    let mut rules = exon::proto::Rules::ALL;
+    for name in off {
+        // Checked at start (`check_rules_off`).
+        exon_sim::rules_off::switch_off(&mut rules, name);
+    }
+    Some(std::rc::Rc::new(move |_, node: &mut exon::proto::Node| {
+        node.set_rules(rules)
+    }))
+}
+
+/// The names of `--rules-off` that name no rule.
+fn unknown_rules(off: &[String]) -> Vec<&str> {
+    off.iter()
+        .map(String::as_str)
+        .filter(|n| !exon_sim::rules_off::RULES.contains(n))
+        .collect()
 }
 
 /// The time left at the average rate so far, once there is a rate to speak of (indicatif's
@@ -413,6 +495,15 @@ fn honest_eta(state: &ProgressState, w: &mut dyn std::fmt::Write) {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    let unknown = unknown_rules(&a.rules_off);
+    if !unknown.is_empty() {
+        eprintln!(
+            "exon-sim: --rules-off: no such rule: {} (the rules: {})",
+            unknown.join(", "),
+            exon_sim::rules_off::RULES.join(", ")
+        );
+        return ExitCode::from(2);
+    }
     if let Err(e) = scenario(&a, a.seed).validate() {
         eprintln!("exon-sim: {e}");
         return ExitCode::from(2);

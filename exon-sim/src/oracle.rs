@@ -8,10 +8,12 @@ use crate::workload::{read_payload, Kind, MsgKey};
 mod channels;
 mod durable;
 mod rpc;
+mod streams;
 mod violation;
 
 pub use channels::{ChanVerdict, ChannelCounts, FlowKey};
 pub use rpc::{answer_of, CallEnd, Execution, ReplyFate, RpcCounts, Stable};
+pub use streams::StreamCounts;
 pub use violation::{Violation, ViolationKind};
 
 const NONE: u64 = u64::MAX;
@@ -91,6 +93,8 @@ pub struct Oracle {
     rpc: rpc::Calls,
     /// The ordered channels' flows (`oracle/channels.rs`).
     chans: channels::Flows,
+    /// The byte streams (`oracle/streams.rs`).
+    streams: streams::Streams,
     /// Distinct messages delivered.
     pub delivered: u64,
     /// Deliveries beyond the first.
@@ -583,6 +587,7 @@ impl Oracle {
         }
         self.finish_rpc(now);
         self.finish_channels(now);
+        self.finish_streams(now);
     }
 }
 

@@ -128,6 +128,8 @@ pub struct Report {
     pub rpc: Option<crate::oracle::RpcCounts>,
     /// Channel mode: the flows' counters.
     pub channels: Option<crate::oracle::ChannelCounts>,
+    /// Stream mode: the streams' counters.
+    pub streams: Option<crate::oracle::StreamCounts>,
 }
 
 impl Report {
@@ -226,6 +228,9 @@ impl fmt::Display for Report {
         if let Some(c) = &self.channels {
             self.fmt_channels(c, f)?;
         }
+        if let Some(c) = &self.streams {
+            fmt_streams(c, f)?;
+        }
         if self.journal_commits > 0 {
             write!(
                 f,
@@ -266,4 +271,28 @@ impl fmt::Display for Report {
         }
         Ok(())
     }
+}
+
+/// The stream workload's part of the summary (`Display`).
+fn fmt_streams(c: &crate::oracle::StreamCounts, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(
+        f,
+        " streams={} stream_bytes={} bytes_stored={} ended={} chunks={} chunks_resent={} \
+             chunks_redelivered={} chunks_taken={} chunks_held={} stores={} skipped={} \
+             writers_resumed={} readers_resumed={}",
+        c.streams,
+        c.bytes,
+        c.stored,
+        c.ended,
+        c.chunks,
+        c.resent,
+        c.redelivered,
+        c.taken,
+        c.held,
+        c.stores,
+        c.skipped,
+        c.writers_resumed,
+        c.readers_resumed
+    )?;
+    Ok(())
 }

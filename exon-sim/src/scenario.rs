@@ -170,6 +170,16 @@ pub struct Scenario {
     /// allowed: it commits its effect with the number). Not with the faults that lose or
     /// replace a journal (`journal_loss`, `switch_on`, `restore`, `damage`) nor `keyed`.
     pub channels: Option<crate::ChannelModel>,
+    /// Byte-stream mode: every node writes [`StreamModel::streams`](crate::StreamModel)
+    /// durable streams to every other node, their readers store what they read in their own
+    /// store (kept across crashes), and the oracle checks each store holds exactly its
+    /// source's prefix and, at the end, the whole source and its end (see
+    /// [`StreamModel`](crate::StreamModel)). Needs [`durable`](Self::durable) (a restart
+    /// without a journal ends a stream), with its journals kept (no lost, new, restored or
+    /// damaged ones, no keyed sends), and no [`deadline`](Self::deadline) (a stream has no
+    /// gaps: a chunk given up aborts it). Not with channels or RPC; `workload.messages` and
+    /// [`take_delay`](Self::take_delay) are not used. `None`: no streams.
+    pub streams: Option<crate::StreamModel>,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -190,6 +200,7 @@ impl std::fmt::Debug for Scenario {
             .field("durable", &self.durable)
             .field("rpc", &self.rpc)
             .field("channels", &self.channels)
+            .field("streams", &self.streams)
             .finish_non_exhaustive()
     }
 }
@@ -237,6 +248,9 @@ impl Scenario {
         if largest > max {
             return Err(ScenarioError::PayloadTooLarge { len: largest, max });
         }
+        if let Some(m) = &self.streams {
+            self.validate_streams(m)?;
+        }
         if let (Some(_), Some(d)) = (&self.channels, &self.durable) {
             if d.journal_loss > 0.0 || d.switch_on || d.restore.is_some() || d.damage > 0.0 {
                 return Err(ScenarioError::Unsupported(
@@ -247,6 +261,42 @@ impl Scenario {
             if d.keyed {
                 return Err(ScenarioError::Unsupported("channels do not send keyed"));
             }
+        }
+        Ok(())
+    }
+}
+
+impl Scenario {
+    /// The checks of [`validate`](Self::validate) for byte streams.
+    fn validate_streams(&self, m: &crate::StreamModel) -> Result<(), ScenarioError> {
+        let Some(d) = &self.durable else {
+            return Err(ScenarioError::Unsupported("streams need durable mode"));
+        };
+        if d.journal_loss > 0.0 || d.switch_on || d.restore.is_some() || d.damage > 0.0 || d.keyed {
+            return Err(ScenarioError::Unsupported(
+                "durable streams need their journals: not with lost, new, restored or damaged \
+                 journals, nor keyed sends",
+            ));
+        }
+        if self.deadline.is_some() {
+            return Err(ScenarioError::Unsupported(
+                "streams have no gaps: no deadlines with streams",
+            ));
+        }
+        if self.channels.is_some() || self.rpc.is_some() {
+            return Err(ScenarioError::Unsupported(
+                "streams go alone: not with channels or RPC",
+            ));
+        }
+        if m.streams == 0 || m.bytes == 0 {
+            return Err(ScenarioError::Unsupported(
+                "streams need at least one stream of at least one byte",
+            ));
+        }
+        let max = self.config.limits.max_message_size;
+        let len = m.chunk.max(1) + exon::envelope::MAX_OVERHEAD;
+        if len > max {
+            return Err(ScenarioError::PayloadTooLarge { len, max });
         }
         Ok(())
     }
@@ -287,6 +337,7 @@ impl Default for Scenario {
             durable: None,
             rpc: None,
             channels: None,
+            streams: None,
         }
     }
 }

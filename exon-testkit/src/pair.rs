@@ -215,6 +215,17 @@ impl Pair {
         Self::with_configs(cfg.clone(), cfg)
     }
 
+    /// Two durable nodes (empty journals, every record synced at once unless a side's
+    /// `auto_sync` is turned off) with the same configuration, at rest.
+    pub fn durable(cfg: Config) -> Pair {
+        let mut p = Self::new(cfg);
+        p.drain(A);
+        p.drain(B);
+        p.make_durable(A);
+        p.make_durable(B);
+        p
+    }
+
     /// Two nodes with configurations of their own (`a` for [`A`], `b` for [`B`]).
     pub fn with_configs(a: Config, b: Config) -> Pair {
         let now = Instant::now();

@@ -146,6 +146,7 @@ const FIELDS: &[Field] = &[
     Field(Group::Endpoint, "shards", "exon_shards", None, Kind::Gauge, "Driver shards whose counters these are (1 unless the endpoint is sharded)."),
     Field(Group::Endpoint, "journal_commits", "exon_journal_commits_total", None, Kind::Counter, "Durable mode: group commits of the journal (one sync each)."),
     Field(Group::Endpoint, "journal_writes", "exon_journal_writes_total", None, Kind::Counter, "Durable mode: journal records written (divided by `journal_commits`: the group commit's batch)."),
+    Field(Group::Endpoint, "journal_written_bytes", "exon_journal_written_bytes_total", None, Kind::Counter, "Durable mode: the encoded bytes of the journal records written (record framing left out): divided by the messages, what the journal costs per message."),
     Field(Group::Endpoint, "journal_bytes", "exon_journal_bytes", None, Kind::Gauge, "Durable mode: bytes the journal takes on disk (at the last commit)."),
     Field(Group::Endpoint, "replies_discarded", "exon_replies_discarded_total", None, Kind::Counter, "Replies that came for calls no longer waiting (their future was dropped, or their deadline passed first), or from a node other than the one called: taken and discarded."),
     Field(Group::Endpoint, "envelope_errors", "exon_envelope_errors_total", None, Kind::Counter, "Messages from authenticated peers that were not a valid envelope (a peer that does not speak this endpoint's message format): taken and discarded."),

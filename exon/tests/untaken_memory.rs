@@ -71,6 +71,9 @@ fn untaken_tiny_deliveries_hold_little_more_than_their_payload() {
     let now = Instant::now();
     let mut c = Config::default();
     c.limits.max_slots_per_record = DELIVERIES + 4096;
+    // One source holds them all: its share is the whole room here.
+    c.limits.max_untaken_per_source = c.limits.max_untaken;
+    c.limits.max_untaken_bytes_per_source = c.limits.max_untaken_bytes;
     let mut node = Node::new(VICTIM, Security::InsecurePlaintext, c, 1 << 20).unwrap();
     exon_testkit::confirm_clock(&mut node, now);
     let mut key = 0;

@@ -99,6 +99,24 @@ pub enum ViolationKind {
     /// Channels: after healing and quiescence, a flow of a live sender and receiver was not
     /// released to its last number sent (a channel blocked forever).
     ChannelBlocked,
+    /// Streams: a reading application stored bytes beyond the end of its store (bytes in
+    /// between were skipped: read, counted as read, and lost).
+    StreamSkipped,
+    /// Streams: a reading application stored bytes it had stored already.
+    StreamRepeated,
+    /// Streams: a reading application stored bytes that are not the source's.
+    StreamCorrupted,
+    /// Streams: something outside the stream's order reached its reader (a chunk of a run
+    /// it does not know, a copy of a chunk it passed, a gap).
+    StreamOrder,
+    /// Streams: a reader saw its stream's end twice, or before every byte was stored.
+    StreamEnd,
+    /// Streams: a writer was told a chunk was not delivered (the stream aborts; these runs
+    /// give nothing up).
+    StreamAborted,
+    /// Streams: after healing and quiescence, a stream was not stored whole, or its end
+    /// not seen.
+    StreamIncomplete,
 }
 
 /// One violation, with the message involved if any.

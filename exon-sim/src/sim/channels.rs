@@ -448,17 +448,11 @@ impl Sim {
             }),
             _ => None,
         };
-        if let Some(pos) = pos {
-            let mark = Mark {
-                lane: chan_lane(ch, false),
-                value: pos.encode(),
-            };
-            if node.handle_taken_marked(now, id, mark).is_ok() {
-                return;
-            }
-            // No room for the mark: taken all the same, as the endpoint does.
-        }
-        node.handle_taken(now, id);
+        let mark = pos.map(|pos| Mark {
+            lane: chan_lane(ch, false),
+            value: pos.encode(),
+        });
+        super::nodes::take_marked(node, now, id, mark);
     }
 
     /// Number `seq` of `flow` is released to node `i`'s application: `item`, a message or

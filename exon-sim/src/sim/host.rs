@@ -63,6 +63,12 @@ pub(crate) struct Host {
     /// advertisements), of every incarnation in durable mode, as `msg_keys`: a verdict
     /// reported again after a restart may be about one.
     pub(crate) chan_own: std::collections::HashSet<u64>,
+    /// Streams: the state of its streams, as writer and reader (lost at a crash; rebuilt
+    /// from its journal's marks).
+    pub(crate) streams: super::streams::StreamHost,
+    /// Streams: the reading application's own store, by (writer, stream): kept across
+    /// crashes.
+    pub(crate) stream_store: std::collections::BTreeMap<(usize, u16), super::stream_read::AppStore>,
     /// Keyed sends (`JournalModel::keyed`): the application's outbox, its own store (kept
     /// across crashes): each message it sent and holds no verdict for, by sequence number
     /// (its key): (destination, kind).
@@ -161,6 +167,8 @@ impl Host {
             answers: Vec::new(),
             chans: super::channels::ChanHost::default(),
             chan_own: Default::default(),
+            streams: Default::default(),
+            stream_store: Default::default(),
         }
     }
 
@@ -171,6 +179,7 @@ impl Host {
             || !self.answers.is_empty()
             || !self.chans.gaps_owed.is_empty()
             || !self.resend.is_empty()
+            || self.streams.writing()
     }
 
     /// Crashes the host (node and application, with what was in its buffer). False if it
@@ -190,6 +199,8 @@ impl Host {
         self.answers.clear();
         // Its flows die with it: a restarted node starts new runs and reorders afresh.
         self.chans = super::channels::ChanHost::default();
+        // And its streams (the application's store stays).
+        self.streams = super::streams::StreamHost::default();
         true
     }
 }

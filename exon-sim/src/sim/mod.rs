@@ -6,7 +6,8 @@
 //! the attackers (`adversary.rs`), the journals of durable mode (`journal.rs`), the
 //! request/reply applications (`rpc.rs`), the ordered-channel applications (`channels.rs`;
 //! their numbering in `numbering.rs`, durable flows resumed after a restart in
-//! `chan_resume.rs`), and the report (`outcome.rs`).
+//! `chan_resume.rs`), the byte-stream applications (`streams.rs` writes, `stream_read.rs`
+//! reads, `stream_resume.rs` resumes them at a boot), and the report (`outcome.rs`).
 
 mod adversary;
 mod app;
@@ -22,6 +23,9 @@ mod outcome;
 mod queue;
 mod restarts;
 mod rpc;
+mod stream_read;
+mod stream_resume;
+mod streams;
 
 use std::time::{Duration, Instant};
 
@@ -116,8 +120,11 @@ impl Sim {
             seen_acked: Vec::new(),
             sc,
         };
+        sim.streams_open();
         for i in 0..n {
             let quota = match &sim.sc.rpc {
+                // The streams are the workload.
+                _ if sim.sc.streams.is_some() => 0,
                 Some(rpc) => rpc.quota(i, n, sim.sc.workload.messages),
                 None => sim.sc.workload.quota(i, n),
             };
@@ -206,9 +213,11 @@ impl Sim {
         match ev.what {
             What::Datagram { to, data } => self.on_datagram(to as usize, data),
             What::Timer(i) => self.on_timer(i as usize, ev.t),
+            What::Pump(i) if self.sc.streams.is_some() => self.stream_pump(i as usize),
             What::Pump(i) if self.sc.channels.is_some() => self.chan_pump(i as usize),
             What::Pump(i) if self.sc.rpc.is_some() => self.rpc_pump(i as usize),
             What::Pump(i) => self.pump(i as usize),
+            What::Take(i) if self.sc.streams.is_some() => self.stream_read(i as usize),
             What::Take(i) if self.sc.rpc.is_some() => self.rpc_take(i as usize),
             What::Take(i) => self.take(i as usize),
             What::CallDeadline { node, call, boot } => {

@@ -15,6 +15,23 @@ use crate::disk::{clock_record, recover_clock};
 use crate::oracle::{ChanVerdict, ViolationKind};
 use crate::workload::MsgKey;
 
+/// `node` takes delivery `id` at `now`, with `mark` (a durable flow's position) in the
+/// same record if given; with no room for the mark it is taken all the same, as the
+/// endpoint does.
+pub(super) fn take_marked(
+    node: &mut Node,
+    now: std::time::Instant,
+    id: exon::proto::DeliveryId,
+    mark: Option<exon::proto::journal::Mark>,
+) {
+    if let Some(mark) = mark {
+        if node.handle_taken_marked(now, id, mark).is_ok() {
+            return;
+        }
+    }
+    node.handle_taken(now, id);
+}
+
 impl Sim {
     /// The sync of node `i`'s clock store of `hw` completed: unless the node crashed since
     /// (`boot`), what it wrote is durable and the node may use clock values up to `hw`.
@@ -79,6 +96,7 @@ impl Sim {
             h.resend = h.outbox.keys().copied().collect();
             // Channels: durable flows go on from the journal's marks.
             self.chan_boot(i, node.rules().durable_flows, Some(&recovered));
+            self.stream_boot(i, node.rules().durable_flows, Some(&recovered));
             if let Err(e) = node.recover(self.instant(), recovered) {
                 let what = format!("node{i} refused its journal: {e}");
                 self.oracle
@@ -88,6 +106,7 @@ impl Sim {
             self.hosts[i].msg_keys.clear();
             self.hosts[i].chan_own.clear();
             self.chan_boot(i, false, None);
+            self.stream_boot(i, false, None);
         }
         let h = &mut self.hosts[i];
         h.node = Some(node);
@@ -257,6 +276,9 @@ impl Sim {
 
     /// Hands one event of node `i` to its application (and the oracle).
     pub(super) fn app_event(&mut self, i: usize, e: Event) {
+        if self.sc.streams.is_some() {
+            return self.stream_event(i, e);
+        }
         match e {
             Event::Delivered { from, payload, id } if self.sc.channels.is_some() => {
                 self.chan_delivered(i, from.get() as usize - 1, payload, id);

@@ -75,6 +75,7 @@ impl Sim {
                 .channels
                 .as_ref()
                 .map(|_| o.channel_counts()),
+            streams: self.scenario().streams.as_ref().map(|_| o.stream_counts()),
         };
         for h in &self.hosts {
             let j = &h.jstats;

@@ -514,15 +514,31 @@ fn durable_self_test(
     (off, model_off): Off,
     kinds: &[ViolationKind],
 ) {
+    let change = |sc: &mut Scenario| {
+        if let Some(m) = sc.channels.as_mut() {
+            model_off(m);
+        }
+    };
+    rules_off_self_test(make, seeds, off, &change, kinds);
+}
+
+/// Runs `make` over `seeds` with the node rules `off` and the scenario changed by `change`
+/// until one shows a violation of one of `kinds` (the same seed clean with every rule on
+/// and unchanged); fails if none does.
+pub(crate) fn rules_off_self_test(
+    make: fn(u64) -> Scenario,
+    seeds: std::ops::Range<u64>,
+    off: fn(&mut Rules),
+    change: &dyn Fn(&mut Scenario),
+    kinds: &[ViolationKind],
+) {
     for seed in seeds.clone() {
         let mut sc = make(seed);
         let mut rules = Rules::ALL;
         off(&mut rules);
         sc.node_hook = Some(Rc::new(move |_, n: &mut Node| n.set_rules(rules)));
         sc.max_events = 1_000_000;
-        if let Some(m) = sc.channels.as_mut() {
-            model_off(m);
-        }
+        change(&mut sc);
         let bad = Sim::new(sc).run();
         let seen: Vec<_> = bad.violation_kinds.iter().map(|&(k, _)| k).collect();
         if !seen.iter().any(|k| kinds.contains(k)) {

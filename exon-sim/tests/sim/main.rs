@@ -18,3 +18,4 @@ mod properties;
 mod reordering;
 mod rpc;
 mod self_test;
+mod streams;

@@ -177,6 +177,16 @@ pub struct Limits {
     /// stops delivering and granting (a single delivery may pass it by at most one
     /// message). Default 64 MiB.
     pub max_untaken_bytes: usize,
+    /// Deliveries from one source untaken at once: at this many, that source's TOKENs wait
+    /// (neither delivered nor answered) and it gets no new slots, as at `max_untaken` for
+    /// the node, while other sources go on. So one source whose messages the application
+    /// cannot take yet (an ordered flow's messages far beyond their turn, held untaken)
+    /// never fills the node's room for everyone. Default 32768 (half of `max_untaken`);
+    /// above `max_untaken` it is `max_untaken`.
+    pub max_untaken_per_source: usize,
+    /// Bytes of untaken deliveries from one source, as `max_untaken_per_source` for
+    /// `max_untaken_bytes`. Default 32 MiB.
+    pub max_untaken_bytes_per_source: usize,
     /// Largest message [`Node::send`](crate::proto::Node::send) accepts, and the largest this node
     /// reassembles from fragments. A message too large for one TOKEN
     /// ([`max_payload`](crate::proto::Config::max_payload)) travels as FRAG frames in the same one slot,
@@ -217,6 +227,8 @@ impl Default for Limits {
             max_slots_per_record: 65536,
             max_untaken: 65536,
             max_untaken_bytes: 64 << 20,
+            max_untaken_per_source: 32768,
+            max_untaken_bytes_per_source: 32 << 20,
             max_message_size: 16 << 20,
             max_reassembly_per_source: 16 << 20,
             max_reassembly_bytes: 64 << 20,
@@ -549,9 +561,13 @@ impl Config {
         if self.timers.unreachable_after <= self.timers.max_rto {
             return Err(inconsistent("timers.unreachable_after > timers.max_rto"));
         }
-        if self.limits.max_untaken == 0 || self.limits.max_untaken_bytes == 0 {
+        if self.limits.max_untaken == 0
+            || self.limits.max_untaken_bytes == 0
+            || self.limits.max_untaken_per_source == 0
+            || self.limits.max_untaken_bytes_per_source == 0
+        {
             return Err(out_of_range(
-                "limits.max_untaken and limits.max_untaken_bytes",
+                "limits.max_untaken, limits.max_untaken_bytes and their per-source shares",
                 "positive",
             ));
         }

@@ -239,6 +239,26 @@ pub struct Rules {
     /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
     /// taken and confirmed before the restart is delivered again.
     pub redeliver_above_frontier: bool,
+    /// A source gets at most its share of the untaken deliveries
+    /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
+    /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
+    /// holding deliveries its application cannot take yet (an ordered flow's messages far
+    /// beyond their turn) fills `max_untaken` and stops delivery from every source.
+    pub untaken_share_per_source: bool,
+    /// A REQCREDIT asking about an incarnation the sender holds no grant for (its receiver
+    /// may have lost it: the answer is the verdict of the slot it names) names, each time it
+    /// goes unanswered, the next message waiting for credit. Off, it always names the
+    /// oldest: a receiver that holds that one untaken (a recovered delivery its
+    /// application takes only after another of the waiting messages, a stream's later
+    /// chunk) never answers, and none of them ever moves again.
+    pub credit_asks_each_waiting: bool,
+    /// Durable mode: a FRAG of a delivery a restart handed over again and the application
+    /// has not taken yet (no live record holds its incarnation) is answered GOT (held
+    /// whole), as a live record answers for its held deliveries. Off, it gets no answer:
+    /// its sender keeps it in flight and sends it again and again, and when the
+    /// application waits for another message first (a stream's earlier chunk), that one
+    /// may never find room in the congestion window.
+    pub report_recovered_held: bool,
 }
 
 impl Rules {
@@ -288,6 +308,9 @@ impl Rules {
         deliver_from_senders_copy: true,
         slots_wait_for_granted: true,
         redeliver_above_frontier: true,
+        untaken_share_per_source: true,
+        credit_asks_each_waiting: true,
+        report_recovered_held: true,
     };
 }
 

@@ -224,8 +224,9 @@ counters! {
         /// again.
         pub recovered_messages: u64 [sum],
         /// TOKENs not delivered (and not answered), and REQSLOTS not granted, because
-        /// `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends
-        /// them again later.
+        /// `Config::limits.max_untaken` deliveries (or their source's share,
+        /// `max_untaken_per_source`) were waiting for the application: the sender sends them
+        /// again later.
         pub held_back: u64 [sum],
         /// Sealed: REQSLOTS from a sender that restarted while this node held its record (a
         /// frontier above every slot the record ever held, within the sender's clock). Not
@@ -256,7 +257,8 @@ counters! {
         /// Messages delivered that were put together from more than one FRAG.
         pub reassembled: u64 [sum],
         /// Messages of ours given up because their receiver takes none that large (also counted
-        /// in `not_delivered`; `Event::NotDelivered`).
+        /// in `not_delivered`, `Event::NotDelivered`, or, when a whole copy may have left
+        /// before, in `in_doubt`, `Event::InDoubt`).
         pub too_large_for_peer: u64 [sum],
         /// Partial messages dropped after `Config::timers.reassembly_timeout` without a new byte (their
         /// slots stay free: the sender's retransmissions still deliver them).

@@ -390,6 +390,54 @@ fn a_full_receiver_grants_no_new_slots() {
     assert_eq!(p.node(B).receiver_records(), 2, "room again: C gets slots");
 }
 
+/// One source whose deliveries its receiver's application does not take (an ordered
+/// flow's messages far beyond their turn, say) fills at most its share of the untaken room
+/// (`max_untaken_per_source`): another source still gets slots and deliveries. Returns
+/// whether a third source got slots once A's messages waited untaken, with the rule
+/// `untaken_share_per_source` as given.
+fn another_source_gets_slots_past_a_hoarder(share: bool) -> bool {
+    let cfg = {
+        let mut c = test_config();
+        c.limits.max_untaken = 4;
+        c.limits.max_untaken_per_source = 2;
+        c
+    };
+    let mut p = slow_receiver(cfg);
+    let mut rules = exon::proto::Rules::ALL;
+    rules.untaken_share_per_source = share;
+    p.node(B).set_rules(rules);
+    for i in 0..10u8 {
+        p.send(A, Bytes::from(vec![i]));
+    }
+    p.run(Duration::from_secs(2));
+    let held = p.node(B).untaken();
+    assert_eq!(
+        held,
+        if share { 2 } else { 4 },
+        "A's deliveries held untaken"
+    );
+    let c = exon::proto::NodeId::from_const(3);
+    let req = exon::proto::Packet {
+        header: exon::proto::Header::new(c, id(B)),
+        frames: vec![exon::proto::Frame::ReqSlots { s: 0, n: 4, l: 0 }],
+    };
+    let now = p.now;
+    let before = p.node(B).receiver_records();
+    p.node(B).handle_datagram(now, req.encode());
+    p.node(B).receiver_records() > before
+}
+
+#[test]
+fn a_source_holding_its_share_untaken_leaves_room_to_others() {
+    assert!(another_source_gets_slots_past_a_hoarder(true));
+}
+
+/// The rule off: A fills the node's room, and no other source gets a slot.
+#[test]
+fn without_shares_one_source_fills_the_untaken_room_for_all() {
+    assert!(!another_source_gets_slots_past_a_hoarder(false));
+}
+
 /// A message sent with `Node::send_reported` (an ordered flow's message, which its receiver
 /// may hold untaken for its turn) is reported held by GOT as soon as it arrives: its sender
 /// never takes it for lost while it waits untaken (it only asks about it now and then), and

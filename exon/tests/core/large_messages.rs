@@ -346,18 +346,24 @@ fn messages_waiting_for_credit_survive_a_receiver_restart() {
     assert_eq!(pair.nodes[A].node.pending_to(pair::id(B)), 0);
 }
 
+/// A pair whose receiver takes messages of at most 1 MiB (CREDIT's `max`), with 1 MiB of
+/// reassembly memory per source and 4 MiB in all.
+fn to_a_receiver_of_one_mebibyte() -> Pair {
+    let a = test_config();
+    let mut b = a.clone();
+    b.limits.max_message_size = 1 << 20;
+    b.limits.max_reassembly_per_source = 1 << 20;
+    b.limits.max_reassembly_bytes = 4 << 20;
+    Pair::with_configs(a, b)
+}
+
 /// A receiver configured for smaller messages than its sender: the message it would never
 /// take is not left waiting for credit forever. Its CREDIT says how large a message it
 /// takes, and the sender gives the larger one up as not delivered (never sent), while the
 /// others go through.
 #[test]
 fn a_message_larger_than_the_receiver_takes_ends_not_delivered() {
-    let a = test_config();
-    let mut b = a.clone();
-    b.limits.max_message_size = 1 << 20;
-    b.limits.max_reassembly_per_source = 1 << 20;
-    b.limits.max_reassembly_bytes = 4 << 20;
-    let mut pair = Pair::with_configs(a, b);
+    let mut pair = to_a_receiver_of_one_mebibyte();
     let fits = message(1, 900_000);
     let big = message(2, 3 << 20);
     let small = message(3, 100);
@@ -397,4 +403,38 @@ fn a_large_message_given_up_part_sent_is_not_delivered() {
         "the partial went"
     );
     assert!(pair.both_idle());
+}
+
+/// A durable sender restarts while a message larger than its receiver takes waits for
+/// credit: the restored message may have left before the crash (its record cannot say), so
+/// the receiver's CREDIT (its largest message) ends it in doubt, the truthful verdict,
+/// where it used to wait for credit for ever (only never-sent messages were given up).
+#[test]
+fn a_restored_message_larger_than_the_receiver_takes_ends_with_a_verdict() {
+    let mut pair = to_a_receiver_of_one_mebibyte();
+    pair.drain(A);
+    pair.drain(B);
+    pair.make_durable(A);
+    pair.make_durable(B);
+    // B's CREDIT is lost until A has restarted: A has its slot, never B's limit before.
+    let mute = std::rc::Rc::new(std::cell::Cell::new(true));
+    let m = mute.clone();
+    pair.set_filter(move |w| {
+        let credit = |f: &exon::proto::Frame| matches!(f, exon::proto::Frame::Credit { .. });
+        if w.from == B && m.get() && w.packet().frames.iter().any(credit) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let big_id = pair.send(A, message(7, 3 << 20));
+    pair.drain(A);
+    pair.run(Duration::from_millis(300));
+    assert!(pair.nodes[A].not_delivered.is_empty() && pair.nodes[A].in_doubt.is_empty());
+    pair.crash_and_recover(A);
+    mute.set(false);
+    pair.run(Duration::from_secs(60));
+    assert_eq!(pair.nodes[A].in_doubt, vec![big_id]);
+    assert!(pair.nodes[B].delivered.is_empty());
+    assert_eq!(pair.nodes[A].node.pending_to(pair::id(B)), 0);
 }

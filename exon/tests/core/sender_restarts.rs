@@ -28,11 +28,7 @@ fn has_whole_got(w: &Wire) -> bool {
 /// it sent any of the restored message. Then the network heals. Returns whether A had the
 /// message acknowledged, with the rule `whole_awaits_verdict` as given.
 fn acknowledged_after_a_late_got(rule: bool) -> bool {
-    let mut p = Pair::new(test_config());
-    p.drain(A);
-    p.drain(B);
-    p.make_durable(A);
-    p.make_durable(B);
+    let mut p = Pair::durable(test_config());
     p.nodes[B].auto_take = false;
     let late: Rc<Cell<Option<Bytes>>> = Rc::default();
     let cut = Rc::new(Cell::new(false));

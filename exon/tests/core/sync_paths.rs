@@ -23,11 +23,7 @@ fn pair() -> Pair {
     cfg.timers.idle_timeout = Duration::from_secs(600);
     cfg.timers.probe_interval = Duration::from_secs(60);
     cfg.timers.max_probe_interval = Duration::from_secs(600);
-    let mut p = Pair::new(cfg);
-    p.drain(A);
-    p.drain(B);
-    p.make_durable(A);
-    p.make_durable(B);
+    let mut p = Pair::durable(cfg);
     for i in [A, B] {
         p.nodes[i].auto_sync = false;
         p.nodes[i].auto_take = false;

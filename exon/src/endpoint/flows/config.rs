@@ -6,8 +6,10 @@
 /// keeps to the smaller of the two. So a flow's messages held out of order, and a stream's
 /// bytes not yet read, stay below the receiver's window, whatever its peers configured.
 /// Every flow to one receiver shares that
-/// receiver's [`max_untaken_bytes`](crate::proto::Limits::max_untaken_bytes): keep the windows
-/// of the flows that may be open at once toward one node below it.
+/// receiver's [`max_untaken_bytes`](crate::proto::Limits::max_untaken_bytes), and every flow
+/// from one sender its
+/// [`max_untaken_bytes_per_source`](crate::proto::Limits::max_untaken_bytes_per_source): keep
+/// the windows of the flows that may be open at once toward one node below them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]

@@ -261,7 +261,7 @@ impl Node {
         }
         // A durable receiver forgets the taken deliveries the sender holds no token for.
         self.journal_frontier(src, l);
-        if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery() {
+        if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery(src) {
             // The application is behind: no new slots until it takes (or acknowledges)
             // what it has, so a slow consumer slows its senders down. They ask again.
             self.stats.held_back += 1;

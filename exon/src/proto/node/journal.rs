@@ -49,8 +49,7 @@ impl Node {
                     charge: payload.len(),
                     pin: None,
                 };
-                self.untaken += 1;
-                self.untaken_bytes += kept.charge;
+                self.untaken.add(d.from, kept.charge);
                 self.stats.redelivered += 1;
                 self.events.push_back(Event::Delivered {
                     from: d.from,

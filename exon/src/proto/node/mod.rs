@@ -122,11 +122,10 @@ pub struct Node {
     last_response: Option<u64>,
     /// Challenges issued (path validation).
     challenges: u64,
-    /// Deliveries not yet reported taken (held slots over all receiver records).
-    untaken: usize,
-    /// Bytes those deliveries hold (`delivery.rs`: a payload, or the part of a receive
-    /// buffer a slice keeps alive).
-    untaken_bytes: usize,
+    /// Deliveries not yet reported taken (held slots over all receiver records), and the
+    /// bytes they hold (`delivery.rs`: a payload, or the part of a receive buffer a slice
+    /// keeps alive), in all and per source (`recv/untaken.rs`).
+    untaken: crate::proto::recv::untaken::Untaken,
     /// The receive buffers untaken deliveries keep alive (`pins.rs`).
     pins: crate::proto::recv::pins::Pins,
     /// Buffers of large reassembled messages, back from the application (`bufpool.rs`).
@@ -207,8 +206,7 @@ impl Node {
             sealer,
             last_response: None,
             challenges: 0,
-            untaken: 0,
-            untaken_bytes: 0,
+            untaken: Default::default(),
             pins: Default::default(),
             bufs: Default::default(),
             liveness: Default::default(),

@@ -31,7 +31,7 @@ impl Node {
     ) -> bool {
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
-        let room = self.has_room_for_delivery() || !on_take;
+        let room = self.has_room_for_delivery(src) || !on_take;
         let verdict = match self.receivers.get_mut(&src) {
             Some(rec) if rec.rck() == r => {
                 rec.heard(now);
@@ -48,8 +48,7 @@ impl Node {
                     }
                     let (payload, kept) = self.keep_payload(payload);
                     if on_take {
-                        self.untaken += 1;
-                        self.untaken_bytes += kept.charge;
+                        self.untaken.add(src, kept.charge);
                     } else if let Some(key) = kept.pin {
                         // Not held: nothing to give back at a take.
                         self.pins.release(key);
@@ -109,6 +108,17 @@ impl Node {
             }
             None => self.verdict_without_record(r, s),
         }
+    }
+
+    /// Durable mode, rule `report_recovered_held`: whether `(src, r, s)` is a delivery a
+    /// restart handed over again (no live record holds `r`) that the application has not
+    /// taken yet.
+    fn recovered_held(&self, src: NodeId, r: u64, s: u64) -> bool {
+        self.rules.report_recovered_held
+            && self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.archive.is_held(src, r, s))
     }
 
     /// The answer to a TOKEN of slot `s` of incarnation `r` when no record of `r` exists.
@@ -267,9 +277,9 @@ impl Node {
     }
 
     /// Whether another delivery may be held now.
-    pub(super) fn has_room_for_delivery(&self) -> bool {
-        self.untaken < self.cfg.limits.max_untaken
-            && self.untaken_bytes < self.cfg.limits.max_untaken_bytes
+    pub(super) fn has_room_for_delivery(&self, src: NodeId) -> bool {
+        let share = self.rules.untaken_share_per_source;
+        self.untaken.has_room_for(src, &self.cfg.limits, share)
     }
 
     /// Input: the application has taken the delivery `id` (it left the embedding's buffer,
@@ -373,8 +383,7 @@ impl Node {
     /// A delivery left the node's care: its charge and pinned buffer are given back.
     pub(super) fn release_taken(&mut self, id: DeliveryId) {
         let kept = id.kept();
-        self.untaken -= 1;
-        self.untaken_bytes = self.untaken_bytes.saturating_sub(kept.charge);
+        self.untaken.remove(id.from(), kept.charge);
         if let Some(key) = kept.pin {
             self.pins.release(key);
         }
@@ -408,7 +417,7 @@ impl Node {
 
     /// Deliveries handed to the embedding and not yet reported taken.
     pub fn untaken(&self) -> usize {
-        self.untaken
+        self.untaken.count()
     }
 
     /// FRAG(s, r, total, offset, data) from `src`. The message is delivered, as a TOKEN
@@ -431,8 +440,21 @@ impl Node {
             self.stats.rejects.fragment_refused += 1;
             return false;
         }
-        let room = self.has_room_for_delivery() || !self.rules.ack_on_take;
+        let room = self.has_room_for_delivery(src) || !self.rules.ack_on_take;
         let cap = self.outbox_cap();
+        let live = self.receivers.get(&src).is_some_and(|rec| rec.rck() == r);
+        if !live && self.recovered_held(src, r, s) {
+            // Handed over again after a restart and not taken yet (its application may wait
+            // for another message first): reported held, as a live record reports its
+            // held deliveries, so that its sender takes it out of flight and the messages
+            // the application waits for can go.
+            let mut all = RangeSet::new();
+            all.insert(0..total);
+            if !self.outbox.got(src, r, s, &all, cap) {
+                self.stats.rejects.outbox_full += 1;
+            }
+            return true;
+        }
         if !whole
             && self.receivers.get(&src).is_none_or(|rec| rec.rck() != r)
             && self.journal_redelivers(src, r, s)
@@ -575,9 +597,9 @@ impl Node {
         }
     }
 
-    /// Gives up the messages to `src` waiting for credit that are larger than `max`, the
-    /// largest its receiver takes: never sent, so certainly not delivered
-    /// ([`Event::NotDelivered`](crate::proto::Event::NotDelivered)).
+    /// Gives up the messages to `src` larger than `max`, the largest its receiver takes,
+    /// that still have bytes to send, each with its truthful verdict (not delivered, or in
+    /// doubt when a whole copy may have left: `SRecord::refuse_oversized`).
     fn refuse_oversized(&mut self, now: Instant, src: NodeId, max: u64) {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
@@ -588,7 +610,7 @@ impl Node {
             queued_bytes: &mut self.queued_bytes,
             held: self.journal.as_mut().map(|j| &mut j.held),
         };
-        rec.refuse_oversized(src, max, sink);
+        rec.refuse_oversized(src, max, &self.rules, sink);
         self.journal_verdicts(now, src);
     }
 

@@ -265,26 +265,49 @@ impl SRecord {
         }
     }
 
-    /// Gives up the messages to `to` waiting for credit that are larger than `max`, the
-    /// largest its receiver takes: never sent, so certainly not delivered
-    /// ([`Event::NotDelivered`]).
-    pub fn refuse_oversized(&mut self, to: NodeId, max: u64, sink: Sink<'_>) {
+    /// Gives up the messages to `to` larger than `max`, the largest its receiver takes, that
+    /// still have bytes to send (they wait for credit, or will): none of them can ever be
+    /// made whole there. The verdict is the truthful one a deadline would give
+    /// ([`abandon`](Self::abandon)): not delivered when no whole copy ever left (never sent,
+    /// or fragments some bytes of which never left), in doubt otherwise (a whole TOKEN
+    /// left before, in larger datagrams, or a message restored after a restart, which may
+    /// have left before the crash). Under the rule `deadline_doubts_sent_tokens` off, every
+    /// one is not delivered (the checker's self-test).
+    pub fn refuse_oversized(&mut self, to: NodeId, max: u64, rules: &Rules, sink: Sink<'_>) {
         let Sink {
             stats,
             events,
             queued_bytes,
             mut held,
         } = sink;
-        let bytes = &mut self.bytes;
+        let (bytes, flight, credit) = (&mut self.bytes, &mut self.flight, &mut self.credit);
+        let remembers = rules.deadline_remembers_whole_copies;
+        let doubt_sent = rules.deadline_doubts_sent_tokens;
+        // A message held whole at the receiver waits for its ACK, not for credit.
+        let waits = |tok: &Token| tok.frag.as_ref().is_none_or(|o| !o.is_whole());
         self.tokens.remove_in(
             0..u64::MAX,
-            |tok| tok.sends == 0 && tok.payload.len() as u64 > max,
+            |tok| tok.payload.len() as u64 > max && (tok.sends == 0 || waits(tok)),
             |slot, tok| {
                 *bytes -= tok.payload.len();
                 *queued_bytes -= tok.payload.len();
-                stats.not_delivered += 1;
+                flight.bytes = flight.bytes.saturating_sub(tok.flight);
+                if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
+                    credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
+                }
+                let whole_left = if remembers {
+                    tok.whole_left
+                } else {
+                    tok.frag.as_ref().is_none_or(|o| o.all_sent())
+                };
                 stats.too_large_for_peer += 1;
-                let ev = Event::NotDelivered { to, id: tok.id };
+                let ev = if tok.sends == 0 || !doubt_sent || !whole_left {
+                    stats.not_delivered += 1;
+                    Event::NotDelivered { to, id: tok.id }
+                } else {
+                    stats.in_doubt += 1;
+                    Event::InDoubt { to, id: tok.id }
+                };
                 Sink::verdict(events, &mut held, slot, ev);
             },
         );

@@ -444,12 +444,21 @@ impl Credit {
         self.asked_at.filter(|_| self.has_waiting())
     }
 
-    /// The REQCREDIT went unanswered: ask again.
-    pub fn ask_again(&mut self) {
-        if self.has_waiting() {
-            self.due = true;
-            self.asked_at = None;
+    /// The REQCREDIT went unanswered: ask again. With `rotate`, a REQCREDIT that named a
+    /// message of an incarnation the grant is not for (asking for its verdict: the
+    /// receiver may have lost that incarnation) names the next waiting message this time:
+    /// a receiver that withholds the first one's verdict (it holds it untaken, its
+    /// application waiting for another of the waiting messages) answers for the others.
+    pub fn ask_again(&mut self, rotate: bool) {
+        if !self.has_waiting() {
+            return;
         }
+        let named = self.waiting.front().map(|&(_, r)| r);
+        if rotate && named.is_some() && named != self.r {
+            self.waiting.rotate_left(1);
+        }
+        self.due = true;
+        self.asked_at = None;
     }
 
     /// The receiver's record is gone (DOUBT or RETRY): its grant with it.

@@ -38,6 +38,9 @@ pub(crate) struct SRecord {
     /// whatever the slot window ([`Rules::resend_beyond_slot_window`], `resend_rule`).
     pub(super) again: usize,
     resend_rule: bool,
+    /// [`Rules::credit_asks_each_waiting`]: an unanswered REQCREDIT for a lost incarnation
+    /// names the next waiting message when asked again.
+    pub(super) credit_rotate_rule: bool,
     /// Tokens by slot number.
     pub(super) tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
@@ -139,6 +142,7 @@ impl SRecord {
             queue: VecDeque::new(),
             again: 0,
             resend_rule: rules.resend_beyond_slot_window,
+            credit_rotate_rule: rules.credit_asks_each_waiting,
             tokens: Tokens::default(),
             to_send: VecDeque::new(),
             req: SlotRequest::default(),

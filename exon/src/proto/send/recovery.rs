@@ -340,7 +340,7 @@ impl SRecord {
         }
         if due(self.deadline_of(Timer::Credit, cfg)) {
             // No CREDIT, or not enough: ask again.
-            self.credit.ask_again();
+            self.credit.ask_again(self.credit_rotate_rule);
             wake = true;
         }
         out.idle = due(self.deadline_of(Timer::Idle, cfg));
