@@ -122,8 +122,7 @@ impl Node {
     /// archive until taken (its later copies get no answer, then ACK).
     pub(super) fn redeliver(&mut self, now: Instant, src: NodeId, (r, s): (u64, u64), p: Bytes) {
         let (payload, kept) = self.keep_payload(p);
-        self.untaken += 1;
-        self.untaken_bytes += kept.charge;
+        self.untaken.add(src, kept.charge);
         self.stats.redelivered += 1;
         let every = self.cfg.timers.probe_interval;
         if let Some(j) = self.journal.as_mut() {

@@ -36,7 +36,7 @@ impl Node {
         offset: u64,
         data: Bytes,
     ) -> bool {
-        if !self.has_room_for_delivery() && self.rules.ack_on_take {
+        if !self.has_room_for_delivery(src) && self.rules.ack_on_take {
             self.stats.held_back += 1;
             return false;
         }
