@@ -45,9 +45,21 @@ impl Node {
             self.cfg.timers.reassembly_timeout,
         );
         let cap = self.outbox_cap();
+        let free = self
+            .cfg
+            .limits
+            .max_reassembly_bytes
+            .saturating_sub(self.reassembly_granted());
+        let per_source = self.cfg.limits.max_reassembly_per_source;
         let bufs = std::mem::take(&mut self.bufs);
         let piece = self.revived_assembler(src, r).map(|a| {
             a.expire(now, idle);
+            // The sender holds credit the last run granted; this run never heard of it, so
+            // a new message is granted room as it comes (as a REQCREDIT would be), within
+            // the same caps. Without it, every fragment is refused for good.
+            if credit {
+                a.grant_room_for(s, total, per_source, free);
+            }
             let piece = a.insert(s, total, offset, &data, now, credit, &bufs);
             (piece, a.have(s).cloned())
         });
