@@ -481,7 +481,9 @@ fn stream(args: &Options) -> Result<(), String> {
         .filter(|k| args.only.as_deref().is_none_or(|o| o == k.name()))
         .collect();
     if kinds.is_empty() {
-        return Err("--only names no system of this mode (exon, exon_plain, tcp, quic)".into());
+        return Err(
+            "--only names no system of this mode (exon, exon_plain, tcp, tcp_tls, quic)".into(),
+        );
     }
     let blocks = args.mib;
     println!(

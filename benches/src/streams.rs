@@ -44,16 +44,20 @@ pub enum StreamKind {
     ExonPlain,
     /// One TCP connection (`TCP_NODELAY`).
     Tcp,
+    /// One TCP connection with TLS 1.3 (rustls, AES-128-GCM as sealed exon uses): the
+    /// anchor for a sealed stream.
+    TcpTls,
     /// One QUIC (quinn) unidirectional stream.
     Quic,
 }
 
 impl StreamKind {
     /// Every system, in report order.
-    pub const ALL: [StreamKind; 4] = [
+    pub const ALL: [StreamKind; 5] = [
         StreamKind::Exon,
         StreamKind::ExonPlain,
         StreamKind::Tcp,
+        StreamKind::TcpTls,
         StreamKind::Quic,
     ];
 
@@ -63,6 +67,7 @@ impl StreamKind {
             StreamKind::Exon => "exon",
             StreamKind::ExonPlain => "exon_plain",
             StreamKind::Tcp => "tcp",
+            StreamKind::TcpTls => "tcp_tls",
             StreamKind::Quic => "quic",
         }
     }
@@ -166,6 +171,15 @@ pub fn transfer(kind: StreamKind, blocks: u64, datagram: usize) -> Transfer {
                     s.set_nodelay(true).unwrap();
                     read_counted(&mut s).await
                 }
+                StreamKind::TcpTls => {
+                    let tls = crate::tls::tls_publish();
+                    let l = tokio::net::TcpListener::bind(LOCALHOST).await.unwrap();
+                    addr_tx.send(l.local_addr().unwrap()).unwrap();
+                    let (s, _) = l.accept().await.unwrap();
+                    s.set_nodelay(true).unwrap();
+                    let mut s = tls.accept(s).await;
+                    read_counted(&mut s).await
+                }
                 StreamKind::Quic => {
                     let ep = serve_local();
                     addr_tx.send(ep.local_addr().unwrap()).unwrap();
@@ -200,6 +214,14 @@ pub fn transfer(kind: StreamKind, blocks: u64, datagram: usize) -> Transfer {
                 StreamKind::Tcp => {
                     let mut s = tokio::net::TcpStream::connect(to).await.unwrap();
                     s.set_nodelay(true).unwrap();
+                    let start = write_blocks(&mut s, blocks).await;
+                    s.shutdown().await.unwrap();
+                    start
+                }
+                StreamKind::TcpTls => {
+                    let s = tokio::net::TcpStream::connect(to).await.unwrap();
+                    s.set_nodelay(true).unwrap();
+                    let mut s = crate::tls::tls_connect(s).await;
                     let start = write_blocks(&mut s, blocks).await;
                     s.shutdown().await.unwrap();
                     start

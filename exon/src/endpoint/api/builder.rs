@@ -158,6 +158,7 @@ impl Builder {
                 "an endpoint needs between 1 and 256 sockets",
             )));
         }
+        enlarge_buffers(&self.config, &sockets);
         let n = sockets.len();
         let mut store = clock_store(self.store, self.durable.as_ref())?;
         let clock = store.load().map_err(BindError::Store)?;
@@ -456,16 +457,22 @@ async fn bind_sockets(
     } else {
         BatchSocket::bind_reuseport(addr, shards).await?
     };
-    if let Some(bytes) = config.socket_buffer {
-        for s in &sockets {
-            // Linux grants what it allows; other systems may refuse a size above their
-            // limit (macOS: ENOBUFS): the kernel's default then stays, and binding goes on.
-            if let Err(e) = s.set_buffer_sizes(bytes) {
-                tracing::warn!(bytes, error = %e, "socket buffers not enlarged");
-            }
+    Ok(sockets)
+}
+
+/// Asks for the buffers [`EndpointConfig::socket_buffer`] names on every socket an
+/// endpoint starts on (bound here or given).
+fn enlarge_buffers<S: DatagramSocket>(config: &EndpointConfig, sockets: &[S]) {
+    let Some(bytes) = config.socket_buffer else {
+        return;
+    };
+    for s in sockets {
+        // Linux grants what it allows; other systems may refuse a size above their limit
+        // (macOS: ENOBUFS): the kernel's default then stays, and binding goes on.
+        if let Err(e) = s.set_buffer_sizes(bytes) {
+            tracing::warn!(bytes, error = %e, "socket buffers not enlarged");
         }
     }
-    Ok(sockets)
 }
 
 #[cfg(all(test, target_os = "linux"))]
@@ -494,6 +501,7 @@ mod socket_buffer_tests {
             cfg.shards = shards;
             let socks = bind_sockets(&cfg, "127.0.0.1:0").await.unwrap();
             assert_eq!(socks.len(), shards);
+            enlarge_buffers(&cfg, &socks);
             for s in &socks {
                 assert_eq!(s.recv_buffer_size().unwrap(), granted);
             }
@@ -512,5 +520,31 @@ mod socket_buffer_tests {
             EndpointConfig::default().socket_buffer,
             Some(DEFAULT_SOCKET_BUFFER)
         );
+    }
+
+    /// A socket given to `with_socket` gets them too (it used to keep the kernel's
+    /// default, and a stream over it crawled once path MTU discovery reached 64 KiB
+    /// datagrams: three of them filled its receive buffer).
+    #[tokio::test]
+    async fn a_given_socket_gets_the_configured_buffers() {
+        let asked = 1 << 20;
+        let granted = 2 * asked.min(rmem_max());
+        let sock = std::sync::Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let before = socket2::SockRef::from(&*sock).recv_buffer_size().unwrap();
+        let id = crate::NodeId::from_const(1);
+        let ep = crate::endpoint::Endpoint::builder(id)
+            .security(crate::proto::crypto::insecure_test_security(id, []))
+            .config(EndpointConfig {
+                socket_buffer: Some(asked),
+                ..EndpointConfig::default()
+            })
+            .with_socket(sock.clone())
+            .unwrap();
+        let after = socket2::SockRef::from(&*sock).recv_buffer_size().unwrap();
+        if rmem_max() > asked {
+            assert!(before < granted, "kernel default {before}");
+        }
+        assert_eq!(after, granted);
+        ep.close(std::time::Duration::ZERO).await;
     }
 }

@@ -73,9 +73,12 @@ pub struct EndpointConfig {
     /// [`Builder::with_socket`](crate::endpoint::Builder::with_socket) (one shard), and replaced by
     /// the number of sockets given to [`Builder::with_sockets`](crate::endpoint::Builder::with_sockets).
     pub shards: usize,
-    /// Receive and send buffer size asked of the kernel for each socket the endpoint binds
-    /// ([`Endpoint::bind`](crate::endpoint::Endpoint::bind), [`Builder::bind`](crate::endpoint::Builder::bind);
-    /// not for sockets given to `with_socket`). The kernel's default receive buffer (about
+    /// Receive and send buffer size asked of the kernel for each socket the endpoint starts
+    /// on: bound ([`Endpoint::bind`](crate::endpoint::Endpoint::bind),
+    /// [`Builder::bind`](crate::endpoint::Builder::bind)) or given (`with_socket`,
+    /// `with_sockets`: through [`DatagramSocket::set_buffer_sizes`](crate::endpoint::DatagramSocket::set_buffer_sizes),
+    /// which tokio's `UdpSocket` and `BatchSocket` implement; set `None` to keep a given
+    /// socket's own buffers). The kernel's default receive buffer (about
     /// 208 KiB on Linux) holds about 140 full-size datagrams or 3 of 64 KiB: a burst beyond
     /// it is dropped and sent again. Linux caps what is granted at `net.core.rmem_max` and
     /// `net.core.wmem_max`; a system that refuses the size keeps its default (with a

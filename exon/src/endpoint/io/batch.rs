@@ -199,6 +199,10 @@ impl DatagramSocket for BatchSocket {
         Ok(self.reach)
     }
 
+    fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
+        BatchSocket::set_buffer_sizes(self, bytes)
+    }
+
     fn max_send_segments(&self) -> usize {
         self.state.max_gso_segments().min(self.max_send_segments)
     }

@@ -163,6 +163,10 @@ impl<S: DatagramSocket> DatagramSocket for LossySocket<S> {
         self.inner.reach()
     }
 
+    fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
+        self.inner.set_buffer_sizes(bytes)
+    }
+
     fn max_recv_segments(&self) -> usize {
         self.inner.max_recv_segments()
     }

@@ -81,6 +81,17 @@ pub trait DatagramSocket: Send + Sync + 'static {
         Ok(Reach::of_socket(self.local_addr()?, false))
     }
 
+    /// Asks the kernel for receive and send buffers of `bytes` each: the builder does so for
+    /// every socket it starts an endpoint on, with
+    /// [`EndpointConfig::socket_buffer`](crate::endpoint::EndpointConfig::socket_buffer)
+    /// (a receive buffer of the kernel's default, about 200 KiB on Linux, holds three of
+    /// the 64 KiB datagrams path MTU discovery reaches on loopback: a fast sender overflows
+    /// it). Default: does nothing (a socket with no kernel buffers of its own).
+    fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
+
     /// Most datagrams one [`send_segments`](Self::send_segments) call takes. Default 1 (no
     /// segmentation offload: the driver then hands over one datagram per call).
     fn max_send_segments(&self) -> usize {
@@ -152,7 +163,7 @@ pub trait DatagramSocket: Send + Sync + 'static {
 /// Forwards the one-at-a-time methods to a UDP socket type with the same inherent methods
 /// (tokio's and turmoil's); the batch methods keep their defaults.
 macro_rules! forward_udp_socket {
-    ($ty:ty $(, reach: $reach:expr)?) => {
+    ($ty:ty $(, reach: $reach:expr, buffers: $buffers:expr)?) => {
         impl DatagramSocket for $ty {
             async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
                 <$ty>::send_to(self, buf, target).await
@@ -170,12 +181,23 @@ macro_rules! forward_udp_socket {
                 fn reach(&self) -> io::Result<Reach> {
                     $reach(self)
                 }
+
+                fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
+                    $buffers(self, bytes)
+                }
             )?
         }
     };
 }
 
-forward_udp_socket!(tokio::net::UdpSocket, reach: reach_of_fd);
+forward_udp_socket!(tokio::net::UdpSocket, reach: reach_of_fd, buffers: buffers_of_fd);
+
+/// Asks the kernel for receive and send buffers of `bytes` each on a real socket.
+pub(crate) fn buffers_of_fd(io: &tokio::net::UdpSocket, bytes: usize) -> io::Result<()> {
+    let s = socket2::SockRef::from(io);
+    s.set_recv_buffer_size(bytes)?;
+    s.set_send_buffer_size(bytes)
+}
 
 /// The reach of a real socket, IPV6_V6ONLY read from the kernel (Linux sets it on a socket
 /// bound to one IPv6 address, whatever was asked).
@@ -210,6 +232,10 @@ impl<S: DatagramSocket> DatagramSocket for std::sync::Arc<S> {
 
     fn reach(&self) -> io::Result<Reach> {
         (**self).reach()
+    }
+
+    fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
+        (**self).set_buffer_sizes(bytes)
     }
 
     fn max_send_segments(&self) -> usize {

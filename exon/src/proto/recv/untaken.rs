@@ -1,9 +1,7 @@
 //! Deliveries handed to the embedding and not yet taken: how many and how many bytes, in all
 //! and per source, against the node's limits and each source's share of them.
 
-use std::collections::HashMap;
-
-use crate::proto::{Limits, NodeId};
+use crate::proto::{Limits, NodeId, PeerMap};
 
 /// The untaken deliveries' count and bytes, in all and per source (a source appears only
 /// while it has some: at most `max_untaken` entries).
@@ -11,7 +9,7 @@ use crate::proto::{Limits, NodeId};
 pub(crate) struct Untaken {
     count: usize,
     bytes: usize,
-    by_source: HashMap<NodeId, (usize, usize)>,
+    by_source: PeerMap<(usize, usize)>,
 }
 
 impl Untaken {
@@ -56,7 +54,10 @@ impl Untaken {
         if !self.has_room(limits) {
             return false;
         }
-        if !share {
+        // Below a share in all, no source can have reached its own: no lookup per token.
+        let below = self.count < limits.max_untaken_per_source
+            && self.bytes < limits.max_untaken_bytes_per_source;
+        if !share || below {
             return true;
         }
         let (n, b) = self.by_source.get(&src).copied().unwrap_or_default();

@@ -266,7 +266,7 @@ impl SRecord {
     }
 
     /// Gives up the messages to `to` larger than `max`, the largest its receiver takes, that
-    /// still have bytes to send (they wait for credit, or will): none of them can ever be
+    /// still have bytes to send in fragments (never sent, or waiting for credit): none of them can ever be
     /// made whole there. The verdict is the truthful one a deadline would give
     /// ([`abandon`](Self::abandon)): not delivered when no whole copy ever left (never sent,
     /// or fragments some bytes of which never left), in doubt otherwise (a whole TOKEN
@@ -283,8 +283,9 @@ impl SRecord {
         let (bytes, flight, credit) = (&mut self.bytes, &mut self.flight, &mut self.credit);
         let remembers = rules.deadline_remembers_whole_copies;
         let doubt_sent = rules.deadline_doubts_sent_tokens;
-        // A message held whole at the receiver waits for its ACK, not for credit.
-        let waits = |tok: &Token| tok.frag.as_ref().is_none_or(|o| !o.is_whole());
+        // Only a message in fragments not all held at the receiver waits for credit: one
+        // held whole waits for its ACK, one sent whole in a TOKEN for its verdict.
+        let waits = |tok: &Token| tok.frag.as_ref().is_some_and(|o| !o.is_whole());
         self.tokens.remove_in(
             0..u64::MAX,
             |tok| tok.payload.len() as u64 > max && (tok.sends == 0 || waits(tok)),
