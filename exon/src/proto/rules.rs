@@ -239,6 +239,14 @@ pub struct Rules {
     /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
     /// taken and confirmed before the restart is delivered again.
     pub redeliver_above_frontier: bool,
+    /// A receiver's probe (SLOTS with `n = 0`) for an incarnation in which the sender holds
+    /// tokens that left more than a round trip ago makes it send them again at once, its
+    /// retransmission backoff ended: the receiver has not heard them (it probes only after
+    /// a silence), or it restarted holding the incarnation open
+    /// (`deliver_from_senders_copy`) and waits for the senders' copies. Off, they wait for
+    /// the backed-off timer: a restarted receiver got its untaken deliveries back one per
+    /// backed-off timeout (a stream stalled for seconds at each restart).
+    pub probe_prompts_resend: bool,
     /// A source gets at most its share of the untaken deliveries
     /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
     /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
@@ -308,6 +316,7 @@ impl Rules {
         deliver_from_senders_copy: true,
         slots_wait_for_granted: true,
         redeliver_above_frontier: true,
+        probe_prompts_resend: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,
         report_recovered_held: true,

@@ -80,4 +80,3 @@ fn a_delivery_held_untaken_comes_back_from_the_senders_copy_and_leaves_the_fligh
 fn without_report_recovered_held_it_stays_in_flight() {
     assert!(in_flight_for_a_recovered_held_message(false, false) >= 3000);
 }
-

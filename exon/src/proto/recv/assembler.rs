@@ -111,7 +111,11 @@ impl Assembler {
     /// sender that relies on a grant this assembler never made (its receiver restarted).
     pub fn grant_room_for(&mut self, slot: u64, total: u64, cap: u64, free: u64) {
         if self.have(slot).is_none() {
-            self.grant(self.charged.saturating_add(total.max(MIN_CHARGE)), cap, free);
+            self.grant(
+                self.charged.saturating_add(total.max(MIN_CHARGE)),
+                cap,
+                free,
+            );
         }
     }
 

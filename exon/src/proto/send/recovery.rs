@@ -348,6 +348,41 @@ impl SRecord {
         out
     }
 
+    /// A probe (SLOTS with `n = 0`) from the receiver for incarnation `r`: it has not heard
+    /// from this sender for a while (or it restarted and holds `r` open, its deliveries
+    /// waiting for the senders' copies). Every token of `r` still in flight that left more
+    /// than a smoothed round trip ago is queued to go again now, and the timer's backoff
+    /// ends (the receiver is there). Not a congestion signal: the window is kept. Returns
+    /// how many were queued.
+    pub fn resend_on_probe(&mut self, now: Instant, r: u64, cfg: &Config) -> u64 {
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
+        let mut queued = 0;
+        for (s, tok) in self.tokens.iter_mut() {
+            if tok.rck != r {
+                continue;
+            }
+            let Some(sent) = tok.sent_at else { continue };
+            if (tok.queued && (tok.frag.is_none() || tok.flight == 0)) || sent + srtt > now {
+                continue;
+            }
+            let was_queued = std::mem::replace(&mut tok.queued, true);
+            if let Some(o) = &mut tok.frag {
+                o.on_timeout();
+            }
+            self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
+            tok.flight = 0;
+            if !was_queued {
+                self.to_send.push_back(s);
+            }
+            queued += 1;
+        }
+        if queued > 0 {
+            self.rtt.clear_backoff();
+            self.timers.set(Timer::Rto, None);
+        }
+        queued
+    }
+
     /// The earliest deadline of the record's timers (every [`Timer`] kind): when it next
     /// needs [`on_timeout`](Self::on_timeout).
     pub fn next_deadline(&self, cfg: &Config) -> Option<Instant> {
