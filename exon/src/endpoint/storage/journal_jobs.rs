@@ -34,13 +34,6 @@ pub(crate) enum JobEnd {
     Sync(Result<std::io::Result<u64>, JoinError>),
 }
 
-/// A group of at least this many bytes is written by one job and synced by another, so
-/// that the next group is written while it syncs; a smaller one is written and synced by
-/// one job (on 2 cores the second hand-off cost more than the write it overlapped: durable
-/// RPC's groups of tens of KB lost 8 % of their rate when split, one-way's of 500 KB gained
-/// 8-14 %).
-const SPLIT_BYTES: usize = 128 << 10;
-
 /// After this long without a write, a journal with nothing live is compacted to nothing.
 const QUIET: Duration = Duration::from_secs(1);
 
@@ -183,8 +176,7 @@ impl JournalJobs {
     }
 
     /// Hands the pending writes (at most `max_batch` bytes, at least one write) to a job
-    /// that appends and writes them, and with `commit` (or for a group under
-    /// [`SPLIT_BYTES`]) syncs them and compacts the journal if it grew, too.
+    /// that appends and writes them, and with `commit` syncs and compacts too.
     fn run(&mut self, commit: bool) {
         let Some(mut journal) = self.journal.take() else {
             return;
@@ -205,7 +197,6 @@ impl JournalJobs {
         }
         self.writes += writes.len() as u64;
         self.written_bytes += bytes as u64;
-        let commit = commit || bytes < SPLIT_BYTES;
         if commit {
             self.commits += 1;
         }
@@ -357,8 +348,8 @@ mod tests {
     use crate::proto::journal::Entry;
     use crate::proto::{MsgId, NodeId};
 
-    fn write(seq: u64, len: usize) -> Write {
-        let payload = Bytes::from(vec![7u8; len]);
+    fn write(seq: u64) -> Write {
+        let payload = Bytes::from(vec![7u8; 1000]);
         let entry = Entry::Accepted {
             id: MsgId(seq),
             to: NodeId::from_const(9),
@@ -376,12 +367,12 @@ mod tests {
         let (journal, _, _) = Journal::open(backend, JournalConfig::default()).unwrap();
         let mut jobs = JournalJobs::new(journal);
         let t = Instant::now();
-        jobs.want(t, write(1, SPLIT_BYTES));
+        jobs.want(t, write(1));
         jobs.start(t);
         let end = jobs.job().expect("a write job").await;
         assert!(matches!(end, JobEnd::Write(_)));
         assert_eq!(jobs.on_done(end), None, "written, not yet synced");
-        jobs.want(t, write(2, SPLIT_BYTES));
+        jobs.want(t, write(2));
         jobs.start(t);
         assert!(
             jobs.sync.is_some() && jobs.job.is_some(),
@@ -395,21 +386,5 @@ mod tests {
         }
         assert_eq!(durable, [1, 2], "each reported once its own sync returned");
         assert_eq!(jobs.commits, 2);
-    }
-
-    /// A small group is written and synced by one job: durable when it ends.
-    #[tokio::test]
-    async fn a_small_group_is_synced_by_its_own_job() {
-        let dir = tempfile::tempdir().unwrap();
-        let backend = FsBackend::open(dir.path()).unwrap();
-        let (journal, _, _) = Journal::open(backend, JournalConfig::default()).unwrap();
-        let mut jobs = JournalJobs::new(journal);
-        let t = Instant::now();
-        jobs.want(t, write(1, 1000));
-        jobs.start(t);
-        let end = jobs.job().expect("a job").await;
-        assert_eq!(jobs.on_done(end), Some(1));
-        jobs.start(t);
-        assert!(jobs.job().is_none(), "no sync left to run");
     }
 }
