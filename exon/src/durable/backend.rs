@@ -69,13 +69,6 @@ impl FsBackend {
         &self.dir
     }
 
-    /// A handle that makes what was written to segment `seg` so far durable when it runs
-    /// (`fdatasync` on a second descriptor of the file), on another thread: the next writes
-    /// need not wait for it (the endpoint's pipelined group commit).
-    pub fn sync_handle(&mut self, seg: u64) -> io::Result<SyncHandle> {
-        Ok(SyncHandle(self.file(seg)?.try_clone()?))
-    }
-
     fn path(&self, seg: u64) -> PathBuf {
         self.dir.join(format!("{seg:016x}.log"))
     }
@@ -87,18 +80,6 @@ impl FsBackend {
             self.files.insert(seg, file);
         }
         Ok(self.files.get_mut(&seg).expect("inserted above"))
-    }
-}
-
-/// A sync of one segment, taken from [`FsBackend::sync_handle`] and run anywhere.
-#[derive(Debug)]
-pub struct SyncHandle(File);
-
-impl SyncHandle {
-    /// Makes durable every byte written to the segment before the handle was taken (and
-    /// any written since).
-    pub fn sync(self) -> io::Result<()> {
-        self.0.sync_data()
     }
 }
 

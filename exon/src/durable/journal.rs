@@ -143,31 +143,6 @@ impl<B: Backend> Journal<B> {
         Ok(())
     }
 
-    /// Writes what was appended without syncing it: the first half of a pipelined group
-    /// commit. Returns the number of the last write, and the segment to sync for it to be
-    /// durable (`None`: it is durable already). Report it durable only once that sync
-    /// returned, then tell the journal ([`synced`](Self::synced)).
-    pub fn write(&mut self) -> Result<(u64, Option<u64>), JournalError> {
-        let seg = self.log.write()?;
-        if seg.is_none() {
-            self.durable = self.appended;
-        }
-        Ok((self.appended, seg))
-    }
-
-    /// Every write up to `through` was made durable by a sync of the segment
-    /// [`write`](Self::write) named.
-    pub fn synced(&mut self, through: u64) {
-        self.durable = self.durable.max(through.min(self.appended));
-    }
-
-    /// Whether the log grew enough since its last compaction that the next
-    /// [`commit`](Self::commit) compacts it.
-    pub fn wants_compaction(&self) -> bool {
-        let live = self.state.live_bytes() as u64;
-        self.log.bytes_since_checkpoint() > self.cfg.compact_after.max(live.saturating_mul(4))
-    }
-
     /// Writes and syncs what was appended; returns the number of the last write now
     /// durable (report it with [`Node::handle_stored`](crate::proto::Node::handle_stored)).
     /// Compacts the log afterwards when it grew enough.
@@ -176,12 +151,14 @@ impl<B: Backend> Journal<B> {
             self.log.commit()?;
             self.durable = self.appended;
         }
+        let grown = self.log.bytes_since_checkpoint();
+        let live = self.state.live_bytes() as u64;
         // Only growth compacts here, a log with nothing live too: a busy journal that
         // empties at the end of each commit would otherwise rewrite itself (a new segment,
         // three syncs, a removal) every few commits, which halved what it stores per
         // second. A quiet one is emptied by `compact_if_quiet`, which the endpoint calls
         // once writes stop for a while.
-        if self.wants_compaction() {
+        if grown > self.cfg.compact_after.max(live.saturating_mul(4)) {
             self.compact()?;
         }
         Ok(self.durable)
@@ -239,11 +216,6 @@ impl<B: Backend> Journal<B> {
     /// The storage, for tests that crash it.
     pub fn backend(&self) -> &B {
         self.log.backend()
-    }
-
-    /// The storage, to take a sync handle from it (see [`write`](Self::write)).
-    pub fn backend_mut(&mut self) -> &mut B {
-        self.log.backend_mut()
     }
 }
 

@@ -212,18 +212,6 @@ impl<B: Backend> Log<B> {
         Ok(Lsn(self.durable))
     }
 
-    /// Writes the batch without syncing it (a pipelined group commit: the caller syncs the
-    /// segment returned, from another thread if it likes, while it appends the next batch).
-    /// Returns the segment that holds writes not yet synced: the last one, or `None` when
-    /// every write is durable already (a batch that filled segments synced each one it left
-    /// behind). After an error the log is poisoned.
-    pub fn write(&mut self) -> Result<Option<u64>, LogError> {
-        self.check()?;
-        let result = self.write_batch();
-        self.poison_on(result)?;
-        Ok(self.segs.last().filter(|_| self.dirty).map(|s| s.0))
-    }
-
     /// Commits the batch, then writes a checkpoint holding exactly the entries of `live`
     /// (between a begin and an end record, from a new segment on: each segment's creation is
     /// made durable before it is written), syncs it, and removes every older segment (then
@@ -301,11 +289,6 @@ impl<B: Backend> Log<B> {
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.backend
-    }
-
-    /// The backend, to take a sync handle from it (see [`write`](Self::write)).
-    pub fn backend_mut(&mut self) -> &mut B {
-        &mut self.backend
     }
 
     /// Gives the backend back, to reopen the log on it (after a poisoning, for instance).

@@ -5,6 +5,6 @@ pub mod journal;
 pub mod log;
 mod record;
 
-pub use backend::{Backend, FsBackend, MemBackend, MemStats, SyncHandle};
+pub use backend::{Backend, FsBackend, MemBackend, MemStats};
 pub use journal::{Journal, JournalConfig, JournalError, OpenReport};
 pub use log::{Log, LogConfig, LogError, Lsn, Recovery};

@@ -91,8 +91,7 @@
 //!   what acknowledges it.
 //! - **store jobs** (**ClockJobs**): the clock's high-water marks, stored by the
 //!   [`ClockStore`]; **journal jobs** (**JournalJobs**): durable mode's writes, appended and
-//!   written to the journal by one job and synced by another (the next group is written
-//!   while a sync runs). Both run off the driver's task and report back.
+//!   synced to the journal. Both run off the driver's task and report back.
 //! - **turn**: one round of the driver (take the ready inputs, drain the node's outputs);
 //!   **inbound**/**outbound**: the driver's receive and transmit sides.
 //! - **shard**: one driver task with its own node and socket; **steering**: handing each

@@ -240,12 +240,11 @@ pub struct Rules {
     /// taken and confirmed before the restart is delivered again.
     pub redeliver_above_frontier: bool,
     /// A receiver's probe (SLOTS with `n = 0`) for an incarnation in which the sender holds
-    /// tokens that left more than a round trip ago makes it send them again at once, its
-    /// retransmission backoff ended: the receiver has not heard them (it probes only after
-    /// a silence), or it restarted holding the incarnation open
-    /// (`deliver_from_senders_copy`) and waits for the senders' copies. Off, they wait for
-    /// the backed-off timer: a restarted receiver got its untaken deliveries back one per
-    /// backed-off timeout (a stream stalled for seconds at each restart).
+    /// tokens that left more than a smoothed round trip ago makes it send them again at
+    /// once: a receiver probes only after it heard nothing from the sender for a while, so
+    /// those tokens (or their answers) were lost. Off, they wait for the sender's
+    /// backed-off timer (up to `max_rto` after a path that failed one way heals). A probe
+    /// draws one resend of each such token: the receiver's probes back off too.
     pub probe_prompts_resend: bool,
     /// A source gets at most its share of the untaken deliveries
     /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its

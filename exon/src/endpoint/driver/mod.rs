@@ -57,7 +57,7 @@ use crate::endpoint::paths::Paths;
 use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
 use crate::endpoint::storage::clock_store::ClockStore;
-use crate::endpoint::storage::journal_jobs::{JobEnd, JournalJobs};
+use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
 use crate::proto::{Event, Node};
 use crate::rpc::calls::Calls;
 use crate::rpc::request::Requests;
@@ -71,7 +71,7 @@ enum Wake {
     Cmd(Option<Command>),
     Datagrams(std::io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
-    Journalled(JobEnd),
+    Journalled(Box<Result<JournalDone, tokio::task::JoinError>>),
     Deliver(Permit),
     Forwarded(Option<Forward>),
     Taken,
@@ -263,8 +263,8 @@ impl<S: DatagramSocket> Driver<S> {
                 );
                 // A group commit under way finishes before the driver is gone: a durable
                 // endpoint reopened on the same directory finds the journal at rest.
-                if let Some(j) = self.journal.as_mut() {
-                    j.settle().await;
+                if let Some(job) = self.journal.as_mut().and_then(|j| j.job()) {
+                    let _ = job.await;
                 }
                 for r in self.close_replies.drain(..) {
                     let _ = r.send(report.clone());
@@ -325,7 +325,7 @@ impl<S: DatagramSocket> Driver<S> {
             _ = ended, if holds => Wake::Taken,
             r = async { store_job.expect("guarded").await }, if storing => Wake::Stored(r),
             r = async { journal_job.expect("guarded").await }, if journalling => {
-                Wake::Journalled(r)
+                Wake::Journalled(Box::new(r))
             }
             p = async { room.expect("guarded").await }, if !reading => Wake::Deliver(p),
             _ = std::future::ready(()), if reading && pending => Wake::Pending,
@@ -353,7 +353,7 @@ impl<S: DatagramSocket> Driver<S> {
                 }
             }
             Wake::Journalled(r) => {
-                let through = self.journal.as_mut().and_then(|j| j.on_done(r));
+                let through = self.journal.as_mut().and_then(|j| j.on_done(*r));
                 if let Some(through) = through {
                     self.node.handle_stored(t, through);
                 }

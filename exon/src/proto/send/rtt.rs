@@ -93,14 +93,6 @@ impl Rtt {
         self.version += 1;
     }
 
-    /// Ends the backoff without a sample: the peer was heard from, so the path works.
-    pub fn clear_backoff(&mut self) {
-        if self.backoff != 0 {
-            self.backoff = 0;
-            self.version += 1;
-        }
-    }
-
     /// Changes so far of the estimate or the backoff: [`pto`](Self::pto) and
     /// [`rto`](Self::rto) (for a given configuration) are the same while it is.
     pub fn version(&self) -> u64 {
