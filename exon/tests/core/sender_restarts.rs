@@ -8,7 +8,8 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::proto::{Frame, Node, Rules, Security};
+use exon::proto::frame::Header;
+use exon::proto::{Frame, Node, Packet, Rules, Security};
 use exon_testkit::pair::{id, test_config, Fate, Pair, Wire, A, B};
 
 /// One message, in fragments (the pair's datagrams are 1 200 bytes).
@@ -107,6 +108,81 @@ fn delivered_after_a_restart_past_held_deliveries(rule: bool) -> usize {
 #[test]
 fn a_restarted_sender_gets_slots_while_its_record_holds_untaken_deliveries() {
     assert_eq!(delivered_after_a_restart_past_held_deliveries(true), 4);
+}
+
+/// Plaintext, a forger who reads the traffic (docs/security.md, "Plaintext mode"): in A's
+/// name it waives A's free slots at B (a REQSLOTS within what B granted, as A's own waiver
+/// would be), then asks from far past them. B's record, left holding only A's three
+/// untaken deliveries, grants it (`restarted_sender_gets_slots`: what a restarted A would
+/// send). A's next two messages, sent in the slots the forger waived, are acknowledged as
+/// delivered without being delivered: the power of a forged ACK, which plaintext cannot
+/// refuse either. The reason sealed mode is the default; the test pins the plaintext
+/// behaviour so that a hardening shows here.
+#[test]
+fn a_forger_can_make_a_plaintext_receiver_acknowledge_what_it_never_delivered() {
+    let mut p = Pair::new(test_config());
+    p.nodes[B].auto_take = false;
+    p.record = true;
+    for i in 0..3u8 {
+        p.send(A, vec![i; 100]);
+    }
+    p.drain(A);
+    p.run(Duration::from_secs(1));
+    assert_eq!(p.nodes[B].untaken.len(), 3, "held at B");
+    // The end of what B granted A, as a forger reads it from B's SLOTS.
+    let end = p
+        .log
+        .iter()
+        .filter(|w| w.from == B)
+        .flat_map(|w| w.packet().frames)
+        .filter_map(|f| match f {
+            Frame::Slots { s, n, .. } => Some(s + n),
+            _ => None,
+        })
+        .max()
+        .expect("B granted A slots");
+    let forge = |frame: Frame| {
+        Packet {
+            header: Header::new(id(A), id(B)),
+            frames: vec![frame],
+        }
+        .encode()
+    };
+    let (now, far) = (p.now, 1u64 << 40);
+    p.log.clear();
+    let waiver = Frame::ReqSlots {
+        s: end,
+        n: 0,
+        l: end,
+    };
+    p.node(B).handle_datagram(now, forge(waiver));
+    assert_eq!(p.node(B).slots_held(), 0, "A's free slots waived");
+    let ask = Frame::ReqSlots {
+        s: far,
+        n: 10,
+        l: far,
+    };
+    p.node(B).handle_datagram(now, forge(ask));
+    p.drain(B);
+    let granted = p.log.iter().any(|w| {
+        w.from == B
+            && w.packet()
+                .frames
+                .iter()
+                .any(|f| matches!(f, Frame::Slots { s, n, .. } if *s == far && *n > 0))
+    });
+    assert!(granted, "the forged request is granted");
+    p.run(Duration::from_secs(1));
+    p.take(B, 3);
+    p.nodes[B].auto_take = true;
+    for i in 3..5u8 {
+        p.send(A, vec![i; 100]);
+    }
+    p.drain(A);
+    p.run(Duration::from_secs(30));
+    let firsts: Vec<u8> = p.nodes[B].delivered.iter().map(|d| d[0]).collect();
+    assert_eq!(firsts, [0, 1, 2], "3 and 4 never delivered");
+    assert_eq!(p.nodes[A].acked.len(), 5, "all five acknowledged");
 }
 
 /// The rule switched off: B refuses A's requests as implausible for as long as its
