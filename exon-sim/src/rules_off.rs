@@ -63,6 +63,7 @@ by_name!(
     restarted_sender_gets_slots,
     reserve_flow_marks,
     mark_flow_window,
+    probe_prompts_resend,
     untaken_share_per_source,
     credit_asks_each_waiting,
     report_recovered_held,

@@ -220,6 +220,13 @@ pub struct Rules {
     /// is kept only with a message numbered after it was learnt: a sender restarted before
     /// sending one goes on one message at a time for good (its receiver advertised once).
     pub mark_flow_window: bool,
+    /// A receiver's probe (SLOTS with `n = 0`) for an incarnation in which the sender holds
+    /// tokens that left more than a smoothed round trip ago makes it send them again at
+    /// once: a receiver probes only after it heard nothing from the sender for a while, so
+    /// those tokens (or their answers) were lost. Off, they wait for the sender's
+    /// backed-off timer (up to `max_rto` after a path that failed one way heals). A probe
+    /// draws one resend of each such token: the receiver's probes back off too.
+    pub probe_prompts_resend: bool,
     /// A source gets at most its share of the untaken deliveries
     /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
     /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
@@ -286,6 +293,7 @@ impl Rules {
         restarted_sender_gets_slots: true,
         reserve_flow_marks: true,
         mark_flow_window: true,
+        probe_prompts_resend: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,
         report_recovered_held: true,

@@ -19,6 +19,7 @@ mod large_messages;
 mod marks;
 mod mtu;
 mod pair_exactly_once;
+mod probe_resend;
 mod receiver_restarts;
 mod record_pressure;
 mod reply;

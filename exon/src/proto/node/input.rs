@@ -416,6 +416,9 @@ impl Node {
             }
             return;
         };
+        if n == 0 && self.rules.probe_prompts_resend && rec.resend_on_probe(now, r, &self.cfg) > 0 {
+            self.outbox.wake(src, usize::MAX);
+        }
         let keep_own = self.rules.token_keeps_incarnation;
         let step = self.cfg.flow.envelope_target;
         match rec.on_slots(now, (s, r, n), keep_own, step) {

@@ -2,13 +2,16 @@
 //! the retransmission timeout and its probe, loss detection after verdicts and by time,
 //! lost REQSLOTS and fragments, and the REQSLOTS and REQCREDIT re-asks.
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::proto::send::congestion::{AckEvent, LossEvent, SpuriousEvent};
+use crate::proto::send::flight::Flight;
 use crate::proto::send::loss::{loss_delay, Judgement};
+use crate::proto::send::mtud::Mtud;
 use crate::proto::send::record::SRecord;
 use crate::proto::send::timers::Timer;
-use crate::proto::send::token::Lost;
+use crate::proto::send::token::{Lost, Token};
 use crate::proto::Config;
 
 /// What [`SRecord::on_timeout`] did.
@@ -348,6 +351,33 @@ impl SRecord {
         out
     }
 
+    /// A probe (SLOTS with `n = 0`) from the receiver for incarnation `r`: it has not heard
+    /// from this sender for a while (or it restarted and holds `r` open, its deliveries
+    /// waiting for the senders' copies). Every token of `r` still in flight that left more
+    /// than a smoothed round trip ago is queued to go again now. Not a congestion signal:
+    /// the window is kept. Returns how many were queued.
+    pub fn resend_on_probe(&mut self, now: Instant, r: u64, cfg: &Config) -> u64 {
+        let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
+        let mut queued = 0;
+        for (s, tok) in self.tokens.iter_mut() {
+            if tok.rck != r {
+                continue;
+            }
+            let Some(sent) = tok.sent_at else { continue };
+            // In flight only: not a message its receiver holds whole (it waits for the take).
+            if tok.flight == 0 || (tok.queued && tok.frag.is_none()) || sent + srtt > now {
+                continue;
+            }
+            // Lost as a timeout finds it lost (path MTU discovery counts it too: a black
+            // hole shows as full datagrams that never arrive).
+            requeue(s, tok, &mut self.mtud, &mut self.flight, &mut self.to_send);
+            queued += 1;
+        }
+        // The retransmission timer stays as it was (backed off: the probe shows the path
+        // back works, not the path there), the safety net if what was queued cannot go.
+        queued
+    }
+
     /// The earliest deadline of the record's timers (every [`Timer`] kind): when it next
     /// needs [`on_timeout`](Self::on_timeout).
     pub fn next_deadline(&self, cfg: &Config) -> Option<Instant> {
@@ -459,18 +489,7 @@ impl SRecord {
             }
             let expiry = sent + rto;
             if expiry <= now {
-                let was_queued = std::mem::replace(&mut tok.queued, true);
-                match &mut tok.frag {
-                    Some(o) => {
-                        o.on_timeout();
-                    }
-                    None => self.mtud.on_lost(tok.seq, tok.reach as usize),
-                }
-                self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
-                tok.flight = 0;
-                if !was_queued {
-                    self.to_send.push_back(s);
-                }
+                requeue(s, tok, &mut self.mtud, &mut self.flight, &mut self.to_send);
                 due += 1;
             } else {
                 next = Some(next.map_or(expiry, |n| n.min(expiry)));
@@ -483,6 +502,30 @@ impl SRecord {
         // Tokens queued now get a fresh timer when they are written.
         self.timers.set(Timer::Rto, next);
         (due, due > 0)
+    }
+}
+
+/// Token `tok` (in slot `s`) is taken for lost by a timeout (or a receiver's probe): out of
+/// flight, its bytes to send again (all those in flight, for a fragmented message; path MTU
+/// discovery told of the loss of a whole one), queued unless it waits already.
+fn requeue(
+    s: u64,
+    tok: &mut Token,
+    mtud: &mut Mtud,
+    flight: &mut Flight,
+    to_send: &mut VecDeque<u64>,
+) {
+    let was_queued = std::mem::replace(&mut tok.queued, true);
+    match &mut tok.frag {
+        Some(o) => {
+            o.on_timeout();
+        }
+        None => mtud.on_lost(tok.seq, tok.reach as usize),
+    }
+    flight.bytes = flight.bytes.saturating_sub(tok.flight);
+    tok.flight = 0;
+    if !was_queued {
+        to_send.push_back(s);
     }
 }
 

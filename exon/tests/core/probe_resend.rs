@@ -1,0 +1,81 @@
+//! A receiver's probe makes its sender send again, at once, the tokens it has not heard
+//! (`Rules::probe_prompts_resend`): the path from the sender fails (its TOKENs are lost)
+//! while the path back works, and the receiver, hearing nothing, probes. Each probe is
+//! answered by the tokens, without waiting for the sender's backed-off timer.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use exon::proto::{Frame, Rules};
+use exon_testkit::pair::{id, test_config, Fate, Pair, Wire, A, B};
+
+/// A sends one message; its TOKENs are lost for `outage`, then the path heals. Returns the
+/// TOKEN datagrams A sent during the outage, the probes B sent then, and how long after the
+/// heal the message was delivered; with A's rule `probe_prompts_resend` as given.
+fn one_way_outage(rule: bool, outage: Duration) -> (u32, u32, Duration) {
+    let mut p = Pair::new(test_config());
+    let mut rules = Rules::ALL;
+    rules.probe_prompts_resend = rule;
+    p.node(A).set_rules(rules);
+    let (tokens, probes) = (Rc::new(Cell::new(0u32)), Rc::new(Cell::new(0u32)));
+    let (t, q) = (tokens.clone(), probes.clone());
+    p.set_filter(move |w: &Wire| {
+        let frames = w.packet().frames;
+        if w.from == A && frames.iter().any(|f| matches!(f, Frame::Token { .. })) {
+            t.set(t.get() + 1);
+            return Fate::Drop;
+        }
+        if w.from == B
+            && frames
+                .iter()
+                .any(|f| matches!(f, Frame::Slots { n: 0, .. }))
+        {
+            q.set(q.get() + 1);
+        }
+        Fate::Deliver
+    });
+    let now = p.now;
+    p.node(A)
+        .send(now, id(B), &b"through the outage"[..])
+        .unwrap();
+    p.drain(A);
+    p.run(outage);
+    assert!(
+        p.nodes[B].delivered.is_empty(),
+        "nothing through the outage"
+    );
+    let during = (tokens.get(), probes.get());
+    p.set_filter(|_| Fate::Deliver);
+    let healed = p.now;
+    while p.nodes[B].delivered.is_empty() {
+        assert!(p.step(), "the run goes quiet before the delivery");
+        assert!(
+            p.now - healed < Duration::from_secs(30),
+            "delivered in time"
+        );
+    }
+    (during.0, during.1, p.now - healed)
+}
+
+#[test]
+fn each_probe_during_a_one_way_outage_draws_the_tokens_again() {
+    let (tokens, probes, _) = one_way_outage(true, Duration::from_secs(4));
+    let (tokens_off, _, _) = one_way_outage(false, Duration::from_secs(4));
+    assert!(probes >= 3, "B probed: {probes}");
+    // Off, only A's backed-off timer sends the token; on, a probe draws it too (unless
+    // it left less than a round trip before), and nothing more: the timer stays backed off.
+    let why = format!("{tokens} tokens with the rule, {tokens_off} without, {probes} probes");
+    assert!(tokens + 1 >= tokens_off + probes, "{why}");
+    assert!(tokens <= tokens_off + probes, "{why}");
+}
+
+/// After the heal the message goes at the next probe (0.34 s here) where the sender's
+/// timer, backed off through the outage, would have waited 2.5 s.
+#[test]
+fn a_healed_path_delivers_at_the_next_probe() {
+    let heal = |rule| one_way_outage(rule, Duration::from_secs(4)).2;
+    let (on, off) = (heal(true), heal(false));
+    assert!(on < Duration::from_secs(1), "with the rule {on:?}");
+    assert!(off > Duration::from_secs(2), "without {off:?}");
+}
