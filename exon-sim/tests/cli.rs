@@ -319,8 +319,12 @@ fn without_their_rules_fragmented_stream_chunks_stall_after_crashes() {
         &off(CHUNKS_2048, "credit_asks_each_waiting"),
         "StreamIncomplete",
     );
+    // Since `probe_prompts_resend` the reader's probes draw the held chunks again, which
+    // also unsticks this seed: it stalls with both rules off (and the core test
+    // `receiver_restarts::without_report_recovered_held_it_stays_in_flight` shows the
+    // rule alone).
     violates(
-        &off(CHUNKS_3000, "report_recovered_held"),
+        &off(CHUNKS_3000, "report_recovered_held,probe_prompts_resend"),
         "StreamIncomplete",
     );
 }

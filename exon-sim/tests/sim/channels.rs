@@ -560,7 +560,7 @@ pub(crate) fn rules_off_self_test(
 fn without_mark_in_one_record_a_restarted_sender_skips_a_number() {
     durable_self_test(
         torn_commits,
-        0..40,
+        0..200,
         (|r| r.mark_in_one_record = false, |_| {}),
         &[ViolationKind::ChannelOrder, ViolationKind::ChannelBlocked],
     );

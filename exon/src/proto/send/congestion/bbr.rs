@@ -223,14 +223,15 @@ impl Bbr {
             w = w.min(self.min_window());
         }
         self.cached_window = w;
+        let rtt = self.srtt.or(self.min_rtt).unwrap_or(self.initial_rtt);
         let rate = match self.bandwidth() {
             Some(bw) => scale(scale(bw, self.pacing_gain(), UNIT), PACING_MARGIN, UNIT),
-            None => {
-                let rtt = self.srtt.or(self.min_rtt).unwrap_or(self.initial_rtt);
-                scale(rate_of(self.cwnd, rtt), STARTUP_GAIN, UNIT)
-            }
+            None => scale(rate_of(self.cwnd, rtt), STARTUP_GAIN, UNIT),
         };
-        self.cached_pacing = rate.max(1);
+        // Never slower than the minimum window per round trip: a bandwidth estimate that
+        // fell below it (samples taken while pacing itself held the sender back) would
+        // otherwise only ever measure its own pace, and climb back 25 % per probe cycle.
+        self.cached_pacing = rate.max(rate_of(self.min_window(), rtt)).max(1);
     }
 
     fn min_window(&self) -> u64 {

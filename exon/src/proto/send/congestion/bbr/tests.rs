@@ -386,3 +386,34 @@ fn hostile_numbers_do_not_overflow() {
     c.on_rto(t0);
     assert_eq!(c.window(), MIN_WINDOW * MSS);
 }
+
+#[test]
+fn pacing_never_falls_below_the_minimum_window_per_round_trip() {
+    // Samples taken while the sender was paced (or lossy) at a crawl: 30 bytes/s, round
+    // after round. Paced at the estimate alone, the sender would only ever measure its
+    // own crawl again (one 100-byte token every three seconds); the floor keeps the
+    // minimum window flowing every smoothed round trip.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    let srtt = Duration::from_secs(1);
+    for i in 0..200u64 {
+        c.on_ack(&AckEvent {
+            now: t0 + srtt * (i as u32),
+            acked: 100,
+            in_flight: 0,
+            rate: Some(super::super::RateSample {
+                delivery_rate: 30,
+                app_limited: false,
+                prior_delivered: i * 100,
+                interval: srtt,
+            }),
+            rtt: Some(srtt),
+            srtt: Some(srtt),
+            delivered: (i + 1) * 100,
+        });
+    }
+    assert!(c.bandwidth().unwrap() < 100, "the estimate itself follows the samples");
+    let floor = MIN_WINDOW * MSS; // bytes per second at a one-second round trip
+    let pace = c.pacing_rate().unwrap();
+    assert!(pace >= floor, "paced at {pace} B/s, below {floor} B/s");
+}
