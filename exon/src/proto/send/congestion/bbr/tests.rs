@@ -412,7 +412,10 @@ fn pacing_never_falls_below_the_minimum_window_per_round_trip() {
             delivered: (i + 1) * 100,
         });
     }
-    assert!(c.bandwidth().unwrap() < 100, "the estimate itself follows the samples");
+    assert!(
+        c.bandwidth().unwrap() < 100,
+        "the estimate itself follows the samples"
+    );
     let floor = MIN_WINDOW * MSS; // bytes per second at a one-second round trip
     let pace = c.pacing_rate().unwrap();
     assert!(pace >= floor, "paced at {pace} B/s, below {floor} B/s");
