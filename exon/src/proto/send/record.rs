@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use crate::proto::send::congestion::Controller;
 use crate::proto::send::flight::Flight;
-use crate::proto::send::fragments::{Credit, Outgoing, Sent};
+use crate::proto::send::credit::Credit;
+use crate::proto::send::fragments::{Outgoing, Sent};
 use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
 use crate::proto::send::request::SlotRequest;
@@ -643,7 +644,9 @@ impl SRecord {
     /// now go (the grant grew, for the current incarnation).
     #[inline]
     pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
-        self.rck == Some(r) && self.credit.on_credit(r, limit)
+        // The current incarnation's, or one a message waits in (an open incarnation of a
+        // restarted durable receiver): never a grant nobody asked for.
+        (self.rck == Some(r) || self.credit.is_waiting_in(r)) && self.credit.on_credit(r, limit)
     }
 
     /// A message was queued: the record is busy, not idle.
