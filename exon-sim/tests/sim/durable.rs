@@ -196,10 +196,14 @@ fn slow_sync(seed: u64) -> Scenario {
 #[test]
 fn without_journal_before_delivery_a_receiver_crash_delivers_twice() {
     // Delivered before its record was durable: the restarted receiver delivers it again.
+    // The layout the rule guards: the receiver journals the payload (`Delivered`).
     self_test(
         durable,
         1,
-        |r| r.journal_before_delivery = false,
+        |r| {
+            r.deliver_from_senders_copy = false;
+            r.journal_before_delivery = false;
+        },
         ViolationKind::Duplicate,
     );
 }
@@ -220,7 +224,7 @@ fn without_journal_before_token_a_sender_crash_delivers_twice() {
     // fresh slot.
     self_test(
         durable,
-        3,
+        20,
         |r| r.journal_before_token = false,
         ViolationKind::Duplicate,
     );
@@ -297,7 +301,7 @@ fn state_live_bytes_after_a_reassignment() {
 }
 
 /// Seed of [`mid_commit`] that shows the lost verdict.
-const SEED_VERDICT_LOST: u64 = 2;
+const SEED_VERDICT_LOST: u64 = 20;
 
 /// Found here, fixed in the core (`Rules::report_stored_verdicts`): a crash after a commit
 /// reached the disk and before the node was told (`handle_stored`) left a `Resolved`
@@ -733,4 +737,29 @@ fn an_outbox_sent_again_without_keys_delivers_twice() {
         found += u64::from(kinds(&r).contains(&ViolationKind::Duplicate));
     }
     assert!(found > 0, "no seed showed the sender's gap");
+}
+
+#[test]
+fn without_slots_waiting_for_granted_a_receiver_crash_delivers_twice() {
+    // One copy (`deliver_from_senders_copy`): SLOTS left before their `Granted` record was
+    // durable; the restarted receiver does not know the incarnation open, answers its
+    // token LOST, and the sender's retry in a fresh slot is delivered a second time.
+    self_test(
+        slow_sync,
+        210,
+        |r| r.slots_wait_for_granted = false,
+        ViolationKind::Duplicate,
+    );
+}
+
+#[test]
+fn without_redelivery_above_the_frontier_a_taken_message_comes_back() {
+    // One copy: a restarted receiver delivers a stale copy of a token its application
+    // took and its sender saw acknowledged (below the sender's frontier).
+    self_test(
+        durable,
+        0,
+        |r| r.redeliver_above_frontier = false,
+        ViolationKind::RedeliveredAfterAck,
+    );
 }
