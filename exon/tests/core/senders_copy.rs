@@ -1,8 +1,8 @@
 //! Issue 45, a payload journalled once (`Rules::deliver_from_senders_copy`): a durable
-//! receiver hands a delivery over at once and journals no payload; it journals its grants
-//! (`Granted`, which its SLOTS wait for) and, after a restart, delivers a token of an open
-//! incarnation again, flagged, from the sender's copy. Each rule shown to matter by
-//! switching it off.
+//! receiver journals no payload, only that it handed a delivery over (`Handed`, before the
+//! hand-over) and its grants (`Granted`, which its SLOTS wait for); after a restart it
+//! delivers a token of an open incarnation from the sender's copy, flagged exactly when the
+//! last run handed it over. Each rule shown to matter by switching it off.
 
 use std::time::Duration;
 
@@ -39,8 +39,9 @@ fn deliveries(p: &Pair, m: &[u8]) -> (usize, usize) {
     (all - flagged, flagged)
 }
 
-/// B hands M over, and crashes before its application takes it; A's copy comes again.
-/// Returns B's deliveries of M, and whether the one after the crash kept M's id.
+/// B hands M over (its `Handed` record synced first, unless the rule is off), and crashes
+/// before its application takes it; A's copy comes again. Returns B's deliveries of M,
+/// and whether the one after the crash kept M's id.
 fn crash_after_hand_over(rules: Rules) -> ((usize, usize), bool) {
     let mut p = pair(rules);
     // A first message opens B's incarnation (its grant stored), then B syncs nothing more.
@@ -52,6 +53,11 @@ fn crash_after_hand_over(rules: Rules) -> ((usize, usize), bool) {
     let m = Bytes::from_static(b"handed over, not taken");
     p.send(A, m.clone());
     p.run(Duration::from_secs(2));
+    if rules.journal_before_delivery {
+        assert!(p.nodes[B].untaken.is_empty(), "waits for its record");
+        p.sync(B);
+        p.run(Duration::from_millis(10));
+    }
     let first: DeliveryId = *p.nodes[B].untaken.first().expect("handed over");
     p.crash_and_recover(B);
     p.node(B).set_rules(rules);
@@ -69,16 +75,41 @@ fn crash_after_hand_over(rules: Rules) -> ((usize, usize), bool) {
 
 #[test]
 fn a_message_handed_over_and_not_taken_comes_back_flagged_under_its_id_once() {
-    let mut on = Rules::ALL;
-    on.journal_before_delivery = false;
-    assert_eq!(crash_after_hand_over(on), ((1, 1), true), "from A's copy");
-    // Neither rule: no `Delivered` record stored (the hand-over did not wait for it), and
-    // no open incarnation: LOST, and A's retry comes unflagged under a new id.
-    let mut off = on;
+    assert_eq!(
+        crash_after_hand_over(Rules::ALL),
+        ((1, 1), true),
+        "from A's copy"
+    );
+    // The hand-over does not wait for `Handed`: the copy comes back unflagged, and an
+    // application that processed it before the crash cannot tell.
+    let mut off = Rules::ALL;
+    off.journal_before_delivery = false;
+    assert_eq!(crash_after_hand_over(off), ((2, 0), true), "unflagged");
+    // Nor one copy: no `Delivered` record stored and no open incarnation: LOST, and A's
+    // retry comes unflagged under a new id.
     off.deliver_from_senders_copy = false;
     let (count, same) = crash_after_hand_over(off);
     assert_eq!(count, (2, 0), "an unflagged duplicate");
     assert!(!same);
+}
+
+#[test]
+fn a_message_sent_into_an_open_incarnation_while_its_receiver_was_down_is_not_flagged() {
+    let mut p = pair(Rules::ALL);
+    // A first message opens B's incarnation; A keeps slots of it.
+    p.send(A, Bytes::from_static(b"first"));
+    p.run(Duration::from_secs(2));
+    assert_eq!(p.nodes[A].acked.len(), 1);
+    p.crash_and_recover(B);
+    // Sent after the crash, in a slot of the incarnation B kept open: never handed over
+    // before, so not a redelivery.
+    let m = Bytes::from_static(b"after the crash");
+    p.send(A, m.clone());
+    p.run(Duration::from_secs(5));
+    p.take(B, usize::MAX);
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.nodes[A].acked.len(), 2, "acknowledged");
+    assert_eq!(deliveries(&p, &m), (1, 0), "delivered once, unflagged");
 }
 
 /// B's `Granted` record is not synced when its SLOTS would go; A's token comes, B hands

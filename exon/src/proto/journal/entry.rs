@@ -228,6 +228,19 @@ pub enum Entry {
         /// One past the highest slot granted.
         end: u64,
     },
+    /// Receiver (`Rules::deliver_from_senders_copy`): the delivery in `(from, rck, slot)`
+    /// is handed to the application once this is stored. No payload: its sender keeps
+    /// that until the ACK. After a restart, the sender's copy of a slot with this record
+    /// and no `Taken` comes back flagged as a redelivery; any other slot of an open
+    /// incarnation comes back unflagged (it was never handed over).
+    Handed {
+        /// The sending node.
+        from: NodeId,
+        /// The receiver incarnation.
+        rck: u64,
+        /// The slot.
+        slot: u64,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -297,8 +310,9 @@ const ACCEPTED_HELD: u8 = 20;
 const HELD: u8 = 21;
 const RELEASED: u8 = 22;
 const TAKEN_RELEASED: u8 = 23;
-// A receiver's grants: kind 24.
+// A receiver's grants and hand-overs without payload: kinds 24-25.
 const GRANTED: u8 = 24;
+const HANDED: u8 = 25;
 
 impl Entry {
     /// The record's encoded length.
@@ -375,6 +389,7 @@ impl Entry {
                 id,
             } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
             Entry::Granted { from, rck, end } => v(from.get()) + v(*rck) + v(*end),
+            Entry::Handed { from, rck, slot } => v(from.get()) + v(*rck) + v(*slot),
         }
     }
 
@@ -463,6 +478,12 @@ impl Entry {
                 put_varint(buf, from.get());
                 put_varint(buf, *rck);
                 put_varint(buf, *end);
+            }
+            Entry::Handed { from, rck, slot } => {
+                buf.put_u8(HANDED);
+                put_varint(buf, from.get());
+                put_varint(buf, *rck);
+                put_varint(buf, *slot);
             }
         }
     }
@@ -670,6 +691,11 @@ impl Entry {
                 rck: int(r)?,
                 end: int(r)?,
             },
+            HANDED => Entry::Handed {
+                from: node(r)?,
+                rck: int(r)?,
+                slot: int(r)?,
+            },
             k => return Err(EntryError::Kind(k)),
         };
         if r.remaining() != 0 {
@@ -862,6 +888,11 @@ mod tests {
                 from: n,
                 rck: 1 << 45,
                 end: 1 << 21,
+            },
+            Entry::Handed {
+                from: n,
+                rck: 1 << 45,
+                slot: 1 << 21,
             },
         ]
     }

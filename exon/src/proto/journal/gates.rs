@@ -87,6 +87,10 @@ pub(crate) struct Journal {
     /// run, per source: that incarnation and its reassembly (one per source; bounded by the
     /// credit it grants, counted with the live records').
     pub revived: PeerMap<(u64, crate::proto::recv::assembler::Assembler)>,
+    /// Deliveries an earlier run handed over (`Handed`) and the application did not take:
+    /// their senders' copies come back flagged, any other slot's unflagged. Bounded by what
+    /// the journal held; each leaves when its copy is delivered again.
+    pub handed: std::collections::HashSet<(NodeId, u64, u64), foldhash::fast::RandomState>,
 }
 
 impl Journal {
@@ -123,6 +127,7 @@ impl Journal {
             grants: Grants::default(),
             granting: PeerMap::default(),
             revived: PeerMap::default(),
+            handed: Default::default(),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Replaying journal records: what is still live (to recover from, and to keep when the log
 //! is compacted).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
@@ -36,6 +36,9 @@ pub struct State {
     marks: Marks,
     /// The receiver's open incarnations (`Granted`, closed by `Confirmed`).
     grants: Grants,
+    /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
+    /// flags the sender's copy of these (and of no other slot) as a redelivery.
+    handed: BTreeSet<(NodeId, u64, u64)>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -112,8 +115,11 @@ pub struct Recovered {
     /// sent again; the node keeps them until [`Node::release`](crate::proto::Node::release).
     pub held: Vec<RecoveredMessage>,
     /// The receiver's open incarnations (`Granted`, not yet passed by their source's
-    /// frontier): tokens of their slots above the frontier are delivered again, flagged.
+    /// frontier): tokens of their slots above the frontier are delivered again.
     pub grants: Grants,
+    /// Deliveries handed over without payload and not taken (`Handed`): of the tokens
+    /// delivered again, these (and only these) are flagged as redeliveries.
+    pub handed: Vec<(NodeId, u64, u64)>,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -147,8 +153,15 @@ impl State {
                     self.inbox.insert(key, Some(payload.clone()));
                 }
             }
+            Entry::Handed { from, rck, slot } => {
+                let key = (*from, *rck, *slot);
+                if !self.inbox.contains_key(&key) && self.handed.insert(key) {
+                    self.live_bytes += e.encoded_len();
+                }
+            }
             Entry::Taken { from, rck, slot } => {
                 let key = (*from, *rck, *slot);
+                self.unhand(key);
                 let old = self.inbox.insert(key, None);
                 if let Some(Some(p)) = &old {
                     self.live_bytes -= delivered_len(*from, *rck, *slot, p);
@@ -350,6 +363,17 @@ impl State {
 
     /// `from`'s frontier passed `below`: its taken deliveries below are forgotten.
     fn confirm(&mut self, from: NodeId, below: u64) {
+        // A slot handed over and passed by the frontier: its sender holds no copy any more
+        // (it gave the message up), so none comes back to flag.
+        let passed: Vec<_> = self
+            .handed
+            .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
+            .filter(|(_, _, s)| *s < below)
+            .copied()
+            .collect();
+        for key in passed {
+            self.unhand(key);
+        }
         let taken: Vec<_> = self
             .inbox
             .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
@@ -364,6 +388,14 @@ impl State {
                 slot: s,
             }
             .encoded_len();
+        }
+    }
+
+    /// The hand-over of `key` is no longer live (taken, or passed by the frontier).
+    fn unhand(&mut self, key: (NodeId, u64, u64)) {
+        if self.handed.remove(&key) {
+            let (from, rck, slot) = key;
+            self.live_bytes -= Entry::Handed { from, rck, slot }.encoded_len();
         }
     }
 
@@ -499,6 +531,7 @@ impl State {
     /// would be its one `Covers` record and a `KeyFloor` per destination sent keyed).
     pub fn is_empty(&self) -> bool {
         self.inbox.is_empty()
+            && self.handed.is_empty()
             && self.grants.is_empty()
             && self.outbox.is_empty()
             && self.verdicts.is_empty()
@@ -540,6 +573,10 @@ impl State {
             },
             None => Entry::Taken { from, rck, slot },
         });
+        let handed = self
+            .handed
+            .iter()
+            .map(|&(from, rck, slot)| Entry::Handed { from, rck, slot });
         let keys = self
             .keys
             .iter()
@@ -569,6 +606,7 @@ impl State {
             .chain(marks)
             .chain(self.grants.entries())
             .chain(inbox)
+            .chain(handed)
             .chain(outbox)
             .chain(held)
             .chain(verdicts)
@@ -619,6 +657,7 @@ impl State {
                 .collect(),
             held: self.held.values().cloned().collect(),
             grants: self.grants.clone(),
+            handed: self.handed.iter().copied().collect(),
         }
     }
 

@@ -118,20 +118,33 @@ impl Node {
     }
 
     /// Durable mode: the token of `(src, r, s)` in an open incarnation of an earlier run is
-    /// handed over again, flagged (the last run may have handed it over), and kept in the
-    /// archive until taken (its later copies get no answer, then ACK).
+    /// delivered, and kept in the archive until taken (its later copies get no answer, then
+    /// ACK). Flagged as a redelivery if an earlier run handed it over (`Handed`, not
+    /// taken): then at once. Otherwise it was never handed over: unflagged, once its own
+    /// `Handed` record is stored (as any delivery).
     pub(super) fn redeliver(&mut self, now: Instant, src: NodeId, (r, s): (u64, u64), p: Bytes) {
         let (payload, kept) = self.keep_payload(p);
         self.untaken.add(src, kept.charge);
-        self.stats.redelivered += 1;
         let every = self.cfg.timers.probe_interval;
-        if let Some(j) = self.journal.as_mut() {
-            j.archive.insert(now, src, r, s, false, every);
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
+        j.archive.insert(now, src, r, s, false, every);
+        if j.handed.remove(&(src, r, s)) {
+            self.stats.redelivered += 1;
+            self.events.push_back(Event::Delivered {
+                from: src,
+                payload,
+                id: DeliveryId::redelivered(src, r, s, kept),
+            });
+        } else {
+            self.stats.delivered += 1;
+            let ev = Event::Delivered {
+                from: src,
+                payload,
+                id: DeliveryId::new(src, r, s, kept),
+            };
+            self.deliver(now, ev, src, (r, s));
         }
-        self.events.push_back(Event::Delivered {
-            from: src,
-            payload,
-            id: DeliveryId::redelivered(src, r, s, kept),
-        });
     }
 }

@@ -63,6 +63,7 @@ impl Node {
             j.archive.watch(now, from, r, end, every);
         }
         j.grants = recovered.grants;
+        j.handed.extend(recovered.handed.iter().copied());
         self.journal = Some(Box::new(j));
         // The journal covers this run's incarnations from here on: the clock's mark asked
         // for so far (the next ones as they are asked, `poll_clock_store`).
@@ -454,25 +455,33 @@ impl Node {
         self.rearm_sender(to);
     }
 
-    /// Durable mode without `Rules::deliver_from_senders_copy`: the delivery `ev` (slot `s`
-    /// of `(src, r)`) reaches the application once its `Delivered` record is stored. Other
-    /// modes hand it over at once.
+    /// Durable mode: the delivery `ev` (slot `s` of `(src, r)`) reaches the application once
+    /// its record is stored: `Handed` (no payload) with `Rules::deliver_from_senders_copy`,
+    /// `Delivered` (with it) without. Not durable, it is handed over at once.
     pub(super) fn deliver(&mut self, now: Instant, ev: Event, src: NodeId, (r, s): (u64, u64)) {
-        if self.journal.is_none() || self.rules.deliver_from_senders_copy {
-            // With the rule, the sender's copy stands for the receiver's: the journal holds
-            // the incarnation's grant (`Granted`), and a restart delivers it again from that
-            // copy, flagged, until it is taken.
+        if self.journal.is_none() {
             self.events.push_back(ev);
             return;
         }
         let Event::Delivered { payload, .. } = &ev else {
             return;
         };
-        let entry = Entry::Delivered {
-            from: src,
-            rck: r,
-            slot: s,
-            payload: payload.clone(),
+        let entry = if self.rules.deliver_from_senders_copy {
+            // The sender's copy stands for the receiver's (the ACK waits for the take): the
+            // journal says only that the slot was handed over, so that a restart flags the
+            // copy that comes back, and nothing else.
+            Entry::Handed {
+                from: src,
+                rck: r,
+                slot: s,
+            }
+        } else {
+            Entry::Delivered {
+                from: src,
+                rck: r,
+                slot: s,
+                payload: payload.clone(),
+            }
         };
         self.journal(now, entry, Gate::Deliver(ev));
     }
