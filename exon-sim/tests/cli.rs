@@ -319,14 +319,11 @@ fn without_their_rules_fragmented_stream_chunks_stall_after_crashes() {
         &off(CHUNKS_2048, "credit_asks_each_waiting"),
         "StreamIncomplete",
     );
-    // Since `probe_prompts_resend` the reader's probes draw the held chunks again, which
-    // also unsticks this seed: it stalls with both rules off (and the core test
-    // `receiver_restarts::without_report_recovered_held_it_stays_in_flight` shows the
-    // rule alone).
-    violates(
-        &off(CHUNKS_3000, "report_recovered_held,probe_prompts_resend"),
-        "StreamIncomplete",
-    );
+    // Seed 93 (three nodes) no longer stalls with `report_recovered_held` off, nor with
+    // `probe_prompts_resend` off too: its writer's pace had sunk with the held chunks
+    // unanswered, and BBR's pacing floor (the minimum window per round trip) keeps it
+    // asking. Clean with every rule on (`fragmented_stream_chunks_go_on_after_crashes`);
+    // the rule alone is shown by `receiver_restarts::without_report_recovered_held_it_stays_in_flight`.
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! It estimates the bottleneck bandwidth (the largest delivery rate of the last ten round
 //! trips) and the propagation round trip (the smallest RTT of the last ten seconds), paces
 //! tokens at the bandwidth times a gain that cycles to probe for more, and keeps about two
-//! bandwidth-delay products in flight (plus what ACK aggregation needs).
+//! bandwidth-delay products in flight (plus what ACK aggregation needs). The pace never
+//! falls below the minimum window per smoothed round trip: an estimate made of samples the
+//! pacer itself held down would otherwise only measure its own crawl again.
 //!
 //! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
