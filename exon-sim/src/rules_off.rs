@@ -64,7 +64,6 @@ by_name!(
     reserve_flow_marks,
     mark_flow_window,
     deliver_from_senders_copy,
-    slots_wait_for_granted,
     redeliver_above_frontier,
     probe_prompts_resend,
     untaken_share_per_source,

@@ -740,14 +740,14 @@ fn an_outbox_sent_again_without_keys_delivers_twice() {
 }
 
 #[test]
-fn without_slots_waiting_for_granted_a_receiver_crash_delivers_twice() {
-    // One copy (`deliver_from_senders_copy`): SLOTS left before their `Granted` record was
-    // durable; the restarted receiver does not know the incarnation open, answers its
-    // token LOST, and the sender's retry in a fresh slot is delivered a second time.
+fn without_journal_before_delivery_one_copy_hands_over_what_a_crash_forgets() {
+    // One copy (`deliver_from_senders_copy`): handed over before its `Handed` record (and
+    // its incarnation's `Granted`) was durable; after the crash the slot is unknown or
+    // not known handed over, and the message comes again unflagged.
     self_test(
         slow_sync,
-        210,
-        |r| r.slots_wait_for_granted = false,
+        0,
+        |r| r.journal_before_delivery = false,
         ViolationKind::Duplicate,
     );
 }

@@ -229,11 +229,6 @@ pub struct Rules {
     /// (`Delivered`) before it is handed over (`journal_before_delivery`), and recovered
     /// from the receiver's own journal.
     pub deliver_from_senders_copy: bool,
-    /// Durable mode, with `deliver_from_senders_copy`: SLOTS leave only once the `Granted`
-    /// record of their end is stored. Off, they leave at once, and a crash before the record
-    /// is stored leaves slots the journal never heard of: a token delivered in one of them
-    /// before the crash gets LOST after it, and its retry is delivered a second time.
-    pub slots_wait_for_granted: bool,
     /// Durable mode, with `deliver_from_senders_copy`: a restarted receiver does not
     /// deliver a token of an open incarnation whose slot its sender's frontier passed
     /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
@@ -313,7 +308,6 @@ impl Rules {
         reserve_flow_marks: true,
         mark_flow_window: true,
         deliver_from_senders_copy: true,
-        slots_wait_for_granted: true,
         redeliver_above_frontier: true,
         probe_prompts_resend: true,
         untaken_share_per_source: true,

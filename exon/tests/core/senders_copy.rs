@@ -112,12 +112,12 @@ fn a_message_sent_into_an_open_incarnation_while_its_receiver_was_down_is_not_fl
     assert_eq!(deliveries(&p, &m), (1, 0), "delivered once, unflagged");
 }
 
-/// B's `Granted` record is not synced when its SLOTS would go; A's token comes, B hands
-/// it over, its application takes it, and B crashes before syncing. Returns B's unflagged
-/// deliveries of the message.
-fn crash_before_granted_is_stored(gate: bool) -> usize {
+/// B's SLOTS go before its `Granted` record is synced (they do not wait for it); A's token
+/// comes, B would hand it over, its application take it, and B crashes before syncing.
+/// Returns B's unflagged deliveries of the message.
+fn crash_before_granted_is_stored(handed_first: bool) -> usize {
     let mut rules = Rules::ALL;
-    rules.slots_wait_for_granted = gate;
+    rules.journal_before_delivery = handed_first;
     let mut p = pair(rules);
     p.nodes[B].auto_sync = false;
     let m = Bytes::from_static(b"granted, not journalled");
@@ -125,8 +125,8 @@ fn crash_before_granted_is_stored(gate: bool) -> usize {
     p.run(Duration::from_secs(2));
     assert_eq!(
         p.nodes[B].delivered.len(),
-        usize::from(!gate),
-        "the SLOTS wait for the record"
+        usize::from(!handed_first),
+        "the hand-over waits for `Handed`, written after `Granted`"
     );
     p.crash_and_recover(B);
     p.node(B).set_rules(rules);
@@ -138,12 +138,14 @@ fn crash_before_granted_is_stored(gate: bool) -> usize {
 }
 
 #[test]
-fn slots_leave_only_once_their_grant_is_stored() {
+fn slots_need_not_wait_for_their_grant_when_the_hand_over_waits_for_its_record() {
+    // Nothing was handed over before the crash: the slot is unknown after it, LOST, and the
+    // message comes again in a fresh slot, delivered once.
     assert_eq!(crash_before_granted_is_stored(true), 1);
     assert_eq!(
         crash_before_granted_is_stored(false),
         2,
-        "without the gate, the slot is unknown after the crash: LOST, and delivered twice"
+        "handed over before any record was stored: unknown after the crash, delivered twice"
     );
 }
 

@@ -65,20 +65,17 @@ fn one_way(p: &mut Pair, text: &'static [u8]) -> (usize, usize) {
 }
 
 #[test]
-fn a_durable_one_way_message_crosses_three_syncs() {
+fn a_durable_one_way_message_crosses_four_syncs() {
     let mut p = pair();
-    // The first message: A's Accepted and B's Granted (the SLOTS wait for it) in one
-    // round, then A's Assigned (the token waits for it); B hands it over at once.
+    // The first message: A's Accepted and B's Granted in one round (the SLOTS do not wait
+    // for it), then A's Assigned (the token waits for it), then B's Handed.
     let (handed, acked) = one_way(&mut p, b"first");
-    assert_eq!(
-        handed, 2,
-        "syncs before B's application has the first message"
-    );
+    assert_eq!(handed, 2, "syncs before B's application has the first message");
     assert_eq!(acked, 2, "syncs from the take to A's verdict");
-    // Then A holds slots: its Accepted and Assigned are one sync, and B journals nothing
-    // before the hand-over (A keeps the payload until the ACK).
+    // Then A holds slots: its Accepted and Assigned are one sync, then B's Handed (no
+    // payload: A keeps it until the ACK).
     let (handed, acked) = one_way(&mut p, b"second");
-    assert_eq!(handed, 1, "syncs before B's application has the message");
+    assert_eq!(handed, 2, "syncs before B's application has the message");
     // B's Taken (the ACK), then A's Resolved (the verdict).
     assert_eq!(acked, 2, "syncs from the take to A's verdict");
 }
@@ -113,22 +110,21 @@ fn call(p: &mut Pair, text: &'static [u8]) -> (usize, usize, usize) {
 }
 
 #[test]
-fn a_durable_call_crosses_two_syncs_before_its_reply_is_handed_over() {
+fn a_durable_call_crosses_four_syncs_before_its_reply_is_handed_over() {
     let mut p = pair();
-    // The first call: each side waits for the other's Granted before its first token.
     let (at_server, replied, _) = call(&mut p, b"first");
     assert_eq!((at_server, replied), (2, 2), "the first call");
-    // Then: A's AcceptedHeld (with its slot), B hands the request over at once; B's
-    // Replied (the request's take and the reply, one record), A hands it over at once.
+    // A's AcceptedHeld (with its slot), B's Handed: the handler has the request; B's
+    // Replied (the request's take and the reply, one record), A's Handed.
     let (at_server, replied, settled) = call(&mut p, b"second");
     assert_eq!(
-        at_server, 1,
+        at_server, 2,
         "syncs before the server's handler has the request"
     );
-    assert_eq!(replied, 1, "syncs from the reply to the caller's hand-over");
+    assert_eq!(replied, 2, "syncs from the reply to the caller's hand-over");
     assert_eq!(
         at_server + replied,
-        2,
+        4,
         "syncs in series before the caller has its reply"
     );
     assert_eq!(settled, 2, "A's TakenReleased (the ACK), then B's Resolved");

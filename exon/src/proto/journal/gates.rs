@@ -26,8 +26,6 @@ pub(crate) enum Gate {
     /// The journal covers incarnations below `below` (a `Covers` record): new ones may be
     /// made up to there.
     Covers { below: u64 },
-    /// SLOTS(s, r, n) to `to`, once the `Granted` record of their end is stored.
-    Slots { to: NodeId, s: u64, r: u64, n: u64 },
     /// A message given up (`Node::abandon`) whose verdict was reported at once (the rule
     /// `deadline_verdict_after_record` off): the frontier to `to` may pass `slot` once its
     /// `Resolved` record is stored.
@@ -80,9 +78,6 @@ pub(crate) struct Journal {
     /// The open incarnations, as the journal will hold them once its writes are durable
     /// (`Rules::deliver_from_senders_copy`).
     pub grants: Grants,
-    /// The last `Granted` write per source: incarnation, end, write number (SLOTS within
-    /// it wait for that write).
-    pub granting: PeerMap<(u64, u64, u64)>,
     /// Messages in fragments being delivered again into an open incarnation of an earlier
     /// run, per source: that incarnation and its reassembly (one per source; bounded by the
     /// credit it grants, counted with the live records').
@@ -125,7 +120,6 @@ impl Journal {
             marks: Default::default(),
             holds: Default::default(),
             grants: Grants::default(),
-            granting: PeerMap::default(),
             revived: PeerMap::default(),
             handed: Default::default(),
         }
@@ -161,18 +155,6 @@ impl Journal {
             }
         }
         self.write(Entry::Reported { first, count });
-    }
-
-    /// Whether the grant of `(from, rck)` up to `end` is durable; `Err(seq)`: it waits for
-    /// write `seq` (written already), `Ok(false)`: no record holds it yet.
-    pub fn grant_stored(&self, from: NodeId, rck: u64, end: u64) -> Result<bool, u64> {
-        if self.grants.end(from, rck).is_none_or(|e| e < end) {
-            return Ok(false);
-        }
-        match self.granting.get(&from) {
-            Some(&(r, _, seq)) if r == rck && seq > self.durable => Err(seq),
-            _ => Ok(true),
-        }
     }
 
     /// The number of the last write queued.
@@ -235,8 +217,6 @@ impl Journal {
             }
             open.push(g);
         }
-        let durable = self.durable;
-        self.granting.retain(|_, (_, _, seq)| *seq > durable);
         open
     }
 

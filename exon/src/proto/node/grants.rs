@@ -1,13 +1,12 @@
 //! Durable mode with `Rules::deliver_from_senders_copy`: the receiver journals no payload.
-//! It journals how far each incarnation granted each source (`Granted`, which its SLOTS
-//! wait for), and after a restart delivers a token of an open incarnation again, flagged,
-//! from the copy its sender keeps until the ACK.
+//! It journals how far each incarnation granted each source (`Granted`), and after a
+//! restart delivers a token of an open incarnation from the copy its sender keeps until the
+//! ACK (flagged if its `Handed` record says the last run handed it over).
 
 use std::time::Instant;
 
 use bytes::Bytes;
 
-use crate::proto::journal::gates::Gate;
 use crate::proto::journal::{Entry, Standing};
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 
@@ -22,43 +21,25 @@ impl Node {
         self.journal.is_some() && self.rules.deliver_from_senders_copy
     }
 
-    /// Durable mode: incarnation `r` of `src`'s record granted it slots below `end`, and
-    /// SLOTS(s, r, n) are due. Returns true when they wait for the journal (a `Granted`
-    /// record of `end`, written now if none holds it yet), false when they may go now.
-    pub(super) fn journal_granted(
-        &mut self,
-        src: NodeId,
-        (r, end): (u64, u64),
-        (s, n): (u64, u64),
-    ) -> bool {
+    /// Durable mode: incarnation `r` of `src`'s record granted it slots below `end`: a
+    /// `Granted` record of `end`, unless one holds it already. The SLOTS need not wait for
+    /// it: the log is written in order, so a delivery into them, which waits for its own
+    /// `Handed` record, finds this one stored too; and a crash before it is stored leaves
+    /// the incarnation unknown with nothing handed over in it (its tokens get LOST, and
+    /// their messages come again in fresh slots, delivered once).
+    pub(super) fn journal_granted(&mut self, src: NodeId, r: u64, end: u64) {
         if !self.journals_grants() {
-            return false;
+            return;
         }
-        let waits = self.rules.slots_wait_for_granted;
         let Some(j) = self.journal.as_mut() else {
-            return false;
+            return;
         };
-        let g = Gate::Slots { to: src, s, r, n };
-        match j.grant_stored(src, r, end) {
-            Ok(true) => false,
-            Err(seq) if waits => {
-                j.gate(seq, g);
-                true
-            }
-            Err(_) => false,
-            Ok(false) => {
-                j.grants.grant(src, r, end);
-                let seq = j.write(Entry::Granted {
-                    from: src,
-                    rck: r,
-                    end,
-                });
-                j.granting.insert(src, (r, end, seq));
-                if waits {
-                    j.gate(seq, g);
-                }
-                waits
-            }
+        if j.grants.grant(src, r, end) {
+            j.write(Entry::Granted {
+                from: src,
+                rck: r,
+                end,
+            });
         }
     }
 
@@ -130,7 +111,11 @@ impl Node {
             return;
         };
         j.archive.insert(now, src, r, s, false, every);
-        if j.handed.remove(&(src, r, s)) {
+        // A log that does not vouch for `r` (damaged since, or new) may have lost its
+        // `Handed` records: then any slot may have been handed over, and every copy is
+        // flagged.
+        let vouched = j.vouches_for(r, self.ck);
+        if j.handed.remove(&(src, r, s)) || !vouched {
             self.stats.redelivered += 1;
             self.events.push_back(Event::Delivered {
                 from: src,

@@ -391,10 +391,9 @@ impl Node {
                 if granted < asked {
                     self.stats.slots_trimmed += 1;
                 }
-                // Durable mode: the SLOTS wait for the journal to hold their end.
-                if self.journal_granted(src, (r, end), (s, granted)) {
-                    return;
-                }
+                // Durable mode: the journal holds their end (no SLOTS wait for it: a
+                // delivery into them waits for its `Handed` record, written after).
+                self.journal_granted(src, r, end);
                 if !self.outbox.grant(src, s, r, granted, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }

@@ -203,7 +203,6 @@ impl Node {
                 self.rules.journal_before_verdict
             }
             Gate::Covers { .. } => true,
-            Gate::Slots { .. } => self.rules.slots_wait_for_granted,
         };
         if waits {
             j.gate(seq, g);
@@ -229,12 +228,6 @@ impl Node {
                 // New incarnations may be made: sources refused meanwhile ask again.
             }
             Gate::Released { to, .. } => self.release_frontier(now, to),
-            Gate::Slots { to, s, r, n } => {
-                let cap = self.outbox_cap();
-                if !self.outbox.grant(to, s, r, n, cap) {
-                    self.stats.rejects.outbox_full += 1;
-                }
-            }
             Gate::Verdict { to, event, .. } => {
                 Event::push_merged(&mut self.events, event);
                 let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
