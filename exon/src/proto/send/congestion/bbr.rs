@@ -535,6 +535,11 @@ impl Bbr {
         self.refresh();
     }
 
+    pub fn set_mss(&mut self, mss: u64) {
+        self.mss = mss.max(1);
+        self.refresh();
+    }
+
     pub fn window(&self) -> u64 {
         self.cached_window
     }
