@@ -129,13 +129,20 @@ fn the_base_size_gets_through_the_smallest_ipv6_path() {
     assert!((1200..=smallest).contains(&size), "{size}");
 }
 
-#[test]
-fn a_black_hole_is_detected_and_traffic_recovers() {
+/// A pair on a 9000-byte path, discovery settled on it after 2 000 messages; the path's
+/// MTU can be changed through the cell.
+fn settled_at_9000() -> (Pair, Rc<Cell<usize>>) {
     let mut p = Pair::new(config());
     let mtu = Rc::new(Cell::new(9000));
     path(&mut p, mtu.clone(), 0);
     stream(&mut p, 20, Duration::from_millis(20));
     assert_eq!(send_size(&mut p), 9000);
+    (p, mtu)
+}
+
+#[test]
+fn a_black_hole_is_detected_and_traffic_recovers() {
+    let (mut p, mtu) = settled_at_9000();
     // The path shrinks under the size in use: every full datagram vanishes.
     mtu.set(1472);
     stream(&mut p, 20, Duration::from_millis(20));
@@ -166,11 +173,7 @@ fn paced_datagrams_per_rtt(p: &mut Pair) -> f64 {
 /// against 1 400-1 500 with the floor in datagrams of the size in use (BENCHMARKS.md).
 #[test]
 fn the_controller_counts_in_the_datagram_size_discovery_finds() {
-    let mut p = Pair::new(config());
-    let mtu = Rc::new(Cell::new(9000));
-    path(&mut p, mtu.clone(), 0);
-    stream(&mut p, 20, Duration::from_millis(20));
-    assert_eq!(send_size(&mut p), 9000);
+    let (mut p, _) = settled_at_9000();
     let paced = paced_datagrams_per_rtt(&mut p);
     assert!(paced >= 3.9, "{paced} datagrams of 9000 B per round trip");
 }
