@@ -194,57 +194,65 @@ pub fn transfer(kind: StreamKind, blocks: u64, datagram: usize) -> Transfer {
         })
     });
     let to = addr_rx.recv().expect("receiver address");
-    let sender = std::thread::spawn(move || {
-        runtime(0).block_on(async move {
-            match kind {
-                StreamKind::Exon | StreamKind::ExonPlain => {
-                    let peer = NodeId::from_const(2);
-                    let ep = exon_bind(1, datagram, kind == StreamKind::ExonPlain);
-                    ep.add_peer(peer, to);
-                    let mut s = ep.open_stream(peer).expect("open_stream");
-                    let start = write_blocks(&mut s, blocks).await;
-                    s.shutdown().await.expect("shutdown");
-                    s.finished().await.expect("peer read everything");
-                    let mut rest = Vec::new();
-                    s.read_to_end(&mut rest).await.expect("peer's end");
-                    drop(s);
-                    ep.close(Duration::from_secs(1)).await;
-                    start
-                }
-                StreamKind::Tcp => {
-                    let mut s = tokio::net::TcpStream::connect(to).await.unwrap();
-                    s.set_nodelay(true).unwrap();
-                    let start = write_blocks(&mut s, blocks).await;
-                    s.shutdown().await.unwrap();
-                    start
-                }
-                StreamKind::TcpTls => {
-                    let s = tokio::net::TcpStream::connect(to).await.unwrap();
-                    s.set_nodelay(true).unwrap();
-                    let mut s = crate::tls::tls_connect(s).await;
-                    let start = write_blocks(&mut s, blocks).await;
-                    s.shutdown().await.unwrap();
-                    start
-                }
-                StreamKind::Quic => {
-                    let (ep, conn) = connect_local(to).await;
-                    let mut s = conn.open_uni().await.unwrap();
-                    let start = write_blocks(&mut s, blocks).await;
-                    s.finish().unwrap();
-                    let _ = s.stopped().await;
-                    conn.close(0u32.into(), b"done");
-                    ep.wait_idle().await;
-                    start
-                }
-            }
-        })
-    });
+    let sender =
+        std::thread::spawn(move || runtime(0).block_on(write_side(kind, to, blocks, datagram)));
     let start = sender.join().expect("sender");
     let (bytes, crc, end) = receiver.join().expect("receiver");
     Transfer {
         time: end.saturating_duration_since(start),
         bytes,
         crc,
+    }
+}
+
+/// The writing side of [`transfer`]: connects to `to`, writes `blocks` MiB, closes; returns
+/// when the first byte was written.
+async fn write_side(kind: StreamKind, to: SocketAddr, blocks: u64, datagram: usize) -> Instant {
+    match kind {
+        StreamKind::Exon | StreamKind::ExonPlain => {
+            let peer = NodeId::from_const(2);
+            let ep = exon_bind(1, datagram, kind == StreamKind::ExonPlain);
+            ep.add_peer(peer, to);
+            let mut s = ep.open_stream(peer).expect("open_stream");
+            let start = write_blocks(&mut s, blocks).await;
+            s.shutdown().await.expect("shutdown");
+            s.finished().await.expect("peer read everything");
+            let mut rest = Vec::new();
+            s.read_to_end(&mut rest).await.expect("peer's end");
+            drop(s);
+            ep.close(Duration::from_secs(1)).await;
+            start
+        }
+        StreamKind::Tcp => {
+            let mut s = tokio::net::TcpStream::connect(to).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let start = write_blocks(&mut s, blocks).await;
+            s.shutdown().await.unwrap();
+            start
+        }
+        StreamKind::TcpTls => {
+            let s = tokio::net::TcpStream::connect(to).await.unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut s = crate::tls::tls_connect(s).await;
+            let start = write_blocks(&mut s, blocks).await;
+            s.shutdown().await.unwrap();
+            // Read until the reader closes: the server's session tickets, never read,
+            // would otherwise make the close a reset, which can reach the reader before
+            // the last bytes (ConnectionReset, one run in three).
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+            start
+        }
+        StreamKind::Quic => {
+            let (ep, conn) = connect_local(to).await;
+            let mut s = conn.open_uni().await.unwrap();
+            let start = write_blocks(&mut s, blocks).await;
+            s.finish().unwrap();
+            let _ = s.stopped().await;
+            conn.close(0u32.into(), b"done");
+            ep.wait_idle().await;
+            start
+        }
     }
 }
 

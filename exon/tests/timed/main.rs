@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Mutex;
 
 mod deaf_paths;
+mod two_way_outage;
 mod udp_attacks;
 mod udp_flood;
 

@@ -235,6 +235,7 @@ impl Node {
             return;
         }
         self.stats.mtu.probes_acked += 1;
+        rec.mss_changed();
         if !rec.is_quiet() {
             self.outbox.wake(src, usize::MAX);
         }

@@ -527,6 +527,12 @@ impl SRecord {
         &mut self.mtud
     }
 
+    /// Path MTU discovery changed the datagram size (a probe acknowledged, a black hole's
+    /// fallback): the congestion controller counts in the new one.
+    pub fn mss_changed(&mut self) {
+        self.cc.set_mss(self.mtud.size() as u64);
+    }
+
     /// The round-trip estimate of this destination.
     #[inline]
     pub fn rtt(&self) -> &Rtt {

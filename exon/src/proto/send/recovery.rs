@@ -327,6 +327,9 @@ impl SRecord {
             let e = self.mtud.poll(now);
             out.mtu_probes_lost = u64::from(e.lost);
             out.mtu_fallback = e.fallback;
+            if e.fallback {
+                self.mss_changed();
+            }
             wake |= self.mtud.want_if(deaf_backoff).is_some();
         }
         if let Some(asked) = self

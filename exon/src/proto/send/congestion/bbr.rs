@@ -5,7 +5,8 @@
 //! tokens at the bandwidth times a gain that cycles to probe for more, and keeps about two
 //! bandwidth-delay products in flight (plus what ACK aggregation needs). The pace never
 //! falls below the minimum window per smoothed round trip: an estimate made of samples the
-//! pacer itself held down would otherwise only measure its own crawl again.
+//! pacer itself held down would otherwise only measure its own crawl again. Windows count
+//! in datagrams of the size in use ([`Bbr::set_mss`], as path MTU discovery changes it).
 //!
 //! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
@@ -532,6 +533,12 @@ impl Bbr {
         self.prior_cwnd = self.prior_cwnd.max(self.cwnd);
         self.cwnd = self.min_window();
         self.in_flight = 0;
+        self.refresh();
+    }
+
+    /// Datagrams are `mss` bytes from now on (path MTU discovery found another size).
+    pub fn set_mss(&mut self, mss: u64) {
+        self.mss = mss.max(1);
         self.refresh();
     }
 

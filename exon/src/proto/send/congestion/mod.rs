@@ -196,6 +196,17 @@ impl Controller {
         }
     }
 
+    /// The datagrams grew (or shrank) to `mss` bytes (path MTU discovery): the controller
+    /// counts its floors (the minimum window, and with it BBR's pacing floor of that window
+    /// per round trip) and its steps in datagrams of that size from now on.
+    pub fn set_mss(&mut self, mss: u64) {
+        match &mut self.inner {
+            Inner::Bbr(c) => c.set_mss(mss),
+            Inner::NewReno(c) => c.set_mss(mss),
+            Inner::Off => {}
+        }
+    }
+
     /// Bytes of tokens that may be in flight (`u64::MAX` when off).
     pub fn window(&self) -> u64 {
         match &self.inner {

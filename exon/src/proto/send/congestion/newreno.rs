@@ -29,6 +29,12 @@ pub(crate) struct NewReno {
 }
 
 impl NewReno {
+    /// Datagrams are `mss` bytes from now on.
+    pub fn set_mss(&mut self, mss: u64) {
+        self.mss = mss.max(1);
+        self.cwnd = self.cwnd.max(MIN_WINDOW * self.mss);
+    }
+
     pub fn new(mss: u64, initial_rtt: Duration) -> Self {
         NewReno {
             mss,

@@ -420,3 +420,19 @@ fn pacing_never_falls_below_the_minimum_window_per_round_trip() {
     let pace = c.pacing_rate().unwrap();
     assert!(pace >= floor, "paced at {pace} B/s, below {floor} B/s");
 }
+
+#[test]
+fn the_floors_count_in_the_datagram_size_in_use() {
+    // Made for 1 000-byte datagrams, then path MTU discovery finds 64 000: the minimum
+    // window and the pacing floor (that window per round trip) are four of the new ones.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    ack(&mut c, t0, 1, 0, MSS);
+    let rtt = c.srtt.or(c.min_rtt).unwrap();
+    let floor = |mss: u64| rate_of(MIN_WINDOW * mss, rtt);
+    assert!(c.pacing_rate().unwrap() < floor(64 * MSS));
+    c.set_mss(64 * MSS);
+    assert!(c.pacing_rate().unwrap() >= floor(64 * MSS));
+    ack(&mut c, t0 + Duration::from_millis(1), 1, MSS, 2 * MSS);
+    assert!(c.window() >= MIN_WINDOW * 64 * MSS, "{}", c.window());
+}
