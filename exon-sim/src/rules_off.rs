@@ -64,6 +64,7 @@ by_name!(
     reserve_flow_marks,
     mark_flow_window,
     deliver_from_senders_copy,
+    flows_keep_receivers_copy,
     redeliver_above_frontier,
     probe_prompts_resend,
     untaken_share_per_source,

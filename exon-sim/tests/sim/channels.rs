@@ -609,7 +609,7 @@ fn without_owed_gaps_a_number_given_up_before_a_crash_is_never_filled() {
 fn owed_gaps_sent_when_the_channel_is_used_again_leave_a_receiver_waiting() {
     durable_self_test(
         durable_channels_given_up,
-        0..40,
+        0..80,
         (|_| {}, |m| m.owed_gaps_at_restart = false),
         &[ViolationKind::ChannelBlocked],
     );

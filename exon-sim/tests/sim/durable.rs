@@ -319,9 +319,11 @@ fn a_verdict_stored_and_not_reported_before_a_crash() {
 /// stored and it did not report: `NotAcknowledged`.
 #[test]
 fn without_report_stored_verdicts_a_stored_verdict_is_lost() {
+    // From seed 0: with one copy of a payload the seed above no longer loses its verdict
+    // with the rule off (seeds 4 and 6 do).
     self_test(
         mid_commit,
-        SEED_VERDICT_LOST,
+        0,
         |r| r.report_stored_verdicts = false,
         ViolationKind::NotAcknowledged,
     );
@@ -677,13 +679,25 @@ fn without_deadline_verdict_after_record_a_verdict_is_revoked() {
 
 /// With `journal_before_verdict` off, the frontier passes a slot given up before its
 /// `Resolved` record is durable; a sender crash recovers the message in that slot, the
-/// receiver has forgotten it, and it is delivered twice.
+/// receiver has forgotten it, and it is delivered again: twice when the receiver
+/// journals payloads (`deliver_from_senders_copy` off), after its `NotDelivered` verdict
+/// with one copy (the receiver's record of the first hand-over went with its
+/// incarnation).
 #[test]
 fn without_journal_before_verdict_abandon_then_crashes_deliver_twice() {
     self_test(
         abandon_crashes,
         0,
         |r| r.journal_before_verdict = false,
+        ViolationKind::DeliveredAfterNotDelivered,
+    );
+    self_test(
+        abandon_crashes,
+        0,
+        |r| {
+            r.journal_before_verdict = false;
+            r.deliver_from_senders_copy = false;
+        },
         ViolationKind::Duplicate,
     );
 }
@@ -755,11 +769,13 @@ fn without_journal_before_delivery_one_copy_hands_over_what_a_crash_forgets() {
 #[test]
 fn without_redelivery_above_the_frontier_a_taken_message_comes_back() {
     // One copy: a restarted receiver delivers a stale copy of a token its application
-    // took and its sender saw acknowledged (below the sender's frontier).
+    // took and its sender saw acknowledged (below the sender's frontier), unflagged (its
+    // `Handed` record went with the take).
     self_test(
         durable,
         0,
         |r| r.redeliver_above_frontier = false,
-        ViolationKind::RedeliveredAfterAck,
+        ViolationKind::Duplicate,
     );
 }
+

@@ -229,6 +229,16 @@ pub struct Rules {
     /// (`Delivered`) before it is handed over (`journal_before_delivery`), and recovered
     /// from the receiver's own journal.
     pub deliver_from_senders_copy: bool,
+    /// With `deliver_from_senders_copy`: a receiver relies on its sender's copy only for
+    /// a message whose sender says it keeps it until the ACK whatever happens (STOKEN,
+    /// SFRAG), and journals the payload of any other (`Delivered`, not `Handed`). A durable
+    /// sender says it of every message but a reported one (`Node::send_reported`): an
+    /// ordered flow may give such a message up (a deadline, an abandon) while its receiver
+    /// holds it untaken, and then sends a gap in its place. A node that is not durable says
+    /// it of none (its copies die with it). Off, a durable sender says it of reported
+    /// messages too: a flow message its receiver handed over before a crash and its sender
+    /// gave up is gone, and the gap sent for it is released after it.
+    pub flows_keep_receivers_copy: bool,
     /// Durable mode, with `deliver_from_senders_copy`: a restarted receiver does not
     /// deliver a token of an open incarnation whose slot its sender's frontier passed
     /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
@@ -308,6 +318,7 @@ impl Rules {
         reserve_flow_marks: true,
         mark_flow_window: true,
         deliver_from_senders_copy: true,
+        flows_keep_receivers_copy: true,
         redeliver_above_frontier: true,
         probe_prompts_resend: true,
         untaken_share_per_source: true,

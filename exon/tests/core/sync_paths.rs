@@ -70,7 +70,10 @@ fn a_durable_one_way_message_crosses_four_syncs() {
     // The first message: A's Accepted and B's Granted in one round (the SLOTS do not wait
     // for it), then A's Assigned (the token waits for it), then B's Handed.
     let (handed, acked) = one_way(&mut p, b"first");
-    assert_eq!(handed, 2, "syncs before B's application has the first message");
+    assert_eq!(
+        handed, 2,
+        "syncs before B's application has the first message"
+    );
     assert_eq!(acked, 2, "syncs from the take to A's verdict");
     // Then A holds slots: its Accepted and Assigned are one sync, then B's Handed (no
     // payload: A keeps it until the ACK).

@@ -103,7 +103,14 @@ impl Node {
     /// ACK). Flagged as a redelivery if an earlier run handed it over (`Handed`, not
     /// taken): then at once. Otherwise it was never handed over: unflagged, once its own
     /// `Handed` record is stored (as any delivery).
-    pub(super) fn redeliver(&mut self, now: Instant, src: NodeId, (r, s): (u64, u64), p: Bytes) {
+    pub(super) fn redeliver(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        (r, s): (u64, u64),
+        p: Bytes,
+        senders_copy: bool,
+    ) {
         let (payload, kept) = self.keep_payload(p);
         self.untaken.add(src, kept.charge);
         let every = self.cfg.timers.probe_interval;
@@ -129,7 +136,7 @@ impl Node {
                 payload,
                 id: DeliveryId::new(src, r, s, kept),
             };
-            self.deliver(now, ev, src, (r, s));
+            self.deliver(now, ev, src, (r, s), senders_copy);
         }
     }
 }

@@ -158,9 +158,14 @@ impl Node {
                 }
                 Frame::MtuAck { id } => self.on_mtu_ack(src, id),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
-                Frame::Token { s, r, payload } => {
+                Frame::Token {
+                    s,
+                    r,
+                    payload,
+                    senders_copy,
+                } => {
                     tokens += 1;
-                    urgent |= self.on_token(now, src, s, r, payload);
+                    urgent |= self.on_token(now, src, s, r, payload, senders_copy);
                 }
                 Frame::Frag {
                     s,
@@ -168,9 +173,10 @@ impl Node {
                     total,
                     offset,
                     data,
+                    senders_copy,
                 } => {
                     tokens += 1;
-                    urgent |= self.on_frag(now, src, (s, r, total), offset, data);
+                    urgent |= self.on_frag(now, src, (s, r, total), offset, data, senders_copy);
                 }
                 Frame::Got { r, s, ranges } => {
                     self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));

@@ -450,8 +450,17 @@ impl Node {
 
     /// Durable mode: the delivery `ev` (slot `s` of `(src, r)`) reaches the application once
     /// its record is stored: `Handed` (no payload) with `Rules::deliver_from_senders_copy`,
-    /// `Delivered` (with it) without. Not durable, it is handed over at once.
-    pub(super) fn deliver(&mut self, now: Instant, ev: Event, src: NodeId, (r, s): (u64, u64)) {
+    /// `Delivered` (with it) without, or when its sender did not say it keeps its own copy
+    /// until the ACK whatever happens (`senders_copy`: an STOKEN or SFRAG). Not durable, it
+    /// is handed over at once.
+    pub(super) fn deliver(
+        &mut self,
+        now: Instant,
+        ev: Event,
+        src: NodeId,
+        (r, s): (u64, u64),
+        senders_copy: bool,
+    ) {
         if self.journal.is_none() {
             self.events.push_back(ev);
             return;
@@ -459,7 +468,7 @@ impl Node {
         let Event::Delivered { payload, .. } = &ev else {
             return;
         };
-        let entry = if self.rules.deliver_from_senders_copy {
+        let entry = if self.rules.deliver_from_senders_copy && senders_copy {
             // The sender's copy stands for the receiver's (the ACK waits for the take): the
             // journal says only that the slot was handed over, so that a restart flags the
             // copy that comes back, and nothing else.

@@ -28,6 +28,7 @@ impl Node {
         s: u64,
         r: u64,
         payload: Bytes,
+        senders_copy: bool,
     ) -> bool {
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
@@ -59,7 +60,7 @@ impl Node {
                         payload,
                         id: DeliveryId::new(src, r, s, kept),
                     };
-                    self.deliver(now, ev, src, (r, s));
+                    self.deliver(now, ev, src, (r, s), senders_copy);
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
                 } else if on_take && rec.held().contains(s) {
@@ -84,7 +85,7 @@ impl Node {
                     self.stats.held_back += 1;
                     None
                 } else {
-                    self.redeliver(now, src, (r, s), payload);
+                    self.redeliver(now, src, (r, s), payload, senders_copy);
                     None
                 }
             }
@@ -432,6 +433,7 @@ impl Node {
         (s, r, total): (u64, u64, u64),
         offset: u64,
         data: Bytes,
+        senders_copy: bool,
     ) -> bool {
         // The limit protects reassembly memory: a FRAG that is the whole message needs none,
         // and is taken as a TOKEN of that size would be.
@@ -461,11 +463,11 @@ impl Node {
         {
             // Part of a message of an open incarnation of an earlier run: reassembled to be
             // delivered again.
-            return self.on_revived_frag(now, src, (s, r, total), offset, data);
+            return self.on_revived_frag(now, src, (s, r, total), offset, data, senders_copy);
         }
         let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
-            return self.on_token(now, src, s, r, data);
+            return self.on_token(now, src, s, r, data, senders_copy);
         };
         if !rec.slots().contains(s) {
             if rec.held().contains(s) {
@@ -479,7 +481,7 @@ impl Node {
                 }
                 return true;
             }
-            return self.on_token(now, src, s, r, data);
+            return self.on_token(now, src, s, r, data, senders_copy);
         }
         rec.heard(now);
         if !room {
@@ -500,7 +502,7 @@ impl Node {
                 if payload.len() > data.len() {
                     self.stats.reassembled += 1;
                 }
-                self.on_token(now, src, s, r, payload)
+                self.on_token(now, src, s, r, payload, senders_copy)
             }
             Piece::Kept => {
                 if let Some(have) = rec.assembler().have(s) {

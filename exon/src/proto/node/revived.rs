@@ -35,6 +35,7 @@ impl Node {
         (s, r, total): (u64, u64, u64),
         offset: u64,
         data: Bytes,
+        senders_copy: bool,
     ) -> bool {
         if !self.has_room_for_delivery(src) && self.rules.ack_on_take {
             self.stats.held_back += 1;
@@ -72,7 +73,7 @@ impl Node {
                     self.stats.rejects.outbox_full += 1;
                 }
                 self.stats.reassembled += 1;
-                self.on_token(now, src, s, r, payload)
+                self.on_token(now, src, s, r, payload, senders_copy)
             }
             Some((Piece::Kept, Some(have))) => {
                 if !self.outbox.got(src, r, s, &have, cap) {

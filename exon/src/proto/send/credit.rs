@@ -105,7 +105,10 @@ impl Credit {
     pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64) {
         self.waiting.push_back((slot, r));
         let used = self.grant(r).map_or(0, |g| g.used);
-        let want = used.saturating_add(charge).max(self.asked).min(cap.max(charge));
+        let want = used
+            .saturating_add(charge)
+            .max(self.asked)
+            .min(cap.max(charge));
         // A message of an incarnation without a grant asks at once: if that incarnation
         // is gone, the answer is its verdict (see `due`).
         if want > self.asked || self.grant(r).is_none() {

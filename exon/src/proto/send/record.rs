@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::proto::send::congestion::Controller;
-use crate::proto::send::flight::Flight;
 use crate::proto::send::credit::Credit;
+use crate::proto::send::flight::Flight;
 use crate::proto::send::fragments::{Outgoing, Sent};
 use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
