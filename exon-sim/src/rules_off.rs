@@ -64,7 +64,7 @@ by_name!(
     reserve_flow_marks,
     mark_flow_window,
     deliver_from_senders_copy,
-    flows_keep_receivers_copy,
+    senders_copy_only_when_kept,
     redeliver_above_frontier,
     probe_prompts_resend,
     untaken_share_per_source,

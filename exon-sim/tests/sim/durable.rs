@@ -778,4 +778,3 @@ fn without_redelivery_above_the_frontier_a_taken_message_comes_back() {
         ViolationKind::Duplicate,
     );
 }
-

@@ -232,13 +232,16 @@ pub struct Rules {
     /// With `deliver_from_senders_copy`: a receiver relies on its sender's copy only for
     /// a message whose sender says it keeps it until the ACK whatever happens (STOKEN,
     /// SFRAG), and journals the payload of any other (`Delivered`, not `Handed`). A durable
-    /// sender says it of every message but a reported one (`Node::send_reported`): an
-    /// ordered flow may give such a message up (a deadline, an abandon) while its receiver
-    /// holds it untaken, and then sends a gap in its place. A node that is not durable says
-    /// it of none (its copies die with it). Off, a durable sender says it of reported
-    /// messages too: a flow message its receiver handed over before a crash and its sender
-    /// gave up is gone, and the gap sent for it is released after it.
-    pub flows_keep_receivers_copy: bool,
+    /// sender says it of every message but three kinds: a reported one
+    /// (`Node::send_reported`: an ordered flow may give it up, at a deadline or an abandon,
+    /// while its receiver holds it untaken, and then sends a gap in its place); a reply
+    /// (`Node::reply`: a restarted caller tells from its journal alone which calls had
+    /// their reply handed out); and one it recovered after a restart (its journal does not
+    /// say which kind it was). A node that is not durable says it of none (its copies die
+    /// with it). Off, a durable sender says it of every message: a flow message its
+    /// receiver handed over before a crash and its sender gave up is gone, and the gap sent
+    /// for it is released after it.
+    pub senders_copy_only_when_kept: bool,
     /// Durable mode, with `deliver_from_senders_copy`: a restarted receiver does not
     /// deliver a token of an open incarnation whose slot its sender's frontier passed
     /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
@@ -318,7 +321,7 @@ impl Rules {
         reserve_flow_marks: true,
         mark_flow_window: true,
         deliver_from_senders_copy: true,
-        flows_keep_receivers_copy: true,
+        senders_copy_only_when_kept: true,
         redeliver_above_frontier: true,
         probe_prompts_resend: true,
         untaken_share_per_source: true,

@@ -164,6 +164,7 @@ impl SRecord {
                     id,
                     payload: tok.payload,
                     reported: tok.reported,
+                    senders_copy: tok.senders_copy,
                 });
                 return;
             }
@@ -227,6 +228,7 @@ impl SRecord {
                     id: tok.id,
                     payload: tok.payload,
                     reported: tok.reported,
+                    senders_copy: tok.senders_copy,
                 });
             },
         );

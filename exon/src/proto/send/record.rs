@@ -259,6 +259,9 @@ impl SRecord {
             id,
             payload: payload.into(),
             reported: false,
+            // Recovered: whether it was a flow's or a reply is not in the journal, so its
+            // receiver is asked to keep its own copy.
+            senders_copy: false,
         };
         match assigned {
             Some((rck, slot)) => {
@@ -594,13 +597,14 @@ impl SRecord {
         &mut self,
         id: MsgId,
         payload: Payload,
-        reported: bool,
+        (reported, senders_copy): (bool, bool),
         frontier_rule: bool,
     ) -> bool {
         let msg = Queued {
             id,
             payload,
             reported,
+            senders_copy,
         };
         self.bytes += msg.payload.len();
         self.note_busy();

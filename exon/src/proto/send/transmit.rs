@@ -193,8 +193,7 @@ impl SRecord {
         let total = o.total();
         let (from, to) = (range.start as usize, range.end as usize);
         let data = tok.payload.slices(from, to);
-        let senders_copy =
-            self.durable.is_some() && (!tok.reported || !rules.flows_keep_receivers_copy);
+        let senders_copy = tok.senders_copy;
         put_frag_parts(fill.buf, (s, r, senders_copy), (total, range.start), data);
         if o.is_resend(&range) {
             fill.stats.retransmissions += 1;
@@ -230,8 +229,7 @@ impl SRecord {
         let Some(tok) = self.tokens.get_mut(s) else {
             return Step::Stop;
         };
-        // A reported message never goes as a TOKEN: any other a durable node sends, it keeps.
-        let senders_copy = self.durable.is_some();
+        let senders_copy = tok.senders_copy;
         let (head, body) = (tok.payload.head(), tok.payload.body());
         put_token_parts(fill.buf, (s, r, senders_copy), head, body);
         tok.reach = fill.reach();
