@@ -65,7 +65,6 @@ by_name!(
     mark_flow_window,
     deliver_from_senders_copy,
     senders_copy_only_when_kept,
-    redeliver_above_frontier,
     probe_prompts_resend,
     untaken_share_per_source,
     credit_asks_each_waiting,

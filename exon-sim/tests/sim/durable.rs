@@ -765,16 +765,3 @@ fn without_journal_before_delivery_one_copy_hands_over_what_a_crash_forgets() {
         ViolationKind::Duplicate,
     );
 }
-
-#[test]
-fn without_redelivery_above_the_frontier_a_taken_message_comes_back() {
-    // One copy: a restarted receiver delivers a stale copy of a token its application
-    // took and its sender saw acknowledged (below the sender's frontier), unflagged (its
-    // `Handed` record went with the take).
-    self_test(
-        durable,
-        0,
-        |r| r.redeliver_above_frontier = false,
-        ViolationKind::Duplicate,
-    );
-}

@@ -220,14 +220,14 @@ pub struct Rules {
     /// is kept only with a message numbered after it was learnt: a sender restarted before
     /// sending one goes on one message at a time for good (its receiver advertised once).
     pub mark_flow_window: bool,
-    /// Durable mode (issue 45: a payload journalled once): a receiver journals no payload.
-    /// It hands a delivery over at once and relies on the sender's copy, kept until the ACK
-    /// (which waits for the `Taken` record): it journals instead how far it granted each
-    /// incarnation (`Granted`), and after a restart delivers a token of an incarnation
-    /// still open (granted, not passed by its sender's frontier) again, flagged as a
-    /// redelivery under its id. Off, every delivery is journalled with its payload
-    /// (`Delivered`) before it is handed over (`journal_before_delivery`), and recovered
-    /// from the receiver's own journal.
+    /// Durable mode (issue 45: a payload journalled once): a receiver journals no payload
+    /// for a message its sender keeps until the ACK (STOKEN, SFRAG; the ACK waits for the
+    /// `Taken` record). It journals only that it handed the delivery over (`Handed`, before
+    /// the hand-over), and after a restart delivers the sender's copy of such a slot not
+    /// taken again, flagged as a redelivery under its id; any other slot of an incarnation
+    /// the journal vouches for holds no delivery (LOST). Off, every delivery is journalled
+    /// with its payload (`Delivered`) before it is handed over (`journal_before_delivery`),
+    /// and recovered from the receiver's own journal.
     pub deliver_from_senders_copy: bool,
     /// With `deliver_from_senders_copy`: a receiver relies on its sender's copy only for
     /// a message whose sender says it keeps it until the ACK whatever happens (STOKEN,
@@ -242,11 +242,6 @@ pub struct Rules {
     /// receiver handed over before a crash and its sender gave up is gone, and the gap sent
     /// for it is released after it.
     pub senders_copy_only_when_kept: bool,
-    /// Durable mode, with `deliver_from_senders_copy`: a restarted receiver does not
-    /// deliver a token of an open incarnation whose slot its sender's frontier passed
-    /// (`Confirmed`, kept while the incarnation is open). Off, a stale copy of a token
-    /// taken and confirmed before the restart is delivered again.
-    pub redeliver_above_frontier: bool,
     /// A receiver's probe (SLOTS with `n = 0`) for an incarnation in which the sender holds
     /// tokens that left more than a smoothed round trip ago makes it send them again at
     /// once: a receiver probes only after it heard nothing from the sender for a while, so
@@ -322,7 +317,6 @@ impl Rules {
         mark_flow_window: true,
         deliver_from_senders_copy: true,
         senders_copy_only_when_kept: true,
-        redeliver_above_frontier: true,
         probe_prompts_resend: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,

@@ -215,24 +215,12 @@ pub enum Entry {
         /// The held message released.
         id: MsgId,
     },
-    /// Receiver (`Rules::deliver_from_senders_copy`): incarnation `rck` granted `from`
-    /// slots below `end` (its SLOTS leave once this is stored). The incarnation stays open
-    /// until `from`'s frontier passes `end` (`Confirmed`): after a restart, a token of an
-    /// open incarnation in a slot below `end` and above the frontier is delivered again,
-    /// flagged (its sender holds the payload); checkpoints write one per open incarnation.
-    Granted {
-        /// The sending node.
-        from: NodeId,
-        /// The receiver incarnation.
-        rck: u64,
-        /// One past the highest slot granted.
-        end: u64,
-    },
-    /// Receiver (`Rules::deliver_from_senders_copy`): the delivery in `(from, rck, slot)`
-    /// is handed to the application once this is stored. No payload: its sender keeps
-    /// that until the ACK. After a restart, the sender's copy of a slot with this record
-    /// and no `Taken` comes back flagged as a redelivery; any other slot of an open
-    /// incarnation comes back unflagged (it was never handed over).
+    /// Receiver (`Rules::deliver_from_senders_copy`): the delivery in `(from, rck, slot)`,
+    /// sent as STOKEN or SFRAG (its sender keeps the payload until the ACK), is handed to
+    /// the application once this is stored. No payload. After a restart, the sender's copy
+    /// of a slot with this record and no `Taken` is delivered again, flagged as a
+    /// redelivery; the record goes with the `Taken`, or once `from`'s frontier passes the
+    /// slot (`Confirmed`: its sender gave it up).
     Handed {
         /// The sending node.
         from: NodeId,
@@ -310,8 +298,7 @@ const ACCEPTED_HELD: u8 = 20;
 const HELD: u8 = 21;
 const RELEASED: u8 = 22;
 const TAKEN_RELEASED: u8 = 23;
-// A receiver's grants and hand-overs without payload: kinds 24-25.
-const GRANTED: u8 = 24;
+// A receiver's hand-overs without payload: kind 25 (24 is unused).
 const HANDED: u8 = 25;
 
 impl Entry {
@@ -388,7 +375,6 @@ impl Entry {
                 slot,
                 id,
             } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
-            Entry::Granted { from, rck, end } => v(from.get()) + v(*rck) + v(*end),
             Entry::Handed { from, rck, slot } => v(from.get()) + v(*rck) + v(*slot),
         }
     }
@@ -473,12 +459,6 @@ impl Entry {
             | Entry::Held { .. }
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
-            Entry::Granted { from, rck, end } => {
-                buf.put_u8(GRANTED);
-                put_varint(buf, from.get());
-                put_varint(buf, *rck);
-                put_varint(buf, *end);
-            }
             Entry::Handed { from, rck, slot } => {
                 buf.put_u8(HANDED);
                 put_varint(buf, from.get());
@@ -686,11 +666,6 @@ impl Entry {
                 value: mark(r, bytes)?,
             },
             ACCEPTED_HELD..=TAKEN_RELEASED => decode_held(kind, r, bytes)?,
-            GRANTED => Entry::Granted {
-                from: node(r)?,
-                rck: int(r)?,
-                end: int(r)?,
-            },
             HANDED => Entry::Handed {
                 from: node(r)?,
                 rck: int(r)?,
@@ -883,11 +858,6 @@ mod tests {
                 rck: 1 << 45,
                 slot: 17,
                 id: MsgId(1 << 20),
-            },
-            Entry::Granted {
-                from: n,
-                rck: 1 << 45,
-                end: 1 << 21,
             },
             Entry::Handed {
                 from: n,

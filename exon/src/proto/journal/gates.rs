@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::proto::journal::{Archive, Entry, Grants, Write};
+use crate::proto::journal::{Archive, Entry, Write};
 use crate::proto::{DeliveryId, Event, MsgId, NodeId, PeerMap};
 
 /// What waits for a write to be durable.
@@ -75,16 +75,14 @@ pub(crate) struct Journal {
     /// Messages sent held (`Node::send_held`) and not released, acknowledged or not: one
     /// per call the application has open (it releases each when the call ends).
     pub holds: std::collections::HashSet<MsgId, foldhash::fast::RandomState>,
-    /// The open incarnations, as the journal will hold them once its writes are durable
-    /// (`Rules::deliver_from_senders_copy`).
-    pub grants: Grants,
-    /// Messages in fragments being delivered again into an open incarnation of an earlier
-    /// run, per source: that incarnation and its reassembly (one per source; bounded by the
-    /// credit it grants, counted with the live records').
+    /// Messages in fragments being delivered again after a restart (`handed`), per source:
+    /// their incarnation and its reassembly (one per source; bounded by the credit it
+    /// grants, counted with the live records').
     pub revived: PeerMap<(u64, crate::proto::recv::assembler::Assembler)>,
     /// Deliveries an earlier run handed over (`Handed`) and the application did not take:
-    /// their senders' copies come back flagged, any other slot's unflagged. Bounded by what
-    /// the journal held; each leaves when its copy is delivered again.
+    /// their senders' copies are delivered again, flagged. Bounded by what the journal
+    /// held; each leaves when its copy is delivered again, or when its sender's frontier
+    /// passes it (the sender gave it up).
     pub handed: std::collections::HashSet<(NodeId, u64, u64), foldhash::fast::RandomState>,
 }
 
@@ -119,7 +117,6 @@ impl Journal {
             keys: PeerMap::default(),
             marks: Default::default(),
             holds: Default::default(),
-            grants: Grants::default(),
             revived: PeerMap::default(),
             handed: Default::default(),
         }

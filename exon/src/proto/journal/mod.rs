@@ -12,10 +12,10 @@
 //! | `Assigned`  | a message gets its slot (a token)    | the token's first transmission      |
 //! | `Resolved`  | a verdict ends a message (it keeps the verdict) | the verdict event (a deadline's too), and the frontier passing its slot |
 //! | `Reported`  | the application is handed verdicts   | nothing (it lets the log shrink)    |
-//! | `Delivered` | a token fills a slot (`Rules::deliver_from_senders_copy` off) | [`Event::Delivered`](crate::proto::Event::Delivered) |
-//! | `Granted`   | a receiver record grants slots beyond what its incarnation granted | the SLOTS frame |
+//! | `Delivered` | a TOKEN or FRAG fills a slot (any, with `Rules::deliver_from_senders_copy` off) | [`Event::Delivered`](crate::proto::Event::Delivered) |
+//! | `Handed`    | an STOKEN or SFRAG fills a slot (its sender keeps the payload until the ACK) | [`Event::Delivered`](crate::proto::Event::Delivered) |
 //! | `Taken`     | the application takes a delivery     | the ACK                             |
-//! | `Confirmed` | the sender's frontier passes taken slots or an open incarnation's end | nothing (it only lets the log shrink) |
+//! | `Confirmed` | the sender's frontier passes taken slots, or hand-overs of an earlier run | nothing (it only lets the log shrink) |
 //! | `Mark`, `AcceptedMark`, `TakenMark` | a layer above keeps a value (alone, with a send, with a take) | what the send or the take holds back |
 //!
 //! [`State`] replays records (at recovery, and in the storage layer to know what a
@@ -24,13 +24,11 @@
 mod archive;
 mod entry;
 pub(crate) mod gates;
-mod grants;
 pub(crate) mod marks;
 mod state;
 
 pub(crate) use archive::Archive;
 pub use entry::{Entry, EntryError, Outcome};
-pub use grants::{Grants, Standing};
 pub use marks::{Mark, MAX_MARK_BYTES};
 pub use state::{Recovered, RecoveredDelivery, RecoveredMessage, RecoveredVerdict, State};
 

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
-use crate::proto::journal::grants::Grants;
 use crate::proto::journal::marks::Marks;
 use crate::proto::journal::{Entry, Outcome};
 use crate::proto::{MsgId, NodeId};
@@ -34,8 +33,6 @@ pub struct State {
     keys: BTreeMap<NodeId, u64>,
     /// The layers' marks (`Mark`, `AcceptedMark`, `TakenMark`): the last value of each.
     marks: Marks,
-    /// The receiver's open incarnations (`Granted`, closed by `Confirmed`).
-    grants: Grants,
     /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
     /// flags the sender's copy of these (and of no other slot) as a redelivery.
     handed: BTreeSet<(NodeId, u64, u64)>,
@@ -114,9 +111,6 @@ pub struct Recovered {
     /// Messages sent held (`send_held`), acknowledged and not released, oldest first: not
     /// sent again; the node keeps them until [`Node::release`](crate::proto::Node::release).
     pub held: Vec<RecoveredMessage>,
-    /// The receiver's open incarnations (`Granted`, not yet passed by their source's
-    /// frontier): tokens of their slots above the frontier are delivered again.
-    pub grants: Grants,
     /// Deliveries handed over without payload and not taken (`Handed`): of the tokens
     /// delivered again, these (and only these) are flagged as redeliveries.
     pub handed: Vec<(NodeId, u64, u64)>,
@@ -141,36 +135,10 @@ impl State {
     /// Applies one record.
     pub fn apply(&mut self, e: &Entry) {
         match e {
-            Entry::Delivered {
-                from,
-                rck,
-                slot,
-                payload,
-            } => {
-                let key = (*from, *rck, *slot);
-                if !self.inbox.contains_key(&key) {
-                    self.live_bytes += delivered_len(*from, *rck, *slot, payload);
-                    self.inbox.insert(key, Some(payload.clone()));
-                }
+            Entry::Delivered { .. } | Entry::Handed { .. } | Entry::Taken { .. } => {
+                self.apply_delivery(e)
             }
-            Entry::Handed { from, rck, slot } => {
-                let key = (*from, *rck, *slot);
-                if !self.inbox.contains_key(&key) && self.handed.insert(key) {
-                    self.live_bytes += e.encoded_len();
-                }
-            }
-            Entry::Taken { from, rck, slot } => {
-                let key = (*from, *rck, *slot);
-                self.unhand(key);
-                let old = self.inbox.insert(key, None);
-                if let Some(Some(p)) = &old {
-                    self.live_bytes -= delivered_len(*from, *rck, *slot, p);
-                }
-                if !matches!(old, Some(None)) {
-                    self.live_bytes += e.encoded_len();
-                }
-            }
-            Entry::Confirmed { .. } | Entry::Granted { .. } => self.apply_grants(e),
+            Entry::Confirmed { from, below } => self.confirm(*from, *below),
             Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None, false),
             Entry::AcceptedKeyed {
                 id,
@@ -243,16 +211,37 @@ impl State {
         }
     }
 
-    /// `apply` for the records of a receiver's grants: `Confirmed` (the frontier passed
-    /// taken deliveries, and ends of open incarnations) and `Granted`.
-    fn apply_grants(&mut self, e: &Entry) {
+    /// `apply` for a receiver's records of its deliveries: `Delivered`, `Handed`, `Taken`.
+    fn apply_delivery(&mut self, e: &Entry) {
         match e {
-            Entry::Confirmed { from, below } => {
-                self.confirm(*from, *below);
-                self.grants.confirm(*from, *below);
+            Entry::Delivered {
+                from,
+                rck,
+                slot,
+                payload,
+            } => {
+                let key = (*from, *rck, *slot);
+                if !self.inbox.contains_key(&key) {
+                    self.live_bytes += delivered_len(*from, *rck, *slot, payload);
+                    self.inbox.insert(key, Some(payload.clone()));
+                }
             }
-            Entry::Granted { from, rck, end } => {
-                self.grants.grant(*from, *rck, *end);
+            Entry::Handed { from, rck, slot } => {
+                let key = (*from, *rck, *slot);
+                if !self.inbox.contains_key(&key) && self.handed.insert(key) {
+                    self.live_bytes += e.encoded_len();
+                }
+            }
+            Entry::Taken { from, rck, slot } => {
+                let key = (*from, *rck, *slot);
+                self.unhand(key);
+                let old = self.inbox.insert(key, None);
+                if let Some(Some(p)) = &old {
+                    self.live_bytes -= delivered_len(*from, *rck, *slot, p);
+                }
+                if !matches!(old, Some(None)) {
+                    self.live_bytes += e.encoded_len();
+                }
             }
             _ => {}
         }
@@ -532,7 +521,6 @@ impl State {
     pub fn is_empty(&self) -> bool {
         self.inbox.is_empty()
             && self.handed.is_empty()
-            && self.grants.is_empty()
             && self.outbox.is_empty()
             && self.verdicts.is_empty()
             && self.held.is_empty()
@@ -540,7 +528,7 @@ impl State {
 
     /// Bytes the live records take encoded: what a compaction writes.
     pub fn live_bytes(&self) -> usize {
-        self.live_bytes + self.grants.bytes()
+        self.live_bytes
     }
 
     /// Deliveries remembered, and messages not resolved.
@@ -604,7 +592,6 @@ impl State {
             .into_iter()
             .chain(keys)
             .chain(marks)
-            .chain(self.grants.entries())
             .chain(inbox)
             .chain(handed)
             .chain(outbox)
@@ -656,7 +643,6 @@ impl State {
                 .map(|(p, l, v)| (p, l, v.clone()))
                 .collect(),
             held: self.held.values().cloned().collect(),
-            grants: self.grants.clone(),
             handed: self.handed.iter().copied().collect(),
         }
     }

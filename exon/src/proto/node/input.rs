@@ -193,23 +193,7 @@ impl Node {
                 Frame::Ack { .. }
                 | Frame::Doubt { .. }
                 | Frame::Retry { .. }
-                | Frame::Lost { .. } => {
-                    let Some((v, r, ranges)) = f.verdict() else {
-                        continue;
-                    };
-                    for rg in ranges.iter().flatten() {
-                        self.on_verdict(now, src, v, r, rg);
-                    }
-                    if v != Verdict::Ack && lost_incarnation != Some(r) {
-                        lost_incarnation = Some(r);
-                        self.requeue_unsent(src, r);
-                    }
-                    self.after_verdicts(now, src);
-                    if let Some(rec) = self.senders.get_mut(&src) {
-                        rec.note_if_idle(now);
-                    }
-                    self.request_slots(src);
-                }
+                | Frame::Lost { .. } => self.on_verdict_frame(now, src, &f, &mut lost_incarnation),
             }
         }
         if gots {
@@ -229,6 +213,33 @@ impl Node {
         }
         self.journal_assignments(now, src);
         self.defer_rearm(src);
+    }
+
+    /// A verdict frame (ACK, DOUBT, RETRY, LOST) from `src`: each of its slots settled; the
+    /// messages of an incarnation that was not acknowledged and never left are queued again
+    /// (once per datagram and incarnation, `lost_incarnation`).
+    fn on_verdict_frame(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        f: &Frame,
+        lost_incarnation: &mut Option<u64>,
+    ) {
+        let Some((v, r, ranges)) = f.verdict() else {
+            return;
+        };
+        for rg in ranges.iter().flatten() {
+            self.on_verdict(now, src, v, r, rg);
+        }
+        if v != Verdict::Ack && *lost_incarnation != Some(r) {
+            *lost_incarnation = Some(r);
+            self.requeue_unsent(src, r);
+        }
+        self.after_verdicts(now, src);
+        if let Some(rec) = self.senders.get_mut(&src) {
+            rec.note_if_idle(now);
+        }
+        self.request_slots(src);
     }
 
     /// MTU_ACK(id) from `src`: path MTU discovery learns that its probe got through. The
@@ -349,9 +360,6 @@ impl Node {
             self.stats.rejects.too_many_records += 1;
             return false;
         }
-        if !self.journal_has_room_for_grants() {
-            return false;
-        }
         if !self.reserve_clock(self.ck + 1) || !self.journal_covers_incarnation(self.ck) {
             self.stats.rejects.clock_wait += 1;
             return false;
@@ -389,7 +397,7 @@ impl Node {
             u64::MAX
         };
         let grant = rec.request(s, n, l, cap_slots);
-        let (r, end) = (rec.rck(), rec.sck());
+        let r = rec.rck();
         if rec.is_spent() {
             self.receivers.remove(&src);
         }
@@ -398,9 +406,6 @@ impl Node {
                 if granted < asked {
                     self.stats.slots_trimmed += 1;
                 }
-                // Durable mode: the journal holds their end (no SLOTS wait for it: a
-                // delivery into them waits for its `Handed` record, written after).
-                self.journal_granted(src, r, end);
                 if !self.outbox.grant(src, s, r, granted, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }

@@ -58,11 +58,11 @@ impl Node {
                 });
             }
         }
-        for (from, r, end) in recovered.grants.iter() {
-            // Probed, so that the source's frontier closes them even if it stays quiet.
-            j.archive.watch(now, from, r, end, every);
+        for &(from, r, s) in &recovered.handed {
+            // Probed, so that the source's frontier forgets it even if it stays quiet
+            // (its sender gave it up: no copy comes again).
+            j.archive.watch(now, from, r, s.saturating_add(1), every);
         }
-        j.grants = recovered.grants;
         j.handed.extend(recovered.handed.iter().copied());
         self.journal = Some(Box::new(j));
         // The journal covers this run's incarnations from here on: the clock's mark asked
@@ -605,13 +605,14 @@ impl Node {
     }
 
     /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten, and
-    /// open incarnations ending below it close.
+    /// so are hand-overs of an earlier run below it that never came again.
     pub(super) fn journal_frontier(&mut self, src: NodeId, l: u64) {
+        let handed = self.forget_handed_below(src, l) > 0;
         let Some(j) = self.journal.as_mut() else {
             return;
         };
         let forgot = j.archive.confirm(src, l) > 0;
-        if j.grants.confirm(src, l) | forgot {
+        if forgot || handed {
             j.write(Entry::Confirmed {
                 from: src,
                 below: l,

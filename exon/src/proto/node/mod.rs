@@ -2,7 +2,7 @@
 //! `handle_datagram`, `handle_timeout`, `handle_clock_stored`) and outputs (`poll_transmit`,
 //! `poll_event`, `poll_timeout`, `poll_clock_store`).
 
-mod grants;
+mod handed;
 mod held;
 mod input;
 pub(crate) mod journal;

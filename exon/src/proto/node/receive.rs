@@ -85,7 +85,7 @@ impl Node {
                     self.stats.held_back += 1;
                     None
                 } else {
-                    self.redeliver(now, src, (r, s), payload, senders_copy);
+                    self.redeliver(now, src, (r, s), payload);
                     None
                 }
             }
@@ -174,7 +174,6 @@ impl Node {
     pub(super) fn evict_receiver(&mut self, src: NodeId, r: u64) {
         self.receivers.remove(&src);
         self.stats.evictions += 1;
-        self.journal_closed(src, r);
         let forgot = self.evictions.evicted_unused(r);
         self.forget_evicted_below(forgot);
     }

@@ -116,7 +116,7 @@ impl Node {
             return;
         };
         if let Some(&(r, _)) = j.revived.get(&src) {
-            if j.grants.end(src, r).is_none() {
+            if !j.handed.iter().any(|&(from, rr, _)| from == src && rr == r) {
                 j.revived.remove(&src);
             }
         }
