@@ -755,9 +755,9 @@ fn an_outbox_sent_again_without_keys_delivers_twice() {
 
 #[test]
 fn without_journal_before_delivery_one_copy_hands_over_what_a_crash_forgets() {
-    // One copy (`deliver_from_senders_copy`): handed over before its `Handed` record (and
-    // its incarnation's `Granted`) was durable; after the crash the slot is unknown or
-    // not known handed over, and the message comes again unflagged.
+    // One copy (`deliver_from_senders_copy`): handed over before its `Handed` record was
+    // durable; after the crash the slot is unknown (LOST), and the message comes again
+    // unflagged in a fresh slot.
     self_test(
         slow_sync,
         0,

@@ -16,10 +16,8 @@ fn payload(i: usize) -> Bytes {
 }
 
 /// Deliveries per payload at node `i` that the application could not tell apart: its
-/// unflagged deliveries, or one if it only ever had flagged ones (a receiver restarted with
-/// `Rules::deliver_from_senders_copy` flags every token of an open incarnation it may have
-/// handed over before, delivered then or not). A flagged delivery after another is
-/// deduplicated by its stable id.
+/// unflagged deliveries, or one if it only ever had flagged ones. A flagged delivery after
+/// another is deduplicated by its stable id.
 fn unflagged(p: &Pair, i: usize) -> HashMap<Bytes, usize> {
     let mut count: HashMap<Bytes, (usize, usize)> = HashMap::new();
     for d in &p.nodes[i].delivered {

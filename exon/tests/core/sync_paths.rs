@@ -16,8 +16,8 @@ use exon_testkit::pair::{id, test_config, Pair, A, B};
 ///
 /// Timers are long enough that a sender keeps its envelopes (slots granted ahead) from one
 /// message to the next, as in a stream: a quiet sender gives them back (a receiver's probe,
-/// the idle timeout), and its next message asks again, waiting for the receiver's
-/// `Granted` record as the first message does.
+/// the idle timeout), and its next message asks again, a round trip more, as the first
+/// message does.
 fn pair() -> Pair {
     let mut cfg = test_config();
     cfg.timers.idle_timeout = Duration::from_secs(600);

@@ -18,8 +18,8 @@ struct Source {
     probe_at: Option<Instant>,
     /// Probes sent since the frontier last moved.
     probes: u32,
-    /// An open incarnation of an earlier run to close (`Rules::deliver_from_senders_copy`):
-    /// its end and incarnation, probed until the frontier passes the end.
+    /// Hand-overs of an earlier run not taken (`Rules::deliver_from_senders_copy`): the end
+    /// of the highest slot and its incarnation, probed until the frontier passes the end.
     watch: Option<(u64, u64)>,
 }
 
@@ -52,7 +52,7 @@ impl Archive {
         }
     }
 
-    /// Probes `from` until its frontier passes `end`, the end of its open incarnation `r`
+    /// Probes `from` until its frontier passes `end`, past a hand-over in its incarnation `r`
     /// (one recovered from the journal: no live record probes for it).
     pub fn watch(&mut self, now: Instant, from: NodeId, r: u64, end: u64, every: Duration) {
         let src = self.sources.entry(from).or_default();

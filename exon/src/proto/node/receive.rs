@@ -460,7 +460,7 @@ impl Node {
             && self.receivers.get(&src).is_none_or(|rec| rec.rck() != r)
             && self.journal_redelivers(src, r, s)
         {
-            // Part of a message of an open incarnation of an earlier run: reassembled to be
+            // Part of a message an earlier run handed over and no one took: reassembled to be
             // delivered again.
             return self.on_revived_frag(now, src, (s, r, total), offset, data, senders_copy);
         }

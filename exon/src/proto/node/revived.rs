@@ -1,6 +1,7 @@
-//! Durable mode with `Rules::deliver_from_senders_copy`: messages in fragments of an open
-//! incarnation of an earlier run (no live record holds it) are reassembled, within credit
-//! granted as a live record grants it, and delivered again, flagged.
+//! Durable mode with `Rules::deliver_from_senders_copy`: messages in fragments that an
+//! earlier run handed over and no one took (`Handed`; no live record holds their
+//! incarnation) are reassembled from their senders' copies, within credit granted as a
+//! live record grants it, and delivered again, flagged.
 
 use std::time::Instant;
 
@@ -11,7 +12,7 @@ use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Node, NodeId};
 
 impl Node {
-    /// The reassembly of `src`'s messages into its open incarnation `r` of an earlier run:
+    /// The reassembly of `src`'s messages handed over in its incarnation `r` of an earlier run:
     /// one per source (a newer incarnation's replaces an older one's, its partials dropped).
     fn revived_assembler(&mut self, src: NodeId, r: u64) -> Option<&mut Assembler> {
         let j = self.journal.as_mut()?;
@@ -25,7 +26,7 @@ impl Node {
         Some(&mut slot.1)
     }
 
-    /// FRAG(s, r, total, offset, data) from `src` for slot `s` of its open incarnation `r` of
+    /// FRAG(s, r, total, offset, data) from `src` for slot `s`, handed over before, of its incarnation `r` of
     /// an earlier run: kept (GOT), and delivered again once whole. Returns true when the
     /// answer should not wait for the ACK delay.
     pub(super) fn on_revived_frag(
@@ -89,7 +90,7 @@ impl Node {
         }
     }
 
-    /// REQCREDIT(r, s, want) from `src` for its open incarnation `r` of an earlier run:
+    /// REQCREDIT(r, s, want) from `src` for a slot handed over before, of its incarnation `r` of an earlier run:
     /// credit granted as a live record grants it (within the per-source cap and what the
     /// other records leave), answered CREDIT.
     pub(super) fn on_revived_reqcredit(&mut self, src: NodeId, r: u64, want: u64) {
@@ -109,8 +110,8 @@ impl Node {
         }
     }
 
-    /// Durable mode: `src`'s open incarnation being reassembled closed (its frontier passed
-    /// it): its reassembly goes.
+    /// Durable mode: no hand-over of `src`'s incarnation being reassembled is left to come
+    /// again (its frontier passed them): its reassembly goes.
     pub(super) fn drop_revived(&mut self, src: NodeId) {
         let Some(j) = self.journal.as_mut() else {
             return;

@@ -2,9 +2,10 @@
 //! messages waiting for it.
 //!
 //! A live receiver record grants credit for its own incarnation. A durable receiver that
-//! restarted with an incarnation still open (`Rules::deliver_from_senders_copy`) grants
-//! credit for that one too, while its sender already holds slots of a newer one: so the
-//! sender keeps a grant per incarnation, the newest [`MAX_GRANTS`] of them.
+//! restarted with a message of an earlier incarnation handed over and not taken
+//! (`Rules::deliver_from_senders_copy`) grants credit for that one too, while its sender
+//! already holds slots of a newer one: so the sender keeps a grant per incarnation, the
+//! newest [`MAX_GRANTS`] of them.
 
 use std::collections::VecDeque;
 use std::time::Instant;

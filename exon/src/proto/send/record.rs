@@ -654,8 +654,9 @@ impl SRecord {
     /// now go (the grant grew, for the current incarnation).
     #[inline]
     pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
-        // The current incarnation's, or one a message waits in (an open incarnation of a
-        // restarted durable receiver): never a grant nobody asked for.
+        // The current incarnation's, or one a message waits in (one a restarted durable
+        // receiver delivers a handed-over message into again): never a grant nobody asked
+        // for.
         (self.rck == Some(r) || self.credit.is_waiting_in(r)) && self.credit.on_credit(r, limit)
     }
 
