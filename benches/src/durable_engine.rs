@@ -28,7 +28,8 @@ const RCK: u64 = 1 << 20;
 enum End {
     /// `Accepted`, `Assigned`, `Resolved` per message, `Reported` per batch.
     Sender,
-    /// `Delivered`, `Taken` per message, `Confirmed` per batch.
+    /// `Handed` (no payload: the sender keeps it until the ACK), `Taken` per message,
+    /// `Confirmed` per batch.
     Receiver,
 }
 
@@ -56,11 +57,10 @@ fn batch(end: End, first: u64, size: usize) -> Vec<Entry> {
                 },
             ]),
             End::Receiver => out.extend([
-                Entry::Delivered {
+                Entry::Handed {
                     from: A,
                     rck: RCK,
                     slot: n,
-                    payload: bytes,
                 },
                 Entry::Taken {
                     from: A,

@@ -63,6 +63,8 @@ by_name!(
     restarted_sender_gets_slots,
     reserve_flow_marks,
     mark_flow_window,
+    deliver_from_senders_copy,
+    senders_copy_only_when_kept,
     probe_prompts_resend,
     untaken_share_per_source,
     credit_asks_each_waiting,

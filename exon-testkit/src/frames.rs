@@ -148,6 +148,7 @@ pub fn token(src: NodeId, dst: NodeId, s: u64, r: u64, payload: &'static [u8]) -
             s,
             r,
             payload: Bytes::from_static(payload),
+            senders_copy: false,
         }],
     )
 }

@@ -239,7 +239,16 @@ impl Oracle {
         } else {
             return false;
         };
-        if before == outcome {
+        // A sender whose journal was damaged reports the messages it recovered in doubt
+        // (`on_in_doubt` takes that, weaker and true, after any verdict): the same again
+        // from its journal after a later restart.
+        let damaged_doubt = outcome == Outcome::InDoubt
+            && self
+                .damaged
+                .get(key.sender as usize)
+                .copied()
+                .unwrap_or(false);
+        if before == outcome || damaged_doubt {
             self.repeated_verdicts += 1;
         } else {
             self.violate(

@@ -230,6 +230,35 @@ fn durable_senders_owe_a_verdict_for_stored_messages_and_never_doubt() {
     assert_eq!(o.lost_by_restart, 2, "{unstored} and the doubted one");
 }
 
+/// A sender whose journal was damaged reports a message it had seen acknowledged in doubt
+/// (its `Resolved` record may be lost): weaker and true. Its journal stores that verdict,
+/// and a later restart reports it again: the same verdict, not a changed one. Another
+/// sender's journal damage excuses nothing of this.
+#[test]
+fn a_damaged_senders_doubt_after_an_ack_may_be_reported_again() {
+    use exon::proto::journal::Outcome;
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let m = o.on_submit(0, 1, 0);
+    o.on_delivered(1, 0, &payload(m), 2);
+    o.on_taken(1, &payload(m), 2);
+    o.on_acked(m, 3);
+    o.on_restart(0);
+    o.on_damaged(0);
+    o.on_in_doubt(m, 5);
+    assert!(o.on_reported_again(m, Outcome::InDoubt, 6));
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let m = o.on_submit(0, 1, 0);
+    o.on_delivered(1, 0, &payload(m), 2);
+    o.on_taken(1, &payload(m), 2);
+    o.on_acked(m, 3);
+    o.on_damaged(1);
+    assert!(o.on_reported_again(m, Outcome::InDoubt, 6));
+    assert_eq!(kinds(&o), [ViolationKind::VerdictChanged]);
+}
+
 #[test]
 fn a_damaged_journal_excuses_doubt() {
     let mut o = Oracle::new(2);

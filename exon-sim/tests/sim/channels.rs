@@ -609,8 +609,24 @@ fn without_owed_gaps_a_number_given_up_before_a_crash_is_never_filled() {
 fn owed_gaps_sent_when_the_channel_is_used_again_leave_a_receiver_waiting() {
     durable_self_test(
         durable_channels_given_up,
-        0..40,
+        0..80,
         (|_| {}, |m| m.owed_gaps_at_restart = false),
         &[ViolationKind::ChannelBlocked],
+    );
+}
+
+/// `Rules::senders_copy_only_when_kept` off: a durable sender says it keeps every message
+/// until the ACK, its channels' too, so its receiver journals no payload for them. A channel
+/// message handed over and not taken before the receiver crashed, and given up by its
+/// sender at its deadline, is gone; the gap sent in its place is released after the message
+/// was (`ChannelOrder`; found with `exon-sim --durable --channels 4 --deadline-ms 300
+/// --abandon-crash 0.2 --seed 24`).
+#[test]
+fn without_receivers_copies_of_flow_messages_a_given_up_message_is_released_twice() {
+    durable_self_test(
+        durable_channels_given_up,
+        0..40,
+        (|r| r.senders_copy_only_when_kept = false, |_| {}),
+        &[ViolationKind::ChannelOrder],
     );
 }

@@ -317,10 +317,14 @@ fn without_reply_in_one_record_a_server_crash_loses_an_acknowledged_reply() {
 
 #[test]
 fn without_journal_before_delivery_a_request_is_executed_twice() {
+    // The layout the rule guards: the server journals the request (`Delivered`).
     self_test(
         durable,
         0..10,
-        |r| r.journal_before_delivery = false,
+        |r| {
+            r.deliver_from_senders_copy = false;
+            r.journal_before_delivery = false;
+        },
         ViolationKind::ExecutedTwice,
     );
 }

@@ -47,7 +47,7 @@ fn soak(make: fn(u64) -> Scenario, seeds: std::ops::Range<u64>) -> (StreamCounts
 /// stored before a crash come again.
 #[test]
 fn durable_streams_go_on_across_crashes_of_both_sides() {
-    let (c, crashes) = soak(durable_streams, 0..6);
+    let (c, crashes) = soak(durable_streams, 0..24);
     assert!(crashes >= 6 * 6, "{crashes} crashes");
     assert!(c.writers_resumed > 0 && c.readers_resumed > 0, "{c:?}");
     assert!(

@@ -631,6 +631,7 @@ mod tests {
                     s: VARINT_MAX,
                     r: VARINT_MAX,
                     payload: vec![0; cfg.max_payload()].into(),
+                    senders_copy: false,
                 }],
             };
             let sealed_len = p.encoded_len() + TAG_LEN;

@@ -67,6 +67,7 @@ impl<'a> Arbitrary<'a> for Frame {
                     s: varint(u)?,
                     r: varint(u)?,
                     payload: Bytes::copy_from_slice(u.bytes(len.min(u.len()))?),
+                    senders_copy: bool::arbitrary(u)?,
                 }
             }
             3 => Frame::Ack {
@@ -99,6 +100,7 @@ impl<'a> Arbitrary<'a> for Frame {
                     total,
                     offset,
                     data,
+                    senders_copy: bool::arbitrary(u)?,
                 }
             }
             8 => Frame::Got {

@@ -220,6 +220,28 @@ pub struct Rules {
     /// is kept only with a message numbered after it was learnt: a sender restarted before
     /// sending one goes on one message at a time for good (its receiver advertised once).
     pub mark_flow_window: bool,
+    /// Durable mode (issue 45: a payload journalled once): a receiver journals no payload
+    /// for a message its sender keeps until the ACK (STOKEN, SFRAG; the ACK waits for the
+    /// `Taken` record). It journals only that it handed the delivery over (`Handed`, before
+    /// the hand-over), and after a restart delivers the sender's copy of such a slot not
+    /// taken again, flagged as a redelivery under its id; any other slot of an incarnation
+    /// the journal vouches for holds no delivery (LOST). Off, every delivery is journalled
+    /// with its payload (`Delivered`) before it is handed over (`journal_before_delivery`),
+    /// and recovered from the receiver's own journal.
+    pub deliver_from_senders_copy: bool,
+    /// With `deliver_from_senders_copy`: a receiver relies on its sender's copy only for
+    /// a message whose sender says it keeps it until the ACK whatever happens (STOKEN,
+    /// SFRAG), and journals the payload of any other (`Delivered`, not `Handed`). A durable
+    /// sender says it of every message but three kinds: a reported one
+    /// (`Node::send_reported`: an ordered flow may give it up, at a deadline or an abandon,
+    /// while its receiver holds it untaken, and then sends a gap in its place); a reply
+    /// (`Node::reply`: a restarted caller tells from its journal alone which calls had
+    /// their reply handed out); and one it recovered after a restart (its journal does not
+    /// say which kind it was). A node that is not durable says it of none (its copies die
+    /// with it). Off, a durable sender says it of every message: a flow message its
+    /// receiver handed over before a crash and its sender gave up is gone, and the gap sent
+    /// for it is released after it.
+    pub senders_copy_only_when_kept: bool,
     /// A receiver's probe (SLOTS with `n = 0`) for an incarnation in which the sender holds
     /// tokens that left more than a smoothed round trip ago makes it send them again at
     /// once: a receiver probes only after it heard nothing from the sender for a while, so
@@ -293,6 +315,8 @@ impl Rules {
         restarted_sender_gets_slots: true,
         reserve_flow_marks: true,
         mark_flow_window: true,
+        deliver_from_senders_copy: true,
+        senders_copy_only_when_kept: true,
         probe_prompts_resend: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,

@@ -53,7 +53,8 @@ fn frame() -> impl Strategy<Value = Frame> {
             .prop_map(|(s, r, p)| Frame::Token {
                 s,
                 r,
-                payload: Bytes::from(p)
+                payload: Bytes::from(p),
+                senders_copy: false
             }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Ack { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Doubt { r, ranges }),
@@ -124,6 +125,7 @@ fn one_token() -> Packet {
             s: 5,
             r: 7,
             payload: Bytes::from_static(b"hello"),
+            senders_copy: false,
         }],
     }
 }
@@ -209,6 +211,7 @@ fn overhead_of_a_1kb_token() {
             s,
             r,
             payload: Bytes::from(vec![0u8; 1024]),
+            senders_copy: false,
         }],
     };
     // Clocks below 2^30 (a file store starting at 0): 6-byte header, 11-byte TOKEN framing.

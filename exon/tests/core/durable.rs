@@ -15,16 +15,21 @@ fn payload(i: usize) -> Bytes {
     Bytes::from(format!("message {i:<300}"))
 }
 
-/// Unflagged deliveries per payload at node `i` (a redelivery is flagged).
+/// Deliveries per payload at node `i` that the application could not tell apart: its
+/// unflagged deliveries, or one if it only ever had flagged ones. A flagged delivery after
+/// another is deduplicated by its stable id.
 fn unflagged(p: &Pair, i: usize) -> HashMap<Bytes, usize> {
-    let mut count: HashMap<Bytes, usize> = HashMap::new();
+    let mut count: HashMap<Bytes, (usize, usize)> = HashMap::new();
     for d in &p.nodes[i].delivered {
-        *count.entry(d.clone()).or_default() += 1;
+        count.entry(d.clone()).or_default().0 += 1;
     }
     for d in &p.nodes[i].redelivered {
-        *count.entry(d.clone()).or_default() -= 1;
+        count.entry(d.clone()).or_default().1 += 1;
     }
     count
+        .into_iter()
+        .map(|(d, (all, flagged))| (d, (all - flagged).max(usize::from(all > 0))))
+        .collect()
 }
 
 fn durable_pair(a: bool, b: bool) -> Pair {
@@ -200,7 +205,9 @@ fn untaken_deliveries_come_back_flagged_with_their_stable_id() {
     assert!(p.nodes[B].untaken.iter().all(|d| !d.is_redelivery()));
     p.take(B, 2);
     p.crash_and_recover(B);
-    // The three not taken come back flagged, with the ids they had.
+    // The three not taken come back flagged, with the ids they had, from A's copies (its
+    // retransmissions: B journalled no payload).
+    p.run(Duration::from_secs(5));
     let again: Vec<_> = p.nodes[B].untaken.iter().map(|d| d.stable()).collect();
     assert_eq!(again, before[2..]);
     assert!(p.nodes[B].untaken.iter().all(|d| d.is_redelivery()));
@@ -217,6 +224,8 @@ fn without_journal_before_delivery_a_crash_delivers_twice_unflagged() {
     for rule in [true, false] {
         let mut p = durable_pair(false, true);
         let mut rules = Rules::ALL;
+        // The receiver journals its deliveries (`Delivered`), as before issue 45.
+        rules.deliver_from_senders_copy = false;
         rules.journal_before_delivery = rule;
         p.node(B).set_rules(rules);
         p.nodes[B].auto_sync = false;
@@ -239,6 +248,8 @@ fn without_journal_before_ack_an_acknowledged_message_is_handed_out_again() {
     for rule in [true, false] {
         let mut p = durable_pair(false, true);
         let mut rules = Rules::ALL;
+        // Deliveries journalled (`Delivered`): a restart hands out what the journal holds.
+        rules.deliver_from_senders_copy = false;
         rules.journal_before_ack = rule;
         p.node(B).set_rules(rules);
         p.nodes[B].auto_take = false;
@@ -456,13 +467,34 @@ fn a_message_given_up_keeps_its_slot_below_the_frontier_until_that_is_stored() {
 }
 
 /// Issue 42, item 6: A waits for reassembly credit under B's incarnation `r` when B
-/// restarts with its journal intact. A's REQCREDIT for `r` must get the journal's answer
-/// (LOST: nothing was delivered into that slot), not DOUBT.
+/// restarts with its journal intact. A's REQCREDIT for `r` must get the journal's answer,
+/// never DOUBT: LOST (nothing was delivered into that slot), whether B journals payloads
+/// or relies on its senders' copies.
 #[test]
 fn a_reqcredit_for_an_incarnation_lost_in_a_restart_asks_the_journal() {
+    for copy in [true, false] {
+        let (before, after) = reqcredit_after_a_restart(copy);
+        assert_eq!(
+            after.doubt, before.doubt,
+            "a durable receiver leaves nothing in doubt"
+        );
+        assert_eq!(
+            after.lost,
+            before.lost + 1,
+            "copy {copy}: the journal answers: never delivered"
+        );
+    }
+}
+
+/// B grants A slots, restarts, and is asked for credit in the old incarnation: B's frames
+/// out before and after the REQCREDIT.
+fn reqcredit_after_a_restart(copy: bool) -> (exon::proto::FrameCounts, exon::proto::FrameCounts) {
     use exon::proto::Frame;
     use exon_testkit::frames::{frames, packet};
     let mut p = durable_pair(false, true);
+    let mut rules = Rules::ALL;
+    rules.deliver_from_senders_copy = copy;
+    p.node(B).set_rules(rules);
     p.record = true;
     let cut = std::rc::Rc::new(std::cell::Cell::new(false));
     let c = cut.clone();
@@ -481,6 +513,7 @@ fn a_reqcredit_for_an_incarnation_lost_in_a_restart_asks_the_journal() {
         })
         .expect("B granted slots");
     p.crash_and_recover(B);
+    p.node(B).set_rules(rules);
     let before = p.nodes[B].node.stats().frames_out;
     let want = 1 << 20;
     let req = packet(
@@ -489,16 +522,7 @@ fn a_reqcredit_for_an_incarnation_lost_in_a_restart_asks_the_journal() {
         vec![Frame::ReqCredit { r, s, want }],
     );
     p.inject(B, req.encode());
-    let after = p.nodes[B].node.stats().frames_out;
-    assert_eq!(
-        after.doubt, before.doubt,
-        "a durable receiver leaves nothing in doubt"
-    );
-    assert_eq!(
-        after.lost,
-        before.lost + 1,
-        "the journal answers: never delivered"
-    );
+    (before, p.nodes[B].node.stats().frames_out)
 }
 
 /// A journal found damaged lost records it covered: from then on it vouches only for what
@@ -727,6 +751,12 @@ fn sent_again_behind_held_tokens(rule: bool) -> (usize, bool) {
     let mut rules = Rules::ALL;
     rules.resend_beyond_slot_window = rule;
     p.node(A).set_rules(rules);
+    // B answers LOST for the lost incarnation's slots as before issue 45 (with
+    // `deliver_from_senders_copy` it delivers them from A's copies instead, flagged: the
+    // incarnation is open in its journal).
+    let mut b_rules = Rules::ALL;
+    b_rules.deliver_from_senders_copy = false;
+    p.node(B).set_rules(b_rules);
     p.nodes[B].auto_take = false;
     // Phase 1: A's tokens are lost; 2: those of the first incarnation only; 3: none.
     let phase = Rc::new(Cell::new(1));

@@ -141,6 +141,7 @@ fn tokens_and_acks_for_things_that_never_existed() {
                 s: 12345,
                 r: 777,
                 payload: Bytes::from_static(b"forged"),
+                senders_copy: false,
             }],
         ),
     );
@@ -355,12 +356,14 @@ fn replies_are_never_much_larger_than_what_provoked_them() {
             s: 1,
             r: 1 << 50,
             payload: Bytes::new(),
+            senders_copy: false,
         }],
         (0..40)
             .map(|i| Frame::Token {
                 s: i * 2,
                 r: 9,
                 payload: Bytes::new(),
+                senders_copy: false,
             })
             .collect(),
     ];
@@ -476,6 +479,7 @@ fn an_unused_record_stops_probing_and_is_evicted() {
             s: 100,
             r,
             payload: Bytes::from_static(b"late"),
+            senders_copy: false,
         }],
     );
     n.handle_datagram(t, tok);

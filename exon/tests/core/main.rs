@@ -26,6 +26,7 @@ mod reply;
 mod rules;
 mod sealed;
 mod sender_restarts;
+mod senders_copy;
 mod sync_paths;
 mod transmit_runs;
 mod verdicts;

@@ -99,11 +99,12 @@ fn take_kept_with_its_mark(rule: bool) -> Vec<bool> {
             for w in &writes[..k] {
                 s.apply(&w.entry);
             }
+            // The take's record (the delivery itself has none: its sender keeps the copy).
             let is_taken = s
                 .recovered(false)
                 .deliveries
                 .iter()
-                .all(|d| d.payload.is_none());
+                .any(|d| d.payload.is_none());
             is_taken == value_in(&s, id(A)).is_some()
         })
         .collect()

@@ -22,9 +22,15 @@ fn pair() -> Pair {
 
 /// A sends a reported message (sent as FRAGs, as an ordered flow's are) that B holds
 /// untaken; B restarts and hands it over again. Returns A's bytes in flight to B after a
-/// few of its retransmissions, with B's rule `report_recovered_held` as given.
-fn in_flight_for_a_recovered_held_message(rule: bool) -> u64 {
+/// few of its retransmissions, with B's rule `report_recovered_held` as given. With
+/// `senders_copy` false, B journals the delivery (the layout before
+/// `deliver_from_senders_copy`, which `report_recovered_held` is for: with the rule on, the
+/// message comes back from A's copy, reassembled and answered as a new one is).
+fn in_flight_for_a_recovered_held_message(senders_copy: bool, rule: bool) -> u64 {
     let mut p = pair();
+    let mut before = Rules::ALL;
+    before.deliver_from_senders_copy = senders_copy;
+    p.node(B).set_rules(before);
     // B's GOTs are lost until it has restarted: A never learns the message is held.
     p.set_filter(|w: &Wire| {
         let got = |f: &Frame| matches!(f, Frame::Got { .. });
@@ -59,11 +65,18 @@ fn in_flight_for_a_recovered_held_message(rule: bool) -> u64 {
 #[test]
 fn a_recovered_delivery_held_untaken_is_reported_and_leaves_the_flight() {
     // At most a probe (256 bytes and its framing) asking for its verdict now and then.
-    assert!(in_flight_for_a_recovered_held_message(true) < 300);
+    assert!(in_flight_for_a_recovered_held_message(false, true) < 300);
+}
+
+/// With one copy of the payload: A's retransmitted fragments are reassembled (within credit
+/// the restarted B grants as they come) and the message answered GOT.
+#[test]
+fn a_delivery_held_untaken_comes_back_from_the_senders_copy_and_leaves_the_flight() {
+    assert!(in_flight_for_a_recovered_held_message(true, true) < 300);
 }
 
 /// The rule off: no answer, and the message stays in A's flight for good.
 #[test]
 fn without_report_recovered_held_it_stays_in_flight() {
-    assert!(in_flight_for_a_recovered_held_message(false) >= 3000);
+    assert!(in_flight_for_a_recovered_held_message(false, false) >= 3000);
 }

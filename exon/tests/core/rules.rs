@@ -54,7 +54,8 @@ fn figure_1_walk_through_with_window_5() {
         [Frame::Token {
             s: ck_a,
             r: ck_b,
-            payload: Bytes::from_static(b"m1")
+            payload: Bytes::from_static(b"m1"),
+            senders_copy: false
         }]
     );
 
@@ -83,7 +84,8 @@ fn figure_1_walk_through_with_window_5() {
     assert!(p5.contains(&Frame::Token {
         s: ck_a + 1,
         r: ck_b,
-        payload: Bytes::from_static(b"m2")
+        payload: Bytes::from_static(b"m2"),
+        senders_copy: false
     }));
 }
 
@@ -243,6 +245,7 @@ fn rule4_token_without_record_is_acknowledged() {
             s: 5,
             r,
             payload: Bytes::from_static(b"old"),
+            senders_copy: false,
         }],
     );
     feed(&mut b, t, &[p]);

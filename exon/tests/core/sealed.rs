@@ -143,6 +143,7 @@ fn forged_frames_in_a_peers_name_are_refused() {
                 s: 1,
                 r: 1 << 20,
                 payload: Bytes::from_static(b"forged"),
+                senders_copy: false,
             }],
             None,
         ),

@@ -13,8 +13,17 @@ use exon_testkit::pair::{id, test_config, Pair, A, B};
 
 /// A durable pair whose journals sync only when the test says (`Pair::sync`); neither
 /// application takes anything by itself.
+///
+/// Timers are long enough that a sender keeps its envelopes (slots granted ahead) from one
+/// message to the next, as in a stream: a quiet sender gives them back (a receiver's probe,
+/// the idle timeout), and its next message asks again, a round trip more, as the first
+/// message does.
 fn pair() -> Pair {
-    let mut p = Pair::durable(test_config());
+    let mut cfg = test_config();
+    cfg.timers.idle_timeout = Duration::from_secs(600);
+    cfg.timers.probe_interval = Duration::from_secs(60);
+    cfg.timers.max_probe_interval = Duration::from_secs(600);
+    let mut p = Pair::durable(cfg);
     for i in [A, B] {
         p.nodes[i].auto_sync = false;
         p.nodes[i].auto_take = false;
@@ -41,56 +50,85 @@ fn rounds_until(p: &mut Pair, mut done: impl FnMut(&mut Pair) -> bool) -> usize 
     panic!("not done after 20 sync rounds");
 }
 
-#[test]
-fn a_durable_one_way_message_crosses_four_syncs() {
-    let mut p = pair();
-    let m = p.send(A, Bytes::from_static(b"one way"));
+/// A one-way message from A to B: sync rounds before B's application has it, and from its
+/// take to A's verdict.
+fn one_way(p: &mut Pair, text: &'static [u8]) -> (usize, usize) {
+    let m = p.send(A, Bytes::from_static(text));
     p.drain(A);
-    // A's Accepted (with its slot), then B's Delivered: the hand-over.
-    let handed = rounds_until(&mut p, |p| !p.nodes[B].untaken.is_empty());
-    assert_eq!(handed, 2, "syncs before B's application has the message");
+    let handed = rounds_until(p, |p| !p.nodes[B].untaken.is_empty());
     let d = p.nodes[B].untaken.pop().expect("delivered");
     let now = p.now;
     assert!(p.nodes[B].node.handle_taken(now, d));
     p.drain(B);
-    // B's Taken (the ACK), then A's Resolved (the verdict).
-    let acked = rounds_until(&mut p, |p| p.nodes[A].acked.contains(&m));
-    assert_eq!(acked, 2, "syncs from the take to A's verdict");
+    let acked = rounds_until(p, |p| p.nodes[A].acked.contains(&m));
+    (handed, acked)
 }
 
 #[test]
-fn a_durable_call_crosses_four_syncs_before_its_reply_is_handed_over() {
+fn a_durable_one_way_message_crosses_four_syncs() {
     let mut p = pair();
+    // The first message: A's Accepted and B's Granted in one round (the SLOTS do not wait
+    // for it), then A's Assigned (the token waits for it), then B's Handed.
+    let (handed, acked) = one_way(&mut p, b"first");
+    assert_eq!(
+        handed, 2,
+        "syncs before B's application has the first message"
+    );
+    assert_eq!(acked, 2, "syncs from the take to A's verdict");
+    // Then A holds slots: its Accepted and Assigned are one sync, then B's Handed (no
+    // payload: A keeps it until the ACK).
+    let (handed, acked) = one_way(&mut p, b"second");
+    assert_eq!(handed, 2, "syncs before B's application has the message");
+    // B's Taken (the ACK), then A's Resolved (the verdict).
+    assert_eq!(acked, 2, "syncs from the take to A's verdict");
+}
+
+/// A call from A to B: sync rounds before B's handler has the request, and before A has
+/// the reply; then the rounds until B's reply is acknowledged, after A takes it.
+fn call(p: &mut Pair, text: &'static [u8]) -> (usize, usize, usize) {
     let now = p.now;
     let request = p.nodes[A]
         .node
-        .send_held(now, id(B), Bytes::from_static(b"request"))
+        .send_held(now, id(B), Bytes::from_static(text))
         .expect("sent");
     p.drain(A);
-    // A's AcceptedHeld, then B's Delivered: the server's handler has the request.
-    let at_server = rounds_until(&mut p, |p| !p.nodes[B].untaken.is_empty());
-    assert_eq!(at_server, 2);
+    let at_server = rounds_until(p, |p| !p.nodes[B].untaken.is_empty());
     let d = p.nodes[B].untaken.pop().expect("request delivered");
+    let acked_before = p.nodes[B].acked.len();
     let now = p.now;
     p.nodes[B]
         .node
         .reply(now, d, Bytes::from_static(b"reply"))
         .expect("replied");
     p.drain(B);
-    // B's Replied (the request's take and the reply, one record), then A's Delivered.
-    let replied = rounds_until(&mut p, |p| !p.nodes[A].untaken.is_empty());
-    assert_eq!(replied, 2);
-    assert_eq!(
-        at_server + replied,
-        4,
-        "syncs in series before the caller has its reply"
-    );
+    let replied = rounds_until(p, |p| !p.nodes[A].untaken.is_empty());
     let r = p.nodes[A].untaken.pop().expect("reply delivered");
     let now = p.now;
     assert!(p.nodes[A].node.take_reply(now, r, request));
     p.drain(A);
     // The call is done for the caller; its take (TakenReleased) and the server's verdict
     // follow, off the call's path.
-    let settled = rounds_until(&mut p, |p| p.nodes[B].acked.len() == 1);
+    let settled = rounds_until(p, |p| p.nodes[B].acked.len() == acked_before + 1);
+    (at_server, replied, settled)
+}
+
+#[test]
+fn a_durable_call_crosses_four_syncs_before_its_reply_is_handed_over() {
+    let mut p = pair();
+    let (at_server, replied, _) = call(&mut p, b"first");
+    assert_eq!((at_server, replied), (2, 2), "the first call");
+    // A's AcceptedHeld (with its slot), B's Handed: the handler has the request; B's
+    // Replied (the request's take and the reply, one record), A's Handed.
+    let (at_server, replied, settled) = call(&mut p, b"second");
+    assert_eq!(
+        at_server, 2,
+        "syncs before the server's handler has the request"
+    );
+    assert_eq!(replied, 2, "syncs from the reply to the caller's hand-over");
+    assert_eq!(
+        at_server + replied,
+        4,
+        "syncs in series before the caller has its reply"
+    );
     assert_eq!(settled, 2, "A's TakenReleased (the ACK), then B's Resolved");
 }

@@ -18,6 +18,9 @@ struct Source {
     probe_at: Option<Instant>,
     /// Probes sent since the frontier last moved.
     probes: u32,
+    /// Hand-overs of an earlier run not taken (`Rules::deliver_from_senders_copy`): the end
+    /// of the highest slot and its incarnation, probed until the frontier passes the end.
+    watch: Option<(u64, u64)>,
 }
 
 /// The archive of a durable receiver.
@@ -42,6 +45,19 @@ impl Archive {
         let src = self.sources.entry(from).or_default();
         if src.slots.insert((s, r), taken).is_none() {
             self.len += 1;
+        }
+        if src.probe_at.is_none() {
+            src.probe_at = Some(now + every);
+            src.probes = 0;
+        }
+    }
+
+    /// Probes `from` until its frontier passes `end`, past a hand-over in its incarnation `r`
+    /// (one recovered from the journal: no live record probes for it).
+    pub fn watch(&mut self, now: Instant, from: NodeId, r: u64, end: u64, every: Duration) {
+        let src = self.sources.entry(from).or_default();
+        if src.watch.is_none_or(|(e, _)| e < end) {
+            src.watch = Some((end, r));
         }
         if src.probe_at.is_none() {
             src.probe_at = Some(now + every);
@@ -99,7 +115,10 @@ impl Archive {
                 .take_while(|((s, _), _)| *s < below)
                 .count();
         self.len -= gone;
-        if src.slots.is_empty() {
+        if src.watch.is_some_and(|(end, _)| end <= below) {
+            src.watch = None;
+        }
+        if src.slots.is_empty() && src.watch.is_none() {
             self.sources.remove(&from);
         } else if gone > 0 {
             src.probes = 0;
@@ -126,10 +145,15 @@ impl Archive {
             if src.probe_at.is_none_or(|t| t > now) {
                 continue;
             }
-            let Some(&(top, r)) = src.slots.keys().next_back() else {
+            let top = src
+                .slots
+                .keys()
+                .next_back()
+                .map(|&(s, r)| (s.saturating_add(1), r));
+            let Some((s, r)) = top.max(src.watch) else {
                 continue;
             };
-            out.push((from, top.saturating_add(1), r));
+            out.push((from, s, r));
             src.probes = src.probes.saturating_add(1);
             let back = every.saturating_mul(1u32 << src.probes.min(16)).min(max);
             src.probe_at = Some(now + back);

@@ -215,6 +215,20 @@ pub enum Entry {
         /// The held message released.
         id: MsgId,
     },
+    /// Receiver (`Rules::deliver_from_senders_copy`): the delivery in `(from, rck, slot)`,
+    /// sent as STOKEN or SFRAG (its sender keeps the payload until the ACK), is handed to
+    /// the application once this is stored. No payload. After a restart, the sender's copy
+    /// of a slot with this record and no `Taken` is delivered again, flagged as a
+    /// redelivery; the record goes with the `Taken`, or once `from`'s frontier passes the
+    /// slot (`Confirmed`: its sender gave it up).
+    Handed {
+        /// The sending node.
+        from: NodeId,
+        /// The receiver incarnation.
+        rck: u64,
+        /// The slot.
+        slot: u64,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -284,6 +298,8 @@ const ACCEPTED_HELD: u8 = 20;
 const HELD: u8 = 21;
 const RELEASED: u8 = 22;
 const TAKEN_RELEASED: u8 = 23;
+// A receiver's hand-overs without payload: kind 25 (24 is unused).
+const HANDED: u8 = 25;
 
 impl Entry {
     /// The record's encoded length.
@@ -359,6 +375,7 @@ impl Entry {
                 slot,
                 id,
             } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
+            Entry::Handed { from, rck, slot } => v(from.get()) + v(*rck) + v(*slot),
         }
     }
 
@@ -442,6 +459,12 @@ impl Entry {
             | Entry::Held { .. }
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
+            Entry::Handed { from, rck, slot } => {
+                buf.put_u8(HANDED);
+                put_varint(buf, from.get());
+                put_varint(buf, *rck);
+                put_varint(buf, *slot);
+            }
         }
     }
 
@@ -643,6 +666,11 @@ impl Entry {
                 value: mark(r, bytes)?,
             },
             ACCEPTED_HELD..=TAKEN_RELEASED => decode_held(kind, r, bytes)?,
+            HANDED => Entry::Handed {
+                from: node(r)?,
+                rck: int(r)?,
+                slot: int(r)?,
+            },
             k => return Err(EntryError::Kind(k)),
         };
         if r.remaining() != 0 {
@@ -830,6 +858,11 @@ mod tests {
                 rck: 1 << 45,
                 slot: 17,
                 id: MsgId(1 << 20),
+            },
+            Entry::Handed {
+                from: n,
+                rck: 1 << 45,
+                slot: 1 << 21,
             },
         ]
     }

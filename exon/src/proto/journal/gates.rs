@@ -75,6 +75,15 @@ pub(crate) struct Journal {
     /// Messages sent held (`Node::send_held`) and not released, acknowledged or not: one
     /// per call the application has open (it releases each when the call ends).
     pub holds: std::collections::HashSet<MsgId, foldhash::fast::RandomState>,
+    /// Messages in fragments being delivered again after a restart (`handed`), per source:
+    /// their incarnation and its reassembly (one per source; bounded by the credit it
+    /// grants, counted with the live records').
+    pub revived: PeerMap<(u64, crate::proto::recv::assembler::Assembler)>,
+    /// Deliveries an earlier run handed over (`Handed`) and the application did not take:
+    /// their senders' copies are delivered again, flagged. Bounded by what the journal
+    /// held; each leaves when its copy is delivered again, or when its sender's frontier
+    /// passes it (the sender gave it up).
+    pub handed: std::collections::HashSet<(NodeId, u64, u64), foldhash::fast::RandomState>,
 }
 
 impl Journal {
@@ -108,6 +117,8 @@ impl Journal {
             keys: PeerMap::default(),
             marks: Default::default(),
             holds: Default::default(),
+            revived: PeerMap::default(),
+            handed: Default::default(),
         }
     }
 

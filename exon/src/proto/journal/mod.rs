@@ -12,9 +12,10 @@
 //! | `Assigned`  | a message gets its slot (a token)    | the token's first transmission      |
 //! | `Resolved`  | a verdict ends a message (it keeps the verdict) | the verdict event (a deadline's too), and the frontier passing its slot |
 //! | `Reported`  | the application is handed verdicts   | nothing (it lets the log shrink)    |
-//! | `Delivered` | a token fills a slot                 | [`Event::Delivered`](crate::proto::Event::Delivered) |
+//! | `Delivered` | a TOKEN or FRAG fills a slot (any, with `Rules::deliver_from_senders_copy` off) | [`Event::Delivered`](crate::proto::Event::Delivered) |
+//! | `Handed`    | an STOKEN or SFRAG fills a slot (its sender keeps the payload until the ACK) | [`Event::Delivered`](crate::proto::Event::Delivered) |
 //! | `Taken`     | the application takes a delivery     | the ACK                             |
-//! | `Confirmed` | the sender's frontier passes taken slots | nothing (it only lets the log shrink) |
+//! | `Confirmed` | the sender's frontier passes taken slots, or hand-overs of an earlier run | nothing (it only lets the log shrink) |
 //! | `Mark`, `AcceptedMark`, `TakenMark` | a layer above keeps a value (alone, with a send, with a take) | what the send or the take holds back |
 //!
 //! [`State`] replays records (at recovery, and in the storage layer to know what a

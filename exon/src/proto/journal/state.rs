@@ -1,7 +1,7 @@
 //! Replaying journal records: what is still live (to recover from, and to keep when the log
 //! is compacted).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
@@ -33,6 +33,9 @@ pub struct State {
     keys: BTreeMap<NodeId, u64>,
     /// The layers' marks (`Mark`, `AcceptedMark`, `TakenMark`): the last value of each.
     marks: Marks,
+    /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
+    /// flags the sender's copy of these (and of no other slot) as a redelivery.
+    handed: BTreeSet<(NodeId, u64, u64)>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -108,6 +111,9 @@ pub struct Recovered {
     /// Messages sent held (`send_held`), acknowledged and not released, oldest first: not
     /// sent again; the node keeps them until [`Node::release`](crate::proto::Node::release).
     pub held: Vec<RecoveredMessage>,
+    /// Deliveries handed over without payload and not taken (`Handed`): of the tokens
+    /// delivered again, these (and only these) are flagged as redeliveries.
+    pub handed: Vec<(NodeId, u64, u64)>,
 }
 
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
@@ -129,27 +135,8 @@ impl State {
     /// Applies one record.
     pub fn apply(&mut self, e: &Entry) {
         match e {
-            Entry::Delivered {
-                from,
-                rck,
-                slot,
-                payload,
-            } => {
-                let key = (*from, *rck, *slot);
-                if !self.inbox.contains_key(&key) {
-                    self.live_bytes += delivered_len(*from, *rck, *slot, payload);
-                    self.inbox.insert(key, Some(payload.clone()));
-                }
-            }
-            Entry::Taken { from, rck, slot } => {
-                let key = (*from, *rck, *slot);
-                let old = self.inbox.insert(key, None);
-                if let Some(Some(p)) = &old {
-                    self.live_bytes -= delivered_len(*from, *rck, *slot, p);
-                }
-                if !matches!(old, Some(None)) {
-                    self.live_bytes += e.encoded_len();
-                }
+            Entry::Delivered { .. } | Entry::Handed { .. } | Entry::Taken { .. } => {
+                self.apply_delivery(e)
             }
             Entry::Confirmed { from, below } => self.confirm(*from, *below),
             Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None, false),
@@ -221,6 +208,42 @@ impl State {
             | Entry::Held { .. }
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.apply_held(e),
+        }
+    }
+
+    /// `apply` for a receiver's records of its deliveries: `Delivered`, `Handed`, `Taken`.
+    fn apply_delivery(&mut self, e: &Entry) {
+        match e {
+            Entry::Delivered {
+                from,
+                rck,
+                slot,
+                payload,
+            } => {
+                let key = (*from, *rck, *slot);
+                if !self.inbox.contains_key(&key) {
+                    self.live_bytes += delivered_len(*from, *rck, *slot, payload);
+                    self.inbox.insert(key, Some(payload.clone()));
+                }
+            }
+            Entry::Handed { from, rck, slot } => {
+                let key = (*from, *rck, *slot);
+                if !self.inbox.contains_key(&key) && self.handed.insert(key) {
+                    self.live_bytes += e.encoded_len();
+                }
+            }
+            Entry::Taken { from, rck, slot } => {
+                let key = (*from, *rck, *slot);
+                self.unhand(key);
+                let old = self.inbox.insert(key, None);
+                if let Some(Some(p)) = &old {
+                    self.live_bytes -= delivered_len(*from, *rck, *slot, p);
+                }
+                if !matches!(old, Some(None)) {
+                    self.live_bytes += e.encoded_len();
+                }
+            }
+            _ => {}
         }
     }
 
@@ -329,6 +352,17 @@ impl State {
 
     /// `from`'s frontier passed `below`: its taken deliveries below are forgotten.
     fn confirm(&mut self, from: NodeId, below: u64) {
+        // A slot handed over and passed by the frontier: its sender holds no copy any more
+        // (it gave the message up), so none comes back to flag.
+        let passed: Vec<_> = self
+            .handed
+            .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
+            .filter(|(_, _, s)| *s < below)
+            .copied()
+            .collect();
+        for key in passed {
+            self.unhand(key);
+        }
         let taken: Vec<_> = self
             .inbox
             .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
@@ -343,6 +377,14 @@ impl State {
                 slot: s,
             }
             .encoded_len();
+        }
+    }
+
+    /// The hand-over of `key` is no longer live (taken, or passed by the frontier).
+    fn unhand(&mut self, key: (NodeId, u64, u64)) {
+        if self.handed.remove(&key) {
+            let (from, rck, slot) = key;
+            self.live_bytes -= Entry::Handed { from, rck, slot }.encoded_len();
         }
     }
 
@@ -478,6 +520,7 @@ impl State {
     /// would be its one `Covers` record and a `KeyFloor` per destination sent keyed).
     pub fn is_empty(&self) -> bool {
         self.inbox.is_empty()
+            && self.handed.is_empty()
             && self.outbox.is_empty()
             && self.verdicts.is_empty()
             && self.held.is_empty()
@@ -518,6 +561,10 @@ impl State {
             },
             None => Entry::Taken { from, rck, slot },
         });
+        let handed = self
+            .handed
+            .iter()
+            .map(|&(from, rck, slot)| Entry::Handed { from, rck, slot });
         let keys = self
             .keys
             .iter()
@@ -546,6 +593,7 @@ impl State {
             .chain(keys)
             .chain(marks)
             .chain(inbox)
+            .chain(handed)
             .chain(outbox)
             .chain(held)
             .chain(verdicts)
@@ -595,6 +643,7 @@ impl State {
                 .map(|(p, l, v)| (p, l, v.clone()))
                 .collect(),
             held: self.held.values().cloned().collect(),
+            handed: self.handed.iter().copied().collect(),
         }
     }
 

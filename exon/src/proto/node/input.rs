@@ -158,9 +158,14 @@ impl Node {
                 }
                 Frame::MtuAck { id } => self.on_mtu_ack(src, id),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
-                Frame::Token { s, r, payload } => {
+                Frame::Token {
+                    s,
+                    r,
+                    payload,
+                    senders_copy,
+                } => {
                     tokens += 1;
-                    urgent |= self.on_token(now, src, s, r, payload);
+                    urgent |= self.on_token(now, src, s, r, payload, senders_copy);
                 }
                 Frame::Frag {
                     s,
@@ -168,9 +173,10 @@ impl Node {
                     total,
                     offset,
                     data,
+                    senders_copy,
                 } => {
                     tokens += 1;
-                    urgent |= self.on_frag(now, src, (s, r, total), offset, data);
+                    urgent |= self.on_frag(now, src, (s, r, total), offset, data, senders_copy);
                 }
                 Frame::Got { r, s, ranges } => {
                     self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));
@@ -187,23 +193,7 @@ impl Node {
                 Frame::Ack { .. }
                 | Frame::Doubt { .. }
                 | Frame::Retry { .. }
-                | Frame::Lost { .. } => {
-                    let Some((v, r, ranges)) = f.verdict() else {
-                        continue;
-                    };
-                    for rg in ranges.iter().flatten() {
-                        self.on_verdict(now, src, v, r, rg);
-                    }
-                    if v != Verdict::Ack && lost_incarnation != Some(r) {
-                        lost_incarnation = Some(r);
-                        self.requeue_unsent(src, r);
-                    }
-                    self.after_verdicts(now, src);
-                    if let Some(rec) = self.senders.get_mut(&src) {
-                        rec.note_if_idle(now);
-                    }
-                    self.request_slots(src);
-                }
+                | Frame::Lost { .. } => self.on_verdict_frame(now, src, &f, &mut lost_incarnation),
             }
         }
         if gots {
@@ -223,6 +213,33 @@ impl Node {
         }
         self.journal_assignments(now, src);
         self.defer_rearm(src);
+    }
+
+    /// A verdict frame (ACK, DOUBT, RETRY, LOST) from `src`: each of its slots settled; the
+    /// messages of an incarnation that was not acknowledged and never left are queued again
+    /// (once per datagram and incarnation, `lost_incarnation`).
+    fn on_verdict_frame(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        f: &Frame,
+        lost_incarnation: &mut Option<u64>,
+    ) {
+        let Some((v, r, ranges)) = f.verdict() else {
+            return;
+        };
+        for rg in ranges.iter().flatten() {
+            self.on_verdict(now, src, v, r, rg);
+        }
+        if v != Verdict::Ack && *lost_incarnation != Some(r) {
+            *lost_incarnation = Some(r);
+            self.requeue_unsent(src, r);
+        }
+        self.after_verdicts(now, src);
+        if let Some(rec) = self.senders.get_mut(&src) {
+            rec.note_if_idle(now);
+        }
+        self.request_slots(src);
     }
 
     /// MTU_ACK(id) from `src`: path MTU discovery learns that its probe got through. The
@@ -379,20 +396,22 @@ impl Node {
         } else {
             u64::MAX
         };
-        match rec.request(s, n, l, cap_slots) {
+        let grant = rec.request(s, n, l, cap_slots);
+        let r = rec.rck();
+        if rec.is_spent() {
+            self.receivers.remove(&src);
+        }
+        match grant {
             Grant::Granted(granted) => {
                 if granted < asked {
                     self.stats.slots_trimmed += 1;
                 }
-                if !self.outbox.grant(src, s, rec.rck(), granted, cap) {
+                if !self.outbox.grant(src, s, r, granted, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
             }
             Grant::Waived => {}
             Grant::OverCap => self.stats.rejects.slots_cap += 1,
-        }
-        if rec.is_spent() {
-            self.receivers.remove(&src);
         }
     }
 

@@ -58,6 +58,12 @@ impl Node {
                 });
             }
         }
+        for &(from, r, s) in &recovered.handed {
+            // Probed, so that the source's frontier forgets it even if it stays quiet
+            // (its sender gave it up: no copy comes again).
+            j.archive.watch(now, from, r, s.saturating_add(1), every);
+        }
+        j.handed.extend(recovered.handed.iter().copied());
         self.journal = Some(Box::new(j));
         // The journal covers this run's incarnations from here on: the clock's mark asked
         // for so far (the next ones as they are asked, `poll_clock_store`).
@@ -443,8 +449,18 @@ impl Node {
     }
 
     /// Durable mode: the delivery `ev` (slot `s` of `(src, r)`) reaches the application once
-    /// its record is stored. Other modes hand it over at once.
-    pub(super) fn deliver(&mut self, now: Instant, ev: Event, src: NodeId, (r, s): (u64, u64)) {
+    /// its record is stored: `Handed` (no payload) with `Rules::deliver_from_senders_copy`,
+    /// `Delivered` (with it) without, or when its sender did not say it keeps its own copy
+    /// until the ACK whatever happens (`senders_copy`: an STOKEN or SFRAG). Not durable, it
+    /// is handed over at once.
+    pub(super) fn deliver(
+        &mut self,
+        now: Instant,
+        ev: Event,
+        src: NodeId,
+        (r, s): (u64, u64),
+        senders_copy: bool,
+    ) {
         if self.journal.is_none() {
             self.events.push_back(ev);
             return;
@@ -452,11 +468,22 @@ impl Node {
         let Event::Delivered { payload, .. } = &ev else {
             return;
         };
-        let entry = Entry::Delivered {
-            from: src,
-            rck: r,
-            slot: s,
-            payload: payload.clone(),
+        let entry = if self.rules.deliver_from_senders_copy && senders_copy {
+            // The sender's copy stands for the receiver's (the ACK waits for the take): the
+            // journal says only that the slot was handed over, so that a restart flags the
+            // copy that comes back, and nothing else.
+            Entry::Handed {
+                from: src,
+                rck: r,
+                slot: s,
+            }
+        } else {
+            Entry::Delivered {
+                from: src,
+                rck: r,
+                slot: s,
+                payload: payload.clone(),
+            }
         };
         self.journal(now, entry, Gate::Deliver(ev));
     }
@@ -577,17 +604,21 @@ impl Node {
         self.take_live(now, id);
     }
 
-    /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten.
+    /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten, and
+    /// so are hand-overs of an earlier run below it that never came again.
     pub(super) fn journal_frontier(&mut self, src: NodeId, l: u64) {
+        let handed = self.forget_handed_below(src, l) > 0;
         let Some(j) = self.journal.as_mut() else {
             return;
         };
-        if j.archive.confirm(src, l) > 0 {
+        let forgot = j.archive.confirm(src, l) > 0;
+        if forgot || handed {
             j.write(Entry::Confirmed {
                 from: src,
                 below: l,
             });
         }
+        self.drop_revived(src);
     }
 
     /// Durable mode: the archive's probes due at `now` (SLOTS(s, r, 0) to each source it

@@ -2,6 +2,7 @@
 //! `handle_datagram`, `handle_timeout`, `handle_clock_stored`) and outputs (`poll_transmit`,
 //! `poll_event`, `poll_timeout`, `poll_clock_store`).
 
+mod handed;
 mod held;
 mod input;
 pub(crate) mod journal;
@@ -9,6 +10,7 @@ mod marks;
 pub(crate) mod outbox;
 pub(crate) mod output;
 mod receive;
+mod revived;
 mod send;
 pub(crate) mod timeouts;
 pub(crate) mod timer;

@@ -28,6 +28,7 @@ impl Node {
         s: u64,
         r: u64,
         payload: Bytes,
+        senders_copy: bool,
     ) -> bool {
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
@@ -59,7 +60,7 @@ impl Node {
                         payload,
                         id: DeliveryId::new(src, r, s, kept),
                     };
-                    self.deliver(now, ev, src, (r, s));
+                    self.deliver(now, ev, src, (r, s), senders_copy);
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
                 } else if on_take && rec.held().contains(s) {
@@ -78,7 +79,15 @@ impl Node {
                     rec.heard(now);
                 }
                 urgent = true;
-                self.answer_without_record(src, r, s)
+                if !self.journal_redelivers(src, r, s) {
+                    self.answer_without_record(src, r, s)
+                } else if !room {
+                    self.stats.held_back += 1;
+                    None
+                } else {
+                    self.redeliver(now, src, (r, s), payload);
+                    None
+                }
             }
         };
         if let Some(v) = verdict {
@@ -423,6 +432,7 @@ impl Node {
         (s, r, total): (u64, u64, u64),
         offset: u64,
         data: Bytes,
+        senders_copy: bool,
     ) -> bool {
         // The limit protects reassembly memory: a FRAG that is the whole message needs none,
         // and is taken as a TOKEN of that size would be.
@@ -446,9 +456,17 @@ impl Node {
             }
             return true;
         }
+        if !whole
+            && self.receivers.get(&src).is_none_or(|rec| rec.rck() != r)
+            && self.journal_redelivers(src, r, s)
+        {
+            // Part of a message an earlier run handed over and no one took: reassembled to be
+            // delivered again.
+            return self.on_revived_frag(now, src, (s, r, total), offset, data, senders_copy);
+        }
         let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
-            return self.on_token(now, src, s, r, data);
+            return self.on_token(now, src, s, r, data, senders_copy);
         };
         if !rec.slots().contains(s) {
             if rec.held().contains(s) {
@@ -462,7 +480,7 @@ impl Node {
                 }
                 return true;
             }
-            return self.on_token(now, src, s, r, data);
+            return self.on_token(now, src, s, r, data, senders_copy);
         }
         rec.heard(now);
         if !room {
@@ -483,7 +501,7 @@ impl Node {
                 if payload.len() > data.len() {
                     self.stats.reassembled += 1;
                 }
-                self.on_token(now, src, s, r, payload)
+                self.on_token(now, src, s, r, payload, senders_copy)
             }
             Piece::Kept => {
                 if let Some(have) = rec.assembler().have(s) {
@@ -536,6 +554,9 @@ impl Node {
         (r, s, want): (u64, u64, u64),
     ) {
         if self.receivers.get(&src).is_none_or(|rec| rec.rck() != r) {
+            if self.journal_redelivers(src, r, s) {
+                return self.on_revived_reqcredit(src, r, want);
+            }
             if let Some(v) = self.answer_without_record(src, r, s) {
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
@@ -546,11 +567,7 @@ impl Node {
             }
             return;
         }
-        let reserved: u64 = self
-            .receivers
-            .values()
-            .map(|r| r.assembler().granted())
-            .sum();
+        let reserved = self.reassembly_granted();
         let free = self
             .cfg
             .limits
@@ -610,19 +627,27 @@ impl Node {
 
     /// Bytes of reassembly memory partial messages hold now, over all sources.
     pub fn reassembly_in_use(&self) -> u64 {
+        let revived = self.journal.as_ref().map_or(0, |j| {
+            j.revived.values().map(|(_, a)| a.in_use()).sum::<u64>()
+        });
         self.receivers
             .values()
             .map(|r| r.assembler().in_use())
-            .sum()
+            .sum::<u64>()
+            + revived
     }
 
     /// Bytes of reassembly memory granted (CREDIT) over all sources: never more than
     /// [`Config::limits.max_reassembly_bytes`](crate::proto::Limits::max_reassembly_bytes).
     pub fn reassembly_granted(&self) -> u64 {
+        let revived = self.journal.as_ref().map_or(0, |j| {
+            j.revived.values().map(|(_, a)| a.granted()).sum::<u64>()
+        });
         self.receivers
             .values()
             .map(|r| r.assembler().granted())
-            .sum()
+            .sum::<u64>()
+            + revived
     }
 
     /// Partial messages being reassembled, over all sources.

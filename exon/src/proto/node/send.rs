@@ -194,7 +194,8 @@ impl Node {
             self.next_msg += 1;
             self.stats.sent += 1;
             self.queued_bytes += len;
-            wake |= rec.enqueue(msg, p, false, frontier_rule);
+            // Not durable: its copies die with it.
+            wake |= rec.enqueue(msg, p, (false, false), frontier_rule);
             next = payloads.pop_front();
         }
         self.stats.sent_together += (self.next_msg - id.0).saturating_sub(1);
@@ -296,7 +297,12 @@ impl Node {
         };
         let was_quiet = rec.is_quiet() && !rec.is_requesting();
         let frontier_rule = self.rules.token_before_frontier;
-        let wake = rec.enqueue(id, payload, reported, frontier_rule);
+        // Durable: the sender's copy stands for its receiver's, but for a message an ordered
+        // flow may give up while its receiver holds it (reported) and for a reply (its
+        // caller's restart tells from its journal alone which calls had their reply).
+        let senders_copy = self.journal.is_some()
+            && (!(reported || answers.is_some()) || !self.rules.senders_copy_only_when_kept);
+        let wake = rec.enqueue(id, payload, (reported, senders_copy), frontier_rule);
         self.after_enqueue(now, to, wake, was_quiet, new_record);
         Ok(id)
     }

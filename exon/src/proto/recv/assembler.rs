@@ -106,6 +106,19 @@ impl Assembler {
         (self.granted, grow)
     }
 
+    /// Grows the grant (as [`grant`](Self::grant) does) so that a new `total`-byte message
+    /// fits beside the partials held, unless `slot` is being reassembled already: for a
+    /// sender that relies on a grant this assembler never made (its receiver restarted).
+    pub fn grant_room_for(&mut self, slot: u64, total: u64, cap: u64, free: u64) {
+        if self.have(slot).is_none() {
+            self.grant(
+                self.charged.saturating_add(total.max(MIN_CHARGE)),
+                cap,
+                free,
+            );
+        }
+    }
+
     /// The byte ranges held of the message in `slot`, if it is being reassembled.
     pub fn have(&self, slot: u64) -> Option<&RangeSet> {
         self.partials

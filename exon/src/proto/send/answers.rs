@@ -164,6 +164,7 @@ impl SRecord {
                     id,
                     payload: tok.payload,
                     reported: tok.reported,
+                    senders_copy: tok.senders_copy,
                 });
                 return;
             }
@@ -183,12 +184,14 @@ impl SRecord {
         for msg in retry.into_iter().rev() {
             self.queue.push_front(msg);
         }
-        if v != Verdict::Ack && self.rck == Some(r) {
-            // The receiver lost this incarnation: its envelopes are worthless, and so is
-            // its reassembly credit.
-            self.env_start = self.sck;
-            self.rck = None;
-            self.credit.reset();
+        if v != Verdict::Ack {
+            // The receiver lost this incarnation: its reassembly credit with it, and if it
+            // is the current one, its envelopes are worthless.
+            self.credit.reset(r);
+            if self.rck == Some(r) {
+                self.env_start = self.sck;
+                self.rck = None;
+            }
         }
         let filled = v == Verdict::Retry && self.fill_envelopes() > 0;
         if removed && v == Verdict::Ack {
@@ -225,6 +228,7 @@ impl SRecord {
                     id: tok.id,
                     payload: tok.payload,
                     reported: tok.reported,
+                    senders_copy: tok.senders_copy,
                 });
             },
         );

@@ -1,5 +1,5 @@
 //! The sender's side of messages too large for one TOKEN: which bytes are still to send, in
-//! flight or held by the receiver (GOT), and the reassembly credit the receiver granted.
+//! flight or held by the receiver (GOT).
 
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -322,154 +322,6 @@ impl Outgoing {
     }
 }
 
-/// The reassembly credit a receiver granted this sender: bytes of fragmented messages it
-/// may have in progress at once, per receiver incarnation.
-#[derive(Debug, Default)]
-pub(crate) struct Credit {
-    /// The incarnation the grant belongs to.
-    r: Option<u64>,
-    limit: u64,
-    used: u64,
-    /// What the last REQCREDIT asked for.
-    asked: u64,
-    /// A REQCREDIT must go out.
-    due: bool,
-    /// When the last REQCREDIT went out.
-    asked_at: Option<Instant>,
-    /// Slots of messages waiting for credit, oldest first, with the incarnation each was
-    /// made under.
-    waiting: VecDeque<(u64, u64)>,
-}
-
-impl Credit {
-    /// Bytes of credit left in incarnation `r`.
-    pub fn room(&self, r: u64) -> u64 {
-        if self.r == Some(r) {
-            self.limit.saturating_sub(self.used)
-        } else {
-            0
-        }
-    }
-
-    /// Takes `charge` bytes of credit in incarnation `r`; false if there is no room.
-    pub fn take(&mut self, r: u64, charge: u64) -> bool {
-        if self.room(r) < charge {
-            return false;
-        }
-        self.used += charge;
-        true
-    }
-
-    /// Gives back `charge` bytes (the message is whole at the receiver, or settled).
-    pub fn give_back(&mut self, r: u64, charge: u64) {
-        if self.r == Some(r) {
-            self.used = self.used.saturating_sub(charge);
-        }
-    }
-
-    /// CREDIT(r, limit) arrived. Returns whether waiting messages may go now.
-    pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
-        if self.r != Some(r) {
-            self.r = Some(r);
-            self.used = 0;
-            self.limit = limit;
-            self.asked = 0;
-        } else {
-            self.limit = self.limit.max(limit);
-        }
-        if self.limit >= self.asked {
-            // Answered in full; otherwise the timer asks again.
-            self.asked_at = None;
-        }
-        !self.waiting.is_empty()
-    }
-
-    /// A message in `slot` needing `charge` bytes waits for credit; asks for more if what
-    /// was asked for does not cover it.
-    pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64) {
-        self.waiting.push_back((slot, r));
-        let want = self.want(charge, cap);
-        // A message of another incarnation than the grant's asks at once: if that
-        // incarnation is gone, the answer is its verdict (see `due`).
-        if want > self.asked || self.r != Some(r) {
-            self.asked = want;
-            self.due = true;
-        }
-    }
-
-    fn want(&self, charge: u64, cap: u64) -> u64 {
-        self.used
-            .saturating_add(charge)
-            .max(self.asked)
-            .min(cap.max(charge))
-    }
-
-    /// Keeps the waiting messages whose slot `live` says still holds a token (the others
-    /// were settled or given up).
-    pub fn retain_waiting(&mut self, mut live: impl FnMut(u64) -> bool) {
-        self.waiting.retain(|(s, _)| live(*s));
-    }
-
-    /// Forgets the waiting messages in `slots` (they went back to the queue).
-    pub fn drop_waiting(&mut self, slots: &[u64]) {
-        self.waiting.retain(|(s, _)| !slots.contains(s));
-    }
-
-    /// Takes every waiting slot (to be tried again).
-    pub fn take_waiting(&mut self) -> VecDeque<(u64, u64)> {
-        std::mem::take(&mut self.waiting)
-    }
-
-    /// Whether messages wait for credit.
-    pub fn has_waiting(&self) -> bool {
-        !self.waiting.is_empty()
-    }
-
-    /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
-    /// waiting message (a receiver that lost that incarnation answers with its verdict),
-    /// and the bytes wanted.
-    pub fn due(&self) -> Option<(u64, u64, u64)> {
-        let &(s, r) = self.waiting.front()?;
-        self.due.then_some((r, s, self.asked))
-    }
-
-    /// The REQCREDIT was written at `now`.
-    pub fn on_asked(&mut self, now: Instant) {
-        self.due = false;
-        self.asked_at = Some(now);
-    }
-
-    /// When the unanswered REQCREDIT was sent, if one is outstanding.
-    pub fn asked_at(&self) -> Option<Instant> {
-        self.asked_at.filter(|_| self.has_waiting())
-    }
-
-    /// The REQCREDIT went unanswered: ask again. With `rotate`, a REQCREDIT that named a
-    /// message of an incarnation the grant is not for (asking for its verdict: the
-    /// receiver may have lost that incarnation) names the next waiting message this time:
-    /// a receiver that withholds the first one's verdict (it holds it untaken, its
-    /// application waiting for another of the waiting messages) answers for the others.
-    pub fn ask_again(&mut self, rotate: bool) {
-        if !self.has_waiting() {
-            return;
-        }
-        let named = self.waiting.front().map(|&(_, r)| r);
-        if rotate && named.is_some() && named != self.r {
-            self.waiting.rotate_left(1);
-        }
-        self.due = true;
-        self.asked_at = None;
-    }
-
-    /// The receiver's record is gone (DOUBT or RETRY): its grant with it.
-    pub fn reset(&mut self) {
-        self.r = None;
-        self.limit = 0;
-        self.used = 0;
-        self.asked = 0;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -572,23 +424,5 @@ mod tests {
         assert!(o.is_whole() && !o.has_pending());
         o.on_timeout();
         assert_eq!(o.next_range(u64::MAX), Some(0..PROBE_LEN));
-    }
-
-    #[test]
-    fn credit_is_per_incarnation_and_given_back() {
-        let mut c = Credit::default();
-        assert_eq!(c.room(7), 0);
-        c.wait(3, 7, 100_000, 1 << 24);
-        assert_eq!(c.due(), Some((7, 3, 100_000)));
-        c.on_asked(t0());
-        assert!(c.on_credit(7, 150_000));
-        assert!(c.take(7, 100_000));
-        assert!(!c.take(7, 100_000), "only 50 000 left");
-        assert_eq!(c.room(8), 0, "another incarnation");
-        c.give_back(7, 100_000);
-        assert_eq!(c.room(7), 150_000);
-        assert!(c.on_credit(9, 20_000));
-        assert_eq!(c.room(7), 0);
-        assert_eq!(c.room(9), 20_000);
     }
 }

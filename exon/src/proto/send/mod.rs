@@ -4,6 +4,7 @@
 
 pub(crate) mod answers;
 pub mod congestion;
+pub(crate) mod credit;
 pub(crate) mod flight;
 pub(crate) mod fragments;
 pub(crate) mod liveness;

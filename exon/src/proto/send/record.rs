@@ -6,8 +6,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::proto::send::congestion::Controller;
+use crate::proto::send::credit::Credit;
 use crate::proto::send::flight::Flight;
-use crate::proto::send::fragments::{Credit, Outgoing, Sent};
+use crate::proto::send::fragments::{Outgoing, Sent};
 use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
 use crate::proto::send::request::SlotRequest;
@@ -258,6 +259,9 @@ impl SRecord {
             id,
             payload: payload.into(),
             reported: false,
+            // Recovered: whether it was a flow's or a reply is not in the journal, so its
+            // receiver is asked to keep its own copy.
+            senders_copy: false,
         };
         match assigned {
             Some((rck, slot)) => {
@@ -593,13 +597,14 @@ impl SRecord {
         &mut self,
         id: MsgId,
         payload: Payload,
-        reported: bool,
+        (reported, senders_copy): (bool, bool),
         frontier_rule: bool,
     ) -> bool {
         let msg = Queued {
             id,
             payload,
             reported,
+            senders_copy,
         };
         self.bytes += msg.payload.len();
         self.note_busy();
@@ -649,7 +654,10 @@ impl SRecord {
     /// now go (the grant grew, for the current incarnation).
     #[inline]
     pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
-        self.rck == Some(r) && self.credit.on_credit(r, limit)
+        // The current incarnation's, or one a message waits in (one a restarted durable
+        // receiver delivers a handed-over message into again): never a grant nobody asked
+        // for.
+        (self.rck == Some(r) || self.credit.is_waiting_in(r)) && self.credit.on_credit(r, limit)
     }
 
     /// A message was queued: the record is busy, not idle.

@@ -367,8 +367,14 @@ impl SRecord {
                 continue;
             }
             let Some(sent) = tok.sent_at else { continue };
-            // In flight only: not a message its receiver holds whole (it waits for the take).
-            if tok.flight == 0 || (tok.queued && tok.frag.is_none()) || sent + srtt > now {
+            // In flight, or held whole by the receiver (a message in fragments, answered
+            // GOT): a receiver that restarted with the incarnation open lost what it held,
+            // and the few bytes sent again ask it (its GOT says what it has).
+            let held_whole = tok.flight == 0 && tok.frag.is_some() && !tok.queued;
+            if (tok.flight == 0 && !held_whole)
+                || (tok.queued && tok.frag.is_none())
+                || sent + srtt > now
+            {
                 continue;
             }
             // Lost as a timeout finds it lost (path MTU discovery counts it too: a black

@@ -17,6 +17,9 @@ pub(crate) struct Queued {
     ///
     /// [`Node::send_reported`]: crate::proto::Node::send_reported
     pub(super) reported: bool,
+    /// Its sender keeps its copy until the ACK, whatever happens: it goes as STOKEN or
+    /// SFRAG, and a durable receiver journals no payload for it (`Rules::senders_copy_only_when_kept`).
+    pub(super) senders_copy: bool,
 }
 
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
@@ -56,6 +59,8 @@ pub(crate) struct Token {
     pub(super) lost: Option<Box<Lost>>,
     /// See [`Queued::reported`].
     pub(super) reported: bool,
+    /// See [`Queued::senders_copy`].
+    pub(super) senders_copy: bool,
 }
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
@@ -89,6 +94,7 @@ impl Token {
             reach: 0,
             lost: None,
             reported: msg.reported,
+            senders_copy: msg.senders_copy,
         }
     }
 

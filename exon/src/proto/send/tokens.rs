@@ -159,6 +159,7 @@ mod tests {
                 id: MsgId(id),
                 payload: Bytes::new().into(),
                 reported: false,
+                senders_copy: false,
             },
         );
         t.queued = false;

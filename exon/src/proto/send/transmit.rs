@@ -193,7 +193,8 @@ impl SRecord {
         let total = o.total();
         let (from, to) = (range.start as usize, range.end as usize);
         let data = tok.payload.slices(from, to);
-        put_frag_parts(fill.buf, s, r, (total, range.start), data);
+        let senders_copy = tok.senders_copy;
+        put_frag_parts(fill.buf, (s, r, senders_copy), (total, range.start), data);
         if o.is_resend(&range) {
             fill.stats.retransmissions += 1;
         }
@@ -228,7 +229,9 @@ impl SRecord {
         let Some(tok) = self.tokens.get_mut(s) else {
             return Step::Stop;
         };
-        put_token_parts(fill.buf, s, r, tok.payload.head(), tok.payload.body());
+        let senders_copy = tok.senders_copy;
+        let (head, body) = (tok.payload.head(), tok.payload.body());
+        put_token_parts(fill.buf, (s, r, senders_copy), head, body);
         tok.reach = fill.reach();
         if tok.sends > 0 {
             fill.stats.retransmissions += 1;

@@ -53,6 +53,11 @@ pub mod frame_type {
     /// LOST(r, ranges of s): a durable receiver lost incarnation `r` in a restart and
     /// delivered nothing into these slots.
     pub const LOST: u64 = 0x0F;
+    /// STOKEN(s, r, payload): a TOKEN whose sender keeps a durable copy of the payload
+    /// until the ACK, whatever happens: a durable receiver need not journal it.
+    pub const STOKEN: u64 = 0x10;
+    /// SFRAG(s, r, total, offset, data): a FRAG of such a message.
+    pub const SFRAG: u64 = 0x11;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -124,6 +129,10 @@ pub enum Frame {
         r: u64,
         /// The application's message.
         payload: Bytes,
+        /// The sender keeps a durable copy of the payload until the ACK, whatever happens
+        /// (STOKEN): a durable receiver relies on it and journals no payload
+        /// (`docs/durability.md`, "One copy of a payload").
+        senders_copy: bool,
     },
     /// Receiver acknowledges the tokens in `ranges` of incarnation `r`.
     Ack {
@@ -180,6 +189,8 @@ pub enum Frame {
         offset: u64,
         /// The bytes (at least one).
         data: Bytes,
+        /// An SFRAG: as [`Frame::Token`]'s `senders_copy`.
+        senders_copy: bool,
     },
     /// Receiver holds `ranges` (byte offsets) of the fragmented message in slot `s` of
     /// incarnation `r`. Not a verdict: the message is acknowledged by ACK once whole and
@@ -237,14 +248,26 @@ impl Frame {
         match self {
             Frame::ReqSlots { .. } => "REQSLOTS",
             Frame::Slots { .. } => "SLOTS",
-            Frame::Token { .. } => "TOKEN",
+            Frame::Token {
+                senders_copy: false,
+                ..
+            } => "TOKEN",
+            Frame::Token {
+                senders_copy: true, ..
+            } => "STOKEN",
             Frame::Ack { .. } => "ACK",
             Frame::Doubt { .. } => "DOUBT",
             Frame::Retry { .. } => "RETRY",
             Frame::Lost { .. } => "LOST",
             Frame::Challenge { .. } => "CHALLENGE",
             Frame::Response { .. } => "RESPONSE",
-            Frame::Frag { .. } => "FRAG",
+            Frame::Frag {
+                senders_copy: false,
+                ..
+            } => "FRAG",
+            Frame::Frag {
+                senders_copy: true, ..
+            } => "SFRAG",
             Frame::Got { .. } => "GOT",
             Frame::ReqCredit { .. } => "REQCREDIT",
             Frame::Credit { .. } => "CREDIT",
@@ -269,7 +292,12 @@ impl Frame {
         match self {
             Frame::ReqSlots { s, n, l } => put_reqslots(buf, *s, *n, *l),
             Frame::Slots { s, r, n } => put_slots(buf, *s, *r, *n),
-            Frame::Token { s, r, payload } => put_token(buf, *s, *r, payload),
+            Frame::Token {
+                s,
+                r,
+                payload,
+                senders_copy,
+            } => put_token_parts(buf, (*s, *r, *senders_copy), &[], payload),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
             Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
             Frame::Frag {
@@ -278,7 +306,8 @@ impl Frame {
                 total,
                 offset,
                 data,
-            } => put_frag(buf, *s, *r, *total, *offset, data),
+                senders_copy,
+            } => put_frag_parts(buf, (*s, *r, *senders_copy), (*total, *offset), (&[], data)),
             Frame::Got { r, s, ranges } => {
                 put_varint(buf, frame_type::GOT);
                 put_varint(buf, *r);
@@ -311,7 +340,7 @@ impl Frame {
         match self {
             Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
-            Frame::Token { s, r, payload } => token_len(*s, *r, payload.len()),
+            Frame::Token { s, r, payload, .. } => token_len(*s, *r, payload.len()),
             Frame::Challenge { .. } | Frame::Response { .. } => PATH_FRAME_LEN,
             Frame::Frag {
                 s,
@@ -319,6 +348,7 @@ impl Frame {
                 total,
                 offset,
                 data,
+                ..
             } => frag_len(*s, *r, *total, *offset, data.len()),
             Frame::Got { r, s, ranges } => {
                 1 + varint_len(*r) + varint_len(*s) + varint_len(ranges.count) + ranges.raw.len()
@@ -546,10 +576,11 @@ impl Frames<'_> {
                 r: r.varint()?,
                 n: r.varint()?,
             },
-            frame_type::TOKEN => Frame::Token {
+            frame_type::TOKEN | frame_type::STOKEN => Frame::Token {
                 s: r.varint()?,
                 r: r.varint()?,
                 payload: r.length_prefixed(self.whole, self.max_payload)?,
+                senders_copy: ty == frame_type::STOKEN,
             },
             frame_type::ACK => Frame::Ack {
                 r: r.varint()?,
@@ -576,7 +607,7 @@ impl Frames<'_> {
                     Frame::Response { token }
                 }
             }
-            frame_type::FRAG => {
+            frame_type::FRAG | frame_type::SFRAG => {
                 let s = r.varint()?;
                 let rr = r.varint()?;
                 let total = r.varint()?;
@@ -596,6 +627,7 @@ impl Frames<'_> {
                     total,
                     offset,
                     data,
+                    senders_copy: ty == frame_type::SFRAG,
                 }
             }
             frame_type::GOT => Frame::Got {

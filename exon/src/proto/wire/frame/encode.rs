@@ -96,12 +96,25 @@ pub fn put_slots(buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
 
 /// Appends a TOKEN frame.
 pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
-    put_token_parts(buf, s, r, &[], payload);
+    put_token_parts(buf, (s, r, false), &[], payload);
 }
 
-/// Appends a TOKEN frame whose payload is `head` then `body`.
-pub fn put_token_parts(buf: &mut impl BufMut, s: u64, r: u64, head: &[u8], body: &[u8]) {
-    put_varint(buf, frame_type::TOKEN);
+/// Appends a TOKEN frame (an STOKEN with `senders_copy`: its sender keeps a durable copy
+/// until the ACK) whose payload is `head` then `body`.
+pub fn put_token_parts(
+    buf: &mut impl BufMut,
+    (s, r, senders_copy): (u64, u64, bool),
+    head: &[u8],
+    body: &[u8],
+) {
+    put_varint(
+        buf,
+        if senders_copy {
+            frame_type::STOKEN
+        } else {
+            frame_type::TOKEN
+        },
+    );
     put_varint(buf, s);
     put_varint(buf, r);
     put_varint(buf, (head.len() + body.len()) as u64);
@@ -121,18 +134,25 @@ pub fn frag_len(s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
 
 /// Appends a FRAG frame.
 pub fn put_frag(buf: &mut impl BufMut, s: u64, r: u64, total: u64, offset: u64, data: &[u8]) {
-    put_frag_parts(buf, s, r, (total, offset), (&[], data));
+    put_frag_parts(buf, (s, r, false), (total, offset), (&[], data));
 }
 
-/// Appends a FRAG frame of message length `total` at `offset` whose data is `a` then `b`.
+/// Appends a FRAG frame (an SFRAG with `senders_copy`) of message length `total` at `offset` whose
+/// data is `a` then `b`.
 pub fn put_frag_parts(
     buf: &mut impl BufMut,
-    s: u64,
-    r: u64,
+    (s, r, senders_copy): (u64, u64, bool),
     (total, offset): (u64, u64),
     (a, b): (&[u8], &[u8]),
 ) {
-    put_varint(buf, frame_type::FRAG);
+    put_varint(
+        buf,
+        if senders_copy {
+            frame_type::SFRAG
+        } else {
+            frame_type::FRAG
+        },
+    );
     put_varint(buf, s);
     put_varint(buf, r);
     put_varint(buf, total);

@@ -1,0 +1,227 @@
+//! The reassembly credit a receiver granted this sender, per receiver incarnation, and the
+//! messages waiting for it.
+//!
+//! A live receiver record grants credit for its own incarnation. A durable receiver that
+//! restarted with a message of an earlier incarnation handed over and not taken
+//! (`Rules::deliver_from_senders_copy`) grants credit for that one too, while its sender
+//! already holds slots of a newer one: so the sender keeps a grant per incarnation, the
+//! newest [`MAX_GRANTS`] of them.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// Most incarnations a sender keeps a grant for (the current one, and open ones of a
+/// restarted receiver); the oldest grant goes beyond.
+pub(crate) const MAX_GRANTS: usize = 4;
+
+/// Credit granted under one receiver incarnation.
+#[derive(Debug, Clone, Copy)]
+struct Grant {
+    r: u64,
+    limit: u64,
+    used: u64,
+}
+
+/// Reassembly credit: bytes of fragmented messages the receiver lets this sender have in
+/// progress at once, per receiver incarnation.
+#[derive(Debug, Default)]
+pub(crate) struct Credit {
+    /// Grants, oldest first, one per incarnation, at most [`MAX_GRANTS`].
+    grants: VecDeque<Grant>,
+    /// What the last REQCREDIT asked for.
+    asked: u64,
+    /// A REQCREDIT must go out.
+    due: bool,
+    /// When the last REQCREDIT went out.
+    asked_at: Option<Instant>,
+    /// Slots of messages waiting for credit, oldest first, with the incarnation each was
+    /// made under.
+    waiting: VecDeque<(u64, u64)>,
+}
+
+impl Credit {
+    fn grant(&self, r: u64) -> Option<&Grant> {
+        self.grants.iter().find(|g| g.r == r)
+    }
+
+    fn grant_mut(&mut self, r: u64) -> Option<&mut Grant> {
+        self.grants.iter_mut().find(|g| g.r == r)
+    }
+
+    /// Bytes of credit left in incarnation `r`.
+    #[cfg(test)]
+    pub fn room(&self, r: u64) -> u64 {
+        self.grant(r).map_or(0, |g| g.limit.saturating_sub(g.used))
+    }
+
+    /// Takes `charge` bytes of credit in incarnation `r`; false if there is no room.
+    pub fn take(&mut self, r: u64, charge: u64) -> bool {
+        match self.grant_mut(r) {
+            Some(g) if g.limit.saturating_sub(g.used) >= charge => {
+                g.used += charge;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Gives back `charge` bytes (the message is whole at the receiver, or settled).
+    pub fn give_back(&mut self, r: u64, charge: u64) {
+        if let Some(g) = self.grant_mut(r) {
+            g.used = g.used.saturating_sub(charge);
+        }
+    }
+
+    /// Whether a message of incarnation `r` waits for credit (so a CREDIT for `r` was
+    /// asked for, whatever the sender's current incarnation).
+    pub fn is_waiting_in(&self, r: u64) -> bool {
+        self.waiting.iter().any(|&(_, w)| w == r)
+    }
+
+    /// CREDIT(r, limit) arrived. Returns whether waiting messages may go now.
+    pub fn on_credit(&mut self, r: u64, limit: u64) -> bool {
+        let limit = match self.grant_mut(r) {
+            Some(g) => {
+                g.limit = g.limit.max(limit);
+                g.limit
+            }
+            None => {
+                self.grants.push_back(Grant { r, limit, used: 0 });
+                if self.grants.len() > MAX_GRANTS {
+                    self.grants.pop_front();
+                }
+                self.asked = 0;
+                limit
+            }
+        };
+        if limit >= self.asked {
+            // Answered in full; otherwise the timer asks again.
+            self.asked_at = None;
+        }
+        !self.waiting.is_empty()
+    }
+
+    /// A message in `slot` of incarnation `r` needing `charge` bytes waits for credit;
+    /// asks for more if what was asked for does not cover it.
+    pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64) {
+        self.waiting.push_back((slot, r));
+        let used = self.grant(r).map_or(0, |g| g.used);
+        let want = used
+            .saturating_add(charge)
+            .max(self.asked)
+            .min(cap.max(charge));
+        // A message of an incarnation without a grant asks at once: if that incarnation
+        // is gone, the answer is its verdict (see `due`).
+        if want > self.asked || self.grant(r).is_none() {
+            self.asked = want;
+            self.due = true;
+        }
+    }
+
+    /// Keeps the waiting messages whose slot `live` says still holds a token (the others
+    /// were settled or given up).
+    pub fn retain_waiting(&mut self, mut live: impl FnMut(u64) -> bool) {
+        self.waiting.retain(|(s, _)| live(*s));
+    }
+
+    /// Forgets the waiting messages in `slots` (they went back to the queue).
+    pub fn drop_waiting(&mut self, slots: &[u64]) {
+        self.waiting.retain(|(s, _)| !slots.contains(s));
+    }
+
+    /// Takes every waiting slot (to be tried again).
+    pub fn take_waiting(&mut self) -> VecDeque<(u64, u64)> {
+        std::mem::take(&mut self.waiting)
+    }
+
+    /// Whether messages wait for credit.
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
+    /// waiting message (a receiver that lost that incarnation answers with its verdict),
+    /// and the bytes wanted.
+    pub fn due(&self) -> Option<(u64, u64, u64)> {
+        let &(s, r) = self.waiting.front()?;
+        self.due.then_some((r, s, self.asked))
+    }
+
+    /// The REQCREDIT was written at `now`.
+    pub fn on_asked(&mut self, now: Instant) {
+        self.due = false;
+        self.asked_at = Some(now);
+    }
+
+    /// When the unanswered REQCREDIT was sent, if one is outstanding.
+    pub fn asked_at(&self) -> Option<Instant> {
+        self.asked_at.filter(|_| self.has_waiting())
+    }
+
+    /// The REQCREDIT went unanswered: ask again. With `rotate`, a REQCREDIT that named a
+    /// message of an incarnation without a grant (asking for its verdict: the receiver may
+    /// have lost that incarnation) names the next waiting message this time: a receiver
+    /// that withholds the first one's verdict (it holds it untaken, its application
+    /// waiting for another of the waiting messages) answers for the others.
+    pub fn ask_again(&mut self, rotate: bool) {
+        let Some(&(_, named)) = self.waiting.front() else {
+            return;
+        };
+        if rotate && self.grant(named).is_none() {
+            self.waiting.rotate_left(1);
+        }
+        self.due = true;
+        self.asked_at = None;
+    }
+
+    /// The receiver lost incarnation `r` (DOUBT, RETRY, LOST): its grant goes with it.
+    pub fn reset(&mut self, r: u64) {
+        self.grants.retain(|g| g.r != r);
+        self.asked = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credit_is_per_incarnation_and_given_back() {
+        let t0 = crate::test_time::origin();
+        let mut c = Credit::default();
+        assert_eq!(c.room(7), 0);
+        c.wait(3, 7, 100_000, 1 << 24);
+        assert_eq!(c.due(), Some((7, 3, 100_000)));
+        c.on_asked(t0);
+        assert!(c.on_credit(7, 150_000));
+        assert!(c.take(7, 100_000));
+        assert!(!c.take(7, 100_000), "only 50 000 left");
+        assert_eq!(c.room(8), 0, "another incarnation");
+        c.give_back(7, 100_000);
+        assert_eq!(c.room(7), 150_000);
+        c.reset(7);
+        assert_eq!(c.room(7), 0, "lost with its incarnation");
+    }
+
+    #[test]
+    fn a_grant_for_an_open_incarnation_stands_beside_the_current_one() {
+        // A restarted receiver grants for incarnation 7 (still open) while the sender
+        // already holds slots of 9: both grants stand, neither undoes the other.
+        let mut c = Credit::default();
+        c.wait(3, 7, 50_000, 1 << 24);
+        assert!(c.is_waiting_in(7) && !c.is_waiting_in(9));
+        assert!(c.on_credit(9, 20_000));
+        assert!(c.on_credit(7, 60_000));
+        assert!(c.on_credit(9, 20_000));
+        assert_eq!(c.room(7), 60_000);
+        assert_eq!(c.room(9), 20_000);
+        assert!(c.take(7, 50_000));
+        assert!(c.take(9, 20_000));
+        // Bounded: the oldest grants go.
+        for r in 10..10 + MAX_GRANTS as u64 {
+            c.on_credit(r, 1);
+        }
+        assert_eq!(c.room(7), 0);
+        assert_eq!(c.grants.len(), MAX_GRANTS);
+    }
+}
