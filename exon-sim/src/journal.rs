@@ -32,6 +32,10 @@ pub struct JournalModel {
     /// expects the recovery to say the journal is damaged, and excuses `InDoubt` for
     /// messages to that node from then on, and no more.
     pub damage: f64,
+    /// The defect `JournalConfig::mark_damage` prevents (self-test only): damage found at
+    /// an opening is not written down, so the next opening, which finds the cut log clean,
+    /// vouches again for what the damage took.
+    pub forget_damage: bool,
     /// The probability that a restart brings the host back with a new, empty journal (its
     /// directory lost, its clock kept): what its old journal vouched for is gone, so tokens
     /// of its earlier incarnations must get DOUBT, never LOST. The oracle then excuses
@@ -119,6 +123,7 @@ impl Default for JournalModel {
             crash_mid_commit: 0.0,
             crash_mid_compaction: 0.5,
             damage: 0.0,
+            forget_damage: false,
             journal_loss: 0.0,
             switch_on: false,
             restore: None,
@@ -159,6 +164,7 @@ impl JournalModel {
                 max_record,
             },
             compact_after: self.compact_after,
+            mark_damage: !self.forget_damage,
             ..JournalConfig::default()
         }
     }

@@ -156,6 +156,11 @@ struct Args {
     /// the journal damaged, and excuses `InDoubt` only for messages to a damaged node.
     #[arg(long, default_value_t = 0.0)]
     damage: f64,
+    /// With `--damage`: the journals do not write down damage they find (the defect
+    /// `JournalConfig::mark_damage` prevents; a self-test): a crash before the restarted
+    /// node's next `Covers` record makes the next opening vouch again for what it took.
+    #[arg(long)]
+    forget_damage: bool,
     /// Durable mode: probability that a restart brings the host back with a new, empty
     /// journal, its clock kept (its directory lost). Messages to it unsettled then may end
     /// in doubt; nothing may be delivered twice.
@@ -417,6 +422,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             compact_after: a.compact_after,
             crash_mid_commit: a.crash_mid_commit,
             damage: a.damage,
+            forget_damage: a.forget_damage,
             journal_loss: a.journal_loss,
             switch_on: a.durable_at_restart,
             restore: (a.restore > 0.0).then_some(exon_sim::RestoreModel {

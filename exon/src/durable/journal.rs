@@ -24,6 +24,12 @@ pub struct JournalConfig {
     /// Group commit: the most bytes of records one sync takes; a batch this large is
     /// synced without waiting for `commit_delay`.
     pub max_batch_bytes: usize,
+    /// When opening finds synced records damaged (and cuts them), write and sync a
+    /// `Damaged` record before anything else ([`Entry::Damaged`]), so that a crash before
+    /// the restarted node's next `Covers` record still tells the next recovery. Default
+    /// true; off only to show what it prevents (as the core's `Rules`): the cut log reads
+    /// clean at the next opening, which vouches again for what the damage took.
+    pub mark_damage: bool,
 }
 
 impl Default for JournalConfig {
@@ -34,6 +40,7 @@ impl Default for JournalConfig {
             compact_after: 8 << 20,
             commit_delay: std::time::Duration::ZERO,
             max_batch_bytes: 8 << 20,
+            mark_damage: true,
         }
     }
 }
@@ -111,8 +118,7 @@ impl<B: Backend> Journal<B> {
                 Err(_) => report.damaged = true,
             }
         }
-        let recovered = state.recovered(report.damaged);
-        let journal = Journal {
+        let mut journal = Journal {
             log,
             state,
             cfg,
@@ -121,7 +127,23 @@ impl<B: Backend> Journal<B> {
             compactions: 0,
             scratch: Vec::new(),
         };
+        if report.damaged && journal.cfg.mark_damage {
+            // The log was cut at the damage and now reads clean: say so in it, synced
+            // before the node acts on anything, until the node's next `Covers` record.
+            journal.mark_damaged()?;
+        }
+        let recovered = journal.state.recovered(report.damaged);
         Ok((journal, recovered, report))
+    }
+
+    /// Writes and syncs a `Damaged` record (see [`Entry::Damaged`]).
+    fn mark_damaged(&mut self) -> Result<(), JournalError> {
+        self.scratch.clear();
+        Entry::Damaged.encode(&mut self.scratch);
+        self.log.append(&self.scratch)?;
+        self.log.commit()?;
+        self.state.apply(&Entry::Damaged);
+        Ok(())
     }
 
     /// Appends `w` (not durable until [`commit`](Self::commit)). Writes come in the order
@@ -276,6 +298,65 @@ mod tests {
         let (_, rec, report) = Journal::open(disk, JournalConfig::default()).unwrap();
         assert!(report.damaged && rec.damaged, "{report:?}");
         assert_eq!((report.records, report.torn_bytes), (1, 0));
+    }
+
+    /// A journal whose synced records were damaged, opened (the damage cut), then opened
+    /// again after a crash before the node wrote anything: `mark_damage` writes the damage
+    /// down at the first opening, so the second still says damaged (without it the cut log
+    /// reads clean and vouches again for what the damage took); a `Covers` record, which the
+    /// restarted node writes once it has resolved its messages in doubt, ends it, through
+    /// compactions too.
+    fn damaged_then_reopened(mark_damage: bool) -> (bool, bool) {
+        let cfg = JournalConfig {
+            mark_damage,
+            ..JournalConfig::default()
+        };
+        let disk = MemBackend::new();
+        let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+        for i in 1..=3 {
+            j.append(&w(i, accepted(i))).unwrap();
+            j.commit().unwrap();
+        }
+        drop(j);
+        let mut data = disk.segment(0).unwrap();
+        let at = data.len() / 2;
+        data[at] ^= 0x04;
+        disk.put_segment(0, data);
+        let (j, first, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+        assert!(first.damaged);
+        drop(j);
+        disk.crash(|_, _| 0);
+        let (mut j, second, report) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+        assert!(!report.damaged, "the log itself reads clean now");
+        if second.damaged {
+            j.compact().unwrap();
+            let (_, again, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+            assert!(again.damaged, "kept by a compaction");
+        }
+        let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
+        j.append(&w(
+            1,
+            Entry::Covers {
+                from: 50,
+                below: 60,
+            },
+        ))
+        .unwrap();
+        j.commit().unwrap();
+        j.compact().unwrap();
+        drop(j);
+        let (_, third, _) = Journal::open(disk, cfg).unwrap();
+        (second.damaged, third.damaged)
+    }
+
+    #[test]
+    fn damage_found_is_remembered_until_the_node_covers_again() {
+        assert_eq!(damaged_then_reopened(true), (true, false));
+        assert_eq!(
+            damaged_then_reopened(false),
+            (false, false),
+            "without the mark, forgotten at the next opening"
+        );
     }
 
     #[test]

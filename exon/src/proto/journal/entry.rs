@@ -229,6 +229,13 @@ pub enum Entry {
         /// The slot.
         slot: u64,
     },
+    /// The journal found records that were synced damaged when it was opened, and cut them
+    /// (written and synced by the journal itself, before the node recovers). Until the
+    /// next `Covers` record (which the restarted node writes once it has resolved in doubt
+    /// every message it recovered), every recovery is told the journal was damaged: the
+    /// cut leaves a log that reads clean, and a crash before that `Covers` record is
+    /// synced must not make the next run vouch for what the damage took.
+    Damaged,
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -298,7 +305,9 @@ const ACCEPTED_HELD: u8 = 20;
 const HELD: u8 = 21;
 const RELEASED: u8 = 22;
 const TAKEN_RELEASED: u8 = 23;
-// A receiver's hand-overs without payload: kind 25 (24 is unused).
+// The journal's own mark of damage found at opening: kind 24.
+const DAMAGED: u8 = 24;
+// A receiver's hand-overs without payload: kind 25.
 const HANDED: u8 = 25;
 
 impl Entry {
@@ -376,6 +385,7 @@ impl Entry {
                 id,
             } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
             Entry::Handed { from, rck, slot } => v(from.get()) + v(*rck) + v(*slot),
+            Entry::Damaged => 0,
         }
     }
 
@@ -459,6 +469,7 @@ impl Entry {
             | Entry::Held { .. }
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
+            Entry::Damaged => buf.put_u8(DAMAGED),
             Entry::Handed { from, rck, slot } => {
                 buf.put_u8(HANDED);
                 put_varint(buf, from.get());
@@ -666,18 +677,26 @@ impl Entry {
                 value: mark(r, bytes)?,
             },
             ACCEPTED_HELD..=TAKEN_RELEASED => decode_held(kind, r, bytes)?,
-            HANDED => Entry::Handed {
-                from: node(r)?,
-                rck: int(r)?,
-                slot: int(r)?,
-            },
-            k => return Err(EntryError::Kind(k)),
+            k => decode_newer(k, r)?,
         };
         if r.remaining() != 0 {
             return Err(EntryError::Length);
         }
         Ok(e)
     }
+}
+
+/// Decodes the body of a record of kind `DAMAGED` or `HANDED`; any other kind is unknown.
+fn decode_newer(kind: u8, r: &mut Reader<'_>) -> Result<Entry, EntryError> {
+    Ok(match kind {
+        DAMAGED => Entry::Damaged,
+        HANDED => Entry::Handed {
+            from: node(r)?,
+            rck: int(r)?,
+            slot: int(r)?,
+        },
+        k => return Err(EntryError::Kind(k)),
+    })
 }
 
 /// Decodes the body of a record of held messages, of kind `kind`
@@ -864,6 +883,7 @@ mod tests {
                 rck: 1 << 45,
                 slot: 1 << 21,
             },
+            Entry::Damaged,
         ]
     }
 

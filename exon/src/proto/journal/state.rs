@@ -29,6 +29,9 @@ pub struct State {
     held: BTreeMap<MsgId, RecoveredMessage>,
     /// The incarnations the journal covers (`Covers`): `(from, below)`.
     covers: Option<(u64, u64)>,
+    /// A `Damaged` record not yet followed by a `Covers` record: recoveries are told the
+    /// journal was damaged.
+    damage_pending: bool,
     /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
     keys: BTreeMap<NodeId, u64>,
     /// The layers' marks (`Mark`, `AcceptedMark`, `TakenMark`): the last value of each.
@@ -182,7 +185,18 @@ impl State {
                 self.hold_verdict(*id, (*to, *outcome, Some(*key)));
             }
             Entry::Reported { first, count } => self.reported(*first, *count),
-            Entry::Covers { from, below } => self.cover(*from, *below),
+            Entry::Covers { from, below } => {
+                if std::mem::take(&mut self.damage_pending) {
+                    self.live_bytes -= Entry::Damaged.encoded_len();
+                }
+                self.cover(*from, *below)
+            }
+            Entry::Damaged => {
+                if !self.damage_pending {
+                    self.damage_pending = true;
+                    self.live_bytes += e.encoded_len();
+                }
+            }
             Entry::Replied {
                 from,
                 rck,
@@ -524,6 +538,7 @@ impl State {
             && self.outbox.is_empty()
             && self.verdicts.is_empty()
             && self.held.is_empty()
+            && !self.damage_pending
     }
 
     /// Bytes the live records take encoded: what a compaction writes.
@@ -588,6 +603,8 @@ impl State {
             value: value.clone(),
         });
         let held = self.held.values().map(Self::held_entry);
+        // Last, after the `Covers` record it must not be cleared by.
+        let damaged = self.damage_pending.then_some(Entry::Damaged);
         covers
             .into_iter()
             .chain(keys)
@@ -597,6 +614,7 @@ impl State {
             .chain(outbox)
             .chain(held)
             .chain(verdicts)
+            .chain(damaged)
     }
 
     /// The highest application key accepted per destination (`send_keyed`): a quiet
@@ -634,7 +652,7 @@ impl State {
                     key,
                 })
                 .collect(),
-            damaged,
+            damaged: damaged || self.damage_pending,
             covers: self.covers,
             keys: self.keys.iter().map(|(&to, &key)| (to, key)).collect(),
             marks: self

@@ -65,9 +65,6 @@ impl Node {
         }
         j.handed.extend(recovered.handed.iter().copied());
         self.journal = Some(Box::new(j));
-        // The journal covers this run's incarnations from here on: the clock's mark asked
-        // for so far (the next ones as they are asked, `poll_clock_store`).
-        self.journal_covers(self.hw_asked.max(self.hw), true);
         for m in recovered.messages {
             if m.to == self.id {
                 // Never written by a node (it refuses sends to itself): a damaged journal.
@@ -107,6 +104,11 @@ impl Node {
         }
         self.recover_verdicts(recovered.verdicts);
         self.recover_held(recovered.held);
+        // The journal covers this run's incarnations from here on: the clock's mark asked
+        // for so far (the next ones as they are asked, `poll_clock_store`). After the
+        // records above: a damaged journal's `Damaged` mark holds until this record, so
+        // the messages it recovered are resolved in doubt before it, in the log.
+        self.journal_covers(self.hw_asked.max(self.hw), true);
         let peers: Vec<NodeId> = self.senders.keys().copied().collect();
         for peer in peers {
             self.liveness_work(now, peer, true);
