@@ -102,6 +102,7 @@ fuzz_target!(|input: Input| {
                     total: m.len() as u64,
                     offset: off as u64,
                     data: Bytes::copy_from_slice(&m[off..end]),
+                    senders_copy: false,
                 }
             }
             Op::Lie { msg, total, offset, len, wrong_bytes } => {
@@ -112,7 +113,14 @@ fuzz_target!(|input: Input| {
                 let n = (1 + len as u64 % 1100).min(total - off);
                 let mut d = Vec::with_capacity(n as usize);
                 d.put_bytes(if wrong_bytes { 0xEE } else { 0x11 }, n as usize);
-                Frame::Frag { s: s0 + i, r, total, offset: off, data: Bytes::from(d) }
+                Frame::Frag {
+                    s: s0 + i,
+                    r,
+                    total,
+                    offset: off,
+                    data: Bytes::from(d),
+                    senders_copy: false,
+                }
             }
             Op::Stray { s, r_delta, total, offset, len } => {
                 let total = 1 + total as u64 % (2 << 20);
@@ -126,6 +134,7 @@ fuzz_target!(|input: Input| {
                     total,
                     offset: off,
                     data: Bytes::from(vec![0x22; n as usize]),
+                    senders_copy: false,
                 }
             }
             Op::Credit { want } => Frame::ReqCredit {
