@@ -1,6 +1,6 @@
 //! A durable RPC server as a separate process on 127.0.0.1 (`src/bin/rpc-node.rs`), killed
-//! with SIGKILL at random moments while calls are in flight and started again on its
-//! directory; at the end every request was executed at most once, exactly once where its
+//! with SIGKILL at random moments while calls are in flight (each start once it executed
+//! something) and started again on its directory; at the end every request was executed at most once, exactly once where its
 //! call says it was, and every reply was the one its execution made.
 //!
 //! The client runs in this process: numbered requests, a window of them in flight, each
@@ -200,6 +200,11 @@ struct Effect {
 }
 
 /// The server's effects, by request number; checks that `seq` counts the lines.
+/// The bytes of the server's effects file so far (0 before it exists).
+fn effects_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
 fn effects(path: &Path) -> HashMap<u64, Vec<Effect>> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut by_n: HashMap<u64, Vec<Effect>> = HashMap::new();
@@ -259,7 +264,18 @@ fn killed_rpc_servers_execute_each_request_exactly_once() {
     ));
     let mut kills_in_flight = 0;
     for k in 0..kills {
+        let started_at = effects_len(&server.out);
         std::thread::sleep(Duration::from_millis(50 + rand(400)));
+        // Each kill lands once this start has executed something (a loaded machine can
+        // take longer to start the server than the pause above): kills that only ever
+        // hit a starting server would interrupt no handler.
+        let patience = Instant::now() + Duration::from_secs(10);
+        while effects_len(&server.out) == started_at
+            && in_flight.load(Ordering::SeqCst) > 0
+            && Instant::now() < patience
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         server.check_running();
         let busy = in_flight.load(Ordering::SeqCst);
         server.kill();
