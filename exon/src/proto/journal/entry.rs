@@ -65,6 +65,19 @@ pub enum Entry {
         /// kept (nothing to report).
         verdict: Option<(NodeId, Outcome)>,
     },
+    /// Sender: messages `first .. first + count`, all to `to`, have the same verdict:
+    /// as that many `Resolved` records (written as one when consecutive messages are
+    /// resolved together, as an ACK of a run of slots resolves them).
+    ResolvedRun {
+        /// The first id of the run.
+        first: MsgId,
+        /// How many consecutive ids (at least 2).
+        count: u64,
+        /// Their destination.
+        to: NodeId,
+        /// Their verdict.
+        outcome: Outcome,
+    },
     /// Sender: the verdicts of messages `first .. first + count` were handed to the
     /// application; the journal forgets them.
     Reported {
@@ -283,6 +296,9 @@ pub enum EntryError {
     /// A verdict code that names no verdict.
     #[error("unknown verdict {0} in a journal record")]
     Outcome(u64),
+    /// A run of ids of fewer than two, or past the largest id.
+    #[error("a run of ids out of range in a journal record")]
+    Run,
 }
 
 const DELIVERED: u8 = 1;
@@ -309,6 +325,8 @@ const TAKEN_RELEASED: u8 = 23;
 const DAMAGED: u8 = 24;
 // A receiver's hand-overs without payload: kind 25.
 const HANDED: u8 = 25;
+// A run of messages resolved alike: kind 26.
+const RESOLVED_RUN: u8 = 26;
 
 impl Entry {
     /// The record's encoded length.
@@ -331,6 +349,12 @@ impl Entry {
                 v(id.0) + verdict.map_or(0, |(to, o)| v(o.code()) + v(to.get()))
             }
             Entry::Reported { first, count } => v(first.0) + v(*count),
+            Entry::ResolvedRun {
+                first,
+                count,
+                to,
+                outcome,
+            } => v(first.0) + v(*count) + v(outcome.code()) + v(to.get()),
             Entry::Replied {
                 from,
                 rck,
@@ -439,6 +463,18 @@ impl Entry {
                 buf.put_u8(REPORTED);
                 put_varint(buf, first.0);
                 put_varint(buf, *count);
+            }
+            Entry::ResolvedRun {
+                first,
+                count,
+                to,
+                outcome,
+            } => {
+                buf.put_u8(RESOLVED_RUN);
+                put_varint(buf, first.0);
+                put_varint(buf, *count);
+                put_varint(buf, outcome.code());
+                put_varint(buf, to.get());
             }
             Entry::Replied {
                 from,
@@ -686,10 +722,27 @@ impl Entry {
     }
 }
 
-/// Decodes the body of a record of kind `DAMAGED` or `HANDED`; any other kind is unknown.
+/// Decodes the body of a record of kind `DAMAGED`, `HANDED` or `RESOLVED_RUN`; any other
+/// kind is unknown.
 fn decode_newer(kind: u8, r: &mut Reader<'_>) -> Result<Entry, EntryError> {
     Ok(match kind {
         DAMAGED => Entry::Damaged,
+        RESOLVED_RUN => {
+            let first = MsgId(int(r)?);
+            let count = int(r)?;
+            let c = int(r)?;
+            let outcome = Outcome::from_code(c).ok_or(EntryError::Outcome(c))?;
+            let to = node(r)?;
+            if count < 2 || first.0.checked_add(count).is_none() {
+                return Err(EntryError::Run);
+            }
+            Entry::ResolvedRun {
+                first,
+                count,
+                to,
+                outcome,
+            }
+        }
         HANDED => Entry::Handed {
             from: node(r)?,
             rck: int(r)?,
@@ -884,6 +937,12 @@ mod tests {
                 slot: 1 << 21,
             },
             Entry::Damaged,
+            Entry::ResolvedRun {
+                first: MsgId(1 << 40),
+                count: 300,
+                to: n,
+                outcome: Outcome::Acknowledged,
+            },
         ]
     }
 

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::proto::journal::{Archive, Entry, Write};
+use crate::proto::journal::{Archive, Entry, Outcome, Write};
 use crate::proto::{DeliveryId, Event, MsgId, NodeId, PeerMap};
 
 /// What waits for a write to be durable.
@@ -154,6 +154,45 @@ impl Journal {
         self.write(Entry::Reported { first, count });
     }
 
+    /// Message `id` to `to` resolved `outcome`: a `Resolved` record, or, when the last
+    /// write queued and not yet handed out resolves the message before `id` alike, that
+    /// write made a run one longer (`ResolvedRun`: an ACK of a run of slots resolves its
+    /// messages one after the other). Returns the number of the write that holds it.
+    pub fn resolve(&mut self, id: MsgId, to: NodeId, outcome: Outcome) -> u64 {
+        if let Some(w) = self.writes.back_mut() {
+            let run = match w.entry {
+                Entry::Resolved {
+                    id: prev,
+                    verdict: Some((t, o)),
+                } if t == to && o == outcome && prev.0.checked_add(1) == Some(id.0) => {
+                    Some((prev, 1))
+                }
+                Entry::ResolvedRun {
+                    first,
+                    count,
+                    to: t,
+                    outcome: o,
+                } if t == to && o == outcome && first.0.checked_add(count) == Some(id.0) => {
+                    Some((first, count))
+                }
+                _ => None,
+            };
+            if let Some((first, count)) = run {
+                w.entry = Entry::ResolvedRun {
+                    first,
+                    count: count + 1,
+                    to,
+                    outcome,
+                };
+                return w.seq;
+            }
+        }
+        self.write(Entry::Resolved {
+            id,
+            verdict: Some((to, outcome)),
+        })
+    }
+
     /// The number of the last write queued.
     pub fn last_seq(&self) -> u64 {
         self.next_seq - 1
@@ -246,5 +285,48 @@ impl Journal {
     /// Writes handed out and not yet durable, and gates waiting.
     pub fn backlog(&self) -> (u64, usize) {
         (self.next_seq - 1 - self.durable, self.gates.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: NodeId = NodeId::from_const(4);
+    const B: NodeId = NodeId::from_const(5);
+
+    /// Consecutive messages resolved alike share one record while it waits to be handed
+    /// out; another destination, verdict, a gap, or a record already handed out starts
+    /// another.
+    #[test]
+    fn consecutive_verdicts_share_a_record_until_it_is_handed_out() {
+        let mut j = Journal::new(0, None, false);
+        let ack = Outcome::Acknowledged;
+        let first = j.resolve(MsgId(10), A, ack);
+        assert_eq!(j.resolve(MsgId(11), A, ack), first);
+        assert_eq!(j.resolve(MsgId(12), A, ack), first);
+        let other_to = j.resolve(MsgId(13), B, ack);
+        let doubt = j.resolve(MsgId(14), B, Outcome::InDoubt);
+        let gap = j.resolve(MsgId(16), B, Outcome::InDoubt);
+        assert_eq!(
+            j.poll_write().map(|w| w.entry),
+            Some(Entry::ResolvedRun {
+                first: MsgId(10),
+                count: 3,
+                to: A,
+                outcome: ack,
+            })
+        );
+        assert!(first < other_to && other_to < doubt && doubt < gap);
+        while j.poll_write().is_some() {}
+        let after = j.resolve(MsgId(17), B, Outcome::InDoubt);
+        assert!(after > gap, "the run before was handed out");
+        assert_eq!(
+            j.poll_write().map(|w| w.entry),
+            Some(Entry::Resolved {
+                id: MsgId(17),
+                verdict: Some((B, Outcome::InDoubt)),
+            })
+        );
     }
 }

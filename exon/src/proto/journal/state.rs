@@ -175,6 +175,12 @@ impl State {
                     self.hold_verdict(*id, (*to, *o, key));
                 }
             }
+            Entry::ResolvedRun {
+                first,
+                count,
+                to,
+                outcome,
+            } => self.resolve_run(*first, *count, *to, *outcome),
             Entry::ResolvedKeyed {
                 id,
                 to,
@@ -465,6 +471,18 @@ impl State {
     }
 
     /// A `Reported` record: the verdicts of `first .. first + count` are forgotten.
+    /// A `ResolvedRun` record: each message of the run the journal holds resolved as by its
+    /// own `Resolved` record (only those it holds: the run's length comes from the disk).
+    fn resolve_run(&mut self, first: MsgId, count: u64, to: NodeId, outcome: Outcome) {
+        let end = MsgId(first.0.saturating_add(count));
+        let ids: Vec<MsgId> = self.outbox.range(first..end).map(|(id, _)| *id).collect();
+        let acked = outcome == Outcome::Acknowledged;
+        for id in ids {
+            let key = self.resolve(id, acked);
+            self.hold_verdict(id, (to, outcome, key));
+        }
+    }
+
     fn reported(&mut self, first: MsgId, count: u64) {
         let end = MsgId(first.0.saturating_add(count));
         let ids: Vec<MsgId> = self.verdicts.range(first..end).map(|(id, _)| *id).collect();
@@ -736,6 +754,52 @@ mod tests {
         ]);
         assert!(s.is_empty());
         assert_eq!(s.live_bytes(), 0);
+    }
+
+    fn accepted(id: u64) -> Entry {
+        Entry::Accepted {
+            id: MsgId(id),
+            to: A,
+            payload: Bytes::from_static(b"m"),
+        }
+    }
+
+    /// A run of verdicts in one record is the same as one record per message; a run from
+    /// a damaged disk as long as the largest id resolves only the messages the journal
+    /// holds (no work in proportion to its length).
+    #[test]
+    fn a_resolved_run_is_its_messages_resolved_one_by_one() {
+        let mut one_by_one: Vec<Entry> = (10..15).map(accepted).collect();
+        let mut run = one_by_one.clone();
+        for id in 10..14 {
+            one_by_one.push(Entry::Resolved {
+                id: MsgId(id),
+                verdict: Some((A, Outcome::Acknowledged)),
+            });
+        }
+        run.push(Entry::ResolvedRun {
+            first: MsgId(10),
+            count: 4,
+            to: A,
+            outcome: Outcome::Acknowledged,
+        });
+        let (a, b) = (replay(&one_by_one), replay(&run));
+        let (ra, rb) = (a.recovered(false), b.recovered(false));
+        assert_eq!(ra.messages, rb.messages);
+        assert_eq!(ra.verdicts, rb.verdicts);
+        assert_eq!(a.live_bytes(), b.live_bytes());
+        assert_eq!(b.recovered(false).messages.len(), 1, "message 14 left");
+        let huge = replay(&[
+            accepted(7),
+            Entry::ResolvedRun {
+                first: MsgId(0),
+                count: u64::MAX - 1,
+                to: A,
+                outcome: Outcome::InDoubt,
+            },
+        ]);
+        assert!(huge.recovered(false).messages.is_empty());
+        assert_eq!(huge.unreported(), 1);
     }
 
     #[test]

@@ -197,6 +197,14 @@ impl Node {
             return;
         };
         let seq = j.write(entry);
+        self.gate_on(now, seq, g);
+    }
+
+    /// Durable mode: `g` waits for write `seq` (or goes at once, with its rule off).
+    fn gate_on(&mut self, now: Instant, seq: u64, g: Gate) {
+        let Some(j) = self.journal.as_mut() else {
+            return;
+        };
         let waits = match &g {
             Gate::Deliver(_) => self.rules.journal_before_delivery,
             Gate::Take(_) => self.rules.journal_before_ack,
@@ -280,8 +288,9 @@ impl Node {
                 slot: Some(slot),
                 event,
             };
-            let verdict = Some((to, outcome));
-            self.journal(now, Entry::Resolved { id, verdict }, g);
+            // Consecutive messages resolved alike share one record (`ResolvedRun`).
+            let seq = (self.journal.as_mut()).map_or(0, |j| j.resolve(id, to, outcome));
+            self.gate_on(now, seq, g);
         }
         let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
         if let Some(rec) = self.senders.get_mut(&to) {
