@@ -26,7 +26,7 @@ const RCK: u64 = 1 << 20;
 /// Which end's records a journal writes.
 #[derive(Clone, Copy)]
 enum End {
-    /// `Accepted`, `Assigned`, `Resolved` per message, `Reported` per batch.
+    /// `Accepted`, `Assigned` per message, a `ResolvedRun` and a `Reported` per batch.
     Sender,
     /// `Handed` (no payload: the sender keeps it until the ACK), `Taken` per message,
     /// `Confirmed` per batch.
@@ -51,10 +51,6 @@ fn batch(end: End, first: u64, size: usize) -> Vec<Entry> {
                     rck: RCK,
                     slot: n,
                 },
-                Entry::Resolved {
-                    id,
-                    verdict: Some((B, Outcome::Acknowledged)),
-                },
             ]),
             End::Receiver => out.extend([
                 Entry::Handed {
@@ -69,6 +65,14 @@ fn batch(end: End, first: u64, size: usize) -> Vec<Entry> {
                 },
             ]),
         }
+    }
+    if let End::Sender = end {
+        out.push(Entry::ResolvedRun {
+            first: MsgId(first),
+            count: BATCH,
+            to: B,
+            outcome: Outcome::Acknowledged,
+        });
     }
     out.push(match end {
         End::Sender => Entry::Reported {
