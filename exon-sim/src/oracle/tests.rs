@@ -237,23 +237,23 @@ fn durable_senders_owe_a_verdict_for_stored_messages_and_never_doubt() {
 #[test]
 fn a_damaged_senders_doubt_after_an_ack_may_be_reported_again() {
     use exon::proto::journal::Outcome;
-    let mut o = Oracle::new(2);
-    o.set_durable();
-    let m = o.on_submit(0, 1, 0);
-    o.on_delivered(1, 0, &payload(m), 2);
-    o.on_taken(1, &payload(m), 2);
-    o.on_acked(m, 3);
+    // A durable oracle with node 0's message to node 1 delivered, taken and acknowledged.
+    let acked = || {
+        let mut o = Oracle::new(2);
+        o.set_durable();
+        let m = o.on_submit(0, 1, 0);
+        o.on_delivered(1, 0, &payload(m), 2);
+        o.on_taken(1, &payload(m), 2);
+        o.on_acked(m, 3);
+        (o, m)
+    };
+    let (mut o, m) = acked();
     o.on_restart(0);
     o.on_damaged(0);
     o.on_in_doubt(m, 5);
     assert!(o.on_reported_again(m, Outcome::InDoubt, 6));
     assert!(kinds(&o).is_empty(), "{:?}", o.violations());
-    let mut o = Oracle::new(2);
-    o.set_durable();
-    let m = o.on_submit(0, 1, 0);
-    o.on_delivered(1, 0, &payload(m), 2);
-    o.on_taken(1, &payload(m), 2);
-    o.on_acked(m, 3);
+    let (mut o, m) = acked();
     o.on_damaged(1);
     assert!(o.on_reported_again(m, Outcome::InDoubt, 6));
     assert_eq!(kinds(&o), [ViolationKind::VerdictChanged]);

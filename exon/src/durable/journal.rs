@@ -279,13 +279,11 @@ mod tests {
         assert!(!report.damaged && !rec.damaged);
     }
 
-    /// Issue 42, item 5: a byte flipped in a synced record of the last segment, with intact
-    /// records after it, is reported damaged (the node then answers DOUBT), not cut as a
-    /// torn write.
-    #[test]
-    fn a_damaged_synced_record_in_the_last_segment_is_reported_damaged() {
+    /// A disk whose journal committed three records, one at a time, and then had a byte of
+    /// the second changed (a synced record with an intact one after it).
+    fn damaged_disk(cfg: &JournalConfig) -> MemBackend {
         let disk = MemBackend::new();
-        let (mut j, _, _) = Journal::open(disk.clone(), JournalConfig::default()).unwrap();
+        let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
         for i in 1..=3 {
             j.append(&w(i, accepted(i))).unwrap();
             j.commit().unwrap();
@@ -295,6 +293,15 @@ mod tests {
         let at = data.len() / 2;
         data[at] ^= 0x04;
         disk.put_segment(0, data);
+        disk
+    }
+
+    /// Issue 42, item 5: a byte flipped in a synced record of the last segment, with intact
+    /// records after it, is reported damaged (the node then answers DOUBT), not cut as a
+    /// torn write.
+    #[test]
+    fn a_damaged_synced_record_in_the_last_segment_is_reported_damaged() {
+        let disk = damaged_disk(&JournalConfig::default());
         let (_, rec, report) = Journal::open(disk, JournalConfig::default()).unwrap();
         assert!(report.damaged && rec.damaged, "{report:?}");
         assert_eq!((report.records, report.torn_bytes), (1, 0));
@@ -311,17 +318,7 @@ mod tests {
             mark_damage,
             ..JournalConfig::default()
         };
-        let disk = MemBackend::new();
-        let (mut j, _, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
-        for i in 1..=3 {
-            j.append(&w(i, accepted(i))).unwrap();
-            j.commit().unwrap();
-        }
-        drop(j);
-        let mut data = disk.segment(0).unwrap();
-        let at = data.len() / 2;
-        data[at] ^= 0x04;
-        disk.put_segment(0, data);
+        let disk = damaged_disk(&cfg);
         let (j, first, _) = Journal::open(disk.clone(), cfg.clone()).unwrap();
         assert!(first.damaged);
         drop(j);

@@ -51,7 +51,8 @@ impl Node {
     /// will never come again (their sender gave them up: it holds no copy). Returns how
     /// many were forgotten.
     pub(super) fn forget_handed_below(&mut self, src: NodeId, l: u64) -> usize {
-        let Some(j) = self.journal.as_mut() else {
+        let Some(j) = self.journal.as_mut().filter(|j| !j.handed.is_empty()) else {
+            // Nothing to forget (the usual case: this runs at every frontier a source sends).
             return 0;
         };
         let before = j.handed.len();
