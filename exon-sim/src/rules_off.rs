@@ -65,6 +65,7 @@ by_name!(
     mark_flow_window,
     deliver_from_senders_copy,
     senders_copy_only_when_kept,
+    early_token_waits_for_stored,
     probe_prompts_resend,
     untaken_share_per_source,
     credit_asks_each_waiting,

@@ -97,6 +97,7 @@ const FIELDS: &[Field] = &[
     Field(Group::Node, "delivered", "exon_messages_received_total", None, Kind::Counter, "Messages delivered to this endpoint, exactly once each."),
     Field(Group::Node, "taken", "exon_messages_taken_total", None, Kind::Counter, "Deliveries the application took (each is acknowledged then)."),
     Field(Group::Node, "redelivered", "exon_messages_redelivered_total", None, Kind::Counter, "Durable mode: deliveries recovered from the journal untaken after a restart and handed to the application again, flagged (`DeliveryId::is_redelivery`)."),
+    Field(Group::Node, "early_dropped", "exon_early_deliveries_dropped_total", None, Kind::Counter, "Early deliveries (ETOKEN) whose sender passed their slot without storing them (it restarted before its sync): dropped, never handed over."),
     Field(Group::Node, "recovered_messages", "exon_messages_recovered_total", None, Kind::Counter, "Durable mode: messages recovered from the journal after a restart, to be sent again."),
     Field(Group::Node, "held_back", "exon_held_back_total", None, Kind::Counter, "TOKENs not delivered (and not answered), and REQSLOTS not granted, because `Config::limits.max_untaken` deliveries were waiting for the application: the sender sends them again later."),
     Field(Group::Node, "sender_restarts", "exon_sender_restarts_total", None, Kind::Counter, "REQSLOTS from a sender that restarted while this node held its record: not granted; the sender is probed, and its waiver ends the record."),

@@ -231,6 +231,18 @@ fn without_journal_before_token_a_sender_crash_delivers_twice() {
 }
 
 #[test]
+fn without_early_token_waits_for_stored_a_sender_crash_delivers_twice() {
+    // An early token handed over before its sender stored it: the sender crashed before
+    // its sync and sends the message again (the application's new send, or a fresh slot).
+    self_test(
+        durable,
+        0,
+        |r| r.early_token_waits_for_stored = false,
+        ViolationKind::Duplicate,
+    );
+}
+
+#[test]
 fn without_journal_before_verdict_a_verdict_is_reported_twice() {
     self_test(
         durable,

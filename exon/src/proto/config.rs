@@ -128,6 +128,12 @@ pub struct FlowConfig {
     /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
     /// the slots alone.
     pub congestion: CongestionControl,
+    /// Durable mode: a message its sender keeps until the ACK (an STOKEN) leaves before its
+    /// records are on stable storage, as an ETOKEN, and its receiver hands it over only once
+    /// the sender says they are (STORED): the two sides' syncs overlap instead of running
+    /// one after the other (`docs/durability.md`, "Syncs that overlap"). Off, the token
+    /// waits for its records. Messages in fragments always wait. Default true.
+    pub early_tokens: bool,
 }
 
 impl Default for FlowConfig {
@@ -137,6 +143,7 @@ impl Default for FlowConfig {
             envelope_low: 64,
             window: 32768,
             autotune: true,
+            early_tokens: true,
             congestion: CongestionControl::default(),
         }
     }

@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=14)? {
+        Ok(match u.int_in_range(0u8..=16)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -128,6 +128,18 @@ impl<'a> Arbitrary<'a> for Frame {
             13 => Frame::Lost {
                 r: varint(u)?,
                 ranges: AckRanges::arbitrary(u)?,
+            },
+            14 => {
+                let len = u.int_in_range(0usize..=1500)?;
+                Frame::EarlyToken {
+                    s: varint(u)?,
+                    r: varint(u)?,
+                    payload: Bytes::copy_from_slice(u.bytes(len.min(u.len()))?),
+                }
+            }
+            15 => Frame::Stored {
+                from: varint(u)?,
+                below: varint(u)?,
             },
             _ => Frame::MtuAck { id: varint(u)? },
         })

@@ -242,6 +242,13 @@ pub struct Rules {
     /// receiver handed over before a crash and its sender gave up is gone, and the gap sent
     /// for it is released after it.
     pub senders_copy_only_when_kept: bool,
+    /// An early token (ETOKEN: its sender's records of it not yet on stable storage) is
+    /// handed over only once its sender says they are (a STORED frame covering its slot,
+    /// or a stored copy of it); one its sender's frontier passes unstored is dropped
+    /// unseen. Off, it is handed over as it arrives, and a sender that crashes before its
+    /// records are synced sends the message again (a fresh slot, or the application's new
+    /// send of a message never reported stored): delivered twice.
+    pub early_token_waits_for_stored: bool,
     /// A receiver's probe (SLOTS with `n = 0`) for an incarnation in which the sender holds
     /// tokens that left more than a smoothed round trip ago makes it send them again at
     /// once: a receiver probes only after it heard nothing from the sender for a while, so
@@ -317,6 +324,7 @@ impl Rules {
         mark_flow_window: true,
         deliver_from_senders_copy: true,
         senders_copy_only_when_kept: true,
+        early_token_waits_for_stored: true,
         probe_prompts_resend: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,

@@ -12,7 +12,7 @@ counters! {
         pub reqslots: u64 [sum],
         /// SLOTS frames.
         pub slots: u64 [sum],
-        /// TOKEN frames.
+        /// TOKEN, STOKEN and ETOKEN frames.
         pub token: u64 [sum],
         /// ACK frames.
         pub ack: u64 [sum],
@@ -35,7 +35,9 @@ counters! {
         /// MTU_PROBE frames.
         pub mtu_probe: u64 [sum],
         /// MTU_ACK frames.
-        pub mtu_ack: u64 [sum],}
+        pub mtu_ack: u64 [sum],
+        /// STORED frames.
+        pub stored: u64 [sum],}
 }
 
 impl FrameCounts {
@@ -48,7 +50,8 @@ impl FrameCounts {
         match f {
             Frame::ReqSlots { .. } => self.reqslots += 1,
             Frame::Slots { .. } => self.slots += 1,
-            Frame::Token { .. } => self.token += 1,
+            Frame::Token { .. } | Frame::EarlyToken { .. } => self.token += 1,
+            Frame::Stored { .. } => self.stored += 1,
             Frame::Ack { .. } => self.ack += 1,
             Frame::Doubt { .. } => self.doubt += 1,
             Frame::Retry { .. } => self.retry += 1,
@@ -220,6 +223,9 @@ counters! {
         /// Durable mode: deliveries recovered from the journal untaken after a restart and
         /// handed to the application again, flagged (`DeliveryId::is_redelivery`).
         pub redelivered: u64 [sum],
+        /// Early deliveries (ETOKEN) whose sender passed their slot without storing them
+        /// (it restarted before its sync): dropped, never handed over.
+        pub early_dropped: u64 [sum],
         /// Durable mode: messages recovered from the journal after a restart, to be sent
         /// again.
         pub recovered_messages: u64 [sum],

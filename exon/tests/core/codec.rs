@@ -56,6 +56,27 @@ fn frame() -> impl Strategy<Value = Frame> {
                 payload: Bytes::from(p),
                 senders_copy: false
             }),
+        (
+            varint(),
+            varint(),
+            proptest::collection::vec(any::<u8>(), 0..300),
+            any::<bool>()
+        )
+            .prop_map(|(s, r, p, early)| if early {
+                Frame::EarlyToken {
+                    s,
+                    r,
+                    payload: Bytes::from(p),
+                }
+            } else {
+                Frame::Token {
+                    s,
+                    r,
+                    payload: Bytes::from(p),
+                    senders_copy: true,
+                }
+            }),
+        (varint(), varint()).prop_map(|(from, below)| Frame::Stored { from, below }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Ack { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Doubt { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Retry { r, ranges }),

@@ -298,6 +298,45 @@ fn without_journal_before_token_a_restarted_sender_delivers_twice() {
     }
 }
 
+/// A's token leaves before its records are stored (ETOKEN) and B journals and holds it;
+/// A crashes before its sync, so its application was never told the message was stored
+/// and sends it again. With the rule, B hands over only the new send (the early copy waits
+/// for a STORED that never comes, and is dropped unseen once A's frontier passes it);
+/// without, B had handed the early copy over too: twice.
+#[test]
+fn without_early_token_waits_for_stored_a_sender_crash_delivers_twice() {
+    for rule in [true, false] {
+        let mut p = durable_pair(true, true);
+        let mut rules = Rules::ALL;
+        rules.early_token_waits_for_stored = rule;
+        p.node(B).set_rules(rules);
+        p.nodes[A].auto_sync = false;
+        p.send(A, payload(0));
+        step_until(&mut p, |p| p.nodes[B].node.stats().frames_in.token > 0);
+        p.run(Duration::from_millis(50));
+        assert_eq!(
+            p.nodes[A].node.stats().frames_out.stored,
+            0,
+            "A never synced"
+        );
+        assert_eq!(
+            (p.nodes[B].delivered.len(), p.nodes[B].node.early_parked()),
+            if rule { (0, 1) } else { (1, 0) },
+            "rule {rule}: the early copy is held for A's word"
+        );
+        p.crash_and_recover(A);
+        p.nodes[A].auto_sync = true;
+        p.send(A, payload(0));
+        p.run(Duration::from_secs(30));
+        assert_eq!(unflagged(&p, B)[&payload(0)], if rule { 1 } else { 2 });
+        if rule {
+            assert_eq!(p.nodes[B].node.stats().early_dropped, 1);
+            assert_eq!(p.nodes[B].node.early_parked(), 0);
+            assert_eq!(p.nodes[B].node.untaken(), 0, "nothing left held");
+        }
+    }
+}
+
 #[test]
 fn without_journal_before_verdict_a_verdict_is_reported_twice() {
     for rule in [true, false] {

@@ -4,7 +4,8 @@
 //! many rounds pass before each step is what a durable one-way message and a durable call
 //! pay in sync latencies, whatever the disk (`docs/durability.md`, "The syncs on the
 //! critical path"). The figures are upper bounds: a change that puts another sync in
-//! series fails here.
+//! series fails here. The rounds count syncs, not their order: a sender's sync and its
+//! receiver's that overlap (an early token, `FlowConfig::early_tokens`) share a round.
 
 use std::time::Duration;
 
@@ -19,7 +20,14 @@ use exon_testkit::pair::{id, test_config, Pair, A, B};
 /// the idle timeout), and its next message asks again, a round trip more, as the first
 /// message does.
 fn pair() -> Pair {
+    pair_with(true)
+}
+
+/// [`pair`], its senders' tokens leaving before their records are stored
+/// (`FlowConfig::early_tokens`) or not.
+fn pair_with(early: bool) -> Pair {
     let mut cfg = test_config();
+    cfg.flow.early_tokens = early;
     cfg.timers.idle_timeout = Duration::from_secs(600);
     cfg.timers.probe_interval = Duration::from_secs(60);
     cfg.timers.max_probe_interval = Duration::from_secs(600);
@@ -65,22 +73,36 @@ fn one_way(p: &mut Pair, text: &'static [u8]) -> (usize, usize) {
 }
 
 #[test]
-fn a_durable_one_way_message_crosses_four_syncs() {
+fn a_durable_one_way_message_crosses_three_syncs() {
     let mut p = pair();
-    // The first message: A's Accepted and B's Granted in one round (the SLOTS do not wait
-    // for it), then A's Assigned (the token waits for it), then B's Handed.
+    // The first message: its token leaves at once (ETOKEN), before A's Accepted and
+    // Assigned are stored; B's Handed is stored in the same round, and A's STORED follows
+    // the round: B hands it over.
     let (handed, acked) = one_way(&mut p, b"first");
     assert_eq!(
-        handed, 2,
+        handed, 1,
         "syncs before B's application has the first message"
     );
     assert_eq!(acked, 2, "syncs from the take to A's verdict");
-    // Then A holds slots: its Accepted and Assigned are one sync, then B's Handed (no
-    // payload: A keeps it until the ACK).
+    // The same while A holds slots: A's records and B's `Handed` in one round.
     let (handed, acked) = one_way(&mut p, b"second");
-    assert_eq!(handed, 2, "syncs before B's application has the message");
+    assert_eq!(handed, 1, "syncs before B's application has the message");
     // B's Taken (the ACK), then A's Resolved (the verdict).
     assert_eq!(acked, 2, "syncs from the take to A's verdict");
+}
+
+#[test]
+fn without_early_tokens_the_senders_sync_and_the_receivers_run_in_series() {
+    let mut p = pair_with(false);
+    // A's Accepted and B's Granted in one round (the SLOTS do not wait for it), then A's
+    // Assigned (the token waits for it), then B's Handed.
+    let (handed, _) = one_way(&mut p, b"first");
+    assert_eq!(handed, 2);
+    // A's Accepted and Assigned in one sync, then B's Handed.
+    let (handed, _) = one_way(&mut p, b"second");
+    assert_eq!(handed, 2);
+    let (at_server, replied, _) = call(&mut p, b"call");
+    assert_eq!((at_server, replied), (2, 2));
 }
 
 /// A call from A to B: sync rounds before B's handler has the request, and before A has
@@ -113,21 +135,22 @@ fn call(p: &mut Pair, text: &'static [u8]) -> (usize, usize, usize) {
 }
 
 #[test]
-fn a_durable_call_crosses_four_syncs_before_its_reply_is_handed_over() {
+fn a_durable_call_crosses_three_syncs_before_its_reply_is_handed_over() {
     let mut p = pair();
     let (at_server, replied, _) = call(&mut p, b"first");
-    assert_eq!((at_server, replied), (2, 2), "the first call");
-    // A's AcceptedHeld (with its slot), B's Handed: the handler has the request; B's
-    // Replied (the request's take and the reply, one record), A's Handed.
+    assert_eq!((at_server, replied), (1, 2), "the first call");
+    // A's AcceptedHeld and B's Handed in one round (the request left early): the handler
+    // has the request; B's Replied (the request's take and the reply, one record), A's
+    // Delivered (a reply waits for its record: its caller journals it whole).
     let (at_server, replied, settled) = call(&mut p, b"second");
     assert_eq!(
-        at_server, 2,
+        at_server, 1,
         "syncs before the server's handler has the request"
     );
     assert_eq!(replied, 2, "syncs from the reply to the caller's hand-over");
     assert_eq!(
         at_server + replied,
-        4,
+        3,
         "syncs in series before the caller has its reply"
     );
     assert_eq!(settled, 2, "A's TakenReleased (the ACK), then B's Resolved");

@@ -369,7 +369,12 @@ async fn a_two_shard_durable_endpoint_gets_back_the_streams_of_both_shards() {
                 assert!(k > 0, "ended after {} bytes", got.len());
                 got.extend_from_slice(&buf[..k]);
             }
-            (e, got)
+            // Read to the end, and kept open until the writer is done: a stream dropped
+            // with its own half open resets, and that reset (a message of its own, not
+            // ordered with the ACK of the writer's end) may reach the writer first.
+            let k = timeout(LIMIT, r.read(&mut buf)).await.expect("end in time");
+            assert_eq!(k.unwrap(), 0, "bytes past the end");
+            (e, got, r)
         }));
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -397,8 +402,10 @@ async fn a_two_shard_durable_endpoint_gets_back_the_streams_of_both_shards() {
     for w in writers {
         timeout(LIMIT, w).await.unwrap().unwrap();
     }
+    let mut open = Vec::new();
     for r in readers {
-        let (e, got) = timeout(LIMIT, r).await.unwrap().unwrap();
+        let (e, got, r) = timeout(LIMIT, r).await.unwrap().unwrap();
+        open.push(r);
         assert!(
             got == whole,
             "bytes exact at {}: {} of {}",

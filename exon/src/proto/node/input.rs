@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::proto::codec::VARINT_MAX;
 use crate::proto::crypto::{OpenError, Vouch};
-use crate::proto::frame::{self, Frame, Verdict};
+use crate::proto::frame::{self, Frame, TokenKind, Verdict};
 use crate::proto::recv::record::{Grant, RRecord};
 use crate::proto::send::answers::{Sink, SlotsAnswer};
 use crate::proto::{Abandoned, Accepted, Config, MsgId, Node, NodeId};
@@ -165,8 +165,14 @@ impl Node {
                     senders_copy,
                 } => {
                     tokens += 1;
-                    urgent |= self.on_token(now, src, s, r, payload, senders_copy);
+                    let kind = TokenKind::stored(senders_copy);
+                    urgent |= self.on_token(now, src, s, r, payload, kind);
                 }
+                Frame::EarlyToken { s, r, payload } => {
+                    tokens += 1;
+                    urgent |= self.on_token(now, src, s, r, payload, TokenKind::Early);
+                }
+                Frame::Stored { from, below } => self.on_stored(src, from..below),
                 Frame::Frag {
                     s,
                     r,
@@ -278,7 +284,7 @@ impl Node {
             return;
         }
         // A durable receiver forgets the taken deliveries the sender holds no token for.
-        self.journal_frontier(src, l);
+        self.journal_frontier(now, src, l);
         if n > 0 && self.rules.ack_on_take && !self.has_room_for_delivery(src) {
             // The application is behind: no new slots until it takes (or acknowledges)
             // what it has, so a slow consumer slows its senders down. They ask again.

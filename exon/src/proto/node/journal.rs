@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::proto::frame::Verdict;
+use crate::proto::frame::{TokenKind, Verdict};
 use crate::proto::journal::gates::{Gate, Journal};
 use crate::proto::journal::{Entry, Mark, Outcome, Recovered, RecoveredVerdict, Write};
 use crate::proto::node::send::Stamp;
@@ -206,7 +206,7 @@ impl Node {
             return;
         };
         let waits = match &g {
-            Gate::Deliver(_) => self.rules.journal_before_delivery,
+            Gate::Deliver(_) | Gate::DeliverEarly(_) => self.rules.journal_before_delivery,
             Gate::Take(_) => self.rules.journal_before_ack,
             Gate::Assigned { .. } => self.rules.journal_before_token,
             Gate::Verdict { .. } | Gate::Stored(_) | Gate::Released { .. } => {
@@ -224,6 +224,7 @@ impl Node {
     fn open_gate(&mut self, now: Instant, g: Gate) {
         match g {
             Gate::Deliver(ev) | Gate::Stored(ev) => self.events.push_back(ev),
+            Gate::DeliverEarly(ev) => self.early_ready(now, ev),
             Gate::Take(id) => self.complete_take(now, id),
             Gate::Assigned { to, below } => {
                 if self
@@ -470,15 +471,24 @@ impl Node {
         ev: Event,
         src: NodeId,
         (r, s): (u64, u64),
-        senders_copy: bool,
+        kind: TokenKind,
     ) {
+        let early = kind == TokenKind::Early && self.rules.early_token_waits_for_stored;
+        if early {
+            self.unstored.arrived(src);
+        }
         if self.journal.is_none() {
-            self.events.push_back(ev);
+            if early {
+                self.early_ready(now, ev);
+            } else {
+                self.events.push_back(ev);
+            }
             return;
         }
         let Event::Delivered { payload, .. } = &ev else {
             return;
         };
+        let senders_copy = kind != TokenKind::Plain;
         let entry = if self.rules.deliver_from_senders_copy && senders_copy {
             // The sender's copy stands for the receiver's (the ACK waits for the take): the
             // journal says only that the slot was handed over, so that a restart flags the
@@ -496,7 +506,12 @@ impl Node {
                 payload: payload.clone(),
             }
         };
-        self.journal(now, entry, Gate::Deliver(ev));
+        let gate = if early {
+            Gate::DeliverEarly(ev)
+        } else {
+            Gate::Deliver(ev)
+        };
+        self.journal(now, entry, gate);
     }
 
     /// Durable mode: the answer the journal gives a token (or a REQCREDIT) of
@@ -617,7 +632,8 @@ impl Node {
 
     /// Durable mode: `src`'s frontier is `l`; taken deliveries below it are forgotten, and
     /// so are hand-overs of an earlier run below it that never came again.
-    pub(super) fn journal_frontier(&mut self, src: NodeId, l: u64) {
+    pub(super) fn journal_frontier(&mut self, now: Instant, src: NodeId, l: u64) {
+        self.unstored_frontier(now, src, l);
         let handed = self.forget_handed_below(src, l) > 0;
         let Some(j) = self.journal.as_mut() else {
             return;

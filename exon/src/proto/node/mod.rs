@@ -2,6 +2,7 @@
 //! `handle_datagram`, `handle_timeout`, `handle_clock_stored`) and outputs (`poll_transmit`,
 //! `poll_event`, `poll_timeout`, `poll_clock_store`).
 
+mod early;
 mod handed;
 mod held;
 mod input;
@@ -126,6 +127,10 @@ pub struct Node {
     /// bytes they hold (`delivery.rs`: a payload, or the part of a receive buffer a slice
     /// keeps alive), in all and per source (`recv/untaken.rs`).
     untaken: crate::proto::recv::untaken::Untaken,
+    /// Early deliveries (ETOKEN) waiting for their senders' word (`recv/unstored.rs`).
+    unstored: crate::proto::recv::unstored::Unstored,
+    /// Deliveries an early-delivery step hands out, reused.
+    early_scratch: Vec<Event>,
     /// The receive buffers untaken deliveries keep alive (`pins.rs`).
     pins: crate::proto::recv::pins::Pins,
     /// Buffers of large reassembled messages, back from the application (`bufpool.rs`).
@@ -207,6 +212,8 @@ impl Node {
             last_response: None,
             challenges: 0,
             untaken: Default::default(),
+            unstored: Default::default(),
+            early_scratch: Vec::new(),
             pins: Default::default(),
             bufs: Default::default(),
             liveness: Default::default(),

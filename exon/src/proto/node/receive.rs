@@ -12,6 +12,7 @@ use crate::proto::recv::delivery::Kept;
 use crate::proto::recv::eviction::Candidate;
 use crate::proto::recv::pins::Hold;
 use crate::proto::send::answers::Sink;
+use crate::proto::wire::frame::TokenKind;
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 
@@ -28,7 +29,7 @@ impl Node {
         s: u64,
         r: u64,
         payload: Bytes,
-        senders_copy: bool,
+        kind: TokenKind,
     ) -> bool {
         let mut urgent = false;
         let on_take = self.rules.ack_on_take;
@@ -60,13 +61,17 @@ impl Node {
                         payload,
                         id: DeliveryId::new(src, r, s, kept),
                     };
-                    self.deliver(now, ev, src, (r, s), senders_copy);
+                    self.deliver(now, ev, src, (r, s), kind);
                     // Acknowledged once taken (`handle_taken`), unless the rule is off.
                     (!on_take).then_some(Verdict::Ack)
                 } else if on_take && rec.held().contains(s) {
                     // A duplicate of a delivery the application has not taken yet: no
-                    // answer until it is taken.
+                    // answer until it is taken. A stored copy of an early one held for its
+                    // sender's word is that word.
                     self.stats.duplicates_dropped += 1;
+                    if kind != TokenKind::Early {
+                        self.stored_copy(src, s);
+                    }
                     None
                 } else {
                     self.stats.duplicates_dropped += 1;
@@ -81,7 +86,9 @@ impl Node {
                 urgent = true;
                 if !self.journal_redelivers(src, r, s) {
                     self.answer_without_record(src, r, s)
-                } else if !room {
+                } else if !room || kind == TokenKind::Early {
+                    // No room; or a copy its sender has not stored yet: the stored one
+                    // comes later.
                     self.stats.held_back += 1;
                     None
                 } else {
@@ -466,7 +473,7 @@ impl Node {
         }
         let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
             // No record of `r`: the verdict a TOKEN would get (ACK, DOUBT or RETRY).
-            return self.on_token(now, src, s, r, data, senders_copy);
+            return self.on_token(now, src, s, r, data, TokenKind::stored(senders_copy));
         };
         if !rec.slots().contains(s) {
             if rec.held().contains(s) {
@@ -480,7 +487,7 @@ impl Node {
                 }
                 return true;
             }
-            return self.on_token(now, src, s, r, data, senders_copy);
+            return self.on_token(now, src, s, r, data, TokenKind::stored(senders_copy));
         }
         rec.heard(now);
         if !room {
@@ -501,7 +508,7 @@ impl Node {
                 if payload.len() > data.len() {
                     self.stats.reassembled += 1;
                 }
-                self.on_token(now, src, s, r, payload, senders_copy)
+                self.on_token(now, src, s, r, payload, TokenKind::stored(senders_copy))
             }
             Piece::Kept => {
                 if let Some(have) = rec.assembler().have(s) {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
+use crate::proto::frame::TokenKind;
 use crate::proto::recv::assembler::{Assembler, Piece};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Node, NodeId};
@@ -74,7 +75,7 @@ impl Node {
                     self.stats.rejects.outbox_full += 1;
                 }
                 self.stats.reassembled += 1;
-                self.on_token(now, src, s, r, payload, senders_copy)
+                self.on_token(now, src, s, r, payload, TokenKind::stored(senders_copy))
             }
             Some((Piece::Kept, Some(have))) => {
                 if !self.outbox.got(src, r, s, &have, cap) {

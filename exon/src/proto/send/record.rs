@@ -96,6 +96,13 @@ pub(crate) struct DurableTokens {
     assigned: Vec<(MsgId, u64, u64)>,
     /// Tokens in slots below this are journalled: they may go out.
     logged_below: u64,
+    /// Where this record began in this run: slots from here up to `logged_below` are
+    /// journalled by this run (what a STORED frame vouches for).
+    run_from: u64,
+    /// One past the highest slot sent early (ETOKEN, before `logged_below` covered it).
+    early_below: u64,
+    /// The `below` of the last STORED frame written.
+    told_below: u64,
     /// The lowest slot of a message settled and not yet journalled as resolved.
     frontier_cap: Option<u64>,
 }
@@ -215,6 +222,8 @@ impl SRecord {
         let logged_below = self.sck;
         self.durable = Some(Box::new(DurableTokens {
             logged_below,
+            run_from: logged_below,
+            told_below: logged_below,
             ..DurableTokens::default()
         }));
     }
@@ -228,12 +237,34 @@ impl SRecord {
     }
 
     /// Durable mode: slots below `below` are journalled; their tokens may go. Returns whether
-    /// tokens wait to be sent.
+    /// tokens wait to be sent, or a STORED frame for tokens sent early.
     pub fn logged_through(&mut self, below: u64) -> bool {
         if let Some(d) = &mut self.durable {
             d.logged_below = d.logged_below.max(below);
         }
-        !self.to_send.is_empty()
+        !self.to_send.is_empty() || self.stored_due().is_some()
+    }
+
+    /// Durable mode: the STORED frame owed to the receiver, `(from, below)`: tokens went
+    /// early that the last one did not cover, and the journal now covers more.
+    pub(super) fn stored_due(&self) -> Option<(u64, u64)> {
+        let d = self.durable.as_ref()?;
+        (d.early_below > d.told_below && d.logged_below > d.told_below)
+            .then_some((d.run_from, d.logged_below))
+    }
+
+    /// Durable mode: a STORED frame up to `below` was written.
+    pub(super) fn on_stored_told(&mut self, below: u64) {
+        if let Some(d) = &mut self.durable {
+            d.told_below = d.told_below.max(below);
+        }
+    }
+
+    /// Durable mode: the token in slot `s` left early (ETOKEN).
+    pub(super) fn on_sent_early(&mut self, s: u64) {
+        if let Some(d) = &mut self.durable {
+            d.early_below = d.early_below.max(s.saturating_add(1));
+        }
     }
 
     /// Whether the token in slot `s` may go out (durable mode: its slot is journalled).

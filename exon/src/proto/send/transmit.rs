@@ -10,8 +10,8 @@ use crate::proto::send::timers::Timer;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::varint_len;
 use crate::proto::wire::frame::{
-    put_frag_parts, put_reqcredit, put_reqslots, put_token_parts, reqcredit_len, reqslots_len,
-    token_len,
+    put_frag_parts, put_reqcredit, put_reqslots, put_stored, put_token_parts, reqcredit_len,
+    reqslots_len, stored_len, token_len, TokenKind,
 };
 use crate::proto::{Config, Rules};
 
@@ -88,14 +88,29 @@ impl SRecord {
             space,
             stats,
         };
+        self.write_stored(&mut fill);
         self.write_reqslots(&mut fill);
         let (wrote, blocked) = self.write_tokens(&mut fill, cfg, rules);
         self.write_reqcredit(&mut fill);
         self.end_datagram(now, cfg, wrote);
         let credit_due = self.credit.due().is_some();
         let burst_end = !self.req.is_due() && self.to_send.is_empty() && !credit_due;
-        let left = self.req.is_due() || credit_due || (!self.to_send.is_empty() && !blocked);
+        let stored_due = self.stored_due().is_some();
+        let left =
+            self.req.is_due() || credit_due || stored_due || (!self.to_send.is_empty() && !blocked);
         (left, burst_end)
+    }
+
+    /// Durable mode: writes the STORED frame owed for tokens sent early, if it fits.
+    #[inline]
+    fn write_stored(&mut self, fill: &mut Fill<'_>) {
+        if let Some((from, below)) = self.stored_due() {
+            if stored_len(from, below) <= fill.room() {
+                put_stored(fill.buf, from, below);
+                fill.stats.frames_out.stored += 1;
+                self.on_stored_told(below);
+            }
+        }
     }
 
     /// Writes the outstanding REQSLOTS into the datagram, if one is due and fits.
@@ -127,12 +142,22 @@ impl SRecord {
                 self.to_send.pop_front();
                 continue;
             };
-            if !logged {
-                // Durable mode: its slot is not on stable storage yet.
-                return (wrote, true);
-            }
             let r = tok.incarnation(self.rck, keep_own);
             let len = token_len(s, r, tok.payload.len());
+            let kind = if logged {
+                TokenKind::stored(tok.senders_copy)
+            } else if cfg.flow.early_tokens
+                && tok.senders_copy
+                && tok.frag.is_none()
+                && len <= fill.space.body_room
+            {
+                // Durable mode: its records are not on stable storage yet, and its
+                // receiver holds it until they are (STORED).
+                TokenKind::Early
+            } else {
+                // Durable mode: its slot is not on stable storage yet.
+                return (wrote, true);
+            };
             if tok.frag.is_none() && (len > fill.space.body_room || tok.reported) {
                 // Too large for one TOKEN in this peer's datagrams: fragments from now on
                 // (a whole TOKEN sent before, when datagrams were larger, is written off as
@@ -148,7 +173,7 @@ impl SRecord {
             let step = if tok.frag.is_some() {
                 self.write_fragment(fill, s, r, cfg, rules)
             } else {
-                self.write_token(fill, s, r, len)
+                self.write_token(fill, (s, r, kind), len)
             };
             match step {
                 Step::Wrote => wrote = true,
@@ -218,7 +243,12 @@ impl SRecord {
     /// a TOKEN frame of `len` bytes, if it fits and the congestion window and the pacer let
     /// it.
     #[inline]
-    fn write_token(&mut self, fill: &mut Fill<'_>, s: u64, r: u64, len: usize) -> Step {
+    fn write_token(
+        &mut self,
+        fill: &mut Fill<'_>,
+        (s, r, kind): (u64, u64, TokenKind),
+        len: usize,
+    ) -> Step {
         if len > fill.room() {
             return Step::Stop;
         }
@@ -229,9 +259,8 @@ impl SRecord {
         let Some(tok) = self.tokens.get_mut(s) else {
             return Step::Stop;
         };
-        let senders_copy = tok.senders_copy;
         let (head, body) = (tok.payload.head(), tok.payload.body());
-        put_token_parts(fill.buf, (s, r, senders_copy), head, body);
+        put_token_parts(fill.buf, (s, r, kind), head, body);
         tok.reach = fill.reach();
         if tok.sends > 0 {
             fill.stats.retransmissions += 1;
@@ -244,6 +273,9 @@ impl SRecord {
         tok.sent_at = Some(fill.now);
         tok.queued = false;
         self.to_send.pop_front();
+        if kind == TokenKind::Early {
+            self.on_sent_early(s);
+        }
         self.on_token_sent(fill.now, s, size);
         fill.stats.frames_out.token += 1;
         Step::Wrote

@@ -58,6 +58,12 @@ pub mod frame_type {
     pub const STOKEN: u64 = 0x10;
     /// SFRAG(s, r, total, offset, data): a FRAG of such a message.
     pub const SFRAG: u64 = 0x11;
+    /// ETOKEN(s, r, payload): an STOKEN sent before its sender's records of it are on
+    /// stable storage; handed over once the sender says they are.
+    pub const ETOKEN: u64 = 0x12;
+    /// STORED(from, below): the sender's records of its tokens in slots `from .. below`
+    /// are on stable storage.
+    pub const STORED: u64 = 0x13;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -133,6 +139,26 @@ pub enum Frame {
         /// (STOKEN): a durable receiver relies on it and journals no payload
         /// (`docs/durability.md`, "One copy of a payload").
         senders_copy: bool,
+    },
+    /// ETOKEN: a token whose sender keeps its copy until the ACK, sent before the sender's
+    /// records of it are on stable storage: the receiver hands it over only once the
+    /// sender says they are (a STORED frame, or a TOKEN or STOKEN in a slot not below it).
+    EarlyToken {
+        /// Slot number.
+        s: u64,
+        /// Incarnation the token was made under.
+        r: u64,
+        /// The application's message.
+        payload: Bytes,
+    },
+    /// STORED: the sender's records of its tokens in slots `from .. below` (sender clock
+    /// values, never reused) are on stable storage. `from` is where the sender's record
+    /// began in its current run: a restarted sender vouches for nothing of an earlier one.
+    Stored {
+        /// The first slot covered.
+        from: u64,
+        /// One past the last slot covered.
+        below: u64,
     },
     /// Receiver acknowledges the tokens in `ranges` of incarnation `r`.
     Ack {
@@ -255,6 +281,8 @@ impl Frame {
             Frame::Token {
                 senders_copy: true, ..
             } => "STOKEN",
+            Frame::EarlyToken { .. } => "ETOKEN",
+            Frame::Stored { .. } => "STORED",
             Frame::Ack { .. } => "ACK",
             Frame::Doubt { .. } => "DOUBT",
             Frame::Retry { .. } => "RETRY",
@@ -297,7 +325,16 @@ impl Frame {
                 r,
                 payload,
                 senders_copy,
-            } => put_token_parts(buf, (*s, *r, *senders_copy), &[], payload),
+            } => put_token_parts(
+                buf,
+                (*s, *r, TokenKind::stored(*senders_copy)),
+                &[],
+                payload,
+            ),
+            Frame::EarlyToken { s, r, payload } => {
+                put_token_parts(buf, (*s, *r, TokenKind::Early), &[], payload)
+            }
+            Frame::Stored { from, below } => put_stored(buf, *from, *below),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
             Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
             Frame::Frag {
@@ -340,7 +377,10 @@ impl Frame {
         match self {
             Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
-            Frame::Token { s, r, payload, .. } => token_len(*s, *r, payload.len()),
+            Frame::Token { s, r, payload, .. } | Frame::EarlyToken { s, r, payload } => {
+                token_len(*s, *r, payload.len())
+            }
+            Frame::Stored { from, below } => stored_len(*from, *below),
             Frame::Challenge { .. } | Frame::Response { .. } => PATH_FRAME_LEN,
             Frame::Frag {
                 s,
@@ -562,6 +602,22 @@ pub struct Frames<'a> {
 }
 
 impl Frames<'_> {
+    /// The rest of a TOKEN, STOKEN or ETOKEN (`ty`): they share their layout.
+    fn token(&mut self, ty: u64) -> Result<Frame, DecodeError> {
+        let r = &mut self.reader;
+        let (s, rck) = (r.varint()?, r.varint()?);
+        let payload = r.length_prefixed(self.whole, self.max_payload)?;
+        Ok(match ty {
+            frame_type::ETOKEN => Frame::EarlyToken { s, r: rck, payload },
+            _ => Frame::Token {
+                s,
+                r: rck,
+                payload,
+                senders_copy: ty == frame_type::STOKEN,
+            },
+        })
+    }
+
     fn frame(&mut self) -> Result<Frame, DecodeError> {
         let r = &mut self.reader;
         let ty = r.varint()?;
@@ -576,11 +632,12 @@ impl Frames<'_> {
                 r: r.varint()?,
                 n: r.varint()?,
             },
-            frame_type::TOKEN | frame_type::STOKEN => Frame::Token {
-                s: r.varint()?,
-                r: r.varint()?,
-                payload: r.length_prefixed(self.whole, self.max_payload)?,
-                senders_copy: ty == frame_type::STOKEN,
+            frame_type::TOKEN | frame_type::STOKEN | frame_type::ETOKEN => {
+                return self.token(ty);
+            }
+            frame_type::STORED => Frame::Stored {
+                from: r.varint()?,
+                below: r.varint()?,
             },
             frame_type::ACK => Frame::Ack {
                 r: r.varint()?,

@@ -94,27 +94,66 @@ pub fn put_slots(buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
     put_varint(buf, n);
 }
 
+/// Which of the three whole-token frames carries a payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// TOKEN: the sender may drop its copy before the ACK (a durable receiver journals
+    /// the payload).
+    Plain,
+    /// STOKEN: the sender keeps a durable copy until the ACK.
+    SendersCopy,
+    /// ETOKEN: an STOKEN sent before its sender's records are stored; the receiver hands
+    /// it over only once the sender says they are (STORED, or a later STOKEN or TOKEN).
+    Early,
+}
+
+impl TokenKind {
+    /// The frame type code.
+    pub fn frame_type(self) -> u64 {
+        match self {
+            TokenKind::Plain => frame_type::TOKEN,
+            TokenKind::SendersCopy => frame_type::STOKEN,
+            TokenKind::Early => frame_type::ETOKEN,
+        }
+    }
+
+    /// TOKEN or STOKEN, as the sender keeps its copy or not.
+    pub fn stored(senders_copy: bool) -> TokenKind {
+        if senders_copy {
+            TokenKind::SendersCopy
+        } else {
+            TokenKind::Plain
+        }
+    }
+}
+
+/// Appends a STORED frame: the sender's records of its tokens in slots `from .. below`
+/// are on stable storage.
+pub fn put_stored(buf: &mut impl BufMut, from: u64, below: u64) {
+    put_varint(buf, frame_type::STORED);
+    put_varint(buf, from);
+    put_varint(buf, below);
+}
+
+/// Encoded size of a STORED frame.
+pub fn stored_len(from: u64, below: u64) -> usize {
+    1 + varint_len(from) + varint_len(below)
+}
+
 /// Appends a TOKEN frame.
 pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
-    put_token_parts(buf, (s, r, false), &[], payload);
+    put_token_parts(buf, (s, r, TokenKind::Plain), &[], payload);
 }
 
 /// Appends a TOKEN frame (an STOKEN with `senders_copy`: its sender keeps a durable copy
 /// until the ACK) whose payload is `head` then `body`.
 pub fn put_token_parts(
     buf: &mut impl BufMut,
-    (s, r, senders_copy): (u64, u64, bool),
+    (s, r, kind): (u64, u64, TokenKind),
     head: &[u8],
     body: &[u8],
 ) {
-    put_varint(
-        buf,
-        if senders_copy {
-            frame_type::STOKEN
-        } else {
-            frame_type::TOKEN
-        },
-    );
+    put_varint(buf, kind.frame_type());
     put_varint(buf, s);
     put_varint(buf, r);
     put_varint(buf, (head.len() + body.len()) as u64);
