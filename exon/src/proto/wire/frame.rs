@@ -1,6 +1,6 @@
-//! The frames (REQSLOTS, SLOTS, TOKEN, the verdicts ACK, DOUBT, RETRY, LOST,
-//! path validation, path MTU probes, and the fragment frames FRAG, GOT, REQCREDIT,
-//! CREDIT): encode and decode.
+//! The frames (REQSLOTS, SLOTS, TOKEN and its kinds STOKEN and ETOKEN, STORED, the
+//! verdicts ACK, DOUBT, RETRY, LOST, path validation, path MTU probes, and the fragment
+//! frames FRAG, GOT, REQCREDIT, CREDIT): encode and decode.
 //!
 //! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
 //! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
