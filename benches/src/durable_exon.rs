@@ -30,14 +30,19 @@ const WINDOW: usize = 16;
 const SHARDS: usize = 2;
 
 /// An endpoint for `id` with `shards` driver shards, knowing `peers`; durable in `dir`.
+///
+/// `EXON_BENCH_EARLY_TOKENS=0` turns `FlowConfig::early_tokens` off (every token waits
+/// for its records): the same binary measures the syncs in series and overlapping.
 async fn bind(id: NodeId, dir: Option<&Path>, peers: &[NodeId], shards: usize) -> Endpoint {
+    let mut cfg = EndpointConfig::default()
+        .with_linger(Duration::from_millis(200))
+        .with_shards(shards);
+    if std::env::var("EXON_BENCH_EARLY_TOKENS").is_ok_and(|v| v == "0") {
+        cfg.protocol.flow.early_tokens = false;
+    }
     let b = Endpoint::builder(id)
         .security(insecure_test_security(id, peers.iter().copied()))
-        .config(
-            EndpointConfig::default()
-                .with_linger(Duration::from_millis(200))
-                .with_shards(shards),
-        );
+        .config(cfg);
     let b = match dir {
         Some(d) => b.durable(d),
         None => b,
