@@ -1,7 +1,7 @@
 //! The journal engine alone in `compare`'s durable section (`journal_engine`): exon's own
 //! journal (`exon::durable::Journal` on `FsBackend`), two of them as a durable pair has, each
 //! writing on a thread of its own the records `exon_durable` writes per message, committed
-//! once per batch of [`BATCH`] messages: the ceiling the protocol's rows are measured
+//! once per batch of `BATCH` messages: the ceiling the protocol's rows are measured
 //! against, so that the gap between the engine and the protocol shows.
 
 use std::path::Path;

@@ -316,6 +316,20 @@ fn without_reply_in_one_record_a_server_crash_loses_an_acknowledged_reply() {
 }
 
 #[test]
+fn without_early_token_waits_for_stored_a_reply_reaches_its_call_twice() {
+    // Requests and replies leave before their senders' records are synced. Handed over on
+    // arrival, a request whose caller crashed before its sync runs again when the caller
+    // sends it anew, and a reply whose server crashed before its `Replied` was synced comes
+    // again from the re-run handler.
+    self_test(
+        durable,
+        0..16,
+        |r| r.early_token_waits_for_stored = false,
+        ViolationKind::ReplyTwice,
+    );
+}
+
+#[test]
 fn without_journal_before_delivery_a_request_is_executed_twice() {
     // The layout the rule guards: the server journals the request (`Delivered`).
     self_test(

@@ -128,11 +128,13 @@ pub struct FlowConfig {
     /// [`CongestionControl::Bbr`]; [`CongestionControl::Off`] bounds tokens in flight by
     /// the slots alone.
     pub congestion: CongestionControl,
-    /// Durable mode: a message its sender keeps until the ACK (an STOKEN) leaves before its
-    /// records are on stable storage, as an ETOKEN, and its receiver hands it over only once
-    /// the sender says they are (STORED): the two sides' syncs overlap instead of running
-    /// one after the other (`docs/durability.md`, "Syncs that overlap"). Off, the token
-    /// waits for its records. Messages in fragments always wait. Default true.
+    /// Durable mode: a whole message that is not a flow's (a one-way message, a call's
+    /// request, a reply) leaves before its records are on stable storage, as an ETOKEN or
+    /// ESTOKEN, and its receiver hands it over only once the sender says they are
+    /// (STORED): the two sides' syncs overlap instead of running one after the other
+    /// (`docs/durability.md`, "Syncs that overlap"). Off, the token waits for its records.
+    /// Messages in fragments, flows' messages and recovered ones always wait. Default
+    /// true.
     pub early_tokens: bool,
 }
 

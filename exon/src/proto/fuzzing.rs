@@ -135,6 +135,7 @@ impl<'a> Arbitrary<'a> for Frame {
                     s: varint(u)?,
                     r: varint(u)?,
                     payload: Bytes::copy_from_slice(u.bytes(len.min(u.len()))?),
+                    senders_copy: bool::arbitrary(u)?,
                 }
             }
             15 => Frame::Stored {

@@ -242,7 +242,8 @@ pub struct Rules {
     /// receiver handed over before a crash and its sender gave up is gone, and the gap sent
     /// for it is released after it.
     pub senders_copy_only_when_kept: bool,
-    /// An early token (ETOKEN: its sender's records of it not yet on stable storage) is
+    /// An early token (ETOKEN, ESTOKEN: its sender's records of it not yet on stable
+    /// storage; also one recovered from a `DeliveredEarly` record after a restart) is
     /// handed over only once its sender says they are (a STORED frame covering its slot,
     /// or a stored copy of it); one its sender's frontier passes unstored is dropped
     /// unseen. Off, it is handed over as it arrives, and a sender that crashes before its

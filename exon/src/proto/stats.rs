@@ -12,7 +12,7 @@ counters! {
         pub reqslots: u64 [sum],
         /// SLOTS frames.
         pub slots: u64 [sum],
-        /// TOKEN, STOKEN and ETOKEN frames.
+        /// TOKEN, STOKEN, ETOKEN and ESTOKEN frames.
         pub token: u64 [sum],
         /// ACK frames.
         pub ack: u64 [sum],

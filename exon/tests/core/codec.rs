@@ -60,13 +60,15 @@ fn frame() -> impl Strategy<Value = Frame> {
             varint(),
             varint(),
             proptest::collection::vec(any::<u8>(), 0..300),
+            any::<bool>(),
             any::<bool>()
         )
-            .prop_map(|(s, r, p, early)| if early {
+            .prop_map(|(s, r, p, early, senders_copy)| if early {
                 Frame::EarlyToken {
                     s,
                     r,
                     payload: Bytes::from(p),
+                    senders_copy,
                 }
             } else {
                 Frame::Token {

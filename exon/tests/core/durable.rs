@@ -337,6 +337,51 @@ fn without_early_token_waits_for_stored_a_sender_crash_delivers_twice() {
     }
 }
 
+/// B journals an early token whole (`DeliveredEarly`: B does not rely on A's copy here)
+/// and restarts before A's word. The recovered delivery is held, not handed out: if A then
+/// stores the message, its word hands it over (flagged: it may have been handed over
+/// before); if A crashed before its sync and its application sends the message again, the
+/// held one is dropped once A's frontier passes it, and the new send is delivered once.
+/// With the rule off, recovery hands the held one out at once: twice.
+#[test]
+fn a_recovered_early_delivery_waits_for_its_senders_word() {
+    for (rule, sender_crashes) in [(true, false), (true, true), (false, true)] {
+        let mut p = durable_pair(true, true);
+        let mut rules = Rules::ALL;
+        rules.deliver_from_senders_copy = false;
+        rules.early_token_waits_for_stored = rule;
+        p.node(B).set_rules(rules);
+        p.nodes[A].auto_sync = false;
+        p.send(A, payload(0));
+        step_until(&mut p, |p| p.nodes[B].node.stats().frames_in.token > 0);
+        p.run(Duration::from_millis(50));
+        p.crash_and_recover(B);
+        let case = format!("rule {rule}, sender crashes {sender_crashes}");
+        let handed = p.nodes[B].delivered.len() + p.nodes[B].redelivered.len();
+        assert_eq!(handed, usize::from(!rule), "{case}: held after the restart");
+        if sender_crashes {
+            p.crash_and_recover(A);
+            p.nodes[A].auto_sync = true;
+            p.send(A, payload(0));
+        } else {
+            p.nodes[A].auto_sync = true;
+            p.sync(A);
+        }
+        p.run(Duration::from_secs(30));
+        let times = if rule { 1 } else { 2 };
+        assert_eq!(unflagged(&p, B)[&payload(0)], times, "{case}");
+        if rule {
+            assert_eq!(p.nodes[B].node.early_parked(), 0, "{case}");
+            assert_eq!(p.nodes[B].node.untaken(), 0, "{case}: nothing left held");
+            let dropped = p.nodes[B].node.stats().early_dropped;
+            assert_eq!(dropped, u64::from(sender_crashes), "{case}");
+            if !sender_crashes {
+                assert_eq!(p.nodes[B].redelivered.len(), 1, "{case}: flagged");
+            }
+        }
+    }
+}
+
 #[test]
 fn without_journal_before_verdict_a_verdict_is_reported_twice() {
     for rule in [true, false] {

@@ -21,6 +21,20 @@ pub enum Entry {
         /// The message.
         payload: Bytes,
     },
+    /// Receiver: an early token (ETOKEN, sent before its sender's records were stored)
+    /// from `from` filled slot `slot` of incarnation `rck` with `payload`. As `Delivered`,
+    /// but a restart does not hand it out again before its sender says it stored it
+    /// (`docs/durability.md`, "Syncs that overlap").
+    DeliveredEarly {
+        /// The sending node.
+        from: NodeId,
+        /// The receiver incarnation.
+        rck: u64,
+        /// The slot.
+        slot: u64,
+        /// The message.
+        payload: Bytes,
+    },
     /// Receiver: the application took the delivery in `(from, rck, slot)`.
     Taken {
         /// The sending node.
@@ -327,6 +341,8 @@ const DAMAGED: u8 = 24;
 const HANDED: u8 = 25;
 // A run of messages resolved alike: kind 26.
 const RESOLVED_RUN: u8 = 26;
+// A delivery of an early token, with its payload: kind 27.
+const DELIVERED_EARLY: u8 = 27;
 
 impl Entry {
     /// The record's encoded length.
@@ -334,6 +350,12 @@ impl Entry {
         let v = varint_len;
         1 + match self {
             Entry::Delivered {
+                from,
+                rck,
+                slot,
+                payload,
+            }
+            | Entry::DeliveredEarly {
                 from,
                 rck,
                 slot,
@@ -421,19 +443,19 @@ impl Entry {
                 rck,
                 slot,
                 payload,
+            }
+            | Entry::DeliveredEarly {
+                from,
+                rck,
+                slot,
+                payload,
             } => {
-                buf.put_u8(DELIVERED);
-                put_varint(buf, from.get());
-                put_varint(buf, *rck);
-                put_varint(buf, *slot);
+                let early = matches!(self, Entry::DeliveredEarly { .. });
+                let kind = if early { DELIVERED_EARLY } else { DELIVERED };
+                put_slot(buf, kind, *from, *rck, *slot);
                 put_blob(buf, payload);
             }
-            Entry::Taken { from, rck, slot } => {
-                buf.put_u8(TAKEN);
-                put_varint(buf, from.get());
-                put_varint(buf, *rck);
-                put_varint(buf, *slot);
-            }
+            Entry::Taken { from, rck, slot } => put_slot(buf, TAKEN, *from, *rck, *slot),
             Entry::Confirmed { from, below } => {
                 buf.put_u8(CONFIRMED);
                 put_varint(buf, from.get());
@@ -506,12 +528,7 @@ impl Entry {
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
             Entry::Damaged => buf.put_u8(DAMAGED),
-            Entry::Handed { from, rck, slot } => {
-                buf.put_u8(HANDED);
-                put_varint(buf, from.get());
-                put_varint(buf, *rck);
-                put_varint(buf, *slot);
-            }
+            Entry::Handed { from, rck, slot } => put_slot(buf, HANDED, *from, *rck, *slot),
         }
     }
 
@@ -713,7 +730,7 @@ impl Entry {
                 value: mark(r, bytes)?,
             },
             ACCEPTED_HELD..=TAKEN_RELEASED => decode_held(kind, r, bytes)?,
-            k => decode_newer(k, r)?,
+            k => decode_newer(k, r, bytes)?,
         };
         if r.remaining() != 0 {
             return Err(EntryError::Length);
@@ -722,11 +739,17 @@ impl Entry {
     }
 }
 
-/// Decodes the body of a record of kind `DAMAGED`, `HANDED` or `RESOLVED_RUN`; any other
-/// kind is unknown.
-fn decode_newer(kind: u8, r: &mut Reader<'_>) -> Result<Entry, EntryError> {
+/// Decodes the body of a record of kind `DAMAGED`, `HANDED`, `RESOLVED_RUN` or
+/// `DELIVERED_EARLY` (payloads are slices of `whole`); any other kind is unknown.
+fn decode_newer(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, EntryError> {
     Ok(match kind {
         DAMAGED => Entry::Damaged,
+        DELIVERED_EARLY => Entry::DeliveredEarly {
+            from: node(r)?,
+            rck: int(r)?,
+            slot: int(r)?,
+            payload: blob(r, whole)?,
+        },
         RESOLVED_RUN => {
             let first = MsgId(int(r)?);
             let count = int(r)?;
@@ -812,6 +835,14 @@ fn mark(r: &mut Reader<'_>, whole: &Bytes) -> Result<Bytes, EntryError> {
         .map_err(|_| EntryError::Length)
 }
 
+/// Appends a record's kind and the delivery it names: sender, incarnation, slot.
+fn put_slot(buf: &mut impl BufMut, kind: u8, from: NodeId, rck: u64, slot: u64) {
+    buf.put_u8(kind);
+    put_varint(buf, from.get());
+    put_varint(buf, rck);
+    put_varint(buf, slot);
+}
+
 /// A length-prefixed blob's encoded length.
 fn blob_len(b: &[u8]) -> usize {
     varint_len(b.len() as u64) + b.len()
@@ -829,6 +860,12 @@ mod tests {
                 rck: 1 << 40,
                 slot: 3,
                 payload: Bytes::from_static(b"hello"),
+            },
+            Entry::DeliveredEarly {
+                from: n,
+                rck: 1 << 41,
+                slot: 4,
+                payload: Bytes::from_static(b"early"),
             },
             Entry::Taken {
                 from: n,

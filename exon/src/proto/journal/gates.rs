@@ -10,8 +10,8 @@ use crate::proto::{DeliveryId, Event, MsgId, NodeId, PeerMap};
 pub(crate) enum Gate {
     /// A delivery, handed to the application once its `Delivered` record is stored.
     Deliver(Event),
-    /// An early delivery (ETOKEN), handed to the application once its `Handed` record is
-    /// stored and its sender's records are too (`Node::early_ready`).
+    /// An early delivery (ETOKEN, ESTOKEN), handed to the application once its own record
+    /// is stored and its sender's records are too (`Node::early_ready`).
     DeliverEarly(Event),
     /// A take, acknowledged once its `Taken` record is stored.
     Take(DeliveryId),

@@ -39,6 +39,9 @@ pub struct State {
     /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
     /// flags the sender's copy of these (and of no other slot) as a redelivery.
     handed: BTreeSet<(NodeId, u64, u64)>,
+    /// Deliveries of early tokens not taken (`DeliveredEarly`): a restart holds them until
+    /// their senders say they stored them.
+    early: BTreeSet<(NodeId, u64, u64)>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
 }
@@ -73,6 +76,9 @@ pub struct RecoveredDelivery {
     /// The payload, while the application has not taken it (`None`: taken, kept only to
     /// acknowledge late copies).
     pub payload: Option<Bytes>,
+    /// Delivered from an early token (`DeliveredEarly`): not handed out again before its
+    /// sender says it stored it.
+    pub early: bool,
 }
 
 /// A verdict the journal holds that the application may not have heard (stored, not
@@ -138,9 +144,10 @@ impl State {
     /// Applies one record.
     pub fn apply(&mut self, e: &Entry) {
         match e {
-            Entry::Delivered { .. } | Entry::Handed { .. } | Entry::Taken { .. } => {
-                self.apply_delivery(e)
-            }
+            Entry::Delivered { .. }
+            | Entry::DeliveredEarly { .. }
+            | Entry::Handed { .. }
+            | Entry::Taken { .. } => self.apply_delivery(e),
             Entry::Confirmed { from, below } => self.confirm(*from, *below),
             Entry::Accepted { id, to, payload } => self.accept(*id, *to, payload, None, false),
             Entry::AcceptedKeyed {
@@ -239,11 +246,20 @@ impl State {
                 rck,
                 slot,
                 payload,
+            }
+            | Entry::DeliveredEarly {
+                from,
+                rck,
+                slot,
+                payload,
             } => {
                 let key = (*from, *rck, *slot);
                 if !self.inbox.contains_key(&key) {
                     self.live_bytes += delivered_len(*from, *rck, *slot, payload);
                     self.inbox.insert(key, Some(payload.clone()));
+                    if matches!(e, Entry::DeliveredEarly { .. }) {
+                        self.early.insert(key);
+                    }
                 }
             }
             Entry::Handed { from, rck, slot } => {
@@ -255,6 +271,7 @@ impl State {
             Entry::Taken { from, rck, slot } => {
                 let key = (*from, *rck, *slot);
                 self.unhand(key);
+                self.early.remove(&key);
                 let old = self.inbox.insert(key, None);
                 if let Some(Some(p)) = &old {
                     self.live_bytes -= delivered_len(*from, *rck, *slot, p);
@@ -586,6 +603,12 @@ impl State {
             .covers
             .map(|(from, below)| Entry::Covers { from, below });
         let inbox = self.inbox.iter().map(|(&(from, rck, slot), p)| match p {
+            Some(payload) if self.early.contains(&(from, rck, slot)) => Entry::DeliveredEarly {
+                from,
+                rck,
+                slot,
+                payload: payload.clone(),
+            },
             Some(payload) => Entry::Delivered {
                 from,
                 rck,
@@ -657,6 +680,7 @@ impl State {
                     rck,
                     slot,
                     payload: p.clone(),
+                    early: self.early.contains(&(from, rck, slot)),
                 })
                 .collect(),
             messages: self.outbox.values().cloned().collect(),
@@ -767,6 +791,45 @@ mod tests {
     /// A run of verdicts in one record is the same as one record per message; a run from
     /// a damaged disk as long as the largest id resolves only the messages the journal
     /// holds (no work in proportion to its length).
+    /// An early delivery stays early through a compaction (its checkpoint record is
+    /// `DeliveredEarly`), is recovered as such, and is an ordinary taken slot once taken.
+    #[test]
+    fn an_early_delivery_stays_early_until_taken() {
+        let n = NodeId::from_const(3);
+        let mut st = State::new();
+        st.apply(&Entry::DeliveredEarly {
+            from: n,
+            rck: 5,
+            slot: 9,
+            payload: Bytes::from_static(b"e"),
+        });
+        st.apply(&Entry::Delivered {
+            from: n,
+            rck: 5,
+            slot: 10,
+            payload: Bytes::from_static(b"d"),
+        });
+        let mut copy = State::new();
+        for e in st.live_entries() {
+            copy.apply(&e);
+        }
+        for s in [&st, &copy] {
+            let d = s.recovered(false).deliveries;
+            let early: Vec<_> = d.iter().map(|d| (d.slot, d.early)).collect();
+            assert_eq!(early, [(9, true), (10, false)]);
+        }
+        st.apply(&Entry::Taken {
+            from: n,
+            rck: 5,
+            slot: 9,
+        });
+        let live: Vec<_> = st.live_entries().collect();
+        assert!(!live
+            .iter()
+            .any(|e| matches!(e, Entry::DeliveredEarly { .. })));
+        assert!(!st.recovered(false).deliveries.iter().any(|d| d.early));
+    }
+
     #[test]
     fn a_resolved_run_is_its_messages_resolved_one_by_one() {
         let mut one_by_one: Vec<Entry> = (10..15).map(accepted).collect();

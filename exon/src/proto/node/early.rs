@@ -9,7 +9,7 @@ use crate::proto::{DeliveryId, Event, Node, NodeId};
 
 impl Node {
     /// An early delivery may go to the application as far as this node's own journal goes
-    /// (its `Handed` record is stored, or the node is not durable): handed over if its
+    /// (its record is stored, it was recovered, or the node is not durable): handed over if its
     /// sender stored it, else parked until it does, or dropped if it never will.
     pub(super) fn early_ready(&mut self, now: Instant, ev: Event) {
         let Event::Delivered { id, .. } = &ev else {

@@ -143,19 +143,9 @@ impl Node {
             self.stats.frames_in.count(&f);
             match f {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
-                Frame::Challenge { token } => {
-                    let cap = self.outbox_cap();
-                    if !self.outbox.respond(src, token, cap) {
-                        self.stats.rejects.outbox_full += 1;
-                    }
-                }
+                Frame::Challenge { token } => self.on_challenge(src, token),
                 Frame::Response { token } => self.last_response = Some(token),
-                Frame::MtuProbe { id, .. } => {
-                    let cap = self.outbox_cap();
-                    if !self.outbox.mtu_ack(src, id, cap) {
-                        self.stats.rejects.outbox_full += 1;
-                    }
-                }
+                Frame::MtuProbe { id, .. } => self.on_mtu_probe(src, id),
                 Frame::MtuAck { id } => self.on_mtu_ack(src, id),
                 Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
                 Frame::Token {
@@ -168,9 +158,15 @@ impl Node {
                     let kind = TokenKind::stored(senders_copy);
                     urgent |= self.on_token(now, src, s, r, payload, kind);
                 }
-                Frame::EarlyToken { s, r, payload } => {
+                Frame::EarlyToken {
+                    s,
+                    r,
+                    payload,
+                    senders_copy,
+                } => {
                     tokens += 1;
-                    urgent |= self.on_token(now, src, s, r, payload, TokenKind::Early);
+                    let kind = TokenKind::early(senders_copy);
+                    urgent |= self.on_token(now, src, s, r, payload, kind);
                 }
                 Frame::Stored { from, below } => self.on_stored(src, from..below),
                 Frame::Frag {
@@ -219,6 +215,22 @@ impl Node {
         }
         self.journal_assignments(now, src);
         self.defer_rearm(src);
+    }
+
+    /// CHALLENGE from `src`: answered with a RESPONSE.
+    fn on_challenge(&mut self, src: NodeId, token: u64) {
+        let cap = self.outbox_cap();
+        if !self.outbox.respond(src, token, cap) {
+            self.stats.rejects.outbox_full += 1;
+        }
+    }
+
+    /// MTU_PROBE from `src`: answered with an MTU_ACK.
+    fn on_mtu_probe(&mut self, src: NodeId, id: u64) {
+        let cap = self.outbox_cap();
+        if !self.outbox.mtu_ack(src, id, cap) {
+            self.stats.rejects.outbox_full += 1;
+        }
     }
 
     /// A verdict frame (ACK, DOUBT, RETRY, LOST) from `src`: each of its slots settled; the

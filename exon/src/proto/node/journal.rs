@@ -51,11 +51,19 @@ impl Node {
                 };
                 self.untaken.add(d.from, kept.charge);
                 self.stats.redelivered += 1;
-                self.events.push_back(Event::Delivered {
+                let ev = Event::Delivered {
                     from: d.from,
                     payload,
                     id: DeliveryId::redelivered(d.from, d.rck, d.slot, kept),
-                });
+                };
+                if d.early && self.rules.early_token_waits_for_stored {
+                    // Its sender may never have stored it: held until it says so (a stored
+                    // copy), or dropped once its frontier passes the slot.
+                    self.unstored.arrived(d.from);
+                    self.early_ready(now, ev);
+                } else {
+                    self.events.push_back(ev);
+                }
             }
         }
         for &(from, r, s) in &recovered.handed {
@@ -473,7 +481,7 @@ impl Node {
         (r, s): (u64, u64),
         kind: TokenKind,
     ) {
-        let early = kind == TokenKind::Early && self.rules.early_token_waits_for_stored;
+        let early = kind.is_early() && self.rules.early_token_waits_for_stored;
         if early {
             self.unstored.arrived(src);
         }
@@ -488,8 +496,7 @@ impl Node {
         let Event::Delivered { payload, .. } = &ev else {
             return;
         };
-        let senders_copy = kind != TokenKind::Plain;
-        let entry = if self.rules.deliver_from_senders_copy && senders_copy {
+        let entry = if self.rules.deliver_from_senders_copy && kind.senders_copy() {
             // The sender's copy stands for the receiver's (the ACK waits for the take): the
             // journal says only that the slot was handed over, so that a restart flags the
             // copy that comes back, and nothing else.
@@ -497,6 +504,14 @@ impl Node {
                 from: src,
                 rck: r,
                 slot: s,
+            }
+        } else if early {
+            // Held by a restart too until its sender's word comes (it may never stored it).
+            Entry::DeliveredEarly {
+                from: src,
+                rck: r,
+                slot: s,
+                payload: payload.clone(),
             }
         } else {
             Entry::Delivered {

@@ -69,7 +69,7 @@ impl Node {
                     // answer until it is taken. A stored copy of an early one held for its
                     // sender's word is that word.
                     self.stats.duplicates_dropped += 1;
-                    if kind != TokenKind::Early {
+                    if !kind.is_early() {
                         self.stored_copy(src, s);
                     }
                     None
@@ -84,9 +84,13 @@ impl Node {
                     rec.heard(now);
                 }
                 urgent = true;
+                if !kind.is_early() {
+                    // A stored copy of a recovered early delivery held for its sender's word.
+                    self.stored_copy(src, s);
+                }
                 if !self.journal_redelivers(src, r, s) {
                     self.answer_without_record(src, r, s)
-                } else if !room || kind == TokenKind::Early {
+                } else if !room || kind.is_early() {
                     // No room; or a copy its sender has not stored yet: the stored one
                     // comes later.
                     self.stats.held_back += 1;

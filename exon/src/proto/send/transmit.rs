@@ -147,13 +147,13 @@ impl SRecord {
             let kind = if logged {
                 TokenKind::stored(tok.senders_copy)
             } else if cfg.flow.early_tokens
-                && tok.senders_copy
+                && !tok.reported
                 && tok.frag.is_none()
                 && len <= fill.space.body_room
             {
                 // Durable mode: its records are not on stable storage yet, and its
                 // receiver holds it until they are (STORED).
-                TokenKind::Early
+                TokenKind::early(tok.senders_copy)
             } else {
                 // Durable mode: its slot is not on stable storage yet.
                 return (wrote, true);
@@ -273,7 +273,7 @@ impl SRecord {
         tok.sent_at = Some(fill.now);
         tok.queued = false;
         self.to_send.pop_front();
-        if kind == TokenKind::Early {
+        if kind.is_early() {
             self.on_sent_early(s);
         }
         self.on_token_sent(fill.now, s, size);

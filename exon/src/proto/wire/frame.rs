@@ -1,4 +1,4 @@
-//! The frames (REQSLOTS, SLOTS, TOKEN and its kinds STOKEN and ETOKEN, STORED, the
+//! The frames (REQSLOTS, SLOTS, TOKEN and its kinds STOKEN, ETOKEN and ESTOKEN, STORED, the
 //! verdicts ACK, DOUBT, RETRY, LOST, path validation, path MTU probes, and the fragment
 //! frames FRAG, GOT, REQCREDIT, CREDIT): encode and decode.
 //!
@@ -58,9 +58,11 @@ pub mod frame_type {
     pub const STOKEN: u64 = 0x10;
     /// SFRAG(s, r, total, offset, data): a FRAG of such a message.
     pub const SFRAG: u64 = 0x11;
-    /// ETOKEN(s, r, payload): an STOKEN sent before its sender's records of it are on
+    /// ETOKEN(s, r, payload): a TOKEN sent before its sender's records of it are on
     /// stable storage; handed over once the sender says they are.
     pub const ETOKEN: u64 = 0x12;
+    /// ESTOKEN(s, r, payload): an STOKEN sent so.
+    pub const ESTOKEN: u64 = 0x14;
     /// STORED(from, below): the sender's records of its tokens in slots `from .. below`
     /// are on stable storage.
     pub const STORED: u64 = 0x13;
@@ -140,9 +142,9 @@ pub enum Frame {
         /// (`docs/durability.md`, "One copy of a payload").
         senders_copy: bool,
     },
-    /// ETOKEN: a token whose sender keeps its copy until the ACK, sent before the sender's
-    /// records of it are on stable storage: the receiver hands it over only once the
-    /// sender says they are (a STORED frame, or a TOKEN or STOKEN in a slot not below it).
+    /// ETOKEN (ESTOKEN): a TOKEN (an STOKEN) sent before the sender's records of it are
+    /// on stable storage: the receiver hands it over only once the sender says they are
+    /// (a STORED frame covering its slot, or a TOKEN or STOKEN of the same slot).
     EarlyToken {
         /// Slot number.
         s: u64,
@@ -150,6 +152,8 @@ pub enum Frame {
         r: u64,
         /// The application's message.
         payload: Bytes,
+        /// ESTOKEN: as [`Frame::Token`]'s `senders_copy`.
+        senders_copy: bool,
     },
     /// STORED: the sender's records of its tokens in slots `from .. below` (sender clock
     /// values, never reused) are on stable storage. `from` is where the sender's record
@@ -281,7 +285,13 @@ impl Frame {
             Frame::Token {
                 senders_copy: true, ..
             } => "STOKEN",
-            Frame::EarlyToken { .. } => "ETOKEN",
+            Frame::EarlyToken {
+                senders_copy: false,
+                ..
+            } => "ETOKEN",
+            Frame::EarlyToken {
+                senders_copy: true, ..
+            } => "ESTOKEN",
             Frame::Stored { .. } => "STORED",
             Frame::Ack { .. } => "ACK",
             Frame::Doubt { .. } => "DOUBT",
@@ -331,9 +341,12 @@ impl Frame {
                 &[],
                 payload,
             ),
-            Frame::EarlyToken { s, r, payload } => {
-                put_token_parts(buf, (*s, *r, TokenKind::Early), &[], payload)
-            }
+            Frame::EarlyToken {
+                s,
+                r,
+                payload,
+                senders_copy,
+            } => put_token_parts(buf, (*s, *r, TokenKind::early(*senders_copy)), &[], payload),
             Frame::Stored { from, below } => put_stored(buf, *from, *below),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
             Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
@@ -377,7 +390,7 @@ impl Frame {
         match self {
             Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
             Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
-            Frame::Token { s, r, payload, .. } | Frame::EarlyToken { s, r, payload } => {
+            Frame::Token { s, r, payload, .. } | Frame::EarlyToken { s, r, payload, .. } => {
                 token_len(*s, *r, payload.len())
             }
             Frame::Stored { from, below } => stored_len(*from, *below),
@@ -602,13 +615,18 @@ pub struct Frames<'a> {
 }
 
 impl Frames<'_> {
-    /// The rest of a TOKEN, STOKEN or ETOKEN (`ty`): they share their layout.
+    /// The rest of a TOKEN, STOKEN, ETOKEN or ESTOKEN (`ty`): they share their layout.
     fn token(&mut self, ty: u64) -> Result<Frame, DecodeError> {
         let r = &mut self.reader;
         let (s, rck) = (r.varint()?, r.varint()?);
         let payload = r.length_prefixed(self.whole, self.max_payload)?;
         Ok(match ty {
-            frame_type::ETOKEN => Frame::EarlyToken { s, r: rck, payload },
+            frame_type::ETOKEN | frame_type::ESTOKEN => Frame::EarlyToken {
+                s,
+                r: rck,
+                payload,
+                senders_copy: ty == frame_type::ESTOKEN,
+            },
             _ => Frame::Token {
                 s,
                 r: rck,
@@ -632,7 +650,7 @@ impl Frames<'_> {
                 r: r.varint()?,
                 n: r.varint()?,
             },
-            frame_type::TOKEN | frame_type::STOKEN | frame_type::ETOKEN => {
+            frame_type::TOKEN | frame_type::STOKEN | frame_type::ETOKEN | frame_type::ESTOKEN => {
                 return self.token(ty);
             }
             frame_type::STORED => Frame::Stored {

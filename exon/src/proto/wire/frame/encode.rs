@@ -94,7 +94,7 @@ pub fn put_slots(buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
     put_varint(buf, n);
 }
 
-/// Which of the three whole-token frames carries a payload.
+/// Which of the whole-token frames carries a payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TokenKind {
     /// TOKEN: the sender may drop its copy before the ACK (a durable receiver journals
@@ -102,9 +102,11 @@ pub enum TokenKind {
     Plain,
     /// STOKEN: the sender keeps a durable copy until the ACK.
     SendersCopy,
-    /// ETOKEN: an STOKEN sent before its sender's records are stored; the receiver hands
-    /// it over only once the sender says they are (STORED, or a later STOKEN or TOKEN).
+    /// ETOKEN: a TOKEN sent before its sender's records are stored; the receiver hands
+    /// it over only once the sender says they are (STORED, or a stored copy).
     Early,
+    /// ESTOKEN: an STOKEN sent before its sender's records are stored, as `Early`.
+    EarlySendersCopy,
 }
 
 impl TokenKind {
@@ -114,7 +116,27 @@ impl TokenKind {
             TokenKind::Plain => frame_type::TOKEN,
             TokenKind::SendersCopy => frame_type::STOKEN,
             TokenKind::Early => frame_type::ETOKEN,
+            TokenKind::EarlySendersCopy => frame_type::ESTOKEN,
         }
+    }
+
+    /// ETOKEN or ESTOKEN, as the sender keeps its copy or not.
+    pub fn early(senders_copy: bool) -> TokenKind {
+        if senders_copy {
+            TokenKind::EarlySendersCopy
+        } else {
+            TokenKind::Early
+        }
+    }
+
+    /// Whether the token left before its sender's records were stored.
+    pub fn is_early(self) -> bool {
+        matches!(self, TokenKind::Early | TokenKind::EarlySendersCopy)
+    }
+
+    /// Whether the sender keeps its copy until the ACK (STOKEN, ESTOKEN).
+    pub fn senders_copy(self) -> bool {
+        matches!(self, TokenKind::SendersCopy | TokenKind::EarlySendersCopy)
     }
 
     /// TOKEN or STOKEN, as the sender keeps its copy or not.
