@@ -284,8 +284,8 @@ impl Acc {
     }
 }
 
-/// The exon rows of the durable table: one-way (batches of [`BATCH`] and of
-/// [`SMALL_BATCH`]) and request/reply, durable and not.
+/// The exon rows of the durable table: one-way (batches of `BATCH` and of
+/// `SMALL_BATCH`) and request/reply, durable and not.
 pub fn rows(cx: &Context<'_>) -> Vec<Row> {
     let s = cx.settings;
     let rt = runtime(s.threads);
