@@ -262,6 +262,15 @@ pub struct TimerConfig {
     /// Ceiling of the retransmission timeout, backoff included. Default 2 s.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_rto: Duration,
+    /// Ceiling of the retransmission timeout's backoff while the destination is not yet
+    /// deaf (`docs/wire.md`, "Peers that answer nothing"): timeouts after the first double
+    /// up to this, or up to the timeout itself where that is longer, and no further. So
+    /// the tokens in flight into an outage are tried again at least this often and a path
+    /// that heals is found within about this (a stream resumes), where a backoff up to
+    /// `max_rto` could wait that long. Past `2 * max_rto` without an answer the deaf
+    /// schedule takes over and bounds what goes. At most `max_rto`. Default 400 ms.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub max_backoff: Duration,
     /// Clock granularity added to the variance term of the timeout. Default 1 ms.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub timer_granularity: Duration,
@@ -295,6 +304,7 @@ impl Default for TimerConfig {
             initial_rtt: Duration::from_millis(100),
             min_rto: Duration::from_millis(5),
             max_rto: Duration::from_secs(2),
+            max_backoff: Duration::from_millis(400),
             timer_granularity: Duration::from_millis(1),
             probe_interval: Duration::from_secs(1),
             max_probe_interval: Duration::from_secs(60),

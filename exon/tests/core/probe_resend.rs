@@ -13,8 +13,14 @@ use exon_testkit::pair::{id, test_config, Fate, Pair, Wire, A, B};
 /// A sends one message; its TOKENs are lost for `outage`, then the path heals. Returns the
 /// TOKEN datagrams A sent during the outage, the probes B sent then, and how long after the
 /// heal the message was delivered; with A's rule `probe_prompts_resend` as given.
+///
+/// The sender's timer backs off up to `max_rto` here, as before `TimerConfig::max_backoff`
+/// (which, at its default, tries the tokens again every 400 ms and finds a short outage's
+/// end by itself): the rule's effect alone.
 fn one_way_outage(rule: bool, outage: Duration) -> (u32, u32, Duration) {
-    let mut p = Pair::new(test_config());
+    let mut cfg = test_config();
+    cfg.timers.max_backoff = cfg.timers.max_rto;
+    let mut p = Pair::new(cfg);
     let mut rules = Rules::ALL;
     rules.probe_prompts_resend = rule;
     p.node(A).set_rules(rules);

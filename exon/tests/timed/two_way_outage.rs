@@ -1,13 +1,14 @@
 //! A two-way outage over real UDP on 127.0.0.1 (issue 46): a stream flows through a relay
 //! that stops carrying both directions for 3 s; how long after the heal do its bytes move
-//! again? The issue asks for 0.5 s. Measured and printed, not asserted (a known limit, run
-//! by hand: `cargo test -p exon --test timed two_way -- --ignored --nocapture`); it asserts
-//! that the stream resumes and its bytes are exact. Measured on this 2-core VM, three runs
-//! each: a writer that goes on writing through the cut resumes 0.1-0.34 s after the heal
-//! (its new data goes out at once once the backed-off timer emptied the flight); one that
-//! wrote 1 MiB into the cut and then waits resumes 0.08-1.46 s after it with
-//! `probe_prompts_resend` (the receiver's probe, backed off too, draws the resend) and
-//! 1.9-2.4 s without (the sender's retransmission timer, backed off up to `max_rto`).
+//! again? The issue asks for 0.5 s, and the test asserts it for both writers: one that goes
+//! on writing through the cut, and one that wrote 1 MiB into the cut and then waits (its
+//! bytes in flight into the dead path, as a burst of calls would be). What finds the heal:
+//! the sender's retransmission timer, whose backoff stops at `TimerConfig::max_backoff`
+//! (400 ms) while the peer is not yet deaf, and the receiver's probe
+//! (`Rules::probe_prompts_resend`). Before the cap, the waiting writer resumed 0.5-1.4 s
+//! after the heal with the probe and 1.9-2.1 s without it (the timer backed off to
+//! `max_rto`, 2 s); with it, 23-92 ms and 0.17-0.46 s (three runs each, this 2-core VM).
+//! Heavy (about 25 s).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,26 +139,47 @@ async fn resume_after(before: Duration, cut_for: Duration, steady: bool, rules: 
 }
 
 #[test]
-#[ignore = "known limit (issue 46: 0.5 s asked), run by hand"]
-fn a_stream_resumes_after_a_two_way_outage() {
+#[ignore = "heavy (CI runs it: a 3 s outage, six times)"]
+fn a_stream_resumes_within_half_a_second_of_a_two_way_outage() {
     serially(async {
-        for probe in [true, false] {
-            let mut rules = Rules::ALL;
-            rules.probe_prompts_resend = probe;
-            for steady in [true, false] {
-                let mut waits = Vec::new();
-                for _ in 0..3 {
-                    let cut = Duration::from_secs(3);
-                    let before = Duration::from_millis(500);
-                    waits.push(resume_after(before, cut, steady, rules).await);
-                }
-                let how = if steady {
-                    "writing through the cut"
-                } else {
-                    "1 MiB into the cut, then idle"
-                };
-                eprintln!("probe_prompts_resend {probe}, {how}: {waits:?}");
+        for steady in [true, false] {
+            let mut waits = Vec::new();
+            for _ in 0..3 {
+                let cut = Duration::from_secs(3);
+                let before = Duration::from_millis(500);
+                waits.push(resume_after(before, cut, steady, Rules::ALL).await);
             }
+            let how = if steady {
+                "writing through the cut"
+            } else {
+                "1 MiB into the cut, then idle"
+            };
+            eprintln!("{how}: {waits:?}");
+            assert!(
+                waits.iter().all(|w| *w < Duration::from_millis(500)),
+                "{how}: bytes moved {waits:?} after the heal"
+            );
+        }
+    });
+}
+
+/// The same without the receiver's probe, by hand
+/// (`cargo test -p exon --test timed two_way -- --ignored --nocapture`): the sender's
+/// capped backoff alone.
+#[test]
+#[ignore = "measured by hand"]
+fn a_stream_resumes_after_a_two_way_outage_without_the_probe() {
+    serially(async {
+        let mut rules = Rules::ALL;
+        rules.probe_prompts_resend = false;
+        for steady in [true, false] {
+            let mut waits = Vec::new();
+            for _ in 0..3 {
+                let cut = Duration::from_secs(3);
+                let before = Duration::from_millis(500);
+                waits.push(resume_after(before, cut, steady, rules).await);
+            }
+            eprintln!("probe_prompts_resend off, steady {steady}: {waits:?}");
         }
     });
 }

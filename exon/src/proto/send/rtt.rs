@@ -140,7 +140,9 @@ impl Rtt {
         };
         let (min, max) = (nanos(cfg.timers.min_rto), nanos(cfg.timers.max_rto));
         let base = base.clamp(min, max);
-        Duration::from_nanos(base.saturating_mul(1 << self.backoff).min(max))
+        // Backed off up to `max_backoff` (or the timeout itself where that is longer).
+        let cap = nanos(cfg.timers.max_backoff).max(base).min(max);
+        Duration::from_nanos(base.saturating_mul(1 << self.backoff).min(cap))
     }
 }
 
@@ -185,6 +187,7 @@ mod tests {
         let cfg = {
             let mut c = Config::default();
             c.timers.max_rto = ms(1000);
+            c.timers.max_backoff = ms(1000);
             c.acks.delay = Duration::ZERO;
             c
         };
@@ -204,6 +207,26 @@ mod tests {
         assert_eq!(r.rto(&cfg), ms(1000), "no overflow after many timeouts");
         r.sample(ms(40));
         assert_eq!(r.backoff(), 0);
+    }
+
+    /// The backoff stops at `max_backoff`, or at the timeout itself where that is longer
+    /// (a long path is never tried again sooner than its own timeout).
+    #[test]
+    fn backoff_stops_at_max_backoff_or_the_timeout_itself() {
+        let mut cfg = Config::default();
+        cfg.acks.delay = Duration::ZERO;
+        let mut r = Rtt::new();
+        r.sample(ms(40)); // rto = 120 ms
+        for _ in 0..3 {
+            r.on_timeout();
+        }
+        assert_eq!(r.rto(&cfg), ms(400), "960 ms capped at max_backoff");
+        let mut long = Rtt::new();
+        long.sample(ms(300)); // rto = 300 + 600 = 900 ms
+        long.on_timeout();
+        assert_eq!(long.rto(&cfg), ms(900), "not below the timeout itself");
+        cfg.timers.max_backoff = cfg.timers.max_rto;
+        assert_eq!(long.rto(&cfg), ms(1800), "backed off up to max_rto");
     }
 
     #[test]
