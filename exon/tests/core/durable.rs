@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use exon::proto::journal::Entry;
 use exon::proto::{Abandoned, Rules};
-use exon_testkit::pair::{test_config, Fate, Pair, A, B};
+use exon_testkit::pair::{id, test_config, Fate, Pair, A, B};
 
 fn payload(i: usize) -> Bytes {
     // Three to a datagram: a stream spans many datagrams.
@@ -335,6 +335,30 @@ fn without_early_token_waits_for_stored_a_sender_crash_delivers_twice() {
             assert_eq!(p.nodes[B].node.untaken(), 0, "nothing left held");
         }
     }
+}
+
+/// A STORED frame that covers nothing (`from > below`, as a hostile or broken peer may
+/// send) releases nothing and panics nothing; A's real word then hands the message over.
+#[test]
+fn an_inverted_stored_range_releases_nothing() {
+    let mut p = durable_pair(true, true);
+    p.nodes[A].auto_sync = false;
+    p.send(A, payload(0));
+    step_until(&mut p, |p| p.nodes[B].node.stats().frames_in.token > 0);
+    p.run(Duration::from_millis(50));
+    assert_eq!(p.nodes[B].node.early_parked(), 1);
+    for (from, below) in [((1 << 62) - 1, 0), (1 << 40, 1), (5, 5)] {
+        let stored = exon::proto::Frame::Stored { from, below };
+        let d = exon_testkit::frames::packet(id(A), id(B), vec![stored]).encode();
+        p.inject(B, d);
+    }
+    assert_eq!(p.nodes[B].node.early_parked(), 1, "still held");
+    assert!(p.nodes[B].delivered.is_empty());
+    p.nodes[A].auto_sync = true;
+    p.sync(A);
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.nodes[B].delivered, [payload(0)]);
+    assert_eq!(p.nodes[B].node.early_parked(), 0);
 }
 
 /// B journals an early token whole (`DeliveredEarly`: B does not rely on A's copy here)

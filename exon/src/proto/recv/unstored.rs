@@ -1,6 +1,7 @@
 //! Deliveries of ETOKENs held back from the application until their sender says its
 //! records of them are on stable storage (STORED, or a later stored token).
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use crate::proto::{DeliveryId, Event, NodeId, PeerMap};
@@ -17,8 +18,9 @@ struct Source {
     /// Early tokens on their way to the application whose own journal record is not
     /// durable yet (durable receivers only): they come to [`Unstored::ready`].
     on_the_way: u32,
-    /// Deliveries ready but for the sender's word, by slot.
-    parked: Vec<(u64, Event)>,
+    /// Deliveries ready but for the sender's word, by slot (a STORED frame releases a
+    /// range of them in time to its size, whatever else waits).
+    parked: BTreeMap<u64, Event>,
 }
 
 /// Early deliveries per source. An entry exists only while one of its tokens is on the
@@ -60,7 +62,7 @@ impl Unstored {
                 _ => Ready::Parked,
             }
         } else {
-            e.parked.push((s, ev));
+            e.parked.insert(s, ev);
             Ready::Parked
         };
         self.tidy(src);
@@ -73,17 +75,18 @@ impl Unstored {
         let Some(e) = self.by_source.get_mut(&src) else {
             return;
         };
+        if slots.is_empty() {
+            // Covers nothing (a hostile `from > below` among them).
+            return;
+        }
         // Ranges of one run share their start and grow; a later run starts higher.
         if slots.start > e.stored.start
             || (slots.start == e.stored.start && slots.end > e.stored.end)
         {
             e.stored = slots.clone();
         }
-        let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut e.parked)
-            .into_iter()
-            .partition(|(s, _)| slots.contains(s));
-        e.parked = stay;
-        out.extend(go.into_iter().map(|(_, ev)| ev));
+        let go: Vec<u64> = e.parked.range(slots).map(|(s, _)| *s).collect();
+        out.extend(go.iter().filter_map(|s| e.parked.remove(s)));
         self.tidy(src);
     }
 
@@ -97,13 +100,12 @@ impl Unstored {
             return;
         }
         e.passed_below = l;
-        e.parked.retain(|(s, ev)| match ev {
-            Event::Delivered { id, .. } if *s < l => {
-                out.push(*id);
-                false
+        let stay = e.parked.split_off(&l);
+        for (_, ev) in std::mem::replace(&mut e.parked, stay) {
+            if let Event::Delivered { id, .. } = ev {
+                out.push(id);
             }
-            _ => true,
-        });
+        }
         self.tidy(src);
     }
 
@@ -189,6 +191,21 @@ mod tests {
         u.stored(src, 0..11, &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(u.by_source.len(), 0);
+    }
+
+    #[test]
+    fn an_empty_or_inverted_range_releases_nothing() {
+        let mut u = Unstored::default();
+        let src = NodeId::from_const(7);
+        let mut out = Vec::new();
+        u.arrived(src);
+        assert!(matches!(u.ready(src, 10, ev(10)), Ready::Parked));
+        #[allow(clippy::reversed_empty_ranges)]
+        u.stored(src, 20..5, &mut out);
+        u.stored(src, 10..10, &mut out);
+        u.stored(src, u64::MAX..u64::MAX, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(u.parked(), 1);
     }
 
     #[test]
