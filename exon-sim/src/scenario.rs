@@ -47,6 +47,10 @@ pub enum Attack {
     Doubt,
     /// In the sender's name, a TOKEN for an incarnation seen in use.
     Token,
+    /// In the sender's name, a STORED that says every slot around one seen in flight is
+    /// stored (it would release early tokens the sender never stored), or one whose range
+    /// is inverted.
+    Stored,
 }
 
 impl Attack {
@@ -59,6 +63,7 @@ impl Attack {
         Attack::Retry,
         Attack::Doubt,
         Attack::Token,
+        Attack::Stored,
     ];
 }
 

@@ -93,7 +93,7 @@ impl Sim {
         let from = (p.header.src.get() as usize).wrapping_sub(1);
         for f in &p.frames {
             match f {
-                Frame::Token { s, r, .. } => {
+                Frame::Token { s, r, .. } | Frame::EarlyToken { s, r, .. } => {
                     remember(&mut self.seen_tokens, (from, to, *s, *r));
                 }
                 Frame::Ack { r, .. } => {
@@ -142,6 +142,16 @@ impl Sim {
             }
             Attack::Token => {
                 put_token(&mut frames, s, r, b"forged");
+                (snd, rcv)
+            }
+            Attack::Stored => {
+                let wide = s.saturating_sub(1 << 20)..s.saturating_add(1 << 20);
+                let (from, below) = if self.rng.gen() {
+                    (wide.start, wide.end)
+                } else {
+                    (wide.end, wide.start)
+                };
+                exon::proto::frame::put_stored(&mut frames, from, below);
                 (snd, rcv)
             }
             Attack::Ack => {
