@@ -38,7 +38,9 @@ impl Node {
         if self.unstored.is_empty() {
             return;
         }
-        self.on_stored(src, s..s.saturating_add(1));
+        if let Some(ev) = self.unstored.stored_slot(src, s) {
+            self.events.push_back(ev);
+        }
     }
 
     /// `src`'s frontier is `l`: its early deliveries parked below it were never stored
@@ -59,10 +61,15 @@ impl Node {
     /// sender holds no token there: the ACK finds none).
     fn drop_unstored(&mut self, now: Instant, id: DeliveryId) {
         self.stats.early_dropped += 1;
-        if self.journal.is_some() {
-            self.journal_take(now, id, None);
+        let taken = if self.journal.is_some() {
+            self.journal_take(now, id, None)
         } else {
-            self.take_live(now, id);
+            self.take_live(now, id)
+        };
+        if !taken {
+            // No record holds it any more (evicted): its charge is given back all the same
+            // (never handed over, it cannot be taken by anyone else).
+            self.release_taken(id);
         }
     }
 

@@ -90,6 +90,15 @@ impl Unstored {
         self.tidy(src);
     }
 
+    /// A stored copy of slot `s` came from `src`: its delivery, if parked, to hand over.
+    /// (It says nothing of other slots: a range is learnt from STORED frames only.)
+    pub fn stored_slot(&mut self, src: NodeId, s: u64) -> Option<Event> {
+        let e = self.by_source.get_mut(&src)?;
+        let ev = e.parked.remove(&s);
+        self.tidy(src);
+        ev
+    }
+
     /// `src`'s frontier is `l`: it holds no token below, so the deliveries parked there
     /// were never stored by it and never will be: returned, to be dropped unseen.
     pub fn passed(&mut self, src: NodeId, l: u64, out: &mut Vec<DeliveryId>) {
@@ -191,6 +200,23 @@ mod tests {
         u.stored(src, 0..11, &mut out);
         assert_eq!(out.len(), 1);
         assert_eq!(u.by_source.len(), 0);
+    }
+
+    #[test]
+    fn a_stored_copy_releases_its_own_slot_and_keeps_the_range() {
+        let mut u = Unstored::default();
+        let src = NodeId::from_const(7);
+        let mut out = Vec::new();
+        u.arrived(src);
+        u.arrived(src);
+        u.arrived(src);
+        u.stored(src, 0..100, &mut out);
+        assert!(matches!(u.ready(src, 150, ev(150)), Ready::Parked));
+        assert!(u.stored_slot(src, 150).is_some());
+        assert!(u.stored_slot(src, 150).is_none(), "once");
+        // Slot 50, still on its way, is covered by the range the copy did not replace.
+        assert!(matches!(u.ready(src, 50, ev(50)), Ready::Deliver(_)));
+        assert!(matches!(u.ready(src, 160, ev(160)), Ready::Parked));
     }
 
     #[test]
