@@ -309,7 +309,7 @@ fn self_test(
 fn without_reply_in_one_record_a_server_crash_loses_an_acknowledged_reply() {
     self_test(
         crashes_inside_commits,
-        0..16,
+        0..64,
         |r| r.reply_in_one_record = false,
         ViolationKind::ReplyLost,
     );
@@ -351,7 +351,7 @@ fn without_journal_before_ack_an_acknowledged_request_comes_back() {
     // its effects by it absorbs it, and answers again.)
     self_test(
         slow_sync,
-        0..16,
+        0..64,
         |r| r.journal_before_ack = false,
         ViolationKind::RedeliveredAfterAck,
     );
