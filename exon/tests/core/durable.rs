@@ -361,6 +361,53 @@ fn an_inverted_stored_range_releases_nothing() {
     assert_eq!(p.nodes[B].node.early_parked(), 0);
 }
 
+/// A's STORED never reaches B, and A's next copy of the message is a FRAG (its datagrams
+/// shrank; or the probe of a message B reports held whole): B answers it with GOT, which
+/// stops A's retransmissions, so the copy itself must be the word, or the message waits
+/// for good. (The FRAG is injected here, standing for one A sends after its sync: A never
+/// sends fragments of what it has not stored.)
+#[test]
+fn a_fragment_of_a_held_early_token_is_its_senders_word() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut p = durable_pair(true, true);
+    p.nodes[A].auto_sync = false;
+    let seen: Rc<RefCell<Option<(u64, u64, Bytes)>>> = Default::default();
+    let keep = seen.clone();
+    p.set_filter(move |w| {
+        for f in w.packet().frames {
+            if let exon::proto::Frame::EarlyToken { s, r, payload, .. } = f {
+                keep.borrow_mut().get_or_insert((s, r, payload));
+            }
+        }
+        Fate::Deliver
+    });
+    p.send(A, payload(0));
+    step_until(&mut p, |p| p.nodes[B].node.stats().frames_in.token > 0);
+    p.run(Duration::from_millis(50));
+    assert_eq!(p.nodes[B].node.early_parked(), 1);
+    let (s, r, data) = seen.borrow().clone().expect("an early token left");
+    let total = data.len() as u64;
+    let frag = exon::proto::Frame::Frag {
+        s,
+        r,
+        total,
+        offset: 0,
+        data,
+        senders_copy: true,
+    };
+    p.inject(
+        B,
+        exon_testkit::frames::packet(id(A), id(B), vec![frag]).encode(),
+    );
+    assert_eq!(
+        p.nodes[B].node.early_parked(),
+        0,
+        "the fragment was the word"
+    );
+    assert_eq!(p.nodes[B].delivered, [payload(0)]);
+}
+
 /// B journals an early token whole (`DeliveredEarly`: B does not rely on A's copy here)
 /// and restarts before A's word. The recovered delivery is held, not handed out: if A then
 /// stores the message, its word hands it over (flagged: it may have been handed over

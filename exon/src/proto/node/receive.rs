@@ -452,6 +452,11 @@ impl Node {
             self.stats.rejects.fragment_refused += 1;
             return false;
         }
+        // Fragments never leave early: any FRAG or SFRAG of a slot whose early delivery is
+        // held for its sender's word is that word (a token sent again in fragments after
+        // the path's datagrams shrank, or the probe of a message held whole; its GOT below
+        // stops the sender's retransmissions, so nothing else would bring the word).
+        self.stored_copy(src, s);
         let room = self.has_room_for_delivery(src) || !self.rules.ack_on_take;
         let cap = self.outbox_cap();
         let live = self.receivers.get(&src).is_some_and(|rec| rec.rck() == r);
