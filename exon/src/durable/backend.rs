@@ -8,16 +8,27 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 mod mem;
 
-pub use mem::{MemBackend, MemStats};
+pub use mem::{MemBackend, MemStats, MemSync};
+
+/// A sync of one segment taken from its backend and run apart from it (on another thread),
+/// while appends go on: what was appended to the segment before it was taken is durable
+/// once [`run`](Self::run) returns `Ok`; what is appended meanwhile may or may not be.
+pub trait DetachedSync: Send + 'static {
+    /// Makes the segment's data durable (`fdatasync`).
+    fn run(self) -> io::Result<()>;
+}
 
 /// Where a log's segments live: files in a directory, or a simulated disk.
 ///
 /// Durability follows POSIX files: appended bytes are durable once [`sync`](Self::sync)
 /// returns; a created or removed segment only once [`sync_dir`](Self::sync_dir) returns.
 pub trait Backend: Send + 'static {
+    /// A sync run apart from the backend ([`detached_sync`](Self::detached_sync)).
+    type Sync: DetachedSync;
     /// The segment numbers present, in any order.
     fn list(&mut self) -> io::Result<Vec<u64>>;
     /// The whole content of segment `seg`. Fails with [`io::ErrorKind::FileTooLarge`] if it
@@ -31,6 +42,9 @@ pub trait Backend: Send + 'static {
     fn append(&mut self, seg: u64, bytes: &[u8]) -> io::Result<()>;
     /// Makes the data of segment `seg` durable (`fdatasync`).
     fn sync(&mut self, seg: u64) -> io::Result<()>;
+    /// A sync of segment `seg` to run apart from the backend, so that the next appends
+    /// need not wait for it (a group commit written while the previous one syncs).
+    fn detached_sync(&mut self, seg: u64) -> io::Result<Self::Sync>;
     /// Cuts segment `seg` to `len` bytes, at most its length (durable after
     /// [`sync`](Self::sync)).
     fn truncate(&mut self, seg: u64, len: u64) -> io::Result<()>;
@@ -44,8 +58,9 @@ pub trait Backend: Send + 'static {
 #[derive(Debug)]
 pub struct FsBackend {
     dir: PathBuf,
-    /// Open handles of the segments appended to, kept for the next append.
-    files: HashMap<u64, File>,
+    /// Open handles of the segments appended to, kept for the next append (shared with the
+    /// detached syncs under way).
+    files: HashMap<u64, Arc<File>>,
 }
 
 impl FsBackend {
@@ -74,12 +89,22 @@ impl FsBackend {
     }
 
     /// The open handle of `seg`, opened for appending if it is not yet.
-    fn file(&mut self, seg: u64) -> io::Result<&mut File> {
+    fn file(&mut self, seg: u64) -> io::Result<&Arc<File>> {
         if !self.files.contains_key(&seg) {
             let file = OpenOptions::new().append(true).open(self.path(seg))?;
-            self.files.insert(seg, file);
+            self.files.insert(seg, Arc::new(file));
         }
-        Ok(self.files.get_mut(&seg).expect("inserted above"))
+        Ok(self.files.get(&seg).expect("inserted above"))
+    }
+}
+
+/// A detached `fdatasync` of a segment file ([`FsBackend`]'s [`Backend::Sync`]).
+#[derive(Debug)]
+pub struct FsSync(Arc<File>);
+
+impl DetachedSync for FsSync {
+    fn run(self) -> io::Result<()> {
+        self.0.sync_data()
     }
 }
 
@@ -94,6 +119,8 @@ fn segment_number(name: &str) -> Option<u64> {
 }
 
 impl Backend for FsBackend {
+    type Sync = FsSync;
+
     fn list(&mut self) -> io::Result<Vec<u64>> {
         let mut segs = Vec::new();
         for entry in std::fs::read_dir(&self.dir)? {
@@ -128,16 +155,20 @@ impl Backend for FsBackend {
             .append(true)
             .create_new(true)
             .open(self.path(seg))?;
-        self.files.insert(seg, file);
+        self.files.insert(seg, Arc::new(file));
         Ok(())
     }
 
     fn append(&mut self, seg: u64, bytes: &[u8]) -> io::Result<()> {
-        self.file(seg)?.write_all(bytes)
+        (&**self.file(seg)?).write_all(bytes)
     }
 
     fn sync(&mut self, seg: u64) -> io::Result<()> {
         self.file(seg)?.sync_data()
+    }
+
+    fn detached_sync(&mut self, seg: u64) -> io::Result<FsSync> {
+        Ok(FsSync(Arc::clone(self.file(seg)?)))
     }
 
     fn truncate(&mut self, seg: u64, len: u64) -> io::Result<()> {

@@ -1,8 +1,8 @@
 //! The journal on stable storage: the core's [`Write`]s appended to a [`Log`], committed in
 //! groups, replayed at recovery and compacted to what is still live.
 
-use crate::durable::backend::Backend;
-use crate::durable::log::{Log, LogConfig, LogError};
+use crate::durable::backend::{Backend, DetachedSync};
+use crate::durable::log::{Log, LogConfig, LogError, Lsn};
 use crate::proto::journal::{Entry, Recovered, State, Write};
 
 /// How a journal uses its storage.
@@ -17,9 +17,10 @@ pub struct JournalConfig {
     /// A compaction runs once the log grew by this much since the last one, and by four
     /// times what is live.
     pub compact_after: u64,
-    /// Group commit: how long the endpoint lets records gather before it syncs them (0:
-    /// sync as soon as the previous sync is done; whatever is written meanwhile goes in the
-    /// next one). A delay trades latency for fewer, larger syncs.
+    /// Group commit: how long the endpoint lets records gather before it writes and syncs
+    /// them (0: as soon as the previous group is written and there is room for its sync;
+    /// whatever comes meanwhile goes in the next one). A delay trades latency for fewer,
+    /// larger syncs.
     pub commit_delay: std::time::Duration,
     /// Group commit: the most bytes of records one sync takes; a batch this large is
     /// synced without waiting for `commit_delay`.
@@ -60,6 +61,50 @@ pub enum JournalError {
         /// The limit.
         max: u64,
     },
+}
+
+/// What [`Journal::write`] wrote, and the sync that makes it durable, to run apart from the
+/// journal (on another thread) while the next writes are appended and written.
+#[derive(Debug)]
+pub struct JournalSync<S> {
+    synced: Synced,
+    /// `None`: durable already.
+    sync: Option<S>,
+}
+
+impl<S: DetachedSync> JournalSync<S> {
+    /// The number of the last write it makes durable.
+    pub fn through(&self) -> u64 {
+        self.synced.through
+    }
+
+    /// What was written, if it is durable already (there is no sync to run).
+    pub fn durable(&self) -> Option<Synced> {
+        self.sync.is_none().then_some(self.synced)
+    }
+
+    /// Runs the sync. On success, tell the journal with [`Journal::synced`] once every
+    /// sync of an earlier write succeeded too; on failure, with [`Journal::sync_failed`].
+    pub fn run(self) -> Result<Synced, JournalError> {
+        if let Some(sync) = self.sync {
+            sync.run().map_err(|e| JournalError::Log(LogError::Io(e)))?;
+        }
+        Ok(self.synced)
+    }
+}
+
+/// A [`JournalSync`] that ran: every write through [`through`](Self::through) is durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Synced {
+    through: u64,
+    lsn: Lsn,
+}
+
+impl Synced {
+    /// The number of the last write now durable.
+    pub fn through(&self) -> u64 {
+        self.through
+    }
 }
 
 /// What a journal found when it was opened.
@@ -173,17 +218,71 @@ impl<B: Backend> Journal<B> {
             self.log.commit()?;
             self.durable = self.appended;
         }
-        let grown = self.log.bytes_since_checkpoint();
-        let live = self.state.live_bytes() as u64;
-        // Only growth compacts here, a log with nothing live too: a busy journal that
-        // empties at the end of each commit would otherwise rewrite itself (a new segment,
-        // three syncs, a removal) every few commits, which halved what it stores per
-        // second. A quiet one is emptied by `compact_if_quiet`, which the endpoint calls
-        // once writes stop for a while.
-        if grown > self.cfg.compact_after.max(live.saturating_mul(4)) {
+        if self.compaction_due() {
             self.compact()?;
         }
         Ok(self.durable)
+    }
+
+    /// Writes what was appended without syncing it (pipelined group commit): returns the
+    /// sync that makes it durable, to run apart while the next writes are appended and
+    /// written. It has nothing to run when every write appended is durable already (nothing
+    /// was written since the last sync, or the log grew enough to compact, which
+    /// [`commit`](Self::commit)s first). A sync makes durable what its own write wrote; the
+    /// writes before it are durable once their syncs succeeded too.
+    pub fn write(&mut self) -> Result<JournalSync<B::Sync>, JournalError> {
+        if self.compaction_due() {
+            self.commit()?;
+        } else {
+            let written = self.log.write()?;
+            let synced = Synced {
+                through: self.appended,
+                lsn: written.lsn,
+            };
+            if written.sync.is_some() {
+                return Ok(JournalSync {
+                    synced,
+                    sync: written.sync,
+                });
+            }
+            self.durable = self.appended;
+        }
+        Ok(JournalSync {
+            synced: Synced {
+                through: self.durable,
+                lsn: self.log.durable_lsn(),
+            },
+            sync: None,
+        })
+    }
+
+    /// A sync from [`write`](Self::write) succeeded.
+    pub fn synced(&mut self, s: Synced) {
+        self.log.synced(s.lsn);
+        self.durable = self.durable.max(s.through);
+    }
+
+    /// A sync from [`write`](Self::write) failed: the journal is poisoned (nothing written
+    /// since the last successful sync is reported durable; reopen it).
+    pub fn sync_failed(&mut self) {
+        self.log.poison();
+    }
+
+    /// The number of the last write durable.
+    pub fn durable(&self) -> u64 {
+        self.durable
+    }
+
+    /// Whether the log grew enough since the last compaction. Only growth compacts here, a
+    /// log with nothing live too: a busy journal that empties at the end of each commit
+    /// would otherwise rewrite itself (a new segment, three syncs, a removal) every few
+    /// commits, which halved what it stores per second. A quiet one is emptied by
+    /// [`compact_if_quiet`](Self::compact_if_quiet), which the endpoint calls once writes
+    /// stop for a while.
+    fn compaction_due(&self) -> bool {
+        let grown = self.log.bytes_since_checkpoint();
+        let live = self.state.live_bytes() as u64;
+        grown > self.cfg.compact_after.max(live.saturating_mul(4))
     }
 
     /// Compacts when nothing is live and the log holds anything: a quiet node's journal

@@ -141,6 +141,15 @@ impl LogError {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Lsn(pub u64);
 
+/// What [`Log::write`] wrote: the entries through `lsn`, durable once `sync` ran.
+#[derive(Debug)]
+pub struct Written<S> {
+    /// The last entry written.
+    pub lsn: Lsn,
+    /// The sync to run (`None`: nothing was left to sync, the entries are durable).
+    pub sync: Option<S>,
+}
+
 /// An append-only log over a [`Backend`]. See the [module documentation](self).
 #[derive(Debug)]
 pub struct Log<B: Backend> {
@@ -210,6 +219,44 @@ impl<B: Backend> Log<B> {
         self.poison_on(result)?;
         self.durable = self.appended;
         Ok(Lsn(self.durable))
+    }
+
+    /// Writes the batch without syncing it, so that the next batch can be appended and
+    /// written while this one syncs (pipelined group commit). Returns the [`Lsn`] of the last
+    /// entry written and the sync that makes every entry through it durable, to run apart
+    /// (on another thread); report its success with [`synced`](Self::synced), its failure
+    /// with [`poison`](Self::poison). Segments filled on the way are synced here, as in
+    /// [`commit`](Self::commit). No sync is returned when nothing was written since the
+    /// last [`commit`](Self::commit). After an error the log is poisoned.
+    pub fn write(&mut self) -> Result<Written<B::Sync>, LogError> {
+        self.check()?;
+        let sync = match self.write_unsynced() {
+            Ok(sync) => sync,
+            Err(e) => {
+                self.poison();
+                return Err(LogError::io(e));
+            }
+        };
+        if sync.is_none() {
+            self.durable = self.appended;
+        }
+        Ok(Written {
+            lsn: Lsn(self.appended),
+            sync,
+        })
+    }
+
+    /// A sync returned by [`write`](Self::write) succeeded: every entry through `lsn` is
+    /// durable.
+    pub fn synced(&mut self, lsn: Lsn) {
+        self.durable = self.durable.max(lsn.0.min(self.appended));
+    }
+
+    /// A sync returned by [`write`](Self::write) failed: the log is poisoned (a sync is
+    /// never retried on the same data; reopen it).
+    pub fn poison(&mut self) {
+        self.poisoned = true;
+        self.buf = Vec::new();
     }
 
     /// Commits the batch, then writes a checkpoint holding exactly the entries of `live`
@@ -306,8 +353,7 @@ impl<B: Backend> Log<B> {
 
     fn poison_on(&mut self, result: io::Result<()>) -> Result<(), LogError> {
         result.map_err(|e| {
-            self.poisoned = true;
-            self.buf = Vec::new();
+            self.poison();
             LogError::io(e)
         })
     }
@@ -351,6 +397,16 @@ impl<B: Backend> Log<B> {
         self.buf = buf;
         self.buf.clear();
         Ok(())
+    }
+
+    /// Writes the batch; returns a detached sync of the last segment if it was written
+    /// since its last sync.
+    fn write_unsynced(&mut self) -> io::Result<Option<B::Sync>> {
+        self.write_batch()?;
+        match self.segs.last() {
+            Some(&(seg, _)) if self.dirty => self.backend.detached_sync(seg).map(Some),
+            _ => Ok(None),
+        }
     }
 
     /// Syncs the last segment if it was written.

@@ -5,6 +5,6 @@ pub mod journal;
 pub mod log;
 mod record;
 
-pub use backend::{Backend, FsBackend, MemBackend, MemStats};
-pub use journal::{Journal, JournalConfig, JournalError, OpenReport};
-pub use log::{Log, LogConfig, LogError, Lsn, Recovery};
+pub use backend::{Backend, DetachedSync, FsBackend, FsSync, MemBackend, MemStats, MemSync};
+pub use journal::{Journal, JournalConfig, JournalError, JournalSync, OpenReport, Synced};
+pub use log::{Log, LogConfig, LogError, Lsn, Recovery, Written};

@@ -68,7 +68,7 @@
 //! | `io/` | socket I/O: the [`DatagramSocket`] trait (`socket.rs`), [`BatchSocket`] (GSO sends, GRO and `recvmmsg` receives), [`LossySocket`], IP families (`family.rs`), the driver's receive side (`inbound.rs`) and transmit side (`outbound.rs`) |
 //! | `shards/` | shards and steering: which shard owns a peer and the kernel program that steers datagrams (`steering.rs`), the links between shards (`route.rs`) |
 //! | `paths/` | where peers are: the driver's paths (`mod.rs`), the peer book of addresses and their challenges (`book.rs`), cookies against floods (`cookies.rs`) |
-//! | `storage/` | storage jobs: the [`ClockStore`]s (`clock_store.rs`) and the driver's jobs storing the clock (`clock_jobs.rs`), the journal's jobs (`journal_jobs.rs`), durable mode's bind and recovery (`durable.rs`) |
+//! | `storage/` | storage jobs: the [`ClockStore`]s (`clock_store.rs`) and the driver's jobs storing the clock (`clock_jobs.rs`), the journal's jobs (`journal_jobs.rs`) and the line of their syncs (`sync_line.rs`), durable mode's bind and recovery (`durable.rs`) |
 //! | `flows/` | ordered flows: [`Channel`], [`Stream`], a stream's receiving side (`stream_in.rs`), the sending side of one flow (`out.rs`), verdicts on their way back (`ack.rs`), why a flow broke (`broken.rs`), [`FlowConfig`], and their share of the driver, the reorder buffers (`at_driver.rs`) |
 //!
 //! Request/reply's driver side lives in `exon::rpc`: the calls waiting for a reply
@@ -90,8 +90,10 @@
 //!   their way to the application; **take**: the application took a delivery, which is
 //!   what acknowledges it.
 //! - **store jobs** (**ClockJobs**): the clock's high-water marks, stored by the
-//!   [`ClockStore`]; **journal jobs** (**JournalJobs**): durable mode's writes, appended and
-//!   synced to the journal. Both run off the driver's task and report back.
+//!   [`ClockStore`]; **journal jobs** (**JournalJobs**): durable mode's writes, appended,
+//!   written and synced to the journal in groups, a group written while earlier ones sync
+//!   (the **sync line**, **SyncLine**, reports them in order). Both run off the driver's
+//!   task and report back.
 //! - **turn**: one round of the driver (take the ready inputs, drain the node's outputs);
 //!   **inbound**/**outbound**: the driver's receive and transmit sides.
 //! - **shard**: one driver task with its own node and socket; **steering**: handing each

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::Backend;
+use super::{Backend, DetachedSync};
 
 /// An in-memory disk for tests: a cheaply cloned handle to shared state, so that a test
 /// keeps a handle while the log that owns another one "crashes".
@@ -37,6 +37,8 @@ struct MemDisk {
     /// Mutating calls that may still succeed; `None`: no limit.
     ops: Option<u64>,
     fail_syncs: bool,
+    /// How long each sync takes (a slow disk).
+    sync_delay: std::time::Duration,
     stats: MemStats,
 }
 
@@ -147,6 +149,20 @@ impl MemBackend {
         self.disk().fail_syncs = fail;
     }
 
+    /// Makes every sync take `delay` (slept before it takes effect, without holding the
+    /// disk): a slow disk, so that writes and syncs overlap in tests.
+    pub fn set_sync_delay(&self, delay: std::time::Duration) {
+        self.disk().sync_delay = delay;
+    }
+
+    /// Sleeps for the sync delay.
+    fn sync_wait(&self) {
+        let delay = self.disk().sync_delay;
+        if !delay.is_zero() {
+            std::thread::sleep(delay);
+        }
+    }
+
     /// Lets `n` more mutating calls (create, append, sync, truncate, remove, sync_dir)
     /// succeed, then fails every one (`Some`); `None` lifts the limit.
     pub fn fail_after_ops(&self, n: Option<u64>) {
@@ -219,7 +235,39 @@ impl MemBackend {
     }
 }
 
+/// A detached sync of a [`MemBackend`] segment: it makes durable what the segment held when
+/// it was taken (not what was appended since), unless the segment was truncated below that
+/// or removed meanwhile.
+#[derive(Debug)]
+pub struct MemSync {
+    disk: Arc<Mutex<MemDisk>>,
+    seg: u64,
+    len: usize,
+}
+
+impl DetachedSync for MemSync {
+    fn run(self) -> io::Result<()> {
+        let backend = MemBackend { disk: self.disk };
+        backend.sync_wait();
+        let mut disk = backend.disk();
+        disk.op("sync")?;
+        if disk.fail_syncs {
+            return Err(injected("sync"));
+        }
+        disk.stats.syncs += 1;
+        // A removed segment: nothing left to sync (as `fdatasync` of an unlinked file).
+        if let Some(s) = disk.segs.get_mut(&self.seg).filter(|s| s.listed) {
+            if self.len > s.durable.len() && self.len <= s.data.len() {
+                s.durable = s.data[..self.len].to_vec();
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Backend for MemBackend {
+    type Sync = MemSync;
+
     fn list(&mut self) -> io::Result<Vec<u64>> {
         Ok(self.list_segments())
     }
@@ -274,6 +322,7 @@ impl Backend for MemBackend {
     }
 
     fn sync(&mut self, seg: u64) -> io::Result<()> {
+        self.sync_wait();
         let mut disk = self.disk();
         disk.op("sync")?;
         if disk.fail_syncs {
@@ -283,6 +332,15 @@ impl Backend for MemBackend {
         s.durable = s.data.clone();
         disk.stats.syncs += 1;
         Ok(())
+    }
+
+    fn detached_sync(&mut self, seg: u64) -> io::Result<MemSync> {
+        let len = self.disk().seg(seg)?.data.len();
+        Ok(MemSync {
+            disk: Arc::clone(&self.disk),
+            seg,
+            len,
+        })
     }
 
     fn truncate(&mut self, seg: u64, len: u64) -> io::Result<()> {

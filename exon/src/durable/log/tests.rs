@@ -1,7 +1,7 @@
 //! Tests of the log: crashes at every byte and every step, damage, rotation, faults.
 
 use super::*;
-use crate::durable::backend::{FsBackend, MemBackend};
+use crate::durable::backend::{DetachedSync, FsBackend, MemBackend};
 use proptest::prelude::*;
 
 /// Small segments: a record of up to 32 bytes, about three per segment.
@@ -692,4 +692,72 @@ proptest! {
         }
         prop_assert_eq!(bodies(&rec), want[..before].to_vec());
     }
+}
+
+#[test]
+fn a_detached_sync_makes_durable_what_was_written_before_it_and_not_after() {
+    let mem = MemBackend::new();
+    let (mut log, _) = open(&mem, LogConfig::default());
+    log.append(&entry(0)).unwrap();
+    let first = log.write().unwrap();
+    assert_eq!(first.lsn, Lsn(1));
+    // The next group is written while the first one's sync has not run.
+    log.append(&entry(1)).unwrap();
+    let second = log.write().unwrap();
+    assert_eq!((second.lsn, log.durable_lsn()), (Lsn(2), Lsn(0)));
+    first.sync.expect("a sync to run").run().unwrap();
+    log.synced(first.lsn);
+    assert_eq!(log.durable_lsn(), Lsn(1));
+    // A crash now keeps the first group only: the second was not synced.
+    let snapshot = MemBackend::new();
+    for (seg, data) in mem.synced_segments() {
+        snapshot.put_segment(seg, data);
+    }
+    let (_, rec) = open(&snapshot, LogConfig::default());
+    assert_eq!(bodies(&rec), vec![entry(0)]);
+    second.sync.expect("a sync to run").run().unwrap();
+    log.synced(second.lsn);
+    mem.crash(|_, _| 0);
+    let (_, rec) = open(&mem, LogConfig::default());
+    assert_eq!(bodies(&rec), vec![entry(0), entry(1)]);
+}
+
+#[test]
+fn write_with_nothing_new_after_a_commit_has_no_sync_and_a_failed_one_poisons() {
+    let mem = MemBackend::new();
+    let mut log = committed(&mem, LogConfig::default(), 2);
+    let nothing = log.write().unwrap();
+    assert!(nothing.sync.is_none());
+    assert_eq!((nothing.lsn, log.durable_lsn()), (Lsn(2), Lsn(2)));
+    log.append(&entry(2)).unwrap();
+    let w = log.write().unwrap();
+    mem.fail_syncs(true);
+    assert!(w.sync.expect("a sync to run").run().is_err());
+    log.poison();
+    assert!(matches!(log.append(&entry(3)), Err(LogError::Poisoned)));
+    assert_eq!(log.durable_lsn(), Lsn(2));
+}
+
+#[test]
+fn writes_across_segments_sync_the_ones_left_behind() {
+    let cfg = small();
+    let mem = MemBackend::new();
+    let (mut log, _) = open(&mem, cfg.clone());
+    for i in 0..10 {
+        log.append(&entry(i)).unwrap();
+    }
+    let w = log.write().unwrap();
+    assert!(log.segments() > 1);
+    // Without the last segment's sync, a crash keeps every segment before it.
+    let snapshot = MemBackend::new();
+    for (seg, data) in mem.synced_segments() {
+        snapshot.put_segment(seg, data);
+    }
+    let (_, rec) = open(&snapshot, cfg.clone());
+    let kept = rec.entries.len();
+    assert!(kept > 0 && kept < 10, "kept {kept}");
+    w.sync.expect("a sync to run").run().unwrap();
+    mem.crash(|_, _| 0);
+    let (_, rec) = open(&mem, cfg);
+    assert_eq!(rec.entries.len(), 10);
 }

@@ -57,7 +57,7 @@ use crate::endpoint::paths::Paths;
 use crate::endpoint::shards::route::{Forward, Route};
 use crate::endpoint::storage::clock_jobs::{ClockJobs, StoreDone};
 use crate::endpoint::storage::clock_store::ClockStore;
-use crate::endpoint::storage::journal_jobs::{JournalDone, JournalJobs};
+use crate::endpoint::storage::journal_jobs::{JournalEvent, JournalJobs};
 use crate::proto::{Event, Node};
 use crate::rpc::calls::Calls;
 use crate::rpc::request::Requests;
@@ -71,7 +71,7 @@ enum Wake {
     Cmd(Option<Command>),
     Datagrams(std::io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
-    Journalled(Box<Result<JournalDone, tokio::task::JoinError>>),
+    Journalled(Box<JournalEvent>),
     Deliver(Permit),
     Forwarded(Option<Forward>),
     Taken,
@@ -263,8 +263,8 @@ impl<S: DatagramSocket> Driver<S> {
                 );
                 // A group commit under way finishes before the driver is gone: a durable
                 // endpoint reopened on the same directory finds the journal at rest.
-                if let Some(job) = self.journal.as_mut().and_then(|j| j.job()) {
-                    let _ = job.await;
+                if let Some(j) = self.journal.as_mut() {
+                    j.settle().await;
                 }
                 for r in self.close_replies.drain(..) {
                     let _ = r.send(report.clone());
@@ -310,7 +310,7 @@ impl<S: DatagramSocket> Driver<S> {
         let store_job = self.clock.job();
         let storing = store_job.is_some();
         let holds = self.journal.is_some();
-        let journal_job = self.journal.as_mut().and_then(|j| j.job());
+        let journal_job = self.journal.as_mut().and_then(|j| j.next_event());
         let journalling = journal_job.is_some();
         let (rx, forwarded) = self.inbound.sources();
         let forwarding = forwarded.is_some();
@@ -353,7 +353,7 @@ impl<S: DatagramSocket> Driver<S> {
                 }
             }
             Wake::Journalled(r) => {
-                let through = self.journal.as_mut().and_then(|j| j.on_done(*r));
+                let through = self.journal.as_mut().and_then(|j| j.on_event(*r));
                 if let Some(through) = through {
                     self.node.handle_stored(t, through);
                 }
