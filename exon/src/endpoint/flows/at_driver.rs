@@ -5,6 +5,10 @@
 //! channels' senders, and the streams waiting to be accepted.
 
 use std::collections::HashMap;
+
+/// The maps looked up per message (a channel's or a stream's state): foldhash, not SipHash
+/// (their keys are peers' ids and flow numbers of authenticated datagrams).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -55,7 +59,7 @@ pub(crate) struct OrderedShared {
     recovered_ids: Mutex<std::collections::HashSet<u64>>,
     /// The senders of channels, by destination and channel: one numbering per channel for
     /// the whole run, however many `Channel` values the application makes.
-    channels: Mutex<HashMap<(NodeId, u16), Arc<FlowOut>>>,
+    channels: Mutex<FastMap<(NodeId, u16), Arc<FlowOut>>>,
     /// Streams opened by peers, to be accepted: at most `max_streams` wait (a stream that
     /// ended at once has left the driver's table, but still waits here).
     accept: mpsc::Sender<Accepted>,
@@ -330,9 +334,9 @@ pub(crate) enum Action {
 /// The flows of one driver shard.
 pub(crate) struct Flows {
     shared: Arc<OrderedShared>,
-    channels: HashMap<(NodeId, u16), Reorder<Held>>,
+    channels: FastMap<(NodeId, u16), Reorder<Held>>,
     /// Streams by peer, id, and whether this endpoint opened them.
-    streams: HashMap<(NodeId, u64, bool), RecvStream>,
+    streams: FastMap<(NodeId, u64, bool), RecvStream>,
     steps: Vec<Step<Held>>,
     max_channels: usize,
     max_streams: usize,
@@ -375,8 +379,8 @@ impl Flows {
         let rules = shared.rules;
         Flows {
             shared,
-            channels: HashMap::new(),
-            streams: HashMap::new(),
+            channels: FastMap::default(),
+            streams: FastMap::default(),
             steps: Vec::new(),
             max_channels: c.max_channels,
             max_streams: c.max_streams,

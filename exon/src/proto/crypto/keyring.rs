@@ -1,7 +1,5 @@
 //! The keyring: which public key each known node id holds (closed groups).
 
-use std::collections::HashMap;
-
 use super::keys::{KeyError, PublicKey};
 use crate::proto::NodeId;
 
@@ -17,7 +15,7 @@ use crate::proto::NodeId;
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Keyring {
-    keys: HashMap<NodeId, PublicKey>,
+    keys: crate::proto::PeerMap<PublicKey>,
 }
 
 /// A keyring text that could not be read.

@@ -2,11 +2,15 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
 /// A set of integers stored as ranges, so its memory follows the number of gaps, not the
-/// number of members. Membership tests and removals are `O(log ranges)`.
+/// number of members. Membership tests and removals are `O(log ranges)`. A set of one range
+/// (a message's bytes in one datagram, a GOT for one whole fragment, a run of slots) is
+/// kept inline: no allocation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RangeSet {
-    ranges: Vec<Range<u64>>,
+    ranges: SmallVec<[Range<u64>; 1]>,
     count: u64,
 }
 
@@ -85,7 +89,13 @@ impl RangeSet {
             j += 1;
         }
         self.count = self.count - removed + (merged.end - merged.start);
-        self.ranges.splice(i..j, std::iter::once(merged));
+        if i == j {
+            // In a gap: a range of its own.
+            self.ranges.insert(i, merged);
+        } else {
+            self.ranges[i] = merged;
+            self.ranges.drain(i + 1..j);
+        }
     }
 
     /// Removes `v`; returns whether it was a member.
@@ -160,7 +170,8 @@ impl RangeSet {
             j += 1;
         }
         if removed > 0 {
-            self.ranges.splice(i..j, keep.into_iter().flatten());
+            self.ranges.drain(i..j);
+            self.ranges.insert_many(i, keep.into_iter().flatten());
             self.count -= removed;
         }
         removed
@@ -212,6 +223,20 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+
+    /// A set of one range (the bytes of a message in one datagram, a GOT for one whole
+    /// fragment) allocates nothing; a second range spills to the heap and keeps working.
+    #[test]
+    fn one_range_is_kept_inline() {
+        let mut s = RangeSet::new();
+        s.insert(0..1000);
+        s.insert(1000..1400);
+        s.remove_range(0..10);
+        assert!(!s.ranges.spilled());
+        s.insert(2000..2001);
+        assert!(s.ranges.spilled());
+        assert_eq!(s.ranges(), &[10..1400, 2000..2001]);
+    }
 
     proptest! {
         #[test]
