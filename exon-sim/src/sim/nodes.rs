@@ -401,8 +401,16 @@ impl Sim {
         if node.tokens_in_flight() as u64 > c.flow.window * s as u64 {
             what.push(format!("{} tokens", node.tokens_in_flight()));
         }
-        if node.messages_queued() > c.limits.max_queued_per_peer * s {
-            what.push(format!("{} messages queued", node.messages_queued()));
+        // `max_queued_per_peer` bounds what a send admits; a token sent back to the queue
+        // (a RETRY or LOST verdict, a restart's recovery) was admitted before, so what
+        // a record holds in all is that bound and its window of tokens.
+        let held = node.messages_queued() + node.tokens_in_flight();
+        if held as u64 > (c.limits.max_queued_per_peer as u64 + c.flow.window) * s as u64 {
+            what.push(format!(
+                "{} messages queued, {} tokens",
+                node.messages_queued(),
+                node.tokens_in_flight()
+            ));
         }
         if r > 0 {
             let slots = node.slots_held();
