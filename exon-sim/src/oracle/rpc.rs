@@ -336,9 +336,21 @@ impl Oracle {
                         format!("node{caller} call {call} never ended"),
                     ));
                 }
-                let acked = self.rec(c.key).is_some_and(|r| r.acked);
+                let rec = self.rec(c.key);
+                let acked = rec.is_some_and(|r| r.acked);
+                // A restart that could not vouch for what came before it (durable mode
+                // switched on, the journal lost, the directory restored) after the
+                // request was acknowledged loses a reply its server had not stored;
+                // after the call was made, the call its caller had not stored.
+                let unvouched = |node: usize, since: u64| {
+                    self.unvouched_at
+                        .get(node)
+                        .is_some_and(|&t| t != super::NONE && t >= since)
+                };
+                let after_restart = rec
+                    .is_some_and(|r| unvouched(server, r.acked_at) || unvouched(caller, r.sent_at));
                 let excused = if self.durable {
-                    self.damaged[server] || self.damaged[caller]
+                    self.damaged[server] || self.damaged[caller] || after_restart
                 } else {
                     self.restarted[server] || self.restarted[caller]
                 };

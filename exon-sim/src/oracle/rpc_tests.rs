@@ -154,3 +154,37 @@ fn a_crashed_caller_forgets_its_calls_and_a_restart_without_journal_excuses_a_lo
     o.finish_rpc(20);
     assert!(kinds(&o).is_empty(), "{:?}", o.violations());
 }
+
+/// Durable mode: a reply is excused only by a restart that could not vouch for it (durable
+/// mode switched on, the journal lost, the directory restored) after its request was
+/// acknowledged; one before the acknowledgement excuses nothing (the server stored the
+/// reply afterwards).
+#[test]
+fn durable_a_reply_lost_is_excused_by_an_unvouched_restart_after_its_acknowledgement() {
+    for (restart_at, excused) in [(10, true), (3, false)] {
+        let mut o = Oracle::new(2);
+        o.set_durable();
+        let c = call(&mut o);
+        exec(&mut o, c, (2, 1, 1), false);
+        let key = MsgKey { sender: 1, seq: 0 };
+        if let Some(r) = rec_in(&mut o.msgs, key) {
+            r.deliveries = 1;
+            r.taken = true;
+        }
+        o.on_acked(key, 5);
+        o.on_unvouched_restart(0, restart_at);
+        o.on_call_ended(1, c, &Ended::NoReply, 12);
+        let before = o.violation_count();
+        o.finish_rpc(20);
+        let end: Vec<_> = o.violations()[before as usize..]
+            .iter()
+            .map(|v| v.kind)
+            .collect();
+        let want: &[ViolationKind] = if excused {
+            &[]
+        } else {
+            &[ViolationKind::ReplyLost]
+        };
+        assert_eq!(end, want, "unvouched restart at {restart_at}");
+    }
+}
