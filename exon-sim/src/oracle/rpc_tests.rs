@@ -31,6 +31,16 @@ fn exec(o: &mut Oracle, call: u64, stable: Stable, redelivery: bool) -> bool {
     o.on_executed(e, answer(), 5)
 }
 
+/// The request `key` delivered and taken (as the message oracle would record it), then
+/// acknowledged at `at`.
+fn acknowledge(o: &mut Oracle, key: MsgKey, at: u64) {
+    if let Some(r) = rec_in(&mut o.msgs, key) {
+        r.deliveries = 1;
+        r.taken = true;
+    }
+    o.on_acked(key, at);
+}
+
 #[test]
 fn a_clean_call_passes() {
     let mut o = Oracle::new(2);
@@ -114,13 +124,7 @@ fn at_the_end_every_call_ended_and_every_acknowledged_reply_came() {
     let open = call(&mut o);
     let acked = call(&mut o);
     exec(&mut o, acked, (2, 1, 1), false);
-    let key = MsgKey { sender: 1, seq: 1 };
-    // Delivered and taken (as the message oracle would record it), then acknowledged.
-    if let Some(r) = rec_in(&mut o.msgs, key) {
-        r.deliveries = 1;
-        r.taken = true;
-    }
-    o.on_acked(key, 5);
+    acknowledge(&mut o, MsgKey { sender: 1, seq: 1 }, 5);
     o.on_call_ended(1, acked, &Ended::NoReply, 9);
     // A reply after the call ended is discarded, and counts as come.
     let late = call(&mut o);
@@ -166,12 +170,7 @@ fn durable_a_reply_lost_is_excused_by_an_unvouched_restart_after_its_acknowledge
         o.set_durable();
         let c = call(&mut o);
         exec(&mut o, c, (2, 1, 1), false);
-        let key = MsgKey { sender: 1, seq: 0 };
-        if let Some(r) = rec_in(&mut o.msgs, key) {
-            r.deliveries = 1;
-            r.taken = true;
-        }
-        o.on_acked(key, 5);
+        acknowledge(&mut o, MsgKey { sender: 1, seq: 0 }, 5);
         o.on_unvouched_restart(0, restart_at);
         o.on_call_ended(1, c, &Ended::NoReply, 12);
         let before = o.violation_count();
