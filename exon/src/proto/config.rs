@@ -268,7 +268,8 @@ pub struct TimerConfig {
     /// the tokens in flight into an outage are tried again at least this often and a path
     /// that heals is found within about this (a stream resumes), where a backoff up to
     /// `max_rto` could wait that long. Past `2 * max_rto` without an answer the deaf
-    /// schedule takes over and bounds what goes. At most `max_rto`. Default 400 ms.
+    /// schedule takes over and bounds what goes. Above `max_rto` it acts as `max_rto`.
+    /// Default 400 ms.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_backoff: Duration,
     /// Clock granularity added to the variance term of the timeout. Default 1 ms.

@@ -71,7 +71,7 @@ enum Wake {
     Cmd(Option<Command>),
     Datagrams(std::io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
-    Journalled(Box<JournalEvent>),
+    Journalled(JournalEvent),
     Deliver(Permit),
     Forwarded(Option<Forward>),
     Taken,
@@ -325,7 +325,7 @@ impl<S: DatagramSocket> Driver<S> {
             _ = ended, if holds => Wake::Taken,
             r = async { store_job.expect("guarded").await }, if storing => Wake::Stored(r),
             r = async { journal_job.expect("guarded").await }, if journalling => {
-                Wake::Journalled(Box::new(r))
+                Wake::Journalled(r)
             }
             p = async { room.expect("guarded").await }, if !reading => Wake::Deliver(p),
             _ = std::future::ready(()), if reading && pending => Wake::Pending,
@@ -353,7 +353,7 @@ impl<S: DatagramSocket> Driver<S> {
                 }
             }
             Wake::Journalled(r) => {
-                let through = self.journal.as_mut().and_then(|j| j.on_event(*r));
+                let through = self.journal.as_mut().and_then(|j| j.on_event(r));
                 if let Some(through) = through {
                     self.node.handle_stored(t, through);
                 }

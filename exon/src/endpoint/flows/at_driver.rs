@@ -5,10 +5,6 @@
 //! channels' senders, and the streams waiting to be accepted.
 
 use std::collections::HashMap;
-
-/// The maps looked up per message (a channel's or a stream's state): foldhash, not SipHash
-/// (their keys are peers' ids and flow numbers of authenticated datagrams).
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -30,6 +26,10 @@ use crate::ordered::position::{self, RecvPosition};
 use crate::ordered::{Arrival, Reorder, Step, Window};
 use crate::proto::journal::Mark;
 use crate::proto::{DeliveryId, NodeId, Rules};
+
+/// The maps looked up per message (a channel's or a stream's state): foldhash, randomly
+/// seeded per map, not SipHash; their sizes are bounded (`max_channels`, `max_streams`).
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Stream ids this endpoint uses (the wire allows up to [`MAX_STREAM_ID`](crate::envelope::MAX_STREAM_ID)): below 2^28, a
 /// stream's flow is a 4-byte varint, and a chunk's envelope (up to 2^30 chunks) fits the

@@ -788,9 +788,6 @@ mod tests {
         }
     }
 
-    /// A run of verdicts in one record is the same as one record per message; a run from
-    /// a damaged disk as long as the largest id resolves only the messages the journal
-    /// holds (no work in proportion to its length).
     /// An early delivery stays early through a compaction (its checkpoint record is
     /// `DeliveredEarly`), is recovered as such, and is an ordinary taken slot once taken.
     #[test]
@@ -830,6 +827,9 @@ mod tests {
         assert!(!st.recovered(false).deliveries.iter().any(|d| d.early));
     }
 
+    /// A run of verdicts in one record is the same as one record per message; a run from
+    /// a damaged disk as long as the largest id resolves only the messages the journal
+    /// holds (no work in proportion to its length).
     #[test]
     fn a_resolved_run_is_its_messages_resolved_one_by_one() {
         let mut one_by_one: Vec<Entry> = (10..15).map(accepted).collect();
