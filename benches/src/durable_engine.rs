@@ -44,7 +44,7 @@ fn batch(end: End, first: u64, size: usize) -> Vec<Entry> {
                 Entry::Accepted {
                     id,
                     to: B,
-                    payload: bytes,
+                    payload: bytes.into(),
                 },
                 Entry::Assigned {
                     id,

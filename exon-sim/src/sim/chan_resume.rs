@@ -131,7 +131,7 @@ fn resume_inbound(chans: &mut ChanHost, rec: &Recovered) {
 /// id (its verdict goes to its flow) and, with `keep`, counts in its flow's window (a flow
 /// without a mark is resumed from its message); a window advertisement is known as one.
 fn recover_message(chans: &mut ChanHost, out: &mut Resumed, msg: &RecoveredMessage, keep: bool) {
-    let (place, ch, len) = match Envelope::open(msg.payload.clone()) {
+    let (place, ch, len) = match Envelope::open(msg.payload.to_bytes()) {
         Ok(Envelope::Ordered {
             place:
                 place @ Place {

@@ -112,7 +112,7 @@ impl Sim {
                     },
                 last,
                 body,
-            }) = Envelope::open(msg.payload.clone())
+            }) = Envelope::open(msg.payload.to_bytes())
             else {
                 continue;
             };

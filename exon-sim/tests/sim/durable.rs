@@ -301,7 +301,7 @@ fn state_live_bytes_after_a_reassignment() {
     s.apply(&Entry::Accepted {
         id,
         to: NodeId::from_const(2),
-        payload: Bytes::from_static(b"payload"),
+        payload: Bytes::from_static(b"payload").into(),
     });
     s.apply(&Entry::Assigned {
         id,

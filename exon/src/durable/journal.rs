@@ -357,7 +357,7 @@ mod tests {
         Entry::Accepted {
             id: MsgId(id),
             to: A,
-            payload: Bytes::from(vec![7u8; 100]),
+            payload: Bytes::from(vec![7u8; 100]).into(),
         }
     }
 
@@ -504,7 +504,7 @@ mod tests {
                     Entry::Accepted {
                         id: MsgId(id),
                         to: A,
-                        payload,
+                        payload: payload.into(),
                     },
                 ))
                 .unwrap();

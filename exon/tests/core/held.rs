@@ -115,7 +115,7 @@ fn an_acknowledged_request_is_held_until_its_reply_is_taken_across_crashes_and_c
             continue;
         }
         assert_eq!((recovered.held[0].id, recovered.held[0].to), (m, id(B)));
-        assert_eq!(&recovered.held[0].payload[..], REQUEST);
+        assert_eq!(&recovered.held[0].payload.to_bytes()[..], REQUEST);
         p.crash_and_recover_with(A, journal, false);
         assert_eq!(p.nodes[A].node.held_messages(), 1);
         // The network heals: the reply comes to the restarted caller, once; the request is

@@ -109,7 +109,7 @@ impl Recovery {
         let (tx, rx) = oneshot::channel();
         let receipt = |rx| Receipt::recovered(m.id, m.to, rx);
         // Replies are sent again too, and have no receipt: the caller is told.
-        match Envelope::open(m.payload.clone()) {
+        match Envelope::open(m.payload.to_bytes()) {
             Ok(Envelope::Ordered {
                 place:
                     place @ Place {
@@ -353,7 +353,7 @@ fn reopen_acknowledged(
         release: Vec::new(),
     };
     for m in held {
-        let Ok(Envelope::Request { call, body }) = Envelope::open(m.payload.clone()) else {
+        let Ok(Envelope::Request { call, body }) = Envelope::open(m.payload.to_bytes()) else {
             r.release.push(m.id);
             continue;
         };

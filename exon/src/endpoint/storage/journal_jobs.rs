@@ -198,15 +198,22 @@ impl<B: Backend> JournalJobs<B> {
 
     /// The next group: at most `max_batch` bytes (and at least one write).
     fn take_batch(&mut self) -> Vec<Write> {
-        let (mut bytes, mut n) = (0, 0);
-        for w in &self.pending {
-            if n > 0 && bytes + w.entry.encoded_len() > self.max_batch {
-                break;
+        let (mut bytes, mut n) = (self.pending_bytes, self.pending.len());
+        if bytes > self.max_batch {
+            (bytes, n) = (0, 0);
+            for w in &self.pending {
+                if n > 0 && bytes + w.entry.encoded_len() > self.max_batch {
+                    break;
+                }
+                bytes += w.entry.encoded_len();
+                n += 1;
             }
-            bytes += w.entry.encoded_len();
-            n += 1;
         }
-        let rest = self.pending.split_off(n);
+        // Taken whole (the usual case), the next batch starts with as much room.
+        let rest = match n == self.pending.len() {
+            true => Vec::with_capacity(n),
+            false => self.pending.split_off(n),
+        };
         let writes = std::mem::replace(&mut self.pending, rest);
         self.pending_bytes -= bytes;
         if self.pending.is_empty() {
@@ -349,7 +356,7 @@ mod tests {
         let entry = Entry::Accepted {
             id: MsgId(seq),
             to: NodeId::from_const(4),
-            payload: bytes::Bytes::from(vec![seq as u8; 300]),
+            payload: bytes::Bytes::from(vec![seq as u8; 300]).into(),
         };
         Write { seq, entry }
     }

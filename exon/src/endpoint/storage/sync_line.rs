@@ -190,7 +190,7 @@ mod tests {
                 let entry = Entry::Accepted {
                     id: MsgId(seq),
                     to: NodeId::from_const(4),
-                    payload: bytes::Bytes::from_static(b"x"),
+                    payload: bytes::Bytes::from_static(b"x").into(),
                 };
                 j.append(&Write { seq, entry }).unwrap();
                 j.write().unwrap()

@@ -4,7 +4,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::proto::codec::{put_varint, varint_len, Reader};
 use crate::proto::journal::marks::MAX_MARK_BYTES;
-use crate::proto::{MsgId, NodeId};
+use crate::proto::{MsgId, NodeId, Payload};
 
 /// One journal record. Encoded as a kind byte and QUIC-style variable-length integers, the
 /// payloads length-prefixed (`docs/durability.md`).
@@ -59,7 +59,7 @@ pub enum Entry {
         /// The destination.
         to: NodeId,
         /// The message.
-        payload: Bytes,
+        payload: Payload,
     },
     /// Sender: message `id` became a token in slot `slot` of receiver incarnation `rck`.
     Assigned {
@@ -114,7 +114,7 @@ pub enum Entry {
         /// The reply's id (stable across restarts).
         id: MsgId,
         /// The reply.
-        payload: Bytes,
+        payload: Payload,
     },
     /// Receiver: every delivery into this node's incarnations in `from..below` is in this
     /// journal. A new journal's first record has `from` = the clock the node started at
@@ -137,7 +137,7 @@ pub enum Entry {
         /// The application's key: above every key accepted for `to` before.
         key: u64,
         /// The message.
-        payload: Bytes,
+        payload: Payload,
     },
     /// Sender: the highest application key accepted for `to` (a checkpoint's record of a
     /// destination's keys once its keyed messages are resolved: one integer per
@@ -184,7 +184,7 @@ pub enum Entry {
         /// The mark's new value.
         value: Bytes,
         /// The message.
-        payload: Bytes,
+        payload: Payload,
     },
     /// Receiver: the application took the delivery in `(from, rck, slot)` and in the same
     /// record the mark `(from, lane)` became `value` (replayed as `Taken` then `Mark`).
@@ -210,7 +210,7 @@ pub enum Entry {
         /// The destination.
         to: NodeId,
         /// The message.
-        payload: Bytes,
+        payload: Payload,
     },
     /// Sender, in checkpoints only: message `id` for `to`, accepted held, was acknowledged
     /// and is not released yet.
@@ -220,7 +220,7 @@ pub enum Entry {
         /// The destination.
         to: NodeId,
         /// The message.
-        payload: Bytes,
+        payload: Payload,
     },
     /// Sender: the application released held message `id` (its call ended without taking
     /// a reply: its deadline passed, it failed, it was dropped); the journal forgets it once
@@ -412,7 +412,7 @@ impl Entry {
                 lane,
                 value,
                 payload,
-            } => v(id.0) + v(to.get()) + v(*lane) + blob_len(value) + blob_len(payload),
+            } => v(id.0) + v(to.get()) + v(*lane) + blob_len(value) + payload_len(payload),
             Entry::TakenMark {
                 from,
                 rck,
@@ -421,7 +421,7 @@ impl Entry {
                 value,
             } => v(from.get()) + v(*rck) + v(*slot) + v(*lane) + blob_len(value),
             Entry::AcceptedHeld { id, to, payload } | Entry::Held { id, to, payload } => {
-                v(id.0) + v(to.get()) + blob_len(payload)
+                v(id.0) + v(to.get()) + payload_len(payload)
             }
             Entry::Released { id } => v(id.0),
             Entry::TakenReleased {
@@ -465,7 +465,7 @@ impl Entry {
                 buf.put_u8(ACCEPTED);
                 put_varint(buf, id.0);
                 put_varint(buf, to.get());
-                put_blob(buf, payload);
+                put_payload(buf, payload);
             }
             Entry::Assigned { id, rck, slot } => {
                 buf.put_u8(ASSIGNED);
@@ -510,7 +510,7 @@ impl Entry {
                 put_varint(buf, *rck);
                 put_varint(buf, *slot);
                 put_varint(buf, id.0);
-                put_blob(buf, payload);
+                put_payload(buf, payload);
             }
             Entry::Covers { from, below } => {
                 buf.put_u8(COVERS);
@@ -540,7 +540,7 @@ impl Entry {
                 buf.put_u8(if held { HELD } else { ACCEPTED_HELD });
                 put_varint(buf, id.0);
                 put_varint(buf, to.get());
-                put_blob(buf, payload);
+                put_payload(buf, payload);
             }
             Entry::Released { id } => {
                 buf.put_u8(RELEASED);
@@ -575,7 +575,7 @@ impl Entry {
                 put_varint(buf, id.0);
                 put_varint(buf, to.get());
                 put_varint(buf, *key);
-                put_blob(buf, payload);
+                put_payload(buf, payload);
             }
             Entry::KeyFloor { to, key } => {
                 buf.put_u8(KEY_FLOOR);
@@ -612,7 +612,7 @@ impl Entry {
                 put_varint(buf, to.get());
                 put_varint(buf, *lane);
                 put_blob(buf, value);
-                put_blob(buf, payload);
+                put_payload(buf, payload);
             }
             Entry::TakenMark {
                 from,
@@ -665,7 +665,7 @@ impl Entry {
             ACCEPTED => Entry::Accepted {
                 id: MsgId(int(r)?),
                 to: node(r)?,
-                payload: blob(r, bytes)?,
+                payload: blob(r, bytes)?.into(),
             },
             ASSIGNED => Entry::Assigned {
                 id: MsgId(int(r)?),
@@ -685,7 +685,7 @@ impl Entry {
                 rck: int(r)?,
                 slot: int(r)?,
                 id: MsgId(int(r)?),
-                payload: blob(r, bytes)?,
+                payload: blob(r, bytes)?.into(),
             },
             COVERS => Entry::Covers {
                 from: int(r)?,
@@ -695,7 +695,7 @@ impl Entry {
                 id: MsgId(int(r)?),
                 to: node(r)?,
                 key: int(r)?,
-                payload: blob(r, bytes)?,
+                payload: blob(r, bytes)?.into(),
             },
             KEY_FLOOR => Entry::KeyFloor {
                 to: node(r)?,
@@ -720,7 +720,7 @@ impl Entry {
                 to: node(r)?,
                 lane: int(r)?,
                 value: mark(r, bytes)?,
-                payload: blob(r, bytes)?,
+                payload: blob(r, bytes)?.into(),
             },
             TAKEN_MARK => Entry::TakenMark {
                 from: node(r)?,
@@ -782,12 +782,12 @@ fn decode_held(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, Ent
         ACCEPTED_HELD => Entry::AcceptedHeld {
             id: MsgId(int(r)?),
             to: node(r)?,
-            payload: blob(r, whole)?,
+            payload: blob(r, whole)?.into(),
         },
         HELD => Entry::Held {
             id: MsgId(int(r)?),
             to: node(r)?,
-            payload: blob(r, whole)?,
+            payload: blob(r, whole)?.into(),
         },
         RELEASED => Entry::Released { id: MsgId(int(r)?) },
         TAKEN_RELEASED => Entry::TakenReleased {
@@ -798,6 +798,18 @@ fn decode_held(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, Ent
         },
         k => return Err(EntryError::Kind(k)),
     })
+}
+
+/// Appends a message's bytes (head, then body), length-prefixed: as [`put_blob`] of their
+/// concatenation, without joining them first.
+fn put_payload(buf: &mut impl BufMut, payload: &Payload) {
+    put_varint(buf, payload.len() as u64);
+    payload.put(buf);
+}
+
+/// A message's bytes' encoded length, length-prefixed.
+fn payload_len(p: &Payload) -> usize {
+    varint_len(p.len() as u64) + p.len()
 }
 
 /// Appends `payload`, length-prefixed.
@@ -876,7 +888,7 @@ mod tests {
             Entry::Accepted {
                 id: MsgId(12),
                 to: n,
-                payload: Bytes::new(),
+                payload: Bytes::new().into(),
             },
             Entry::Assigned {
                 id: MsgId(12),
@@ -908,7 +920,7 @@ mod tests {
                 rck: 4,
                 slot: 1 << 20,
                 id: MsgId(99),
-                payload: Bytes::from_static(b"answer"),
+                payload: Bytes::from_static(b"answer").into(),
             },
             Entry::Covers {
                 from: 1 << 50,
@@ -918,7 +930,7 @@ mod tests {
                 id: MsgId(13),
                 to: n,
                 key: u64::MAX >> 2,
-                payload: Bytes::from_static(b"row 7"),
+                payload: Bytes::from_static(b"row 7").into(),
             },
             Entry::KeyFloor { to: n, key: 7 },
             Entry::ResolvedKeyed {
@@ -942,7 +954,7 @@ mod tests {
                 to: n,
                 lane: 6,
                 value: Bytes::from_static(&[1, 2, 3]),
-                payload: Bytes::from_static(b"chunk"),
+                payload: Bytes::from_static(b"chunk").into(),
             },
             Entry::TakenMark {
                 from: n,
@@ -954,12 +966,12 @@ mod tests {
             Entry::AcceptedHeld {
                 id: MsgId(15),
                 to: n,
-                payload: Bytes::from_static(b"request"),
+                payload: Bytes::from_static(b"request").into(),
             },
             Entry::Held {
                 id: MsgId(1 << 33),
                 to: n,
-                payload: Bytes::new(),
+                payload: Bytes::new().into(),
             },
             Entry::Released { id: MsgId(15) },
             Entry::TakenReleased {

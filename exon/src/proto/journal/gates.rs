@@ -227,36 +227,33 @@ impl Journal {
         self.gates.push_back((seq, g));
     }
 
-    /// Writes up to `through` are durable: the gates they held, in order.
-    pub fn on_stored(&mut self, through: u64) -> Vec<Gate> {
+    /// Writes up to `through` are durable: the gates they held open, in order
+    /// ([`next_open`](Self::next_open)).
+    pub fn on_stored(&mut self, through: u64) {
         let through = through.min(self.next_seq - 1);
         self.durable = self.durable.max(through);
-        let mut open = Vec::new();
-        while self
-            .gates
-            .front()
-            .is_some_and(|(seq, _)| *seq <= self.durable)
-        {
-            let Some((_, g)) = self.gates.pop_front() else {
-                break;
-            };
-            if let Gate::Verdict {
+    }
+
+    /// The next gate a durable write opened, in order, if any. Gates added meanwhile wait
+    /// for writes not yet durable, so they come after.
+    pub fn next_open(&mut self) -> Option<Gate> {
+        if self.gates.front().is_none_or(|(seq, _)| *seq > self.durable) {
+            return None;
+        }
+        let (_, g) = self.gates.pop_front()?;
+        match &g {
+            Gate::Verdict {
                 to, slot: Some(s), ..
             }
-            | Gate::Released { to, slot: s } = &g
-            {
-                self.resolved(*to, *s);
-            }
-            if let Gate::Covers { below } = &g {
-                self.covered_below = self.covered_below.max(*below);
-            }
-            if let Gate::Take(id) = &g {
+            | Gate::Released { to, slot: s } => self.resolved(*to, *s),
+            Gate::Covers { below } => self.covered_below = self.covered_below.max(*below),
+            Gate::Take(id) => {
                 let (r, s) = id.slot();
                 self.taking.remove(&(id.from(), r, s));
             }
-            open.push(g);
+            _ => {}
         }
-        open
+        Some(g)
     }
 
     fn resolved(&mut self, to: NodeId, s: u64) {

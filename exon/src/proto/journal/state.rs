@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::proto::journal::marks::Marks;
 use crate::proto::journal::{Entry, Outcome};
-use crate::proto::{MsgId, NodeId};
+use crate::proto::{MsgId, NodeId, Payload};
 
 /// The live content of a journal, built by replaying its records in order.
 ///
@@ -55,7 +55,7 @@ pub struct RecoveredMessage {
     /// The destination.
     pub to: NodeId,
     /// The message.
-    pub payload: Bytes,
+    pub payload: Payload,
     /// The receiver incarnation and slot it was assigned, if it became a token.
     pub assigned: Option<(u64, u64)>,
     /// The application's key, for a message sent with `send_keyed`.
@@ -358,7 +358,7 @@ impl State {
 
     /// Message `id` for `to` is accepted (under the application's `key`, if any; `held`
     /// until released).
-    fn accept(&mut self, id: MsgId, to: NodeId, payload: &Bytes, key: Option<u64>, held: bool) {
+    fn accept(&mut self, id: MsgId, to: NodeId, payload: &Payload, key: Option<u64>, held: bool) {
         if self.outbox.contains_key(&id) || self.held.contains_key(&id) {
             return;
         }
@@ -759,7 +759,7 @@ mod tests {
             Entry::Accepted {
                 id: MsgId(3),
                 to: A,
-                payload: Bytes::from_static(b"x"),
+                payload: Bytes::from_static(b"x").into(),
             },
             Entry::Assigned {
                 id: MsgId(3),
@@ -784,7 +784,7 @@ mod tests {
         Entry::Accepted {
             id: MsgId(id),
             to: A,
-            payload: Bytes::from_static(b"m"),
+            payload: Bytes::from_static(b"m").into(),
         }
     }
 
@@ -894,7 +894,7 @@ mod tests {
             Entry::Accepted {
                 id: MsgId(9),
                 to: A,
-                payload: Bytes::from_static(b"abc"),
+                payload: Bytes::from_static(b"abc").into(),
             },
             Entry::Assigned {
                 id: MsgId(9),
@@ -909,7 +909,7 @@ mod tests {
             Entry::Accepted {
                 id: MsgId(10),
                 to: A,
-                payload: Bytes::from_static(b"d"),
+                payload: Bytes::from_static(b"d").into(),
             },
         ]);
         let again = replay(&s.live_entries().collect::<Vec<_>>());
@@ -925,7 +925,7 @@ mod tests {
         t.apply(&Entry::Accepted {
             id: MsgId(1),
             to: A,
-            payload: Bytes::from_static(b"x"),
+            payload: Bytes::from_static(b"x").into(),
         });
         t.apply(&Entry::Assigned {
             id: MsgId(1),
@@ -953,7 +953,7 @@ mod tests {
         let accepted = |id| Entry::Accepted {
             id: MsgId(id),
             to: A,
-            payload: Bytes::from_static(b"m"),
+            payload: Bytes::from_static(b"m").into(),
         };
         let resolved = |id, o| Entry::Resolved {
             id: MsgId(id),
@@ -995,7 +995,7 @@ mod tests {
             id: MsgId(5),
             to,
             key: 42,
-            payload: Bytes::from_static(b"row 42"),
+            payload: Bytes::from_static(b"row 42").into(),
         });
         s.apply(&Entry::Resolved {
             id: MsgId(5),
@@ -1040,7 +1040,7 @@ mod tests {
         let held = |id| Entry::AcceptedHeld {
             id: MsgId(id),
             to: A,
-            payload: Bytes::from_static(b"request"),
+            payload: Bytes::from_static(b"request").into(),
         };
         let resolved = |id, o| Entry::Resolved {
             id: MsgId(id),
@@ -1073,7 +1073,7 @@ mod tests {
         let r = compacted(&s).recovered(false);
         assert_eq!(r.held.len(), 1);
         assert_eq!((r.held[0].id, r.held[0].to), (MsgId(1), A));
-        assert_eq!(&r.held[0].payload[..], b"request");
+        assert_eq!(&r.held[0].payload.to_bytes()[..], b"request");
         assert!(r.verdicts.is_empty(), "reported");
         assert!(r.messages[0].held, "3 is held when it is acknowledged");
         // Released: 1 is forgotten; 3, released before its verdict, is forgotten with it.
@@ -1105,7 +1105,7 @@ mod tests {
         s.apply(&Entry::AcceptedHeld {
             id: MsgId(8),
             to: A,
-            payload: Bytes::from_static(b"q"),
+            payload: Bytes::from_static(b"q").into(),
         });
         s.apply(&Entry::Resolved {
             id: MsgId(8),
@@ -1120,7 +1120,7 @@ mod tests {
         d.apply(&Entry::Held {
             id: MsgId(8),
             to: A,
-            payload: Bytes::from_static(b"q"),
+            payload: Bytes::from_static(b"q").into(),
         });
         assert_eq!(d.live_bytes(), c.live_bytes());
     }

@@ -182,7 +182,8 @@ impl Node {
         let Some(j) = self.journal.as_mut() else {
             return;
         };
-        for g in j.on_stored(through) {
+        j.on_stored(through);
+        while let Some(g) = self.journal.as_mut().and_then(|j| j.next_open()) {
             self.open_gate(now, g);
         }
     }
@@ -283,8 +284,9 @@ impl Node {
         let Some(j) = self.journal.as_mut() else {
             return;
         };
-        let held = std::mem::take(&mut j.held);
-        for (slot, event) in held {
+        // Taken, then given back empty below: its room is kept for the next verdicts.
+        let mut held = std::mem::take(&mut j.held);
+        for (slot, event) in held.drain(..) {
             let (id, outcome) = match &event {
                 // Held one message each: the journal resolves them one by one.
                 Event::Acknowledged { ids, .. } => (ids.first(), Outcome::Acknowledged),
@@ -300,6 +302,9 @@ impl Node {
             // Consecutive messages resolved alike share one record (`ResolvedRun`).
             let seq = (self.journal.as_mut()).map_or(0, |j| j.resolve(id, to, outcome));
             self.gate_on(now, seq, g);
+        }
+        if let Some(j) = self.journal.as_mut().filter(|j| j.held.is_empty()) {
+            j.held = held;
         }
         let cap = self.journal.as_ref().and_then(|j| j.frontier_cap(to));
         if let Some(rec) = self.senders.get_mut(&to) {
@@ -321,8 +326,8 @@ impl Node {
         stamp: Stamp,
     ) {
         let g = Gate::Stored(Event::Stored { to, id });
-        // The journal's record holds the payload whole (the log copies it anyway).
-        let payload = payload.to_bytes();
+        // The record holds the payload as it is, head and body: the log copies both into
+        // its buffer when it encodes the record, on the journal's thread.
         match stamp {
             Stamp::Plain => {}
             Stamp::Held if self.rules.hold_call_requests => {

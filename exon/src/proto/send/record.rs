@@ -16,7 +16,6 @@ use crate::proto::send::rtt::Rtt;
 use crate::proto::send::timers::{Timer, Timers};
 use crate::proto::send::token::{Queued, Token};
 use crate::proto::send::tokens::Tokens;
-use bytes::Bytes;
 
 use crate::proto::{Config, MsgId, PathStats, Rules};
 
@@ -283,12 +282,12 @@ impl SRecord {
 
     /// Restores a message a restarted node recovered from its journal: a token in its
     /// original slot and incarnation, to be sent again, or a message waiting for an envelope.
-    pub fn restore(&mut self, id: MsgId, payload: Bytes, assigned: Option<(u64, u64)>) {
+    pub fn restore(&mut self, id: MsgId, payload: Payload, assigned: Option<(u64, u64)>) {
         self.bytes += payload.len();
         self.note_busy();
         let msg = Queued {
             id,
-            payload: payload.into(),
+            payload,
             reported: false,
             // Recovered: whether it was a flow's or a reply is not in the journal, so its
             // receiver is asked to keep its own copy.
@@ -714,8 +713,8 @@ mod tests {
         let t0 = Instant::now();
         let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
         rec.set_durable();
-        rec.restore(MsgId(5), Bytes::from_static(b"m"), Some((7, 42)));
-        rec.restore(MsgId(6), Bytes::from_static(b"n"), None);
+        rec.restore(MsgId(5), Payload::from(&b"m"[..]), Some((7, 42)));
+        rec.restore(MsgId(6), Payload::from(&b"n"[..]), None);
         let (again, _) = rec.requeue_unsent(7, true);
         assert_eq!(again, 0, "requeued as never sent");
         assert_eq!((rec.token_count(), rec.queued_count()), (1, 1));
@@ -734,7 +733,7 @@ mod tests {
         let t0 = Instant::now();
         let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
         rec.set_durable();
-        rec.restore(MsgId(5), Bytes::from(vec![1u8; 5000]), Some((7, 42)));
+        rec.restore(MsgId(5), Payload::from(vec![1u8; 5000]), Some((7, 42)));
         let tok = rec.tokens.get_mut(42).expect("restored");
         tok.frag = Some(Box::new(Outgoing::new(5000)));
         assert!(!tok.frag.as_ref().is_some_and(|o| o.all_sent()));
