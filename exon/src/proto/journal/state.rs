@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use crate::proto::journal::marks::Marks;
 use crate::proto::journal::{Entry, Outcome};
+use crate::proto::wire::codec::varint_len;
 use crate::proto::{MsgId, NodeId, Payload};
 
 /// The live content of a journal, built by replaying its records in order.
@@ -44,6 +45,11 @@ pub struct State {
     early: BTreeSet<(NodeId, u64, u64)>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
+    /// Room reused by the records that forget many entries at once (no list allocated per
+    /// record): always empty between records.
+    scratch_keys: Vec<(NodeId, u64, u64)>,
+    /// As `scratch_keys`, for message ids.
+    scratch_ids: Vec<MsgId>,
 }
 
 /// A message a restarted sender recovers: sent again in the slot it was first sent in, if
@@ -125,14 +131,19 @@ pub struct Recovered {
     pub handed: Vec<(NodeId, u64, u64)>,
 }
 
+/// The encoded length of a `Delivered` record (as [`Entry::encoded_len`], without building
+/// one: no payload handle is cloned).
 fn delivered_len(from: NodeId, rck: u64, slot: u64, p: &Bytes) -> usize {
-    Entry::Delivered {
-        from,
-        rck,
-        slot,
-        payload: p.clone(),
-    }
-    .encoded_len()
+    let v = varint_len;
+    1 + v(from.get()) + v(rck) + v(slot) + v(p.len() as u64) + p.len()
+}
+
+/// The encoded length of a record of a message sent: `Accepted`, `AcceptedKeyed` (with
+/// `key`), `AcceptedHeld` or `Held` (as [`Entry::encoded_len`], without building one).
+fn sent_len(m: &RecoveredMessage) -> usize {
+    let v = varint_len;
+    let len = m.payload.len();
+    1 + v(m.id.0) + v(m.to.get()) + m.key.map_or(0, v) + v(len as u64) + len
 }
 
 impl State {
@@ -389,32 +400,27 @@ impl State {
 
     /// `from`'s frontier passed `below`: its taken deliveries below are forgotten.
     fn confirm(&mut self, from: NodeId, below: u64) {
+        let all = (from, 0, 0)..=(from, u64::MAX, u64::MAX);
         // A slot handed over and passed by the frontier: its sender holds no copy any more
         // (it gave the message up), so none comes back to flag.
-        let passed: Vec<_> = self
-            .handed
-            .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
-            .filter(|(_, _, s)| *s < below)
-            .copied()
-            .collect();
-        for key in passed {
+        let mut keys = std::mem::take(&mut self.scratch_keys);
+        keys.extend(self.handed.range(all.clone()).filter(|k| k.2 < below));
+        for &key in &keys {
             self.unhand(key);
         }
-        let taken: Vec<_> = self
+        keys.clear();
+        let taken = self
             .inbox
-            .range((from, 0, 0)..=(from, u64::MAX, u64::MAX))
-            .filter(|((_, _, s), p)| *s < below && p.is_none())
-            .map(|(k, _)| *k)
-            .collect();
-        for (f, r, s) in taken {
-            self.inbox.remove(&(f, r, s));
-            self.live_bytes -= Entry::Taken {
-                from: f,
-                rck: r,
-                slot: s,
-            }
-            .encoded_len();
+            .range(all)
+            .filter(|(k, p)| k.2 < below && p.is_none());
+        keys.extend(taken.map(|(k, _)| *k));
+        for &key in &keys {
+            self.inbox.remove(&key);
+            let (from, rck, slot) = key;
+            self.live_bytes -= Entry::Taken { from, rck, slot }.encoded_len();
         }
+        keys.clear();
+        self.scratch_keys = keys;
     }
 
     /// The hand-over of `key` is no longer live (taken, or passed by the frontier).
@@ -440,7 +446,7 @@ impl State {
     /// Message `m`, sent held, is acknowledged: kept until released.
     fn hold(&mut self, mut m: RecoveredMessage) {
         m.assigned = None;
-        self.live_bytes += Self::held_entry(&m).encoded_len();
+        self.live_bytes += sent_len(&m);
         self.held.insert(m.id, m);
     }
 
@@ -451,7 +457,7 @@ impl State {
             // `Accepted` and `AcceptedHeld` are the same length.
             m.held = false;
         } else if let Some(m) = self.held.remove(&id) {
-            self.live_bytes -= Self::held_entry(&m).encoded_len();
+            self.live_bytes -= sent_len(&m);
         }
     }
 
@@ -466,9 +472,12 @@ impl State {
 
     /// A verdict stored, held until reported.
     fn hold_verdict(&mut self, id: MsgId, v: (NodeId, Outcome, Option<u64>)) {
-        if self.verdicts.insert(id, v).is_none() {
-            self.live_bytes += Self::verdict_entry(id, v).encoded_len();
+        // A second verdict for one id (records out of order on a damaged disk) replaces
+        // the first, whose record may be of another length.
+        if let Some(old) = self.verdicts.insert(id, v) {
+            self.live_bytes -= Self::verdict_entry(id, old).encoded_len();
         }
+        self.live_bytes += Self::verdict_entry(id, v).encoded_len();
     }
 
     /// The record that keeps verdict `v` of message `id` (`ResolvedKeyed` for a keyed one).
@@ -492,22 +501,28 @@ impl State {
     /// own `Resolved` record (only those it holds: the run's length comes from the disk).
     fn resolve_run(&mut self, first: MsgId, count: u64, to: NodeId, outcome: Outcome) {
         let end = MsgId(first.0.saturating_add(count));
-        let ids: Vec<MsgId> = self.outbox.range(first..end).map(|(id, _)| *id).collect();
         let acked = outcome == Outcome::Acknowledged;
-        for id in ids {
+        let mut ids = std::mem::take(&mut self.scratch_ids);
+        ids.extend(self.outbox.range(first..end).map(|(id, _)| *id));
+        for &id in &ids {
             let key = self.resolve(id, acked);
             self.hold_verdict(id, (to, outcome, key));
         }
+        ids.clear();
+        self.scratch_ids = ids;
     }
 
     fn reported(&mut self, first: MsgId, count: u64) {
         let end = MsgId(first.0.saturating_add(count));
-        let ids: Vec<MsgId> = self.verdicts.range(first..end).map(|(id, _)| *id).collect();
-        for id in ids {
+        let mut ids = std::mem::take(&mut self.scratch_ids);
+        ids.extend(self.verdicts.range(first..end).map(|(id, _)| *id));
+        for &id in &ids {
             if let Some(v) = self.verdicts.remove(&id) {
                 self.live_bytes -= Self::verdict_entry(id, v).encoded_len();
             }
         }
+        ids.clear();
+        self.scratch_ids = ids;
     }
 
     /// A `Covers` record: the journal's start, extended or started again.
@@ -553,16 +568,11 @@ impl State {
     }
 
     fn message_len(m: &RecoveredMessage) -> usize {
-        let accepted = Self::accepted(m).encoded_len();
-        let assigned = m.assigned.map_or(0, |(rck, slot)| {
-            Entry::Assigned {
-                id: m.id,
-                rck,
-                slot,
-            }
-            .encoded_len()
-        });
-        accepted + assigned
+        let v = varint_len;
+        let assigned = m
+            .assigned
+            .map_or(0, |(rck, slot)| 1 + v(m.id.0) + v(rck) + v(slot));
+        sent_len(m) + assigned
     }
 
     /// Whether nothing is live but the journal's coverage and its keys (a compacted log
@@ -715,413 +725,4 @@ impl State {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const A: NodeId = NodeId::from_const(1);
-
-    fn taken(slot: u64) -> Entry {
-        Entry::Taken {
-            from: A,
-            rck: 5,
-            slot,
-        }
-    }
-
-    fn delivered(slot: u64) -> Entry {
-        Entry::Delivered {
-            from: A,
-            rck: 5,
-            slot,
-            payload: Bytes::from_static(b"payload"),
-        }
-    }
-
-    fn replay(entries: &[Entry]) -> State {
-        let mut s = State::new();
-        for e in entries {
-            s.apply(e);
-        }
-        s
-    }
-
-    fn encoded(s: &State) -> usize {
-        s.live_entries().map(|e| e.encoded_len()).sum()
-    }
-
-    #[test]
-    fn a_quiet_journal_replays_to_nothing() {
-        let s = replay(&[
-            delivered(10),
-            delivered(11),
-            taken(10),
-            taken(11),
-            Entry::Accepted {
-                id: MsgId(3),
-                to: A,
-                payload: Bytes::from_static(b"x").into(),
-            },
-            Entry::Assigned {
-                id: MsgId(3),
-                rck: 8,
-                slot: 40,
-            },
-            Entry::Confirmed { from: A, below: 12 },
-            Entry::Resolved {
-                id: MsgId(3),
-                verdict: Some((A, Outcome::Acknowledged)),
-            },
-            Entry::Reported {
-                first: MsgId(3),
-                count: 1,
-            },
-        ]);
-        assert!(s.is_empty());
-        assert_eq!(s.live_bytes(), 0);
-    }
-
-    fn accepted(id: u64) -> Entry {
-        Entry::Accepted {
-            id: MsgId(id),
-            to: A,
-            payload: Bytes::from_static(b"m").into(),
-        }
-    }
-
-    /// An early delivery stays early through a compaction (its checkpoint record is
-    /// `DeliveredEarly`), is recovered as such, and is an ordinary taken slot once taken.
-    #[test]
-    fn an_early_delivery_stays_early_until_taken() {
-        let n = NodeId::from_const(3);
-        let mut st = State::new();
-        st.apply(&Entry::DeliveredEarly {
-            from: n,
-            rck: 5,
-            slot: 9,
-            payload: Bytes::from_static(b"e"),
-        });
-        st.apply(&Entry::Delivered {
-            from: n,
-            rck: 5,
-            slot: 10,
-            payload: Bytes::from_static(b"d"),
-        });
-        let mut copy = State::new();
-        for e in st.live_entries() {
-            copy.apply(&e);
-        }
-        for s in [&st, &copy] {
-            let d = s.recovered(false).deliveries;
-            let early: Vec<_> = d.iter().map(|d| (d.slot, d.early)).collect();
-            assert_eq!(early, [(9, true), (10, false)]);
-        }
-        st.apply(&Entry::Taken {
-            from: n,
-            rck: 5,
-            slot: 9,
-        });
-        let live: Vec<_> = st.live_entries().collect();
-        assert!(!live
-            .iter()
-            .any(|e| matches!(e, Entry::DeliveredEarly { .. })));
-        assert!(!st.recovered(false).deliveries.iter().any(|d| d.early));
-    }
-
-    /// A run of verdicts in one record is the same as one record per message; a run from
-    /// a damaged disk as long as the largest id resolves only the messages the journal
-    /// holds (no work in proportion to its length).
-    #[test]
-    fn a_resolved_run_is_its_messages_resolved_one_by_one() {
-        let mut one_by_one: Vec<Entry> = (10..15).map(accepted).collect();
-        let mut run = one_by_one.clone();
-        for id in 10..14 {
-            one_by_one.push(Entry::Resolved {
-                id: MsgId(id),
-                verdict: Some((A, Outcome::Acknowledged)),
-            });
-        }
-        run.push(Entry::ResolvedRun {
-            first: MsgId(10),
-            count: 4,
-            to: A,
-            outcome: Outcome::Acknowledged,
-        });
-        let (a, b) = (replay(&one_by_one), replay(&run));
-        let (ra, rb) = (a.recovered(false), b.recovered(false));
-        assert_eq!(ra.messages, rb.messages);
-        assert_eq!(ra.verdicts, rb.verdicts);
-        assert_eq!(a.live_bytes(), b.live_bytes());
-        assert_eq!(b.recovered(false).messages.len(), 1, "message 14 left");
-        let huge = replay(&[
-            accepted(7),
-            Entry::ResolvedRun {
-                first: MsgId(0),
-                count: u64::MAX - 1,
-                to: A,
-                outcome: Outcome::InDoubt,
-            },
-        ]);
-        assert!(huge.recovered(false).messages.is_empty());
-        assert_eq!(huge.unreported(), 1);
-    }
-
-    #[test]
-    fn untaken_deliveries_survive_a_frontier_and_taken_ones_wait_for_it() {
-        let s = replay(&[
-            delivered(10),
-            delivered(11),
-            delivered(12),
-            taken(10),
-            taken(12),
-            Entry::Confirmed { from: A, below: 12 },
-        ]);
-        let r = s.recovered(false);
-        let kept: Vec<_> = r
-            .deliveries
-            .iter()
-            .map(|d| (d.slot, d.payload.is_some()))
-            .collect();
-        assert_eq!(kept, [(11, true), (12, false)]);
-        assert_eq!(s.live_bytes(), encoded(&s));
-    }
-
-    #[test]
-    fn live_entries_rebuild_the_same_state_and_count_their_bytes() {
-        let s = replay(&[
-            delivered(1),
-            taken(1),
-            delivered(2),
-            Entry::Accepted {
-                id: MsgId(9),
-                to: A,
-                payload: Bytes::from_static(b"abc").into(),
-            },
-            Entry::Assigned {
-                id: MsgId(9),
-                rck: 4,
-                slot: 2,
-            },
-            Entry::Assigned {
-                id: MsgId(9),
-                rck: 6,
-                slot: 7,
-            },
-            Entry::Accepted {
-                id: MsgId(10),
-                to: A,
-                payload: Bytes::from_static(b"d").into(),
-            },
-        ]);
-        let again = replay(&s.live_entries().collect::<Vec<_>>());
-        assert_eq!(
-            s.recovered(false).deliveries,
-            again.recovered(false).deliveries
-        );
-        let msgs = again.recovered(false).messages;
-        assert_eq!(msgs[0].assigned, Some((6, 7)), "the latest assignment");
-        // A reassignment whose encoding is longer than the first one's is counted right
-        // (the simulator found the count going below zero).
-        let mut t = State::new();
-        t.apply(&Entry::Accepted {
-            id: MsgId(1),
-            to: A,
-            payload: Bytes::from_static(b"x").into(),
-        });
-        t.apply(&Entry::Assigned {
-            id: MsgId(1),
-            rck: 3,
-            slot: 4,
-        });
-        t.apply(&Entry::Assigned {
-            id: MsgId(1),
-            rck: 1 << 40,
-            slot: 1 << 40,
-        });
-        assert_eq!(t.live_bytes(), encoded(&t));
-        t.apply(&Entry::Resolved {
-            id: MsgId(1),
-            verdict: None,
-        });
-        assert_eq!(t.live_bytes(), 0);
-        assert_eq!(msgs[1].assigned, None);
-        assert_eq!(s.live_bytes(), encoded(&s));
-        assert_eq!(again.live_bytes(), encoded(&again));
-    }
-
-    #[test]
-    fn a_verdict_stays_until_reported_and_survives_a_compaction() {
-        let accepted = |id| Entry::Accepted {
-            id: MsgId(id),
-            to: A,
-            payload: Bytes::from_static(b"m").into(),
-        };
-        let resolved = |id, o| Entry::Resolved {
-            id: MsgId(id),
-            verdict: Some((A, o)),
-        };
-        let s = replay(&[
-            accepted(4),
-            accepted(5),
-            accepted(6),
-            resolved(4, Outcome::Acknowledged),
-            resolved(5, Outcome::NotDelivered),
-            resolved(6, Outcome::InDoubt),
-            Entry::Reported {
-                first: MsgId(4),
-                count: 1,
-            },
-        ]);
-        assert_eq!(s.unreported(), 2);
-        assert_eq!(s.live_bytes(), encoded(&s));
-        let again = replay(&s.live_entries().collect::<Vec<_>>());
-        let r = again.recovered(false);
-        assert!(r.messages.is_empty());
-        let v: Vec<_> = r.verdicts.iter().map(|v| (v.id.0, v.outcome)).collect();
-        assert_eq!(v, [(5, Outcome::NotDelivered), (6, Outcome::InDoubt)]);
-        let mut done = again.clone();
-        done.apply(&Entry::Reported {
-            first: MsgId(5),
-            count: 2,
-        });
-        assert!(done.is_empty());
-        assert_eq!(done.live_bytes(), 0);
-    }
-
-    #[test]
-    fn a_keyed_verdict_keeps_its_key_through_compaction() {
-        let to = NodeId::from_const(2);
-        let mut s = State::new();
-        s.apply(&Entry::AcceptedKeyed {
-            id: MsgId(5),
-            to,
-            key: 42,
-            payload: Bytes::from_static(b"row 42").into(),
-        });
-        s.apply(&Entry::Resolved {
-            id: MsgId(5),
-            verdict: Some((to, Outcome::NotDelivered)),
-        });
-        let expect = |s: &State| {
-            let v = &s.recovered(false).verdicts;
-            assert_eq!(v.len(), 1);
-            assert_eq!(
-                (v[0].id, v[0].outcome, v[0].key),
-                (MsgId(5), Outcome::NotDelivered, Some(42))
-            );
-        };
-        expect(&s);
-        // A checkpoint: the state rebuilt from its live records, at their length.
-        let live: Vec<Entry> = s.live_entries().collect();
-        assert!(live
-            .iter()
-            .any(|e| matches!(e, Entry::ResolvedKeyed { key: 42, .. })));
-        let len: usize = live.iter().map(Entry::encoded_len).sum();
-        assert_eq!(len, s.live_bytes());
-        let mut c = State::new();
-        for e in &live {
-            c.apply(e);
-        }
-        expect(&c);
-        assert_eq!(c.live_bytes(), s.live_bytes());
-        // Reported: only the key floor and nothing else stays.
-        c.apply(&Entry::Reported {
-            first: MsgId(5),
-            count: 1,
-        });
-        assert!(c.is_empty());
-        assert_eq!(c.keys().collect::<Vec<_>>(), vec![(to, 42)]);
-        assert_eq!(
-            c.live_bytes(),
-            Entry::KeyFloor { to, key: 42 }.encoded_len()
-        );
-    }
-    #[test]
-    fn a_held_message_stays_acknowledged_until_released_through_compactions() {
-        let held = |id| Entry::AcceptedHeld {
-            id: MsgId(id),
-            to: A,
-            payload: Bytes::from_static(b"request").into(),
-        };
-        let resolved = |id, o| Entry::Resolved {
-            id: MsgId(id),
-            verdict: Some((A, o)),
-        };
-        let compacted = |s: &State| {
-            let c = replay(&s.live_entries().collect::<Vec<_>>());
-            assert_eq!(c.live_bytes(), s.live_bytes());
-            assert_eq!(s.live_bytes(), encoded(s));
-            c
-        };
-        let s = replay(&[
-            held(1),
-            Entry::Assigned {
-                id: MsgId(1),
-                rck: 4,
-                slot: 9,
-            },
-            held(2),
-            held(3),
-            resolved(1, Outcome::Acknowledged),
-            resolved(2, Outcome::NotDelivered),
-            Entry::Reported {
-                first: MsgId(1),
-                count: 2,
-            },
-        ]);
-        // 1: acknowledged, held; 2: not delivered, forgotten; 3: not resolved, in the outbox.
-        assert_eq!((s.held(), s.counts().1), (1, 1));
-        let r = compacted(&s).recovered(false);
-        assert_eq!(r.held.len(), 1);
-        assert_eq!((r.held[0].id, r.held[0].to), (MsgId(1), A));
-        assert_eq!(&r.held[0].payload.to_bytes()[..], b"request");
-        assert!(r.verdicts.is_empty(), "reported");
-        assert!(r.messages[0].held, "3 is held when it is acknowledged");
-        // Released: 1 is forgotten; 3, released before its verdict, is forgotten with it.
-        let mut s = compacted(&s);
-        s.apply(&Entry::Released { id: MsgId(1) });
-        s.apply(&delivered(7));
-        s.apply(&Entry::TakenReleased {
-            from: A,
-            rck: 5,
-            slot: 7,
-            id: MsgId(3),
-        });
-        let mut s = compacted(&s);
-        assert_eq!((s.held(), s.counts()), (0, (1, 1)));
-        assert!(!s.recovered(false).messages[0].held);
-        s.apply(&resolved(3, Outcome::Acknowledged));
-        s.apply(&Entry::Confirmed { from: A, below: 8 });
-        s.apply(&Entry::Reported {
-            first: MsgId(3),
-            count: 1,
-        });
-        assert!(s.is_empty(), "{:?}", s.recovered(false));
-        assert_eq!(s.live_bytes(), 0);
-    }
-
-    #[test]
-    fn a_held_verdict_not_yet_reported_is_kept_beside_the_held_message() {
-        let mut s = State::new();
-        s.apply(&Entry::AcceptedHeld {
-            id: MsgId(8),
-            to: A,
-            payload: Bytes::from_static(b"q").into(),
-        });
-        s.apply(&Entry::Resolved {
-            id: MsgId(8),
-            verdict: Some((A, Outcome::Acknowledged)),
-        });
-        let c = replay(&s.live_entries().collect::<Vec<_>>());
-        let r = c.recovered(false);
-        assert_eq!((r.held.len(), r.verdicts.len()), (1, 1));
-        assert_eq!(c.live_bytes(), s.live_bytes());
-        // A `Held` record for a message already held, or still in the outbox, adds nothing.
-        let mut d = c.clone();
-        d.apply(&Entry::Held {
-            id: MsgId(8),
-            to: A,
-            payload: Bytes::from_static(b"q").into(),
-        });
-        assert_eq!(d.live_bytes(), c.live_bytes());
-    }
-}
+mod tests;
