@@ -237,7 +237,11 @@ impl Journal {
     /// The next gate a durable write opened, in order, if any. Gates added meanwhile wait
     /// for writes not yet durable, so they come after.
     pub fn next_open(&mut self) -> Option<Gate> {
-        if self.gates.front().is_none_or(|(seq, _)| *seq > self.durable) {
+        if self
+            .gates
+            .front()
+            .is_none_or(|(seq, _)| *seq > self.durable)
+        {
             return None;
         }
         let (_, g) = self.gates.pop_front()?;
