@@ -1,7 +1,8 @@
 //! The node's side of the journal: writes numbered in order, and what waits for them.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
+use crate::proto::journal::pending_slots::PendingSlots;
 use crate::proto::journal::{Archive, Entry, Outcome, Write};
 use crate::proto::{DeliveryId, Event, MsgId, NodeId, PeerMap};
 
@@ -49,7 +50,7 @@ pub(crate) struct Journal {
     /// Takes waiting for their record: (source, incarnation, slot).
     taking: std::collections::HashSet<(NodeId, u64, u64), foldhash::fast::RandomState>,
     /// Settled messages whose verdict is not stored yet, by destination: slot -> count.
-    resolving: PeerMap<BTreeMap<u64, u32>>,
+    resolving: PeerMap<PendingSlots>,
     /// Deliveries remembered for late copies of their tokens.
     pub archive: Archive,
     /// Verdicts of a sender record, waiting to be journalled (the record's sink).
@@ -213,12 +214,7 @@ impl Journal {
         }
         | Gate::Released { to, slot: s } = &g
         {
-            *self
-                .resolving
-                .entry(*to)
-                .or_default()
-                .entry(*s)
-                .or_default() += 1;
+            self.resolving.entry(*to).or_default().add(*s);
         }
         if let Gate::Take(id) = &g {
             let (r, s) = id.slot();
@@ -264,12 +260,7 @@ impl Journal {
         let Some(m) = self.resolving.get_mut(&to) else {
             return;
         };
-        if let Some(c) = m.get_mut(&s) {
-            *c -= 1;
-            if *c == 0 {
-                m.remove(&s);
-            }
-        }
+        m.remove(s);
         if m.is_empty() {
             self.resolving.remove(&to);
         }
@@ -277,7 +268,7 @@ impl Journal {
 
     /// The lowest slot to `to` whose verdict is not stored yet: the frontier stays below.
     pub fn frontier_cap(&self, to: NodeId) -> Option<u64> {
-        self.resolving.get(&to)?.keys().next().copied()
+        self.resolving.get(&to)?.lowest()
     }
 
     /// Whether a take of `(from, r, s)` waits for its record.

@@ -25,6 +25,7 @@ mod archive;
 mod entry;
 pub(crate) mod gates;
 pub(crate) mod marks;
+mod pending_slots;
 mod state;
 
 pub(crate) use archive::Archive;
