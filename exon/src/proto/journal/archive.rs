@@ -2,7 +2,7 @@
 //! frontier passes them, and those recovered untaken after a restart, probed so that a
 //! quiet node forgets them.
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::proto::frame::Verdict;
@@ -11,9 +11,10 @@ use crate::proto::{NodeId, PeerMap};
 /// One source's remembered deliveries.
 #[derive(Debug, Default)]
 struct Source {
-    /// (slot, incarnation) -> taken (false: held for the application). Slot first: a
-    /// frontier forgets a prefix.
-    slots: BTreeMap<(u64, u64), bool>,
+    /// ((slot, incarnation), taken (false: held for the application)), ascending, each key
+    /// once. Slot first: a frontier forgets a prefix. Deliveries come mostly in slot order,
+    /// so one joins at the back; a key is found by binary search.
+    slots: VecDeque<((u64, u64), bool)>,
     /// When to ask the source for its frontier next.
     probe_at: Option<Instant>,
     /// Probes sent since the frontier last moved.
@@ -31,6 +32,52 @@ pub(crate) struct Archive {
     len: usize,
 }
 
+impl Source {
+    /// Where `key` is, or where it would go.
+    fn find(&self, key: (u64, u64)) -> Result<usize, usize> {
+        self.slots.binary_search_by(|e| e.0.cmp(&key))
+    }
+
+    /// Sets `key` to `taken`; returns whether it is new.
+    fn insert(&mut self, key: (u64, u64), taken: bool) -> bool {
+        if self.slots.back().is_none_or(|e| e.0 < key) {
+            self.slots.push_back((key, taken));
+            return true;
+        }
+        match self.find(key) {
+            Ok(i) => {
+                self.slots[i].1 = taken;
+                false
+            }
+            Err(i) => {
+                self.slots.insert(i, (key, taken));
+                true
+            }
+        }
+    }
+
+    /// Whether `key` was taken, if it is remembered.
+    fn get_mut(&mut self, key: (u64, u64)) -> Option<&mut bool> {
+        let i = self.find(key).ok()?;
+        Some(&mut self.slots[i].1)
+    }
+
+    /// Forgets the taken deliveries in slots below `below`; returns how many.
+    fn forget_taken_below(&mut self, below: u64) -> usize {
+        let n = self.slots.partition_point(|e| e.0 .0 < below);
+        // Held ones stay, in order: each moves down over the taken ones before it.
+        let mut kept = 0;
+        for i in 0..n {
+            if !self.slots[i].1 {
+                self.slots.swap(kept, i);
+                kept += 1;
+            }
+        }
+        self.slots.drain(kept..n);
+        n - kept
+    }
+}
+
 impl Archive {
     /// Remembers the delivery `(from, r, s)`, taken or held.
     pub fn insert(
@@ -43,7 +90,7 @@ impl Archive {
         every: Duration,
     ) {
         let src = self.sources.entry(from).or_default();
-        if src.slots.insert((s, r), taken).is_none() {
+        if src.insert((s, r), taken) {
             self.len += 1;
         }
         if src.probe_at.is_none() {
@@ -68,7 +115,8 @@ impl Archive {
     /// The answer to a token for `(from, r, s)` if the archive knows it: `Some(Some(ACK))`
     /// for a taken delivery, `Some(None)` (no answer yet) for one the application holds.
     pub fn verdict(&self, from: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
-        let taken = *self.sources.get(&from)?.slots.get(&(s, r))?;
+        let src = self.sources.get(&from)?;
+        let taken = src.slots[src.find((s, r)).ok()?].1;
         Some(taken.then_some(Verdict::Ack))
     }
 
@@ -82,7 +130,7 @@ impl Archive {
         match self
             .sources
             .get_mut(&from)
-            .and_then(|src| src.slots.get_mut(&(s, r)))
+            .and_then(|src| src.get_mut((s, r)))
         {
             Some(taken) if !*taken => {
                 *taken = true;
@@ -100,20 +148,7 @@ impl Archive {
         };
         // Only the prefix below the frontier is looked at (deliveries held for the
         // application stay, whatever their slot).
-        let above = src.slots.split_off(&(below, 0));
-        let passed = std::mem::replace(&mut src.slots, above);
-        let before = passed.len();
-        for (k, taken) in passed {
-            if !taken {
-                src.slots.insert(k, false);
-            }
-        }
-        let gone = before
-            - src
-                .slots
-                .iter()
-                .take_while(|((s, _), _)| *s < below)
-                .count();
+        let gone = src.forget_taken_below(below);
         self.len -= gone;
         if src.watch.is_some_and(|(end, _)| end <= below) {
             src.watch = None;
@@ -147,9 +182,8 @@ impl Archive {
             }
             let top = src
                 .slots
-                .keys()
-                .next_back()
-                .map(|&(s, r)| (s.saturating_add(1), r));
+                .back()
+                .map(|&((s, r), _)| (s.saturating_add(1), r));
             let Some((s, r)) = top.max(src.watch) else {
                 continue;
             };
@@ -186,6 +220,48 @@ mod tests {
         assert_eq!(a.confirm(A, 12), 1);
         assert_eq!(a.len(), 0);
         assert_eq!(a.next_probe(), None, "nothing left to ask about");
+    }
+
+    proptest::proptest! {
+        /// The same answers as a sorted map of `(slot, incarnation) -> taken`, whatever the
+        /// order deliveries, takes and frontiers come in.
+        #[test]
+        fn answers_as_a_sorted_map_does(
+            ops in proptest::collection::vec((0u8..4, 0u64..3, 0u64..24, proptest::bool::ANY), 0..300)
+        ) {
+            use std::collections::BTreeMap;
+            let t = crate::test_time::origin();
+            let every = Duration::from_secs(1);
+            let mut a = Archive::default();
+            let mut model = BTreeMap::<(u64, u64), bool>::new();
+            for (op, r, s, taken) in ops {
+                match op {
+                    0 => {
+                        a.insert(t, A, r, s, taken, every);
+                        model.insert((s, r), taken);
+                    }
+                    1 => {
+                        let was = model.get(&(s, r)) == Some(&false);
+                        if was {
+                            model.insert((s, r), true);
+                        }
+                        proptest::prop_assert_eq!(a.take(A, r, s), was);
+                    }
+                    2 => {
+                        let before = model.len();
+                        model.retain(|&(slot, _), taken| slot >= s || !*taken);
+                        proptest::prop_assert_eq!(a.confirm(A, s), before - model.len());
+                    }
+                    _ => {
+                        let want = model.get(&(s, r)).map(|&t| t.then_some(Verdict::Ack));
+                        proptest::prop_assert_eq!(a.verdict(A, r, s), want);
+                    }
+                }
+                proptest::prop_assert_eq!(a.len(), model.len());
+                let top = a.sources.get(&A).and_then(|src| src.slots.back().map(|e| e.0));
+                proptest::prop_assert_eq!(top, model.keys().next_back().copied());
+            }
+        }
     }
 
     #[test]
