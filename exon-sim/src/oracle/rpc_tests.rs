@@ -136,10 +136,7 @@ fn at_the_end_every_call_ended_and_every_acknowledged_reply_came() {
     );
     let before = o.violation_count();
     o.finish_rpc(20);
-    let end: Vec<_> = o.violations()[before as usize..]
-        .iter()
-        .map(|v| v.kind)
-        .collect();
+    let end = kinds_since(&o, before);
     assert_eq!(end, [ViolationKind::CallNotEnded, ViolationKind::ReplyLost]);
     assert!(o
         .violations()
@@ -175,10 +172,7 @@ fn durable_a_reply_lost_is_excused_by_an_unvouched_restart_after_its_acknowledge
         o.on_call_ended(1, c, &Ended::NoReply, 12);
         let before = o.violation_count();
         o.finish_rpc(20);
-        let end: Vec<_> = o.violations()[before as usize..]
-            .iter()
-            .map(|v| v.kind)
-            .collect();
+        let end = kinds_since(&o, before);
         let want: &[ViolationKind] = if excused {
             &[]
         } else {
@@ -186,4 +180,12 @@ fn durable_a_reply_lost_is_excused_by_an_unvouched_restart_after_its_acknowledge
         };
         assert_eq!(end, want, "unvouched restart at {restart_at}");
     }
+}
+
+/// The kinds of the violations found after the first `before`.
+fn kinds_since(o: &Oracle, before: u64) -> Vec<ViolationKind> {
+    o.violations()[before as usize..]
+        .iter()
+        .map(|v| v.kind)
+        .collect()
 }

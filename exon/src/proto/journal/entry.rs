@@ -1004,6 +1004,34 @@ mod tests {
         }
     }
 
+    /// A message's record is written as the concatenation of its head and body: the same
+    /// bytes as for the joined payload, read back whole.
+    #[test]
+    fn a_payload_with_a_head_is_written_as_its_bytes_joined() {
+        let to = NodeId::from_const(7);
+        let headed = Payload::with_head(&[1, 2, 3], Bytes::from_static(b"body"));
+        let joined = Payload::from(&b"\x01\x02\x03body"[..]);
+        let e = Entry::Accepted {
+            id: MsgId(9),
+            to,
+            payload: headed,
+        };
+        let b = e.to_bytes();
+        let plain = Entry::Accepted {
+            id: MsgId(9),
+            to,
+            payload: joined,
+        };
+        assert_eq!(b, plain.to_bytes());
+        assert_eq!(b.len(), e.encoded_len());
+        match Entry::decode(&b) {
+            Ok(Entry::Accepted { payload, .. }) => {
+                assert_eq!(payload.to_bytes(), Bytes::from_static(b"\x01\x02\x03body"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn truncated_extended_or_garbled_records_are_errors() {
         for e in all() {
