@@ -26,6 +26,7 @@ mod entry;
 pub(crate) mod gates;
 pub(crate) mod marks;
 mod pending_slots;
+mod sorted_ring;
 mod state;
 
 pub(crate) use archive::Archive;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use crate::proto::journal::marks::Marks;
+use crate::proto::journal::sorted_ring::SortedRing;
 use crate::proto::journal::{Entry, Outcome};
 use crate::proto::wire::codec::varint_len;
 use crate::proto::{MsgId, NodeId, Payload};
@@ -19,15 +20,14 @@ use crate::proto::{MsgId, NodeId, Payload};
 /// compacted log is too.
 #[derive(Debug, Default, Clone)]
 pub struct State {
-    /// Deliveries by (source, incarnation, slot): the payload while untaken, `None` once
-    /// taken.
-    inbox: BTreeMap<(NodeId, u64, u64), Option<Bytes>>,
+    /// Deliveries by source, then (incarnation, slot). A source with none has no entry.
+    inbox: BTreeMap<NodeId, SortedRing<(u64, u64), Delivery>>,
     /// Messages accepted and not resolved.
-    outbox: BTreeMap<MsgId, RecoveredMessage>,
+    outbox: SortedRing<MsgId, RecoveredMessage>,
     /// Verdicts stored and not reported (`Resolved` with a verdict, no `Reported` yet).
-    verdicts: BTreeMap<MsgId, (NodeId, Outcome, Option<u64>)>,
+    verdicts: SortedRing<MsgId, (NodeId, Outcome, Option<u64>)>,
     /// Messages sent held and acknowledged, not released (`Held` in checkpoints).
-    held: BTreeMap<MsgId, RecoveredMessage>,
+    held: SortedRing<MsgId, RecoveredMessage>,
     /// The incarnations the journal covers (`Covers`): `(from, below)`.
     covers: Option<(u64, u64)>,
     /// A `Damaged` record not yet followed by a `Covers` record: recoveries are told the
@@ -40,9 +40,6 @@ pub struct State {
     /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
     /// flags the sender's copy of these (and of no other slot) as a redelivery.
     handed: BTreeSet<(NodeId, u64, u64)>,
-    /// Deliveries of early tokens not taken (`DeliveredEarly`): a restart holds them until
-    /// their senders say they stored them.
-    early: BTreeSet<(NodeId, u64, u64)>,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
     /// Room reused by the records that forget many entries at once (no list allocated per
@@ -50,6 +47,16 @@ pub struct State {
     scratch_keys: Vec<(NodeId, u64, u64)>,
     /// As `scratch_keys`, for message ids.
     scratch_ids: Vec<MsgId>,
+}
+
+/// A delivery the journal holds.
+#[derive(Debug, Clone, Default)]
+struct Delivery {
+    /// The payload while the application has not taken it, `None` once taken.
+    payload: Option<Bytes>,
+    /// Delivered from an early token (`DeliveredEarly`) and not taken: a restart holds it
+    /// until its sender says it stored it.
+    early: bool,
 }
 
 /// A message a restarted sender recovers: sent again in the slot it was first sent in, if
@@ -264,32 +271,37 @@ impl State {
                 slot,
                 payload,
             } => {
-                let key = (*from, *rck, *slot);
-                if !self.inbox.contains_key(&key) {
+                let inbox = self.inbox.entry(*from).or_default();
+                if !inbox.contains_key(&(*rck, *slot)) {
                     self.live_bytes += delivered_len(*from, *rck, *slot, payload);
-                    self.inbox.insert(key, Some(payload.clone()));
-                    if matches!(e, Entry::DeliveredEarly { .. }) {
-                        self.early.insert(key);
-                    }
+                    let d = Delivery {
+                        payload: Some(payload.clone()),
+                        early: matches!(e, Entry::DeliveredEarly { .. }),
+                    };
+                    inbox.insert((*rck, *slot), d);
                 }
             }
             Entry::Handed { from, rck, slot } => {
                 let key = (*from, *rck, *slot);
-                if !self.inbox.contains_key(&key) && self.handed.insert(key) {
+                if !self.delivered(key) && self.handed.insert(key) {
                     self.live_bytes += e.encoded_len();
                 }
             }
             Entry::Taken { from, rck, slot } => {
-                let key = (*from, *rck, *slot);
-                self.unhand(key);
-                self.early.remove(&key);
-                let old = self.inbox.insert(key, None);
-                if let Some(Some(p)) = &old {
-                    self.live_bytes -= delivered_len(*from, *rck, *slot, p);
+                self.unhand((*from, *rck, *slot));
+                let old = self
+                    .inbox
+                    .entry(*from)
+                    .or_default()
+                    .insert((*rck, *slot), Delivery::default());
+                match old {
+                    Some(Delivery {
+                        payload: Some(p), ..
+                    }) => self.live_bytes -= delivered_len(*from, *rck, *slot, &p),
+                    Some(_) => return,
+                    None => {}
                 }
-                if !matches!(old, Some(None)) {
-                    self.live_bytes += e.encoded_len();
-                }
+                self.live_bytes += e.encoded_len();
             }
             _ => {}
         }
@@ -404,23 +416,23 @@ impl State {
         // A slot handed over and passed by the frontier: its sender holds no copy any more
         // (it gave the message up), so none comes back to flag.
         let mut keys = std::mem::take(&mut self.scratch_keys);
-        keys.extend(self.handed.range(all.clone()).filter(|k| k.2 < below));
+        keys.extend(self.handed.range(all).filter(|k| k.2 < below));
         for &key in &keys {
             self.unhand(key);
         }
         keys.clear();
-        let taken = self
-            .inbox
-            .range(all)
-            .filter(|(k, p)| k.2 < below && p.is_none());
-        keys.extend(taken.map(|(k, _)| *k));
-        for &key in &keys {
-            self.inbox.remove(&key);
-            let (from, rck, slot) = key;
-            self.live_bytes -= Entry::Taken { from, rck, slot }.encoded_len();
-        }
-        keys.clear();
         self.scratch_keys = keys;
+        let Some(inbox) = self.inbox.get_mut(&from) else {
+            return;
+        };
+        let live_bytes = &mut self.live_bytes;
+        inbox.remove_where(
+            |&(_, slot), d| slot < below && d.payload.is_none(),
+            |(rck, slot), _| *live_bytes -= Entry::Taken { from, rck, slot }.encoded_len(),
+        );
+        if inbox.is_empty() {
+            self.inbox.remove(&from);
+        }
     }
 
     /// The hand-over of `key` is no longer live (taken, or passed by the frontier).
@@ -503,7 +515,7 @@ impl State {
         let end = MsgId(first.0.saturating_add(count));
         let acked = outcome == Outcome::Acknowledged;
         let mut ids = std::mem::take(&mut self.scratch_ids);
-        ids.extend(self.outbox.range(first..end).map(|(id, _)| *id));
+        ids.extend(self.outbox.range(first, end).map(|(id, _)| *id));
         for &id in &ids {
             let key = self.resolve(id, acked);
             self.hold_verdict(id, (to, outcome, key));
@@ -515,7 +527,7 @@ impl State {
     fn reported(&mut self, first: MsgId, count: u64) {
         let end = MsgId(first.0.saturating_add(count));
         let mut ids = std::mem::take(&mut self.scratch_ids);
-        ids.extend(self.verdicts.range(first..end).map(|(id, _)| *id));
+        ids.extend(self.verdicts.range(first, end).map(|(id, _)| *id));
         for &id in &ids {
             if let Some(v) = self.verdicts.remove(&id) {
                 self.live_bytes -= Self::verdict_entry(id, v).encoded_len();
@@ -586,6 +598,21 @@ impl State {
             && !self.damage_pending
     }
 
+    /// Every delivery held, by (source, incarnation, slot) ascending.
+    fn deliveries(&self) -> impl Iterator<Item = ((NodeId, u64, u64), &Delivery)> + '_ {
+        self.inbox.iter().flat_map(|(&from, ring)| {
+            ring.iter()
+                .map(move |(&(rck, slot), d)| ((from, rck, slot), d))
+        })
+    }
+
+    /// Whether the delivery of `key` is held (taken or not).
+    fn delivered(&self, (from, rck, slot): (NodeId, u64, u64)) -> bool {
+        self.inbox
+            .get(&from)
+            .is_some_and(|r| r.contains_key(&(rck, slot)))
+    }
+
     /// Bytes the live records take encoded: what a compaction writes.
     pub fn live_bytes(&self) -> usize {
         self.live_bytes
@@ -593,7 +620,8 @@ impl State {
 
     /// Deliveries remembered, and messages not resolved.
     pub fn counts(&self) -> (usize, usize) {
-        (self.inbox.len(), self.outbox.len())
+        let inbox = self.inbox.values().map(SortedRing::len).sum();
+        (inbox, self.outbox.len())
     }
 
     /// Verdicts stored and not reported.
@@ -612,21 +640,23 @@ impl State {
         let covers = self
             .covers
             .map(|(from, below)| Entry::Covers { from, below });
-        let inbox = self.inbox.iter().map(|(&(from, rck, slot), p)| match p {
-            Some(payload) if self.early.contains(&(from, rck, slot)) => Entry::DeliveredEarly {
-                from,
-                rck,
-                slot,
-                payload: payload.clone(),
-            },
-            Some(payload) => Entry::Delivered {
-                from,
-                rck,
-                slot,
-                payload: payload.clone(),
-            },
-            None => Entry::Taken { from, rck, slot },
-        });
+        let inbox = self
+            .deliveries()
+            .map(|((from, rck, slot), d)| match &d.payload {
+                Some(payload) if d.early => Entry::DeliveredEarly {
+                    from,
+                    rck,
+                    slot,
+                    payload: payload.clone(),
+                },
+                Some(payload) => Entry::Delivered {
+                    from,
+                    rck,
+                    slot,
+                    payload: payload.clone(),
+                },
+                None => Entry::Taken { from, rck, slot },
+            });
         let handed = self
             .handed
             .iter()
@@ -683,14 +713,13 @@ impl State {
     pub fn recovered(&self, damaged: bool) -> Recovered {
         Recovered {
             deliveries: self
-                .inbox
-                .iter()
-                .map(|(&(from, rck, slot), p)| RecoveredDelivery {
+                .deliveries()
+                .map(|((from, rck, slot), d)| RecoveredDelivery {
                     from,
                     rck,
                     slot,
-                    payload: p.clone(),
-                    early: self.early.contains(&(from, rck, slot)),
+                    payload: d.payload.clone(),
+                    early: d.early,
                 })
                 .collect(),
             messages: self.outbox.values().cloned().collect(),
