@@ -9,14 +9,22 @@
 //! Each message is five records: the sender's `Accepted` and `Assigned`, the receiver's
 //! `Delivered` and `Taken`, and per batch of 256 the sender's `ResolvedRun` and `Reported`
 //! and the receiver's `Confirmed`. `sources` spreads the messages over that many senders
-//! (one receiver's journal, interleaved batches). Prints a table; the last line is
-//! `key=value` pairs (`ns_per_msg_<sources>`).
+//! (one receiver's journal, interleaved batches).
+//!
+//! Then what a restart pays for a log that grew as far as a compaction lets it: the same
+//! records appended to a journal on disk (`FsBackend` in a temporary directory, one commit
+//! per 256 messages, no compaction) up to the default `JournalConfig::compact_after`, then
+//! the journal opened again (read, checked, replayed), best of 3.
+//!
+//! Prints tables; the last line is `key=value` pairs (`ns_per_msg_<sources>`, `reopen_ms`,
+//! `reopen_mib`).
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use bytes::Bytes;
-use exon::proto::journal::{Entry, Outcome, State};
+use exon::durable::{FsBackend, Journal, JournalConfig};
+use exon::proto::journal::{Entry, Outcome, State, Write};
 use exon::proto::{MsgId, NodeId, Payload};
 
 const BATCH: u64 = 256;
@@ -107,6 +115,48 @@ fn measure(sources: u64, rounds: usize) -> f64 {
     best
 }
 
+/// Milliseconds to open a journal of the default compaction size again, and its MiB.
+fn reopen(rounds: usize) -> (f64, f64) {
+    let dir = tempfile::Builder::new()
+        .prefix("exon-journal-state")
+        .tempdir()
+        .expect("temporary directory");
+    let limit = JournalConfig::default().compact_after;
+    let cfg = JournalConfig {
+        compact_after: u64::MAX,
+        ..JournalConfig::default()
+    };
+    let backend = || FsBackend::open(dir.path()).expect("backend");
+    let (mut j, _, _) = Journal::open(backend(), cfg.clone()).expect("open");
+    let (tx, rx) = records(1);
+    let (mut seq, mut n) = (0u64, 0u64);
+    'fill: loop {
+        for e in tx.iter().chain(&rx) {
+            seq += 1;
+            let entry = e.clone();
+            j.append(&Write { seq, entry }).expect("append");
+            n += 1;
+            if n % (5 * BATCH) == 0 {
+                j.commit().expect("commit");
+                if j.disk_bytes() >= limit {
+                    break 'fill;
+                }
+            }
+        }
+    }
+    j.commit().expect("commit");
+    let mib = j.disk_bytes() as f64 / f64::from(1u32 << 20);
+    drop(j);
+    let mut best = f64::MAX;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let (j, recovered, _) = Journal::open(backend(), cfg.clone()).expect("reopen");
+        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        black_box((j, recovered));
+    }
+    (best, mib)
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let rounds = if quick { 1 } else { 7 };
@@ -118,5 +168,8 @@ fn main() {
         println!("{sources:>8} {ns:>12.1}");
         keys.push(format!("ns_per_msg_{sources}={ns:.1}"));
     }
+    let (ms, mib) = reopen(if quick { 1 } else { 3 });
+    println!("reopening a journal of {mib:.1} MiB (the compaction size): {ms:.1} ms");
+    keys.push(format!("reopen_ms={ms:.1} reopen_mib={mib:.1}"));
     println!("{}", keys.join(" "));
 }

@@ -15,7 +15,10 @@ pub struct JournalConfig {
     /// stored).
     pub max_disk_bytes: u64,
     /// A compaction runs once the log grew by this much since the last one, and by four
-    /// times what is live.
+    /// times what is live. Default 64 MiB: a compaction stops the journal's group commits
+    /// for a new segment and three syncs (about 10 ms on a loaded 2-core machine), so a
+    /// busy journal compacts about once a second instead of ten times; a restart then
+    /// replays at most this much (about 0.1 s from the page cache, `journal_state` bench).
     pub compact_after: u64,
     /// Group commit: how long the endpoint lets records gather before it writes and syncs
     /// them (0: as soon as the previous group is written and there is room for its sync;
@@ -38,7 +41,7 @@ impl Default for JournalConfig {
         JournalConfig {
             log: LogConfig::default(),
             max_disk_bytes: 4 << 30,
-            compact_after: 8 << 20,
+            compact_after: 64 << 20,
             commit_delay: std::time::Duration::ZERO,
             max_batch_bytes: 8 << 20,
             mark_damage: true,
