@@ -2,19 +2,19 @@
 //! frontier passes them, and those recovered untaken after a restart, probed so that a
 //! quiet node forgets them.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::proto::frame::Verdict;
+use crate::proto::journal::sorted_ring::SortedRing;
 use crate::proto::{NodeId, PeerMap};
 
 /// One source's remembered deliveries.
 #[derive(Debug, Default)]
 struct Source {
-    /// ((slot, incarnation), taken (false: held for the application)), ascending, each key
-    /// once. Slot first: a frontier forgets a prefix. Deliveries come mostly in slot order,
-    /// so one joins at the back; a key is found by binary search.
-    slots: VecDeque<((u64, u64), bool)>,
+    /// (slot, incarnation) -> taken (false: held for the application). Slot first: a
+    /// frontier forgets a prefix. Deliveries come mostly in slot order, so one joins at the
+    /// back of the ring; a sender's other orders cost no more than a B-tree.
+    slots: SortedRing<(u64, u64), bool>,
     /// When to ask the source for its frontier next.
     probe_at: Option<Instant>,
     /// Probes sent since the frontier last moved.
@@ -33,48 +33,12 @@ pub(crate) struct Archive {
 }
 
 impl Source {
-    /// Where `key` is, or where it would go.
-    fn find(&self, key: (u64, u64)) -> Result<usize, usize> {
-        self.slots.binary_search_by(|e| e.0.cmp(&key))
-    }
-
-    /// Sets `key` to `taken`; returns whether it is new.
-    fn insert(&mut self, key: (u64, u64), taken: bool) -> bool {
-        if self.slots.back().is_none_or(|e| e.0 < key) {
-            self.slots.push_back((key, taken));
-            return true;
-        }
-        match self.find(key) {
-            Ok(i) => {
-                self.slots[i].1 = taken;
-                false
-            }
-            Err(i) => {
-                self.slots.insert(i, (key, taken));
-                true
-            }
-        }
-    }
-
-    /// Whether `key` was taken, if it is remembered.
-    fn get_mut(&mut self, key: (u64, u64)) -> Option<&mut bool> {
-        let i = self.find(key).ok()?;
-        Some(&mut self.slots[i].1)
-    }
-
     /// Forgets the taken deliveries in slots below `below`; returns how many.
     fn forget_taken_below(&mut self, below: u64) -> usize {
-        let n = self.slots.partition_point(|e| e.0 .0 < below);
-        // Held ones stay, in order: each moves down over the taken ones before it.
-        let mut kept = 0;
-        for i in 0..n {
-            if !self.slots[i].1 {
-                self.slots.swap(kept, i);
-                kept += 1;
-            }
-        }
-        self.slots.drain(kept..n);
-        n - kept
+        let mut gone = 0;
+        self.slots
+            .remove_below(Some((below, 0)), |_, taken| *taken, |_, _| gone += 1);
+        gone
     }
 }
 
@@ -90,7 +54,7 @@ impl Archive {
         every: Duration,
     ) {
         let src = self.sources.entry(from).or_default();
-        if src.insert((s, r), taken) {
+        if src.slots.insert((s, r), taken).is_none() {
             self.len += 1;
         }
         if src.probe_at.is_none() {
@@ -115,8 +79,7 @@ impl Archive {
     /// The answer to a token for `(from, r, s)` if the archive knows it: `Some(Some(ACK))`
     /// for a taken delivery, `Some(None)` (no answer yet) for one the application holds.
     pub fn verdict(&self, from: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
-        let src = self.sources.get(&from)?;
-        let taken = src.slots[src.find((s, r)).ok()?].1;
+        let taken = *self.sources.get(&from)?.slots.get(&(s, r))?;
         Some(taken.then_some(Verdict::Ack))
     }
 
@@ -130,7 +93,7 @@ impl Archive {
         match self
             .sources
             .get_mut(&from)
-            .and_then(|src| src.get_mut((s, r)))
+            .and_then(|src| src.slots.get_mut(&(s, r)))
         {
             Some(taken) if !*taken => {
                 *taken = true;
@@ -180,10 +143,7 @@ impl Archive {
             if src.probe_at.is_none_or(|t| t > now) {
                 continue;
             }
-            let top = src
-                .slots
-                .back()
-                .map(|&((s, r), _)| (s.saturating_add(1), r));
+            let top = src.slots.last_key().map(|(s, r)| (s.saturating_add(1), r));
             let Some((s, r)) = top.max(src.watch) else {
                 continue;
             };
@@ -258,7 +218,7 @@ mod tests {
                     }
                 }
                 proptest::prop_assert_eq!(a.len(), model.len());
-                let top = a.sources.get(&A).and_then(|src| src.slots.back().map(|e| e.0));
+                let top = a.sources.get(&A).and_then(|src| src.slots.last_key());
                 proptest::prop_assert_eq!(top, model.keys().next_back().copied());
             }
         }

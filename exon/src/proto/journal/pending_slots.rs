@@ -1,48 +1,42 @@
 //! Slots of one destination whose verdicts wait for their records, counted: the lowest one
 //! caps the frontier.
 
-use std::collections::VecDeque;
+use crate::proto::journal::sorted_ring::SortedRing;
 
-/// A multiset of slots, kept sorted in a ring. Verdict records are written, and made
-/// durable, mostly in slot order, so a slot usually joins at the back and leaves from the
-/// front: both in constant time (a slot out of order is placed by binary search).
+/// A multiset of slots: how many verdicts of each wait. Verdict records are written, and
+/// made durable, mostly in slot order, so a slot usually joins at the back and leaves from
+/// the front of the [`SortedRing`]; slots in any other order (a receiver's verdicts come in
+/// the order it chooses) cost no more than a B-tree.
 #[derive(Debug, Default)]
 pub(crate) struct PendingSlots {
-    /// `(slot, how many verdicts of it wait)`, ascending by slot, counts above zero.
-    slots: VecDeque<(u64, u32)>,
+    /// Slot -> how many verdicts of it wait (above zero).
+    slots: SortedRing<u64, u32>,
 }
 
 impl PendingSlots {
     /// One more verdict of `slot` waits.
     pub fn add(&mut self, slot: u64) {
-        match self.slots.back_mut() {
-            Some((s, n)) if *s == slot => *n += 1,
-            Some((s, _)) if *s > slot => match self.slots.binary_search_by_key(&slot, |e| e.0) {
-                Ok(i) => self.slots[i].1 += 1,
-                Err(i) => self.slots.insert(i, (slot, 1)),
-            },
-            _ => self.slots.push_back((slot, 1)),
+        match self.slots.get_mut(&slot) {
+            Some(n) => *n += 1,
+            None => {
+                self.slots.insert(slot, 1);
+            }
         }
     }
 
     /// A verdict of `slot` is stored (nothing if none waited).
     pub fn remove(&mut self, slot: u64) {
-        let i = match self.slots.front() {
-            Some((s, _)) if *s == slot => 0,
-            _ => match self.slots.binary_search_by_key(&slot, |e| e.0) {
-                Ok(i) => i,
-                Err(_) => return,
-            },
-        };
-        self.slots[i].1 -= 1;
-        if self.slots[i].1 == 0 {
-            self.slots.remove(i);
+        if let Some(n) = self.slots.get_mut(&slot) {
+            *n -= 1;
+            if *n == 0 {
+                self.slots.remove(&slot);
+            }
         }
     }
 
     /// The lowest slot waiting.
     pub fn lowest(&self) -> Option<u64> {
-        self.slots.front().map(|e| e.0)
+        self.slots.first_key()
     }
 
     /// Whether none waits.
@@ -77,7 +71,7 @@ mod tests {
                 }
                 prop_assert_eq!(p.lowest(), model.keys().next().copied());
                 prop_assert_eq!(p.is_empty(), model.is_empty());
-                let ours: Vec<_> = p.slots.iter().copied().collect();
+                let ours: Vec<_> = p.slots.iter().map(|(s, n)| (*s, *n)).collect();
                 let theirs: Vec<_> = model.iter().map(|(s, n)| (*s, *n)).collect();
                 prop_assert_eq!(ours, theirs);
             }

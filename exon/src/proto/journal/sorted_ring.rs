@@ -133,15 +133,23 @@ impl<K: Ord + Copy, V> SortedRing<K, V> {
     }
 
     /// Removes every entry `remove` says to, handing each to `removed`.
-    pub fn remove_where(
+    pub fn remove_where(&mut self, remove: impl FnMut(&K, &V) -> bool, removed: impl FnMut(K, V)) {
+        self.remove_below(None, remove, removed);
+    }
+
+    /// As [`remove_where`](Self::remove_where), looking only at keys below `below` (all of
+    /// them with `None`).
+    pub fn remove_below(
         &mut self,
+        below: Option<K>,
         mut remove: impl FnMut(&K, &V) -> bool,
         mut removed: impl FnMut(K, V),
     ) {
+        let under = |k: &K| below.is_none_or(|b| *k < b);
         let mut n = 0;
         match &mut self.repr {
             Repr::Ring(r) => {
-                for (k, v) in r.iter_mut() {
+                for (k, v) in r.iter_mut().take_while(|(k, _)| under(k)) {
                     if v.as_ref().is_some_and(|v| remove(k, v)) {
                         if let Some(v) = v.take() {
                             removed(*k, v);
@@ -154,6 +162,7 @@ impl<K: Ord + Copy, V> SortedRing<K, V> {
             Repr::Tree(t) => {
                 let keys: Vec<K> = t
                     .iter()
+                    .take_while(|(k, _)| under(k))
                     .filter(|(k, v)| remove(k, v))
                     .map(|e| *e.0)
                     .collect();
@@ -168,6 +177,23 @@ impl<K: Ord + Copy, V> SortedRing<K, V> {
         self.live -= n;
         if self.live == 0 {
             *self = Self::default();
+        }
+    }
+
+    /// The lowest live key.
+    pub fn first_key(&self) -> Option<K> {
+        match &self.repr {
+            // Never a hole at either end.
+            Repr::Ring(r) => r.front().map(|e| e.0),
+            Repr::Tree(t) => t.keys().next().copied(),
+        }
+    }
+
+    /// The highest live key.
+    pub fn last_key(&self) -> Option<K> {
+        match &self.repr {
+            Repr::Ring(r) => r.back().map(|e| e.0),
+            Repr::Tree(t) => t.keys().next_back().copied(),
         }
     }
 
