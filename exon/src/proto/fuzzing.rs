@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=16)? {
+        Ok(match u.int_in_range(0u8..=17)? {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -141,6 +141,10 @@ impl<'a> Arbitrary<'a> for Frame {
             15 => Frame::Stored {
                 from: varint(u)?,
                 below: varint(u)?,
+            },
+            16 => Frame::Held {
+                r: varint(u)?,
+                ranges: AckRanges::arbitrary(u)?,
             },
             _ => Frame::MtuAck { id: varint(u)? },
         })

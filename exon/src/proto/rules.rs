@@ -271,7 +271,7 @@ pub struct Rules {
     /// chunk) never answers, and none of them ever moves again.
     pub credit_asks_each_waiting: bool,
     /// Durable mode: a FRAG of a delivery a restart handed over again and the application
-    /// has not taken yet (no live record holds its incarnation) is answered GOT (held
+    /// has not taken yet (no live record holds its incarnation) is answered HELD (held
     /// whole), as a live record answers for its held deliveries. Off, it gets no answer:
     /// its sender keeps it in flight and sends it again and again, and when the
     /// application waits for another message first (a stream's earlier chunk), that one

@@ -30,6 +30,8 @@ counters! {
         pub frag: u64 [sum],
         /// GOT frames.
         pub got: u64 [sum],
+        /// HELD frames.
+        pub held: u64 [sum],
         /// REQCREDIT and CREDIT frames.
         pub credit: u64 [sum],
         /// MTU_PROBE frames.
@@ -60,6 +62,7 @@ impl FrameCounts {
             Frame::Response { .. } => self.response += 1,
             Frame::Frag { .. } => self.frag += 1,
             Frame::Got { .. } => self.got += 1,
+            Frame::Held { .. } => self.held += 1,
             Frame::ReqCredit { .. } | Frame::Credit { .. } => self.credit += 1,
             Frame::MtuProbe { .. } => self.mtu_probe += 1,
             Frame::MtuAck { .. } => self.mtu_ack += 1,

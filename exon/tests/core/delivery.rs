@@ -439,7 +439,7 @@ fn without_shares_one_source_fills_the_untaken_room_for_all() {
 }
 
 /// A message sent with `Node::send_reported` (an ordered flow's message, which its receiver
-/// may hold untaken for its turn) is reported held by GOT as soon as it arrives: its sender
+/// may hold untaken for its turn) is reported held by HELD as soon as it arrives: its sender
 /// never takes it for lost while it waits untaken (it only asks about it now and then), and
 /// its verdict
 /// still waits for the take. Sent with `send`, the same waiting message is retransmitted and
@@ -470,14 +470,15 @@ fn a_reported_message_waiting_untaken_is_reported_held_not_lost() {
         (stats, path)
     };
     let (reported, path) = waiting(true);
-    // Asked about at its retransmission timeout (its first bytes again, answered by GOT),
+    // Asked about at its retransmission timeout (its first bytes again, answered by HELD),
     // never taken for lost; its arrival feeds the RTT and the congestion controller.
     assert_eq!(reported.losses_detected, 0, "{reported:?}");
     assert_eq!(reported.spurious_losses, 0);
     assert!(
-        reported.frames_in.got >= 4,
-        "the receiver said it holds them"
+        reported.frames_in.held >= 1,
+        "the receiver said it holds them: {reported:?}"
     );
+    assert_eq!(reported.frames_out.token, 0, "sent as whole FRAGs");
     assert!(
         path.min_rtt.is_some() && path.bandwidth.is_some(),
         "{path:?}"
@@ -485,7 +486,7 @@ fn a_reported_message_waiting_untaken_is_reported_held_not_lost() {
     // Sent plainly: sent whole again at every timeout, and nothing tells the sender it
     // arrived (no RTT, no delivery rate) until it is taken.
     let (plain, path) = waiting(false);
-    assert_eq!(plain.frames_in.got, 0);
+    assert_eq!(plain.frames_in.got + plain.frames_in.held, 0);
     assert!(plain.retransmissions >= 4, "{plain:?}");
     assert!(
         path.min_rtt.is_none() && path.bandwidth.is_none(),

@@ -31,9 +31,10 @@ fn in_flight_for_a_recovered_held_message(senders_copy: bool, rule: bool) -> u64
     let mut before = Rules::ALL;
     before.deliver_from_senders_copy = senders_copy;
     p.node(B).set_rules(before);
-    // B's GOTs are lost until it has restarted: A never learns the message is held.
+    // B's GOTs and HELDs are lost until it has restarted: A never learns the message is
+    // held.
     p.set_filter(|w: &Wire| {
-        let got = |f: &Frame| matches!(f, Frame::Got { .. });
+        let got = |f: &Frame| matches!(f, Frame::Got { .. } | Frame::Held { .. });
         if w.from == B && w.packet().frames.iter().any(got) {
             Fate::Drop
         } else {

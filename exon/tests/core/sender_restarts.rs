@@ -19,7 +19,10 @@ fn has_whole_got(w: &Wire) -> bool {
     w.packet()
         .frames
         .iter()
-        .any(|f| matches!(f, Frame::Got { ranges, .. } if ranges.iter().flatten().any(|r| r.end == LEN as u64)))
+        .any(|f| {
+            matches!(f, Frame::Held { .. })
+                || matches!(f, Frame::Got { ranges, .. } if ranges.iter().flatten().any(|r| r.end == LEN as u64))
+        })
 }
 
 /// A sends one fragmented message to B, whose application holds it; B's GOT (the

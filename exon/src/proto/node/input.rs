@@ -181,7 +181,11 @@ impl Node {
                     urgent |= self.on_frag(now, src, (s, r, total), offset, data, senders_copy);
                 }
                 Frame::Got { r, s, ranges } => {
-                    self.on_got(now, src, r, s, ranges.iter().map_while(Result::ok));
+                    self.on_got(now, src, (r, Some(s)), ranges.iter().map_while(Result::ok));
+                    gots = true;
+                }
+                Frame::Held { r, ranges } => {
+                    self.on_got(now, src, (r, None), ranges.iter().map_while(Result::ok));
                     gots = true;
                 }
                 // Answered once per datagram, for the largest `want` (a request costs a

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::proto::stats::FrameCounts;
 use crate::proto::wire::frame::{
-    credit_len, frame_type, put_credit, put_got, put_mtu_ack, put_path, put_reqslots, put_slots,
-    put_verdict, reqslots_len, slots_len, Verdict,
+    credit_len, frame_type, put_credit, put_got, put_held, put_mtu_ack, put_path, put_reqslots,
+    put_slots, put_verdict, reqslots_len, slots_len, Verdict,
 };
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{NodeId, PeerMap};
@@ -41,6 +41,8 @@ pub(crate) struct PeerOut {
     waive: Option<u64>,
     /// GOT(r, s, ranges): the bytes held of fragmented messages, newest state per message.
     got: Vec<(u64, u64, RangeSet)>,
+    /// HELD(r, slots): messages held whole and untaken, per incarnation.
+    held: Vec<(u64, RangeSet)>,
     /// FRAG frames received since the last GOT went (counts toward `ack_every`).
     got_frags: u32,
     /// CREDIT(r, limit, max) to send (the newest wins).
@@ -63,6 +65,7 @@ impl PeerOut {
     pub fn is_empty(&self) -> bool {
         self.acks.is_empty()
             && self.got.is_empty()
+            && self.held.is_empty()
             && self.credit.is_none()
             && self.grant.is_none()
             && self.probe.is_none()
@@ -82,8 +85,9 @@ impl PeerOut {
     }
 
     /// Writes what is owed into the datagram in `buf`, frames ending by `limit`: MTU_ACKs
-    /// and path frames first, then verdicts and GOTs (as many ranges as fit), then CREDIT,
-    /// SLOTS and waivers where they fit. What does not fit stays owed. Counts the frames.
+    /// and path frames first, then verdicts, HELDs and GOTs (as many ranges as fit), then
+    /// CREDIT, SLOTS and waivers where they fit. What does not fit stays owed. Counts the
+    /// frames. A slot acknowledged since it was reported held is not reported held.
     #[inline]
     pub fn write_frames(&mut self, buf: &mut Vec<u8>, limit: usize, frames: &mut FrameCounts) {
         let room = |buf: &Vec<u8>| limit - buf.len();
@@ -99,6 +103,7 @@ impl PeerOut {
             put_path(buf, frame_type::CHALLENGE, token);
             frames.challenge += 1;
         }
+        self.drop_held_taken();
         for (v, r, set) in &mut self.acks {
             while !set.is_empty() {
                 let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
@@ -110,6 +115,17 @@ impl PeerOut {
             }
         }
         self.acks.retain(|(_, _, set)| !set.is_empty());
+        for (r, set) in &mut self.held {
+            while !set.is_empty() {
+                let k = put_held(buf, *r, set.ranges(), room(buf));
+                if k == 0 {
+                    break;
+                }
+                set.pop_front_ranges(k);
+                frames.held += 1;
+            }
+        }
+        self.held.retain(|(_, set)| !set.is_empty());
         for (r, s, set) in &mut self.got {
             let k = put_got(buf, *r, *s, set.ranges(), room(buf));
             if k == 0 {
@@ -120,10 +136,10 @@ impl PeerOut {
             frames.got += 1;
         }
         self.got.retain(|(_, _, set)| !set.is_empty());
-        if self.got.is_empty() {
+        if self.got.is_empty() && self.held.is_empty() {
             self.got_frags = 0;
         }
-        if self.acks.is_empty() && self.got.is_empty() {
+        if self.acks.is_empty() && self.got.is_empty() && self.held.is_empty() {
             self.ack_at = None;
         }
         if let Some((r, granted, max)) = self.credit {
@@ -154,6 +170,35 @@ impl PeerOut {
                 self.waive = None;
             }
         }
+    }
+
+    /// Takes out of the pending HELDs every slot with an ACK pending: taken since it was
+    /// reported held, it is acknowledged instead.
+    fn drop_held_taken(&mut self) {
+        if self.held.is_empty() {
+            return;
+        }
+        for (r, held) in &mut self.held {
+            for (_, _, acked) in self
+                .acks
+                .iter()
+                .filter(|(v, r0, _)| *v == Verdict::Ack && r0 == r)
+            {
+                let (Some(lo), Some(hi)) = (held.min(), held.ranges().last().map(|g| g.end)) else {
+                    break;
+                };
+                for a in acked.ranges() {
+                    if a.end <= lo {
+                        continue;
+                    }
+                    if a.start >= hi {
+                        break;
+                    }
+                    held.remove_range(a.clone());
+                }
+            }
+        }
+        self.held.retain(|(_, set)| !set.is_empty());
     }
 
     /// Slots answered in `acks`, not yet written.
@@ -252,7 +297,7 @@ impl Outbox {
         let Some(out) = self.peers.get_mut(&peer) else {
             return;
         };
-        if (out.acks.is_empty() && out.got.is_empty()) || out.ready {
+        if (out.acks.is_empty() && out.got.is_empty() && out.held.is_empty()) || out.ready {
             return;
         }
         if urgent || delay.is_zero() || out.verdict_slots() >= u64::from(every) {
@@ -386,6 +431,36 @@ impl Outbox {
         true
     }
 
+    /// Queues HELD for slot `s` of incarnation `r`: the message in it is held whole and
+    /// untaken (any GOT pending for it is dropped). Does not wake the peer (see [`flush_verdicts`](Self::flush_verdicts)).
+    /// Returns false if dropped (the pending ranges were full: the sender asks again).
+    pub fn held(&mut self, peer: NodeId, r: u64, s: u64, cap: usize) -> bool {
+        let Some(out) = self.entry(peer, cap) else {
+            return false;
+        };
+        out.got_frags = out.got_frags.saturating_add(1);
+        // HELD supersedes a GOT of fewer bytes still pending for the message: written after
+        // the HELD, it would tell the sender the receiver dropped some.
+        out.got.retain(|(r0, s0, _)| (*r0, *s0) != (r, s));
+        let ranges: usize = out.held.iter().map(|(_, set)| set.range_count()).sum();
+        let i = match out.held.iter().position(|(r0, _)| *r0 == r) {
+            Some(i) => i,
+            None => {
+                out.held.push((r, RangeSet::new()));
+                out.held.len() - 1
+            }
+        };
+        let set = &mut out.held[i].1;
+        if ranges >= MAX_PENDING_ACK_RANGES && set.would_add_range(s..s + 1) {
+            if set.is_empty() {
+                out.held.swap_remove(i);
+            }
+            return false;
+        }
+        set.insert(s..s + 1);
+        true
+    }
+
     /// Queues CREDIT(r, limit, max) and wakes the peer.
     #[inline]
     pub fn credit(&mut self, peer: NodeId, r: u64, limit: u64, max: u64, cap: usize) -> bool {
@@ -471,5 +546,49 @@ fn entry_in(peers: &mut PeerMap<PeerOut>, peer: NodeId, cap: usize) -> Option<&m
     match peers.entry(peer) {
         Entry::Occupied(e) => Some(e.into_mut()),
         Entry::Vacant(e) => (len < cap).then(|| e.insert(PeerOut::default())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::wire::frame::{decode_frames_into, Frame};
+
+    fn written(out: &mut PeerOut) -> Vec<Frame> {
+        let mut buf = Vec::new();
+        let mut counts = FrameCounts::default();
+        out.write_frames(&mut buf, 1200, &mut counts);
+        let mut frames = Vec::new();
+        decode_frames_into(&bytes::Bytes::from(buf), 65_507, &mut frames).expect("valid");
+        frames
+    }
+
+    /// A message reported held and taken before the datagram left is acknowledged, not
+    /// reported held; HELD replaces a GOT of fewer bytes pending for the same message (the
+    /// sender would take that GOT, after the HELD, for bytes the receiver dropped).
+    #[test]
+    fn held_slots_taken_since_go_as_ack_and_a_held_message_has_no_partial_got() {
+        let peer = NodeId::from_const(7);
+        let mut ob = Outbox::default();
+        let mut some = RangeSet::new();
+        some.insert(0..100);
+        assert!(ob.got(peer, 3, 9, &some, 8));
+        for s in [5, 6, 9] {
+            assert!(ob.held(peer, 3, s, 8));
+        }
+        assert!(ob.reply(peer, Verdict::Ack, 3, 5, 8));
+        let out = ob.peers.get_mut(&peer).expect("owed");
+        let frames = written(out);
+        let held: Vec<_> = frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Held { r: 3, ranges } => Some(ranges.iter().flatten().collect::<Vec<_>>()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(held, [vec![6..7, 9..10]], "{frames:?}");
+        assert!(frames.iter().any(|f| matches!(f, Frame::Ack { r: 3, .. })));
+        assert!(!frames.iter().any(|f| matches!(f, Frame::Got { .. })));
+        assert!(out.is_empty());
     }
 }

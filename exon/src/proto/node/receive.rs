@@ -1,5 +1,5 @@
 //! Inputs on the receiving side: TOKENs delivered and answered (ACK, DOUBT or RETRY),
-//! fragments reassembled (FRAG, GOT, REQCREDIT, CREDIT), deliveries held until the
+//! fragments reassembled (FRAG, GOT, HELD, REQCREDIT, CREDIT), deliveries held until the
 //! application takes them, and receiver records evicted under pressure.
 
 use std::time::Instant;
@@ -13,7 +13,6 @@ use crate::proto::recv::eviction::Candidate;
 use crate::proto::recv::pins::Hold;
 use crate::proto::send::answers::Sink;
 use crate::proto::wire::frame::TokenKind;
-use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 
 impl Node {
@@ -465,9 +464,7 @@ impl Node {
             // for another message first): reported held, as a live record reports its
             // held deliveries, so that its sender takes it out of flight and the messages
             // the application waits for can go.
-            let mut all = RangeSet::new();
-            all.insert(0..total);
-            if !self.outbox.got(src, r, s, &all, cap) {
+            if !self.outbox.held(src, r, s, cap) {
                 self.stats.rejects.outbox_full += 1;
             }
             return true;
@@ -488,10 +485,8 @@ impl Node {
             if rec.held().contains(s) {
                 // Whole and waiting for the application: the sender may stop sending it.
                 rec.heard(now);
-                let mut all = RangeSet::new();
-                all.insert(0..total);
                 self.stats.duplicates_dropped += 1;
-                if !self.outbox.got(src, r, s, &all, cap) {
+                if !self.outbox.held(src, r, s, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
                 return true;
@@ -509,9 +504,7 @@ impl Node {
             .insert(s, total, offset, &data, now, credit, &self.bufs)
         {
             Piece::Whole(payload) => {
-                let mut all = RangeSet::new();
-                all.insert(0..total);
-                if !self.outbox.got(src, r, s, &all, cap) {
+                if !self.outbox.held(src, r, s, cap) {
                     self.stats.rejects.outbox_full += 1;
                 }
                 if payload.len() > data.len() {
@@ -534,16 +527,16 @@ impl Node {
         }
     }
 
-    /// GOT(r, s, ranges) from `src`: the bytes it holds of our message in slot `s`. Loss
-    /// detection runs once the whole datagram is read (see `handle_frames`): a datagram
-    /// carries a GOT per message, and judging after the first would take the fragments the
-    /// later ones answer for lost.
+    /// GOT(r, s, ranges) from `src`: the bytes it holds of our message in slot `s`; or,
+    /// with `s` `None`, HELD(r, ranges): it holds our messages in those slots whole,
+    /// untaken. Loss detection runs once the whole datagram is read (see `handle_frames`):
+    /// a datagram carries a GOT per message, and judging after the first would take the
+    /// fragments the later ones answer for lost.
     pub(super) fn on_got(
         &mut self,
         now: Instant,
         src: NodeId,
-        r: u64,
-        s: u64,
+        (r, s): (u64, Option<u64>),
         ranges: impl Iterator<Item = std::ops::Range<u64>>,
     ) {
         let rules = (
@@ -553,7 +546,13 @@ impl Node {
         let Some(rec) = self.senders.get_mut(&src) else {
             return;
         };
-        if rec.on_got(now, (r, s), ranges, rules, &self.cfg) && rec.has_credit_waiters() {
+        let whole = match s {
+            Some(s) => rec.on_got(now, (r, s), ranges, rules, &self.cfg),
+            None => ranges.fold(false, |whole, rg| {
+                rec.on_held(now, (r, rg), rules, &self.cfg) | whole
+            }),
+        };
+        if whole && rec.has_credit_waiters() {
             self.resume_credit_waiters(src);
         }
     }

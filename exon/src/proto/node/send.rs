@@ -70,8 +70,8 @@ impl Node {
     /// Input: as [`send`](Self::send), for a message its receiver's application may leave
     /// untaken for long after it arrives (the endpoint's ordered flows hold a message that
     /// came ahead of its turn, and a stream's chunk until it is read). It travels as FRAG
-    /// frames even when it fits one TOKEN, so the receiver answers GOT as soon as it holds
-    /// it whole (`docs/wire.md`, "GOT"): the sender stops sending it, and its loss
+    /// frames even when it fits one TOKEN, so the receiver answers HELD as soon as it holds
+    /// it whole (`docs/wire.md`, "HELD"): the sender stops sending it, and its loss
     /// detection and congestion controller count it as arrived, while its verdict waits
     /// for the take (ACK). Sent with [`send`](Self::send), such a message is retransmitted
     /// and taken for lost at every timeout while it waits, and those losses shrink the

@@ -154,7 +154,7 @@ impl SRecord {
             if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                 credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
             }
-            if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() {
+            if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() && !tok.held {
                 mtud.on_acked(tok.reach as usize);
             }
             let id = tok.id;

@@ -65,14 +65,29 @@ impl Flight {
         self.ack_newest = Some(self.ack_newest.map_or(at, |n| n.max(at)));
     }
 
-    /// A token removed by a verdict: no longer in flight; if it was acknowledged, feeds the
-    /// delivery rate, loss detection and (Karn's rule: sent once) the frame's RTT sample,
-    /// and tells whether its last loss was spurious.
+    /// A token removed by a verdict: no longer in flight; if it was acknowledged, it
+    /// arrived ([`on_arrived`](Self::on_arrived)), unless it was reported held before
+    /// (HELD), which counted its arrival then.
     pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &Rtt) {
         self.bytes = self.bytes.saturating_sub(tok.flight);
-        if !acked {
-            return;
+        if acked && !tok.held {
+            self.on_arrived(now, tok, rtt);
         }
+    }
+
+    /// A token sent whole is reported held by its receiver (HELD), untaken: out of flight,
+    /// and counted as arrived as an acknowledged one is (once: its ACK later counts nothing).
+    pub fn on_held(&mut self, now: Instant, tok: &mut Token, rtt: &Rtt) {
+        self.bytes = self.bytes.saturating_sub(tok.flight);
+        self.on_arrived(now, tok, rtt);
+        tok.flight = 0;
+        tok.lost = None;
+    }
+
+    /// Token `tok` arrived (ACK, or HELD): feeds the delivery rate, loss detection and
+    /// (Karn's rule: sent once) the frame's RTT sample, and tells whether its last loss was
+    /// spurious.
+    fn on_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
         if let Some(st) = &tok.rate {
             self.rate.on_acked(now, st, tok.size);
         }

@@ -87,6 +87,22 @@ impl Outgoing {
         }
     }
 
+    /// A message of `total` bytes sent whole before, which the receiver holds every byte
+    /// of (HELD): nothing to send until a timeout asks about it.
+    pub fn held_whole(total: u64) -> Self {
+        let mut got = RangeSet::new();
+        got.insert(0..total);
+        Outgoing {
+            total,
+            got,
+            pending: RangeSet::new(),
+            inflight: VecDeque::new(),
+            fresh_from: total,
+            charged: false,
+            lost: VecDeque::new(),
+        }
+    }
+
     /// The message's length.
     pub fn total(&self) -> u64 {
         self.total

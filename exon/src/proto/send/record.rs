@@ -475,6 +475,58 @@ impl SRecord {
         whole
     }
 
+    /// HELD(r, rg) from the receiver: the messages in those slots are held whole, untaken.
+    /// A token sent whole leaves the flight and counts as arrived (the RTT, the delivery
+    /// rate and loss detection see it as an acknowledged one), and is not sent again but
+    /// asked about at a timeout ([`Token::probe_held`]); a fragmented one is handled as a
+    /// GOT of every byte ([`on_got`](Self::on_got)). Its verdict still waits for the ACK.
+    /// Returns whether a fragmented message became whole at the receiver (its credit is
+    /// given back).
+    ///
+    /// [`Token::probe_held`]: crate::proto::send::token::Token::probe_held
+    pub fn on_held(
+        &mut self,
+        now: Instant,
+        (r, rg): (u64, std::ops::Range<u64>),
+        (keep_own, await_verdict): (bool, bool),
+        cfg: &Config,
+    ) -> bool {
+        let rck = self.rck;
+        let mut frags: smallvec::SmallVec<[(u64, u64); 4]> = smallvec::SmallVec::new();
+        let mut held = false;
+        let (flight, rtt, mtud) = (&mut self.flight, &self.rtt, &mut self.mtud);
+        for (s, tok) in self.tokens.range_mut(rg) {
+            if tok.incarnation(rck, keep_own) != r || tok.held {
+                continue;
+            }
+            if let Some(o) = &tok.frag {
+                frags.push((s, o.total()));
+                continue;
+            }
+            if tok.sends == 1 {
+                mtud.on_acked(tok.reach as usize);
+            }
+            flight.on_held(now, tok, rtt);
+            tok.held = true;
+            held = true;
+            if await_verdict && tok.sent_at.is_none() {
+                // Held before this life sent it (a late answer, after a restart): time the
+                // verdict from now.
+                tok.sent_at = Some(now);
+            }
+        }
+        if held && await_verdict && !self.timers.is_set(Timer::Rto) {
+            let at = now + self.timer_delay(cfg);
+            self.timers.set(Timer::Rto, Some(at));
+        }
+        let mut whole = false;
+        for (s, total) in frags {
+            let all = std::iter::once(0..total);
+            whole |= self.on_got(now, (r, s), all, (keep_own, await_verdict), cfg);
+        }
+        whole
+    }
+
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
     pub fn make_token(&mut self, slot: u64, rck: u64, msg: Queued) {
         if let Some(d) = &mut self.durable {

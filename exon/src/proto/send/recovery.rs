@@ -370,7 +370,7 @@ impl SRecord {
             // In flight, or held whole by the receiver (a message in fragments, answered
             // GOT): a receiver that restarted with the incarnation open lost what it held,
             // and the few bytes sent again ask it (its GOT says what it has).
-            let held_whole = tok.flight == 0 && tok.frag.is_some() && !tok.queued;
+            let held_whole = tok.flight == 0 && (tok.frag.is_some() || tok.held) && !tok.queued;
             if (tok.flight == 0 && !held_whole)
                 || (tok.queued && tok.frag.is_none())
                 || sent + srtt > now
@@ -473,6 +473,7 @@ impl SRecord {
                     .iter_mut()
                     .find(|(_, t)| !t.queued && t.sent_at.is_some());
                 if let Some((s, tok)) = oldest {
+                    tok.probe_held();
                     tok.queued = true;
                     let out = match &mut tok.frag {
                         Some(o) => o.probe_oldest(),
@@ -516,7 +517,8 @@ impl SRecord {
 
 /// Token `tok` (in slot `s`) is taken for lost by a timeout (or a receiver's probe): out of
 /// flight, its bytes to send again (all those in flight, for a fragmented message; path MTU
-/// discovery told of the loss of a whole one), queued unless it waits already.
+/// discovery told of the loss of a whole one; a few bytes to ask about one held whole),
+/// queued unless it waits already.
 fn requeue(
     s: u64,
     tok: &mut Token,
@@ -525,6 +527,7 @@ fn requeue(
     to_send: &mut VecDeque<u64>,
 ) {
     let was_queued = std::mem::replace(&mut tok.queued, true);
+    tok.probe_held();
     match &mut tok.frag {
         Some(o) => {
             o.on_timeout();

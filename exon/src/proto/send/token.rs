@@ -12,8 +12,9 @@ use crate::proto::{MsgId, Payload};
 pub(crate) struct Queued {
     pub(super) id: MsgId,
     pub(super) payload: Payload,
-    /// Sent as FRAG frames even when it fits one TOKEN, so that its receiver reports it
-    /// held (GOT) before its application takes it ([`Node::send_reported`]).
+    /// Sent as FRAG frames even when it fits one TOKEN (then as one whole FRAG, with no
+    /// fragment state), so that its receiver reports it held (HELD) before its
+    /// application takes it ([`Node::send_reported`]).
     ///
     /// [`Node::send_reported`]: crate::proto::Node::send_reported
     pub(super) reported: bool,
@@ -61,6 +62,10 @@ pub(crate) struct Token {
     pub(super) reported: bool,
     /// See [`Queued::senders_copy`].
     pub(super) senders_copy: bool,
+    /// Sent whole and reported held by its receiver (HELD): out of flight and never sent
+    /// again as it is, while its verdict waits for the take. Only asked about, at a
+    /// timeout, by the first bytes of a FRAG ([`Token::probe_held`]).
+    pub(super) held: bool,
 }
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
@@ -95,7 +100,19 @@ impl Token {
             lost: None,
             reported: msg.reported,
             senders_copy: msg.senders_copy,
+            held: false,
         }
+    }
+
+    /// A token held whole at its receiver is to be asked about (a timeout, a probe): from
+    /// now on it goes as a fragmented message the receiver holds every byte of, so that
+    /// the question is its first bytes in a FRAG rather than the whole message again, and
+    /// the answer (GOT or HELD, ACK, DOUBT or RETRY) is handled as for any fragmented one.
+    pub fn probe_held(&mut self) {
+        if self.held && self.frag.is_none() {
+            self.frag = Some(Box::new(Outgoing::held_whole(self.payload.len() as u64)));
+        }
+        self.held = false;
     }
 
     /// The incarnation this token goes out under: its own (rule 3), or, with that rule

@@ -123,6 +123,16 @@ impl Tokens {
         removed
     }
 
+    /// The tokens with a slot in `range`, in slot order. Work is proportional to the tokens
+    /// in the range, not to its width.
+    pub fn range_mut(&mut self, range: Range<u64>) -> impl Iterator<Item = (u64, &mut Token)> {
+        let start = self.entries.partition_point(|e| e.0 < range.start);
+        self.entries
+            .range_mut(start..)
+            .take_while(move |e| e.0 < range.end)
+            .filter_map(|(s, t)| t.as_mut().map(|t| (*s, t)))
+    }
+
     /// Every token, in slot order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Token)> {
         self.entries

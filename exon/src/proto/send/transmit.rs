@@ -10,8 +10,8 @@ use crate::proto::send::timers::Timer;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::varint_len;
 use crate::proto::wire::frame::{
-    put_frag_parts, put_reqcredit, put_reqslots, put_stored, put_token_parts, reqcredit_len,
-    reqslots_len, stored_len, token_len, TokenKind,
+    frag_len, put_frag_parts, put_reqcredit, put_reqslots, put_stored, put_token_parts,
+    reqcredit_len, reqslots_len, stored_len, token_len, TokenKind,
 };
 use crate::proto::{Config, Rules};
 
@@ -142,8 +142,21 @@ impl SRecord {
                 self.to_send.pop_front();
                 continue;
             };
+            if tok.held && tok.frag.is_none() {
+                // Reported held (HELD) since it was queued: nothing to send.
+                tok.queued = false;
+                self.to_send.pop_front();
+                continue;
+            }
             let r = tok.incarnation(self.rck, keep_own);
-            let len = token_len(s, r, tok.payload.len());
+            let total = tok.payload.len();
+            // A reported message goes whole as one FRAG, so that its receiver answers HELD
+            // while it holds it untaken; any other as a TOKEN.
+            let len = if tok.reported {
+                frag_len(s, r, total as u64, 0, total)
+            } else {
+                token_len(s, r, total)
+            };
             let kind = if logged {
                 TokenKind::stored(tok.senders_copy)
             } else if cfg.flow.early_tokens
@@ -158,14 +171,11 @@ impl SRecord {
                 // Durable mode: its slot is not on stable storage yet.
                 return (wrote, true);
             };
-            if tok.frag.is_none() && (len > fill.space.body_room || tok.reported) {
-                // Too large for one TOKEN in this peer's datagrams: fragments from now on
-                // (a whole TOKEN sent before, when datagrams were larger, is written off as
+            if tok.frag.is_none() && len > fill.space.body_room {
+                // Too large for one frame in this peer's datagrams: fragments from now on
+                // (a whole copy sent before, when datagrams were larger, is written off as
                 // bytes in flight, but `whole_left` keeps that it left: it may have been
                 // delivered).
-                // Or a message its receiver may hold untaken for long: one whole FRAG, so
-                // that the receiver's GOT says it is there (no loss, no retransmission)
-                // before its ACK.
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
                 tok.frag = Some(Box::new(Outgoing::new(tok.payload.len() as u64)));
@@ -240,8 +250,8 @@ impl SRecord {
     }
 
     /// Writes the token in slot `s` (incarnation `r`, at the front of `to_send`) whole, as
-    /// a TOKEN frame of `len` bytes, if it fits and the congestion window and the pacer let
-    /// it.
+    /// a TOKEN frame of `len` bytes (a reported message: one FRAG of all of it), if it fits
+    /// and the congestion window and the pacer let it.
     #[inline]
     fn write_token(
         &mut self,
@@ -260,7 +270,14 @@ impl SRecord {
             return Step::Stop;
         };
         let (head, body) = (tok.payload.head(), tok.payload.body());
-        put_token_parts(fill.buf, (s, r, kind), head, body);
+        if tok.reported {
+            let total = tok.payload.len() as u64;
+            put_frag_parts(fill.buf, (s, r, tok.senders_copy), (total, 0), (head, body));
+            fill.stats.frames_out.frag += 1;
+        } else {
+            put_token_parts(fill.buf, (s, r, kind), head, body);
+            fill.stats.frames_out.token += 1;
+        }
         tok.reach = fill.reach();
         if tok.sends > 0 {
             fill.stats.retransmissions += 1;
@@ -277,7 +294,6 @@ impl SRecord {
             self.on_sent_early(s);
         }
         self.on_token_sent(fill.now, s, size);
-        fill.stats.frames_out.token += 1;
         Step::Wrote
     }
 

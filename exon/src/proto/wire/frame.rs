@@ -1,6 +1,6 @@
 //! The frames (REQSLOTS, SLOTS, TOKEN and its kinds STOKEN, ETOKEN and ESTOKEN, STORED, the
 //! verdicts ACK, DOUBT, RETRY, LOST, path validation, path MTU probes, and the fragment
-//! frames FRAG, GOT, REQCREDIT, CREDIT): encode and decode.
+//! frames FRAG, GOT, HELD, REQCREDIT, CREDIT): encode and decode.
 //!
 //! The byte-by-byte layout is documented in `docs/wire.md`. Decoding is zero-copy (TOKEN
 //! payloads and ACK ranges are slices of the received [`Bytes`]), never panics, never
@@ -66,6 +66,9 @@ pub mod frame_type {
     /// STORED(from, below): the sender's records of its tokens in slots `from .. below`
     /// are on stable storage.
     pub const STORED: u64 = 0x13;
+    /// HELD(r, ranges of s): the messages in these slots of incarnation `r` are held whole
+    /// at the receiver, not yet taken (GOT of every byte, for many messages at once).
+    pub const HELD: u64 = 0x15;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -233,6 +236,14 @@ pub enum Frame {
         /// Byte ranges received.
         ranges: AckRanges,
     },
+    /// Receiver holds the messages in the slots of `ranges` of incarnation `r` whole and
+    /// untaken. Not a verdict: what a GOT of every byte says of each, for a set of slots.
+    Held {
+        /// Incarnation of the tokens.
+        r: u64,
+        /// Slot numbers of the messages held.
+        ranges: AckRanges,
+    },
     /// Sender asks its receiver record of incarnation `r` to reserve `want` bytes of
     /// reassembly memory for its fragmented messages in progress (a total, not an
     /// increment); `s` is the slot of a message waiting for it. A receiver without that
@@ -307,6 +318,7 @@ impl Frame {
                 senders_copy: true, ..
             } => "SFRAG",
             Frame::Got { .. } => "GOT",
+            Frame::Held { .. } => "HELD",
             Frame::ReqCredit { .. } => "REQCREDIT",
             Frame::Credit { .. } => "CREDIT",
             Frame::MtuProbe { .. } => "MTU_PROBE",
@@ -365,6 +377,12 @@ impl Frame {
                 put_varint(buf, ranges.count);
                 buf.put_slice(&ranges.raw);
             }
+            Frame::Held { r, ranges } => {
+                put_varint(buf, frame_type::HELD);
+                put_varint(buf, *r);
+                put_varint(buf, ranges.count);
+                buf.put_slice(&ranges.raw);
+            }
             Frame::ReqCredit { r, s, want } => put_reqcredit(buf, *r, *s, *want),
             Frame::Credit { r, limit, max } => put_credit(buf, *r, *limit, *max),
             Frame::MtuProbe { id, pad } => {
@@ -411,6 +429,7 @@ impl Frame {
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
             Frame::Ack { r, ranges }
+            | Frame::Held { r, ranges }
             | Frame::Doubt { r, ranges }
             | Frame::Retry { r, ranges }
             | Frame::Lost { r, ranges } => {
@@ -636,6 +655,19 @@ impl Frames<'_> {
         })
     }
 
+    /// The rest of an ACK, DOUBT, RETRY, LOST or HELD (`ty`): they share their layout.
+    fn slot_ranges(&mut self, ty: u64) -> Result<Frame, DecodeError> {
+        let r = self.reader.varint()?;
+        let ranges = AckRanges::decode(&mut self.reader, self.whole)?;
+        Ok(match ty {
+            frame_type::ACK => Frame::Ack { r, ranges },
+            frame_type::DOUBT => Frame::Doubt { r, ranges },
+            frame_type::RETRY => Frame::Retry { r, ranges },
+            frame_type::LOST => Frame::Lost { r, ranges },
+            _ => Frame::Held { r, ranges },
+        })
+    }
+
     fn frame(&mut self) -> Result<Frame, DecodeError> {
         let r = &mut self.reader;
         let ty = r.varint()?;
@@ -657,22 +689,11 @@ impl Frames<'_> {
                 from: r.varint()?,
                 below: r.varint()?,
             },
-            frame_type::ACK => Frame::Ack {
-                r: r.varint()?,
-                ranges: AckRanges::decode(r, self.whole)?,
-            },
-            frame_type::DOUBT => Frame::Doubt {
-                r: r.varint()?,
-                ranges: AckRanges::decode(r, self.whole)?,
-            },
-            frame_type::RETRY => Frame::Retry {
-                r: r.varint()?,
-                ranges: AckRanges::decode(r, self.whole)?,
-            },
-            frame_type::LOST => Frame::Lost {
-                r: r.varint()?,
-                ranges: AckRanges::decode(r, self.whole)?,
-            },
+            frame_type::ACK
+            | frame_type::DOUBT
+            | frame_type::RETRY
+            | frame_type::LOST
+            | frame_type::HELD => return self.slot_ranges(ty),
             frame_type::CHALLENGE | frame_type::RESPONSE => {
                 let b = r.bytes(8)?;
                 let token = u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);

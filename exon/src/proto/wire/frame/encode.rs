@@ -299,12 +299,28 @@ pub fn put_verdict(
     ranges: &[Range<u64>],
     room: usize,
 ) -> usize {
+    put_slot_ranges(buf, verdict.frame_type(), r, ranges, room)
+}
+
+/// Appends HELD(r, ranges) with as many of `ranges` as fit in `room` bytes (the layout of
+/// ACK). Returns how many ranges were written (0: nothing was).
+pub fn put_held(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
+    put_slot_ranges(buf, frame_type::HELD, r, ranges, room)
+}
+
+fn put_slot_ranges(
+    buf: &mut impl BufMut,
+    ty: u64,
+    r: u64,
+    ranges: &[Range<u64>],
+    room: usize,
+) -> usize {
     // Work out how many ranges fit, then write.
     let count = ranges_fitting(ranges, 1 + varint_len(r), room);
     if count == 0 {
         return 0;
     }
-    put_varint(buf, verdict.frame_type());
+    put_varint(buf, ty);
     put_varint(buf, r);
     put_varint(buf, count as u64);
     put_ranges(buf, &ranges[..count]);
