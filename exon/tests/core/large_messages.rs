@@ -438,3 +438,44 @@ fn a_restored_message_larger_than_the_receiver_takes_ends_with_a_verdict() {
     assert!(pair.nodes[B].delivered.is_empty());
     assert_eq!(pair.nodes[A].node.pending_to(pair::id(B)), 0);
 }
+
+/// A fragmented message answered by ACK alone (its receiver took it before its GOTs and
+/// HELD left, which are then superseded; here they are lost): the ACK says every fragment
+/// arrived, and the sender's RTT estimate, delivery rate and loss detection learn it as
+/// from a GOT. Before, an ACK settled the message and fed none of them, and a stream's
+/// in-order chunks left the controller without samples.
+#[test]
+fn an_ack_of_a_fragmented_message_counts_its_fragments_as_arrived() {
+    let mut pair = Pair::new(test_config());
+    pair.set_filter(|w: &pair::Wire| {
+        let frames = &w.packet().frames;
+        let held = |f: &exon::proto::Frame| {
+            matches!(
+                f,
+                exon::proto::Frame::Held { .. } | exon::proto::Frame::Got { .. }
+            )
+        };
+        let ack = |f: &exon::proto::Frame| matches!(f, exon::proto::Frame::Ack { .. });
+        if w.from == B && frames.iter().any(held) && !frames.iter().any(ack) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    pair.send(A, message(1, 3_000));
+    // Until the ACK (the sender record is dropped soon after, once idle).
+    while pair.nodes[A].acked.is_empty() && pair.step() {}
+    assert_eq!(pair.nodes[B].delivered.len(), 1);
+    let s = *pair.nodes[A].node.stats();
+    assert_eq!(s.frames_out.frag, 3, "three fragments, sent once");
+    assert_eq!(s.frames_in.got + s.frames_in.held, 0, "ACK alone: {s:?}");
+    let path = pair.nodes[A]
+        .node
+        .path(pair::id(B))
+        .expect("a sender record");
+    assert!(
+        path.min_rtt.is_some(),
+        "an RTT sample from the ACK: {path:?}"
+    );
+    assert!(path.bandwidth.is_some(), "delivery-rate samples: {path:?}");
+}

@@ -218,6 +218,9 @@ pub(super) async fn send(a: &RoleArgs, mut ctl: Control) {
                 &[
                     ("n", n.to_string()),
                     ("retransmissions", st.node.retransmissions.to_string()),
+                    ("losses_detected", st.node.losses_detected.to_string()),
+                    ("timeouts", st.node.timeouts.to_string()),
+                    ("tail_probes", st.node.tail_probes.to_string()),
                     ("datagrams_out", st.node.datagrams_out.to_string()),
                 ],
             );

@@ -157,6 +157,11 @@ impl SRecord {
             if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() && !tok.held {
                 mtud.on_acked(tok.reach as usize);
             }
+            if let Some(o) = tok.frag.as_ref().filter(|_| v == Verdict::Ack) {
+                for sent in o.in_flight().filter(|s| !s.again) {
+                    mtud.on_acked(sent.reach as usize);
+                }
+            }
             let id = tok.id;
             if v == Verdict::Retry {
                 stats.retried += 1;

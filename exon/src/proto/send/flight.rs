@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::proto::send::congestion::DeliveryRate;
+use crate::proto::send::fragments::Sent;
 use crate::proto::send::loss::{answers_original, LossDetector, Reordering};
 use crate::proto::send::rtt::Rtt;
 use crate::proto::send::token::Token;
@@ -59,6 +60,32 @@ impl Flight {
         self.spurious_at = Some(self.spurious_at.map_or(at, |t: Instant| t.min(at)));
     }
 
+    /// A FRAG transmission arrived (a GOT or HELD covers its bytes, or an ACK its message):
+    /// a sample of the delivery rate, and, sent once, a candidate for the frame's RTT
+    /// sample and (with `newest`: a GOT's or HELD's, whether it is the newest transmission
+    /// the frame covers) an acknowledgement for loss detection, reordering when overtaken.
+    /// Returns whether it was sent once (path MTU discovery counts it).
+    pub fn on_fragment_arrived(
+        &mut self,
+        now: Instant,
+        sent: &Sent,
+        newest: Option<bool>,
+        min_rtt: Option<Duration>,
+    ) -> bool {
+        self.rate.on_acked(now, &sent.rate, sent.size);
+        self.ack_batch = self.ack_batch.saturating_add(sent.size);
+        if sent.again {
+            return false;
+        }
+        if newest.is_some_and(|n| self.frag_losses.on_acked(sent.seq) && n) {
+            let sample = now.saturating_duration_since(sent.at);
+            let late = sample.saturating_sub(min_rtt.unwrap_or(sample));
+            self.reo.on_reordered(late);
+        }
+        self.on_newest(sent.at);
+        true
+    }
+
     /// A transmission sent at `at` (once) was acknowledged by the verdict frame being
     /// handled: the frame's RTT sample is of the newest such.
     pub fn on_newest(&mut self, at: Instant) {
@@ -88,10 +115,12 @@ impl Flight {
     /// (Karn's rule: sent once) the frame's RTT sample, and tells whether its last loss was
     /// spurious.
     fn on_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
-        if let Some(st) = &tok.rate {
-            self.rate.on_acked(now, st, tok.size);
+        if tok.frag.is_none() {
+            if let Some(st) = &tok.rate {
+                self.rate.on_acked(now, st, tok.size);
+            }
+            self.ack_batch = self.ack_batch.saturating_add(tok.size);
         }
-        self.ack_batch = self.ack_batch.saturating_add(tok.size);
         let srtt = rtt.smoothed().unwrap_or_default();
         if let Some(l) = tok.lost.as_deref().filter(|_| tok.frag.is_none()) {
             if answers_original(now, l.resent_at, rtt.min()) {
@@ -105,6 +134,15 @@ impl Flight {
             if answers_original(now, l.resent_at, rtt.min()) {
                 let resent = l.resent_at.is_some();
                 self.on_spurious(now, l.at, l.size, resent, srtt);
+            }
+        }
+        if let Some(o) = &tok.frag {
+            // An ACK of a fragmented message: its receiver holds every byte, those of the
+            // fragments still in flight too (taken before a GOT or HELD said so).
+            // Not loss detection's: the GOTs of other messages' fragments sent before these
+            // may still be on their way (a datagram's GOTs that did not fit go in the next).
+            for sent in o.in_flight() {
+                self.on_fragment_arrived(now, sent, None, rtt.min());
             }
         }
         if tok.sends == 1 && tok.frag.is_none() {

@@ -258,6 +258,11 @@ impl Outgoing {
         false
     }
 
+    /// Transmissions in flight, in sending order.
+    pub fn in_flight(&self) -> impl DoubleEndedIterator<Item = &Sent> {
+        self.inflight.iter()
+    }
+
     /// Transmissions declared lost whose bytes the receiver was not known to hold (when
     /// it acknowledges the message, it holds them all).
     pub fn lost(&self) -> impl Iterator<Item = &LostFrag> {

@@ -456,16 +456,12 @@ impl SRecord {
         for sent in &acked {
             tok.flight = tok.flight.saturating_sub(sent.size);
             self.flight.bytes = self.flight.bytes.saturating_sub(sent.size);
-            self.flight.rate.on_acked(now, &sent.rate, sent.size);
-            self.flight.ack_batch = self.flight.ack_batch.saturating_add(sent.size);
-            if !sent.again {
+            let is_newest = Some(newest == Some(sent.seq));
+            if self
+                .flight
+                .on_fragment_arrived(now, sent, is_newest, self.rtt.min())
+            {
                 self.mtud.on_acked(sent.reach as usize);
-                if self.flight.frag_losses.on_acked(sent.seq) && newest == Some(sent.seq) {
-                    let sample = now.saturating_duration_since(sent.at);
-                    let late = sample.saturating_sub(self.rtt.min().unwrap_or(sample));
-                    self.flight.reo.on_reordered(late);
-                }
-                self.flight.on_newest(sent.at);
             }
         }
         if stranded {
