@@ -479,3 +479,55 @@ fn an_ack_of_a_fragmented_message_counts_its_fragments_as_arrived() {
     );
     assert!(path.bandwidth.is_some(), "delivery-rate samples: {path:?}");
 }
+
+/// Messages in fragments queued together go one after the other, each whole before the
+/// next (up to `FRAG_BURST`, 64 KiB, of one in a row), not interleaved a fragment each: a
+/// stream's chunks complete in order, a few datagrams after each starts, rather than all
+/// of them at the end of the window (a lost fragment then held every later chunk at the
+/// reader, and the receiver's reassembly memory held them all). A message larger than the
+/// burst takes turns with the others.
+#[test]
+fn fragmented_messages_go_one_after_the_other_up_to_a_burst() {
+    let slots: std::rc::Rc<std::cell::RefCell<Vec<u64>>> = Default::default();
+    let seen = slots.clone();
+    let mut pair = Pair::new(test_config());
+    pair.set_filter(move |w: &pair::Wire| {
+        for f in &w.packet().frames {
+            if let exon::proto::Frame::Frag { s, .. } = f {
+                seen.borrow_mut().push(*s);
+            }
+        }
+        Fate::Deliver
+    });
+    for i in 0..3 {
+        pair.send(A, message(i, 5_000));
+    }
+    let large = pair.send(A, message(3, 200_000));
+    // Once the large one is going (it waited for reassembly credit first), a small one.
+    let started = |order: &[u64]| order.len() > 15;
+    while !started(&slots.borrow()) && pair.step() {}
+    pair.send(A, message(4, 5_000));
+    pair.run(Duration::from_secs(10));
+    assert!(pair.nodes[A].acked.contains(&large));
+    assert_eq!(pair.nodes[B].delivered.len(), 5);
+    let order = slots.borrow();
+    let mut runs: Vec<(u64, usize)> = Vec::new();
+    for &s in order.iter() {
+        match runs.last_mut() {
+            Some((last, n)) if *last == s => *n += 1,
+            _ => runs.push((s, 1)),
+        }
+    }
+    // The three small ones whole in turn (five fragments each), then the large one's first
+    // burst (about 64 KiB in 1 200-byte datagrams), the last small one whole, and the rest
+    // of the large one.
+    let lens: Vec<usize> = runs.iter().map(|r| r.1).collect();
+    assert_eq!(&lens[..3], [5, 5, 5], "{runs:?}");
+    assert!(
+        (50..=60).contains(&lens[3]),
+        "a burst of the large one: {runs:?}"
+    );
+    assert_eq!(lens[4], 5, "the last small one, whole: {runs:?}");
+    assert_eq!(runs.len(), 6, "then the rest of the large one: {runs:?}");
+    assert_eq!(runs[3].0, runs[5].0);
+}

@@ -45,6 +45,9 @@ pub(crate) struct SRecord {
     pub(super) tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
     pub(super) to_send: VecDeque<u64>,
+    /// The fragmented message at the front of `to_send` and the bytes of it sent in a row
+    /// (see [`FRAG_BURST`](crate::proto::send::transmit::FRAG_BURST)).
+    pub(super) burst: (u64, u64),
     /// The outstanding REQSLOTS.
     pub(super) req: SlotRequest,
     /// Round-trip estimate and backoff for this destination.
@@ -152,6 +155,7 @@ impl SRecord {
             credit_rotate_rule: rules.credit_asks_each_waiting,
             tokens: Tokens::default(),
             to_send: VecDeque::new(),
+            burst: (0, 0),
             req: SlotRequest::default(),
             rtt: Rtt::new(),
             timers: Timers::default(),

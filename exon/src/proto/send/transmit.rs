@@ -15,6 +15,13 @@ use crate::proto::wire::frame::{
 };
 use crate::proto::{Config, Rules};
 
+/// Bytes of one fragmented message sent in a row before it goes behind the other tokens:
+/// a message of up to this many bytes (a stream's chunk) goes whole, in order, rather than
+/// interleaved with every other message in flight, so it is complete (and its receiver's
+/// memory free, its reader's next bytes there) a few datagrams after it starts; a larger
+/// one holds up the others for no more than this.
+pub(crate) const FRAG_BURST: u64 = 64 * 1024;
+
 /// The room a datagram leaves for a record's frames.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Space {
@@ -236,12 +243,20 @@ impl SRecord {
         let more = o.has_pending_after(&range);
         tok.sends = tok.sends.saturating_add(1);
         tok.sent_at = Some(fill.now);
-        self.to_send.pop_front();
-        if more {
-            // The rest waits behind the other tokens: no message holds up another.
-            self.to_send.push_back(s);
+        let sent = range.end - range.start;
+        let in_row = if self.burst.0 == s { self.burst.1 } else { 0 };
+        if more && in_row + sent < FRAG_BURST {
+            // Its next bytes go next (in this datagram if they fit).
+            self.burst = (s, in_row + sent);
         } else {
-            tok.queued = false;
+            self.burst = (s, 0);
+            self.to_send.pop_front();
+            if more {
+                // The rest waits behind the other tokens: no message holds up another.
+                self.to_send.push_back(s);
+            } else {
+                tok.queued = false;
+            }
         }
         let reach = fill.reach();
         self.on_fragment_sent(fill.now, s, range, size, reach);
