@@ -46,7 +46,7 @@ pub(crate) struct SRecord {
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
     pub(super) to_send: VecDeque<u64>,
     /// The fragmented message at the front of `to_send` and the bytes of it sent in a row
-    /// (see [`FRAG_BURST`](crate::proto::send::transmit::FRAG_BURST)).
+    /// (see `FRAG_BURST` in `transmit.rs`).
     pub(super) burst: (u64, u64),
     /// The outstanding REQSLOTS.
     pub(super) req: SlotRequest,
@@ -503,6 +503,12 @@ impl SRecord {
                 frags.push((s, o.total()));
                 continue;
             }
+            if tok.sends == 0 {
+                // Never sent (a forgery): it goes, and the answer to that copy counts. Held
+                // without a send, it would pass for never sent, and a deadline would call
+                // it not delivered. (A token restored after a restart counts as sent.)
+                continue;
+            }
             if tok.sends == 1 {
                 mtud.on_acked(tok.reach as usize);
             }
@@ -510,7 +516,7 @@ impl SRecord {
             tok.held = true;
             held = true;
             if await_verdict && tok.sent_at.is_none() {
-                // Held before this life sent it (a late answer, after a restart): time the
+                // Held before this life sent it (a restored token, a late answer): time the
                 // verdict from now.
                 tok.sent_at = Some(now);
             }
@@ -755,16 +761,22 @@ mod tests {
     use crate::proto::send::loss::answers_original;
     use std::time::Duration;
 
+    /// A durable sender record with the default configuration, made now.
+    fn durable_record() -> (Config, Instant, SRecord) {
+        let cfg = Config::default();
+        let t0 = Instant::now();
+        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
+        rec.set_durable();
+        (cfg, t0, rec)
+    }
+
     /// Found by the simulator (a duplicate after crashes of both sides): a token recovered
     /// from the journal may have left before the crash, so a DOUBT, RETRY or LOST for its
     /// incarnation must not put it back in the queue as never sent (a fresh slot would
     /// deliver it a second time), and giving it up is in doubt.
     #[test]
     fn a_recovered_token_counts_as_sent() {
-        let cfg = Config::default();
-        let t0 = Instant::now();
-        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
-        rec.set_durable();
+        let (_, t0, mut rec) = durable_record();
         rec.restore(MsgId(5), Payload::from(&b"m"[..]), Some((7, 42)));
         rec.restore(MsgId(6), Payload::from(&b"n"[..]), None);
         let (again, _) = rec.requeue_unsent(7, true);
@@ -781,10 +793,7 @@ mod tests {
     /// they all left, it is still in doubt (that whole copy may have been delivered).
     #[test]
     fn a_recovered_token_cut_into_fragments_is_in_doubt() {
-        let cfg = Config::default();
-        let t0 = Instant::now();
-        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
-        rec.set_durable();
+        let (_, t0, mut rec) = durable_record();
         rec.restore(MsgId(5), Payload::from(vec![1u8; 5000]), Some((7, 42)));
         let tok = rec.tokens.get_mut(42).expect("restored");
         tok.frag = Some(Box::new(Outgoing::new(5000)));
@@ -792,6 +801,35 @@ mod tests {
         assert_eq!(
             rec.abandon(t0, MsgId(5), &Rules::ALL).map(|(_, v, _)| v),
             Some(crate::proto::Abandoned::InDoubt)
+        );
+    }
+
+    /// A HELD for a token that never left (a forger's) changes nothing: held without a
+    /// send, the token would never go, and giving it up would call it not delivered. One
+    /// for a restored token (which may have left before the crash) holds it, and its
+    /// verdict is timed from then.
+    #[test]
+    fn a_held_for_a_token_that_never_left_is_ignored() {
+        let (cfg, t0, mut rec) = durable_record();
+        rec.make_token(
+            43,
+            7,
+            Queued {
+                id: MsgId(9),
+                payload: Payload::from(&b"m"[..]),
+                reported: true,
+                senders_copy: false,
+            },
+        );
+        rec.restore(MsgId(5), Payload::from(&b"n"[..]), Some((7, 42)));
+        rec.on_held(t0, (7, 40..50), (true, true), &cfg);
+        let held = |rec: &SRecord, s: u64| rec.tokens.get(s).is_some_and(|t| t.held);
+        assert!(!held(&rec, 43), "never sent: not held");
+        assert!(held(&rec, 42), "restored: held");
+        assert!(rec.timers.is_set(Timer::Rto), "its verdict timed");
+        assert_eq!(
+            rec.abandon(t0, MsgId(9), &Rules::ALL).map(|(_, v, _)| v),
+            Some(crate::proto::Abandoned::NotDelivered)
         );
     }
 
