@@ -980,3 +980,40 @@ fn a_message_sent_again_gets_a_slot_while_later_ones_are_held_untaken() {
         "rule off: {delivered} delivered, the first {first}"
     );
 }
+
+/// A message recovered from the journal without a slot goes in a fresh one as a flow's
+/// message goes, never as an early token (ETOKEN): whether it was a flow's is not in the
+/// journal, and an early copy of a flow's message is held by a receiver that restarts
+/// until its sender's word, which a sender that gave the message up may never send again,
+/// after the receiver had handed it over (the simulator's durable channels with deadlines
+/// and abandon-crashes released its gap as a new number: `ChannelOrder`).
+#[test]
+fn a_recovered_message_is_never_sent_early() {
+    let mut cfg = test_config();
+    cfg.flow.early_tokens = true;
+    let mut p = Pair::new(cfg);
+    p.drain(A);
+    p.drain(B);
+    p.make_durable(A);
+    p.make_durable(B);
+    p.nodes[A].auto_sync = false;
+    p.send(A, payload(0));
+    p.sync(A); // the message is stored; it has no slot yet
+    p.crash_and_recover(A);
+    let early = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let seen = early.clone();
+    p.set_filter(move |w| {
+        let is_early = |f: &exon::proto::Frame| matches!(f, exon::proto::Frame::EarlyToken { .. });
+        if w.from == A && w.packet().frames.iter().any(is_early) {
+            seen.set(seen.get() + 1);
+        }
+        Fate::Deliver
+    });
+    // A's slot records are not synced yet: an early token would go now.
+    p.run(Duration::from_millis(200));
+    p.nodes[A].auto_sync = true;
+    p.sync(A);
+    p.run(Duration::from_secs(10));
+    assert_eq!(unflagged(&p, B)[&payload(0)], 1, "delivered once");
+    assert_eq!(early.get(), 0, "the recovered message went early");
+}

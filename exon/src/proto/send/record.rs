@@ -292,9 +292,12 @@ impl SRecord {
         let msg = Queued {
             id,
             payload,
-            reported: false,
-            // Recovered: whether it was a flow's or a reply is not in the journal, so its
-            // receiver is asked to keep its own copy.
+            // Recovered: whether it was a flow's or a reply is not in the journal, so it
+            // goes as a flow's message does: never early (`docs/wire.md`, ETOKEN: its
+            // receiver would hold it for a word its sender, giving it up, may never send
+            // again, after handing it over before a crash), reported held while untaken.
+            reported: true,
+            // For the same reason, its receiver is asked to keep its own copy.
             senders_copy: false,
         };
         match assigned {
