@@ -82,6 +82,8 @@ fn frame() -> impl Strategy<Value = Frame> {
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Ack { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Doubt { r, ranges }),
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Retry { r, ranges }),
+        (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Lost { r, ranges }),
+        (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Held { r, ranges }),
         (varint(), 0u64..300).prop_map(|(id, pad)| Frame::MtuProbe { id, pad }),
         varint().prop_map(|id| Frame::MtuAck { id }),
     ]

@@ -377,12 +377,7 @@ impl Frame {
                 put_varint(buf, ranges.count);
                 buf.put_slice(&ranges.raw);
             }
-            Frame::Held { r, ranges } => {
-                put_varint(buf, frame_type::HELD);
-                put_varint(buf, *r);
-                put_varint(buf, ranges.count);
-                buf.put_slice(&ranges.raw);
-            }
+            Frame::Held { r, ranges } => ranges.put(buf, frame_type::HELD, *r),
             Frame::ReqCredit { r, s, want } => put_reqcredit(buf, *r, *s, *want),
             Frame::Credit { r, limit, max } => put_credit(buf, *r, *limit, *max),
             Frame::MtuProbe { id, pad } => {
@@ -394,10 +389,7 @@ impl Frame {
             Frame::MtuAck { id } => put_mtu_ack(buf, *id),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } | Frame::Lost { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
-                    put_varint(buf, v.frame_type());
-                    put_varint(buf, r);
-                    put_varint(buf, ranges.count);
-                    buf.put_slice(&ranges.raw);
+                    ranges.put(buf, v.frame_type(), r);
                 }
             }
         }
@@ -470,6 +462,14 @@ impl AckRanges {
             count: ranges.len() as u64,
             raw: raw.freeze(),
         })
+    }
+
+    /// Appends a frame of type `ty` laid out as ACK: `ty`, `r`, then these ranges.
+    fn put(&self, buf: &mut impl BufMut, ty: u64, r: u64) {
+        put_varint(buf, ty);
+        put_varint(buf, r);
+        put_varint(buf, self.count);
+        buf.put_slice(&self.raw);
     }
 
     /// Number of ranges.
