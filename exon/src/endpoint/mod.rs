@@ -128,7 +128,7 @@ pub use api::receipts::{BatchReceipt, BatchVerdicts, Receipt};
 pub use api::stats::{CloseReport, EndpointStats};
 pub(crate) use driver::outgoing::Outgoing;
 pub use flows::channel::Channel;
-pub use flows::config::FlowConfig;
+pub use flows::config::{default_stream_chunk, FlowConfig};
 pub use flows::stream::Stream;
 pub use io::batch::BatchSocket;
 pub use io::family::{canonical, IpFamily, Reach, IPV6_MIN_MTU, UDP_HEADER_LEN};

@@ -410,9 +410,20 @@ pub const MAX_DATAGRAM_SIZE: usize = 65507;
 /// Room for a payload in a datagram of `size` bytes, with the largest header (sealed, with
 /// the sender's key), the authentication tag and TOKEN framing.
 fn payload_room(size: usize) -> usize {
+    payload_room_each(size, 1)
+}
+
+/// Room for each of `tokens` equal payloads sent together in one datagram of `size` bytes:
+/// what is left after the largest header (sealed, with the sender's key), the
+/// authentication tag and each TOKEN's framing at its largest (8-byte slot and incarnation),
+/// shared out. Used to size what should travel `tokens` to a datagram (a stream's chunks:
+/// two to a datagram of the largest size).
+pub fn payload_room_each(size: usize, tokens: usize) -> usize {
+    let tokens = tokens.max(1);
     let len_field = varint_len(size as u64);
-    let overhead = MAX_HEADER_LEN + TAG_LEN + token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
-    size.saturating_sub(overhead)
+    let framing = token_len(VARINT_MAX, VARINT_MAX, 0) - 1 + len_field;
+    let shared = size.saturating_sub(MAX_HEADER_LEN + TAG_LEN);
+    (shared / tokens).saturating_sub(framing)
 }
 
 /// Why a configuration was refused: the field (as `group.field`) and what it must be, so
@@ -666,6 +677,41 @@ mod tests {
             c
         };
         assert_eq!(cfg.max_payload(), payload_room(1472));
+    }
+
+    #[test]
+    fn payloads_sized_to_share_a_datagram_fit_it_together() {
+        for size in [1200, 1472, 9000, MAX_DATAGRAM_SIZE] {
+            for tokens in 1..=4usize {
+                let room = payload_room_each(size, tokens);
+                let mut header = Header::new(NodeId::MAX, NodeId::MAX);
+                header.seal = Some(SealHeader {
+                    seq: Seq {
+                        epoch: VARINT_MAX,
+                        counter: u32::MAX,
+                    },
+                    key: Some(PublicKey::from_bytes([0; 32])),
+                    cookie: Some([0xff; 16]),
+                });
+                let token = |len: usize| Frame::Token {
+                    s: VARINT_MAX,
+                    r: VARINT_MAX,
+                    payload: vec![0; len].into(),
+                    senders_copy: false,
+                };
+                let p = Packet {
+                    header,
+                    frames: (0..tokens).map(|_| token(room)).collect(),
+                };
+                let sealed_len = p.encoded_len() + TAG_LEN;
+                assert!(sealed_len <= size, "{tokens} at {size}: {sealed_len}");
+                // Little room wasted: a few bytes more each, and they would not fit.
+                assert!(
+                    sealed_len + 3 * tokens > size,
+                    "{tokens} at {size}: wasteful"
+                );
+            }
+        }
     }
 
     #[test]

@@ -23,8 +23,8 @@ mod wire;
 pub use wire::{codec, frame, ranges};
 
 pub use config::{
-    AckConfig, Config, ConfigError, FlowConfig, KeyConfig, Limits, MtuConfig, TimerConfig,
-    BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MAX_WINDOW, MIN_DATAGRAM_SIZE,
+    payload_room_each, AckConfig, Config, ConfigError, FlowConfig, KeyConfig, Limits, MtuConfig,
+    TimerConfig, BASE_DATAGRAM_SIZE, MAX_DATAGRAM_SIZE, MAX_WINDOW, MIN_DATAGRAM_SIZE,
 };
 pub use send::congestion::{CongestionControl, PathStats};
 

@@ -28,7 +28,9 @@ pub struct FlowConfig {
     /// the two ends' values). Default 4 MiB.
     pub stream_window_bytes: usize,
     /// Largest chunk of a stream (bytes written coalesce up to it; one chunk is one exon
-    /// message). Default 32 KiB, capped by the largest message.
+    /// message). Default [`default_stream_chunk`] (32 663 bytes: two chunks, their
+    /// envelopes and framing fill one datagram of the largest size), capped by the largest
+    /// message.
     pub stream_chunk: usize,
     /// Bytes a stream's writer buffers before its writes wait. Default 256 KiB.
     pub stream_buffer: usize,
@@ -53,13 +55,24 @@ impl Default for FlowConfig {
             channel_window_bytes: 4 << 20,
             stream_window: 1024,
             stream_window_bytes: 4 << 20,
-            stream_chunk: 32 << 10,
+            stream_chunk: default_stream_chunk(),
             stream_buffer: 256 << 10,
             stream_deadline: None,
             max_streams: 4096,
             max_channels: 65536,
         }
     }
+}
+
+/// The default [`FlowConfig::stream_chunk`]: the largest chunk of which two, each with its
+/// envelope and TOKEN framing at their largest, fit one datagram of
+/// [`MAX_DATAGRAM_SIZE`](crate::proto::MAX_DATAGRAM_SIZE) bytes. Where path MTU discovery
+/// grows datagrams to that size (loopback, some LANs) a datagram carries two whole chunks
+/// rather than one (a 32 KiB chunk left half of every such datagram empty); on smaller
+/// paths a chunk goes in fragments either way.
+pub fn default_stream_chunk() -> usize {
+    crate::proto::payload_room_each(crate::proto::MAX_DATAGRAM_SIZE, 2)
+        - crate::envelope::MAX_OVERHEAD
 }
 
 impl FlowConfig {
@@ -75,5 +88,20 @@ impl FlowConfig {
             messages: self.stream_window,
             bytes: self.stream_window_bytes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_default_chunks_share_the_largest_datagram() {
+        let chunk = default_stream_chunk();
+        let payload = chunk + crate::envelope::MAX_OVERHEAD;
+        assert!(payload <= crate::proto::payload_room_each(crate::proto::MAX_DATAGRAM_SIZE, 2));
+        assert!(payload > crate::proto::payload_room_each(crate::proto::MAX_DATAGRAM_SIZE, 3));
+        assert_eq!(FlowConfig::default().stream_chunk, chunk);
+        assert_eq!(chunk, 32_663, "the documented default");
     }
 }
