@@ -65,11 +65,11 @@
 //! |---|---|
 //! | `api/` | the public API: [`Endpoint`] and [`Deliveries`] (`endpoint.rs`), [`Builder`] (`builder.rs`), [`Handle`], [`Message`], receipts, errors, [`EndpointConfig`], [`EndpointStats`], typed payloads (`typed.rs` over the codec in `payload.rs`), and the state handles share with the driver (`shared.rs`) |
 //! | `driver/` | the driver's turn (`mod.rs`) and what it takes and gives: the handles' commands (`command.rs`), each message handed to the core (`outgoing.rs`), the handles' sends (`sends.rs`), the hand-over of deliveries (`handover.rs`), when a turn yields (`turns.rs`), its share of the node's events (`events.rs`) and of ordered flows (`ordered.rs`), its logging (`trace.rs`), a map keyed by message ids (`seqmap.rs`) |
-//! | `io/` | socket I/O: the [`DatagramSocket`] trait (`socket.rs`), [`BatchSocket`] (GSO sends, GRO and `recvmmsg` receives), [`LossySocket`], IP families (`family.rs`), the driver's receive side (`inbound.rs`) and transmit side (`outbound.rs`) |
+//! | `io/` | socket I/O: the [`DatagramSocket`] trait (`socket.rs`), [`BatchSocket`] (GSO sends, GRO and `recvmmsg` receives), [`LossySocket`], IP families (`family.rs`), the host's route size to a peer (`route.rs`), the driver's receive side (`inbound.rs`) and transmit side (`outbound.rs`) |
 //! | `shards/` | shards and steering: which shard owns a peer and the kernel program that steers datagrams (`steering.rs`), the links between shards (`route.rs`) |
 //! | `paths/` | where peers are: the driver's paths (`mod.rs`), the peer book of addresses and their challenges (`book.rs`), cookies against floods (`cookies.rs`) |
 //! | `storage/` | storage jobs: the [`ClockStore`]s (`clock_store.rs`) and the driver's jobs storing the clock (`clock_jobs.rs`), the journal's jobs (`journal_jobs.rs`) and the line of their syncs (`sync_line.rs`), durable mode's bind and recovery (`durable.rs`) |
-//! | `flows/` | ordered flows: [`Channel`], [`Stream`], a stream's receiving side (`stream_in.rs`), the sending side of one flow (`out.rs`), verdicts on their way back (`ack.rs`), why a flow broke (`broken.rs`), [`FlowConfig`], and their share of the driver, the reorder buffers (`at_driver.rs`) |
+//! | `flows/` | ordered flows: [`Channel`], [`Stream`], a stream's receiving side (`stream_in.rs`), the sending side of one flow (`out.rs`) and a stream's bytes not yet in chunks (`write_buf.rs`), verdicts on their way back (`ack.rs`), why a flow broke (`broken.rs`), [`FlowConfig`], and their share of the driver, the reorder buffers (`at_driver.rs`) |
 //!
 //! Request/reply's driver side lives in `exon::rpc`: the calls waiting for a reply
 //! (`rpc/calls.rs`) and the requests waiting for a server (`rpc/request.rs`).

@@ -71,6 +71,37 @@ fn without_a_limit_the_size_reaches_the_ceiling() {
 }
 
 #[test]
+fn the_routes_size_is_probed_first_and_never_exceeded() {
+    // The host says its route to B carries 9000 bytes; the path carries more. One probe
+    // takes the size there (the steps from 1200 would take seven), and none goes above.
+    let mut p = Pair::new(config());
+    assert!(p.node(A).set_route(id(B), Some(9000)));
+    stream(&mut p, 20, Duration::from_millis(20));
+    assert_eq!(send_size(&mut p), 9000);
+    let s = *p.node(A).stats();
+    assert_eq!(
+        (s.mtu.probes_sent, s.mtu.probes_acked),
+        (1, 1),
+        "{:?}",
+        s.mtu
+    );
+    assert_eq!(s.largest_datagram_out, 9000);
+    // A route larger than the path: the route's size fails, the steps find the path's.
+    let mut p = Pair::new(config());
+    path(&mut p, Rc::new(Cell::new(1472)), 0);
+    p.node(A).set_route(id(B), Some(9000));
+    stream(&mut p, 30, Duration::from_millis(20));
+    let size = send_size(&mut p);
+    assert!((1472 - 16..=1472).contains(&size), "{size}");
+    // A route that shrinks below the size in use takes the size down at once.
+    p.node(A).set_route(id(B), Some(1300));
+    assert_eq!(send_size(&mut p), 1300);
+    p.run(Duration::from_secs(30));
+    assert_eq!(p.nodes[B].delivered.len(), 3000);
+    assert_eq!(p.node(A).stats().retransmissions, 0);
+}
+
+#[test]
 fn the_search_stops_at_the_path_mtu() {
     let mut p = Pair::new(config());
     path(&mut p, Rc::new(Cell::new(1472)), 0);

@@ -850,7 +850,8 @@ async fn another_node_at_the_address_is_counted_and_the_receipt_resolves() {
 
 /// Path MTU discovery on loopback, with no datagram configuration: the socket forbids
 /// fragmentation and loopback's MTU is 65536, so the search reaches the largest UDP payload
-/// and the tokens of a burst travel in datagrams far above the 1200-byte base.
+/// (with one probe: the socket tells the route's size, tried first) and the tokens of a
+/// burst travel in datagrams far above the 1200-byte base.
 #[tokio::test]
 async fn loopback_reaches_the_largest_datagrams_with_no_configuration() {
     let (a, mut b) = pair(cfg()).await;
@@ -877,7 +878,8 @@ async fn loopback_reaches_the_largest_datagrams_with_no_configuration() {
     let _b = reader.await.unwrap();
     let s = a.stats().await.unwrap().node;
     assert_eq!(s.largest_datagram_out, 65_507, "{:?}", s.mtu);
-    assert!(s.mtu.probes_acked >= 10, "{:?}", s.mtu);
+    assert!(s.mtu.probes_acked >= 1, "{:?}", s.mtu);
+    assert!(s.mtu.probes_sent <= 2, "the steps took {:?}", s.mtu);
     assert_eq!(s.mtu.black_hole_fallbacks, 0);
     let average = s.bytes_out / s.datagrams_out;
     assert!(average > 2400, "average datagram {average} bytes");

@@ -165,6 +165,89 @@ async fn stream_bytes_are_exact_both_ways_under_loss() {
     assert!(s.is_closed());
 }
 
+/// Sends `len` bytes of a stream from `a` to `b` and reads them there.
+async fn one_stream(a: &Endpoint, mut b: Endpoint, len: usize) -> Endpoint {
+    let reader = tokio::spawn(async move {
+        let mut s = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        assert!(got == pattern(0, len), "bytes exact");
+        s.shutdown().await.unwrap();
+        drop(s);
+        b
+    });
+    let mut s = a.open_stream(B).unwrap();
+    s.write_all(&pattern(0, len)).await.unwrap();
+    s.shutdown().await.unwrap();
+    timeout(LIMIT, s.finished()).await.unwrap().unwrap();
+    timeout(LIMIT, reader).await.unwrap().unwrap()
+}
+
+#[tokio::test]
+async fn on_loopback_one_probe_finds_the_largest_datagram() {
+    // The socket tells the route's size (loopback: 65 536, so 65 507 bytes of UDP payload),
+    // and path MTU discovery tries it first: the steps from 1 200 would take eleven probes,
+    // a round trip each, while a stream starts.
+    let (a, b) = pair_with(None, cfg()).await;
+    let _b = one_stream(&a, b, 1 << 20).await;
+    let st = a.stats().await.unwrap();
+    assert_eq!(st.node.largest_datagram_out, 65507);
+    assert!(
+        (1..=2).contains(&st.node.mtu.probes_sent),
+        "{:?}",
+        st.node.mtu
+    );
+}
+
+#[tokio::test]
+async fn a_stream_writer_gives_way_to_the_driver_on_one_thread() {
+    // This test runs on tokio's one-thread runtime, as the endpoint's driver does. A writer
+    // whose writes never wait (the window has room) must still let the other tasks run:
+    // a writer that once filled its 4 MiB window in one go held the driver back from
+    // sending and from reading acknowledgements for milliseconds.
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let (a, b) = pair_with(None, cfg()).await;
+    let ticks = Arc::new(AtomicU64::new(0));
+    let t = ticks.clone();
+    let ticker = tokio::spawn(async move {
+        loop {
+            t.fetch_add(1, Ordering::Relaxed);
+            tokio::task::yield_now().await;
+        }
+    });
+    let reader = tokio::spawn(async move {
+        let mut b = b;
+        let mut s = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).await.unwrap();
+        got.len()
+    });
+    let mut s = a.open_stream(B).unwrap();
+    let block = vec![7u8; 64 << 10];
+    let (mut written, mut most_between) = (0usize, 0usize);
+    let (mut since, mut last) = (0usize, ticks.load(Ordering::Relaxed));
+    while written < 4 << 20 {
+        s.write_all(&block).await.unwrap();
+        written += block.len();
+        since += block.len();
+        let now = ticks.load(Ordering::Relaxed);
+        if now != last {
+            most_between = most_between.max(since);
+            (since, last) = (0, now);
+        }
+    }
+    most_between = most_between.max(since);
+    assert!(
+        most_between <= 512 << 10,
+        "{most_between} bytes written with no other task run"
+    );
+    s.shutdown().await.unwrap();
+    timeout(LIMIT, s.finished()).await.unwrap().unwrap();
+    assert_eq!(timeout(LIMIT, reader).await.unwrap().unwrap(), 4 << 20);
+    ticker.abort();
+}
+
 #[tokio::test]
 async fn dropping_a_stream_half_way_resets_it_at_the_peer() {
     let (a, mut b) = pair_with(None, cfg()).await;

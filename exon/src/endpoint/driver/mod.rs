@@ -587,6 +587,7 @@ impl<S: DatagramSocket> Driver<S> {
             }
             j.start(t);
         }
+        self.paths.tell_routes(&self.socket, &mut self.node);
         let (socket, stats) = (&self.socket, &mut self.stats);
         self.outbound
             .send_challenges(socket, stats, &mut self.node, &mut self.paths, t)

@@ -16,3 +16,4 @@ pub(crate) mod slots;
 pub(crate) mod stream;
 pub(crate) mod stream_in;
 pub(crate) mod window_mark;
+pub(crate) mod write_buf;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::ReceiptError;
@@ -18,6 +18,7 @@ use crate::endpoint::driver::outgoing::{Outgoing, Submit};
 use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
 use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::stream_in::StreamIn;
+use crate::endpoint::flows::write_buf::WriteBuf;
 use crate::envelope::{Envelope, Flow, Place};
 use crate::ordered::position::SendPosition;
 use crate::ordered::{Sequencer, Settled, Window};
@@ -77,7 +78,7 @@ struct OutState {
     /// Deadline of each message (a stream's chunks), from its hand-over.
     deadline: Option<Duration>,
     /// A stream's bytes written and not yet in a chunk.
-    buf: BytesMut,
+    buf: WriteBuf,
     /// Bytes of `buf` a flush sends now, whatever the coalescing.
     flush: usize,
     fin: Fin,
@@ -153,7 +154,7 @@ impl FlowOut {
                 broken: None,
                 wakers: Vec::new(),
                 deadline,
-                buf: BytesMut::new(),
+                buf: WriteBuf::default(),
                 flush: 0,
                 fin: Fin::Open,
                 chunks: BTreeMap::new(),
@@ -370,7 +371,7 @@ impl FlowOut {
         }
         let room = cfg.buffer.saturating_sub(st.buf.len());
         let n = room.min(data.len());
-        st.buf.extend_from_slice(&data[..n]);
+        st.buf.extend(&data[..n], cfg.chunk);
         self.pump(&mut st, cfg);
         if n == 0 {
             self.keep(&mut st, waker);
@@ -514,7 +515,7 @@ impl FlowOut {
     fn pump(self: &Arc<Self>, st: &mut OutState, cfg: &StreamOut) {
         let chunk = cfg.chunk;
         while st.broken.is_none() && st.fin != Fin::Sent {
-            let len = st.buf.len().min(chunk);
+            let len = st.buf.next_len();
             let ending = st.fin == Fin::Wanted && st.buf.len() <= chunk;
             let go = if st.buf.is_empty() {
                 ending
@@ -527,7 +528,7 @@ impl FlowOut {
             let Some(seq) = st.seq.assign(len, ending) else {
                 return;
             };
-            let body = st.buf.split_to(len).freeze();
+            let body = st.buf.take_chunk();
             st.flush = st.flush.saturating_sub(len);
             if !self.send_chunk(st, seq, body, ending) {
                 st.broken = Some(Broken::Closed);

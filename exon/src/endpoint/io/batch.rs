@@ -203,6 +203,10 @@ impl DatagramSocket for BatchSocket {
         BatchSocket::set_buffer_sizes(self, bytes)
     }
 
+    fn route_payload(&self, peer: SocketAddr) -> Option<usize> {
+        crate::endpoint::io::route::route_payload(self.io.local_addr().ok()?, peer)
+    }
+
     fn max_send_segments(&self) -> usize {
         self.state.max_gso_segments().min(self.max_send_segments)
     }

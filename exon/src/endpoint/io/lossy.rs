@@ -167,6 +167,10 @@ impl<S: DatagramSocket> DatagramSocket for LossySocket<S> {
         self.inner.set_buffer_sizes(bytes)
     }
 
+    fn route_payload(&self, peer: SocketAddr) -> Option<usize> {
+        self.inner.route_payload(peer)
+    }
+
     fn max_recv_segments(&self) -> usize {
         self.inner.max_recv_segments()
     }

@@ -6,4 +6,5 @@ pub(crate) mod family;
 pub(crate) mod inbound;
 pub(crate) mod lossy;
 pub(crate) mod outbound;
+pub(crate) mod route;
 pub(crate) mod socket;

@@ -92,6 +92,17 @@ pub trait DatagramSocket: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The largest UDP payload the host's route to `peer` carries, as the operating system
+    /// knows it (the route's MTU less the IP and UDP headers), or `None` when it does not
+    /// say. Path MTU discovery to the peer probes that size first and never above it
+    /// (`docs/wire.md`, "Path MTU discovery"). The driver asks when a peer's address is set
+    /// or changes, never per datagram. Default `None`: discovery searches by its steps, up
+    /// to the configured ceiling.
+    fn route_payload(&self, peer: SocketAddr) -> Option<usize> {
+        let _ = peer;
+        None
+    }
+
     /// Most datagrams one [`send_segments`](Self::send_segments) call takes. Default 1 (no
     /// segmentation offload: the driver then hands over one datagram per call).
     fn max_send_segments(&self) -> usize {
@@ -184,6 +195,11 @@ macro_rules! forward_udp_socket {
 
                 fn set_buffer_sizes(&self, bytes: usize) -> io::Result<()> {
                     $buffers(self, bytes)
+                }
+
+                fn route_payload(&self, peer: SocketAddr) -> Option<usize> {
+                    let local = <$ty>::local_addr(self).ok()?;
+                    crate::endpoint::io::route::route_payload(local, peer)
                 }
             )?
         }

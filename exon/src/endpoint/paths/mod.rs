@@ -18,6 +18,7 @@ use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::EndpointStats;
 use crate::endpoint::driver::trace::peer_span;
 use crate::endpoint::io::family::canonical;
+use crate::endpoint::io::socket::DatagramSocket;
 use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
 use crate::endpoint::paths::cookies::CookieStats;
 use crate::endpoint::paths::cookies::Cookies;
@@ -45,6 +46,20 @@ pub(crate) struct Paths {
     learned_ttl: Duration,
     /// The cookie exchange under load (`cookies.rs`).
     cookies: Cookies,
+    /// Peers whose address was set, changed or forgotten since the node was last told its
+    /// route (`tell_routes`).
+    routes_due: Vec<NodeId>,
+}
+
+/// Most peers waiting to have their route told at once (a backstop: the list is drained
+/// every turn of the driver).
+const MAX_ROUTES_DUE: usize = 4096;
+
+/// `peer`'s route is to be told to the node (its address was set, changed or forgotten).
+fn route_due(due: &mut Vec<NodeId>, peer: NodeId) {
+    if due.len() < MAX_ROUTES_DUE {
+        due.push(peer);
+    }
 }
 
 impl Paths {
@@ -64,6 +79,17 @@ impl Paths {
             next_prune: t,
             learned_ttl: cfg.learned_address_ttl,
             cookies: Cookies::new(),
+            routes_due: Vec::new(),
+        }
+    }
+
+    /// Tells the node the host's route size to each peer whose address was set, changed or
+    /// forgotten since the last call, as `socket` finds it (path MTU discovery's first size
+    /// and ceiling; `None` for a peer with no address).
+    pub(crate) fn tell_routes<S: DatagramSocket>(&mut self, socket: &S, node: &mut Node) {
+        for peer in std::mem::take(&mut self.routes_due) {
+            let route = self.peers.get(peer).and_then(|a| socket.route_payload(a));
+            node.set_route(peer, route);
         }
     }
 
@@ -71,6 +97,7 @@ impl Paths {
     /// as received addresses are).
     pub(crate) fn configure(&mut self, peer: NodeId, addr: SocketAddr) {
         self.peers.configure(peer, canonical(addr));
+        route_due(&mut self.routes_due, peer);
     }
 
     /// The address `peer`'s datagrams go to, if any.
@@ -131,6 +158,7 @@ impl Paths {
             .prune(t, self.learned_ttl, |p| node.has_record(p));
         for p in self.peers.take_pruned() {
             shared.forget(p);
+            route_due(&mut self.routes_due, p);
         }
         self.next_prune = t + PRUNE_EVERY;
     }
@@ -179,12 +207,20 @@ impl Paths {
                 // most three times what came from it.
                 let token = node.challenge(acc.from);
                 self.peers.set_challenge(acc.from, token);
+                // Only an authenticated peer's address costs a route lookup: a plaintext
+                // node's sources can be forged at will.
+                if node.is_sealed() {
+                    route_due(&mut self.routes_due, acc.from);
+                }
             }
             Learned::Moved => {
                 peer_span(acc.from).in_scope(|| {
                     tracing::debug!(addr = %from, "peer moved: the new address answered");
                 });
                 stats.address_updates += 1;
+                if node.is_sealed() {
+                    route_due(&mut self.routes_due, acc.from);
+                }
             }
             // Sent by the next flush, to that address alone.
             Learned::Challenge => self.challenges_due.push(acc.from),
@@ -193,6 +229,7 @@ impl Paths {
         }
         for p in self.peers.take_pruned() {
             shared.forget(p);
+            route_due(&mut self.routes_due, p);
         }
     }
 

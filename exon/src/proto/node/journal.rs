@@ -8,7 +8,6 @@ use crate::proto::journal::gates::{Gate, Journal};
 use crate::proto::journal::{Entry, Mark, Outcome, Recovered, RecoveredVerdict, Write};
 use crate::proto::node::send::Stamp;
 use crate::proto::recv::delivery::Kept;
-use crate::proto::send::record::SRecord;
 use crate::proto::{Abandoned, DeliveryId, Event, MsgId, MsgIds, Node, NodeId, Payload};
 
 /// Why [`Node::recover`] refused.
@@ -100,7 +99,7 @@ impl Node {
                 continue;
             }
             if !self.senders.contains_key(&m.to) {
-                let mut rec = SRecord::new(self.ck, now, &self.cfg, &self.rules);
+                let mut rec = self.new_sender_record(m.to, now);
                 rec.set_durable();
                 self.senders.insert(m.to, rec);
             }

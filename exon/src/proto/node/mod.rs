@@ -139,6 +139,8 @@ pub struct Node {
     liveness: crate::proto::send::liveness::Liveness,
     /// The peers sent to without an answer, and the deaf ones' schedule.
     silence: crate::proto::send::silence::Silence,
+    /// What the host says of its route to each peer (path MTU discovery's first size).
+    routes: crate::proto::send::routes::Routes,
 }
 
 /// A datagram [`Node::handle_datagram_buf`] took whole, with nothing in it refused.
@@ -218,6 +220,7 @@ impl Node {
             bufs: Default::default(),
             liveness: Default::default(),
             silence,
+            routes: Default::default(),
         };
         node.reserve_clock(clock + 1);
         Ok(node)
@@ -375,6 +378,32 @@ impl Node {
     /// `None` without a record.
     pub fn path(&self, to: NodeId) -> Option<crate::proto::PathStats> {
         self.senders.get(&to).map(|s| s.path_stats(&self.cfg))
+    }
+
+    /// Input: the host's route to `peer` carries UDP payloads of at most `payload` bytes
+    /// (the route's MTU less the IP and UDP headers, as the embedding learns it from the
+    /// operating system), or `None` when it does not say. Path MTU discovery to `peer` takes
+    /// it as its ceiling and probes it first (`docs/wire.md`, "Path MTU discovery"), for the
+    /// sender record there is and those to come. The embedding tells it again when the
+    /// peer's address changes. Returns whether it is kept (a table of 65 536 peers at most).
+    pub fn set_route(&mut self, peer: NodeId, payload: Option<usize>) -> bool {
+        let kept = self.routes.set(peer, payload);
+        if let Some(rec) = self.senders.get_mut(&peer) {
+            if rec.mtud_mut().set_route(self.routes.get(peer)) {
+                rec.mss_changed();
+            }
+        }
+        kept
+    }
+
+    /// A new sender record for `to`, its path MTU discovery told the route's size.
+    pub(crate) fn new_sender_record(&self, to: NodeId, now: Instant) -> SRecord {
+        let mut rec = SRecord::new(self.ck, now, &self.cfg, &self.rules);
+        if let Some(route) = self.routes.get(to) {
+            rec.mtud_mut().set_route(Some(route));
+            rec.mss_changed();
+        }
+        rec
     }
 
     /// Messages waiting for an envelope, over all destinations.

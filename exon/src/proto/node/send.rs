@@ -5,7 +5,6 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::proto::journal::Mark;
-use crate::proto::send::record::SRecord;
 use crate::proto::{DeliveryId, MsgId, Node, NodeId, Payload, SendError};
 
 /// What a send's journal record carries besides the message.
@@ -166,8 +165,7 @@ impl Node {
                 payloads.push_front(first);
                 return Err(SendError::TooManyPeers);
             }
-            self.senders
-                .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
+            self.senders.insert(to, self.new_sender_record(to, now));
         }
         let (max, per_peer) = (
             self.cfg.limits.max_message_size,
@@ -268,8 +266,7 @@ impl Node {
             if self.senders.len() >= self.cfg.limits.max_sender_records {
                 return Err(SendError::TooManyPeers);
             }
-            self.senders
-                .insert(to, SRecord::new(self.ck, now, &self.cfg, &self.rules));
+            self.senders.insert(to, self.new_sender_record(to, now));
         }
         let id = if self.journal.is_some() {
             // Durable ids come from the stored clock: never reused after a restart.

@@ -14,6 +14,7 @@ pub(crate) mod pacing;
 pub(crate) mod record;
 pub(crate) mod recovery;
 pub(crate) mod request;
+pub(crate) mod routes;
 pub(crate) mod rtt;
 pub(crate) mod silence;
 pub(crate) mod timers;

@@ -91,7 +91,12 @@ pub(crate) struct Expired {
 #[derive(Debug, Clone)]
 pub(crate) struct Mtud {
     base: usize,
+    /// The configured ceiling (`max_datagram_size`).
+    max: usize,
+    /// The ceiling in use: `max`, or lower where the host's route to the peer says so.
     ceiling: usize,
+    /// The ceiling is the route's: the likeliest size, tried first.
+    route: bool,
     /// The size datagrams are sent at.
     size: usize,
     /// The smallest size known to fail (`ceiling + 1` when none is known).
@@ -123,7 +128,9 @@ impl Mtud {
     pub fn new(base: usize, ceiling: usize, raise_interval: Duration) -> Mtud {
         Mtud {
             base,
+            max: ceiling.max(base),
             ceiling: ceiling.max(base),
+            route: false,
             size: base,
             upper: ceiling.max(base) + 1,
             phase: Phase::Search,
@@ -150,9 +157,46 @@ impl Mtud {
         self.phase == Phase::Confirm
     }
 
+    /// The host's route to the peer carries datagrams of at most `payload` bytes (its MTU as
+    /// the host knows it, less the IP and UDP headers), or `None` when it does not say. The
+    /// ceiling becomes that size (within the base size and the configured ceiling), and the
+    /// search tries it first: on loopback or a LAN the route's size is what the path
+    /// carries, and one probe finds it where the steps take ten. A route larger than the
+    /// path (a link beyond the first that is smaller) costs that probe's failures, then the
+    /// steps go on below it. A ceiling that falls below the size in use takes the size down
+    /// to it at once (the host refuses anything larger). Returns whether the size changed.
+    pub fn set_route(&mut self, payload: Option<usize>) -> bool {
+        let ceiling = payload.map_or(self.max, |p| p.clamp(self.base, self.max));
+        self.route = payload.is_some();
+        if ceiling == self.ceiling {
+            return false;
+        }
+        // No failing size known below the old ceiling: none below the new one either.
+        if self.upper > self.ceiling || self.upper > ceiling + 1 {
+            self.upper = ceiling + 1;
+        }
+        self.ceiling = ceiling;
+        if self.size > ceiling {
+            self.size = ceiling;
+            self.phase = Phase::Search;
+            self.probe = None;
+            self.companion = None;
+            self.fails = 0;
+            self.end_run();
+            return true;
+        }
+        if matches!(self.phase, Phase::Done { .. }) {
+            self.phase = Phase::Search;
+        }
+        false
+    }
+
     /// The next size to try while searching, if any.
     fn candidate(&self) -> Option<usize> {
         let (lo, hi) = (self.size, self.upper.min(self.ceiling + 1));
+        if self.route && hi > self.ceiling && lo < self.ceiling {
+            return Some(self.ceiling);
+        }
         if let Some(&s) = STEPS.iter().find(|&&s| s > lo && s < hi) {
             return Some(s);
         }
@@ -415,6 +459,60 @@ mod tests {
         let mut m = Mtud::new(1200, 1472, Duration::from_secs(600));
         assert_eq!(search(&mut m, &mut now, 65507), 4);
         assert_eq!(m.size(), 1472);
+    }
+
+    #[test]
+    fn the_routes_size_is_tried_first_and_caps_the_search() {
+        let mut now = Instant::now();
+        let new = || Mtud::new(1200, 65507, Duration::from_secs(600));
+        // Loopback: one probe, where the steps take eleven.
+        let mut m = new();
+        assert!(!m.set_route(Some(65507)));
+        assert_eq!(search(&mut m, &mut now, 65507), 1);
+        assert_eq!(m.size(), 65507);
+        // An Ethernet route: one probe where the steps take four, and nothing above it.
+        let mut m = new();
+        m.set_route(Some(1472));
+        assert_eq!(search(&mut m, &mut now, 65507), 1);
+        assert_eq!(m.size(), 1472);
+        // A jumbo first hop on a path of 1500: the route's size fails, the steps find 1472.
+        let mut m = new();
+        m.set_route(Some(8972));
+        let probes = search(&mut m, &mut now, 1472);
+        assert_eq!(m.size(), 1472);
+        assert!(probes > MAX_PROBES, "{probes}");
+        // Without the rule (no route), the ceiling comes last.
+        let mut m = new();
+        assert_eq!(search(&mut m, &mut now, 65507), 11);
+        // Out of range: kept within the base size and the configured ceiling.
+        let mut m = Mtud::new(1200, 9000, Duration::from_secs(600));
+        m.set_route(Some(65507));
+        assert_eq!(search(&mut m, &mut now, 65507), 1);
+        assert_eq!(m.size(), 9000);
+        m.set_route(Some(100));
+        assert_eq!(m.size(), 1200);
+    }
+
+    #[test]
+    fn a_route_that_shrinks_takes_the_size_down_and_one_that_grows_searches_again() {
+        let mut now = Instant::now();
+        let mut m = Mtud::new(1200, 65507, Duration::from_secs(600));
+        m.set_route(Some(9000));
+        search(&mut m, &mut now, 65507);
+        assert_eq!(m.size(), 9000);
+        assert!(matches!(m.phase, Phase::Done { .. }));
+        assert!(m.set_route(Some(1472)), "the size changed");
+        assert_eq!(m.size(), 1472);
+        assert!(
+            !m.set_route(Some(65507)),
+            "growing the ceiling keeps the size"
+        );
+        assert_eq!(m.size(), 1472);
+        assert_eq!(search(&mut m, &mut now, 65507), 1, "and searches at once");
+        assert_eq!(m.size(), 65507);
+        // The route forgotten: the configured ceiling, the steps.
+        assert!(!m.set_route(None));
+        assert_eq!(m.size(), 65507);
     }
 
     #[test]
