@@ -176,6 +176,11 @@ impl Mtud {
             self.upper = ceiling + 1;
         }
         self.ceiling = ceiling;
+        if self.probe.is_some_and(|p| p.size > ceiling) {
+            // Its answer must not take the size above the new ceiling.
+            self.probe = None;
+            self.fails = 0;
+        }
         if self.size > ceiling {
             self.size = ceiling;
             self.phase = Phase::Search;
@@ -513,6 +518,27 @@ mod tests {
         // The route forgotten: the configured ceiling, the steps.
         assert!(!m.set_route(None));
         assert_eq!(m.size(), 65507);
+    }
+
+    #[test]
+    fn a_probe_above_a_lowered_ceiling_is_forgotten() {
+        let now = Instant::now();
+        let mut m = Mtud::new(1200, 65507, Duration::from_secs(600));
+        m.set_route(Some(9000));
+        m.on_heard(now);
+        m.poll(now);
+        let w = m.want().expect("a probe");
+        m.probe_sent(w, 1, w.size, now, ms(20));
+        assert_eq!(w.size, 9000);
+        m.set_route(Some(1400));
+        assert!(!m.on_ack(1), "its answer matches no probe");
+        assert_eq!(m.size(), 1200);
+        m.poll(now);
+        assert_eq!(
+            m.want().map(|w| w.size),
+            Some(1400),
+            "the route's size next"
+        );
     }
 
     #[test]
