@@ -98,6 +98,12 @@ struct Args {
     /// large as the ceiling (`--max-datagram`).
     #[arg(long)]
     no_mtu_discovery: bool,
+    /// Tell every node at boot that its route to each peer carries this many bytes
+    /// (`Node::set_route`, as the driver does from the socket): path MTU discovery probes
+    /// it first and never above it. Above `--link-mtu` it models a first hop larger than
+    /// the path (the route's size fails, the steps go on below it).
+    #[arg(long)]
+    route: Option<usize>,
     /// Slots per destination (`Config::flow.window`).
     #[arg(long)]
     window: Option<u64>,
@@ -455,14 +461,18 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         }),
         max_events: a.max_events,
         streams: stream_model(a),
-        node_hook: rules_hook(&a.rules_off),
+        node_hook: node_hook(&a.rules_off, a.route, a.nodes),
         ..Scenario::default()
     }
 }
 
 /// The hook that switches `off` off on every node, if any.
-fn rules_hook(off: &[String]) -> Option<exon_sim::scenario::NodeHook> {
-    if off.is_empty() {
+fn node_hook(
+    off: &[String],
+    route: Option<usize>,
+    nodes: usize,
+) -> Option<exon_sim::scenario::NodeHook> {
+    if off.is_empty() && route.is_none() {
         return None;
     }
     let mut rules = exon::proto::Rules::ALL;
@@ -470,8 +480,13 @@ fn rules_hook(off: &[String]) -> Option<exon_sim::scenario::NodeHook> {
         // Checked at start (`check_rules_off`).
         exon_sim::rules_off::switch_off(&mut rules, name);
     }
-    Some(std::rc::Rc::new(move |_, node: &mut exon::proto::Node| {
-        node.set_rules(rules)
+    Some(std::rc::Rc::new(move |i, node: &mut exon::proto::Node| {
+        node.set_rules(rules);
+        if route.is_some() {
+            for peer in (0..nodes).filter(|&p| p != i) {
+                node.set_route(exon_sim::sim::node_id(peer), route);
+            }
+        }
     }))
 }
 

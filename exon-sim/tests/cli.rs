@@ -356,3 +356,41 @@ fn damage_found_at_one_opening_is_not_forgotten_at_the_next() {
     assert!(!out.status.success(), "{all}");
     assert!(all.contains("Duplicate"), "{all}");
 }
+
+/// The `too_big` drops of a run, over its seeds' lines.
+fn too_big(out: &std::process::Output) -> u64 {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("too_big="))
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    assert!(!fields.is_empty(), "a too_big field: {text}");
+    fields.iter().sum()
+}
+
+#[test]
+fn the_routes_size_is_probed_first_and_a_larger_one_falls_back() {
+    // The link carries 1472 bytes. Told so, discovery probes nothing the link drops; told
+    // nothing, its steps probe above it; told a larger route, that size fails and the
+    // steps find the link's. Every run delivers everything exactly once, under loss,
+    // duplication and reordering.
+    let run = |route: Option<&str>| {
+        let mut args = vec!["--loss", "0.05", "--dup", "0.05", "--reorder", "0.05"];
+        args.extend(["--seeds", "3", "--messages", "3000"]);
+        if let Some(r) = route {
+            args.extend(["--route", r]);
+        }
+        let out = exon_sim(&args);
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("all_seeds_ok=true"), "{text}");
+        too_big(&out)
+    };
+    assert_eq!(run(Some("1472")), 0, "the route's size is the link's");
+    assert!(run(None) > 0, "the steps probe above the link");
+    assert!(
+        run(Some("9000")) > 0,
+        "a larger route's size is probed and fails"
+    );
+}

@@ -3,6 +3,6 @@
 use exon::proto::NodeId;
 
 /// The node id of host `i`.
-pub(crate) fn node_id(i: usize) -> NodeId {
+pub fn node_id(i: usize) -> NodeId {
     NodeId::from_const(i as u64 + 1)
 }

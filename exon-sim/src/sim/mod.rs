@@ -15,6 +15,7 @@ mod chan_resume;
 mod channels;
 mod host;
 mod ids;
+pub use ids::node_id;
 mod journal;
 mod network;
 mod nodes;
