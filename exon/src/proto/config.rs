@@ -638,6 +638,30 @@ mod tests {
     use crate::proto::wire::frame::{Header, Packet, SealHeader};
     use crate::proto::{Frame, NodeId};
 
+    /// Sealed length of a datagram with the largest header (sealed, with key and cookie)
+    /// carrying one TOKEN per payload length, each with the largest slot and incarnation.
+    fn worst_sealed_len(payloads: &[usize]) -> usize {
+        let mut header = Header::new(NodeId::MAX, NodeId::MAX);
+        header.seal = Some(SealHeader {
+            seq: Seq {
+                epoch: VARINT_MAX,
+                counter: u32::MAX,
+            },
+            key: Some(PublicKey::from_bytes([0; 32])),
+            cookie: Some([0xff; 16]),
+        });
+        let frames = payloads
+            .iter()
+            .map(|&len| Frame::Token {
+                s: VARINT_MAX,
+                r: VARINT_MAX,
+                payload: vec![0; len].into(),
+                senders_copy: false,
+            })
+            .collect();
+        Packet { header, frames }.encoded_len() + TAG_LEN
+    }
+
     #[test]
     fn the_largest_payload_fits_the_largest_datagram_encoding() {
         for size in [MIN_DATAGRAM_SIZE, 1200, 1472, 9000, MAX_DATAGRAM_SIZE] {
@@ -647,25 +671,7 @@ mod tests {
                 c.mtu.discovery = false;
                 c
             };
-            let mut header = Header::new(NodeId::MAX, NodeId::MAX);
-            header.seal = Some(SealHeader {
-                seq: Seq {
-                    epoch: VARINT_MAX,
-                    counter: u32::MAX,
-                },
-                key: Some(PublicKey::from_bytes([0; 32])),
-                cookie: Some([0xff; 16]),
-            });
-            let p = Packet {
-                header,
-                frames: vec![Frame::Token {
-                    s: VARINT_MAX,
-                    r: VARINT_MAX,
-                    payload: vec![0; cfg.max_payload()].into(),
-                    senders_copy: false,
-                }],
-            };
-            let sealed_len = p.encoded_len() + TAG_LEN;
+            let sealed_len = worst_sealed_len(&[cfg.max_payload()]);
             assert!(sealed_len <= size, "size {size}");
             assert!(sealed_len + 2 > size, "max_payload wastes room at {size}");
         }
@@ -684,26 +690,7 @@ mod tests {
         for size in [1200, 1472, 9000, MAX_DATAGRAM_SIZE] {
             for tokens in 1..=4usize {
                 let room = payload_room_each(size, tokens);
-                let mut header = Header::new(NodeId::MAX, NodeId::MAX);
-                header.seal = Some(SealHeader {
-                    seq: Seq {
-                        epoch: VARINT_MAX,
-                        counter: u32::MAX,
-                    },
-                    key: Some(PublicKey::from_bytes([0; 32])),
-                    cookie: Some([0xff; 16]),
-                });
-                let token = |len: usize| Frame::Token {
-                    s: VARINT_MAX,
-                    r: VARINT_MAX,
-                    payload: vec![0; len].into(),
-                    senders_copy: false,
-                };
-                let p = Packet {
-                    header,
-                    frames: (0..tokens).map(|_| token(room)).collect(),
-                };
-                let sealed_len = p.encoded_len() + TAG_LEN;
+                let sealed_len = worst_sealed_len(&vec![room; tokens]);
                 assert!(sealed_len <= size, "{tokens} at {size}: {sealed_len}");
                 // Little room wasted: a few bytes more each, and they would not fit.
                 assert!(
