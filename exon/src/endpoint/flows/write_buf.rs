@@ -1,6 +1,7 @@
-//! A stream's bytes written and not yet in a chunk, kept in blocks of one chunk each, so a
-//! chunk leaves without a copy and every allocation is one chunk (reused by the allocator,
-//! where one large buffer per write went to fresh pages).
+//! A stream's bytes written and not yet in a chunk, kept in blocks of at most one chunk
+//! each, so a chunk leaves without a copy and each allocation is at most a chunk, sized to
+//! what was written (reused by the allocator, where one large buffer per write went to
+//! fresh pages).
 
 use std::collections::VecDeque;
 
@@ -34,7 +35,11 @@ impl WriteBuf {
             let last = match self.blocks.back_mut() {
                 Some(b) if b.len() < chunk => b,
                 _ => {
-                    self.blocks.push_back(BytesMut::with_capacity(chunk));
+                    // Room for what comes now, up to a chunk: a small write sent alone (a
+                    // flush) keeps its own size in flight, not a chunk's; the block grows
+                    // if more comes before it leaves.
+                    let room = chunk.min(data.len());
+                    self.blocks.push_back(BytesMut::with_capacity(room));
                     self.blocks.back_mut().expect("just pushed")
                 }
             };
@@ -81,6 +86,20 @@ mod tests {
         assert_eq!(out, data);
         assert_eq!((w.len(), w.next_len()), (0, 0));
         assert!(w.take_chunk().is_empty());
+    }
+
+    #[test]
+    fn a_small_write_takes_its_own_size_not_a_chunks() {
+        let mut w = WriteBuf::default();
+        w.extend(b"ping", 32 << 10);
+        let c = w.take_chunk();
+        assert_eq!(c, &b"ping"[..]);
+        // Its allocation is what it holds in flight until acknowledged.
+        let b = BytesMut::from(c);
+        assert!(b.capacity() < 1024, "{}", b.capacity());
+        // A large write still makes whole chunks.
+        w.extend(&[1u8; 70_000], 32 << 10);
+        assert_eq!(w.next_len(), 32 << 10);
     }
 
     #[test]
