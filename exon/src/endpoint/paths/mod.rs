@@ -96,8 +96,14 @@ impl Paths {
     /// Sets (or replaces) `peer`'s address, as the application said (in canonical form,
     /// as received addresses are).
     pub(crate) fn configure(&mut self, peer: NodeId, addr: SocketAddr) {
-        self.peers.configure(peer, canonical(addr));
-        route_due(&mut self.routes_due, peer);
+        let addr = canonical(addr);
+        let moved = self.peers.get(peer) != Some(addr);
+        self.peers.configure(peer, addr);
+        if moved {
+            // The same address set again (an application that sets it before each send)
+            // costs no new lookup.
+            route_due(&mut self.routes_due, peer);
+        }
     }
 
     /// The address `peer`'s datagrams go to, if any.
@@ -242,5 +248,63 @@ impl Paths {
                 && node.handle_cookie(r.src, r.cookie)
         });
         self.cookies.count_reply(taken);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::proto::{Config, Security};
+
+    /// A socket that counts the route lookups asked of it and says every route carries
+    /// 9000 bytes.
+    #[derive(Default)]
+    struct Routes(AtomicUsize);
+
+    impl DatagramSocket for Routes {
+        async fn send_to(&self, buf: &[u8], _: SocketAddr) -> io::Result<usize> {
+            Ok(buf.len())
+        }
+
+        async fn recv_from(&self, _buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+            std::future::pending().await
+        }
+
+        fn local_addr(&self) -> io::Result<SocketAddr> {
+            Ok(SocketAddr::from(([127, 0, 0, 1], 1)))
+        }
+
+        fn route_payload(&self, _peer: SocketAddr) -> Option<usize> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Some(9000)
+        }
+    }
+
+    #[test]
+    fn a_peer_address_set_or_changed_is_looked_up_once() {
+        let t = Instant::now();
+        let mut paths = Paths::new(&EndpointConfig::default(), t);
+        let me = NodeId::from_const(1);
+        let mut node = Node::new(me, Security::InsecurePlaintext, Config::default(), 0).unwrap();
+        let (peer, sock) = (NodeId::from_const(2), Routes::default());
+        let (a, b): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5000".parse().unwrap(),
+            "127.0.0.1:6000".parse().unwrap(),
+        );
+        let lookups = |paths: &mut Paths, node: &mut Node| {
+            paths.tell_routes(&sock, node);
+            sock.0.load(Ordering::Relaxed)
+        };
+        paths.configure(peer, a);
+        assert_eq!(lookups(&mut paths, &mut node), 1);
+        // The same address again, as an application may set it before each send: no lookup.
+        paths.configure(peer, a);
+        paths.configure(peer, a);
+        assert_eq!(lookups(&mut paths, &mut node), 1);
+        paths.configure(peer, b);
+        assert_eq!(lookups(&mut paths, &mut node), 2);
     }
 }

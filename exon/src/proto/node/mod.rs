@@ -399,9 +399,10 @@ impl Node {
     /// A new sender record for `to`, its path MTU discovery told the route's size.
     pub(crate) fn new_sender_record(&self, to: NodeId, now: Instant) -> SRecord {
         let mut rec = SRecord::new(self.ck, now, &self.cfg, &self.rules);
+        // A new record is at the base size, which no route's size goes below: the size
+        // stays, only the ceiling and the first probe change.
         if let Some(route) = self.routes.get(to) {
             rec.mtud_mut().set_route(Some(route));
-            rec.mss_changed();
         }
         rec
     }
