@@ -70,6 +70,7 @@ by_name!(
     untaken_share_per_source,
     credit_asks_each_waiting,
     report_recovered_held,
+    credit_doubles,
 );
 
 #[cfg(test)]

@@ -277,6 +277,13 @@ pub struct Rules {
     /// application waits for another message first (a stream's earlier chunk), that one
     /// may never find room in the congestion window.
     pub report_recovered_held: bool,
+    /// Beyond the paper (large messages on long paths): a sender whose message waits for
+    /// reassembly credit asks for at least twice the grant it ran out of (within the
+    /// receiver's cap), so its credit keeps up with its rate in a few round trips. Off, it
+    /// asks for what its messages in progress and the waiting one need, and a stream of
+    /// fragmented chunks gains one chunk of credit per round trip: on a 100 ms path its
+    /// startup is held below the congestion window for seconds.
+    pub credit_doubles: bool,
 }
 
 impl Rules {
@@ -330,6 +337,7 @@ impl Rules {
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,
         report_recovered_held: true,
+        credit_doubles: true,
     };
 }
 

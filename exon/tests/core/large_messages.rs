@@ -531,3 +531,59 @@ fn fragmented_messages_go_one_after_the_other_up_to_a_burst() {
     assert_eq!(runs.len(), 6, "then the rest of the large one: {runs:?}");
     assert_eq!(runs[3].0, runs[5].0);
 }
+
+/// 256 messages of 32 KiB (27 FRAGs each) over a 100 ms round trip with no rate limit: the
+/// congestion window, not the reassembly credit, should set the pace. Returns the
+/// REQCREDITs A sent, the most reassembly memory B granted and had in use, and the virtual
+/// time until all were acknowledged.
+fn credit_ramp(double: bool) -> (usize, (u64, u64), Duration) {
+    let asked: std::rc::Rc<std::cell::Cell<usize>> = Default::default();
+    let seen = asked.clone();
+    let mut pair = Pair::new(test_config());
+    pair.latency = Duration::from_millis(50);
+    let mut rules = exon::proto::Rules::default();
+    rules.credit_doubles = double;
+    pair.node(A).set_rules(rules);
+    pair.set_filter(move |w: &pair::Wire| {
+        let req = |f: &exon::proto::Frame| matches!(f, exon::proto::Frame::ReqCredit { .. });
+        if w.from == A && w.packet().frames.iter().any(req) {
+            seen.set(seen.get() + 1);
+        }
+        Fate::Deliver
+    });
+    let ids: Vec<_> = (0..256).map(|i| pair.send(A, message(i, 32 << 10))).collect();
+    let start = pair.now;
+    let (mut granted, mut in_use) = (0, 0);
+    while pair.nodes[A].acked.len() < ids.len() && pair.now - start < Duration::from_secs(60) {
+        assert!(pair.step());
+        let b = &pair.nodes[B].node;
+        granted = granted.max(b.reassembly_granted());
+        in_use = in_use.max(b.reassembly_in_use());
+    }
+    assert_eq!(pair.nodes[B].delivered.len(), ids.len(), "all delivered");
+    (asked.get(), (granted, in_use), pair.now - start)
+}
+
+/// Rule `credit_doubles`: a sender out of reassembly credit asks for twice its grant, so
+/// its credit grows as its congestion window does (a few round trips), not by one message
+/// per round trip. Off, the same messages ask more than twice as often and take more than
+/// twice as long (10 asks and 1.5 s against 24 and 3.5 s when written).
+#[test]
+fn reassembly_credit_keeps_up_with_the_window_on_a_long_path() {
+    let (asks, (granted, in_use), took) = credit_ramp(true);
+    let (asks_off, _, took_off) = credit_ramp(false);
+    assert!(asks <= 12, "about log2 of the messages in flight: {asks}");
+    assert!(
+        asks_off >= 2 * asks,
+        "off, one more message per ask: {asks_off} against {asks}"
+    );
+    assert!(
+        took * 3 < took_off * 2,
+        "the credit held the window back: {took:?} against {took_off:?}"
+    );
+    // The sender's credit comes back a round trip after a message is whole (its GOT), so
+    // the grant covers the bytes sent in a round trip (at most 8 MiB here, within the
+    // 16 MiB cap) while B holds about one message at a time.
+    assert!(in_use <= 2 * (32 << 10), "{in_use}");
+    assert!(granted <= 256 * (32 << 10), "{granted}");
+}

@@ -37,6 +37,8 @@ pub(crate) struct Credit {
     /// Slots of messages waiting for credit, oldest first, with the incarnation each was
     /// made under.
     waiting: VecDeque<(u64, u64)>,
+    /// The message (slot, incarnation) a REQCREDIT asking ahead names, when none waits.
+    ahead: Option<(u64, u64)>,
 }
 
 impl Credit {
@@ -62,6 +64,22 @@ impl Credit {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// A message in `slot` of incarnation `r` just took credit: a grant now more than three
+    /// quarters used is asked to double (within `cap`) before any message has to wait for it, so a
+    /// sender that keeps its credit busy does not stall a round trip at every doubling
+    /// (`Rules::credit_doubles`).
+    pub fn ask_ahead(&mut self, slot: u64, r: u64, cap: u64) {
+        let Some(g) = self.grant(r) else {
+            return;
+        };
+        let want = g.limit.saturating_mul(2).min(cap);
+        if g.used > g.limit / 4 * 3 && want > g.limit && want > self.asked {
+            self.asked = want;
+            self.due = true;
+            self.ahead = Some((slot, r));
         }
     }
 
@@ -102,12 +120,19 @@ impl Credit {
     }
 
     /// A message in `slot` of incarnation `r` needing `charge` bytes waits for credit;
-    /// asks for more if what was asked for does not cover it.
-    pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64) {
+    /// asks for more if what was asked for does not cover it. What it asks for is at least
+    /// twice the grant it ran out of (`Rules::credit_doubles`): a sender that keeps messages
+    /// in progress all the time (a stream on a long path, whose fragments are in flight for
+    /// a round trip or more) gets the credit its rate needs in a few round trips, as slow
+    /// start doubles a window, instead of one more message per round trip. It only ever asks
+    /// when a message waits, so a grant stays within twice what the sender had in use.
+    pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64, double: bool) {
         self.waiting.push_back((slot, r));
-        let used = self.grant(r).map_or(0, |g| g.used);
+        let (used, limit) = self.grant(r).map_or((0, 0), |g| (g.used, g.limit));
+        let grown = if double { limit.saturating_mul(2) } else { 0 };
         let want = used
             .saturating_add(charge)
+            .max(grown)
             .max(self.asked)
             .min(cap.max(charge));
         // A message of an incarnation without a grant asks at once: if that incarnation
@@ -142,14 +167,16 @@ impl Credit {
     /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
     /// waiting message (a receiver that lost that incarnation answers with its verdict),
     /// and the bytes wanted.
+    /// A REQCREDIT asking ahead names the message that last took credit.
     pub fn due(&self) -> Option<(u64, u64, u64)> {
-        let &(s, r) = self.waiting.front()?;
+        let &(s, r) = self.waiting.front().or(self.ahead.as_ref())?;
         self.due.then_some((r, s, self.asked))
     }
 
     /// The REQCREDIT was written at `now`.
     pub fn on_asked(&mut self, now: Instant) {
         self.due = false;
+        self.ahead = None;
         self.asked_at = Some(now);
     }
 
@@ -178,6 +205,9 @@ impl Credit {
     pub fn reset(&mut self, r: u64) {
         self.grants.retain(|g| g.r != r);
         self.asked = 0;
+        if self.ahead.is_some_and(|(_, a)| a == r) {
+            self.ahead = None;
+        }
     }
 }
 
@@ -190,7 +220,7 @@ mod tests {
         let t0 = crate::test_time::origin();
         let mut c = Credit::default();
         assert_eq!(c.room(7), 0);
-        c.wait(3, 7, 100_000, 1 << 24);
+        c.wait(3, 7, 100_000, 1 << 24, true);
         assert_eq!(c.due(), Some((7, 3, 100_000)));
         c.on_asked(t0);
         assert!(c.on_credit(7, 150_000));
@@ -204,11 +234,68 @@ mod tests {
     }
 
     #[test]
+    fn a_sender_out_of_credit_asks_for_twice_its_grant_up_to_the_cap() {
+        let t0 = crate::test_time::origin();
+        let mut c = Credit::default();
+        c.wait(1, 7, 40_000, 1 << 20, true);
+        assert_eq!(c.due(), Some((7, 1, 40_000)), "the first: what it needs");
+        c.on_asked(t0);
+        c.on_credit(7, 40_000);
+        assert!(c.take(7, 40_000));
+        c.wait(2, 7, 40_000, 1 << 20, true);
+        assert_eq!(c.due(), Some((7, 1, 80_000)), "then twice the grant");
+        c.on_asked(t0);
+        c.on_credit(7, 80_000);
+        c.take_waiting();
+        assert!(c.take(7, 40_000));
+        c.wait(3, 7, 40_000, 1 << 20, true);
+        assert_eq!(c.due().map(|d| d.2), Some(160_000));
+        c.on_asked(t0);
+        c.on_credit(7, 700_000);
+        c.take_waiting();
+        c.wait(4, 7, 800_000, 1 << 20, true);
+        assert_eq!(c.due().map(|d| d.2), Some(1 << 20), "never past the cap");
+        // Without the rule: only the message that waits.
+        let mut c = Credit::default();
+        c.on_credit(7, 80_000);
+        assert!(c.take(7, 80_000));
+        c.wait(2, 7, 40_000, 1 << 20, false);
+        assert_eq!(c.due().map(|d| d.2), Some(120_000));
+    }
+
+    #[test]
+    fn a_grant_mostly_used_is_asked_to_double_ahead() {
+        let t0 = crate::test_time::origin();
+        let mut c = Credit::default();
+        c.ask_ahead(1, 7, 1 << 20);
+        assert_eq!(c.due(), None, "no grant yet: nothing to double");
+        c.on_credit(7, 100_000);
+        assert!(c.take(7, 40_000));
+        c.ask_ahead(1, 7, 1 << 20);
+        assert!(c.take(7, 30_000));
+        c.ask_ahead(1, 7, 1 << 20);
+        assert_eq!(c.due(), None, "less than three quarters used");
+        assert!(c.take(7, 10_000));
+        c.ask_ahead(2, 7, 1 << 20);
+        assert_eq!(c.due(), Some((7, 2, 200_000)), "named by the last message");
+        c.on_asked(t0);
+        assert_eq!(c.asked_at(), None, "not timed: no message waits");
+        c.ask_ahead(3, 7, 1 << 20);
+        assert_eq!(c.due(), None, "asked once");
+        c.on_credit(7, 200_000);
+        assert!(c.take(7, 100_000));
+        c.ask_ahead(4, 7, 250_000);
+        assert_eq!(c.due(), Some((7, 4, 250_000)), "within the cap");
+        c.reset(7);
+        assert_eq!(c.due(), None, "gone with its incarnation");
+    }
+
+    #[test]
     fn a_grant_for_an_open_incarnation_stands_beside_the_current_one() {
         // A restarted receiver grants for incarnation 7 (still open) while the sender
         // already holds slots of 9: both grants stand, neither undoes the other.
         let mut c = Credit::default();
-        c.wait(3, 7, 50_000, 1 << 24);
+        c.wait(3, 7, 50_000, 1 << 24, true);
         assert!(c.is_waiting_in(7) && !c.is_waiting_in(9));
         assert!(c.on_credit(9, 20_000));
         assert!(c.on_credit(7, 60_000));

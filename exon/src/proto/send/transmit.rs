@@ -215,8 +215,7 @@ impl SRecord {
     ) -> Step {
         let room_now = fill.room();
         let cap = cfg.limits.max_reassembly_per_source;
-        let credit = rules.fragments_need_credit;
-        let plan = self.plan_fragment(s, r, fill.space.body_room, room_now, cap, credit);
+        let plan = self.plan_fragment(s, r, fill.space.body_room, room_now, cap, rules);
         let (range, overhead) = match plan {
             FragPlan::Done | FragPlan::Wait => return Step::Next,
             FragPlan::Later => return Step::Stop,
@@ -416,8 +415,8 @@ impl SRecord {
     /// Plans the next FRAG of the message in slot `s` (incarnation `r`, at the front of
     /// `to_send`), for datagrams with `body_room` bytes for frames and `room_now` left in
     /// this one. A message of more than one fragment first takes reassembly credit (`cap`:
-    /// the most to ask the receiver for), or waits for it (unless `credit` is false: the
-    /// rule switched off).
+    /// the most to ask the receiver for), or waits for it, unless
+    /// `rules.fragments_need_credit` is off (`rules.credit_doubles`: how much it asks for).
     pub fn plan_fragment(
         &mut self,
         s: u64,
@@ -425,7 +424,7 @@ impl SRecord {
         body_room: usize,
         room_now: usize,
         cap: u64,
-        credit: bool,
+        rules: &Rules,
     ) -> FragPlan {
         let Some(tok) = self.tokens.get_mut(s) else {
             self.to_send.pop_front();
@@ -447,15 +446,18 @@ impl SRecord {
             + 2 * varint_len(total)
             + varint_len(body_room as u64);
         let whole_fits = (total as usize).saturating_add(overhead) <= body_room;
-        if credit && !o.is_charged() && !whole_fits && !o.is_whole() {
+        if rules.fragments_need_credit && !o.is_charged() && !whole_fits && !o.is_whole() {
             // More than one fragment: reassembly memory must be granted first.
             let charge = Outgoing::charge_of(total);
             if !self.credit.take(r, charge) {
                 self.to_send.pop_front();
-                self.credit.wait(s, r, charge, cap);
+                self.credit.wait(s, r, charge, cap, rules.credit_doubles);
                 return FragPlan::Wait;
             }
             o.set_charged(true);
+            if rules.credit_doubles {
+                self.credit.ask_ahead(s, r, cap);
+            }
         }
         let here = room_now.saturating_sub(overhead) as u64;
         let Some(range) = o.next_range(here) else {
