@@ -238,6 +238,19 @@ pub enum ScenarioError {
 }
 
 impl Scenario {
+    /// The largest message the workload sends, in bytes: its largest payload, in an
+    /// envelope for RPC and channels, or a stream's largest chunk in its envelope.
+    pub fn largest_message(&self) -> usize {
+        let mut largest = self.workload.payload_len.max(self.workload.max_payload_len);
+        if self.rpc.is_some() || self.channels.is_some() {
+            largest += exon::envelope::MAX_OVERHEAD;
+        }
+        if let Some(m) = &self.streams {
+            largest = largest.max(m.chunk.saturating_add(exon::envelope::MAX_OVERHEAD));
+        }
+        largest
+    }
+
     /// Checks that the scenario can run: at least two nodes, a valid node configuration, and
     /// payloads that fit in one datagram.
     pub fn validate(&self) -> Result<(), ScenarioError> {
@@ -246,10 +259,7 @@ impl Scenario {
         }
         self.config.validate()?;
         let max = self.config.limits.max_message_size;
-        let mut largest = self.workload.payload_len.max(self.workload.max_payload_len);
-        if self.rpc.is_some() || self.channels.is_some() {
-            largest += exon::envelope::MAX_OVERHEAD;
-        }
+        let largest = self.largest_message();
         if largest > max {
             return Err(ScenarioError::PayloadTooLarge { len: largest, max });
         }

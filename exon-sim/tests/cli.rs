@@ -394,3 +394,29 @@ fn the_routes_size_is_probed_first_and_a_larger_one_falls_back() {
         "a larger route's size is probed and fails"
     );
 }
+
+#[test]
+fn durable_streams_with_chunks_above_a_few_kilobytes_are_journalled() {
+    // The journal's records were sized for the workload's payloads alone: a chunk of
+    // 20 000 bytes failed every append (a JournalError per chunk, the streams stalled).
+    // Sized for the largest chunk in its envelope, every byte arrives once, through
+    // restarts and loss, each chunk in fragments.
+    let out = exon_sim(&[
+        "--durable",
+        "--streams",
+        "2",
+        "--stream-chunk",
+        "20000",
+        "--stream-bytes",
+        "120000",
+        "--restarts",
+        "3",
+        "--loss",
+        "0.05",
+        "--seeds",
+        "3",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("all_seeds_ok=true"), "{text}");
+}

@@ -44,10 +44,11 @@ impl Sim {
         self.sc.disk.clone().unwrap_or_default()
     }
 
-    /// The journal configuration of the scenario, if it is durable.
+    /// The journal configuration of the scenario, if it is durable: records sized for its
+    /// largest message (a stream's chunk included: sized for payloads alone, a chunk above
+    /// about 4 KB failed every append).
     fn journal_config(&self) -> Option<JournalConfig> {
-        let wl = &self.sc.workload;
-        let largest = wl.payload_len.max(wl.max_payload_len);
+        let largest = self.sc.largest_message();
         Some(self.sc.durable.as_ref()?.config(largest))
     }
 
