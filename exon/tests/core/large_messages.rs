@@ -551,7 +551,9 @@ fn credit_ramp(double: bool) -> (usize, (u64, u64), Duration) {
         }
         Fate::Deliver
     });
-    let ids: Vec<_> = (0..256).map(|i| pair.send(A, message(i, 32 << 10))).collect();
+    let ids: Vec<_> = (0..256)
+        .map(|i| pair.send(A, message(i, 32 << 10)))
+        .collect();
     let start = pair.now;
     let (mut granted, mut in_use) = (0, 0);
     while pair.nodes[A].acked.len() < ids.len() && pair.now - start < Duration::from_secs(60) {
@@ -586,4 +588,50 @@ fn reassembly_credit_keeps_up_with_the_window_on_a_long_path() {
     // 16 MiB cap) while B holds about one message at a time.
     assert!(in_use <= 2 * (32 << 10), "{in_use}");
     assert!(granted <= 256 * (32 << 10), "{granted}");
+}
+
+/// Over a 100 ms round trip, A sends a small message (a stream's opener), then, once it
+/// is acknowledged, a 32 KiB one (27 FRAGs). Returns the virtual time from the small
+/// message's acknowledgement to the large one's delivery, and A's REQCREDITs.
+fn large_after_small(ask_ahead: bool) -> (Duration, usize) {
+    let asked: std::rc::Rc<std::cell::Cell<usize>> = Default::default();
+    let seen = asked.clone();
+    let mut pair = Pair::new(test_config());
+    pair.latency = Duration::from_millis(50);
+    pair.set_filter(move |w: &pair::Wire| {
+        let req = |f: &exon::proto::Frame| matches!(f, exon::proto::Frame::ReqCredit { .. });
+        if w.from == A && w.packet().frames.iter().any(req) {
+            seen.set(seen.get() + 1);
+        }
+        Fate::Deliver
+    });
+    pair.send(A, message(0, 40));
+    if ask_ahead {
+        pair.node(A).ask_credit(pair::id(B), 4 * (32 << 10));
+    }
+    while pair.nodes[A].acked.is_empty() {
+        assert!(pair.step());
+    }
+    let start = pair.now;
+    pair.send(A, message(1, 32 << 10));
+    while pair.nodes[B].delivered.len() < 2 {
+        assert!(pair.step());
+    }
+    (pair.now - start, asked.get())
+}
+
+/// `Node::ask_credit`: credit asked for with the first token is there when the first
+/// fragmented message comes (a stream's first chunk, once its opener is acknowledged), so
+/// that message goes at once instead of waiting a round trip for its REQCREDIT's answer
+/// (the rest of its time is the congestion window's slow start).
+#[test]
+fn credit_asked_ahead_saves_the_first_fragmented_message_a_round_trip() {
+    let (ahead, asks) = large_after_small(true);
+    let (waited, asks_waited) = large_after_small(false);
+    assert_eq!(asks, 1, "asked once, ahead: four such messages cover it");
+    assert!(asks_waited >= 1);
+    assert!(
+        ahead + Duration::from_millis(80) < waited,
+        "a round trip saved: {ahead:?} against {waited:?}"
+    );
 }

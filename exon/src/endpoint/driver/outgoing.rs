@@ -28,6 +28,11 @@ pub(crate) enum Reply {
     /// No, as [`None`](Self::None) (it holds a send credit): the request of call `0`, held
     /// in a durable node's journal until the call ends (`Node::send_held`).
     Request(u64),
+    /// No, and it holds no send credit, as [`Uncredited`](Self::Uncredited): a stream's
+    /// opener, after which its flow sends chunks of several fragments holding up to this
+    /// many bytes in progress; the core asks for that much reassembly credit with it
+    /// (`Node::ask_credit`).
+    CreditAhead(u64),
 }
 
 /// A message for the driver to hand to the core.
@@ -123,6 +128,22 @@ impl Outgoing {
             reply: Reply::Uncredited,
             deadline,
             side: Side::None,
+        }
+    }
+
+    /// The same, a stream's opener: its flow's chunks to come, of several fragments, hold
+    /// up to `want` bytes in progress, and the core asks for that much reassembly credit
+    /// with it.
+    pub(crate) fn with_credit_ahead(mut self, want: u64) -> Outgoing {
+        self.reply = Reply::CreditAhead(want);
+        self
+    }
+
+    /// The reassembly credit to ask for with it, if any.
+    pub(crate) fn credit_ahead(&self) -> Option<u64> {
+        match self.reply {
+            Reply::CreditAhead(want) => Some(want),
+            _ => None,
         }
     }
 
@@ -252,7 +273,11 @@ impl Outgoing {
             Reply::Keyed(k) => {
                 let _ = k.0.send(Ok(()));
             }
-            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) | Reply::Request(_) => {}
+            Reply::None
+            | Reply::Uncredited
+            | Reply::CreditAhead(_)
+            | Reply::KeyedBatch(_)
+            | Reply::Request(_) => {}
         }
         let stored = match self.side {
             Side::Stored(tx) => Some(tx),
@@ -265,9 +290,11 @@ impl Outgoing {
     /// one, otherwise through its receipt.
     pub(crate) fn refuse(self, e: Error) {
         match self.reply {
-            Reply::None | Reply::Uncredited | Reply::KeyedBatch(_) | Reply::Request(_) => {
-                self.ack.resolve(Err(ReceiptError::Refused(e)))
-            }
+            Reply::None
+            | Reply::Uncredited
+            | Reply::CreditAhead(_)
+            | Reply::KeyedBatch(_)
+            | Reply::Request(_) => self.ack.resolve(Err(ReceiptError::Refused(e))),
             Reply::Try(r) => {
                 let _ = r.send(Err(e));
             }

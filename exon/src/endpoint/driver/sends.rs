@@ -239,6 +239,9 @@ impl Sends {
                         node.release(core_id);
                     }
                 }
+                if let Some(want) = out.credit_ahead() {
+                    node.ask_credit(to, want);
+                }
                 self.warn_if_no_address(t, node, paths, to);
                 self.keep(out, core_id);
                 if node.is_full(to, 0) {

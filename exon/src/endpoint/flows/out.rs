@@ -289,6 +289,19 @@ impl FlowOut {
         deadline: Option<Instant>,
         mark: Option<Mark>,
     ) -> Option<MsgId> {
+        let out = self.outgoing(st, payload, seq, kind, deadline)?;
+        self.submit(out, mark)
+    }
+
+    /// Message `seq` for the driver, unless the driver is gone.
+    fn outgoing(
+        self: &Arc<Self>,
+        st: &OutState,
+        payload: Payload,
+        seq: u64,
+        kind: AckKind,
+        deadline: Option<Instant>,
+    ) -> Option<Outgoing> {
         if !self.driver.is_open() {
             return None;
         }
@@ -299,7 +312,12 @@ impl FlowOut {
             seq,
             kind,
         )));
-        let mut out = Outgoing::ordered(self.to, payload, id, ack, deadline);
+        Some(Outgoing::ordered(self.to, payload, id, ack, deadline))
+    }
+
+    /// Hands `out` to the driver with `mark`; its id, or `None` if the driver is gone.
+    fn submit(&self, mut out: Outgoing, mark: Option<Mark>) -> Option<MsgId> {
+        let id = out.id();
         if let Some(m) = mark {
             out = out.with_mark(m);
         }
@@ -438,13 +456,34 @@ impl FlowOut {
         None
     }
 
-    /// Sends an empty first chunk: the stream's opening, seen by the peer at once.
+    /// Sends an empty first chunk: the stream's opening, seen by the peer at once. When the
+    /// stream's chunks do not fit a base-size datagram, the opener asks the peer for the
+    /// reassembly credit of four of them ([`credit_ahead`]), so that the first chunks need
+    /// not wait a round trip for it once the peer's window is known.
     pub(crate) fn open(self: &Arc<Self>) -> Result<(), Broken> {
         let mut st = self.lock();
         let Some(seq) = st.seq.assign(0, false) else {
             return Ok(());
         };
-        if !self.send_chunk(&mut st, seq, Bytes::new(), false) {
+        let chunk = Chunk {
+            body: Bytes::new(),
+            last: false,
+            deadline: st.deadline.map(|d| now() + d),
+        };
+        let mark = self.position(&st, seq);
+        let payload = Envelope::ordered(self.place(&st, seq), false, Bytes::new());
+        let ahead = self.stream.as_ref().and_then(|c| credit_ahead(c.chunk));
+        let sent = self
+            .outgoing(&st, payload, seq, AckKind::Chunk, chunk.deadline)
+            .and_then(|out| {
+                let out = match ahead {
+                    Some(want) => out.with_credit_ahead(want),
+                    None => out,
+                };
+                self.submit(out, mark)
+            });
+        st.chunks.insert(seq, chunk);
+        if sent.is_none() {
             st.broken = Some(Broken::Closed);
             return Err(Broken::Closed);
         }
@@ -657,6 +696,16 @@ impl FlowOut {
     }
 }
 
+/// The reassembly credit a stream of `chunk`-byte chunks asks for when it opens: four
+/// chunks in their envelopes, when a chunk does not fit one base-size datagram (on paths
+/// where it does not fit the datagrams in use either, each goes in fragments); none
+/// otherwise.
+fn credit_ahead(chunk: usize) -> Option<u64> {
+    let len = chunk.saturating_add(crate::envelope::MAX_OVERHEAD);
+    let room = crate::proto::payload_room_each(crate::proto::BASE_DATAGRAM_SIZE, 1);
+    (len > room).then(|| 4 * len as u64)
+}
+
 /// A flow's numbering of run `run`, waiting for its receiver's window or not.
 fn sequencer(run: u32, window: Window, awaits_window: bool) -> Sequencer {
     let s = Sequencer::new(run, window);
@@ -742,6 +791,28 @@ mod tests {
 
     fn waker() -> Waker {
         futures_util::task::noop_waker()
+    }
+
+    /// A stream whose chunks go in fragments asks for their reassembly credit with its
+    /// opener; one whose chunks fit a base-size datagram asks for none.
+    #[tokio::test]
+    async fn the_opener_asks_credit_for_chunks_that_go_in_fragments() {
+        let (out, _tx, mut rx) = stream(None);
+        out.open().unwrap();
+        let Ok(Command::Send(opener)) = rx.try_recv() else {
+            panic!("no opener");
+        };
+        assert_eq!(
+            opener.credit_ahead(),
+            None,
+            "1 000-byte chunks fit one datagram"
+        );
+        let default = crate::endpoint::default_stream_chunk();
+        let want = credit_ahead(default).expect("default chunks go in fragments");
+        assert_eq!(want, 4 * (default + crate::envelope::MAX_OVERHEAD) as u64);
+        let room = crate::proto::payload_room_each(crate::proto::BASE_DATAGRAM_SIZE, 1);
+        assert_eq!(credit_ahead(room - crate::envelope::MAX_OVERHEAD), None);
+        assert!(credit_ahead(room - crate::envelope::MAX_OVERHEAD + 1).is_some());
     }
 
     #[tokio::test]

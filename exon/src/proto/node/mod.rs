@@ -380,6 +380,24 @@ impl Node {
         self.senders.get(&to).map(|s| s.path_stats(&self.cfg))
     }
 
+    /// Input: this node will have messages of several fragments to `to` holding up to
+    /// `want` bytes in progress at once (the endpoint says so when it opens a stream whose
+    /// chunks do not fit a base-size datagram). Its sender record asks `to` for that much
+    /// reassembly credit (within `max_reassembly_per_source`) with the next token it sends,
+    /// instead of a round trip later, when the first such message has to wait for it
+    /// (`docs/wire.md`, "Reassembly credit"). Nothing without a sender record for `to`
+    /// (send first), with `Rules::fragments_need_credit` off, or when the grant or what
+    /// was asked for covers it already.
+    pub fn ask_credit(&mut self, to: NodeId, want: u64) {
+        if !self.rules.fragments_need_credit {
+            return;
+        }
+        let cap = self.cfg.limits.max_reassembly_per_source;
+        if let Some(rec) = self.senders.get_mut(&to) {
+            rec.ask_credit(want, cap);
+        }
+    }
+
     /// Input: the host's route to `peer` carries UDP payloads of at most `payload` bytes
     /// (the route's MTU less the IP and UDP headers, as the embedding learns it from the
     /// operating system), or `None` when it does not say. Path MTU discovery to `peer` takes

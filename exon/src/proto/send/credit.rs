@@ -83,6 +83,28 @@ impl Credit {
         }
     }
 
+    /// The application will have fragmented messages holding up to `want` bytes in
+    /// progress (a stream whose chunks do not fit one datagram): unless incarnation `r`'s
+    /// grant (the current one, if any) or what was asked for covers it, a REQCREDIT for
+    /// `want` goes with the next token sent ([`name_ahead`](Self::name_ahead)), rather
+    /// than a round trip later when the first such message waits for it.
+    pub fn ask_for(&mut self, r: Option<u64>, want: u64) {
+        let have = r.and_then(|r| self.grant(r)).map_or(0, |g| g.limit);
+        if want > have && want > self.asked {
+            self.asked = want;
+            self.due = true;
+        }
+    }
+
+    /// A token of slot `slot`, incarnation `r`, was just sent: a REQCREDIT asked for ahead
+    /// with no message to name names it (its receiver grants for `r`, or answers for that
+    /// slot when it no longer holds `r`).
+    pub fn name_ahead(&mut self, slot: u64, r: u64) {
+        if self.due && self.ahead.is_none() && self.waiting.is_empty() {
+            self.ahead = Some((slot, r));
+        }
+    }
+
     /// Gives back `charge` bytes (the message is whole at the receiver, or settled).
     pub fn give_back(&mut self, r: u64, charge: u64) {
         if let Some(g) = self.grant_mut(r) {
@@ -288,6 +310,23 @@ mod tests {
         assert_eq!(c.due(), Some((7, 4, 250_000)), "within the cap");
         c.reset(7);
         assert_eq!(c.due(), None, "gone with its incarnation");
+    }
+
+    #[test]
+    fn credit_asked_for_ahead_goes_with_the_next_token() {
+        let t0 = crate::test_time::origin();
+        let mut c = Credit::default();
+        c.ask_for(None, 130_000);
+        assert_eq!(c.due(), None, "no message to name yet");
+        c.name_ahead(4, 7);
+        assert_eq!(c.due(), Some((7, 4, 130_000)));
+        c.on_asked(t0);
+        c.name_ahead(5, 7);
+        assert_eq!(c.due(), None, "asked once");
+        c.on_credit(7, 130_000);
+        c.ask_for(Some(7), 100_000);
+        c.name_ahead(6, 7);
+        assert_eq!(c.due(), None, "the grant covers it");
     }
 
     #[test]

@@ -751,6 +751,13 @@ impl SRecord {
         (self.rck == Some(r) || self.credit.is_waiting_in(r)) && self.credit.on_credit(r, limit)
     }
 
+    /// The application will have fragmented messages holding up to `want` bytes in
+    /// progress: reassembly credit for them (within `cap`) is asked for with the next
+    /// token sent.
+    pub fn ask_credit(&mut self, want: u64, cap: u64) {
+        self.credit.ask_for(self.rck, want.min(cap));
+    }
+
     /// A message was queued: the record is busy, not idle.
     #[inline]
     pub fn note_busy(&mut self) {

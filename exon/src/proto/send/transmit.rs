@@ -193,7 +193,11 @@ impl SRecord {
                 self.write_token(fill, (s, r, kind), len)
             };
             match step {
-                Step::Wrote => wrote = true,
+                Step::Wrote => {
+                    wrote = true;
+                    // A credit asked for ahead (`ask_credit`) names the first token sent.
+                    self.credit.name_ahead(s, r);
+                }
                 Step::Next => {}
                 Step::Stop => return (wrote, false),
                 Step::Blocked => return (wrote, true),
