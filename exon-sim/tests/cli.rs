@@ -420,3 +420,45 @@ fn durable_streams_with_chunks_above_a_few_kilobytes_are_journalled() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("all_seeds_ok=true"), "{text}");
 }
+
+#[test]
+fn credit_rotates_even_with_a_grant() {
+    // Three durable nodes, 30 000-byte chunks (in fragments), crashes mid-commit: in seed
+    // 659 a writer's chunks waited for credit in an incarnation its reader had lost in a
+    // restart, while the writer still held a grant of it from before. Its REQCREDIT kept
+    // naming a chunk the reader held untaken (no answer: its application waited for
+    // another chunk first), because the sender named the next waiting chunk only when it
+    // held no grant; the streams stalled for good (NotIdle, StreamIncomplete). Naming the
+    // next one each time the ask goes unanswered, the reader answers for the others.
+    let out = exon_sim(&[
+        "--durable",
+        "--streams",
+        "2",
+        "--nodes",
+        "3",
+        "--loss",
+        "0.05",
+        "--dup",
+        "0.05",
+        "--reorder",
+        "0.05",
+        "--restarts",
+        "6",
+        "--crash-mid-commit",
+        "0.2",
+        "--disk-sync-us",
+        "3000",
+        "--max-events",
+        "3000000",
+        "--stream-chunk",
+        "30000",
+        "--stream-bytes",
+        "400000",
+        "--seed",
+        "659",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(" violations=0 "), "{text}");
+    assert!(text.contains(" idle_nodes=3 "), "{text}");
+}

@@ -263,10 +263,10 @@ pub struct Rules {
     /// holding deliveries its application cannot take yet (an ordered flow's messages far
     /// beyond their turn) fills `max_untaken` and stops delivery from every source.
     pub untaken_share_per_source: bool,
-    /// A REQCREDIT asking about an incarnation the sender holds no grant for (its receiver
-    /// may have lost it: the answer is the verdict of the slot it names) names, each time it
-    /// goes unanswered, the next message waiting for credit. Off, it always names the
-    /// oldest: a receiver that holds that one untaken (a recovered delivery its
+    /// A REQCREDIT (whose receiver, if it lost the incarnation, answers with the verdict of
+    /// the slot it names) names, each time it goes unanswered, the next message waiting
+    /// for credit, whether or not the sender holds a grant in that incarnation (one made
+    /// before the receiver restarted proves nothing). Off, it always names the oldest: a receiver that holds that one untaken (a recovered delivery its
     /// application takes only after another of the waiting messages, a stream's later
     /// chunk) never answers, and none of them ever moves again.
     pub credit_asks_each_waiting: bool,

@@ -207,16 +207,19 @@ impl Credit {
         self.asked_at.filter(|_| self.has_waiting())
     }
 
-    /// The REQCREDIT went unanswered: ask again. With `rotate`, a REQCREDIT that named a
-    /// message of an incarnation without a grant (asking for its verdict: the receiver may
-    /// have lost that incarnation) names the next waiting message this time: a receiver
-    /// that withholds the first one's verdict (it holds it untaken, its application
-    /// waiting for another of the waiting messages) answers for the others.
+    /// The REQCREDIT went unanswered: ask again. With `rotate`, it names the next waiting
+    /// message this time: a receiver that lost the incarnation answers a REQCREDIT with the
+    /// named message's verdict, and one that withholds that verdict (it holds the message
+    /// untaken, its application waiting for another of the waiting messages) answers for
+    /// the others. Whether the sender holds a grant in that incarnation says nothing of it:
+    /// a grant made before the receiver restarted stays with the sender (rotating only
+    /// without a grant left a stream stalled for good, `exon-sim` seed 659 of
+    /// `credit_rotates_even_with_a_grant`). A live receiver grants whatever is named.
     pub fn ask_again(&mut self, rotate: bool) {
-        let Some(&(_, named)) = self.waiting.front() else {
+        if self.waiting.is_empty() {
             return;
-        };
-        if rotate && self.grant(named).is_none() {
+        }
+        if rotate {
             self.waiting.rotate_left(1);
         }
         self.due = true;
