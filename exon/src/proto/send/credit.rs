@@ -68,9 +68,9 @@ impl Credit {
     }
 
     /// A message in `slot` of incarnation `r` just took credit: a grant now more than three
-    /// quarters used is asked to double (within `cap`) before any message has to wait for it, so a
-    /// sender that keeps its credit busy does not stall a round trip at every doubling
-    /// (`Rules::credit_doubles`).
+    /// quarters used is asked to double (within `cap`) before any message has to wait for
+    /// it, so a sender that keeps its credit busy does not stall a round trip at every
+    /// doubling (`Rules::credit_doubles`).
     pub fn ask_ahead(&mut self, slot: u64, r: u64, cap: u64) {
         let Some(g) = self.grant(r) else {
             return;
@@ -146,8 +146,9 @@ impl Credit {
     /// twice the grant it ran out of (`Rules::credit_doubles`): a sender that keeps messages
     /// in progress all the time (a stream on a long path, whose fragments are in flight for
     /// a round trip or more) gets the credit its rate needs in a few round trips, as slow
-    /// start doubles a window, instead of one more message per round trip. It only ever asks
-    /// when a message waits, so a grant stays within twice what the sender had in use.
+    /// start doubles a window, instead of one more message per round trip. It asks only when
+    /// it runs short (here, or ahead: [`ask_ahead`](Self::ask_ahead)), so a grant stays
+    /// within about three times what its messages in progress hold.
     pub fn wait(&mut self, slot: u64, r: u64, charge: u64, cap: u64, double: bool) {
         self.waiting.push_back((slot, r));
         let (used, limit) = self.grant(r).map_or((0, 0), |g| (g.used, g.limit));
@@ -187,9 +188,8 @@ impl Credit {
     }
 
     /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
-    /// waiting message (a receiver that lost that incarnation answers with its verdict),
-    /// and the bytes wanted.
-    /// A REQCREDIT asking ahead names the message that last took credit.
+    /// waiting message (a receiver that lost that incarnation answers with its verdict), or
+    /// with none waiting, of the message an ask ahead named; and the bytes wanted.
     pub fn due(&self) -> Option<(u64, u64, u64)> {
         let &(s, r) = self.waiting.front().or(self.ahead.as_ref())?;
         self.due.then_some((r, s, self.asked))
