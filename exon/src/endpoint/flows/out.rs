@@ -752,11 +752,23 @@ mod tests {
         mpsc::UnboundedSender<Command>,
         mpsc::UnboundedReceiver<Command>,
     ) {
+        stream_of(deadline, 1000)
+    }
+
+    /// The same, with chunks of `chunk` bytes.
+    fn stream_of(
+        deadline: Option<Duration>,
+        chunk: usize,
+    ) -> (
+        Arc<FlowOut>,
+        mpsc::UnboundedSender<Command>,
+        mpsc::UnboundedReceiver<Command>,
+    ) {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::for_test());
         let inbox = Arc::new(StreamIn::new(shared.clone()));
         let cfg = StreamOut {
-            chunk: 1000,
+            chunk,
             buffer: 10_000,
             deadline,
         };
@@ -810,6 +822,16 @@ mod tests {
         let default = crate::endpoint::default_stream_chunk();
         let want = credit_ahead(default).expect("default chunks go in fragments");
         assert_eq!(want, 4 * (default + crate::envelope::MAX_OVERHEAD) as u64);
+        let (out, _tx, mut rx) = stream_of(None, default);
+        out.open().unwrap();
+        let Ok(Command::Send(opener)) = rx.try_recv() else {
+            panic!("no opener");
+        };
+        assert_eq!(
+            opener.credit_ahead(),
+            Some(want),
+            "the opener carries the ask"
+        );
         let room = crate::proto::payload_room_each(crate::proto::BASE_DATAGRAM_SIZE, 1);
         assert_eq!(credit_ahead(room - crate::envelope::MAX_OVERHEAD), None);
         assert!(credit_ahead(room - crate::envelope::MAX_OVERHEAD + 1).is_some());
