@@ -15,7 +15,7 @@
 //! `key=value` pairs.
 
 use clap::Parser;
-use exon_benches::endpoint::one_thread_cost;
+use exon_benches::endpoint::{one_thread_cost, two_thread_cost};
 
 /// Two exon endpoints on one thread move 1 KB messages one way over loopback (made to run
 /// under callgrind). The last line is `key=value` pairs.
@@ -34,6 +34,13 @@ struct Args {
     /// Plaintext endpoints instead of sealed ones.
     #[arg(long)]
     plain: bool,
+    /// Each endpoint on its own thread (callgrind's `--separate-threads=yes` then counts
+    /// the sender and the receiver apart).
+    #[arg(long)]
+    threads: bool,
+    /// Exon's `max_datagram_size` (`--threads` only; one thread: the benches' default).
+    #[arg(long, default_value_t = exon_benches::endpoint::DEFAULT_EXON_DATAGRAM)]
+    datagram: usize,
     /// Passed by `cargo bench` to every bench target; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -41,22 +48,41 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let rt = exon_benches::harness::runtime(0);
-    let took = rt.block_on(one_thread_cost(
-        args.messages,
-        args.warmup,
-        args.batch,
-        args.plain,
-    ));
+    let took = if args.threads {
+        two_thread_cost(
+            args.messages,
+            args.warmup,
+            args.batch,
+            args.plain,
+            args.datagram,
+        )
+    } else {
+        let rt = exon_benches::harness::runtime(0);
+        rt.block_on(one_thread_cost(
+            args.messages,
+            args.warmup,
+            args.batch,
+            args.plain,
+        ))
+    };
     let rate = args.messages as f64 / took.as_secs_f64();
     let mode = if args.plain { "plaintext" } else { "sealed" };
     println!(
-        "two endpoints on one thread ({mode}): {} messages of 1 KB, batch {}",
-        args.messages, args.batch
+        "two endpoints on {} ({mode}): {} messages of 1 KB, batch {}",
+        if args.threads {
+            "two threads"
+        } else {
+            "one thread"
+        },
+        args.messages,
+        args.batch
     );
     println!("{rate:.0} messages/s");
     println!(
-        "messages={} batch={} sealed={} msgs_per_s={rate:.0}",
-        args.messages, args.batch, !args.plain
+        "messages={} batch={} sealed={} threads={} msgs_per_s={rate:.0}",
+        args.messages,
+        args.batch,
+        !args.plain,
+        if args.threads { 2 } else { 1 }
     );
 }

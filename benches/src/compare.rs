@@ -126,7 +126,7 @@ pub fn run(args: &Options) -> Result<(), String> {
         }
         let mut last = durable::run(&durable_settings(args));
         last.push(format!("size={}", args.size));
-        println!("{}", last.join(" "));
+        crate::report::print_last(last);
         return Ok(());
     }
     match args.mode {
@@ -307,7 +307,7 @@ fn one_way(args: &Options) -> Result<(), String> {
     last.extend(cpu_keys(&names, &totals));
     last.extend(tail_keys(args, &refused));
     last.extend(durable_keys(args));
-    println!("{}", last.join(" "));
+    crate::report::print_last(last);
     Ok(())
 }
 
@@ -389,7 +389,7 @@ fn one_way_scaled(args: &Options) -> Result<(), String> {
     last.push(format!("shards={shards}"));
     last.push(format!("send_batch={}", args.send_batch));
     last.push(format!("datagram={}", args.datagram));
-    println!("{}", last.join(" "));
+    crate::report::print_last(last);
     Ok(())
 }
 
@@ -469,7 +469,7 @@ fn rpc(args: &Options) -> Result<(), String> {
     last.push(format!("callers={}", args.callers));
     last.extend(tail_keys(args, &refused));
     last.extend(durable_keys(args));
-    println!("{}", last.join(" "));
+    crate::report::print_last(last);
     Ok(())
 }
 
@@ -534,7 +534,7 @@ fn stream(args: &Options) -> Result<(), String> {
     last.push(format!("mib={blocks}"));
     last.push(format!("rounds={}", args.rounds));
     last.push(format!("datagram={}", args.datagram));
-    println!("{}", last.join(" "));
+    crate::report::print_last(last);
     Ok(())
 }
 
@@ -599,7 +599,7 @@ fn channel(args: &Options) -> Result<(), String> {
     last.push(format!("callers={callers}"));
     last.push(format!("size={}", args.size));
     last.push(format!("datagram={}", args.datagram));
-    println!("{}", last.join(" "));
+    crate::report::print_last(last);
     Ok(())
 }
 

@@ -76,7 +76,7 @@ impl MemPair {
                     let n = (end - seq).min(self.send_many as u64);
                     let mut batch: std::collections::VecDeque<_> =
                         (seq..seq + n).map(|i| payload(i, PAYLOAD).into()).collect();
-                    match self.a.send_many(now, to, &mut batch) {
+                    match step::sender_send_many(&mut self.a, now, to, &mut batch) {
                         Ok(_) => seq += n - batch.len() as u64,
                         Err(SendError::QueueFull(_)) => break,
                         Err(e) => panic!("send_many: {e}"),
@@ -87,7 +87,7 @@ impl MemPair {
                 }
             }
             while seq < end {
-                match self.a.send(now, to, payload(seq, PAYLOAD)) {
+                match step::sender_send(&mut self.a, now, to, payload(seq, PAYLOAD)) {
                     Ok(_) => seq += 1,
                     Err(SendError::QueueFull(_)) => break,
                     Err(e) => panic!("send: {e}"),
@@ -122,13 +122,13 @@ impl MemPair {
                 (&mut self.b, &mut self.a)
             };
             if src.poll_timeout().is_some_and(|t| t <= now) {
-                src.handle_timeout(now);
+                step::timeout(from_a, src, now);
             }
             if self.run > 1 {
                 // As the driver does: clocks stored, then runs of datagrams to one peer.
                 exon_testkit::confirm_clock(src, now);
                 self.buf.clear();
-                while let Some(r) = src.poll_transmit_run(now, &mut self.buf, self.run) {
+                while let Some(r) = step::transmit(from_a, src, now, &mut self.buf, self.run) {
                     let mut at = 0;
                     for size in r.sizes() {
                         moved += 1;
@@ -136,7 +136,7 @@ impl MemPair {
                             self.rx = bytes::BytesMut::with_capacity(256 * 1024);
                         }
                         self.rx.extend_from_slice(&self.buf[at..at + size]);
-                        dst.handle_datagram_buf(now, self.rx.split());
+                        step::input(!from_a, dst, now, self.rx.split());
                         at += size;
                     }
                     self.buf.clear();
@@ -144,7 +144,7 @@ impl MemPair {
             }
             loop {
                 self.buf.clear();
-                match src.poll_output(now, &mut self.buf) {
+                match step::output(from_a, src, now, &mut self.buf) {
                     Output::StoreClock(hw) => src.handle_clock_stored(now, hw),
                     Output::Store(w) => src.handle_stored(now, w.seq),
                     Output::Transmit(tx) => {
@@ -156,7 +156,7 @@ impl MemPair {
                             self.rx = bytes::BytesMut::with_capacity(256 * 1024);
                         }
                         self.rx.extend_from_slice(&self.buf[..tx.size]);
-                        dst.handle_datagram_buf(now, self.rx.split());
+                        step::input(!from_a, dst, now, self.rx.split());
                     }
                     Output::Event(e) => {
                         // Events come last: the rest of this drain is events. They are
@@ -166,11 +166,11 @@ impl MemPair {
                         // message). The datagrams the takings owe go in the next pump.
                         let mut ids = std::mem::take(&mut self.taken);
                         take(&mut self.seen, &mut ids, e);
-                        while let Some(e) = src.poll_event() {
+                        while let Some(e) = step::event(from_a, src) {
                             take(&mut self.seen, &mut ids, e);
                         }
                         // As the driver does: the takes of one drain in one call.
-                        src.handle_taken_many(now, ids.drain(..));
+                        step::taken(from_a, src, now, &mut ids);
                         self.taken = ids;
                         break;
                     }
@@ -191,5 +191,185 @@ fn take(seen: &mut Seen, ids: &mut Vec<DeliveryId>, e: Event) {
     if let Event::Delivered { payload, id, .. } = e {
         seen.record(seq_of(&payload, PAYLOAD));
         ids.push(id);
+    }
+}
+
+/// Each call into a node goes through a function of its own, never inlined, named after
+/// its step and the node's role (a sends, b receives), so that callgrind's inclusive counts
+/// give the instruction budget of every step on each side
+/// (`scripts/instruction-budget.py`). A call costs a few instructions more than the
+/// method alone; the `black_box` of its role keeps the compiler from merging the sender's
+/// and the receiver's copies of a step into one function.
+mod step {
+    use std::collections::VecDeque;
+    use std::time::Instant;
+
+    use bytes::{Bytes, BytesMut};
+    use exon::proto::{
+        Accepted, DeliveryId, Event, MsgId, Node, NodeId, Output, Payload, SendError, TransmitRun,
+    };
+
+    #[inline(never)]
+    pub fn sender_send(
+        n: &mut Node,
+        now: Instant,
+        to: NodeId,
+        p: Bytes,
+    ) -> Result<MsgId, SendError> {
+        std::hint::black_box(1u8);
+        n.send(now, to, p)
+    }
+
+    #[inline(never)]
+    pub fn sender_send_many(
+        n: &mut Node,
+        now: Instant,
+        to: NodeId,
+        batch: &mut VecDeque<Payload>,
+    ) -> Result<MsgId, SendError> {
+        std::hint::black_box(1u8);
+        n.send_many(now, to, batch)
+    }
+
+    /// `Node::handle_timeout`, on the sender (`sender`) or the receiver.
+    pub fn timeout(sender: bool, n: &mut Node, now: Instant) {
+        if sender {
+            sender_timeout(n, now)
+        } else {
+            receiver_timeout(n, now)
+        }
+    }
+
+    #[inline(never)]
+    fn sender_timeout(n: &mut Node, now: Instant) {
+        std::hint::black_box(1u8);
+        n.handle_timeout(now)
+    }
+
+    #[inline(never)]
+    fn receiver_timeout(n: &mut Node, now: Instant) {
+        std::hint::black_box(2u8);
+        n.handle_timeout(now)
+    }
+
+    /// `Node::poll_transmit_run`, on the sender or the receiver.
+    pub fn transmit(
+        sender: bool,
+        n: &mut Node,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Option<TransmitRun> {
+        if sender {
+            sender_transmit(n, now, buf, max)
+        } else {
+            receiver_transmit(n, now, buf, max)
+        }
+    }
+
+    #[inline(never)]
+    fn sender_transmit(
+        n: &mut Node,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Option<TransmitRun> {
+        std::hint::black_box(1u8);
+        n.poll_transmit_run(now, buf, max)
+    }
+
+    #[inline(never)]
+    fn receiver_transmit(
+        n: &mut Node,
+        now: Instant,
+        buf: &mut Vec<u8>,
+        max: usize,
+    ) -> Option<TransmitRun> {
+        std::hint::black_box(2u8);
+        n.poll_transmit_run(now, buf, max)
+    }
+
+    /// `Node::poll_output`, on the sender or the receiver.
+    pub fn output(sender: bool, n: &mut Node, now: Instant, buf: &mut Vec<u8>) -> Output {
+        if sender {
+            sender_output(n, now, buf)
+        } else {
+            receiver_output(n, now, buf)
+        }
+    }
+
+    #[inline(never)]
+    fn sender_output(n: &mut Node, now: Instant, buf: &mut Vec<u8>) -> Output {
+        std::hint::black_box(1u8);
+        n.poll_output(now, buf)
+    }
+
+    #[inline(never)]
+    fn receiver_output(n: &mut Node, now: Instant, buf: &mut Vec<u8>) -> Output {
+        std::hint::black_box(2u8);
+        n.poll_output(now, buf)
+    }
+
+    /// `Node::handle_datagram_buf`, on the sender or the receiver.
+    pub fn input(sender: bool, n: &mut Node, now: Instant, d: BytesMut) -> Option<Accepted> {
+        if sender {
+            sender_input(n, now, d)
+        } else {
+            receiver_input(n, now, d)
+        }
+    }
+
+    #[inline(never)]
+    fn sender_input(n: &mut Node, now: Instant, d: BytesMut) -> Option<Accepted> {
+        std::hint::black_box(1u8);
+        n.handle_datagram_buf(now, d)
+    }
+
+    #[inline(never)]
+    fn receiver_input(n: &mut Node, now: Instant, d: BytesMut) -> Option<Accepted> {
+        std::hint::black_box(2u8);
+        n.handle_datagram_buf(now, d)
+    }
+
+    /// `Node::poll_event`, on the sender or the receiver.
+    pub fn event(sender: bool, n: &mut Node) -> Option<Event> {
+        if sender {
+            sender_event(n)
+        } else {
+            receiver_event(n)
+        }
+    }
+
+    #[inline(never)]
+    fn sender_event(n: &mut Node) -> Option<Event> {
+        std::hint::black_box(1u8);
+        n.poll_event()
+    }
+
+    #[inline(never)]
+    fn receiver_event(n: &mut Node) -> Option<Event> {
+        std::hint::black_box(2u8);
+        n.poll_event()
+    }
+
+    /// `Node::handle_taken_many`, on the sender or the receiver.
+    pub fn taken(sender: bool, n: &mut Node, now: Instant, ids: &mut Vec<DeliveryId>) {
+        if sender {
+            sender_taken(n, now, ids)
+        } else {
+            receiver_taken(n, now, ids)
+        }
+    }
+
+    #[inline(never)]
+    fn sender_taken(n: &mut Node, now: Instant, ids: &mut Vec<DeliveryId>) {
+        std::hint::black_box(1u8);
+        n.handle_taken_many(now, ids.drain(..));
+    }
+
+    #[inline(never)]
+    fn receiver_taken(n: &mut Node, now: Instant, ids: &mut Vec<DeliveryId>) {
+        std::hint::black_box(2u8);
+        n.handle_taken_many(now, ids.drain(..));
     }
 }

@@ -323,6 +323,84 @@ pub fn exon_caller(mut ep: Endpoint, tasks: &mut Vec<tokio::task::JoinHandle<()>
     Caller::Exon(h)
 }
 
+/// As [`one_thread_cost`], with each endpoint on its own OS thread and one-thread runtime
+/// (the sender and its application on the calling thread, the receiver and its reader on
+/// a thread of their own), so that callgrind's `--separate-threads=yes` counts each
+/// side apart (`scripts/instruction-budget.py`). Returns the time from the `warmup`-th
+/// delivery to the last.
+pub fn two_thread_cost(
+    messages: u64,
+    warmup: u64,
+    batch: usize,
+    plain: bool,
+    datagram: usize,
+) -> Duration {
+    let local: SocketAddr = LOCALHOST.parse().unwrap();
+    let cfg = exon_config(datagram);
+    let total = warmup + messages;
+    let marker = warmup.max(1);
+    let (addr_tx, addr_rx) = std_mpsc::channel();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let (all_tx, all_rx) = oneshot::channel::<()>();
+    let receiver_cfg = cfg.clone();
+    let receiver = std::thread::spawn(move || {
+        crate::harness::runtime(0).block_on(async move {
+            let mut b = exon_endpoint_with(local, 2, receiver_cfg, plain);
+            addr_tx.send(b.local_addr()).expect("sender waiting");
+            let took = receive_all(&mut b, total, marker).await;
+            let _ = all_tx.send(());
+            // Answer the sender until it has closed.
+            let _ = done_rx.await;
+            b.close(Duration::from_millis(100)).await;
+            took
+        })
+    });
+    let b_addr = addr_rx.recv().expect("receiver bound");
+    crate::harness::runtime(0).block_on(async move {
+        let a = exon_endpoint_with(local, 1, cfg, plain);
+        let b_id = NodeId::from_const(2);
+        a.add_peer(b_id, b_addr);
+        send_all(&a, b_id, total, batch).await;
+        // Under callgrind the run is slow: close once every message is delivered.
+        let _ = all_rx.await;
+        a.close(Duration::from_secs(5)).await;
+    });
+    let _ = done_tx.send(());
+    receiver.join().expect("receiver thread")
+}
+
+/// Receives and checks `total` messages at `b`; returns the time from the `marker`-th to
+/// the last.
+async fn receive_all(b: &mut Endpoint, total: u64, marker: u64) -> Duration {
+    let mut seen = Seen::default();
+    let mut started = None;
+    while seen.count() < total {
+        let m = b.recv().await.expect("endpoint running");
+        seen.record(seq_of(&m.payload, SHARDED_SIZE));
+        if seen.count() == marker {
+            started = Some(Instant::now());
+        }
+    }
+    started.map_or(Duration::ZERO, |s| s.elapsed())
+}
+
+/// Sends messages `0..total` of [`SHARDED_SIZE`] bytes from `a` to `to`, `batch` per
+/// `send_batch` call (0: one `send` each), dropping the receipts.
+async fn send_all(a: &Endpoint, to: NodeId, total: u64, batch: usize) {
+    let mut seq = 0;
+    while seq < total {
+        if batch == 0 {
+            drop(a.send(to, payload(seq, SHARDED_SIZE)).await.expect("send"));
+            seq += 1;
+        } else {
+            let n = (batch as u64).min(total - seq);
+            let batch = (seq..seq + n).map(|q| payload(q, SHARDED_SIZE));
+            drop(a.send_batch(to, batch).await.expect("send_batch"));
+            seq += n;
+        }
+    }
+}
+
 /// The endpoint's own cost per message: a sending and a receiving endpoint (sealed, or
 /// `plain`) on the current runtime move `warmup + messages` messages of
 /// [`SHARDED_SIZE`] bytes one way over loopback, `batch` per `send_batch` call (0: one
@@ -337,35 +415,11 @@ pub async fn one_thread_cost(messages: u64, warmup: u64, batch: usize, plain: bo
     let total = warmup + messages;
     let marker = warmup.max(1);
     let receiver = tokio::spawn(async move {
-        let mut seen = Seen::default();
-        let mut started = None;
-        while seen.count() < total {
-            let m = b.recv().await.expect("endpoint running");
-            seen.record(seq_of(&m.payload, SHARDED_SIZE));
-            if seen.count() == marker {
-                started = Some(Instant::now());
-            }
-        }
-        (b, started)
+        let took = receive_all(&mut b, total, marker).await;
+        (b, took)
     });
-    let mut seq = 0;
-    while seq < total {
-        if batch == 0 {
-            drop(
-                a.send(b_id, payload(seq, SHARDED_SIZE))
-                    .await
-                    .expect("send"),
-            );
-            seq += 1;
-        } else {
-            let n = (batch as u64).min(total - seq);
-            let batch = (seq..seq + n).map(|q| payload(q, SHARDED_SIZE));
-            drop(a.send_batch(b_id, batch).await.expect("send_batch"));
-            seq += n;
-        }
-    }
-    let (b, started) = receiver.await.expect("receiver");
-    let took = started.map_or(Duration::ZERO, |s| s.elapsed());
+    send_all(&a, b_id, total, batch).await;
+    let (b, took) = receiver.await.expect("receiver");
     a.close(Duration::from_secs(1)).await;
     b.close(Duration::from_millis(100)).await;
     took

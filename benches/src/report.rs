@@ -149,3 +149,27 @@ mod tests {
         assert_eq!(t.rounds(), "100 300");
     }
 }
+
+/// Where `scripts/instruction-budget.py` leaves its tables and its `key=value` line.
+const BUDGET_FILE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../target/instruction-budget.txt"
+);
+
+/// Prints the last line: `last`, then the instruction budget's totals
+/// (`budget_core=... budget_endpoint=... budget_commit=...`) from the last run of
+/// `scripts/instruction-budget.py` when there is one (its commit says which code it
+/// counted).
+pub fn print_last(mut last: Vec<String>) {
+    if let Some(line) = std::fs::read_to_string(BUDGET_FILE)
+        .ok()
+        .and_then(|t| t.lines().last().map(str::to_owned))
+    {
+        last.extend(
+            line.split_whitespace()
+                .filter(|kv| kv.starts_with("budget_") && kv.contains('='))
+                .map(str::to_owned),
+        );
+    }
+    println!("{}", last.join(" "));
+}

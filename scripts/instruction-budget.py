@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""The instruction budget of a message (issue 47): callgrind counts per message, per step,
+sender and receiver, core and endpoint.
+
+Runs, each twice with different message counts (the difference divided by the difference
+of the counts is the cost per message, without set-up):
+
+- `mem_pair`, two cores in memory (plaintext, 65 507-byte datagrams by default): every
+  call into a node goes through a never-inlined function named after its step and role
+  (`benches/src/core_pair.rs`, `mod step`), whose inclusive count is that step's budget;
+- `endpoint_cost --threads`, two endpoints over loopback, each on its own thread, counted
+  apart (`--separate-threads=yes`): per side, the core's share (every call from outside
+  `exon::proto` into it, inclusive) and the rest by crate (self counts).
+
+Prints the tables, writes them with a last `key=value` line to
+`target/instruction-budget.txt` (which `compare` appends to its own last line), and
+prints that line last.
+
+    cargo bench -p exon-benches --bench mem_pair --bench endpoint_cost --no-run
+    python3 scripts/instruction-budget.py [--plain-only] [--datagram 65507]
+"""
+
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def binary(name):
+    paths = [
+        p
+        for p in glob.glob(os.path.join(ROOT, "target/release/deps", name + "-*"))
+        if os.access(p, os.X_OK) and not p.endswith(".d")
+    ]
+    if not paths:
+        sys.exit(f"no {name} binary: cargo bench -p exon-benches --bench {name} --no-run")
+    return max(paths, key=os.path.getmtime)
+
+
+def callgrind(cmd, out, threads=False):
+    for f in glob.glob(out + "*"):
+        os.remove(f)
+    args = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    if threads:
+        args.append("--separate-threads=yes")
+    r = subprocess.run(args + cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
+    if threads:
+        return sorted(f for f in glob.glob(out + "-*"))
+    return [out]
+
+
+class Profile:
+    """A callgrind output file: self counts per function and call arcs with their
+    inclusive counts."""
+
+    def __init__(self, path):
+        self.names = {}
+        self.self_cost = defaultdict(int)
+        self.arcs = defaultdict(int)  # (caller, callee) -> inclusive
+        self.total = 0
+        self.files = {}  # function -> its object file's source (fl=)
+        self.file_names = {}
+        fl = None
+        fn = None
+        cfn = None
+        after_calls = False
+        name_re = re.compile(r"\((\d+)\)(?: (.*))?")
+
+        def name(ref):
+            m = name_re.match(ref)
+            if not m:
+                return ref
+            i, n = m.group(1), m.group(2)
+            if n is not None:
+                self.names[i] = n
+            return self.names.get(i, i)
+
+        with open(path) as f:
+            for line in f:
+                line = line.rstrip("\n")
+                if not line:
+                    continue
+                c = line[0]
+                if c.isdigit() or c in "+-*":
+                    parts = line.split()
+                    cost = int(parts[1]) if len(parts) > 1 else 0
+                    if after_calls:
+                        self.arcs[(fn, cfn)] += cost
+                        after_calls = False
+                    else:
+                        self.self_cost[fn] += cost
+                        self.total += cost
+                elif line.startswith("fl="):
+                    fl = self.file_name(line[3:])
+                elif line.startswith(("fi=", "fe=", "cfi=", "cfl=")):
+                    self.file_name(line.split("=", 1)[1])
+                elif line.startswith("fn="):
+                    fn = name(line[3:])
+                    self.files.setdefault(fn, fl)
+                elif line.startswith("cfn="):
+                    cfn = name(line[4:])
+                elif line.startswith("calls="):
+                    after_calls = True
+
+    def file_name(self, ref):
+        m = re.match(r"\((\d+)\)(?: (.*))?", ref)
+        if not m:
+            return ref
+        if m.group(2) is not None:
+            self.file_names[m.group(1)] = m.group(2)
+        return self.file_names.get(m.group(1), ref)
+
+    def inclusive_into(self, pick, outside=lambda n: True):
+        """Inclusive counts of the calls into functions `pick` accepts, from callers
+        `outside` accepts, by callee."""
+        got = defaultdict(int)
+        for (caller, callee), cost in self.arcs.items():
+            if pick(callee) and outside(caller) and not pick(caller):
+                got[callee] += cost
+        return got
+
+
+def is_core(name):
+    return name.startswith("exon::proto::") or name.startswith("<exon::proto::")
+
+
+def short(name):
+    """`exon::proto::node::input::<impl exon::proto::node::Node>::handle_datagram_buf`
+    -> `handle_datagram_buf`."""
+    name = re.sub(r"<[^<>]*>", "", re.sub(r"<[^<>]*>", "", name))
+    return name.rstrip(":").split("::")[-1] or name
+
+
+def crate_of(name, file=None):
+    if file and "/ring-" in file:
+        return "ring"
+    n = name.lstrip("<")
+    for prefix, label in [
+        ("exon::proto::", "core (exon::proto)"),
+        ("exon::endpoint::", "endpoint (exon::endpoint)"),
+        ("exon::", "exon, other"),
+        ("tokio::", "tokio"),
+        ("quinn_udp::", "quinn-udp"),
+        ("bytes::", "bytes"),
+        ("ring_core", "ring"),
+        ("ring::", "ring"),
+        ("exon_benches::", "the application (bench)"),
+    ]:
+        if n.startswith(prefix):
+            return label
+    if re.match(r"(_int_|malloc|free|cfree|realloc|__libc_malloc|__libc_free|tcache)", n):
+        return "allocator"
+    if "memcpy" in n or "memmove" in n or "memset" in n:
+        return "libc copies"
+    if n.startswith(("core::", "alloc::", "std::", "__rust")):
+        return "Rust std"
+    return "other (libc, syscalls' user side)"
+
+
+def per_message(a, b, n_a, n_b):
+    return (b - a) / (n_b - n_a)
+
+
+def mem_pair_budget(plain, datagram, counts):
+    exe = binary("mem_pair")
+    steps = {}
+    totals = []
+    for n in counts:
+        out = f"/tmp/exon-budget.mem.{n}"
+        cmd = [exe, "--messages", str(n), "--warmup", "5000", "--datagram", str(datagram)]
+        if plain:
+            cmd.append("--plain")
+        (path,) = callgrind(cmd, out)
+        p = Profile(path)
+        got = p.inclusive_into(lambda f: "core_pair::step::" in f)
+        steps[n] = {short(k): v for k, v in got.items()}
+        totals.append(p.total)
+        os.remove(path)
+    a, b = counts
+    rows = {}
+    for k in set(steps[a]) | set(steps[b]):
+        rows[k] = per_message(steps[a].get(k, 0), steps[b].get(k, 0), a, b)
+    total = per_message(totals[0], totals[1], a, b)
+    return rows, total
+
+
+def endpoint_budget(plain, counts, datagram):
+    exe = binary("endpoint_cost")
+    sides = {}
+    for n in counts:
+        out = f"/tmp/exon-budget.ep.{n}"
+        cmd = [exe, "--messages", str(n), "--warmup", "2000", "--threads",
+               "--datagram", str(datagram)]
+        if plain:
+            cmd.append("--plain")
+        paths = callgrind(cmd, out, threads=True)
+        # Thread 1 is the sender (the calling thread), thread 2 the receiver.
+        for side, path in zip(["sender", "receiver"], paths[:2]):
+            p = Profile(path)
+            core = p.inclusive_into(is_core)
+            by_step = defaultdict(int)
+            for k, v in core.items():
+                by_step[short(k)] += v
+            core_total = sum(core.values())
+            rest = defaultdict(int)
+            for f, v in p.self_cost.items():
+                if f is not None and not is_core(f):
+                    rest[crate_of(f, p.files.get(f))] += v
+            # Functions outside the core that the core calls (the allocator, copies,
+            # ring) are in the core's inclusive share: their calls from the core are
+            # taken out of their crate's count.
+            for (caller, callee), cost in p.arcs.items():
+                if caller is not None and is_core(caller) and not is_core(callee):
+                    rest[crate_of(callee, p.files.get(callee))] -= cost
+            sides.setdefault(side, {})[n] = {
+                "total": p.total,
+                "core": core_total,
+                "steps": by_step,
+                "rest": rest,
+            }
+        for f in paths:
+            os.remove(f)
+    a, b = counts
+    result = {}
+    for side, runs in sides.items():
+        ra, rb = runs[a], runs[b]
+        total = per_message(ra["total"], rb["total"], a, b)
+        core = per_message(ra["core"], rb["core"], a, b)
+        steps = {
+            k: per_message(ra["steps"].get(k, 0), rb["steps"].get(k, 0), a, b)
+            for k in set(ra["steps"]) | set(rb["steps"])
+        }
+        rest = {
+            k: per_message(ra["rest"].get(k, 0), rb["rest"].get(k, 0), a, b)
+            for k in set(ra["rest"]) | set(rb["rest"])
+        }
+        result[side] = {"total": total, "core": core, "steps": steps, "rest": rest}
+    return result
+
+
+def table(title, rows, total=None, min_share=0.005):
+    lines = [title]
+    shown = sorted(rows.items(), key=lambda kv: -kv[1])
+    small = 0.0
+    for k, v in shown:
+        if total and abs(v) < min_share * total:
+            small += v
+            continue
+        lines.append(f"  {k:<44} {v:>8.0f}")
+    if small:
+        lines.append(f"  {'(smaller items)':<44} {small:>8.0f}")
+    if total is not None:
+        lines.append(f"  {'total':<44} {total:>8.0f}")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datagram", type=int, default=65507,
+                    help="mem_pair's datagram size (the core budget's; default 65507)")
+    ap.add_argument("--endpoint-datagram", type=int, default=1472,
+                    help="the endpoints' datagram size (default 1472: one message each)")
+    ap.add_argument("--sealed", action="store_true",
+                    help="sealed cores and endpoints (default plaintext)")
+    ap.add_argument("--skip-endpoint", action="store_true")
+    args = ap.parse_args()
+    plain = not args.sealed
+    mode = "plaintext" if plain else "sealed"
+
+    out = []
+    keys = {}
+    steps, total = mem_pair_budget(plain, args.datagram, (10000, 40000))
+    core_sum = sum(steps.values())
+    out += table(
+        f"mem_pair ({mode}, {args.datagram}-byte datagrams): instructions per message, by step",
+        {k.replace("_", " ", 1): v for k, v in steps.items()},
+    )
+    out.append(f"  {'core, both sides':<44} {core_sum:>8.0f}")
+    out.append(f"  {'the harness (copies, payloads, checks)':<44} {total - core_sum:>8.0f}")
+    sender = sum(v for k, v in steps.items() if k.startswith("sender"))
+    receiver = sum(v for k, v in steps.items() if k.startswith("receiver"))
+    keys.update(
+        budget_core=round(core_sum),
+        budget_core_sender=round(sender),
+        budget_core_receiver=round(receiver),
+    )
+    if not args.skip_endpoint:
+        ep = endpoint_budget(plain, (10000, 30000), args.endpoint_datagram)
+        both_total = 0.0
+        both_core = 0.0
+        for side in ("sender", "receiver"):
+            s = ep[side]
+            out.append("")
+            out += table(
+                f"endpoint_cost --threads ({mode}, {args.endpoint_datagram}-byte datagrams), "
+                f"{side}: core calls (inclusive)",
+                s["steps"], s["core"], min_share=0.01,
+            )
+            out += table(
+                f"  {side}: outside the core, self counts by crate", s["rest"],
+                s["total"] - s["core"], min_share=0.0,
+            )
+            out.append(f"  {side + ' thread, all':<44} {s['total']:>8.0f}")
+            both_total += s["total"]
+            both_core += s["core"]
+        out.append("")
+        out.append(f"endpoint, both sides: {both_total:.0f}; the core's share {both_core:.0f}; "
+                   f"beyond the core {both_total - both_core:.0f}")
+        keys.update(
+            budget_endpoint=round(both_total),
+            budget_endpoint_core=round(both_core),
+            budget_endpoint_beyond_core=round(both_total - both_core),
+        )
+    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    keys["budget_mode"] = mode
+    keys["budget_commit"] = rev + ("+" if dirty else "")
+    last = " ".join(f"{k}={v}" for k, v in keys.items())
+    out.append("")
+    out.append(last)
+    text = "\n".join(out) + "\n"
+    os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
+    with open(os.path.join(ROOT, "target/instruction-budget.txt"), "w") as f:
+        f.write(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    main()
