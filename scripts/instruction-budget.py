@@ -138,6 +138,10 @@ def short(name):
     return name.rstrip(":").split("::")[-1] or name
 
 
+# Crates whose counts are charged to their callers.
+SERVICES = ("allocator", "libc copies")
+
+
 def crate_of(name, file=None):
     if file and "/ring-" in file:
         return "ring"
@@ -155,7 +159,7 @@ def crate_of(name, file=None):
     ]:
         if n.startswith(prefix):
             return label
-    if re.match(r"(_int_|malloc|free|cfree|realloc|__libc_malloc|__libc_free|tcache)", n):
+    if re.match(r"(_int_|malloc|free|cfree|realloc|__libc_malloc|__libc_free|tcache|__rustc::__r|__rust_|__rdl_)", n):
         return "allocator"
     if "memcpy" in n or "memmove" in n or "memset" in n:
         return "libc copies"
@@ -216,9 +220,18 @@ def endpoint_budget(plain, counts, datagram):
             # Functions outside the core that the core calls (the allocator, copies,
             # ring) are in the core's inclusive share: their calls from the core are
             # taken out of their crate's count.
+            # The allocator's and libc's copies' counts go to whoever called them.
             for (caller, callee), cost in p.arcs.items():
-                if caller is not None and is_core(caller) and not is_core(callee):
-                    rest[crate_of(callee, p.files.get(callee))] -= cost
+                if caller is None or is_core(callee):
+                    continue
+                to = crate_of(callee, p.files.get(callee))
+                if is_core(caller):
+                    rest[to] -= cost
+                elif to in SERVICES:
+                    by = crate_of(caller, p.files.get(caller))
+                    if by not in SERVICES:
+                        rest[to] -= cost
+                        rest[f"{by}: {to}"] += cost
             sides.setdefault(side, {})[n] = {
                 "total": p.total,
                 "core": core_total,
@@ -250,6 +263,8 @@ def table(title, rows, total=None, min_share=0.005):
     shown = sorted(rows.items(), key=lambda kv: -kv[1])
     small = 0.0
     for k, v in shown:
+        if round(v) == 0:
+            continue
         if total and abs(v) < min_share * total:
             small += v
             continue

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::endpoint::api::error::Error;
+use crate::endpoint::api::receipt_slab::ReceiptSlab;
 use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
@@ -46,11 +47,17 @@ pub struct Handle {
 pub(crate) struct ShardLink {
     cmds: mpsc::UnboundedSender<Command>,
     shared: Arc<Shared>,
+    /// The verdict cells of the shard's single sends.
+    receipts: Arc<ReceiptSlab>,
 }
 
 impl ShardLink {
     pub(crate) fn new(cmds: mpsc::UnboundedSender<Command>, shared: Arc<Shared>) -> ShardLink {
-        ShardLink { cmds, shared }
+        ShardLink {
+            cmds,
+            shared,
+            receipts: ReceiptSlab::new(),
+        }
     }
 }
 
@@ -588,7 +595,8 @@ impl Handle {
         reply: Reply,
         deadline: Option<std::time::Instant>,
     ) -> Result<Receipt, Error> {
-        let (ack, rx) = oneshot::channel();
+        let shard = self.shard(to);
+        let (rx, ack) = shard.receipts.open();
         let id = self.first().shared.next_ids(1);
         let (stored_tx, stored) = if self.first().shared.is_durable() {
             let (tx, rx) = oneshot::channel();
@@ -596,8 +604,8 @@ impl Handle {
         } else {
             (None, None)
         };
-        let out = Outgoing::send(to, payload, id, Ack::One(ack), reply, deadline, stored_tx);
-        self.shard(to)
+        let out = Outgoing::send(to, payload, id, Ack::Slot(ack), reply, deadline, stored_tx);
+        shard
             .cmds
             .send(Command::Send(out))
             .map_err(|_| Error::Closed)?;

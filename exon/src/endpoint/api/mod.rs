@@ -9,6 +9,7 @@ pub(crate) mod handle;
 pub(crate) mod message;
 #[cfg(feature = "serde")]
 pub(crate) mod payload;
+pub(crate) mod receipt_slab;
 pub(crate) mod receipts;
 pub(crate) mod shared;
 pub(crate) mod stats;

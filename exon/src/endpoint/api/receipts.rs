@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::Error;
 use crate::endpoint::api::error::ReceiptError;
+use crate::endpoint::api::receipt_slab::{SlabReceipt, SlotAck};
 use crate::endpoint::flows::ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
 
@@ -19,6 +20,8 @@ use crate::proto::{MsgId, NodeId};
 pub(crate) enum Ack {
     /// A single send's receipt.
     One(oneshot::Sender<Result<(), ReceiptError>>),
+    /// A single send's receipt, a cell of its shard's slab.
+    Slot(SlotAck),
     /// Message `index` of a batch.
     Batch(BatchSlot),
     /// Nobody waits for the verdict (a server's reply: its caller learns the outcome).
@@ -35,6 +38,7 @@ impl Ack {
             Ack::One(tx) => {
                 let _ = tx.send(verdict);
             }
+            Ack::Slot(slot) => slot.resolve(verdict),
             Ack::Batch(slot) => slot.resolve(verdict),
             Ack::None => {}
             Ack::Flow(f) => f.resolve(verdict),
@@ -491,21 +495,26 @@ mod tests {
 pub struct Receipt {
     id: MsgId,
     to: NodeId,
-    rx: oneshot::Receiver<Result<(), ReceiptError>>,
+    rx: VerdictIn,
     /// Durable mode: the stable id, once the message is stored.
     stored: Option<oneshot::Receiver<MsgId>>,
 }
 
 impl Receipt {
-    /// The receipt of message `id` to `to`, whose verdict comes through `rx` (and, durable
-    /// mode, its stable id through `stored`).
+    /// The receipt of message `id` to `to`, whose verdict comes through its slab cell `rx`
+    /// (and, durable mode, its stable id through `stored`).
     pub(crate) fn new(
         id: MsgId,
         to: NodeId,
-        rx: oneshot::Receiver<Result<(), ReceiptError>>,
+        rx: SlabReceipt,
         stored: Option<oneshot::Receiver<MsgId>>,
     ) -> Receipt {
-        Receipt { id, to, rx, stored }
+        Receipt {
+            id,
+            to,
+            rx: VerdictIn::Slab(rx),
+            stored,
+        }
     }
 
     /// The message's id: unique within this endpoint and increasing in the order of the
@@ -550,7 +559,7 @@ impl Receipt {
         Receipt {
             id,
             to,
-            rx,
+            rx: VerdictIn::Once(rx),
             stored: None,
         }
     }
@@ -566,7 +575,7 @@ impl Receipt {
         Receipt {
             id,
             to,
-            rx,
+            rx: VerdictIn::Once(rx),
             stored: Some(stored),
         }
     }
@@ -577,10 +586,21 @@ impl Future for Receipt {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let id = self.id;
-        Pin::new(&mut self.rx).poll(cx).map(|r| match r {
-            Ok(Ok(())) => Ok(id),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ReceiptError::Unacknowledged),
-        })
+        let verdict = match &mut self.rx {
+            VerdictIn::Slab(r) => r.poll_verdict(cx),
+            VerdictIn::Once(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(ReceiptError::Unacknowledged))),
+        };
+        verdict.map(|v| v.map(|()| id))
     }
+}
+
+/// Where a [`Receipt`]'s verdict comes from.
+#[derive(Debug)]
+enum VerdictIn {
+    /// A cell of its shard's slab (a single send).
+    Slab(SlabReceipt),
+    /// A oneshot of its own (a channel's message, a recovered one).
+    Once(oneshot::Receiver<Result<(), ReceiptError>>),
 }
