@@ -549,17 +549,13 @@ impl Receipt {
         Ok(id)
     }
 
-    /// The receipt of a channel's message (never told it is stored: channels are not kept
-    /// across restarts).
-    pub(crate) fn from_channel(
-        id: MsgId,
-        to: NodeId,
-        rx: oneshot::Receiver<Result<(), ReceiptError>>,
-    ) -> Receipt {
+    /// The receipt of a channel's message, whose verdict comes through its flow's slab
+    /// cell `rx` (never told it is stored: channels are not kept across restarts).
+    pub(crate) fn from_channel(id: MsgId, to: NodeId, rx: SlabReceipt) -> Receipt {
         Receipt {
             id,
             to,
-            rx: VerdictIn::Once(rx),
+            rx: VerdictIn::Slab(rx),
             stored: None,
         }
     }

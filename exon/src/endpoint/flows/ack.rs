@@ -7,16 +7,37 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::ReceiptError;
+use crate::endpoint::api::receipt_slab::SlotAck;
 
 /// What a verdict is about.
 #[derive(Debug)]
 pub(crate) enum AckKind {
     /// A channel's message, whose receipt waits.
-    Message(Option<oneshot::Sender<Result<(), ReceiptError>>>),
+    Message(Option<ReceiptEnd>),
     /// The gap sent for a message given up.
     Gap,
     /// A stream's chunk.
     Chunk,
+}
+
+/// Where a channel message's receipt hears its verdict.
+#[derive(Debug)]
+pub(crate) enum ReceiptEnd {
+    /// A cell of its flow's slab (a message sent since the endpoint started).
+    Slot(SlotAck),
+    /// A oneshot of its own (a message recovered from the journal).
+    Once(oneshot::Sender<Result<(), ReceiptError>>),
+}
+
+impl ReceiptEnd {
+    fn resolve(self, verdict: Result<(), ReceiptError>) {
+        match self {
+            ReceiptEnd::Slot(s) => s.resolve(verdict),
+            ReceiptEnd::Once(tx) => {
+                let _ = tx.send(verdict);
+            }
+        }
+    }
 }
 
 /// A flow that hears the verdicts of its messages.
@@ -69,7 +90,7 @@ impl FlowAck {
         };
         if let AckKind::Message(tx) = &mut self.kind {
             if let Some(tx) = tx.take() {
-                let _ = tx.send(verdict);
+                tx.resolve(verdict);
             }
         }
         out.on_verdict(self.run, self.seq, &self.kind, verdict);

@@ -9,13 +9,13 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::ReceiptError;
+use crate::endpoint::api::receipt_slab::{ReceiptSlab, SlabReceipt};
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::driver::outgoing::{Outgoing, Submit};
-use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
+use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts, ReceiptEnd};
 use crate::endpoint::flows::broken::Broken;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::endpoint::flows::write_buf::WriteBuf;
@@ -24,9 +24,6 @@ use crate::ordered::position::SendPosition;
 use crate::ordered::{Sequencer, Settled, Window};
 use crate::proto::journal::Mark;
 use crate::proto::{MsgId, NodeId, Payload};
-
-/// Where a channel message's receipt hears its verdict.
-pub(crate) type VerdictRx = oneshot::Receiver<Result<(), ReceiptError>>;
 
 /// A stream's end of writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +64,8 @@ pub(crate) struct FlowOut {
     /// A durable flow's mark lane: each new message keeps the flow's position with it in
     /// its journal record ([`SendPosition`]).
     durable: Option<u64>,
+    /// The verdict cells of a channel's messages' receipts.
+    receipts: Arc<ReceiptSlab>,
     state: Mutex<OutState>,
 }
 
@@ -149,6 +148,7 @@ impl FlowOut {
             stream,
             awaits_window,
             durable: None,
+            receipts: ReceiptSlab::new(),
             state: Mutex::new(OutState {
                 seq: sequencer(run, window, awaits_window),
                 broken: None,
@@ -335,7 +335,7 @@ impl FlowOut {
         body: &mut Option<Bytes>,
         deadline: Option<Duration>,
         waker: &Waker,
-    ) -> Result<Option<(MsgId, VerdictRx)>, Broken> {
+    ) -> Result<Option<(MsgId, SlabReceipt)>, Broken> {
         let mut st = self.lock();
         if let Some(b) = st.broken {
             return Err(b);
@@ -351,11 +351,11 @@ impl FlowOut {
             return Ok(None);
         };
         let place = self.place(&st, seq);
-        let (tx, rx) = oneshot::channel();
+        let (rx, tx) = self.receipts.open();
         let payload = Envelope::ordered(place, false, body.take().unwrap_or_default());
         let deadline = deadline.map(|d| now() + d);
         let mark = self.position(&st, seq);
-        let kind = AckKind::Message(Some(tx));
+        let kind = AckKind::Message(Some(ReceiptEnd::Slot(tx)));
         let Some(id) = self.hand(&st, payload, seq, kind, deadline, mark) else {
             st.seq.unassign(seq);
             st.broken = Some(Broken::Closed);

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::receipts::Ack;
-use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts};
+use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts, ReceiptEnd};
 use crate::endpoint::flows::out::{FlowOut, Resume};
 use crate::endpoint::flows::positions::{send_lane, StreamKey};
 use crate::endpoint::flows::stream_in::StreamIn;
@@ -181,7 +181,7 @@ impl ResumedFlows {
             r.resume.unsettled.push((place.seq, body.unwrap_or(0)));
         }
         let kind = match body {
-            Some(_) => AckKind::Message(receipt),
+            Some(_) => AckKind::Message(receipt.map(ReceiptEnd::Once)),
             None => AckKind::Gap,
         };
         Ack::Flow(Box::new(FlowAck::new(
