@@ -756,3 +756,80 @@ impl Handle {
         total
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::endpoint::{Endpoint, EndpointConfig};
+    use crate::proto::crypto::insecure_test_security;
+    use crate::proto::NodeId;
+
+    async fn endpoint(id: NodeId, peers: [NodeId; 2]) -> Endpoint {
+        Endpoint::builder(id)
+            .security(insecure_test_security(id, peers))
+            .config(EndpointConfig::default())
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap()
+    }
+
+    /// Over a real pair of endpoints, the receipts' slab reuses its cells round after
+    /// round, and the cells of receipts dropped unread come back once their messages'
+    /// verdicts do: sends cannot make it grow beyond what is outstanding at once.
+    #[tokio::test]
+    async fn the_receipt_slab_reuses_its_cells_and_dropped_receipts_give_theirs_back() {
+        let (ia, ib) = (NodeId::from_const(1), NodeId::from_const(2));
+        let a = endpoint(ia, [ia, ib]).await;
+        let mut b = endpoint(ib, [ia, ib]).await;
+        a.add_peer(ib, b.local_addr());
+        const ROUND: usize = 1500;
+        let reader = tokio::spawn(async move {
+            for _ in 0..3 * ROUND {
+                b.recv().await.expect("running");
+            }
+            b
+        });
+        let slab = a.shard(ib).receipts.clone();
+        let mut sizes = Vec::new();
+        for _ in 0..2 {
+            let mut receipts = Vec::with_capacity(ROUND);
+            for i in 0..ROUND {
+                receipts.push(a.send(ib, vec![i as u8; 100]).await.unwrap());
+            }
+            for r in receipts {
+                r.await.expect("acknowledged");
+            }
+            assert_eq!(slab.in_use(), 0, "every cell given back once read");
+            sizes.push(slab.capacity());
+        }
+        assert!(
+            sizes[0] <= ROUND && sizes[1] == sizes[0],
+            "{sizes:?}: cells not reused"
+        );
+        // Receipts dropped at once: their cells come back with the verdicts.
+        for i in 0..ROUND {
+            drop(a.send(ib, vec![i as u8; 100]).await.unwrap());
+        }
+        let b = tokio::time::timeout(Duration::from_secs(10), reader)
+            .await
+            .expect("every message delivered")
+            .unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while slab.in_use() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} cells of dropped receipts never came back",
+                slab.in_use()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            slab.capacity(),
+            sizes[0],
+            "dropped receipts reuse the cells too"
+        );
+        a.close(Duration::from_secs(1)).await;
+        b.close(Duration::ZERO).await;
+    }
+}

@@ -100,14 +100,14 @@ impl ReceiptSlab {
 
     /// Cells in use (taken and not given back).
     #[cfg(test)]
-    fn in_use(&self) -> usize {
+    pub(crate) fn in_use(&self) -> usize {
         let c = self.lock();
         c.cells.len() - c.free.len()
     }
 
     /// Cells the slab has grown to.
     #[cfg(test)]
-    fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.lock().cells.len()
     }
 }
