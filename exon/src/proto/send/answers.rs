@@ -150,7 +150,7 @@ impl SRecord {
         let pick =
             |tok: &Token| tok.incarnation(rec_rck, keep_own) == r && (!plausible || tok.sends > 0);
         let removed = self.tokens.remove_in(rg, pick, |slot, tok| {
-            flight.on_settled(now, &tok, v == Verdict::Ack, rtt);
+            flight.on_settled(now, tok, v == Verdict::Ack, rtt);
             if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                 credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
             }
@@ -167,7 +167,7 @@ impl SRecord {
                 stats.retried += 1;
                 retry.push(Queued {
                     id,
-                    payload: tok.payload,
+                    payload: std::mem::take(&mut tok.payload),
                     reported: tok.reported,
                     senders_copy: tok.senders_copy,
                 });
@@ -231,7 +231,7 @@ impl SRecord {
                 }
                 again.push(Queued {
                     id: tok.id,
-                    payload: tok.payload,
+                    payload: std::mem::take(&mut tok.payload),
                     reported: tok.reported,
                     senders_copy: tok.senders_copy,
                 });
@@ -345,10 +345,7 @@ impl SRecord {
             (q.payload.len(), Abandoned::NotDelivered, None)
         } else {
             let slot = self.tokens.iter_mut().find(|(_, t)| t.id == id)?.0;
-            let mut taken = None;
-            self.tokens
-                .remove_in(slot..slot + 1, |t| t.id == id, |_, t| taken = Some(t));
-            let tok = taken?;
+            let tok = self.tokens.remove(slot)?;
             if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                 self.credit
                     .give_back(tok.rck, Outgoing::charge_of(o.total()));
