@@ -71,6 +71,14 @@ impl Pacer {
         mss: u64,
     ) -> Option<Instant> {
         let rate = rate?.max(1);
+        // The tokens of one burst share an instant: with nothing changed since the last
+        // call (same instant, rate and datagram size, no wake-up in between), `refill`
+        // would add nothing, and the credit alone decides.
+        let (r, m, q) = self.quantum_of;
+        let unchanged = self.last == Some(now) && self.wake.is_none() && (r, m) == (rate, mss);
+        if unchanged && self.credit >= size.min(q) {
+            return None;
+        }
         self.refill(now, rate, mss);
         let need = size.min(self.quantum(rate, mss));
         if self.credit >= need {
