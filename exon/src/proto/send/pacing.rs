@@ -79,6 +79,11 @@ impl Pacer {
         if unchanged && self.credit >= size.min(q) {
             return None;
         }
+        self.delay_full(now, rate, size, mss)
+    }
+
+    /// [`delay`](Self::delay) without its shortcut.
+    fn delay_full(&mut self, now: Instant, rate: u64, size: u64, mss: u64) -> Option<Instant> {
         self.refill(now, rate, mss);
         let need = size.min(self.quantum(rate, mss));
         if self.credit >= need {
@@ -157,6 +162,37 @@ mod tests {
             .delay(at + Duration::from_millis(1), Some(rate), mss, mss)
             .unwrap();
         assert_eq!(burst(&mut p, at + Duration::from_millis(10)), 4);
+    }
+
+    proptest::proptest! {
+        /// The shortcut for the tokens of one burst answers as the full computation does,
+        /// and leaves the pacer in the same state, whatever the instants, rates, datagram
+        /// sizes and token sizes.
+        #[test]
+        fn the_bursts_shortcut_answers_as_the_full_computation(
+            steps in proptest::collection::vec(
+                (0u64..3, 0usize..3, 0usize..2, 1u64..3000, proptest::bool::ANY),
+                1..200,
+            ),
+        ) {
+            let t0 = Instant::now();
+            let (mut fast, mut full) = (Pacer::default(), Pacer::default());
+            let mut now = t0;
+            for (advance_us, rate, mss, size, send) in steps {
+                // Mostly the same instant, as the tokens of one burst are.
+                now += Duration::from_micros(if advance_us == 2 { 700 } else { 0 });
+                let rate = [1_000_000, 50_000_000, 1][rate];
+                let mss = [1200, 65_000][mss];
+                let a = fast.delay(now, Some(rate), size, mss);
+                let b = full.delay_full(now, rate, size, mss);
+                proptest::prop_assert_eq!(a, b);
+                if a.is_none() && send {
+                    fast.on_sent(size);
+                    full.on_sent(size);
+                }
+                proptest::prop_assert_eq!(fast.credit, full.credit);
+            }
+        }
     }
 
     #[test]
