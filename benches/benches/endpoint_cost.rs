@@ -38,7 +38,7 @@ struct Args {
     /// the sender and the receiver apart).
     #[arg(long)]
     threads: bool,
-    /// Exon's `max_datagram_size` (`--threads` only; one thread: the benches' default).
+    /// Exon's `max_datagram_size`.
     #[arg(long, default_value_t = exon_benches::endpoint::DEFAULT_EXON_DATAGRAM)]
     datagram: usize,
     /// Passed by `cargo bench` to every bench target; ignored.
@@ -63,6 +63,7 @@ fn main() {
             args.warmup,
             args.batch,
             args.plain,
+            args.datagram,
         ))
     };
     let rate = args.messages as f64 / took.as_secs_f64();

@@ -231,145 +231,52 @@ mod step {
         n.send_many(now, to, batch)
     }
 
-    /// `Node::handle_timeout`, on the sender (`sender`) or the receiver.
-    pub fn timeout(sender: bool, n: &mut Node, now: Instant) {
-        if sender {
-            sender_timeout(n, now)
-        } else {
-            receiver_timeout(n, now)
-        }
+    /// A step taken by either node: `$name` calls the never-inlined function of the role
+    /// it is told (`sender`), and both run `$body` on the node `$n`.
+    macro_rules! step {
+        ($doc:literal, $name:ident, $sender:ident, $receiver:ident,
+         ($($arg:ident: $ty:ty),*) -> $ret:ty, |$n:ident| $body:expr) => {
+            #[doc = $doc]
+            pub fn $name(sender: bool, $n: &mut Node, $($arg: $ty),*) -> $ret {
+                if sender {
+                    $sender($n, $($arg),*)
+                } else {
+                    $receiver($n, $($arg),*)
+                }
+            }
+
+            #[inline(never)]
+            fn $sender($n: &mut Node, $($arg: $ty),*) -> $ret {
+                std::hint::black_box(1u8);
+                $body
+            }
+
+            #[inline(never)]
+            fn $receiver($n: &mut Node, $($arg: $ty),*) -> $ret {
+                std::hint::black_box(2u8);
+                $body
+            }
+        };
     }
 
-    #[inline(never)]
-    fn sender_timeout(n: &mut Node, now: Instant) {
-        std::hint::black_box(1u8);
-        n.handle_timeout(now)
-    }
-
-    #[inline(never)]
-    fn receiver_timeout(n: &mut Node, now: Instant) {
-        std::hint::black_box(2u8);
-        n.handle_timeout(now)
-    }
-
-    /// `Node::poll_transmit_run`, on the sender or the receiver.
-    pub fn transmit(
-        sender: bool,
-        n: &mut Node,
-        now: Instant,
-        buf: &mut Vec<u8>,
-        max: usize,
-    ) -> Option<TransmitRun> {
-        if sender {
-            sender_transmit(n, now, buf, max)
-        } else {
-            receiver_transmit(n, now, buf, max)
-        }
-    }
-
-    #[inline(never)]
-    fn sender_transmit(
-        n: &mut Node,
-        now: Instant,
-        buf: &mut Vec<u8>,
-        max: usize,
-    ) -> Option<TransmitRun> {
-        std::hint::black_box(1u8);
-        n.poll_transmit_run(now, buf, max)
-    }
-
-    #[inline(never)]
-    fn receiver_transmit(
-        n: &mut Node,
-        now: Instant,
-        buf: &mut Vec<u8>,
-        max: usize,
-    ) -> Option<TransmitRun> {
-        std::hint::black_box(2u8);
-        n.poll_transmit_run(now, buf, max)
-    }
-
-    /// `Node::poll_output`, on the sender or the receiver.
-    pub fn output(sender: bool, n: &mut Node, now: Instant, buf: &mut Vec<u8>) -> Output {
-        if sender {
-            sender_output(n, now, buf)
-        } else {
-            receiver_output(n, now, buf)
-        }
-    }
-
-    #[inline(never)]
-    fn sender_output(n: &mut Node, now: Instant, buf: &mut Vec<u8>) -> Output {
-        std::hint::black_box(1u8);
-        n.poll_output(now, buf)
-    }
-
-    #[inline(never)]
-    fn receiver_output(n: &mut Node, now: Instant, buf: &mut Vec<u8>) -> Output {
-        std::hint::black_box(2u8);
-        n.poll_output(now, buf)
-    }
-
-    /// `Node::handle_datagram_buf`, on the sender or the receiver.
-    pub fn input(sender: bool, n: &mut Node, now: Instant, d: BytesMut) -> Option<Accepted> {
-        if sender {
-            sender_input(n, now, d)
-        } else {
-            receiver_input(n, now, d)
-        }
-    }
-
-    #[inline(never)]
-    fn sender_input(n: &mut Node, now: Instant, d: BytesMut) -> Option<Accepted> {
-        std::hint::black_box(1u8);
-        n.handle_datagram_buf(now, d)
-    }
-
-    #[inline(never)]
-    fn receiver_input(n: &mut Node, now: Instant, d: BytesMut) -> Option<Accepted> {
-        std::hint::black_box(2u8);
-        n.handle_datagram_buf(now, d)
-    }
-
-    /// `Node::poll_event`, on the sender or the receiver.
-    pub fn event(sender: bool, n: &mut Node) -> Option<Event> {
-        if sender {
-            sender_event(n)
-        } else {
-            receiver_event(n)
-        }
-    }
-
-    #[inline(never)]
-    fn sender_event(n: &mut Node) -> Option<Event> {
-        std::hint::black_box(1u8);
-        n.poll_event()
-    }
-
-    #[inline(never)]
-    fn receiver_event(n: &mut Node) -> Option<Event> {
-        std::hint::black_box(2u8);
-        n.poll_event()
-    }
-
-    /// `Node::handle_taken_many`, on the sender or the receiver.
-    pub fn taken(sender: bool, n: &mut Node, now: Instant, ids: &mut Vec<DeliveryId>) {
-        if sender {
-            sender_taken(n, now, ids)
-        } else {
-            receiver_taken(n, now, ids)
-        }
-    }
-
-    #[inline(never)]
-    fn sender_taken(n: &mut Node, now: Instant, ids: &mut Vec<DeliveryId>) {
-        std::hint::black_box(1u8);
-        n.handle_taken_many(now, ids.drain(..));
-    }
-
-    #[inline(never)]
-    fn receiver_taken(n: &mut Node, now: Instant, ids: &mut Vec<DeliveryId>) {
-        std::hint::black_box(2u8);
-        n.handle_taken_many(now, ids.drain(..));
-    }
+    step!("`Node::handle_timeout`, on the sender or the receiver.",
+        timeout, sender_timeout, receiver_timeout,
+        (now: Instant) -> (), |n| n.handle_timeout(now));
+    step!("`Node::poll_transmit_run`, on the sender or the receiver.",
+        transmit, sender_transmit, receiver_transmit,
+        (now: Instant, buf: &mut Vec<u8>, max: usize) -> Option<TransmitRun>,
+        |n| n.poll_transmit_run(now, buf, max));
+    step!("`Node::poll_output`, on the sender or the receiver.",
+        output, sender_output, receiver_output,
+        (now: Instant, buf: &mut Vec<u8>) -> Output, |n| n.poll_output(now, buf));
+    step!("`Node::handle_datagram_buf`, on the sender or the receiver.",
+        input, sender_input, receiver_input,
+        (now: Instant, d: BytesMut) -> Option<Accepted>, |n| n.handle_datagram_buf(now, d));
+    step!("`Node::poll_event`, on the sender or the receiver.",
+        event, sender_event, receiver_event,
+        () -> Option<Event>, |n| n.poll_event());
+    step!("`Node::handle_taken_many`, on the sender or the receiver.",
+        taken, sender_taken, receiver_taken,
+        (now: Instant, ids: &mut Vec<DeliveryId>) -> (),
+        |n| { n.handle_taken_many(now, ids.drain(..)); });
 }

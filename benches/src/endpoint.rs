@@ -402,12 +402,18 @@ async fn send_all(a: &Endpoint, to: NodeId, total: u64, batch: usize) {
 }
 
 /// The endpoint's own cost per message: a sending and a receiving endpoint (sealed, or
-/// `plain`) on the current runtime move `warmup + messages` messages of
-/// [`SHARDED_SIZE`] bytes one way over loopback, `batch` per `send_batch` call (0: one
-/// `send` each). Returns the time from the end of the warm-up to the last delivery.
-pub async fn one_thread_cost(messages: u64, warmup: u64, batch: usize, plain: bool) -> Duration {
+/// `plain`), with `datagram`-byte datagrams, on the current runtime move `warmup + messages`
+/// messages of [`SHARDED_SIZE`] bytes one way over loopback, `batch` per `send_batch` call
+/// (0: one `send` each). Returns the time from the end of the warm-up to the last delivery.
+pub async fn one_thread_cost(
+    messages: u64,
+    warmup: u64,
+    batch: usize,
+    plain: bool,
+    datagram: usize,
+) -> Duration {
     let local: SocketAddr = LOCALHOST.parse().unwrap();
-    let cfg = exon_config(DEFAULT_EXON_DATAGRAM);
+    let cfg = exon_config(datagram);
     let mut b = exon_endpoint_with(local, 2, cfg.clone(), plain);
     let a = exon_endpoint_with(local, 1, cfg, plain);
     let b_id = NodeId::from_const(2);

@@ -595,8 +595,8 @@ impl Future for Receipt {
 /// Where a [`Receipt`]'s verdict comes from.
 #[derive(Debug)]
 enum VerdictIn {
-    /// A cell of its shard's slab (a single send).
+    /// A cell of a slab: its shard's (a single send) or its channel's.
     Slab(SlabReceipt),
-    /// A oneshot of its own (a channel's message, a recovered one).
+    /// A oneshot of its own (a message recovered from the journal).
     Once(oneshot::Receiver<Result<(), ReceiptError>>),
 }
