@@ -94,6 +94,20 @@ pub enum Event {
 }
 
 impl Event {
+    /// Queues the acknowledgement of message `id` to `to` in `events`, merged into the last
+    /// event when that acknowledges messages to `to` and `id` follows its run (as
+    /// [`push_merged`](Self::push_merged), with no event made to be merged away).
+    #[inline]
+    pub(crate) fn push_acknowledged(events: &mut VecDeque<Event>, to: NodeId, id: MsgId) {
+        if let Some(Event::Acknowledged { to: last_to, ids }) = events.back_mut() {
+            if *last_to == to && ids.extend(id) {
+                return;
+            }
+        }
+        let ids = MsgIds::one(id);
+        events.push_back(Event::Acknowledged { to, ids });
+    }
+
     /// Queues `ev` in `events`, merged into the last event when both acknowledge messages
     /// to one destination and `ev`'s id follows the last one's run.
     pub(crate) fn push_merged(events: &mut VecDeque<Event>, ev: Event) {

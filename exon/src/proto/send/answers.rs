@@ -38,6 +38,27 @@ impl Sink<'_> {
             None => Event::push_merged(events, ev),
         }
     }
+
+    /// [`verdict`](Self::verdict) for the acknowledgement of message `id` to `to`, made
+    /// into an event only if it is not merged into the last one.
+    #[inline]
+    fn acknowledged(
+        events: &mut VecDeque<Event>,
+        held: &mut Option<&mut Vec<(u64, Event)>>,
+        slot: u64,
+        (to, id): (NodeId, MsgId),
+    ) {
+        match held {
+            Some(h) => h.push((
+                slot,
+                Event::Acknowledged {
+                    to,
+                    ids: MsgIds::one(id),
+                },
+            )),
+            None => Event::push_acknowledged(events, to, id),
+        }
+    }
 }
 
 /// What [`SRecord::on_slots`] made of a SLOTS frame.
@@ -181,8 +202,7 @@ impl SRecord {
                 return;
             }
             stats.acknowledged += 1;
-            let ids = MsgIds::one(id);
-            Sink::verdict(events, &mut held, slot, Event::Acknowledged { to, ids });
+            Sink::acknowledged(events, &mut held, slot, (to, id));
         }) > 0;
         // Messages to send again go first, in their original order.
         self.again += retry.len();

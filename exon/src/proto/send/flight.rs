@@ -7,7 +7,8 @@ use crate::proto::send::congestion::DeliveryRate;
 use crate::proto::send::fragments::Sent;
 use crate::proto::send::loss::{answers_original, LossDetector, Reordering};
 use crate::proto::send::rtt::Rtt;
-use crate::proto::send::token::Token;
+use crate::proto::send::sent::SentLog;
+use crate::proto::send::token::{Token, NEVER_SENT};
 
 /// The tokens in flight to one destination, as loss detection and the controller see them.
 #[derive(Debug, Default)]
@@ -20,6 +21,12 @@ pub(crate) struct Flight {
     pub(super) frag_losses: LossDetector,
     /// Delivery-rate estimator.
     pub(super) rate: DeliveryRate,
+    /// The estimator's snapshot of each datagram that carried TOKENs.
+    pub(super) sent: SentLog,
+    /// Bytes of the tokens sent whole that the verdict frame being handled found arrived,
+    /// and the newest datagram that carried one: the frame's delivery-rate sample.
+    pub(super) whole_bytes: u64,
+    pub(super) whole_newest: Option<u64>,
     /// Bytes of tokens in flight (sent, neither acknowledged nor declared lost).
     pub(super) bytes: u64,
     /// Bytes acknowledged by the verdict frame being handled.
@@ -72,7 +79,7 @@ impl Flight {
         newest: Option<bool>,
         min_rtt: Option<Duration>,
     ) -> bool {
-        self.rate.on_acked(now, &sent.rate, sent.size);
+        self.rate.on_acked(now, Some(&sent.rate), sent.size);
         self.ack_batch = self.ack_batch.saturating_add(sent.size);
         if sent.again {
             return false;
@@ -113,39 +120,50 @@ impl Flight {
 
     /// Token `tok` arrived (ACK, or HELD): feeds the delivery rate, loss detection and
     /// (Karn's rule: sent once) the frame's RTT sample, and tells whether its last loss was
-    /// spurious.
+    /// spurious. A token sent whole feeds the delivery rate through its datagram
+    /// ([`end_frame`](Self::end_frame)).
     fn on_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
-        if tok.frag.is_none() {
-            if let Some(st) = &tok.rate {
-                self.rate.on_acked(now, st, tok.size);
-            }
-            self.ack_batch = self.ack_batch.saturating_add(tok.size);
-        }
+        let Some(o) = &tok.frag else {
+            self.on_whole_arrived(now, tok, rtt);
+            return;
+        };
         let srtt = rtt.smoothed().unwrap_or_default();
-        if let Some(l) = tok.lost.as_deref().filter(|_| tok.frag.is_none()) {
-            if answers_original(now, l.resent_at, rtt.min()) {
-                let resent = l.resent_at.is_some();
-                self.on_spurious(now, l.at, l.bytes, resent, srtt);
-            }
-        }
         // A fragmented message acknowledged whole: its receiver holds every byte, those of
         // fragments declared lost included.
-        for l in tok.frag.iter().flat_map(|o| o.lost()) {
+        for l in o.lost() {
             if answers_original(now, l.resent_at, rtt.min()) {
                 let resent = l.resent_at.is_some();
                 self.on_spurious(now, l.at, l.size, resent, srtt);
             }
         }
-        if let Some(o) = &tok.frag {
-            // An ACK of a fragmented message: its receiver holds every byte, those of the
-            // fragments still in flight too (taken before a GOT or HELD said so).
-            // Not loss detection's: the GOTs of other messages' fragments sent before these
-            // may still be on their way (a datagram's GOTs that did not fit go in the next).
-            for sent in o.in_flight() {
-                self.on_fragment_arrived(now, sent, None, rtt.min());
+        // An ACK of a fragmented message: its receiver holds every byte, those of the
+        // fragments still in flight too (taken before a GOT or HELD said so).
+        // Not loss detection's: the GOTs of other messages' fragments sent before these
+        // may still be on their way (a datagram's GOTs that did not fit go in the next).
+        for sent in o.in_flight() {
+            self.on_fragment_arrived(now, sent, None, rtt.min());
+        }
+    }
+
+    /// A token sent whole arrived: its bytes and datagram go to the frame's delivery-rate
+    /// sample, its sending once to loss detection and the RTT sample.
+    #[inline]
+    fn on_whole_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
+        self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        // Sent whole in this life (a token restored after a restart that never left again
+        // has no datagram here).
+        if tok.seq != NEVER_SENT {
+            self.whole_bytes = self.whole_bytes.saturating_add(tok.size);
+            self.whole_newest = Some(self.whole_newest.map_or(tok.seq, |n| n.max(tok.seq)));
+        }
+        if let Some(l) = tok.lost.as_deref() {
+            if answers_original(now, l.resent_at, rtt.min()) {
+                let srtt = rtt.smoothed().unwrap_or_default();
+                let resent = l.resent_at.is_some();
+                self.on_spurious(now, l.at, l.bytes, resent, srtt);
             }
         }
-        if tok.sends == 1 && tok.frag.is_none() {
+        if tok.sends == 1 {
             let overtaken = self.losses.on_acked(tok.seq);
             if let Some(t) = tok.sent_at {
                 if overtaken {
@@ -157,6 +175,107 @@ impl Flight {
                 // transmission it acknowledges. Every token of a datagram would otherwise
                 // feed the same round trip again, and RTTVAR would collapse to nothing.
                 self.on_newest(t);
+            }
+        }
+    }
+
+    /// The verdict frame being handled is done: the tokens it found arrived whole feed the
+    /// delivery-rate estimator at once, with the snapshot of the newest datagram among
+    /// theirs (the estimator keeps the newest snapshot of what it is told, and a later
+    /// datagram's is never older), or their bytes alone if that one is no longer kept.
+    pub fn end_frame(&mut self, now: Instant) {
+        if let Some(seq) = self.whole_newest.take() {
+            let bytes = std::mem::take(&mut self.whole_bytes);
+            self.rate.on_acked(now, self.sent.get(seq), bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::proto::send::token::Queued;
+    use crate::proto::MsgId;
+
+    fn token(slot: u64) -> Token {
+        Token::new(
+            1,
+            Queued {
+                id: MsgId(slot),
+                payload: Bytes::new().into(),
+                reported: false,
+                senders_copy: false,
+            },
+        )
+    }
+
+    proptest! {
+        /// The delivery rate fed per datagram (one snapshot per datagram, the tokens a
+        /// verdict frame found arrived summed with the snapshot of the newest of their
+        /// datagrams) samples exactly as it did fed per token, each token with a snapshot
+        /// of its own. Datagrams are `(tokens, their size, frames acknowledging some of the
+        /// tokens in flight after it)`.
+        #[test]
+        fn per_datagram_samples_equal_per_token_samples(
+            datagrams in proptest::collection::vec(
+                (1usize..6, 1u64..1500, proptest::collection::vec(any::<u64>(), 0..3), any::<bool>()),
+                1..40,
+            ),
+        ) {
+            let t0 = Instant::now();
+            let rtt = Rtt::default();
+            let mut flight = Flight::default();
+            let mut reference = DeliveryRate::default();
+            // In flight: (token, its own snapshot for the reference).
+            let mut out: Vec<(Token, crate::proto::send::congestion::SendState)> = Vec::new();
+            let mut slot = 0u64;
+            for (i, (n, size, acks, idle)) in datagrams.into_iter().enumerate() {
+                let now = t0 + Duration::from_millis(i as u64 + 1);
+                for _ in 0..n {
+                    let st = reference.on_sent(now, flight.bytes);
+                    let seq = flight.losses.on_sent(slot);
+                    if !flight.sent.has(seq) {
+                        let mine = flight.rate.on_sent(now, flight.bytes);
+                        flight.sent.push(seq, mine, 1 << 20);
+                    }
+                    let mut tok = token(slot);
+                    (tok.seq, tok.size, tok.flight, tok.sends) = (seq, size, size, 2);
+                    tok.sent_at = Some(now);
+                    flight.bytes += size;
+                    out.push((tok, st));
+                    slot += 1;
+                }
+                flight.losses.end_datagram();
+                if idle {
+                    flight.rate.mark_app_limited(flight.bytes);
+                    reference.mark_app_limited(flight.bytes);
+                }
+                for pick in acks {
+                    if out.is_empty() {
+                        break;
+                    }
+                    let at = now + Duration::from_micros(500);
+                    // A frame acknowledging every other token from a random one on.
+                    let from = (pick % out.len() as u64) as usize;
+                    let mut k = from;
+                    let mut acked = Vec::new();
+                    while k < out.len() {
+                        acked.push(out.remove(k));
+                        k += 1;
+                    }
+                    for (tok, st) in &acked {
+                        flight.on_settled(at, tok, true, &rtt);
+                        reference.on_acked(at, Some(st), tok.size);
+                    }
+                    flight.end_frame(at);
+                    prop_assert_eq!(flight.rate.take_sample(), reference.take_sample());
+                    prop_assert_eq!(flight.rate.delivered(), reference.delivered());
+                }
             }
         }
     }

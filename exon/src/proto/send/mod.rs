@@ -16,6 +16,7 @@ pub(crate) mod recovery;
 pub(crate) mod request;
 pub(crate) mod routes;
 pub(crate) mod rtt;
+pub(crate) mod sent;
 pub(crate) mod silence;
 pub(crate) mod timers;
 pub(crate) mod token;

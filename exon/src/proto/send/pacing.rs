@@ -74,12 +74,22 @@ impl Pacer {
         // The tokens of one burst share an instant: with nothing changed since the last
         // call (same instant, rate and datagram size, no wake-up in between), `refill`
         // would add nothing, and the credit alone decides.
-        let (r, m, q) = self.quantum_of;
-        let unchanged = self.last == Some(now) && self.wake.is_none() && (r, m) == (rate, mss);
-        if unchanged && self.credit >= size.min(q) {
+        if self.admits_from_credit(now, Some(rate), size, mss) {
             return None;
         }
         self.delay_full(now, rate, size, mss)
+    }
+
+    /// Whether [`delay`](Self::delay) would let `size` bytes go at once from its credit
+    /// alone (its shortcut), asking nothing of the clock: what a frame admitted without
+    /// asking the pacer must satisfy.
+    pub fn admits_from_credit(&self, now: Instant, rate: Option<u64>, size: u64, mss: u64) -> bool {
+        let Some(rate) = rate.map(|r| r.max(1)) else {
+            return true;
+        };
+        let (r, m, q) = self.quantum_of;
+        let unchanged = self.last == Some(now) && self.wake.is_none() && (r, m) == (rate, mss);
+        unchanged && self.credit >= size.min(q)
     }
 
     /// [`delay`](Self::delay) without its shortcut.
@@ -100,7 +110,14 @@ impl Pacer {
         Some(at)
     }
 
+    /// The credit: bytes that may leave before the next refill.
+    #[inline]
+    pub fn credit(&self) -> u64 {
+        self.credit
+    }
+
     /// `size` bytes left.
+    #[inline]
     pub fn on_sent(&mut self, size: u64) {
         self.credit = self.credit.saturating_sub(size);
     }

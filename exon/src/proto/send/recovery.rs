@@ -75,6 +75,7 @@ impl SRecord {
     /// 5.3): while acknowledgements flow, losses are found from them, and the timer fires
     /// only when they stop.
     pub fn after_verdicts(&mut self, now: Instant, cfg: &Config) -> u64 {
+        self.flight.end_frame(now);
         let acked = std::mem::take(&mut self.flight.ack_batch);
         // The frame's one sample (RFC 9002's: the newest transmission acknowledged).
         let rtt = self

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use crate::proto::send::congestion::SendState;
 use crate::proto::send::fragments::Outgoing;
 use crate::proto::{MsgId, Payload};
 
@@ -42,14 +41,14 @@ pub(crate) struct Token {
     pub(super) whole_left: bool,
     /// Waiting in `to_send`.
     pub(super) queued: bool,
-    /// Sequence number of its last transmission (see [`LossDetector`]).
+    /// Sequence number of the datagram of its last transmission (see [`LossDetector`](super::loss::LossDetector)):
+    /// what loss detection and the datagram's delivery-rate snapshot
+    /// ([`SentLog`](super::sent::SentLog)) know it by. [`NEVER_SENT`] until it leaves.
     pub(super) seq: u64,
     /// Bytes it counts in the record's bytes in flight (0: not in flight).
     pub(super) flight: u64,
     /// Its TOKEN frame's size when last sent.
     pub(super) size: u64,
-    /// The delivery-rate snapshot of its last transmission.
-    pub(super) rate: Option<SendState>,
     /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
     pub(super) frag: Option<Box<Outgoing>>,
     /// How far into its datagram its frame ended when last sent, in bytes (the
@@ -67,6 +66,9 @@ pub(crate) struct Token {
     /// timeout, by the first bytes of a FRAG ([`Token::probe_held`]).
     pub(super) held: bool,
 }
+
+/// The sequence number of a token that never left in this life of its sender: no datagram's.
+pub(crate) const NEVER_SENT: u64 = u64::MAX;
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
 #[derive(Debug, Clone, Copy)]
@@ -91,10 +93,9 @@ impl Token {
             sends: 0,
             whole_left: false,
             queued: true,
-            seq: 0,
+            seq: NEVER_SENT,
             flight: 0,
             size: 0,
-            rate: None,
             frag: None,
             reach: 0,
             lost: None,

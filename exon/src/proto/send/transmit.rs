@@ -40,6 +40,9 @@ struct Fill<'a> {
     buf: &'a mut Vec<u8>,
     space: Space,
     stats: &'a mut Stats,
+    /// Bytes of TOKENs that may still go without asking the window and the pacer (see
+    /// [`SRecord::allowance`]); 0 until they are first asked, and after a FRAG.
+    allowance: u64,
 }
 
 impl Fill<'_> {
@@ -94,6 +97,7 @@ impl SRecord {
             buf,
             space,
             stats,
+            allowance: 0,
         };
         self.write_stored(&mut fill);
         self.write_reqslots(&mut fill);
@@ -217,6 +221,8 @@ impl SRecord {
         cfg: &Config,
         rules: &Rules,
     ) -> Step {
+        // Fragments ask the window and the pacer themselves, and spend what they allowed.
+        fill.allowance = 0;
         let room_now = fill.room();
         let cap = cfg.limits.max_reassembly_per_source;
         let plan = self.plan_fragment(s, r, fill.space.body_room, room_now, cap, rules);
@@ -281,7 +287,17 @@ impl SRecord {
             return Step::Stop;
         }
         let size = len as u64;
-        if !self.may_send(fill.now, size, fill.mss()) {
+        let admitted = size <= fill.allowance;
+        if admitted {
+            // What may_send would answer, without asking.
+            debug_assert!(self.window_allows(size));
+            debug_assert!(self.pacer.admits_from_credit(
+                fill.now,
+                self.cc.pacing_rate().filter(|_| !self.probe),
+                size,
+                fill.mss()
+            ));
+        } else if !self.may_send(fill.now, size, fill.mss()) {
             return Step::Blocked;
         }
         let Some(tok) = self.tokens.get_mut(s) else {
@@ -296,6 +312,12 @@ impl SRecord {
             put_token_parts(fill.buf, (s, r, kind), head, body);
             fill.stats.frames_out.token += 1;
         }
+        // Its transmission, recorded on the token: the datagram's sequence number (loss
+        // detection, and the datagram's delivery-rate snapshot), size and bytes in flight.
+        let seq = self.flight.losses.on_sent(s);
+        let old = std::mem::replace(&mut tok.flight, size);
+        tok.seq = seq;
+        tok.size = size;
         tok.reach = fill.reach();
         if tok.sends > 0 {
             fill.stats.retransmissions += 1;
@@ -311,7 +333,12 @@ impl SRecord {
         if kind.is_early() {
             self.on_sent_early(s);
         }
-        self.on_token_sent(fill.now, s, size);
+        self.on_token_sent(fill.now, seq, size, old);
+        fill.allowance = if admitted {
+            fill.allowance - size
+        } else {
+            self.allowance()
+        };
         Step::Wrote
     }
 
@@ -340,6 +367,9 @@ impl SRecord {
     fn end_datagram(&mut self, now: Instant, cfg: &Config, wrote: bool) {
         self.flight.losses.end_datagram();
         self.flight.frag_losses.end_datagram();
+        if wrote {
+            self.compact_losses();
+        }
         if wrote {
             self.probe = false;
         }
@@ -375,17 +405,16 @@ impl SRecord {
         true
     }
 
-    /// Records a transmission of the token in `slot`, `size` bytes, at `now`: sequence
-    /// number, bytes in flight, delivery-rate snapshot, pacer and controller.
-    pub fn on_token_sent(&mut self, now: Instant, slot: u64, size: u64) {
-        let st = self.flight.rate.on_sent(now, self.flight.bytes);
-        let seq = self.flight.losses.on_sent(slot);
-        let mut old = 0;
-        if let Some(tok) = self.tokens.get_mut(slot) {
-            old = std::mem::replace(&mut tok.flight, size);
-            tok.seq = seq;
-            tok.size = size;
-            tok.rate = Some(st);
+    /// Records a transmission of a token in datagram `seq`, `size` bytes (`old` of it
+    /// were in flight before), at `now`: the datagram's delivery-rate snapshot (taken at
+    /// its first token), bytes in flight, pacer and controller.
+    #[inline]
+    fn on_token_sent(&mut self, now: Instant, seq: u64, size: u64, old: u64) {
+        if !self.flight.sent.has(seq) {
+            // The datagram's first token: its snapshot, which the others share (nothing
+            // the estimator holds changes between the tokens of one datagram).
+            let st = self.flight.rate.on_sent(now, self.flight.bytes);
+            self.flight.sent.push(seq, st, self.tokens.len());
         }
         self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
         self.pacer.on_sent(size);
@@ -395,7 +424,23 @@ impl SRecord {
         } else {
             (self.token_size * 7 + size) / 8
         };
-        self.compact_losses();
+    }
+
+    /// Bytes more that may go into the datagram being written without asking the window
+    /// and the pacer again, once they let a frame go: neither changes its answer before
+    /// the datagram is complete (the window and the pacing rate move with acknowledgements,
+    /// and the pacer's credit, with the instant unchanged, only falls by what is sent), so
+    /// a frame the window has room for and the pacer's credit covers goes, as
+    /// [`may_send`](Self::may_send) would say.
+    #[inline]
+    fn allowance(&self) -> u64 {
+        let room = if self.probe {
+            u64::MAX
+        } else {
+            self.cc.window().saturating_sub(self.flight.bytes)
+        };
+        let paced = self.cc.pacing_rate().is_some() && !self.probe;
+        room.min(if paced { self.pacer.credit() } else { u64::MAX })
     }
 
     /// Forgets loss-detection entries of transmissions no longer in flight.
@@ -499,6 +544,5 @@ impl SRecord {
         self.flight.bytes = self.flight.bytes.saturating_add(size);
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
-        self.compact_losses();
     }
 }

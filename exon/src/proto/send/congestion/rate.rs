@@ -76,10 +76,12 @@ impl DeliveryRate {
         }
     }
 
-    /// `bytes` of a token sent with snapshot `st` were acknowledged at `now`.
-    pub fn on_acked(&mut self, now: Instant, st: &SendState, bytes: u64) {
+    /// `bytes` of a token sent with snapshot `st` were acknowledged at `now` (`None`: its
+    /// snapshot is no longer kept; its bytes count as delivered, and it is no sample).
+    pub fn on_acked(&mut self, now: Instant, st: Option<&SendState>, bytes: u64) {
         self.delivered = self.delivered.saturating_add(bytes);
         self.delivered_at = Some(now);
+        let Some(st) = st else { return };
         let newer = self
             .newest
             .is_none_or(|n| (st.delivered, st.sent_at) > (n.delivered, n.sent_at));
@@ -140,7 +142,7 @@ mod tests {
             let now = t0 + ms(i);
             while sent.front().is_some_and(|(at, _)| *at + ms(10) <= now) {
                 let (at, st) = sent.pop_front().unwrap();
-                r.on_acked(at + ms(10), &st, 1000);
+                r.on_acked(at + ms(10), Some(&st), 1000);
                 last = r.take_sample();
             }
             sent.push_back((now, r.on_sent(now, sent.len() as u64 * 1000)));
@@ -158,11 +160,11 @@ mod tests {
         let mut r = DeliveryRate::default();
         r.mark_app_limited(0);
         let st = r.on_sent(t0, 0);
-        r.on_acked(t0 + ms(10), &st, 500);
+        r.on_acked(t0 + ms(10), Some(&st), 500);
         let s = r.take_sample().unwrap();
         assert!(s.app_limited);
         let st = r.on_sent(t0 + ms(10), 0);
-        r.on_acked(t0 + ms(20), &st, 500);
+        r.on_acked(t0 + ms(20), Some(&st), 500);
         assert!(!r.take_sample().unwrap().app_limited);
     }
 
@@ -171,11 +173,11 @@ mod tests {
         let t0 = Instant::now();
         let mut r = DeliveryRate::default();
         let st = r.on_sent(t0, 0);
-        r.on_acked(t0, &st, 1);
+        r.on_acked(t0, Some(&st), 1);
         assert_eq!(r.take_sample().unwrap().delivery_rate, 0, "zero interval");
         let st = r.on_sent(t0 + ms(1), 0);
-        r.on_acked(t0 + ms(2), &st, u64::MAX);
-        r.on_acked(t0 + ms(2), &st, u64::MAX);
+        r.on_acked(t0 + ms(2), Some(&st), u64::MAX);
+        r.on_acked(t0 + ms(2), Some(&st), u64::MAX);
         assert_eq!(r.delivered(), u64::MAX);
         assert!(r.take_sample().unwrap().delivery_rate > 0);
     }

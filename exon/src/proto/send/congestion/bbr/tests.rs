@@ -37,7 +37,7 @@ fn run(rate: u64, rtt: Duration, queue: u64, every_nth_lost: u64, secs: u64) -> 
                 });
                 continue;
             }
-            dr.on_acked(at, &st, MSS);
+            dr.on_acked(at, Some(&st), MSS);
             if at >= t0 + Duration::from_secs(secs / 2) {
                 delivered_in_last_half += MSS;
             }
