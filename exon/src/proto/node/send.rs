@@ -155,11 +155,13 @@ impl Node {
             }
             return Ok(id);
         }
-        if let Err(e) = self.check_send(to, first.len()) {
-            payloads.push_front(first);
-            return Err(e);
-        }
-        let new_record = !self.senders.contains_key(&to);
+        let new_record = match self.check_send(to, first.len()) {
+            Ok(exists) => !exists,
+            Err(e) => {
+                payloads.push_front(first);
+                return Err(e);
+            }
+        };
         if new_record {
             if self.senders.len() >= self.cfg.limits.max_sender_records {
                 payloads.push_front(first);
@@ -216,19 +218,30 @@ impl Node {
             self.outbox.wake(to, usize::MAX);
         }
         self.liveness_work(now, to, was_quiet);
-        if !new_record || self.rules.first_send_requests_slots {
-            self.request_slots(to);
-        }
+        let ask = !new_record || self.rules.first_send_requests_slots;
+        let mut request = false;
         if let Some(rec) = self.senders.get_mut(&to) {
-            rec.end_send();
+            if ask && !rec.is_requesting() {
+                request = true;
+            } else {
+                // No request to make (one is outstanding): one lookup.
+                rec.end_send();
+            }
+        }
+        if request {
+            self.request_slots(to);
+            if let Some(rec) = self.senders.get_mut(&to) {
+                rec.end_send();
+            }
         }
         self.journal_assignments(now, to);
         self.defer_rearm(to);
     }
 
     /// What a send to `to` of a `len`-byte payload is refused for, if anything, before a
-    /// record is made (`accept`'s first checks).
-    fn check_send(&self, to: NodeId, len: usize) -> Result<(), SendError> {
+    /// record is made (`accept`'s first checks); else whether a record for `to` exists
+    /// (one lookup for both).
+    fn check_send(&self, to: NodeId, len: usize) -> Result<bool, SendError> {
         if to == self.id {
             return Err(SendError::ToSelf);
         }
@@ -239,10 +252,16 @@ impl Node {
         if len > max {
             return Err(SendError::PayloadTooLarge { len, max });
         }
-        if self.is_full(to, len) {
+        // As `is_full`.
+        if self.queued_bytes + len > self.cfg.limits.max_queued_bytes {
             return Err(SendError::QueueFull(to));
         }
-        Ok(())
+        match self.senders.get(&to) {
+            Some(s) if s.queued_count() >= self.cfg.limits.max_queued_per_peer => {
+                Err(SendError::QueueFull(to))
+            }
+            found => Ok(found.is_some()),
+        }
     }
 
     /// Sends `payload` to `to`; with `answers`, also takes that delivery (`reply`); with
@@ -256,12 +275,11 @@ impl Node {
         reported: bool,
         stamp: Stamp,
     ) -> Result<MsgId, SendError> {
-        self.check_send(to, payload.len())?;
+        let new_record = !self.check_send(to, payload.len())?;
         if self.journal.is_some() && !self.reserve_clock(self.ck + 1) {
             // Durable ids come from the stored clock (checked before anything is kept).
             return Err(SendError::ClockNotStored);
         }
-        let new_record = !self.senders.contains_key(&to);
         if new_record {
             if self.senders.len() >= self.cfg.limits.max_sender_records {
                 return Err(SendError::TooManyPeers);

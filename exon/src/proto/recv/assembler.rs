@@ -212,6 +212,10 @@ impl Assembler {
     }
 
     fn drop_where(&mut self, mut gone: impl FnMut(&Partial) -> bool) -> usize {
+        if self.partials.is_empty() {
+            // The common case (every TOKEN asks): no pass at all.
+            return 0;
+        }
         let before = self.partials.len();
         let mut freed = 0;
         self.partials.retain(|p| {
