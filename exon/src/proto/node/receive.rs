@@ -351,9 +351,7 @@ impl Node {
             if slots.is_empty() {
                 continue;
             }
-            for &id in &slots {
-                self.release_taken(id);
-            }
+            self.release_taken_run(from, &slots);
             taken += slots.len();
             let s = slots.iter().map(|id| id.slot().1);
             let dropped = self.outbox.reply_many(from, Verdict::Ack, r, s, cap);
@@ -388,6 +386,28 @@ impl Node {
         self.release_taken(id);
         self.ack_taken(now, from, (r, s), urgent);
         true
+    }
+
+    /// Deliveries from `from` left the node's care: their charges given back at once, and
+    /// their pinned buffers a run of deliveries of one buffer at a time.
+    fn release_taken_run(&mut self, from: NodeId, ids: &[DeliveryId]) {
+        let charge = ids.iter().map(|id| id.kept().charge).sum();
+        self.untaken.remove_many(from, ids.len(), charge);
+        let mut run: Option<(u64, u32)> = None;
+        for key in ids.iter().filter_map(|id| id.kept().pin) {
+            match &mut run {
+                Some((k, n)) if *k == key => *n += 1,
+                _ => {
+                    if let Some((k, n)) = run.replace((key, 1)) {
+                        self.pins.release_many(k, n);
+                    }
+                }
+            }
+        }
+        if let Some((k, n)) = run {
+            self.pins.release_many(k, n);
+        }
+        self.stats.taken += ids.len() as u64;
     }
 
     /// A delivery left the node's care: its charge and pinned buffer are given back.

@@ -537,6 +537,7 @@ impl SRecord {
     }
 
     /// Turns an envelope into a token for `msg`; the caller schedules its transmission.
+    #[inline]
     pub fn make_token(&mut self, slot: u64, rck: u64, msg: Queued) {
         if let Some(d) = &mut self.durable {
             d.assigned.push((msg.id, rck, slot));

@@ -49,24 +49,28 @@ impl Tokens {
     }
 
     /// Records the token in `slot` (replacing any token already there).
+    #[inline]
     pub fn insert(&mut self, slot: u64, tok: Token) {
-        match self.entries.back() {
-            Some(&(last, _)) if slot <= last => {
-                // Not made in slot order (never happens in the node): keep the ring sorted.
-                match self.entries.binary_search_by_key(&slot, |e| e.0) {
-                    Ok(i) => {
-                        if self.entries[i].1.replace(tok).is_none() {
-                            self.live += 1;
-                        }
-                    }
-                    Err(i) => {
-                        self.entries.insert(i, (slot, Some(tok)));
-                        self.live += 1;
-                    }
+        if self.entries.back().is_some_and(|&(last, _)| slot <= last) {
+            return self.insert_sorted(slot, tok);
+        }
+        // Made in slot order: a push at the back, built in place.
+        self.entries.push_back((slot, Some(tok)));
+        self.live += 1;
+    }
+
+    /// [`insert`](Self::insert) of a token not made in slot order (never happens in the
+    /// node): the ring kept sorted.
+    #[cold]
+    fn insert_sorted(&mut self, slot: u64, tok: Token) {
+        match self.entries.binary_search_by_key(&slot, |e| e.0) {
+            Ok(i) => {
+                if self.entries[i].1.replace(tok).is_none() {
+                    self.live += 1;
                 }
             }
-            _ => {
-                self.entries.push_back((slot, Some(tok)));
+            Err(i) => {
+                self.entries.insert(i, (slot, Some(tok)));
                 self.live += 1;
             }
         }
