@@ -57,13 +57,11 @@ impl RangeSet {
     }
 
     /// Adds every member of `add` (which may overlap existing ranges).
+    #[inline]
     pub fn insert(&mut self, add: Range<u64>) {
-        if add.start >= add.end {
-            return;
-        }
         // Fast path: appending at the end (slots are mostly created in increasing order).
         if let Some(last) = self.ranges.last_mut() {
-            if add.start > last.end {
+            if add.start > last.end && add.start < add.end {
                 self.count += add.end - add.start;
                 self.ranges.push(add);
                 return;
@@ -73,7 +71,16 @@ impl RangeSet {
                 last.end = add.end;
                 return;
             }
-        } else {
+        }
+        self.insert_slow(add);
+    }
+
+    /// [`insert`](Self::insert) anywhere but at the end.
+    fn insert_slow(&mut self, add: Range<u64>) {
+        if add.start >= add.end {
+            return;
+        }
+        if self.ranges.is_empty() {
             self.count = add.end - add.start;
             self.ranges.push(add);
             return;
@@ -99,6 +106,7 @@ impl RangeSet {
     }
 
     /// Removes `v`; returns whether it was a member.
+    #[inline]
     pub fn remove(&mut self, v: u64) -> bool {
         // Fast path: the smallest member (slots are mostly filled in increasing order).
         if let Some(r) = self.ranges.first_mut().filter(|r| r.start == v) {
@@ -109,6 +117,11 @@ impl RangeSet {
             }
             return true;
         }
+        self.remove_slow(v)
+    }
+
+    /// [`remove`](Self::remove) of anything but the smallest member.
+    fn remove_slow(&mut self, v: u64) -> bool {
         let i = self.ranges.partition_point(|r| r.end <= v);
         let Some(r) = self.ranges.get_mut(i) else {
             return false;
