@@ -22,7 +22,10 @@ pub const SHARDED_SIZE: usize = 1024;
 
 /// A payload of `size` bytes (at least [`MIN_SIZE`]) starting and ending with `seq`. Every
 /// system gets its payloads from here, one allocation and fill each, as a user handing
-/// each message over as a fresh buffer would.
+/// each message over as a fresh buffer would. Never inlined, so that an instruction count
+/// (`scripts/instruction-budget.py`) charges its allocation to the application, not to the
+/// runtime polling the application's task.
+#[inline(never)]
 pub fn payload(seq: u64, size: usize) -> Bytes {
     assert!(size >= MIN_SIZE, "payload smaller than {MIN_SIZE} bytes");
     let mut v = vec![0xA5u8; size];
