@@ -315,13 +315,10 @@ impl Sends {
     pub(crate) fn settle_acknowledged(&mut self, core_ids: MsgIds) -> Option<(MsgId, MsgId)> {
         let mut acks = Acks::default();
         let mut found: Option<(MsgId, MsgId)> = None;
-        for core_id in core_ids {
-            let Some(u) = self.acks.remove(core_id) else {
-                continue;
-            };
+        self.acks.remove_each(core_ids, |u| {
             acks.acknowledge(u.ack);
             found = Some((found.map_or(u.id, |(first, _)| first), u.id));
-        }
+        });
         acks.flush();
         found
     }

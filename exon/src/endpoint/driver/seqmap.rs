@@ -99,6 +99,29 @@ impl<V> SeqMap<V> {
         Some(v)
     }
 
+    /// Removes the values under `ids`, handing each found to `found`, in order; the ring's
+    /// front is trimmed once, after them all (a run of acknowledged ids settles at once).
+    pub(crate) fn remove_each(
+        &mut self,
+        ids: impl IntoIterator<Item = MsgId>,
+        mut found: impl FnMut(V),
+    ) {
+        for id in ids {
+            let v = match self.at(id) {
+                Some(i) => {
+                    let v = self.ring[i].take();
+                    self.in_ring -= usize::from(v.is_some());
+                    v
+                }
+                None => self.old.remove(&id.0),
+            };
+            if let Some(v) = v {
+                found(v);
+            }
+        }
+        self.trim();
+    }
+
     pub(crate) fn contains_key(&self, id: MsgId) -> bool {
         match self.at(id) {
             Some(i) => self.ring[i].is_some(),
@@ -111,11 +134,12 @@ impl<V> SeqMap<V> {
         self.ring.iter().flatten().chain(self.old.values())
     }
 
-    /// Drops the holes at the front of the ring.
+    /// Drops the holes at the front of the ring (counted, then drained where they lie).
     fn trim(&mut self) {
-        while matches!(self.ring.front(), Some(None)) {
-            self.ring.pop_front();
-            self.base += 1;
+        let holes = self.ring.iter().take_while(|v| v.is_none()).count();
+        if holes > 0 {
+            self.ring.drain(..holes);
+            self.base += holes as u64;
         }
         if self.ring.is_empty() {
             self.base = 0;
@@ -160,6 +184,8 @@ mod tests {
         Remove { k: usize },
         /// Remove an id never inserted, or already removed.
         RemoveAbsent { back: u16 },
+        /// Remove a run of `n` ids from the `k`-th oldest live one on, some absent.
+        RemoveRun { k: usize, n: u8 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -168,6 +194,7 @@ mod tests {
             1 => (0u8..=255).prop_map(|skip| Op::Insert { skip }),
             5 => any::<usize>().prop_map(|k| Op::Remove { k }),
             1 => any::<u16>().prop_map(|back| Op::RemoveAbsent { back }),
+            1 => (any::<usize>(), 0u8..40).prop_map(|(k, n)| Op::RemoveRun { k, n }),
         ]
     }
 
@@ -195,6 +222,16 @@ mod tests {
                     Op::RemoveAbsent { back } => {
                         let id = next.saturating_sub(u64::from(back));
                         prop_assert_eq!(m.remove(MsgId(id)), model.remove(&id));
+                    }
+                    Op::RemoveRun { k, n } => {
+                        if model.is_empty() { continue; }
+                        let from = *model.keys().nth(k % model.len()).unwrap();
+                        let run = (from..from + u64::from(n)).map(MsgId);
+                        let want: Vec<u64> =
+                            run.clone().filter_map(|id| model.remove(&id.0)).collect();
+                        let mut got = Vec::new();
+                        m.remove_each(run, |v| got.push(v));
+                        prop_assert_eq!(got, want);
                     }
                 }
                 prop_assert_eq!(m.len(), model.len());
