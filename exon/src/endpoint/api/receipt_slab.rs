@@ -120,6 +120,23 @@ impl Cells {
             .filter(|c| c.generation == at.generation && !matches!(c.state, State::Free))
     }
 
+    /// Resolves the cell at `at` with `verdict` (the first verdict stands): the waker to
+    /// wake once the lock is let go, if the receipt waits.
+    fn settle(&mut self, at: At, verdict: Result<(), ReceiptError>) -> Option<Waker> {
+        let cell = self.cell(at)?;
+        let waker = match &mut cell.state {
+            State::Waiting { dropped: true, .. } => {
+                // Nobody will read it.
+                self.give_back(at);
+                return None;
+            }
+            State::Waiting { waker, .. } => waker.take(),
+            State::Done(_) | State::Free => return None,
+        };
+        cell.state = State::Done(verdict);
+        waker
+    }
+
     fn give_back(&mut self, at: At) {
         if let Some(cell) = self.cell(at) {
             cell.state = State::Free;
@@ -217,24 +234,58 @@ impl SlotAck {
         let Some(slab) = self.slab.take() else {
             return;
         };
-        let mut c = slab.lock();
-        let Some(cell) = c.cell(self.at) else {
-            return;
-        };
-        let waker = match &mut cell.state {
-            State::Waiting { dropped: true, .. } => {
-                // Nobody will read it.
-                c.give_back(self.at);
-                return;
-            }
-            State::Waiting { waker, .. } => waker.take(),
-            State::Done(_) | State::Free => return,
-        };
-        cell.state = State::Done(verdict);
-        drop(c);
+        let waker = slab.lock().settle(self.at, verdict);
         if let Some(w) = waker {
             w.wake();
         }
+    }
+}
+
+/// Cells settled as acknowledged together: consecutive ones of one slab take its lock once
+/// (a verdict frame acknowledges many messages of one shard), in runs of at most
+/// [`SlotRun::MAX`] so that their wakers wait on the stack.
+#[derive(Debug, Default)]
+pub(crate) struct SlotRun {
+    slab: Option<Arc<ReceiptSlab>>,
+    ats: smallvec::SmallVec<[At; SlotRun::MAX]>,
+}
+
+impl SlotRun {
+    /// The most cells settled under one taking of the lock.
+    const MAX: usize = 16;
+
+    /// Resolves `ack` as acknowledged, with the run.
+    pub(crate) fn acknowledge(&mut self, mut ack: SlotAck) {
+        let Some(slab) = ack.slab.take() else {
+            return;
+        };
+        let other = self.slab.as_ref().is_some_and(|s| !Arc::ptr_eq(s, &slab));
+        if other || self.ats.len() == Self::MAX {
+            self.flush();
+        }
+        self.slab.get_or_insert(slab);
+        self.ats.push(ack.at);
+    }
+
+    /// Resolves the run gathered.
+    pub(crate) fn flush(&mut self) {
+        let Some(slab) = self.slab.take() else {
+            return;
+        };
+        let mut wakers = smallvec::SmallVec::<[Waker; SlotRun::MAX]>::new();
+        {
+            let mut c = slab.lock();
+            wakers.extend(self.ats.drain(..).filter_map(|at| c.settle(at, Ok(()))));
+        }
+        for w in wakers {
+            w.wake();
+        }
+    }
+}
+
+impl Drop for SlotRun {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -274,6 +325,36 @@ mod tests {
         assert_eq!(verdict(&mut r2).await, Ok(()));
         // Read again: the same verdict.
         assert_eq!(verdict(&mut r2).await, Ok(()));
+    }
+
+    /// Acknowledgements of two slabs' cells, interleaved, more than a run holds: every
+    /// waiting receipt is woken with its verdict, every dropped one's cell comes back, and a
+    /// run dropped before its flush resolves what it holds.
+    #[tokio::test]
+    async fn a_run_settles_every_cell_of_both_slabs() {
+        let (a, b) = (ReceiptSlab::new(), ReceiptSlab::new());
+        let mut waiting = Vec::new();
+        let mut run = SlotRun::default();
+        for i in 0..50 {
+            let slab = if i % 7 < 4 { &a } else { &b };
+            let (mut r, ack) = slab.open();
+            if i % 3 == 0 {
+                drop(r);
+            } else {
+                waiting.push(tokio::spawn(async move { verdict(&mut r).await }));
+            }
+            tokio::task::yield_now().await;
+            run.acknowledge(ack);
+        }
+        let (mut last, ack) = a.open();
+        run.acknowledge(ack);
+        drop(run);
+        assert_eq!(verdict(&mut last).await, Ok(()));
+        drop(last);
+        for w in waiting {
+            assert_eq!(w.await.unwrap(), Ok(()));
+        }
+        assert_eq!((a.in_use(), b.in_use()), (0, 0));
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::Error;
 use crate::endpoint::api::error::ReceiptError;
-use crate::endpoint::api::receipt_slab::{SlabReceipt, SlotAck};
+use crate::endpoint::api::receipt_slab::{SlabReceipt, SlotAck, SlotRun};
 use crate::endpoint::flows::ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
 
@@ -171,13 +171,17 @@ impl Drop for BatchSlot {
 pub(crate) struct Acks {
     /// The batch of the run being gathered, its first index and its length.
     run: Option<(Arc<BatchState>, u32, u32)>,
+    /// Single sends' cells, settled a run of one slab at a time.
+    slots: SlotRun,
 }
 
 impl Acks {
     /// Resolves `ack` as acknowledged, at once or with the run of its batch.
     pub(crate) fn acknowledge(&mut self, ack: Ack) {
-        let Ack::Batch(mut slot) = ack else {
-            return ack.resolve(Ok(()));
+        let mut slot = match ack {
+            Ack::Batch(slot) => slot,
+            Ack::Slot(s) => return self.slots.acknowledge(s),
+            ack => return ack.resolve(Ok(())),
         };
         // The run resolves it (dropping the slot leaves the batch to the run).
         slot.resolved = true;
@@ -196,6 +200,7 @@ impl Acks {
         if let Some((state, first, n)) = self.run.take() {
             state.acknowledge_run(first, n);
         }
+        self.slots.flush();
     }
 }
 
