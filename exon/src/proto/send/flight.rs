@@ -219,13 +219,17 @@ mod tests {
         /// verdict frame found arrived summed with the snapshot of the newest of their
         /// datagrams) samples exactly as it did fed per token, each token with a snapshot
         /// of its own. Datagrams are `(tokens, their size, frames acknowledging some of the
-        /// tokens in flight after it)`.
+        /// tokens in flight after it)`; with `hold_first`, the first token waits for its
+        /// verdict until after the last datagram, so that the log is asked to forget the
+        /// datagrams no token refers to (as `SRecord::forget_old_datagrams` does) while one
+        /// still does.
         #[test]
         fn per_datagram_samples_equal_per_token_samples(
             datagrams in proptest::collection::vec(
                 (1usize..6, 1u64..1500, proptest::collection::vec(any::<u64>(), 0..3), any::<bool>()),
-                1..40,
+                1..300,
             ),
+            hold_first in any::<bool>(),
         ) {
             let t0 = Instant::now();
             let rtt = Rtt::default();
@@ -239,15 +243,19 @@ mod tests {
                 for _ in 0..n {
                     let st = reference.on_sent(now, flight.bytes);
                     let seq = flight.losses.on_sent(slot);
-                    if !flight.sent.has(seq) {
-                        let mine = flight.rate.on_sent(now, flight.bytes);
-                        flight.sent.push(seq, mine, 1 << 20);
-                    }
                     let mut tok = token(slot);
                     (tok.seq, tok.size, tok.flight, tok.sends) = (seq, size, size, 2);
                     tok.sent_at = Some(now);
-                    flight.bytes += size;
                     out.push((tok, st));
+                    // As `SRecord::on_token_sent`, the token already refers to its datagram.
+                    if !flight.sent.has(seq) {
+                        let mine = flight.rate.on_sent(now, flight.bytes);
+                        if flight.sent.push(seq, mine) {
+                            let oldest = out.iter().map(|(t, _)| t.seq).min();
+                            flight.sent.forget_before(oldest, out.len());
+                        }
+                    }
+                    flight.bytes += size;
                     slot += 1;
                 }
                 flight.losses.end_datagram();
@@ -255,28 +263,43 @@ mod tests {
                     flight.rate.mark_app_limited(flight.bytes);
                     reference.mark_app_limited(flight.bytes);
                 }
+                let held = usize::from(hold_first && out.first().is_some_and(|(t, _)| t.seq == 0));
                 for pick in acks {
-                    if out.is_empty() {
+                    if out.len() <= held {
                         break;
                     }
                     let at = now + Duration::from_micros(500);
                     // A frame acknowledging every other token from a random one on.
-                    let from = (pick % out.len() as u64) as usize;
+                    let from = held + (pick % (out.len() - held) as u64) as usize;
                     let mut k = from;
                     let mut acked = Vec::new();
                     while k < out.len() {
                         acked.push(out.remove(k));
                         k += 1;
                     }
-                    for (tok, st) in &acked {
-                        flight.on_settled(at, tok, true, &rtt);
-                        reference.on_acked(at, Some(st), tok.size);
-                    }
-                    flight.end_frame(at);
-                    prop_assert_eq!(flight.rate.take_sample(), reference.take_sample());
-                    prop_assert_eq!(flight.rate.delivered(), reference.delivered());
+                    settle(&mut flight, &mut reference, &rtt, at, &acked)?;
                 }
             }
+            let at = t0 + Duration::from_secs(1);
+            settle(&mut flight, &mut reference, &rtt, at, &out)?;
         }
+    }
+
+    /// One verdict frame acknowledging `acked` at `at`, to both: equal samples.
+    fn settle(
+        flight: &mut Flight,
+        reference: &mut DeliveryRate,
+        rtt: &Rtt,
+        at: Instant,
+        acked: &[(Token, crate::proto::send::congestion::SendState)],
+    ) -> Result<(), TestCaseError> {
+        for (tok, st) in acked {
+            flight.on_settled(at, tok, true, rtt);
+            reference.on_acked(at, Some(st), tok.size);
+        }
+        flight.end_frame(at);
+        prop_assert_eq!(flight.rate.take_sample(), reference.take_sample());
+        prop_assert_eq!(flight.rate.delivered(), reference.delivered());
+        Ok(())
     }
 }

@@ -10,9 +10,15 @@ use std::collections::VecDeque;
 
 use crate::proto::send::congestion::SendState;
 
-/// The datagrams kept beyond twice the tokens in flight (a token acknowledged later than
-/// that many datagrams after its last transmission feeds the delivered count, not a sample).
+/// Datagrams kept beyond a multiple of the tokens before the log looks for what it may
+/// forget, and beyond the hard bound.
 const SLACK: usize = 64;
+
+/// The most datagrams kept, per token of the record (plus [`SLACK`] times 16): a token
+/// acknowledged later than that many datagrams after its last transmission feeds the
+/// delivered count, not a sample. Never reached unless a token waits for its verdict while
+/// eight times as many datagrams as there are tokens leave after it.
+const MAX_PER_TOKEN: usize = 8;
 
 /// Delivery-rate snapshots of the datagrams that carried TOKENs, by sequence number: dense
 /// from `base` (the detector numbers only datagrams that carried a TOKEN).
@@ -21,6 +27,9 @@ pub(crate) struct SentLog {
     /// The sequence number of `snaps[0]`.
     base: u64,
     snaps: VecDeque<SendState>,
+    /// The length past which [`push`](Self::push) asks to be told the oldest datagram a
+    /// token still refers to (doubled after each answer, so the asking costs O(1) a push).
+    check_at: usize,
 }
 
 impl SentLog {
@@ -31,19 +40,34 @@ impl SentLog {
             .is_some_and(|i| i < self.snaps.len() as u64)
     }
 
-    /// Records datagram `seq`'s snapshot, keeping at most `2 * tokens + 64` datagrams. A
-    /// sequence number that does not follow the last one starts the log again from it.
-    pub fn push(&mut self, seq: u64, st: SendState, tokens: usize) {
+    /// Records datagram `seq`'s snapshot. A sequence number that does not follow the last
+    /// one starts the log again from it. Returns whether the log has grown enough to be
+    /// told, by [`forget_before`](Self::forget_before), the oldest datagram a token of the
+    /// record still refers to.
+    pub fn push(&mut self, seq: u64, st: SendState) -> bool {
         if self.base.checked_add(self.snaps.len() as u64) != Some(seq) {
             self.snaps.clear();
             self.base = seq;
         }
         self.snaps.push_back(st);
-        let keep = tokens.saturating_mul(2).saturating_add(SLACK);
-        while self.snaps.len() > keep {
-            self.snaps.pop_front();
-            self.base += 1;
-        }
+        self.snaps.len() > self.check_at
+    }
+
+    /// Forgets the datagrams before `oldest` (the oldest one a token of the record, `tokens`
+    /// of them, still refers to; `None`: none does), and the oldest beyond the hard bound
+    /// ([`MAX_PER_TOKEN`]).
+    pub fn forget_before(&mut self, oldest: Option<u64>, tokens: usize) {
+        let end = self.base + self.snaps.len() as u64;
+        let keep_from = oldest.unwrap_or(end).clamp(self.base, end);
+        let hard = tokens
+            .saturating_mul(MAX_PER_TOKEN)
+            .saturating_add(SLACK * 16);
+        let from = keep_from.max(end.saturating_sub(hard as u64));
+        let gone = (from - self.base) as usize;
+        self.snaps.drain(..gone);
+        self.base = from;
+        let soft = tokens.saturating_mul(2).saturating_add(SLACK);
+        self.check_at = soft.max(self.snaps.len().saturating_mul(2));
     }
 
     /// The snapshot of datagram `seq`, if still kept.
@@ -68,7 +92,7 @@ mod tests {
     use crate::proto::send::congestion::DeliveryRate;
 
     #[test]
-    fn snapshots_are_found_by_datagram_and_bounded_by_the_tokens() {
+    fn snapshots_are_kept_while_a_token_refers_to_them_and_bounded() {
         let t0 = Instant::now();
         let mut rate = DeliveryRate::default();
         let mut log = SentLog::default();
@@ -76,7 +100,7 @@ mod tests {
         for seq in 0..10u64 {
             assert!(!log.has(seq));
             let at = t0 + Duration::from_millis(seq);
-            log.push(seq, rate.on_sent(at, seq), 100);
+            log.push(seq, rate.on_sent(at, seq));
             assert!(log.has(seq));
         }
         assert_eq!(
@@ -84,15 +108,31 @@ mod tests {
             Some(t0 + Duration::from_millis(3))
         );
         assert!(log.get(10).is_none() && log.get(u64::MAX).is_none());
-        // Few tokens: the oldest datagrams go.
-        for seq in 10..200u64 {
-            log.push(seq, rate.on_sent(t0, 1), 1);
+        // One token still refers to datagram 5: everything from it is kept, however many
+        // datagrams leave after it (up to the hard bound).
+        let mut asked = 0;
+        for seq in 10..2000u64 {
+            if log.push(seq, rate.on_sent(t0, 1)) {
+                asked += 1;
+                log.forget_before(Some(5), 100);
+            }
         }
-        assert_eq!(log.len(), 2 + SLACK);
-        assert!(log.get(199 - 66).is_none() && log.get(199 - 65).is_some());
+        assert!(
+            log.has(5) && !log.has(4),
+            "kept from the oldest referred to"
+        );
+        assert!(asked < 10, "asked {asked} times: the threshold doubles");
+        // Past the hard bound (8 a token and 1 024), the oldest go all the same.
+        log.forget_before(Some(5), 10);
+        assert_eq!(log.len(), 10 * MAX_PER_TOKEN + SLACK * 16);
+        assert!(log.has(1999) && !log.has(5));
+        // No token refers to any: all go.
+        log.forget_before(None, 0);
+        assert_eq!(log.len(), 0);
         // A gap (a new life of the record's numbering) starts again.
-        log.push(500, rate.on_sent(t0, 1), 1);
+        log.push(500, rate.on_sent(t0, 1));
+        log.push(502, rate.on_sent(t0, 1));
         assert_eq!(log.len(), 1);
-        assert!(log.get(199).is_none() && log.has(500));
+        assert!(log.get(500).is_none() && log.has(502));
     }
 }

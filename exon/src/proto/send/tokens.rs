@@ -138,6 +138,13 @@ impl Tokens {
     }
 
     /// Every token, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Token)> {
+        self.entries
+            .iter()
+            .filter_map(|(s, t)| t.as_ref().map(|t| (*s, t)))
+    }
+
+    /// Every token, in slot order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut Token)> {
         self.entries
             .iter_mut()

@@ -7,6 +7,7 @@ use std::time::Instant;
 use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::record::{FragPlan, SRecord};
 use crate::proto::send::timers::Timer;
+use crate::proto::send::token::NEVER_SENT;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::varint_len;
 use crate::proto::wire::frame::{
@@ -414,7 +415,9 @@ impl SRecord {
             // The datagram's first token: its snapshot, which the others share (nothing
             // the estimator holds changes between the tokens of one datagram).
             let st = self.flight.rate.on_sent(now, self.flight.bytes);
-            self.flight.sent.push(seq, st, self.tokens.len());
+            if self.flight.sent.push(seq, st) {
+                self.forget_old_datagrams();
+            }
         }
         self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
         self.pacer.on_sent(size);
@@ -424,6 +427,19 @@ impl SRecord {
         } else {
             (self.token_size * 7 + size) / 8
         };
+    }
+
+    /// The datagram log has grown: it forgets the datagrams no token sent whole refers to
+    /// any more (a token's last transmission is its only one that can be acknowledged).
+    #[cold]
+    fn forget_old_datagrams(&mut self) {
+        let oldest = self
+            .tokens
+            .iter()
+            .filter(|(_, t)| t.frag.is_none() && t.seq != NEVER_SENT)
+            .map(|(_, t)| t.seq)
+            .min();
+        self.flight.sent.forget_before(oldest, self.tokens.len());
     }
 
     /// Bytes more that may go into the datagram being written without asking the window
