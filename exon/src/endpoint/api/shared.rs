@@ -140,6 +140,15 @@ impl Shared {
 
     /// Takes `n` send credits, waiting for them; false once the endpoint is closing.
     pub(crate) async fn take_credits(&self, n: u32) -> bool {
+        // Credits at hand (the common case): taken without a future to poll.
+        match self.credits.try_acquire_many(n) {
+            Ok(permit) => {
+                permit.forget();
+                return true;
+            }
+            Err(tokio::sync::TryAcquireError::Closed) => return false,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+        }
         match self.credits.acquire_many(n).await {
             Ok(permit) => {
                 permit.forget();
