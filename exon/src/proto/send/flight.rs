@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::proto::send::congestion::DeliveryRate;
-use crate::proto::send::fragments::Sent;
+use crate::proto::send::fragments::{Outgoing, Sent};
 use crate::proto::send::loss::{answers_original, LossDetector, Reordering};
 use crate::proto::send::rtt::Rtt;
 use crate::proto::send::sent::SentLog;
@@ -102,6 +102,7 @@ impl Flight {
     /// A token removed by a verdict: no longer in flight; if it was acknowledged, it
     /// arrived ([`on_arrived`](Self::on_arrived)), unless it was reported held before
     /// (HELD), which counted its arrival then.
+    #[inline]
     pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &Rtt) {
         self.bytes = self.bytes.saturating_sub(tok.flight);
         if acked && !tok.held {
@@ -122,11 +123,17 @@ impl Flight {
     /// (Karn's rule: sent once) the frame's RTT sample, and tells whether its last loss was
     /// spurious. A token sent whole feeds the delivery rate through its datagram
     /// ([`end_frame`](Self::end_frame)).
+    #[inline]
     fn on_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
-        let Some(o) = &tok.frag else {
-            self.on_whole_arrived(now, tok, rtt);
-            return;
-        };
+        match &tok.frag {
+            None => self.on_whole_arrived(now, tok, rtt),
+            Some(o) => self.on_fragmented_arrived(now, o, rtt),
+        }
+    }
+
+    /// A message sent in fragments arrived whole (its ACK).
+    #[inline(never)]
+    fn on_fragmented_arrived(&mut self, now: Instant, o: &Outgoing, rtt: &Rtt) {
         let srtt = rtt.smoothed().unwrap_or_default();
         // A fragmented message acknowledged whole: its receiver holds every byte, those of
         // fragments declared lost included.
