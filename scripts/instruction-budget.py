@@ -344,6 +344,7 @@ def main():
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
     keys["budget_mode"] = mode
+    keys["budget_datagram"] = args.datagram
     keys["budget_commit"] = rev + ("+" if dirty else "")
     last = " ".join(f"{k}={v}" for k, v in keys.items())
     out.append("")
