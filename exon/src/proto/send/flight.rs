@@ -154,7 +154,7 @@ impl Flight {
 
     /// A token sent whole arrived: its bytes and datagram go to the frame's delivery-rate
     /// sample, its sending once to loss detection and the RTT sample.
-    #[inline]
+    #[inline(always)]
     fn on_whole_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
         self.ack_batch = self.ack_batch.saturating_add(tok.size);
         // Sent whole in this life (a token restored after a restart that never left again
