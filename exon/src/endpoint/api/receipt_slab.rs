@@ -349,10 +349,15 @@ mod tests {
         let (mut last, ack) = a.open();
         run.acknowledge(ack);
         drop(run);
-        assert_eq!(verdict(&mut last).await, Ok(()));
+        // A run dropped unflushed would leave these waiting for ever: bounded, so the test
+        // fails rather than hangs.
+        let within = std::time::Duration::from_secs(5);
+        let got = tokio::time::timeout(within, verdict(&mut last)).await;
+        assert_eq!(got, Ok(Ok(())));
         drop(last);
         for w in waiting {
-            assert_eq!(w.await.unwrap(), Ok(()));
+            let got = tokio::time::timeout(within, w).await.expect("woken");
+            assert_eq!(got.unwrap(), Ok(()));
         }
         assert_eq!((a.in_use(), b.in_use()), (0, 0));
     }

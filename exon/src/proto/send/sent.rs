@@ -14,10 +14,12 @@ use crate::proto::send::congestion::SendState;
 /// forget, and beyond the hard bound.
 const SLACK: usize = 64;
 
-/// The most datagrams kept, per token of the record (plus [`SLACK`] times 16): a token
-/// acknowledged later than that many datagrams after its last transmission feeds the
-/// delivered count, not a sample. Never reached unless a token waits for its verdict while
-/// eight times as many datagrams as there are tokens leave after it.
+/// The datagrams kept after a look for what may be forgotten, per token of the record (plus
+/// [`SLACK`] times 16): a token acknowledged later than that many datagrams after its last
+/// transmission feeds the delivered count, not a sample. Between two looks the log may grow
+/// to twice what it kept (the looks are spaced so, to cost O(1) a push), so it holds at
+/// most about 16 datagrams a token. Never reached unless a token waits for its verdict
+/// while eight times as many datagrams as there are tokens leave after it.
 const MAX_PER_TOKEN: usize = 8;
 
 /// Delivery-rate snapshots of the datagrams that carried TOKENs, by sequence number: dense
