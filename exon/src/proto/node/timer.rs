@@ -77,8 +77,57 @@ impl TimerQueue {
 /// `d` stretched by `jitter / 2^18` (so by less than a quarter): the per-record timer
 /// jitter, in integer arithmetic (this runs for every message).
 pub fn stretch(d: std::time::Duration, jitter: u16) -> std::time::Duration {
+    d.saturating_add(jitter_of(d, jitter))
+}
+
+/// `d` jittered without passing `ceiling`: stretched as [`stretch`] while that stays at or
+/// below it; a `d` at the ceiling is shortened by the same fraction instead (so timers
+/// held at a ceiling still spread), and one just below it goes at the ceiling. A documented
+/// ceiling ("tried again at least this often") holds with the jitter.
+pub fn stretch_within(
+    d: std::time::Duration,
+    ceiling: std::time::Duration,
+    jitter: u16,
+) -> std::time::Duration {
+    if d >= ceiling {
+        return ceiling.saturating_sub(jitter_of(ceiling, jitter));
+    }
+    stretch(d, jitter).min(ceiling)
+}
+
+/// The jitter's share of `d`: `d * jitter / 2^18`.
+fn jitter_of(d: std::time::Duration, jitter: u16) -> std::time::Duration {
     let extra = (d.as_nanos() * u128::from(jitter)) >> 18;
-    d.saturating_add(std::time::Duration::from_nanos(
-        u64::try_from(extra).unwrap_or(u64::MAX),
-    ))
+    std::time::Duration::from_nanos(u64::try_from(extra).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{stretch, stretch_within};
+
+    /// Below its ceiling a delay is stretched by the jitter (by less than a quarter); it never
+    /// passes the ceiling, and one held at the ceiling still spreads, below it.
+    #[test]
+    fn jitter_never_takes_a_delay_past_its_ceiling() {
+        let ceiling = Duration::from_millis(400);
+        for jitter in [0u16, 1, 1000, 30_000, u16::MAX] {
+            for ms in [1u64, 100, 320, 399, 400, 800, 2000] {
+                let d = Duration::from_millis(ms);
+                let j = stretch_within(d, ceiling, jitter);
+                assert!(j <= ceiling, "{d:?} with jitter {jitter}: {j:?}");
+                if stretch(d, jitter) <= ceiling {
+                    assert_eq!(j, stretch(d, jitter), "below the ceiling, as before");
+                }
+                if d >= ceiling {
+                    assert!(j >= ceiling * 3 / 4, "at most a quarter below: {j:?}");
+                }
+            }
+        }
+        let held: Vec<_> = [0u16, 20_000, u16::MAX]
+            .map(|j| stretch_within(ceiling, ceiling, j))
+            .into();
+        assert!(held[0] > held[1] && held[1] > held[2], "spread: {held:?}");
+    }
 }

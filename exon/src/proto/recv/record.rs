@@ -277,7 +277,8 @@ impl RRecord {
                 break;
             }
         }
-        crate::proto::node::timer::stretch(d, self.jitter)
+        let ceiling = cfg.timers.max_probe_interval;
+        crate::proto::node::timer::stretch_within(d, ceiling, self.jitter)
     }
 }
 

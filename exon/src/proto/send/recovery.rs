@@ -35,11 +35,13 @@ pub(crate) struct Expiry {
 }
 
 impl SRecord {
-    /// The retransmission timeout, with this record's jitter.
+    /// The retransmission timeout, with this record's jitter, never past the ceiling of its
+    /// backoff (`max_backoff`, or the timeout itself where longer; at most `max_rto`): the
+    /// tokens of a destination not yet deaf are tried again at least that often.
     #[inline]
     pub fn rto(&self, cfg: &Config) -> std::time::Duration {
-        let rto = self.rtt.rto(cfg);
-        crate::proto::node::timer::stretch(rto, self.jitter)
+        let (rto, ceiling) = self.rtt.rto_and_ceiling(cfg);
+        crate::proto::node::timer::stretch_within(rto, ceiling, self.jitter)
     }
 
     /// How long after the last send or acknowledgement the retransmission timer fires: the
@@ -62,7 +64,8 @@ impl SRecord {
     /// [`timer_delay`](Self::timer_delay), worked out.
     fn timer_delay_afresh(&self, cfg: &Config) -> std::time::Duration {
         if self.cc.is_enabled() && self.rtt.backoff() == 0 {
-            crate::proto::node::timer::stretch(self.rtt.pto(cfg), self.jitter)
+            let ceiling = cfg.timers.max_rto;
+            crate::proto::node::timer::stretch_within(self.rtt.pto(cfg), ceiling, self.jitter)
         } else {
             self.rto(cfg)
         }
@@ -548,6 +551,25 @@ mod tests {
 
     use crate::proto::send::record::SRecord;
     use crate::proto::{Config, Rules};
+
+    /// The jitter never takes the backed-off timeout past `max_backoff`: tokens in flight
+    /// into an outage are tried again at least that often (a 3 s cut was found 0.49 s after
+    /// it healed when the jitter stretched a timeout held at the ceiling).
+    #[test]
+    fn the_jittered_timeout_stays_within_max_backoff() {
+        let cfg = Config::default();
+        let mut rec = SRecord::new(0, Instant::now(), &cfg, &Rules::default());
+        rec.rtt.sample(Duration::from_millis(20));
+        for _ in 0..10 {
+            rec.rtt.on_timeout();
+        }
+        for jitter in [0, 1, 40_000, u16::MAX] {
+            rec.set_jitter(jitter);
+            let rto = rec.rto(&cfg);
+            assert!(rto <= cfg.timers.max_backoff, "jitter {jitter}: {rto:?}");
+            assert_eq!(rec.timer_delay(&cfg), rto, "the timer is armed with it");
+        }
+    }
 
     #[test]
     fn the_kept_timer_delay_follows_every_change_of_what_it_derives_from() {

@@ -128,6 +128,14 @@ impl Rtt {
     /// receiver may delay its ACK ([`Config::acks.delay`](crate::proto::AckConfig::delay), assumed the same at both ends), as
     /// RFC 9002's probe timeout.
     pub fn rto(&self, cfg: &Config) -> Duration {
+        self.rto_and_ceiling(cfg).0
+    }
+
+    /// [`rto`](Self::rto) and the ceiling its backoff stops at: `max_backoff`, or the
+    /// timeout itself where that is longer, at most `max_rto`. The record's jitter keeps
+    /// the timeout at or below this ceiling
+    /// (the node's `stretch_within`).
+    pub fn rto_and_ceiling(&self, cfg: &Config) -> (Duration, Duration) {
         let base = match self.srtt {
             None => nanos(cfg.timers.initial_rtt).saturating_mul(2),
             Some(srtt) => srtt
@@ -142,7 +150,10 @@ impl Rtt {
         let base = base.clamp(min, max);
         // Backed off up to `max_backoff` (or the timeout itself where that is longer).
         let cap = nanos(cfg.timers.max_backoff).max(base).min(max);
-        Duration::from_nanos(base.saturating_mul(1 << self.backoff).min(cap))
+        (
+            Duration::from_nanos(base.saturating_mul(1 << self.backoff).min(cap)),
+            Duration::from_nanos(cap),
+        )
     }
 }
 
