@@ -199,7 +199,7 @@ impl Builder {
                 self.config.default_deadline,
                 unreachable.clone(),
             ));
-            let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+            let (cmd_tx, cmd_rx) = crate::endpoint::driver::mailbox::mailbox();
             let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
             let span = shard_span(self.id, local_addr, n, i);
             span.in_scope(|| tracing::info!(clock, "endpoint bound"));
@@ -346,7 +346,7 @@ fn resume_streams<S: DatagramSocket>(
     driver: &mut Driver<S>,
     recovered: &mut Recovery,
     ordered: &OrderedShared,
-    cmds: &mpsc::UnboundedSender<crate::endpoint::driver::command::Command>,
+    cmds: &crate::endpoint::driver::mailbox::MailboxTx<crate::endpoint::driver::command::Command>,
 ) -> Vec<crate::endpoint::flows::resume::StreamParts> {
     let streams = std::mem::take(&mut recovered.flows.streams);
     let submit = || -> Box<dyn Submit> { Box::new(cmds.downgrade()) };

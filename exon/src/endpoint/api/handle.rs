@@ -1,5 +1,5 @@
 //! The cloneable sending side of an endpoint ([`Handle`]): sends, peers, counters, close;
-//! it reaches its driver shards through their command channels.
+//! it reaches its driver shards through their command mailboxes.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -15,6 +15,7 @@ use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::driver::command::Command;
+use crate::endpoint::driver::mailbox::MailboxTx;
 use crate::endpoint::driver::outgoing::{Outgoing, Reply};
 use crate::endpoint::driver::trace::peer_span;
 use crate::endpoint::flows::at_driver::OrderedShared;
@@ -42,17 +43,17 @@ pub struct Handle {
     ordered: Arc<OrderedShared>,
 }
 
-/// A handle's way to one driver shard: its command channel and the state it shares.
+/// A handle's way to one driver shard: its command mailbox and the state it shares.
 #[derive(Debug)]
 pub(crate) struct ShardLink {
-    cmds: mpsc::UnboundedSender<Command>,
+    cmds: MailboxTx<Command>,
     shared: Arc<Shared>,
     /// The verdict cells of the shard's single sends.
     receipts: Arc<ReceiptSlab>,
 }
 
 impl ShardLink {
-    pub(crate) fn new(cmds: mpsc::UnboundedSender<Command>, shared: Arc<Shared>) -> ShardLink {
+    pub(crate) fn new(cmds: MailboxTx<Command>, shared: Arc<Shared>) -> ShardLink {
         ShardLink {
             cmds,
             shared,
@@ -203,7 +204,10 @@ impl Handle {
     /// so a `send` dropped before it returned sent nothing, and one that returned its
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        self.send_deadline(to, payload.into(), self.first().shared.default_deadline())
+        let payload = payload.into();
+        self.check(to, &payload)?;
+        let within = self.first().shared.default_deadline();
+        self.send_sealed(to, Envelope::message(payload), within, None)
             .await
     }
 
@@ -221,17 +225,9 @@ impl Handle {
         payload: impl Into<Bytes>,
         within: Duration,
     ) -> Result<Receipt, Error> {
-        self.send_deadline(to, payload.into(), Some(within)).await
-    }
-
-    async fn send_deadline(
-        &self,
-        to: NodeId,
-        payload: Bytes,
-        within: Option<Duration>,
-    ) -> Result<Receipt, Error> {
+        let payload = payload.into();
         self.check(to, &payload)?;
-        self.send_sealed(to, Envelope::message(payload), within, None)
+        self.send_sealed(to, Envelope::message(payload), Some(within), None)
             .await
     }
 
@@ -361,6 +357,8 @@ impl Handle {
     }
 
     /// Sends a payload already in its envelope (a plain message; a request, of call `call`).
+    /// Handed over at once when the destination has room and the credits are at hand (no
+    /// future polled for either), else once they are.
     pub(crate) async fn send_sealed(
         &self,
         to: NodeId,
@@ -369,6 +367,45 @@ impl Handle {
         call: Option<u64>,
     ) -> Result<Receipt, Error> {
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
+        let reply = call.map_or(Reply::None, Reply::Request);
+        match self.try_hand_over(to, payload, reply, deadline) {
+            Ok(handed) => handed,
+            Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
+        }
+    }
+
+    /// [`hand_over`](Self::hand_over) without waiting: `Err` gives the message back when the
+    /// destination's queue is full or too few send credits are left.
+    #[inline]
+    fn try_hand_over(
+        &self,
+        to: NodeId,
+        payload: Payload,
+        reply: Reply,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Result<Receipt, Error>, (Payload, Reply)> {
+        let shared = &self.shard(to).shared;
+        if shared.is_closing() {
+            return Ok(Err(Error::Closed));
+        }
+        if shared.is_blocked(to) {
+            return Err((payload, reply));
+        }
+        match shared.try_take_credits(shared.credit_weight(payload.len())) {
+            Some(true) => Ok(self.hand_over(to, payload, reply, deadline)),
+            Some(false) => Ok(Err(Error::Closed)),
+            None => Err((payload, reply)),
+        }
+    }
+
+    /// [`hand_over`](Self::hand_over) of the message [`try_hand_over`](Self::try_hand_over)
+    /// gave back, once the destination has room and the send credits are taken.
+    async fn hand_over_with_room(
+        &self,
+        to: NodeId,
+        (payload, reply): (Payload, Reply),
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Receipt, Error> {
         let shard = self.shard(to);
         shard.shared.wait_for_room(to).await;
         if shard.shared.is_closing() {
@@ -378,14 +415,13 @@ impl Handle {
         if !shard.shared.take_credits(weight).await {
             return Err(Error::Closed);
         }
-        let reply = call.map_or(Reply::None, Reply::Request);
         self.hand_over(to, payload, reply, deadline)
     }
 
     /// Sends every payload of `payloads` to node `to`, exactly once each, in one hand-over
     /// to the driver: one command, one wait for room, and one shared receipt for the whole
     /// batch ([`BatchReceipt`], one allocation and one wake-up however many messages),
-    /// where [`send`](Self::send) costs a channel message and a receipt per message. The
+    /// where [`send`](Self::send) costs a mailbox push and a receipt per message. The
     /// messages get consecutive ids in the order of the payloads.
     ///
     /// All or nothing up front: if any payload is too large, the destination unknown, or

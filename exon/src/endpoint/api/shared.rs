@@ -138,16 +138,26 @@ impl Shared {
         self.send_buffer
     }
 
-    /// Takes `n` send credits, waiting for them; false once the endpoint is closing.
-    pub(crate) async fn take_credits(&self, n: u32) -> bool {
-        // Credits at hand (the common case): taken without a future to poll.
+    /// Takes `n` send credits if they are at hand: `Some(true)` when taken, `Some(false)`
+    /// once the endpoint is closing, `None` when too few are left (wait with
+    /// [`take_credits`](Self::take_credits)).
+    #[inline]
+    pub(crate) fn try_take_credits(&self, n: u32) -> Option<bool> {
         match self.credits.try_acquire_many(n) {
             Ok(permit) => {
                 permit.forget();
-                return true;
+                Some(true)
             }
-            Err(tokio::sync::TryAcquireError::Closed) => return false,
-            Err(tokio::sync::TryAcquireError::NoPermits) => {}
+            Err(tokio::sync::TryAcquireError::Closed) => Some(false),
+            Err(tokio::sync::TryAcquireError::NoPermits) => None,
+        }
+    }
+
+    /// Takes `n` send credits, waiting for them; false once the endpoint is closing.
+    pub(crate) async fn take_credits(&self, n: u32) -> bool {
+        // Credits at hand (the common case): taken without a future to poll.
+        if let Some(taken) = self.try_take_credits(n) {
+            return taken;
         }
         match self.credits.acquire_many(n).await {
             Ok(permit) => {

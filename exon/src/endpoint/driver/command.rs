@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::mailbox::WeakMailboxTx;
 use super::outgoing::{Outgoing, Submit};
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::flows::out::FlowOut;
@@ -54,8 +55,8 @@ pub(crate) enum Command {
     },
 }
 
-/// A driver shard's command channel, held weakly by a flow: only its messages go through.
-impl Submit for mpsc::WeakUnboundedSender<Command> {
+/// A driver shard's command mailbox, held weakly by a flow: only its messages go through.
+impl Submit for WeakMailboxTx<Command> {
     fn is_open(&self) -> bool {
         self.strong_count() > 0
     }
@@ -67,7 +68,7 @@ impl Submit for mpsc::WeakUnboundedSender<Command> {
         };
         match cmds.send(Command::Send(out)) {
             Ok(()) => true,
-            Err(mpsc::error::SendError(c)) => {
+            Err(c) => {
                 if let Command::Send(out) = c {
                     out.disarm();
                 }

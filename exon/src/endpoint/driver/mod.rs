@@ -25,13 +25,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tokio::sync::mpsc::error::TryRecvError;
+use mailbox::{MailboxRx, TryRecvError, WeakMailboxTx};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant as TokioInstant, Sleep};
 
 pub(crate) mod command;
 mod events;
 pub(crate) mod handover;
+pub(crate) mod mailbox;
 mod ordered;
 pub(crate) mod outgoing;
 pub(crate) mod sends;
@@ -83,9 +84,9 @@ enum Wake {
 
 /// The driver's ends of the channels to the handles and the application.
 pub(crate) struct Channels {
-    cmds: mpsc::UnboundedReceiver<Command>,
-    /// The driver's own command channel, for the flows it makes (weak: handles keep it).
-    cmds_self: mpsc::WeakUnboundedSender<Command>,
+    cmds: MailboxRx<Command>,
+    /// The driver's own command mailbox, for the flows it makes (weak: handles keep it).
+    cmds_self: WeakMailboxTx<Command>,
     deliver: mpsc::Sender<Message>,
     shared: Arc<Shared>,
     /// The endpoint's calls in flight and ordered flows (one for every shard).
@@ -97,8 +98,8 @@ pub(crate) struct Channels {
 
 impl Channels {
     pub(crate) fn new(
-        cmds: mpsc::UnboundedReceiver<Command>,
-        cmds_self: mpsc::WeakUnboundedSender<Command>,
+        cmds: MailboxRx<Command>,
+        cmds_self: WeakMailboxTx<Command>,
         deliver: mpsc::Sender<Message>,
         shared: Arc<Shared>,
         (calls, ordered): (Arc<Calls>, Arc<OrderedShared>),
@@ -126,7 +127,7 @@ pub(crate) struct Driver<S> {
     calls: Arc<Calls>,
     /// This driver's shard (0 for an endpoint of one).
     shard: usize,
-    cmds: mpsc::UnboundedReceiver<Command>,
+    cmds: MailboxRx<Command>,
     cmds_open: bool,
     paths: Paths,
     inbound: Inbound,
@@ -139,7 +140,7 @@ pub(crate) struct Driver<S> {
     flows: Flows,
     /// Reused for the flows' actions.
     actions: Vec<Action>,
-    cmds_self: mpsc::WeakUnboundedSender<Command>,
+    cmds_self: WeakMailboxTx<Command>,
     clock: ClockJobs,
     /// Durable mode: the journal.
     journal: Option<JournalJobs>,
@@ -414,7 +415,7 @@ impl<S: DatagramSocket> Driver<S> {
         took
     }
 
-    /// A command from the channel: a plain send joins the run of sends being gathered (to
+    /// A command from the mailbox: a plain send joins the run of sends being gathered (to
     /// be handed to the core together); any other command is handled after that run, so
     /// that commands keep their order.
     fn take_command(&mut self, c: Command, t: Instant) {

@@ -1062,7 +1062,9 @@ mod tests {
                 )
             })
             .into();
-        let (tx, _rx) = mpsc::unbounded_channel::<crate::endpoint::driver::command::Command>();
+        let (tx, _rx) = crate::endpoint::driver::mailbox::mailbox::<
+            crate::endpoint::driver::command::Command,
+        >();
         let driver = || -> Box<dyn Submit> { Box::new(tx.downgrade()) };
         assert_eq!(s.make_streams(streams, driver, &shared).len(), 2);
         assert_eq!(s.next_stream(), first + 3);

@@ -740,18 +740,14 @@ impl FlowVerdicts for FlowOut {
 mod tests {
     use super::*;
     use crate::endpoint::driver::command::Command;
-    use tokio::sync::mpsc;
+    use crate::endpoint::driver::mailbox::{mailbox, MailboxRx, MailboxTx};
 
     const PEER: NodeId = NodeId::from_const(9);
 
     /// A stream's sending side whose driver is `rx` (and `tx`, kept alive).
     fn stream(
         deadline: Option<Duration>,
-    ) -> (
-        Arc<FlowOut>,
-        mpsc::UnboundedSender<Command>,
-        mpsc::UnboundedReceiver<Command>,
-    ) {
+    ) -> (Arc<FlowOut>, MailboxTx<Command>, MailboxRx<Command>) {
         stream_of(deadline, 1000)
     }
 
@@ -759,12 +755,8 @@ mod tests {
     fn stream_of(
         deadline: Option<Duration>,
         chunk: usize,
-    ) -> (
-        Arc<FlowOut>,
-        mpsc::UnboundedSender<Command>,
-        mpsc::UnboundedReceiver<Command>,
-    ) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> (Arc<FlowOut>, MailboxTx<Command>, MailboxRx<Command>) {
+        let (tx, rx) = mailbox();
         let shared = Arc::new(Shared::for_test());
         let inbox = Arc::new(StreamIn::new(shared.clone()));
         let cfg = StreamOut {
@@ -790,7 +782,7 @@ mod tests {
     }
 
     /// The next message handed to the driver: its envelope opened, and its verdict's end.
-    fn next(rx: &mut mpsc::UnboundedReceiver<Command>) -> (Envelope, Ack) {
+    fn next(rx: &mut MailboxRx<Command>) -> (Envelope, Ack) {
         let Ok(Command::Send(out)) = rx.try_recv() else {
             panic!("no message handed over");
         };
@@ -863,7 +855,7 @@ mod tests {
     /// maybe lost in it), and keeps its messages' numbering.
     #[tokio::test]
     async fn a_resumed_channel_sends_the_gaps_it_may_owe() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = mailbox();
         let shared = Arc::new(Shared::for_test());
         let flow = Flow::Channel(0);
         let driver = Box::new(tx.downgrade());

@@ -16,7 +16,7 @@ use crate::proto::{MsgId, Node, NodeId};
 /// they have grown.
 #[derive(Default)]
 pub(super) struct Scratch {
-    /// The run of plain sends gathered from the command channel, all to one destination.
+    /// The run of plain sends gathered from the command mailbox, all to one destination.
     run: Vec<Outgoing>,
     /// The messages of a call of `send_many`, their payloads taken out.
     live: Vec<Outgoing>,
