@@ -226,12 +226,18 @@ impl Credit {
         self.asked_at = None;
     }
 
-    /// The receiver lost incarnation `r` (DOUBT, RETRY, LOST): its grant goes with it.
+    /// The receiver lost incarnation `r` (DOUBT, RETRY, LOST): its grant goes with it, and
+    /// an ask ahead naming it. What was asked for stays while a message of another
+    /// incarnation waits (the ask is the most any waiting message needs); with none, the
+    /// next ask starts afresh. A REQCREDIT due stays due: a message of `r` that left and
+    /// waits for credit again gets its verdict from it.
     pub fn reset(&mut self, r: u64) {
         self.grants.retain(|g| g.r != r);
-        self.asked = 0;
         if self.ahead.is_some_and(|(_, a)| a == r) {
             self.ahead = None;
+        }
+        if self.waiting.iter().all(|&(_, w)| w == r) {
+            self.asked = 0;
         }
     }
 }
@@ -256,6 +262,24 @@ mod tests {
         assert_eq!(c.room(7), 150_000);
         c.reset(7);
         assert_eq!(c.room(7), 0, "lost with its incarnation");
+    }
+
+    /// The receiver loses one incarnation while a message of another (a restarted durable
+    /// receiver's open one) waits for credit: the ask for that message keeps what it needs.
+    /// Zeroing what was asked, as before, made every ask after it a REQCREDIT for 0 bytes,
+    /// which no grant answers with room: the message waited for ever.
+    #[test]
+    fn losing_one_incarnation_keeps_the_ask_of_another() {
+        let t0 = crate::test_time::origin();
+        let mut c = Credit::default();
+        c.on_credit(8, 10_000);
+        c.wait(1, 7, 60_000, 1 << 20, false);
+        c.wait(2, 8, 100_000, 1 << 20, false);
+        c.on_asked(t0);
+        c.reset(7);
+        c.drop_waiting(&[1]);
+        c.ask_again(false);
+        assert_eq!(c.due(), Some((8, 2, 100_000)), "the waiting message's need");
     }
 
     #[test]
