@@ -15,6 +15,7 @@ use crate::endpoint::api::endpoint::{Deliveries, Endpoint};
 use crate::endpoint::api::error::BindError;
 use crate::endpoint::api::handle::{Handle, ShardLink};
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::driver::delivery_queue::delivery_queue;
 use crate::endpoint::driver::outgoing::Submit;
 use crate::endpoint::driver::{Channels, Driver};
 use crate::endpoint::flows::at_driver::OrderedShared;
@@ -200,7 +201,7 @@ impl Builder {
                 unreachable.clone(),
             ));
             let (cmd_tx, cmd_rx) = crate::endpoint::driver::mailbox::mailbox();
-            let (tx, rx) = mpsc::channel(self.config.delivery_buffer.max(1));
+            let (tx, rx) = delivery_queue(self.config.delivery_buffer);
             let span = shard_span(self.id, local_addr, n, i);
             span.in_scope(|| tracing::info!(clock, "endpoint bound"));
             let channels = Channels::new(

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use crate::endpoint::api::handle::Handle;
 use crate::endpoint::api::message::Message;
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::driver::delivery_queue::DeliveryRx;
 use crate::endpoint::flows::at_driver::Accepted;
 use crate::endpoint::flows::stream::Stream;
 use crate::endpoint::storage::durable::{RecoveredRequest, RecoveredSend, Recovery};
@@ -49,14 +50,14 @@ pub struct Endpoint {
 /// [`Endpoint::recv`] does.
 #[derive(Debug)]
 pub struct Deliveries {
-    rx: mpsc::Receiver<Message>,
+    rx: DeliveryRx<Message>,
     shared: Arc<Shared>,
     done: bool,
 }
 
 impl Deliveries {
-    /// The delivered messages of one shard, from its delivery channel.
-    pub(crate) fn new(rx: mpsc::Receiver<Message>, shared: Arc<Shared>) -> Deliveries {
+    /// The delivered messages of one shard, from its delivery queue.
+    pub(crate) fn new(rx: DeliveryRx<Message>, shared: Arc<Shared>) -> Deliveries {
         Deliveries {
             rx,
             shared,
@@ -129,7 +130,7 @@ impl Deliveries {
         }
     }
 
-    /// Counts `n` messages just received from the channel as taken; false if the driver
+    /// Counts `n` messages just received from the queue as taken; false if the driver
     /// has stopped (they were reported undelivered: they are not handed out, and nothing
     /// more will be).
     fn take(&mut self, n: u64) -> bool {

@@ -265,7 +265,7 @@ impl Shared {
         is
     }
 
-    /// The application took the next `n` messages from the delivery channel (all or none).
+    /// The application took the next `n` messages from the delivery queue (all or none).
     /// Returns false if the driver has stopped: the messages were reported as never taken,
     /// and are not handed out. Atomic against [`stop_taking`](Self::stop_taking): each
     /// message is either counted as taken (and acknowledged) or reported undelivered, never

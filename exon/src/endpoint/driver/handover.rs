@@ -1,12 +1,11 @@
-//! The driver's hand-over of delivered messages to the application: the delivery channel,
+//! The driver's hand-over of delivered messages to the application: the delivery queue,
 //! the messages waiting for room in it, and the takes reported back to the node.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::time::Instant;
 
-use tokio::sync::mpsc;
-
+use super::delivery_queue::{DeliveryTx, Pushed};
 use crate::endpoint::api::message::Message;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::flows::at_driver::Flows;
@@ -14,10 +13,10 @@ use crate::proto::{DeliveryId, Node};
 
 /// Delivered messages on their way to the application.
 pub(crate) struct Handover {
-    deliver: mpsc::Sender<Message>,
-    /// Delivered messages not yet in the delivery channel (it was full).
+    deliver: DeliveryTx<Message>,
+    /// Delivered messages not yet in the delivery queue (this turn's, or it was full).
     pending: VecDeque<(Message, DeliveryId)>,
-    /// The deliveries in the channel, in its order: the first `Shared::taken` of all those
+    /// The deliveries in the queue, in its order: the first `Shared::taken` of all those
     /// ever put in were taken by the application.
     handed: VecDeque<DeliveryId>,
     /// Takes already reported to the node.
@@ -32,11 +31,8 @@ pub(crate) struct Handover {
     ack_on_take: bool,
 }
 
-/// Room for one message in the delivery channel, or the channel closed.
-pub(crate) type Permit = Result<mpsc::OwnedPermit<Message>, mpsc::error::SendError<()>>;
-
 impl Handover {
-    pub(crate) fn new(deliver: mpsc::Sender<Message>, ack_after_processing: bool) -> Handover {
+    pub(crate) fn new(deliver: DeliveryTx<Message>, ack_after_processing: bool) -> Handover {
         Handover {
             deliver,
             pending: VecDeque::new(),
@@ -54,12 +50,12 @@ impl Handover {
         self.pending.push_back((m, id));
     }
 
-    /// Whether every delivered message is in the channel: the socket is read only then.
+    /// Whether every delivered message is in the queue: the socket is read only then.
     pub(crate) fn is_clear(&self) -> bool {
         self.pending.is_empty()
     }
 
-    /// Whether nothing more can be handed over: all of it is in the channel, or nobody
+    /// Whether nothing more can be handed over: all of it is in the queue, or nobody
     /// receives.
     pub(crate) fn is_done(&self) -> bool {
         self.pending.is_empty() || self.deliver.is_closed()
@@ -70,50 +66,39 @@ impl Handover {
         self.pending.len() + self.handed.len() + self.discarded
     }
 
-    /// Room for the next pending message, to wait for (`None` when nothing is pending).
-    pub(crate) fn room(&self) -> Option<impl Future<Output = Permit>> {
-        (!self.pending.is_empty()).then(|| self.deliver.clone().reserve_owned())
-    }
-
-    /// Puts the next pending message in the room waited for.
-    pub(crate) fn on_room(&mut self, permit: Permit) {
-        if let Ok(permit) = permit {
-            if let Some((m, id)) = self.pending.pop_front() {
-                self.handed.push_back(id);
-                permit.send(m);
-            }
-        }
+    /// Room for the pending messages, to wait for (`None` when nothing is pending): the
+    /// next [`hand_over`](Self::hand_over) moves them.
+    pub(crate) fn room(&self) -> Option<impl Future<Output = ()>> {
+        (!self.pending.is_empty()).then(|| self.deliver.room())
     }
 
     /// Hands pending messages to the application while the channel has room. Returns
-    /// whether this turn began a stall (the channel full); calls `discarded` for each
+    /// whether this turn began a stall (the queue full); calls `discarded` for each
     /// message dropped because nobody receives.
     pub(crate) fn hand_over(&mut self, mut discarded: impl FnMut()) -> bool {
         if self.pending.is_empty() {
             self.stalled = false;
         }
-        let mut stall = false;
-        while let Some((m, id)) = self.pending.pop_front() {
-            match self.deliver.try_send(m) {
-                Ok(()) => self.handed.push_back(id),
-                Err(mpsc::error::TrySendError::Full(m)) => {
-                    self.pending.push_front((m, id));
-                    if !self.stalled {
-                        self.stalled = true;
-                        stall = true;
-                    }
-                    tracing::trace!("delivery buffer full: socket reads paused");
-                    break;
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    // Never taken, so never acknowledged: its sender does not hear of it
-                    // as delivered.
+        let handed = &mut self.handed;
+        match self
+            .deliver
+            .push_from(&mut self.pending, |id| handed.push_back(id))
+        {
+            Pushed::All => false,
+            Pushed::Full => {
+                tracing::trace!("delivery buffer full: socket reads paused");
+                !std::mem::replace(&mut self.stalled, true)
+            }
+            Pushed::Closed => {
+                // Never taken, so never acknowledged: their senders do not hear of them
+                // as delivered.
+                for _ in self.pending.drain(..) {
                     self.discarded += 1;
                     discarded();
                 }
+                false
             }
         }
-        stall
     }
 
     /// Reports to the node the messages the application took since the last call (the

@@ -26,10 +26,11 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use mailbox::{MailboxRx, TryRecvError, WeakMailboxTx};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::{Instant as TokioInstant, Sleep};
 
 pub(crate) mod command;
+pub(crate) mod delivery_queue;
 mod events;
 pub(crate) mod handover;
 pub(crate) mod mailbox;
@@ -44,7 +45,8 @@ use crate::endpoint::api::config::EndpointConfig;
 use crate::endpoint::api::message::Message;
 use crate::endpoint::api::shared::{CloseOnDrop, Shared};
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
-use crate::endpoint::driver::handover::{Handover, Permit};
+use crate::endpoint::driver::delivery_queue::DeliveryTx;
+use crate::endpoint::driver::handover::Handover;
 use crate::endpoint::driver::sends::Sends;
 use crate::endpoint::driver::trace::{peer_span, Throttle};
 use crate::endpoint::driver::turns::Turns;
@@ -73,7 +75,7 @@ enum Wake {
     Datagrams(std::io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
     Journalled(JournalEvent),
-    Deliver(Permit),
+    Deliver,
     Forwarded(Option<Forward>),
     Taken,
     /// Buffers of the last batch of datagrams wait to be taken.
@@ -87,7 +89,7 @@ pub(crate) struct Channels {
     cmds: MailboxRx<Command>,
     /// The driver's own command mailbox, for the flows it makes (weak: handles keep it).
     cmds_self: WeakMailboxTx<Command>,
-    deliver: mpsc::Sender<Message>,
+    deliver: DeliveryTx<Message>,
     shared: Arc<Shared>,
     /// The endpoint's calls in flight and ordered flows (one for every shard).
     calls: Arc<Calls>,
@@ -100,7 +102,7 @@ impl Channels {
     pub(crate) fn new(
         cmds: MailboxRx<Command>,
         cmds_self: WeakMailboxTx<Command>,
-        deliver: mpsc::Sender<Message>,
+        deliver: DeliveryTx<Message>,
         shared: Arc<Shared>,
         (calls, ordered): (Arc<Calls>, Arc<OrderedShared>),
         route: Option<Route>,
@@ -328,7 +330,7 @@ impl<S: DatagramSocket> Driver<S> {
             r = async { journal_job.expect("guarded").await }, if journalling => {
                 Wake::Journalled(r)
             }
-            p = async { room.expect("guarded").await }, if !reading => Wake::Deliver(p),
+            _ = async { room.expect("guarded").await }, if !reading => Wake::Deliver,
             _ = std::future::ready(()), if reading && pending => Wake::Pending,
             r = rx.recv(socket), if reading && !pending => Wake::Datagrams(r),
             f = async { forwarded.expect("guarded").recv().await }, if reading && forwarding => {
@@ -359,7 +361,8 @@ impl<S: DatagramSocket> Driver<S> {
                     self.node.handle_stored(t, through);
                 }
             }
-            Wake::Deliver(permit) => self.handover.on_room(permit),
+            // Room for the pending deliveries: the turn's hand-over moves them.
+            Wake::Deliver => {}
             Wake::Taken => self.on_taken(t),
             Wake::Forwarded(Some(f)) => self.on_forwarded(t, f),
             Wake::Forwarded(None) => self.inbound.forwarding_closed(),
