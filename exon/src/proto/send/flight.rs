@@ -257,7 +257,7 @@ mod tests {
                     // As `SRecord::on_token_sent`, the token already refers to its datagram.
                     if !flight.sent.has(seq) {
                         let mine = flight.rate.on_sent(now, flight.bytes);
-                        if flight.sent.push(seq, mine) {
+                        if flight.sent.push(seq, mine, out.len()) {
                             let oldest = out.iter().map(|(t, _)| t.seq).min();
                             flight.sent.forget_before(oldest, out.len());
                         }

@@ -14,13 +14,11 @@ use crate::proto::send::congestion::SendState;
 /// forget, and beyond the hard bound.
 const SLACK: usize = 64;
 
-/// The datagrams kept after a look for what may be forgotten, per token of the record (plus
-/// [`SLACK`] times 16): a token acknowledged later than that many datagrams after its last
-/// transmission feeds the delivered count, not a sample. Between two looks the log may grow
-/// to twice what it kept (the looks are spaced so, to cost O(1) a push), so it holds at
-/// most about 16 datagrams a token. Never reached unless a token waits for its verdict
-/// while eight times as many datagrams as there are tokens leave after it.
-const MAX_PER_TOKEN: usize = 8;
+/// The most datagrams kept, per token of the record (plus [`SLACK`] times 16), at every
+/// push: a token acknowledged later than that many datagrams after its last transmission
+/// feeds the delivered count, not a sample. Never reached unless a token waits for its
+/// verdict while four times as many datagrams as there are tokens leave after it.
+const MAX_PER_TOKEN: usize = 4;
 
 /// Delivery-rate snapshots of the datagrams that carried TOKENs, by sequence number: dense
 /// from `base` (the detector numbers only datagrams that carried a TOKEN).
@@ -42,14 +40,24 @@ impl SentLog {
             .is_some_and(|i| i < self.snaps.len() as u64)
     }
 
-    /// Records datagram `seq`'s snapshot. A sequence number that does not follow the last
-    /// one starts the log again from it. Returns whether the log has grown enough to be
-    /// told, by [`forget_before`](Self::forget_before), the oldest datagram a token of the
-    /// record still refers to.
-    pub fn push(&mut self, seq: u64, st: SendState) -> bool {
+    /// Records datagram `seq`'s snapshot (the record holds `tokens` tokens). A sequence
+    /// number that does not follow the last one starts the log again from it. The oldest
+    /// goes at once past the hard bound ([`MAX_PER_TOKEN`]), so the log never holds more.
+    /// Returns whether the log has grown enough to be told, by
+    /// [`forget_before`](Self::forget_before), the oldest datagram a token of the record
+    /// still refers to.
+    #[inline]
+    pub fn push(&mut self, seq: u64, st: SendState, tokens: usize) -> bool {
         if self.base.checked_add(self.snaps.len() as u64) != Some(seq) {
             self.snaps.clear();
             self.base = seq;
+        }
+        let hard = hard_bound(tokens);
+        if self.snaps.len() >= hard {
+            // Each datagram goes once: O(1) a push, amortised.
+            let gone = self.snaps.len() + 1 - hard;
+            self.snaps.drain(..gone);
+            self.base += gone as u64;
         }
         self.snaps.push_back(st);
         self.snaps.len() > self.check_at
@@ -61,10 +69,7 @@ impl SentLog {
     pub fn forget_before(&mut self, oldest: Option<u64>, tokens: usize) {
         let end = self.base + self.snaps.len() as u64;
         let keep_from = oldest.unwrap_or(end).clamp(self.base, end);
-        let hard = tokens
-            .saturating_mul(MAX_PER_TOKEN)
-            .saturating_add(SLACK * 16);
-        let from = keep_from.max(end.saturating_sub(hard as u64));
+        let from = keep_from.max(end.saturating_sub(hard_bound(tokens) as u64));
         let gone = (from - self.base) as usize;
         self.snaps.drain(..gone);
         self.base = from;
@@ -86,6 +91,14 @@ impl SentLog {
     }
 }
 
+/// The most datagrams the log keeps for a record of `tokens` tokens.
+#[inline]
+fn hard_bound(tokens: usize) -> usize {
+    tokens
+        .saturating_mul(MAX_PER_TOKEN)
+        .saturating_add(SLACK * 16)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::{Duration, Instant};
@@ -102,7 +115,7 @@ mod tests {
         for seq in 0..10u64 {
             assert!(!log.has(seq));
             let at = t0 + Duration::from_millis(seq);
-            log.push(seq, rate.on_sent(at, seq));
+            log.push(seq, rate.on_sent(at, seq), 100);
             assert!(log.has(seq));
         }
         assert_eq!(
@@ -113,8 +126,8 @@ mod tests {
         // One token still refers to datagram 5: everything from it is kept, however many
         // datagrams leave after it (up to the hard bound).
         let mut asked = 0;
-        for seq in 10..2000u64 {
-            if log.push(seq, rate.on_sent(t0, 1)) {
+        for seq in 10..1400u64 {
+            if log.push(seq, rate.on_sent(t0, 1), 100) {
                 asked += 1;
                 log.forget_before(Some(5), 100);
             }
@@ -124,16 +137,31 @@ mod tests {
             "kept from the oldest referred to"
         );
         assert!(asked < 10, "asked {asked} times: the threshold doubles");
-        // Past the hard bound (8 a token and 1 024), the oldest go all the same.
+        // Past the hard bound (4 a token and 1 024), the oldest go all the same: at the
+        // next look, and at once at every push beyond it.
         log.forget_before(Some(5), 10);
         assert_eq!(log.len(), 10 * MAX_PER_TOKEN + SLACK * 16);
-        assert!(log.has(1999) && !log.has(5));
+        assert!(log.has(1399) && !log.has(5));
+        for seq in 1400..4000u64 {
+            if log.push(seq, rate.on_sent(t0, 1), 10) {
+                log.forget_before(Some(5), 10);
+            }
+            assert!(
+                log.len() <= 10 * MAX_PER_TOKEN + SLACK * 16,
+                "never past the bound"
+            );
+        }
+        assert!(log.has(3999));
+        // Fewer tokens, a lower bound: the next push keeps to it at once.
+        log.push(4000, rate.on_sent(t0, 1), 1);
+        assert_eq!(log.len(), MAX_PER_TOKEN + SLACK * 16);
+        assert!(log.has(4000));
         // No token refers to any: all go.
         log.forget_before(None, 0);
         assert_eq!(log.len(), 0);
         // A gap (a new life of the record's numbering) starts again.
-        log.push(500, rate.on_sent(t0, 1));
-        log.push(502, rate.on_sent(t0, 1));
+        log.push(500, rate.on_sent(t0, 1), 1);
+        log.push(502, rate.on_sent(t0, 1), 1);
         assert_eq!(log.len(), 1);
         assert!(log.get(500).is_none() && log.has(502));
     }

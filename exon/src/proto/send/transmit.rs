@@ -415,7 +415,7 @@ impl SRecord {
             // The datagram's first token: its snapshot, which the others share (nothing
             // the estimator holds changes between the tokens of one datagram).
             let st = self.flight.rate.on_sent(now, self.flight.bytes);
-            if self.flight.sent.push(seq, st) {
+            if self.flight.sent.push(seq, st, self.tokens.len()) {
                 self.forget_old_datagrams();
             }
         }
