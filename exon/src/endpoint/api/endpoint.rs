@@ -78,9 +78,11 @@ impl Deliveries {
         if self.done {
             return Poll::Ready(None);
         }
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => Poll::Ready(self.take(1).then_some(m)),
-            Poll::Ready(None) => {
+        // Counted as taken before it is moved out: a driver that stopped reported it
+        // undelivered, and it is not handed out.
+        match self.rx.poll_ready(cx) {
+            Poll::Ready(true) if self.take(1) => Poll::Ready(self.rx.pop()),
+            Poll::Ready(_) => {
                 self.done = true;
                 Poll::Ready(None)
             }

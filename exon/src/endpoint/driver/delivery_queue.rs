@@ -165,19 +165,35 @@ pub(crate) struct DeliveryRx<T> {
 }
 
 impl<T> DeliveryRx<T> {
-    /// The next message, or `None` once the sender is gone and nothing is left (or after
-    /// [`close`](Self::close)).
-    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+    /// Whether a message is ready for [`pop`](Self::pop): `Ready(false)` once the sender
+    /// is gone and nothing is left (or after [`close`](Self::close)).
+    #[inline]
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
         if self.batch.is_empty() {
-            match self.refill(cx) {
-                Poll::Ready(true) => {}
-                Poll::Ready(false) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
-            }
+            return self.refill(cx);
         }
+        Poll::Ready(true)
+    }
+
+    /// The next message, counted out, if one is ready (after
+    /// [`poll_ready`](Self::poll_ready) said so): apart from the readiness, so that the
+    /// caller decides before the message is moved out (one move fewer).
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<T> {
         let item = self.batch.pop_front();
         self.handed_out(usize::from(item.is_some()));
-        Poll::Ready(item)
+        item
+    }
+
+    /// The next message, or `None` once the sender is gone and nothing is left (or after
+    /// [`close`](Self::close)).
+    #[cfg(test)]
+    pub(crate) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        match self.poll_ready(cx) {
+            Poll::Ready(true) => Poll::Ready(self.pop()),
+            Poll::Ready(false) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
     }
 
     /// Up to `limit` messages appended to `buf`: how many, 0 once the sender is gone and
