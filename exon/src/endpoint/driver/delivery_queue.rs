@@ -207,12 +207,10 @@ impl<T> DeliveryRx<T> {
         if limit == 0 {
             return Poll::Ready(0);
         }
-        if self.batch.is_empty() {
-            match self.refill(cx) {
-                Poll::Ready(true) => {}
-                Poll::Ready(false) => return Poll::Ready(0),
-                Poll::Pending => return Poll::Pending,
-            }
+        match self.poll_ready(cx) {
+            Poll::Ready(true) => {}
+            Poll::Ready(false) => return Poll::Ready(0),
+            Poll::Pending => return Poll::Pending,
         }
         let n = limit.min(self.batch.len());
         buf.extend(self.batch.drain(..n));
