@@ -328,6 +328,13 @@ pub fn exon_caller(mut ep: Endpoint, tasks: &mut Vec<tokio::task::JoinHandle<()>
 /// a thread of their own), so that callgrind's `--separate-threads=yes` counts each
 /// side apart (`scripts/instruction-budget.py`). Returns the time from the `warmup`-th
 /// delivery to the last.
+///
+/// The application keeps at most [`LEAD`] messages ahead of the receiver's deliveries
+/// (it waits, its driver running, until the receiver catches up): under
+/// callgrind, which runs one thread at a time for long stretches, the sender would
+/// otherwise sometimes fill its destination's queue while the receiver stands still, and
+/// the counts per message would move by a tenth between runs with the path its sends
+/// took (waiting for room, or not).
 pub fn two_thread_cost(
     messages: u64,
     warmup: u64,
@@ -343,11 +350,13 @@ pub fn two_thread_cost(
     let (done_tx, done_rx) = oneshot::channel::<()>();
     let (all_tx, all_rx) = oneshot::channel::<()>();
     let receiver_cfg = cfg.clone();
+    let delivered = Arc::new(Delivered::default());
+    let counted = delivered.clone();
     let receiver = std::thread::spawn(move || {
         crate::harness::runtime(0).block_on(async move {
             let mut b = exon_endpoint_with(local, 2, receiver_cfg, plain);
             addr_tx.send(b.local_addr()).expect("sender waiting");
-            let took = receive_all(&mut b, total, marker).await;
+            let took = receive_all(&mut b, total, marker, Some(&counted)).await;
             let _ = all_tx.send(());
             // Answer the sender until it has closed.
             let _ = done_rx.await;
@@ -360,7 +369,7 @@ pub fn two_thread_cost(
         let a = exon_endpoint_with(local, 1, cfg, plain);
         let b_id = NodeId::from_const(2);
         a.add_peer(b_id, b_addr);
-        send_all(&a, b_id, total, batch).await;
+        send_all(&a, b_id, total, batch, Some(&delivered)).await;
         // Under callgrind the run is slow: close once every message is delivered.
         let _ = all_rx.await;
         a.close(Duration::from_secs(5)).await;
@@ -369,14 +378,22 @@ pub fn two_thread_cost(
     receiver.join().expect("receiver thread")
 }
 
-/// Receives and checks `total` messages at `b`; returns the time from the `marker`-th to
-/// the last.
-async fn receive_all(b: &mut Endpoint, total: u64, marker: u64) -> Duration {
+/// Receives and checks `total` messages at `b`, counting them in `delivered` if given;
+/// returns the time from the `marker`-th to the last.
+async fn receive_all(
+    b: &mut Endpoint,
+    total: u64,
+    marker: u64,
+    delivered: Option<&Delivered>,
+) -> Duration {
     let mut seen = Seen::default();
     let mut started = None;
     while seen.count() < total {
         let m = b.recv().await.expect("endpoint running");
         seen.record(seq_of(&m.payload, SHARDED_SIZE));
+        if let Some(d) = delivered {
+            d.count(seen.count());
+        }
         if seen.count() == marker {
             started = Some(Instant::now());
         }
@@ -384,11 +401,53 @@ async fn receive_all(b: &mut Endpoint, total: u64, marker: u64) -> Duration {
     started.map_or(Duration::ZERO, |s| s.elapsed())
 }
 
+/// The receiver's deliveries, as the sender of [`two_thread_cost`] waits for them.
+#[derive(Default)]
+struct Delivered {
+    count: AtomicU64,
+    /// Told every [`STEP`](Self::STEP) deliveries.
+    progress: tokio::sync::Notify,
+}
+
+impl Delivered {
+    const STEP: u64 = 256;
+
+    /// `n` messages were delivered.
+    fn count(&self, n: u64) {
+        self.count.store(n, Ordering::Release);
+        if n.is_multiple_of(Self::STEP) {
+            self.progress.notify_one();
+        }
+    }
+
+    /// Waits until at least `n` messages were delivered (within [`STEP`](Self::STEP)).
+    async fn wait_for(&self, n: u64) {
+        while self.count.load(Ordering::Acquire) < n {
+            self.progress.notified().await;
+        }
+    }
+}
+
+/// Messages the application of [`two_thread_cost`] keeps at most ahead of the receiver's
+/// deliveries: half the destination's default queue (`max_queued_per_peer`), more than
+/// the congestion window holds on loopback.
+const LEAD: u64 = 2048;
+
 /// Sends messages `0..total` of [`SHARDED_SIZE`] bytes from `a` to `to`, `batch` per
-/// `send_batch` call (0: one `send` each), dropping the receipts.
-async fn send_all(a: &Endpoint, to: NodeId, total: u64, batch: usize) {
+/// `send_batch` call (0: one `send` each), dropping the receipts; with `delivered`, at
+/// most [`LEAD`] ahead of it.
+async fn send_all(
+    a: &Endpoint,
+    to: NodeId,
+    total: u64,
+    batch: usize,
+    delivered: Option<&Delivered>,
+) {
     let mut seq = 0;
     while seq < total {
+        if let Some(d) = delivered {
+            d.wait_for(seq.saturating_sub(LEAD - 1)).await;
+        }
         if batch == 0 {
             drop(a.send(to, payload(seq, SHARDED_SIZE)).await.expect("send"));
             seq += 1;
@@ -421,10 +480,10 @@ pub async fn one_thread_cost(
     let total = warmup + messages;
     let marker = warmup.max(1);
     let receiver = tokio::spawn(async move {
-        let took = receive_all(&mut b, total, marker).await;
+        let took = receive_all(&mut b, total, marker, None).await;
         (b, took)
     });
-    send_all(&a, b_id, total, batch).await;
+    send_all(&a, b_id, total, batch, None).await;
     let (b, took) = receiver.await.expect("receiver");
     a.close(Duration::from_secs(1)).await;
     b.close(Duration::from_millis(100)).await;

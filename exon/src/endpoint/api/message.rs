@@ -102,6 +102,12 @@ impl Message {
         self.kind
     }
 
+    /// The delivery this message is (what its take reports to the node).
+    #[inline]
+    pub(crate) fn delivery(&self) -> crate::proto::DeliveryId {
+        self.delivery
+    }
+
     /// Durable mode: whether this message was handed to the application before a restart
     /// of this endpoint and not acknowledged then (so it may have been processed). An
     /// application that commits its effects together with [`stable_id`](Self::stable_id)

@@ -81,12 +81,10 @@ pub(crate) struct DeliveryTx<T> {
 
 impl<T> DeliveryTx<T> {
     /// Moves messages from the front of `from` into the queue while it has room, under one
-    /// lock, calling `went` with each one's tag as it goes.
-    pub(crate) fn push_from<I>(
-        &self,
-        from: &mut VecDeque<(T, I)>,
-        mut went: impl FnMut(I),
-    ) -> Pushed {
+    /// lock, calling `went` with each one first. All of them at once when they fit (a swap
+    /// of the two queues when the queue is empty, else one append): no message is moved
+    /// one by one.
+    pub(crate) fn push_from(&self, from: &mut VecDeque<T>, mut went: impl FnMut(&T)) -> Pushed {
         if from.is_empty() {
             return Pushed::All;
         }
@@ -97,9 +95,15 @@ impl<T> DeliveryTx<T> {
             }
             let used = self.inner.outstanding.load(Ordering::Acquire);
             let room = self.inner.cap.saturating_sub(used).min(from.len());
-            for (item, tag) in from.drain(..room) {
-                s.items.push_back(item);
-                went(tag);
+            from.iter().take(room).for_each(&mut went);
+            if room == from.len() {
+                if s.items.is_empty() {
+                    std::mem::swap(&mut s.items, from);
+                } else {
+                    s.items.append(from);
+                }
+            } else {
+                s.items.extend(from.drain(..room));
             }
             self.inner.outstanding.fetch_add(room, Ordering::AcqRel);
             if room > 0 {
@@ -289,8 +293,8 @@ mod tests {
         Context::from_waker(Waker::noop())
     }
 
-    fn pending(items: impl IntoIterator<Item = u32>) -> VecDeque<(u32, u32)> {
-        items.into_iter().map(|i| (i, i)).collect()
+    fn pending(items: impl IntoIterator<Item = u32>) -> VecDeque<u32> {
+        items.into_iter().collect()
     }
 
     /// At most `cap` messages are out at once (in the queue or in the receiver's batch);
@@ -300,15 +304,15 @@ mod tests {
         let (tx, mut rx) = delivery_queue::<u32>(3);
         let mut from = pending(0..5);
         let mut went = Vec::new();
-        assert_eq!(tx.push_from(&mut from, |t| went.push(t)), Pushed::Full);
+        assert_eq!(tx.push_from(&mut from, |t| went.push(*t)), Pushed::Full);
         assert_eq!(went, [0, 1, 2]);
         assert_eq!(rx.poll_recv(&mut cx()), Poll::Ready(Some(0)));
-        assert_eq!(tx.push_from(&mut from, |t| went.push(t)), Pushed::Full);
+        assert_eq!(tx.push_from(&mut from, |t| went.push(*t)), Pushed::Full);
         assert_eq!(went, [0, 1, 2, 3], "room for one: the one handed out");
         let mut buf = Vec::new();
         assert_eq!(rx.poll_recv_many(&mut cx(), &mut buf, 10), Poll::Ready(2));
         assert_eq!(buf, [1, 2], "the batch taken before, first");
-        assert_eq!(tx.push_from(&mut from, |t| went.push(t)), Pushed::All);
+        assert_eq!(tx.push_from(&mut from, |t| went.push(*t)), Pushed::All);
         assert_eq!(rx.poll_recv_many(&mut cx(), &mut buf, 10), Poll::Ready(2));
         assert_eq!(buf, [1, 2, 3, 4]);
         assert_eq!(rx.poll_recv(&mut cx()), Poll::Pending);
@@ -318,6 +322,27 @@ mod tests {
             Poll::Ready(None),
             "the sender gone"
         );
+    }
+
+    /// Pushes that fit go in whole (a swap into an empty queue, an append behind what
+    /// waits), each told first, in order.
+    #[test]
+    fn whole_pushes_keep_order_behind_what_waits() {
+        let (tx, mut rx) = delivery_queue::<u32>(10);
+        let mut went = Vec::new();
+        let mut from = pending(0..2);
+        assert_eq!(tx.push_from(&mut from, |t| went.push(*t)), Pushed::All);
+        assert!(from.is_empty());
+        from.extend([2, 3, 4]);
+        assert_eq!(tx.push_from(&mut from, |t| went.push(*t)), Pushed::All);
+        assert!(from.is_empty());
+        assert_eq!(went, [0, 1, 2, 3, 4]);
+        let mut buf = Vec::new();
+        assert_eq!(rx.poll_recv_many(&mut cx(), &mut buf, 10), Poll::Ready(5));
+        assert_eq!(buf, [0, 1, 2, 3, 4]);
+        from.extend(5..16);
+        assert_eq!(tx.push_from(&mut from, |t| went.push(*t)), Pushed::Full);
+        assert_eq!(from, [15], "one more than the room waits");
     }
 
     /// A closed receiver refuses pushes, drops what waited, and hands out nothing more; a
@@ -330,7 +355,7 @@ mod tests {
             .unwrap();
         let (tx, mut rx) = delivery_queue::<Arc<()>>(1);
         let item = Arc::new(());
-        let mut from: VecDeque<_> = [(item.clone(), ()), (item.clone(), ())].into();
+        let mut from: VecDeque<_> = [item.clone(), item.clone()].into();
         assert_eq!(tx.push_from(&mut from, |_| {}), Pushed::Full);
         rt.block_on(async {
             let wait = tokio::spawn(async move {

@@ -83,7 +83,7 @@ impl<S: DatagramSocket> Driver<S> {
                     .cfg
                     .ack_after_processing
                     .then(|| Acker::new(self.shared.clone(), id));
-                self.handover.push(Message::new(from, body, acker, id), id);
+                self.handover.push(Message::new(from, body, acker, id));
             }
             Ok(Envelope::Request { call, body }) => {
                 self.requests.push(Request::new(from, call, body, id));

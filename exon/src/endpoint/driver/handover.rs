@@ -15,7 +15,7 @@ use crate::proto::{DeliveryId, Node};
 pub(crate) struct Handover {
     deliver: DeliveryTx<Message>,
     /// Delivered messages not yet in the delivery queue (this turn's, or it was full).
-    pending: VecDeque<(Message, DeliveryId)>,
+    pending: VecDeque<Message>,
     /// The deliveries in the queue, in its order: the first `Shared::taken` of all those
     /// ever put in were taken by the application.
     handed: VecDeque<DeliveryId>,
@@ -46,8 +46,9 @@ impl Handover {
     }
 
     /// Queues a message the node delivered.
-    pub(crate) fn push(&mut self, m: Message, id: DeliveryId) {
-        self.pending.push_back((m, id));
+    #[inline]
+    pub(crate) fn push(&mut self, m: Message) {
+        self.pending.push_back(m);
     }
 
     /// Whether every delivered message is in the queue: the socket is read only then.
@@ -82,7 +83,7 @@ impl Handover {
         let handed = &mut self.handed;
         match self
             .deliver
-            .push_from(&mut self.pending, |id| handed.push_back(id))
+            .push_from(&mut self.pending, |m| handed.push_back(m.delivery()))
         {
             Pushed::All => false,
             Pushed::Full => {

@@ -59,7 +59,7 @@ impl<S: DatagramSocket> Driver<S> {
                         .ack_after_processing
                         .then(|| Acker::new(self.shared.clone(), held.id));
                     let m = Message::new(held.id.from(), held.body, acker, held.id).with_kind(kind);
-                    self.handover.push(m, held.id);
+                    self.handover.push(m);
                 }
                 Action::Window {
                     to,

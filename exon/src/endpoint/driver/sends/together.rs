@@ -18,8 +18,6 @@ use crate::proto::{MsgId, Node, NodeId};
 pub(super) struct Scratch {
     /// The run of plain sends gathered from the command mailbox, all to one destination.
     run: Vec<Outgoing>,
-    /// The messages of a call of `send_many`, their payloads taken out.
-    live: Vec<Outgoing>,
     /// Their payloads, as `send_many` takes them.
     payloads: std::collections::VecDeque<crate::proto::Payload>,
     /// Their payloads' lengths (for the debug events).
@@ -108,23 +106,29 @@ impl Sends {
         paths: &Paths,
     ) {
         let mut s = std::mem::take(&mut self.scratch);
-        for mut out in messages.drain(..) {
-            if out.deadline().is_some_and(|d| d <= t) {
-                // Given up before it reached the core: certainly not delivered.
+        if messages
+            .iter()
+            .any(|o| o.deadline().is_some_and(|d| d <= t))
+        {
+            // Given up before they reached the core: certainly not delivered.
+            for out in messages.extract_if(.., |o| o.deadline().is_some_and(|d| d <= t)) {
                 out.give_up();
-                continue;
             }
+        }
+        // The payloads go to the core; the messages stay where they are until it took
+        // them (each moved once, into its entry of the unacknowledged).
+        for out in messages.iter_mut() {
             let payload = out.take_payload();
             s.lens.push(payload.len());
             s.payloads.push_back(payload);
-            s.live.push(out);
         }
         // `send_many` takes from the front and leaves the rest (all of them when it fails).
         let first = node.send_many(t, to, &mut s.payloads);
-        let accepted = s.live.len() - s.payloads.len();
+        let accepted = messages.len() - s.payloads.len();
         if let Ok(first) = first {
             self.warn_if_no_address(t, node, paths, to);
-            for (i, (out, len)) in s.live.drain(..accepted).zip(s.lens.drain(..)).enumerate() {
+            let taken = messages.drain(..accepted).zip(s.lens.drain(..));
+            for (i, (out, len)) in taken.enumerate() {
                 debug_in_peer(
                     to,
                     || tracing::debug!(msg = %out.id(), len, "message queued"),
@@ -135,7 +139,7 @@ impl Sends {
                 self.block(to);
             }
         }
-        for (mut out, payload) in s.live.drain(..).zip(s.payloads.drain(..)) {
+        for (mut out, payload) in messages.drain(..).zip(s.payloads.drain(..)) {
             out.put_payload(payload);
             self.on_send_credited(t, out, node, paths);
         }
