@@ -615,9 +615,15 @@ impl<S: DatagramSocket> Driver<S> {
                 break;
             };
             let mut at = start;
+            // A validated address is looked up once for the run; any other counts each
+            // datagram against its anti-amplification limit.
+            let validated = self.paths.validated(run.destination);
             for size in run.sizes() {
                 sent += 1;
-                match self.paths.send_to(run.destination, size) {
+                let route = validated
+                    .ok_or(())
+                    .or_else(|()| self.paths.send_to(run.destination, size));
+                match route {
                     Ok(addr) => {
                         self.outbound.push(socket, stats, at, addr, size).await;
                         at += size;

@@ -228,6 +228,16 @@ impl PeerBook {
         Ok(e.addr)
     }
 
+    /// `id`'s address if it is validated: every datagram may go there, with no limit to
+    /// count (a run of datagrams looks it up once).
+    #[inline]
+    pub fn validated(&self, id: NodeId) -> Option<SocketAddr> {
+        self.entries
+            .get(&id)
+            .filter(|e| e.validated)
+            .map(|e| e.addr)
+    }
+
     /// The challenge the driver was told of ([`Learned::Challenge`]) was made, `token` in
     /// `size` bytes, or could not be (`None`): the candidate address to send it to, if the
     /// anti-amplification limit allows it (a candidate gets at most three times what came

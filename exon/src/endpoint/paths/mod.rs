@@ -126,6 +126,12 @@ impl Paths {
         self.peers.send_to(peer, size)
     }
 
+    /// `peer`'s address if validated (see [`PeerBook::validated`]): the datagrams of a run
+    /// to it need no [`send_to`](Self::send_to) each.
+    pub(crate) fn validated(&self, peer: NodeId) -> Option<SocketAddr> {
+        self.peers.validated(peer)
+    }
+
     /// Takes the peers whose candidate address is owed a challenge.
     pub(crate) fn take_challenges(&mut self) -> Vec<NodeId> {
         std::mem::take(&mut self.challenges_due)
