@@ -82,7 +82,7 @@ impl<S: DatagramSocket> Driver<S> {
                 let acker = self
                     .cfg
                     .ack_after_processing
-                    .then(|| Acker::new(self.shared.clone(), id));
+                    .then(|| Acker::new(self.shared.clone()));
                 self.handover.push(Message::new(from, body, acker, id));
             }
             Ok(Envelope::Request { call, body }) => {

@@ -57,7 +57,7 @@ impl<S: DatagramSocket> Driver<S> {
                     let acker = self
                         .cfg
                         .ack_after_processing
-                        .then(|| Acker::new(self.shared.clone(), held.id));
+                        .then(|| Acker::new(self.shared.clone()));
                     let m = Message::new(held.id.from(), held.body, acker, held.id).with_kind(kind);
                     self.handover.push(m);
                 }

@@ -21,11 +21,19 @@ pub struct DeliveryId {
     s: u64,
     /// Bytes charged against `max_untaken_bytes`: what the delivery holds.
     len: usize,
-    /// The receive buffer the delivery keeps alive within the node's budget (`pins.rs`).
-    pin: Option<u64>,
-    /// Handed out before a restart of this node and not taken then (durable mode).
-    redelivery: bool,
+    /// The receive buffer the delivery keeps alive within the node's budget (`pins.rs`),
+    /// if [`PINNED`] is among the flags. (Not an `Option`, which would take 16 bytes:
+    /// every delivered message carries its id.)
+    pin: u64,
+    /// [`PINNED`], [`REDELIVERY`].
+    flags: u8,
 }
+
+/// A flag of [`DeliveryId`]: it keeps a receive buffer alive (its `pin`).
+const PINNED: u8 = 1;
+/// A flag of [`DeliveryId`]: handed out before a restart of this node and not taken then
+/// (durable mode).
+const REDELIVERY: u8 = 2;
 
 impl DeliveryId {
     pub(crate) fn new(from: NodeId, r: u64, s: u64, kept: Kept) -> DeliveryId {
@@ -34,8 +42,8 @@ impl DeliveryId {
             r,
             s,
             len: kept.charge,
-            pin: kept.pin,
-            redelivery: false,
+            pin: kept.pin.unwrap_or(0),
+            flags: if kept.pin.is_some() { PINNED } else { 0 },
         }
     }
 
@@ -57,10 +65,9 @@ impl DeliveryId {
     /// A delivery recovered from the journal after a restart: it may have been handed to
     /// the application before, and not taken.
     pub(crate) fn redelivered(from: NodeId, r: u64, s: u64, kept: Kept) -> DeliveryId {
-        DeliveryId {
-            redelivery: true,
-            ..DeliveryId::new(from, r, s, kept)
-        }
+        let mut id = DeliveryId::new(from, r, s, kept);
+        id.flags |= REDELIVERY;
+        id
     }
 
     /// Whether this delivery was handed to the application before a restart of this
@@ -69,7 +76,7 @@ impl DeliveryId {
     /// its store for that key when this is true.
     #[inline]
     pub fn is_redelivery(&self) -> bool {
-        self.redelivery
+        self.flags & REDELIVERY != 0
     }
 
     /// The delivery's identity, the same across restarts of a durable receiver: the
@@ -94,7 +101,7 @@ impl DeliveryId {
     pub(crate) fn kept(&self) -> Kept {
         Kept {
             charge: self.len,
-            pin: self.pin,
+            pin: (self.flags & PINNED != 0).then_some(self.pin),
         }
     }
 }
@@ -142,6 +149,44 @@ pub(crate) struct Kept {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a delivery holds comes back as it went in (a pin of 0 is a pin), and a
+    /// redelivery says so; the id stays at six words.
+    #[test]
+    fn kept_and_redelivery_round_trip_in_six_words() {
+        let from = NodeId::from_const(3);
+        for pin in [None, Some(0), Some(7), Some(u64::MAX)] {
+            let kept = Kept { charge: 42, pin };
+            let id = DeliveryId::new(from, 1, 9, kept);
+            assert_eq!((id.kept().charge, id.kept().pin), (42, pin));
+            assert!(!id.is_redelivery());
+            let again = DeliveryId::redelivered(from, 1, 9, kept);
+            assert_eq!(again.kept().pin, pin);
+            assert!(again.is_redelivery());
+            assert_ne!(id, again);
+            assert_eq!(again.stable(), (from, 1, 9));
+        }
+        let none = DeliveryId::new(
+            from,
+            1,
+            9,
+            Kept {
+                charge: 0,
+                pin: None,
+            },
+        );
+        let zero = DeliveryId::new(
+            from,
+            1,
+            9,
+            Kept {
+                charge: 0,
+                pin: Some(0),
+            },
+        );
+        assert_ne!(none, zero, "pinned or not is part of the id");
+        assert!(std::mem::size_of::<DeliveryId>() <= 48);
+    }
 
     #[test]
     fn held_slots_are_released_once() {

@@ -18,6 +18,10 @@ pub(crate) struct Tokens {
     live: usize,
 }
 
+/// A token's place in [`Tokens`], as [`Tokens::position`] found it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TokenAt(usize);
+
 /// Tombstones tolerated before a compaction, beyond the live count.
 const SLACK: usize = 64;
 
@@ -86,6 +90,21 @@ impl Tokens {
     pub fn get_mut(&mut self, slot: u64) -> Option<&mut Token> {
         let i = self.index(slot)?;
         self.entries[i].1.as_mut()
+    }
+
+    /// Where the token in `slot` lies in the ring: valid until the next insertion or
+    /// removal, for [`at_mut`](Self::at_mut) to reach it again without a search.
+    #[inline]
+    pub fn position(&self, slot: u64) -> Option<TokenAt> {
+        let i = self.index(slot)?;
+        self.entries[i].1.is_some().then_some(TokenAt(i))
+    }
+
+    /// The token at `at` (from [`position`](Self::position), with no insertion or
+    /// removal since).
+    #[inline]
+    pub fn at_mut(&mut self, at: TokenAt) -> Option<&mut Token> {
+        self.entries.get_mut(at.0)?.1.as_mut()
     }
 
     /// Removes and returns the token in `slot`.

@@ -8,6 +8,7 @@ use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::record::{FragPlan, SRecord};
 use crate::proto::send::timers::Timer;
 use crate::proto::send::token::NEVER_SENT;
+use crate::proto::send::tokens::TokenAt;
 use crate::proto::stats::Stats;
 use crate::proto::wire::codec::varint_len;
 use crate::proto::wire::frame::{
@@ -150,7 +151,11 @@ impl SRecord {
         self.clear_pace();
         while let Some(&s) = self.to_send.front() {
             let logged = self.is_logged(s);
-            let Some(tok) = self.tokens.get_mut(s) else {
+            let Some(at) = self.tokens.position(s) else {
+                self.to_send.pop_front();
+                continue;
+            };
+            let Some(tok) = self.tokens.at_mut(at) else {
                 self.to_send.pop_front();
                 continue;
             };
@@ -195,7 +200,7 @@ impl SRecord {
             let step = if tok.frag.is_some() {
                 self.write_fragment(fill, s, r, cfg, rules)
             } else {
-                self.write_token(fill, (s, r, kind), len)
+                self.write_token(fill, (s, r, kind), len, at)
             };
             match step {
                 Step::Wrote => {
@@ -276,13 +281,14 @@ impl SRecord {
 
     /// Writes the token in slot `s` (incarnation `r`, at the front of `to_send`) whole, as
     /// a TOKEN frame of `len` bytes (a reported message: one FRAG of all of it), if it fits
-    /// and the congestion window and the pacer let it.
+    /// and the congestion window and the pacer let it. `at` is where it lies in the ring.
     #[inline]
     fn write_token(
         &mut self,
         fill: &mut Fill<'_>,
         (s, r, kind): (u64, u64, TokenKind),
         len: usize,
+        at: TokenAt,
     ) -> Step {
         if len > fill.room() {
             return Step::Stop;
@@ -301,7 +307,9 @@ impl SRecord {
         } else if !self.may_send(fill.now, size, fill.mss()) {
             return Step::Blocked;
         }
-        let Some(tok) = self.tokens.get_mut(s) else {
+        // Found where `write_tokens` found it: asking the window and the pacer touched no
+        // token.
+        let Some(tok) = self.tokens.at_mut(at) else {
             return Step::Stop;
         };
         let (head, body) = (tok.payload.head(), tok.payload.body());
