@@ -329,7 +329,7 @@ pub fn exon_caller(mut ep: Endpoint, tasks: &mut Vec<tokio::task::JoinHandle<()>
 /// side apart (`scripts/instruction-budget.py`). Returns the time from the `warmup`-th
 /// delivery to the last.
 ///
-/// The application keeps at most [`LEAD`] messages ahead of the receiver's deliveries
+/// The application keeps at most `LEAD` (2 048) messages ahead of the receiver's deliveries
 /// (it waits, its driver running, until the receiver catches up): under
 /// callgrind, which runs one thread at a time for long stretches, the sender would
 /// otherwise sometimes fill its destination's queue while the receiver stands still, and
