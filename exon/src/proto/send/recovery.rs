@@ -149,6 +149,10 @@ impl SRecord {
         let (mut bytes, mut newest) = (0u64, None);
         let mut count = 0u64;
         while let Some((seq, slot)) = self.flight.losses.front() {
+            if self.flight.losses.pop_settled_datagram() {
+                // None of that datagram's tokens is in flight: nothing to look up.
+                continue;
+            }
             let Some(tok) = self.tokens.get_mut(slot) else {
                 self.flight.losses.pop_front();
                 continue;
@@ -167,6 +171,7 @@ impl SRecord {
             };
             match self.flight.losses.judge(seq, sent, now, delay, threshold) {
                 Judgement::Lost => {
+                    self.flight.losses.settle(seq);
                     self.flight.losses.pop_front();
                     self.mtud.on_lost(seq, tok.reach as usize);
                     tok.lost = Some(Box::new(Lost {
@@ -530,6 +535,7 @@ fn requeue(
     flight: &mut Flight,
     to_send: &mut VecDeque<u64>,
 ) {
+    flight.uncount(tok);
     let was_queued = std::mem::replace(&mut tok.queued, true);
     tok.probe_held();
     match &mut tok.frag {
