@@ -132,7 +132,6 @@ impl Flight {
     /// (HELD), which counted its arrival then.
     #[inline]
     pub fn on_settled(&mut self, now: Instant, tok: &Token, acked: bool, rtt: &Rtt) {
-        self.uncount(tok);
         self.bytes = self.bytes.saturating_sub(tok.flight);
         if acked && !tok.held {
             self.on_arrived(now, tok, rtt);
@@ -142,23 +141,10 @@ impl Flight {
     /// A token sent whole is reported held by its receiver (HELD), untaken: out of flight,
     /// and counted as arrived as an acknowledged one is (once: its ACK later counts nothing).
     pub fn on_held(&mut self, now: Instant, tok: &mut Token, rtt: &Rtt) {
-        self.uncount(tok);
         self.bytes = self.bytes.saturating_sub(tok.flight);
         self.on_arrived(now, tok, rtt);
         tok.flight = 0;
         tok.lost = None;
-    }
-
-    /// Token `tok` is about to leave flight (settled, reported held, declared lost, taken
-    /// back at a timeout): if its last transmission left whole and it is still in flight
-    /// from it, that datagram counts one token fewer in flight for loss detection (see
-    /// [`LossDetector`]). Only a token sent whole, in flight and not queued counts: since
-    /// its one transmission, nothing else took it out of flight.
-    #[inline]
-    pub fn uncount(&mut self, tok: &Token) {
-        if tok.frag.is_none() && tok.flight > 0 && !tok.queued && tok.seq != NEVER_SENT {
-            self.losses.settle(tok.seq);
-        }
     }
 
     /// Token `tok` arrived (ACK, or HELD): feeds the delivery rate, loss detection and

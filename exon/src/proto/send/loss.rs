@@ -154,27 +154,12 @@ pub(crate) enum Judgement {
     Unknown,
 }
 
-/// The transmissions of one S record, oldest first, the tokens each datagram still has in
-/// flight, and the largest acknowledged.
-///
-/// A datagram's count of tokens in flight is what lets loss detection pass over a datagram
-/// whose tokens were all settled in one step, without looking any of them up. The count
-/// never falls below the truth: it goes up with every transmission, and down only where
-/// the node knows the token it names leaves flight ([`settle`](Self::settle)); a token that
-/// leaves otherwise only keeps its datagram looked at token by token, as every datagram was
-/// before. A datagram whose count is not kept any more counts as unknown, never as empty.
+/// The transmissions of one S record, oldest first, and the largest acknowledged.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct LossDetector {
     /// `(sequence number, slot)` per transmission, in sending order. Entries of tokens
-    /// acknowledged or sent again are skipped when they reach the front (a whole datagram
-    /// at once when its count says none of its tokens is in flight).
+    /// acknowledged or sent again are skipped when they reach the front.
     order: VecDeque<(u64, u64)>,
-    /// Tokens in flight per datagram (never fewer than there are), from `live_base` to the
-    /// last datagram complete...
-    live: VecDeque<u32>,
-    live_base: u64,
-    /// ...and in the datagram being written (`next_seq`).
-    writing: u32,
     next_seq: u64,
     largest_acked: Option<u64>,
     /// The largest acknowledged before the verdict frame being handled.
@@ -187,60 +172,7 @@ impl LossDetector {
     pub fn on_sent(&mut self, slot: u64) -> u64 {
         let seq = self.next_seq;
         self.order.push_back((seq, slot));
-        self.writing += 1;
         seq
-    }
-
-    /// A token whose last transmission was in datagram `seq`, counted in flight there,
-    /// leaves flight (settled, declared lost, taken back for a timeout).
-    #[inline]
-    pub fn settle(&mut self, seq: u64) {
-        if seq == self.next_seq {
-            self.writing = self.writing.saturating_sub(1);
-        } else if let Some(n) = seq
-            .checked_sub(self.live_base)
-            .and_then(|i| self.live.get_mut(usize::try_from(i).ok()?))
-        {
-            *n = n.saturating_sub(1);
-        }
-    }
-
-    /// If no token of the oldest datagram tracked is in flight any more, stops tracking
-    /// its transmissions, all at once, and says so.
-    #[inline]
-    pub fn pop_settled_datagram(&mut self) -> bool {
-        let Some(&(seq, _)) = self.order.front() else {
-            return false;
-        };
-        if self.live_count(seq) != Some(0) {
-            return false;
-        }
-        let n = self.order.iter().take_while(|e| e.0 == seq).count();
-        self.order.drain(..n);
-        self.trim_live();
-        true
-    }
-
-    /// The tokens of datagram `seq` in flight, if still counted (the datagram being
-    /// written counts as unknown).
-    fn live_count(&self, seq: u64) -> Option<u32> {
-        let i = usize::try_from(seq.checked_sub(self.live_base)?).ok()?;
-        self.live.get(i).copied()
-    }
-
-    /// Forgets the counts of datagrams older than the oldest transmission tracked, and the
-    /// oldest ones beyond a bound (those then count as unknown).
-    fn trim_live(&mut self) {
-        let from = self.order.front().map_or(self.next_seq, |e| e.0);
-        let from = from.max(
-            (self.live_base + self.live.len() as u64)
-                .saturating_sub(2 * self.order.len() as u64 + 1024),
-        );
-        let gone = from
-            .saturating_sub(self.live_base)
-            .min(self.live.len() as u64);
-        self.live.drain(..gone as usize);
-        self.live_base += gone;
     }
 
     /// The sequence number the datagram being written takes.
@@ -251,12 +183,6 @@ impl LossDetector {
     /// The datagram being written is complete: the next tokens go in another one.
     pub fn end_datagram(&mut self) {
         if self.order.back().is_some_and(|e| e.0 == self.next_seq) {
-            if self.live_base + self.live.len() as u64 != self.next_seq {
-                // Counts forgotten in between (see `trim_live`): from this one on.
-                self.live.clear();
-                self.live_base = self.next_seq;
-            }
-            self.live.push_back(std::mem::take(&mut self.writing));
             self.next_seq += 1;
         }
     }
@@ -285,9 +211,24 @@ impl LossDetector {
     /// Stops tracking the oldest transmission.
     pub fn pop_front(&mut self) {
         self.order.pop_front();
-        if self.order.front().is_none_or(|e| e.0 != self.live_base) {
-            self.trim_live();
+    }
+
+    /// Stops tracking, all at once, the oldest transmissions of tokens in slots below
+    /// `first`: the record's lowest token is in `first`, so none of those is a token any
+    /// more (settled). Tokens are mostly settled in the order they were sent, so this is
+    /// most of what loss detection finds at the front, without a lookup each. Returns how
+    /// many went.
+    #[inline]
+    pub fn drop_settled_below(&mut self, first: u64) -> usize {
+        let (a, b) = self.order.as_slices();
+        let n = match a.iter().position(|e| e.1 >= first) {
+            Some(n) => n,
+            None => a.len() + b.iter().position(|e| e.1 >= first).unwrap_or(b.len()),
+        };
+        if n > 0 {
+            self.order.drain(..n);
         }
+        n
     }
 
     /// Judges transmission `seq`, sent at `sent_at` and still unacknowledged, at `now`, with
@@ -318,7 +259,6 @@ impl LossDetector {
     pub fn compact(&mut self, tokens: usize, mut live: impl FnMut(u64, u64) -> bool) {
         if self.order.len() > 2 * tokens + 64 {
             self.order.retain(|&(seq, slot)| live(seq, slot));
-            self.trim_live();
         }
     }
 
@@ -459,90 +399,29 @@ mod tests {
         assert_eq!(off.window(ms(8), ms(10)), Duration::ZERO);
     }
 
-    proptest::proptest! {
-        /// A datagram's transmissions are passed over at once only when none of its tokens
-        /// is in flight from it: the count may be high (a token left flight without
-        /// `settle`), never low. Operations: a datagram of new tokens, a token settled
-        /// (counted down), a token leaving flight silently (not counted down), loss
-        /// detection's walk from the front, a compaction.
-        #[test]
-        fn a_datagram_is_passed_over_only_when_none_of_its_tokens_is_in_flight(
-            ops in proptest::collection::vec((0u8..5, 0usize..64), 1..400),
-        ) {
-            use std::collections::HashMap;
-            let mut d = LossDetector::default();
-            // In flight: slot -> the datagram it is counted in.
-            let mut in_flight: HashMap<u64, u64> = HashMap::new();
-            let mut next_slot = 0u64;
-            for (op, k) in ops {
-                match op {
-                    0 => {
-                        for _ in 0..=k % 6 {
-                            let seq = d.on_sent(next_slot);
-                            in_flight.insert(next_slot, seq);
-                            next_slot += 1;
-                        }
-                        d.end_datagram();
-                    }
-                    1 | 2 => {
-                        let mut slots: Vec<u64> = in_flight.keys().copied().collect();
-                        slots.sort_unstable();
-                        if let Some(&slot) = slots.get(k % slots.len().max(1)) {
-                            let seq = in_flight.remove(&slot).unwrap();
-                            if op == 1 {
-                                d.settle(seq);
-                            }
-                        }
-                    }
-                    3 => {
-                        // As `detect_losses`: whole datagrams, then entries no longer in
-                        // flight one by one, up to one still in flight.
-                        while let Some((seq, slot)) = d.front() {
-                            let before = d.tracked();
-                            let entries: Vec<u64> = d
-                                .order
-                                .iter()
-                                .take_while(|e| e.0 == seq)
-                                .map(|e| e.1)
-                                .collect();
-                            if d.pop_settled_datagram() {
-                                proptest::prop_assert_eq!(before - d.tracked(), entries.len());
-                                for s in entries {
-                                    proptest::prop_assert_ne!(in_flight.get(&s), Some(&seq));
-                                }
-                                continue;
-                            }
-                            if in_flight.get(&slot) == Some(&seq) {
-                                break;
-                            }
-                            d.pop_front();
-                        }
-                    }
-                    _ => d.compact(in_flight.len(), |seq, slot| in_flight.get(&slot) == Some(&seq)),
-                }
+    #[test]
+    fn transmissions_of_settled_tokens_go_at_once() {
+        let mut d = LossDetector::default();
+        for slot in [3, 4, 5, 9, 2, 10] {
+            d.on_sent(slot);
+        }
+        assert_eq!(d.drop_settled_below(3), 0, "slot 3 is still a token");
+        assert_eq!(d.drop_settled_below(6), 3);
+        assert_eq!(d.front(), Some((0, 9)), "up to the first at or above");
+        assert_eq!(d.drop_settled_below(11), 3, "the rest, 2 behind 9 included");
+        assert_eq!(d.tracked(), 0);
+        // Across the ring's wrap.
+        for slot in 0..40 {
+            d.on_sent(slot);
+            if slot % 3 == 0 {
+                d.pop_front();
             }
         }
-    }
-
-    #[test]
-    fn a_token_stuck_in_flight_keeps_the_counts_bounded() {
-        let mut d = LossDetector::default();
-        d.on_sent(0);
-        d.end_datagram();
-        for slot in 1..100_000u64 {
-            let seq = d.on_sent(slot);
-            d.end_datagram();
-            d.settle(seq);
-            d.compact(1, |_, s| s == 0);
-            while d.pop_settled_datagram() {}
-            assert!(
-                d.live.len() <= 2 * d.tracked() + 1024 + 1,
-                "{}",
-                d.live.len()
-            );
-        }
-        assert_eq!(d.front(), Some((0, 0)));
-        assert_eq!(d.live_count(0), None, "forgotten: unknown, not empty");
+        let left = d.tracked();
+        let below = d.order.iter().take_while(|e| e.1 < 30).count();
+        assert_eq!(d.drop_settled_below(30), below);
+        assert_eq!(d.tracked(), left - below);
+        assert!(d.front().is_some_and(|e| e.1 >= 30));
     }
 
     #[test]

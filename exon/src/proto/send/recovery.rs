@@ -148,9 +148,11 @@ impl SRecord {
         let mut lost = Vec::new();
         let (mut bytes, mut newest) = (0u64, None);
         let mut count = 0u64;
+        // Below the lowest token every token was settled: their transmissions go at once.
+        let first = self.tokens.first_slot().unwrap_or(u64::MAX);
         while let Some((seq, slot)) = self.flight.losses.front() {
-            if self.flight.losses.pop_settled_datagram() {
-                // None of that datagram's tokens is in flight: nothing to look up.
+            if slot < first {
+                self.flight.losses.drop_settled_below(first);
                 continue;
             }
             let Some(tok) = self.tokens.get_mut(slot) else {
@@ -171,7 +173,6 @@ impl SRecord {
             };
             match self.flight.losses.judge(seq, sent, now, delay, threshold) {
                 Judgement::Lost => {
-                    self.flight.losses.settle(seq);
                     self.flight.losses.pop_front();
                     self.mtud.on_lost(seq, tok.reach as usize);
                     tok.lost = Some(Box::new(Lost {
@@ -535,7 +536,6 @@ fn requeue(
     flight: &mut Flight,
     to_send: &mut VecDeque<u64>,
 ) {
-    flight.uncount(tok);
     let was_queued = std::mem::replace(&mut tok.queued, true);
     tok.probe_held();
     match &mut tok.frag {
