@@ -311,13 +311,28 @@ impl Sealer {
     /// key, which `derived` reports), or `None` when `id` is no member. `Some(None)`: the
     /// member's key is weak.
     fn member(&mut self, id: NodeId, derived: &mut bool) -> Option<Option<&PairKeys>> {
-        let key = *self.keyring.get(id)?;
-        if self.members.get(&id).is_none_or(|m| m.key != key) {
+        if !self.members.contains_key(&id) {
+            let key = *self.keyring.get(id)?;
             *derived = true;
             let keys = self.derive(id, &key);
             self.members.insert(id, Member { key, keys });
         }
         self.members.get(&id).map(|m| m.keys.as_ref())
+    }
+
+    /// The kept keys of keyring member `id`, if derived already: one lookup, for every
+    /// datagram to or from a member after the first. A member's kept keys are always those
+    /// of its key in the keyring (`add_peer_key` and `remove_peer_key` drop them when the
+    /// key changes or goes).
+    #[inline]
+    fn kept(&self, id: NodeId) -> Option<&Member> {
+        let m = self.members.get(&id)?;
+        debug_assert_eq!(
+            self.keyring.get(id),
+            Some(&m.key),
+            "kept keys of another key"
+        );
+        Some(m)
     }
 
     /// Seals the datagram `buf[start..]`: the header is `buf[start..body]`, the frames
@@ -335,6 +350,12 @@ impl Sealer {
         pin_members: bool,
     ) -> bool {
         if pin_members {
+            if let Some(m) = self.kept(peer) {
+                return m
+                    .keys
+                    .as_ref()
+                    .is_some_and(|k| seal_with(k, seq, buf, start, body));
+            }
             if let Some(keys) = self.member(peer, &mut false) {
                 return keys.is_some_and(|k| seal_with(k, seq, buf, start, body));
             }
@@ -381,6 +402,21 @@ impl Sealer {
         };
         let src = header.src;
         let (aad, rest) = data.split_at_mut(body);
+        if let Some(m) = self.kept(src).filter(|_| pin_members) {
+            // A member whose keys are kept (as below, without a lookup of the keyring).
+            if sh.key.is_some_and(|k| k != m.key) {
+                return Err(OpenError::KeyMismatch);
+            }
+            let opened = match &m.keys {
+                Some(keys) => keys.open(sh.seq, aad, rest).ok_or(OpenError::BadTag),
+                None => Err(OpenError::KeyMismatch),
+            };
+            let len = opened?;
+            if !self.cookies.is_empty() {
+                self.cookies.remove(&src);
+            }
+            return Ok(len);
+        }
         if pin_members && self.keyring.get(src).is_some() {
             if sh.key.is_some_and(|k| Some(&k) != self.keyring.get(src)) {
                 return Err(OpenError::KeyMismatch);
