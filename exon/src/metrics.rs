@@ -127,6 +127,7 @@ const FIELDS: &[Field] = &[
     Field(Group::Node, "unsealable", "exon_unsealable_datagrams_total", None, Kind::Counter, "Datagrams dropped at sealing because no key was known for their destination."),
     Field(Group::Node, "deaf_datagrams", "exon_deaf_datagrams_total", None, Kind::Counter, "Datagrams sent to deaf peers (unanswered for `2 * max_rto`), one at a time on their backed-off schedule."),
     Field(Group::Node, "deaf_waits", "exon_deaf_waits_total", None, Kind::Counter, "Times a deaf peer had something to send and waited for its turn."),
+    Field(Group::Node, "acks_held_for_tokens", "exon_acks_held_for_tokens_total", None, Kind::Counter, "Times ACKs owed to a peer waited for tokens the pacer was about to let go to it, to ride in their datagram (`AckConfig::ride_paced_tokens`)."),
     Field(Group::Node, "pinned_deliveries", "exon_pinned_deliveries_total", None, Kind::Counter, "Deliveries handed over as slices of a receive buffer much larger than their payload, within the zero-copy budget (`Node::set_receive_buffer`)."),
     Field(Group::Node, "copied_deliveries", "exon_copied_deliveries_total", None, Kind::Counter, "Deliveries copied out of a much larger receive buffer, the zero-copy budget spent."),
     Field(Group::Node, "largest_datagram_out", "exon_largest_datagram_sent_bytes", None, Kind::Gauge, "The largest datagram `poll_transmit` produced, in bytes (path MTU discovery at work)."),

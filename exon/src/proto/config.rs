@@ -331,6 +331,11 @@ pub struct AckConfig {
     /// Tokens from one source after which a receiver acknowledges without waiting for
     /// `ack_delay`. Default 16.
     pub every: u32,
+    /// ACKs that would leave in a datagram of their own while tokens to the same peer wait
+    /// for the pacer, and the pacer lets those go before the ACKs' delay runs out (or, for
+    /// ACKs due at once, within `delay`), wait for those tokens and ride in their datagram:
+    /// a server's ACK of a request goes with its paced reply. Default true.
+    pub ride_paced_tokens: bool,
 }
 
 impl Default for AckConfig {
@@ -338,6 +343,7 @@ impl Default for AckConfig {
         AckConfig {
             delay: Duration::from_millis(2),
             every: 16,
+            ride_paced_tokens: true,
         }
     }
 }

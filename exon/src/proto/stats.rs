@@ -313,6 +313,9 @@ counters! {
         pub deaf_datagrams: u64 [sum],
         /// Times a deaf peer had something to send and waited for its turn.
         pub deaf_waits: u64 [sum],
+        /// Times ACKs owed to a peer waited for tokens the pacer was about to let go to it,
+        /// to ride in their datagram instead of one of their own (`AckConfig::ride_paced_tokens`).
+        pub acks_held_for_tokens: u64 [sum],
         /// Deliveries handed over as slices of a receive buffer much larger than their payload,
         /// within the zero-copy budget (`Node::set_receive_buffer`).
         pub pinned_deliveries: u64 [sum],

@@ -140,3 +140,73 @@ fn without_reply_in_one_record_a_crash_loses_the_reply_of_an_executed_request() 
         assert_eq!(replies(&p), usize::from(rule), "rule {rule}");
     }
 }
+
+/// The datagrams B sent A after it answered A's request, until A had the answer's ACK:
+/// `(with a TOKEN, ACK frames alone)` among those carrying an ACK. B is busy sending A a
+/// stream its pacer spaces out, and answers while the pacer holds its tokens back.
+fn acks_after_a_paced_reply(ride: bool) -> (usize, usize) {
+    let mut cfg = test_config();
+    cfg.acks.ride_paced_tokens = ride;
+    let mut p = Pair::new(cfg);
+    p.nodes[B].auto_take = false;
+    p.send(A, REQUEST);
+    for i in 0..300u32 {
+        let mut v = i.to_be_bytes().to_vec();
+        v.resize(1000, 0);
+        p.send(B, v);
+    }
+    // Until B holds the request and its pacer holds its tokens to A back.
+    let a = exon_testkit::pair::id(A);
+    let paced = |p: &mut Pair| {
+        let now = p.now;
+        let b = &mut p.nodes[B].node;
+        let held = b.path(a).is_some_and(|s| s.in_flight + 1300 <= s.window);
+        held && b.pending_to(a) > 0 && b.poll_timeout().is_some_and(|t| t > now)
+    };
+    let start = p.now;
+    while !(p.nodes[B].untaken.len() == 1 && paced(&mut p)) {
+        assert!(
+            p.step() && p.now - start < Duration::from_secs(5),
+            "never paced"
+        );
+    }
+    p.record = true;
+    let from = p.log.len();
+    answer(&mut p);
+    let acked = p.nodes[A].acked.len();
+    while p.nodes[A].acked.len() == acked {
+        assert!(
+            p.step() && p.now - start < Duration::from_secs(10),
+            "never acked"
+        );
+    }
+    let acks: Vec<_> = p.log[from..]
+        .iter()
+        .filter(|w| w.from == B)
+        .map(|w| w.packet().frames)
+        .filter(|f| {
+            f.iter()
+                .any(|f| matches!(f, exon::proto::Frame::Ack { .. }))
+        })
+        .collect();
+    let with_token = acks
+        .iter()
+        .filter(|f| {
+            f.iter()
+                .any(|f| matches!(f, exon::proto::Frame::Token { .. }))
+        })
+        .count();
+    (with_token, acks.len() - with_token)
+}
+
+/// A request's ACK, owed at once (its datagram asked for an ACK now), does not leave in a
+/// datagram of its own while the pacer is about to let tokens go to the same peer: it rides
+/// in theirs (`AckConfig::ride_paced_tokens`; switched off, it goes alone).
+#[test]
+fn a_requests_ack_rides_with_the_paced_tokens_to_its_sender() {
+    let (with_token, alone) = acks_after_a_paced_reply(true);
+    assert_eq!(alone, 0, "an ACK went alone");
+    assert!(with_token >= 1);
+    let (_, alone) = acks_after_a_paced_reply(false);
+    assert!(alone >= 1, "switched off, the ACK goes at once, alone");
+}

@@ -138,7 +138,8 @@ impl Node {
         let mut gots = false;
         let mut credit_want = None;
         let mut lost_incarnation = None;
-        let mut urgent = header.ack_now;
+        // Duplicates or verdicts other than ACK (`on_token`, `on_frag`): see `after_tokens`.
+        let mut retransmitted = false;
         for f in frames.drain(..) {
             self.stats.frames_in.count(&f);
             match f {
@@ -156,7 +157,7 @@ impl Node {
                 } => {
                     tokens += 1;
                     let kind = TokenKind::stored(senders_copy);
-                    urgent |= self.on_token(now, src, s, r, payload, kind);
+                    retransmitted |= self.on_token(now, src, s, r, payload, kind);
                 }
                 Frame::EarlyToken {
                     s,
@@ -166,7 +167,7 @@ impl Node {
                 } => {
                     tokens += 1;
                     let kind = TokenKind::early(senders_copy);
-                    urgent |= self.on_token(now, src, s, r, payload, kind);
+                    retransmitted |= self.on_token(now, src, s, r, payload, kind);
                 }
                 Frame::Stored { from, below } => self.on_stored(src, from..below),
                 Frame::Frag {
@@ -178,7 +179,8 @@ impl Node {
                     senders_copy,
                 } => {
                     tokens += 1;
-                    urgent |= self.on_frag(now, src, (s, r, total), offset, data, senders_copy);
+                    retransmitted |=
+                        self.on_frag(now, src, (s, r, total), offset, data, senders_copy);
                 }
                 Frame::Got { r, s, ranges } => {
                     self.on_got(now, src, (r, Some(s)), ranges.iter().map_while(Result::ok));
@@ -209,16 +211,28 @@ impl Node {
             self.on_reqcredit(now, src, ask);
         }
         if tokens > 0 {
-            if urgent {
-                if let Some(rec) = self.receivers.get_mut(&src) {
-                    rec.want_ack_now();
-                }
-            }
-            let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
-            self.outbox.flush_verdicts(src, now, urgent, delay, every);
+            self.after_tokens(now, src, retransmitted, header.ack_now);
         }
         self.journal_assignments(now, src);
         self.defer_rearm(src);
+    }
+
+    /// A datagram from `src` carried tokens: their verdicts go at once when the sender is
+    /// retransmitting (`retransmitted`: a duplicate, or a verdict other than ACK; these
+    /// never wait for tokens of this node's to ride with) or asked for them (`ack_now`),
+    /// else with the ACK delay.
+    fn after_tokens(&mut self, now: Instant, src: NodeId, retransmitted: bool, ack_now: bool) {
+        let urgent = retransmitted || ack_now;
+        if urgent {
+            if let Some(rec) = self.receivers.get_mut(&src) {
+                rec.want_ack_now();
+            }
+        }
+        let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
+        self.outbox.flush_verdicts(src, now, urgent, delay, every);
+        if retransmitted {
+            self.outbox.no_hold(src);
+        }
     }
 
     /// CHALLENGE from `src`: answered with a RESPONSE.

@@ -58,13 +58,35 @@ pub(crate) struct PeerOut {
     /// Verdicts are held (delayed ACK) until this instant, unless something else goes to
     /// the peer first.
     ack_at: Option<Instant>,
+    /// Some of its ACKs answer duplicates (the peer is retransmitting): they wait for
+    /// nothing ([`only_acks`](Self::only_acks) is false).
+    no_hold: bool,
 }
 
 impl PeerOut {
+    /// Whether all it owes is ACKs, of fewer than `every` slots: what may wait for a
+    /// datagram the peer gets soon anyway (see [`Outbox::hold_until`]).
+    pub fn only_acks(&self, every: u32) -> bool {
+        !self.acks.is_empty()
+            && !self.no_hold
+            && self.acks.iter().all(|(v, _, _)| *v == Verdict::Ack)
+            && self.nothing_but_verdicts()
+            && self.verdict_slots() < u64::from(every)
+    }
+
+    /// When its held verdicts are due (`None`: not held, due now unless held).
+    pub fn ack_at(&self) -> Option<Instant> {
+        self.ack_at
+    }
+
     /// True when nothing is owed.
     pub fn is_empty(&self) -> bool {
-        self.acks.is_empty()
-            && self.got.is_empty()
+        self.acks.is_empty() && self.nothing_but_verdicts()
+    }
+
+    /// Whether it owes nothing but verdict frames (ACK, DOUBT, RETRY), if any.
+    fn nothing_but_verdicts(&self) -> bool {
+        self.got.is_empty()
             && self.held.is_empty()
             && self.credit.is_none()
             && self.grant.is_none()
@@ -141,6 +163,7 @@ impl PeerOut {
         }
         if self.acks.is_empty() && self.got.is_empty() && self.held.is_empty() {
             self.ack_at = None;
+            self.no_hold = false;
         }
         if let Some((r, granted, max)) = self.credit {
             if credit_len(r, granted, max) <= room(buf) {
@@ -306,6 +329,28 @@ impl Outbox {
             let at = now + delay;
             out.ack_at = Some(at);
             self.deferred.push_back((at, peer));
+        }
+    }
+
+    /// The verdicts owed to `peer` answer a retransmission: they go without waiting for
+    /// tokens ([`hold_until`](Self::hold_until)).
+    pub fn no_hold(&mut self, peer: NodeId) {
+        if let Some(out) = self.peers.get_mut(&peer) {
+            out.no_hold = true;
+        }
+    }
+
+    /// Gives back `peer`'s ACKs (`out`, all it owes: [`PeerOut::only_acks`]) to wait until
+    /// `at` at the latest, unless a datagram goes to the peer before (it takes them).
+    pub fn hold_until(&mut self, peer: NodeId, mut out: PeerOut, at: Instant) {
+        let fresh = out.ack_at != Some(at);
+        out.ack_at = Some(at);
+        out.ready = false;
+        self.peers.insert(peer, out);
+        if fresh {
+            // Kept in deadline order (`release_due` stops at the first one not due).
+            let i = self.deferred.partition_point(|&(a, _)| a <= at);
+            self.deferred.insert(i, (at, peer));
         }
     }
 
@@ -590,5 +635,37 @@ mod tests {
         assert!(frames.iter().any(|f| matches!(f, Frame::Ack { r: 3, .. })));
         assert!(!frames.iter().any(|f| matches!(f, Frame::Got { .. })));
         assert!(out.is_empty());
+    }
+
+    /// ACKs held for tokens go, at the latest, when their instant comes, in deadline order
+    /// however they were held; an ACK of a retransmission, or anything but ACKs, is never
+    /// held.
+    #[test]
+    fn held_acks_are_released_in_deadline_order() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (p, q) = (NodeId::from_const(7), NodeId::from_const(8));
+        let mut ob = Outbox::default();
+        for (peer, s) in [(p, 1), (q, 2)] {
+            assert!(ob.reply(peer, Verdict::Ack, 3, s, 8));
+            ob.flush_verdicts(peer, t0, false, ms(2), 16);
+        }
+        // q held until 1 ms, behind p's delayed ACK at 2 ms: released at 1 ms all the same.
+        let out = ob.peers.remove(&q).expect("owed");
+        assert!(out.only_acks(16));
+        ob.hold_until(q, out, t0 + ms(1));
+        assert_eq!(ob.next_deadline(), Some(t0 + ms(1)));
+        ob.release_due(t0 + ms(1));
+        assert_eq!(ob.next_ready().map(|(peer, _)| peer), Some(q));
+        assert!(ob.next_ready().is_none(), "p waits for its delay");
+        ob.release_due(t0 + ms(2));
+        let (peer, mut out) = ob.next_ready().expect("p is due");
+        assert_eq!(peer, p);
+        // Too many slots, a retransmission's answer, or a verdict other than ACK: never held.
+        assert!(!out.only_acks(1));
+        out.no_hold = true;
+        assert!(!out.only_acks(16));
+        assert!(ob.reply(q, Verdict::Retry, 4, 1, 8));
+        assert!(!ob.peers.get(&q).expect("owed").only_acks(16));
     }
 }

@@ -184,6 +184,13 @@ impl Node {
                     None => continue,
                 }
             }
+            if let Some(at) = self.acks_wait_for_tokens(now, peer, deaf, &out) {
+                // Only ACKs, and tokens to the peer the pacer lets go before they are due:
+                // they ride in those tokens' datagram rather than go alone.
+                self.outbox.hold_until(peer, out, at);
+                self.stats.acks_held_for_tokens += 1;
+                continue;
+            }
             let run = self.write_run(now, peer, deaf, &mut out, buf, max);
             if run.left {
                 self.outbox.put_back(peer, out, true);
@@ -194,6 +201,30 @@ impl Node {
                 return Some(self.sent_run(now, peer, deaf, segment, count, total));
             }
         }
+    }
+
+    /// When `out` (owed to `peer`) may wait: all it holds is ACKs not yet due, and the pacer
+    /// lets the tokens queued to the same peer go by their deadline (their delay from now
+    /// when they are due at once), at that instant.
+    #[inline]
+    fn acks_wait_for_tokens(
+        &self,
+        now: Instant,
+        peer: NodeId,
+        deaf: bool,
+        out: &PeerOut,
+    ) -> Option<Instant> {
+        let acks = &self.cfg.acks;
+        if deaf || !acks.ride_paced_tokens || !out.only_acks(acks.every) {
+            return None;
+        }
+        let rec = self.senders.get(&peer)?;
+        let paced = rec.paced_until()?;
+        // At most an eighth of the round trip: the peer's RTT samples and loss detection
+        // see the wait (as they see the ACK delay).
+        let slack = rec.rtt().min().map_or(Duration::ZERO, |m| m / 8);
+        let due = out.ack_at().unwrap_or(now + acks.delay).min(now + slack);
+        (paced > now && paced <= due).then_some(paced)
     }
 
     /// The datagram the last run left over (larger than its datagrams), appended to `buf`

@@ -297,6 +297,16 @@ impl SRecord {
         self.timers.is_set(Timer::Pace)
     }
 
+    /// When the pacer lets the next queued token go, if tokens wait for it.
+    #[inline]
+    pub fn paced_until(&self) -> Option<std::time::Instant> {
+        if self.to_send.is_empty() {
+            None
+        } else {
+            self.timers.get(Timer::Pace)
+        }
+    }
+
     /// A datagram is being filled: the pacer's hold is looked at again.
     #[inline]
     pub fn clear_pace(&mut self) {
