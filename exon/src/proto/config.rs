@@ -333,8 +333,9 @@ pub struct AckConfig {
     pub every: u32,
     /// ACKs that would leave in a datagram of their own while tokens to the same peer wait
     /// for the pacer, and the pacer lets those go before the ACKs' delay runs out (or, for
-    /// ACKs due at once, within `delay`), wait for those tokens and ride in their datagram:
-    /// a server's ACK of a request goes with its paced reply. Default true.
+    /// ACKs due at once, within `delay`) and within an eighth of the path's minimum RTT,
+    /// wait for those tokens and ride in their datagram: a server's ACK of a request goes
+    /// with its paced reply. ACKs of retransmitted tokens never wait. Default true.
     pub ride_paced_tokens: bool,
 }
 
