@@ -325,7 +325,8 @@ pub struct AckConfig {
     /// Longest a receiver waits before acknowledging tokens, hoping to cover more of them
     /// with one ACK frame or to ride on a datagram it sends anyway. Tokens in a datagram
     /// flagged ACK-NOW (the last of a sender's burst) and duplicates are acknowledged at
-    /// once. Zero acknowledges every datagram at once. Default 2 ms.
+    /// once (the former may ride with paced tokens: `ride_paced_tokens`). Zero acknowledges
+    /// every datagram at once. Default 2 ms.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub delay: Duration,
     /// Tokens from one source after which a receiver acknowledges without waiting for
