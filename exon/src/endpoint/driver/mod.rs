@@ -620,9 +620,10 @@ impl<S: DatagramSocket> Driver<S> {
             let validated = self.paths.validated(run.destination);
             for size in run.sizes() {
                 sent += 1;
-                let route = validated
-                    .ok_or(())
-                    .or_else(|()| self.paths.send_to(run.destination, size));
+                let route = match validated {
+                    Some(addr) => Ok(addr),
+                    None => self.paths.send_to(run.destination, size),
+                };
                 match route {
                     Ok(addr) => {
                         self.outbound.push(socket, stats, at, addr, size).await;

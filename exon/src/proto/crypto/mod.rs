@@ -402,7 +402,7 @@ impl Sealer {
         };
         let src = header.src;
         let (aad, rest) = data.split_at_mut(body);
-        if let Some(m) = self.kept(src).filter(|_| pin_members) {
+        if let Some(m) = pin_members.then(|| self.kept(src)).flatten() {
             // A member whose keys are kept (as below, without a lookup of the keyring).
             if sh.key.is_some_and(|k| k != m.key) {
                 return Err(OpenError::KeyMismatch);

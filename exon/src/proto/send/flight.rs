@@ -11,7 +11,7 @@ use crate::proto::send::sent::SentLog;
 use crate::proto::send::token::{Token, NEVER_SENT};
 
 /// The tokens in flight to one destination, as loss detection and the controller see them.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Flight {
     /// Transmissions in sending order, for loss detection.
     pub(super) losses: LossDetector,
@@ -35,9 +35,9 @@ pub(crate) struct Flight {
     /// acknowledges left: the frame's one RTT sample is the time since.
     pub(super) ack_newest: Option<Instant>,
     /// The datagram of the last token sent once that the verdict frame being handled found
-    /// arrived (`NEVER_SENT`: none yet): its datagram's acknowledgement is taken once, for
-    /// the first of its tokens, not again for each.
-    pub(super) once_seq: u64,
+    /// arrived: its datagram's acknowledgement is taken once, for the first of its tokens,
+    /// not again for each.
+    pub(super) once_seq: Option<u64>,
     /// What both loss detectors learnt of reordering (the count rule, the window).
     pub(super) reo: Reordering,
     /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
@@ -51,30 +51,6 @@ pub(crate) struct Flight {
     /// When the loss recovery in progress began: losses of transmissions sent before it
     /// belong to it.
     pub(super) recovery_at: Option<Instant>,
-}
-
-impl Default for Flight {
-    fn default() -> Self {
-        Flight {
-            losses: LossDetector::default(),
-            frag_losses: LossDetector::default(),
-            rate: DeliveryRate::default(),
-            sent: SentLog::default(),
-            whole_bytes: 0,
-            whole_newest: None,
-            bytes: 0,
-            ack_batch: 0,
-            ack_newest: None,
-            once_seq: NEVER_SENT,
-            reo: Reordering::default(),
-            undo: false,
-            spurious: 0,
-            spurious_resent: 0,
-            spurious_bytes: 0,
-            spurious_at: None,
-            recovery_at: None,
-        }
-    }
 }
 
 impl Flight {
@@ -201,8 +177,8 @@ impl Flight {
         // Tokens sent once in one datagram share its sequence number and sending time:
         // what their acknowledgement tells loss detection, reordering and the RTT sample is
         // the same for each, so only the first of a run says it.
-        if tok.sends == 1 && (tok.seq != self.once_seq || tok.seq == NEVER_SENT) {
-            self.once_seq = tok.seq;
+        if tok.sends == 1 && (self.once_seq != Some(tok.seq) || tok.seq == NEVER_SENT) {
+            self.once_seq = Some(tok.seq);
             let overtaken = self.losses.on_acked(tok.seq);
             if let Some(t) = tok.sent_at {
                 if overtaken {
@@ -224,7 +200,7 @@ impl Flight {
     /// datagram's is never older), or their bytes alone if that one is no longer kept.
     pub fn end_frame(&mut self, now: Instant) {
         // The next frame's acknowledgements are judged against this one's (overtaken).
-        self.once_seq = NEVER_SENT;
+        self.once_seq = None;
         if let Some(seq) = self.whole_newest.take() {
             let bytes = std::mem::take(&mut self.whole_bytes);
             self.rate.on_acked(now, self.sent.get(seq), bytes);

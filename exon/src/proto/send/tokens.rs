@@ -18,9 +18,9 @@ pub(crate) struct Tokens {
     live: usize,
 }
 
-/// A token's place in [`Tokens`], as [`Tokens::position`] found it.
+/// A token's place in [`Tokens`], as [`Tokens::position`] found it, and its slot.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TokenAt(usize);
+pub(crate) struct TokenAt(usize, u64);
 
 /// Tombstones tolerated before a compaction, beyond the live count.
 const SLACK: usize = 64;
@@ -97,14 +97,16 @@ impl Tokens {
     #[inline]
     pub fn position(&self, slot: u64) -> Option<TokenAt> {
         let i = self.index(slot)?;
-        self.entries[i].1.is_some().then_some(TokenAt(i))
+        self.entries[i].1.is_some().then_some(TokenAt(i, slot))
     }
 
     /// The token at `at` (from [`position`](Self::position), with no insertion or
-    /// removal since).
+    /// removal since: debug builds check that the slot found there is still `at`'s).
     #[inline]
     pub fn at_mut(&mut self, at: TokenAt) -> Option<&mut Token> {
-        self.entries.get_mut(at.0)?.1.as_mut()
+        let (slot, tok) = self.entries.get_mut(at.0)?;
+        debug_assert_eq!(*slot, at.1, "a place kept across an insertion or removal");
+        tok.as_mut()
     }
 
     /// Removes and returns the token in `slot`.
@@ -226,6 +228,23 @@ mod tests {
         assert_eq!(t.len(), 1);
         assert_eq!(t.first_slot(), Some(5));
         assert_eq!(t.iter_mut().map(|(s, _)| s).collect::<Vec<_>>(), [5]);
+    }
+
+    /// A place kept across a removal (the ring moved under it) is caught in debug builds,
+    /// not taken for the token of another slot.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a place kept across an insertion or removal")]
+    fn a_stale_place_is_caught() {
+        let mut t = Tokens::default();
+        for s in [3, 4, 5] {
+            t.insert(s, tok(s));
+        }
+        let at = t.position(4).expect("a token");
+        assert_eq!(t.at_mut(at).map(|x| x.id), Some(MsgId(4)));
+        // Slot 3 goes: the ring's front is trimmed, and slot 5 now lies where 4 was found.
+        assert!(t.remove(3).is_some());
+        let _ = t.at_mut(at);
     }
 
     #[test]
