@@ -199,14 +199,22 @@ struct Effect {
     key: String,
 }
 
-/// The server's effects, by request number; checks that `seq` counts the lines.
+/// The whole lines of a node's file: a last line a kill cut short was never synced, and
+/// what it names never happened (the node itself cuts it off at its next start).
+fn whole_lines(path: &Path) -> String {
+    let mut text = std::fs::read_to_string(path).unwrap_or_default();
+    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
+    text
+}
+
 /// The bytes of the server's effects file so far (0 before it exists).
 fn effects_len(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
+/// The server's effects, by request number; checks that `seq` counts the lines.
 fn effects(path: &Path) -> HashMap<u64, Vec<Effect>> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = whole_lines(path);
     let mut by_n: HashMap<u64, Vec<Effect>> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let f: Vec<&str> = line.split(' ').collect();
@@ -429,7 +437,7 @@ struct Recovered {
 /// The caller's file: `ok` replies by request (their `seq`s), `noreply` requests, and how
 /// many calls its starts recovered.
 fn caller_lines(path: &Path) -> (HashMap<u64, Vec<u64>>, HashSet<u64>, Recovered) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let text = whole_lines(path);
     let (mut ok, mut no_reply, mut recovered) = (
         HashMap::<u64, Vec<u64>>::new(),
         HashSet::new(),

@@ -24,7 +24,6 @@
 //! ```
 
 use std::collections::HashSet;
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -60,8 +59,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = EndpointConfig::default();
     cfg.ack_after_processing = o.node.role == Role::Recv;
     let (ep, _) = o.node.endpoint(cfg).await?;
-    let text = std::fs::read_to_string(&o.out).unwrap_or_default();
-    let out = OpenOptions::new().create(true).append(true).open(&o.out)?;
+    let (text, out) = node::open_lines(&o.out)?;
     match o.node.role {
         Role::Recv => receive(ep, &text, out).await,
         Role::Send => {

@@ -20,7 +20,7 @@
 //! ```
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -59,12 +59,11 @@ struct Replies {
 
 impl Replies {
     fn open(o: &Opts) -> std::io::Result<Replies> {
-        let text = std::fs::read_to_string(&o.out).unwrap_or_default();
+        let (text, file) = node::open_lines(&o.out)?;
         let ok = text
             .lines()
             .filter_map(|l| l.strip_prefix("ok ")?.split(' ').next()?.parse().ok())
             .collect();
-        let file = OpenOptions::new().create(true).append(true).open(&o.out)?;
         Ok(Replies { file, ok })
     }
 

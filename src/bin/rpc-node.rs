@@ -19,7 +19,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -62,7 +62,7 @@ struct Store {
 
 impl Store {
     fn open(o: &Opts) -> std::io::Result<Store> {
-        let text = std::fs::read_to_string(&o.out).unwrap_or_default();
+        let (text, file) = node::open_lines(&o.out)?;
         let mut done = HashMap::new();
         let mut applied = 0;
         for line in text.lines() {
@@ -78,8 +78,7 @@ impl Store {
             done.insert(format!("{from} {r} {s}"), (parse(n)?, parse(seq)?));
             applied += 1;
         }
-        let file = OpenOptions::new().create(true).append(true).open(&o.out)?;
-        let log = OpenOptions::new().create(true).append(true).open(&o.log)?;
+        let (_, log) = node::open_lines(&o.log)?;
         Ok(Store {
             file,
             log,

@@ -86,7 +86,7 @@ async fn main() -> Res<()> {
     }
     match o.node.role {
         Role::Send => {
-            let notes = std::fs::read_to_string(&o.out).unwrap_or_default();
+            let (notes, _) = node::open_lines(&o.out)?;
             let opened = notes.lines().any(|l| l == "opened");
             let mut s = match got.pop() {
                 Some(s) => s,

@@ -1,10 +1,12 @@
 //! What the crash tests' nodes (`durable-node`, `rpc-node`, `rpc-caller`, `stream-node`)
 //! share: the flags of a durable endpoint on loopback (its driver shards too) and of its
 //! peer (or peers, `--peer ID=ADDR` repeated), and that endpoint; for the one-way tests'
-//! nodes (`durable-node`, `stream-node`), their side and id too.
+//! nodes (`durable-node`, `stream-node`), their side and id too; and the append-only line
+//! files the nodes keep their own state in ([`open_lines`]).
 
+use std::fs::{File, OpenOptions};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use exon::endpoint::BindError;
@@ -136,5 +138,49 @@ impl Net {
             ep.add_peer(id, addr);
         }
         Ok(ep)
+    }
+}
+
+/// The whole lines of the append-only file at `path` (empty if there is none), and the file
+/// opened to append.
+///
+/// A SIGKILL can cut a `write` short where it crosses a page, leaving a torn last line; such a
+/// line was never synced, so what it records never happened: it is cut off the file (and left
+/// out of the text) before anything is appended after it.
+pub fn open_lines(path: &Path) -> std::io::Result<(String, File)> {
+    let mut text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    let file = OpenOptions::new().create(true).append(true).open(path)?;
+    if whole < text.len() {
+        file.set_len(whole as u64)?;
+        file.sync_data()?;
+        text.truncate(whole);
+    }
+    Ok((text, file))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_lines;
+    use std::io::Write;
+
+    #[test]
+    fn a_torn_last_line_is_cut_off_before_the_next_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("effects");
+        let (text, _) = open_lines(&path).unwrap();
+        assert_eq!(text, "", "no file: no lines");
+        std::fs::write(&path, "1 0 0 n1 1 5\n2 0 1 n1 1 6\n3 0 2 n1 ").unwrap();
+        let (text, mut file) = open_lines(&path).unwrap();
+        assert_eq!(text, "1 0 0 n1 1 5\n2 0 1 n1 1 6\n");
+        file.write_all(b"3 1 2 n1 1 8\n").unwrap();
+        let after = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(after, "1 0 0 n1 1 5\n2 0 1 n1 1 6\n3 1 2 n1 1 8\n");
+        let (again, _) = open_lines(&path).unwrap();
+        assert_eq!(again, after, "whole lines are kept as they are");
     }
 }
