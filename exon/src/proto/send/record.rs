@@ -368,15 +368,20 @@ impl SRecord {
     /// The most slots worth holding: tokens in flight fill the congestion window, and enough
     /// envelopes wait for the next round trip of sending while a REQSLOTS is out (as TCP's
     /// receive window grows with the product it measures): twice the congestion window in
-    /// tokens, plus `N`, capped by [`Config::flow.window`](crate::proto::FlowConfig::window).
+    /// tokens (four times while the window doubles each round, as in startup: the slots
+    /// asked for now arrive when it has), plus `N`, capped by
+    /// [`Config::flow.window`](crate::proto::FlowConfig::window).
     /// Without congestion control, the configured window.
     /// A receiver that granted less than asked showed a lower limit: the window stays at
     /// what it allowed (see [`SlotRequest`](crate::proto::send::request::SlotRequest)).
     pub fn slot_window(&self, cfg: &Config) -> u64 {
+        // While the window doubles each round, slots asked for now arrive when it has
+        // doubled: ask for what the next round will send.
+        let growth = if self.cc.is_growing() { 2 } else { 1 };
         let w = match self.window_tokens() {
             Some(tokens) => cfg.flow.window.min(
                 tokens
-                    .saturating_mul(2)
+                    .saturating_mul(2 * growth)
                     .saturating_add(cfg.flow.envelope_target),
             ),
             None => cfg.flow.window,

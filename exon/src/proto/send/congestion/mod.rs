@@ -216,6 +216,16 @@ impl Controller {
         }
     }
 
+    /// Whether the window doubles each round trip (BBR's startup, NewReno's slow start):
+    /// what the sender sends in the next round may be twice this one's.
+    pub fn is_growing(&self) -> bool {
+        match &self.inner {
+            Inner::Bbr(c) => c.is_growing(),
+            Inner::NewReno(c) => c.is_growing(),
+            Inner::Off => false,
+        }
+    }
+
     /// Bytes per second tokens should leave at, or `None` for no pacing.
     pub fn pacing_rate(&self) -> Option<u64> {
         match &self.inner {

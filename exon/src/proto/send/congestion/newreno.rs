@@ -103,6 +103,11 @@ impl NewReno {
         self.cwnd
     }
 
+    /// Whether the window doubles each round (slow start).
+    pub fn is_growing(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+
     pub fn pacing_rate(&self) -> Option<u64> {
         Some(scale(rate_of(self.cwnd, self.srtt), 5, 4).max(1))
     }
