@@ -8,11 +8,6 @@
 //! pacer itself held down would otherwise only measure its own crawl again. Windows count
 //! in datagrams of the size in use ([`Bbr::set_mss`], as path MTU discovery changes it).
 //!
-//! Startup paces at 2/ln 2 times the estimate but keeps at most about twice the
-//! bandwidth-delay product in flight (BBRv3's window gain), and it ends when the bandwidth
-//! stops growing, when loss comes with a queue, or when a whole round trip waited in a
-//! queue (HyStart++'s delay increase): so it never overflows a queue of one product.
-//!
 //! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
@@ -40,10 +35,6 @@ const UNIT: u64 = 1000;
 const STARTUP_GAIN: u64 = 2885;
 /// Drain pacing gain, the inverse of the startup gain.
 const DRAIN_GAIN: u64 = UNIT * UNIT / STARTUP_GAIN;
-/// Window gain in startup: twice the bandwidth-delay product, less a hundredth for the
-/// estimates' own error (a sample a little above the bottleneck, a minimum RTT that counts a
-/// datagram's serialization), so that a queue of one product never overflows.
-const STARTUP_CWND_GAIN: u64 = 1980;
 /// Window gain once the pipe is full.
 const CWND_GAIN: u64 = 2000;
 /// Pacing gains of the eight phases of bandwidth probing, each about one min RTT long.
@@ -88,10 +79,6 @@ const UNYIELDING_LOSS: u64 = LOSS_THRESHOLD;
 const BETA_UNYIELDING: u64 = 900;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
-
-/// Least and most queueing delay at which startup ends (HyStart++'s bounds).
-const STARTUP_QUEUE_DELAY: (Duration, Duration) =
-    (Duration::from_millis(4), Duration::from_millis(16));
 
 /// Phases of the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,14 +274,17 @@ impl Bbr {
         }
     }
 
-    fn cwnd_gain(&self) -> u64 {
-        CWND_GAIN
-    }
-
-    /// Whether the window is still growing by what each round delivers (startup): the
-    /// sender then needs slots for twice this round's tokens by the next.
+    /// Whether the window is still growing by what each round delivers (startup): what the
+    /// sender sends in the next round may be twice this one's.
     pub fn is_growing(&self) -> bool {
         self.mode == Mode::Startup
+    }
+
+    fn cwnd_gain(&self) -> u64 {
+        match self.mode {
+            Mode::Startup | Mode::Drain => STARTUP_GAIN,
+            Mode::ProbeBw | Mode::ProbeRtt => CWND_GAIN,
+        }
     }
 
     pub fn on_sent(&mut self, _now: Instant, _bytes: u64, in_flight: u64) {
@@ -362,16 +352,6 @@ impl Bbr {
         self.extra_acked.update(self.round, extra);
     }
 
-    /// Whether the round that ended found a queue startup should stop at (the delay increase
-    /// of HyStart++, RFC 9406): its smallest RTT stood above the minimum by an eighth of the
-    /// minimum, at least 4 and at most 16 ms.
-    fn startup_queue(&self) -> bool {
-        let (Some(r), Some(m)) = (self.round_min_rtt, self.min_rtt) else {
-            return false;
-        };
-        r.saturating_sub(m) > (m / 8).clamp(STARTUP_QUEUE_DELAY.0, STARTUP_QUEUE_DELAY.1)
-    }
-
     /// A round trip ended: judge its losses.
     fn end_round(&mut self, ev: &AckEvent) {
         let lost = self.round_lost;
@@ -411,11 +391,6 @@ impl Bbr {
             }
             self.cruise_rounds = 0;
             self.probe_up = self.mss;
-        } else if self.mode == Mode::Startup && self.startup_queue() {
-            // Even the least delayed datagram of the round waited in a queue: the pipe is
-            // full, and another round at the startup gain would only fill the queue.
-            self.filled = true;
-            self.mode = Mode::Drain;
         } else if self.inflight_hi != u64::MAX {
             // Cruise at the cap for about as many rounds as a loss-based flow needs to regrow
             // its share, then probe upward: one datagram more, doubling each round while no
@@ -512,23 +487,13 @@ impl Bbr {
     }
 
     fn update_cwnd(&mut self, acked: u64) {
-        let target = if self.mode == Mode::Startup {
-            // Twice what the path holds, no more: a queue of one bandwidth-delay product holds
-            // the rest (BBRv3's startup window gain). The ACK
-            // delay and aggregation allowances come in once the pipe is full and the pace,
-            // not the window, keeps the queue short.
-            self.bandwidth()
-                .zip(self.min_rtt)
-                .map(|(bw, rtt)| scale(bytes_in(bw, rtt), STARTUP_CWND_GAIN, UNIT))
-        } else {
-            self.bdp(self.cwnd_gain()).map(|b| {
-                b.saturating_add(self.extra_acked.get(self.round))
-                    .saturating_add(3 * self.mss)
-            })
-        };
+        let target = self.bdp(self.cwnd_gain()).map(|b| {
+            b.saturating_add(self.extra_acked.get(self.round))
+                .saturating_add(3 * self.mss)
+        });
         match target {
             Some(t) if self.filled => self.cwnd = self.cwnd.saturating_add(acked).min(t),
-            Some(t) if self.cwnd < t => self.cwnd = self.cwnd.saturating_add(acked).min(t),
+            Some(t) if self.cwnd < t => self.cwnd = self.cwnd.saturating_add(acked),
             Some(_) => {}
             None => self.cwnd = self.cwnd.saturating_add(acked),
         }
