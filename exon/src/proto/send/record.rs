@@ -376,12 +376,12 @@ impl SRecord {
     /// what it allowed (see [`SlotRequest`](crate::proto::send::request::SlotRequest)).
     pub fn slot_window(&self, cfg: &Config) -> u64 {
         // While the window doubles each round, slots asked for now arrive when it has
-        // doubled: ask for what the next round will send.
-        let growth = if self.cc.is_growing() { 2 } else { 1 };
+        // doubled: room for twice what the next round will send.
+        let times = if self.cc.is_growing() { 4 } else { 2 };
         let w = match self.window_tokens() {
             Some(tokens) => cfg.flow.window.min(
                 tokens
-                    .saturating_mul(2 * growth)
+                    .saturating_mul(times)
                     .saturating_add(cfg.flow.envelope_target),
             ),
             None => cfg.flow.window,

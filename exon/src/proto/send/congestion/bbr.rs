@@ -138,6 +138,8 @@ pub(crate) struct Bbr {
     probe_rtt_until: Option<Instant>,
     probe_rtt_min: Option<Duration>,
     cwnd: u64,
+    /// The window is below its target, so in startup it still grows by what is delivered.
+    below_target: bool,
     prior_cwnd: u64,
     /// Cap on bytes in flight after congestive loss (`u64::MAX`: none).
     inflight_hi: u64,
@@ -191,6 +193,7 @@ impl Bbr {
             probe_rtt_until: None,
             probe_rtt_min: None,
             cwnd: INITIAL_WINDOW * mss,
+            below_target: true,
             prior_cwnd: 0,
             inflight_hi: u64::MAX,
             agg_start: None,
@@ -274,10 +277,11 @@ impl Bbr {
         }
     }
 
-    /// Whether the window is still growing by what each round delivers (startup): what the
-    /// sender sends in the next round may be twice this one's.
+    /// Whether the window is still growing by what each round delivers (startup, below its
+    /// target and under no cap): what the sender sends in the next round may be twice this
+    /// one's.
     pub fn is_growing(&self) -> bool {
-        self.mode == Mode::Startup
+        self.mode == Mode::Startup && self.below_target && self.inflight_hi == u64::MAX
     }
 
     fn cwnd_gain(&self) -> u64 {
@@ -498,6 +502,7 @@ impl Bbr {
             None => self.cwnd = self.cwnd.saturating_add(acked),
         }
         self.cwnd = self.cwnd.max(self.min_window());
+        self.below_target = target.is_none_or(|t| self.cwnd < t);
     }
 
     pub fn on_lost(&mut self, ev: &LossEvent) {
