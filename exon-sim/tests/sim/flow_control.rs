@@ -147,6 +147,10 @@ fn on_a_long_fat_path_the_window_grows_to_the_product_and_the_link_fills() {
         (r.late_window as f64) < 8.0 * bdp_msgs + 128.0,
         "the window grew far past the path: {r:?}"
     );
+    assert!(
+        (r.peak_window as f64) < 16.0 * bdp_msgs + 128.0,
+        "the window grew far past the path in start-up: {r:?}"
+    );
     let mut capped = sim_config();
     capped.flow.window = 200;
     let c = run(capped, rate, latency, n / 4, None);
