@@ -10,6 +10,9 @@
 //! on both its shards; `DURABLE_COUNT` is the items of all pairs together. `DURABLE_RATE`
 //! paces each sender (messages a second), so that the senders are killed too.
 
+mod common;
+use common::whole_lines;
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -153,14 +156,6 @@ fn counts<'a>(lines: impl Iterator<Item = &'a str>) -> HashMap<String, u32> {
         *m.entry(l.to_string()).or_default() += 1;
     }
     m
-}
-
-/// The whole lines of a node's file: a last line a kill cut short (a `write` crossing a
-/// page) never happened, and the node itself cuts it off at its next start.
-fn whole_lines(path: &Path) -> String {
-    let mut text = std::fs::read_to_string(path).unwrap();
-    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
-    text
 }
 
 #[test]

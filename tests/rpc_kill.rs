@@ -15,6 +15,9 @@
 //! `RPC_KILLS=200 RPC_CALLS=20000 cargo test --release --test rpc_kill -- --nocapture`
 //! (also `RPC_WINDOW`, calls in flight; `RPC_SEED`; `RPC_DEADLINE_S`, each call's deadline).
 
+mod common;
+use common::whole_lines;
+
 use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -197,14 +200,6 @@ struct Effect {
     attempt: u64,
     seq: u64,
     key: String,
-}
-
-/// The whole lines of a node's file: a last line a kill cut short was never synced, and
-/// what it names never happened (the node itself cuts it off at its next start).
-fn whole_lines(path: &Path) -> String {
-    let mut text = std::fs::read_to_string(path).unwrap_or_default();
-    text.truncate(text.rfind('\n').map_or(0, |i| i + 1));
-    text
 }
 
 /// The bytes of the server's effects file so far (0 before it exists).
