@@ -18,11 +18,16 @@
 //! of it, so that a loss-based flow (CUBIC) regrows its share, then probes upward one
 //! datagram more, doubling each round, until congestion cuts it again or it no longer binds.
 //! A flow that does not yield to loss (BBRv1 keeps the queue full whatever it loses) would
-//! take the link from one that does; so while the smoothed loss rate of recent rounds stays
-//! above [`LOSS_THRESHOLD`] although this flow backs off, cuts are mild (to 90 %) and the cap
-//! regrows at once, by an eighth a round. Losses later found spurious (the datagram
-//! had only been overtaken) are taken back: from the round in progress, or from the round
-//! that cut the cap, whose cut is undone if the round no longer counts as congested.
+//! take the link from one that does, and a cut of 30 % at each of its rounds of loss would
+//! ratchet this flow down to nothing. So: a cut that comes while the cap held still since
+//! the last one (the others' growth caused it) keeps at least what the round delivered
+//! (BBRv3's floor); one that comes within [`CROWDED_ROUNDS`] of the last (the room it left
+//! was taken at once) marks the others as not yielding, as does a smoothed loss rate above
+//! [`LOSS_THRESHOLD`] although this flow backs off. Against flows that do not yield, cuts are
+//! mild (to 90 %) and the cap regrows at once, by an eighth a round. Rounds spent in ProbeRTT
+//! do not age the bandwidth filter. Losses later found spurious (the datagram had only been
+//! overtaken) are taken back: from the round in progress, or from the round that cut the
+//! cap, whose cut is undone if the round no longer counts as congested.
 
 use std::time::{Duration, Instant};
 
@@ -77,6 +82,11 @@ const UNYIELDING_LOSS: u64 = LOSS_THRESHOLD;
 /// What the in-flight cap keeps of a congested round's bytes in flight while the flows
 /// sharing the queue do not yield to loss (thousandths).
 const BETA_UNYIELDING: u64 = 900;
+/// A cut that comes within this many rounds of the one before, the cap not raised in
+/// between, means the room the last cut left was taken at once: a flow that does not
+/// yield (BBRv1 grows into it within a cycle of its probing, eight rounds), not a
+/// loss-based one (whose window regrows over many rounds).
+const CROWDED_ROUNDS: u64 = 8;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
 
@@ -129,6 +139,11 @@ pub(crate) struct Bbr {
     /// bandwidth-delay product (the tokens of that long stay unacknowledged too).
     ack_delay: Duration,
     round: u64,
+    /// Rounds as the bandwidth filter counts them: those spent in [`Mode::ProbeRtt`] do not
+    /// count, so that its few datagrams in flight (a crawl of its own making, for as many
+    /// rounds as the filter remembers on a path with a queue) do not make it forget the
+    /// bandwidth it measured before.
+    bw_round: u64,
     next_round_delivered: u64,
     full_bw: u64,
     full_bw_rounds: u32,
@@ -155,11 +170,20 @@ pub(crate) struct Bbr {
     last_cut: Option<Cut>,
     /// Rounds since the in-flight cap was last cut or raised.
     cruise_rounds: u64,
-    /// The loss rate of recent rounds (thousandths, smoothed over about 16 rounds). Above
-    /// [`LOSS_THRESHOLD`] although this flow backs off, the flows it shares the queue with do
-    /// not yield to loss (BBRv1): cutting would only hand them the link, so congestion is
-    /// then answered by the bandwidth and RTT model alone, as they do.
-    loss_ewma: u64,
+    /// The loss rate of recent rounds (thousandths, smoothed over about 16 rounds), times 16
+    /// (so that it decays to zero). Above [`LOSS_THRESHOLD`] although this flow backs off,
+    /// the flows it shares the queue with do not yield to loss (BBRv1): cutting would only
+    /// hand them the link, so cuts are then mild and never below what a round delivered.
+    loss_ewma_sum: u64,
+    /// The last cut came while the cap still cruised after the one before: the room this
+    /// flow left was taken at once (a flow that does not yield, as BBRv1 fills what it is
+    /// left within rounds). Cleared by a calm as long as the cruise.
+    crowded: bool,
+    /// The cap was raised since the last cut.
+    raised: bool,
+    /// The last cut came with the cap held still since the one before, this flow not
+    /// probing: the others' growth caused it.
+    by_others: bool,
     /// How much the cap grows at its next raise: one datagram after a cut, doubling with
     /// every raise that brings no congestion.
     probe_up: u64,
@@ -184,6 +208,7 @@ impl Bbr {
             srtt: None,
             initial_rtt,
             round: 0,
+            bw_round: 0,
             next_round_delivered: 0,
             full_bw: 0,
             full_bw_rounds: 0,
@@ -206,7 +231,10 @@ impl Bbr {
             last_cut: None,
             cruise_rounds: 0,
             probe_up: 0,
-            loss_ewma: 0,
+            loss_ewma_sum: 0,
+            crowded: false,
+            raised: false,
+            by_others: false,
             in_flight: 0,
             max_bw: 0,
             cached_window: 0,
@@ -219,8 +247,7 @@ impl Bbr {
     /// Recomputes what is read per token: the window and the pacing rate.
     fn refresh(&mut self) {
         let mut hi = self.inflight_hi;
-        let yielding = self.loss_ewma <= UNYIELDING_LOSS;
-        if hi != u64::MAX && self.mode == Mode::ProbeBw && self.cycle != 0 && yielding {
+        if hi != u64::MAX && self.mode == Mode::ProbeBw && self.cycle != 0 && !self.unyielding() {
             // Cruising below a cap congestion set: leave the others room.
             hi = scale(hi, HEADROOM, UNIT);
         }
@@ -238,6 +265,24 @@ impl Bbr {
         // fell below it (samples taken while pacing itself held the sender back) would
         // otherwise only ever measure its own pace, and climb back 25 % per probe cycle.
         self.cached_pacing = rate.max(rate_of(self.min_window(), rtt)).max(1);
+    }
+
+    /// Whether the flows sharing the queue are taken not to yield to loss: the smoothed
+    /// loss rate stays above [`UNYIELDING_LOSS`] although this flow backs off, or
+    /// congestion came back before the cruise after the last cut ended (`crowded`).
+    fn unyielding(&self) -> bool {
+        self.mode != Mode::Startup && (self.loss_rate() > UNYIELDING_LOSS || self.crowded)
+    }
+
+    /// The smoothed loss rate of recent rounds, in thousandths.
+    fn loss_rate(&self) -> u64 {
+        self.loss_ewma_sum >> LOSS_EWMA_SHIFT
+    }
+
+    /// Rounds the in-flight cap cruises after a cut before it probes upward (for a flow
+    /// sharing the queue with flows that yield): about as many as it holds datagrams.
+    fn cruise_wait(&self) -> u64 {
+        (self.inflight_hi / self.mss.max(1)).clamp(1, MAX_CRUISE_ROUNDS)
     }
 
     fn min_window(&self) -> u64 {
@@ -307,15 +352,18 @@ impl Bbr {
             if rs.prior_delivered >= self.next_round_delivered {
                 self.next_round_delivered = ev.delivered;
                 self.round += 1;
+                if self.mode != Mode::ProbeRtt {
+                    self.bw_round += 1;
+                }
                 round_start = true;
             }
             let long_enough = self.min_rtt.is_none_or(|m| rs.interval >= m);
-            let bw = self.bw.get(self.round);
+            let bw = self.bw.get(self.bw_round);
             if rs.delivery_rate > 0 && long_enough && (!rs.app_limited || rs.delivery_rate >= bw) {
-                self.bw.update(self.round, rs.delivery_rate);
+                self.bw.update(self.bw_round, rs.delivery_rate);
             }
         }
-        self.max_bw = self.bw.get(self.round);
+        self.max_bw = self.bw.get(self.bw_round);
         if let Some(rtt) = ev.rtt {
             self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
             if self.min_rtt.is_none_or(|m| rtt <= m) {
@@ -368,10 +416,10 @@ impl Bbr {
         let enough = self.mode != Mode::Startup || lost >= STARTUP_LOSS_DATAGRAMS * self.mss;
         if total > 0 {
             let rate = scale(lost, UNIT, total).min(UNIT);
-            self.loss_ewma =
-                self.loss_ewma - (self.loss_ewma >> LOSS_EWMA_SHIFT) + (rate >> LOSS_EWMA_SHIFT);
+            self.loss_ewma_sum =
+                self.loss_ewma_sum - (self.loss_ewma_sum >> LOSS_EWMA_SHIFT) + rate;
         }
-        let unyielding = self.mode != Mode::Startup && self.loss_ewma > UNYIELDING_LOSS;
+        let unyielding = self.unyielding();
         if lossy && queue && enough {
             let peak = self.round_peak.max(ev.in_flight);
             let base = peak.max(self.bdp(UNIT).unwrap_or(0));
@@ -383,8 +431,33 @@ impl Bbr {
                 hi: self.inflight_hi,
                 ended_startup: self.mode == Mode::Startup,
             });
-            let beta = if unyielding { BETA_UNYIELDING } else { BETA };
-            self.inflight_hi = scale(base, beta, UNIT).max(self.min_window());
+            // Congestion back while the cap still cruises after the last cut: the room
+            // this flow left was taken at once, by a flow that does not yield.
+            let raised = self.raised;
+            self.crowded = self.inflight_hi != u64::MAX
+                && !raised
+                && self.cruise_rounds < CROWDED_ROUNDS.min(self.cruise_wait());
+            self.raised = false;
+            // The cap held still since the cut before and this flow was not probing: the
+            // congestion came from the others' growth.
+            self.by_others = self.inflight_hi != u64::MAX
+                && !raised
+                && !(self.mode == Mode::ProbeBw && self.cycle == 0);
+            let beta = if unyielding || self.crowded {
+                BETA_UNYIELDING
+            } else {
+                BETA
+            };
+            // Against others that grow into the room, a cut goes no lower than what this
+            // flow delivered in the round (BBRv3's floor of its short-term bound): below
+            // it, each of their rounds of loss would ratchet it down to nothing. A cut
+            // never raises the cap.
+            let floor = if unyielding || self.crowded || self.by_others {
+                self.round_acked.min(base)
+            } else {
+                0
+            };
+            self.inflight_hi = scale(base, beta, UNIT).max(floor).max(self.min_window());
             if self.mode == Mode::Startup {
                 self.filled = true;
                 self.mode = Mode::Drain;
@@ -400,11 +473,11 @@ impl Bbr {
             // its share, then probe upward: one datagram more, doubling each round while no
             // congestion comes, until the cap no longer binds.
             self.cruise_rounds += 1;
-            let wait = if unyielding {
-                0
-            } else {
-                (self.inflight_hi / self.mss.max(1)).clamp(1, MAX_CRUISE_ROUNDS)
-            };
+            if self.cruise_rounds >= self.cruise_wait() {
+                // As long a calm as a yielding flow's cruise: no longer crowded.
+                self.crowded = false;
+            }
+            let wait = if unyielding { 0 } else { self.cruise_wait() };
             if self.cruise_rounds >= wait {
                 let step = if unyielding {
                     self.probe_up.max(self.inflight_hi / 8)
@@ -417,6 +490,10 @@ impl Bbr {
                     .bdp(CWND_GAIN)
                     .map_or(u64::MAX, |b| b.saturating_mul(2));
                 self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+                self.raised = true;
+                if self.inflight_hi == u64::MAX {
+                    self.crowded = false;
+                }
             }
         }
         self.round_lost = 0;
@@ -428,7 +505,7 @@ impl Bbr {
     fn update_mode(&mut self, now: Instant, round_start: bool, ev: &AckEvent) {
         let app_limited = ev.rate.is_some_and(|r| r.app_limited);
         if self.mode == Mode::Startup && round_start && !app_limited {
-            let bw = self.bw.get(self.round);
+            let bw = self.bw.get(self.bw_round);
             if bw >= scale(self.full_bw, 5, 4) {
                 self.full_bw = bw;
                 self.full_bw_rounds = 0;

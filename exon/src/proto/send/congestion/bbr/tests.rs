@@ -199,6 +199,19 @@ fn rounds(
     rtt_ms: u64,
     lost: u64,
 ) -> Vec<u64> {
+    rounds_in_flight(c, at, delivered, rounds, rtt_ms, lost, 8 * MSS)
+}
+
+/// [`rounds`] with `in_flight` bytes in flight at every ACK.
+fn rounds_in_flight(
+    c: &mut Bbr,
+    at: &mut Instant,
+    delivered: &mut u64,
+    rounds: usize,
+    rtt_ms: u64,
+    lost: u64,
+    in_flight: u64,
+) -> Vec<u64> {
     let mut caps = Vec::new();
     for _ in 0..rounds {
         let prior = *delivered;
@@ -206,7 +219,7 @@ fn rounds(
             *delivered += MSS;
             *at += Duration::from_micros(rtt_ms * 1000 / 50);
             // About the path's product in flight, so that start-up's queue drains.
-            ack_in_flight(c, *at, rtt_ms, prior, *delivered, 8 * MSS);
+            ack_in_flight(c, *at, rtt_ms, prior, *delivered, in_flight);
             if i == 0 && lost > 0 {
                 // After the ACK that started the round (which judged the last one).
                 c.on_lost(&LossEvent {
@@ -269,10 +282,9 @@ fn losses_that_persist_although_it_backs_off_mean_the_others_do_not_yield() {
     // One congested round: a cut to 70 % of what was in flight (50 datagrams).
     let mut y = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
     let (mut at, mut d) = settled(&mut y);
-    rounds(&mut y, &mut at, &mut d, 1, 20, 3);
-    let cut = rounds(&mut y, &mut at, &mut d, 1, 20, 0)[0];
+    let cut = congested_round(&mut y, &mut at, &mut d, 8 * MSS);
     assert!(
-        y.loss_ewma <= LOSS_THRESHOLD,
+        y.loss_rate() <= LOSS_THRESHOLD,
         "one lossy round is not persistence"
     );
     assert!(cut <= scale(50 * MSS, BETA, UNIT).max(scale(y.bdp(UNIT).unwrap(), BETA, UNIT)));
@@ -282,10 +294,132 @@ fn losses_that_persist_although_it_backs_off_mean_the_others_do_not_yield() {
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
     let (mut at, mut d) = settled(&mut c);
     rounds(&mut c, &mut at, &mut d, 40, 20, 3);
-    assert!(c.loss_ewma > LOSS_THRESHOLD, "loss rate {}", c.loss_ewma);
+    assert!(
+        c.loss_rate() > LOSS_THRESHOLD,
+        "loss rate {}",
+        c.loss_rate()
+    );
     let caps = rounds(&mut c, &mut at, &mut d, 3, 20, 0);
     assert!(caps[0] > cut, "a mild cut: {} against {cut}", caps[0]);
     assert!(caps[2] > caps[0], "no cruise: {caps:?}");
+}
+
+/// One congested round (3 of its 50 datagrams lost, the RTT doubled to 20 ms), judged when
+/// the next round starts: returns the cap then.
+fn congested_round(c: &mut Bbr, at: &mut Instant, d: &mut u64, in_flight: u64) -> u64 {
+    rounds_in_flight(c, at, d, 1, 20, 3, in_flight);
+    rounds_in_flight(c, at, d, 1, 20, 0, in_flight)[0]
+}
+
+#[test]
+fn congestion_back_before_the_cruise_ends_means_the_others_do_not_yield() {
+    // A cut, then congestion again in the next round, the cap held still in between: the
+    // room the cut left was taken at once (BBRv1 does that). Without the rule the second
+    // cut is as deep as the first and the cap cruises on below it.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    let first = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
+    assert!(first < u64::MAX);
+    assert!(!c.unyielding(), "one cut is no evidence");
+    let second = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
+    assert!(c.crowded && c.unyielding(), "crowded");
+    assert!(second > first, "a mild cut: {second} against {first}");
+    // Crowded, the cap regrows at once rather than cruising.
+    let after = rounds(&mut c, &mut at, &mut d, 2, 10, 0);
+    assert!(after[1] > second, "no cruise: {after:?} after {second}");
+    // A calm as long as the cruise clears it.
+    rounds(&mut c, &mut at, &mut d, MAX_CRUISE_ROUNDS as usize, 10, 0);
+    assert!(!c.crowded);
+    assert_eq!(c.loss_rate(), 0, "the smoothed loss rate decays to nothing");
+}
+
+#[test]
+fn a_cut_that_others_caused_keeps_what_the_round_delivered() {
+    // 50 datagrams in flight: a cut keeps 35 of them and cruises for 35 rounds.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    let flight = 50 * MSS;
+    let first = congested_round(&mut c, &mut at, &mut d, flight);
+    assert_eq!(first, scale(flight, BETA, UNIT));
+    // Ten rounds of cruise (past the crowded bound, before the cap is raised), then
+    // congestion again: this flow held still, so the others' growth caused it. The cut
+    // keeps what the round delivered (50 datagrams, here as much as was in flight);
+    // without the rule it would take 30 % again.
+    let held = rounds_in_flight(&mut c, &mut at, &mut d, 10, 20, 0, flight);
+    assert!(held.iter().all(|&h| h == first), "held: {held:?}");
+    let second = congested_round(&mut c, &mut at, &mut d, flight);
+    assert!(c.by_others && !c.crowded && !c.unyielding());
+    assert_eq!(second, flight, "the round's 50 delivered datagrams kept");
+    // Still a yielding flow: the cap cruises after it.
+    let after = rounds_in_flight(&mut c, &mut at, &mut d, 5, 20, 0, flight);
+    assert!(after.iter().all(|&h| h == second), "cruise: {after:?}");
+    // A cut of this flow's own probing (the cap raised since) takes its 30 %.
+    let mut raised = rounds_in_flight(&mut c, &mut at, &mut d, 60, 20, 0, flight);
+    let top = raised.pop().unwrap();
+    assert!(top > second && c.raised, "the cap probed up: {top}");
+    let third = congested_round(&mut c, &mut at, &mut d, flight);
+    assert!(!c.by_others && third < flight, "a full cut: {third}");
+}
+
+/// One round trip of `acks` ACKs over `rtt_ms`, each a delivery-rate sample of `rate`
+/// bytes per second with `in_flight` bytes in flight.
+fn round_of(
+    c: &mut Bbr,
+    at: &mut Instant,
+    delivered: &mut u64,
+    rtt_ms: u64,
+    rate: u64,
+    in_flight: u64,
+    acks: u64,
+) {
+    let prior = *delivered;
+    for _ in 0..acks {
+        *delivered += MSS;
+        *at += Duration::from_micros(rtt_ms * 1000 / acks);
+        c.on_ack(&AckEvent {
+            now: *at,
+            acked: MSS,
+            in_flight,
+            rate: Some(super::super::RateSample {
+                delivery_rate: rate,
+                app_limited: false,
+                prior_delivered: prior,
+                interval: Duration::from_millis(rtt_ms),
+            }),
+            rtt: Some(Duration::from_millis(rtt_ms)),
+            srtt: None,
+            delivered: *delivered,
+        });
+    }
+}
+
+#[test]
+fn the_bandwidth_estimate_outlives_probe_rtt() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    let bw = c.bandwidth().unwrap();
+    // A standing queue (another flow's): no RTT as small as the minimum for ten seconds.
+    let mut n = 0;
+    while c.mode() != Mode::ProbeRtt {
+        round_of(&mut c, &mut at, &mut d, 20, bw, 20 * MSS, 20);
+        n += 1;
+        assert!(n < 1000, "never probed the RTT");
+    }
+    assert_eq!(c.bandwidth(), Some(bw));
+    // Two datagrams in flight for 200 ms on a 10 ms path: twenty rounds of a crawl of
+    // its own making, twice what the filter remembers.
+    let mut rounds_in_probe = 0;
+    while c.mode() == Mode::ProbeRtt {
+        round_of(&mut c, &mut at, &mut d, 10, bw / 10, 2 * MSS, 2);
+        rounds_in_probe += 1;
+        assert!(rounds_in_probe < 100, "never left ProbeRtt");
+    }
+    assert!(rounds_in_probe > 10, "{rounds_in_probe} rounds");
+    assert_eq!(
+        c.bandwidth(),
+        Some(bw),
+        "the estimate before ProbeRtt is kept"
+    );
 }
 
 #[test]
