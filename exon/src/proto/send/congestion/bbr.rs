@@ -175,9 +175,10 @@ pub(crate) struct Bbr {
     /// the flows it shares the queue with do not yield to loss (BBRv1): cutting would only
     /// hand them the link, so cuts are then mild and never below what a round delivered.
     loss_ewma_sum: u64,
-    /// The last cut came while the cap still cruised after the one before: the room this
-    /// flow left was taken at once (a flow that does not yield, as BBRv1 fills what it is
-    /// left within rounds). Cleared by a calm as long as the cruise.
+    /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not raised in
+    /// between: the room this flow left was taken at once (a flow that does not yield, as
+    /// BBRv1 fills what it is left within rounds). Cleared by a calm as long as the cruise,
+    /// or once the cap no longer binds.
     crowded: bool,
     /// The cap was raised since the last cut.
     raised: bool,
@@ -269,7 +270,7 @@ impl Bbr {
 
     /// Whether the flows sharing the queue are taken not to yield to loss: the smoothed
     /// loss rate stays above [`UNYIELDING_LOSS`] although this flow backs off, or
-    /// congestion came back before the cruise after the last cut ended (`crowded`).
+    /// congestion came back within [`CROWDED_ROUNDS`] of the last cut (`crowded`).
     fn unyielding(&self) -> bool {
         self.mode != Mode::Startup && (self.loss_rate() > UNYIELDING_LOSS || self.crowded)
     }
@@ -431,8 +432,8 @@ impl Bbr {
                 hi: self.inflight_hi,
                 ended_startup: self.mode == Mode::Startup,
             });
-            // Congestion back while the cap still cruises after the last cut: the room
-            // this flow left was taken at once, by a flow that does not yield.
+            // Congestion back within a few rounds of the last cut, the cap held still: the
+            // room this flow left was taken at once, by a flow that does not yield.
             let raised = self.raised;
             self.crowded = self.inflight_hi != u64::MAX
                 && !raised
