@@ -436,14 +436,32 @@ impl Outbox {
         };
         let set = &mut out.acks[i].2;
         let mut dropped = 0;
-        for s in slots {
+        let mut slots = slots.peekable();
+        while let Some(first) = slots.next() {
+            // Taken in slot order, so usually one run: inserted as a range, not slot by
+            // slot. The slots after the first join its range and never add one, so they
+            // are kept exactly when the first leaves room (as slot by slot they would be).
+            let mut end = first + 1;
+            while slots.next_if_eq(&end).is_some() {
+                end += 1;
+            }
+            let run = usize::try_from(end - first).unwrap_or(usize::MAX);
             if ranges >= MAX_PENDING_ACK_RANGES {
-                dropped += 1;
+                dropped += run;
                 continue;
             }
             let before = set.range_count();
-            set.insert(s..s + 1);
+            set.insert(first..first + 1);
             ranges = ranges + set.range_count() - before;
+            if run > 1 {
+                if ranges >= MAX_PENDING_ACK_RANGES {
+                    dropped += run - 1;
+                    continue;
+                }
+                let before = set.range_count();
+                set.insert(first + 1..end);
+                ranges = ranges + set.range_count() - before;
+            }
         }
         if set.is_empty() {
             out.acks.swap_remove(i);
@@ -606,6 +624,47 @@ mod tests {
         let mut frames = Vec::new();
         decode_frames_into(&bytes::Bytes::from(buf), 65_507, &mut frames).expect("valid");
         frames
+    }
+
+    /// `reply_many` inserts a run of slots as one range, and keeps exactly what `reply`
+    /// slot by slot keeps, also at the limit of pending ranges: a run whose first slot
+    /// leaves room is kept whole (its other slots add no range), the rest of one whose
+    /// first slot reaches the limit is dropped, and so is a run that finds it reached.
+    #[test]
+    fn replies_by_runs_keep_what_replies_one_by_one_keep() {
+        let peer = NodeId::from_const(7);
+        let (mut runs, mut single) = (Outbox::default(), Outbox::default());
+        // Two ranges short of the limit, in isolated slots.
+        let isolated: Vec<u64> = (0..MAX_PENDING_ACK_RANGES as u64 - 2)
+            .map(|i| 2 * i)
+            .collect();
+        let top = 2 * MAX_PENDING_ACK_RANGES as u64;
+        // A run in a gap, a slot bridging two ranges, a run taking the last range, one
+        // whose first slot reaches the limit, one that finds it reached though it would
+        // only extend a range.
+        let mut slots = isolated.clone();
+        slots.extend([
+            top,
+            top + 1,
+            top + 2,
+            1,
+            top + 10,
+            top + 11,
+            top + 20,
+            top + 21,
+        ]);
+        slots.extend([top + 22, top + 3, top + 4]);
+        let dropped = runs.reply_many(peer, Verdict::Ack, 3, slots.iter().copied(), 8);
+        let dropped_single = slots
+            .iter()
+            .filter(|&&s| !single.reply(peer, Verdict::Ack, 3, s, 8))
+            .count();
+        assert_eq!((dropped, dropped_single), (4, 4));
+        let set = |ob: &Outbox| ob.peers.get(&peer).expect("owed").acks[0].2.clone();
+        assert_eq!(set(&runs), set(&single));
+        let got = set(&runs);
+        assert!(got.contains(top + 11) && got.contains(1) && got.contains(top + 20));
+        assert!(!got.contains(top + 21) && !got.contains(top + 3));
     }
 
     /// A message reported held and taken before the datagram left is acknowledged, not

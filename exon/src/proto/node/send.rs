@@ -221,10 +221,12 @@ impl Node {
         let ask = !new_record || self.rules.first_send_requests_slots;
         let mut request = false;
         if let Some(rec) = self.senders.get_mut(&to) {
-            if ask && !rec.is_requesting() {
+            // Whether slots are wanted is read here, under the lookup just made: most
+            // sends find enough envelopes (or a request outstanding), and then need no
+            // second lookup for `request_slots` to find nothing to ask.
+            if ask && !rec.is_requesting() && rec.slots_to_ask(&self.cfg).is_some_and(|n| n > 0) {
                 request = true;
             } else {
-                // No request to make (one is outstanding): one lookup.
                 rec.end_send();
             }
         }
