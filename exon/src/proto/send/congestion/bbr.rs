@@ -117,6 +117,12 @@ struct Cut {
     hi: u64,
     /// The cut ended startup.
     ended_startup: bool,
+    /// What the cut judged of the others, and the cruise it ended, as they were before
+    /// it: an undone cut is no evidence that the others do not yield.
+    crowded: bool,
+    raised: bool,
+    by_others: bool,
+    cruise_rounds: u64,
 }
 
 /// Whether a round that settled `total` bytes, `lost` of them lost, was lossy.
@@ -431,6 +437,10 @@ impl Bbr {
                 total,
                 hi: self.inflight_hi,
                 ended_startup: self.mode == Mode::Startup,
+                crowded: self.crowded,
+                raised: self.raised,
+                by_others: self.by_others,
+                cruise_rounds: self.cruise_rounds,
             });
             // Congestion back within a few rounds of the last cut, the cap held still: the
             // room this flow left was taken at once, by a flow that does not yield.
@@ -610,6 +620,15 @@ impl Bbr {
         let cut = *cut;
         self.last_cut = None;
         self.inflight_hi = self.inflight_hi.max(cut.hi);
+        // Nor did it judge the others: their marks return as they were, and the rounds
+        // since the cut count in the cruise it interrupted.
+        self.crowded = cut.crowded;
+        self.raised |= cut.raised;
+        self.by_others = cut.by_others;
+        self.cruise_rounds = cut.cruise_rounds.saturating_add(self.cruise_rounds);
+        if self.cruise_rounds >= self.cruise_wait() || self.inflight_hi == u64::MAX {
+            self.crowded = false;
+        }
         if cut.ended_startup && matches!(self.mode, Mode::Drain | Mode::ProbeBw) {
             self.mode = Mode::Startup;
             self.filled = false;

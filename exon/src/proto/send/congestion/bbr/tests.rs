@@ -334,6 +334,33 @@ fn congestion_back_before_the_cruise_ends_means_the_others_do_not_yield() {
 }
 
 #[test]
+fn a_cut_undone_as_spurious_is_no_evidence_that_the_others_do_not_yield() {
+    // A cut, then one in the next round (crowded), whose losses prove spurious (a
+    // reordering burst): the undo leaves the others' marks as they were before it, so the
+    // cap cruises as after the first cut instead of regrowing at once.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    let first = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
+    assert!(!c.crowded && !c.unyielding());
+    let second = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
+    assert!(c.crowded, "crowded");
+    let cut = c.last_cut.expect("the second cut");
+    c.on_spurious(&SpuriousEvent {
+        lost: 3 * MSS,
+        lost_at: cut.began.expect("a round with a start"),
+    });
+    assert!(c.last_cut.is_none(), "undone");
+    assert_eq!(c.inflight_hi, second.max(first));
+    assert!(!c.crowded && !c.by_others, "marks as before the cut");
+    assert!(!c.unyielding());
+    let after = rounds(&mut c, &mut at, &mut d, 3, 10, 0);
+    assert!(
+        after.iter().all(|&h| h == second.max(first)),
+        "the cruise goes on: {after:?}"
+    );
+}
+
+#[test]
 fn a_cut_that_others_caused_keeps_what_the_round_delivered() {
     // 50 datagrams in flight: a cut keeps 35 of them and cruises for 35 rounds.
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
