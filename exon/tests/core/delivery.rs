@@ -493,3 +493,85 @@ fn a_reported_message_waiting_untaken_is_reported_held_not_lost() {
         "{path:?}"
     );
 }
+
+/// The TOKENs of one datagram are each answered as if it came alone (a run of them shares
+/// one lookup of the record, `Node::on_token_run`): a duplicate in the middle of a run,
+/// tokens past the untaken room, and the tokens after either.
+mod one_datagram {
+    use std::time::Instant;
+
+    use bytes::Bytes;
+    use exon::proto::{Config, Event, Frame};
+    use exon_testkit::frames::{events, feed_untaken, node, out, packet, slots_r, A, B};
+
+    #[test]
+    fn the_tokens_of_a_datagram_are_each_answered_as_alone() {
+        let t = Instant::now();
+        let mut cfg = Config::default();
+        cfg.limits.max_untaken = 5;
+        let mut b = node(B, cfg, 0, t);
+        feed_untaken(
+            &mut b,
+            t,
+            &[packet(
+                A,
+                B,
+                vec![Frame::ReqSlots {
+                    s: 100,
+                    n: 6,
+                    l: 100,
+                }],
+            )],
+        );
+        let r = slots_r(&out(&mut b, t));
+        let tok = |s: u64| Frame::Token {
+            s,
+            r,
+            payload: Bytes::from(s.to_be_bytes().to_vec()),
+            senders_copy: s.is_multiple_of(2),
+        };
+        let delivered = |b: &mut exon::proto::Node| -> Vec<(u64, exon::proto::DeliveryId)> {
+            events(b)
+                .into_iter()
+                .filter_map(|e| match e {
+                    Event::Delivered { payload, id, .. } => {
+                        Some((u64::from_be_bytes(payload[..].try_into().unwrap()), id))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        // A duplicate in the middle of a run: dropped (its delivery is untaken, so it gets
+        // no answer yet), and the token after it delivered.
+        let first = vec![tok(100), tok(101), tok(101), tok(102)];
+        feed_untaken(&mut b, t, &[packet(A, B, first)]);
+        let got = delivered(&mut b);
+        assert_eq!(got.iter().map(|d| d.0).collect::<Vec<_>>(), [100, 101, 102]);
+        assert_eq!(b.stats().duplicates_dropped, 1);
+        // Room for two more: the third is held back, not delivered, not answered; a token
+        // of an incarnation B never had after it is answered as such.
+        let stranger = Frame::Token {
+            s: 9,
+            r: r + 7,
+            payload: Bytes::from_static(b"?"),
+            senders_copy: false,
+        };
+        let second = vec![tok(103), tok(104), tok(105), stranger];
+        feed_untaken(&mut b, t, &[packet(A, B, second)]);
+        let more = delivered(&mut b);
+        assert_eq!(more.iter().map(|d| d.0).collect::<Vec<_>>(), [103, 104]);
+        assert_eq!(b.stats().held_back, 1);
+        assert_eq!(b.stats().delivered, 5);
+        assert_eq!(b.untaken(), 5);
+        // Taken, the room is back: 105 sent again is delivered.
+        for (_, id) in got.into_iter().chain(more) {
+            assert!(b.handle_taken(t, id));
+        }
+        feed_untaken(&mut b, t, &[packet(A, B, vec![tok(105)])]);
+        assert_eq!(
+            delivered(&mut b).iter().map(|d| d.0).collect::<Vec<_>>(),
+            [105]
+        );
+        assert_eq!(b.stats().delivered, 6);
+    }
+}

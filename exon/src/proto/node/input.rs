@@ -140,7 +140,8 @@ impl Node {
         let mut lost_incarnation = None;
         // Duplicates or verdicts other than ACK (`on_token`, `on_frag`): see `after_tokens`.
         let mut retransmitted = false;
-        for f in frames.drain(..) {
+        let mut frames = frames.drain(..).peekable();
+        while let Some(f) = frames.next() {
             self.stats.frames_in.count(&f);
             match f {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
@@ -155,9 +156,15 @@ impl Node {
                     payload,
                     senders_copy,
                 } => {
-                    tokens += 1;
-                    let kind = TokenKind::stored(senders_copy);
-                    retransmitted |= self.on_token(now, src, s, r, payload, kind);
+                    // Tokens of one incarnation in a row: one record lookup for the run.
+                    let first = (s, payload, senders_copy);
+                    let (taken, left) = self.on_token_run(now, src, r, first, &mut frames);
+                    tokens += taken;
+                    if let Some((s, payload, senders_copy)) = left {
+                        tokens += 1;
+                        let kind = TokenKind::stored(senders_copy);
+                        retransmitted |= self.on_token(now, src, s, r, payload, kind);
+                    }
                 }
                 Frame::EarlyToken {
                     s,

@@ -108,6 +108,83 @@ impl Node {
         urgent
     }
 
+    /// A run of TOKENs from `src` of incarnation `r`, one after another in a datagram: the
+    /// first, `first`, then as many of `more` as are TOKENs of `r` (each counted in
+    /// `frames_in`), delivered as [`on_token`](Self::on_token) delivers them with one lookup
+    /// of the record for the run. Only the plain case is taken here: a live record of `r`,
+    /// room for the delivery, its slot free, no journal, ACKs on take. Returns the tokens
+    /// taken, and the first one it did not take (with its `senders_copy`), for `on_token`
+    /// (which then finds exactly what this found: nothing here changed for it).
+    pub(super) fn on_token_run(
+        &mut self,
+        now: Instant,
+        src: NodeId,
+        r: u64,
+        first: (u64, Bytes, bool),
+        more: &mut std::iter::Peekable<std::vec::Drain<'_, crate::proto::wire::frame::Frame>>,
+    ) -> (u32, Option<(u64, Bytes, bool)>) {
+        use crate::proto::wire::frame::Frame;
+        if self.journal.is_some() || !self.rules.ack_on_take {
+            return (0, Some(first));
+        }
+        let Node {
+            receivers,
+            untaken,
+            pins,
+            stats,
+            events,
+            cfg,
+            rules,
+            ..
+        } = self;
+        let Some(rec) = receivers.get_mut(&src).filter(|rec| rec.rck() == r) else {
+            return (0, Some(first));
+        };
+        rec.heard(now);
+        let share = rules.untaken_share_per_source;
+        let mut taken = 0;
+        let mut next = first;
+        loop {
+            let (s, payload, senders_copy) = next;
+            if !untaken.has_room_for(src, &cfg.limits, share) || !rec.fill(s, r) {
+                // Held back, or a duplicate: `on_token`'s to answer.
+                return (taken, Some((s, payload, senders_copy)));
+            }
+            rec.on_delivered(s, true);
+            let spent = rec.is_spent();
+            let (payload, kept) = keep(pins, stats, payload);
+            untaken.add(src, kept.charge);
+            stats.delivered += 1;
+            events.push_back(Event::Delivered {
+                from: src,
+                payload,
+                id: DeliveryId::new(src, r, s, kept),
+            });
+            taken += 1;
+            if spent {
+                // Nothing left in it: gone, as `on_token` leaves it; the rest of the
+                // datagram's tokens are `on_token`'s.
+                receivers.remove(&src);
+                return (taken, None);
+            }
+            let Some(f) = more.next_if(|f| matches!(f, Frame::Token { r: fr, .. } if *fr == r))
+            else {
+                return (taken, None);
+            };
+            stats.frames_in.count(&f);
+            let Frame::Token {
+                s,
+                payload,
+                senders_copy,
+                ..
+            } = f
+            else {
+                unreachable!("matched above")
+            };
+            next = (s, payload, senders_copy);
+        }
+    }
+
     /// The answer to a TOKEN (or REQCREDIT) from `src` for slot `s` of incarnation `r` when
     /// no live record holds `r`: the journal's, when it knows (durable mode), else
     /// [`verdict_without_record`](Self::verdict_without_record)'s.
@@ -273,17 +350,7 @@ impl Node {
     /// being handled, or an allocation of its own when put together from fragments):
     /// returns the payload to hand over, a copy when a slice would keep too much alive.
     pub(super) fn keep_payload(&mut self, payload: bytes::Bytes) -> (bytes::Bytes, Kept) {
-        match self.pins.hold(payload.len()) {
-            Hold::Keep { charge, pin } => {
-                self.stats.pinned_deliveries += u64::from(pin.is_some());
-                (payload, Kept { charge, pin })
-            }
-            Hold::Copy { charge } => {
-                self.stats.copied_deliveries += 1;
-                let copy = bytes::Bytes::copy_from_slice(&payload);
-                (copy, Kept { charge, pin: None })
-            }
-        }
+        keep(&mut self.pins, &mut self.stats, payload)
     }
 
     /// Whether another delivery may be held now.
@@ -691,5 +758,25 @@ impl Node {
             .values()
             .map(|r| r.assembler().partials())
             .sum()
+    }
+}
+
+/// [`Node::keep_payload`] on the node's pins and counters alone (a run of deliveries
+/// borrows the record beside them).
+fn keep(
+    pins: &mut crate::proto::recv::pins::Pins,
+    stats: &mut crate::proto::Stats,
+    payload: Bytes,
+) -> (Bytes, Kept) {
+    match pins.hold(payload.len()) {
+        Hold::Keep { charge, pin } => {
+            stats.pinned_deliveries += u64::from(pin.is_some());
+            (payload, Kept { charge, pin })
+        }
+        Hold::Copy { charge } => {
+            stats.copied_deliveries += 1;
+            let copy = Bytes::copy_from_slice(&payload);
+            (copy, Kept { charge, pin: None })
+        }
     }
 }
