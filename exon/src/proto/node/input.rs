@@ -140,7 +140,7 @@ impl Node {
         let mut lost_incarnation = None;
         // Duplicates or verdicts other than ACK (`on_token`, `on_frag`): see `after_tokens`.
         let mut retransmitted = false;
-        let mut frames = frames.drain(..).peekable();
+        let mut frames = frames.drain(..);
         while let Some(f) = frames.next() {
             self.stats.frames_in.count(&f);
             match f {

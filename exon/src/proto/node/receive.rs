@@ -121,7 +121,7 @@ impl Node {
         src: NodeId,
         r: u64,
         first: (u64, Bytes, bool),
-        more: &mut std::iter::Peekable<std::vec::Drain<'_, crate::proto::wire::frame::Frame>>,
+        more: &mut std::vec::Drain<'_, crate::proto::wire::frame::Frame>,
     ) -> (u32, Option<(u64, Bytes, bool)>) {
         use crate::proto::wire::frame::Frame;
         if self.journal.is_some() || !self.rules.ack_on_take {
@@ -167,9 +167,11 @@ impl Node {
                 receivers.remove(&src);
                 return (taken, None);
             }
-            let Some(f) = more.next_if(|f| matches!(f, Frame::Token { r: fr, .. } if *fr == r))
-            else {
+            if !matches!(more.as_slice().first(), Some(Frame::Token { r: fr, .. }) if *fr == r) {
                 return (taken, None);
+            }
+            let Some(f) = more.next() else {
+                unreachable!("seen above")
             };
             stats.frames_in.count(&f);
             let Frame::Token {
