@@ -198,38 +198,28 @@ impl Node {
             wake |= rec.enqueue(msg, p, (false, false), frontier_rule);
             next = payloads.pop_front();
         }
+        let ask = !new_record || self.rules.first_send_requests_slots;
+        let request = end_enqueue(rec, &self.cfg, ask);
         self.stats.sent_together += (self.next_msg - id.0).saturating_sub(1);
-        self.after_enqueue(now, to, wake, was_quiet, new_record);
+        self.after_enqueue(now, to, wake, was_quiet, request);
         Ok(id)
     }
 
     /// After messages were queued to `to` (`wake`: tokens are ready to go; `was_quiet`:
-    /// the record had no work before; `new_record`: it was made for them): its liveness
-    /// watch, its slot request, its journal entries and its timer.
+    /// the record had no work before; `request`: it wants slots, [`end_enqueue`]): its
+    /// liveness watch, its slot request, its journal entries and its timer.
     fn after_enqueue(
         &mut self,
         now: Instant,
         to: NodeId,
         wake: bool,
         was_quiet: bool,
-        new_record: bool,
+        request: bool,
     ) {
         if wake {
             self.outbox.wake(to, usize::MAX);
         }
         self.liveness_work(now, to, was_quiet);
-        let ask = !new_record || self.rules.first_send_requests_slots;
-        let mut request = false;
-        if let Some(rec) = self.senders.get_mut(&to) {
-            // Whether slots are wanted is read here, under the lookup just made: most
-            // sends find enough envelopes (or a request outstanding), and then need no
-            // second lookup for `request_slots` to find nothing to ask.
-            if ask && !rec.is_requesting() && rec.slots_to_ask(&self.cfg).is_some_and(|n| n > 0) {
-                request = true;
-            } else {
-                rec.end_send();
-            }
-        }
         if request {
             self.request_slots(to);
             if let Some(rec) = self.senders.get_mut(&to) {
@@ -320,7 +310,9 @@ impl Node {
         let senders_copy = self.journal.is_some()
             && (!(reported || answers.is_some()) || !self.rules.senders_copy_only_when_kept);
         let wake = rec.enqueue(id, payload, (reported, senders_copy), frontier_rule);
-        self.after_enqueue(now, to, wake, was_quiet, new_record);
+        let ask = !new_record || self.rules.first_send_requests_slots;
+        let request = end_enqueue(rec, &self.cfg, ask);
+        self.after_enqueue(now, to, wake, was_quiet, request);
         Ok(id)
     }
 
@@ -352,4 +344,20 @@ impl Node {
         rec.ask_slots(n);
         self.outbox.wake(peer, usize::MAX);
     }
+}
+
+/// After messages were queued in `rec`: whether it is to ask for slots now (`ask`: a
+/// record made by this send asks only under `first_send_requests_slots`), worked out
+/// under the lookup the send made. Most sends find enough envelopes or a request
+/// outstanding; their send ends here, with no further lookup.
+fn end_enqueue(
+    rec: &mut crate::proto::send::record::SRecord,
+    cfg: &crate::proto::Config,
+    ask: bool,
+) -> bool {
+    let request = ask && !rec.is_requesting() && rec.slots_to_ask(cfg).is_some_and(|n| n > 0);
+    if !request {
+        rec.end_send();
+    }
+    request
 }
