@@ -275,6 +275,10 @@ mod tests {
                     flight.bytes += size;
                     slot += 1;
                 }
+                // Counted as sent once the datagram is whole: the record counts per token,
+                // after the datagram's one snapshot (its first token's).
+                flight.rate.count_sent(n as u64 * size);
+                reference.count_sent(n as u64 * size);
                 flight.losses.end_datagram();
                 if idle {
                     flight.rate.mark_app_limited(flight.bytes);

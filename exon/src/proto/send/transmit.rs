@@ -428,6 +428,7 @@ impl SRecord {
             }
         }
         self.flight.bytes = self.flight.bytes.saturating_sub(old).saturating_add(size);
+        self.flight.rate.count_sent(size);
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
         self.token_size = if self.token_size == 0 {
@@ -566,6 +567,7 @@ impl SRecord {
             }
         }
         self.flight.bytes = self.flight.bytes.saturating_add(size);
+        self.flight.rate.count_sent(size);
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
     }

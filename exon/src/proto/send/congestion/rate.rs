@@ -1,6 +1,10 @@
 //! Delivery-rate estimation (as in draft-cheng-iccrg-delivery-rate-estimation): each token
 //! remembers how much had been delivered when it was sent; when it is acknowledged, the
-//! bytes delivered in between over the time it took give one rate sample.
+//! bytes delivered in between over the time it took give one rate sample. The sample is
+//! also bounded by the rate the bytes were sent at (the bytes sent over the send interval,
+//! not the bytes delivered): bytes sent long before and delivered late, after a reordering
+//! delay, would otherwise count as delivered within the interval and inflate the sample
+//! past anything the path carried.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +23,10 @@ pub(crate) struct SendState {
     first_sent_at: Instant,
     /// Whether the sender was application-limited (or slot-limited) then.
     app_limited: bool,
+    /// Bytes sent over the record's life before this transmission.
+    sent: u64,
+    /// Bytes sent over the record's life before the transmission sent at `first_sent_at`.
+    first_sent: u64,
 }
 
 impl SendState {
@@ -51,6 +59,10 @@ pub(crate) struct DeliveryRate {
     first_sent_at: Option<Instant>,
     /// While non-zero: samples are app-limited until `delivered` passes it.
     app_limited_until: u64,
+    /// Bytes sent over the record's life ([`count_sent`](Self::count_sent)).
+    sent: u64,
+    /// `sent` when the transmission sent at `first_sent_at` left.
+    first_sent: u64,
     /// The newest token acknowledged since the last sample.
     newest: Option<SendState>,
 }
@@ -65,6 +77,7 @@ impl DeliveryRate {
     pub fn on_sent(&mut self, now: Instant, in_flight: u64) -> SendState {
         if in_flight == 0 || self.first_sent_at.is_none() {
             self.first_sent_at = Some(now);
+            self.first_sent = self.sent;
             self.delivered_at = Some(now);
         }
         SendState {
@@ -73,7 +86,15 @@ impl DeliveryRate {
             delivered_at: self.delivered_at.unwrap_or(now),
             first_sent_at: self.first_sent_at.unwrap_or(now),
             app_limited: self.app_limited_until > 0,
+            sent: self.sent,
+            first_sent: self.first_sent,
         }
+    }
+
+    /// `bytes` left in a transmission whose snapshot [`on_sent`](Self::on_sent) took.
+    #[inline]
+    pub fn count_sent(&mut self, bytes: u64) {
+        self.sent = self.sent.saturating_add(bytes);
     }
 
     /// `bytes` of a token sent with snapshot `st` were acknowledged at `now` (`None`: its
@@ -88,6 +109,7 @@ impl DeliveryRate {
         if newer {
             self.newest = Some(*st);
             self.first_sent_at = Some(st.sent_at);
+            self.first_sent = st.sent;
         }
     }
 
@@ -110,12 +132,18 @@ impl DeliveryRate {
         let ack_elapsed = now.saturating_duration_since(st.delivered_at);
         let interval = send_elapsed.max(ack_elapsed);
         let bytes = self.delivered.saturating_sub(st.delivered);
+        let mut rate = if interval.is_zero() {
+            0
+        } else {
+            rate_of(bytes, interval)
+        };
+        // Never above the rate the interval's bytes were sent at.
+        let sent = st.sent.saturating_sub(st.first_sent);
+        if !send_elapsed.is_zero() && sent > 0 {
+            rate = rate.min(rate_of(sent, send_elapsed));
+        }
         Some(RateSample {
-            delivery_rate: if interval.is_zero() {
-                0
-            } else {
-                rate_of(bytes, interval)
-            },
+            delivery_rate: rate,
             app_limited: st.app_limited,
             prior_delivered: st.delivered,
             interval,
@@ -146,12 +174,56 @@ mod tests {
                 last = r.take_sample();
             }
             sent.push_back((now, r.on_sent(now, sent.len() as u64 * 1000)));
+            r.count_sent(1000);
         }
         assert_eq!(r.delivered(), 90_000);
         let s = last.unwrap();
         assert!((990_000..=1_010_000).contains(&s.delivery_rate), "{s:?}");
         assert!(!s.app_limited);
         assert!(r.take_sample().is_none(), "one sample per batch");
+    }
+
+    /// Reordering as the testbed's emulator makes it: half the tokens held back by 0-20 ms
+    /// more than the 10 ms path. Bursts of late and on-time acknowledgements come in
+    /// within one interval; bounded by the rate the bytes were sent at, no sample exceeds
+    /// it. Without the bound samples reach about twice the rate sent, and the bandwidth
+    /// filter keeps the highest.
+    #[test]
+    fn bytes_delivered_late_do_not_inflate_the_rate() {
+        let t0 = Instant::now();
+        let mut r = DeliveryRate::default();
+        // (when acknowledged, its snapshot); 1000-byte tokens, one per ms: 1 MB/s.
+        let mut acks: Vec<(Instant, SendState)> = Vec::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut top, mut samples) = (0, 0);
+        for i in 0..2000u64 {
+            let now = t0 + ms(i);
+            acks.sort_by_key(|a| a.0);
+            while acks.first().is_some_and(|a| a.0 <= now) {
+                let (at, st) = acks.remove(0);
+                r.on_acked(at, Some(&st), 1000);
+                if let Some(s) = r.take_sample().filter(|s| s.interval >= ms(10)) {
+                    top = top.max(s.delivery_rate);
+                    samples += 1;
+                }
+            }
+            let st = r.on_sent(now, acks.len() as u64 * 1000);
+            r.count_sent(1000);
+            let late = if random() % 2 == 0 {
+                random() % 20_000
+            } else {
+                0
+            };
+            acks.push((now + ms(10) + Duration::from_micros(late), st));
+        }
+        assert!(samples > 1500, "{samples} samples");
+        assert!(top <= 1_050_000, "a sample of {top} B/s at 1 MB/s sent");
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn run(rate: u64, rtt: Duration, queue: u64, every_nth_lost: u64, secs: u64) -> 
         }
         if in_flight + MSS <= c.window() && now >= next_send {
             let st = dr.on_sent(now, in_flight);
+            dr.count_sent(MSS);
             in_flight += MSS;
             c.on_sent(now, MSS, in_flight);
             n += 1;
