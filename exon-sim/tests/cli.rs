@@ -310,11 +310,20 @@ const CHUNKS_30000: &str = concat!(
     "--crash-mid-commit 0.2 --disk-sync-us 3000 --max-events 3000000 --stream-chunk 30000 ",
     "--stream-bytes 400000 --seed 659"
 );
+/// A seed of the same soak that stalls with `credit_asks_each_waiting` off (and runs clean
+/// with it on): since rate samples are bounded by the rate sent (e7a7612), seed 659's
+/// course no longer reaches the gap with the rule off.
+const CHUNKS_30000_STALLING: &str = concat!(
+    "--durable --streams 2 --nodes 3 --loss 0.05 --dup 0.05 --reorder 0.05 --restarts 6 ",
+    "--crash-mid-commit 0.2 --disk-sync-us 3000 --max-events 3000000 --stream-chunk 30000 ",
+    "--stream-bytes 400000 --seed 602"
+);
 
 #[test]
 fn fragmented_stream_chunks_go_on_after_crashes() {
     clean(CHUNKS_2048);
     clean(CHUNKS_3000);
+    clean(CHUNKS_30000_STALLING);
 }
 
 #[test]
@@ -328,10 +337,10 @@ fn without_their_rules_fragmented_stream_chunks_stall_after_crashes() {
         &off(CHUNKS_2048, "credit_asks_each_waiting,credit_doubles"),
         "StreamIncomplete",
     );
-    // With the credit doubling, the 30 000-byte seed that found the rotation's gap
-    // (`credit_rotates_even_with_a_grant`) stalls with the rule off.
+    // With the credit doubling, a 30 000-byte seed of the soak that found the rotation's
+    // gap (`credit_rotates_even_with_a_grant`) stalls with the rule off.
     violates(
-        &off(CHUNKS_30000, "credit_asks_each_waiting"),
+        &off(CHUNKS_30000_STALLING, "credit_asks_each_waiting"),
         "StreamIncomplete",
     );
     // Seed 93 (three nodes) no longer stalls with `report_recovered_held` off, nor with
