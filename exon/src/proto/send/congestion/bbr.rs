@@ -13,21 +13,22 @@
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
 //! bytes in flight are capped below what caused it, and startup ends.
 //!
-//! Sharing a bottleneck with TCP (BBRv2's answers, simplified): after a cut the cap *cruises*
-//! for about as many round trips as it holds datagrams (at most 63), with the window at 85 %
-//! of it, so that a loss-based flow (CUBIC) regrows its share, then probes upward one
-//! datagram more, doubling each round, until congestion cuts it again or it no longer binds.
-//! A flow that does not yield to loss (BBRv1 keeps the queue full whatever it loses) would
-//! take the link from one that does, and a cut of 30 % at each of its rounds of loss would
-//! ratchet this flow down to nothing. So: a cut that comes while the cap held still since
-//! the last one (the others' growth caused it) keeps at least what the round delivered
-//! (BBRv3's floor); one that comes within [`CROWDED_ROUNDS`] of the last (the room it left
-//! was taken at once) marks the others as not yielding, as does a smoothed loss rate above
-//! [`LOSS_THRESHOLD`] although this flow backs off. Against flows that do not yield, cuts are
-//! mild (to 90 %) and the cap regrows at once, by an eighth a round. Rounds spent in ProbeRTT
-//! do not age the bandwidth filter. Losses later found spurious (the datagram had only been
-//! overtaken) are taken back: from the round in progress, or from the round that cut the
-//! cap, whose cut is undone if the round no longer counts as congested.
+//! Sharing a bottleneck with TCP: after a cut the cap *regrows along CUBIC's curve* (RFC
+//! 9438, section 4.2), `W_max + C (t - K)^3` datagrams `t` seconds after the cut: fast at
+//! first, flat as it comes back to where the cut found it (`W_max`, in `K` seconds), then
+//! faster again beyond it, until congestion cuts it again or it no longer binds. A
+//! loss-based flow sharing the queue (CUBIC) regrows by the same law, so the two share the
+//! link as two CUBIC flows do. A flow that does not yield to loss (BBRv1 keeps the queue full
+//! whatever it loses) would take the link from one that does, and a cut of 30 % at each of
+//! its rounds of loss would ratchet this flow down to nothing. So a cut that comes within
+//! [`CROWDED_ROUNDS`] of the last, the cap not back above where that cut found it (the room
+//! it left was taken at once), marks the others as not yielding, as does a smoothed loss rate
+//! above [`LOSS_THRESHOLD`] although this flow backs off. Against flows that do not yield,
+//! cuts are mild (to 90 %, never below what the round delivered: BBRv3's floor) and the cap
+//! regrows at once, by an eighth a round. Rounds spent in ProbeRTT do not age the bandwidth
+//! filter. Losses later found spurious (the datagram had only been overtaken) are taken back:
+//! from the round in progress, or from the round that cut the cap, whose cut is undone if the
+//! round no longer counts as congested.
 
 use std::time::{Duration, Instant};
 
@@ -66,13 +67,10 @@ pub(crate) const LOSS_THRESHOLD: u64 = 20;
 const STARTUP_LOSS_DATAGRAMS: u64 = 8;
 /// What the in-flight cap keeps of the bytes in flight of a congested round (thousandths).
 const BETA: u64 = 700;
-/// Most round trips the in-flight cap waits after a cut before it probes upward again (BBRv2's
-/// Reno-coexistence bound: a loss-based flow sharing the bottleneck regrows its window in
-/// about as many rounds as it holds datagrams, so the cap waits that long, at most this).
-const MAX_CRUISE_ROUNDS: u64 = 63;
-/// What the window keeps of the in-flight cap while cruising below it (thousandths): room
-/// for flows that share the bottleneck to grow (BBRv2's headroom).
-const HEADROOM: u64 = 850;
+/// Most round trips of calm after a cut (no cut since) that clear the mark of flows that do
+/// not yield (BBRv2's Reno-coexistence bound: a loss-based flow sharing the bottleneck
+/// regrows its window in about as many rounds as it holds datagrams, at most this).
+const MAX_CALM_ROUNDS: u64 = 63;
 /// Rounds over which the loss rate is smoothed (an exponential average, 1/16 per round) to
 /// tell a flow that yields from one that does not.
 const LOSS_EWMA_SHIFT: u32 = 4;
@@ -82,11 +80,14 @@ const UNYIELDING_LOSS: u64 = LOSS_THRESHOLD;
 /// What the in-flight cap keeps of a congested round's bytes in flight while the flows
 /// sharing the queue do not yield to loss (thousandths).
 const BETA_UNYIELDING: u64 = 900;
-/// A cut that comes within this many rounds of the one before, the cap not raised in
-/// between, means the room the last cut left was taken at once: a flow that does not
+/// A cut that comes within this many rounds of the one before, the cap not back above where
+/// that one found it, means the room the last cut left was taken at once: a flow that does not
 /// yield (BBRv1 grows into it within a cycle of its probing, eight rounds), not a
 /// loss-based one (whose window regrows over many rounds).
 const CROWDED_ROUNDS: u64 = 8;
+/// CUBIC's constant C (RFC 9438), in datagrams per second cubed: after a cut the in-flight
+/// cap regrows along CUBIC's curve, back to where the cut found it in `K` seconds.
+const CUBIC_C: f64 = 0.4;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
 
@@ -117,12 +118,50 @@ struct Cut {
     hi: u64,
     /// The cut ended startup.
     ended_startup: bool,
-    /// What the cut judged of the others, and the cruise it ended, as they were before
-    /// it: an undone cut is no evidence that the others do not yield.
+    /// What the cut judged of the others, and the regrowth and calm it ended, as they were
+    /// before it: an undone cut is no evidence that the others do not yield.
     crowded: bool,
     raised: bool,
-    by_others: bool,
-    cruise_rounds: u64,
+    regrow: Option<Regrow>,
+    calm_rounds: u64,
+}
+
+/// The in-flight cap's regrowth after a cut, along CUBIC's curve (RFC 9438, section 4.2):
+/// `w_max + C (t - k)^3` datagrams at `t` seconds since the cut, concave up to `w_max`
+/// (where the cut found it), then convex beyond it.
+#[derive(Debug, Clone, Copy)]
+struct Regrow {
+    epoch: Instant,
+    /// The in-flight bytes the cut found.
+    w_max: u64,
+    /// Seconds from the cut back to `w_max`.
+    k: f64,
+}
+
+impl Regrow {
+    /// The regrowth from a cut at `now` that found `w_max` bytes in flight and left the cap
+    /// at `cap`: back to `w_max` in `K = cbrt((w_max - cap) / C)` seconds.
+    fn new(now: Instant, w_max: u64, cap: u64, mss: u64) -> Regrow {
+        let gap = w_max.saturating_sub(cap) as f64 / mss.max(1) as f64;
+        Regrow {
+            epoch: now,
+            w_max,
+            k: (gap / CUBIC_C).cbrt(),
+        }
+    }
+
+    /// The cap at `now`, in bytes.
+    fn cap(&self, now: Instant, mss: u64) -> u64 {
+        let t = now.saturating_duration_since(self.epoch).as_secs_f64() - self.k;
+        let w = self.w_max as f64 + CUBIC_C * t * t * t * mss as f64;
+        if w <= 0.0 {
+            0
+        } else if w >= u64::MAX as f64 {
+            u64::MAX
+        } else {
+            w as u64
+        }
+    }
 }
 
 /// Whether a round that settled `total` bytes, `lost` of them lost, was lossy.
@@ -174,8 +213,10 @@ pub(crate) struct Bbr {
     round_began: Option<Instant>,
     /// The last round that cut the in-flight cap.
     last_cut: Option<Cut>,
-    /// Rounds since the in-flight cap was last cut or raised.
-    cruise_rounds: u64,
+    /// The regrowth of the in-flight cap since the last cut.
+    regrow: Option<Regrow>,
+    /// Rounds since the in-flight cap was last cut.
+    calm_rounds: u64,
     /// The loss rate of recent rounds (thousandths, smoothed over about 16 rounds), times 16
     /// (so that it decays to zero). Above [`LOSS_THRESHOLD`] although this flow backs off,
     /// the flows it shares the queue with do not yield to loss (BBRv1): cutting would only
@@ -183,14 +224,11 @@ pub(crate) struct Bbr {
     loss_ewma_sum: u64,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not raised in
     /// between: the room this flow left was taken at once (a flow that does not yield, as
-    /// BBRv1 fills what it is left within rounds). Cleared by a calm as long as the cruise,
-    /// or once the cap no longer binds.
+    /// BBRv1 fills what it is left within rounds). Cleared by a calm of about as many
+    /// rounds as the cap holds datagrams, or once the cap no longer binds.
     crowded: bool,
-    /// The cap was raised since the last cut.
+    /// The cap was raised above where the last cut found it since (this flow probing).
     raised: bool,
-    /// The last cut came with the cap held still since the one before, this flow not
-    /// probing: the others' growth caused it.
-    by_others: bool,
     /// How much the cap grows at its next raise: one datagram after a cut, doubling with
     /// every raise that brings no congestion.
     probe_up: u64,
@@ -236,12 +274,12 @@ impl Bbr {
             round_peak: 0,
             round_began: None,
             last_cut: None,
-            cruise_rounds: 0,
+            regrow: None,
+            calm_rounds: 0,
             probe_up: 0,
             loss_ewma_sum: 0,
             crowded: false,
             raised: false,
-            by_others: false,
             in_flight: 0,
             max_bw: 0,
             cached_window: 0,
@@ -253,11 +291,7 @@ impl Bbr {
 
     /// Recomputes what is read per token: the window and the pacing rate.
     fn refresh(&mut self) {
-        let mut hi = self.inflight_hi;
-        if hi != u64::MAX && self.mode == Mode::ProbeBw && self.cycle != 0 && !self.unyielding() {
-            // Cruising below a cap congestion set: leave the others room.
-            hi = scale(hi, HEADROOM, UNIT);
-        }
+        let hi = self.inflight_hi;
         let mut w = self.cwnd.min(hi.max(self.min_window()));
         if self.mode == Mode::ProbeRtt {
             w = w.min(self.min_window());
@@ -286,10 +320,10 @@ impl Bbr {
         self.loss_ewma_sum >> LOSS_EWMA_SHIFT
     }
 
-    /// Rounds the in-flight cap cruises after a cut before it probes upward (for a flow
-    /// sharing the queue with flows that yield): about as many as it holds datagrams.
-    fn cruise_wait(&self) -> u64 {
-        (self.inflight_hi / self.mss.max(1)).clamp(1, MAX_CRUISE_ROUNDS)
+    /// Rounds of calm after a cut that clear the mark of flows that do not yield: about as
+    /// many as the cap holds datagrams.
+    fn calm_wait(&self) -> u64 {
+        (self.inflight_hi / self.mss.max(1)).clamp(1, MAX_CALM_ROUNDS)
     }
 
     fn min_window(&self) -> u64 {
@@ -439,36 +473,32 @@ impl Bbr {
                 ended_startup: self.mode == Mode::Startup,
                 crowded: self.crowded,
                 raised: self.raised,
-                by_others: self.by_others,
-                cruise_rounds: self.cruise_rounds,
+                regrow: self.regrow,
+                calm_rounds: self.calm_rounds,
             });
-            // Congestion back within a few rounds of the last cut, the cap held still: the
-            // room this flow left was taken at once, by a flow that does not yield.
-            let raised = self.raised;
+            // Congestion back within a few rounds of the last cut, the cap not back above
+            // where that cut found it: the room this flow left was taken at once, by a flow
+            // that does not yield.
             self.crowded = self.inflight_hi != u64::MAX
-                && !raised
-                && self.cruise_rounds < CROWDED_ROUNDS.min(self.cruise_wait());
+                && !self.raised
+                && self.calm_rounds < CROWDED_ROUNDS.min(self.calm_wait());
             self.raised = false;
-            // The cap held still since the cut before and this flow was not probing: the
-            // congestion came from the others' growth.
-            self.by_others = self.inflight_hi != u64::MAX
-                && !raised
-                && !(self.mode == Mode::ProbeBw && self.cycle == 0);
             let beta = if unyielding || self.crowded {
                 BETA_UNYIELDING
             } else {
                 BETA
             };
-            // Against others that grow into the room, a cut goes no lower than what this
-            // flow delivered in the round (BBRv3's floor of its short-term bound): below
-            // it, each of their rounds of loss would ratchet it down to nothing. A cut
-            // never raises the cap.
-            let floor = if unyielding || self.crowded || self.by_others {
+            // Against others that do not yield, a cut goes no lower than what this flow
+            // delivered in the round (BBRv3's floor of its short-term bound): below it, each
+            // of their rounds of loss would ratchet it down to nothing. A cut never raises
+            // the cap.
+            let floor = if unyielding || self.crowded {
                 self.round_acked.min(base)
             } else {
                 0
             };
             self.inflight_hi = scale(base, beta, UNIT).max(floor).max(self.min_window());
+            self.regrow = Some(Regrow::new(ev.now, base, self.inflight_hi, self.mss));
             if self.mode == Mode::Startup {
                 self.filled = true;
                 self.mode = Mode::Drain;
@@ -477,34 +507,34 @@ impl Bbr {
                 self.cycle = 1;
                 self.cycle_at = Some(ev.now);
             }
-            self.cruise_rounds = 0;
+            self.calm_rounds = 0;
             self.probe_up = self.mss;
         } else if self.inflight_hi != u64::MAX {
-            // Cruise at the cap for about as many rounds as a loss-based flow needs to regrow
-            // its share, then probe upward: one datagram more, doubling each round while no
-            // congestion comes, until the cap no longer binds.
-            self.cruise_rounds += 1;
-            if self.cruise_rounds >= self.cruise_wait() {
-                // As long a calm as a yielding flow's cruise: no longer crowded.
+            // Regrow: along CUBIC's curve, or at once against flows that do not yield, until
+            // the cap no longer binds.
+            self.calm_rounds += 1;
+            if self.calm_rounds >= self.calm_wait() {
+                // As long a calm as a loss-based flow's regrowth: no longer crowded.
                 self.crowded = false;
             }
-            let wait = if unyielding { 0 } else { self.cruise_wait() };
-            if self.cruise_rounds >= wait {
-                let step = if unyielding {
-                    self.probe_up.max(self.inflight_hi / 8)
-                } else {
-                    self.probe_up
-                };
-                let grown = self.inflight_hi.saturating_add(step.max(self.mss));
+            let grown = if unyielding {
+                let step = self.probe_up.max(self.inflight_hi / 8);
                 self.probe_up = self.probe_up.saturating_mul(2).max(self.mss);
-                let enough = self
-                    .bdp(CWND_GAIN)
-                    .map_or(u64::MAX, |b| b.saturating_mul(2));
-                self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+                self.inflight_hi.saturating_add(step.max(self.mss))
+            } else {
+                let cubic = self.regrow.map_or(0, |r| r.cap(ev.now, self.mss));
+                self.inflight_hi.max(cubic)
+            };
+            if self.regrow.is_none_or(|r| grown > r.w_max) {
+                // Past where the cut found it: probing.
                 self.raised = true;
-                if self.inflight_hi == u64::MAX {
-                    self.crowded = false;
-                }
+            }
+            let enough = self
+                .bdp(CWND_GAIN)
+                .map_or(u64::MAX, |b| b.saturating_mul(2));
+            self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+            if self.inflight_hi == u64::MAX {
+                self.crowded = false;
             }
         }
         self.round_lost = 0;
@@ -620,13 +650,13 @@ impl Bbr {
         let cut = *cut;
         self.last_cut = None;
         self.inflight_hi = self.inflight_hi.max(cut.hi);
-        // Nor did it judge the others: their marks return as they were, and the rounds
-        // since the cut count in the cruise it interrupted.
+        // Nor did it judge the others: their marks return as they were, the regrowth it
+        // replaced goes on, and the rounds since the cut count in the calm it interrupted.
         self.crowded = cut.crowded;
         self.raised |= cut.raised;
-        self.by_others = cut.by_others;
-        self.cruise_rounds = cut.cruise_rounds.saturating_add(self.cruise_rounds);
-        if self.cruise_rounds >= self.cruise_wait() || self.inflight_hi == u64::MAX {
+        self.regrow = cut.regrow;
+        self.calm_rounds = cut.calm_rounds.saturating_add(self.calm_rounds);
+        if self.calm_rounds >= self.calm_wait() || self.inflight_hi == u64::MAX {
             self.crowded = false;
         }
         if cut.ended_startup && matches!(self.mode, Mode::Drain | Mode::ProbeBw) {

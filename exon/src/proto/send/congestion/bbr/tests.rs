@@ -1,4 +1,4 @@
-//! Tests of BBR: a clean link, random loss, loss with a queue, cuts and their cruise, spurious
+//! Tests of BBR: a clean link, random loss, loss with a queue, cuts and their regrowth, spurious
 //! losses undone, startup, hostile numbers.
 
 use super::super::rate::DeliveryRate;
@@ -245,37 +245,87 @@ fn settled(c: &mut Bbr) -> (Instant, u64) {
     (at, delivered)
 }
 
+/// CUBIC's window (RFC 9438), in bytes, `t` seconds after a cut that found `w_max` and
+/// left `cap`: computed here apart from `Regrow`.
+fn cubic(t: f64, w_max: u64, cap: u64) -> u64 {
+    let k = ((w_max - cap) as f64 / MSS as f64 / 0.4).cbrt();
+    let w = w_max as f64 + 0.4 * (t - k).powi(3) * MSS as f64;
+    w.max(0.0) as u64
+}
+
+/// When a round of [`rounds_in_flight`] started from `at` judges the round before (its
+/// first ACK).
+fn judged_at(at: Instant, rtt_ms: u64) -> Instant {
+    at + Duration::from_micros(rtt_ms * 1000 / 50)
+}
+
 #[test]
-fn after_a_cut_the_cap_cruises_with_headroom_before_probing_up() {
+fn after_a_cut_the_cap_regrows_along_cubics_curve() {
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
     let (mut at, mut d) = settled(&mut c);
-    // One congested round (4 % lost, RTT doubled; judged when the next round starts),
-    // then clean rounds: a loss-based flow sharing the link is regrowing meanwhile.
-    rounds(&mut c, &mut at, &mut d, 1, 20, 2);
-    let mut after = rounds(&mut c, &mut at, &mut d, 1, 20, 0);
-    let cut = after[0];
-    assert!(cut < u64::MAX, "congestion cuts the cap");
-    // It holds for about its size in datagrams.
-    let wait = (cut / MSS).clamp(1, MAX_CRUISE_ROUNDS) as usize;
-    let mut cruised = 0;
-    for _ in 1..wait {
-        after.extend(rounds(&mut c, &mut at, &mut d, 1, 10, 0));
-        if c.mode() == Mode::ProbeBw && c.cycle != 0 {
-            // Cruising: the window leaves 15 % of the cap to the others.
-            assert!(c.window() <= scale(cut, 850, UNIT).max(c.min_window()));
-            cruised += 1;
+    // One congested round with 50 datagrams in flight: the cap keeps 35 of them.
+    let flight = 50 * MSS;
+    let cut = congested_round(&mut c, &mut at, &mut d, flight);
+    assert_eq!(cut, scale(flight, BETA, UNIT));
+    let epoch = c.regrow.expect("a regrowth").epoch;
+    // Then clean rounds of 100 ms (a loss-based flow sharing the link regrows meanwhile):
+    // the cap follows CUBIC's curve back towards the 50 the cut found, fast at first and
+    // slower as it nears them, the window never below it (no headroom kept), until it
+    // passes twice the window's target (48 datagrams here) and no longer binds.
+    let mut caps = vec![cut];
+    while caps.last().is_some_and(|&h| h != u64::MAX) && caps.len() < 100 {
+        let t = judged_at(at, 100)
+            .saturating_duration_since(epoch)
+            .as_secs_f64();
+        let hi = rounds_in_flight(&mut c, &mut at, &mut d, 1, 100, 0, flight)[0];
+        if hi != u64::MAX {
+            let want = cubic(t, flight, cut).max(cut);
+            assert!(
+                hi.abs_diff(want) <= 1,
+                "at {t:.2} s: cap {hi}, CUBIC {want}"
+            );
+            assert_eq!(c.window(), c.cwnd.min(hi).max(c.min_window()));
+            assert!(!c.raised, "below where the cut found it: not probing");
+        }
+        caps.push(hi);
+    }
+    let n = caps.len();
+    assert_eq!(caps[n - 1], u64::MAX, "released: {caps:?}");
+    // Concave: the first whole round grew more than the last one before the release.
+    assert!(caps[2] - caps[1] > caps[n - 2] - caps[n - 3], "{caps:?}");
+    // About 1.6 s: (K - t)^3 = 5 datagrams / C, K = (15 / C)^(1/3).
+    assert!((14..=19).contains(&n), "{n} rounds: {caps:?}");
+}
+
+#[test]
+fn past_where_the_cut_found_it_the_cap_probes_convexly() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = settled(&mut c);
+    // 20 in flight: a cut to 14, K = (6 / C)^(1/3), about 2.5 s; the window's target
+    // allows 48 before the cap is let go.
+    let flight = 20 * MSS;
+    let cut = congested_round(&mut c, &mut at, &mut d, flight);
+    let epoch = c.regrow.expect("a regrowth").epoch;
+    let mut past = None;
+    for _ in 0..100 {
+        let t = judged_at(at, 100)
+            .saturating_duration_since(epoch)
+            .as_secs_f64();
+        let hi = rounds_in_flight(&mut c, &mut at, &mut d, 1, 100, 0, flight)[0];
+        if hi == u64::MAX {
+            break;
+        }
+        assert!(hi.abs_diff(cubic(t, flight, cut).max(cut)) <= 1);
+        // Probing once past the 20 the cut found, and only then.
+        assert_eq!(c.raised, hi > flight, "at {t:.2} s, cap {hi}");
+        if hi > flight && past.is_none() {
+            past = Some(t);
         }
     }
-    assert!(cruised > 0, "never cruised: {:?}", c.mode());
-    assert!(
-        after.iter().all(|&h| h == cut),
-        "the cap holds for {wait} rounds: {after:?}"
-    );
-    let later = rounds(&mut c, &mut at, &mut d, 60, 10, 0);
-    assert!(
-        later.last().is_some_and(|&h| h > cut),
-        "then it probes up: {later:?}"
-    );
+    let k = (6.0f64 / 0.4).cbrt();
+    let past = past.expect("the cap went past where the cut found it");
+    assert!(past >= k && past < k + 0.3, "past at {past:.2} s, K {k:.2}");
+    assert_eq!(c.inflight_hi, u64::MAX, "then let go");
 }
 
 #[test]
@@ -302,7 +352,7 @@ fn losses_that_persist_although_it_backs_off_mean_the_others_do_not_yield() {
     );
     let caps = rounds(&mut c, &mut at, &mut d, 3, 20, 0);
     assert!(caps[0] > cut, "a mild cut: {} against {cut}", caps[0]);
-    assert!(caps[2] > caps[0], "no cruise: {caps:?}");
+    assert!(caps[2] > caps[0], "no regrowth: {caps:?}");
 }
 
 /// One congested round (3 of its 50 datagrams lost, the RTT doubled to 20 ms), judged when
@@ -313,10 +363,10 @@ fn congested_round(c: &mut Bbr, at: &mut Instant, d: &mut u64, in_flight: u64) -
 }
 
 #[test]
-fn congestion_back_before_the_cruise_ends_means_the_others_do_not_yield() {
-    // A cut, then congestion again in the next round, the cap held still in between: the
-    // room the cut left was taken at once (BBRv1 does that). Without the rule the second
-    // cut is as deep as the first and the cap cruises on below it.
+fn congestion_back_before_the_cap_regrew_means_the_others_do_not_yield() {
+    // A cut, then congestion again in the next round, the cap not back above where the cut
+    // found it: the room the cut left was taken at once (BBRv1 does that). Without the rule
+    // the second cut is as deep as the first and the cap regrows slowly below it.
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
     let (mut at, mut d) = settled(&mut c);
     let first = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
@@ -325,11 +375,11 @@ fn congestion_back_before_the_cruise_ends_means_the_others_do_not_yield() {
     let second = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
     assert!(c.crowded && c.unyielding(), "crowded");
     assert!(second > first, "a mild cut: {second} against {first}");
-    // Crowded, the cap regrows at once rather than cruising.
+    // Crowded, the cap regrows at once, by an eighth a round.
     let after = rounds(&mut c, &mut at, &mut d, 2, 10, 0);
-    assert!(after[1] > second, "no cruise: {after:?} after {second}");
-    // A calm as long as the cruise clears it.
-    rounds(&mut c, &mut at, &mut d, MAX_CRUISE_ROUNDS as usize, 10, 0);
+    assert!(after[1] > second, "no regrowth: {after:?} after {second}");
+    // A calm of as many rounds as the cap holds datagrams clears it.
+    rounds(&mut c, &mut at, &mut d, MAX_CALM_ROUNDS as usize, 10, 0);
     assert!(!c.crowded);
     assert_eq!(c.loss_rate(), 0, "the smoothed loss rate decays to nothing");
 }
@@ -337,12 +387,13 @@ fn congestion_back_before_the_cruise_ends_means_the_others_do_not_yield() {
 #[test]
 fn a_cut_undone_as_spurious_is_no_evidence_that_the_others_do_not_yield() {
     // A cut, then one in the next round (crowded), whose losses prove spurious (a
-    // reordering burst): the undo leaves the others' marks as they were before it, so the
-    // cap cruises as after the first cut instead of regrowing at once.
+    // reordering burst): the undo leaves the others' marks and the regrowth as they were
+    // before it, so the cap regrows as after the first cut instead of at once.
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
     let (mut at, mut d) = settled(&mut c);
     let first = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
     assert!(!c.crowded && !c.unyielding());
+    let regrow = c.regrow.expect("the first cut's regrowth");
     let second = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
     assert!(c.crowded, "crowded");
     let cut = c.last_cut.expect("the second cut");
@@ -352,41 +403,17 @@ fn a_cut_undone_as_spurious_is_no_evidence_that_the_others_do_not_yield() {
     });
     assert!(c.last_cut.is_none(), "undone");
     assert_eq!(c.inflight_hi, second.max(first));
-    assert!(!c.crowded && !c.by_others, "marks as before the cut");
+    assert!(!c.crowded, "marks as before the cut");
     assert!(!c.unyielding());
+    // The first cut's regrowth goes on (its curve still below the cap the undo kept),
+    // not the crowded one's eighth a round.
+    let now = c.regrow.expect("a regrowth");
+    assert_eq!((now.epoch, now.w_max), (regrow.epoch, regrow.w_max));
     let after = rounds(&mut c, &mut at, &mut d, 3, 10, 0);
     assert!(
         after.iter().all(|&h| h == second.max(first)),
-        "the cruise goes on: {after:?}"
+        "the first regrowth goes on: {after:?}"
     );
-}
-
-#[test]
-fn a_cut_that_others_caused_keeps_what_the_round_delivered() {
-    // 50 datagrams in flight: a cut keeps 35 of them and cruises for 35 rounds.
-    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
-    let (mut at, mut d) = settled(&mut c);
-    let flight = 50 * MSS;
-    let first = congested_round(&mut c, &mut at, &mut d, flight);
-    assert_eq!(first, scale(flight, BETA, UNIT));
-    // Ten rounds of cruise (past the crowded bound, before the cap is raised), then
-    // congestion again: this flow held still, so the others' growth caused it. The cut
-    // keeps what the round delivered (50 datagrams, here as much as was in flight);
-    // without the rule it would take 30 % again.
-    let held = rounds_in_flight(&mut c, &mut at, &mut d, 10, 20, 0, flight);
-    assert!(held.iter().all(|&h| h == first), "held: {held:?}");
-    let second = congested_round(&mut c, &mut at, &mut d, flight);
-    assert!(c.by_others && !c.crowded && !c.unyielding());
-    assert_eq!(second, flight, "the round's 50 delivered datagrams kept");
-    // Still a yielding flow: the cap cruises after it.
-    let after = rounds_in_flight(&mut c, &mut at, &mut d, 5, 20, 0, flight);
-    assert!(after.iter().all(|&h| h == second), "cruise: {after:?}");
-    // A cut of this flow's own probing (the cap raised since) takes its 30 %.
-    let mut raised = rounds_in_flight(&mut c, &mut at, &mut d, 60, 20, 0, flight);
-    let top = raised.pop().unwrap();
-    assert!(top > second && c.raised, "the cap probed up: {top}");
-    let third = congested_round(&mut c, &mut at, &mut d, flight);
-    assert!(!c.by_others && third < flight, "a full cut: {third}");
 }
 
 /// One round trip of `acks` ACKs over `rtt_ms`, each a delivery-rate sample of `rate`
