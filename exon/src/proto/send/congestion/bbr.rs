@@ -16,9 +16,10 @@
 //! Sharing a bottleneck with TCP: after a cut the cap *regrows along CUBIC's curve* (RFC
 //! 9438, section 4.2), `W_max + C (t - K)^3` datagrams `t` seconds after the cut: fast at
 //! first, flat as it comes back to where the cut found it (`W_max`, in `K` seconds), then
-//! faster again beyond it, until congestion cuts it again or it no longer binds. A
-//! loss-based flow sharing the queue (CUBIC) regrows by the same law, so the two share the
-//! link as two CUBIC flows do. A flow that does not yield to loss (BBRv1 keeps the queue full
+//! faster again beyond it, until congestion cuts it again or it no longer binds (after the
+//! cut that ends start-up, whose overshoot is no level the path held, the curve starts flat
+//! at the cap). A loss-based flow sharing the queue (CUBIC) regrows by the same law, so the
+//! two share the link as two CUBIC flows do. A flow that does not yield to loss (BBRv1 keeps the queue full
 //! whatever it loses) would take the link from one that does, and a cut of 30 % at each of
 //! its rounds of loss would ratchet this flow down to nothing. So a cut that comes within
 //! [`CROWDED_ROUNDS`] of the last, the cap not back above where that cut found it (the room
@@ -498,7 +499,14 @@ impl Bbr {
                 0
             };
             self.inflight_hi = scale(base, beta, UNIT).max(floor).max(self.min_window());
-            self.regrow = Some(Regrow::new(ev.now, base, self.inflight_hi, self.mss));
+            // Start-up's last round overshot: what it had in flight is no level the path
+            // held, so the curve starts at the cap and only probes beyond it.
+            let plateau = if self.mode == Mode::Startup {
+                self.inflight_hi
+            } else {
+                base
+            };
+            self.regrow = Some(Regrow::new(ev.now, plateau, self.inflight_hi, self.mss));
             if self.mode == Mode::Startup {
                 self.filled = true;
                 self.mode = Mode::Drain;

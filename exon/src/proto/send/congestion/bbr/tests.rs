@@ -189,6 +189,31 @@ fn backs_off_when_loss_comes_with_a_queue() {
     assert!(c.mode() != Mode::Startup, "congestion ends startup");
 }
 
+#[test]
+fn start_ups_overshoot_is_no_plateau_to_regrow_to() {
+    // A cut that ends start-up: what start-up had in flight when it overshot is no level
+    // the path held, so the cap's curve starts flat at the cap and only probes beyond it
+    // (0.4 datagrams in a second). Regrowing towards the overshoot instead, it would climb
+    // back to 50 in `K` seconds, several datagrams in the first one.
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let (mut at, mut d) = (Instant::now(), MSS);
+    ack(&mut c, at, 10, 0, MSS);
+    rounds_in_flight(&mut c, &mut at, &mut d, 1, 10, 0, 50 * MSS);
+    assert_eq!(c.mode(), Mode::Startup);
+    // Ten of its datagrams lost, the RTT doubled: judged when the next round starts.
+    rounds_in_flight(&mut c, &mut at, &mut d, 1, 20, 10, 50 * MSS);
+    let cap = rounds_in_flight(&mut c, &mut at, &mut d, 1, 20, 0, 50 * MSS)[0];
+    assert!(c.mode() != Mode::Startup && !c.unyielding());
+    assert_eq!(cap, scale(50 * MSS, BETA, UNIT));
+    let r = c.regrow.expect("a regrowth");
+    assert_eq!((r.w_max, r.k), (cap, 0.0));
+    let caps = rounds_in_flight(&mut c, &mut at, &mut d, 10, 100, 0, 50 * MSS);
+    assert!(
+        caps.iter().all(|&h| h <= cap + MSS / 2),
+        "{caps:?} from {cap}"
+    );
+}
+
 /// Drives `c` through `rounds` round trips from `*at`, each of 50 datagrams delivered
 /// at 1 MB/s with `rtt_ms` and 8 in flight, `lost` datagrams declared lost in each; `*delivered` counts
 /// on. Returns the cap after each round.
