@@ -19,17 +19,17 @@
 //! faster again beyond it, until congestion cuts it again or it no longer binds (after the
 //! cut that ends start-up, whose overshoot is no level the path held, the curve starts flat
 //! at the cap). A loss-based flow sharing the queue (CUBIC) regrows by the same law, so the
-//! two share the link as two CUBIC flows do. A flow that does not yield to loss (BBRv1 keeps the queue full
-//! whatever it loses) would take the link from one that does, and a cut of 30 % at each of
-//! its rounds of loss would ratchet this flow down to nothing. So a cut that comes within
-//! [`CROWDED_ROUNDS`] of the last, the cap not back above where that cut found it (the room
-//! it left was taken at once), marks the others as not yielding, as does a smoothed loss rate
-//! above [`LOSS_THRESHOLD`] although this flow backs off. Against flows that do not yield,
-//! cuts are mild (to 90 %, never below what the round delivered: BBRv3's floor) and the cap
-//! regrows at once, by an eighth a round. Rounds spent in ProbeRTT do not age the bandwidth
-//! filter. Losses later found spurious (the datagram had only been overtaken) are taken back:
-//! from the round in progress, or from the round that cut the cap, whose cut is undone if the
-//! round no longer counts as congested.
+//! two share the link as two CUBIC flows do. A flow that does not yield to loss (BBRv1 keeps
+//! the queue full whatever it loses) would take the link from one that does, and a cut of
+//! 30 % at each of its rounds of loss would ratchet this flow down to nothing. So a cut that
+//! comes within [`CROWDED_ROUNDS`] of the last, the cap not back above that cut's plateau
+//! (the room it left was taken at once), marks the others as not yielding, as does a
+//! smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off. Against flows
+//! that do not yield, cuts are mild (to 90 %, never below what the round delivered: BBRv3's
+//! floor) and the cap regrows at once, by an eighth a round. Rounds spent in ProbeRTT do not
+//! age the bandwidth filter. Losses later found spurious (the datagram had only been
+//! overtaken) are taken back: from the round in progress, or from the round that cut the
+//! cap, whose cut is undone if the round no longer counts as congested.
 
 use std::time::{Duration, Instant};
 
