@@ -518,37 +518,41 @@ impl Bbr {
             self.calm_rounds = 0;
             self.probe_up = self.mss;
         } else if self.inflight_hi != u64::MAX {
-            // Regrow: along CUBIC's curve, or at once against flows that do not yield, until
-            // the cap no longer binds.
-            self.calm_rounds += 1;
-            if self.calm_rounds >= self.calm_wait() {
-                // As long a calm as a loss-based flow's regrowth: no longer crowded.
-                self.crowded = false;
-            }
-            let grown = if unyielding {
-                let step = self.probe_up.max(self.inflight_hi / 8);
-                self.probe_up = self.probe_up.saturating_mul(2).max(self.mss);
-                self.inflight_hi.saturating_add(step.max(self.mss))
-            } else {
-                let cubic = self.regrow.map_or(0, |r| r.cap(ev.now, self.mss));
-                self.inflight_hi.max(cubic)
-            };
-            if self.regrow.is_none_or(|r| grown > r.w_max) {
-                // Past where the cut found it: probing.
-                self.raised = true;
-            }
-            let enough = self
-                .bdp(CWND_GAIN)
-                .map_or(u64::MAX, |b| b.saturating_mul(2));
-            self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
-            if self.inflight_hi == u64::MAX {
-                self.crowded = false;
-            }
+            self.regrow_cap(ev.now, unyielding);
         }
         self.round_lost = 0;
         self.round_acked = 0;
         self.round_min_rtt = None;
         self.round_peak = ev.in_flight;
+    }
+
+    /// A round without congestion under the cap: it regrows, along CUBIC's curve, or at
+    /// once against flows that do not yield (`unyielding`), until it no longer binds.
+    fn regrow_cap(&mut self, now: Instant, unyielding: bool) {
+        self.calm_rounds += 1;
+        if self.calm_rounds >= self.calm_wait() {
+            // As long a calm as a loss-based flow's regrowth: no longer crowded.
+            self.crowded = false;
+        }
+        let grown = if unyielding {
+            let step = self.probe_up.max(self.inflight_hi / 8);
+            self.probe_up = self.probe_up.saturating_mul(2).max(self.mss);
+            self.inflight_hi.saturating_add(step.max(self.mss))
+        } else {
+            let cubic = self.regrow.map_or(0, |r| r.cap(now, self.mss));
+            self.inflight_hi.max(cubic)
+        };
+        if self.regrow.is_none_or(|r| grown > r.w_max) {
+            // Past the plateau: probing.
+            self.raised = true;
+        }
+        let enough = self
+            .bdp(CWND_GAIN)
+            .map_or(u64::MAX, |b| b.saturating_mul(2));
+        self.inflight_hi = if grown >= enough { u64::MAX } else { grown };
+        if self.inflight_hi == u64::MAX {
+            self.crowded = false;
+        }
     }
 
     fn update_mode(&mut self, now: Instant, round_start: bool, ev: &AckEvent) {
