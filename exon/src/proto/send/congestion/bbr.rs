@@ -81,8 +81,8 @@ const UNYIELDING_LOSS: u64 = LOSS_THRESHOLD;
 /// What the in-flight cap keeps of a congested round's bytes in flight while the flows
 /// sharing the queue do not yield to loss (thousandths).
 const BETA_UNYIELDING: u64 = 900;
-/// A cut that comes within this many rounds of the one before, the cap not back above where
-/// that one found it, means the room the last cut left was taken at once: a flow that does not
+/// A cut that comes within this many rounds of the one before, the cap not back above that
+/// one's plateau, means the room the last cut left was taken at once: a flow that does not
 /// yield (BBRv1 grows into it within a cycle of its probing, eight rounds), not a
 /// loss-based one (whose window regrows over many rounds).
 const CROWDED_ROUNDS: u64 = 8;
@@ -128,12 +128,13 @@ struct Cut {
 }
 
 /// The in-flight cap's regrowth after a cut, along CUBIC's curve (RFC 9438, section 4.2):
-/// `w_max + C (t - k)^3` datagrams at `t` seconds since the cut, concave up to `w_max`
-/// (where the cut found it), then convex beyond it.
+/// `w_max + C (t - k)^3` datagrams at `t` seconds since the cut, concave up to `w_max` (its
+/// plateau), then convex beyond it.
 #[derive(Debug, Clone, Copy)]
 struct Regrow {
     epoch: Instant,
-    /// The in-flight bytes the cut found.
+    /// The plateau: the in-flight bytes the cut found (the cap it left, after the cut that
+    /// ends start-up).
     w_max: u64,
     /// Seconds from the cut back to `w_max`.
     k: f64,
@@ -223,12 +224,12 @@ pub(crate) struct Bbr {
     /// the flows it shares the queue with do not yield to loss (BBRv1): cutting would only
     /// hand them the link, so cuts are then mild and never below what a round delivered.
     loss_ewma_sum: u64,
-    /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not raised in
-    /// between: the room this flow left was taken at once (a flow that does not yield, as
-    /// BBRv1 fills what it is left within rounds). Cleared by a calm of about as many
-    /// rounds as the cap holds datagrams, or once the cap no longer binds.
+    /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
+    /// that one's plateau: the room this flow left was taken at once (a flow that does not
+    /// yield, as BBRv1 fills what it is left within rounds). Cleared by a calm of about as
+    /// many rounds as the cap holds datagrams, or once the cap no longer binds.
     crowded: bool,
-    /// The cap was raised above where the last cut found it since (this flow probing).
+    /// The cap was raised above the last cut's plateau since (this flow probing).
     raised: bool,
     /// How much the cap grows at its next raise: one datagram after a cut, doubling with
     /// every raise that brings no congestion.

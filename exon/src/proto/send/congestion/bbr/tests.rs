@@ -214,9 +214,9 @@ fn start_ups_overshoot_is_no_plateau_to_regrow_to() {
     );
 }
 
-/// Drives `c` through `rounds` round trips from `*at`, each of 50 datagrams delivered
-/// at 1 MB/s with `rtt_ms` and 8 in flight, `lost` datagrams declared lost in each; `*delivered` counts
-/// on. Returns the cap after each round.
+/// Drives `c` through `rounds` round trips from `*at`, each of 50 datagrams delivered at
+/// 1 MB/s with `rtt_ms` and 8 in flight, `lost` datagrams declared lost in each;
+/// `*delivered` counts on. Returns the cap after each round.
 fn rounds(
     c: &mut Bbr,
     at: &mut Instant,
