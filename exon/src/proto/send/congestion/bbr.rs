@@ -13,13 +13,6 @@
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
 //! bytes in flight are capped below what caused it, and startup ends.
 //!
-//! Startup also ends when eight RTT samples in a row waited behind a queue (HyStart++'s
-//! delay increase, RFC 9406): on a long path whose buffer holds one bandwidth-delay
-//! product, waiting for three rounds without growth, or for a lossy round, lets the window
-//! double into the buffer and overflow it. Its window holds no allowance for ACK
-//! aggregation (the ACKs of a round outrun an estimate that lags a doubling rate), and rate
-//! samples count as app-limited only when the window had room (see `SRecord::end_datagram`).
-//!
 //! Sharing a bottleneck with TCP: after a cut the cap *regrows along CUBIC's curve* (RFC
 //! 9438, section 4.2), `W_max + C (t - K)^3` datagrams `t` seconds after the cut: fast at
 //! first, flat as it comes back to where the cut found it (`W_max`, in `K` seconds), then
@@ -96,14 +89,6 @@ const CROWDED_ROUNDS: u64 = 8;
 /// CUBIC's constant C (RFC 9438), in datagrams per second cubed: after a cut the in-flight
 /// cap regrows along CUBIC's curve, back to where the cut found it in `K` seconds.
 const CUBIC_C: f64 = 0.4;
-/// The most ACK aggregation the window allows for, in time at the estimated bandwidth
-/// (Linux BBR's `bbr_extra_acked_max_us`).
-const MAX_AGGREGATION: Duration = Duration::from_millis(100);
-/// Bounds of the queueing delay that ends start-up.
-const STANDING_QUEUE_MIN: Duration = Duration::from_millis(4);
-const STANDING_QUEUE_MAX: Duration = Duration::from_millis(16);
-/// RTT samples in a row on a queue that end start-up (HyStart++'s `N_RTT_SAMPLE`).
-const STANDING_QUEUE_SAMPLES: u32 = 8;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
 
@@ -225,8 +210,6 @@ pub(crate) struct Bbr {
     round_lost: u64,
     round_acked: u64,
     round_min_rtt: Option<Duration>,
-    /// RTT samples in a row that waited behind a queue ([`Bbr::on_a_queue`]).
-    queued_samples: u32,
     round_peak: u64,
     /// When the round in progress began (`None`: the first round).
     round_began: Option<Instant>,
@@ -290,7 +273,6 @@ impl Bbr {
             round_lost: 0,
             round_acked: 0,
             round_min_rtt: None,
-            queued_samples: 0,
             round_peak: 0,
             round_began: None,
             last_cut: None,
@@ -338,15 +320,6 @@ impl Bbr {
     /// The smoothed loss rate of recent rounds, in thousandths.
     fn loss_rate(&self) -> u64 {
         self.loss_ewma_sum >> LOSS_EWMA_SHIFT
-    }
-
-    /// Whether an RTT sample waited behind a queue: above the minimum by an eighth of it, at
-    /// least 4 ms and at most 16 ms (HyStart++'s threshold, RFC 9406: a queue of 16 ms is
-    /// plenty on a long path; 4 ms stays above jitter).
-    fn on_a_queue(&self, rtt: Duration) -> bool {
-        self.min_rtt.is_some_and(|m| {
-            rtt.saturating_sub(m) > (m / 8).clamp(STANDING_QUEUE_MIN, STANDING_QUEUE_MAX)
-        })
     }
 
     /// Rounds of calm after a cut that clear the mark of flows that do not yield: about as
@@ -440,11 +413,6 @@ impl Bbr {
                 self.min_rtt = Some(rtt);
                 self.min_rtt_at = Some(now);
             }
-            self.queued_samples = if self.on_a_queue(rtt) {
-                self.queued_samples.saturating_add(1)
-            } else {
-                0
-            };
             if self.mode == Mode::ProbeRtt {
                 self.probe_rtt_min = Some(self.probe_rtt_min.map_or(rtt, |m| m.min(rtt)));
             }
@@ -454,15 +422,6 @@ impl Bbr {
         if round_start {
             self.end_round(ev);
             self.round_began = Some(now);
-        }
-        if self.mode == Mode::Startup && self.queued_samples >= STANDING_QUEUE_SAMPLES {
-            // The last samples all waited behind a queue: start-up's rate outran the
-            // bottleneck, so the pipe is full (HyStart++'s delay increase, RFC 9406), even
-            // if the estimate is still growing (its last step up to the bottleneck's rate).
-            // Waiting for the round's end, or for the estimate to stop growing, would let
-            // the window double into a queue of one more bandwidth-delay product.
-            self.filled = true;
-            self.mode = Mode::Drain;
         }
         self.update_mode(now, round_start, ev);
         self.update_cwnd(ev.acked);
@@ -662,23 +621,9 @@ impl Bbr {
         self.cycle_at = Some(now);
     }
 
-    /// What the window holds beyond the bandwidth-delay product for ACKs that arrive in
-    /// bursts: nothing in start-up, whose estimate lags a rate that doubles each round (the
-    /// ACKs of a round outrun it, which is no aggregation), and at most
-    /// [`MAX_AGGREGATION`] of the bandwidth once the pipe is full.
-    fn aggregation_allowance(&self) -> u64 {
-        if !self.filled {
-            return 0;
-        }
-        let most = self
-            .bandwidth()
-            .map_or(0, |bw| bytes_in(bw, MAX_AGGREGATION));
-        self.extra_acked.get(self.round).min(most)
-    }
-
     fn update_cwnd(&mut self, acked: u64) {
         let target = self.bdp(self.cwnd_gain()).map(|b| {
-            b.saturating_add(self.aggregation_allowance())
+            b.saturating_add(self.extra_acked.get(self.round))
                 .saturating_add(3 * self.mss)
         });
         match target {

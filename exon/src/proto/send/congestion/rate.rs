@@ -119,12 +119,6 @@ impl DeliveryRate {
         self.app_limited_until = self.delivered.saturating_add(in_flight).max(1);
     }
 
-    /// Whether samples are marked app-limited now.
-    #[cfg(test)]
-    pub fn is_app_limited(&self) -> bool {
-        self.app_limited_until > 0
-    }
-
     /// The sample of the acknowledgements since the last call, if any. A sample over an empty
     /// interval has a rate of 0 (the controller must not use it); one shorter than the
     /// minimum RTT is the controller's to judge (ACK compression can inflate it).
