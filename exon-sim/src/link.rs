@@ -45,6 +45,10 @@ pub struct LinkConfig {
     pub rate: Option<u64>,
     /// Bytes the rate limiter may queue before dropping at the tail.
     pub queue_bytes: usize,
+    /// One rate limiter and queue for every link into the same node, as a bottleneck in
+    /// front of the receiver that competing senders share (the embedding keeps its state
+    /// and passes it to [`Link::on_datagram_shared`]). Off: each directed link has its own.
+    pub shared_queue: bool,
     /// Largest datagram (UDP payload) the link carries; larger ones are dropped silently,
     /// as a path drops packets too large for it with fragmentation forbidden. Default 1472:
     /// an Ethernet MTU of 1500 less the IPv4 and UDP headers.
@@ -64,6 +68,7 @@ impl Default for LinkConfig {
             reorder_max_delay: Duration::from_millis(20),
             rate: None,
             queue_bytes: 256 * 1024,
+            shared_queue: false,
             mtu: 1472,
         }
     }
@@ -187,8 +192,24 @@ impl Link {
         &self.stats
     }
 
-    /// Decides the fate of a datagram of `len` bytes put on the link at `now`.
+    /// Decides the fate of a datagram of `len` bytes put on the link at `now`, through the
+    /// link's own rate limiter.
     pub fn on_datagram(&mut self, now: Instant, len: usize) -> Decision {
+        let mut busy = self.busy_until.take();
+        let d = self.on_datagram_shared(now, len, &mut busy);
+        self.busy_until = busy;
+        d
+    }
+
+    /// [`on_datagram`](Self::on_datagram) through a rate limiter whose queue ends at
+    /// `busy_until` (`None`: empty), shared with other links: the queue's bytes are counted
+    /// at this link's rate and against its `queue_bytes`.
+    pub fn on_datagram_shared(
+        &mut self,
+        now: Instant,
+        len: usize,
+        busy_until: &mut Option<Instant>,
+    ) -> Decision {
         self.stats.offered += 1;
         match self.state {
             LinkState::Down => {
@@ -225,14 +246,14 @@ impl Link {
         }
         let mut sent = now;
         if let Some(rate) = self.cfg.rate.filter(|r| *r > 0) {
-            let start = self.busy_until.map_or(now, |b| b.max(now));
+            let start = busy_until.map_or(now, |b| b.max(now));
             let backlog = (start - now).as_secs_f64() * rate as f64;
             if backlog + len as f64 > self.cfg.queue_bytes as f64 {
                 self.stats.queue_drops += 1;
                 return Decision::Drop(DropCause::QueueFull);
             }
             sent = start + Duration::from_secs_f64(len as f64 / rate as f64);
-            self.busy_until = Some(sent);
+            *busy_until = Some(sent);
         }
         let mut at = sent + self.cfg.latency + self.uniform(self.cfg.jitter);
         if self.cfg.reorder > 0.0 && self.rng.gen_bool(self.cfg.reorder.min(1.0)) {
@@ -282,6 +303,42 @@ mod tests {
         }
         assert!(a.stats().lost > 100 && a.stats().lost < 300);
         assert!(a.stats().duplicated > 50);
+    }
+
+    /// Two links through one shared queue: a datagram of the second waits behind the
+    /// first's, and the queue, full of both, drops either's.
+    #[test]
+    fn a_shared_queue_serves_both_links_in_turn() {
+        let cfg = LinkConfig {
+            rate: Some(1000),
+            queue_bytes: 250,
+            latency: Duration::ZERO,
+            shared_queue: true,
+            ..LinkConfig::default()
+        };
+        let now = Instant::now();
+        let (mut a, mut b) = (Link::new(cfg.clone(), 1), Link::new(cfg, 2));
+        let mut queue = None;
+        let at = |d| match d {
+            Decision::Deliver { at, .. } => at - now,
+            d => panic!("{d:?}"),
+        };
+        assert_eq!(
+            at(a.on_datagram_shared(now, 100, &mut queue)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            at(b.on_datagram_shared(now, 100, &mut queue)),
+            Duration::from_millis(200)
+        );
+        // 200 bytes queued of 250: a third of 100 does not fit, from either link.
+        assert_eq!(
+            b.on_datagram_shared(now, 100, &mut queue),
+            Decision::Drop(DropCause::QueueFull)
+        );
+        assert_eq!(a.stats().queue_drops + b.stats().queue_drops, 1);
+        // Each link alone would have taken it.
+        assert!(matches!(a.on_datagram(now, 100), Decision::Deliver { .. }));
     }
 
     #[test]

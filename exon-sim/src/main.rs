@@ -18,6 +18,9 @@ enum Traffic {
     Many,
     /// Request/reply between random pairs (replies come on top of --messages).
     Rpc,
+    /// Every node but 0 streams to node 0, node 0 to node 1 (with --shared-queue: senders
+    /// competing at one bottleneck).
+    Incast,
 }
 
 /// Soak-tests Exon in a deterministic network simulator and checks exactly-once:
@@ -56,6 +59,10 @@ struct Args {
     /// Link rate limit in bytes per second (0: unlimited).
     #[arg(long, default_value_t = 0)]
     rate: u64,
+    /// With --rate: one rate limiter and queue in front of each node, shared by every link
+    /// into it (a bottleneck its senders compete for), instead of one per directed link.
+    #[arg(long)]
+    shared_queue: bool,
     /// Number of partitions or holds (each healed later) during the run.
     #[arg(long, default_value_t = 0)]
     partitions: usize,
@@ -387,12 +394,14 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         reorder_max_delay: Duration::from_millis(a.reorder_max_delay_ms),
         mtu: a.link_mtu,
         rate: (a.rate > 0).then_some(a.rate),
+        shared_queue: a.shared_queue,
         ..LinkConfig::default()
     };
     let pattern = match a.traffic {
         Traffic::Ring => Pattern::Ring,
         Traffic::Many => Pattern::ManyToMany,
         Traffic::Rpc => Pattern::Rpc,
+        Traffic::Incast => Pattern::Incast,
     };
     let workload = Workload {
         pattern,

@@ -258,6 +258,11 @@ impl Scenario {
             return Err(ScenarioError::TooFewNodes(self.nodes));
         }
         self.config.validate()?;
+        if self.link.shared_queue && self.link.rate.is_none_or(|r| r == 0) {
+            return Err(ScenarioError::Unsupported(
+                "a shared queue needs a rate limit (--rate)",
+            ));
+        }
         let max = self.config.limits.max_message_size;
         let largest = self.largest_message();
         if largest > max {

@@ -85,6 +85,9 @@ pub enum Pattern {
     ManyToMany,
     /// Every node sends requests to random other nodes, which reply to each.
     Rpc,
+    /// Every node but 0 streams to node 0 (with a shared queue, competing senders at one
+    /// bottleneck); node 0 streams to node 1.
+    Incast,
 }
 
 /// A workload: a pattern, a message budget and a pace.
@@ -146,6 +149,7 @@ impl Workload {
     pub fn pick(&self, i: usize, n: usize, rng: &mut SmallRng) -> usize {
         match self.pattern {
             Pattern::Ring => (i + 1) % n,
+            Pattern::Incast => usize::from(i == 0),
             Pattern::ManyToMany | Pattern::Rpc => {
                 let j = rng.gen_range(0..n - 1);
                 if j >= i {

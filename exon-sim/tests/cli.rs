@@ -460,3 +460,36 @@ fn credit_rotates_even_with_a_grant() {
     assert!(text.contains(" violations=0 "), "{text}");
     assert!(text.contains(" idle_nodes=3 "), "{text}");
 }
+
+/// Senders competing at one bottleneck from the command line: several seeds of the incast
+/// pattern through shared queues, with loss, partitions and a restart, keep every check;
+/// a shared queue without a rate limit is refused at start.
+#[test]
+fn incast_through_shared_queues_soaks() {
+    let out = exon_sim(&[
+        "--traffic",
+        "incast",
+        "--shared-queue",
+        "--rate",
+        "125000",
+        "--nodes",
+        "4",
+        "--messages",
+        "2000",
+        "--loss",
+        "0.01",
+        "--partitions",
+        "2",
+        "--restarts",
+        "1",
+        "--seeds",
+        "3",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("violations=0"), "{stdout}");
+    let out = exon_sim(&["--shared-queue", "--messages", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a shared queue needs a rate limit"), "{err}");
+}

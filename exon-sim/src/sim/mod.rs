@@ -52,6 +52,9 @@ pub struct Sim {
     queue: Queue,
     hosts: Vec<Host>,
     links: Vec<Link>,
+    /// With [`LinkConfig::shared_queue`](crate::LinkConfig::shared_queue): when the queue
+    /// in front of each node empties.
+    bottlenecks: Vec<Option<Instant>>,
     held: Vec<Vec<Bytes>>,
     oracle: Oracle,
     /// What nodes send to peers they do not hear from.
@@ -95,6 +98,7 @@ impl Sim {
             queue: Queue::default(),
             hosts: Vec::with_capacity(n),
             links,
+            bottlenecks: vec![None; n],
             held: vec![Vec::new(); n * n],
             oracle: {
                 let mut o = Oracle::new(n);

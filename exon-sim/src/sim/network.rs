@@ -24,7 +24,12 @@ impl Sim {
         }
         let l = from * self.hosts.len() + to;
         let now = self.instant();
-        match self.links[l].on_datagram(now, data.len()) {
+        let decision = if self.sc.link.shared_queue {
+            self.links[l].on_datagram_shared(now, data.len(), &mut self.bottlenecks[to])
+        } else {
+            self.links[l].on_datagram(now, data.len())
+        };
+        match decision {
             Decision::Drop(_) => {}
             Decision::Hold => self.held[l].push(data),
             Decision::Deliver { at, copy } => {

@@ -183,3 +183,80 @@ fn runs_are_reproducible() {
         (b.done_at, b.retransmissions, b.queue_drops, b.datagrams)
     );
 }
+
+/// Two senders competing at one bottleneck (`LinkConfig::shared_queue`, the incast
+/// pattern: nodes 1 and 2 stream to node 0 through one 1 Mbit/s queue of 32 KiB, 10 ms
+/// each way), the case where cuts of the in-flight cap and its regrowth come into play:
+/// exactly once all the same, the queue does overflow, both senders detect losses and
+/// retransmit little of what they send, and the link stays about full (they finish in
+/// about the time the one queue takes for both, not the half that queues of their own
+/// would take). `ok` is every check
+/// of the oracle: no duplicate, nothing lost, every node idle at the end.
+#[test]
+fn two_senders_share_one_bottleneck_exactly_once() {
+    let ms = Duration::from_millis;
+    let n = 400;
+    let rate = 125_000;
+    let sc = Scenario {
+        seed: 11,
+        nodes: 3,
+        config: sim_config(),
+        link: LinkConfig {
+            latency: ms(10),
+            rate: Some(rate),
+            queue_bytes: 32 * 1024,
+            shared_queue: true,
+            ..LinkConfig::default()
+        },
+        workload: Workload {
+            pattern: Pattern::Incast,
+            messages: 3 * n,
+            payload_len: 1000,
+            interval: ms(1),
+            burst: 256,
+            max_pending: 4096,
+            max_payload_len: 0,
+        },
+        settle: Duration::from_secs(60),
+        ..Scenario::default()
+    };
+    let mut sim = Sim::new(sc);
+    let mut done_at = None;
+    while sim.step() {
+        let acked: u64 = (1..3)
+            .filter_map(|i| sim.node(i))
+            .map(|n| n.stats().acknowledged)
+            .sum();
+        if done_at.is_none() && acked >= 2 * n {
+            done_at = Some(sim.now());
+        }
+    }
+    let into_0: Vec<_> = [1, 2].iter().map(|&i| sim.links()[i * 3].stats()).collect();
+    let drops: u64 = into_0.iter().map(|s| s.queue_drops).sum();
+    let losses: Vec<u64> = (1..3)
+        .map(|i| sim.node(i).map_or(0, |n| n.stats().losses_detected))
+        .collect();
+    let report = sim.finish();
+    println!("drops {drops} losses {losses:?} done {done_at:?} {report:?}");
+    assert!(report.ok(), "{report:?}");
+    assert!(drops > 0, "the shared queue never overflowed");
+    assert!(
+        losses.iter().all(|&l| l > 0),
+        "each sender saw losses: {losses:?}"
+    );
+    assert!(
+        report.retransmissions * 10 <= 3 * n,
+        "retransmissions {} of {} messages",
+        report.retransmissions,
+        3 * n
+    );
+    // 2n tokens of about 1 010 bytes through one queue: the ideal time.
+    let ideal = Duration::from_secs_f64(2.0 * n as f64 * 1010.0 / rate as f64);
+    let done_at = done_at.expect("both senders done");
+    // Not before the ideal (queues of their own would finish in half of it), and not far
+    // after it.
+    assert!(
+        done_at > ideal && done_at < ideal * 3 / 2,
+        "done at {done_at:?}, ideal {ideal:?}"
+    );
+}
