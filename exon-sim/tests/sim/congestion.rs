@@ -22,6 +22,19 @@ struct Outcome {
     ok: bool,
 }
 
+/// `messages` 1 KB messages in all, sent as fast as the senders' windows let them.
+fn streaming(pattern: Pattern, messages: u64) -> Workload {
+    Workload {
+        pattern,
+        messages,
+        payload_len: 1000,
+        interval: Duration::from_millis(1),
+        burst: 256,
+        max_pending: 4096,
+        max_payload_len: 0,
+    }
+}
+
 /// Three nodes in a ring (0 to 1, 1 to 2, 2 to 0: three one-way flows, each on its own
 /// links, ACKs coming back on links that carry no data), each streaming `messages` 1 KB
 /// messages over `rate` bytes/s links with `latency` each way, a queue of `queue` bytes,
@@ -47,15 +60,7 @@ fn bottleneck(
             queue_bytes: queue,
             ..LinkConfig::default()
         },
-        workload: Workload {
-            pattern: Pattern::Ring,
-            messages: NODES as u64 * messages,
-            payload_len: 1000,
-            interval: Duration::from_millis(1),
-            burst: 256,
-            max_pending: 4096,
-            max_payload_len: 0,
-        },
+        workload: streaming(Pattern::Ring, NODES as u64 * messages),
         settle: Duration::from_secs(60),
         ..Scenario::default()
     };
@@ -208,15 +213,7 @@ fn two_senders_share_one_bottleneck_exactly_once() {
             shared_queue: true,
             ..LinkConfig::default()
         },
-        workload: Workload {
-            pattern: Pattern::Incast,
-            messages: 3 * n,
-            payload_len: 1000,
-            interval: ms(1),
-            burst: 256,
-            max_pending: 4096,
-            max_payload_len: 0,
-        },
+        workload: streaming(Pattern::Incast, 3 * n),
         settle: Duration::from_secs(60),
         ..Scenario::default()
     };
