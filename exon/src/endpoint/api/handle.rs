@@ -839,8 +839,9 @@ mod tests {
             assert_eq!(slab.in_use(), 0, "every cell given back once read");
             sizes.push(slab.capacity());
         }
+        // The slab grows by chunks that double: below twice what is outstanding.
         assert!(
-            sizes[0] <= ROUND && sizes[1] == sizes[0],
+            sizes[0] < 2 * ROUND && sizes[1] == sizes[0],
             "{sizes:?}: cells not reused"
         );
         // Receipts dropped at once: their cells come back with the verdicts.

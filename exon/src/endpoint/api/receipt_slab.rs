@@ -1,163 +1,289 @@
-//! Receipts without an allocation each: one slab of verdict cells per shard, a cell taken
-//! per send and given back once both the receipt and the driver are done with it.
+//! Receipts without an allocation or a lock each: one slab of verdict cells per shard (or
+//! channel), a cell taken per send and given back by whichever end finishes with it last,
+//! each end's step one atomic operation on the cell.
 
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
 
-use crate::endpoint::api::error::ReceiptError;
+use atomic_waker::AtomicWaker;
 
-/// The verdict cells of one shard's single sends ([`Handle::send`]), shared by the
-/// receipts (the application's end) and the driver (which resolves them).
+use crate::endpoint::api::error::{Error, ReceiptError};
+
+/// Cells of the first chunk; chunk `k` holds `FIRST << k`.
+const FIRST: u32 = 64;
+/// Chunks at most: `FIRST * (2^CHUNKS - 1)` cells, every index below [`NIL`].
+const CHUNKS: usize = 26;
+/// No cell: the end of the free list.
+const NIL: u32 = u32::MAX;
+
+/// A cell's state: its verdict's code in the low bits (`PENDING` until the driver settles
+/// it), and two flags.
+const VERDICT: u32 = 0b111;
+const PENDING: u32 = 0;
+const OK: u32 = 1;
+const UNACKNOWLEDGED: u32 = 2;
+const NOT_DELIVERED: u32 = 3;
+const IN_DOUBT: u32 = 4;
+/// Refused: the reason is in [`ReceiptSlab::refusals`].
+const REFUSED: u32 = 5;
+/// The receipt is done with the cell (dropped, or it read the verdict).
+const GONE: u32 = 1 << 3;
+/// The receipt registered a waker (it waits).
+const WAKER: u32 = 1 << 4;
+
+/// The verdict cells of one shard's single sends ([`Handle::send`]) or of one channel's
+/// messages, shared by the receipts (the application's end) and the driver (which
+/// resolves them).
 ///
-/// A cell is taken by [`open`](Self::open) and given back when both ends are done: the
-/// receipt has read its verdict, or was dropped, and the driver has resolved it, or
-/// dropped its end (which resolves it as unacknowledged). So no end ever finds its cell
-/// reused under it; the generation each end keeps is checked all the same. The slab grows
-/// to the most receipts outstanding at once (messages whose verdict is not known yet, or
-/// known and not read) and keeps its cells for reuse.
+/// A cell is taken by [`open`](Self::open) and given back by the end that finishes last:
+/// the driver when it settles a cell whose receipt is gone, the receipt when it reads its
+/// verdict or is dropped after the driver settled it. Each end marks what it did with one
+/// atomic operation on the cell's state, whose previous value says whether the other end
+/// is done. So no end ever finds its cell reused under it. Free cells form a stack linked
+/// through the cells, its top swapped by compare-and-swap with a tag against a stale top.
+/// Cells live in chunks allocated once and never moved, so the slab grows (to the most
+/// receipts outstanding at once) while both ends read cells without a lock.
 ///
 /// [`Handle::send`]: crate::endpoint::Handle::send
-#[derive(Debug, Default)]
 pub(crate) struct ReceiptSlab {
-    cells: Mutex<Cells>,
+    /// Chunk `k` holds cells `FIRST * (2^k - 1) ..` and `FIRST << k` of them.
+    chunks: [OnceLock<Box<[Cell]>>; CHUNKS],
+    /// The top of the free stack: its index in the low 32 bits ([`NIL`]: empty), a tag
+    /// bumped by every change in the high 32 (so a pop that read an old top fails).
+    free: AtomicU64,
+    /// Chunks allocated; held while the slab grows (rarely).
+    grown: Mutex<usize>,
+    /// The reasons of refusals not read yet, by cell (rare: a refusal is an error of the
+    /// application's or a failed journal).
+    refusals: Mutex<Vec<(u32, Error)>>,
 }
 
-#[derive(Debug, Default)]
-struct Cells {
-    cells: Vec<Cell>,
-    /// Indices of free cells.
-    free: Vec<u32>,
-}
-
-#[derive(Debug)]
+/// One message's verdict on its way from the driver to its receipt.
+#[derive(Default)]
 struct Cell {
-    /// Bumped each time the cell is given back.
-    generation: u32,
-    state: State,
+    /// The verdict code and the flags above.
+    state: AtomicU32,
+    /// The next free cell, while this one is free.
+    next: AtomicU32,
+    /// The waiting receipt's waker (flag [`WAKER`]).
+    waker: AtomicWaker,
 }
 
-#[derive(Debug)]
-enum State {
-    Free,
-    /// No verdict yet: the waker of the receipt's last poll, if any; `dropped` once the
-    /// receipt is gone (the verdict then only gives the cell back).
-    Waiting {
-        waker: Option<Waker>,
-        dropped: bool,
-    },
-    /// The verdict, not read yet.
-    Done(Result<(), ReceiptError>),
+impl std::fmt::Debug for ReceiptSlab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiptSlab").finish_non_exhaustive()
+    }
+}
+
+/// `tag` and `index` as the free stack's top.
+fn top(tag: u64, index: u32) -> u64 {
+    (tag << 32) | u64::from(index)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every change under these locks is one step: a poisoned one holds whole data.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ReceiptSlab {
-    /// A new, empty slab.
+    /// A new, empty slab (its first cells are allocated by the first [`open`](Self::open)).
     pub(crate) fn new() -> Arc<ReceiptSlab> {
-        Arc::new(ReceiptSlab::default())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Cells> {
-        // A panic while the lock was held leaves no cell half-written (every change is
-        // one assignment): go on with the data.
-        self.cells.lock().unwrap_or_else(|p| p.into_inner())
+        Arc::new(ReceiptSlab {
+            chunks: std::array::from_fn(|_| OnceLock::new()),
+            free: AtomicU64::new(top(0, NIL)),
+            grown: Mutex::new(0),
+            refusals: Mutex::new(Vec::new()),
+        })
     }
 
     /// Takes a cell: the receipt's end and the driver's.
     pub(crate) fn open(self: &Arc<Self>) -> (SlabReceipt, SlotAck) {
-        let mut c = self.lock();
-        let waiting = State::Waiting {
-            waker: None,
-            dropped: false,
-        };
-        let (index, generation) = match c.free.pop() {
-            Some(i) => {
-                let cell = &mut c.cells[i as usize];
-                cell.state = waiting;
-                (i, cell.generation)
-            }
-            None => {
-                let i = u32::try_from(c.cells.len()).expect("fewer than 2^32 receipts at once");
-                c.cells.push(Cell {
-                    generation: 0,
-                    state: waiting,
-                });
-                (i, 0)
-            }
-        };
-        drop(c);
-        let at = At { index, generation };
+        let index = self.pop().unwrap_or_else(|| self.grow());
         (
             SlabReceipt {
                 slab: self.clone(),
-                at,
+                index,
                 verdict: None,
             },
             SlotAck {
                 slab: Some(self.clone()),
-                at,
+                index,
             },
         )
+    }
+
+    /// The cell at `index` (always one handed out: its chunk exists).
+    fn cell(&self, index: u32) -> Option<&Cell> {
+        let n = u64::from(index) + u64::from(FIRST);
+        let k = (63 - n.leading_zeros() - FIRST.trailing_zeros()) as usize;
+        let at = n - (u64::from(FIRST) << k);
+        self.chunks.get(k)?.get()?.get(at as usize)
+    }
+
+    /// A free cell off the stack, if any.
+    fn pop(&self) -> Option<u32> {
+        let mut t = self.free.load(Ordering::Acquire);
+        loop {
+            let (index, next) = self.peek(t)?;
+            match self.take_top(t, next) {
+                Ok(()) => return Some(index),
+                Err(now) => t = now,
+            }
+        }
+    }
+
+    /// The cell at the top `t` of the free stack and the one below it, unless empty. Stale
+    /// if another end popped it meanwhile: [`take_top`](Self::take_top) fails then.
+    fn peek(&self, t: u64) -> Option<(u32, u32)> {
+        let index = t as u32;
+        if index == NIL {
+            return None;
+        }
+        Some((index, self.cell(index)?.next.load(Ordering::Relaxed)))
+    }
+
+    /// Makes `next` the top if the top is still `t` (its tag too): else the top now.
+    fn take_top(&self, t: u64, next: u32) -> Result<(), u64> {
+        let tag = (t >> 32).wrapping_add(1);
+        self.free
+            .compare_exchange_weak(t, top(tag, next), Ordering::Acquire, Ordering::Acquire)
+            .map(drop)
+    }
+
+    /// Pushes the free cells `first ..= last`, linked already through their `next`.
+    fn push(&self, first: u32, last: u32) {
+        let Some(end) = self.cell(last) else {
+            return;
+        };
+        let mut t = self.free.load(Ordering::Relaxed);
+        loop {
+            end.next.store(t as u32, Ordering::Relaxed);
+            match self.free.compare_exchange_weak(
+                t,
+                top((t >> 32).wrapping_add(1), first),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => t = now,
+            }
+        }
+    }
+
+    /// A new chunk of cells: one for the caller, the others onto the free stack.
+    #[cold]
+    fn grow(&self) -> u32 {
+        let mut grown = lock(&self.grown);
+        // Another end may have grown the slab, or given cells back, meanwhile.
+        if let Some(i) = self.pop() {
+            return i;
+        }
+        let k = *grown;
+        assert!(k < CHUNKS, "fewer than 2^32 receipts at once");
+        let len = FIRST << k;
+        let base = FIRST * ((1 << k) - 1);
+        let cells: Box<[Cell]> = (0..len).map(|_| Cell::default()).collect();
+        for (i, c) in cells.iter().enumerate() {
+            c.next.store(base + i as u32 + 1, Ordering::Relaxed);
+        }
+        let _ = self.chunks[k].set(cells);
+        *grown = k + 1;
+        self.push(base + 1, base + len - 1);
+        base
+    }
+
+    /// The driver's verdict for cell `index` (settled once: its [`SlotAck`] is used up).
+    /// Returns the cell, readied for its next taker, when its receipt is gone: the caller
+    /// pushes it.
+    #[inline]
+    fn settle(&self, index: u32, verdict: Result<(), ReceiptError>) -> Option<&Cell> {
+        let cell = self.cell(index)?;
+        let code = match verdict {
+            Ok(()) => OK,
+            Err(ReceiptError::Unacknowledged) => UNACKNOWLEDGED,
+            Err(ReceiptError::NotDelivered) => NOT_DELIVERED,
+            Err(ReceiptError::InDoubt) => IN_DOUBT,
+            Err(ReceiptError::Refused(e)) => {
+                lock(&self.refusals).push((index, e));
+                REFUSED
+            }
+        };
+        let was = cell.state.fetch_or(code, Ordering::AcqRel);
+        if was & GONE == 0 {
+            if was & WAKER != 0 {
+                cell.waker.wake();
+            }
+            return None;
+        }
+        // Nobody reads it.
+        self.reset(index, cell, was | code);
+        Some(cell)
+    }
+
+    /// Readies `cell` (at `index`), which both ends are done with, for its next taker;
+    /// `state` is its state as the last end left it.
+    #[inline]
+    fn reset(&self, index: u32, cell: &Cell, state: u32) {
+        if state & WAKER != 0 {
+            drop(cell.waker.take());
+        }
+        if state & VERDICT == REFUSED {
+            // Not read (a read takes it out): nothing to find.
+            lock(&self.refusals).retain(|(i, _)| *i != index);
+        }
+        cell.state.store(PENDING, Ordering::Relaxed);
+    }
+
+    /// Gives back `cell` (at `index`), left in `state` by the end finishing last.
+    fn give_back(&self, index: u32, cell: &Cell, state: u32) {
+        self.reset(index, cell, state);
+        self.push(index, index);
+    }
+
+    /// The verdict of a settled cell's state `state`.
+    fn verdict(&self, index: u32, state: u32) -> Result<(), ReceiptError> {
+        match state & VERDICT {
+            OK => Ok(()),
+            NOT_DELIVERED => Err(ReceiptError::NotDelivered),
+            IN_DOUBT => Err(ReceiptError::InDoubt),
+            REFUSED => {
+                let mut r = lock(&self.refusals);
+                let e = r
+                    .iter()
+                    .position(|(i, _)| *i == index)
+                    .map(|p| r.remove(p).1);
+                Err(ReceiptError::Refused(e.unwrap_or(Error::Closed)))
+            }
+            _ => Err(ReceiptError::Unacknowledged),
+        }
     }
 
     /// Cells in use (taken and not given back).
     #[cfg(test)]
     pub(crate) fn in_use(&self) -> usize {
-        let c = self.lock();
-        c.cells.len() - c.free.len()
+        let mut free = 0;
+        let mut i = self.free.load(Ordering::Acquire) as u32;
+        while let Some(c) = (i != NIL).then(|| self.cell(i)).flatten() {
+            free += 1;
+            i = c.next.load(Ordering::Relaxed);
+        }
+        self.capacity() - free
     }
 
     /// Cells the slab has grown to.
     #[cfg(test)]
     pub(crate) fn capacity(&self) -> usize {
-        self.lock().cells.len()
+        let k = *lock(&self.grown);
+        (FIRST as usize) * ((1 << k) - 1)
     }
-}
-
-impl Cells {
-    /// The cell at `at`, if it is still the one its end took.
-    fn cell(&mut self, at: At) -> Option<&mut Cell> {
-        self.cells
-            .get_mut(at.index as usize)
-            .filter(|c| c.generation == at.generation && !matches!(c.state, State::Free))
-    }
-
-    /// Resolves the cell at `at` with `verdict` (the first verdict stands): the waker to
-    /// wake once the lock is let go, if the receipt waits.
-    fn settle(&mut self, at: At, verdict: Result<(), ReceiptError>) -> Option<Waker> {
-        let cell = self.cell(at)?;
-        let waker = match &mut cell.state {
-            State::Waiting { dropped: true, .. } => {
-                // Nobody will read it.
-                self.give_back(at);
-                return None;
-            }
-            State::Waiting { waker, .. } => waker.take(),
-            State::Done(_) | State::Free => return None,
-        };
-        cell.state = State::Done(verdict);
-        waker
-    }
-
-    fn give_back(&mut self, at: At) {
-        if let Some(cell) = self.cell(at) {
-            cell.state = State::Free;
-            cell.generation = cell.generation.wrapping_add(1);
-            self.free.push(at.index);
-        }
-    }
-}
-
-/// Where a cell is, and which taking of it.
-#[derive(Debug, Clone, Copy)]
-struct At {
-    index: u32,
-    generation: u32,
 }
 
 /// The receipt's end of a cell.
 #[derive(Debug)]
 pub(crate) struct SlabReceipt {
     slab: Arc<ReceiptSlab>,
-    at: At,
+    index: u32,
     /// The verdict once read (the cell is given back then): a poll after that returns it
     /// again.
     verdict: Option<Result<(), ReceiptError>>,
@@ -170,27 +296,24 @@ impl SlabReceipt {
         if let Some(v) = self.verdict {
             return Poll::Ready(v);
         }
-        let mut c = self.slab.lock();
-        let Some(cell) = c.cell(self.at) else {
+        let Some(cell) = self.slab.cell(self.index) else {
             // Never happens: the cell is ours until we read it.
             return Poll::Ready(Err(ReceiptError::Unacknowledged));
         };
-        match &mut cell.state {
-            State::Done(v) => {
-                let v = *v;
-                c.give_back(self.at);
-                self.verdict = Some(v);
-                Poll::Ready(v)
+        let mut state = cell.state.load(Ordering::Acquire);
+        if state & VERDICT == PENDING {
+            // Registered before the flag is set: a driver that sees the flag finds it.
+            cell.waker.register(cx.waker());
+            state = cell.state.fetch_or(WAKER, Ordering::AcqRel);
+            if state & VERDICT == PENDING {
+                return Poll::Pending;
             }
-            State::Waiting { waker, .. } => {
-                match waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => *waker = Some(cx.waker().clone()),
-                }
-                Poll::Pending
-            }
-            State::Free => Poll::Ready(Err(ReceiptError::Unacknowledged)),
         }
+        let v = self.slab.verdict(self.index, state);
+        self.verdict = Some(v);
+        // The driver is done with it, and so are we (a refusal's reason is read).
+        self.slab.give_back(self.index, cell, state & !VERDICT);
+        Poll::Ready(v)
     }
 }
 
@@ -199,17 +322,13 @@ impl Drop for SlabReceipt {
         if self.verdict.is_some() {
             return;
         }
-        let mut c = self.slab.lock();
-        let Some(cell) = c.cell(self.at) else {
+        let Some(cell) = self.slab.cell(self.index) else {
             return;
         };
-        match &mut cell.state {
-            State::Done(_) => c.give_back(self.at),
-            State::Waiting { waker, dropped } => {
-                *waker = None;
-                *dropped = true;
-            }
-            State::Free => {}
+        let was = cell.state.fetch_or(GONE, Ordering::AcqRel);
+        if was & VERDICT != PENDING {
+            // Settled and unread: the driver left the cell to us.
+            self.slab.give_back(self.index, cell, was);
         }
     }
 }
@@ -221,64 +340,67 @@ impl Drop for SlabReceipt {
 pub(crate) struct SlotAck {
     /// `None` once resolved.
     slab: Option<Arc<ReceiptSlab>>,
-    at: At,
+    index: u32,
 }
 
 impl SlotAck {
-    /// Resolves the receipt with `verdict` (the first verdict stands).
+    /// Resolves the receipt with `verdict`.
     pub(crate) fn resolve(mut self, verdict: Result<(), ReceiptError>) {
         self.settle(verdict);
     }
 
     fn settle(&mut self, verdict: Result<(), ReceiptError>) {
-        let Some(slab) = self.slab.take() else {
-            return;
-        };
-        let waker = slab.lock().settle(self.at, verdict);
-        if let Some(w) = waker {
-            w.wake();
+        if let Some(slab) = self.slab.take() {
+            if slab.settle(self.index, verdict).is_some() {
+                slab.push(self.index, self.index);
+            }
         }
     }
 }
 
-/// Cells settled as acknowledged together: consecutive ones of one slab take its lock once
-/// (a verdict frame acknowledges many messages of one shard), in runs of at most
-/// [`SlotRun::MAX`] so that their wakers wait on the stack.
+impl Drop for SlotAck {
+    fn drop(&mut self) {
+        self.settle(Err(ReceiptError::Unacknowledged));
+    }
+}
+
+/// Cells settled as acknowledged together: those of one slab in a row that their receipts
+/// left to the driver go back to the free stack in one swap (a verdict frame acknowledges
+/// many messages of one shard).
 #[derive(Debug, Default)]
 pub(crate) struct SlotRun {
     slab: Option<Arc<ReceiptSlab>>,
-    ats: smallvec::SmallVec<[At; SlotRun::MAX]>,
+    /// The cells to give back, linked through their `next`: the first and the last.
+    freed: Option<(u32, u32)>,
 }
 
 impl SlotRun {
-    /// The most cells settled under one taking of the lock.
-    const MAX: usize = 16;
-
     /// Resolves `ack` as acknowledged, with the run.
     pub(crate) fn acknowledge(&mut self, mut ack: SlotAck) {
         let Some(slab) = ack.slab.take() else {
             return;
         };
-        let other = self.slab.as_ref().is_some_and(|s| !Arc::ptr_eq(s, &slab));
-        if other || self.ats.len() == Self::MAX {
-            self.flush();
-        }
-        self.slab.get_or_insert(slab);
-        self.ats.push(ack.at);
-    }
-
-    /// Resolves the run gathered.
-    pub(crate) fn flush(&mut self) {
-        let Some(slab) = self.slab.take() else {
+        let Some(cell) = slab.settle(ack.index, Ok(())) else {
             return;
         };
-        let mut wakers = smallvec::SmallVec::<[Waker; SlotRun::MAX]>::new();
-        {
-            let mut c = slab.lock();
-            wakers.extend(self.ats.drain(..).filter_map(|at| c.settle(at, Ok(()))));
+        if self.slab.as_ref().is_some_and(|s| !Arc::ptr_eq(s, &slab)) {
+            self.flush();
         }
-        for w in wakers {
-            w.wake();
+        self.freed = Some(match self.freed {
+            Some((first, last)) => {
+                cell.next.store(first, Ordering::Relaxed);
+                (ack.index, last)
+            }
+            None => (ack.index, ack.index),
+        });
+        self.slab.get_or_insert(slab);
+    }
+
+    /// Gives back the cells gathered.
+    pub(crate) fn flush(&mut self) {
+        let slab = self.slab.take();
+        if let (Some(slab), Some((first, last))) = (slab, self.freed.take()) {
+            slab.push(first, last);
         }
     }
 }
@@ -286,12 +408,6 @@ impl SlotRun {
 impl Drop for SlotRun {
     fn drop(&mut self) {
         self.flush();
-    }
-}
-
-impl Drop for SlotAck {
-    fn drop(&mut self) {
-        self.settle(Err(ReceiptError::Unacknowledged));
     }
 }
 
@@ -320,7 +436,7 @@ mod tests {
         assert_eq!(slab.in_use(), 0);
         // The cell is taken again, under a new generation.
         let (mut r2, ack2) = slab.open();
-        assert_eq!(slab.capacity(), 1);
+        assert_eq!(slab.capacity(), FIRST as usize, "the first chunk only");
         ack2.resolve(Ok(()));
         assert_eq!(verdict(&mut r2).await, Ok(()));
         // Read again: the same verdict.
@@ -379,7 +495,8 @@ mod tests {
         assert_eq!(verdict(&mut r).await, Err(ReceiptError::Unacknowledged));
         drop(r);
         assert_eq!(slab.in_use(), 0);
-        assert_eq!(slab.capacity(), 1, "one cell, reused each time");
+        assert_eq!(slab.in_use(), 0);
+        assert_eq!(slab.capacity(), FIRST as usize, "the first chunk, reused");
     }
 
     #[tokio::test]
@@ -406,6 +523,149 @@ mod tests {
             ack.resolve(Ok(()));
             drop(r);
         }
-        assert_eq!(slab.capacity(), 100);
+        // Chunks double: at most twice what was outstanding, and no more after.
+        assert_eq!(slab.capacity(), 64 + 128);
+    }
+
+    /// A refusal's reason reaches the receipt that reads it, and one dropped unread leaves
+    /// nothing behind.
+    #[tokio::test]
+    async fn a_refusal_keeps_its_reason_until_read_or_dropped() {
+        let slab = ReceiptSlab::new();
+        let refused = Err(ReceiptError::Refused(Error::Storage));
+        let (mut r, ack) = slab.open();
+        ack.resolve(refused);
+        assert_eq!(verdict(&mut r).await, refused);
+        let (r, ack) = slab.open();
+        ack.resolve(refused);
+        drop(r);
+        assert!(lock(&slab.refusals).is_empty());
+        assert_eq!(slab.in_use(), 0);
+    }
+
+    /// A taker that read the top, then lost its turn while others took that cell and the
+    /// next and gave the first back, finds the top changed (its tag) and does not make the
+    /// taken second cell the top: the stack's classic ABA.
+    #[test]
+    fn a_stale_top_is_refused_even_when_its_cell_is_back_on_top() {
+        let slab = ReceiptSlab::new();
+        drop(slab.open());
+        let stale = slab.free.load(Ordering::Acquire);
+        let (x, y) = slab.peek(stale).unwrap();
+        assert_eq!(slab.pop(), Some(x));
+        assert_eq!(slab.pop(), Some(y));
+        slab.push(x, x);
+        assert_eq!(slab.free.load(Ordering::Acquire) as u32, x, "x back on top");
+        // Spurious failures aside (`_weak`), it must never succeed.
+        for _ in 0..100 {
+            assert!(
+                slab.take_top(stale, y).is_err(),
+                "taken cell {y} made the top"
+            );
+        }
+        assert_eq!(slab.pop(), Some(x));
+        assert_ne!(slab.pop(), Some(y));
+    }
+
+    /// Threads take and give back cells at once, each end finishing first in turn: no cell
+    /// is ever handed to two takers at once (the free stack's tag), and all come back.
+    #[test]
+    fn concurrent_takers_never_share_a_cell() {
+        let slab = ReceiptSlab::new();
+        let taken: Arc<Vec<std::sync::atomic::AtomicBool>> =
+            Arc::new((0..4096).map(|_| Default::default()).collect());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (slab, taken) = (slab.clone(), taken.clone());
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..20_000usize {
+                        let (r, ack) = slab.open();
+                        let was = taken[r.index as usize].swap(true, Ordering::SeqCst);
+                        assert!(!was, "cell {} handed out twice", r.index);
+                        held.push((r, ack));
+                        if held.len() > (i + t) % 7 {
+                            let (r, ack) = held.swap_remove(0);
+                            taken[r.index as usize].store(false, Ordering::SeqCst);
+                            if i % 2 == 0 {
+                                drop(r);
+                                ack.resolve(Ok(()));
+                            } else {
+                                ack.resolve(Ok(()));
+                                drop(r);
+                            }
+                        }
+                    }
+                    for (r, _) in &held {
+                        taken[r.index as usize].store(false, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(slab.in_use(), 0);
+        assert!(slab.capacity() <= 4 * FIRST as usize, "{}", slab.capacity());
+    }
+
+    /// A driver thread settles (one by one and in runs) while the receipts' threads read
+    /// or drop them, racing: every read verdict is the one settled, every waiter is
+    /// woken, every cell comes back.
+    #[test]
+    fn the_two_ends_race_and_every_verdict_arrives() {
+        let slab = ReceiptSlab::new();
+        let (tx, rx) = std::sync::mpsc::channel::<(u64, SlotAck)>();
+        let want = |n: u64| match n % 4 {
+            0 | 1 => Ok(()),
+            2 => Err(ReceiptError::InDoubt),
+            _ => Err(ReceiptError::Refused(Error::Closed)),
+        };
+        let driver = std::thread::spawn(move || {
+            let mut run = SlotRun::default();
+            for (n, ack) in rx {
+                match want(n) {
+                    Ok(()) if n % 8 == 0 => ack.resolve(Ok(())),
+                    Ok(()) => run.acknowledge(ack),
+                    v => ack.resolve(v),
+                }
+                if n % 5 == 0 {
+                    run.flush();
+                }
+            }
+        });
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let readers: Vec<_> = (0..3u64)
+            .map(|t| {
+                let (slab, tx) = (slab.clone(), tx.clone());
+                rt.spawn(async move {
+                    for i in 0..3000u64 {
+                        let n = t * 1_000_000 + i;
+                        let (mut r, ack) = slab.open();
+                        tx.send((n, ack)).unwrap();
+                        if i % 3 == 0 {
+                            drop(r);
+                        } else {
+                            let within = std::time::Duration::from_secs(10);
+                            let got = tokio::time::timeout(within, verdict(&mut r)).await;
+                            assert_eq!(got, Ok(want(n)), "message {n}");
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        rt.block_on(async {
+            for r in readers {
+                r.await.unwrap();
+            }
+        });
+        driver.join().unwrap();
+        assert_eq!(slab.in_use(), 0);
+        assert!(lock(&slab.refusals).is_empty());
     }
 }
