@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use atomic_waker::AtomicWaker;
 
 use crate::endpoint::api::error::{Error, ReceiptError};
+use crate::endpoint::api::receipts::code;
 
 /// Cells of the first chunk; chunk `k` holds `FIRST << k`.
 const FIRST: u32 = 64;
@@ -19,14 +20,10 @@ const NIL: u32 = u32::MAX;
 
 /// A cell's state: its verdict's code in the low bits (`PENDING` until the driver settles
 /// it), and two flags.
+/// (`code::REFUSED`: the reason is in [`ReceiptSlab::refusals`].)
 const VERDICT: u32 = 0b111;
-const PENDING: u32 = 0;
-const OK: u32 = 1;
-const UNACKNOWLEDGED: u32 = 2;
-const NOT_DELIVERED: u32 = 3;
-const IN_DOUBT: u32 = 4;
-/// Refused: the reason is in [`ReceiptSlab::refusals`].
-const REFUSED: u32 = 5;
+const PENDING: u32 = code::PENDING as u32;
+const REFUSED: u32 = code::REFUSED as u32;
 /// The receipt is done with the cell (dropped, or it read the verdict).
 const GONE: u32 = 1 << 3;
 /// The receipt registered a waker (it waits).
@@ -199,16 +196,11 @@ impl ReceiptSlab {
     #[inline]
     fn settle(&self, index: u32, verdict: Result<(), ReceiptError>) -> Option<&Cell> {
         let cell = self.cell(index)?;
-        let code = match verdict {
-            Ok(()) => OK,
-            Err(ReceiptError::Unacknowledged) => UNACKNOWLEDGED,
-            Err(ReceiptError::NotDelivered) => NOT_DELIVERED,
-            Err(ReceiptError::InDoubt) => IN_DOUBT,
-            Err(ReceiptError::Refused(e)) => {
-                lock(&self.refusals).push((index, e));
-                REFUSED
-            }
-        };
+        let (code, refusal) = code::of(verdict);
+        if let Some(e) = refusal {
+            lock(&self.refusals).push((index, e));
+        }
+        let code = u32::from(code);
         let was = cell.state.fetch_or(code, Ordering::AcqRel);
         if was & GONE == 0 {
             if was & WAKER != 0 {
@@ -243,20 +235,12 @@ impl ReceiptSlab {
 
     /// The verdict of a settled cell's state `state`.
     fn verdict(&self, index: u32, state: u32) -> Result<(), ReceiptError> {
-        match state & VERDICT {
-            OK => Ok(()),
-            NOT_DELIVERED => Err(ReceiptError::NotDelivered),
-            IN_DOUBT => Err(ReceiptError::InDoubt),
-            REFUSED => {
-                let mut r = lock(&self.refusals);
-                let e = r
-                    .iter()
-                    .position(|(i, _)| *i == index)
-                    .map(|p| r.remove(p).1);
-                Err(ReceiptError::Refused(e.unwrap_or(Error::Closed)))
-            }
-            _ => Err(ReceiptError::Unacknowledged),
-        }
+        let found = code::verdict((state & VERDICT) as u8, || {
+            let mut r = lock(&self.refusals);
+            let at = r.iter().position(|(i, _)| *i == index);
+            at.map_or(Error::Closed, |p| r.remove(p).1)
+        });
+        found.unwrap_or(Err(ReceiptError::Unacknowledged))
     }
 
     /// Cells in use (taken and not given back).

@@ -46,13 +46,46 @@ impl Ack {
     }
 }
 
-/// Verdict codes in [`BatchState::codes`].
-const PENDING: u8 = 0;
-const OK: u8 = 1;
-const UNACKNOWLEDGED: u8 = 2;
-const NOT_DELIVERED: u8 = 3;
-const IN_DOUBT: u8 = 4;
-const REFUSED: u8 = 5;
+/// A verdict as a small code (in [`BatchState::codes`], in a slab cell's state): `PENDING`
+/// before it comes, `REFUSED` with its reason kept aside.
+pub(crate) mod code {
+    use crate::endpoint::api::error::{Error, ReceiptError};
+
+    pub(crate) const PENDING: u8 = 0;
+    pub(crate) const OK: u8 = 1;
+    const UNACKNOWLEDGED: u8 = 2;
+    const NOT_DELIVERED: u8 = 3;
+    const IN_DOUBT: u8 = 4;
+    pub(crate) const REFUSED: u8 = 5;
+
+    /// The code of `verdict`, and the reason of a refusal (to keep aside).
+    #[inline]
+    pub(crate) fn of(verdict: Result<(), ReceiptError>) -> (u8, Option<Error>) {
+        match verdict {
+            Ok(()) => (OK, None),
+            Err(ReceiptError::Unacknowledged) => (UNACKNOWLEDGED, None),
+            Err(ReceiptError::NotDelivered) => (NOT_DELIVERED, None),
+            Err(ReceiptError::InDoubt) => (IN_DOUBT, None),
+            Err(ReceiptError::Refused(e)) => (REFUSED, Some(e)),
+        }
+    }
+
+    /// The verdict of `code` (`None` while pending); `refusal` finds a refusal's reason.
+    pub(crate) fn verdict(
+        code: u8,
+        refusal: impl FnOnce() -> Error,
+    ) -> Option<Result<(), ReceiptError>> {
+        Some(match code {
+            PENDING => return None,
+            OK => Ok(()),
+            NOT_DELIVERED => Err(ReceiptError::NotDelivered),
+            IN_DOUBT => Err(ReceiptError::InDoubt),
+            REFUSED => Err(ReceiptError::Refused(refusal())),
+            _ => Err(ReceiptError::Unacknowledged),
+        })
+    }
+}
+use code::{OK, PENDING};
 
 /// What a batch's receipt and the driver share: one allocation for the verdicts of every
 /// message of the batch, and one completion signal.
@@ -69,19 +102,13 @@ struct BatchState {
 
 impl BatchState {
     fn resolve(&self, index: u32, verdict: Result<(), ReceiptError>) {
-        let code = match verdict {
-            Ok(()) => OK,
-            Err(ReceiptError::Unacknowledged) => UNACKNOWLEDGED,
-            Err(ReceiptError::NotDelivered) => NOT_DELIVERED,
-            Err(ReceiptError::InDoubt) => IN_DOUBT,
-            Err(ReceiptError::Refused(e)) => {
-                self.refusals
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((index, e));
-                REFUSED
-            }
-        };
+        let (code, refusal) = code::of(verdict);
+        if let Some(e) = refusal {
+            self.refusals
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((index, e));
+        }
         let Some(c) = self.codes.get(index as usize) else {
             return;
         };
@@ -121,21 +148,12 @@ impl BatchState {
     }
 
     fn verdict(&self, index: usize) -> Option<Result<(), ReceiptError>> {
-        let code = self.codes.get(index)?.load(Ordering::Acquire);
-        Some(match code {
-            PENDING => return None,
-            OK => Ok(()),
-            NOT_DELIVERED => Err(ReceiptError::NotDelivered),
-            IN_DOUBT => Err(ReceiptError::InDoubt),
-            REFUSED => {
-                let r = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
-                let e = r
-                    .iter()
-                    .find(|(i, _)| *i as usize == index)
-                    .map_or(Error::Closed, |(_, e)| *e);
-                Err(ReceiptError::Refused(e))
-            }
-            _ => Err(ReceiptError::Unacknowledged),
+        let c = self.codes.get(index)?.load(Ordering::Acquire);
+        code::verdict(c, || {
+            let r = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+            r.iter()
+                .find(|(i, _)| *i as usize == index)
+                .map_or(Error::Closed, |(_, e)| *e)
         })
     }
 }
