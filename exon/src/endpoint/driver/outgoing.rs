@@ -45,28 +45,24 @@ pub(crate) struct Outgoing {
     reply: Reply,
     /// When the endpoint gives the message up, if not acknowledged by then.
     deadline: Option<std::time::Instant>,
-    /// Where the message's storing is told (durable mode), or the request a reply
-    /// answers.
-    side: Side,
+    /// Where the message's storing is told (durable mode), the request a reply answers,
+    /// or a durable flow's position: boxed, so that every send's `Outgoing` fits the 128
+    /// bytes a move copies inline (see `a_send_command_stays_small`).
+    side: Option<Box<Side>>,
 }
 
-/// What some messages carry beside their payload: one field for both, since no message
-/// carries both (a reply is never told it is stored), so that every send's `Outgoing` stays
-/// small (see `a_send_command_stays_small`).
+/// What some messages carry beside their payload: one field for all, since no message
+/// carries two (a reply is never told it is stored, nor is a flow's message).
 pub(crate) enum Side {
-    /// Nothing.
-    None,
     /// Durable mode: told the message's stable id once it is on stable storage.
     Stored(oneshot::Sender<MsgId>),
-    /// A reply: the request it answers, taken in the same step ([`Node::reply`]). Boxed, as
-    /// few messages are replies.
+    /// A reply: the request it answers, taken in the same step ([`Node::reply`]).
     ///
     /// [`Node::reply`]: crate::proto::Node::reply
-    Answers(Box<DeliveryId>),
+    Answers(DeliveryId),
     /// A durable flow's message: the flow's position, kept in the message's own journal
-    /// record ([`Node::send_marked`](crate::proto::Node::send_marked)). Boxed, as few
-    /// messages carry one.
-    Marked(Box<Mark>),
+    /// record ([`Node::send_marked`](crate::proto::Node::send_marked)).
+    Marked(Mark),
 }
 
 impl Outgoing {
@@ -91,7 +87,7 @@ impl Outgoing {
             ack,
             reply,
             deadline,
-            side: stored.map_or(Side::None, Side::Stored),
+            side: stored.map(|tx| Box::new(Side::Stored(tx))),
         }
     }
 
@@ -107,7 +103,7 @@ impl Outgoing {
             ack: Ack::None,
             reply: Reply::Uncredited,
             deadline: None,
-            side: Side::Answers(Box::new(request)),
+            side: Some(Box::new(Side::Answers(request))),
         }
     }
 
@@ -127,7 +123,7 @@ impl Outgoing {
             ack,
             reply: Reply::Uncredited,
             deadline,
-            side: Side::None,
+            side: None,
         }
     }
 
@@ -149,16 +145,16 @@ impl Outgoing {
 
     /// The same, keeping `mark` with it in its journal record (a durable flow's position).
     pub(crate) fn with_mark(mut self, mark: Mark) -> Outgoing {
-        self.side = Side::Marked(Box::new(mark));
+        self.side = Some(Box::new(Side::Marked(mark)));
         self
     }
 
     /// Takes out the mark a durable flow's message keeps with it.
     pub(crate) fn take_mark(&mut self) -> Option<Mark> {
-        match std::mem::replace(&mut self.side, Side::None) {
-            Side::Marked(m) => Some(*m),
+        match self.side.take().map(|s| *s) {
+            Some(Side::Marked(m)) => Some(m),
             other => {
-                self.side = other;
+                self.side = other.map(Box::new);
                 None
             }
         }
@@ -167,7 +163,7 @@ impl Outgoing {
     /// Gives the mark back (the core could not take the message yet).
     pub(crate) fn put_mark(&mut self, mark: Option<Mark>) {
         if let Some(m) = mark {
-            self.side = Side::Marked(Box::new(m));
+            self.side = Some(Box::new(Side::Marked(m)));
         }
     }
 
@@ -191,8 +187,8 @@ impl Outgoing {
 
     /// The request this message answers, if it is a reply.
     pub(crate) fn answers(&self) -> Option<DeliveryId> {
-        match &self.side {
-            Side::Answers(d) => Some(**d),
+        match self.side.as_deref() {
+            Some(Side::Answers(d)) => Some(*d),
             _ => None,
         }
     }
@@ -279,8 +275,8 @@ impl Outgoing {
             | Reply::KeyedBatch(_)
             | Reply::Request(_) => {}
         }
-        let stored = match self.side {
-            Side::Stored(tx) => Some(tx),
+        let stored = match self.side.map(|s| *s) {
+            Some(Side::Stored(tx)) => Some(tx),
             _ => None,
         };
         (self.ack, stored)
