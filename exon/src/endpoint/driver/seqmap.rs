@@ -72,7 +72,8 @@ impl<V> SeqMap<V> {
         if gap > MIN_SPAN as u64 {
             self.spill_all();
             self.base = id.0;
-        } else {
+        } else if gap > 0 {
+            // (Tested first: an empty `extend` still costs a call, per message.)
             self.ring.extend((0..gap).map(|_| None));
         }
         self.ring.push_back(Some(v));
