@@ -7,6 +7,7 @@ pub(crate) mod endpoint;
 pub(crate) mod error;
 pub(crate) mod handle;
 pub(crate) mod message;
+pub(crate) mod own_line;
 #[cfg(feature = "serde")]
 pub(crate) mod payload;
 pub(crate) mod receipt_slab;

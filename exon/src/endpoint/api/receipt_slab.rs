@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use atomic_waker::AtomicWaker;
 
 use crate::endpoint::api::error::{Error, ReceiptError};
+use crate::endpoint::api::own_line::OwnLine;
 use crate::endpoint::api::receipts::code;
 
 /// Cells of the first chunk; chunk `k` holds `FIRST << k`.
@@ -43,12 +44,16 @@ const WAKER: u32 = 1 << 4;
 /// receipts outstanding at once) while both ends read cells without a lock.
 ///
 /// [`Handle::send`]: crate::endpoint::Handle::send
+///
+/// Its parts that both ends write for every message (the free stack's top) or read for
+/// every message (the chunks) are on lines of their own, apart from each other and from
+/// the `Arc`'s counts, which each receipt changes.
 pub(crate) struct ReceiptSlab {
     /// Chunk `k` holds cells `FIRST * (2^k - 1) ..` and `FIRST << k` of them.
-    chunks: [OnceLock<Box<[Cell]>>; CHUNKS],
+    chunks: OwnLine<[OnceLock<Box<[Cell]>>; CHUNKS]>,
     /// The top of the free stack: its index in the low 32 bits ([`NIL`]: empty), a tag
     /// bumped by every change in the high 32 (so a pop that read an old top fails).
-    free: AtomicU64,
+    free: OwnLine<AtomicU64>,
     /// Chunks allocated; held while the slab grows (rarely).
     grown: Mutex<usize>,
     /// The reasons of refusals not read yet, by cell (rare: a refusal is an error of the
@@ -87,8 +92,8 @@ impl ReceiptSlab {
     /// A new, empty slab (its first cells are allocated by the first [`open`](Self::open)).
     pub(crate) fn new() -> Arc<ReceiptSlab> {
         Arc::new(ReceiptSlab {
-            chunks: std::array::from_fn(|_| OnceLock::new()),
-            free: AtomicU64::new(top(0, NIL)),
+            chunks: OwnLine(std::array::from_fn(|_| OnceLock::new())),
+            free: OwnLine(AtomicU64::new(top(0, NIL))),
             grown: Mutex::new(0),
             refusals: Mutex::new(Vec::new()),
         })

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore};
 
+use crate::endpoint::api::own_line::OwnLine;
 use crate::proto::{MsgId, NodeId};
 
 /// What handles and the driver share.
@@ -20,8 +21,8 @@ pub(crate) struct Shared {
     default_deadline: Option<std::time::Duration>,
     /// Set once the endpoint closes: new sends are refused at once.
     closing: AtomicBool,
-    /// The next message id handed out.
-    next_id: AtomicU64,
+    /// The next message id handed out (taken for every send: on lines of its own).
+    next_id: OwnLine<AtomicU64>,
     /// Destinations whose queue is full: sends to them wait for the driver's answer.
     blocked: Mutex<PeerSet>,
     /// Size of `blocked`, read without the lock on the fast path.
@@ -89,7 +90,7 @@ impl Shared {
             max_payload,
             default_deadline,
             closing: AtomicBool::new(false),
-            next_id: AtomicU64::new(0),
+            next_id: OwnLine(AtomicU64::new(0)),
             blocked: Mutex::new(PeerSet::default()),
             blocked_len: AtomicUsize::new(0),
             room: Notify::new(),
