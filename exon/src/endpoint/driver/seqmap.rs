@@ -53,7 +53,22 @@ impl<V> SeqMap<V> {
     }
 
     /// Inserts `v` under `id` (replacing any value there).
+    #[inline]
     pub(crate) fn insert(&mut self, id: MsgId, v: V) {
+        // The usual case first: the id after the ring's last.
+        if !self.ring.is_empty() && Some(id.0) == self.base.checked_add(self.ring.len() as u64) {
+            self.ring.push_back(Some(v));
+            self.in_ring += 1;
+            if self.ring.len() > MIN_SPAN.max(4 * self.in_ring) {
+                self.bound();
+            }
+            return;
+        }
+        self.insert_other(id, v);
+    }
+
+    /// [`insert`](Self::insert) of an id not right after the ring's last.
+    fn insert_other(&mut self, id: MsgId, v: V) {
         if let Some(i) = self.at(id) {
             if self.ring[i].replace(v).is_none() {
                 self.in_ring += 1;
