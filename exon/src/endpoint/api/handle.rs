@@ -206,9 +206,13 @@ impl Handle {
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
         self.check(to, &payload)?;
-        let within = self.first().shared.default_deadline();
-        self.send_sealed(to, Envelope::message(payload), within, None)
-            .await
+        // `send_sealed`'s steps, without its future inside this one: every send moves its
+        // payload and receipt through one future fewer.
+        let deadline = self.default_deadline_at();
+        match self.try_hand_over(to, Envelope::message(payload), Reply::None, deadline) {
+            Ok(handed) => handed,
+            Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
+        }
     }
 
     /// Like [`send`](Self::send), with a deadline `within` from now (instead of

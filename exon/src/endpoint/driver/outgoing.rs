@@ -71,6 +71,7 @@ impl Outgoing {
     /// is on stable storage.
     ///
     /// [`Handle::send`]: crate::endpoint::Handle::send
+    #[inline]
     pub(crate) fn send(
         to: NodeId,
         payload: Payload,

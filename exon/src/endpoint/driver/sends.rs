@@ -115,6 +115,7 @@ impl Sends {
 
     /// `out` is in the core as message `core_id`: kept until its verdict, its deadline
     /// watched.
+    #[inline]
     fn keep(&mut self, out: Outgoing, core_id: MsgId) {
         let (id, to) = (out.id(), out.to());
         if let Some(d) = out.deadline() {

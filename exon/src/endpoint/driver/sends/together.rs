@@ -20,7 +20,7 @@ pub(super) struct Scratch {
     run: Vec<Outgoing>,
     /// Their payloads, as `send_many` takes them.
     payloads: std::collections::VecDeque<crate::proto::Payload>,
-    /// Their payloads' lengths (for the debug events).
+    /// Their payloads' lengths (for the debug events, when those can be on).
     lens: Vec<usize>,
 }
 
@@ -117,9 +117,13 @@ impl Sends {
         }
         // The payloads go to the core; the messages stay where they are until it took
         // them (each moved once, into its entry of the unacknowledged).
+        // Their lengths are kept only for the debug events, when those can be on.
+        let debug = tracing::level_enabled!(tracing::Level::DEBUG);
         for out in messages.iter_mut() {
             let payload = out.take_payload();
-            s.lens.push(payload.len());
+            if debug {
+                s.lens.push(payload.len());
+            }
             s.payloads.push_back(payload);
         }
         // `send_many` takes from the front and leaves the rest (all of them when it fails).
@@ -127,12 +131,13 @@ impl Sends {
         let accepted = messages.len() - s.payloads.len();
         if let Ok(first) = first {
             self.warn_if_no_address(t, node, paths, to);
-            let taken = messages.drain(..accepted).zip(s.lens.drain(..));
-            for (i, (out, len)) in taken.enumerate() {
-                debug_in_peer(
-                    to,
-                    || tracing::debug!(msg = %out.id(), len, "message queued"),
-                );
+            for (i, out) in messages.drain(..accepted).enumerate() {
+                if let Some(len) = s.lens.get(i) {
+                    debug_in_peer(
+                        to,
+                        || tracing::debug!(msg = %out.id(), len, "message queued"),
+                    );
+                }
                 self.keep(out, MsgId(first.0 + i as u64));
             }
             if node.is_full(to, 0) {
