@@ -205,11 +205,14 @@ impl Handle {
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
         let payload = payload.into();
-        self.check(to, &payload)?;
+        // The destination's shard looked up once for all the steps.
+        let shard = self.shard(to);
+        self.check_in(shard, to, payload.len())?;
         // `send_sealed`'s steps, without its future inside this one: every send moves its
         // payload and receipt through one future fewer.
         let deadline = self.default_deadline_at();
-        match self.try_hand_over(to, Envelope::message(payload), Reply::None, deadline) {
+        let payload = Envelope::message(payload);
+        match self.try_hand_over(shard, to, payload, Reply::None, deadline) {
             Ok(handed) => handed,
             Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
         }
@@ -372,7 +375,7 @@ impl Handle {
     ) -> Result<Receipt, Error> {
         let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
         let reply = call.map_or(Reply::None, Reply::Request);
-        match self.try_hand_over(to, payload, reply, deadline) {
+        match self.try_hand_over(self.shard(to), to, payload, reply, deadline) {
             Ok(handed) => handed,
             Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
         }
@@ -383,12 +386,13 @@ impl Handle {
     #[inline]
     fn try_hand_over(
         &self,
+        shard: &ShardLink,
         to: NodeId,
         payload: Payload,
         reply: Reply,
         deadline: Option<std::time::Instant>,
     ) -> Result<Result<Receipt, Error>, (Payload, Reply)> {
-        let shared = &self.shard(to).shared;
+        let shared = &shard.shared;
         if shared.is_closing() {
             return Ok(Err(Error::Closed));
         }
@@ -396,7 +400,7 @@ impl Handle {
             return Err((payload, reply));
         }
         match shared.try_take_credits(shared.credit_weight(payload.len())) {
-            Some(true) => Ok(self.hand_over(to, payload, reply, deadline)),
+            Some(true) => Ok(self.hand_over_in(shard, to, payload, reply, deadline)),
             Some(false) => Ok(Err(Error::Closed)),
             None => Err((payload, reply)),
         }
@@ -419,7 +423,7 @@ impl Handle {
         if !shard.shared.take_credits(weight).await {
             return Err(Error::Closed);
         }
-        self.hand_over(to, payload, reply, deadline)
+        self.hand_over_in(shard, to, payload, reply, deadline)
     }
 
     /// Sends every payload of `payloads` to node `to`, exactly once each, in one hand-over
@@ -609,7 +613,13 @@ impl Handle {
 
     /// [`check`](Self::check) for an application payload of `len` bytes.
     pub(crate) fn check_len(&self, to: NodeId, len: usize) -> Result<(), Error> {
-        let shared = &self.shard(to).shared;
+        self.check_in(self.shard(to), to, len)
+    }
+
+    /// [`check_len`](Self::check_len) with `to`'s shard looked up already.
+    #[inline]
+    fn check_in(&self, shard: &ShardLink, to: NodeId, len: usize) -> Result<(), Error> {
+        let shared = &shard.shared;
         if shared.is_closing() {
             return Err(Error::Closed);
         }
@@ -635,7 +645,18 @@ impl Handle {
         reply: Reply,
         deadline: Option<std::time::Instant>,
     ) -> Result<Receipt, Error> {
-        let shard = self.shard(to);
+        self.hand_over_in(self.shard(to), to, payload, reply, deadline)
+    }
+
+    /// [`hand_over`](Self::hand_over) to `to`'s shard `shard`.
+    fn hand_over_in(
+        &self,
+        shard: &ShardLink,
+        to: NodeId,
+        payload: Payload,
+        reply: Reply,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Receipt, Error> {
         let (rx, ack) = shard.receipts.open();
         let id = self.first().shared.next_ids(1);
         let (stored_tx, stored) = if self.first().shared.is_durable() {

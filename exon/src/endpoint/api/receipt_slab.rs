@@ -365,6 +365,7 @@ pub(crate) struct SlotRun {
 
 impl SlotRun {
     /// Resolves `ack` as acknowledged, with the run.
+    #[inline]
     pub(crate) fn acknowledge(&mut self, mut ack: SlotAck) {
         let Some(slab) = ack.slab.take() else {
             return;

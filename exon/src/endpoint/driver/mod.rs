@@ -421,6 +421,7 @@ impl<S: DatagramSocket> Driver<S> {
     /// A command from the mailbox: a plain send joins the run of sends being gathered (to
     /// be handed to the core together); any other command is handled after that run, so
     /// that commands keep their order.
+    #[inline]
     fn take_command(&mut self, c: Command, t: Instant) {
         self.turns.command();
         match c {

@@ -262,6 +262,7 @@ impl Outgoing {
     }
 
     /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
+    #[inline]
     pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
         match self.reply {
             Reply::Try(r) => {

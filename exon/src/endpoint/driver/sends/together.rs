@@ -33,6 +33,7 @@ impl Sends {
 
     /// Takes the plain send `out` (see [`may_gather`](Self::may_gather)) into the run being
     /// gathered, after handing over the run gathered so far if it goes elsewhere.
+    #[inline]
     pub(crate) fn gather(&mut self, t: Instant, out: Outgoing, node: &mut Node, paths: &Paths) {
         if self.scratch.run.first().is_some_and(|f| f.to() != out.to()) {
             self.flush_run(t, node, paths);
