@@ -198,6 +198,10 @@ impl Endpoint {
     /// message returned here counts as taken, as with [`recv`](Self::recv).
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         let n = self.rx.len();
+        if n == 1 {
+            // One shard (the default): no turn to keep, no division per message.
+            return self.rx[0].poll_recv(cx);
+        }
         let mut open = false;
         for k in 0..n {
             let i = (self.next + k) % n;
