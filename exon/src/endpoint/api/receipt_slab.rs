@@ -307,6 +307,7 @@ impl SlabReceipt {
 }
 
 impl Drop for SlabReceipt {
+    #[inline]
     fn drop(&mut self) {
         if self.verdict.is_some() {
             return;
