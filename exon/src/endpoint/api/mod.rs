@@ -16,3 +16,4 @@ pub(crate) mod shared;
 pub(crate) mod stats;
 #[cfg(feature = "serde")]
 pub(crate) mod typed;
+pub(crate) mod verdict_code;

@@ -10,7 +10,7 @@ use atomic_waker::AtomicWaker;
 
 use crate::endpoint::api::error::{Error, ReceiptError};
 use crate::endpoint::api::own_line::OwnLine;
-use crate::endpoint::api::receipts::code;
+use crate::endpoint::api::verdict_code as code;
 
 /// Cells of the first chunk; chunk `k` holds `FIRST << k`.
 const FIRST: u32 = 64;

@@ -46,45 +46,7 @@ impl Ack {
     }
 }
 
-/// A verdict as a small code (in [`BatchState::codes`], in a slab cell's state): `PENDING`
-/// before it comes, `REFUSED` with its reason kept aside.
-pub(crate) mod code {
-    use crate::endpoint::api::error::{Error, ReceiptError};
-
-    pub(crate) const PENDING: u8 = 0;
-    pub(crate) const OK: u8 = 1;
-    const UNACKNOWLEDGED: u8 = 2;
-    const NOT_DELIVERED: u8 = 3;
-    const IN_DOUBT: u8 = 4;
-    pub(crate) const REFUSED: u8 = 5;
-
-    /// The code of `verdict`, and the reason of a refusal (to keep aside).
-    #[inline]
-    pub(crate) fn of(verdict: Result<(), ReceiptError>) -> (u8, Option<Error>) {
-        match verdict {
-            Ok(()) => (OK, None),
-            Err(ReceiptError::Unacknowledged) => (UNACKNOWLEDGED, None),
-            Err(ReceiptError::NotDelivered) => (NOT_DELIVERED, None),
-            Err(ReceiptError::InDoubt) => (IN_DOUBT, None),
-            Err(ReceiptError::Refused(e)) => (REFUSED, Some(e)),
-        }
-    }
-
-    /// The verdict of `code` (`None` while pending); `refusal` finds a refusal's reason.
-    pub(crate) fn verdict(
-        code: u8,
-        refusal: impl FnOnce() -> Error,
-    ) -> Option<Result<(), ReceiptError>> {
-        Some(match code {
-            PENDING => return None,
-            OK => Ok(()),
-            NOT_DELIVERED => Err(ReceiptError::NotDelivered),
-            IN_DOUBT => Err(ReceiptError::InDoubt),
-            REFUSED => Err(ReceiptError::Refused(refusal())),
-            _ => Err(ReceiptError::Unacknowledged),
-        })
-    }
-}
+use crate::endpoint::api::verdict_code as code;
 use code::{OK, PENDING};
 
 /// What a batch's receipt and the driver share: one allocation for the verdicts of every
