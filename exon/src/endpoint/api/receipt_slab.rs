@@ -20,10 +20,11 @@ const CHUNKS: usize = 26;
 const NIL: u32 = u32::MAX;
 
 /// A cell's state: its verdict's code in the low bits (`PENDING` until the driver settles
-/// it), and two flags.
-/// (`code::REFUSED`: the reason is in [`ReceiptSlab::refusals`].)
+/// it; the reason of a `REFUSED` is in [`ReceiptSlab::refusals`]), and two flags.
 const VERDICT: u32 = 0b111;
+/// No verdict yet.
 const PENDING: u32 = code::PENDING as u32;
+/// Refused (see [`VERDICT`]).
 const REFUSED: u32 = code::REFUSED as u32;
 /// The receipt is done with the cell (dropped, or it read the verdict).
 const GONE: u32 = 1 << 3;
@@ -43,11 +44,11 @@ const WAKER: u32 = 1 << 4;
 /// Cells live in chunks allocated once and never moved, so the slab grows (to the most
 /// receipts outstanding at once) while both ends read cells without a lock.
 ///
-/// [`Handle::send`]: crate::endpoint::Handle::send
-///
 /// Its parts that both ends write for every message (the free stack's top) or read for
 /// every message (the chunks) are on lines of their own, apart from each other and from
 /// the `Arc`'s counts, which each receipt changes.
+///
+/// [`Handle::send`]: crate::endpoint::Handle::send
 pub(crate) struct ReceiptSlab {
     /// Chunk `k` holds cells `FIRST * (2^k - 1) ..` and `FIRST << k` of them.
     chunks: OwnLine<[OnceLock<Box<[Cell]>>; CHUNKS]>,
