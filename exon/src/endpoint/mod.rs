@@ -106,6 +106,7 @@
 //!   sender gave up; **reset**: a stream refused or closed.
 
 pub(crate) mod api;
+pub(crate) mod deadline;
 pub(crate) mod driver;
 pub(crate) mod flows;
 pub(crate) mod io;

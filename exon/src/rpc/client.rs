@@ -7,6 +7,8 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::endpoint::deadline::saturating_after;
+
 use super::error::{CallError, Failure};
 use crate::call::{CallState, Ended, Learned};
 use crate::endpoint::{Handle, Receipt, ReceiptError};
@@ -75,7 +77,7 @@ impl Handle {
         within: Duration,
         seal: impl FnOnce(u64) -> Result<Payload, CallError>,
     ) -> CallOutcome {
-        let deadline = Instant::now() + within;
+        let deadline = saturating_after(Instant::now(), within);
         let (guard, reply) = self.calls().open(to);
         let payload = match seal(guard.id()) {
             Ok(p) => p,
@@ -175,7 +177,7 @@ pub(crate) async fn ended(
             v = &mut receipt, if !call.is_acknowledged() => match v {
                 Ok(_) => {
                     if let ReplyWait::AfterAck(d) = wait {
-                        deadline = Instant::now() + d;
+                        deadline = saturating_after(Instant::now(), d);
                     }
                     Learned::Acknowledged
                 }

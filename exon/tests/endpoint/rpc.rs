@@ -334,3 +334,40 @@ async fn deadlines_racing_replies_end_every_call_truthfully() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Durations past what the clock can represent, from the application: a call's wait, a
+/// channel message's deadline, a close's timeout. Each means "no limit" (or as far as the
+/// clock goes), where adding it to the clock panicked.
+#[tokio::test]
+async fn durations_beyond_the_clock_are_no_limit_and_no_panic() {
+    let (s, c) = pair().await;
+    let server = s.handle();
+    tokio::spawn(async move { server.serve(square).await });
+    let h = c.handle();
+    let r = timeout(
+        LIMIT,
+        h.call_within(S, 3u64.to_be_bytes().to_vec(), Duration::MAX),
+    )
+    .await
+    .expect("answered")
+    .unwrap();
+    assert_eq!(u64::from_be_bytes(r[..].try_into().unwrap()), 9);
+    // The channel's message is acknowledged once the server's application takes it.
+    let mut s = s;
+    let reader = tokio::spawn(async move {
+        let m = s.recv().await.expect("running");
+        (s, m)
+    });
+    let ch = h.channel(S, 7).unwrap();
+    let receipt = ch.send_within(vec![1u8; 16], Duration::MAX).await.unwrap();
+    let (s, m) = timeout(LIMIT, reader).await.expect("delivered").unwrap();
+    assert_eq!(&m.payload[..], &[1u8; 16]);
+    timeout(LIMIT, receipt)
+        .await
+        .expect("settled")
+        .expect("acknowledged");
+    timeout(LIMIT, c.close(Duration::MAX))
+        .await
+        .expect("closed");
+    s.close(Duration::ZERO).await;
+}

@@ -14,6 +14,7 @@ use crate::endpoint::api::receipt_slab::ReceiptSlab;
 use crate::endpoint::api::receipts::{self, Ack, BatchReceipt, Receipt};
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::api::stats::{CloseReport, EndpointStats};
+use crate::endpoint::deadline::deadline_in;
 use crate::endpoint::driver::command::Command;
 use crate::endpoint::driver::mailbox::MailboxTx;
 use crate::endpoint::driver::outgoing::{Outgoing, Reply};
@@ -233,9 +234,15 @@ impl Handle {
         within: Duration,
     ) -> Result<Receipt, Error> {
         let payload = payload.into();
-        self.check(to, &payload)?;
-        self.send_sealed(to, Envelope::message(payload), Some(within), None)
-            .await
+        // As `send`: the steps inline, the shard looked up once.
+        let shard = self.shard(to);
+        self.check_in(shard, to, payload.len())?;
+        let deadline = deadline_in(within);
+        let payload = Envelope::message(payload);
+        match self.try_hand_over(shard, to, payload, Reply::None, deadline) {
+            Ok(handed) => handed,
+            Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
+        }
     }
 
     /// The deadline of sends that give none.
@@ -246,10 +253,7 @@ impl Handle {
 
     /// When a send made now that gives no deadline is given up, if ever.
     fn default_deadline_at(&self) -> Option<std::time::Instant> {
-        self.first()
-            .shared
-            .default_deadline()
-            .map(|w| tokio::time::Instant::now().into_std() + w)
+        self.first().shared.default_deadline().and_then(deadline_in)
     }
 
     /// The deadline of sends that give none (any build).
@@ -373,7 +377,7 @@ impl Handle {
         within: Option<Duration>,
         call: Option<u64>,
     ) -> Result<Receipt, Error> {
-        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
+        let deadline = within.and_then(deadline_in);
         let reply = call.map_or(Reply::None, Reply::Request);
         match self.try_hand_over(self.shard(to), to, payload, reply, deadline) {
             Ok(handed) => handed,
@@ -488,7 +492,7 @@ impl Handle {
         I::Item: Into<Bytes>,
     {
         let within = self.first().shared.default_deadline();
-        let deadline = within.map(|w| tokio::time::Instant::now().into_std() + w);
+        let deadline = within.and_then(deadline_in);
         let payloads: Vec<Bytes> = payloads.into_iter().map(Into::into).collect();
         if let Some(k) = first_key {
             if !self.first().shared.is_durable() {
@@ -891,6 +895,29 @@ mod tests {
             sizes[0],
             "dropped receipts reuse the cells too"
         );
+        a.close(Duration::from_secs(1)).await;
+        b.close(Duration::ZERO).await;
+    }
+
+    /// A deadline past what the clock can represent is no deadline: the send goes, and is
+    /// acknowledged, where adding it to the clock would panic.
+    #[tokio::test]
+    async fn a_deadline_beyond_the_clock_means_none_and_no_panic() {
+        let (ia, ib) = (NodeId::from_const(1), NodeId::from_const(2));
+        let a = endpoint(ia, [ia, ib]).await;
+        let mut b = endpoint(ib, [ia, ib]).await;
+        a.add_peer(ib, b.local_addr());
+        let r = a
+            .send_within(ib, vec![7u8; 10], Duration::MAX)
+            .await
+            .unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), b.recv()).await;
+        assert_eq!(
+            &got.expect("delivered").expect("running").payload[..],
+            &[7u8; 10]
+        );
+        let verdict = tokio::time::timeout(Duration::from_secs(10), r).await;
+        assert!(matches!(verdict, Ok(Ok(_))), "{verdict:?}");
         a.close(Duration::from_secs(1)).await;
         b.close(Duration::ZERO).await;
     }

@@ -492,7 +492,7 @@ impl<S: DatagramSocket> Driver<S> {
             Command::Requeue(r) => self.requests.push(r),
             Command::Close { timeout, reply } => {
                 self.close_replies.push(reply);
-                let deadline = t + timeout;
+                let deadline = crate::endpoint::deadline::saturating_after(t, timeout);
                 match self.closing {
                     Some(d) if d <= deadline => {}
                     _ => self.start_close(deadline),

@@ -14,6 +14,7 @@ use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::receipt_slab::{ReceiptSlab, SlabReceipt};
 use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::api::shared::Shared;
+use crate::endpoint::deadline::deadline_in;
 use crate::endpoint::driver::outgoing::{Outgoing, Submit};
 use crate::endpoint::flows::ack::{AckKind, FlowAck, FlowVerdicts, ReceiptEnd};
 use crate::endpoint::flows::broken::Broken;
@@ -353,7 +354,7 @@ impl FlowOut {
         let place = self.place(&st, seq);
         let (rx, tx) = self.receipts.open();
         let payload = Envelope::ordered(place, false, body.take().unwrap_or_default());
-        let deadline = deadline.map(|d| now() + d);
+        let deadline = deadline.and_then(deadline_in);
         let mark = self.position(&st, seq);
         let kind = AckKind::Message(Some(ReceiptEnd::Slot(tx)));
         let Some(id) = self.hand(&st, payload, seq, kind, deadline, mark) else {
@@ -468,7 +469,7 @@ impl FlowOut {
         let chunk = Chunk {
             body: Bytes::new(),
             last: false,
-            deadline: st.deadline.map(|d| now() + d),
+            deadline: st.deadline.and_then(deadline_in),
         };
         let mark = self.position(&st, seq);
         let payload = Envelope::ordered(self.place(&st, seq), false, Bytes::new());
@@ -493,7 +494,7 @@ impl FlowOut {
     /// Hands chunk `seq` to the driver and keeps it until its verdict; false if the driver
     /// is gone.
     fn send_chunk(self: &Arc<Self>, st: &mut OutState, seq: u64, body: Bytes, last: bool) -> bool {
-        let deadline = st.deadline.map(|d| now() + d);
+        let deadline = st.deadline.and_then(deadline_in);
         let chunk = Chunk {
             body,
             last,
