@@ -474,6 +474,10 @@ pub enum ConfigError {
     },
 }
 
+/// The longest duration a configuration may hold (about 34 years): any instant plus it is
+/// representable, so timers computed from the configuration never overflow.
+pub const MAX_CONFIG_DURATION: Duration = Duration::from_secs(1 << 30);
+
 fn out_of_range(field: &'static str, allowed: &'static str) -> ConfigError {
     ConfigError::OutOfRange { field, allowed }
 }
@@ -514,8 +518,36 @@ impl Config {
     /// Checks that values are in range and consistent with each other.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.validate_sizes_and_flow()?;
+        self.validate_durations()?;
         self.validate_timers_and_budgets()?;
         self.validate_messages()
+    }
+
+    /// Every duration at most [`MAX_CONFIG_DURATION`]: an instant plus any of them is
+    /// representable, so no timer computed from the configuration can overflow.
+    fn validate_durations(&self) -> Result<(), ConfigError> {
+        let t = &self.timers;
+        let all = [
+            self.mtu.raise_interval,
+            t.initial_rtt,
+            t.min_rto,
+            t.max_rto,
+            t.max_backoff,
+            t.timer_granularity,
+            t.probe_interval,
+            t.max_probe_interval,
+            t.idle_timeout,
+            t.unreachable_after,
+            t.reassembly_timeout,
+            self.acks.delay,
+        ];
+        if all.iter().any(|d| *d > MAX_CONFIG_DURATION) {
+            return Err(out_of_range(
+                "mtu.raise_interval, timers.* and acks.delay",
+                "at most 2^30 seconds (about 34 years)",
+            ));
+        }
+        Ok(())
     }
 
     /// Datagram sizes, the flow window and envelopes, the per-peer and slot limits.
@@ -645,6 +677,27 @@ mod tests {
     use crate::proto::crypto::{PublicKey, Seq};
     use crate::proto::wire::frame::{Header, Packet, SealHeader};
     use crate::proto::{Frame, NodeId};
+
+    /// A duration no instant can be added to is refused (each timer is computed as an
+    /// instant plus a configured duration); the longest allowed passes.
+    #[test]
+    fn durations_past_the_clocks_range_are_refused() {
+        let mut c = Config::default();
+        c.timers.idle_timeout = Duration::MAX;
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+        c.timers.idle_timeout = MAX_CONFIG_DURATION;
+        assert_eq!(c.validate(), Ok(()));
+        let mut c = Config::default();
+        c.acks.delay = Duration::MAX;
+        assert!(c.validate().is_err());
+        let mut c = Config::default();
+        c.mtu.raise_interval = MAX_CONFIG_DURATION + Duration::from_nanos(1);
+        assert!(matches!(c.validate(), Err(ConfigError::OutOfRange { .. })));
+        // Any instant plus the longest allowed is representable.
+        assert!(std::time::Instant::now()
+            .checked_add(MAX_CONFIG_DURATION)
+            .is_some());
+    }
 
     /// Sealed length of a datagram with the largest header (sealed, with key and cookie)
     /// carrying one TOKEN per payload length, each with the largest slot and incarnation.

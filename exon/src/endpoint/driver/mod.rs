@@ -510,7 +510,10 @@ impl<S: DatagramSocket> Driver<S> {
         self.cmds_open = false;
         if self.closing.is_none() {
             tracing::debug!("all handles dropped: lingering");
-            self.start_close(t + self.cfg.linger);
+            self.start_close(crate::endpoint::deadline::saturating_after(
+                t,
+                self.cfg.linger,
+            ));
         }
     }
 

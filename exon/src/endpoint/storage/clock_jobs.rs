@@ -108,7 +108,10 @@ impl ClockJobs {
             Err(e) => {
                 tracing::error!(error = %e, high_water = hw, "clock store failed; retrying");
                 self.want(hw);
-                self.retry_at = Some(t + self.retry_after);
+                self.retry_at = Some(crate::endpoint::deadline::saturating_after(
+                    t,
+                    self.retry_after,
+                ));
                 None
             }
         }
