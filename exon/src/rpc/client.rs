@@ -44,7 +44,8 @@ impl Handle {
     /// Like [`call`](Self::call), with a deadline `within` from now: the request is given up
     /// if the server has not acknowledged it by then ([`CallError::NotExecuted`] when no copy
     /// of it left, [`CallError::InDoubt`] when one did), and a request executed whose reply
-    /// has not come by then ends the call with [`CallError::NoReply`].
+    /// has not come by then ends the call with [`CallError::NoReply`]. A `within` past what
+    /// the clock can represent waits as long as it goes.
     ///
     /// # Cancel safety
     /// As [`call`](Self::call).

@@ -224,6 +224,7 @@ impl Handle {
     /// message is not acknowledged by then, the endpoint gives it up and the receipt
     /// resolves with [`ReceiptError::NotDelivered`](crate::endpoint::ReceiptError::NotDelivered) when no copy of it ever left (certain),
     /// or [`ReceiptError::InDoubt`](crate::endpoint::ReceiptError::InDoubt) when one did (it may still arrive, at most once).
+    /// A `within` past what the clock can represent (`Duration::MAX`) is no deadline.
     ///
     /// # Cancel safety
     /// As [`send`](Self::send).
@@ -796,7 +797,7 @@ impl Handle {
     /// what was left. Never hangs past `timeout` (plus one driver turn): it does not wait
     /// for the application to take buffered deliveries, which are counted in
     /// [`CloseReport::undelivered`]. Returns an empty report if the endpoint had already
-    /// stopped.
+    /// stopped. A `timeout` past what the clock can represent waits as long as it goes.
     ///
     /// # Cancel safety
     /// Cancel safe in the sense that matters: once called, the close goes on (with its

@@ -81,7 +81,8 @@ impl Channel {
     }
 
     /// Like [`send`](Self::send), with a deadline `within` from when the message is handed
-    /// over (a wait for the window comes before and is not counted).
+    /// over (a wait for the window comes before and is not counted). A `within` past what
+    /// the clock can represent is no deadline.
     pub async fn send_within(
         &self,
         payload: impl Into<Bytes>,
