@@ -165,9 +165,11 @@ struct Measured {
 }
 
 async fn client(o: ClientOpts) -> anyhow::Result<ExitCode> {
-    if !(o.secs > 0.0 && o.secs.is_finite()) {
-        bail!("--secs must be positive");
-    }
+    // Positive, finite, and a duration the clock can hold (`from_secs_f64` panics past it).
+    let secs = match Duration::try_from_secs_f64(o.secs) {
+        Ok(d) if o.secs > 0.0 && d <= Duration::from_secs(1 << 30) => d,
+        _ => bail!("--secs must be positive and at most 2^30 (about 34 years)"),
+    };
     let mut n = o.node.resolve("")?;
     if n.bind.is_empty() {
         n.bind = node::any_addr_for(&n.peers).to_string();
@@ -175,7 +177,6 @@ async fn client(o: ClientOpts) -> anyhow::Result<ExitCode> {
     let to = node::target(&n, o.to)?;
     let ep = node::bind(&n).await?;
     let size = o.size as usize;
-    let secs = Duration::from_secs_f64(o.secs);
     let h = ep.handle();
     // Warm-up: slots, windows, keys and the path's datagram size, before the clock starts.
     warm_up(&h, to, size, o.mode).await.with_context(|| {

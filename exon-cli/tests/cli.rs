@@ -706,3 +706,36 @@ fn metrics_count_the_traffic_sent() {
     assert_eq!(status, "HTTP/1.1 404 Not Found");
     drop(listener);
 }
+
+/// A bench's `--secs` outside what a duration holds (negative, not a number, past the
+/// clock) is refused with a message, not a panic.
+#[test]
+fn bench_refuses_secs_a_duration_cannot_hold() {
+    let dir = keys();
+    let d = dir.path();
+    let n = node("1");
+    for secs in ["-1", "NaN", "1e30", "0"] {
+        let o = run(
+            d,
+            &args(
+                &n,
+                &[
+                    "bench",
+                    "client",
+                    "--peer",
+                    "2@127.0.0.1:9",
+                    &format!("--secs={secs}"),
+                ],
+            ),
+            b"",
+        );
+        let err = text(&o.stderr);
+        // Refused as a usage error (2), not a panic (101).
+        assert_eq!(o.status.code(), Some(2), "--secs {secs}: {err}");
+        assert!(
+            err.contains("--secs must be positive"),
+            "--secs {secs}: {err}"
+        );
+        assert!(!err.contains("panicked"), "--secs {secs}: {err}");
+    }
+}
