@@ -152,12 +152,13 @@ impl Outgoing {
 
     /// Takes out the mark a durable flow's message keeps with it.
     pub(crate) fn take_mark(&mut self) -> Option<Mark> {
+        // Looked at in place first: another side stays in its box (no allocation again).
+        if !matches!(self.side.as_deref(), Some(Side::Marked(_))) {
+            return None;
+        }
         match self.side.take().map(|s| *s) {
             Some(Side::Marked(m)) => Some(m),
-            other => {
-                self.side = other.map(Box::new);
-                None
-            }
+            _ => None,
         }
     }
 
