@@ -172,6 +172,14 @@ fn args<'a>(node: &'a [String], command: &[&'a str]) -> Vec<&'a str> {
         .collect()
 }
 
+/// Runs `exon bench client --peer PEER MORE` as node `id` of a [`keys`] folder.
+fn bench_client(d: &Path, id: &str, peer: &str, more: &[&str]) -> Output {
+    let n = node(id);
+    let mut command = vec!["bench", "client", "--peer", peer];
+    command.extend_from_slice(more);
+    run(d, &args(&n, &command), b"")
+}
+
 /// Starts node 2 of a [`keys`] folder as `exon listen --bind HOST:0 EXTRA`; returns it and
 /// the `--peer` value that reaches it.
 fn listener(d: &Path, host: &str, extra: &[&str]) -> (Proc, String) {
@@ -565,28 +573,17 @@ fn bench_measures_one_way_and_rpc_between_two_processes() {
     // Two client nodes (a node id that comes back from another address is not heard while
     // the server still holds its record).
     for (id, mode, secs) in [("1", "one-way", "1.5"), ("3", "rpc", "1")] {
-        let n = node(id);
-        let o = run(
-            d,
-            &args(
-                &n,
-                &[
-                    "bench",
-                    "client",
-                    "--peer",
-                    &peer,
-                    "--mode",
-                    mode,
-                    "--secs",
-                    secs,
-                    "--size",
-                    "200",
-                    "--callers",
-                    "8",
-                ],
-            ),
-            b"",
-        );
+        let more = [
+            "--mode",
+            mode,
+            "--secs",
+            secs,
+            "--size",
+            "200",
+            "--callers",
+            "8",
+        ];
+        let o = bench_client(d, id, &peer, &more);
         let out = text(&o.stdout);
         assert_eq!(o.status.code(), Some(0), "{out}{}", text(&o.stderr));
         let last = out.lines().last().expect("a last line");
@@ -713,22 +710,8 @@ fn metrics_count_the_traffic_sent() {
 fn bench_refuses_secs_a_duration_cannot_hold() {
     let dir = keys();
     let d = dir.path();
-    let n = node("1");
     for secs in ["-1", "NaN", "1e30", "0"] {
-        let o = run(
-            d,
-            &args(
-                &n,
-                &[
-                    "bench",
-                    "client",
-                    "--peer",
-                    "2@127.0.0.1:9",
-                    &format!("--secs={secs}"),
-                ],
-            ),
-            b"",
-        );
+        let o = bench_client(d, "1", "2@127.0.0.1:9", &[&format!("--secs={secs}")]);
         let err = text(&o.stderr);
         // Refused as a usage error (2), not a panic (101).
         assert_eq!(o.status.code(), Some(2), "--secs {secs}: {err}");

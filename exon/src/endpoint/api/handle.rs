@@ -205,18 +205,30 @@ impl Handle {
     /// so a `send` dropped before it returned sent nothing, and one that returned its
     /// receipt sent the message (dropping the receipt does not cancel it).
     pub async fn send(&self, to: NodeId, payload: impl Into<Bytes>) -> Result<Receipt, Error> {
-        let payload = payload.into();
-        // The destination's shard looked up once for all the steps.
-        let shard = self.shard(to);
-        self.check_in(shard, to, payload.len())?;
-        // `send_sealed`'s steps, without its future inside this one: every send moves its
-        // payload and receipt through one future fewer.
         let deadline = self.default_deadline_at();
-        let payload = Envelope::message(payload);
-        match self.try_hand_over(shard, to, payload, Reply::None, deadline) {
+        match self.try_send_message(to, payload.into(), deadline) {
             Ok(handed) => handed,
             Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
         }
+    }
+
+    /// The steps of [`send`](Self::send) and [`send_within`](Self::send_within) that do
+    /// not wait, inline in their futures (not a future inside each: every send moves its
+    /// payload and receipt through one future fewer), the shard looked up once: the
+    /// checks, then [`try_hand_over`](Self::try_hand_over) of the message in its envelope.
+    #[inline]
+    fn try_send_message(
+        &self,
+        to: NodeId,
+        payload: Bytes,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Result<Receipt, Error>, (Payload, Reply)> {
+        let shard = self.shard(to);
+        if let Err(e) = self.check_in(shard, to, payload.len()) {
+            return Ok(Err(e));
+        }
+        let payload = Envelope::message(payload);
+        self.try_hand_over(shard, to, payload, Reply::None, deadline)
     }
 
     /// Like [`send`](Self::send), with a deadline `within` from now (instead of
@@ -234,13 +246,8 @@ impl Handle {
         payload: impl Into<Bytes>,
         within: Duration,
     ) -> Result<Receipt, Error> {
-        let payload = payload.into();
-        // As `send`: the steps inline, the shard looked up once.
-        let shard = self.shard(to);
-        self.check_in(shard, to, payload.len())?;
         let deadline = deadline_in(within);
-        let payload = Envelope::message(payload);
-        match self.try_hand_over(shard, to, payload, Reply::None, deadline) {
+        match self.try_send_message(to, payload.into(), deadline) {
             Ok(handed) => handed,
             Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
         }
