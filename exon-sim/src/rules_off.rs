@@ -67,6 +67,7 @@ by_name!(
     senders_copy_only_when_kept,
     early_token_waits_for_stored,
     probe_prompts_resend,
+    probe_repeats_ack,
     untaken_share_per_source,
     credit_asks_each_waiting,
     report_recovered_held,

@@ -700,12 +700,14 @@ mod tests {
     }
 
     /// Sealed length of a datagram with the largest header (sealed, with key and cookie)
-    /// carrying one TOKEN per payload length, each with the largest slot and incarnation.
+    /// carrying one TOKEN per payload length, each slot and incarnation taking eight bytes
+    /// on the datagram's clock chains (half their range from the one before).
     fn worst_sealed_len(payloads: &[usize]) -> usize {
+        const HALF: u64 = 1 << 61;
         let mut header = Header::new(NodeId::MAX, NodeId::MAX);
         header.seal = Some(SealHeader {
             seq: Seq {
-                epoch: VARINT_MAX,
+                epoch: HALF,
                 counter: u32::MAX,
             },
             key: Some(PublicKey::from_bytes([0; 32])),
@@ -713,9 +715,10 @@ mod tests {
         });
         let frames = payloads
             .iter()
-            .map(|&len| Frame::Token {
-                s: VARINT_MAX,
-                r: VARINT_MAX,
+            .enumerate()
+            .map(|(k, &len)| Frame::Token {
+                s: if k % 2 == 0 { 0 } else { HALF },
+                r: if k % 2 == 0 { VARINT_MAX } else { HALF - 1 },
                 payload: vec![0; len].into(),
                 senders_copy: false,
             })

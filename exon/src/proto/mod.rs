@@ -20,7 +20,7 @@ mod send;
 mod stats;
 mod wire;
 
-pub use wire::{codec, frame, ranges};
+pub use wire::{clocks, codec, frame, ranges};
 
 pub use config::{
     payload_room_each, AckConfig, Config, ConfigError, FlowConfig, KeyConfig, Limits, MtuConfig,

@@ -257,6 +257,14 @@ pub struct Rules {
     /// backed-off timer (up to `max_rto` after a path that failed one way heals). A probe
     /// draws one resend of each such token: the receiver's probes back off too.
     pub probe_prompts_resend: bool,
+    /// A receiver's probe carries the ACK ranges it last sent the prober's sender, again:
+    /// the probe draws the tokens that were not heard of (`probe_prompts_resend`), and
+    /// when it is their ACKs that were lost, not the tokens, the answer to the probe is
+    /// duplicates, answered by an ACK that may be lost the same way. Off, a path that loses
+    /// each ACK datagram and passes the probe's (losses in step with the exchange, or a
+    /// path dropping small datagrams) keeps the tokens in flight for ever, each probe
+    /// drawing them once more.
+    pub probe_repeats_ack: bool,
     /// A source gets at most its share of the untaken deliveries
     /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
     /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
@@ -334,6 +342,7 @@ impl Rules {
         senders_copy_only_when_kept: true,
         early_token_waits_for_stored: true,
         probe_prompts_resend: true,
+        probe_repeats_ack: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,
         report_recovered_held: true,

@@ -241,8 +241,61 @@ fn overhead_of_a_1kb_token() {
     };
     // Clocks below 2^30 (a file store starting at 0): 6-byte header, 11-byte TOKEN framing.
     assert_eq!(mk(1 << 20, 1 << 20).encoded_len() - 1024, 17);
-    // Clocks derived from wall-clock microseconds (about 2^51): 8-byte s and r.
+    // Clocks derived from wall-clock microseconds (about 2^51): 8-byte s and r in the
+    // first frame of a plaintext datagram.
     assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 25);
+}
+
+/// What the clock chains save (`docs/wire.md`, "Clock fields"), with clocks near 2^51: the
+/// later tokens of a datagram, and a sealed request or reply whose ACK rides with it.
+#[test]
+fn clock_fields_on_the_chains_cost_what_the_table_says() {
+    use exon::proto::crypto::Seq;
+    use exon::proto::frame::SealHeader;
+    let (a, b) = ((1u64 << 51) + 123_456, (1u64 << 51) + 9_876_543_210);
+    let token = |s: u64, r: u64, len: usize| Frame::Token {
+        s,
+        r,
+        payload: Bytes::from(vec![0u8; len]),
+        senders_copy: false,
+    };
+    let plain = |frames: Vec<Frame>| Packet {
+        header: Header::new(NodeId::from_const(1), NodeId::from_const(2)),
+        frames,
+    };
+    // Ten 100-byte tokens in one datagram: the first's framing 19 bytes, each later one's 5
+    // (type, s and r a byte each, a 2-byte length), against 19 each in full.
+    let ten = plain((0..10).map(|k| token(a + k, b, 100)).collect());
+    assert_eq!(ten.encoded_len() - 6 - 1000, 19 + 9 * 5);
+    // Sealed, the sender's chain starts at the epoch: a token 1 000 slots after it pays 2
+    // bytes for `s`; the receiver's incarnation, met first, 8.
+    let sealed = |frames: Vec<Frame>| {
+        let mut header = Header::new(NodeId::from_const(1), NodeId::from_const(2));
+        header.seal = Some(SealHeader {
+            seq: Seq {
+                epoch: a,
+                counter: 7,
+            },
+            key: None,
+            cookie: None,
+        });
+        Packet { header, frames }
+    };
+    let one = sealed(vec![token(a + 1_000, b, 1024)]);
+    assert_eq!(one.encoded_len() - 18 - 1024, 1 + 2 + 8 + 2);
+    // A reply and the ACK of its request: the ACK's `r` (the server's incarnation, taken
+    // just before its epoch) a byte, the request's slot in full, the reply's slot (5 000
+    // after) 2 bytes, the caller's incarnation (20 000 slots before its request's) 4 bytes:
+    // 21 bytes of framing where version 2 wrote 38.
+    let ack = Frame::Ack {
+        r: a - 2,
+        ranges: AckRanges::from_ranges(std::slice::from_ref(&(b..b + 1))).unwrap(),
+    };
+    let reply = sealed(vec![ack, token(a + 5_000, b - 20_000, 1024)]);
+    assert_eq!(
+        reply.encoded_len() - 18 - 1024,
+        (1 + 1 + 1 + 8 + 1) + (1 + 2 + 4 + 2)
+    );
 }
 
 /// An MTU_PROBE fills exactly the room it is given, except just past the padding lengths

@@ -141,3 +141,45 @@ fn a_two_way_outage_ends_within_max_backoff_of_the_heal() {
     // The phases do cover the timer's period: some heal comes just after a retry.
     assert!(worst >= timers.max_backoff / 2, "waits {waits:?}");
 }
+
+/// Every datagram of B's holding ACKs alone is lost, and nothing else (a path that drops
+/// small datagrams, or losses in step with the exchange): A's tokens arrived, and each of
+/// B's probes draws them again (duplicates), answered by an ACK lost the same way. With
+/// `Rules::probe_repeats_ack` the probe's datagram carries B's last ACK again and the
+/// messages are acknowledged; without it they stay in flight, each probe drawing them once
+/// more. Returns the messages A saw acknowledged within `wait`, and B's duplicates.
+fn acks_alone_lost(rule: bool, wait: Duration) -> (usize, u64) {
+    let mut p = Pair::new(test_config());
+    let mut rules = Rules::ALL;
+    rules.probe_repeats_ack = rule;
+    p.node(B).set_rules(rules);
+    p.set_filter(|w: &Wire| {
+        let frames = w.packet().frames;
+        let acks_alone = frames.iter().all(|f| matches!(f, Frame::Ack { .. }));
+        if w.from == B && acks_alone {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    for i in 0..12u32 {
+        p.send(A, format!("acked in a probe {i}").into_bytes());
+    }
+    p.run(wait);
+    assert_eq!(p.nodes[B].delivered.len(), 12, "every token arrived");
+    let dups = p.nodes[B].node.stats().duplicates_dropped;
+    (p.nodes[A].acked.len(), dups)
+}
+
+#[test]
+fn a_probe_carries_the_last_ack_again() {
+    let wait = Duration::from_secs(20);
+    let (on, dups_on) = acks_alone_lost(true, wait);
+    let (off, dups_off) = acks_alone_lost(false, wait);
+    assert_eq!(on, 12, "with the rule every message is acknowledged");
+    assert!(off < 12, "without it, {off} acknowledged");
+    assert!(
+        dups_off > dups_on,
+        "duplicates {dups_on} with, {dups_off} without"
+    );
+}

@@ -10,6 +10,7 @@ use crate::proto::crypto::{OpenError, Vouch};
 use crate::proto::frame::{self, Frame, TokenKind, Verdict};
 use crate::proto::recv::record::{Grant, RRecord};
 use crate::proto::send::answers::{Sink, SlotsAnswer};
+use crate::proto::wire::clocks::Clocks;
 use crate::proto::{Abandoned, Accepted, Config, MsgId, Node, NodeId};
 
 impl Node {
@@ -103,17 +104,18 @@ impl Node {
         // One pass: decode every frame into the scratch list before acting on any, so a
         // datagram with one bad frame is dropped whole.
         let mut frames = std::mem::take(&mut self.frame_scratch);
-        let taken =
-            match frame::decode_frames_into(&body, Config::max_receive_payload(), &mut frames) {
-                Ok(()) => {
-                    self.handle_frames(now, header, &mut frames);
-                    true
-                }
-                Err(e) => {
-                    self.stats.rejects.count_decode(e);
-                    false
-                }
-            };
+        let clocks = Clocks::of(&header);
+        let max = Config::max_receive_payload();
+        let taken = match frame::decode_frames_on(&body, max, clocks, &mut frames) {
+            Ok(()) => {
+                self.handle_frames(now, header, &mut frames);
+                true
+            }
+            Err(e) => {
+                self.stats.rejects.count_decode(e);
+                false
+            }
+        };
         frames.clear();
         self.frame_scratch = frames;
         let response = self.last_response.take();

@@ -6,10 +6,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::proto::stats::FrameCounts;
-use crate::proto::wire::frame::{
-    credit_len, frame_type, put_credit, put_got, put_held, put_mtu_ack, put_path, put_reqslots,
-    put_slots, put_verdict, reqslots_len, slots_len, Verdict,
-};
+use crate::proto::wire::clocks::Clocks;
+use crate::proto::wire::frame::{frame_type, put_mtu_ack, put_path, Verdict};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{NodeId, PeerMap};
 
@@ -109,9 +107,16 @@ impl PeerOut {
     /// Writes what is owed into the datagram in `buf`, frames ending by `limit`: MTU_ACKs
     /// and path frames first, then verdicts, HELDs and GOTs (as many ranges as fit), then
     /// CREDIT, SLOTS and waivers where they fit. What does not fit stays owed. Counts the
-    /// frames. A slot acknowledged since it was reported held is not reported held.
+    /// frames. A slot acknowledged since it was reported held is not reported held. Clock
+    /// fields go on the datagram's chains `clocks`.
     #[inline]
-    pub fn write_frames(&mut self, buf: &mut Vec<u8>, limit: usize, frames: &mut FrameCounts) {
+    pub fn write_frames(
+        &mut self,
+        buf: &mut Vec<u8>,
+        limit: usize,
+        clocks: &mut Clocks,
+        frames: &mut FrameCounts,
+    ) {
         let room = |buf: &Vec<u8>| limit - buf.len();
         for id in self.mtu_acks.drain(..) {
             put_mtu_ack(buf, id);
@@ -128,7 +133,7 @@ impl PeerOut {
         self.drop_held_taken();
         for (v, r, set) in &mut self.acks {
             while !set.is_empty() {
-                let k = put_verdict(buf, *v, *r, set.ranges(), room(buf));
+                let k = clocks.put_verdict(buf, (*v, *r), set.ranges(), room(buf));
                 if k == 0 {
                     break;
                 }
@@ -139,7 +144,7 @@ impl PeerOut {
         self.acks.retain(|(_, _, set)| !set.is_empty());
         for (r, set) in &mut self.held {
             while !set.is_empty() {
-                let k = put_held(buf, *r, set.ranges(), room(buf));
+                let k = clocks.put_held(buf, *r, set.ranges(), room(buf));
                 if k == 0 {
                     break;
                 }
@@ -149,7 +154,7 @@ impl PeerOut {
         }
         self.held.retain(|(_, set)| !set.is_empty());
         for (r, s, set) in &mut self.got {
-            let k = put_got(buf, *r, *s, set.ranges(), room(buf));
+            let k = clocks.put_got(buf, *r, *s, set.ranges(), room(buf));
             if k == 0 {
                 break;
             }
@@ -166,29 +171,29 @@ impl PeerOut {
             self.no_hold = false;
         }
         if let Some((r, granted, max)) = self.credit {
-            if credit_len(r, granted, max) <= room(buf) {
-                put_credit(buf, r, granted, max);
+            if clocks.credit_len(r, granted, max) <= room(buf) {
+                clocks.put_credit(buf, r, granted, max);
                 frames.credit += 1;
                 self.credit = None;
             }
         }
         if let Some((s, r, n)) = self.grant {
-            if slots_len(s, r, n) <= room(buf) {
-                put_slots(buf, s, r, n);
+            if clocks.slots_len(s, r, n) <= room(buf) {
+                clocks.put_slots(buf, s, r, n);
                 frames.slots += 1;
                 self.grant = None;
             }
         }
         if let Some((s, r)) = self.probe {
-            if slots_len(s, r, 0) <= room(buf) {
-                put_slots(buf, s, r, 0);
+            if clocks.slots_len(s, r, 0) <= room(buf) {
+                clocks.put_slots(buf, s, r, 0);
                 frames.slots += 1;
                 self.probe = None;
             }
         }
         if let Some(s) = self.waive {
-            if reqslots_len(s, 0, s) <= room(buf) {
-                put_reqslots(buf, s, 0, s);
+            if clocks.reqslots_len(s, 0, s) <= room(buf) {
+                clocks.put_reqslots(buf, s, 0, s);
                 frames.reqslots += 1;
                 self.waive = None;
             }
@@ -412,6 +417,29 @@ impl Outbox {
         true
     }
 
+    /// Queues an ACK of `ranges` (slots acknowledged before, in incarnation `r`) again,
+    /// within the cap on pending ranges. Returns false if dropped.
+    pub fn repeat_acks(&mut self, peer: NodeId, r: u64, ranges: &RangeSet, cap: usize) -> bool {
+        let Some(out) = self.entry(peer, cap) else {
+            return false;
+        };
+        if out.ack_ranges() + ranges.range_count() > MAX_PENDING_ACK_RANGES {
+            return false;
+        }
+        let v = Verdict::Ack;
+        let i = match out.acks.iter().position(|(w, rck, _)| *w == v && *rck == r) {
+            Some(i) => i,
+            None => {
+                out.acks.push((v, r, RangeSet::new()));
+                out.acks.len() - 1
+            }
+        };
+        for g in ranges.ranges() {
+            out.acks[i].2.insert(g.clone());
+        }
+        true
+    }
+
     /// Queues the verdict `v` for each slot of `slots`, incarnation `r`, as
     /// [`reply`](Self::reply) does for one (one lookup of the peer's entry for them all).
     /// Returns how many were dropped (the pending ranges were full).
@@ -620,7 +648,7 @@ mod tests {
     fn written(out: &mut PeerOut) -> Vec<Frame> {
         let mut buf = Vec::new();
         let mut counts = FrameCounts::default();
-        out.write_frames(&mut buf, 1200, &mut counts);
+        out.write_frames(&mut buf, 1200, &mut Clocks::absolute(), &mut counts);
         let mut frames = Vec::new();
         decode_frames_into(&bytes::Bytes::from(buf), 65_507, &mut frames).expect("valid");
         frames

@@ -9,6 +9,7 @@ use crate::proto::node::outbox::PeerOut;
 use crate::proto::send::mtud::Want;
 use crate::proto::send::silence::Gate;
 use crate::proto::send::transmit::Space;
+use crate::proto::wire::clocks::Clocks;
 use crate::proto::wire::frame::{frame_type, put_mtu_probe, put_path, Header, FLAG_ACK_NOW};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Event, Node, NodeId, Transmit, TransmitRun, Verdict};
@@ -386,6 +387,7 @@ impl Node {
     ) -> (Wrote, bool) {
         let start = buf.len();
         let (header, header_end, limit) = self.start_datagram(peer, buf, size);
+        let mut clocks = Clocks::of(&header);
         // ACK ranges written last time are repeated once (in case that datagram was lost).
         let mut fresh = None;
         out.for_each_verdict(|v, r, set| {
@@ -393,7 +395,7 @@ impl Node {
                 fresh = Some(f);
             }
         });
-        out.write_frames(buf, limit, &mut self.stats.frames_out);
+        out.write_frames(buf, limit, &mut clocks, &mut self.stats.frames_out);
         if let Some(fresh) = fresh {
             if let Some(rec) = self.receivers.get_mut(&peer) {
                 rec.set_acked_last(fresh);
@@ -405,7 +407,7 @@ impl Node {
             limit,
             datagram: size,
         };
-        let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, space);
+        let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, &mut clocks, space);
         if burst_end && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before {
             // The last datagram of this burst: ask for the ACK without delay.
             buf[start + 3] |= FLAG_ACK_NOW;
@@ -542,9 +544,10 @@ impl Node {
     }
 
     /// Before writing the ACKs of incarnation `r` in `set` to `peer`: adds the slots the
-    /// previous ACK frame acknowledged for the first time (at most [`MAX_REPEATED_RANGES`]
-    /// ranges), and returns the slots new in this one, to be repeated next time. `None`
-    /// for the other verdicts, or when the receiver record is gone or of another incarnation.
+    /// previous ACK frame acknowledged for the first time, and returns the slots new in this
+    /// one (its first [`MAX_REPEATED_RANGES`] ranges), to be repeated next time (and by a
+    /// probe, `Rules::probe_repeats_ack`). `None` for the other verdicts, or when the
+    /// receiver record is gone or of another incarnation.
     fn repeat_acks(
         &mut self,
         peer: NodeId,
@@ -556,11 +559,12 @@ impl Node {
             return None;
         }
         let rec = self.receivers.get_mut(&peer).filter(|rec| rec.rck() == r)?;
-        let fresh = (set.range_count() <= MAX_REPEATED_RANGES).then(|| set.clone());
+        let mut fresh = set.clone();
+        fresh.truncate_ranges(MAX_REPEATED_RANGES);
         for g in rec.take_acked_last().ranges() {
             set.insert(g.clone());
         }
-        fresh
+        Some(fresh)
     }
 
     /// Writes the frames the S record of `peer` owes into the datagram (REQSLOTS, TOKENs and
@@ -572,13 +576,21 @@ impl Node {
         now: Instant,
         peer: NodeId,
         buf: &mut Vec<u8>,
+        clocks: &mut Clocks,
         space: Space,
     ) -> (bool, bool) {
         let Some(rec) = self.senders.get_mut(&peer) else {
             return (false, true);
         };
         let sized = rec.knows_token_size();
-        let wrote = rec.write_frames(now, buf, space, &self.cfg, &self.rules, &mut self.stats);
+        let wrote = rec.write_frames(
+            now,
+            (buf, clocks),
+            space,
+            &self.cfg,
+            &self.rules,
+            &mut self.stats,
+        );
         if !sized && rec.knows_token_size() {
             // The first token sized the slot window, until then counted in datagram-sized
             // tokens: messages queued before (a `send_many` into a new record) ask again

@@ -74,6 +74,7 @@ impl Node {
                     None
                 } else {
                     self.stats.duplicates_dropped += 1;
+                    rec.resent();
                     urgent = true;
                     Some(Verdict::Ack)
                 }

@@ -261,6 +261,12 @@ impl Node {
             self.stats.probes += 1;
             if !self.outbox.probe(peer, rec.sck(), rec.rck(), cap) {
                 self.stats.rejects.outbox_full += 1;
+            } else if self.rules.probe_repeats_ack {
+                // A token came again since: the ACKs last sent go with the probe.
+                let r = rec.rck();
+                if let Some(acked) = rec.acks_for_probe() {
+                    self.outbox.repeat_acks(peer, r, acked, cap);
+                }
             }
         }
     }

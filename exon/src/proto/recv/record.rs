@@ -41,6 +41,9 @@ pub(crate) struct RRecord {
     /// once in the next ACK frame, so that one lost ACK datagram does not make the sender
     /// declare (and resend) tokens that arrived.
     acked_last: RangeSet,
+    /// A token delivered before came again since the last probe: an ACK may have been lost,
+    /// and the next probe carries the last one again (`Rules::probe_repeats_ack`).
+    resent: bool,
     /// Messages arriving in fragments, and the reassembly memory granted to the source.
     assembler: Assembler,
 }
@@ -74,6 +77,7 @@ impl RRecord {
             held: Held::default(),
             ack_now: false,
             acked_last: RangeSet::new(),
+            resent: false,
             assembler: Assembler::default(),
         }
     }
@@ -237,6 +241,20 @@ impl RRecord {
     #[inline]
     pub fn set_acked_last(&mut self, fresh: RangeSet) {
         self.acked_last = fresh;
+    }
+
+    /// A token delivered before came again.
+    #[inline]
+    pub fn resent(&mut self) {
+        self.resent = true;
+    }
+
+    /// The ACK ranges last sent, for a probe, when a token delivered before came again
+    /// since the last probe that carried them (at most once per such arrival).
+    #[inline]
+    pub fn acks_for_probe(&mut self) -> Option<&RangeSet> {
+        let resent = std::mem::take(&mut self.resent);
+        (resent && !self.acked_last.is_empty()).then_some(&self.acked_last)
     }
 
     /// Takes the ACK ranges last sent (to repeat them once).

@@ -10,11 +10,9 @@ use crate::proto::send::timers::Timer;
 use crate::proto::send::token::NEVER_SENT;
 use crate::proto::send::tokens::TokenAt;
 use crate::proto::stats::Stats;
+use crate::proto::wire::clocks::Clocks;
 use crate::proto::wire::codec::varint_len;
-use crate::proto::wire::frame::{
-    frag_len, put_frag_parts, put_reqcredit, put_reqslots, put_stored, put_token_parts,
-    reqcredit_len, reqslots_len, stored_len, token_len, TokenKind,
-};
+use crate::proto::wire::frame::TokenKind;
 use crate::proto::{Config, Rules};
 
 /// Bytes of one fragmented message sent in a row before it goes behind the other tokens:
@@ -40,6 +38,8 @@ pub(crate) struct Space {
 struct Fill<'a> {
     now: Instant,
     buf: &'a mut Vec<u8>,
+    /// The datagram's clock chains, which its frames' clock fields are written on.
+    clocks: &'a mut Clocks,
     space: Space,
     stats: &'a mut Stats,
     /// Bytes of TOKENs that may still go without asking the window and the pacer (see
@@ -88,7 +88,7 @@ impl SRecord {
     pub fn write_frames(
         &mut self,
         now: Instant,
-        buf: &mut Vec<u8>,
+        (buf, clocks): (&mut Vec<u8>, &mut Clocks),
         space: Space,
         cfg: &Config,
         rules: &Rules,
@@ -97,6 +97,7 @@ impl SRecord {
         let mut fill = Fill {
             now,
             buf,
+            clocks,
             space,
             stats,
             allowance: 0,
@@ -118,8 +119,8 @@ impl SRecord {
     #[inline]
     fn write_stored(&mut self, fill: &mut Fill<'_>) {
         if let Some((from, below)) = self.stored_due() {
-            if stored_len(from, below) <= fill.room() {
-                put_stored(fill.buf, from, below);
+            if fill.clocks.stored_len(from, below) <= fill.room() {
+                fill.clocks.put_stored(fill.buf, from, below);
                 fill.stats.frames_out.stored += 1;
                 self.on_stored_told(below);
             }
@@ -131,8 +132,8 @@ impl SRecord {
     fn write_reqslots(&mut self, fill: &mut Fill<'_>) {
         if self.req.is_due() {
             let (s, n, l) = (self.sck, self.req.asked().unwrap_or(0), self.frontier());
-            if reqslots_len(s, n, l) <= fill.room() {
-                put_reqslots(fill.buf, s, n, l);
+            if fill.clocks.reqslots_len(s, n, l) <= fill.room() {
+                fill.clocks.put_reqslots(fill.buf, s, n, l);
                 fill.stats.frames_out.reqslots += 1;
                 let seq = self.flight.losses.current_seq();
                 self.req.on_sent(fill.now, seq);
@@ -170,9 +171,9 @@ impl SRecord {
             // A reported message goes whole as one FRAG, so that its receiver answers HELD
             // while it holds it untaken; any other as a TOKEN.
             let len = if tok.reported {
-                frag_len(s, r, total as u64, 0, total)
+                fill.clocks.frag_len(s, r, total as u64, 0, total)
             } else {
-                token_len(s, r, total)
+                fill.clocks.token_len(s, r, total)
             };
             let kind = if logged {
                 TokenKind::stored(tok.senders_copy)
@@ -231,7 +232,8 @@ impl SRecord {
         fill.allowance = 0;
         let room_now = fill.room();
         let cap = cfg.limits.max_reassembly_per_source;
-        let plan = self.plan_fragment(s, r, fill.space.body_room, room_now, cap, rules);
+        let rooms = (fill.space.body_room, room_now);
+        let plan = self.plan_fragment((s, r, *fill.clocks), rooms, cap, rules);
         let (range, overhead) = match plan {
             FragPlan::Done | FragPlan::Wait => return Step::Next,
             FragPlan::Later => return Step::Stop,
@@ -251,7 +253,9 @@ impl SRecord {
         let (from, to) = (range.start as usize, range.end as usize);
         let data = tok.payload.slices(from, to);
         let senders_copy = tok.senders_copy;
-        put_frag_parts(fill.buf, (s, r, senders_copy), (total, range.start), data);
+        let slot = (s, r, senders_copy);
+        fill.clocks
+            .put_frag_parts(fill.buf, slot, (total, range.start), data);
         if o.is_resend(&range) {
             fill.stats.retransmissions += 1;
         }
@@ -315,10 +319,13 @@ impl SRecord {
         let (head, body) = (tok.payload.head(), tok.payload.body());
         if tok.reported {
             let total = tok.payload.len() as u64;
-            put_frag_parts(fill.buf, (s, r, tok.senders_copy), (total, 0), (head, body));
+            let slot = (s, r, tok.senders_copy);
+            fill.clocks
+                .put_frag_parts(fill.buf, slot, (total, 0), (head, body));
             fill.stats.frames_out.frag += 1;
         } else {
-            put_token_parts(fill.buf, (s, r, kind), head, body);
+            fill.clocks
+                .put_token_parts(fill.buf, (s, r, kind), head, body);
             fill.stats.frames_out.token += 1;
         }
         // Its transmission, recorded on the token: the datagram's sequence number (loss
@@ -361,8 +368,8 @@ impl SRecord {
             self.credit.retain_waiting(|s| tokens.get(s).is_some());
         }
         if let Some((r, s, want)) = self.credit.due() {
-            if reqcredit_len(r, s, want) <= fill.room() {
-                put_reqcredit(fill.buf, r, s, want);
+            if fill.clocks.reqcredit_len(r, s, want) <= fill.room() {
+                fill.clocks.put_reqcredit(fill.buf, r, s, want);
                 fill.stats.frames_out.credit += 1;
                 self.credit.on_asked(fill.now);
             }
@@ -487,16 +494,14 @@ impl SRecord {
     }
 
     /// Plans the next FRAG of the message in slot `s` (incarnation `r`, at the front of
-    /// `to_send`), for datagrams with `body_room` bytes for frames and `room_now` left in
-    /// this one. A message of more than one fragment first takes reassembly credit (`cap`:
+    /// `to_send`; `clocks`: where the datagram's clock chains stand), for datagrams with
+    /// `body_room` bytes for frames and `room_now` left in this one. A message of more than one fragment first takes reassembly credit (`cap`:
     /// the most to ask the receiver for), or waits for it, unless
     /// `rules.fragments_need_credit` is off (`rules.credit_doubles`: how much it asks for).
     pub fn plan_fragment(
         &mut self,
-        s: u64,
-        r: u64,
-        body_room: usize,
-        room_now: usize,
+        (s, r, clocks): (u64, u64, Clocks),
+        (body_room, room_now): (usize, usize),
         cap: u64,
         rules: &Rules,
     ) -> FragPlan {
@@ -514,11 +519,7 @@ impl SRecord {
         }
         let total = o.total();
         // FRAG framing at most: type, s, r, total, offset (<= total), length.
-        let overhead = 1
-            + varint_len(s)
-            + varint_len(r)
-            + 2 * varint_len(total)
-            + varint_len(body_room as u64);
+        let overhead = clocks.frag_len(s, r, total, total, 0) - 1 + varint_len(body_room as u64);
         let whole_fits = (total as usize).saturating_add(overhead) <= body_room;
         if rules.fragments_need_credit && !o.is_charged() && !whole_fits && !o.is_whole() {
             // More than one fragment: reassembly memory must be granted first.

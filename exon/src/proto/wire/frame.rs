@@ -11,12 +11,13 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::proto::wire::clocks::{Clocks, Of};
 use crate::proto::wire::codec::{put_varint, varint_len, Reader, VARINT_MAX};
 pub use crate::proto::wire::header::*;
 use crate::proto::DecodeError;
 
 mod encode;
-use encode::put_ranges;
+use encode::put_ranges_after_first;
 pub use encode::*;
 
 /// Frame type codes.
@@ -337,29 +338,37 @@ impl Frame {
         }
     }
 
-    /// Appends this frame.
+    /// Appends this frame written on its own: its clock fields in full, as the first frame
+    /// of a plaintext datagram has them (see [`Clocks::absolute`]).
     pub fn encode(&self, buf: &mut impl BufMut) {
+        self.encode_on(&mut Clocks::absolute(), buf);
+    }
+
+    /// Appends this frame with its clock fields on the chains `c` of the datagram it goes
+    /// in (`docs/wire.md`, "Clock fields"), moving them on.
+    pub fn encode_on(&self, c: &mut Clocks, buf: &mut impl BufMut) {
         match self {
-            Frame::ReqSlots { s, n, l } => put_reqslots(buf, *s, *n, *l),
-            Frame::Slots { s, r, n } => put_slots(buf, *s, *r, *n),
+            Frame::ReqSlots { s, n, l } => c.put_reqslots(buf, *s, *n, *l),
+            Frame::Slots { s, r, n } => c.put_slots(buf, *s, *r, *n),
             Frame::Token {
                 s,
                 r,
                 payload,
                 senders_copy,
-            } => put_token_parts(
-                buf,
-                (*s, *r, TokenKind::stored(*senders_copy)),
-                &[],
-                payload,
-            ),
+            } => {
+                let kind = TokenKind::stored(*senders_copy);
+                c.put_token_parts(buf, (*s, *r, kind), &[], payload);
+            }
             Frame::EarlyToken {
                 s,
                 r,
                 payload,
                 senders_copy,
-            } => put_token_parts(buf, (*s, *r, TokenKind::early(*senders_copy)), &[], payload),
-            Frame::Stored { from, below } => put_stored(buf, *from, *below),
+            } => {
+                let kind = TokenKind::early(*senders_copy);
+                c.put_token_parts(buf, (*s, *r, kind), &[], payload);
+            }
+            Frame::Stored { from, below } => c.put_stored(buf, *from, *below),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
             Frame::Response { token } => put_path(buf, frame_type::RESPONSE, *token),
             Frame::Frag {
@@ -369,17 +378,18 @@ impl Frame {
                 offset,
                 data,
                 senders_copy,
-            } => put_frag_parts(buf, (*s, *r, *senders_copy), (*total, *offset), (&[], data)),
+            } => c.put_frag_parts(buf, (*s, *r, *senders_copy), (*total, *offset), (&[], data)),
             Frame::Got { r, s, ranges } => {
                 put_varint(buf, frame_type::GOT);
-                put_varint(buf, *r);
-                put_varint(buf, *s);
+                c.put(buf, Of::Src, *r);
+                c.put(buf, Of::Dst, *s);
                 put_varint(buf, ranges.count);
+                put_varint(buf, ranges.first);
                 buf.put_slice(&ranges.raw);
             }
-            Frame::Held { r, ranges } => ranges.put(buf, frame_type::HELD, *r),
-            Frame::ReqCredit { r, s, want } => put_reqcredit(buf, *r, *s, *want),
-            Frame::Credit { r, limit, max } => put_credit(buf, *r, *limit, *max),
+            Frame::Held { r, ranges } => ranges.put(c, buf, frame_type::HELD, *r),
+            Frame::ReqCredit { r, s, want } => c.put_reqcredit(buf, *r, *s, *want),
+            Frame::Credit { r, limit, max } => c.put_credit(buf, *r, *limit, *max),
             Frame::MtuProbe { id, pad } => {
                 put_varint(buf, frame_type::MTU_PROBE);
                 put_varint(buf, *id);
@@ -389,21 +399,22 @@ impl Frame {
             Frame::MtuAck { id } => put_mtu_ack(buf, *id),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } | Frame::Lost { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
-                    ranges.put(buf, v.frame_type(), r);
+                    ranges.put(c, buf, v.frame_type(), r);
                 }
             }
         }
     }
 
-    /// Encoded size of this frame.
+    /// Encoded size of this frame written on its own ([`encode`](Self::encode)).
     pub fn encoded_len(&self) -> usize {
+        let c = Clocks::absolute();
         match self {
-            Frame::ReqSlots { s, n, l } => reqslots_len(*s, *n, *l),
-            Frame::Slots { s, r, n } => slots_len(*s, *r, *n),
+            Frame::ReqSlots { s, n, l } => c.reqslots_len(*s, *n, *l),
+            Frame::Slots { s, r, n } => c.slots_len(*s, *r, *n),
             Frame::Token { s, r, payload, .. } | Frame::EarlyToken { s, r, payload, .. } => {
-                token_len(*s, *r, payload.len())
+                c.token_len(*s, *r, payload.len())
             }
-            Frame::Stored { from, below } => stored_len(*from, *below),
+            Frame::Stored { from, below } => c.stored_len(*from, *below),
             Frame::Challenge { .. } | Frame::Response { .. } => PATH_FRAME_LEN,
             Frame::Frag {
                 s,
@@ -412,12 +423,12 @@ impl Frame {
                 offset,
                 data,
                 ..
-            } => frag_len(*s, *r, *total, *offset, data.len()),
+            } => c.frag_len(*s, *r, *total, *offset, data.len()),
             Frame::Got { r, s, ranges } => {
-                1 + varint_len(*r) + varint_len(*s) + varint_len(ranges.count) + ranges.raw.len()
+                1 + varint_len(*r) + varint_len(*s) + ranges.encoded_len(varint_len(ranges.first))
             }
-            Frame::ReqCredit { r, s, want } => reqcredit_len(*r, *s, *want),
-            Frame::Credit { r, limit, max } => credit_len(*r, *limit, *max),
+            Frame::ReqCredit { r, s, want } => c.reqcredit_len(*r, *s, *want),
+            Frame::Credit { r, limit, max } => c.credit_len(*r, *limit, *max),
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
             Frame::Ack { r, ranges }
@@ -425,17 +436,22 @@ impl Frame {
             | Frame::Doubt { r, ranges }
             | Frame::Retry { r, ranges }
             | Frame::Lost { r, ranges } => {
-                1 + varint_len(*r) + varint_len(ranges.count) + ranges.raw.len()
+                1 + varint_len(*r) + ranges.encoded_len(varint_len(ranges.first))
             }
         }
     }
 }
 
 /// The slot ranges of an ACK frame, kept in their validated wire form (no allocation when
-/// decoding). Ranges are sorted, disjoint and non-adjacent by construction.
+/// decoding): the first range's start as a value (on the wire it may be written against
+/// the datagram's clock chain), the rest as received. Ranges are sorted, disjoint and
+/// non-adjacent by construction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AckRanges {
     count: u64,
+    /// The first range's start.
+    first: u64,
+    /// The first range's length less one, then each later range's gap and length less one.
     raw: Bytes,
 }
 
@@ -443,9 +459,7 @@ impl AckRanges {
     /// Builds ranges from sorted, disjoint, non-adjacent, non-empty ranges whose ends are at
     /// most `2^62`. Returns `None` for an empty list or one that breaks those conditions.
     pub fn from_ranges(ranges: &[Range<u64>]) -> Option<AckRanges> {
-        if ranges.is_empty() {
-            return None;
-        }
+        let first = ranges.first()?.start;
         let mut prev_end: Option<u64> = None;
         for rg in ranges {
             if rg.start >= rg.end || rg.end > VARINT_MAX + 1 {
@@ -457,19 +471,27 @@ impl AckRanges {
             prev_end = Some(rg.end);
         }
         let mut raw = BytesMut::new();
-        put_ranges(&mut raw, ranges);
+        put_ranges_after_first(&mut raw, ranges);
         Some(AckRanges {
             count: ranges.len() as u64,
+            first,
             raw: raw.freeze(),
         })
     }
 
-    /// Appends a frame of type `ty` laid out as ACK: `ty`, `r`, then these ranges.
-    fn put(&self, buf: &mut impl BufMut, ty: u64, r: u64) {
+    /// Appends a frame of type `ty` laid out as ACK: `ty`, `r` (of the sender's clock),
+    /// then these ranges (the first start of the receiver's), on the chains `c`.
+    fn put(&self, c: &mut Clocks, buf: &mut impl BufMut, ty: u64, r: u64) {
         put_varint(buf, ty);
-        put_varint(buf, r);
+        c.put(buf, Of::Src, r);
         put_varint(buf, self.count);
+        c.put(buf, Of::Dst, self.first);
         buf.put_slice(&self.raw);
+    }
+
+    /// Encoded size of the count and the ranges, the first start taking `first` bytes.
+    fn encoded_len(&self, first: usize) -> usize {
+        varint_len(self.count) + first + self.raw.len()
     }
 
     /// Number of ranges.
@@ -488,10 +510,17 @@ impl AckRanges {
             reader: Reader::new(&self.raw),
             left: self.count,
             prev_end: None,
+            first: self.first,
         }
     }
 
-    fn decode(r: &mut Reader<'_>, whole: &Bytes) -> Result<AckRanges, DecodeError> {
+    /// Reads the count and the ranges: the first start with `first` (in full, or on the
+    /// datagram's clock chain), the rest checked and kept as received.
+    fn decode(
+        r: &mut Reader<'_>,
+        whole: &Bytes,
+        first: impl FnOnce(&mut Reader<'_>) -> Result<u64, DecodeError>,
+    ) -> Result<AckRanges, DecodeError> {
         let count = r.varint()?;
         if count == 0 {
             return Err(DecodeError::EmptyAck);
@@ -500,11 +529,13 @@ impl AckRanges {
         if count > (r.remaining() / 2) as u64 {
             return Err(DecodeError::Truncated);
         }
+        let first = first(r)?;
         let start = r.position();
         let mut it = AckRangeIter {
             reader: r.clone(),
             left: count,
             prev_end: None,
+            first,
         };
         for item in &mut it {
             item?;
@@ -512,6 +543,7 @@ impl AckRanges {
         *r = it.reader;
         Ok(AckRanges {
             count,
+            first,
             raw: whole.slice(start..r.position()),
         })
     }
@@ -523,19 +555,20 @@ pub struct AckRangeIter<'a> {
     reader: Reader<'a>,
     left: u64,
     prev_end: Option<u64>,
+    /// The first range's start.
+    first: u64,
 }
 
 impl AckRangeIter<'_> {
     fn step(&mut self) -> Result<Range<u64>, DecodeError> {
-        let first = self.reader.varint()?;
-        let len_m1 = self.reader.varint()?;
         let start = match self.prev_end {
-            None => first,
+            None => self.first,
             Some(p) => p
-                .checked_add(first)
+                .checked_add(self.reader.varint()?)
                 .and_then(|v| v.checked_add(1))
                 .ok_or(DecodeError::ValueOutOfRange)?,
         };
+        let len_m1 = self.reader.varint()?;
         let end = start
             .checked_add(len_m1)
             .and_then(|v| v.checked_add(1))
@@ -568,6 +601,7 @@ impl Iterator for AckRangeIter<'_> {
 pub fn parse(data: &Bytes, max_payload: usize) -> Result<(Header, Frames<'_>), DecodeError> {
     let mut r = Reader::new(data);
     let header = Header::decode(&mut r)?;
+    let clocks = Clocks::of(&header);
     Ok((
         header,
         Frames {
@@ -575,16 +609,30 @@ pub fn parse(data: &Bytes, max_payload: usize) -> Result<(Header, Frames<'_>), D
             whole: data,
             max_payload,
             failed: false,
+            clocks,
         },
     ))
 }
 
 /// Decodes the frames of a datagram's body (everything after the header; for a sealed
 /// datagram, the opened plaintext) into `frames`, cleared first: at least one frame, every
-/// frame valid, no byte left over. On error `frames` is left empty.
+/// frame valid, no byte left over. On error `frames` is left empty. The body's clock
+/// fields are read as a datagram with no base has them ([`Clocks::absolute`]: plaintext);
+/// [`decode_frames_on`] takes the bases of the header the body came with.
 pub fn decode_frames_into(
     body: &Bytes,
     max_payload: usize,
+    frames: &mut Vec<Frame>,
+) -> Result<(), DecodeError> {
+    decode_frames_on(body, max_payload, Clocks::absolute(), frames)
+}
+
+/// As [`decode_frames_into`], the clock fields read on the chains `clocks` start with
+/// ([`Clocks::of`] the datagram's header).
+pub fn decode_frames_on(
+    body: &Bytes,
+    max_payload: usize,
+    clocks: Clocks,
     frames: &mut Vec<Frame>,
 ) -> Result<(), DecodeError> {
     frames.clear();
@@ -593,6 +641,7 @@ pub fn decode_frames_into(
         whole: body,
         max_payload,
         failed: false,
+        clocks,
     };
     for f in it {
         match f {
@@ -631,13 +680,15 @@ pub struct Frames<'a> {
     whole: &'a Bytes,
     max_payload: usize,
     failed: bool,
+    /// Where the datagram's clock chains stand.
+    clocks: Clocks,
 }
 
 impl Frames<'_> {
     /// The rest of a TOKEN, STOKEN, ETOKEN or ESTOKEN (`ty`): they share their layout.
     fn token(&mut self, ty: u64) -> Result<Frame, DecodeError> {
-        let r = &mut self.reader;
-        let (s, rck) = (r.varint()?, r.varint()?);
+        let (r, c) = (&mut self.reader, &mut self.clocks);
+        let (s, rck) = (c.read(r, Of::Src)?, c.read(r, Of::Dst)?);
         let payload = r.length_prefixed(self.whole, self.max_payload)?;
         Ok(match ty {
             frame_type::ETOKEN | frame_type::ESTOKEN => Frame::EarlyToken {
@@ -657,8 +708,9 @@ impl Frames<'_> {
 
     /// The rest of an ACK, DOUBT, RETRY, LOST or HELD (`ty`): they share their layout.
     fn slot_ranges(&mut self, ty: u64) -> Result<Frame, DecodeError> {
-        let r = self.reader.varint()?;
-        let ranges = AckRanges::decode(&mut self.reader, self.whole)?;
+        let c = &mut self.clocks;
+        let r = c.read(&mut self.reader, Of::Src)?;
+        let ranges = AckRanges::decode(&mut self.reader, self.whole, |r| c.read(r, Of::Dst))?;
         Ok(match ty {
             frame_type::ACK => Frame::Ack { r, ranges },
             frame_type::DOUBT => Frame::Doubt { r, ranges },
@@ -669,25 +721,25 @@ impl Frames<'_> {
     }
 
     fn frame(&mut self) -> Result<Frame, DecodeError> {
-        let r = &mut self.reader;
+        let (r, c) = (&mut self.reader, &mut self.clocks);
         let ty = r.varint()?;
         Ok(match ty {
             frame_type::REQSLOTS => Frame::ReqSlots {
-                s: r.varint()?,
+                s: c.read(r, Of::Src)?,
                 n: r.varint()?,
-                l: r.varint()?,
+                l: c.read(r, Of::Src)?,
             },
             frame_type::SLOTS => Frame::Slots {
-                s: r.varint()?,
-                r: r.varint()?,
+                s: c.read(r, Of::Dst)?,
+                r: c.read(r, Of::Src)?,
                 n: r.varint()?,
             },
             frame_type::TOKEN | frame_type::STOKEN | frame_type::ETOKEN | frame_type::ESTOKEN => {
                 return self.token(ty);
             }
             frame_type::STORED => Frame::Stored {
-                from: r.varint()?,
-                below: r.varint()?,
+                from: c.read(r, Of::Src)?,
+                below: c.read(r, Of::Src)?,
             },
             frame_type::ACK
             | frame_type::DOUBT
@@ -704,8 +756,8 @@ impl Frames<'_> {
                 }
             }
             frame_type::FRAG | frame_type::SFRAG => {
-                let s = r.varint()?;
-                let rr = r.varint()?;
+                let s = c.read(r, Of::Src)?;
+                let rr = c.read(r, Of::Dst)?;
                 let total = r.varint()?;
                 let offset = r.varint()?;
                 // Bounded by the datagram itself: a sender cuts fragments to fill its
@@ -727,17 +779,17 @@ impl Frames<'_> {
                 }
             }
             frame_type::GOT => Frame::Got {
-                r: r.varint()?,
-                s: r.varint()?,
-                ranges: AckRanges::decode(r, self.whole)?,
+                r: c.read(r, Of::Src)?,
+                s: c.read(r, Of::Dst)?,
+                ranges: AckRanges::decode(r, self.whole, |r| r.varint())?,
             },
             frame_type::REQCREDIT => Frame::ReqCredit {
-                r: r.varint()?,
-                s: r.varint()?,
+                r: c.read(r, Of::Dst)?,
+                s: c.read(r, Of::Src)?,
                 want: r.varint()?,
             },
             frame_type::CREDIT => Frame::Credit {
-                r: r.varint()?,
+                r: c.read(r, Of::Src)?,
                 limit: r.varint()?,
                 max: r.varint()?,
             },
@@ -798,17 +850,18 @@ impl Packet {
 
     /// Encodes the datagram.
     pub fn encode(&self) -> Bytes {
-        let mut buf = BytesMut::with_capacity(self.encoded_len());
+        let mut buf = BytesMut::new();
         self.header.encode(&mut buf);
+        let mut clocks = Clocks::of(&self.header);
         for f in &self.frames {
-            f.encode(&mut buf);
+            f.encode_on(&mut clocks, &mut buf);
         }
         buf.freeze()
     }
 
-    /// Encoded size of the datagram.
+    /// Encoded size of the datagram (its frames' clock fields on the datagram's chains).
     pub fn encoded_len(&self) -> usize {
-        self.header.encoded_len() + self.frames.iter().map(Frame::encoded_len).sum::<usize>()
+        self.encode().len()
     }
 }
 

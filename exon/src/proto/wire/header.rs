@@ -11,7 +11,7 @@ use crate::proto::{DecodeError, NodeId};
 /// First two bytes of every exon datagram: ASCII "EX".
 pub const MAGIC: [u8; 2] = *b"EX";
 /// The wire version this implementation speaks.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Smallest possible header: magic, version, flags, and two one-byte node ids.
 pub const MIN_HEADER_LEN: usize = 6;
 /// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter,

@@ -224,6 +224,15 @@ impl RangeSet {
         }
     }
 
+    /// Keeps the first `n` ranges and removes the rest.
+    pub fn truncate_ranges(&mut self, n: usize) {
+        if n < self.ranges.len() {
+            for r in self.ranges.drain(n..) {
+                self.count -= r.end - r.start;
+            }
+        }
+    }
+
     /// Removes everything.
     pub fn clear(&mut self) {
         self.ranges.clear();

@@ -6,6 +6,8 @@ use std::ops::Range;
 use bytes::BufMut;
 
 use super::{frame_type, Verdict};
+use crate::proto::wire::clocks::Clocks;
+use crate::proto::wire::clocks::Of::{self, Dst, Src};
 use crate::proto::wire::codec::{put_varint, varint_len, VARINT_MAX};
 
 /// Encoded size of a CHALLENGE or RESPONSE frame: the type and an 8-byte token.
@@ -63,35 +65,30 @@ pub fn put_mtu_ack(buf: &mut impl BufMut, id: u64) {
     put_varint(buf, id);
 }
 
-/// Encoded size of a REQSLOTS frame.
+/// Encoded size of a REQSLOTS frame written on its own (see [`Clocks::absolute`]).
 pub fn reqslots_len(s: u64, n: u64, l: u64) -> usize {
-    1 + varint_len(s) + varint_len(n) + varint_len(l)
+    Clocks::absolute().reqslots_len(s, n, l)
 }
 
-/// Encoded size of a SLOTS frame.
+/// Encoded size of a SLOTS frame written on its own.
 pub fn slots_len(s: u64, r: u64, n: u64) -> usize {
-    1 + varint_len(s) + varint_len(r) + varint_len(n)
+    Clocks::absolute().slots_len(s, r, n)
 }
 
-/// Encoded size of a TOKEN frame carrying `payload_len` bytes.
+/// Encoded size of a TOKEN frame carrying `payload_len` bytes, written on its own.
 pub fn token_len(s: u64, r: u64, payload_len: usize) -> usize {
-    1 + varint_len(s) + varint_len(r) + varint_len(payload_len as u64) + payload_len
+    Clocks::absolute().token_len(s, r, payload_len)
 }
 
-/// Appends a REQSLOTS frame.
+/// Appends a REQSLOTS frame, written on its own: its clock fields in full, as the first
+/// frame of a plaintext datagram has them.
 pub fn put_reqslots(buf: &mut impl BufMut, s: u64, n: u64, l: u64) {
-    put_varint(buf, frame_type::REQSLOTS);
-    put_varint(buf, s);
-    put_varint(buf, n);
-    put_varint(buf, l);
+    Clocks::absolute().put_reqslots(buf, s, n, l);
 }
 
-/// Appends a SLOTS frame.
+/// Appends a SLOTS frame, written on its own.
 pub fn put_slots(buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
-    put_varint(buf, frame_type::SLOTS);
-    put_varint(buf, s);
-    put_varint(buf, r);
-    put_varint(buf, n);
+    Clocks::absolute().put_slots(buf, s, r, n);
 }
 
 /// Which of the whole-token frames carries a payload.
@@ -149,131 +146,353 @@ impl TokenKind {
     }
 }
 
-/// Appends a STORED frame: the sender's records of its tokens in slots `from .. below`
-/// are on stable storage.
+/// Appends a STORED frame written on its own: the sender's records of its tokens in slots
+/// `from .. below` are on stable storage.
 pub fn put_stored(buf: &mut impl BufMut, from: u64, below: u64) {
-    put_varint(buf, frame_type::STORED);
-    put_varint(buf, from);
-    put_varint(buf, below);
+    Clocks::absolute().put_stored(buf, from, below);
 }
 
-/// Encoded size of a STORED frame.
+/// Encoded size of a STORED frame written on its own.
 pub fn stored_len(from: u64, below: u64) -> usize {
-    1 + varint_len(from) + varint_len(below)
+    Clocks::absolute().stored_len(from, below)
 }
 
-/// Appends a TOKEN frame.
+/// Appends a TOKEN frame written on its own.
 pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
-    put_token_parts(buf, (s, r, TokenKind::Plain), &[], payload);
+    Clocks::absolute().put_token_parts(buf, (s, r, TokenKind::Plain), &[], payload);
 }
 
-/// Appends a TOKEN frame (an STOKEN with `senders_copy`: its sender keeps a durable copy
-/// until the ACK) whose payload is `head` then `body`.
+/// Appends a TOKEN frame written on its own (an STOKEN with `senders_copy`: its sender
+/// keeps a durable copy until the ACK) whose payload is `head` then `body`.
 pub fn put_token_parts(
     buf: &mut impl BufMut,
-    (s, r, kind): (u64, u64, TokenKind),
+    token: (u64, u64, TokenKind),
     head: &[u8],
     body: &[u8],
 ) {
-    put_varint(buf, kind.frame_type());
-    put_varint(buf, s);
-    put_varint(buf, r);
-    put_varint(buf, (head.len() + body.len()) as u64);
-    buf.put_slice(head);
-    buf.put_slice(body);
+    Clocks::absolute().put_token_parts(buf, token, head, body);
 }
 
-/// Encoded size of a FRAG frame carrying `len` bytes.
+/// Encoded size of a FRAG frame carrying `len` bytes, written on its own.
 pub fn frag_len(s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
-    1 + varint_len(s)
-        + varint_len(r)
-        + varint_len(total)
-        + varint_len(offset)
-        + varint_len(len as u64)
-        + len
+    Clocks::absolute().frag_len(s, r, total, offset, len)
 }
 
-/// Appends a FRAG frame.
+/// Appends a FRAG frame written on its own.
 pub fn put_frag(buf: &mut impl BufMut, s: u64, r: u64, total: u64, offset: u64, data: &[u8]) {
-    put_frag_parts(buf, (s, r, false), (total, offset), (&[], data));
+    Clocks::absolute().put_frag_parts(buf, (s, r, false), (total, offset), (&[], data));
 }
 
-/// Appends a FRAG frame (an SFRAG with `senders_copy`) of message length `total` at `offset` whose
-/// data is `a` then `b`.
+/// Appends a FRAG frame written on its own (an SFRAG with `senders_copy`) of message
+/// length `total` at `offset` whose data is `a` then `b`.
 pub fn put_frag_parts(
     buf: &mut impl BufMut,
-    (s, r, senders_copy): (u64, u64, bool),
-    (total, offset): (u64, u64),
-    (a, b): (&[u8], &[u8]),
+    slot: (u64, u64, bool),
+    at: (u64, u64),
+    data: (&[u8], &[u8]),
 ) {
-    put_varint(
-        buf,
-        if senders_copy {
+    Clocks::absolute().put_frag_parts(buf, slot, at, data);
+}
+
+/// Appends a GOT frame written on its own for slot `s` of incarnation `r` with as many of
+/// `ranges` (byte offsets; sorted, disjoint, non-adjacent, non-empty) as fit in `room`
+/// bytes. Returns how many ranges were written (0: nothing was written).
+pub fn put_got(buf: &mut impl BufMut, r: u64, s: u64, ranges: &[Range<u64>], room: usize) -> usize {
+    Clocks::absolute().put_got(buf, r, s, ranges, room)
+}
+
+/// Encoded size of a REQCREDIT frame written on its own.
+pub fn reqcredit_len(r: u64, s: u64, want: u64) -> usize {
+    Clocks::absolute().reqcredit_len(r, s, want)
+}
+
+/// Appends a REQCREDIT frame written on its own.
+pub fn put_reqcredit(buf: &mut impl BufMut, r: u64, s: u64, want: u64) {
+    Clocks::absolute().put_reqcredit(buf, r, s, want);
+}
+
+/// Encoded size of a CREDIT frame written on its own.
+pub fn credit_len(r: u64, limit: u64, max: u64) -> usize {
+    Clocks::absolute().credit_len(r, limit, max)
+}
+
+/// Appends a CREDIT frame written on its own.
+pub fn put_credit(buf: &mut impl BufMut, r: u64, limit: u64, max: u64) {
+    Clocks::absolute().put_credit(buf, r, limit, max);
+}
+
+/// Appends an ACK frame written on its own for incarnation `r` covering as many of
+/// `ranges` (sorted, disjoint, non-adjacent, non-empty) as fit in `room` bytes. Returns
+/// how many ranges were written (0: nothing was written, not even the frame type).
+pub fn put_ack(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
+    put_verdict(buf, Verdict::Ack, r, ranges, room)
+}
+
+/// Appends a verdict frame (ACK, DOUBT or RETRY) written on its own, as [`put_ack`] does
+/// for ACK.
+pub fn put_verdict(
+    buf: &mut impl BufMut,
+    verdict: Verdict,
+    r: u64,
+    ranges: &[Range<u64>],
+    room: usize,
+) -> usize {
+    Clocks::absolute().put_slot_ranges(buf, verdict.frame_type(), r, ranges, room)
+}
+
+/// Appends HELD(r, ranges) written on its own with as many of `ranges` as fit in `room`
+/// bytes (the layout of ACK). Returns how many ranges were written (0: nothing was).
+pub fn put_held(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
+    Clocks::absolute().put_slot_ranges(buf, frame_type::HELD, r, ranges, room)
+}
+
+/// The frames with clock fields, written on the chains of the datagram they go in: each
+/// `*_len` is the size the `put_*` of the same values would append now.
+impl Clocks {
+    /// Encoded size of a REQSLOTS frame.
+    pub fn reqslots_len(self, s: u64, n: u64, l: u64) -> usize {
+        self.fields_len(&[C(Src, s), V(n), C(Src, l)])
+    }
+
+    /// Appends REQSLOTS(s, n, l): `s` and `l` of the sender's clock.
+    pub fn put_reqslots(&mut self, buf: &mut impl BufMut, s: u64, n: u64, l: u64) {
+        self.put_fields(buf, frame_type::REQSLOTS, &[C(Src, s), V(n), C(Src, l)]);
+    }
+
+    /// Encoded size of a SLOTS frame.
+    pub fn slots_len(self, s: u64, r: u64, n: u64) -> usize {
+        self.fields_len(&[C(Dst, s), C(Src, r), V(n)])
+    }
+
+    /// Appends SLOTS(s, r, n): `s` of the receiver's clock (the slots it asked for), `r`
+    /// of the sender's (its incarnation).
+    pub fn put_slots(&mut self, buf: &mut impl BufMut, s: u64, r: u64, n: u64) {
+        self.put_fields(buf, frame_type::SLOTS, &[C(Dst, s), C(Src, r), V(n)]);
+    }
+
+    /// Encoded size of a STORED frame.
+    pub fn stored_len(self, from: u64, below: u64) -> usize {
+        self.fields_len(&[C(Src, from), C(Src, below)])
+    }
+
+    /// Appends STORED(from, below): slots of the sender's clock.
+    pub fn put_stored(&mut self, buf: &mut impl BufMut, from: u64, below: u64) {
+        self.put_fields(buf, frame_type::STORED, &[C(Src, from), C(Src, below)]);
+    }
+
+    /// Encoded size of a TOKEN frame (any kind) carrying `payload_len` bytes.
+    #[inline]
+    pub fn token_len(mut self, s: u64, r: u64, payload_len: usize) -> usize {
+        1 + self.take_len(Src, s)
+            + self.take_len(Dst, r)
+            + varint_len(payload_len as u64)
+            + payload_len
+    }
+
+    /// Appends a TOKEN frame of `kind` whose payload is `head` then `body`: `s` of the
+    /// sender's clock, `r` of the receiver's.
+    #[inline]
+    pub fn put_token_parts(
+        &mut self,
+        buf: &mut impl BufMut,
+        (s, r, kind): (u64, u64, TokenKind),
+        head: &[u8],
+        body: &[u8],
+    ) {
+        put_varint(buf, kind.frame_type());
+        self.put(buf, Src, s);
+        self.put(buf, Dst, r);
+        put_varint(buf, (head.len() + body.len()) as u64);
+        buf.put_slice(head);
+        buf.put_slice(body);
+    }
+
+    /// Encoded size of a FRAG frame carrying `len` bytes.
+    pub fn frag_len(mut self, s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
+        1 + self.take_len(Src, s)
+            + self.take_len(Dst, r)
+            + varint_len(total)
+            + varint_len(offset)
+            + varint_len(len as u64)
+            + len
+    }
+
+    /// Appends a FRAG frame (an SFRAG with `senders_copy`) of message length `total` at
+    /// `offset` whose data is `a` then `b`.
+    pub fn put_frag_parts(
+        &mut self,
+        buf: &mut impl BufMut,
+        (s, r, senders_copy): (u64, u64, bool),
+        (total, offset): (u64, u64),
+        (a, b): (&[u8], &[u8]),
+    ) {
+        let ty = if senders_copy {
             frame_type::SFRAG
         } else {
             frame_type::FRAG
-        },
-    );
-    put_varint(buf, s);
-    put_varint(buf, r);
-    put_varint(buf, total);
-    put_varint(buf, offset);
-    put_varint(buf, (a.len() + b.len()) as u64);
-    buf.put_slice(a);
-    buf.put_slice(b);
-}
-
-/// Appends a GOT frame for slot `s` of incarnation `r` with as many of `ranges` (byte
-/// offsets; sorted, disjoint, non-adjacent, non-empty) as fit in `room` bytes. Returns how
-/// many ranges were written (0: nothing was written).
-pub fn put_got(buf: &mut impl BufMut, r: u64, s: u64, ranges: &[Range<u64>], room: usize) -> usize {
-    let fixed = 1 + varint_len(r) + varint_len(s);
-    let count = ranges_fitting(ranges, fixed, room);
-    if count == 0 {
-        return 0;
+        };
+        put_varint(buf, ty);
+        self.put(buf, Src, s);
+        self.put(buf, Dst, r);
+        put_varint(buf, total);
+        put_varint(buf, offset);
+        put_varint(buf, (a.len() + b.len()) as u64);
+        buf.put_slice(a);
+        buf.put_slice(b);
     }
-    put_varint(buf, frame_type::GOT);
-    put_varint(buf, r);
-    put_varint(buf, s);
-    put_varint(buf, count as u64);
-    put_ranges(buf, &ranges[..count]);
-    count
+
+    /// Appends GOT(r, s, ranges) with as many of `ranges` (byte offsets, written in full)
+    /// as fit in `room` bytes: `r` of the sender's clock, `s` of the receiver's. Returns
+    /// how many ranges were written (0: nothing was written).
+    pub fn put_got(
+        &mut self,
+        buf: &mut impl BufMut,
+        r: u64,
+        s: u64,
+        ranges: &[Range<u64>],
+        room: usize,
+    ) -> usize {
+        let head = [C(Src, r), C(Dst, s)];
+        self.put_ranged(buf, (frame_type::GOT, &head), None, ranges, room)
+    }
+
+    /// Encoded size of a REQCREDIT frame.
+    pub fn reqcredit_len(self, r: u64, s: u64, want: u64) -> usize {
+        self.fields_len(&[C(Dst, r), C(Src, s), V(want)])
+    }
+
+    /// Appends REQCREDIT(r, s, want): `r` of the receiver's clock, `s` of the sender's.
+    pub fn put_reqcredit(&mut self, buf: &mut impl BufMut, r: u64, s: u64, want: u64) {
+        self.put_fields(buf, frame_type::REQCREDIT, &[C(Dst, r), C(Src, s), V(want)]);
+    }
+
+    /// Encoded size of a CREDIT frame.
+    pub fn credit_len(self, r: u64, limit: u64, max: u64) -> usize {
+        self.fields_len(&[C(Src, r), V(limit), V(max)])
+    }
+
+    /// Appends CREDIT(r, limit, max): `r` of the sender's clock.
+    pub fn put_credit(&mut self, buf: &mut impl BufMut, r: u64, limit: u64, max: u64) {
+        self.put_fields(buf, frame_type::CREDIT, &[C(Src, r), V(limit), V(max)]);
+    }
+
+    /// Encoded size of a frame of `fields` (its type a byte).
+    fn fields_len(mut self, fields: &[Field]) -> usize {
+        1 + fields.iter().map(|&f| self.field_len(f)).sum::<usize>()
+    }
+
+    /// Appends a frame of type `ty` made of `fields`.
+    fn put_fields(&mut self, buf: &mut impl BufMut, ty: u64, fields: &[Field]) {
+        put_varint(buf, ty);
+        for &f in fields {
+            self.put_field(buf, f);
+        }
+    }
+
+    /// Appends a verdict frame (ACK, DOUBT, RETRY, LOST) for incarnation `r` covering as
+    /// many of `ranges` (sorted, disjoint, non-adjacent, non-empty) as fit in `room` bytes.
+    /// Returns how many ranges were written (0: nothing was written, not even the type).
+    pub fn put_verdict(
+        &mut self,
+        buf: &mut impl BufMut,
+        (verdict, r): (Verdict, u64),
+        ranges: &[Range<u64>],
+        room: usize,
+    ) -> usize {
+        self.put_slot_ranges(buf, verdict.frame_type(), r, ranges, room)
+    }
+
+    /// Appends HELD(r, ranges), as [`put_verdict`](Self::put_verdict).
+    pub fn put_held(
+        &mut self,
+        buf: &mut impl BufMut,
+        r: u64,
+        ranges: &[Range<u64>],
+        room: usize,
+    ) -> usize {
+        self.put_slot_ranges(buf, frame_type::HELD, r, ranges, room)
+    }
+
+    /// A frame of type `ty` laid out as ACK: `r` of the sender's clock, the first range's
+    /// start of the receiver's (the slots of its tokens).
+    fn put_slot_ranges(
+        &mut self,
+        buf: &mut impl BufMut,
+        ty: u64,
+        r: u64,
+        ranges: &[Range<u64>],
+        room: usize,
+    ) -> usize {
+        self.put_ranged(buf, (ty, &[C(Src, r)]), Some(Dst), ranges, room)
+    }
+
+    /// A frame of type `ty` and fields `head`, then as many of `ranges` as fit in `room`
+    /// bytes, the first start a clock field of `first` (`None`: a plain value). Returns
+    /// how many ranges were written (0: nothing was written, not even the type).
+    fn put_ranged(
+        &mut self,
+        buf: &mut impl BufMut,
+        (ty, head): (u64, &[Field]),
+        first: Option<Of>,
+        ranges: &[Range<u64>],
+        room: usize,
+    ) -> usize {
+        let start = |g: &Range<u64>| first.map_or(V(g.start), |of| C(of, g.start));
+        // Work out how many ranges fit, then write.
+        let mut at = *self;
+        let fixed = 1 + head.iter().map(|&f| at.field_len(f)).sum::<usize>();
+        let first = ranges.first().map_or(0, |g| at.field_len(start(g)));
+        let count = ranges_fitting(ranges, fixed, first, room);
+        if count == 0 {
+            return 0;
+        }
+        self.put_fields(buf, ty, head);
+        put_varint(buf, count as u64);
+        self.put_field(buf, start(&ranges[0]));
+        put_ranges_after_first(buf, &ranges[..count]);
+        count
+    }
+
+    /// The bytes field `f` takes, its chain moved on.
+    #[inline]
+    fn field_len(&mut self, f: Field) -> usize {
+        match f {
+            C(of, v) => self.take_len(of, v),
+            V(v) => varint_len(v),
+        }
+    }
+
+    /// Appends field `f`.
+    #[inline]
+    fn put_field(&mut self, buf: &mut impl BufMut, f: Field) {
+        match f {
+            C(of, v) => self.put(buf, of, v),
+            V(v) => put_varint(buf, v),
+        }
+    }
 }
 
-/// Encoded size of a REQCREDIT frame.
-pub fn reqcredit_len(r: u64, s: u64, want: u64) -> usize {
-    1 + varint_len(r) + varint_len(s) + varint_len(want)
+/// A field of a frame of varints only.
+#[derive(Clone, Copy)]
+enum Field {
+    /// A clock field, of the clock given.
+    C(Of, u64),
+    /// Any other value.
+    V(u64),
 }
-
-/// Appends a REQCREDIT frame.
-pub fn put_reqcredit(buf: &mut impl BufMut, r: u64, s: u64, want: u64) {
-    put_varint(buf, frame_type::REQCREDIT);
-    put_varint(buf, r);
-    put_varint(buf, s);
-    put_varint(buf, want);
-}
-
-/// Encoded size of a CREDIT frame.
-pub fn credit_len(r: u64, limit: u64, max: u64) -> usize {
-    1 + varint_len(r) + varint_len(limit) + varint_len(max)
-}
-
-/// Appends a CREDIT frame.
-pub fn put_credit(buf: &mut impl BufMut, r: u64, limit: u64, max: u64) {
-    put_varint(buf, frame_type::CREDIT);
-    put_varint(buf, r);
-    put_varint(buf, limit);
-    put_varint(buf, max);
-}
+use Field::{C, V};
 
 /// How many of `ranges` fit in `room` bytes after `fixed` bytes of frame fields and the
-/// count.
-fn ranges_fitting(ranges: &[Range<u64>], fixed: usize, room: usize) -> usize {
+/// count, the first range's start taking `first` bytes.
+fn ranges_fitting(ranges: &[Range<u64>], fixed: usize, first: usize, room: usize) -> usize {
     let mut body = 0usize;
     let mut count = 0usize;
     let mut prev_end: Option<u64> = None;
     for rg in ranges {
-        let item = range_item_len(prev_end, rg);
+        let item = match prev_end {
+            None => first + varint_len(rg.end - rg.start - 1),
+            Some(p) => varint_len(rg.start - p - 1) + varint_len(rg.end - rg.start - 1),
+        };
         if fixed + varint_len(count as u64 + 1) + body + item > room {
             break;
         }
@@ -284,69 +503,94 @@ fn ranges_fitting(ranges: &[Range<u64>], fixed: usize, room: usize) -> usize {
     count
 }
 
-/// Appends an ACK frame for incarnation `r` covering as many of `ranges` (sorted, disjoint,
-/// non-adjacent, non-empty) as fit in `room` bytes. Returns how many ranges were written
-/// (0: nothing was written, not even the frame type).
-pub fn put_ack(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
-    put_verdict(buf, Verdict::Ack, r, ranges, room)
-}
-
-/// Appends a verdict frame (ACK, DOUBT or RETRY), as [`put_ack`] does for ACK.
-pub fn put_verdict(
-    buf: &mut impl BufMut,
-    verdict: Verdict,
-    r: u64,
-    ranges: &[Range<u64>],
-    room: usize,
-) -> usize {
-    put_slot_ranges(buf, verdict.frame_type(), r, ranges, room)
-}
-
-/// Appends HELD(r, ranges) with as many of `ranges` as fit in `room` bytes (the layout of
-/// ACK). Returns how many ranges were written (0: nothing was).
-pub fn put_held(buf: &mut impl BufMut, r: u64, ranges: &[Range<u64>], room: usize) -> usize {
-    put_slot_ranges(buf, frame_type::HELD, r, ranges, room)
-}
-
-fn put_slot_ranges(
-    buf: &mut impl BufMut,
-    ty: u64,
-    r: u64,
-    ranges: &[Range<u64>],
-    room: usize,
-) -> usize {
-    // Work out how many ranges fit, then write.
-    let count = ranges_fitting(ranges, 1 + varint_len(r), room);
-    if count == 0 {
-        return 0;
-    }
-    put_varint(buf, ty);
-    put_varint(buf, r);
-    put_varint(buf, count as u64);
-    put_ranges(buf, &ranges[..count]);
-    count
-}
-
-fn range_item_len(prev_end: Option<u64>, rg: &Range<u64>) -> usize {
-    let first = match prev_end {
-        None => rg.start,
-        Some(p) => rg.start - p - 1,
-    };
-    varint_len(first) + varint_len(rg.end - rg.start - 1)
-}
-
-pub(super) fn put_ranges(buf: &mut impl BufMut, ranges: &[Range<u64>]) {
+/// Appends `ranges` as an ACK lays them out after the first range's start (written by the
+/// caller): the first's length, then each later range's gap and length.
+pub(super) fn put_ranges_after_first(buf: &mut impl BufMut, ranges: &[Range<u64>]) {
     let mut prev_end: Option<u64> = None;
     for rg in ranges {
         debug_assert!(rg.start < rg.end);
-        match prev_end {
-            None => put_varint(buf, rg.start),
-            Some(p) => {
-                debug_assert!(rg.start > p, "ranges must be sorted and non-adjacent");
-                put_varint(buf, rg.start - p - 1)
-            }
+        if let Some(p) = prev_end {
+            debug_assert!(rg.start > p, "ranges must be sorted and non-adjacent");
+            put_varint(buf, rg.start - p - 1);
         }
         put_varint(buf, rg.end - rg.start - 1);
         prev_end = Some(rg.end);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chains at a few places: none, near the values, far from them.
+    fn bases() -> Vec<Clocks> {
+        let near = 1u64 << 51;
+        let mut out = vec![Clocks::absolute()];
+        for (s, d) in [(near, near + 40), (3, VARINT_MAX), (near + (1 << 20), 0)] {
+            let mut c = Clocks::absolute();
+            let mut sink = Vec::new();
+            c.put(&mut sink, Src, s);
+            c.put(&mut sink, Dst, d);
+            out.push(c);
+        }
+        out
+    }
+
+    /// Every `*_len` on the chains is what the matching `put_*` appends, and both move the
+    /// chains alike (the next field costs the same after either).
+    #[test]
+    fn each_size_on_the_chains_is_what_is_written() {
+        let near = (1u64 << 51) + 9;
+        let ranges = [near..near + 3, near + 10..near + 11];
+        for c in bases() {
+            for (s, r) in [(near, near - 7), (0, VARINT_MAX), (near + 100_000, 1)] {
+                let check = |len: usize, put: &dyn Fn(&mut Clocks, &mut Vec<u8>)| {
+                    let mut w = c;
+                    let mut buf = Vec::new();
+                    put(&mut w, &mut buf);
+                    assert_eq!(len, buf.len(), "s {s} r {r} bases {c:?}");
+                    // Read back on the same chains, and written again from the values:
+                    // the same bytes, and the chains end where the writer's did.
+                    let mut frames = Vec::new();
+                    let body = bytes::Bytes::from(buf.clone());
+                    super::super::decode_frames_on(&body, usize::MAX, c, &mut frames).unwrap();
+                    let (mut again, mut chains) = (Vec::new(), c);
+                    for f in &frames {
+                        f.encode_on(&mut chains, &mut again);
+                    }
+                    assert_eq!(again, buf);
+                    assert_eq!(chains, w);
+                };
+                let l = s.saturating_sub(1);
+                check(c.reqslots_len(s, 5, l), &|w, b| w.put_reqslots(b, s, 5, l));
+                check(c.slots_len(s, r, 64), &|w, b| w.put_slots(b, s, r, 64));
+                check(c.token_len(s, r, 100), &|w, b| {
+                    w.put_token_parts(b, (s, r, TokenKind::Plain), &[1; 40], &[2; 60]);
+                });
+                check(c.frag_len(s, r, 9000, 4000, 50), &|w, b| {
+                    w.put_frag_parts(b, (s, r, true), (9000, 4000), (&[3; 50], &[]));
+                });
+                let from = s.saturating_sub(3);
+                check(c.stored_len(from, s), &|w, b| w.put_stored(b, from, s));
+                check(c.reqcredit_len(r, s, 1 << 20), &|w, b| {
+                    w.put_reqcredit(b, r, s, 1 << 20);
+                });
+                check(c.credit_len(r, 1 << 16, 1 << 20), &|w, b| {
+                    w.put_credit(b, r, 1 << 16, 1 << 20);
+                });
+                // Ranges fitted to the room: never past it, and all of them with room.
+                for room in [0, 5, 12, 20, 64] {
+                    let mut w = c;
+                    let mut buf = Vec::new();
+                    let k = w.put_verdict(&mut buf, (Verdict::Ack, r), &ranges, room);
+                    assert!(buf.len() <= room, "room {room}: {}", buf.len());
+                    assert!(k == 2 || room < 64, "room {room}: {k}");
+                    let mut buf = Vec::new();
+                    let k = w.put_got(&mut buf, r, s, &[0..100, 200..300], room);
+                    assert!(buf.len() <= room, "GOT, room {room}: {}", buf.len());
+                    assert!(k == 2 || room < 64, "GOT, room {room}: {k}");
+                }
+            }
+        }
     }
 }
