@@ -283,6 +283,10 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
     };
     let one = sealed(vec![token(a + 1_000, b, 1024)]);
     assert_eq!(one.encoded_len() - 18 - 1024, 1 + 2 + 8 + 2);
+    // The receiver's chain starts at the epoch too: a receiver started five minutes after
+    // the sender has its incarnation 4 bytes away.
+    let five_minutes = sealed(vec![token(a + 1_000, a + 300_000_000, 1024)]);
+    assert_eq!(five_minutes.encoded_len() - 18 - 1024, 1 + 2 + 4 + 2);
     // A reply and the ACK of its request: the ACK's `r` (the server's incarnation, taken
     // just before its epoch) a byte, the request's slot in full, the reply's slot (5 000
     // after) 2 bytes, the caller's incarnation (20 000 slots before its request's) 4 bytes:

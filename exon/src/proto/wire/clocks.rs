@@ -8,8 +8,8 @@
 //! values out, so two values of one clock seen in the same datagram are close, while each
 //! alone takes eight bytes. A clock field is therefore written as the difference from the
 //! previous field of the same clock in the datagram (zigzag-encoded, modulo 2^62), and the
-//! first one of each clock in full; a sealed datagram's sender chain starts at the header's
-//! epoch, itself a value of the sender's clock.
+//! first one of each clock in full; in a sealed datagram both chains start at the header's
+//! epoch, a value of the sender's clock.
 //!
 //! The mapping is a bijection for every base, so each datagram still has exactly one
 //! encoding, and decoding never fails on the arithmetic (any varint below 2^62 is some
@@ -54,12 +54,14 @@ impl Clocks {
         }
     }
 
-    /// The bases a datagram with `header` starts with: the sender's chain at the epoch of
-    /// a sealed header, nothing else.
+    /// The bases a datagram with `header` starts with: both chains at the epoch of a
+    /// sealed header (a value of the sender's clock; the receiver's clock, started from the
+    /// wall clock too, is usually within a few minutes of it), none in plaintext.
     pub fn of(header: &Header) -> Clocks {
+        let epoch = header.seal.as_ref().map(|s| s.seq.epoch & MASK);
         Clocks {
-            src: header.seal.as_ref().map(|s| s.seq.epoch & MASK),
-            dst: None,
+            src: epoch,
+            dst: epoch,
         }
     }
 
