@@ -32,6 +32,11 @@ pub struct LinkConfig {
     pub loss: f64,
     /// Bursty loss on top of `loss`, if any.
     pub burst: Option<GilbertElliott>,
+    /// Losses in step with the exchange: every `k`-th datagram offered to the link is lost
+    /// (`None` or 0: never). A sender and a receiver that answer each other in a fixed
+    /// cycle can lose the same kind of datagram every time, which random loss almost
+    /// never does.
+    pub drop_every: Option<u32>,
     /// Probability that a datagram is duplicated; the copy gets its own delay.
     pub dup: f64,
     /// Largest extra delay of a duplicate copy. Copies are skewed towards short delays, but
@@ -62,6 +67,7 @@ impl Default for LinkConfig {
             jitter: Duration::ZERO,
             loss: 0.0,
             burst: None,
+            drop_every: None,
             dup: 0.0,
             dup_max_delay: Duration::from_secs(5),
             reorder: 0.0,
@@ -93,6 +99,8 @@ pub enum DropCause {
     Loss,
     /// Gilbert-Elliott loss.
     Burst,
+    /// Every `drop_every`-th datagram.
+    Periodic,
     /// The link is partitioned.
     Partition,
     /// The rate limiter's queue was full.
@@ -132,6 +140,8 @@ pub struct LinkStats {
     pub lost: u64,
     /// Dropped by burst loss.
     pub burst_lost: u64,
+    /// Dropped as every `drop_every`-th datagram.
+    pub periodic_lost: u64,
     /// Dropped by a partition.
     pub partitioned: u64,
     /// Dropped at the tail of the rate limiter's queue.
@@ -239,6 +249,11 @@ impl Link {
                 self.stats.burst_lost += 1;
                 return Decision::Drop(DropCause::Burst);
             }
+        }
+        let k = u64::from(self.cfg.drop_every.unwrap_or(0));
+        if k > 0 && self.stats.offered.is_multiple_of(k) {
+            self.stats.periodic_lost += 1;
+            return Decision::Drop(DropCause::Periodic);
         }
         if self.cfg.loss > 0.0 && self.rng.gen_bool(self.cfg.loss.min(1.0)) {
             self.stats.lost += 1;
@@ -377,6 +392,22 @@ mod tests {
         assert!(matches!(l.on_datagram(now, 1472), Decision::Deliver { .. }));
         assert_eq!(l.on_datagram(now, 1473), Decision::Drop(DropCause::TooBig));
         assert_eq!(l.stats().too_big, 1);
+    }
+
+    #[test]
+    fn every_kth_datagram_is_lost_and_only_those() {
+        let cfg = LinkConfig {
+            drop_every: Some(3),
+            ..LinkConfig::default()
+        };
+        let mut l = Link::new(cfg, 1);
+        let now = Instant::now();
+        let fates: Vec<bool> = (0..9)
+            .map(|_| matches!(l.on_datagram(now, 100), Decision::Deliver { .. }))
+            .collect();
+        let third = [true, true, false];
+        assert_eq!(fates, third.repeat(3));
+        assert_eq!(l.stats().periodic_lost, 3);
     }
 
     #[test]

@@ -41,6 +41,9 @@ struct Args {
     /// Bursty (Gilbert-Elliott) loss: probability of entering the bad state per datagram.
     #[arg(long, default_value_t = 0.0)]
     burst: f64,
+    /// Losses in step with the exchange: every K-th datagram on each link is lost (0: none).
+    #[arg(long, default_value_t = 0)]
+    drop_every: u32,
     /// Duplication probability per datagram; copies may arrive very late.
     #[arg(long, default_value_t = 0.0)]
     dup: f64,
@@ -388,6 +391,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             p_bad_to_good: 0.3,
             loss_bad: 0.7,
         }),
+        drop_every: (a.drop_every > 0).then_some(a.drop_every),
         dup: a.dup,
         dup_max_delay: Duration::from_millis(a.dup_delay_ms),
         reorder: a.reorder,

@@ -263,6 +263,11 @@ impl Scenario {
                 "a shared queue needs a rate limit (--rate)",
             ));
         }
+        if self.link.drop_every == Some(1) {
+            return Err(ScenarioError::Unsupported(
+                "--drop-every 1 loses every datagram: nothing could ever arrive",
+            ));
+        }
         let max = self.config.limits.max_message_size;
         let largest = self.largest_message();
         if largest > max {

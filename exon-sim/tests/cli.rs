@@ -493,3 +493,28 @@ fn incast_through_shared_queues_soaks() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("a shared queue needs a rate limit"), "{err}");
 }
+
+/// Losses in step with the exchange (`--drop-every`): with every second datagram of each
+/// link lost, a receiver's ACK of retransmitted tokens and its next probe fall one on each
+/// side of the cycle, and the probe draws the tokens again (`probe_prompts_resend`). Found
+/// by the core's every-third-datagram pair test when TOKEN framing shrank (wire version 3):
+/// with `probe_repeats_ack` off the tokens stay in flight until the run gives up, with it
+/// the probe carries the ACK again and every message is acknowledged.
+#[test]
+fn losses_in_step_with_the_exchange_end_with_every_message_acknowledged() {
+    let args = "--drop-every 2 --messages 20000 --seed 1";
+    clean(args);
+    clean("--drop-every 3 --messages 20000 --seeds 3 --nodes 3 --dup 0.02");
+    violates(
+        &format!("{args} --rules-off probe_repeats_ack"),
+        "NotAcknowledged",
+    );
+}
+
+#[test]
+fn drop_every_one_is_refused() {
+    let out = exon_sim(&["--messages", "10", "--drop-every", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("loses every datagram"), "{err}");
+}

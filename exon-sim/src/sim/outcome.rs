@@ -95,7 +95,7 @@ impl Sim {
         for l in self.links() {
             let s = l.stats();
             r.datagrams += s.offered;
-            r.link_drops += s.lost + s.burst_lost + s.partitioned + s.queue_drops;
+            r.link_drops += s.lost + s.burst_lost + s.periodic_lost + s.partitioned + s.queue_drops;
             r.too_big += s.too_big;
             r.link_dups += s.duplicated;
         }
