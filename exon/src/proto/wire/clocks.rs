@@ -24,24 +24,30 @@ use crate::proto::DecodeError;
 /// Values modulo 2^62, the range of a varint.
 const MASK: u64 = VARINT_MAX;
 
-/// Half the range: differences of at least this much are negative.
-const HALF: u64 = 1 << 61;
+/// A chain with no base yet (no clock value reaches it: they stay below 2^62).
+const NONE: u64 = u64::MAX;
 
 /// Whose clock a field holds, as the datagram's sender sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Of {
     /// The sender's clock: its tokens' slots, the incarnations of its receiver records.
-    Src,
+    Src = 0,
     /// The receiver's clock: the slots it is told about, the incarnations its tokens name.
-    Dst,
+    Dst = 1,
 }
 
 /// The previous value of each clock in the datagram being written or read: what the next
-/// clock field of that clock is written against (`None`: it is written in full).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// clock field of that clock is written against (none yet: it is written in full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Clocks {
-    src: Option<u64>,
-    dst: Option<u64>,
+    /// By [`Of`]; [`NONE`] for no base.
+    bases: [u64; 2],
+}
+
+impl Default for Clocks {
+    fn default() -> Self {
+        Self::absolute()
+    }
 }
 
 impl Clocks {
@@ -49,8 +55,7 @@ impl Clocks {
     /// datagram starts with, and what a frame written on its own assumes.
     pub const fn absolute() -> Clocks {
         Clocks {
-            src: None,
-            dst: None,
+            bases: [NONE, NONE],
         }
     }
 
@@ -58,84 +63,76 @@ impl Clocks {
     /// sealed header (a value of the sender's clock; the receiver's clock, started from the
     /// wall clock too, is usually within a few minutes of it), none in plaintext.
     pub fn of(header: &Header) -> Clocks {
-        let epoch = header.seal.as_ref().map(|s| s.seq.epoch & MASK);
+        let epoch = header.seal.as_ref().map_or(NONE, |s| s.seq.epoch & MASK);
         Clocks {
-            src: epoch,
-            dst: epoch,
-        }
-    }
-
-    #[inline]
-    fn base(&mut self, of: Of) -> &mut Option<u64> {
-        match of {
-            Of::Src => &mut self.src,
-            Of::Dst => &mut self.dst,
+            bases: [epoch, epoch],
         }
     }
 
     /// The varint that stands for `v` of clock `of`, which becomes its chain's base.
-    #[inline]
+    #[inline(always)]
     fn encoded(&mut self, of: Of, v: u64) -> u64 {
         debug_assert!(v <= VARINT_MAX, "clock value out of range: {v}");
         let v = v & MASK;
-        match self.base(of).replace(v) {
-            None => v,
-            Some(prev) => zigzag(v.wrapping_sub(prev) & MASK),
+        let prev = std::mem::replace(&mut self.bases[of as usize], v);
+        if prev == NONE {
+            v
+        } else {
+            zigzag(v.wrapping_sub(prev))
         }
     }
 
     /// Appends clock value `v` of clock `of`.
-    #[inline]
+    #[inline(always)]
     pub fn put(&mut self, buf: &mut impl BufMut, of: Of, v: u64) {
         let x = self.encoded(of, v);
         put_varint(buf, x);
     }
 
     /// The bytes [`put`](Self::put) would append for `v`, and the base moves as it would.
-    #[inline]
+    #[inline(always)]
     pub fn take_len(&mut self, of: Of, v: u64) -> usize {
         varint_len(self.encoded(of, v))
     }
 
     /// Reads a value of clock `of`.
-    #[inline]
+    #[inline(always)]
     pub fn read(&mut self, r: &mut Reader<'_>, of: Of) -> Result<u64, DecodeError> {
         let x = r.varint()?;
-        let base = self.base(of);
-        let v = match *base {
-            None => x,
-            Some(prev) => prev.wrapping_add(unzigzag(x)) & MASK,
+        let base = &mut self.bases[of as usize];
+        let v = if *base == NONE {
+            x
+        } else {
+            base.wrapping_add(unzigzag(x)) & MASK
         };
-        *base = Some(v);
+        *base = v;
         Ok(v)
     }
 }
 
-/// A difference modulo 2^62, read as signed in [-2^61, 2^61), zigzag-mapped onto
-/// [0, 2^62): small differences either way take few bytes.
-#[inline]
+/// A difference modulo 2^62 (any `u64`, whose low 62 bits count), read as signed in
+/// [-2^61, 2^61), zigzag-mapped onto [0, 2^62): small differences either way take few
+/// bytes.
+#[inline(always)]
 fn zigzag(d: u64) -> u64 {
-    if d < HALF {
-        d << 1
-    } else {
-        // -(2^62 - d), as 2 * (2^62 - d) - 1.
-        ((MASK + 1 - d) << 1) - 1
-    }
+    // The low 62 bits, sign-extended from bit 61.
+    let signed = ((d << 2) as i64) >> 2;
+    ((signed << 1) ^ (signed >> 63)) as u64
 }
 
-/// The difference modulo 2^62 that [`zigzag`] mapped onto `x` (below 2^62).
-#[inline]
+/// The difference, as a `u64` to add modulo 2^62, that [`zigzag`] mapped onto `x` (below
+/// 2^62).
+#[inline(always)]
 fn unzigzag(x: u64) -> u64 {
-    if x & 1 == 0 {
-        x >> 1
-    } else {
-        (MASK + 1 - ((x + 1) >> 1)) & MASK
-    }
+    (x >> 1) ^ 0u64.wrapping_sub(x & 1)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Half the range: differences of at least this much are negative.
+    const HALF: u64 = 1 << 61;
 
     fn round_trip(bases: Clocks, of: Of, v: u64) -> (usize, u64) {
         let (mut w, mut r) = (bases, bases);
@@ -172,7 +169,7 @@ mod tests {
             for base in edges.iter().copied().chain([near]) {
                 for of in [Of::Src, Of::Dst] {
                     let mut c = Clocks::absolute();
-                    *c.base(of) = Some(base);
+                    c.bases[of as usize] = base;
                     assert_eq!(round_trip(c, of, v).1, v, "v {v} base {base}");
                 }
             }
@@ -186,11 +183,19 @@ mod tests {
         for d in (0..1000u64).chain((0..1000).map(|k| MASK - k)) {
             let z = zigzag(d);
             assert!(z <= VARINT_MAX);
-            assert_eq!(unzigzag(z), d);
+            assert_eq!(unzigzag(z) & MASK, d);
             assert!(seen.insert(z), "two differences on {z}");
         }
-        assert_eq!(unzigzag(VARINT_MAX), HALF);
+        assert_eq!(unzigzag(VARINT_MAX) & MASK, HALF);
         assert_eq!(zigzag(HALF), VARINT_MAX);
+        // Small differences either way: 0, -1, 1, -2, 2, ... onto 0, 1, 2, 3, 4, ...
+        let around: Vec<u64> = [0, MASK, 1, MASK - 1, 2]
+            .iter()
+            .map(|&d| zigzag(d))
+            .collect();
+        assert_eq!(around, [0, 1, 2, 3, 4]);
+        // Only the low 62 bits of a difference count (it is taken modulo 2^62).
+        assert_eq!(zigzag(5 | (3 << 62)), zigzag(5));
     }
 
     #[test]
