@@ -12,7 +12,7 @@ use crate::proto::send::tokens::TokenAt;
 use crate::proto::stats::Stats;
 use crate::proto::wire::clocks::Clocks;
 use crate::proto::wire::codec::varint_len;
-use crate::proto::wire::frame::TokenKind;
+use crate::proto::wire::frame::{SlotFields, TokenKind};
 use crate::proto::{Config, Rules};
 
 /// Bytes of one fragmented message sent in a row before it goes behind the other tokens:
@@ -170,10 +170,13 @@ impl SRecord {
             let total = tok.payload.len();
             // A reported message goes whole as one FRAG, so that its receiver answers HELD
             // while it holds it untaken; any other as a TOKEN.
+            // Its slot and incarnation on the datagram's chains, worked out once for its size
+            // and its writing.
+            let fields = fill.clocks.slot_fields(s, r);
             let len = if tok.reported {
-                fill.clocks.frag_len(s, r, total as u64, 0, total)
+                fields.frag_len(total as u64, 0, total)
             } else {
-                fill.clocks.token_len(s, r, total)
+                fields.token_len(total)
             };
             let kind = if logged {
                 TokenKind::stored(tok.senders_copy)
@@ -201,7 +204,7 @@ impl SRecord {
             let step = if tok.frag.is_some() {
                 self.write_fragment(fill, s, r, cfg, rules)
             } else {
-                self.write_token(fill, (s, r, kind), len, at)
+                self.write_token(fill, (s, fields, kind), len, at)
             };
             match step {
                 Step::Wrote => {
@@ -283,14 +286,15 @@ impl SRecord {
         Step::Wrote
     }
 
-    /// Writes the token in slot `s` (incarnation `r`, at the front of `to_send`) whole, as
-    /// a TOKEN frame of `len` bytes (a reported message: one FRAG of all of it), if it fits
-    /// and the congestion window and the pacer let it. `at` is where it lies in the ring.
+    /// Writes the token in slot `s` (its slot and incarnation on the datagram's chains as
+    /// `fields`, at the front of `to_send`) whole, as a TOKEN frame of `len` bytes (a
+    /// reported message: one FRAG of all of it), if it fits and the congestion window and
+    /// the pacer let it. `at` is where it lies in the ring.
     #[inline]
     fn write_token(
         &mut self,
         fill: &mut Fill<'_>,
-        (s, r, kind): (u64, u64, TokenKind),
+        (s, fields, kind): (u64, SlotFields, TokenKind),
         len: usize,
         at: TokenAt,
     ) -> Step {
@@ -318,14 +322,11 @@ impl SRecord {
         };
         let (head, body) = (tok.payload.head(), tok.payload.body());
         if tok.reported {
-            let total = tok.payload.len() as u64;
-            let slot = (s, r, tok.senders_copy);
-            fill.clocks
-                .put_frag_parts(fill.buf, slot, (total, 0), (head, body));
+            let at = (tok.senders_copy, tok.payload.len() as u64, 0);
+            fields.put_frag(fill.clocks, fill.buf, at, (head, body));
             fill.stats.frames_out.frag += 1;
         } else {
-            fill.clocks
-                .put_token_parts(fill.buf, (s, r, kind), head, body);
+            fields.put_token(fill.clocks, fill.buf, kind, (head, body));
             fill.stats.frames_out.token += 1;
         }
         // Its transmission, recorded on the token: the datagram's sequence number (loss

@@ -71,7 +71,7 @@ impl Clocks {
 
     /// The varint that stands for `v` of clock `of`, which becomes its chain's base.
     #[inline(always)]
-    fn encoded(&mut self, of: Of, v: u64) -> u64 {
+    pub(crate) fn encoded(&mut self, of: Of, v: u64) -> u64 {
         debug_assert!(v <= VARINT_MAX, "clock value out of range: {v}");
         let v = v & MASK;
         let prev = std::mem::replace(&mut self.bases[of as usize], v);

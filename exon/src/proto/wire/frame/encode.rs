@@ -280,13 +280,20 @@ impl Clocks {
         self.put_fields(buf, frame_type::STORED, &[C(Src, from), C(Src, below)]);
     }
 
+    /// Slot `s` (of the sender's clock) and incarnation `r` (of the receiver's) of a TOKEN
+    /// or FRAG, worked out on these chains.
+    #[inline]
+    pub fn slot_fields(&self, s: u64, r: u64) -> SlotFields {
+        let mut after = *self;
+        let xs = after.encoded(Src, s);
+        let xr = after.encoded(Dst, r);
+        SlotFields { xs, xr, after }
+    }
+
     /// Encoded size of a TOKEN frame (any kind) carrying `payload_len` bytes.
     #[inline]
-    pub fn token_len(mut self, s: u64, r: u64, payload_len: usize) -> usize {
-        1 + self.take_len(Src, s)
-            + self.take_len(Dst, r)
-            + varint_len(payload_len as u64)
-            + payload_len
+    pub fn token_len(self, s: u64, r: u64, payload_len: usize) -> usize {
+        self.slot_fields(s, r).token_len(payload_len)
     }
 
     /// Appends a TOKEN frame of `kind` whose payload is `head` then `body`: `s` of the
@@ -299,22 +306,13 @@ impl Clocks {
         head: &[u8],
         body: &[u8],
     ) {
-        put_varint(buf, kind.frame_type());
-        self.put(buf, Src, s);
-        self.put(buf, Dst, r);
-        put_varint(buf, (head.len() + body.len()) as u64);
-        buf.put_slice(head);
-        buf.put_slice(body);
+        self.slot_fields(s, r)
+            .put_token(self, buf, kind, (head, body));
     }
 
     /// Encoded size of a FRAG frame carrying `len` bytes.
-    pub fn frag_len(mut self, s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
-        1 + self.take_len(Src, s)
-            + self.take_len(Dst, r)
-            + varint_len(total)
-            + varint_len(offset)
-            + varint_len(len as u64)
-            + len
+    pub fn frag_len(self, s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
+        self.slot_fields(s, r).frag_len(total, offset, len)
     }
 
     /// Appends a FRAG frame (an SFRAG with `senders_copy`) of message length `total` at
@@ -324,21 +322,10 @@ impl Clocks {
         buf: &mut impl BufMut,
         (s, r, senders_copy): (u64, u64, bool),
         (total, offset): (u64, u64),
-        (a, b): (&[u8], &[u8]),
+        data: (&[u8], &[u8]),
     ) {
-        let ty = if senders_copy {
-            frame_type::SFRAG
-        } else {
-            frame_type::FRAG
-        };
-        put_varint(buf, ty);
-        self.put(buf, Src, s);
-        self.put(buf, Dst, r);
-        put_varint(buf, total);
-        put_varint(buf, offset);
-        put_varint(buf, (a.len() + b.len()) as u64);
-        buf.put_slice(a);
-        buf.put_slice(b);
+        let fields = self.slot_fields(s, r);
+        fields.put_frag(self, buf, (senders_copy, total, offset), data);
     }
 
     /// Appends GOT(r, s, ranges) with as many of `ranges` (byte offsets, written in full)
@@ -469,6 +456,83 @@ impl Clocks {
             C(of, v) => self.put(buf, of, v),
             V(v) => put_varint(buf, v),
         }
+    }
+}
+
+/// The slot and incarnation of a TOKEN or FRAG worked out once on the datagram's chains:
+/// its size and its writing then share the differences (a sender sizes each token before
+/// it writes it).
+#[derive(Debug, Clone, Copy)]
+pub struct SlotFields {
+    /// The varints standing for `s` and `r`.
+    xs: u64,
+    xr: u64,
+    /// The chains once they are written.
+    after: Clocks,
+}
+
+impl SlotFields {
+    /// Encoded size of a TOKEN frame carrying `payload_len` bytes with these fields.
+    #[inline]
+    pub fn token_len(&self, payload_len: usize) -> usize {
+        1 + varint_len(self.xs) + varint_len(self.xr) + varint_len(payload_len as u64) + payload_len
+    }
+
+    /// Encoded size of a FRAG frame of message length `total` at `offset` carrying `len`
+    /// bytes with these fields.
+    #[inline]
+    pub fn frag_len(&self, total: u64, offset: u64, len: usize) -> usize {
+        1 + varint_len(self.xs)
+            + varint_len(self.xr)
+            + varint_len(total)
+            + varint_len(offset)
+            + varint_len(len as u64)
+            + len
+    }
+
+    /// Appends the TOKEN of `kind` whose payload is `head` then `body`, and moves the
+    /// chains `c` (those these fields were worked out on) past it.
+    #[inline]
+    pub fn put_token(
+        &self,
+        c: &mut Clocks,
+        buf: &mut impl BufMut,
+        kind: TokenKind,
+        (head, body): (&[u8], &[u8]),
+    ) {
+        put_varint(buf, kind.frame_type());
+        put_varint(buf, self.xs);
+        put_varint(buf, self.xr);
+        put_varint(buf, (head.len() + body.len()) as u64);
+        buf.put_slice(head);
+        buf.put_slice(body);
+        *c = self.after;
+    }
+
+    /// Appends a FRAG (an SFRAG with `senders_copy`) of message length `total` at `offset`
+    /// whose data is `a` then `b`, and moves the chains `c` past it.
+    #[inline]
+    pub fn put_frag(
+        &self,
+        c: &mut Clocks,
+        buf: &mut impl BufMut,
+        (senders_copy, total, offset): (bool, u64, u64),
+        (a, b): (&[u8], &[u8]),
+    ) {
+        let ty = if senders_copy {
+            frame_type::SFRAG
+        } else {
+            frame_type::FRAG
+        };
+        put_varint(buf, ty);
+        put_varint(buf, self.xs);
+        put_varint(buf, self.xr);
+        put_varint(buf, total);
+        put_varint(buf, offset);
+        put_varint(buf, (a.len() + b.len()) as u64);
+        buf.put_slice(a);
+        buf.put_slice(b);
+        *c = self.after;
     }
 }
 
