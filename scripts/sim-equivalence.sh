@@ -54,6 +54,7 @@ done <<'CONFIGS'
 --seeds 4 --nodes 4 --loss 0.05 --reorder 0.05
 --seeds 4 --burst 0.01 --loss 0.01
 --seeds 4 --nodes 4 --traffic incast --shared-queue --rate 125000 --messages 3000 --loss 0.01
+--seeds 4 --drop-every 3 --messages 20000
 CONFIGS
 echo "equivalent=$((1 - differ)) against=$(git -C "$root" rev-parse --short "$rev")"
 exit "$differ"
