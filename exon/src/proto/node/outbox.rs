@@ -104,6 +104,23 @@ impl PeerOut {
         }
     }
 
+    /// Where the pending slots of verdict `v` in incarnation `r` lie in `acks`, an empty
+    /// set added if none.
+    #[inline]
+    fn verdict_at(&mut self, v: Verdict, r: u64) -> usize {
+        match self
+            .acks
+            .iter()
+            .position(|(w, rck, _)| *w == v && *rck == r)
+        {
+            Some(i) => i,
+            None => {
+                self.acks.push((v, r, RangeSet::new()));
+                self.acks.len() - 1
+            }
+        }
+    }
+
     /// Writes what is owed into the datagram in `buf`, frames ending by `limit`: MTU_ACKs
     /// and path frames first, then verdicts, HELDs and GOTs (as many ranges as fit), then
     /// CREDIT, SLOTS and waivers where they fit. What does not fit stays owed. Counts the
@@ -406,14 +423,8 @@ impl Outbox {
         if out.ack_ranges() >= MAX_PENDING_ACK_RANGES {
             return false;
         }
-        match out.acks.iter_mut().find(|(w, rck, _)| *w == v && *rck == r) {
-            Some((_, _, set)) => set.insert(s..s + 1),
-            None => {
-                let mut set = RangeSet::new();
-                set.insert(s..s + 1);
-                out.acks.push((v, r, set));
-            }
-        }
+        let i = out.verdict_at(v, r);
+        out.acks[i].2.insert(s..s + 1);
         true
     }
 
@@ -426,16 +437,10 @@ impl Outbox {
         if out.ack_ranges() + ranges.range_count() > MAX_PENDING_ACK_RANGES {
             return false;
         }
-        let v = Verdict::Ack;
-        let i = match out.acks.iter().position(|(w, rck, _)| *w == v && *rck == r) {
-            Some(i) => i,
-            None => {
-                out.acks.push((v, r, RangeSet::new()));
-                out.acks.len() - 1
-            }
-        };
+        let i = out.verdict_at(Verdict::Ack, r);
+        let set = &mut out.acks[i].2;
         for g in ranges.ranges() {
-            out.acks[i].2.insert(g.clone());
+            set.insert(g.clone());
         }
         true
     }
@@ -455,13 +460,7 @@ impl Outbox {
             return slots.len();
         };
         let mut ranges = out.ack_ranges();
-        let i = match out.acks.iter().position(|(w, rck, _)| *w == v && *rck == r) {
-            Some(i) => i,
-            None => {
-                out.acks.push((v, r, RangeSet::new()));
-                out.acks.len() - 1
-            }
-        };
+        let i = out.verdict_at(v, r);
         let set = &mut out.acks[i].2;
         let mut dropped = 0;
         let mut slots = slots.peekable();

@@ -559,8 +559,7 @@ impl Node {
             return None;
         }
         let rec = self.receivers.get_mut(&peer).filter(|rec| rec.rck() == r)?;
-        let mut fresh = set.clone();
-        fresh.truncate_ranges(MAX_REPEATED_RANGES);
+        let fresh = set.first_ranges(MAX_REPEATED_RANGES);
         for g in rec.take_acked_last().ranges() {
             set.insert(g.clone());
         }

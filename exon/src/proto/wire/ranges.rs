@@ -224,13 +224,13 @@ impl RangeSet {
         }
     }
 
-    /// Keeps the first `n` ranges and removes the rest.
-    pub fn truncate_ranges(&mut self, n: usize) {
-        if n < self.ranges.len() {
-            for r in self.ranges.drain(n..) {
-                self.count -= r.end - r.start;
-            }
+    /// A set of this one's first `n` ranges (a few: copied one by one, the rest untouched).
+    pub fn first_ranges(&self, n: usize) -> RangeSet {
+        let mut out = RangeSet::new();
+        for r in self.ranges.iter().take(n) {
+            out.insert(r.clone());
         }
+        out
     }
 
     /// Removes everything.
@@ -243,6 +243,19 @@ impl RangeSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_ranges_are_copied_and_counted() {
+        let mut s = RangeSet::new();
+        for r in [0..2, 5..6, 9..12, 20..21] {
+            s.insert(r);
+        }
+        let f = s.first_ranges(2);
+        assert_eq!(f.ranges(), &[0..2, 5..6]);
+        assert_eq!(f.count(), 3);
+        assert_eq!(s.first_ranges(9), s);
+        assert!(s.first_ranges(0).is_empty());
+    }
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
