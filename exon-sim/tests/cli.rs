@@ -499,16 +499,44 @@ fn incast_through_shared_queues_soaks() {
 /// side of the cycle, and the probe draws the tokens again (`probe_prompts_resend`). Found
 /// by the core's every-third-datagram pair test when TOKEN framing shrank (wire version 3):
 /// with `probe_repeats_ack` off the tokens stay in flight until the run gives up, with it
-/// the probe carries the ACK again and every message is acknowledged.
+/// the probe carries the ACK again and every message is acknowledged. (Between two nodes
+/// the probe's repeated grant, `probe_repeats_grant`, now shifts that cycle's phase too;
+/// among three, the rule alone decides.)
 #[test]
 fn losses_in_step_with_the_exchange_end_with_every_message_acknowledged() {
-    let args = "--drop-every 2 --messages 20000 --seed 1";
-    clean(args);
+    clean("--drop-every 2 --messages 20000 --seed 1");
     clean("--drop-every 3 --messages 20000 --seeds 3 --nodes 3 --dup 0.02");
+    let three = "--drop-every 2 --messages 5000 --seed 1 --nodes 3";
+    clean(three);
     violates(
-        &format!("{args} --rules-off probe_repeats_ack"),
+        &format!("{three} --rules-off probe_repeats_ack"),
         "NotAcknowledged",
     );
+}
+
+/// Losses in step with the exchange after a restart: every answer to a retransmission lost,
+/// every timer's datagram passing. Each case ends with every message settled with the rule
+/// that carries the lost answer on the timer's datagram, and leaves messages unsent or in
+/// flight without it: the restarted sender's waiver of the record it holds nothing of rides
+/// with each REQSLOTS (`request_carries_waiver`); the receiver's probe repeats its last
+/// unused grant (`probe_repeats_grant`), its verdicts for incarnations not its own
+/// (`probe_repeats_old_verdicts`), and the GOT of messages in progress
+/// (`probe_repeats_got`).
+#[test]
+fn losses_in_step_after_a_restart_end_with_every_message_settled() {
+    let small = "--drop-every 2 --restarts 1 --messages 5000";
+    let large = "--drop-every 2 --restarts 1 --messages 2000 --payload 100 --max-payload 20000";
+    for (args, rule) in [
+        (format!("{small} --seed 1"), "request_carries_waiver"),
+        (format!("{small} --seed 14"), "probe_repeats_grant"),
+        (format!("{small} --seed 69"), "probe_repeats_old_verdicts"),
+        (format!("{large} --seed 1"), "probe_repeats_got"),
+    ] {
+        clean(&args);
+        violates(&format!("{args} --rules-off {rule}"), "Lost");
+    }
+    clean("--drop-every 2 --restarts 3 --messages 3000 --seeds 10");
+    clean("--drop-every 3 --restarts 2 --messages 3000 --seeds 10 --nodes 3");
 }
 
 #[test]

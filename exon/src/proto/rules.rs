@@ -265,6 +265,31 @@ pub struct Rules {
     /// path dropping small datagrams) keeps the tokens in flight for ever, each probe
     /// drawing them once more.
     pub probe_repeats_ack: bool,
+    /// A sender whose request a receiver answered with a probe of a record it holds
+    /// nothing of (the sender restarted, its clock past the record's slots) owes the
+    /// waiver of those slots until a request is granted, and sends it again before each
+    /// transmission of its REQSLOTS. Off, the waiver leaves once, in answer to the probe:
+    /// a path whose losses fall in step with the exchange (the request on its timer
+    /// passing, each waiver after a probe lost) refuses the request for ever, and the
+    /// sender's messages are never sent.
+    pub request_carries_waiver: bool,
+    /// A receiver's probe carries the verdicts it last answered the prober's sender for
+    /// an incarnation not its own (DOUBT, RETRY, LOST for one lost in a restart or evicted,
+    /// ACK for one spent and removed), again. Off, a path whose losses fall in step with
+    /// the exchange (each retransmission's answer lost, each probe passing) leaves those
+    /// tokens in flight for ever: the probe draws nothing of an incarnation not its own.
+    pub probe_repeats_old_verdicts: bool,
+    /// A receiver's probe carries its last grant again (SLOTS(s, r, n)) while none of
+    /// those slots was used or waived: the sender may never have had it. Off, a path whose
+    /// losses fall in step with the exchange (each request passing on its timer, each
+    /// SLOTS answering it lost, each probe passing) never lets the sender's messages go.
+    pub probe_repeats_grant: bool,
+    /// A receiver's probe carries the GOT of the messages in progress that fragments came
+    /// for since the last probe, again. Off, a path whose losses fall in step with the
+    /// exchange (each GOT lost, each probe passing, every other fragment of each resend
+    /// lost) keeps a large message in flight for ever, its sender resending the same
+    /// fragments.
+    pub probe_repeats_got: bool,
     /// A source gets at most its share of the untaken deliveries
     /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
     /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
@@ -343,6 +368,10 @@ impl Rules {
         early_token_waits_for_stored: true,
         probe_prompts_resend: true,
         probe_repeats_ack: true,
+        request_carries_waiver: true,
+        probe_repeats_old_verdicts: true,
+        probe_repeats_grant: true,
+        probe_repeats_got: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,
         report_recovered_held: true,

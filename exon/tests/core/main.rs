@@ -6,6 +6,7 @@
 //!
 //! Run: `cargo test -p exon --test core`.
 
+mod answers_on_timers;
 mod batches;
 mod codec;
 mod config_serde;

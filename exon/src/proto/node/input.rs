@@ -490,6 +490,9 @@ impl Node {
             SlotsAnswer::Stale { waive } => {
                 self.stats.stale_slots += 1;
                 if let Some(w) = waive {
+                    if self.rules.request_carries_waiver {
+                        rec.owe_waiver(w);
+                    }
                     let cap = self.outbox_cap();
                     if !self.outbox.waive(src, w, cap) {
                         self.stats.rejects.outbox_full += 1;

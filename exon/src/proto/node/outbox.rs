@@ -428,16 +428,23 @@ impl Outbox {
         true
     }
 
-    /// Queues an ACK of `ranges` (slots acknowledged before, in incarnation `r`) again,
+    /// Queues verdict `v` of `ranges` (slots answered before, in incarnation `r`) again,
     /// within the cap on pending ranges. Returns false if dropped.
-    pub fn repeat_acks(&mut self, peer: NodeId, r: u64, ranges: &RangeSet, cap: usize) -> bool {
+    pub fn repeat_verdicts(
+        &mut self,
+        peer: NodeId,
+        v: Verdict,
+        r: u64,
+        ranges: &RangeSet,
+        cap: usize,
+    ) -> bool {
         let Some(out) = self.entry(peer, cap) else {
             return false;
         };
         if out.ack_ranges() + ranges.range_count() > MAX_PENDING_ACK_RANGES {
             return false;
         }
-        let i = out.verdict_at(Verdict::Ack, r);
+        let i = out.verdict_at(v, r);
         let set = &mut out.acks[i].2;
         for g in ranges.ranges() {
             set.insert(g.clone());

@@ -89,7 +89,11 @@ impl Node {
                     self.stored_copy(src, s);
                 }
                 if !self.journal_redelivers(src, r, s) {
-                    self.answer_without_record(src, r, s)
+                    let v = self.answer_without_record(src, r, s);
+                    if let Some(v) = v {
+                        self.note_told(src, v, r, s);
+                    }
+                    v
                 } else if !room || kind.is_early() {
                     // No room; or a copy its sender has not stored yet: the stored one
                     // comes later.
@@ -107,6 +111,18 @@ impl Node {
             }
         }
         urgent
+    }
+
+    /// Rule `probe_repeats_old_verdicts`: a verdict answered for slot `s` of an incarnation
+    /// `r` that the live record of `src` (if any) does not hold is kept by that record, for
+    /// its next probe to repeat.
+    fn note_told(&mut self, src: NodeId, v: Verdict, r: u64, s: u64) {
+        if !self.rules.probe_repeats_old_verdicts {
+            return;
+        }
+        if let Some(rec) = self.receivers.get_mut(&src).filter(|rec| rec.rck() != r) {
+            rec.note_told(v, r, s);
+        }
     }
 
     /// A run of TOKENs from `src` of incarnation `r`, one after another in a datagram: the
@@ -607,6 +623,9 @@ impl Node {
                     if !self.outbox.got(src, r, s, have, cap) {
                         self.stats.rejects.outbox_full += 1;
                     }
+                    if self.rules.probe_repeats_got {
+                        rec.note_got(s);
+                    }
                 }
                 false
             }
@@ -663,6 +682,7 @@ impl Node {
                 return self.on_revived_reqcredit(src, r, want);
             }
             if let Some(v) = self.answer_without_record(src, r, s) {
+                self.note_told(src, v, r, s);
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
                     self.stats.rejects.outbox_full += 1;

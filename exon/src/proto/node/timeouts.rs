@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::proto::node::timer::Side;
 use crate::proto::send::liveness::Change;
-use crate::proto::{Event, Node, NodeId};
+use crate::proto::{Event, Node, NodeId, Verdict};
 
 /// Unanswered probes after which a receiver record nothing was delivered into is evicted.
 pub(crate) const MAX_UNPROVEN_PROBES: u32 = 6;
@@ -265,8 +265,27 @@ impl Node {
                 // A token came again since: the ACKs last sent go with the probe.
                 let r = rec.rck();
                 if let Some(acked) = rec.acks_for_probe() {
-                    self.outbox.repeat_acks(peer, r, acked, cap);
+                    self.outbox
+                        .repeat_verdicts(peer, Verdict::Ack, r, acked, cap);
                 }
+            }
+            if let Some((s, n)) = rec
+                .grant_to_repeat()
+                .filter(|_| self.rules.probe_repeats_grant)
+            {
+                // The last grant, none of its slots used yet: its SLOTS may have been lost.
+                self.outbox.grant(peer, s, rec.rck(), n, cap);
+            }
+            for (s, have) in rec.take_got() {
+                // The GOT of messages fragments came for since the last probe, again.
+                self.outbox.got(peer, rec.rck(), s, &have, cap);
+            }
+            if let Some(t) = rec
+                .take_told()
+                .filter(|_| self.rules.probe_repeats_old_verdicts)
+            {
+                // Verdicts told without a record since the last probe go with it once.
+                self.outbox.repeat_verdicts(peer, t.v, t.r, &t.slots, cap);
             }
         }
     }

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use crate::proto::recv::assembler::Assembler;
 use crate::proto::recv::delivery::Held;
+use crate::proto::wire::frame::Verdict;
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::Config;
 
@@ -44,8 +45,39 @@ pub(crate) struct RRecord {
     /// A token delivered before came again since the last probe: an ACK may have been lost,
     /// and the next probe carries the last one again (`Rules::probe_repeats_ack`).
     resent: bool,
+    /// The last verdict answered to the source's tokens of an incarnation not this
+    /// record's (at most [`MAX_TOLD_RANGES`] ranges), repeated by the next probe
+    /// (`Rules::probe_repeats_old_verdicts`). Boxed: most records never hold one.
+    told: Option<Box<Told>>,
+    /// The last grant SLOTS(s, rck, n) answered: while its slots are all still free (the
+    /// sender sent no token into them), the next probe repeats it
+    /// (`Rules::probe_repeats_grant`).
+    granted_last: Option<(u64, u64)>,
+    /// The slots of messages in progress whose GOT was answered since the last probe (at
+    /// most [`MAX_GOT_REPEATED`], the latest kept): the next probe answers their GOT again
+    /// (`Rules::probe_repeats_got`).
+    got_since_probe: Vec<u64>,
     /// Messages arriving in fragments, and the reassembly memory granted to the source.
     assembler: Assembler,
+}
+
+/// Most ranges of slots a record keeps of the verdicts it told its source without a record
+/// ([`RRecord::note_told`]); slots beyond are not repeated (they are answered again when
+/// their tokens come again).
+pub(crate) const MAX_TOLD_RANGES: usize = 4;
+
+/// Most messages in progress whose GOT a probe repeats ([`RRecord::note_got`]).
+pub(crate) const MAX_GOT_REPEATED: usize = 4;
+
+/// A verdict told for slots of an incarnation `r` no live record holds.
+#[derive(Debug)]
+pub(crate) struct Told {
+    /// The verdict.
+    pub v: Verdict,
+    /// The incarnation its slots belong to (not the record's own).
+    pub r: u64,
+    /// The slots.
+    pub slots: RangeSet,
 }
 
 /// What a REQSLOTS did to a record.
@@ -78,6 +110,9 @@ impl RRecord {
             ack_now: false,
             acked_last: RangeSet::new(),
             resent: false,
+            told: None,
+            granted_last: None,
+            got_since_probe: Vec::new(),
             assembler: Assembler::default(),
         }
     }
@@ -108,6 +143,7 @@ impl RRecord {
         if granted == 0 {
             return Grant::OverCap;
         }
+        self.granted_last = Some((s, granted));
         Grant::Granted(granted)
     }
 
@@ -255,6 +291,63 @@ impl RRecord {
     pub fn acks_for_probe(&mut self) -> Option<&RangeSet> {
         let resent = std::mem::take(&mut self.resent);
         (resent && !self.acked_last.is_empty()).then_some(&self.acked_last)
+    }
+
+    /// Verdict `v` was answered for slot `s` of incarnation `r`, which no live record
+    /// holds: kept for the next probe to repeat. A verdict of another kind or incarnation
+    /// takes the place of what was kept.
+    pub fn note_told(&mut self, v: Verdict, r: u64, s: u64) {
+        let told = self.told.get_or_insert_with(|| {
+            Box::new(Told {
+                v,
+                r,
+                slots: RangeSet::new(),
+            })
+        });
+        if told.v != v || told.r != r {
+            **told = Told {
+                v,
+                r,
+                slots: RangeSet::new(),
+            };
+        }
+        if told.slots.range_count() < MAX_TOLD_RANGES || !told.slots.would_add_range(s..s + 1) {
+            told.slots.insert(s..s + 1);
+        }
+    }
+
+    /// GOT was answered for the message in progress in slot `s`: kept for the next probe.
+    pub fn note_got(&mut self, s: u64) {
+        if self.got_since_probe.contains(&s) {
+            return;
+        }
+        if self.got_since_probe.len() >= MAX_GOT_REPEATED {
+            self.got_since_probe.remove(0);
+        }
+        self.got_since_probe.push(s);
+    }
+
+    /// Takes the slots whose GOT a probe repeats, with the ranges of bytes held of each
+    /// (those no longer in progress left out).
+    pub fn take_got(&mut self) -> Vec<(u64, RangeSet)> {
+        let slots = std::mem::take(&mut self.got_since_probe);
+        slots
+            .into_iter()
+            .filter_map(|s| Some((s, self.assembler.have(s)?.clone())))
+            .collect()
+    }
+
+    /// The last grant `(s, n)`, for a probe to repeat, while none of its slots was used or
+    /// waived (its SLOTS may have been lost: the sender holds no slot of it).
+    pub fn grant_to_repeat(&self) -> Option<(u64, u64)> {
+        self.granted_last
+            .filter(|&(s, n)| self.slots.contains_range(s..s.saturating_add(n)))
+    }
+
+    /// Takes what [`note_told`](Self::note_told) kept, for a probe to repeat once.
+    #[inline]
+    pub fn take_told(&mut self) -> Option<Box<Told>> {
+        self.told.take()
     }
 
     /// Takes the ACK ranges last sent (to repeat them once).

@@ -202,6 +202,13 @@ impl SRecord {
         })
     }
 
+    /// A probe showed the receiver holding slots below `w` this record holds nothing of:
+    /// the waiver goes with each REQSLOTS until one is granted
+    /// (`Rules::request_carries_waiver`).
+    pub fn owe_waiver(&mut self, w: u64) {
+        self.req.owe_waiver(w);
+    }
+
     /// The collection frontier `l`: the receiver may drop every slot below it. It never
     /// passes a token that exists (tokens are recorded before any REQSLOTS is written), nor an
     /// envelope (rule 2), nor, in durable mode, a message whose verdict is not stored yet.

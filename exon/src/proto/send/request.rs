@@ -28,6 +28,10 @@ pub(crate) struct SlotRequest {
     /// The smallest `n` any transmission of the outstanding request carried (a request
     /// sent again may ask for more): a grant below it was trimmed by the receiver.
     least_sent: Option<u64>,
+    /// A waiver owed to the receiver (`Rules::request_carries_waiver`): its probe showed a
+    /// record of slots below this value that the sender holds nothing of. It goes again
+    /// before each transmission of the request, until a grant shows the receiver took it.
+    waiver: Option<u64>,
 }
 
 impl SlotRequest {
@@ -114,6 +118,7 @@ impl SlotRequest {
                 .map(|c| c.max(held).saturating_add(step.max(c / 8)))
         };
         self.least_sent = None;
+        self.waiver = None;
         let sample = self
             .sent_at
             .filter(|_| !self.retransmitted)
@@ -123,6 +128,18 @@ impl SlotRequest {
         self.due = false;
         self.frontier_override = None;
         sample
+    }
+
+    /// A probe showed the receiver holding slots below `w` this sender holds nothing of:
+    /// the waiver REQSLOTS(w, 0, w) is owed until a request is granted.
+    pub fn owe_waiver(&mut self, w: u64) {
+        self.waiver = Some(self.waiver.map_or(w, |o| o.max(w)));
+    }
+
+    /// The waiver owed with the request, if any.
+    #[inline]
+    pub fn waiver(&self) -> Option<u64> {
+        self.waiver
     }
 
     /// The most slots worth holding for this receiver, as far as its grants showed

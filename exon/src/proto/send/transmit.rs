@@ -127,11 +127,22 @@ impl SRecord {
         }
     }
 
-    /// Writes the outstanding REQSLOTS into the datagram, if one is due and fits.
+    /// Writes the outstanding REQSLOTS into the datagram, if one is due and fits, after the
+    /// waiver owed with it, if any (still within the frontier) and both fit.
     #[inline]
     fn write_reqslots(&mut self, fill: &mut Fill<'_>) {
         if self.req.is_due() {
             let (s, n, l) = (self.sck, self.req.asked().unwrap_or(0), self.frontier());
+            if let Some(w) = self.req.waiver().filter(|&w| w <= l) {
+                let (mark, before) = (fill.buf.len(), *fill.clocks);
+                fill.clocks.put_reqslots(fill.buf, w, 0, w);
+                if fill.clocks.reqslots_len(s, n, l) <= fill.room() {
+                    fill.stats.frames_out.reqslots += 1;
+                } else {
+                    fill.buf.truncate(mark);
+                    *fill.clocks = before;
+                }
+            }
             if fill.clocks.reqslots_len(s, n, l) <= fill.room() {
                 fill.clocks.put_reqslots(fill.buf, s, n, l);
                 fill.stats.frames_out.reqslots += 1;
