@@ -55,6 +55,7 @@ done <<'CONFIGS'
 --seeds 4 --burst 0.01 --loss 0.01
 --seeds 4 --nodes 4 --traffic incast --shared-queue --rate 125000 --messages 3000 --loss 0.01
 --seeds 4 --drop-every 3 --messages 20000
+--seeds 4 --drop-every 2 --restarts 2 --messages 5000
 CONFIGS
 echo "equivalent=$((1 - differ)) against=$(git -C "$root" rev-parse --short "$rev")"
 exit "$differ"

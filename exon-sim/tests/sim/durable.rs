@@ -605,7 +605,12 @@ fn restored_copies_with_the_floor_lose_nothing_silently() {
 /// it: the restored sender knows only the old slot (or none). `docs/durability.md` says
 /// that a restored copy leaves messages in flight in doubt; these are delivered twice.
 /// (a) could be answered DOUBT (or ACK) by a receiver that kept the frontier its sender
-/// reported for each covered incarnation. Seed 0: `ResentByRestoredSender` at 371 ms,
+/// reported for each covered incarnation. Tried (branch `wip/restored-sender-doubt`: DOUBT
+/// below the frontier past which the receiver forgot the sender's deliveries): this seed
+/// passes, but an honest durable sender then gets DOUBT too, because its reported frontier
+/// passes a slot a RETRY or LOST moved its message out of before the move is durable (its
+/// journal still assigns the old slot, and a recovery sends the token there). The sender
+/// must first keep its frontier below a moved slot until the move is journalled. Seed 0: `ResentByRestoredSender` at 371 ms,
 /// node0#128 (delivered at 31 ms, acknowledged at 45 ms, then node0 restored from a copy of
 /// its first restart, before 45 ms). CLI: `exon-sim --durable --messages 2000 --restarts 16
 /// --loss 0.1 --dup 0.1 --reorder 0.1 --take-delay-ms 3 --disk-sync-us 3000 --restore 0.5
