@@ -14,7 +14,7 @@ manual=(
   a_million_forged_ids_over_udp_leave_bounded_state # release, by hand
   a_one_way_outage_at_the_defaults                  # 45 s, the figures
   durable_long_soak                                 # 200 seeds
-  core_bug_a_restored_sender_delivers_twice         # a known limit (docs/durability.md)
+  a_restored_sender_resends_what_its_copy_knew_no_slot_for # a known limit (docs/durability.md)
   a_stream_resumes_after_a_two_way_outage_without_the_probe # measured by hand
 )
 skips=()

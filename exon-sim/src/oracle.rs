@@ -346,9 +346,9 @@ impl Oracle {
         if let (true, Some(undone)) = (deliveries > 1, reopened) {
             self.duplicates += 1;
             let why = if undone {
-                "its verdict came after the copy: LOST for a slot below the frontier"
+                "its verdict came after the copy, which knew no slot for it"
             } else {
-                "unsettled in the copy: its slot after the copy unknown"
+                "unsettled in the copy, which knew no slot for it"
             };
             self.violate(
                 ViolationKind::ResentByRestoredSender,

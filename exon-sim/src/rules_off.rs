@@ -72,6 +72,8 @@ by_name!(
     probe_repeats_old_verdicts,
     probe_repeats_grant,
     probe_repeats_got,
+    doubt_below_forgotten,
+    frontier_waits_for_moves,
     untaken_share_per_source,
     credit_asks_each_waiting,
     report_recovered_held,

@@ -539,6 +539,29 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
     clean("--drop-every 3 --restarts 2 --messages 3000 --seeds 10 --nodes 3");
 }
 
+/// A durable sender's frontier stays below a slot a RETRY or LOST took its message out of
+/// until the move's `Unassigned` record is durable (`frontier_waits_for_moves`). Without
+/// it the frontier passes the slot at once; a crash before the record then recovers the
+/// message in its old slot, below a frontier its receiver was told, and the receiver,
+/// which forgot its deliveries there, answers DOUBT (`doubt_below_forgotten`): an honest
+/// durable sender's message ends in doubt.
+#[test]
+fn a_moved_message_holds_the_frontier_until_its_move_is_journalled() {
+    for args in [
+        "--durable --restarts 6 --loss 0.1 --messages 3000 --seed 77",
+        "--durable --restarts 8 --loss 0.05 --disk-sync-us 20000 --seed 11",
+    ] {
+        clean(args);
+        violates(
+            &format!("{args} --rules-off frontier_waits_for_moves"),
+            "DurableInDoubt",
+        );
+        clean(&format!(
+            "{args} --rules-off frontier_waits_for_moves,doubt_below_forgotten"
+        ));
+    }
+}
+
 #[test]
 fn drop_every_one_is_refused() {
     let out = exon_sim(&["--messages", "10", "--drop-every", "1"]);

@@ -150,9 +150,10 @@ impl Oracle {
     /// restored copies), those it took since may be handed over again after their
     /// acknowledgement, and the messages it submitted since are forgotten. Those it
     /// submitted before and heard the verdict of since are in flight again (`reopened`):
-    /// their verdict may come again, and may be `InDoubt`; delivered again, they are
-    /// reported as [`ViolationKind::ResentByRestoredSender`] (a receiver answers LOST for a
-    /// slot below the frontier its sender reported: the core defect recorded in
+    /// their verdict may come again, and may be `InDoubt` (as may that of those unsettled
+    /// in the copy, which the lost run may have moved to another slot); delivered again,
+    /// they are reported as [`ViolationKind::ResentByRestoredSender`] (a message the copy
+    /// knew no slot for, sent in a fresh one: the limit of restored copies recorded in
     /// `tests/sim/durable.rs`).
     pub fn on_restored(&mut self, node: usize, since: u64) {
         let after = |t: u64| t != super::NONE && t >= since;
@@ -166,7 +167,7 @@ impl Oracle {
                 }
             }
         }
-        let mut reopened = 0;
+        let (mut reopened, mut excused) = (0, 0);
         if let Some(v) = self.msgs.get_mut(node) {
             for r in v.iter_mut() {
                 let settled = r.acked || r.doubted || r.not_delivered;
@@ -176,8 +177,15 @@ impl Oracle {
                     }
                 } else if !settled {
                     // In the copy, unsettled: the restored node sends it again, in the slot
-                    // the copy knows or in a fresh one.
+                    // the copy knows or in a fresh one. The lost run may have moved it to
+                    // another slot and passed the old one with its frontier: a receiver
+                    // that forgot what it delivered below that frontier answers DOUBT
+                    // there (`Rules::doubt_below_forgotten`), truthfully.
                     r.reopened = true;
+                    if !r.doubt_ok {
+                        r.doubt_ok = true;
+                        excused += 1;
+                    }
                 } else if after(r.acked_at) {
                     // Its verdict came after the copy: the restored application does not
                     // know it, and the restored node may send it again.
@@ -195,7 +203,7 @@ impl Oracle {
             }
         }
         self.restore_reopened += reopened;
-        self.doubt_excused += reopened;
+        self.doubt_excused += reopened + excused;
     }
 
     /// A second unflagged delivery of `key`: tolerated (and counted) once if its first

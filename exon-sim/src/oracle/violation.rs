@@ -48,8 +48,9 @@ pub enum ViolationKind {
     RedeliveredAfterAck,
     /// Durable mode, restored copies: a message was delivered again after its sender was
     /// restored from a copy of its directory taken before the message's verdict, and sent
-    /// it again (a duplicate of its own kind, to tell it from the others: its receiver
-    /// answered LOST for a slot below the frontier the sender had reported).
+    /// it again (a duplicate of its own kind, to tell it from the others: the copy knew no
+    /// slot for it, so it went in a fresh one; in its old slot it gets DOUBT,
+    /// `Rules::doubt_below_forgotten`).
     ResentByRestoredSender,
     /// Durable mode: a message whose verdict its sender's application heard (given up at
     /// its deadline) was recovered by its restarted sender, to be sent again: the verdict

@@ -229,10 +229,11 @@ impl Sim {
             match Journal::open(h.jdisk.clone(), cfg.clone()) {
                 Ok((j, _, report)) => {
                     // A quiet journal keeps one record of where its coverage starts, one
-                    // of each destination's highest key (keyed sends), and one of each mark
-                    // (durable channels' positions).
+                    // of each destination's highest key (keyed sends), one of each sender's
+                    // forgotten frontier, and one of each mark (durable channels' positions).
                     let covers = usize::from(j.state().covers().is_some())
                         + j.state().keys().count()
+                        + j.state().forgotten().count()
                         + j.state().marks().count();
                     if !j.state().is_empty() || report.records > covers {
                         bad.push(format!("reopened, it replays {} records", report.records));

@@ -290,6 +290,20 @@ pub struct Rules {
     /// lost) keeps a large message in flight for ever, its sender resending the same
     /// fragments.
     pub probe_repeats_got: bool,
+    /// Durable mode: a token of an incarnation lost in a restart that the journal covers,
+    /// in a slot below the frontier past which the receiver forgot its sender's taken
+    /// deliveries, is answered DOUBT, not LOST (the journal no longer knows whether that
+    /// slot was filled). An honest sender never sends below its reported frontier; a
+    /// sender restored from an older copy of its directory does, with a message delivered
+    /// after the copy was taken. Off, it gets LOST, sends the message again in a fresh slot,
+    /// and the message is delivered twice.
+    pub doubt_below_forgotten: bool,
+    /// Durable mode: a message a RETRY or LOST moves out of a journalled slot gets an
+    /// `Unassigned` record, and the sender's frontier stays below that slot until the
+    /// record is durable. Off, the frontier passes the slot at once, while the journal
+    /// still assigns it: after a crash the message goes again in that slot, below a
+    /// frontier its receiver was told (and, with `doubt_below_forgotten`, gets DOUBT).
+    pub frontier_waits_for_moves: bool,
     /// A source gets at most its share of the untaken deliveries
     /// (`Limits::max_untaken_per_source`, `max_untaken_bytes_per_source`): beyond, its
     /// TOKENs wait and it gets no new slots while other sources go on. Off, one source
@@ -372,6 +386,8 @@ impl Rules {
         probe_repeats_old_verdicts: true,
         probe_repeats_grant: true,
         probe_repeats_got: true,
+        doubt_below_forgotten: true,
+        frontier_waits_for_moves: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,
         report_recovered_held: true,

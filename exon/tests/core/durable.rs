@@ -581,8 +581,9 @@ fn a_journal_covers_from_where_it_started_across_restarts_and_compactions() {
 /// Issue 42, item 4: both sides durable. B takes M, its ACK is lost; A gives M up (in
 /// doubt), and its next frames carry a frontier past M's slot while the `Resolved` record
 /// is not synced; A crashes, B restarts too. A recovers M in its old slot and sends it
-/// again: B must still know it delivered M. Returns M's unflagged deliveries.
-fn abandon_then_both_crash(rule: bool) -> usize {
+/// again: B must still know it delivered M. Returns M's unflagged deliveries, with A's
+/// rule `journal_before_verdict` and the restarted B's `doubt_below_forgotten` as given.
+fn abandon_then_both_crash(rule: bool, doubt: bool) -> usize {
     let mut p = durable_pair(true, true);
     let mut rules = Rules::ALL;
     rules.journal_before_verdict = rule;
@@ -604,6 +605,9 @@ fn abandon_then_both_crash(rule: bool) -> usize {
     p.run(Duration::from_secs(20));
     p.crash_and_recover(A);
     p.crash_and_recover(B);
+    let mut rules = Rules::ALL;
+    rules.doubt_below_forgotten = doubt;
+    p.node(B).set_rules(rules);
     p.nodes[A].auto_sync = true;
     p.sync(A);
     p.run(Duration::from_secs(60));
@@ -613,12 +617,16 @@ fn abandon_then_both_crash(rule: bool) -> usize {
 
 #[test]
 fn a_message_given_up_keeps_its_slot_below_the_frontier_until_that_is_stored() {
-    assert_eq!(abandon_then_both_crash(true), 1);
+    assert_eq!(abandon_then_both_crash(true, false), 1);
     assert_eq!(
-        abandon_then_both_crash(false),
+        abandon_then_both_crash(false, false),
         2,
         "without the rule the receiver forgets M's slot and M is delivered twice"
     );
+    // The receiver's own rule stands behind it: below the frontier past which it forgot
+    // A's deliveries it answers DOUBT, not LOST, and M is not sent again.
+    assert_eq!(abandon_then_both_crash(false, true), 1);
+    assert_eq!(abandon_then_both_crash(true, true), 1);
 }
 
 /// Issue 42, item 6: A waits for reassembly credit under B's incarnation `r` when B

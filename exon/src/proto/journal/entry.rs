@@ -70,6 +70,17 @@ pub enum Entry {
         /// The slot.
         slot: u64,
     },
+    /// Sender: message `id` left slot `slot` of receiver incarnation `rck` (a RETRY or
+    /// LOST): undoes the `Assigned` record of that slot, so that a recovery sends it in a
+    /// fresh one. The sender's frontier passes the slot only once this is durable.
+    Unassigned {
+        /// The message's id.
+        id: MsgId,
+        /// The receiver incarnation of the slot it left.
+        rck: u64,
+        /// The slot it left.
+        slot: u64,
+    },
     /// Sender: message `id` has its verdict; it is forgotten, its verdict kept until a
     /// `Reported` record covers it (a restart reports it again until then).
     Resolved {
@@ -343,6 +354,8 @@ const HANDED: u8 = 25;
 const RESOLVED_RUN: u8 = 26;
 // A delivery of an early token, with its payload: kind 27.
 const DELIVERED_EARLY: u8 = 27;
+// A slot a message left for a fresh one: kind 28.
+const UNASSIGNED: u8 = 28;
 
 impl Entry {
     /// The record's encoded length.
@@ -366,7 +379,9 @@ impl Entry {
             Entry::Accepted { id, to, payload } => {
                 v(id.0) + v(to.get()) + v(payload.len() as u64) + payload.len()
             }
-            Entry::Assigned { id, rck, slot } => v(id.0) + v(*rck) + v(*slot),
+            Entry::Assigned { id, rck, slot } | Entry::Unassigned { id, rck, slot } => {
+                v(id.0) + v(*rck) + v(*slot)
+            }
             Entry::Resolved { id, verdict } => {
                 v(id.0) + verdict.map_or(0, |(to, o)| v(o.code()) + v(to.get()))
             }
@@ -528,6 +543,7 @@ impl Entry {
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
             Entry::Damaged => buf.put_u8(DAMAGED),
+            Entry::Unassigned { id, rck, slot } => put_ids(buf, UNASSIGNED, [id.0, *rck, *slot]),
             Entry::Handed { from, rck, slot } => put_slot(buf, HANDED, *from, *rck, *slot),
         }
     }
@@ -739,8 +755,9 @@ impl Entry {
     }
 }
 
-/// Decodes the body of a record of kind `DAMAGED`, `HANDED`, `RESOLVED_RUN` or
-/// `DELIVERED_EARLY` (payloads are slices of `whole`); any other kind is unknown.
+/// Decodes the body of a record of kind `DAMAGED`, `HANDED`, `RESOLVED_RUN`,
+/// `DELIVERED_EARLY` or `UNASSIGNED` (payloads are slices of `whole`); any other kind is
+/// unknown.
 fn decode_newer(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, EntryError> {
     Ok(match kind {
         DAMAGED => Entry::Damaged,
@@ -768,6 +785,11 @@ fn decode_newer(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, En
         }
         HANDED => Entry::Handed {
             from: node(r)?,
+            rck: int(r)?,
+            slot: int(r)?,
+        },
+        UNASSIGNED => Entry::Unassigned {
+            id: MsgId(int(r)?),
             rck: int(r)?,
             slot: int(r)?,
         },
@@ -855,6 +877,14 @@ fn put_slot(buf: &mut impl BufMut, kind: u8, from: NodeId, rck: u64, slot: u64) 
     put_varint(buf, slot);
 }
 
+/// Appends a record of `kind` whose fields are the integers `fields`.
+fn put_ids<const N: usize>(buf: &mut impl BufMut, kind: u8, fields: [u64; N]) {
+    buf.put_u8(kind);
+    for f in fields {
+        put_varint(buf, f);
+    }
+}
+
 /// A length-prefixed blob's encoded length.
 fn blob_len(b: &[u8]) -> usize {
     varint_len(b.len() as u64) + b.len()
@@ -891,6 +921,11 @@ mod tests {
                 payload: Bytes::new().into(),
             },
             Entry::Assigned {
+                id: MsgId(12),
+                rck: 5,
+                slot: 6,
+            },
+            Entry::Unassigned {
                 id: MsgId(12),
                 rck: 5,
                 slot: 6,

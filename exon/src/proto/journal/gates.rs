@@ -53,6 +53,9 @@ pub(crate) struct Journal {
     resolving: PeerMap<PendingSlots>,
     /// Deliveries remembered for late copies of their tokens.
     pub archive: Archive,
+    /// Per sender, the frontier below which the archive forgot its taken deliveries: the
+    /// journal vouches for no slot below it (`Rules::doubt_below_forgotten`).
+    pub forgotten: crate::proto::journal::forgotten::Forgotten,
     /// Verdicts of a sender record, waiting to be journalled (the record's sink).
     pub held: Vec<(u64, Event)>,
     /// The incarnations made before this run that the journal covers (`from..below` of
@@ -111,6 +114,7 @@ impl Journal {
             taking: Default::default(),
             resolving: PeerMap::default(),
             archive: Archive::default(),
+            forgotten: Default::default(),
             held: Vec::new(),
             vouched,
             run_start,

@@ -23,6 +23,7 @@
 
 mod archive;
 mod entry;
+pub(crate) mod forgotten;
 pub(crate) mod gates;
 pub(crate) mod marks;
 mod pending_slots;

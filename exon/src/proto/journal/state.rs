@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
+use crate::proto::journal::forgotten::Forgotten;
 use crate::proto::journal::marks::Marks;
 use crate::proto::journal::sorted_ring::SortedRing;
 use crate::proto::journal::{Entry, Outcome};
@@ -40,6 +41,9 @@ pub struct State {
     /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
     /// flags the sender's copy of these (and of no other slot) as a redelivery.
     handed: BTreeSet<(NodeId, u64, u64)>,
+    /// Per sender, the frontier below which its taken deliveries were forgotten
+    /// (`Confirmed`): a quiet journal keeps one `Confirmed` record for each.
+    forgotten: Forgotten,
     /// Bytes the live records take encoded (what a compaction writes).
     live_bytes: usize,
     /// Room reused by the records that forget many entries at once (no list allocated per
@@ -127,6 +131,10 @@ pub struct Recovered {
     pub covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`send_keyed`).
     pub keys: Vec<(NodeId, u64)>,
+    /// Per sender, the frontier below which its taken deliveries were forgotten: tokens of
+    /// covered incarnations below it are answered DOUBT, not LOST (the journal cannot vouch
+    /// there; only a sender restored from an older copy of its directory sends them).
+    pub forgotten: Vec<(NodeId, u64)>,
     /// The layers' marks: peer, lane and the last value written
     /// ([`Mark`](crate::proto::journal::Mark)).
     pub marks: Vec<(NodeId, u64, Bytes)>,
@@ -193,6 +201,7 @@ impl State {
                     m.assigned = Some((*rck, *slot));
                 }
             }
+            Entry::Unassigned { id, rck, slot } => self.unassign(*id, *rck, *slot),
             Entry::Resolved { id, verdict } => {
                 let acked = matches!(verdict, Some((_, Outcome::Acknowledged)));
                 let key = self.resolve(*id, acked);
@@ -410,8 +419,32 @@ impl State {
         self.keys.insert(to, key);
     }
 
-    /// `from`'s frontier passed `below`: its taken deliveries below are forgotten.
+    /// Message `id` left slot `slot` of incarnation `rck`: unless a later assignment
+    /// replaced that one, a recovery sends it in a fresh slot.
+    fn unassign(&mut self, id: MsgId, rck: u64, slot: u64) {
+        let Some(m) = self.outbox.get_mut(&id) else {
+            return;
+        };
+        if m.assigned == Some((rck, slot)) {
+            m.assigned = None;
+            self.live_bytes -= Entry::Assigned { id, rck, slot }.encoded_len();
+        }
+    }
+
+    /// `from`'s frontier passed `below`: its taken deliveries below are forgotten, and the
+    /// journal says so (one `Confirmed` record per sender stays live).
     fn confirm(&mut self, from: NodeId, below: u64) {
+        let len = |from, below| Entry::Confirmed { from, below }.encoded_len();
+        let (old, dropped) = self.forgotten.raise(from, below);
+        if let Some(o) = old {
+            self.live_bytes -= len(from, o);
+        }
+        if let Some((p, b)) = dropped.filter(|&(p, _)| p != from) {
+            self.live_bytes -= len(p, b);
+        }
+        if dropped.is_none_or(|(p, _)| p != from) {
+            self.live_bytes += len(from, self.forgotten.below(from));
+        }
         let all = (from, 0, 0)..=(from, u64::MAX, u64::MAX);
         // A slot handed over and passed by the frontier: its sender holds no copy any more
         // (it gave the message up), so none comes back to flag.
@@ -665,6 +698,10 @@ impl State {
             .keys
             .iter()
             .map(|(&to, &key)| Entry::KeyFloor { to, key });
+        let forgotten = self
+            .forgotten
+            .iter()
+            .map(|(from, below)| Entry::Confirmed { from, below });
         let outbox = self.outbox.values().flat_map(|m| {
             let accepted = Self::accepted(m);
             let assigned = m.assigned.map(|(rck, slot)| Entry::Assigned {
@@ -689,6 +726,7 @@ impl State {
         covers
             .into_iter()
             .chain(keys)
+            .chain(forgotten)
             .chain(marks)
             .chain(inbox)
             .chain(handed)
@@ -702,6 +740,12 @@ impl State {
     /// journal keeps one `KeyFloor` record for each.
     pub fn keys(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
         self.keys.iter().map(|(&to, &key)| (to, key))
+    }
+
+    /// Per sender, the frontier below which its taken deliveries were forgotten: a quiet
+    /// journal keeps one `Confirmed` record for each.
+    pub fn forgotten(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.forgotten.iter()
     }
 
     /// The incarnations the journal covers: `(from, below)` of its `Covers` records.
@@ -736,6 +780,7 @@ impl State {
             damaged: damaged || self.damage_pending,
             covers: self.covers,
             keys: self.keys.iter().map(|(&to, &key)| (to, key)).collect(),
+            forgotten: self.forgotten.iter().collect(),
             marks: self
                 .marks
                 .iter()

@@ -279,6 +279,7 @@ impl Node {
         if v != Verdict::Ack && *lost_incarnation != Some(r) {
             *lost_incarnation = Some(r);
             self.requeue_unsent(src, r);
+            self.journal_moved(now, src);
         }
         self.after_verdicts(now, src);
         if let Some(rec) = self.senders.get_mut(&src) {

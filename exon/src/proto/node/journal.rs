@@ -36,6 +36,9 @@ impl Node {
         }
         let mut j = Journal::new(self.ck, recovered.covers, recovered.damaged);
         j.keys.extend(recovered.keys.iter().copied());
+        for &(from, below) in &recovered.forgotten {
+            j.forgotten.raise(from, below);
+        }
         for (peer, lane, value) in &recovered.marks {
             j.marks.set(*peer, *lane, value);
         }
@@ -259,6 +262,28 @@ impl Node {
         }
     }
 
+    /// Durable mode (rule `frontier_waits_for_moves`): the journalled slots `to`'s
+    /// messages left for fresh ones (RETRY, LOST) are undone by `Unassigned` records; the
+    /// frontier stays below each until its record is durable, so that this node never
+    /// reports a frontier above a slot its journal would send a token in after a crash.
+    pub(super) fn journal_moved(&mut self, now: Instant, to: NodeId) {
+        if self.journal.is_none() {
+            return;
+        }
+        let Some(rec) = self.senders.get_mut(&to) else {
+            return;
+        };
+        let moved = rec.take_moved();
+        if moved.is_empty() || !self.rules.frontier_waits_for_moves {
+            return;
+        }
+        for (id, rck, slot) in moved {
+            let g = Gate::Released { to, slot };
+            self.journal(now, Entry::Unassigned { id, rck, slot }, g);
+        }
+        self.release_frontier(now, to);
+    }
+
     /// Durable mode: the slots assigned to `to`'s messages since the last call go to the
     /// journal; their tokens wait for it.
     pub(super) fn journal_assignments(&mut self, now: Instant, to: NodeId) {
@@ -280,6 +305,7 @@ impl Node {
     /// Durable mode: the verdicts a sender record settled go to the journal; the
     /// application hears them, and the frontier passes their slots, once stored.
     pub(super) fn journal_verdicts(&mut self, now: Instant, to: NodeId) {
+        self.journal_moved(now, to);
         let Some(j) = self.journal.as_mut() else {
             return;
         };
@@ -553,7 +579,16 @@ impl Node {
             // for covered, whatever journal the node restarted with.
             return (r < j.run_start && !j.damaged).then_some(Some(Verdict::Lost));
         }
-        j.vouches_for(r, self.ck).then_some(Some(Verdict::Lost))
+        if !j.vouches_for(r, self.ck) {
+            return None;
+        }
+        if self.rules.doubt_below_forgotten && s < j.forgotten.below(src) {
+            // Below the frontier past which this sender's deliveries were forgotten: the
+            // journal cannot say the slot was never filled. Only a sender that forgot
+            // what it sent since (restored from an older copy) sends such a token.
+            return Some(Some(Verdict::Doubt));
+        }
+        Some(Some(Verdict::Lost))
     }
 
     /// Durable mode: the journal covers this node's incarnations below `below` (the
@@ -659,6 +694,7 @@ impl Node {
         };
         let forgot = j.archive.confirm(src, l) > 0;
         if forgot || handed {
+            j.forgotten.raise(src, l);
             j.write(Entry::Confirmed {
                 from: src,
                 below: l,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::proto::frame::Verdict;
 use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::record::SRecord;
-use crate::proto::send::token::{Queued, Token};
+use crate::proto::send::token::Token;
 use crate::proto::stats::Stats;
 use crate::proto::{Abandoned, Config, Event, MsgId, MsgIds, NodeId, Rules};
 
@@ -186,12 +186,7 @@ impl SRecord {
             let id = tok.id;
             if v == Verdict::Retry {
                 stats.retried += 1;
-                retry.push(Queued {
-                    id,
-                    payload: std::mem::take(&mut tok.payload),
-                    reported: tok.reported,
-                    senders_copy: tok.senders_copy,
-                });
+                retry.push((tok.take_message(), tok.rck, slot));
                 return;
             }
             *bytes -= tok.payload.len();
@@ -204,9 +199,10 @@ impl SRecord {
             stats.acknowledged += 1;
             Sink::acknowledged(events, &mut held, slot, (to, id));
         }) > 0;
-        // Messages to send again go first, in their original order.
+        // Messages to send again go first, in their original order, out of their slots.
         self.again += retry.len();
-        for msg in retry.into_iter().rev() {
+        for (msg, rck, slot) in retry.into_iter().rev() {
+            self.note_moved(msg.id, rck, slot);
             self.queue.push_front(msg);
         }
         if v != Verdict::Ack {
@@ -241,25 +237,25 @@ impl SRecord {
         let credit = &mut self.credit;
         let mut again = Vec::new();
         let mut slots = Vec::new();
+        let mut moved = Vec::new();
         self.tokens.remove_in(
             0..u64::MAX,
             |tok| tok.sends == 0 && tok.incarnation(rec_rck, keep_own) == r,
             |slot, tok| {
                 slots.push(slot);
+                moved.push((tok.id, tok.rck, slot));
                 if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                     credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
                 }
-                again.push(Queued {
-                    id: tok.id,
-                    payload: std::mem::take(&mut tok.payload),
-                    reported: tok.reported,
-                    senders_copy: tok.senders_copy,
-                });
+                again.push(tok.take_message());
             },
         );
         // Only these: a message of `r` that did leave and waits for credit again stays
         // waiting, and its REQCREDIT brings its verdict.
         self.credit.drop_waiting(&slots);
+        for (id, rck, slot) in moved {
+            self.note_moved(id, rck, slot);
+        }
         if again.is_empty() {
             return (0, false);
         }

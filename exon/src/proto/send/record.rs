@@ -107,6 +107,9 @@ pub(crate) struct DurableTokens {
     told_below: u64,
     /// The lowest slot of a message settled and not yet journalled as resolved.
     frontier_cap: Option<u64>,
+    /// Messages whose journalled slot a RETRY (or LOST) took back, to journal as
+    /// `Unassigned` (`Rules::frontier_waits_for_moves`): (message, rck, slot).
+    moved: Vec<(MsgId, u64, u64)>,
 }
 
 /// What to do next with a fragmented message at the front of the sending queue.
@@ -243,6 +246,33 @@ impl SRecord {
         self.durable
             .as_mut()
             .map(|d| std::mem::take(&mut d.assigned))
+            .unwrap_or_default()
+    }
+
+    /// Durable mode: message `id` left its slot `slot` of incarnation `rck` for a fresh one
+    /// (a RETRY or LOST). An assignment not yet handed to the journal is simply dropped;
+    /// one that was is to be undone by an `Unassigned` record ([`take_moved`]), which the
+    /// frontier waits for: a recovery would otherwise send the token in the old slot, below
+    /// a frontier this node already reported.
+    ///
+    /// [`take_moved`]: Self::take_moved
+    pub fn note_moved(&mut self, id: MsgId, rck: u64, slot: u64) {
+        let Some(d) = &mut self.durable else {
+            return;
+        };
+        match d.assigned.iter().position(|a| *a == (id, rck, slot)) {
+            Some(i) => {
+                d.assigned.remove(i);
+            }
+            None => d.moved.push((id, rck, slot)),
+        }
+    }
+
+    /// Durable mode: the slots taken back since the last call, to journal as `Unassigned`.
+    pub fn take_moved(&mut self) -> Vec<(MsgId, u64, u64)> {
+        self.durable
+            .as_mut()
+            .map(|d| std::mem::take(&mut d.moved))
             .unwrap_or_default()
     }
 

@@ -82,6 +82,18 @@ pub(crate) struct Lost {
 }
 
 impl Token {
+    /// The message back out of this token (its payload taken), to be queued for a fresh
+    /// slot.
+    #[inline]
+    pub fn take_message(&mut self) -> Queued {
+        Queued {
+            id: self.id,
+            payload: std::mem::take(&mut self.payload),
+            reported: self.reported,
+            senders_copy: self.senders_copy,
+        }
+    }
+
     /// A token for message `msg` under incarnation `rck`, never sent yet and waiting to be.
     #[inline]
     pub fn new(rck: u64, msg: Queued) -> Token {

@@ -61,7 +61,39 @@ fn a_quiet_journal_replays_to_nothing() {
         },
     ]);
     assert!(s.is_empty());
-    assert_eq!(s.live_bytes(), 0);
+    // What stays is where the sender's taken deliveries were forgotten.
+    assert_eq!(s.forgotten().collect::<Vec<_>>(), [(A, 12)]);
+    assert_eq!(
+        s.live_bytes(),
+        Entry::Confirmed { from: A, below: 12 }.encoded_len()
+    );
+    assert_eq!(s.live_bytes(), encoded(&s));
+}
+
+/// `Unassigned` undoes the assignment of the slot it names (a recovery sends the message
+/// in a fresh one), and no other: a later assignment stays.
+#[test]
+fn an_unassigned_slot_is_not_recovered() {
+    let assigned = |slot| Entry::Assigned {
+        id: MsgId(3),
+        rck: 8,
+        slot,
+    };
+    let unassigned = |slot| Entry::Unassigned {
+        id: MsgId(3),
+        rck: 8,
+        slot,
+    };
+    let msg = |s: &State| s.recovered(false).messages[0].assigned;
+    let mut s = replay(&[accepted(3), assigned(40), unassigned(40)]);
+    assert_eq!(msg(&s), None);
+    assert_eq!(s.live_bytes(), encoded(&s));
+    s.apply(&assigned(41));
+    s.apply(&unassigned(40));
+    assert_eq!(msg(&s), Some((8, 41)), "the slot it left, not its new one");
+    assert_eq!(s.live_bytes(), encoded(&s));
+    let again = replay(&s.live_entries().collect::<Vec<_>>());
+    assert_eq!(msg(&again), Some((8, 41)));
 }
 
 fn accepted(id: u64) -> Entry {
@@ -380,7 +412,8 @@ fn a_held_message_stays_acknowledged_until_released_through_compactions() {
         count: 1,
     });
     assert!(s.is_empty(), "{:?}", s.recovered(false));
-    assert_eq!(s.live_bytes(), 0);
+    assert_eq!(s.live_bytes(), encoded(&s), "one Confirmed record");
+    assert_eq!(s.forgotten().count(), 1);
 }
 
 #[test]
@@ -444,6 +477,8 @@ mod counted {
                 rck,
                 slot
             }),
+            (id.clone(), big.clone(), big.clone())
+                .prop_map(|(id, rck, slot)| { Entry::Unassigned { id, rck, slot } }),
             (id.clone(), peer.clone(), outcome.clone()).prop_map(|(id, to, o)| {
                 Entry::Resolved {
                     id,

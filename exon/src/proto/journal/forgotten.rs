@@ -1,0 +1,105 @@
+//! How far a durable receiver forgot each sender's taken deliveries: below a sender's
+//! confirmed frontier its journal no longer knows what was delivered, so it cannot vouch
+//! there that a slot of a lost incarnation was never filled.
+
+use std::collections::BTreeMap;
+
+use crate::proto::NodeId;
+
+/// Most senders whose forgotten frontier is kept. Beyond, the lowest frontier is dropped,
+/// and that sender's tokens below it are answered as before the rule (LOST for a covered
+/// incarnation): only a sender restored from an older copy of its directory sends such
+/// tokens. Bounds what senders can make a receiver keep (12 to 20 bytes of journal each).
+pub(crate) const MAX_FORGOTTEN_SENDERS: usize = 4096;
+
+/// Per sender, the highest frontier `below` past which its taken deliveries were forgotten
+/// (`Entry::Confirmed`). Ordered by node id, so a compaction writes it in one order.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Forgotten {
+    below: BTreeMap<NodeId, u64>,
+}
+
+impl Forgotten {
+    /// `from`'s deliveries below `below` were forgotten. Returns the sender whose frontier
+    /// was dropped to stay within [`MAX_FORGOTTEN_SENDERS`] with the frontier it had, and
+    /// the frontier `from` had before (for the caller's byte accounting).
+    pub fn raise(&mut self, from: NodeId, below: u64) -> (Option<u64>, Option<(NodeId, u64)>) {
+        if let Some(b) = self.below.get_mut(&from) {
+            let old = *b;
+            *b = old.max(below);
+            return (Some(old), None);
+        }
+        let mut dropped = None;
+        if self.below.len() >= MAX_FORGOTTEN_SENDERS {
+            let lowest = self
+                .below
+                .iter()
+                .min_by_key(|&(_, &b)| b)
+                .map(|(&p, &b)| (p, b));
+            if let Some((p, b)) = lowest {
+                if b >= below {
+                    return (None, Some((from, below)));
+                }
+                self.below.remove(&p);
+                dropped = Some((p, b));
+            }
+        }
+        self.below.insert(from, below);
+        (None, dropped)
+    }
+
+    /// The frontier below which `from`'s deliveries were forgotten (0: none were).
+    #[inline]
+    pub fn below(&self, from: NodeId) -> u64 {
+        self.below.get(&from).copied().unwrap_or(0)
+    }
+
+    /// Every sender's forgotten frontier, by node id.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
+        self.below.iter().map(|(&p, &b)| (p, b))
+    }
+
+    /// How many senders are kept.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.below.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: u64) -> NodeId {
+        NodeId::new(i).unwrap()
+    }
+
+    #[test]
+    fn the_highest_frontier_is_kept() {
+        let mut f = Forgotten::default();
+        assert_eq!(f.below(id(1)), 0);
+        assert_eq!(f.raise(id(1), 50), (None, None));
+        assert_eq!(f.raise(id(1), 40), (Some(50), None));
+        assert_eq!(f.below(id(1)), 50);
+        assert_eq!(f.raise(id(1), 70), (Some(50), None));
+        assert_eq!(f.below(id(1)), 70);
+    }
+
+    #[test]
+    fn at_the_bound_the_lowest_frontier_goes() {
+        let mut f = Forgotten::default();
+        for i in 0..MAX_FORGOTTEN_SENDERS as u64 {
+            f.raise(id(i + 1), 1_000 + i);
+        }
+        assert_eq!(f.len(), MAX_FORGOTTEN_SENDERS);
+        // A newcomer below every kept frontier is not kept.
+        let newcomer = id(MAX_FORGOTTEN_SENDERS as u64 + 1);
+        assert_eq!(f.raise(newcomer, 10), (None, Some((newcomer, 10))));
+        assert_eq!(f.below(newcomer), 0);
+        // One above the lowest takes its place.
+        assert_eq!(f.raise(newcomer, 5_000), (None, Some((id(1), 1_000))));
+        assert_eq!(f.below(id(1)), 0);
+        assert_eq!(f.below(newcomer), 5_000);
+        assert_eq!(f.len(), MAX_FORGOTTEN_SENDERS);
+    }
+}
