@@ -75,6 +75,10 @@ struct Args {
     /// Restart nodes without their clock (rule 8 broken: expected to violate exactly-once).
     #[arg(long)]
     lose_clock: bool,
+    /// Run the nodes in plaintext mode instead of sealing every datagram (rules that
+    /// differ between the modes: a restarted sender's request refused, not counted).
+    #[arg(long)]
+    plaintext: bool,
     /// Traffic pattern.
     #[arg(long, value_enum, default_value_t = Traffic::Ring)]
     traffic: Traffic,
@@ -475,6 +479,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         max_events: a.max_events,
         streams: stream_model(a),
         node_hook: node_hook(&a.rules_off, a.route, a.nodes),
+        plaintext: a.plaintext,
         ..Scenario::default()
     }
 }

@@ -537,6 +537,13 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
     }
     clean("--drop-every 2 --restarts 3 --messages 3000 --seeds 10");
     clean("--drop-every 3 --restarts 2 --messages 3000 --seeds 10 --nodes 3");
+    // In plaintext a restarted sender's request is refused, not counted: another phase.
+    let plain = "--plaintext --drop-every 2 --restarts 1 --messages 5000 --seed 40";
+    clean(plain);
+    violates(
+        &format!("{plain} --rules-off probe_repeats_old_verdicts"),
+        "Lost",
+    );
 }
 
 /// A durable sender's frontier stays below a slot a RETRY or LOST took its message out of
