@@ -41,6 +41,8 @@ pub enum Ended {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CallState {
     acknowledged: bool,
+    /// The deadline passed before the acknowledgement: the acknowledgement ends the call.
+    overdue: bool,
 }
 
 impl CallState {
@@ -57,20 +59,24 @@ impl CallState {
     /// Learns `l`: the call's end, if this ends it. A reply ends it whatever came before
     /// (an executed request's reply may come before its acknowledgement); a verdict short of
     /// an acknowledgement ends it unless the request was acknowledged already; the deadline
-    /// ends an acknowledged call without its reply.
+    /// ends an acknowledged call without its reply, and a call acknowledged after its
+    /// deadline passed ends so at the acknowledgement (its reply has had its time).
     pub fn learn(&mut self, l: Learned) -> Option<Ended> {
         match l {
             Learned::Reply(o, body) => Some(Ended::Reply(o, body)),
             Learned::Acknowledged => {
                 self.acknowledged = true;
-                None
+                self.overdue.then_some(Ended::NoReply)
             }
             Learned::NotDelivered if !self.acknowledged => Some(Ended::NotExecuted),
             Learned::InDoubt if !self.acknowledged => Some(Ended::InDoubt),
             Learned::NotDelivered | Learned::InDoubt => None,
             Learned::Deadline if self.acknowledged => Some(Ended::NoReply),
             // The request's verdict comes at its deadline: none yet means it is on its way.
-            Learned::Deadline => None,
+            Learned::Deadline => {
+                self.overdue = true;
+                None
+            }
         }
     }
 }
@@ -103,5 +109,24 @@ mod tests {
             matches!(c.learn(reply()), Some(Ended::Reply(..))),
             "before the ack too"
         );
+    }
+
+    /// Found by the simulator (`--drop-every 2 --rpc --restarts 2 --call-deadline-ms 500`,
+    /// seed 22): the deadline passed while the request was still on its way, the
+    /// acknowledgement came after it, and the server's restart lost the reply: the call
+    /// never ended. An acknowledgement after the deadline ends it (no reply in time); a
+    /// reply that comes with it still wins.
+    #[test]
+    fn an_acknowledgement_after_the_deadline_ends_the_call() {
+        let mut c = CallState::new();
+        assert_eq!(c.learn(Learned::Deadline), None, "still on its way");
+        assert_eq!(c.learn(Learned::Acknowledged), Some(Ended::NoReply));
+        let mut c = CallState::new();
+        assert_eq!(c.learn(Learned::Deadline), None);
+        let reply = Learned::Reply(Outcome::Answered, Bytes::from_static(b"r"));
+        assert!(matches!(c.learn(reply), Some(Ended::Reply(..))));
+        let mut c = CallState::new();
+        assert_eq!(c.learn(Learned::Deadline), None);
+        assert_eq!(c.learn(Learned::NotDelivered), Some(Ended::NotExecuted));
     }
 }
