@@ -540,6 +540,10 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
     // A call whose request is acknowledged only after the call's deadline, its reply lost
     // with the server's restart, ends at the acknowledgement (`CallState`; it never ended).
     clean("--drop-every 2 --rpc --servers 2 --restarts 2 --call-deadline-ms 500 --messages 2000 --seed 22");
+    // The same with random loss and a short call deadline (`CallNotEnded` before).
+    clean(
+        "--loss 0.3 --rpc --servers 2 --restarts 3 --call-deadline-ms 100 --messages 2000 --seed 5",
+    );
     // In plaintext a restarted sender's request is refused, not counted: another phase.
     let plain = "--plaintext --drop-every 2 --restarts 1 --messages 5000 --seed 40";
     clean(plain);
