@@ -79,6 +79,10 @@ struct Args {
     /// differ between the modes: a restarted sender's request refused, not counted).
     #[arg(long)]
     plaintext: bool,
+    /// Print every datagram to stderr, decoded: virtual time, link, fate (ok, DROP,
+    /// HOLD) and frames (needs --plaintext; use with --seed).
+    #[arg(long)]
+    trace: bool,
     /// Traffic pattern.
     #[arg(long, value_enum, default_value_t = Traffic::Ring)]
     traffic: Traffic,
@@ -480,6 +484,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         streams: stream_model(a),
         node_hook: node_hook(&a.rules_off, a.route, a.nodes),
         plaintext: a.plaintext,
+        trace: a.trace,
         ..Scenario::default()
     }
 }

@@ -117,6 +117,9 @@ pub struct Scenario {
     /// Run the nodes in plaintext mode instead of sealing every datagram (the adversary
     /// then breaks exactly-once: the simulator's self-test shows it).
     pub plaintext: bool,
+    /// Print every datagram put on a link to stderr, decoded (plaintext only): virtual
+    /// time, link, its fate, and its frames.
+    pub trace: bool,
     /// Virtual time allowed after the last submission or fault for the run to go quiet.
     pub settle: Duration,
     /// Hard limit on simulated events.
@@ -198,6 +201,7 @@ impl std::fmt::Debug for Scenario {
             .field("hostile", &self.hostile)
             .field("adversary", &self.adversary)
             .field("plaintext", &self.plaintext)
+            .field("trace", &self.trace)
             .field("take_delay", &self.take_delay)
             .field("take_batch", &self.take_batch)
             .field("disk", &self.disk)
@@ -261,6 +265,11 @@ impl Scenario {
         if self.link.shared_queue && self.link.rate.is_none_or(|r| r == 0) {
             return Err(ScenarioError::Unsupported(
                 "a shared queue needs a rate limit (--rate)",
+            ));
+        }
+        if self.trace && !self.plaintext {
+            return Err(ScenarioError::Unsupported(
+                "--trace decodes datagrams: it needs --plaintext",
             ));
         }
         if self.link.drop_every == Some(1) {
@@ -351,6 +360,7 @@ impl Default for Scenario {
             hostile: None,
             adversary: None,
             plaintext: false,
+            trace: false,
             settle: Duration::from_secs(120),
             max_events: 50_000_000,
             expect_idle: true,

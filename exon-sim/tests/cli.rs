@@ -576,6 +576,40 @@ fn a_moved_message_holds_the_frontier_until_its_move_is_journalled() {
     }
 }
 
+/// `--trace` prints each datagram, decoded, with its fate: the frames of an exchange can be
+/// read (how every cycle of losses in step was found). It needs `--plaintext`.
+#[test]
+fn a_trace_shows_each_datagram_and_its_fate() {
+    let out = exon_sim(&[
+        "--plaintext",
+        "--trace",
+        "--messages",
+        "40",
+        "--drop-every",
+        "3",
+        "--seed",
+        "1",
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("->")).collect();
+    assert!(lines.iter().any(|l| l.contains(" ok ReqSlots")), "{err}");
+    assert!(
+        lines.iter().any(|l| l.contains("Token { s: 0, r: 0")),
+        "{err}"
+    );
+    let dropped = lines.iter().filter(|l| l.contains(" DROP ")).count();
+    assert!(
+        dropped * 3 >= lines.len() - 2 && dropped * 3 <= lines.len() + 2,
+        "every third datagram of each link: {dropped} of {}",
+        lines.len()
+    );
+    let out = exon_sim(&["--trace", "--messages", "10"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs --plaintext"), "{err}");
+}
+
 #[test]
 fn drop_every_one_is_refused() {
     let out = exon_sim(&["--messages", "10", "--drop-every", "1"]);

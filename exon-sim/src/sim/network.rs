@@ -2,6 +2,7 @@
 //! applied to links and hosts (partitions, holds, MTU drops, restarts).
 
 use bytes::Bytes;
+use exon::proto::Frame;
 use rand::Rng;
 
 use super::adversary::CAPTURE_WINDOW;
@@ -29,6 +30,9 @@ impl Sim {
         } else {
             self.links[l].on_datagram(now, data.len())
         };
+        if self.sc.trace {
+            self.trace(from, to, &decision, &data);
+        }
         match decision {
             Decision::Drop(_) => {}
             Decision::Hold => self.held[l].push(data),
@@ -53,6 +57,43 @@ impl Sim {
                 );
             }
         }
+    }
+
+    /// `--trace`: one line per datagram on stderr (a TOKEN's or FRAG's payload left out).
+    fn trace(&self, from: usize, to: usize, decision: &Decision, data: &Bytes) {
+        let fate = match decision {
+            Decision::Drop(_) => "DROP",
+            Decision::Hold => "HOLD",
+            Decision::Deliver { copy: Some(_), .. } => "ok+dup",
+            Decision::Deliver { .. } => "ok",
+        };
+        let frames = match exon::proto::Packet::decode(data) {
+            Ok(p) => p
+                .frames
+                .iter()
+                .map(|f| match f {
+                    Frame::Token { s, r, payload, .. } => {
+                        format!("Token {{ s: {s}, r: {r}, len: {} }}", payload.len())
+                    }
+                    Frame::Frag {
+                        s,
+                        r,
+                        total,
+                        offset,
+                        data,
+                        ..
+                    } => format!(
+                        "Frag {{ s: {s}, r: {r}, total: {total}, {offset}+{} }}",
+                        data.len()
+                    ),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" | "),
+            Err(e) => format!("undecodable: {e}"),
+        };
+        let t = self.now as f64 / 1e9;
+        eprintln!("{t:.6} {from}->{to} {fate} {frames}");
     }
 
     /// Applies fault `k` of the scenario.
