@@ -19,15 +19,32 @@ pub(crate) struct Forgotten {
     below: BTreeMap<NodeId, u64>,
 }
 
+/// What [`Forgotten::raise`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Raised {
+    /// The sender's frontier is kept: it had `before` (none: new), and to stay within
+    /// [`MAX_FORGOTTEN_SENDERS`] the lowest kept frontier, `dropped`, went.
+    Kept {
+        /// The sender's frontier before, if it had one.
+        before: Option<u64>,
+        /// The sender and frontier dropped to make room, if any.
+        dropped: Option<(NodeId, u64)>,
+    },
+    /// A new sender whose frontier is lower than every kept one, at the bound: not kept.
+    Refused,
+}
+
 impl Forgotten {
-    /// `from`'s deliveries below `below` were forgotten. Returns the sender whose frontier
-    /// was dropped to stay within [`MAX_FORGOTTEN_SENDERS`] with the frontier it had, and
-    /// the frontier `from` had before (for the caller's byte accounting).
-    pub fn raise(&mut self, from: NodeId, below: u64) -> (Option<u64>, Option<(NodeId, u64)>) {
+    /// `from`'s deliveries below `below` were forgotten: its frontier is raised to `below`
+    /// (for the caller's byte accounting, what that kept and dropped).
+    pub fn raise(&mut self, from: NodeId, below: u64) -> Raised {
         if let Some(b) = self.below.get_mut(&from) {
-            let old = *b;
-            *b = old.max(below);
-            return (Some(old), None);
+            let before = *b;
+            *b = before.max(below);
+            return Raised::Kept {
+                before: Some(before),
+                dropped: None,
+            };
         }
         let mut dropped = None;
         if self.below.len() >= MAX_FORGOTTEN_SENDERS {
@@ -38,14 +55,17 @@ impl Forgotten {
                 .map(|(&p, &b)| (p, b));
             if let Some((p, b)) = lowest {
                 if b >= below {
-                    return (None, Some((from, below)));
+                    return Raised::Refused;
                 }
                 self.below.remove(&p);
                 dropped = Some((p, b));
             }
         }
         self.below.insert(from, below);
-        (None, dropped)
+        Raised::Kept {
+            before: None,
+            dropped,
+        }
     }
 
     /// The frontier below which `from`'s deliveries were forgotten (0: none were).
@@ -78,10 +98,11 @@ mod tests {
     fn the_highest_frontier_is_kept() {
         let mut f = Forgotten::default();
         assert_eq!(f.below(id(1)), 0);
-        assert_eq!(f.raise(id(1), 50), (None, None));
-        assert_eq!(f.raise(id(1), 40), (Some(50), None));
+        let kept = |before, dropped| Raised::Kept { before, dropped };
+        assert_eq!(f.raise(id(1), 50), kept(None, None));
+        assert_eq!(f.raise(id(1), 40), kept(Some(50), None));
         assert_eq!(f.below(id(1)), 50);
-        assert_eq!(f.raise(id(1), 70), (Some(50), None));
+        assert_eq!(f.raise(id(1), 70), kept(Some(50), None));
         assert_eq!(f.below(id(1)), 70);
     }
 
@@ -94,10 +115,16 @@ mod tests {
         assert_eq!(f.len(), MAX_FORGOTTEN_SENDERS);
         // A newcomer below every kept frontier is not kept.
         let newcomer = id(MAX_FORGOTTEN_SENDERS as u64 + 1);
-        assert_eq!(f.raise(newcomer, 10), (None, Some((newcomer, 10))));
+        assert_eq!(f.raise(newcomer, 10), Raised::Refused);
         assert_eq!(f.below(newcomer), 0);
         // One above the lowest takes its place.
-        assert_eq!(f.raise(newcomer, 5_000), (None, Some((id(1), 1_000))));
+        assert_eq!(
+            f.raise(newcomer, 5_000),
+            Raised::Kept {
+                before: None,
+                dropped: Some((id(1), 1_000))
+            }
+        );
         assert_eq!(f.below(id(1)), 0);
         assert_eq!(f.below(newcomer), 5_000);
         assert_eq!(f.len(), MAX_FORGOTTEN_SENDERS);

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
-use crate::proto::journal::forgotten::Forgotten;
+use crate::proto::journal::forgotten::{Forgotten, Raised};
 use crate::proto::journal::marks::Marks;
 use crate::proto::journal::sorted_ring::SortedRing;
 use crate::proto::journal::{Entry, Outcome};
@@ -435,14 +435,13 @@ impl State {
     /// journal says so (one `Confirmed` record per sender stays live).
     fn confirm(&mut self, from: NodeId, below: u64) {
         let len = |from, below| Entry::Confirmed { from, below }.encoded_len();
-        let (old, dropped) = self.forgotten.raise(from, below);
-        if let Some(o) = old {
-            self.live_bytes -= len(from, o);
-        }
-        if let Some((p, b)) = dropped.filter(|&(p, _)| p != from) {
-            self.live_bytes -= len(p, b);
-        }
-        if dropped.is_none_or(|(p, _)| p != from) {
+        if let Raised::Kept { before, dropped } = self.forgotten.raise(from, below) {
+            if let Some(b) = before {
+                self.live_bytes -= len(from, b);
+            }
+            if let Some((p, b)) = dropped {
+                self.live_bytes -= len(p, b);
+            }
             self.live_bytes += len(from, self.forgotten.below(from));
         }
         let all = (from, 0, 0)..=(from, u64::MAX, u64::MAX);
