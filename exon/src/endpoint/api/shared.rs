@@ -38,8 +38,13 @@ pub(crate) struct Shared {
     /// (the driver acknowledges that many), with [`STOPPED`] set once the driver stopped:
     /// from then on nothing more is taken (or acknowledged).
     taken: AtomicU64,
-    /// Notified when the application takes a message.
+    /// Notified when the application takes a message while the driver waits for takes
+    /// ([`taken_waiter`](Self::taken_waiter)), and when it acknowledges one.
     taken_notify: Notify,
+    /// The driver is about to wait or waits (set by [`Shared::wait_for_takes`], cleared by
+    /// the first take after it): only that take notifies. A busy driver counts takes at
+    /// its next turn anyway, so a take costs no wake-up while it runs.
+    taken_waiter: AtomicBool,
     /// Node ids with a known address (added, or learned from their datagrams): a send to
     /// any other fails at once.
     known: Mutex<PeerSet>,
@@ -98,6 +103,7 @@ impl Shared {
             credit_cap: send_buffer.max(1),
             taken: AtomicU64::new(0),
             taken_notify: Notify::new(),
+            taken_waiter: AtomicBool::new(false),
             known: Mutex::new(PeerSet::default()),
             hot: std::array::from_fn(|_| AtomicU64::new(EMPTY)),
             acked: Mutex::new(Vec::new()),
@@ -272,16 +278,33 @@ impl Shared {
     /// message is either counted as taken (and acknowledged) or reported undelivered, never
     /// both.
     pub(crate) fn take_many(&self, n: u64) -> bool {
-        let ok = self
-            .taken
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                (v & STOPPED == 0).then_some(v + n)
-            })
-            .is_ok();
-        if ok {
+        // One step against `stop_taking`: a take after the stop sees the stop in the count
+        // it added to (never read again: the driver reported the final count).
+        let before = self.taken.fetch_add(n, Ordering::SeqCst);
+        if before & STOPPED != 0 {
+            return false;
+        }
+        // After the count (both sequentially consistent): a driver that set the flag
+        // before this load reads the new count in `wait_for_takes`, or is woken here.
+        if self.taken_waiter.load(Ordering::SeqCst)
+            && self.taken_waiter.swap(false, Ordering::SeqCst)
+        {
             self.taken_notify.notify_one();
         }
-        ok
+        true
+    }
+
+    /// The driver is about to wait: a take from now on wakes it. Returns the takes counted
+    /// so far (with [`STOPPED`] masked), read after the flag is set, so that a take the
+    /// caller has not seen yet is either in it or notifies.
+    pub(crate) fn wait_for_takes(&self) -> u64 {
+        self.taken_waiter.store(true, Ordering::SeqCst);
+        self.taken.load(Ordering::SeqCst) & !STOPPED
+    }
+
+    /// The driver woke: takes need not wake it until it waits again.
+    pub(crate) fn done_waiting_for_takes(&self) {
+        self.taken_waiter.store(false, Ordering::Relaxed);
     }
 
     /// Messages taken so far.
@@ -411,5 +434,62 @@ mod tests {
         assert_eq!(s.next_ids(1), MsgId(0));
         assert_eq!(s.next_ids(5), MsgId(1));
         assert_eq!(s.next_ids(1), MsgId(6));
+    }
+
+    fn notified_now(s: &Shared) -> bool {
+        use std::future::Future;
+        let mut n = std::pin::pin!(s.taken_notified());
+        let waker = std::task::Waker::noop();
+        n.as_mut()
+            .poll(&mut std::task::Context::from_waker(waker))
+            .is_ready()
+    }
+
+    #[test]
+    fn a_take_wakes_the_driver_only_when_it_waits_for_takes() {
+        let s = shared();
+        // A busy driver (not waiting): takes are counted, nobody is woken.
+        assert!(s.take_many(2));
+        assert!(!notified_now(&s), "no wake-up while the driver runs");
+        // About to wait: it reads the count after raising its flag, so it sees those two.
+        assert_eq!(s.wait_for_takes(), 2);
+        assert!(s.take_many(1));
+        assert!(notified_now(&s), "the first take after the flag wakes it");
+        // The flag went with that wake-up: the next take is seen at the next turn.
+        assert!(s.take_many(1));
+        assert!(!notified_now(&s));
+        assert_eq!(s.taken(), 4);
+        // Woken for something else: the flag is down again.
+        s.wait_for_takes();
+        s.done_waiting_for_takes();
+        assert!(s.take_many(1));
+        assert!(!notified_now(&s));
+    }
+
+    #[test]
+    fn a_take_after_the_stop_is_refused_and_not_counted() {
+        let s = shared();
+        assert!(s.take_many(3));
+        assert_eq!(s.stop_taking(), 3);
+        assert!(!s.take_many(2), "the driver reported the rest undelivered");
+        assert!(!s.take_many(1));
+    }
+
+    #[test]
+    fn concurrent_takes_and_a_stop_count_each_message_once() {
+        // Every take the counter accepted is in the count the stop returns; none after.
+        for _ in 0..50 {
+            let s = Arc::new(shared());
+            let takers: Vec<_> = (0..3)
+                .map(|_| {
+                    let s = s.clone();
+                    std::thread::spawn(move || (0..2_000).filter(|_| s.take_many(1)).count())
+                })
+                .collect();
+            std::thread::yield_now();
+            let stopped = s.stop_taking();
+            let accepted: usize = takers.into_iter().map(|t| t.join().unwrap()).sum();
+            assert_eq!(stopped as usize, accepted);
+        }
     }
 }

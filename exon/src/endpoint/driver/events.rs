@@ -68,6 +68,16 @@ impl<S: DatagramSocket> Driver<S> {
         }
     }
 
+    /// A plain message's body, for the application.
+    #[inline]
+    fn deliver_message(&mut self, from: NodeId, body: Bytes, id: DeliveryId) {
+        let acker = self
+            .cfg
+            .ack_after_processing
+            .then(|| Acker::new(self.shared.clone()));
+        self.handover.push(Message::new(from, body, acker, id));
+    }
+
     /// A delivery, opened: a plain message for the application, a request for the
     /// server, or a reply for the call waiting for it.
     pub(super) fn on_delivered(
@@ -77,14 +87,12 @@ impl<S: DatagramSocket> Driver<S> {
         payload: Bytes,
         id: DeliveryId,
     ) {
+        let payload = match Envelope::open_message(payload) {
+            Ok(body) => return self.deliver_message(from, body, id),
+            Err(payload) => payload,
+        };
         match Envelope::open(payload) {
-            Ok(Envelope::Message(body)) => {
-                let acker = self
-                    .cfg
-                    .ack_after_processing
-                    .then(|| Acker::new(self.shared.clone()));
-                self.handover.push(Message::new(from, body, acker, id));
-            }
+            Ok(Envelope::Message(body)) => self.deliver_message(from, body, id),
             Ok(Envelope::Request { call, body }) => {
                 self.requests.push(Request::new(from, call, body, id));
             }

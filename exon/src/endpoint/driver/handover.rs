@@ -21,6 +21,9 @@ pub(crate) struct Handover {
     handed: VecDeque<DeliveryId>,
     /// Takes already reported to the node.
     taken_seen: u64,
+    /// The application's count of takes when last read: the driver sleeps only while it
+    /// is still the count.
+    taken_read: u64,
     /// Deliveries discarded because the receiving end was dropped (never acknowledged).
     discarded: usize,
     /// Reused for the application's acknowledgements (ack-after-processing mode).
@@ -38,6 +41,7 @@ impl Handover {
             pending: VecDeque::new(),
             handed: VecDeque::new(),
             taken_seen: 0,
+            taken_read: 0,
             discarded: 0,
             acked_scratch: Vec::new(),
             stalled: false,
@@ -71,6 +75,11 @@ impl Handover {
     /// next [`hand_over`](Self::hand_over) moves them.
     pub(crate) fn room(&self) -> Option<impl Future<Output = ()>> {
         (!self.pending.is_empty()).then(|| self.deliver.room())
+    }
+
+    /// The application's count of takes when [`on_taken`](Self::on_taken) last read it.
+    pub(crate) fn taken_read(&self) -> u64 {
+        self.taken_read
     }
 
     /// Hands pending messages to the application while the channel has room. Returns
@@ -114,6 +123,7 @@ impl Handover {
         (node, flows): (&mut Node, &mut Flows),
         shared: &Shared,
     ) {
+        self.taken_read = taken;
         let n = usize::try_from(taken.saturating_sub(self.taken_seen))
             .unwrap_or(usize::MAX)
             .min(self.handed.len());

@@ -291,6 +291,18 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// Waits for the next input.
     async fn wait(&mut self, more: bool) -> Wake {
+        if self.shared.wait_for_takes() != self.handover.taken_read() {
+            // Takes came since the last look, without a wake-up (the driver was busy).
+            self.shared.done_waiting_for_takes();
+            return Wake::Taken;
+        }
+        let wake = self.wait_for_input(more).await;
+        self.shared.done_waiting_for_takes();
+        wake
+    }
+
+    /// [`wait`](Self::wait), once the application's takes are all seen.
+    async fn wait_for_input(&mut self, more: bool) -> Wake {
         let deadline = [
             self.node.poll_timeout(),
             self.closing,
