@@ -76,6 +76,9 @@ pub struct Oracle {
     msgs: Vec<Vec<Rec>>,
     /// Nodes that restarted at least once so far.
     restarted: Vec<bool>,
+    /// Nodes without a journal that evicted a receiver record something was delivered into
+    /// ([`Oracle::on_evicted_proven`]).
+    evicted: Vec<bool>,
     /// Durable mode: the checks of [`Oracle::set_durable`].
     durable: bool,
     /// Keyed sends from an outbox ([`Oracle::set_keyed`]).
@@ -150,6 +153,7 @@ impl Oracle {
         Oracle {
             msgs: vec![Vec::new(); nodes],
             restarted: vec![false; nodes],
+            evicted: vec![false; nodes],
             damaged: vec![false; nodes],
             unvouched_at: vec![NONE; nodes],
             ..Oracle::default()
@@ -464,8 +468,10 @@ impl Oracle {
         if self.durable && !sender_damaged {
             self.check_durable_doubt(key, now);
         }
-        let explained =
-            sender_damaged || self.rec(key).is_some_and(|r| self.restarted[r.to as usize]);
+        let explained = sender_damaged
+            || self
+                .rec(key)
+                .is_some_and(|r| self.restarted[r.to as usize] || self.evicted[r.to as usize]);
         let Some(r) = self.settle(key, now, "in doubt") else {
             return;
         };
@@ -532,6 +538,16 @@ impl Oracle {
             Some(false) => return rec_in(&mut self.msgs, key),
         }
         None
+    }
+
+    /// `node` evicted a receiver record something was delivered into. Without a journal, it
+    /// answers DOUBT for the slots of that record it can no longer tell free from filled
+    /// (`docs/wire.md`, "Record table pressure"), so messages to it may from now on end in
+    /// doubt. A durable node answers from its journal: nothing changes.
+    pub fn on_evicted_proven(&mut self, node: usize) {
+        if !self.durable {
+            self.evicted[node] = true;
+        }
     }
 
     /// `node` restarted: its unsettled messages may be lost without a violation (in durable

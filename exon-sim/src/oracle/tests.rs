@@ -169,6 +169,32 @@ fn restarts_excuse_nothing_else() {
     assert_eq!(o.violations()[3].key, Some(b));
 }
 
+#[test]
+fn a_doubt_is_explained_by_an_eviction_only_without_a_journal() {
+    // Without a journal: after its receiver evicted a record it delivered into, a message
+    // may end in doubt (the record's slots it can no longer tell apart).
+    let mut o = Oracle::new(2);
+    let a = o.on_submit(0, 1, 0);
+    o.on_evicted_proven(1);
+    o.on_in_doubt(a, 5);
+    o.finish(10);
+    assert_eq!(kinds(&o), []);
+    // A node evicting does not explain doubts of messages to another.
+    let mut o = Oracle::new(3);
+    let b = o.on_submit(0, 2, 0);
+    o.on_evicted_proven(1);
+    o.on_in_doubt(b, 5);
+    o.finish(10);
+    assert_eq!(kinds(&o), [ViolationKind::UnexplainedDoubt]);
+    // A durable receiver answers from its journal: an eviction explains nothing.
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let c = o.on_submit(0, 1, 0);
+    o.on_evicted_proven(1);
+    o.on_in_doubt(c, 5);
+    assert!(kinds(&o).contains(&ViolationKind::UnexplainedDoubt));
+}
+
 fn delivered(o: &mut Oracle, k: MsgKey, redelivery: bool, t: u64) -> bool {
     o.on_handover(1, 0, &payload(k), redelivery, t).is_some()
 }

@@ -23,7 +23,8 @@ pub enum ViolationKind {
     AckWithoutTake,
     /// The sender was told twice (acknowledged or in doubt).
     DoubleAck,
-    /// The sender was told a message is in doubt although its receiver never restarted.
+    /// The sender was told a message is in doubt although its receiver never restarted
+    /// (nor, without a journal, evicted a record it had delivered into).
     UnexplainedDoubt,
     /// A message its sender was told is not delivered was delivered.
     DeliveredAfterNotDelivered,

@@ -127,6 +127,19 @@ impl Sim {
         }
     }
 
+    /// Tells the oracle which nodes evicted a receiver record something was delivered into
+    /// (before it judges a message in doubt: such an eviction may be the reason).
+    fn note_evictions(&mut self) {
+        for (j, h) in self.hosts.iter().enumerate() {
+            if h.node
+                .as_ref()
+                .is_some_and(|n| n.stats().evictions_proven > 0)
+            {
+                self.oracle.on_evicted_proven(j);
+            }
+        }
+    }
+
     /// A datagram arrives at node `to` (dropped if it is down).
     pub(super) fn on_datagram(&mut self, to: usize, data: Bytes) {
         let now = self.instant();
@@ -334,6 +347,7 @@ impl Sim {
                     return;
                 }
                 if let Some(key) = self.key_of(i, id) {
+                    self.note_evictions();
                     self.oracle.on_in_doubt(key, self.now);
                 }
                 self.rpc_verdict(i, id, Learned::InDoubt);
