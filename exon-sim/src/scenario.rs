@@ -166,10 +166,12 @@ pub struct Scenario {
     ///
     /// Restarts without [`durable`](Self::durable): a restarted node draws a new run and
     /// loses its reorder buffers, and the oracle excuses the flows of a restarted sender or
-    /// receiver from completing. But a receiver restarted in the middle of a live sender's
-    /// run discards the rest of that run (numbers above 0 of a run it does not know) and
-    /// takes them, so their sender is told they were delivered: reported as
-    /// `ChannelAckedNotReleased`. So the channel tests without journals keep crashes off.
+    /// receiver from completing. A receiver restarted in the middle of a live sender's run
+    /// hands the rest of that run (numbers above 0 of a run it does not know) to the
+    /// application out of the order, as the endpoint does (`Kind::Unordered`), and the
+    /// oracle checks each is its number's message, once, never one told not delivered
+    /// (`Oracle::on_chan_unordered`); the order it owes starts again at number 0 (a gap for
+    /// a message 0 delivered before the restart takes the flow up again).
     ///
     /// With [`durable`](Self::durable) the flows are durable as the endpoint's are (rule
     /// `durable_flows`): their positions live in the journal's marks, a restarted host goes

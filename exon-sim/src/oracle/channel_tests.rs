@@ -133,3 +133,64 @@ fn durable_a_restarted_sender_keeps_the_numbers_known_durable() {
     o.on_chan_sent(FLOW, 2, skip, 2);
     assert_eq!(kinds(&o), vec![ViolationKind::ChannelOrder]);
 }
+
+#[test]
+fn a_message_released_out_of_the_order_may_be_acknowledged_once_and_only_as_itself() {
+    // A receiver that no longer knows the run hands numbers over `Kind::Unordered`: the
+    // sender may hear them acknowledged.
+    let (mut o, k) = three();
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 1);
+    o.on_chan_restart(1);
+    o.on_chan_unordered(FLOW, 2, Some(k[2]), 2);
+    o.on_chan_verdict(FLOW, 2, ChanVerdict::Delivered, 3);
+    assert!(o.violations().is_empty(), "{:?}", o.violations());
+    assert_eq!(o.channel_counts().unordered, 1);
+    // Never twice, never in the order after out of it, never another message, never one
+    // told not delivered.
+    o.on_chan_unordered(FLOW, 2, Some(k[2]), 4);
+    o.on_chan_release(FLOW, 0, None, false, 5);
+    o.on_chan_release(FLOW, 1, Some(k[1]), false, 5);
+    o.on_chan_release(FLOW, 2, Some(k[2]), false, 6);
+    let (mut p, q) = three();
+    p.on_chan_restart(0);
+    p.on_chan_unordered(FLOW, 1, Some(q[2]), 1);
+    p.on_chan_verdict(FLOW, 0, ChanVerdict::NotDelivered, 2);
+    p.on_chan_unordered(FLOW, 0, Some(q[0]), 3);
+    assert_eq!(
+        kinds(&o),
+        vec![ViolationKind::ChannelOrder, ViolationKind::ChannelOrder]
+    );
+    assert_eq!(
+        kinds(&p),
+        vec![
+            ViolationKind::ChannelOrder,
+            ViolationKind::ChannelNotDeliveredReleased
+        ]
+    );
+    // Out of the order while neither end restarted: the order is broken.
+    let (mut r, m) = three();
+    r.on_chan_unordered(FLOW, 1, Some(m[1]), 1);
+    assert_eq!(kinds(&r), vec![ViolationKind::ChannelOrder]);
+}
+
+#[test]
+fn a_receiver_restarted_without_a_journal_takes_a_flow_up_again_from_number_0() {
+    // Message 0 released, then the receiver restarts before acknowledging it: its sender
+    // is told in doubt and sends a gap for 0, which the new receiver takes as the run's
+    // start. Without a journal that is its order; a message released twice is still a
+    // duplicate for the oracle's delivery checks.
+    let (mut o, k) = three();
+    o.on_chan_release(FLOW, 0, Some(k[0]), false, 1);
+    o.on_chan_restart(1);
+    o.on_chan_verdict(FLOW, 0, ChanVerdict::InDoubt, 2);
+    o.on_chan_release(FLOW, 0, None, false, 3);
+    o.on_chan_release(FLOW, 1, Some(k[1]), false, 4);
+    assert!(o.violations().is_empty(), "{:?}", o.violations());
+    // With a journal the flow goes on across the restart: number 0 again is out of order.
+    let (mut d, q) = three();
+    d.set_durable();
+    d.on_chan_release(FLOW, 0, Some(q[0]), false, 1);
+    d.on_chan_restart(1);
+    d.on_chan_release(FLOW, 0, None, false, 3);
+    assert_eq!(kinds(&d), vec![ViolationKind::ChannelOrder]);
+}

@@ -38,6 +38,8 @@ impl std::fmt::Display for FlowKey {
 enum Released {
     Message,
     Gap,
+    /// Out of the order (`Kind::Unordered`): the receiver no longer knew the run.
+    Unordered,
 }
 
 /// The sender's verdict on a channel message.
@@ -91,6 +93,9 @@ pub struct ChannelCounts {
     pub held: u64,
     /// The most messages and gaps one flow held at once.
     pub max_held: u64,
+    /// Released out of the order: messages of a run the receiver no longer knew (it
+    /// restarted, or a new run of the flow replaced it), handed over `Kind::Unordered`.
+    pub unordered: u64,
     /// Durable mode: flagged redeliveries of numbers below the next due of their run,
     /// handed out again at once (released before a crash of the receiver, not taken).
     pub released_again: u64,
@@ -116,6 +121,7 @@ impl ChannelCounts {
         self.discarded += o.discarded;
         self.held += o.held;
         self.max_held = self.max_held.max(o.max_held);
+        self.unordered += o.unordered;
         self.released_again += o.released_again;
         self.repeated += o.repeated;
         self.owed_gaps += o.owed_gaps;
@@ -180,7 +186,7 @@ impl Oracle {
         n.verdict = Some(v);
         let (key, released) = (n.key, n.released);
         match (v, released) {
-            (ChanVerdict::Delivered, Some(Released::Message)) => {}
+            (ChanVerdict::Delivered, Some(Released::Message | Released::Unordered)) => {}
             (ChanVerdict::Delivered, r) => {
                 let what = format!(
                     "{flow}: number {seq} acknowledged, but released to the application {}",
@@ -188,7 +194,7 @@ impl Oracle {
                 );
                 self.violate(ViolationKind::ChannelAckedNotReleased, Some(key), now, what);
             }
-            (ChanVerdict::NotDelivered, Some(Released::Message)) => {
+            (ChanVerdict::NotDelivered, Some(Released::Message | Released::Unordered)) => {
                 let what = format!("{flow}: number {seq} told not delivered, released as itself");
                 self.violate(
                     ViolationKind::ChannelNotDeliveredReleased,
@@ -253,6 +259,11 @@ impl Oracle {
         };
         let sent = n.key;
         let verdict = n.verdict;
+        if n.released == Some(Released::Unordered) {
+            let what = format!("{flow}: number {seq} released in order after out of it");
+            self.violate(ViolationKind::ChannelOrder, key, now, what);
+            return;
+        }
         n.released = Some(if key.is_some() {
             Released::Message
         } else {
@@ -287,6 +298,44 @@ impl Oracle {
                     );
                 }
             }
+        }
+    }
+
+    /// The receiving application of `flow` got message `key` as number `seq` out of the
+    /// order (`Kind::Unordered`: a run its receiver no longer knew, after a restart of the
+    /// receiver or of the sender, whose new run replaced it): only after such a restart, and
+    /// it must be the message sent under that number, released once, and never one told
+    /// not delivered. Its sender may then hear it acknowledged. In durable mode a number the
+    /// application had may come again (flagged).
+    pub fn on_chan_unordered(&mut self, flow: FlowKey, seq: u64, key: Option<MsgKey>, now: u64) {
+        self.chans.counts.unordered += 1;
+        let durable = self.durable;
+        let restarted = self
+            .chans
+            .flows
+            .get(&flow)
+            .is_some_and(|f| f.sender_restarted || f.receiver_restarted);
+        let Some(n) = self.num_mut(flow, seq) else {
+            let what = format!("{flow}: number {seq} released out of order, never sent");
+            self.violate(ViolationKind::ChannelOrder, key, now, what);
+            return;
+        };
+        let (sent, verdict, before) = (n.key, n.verdict, n.released);
+        n.released = Some(Released::Unordered);
+        if !restarted {
+            // Only a run the receiver forgot (it restarted) or that a new one replaced (its
+            // sender restarted) goes out of the order.
+            let what = format!("{flow}: number {seq} released out of order, neither end restarted");
+            self.violate(ViolationKind::ChannelOrder, key, now, what);
+        } else if before.is_some() && !durable {
+            let what = format!("{flow}: number {seq} released out of order, and before");
+            self.violate(ViolationKind::ChannelOrder, key, now, what);
+        } else if key != Some(sent) {
+            let what = format!("{flow}: number {seq} released out of order as {key:?}, not {sent}");
+            self.violate(ViolationKind::ChannelOrder, key, now, what);
+        } else if verdict == Some(ChanVerdict::NotDelivered) {
+            let what = format!("{flow}: number {seq} told not delivered, released out of order");
+            self.violate(ViolationKind::ChannelNotDeliveredReleased, key, now, what);
         }
     }
 
@@ -377,14 +426,20 @@ impl Oracle {
     }
 
     /// `node` restarted: its flows (as sender) may stop short, and what it held as a
-    /// receiver is lost.
+    /// receiver is lost. Without a journal a restarted receiver knows no run: it takes up a
+    /// flow only from number 0 (a gap, when the message 0 was delivered before the restart
+    /// and its sender told it in doubt), so the order it owes starts there again.
     pub fn on_chan_restart(&mut self, node: usize) {
+        let durable = self.durable;
         for (k, f) in self.chans.flows.iter_mut() {
             if k.from as usize == node {
                 f.sender_restarted = true;
             }
             if k.to as usize == node {
                 f.receiver_restarted = true;
+                if !durable {
+                    f.next = 0;
+                }
             }
         }
     }

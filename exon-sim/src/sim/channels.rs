@@ -494,10 +494,14 @@ impl Sim {
         let r = self.hosts[i].chans.recv.entry((from, ch)).or_default();
         let before = r.held();
         let known = r.run() == Some(run);
+        // A stale message is of the arrival's run when it is the arrival, else of the run
+        // a new one replaced.
+        let prev_run = r.run();
         let (item, gap) = match &arrival {
             Arrival::Message { item, .. } => (item.clone(), false),
             Arrival::Gap(item) => (item.clone(), true),
         };
+        let arriving = item.id;
         let flow = FlowKey {
             from: from as u32,
             to: i as u32,
@@ -526,9 +530,17 @@ impl Sim {
         let r = &self.hosts[i].chans.recv[&(from, ch)];
         let (held, cur) = (r.held(), r.run());
         let Some(cur) = cur else {
+            // No run known (this receiver restarted): a message is handed over out of the
+            // order, a gap discarded.
             for step in out {
-                if let Step::Discard(item) | Step::Stale { item, .. } = step {
-                    self.chan_discard(i, item);
+                match step {
+                    Step::Stale {
+                        seq,
+                        item,
+                        gap: false,
+                    } => self.chan_release_unordered(i, flow, seq, item),
+                    Step::Discard(item) | Step::Stale { item, .. } => self.chan_discard(i, item),
+                    _ => {}
                 }
             }
             return;
@@ -541,7 +553,21 @@ impl Sim {
                 Step::Deliver { seq, item, .. } => self.chan_release(i, flow, seq, item, false),
                 Step::Gap { seq, item } => self.chan_release(i, flow, seq, item, true),
                 // Stale: handed to the application outside the order (the endpoint marks
-                // it `Kind::Unordered`); counted as delivered, not as released in order.
+                // it `Kind::Unordered`), a message of it as itself; its gap is discarded.
+                Step::Stale {
+                    seq,
+                    item,
+                    gap: false,
+                } => {
+                    let own = item.id == arriving;
+                    let of = if own { Some(run) } else { prev_run };
+                    match of {
+                        Some(run) => {
+                            self.chan_release_unordered(i, FlowKey { run, ..flow }, seq, item)
+                        }
+                        None => self.chan_discard(i, item),
+                    }
+                }
                 Step::Discard(item) | Step::Stale { item, .. } => self.chan_discard(i, item),
             }
         }
@@ -565,6 +591,15 @@ impl Sim {
     }
 
     /// Node `i` takes and drops an arrival its `Reorder` discarded.
+    /// Node `i`'s application gets `item` out of the order (`Kind::Unordered`), as number
+    /// `seq` of `flow`: taken as a discard is, and told to the oracle, which checks it.
+    fn chan_release_unordered(&mut self, i: usize, flow: FlowKey, seq: u64, item: Item) {
+        self.chan_take(i, item.id);
+        let key = self.oracle.on_taken(i, &item.body, self.now).map(|k| k.0);
+        let key = key.or_else(|| read_payload(&item.body).map(|k| k.0));
+        self.oracle.on_chan_unordered(flow, seq, key, self.now);
+    }
+
     fn chan_discard(&mut self, i: usize, item: Item) {
         self.chan_take(i, item.id);
         if !item.body.is_empty() {
