@@ -274,6 +274,14 @@ impl Scenario {
                 "--trace decodes datagrams: it needs --plaintext",
             ));
         }
+        if self.link.mtu < self.config.mtu.min_datagram_size {
+            // Exon's base datagram size must fit every path (docs/wire.md, "Path MTU
+            // discovery"): below it nothing is promised, and the run would only stall.
+            return Err(ScenarioError::Unsupported(
+                "--link-mtu below the nodes' base datagram size (1200): exon needs every \
+                 path to carry it",
+            ));
+        }
         if self.link.drop_every == Some(1) {
             return Err(ScenarioError::Unsupported(
                 "--drop-every 1 loses every datagram: nothing could ever arrive",

@@ -42,6 +42,17 @@ fn too_few_nodes_is_an_error_at_start() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("need at least 2 nodes"));
 }
 
+/// A link narrower than exon's base datagram size is refused: below it exon promises
+/// nothing (a sweep's `--link-mtu 600` stalled with messages never settled).
+#[test]
+fn a_link_below_the_base_datagram_size_is_an_error_at_start() {
+    let out = exon_sim(&["--link-mtu", "600"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("base datagram size"));
+    let out = exon_sim(&["--link-mtu", "1200", "--messages", "200"]);
+    assert!(out.status.success());
+}
+
 #[test]
 fn validate_names_the_limit() {
     let mut sc = Scenario::default();
