@@ -16,8 +16,12 @@ Prints the tables, writes them with a last `key=value` line to
 `target/instruction-budget.txt` (which `compare` appends to its own last line), and
 prints that line last.
 
+With `--rpc C` it counts calls instead (`endpoint_cost --rpc C`: C callers on one thread
+call an echo server on another, 1 KB each way), per call and per side, the same way, into
+`target/instruction-budget-rpc.txt`.
+
     cargo bench -p exon-benches --bench mem_pair --bench endpoint_cost --no-run
-    python3 scripts/instruction-budget.py [--plain-only] [--datagram 65507]
+    python3 scripts/instruction-budget.py [--sealed] [--datagram 65507] [--rpc 100]
 """
 
 import argparse
@@ -197,17 +201,37 @@ def mem_pair_budget(plain, datagram, counts):
 
 def endpoint_budget(plain, counts, datagram):
     exe = binary("endpoint_cost")
+
+    def cmd(n):
+        c = [exe, "--messages", str(n), "--warmup", "2000", "--threads",
+             "--datagram", str(datagram)]
+        return c + (["--plain"] if plain else [])
+
+    # Thread 1 is the sender (the calling thread), thread 2 the receiver.
+    return threads_budget(cmd, counts, {0: "sender", 1: "receiver"}, "ep")
+
+
+def rpc_budget(plain, counts, callers):
+    exe = binary("endpoint_cost")
+
+    def cmd(n):
+        c = [exe, "--rpc", str(callers), "--messages", str(n), "--warmup", "500"]
+        return c + (["--plain"] if plain else [])
+
+    # Thread 1 drives the batches, thread 2 is the server, thread 3 the callers.
+    return threads_budget(cmd, counts, {1: "server", 2: "caller"}, "rpc")
+
+
+def threads_budget(cmd, counts, sides_of, tag):
+    """Instructions per message (or call) of each thread `sides_of` names (by its index
+    among the thread files): in all, the core's share (every call from outside
+    `exon::proto` into it, inclusive), and the rest by crate."""
     sides = {}
     for n in counts:
-        out = f"/tmp/exon-budget.ep.{n}"
-        cmd = [exe, "--messages", str(n), "--warmup", "2000", "--threads",
-               "--datagram", str(datagram)]
-        if plain:
-            cmd.append("--plain")
-        paths = callgrind(cmd, out, threads=True)
-        # Thread 1 is the sender (the calling thread), thread 2 the receiver.
-        for side, path in zip(["sender", "receiver"], paths[:2]):
-            p = Profile(path)
+        out = f"/tmp/exon-budget.{tag}.{n}"
+        paths = callgrind(cmd(n), out, threads=True)
+        for i, side in sides_of.items():
+            p = Profile(paths[i])
             core = p.inclusive_into(is_core)
             by_step = defaultdict(int)
             for k, v in core.items():
@@ -285,9 +309,13 @@ def main():
     ap.add_argument("--sealed", action="store_true",
                     help="sealed cores and endpoints (default plaintext)")
     ap.add_argument("--skip-endpoint", action="store_true")
+    ap.add_argument("--rpc", type=int, metavar="CALLERS",
+                    help="count calls from this many callers instead (endpoint_cost --rpc)")
     args = ap.parse_args()
     plain = not args.sealed
     mode = "plaintext" if plain else "sealed"
+    if args.rpc:
+        return rpc_main(plain, mode, args.rpc)
 
     out = []
     keys = {}
@@ -354,6 +382,59 @@ def main():
     with open(os.path.join(ROOT, "target/instruction-budget.txt"), "w") as f:
         f.write(text)
     print(text, end="")
+
+
+def rpc_main(plain, mode, callers):
+    out = []
+    keys = {}
+    r = rpc_budget(plain, (2000, 6000), callers)
+    both_total = both_core = both_app = 0.0
+    for side in ("caller", "server"):
+        s = r[side]
+        out.append("")
+        out += table(
+            f"endpoint_cost --rpc {callers} ({mode}): instructions per call, {side}: "
+            "core calls (inclusive)",
+            s["steps"], s["core"], min_share=0.01,
+        )
+        out += table(
+            f"  {side}: outside the core, self counts by crate", s["rest"],
+            s["total"] - s["core"], min_share=0.0,
+        )
+        out.append(f"  {side + ' thread, all':<44} {s['total']:>8.0f}")
+        app = sum(v for k, v in s["rest"].items() if k.startswith("the application"))
+        both_total += s["total"]
+        both_core += s["core"]
+        both_app += app
+        keys[f"budget_rpc_{side}"] = round(s["total"])
+    beyond = both_total - both_core - both_app
+    out.append("")
+    out.append(f"a call, both sides: {both_total:.0f}; the core's share {both_core:.0f}; "
+               f"the application's {both_app:.0f}; beyond the core {beyond:.0f}")
+    keys.update(
+        budget_rpc=round(both_total),
+        budget_rpc_core=round(both_core),
+        budget_rpc_app=round(both_app),
+        budget_rpc_beyond_core=round(beyond),
+        budget_rpc_callers=callers,
+        budget_mode=mode,
+        budget_commit=commit(),
+    )
+    out.append("")
+    out.append(" ".join(f"{k}={v}" for k, v in keys.items()))
+    text = "\n".join(out) + "\n"
+    os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
+    with open(os.path.join(ROOT, "target/instruction-budget-rpc.txt"), "w") as f:
+        f.write(text)
+    print(text, end="")
+
+
+def commit():
+    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return rev + ("+" if dirty else "")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@
 //!
 //! The difference of two runs divided by the difference of their message counts is the cost
 //! per message without the setup. `--batch B` hands messages over with `Handle::send_batch`,
-//! `B` per call (0: one `send` per message). `--help` lists the options; the last line is
-//! `key=value` pairs.
+//! `B` per call (0: one `send` per message). `--rpc C` measures calls instead: `C` callers
+//! call a server echoing 1 KB (`--messages` calls, after `--warmup`), the server on a thread
+//! of its own (callgrind's thread 2) and the callers on another (thread 3), as `compare
+//! rpc` runs them. `--help` lists the options; the last line is `key=value` pairs.
 
 use clap::Parser;
 use exon_benches::endpoint::{one_thread_cost, two_thread_cost};
@@ -38,6 +40,10 @@ struct Args {
     /// the sender and the receiver apart).
     #[arg(long)]
     threads: bool,
+    /// Calls instead of one-way messages: this many concurrent callers, one call of 1 KB
+    /// each at a time, to a server echoing it.
+    #[arg(long)]
+    rpc: Option<u64>,
     /// Exon's `max_datagram_size`.
     #[arg(long, default_value_t = exon_benches::endpoint::DEFAULT_EXON_DATAGRAM)]
     datagram: usize,
@@ -48,6 +54,9 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
+    if let Some(callers) = args.rpc {
+        return rpc(&args, callers.max(1));
+    }
     let took = if args.threads {
         two_thread_cost(
             args.messages,
@@ -85,5 +94,32 @@ fn main() {
         args.batch,
         !args.plain,
         if args.threads { 2 } else { 1 }
+    );
+}
+
+/// `--rpc`: calls from `callers` concurrent callers to an echo server (each side on a thread
+/// of its own), `args.warmup` first, then `args.messages` counted.
+fn rpc(args: &Args, callers: u64) {
+    use exon_benches::systems::RpcKind;
+    let kind = if args.plain {
+        RpcKind::ExonPlain
+    } else {
+        RpcKind::Exon
+    };
+    let mut rpc = exon_benches::rpc::Rpc::new(kind, args.datagram, exon_benches::message::PAYLOAD);
+    if args.warmup > 0 {
+        rpc.run(args.warmup, callers);
+    }
+    let (took, _) = rpc.run(args.messages, callers);
+    drop(rpc);
+    let rate = args.messages as f64 / took.as_secs_f64();
+    println!(
+        "calls of 1 KB ({}), {callers} callers: {} calls",
+        kind.name(),
+        args.messages
+    );
+    println!(
+        "calls={} callers={callers} calls_per_s={rate:.0}",
+        args.messages
     );
 }
