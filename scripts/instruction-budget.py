@@ -367,13 +367,9 @@ def main():
             budget_endpoint_app=round(both_app),
             budget_endpoint_beyond_core=round(beyond),
         )
-    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
     keys["budget_mode"] = mode
     keys["budget_datagram"] = args.datagram
-    keys["budget_commit"] = rev + ("+" if dirty else "")
+    keys["budget_commit"] = commit()
     last = " ".join(f"{k}={v}" for k, v in keys.items())
     out.append("")
     out.append(last)
