@@ -590,7 +590,6 @@ impl Sim {
         }
     }
 
-    /// Node `i` takes and drops an arrival its `Reorder` discarded.
     /// Node `i`'s application gets `item` out of the order (`Kind::Unordered`), as number
     /// `seq` of `flow`: taken as a discard is, and told to the oracle, which checks it.
     fn chan_release_unordered(&mut self, i: usize, flow: FlowKey, seq: u64, item: Item) {
@@ -600,6 +599,7 @@ impl Sim {
         self.oracle.on_chan_unordered(flow, seq, key, self.now);
     }
 
+    /// Node `i` takes and drops an arrival its `Reorder` discarded.
     fn chan_discard(&mut self, i: usize, item: Item) {
         self.chan_take(i, item.id);
         if !item.body.is_empty() {
