@@ -129,19 +129,15 @@ impl Node {
     /// Acts on the frames of one valid datagram, in order.
     fn handle_frames(&mut self, now: Instant, header: frame::Header, frames: &mut Vec<Frame>) {
         let src = header.src;
-        self.liveness_heard(now, src);
-        if self.silence.on_heard(src) {
-            self.outbox.wake(src, usize::MAX);
-        }
-        if let Some(rec) = self.senders.get_mut(&src) {
-            rec.mtud_mut().on_heard(now);
-        }
+        self.heard_from(now, src);
         let mut tokens = 0u32;
         let mut gots = false;
         let mut credit_want = None;
         let mut lost_incarnation = None;
         // Duplicates or verdicts other than ACK (`on_token`, `on_frag`): see `after_tokens`.
         let mut retransmitted = false;
+        // A probe (SLOTS of no slots) came before in this datagram.
+        let mut probed = false;
         let mut frames = frames.drain(..);
         while let Some(f) = frames.next() {
             self.stats.frames_in.count(&f);
@@ -151,7 +147,12 @@ impl Node {
                 Frame::Response { token } => self.last_response = Some(token),
                 Frame::MtuProbe { id, .. } => self.on_mtu_probe(src, id),
                 Frame::MtuAck { id } => self.on_mtu_ack(src, id),
-                Frame::Slots { s, r, n } => self.on_slots(now, src, s, r, n),
+                Frame::Slots { s, r, n } => {
+                    // A grant behind a probe in one datagram may be the probe's repeat of
+                    // a lost one (`probe_repeats_grant`): no RTT sample from it.
+                    self.on_slots(now, src, (s, r, n), !probed);
+                    probed |= n == 0;
+                }
                 Frame::Token {
                     s,
                     r,
@@ -224,6 +225,18 @@ impl Node {
         }
         self.journal_assignments(now, src);
         self.defer_rearm(src);
+    }
+
+    /// A valid datagram came from `src`: its liveness, its deaf schedule and its path MTU
+    /// search count it as heard.
+    fn heard_from(&mut self, now: Instant, src: NodeId) {
+        self.liveness_heard(now, src);
+        if self.silence.on_heard(src) {
+            self.outbox.wake(src, usize::MAX);
+        }
+        if let Some(rec) = self.senders.get_mut(&src) {
+            rec.mtud_mut().on_heard(now);
+        }
     }
 
     /// A datagram from `src` carried tokens: their verdicts go at once when the sender is
@@ -462,7 +475,7 @@ impl Node {
     }
 
     /// SLOTS(s, r, n) from `src` (lines 61-74, with rules 3 and 5).
-    fn on_slots(&mut self, now: Instant, src: NodeId, s: u64, r: u64, n: u64) {
+    fn on_slots(&mut self, now: Instant, src: NodeId, (s, r, n): (u64, u64, u64), sample: bool) {
         let Some(rec) = self.senders.get_mut(&src) else {
             // Rule 5: orphan slots lie at or above the sck we last used with `src`, which is
             // at most our stored high-water mark; anything above it was never ours.
@@ -487,7 +500,7 @@ impl Node {
         }
         let keep_own = self.rules.token_keeps_incarnation;
         let step = self.cfg.flow.envelope_target;
-        match rec.on_slots(now, (s, r, n), keep_own, step) {
+        match rec.on_slots(now, (s, r, n), keep_own, step, sample) {
             SlotsAnswer::Stale { waive } => {
                 self.stats.stale_slots += 1;
                 if let Some(w) = waive {

@@ -194,18 +194,20 @@ impl PeerOut {
                 self.credit = None;
             }
         }
-        if let Some((s, r, n)) = self.grant {
-            if clocks.slots_len(s, r, n) <= room(buf) {
-                clocks.put_slots(buf, s, r, n);
-                frames.slots += 1;
-                self.grant = None;
-            }
-        }
+        // The probe before the grant: a grant behind a probe gives its sender no RTT sample
+        // (it may be the probe's repeat of a lost one, `probe_repeats_grant`).
         if let Some((s, r)) = self.probe {
             if clocks.slots_len(s, r, 0) <= room(buf) {
                 clocks.put_slots(buf, s, r, 0);
                 frames.slots += 1;
                 self.probe = None;
+            }
+        }
+        if let Some((s, r, n)) = self.grant {
+            if clocks.slots_len(s, r, n) <= room(buf) {
+                clocks.put_slots(buf, s, r, n);
+                frames.slots += 1;
+                self.grant = None;
             }
         }
         if let Some(s) = self.waive {

@@ -90,13 +90,17 @@ impl SRecord {
     /// SLOTS(s, r, n) (lines 61-74 of Algorithm 1, with rule 3: `keep_own`, envelopes of
     /// another incarnation are dropped, not reused). `n` may be less than was asked: the
     /// receiver granted what its limits allow, and the slot window keeps below what it
-    /// showed (raised by `step` with every grant in full).
+    /// showed (raised by `step` with every grant in full). `sample_rtt` false: the grant
+    /// came behind a probe of the receiver's, so it may be a repeat sent on the probe's
+    /// timer, whose delay says nothing of the path (Karn's rule, as for a retransmitted
+    /// request).
     pub fn on_slots(
         &mut self,
         now: Instant,
         (s, r, n): (u64, u64, u64),
         keep_own: bool,
         step: u64,
+        sample_rtt: bool,
     ) -> SlotsAnswer {
         if s != self.sck {
             // A probe from a record of an older request that this sender holds nothing
@@ -118,7 +122,8 @@ impl SRecord {
         let mut filled = false;
         if n > 0 {
             let held = self.envelopes() + n + self.tokens.len() as u64;
-            if let Some(sample) = self.req.on_granted(now, n, held, step) {
+            let sample = self.req.on_granted(now, n, held, step);
+            if let Some(sample) = sample.filter(|_| sample_rtt) {
                 self.rtt.sample(sample);
             }
             self.sck = s + n;
