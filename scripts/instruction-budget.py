@@ -336,27 +336,9 @@ def main():
     )
     if not args.skip_endpoint:
         ep = endpoint_budget(plain, (10000, 30000), args.endpoint_datagram)
-        both_total = 0.0
-        both_core = 0.0
-        both_app = 0.0
-        for side in ("sender", "receiver"):
-            s = ep[side]
-            out.append("")
-            out += table(
-                f"endpoint_cost --threads ({mode}, {args.endpoint_datagram}-byte datagrams), "
-                f"{side}: core calls (inclusive)",
-                s["steps"], s["core"], min_share=0.01,
-            )
-            out += table(
-                f"  {side}: outside the core, self counts by crate", s["rest"],
-                s["total"] - s["core"], min_share=0.0,
-            )
-            out.append(f"  {side + ' thread, all':<44} {s['total']:>8.0f}")
-            both_total += s["total"]
-            both_core += s["core"]
-            # The benchmark's own work (making and checking payloads, and their
-            # allocations): neither the core's nor the endpoint's.
-            both_app += sum(v for k, v in s["rest"].items() if k.startswith("the application"))
+        title = (f"endpoint_cost --threads ({mode}, {args.endpoint_datagram}-byte datagrams), "
+                 "{side}: core calls (inclusive)")
+        both_total, both_core, both_app = side_tables(out, ep, ("sender", "receiver"), title)
         beyond = both_total - both_core - both_app
         out.append("")
         out.append(f"endpoint, both sides: {both_total:.0f}; the core's share {both_core:.0f}; "
@@ -370,39 +352,48 @@ def main():
     keys["budget_mode"] = mode
     keys["budget_datagram"] = args.datagram
     keys["budget_commit"] = commit()
-    last = " ".join(f"{k}={v}" for k, v in keys.items())
+    write_out(out, keys, "target/instruction-budget.txt")
+
+
+def side_tables(out, result, sides, title):
+    """Appends each side's tables (`title` formatted with the side) to `out`; returns the
+    sides' totals summed: all, the core's share, the application's (the benchmark's own
+    work, making and checking payloads: neither the core's nor the endpoint's)."""
+    both_total = both_core = both_app = 0.0
+    for side in sides:
+        s = result[side]
+        out.append("")
+        out += table(title.format(side=side), s["steps"], s["core"], min_share=0.01)
+        out += table(
+            f"  {side}: outside the core, self counts by crate", s["rest"],
+            s["total"] - s["core"], min_share=0.0,
+        )
+        out.append(f"  {side + ' thread, all':<44} {s['total']:>8.0f}")
+        both_total += s["total"]
+        both_core += s["core"]
+        both_app += sum(v for k, v in s["rest"].items() if k.startswith("the application"))
+    return both_total, both_core, both_app
+
+
+def write_out(out, keys, path):
+    """Ends `out` with the `key=value` line, writes it to `path` (under the repository) and
+    prints it."""
     out.append("")
-    out.append(last)
+    out.append(" ".join(f"{k}={v}" for k, v in keys.items()))
     text = "\n".join(out) + "\n"
     os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
-    with open(os.path.join(ROOT, "target/instruction-budget.txt"), "w") as f:
+    with open(os.path.join(ROOT, path), "w") as f:
         f.write(text)
     print(text, end="")
 
 
 def rpc_main(plain, mode, callers):
     out = []
-    keys = {}
     r = rpc_budget(plain, (2000, 6000), callers)
-    both_total = both_core = both_app = 0.0
-    for side in ("caller", "server"):
-        s = r[side]
-        out.append("")
-        out += table(
-            f"endpoint_cost --rpc {callers} ({mode}): instructions per call, {side}: "
-            "core calls (inclusive)",
-            s["steps"], s["core"], min_share=0.01,
-        )
-        out += table(
-            f"  {side}: outside the core, self counts by crate", s["rest"],
-            s["total"] - s["core"], min_share=0.0,
-        )
-        out.append(f"  {side + ' thread, all':<44} {s['total']:>8.0f}")
-        app = sum(v for k, v in s["rest"].items() if k.startswith("the application"))
-        both_total += s["total"]
-        both_core += s["core"]
-        both_app += app
-        keys[f"budget_rpc_{side}"] = round(s["total"])
+    title = (f"endpoint_cost --rpc {callers} ({mode}): instructions per call, "
+             "{side}: core calls (inclusive)")
+    both_total, both_core, both_app = side_tables(out, r, ("caller", "server"), title)
+    keys = {f"budget_rpc_{side}": round(r[side]["total"]) for side in ("caller", "server")}
     beyond = both_total - both_core - both_app
     out.append("")
     out.append(f"a call, both sides: {both_total:.0f}; the core's share {both_core:.0f}; "
@@ -416,13 +407,7 @@ def rpc_main(plain, mode, callers):
         budget_mode=mode,
         budget_commit=commit(),
     )
-    out.append("")
-    out.append(" ".join(f"{k}={v}" for k, v in keys.items()))
-    text = "\n".join(out) + "\n"
-    os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
-    with open(os.path.join(ROOT, "target/instruction-budget-rpc.txt"), "w") as f:
-        f.write(text)
-    print(text, end="")
+    write_out(out, keys, "target/instruction-budget-rpc.txt")
 
 
 def commit():
