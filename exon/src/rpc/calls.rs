@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 
 use crate::endpoint::shards::steering::shard_of;
 use crate::envelope::Outcome;
@@ -23,12 +23,12 @@ pub(crate) struct ReplyIn {
 /// Calls in flight of one endpoint (every shard shares it).
 #[derive(Debug)]
 pub(crate) struct Calls {
-    /// The next call id.
+    /// The next call id's sequence part.
     next: AtomicU64,
     /// Deadline of calls that give none.
     pub(crate) deadline: std::time::Duration,
-    /// Calls waiting for their reply, by call id: the node called, and the caller's end.
-    waiting: Mutex<Waiting>,
+    /// The calls waiting for their reply.
+    waiting: Mutex<Table>,
     /// Durable mode: the calls with a held request that ended, for the driver shard that
     /// owns the node called (its node holds the request) to release their requests (and
     /// take their replies): one list per shard.
@@ -37,22 +37,118 @@ pub(crate) struct Calls {
     released_notify: Box<[tokio::sync::Notify]>,
 }
 
+/// Where an open call's reply stands.
+#[derive(Debug)]
+enum ReplyState {
+    /// Not come, and its future has not polled yet.
+    Waiting,
+    /// Not come; the call's future waits with this waker.
+    Polled(Waker),
+    /// Come, not yet read by the call's future.
+    Came(ReplyIn),
+    /// Read by the call's future: a second reply is not handed.
+    Read,
+    /// The call's future stopped waiting without it (the call stays open until its guard
+    /// goes): a reply coming now is not handed.
+    Stopped,
+}
+
 /// An open call.
 #[derive(Debug)]
 struct Waiter {
+    /// Its id.
+    id: u64,
     /// The node called.
     to: NodeId,
-    /// Where its reply goes (`None` once it came).
-    tx: Option<oneshot::Sender<ReplyIn>>,
+    /// Its reply.
+    reply: ReplyState,
     /// Durable mode: its request, held in the journal (`Node::send_held`) until the call
     /// ends: the core's id of the message.
     held: Option<MsgId>,
-    /// Durable mode: its reply, handed to the call and taken when the call ends.
-    reply: Option<DeliveryId>,
+    /// Durable mode: its reply's delivery, handed to the call and taken when the call ends.
+    delivery: Option<DeliveryId>,
 }
 
-/// Open calls, by call id.
-type Waiting = HashMap<u64, Waiter, foldhash::fast::RandomState>;
+/// Open calls. A new call's id names its cell: `sequence << INDEX_BITS | index`, so that a
+/// reply finds its call without a lookup (and the id of a call that ended names no cell
+/// any more, its sequence having moved on). Calls reopened after a restart keep the ids
+/// they had, and sit in `others` by id, as new calls do past `INDEX_LIMIT` cells.
+#[derive(Debug, Default)]
+struct Table {
+    /// Cells by index; `None` is free.
+    cells: Vec<Option<Waiter>>,
+    /// Free cells' indices.
+    free: Vec<u32>,
+    /// Calls not in a cell: recovered ones, and new ones beyond `INDEX_LIMIT` cells.
+    others: HashMap<u64, Waiter, foldhash::fast::RandomState>,
+}
+
+/// Bits of a call id naming its cell.
+const INDEX_BITS: u32 = 24;
+/// The index value that names no cell: the call is in [`Table::others`].
+const INDEX_LIMIT: u64 = (1 << INDEX_BITS) - 1;
+
+/// Where an open call sits in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Cell(u32),
+    Other,
+}
+
+impl Place {
+    /// Where call `id` would sit.
+    fn of(id: u64) -> Place {
+        match id & INDEX_LIMIT {
+            INDEX_LIMIT => Place::Other,
+            i => Place::Cell(i as u32),
+        }
+    }
+}
+
+impl Table {
+    /// Open call `id`, if it is.
+    fn get_mut(&mut self, id: u64) -> Option<&mut Waiter> {
+        if let Place::Cell(i) = Place::of(id) {
+            if let Some(Some(w)) = self.cells.get_mut(i as usize) {
+                if w.id == id {
+                    return Some(w);
+                }
+            }
+        }
+        self.others.get_mut(&id)
+    }
+
+    /// Removes open call `id`, if it is.
+    fn remove(&mut self, id: u64) -> Option<Waiter> {
+        if let Place::Cell(i) = Place::of(id) {
+            if let Some(cell) = self.cells.get_mut(i as usize) {
+                if cell.as_ref().is_some_and(|w| w.id == id) {
+                    self.free.push(i);
+                    return cell.take();
+                }
+            }
+        }
+        self.others.remove(&id)
+    }
+
+    /// A free cell's index, if the table has room for one more.
+    fn free_cell(&mut self) -> Option<u32> {
+        if let Some(i) = self.free.pop() {
+            return Some(i);
+        }
+        let i = self.cells.len() as u64;
+        (i < INDEX_LIMIT).then(|| {
+            self.cells.push(None);
+            i as u32
+        })
+    }
+
+    /// Open calls.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.cells.len() - self.free.len() + self.others.len()
+    }
+}
 
 /// A call with a held request that ended: its request to release, with the take of its
 /// reply if it got one (`Node::take_reply`), else alone (`Node::release`).
@@ -86,6 +182,8 @@ pub(crate) struct Replied {
 
 /// Call ids stay below this (they travel as varints, at most 8 bytes).
 const CALL_ID_LIMIT: u64 = 1 << 62;
+/// Sequences stay below this (a call id is one shifted, with its cell's index).
+const SEQ_LIMIT: u64 = CALL_ID_LIMIT >> INDEX_BITS;
 
 impl Calls {
     /// A table whose call ids start at a random point: a reply to a call made before a
@@ -104,9 +202,9 @@ impl Calls {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos()),
         );
-        // Half the id space below the start: 2^61 calls before the ids wrap.
+        // Half the sequence space below the start: 2^37 calls before the ids wrap.
         Arc::new(Calls {
-            next: AtomicU64::new(seed % (CALL_ID_LIMIT / 2)),
+            next: AtomicU64::new(seed % (SEQ_LIMIT / 2)),
             deadline,
             waiting: Mutex::default(),
             released: Mutex::new(vec![Vec::new(); shards]),
@@ -114,35 +212,39 @@ impl Calls {
         })
     }
 
-    /// Opens a call to node `to`: its id, and where its reply will come. The guard closes
-    /// it. The id is one no call waiting now has (a call recovered after a restart keeps
-    /// its id, and new ones start above it: [`reopen`](Self::reopen)).
-    pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
-        let (tx, rx) = oneshot::channel();
-        let mut waiting = self.lock();
+    /// Opens a call to node `to`; the guard has its id, waits for its reply
+    /// ([`CallGuard::poll_reply`]), and closes it. The id is one no call waiting now has
+    /// (a call recovered after a restart keeps its id, and new ones start above it:
+    /// [`reopen`](Self::reopen)).
+    pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> CallGuard {
+        let mut t = self.lock();
+        let place = t.free_cell();
         let id = loop {
-            let id = self.next.fetch_add(1, Ordering::Relaxed) % CALL_ID_LIMIT;
-            if !waiting.contains_key(&id) {
+            let seq = self.next.fetch_add(1, Ordering::Relaxed) % SEQ_LIMIT;
+            let id = seq << INDEX_BITS | place.map_or(INDEX_LIMIT, u64::from);
+            // Only a recovered call (or one of the rare calls past the cells) can have it.
+            if t.others.is_empty() || !t.others.contains_key(&id) {
                 break id;
             }
         };
-        waiting.insert(
+        let w = Waiter {
             id,
-            Waiter {
-                to,
-                tx: Some(tx),
-                held: None,
-                reply: None,
-            },
-        );
-        drop(waiting);
-        (
-            CallGuard {
-                calls: self.clone(),
-                id,
-            },
-            rx,
-        )
+            to,
+            reply: ReplyState::Waiting,
+            held: None,
+            delivery: None,
+        };
+        match place {
+            Some(i) => t.cells[i as usize] = Some(w),
+            None => {
+                t.others.insert(id, w);
+            }
+        }
+        drop(t);
+        CallGuard {
+            calls: self.clone(),
+            id,
+        }
     }
 
     /// Durable mode: opens again call `id` to node `to`, a call of an earlier run whose
@@ -155,33 +257,31 @@ impl Calls {
         to: NodeId,
         register: bool,
         held: Option<MsgId>,
-    ) -> (CallGuard, oneshot::Receiver<ReplyIn>) {
+    ) -> CallGuard {
         let id = id % CALL_ID_LIMIT;
-        self.next.fetch_max(id + 1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
+        self.next
+            .fetch_max((id >> INDEX_BITS) + 1, Ordering::Relaxed);
         if register {
             let w = Waiter {
-                to,
-                tx: Some(tx),
-                held,
-                reply: None,
-            };
-            self.lock().insert(id, w);
-        }
-        (
-            CallGuard {
-                calls: self.clone(),
                 id,
-            },
-            rx,
-        )
+                to,
+                reply: ReplyState::Waiting,
+                held,
+                delivery: None,
+            };
+            self.lock().others.insert(id, w);
+        }
+        CallGuard {
+            calls: self.clone(),
+            id,
+        }
     }
 
     /// Durable mode: call `id`'s request is held in the journal as message `msg`
     /// (`Node::send_held`), until the call ends. Returns false when the call has ended
     /// already: the caller releases `msg` itself.
     pub(crate) fn hold(&self, id: u64, msg: MsgId) -> bool {
-        match self.lock().get_mut(&id) {
+        match self.lock().get_mut(id) {
             Some(w) => {
                 w.held = Some(msg);
                 true
@@ -204,34 +304,78 @@ impl Calls {
         reply: ReplyIn,
         delivery: DeliveryId,
     ) -> Replied {
-        let mut waiting = self.lock();
-        let Some(w) = waiting.get_mut(&id).filter(|w| w.to == from) else {
-            return Replied {
-                handed: false,
-                take: Take::Now(None),
-            };
+        let refused = Replied {
+            handed: false,
+            take: Take::Now(None),
         };
-        let Some(tx) = w.tx.take() else {
+        let mut t = self.lock();
+        let Some(w) = t.get_mut(id).filter(|w| w.to == from) else {
+            return refused;
+        };
+        let waker = match std::mem::replace(&mut w.reply, ReplyState::Read) {
+            ReplyState::Waiting => None,
+            ReplyState::Polled(waker) => Some(waker),
             // A second reply: the call has its answer.
-            return Replied {
-                handed: false,
-                take: Take::Now(None),
-            };
+            s @ (ReplyState::Came(_) | ReplyState::Read) => {
+                w.reply = s;
+                return refused;
+            }
+            ReplyState::Stopped => {
+                // Not handed, and taken at once, with its held request's release.
+                let held = w.held;
+                t.remove(id);
+                return Replied {
+                    handed: false,
+                    take: Take::Now(held),
+                };
+            }
         };
-        // Sent under the lock: the call's end (`close`) sees the reply kept.
-        let handed = tx.send(reply).is_ok();
-        if handed && w.held.is_some() {
-            w.reply = Some(delivery);
-            return Replied {
-                handed,
-                take: Take::AtEnd,
-            };
+        // Kept under the lock: the call's end (`close`) sees the reply kept.
+        w.reply = ReplyState::Came(reply);
+        let take = if w.held.is_some() {
+            w.delivery = Some(delivery);
+            Take::AtEnd
+        } else {
+            // Nothing to release at the end: the call is left for its future to read.
+            Take::Now(None)
+        };
+        drop(t);
+        if let Some(waker) = waker {
+            waker.wake();
         }
-        let held = w.held;
-        waiting.remove(&id);
-        Replied {
-            handed,
-            take: Take::Now(held),
+        Replied { handed: true, take }
+    }
+
+    /// Call `id`'s reply, if it came; else `cx` is woken when it does.
+    fn poll_reply(&self, id: u64, cx: &mut Context<'_>) -> Poll<ReplyIn> {
+        let mut t = self.lock();
+        let Some(w) = t.get_mut(id) else {
+            return Poll::Pending;
+        };
+        match std::mem::replace(&mut w.reply, ReplyState::Read) {
+            ReplyState::Came(reply) => Poll::Ready(reply),
+            ReplyState::Polled(waker) if waker.will_wake(cx.waker()) => {
+                w.reply = ReplyState::Polled(waker);
+                Poll::Pending
+            }
+            ReplyState::Waiting | ReplyState::Polled(_) => {
+                w.reply = ReplyState::Polled(cx.waker().clone());
+                Poll::Pending
+            }
+            s @ (ReplyState::Read | ReplyState::Stopped) => {
+                w.reply = s;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Call `id`'s future stopped waiting for its reply (the call ended without it, and
+    /// stays open until its guard goes): a reply coming now is not handed.
+    fn stop_waiting(&self, id: u64) {
+        if let Some(w) = self.lock().get_mut(id) {
+            if matches!(w.reply, ReplyState::Waiting | ReplyState::Polled(_)) {
+                w.reply = ReplyState::Stopped;
+            }
         }
     }
 
@@ -251,13 +395,13 @@ impl Calls {
     /// Call `id` ended: it leaves the table, and its held request, if any, is to release
     /// (with its reply's take).
     fn close(&self, id: u64) {
-        let Some(w) = self.lock().remove(&id) else {
+        let Some(w) = self.lock().remove(id) else {
             return;
         };
         if let Some(request) = w.held {
             let ended = Ended {
                 request,
-                reply: w.reply,
+                reply: w.delivery,
             };
             let shard = shard_of(w.to, self.released_notify.len());
             let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
@@ -273,13 +417,13 @@ impl Calls {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// An open call: dropping it (the call's future dropped, or ended) forgets the call, so
-/// that a reply coming later is discarded and counted.
+/// An open call: where its reply is waited for; dropping it (the call's future dropped, or
+/// ended) forgets the call, so that a reply coming later is discarded and counted.
 #[derive(Debug)]
 pub(crate) struct CallGuard {
     calls: Arc<Calls>,
@@ -290,6 +434,19 @@ impl CallGuard {
     /// The call's id.
     pub(crate) fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The call's reply, once it came (a call the table does not hold, as a recovered
+    /// one not registered, waits for ever).
+    pub(crate) fn poll_reply(&self, cx: &mut Context<'_>) -> Poll<ReplyIn> {
+        self.calls.poll_reply(self.id, cx)
+    }
+
+    /// The call's future is done waiting without its reply; the call stays open (its
+    /// held request kept) until this guard is dropped, and a reply coming meanwhile is
+    /// not handed.
+    pub(crate) fn stop_waiting(&self) {
+        self.calls.stop_waiting(self.id);
     }
 }
 
@@ -312,6 +469,15 @@ mod tests {
 
     const PEER: NodeId = NodeId::from_const(7);
 
+    /// The call's reply, if it came (polled once, with a waker that does nothing).
+    fn try_reply(guard: &CallGuard) -> Option<ReplyIn> {
+        let mut cx = Context::from_waker(Waker::noop());
+        match guard.poll_reply(&mut cx) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+
     fn d(slot: u64) -> DeliveryId {
         DeliveryId::for_test(PEER, slot)
     }
@@ -319,19 +485,61 @@ mod tests {
     #[test]
     fn a_reply_reaches_its_open_call_once() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, mut rx) = calls.open(PEER);
+        let guard = calls.open(PEER);
+        assert!(try_reply(&guard).is_none(), "not come yet");
         assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);
-        assert!(rx.try_recv().is_ok());
+        assert!(try_reply(&guard).is_some());
+        assert!(try_reply(&guard).is_none(), "read once");
         assert!(
             !calls.on_reply(guard.id(), PEER, reply(), d(1)).handed,
             "a second reply finds no call"
         );
     }
 
+    /// The call's future waits with its task's waker, which the reply wakes (once, and
+    /// only the last waker polled with).
+    #[test]
+    fn a_reply_wakes_the_future_waiting_for_it() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let guard = calls.open(PEER);
+        let (old, new) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        for w in [&old, &new] {
+            let waker = Waker::from(w.clone());
+            assert!(guard
+                .poll_reply(&mut Context::from_waker(&waker))
+                .is_pending());
+        }
+        assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);
+        assert_eq!(
+            old.0.load(Ordering::SeqCst),
+            0,
+            "a waker replaced is not woken"
+        );
+        assert_eq!(new.0.load(Ordering::SeqCst), 1);
+        assert!(try_reply(&guard).is_some());
+        assert!(!calls.on_reply(guard.id(), PEER, reply(), d(2)).handed);
+        assert_eq!(
+            new.0.load(Ordering::SeqCst),
+            1,
+            "a second reply wakes nobody"
+        );
+    }
+
     #[test]
     fn a_dropped_call_discards_its_reply() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, _rx) = calls.open(PEER);
+        let guard = calls.open(PEER);
         let id = guard.id();
         drop(guard);
         assert_eq!(calls.waiting(), 0);
@@ -341,42 +549,42 @@ mod tests {
     #[test]
     fn a_reply_from_another_node_leaves_the_call_waiting() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, mut rx) = calls.open(PEER);
+        let guard = calls.open(PEER);
         let other = NodeId::from_const(8);
         assert!(
             !calls.on_reply(guard.id(), other, reply(), d(1)).handed,
             "not the node called"
         );
-        assert!(rx.try_recv().is_err(), "the call did not end");
+        assert!(try_reply(&guard).is_none(), "the call did not end");
         assert!(
             calls.on_reply(guard.id(), PEER, reply(), d(1)).handed,
             "its own reply still comes"
         );
-        assert!(rx.try_recv().is_ok());
+        assert!(try_reply(&guard).is_some());
     }
 
     #[test]
     fn a_reopened_call_gets_its_reply_and_new_ids_start_above_it() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (old, _) = calls.open(PEER);
-        let recovered = old.id() + 1000;
-        let (guard, mut rx) = calls.reopen(recovered, PEER, true, None);
+        let old = calls.open(PEER);
+        let recovered = old.id() + (1000 << INDEX_BITS);
+        let guard = calls.reopen(recovered, PEER, true, None);
         assert_eq!(guard.id(), recovered);
         for _ in 0..10 {
-            let (new, _) = calls.open(PEER);
+            let new = calls.open(PEER);
             assert!(
                 new.id() > recovered,
                 "new calls start above a recovered one"
             );
         }
         assert!(calls.on_reply(recovered, PEER, reply(), d(1)).handed);
-        assert!(rx.try_recv().is_ok());
+        assert!(try_reply(&guard).is_some());
     }
 
     #[test]
     fn a_call_ended_without_its_reply_releases_its_held_request_once() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, _rx) = calls.open(PEER);
+        let guard = calls.open(PEER);
         let id = guard.id();
         assert!(calls.hold(id, MsgId(5)));
         assert!(
@@ -393,7 +601,7 @@ mod tests {
         // A request held after its call ended: refused, for the driver to release.
         assert!(!calls.hold(id, MsgId(6)));
         // A recovered call, reopened with its held request, releases it the same way.
-        let (guard, _rx) = calls.reopen(id + 7, PEER, true, Some(MsgId(7)));
+        let guard = calls.reopen(id + 7, PEER, true, Some(MsgId(7)));
         drop(guard);
         assert_eq!(calls.take_ended(0)[0].request, MsgId(7));
     }
@@ -411,7 +619,7 @@ mod tests {
             *peers.iter().find(|&&p| owner(p) == 1).unwrap(),
         );
         for (peer, msg) in [(a, 1), (b, 2)] {
-            let (guard, _rx) = calls.open(peer);
+            let guard = calls.open(peer);
             assert!(calls.hold(guard.id(), MsgId(msg)));
         }
         let ended = |m| Ended {
@@ -426,7 +634,7 @@ mod tests {
     #[test]
     fn a_held_call_takes_its_reply_when_it_ends() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (guard, mut rx) = calls.open(PEER);
+        let guard = calls.open(PEER);
         assert!(calls.hold(guard.id(), MsgId(9)));
         let other = NodeId::from_const(8);
         let refused = Replied {
@@ -439,7 +647,7 @@ mod tests {
             take: Take::AtEnd,
         };
         assert_eq!(calls.on_reply(guard.id(), PEER, reply(), d(2)), kept);
-        assert!(rx.try_recv().is_ok());
+        assert!(try_reply(&guard).is_some());
         assert_eq!(
             calls.on_reply(guard.id(), PEER, reply(), d(3)),
             refused,
@@ -452,11 +660,11 @@ mod tests {
             reply: Some(d(2)),
         };
         assert_eq!(calls.take_ended(0), [ended]);
-        // A reply whose call's future is gone (its receiver dropped, its guard not yet):
-        // not handed, and taken at once with the held request's release.
-        let (guard, rx) = calls.open(PEER);
+        // A reply whose call's future stopped waiting (its guard not dropped yet): not
+        // handed, and taken at once with the held request's release.
+        let guard = calls.open(PEER);
         assert!(calls.hold(guard.id(), MsgId(10)));
-        drop(rx);
+        guard.stop_waiting();
         let gone = Replied {
             handed: false,
             take: Take::Now(Some(MsgId(10))),
@@ -465,34 +673,48 @@ mod tests {
         drop(guard);
         assert!(calls.take_ended(0).is_empty());
         // A call with no held request (not durable) has its reply taken at once.
-        let (guard, _rx) = calls.open(PEER);
+        let guard = calls.open(PEER);
         let plain = Replied {
             handed: true,
             take: Take::Now(None),
         };
         assert_eq!(calls.on_reply(guard.id(), PEER, reply(), d(5)), plain);
+        drop(guard);
         assert_eq!(calls.waiting(), 0);
     }
 
     #[test]
     fn a_new_call_never_takes_the_id_of_a_waiting_one() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (first, _) = calls.open(PEER);
-        // The counter wraps onto the waiting call's id (as after 2^62 calls).
-        calls.next.store(first.id(), Ordering::Relaxed);
-        let (second, _) = calls.open(PEER);
+        let first = calls.open(PEER);
+        // The counter wraps onto the waiting call's sequence (as after 2^38 calls).
+        calls
+            .next
+            .store(first.id() >> INDEX_BITS, Ordering::Relaxed);
+        let second = calls.open(PEER);
         assert_ne!(first.id(), second.id());
+        // And onto a recovered call's id, which sits outside the cells.
+        let recovered = calls.reopen(second.id() + (5 << INDEX_BITS), PEER, true, None);
+        calls
+            .next
+            .store(recovered.id() >> INDEX_BITS, Ordering::Relaxed);
+        drop((first, second));
+        let mut ids: Vec<u64> = (0..4).map(|_| calls.open(PEER)).map(|g| g.id()).collect();
+        ids.push(recovered.id());
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 5);
     }
 
     #[test]
     fn ids_are_distinct_and_tables_start_apart() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
-        let (a, _) = calls.open(PEER);
-        let (b, _) = calls.open(PEER);
+        let a = calls.open(PEER);
+        let b = calls.open(PEER);
         assert_ne!(a.id(), b.id());
         assert!(a.id() < CALL_ID_LIMIT);
         let other = Calls::new(std::time::Duration::from_secs(1));
-        let (c, _) = other.open(PEER);
+        let c = other.open(PEER);
         assert_ne!(
             a.id(),
             c.id(),

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::endpoint::deadline::saturating_after;
@@ -14,7 +13,7 @@ use crate::call::{CallState, Ended, Learned};
 use crate::endpoint::{Handle, Receipt, ReceiptError};
 use crate::envelope::{Envelope, Outcome};
 use crate::proto::{NodeId, Payload};
-use crate::rpc::calls::{CallGuard, ReplyIn};
+use crate::rpc::calls::CallGuard;
 use crate::rpc::outcome::CallOutcome;
 
 impl Handle {
@@ -79,7 +78,7 @@ impl Handle {
         seal: impl FnOnce(u64) -> Result<Payload, CallError>,
     ) -> CallOutcome {
         let deadline = saturating_after(Instant::now(), within);
-        let (guard, reply) = self.calls().open(to);
+        let guard = self.calls().open(to);
         let payload = match seal(guard.id()) {
             Ok(p) => p,
             Err(e) => return CallOutcome::new(Err(e), guard),
@@ -91,7 +90,7 @@ impl Handle {
             Ok(r) => r,
             Err(e) => return CallOutcome::new(Err(CallError::Refused(e)), guard),
         };
-        let (result, guard) = ended(guard, reply, receipt, ReplyWait::Until(deadline)).await;
+        let (result, guard) = ended(guard, receipt, ReplyWait::Until(deadline)).await;
         CallOutcome::new(result, guard)
     }
 
@@ -157,7 +156,6 @@ pub(crate) enum ReplyWait {
 /// call's guard with the result: the call ends when it is dropped.
 pub(crate) async fn ended(
     guard: CallGuard,
-    mut reply: oneshot::Receiver<ReplyIn>,
     mut receipt: Receipt,
     wait: ReplyWait,
 ) -> (Result<Bytes, CallError>, CallGuard) {
@@ -170,11 +168,7 @@ pub(crate) async fn ended(
     let ended = loop {
         let learned = tokio::select! {
             biased;
-            r = &mut reply => match r {
-                Ok(r) => Learned::Reply(r.outcome, r.body),
-                // The table dropped the call: the endpoint stopped.
-                Err(_) => break if call.is_acknowledged() { Ended::NoReply } else { Ended::InDoubt },
-            },
+            r = std::future::poll_fn(|cx| guard.poll_reply(cx)) => Learned::Reply(r.outcome, r.body),
             v = &mut receipt, if !call.is_acknowledged() => match v {
                 Ok(_) => {
                     if let ReplyWait::AfterAck(d) = wait {
@@ -183,7 +177,10 @@ pub(crate) async fn ended(
                     Learned::Acknowledged
                 }
                 Err(ReceiptError::NotDelivered) => Learned::NotDelivered,
-                Err(ReceiptError::Refused(e)) => return (Err(CallError::Refused(e)), guard),
+                Err(ReceiptError::Refused(e)) => {
+                    guard.stop_waiting();
+                    return (Err(CallError::Refused(e)), guard);
+                }
                 Err(_) => Learned::InDoubt,
             },
             _ = tokio::time::sleep_until(deadline), if call.is_acknowledged() => Learned::Deadline,
@@ -192,6 +189,9 @@ pub(crate) async fn ended(
             break e;
         }
     };
+    if !matches!(ended, Ended::Reply(..)) {
+        guard.stop_waiting();
+    }
     let result = match ended {
         Ended::Reply(Outcome::Answered, body) => Ok(body),
         Ended::Reply(Outcome::Failed, body) => Err(CallError::Failed(Failure::raw(body))),

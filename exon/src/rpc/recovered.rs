@@ -122,7 +122,7 @@ impl Endpoint {
                 request: r.body,
                 acknowledged: r.acknowledged,
                 redelivery: r.reply_stored,
-                reply: CallReply(Box::pin(ended(r.guard, r.reply, r.receipt, wait))),
+                reply: CallReply(Box::pin(ended(r.guard, r.receipt, wait))),
             })
             .collect()
     }

@@ -18,7 +18,7 @@ use crate::endpoint::storage::journal_jobs::JournalJobs;
 use crate::envelope::Flow;
 use crate::proto::journal::{RecoveredDelivery, RecoveredMessage};
 use crate::proto::{MsgId, Node, NodeId};
-use crate::rpc::calls::{CallGuard, Calls, ReplyIn};
+use crate::rpc::calls::{CallGuard, Calls};
 
 /// What the driver of a durable endpoint starts with: its journal, and where the verdicts
 /// of the messages recovered from it go.
@@ -71,10 +71,8 @@ pub(crate) struct RecoveredRequest {
     pub(crate) to: NodeId,
     /// The request, out of its envelope.
     pub(crate) body: bytes::Bytes,
-    /// The call, open again under its id.
+    /// The call, open again under its id (where its reply comes).
     pub(crate) guard: CallGuard,
-    /// Where its reply comes.
-    pub(crate) reply: oneshot::Receiver<ReplyIn>,
     /// Its reply is among the deliveries recovered untaken: it may have reached the
     /// call's future before the restart.
     pub(crate) reply_stored: bool,
@@ -380,13 +378,12 @@ fn reopen_call(
     replies: &HashSet<(NodeId, u64)>,
     acknowledged: bool,
 ) -> RecoveredRequest {
-    let (guard, reply) = calls.reopen(call, m.to, register, m.held.then_some(m.id));
+    let guard = calls.reopen(call, m.to, register, m.held.then_some(m.id));
     RecoveredRequest {
         receipt: Receipt::recovered(m.id, m.to, rx),
         to: m.to,
         body,
         guard,
-        reply,
         reply_stored: replies.contains(&(m.to, call)),
         acknowledged,
     }
