@@ -9,6 +9,7 @@ use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 
+use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::shards::steering::shard_of;
 use crate::envelope::Outcome;
 use crate::proto::{DeliveryId, MsgId, NodeId};
@@ -40,10 +41,8 @@ pub(crate) struct Calls {
 /// Where an open call's reply stands.
 #[derive(Debug)]
 enum ReplyState {
-    /// Not come, and its future has not polled yet.
+    /// Not come.
     Waiting,
-    /// Not come; the call's future waits with this waker.
-    Polled(Waker),
     /// Come, not yet read by the call's future.
     Came(ReplyIn),
     /// Read by the call's future: a second reply is not handed.
@@ -62,6 +61,11 @@ struct Waiter {
     to: NodeId,
     /// Its reply.
     reply: ReplyState,
+    /// Its request's verdict, come and not read yet (a call whose request was sent with
+    /// a [`CallAck`]).
+    verdict: Option<Result<(), ReceiptError>>,
+    /// The call's future, waiting for either.
+    waker: Option<Waker>,
     /// Durable mode: its request, held in the journal (`Node::send_held`) until the call
     /// ends: the core's id of the message.
     held: Option<MsgId>,
@@ -231,6 +235,8 @@ impl Calls {
             id,
             to,
             reply: ReplyState::Waiting,
+            verdict: None,
+            waker: None,
             held: None,
             delivery: None,
         };
@@ -266,6 +272,8 @@ impl Calls {
                 id,
                 to,
                 reply: ReplyState::Waiting,
+                verdict: None,
+                waker: None,
                 held,
                 delivery: None,
             };
@@ -312,14 +320,10 @@ impl Calls {
         let Some(w) = t.get_mut(id).filter(|w| w.to == from) else {
             return refused;
         };
-        let waker = match std::mem::replace(&mut w.reply, ReplyState::Read) {
-            ReplyState::Waiting => None,
-            ReplyState::Polled(waker) => Some(waker),
+        match w.reply {
+            ReplyState::Waiting => {}
             // A second reply: the call has its answer.
-            s @ (ReplyState::Came(_) | ReplyState::Read) => {
-                w.reply = s;
-                return refused;
-            }
+            ReplyState::Came(_) | ReplyState::Read => return refused,
             ReplyState::Stopped => {
                 // Not handed, and taken at once, with its held request's release.
                 let held = w.held;
@@ -329,7 +333,7 @@ impl Calls {
                     take: Take::Now(held),
                 };
             }
-        };
+        }
         // Kept under the lock: the call's end (`close`) sees the reply kept.
         w.reply = ReplyState::Came(reply);
         let take = if w.held.is_some() {
@@ -339,6 +343,7 @@ impl Calls {
             // Nothing to release at the end: the call is left for its future to read.
             Take::Now(None)
         };
+        let waker = w.waker.take();
         drop(t);
         if let Some(waker) = waker {
             waker.wake();
@@ -346,36 +351,52 @@ impl Calls {
         Replied { handed: true, take }
     }
 
-    /// Call `id`'s reply, if it came; else `cx` is woken when it does.
-    fn poll_reply(&self, id: u64, cx: &mut Context<'_>) -> Poll<ReplyIn> {
+    /// Call `id`'s request has its verdict (sent with a [`CallAck`]): told to its future.
+    fn on_verdict(&self, id: u64, verdict: Result<(), ReceiptError>) {
+        let mut t = self.lock();
+        let Some(w) = t.get_mut(id) else {
+            return;
+        };
+        w.verdict = Some(verdict);
+        let waker = w.waker.take();
+        drop(t);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// What call `id` learned: its reply first, then (with `verdict`) its request's
+    /// verdict; else `cx` is woken when either comes.
+    fn poll_event(&self, id: u64, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
         let mut t = self.lock();
         let Some(w) = t.get_mut(id) else {
             return Poll::Pending;
         };
-        match std::mem::replace(&mut w.reply, ReplyState::Read) {
-            ReplyState::Came(reply) => Poll::Ready(reply),
-            ReplyState::Polled(waker) if waker.will_wake(cx.waker()) => {
-                w.reply = ReplyState::Polled(waker);
-                Poll::Pending
-            }
-            ReplyState::Waiting | ReplyState::Polled(_) => {
-                w.reply = ReplyState::Polled(cx.waker().clone());
-                Poll::Pending
-            }
-            s @ (ReplyState::Read | ReplyState::Stopped) => {
-                w.reply = s;
-                Poll::Pending
+        if matches!(w.reply, ReplyState::Came(_)) {
+            if let ReplyState::Came(r) = std::mem::replace(&mut w.reply, ReplyState::Read) {
+                return Poll::Ready(CallEvent::Reply(r));
             }
         }
+        if verdict {
+            if let Some(v) = w.verdict.take() {
+                return Poll::Ready(CallEvent::Verdict(v));
+            }
+        }
+        match &w.waker {
+            Some(waker) if waker.will_wake(cx.waker()) => {}
+            _ => w.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
     }
 
     /// Call `id`'s future stopped waiting for its reply (the call ended without it, and
     /// stays open until its guard goes): a reply coming now is not handed.
     fn stop_waiting(&self, id: u64) {
         if let Some(w) = self.lock().get_mut(id) {
-            if matches!(w.reply, ReplyState::Waiting | ReplyState::Polled(_)) {
+            if matches!(w.reply, ReplyState::Waiting) {
                 w.reply = ReplyState::Stopped;
             }
+            w.waker = None;
         }
     }
 
@@ -422,6 +443,42 @@ impl Calls {
     }
 }
 
+/// What a call learned ([`CallGuard::poll_event`]).
+#[derive(Debug)]
+pub(crate) enum CallEvent {
+    /// Its reply.
+    Reply(ReplyIn),
+    /// Its request's verdict.
+    Verdict(Result<(), ReceiptError>),
+}
+
+/// The driver's end of a call's request: its verdict goes to the call
+/// (the driver's `Ack::Call`). Dropped without a verdict (the
+/// endpoint stopped), it tells the call [`ReceiptError::Unacknowledged`], as a receipt's
+/// end does.
+#[derive(Debug)]
+pub(crate) struct CallAck {
+    calls: Option<Arc<Calls>>,
+    id: u64,
+}
+
+impl CallAck {
+    /// Tells the call its request's verdict.
+    pub(crate) fn resolve(mut self, verdict: Result<(), ReceiptError>) {
+        if let Some(calls) = self.calls.take() {
+            calls.on_verdict(self.id, verdict);
+        }
+    }
+}
+
+impl Drop for CallAck {
+    fn drop(&mut self) {
+        if let Some(calls) = self.calls.take() {
+            calls.on_verdict(self.id, Err(ReceiptError::Unacknowledged));
+        }
+    }
+}
+
 /// An open call: where its reply is waited for; dropping it (the call's future dropped, or
 /// ended) forgets the call, so that a reply coming later is discarded and counted.
 #[derive(Debug)]
@@ -436,10 +493,20 @@ impl CallGuard {
         self.id
     }
 
-    /// The call's reply, once it came (a call the table does not hold, as a recovered
-    /// one not registered, waits for ever).
-    pub(crate) fn poll_reply(&self, cx: &mut Context<'_>) -> Poll<ReplyIn> {
-        self.calls.poll_reply(self.id, cx)
+    /// What the call learned: its reply, or (with `verdict`) its request's verdict, as
+    /// [`CallAck`] told it; a call the table does not hold (a recovered one not
+    /// registered) learns nothing.
+    pub(crate) fn poll_event(&self, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
+        self.calls.poll_event(self.id, verdict, cx)
+    }
+
+    /// Where the verdict of the call's request goes: into the call, whose future learns it
+    /// with its reply in one place (no receipt).
+    pub(crate) fn ack(&self) -> CallAck {
+        CallAck {
+            calls: Some(self.calls.clone()),
+            id: self.id,
+        }
     }
 
     /// The call's future is done waiting without its reply; the call stays open (its
@@ -469,13 +536,55 @@ mod tests {
 
     const PEER: NodeId = NodeId::from_const(7);
 
-    /// The call's reply, if it came (polled once, with a waker that does nothing).
-    fn try_reply(guard: &CallGuard) -> Option<ReplyIn> {
+    /// What the call learned, if anything (polled once, with a waker that does nothing).
+    fn try_event(guard: &CallGuard, verdict: bool) -> Option<CallEvent> {
         let mut cx = Context::from_waker(Waker::noop());
-        match guard.poll_reply(&mut cx) {
-            Poll::Ready(r) => Some(r),
+        match guard.poll_event(verdict, &mut cx) {
+            Poll::Ready(e) => Some(e),
             Poll::Pending => None,
         }
+    }
+
+    /// The call's reply, if it came.
+    fn try_reply(guard: &CallGuard) -> Option<ReplyIn> {
+        match try_event(guard, false) {
+            Some(CallEvent::Reply(r)) => Some(r),
+            Some(e) => panic!("a verdict not asked for: {e:?}"),
+            None => None,
+        }
+    }
+
+    /// The request's verdict reaches its call through the call's ack, once, after the reply
+    /// if both came, and only when asked for; an ack dropped without a verdict (the
+    /// endpoint stopped) tells the call `Unacknowledged`; one of a call that ended tells
+    /// nobody.
+    #[test]
+    fn a_requests_verdict_reaches_its_call_beside_its_reply() {
+        let calls = Calls::new(std::time::Duration::from_secs(1));
+        let guard = calls.open(PEER);
+        guard.ack().resolve(Err(ReceiptError::InDoubt));
+        assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);
+        assert!(
+            try_reply(&guard).is_some(),
+            "the reply first, the verdict left"
+        );
+        assert!(matches!(
+            try_event(&guard, true),
+            Some(CallEvent::Verdict(Err(ReceiptError::InDoubt)))
+        ));
+        assert!(try_event(&guard, true).is_none(), "told once");
+        let second = calls.open(PEER);
+        drop(second.ack());
+        assert!(matches!(
+            try_event(&second, true),
+            Some(CallEvent::Verdict(Err(ReceiptError::Unacknowledged)))
+        ));
+        let ack = second.ack();
+        let id = second.id();
+        drop(second);
+        ack.resolve(Ok(()));
+        assert_eq!(calls.waiting(), 1, "the ended call is not back");
+        assert!(calls.lock().get_mut(id).is_none());
     }
 
     fn d(slot: u64) -> DeliveryId {
@@ -517,7 +626,7 @@ mod tests {
         for w in [&old, &new] {
             let waker = Waker::from(w.clone());
             assert!(guard
-                .poll_reply(&mut Context::from_waker(&waker))
+                .poll_event(true, &mut Context::from_waker(&waker))
                 .is_pending());
         }
         assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);

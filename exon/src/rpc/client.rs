@@ -1,6 +1,9 @@
 //! The caller's side: [`Handle::call`] and its variants, and how a call's outcome is told
 //! from its request's verdict and its reply.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,7 +16,7 @@ use crate::call::{CallState, Ended, Learned};
 use crate::endpoint::{Handle, Receipt, ReceiptError};
 use crate::envelope::{Envelope, Outcome};
 use crate::proto::{NodeId, Payload};
-use crate::rpc::calls::CallGuard;
+use crate::rpc::calls::{CallEvent, CallGuard};
 use crate::rpc::outcome::CallOutcome;
 
 impl Handle {
@@ -83,14 +86,11 @@ impl Handle {
             Ok(p) => p,
             Err(e) => return CallOutcome::new(Err(e), guard),
         };
-        let sent = self
-            .send_sealed(to, payload, Some(within), Some(guard.id()))
-            .await;
-        let receipt = match sent {
-            Ok(r) => r,
-            Err(e) => return CallOutcome::new(Err(CallError::Refused(e)), guard),
-        };
-        let (result, guard) = ended(guard, receipt, ReplyWait::Until(deadline)).await;
+        let sent = self.send_request(to, payload, within, &guard).await;
+        if let Err(e) = sent {
+            return CallOutcome::new(Err(CallError::Refused(e)), guard);
+        }
+        let (result, guard) = ended(guard, Verdicts::InCall, ReplyWait::Until(deadline)).await;
         CallOutcome::new(result, guard)
     }
 
@@ -149,6 +149,32 @@ pub(crate) enum ReplyWait {
     AfterAck(Duration),
 }
 
+/// Where a call learns its request's verdict.
+#[derive(Debug)]
+pub(crate) enum Verdicts {
+    /// In its own cell of the table of calls, beside its reply (its request was sent with
+    /// the call's [`CallAck`](crate::rpc::calls::CallAck)).
+    InCall,
+    /// Through a receipt (a call recovered from the journal).
+    Receipt(Receipt),
+}
+
+impl Verdicts {
+    /// What `guard`'s call learned: its reply first, then (with `verdict`) its request's
+    /// verdict.
+    fn poll(&mut self, guard: &CallGuard, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
+        match self {
+            Verdicts::InCall => guard.poll_event(verdict, cx),
+            Verdicts::Receipt(receipt) => match guard.poll_event(false, cx) {
+                Poll::Pending if verdict => Pin::new(receipt)
+                    .poll(cx)
+                    .map(|v| CallEvent::Verdict(v.map(drop))),
+                p => p,
+            },
+        }
+    }
+}
+
 /// Waits for whichever tells the call's outcome first: the reply (the request was
 /// executed), or the request's verdict. A verdict short of an acknowledgement ends the
 /// call; an acknowledgement (the server took the request with its reply queued) leaves
@@ -156,7 +182,7 @@ pub(crate) enum ReplyWait {
 /// call's guard with the result: the call ends when it is dropped.
 pub(crate) async fn ended(
     guard: CallGuard,
-    mut receipt: Receipt,
+    mut verdicts: Verdicts,
     wait: ReplyWait,
 ) -> (Result<Bytes, CallError>, CallGuard) {
     let mut call = CallState::new();
@@ -166,24 +192,25 @@ pub(crate) async fn ended(
         ReplyWait::AfterAck(_) => Instant::now(),
     };
     let ended = loop {
+        let waiting = !call.is_acknowledged();
         let learned = tokio::select! {
             biased;
-            r = std::future::poll_fn(|cx| guard.poll_reply(cx)) => Learned::Reply(r.outcome, r.body),
-            v = &mut receipt, if !call.is_acknowledged() => match v {
-                Ok(_) => {
+            e = std::future::poll_fn(|cx| verdicts.poll(&guard, waiting, cx)) => match e {
+                CallEvent::Reply(r) => Learned::Reply(r.outcome, r.body),
+                CallEvent::Verdict(Ok(())) => {
                     if let ReplyWait::AfterAck(d) = wait {
                         deadline = saturating_after(Instant::now(), d);
                     }
                     Learned::Acknowledged
                 }
-                Err(ReceiptError::NotDelivered) => Learned::NotDelivered,
-                Err(ReceiptError::Refused(e)) => {
+                CallEvent::Verdict(Err(ReceiptError::NotDelivered)) => Learned::NotDelivered,
+                CallEvent::Verdict(Err(ReceiptError::Refused(e))) => {
                     guard.stop_waiting();
                     return (Err(CallError::Refused(e)), guard);
                 }
-                Err(_) => Learned::InDoubt,
+                CallEvent::Verdict(Err(_)) => Learned::InDoubt,
             },
-            _ = tokio::time::sleep_until(deadline), if call.is_acknowledged() => Learned::Deadline,
+            _ = tokio::time::sleep_until(deadline), if !waiting => Learned::Deadline,
         };
         if let Some(e) = call.learn(learned) {
             break e;

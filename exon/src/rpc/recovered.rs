@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 
 use super::calls::CallGuard;
-use super::client::{ended, ReplyWait};
+use super::client::{ended, ReplyWait, Verdicts};
 use super::error::CallError;
 use super::outcome::CallOutcome;
 use crate::endpoint::Endpoint;
@@ -122,7 +122,7 @@ impl Endpoint {
                 request: r.body,
                 acknowledged: r.acknowledged,
                 redelivery: r.reply_stored,
-                reply: CallReply(Box::pin(ended(r.guard, r.receipt, wait))),
+                reply: CallReply(Box::pin(ended(r.guard, Verdicts::Receipt(r.receipt), wait))),
             })
             .collect()
     }

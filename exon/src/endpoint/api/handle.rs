@@ -24,8 +24,11 @@ use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::io::family::Reach;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
-use crate::rpc::calls::Calls;
+use crate::rpc::calls::{CallGuard, Calls};
 use crate::rpc::request::Request;
+
+/// When the endpoint gives a message up, if it has no verdict by then.
+type Deadline = Option<std::time::Instant>;
 
 /// A cloneable handle to an endpoint: send messages, add peers, read counters, close.
 /// [`Endpoint`](crate::endpoint::Endpoint) dereferences to its handle.
@@ -375,18 +378,18 @@ impl Handle {
         ))
     }
 
-    /// Sends a payload already in its envelope (a plain message; a request, of call `call`).
-    /// Handed over at once when the destination has room and the credits are at hand (no
-    /// future polled for either), else once they are.
+    /// Sends a plain message already in its envelope. Handed over at once when the
+    /// destination has room and the credits are at hand (no future polled for either),
+    /// else once they are.
+    #[cfg(feature = "serde")]
     pub(crate) async fn send_sealed(
         &self,
         to: NodeId,
         payload: Payload,
         within: Option<Duration>,
-        call: Option<u64>,
     ) -> Result<Receipt, Error> {
         let deadline = within.and_then(deadline_in);
-        let reply = call.map_or(Reply::None, Reply::Request);
+        let reply = Reply::None;
         match self.try_hand_over(self.shard(to), to, payload, reply, deadline) {
             Ok(handed) => handed,
             Err(given_back) => self.hand_over_with_room(to, given_back, deadline).await,
@@ -404,6 +407,20 @@ impl Handle {
         reply: Reply,
         deadline: Option<std::time::Instant>,
     ) -> Result<Result<Receipt, Error>, (Payload, Reply)> {
+        self.try_hand_over_as(shard, to, (payload, reply), deadline, Self::hand_over_in)
+    }
+
+    /// [`try_hand_over`](Self::try_hand_over), the message handed over by `hand` (with its
+    /// receipt, or its verdict going elsewhere) once the room and credits are there.
+    #[inline]
+    fn try_hand_over_as<T>(
+        &self,
+        shard: &ShardLink,
+        to: NodeId,
+        (payload, reply): (Payload, Reply),
+        deadline: Option<std::time::Instant>,
+        hand: impl FnOnce(&Self, &ShardLink, NodeId, Payload, Reply, Deadline) -> Result<T, Error>,
+    ) -> Result<Result<T, Error>, (Payload, Reply)> {
         let shared = &shard.shared;
         if shared.is_closing() {
             return Ok(Err(Error::Closed));
@@ -412,7 +429,7 @@ impl Handle {
             return Err((payload, reply));
         }
         match shared.try_take_credits(shared.credit_weight(payload.len())) {
-            Some(true) => Ok(self.hand_over_in(shard, to, payload, reply, deadline)),
+            Some(true) => Ok(hand(self, shard, to, payload, reply, deadline)),
             Some(false) => Ok(Err(Error::Closed)),
             None => Err((payload, reply)),
         }
@@ -423,9 +440,22 @@ impl Handle {
     async fn hand_over_with_room(
         &self,
         to: NodeId,
-        (payload, reply): (Payload, Reply),
+        given_back: (Payload, Reply),
         deadline: Option<std::time::Instant>,
     ) -> Result<Receipt, Error> {
+        self.hand_over_with_room_as(to, given_back, deadline, Self::hand_over_in)
+            .await
+    }
+
+    /// [`hand_over_with_room`](Self::hand_over_with_room), the message handed over by
+    /// `hand`, as [`try_hand_over_as`](Self::try_hand_over_as).
+    async fn hand_over_with_room_as<T>(
+        &self,
+        to: NodeId,
+        (payload, reply): (Payload, Reply),
+        deadline: Option<std::time::Instant>,
+        hand: impl FnOnce(&Self, &ShardLink, NodeId, Payload, Reply, Deadline) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let shard = self.shard(to);
         shard.shared.wait_for_room(to).await;
         if shard.shared.is_closing() {
@@ -435,7 +465,37 @@ impl Handle {
         if !shard.shared.take_credits(weight).await {
             return Err(Error::Closed);
         }
-        self.hand_over_in(shard, to, payload, reply, deadline)
+        hand(self, shard, to, payload, reply, deadline)
+    }
+
+    /// Sends call `call`'s request `payload` to node `to` with a deadline `within` from
+    /// now, as a message is sent, its verdict going to the call
+    /// (no receipt: the call's future learns the verdict beside its reply).
+    pub(crate) async fn send_request(
+        &self,
+        to: NodeId,
+        payload: Payload,
+        within: Duration,
+        call: &CallGuard,
+    ) -> Result<(), Error> {
+        let deadline = deadline_in(within);
+        let message = (payload, Reply::Request(call.id()));
+        let hand = |h: &Self, shard: &ShardLink, to, payload, reply, deadline| {
+            let id = h.first().shared.next_ids(1);
+            let ack = Ack::Call(call.ack());
+            let out = Outgoing::send(to, payload, id, ack, reply, deadline, None);
+            shard
+                .cmds
+                .send(Command::Send(out))
+                .map_err(|_| Error::Closed)
+        };
+        match self.try_hand_over_as(self.shard(to), to, message, deadline, hand) {
+            Ok(handed) => handed,
+            Err(given_back) => {
+                self.hand_over_with_room_as(to, given_back, deadline, hand)
+                    .await
+            }
+        }
     }
 
     /// Sends every payload of `payloads` to node `to`, exactly once each, in one hand-over

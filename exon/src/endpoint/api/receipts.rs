@@ -15,6 +15,7 @@ use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::receipt_slab::{SlabReceipt, SlotAck, SlotRun};
 use crate::endpoint::flows::ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
+use crate::rpc::calls::CallAck;
 
 /// Where the driver sends a message's verdict.
 pub(crate) enum Ack {
@@ -28,6 +29,8 @@ pub(crate) enum Ack {
     None,
     /// A message of an ordered flow: its flow learns the verdict (and its receipt, if any).
     Flow(Box<FlowAck>),
+    /// A call's request: its call learns the verdict.
+    Call(CallAck),
 }
 
 impl Ack {
@@ -42,6 +45,7 @@ impl Ack {
             Ack::Batch(slot) => slot.resolve(verdict),
             Ack::None => {}
             Ack::Flow(f) => f.resolve(verdict),
+            Ack::Call(c) => c.resolve(verdict),
         }
     }
 }

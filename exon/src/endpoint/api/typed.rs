@@ -34,7 +34,7 @@ impl Handle {
         let (sealed, len) = encode_after(Envelope::message(bytes::Bytes::new()).head(), value)?;
         self.check_len(to, len)?;
         Ok(self
-            .send_sealed(to, sealed.into(), self.default_deadline(), None)
+            .send_sealed(to, sealed.into(), self.default_deadline())
             .await?)
     }
 }
