@@ -80,13 +80,16 @@ impl Handle {
         within: Duration,
         seal: impl FnOnce(u64) -> Result<Payload, CallError>,
     ) -> CallOutcome {
-        let deadline = saturating_after(Instant::now(), within);
+        // One reading of the clock for the call's deadline and its request's.
+        let now = Instant::now();
+        let deadline = saturating_after(now, within);
+        let send_deadline = now.into_std().checked_add(within);
         let guard = self.calls().open(to);
         let payload = match seal(guard.id()) {
             Ok(p) => p,
             Err(e) => return CallOutcome::new(Err(e), guard),
         };
-        let sent = self.send_request(to, payload, within, &guard).await;
+        let sent = self.send_request(to, payload, send_deadline, &guard).await;
         if let Err(e) = sent {
             return CallOutcome::new(Err(CallError::Refused(e)), guard);
         }
@@ -186,11 +189,15 @@ pub(crate) async fn ended(
     wait: ReplyWait,
 ) -> (Result<Bytes, CallError>, CallGuard) {
     let mut call = CallState::new();
-    let mut deadline = match wait {
+    let deadline = match wait {
         ReplyWait::Until(d) => d,
         // Unused until the acknowledgement sets it.
         ReplyWait::AfterAck(_) => Instant::now(),
     };
+    // Armed (polled) only once the request is acknowledged; reset where the wait starts
+    // then (a recovered call).
+    let sleep = tokio::time::sleep_until(deadline);
+    tokio::pin!(sleep);
     let ended = loop {
         let waiting = !call.is_acknowledged();
         let learned = tokio::select! {
@@ -199,7 +206,7 @@ pub(crate) async fn ended(
                 CallEvent::Reply(r) => Learned::Reply(r.outcome, r.body),
                 CallEvent::Verdict(Ok(())) => {
                     if let ReplyWait::AfterAck(d) = wait {
-                        deadline = saturating_after(Instant::now(), d);
+                        sleep.as_mut().reset(saturating_after(Instant::now(), d));
                     }
                     Learned::Acknowledged
                 }
@@ -210,7 +217,7 @@ pub(crate) async fn ended(
                 }
                 CallEvent::Verdict(Err(_)) => Learned::InDoubt,
             },
-            _ = tokio::time::sleep_until(deadline), if !waiting => Learned::Deadline,
+            _ = &mut sleep, if !waiting => Learned::Deadline,
         };
         if let Some(e) = call.learn(learned) {
             break e;

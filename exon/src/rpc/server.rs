@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -174,7 +175,7 @@ impl Handle {
                             // A service that is not ready fails the next request (and is
                             // asked again for the one after).
                             let Some(req) = queue.rx.recv().await else { break };
-                            let pending = Pending::new(self, &req);
+                            let pending = Pending::new(&replies.handle, &req);
                             replies.answer(pending, Ok(Err(e.into())));
                         }
                     }
@@ -246,14 +247,16 @@ fn start<S>(
 /// Replies made and not yet handed to the driver: they go in one command per turn of the
 /// server's loop.
 struct Replies {
-    handle: Handle,
+    /// Shared with every request's [`Pending`] (one reference count each, not a handle's
+    /// several).
+    handle: Arc<Handle>,
     out: Vec<crate::endpoint::Outgoing>,
 }
 
 impl Replies {
     fn new(handle: &Handle) -> Replies {
         Replies {
-            handle: handle.clone(),
+            handle: Arc::new(handle.clone()),
             out: Vec::new(),
         }
     }
@@ -333,12 +336,12 @@ impl Drop for Queue {
 /// A request whose handler runs: on drop without an answer (the server stopped), it goes
 /// back to the endpoint.
 struct Pending {
-    handle: Handle,
+    handle: Arc<Handle>,
     req: Option<Request>,
 }
 
 impl Pending {
-    fn new(handle: &Handle, req: &Request) -> Pending {
+    fn new(handle: &Arc<Handle>, req: &Request) -> Pending {
         Pending {
             handle: handle.clone(),
             req: Some(req.clone()),

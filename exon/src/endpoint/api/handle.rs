@@ -468,17 +468,16 @@ impl Handle {
         hand(self, shard, to, payload, reply, deadline)
     }
 
-    /// Sends call `call`'s request `payload` to node `to` with a deadline `within` from
-    /// now, as a message is sent, its verdict going to the call
+    /// Sends call `call`'s request `payload` to node `to`, given up at `deadline` (none:
+    /// kept until it has a verdict), as a message is sent, its verdict going to the call
     /// (no receipt: the call's future learns the verdict beside its reply).
     pub(crate) async fn send_request(
         &self,
         to: NodeId,
         payload: Payload,
-        within: Duration,
+        deadline: Deadline,
         call: &CallGuard,
     ) -> Result<(), Error> {
-        let deadline = deadline_in(within);
         let message = (payload, Reply::Request(call.id()));
         let hand = |h: &Self, shard: &ShardLink, to, payload, reply, deadline| {
             let id = h.first().shared.next_ids(1);
