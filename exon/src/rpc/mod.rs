@@ -35,6 +35,7 @@ pub(crate) mod calls;
 mod client;
 mod error;
 mod outcome;
+pub(crate) mod queue;
 pub(crate) mod recovered;
 pub(crate) mod request;
 mod server;

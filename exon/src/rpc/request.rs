@@ -1,10 +1,6 @@
-//! A request as a server's handler sees it, and the driver's requests waiting for a
-//! server.
-
-use std::collections::VecDeque;
+//! A request as a server's handler sees it.
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
 
 use crate::proto::{DeliveryId, NodeId};
 
@@ -73,43 +69,5 @@ impl Request {
     /// What the reply needs: the call id and the delivery it takes.
     pub(crate) fn reply_to(&self) -> (u64, DeliveryId) {
         (self.call, self.delivery)
-    }
-}
-
-/// A driver's requests: handed to the server, or held until one serves.
-#[derive(Debug, Default)]
-pub(crate) struct Requests {
-    server: Option<mpsc::UnboundedSender<Request>>,
-    /// Requests delivered while no server was there (or handed back by one that stopped).
-    held: VecDeque<Request>,
-}
-
-impl Requests {
-    /// A delivered request: to the server, or held.
-    pub(crate) fn push(&mut self, r: Request) {
-        let r = match &self.server {
-            Some(tx) => match tx.send(r) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(r)) => {
-                    self.server = None;
-                    r
-                }
-            },
-            None => r,
-        };
-        self.held.push_back(r);
-    }
-
-    /// A server starts: the held requests go to it first.
-    pub(crate) fn serve(&mut self, tx: mpsc::UnboundedSender<Request>) {
-        self.server = Some(tx);
-        for r in std::mem::take(&mut self.held) {
-            self.push(r);
-        }
-    }
-
-    /// Requests held for want of a server.
-    pub(crate) fn held(&self) -> usize {
-        self.held.len()
     }
 }

@@ -11,10 +11,10 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use tokio::sync::mpsc;
 use tower_service::Service;
 
 use super::error::Failure;
+use super::queue::RequestRx;
 use crate::endpoint::{Error, Handle, Request};
 use crate::envelope::{Envelope, Outcome};
 
@@ -145,9 +145,7 @@ impl Handle {
         S: Service<Request, Response = Response>,
         S::Error: Into<Failure>,
     {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.serve_requests(&tx)?;
-        drop(tx);
+        let rx = self.serve_requests()?;
         let mut queue = Queue {
             handle: self.clone(),
             rx,
@@ -193,8 +191,8 @@ impl Handle {
                             _ => break,
                         }
                         match queue.rx.try_recv() {
-                            Ok(req) => start(&mut service, req, &mut running, &mut replies),
-                            Err(_) => {
+                            Some(req) => start(&mut service, req, &mut running, &mut replies),
+                            None => {
                                 ready = true;
                                 break;
                             }
@@ -321,13 +319,12 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 /// back to the endpoint, held for the next server.
 struct Queue {
     handle: Handle,
-    rx: mpsc::UnboundedReceiver<Request>,
+    rx: RequestRx,
 }
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        self.rx.close();
-        while let Ok(req) = self.rx.try_recv() {
+        for req in self.rx.close() {
             self.handle.requeue(req);
         }
     }

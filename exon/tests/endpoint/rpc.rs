@@ -147,6 +147,32 @@ async fn requests_wait_for_a_server_and_a_stopped_server_loses_none() {
     }
 }
 
+/// A second `serve` takes over: the first one's future ends (`Ok`) once every driver
+/// shard hands requests to the second, and the calls after it are answered by the second.
+#[tokio::test]
+async fn a_second_server_takes_over_and_the_first_returns() {
+    let (s, c) = pair().await;
+    let first = s.handle();
+    let first = tokio::spawn(async move {
+        first
+            .serve(|_req: Request| async { Ok::<_, Failure>(Response::new(&b"first"[..])) })
+            .await
+    });
+    let r = timeout(LIMIT, c.handle().call(S, &b"x"[..])).await.unwrap();
+    assert_eq!(r.unwrap()[..], b"first"[..]);
+    let second = s.handle();
+    tokio::spawn(async move {
+        second
+            .serve(|_req: Request| async { Ok::<_, Failure>(Response::new(&b"second"[..])) })
+            .await
+    });
+    timeout(LIMIT, first).await.unwrap().unwrap().unwrap();
+    for _ in 0..5 {
+        let r = timeout(LIMIT, c.handle().call(S, &b"x"[..])).await.unwrap();
+        assert_eq!(r.unwrap()[..], b"second"[..]);
+    }
+}
+
 #[tokio::test]
 async fn errors_say_whether_the_request_was_executed() {
     let (s, c) = pair().await;

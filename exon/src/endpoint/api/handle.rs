@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::endpoint::api::error::Error;
 use crate::endpoint::api::receipt_slab::ReceiptSlab;
@@ -25,6 +25,7 @@ use crate::endpoint::io::family::Reach;
 use crate::envelope::Envelope;
 use crate::proto::{DeliveryId, MsgId, NodeId, Payload, PublicKey, SendError};
 use crate::rpc::calls::{CallGuard, Calls};
+use crate::rpc::queue::{request_queue, RequestRx};
 use crate::rpc::request::Request;
 
 /// When the endpoint gives a message up, if it has no verdict by then.
@@ -111,16 +112,17 @@ impl Handle {
         &self.shard(peer).shared
     }
 
-    /// A server starts: every driver shard hands its requests to `to` from now on
-    /// ([`Error::Closed`] once the endpoint stopped).
-    pub(crate) fn serve_requests(&self, to: &mpsc::UnboundedSender<Request>) -> Result<(), Error> {
-        for shard in self.shards.iter() {
+    /// A server starts: every driver shard hands its requests to the server's queue from
+    /// now on ([`Error::Closed`] once the endpoint stopped).
+    pub(crate) fn serve_requests(&self) -> Result<RequestRx, Error> {
+        let (txs, rx) = request_queue(self.shards.len());
+        for (shard, tx) in self.shards.iter().zip(txs) {
             shard
                 .cmds
-                .send(Command::Serve(to.clone()))
+                .send(Command::Serve(tx))
                 .map_err(|_| Error::Closed)?;
         }
-        Ok(())
+        Ok(rx)
     }
 
     /// A request a server stopped without answering goes back to its driver shard, held

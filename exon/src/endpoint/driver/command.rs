@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::mailbox::WeakMailboxTx;
 use super::outgoing::{Outgoing, Submit};
@@ -12,6 +12,7 @@ use crate::endpoint::api::stats::{CloseReport, EndpointStats};
 use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::proto::{NodeId, PublicKey};
+use crate::rpc::queue::RequestTx;
 use crate::rpc::request::Request;
 
 /// A command from a handle to the driver task.
@@ -33,7 +34,7 @@ pub(crate) enum Command {
     /// What the sender record of a peer knows of the path to it.
     Path(NodeId, oneshot::Sender<Option<crate::proto::PathStats>>),
     /// A server starts: requests go to it.
-    Serve(mpsc::UnboundedSender<Request>),
+    Serve(RequestTx),
     /// A request a server stopped without answering: held for the next one.
     Requeue(Request),
     /// A stream this endpoint opened: its peer's chunks go to `inbox`.

@@ -63,7 +63,7 @@ use crate::endpoint::storage::clock_store::ClockStore;
 use crate::endpoint::storage::journal_jobs::{JournalEvent, JournalJobs};
 use crate::proto::{Event, Node};
 use crate::rpc::calls::Calls;
-use crate::rpc::request::Requests;
+use crate::rpc::queue::Requests;
 use command::Command;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
@@ -258,6 +258,7 @@ impl<S: DatagramSocket> Driver<S> {
             }
             let more = self.drain(t).await;
             self.hand_over();
+            self.requests.flush();
             if let Some(report) = self.try_finish(t) {
                 tracing::info!(
                     unacknowledged = report.unacknowledged.len(),
