@@ -73,12 +73,17 @@ struct Waiter {
     delivery: Option<DeliveryId>,
 }
 
-/// Open calls. A new call's id names its cell: `sequence << INDEX_BITS | index`, so that a
-/// reply finds its call without a lookup (and the id of a call that ended names no cell
-/// any more, its sequence having moved on). Calls reopened after a restart keep the ids
-/// they had, and sit in `others` by id, as new calls do past `INDEX_LIMIT` cells.
+/// Open calls. A new call's id names its cell: `(sequence << INDEX_BITS | index) ^ mask`,
+/// so that a reply finds its call without a lookup (and the id of a call that ended names
+/// no cell any more, its sequence having moved on). The mask, drawn for each run of the
+/// endpoint, keeps the ids of two runs apart even where their sequences meet: a reply to a
+/// call of an earlier run (exon delivers it to the new incarnation) names a call of this
+/// one only by a chance of one in 2^62 per call made. Calls reopened after a restart keep
+/// the ids they had, and sit in `others` by id, as new calls do past `INDEX_LIMIT` cells.
 #[derive(Debug, Default)]
 struct Table {
+    /// This run's mask of call ids (below [`CALL_ID_LIMIT`]).
+    mask: u64,
     /// Cells by index; `None` is free.
     cells: Vec<Option<Waiter>>,
     /// Free cells' indices.
@@ -100,9 +105,9 @@ enum Place {
 }
 
 impl Place {
-    /// Where call `id` would sit.
-    fn of(id: u64) -> Place {
-        match id & INDEX_LIMIT {
+    /// Where call `id` would sit, under `mask`.
+    fn of(id: u64, mask: u64) -> Place {
+        match (id ^ mask) & INDEX_LIMIT {
             INDEX_LIMIT => Place::Other,
             i => Place::Cell(i as u32),
         }
@@ -112,7 +117,7 @@ impl Place {
 impl Table {
     /// Open call `id`, if it is.
     fn get_mut(&mut self, id: u64) -> Option<&mut Waiter> {
-        if let Place::Cell(i) = Place::of(id) {
+        if let Place::Cell(i) = Place::of(id, self.mask) {
             if let Some(Some(w)) = self.cells.get_mut(i as usize) {
                 if w.id == id {
                     return Some(w);
@@ -124,7 +129,7 @@ impl Table {
 
     /// Removes open call `id`, if it is.
     fn remove(&mut self, id: u64) -> Option<Waiter> {
-        if let Place::Cell(i) = Place::of(id) {
+        if let Place::Cell(i) = Place::of(id, self.mask) {
             if let Some(cell) = self.cells.get_mut(i as usize) {
                 if cell.as_ref().is_some_and(|w| w.id == id) {
                     self.free.push(i);
@@ -201,31 +206,35 @@ impl Calls {
     /// As [`new`](Self::new), for an endpoint of `shards` driver shards (at least one).
     pub(crate) fn sharded(deadline: std::time::Duration, shards: usize) -> Arc<Calls> {
         let shards = shards.max(1);
-        let seed = std::collections::hash_map::RandomState::new().hash_one(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
+        let random = std::collections::hash_map::RandomState::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let (seed, mask) = (random.hash_one(now), random.hash_one((now, 1u8)));
+        let table = Table {
+            mask: mask % CALL_ID_LIMIT,
+            ..Table::default()
+        };
         // Half the sequence space below the start: 2^37 calls before the ids wrap.
         Arc::new(Calls {
             next: AtomicU64::new(seed % (SEQ_LIMIT / 2)),
             deadline,
-            waiting: Mutex::default(),
+            waiting: Mutex::new(table),
             released: Mutex::new(vec![Vec::new(); shards]),
             released_notify: (0..shards).map(|_| tokio::sync::Notify::new()).collect(),
         })
     }
 
     /// Opens a call to node `to`; the guard has its id, waits for its reply
-    /// ([`CallGuard::poll_reply`]), and closes it. The id is one no call waiting now has
-    /// (a call recovered after a restart keeps its id, and new ones start above it:
+    /// ([`CallGuard::poll_event`]), and closes it. The id is one no call waiting now has
+    /// (a call recovered after a restart keeps its id, which no new call takes:
     /// [`reopen`](Self::reopen)).
     pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> CallGuard {
         let mut t = self.lock();
         let place = t.free_cell();
         let id = loop {
             let seq = self.next.fetch_add(1, Ordering::Relaxed) % SEQ_LIMIT;
-            let id = seq << INDEX_BITS | place.map_or(INDEX_LIMIT, u64::from);
+            let id = (seq << INDEX_BITS | place.map_or(INDEX_LIMIT, u64::from)) ^ t.mask;
             // Only a recovered call (or one of the rare calls past the cells) can have it.
             if t.others.is_empty() || !t.others.contains_key(&id) {
                 break id;
@@ -256,7 +265,7 @@ impl Calls {
     /// Durable mode: opens again call `id` to node `to`, a call of an earlier run whose
     /// request was recovered from the journal (`register`: the rule `recover_calls`; off,
     /// the call is not in the table and its reply finds none), `held` in the journal
-    /// under that id. New calls take ids above it.
+    /// under that id. No new call takes its id.
     pub(crate) fn reopen(
         self: &Arc<Self>,
         id: u64,
@@ -265,8 +274,6 @@ impl Calls {
         held: Option<MsgId>,
     ) -> CallGuard {
         let id = id % CALL_ID_LIMIT;
-        self.next
-            .fetch_max((id >> INDEX_BITS) + 1, Ordering::Relaxed);
         if register {
             let w = Waiter {
                 id,
@@ -536,6 +543,17 @@ mod tests {
 
     const PEER: NodeId = NodeId::from_const(7);
 
+    /// The sequence and cell index of a new call's id in `calls`.
+    fn parts(calls: &Calls, id: u64) -> (u64, u64) {
+        let plain = id ^ calls.lock().mask;
+        (plain >> INDEX_BITS, plain & INDEX_LIMIT)
+    }
+
+    /// The id of a new call of sequence `seq` in cell `index` of `calls`.
+    fn id_of(calls: &Calls, seq: u64, index: u64) -> u64 {
+        (seq << INDEX_BITS | index) ^ calls.lock().mask
+    }
+
     /// What the call learned, if anything (polled once, with a waker that does nothing).
     fn try_event(guard: &CallGuard, verdict: bool) -> Option<CallEvent> {
         let mut cx = Context::from_waker(Waker::noop());
@@ -673,17 +691,21 @@ mod tests {
     }
 
     #[test]
-    fn a_reopened_call_gets_its_reply_and_new_ids_start_above_it() {
+    fn a_reopened_call_gets_its_reply_and_keeps_its_id_to_itself() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
         let old = calls.open(PEER);
-        let recovered = old.id() + (1000 << INDEX_BITS);
+        let (seq, index) = parts(&calls, old.id());
+        let recovered = id_of(&calls, seq + 1, index);
         let guard = calls.reopen(recovered, PEER, true, None);
         assert_eq!(guard.id(), recovered);
+        drop(old);
         for _ in 0..10 {
+            // The first takes the recovered call's sequence and the same (freed) cell.
             let new = calls.open(PEER);
-            assert!(
-                new.id() > recovered,
-                "new calls start above a recovered one"
+            assert_ne!(
+                new.id(),
+                recovered,
+                "no new call takes a recovered one's id"
             );
         }
         assert!(calls.on_reply(recovered, PEER, reply(), d(1)).handed);
@@ -799,14 +821,14 @@ mod tests {
         // The counter wraps onto the waiting call's sequence (as after 2^38 calls).
         calls
             .next
-            .store(first.id() >> INDEX_BITS, Ordering::Relaxed);
+            .store(parts(&calls, first.id()).0, Ordering::Relaxed);
         let second = calls.open(PEER);
         assert_ne!(first.id(), second.id());
-        // And onto a recovered call's id, which sits outside the cells.
-        let recovered = calls.reopen(second.id() + (5 << INDEX_BITS), PEER, true, None);
-        calls
-            .next
-            .store(recovered.id() >> INDEX_BITS, Ordering::Relaxed);
+        // And onto a recovered call's id, which sits outside the cells: the next call
+        // would take it (its sequence, and the cell `second` frees last).
+        let (seq, index) = parts(&calls, second.id());
+        let recovered = calls.reopen(id_of(&calls, seq + 5, index), PEER, true, None);
+        calls.next.store(seq + 5, Ordering::Relaxed);
         drop((first, second));
         let mut ids: Vec<u64> = (0..4).map(|_| calls.open(PEER)).map(|g| g.id()).collect();
         ids.push(recovered.id());
@@ -829,5 +851,14 @@ mod tests {
             c.id(),
             "a restarted endpoint does not reuse call ids"
         );
+        // Even where the two runs' sequences meet, in the same cell: the masks differ, and
+        // a reply to the earlier run's call finds none in the later run.
+        other.next.store(parts(&calls, a.id()).0, Ordering::Relaxed);
+        drop(c);
+        let e = other.open(PEER);
+        assert_eq!(parts(&other, e.id()), parts(&calls, a.id()));
+        assert_ne!(e.id(), a.id());
+        assert!(!other.on_reply(a.id(), PEER, reply(), d(1)).handed);
+        assert!(a.id() < CALL_ID_LIMIT && e.id() < CALL_ID_LIMIT);
     }
 }

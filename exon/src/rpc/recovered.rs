@@ -109,7 +109,7 @@ impl Endpoint {
     /// Their requests not yet acknowledged are being sent again (a request runs once at the
     /// server, as before the restart); those acknowledged ([`RecoveredCall::acknowledged`])
     /// wait for their replies only.
-    /// New calls take call ids above theirs. Empty after the first call, and on an endpoint
+    /// No new call takes their call ids. Empty after the first call, and on an endpoint
     /// that is not durable. The calls are open from bind on: their replies wait for this.
     pub fn take_recovered_calls(&mut self) -> Vec<RecoveredCall> {
         let wait = ReplyWait::AfterAck(self.calls().deadline);
