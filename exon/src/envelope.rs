@@ -30,6 +30,10 @@ const GAP: u8 = 0x07;
 const RESET: u8 = 0x08;
 /// Kind byte of a receiver's window, advertised to a flow's sender.
 const WINDOW: u8 = 0x09;
+/// Kind byte of a channel receiver's question to its sender: does this run still live?
+const QUERY: u8 = 0x0a;
+/// Kind byte of a channel sender's answer: that run is over (it has no such run).
+const OVER: u8 = 0x0b;
 
 /// The most bytes an envelope adds to the application's bytes: an ordered message's kind,
 /// flow (8), run (4) and sequence number (8).
@@ -152,6 +156,15 @@ pub enum Envelope {
     Gap(Place),
     /// The stream of `place.flow` is aborted (`place.seq` is 0).
     Reset(Place),
+    /// The receiver of channel `place.flow` (sent by this envelope's receiver) holds
+    /// messages of the sender's run `place.run` ahead of number `place.seq`, which has not
+    /// come for a while: does the run still live? (A sender that restarted without a
+    /// journal forgot it, and its missing numbers never come.)
+    Query(Place),
+    /// The sender of channel `place.flow` (to this envelope's receiver) has no run
+    /// `place.run`, and never will again: what its receiver holds of it is handed over out
+    /// of order, and the run forgotten.
+    Over(Place),
     /// The receiver of the flow `flow` (named as the receiver of this envelope, the flow's
     /// sender, sees it) advertises its window for the sender's run `run`: the sender keeps
     /// at most `messages` messages and gaps, and `bytes` bytes, of the flow unsettled.
@@ -195,7 +208,7 @@ impl Envelope {
             data.advance(1);
             return Ok(Envelope::Message(data));
         }
-        if (ORDERED..=WINDOW).contains(&kind) {
+        if (ORDERED..=OVER).contains(&kind) {
             return open_ordered(kind, data);
         }
         let outcome = match kind {
@@ -271,6 +284,17 @@ impl Envelope {
         with_place(RESET, place, Bytes::new())
     }
 
+    /// Seals a channel receiver's question about its sender's run `place.run`, stalled
+    /// before number `place.seq` (see [`Envelope::Query`]).
+    pub fn query(place: Place) -> Payload {
+        with_place(QUERY, place, Bytes::new())
+    }
+
+    /// Seals a channel sender's answer: it has no run `place.run` (see [`Envelope::Over`]).
+    pub fn over(place: Place) -> Payload {
+        with_place(OVER, place, Bytes::new())
+    }
+
     /// Seals a receiver's window for flow `flow` (as its sender names it) of run `run`
     /// (see [`Envelope::Window`]).
     pub fn window(flow: Flow, run: u32, messages: u32, bytes: u64) -> Payload {
@@ -316,6 +340,8 @@ fn open_ordered(kind: u8, mut data: Bytes) -> Result<Envelope, EnvelopeError> {
         },
         GAP => Envelope::Gap(place),
         RESET => Envelope::Reset(place),
+        QUERY => Envelope::Query(place),
+        OVER => Envelope::Over(place),
         _ => {
             let mut r = Reader::new(&data);
             let bytes = r.varint().map_err(|_| EnvelopeError::Ordered)?;
@@ -444,6 +470,14 @@ mod tests {
                     Envelope::open(Envelope::reset(place).to_bytes()),
                     Ok(Envelope::Reset(place))
                 );
+                assert_eq!(
+                    Envelope::open(Envelope::query(place).to_bytes()),
+                    Ok(Envelope::Query(place))
+                );
+                assert_eq!(
+                    Envelope::open(Envelope::over(place).to_bytes()),
+                    Ok(Envelope::Over(place))
+                );
             }
             for (messages, bytes) in [(0, 0), (16, 4 << 20), (u32::MAX, (1 << 62) - 1)] {
                 assert_eq!(
@@ -499,8 +533,8 @@ mod tests {
     fn hostile_bytes_are_errors_never_panics() {
         assert_eq!(Envelope::open(Bytes::new()), Err(EnvelopeError::Empty));
         assert_eq!(
-            Envelope::open(Bytes::from_static(&[0x0A, 1])),
-            Err(EnvelopeError::Kind(0x0A))
+            Envelope::open(Bytes::from_static(&[0x0C, 1])),
+            Err(EnvelopeError::Kind(0x0C))
         );
         // A request whose call id says 8 bytes and has 2.
         assert_eq!(

@@ -157,6 +157,8 @@ impl Sim {
             Envelope::Ordered { .. }
             | Envelope::Gap(_)
             | Envelope::Reset(_)
+            | Envelope::Query(_)
+            | Envelope::Over(_)
             | Envelope::Window { .. } => {
                 let what = format!("node{i} got an ordered message from node{from}, never sent");
                 self.oracle
@@ -228,6 +230,8 @@ impl Sim {
             Envelope::Ordered { .. }
             | Envelope::Gap(_)
             | Envelope::Reset(_)
+            | Envelope::Query(_)
+            | Envelope::Over(_)
             | Envelope::Window { .. } => {}
         }
     }

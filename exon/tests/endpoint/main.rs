@@ -25,5 +25,6 @@ mod parts;
 mod recovered_calls;
 mod rpc;
 mod shards;
+mod stranded_runs;
 mod streams;
 mod tower_stack;

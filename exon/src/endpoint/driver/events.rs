@@ -149,6 +149,10 @@ impl<S: DatagramSocket> Driver<S> {
                     self.node.handle_taken(t, id);
                 }
             }
+            Ok(note @ (Envelope::Query(_) | Envelope::Over(_))) => {
+                self.node.handle_taken(t, id);
+                self.on_run_note(t, from, note);
+            }
             Ok(Envelope::Reset(place)) => {
                 self.node.handle_taken(t, id);
                 let mut actions = std::mem::take(&mut self.actions);

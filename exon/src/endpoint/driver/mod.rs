@@ -256,6 +256,7 @@ impl<S: DatagramSocket> Driver<S> {
                 // No delayed ACK may be left behind when the driver stops.
                 self.node.release_verdicts();
             }
+            self.look_at_stalls(t);
             let more = self.drain(t).await;
             self.hand_over();
             self.requests.flush();
@@ -309,6 +310,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.closing,
             self.clock.retry_at(),
             self.sends.next_deadline(),
+            self.flows.next_stall_look(),
             self.journal.as_ref().and_then(|j| j.next_deadline()),
         ]
         .into_iter()
@@ -731,6 +733,8 @@ impl<S: DatagramSocket> Driver<S> {
             requests_held: self.requests.held(),
             streams_open: self.flows.streams(),
             beyond_window: self.flows.beyond_window,
+            run_queries: self.flows.queries,
+            runs_over: self.flows.overs,
             stream_resets: self.stats.stream_resets + self.flows.resets,
             ..self.stats
         }

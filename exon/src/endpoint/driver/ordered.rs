@@ -26,7 +26,7 @@ impl<S: DatagramSocket> Driver<S> {
         arrival: Arrival<Held>,
     ) {
         let mut actions = std::mem::take(&mut self.actions);
-        if let Err(a) = self.flows.on_ordered(from, place, arrival, &mut actions) {
+        if let Err(a) = self.flows.on_ordered(t, from, place, arrival, &mut actions) {
             // Too many channels: left untaken (its sender's deadline, if any, settles it).
             self.stats.channels_full += 1;
             drop(a);
@@ -72,16 +72,9 @@ impl<S: DatagramSocket> Driver<S> {
                         Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
                     self.sends.on_send(t, out, &mut self.node, &self.paths);
                 }
-                Action::Reset { to, place } => {
-                    let out = Outgoing::ordered(
-                        to,
-                        Envelope::reset(place),
-                        self.shared.next_ids(1),
-                        Ack::None,
-                        None,
-                    );
-                    self.sends.on_send(t, out, &mut self.node, &self.paths);
-                }
+                Action::Reset { to, place } => self.send_flow_note(t, to, Envelope::reset(place)),
+                Action::Query { to, place } => self.send_flow_note(t, to, Envelope::query(place)),
+                Action::Over { to, place } => self.send_flow_note(t, to, Envelope::over(place)),
                 Action::ForgetMarks { peer, lanes } => {
                     for lane in lanes {
                         let gone = Mark {
@@ -102,6 +95,38 @@ impl<S: DatagramSocket> Driver<S> {
                 } => self.new_stream(t, peer, id, first, held, last),
             }
         }
+    }
+
+    /// Sends `to` a flow's note (a reset, a question about a run, or the answer that it is
+    /// over): an ordered flow's message without a receipt or a deadline.
+    fn send_flow_note(&mut self, t: Instant, to: NodeId, payload: crate::proto::Payload) {
+        let out = Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
+        self.sends.on_send(t, out, &mut self.node, &self.paths);
+    }
+
+    /// Asks the senders of channels whose runs stalled here whether those runs still live,
+    /// when it is time to look.
+    pub(super) fn look_at_stalls(&mut self, t: Instant) {
+        if self.flows.next_stall_look().is_none_or(|at| at > t) {
+            return;
+        }
+        let mut actions = std::mem::take(&mut self.actions);
+        self.flows.look_at_stalls(t, &mut actions);
+        self.run_actions(t, &mut actions);
+        self.actions = actions;
+    }
+
+    /// A channel's note from `from` about a run: a question to this endpoint as the
+    /// channel's sender, or the answer to this endpoint's, as its receiver.
+    pub(super) fn on_run_note(&mut self, t: Instant, from: NodeId, note: Envelope) {
+        let mut actions = std::mem::take(&mut self.actions);
+        match note {
+            Envelope::Query(place) => self.flows.on_query(from, place, &mut actions),
+            Envelope::Over(place) => self.flows.on_over(from, place, &mut actions),
+            _ => {}
+        }
+        self.run_actions(t, &mut actions);
+        self.actions = actions;
     }
 
     /// A peer opened stream `id`: made and queued for accepting, or reset when there is no

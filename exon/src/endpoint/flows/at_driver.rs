@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::mpsc;
@@ -20,6 +21,7 @@ use crate::endpoint::flows::out::{FlowOut, StreamOut};
 use crate::endpoint::flows::positions::{send_lane, stream_slots, Positions, StreamKey, Take};
 use crate::endpoint::flows::resume::{self, ResumedFlows, ResumedOut, ResumedStream, StreamParts};
 use crate::endpoint::flows::slots::{MarkSlots, Slot};
+use crate::endpoint::flows::stalls::Stalls;
 use crate::endpoint::flows::stream_in::StreamIn;
 use crate::envelope::{Flow, Place};
 use crate::ordered::position::{self, RecvPosition};
@@ -277,6 +279,17 @@ impl OrderedShared {
         let m = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         m.get(&(to, n)).cloned()
     }
+
+    /// Whether run `run` of channel `n` to `to` is one of this endpoint's, whose messages
+    /// may still be sent: the channel's run or one it replaced lately, or (no channel made)
+    /// this endpoint's run. A run it never had is of an earlier run of the endpoint (or
+    /// of a durable flow it did not resume): none of its messages will come any more.
+    pub(crate) fn has_channel_run(&self, to: NodeId, n: u16, run: u32) -> bool {
+        match self.channel_out(to, n) {
+            Some(out) => out.had_run(run),
+            None => run == self.run,
+        }
+    }
 }
 
 /// A delivered message held or released by a flow.
@@ -311,6 +324,11 @@ pub(crate) enum Action {
     Take(DeliveryId),
     /// Tell `to` that the stream it names `flow` is unknown here (reset).
     Reset { to: NodeId, place: Place },
+    /// Ask `to` whether its run `place.run` of channel `place.flow` still lives: it
+    /// stalled here before number `place.seq`.
+    Query { to: NodeId, place: Place },
+    /// Tell `to` that run `place.run` of channel `place.flow` from here is over.
+    Over { to: NodeId, place: Place },
     /// Advertise this receiver's window to `to`, the sender of `flow` (as `to` names it)
     /// in run `run`.
     Window {
@@ -371,6 +389,12 @@ pub(crate) struct Flows {
     /// Durable mode: channels resumed at bind whose senders have not been told this
     /// receiver's window since (they are at their first arrival).
     unadvertised: std::collections::HashSet<(NodeId, u16)>,
+    /// Channels holding messages ahead of their turn, watched for a run that stopped.
+    stalls: Option<Stalls>,
+    /// Counters: queries sent about stalled runs, and runs drained on their sender's
+    /// answer that they are over.
+    pub(crate) queries: u64,
+    pub(crate) overs: u64,
 }
 
 impl Flows {
@@ -397,6 +421,9 @@ impl Flows {
             durable: false,
             positions: Positions::default(),
             unadvertised: Default::default(),
+            stalls: c.stall_query_after.map(Stalls::new),
+            queries: 0,
+            overs: 0,
         }
     }
 
@@ -522,16 +549,24 @@ impl Flows {
         self.streams.len() < self.max_streams
     }
 
-    /// An ordered message (or gap) from `from`.
+    /// An ordered message (or gap) from `from`, at `now`.
     pub(crate) fn on_ordered(
         &mut self,
+        now: Instant,
         from: NodeId,
         place: Place,
         arrival: Arrival<Held>,
         actions: &mut Vec<Action>,
     ) -> Result<(), Arrival<Held>> {
         match place.flow {
-            Flow::Channel(n) => self.on_channel(from, n, place, arrival, actions),
+            Flow::Channel(n) => {
+                self.on_channel(from, n, place, arrival, actions)?;
+                let holds = self.channels.get(&(from, n)).is_some_and(|r| r.held() > 0);
+                if let Some(s) = self.stalls.as_mut().filter(|_| holds) {
+                    s.holds(now, (from, n));
+                }
+                Ok(())
+            }
             Flow::Stream { id, opener_sent } => {
                 self.on_stream(from, id, !opener_sent, place, arrival, actions);
                 Ok(())
@@ -829,6 +864,83 @@ impl Flows {
     }
 
     /// A stream's abort from its peer.
+    /// When to look for channels whose run stalled, if any holds messages.
+    pub(crate) fn next_stall_look(&self) -> Option<Instant> {
+        self.stalls.as_ref().and_then(Stalls::next_look)
+    }
+
+    /// Asks the senders of the channels that held messages ahead of their turn without
+    /// moving for a whole interval whether their runs still live (at most one question
+    /// per channel and interval).
+    pub(crate) fn look_at_stalls(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let Some(stalls) = self.stalls.as_mut() else {
+            return;
+        };
+        let channels = &self.channels;
+        let stalled = stalls.look(now, |key| {
+            let r = channels.get(&key).filter(|r| r.held() > 0)?;
+            Some((r.run()?, r.next()))
+        });
+        for ((from, n), (run, next)) in stalled {
+            self.queries += 1;
+            let flow = Flow::Channel(n);
+            let place = Place {
+                flow,
+                run,
+                seq: next,
+            };
+            actions.push(Action::Query { to: from, place });
+        }
+    }
+
+    /// `from`, the receiver of this endpoint's channel `place.flow`, asks whether run
+    /// `place.run` still lives: the answer is that it is over if this endpoint never had
+    /// it (an earlier run of this endpoint's did); else none (it lives: its missing
+    /// numbers are being sent, and the receiver asks again if they do not come).
+    pub(crate) fn on_query(&mut self, from: NodeId, place: Place, actions: &mut Vec<Action>) {
+        let Flow::Channel(n) = place.flow else {
+            return;
+        };
+        if !self.shared.has_channel_run(from, n, place.run) {
+            actions.push(Action::Over { to: from, place });
+        }
+    }
+
+    /// `from`, the sender of channel `place.flow`, says its run `place.run` is over: what
+    /// this receiver holds of it is handed over out of order, and the run forgotten (a
+    /// late message of it is then of a run not known here, released out of order too).
+    pub(crate) fn on_over(&mut self, from: NodeId, place: Place, actions: &mut Vec<Action>) {
+        let Flow::Channel(n) = place.flow else {
+            return;
+        };
+        let Some(r) = self.channels.get_mut(&(from, n)) else {
+            return;
+        };
+        if r.run() != Some(place.run) {
+            return;
+        }
+        self.overs += 1;
+        r.drain(&mut self.steps);
+        *r = Reorder::new();
+        for step in self.steps.drain(..) {
+            actions.push(match step {
+                Step::Stale {
+                    seq,
+                    item,
+                    gap: false,
+                } => {
+                    self.stale += 1;
+                    Action::Channel(ChannelOut::Stale {
+                        channel: n,
+                        seq,
+                        held: item,
+                    })
+                }
+                other => Action::Take(step_item(other).id),
+            });
+        }
+    }
+
     pub(crate) fn on_reset(&mut self, from: NodeId, place: Place, actions: &mut Vec<Action>) {
         match place.flow {
             Flow::Channel(n) => {
@@ -947,6 +1059,12 @@ mod tests {
         Flows::new(OrderedShared::new(mpsc::channel(1).0, config, rules))
     }
 
+    /// The tests' clock: every arrival is at its start unless said.
+    fn t0() -> Instant {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *T0.get_or_init(Instant::now)
+    }
+
     fn arrive(f: &mut Flows, run: u32, seq: u64) -> Vec<Action> {
         let place = Place {
             flow: Flow::Channel(3),
@@ -959,7 +1077,9 @@ mod tests {
         };
         let mut actions = Vec::new();
         let arrival = Arrival::Message { item, last: false };
-        assert!(f.on_ordered(PEER, place, arrival, &mut actions).is_ok());
+        assert!(f
+            .on_ordered(t0(), PEER, place, arrival, &mut actions)
+            .is_ok());
         actions
     }
 
@@ -972,6 +1092,8 @@ mod tests {
                 Action::Channel(ChannelOut::Stale { .. }) => "stale",
                 Action::Take(_) => "take",
                 Action::Reset { .. } => "reset",
+                Action::Query { .. } => "query",
+                Action::Over { .. } => "over",
                 Action::Window { .. } => "window",
                 Action::NewStream { .. } => "stream",
                 Action::ForgetMarks { .. } => "forget",
@@ -1068,6 +1190,85 @@ mod tests {
         let driver = || -> Box<dyn Submit> { Box::new(tx.downgrade()) };
         assert_eq!(s.make_streams(streams, driver, &shared).len(), 2);
         assert_eq!(s.next_stream(), first + 3);
+    }
+
+    /// A channel holding messages ahead of a number that does not come is asked about
+    /// once it stood still a whole interval (not before), and drained out of order when its
+    /// sender says the run is over; the run is forgotten, so a late message of it is
+    /// released out of order too. An answer about another run changes nothing.
+    #[test]
+    fn a_stalled_run_is_asked_about_and_drained_once_its_sender_says_it_is_over() {
+        let mut f = flows(8);
+        let every = FlowConfig::default()
+            .stall_query_after
+            .expect("on by default");
+        assert_eq!(kinds(&arrive(&mut f, 7, 0)), ["window", "message"]);
+        assert!(arrive(&mut f, 7, 2).is_empty() && arrive(&mut f, 7, 3).is_empty());
+        let mut actions = Vec::new();
+        f.look_at_stalls(t0() + every / 2, &mut actions);
+        f.look_at_stalls(t0() + every, &mut actions);
+        assert!(actions.is_empty(), "not a whole interval seen yet");
+        f.look_at_stalls(t0() + 2 * every, &mut actions);
+        let place = |run, seq| Place {
+            flow: Flow::Channel(3),
+            run,
+            seq,
+        };
+        assert!(
+            matches!(actions[..], [Action::Query { to: PEER, place: p }] if p == place(7, 1)),
+            "{:?}",
+            kinds(&actions)
+        );
+        actions.clear();
+        f.on_over(PEER, place(8, 1), &mut actions);
+        assert!(actions.is_empty(), "another run: nothing");
+        f.on_over(PEER, place(7, 1), &mut actions);
+        assert_eq!(kinds(&actions), ["stale", "stale"]);
+        assert_eq!((f.overs, f.queries, f.stale), (1, 1, 2));
+        assert_eq!(f.channels[&(PEER, 3)].run(), None, "the run is forgotten");
+        assert_eq!(kinds(&arrive(&mut f, 7, 1)), ["stale", "reset"]);
+        actions.clear();
+        f.look_at_stalls(t0() + 4 * every, &mut actions);
+        assert!(actions.is_empty(), "nothing held: nothing asked");
+    }
+
+    /// As a channel's sender, this endpoint calls a run over only if it never had it: its
+    /// own run (no channel made yet) lives.
+    #[test]
+    fn a_sender_calls_over_only_a_run_it_never_had() {
+        let mut f = flows(8);
+        let own = f.shared.run();
+        let mut actions = Vec::new();
+        let place = |run| Place {
+            flow: Flow::Channel(3),
+            run,
+            seq: 4,
+        };
+        f.on_query(PEER, place(own), &mut actions);
+        assert!(actions.is_empty(), "its own run lives");
+        f.on_query(PEER, place(own.wrapping_add(1)), &mut actions);
+        assert_eq!(kinds(&actions), ["over"]);
+    }
+
+    /// Without the question (`stall_query_after: None`), a stalled run is never asked
+    /// about: what it holds stays held.
+    #[test]
+    fn without_the_question_a_stalled_run_stays_held() {
+        let config = FlowConfig {
+            channel_window: 8,
+            stall_query_after: None,
+            ..FlowConfig::default()
+        };
+        let mut f = Flows::new(OrderedShared::new(mpsc::channel(1).0, config, Rules::ALL));
+        arrive(&mut f, 7, 0);
+        arrive(&mut f, 7, 2);
+        let mut actions = Vec::new();
+        for k in 1..10 {
+            f.look_at_stalls(t0() + std::time::Duration::from_secs(k * 10), &mut actions);
+        }
+        assert!(actions.is_empty());
+        assert_eq!(f.next_stall_look(), None);
+        assert_eq!(f.channels[&(PEER, 3)].held(), 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub(crate) mod out;
 pub(crate) mod positions;
 pub(crate) mod resume;
 pub(crate) mod slots;
+pub(crate) mod stalls;
 pub(crate) mod stream;
 pub(crate) mod stream_in;
 pub(crate) mod window_mark;

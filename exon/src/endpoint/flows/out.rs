@@ -93,7 +93,13 @@ struct OutState {
     ///
     /// [`send_owed_gaps`]: FlowOut::send_owed_gaps
     owed: Vec<u64>,
+    /// A channel's runs replaced since it started (its receiver restarted), the latest
+    /// [`RETIRED_RUNS`]: their messages without a verdict are still sent, so they live.
+    retired: Vec<u32>,
 }
+
+/// Replaced runs a channel remembers ([`FlowOut::had_run`]).
+const RETIRED_RUNS: usize = 16;
 
 /// Where a durable flow's sending side goes on from after a restart.
 #[derive(Debug, Clone)]
@@ -161,6 +167,7 @@ impl FlowOut {
                 chunks: BTreeMap::new(),
                 offset: 0,
                 owed: Vec::new(),
+                retired: Vec::new(),
             }),
         }
     }
@@ -662,9 +669,20 @@ impl FlowOut {
             let window = st.seq.window();
             // The receiver restarted: its window may have changed, it advertises it anew.
             st.seq = sequencer(next_run(run), window, self.awaits_window);
+            if st.retired.len() == RETIRED_RUNS {
+                st.retired.remove(0);
+            }
+            st.retired.push(run);
             std::mem::take(&mut st.wakers)
         };
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Whether `run` is this channel's run, or one it replaced lately (see
+    /// [`restart_run`](Self::restart_run)): a run whose messages may still be sent.
+    pub(crate) fn had_run(&self, run: u32) -> bool {
+        let st = self.lock();
+        st.seq.run() == run || st.retired.contains(&run)
     }
 
     /// The receiver advertised its window for run `run`: from now on the flow keeps to the
