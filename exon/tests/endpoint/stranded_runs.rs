@@ -193,3 +193,32 @@ async fn a_live_senders_stalled_run_is_asked_about_and_kept_in_order() {
     assert!(stats.run_queries >= 2, "asked {} times", stats.run_queries);
     assert_eq!((stats.runs_over, stats.unordered), (0, 0));
 }
+
+/// A sender that never comes back is asked one question at a time: each is given up by the
+/// next look, so the questions to it never pile up.
+#[tokio::test]
+async fn questions_to_a_sender_that_never_answers_do_not_pile_up() {
+    let mut config = cfg();
+    config.flows.stall_query_after = Some(Duration::from_millis(50));
+    let mut b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let a = crashing_sender(b.local_addr());
+    let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
+    assert_eq!(&m.payload[..], b"number zero");
+    timeout(LIMIT, a.sent).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    a.kill.send(()).unwrap();
+    let thread = a.thread;
+    tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap();
+    // Twenty looks with nobody to answer.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let asked = b.stats().await.unwrap().run_queries;
+    assert!(asked >= 5, "asked {asked} times");
+    let report = b.close(Duration::from_millis(100)).await;
+    assert!(
+        report.unacknowledged.len() <= 2,
+        "{} of {asked} questions (and the window's advert) left unacknowledged",
+        report.unacknowledged.len()
+    );
+}

@@ -72,9 +72,18 @@ impl<S: DatagramSocket> Driver<S> {
                         Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
                     self.sends.on_send(t, out, &mut self.node, &self.paths);
                 }
-                Action::Reset { to, place } => self.send_flow_note(t, to, Envelope::reset(place)),
-                Action::Query { to, place } => self.send_flow_note(t, to, Envelope::query(place)),
-                Action::Over { to, place } => self.send_flow_note(t, to, Envelope::over(place)),
+                Action::Reset { to, place } => {
+                    self.send_flow_note(t, to, Envelope::reset(place), None)
+                }
+                Action::Query { to, place } => {
+                    // Given up if not delivered by the next look: one question at a time
+                    // to a sender that does not answer (gone, or cut off).
+                    let until = self.flows.next_stall_look();
+                    self.send_flow_note(t, to, Envelope::query(place), until)
+                }
+                Action::Over { to, place } => {
+                    self.send_flow_note(t, to, Envelope::over(place), None)
+                }
                 Action::ForgetMarks { peer, lanes } => {
                     for lane in lanes {
                         let gone = Mark {
@@ -98,9 +107,15 @@ impl<S: DatagramSocket> Driver<S> {
     }
 
     /// Sends `to` a flow's note (a reset, a question about a run, or the answer that it is
-    /// over): an ordered flow's message without a receipt or a deadline.
-    fn send_flow_note(&mut self, t: Instant, to: NodeId, payload: crate::proto::Payload) {
-        let out = Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
+    /// over): an ordered flow's message without a receipt, given up at `deadline` if any.
+    fn send_flow_note(
+        &mut self,
+        t: Instant,
+        to: NodeId,
+        payload: crate::proto::Payload,
+        deadline: Option<Instant>,
+    ) {
+        let out = Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, deadline);
         self.sends.on_send(t, out, &mut self.node, &self.paths);
     }
 
