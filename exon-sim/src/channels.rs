@@ -52,6 +52,13 @@ pub struct ChannelModel {
     /// 468cc46 (`OrderedShared::channel` calls `FlowOut::send_owed_gaps`): one that no
     /// longer sends on it leaves its receiver waiting.
     pub owed_gaps_at_restart: bool,
+    /// Rule: a receiver whose channel holds messages ahead of a number that has not come
+    /// for this long asks the sender whether the run still lives (`Envelope::query`), and
+    /// drains the run out of order when the sender answers that it is over
+    /// (`Envelope::over`: it never had the run), as the endpoint does
+    /// (`FlowConfig::stall_query_after`). `None`: never asked (a run its restarted sender
+    /// forgot stays held, as at 916a07d).
+    pub stall_query_after: Option<std::time::Duration>,
 }
 
 impl Default for ChannelModel {
@@ -69,6 +76,7 @@ impl Default for ChannelModel {
             hold_beyond_window: true,
             owed_gaps: true,
             owed_gaps_at_restart: true,
+            stall_query_after: Some(std::time::Duration::from_secs(1)),
         }
     }
 }
@@ -95,5 +103,6 @@ impl ChannelModel {
             && self.hold_beyond_window
             && self.owed_gaps
             && self.owed_gaps_at_restart
+            && self.stall_query_after.is_some()
     }
 }

@@ -271,6 +271,12 @@ struct Args {
     /// 468cc46): one that no longer sends on it leaves its receiver waiting.
     #[arg(long, requires_all = ["channels", "durable"])]
     owed_gaps_when_used: bool,
+    /// With `--channels`: how long a receiver's channel holds messages ahead of a number
+    /// that has not come before it asks the sender whether the run lives (and drains it
+    /// when the sender answers that it is over); 0: never asks (a run whose sender restarted
+    /// without a journal stays held).
+    #[arg(long, default_value_t = 1000, requires = "channels")]
+    stall_query_ms: u64,
     /// Durable byte-stream mode (with `--durable`): every node writes this many streams to
     /// every other node, each `--stream-bytes` long from a seeded source, in writes of
     /// random sizes cut into chunks of at most `--stream-chunk` bytes; readers read in
@@ -374,6 +380,20 @@ fn node_config(a: &Args) -> exon::proto::Config {
     c
 }
 
+/// The channel workload the arguments ask for (`--channels`), if any.
+fn channel_model(a: &Args) -> Option<exon_sim::ChannelModel> {
+    (a.channels > 0).then(|| exon_sim::ChannelModel {
+        channels: a.channels,
+        window: a.channel_window,
+        windows: a.channel_windows.clone(),
+        plain_one_in: a.plain_one_in,
+        owed_gaps: !a.no_owed_gaps,
+        owed_gaps_at_restart: !a.owed_gaps_when_used,
+        stall_query_after: (a.stall_query_ms > 0).then(|| Duration::from_millis(a.stall_query_ms)),
+        ..exon_sim::ChannelModel::default()
+    })
+}
+
 /// The byte-stream workload the options describe (`--streams`).
 fn stream_model(a: &Args) -> Option<exon_sim::StreamModel> {
     (a.streams > 0).then(|| exon_sim::StreamModel {
@@ -471,15 +491,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             fail_one_in: a.fail_one_in,
             message_one_in: a.message_one_in,
         }),
-        channels: (a.channels > 0).then(|| exon_sim::ChannelModel {
-            channels: a.channels,
-            window: a.channel_window,
-            windows: a.channel_windows.clone(),
-            plain_one_in: a.plain_one_in,
-            owed_gaps: !a.no_owed_gaps,
-            owed_gaps_at_restart: !a.owed_gaps_when_used,
-            ..exon_sim::ChannelModel::default()
-        }),
+        channels: channel_model(a),
         max_events: a.max_events,
         streams: stream_model(a),
         node_hook: node_hook(&a.rules_off, a.route, a.nodes),

@@ -49,8 +49,8 @@ pub(super) struct ChanMsg {
 /// body (empty for a gap).
 #[derive(Debug, Clone)]
 pub(crate) struct Item {
-    id: DeliveryId,
-    body: Bytes,
+    pub(super) id: DeliveryId,
+    pub(super) body: Bytes,
 }
 
 /// A gap a sender owes: receiver, channel, run, number.
@@ -80,6 +80,15 @@ pub(crate) struct ChanHost {
     /// Durable mode, `ChannelModel::owed_gaps_at_restart` off: the gaps a resumed flow
     /// owes, sent when the application sends on it again (by receiver and channel).
     pub(super) owed_later: BTreeMap<(usize, u16), Vec<Owed>>,
+    /// Channels (sender, number) holding messages ahead of their turn, and where each
+    /// stood (run, next number due) at the last look (`chan_stalls.rs`).
+    pub(super) standing: BTreeMap<(usize, u16), Option<(u32, u64)>>,
+    /// A look at them is scheduled.
+    pub(super) look_scheduled: bool,
+    /// Channels whose sender has a question about its run outstanding, and the questions'
+    /// message ids.
+    pub(super) asking: BTreeSet<(usize, u16)>,
+    pub(super) query_ids: HashMap<u64, (usize, u16)>,
 }
 
 /// The mark lane of channel `ch`, its sending side or its receiving side.
@@ -269,6 +278,9 @@ impl Sim {
         };
         let h = &mut self.hosts[i];
         if h.chans.adverts.remove(&id.0) {
+            if let Some(key) = h.chans.query_ids.remove(&id.0) {
+                h.chans.asking.remove(&key);
+            }
             return true;
         }
         let Some(msg) = h.chans.ids.remove(&id.0) else {
@@ -404,6 +416,8 @@ impl Sim {
                 }
                 self.schedule_pump(i, self.now);
             }
+            Envelope::Query(place) => self.chan_query(i, from, place, id),
+            Envelope::Over(place) => self.chan_over(i, from, place, id),
             other => {
                 let what = format!("node{i} got {other:?} from node{from}, never sent");
                 self.oracle
@@ -532,22 +546,15 @@ impl Sim {
         let Some(cur) = cur else {
             // No run known (this receiver restarted): a message is handed over out of the
             // order, a gap discarded.
-            for step in out {
-                match step {
-                    Step::Stale {
-                        seq,
-                        item,
-                        gap: false,
-                    } => self.chan_release_unordered(i, flow, seq, item),
-                    Step::Discard(item) | Step::Stale { item, .. } => self.chan_discard(i, item),
-                    _ => {}
-                }
-            }
+            self.chan_release_stale(i, flow, out);
             return;
         };
         let flow = FlowKey { run: cur, ..flow };
         self.oracle
             .on_chan_held(flow, held, held > before, window, self.now);
+        if held > 0 {
+            self.chan_holding(i, (from, ch));
+        }
         for step in out {
             match step {
                 Step::Deliver { seq, item, .. } => self.chan_release(i, flow, seq, item, false),
@@ -597,6 +604,22 @@ impl Sim {
         let key = self.oracle.on_taken(i, &item.body, self.now).map(|k| k.0);
         let key = key.or_else(|| read_payload(&item.body).map(|k| k.0));
         self.oracle.on_chan_unordered(flow, seq, key, self.now);
+    }
+
+    /// Node `i`'s `Reorder` released `steps` of `flow` out of its order: a message is handed
+    /// over out of the order (`Kind::Unordered`), a gap or discard taken and dropped.
+    pub(super) fn chan_release_stale(&mut self, i: usize, flow: FlowKey, steps: Vec<Step<Item>>) {
+        for step in steps {
+            match step {
+                Step::Stale {
+                    seq,
+                    item,
+                    gap: false,
+                } => self.chan_release_unordered(i, flow, seq, item),
+                Step::Discard(item) | Step::Stale { item, .. } => self.chan_discard(i, item),
+                _ => {}
+            }
+        }
     }
 
     /// Node `i` takes and drops an arrival its `Reorder` discarded.

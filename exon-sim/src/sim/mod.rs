@@ -12,6 +12,7 @@
 mod adversary;
 mod app;
 mod chan_resume;
+mod chan_stalls;
 mod channels;
 mod host;
 mod ids;
@@ -243,6 +244,7 @@ impl Sim {
             What::Revive { node, keep_clock } => self.revive(node as usize, keep_clock),
             What::Synced { node, boot, hw } => self.on_synced(node as usize, boot, hw),
             What::Commit { node, boot } => self.on_commit(node as usize, boot),
+            What::ChanLook { node, boot } => self.chan_look(node as usize, boot),
             What::Hostile(left) => self.hostile(left),
             What::Adversary(left) => self.adversary(left),
             What::HealAll => {

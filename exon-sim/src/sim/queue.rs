@@ -61,6 +61,12 @@ pub(crate) enum What {
     },
     Hostile(u32),
     Adversary(u32),
+    /// Channels: node `node` looks at its channels holding messages for runs that stalled
+    /// (if it has not crashed since: `boot` is its restart count then).
+    ChanLook {
+        node: u32,
+        boot: u32,
+    },
     HealAll,
 }
 
