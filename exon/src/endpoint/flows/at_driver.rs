@@ -281,14 +281,18 @@ impl OrderedShared {
     }
 
     /// Whether run `run` of channel `n` to `to` is one of this endpoint's, whose messages
-    /// may still be sent: the channel's run or one it replaced lately, or (no channel made)
-    /// this endpoint's run. A run it never had is of an earlier run of the endpoint (or
-    /// of a durable flow it did not resume): none of its messages will come any more.
+    /// may still be sent: the channel's run or one it replaced lately; with no channel made,
+    /// the run of the channel recovered from the journal and not made again yet (durable
+    /// mode: its messages are being sent again) or this endpoint's run. A run it never had
+    /// is of an earlier run of the endpoint (or of a durable flow it did not resume): none
+    /// of its messages will come any more.
     pub(crate) fn has_channel_run(&self, to: NodeId, n: u16, run: u32) -> bool {
-        match self.channel_out(to, n) {
-            Some(out) => out.had_run(run),
-            None => run == self.run,
+        if let Some(out) = self.channel_out(to, n) {
+            return out.had_run(run);
         }
+        let resumed = self.resumed.lock().unwrap_or_else(|p| p.into_inner());
+        let recovered = resumed.get(&(to, n)).map(|r| r.resume.pos.run);
+        run == self.run || recovered == Some(run)
     }
 }
 
@@ -1247,6 +1251,44 @@ mod tests {
         f.on_query(PEER, place(own), &mut actions);
         assert!(actions.is_empty(), "its own run lives");
         f.on_query(PEER, place(own.wrapping_add(1)), &mut actions);
+        assert_eq!(kinds(&actions), ["over"]);
+    }
+
+    /// A durable sender's channel recovered from its journal and not made again yet still
+    /// has its run (its messages are being sent again): asked, it does not call it over.
+    #[test]
+    fn a_durable_senders_recovered_run_lives_before_its_channel_is_made_again() {
+        let recovered = 0x5eed_u32;
+        let pos = crate::ordered::position::SendPosition {
+            run: recovered,
+            next: 9,
+            offset: 0,
+            peer_window: None,
+            ended: false,
+            base: 9,
+        };
+        let out = resume::ResumedOut {
+            resume: crate::endpoint::flows::out::Resume {
+                pos,
+                unsettled: Vec::new(),
+                chunks: Vec::new(),
+            },
+            pending: Arc::default(),
+        };
+        let resumed = HashMap::from([((PEER, 3), out)]);
+        let config = FlowConfig::default();
+        let shared =
+            OrderedShared::new_durable(mpsc::channel(1).0, config, Rules::ALL, Some(resumed), 64);
+        let mut f = Flows::new(shared);
+        let place = |run| Place {
+            flow: Flow::Channel(3),
+            run,
+            seq: 4,
+        };
+        let mut actions = Vec::new();
+        f.on_query(PEER, place(recovered), &mut actions);
+        assert!(actions.is_empty(), "its recovered run lives");
+        f.on_query(PEER, place(recovered ^ 1), &mut actions);
         assert_eq!(kinds(&actions), ["over"]);
     }
 
