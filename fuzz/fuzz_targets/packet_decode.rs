@@ -31,6 +31,8 @@ fuzz_target!(|data: &[u8]| {
             }
             Envelope::Gap(place) => Envelope::gap(*place),
             Envelope::Reset(place) => Envelope::reset(*place),
+            Envelope::Query(place) => Envelope::query(*place),
+            Envelope::Over(place) => Envelope::over(*place),
             Envelope::Window {
                 flow,
                 run,
