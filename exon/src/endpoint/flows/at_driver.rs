@@ -563,14 +563,7 @@ impl Flows {
         actions: &mut Vec<Action>,
     ) -> Result<(), Arrival<Held>> {
         match place.flow {
-            Flow::Channel(n) => {
-                self.on_channel(from, n, place, arrival, actions)?;
-                let holds = self.channels.get(&(from, n)).is_some_and(|r| r.held() > 0);
-                if let Some(s) = self.stalls.as_mut().filter(|_| holds) {
-                    s.holds(now, (from, n));
-                }
-                Ok(())
-            }
+            Flow::Channel(n) => self.on_channel(now, from, n, place, arrival, actions),
             Flow::Stream { id, opener_sent } => {
                 self.on_stream(from, id, !opener_sent, place, arrival, actions);
                 Ok(())
@@ -599,6 +592,7 @@ impl Flows {
     /// it untaken.
     fn on_channel(
         &mut self,
+        now: Instant,
         from: NodeId,
         n: u16,
         place: Place,
@@ -631,6 +625,12 @@ impl Flows {
             }
         }
         r.on_arrival(place.run, place.seq, arrival, &mut self.steps);
+        if r.held() > 0 {
+            // Held ahead of its turn: watched for a run that stalls.
+            if let Some(s) = self.stalls.as_mut() {
+                s.holds(now, (from, n));
+            }
+        }
         let resumed = self.unadvertised.remove(&(from, n));
         if self.advertise && (!known || resumed) && r.run() == Some(place.run) {
             // The sender's run starts here: tell it this receiver's window.
