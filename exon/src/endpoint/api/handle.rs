@@ -438,15 +438,16 @@ impl Handle {
     }
 
     /// [`hand_over`](Self::hand_over) of the message [`try_hand_over`](Self::try_hand_over)
-    /// gave back, once the destination has room and the send credits are taken.
-    async fn hand_over_with_room(
+    /// gave back, once the destination has room and the send credits are taken. (Its
+    /// future is [`hand_over_with_room_as`](Self::hand_over_with_room_as)'s itself, not one
+    /// around it: a send's future stays as small as before.)
+    fn hand_over_with_room(
         &self,
         to: NodeId,
         given_back: (Payload, Reply),
         deadline: Option<std::time::Instant>,
-    ) -> Result<Receipt, Error> {
+    ) -> impl std::future::Future<Output = Result<Receipt, Error>> + '_ {
         self.hand_over_with_room_as(to, given_back, deadline, Self::hand_over_in)
-            .await
     }
 
     /// [`hand_over_with_room`](Self::hand_over_with_room), the message handed over by
