@@ -338,17 +338,7 @@ def main():
         ep = endpoint_budget(plain, (10000, 30000), args.endpoint_datagram)
         title = (f"endpoint_cost --threads ({mode}, {args.endpoint_datagram}-byte datagrams), "
                  "{side}: core calls (inclusive)")
-        both_total, both_core, both_app = side_tables(out, ep, ("sender", "receiver"), title)
-        beyond = both_total - both_core - both_app
-        out.append("")
-        out.append(f"endpoint, both sides: {both_total:.0f}; the core's share {both_core:.0f}; "
-                   f"the application's {both_app:.0f}; beyond the core {beyond:.0f}")
-        keys.update(
-            budget_endpoint=round(both_total),
-            budget_endpoint_core=round(both_core),
-            budget_endpoint_app=round(both_app),
-            budget_endpoint_beyond_core=round(beyond),
-        )
+        keys.update(both_sides(out, ep, ("sender", "receiver"), title, "endpoint", "budget_endpoint"))
     keys["budget_mode"] = mode
     keys["budget_datagram"] = args.datagram
     keys["budget_commit"] = commit()
@@ -375,6 +365,23 @@ def side_tables(out, result, sides, title):
     return both_total, both_core, both_app
 
 
+def both_sides(out, result, sides, title, what, prefix):
+    """The sides' tables (`side_tables`) and a line summing both, appended to `out`; returns
+    the sums' keys under `prefix`: all, the core's share, the application's, beyond the
+    core."""
+    total, core, app = side_tables(out, result, sides, title)
+    beyond = total - core - app
+    out.append("")
+    out.append(f"{what}, both sides: {total:.0f}; the core's share {core:.0f}; "
+               f"the application's {app:.0f}; beyond the core {beyond:.0f}")
+    return {
+        prefix: round(total),
+        f"{prefix}_core": round(core),
+        f"{prefix}_app": round(app),
+        f"{prefix}_beyond_core": round(beyond),
+    }
+
+
 def write_out(out, keys, path):
     """Ends `out` with the `key=value` line, writes it to `path` (under the repository) and
     prints it."""
@@ -392,17 +399,9 @@ def rpc_main(plain, mode, callers):
     r = rpc_budget(plain, (2000, 6000), callers)
     title = (f"endpoint_cost --rpc {callers} ({mode}): instructions per call, "
              "{side}: core calls (inclusive)")
-    both_total, both_core, both_app = side_tables(out, r, ("caller", "server"), title)
     keys = {f"budget_rpc_{side}": round(r[side]["total"]) for side in ("caller", "server")}
-    beyond = both_total - both_core - both_app
-    out.append("")
-    out.append(f"a call, both sides: {both_total:.0f}; the core's share {both_core:.0f}; "
-               f"the application's {both_app:.0f}; beyond the core {beyond:.0f}")
+    keys.update(both_sides(out, r, ("caller", "server"), title, "a call", "budget_rpc"))
     keys.update(
-        budget_rpc=round(both_total),
-        budget_rpc_core=round(both_core),
-        budget_rpc_app=round(both_app),
-        budget_rpc_beyond_core=round(beyond),
         budget_rpc_callers=callers,
         budget_mode=mode,
         budget_commit=commit(),

@@ -533,6 +533,7 @@ impl Drop for CallGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rpc::wakes::Wakes;
 
     fn reply() -> ReplyIn {
         ReplyIn {
@@ -627,40 +628,21 @@ mod tests {
     /// only the last waker polled with).
     #[test]
     fn a_reply_wakes_the_future_waiting_for_it() {
-        use std::sync::atomic::AtomicUsize;
-        use std::task::Wake;
-        struct Count(AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
         let calls = Calls::new(std::time::Duration::from_secs(1));
         let guard = calls.open(PEER);
-        let (old, new) = (
-            Arc::new(Count(AtomicUsize::new(0))),
-            Arc::new(Count(AtomicUsize::new(0))),
-        );
+        let (old, new) = (Wakes::new(), Wakes::new());
         for w in [&old, &new] {
-            let waker = Waker::from(w.clone());
+            let waker = w.waker();
             assert!(guard
                 .poll_event(true, &mut Context::from_waker(&waker))
                 .is_pending());
         }
         assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);
-        assert_eq!(
-            old.0.load(Ordering::SeqCst),
-            0,
-            "a waker replaced is not woken"
-        );
-        assert_eq!(new.0.load(Ordering::SeqCst), 1);
+        assert_eq!(old.count(), 0, "a waker replaced is not woken");
+        assert_eq!(new.count(), 1);
         assert!(try_reply(&guard).is_some());
         assert!(!calls.on_reply(guard.id(), PEER, reply(), d(2)).handed);
-        assert_eq!(
-            new.0.load(Ordering::SeqCst),
-            1,
-            "a second reply wakes nobody"
-        );
+        assert_eq!(new.count(), 1, "a second reply wakes nobody");
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub(crate) mod recovered;
 pub(crate) mod request;
 mod server;
 mod service;
+#[cfg(test)]
+mod wakes;
 
 pub use error::{CallError, Failure};
 pub use outcome::CallOutcome;

@@ -215,6 +215,7 @@ impl Requests {
 mod tests {
     use super::*;
     use crate::proto::{DeliveryId, NodeId};
+    use crate::rpc::wakes::Wakes;
     use bytes::Bytes;
     use std::task::Poll;
 
@@ -272,26 +273,14 @@ mod tests {
 
     #[test]
     fn a_push_wakes_the_waiting_server() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        use std::task::Wake;
-        struct Count(AtomicUsize);
-        impl Wake for Count {
-            fn wake(self: Arc<Self>) {
-                self.0.fetch_add(1, Ordering::SeqCst);
-            }
-        }
         let (txs, mut rx) = request_queue(1);
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let count = Wakes::new();
+        let waker = count.waker();
         assert!(rx.poll_recv(&mut Context::from_waker(&waker)).is_pending());
         let mut a: VecDeque<Request> = [req(1)].into();
         assert!(txs[0].push_all(&mut a));
-        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(count.count(), 1);
         drop(txs);
-        assert_eq!(
-            count.0.load(Ordering::SeqCst),
-            1,
-            "not waiting: no second wake"
-        );
+        assert_eq!(count.count(), 1, "not waiting: no second wake");
     }
 }

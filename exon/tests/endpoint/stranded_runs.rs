@@ -98,14 +98,10 @@ fn crashing_sender(b: SocketAddr) -> Crashing {
     }
 }
 
-/// What B's application got after A's crash and restart, within `wait`, and B's count of
-/// runs drained.
-async fn after_a_restart(query: Option<Duration>, wait: Duration) -> (Vec<(Kind, Vec<u8>)>, u64) {
-    let mut config = cfg();
-    config.flows.stall_query_after = query;
-    let mut b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
+/// A sends numbers 0 to 3 on the channel to `b`, whose application gets 0 (taken, so
+/// acknowledged) while 2 and 3 wait held behind 1, and crashes.
+async fn a_sends_then_crashes(b: &mut Endpoint) {
     let a = crashing_sender(b.local_addr());
-    // Number 0 in order (taken, so acknowledged); 2 and 3 held behind 1.
     let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
     assert_eq!(&m.payload[..], b"number zero");
     assert!(matches!(m.kind(), Kind::Channel { seq: 0, .. }));
@@ -117,6 +113,15 @@ async fn after_a_restart(query: Option<Duration>, wait: Duration) -> (Vec<(Kind,
     tokio::task::spawn_blocking(move || thread.join().unwrap())
         .await
         .unwrap();
+}
+
+/// What B's application got after A's crash and restart, within `wait`, and B's count of
+/// runs drained.
+async fn after_a_restart(query: Option<Duration>, wait: Duration) -> (Vec<(Kind, Vec<u8>)>, u64) {
+    let mut config = cfg();
+    config.flows.stall_query_after = query;
+    let mut b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
+    a_sends_then_crashes(&mut b).await;
     // A comes back without a journal, and sends nothing more on the channel.
     let a = bind(A, UdpSocket::bind("127.0.0.1:0").await.unwrap(), cfg()).await;
     a.add_peer(B, b.local_addr());
@@ -201,16 +206,7 @@ async fn questions_to_a_sender_that_never_answers_do_not_pile_up() {
     let mut config = cfg();
     config.flows.stall_query_after = Some(Duration::from_millis(50));
     let mut b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
-    let a = crashing_sender(b.local_addr());
-    let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
-    assert_eq!(&m.payload[..], b"number zero");
-    timeout(LIMIT, a.sent).await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    a.kill.send(()).unwrap();
-    let thread = a.thread;
-    tokio::task::spawn_blocking(move || thread.join().unwrap())
-        .await
-        .unwrap();
+    a_sends_then_crashes(&mut b).await;
     // Twenty looks with nobody to answer.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let asked = b.stats().await.unwrap().run_queries;
