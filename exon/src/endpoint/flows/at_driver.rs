@@ -641,6 +641,23 @@ impl Flows {
                 window: self.channel_window,
             });
         }
+        let stale = self.channel_actions(from, n, actions);
+        if stale
+            && !known
+            && place.seq != 0
+            && self.resets_sent.insert((from, n), place.run) != Some(place.run)
+        {
+            // The sender's run is unknown here: it should start a new one.
+            actions.push(Action::Reset { to: from, place });
+        }
+        Ok(())
+    }
+
+    /// What the steps channel `n` from `from` took say to do, in `actions`: messages and
+    /// gaps handed over in order (durable mode: their flow's position kept for their takes),
+    /// discards taken, stale ones (of a run not known here) handed over out of the order.
+    /// Returns whether any was stale.
+    fn channel_actions(&mut self, from: NodeId, n: u16, actions: &mut Vec<Action>) -> bool {
         let mut stale = false;
         for step in self.steps.drain(..) {
             if self.durable {
@@ -683,15 +700,7 @@ impl Flows {
                 }
             });
         }
-        if stale
-            && !known
-            && place.seq != 0
-            && self.resets_sent.insert((from, n), place.run) != Some(place.run)
-        {
-            // The sender's run is unknown here: it should start a new one.
-            actions.push(Action::Reset { to: from, place });
-        }
-        Ok(())
+        stale
     }
 
     /// Durable mode: number `seq` of channel `n` from `from`, released before a restart
@@ -926,23 +935,8 @@ impl Flows {
         self.overs += 1;
         r.drain(&mut self.steps);
         *r = Reorder::new();
-        for step in self.steps.drain(..) {
-            actions.push(match step {
-                Step::Stale {
-                    seq,
-                    item,
-                    gap: false,
-                } => {
-                    self.stale += 1;
-                    Action::Channel(ChannelOut::Stale {
-                        channel: n,
-                        seq,
-                        held: item,
-                    })
-                }
-                other => Action::Take(step_item(other).id),
-            });
-        }
+        // Every step of a drain is stale: messages out of the order, gaps taken.
+        self.channel_actions(from, n, actions);
     }
 
     pub(crate) fn on_reset(&mut self, from: NodeId, place: Place, actions: &mut Vec<Action>) {
