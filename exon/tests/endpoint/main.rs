@@ -26,5 +26,6 @@ mod recovered_calls;
 mod rpc;
 mod shards;
 mod stranded_runs;
+mod stranded_streams;
 mod streams;
 mod tower_stack;

@@ -20,12 +20,12 @@ const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 const CHANNEL: u16 = 6;
 /// The payload of number 1, which never arrives.
-const MISSING: &[u8] = b"number one, never to arrive";
+pub(super) const MISSING: &[u8] = b"number one, never to arrive";
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// Loopback, dropping every datagram that carries [`MISSING`] (plaintext: payloads travel
 /// in the clear), until `.1` if given.
-struct Dropping(UdpSocket, Option<std::time::Instant>);
+pub(super) struct Dropping(pub(super) UdpSocket, pub(super) Option<std::time::Instant>);
 
 impl DatagramSocket for Dropping {
     async fn send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
@@ -45,7 +45,11 @@ impl DatagramSocket for Dropping {
     }
 }
 
-async fn bind<S: DatagramSocket>(id: NodeId, socket: S, config: EndpointConfig) -> Endpoint {
+pub(super) async fn bind<S: DatagramSocket>(
+    id: NodeId,
+    socket: S,
+    config: EndpointConfig,
+) -> Endpoint {
     Endpoint::builder(id)
         .security(Security::InsecurePlaintext)
         .config(config)
@@ -54,16 +58,36 @@ async fn bind<S: DatagramSocket>(id: NodeId, socket: S, config: EndpointConfig) 
 }
 
 /// A sender that will crash: told when its messages are sent, and when to crash.
-struct Crashing {
+pub(super) struct Crashing {
     sent: tokio::sync::oneshot::Receiver<()>,
     kill: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
 }
 
-/// Node A on a thread and runtime of its own: sends numbers 0 (and waits for its
-/// acknowledgement), 1 (never arrives), 2 and 3 on the channel to B at `b`, then stops as a
-/// crash does (its runtime dropped: no close, nothing sent again) when told.
-fn crashing_sender(b: SocketAddr) -> Crashing {
+impl Crashing {
+    /// Once A's messages are sent and have had time to arrive (and wait, behind the one
+    /// lost), A crashes: returns when it is gone.
+    pub(super) async fn crash(self) {
+        timeout(LIMIT, self.sent).await.unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.kill.send(()).unwrap();
+        let thread = self.thread;
+        tokio::task::spawn_blocking(move || thread.join().unwrap())
+            .await
+            .unwrap();
+    }
+}
+
+/// Node A on a thread and runtime of its own, its peer B at `b`: `work` sends (every
+/// datagram carrying [`MISSING`] is lost) and returns what it keeps; A then runs (sending
+/// `MISSING` again, in vain) until told to crash, and stops as a crash does: its runtime
+/// dropped mid-flight, no close, no destructor of what `work` kept.
+pub(super) fn crashing<F, Fut, T>(b: SocketAddr, work: F) -> Crashing
+where
+    F: FnOnce(Endpoint) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = T>,
+    T: 'static,
+{
     let (sent_tx, sent_rx) = tokio::sync::oneshot::channel();
     let (kill_tx, kill_rx) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -75,20 +99,13 @@ fn crashing_sender(b: SocketAddr) -> Crashing {
             let sock = Dropping(UdpSocket::bind("127.0.0.1:0").await.unwrap(), None);
             let a = bind(A, sock, cfg()).await;
             a.add_peer(B, b);
-            let ch = a.handle().channel(B, CHANNEL).unwrap();
-            let first = ch.send(&b"number zero"[..]).await.unwrap();
-            timeout(LIMIT, first).await.unwrap().unwrap();
-            for body in [MISSING, &b"number two"[..], &b"number three"[..]] {
-                drop(ch.send(body).await.unwrap());
-            }
+            let kept = work(a).await;
             sent_tx.send(()).unwrap();
-            // Runs (sending number 1 again, in vain) until the crash.
             tokio::task::spawn_blocking(move || kill_rx.recv())
                 .await
                 .ok();
-            drop(a);
+            std::mem::forget(kept);
         });
-        // The runtime goes with its driver mid-flight.
         drop(rt);
     });
     Crashing {
@@ -98,6 +115,20 @@ fn crashing_sender(b: SocketAddr) -> Crashing {
     }
 }
 
+/// A sends numbers 0 (and waits for its acknowledgement), 1 (never arrives), 2 and 3 on
+/// the channel to B at `b`, then crashes when told.
+fn crashing_sender(b: SocketAddr) -> Crashing {
+    crashing(b, |a| async move {
+        let ch = a.handle().channel(B, CHANNEL).unwrap();
+        let first = ch.send(&b"number zero"[..]).await.unwrap();
+        timeout(LIMIT, first).await.unwrap().unwrap();
+        for body in [MISSING, &b"number two"[..], &b"number three"[..]] {
+            drop(ch.send(body).await.unwrap());
+        }
+        (a, ch)
+    })
+}
+
 /// A sends numbers 0 to 3 on the channel to `b`, whose application gets 0 (taken, so
 /// acknowledged) while 2 and 3 wait held behind 1, and crashes.
 async fn a_sends_then_crashes(b: &mut Endpoint) {
@@ -105,14 +136,7 @@ async fn a_sends_then_crashes(b: &mut Endpoint) {
     let m = timeout(LIMIT, b.recv()).await.unwrap().unwrap();
     assert_eq!(&m.payload[..], b"number zero");
     assert!(matches!(m.kind(), Kind::Channel { seq: 0, .. }));
-    timeout(LIMIT, a.sent).await.unwrap().unwrap();
-    // Let 2 and 3 arrive and wait.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    a.kill.send(()).unwrap();
-    let thread = a.thread;
-    tokio::task::spawn_blocking(move || thread.join().unwrap())
-        .await
-        .unwrap();
+    a.crash().await;
 }
 
 /// What B's application got after A's crash and restart, within `wait`, and B's count of
@@ -159,20 +183,26 @@ async fn without_the_question_what_the_forgotten_run_left_stays_held() {
     assert_eq!(overs, 0);
 }
 
-/// A live sender is asked about its stalled run again and again, and never says it is
-/// over: when its missing number finally arrives, the channel goes on in order, nothing
-/// handed over out of it.
-#[tokio::test]
-async fn a_live_senders_stalled_run_is_asked_about_and_kept_in_order() {
+/// A (sending) and B (asking every 50 ms), live: every datagram of A's that carries
+/// [`MISSING`] is lost for 1.5 s (thirty of B's intervals), so B asks A about its run.
+pub(super) async fn live_pair() -> (Endpoint, Endpoint) {
     let mut config = cfg();
     config.flows.stall_query_after = Some(Duration::from_millis(50));
-    let mut b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
-    // Number 1 lost for 1.5 s (thirty of B's intervals): B asks A about its run.
+    let b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
     let until = std::time::Instant::now() + Duration::from_millis(1500);
     let sock = Dropping(UdpSocket::bind("127.0.0.1:0").await.unwrap(), Some(until));
     let a = bind(A, sock, cfg()).await;
     a.add_peer(B, b.local_addr());
     b.add_peer(A, a.local_addr());
+    (a, b)
+}
+
+/// A live sender is asked about its stalled run again and again, and never says it is
+/// over: when its missing number finally arrives, the channel goes on in order, nothing
+/// handed over out of it.
+#[tokio::test]
+async fn a_live_senders_stalled_run_is_asked_about_and_kept_in_order() {
+    let (a, mut b) = live_pair().await;
     let ch = a.handle().channel(B, CHANNEL).unwrap();
     let sender = tokio::spawn(async move {
         let first = ch.send(&b"number zero"[..]).await.unwrap();

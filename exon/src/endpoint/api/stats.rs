@@ -89,12 +89,13 @@ counters! {
         /// endpoint's window (a sender that ignores the window it was told): held untaken
         /// for their turn like any message ahead of it, never taken and dropped.
         pub beyond_window: u64 [sum],
-        /// Questions sent to channels' senders about runs stalled here
+        /// Questions sent to the senders of channels and streams about runs stalled here
         /// ([`FlowConfig::stall_query_after`](crate::endpoint::FlowConfig::stall_query_after)).
         pub run_queries: u64 [sum],
-        /// Runs of channels to this endpoint drained on their sender's answer that they are
-        /// over (it restarted without a journal): what was held of them went out
-        /// [`Kind::Unordered`](crate::endpoint::Kind::Unordered).
+        /// Runs of channels and streams to this endpoint ended on their sender's answer that
+        /// they are over (it restarted without a journal): what a channel held of one went
+        /// out [`Kind::Unordered`](crate::endpoint::Kind::Unordered), a stream broke with
+        /// `ConnectionReset`.
         pub runs_over: u64 [sum],
         /// Channel messages left undelivered because
         /// [`FlowConfig::max_channels`](crate::endpoint::FlowConfig::max_channels) channels were known,

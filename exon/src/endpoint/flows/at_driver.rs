@@ -72,6 +72,9 @@ pub(crate) struct OrderedShared {
     durable: bool,
     /// Durable mode: the sending sides of channels recovered at bind, until made again.
     resumed: Mutex<HashMap<(NodeId, u16), ResumedOut>>,
+    /// Durable mode: the runs of the streams' sending sides recovered at bind (a stream
+    /// goes on in the run it had: its chunks may still come).
+    resumed_stream_runs: Mutex<HashMap<StreamKey, u32>>,
     /// Durable mode, `Rules::reserve_flow_marks`: the room for flows' marks.
     slots: Option<MarkSlots>,
 }
@@ -115,6 +118,7 @@ impl OrderedShared {
             slots: (resumed.is_some() && rules.reserve_flow_marks)
                 .then(|| MarkSlots::new(max_marks)),
             resumed: Mutex::new(resumed.unwrap_or_default()),
+            resumed_stream_runs: Mutex::default(),
         })
     }
 
@@ -182,6 +186,15 @@ impl OrderedShared {
         let mut ids = self.recovered_ids.lock().unwrap_or_else(|p| p.into_inner());
         ids.extend(streams.keys().filter(|k| k.2).map(|k| k.1));
         drop(ids);
+        let mut runs = self
+            .resumed_stream_runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for (key, s) in &streams {
+            if let Some(o) = &s.out {
+                runs.insert(*key, o.resume.pos.run);
+            }
+        }
         resume::make_streams(streams, inbox, out)
     }
 
@@ -234,6 +247,21 @@ impl OrderedShared {
                 return id;
             }
         }
+    }
+
+    /// Whether run `run` of stream `key` (this endpoint's sending side of it) is one of this
+    /// endpoint's, whose chunks may still be sent: this endpoint's run, or the run of the
+    /// stream's sending side its journal recovered (durable mode). Any other is of an
+    /// earlier run of the endpoint, which forgot the stream (no journal).
+    pub(crate) fn has_stream_run(&self, key: StreamKey, run: u32) -> bool {
+        if run == self.run {
+            return true;
+        }
+        let runs = self
+            .resumed_stream_runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        runs.get(&key) == Some(&run)
     }
 
     /// The sender of channel `n` to `to`, made by `make` the first time.
@@ -393,7 +421,8 @@ pub(crate) struct Flows {
     /// Durable mode: channels resumed at bind whose senders have not been told this
     /// receiver's window since (they are at their first arrival).
     unadvertised: std::collections::HashSet<(NodeId, u16)>,
-    /// Channels holding messages ahead of their turn, watched for a run that stopped.
+    /// Channels and streams holding messages ahead of their turn, watched for a run that
+    /// stopped.
     stalls: Option<Stalls>,
     /// Counters: queries sent about stalled runs, and runs drained on their sender's
     /// answer that they are over.
@@ -565,7 +594,7 @@ impl Flows {
         match place.flow {
             Flow::Channel(n) => self.on_channel(now, from, n, place, arrival, actions),
             Flow::Stream { id, opener_sent } => {
-                self.on_stream(from, id, !opener_sent, place, arrival, actions);
+                self.on_stream(now, from, (id, !opener_sent), place, arrival, actions);
                 Ok(())
             }
         }
@@ -628,7 +657,7 @@ impl Flows {
         if r.held() > 0 {
             // Held ahead of its turn: watched for a run that stalls.
             if let Some(s) = self.stalls.as_mut() {
-                s.holds(now, (from, n));
+                s.holds(now, (from, Flow::Channel(n)));
             }
         }
         let resumed = self.unadvertised.remove(&(from, n));
@@ -731,44 +760,16 @@ impl Flows {
 
     fn on_stream(
         &mut self,
+        now: Instant,
         from: NodeId,
-        id: u64,
-        mine: bool,
+        (id, mine): (u64, bool),
         place: Place,
         arrival: Arrival<Held>,
         actions: &mut Vec<Action>,
     ) {
         let key = (from, id, mine);
-        if !self.streams.contains_key(&key) {
-            let Arrival::Message { item, last } = arrival else {
-                // A gap of an unknown stream: the stream was aborted.
-                actions.push(Action::Take(item_of(arrival).id));
-                return;
-            };
-            if !mine && place.seq == 0 {
-                // A new stream: the driver makes it, or refuses it.
-                actions.push(Action::NewStream {
-                    peer: from,
-                    id,
-                    first: place,
-                    held: item,
-                    last,
-                });
-                return;
-            }
-            actions.push(Action::Take(item.id));
-            self.resets += 1;
-            actions.push(Action::Reset {
-                to: from,
-                place: Place {
-                    flow: place.flow.reversed(),
-                    run: place.run,
-                    seq: 0,
-                },
-            });
-            return;
-        }
         let Some(s) = self.streams.get_mut(&key) else {
+            self.on_unknown_stream(from, (id, mine), place, arrival, actions);
             return;
         };
         let window = u64::from(self.stream_window.messages.max(1));
@@ -786,6 +787,12 @@ impl Flows {
         }
         s.reorder
             .on_arrival(place.run, place.seq, arrival, &mut self.steps);
+        if s.reorder.held() > 0 {
+            // Held ahead of its turn: watched for a run that stalls, as a channel's.
+            if let Some(stalls) = self.stalls.as_mut() {
+                stalls.holds(now, (from, place.flow));
+            }
+        }
         if self.advertise && !known && s.reorder.run() == Some(place.run) {
             // The peer's first chunk of a stream this endpoint opened: its writing
             // starts, tell it this receiver's window.
@@ -826,6 +833,44 @@ impl Flows {
                 self.keep_awaiting(key, &s.out);
             }
         }
+    }
+
+    /// A chunk of stream `id` from `from` that has no receiving side here: a new stream's
+    /// first (the driver makes it, or refuses it), else taken and the stream reset at its
+    /// peer (it was aborted here, or this endpoint restarted since).
+    fn on_unknown_stream(
+        &mut self,
+        from: NodeId,
+        (id, mine): (u64, bool),
+        place: Place,
+        arrival: Arrival<Held>,
+        actions: &mut Vec<Action>,
+    ) {
+        let Arrival::Message { item, last } = arrival else {
+            // A gap of an unknown stream: the stream was aborted.
+            actions.push(Action::Take(item_of(arrival).id));
+            return;
+        };
+        if !mine && place.seq == 0 {
+            actions.push(Action::NewStream {
+                peer: from,
+                id,
+                first: place,
+                held: item,
+                last,
+            });
+            return;
+        }
+        actions.push(Action::Take(item.id));
+        self.resets += 1;
+        actions.push(Action::Reset {
+            to: from,
+            place: Place {
+                flow: place.flow.reversed(),
+                run: place.run,
+                seq: 0,
+            },
+        });
     }
 
     /// Keeps a stream's sending side findable by its peer's window once its receiving side
@@ -877,28 +922,34 @@ impl Flows {
     }
 
     /// A stream's abort from its peer.
-    /// When to look for channels whose run stalled, if any holds messages.
+    /// When to look for flows whose run stalled, if any holds messages.
     pub(crate) fn next_stall_look(&self) -> Option<Instant> {
         self.stalls.as_ref().and_then(Stalls::next_look)
     }
 
-    /// Asks the senders of the channels that held messages ahead of their turn without
-    /// moving for a whole interval whether their runs still live (at most one question
-    /// per channel and interval).
+    /// Asks the senders of the flows (channels and streams) that held messages ahead of
+    /// their turn without moving for a whole interval whether their runs still live (at
+    /// most one question per flow and interval).
     pub(crate) fn look_at_stalls(&mut self, now: Instant, actions: &mut Vec<Action>) {
         let Some(stalls) = self.stalls.as_mut() else {
             return;
         };
-        let channels = &self.channels;
-        let stalled = stalls.look(now, |key| {
-            let r = channels.get(&key).filter(|r| r.held() > 0)?;
+        let (channels, streams) = (&self.channels, &self.streams);
+        let stalled = stalls.look(now, |(from, flow)| {
+            let r = match flow {
+                Flow::Channel(n) => channels.get(&(from, n)),
+                Flow::Stream { id, opener_sent } => {
+                    streams.get(&(from, id, !opener_sent)).map(|s| &s.reorder)
+                }
+            };
+            let r = r.filter(|r| r.held() > 0)?;
             Some((r.run()?, r.next()))
         });
-        for ((from, n), (run, next)) in stalled {
+        for ((from, flow), (run, next)) in stalled {
             self.queries += 1;
-            let flow = Flow::Channel(n);
+            // Named as the query's receiver, the flow's sender, sees it.
             let place = Place {
-                flow,
+                flow: flow.reversed(),
                 run,
                 seq: next,
             };
@@ -906,25 +957,47 @@ impl Flows {
         }
     }
 
-    /// `from`, the receiver of this endpoint's channel `place.flow`, asks whether run
+    /// `from`, the receiver of this endpoint's flow `place.flow`, asks whether run
     /// `place.run` still lives: the answer is that it is over if this endpoint never had
     /// it (an earlier run of this endpoint's did); else none (it lives: its missing
     /// numbers are being sent, and the receiver asks again if they do not come).
     pub(crate) fn on_query(&mut self, from: NodeId, place: Place, actions: &mut Vec<Action>) {
-        let Flow::Channel(n) = place.flow else {
-            return;
+        let had = match place.flow {
+            Flow::Channel(n) => self.shared.has_channel_run(from, n, place.run),
+            Flow::Stream { id, opener_sent } => self
+                .shared
+                .has_stream_run((from, id, !opener_sent), place.run),
         };
-        if !self.shared.has_channel_run(from, n, place.run) {
+        if !had {
+            let place = Place {
+                flow: place.flow.reversed(),
+                ..place
+            };
             actions.push(Action::Over { to: from, place });
         }
     }
 
-    /// `from`, the sender of channel `place.flow`, says its run `place.run` is over: what
-    /// this receiver holds of it is handed over out of order, and the run forgotten (a
-    /// late message of it is then of a run not known here, released out of order too).
+    /// `from`, the sender of flow `place.flow`, says its run `place.run` is over. A
+    /// channel: what this receiver holds of it is handed over out of order, and the run
+    /// forgotten (a late message of it is then of a run not known here, released out of
+    /// order too). A stream: it cannot go on (its missing chunks never come), so it breaks
+    /// as at a reset and what it held is taken.
     pub(crate) fn on_over(&mut self, from: NodeId, place: Place, actions: &mut Vec<Action>) {
-        let Flow::Channel(n) = place.flow else {
-            return;
+        let n = match place.flow {
+            Flow::Channel(n) => n,
+            Flow::Stream { id, opener_sent } => {
+                let key = (from, id, !opener_sent);
+                let Some(s) = self.streams.get(&key) else {
+                    return;
+                };
+                if s.reorder.run() != Some(place.run) {
+                    return;
+                }
+                self.overs += 1;
+                s.out.break_with(Broken::Reset);
+                self.forget(from, id, !opener_sent, actions);
+                return;
+            }
         };
         let Some(r) = self.channels.get_mut(&(from, n)) else {
             return;
@@ -1253,23 +1326,7 @@ mod tests {
     #[test]
     fn a_durable_senders_recovered_run_lives_before_its_channel_is_made_again() {
         let recovered = 0x5eed_u32;
-        let pos = crate::ordered::position::SendPosition {
-            run: recovered,
-            next: 9,
-            offset: 0,
-            peer_window: None,
-            ended: false,
-            base: 9,
-        };
-        let out = resume::ResumedOut {
-            resume: crate::endpoint::flows::out::Resume {
-                pos,
-                unsettled: Vec::new(),
-                chunks: Vec::new(),
-            },
-            pending: Arc::default(),
-        };
-        let resumed = HashMap::from([((PEER, 3), out)]);
+        let resumed = HashMap::from([((PEER, 3), resumed_out(recovered))]);
         let config = FlowConfig::default();
         let shared =
             OrderedShared::new_durable(mpsc::channel(1).0, config, Rules::ALL, Some(resumed), 64);
@@ -1284,6 +1341,82 @@ mod tests {
         assert!(actions.is_empty(), "its recovered run lives");
         f.on_query(PEER, place(recovered ^ 1), &mut actions);
         assert_eq!(kinds(&actions), ["over"]);
+    }
+
+    /// A flow's sending side as a durable endpoint's journal recovers it, in run `run`.
+    fn resumed_out(run: u32) -> resume::ResumedOut {
+        let pos = crate::ordered::position::SendPosition {
+            run,
+            next: 9,
+            offset: 0,
+            peer_window: None,
+            ended: false,
+            base: 9,
+        };
+        resume::ResumedOut {
+            resume: crate::endpoint::flows::out::Resume {
+                pos,
+                unsettled: Vec::new(),
+                chunks: Vec::new(),
+            },
+            pending: Arc::default(),
+        }
+    }
+
+    /// As a stream's writer, this endpoint calls a run over only if it never had it: its
+    /// own run, and (durable mode) the run of a stream its journal recovered, live.
+    #[test]
+    fn a_writer_calls_over_only_a_stream_run_it_never_had() {
+        let recovered = 0x5eed_u32;
+        let shared = OrderedShared::new_durable(
+            mpsc::channel(1).0,
+            FlowConfig::default(),
+            Rules::ALL,
+            Some(HashMap::new()),
+            64,
+        );
+        // A stream this endpoint opened before its restart, recovered with its run.
+        let streams = HashMap::from([(
+            (PEER, 11, true),
+            ResumedStream {
+                out: Some(resumed_out(recovered)),
+                recv: None,
+            },
+        )]);
+        let (tx, _rx) = crate::endpoint::driver::mailbox::mailbox();
+        let driver = || -> Box<dyn Submit> { Box::new(tx.downgrade()) };
+        let parts = shared.make_streams(streams, driver, &Arc::new(Shared::for_test()));
+        assert_eq!(parts.len(), 1);
+        let own = shared.run();
+        let mut f = Flows::new(shared);
+        // Named as the writer (the query's receiver) sees it: it opened stream 11.
+        let place = |id, run| Place {
+            flow: Flow::Stream {
+                id,
+                opener_sent: false,
+            },
+            run,
+            seq: 4,
+        };
+        let mut actions = Vec::new();
+        f.on_query(PEER, place(11, recovered), &mut actions);
+        f.on_query(PEER, place(12, own), &mut actions);
+        assert!(actions.is_empty(), "its recovered run and its own live");
+        f.on_query(PEER, place(12, recovered), &mut actions);
+        f.on_query(PEER, place(11, own ^ recovered ^ 1), &mut actions);
+        let overs: Vec<Flow> = actions
+            .iter()
+            .map(|a| match a {
+                Action::Over { place, .. } => place.flow,
+                _ => panic!("not an over"),
+            })
+            .collect();
+        // Named back as the reader sees it: the writer opened it.
+        let read = |id| Flow::Stream {
+            id,
+            opener_sent: true,
+        };
+        assert_eq!(overs, [read(12), read(11)]);
     }
 
     /// Without the question (`stall_query_after: None`), a stalled run is never asked

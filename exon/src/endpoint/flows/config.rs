@@ -46,13 +46,14 @@ pub struct FlowConfig {
     /// Channels (sender and number) a driver shard keeps order for; a message on a further
     /// one is held undelivered. Default 65536.
     pub max_channels: usize,
-    /// How long a channel may hold messages ahead of their turn without its next number
-    /// coming before its receiver asks the sender whether the run still lives
-    /// (`docs/channels.md`, "Restarts"). A sender that restarted without a journal answers
-    /// that the run is over, and what is held of it is handed over out of order
-    /// ([`Kind::Unordered`](crate::endpoint::Kind::Unordered)); a live one does not, and is
-    /// asked again an interval later. Default 5 s; `None`: never asked (what a restarted
-    /// sender left held stays held).
+    /// How long a channel or a stream may hold messages (chunks) ahead of their turn
+    /// without its next number coming before its receiver asks the sender whether the run
+    /// still lives (`docs/channels.md`, "Restarts"). A sender that restarted without a
+    /// journal answers that the run is over: what a channel held of it is handed over out of
+    /// order ([`Kind::Unordered`](crate::endpoint::Kind::Unordered)), and a stream breaks
+    /// (`ConnectionReset`); a live sender does not, and is asked again an interval later.
+    /// Default 5 s; `None`: never asked (what a restarted sender left held stays held, and
+    /// its stream's reader waits).
     pub stall_query_after: Option<std::time::Duration>,
 }
 

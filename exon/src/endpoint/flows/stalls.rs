@@ -1,6 +1,7 @@
-//! A receiver's channels that hold messages ahead of their turn and stop moving: their
-//! senders are asked whether the run still lives (`Envelope::Query`), and a run its sender
-//! says is over (`Envelope::Over`: it restarted without a journal) is drained.
+//! A receiver's flows (channels and streams) that hold messages ahead of their turn and stop
+//! moving: their senders are asked whether the run still lives (`Envelope::Query`), and a
+//! run its sender says is over (`Envelope::Over`: it restarted without a journal) is
+//! drained (a channel's) or broken (a stream's).
 //!
 //! The time here only decides when to ask; the answer comes from the sender, which knows
 //! its runs: a live sender never calls its own run over, and a durable one keeps the runs it
@@ -9,26 +10,27 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::envelope::Flow;
 use crate::proto::NodeId;
 
-/// A channel as its receiver keys it: the sender and the channel's number.
-pub(crate) type ChannelKey = (NodeId, u16);
+/// A flow as its receiver keys it: the sender and the flow as the receiver names it (a
+/// stream's `opener_sent` says whether the sender opened it).
+pub(crate) type FlowKey = (NodeId, Flow);
 
-/// Where a channel's order stands: its run and the next number due.
+/// Where a flow's order stands: its run and the next number due.
 pub(crate) type Standing = (u32, u64);
 
-/// The channels holding messages ahead of their turn, and where each stood at the last
-/// look.
+/// The flows holding messages ahead of their turn, and where each stood at the last look.
 #[derive(Debug)]
 pub(crate) struct Stalls {
-    /// How long a channel may hold messages without its next number coming before its
+    /// How long a flow may hold messages without its next number coming before its
     /// sender is asked about the run.
     after: Duration,
-    /// The next look, while some channel holds messages.
+    /// The next look, while some flow holds messages.
     at: Option<Instant>,
-    /// Channels that held messages at the last arrival or look, and where they stood at
-    /// the last look (`None`: not looked at yet).
-    holding: HashMap<ChannelKey, Option<Standing>, foldhash::fast::RandomState>,
+    /// Flows that held messages at the last arrival or look, and where they stood at the
+    /// last look (`None`: not looked at yet).
+    holding: HashMap<FlowKey, Option<Standing>, foldhash::fast::RandomState>,
 }
 
 impl Stalls {
@@ -41,28 +43,27 @@ impl Stalls {
         }
     }
 
-    /// Channel `key` holds messages ahead of their turn (an arrival left it so at `now`).
-    pub(crate) fn holds(&mut self, now: Instant, key: ChannelKey) {
+    /// Flow `key` holds messages ahead of their turn (an arrival left it so at `now`).
+    pub(crate) fn holds(&mut self, now: Instant, key: FlowKey) {
         self.holding.entry(key).or_insert(None);
         if self.at.is_none() {
             self.at = now.checked_add(self.after);
         }
     }
 
-    /// When to look next, if any channel holds messages.
+    /// When to look next, if any flow holds messages.
     pub(crate) fn next_look(&self) -> Option<Instant> {
         self.at
     }
 
-    /// Looks at the channels holding messages, if it is time at `now`: `standing` says
-    /// where one stands (`None`: it holds nothing now, or is gone). Returns the channels
-    /// that stood still since the last look (their senders are to be asked) with where
-    /// they stand.
+    /// Looks at the flows holding messages, if it is time at `now`: `standing` says where
+    /// one stands (`None`: it holds nothing now, or is gone). Returns the flows that stood
+    /// still since the last look (their senders are to be asked) with where they stand.
     pub(crate) fn look(
         &mut self,
         now: Instant,
-        standing: impl Fn(ChannelKey) -> Option<Standing>,
-    ) -> Vec<(ChannelKey, Standing)> {
+        standing: impl Fn(FlowKey) -> Option<Standing>,
+    ) -> Vec<(FlowKey, Standing)> {
         if self.at.is_none_or(|at| at > now) {
             return Vec::new();
         }
@@ -92,6 +93,17 @@ mod tests {
 
     const A: NodeId = NodeId::from_const(5);
 
+    fn ch(n: u16) -> FlowKey {
+        (A, Flow::Channel(n))
+    }
+
+    fn number(k: FlowKey) -> u16 {
+        match k.1 {
+            Flow::Channel(n) => n,
+            Flow::Stream { .. } => 0,
+        }
+    }
+
     /// A channel is reported only once it stood still over a whole interval; one that
     /// moved, or holds nothing any more, is not; the looks stop when nothing is held.
     #[test]
@@ -100,10 +112,10 @@ mod tests {
         let every = Duration::from_secs(5);
         let mut s = Stalls::new(every);
         assert_eq!(s.next_look(), None);
-        s.holds(t0, (A, 1));
-        s.holds(t0, (A, 2));
+        s.holds(t0, ch(1));
+        s.holds(t0, ch(2));
         assert_eq!(s.next_look(), Some(t0 + every));
-        let standing = |k: ChannelKey| match k.1 {
+        let standing = |k: FlowKey| match number(k) {
             1 => Some((7, 3)),
             _ => Some((7, 10)),
         };
@@ -113,14 +125,14 @@ mod tests {
             "first look: no before"
         );
         // Channel 2 moved on; channel 1 did not.
-        let second = |k: ChannelKey| match k.1 {
+        let second = |k: FlowKey| match number(k) {
             1 => Some((7, 3)),
             _ => Some((7, 11)),
         };
-        assert_eq!(s.look(t0 + 2 * every, second), [((A, 1), (7, 3))]);
+        assert_eq!(s.look(t0 + 2 * every, second), [(ch(1), (7, 3))]);
         // Channel 2 holds nothing now; channel 1 still stands: asked again.
-        let third = |k: ChannelKey| (k.1 == 1).then_some((7, 3));
-        assert_eq!(s.look(t0 + 3 * every, third), [((A, 1), (7, 3))]);
+        let third = |k: FlowKey| (number(k) == 1).then_some((7, 3));
+        assert_eq!(s.look(t0 + 3 * every, third), [(ch(1), (7, 3))]);
         assert!(s.look(t0 + 4 * every, |_| None).is_empty());
         assert_eq!(s.next_look(), None, "nothing held: no more looks");
     }
