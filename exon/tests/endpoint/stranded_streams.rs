@@ -123,3 +123,56 @@ async fn a_live_writers_stalled_stream_is_asked_about_and_goes_on() {
     assert!(stats.run_queries >= 2, "asked {} times", stats.run_queries);
     assert_eq!(stats.runs_over, 0);
 }
+
+/// A writer crashes with nothing of its stream missing at its reader (no stall: the reader
+/// has read every chunk and waits for more). When it comes back without a journal and opens
+/// a new stream, the reader asks about the old one's run (`query` off: it does not), and
+/// the old stream breaks with `ConnectionReset`, the new one goes on.
+async fn a_restarted_writer_opens_a_new_stream(query: Option<Duration>) -> Option<ErrorKind> {
+    let mut config: EndpointConfig = cfg();
+    config.flows.stall_query_after = query;
+    let mut b = bind(B, UdpSocket::bind("127.0.0.1:0").await.unwrap(), config).await;
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel();
+    let a = crashing(b.local_addr(), |a| async move {
+        let mut w = a.handle().open_stream(B).unwrap();
+        w.write_all(FIRST).await.unwrap();
+        w.flush().await.unwrap();
+        timeout(LIMIT, read_rx).await.unwrap().unwrap();
+        (a, w)
+    });
+    let mut old = read_first(&mut b, read_tx).await;
+    a.crash().await;
+    let a = bind(A, UdpSocket::bind("127.0.0.1:0").await.unwrap(), cfg()).await;
+    a.add_peer(B, b.local_addr());
+    b.add_peer(A, a.local_addr());
+    let mut w = a.handle().open_stream(B).unwrap();
+    w.write_all(LATER[0]).await.unwrap();
+    w.shutdown().await.unwrap();
+    let mut new = timeout(LIMIT, b.accept_stream()).await.unwrap().unwrap();
+    let mut got = Vec::new();
+    timeout(LIMIT, new.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, LATER[0]);
+    let mut buf = [0u8; 64];
+    let got = match timeout(Duration::from_secs(2), old.read(&mut buf)).await {
+        Err(_) => None,
+        Ok(Ok(n)) => panic!("read {:?} from a forgotten stream", &buf[..n]),
+        Ok(Err(e)) => Some(e.kind()),
+    };
+    timeout(LIMIT, w.finished()).await.unwrap().unwrap();
+    got
+}
+
+#[tokio::test]
+async fn a_stream_its_writer_forgot_breaks_when_the_writer_comes_back_with_another() {
+    let got = a_restarted_writer_opens_a_new_stream(Some(Duration::from_millis(200))).await;
+    assert_eq!(got, Some(ErrorKind::ConnectionReset));
+}
+
+#[tokio::test]
+async fn without_the_question_a_stream_its_writer_forgot_waits() {
+    let got = a_restarted_writer_opens_a_new_stream(None).await;
+    assert_eq!(got, None);
+}

@@ -38,6 +38,9 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// payload's inline head ([`HEAD_MAX`](crate::proto::HEAD_MAX)), so no chunk is copied.
 /// Ids start at a random point below half of it: 2^27 streams before they wrap.
 const STREAM_IDS: u64 = 1 << 28;
+/// Questions about a stream whose writer showed another run, while the stream stands still
+/// (see [`Flows::ask_about_other_runs`]).
+const SUSPECT_ASKS: u8 = 3;
 
 /// A stream opened by a peer, for [`Endpoint::accept_stream`](crate::endpoint::Endpoint::accept_stream).
 #[derive(Debug)]
@@ -336,6 +339,12 @@ struct RecvStream {
     reorder: Reorder<Held>,
     inbox: Arc<StreamIn>,
     out: Arc<FlowOut>,
+    /// The writer's run last asked about when the writer showed another run (see
+    /// [`Flows::ask_about_other_runs`]), and the questions about it left to ask while the
+    /// stream stands still (a question may be lost in doubt: the first goes to slots of the
+    /// writer's incarnation before its restart).
+    asked: Option<u32>,
+    asks_left: u8,
 }
 
 /// Where a channel's released message goes.
@@ -424,6 +433,10 @@ pub(crate) struct Flows {
     /// Channels and streams holding messages ahead of their turn, watched for a run that
     /// stopped.
     stalls: Option<Stalls>,
+    /// The run each peer last started a flow in (a new stream, a channel's new run), as
+    /// far as streams from it are open here: another one may be of a restart that forgot
+    /// them (pruned when it outgrows `max_streams`).
+    peer_runs: FastMap<NodeId, u32>,
     /// Counters: queries sent about stalled runs, and runs drained on their sender's
     /// answer that they are over.
     pub(crate) queries: u64,
@@ -455,6 +468,7 @@ impl Flows {
             positions: Positions::default(),
             unadvertised: Default::default(),
             stalls: c.stall_query_after.map(Stalls::new),
+            peer_runs: FastMap::default(),
             queries: 0,
             overs: 0,
         }
@@ -531,6 +545,8 @@ impl Flows {
             reorder,
             inbox,
             out,
+            asked: None,
+            asks_left: 0,
         };
         self.streams.insert(key, s);
     }
@@ -557,6 +573,8 @@ impl Flows {
             reorder: Reorder::new(),
             inbox,
             out,
+            asked: None,
+            asks_left: 0,
         };
         self.streams.insert((peer, id, true), s);
     }
@@ -661,6 +679,7 @@ impl Flows {
             }
         }
         let resumed = self.unadvertised.remove(&(from, n));
+        let started = !known && r.run() == Some(place.run);
         if self.advertise && (!known || resumed) && r.run() == Some(place.run) {
             // The sender's run starts here: tell it this receiver's window.
             actions.push(Action::Window {
@@ -678,6 +697,9 @@ impl Flows {
         {
             // The sender's run is unknown here: it should start a new one.
             actions.push(Action::Reset { to: from, place });
+        }
+        if started {
+            self.ask_about_other_runs(now, from, place.run, actions);
         }
         Ok(())
     }
@@ -769,7 +791,7 @@ impl Flows {
     ) {
         let key = (from, id, mine);
         let Some(s) = self.streams.get_mut(&key) else {
-            self.on_unknown_stream(from, (id, mine), place, arrival, actions);
+            self.on_unknown_stream(now, from, (id, mine), place, arrival, actions);
             return;
         };
         let window = u64::from(self.stream_window.messages.max(1));
@@ -793,7 +815,8 @@ impl Flows {
                 stalls.holds(now, (from, place.flow));
             }
         }
-        if self.advertise && !known && s.reorder.run() == Some(place.run) {
+        let started = !known && s.reorder.run() == Some(place.run);
+        if self.advertise && started {
             // The peer's first chunk of a stream this endpoint opened: its writing
             // starts, tell it this receiver's window.
             actions.push(Action::Window {
@@ -833,6 +856,9 @@ impl Flows {
                 self.keep_awaiting(key, &s.out);
             }
         }
+        if started {
+            self.ask_about_other_runs(now, from, run, actions);
+        }
     }
 
     /// A chunk of stream `id` from `from` that has no receiving side here: a new stream's
@@ -840,6 +866,7 @@ impl Flows {
     /// peer (it was aborted here, or this endpoint restarted since).
     fn on_unknown_stream(
         &mut self,
+        now: Instant,
         from: NodeId,
         (id, mine): (u64, bool),
         place: Place,
@@ -852,6 +879,7 @@ impl Flows {
             return;
         };
         if !mine && place.seq == 0 {
+            self.ask_about_other_runs(now, from, place.run, actions);
             actions.push(Action::NewStream {
                 peer: from,
                 id,
@@ -937,21 +965,80 @@ impl Flows {
         let (channels, streams) = (&self.channels, &self.streams);
         let stalled = stalls.look(now, |(from, flow)| {
             let r = match flow {
-                Flow::Channel(n) => channels.get(&(from, n)),
-                Flow::Stream { id, opener_sent } => {
-                    streams.get(&(from, id, !opener_sent)).map(|s| &s.reorder)
-                }
-            };
-            let r = r.filter(|r| r.held() > 0)?;
+                Flow::Channel(n) => channels.get(&(from, n)).filter(|r| r.held() > 0),
+                Flow::Stream { id, opener_sent } => streams
+                    .get(&(from, id, !opener_sent))
+                    .filter(|s| s.reorder.held() > 0 || s.asks_left > 0)
+                    .map(|s| &s.reorder),
+            }?;
             Some((r.run()?, r.next()))
         });
         for ((from, flow), (run, next)) in stalled {
+            if let Flow::Stream { id, opener_sent } = flow {
+                // A question about a writer's other run (none held) counts down.
+                let s = self.streams.get_mut(&(from, id, !opener_sent));
+                if let Some(s) = s.filter(|s| s.reorder.held() == 0) {
+                    s.asks_left = s.asks_left.saturating_sub(1);
+                }
+            }
             self.queries += 1;
             // Named as the query's receiver, the flow's sender, sees it.
             let place = Place {
                 flow: flow.reversed(),
                 run,
                 seq: next,
+            };
+            actions.push(Action::Query { to: from, place });
+        }
+    }
+
+    /// `from` started a flow in run `run` (a new stream, a channel's new run). If that is
+    /// another run than it last started one in, it may have restarted without a journal and
+    /// forgotten its streams to here, whose readers would then wait for ever when they hold
+    /// nothing (no stall to ask about): the writer of each stream from `from` of another
+    /// run is asked about it, once per run (it answers over only for a run it never had,
+    /// [`on_query`](Self::on_query), and a durable writer keeps the runs it resumed).
+    fn ask_about_other_runs(
+        &mut self,
+        now: Instant,
+        from: NodeId,
+        run: u32,
+        actions: &mut Vec<Action>,
+    ) {
+        let Some(stalls) = self.stalls.as_mut() else {
+            return;
+        };
+        if self.peer_runs.get(&from) == Some(&run) {
+            return;
+        }
+        if self.peer_runs.len() >= self.max_streams {
+            self.peer_runs.clear();
+        }
+        self.peer_runs.insert(from, run);
+        for (&(peer, id, mine), s) in self.streams.iter_mut() {
+            let Some(old) = s.reorder.run().filter(|&old| peer == from && old != run) else {
+                continue;
+            };
+            if s.asked == Some(old) {
+                continue;
+            }
+            // Asked now, and again at the looks while it stands still, twice at most.
+            s.asked = Some(old);
+            s.asks_left = SUSPECT_ASKS - 1;
+            let flow = Flow::Stream {
+                id,
+                opener_sent: !mine,
+            };
+            stalls.holds(now, (from, flow));
+            self.queries += 1;
+            // Named as the writer sees it, as a stalled stream's question.
+            let place = Place {
+                flow: Flow::Stream {
+                    id,
+                    opener_sent: mine,
+                },
+                run: old,
+                seq: s.reorder.next(),
             };
             actions.push(Action::Query { to: from, place });
         }
@@ -1083,6 +1170,8 @@ impl Flows {
                     reorder,
                     inbox,
                     out,
+                    asked: None,
+                    asks_left: 0,
                 },
             );
         }
@@ -1417,6 +1506,57 @@ mod tests {
             opener_sent: true,
         };
         assert_eq!(overs, [read(12), read(11)]);
+    }
+
+    /// A stream from a peer that then starts a flow in another run (it may have restarted
+    /// and forgotten the stream) is asked about, though it holds nothing: at once and at
+    /// the looks while it stands still, three times in all; the peer's later flows in the
+    /// same run ask nothing more.
+    #[test]
+    fn a_writers_other_run_has_its_idle_streams_asked_about_three_times() {
+        let mut f = flows(8);
+        let (out, _tx, _rx) = crate::endpoint::flows::out::tests::stream_of(None, 1000);
+        let inbox = Arc::new(StreamIn::new(Arc::new(Shared::for_test())));
+        f.register(PEER, 4, out, inbox);
+        let chunk = |f: &mut Flows, id, run, opener_sent, t| {
+            let place = Place {
+                flow: Flow::Stream { id, opener_sent },
+                run,
+                seq: 0,
+            };
+            let item = Held {
+                id: DeliveryId::for_test(PEER, id),
+                body: Bytes::from_static(b"c"),
+            };
+            let mut actions = Vec::new();
+            let arrival = Arrival::Message { item, last: false };
+            assert!(f.on_ordered(t, PEER, place, arrival, &mut actions).is_ok());
+            actions
+        };
+        // The peer writes on the stream this endpoint opened, in run 7: its window told.
+        assert_eq!(kinds(&chunk(&mut f, 4, 7, false, t0())), ["window"]);
+        // It opens a stream in run 9: asked about run 7 of stream 4 at once.
+        let actions = chunk(&mut f, 5, 9, true, t0());
+        assert_eq!(kinds(&actions), ["query", "stream"]);
+        let Action::Query { place, .. } = &actions[0] else {
+            unreachable!()
+        };
+        let named = Flow::Stream {
+            id: 4,
+            opener_sent: true,
+        };
+        assert_eq!((place.flow, place.run, place.seq), (named, 7, 1));
+        // Another stream in run 9 asks nothing more.
+        assert_eq!(kinds(&chunk(&mut f, 6, 9, true, t0())), ["stream"]);
+        let every = FlowConfig::default().stall_query_after.unwrap();
+        let mut asked = 1;
+        for k in 1..8 {
+            let mut actions = Vec::new();
+            f.look_at_stalls(t0() + k * every, &mut actions);
+            asked += kinds(&actions).iter().filter(|k| **k == "query").count();
+        }
+        assert_eq!(asked, 3);
+        assert_eq!(f.next_stall_look(), None, "no more looks");
     }
 
     /// Without the question (`stall_query_after: None`), a stalled run is never asked

@@ -52,8 +52,9 @@ pub struct FlowConfig {
     /// journal answers that the run is over: what a channel held of it is handed over out of
     /// order ([`Kind::Unordered`](crate::endpoint::Kind::Unordered)), and a stream breaks
     /// (`ConnectionReset`); a live sender does not, and is asked again an interval later.
-    /// Default 5 s; `None`: never asked (what a restarted sender left held stays held, and
-    /// its stream's reader waits).
+    /// A stream is also asked about when its writer's node starts a flow in another run
+    /// (it may have restarted), held chunks or not. Default 5 s; `None`: never asked (what
+    /// a restarted sender left held stays held, and its stream's reader waits).
     pub stall_query_after: Option<std::time::Duration>,
 }
 

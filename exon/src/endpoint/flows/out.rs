@@ -756,7 +756,7 @@ impl FlowVerdicts for FlowOut {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::endpoint::driver::command::Command;
     use crate::endpoint::driver::mailbox::{mailbox, MailboxRx, MailboxTx};
@@ -771,7 +771,7 @@ mod tests {
     }
 
     /// The same, with chunks of `chunk` bytes.
-    fn stream_of(
+    pub(crate) fn stream_of(
         deadline: Option<Duration>,
         chunk: usize,
     ) -> (Arc<FlowOut>, MailboxTx<Command>, MailboxRx<Command>) {
