@@ -48,7 +48,8 @@ def modgraph(base):
     g = collections.defaultdict(set)
     for m, f in mods.items():
         txt = open(f).read()
-        txt = re.split(r'#\[cfg\(test\)\]\s*mod tests', txt)[0]
+        # A test module, private or shared with other tests (`pub(crate) mod tests`).
+        txt = re.split(r'#\[cfg\(test\)\]\s*(?:pub(?:\(\w+\))?\s+)?mod tests', txt)[0]
         parent = m.rsplit('::', 1)[0] if '::' in m else ''
         for path in re.findall(r'\b((?:crate|super|self)(?:::\w+)+)', txt):
             parts = path.split('::')
