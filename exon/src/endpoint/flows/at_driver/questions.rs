@@ -342,44 +342,61 @@ mod tests {
         assert_eq!(overs, [read(12), read(11)]);
     }
 
+    /// A chunk of stream `id` from the peer (`opener_sent`: it opened the stream), number 0
+    /// of run `run`, at `t`: what the flows say to do.
+    fn chunk(f: &mut Flows, id: u64, run: u32, opener_sent: bool, t: Instant) -> Vec<Action> {
+        let place = Place {
+            flow: Flow::Stream { id, opener_sent },
+            run,
+            seq: 0,
+        };
+        let item = Held {
+            id: DeliveryId::for_test(PEER, id),
+            body: Bytes::from_static(b"c"),
+        };
+        let mut actions = Vec::new();
+        let arrival = Arrival::Message { item, last: false };
+        assert!(f.on_ordered(t, PEER, place, arrival, &mut actions).is_ok());
+        actions
+    }
+
+    /// Registers stream `id`, opened by this endpoint to the peer.
+    fn open(f: &mut Flows, id: u64) {
+        let (out, _tx, _rx) = crate::endpoint::flows::out::tests::stream_of(None, 1000);
+        let inbox = Arc::new(StreamIn::new(Arc::new(Shared::for_test())));
+        f.register(PEER, id, out, inbox);
+    }
+
+    /// Flows with stream 4, opened here, on which the peer wrote in run 7 (nothing held).
+    fn with_idle_stream() -> Flows {
+        let mut f = flows(8);
+        open(&mut f, 4);
+        // Its window is told to the writer, whose run starts.
+        assert_eq!(kinds(&chunk(&mut f, 4, 7, false, t0())), ["window"]);
+        f
+    }
+
+    /// The question about run 7 of stream 4, named as its writer sees it (this endpoint
+    /// opened it), at the next number due.
+    fn is_the_question_about_stream_4(a: &Action) -> bool {
+        let named = Flow::Stream {
+            id: 4,
+            opener_sent: true,
+        };
+        matches!(a, Action::Query { place, .. } if (place.flow, place.run, place.seq) == (named, 7, 1))
+    }
+
     /// A stream from a peer that then starts a flow in another run (it may have restarted
     /// and forgotten the stream) is asked about, though it holds nothing: at once and at
     /// the looks while it stands still, three times in all; the peer's later flows in the
     /// same run ask nothing more.
     #[test]
     fn a_writers_other_run_has_its_idle_streams_asked_about_three_times() {
-        let mut f = flows(8);
-        let (out, _tx, _rx) = crate::endpoint::flows::out::tests::stream_of(None, 1000);
-        let inbox = Arc::new(StreamIn::new(Arc::new(Shared::for_test())));
-        f.register(PEER, 4, out, inbox);
-        let chunk = |f: &mut Flows, id, run, opener_sent, t| {
-            let place = Place {
-                flow: Flow::Stream { id, opener_sent },
-                run,
-                seq: 0,
-            };
-            let item = Held {
-                id: DeliveryId::for_test(PEER, id),
-                body: Bytes::from_static(b"c"),
-            };
-            let mut actions = Vec::new();
-            let arrival = Arrival::Message { item, last: false };
-            assert!(f.on_ordered(t, PEER, place, arrival, &mut actions).is_ok());
-            actions
-        };
-        // The peer writes on the stream this endpoint opened, in run 7: its window told.
-        assert_eq!(kinds(&chunk(&mut f, 4, 7, false, t0())), ["window"]);
-        // It opens a stream in run 9: asked about run 7 of stream 4 at once.
+        let mut f = with_idle_stream();
+        // The peer opens a stream in run 9: asked about run 7 of stream 4 at once.
         let actions = chunk(&mut f, 5, 9, true, t0());
         assert_eq!(kinds(&actions), ["query", "stream"]);
-        let Action::Query { place, .. } = &actions[0] else {
-            unreachable!()
-        };
-        let named = Flow::Stream {
-            id: 4,
-            opener_sent: true,
-        };
-        assert_eq!((place.flow, place.run, place.seq), (named, 7, 1));
+        assert!(is_the_question_about_stream_4(&actions[0]));
         // Another stream in run 9 asks nothing more.
         assert_eq!(kinds(&chunk(&mut f, 6, 9, true, t0())), ["stream"]);
         let every = FlowConfig::default().stall_query_after.unwrap();
@@ -391,6 +408,21 @@ mod tests {
         }
         assert_eq!(asked, 3);
         assert_eq!(f.next_stall_look(), None, "no more looks");
+    }
+
+    /// The other run shows as well when the peer writes, in it, on another stream this
+    /// endpoint opened, or starts a channel's run in it.
+    #[test]
+    fn a_writers_other_run_shows_on_a_stream_opened_here_and_on_a_channel() {
+        let mut f = with_idle_stream();
+        open(&mut f, 8);
+        let actions = chunk(&mut f, 8, 9, false, t0());
+        assert_eq!(kinds(&actions), ["window", "query"]);
+        assert!(is_the_question_about_stream_4(&actions[1]));
+        let mut f = with_idle_stream();
+        let actions = arrive(&mut f, 9, 0);
+        assert_eq!(kinds(&actions), ["window", "message", "query"]);
+        assert!(is_the_question_about_stream_4(&actions[2]));
     }
 
     /// Without the question (`stall_query_after: None`), a stalled run is never asked
