@@ -16,6 +16,7 @@ use crate::endpoint::api::error::Error;
 use crate::endpoint::api::shared::Shared;
 use crate::endpoint::driver::outgoing::Submit;
 use crate::endpoint::flows::broken::Broken;
+use crate::endpoint::flows::by_peer::ByPeer;
 use crate::endpoint::flows::config::FlowConfig;
 use crate::endpoint::flows::out::{FlowOut, StreamOut};
 use crate::endpoint::flows::positions::{send_lane, stream_slots, Positions, StreamKey, Take};
@@ -394,7 +395,7 @@ pub(crate) struct Flows {
     shared: Arc<OrderedShared>,
     channels: FastMap<(NodeId, u16), Reorder<Held>>,
     /// Streams by peer, id, and whether this endpoint opened them.
-    streams: FastMap<(NodeId, u64, bool), RecvStream>,
+    streams: ByPeer<(u64, bool), RecvStream>,
     steps: Vec<Step<Held>>,
     max_channels: usize,
     max_streams: usize,
@@ -449,7 +450,7 @@ impl Flows {
         Flows {
             shared,
             channels: FastMap::default(),
-            streams: FastMap::default(),
+            streams: ByPeer::default(),
             steps: Vec::new(),
             max_channels: c.max_channels,
             max_streams: c.max_streams,
@@ -547,7 +548,7 @@ impl Flows {
             asked: None,
             asks_left: 0,
         };
-        self.streams.insert(key, s);
+        self.streams.insert(key.0, (key.1, key.2), s);
     }
 
     /// What every shard of the endpoint shares about flows.
@@ -575,7 +576,7 @@ impl Flows {
             asked: None,
             asks_left: 0,
         };
-        self.streams.insert((peer, id, true), s);
+        self.streams.insert(peer, (id, true), s);
     }
 
     /// The application is done with a stream: its state goes, what it held is taken.
@@ -586,7 +587,7 @@ impl Flows {
             let lanes = self.positions.forget_stream((peer, id, mine));
             actions.push(Action::ForgetMarks { peer, lanes });
         }
-        if let Some(mut s) = self.streams.remove(&(peer, id, mine)) {
+        if let Some(mut s) = self.streams.remove(peer, &(id, mine)) {
             s.reorder.drain(&mut self.steps);
             for step in self.steps.drain(..) {
                 actions.push(Action::Take(step_item(step).id));
@@ -789,7 +790,7 @@ impl Flows {
         actions: &mut Vec<Action>,
     ) {
         let key = (from, id, mine);
-        let Some(s) = self.streams.get_mut(&key) else {
+        let Some(s) = self.streams.get_mut(from, &(id, mine)) else {
             self.on_unknown_stream(now, from, (id, mine), place, arrival, actions);
             return;
         };
@@ -851,7 +852,7 @@ impl Flows {
         if ended {
             // Nothing more comes on this flow: its state goes (the stream object keeps
             // the inbox), but its sending side may still wait for the peer's window.
-            if let Some(s) = self.streams.remove(&key) {
+            if let Some(s) = self.streams.remove(from, &(id, mine)) {
                 self.keep_awaiting(key, &s.out);
             }
         }
@@ -935,7 +936,7 @@ impl Flows {
             Flow::Stream { id, opener_sent } => {
                 // The window's sender opened the stream, or this endpoint did.
                 let key = (from, id, !opener_sent);
-                if let Some(s) = self.streams.get(&key) {
+                if let Some(s) = self.streams.get(from, &(id, !opener_sent)) {
                     s.out.on_peer_window(run, window);
                 } else if let Some(out) = self.awaiting_window.remove(&key) {
                     if let Some(out) = out.upgrade() {
@@ -958,8 +959,7 @@ impl Flows {
                 }
             }
             Flow::Stream { id, opener_sent } => {
-                let key = (from, id, !opener_sent);
-                if let Some(s) = self.streams.get(&key) {
+                if let Some(s) = self.streams.get(from, &(id, !opener_sent)) {
                     self.resets += 1;
                     s.out.break_with(Broken::Reset);
                 }
@@ -1015,7 +1015,8 @@ impl Flows {
         } else {
             let reorder = Reorder::started(first.run, 1);
             self.streams.insert(
-                (peer, id, false),
+                peer,
+                (id, false),
                 RecvStream {
                     reorder,
                     inbox,

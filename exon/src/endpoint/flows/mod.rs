@@ -2,11 +2,13 @@
 //! verdicts on their way back, why a flow broke, their configuration, and their share of
 //! the driver (the reorder buffers, in [`at_driver`]). Durable mode: their positions
 //! ([`positions`]), recovery ([`resume`]), the room reserved for their marks ([`slots`]),
-//! and the receiver's window kept in the sender's mark ([`window_mark`]).
+//! and the receiver's window kept in the sender's mark ([`window_mark`]). Streams are
+//! kept by peer ([`by_peer`]).
 
 pub(crate) mod ack;
 pub(crate) mod at_driver;
 pub(crate) mod broken;
+pub(crate) mod by_peer;
 pub(crate) mod channel;
 pub(crate) mod config;
 pub(crate) mod out;

@@ -34,7 +34,7 @@ impl Flows {
             let r = match flow {
                 Flow::Channel(n) => channels.get(&(from, n)).filter(|r| r.held() > 0),
                 Flow::Stream { id, opener_sent } => streams
-                    .get(&(from, id, !opener_sent))
+                    .get(from, &(id, !opener_sent))
                     .filter(|s| s.reorder.held() > 0 || s.asks_left > 0)
                     .map(|s| &s.reorder),
             }?;
@@ -43,7 +43,7 @@ impl Flows {
         for ((from, flow), (run, next)) in stalled {
             if let Flow::Stream { id, opener_sent } = flow {
                 // A question about a writer's other run (none held) counts down.
-                let s = self.streams.get_mut(&(from, id, !opener_sent));
+                let s = self.streams.get_mut(from, &(id, !opener_sent));
                 if let Some(s) = s.filter(|s| s.reorder.held() == 0) {
                     s.asks_left = s.asks_left.saturating_sub(1);
                 }
@@ -82,8 +82,8 @@ impl Flows {
             self.peer_runs.clear();
         }
         self.peer_runs.insert(from, run);
-        for (&(peer, id, mine), s) in self.streams.iter_mut() {
-            let Some(old) = s.reorder.run().filter(|&old| peer == from && old != run) else {
+        for (&(id, mine), s) in self.streams.of_peer_mut(from) {
+            let Some(old) = s.reorder.run().filter(|&old| old != run) else {
                 continue;
             };
             if s.asked == Some(old) {
@@ -140,8 +140,7 @@ impl Flows {
         let n = match place.flow {
             Flow::Channel(n) => n,
             Flow::Stream { id, opener_sent } => {
-                let key = (from, id, !opener_sent);
-                let Some(s) = self.streams.get(&key) else {
+                let Some(s) = self.streams.get(from, &(id, !opener_sent)) else {
                     return;
                 };
                 if s.reorder.run() != Some(place.run) {
