@@ -63,8 +63,11 @@ impl Flows {
     /// another run than it last started one in, it may have restarted without a journal and
     /// forgotten its streams to here, whose readers would then wait for ever when they hold
     /// nothing (no stall to ask about): the writer of each stream from `from` of another
-    /// run is asked about it, once per run (it answers over only for a run it never had,
-    /// [`on_query`](Self::on_query), and a durable writer keeps the runs it resumed).
+    /// run is asked about it, at once and at the next looks while the stream stands still,
+    /// [`SUSPECT_ASKS`] times at most for a run (the first question may come back in doubt,
+    /// sent to slots of the writer's incarnation before its restart). The writer answers
+    /// over only for a run it never had ([`on_query`](Self::on_query)): a durable writer
+    /// keeps the runs it resumed. Only `from`'s streams are looked at.
     pub(super) fn ask_about_other_runs(
         &mut self,
         now: Instant,
