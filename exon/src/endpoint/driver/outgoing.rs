@@ -41,25 +41,36 @@ pub(crate) struct Outgoing {
     payload: Payload,
     /// The endpoint's id for the message (the one its receipt shows).
     id: MsgId,
-    ack: Ack,
-    reply: Reply,
-    /// When the endpoint gives the message up, if not acknowledged by then.
-    deadline: Option<std::time::Instant>,
-    /// Where the message's storing is told (durable mode), the request a reply answers,
-    /// or a durable flow's position: boxed, so that every send's `Outgoing` fits the 128
-    /// bytes a move copies inline (see `a_send_command_stays_small`).
+    kind: Kind,
+    /// Where the message's storing is told (durable mode), or a durable flow's position:
+    /// boxed, so that every send's `Outgoing` fits the 128 bytes a move copies inline (see
+    /// `a_send_command_stays_small`).
     side: Option<Box<Side>>,
 }
 
-/// What some messages carry beside their payload: one field for all, since no message
-/// carries two (a reply is never told it is stored, nor is a flow's message).
-pub(crate) enum Side {
-    /// Durable mode: told the message's stable id once it is on stable storage.
-    Stored(oneshot::Sender<MsgId>),
-    /// A reply: the request it answers, taken in the same step ([`Node::reply`]).
+/// A message's verdict and wait, or the request a reply answers: one field for both, since
+/// a reply has neither verdict nor deadline (so a reply's request travels inline, without
+/// an allocation each).
+enum Kind {
+    /// A handle's or a flow's message.
+    Sent {
+        ack: Ack,
+        reply: Reply,
+        /// When the endpoint gives the message up, if not acknowledged by then.
+        deadline: Option<std::time::Instant>,
+    },
+    /// A server's reply: the request it answers, taken in the same step ([`Node::reply`]).
+    /// Nobody waits for its verdict, and it holds no send credit.
     ///
     /// [`Node::reply`]: crate::proto::Node::reply
     Answers(DeliveryId),
+}
+
+/// What some messages carry beside their payload: one field for all, since no message
+/// carries two (a flow's message is never told it is stored).
+pub(crate) enum Side {
+    /// Durable mode: told the message's stable id once it is on stable storage.
+    Stored(oneshot::Sender<MsgId>),
     /// A durable flow's message: the flow's position, kept in the message's own journal
     /// record ([`Node::send_marked`](crate::proto::Node::send_marked)).
     Marked(Mark),
@@ -85,9 +96,11 @@ impl Outgoing {
             to,
             payload,
             id,
-            ack,
-            reply,
-            deadline,
+            kind: Kind::Sent {
+                ack,
+                reply,
+                deadline,
+            },
             side: stored.map(|tx| Box::new(Side::Stored(tx))),
         }
     }
@@ -101,10 +114,8 @@ impl Outgoing {
             to,
             payload,
             id,
-            ack: Ack::None,
-            reply: Reply::Uncredited,
-            deadline: None,
-            side: Some(Box::new(Side::Answers(request))),
+            kind: Kind::Answers(request),
+            side: None,
         }
     }
 
@@ -121,9 +132,11 @@ impl Outgoing {
             to,
             payload,
             id,
-            ack,
-            reply: Reply::Uncredited,
-            deadline,
+            kind: Kind::Sent {
+                ack,
+                reply: Reply::Uncredited,
+                deadline,
+            },
             side: None,
         }
     }
@@ -132,14 +145,24 @@ impl Outgoing {
     /// up to `want` bytes in progress, and the core asks for that much reassembly credit
     /// with it.
     pub(crate) fn with_credit_ahead(mut self, want: u64) -> Outgoing {
-        self.reply = Reply::CreditAhead(want);
+        if let Kind::Sent { reply, .. } = &mut self.kind {
+            *reply = Reply::CreditAhead(want);
+        }
         self
+    }
+
+    /// Whether its sender waits for the driver's answer, and how (a reply: no).
+    fn reply_kind(&self) -> Option<&Reply> {
+        match &self.kind {
+            Kind::Sent { reply, .. } => Some(reply),
+            Kind::Answers(_) => None,
+        }
     }
 
     /// The reassembly credit to ask for with it, if any.
     pub(crate) fn credit_ahead(&self) -> Option<u64> {
-        match self.reply {
-            Reply::CreditAhead(want) => Some(want),
+        match self.reply_kind() {
+            Some(Reply::CreditAhead(want)) => Some(*want),
             _ => None,
         }
     }
@@ -172,34 +195,46 @@ impl Outgoing {
     /// Its verdict's destination, its payload and deadline (unit tests of flows).
     #[cfg(test)]
     pub(crate) fn into_parts(self) -> (Ack, Payload, Option<std::time::Instant>) {
-        (self.ack, self.payload, self.deadline)
+        match self.kind {
+            Kind::Sent { ack, deadline, .. } => (ack, self.payload, deadline),
+            Kind::Answers(_) => (Ack::None, self.payload, None),
+        }
     }
 
     /// A message that never reached the driver: its flow is not told (it knows).
     pub(crate) fn disarm(self) {
-        if let Ack::Flow(f) = self.ack {
+        if let Kind::Sent {
+            ack: Ack::Flow(f), ..
+        } = self.kind
+        {
             f.disarm();
         }
     }
 
     /// Whether it is an ordered flow's message (its flow hears its verdict).
     pub(crate) fn is_flow(&self) -> bool {
-        matches!(self.ack, Ack::Flow(_))
+        matches!(
+            self.kind,
+            Kind::Sent {
+                ack: Ack::Flow(_),
+                ..
+            }
+        )
     }
 
     /// The request this message answers, if it is a reply.
     pub(crate) fn answers(&self) -> Option<DeliveryId> {
-        match self.side.as_deref() {
-            Some(Side::Answers(d)) => Some(*d),
-            _ => None,
+        match self.kind {
+            Kind::Answers(d) => Some(d),
+            Kind::Sent { .. } => None,
         }
     }
 
     /// Whether it holds a send credit, returned when the driver takes it.
     pub(crate) fn holds_credit(&self) -> bool {
         matches!(
-            self.reply,
-            Reply::None | Reply::KeyedBatch(_) | Reply::Request(_)
+            self.reply_kind(),
+            Some(Reply::None | Reply::KeyedBatch(_) | Reply::Request(_))
         )
     }
 
@@ -220,28 +255,31 @@ impl Outgoing {
 
     /// When the endpoint gives the message up.
     pub(crate) fn deadline(&self) -> Option<std::time::Instant> {
-        self.deadline
+        match self.kind {
+            Kind::Sent { deadline, .. } => deadline,
+            Kind::Answers(_) => None,
+        }
     }
 
     /// Whether the sender waits for the driver's answer at once, refused rather than kept
     /// waiting by a full queue ([`Handle::try_send`](crate::endpoint::Handle::try_send)).
     pub(crate) fn waits_for_answer(&self) -> bool {
-        matches!(self.reply, Reply::Try(_))
+        matches!(self.reply_kind(), Some(Reply::Try(_)))
     }
 
     /// The call whose request this is ([`Handle::call`](crate::endpoint::Handle::call)).
     pub(crate) fn call(&self) -> Option<u64> {
-        match self.reply {
-            Reply::Request(call) => Some(call),
+        match self.reply_kind() {
+            Some(Reply::Request(call)) => Some(*call),
             _ => None,
         }
     }
 
     /// The application's key ([`Handle::send_keyed`](crate::endpoint::Handle::send_keyed)).
     pub(crate) fn key(&self) -> Option<u64> {
-        match &self.reply {
-            Reply::Keyed(k) => Some(k.1),
-            Reply::KeyedBatch(key) => Some(*key),
+        match self.reply_kind() {
+            Some(Reply::Keyed(k)) => Some(k.1),
+            Some(Reply::KeyedBatch(key)) => Some(*key),
             _ => None,
         }
     }
@@ -265,7 +303,10 @@ impl Outgoing {
     /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
     #[inline]
     pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
-        match self.reply {
+        let Kind::Sent { ack, reply, .. } = self.kind else {
+            return (Ack::None, None);
+        };
+        match reply {
             Reply::Try(r) => {
                 let _ = r.send(Ok(()));
             }
@@ -282,18 +323,21 @@ impl Outgoing {
             Some(Side::Stored(tx)) => Some(tx),
             _ => None,
         };
-        (self.ack, stored)
+        (ack, stored)
     }
 
     /// Tells the sender that the message was refused: through its answer if it waits for
     /// one, otherwise through its receipt.
     pub(crate) fn refuse(self, e: Error) {
-        match self.reply {
+        let Kind::Sent { ack, reply, .. } = self.kind else {
+            return; // a reply: nobody waits for its verdict
+        };
+        match reply {
             Reply::None
             | Reply::Uncredited
             | Reply::CreditAhead(_)
             | Reply::KeyedBatch(_)
-            | Reply::Request(_) => self.ack.resolve(Err(ReceiptError::Refused(e))),
+            | Reply::Request(_) => ack.resolve(Err(ReceiptError::Refused(e))),
             Reply::Try(r) => {
                 let _ = r.send(Err(e));
             }
