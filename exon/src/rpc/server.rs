@@ -150,22 +150,22 @@ impl Handle {
             handle: self.clone(),
             rx,
         };
-        let mut running = FuturesUnordered::new();
+        let mut handlers = Handlers::default();
         let mut replies = Replies::new(self);
         let mut ready = false;
         let limit = cfg.concurrency.max(1);
         loop {
             tokio::select! {
                 biased;
-                Some((pending, result)) = running.next(), if !running.is_empty() => {
+                Some((pending, result)) = handlers.running.next(), if !handlers.running.is_empty() => {
                     replies.answer(pending, result);
                     // Every handler that finished meanwhile: their replies leave together.
-                    while let Some(Some((pending, result))) = running.next().now_or_never() {
+                    while let Some(Some((pending, result))) = handlers.running.next().now_or_never() {
                         replies.answer(pending, result);
                     }
                 }
                 r = std::future::poll_fn(|cx| service.poll_ready(cx)),
-                    if !ready && running.len() < limit =>
+                    if !ready && handlers.running.len() < limit =>
                 {
                     match r {
                         Ok(()) => ready = true,
@@ -181,17 +181,19 @@ impl Handle {
                 r = queue.rx.recv(), if ready => {
                     let Some(req) = r else { break };
                     ready = false;
-                    start(&mut service, req, &mut running, &mut replies);
+                    start(&mut service, req, &mut handlers, &mut replies);
                     // The requests already there, while the service is ready at once: one
                     // wake-up of this task and one command to the driver for all of them.
-                    while running.len() < limit {
+                    while handlers.running.len() < limit {
                         match std::future::poll_fn(|cx| service.poll_ready(cx)).now_or_never() {
                             Some(Ok(())) => {}
                             // Not ready, or failing: the select's branch above asks again.
                             _ => break,
                         }
                         match queue.rx.try_recv() {
-                            Some(req) => start(&mut service, req, &mut running, &mut replies),
+                            Some(req) => {
+                                start(&mut service, req, &mut handlers, &mut replies)
+                            }
                             None => {
                                 ready = true;
                                 break;
@@ -203,7 +205,7 @@ impl Handle {
             replies.flush();
         }
         // The endpoint closed: the handlers still running answer into a closed endpoint.
-        while let Some((pending, result)) = running.next().await {
+        while let Some((pending, result)) = handlers.running.next().await {
             replies.answer(pending, result);
         }
         replies.flush();
@@ -211,16 +213,35 @@ impl Handle {
     }
 }
 
-/// A handler's future, guarded against panics, with its request.
-type Running<F> = Run<futures_util::future::CatchUnwind<AssertUnwindSafe<F>>>;
+/// A handler's future, guarded against panics.
+type Guarded<F> = futures_util::future::CatchUnwind<AssertUnwindSafe<F>>;
+
+/// The handlers running (not ready at once), and boxes for handlers' futures, emptied and
+/// kept for the next request: a handler ready at once (the usual one) costs no allocation.
+struct Handlers<F> {
+    running: FuturesUnordered<Run<F>>,
+    spare: Vec<Pin<Box<Option<F>>>>,
+}
+
+impl<F> Default for Handlers<F> {
+    fn default() -> Self {
+        Handlers {
+            running: FuturesUnordered::new(),
+            spare: Vec::new(),
+        }
+    }
+}
+
+/// Boxes kept at most (each as large as a handler's future).
+const SPARE_BOXES: usize = 16;
 
 /// Calls `service` with `req`: a handler ready at once is answered now, without a task in
-/// `running` (one allocation and a turn of the loop less per request); one that is not is
-/// polled there, with the server task's waker.
+/// `handlers.running` (a turn of the loop less per request), and its box is kept for the
+/// next; one that is not is polled there, with the server task's waker.
 fn start<S>(
     service: &mut S,
     req: Request,
-    running: &mut FuturesUnordered<Running<S::Future>>,
+    handlers: &mut Handlers<Guarded<S::Future>>,
     replies: &mut Replies,
 ) where
     S: Service<Request, Response = Response>,
@@ -229,12 +250,21 @@ fn start<S>(
     let pending = Pending::new(&replies.handle, &req);
     match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
         Ok(fut) => {
-            let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
-            match fut.as_mut().now_or_never() {
-                Some(result) => replies.answer(pending, result),
-                None => running.push(Run {
+            let mut slot = handlers.spare.pop().unwrap_or_else(|| Box::pin(None));
+            slot.set(Some(AssertUnwindSafe(fut).catch_unwind()));
+            let polled = slot.as_mut().as_pin_mut().and_then(|f| f.now_or_never());
+            match polled {
+                Some(result) => {
+                    // Emptied where it lies: the handler's future is dropped now.
+                    slot.set(None);
+                    if handlers.spare.len() < SPARE_BOXES {
+                        handlers.spare.push(slot);
+                    }
+                    replies.answer(pending, result)
+                }
+                None => handlers.running.push(Run {
                     pending: Some(pending),
-                    fut,
+                    fut: slot,
                 }),
             }
         }
@@ -357,14 +387,20 @@ impl Drop for Pending {
 /// A running handler and its request.
 struct Run<F> {
     pending: Option<Pending>,
-    fut: Pin<Box<F>>,
+    /// Never empty while the run is polled.
+    fut: Pin<Box<Option<F>>>,
 }
 
 impl<F: Future> Future for Run<F> {
     type Output = (Pending, F::Output);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let out = std::task::ready!(self.fut.as_mut().poll(cx));
+        let fut = self
+            .fut
+            .as_mut()
+            .as_pin_mut()
+            .expect("polled after completion");
+        let out = std::task::ready!(fut.poll(cx));
         let pending = self.pending.take().expect("polled after completion");
         Poll::Ready((pending, out))
     }
