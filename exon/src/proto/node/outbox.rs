@@ -104,6 +104,18 @@ impl PeerOut {
         }
     }
 
+    /// Queues verdict `v` on slot `s` of incarnation `r`, within the cap on pending ranges.
+    /// Returns false if dropped.
+    #[inline]
+    fn queue_verdict(&mut self, v: Verdict, r: u64, s: u64) -> bool {
+        if self.ack_ranges() >= MAX_PENDING_ACK_RANGES {
+            return false;
+        }
+        let i = self.verdict_at(v, r);
+        self.acks[i].2.insert(s..s + 1);
+        true
+    }
+
     /// Where the pending slots of verdict `v` in incarnation `r` lie in `acks`, an empty
     /// set added if none.
     #[inline]
@@ -344,16 +356,30 @@ impl Outbox {
         let Some(out) = self.peers.get_mut(&peer) else {
             return;
         };
-        if (out.acks.is_empty() && out.got.is_empty() && out.held.is_empty()) || out.ready {
-            return;
-        }
-        if urgent || delay.is_zero() || out.verdict_slots() >= u64::from(every) {
-            self.wake(peer, usize::MAX);
-        } else if out.ack_at.is_none() {
-            let at = now + delay;
-            out.ack_at = Some(at);
-            self.deferred.push_back((at, peer));
-        }
+        let when = Flush {
+            now,
+            urgent,
+            delay,
+            every,
+        };
+        flush_in(out, peer, when, (&mut self.ready, &mut self.deferred));
+    }
+
+    /// [`reply`](Self::reply) and then [`flush_verdicts`](Self::flush_verdicts), with one
+    /// lookup of the peer's entry (a take's ACK). Returns false if the verdict was dropped.
+    pub fn reply_flushed(
+        &mut self,
+        peer: NodeId,
+        (v, r, s): (Verdict, u64, u64),
+        cap: usize,
+        when: Flush,
+    ) -> bool {
+        let Some(out) = entry_in(&mut self.peers, peer, cap) else {
+            return false;
+        };
+        let queued = out.queue_verdict(v, r, s);
+        flush_in(out, peer, when, (&mut self.ready, &mut self.deferred));
+        queued
     }
 
     /// The verdicts owed to `peer` answer a retransmission: they go without waiting for
@@ -419,15 +445,8 @@ impl Outbox {
     /// Queues verdict `v` on slot `s` of incarnation `r`, without waking the peer (see
     /// [`flush_verdicts`](Self::flush_verdicts)). Returns false if dropped.
     pub fn reply(&mut self, peer: NodeId, v: Verdict, r: u64, s: u64, cap: usize) -> bool {
-        let Some(out) = self.entry(peer, cap) else {
-            return false;
-        };
-        if out.ack_ranges() >= MAX_PENDING_ACK_RANGES {
-            return false;
-        }
-        let i = out.verdict_at(v, r);
-        out.acks[i].2.insert(s..s + 1);
-        true
+        self.entry(peer, cap)
+            .is_some_and(|out| out.queue_verdict(v, r, s))
     }
 
     /// Queues verdict `v` of `ranges` (slots answered before, in incarnation `r`) again,
@@ -640,6 +659,40 @@ impl Outbox {
 
 /// The entry of `peer` in `peers`, created if it fits under `cap` entries (a free function so
 /// that callers can keep borrowing the outbox's other fields).
+/// When verdicts owed to a peer go ([`Outbox::flush_verdicts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Flush {
+    /// The time now.
+    pub now: Instant,
+    /// At once (a retransmission, or the sender asked).
+    pub urgent: bool,
+    /// The ACK delay otherwise.
+    pub delay: Duration,
+    /// At once when this many slots are owed.
+    pub every: u32,
+}
+
+/// `peer`'s verdicts in `out` go at once (it is queued in `ready`) when `when` says so,
+/// else by the ACK delay (noted in `deferred`); nothing if it owes none or is queued.
+fn flush_in(
+    out: &mut PeerOut,
+    peer: NodeId,
+    when: Flush,
+    (ready, deferred): (&mut VecDeque<NodeId>, &mut VecDeque<(Instant, NodeId)>),
+) {
+    if (out.acks.is_empty() && out.got.is_empty() && out.held.is_empty()) || out.ready {
+        return;
+    }
+    if when.urgent || when.delay.is_zero() || out.verdict_slots() >= u64::from(when.every) {
+        out.ready = true;
+        ready.push_back(peer);
+    } else if out.ack_at.is_none() {
+        let at = when.now + when.delay;
+        out.ack_at = Some(at);
+        deferred.push_back((at, peer));
+    }
+}
+
 fn entry_in(peers: &mut PeerMap<PeerOut>, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
     let len = peers.len();
     match peers.entry(peer) {

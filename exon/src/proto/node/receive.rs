@@ -7,6 +7,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::proto::frame::Verdict;
+use crate::proto::node::outbox::Flush;
 use crate::proto::recv::assembler::Piece;
 use crate::proto::recv::delivery::Kept;
 use crate::proto::recv::eviction::Candidate;
@@ -514,15 +515,20 @@ impl Node {
         (r, s): (u64, u64),
         urgent: bool,
     ) {
+        let when = Flush {
+            now,
+            urgent,
+            delay: self.cfg.acks.delay,
+            every: self.cfg.acks.every,
+        };
+        let cap = self.outbox_cap();
         if !self
             .outbox
-            .reply(from, Verdict::Ack, r, s, self.outbox_cap())
+            .reply_flushed(from, (Verdict::Ack, r, s), cap, when)
         {
             // The sender retransmits; the slot is neither free nor held then: ACK.
             self.stats.rejects.outbox_full += 1;
         }
-        let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
-        self.outbox.flush_verdicts(from, now, urgent, delay, every);
     }
 
     /// Input: sends every verdict held back by the ACK delay with the next datagrams, for
