@@ -30,9 +30,9 @@ const GAP: u8 = 0x07;
 const RESET: u8 = 0x08;
 /// Kind byte of a receiver's window, advertised to a flow's sender.
 const WINDOW: u8 = 0x09;
-/// Kind byte of a channel receiver's question to its sender: does this run still live?
+/// Kind byte of a flow receiver's question to its sender: does this run still live?
 const QUERY: u8 = 0x0a;
-/// Kind byte of a channel sender's answer: that run is over (it has no such run).
+/// Kind byte of a flow sender's answer: that run is over (it has no such run).
 const OVER: u8 = 0x0b;
 
 /// The most bytes an envelope adds to the application's bytes: an ordered message's kind,
@@ -156,14 +156,15 @@ pub enum Envelope {
     Gap(Place),
     /// The stream of `place.flow` is aborted (`place.seq` is 0).
     Reset(Place),
-    /// The receiver of channel `place.flow` (sent by this envelope's receiver) holds
-    /// messages of the sender's run `place.run` ahead of number `place.seq`, which has not
-    /// come for a while: does the run still live? (A sender that restarted without a
-    /// journal forgot it, and its missing numbers never come.)
+    /// The receiver of flow `place.flow` (named as this envelope's receiver, the flow's
+    /// sender, sees it) asks whether the sender's run `place.run` still lives: it holds
+    /// messages of it ahead of number `place.seq`, which has not come for a while, or (a
+    /// stream) the sender's node has shown another run since. (A sender that restarted
+    /// without a journal forgot the run, and its missing numbers never come.)
     Query(Place),
-    /// The sender of channel `place.flow` (to this envelope's receiver) has no run
-    /// `place.run`, and never will again: what its receiver holds of it is handed over out
-    /// of order, and the run forgotten.
+    /// The sender of flow `place.flow` (named as this envelope's receiver sees it) has no
+    /// run `place.run`, and never will again: what a channel's receiver holds of it is
+    /// handed over out of order and the run forgotten; a stream breaks.
     Over(Place),
     /// The receiver of the flow `flow` (named as the receiver of this envelope, the flow's
     /// sender, sees it) advertises its window for the sender's run `run`: the sender keeps
@@ -284,13 +285,13 @@ impl Envelope {
         with_place(RESET, place, Bytes::new())
     }
 
-    /// Seals a channel receiver's question about its sender's run `place.run`, stalled
-    /// before number `place.seq` (see [`Envelope::Query`]).
+    /// Seals a flow receiver's question about its sender's run `place.run`, next due
+    /// number `place.seq` (see [`Envelope::Query`]).
     pub fn query(place: Place) -> Payload {
         with_place(QUERY, place, Bytes::new())
     }
 
-    /// Seals a channel sender's answer: it has no run `place.run` (see [`Envelope::Over`]).
+    /// Seals a flow sender's answer: it has no run `place.run` (see [`Envelope::Over`]).
     pub fn over(place: Place) -> Payload {
         with_place(OVER, place, Bytes::new())
     }

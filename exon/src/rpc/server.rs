@@ -216,24 +216,23 @@ impl Handle {
 /// A handler's future, guarded against panics.
 type Guarded<F> = futures_util::future::CatchUnwind<AssertUnwindSafe<F>>;
 
-/// The handlers running (not ready at once), and boxes for handlers' futures, emptied and
-/// kept for the next request: a handler ready at once (the usual one) costs no allocation.
+/// The handlers running (not ready at once), and the box of the last handler that finished
+/// at once, emptied and kept for the next request: a handler ready at once (the usual one)
+/// costs no allocation. (One box is enough: a handler that finishes at once gives back the
+/// box it took; one that does not keeps its box until it ends.)
 struct Handlers<F> {
     running: FuturesUnordered<Run<F>>,
-    spare: Vec<Pin<Box<Option<F>>>>,
+    spare: Option<Pin<Box<Option<F>>>>,
 }
 
 impl<F> Default for Handlers<F> {
     fn default() -> Self {
         Handlers {
             running: FuturesUnordered::new(),
-            spare: Vec::new(),
+            spare: None,
         }
     }
 }
-
-/// Boxes kept at most (each as large as a handler's future).
-const SPARE_BOXES: usize = 16;
 
 /// Calls `service` with `req`: a handler ready at once is answered now, without a task in
 /// `handlers.running` (a turn of the loop less per request), and its box is kept for the
@@ -250,16 +249,14 @@ fn start<S>(
     let pending = Pending::new(&replies.handle, &req);
     match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
         Ok(fut) => {
-            let mut slot = handlers.spare.pop().unwrap_or_else(|| Box::pin(None));
+            let mut slot = handlers.spare.take().unwrap_or_else(|| Box::pin(None));
             slot.set(Some(AssertUnwindSafe(fut).catch_unwind()));
             let polled = slot.as_mut().as_pin_mut().and_then(|f| f.now_or_never());
             match polled {
                 Some(result) => {
                     // Emptied where it lies: the handler's future is dropped now.
                     slot.set(None);
-                    if handlers.spare.len() < SPARE_BOXES {
-                        handlers.spare.push(slot);
-                    }
+                    handlers.spare = Some(slot);
                     replies.answer(pending, result)
                 }
                 None => handlers.running.push(Run {

@@ -119,8 +119,8 @@ impl<S: DatagramSocket> Driver<S> {
         self.sends.on_send(t, out, &mut self.node, &self.paths);
     }
 
-    /// Asks the senders of channels whose runs stalled here whether those runs still live,
-    /// when it is time to look.
+    /// Asks the senders of flows whose runs stalled here (or, streams, whose writers showed
+    /// another run) whether those runs still live, when it is time to look.
     pub(super) fn look_at_stalls(&mut self, t: Instant) {
         if self.flows.next_stall_look().is_none_or(|at| at > t) {
             return;
@@ -131,8 +131,8 @@ impl<S: DatagramSocket> Driver<S> {
         self.actions = actions;
     }
 
-    /// A channel's note from `from` about a run: a question to this endpoint as the
-    /// channel's sender, or the answer to this endpoint's, as its receiver.
+    /// A flow's note from `from` about a run: a question to this endpoint as the flow's
+    /// sender, or the answer to this endpoint's, as its receiver.
     pub(super) fn on_run_note(&mut self, t: Instant, from: NodeId, note: Envelope) {
         let mut actions = std::mem::take(&mut self.actions);
         match note {

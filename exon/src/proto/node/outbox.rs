@@ -657,8 +657,6 @@ impl Outbox {
     }
 }
 
-/// The entry of `peer` in `peers`, created if it fits under `cap` entries (a free function so
-/// that callers can keep borrowing the outbox's other fields).
 /// When verdicts owed to a peer go ([`Outbox::flush_verdicts`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Flush {
@@ -693,6 +691,8 @@ fn flush_in(
     }
 }
 
+/// The entry of `peer` in `peers`, created if it fits under `cap` entries (a free function so
+/// that callers can keep borrowing the outbox's other fields).
 fn entry_in(peers: &mut PeerMap<PeerOut>, peer: NodeId, cap: usize) -> Option<&mut PeerOut> {
     let len = peers.len();
     match peers.entry(peer) {
