@@ -21,6 +21,7 @@ mod durable_streams;
 mod http;
 mod ipv6;
 mod loopback;
+mod note_flood;
 mod parts;
 mod recovered_calls;
 mod rpc;

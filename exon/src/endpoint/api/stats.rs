@@ -97,6 +97,13 @@ counters! {
         /// out [`Kind::Unordered`](crate::endpoint::Kind::Unordered), a stream broke with
         /// `ConnectionReset`.
         pub runs_over: u64 [sum],
+        /// Flows' notes (resets, questions about runs and their answers, windows) waiting
+        /// now for room in the core's queue to their destination.
+        pub notes_waiting: usize [size],
+        /// Flows' notes dropped because too many waited for room to their destination
+        /// already (64 to one, 1 024 in all): a peer that takes nothing while its messages
+        /// draw notes (questions, streams to reset) cannot grow that wait without bound.
+        pub notes_dropped: u64 [sum],
         /// Channel messages left undelivered because
         /// [`FlowConfig::max_channels`](crate::endpoint::FlowConfig::max_channels) channels were known,
         /// or (durable mode) no room was left for their channel's position

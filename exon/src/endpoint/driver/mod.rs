@@ -735,6 +735,8 @@ impl<S: DatagramSocket> Driver<S> {
             beyond_window: self.flows.beyond_window,
             run_queries: self.flows.queries,
             runs_over: self.flows.overs,
+            notes_waiting: self.sends.notes().0,
+            notes_dropped: self.sends.notes().1,
             stream_resets: self.stats.stream_resets + self.flows.resets,
             ..self.stats
         }

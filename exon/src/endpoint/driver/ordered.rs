@@ -7,7 +7,6 @@ use std::time::Instant;
 use super::outgoing::Outgoing;
 use super::Driver;
 use crate::endpoint::api::message::{Acker, Kind, Message};
-use crate::endpoint::api::receipts::Ack;
 use crate::endpoint::flows::at_driver::{Action, ChannelOut, Held};
 use crate::endpoint::flows::out::FlowOut;
 use crate::endpoint::io::socket::DatagramSocket;
@@ -68,9 +67,7 @@ impl<S: DatagramSocket> Driver<S> {
                     window,
                 } => {
                     let payload = Envelope::window(flow, run, window.messages, window.bytes as u64);
-                    let out =
-                        Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, None);
-                    self.sends.on_send(t, out, &mut self.node, &self.paths);
+                    self.send_flow_note(t, to, payload, None);
                 }
                 Action::Reset { to, place } => {
                     self.send_flow_note(t, to, Envelope::reset(place), None)
@@ -115,7 +112,7 @@ impl<S: DatagramSocket> Driver<S> {
         payload: crate::proto::Payload,
         deadline: Option<Instant>,
     ) {
-        let out = Outgoing::ordered(to, payload, self.shared.next_ids(1), Ack::None, deadline);
+        let out = Outgoing::note(to, payload, self.shared.next_ids(1), deadline);
         self.sends.on_send(t, out, &mut self.node, &self.paths);
     }
 
@@ -164,14 +161,7 @@ impl<S: DatagramSocket> Driver<S> {
                 run: ordered.run(),
                 seq: 0,
             };
-            let out = Outgoing::ordered(
-                peer,
-                Envelope::reset(place),
-                me.shared.next_ids(1),
-                Ack::None,
-                None,
-            );
-            me.sends.on_send(t, out, &mut me.node, &me.paths);
+            me.send_flow_note(t, peer, Envelope::reset(place), None);
         };
         let slots = crate::endpoint::flows::positions::stream_slots((peer, id, false));
         if !self.flows.has_room_for_stream() || ordered.reserve_marks(&slots).is_err() {

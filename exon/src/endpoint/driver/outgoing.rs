@@ -33,6 +33,11 @@ pub(crate) enum Reply {
     /// many bytes in progress; the core asks for that much reassembly credit with it
     /// (`Node::ask_credit`).
     CreditAhead(u64),
+    /// No, and it holds no send credit, as [`Uncredited`](Self::Uncredited): a flow's note
+    /// (a reset, a question about a run or its answer, a window), whose verdict nobody
+    /// hears. Bounded while it waits for room (`Sends`'s note caps), as nothing else
+    /// bounds how many a peer's messages can draw.
+    Note,
 }
 
 /// A message for the driver to hand to the core.
@@ -141,9 +146,29 @@ impl Outgoing {
         }
     }
 
-    /// The same, a stream's opener: its flow's chunks to come, of several fragments, hold
-    /// up to `want` bytes in progress, and the core asks for that much reassembly credit
-    /// with it.
+    /// A flow's note to `to` (a reset, a question about a run or its answer, a window):
+    /// nobody hears its verdict; given up at `deadline` if any.
+    pub(crate) fn note(
+        to: NodeId,
+        payload: Payload,
+        id: MsgId,
+        deadline: Option<std::time::Instant>,
+    ) -> Outgoing {
+        let mut out = Outgoing::ordered(to, payload, id, Ack::None, deadline);
+        if let Kind::Sent { reply, .. } = &mut out.kind {
+            *reply = Reply::Note;
+        }
+        out
+    }
+
+    /// Whether it is a flow's note ([`note`](Self::note)).
+    pub(crate) fn is_note(&self) -> bool {
+        matches!(self.reply_kind(), Some(Reply::Note))
+    }
+
+    /// An [`ordered`](Self::ordered) message made a stream's opener: its flow's chunks to
+    /// come, of several fragments, hold up to `want` bytes in progress, and the core asks
+    /// for that much reassembly credit with it.
     pub(crate) fn with_credit_ahead(mut self, want: u64) -> Outgoing {
         if let Kind::Sent { reply, .. } = &mut self.kind {
             *reply = Reply::CreditAhead(want);
@@ -315,6 +340,7 @@ impl Outgoing {
             }
             Reply::None
             | Reply::Uncredited
+            | Reply::Note
             | Reply::CreditAhead(_)
             | Reply::KeyedBatch(_)
             | Reply::Request(_) => {}
@@ -335,6 +361,7 @@ impl Outgoing {
         match reply {
             Reply::None
             | Reply::Uncredited
+            | Reply::Note
             | Reply::CreditAhead(_)
             | Reply::KeyedBatch(_)
             | Reply::Request(_) => ack.resolve(Err(ReceiptError::Refused(e))),

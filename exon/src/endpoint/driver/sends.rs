@@ -34,6 +34,19 @@ struct Unacked {
 /// The id under which a waiting send's deadline is kept (no core message has it).
 const NOT_IN_CORE: MsgId = MsgId(u64::MAX);
 
+/// Flows' notes (resets, questions about runs and their answers, windows) that may wait
+/// for room to one destination. A peer's messages draw notes (a question is answered, an
+/// unknown stream reset), and a peer that takes nothing keeps its destination full: past
+/// this, a new note to it is dropped (counted). Each kind tolerates that: a question is
+/// asked again at its asker's next look, and a dropped answer with it; a writer's next
+/// chunk on a stream reset here is reset again; a writer that never learned a window keeps
+/// to its own, and its receiver holds what comes beyond its window untaken. Only a reset
+/// of a stream this endpoint aborted, dropped, leaves its peer's reader to its stream
+/// deadline, and only while that peer takes nothing.
+pub(crate) const NOTES_WAITING_PER_PEER: usize = 64;
+/// The same for all destinations together.
+pub(crate) const NOTES_WAITING: usize = 1024;
+
 /// The sends the driver took from the handles, from their arrival to their verdict.
 pub(crate) struct Sends {
     shared: Arc<Shared>,
@@ -53,6 +66,8 @@ pub(crate) struct Sends {
     credits_taken: usize,
     /// The endpoint is closing: sends are refused.
     closed: bool,
+    /// Flows' notes among `waiters`, counted.
+    notes: Notes,
     /// Rate limit of the warning about sends to peers with no address.
     no_address: Throttle,
     /// The run of sends being gathered, and the buffers of sends handed over together.
@@ -70,6 +85,7 @@ impl Sends {
             blocked: HashSet::default(),
             credits_taken: 0,
             closed: false,
+            notes: Notes::default(),
             no_address: Throttle::default(),
             scratch: together::Scratch::default(),
         }
@@ -171,6 +187,13 @@ impl Sends {
         if out.waits_for_answer() {
             return out.refuse(SendError::QueueFull(to).into());
         }
+        if out.is_note() && !self.notes.may_wait(to) {
+            self.notes.dropped += 1;
+            debug_in_peer(to, || {
+                tracing::debug!(msg = %out.id(), "destination queue full, too many notes wait: dropped");
+            });
+            return;
+        }
         debug_in_peer(to, || {
             tracing::debug!(msg = %out.id(), "destination queue full: the send waits");
         });
@@ -179,7 +202,19 @@ impl Sends {
             // Wakes `expire_deadlines` then, which also gives up waiting sends.
             self.deadlines.push(Reverse((d, NOT_IN_CORE, to)));
         }
-        self.waiters.entry(to).or_default().push_back(out);
+        self.wait(out, false);
+    }
+
+    /// `out` waits for room to its destination: at the back of its queue, or at its front
+    /// (`first`: it was next already).
+    fn wait(&mut self, out: Outgoing, first: bool) {
+        self.notes.count_in(&out);
+        let q = self.waiters.entry(out.to()).or_default();
+        if first {
+            q.push_front(out);
+        } else {
+            q.push_back(out);
+        }
     }
 
     /// Hands a send to the core.
@@ -229,7 +264,7 @@ impl Sends {
                 out.put_payload(payload);
                 out.put_mark(kept_mark);
                 self.block(to);
-                self.waiters.entry(to).or_default().push_front(out);
+                self.wait(out, true);
                 return false;
             }
             Ok(core_id) => {
@@ -282,6 +317,7 @@ impl Sends {
                 let Some(w) = self.waiters.get_mut(&to).and_then(|q| q.pop_front()) else {
                     break;
                 };
+                self.notes.count_out(&w);
                 if !self.admit(t, w, node, paths) {
                     break;
                 }
@@ -378,6 +414,7 @@ impl Sends {
             for q in self.waiters.values_mut() {
                 while let Some(i) = q.iter().position(|w| w.deadline().is_some_and(|d| d <= t)) {
                     if let Some(w) = q.remove(i) {
+                        self.notes.count_out(&w);
                         w.give_up();
                     }
                 }
@@ -410,5 +447,105 @@ impl Sends {
                 w.refuse(Error::Closed);
             }
         }
+        self.notes = Notes {
+            dropped: self.notes.dropped,
+            ..Notes::default()
+        };
+    }
+
+    /// Flows' notes waiting for room now, and dropped so far because too many waited.
+    pub(crate) fn notes(&self) -> (usize, u64) {
+        (self.notes.all, self.notes.dropped)
+    }
+}
+
+/// The flows' notes among the waiting sends, counted to bound them (see
+/// [`NOTES_WAITING_PER_PEER`]).
+#[derive(Default)]
+struct Notes {
+    /// Per destination (no entry at zero).
+    per_peer: HashMap<NodeId, usize, foldhash::fast::RandomState>,
+    /// For all destinations.
+    all: usize,
+    /// Notes dropped because too many waited already.
+    dropped: u64,
+}
+
+impl Notes {
+    /// Whether one more note to `to` may wait.
+    fn may_wait(&self, to: NodeId) -> bool {
+        self.all < NOTES_WAITING
+            && self
+                .per_peer
+                .get(&to)
+                .is_none_or(|n| *n < NOTES_WAITING_PER_PEER)
+    }
+
+    /// `out` starts waiting.
+    fn count_in(&mut self, out: &Outgoing) {
+        if out.is_note() {
+            *self.per_peer.entry(out.to()).or_default() += 1;
+            self.all += 1;
+        }
+    }
+
+    /// `out` no longer waits (admitted or given up).
+    fn count_out(&mut self, out: &Outgoing) {
+        if !out.is_note() {
+            return;
+        }
+        self.all = self.all.saturating_sub(1);
+        if let Some(n) = self.per_peer.get_mut(&out.to()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&out.to());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Payload;
+
+    fn note(to: u64) -> Outgoing {
+        Outgoing::note(NodeId::from_const(to), Payload::default(), MsgId(0), None)
+    }
+
+    #[test]
+    fn notes_wait_up_to_their_caps_per_peer_and_in_all() {
+        let mut n = Notes::default();
+        let peers = NOTES_WAITING / NOTES_WAITING_PER_PEER;
+        for p in 0..peers as u64 {
+            for _ in 0..NOTES_WAITING_PER_PEER {
+                assert!(n.may_wait(NodeId::from_const(p + 1)));
+                n.count_in(&note(p + 1));
+            }
+            assert!(
+                !n.may_wait(NodeId::from_const(p + 1)),
+                "peer {p} past its cap"
+            );
+        }
+        // Every peer's cap spent adds up to the cap for all: nobody else may wait.
+        assert!(!n.may_wait(NodeId::from_const(peers as u64 + 1)));
+        n.count_out(&note(1));
+        assert!(n.may_wait(NodeId::from_const(1)));
+        assert!(n.may_wait(NodeId::from_const(peers as u64 + 1)));
+        assert!(!n.may_wait(NodeId::from_const(2)));
+        // A send that is not a note is not counted.
+        let plain = Outgoing::ordered(
+            NodeId::from_const(2),
+            Payload::default(),
+            MsgId(0),
+            Ack::None,
+            None,
+        );
+        n.count_in(&plain);
+        assert_eq!(n.all, NOTES_WAITING - 1);
+        for _ in 0..NOTES_WAITING_PER_PEER - 1 {
+            n.count_out(&note(1));
+        }
+        assert!(!n.per_peer.contains_key(&NodeId::from_const(1)));
     }
 }

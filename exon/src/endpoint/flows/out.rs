@@ -541,13 +541,7 @@ impl FlowOut {
             run,
             seq: 0,
         };
-        let out = Outgoing::ordered(
-            self.to,
-            Envelope::reset(place),
-            self.ids.next_ids(1),
-            Ack::None,
-            None,
-        );
+        let out = Outgoing::note(self.to, Envelope::reset(place), self.ids.next_ids(1), None);
         self.driver.submit(out);
     }
 
