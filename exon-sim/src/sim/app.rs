@@ -71,9 +71,13 @@ impl Sim {
             return; // settled already
         };
         if verdict == Abandoned::Pending {
-            // Durable mode: the verdict comes as an event once its record is stored.
-            if let Some(key) = self.key_of(i, id) {
-                self.oracle.on_giving_up(key);
+            // Durable mode: the verdict comes as an event once its record is stored. A
+            // channel's own note (a question given up at the next look) is no message of
+            // the workload's.
+            if !self.chan_unkeyed(i, id) {
+                if let Some(key) = self.key_of(i, id) {
+                    self.oracle.on_giving_up(key);
+                }
             }
             self.crash_after_abandon(i, to);
             self.drain(i);

@@ -473,6 +473,25 @@ fn durable_channels_fill_the_numbers_given_up_across_crashes() {
     assert!(c.owed_gaps > 0, "no restarted sender owed a gap: {c:?}");
 }
 
+/// [`durable_channels`] whose receivers ask about stalled runs often (every 150 ms), over
+/// a link that loses one datagram in five: questions given up at the next look, whose
+/// durable verdicts wait for their records, are the channel application's own notes, no
+/// message of the workload's (the simulator once took them for messages never sent).
+fn durable_channels_asking(seed: u64) -> Scenario {
+    let mut sc = durable_channels(seed);
+    sc.link.loss = 0.2;
+    if let Some(m) = sc.channels.as_mut() {
+        m.stall_query_after = Some(Duration::from_millis(150));
+    }
+    sc
+}
+
+#[test]
+fn durable_questions_given_up_are_no_messages_of_the_workload() {
+    let (c, _) = durable_soak(durable_channels_asking, 0..8);
+    assert!(c.held > 0, "nothing ever arrived out of order: {c:?}");
+}
+
 /// [`durable_channels_given_up`] with every crash inside a commit when one is pending
 /// (the disk fails part way through it, tearing what it wrote), at times off the
 /// millisecond grid of the workload.
