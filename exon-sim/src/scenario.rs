@@ -295,6 +295,17 @@ impl Scenario {
         if let Some(m) = &self.streams {
             self.validate_streams(m)?;
         }
+        if let Some(d) = self.durable.as_ref().filter(|d| d.keyed) {
+            // Keys are as durable as the journal (docs/durability.md): a journal lost,
+            // new, restored or damaged forgets keys it accepted, and the outbox sent again
+            // is then new messages. Not a scenario the oracle can hold to exactly once.
+            if d.journal_loss > 0.0 || d.switch_on || d.restore.is_some() || d.damage > 0.0 {
+                return Err(ScenarioError::Unsupported(
+                    "keyed sends need their journals: not with lost, new, restored or \
+                     damaged journals (keys are as durable as the journal)",
+                ));
+            }
+        }
         if let (Some(_), Some(d)) = (&self.channels, &self.durable) {
             if d.journal_loss > 0.0 || d.switch_on || d.restore.is_some() || d.damage > 0.0 {
                 return Err(ScenarioError::Unsupported(

@@ -629,6 +629,28 @@ fn drop_every_one_is_refused() {
     assert!(err.contains("loses every datagram"), "{err}");
 }
 
+/// Keyed sends with a journal that forgets keys (lost, new at a switch to durable mode,
+/// restored, damaged) are refused as a scenario: keys are as durable as the journal, so
+/// exactly once is no promise there (a random campaign ran them and reported duplicates,
+/// and with `--durable-at-restart` an application that could never send keyed before its
+/// first restart retried for ever).
+#[test]
+fn keyed_sends_with_a_journal_that_forgets_keys_are_refused() {
+    for extra in [
+        &["--journal-loss", "0.5"][..],
+        &["--durable-at-restart"],
+        &["--restore", "0.5"],
+        &["--damage", "0.5"],
+    ] {
+        let mut args = vec!["--durable", "--keyed", "--messages", "10", "--restarts", "1"];
+        args.extend_from_slice(extra);
+        let out = exon_sim(&args);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("keyed sends need their journals"), "{err}");
+    }
+}
+
 /// A receiver without a journal that evicts a record whose free slots lie in more ranges
 /// than it keeps joins the closest ones into spans of doubt, instead of answering DOUBT for
 /// every slot: found by a sweep (seed 5046: 27 messages in doubt, each reported by the
