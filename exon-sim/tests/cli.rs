@@ -642,7 +642,14 @@ fn keyed_sends_with_a_journal_that_forgets_keys_are_refused() {
         &["--restore", "0.5"],
         &["--damage", "0.5"],
     ] {
-        let mut args = vec!["--durable", "--keyed", "--messages", "10", "--restarts", "1"];
+        let mut args = vec![
+            "--durable",
+            "--keyed",
+            "--messages",
+            "10",
+            "--restarts",
+            "1",
+        ];
         args.extend_from_slice(extra);
         let out = exon_sim(&args);
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
