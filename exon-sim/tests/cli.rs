@@ -538,7 +538,9 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
     let small = "--drop-every 2 --restarts 1 --messages 5000";
     let large = "--drop-every 2 --restarts 1 --messages 2000 --payload 100 --max-payload 20000";
     for (args, rule) in [
-        (format!("{small} --seed 1"), "request_carries_waiver"),
+        // Timing decides whether a run meets the defect: seed 1 did until the controller
+        // told jitter from a queue (its rounds changed), seed 56 does since.
+        (format!("{small} --seed 56"), "request_carries_waiver"),
         (format!("{small} --seed 14"), "probe_repeats_grant"),
         (format!("{small} --seed 69"), "probe_repeats_old_verdicts"),
         (format!("{large} --seed 1"), "probe_repeats_got"),
@@ -555,8 +557,9 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
     clean(
         "--loss 0.3 --rpc --servers 2 --restarts 3 --call-deadline-ms 100 --messages 2000 --seed 5",
     );
-    // In plaintext a restarted sender's request is refused, not counted: another phase.
-    let plain = "--plaintext --drop-every 2 --restarts 1 --messages 5000 --seed 40";
+    // In plaintext a restarted sender's request is refused, not counted: another phase
+    // (seed 17; seed 40 met the defect until the controller told jitter from a queue).
+    let plain = "--plaintext --drop-every 2 --restarts 1 --messages 5000 --seed 17";
     clean(plain);
     violates(
         &format!("{plain} --rules-off probe_repeats_old_verdicts"),

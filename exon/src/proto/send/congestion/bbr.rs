@@ -11,7 +11,11 @@
 //! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
-//! bytes in flight are capped below what caused it, and startup ends.
+//! bytes in flight are capped below what caused it, and startup ends. "Well above" is by more
+//! than a quarter of the minimum and more than the path's jitter puts it there by chance
+//! (`round_rtt.rs`: a queue raises every sample of a round, jitter only some, so the spread
+//! of a round's samples above its smallest tells the two apart); a round of few samples is
+//! judged with those of the rounds before it.
 //!
 //! Sharing a bottleneck with TCP: after a cut the cap *regrows along CUBIC's curve* (RFC
 //! 9438, section 4.2), `W_max + C (t - K)^3` datagrams `t` seconds after the cut: fast at
@@ -34,6 +38,7 @@
 use std::time::{Duration, Instant};
 
 use super::minmax::WindowedMax;
+use super::round_rtt::RoundRtt;
 use super::{bytes_in, rate_of, scale, AckEvent, LossEvent, SpuriousEvent};
 
 /// Gains are in thousandths.
@@ -209,7 +214,8 @@ pub(crate) struct Bbr {
     agg_acked: u64,
     round_lost: u64,
     round_acked: u64,
-    round_min_rtt: Option<Duration>,
+    /// The round's RTT samples: its smallest, and the path's usual spread above it.
+    round_rtt: RoundRtt,
     round_peak: u64,
     /// When the round in progress began (`None`: the first round).
     round_began: Option<Instant>,
@@ -272,7 +278,7 @@ impl Bbr {
             agg_acked: 0,
             round_lost: 0,
             round_acked: 0,
-            round_min_rtt: None,
+            round_rtt: RoundRtt::default(),
             round_peak: 0,
             round_began: None,
             last_cut: None,
@@ -408,7 +414,7 @@ impl Bbr {
         }
         self.max_bw = self.bw.get(self.bw_round);
         if let Some(rtt) = ev.rtt {
-            self.round_min_rtt = Some(self.round_min_rtt.map_or(rtt, |m| m.min(rtt)));
+            self.round_rtt.sample(rtt);
             if self.min_rtt.is_none_or(|m| rtt <= m) {
                 self.min_rtt = Some(rtt);
                 self.min_rtt_at = Some(now);
@@ -452,8 +458,13 @@ impl Bbr {
         let lost = self.round_lost;
         let total = lost.saturating_add(self.round_acked);
         let lossy = lossy(lost, total);
-        let queue = match (self.round_min_rtt, self.min_rtt) {
-            (Some(r), Some(m)) => r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY),
+        // A queue raises every sample; jitter raises some. So the round's smallest sample
+        // counts as a queue only above what the path's jitter alone puts it at.
+        let queue = match (self.round_rtt.min(), self.min_rtt) {
+            (Some(r), Some(m)) => {
+                let margin = (m / 4).max(MIN_QUEUE_DELAY).max(self.round_rtt.spread());
+                r.saturating_sub(m) > margin
+            }
             _ => false,
         };
         let enough = self.mode != Mode::Startup || lost >= STARTUP_LOSS_DATAGRAMS * self.mss;
@@ -523,7 +534,7 @@ impl Bbr {
         }
         self.round_lost = 0;
         self.round_acked = 0;
-        self.round_min_rtt = None;
+        self.round_rtt.end_round();
         self.round_peak = ev.in_flight;
     }
 

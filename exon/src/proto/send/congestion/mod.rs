@@ -20,6 +20,7 @@ pub(crate) mod bbr;
 pub(crate) mod minmax;
 pub(crate) mod newreno;
 pub(crate) mod rate;
+pub(crate) mod round_rtt;
 
 pub(crate) use rate::{DeliveryRate, RateSample, SendState};
 

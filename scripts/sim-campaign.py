@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""A random campaign of the simulator: random flags and seeds for a while, every run that
+fails written down with its command line (found so far: a channel question's durable
+give-up taken for a message never sent; jitter taken for a queue, BENCHMARKS.md "Jitter is
+not a queue").
+
+    cargo build --release -p exon-sim
+    python3 scripts/sim-campaign.py [--secs 600] [--seed 1] [--out target/sim-campaign]
+
+Writes `fails.txt` (command lines and the last lines of their output) and `refused.txt`
+(combinations the simulator refuses as scenarios) under `--out`; prints a last `key=value`
+line. Heavy cells (100 000-byte messages at 20 % loss with jitter) may end "Lost" after
+the settle time: the slow cells BENCHMARKS.md names, not exactly-once breaches.
+"""
+
+import argparse
+import os
+import random
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def flags(rng):
+    a = ["--nodes", str(rng.choice([2, 2, 3, 4])),
+         "--messages", str(rng.choice([500, 1000, 2000, 4000]))]
+
+    def maybe(p, *opts):
+        if rng.random() < p:
+            a.extend(opts)
+
+    maybe(0.7, "--loss", str(rng.choice([0.01, 0.05, 0.1, 0.2])))
+    maybe(0.4, "--dup", str(rng.choice([0.02, 0.1])))
+    maybe(0.4, "--reorder", str(rng.choice([0.05, 0.2, 0.5])))
+    maybe(0.3, "--burst", str(rng.choice([0.01, 0.05])))
+    maybe(0.3, "--partitions", str(rng.choice([1, 3])))
+    maybe(0.5, "--restarts", str(rng.choice([1, 3, 6])))
+    maybe(0.2, "--plaintext")
+    maybe(0.3, "--jitter-ms", str(rng.choice([2, 20])))
+    maybe(0.2, "--payload", str(rng.choice([16, 3000, 20000, 100000])))
+    maybe(0.15, "--record-cap", str(rng.choice([1, 2, 8])))
+    maybe(0.15, "--take-delay-ms", str(rng.choice([5, 200])))
+    mode = rng.choice(["plain", "durable", "durable", "rpc", "channels", "streams"])
+    if mode == "durable" or (mode != "plain" and rng.random() < 0.4):
+        a.append("--durable")
+        maybe(0.5, "--crash-mid-commit", str(rng.choice([1, 3])))
+        maybe(0.2, "--damage", str(rng.choice([1, 2])))
+        maybe(0.2, "--journal-loss", "1")
+        maybe(0.2, "--keyed")
+        maybe(0.15, "--restore", str(rng.choice([1, 2])))
+        maybe(0.15, "--abandon-crash", str(rng.choice([1, 3])))
+        maybe(0.2, "--compact-after", str(rng.choice([50, 500])))
+        maybe(0.1, "--durable-at-restart")
+    if mode != "streams":
+        maybe(0.2, "--deadline-ms", str(rng.choice([100, 300, 2000])))
+    if mode == "rpc":
+        a.append("--rpc")
+        maybe(0.5, "--call-deadline-ms", str(rng.choice([200, 1000])))
+        maybe(0.3, "--fail-one-in", "7")
+    if mode == "channels":
+        a += ["--channels", str(rng.choice([1, 4, 16]))]
+        maybe(0.3, "--channel-windows", rng.choice(["2,64", "4,8", "1,1024"]))
+        maybe(0.3, "--plain-one-in", "5")
+        maybe(0.3, "--stall-query-ms", str(rng.choice([200, 1000])))
+    if mode == "streams":
+        a += ["--streams", str(rng.choice([1, 4, 8]))]
+        maybe(0.3, "--stream-chunk", str(rng.choice([100, 5000])))
+        maybe(0.3, "--stream-window", str(rng.choice([2, 16])))
+    return a + ["--seed", str(rng.randrange(1, 10**9))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--secs", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=os.path.join(ROOT, "target", "sim-campaign"))
+    ap.add_argument("--sim", default=os.path.join(ROOT, "target", "release", "exon-sim"))
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    rng = random.Random(args.seed)
+    runs = fails = refused = 0
+    end = time.time() + args.secs
+    with open(os.path.join(args.out, "fails.txt"), "w") as f, \
+            open(os.path.join(args.out, "refused.txt"), "w") as r:
+        while time.time() < end:
+            a = flags(rng)
+            runs += 1
+            try:
+                p = subprocess.run([args.sim] + a, capture_output=True, text=True, timeout=300)
+            except subprocess.TimeoutExpired:
+                fails += 1
+                f.write("TIMEOUT " + " ".join(a) + "\n")
+                f.flush()
+                continue
+            out = (p.stdout + p.stderr).strip().split("\n")
+            last = out[-1] if out else ""
+            if "violations=" not in last:
+                refused += 1
+                r.write(" ".join(a) + " :: " + last[:300] + "\n")
+            elif p.returncode != 0:
+                fails += 1
+                f.write(" ".join(a) + "\n  " + "\n  ".join(out[-6:])[:3000] + "\n")
+                f.flush()
+    print(f"runs={runs} fails={fails} refused={refused} out={args.out}")
+
+
+if __name__ == "__main__":
+    main()
