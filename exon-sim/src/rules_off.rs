@@ -39,6 +39,7 @@ by_name!(
     deaf_backoff,
     evict_silent_records,
     remember_evicted_slots,
+    fresh_records_kept,
     pin_member_keys,
     address_cookies,
     reordering_window,

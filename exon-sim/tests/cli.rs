@@ -661,6 +661,21 @@ fn keyed_sends_with_a_journal_that_forgets_keys_are_refused() {
     }
 }
 
+/// More sources than receiver records (three callers, a server with two): each new
+/// source's REQSLOTS evicted the oldest unproven record, the one whose TOKEN was about to
+/// arrive, so every TOKEN got RETRY and nothing was delivered (15 million datagrams in
+/// 150 s of virtual time for 2 000 calls; found by `scripts/sim-campaign.py`). A sealed node keeps an
+/// unproven record heard from within `probe_interval` (`fresh_records_kept`) and the new
+/// source waits its turn.
+#[test]
+fn more_sources_than_records_take_turns_instead_of_evicting_each_other() {
+    // A short settle time: without the rule the storm fills all of it.
+    let args = "--nodes 4 --messages 300 --record-cap 2 --rpc --seed 1 --settle-s 3";
+    clean(args);
+    violates(&format!("{args} --rules-off fresh_records_kept"), "Lost");
+    clean("--nodes 3 --messages 600 --record-cap 1 --rpc --seeds 3");
+}
+
 /// A receiver without a journal that evicts a record whose free slots lie in more ranges
 /// than it keeps joins the closest ones into spans of doubt, instead of answering DOUBT for
 /// every slot: found by a sweep (seed 5046: 27 messages in doubt, each reported by the
@@ -701,11 +716,12 @@ fn channels_without_journals_survive_restarts_as_the_endpoint_does() {
 /// receiver asks about the stalled run, the new sender says it is over, and what was held
 /// of it goes to the application out of order, so the receiver's record can go. Without
 /// the question (`--stall-query-ms 0`) the run stays held and the receiver is not idle at
-/// the end (found by a sweep: 38 of 200 seeds of this command; seed 5 is one).
+/// the end (found by a sweep: 38 of 200 seeds of this command; seed 5 was one until
+/// `fresh_records_kept` changed the runs' timing, and 6 of 40 are since: seed 3 is one).
 #[test]
 fn a_run_its_restarted_sender_forgot_is_drained_on_its_answer() {
     let args = "--channels 2 --nodes 4 --traffic many --loss 0.1 --reorder 0.3 --restarts 4 \
-                --record-cap 2 --messages 20000 --seed 5";
+                --record-cap 2 --messages 20000 --seed 3";
     let mut off: Vec<&str> = args.split_whitespace().collect();
     off.extend(["--stall-query-ms", "0"]);
     let out = exon_sim(&off);

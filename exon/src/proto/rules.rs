@@ -78,6 +78,15 @@ pub struct Rules {
     /// (`eviction.rs`). Off, the incarnation is forgotten as a spent record would be, and a
     /// TOKEN for a free slot gets the rule-4 ACK: a message acknowledged and never delivered.
     pub remember_evicted_slots: bool,
+    /// Beyond the paper (more sources than records): a sealed node does not evict an
+    /// unproven receiver record whose source was heard within `probe_interval`; a new
+    /// source then waits (its REQSLOTS is refused, `too_many_records`, and sent again on
+    /// its timer) until a record is used or goes quiet. Off, the oldest unproven record
+    /// goes however fresh: with more sources asking than records, each record is evicted by
+    /// the next source's REQSLOTS before its TOKEN arrives, every TOKEN gets RETRY and asks
+    /// again, and nothing is ever delivered (a livelock of RETRYs at the link's speed).
+    /// Plaintext nodes keep the old order: there an unproven record may be a forger's.
+    pub fresh_records_kept: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -353,6 +362,7 @@ impl Rules {
         deaf_backoff: true,
         evict_silent_records: true,
         remember_evicted_slots: true,
+        fresh_records_kept: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

@@ -2,7 +2,7 @@
 //! fragments reassembled (FRAG, GOT, HELD, REQCREDIT, CREDIT), deliveries held until the
 //! application takes them, and receiver records evicted under pressure.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -260,18 +260,35 @@ impl Node {
 
     /// Makes room for a new receiver record by evicting the oldest record nothing was
     /// delivered into yet (a source that asked for slots and never used them: a forger, or
-    /// a sender that went away). Its later TOKENs get RETRY, so nothing is lost. Returns
-    /// false when every record is in use.
-    pub(super) fn evict_unproven(&mut self) -> bool {
-        while let Some((src, r)) = self.unproven.pop_front() {
-            let Some(rec) = self.receivers.get(&src) else {
+    /// a sender that went away). Its later TOKENs get RETRY, so nothing is lost. A sealed
+    /// node skips such records heard from within `probe_interval` (rule
+    /// `fresh_records_kept`). Returns false when every record is in use, or fresh.
+    pub(super) fn evict_unproven(&mut self, now: Instant) -> bool {
+        // A sealed node's unproven records are its keyring's, not forgers': one heard from
+        // lately is kept (rule `fresh_records_kept`), else more sources than records evict
+        // each other's before their TOKENs come.
+        let grace = if self.rules.fresh_records_kept && self.sealer.is_some() {
+            self.cfg.timers.probe_interval
+        } else {
+            Duration::ZERO
+        };
+        let mut i = 0;
+        while let Some(&(src, r)) = self.unproven.get(i) {
+            let heard = self
+                .receivers
+                .get(&src)
+                .filter(|rec| rec.rck() == r && !rec.is_proven())
+                .map(|rec| rec.last_heard());
+            let Some(heard) = heard else {
+                self.unproven.remove(i);
                 continue;
             };
-            if rec.rck() != r || rec.is_proven() {
-                continue;
+            if now.saturating_duration_since(heard) >= grace {
+                self.unproven.remove(i);
+                self.evict_receiver(src, r);
+                return true;
             }
-            self.evict_receiver(src, r);
-            return true;
+            i += 1;
         }
         false
     }
@@ -296,14 +313,15 @@ impl Node {
     /// Makes room for a new receiver record at `now`: evicts (rule `evict_silent_records`)
     /// the record whose source has been silent longest, at least `probe_interval`, with no
     /// delivery waiting for the application; else the oldest record nothing was delivered
-    /// into, however recent (a flood of requests from forged ids). Returns false when every
-    /// record is in use.
+    /// into (a flood of requests from forged ids): on a sealed node only one not heard from
+    /// within `probe_interval` (rule `fresh_records_kept`), on a plaintext one however
+    /// recent. Returns false when every record is in use.
     pub(super) fn make_room(&mut self, now: Instant) -> bool {
         // Only a sealed node evicts records something was delivered into: their RETRYs are
         // then authentic, where a plaintext sender must refuse a RETRY after an ACK of the
         // same incarnation as a forgery.
         if !self.evicts_proven() {
-            return self.evict_unproven();
+            return self.evict_unproven(now);
         }
         let receivers = &self.receivers;
         let candidate = |(src, rec): (&NodeId, &crate::proto::recv::record::RRecord)| Candidate {
@@ -319,7 +337,7 @@ impl Node {
             |src| receivers.get_key_value(&src).map(candidate),
         );
         let Some((src, r)) = victim else {
-            return self.evict_unproven();
+            return self.evict_unproven(now);
         };
         if self.receivers.get(&src).is_some_and(|rec| !rec.is_proven()) {
             self.evict_receiver(src, r);
