@@ -40,6 +40,7 @@ by_name!(
     evict_silent_records,
     remember_evicted_slots,
     fresh_records_kept,
+    credit_return_resumes,
     pin_member_keys,
     address_cookies,
     reordering_window,

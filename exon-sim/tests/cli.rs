@@ -676,6 +676,19 @@ fn more_sources_than_records_take_turns_instead_of_evicting_each_other() {
     clean("--nodes 3 --messages 600 --record-cap 1 --rpc --seeds 3");
 }
 
+/// Messages of many fragments over a path that reorders and jitters: a verdict that came
+/// before the GOT making a message whole gave its reassembly credit back without trying
+/// the messages waiting for that credit, and with the last CREDIT answered in full no
+/// REQCREDIT was outstanding: the sender stopped for good, tokens queued, slots free,
+/// nothing in flight, no timer (`credit_return_resumes`; found by
+/// `scripts/sim-campaign.py`: 5 of 6 seeds of 4 000 messages).
+#[test]
+fn credit_a_verdict_gives_back_wakes_the_messages_waiting_for_it() {
+    let args = "--nodes 2 --messages 1000 --reorder 0.2 --jitter-ms 20 --payload 100000 --seed 2";
+    clean(args);
+    violates(&format!("{args} --rules-off credit_return_resumes"), "Lost");
+}
+
 /// A receiver without a journal that evicts a record whose free slots lie in more ranges
 /// than it keeps joins the closest ones into spans of doubt, instead of answering DOUBT for
 /// every slot: found by a sweep (seed 5046: 27 messages in doubt, each reported by the

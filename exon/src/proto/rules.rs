@@ -87,6 +87,13 @@ pub struct Rules {
     /// again, and nothing is ever delivered (a livelock of RETRYs at the link's speed).
     /// Plaintext nodes keep the old order: there an unproven record may be a forger's.
     pub fresh_records_kept: bool,
+    /// Beyond the paper (large messages): a verdict frame that settles messages in progress
+    /// gives their reassembly credit back and tries again the messages waiting for it, as a
+    /// GOT that makes a message whole does. Off, only a GOT or a CREDIT tries them: when the
+    /// verdict came first (reordering) and the grant had answered in full, they waited for
+    /// good with nothing in flight and no timer (`exon-sim --nodes 2 --reorder 0.2
+    /// --jitter-ms 20 --payload 100000`, found by `scripts/sim-campaign.py`).
+    pub credit_return_resumes: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -363,6 +370,7 @@ impl Rules {
         evict_silent_records: true,
         remember_evicted_slots: true,
         fresh_records_kept: true,
+        credit_return_resumes: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

@@ -579,6 +579,13 @@ impl Node {
             return;
         };
         let f = rec.after_verdict_frame(now, &self.cfg);
+        if self.rules.credit_return_resumes && rec.credit_returned_to_waiters() {
+            // A verdict settled messages in progress: their credit is back, and messages
+            // waiting for it go (nothing else would wake them: no REQCREDIT is outstanding
+            // once a CREDIT answered in full).
+            rec.resume_credit_waiters();
+            self.outbox.wake(src, usize::MAX);
+        }
         self.stats.losses_detected += f.lost;
         self.stats.spurious_losses += f.spurious;
         self.stats.spurious_retransmissions += f.spurious_resent;

@@ -39,6 +39,9 @@ pub(crate) struct Credit {
     waiting: VecDeque<(u64, u64)>,
     /// The message (slot, incarnation) a REQCREDIT asking ahead names, when none waits.
     ahead: Option<(u64, u64)>,
+    /// Credit was given back since the last look ([`take_returned`](Self::take_returned)):
+    /// messages waiting for it may go.
+    returned: bool,
 }
 
 impl Credit {
@@ -109,7 +112,16 @@ impl Credit {
     pub fn give_back(&mut self, r: u64, charge: u64) {
         if let Some(g) = self.grant_mut(r) {
             g.used = g.used.saturating_sub(charge);
+            self.returned |= charge > 0;
         }
+    }
+
+    /// Whether credit was given back since the last call (and forgets it): a verdict that
+    /// settles a message in progress frees its credit as a GOT making it whole does, and
+    /// the messages waiting for that credit must be tried again. Nothing else would try
+    /// them: a CREDIT that answered in full left no REQCREDIT outstanding, so no timer.
+    pub fn take_returned(&mut self) -> bool {
+        std::mem::take(&mut self.returned)
     }
 
     /// Whether a message of incarnation `r` waits for credit (so a CREDIT for `r` was

@@ -778,6 +778,13 @@ impl SRecord {
         }
     }
 
+    /// Whether credit was given back since the last call while messages wait for it:
+    /// they may go now (rule `credit_return_resumes`).
+    #[inline]
+    pub fn credit_returned_to_waiters(&mut self) -> bool {
+        self.credit.take_returned() && self.credit.has_waiting()
+    }
+
     /// Whether messages wait for reassembly credit.
     #[inline]
     pub fn has_credit_waiters(&self) -> bool {
