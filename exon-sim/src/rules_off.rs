@@ -41,6 +41,8 @@ by_name!(
     remember_evicted_slots,
     fresh_records_kept,
     credit_return_resumes,
+    abandon_tells_frontier,
+    forgotten_keys_refused,
     pin_member_keys,
     address_cookies,
     reordering_window,

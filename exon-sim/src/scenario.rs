@@ -296,9 +296,11 @@ impl Scenario {
             self.validate_streams(m)?;
         }
         if let Some(d) = self.durable.as_ref().filter(|d| d.keyed) {
-            // Keys are as durable as the journal (docs/durability.md): a journal lost,
-            // new, restored or damaged forgets keys it accepted, and the outbox sent again
-            // is then new messages. Not a scenario the oracle can hold to exactly once.
+            // A journal lost or damaged forgets keys it accepted: the node refuses keyed
+            // sends until the application settles their keys (`KeysForgotten`), which
+            // needs the receiver's side of the story this application does not keep; a
+            // restored copy or a node switched to durable mode forgets them undetected
+            // (docs/durability.md). Not a scenario the oracle can hold to exactly once.
             if d.journal_loss > 0.0 || d.switch_on || d.restore.is_some() || d.damage > 0.0 {
                 return Err(ScenarioError::Unsupported(
                     "keyed sends need their journals: not with lost, new, restored or \

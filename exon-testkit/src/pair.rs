@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use exon::proto::journal::{State, Write};
+use exon::proto::journal::{Recovered, State, Write};
 use exon::proto::{Config, DeliveryId, Event, MsgId, Node, NodeId, Packet, Security};
 
 use crate::drain::{drain_with, Drained};
@@ -402,14 +402,30 @@ impl Pair {
     /// journal deleted, replaced, or restored from an older copy), reported `damaged` or
     /// not. The new node has every rule on.
     pub fn crash_and_recover_with(&mut self, i: usize, journal: State, damaged: bool) {
+        let recovered = journal.recovered(damaged);
+        self.restart_with(i, journal, recovered);
+    }
+
+    /// Durable mode: node `i` crashes and restarts from its stored clock with a new, empty
+    /// journal (its own deleted or replaced), and the storage says so
+    /// (`Recovered::replaced`): the keys the old journal had accepted are forgotten.
+    pub fn crash_with_new_journal(&mut self, i: usize) {
+        let journal = State::new();
+        let mut recovered = journal.recovered(false);
+        recovered.replaced = true;
+        self.restart_with(i, journal, recovered);
+    }
+
+    /// Node `i` crashes and restarts from its stored clock, recovering `recovered` with
+    /// `journal` as what it holds synced.
+    fn restart_with(&mut self, i: usize, journal: State, recovered: Recovered) {
         let now = self.now;
         let side = &mut self.nodes[i];
         side.unsynced.clear();
         side.untaken.clear();
         let cfg = side.node.config().clone();
         let mut node = Node::new(id(i), Security::InsecurePlaintext, cfg, side.stored).unwrap();
-        node.recover(now, journal.recovered(damaged))
-            .expect("a fresh node");
+        node.recover(now, recovered).expect("a fresh node");
         side.journal = journal;
         side.node = node;
         self.drain(i);

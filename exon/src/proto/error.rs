@@ -103,6 +103,17 @@ pub enum SendError {
         /// The highest key accepted for `to`.
         highest: u64,
     },
+    /// [`Node::send_keyed`](crate::proto::Node::send_keyed): the journal may have forgotten
+    /// keys it had accepted for `to` (it was found damaged, or is new for a node that ran
+    /// before), so a key it does not know may still be a message sent before: accepting it
+    /// could send that message twice. The application settles `to`'s keys first
+    /// ([`Node::settle_keys`](crate::proto::Node::settle_keys)), once it knows which of its
+    /// rows reached their receiver (or gives them up as in doubt).
+    #[error("the journal may have forgotten keys accepted for {to} (damaged, or new for a node that ran before): settle them with settle_keys before sending keyed")]
+    KeysForgotten {
+        /// The destination.
+        to: NodeId,
+    },
     /// A keyed batch whose keys would pass `u64::MAX`.
     #[error("the batch's keys would pass the largest key")]
     KeysExhausted,

@@ -94,6 +94,20 @@ pub struct Rules {
     /// good with nothing in flight and no timer (`exon-sim --nodes 2 --reorder 0.2
     /// --jitter-ms 20 --payload 100000`, found by `scripts/sim-campaign.py`).
     pub credit_return_resumes: bool,
+    /// Beyond the paper (large messages): a message given up (`Node::abandon`, a deadline)
+    /// after some of its fragments left owes its receiver a frontier notice, REQSLOTS(s, 0,
+    /// l), once the frontier passes its slot: the receiver drops the partial and its
+    /// reassembly memory at once. Off, the frontier travels only with the next request for
+    /// slots, and a sender with no more to ask for leaves the partial to the receiver's
+    /// reassembly timeout (30 s), holding back its next large message as long.
+    pub abandon_tells_frontier: bool,
+    /// Beyond the paper (keyed sends, `docs/durability.md`): a journal that may have
+    /// forgotten keys it had accepted (found damaged, or new for a node that ran before)
+    /// refuses keyed sends to a destination until the application settles its keys
+    /// (`SendError::KeysForgotten`, `Node::settle_keys`). Off, a row sent again after such
+    /// a restart is accepted as a new message, and delivered a second time if the first
+    /// copy had arrived.
+    pub forgotten_keys_refused: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -371,6 +385,8 @@ impl Rules {
         remember_evicted_slots: true,
         fresh_records_kept: true,
         credit_return_resumes: true,
+        abandon_tells_frontier: true,
+        forgotten_keys_refused: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

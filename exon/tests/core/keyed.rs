@@ -156,3 +156,117 @@ fn keys_outlive_compaction_and_many_restarts() {
     p.run(Duration::from_secs(5));
     assert_each_once(&p, 1..=50);
 }
+
+fn forgotten() -> SendError {
+    SendError::KeysForgotten { to: id(B) }
+}
+
+/// A journal rebuilt from the live records of `p`'s node A (a compaction's checkpoint).
+fn compacted(p: &Pair) -> exon::proto::journal::State {
+    let mut c = exon::proto::journal::State::new();
+    for e in p.nodes[A].journal.live_entries() {
+        c.apply(&e);
+    }
+    c
+}
+
+/// Rows 1..=10 sent and acknowledged; then A restarts with its journal's records lost as
+/// `lose` says (damaged, or replaced by a new one), and its application sends every row
+/// again, as an outbox does after a crash. Returns the refusals.
+fn rows_after_journal_loss(p: &mut Pair, lose: impl FnOnce(&mut Pair)) -> Vec<SendError> {
+    assert!(send_rows(p, 1..=10).is_empty());
+    p.run(Duration::from_secs(5));
+    assert_eq!(p.nodes[A].acked.len(), 10);
+    lose(p);
+    send_rows(p, 1..=10)
+}
+
+/// Rule `forgotten_keys_refused`: a damaged journal may have lost the records of keys it
+/// had accepted, so it cannot tell a row it sent from a new one. Keyed sends are refused
+/// (`KeysForgotten`), across later restarts and compactions too, until the application
+/// settles the destination's keys; then the keys up to the floor count as accepted and the
+/// next row goes. Every row is delivered once.
+#[test]
+fn a_damaged_journal_refuses_keyed_sends_until_their_keys_are_settled() {
+    let mut p = durable_pair();
+    let refused = rows_after_journal_loss(&mut p, |p| {
+        // The damage took every record: only the clock is left.
+        p.crash_and_recover_with(A, exon::proto::journal::State::new(), true);
+    });
+    assert_eq!(refused, vec![forgotten(); 10]);
+    assert!(p.nodes[A].node.keys_forgotten(id(B)));
+    // Another restart, and one from a checkpoint: still refused (the journal says so).
+    p.crash_and_recover(A);
+    assert_eq!(send_rows(&mut p, [3]), vec![forgotten()]);
+    let c = compacted(&p);
+    p.crash_and_recover_with(A, c, false);
+    assert_eq!(send_rows(&mut p, [3]), vec![forgotten()]);
+    // The application learns that its receiver has rows up to 10, and settles.
+    p.nodes[A].node.settle_keys(id(B), 10).unwrap();
+    assert!(!p.nodes[A].node.keys_forgotten(id(B)));
+    assert_eq!(
+        send_rows(&mut p, [4, 10]),
+        vec![not_above(4, 10), not_above(10, 10)]
+    );
+    assert!(send_rows(&mut p, [11]).is_empty(), "the next row goes");
+    // The settlement outlives a restart and a compaction.
+    p.run(Duration::from_secs(5));
+    p.crash_and_recover(A);
+    assert_eq!(send_rows(&mut p, [11]), vec![not_above(11, 11)]);
+    let c = compacted(&p);
+    p.crash_and_recover_with(A, c, false);
+    assert_eq!(send_rows(&mut p, [11]), vec![not_above(11, 11)]);
+    assert!(send_rows(&mut p, [12]).is_empty());
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 1..=12);
+}
+
+/// A journal deleted or replaced while the clock was kept (the storage says so,
+/// `Recovered::replaced`): the same refusal, per destination, and a destination settled
+/// is not settled for another.
+#[test]
+fn a_new_journal_for_a_node_that_ran_before_refuses_keyed_sends_until_settled() {
+    let mut p = durable_pair();
+    let refused = rows_after_journal_loss(&mut p, |p| p.crash_with_new_journal(A));
+    assert_eq!(refused, vec![forgotten(); 10]);
+    p.nodes[A].node.settle_keys(id(B), 10).unwrap();
+    let now = p.now;
+    let other = exon::proto::NodeId::from_const(77);
+    assert_eq!(
+        p.nodes[A].node.send_keyed(now, other, 1, row(1)),
+        Err(SendError::KeysForgotten { to: other }),
+        "settled per destination"
+    );
+    assert!(send_rows(&mut p, [11]).is_empty());
+    p.run(Duration::from_secs(5));
+    assert_each_once(&p, 1..=11);
+    // A journal that forgot nothing refuses nothing: a first start is not a replacement.
+    let fresh = durable_pair();
+    assert!(!fresh.nodes[A].node.keys_forgotten(id(B)));
+}
+
+/// The rule switched off: the journal that forgot its keys accepts every row again as a
+/// new message, and the receiver gets each twice (what the rule exists to prevent).
+#[test]
+fn without_the_rule_a_forgotten_key_is_a_second_delivery() {
+    for replaced in [false, true] {
+        let mut p = durable_pair();
+        let refused = rows_after_journal_loss(&mut p, |p| {
+            if replaced {
+                p.crash_with_new_journal(A);
+            } else {
+                p.crash_and_recover_with(A, exon::proto::journal::State::new(), true);
+            }
+            let mut rules = exon::proto::Rules::default();
+            rules.forgotten_keys_refused = false;
+            p.node(A).set_rules(rules);
+        });
+        assert!(refused.is_empty());
+        p.run(Duration::from_secs(5));
+        let n = deliveries(&p);
+        assert!(
+            (1..=10).all(|k| n.get(&row(k)) == Some(&2)),
+            "replaced {replaced}: {n:?}"
+        );
+    }
+}

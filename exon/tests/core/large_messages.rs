@@ -635,3 +635,59 @@ fn credit_asked_ahead_saves_the_first_fragmented_message_a_round_trip() {
         "a round trip saved: {ahead:?} against {waited:?}"
     );
 }
+
+/// Rule `abandon_tells_frontier`: a message given up with some of its fragments out owes
+/// its receiver the frontier, which only a REQSLOTS carries. With the notice the receiver
+/// drops the partial at once and the message waiting for its reassembly memory goes; with
+/// the rule off the partial stays until the receiver's reassembly timeout (30 s) and the
+/// waiting message with it. Returns the virtual time from the give-up until the waiting
+/// message is delivered.
+fn waiting_after_give_up(notice: bool) -> Duration {
+    let (a, b) = one_mebibyte_of_reassembly();
+    let mut pair = Pair::with_configs(a, b);
+    pair.latency = Duration::from_millis(20);
+    let mut rules = exon::proto::Rules::default();
+    rules.abandon_tells_frontier = notice;
+    pair.node(A).set_rules(rules);
+    let first = pair.send(A, message(1, 1 << 20));
+    let waiting = message(2, 1 << 20);
+    pair.send(A, waiting.clone());
+    // Until the first is on its way (it holds all of B's reassembly memory).
+    while pair.nodes[B].node.reassembly_in_use() == 0 {
+        assert!(pair.step());
+    }
+    let now = pair.now;
+    let verdict = pair.node(A).abandon(now, pair::id(B), first);
+    assert_eq!(verdict, Some(exon::proto::Abandoned::NotDelivered));
+    let start = pair.now;
+    while !pair.nodes[B].delivered.contains(&waiting) {
+        assert!(
+            pair.now - start < Duration::from_secs(120),
+            "never delivered"
+        );
+        assert!(
+            pair.step(),
+            "nothing left to happen, the message not delivered"
+        );
+    }
+    let took = pair.now - start;
+    pair.run(Duration::from_secs(120));
+    assert_eq!(
+        pair.nodes[B].delivered,
+        vec![waiting],
+        "only the waiting one"
+    );
+    assert_eq!(pair.nodes[B].node.reassembly_in_use(), 0);
+    took
+}
+
+#[test]
+fn a_message_given_up_in_fragments_frees_its_receivers_memory_at_once() {
+    let on = waiting_after_give_up(true);
+    let off = waiting_after_give_up(false);
+    eprintln!("delivered {on:?} after the give-up; {off:?} with the rule off");
+    assert!(
+        on < Duration::from_secs(5) && off > Duration::from_secs(20),
+        "the partial was not dropped at once: {on:?} (rule off {off:?})"
+    );
+}

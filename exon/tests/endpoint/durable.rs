@@ -527,3 +527,89 @@ async fn a_keyed_batch_refuses_the_rows_already_accepted_and_sends_the_rest() {
         "each row once"
     );
 }
+
+/// Rule `forgotten_keys_refused`, over loopback: A sends 20 keyed rows, all acknowledged;
+/// its journal directory is deleted while its clock file stays (a disk replaced, a volume
+/// not mounted); restarted, A's application sends every row again, as an outbox that had
+/// not noted the verdicts does. The endpoint knows its journal is new for a node that ran
+/// before: each row is refused with `KeysForgotten`, none is delivered again; once the
+/// application settles B's keys (it learnt B holds rows up to 20), row 21 goes. With the
+/// rule off every row is delivered a second time.
+#[tokio::test]
+async fn a_journal_lost_under_a_kept_clock_refuses_keyed_rows_until_settled() {
+    use exon::proto::SendError;
+    for rule in [true, false] {
+        let da = tempfile::tempdir().unwrap();
+        let mut b = start(B, None).await;
+        let bind_a = || {
+            let mut rules = exon::proto::Rules::ALL;
+            rules.forgotten_keys_refused = rule;
+            Endpoint::builder(A)
+                .security(security(A))
+                .config(cfg().with_rules(rules))
+                .durable(da.path())
+                .bind("127.0.0.1:0")
+        };
+        let a = bind_a().await.unwrap();
+        a.add_peer(B, b.local_addr());
+        b.add_peer(A, a.local_addr());
+        let mut first = Vec::new();
+        for key in 1..=20u64 {
+            let r = a.send_keyed(B, key, (key as u32).to_be_bytes().to_vec());
+            first.push(r.await.unwrap());
+        }
+        let mut tally = Tally::default();
+        for _ in 0..20 {
+            tally.see(&timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+        }
+        for r in first {
+            timeout(LIMIT, r).await.unwrap().unwrap();
+        }
+        drop(a.close(Duration::ZERO).await);
+        drop(a);
+        std::fs::remove_dir_all(da.path().join("journal")).unwrap();
+        let a = bind_a().await.unwrap();
+        a.add_peer(B, b.local_addr());
+        b.add_peer(A, a.local_addr());
+        let mut receipts = Vec::new();
+        for key in 1..=20u64 {
+            match a
+                .send_keyed(B, key, (key as u32).to_be_bytes().to_vec())
+                .await
+            {
+                Err(Error::Send(SendError::KeysForgotten { to })) if rule => assert_eq!(to, B),
+                Ok(r) if !rule => receipts.push(r),
+                other => panic!("rule {rule}, row {key}: {:?}", other.map(|_| ())),
+            }
+        }
+        if rule {
+            a.settle_keys(B, 20).await.unwrap();
+            let again = a.send_keyed(B, 20, 20u32.to_be_bytes().to_vec()).await;
+            assert!(matches!(
+                again,
+                Err(Error::Send(SendError::KeyNotAbove { highest: 20, .. }))
+            ));
+            let r = a.send_keyed(B, 21, 21u32.to_be_bytes().to_vec()).await;
+            receipts.push(r.unwrap());
+        }
+        for _ in 0..receipts.len() {
+            tally.see(&timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+        }
+        for r in receipts {
+            timeout(LIMIT, r).await.unwrap().unwrap();
+        }
+        while let Ok(Some(m)) = timeout(Duration::from_millis(300), b.recv()).await {
+            tally.see(&m);
+        }
+        if rule {
+            assert_eq!(tally.0.len(), 21);
+            assert!(tally.0.values().all(|&c| c == (1, 0)), "{:?}", tally.0);
+        } else {
+            assert!(
+                (1..=20).all(|k| tally.0.get(&k) == Some(&(2, 0))),
+                "rule off: every row twice {:?}",
+                tally.0
+            );
+        }
+    }
+}

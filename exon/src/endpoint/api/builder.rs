@@ -161,6 +161,7 @@ impl Builder {
         }
         enlarge_buffers(&self.config, &sockets);
         let n = sockets.len();
+        let ran_before = self.store.is_none() && ran_before(self.durable.as_ref());
         let mut store = clock_store(self.store, self.durable.as_ref())?;
         let clock = store.load().map_err(BindError::Store)?;
         let local_addr = canonical(sockets[0].local_addr()?);
@@ -174,7 +175,7 @@ impl Builder {
         let mut nodes = new_nodes(self.id, &security, &self.config, clock, n)?;
         let calls = crate::rpc::calls::Calls::sharded(self.config.call_deadline, n);
         let reopen = (&calls, self.config.rules.recover_calls);
-        let mut durable = open_journals(self.durable.as_ref(), &mut nodes, reopen)?;
+        let mut durable = open_journals(self.durable.as_ref(), &mut nodes, reopen, ran_before)?;
         let public_key = nodes[0].public_key();
         self.config.protocol.validate()?;
         let max_payload = self.config.protocol.limits.max_message_size;
@@ -304,6 +305,7 @@ fn open_journals(
     durable: Option<&DurableDir>,
     nodes: &mut [Node],
     reopen: (&Arc<crate::rpc::calls::Calls>, bool),
+    ran_before: bool,
 ) -> Result<Vec<Option<(DriverJournal, Recovery)>>, BindError> {
     let Some(d) = durable else {
         return Ok(nodes.iter().map(|_| None).collect());
@@ -311,7 +313,7 @@ fn open_journals(
     d.check_shards(nodes.len())?;
     let mut out = Vec::with_capacity(nodes.len());
     for (i, node) in nodes.iter_mut().enumerate() {
-        out.push(Some(d.open(i, node, reopen)?));
+        out.push(Some(d.open(i, node, reopen, ran_before)?));
     }
     Ok(out)
 }
@@ -354,6 +356,13 @@ fn resume_streams<S: DatagramSocket>(
     let made = ordered.make_streams(streams, submit, driver.shared());
     driver.resume_streams(&made);
     made
+}
+
+/// Whether a durable directory's clock file was stored by a run before this one: a journal
+/// found new there was lost or replaced (its keys forgotten). A clock kept elsewhere
+/// (`Builder::clock_store`) cannot say.
+fn ran_before(durable: Option<&DurableDir>) -> bool {
+    durable.is_some_and(|d| d.clock_file().path().exists())
 }
 
 /// The clock store an endpoint starts with: the one given, else a durable endpoint's clock

@@ -847,6 +847,32 @@ impl Handle {
         Some(total)
     }
 
+    /// Durable mode: settles `to`'s keys after the journal forgot some
+    /// ([`SendError::KeysForgotten`](crate::proto::SendError::KeysForgotten): it was found
+    /// damaged, or is new for an endpoint that ran before). Keys up to `floor` then count as
+    /// accepted for `to` (sent again, they are refused with
+    /// [`SendError::KeyNotAbove`](crate::proto::SendError::KeyNotAbove)) and
+    /// [`send_keyed`](Self::send_keyed) to `to` above them goes again. Choose `floor` from
+    /// what the application knows: the highest key its receiver's effects hold, or the
+    /// highest it ever sent, taking the rows with no verdict as in doubt. The settlement is
+    /// journalled before any keyed send after it (`docs/durability.md`, "Exactly once from
+    /// an outbox"). On a journal that forgot nothing it only raises `to`'s floor.
+    ///
+    /// Fails with [`SendError::NotDurable`](crate::proto::SendError::NotDurable) on an
+    /// endpoint that is not durable, or [`Error::Closed`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe and safe to retry: settling twice with one floor is settling once.
+    pub async fn settle_keys(&self, to: NodeId, floor: u64) -> Result<(), Error> {
+        let (reply, answer) = oneshot::channel();
+        self.shard(to)
+            .cmds
+            .send(Command::SettleKeys { to, floor, reply })
+            .map_err(|_| Error::Closed)?;
+        answer.await.map_err(|_| Error::Closed)??;
+        Ok(())
+    }
+
     /// What this endpoint knows of the path to `peer`: RTT and its variation, congestion
     /// window, bytes in flight, pacing rate, bandwidth estimate, datagram size, slots held
     /// ([`PathStats`](crate::proto::PathStats)). `None` when no messages were sent to

@@ -33,6 +33,12 @@ pub(crate) enum Command {
     Stats(oneshot::Sender<EndpointStats>),
     /// What the sender record of a peer knows of the path to it.
     Path(NodeId, oneshot::Sender<Option<crate::proto::PathStats>>),
+    /// Durable mode: the application settles a destination's keys (`Node::settle_keys`).
+    SettleKeys {
+        to: NodeId,
+        floor: u64,
+        reply: oneshot::Sender<Result<(), crate::proto::SendError>>,
+    },
     /// A server starts: requests go to it.
     Serve(RequestTx),
     /// A request a server stopped without answering: held for the next one.

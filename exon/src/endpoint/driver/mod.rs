@@ -491,6 +491,11 @@ impl<S: DatagramSocket> Driver<S> {
             Command::Path(peer, reply) => {
                 let _ = reply.send(self.node.path(peer));
             }
+            Command::SettleKeys { to, floor, reply } => {
+                let r = self.node.settle_keys(to, floor);
+                peer_span(to).in_scope(|| tracing::info!(floor, ok = r.is_ok(), "keys settled"));
+                let _ = reply.send(r);
+            }
             Command::Serve(tx) => self.requests.serve(tx),
             Command::OpenStream {
                 peer,

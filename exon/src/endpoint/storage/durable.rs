@@ -252,15 +252,26 @@ impl DurableDir {
     /// Opens the journal of shard `shard`, recovers `node` (that shard's) from it, and
     /// returns the driver's journal and receipts for the messages recovered (their verdicts
     /// are still to come); the calls of the requests recovered are opened again in `calls`
-    /// (registered in its table with the rule `recover_calls`).
+    /// (registered in its table with the rule `recover_calls`). `ran_before`: the
+    /// directory's clock was stored by an earlier run, so a journal found new was lost or
+    /// replaced (`Recovered::replaced`: the keys it had accepted are forgotten).
     pub(crate) fn open(
         &self,
         shard: usize,
         node: &mut Node,
         (calls, register): (&std::sync::Arc<Calls>, bool),
+        ran_before: bool,
     ) -> Result<(DriverJournal, Recovery), BindError> {
         let backend = FsBackend::open(self.journal_dir(shard))?;
-        let (journal, recovered, report) = Journal::open(backend, self.config.clone())?;
+        let (journal, mut recovered, report) = Journal::open(backend, self.config.clone())?;
+        if ran_before && recovered.covers.is_none() {
+            recovered.replaced = true;
+            tracing::warn!(
+                shard,
+                "journal new for a node that ran before (lost or replaced, its clock kept): \
+                 keyed sends are refused until the application settles their keys"
+            );
+        }
         let (deliveries, messages) = (recovered.deliveries.len(), recovered.messages.len());
         tracing::info!(
             shard,

@@ -274,6 +274,21 @@ pub enum Entry {
     /// cut leaves a log that reads clean, and a crash before that `Covers` record is
     /// synced must not make the next run vouch for what the damage took.
     Damaged,
+    /// Sender: the journal may have forgotten application keys it had accepted (it was
+    /// found damaged, or is new for a node that ran before, `Recovered::replaced`): a
+    /// keyed send to a destination not settled since (`KeysSettled`) is refused
+    /// (`SendError::KeysForgotten`). Written by the restarted node; ends the settlements
+    /// before it.
+    KeysForgotten,
+    /// Sender: the application settled `to`'s keys after the journal forgot some
+    /// (`Node::settle_keys`): keys up to `key` count as accepted, and keyed sends to `to`
+    /// above it are accepted again.
+    KeysSettled {
+        /// The destination.
+        to: NodeId,
+        /// The highest key that counts as accepted for it.
+        key: u64,
+    },
 }
 
 /// The verdict a `Resolved` record keeps until it is reported.
@@ -356,6 +371,9 @@ const RESOLVED_RUN: u8 = 26;
 const DELIVERED_EARLY: u8 = 27;
 // A slot a message left for a fresh one: kind 28.
 const UNASSIGNED: u8 = 28;
+// Keys the journal may have forgotten, and a destination's keys settled: kinds 29 and 30.
+const KEYS_FORGOTTEN: u8 = 29;
+const KEYS_SETTLED: u8 = 30;
 
 impl Entry {
     /// The record's encoded length.
@@ -446,7 +464,8 @@ impl Entry {
                 id,
             } => v(from.get()) + v(*rck) + v(*slot) + v(id.0),
             Entry::Handed { from, rck, slot } => v(from.get()) + v(*rck) + v(*slot),
-            Entry::Damaged => 0,
+            Entry::Damaged | Entry::KeysForgotten => 0,
+            Entry::KeysSettled { to, key } => v(to.get()) + v(*key),
         }
     }
 
@@ -543,6 +562,7 @@ impl Entry {
             | Entry::Released { .. }
             | Entry::TakenReleased { .. } => self.encode_held(buf),
             Entry::Damaged => buf.put_u8(DAMAGED),
+            Entry::KeysForgotten | Entry::KeysSettled { .. } => self.encode_more(buf),
             Entry::Unassigned { id, rck, slot } => put_ids(buf, UNASSIGNED, [id.0, *rck, *slot]),
             Entry::Handed { from, rck, slot } => put_slot(buf, HANDED, *from, *rck, *slot),
         }
@@ -592,6 +612,12 @@ impl Entry {
                 put_varint(buf, to.get());
                 put_varint(buf, *key);
                 put_payload(buf, payload);
+            }
+            Entry::KeysForgotten => buf.put_u8(KEYS_FORGOTTEN),
+            Entry::KeysSettled { to, key } => {
+                buf.put_u8(KEYS_SETTLED);
+                put_varint(buf, to.get());
+                put_varint(buf, *key);
             }
             Entry::KeyFloor { to, key } => {
                 buf.put_u8(KEY_FLOOR);
@@ -756,11 +782,16 @@ impl Entry {
 }
 
 /// Decodes the body of a record of kind `DAMAGED`, `HANDED`, `RESOLVED_RUN`,
-/// `DELIVERED_EARLY` or `UNASSIGNED` (payloads are slices of `whole`); any other kind is
+/// `DELIVERED_EARLY`, `UNASSIGNED`, `KEYS_FORGOTTEN` or `KEYS_SETTLED` (payloads are slices of `whole`); any other kind is
 /// unknown.
 fn decode_newer(kind: u8, r: &mut Reader<'_>, whole: &Bytes) -> Result<Entry, EntryError> {
     Ok(match kind {
         DAMAGED => Entry::Damaged,
+        KEYS_FORGOTTEN => Entry::KeysForgotten,
+        KEYS_SETTLED => Entry::KeysSettled {
+            to: node(r)?,
+            key: int(r)?,
+        },
         DELIVERED_EARLY => Entry::DeliveredEarly {
             from: node(r)?,
             rck: int(r)?,
@@ -1021,6 +1052,11 @@ mod tests {
                 slot: 1 << 21,
             },
             Entry::Damaged,
+            Entry::KeysForgotten,
+            Entry::KeysSettled {
+                to: n,
+                key: u64::MAX >> 2,
+            },
             Entry::ResolvedRun {
                 first: MsgId(1 << 40),
                 count: 300,

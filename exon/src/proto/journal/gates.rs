@@ -77,6 +77,11 @@ pub(crate) struct Journal {
     /// The highest application key accepted per destination (`Node::send_keyed`): one
     /// integer per destination ever sent to with a key, recovered from the journal.
     pub keys: PeerMap<u64>,
+    /// The journal may have forgotten keys it had accepted (`Entry::KeysForgotten`): keyed
+    /// sends to a destination not in `keys_settled` are refused.
+    pub keys_forgotten: bool,
+    /// The destinations the application settled since (`Entry::KeysSettled`).
+    pub keys_settled: std::collections::HashSet<NodeId, foldhash::fast::RandomState>,
     /// The layers' marks, as the journal will hold them once its writes are durable.
     pub marks: crate::proto::journal::marks::Marks,
     /// Messages sent held (`Node::send_held`) and not released, acknowledged or not: one
@@ -123,6 +128,8 @@ impl Journal {
             covers_asked: run_start,
             damaged,
             keys: PeerMap::default(),
+            keys_forgotten: false,
+            keys_settled: Default::default(),
             marks: Default::default(),
             holds: Default::default(),
             revived: PeerMap::default(),

@@ -36,6 +36,12 @@ pub struct State {
     damage_pending: bool,
     /// The highest application key accepted per destination (`AcceptedKeyed`, `KeyFloor`).
     keys: BTreeMap<NodeId, u64>,
+    /// A `KeysForgotten` record stands: keyed sends to a destination not in
+    /// `keys_settled` are refused.
+    keys_forgotten: bool,
+    /// The destinations whose keys the application settled (`KeysSettled`) since the last
+    /// `KeysForgotten` record.
+    keys_settled: BTreeSet<NodeId>,
     /// The layers' marks (`Mark`, `AcceptedMark`, `TakenMark`): the last value of each.
     marks: Marks,
     /// Deliveries handed over without their payload (`Handed`) and not taken: a restart
@@ -131,6 +137,17 @@ pub struct Recovered {
     pub covers: Option<(u64, u64)>,
     /// The highest application key accepted per destination (`send_keyed`).
     pub keys: Vec<(NodeId, u64)>,
+    /// The journal may have forgotten keys it had accepted (a `KeysForgotten` record
+    /// stands): keyed sends to a destination not in `keys_settled` are refused until the
+    /// application settles it ([`Node::settle_keys`](crate::proto::Node::settle_keys)).
+    pub keys_forgotten: bool,
+    /// The destinations settled since the journal forgot keys.
+    pub keys_settled: Vec<NodeId>,
+    /// Set by the storage, not by the journal: the journal is new (or replaced) for a node
+    /// that ran before with another one (its clock was kept, its journal lost, deleted or
+    /// replaced). The keys that journal had accepted are forgotten: the node records so
+    /// (`KeysForgotten`), as it does for a damaged journal.
+    pub replaced: bool,
     /// Per sender, the frontier below which its taken deliveries were forgotten: tokens of
     /// covered incarnations below it are answered DOUBT, not LOST (the journal cannot vouch
     /// there; only a sender restored from an older copy of its directory sends them).
@@ -231,6 +248,7 @@ impl State {
                 }
                 self.cover(*from, *below)
             }
+            Entry::KeysForgotten | Entry::KeysSettled { .. } => self.apply_forgotten_keys(e),
             Entry::Damaged => {
                 if !self.damage_pending {
                     self.damage_pending = true;
@@ -404,6 +422,25 @@ impl State {
         };
         self.live_bytes += Self::message_len(&m);
         self.outbox.insert(id, m);
+    }
+
+    /// `KeysForgotten` (every settlement ends) or `KeysSettled`.
+    fn apply_forgotten_keys(&mut self, e: &Entry) {
+        match e {
+            Entry::KeysForgotten => {
+                if !std::mem::replace(&mut self.keys_forgotten, true) {
+                    self.live_bytes += e.encoded_len();
+                }
+                self.keys_settled.clear();
+            }
+            Entry::KeysSettled { to, key } => {
+                self.raise_key(*to, *key);
+                if self.keys_forgotten {
+                    self.keys_settled.insert(*to);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// `to`'s highest key is at least `key` (kept as one `KeyFloor` record).
@@ -693,10 +730,15 @@ impl State {
             .handed
             .iter()
             .map(|&(from, rck, slot)| Entry::Handed { from, rck, slot });
-        let keys = self
-            .keys
-            .iter()
-            .map(|(&to, &key)| Entry::KeyFloor { to, key });
+        // Settled destinations after the `KeysForgotten` record that would end them.
+        let keys_forgotten = self.keys_forgotten.then_some(Entry::KeysForgotten);
+        let keys = self.keys.iter().map(|(&to, &key)| {
+            if self.keys_settled.contains(&to) {
+                Entry::KeysSettled { to, key }
+            } else {
+                Entry::KeyFloor { to, key }
+            }
+        });
         let forgotten = self
             .forgotten
             .iter()
@@ -724,6 +766,7 @@ impl State {
         let damaged = self.damage_pending.then_some(Entry::Damaged);
         covers
             .into_iter()
+            .chain(keys_forgotten)
             .chain(keys)
             .chain(forgotten)
             .chain(marks)
@@ -779,6 +822,9 @@ impl State {
             damaged: damaged || self.damage_pending,
             covers: self.covers,
             keys: self.keys.iter().map(|(&to, &key)| (to, key)).collect(),
+            keys_forgotten: self.keys_forgotten,
+            keys_settled: self.keys_settled.iter().copied().collect(),
+            replaced: false,
             forgotten: self.forgotten.iter().collect(),
             marks: self
                 .marks

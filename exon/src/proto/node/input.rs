@@ -592,7 +592,7 @@ impl Node {
         if f.reqslots_again {
             self.stats.reqslots_retransmissions += 1;
         }
-        if f.reqslots_again || f.ready {
+        if f.reqslots_again || f.ready || rec.notice_due() {
             self.outbox.wake(src, usize::MAX);
         }
     }
@@ -619,6 +619,10 @@ impl Node {
         let rules = self.rules;
         let rec = self.senders.get_mut(&to)?;
         let (len, verdict, slot) = rec.abandon(now, id, &rules)?;
+        if rec.notice_due() {
+            // Its receiver may hold a partial of it: the frontier notice goes now.
+            self.outbox.wake(to, usize::MAX);
+        }
         self.queued_bytes -= len;
         match verdict {
             Abandoned::NotDelivered => self.stats.not_delivered += 1,

@@ -35,7 +35,7 @@ impl Node {
             return Err(RecoverError::NotFresh);
         }
         let mut j = Journal::new(self.ck, recovered.covers, recovered.damaged);
-        j.keys.extend(recovered.keys.iter().copied());
+        recover_keys(&mut j, &recovered);
         for &(from, below) in &recovered.forgotten {
             j.forgotten.raise(from, below);
         }
@@ -733,5 +733,21 @@ impl Node {
         self.journal
             .as_ref()
             .is_some_and(|j| j.frontier_cap(to).is_some())
+    }
+}
+
+/// The application keys `recovered` holds (`Node::send_keyed`). A damaged journal lost
+/// records, a replaced one all of them: keys accepted there may be gone, and a row sent
+/// again under one would be a second message. That is recorded (`KeysForgotten`), so that
+/// later restarts refuse keyed sends too until the application settles each destination.
+fn recover_keys(j: &mut Journal, recovered: &Recovered) {
+    j.keys.extend(recovered.keys.iter().copied());
+    j.keys_forgotten = recovered.keys_forgotten;
+    j.keys_settled
+        .extend(recovered.keys_settled.iter().copied());
+    if recovered.damaged || recovered.replaced {
+        j.keys_forgotten = true;
+        j.keys_settled.clear();
+        j.write(Entry::KeysForgotten);
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::proto::journal::Mark;
+use crate::proto::journal::{Entry, Mark};
 use crate::proto::{DeliveryId, MsgId, Node, NodeId, Payload, SendError};
 
 /// What a send's journal record carries besides the message.
@@ -58,12 +58,46 @@ impl Node {
         let Some(j) = self.journal.as_ref() else {
             return Err(SendError::NotDurable);
         };
+        if self.rules.forgotten_keys_refused && j.keys_forgotten && !j.keys_settled.contains(&to) {
+            return Err(SendError::KeysForgotten { to });
+        }
         if let Some(&highest) = j.keys.get(&to) {
             if key <= highest {
                 return Err(SendError::KeyNotAbove { to, key, highest });
             }
         }
         self.accept(now, to, payload.into(), None, false, Stamp::Key(key))
+    }
+
+    /// Input: settles `to`'s keys after the journal forgot some ([`SendError::KeysForgotten`]):
+    /// keys up to `floor` count as accepted for `to` (sending one again is refused with
+    /// [`SendError::KeyNotAbove`]), and keyed sends to `to` above it (and above any key the
+    /// journal still holds) are accepted again. The application chooses `floor` from what
+    /// it knows: the highest key its receiver's effects show, or the highest it ever sent,
+    /// giving the rows without a verdict up as in doubt. Kept in the journal
+    /// ([`Entry::KeysSettled`](crate::proto::journal::Entry::KeysSettled)), in order with
+    /// the sends after it. On a journal that forgot nothing it only raises the floor.
+    ///
+    /// Fails with [`SendError::NotDurable`] on a node that is not durable.
+    pub fn settle_keys(&mut self, to: NodeId, floor: u64) -> Result<(), SendError> {
+        let Some(j) = self.journal.as_mut() else {
+            return Err(SendError::NotDurable);
+        };
+        let key = j.keys.get(&to).map_or(floor, |&k| k.max(floor));
+        j.keys.insert(to, key);
+        if j.keys_forgotten {
+            j.keys_settled.insert(to);
+        }
+        j.write(Entry::KeysSettled { to, key });
+        Ok(())
+    }
+
+    /// Whether keyed sends to `to` are refused until the application settles its keys
+    /// ([`settle_keys`](Self::settle_keys)): the journal may have forgotten some.
+    pub fn keys_forgotten(&self, to: NodeId) -> bool {
+        self.journal
+            .as_ref()
+            .is_some_and(|j| j.keys_forgotten && !j.keys_settled.contains(&to))
     }
 
     /// Input: as [`send`](Self::send), for a message its receiver's application may leave

@@ -370,6 +370,10 @@ impl SRecord {
             if let Some(o) = tok.frag.as_ref().filter(|o| o.is_charged()) {
                 self.credit
                     .give_back(tok.rck, Outgoing::charge_of(o.total()));
+                if rules.abandon_tells_frontier && tok.sends > 0 {
+                    // Its receiver may hold a partial of it until the frontier passes.
+                    self.req.owe_notice(slot);
+                }
             }
             self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
             // A message no whole copy of which ever left cannot be delivered: its receiver

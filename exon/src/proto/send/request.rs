@@ -32,6 +32,11 @@ pub(crate) struct SlotRequest {
     /// record of slots below this value that the sender holds nothing of. It goes again
     /// before each transmission of the request, until a grant shows the receiver took it.
     waiver: Option<u64>,
+    /// A frontier notice owed (`Rules::abandon_tells_frontier`): a message given up in
+    /// this slot left fragments the receiver may hold in reassembly memory until the
+    /// frontier passes the slot, and only a REQSLOTS carries the frontier. Once the
+    /// frontier is past it, REQSLOTS(s, 0, l) goes unless a request carrying `l` does.
+    notice: Option<u64>,
 }
 
 impl SlotRequest {
@@ -128,6 +133,26 @@ impl SlotRequest {
         self.due = false;
         self.frontier_override = None;
         sample
+    }
+
+    /// Message in slot `slot` was given up with fragments out: the receiver is to learn
+    /// once the frontier passes it.
+    pub fn owe_notice(&mut self, slot: u64) {
+        self.notice = Some(self.notice.map_or(slot, |o| o.max(slot)));
+    }
+
+    /// Whether the frontier notice owed may go: the frontier `l` passed its slot.
+    #[inline]
+    pub fn notice_due(&self, l: u64) -> bool {
+        self.notice.is_some_and(|s| l > s)
+    }
+
+    /// A REQSLOTS carrying the frontier `l` left: a notice it passes is no longer owed.
+    #[inline]
+    pub fn told_frontier(&mut self, l: u64) {
+        if self.notice_due(l) {
+            self.notice = None;
+        }
     }
 
     /// A probe showed the receiver holding slots below `w` this sender holds nothing of:

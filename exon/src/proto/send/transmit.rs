@@ -110,8 +110,11 @@ impl SRecord {
         let credit_due = self.credit.due().is_some();
         let burst_end = !self.req.is_due() && self.to_send.is_empty() && !credit_due;
         let stored_due = self.stored_due().is_some();
-        let left =
-            self.req.is_due() || credit_due || stored_due || (!self.to_send.is_empty() && !blocked);
+        let left = self.req.is_due()
+            || credit_due
+            || stored_due
+            || self.notice_due()
+            || (!self.to_send.is_empty() && !blocked);
         (left, burst_end)
     }
 
@@ -148,8 +151,24 @@ impl SRecord {
                 fill.stats.frames_out.reqslots += 1;
                 let seq = self.flight.losses.current_seq();
                 self.req.on_sent(fill.now, seq);
+                self.req.told_frontier(l);
+            }
+        } else {
+            // A frontier notice: REQSLOTS(s, 0, l) asks for nothing (the receiver answers
+            // nothing) and lets it drop what it holds below `l` (a partial given up).
+            let (s, l) = (self.sck, self.frontier());
+            if self.req.notice_due(l) && fill.clocks.reqslots_len(s, 0, l) <= fill.room() {
+                fill.clocks.put_reqslots(fill.buf, s, 0, l);
+                fill.stats.frames_out.reqslots += 1;
+                self.req.told_frontier(l);
             }
         }
+    }
+
+    /// Whether a frontier notice is owed and may go (`SlotRequest::owe_notice`).
+    #[inline]
+    pub fn notice_due(&self) -> bool {
+        self.req.notice_due(self.frontier())
     }
 
     /// Writes the tokens of `to_send` in turn, each whole (TOKEN) or a fragment of it

@@ -609,3 +609,37 @@ mod counted {
         }
     }
 }
+
+#[test]
+fn forgotten_keys_and_their_settlements_survive_compaction_in_order() {
+    let (b, c) = (NodeId::from_const(2), NodeId::from_const(3));
+    let mut s = State::new();
+    s.apply(&Entry::KeyFloor { to: b, key: 4 });
+    s.apply(&Entry::KeysSettled { to: c, key: 9 });
+    // A settlement before the journal forgot is no settlement after.
+    s.apply(&Entry::KeysForgotten);
+    s.apply(&Entry::KeysSettled { to: b, key: 2 });
+    let expect = |s: &State| {
+        let r = s.recovered(false);
+        assert!(r.keys_forgotten);
+        assert_eq!(r.keys_settled, vec![b]);
+        assert_eq!(r.keys, vec![(b, 4), (c, 9)], "a floor never lowers a key");
+        assert!(!r.replaced, "only the storage says a journal was replaced");
+    };
+    expect(&s);
+    let live: Vec<Entry> = s.live_entries().collect();
+    let len: usize = live.iter().map(Entry::encoded_len).sum();
+    assert_eq!(len, s.live_bytes());
+    let mut c2 = State::new();
+    for e in &live {
+        c2.apply(e);
+    }
+    expect(&c2);
+    // Forgotten again (another damage): every settlement ends.
+    c2.apply(&Entry::KeysForgotten);
+    assert!(c2.recovered(false).keys_settled.is_empty());
+    assert_eq!(
+        c2.live_entries().map(|e| e.encoded_len()).sum::<usize>(),
+        c2.live_bytes()
+    );
+}
