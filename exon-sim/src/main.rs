@@ -198,7 +198,9 @@ struct Args {
     /// message's sequence number (`Node::send_keyed`), keeps the message until its verdict,
     /// and at each restart sends again what it holds no verdict for; the oracle excuses no
     /// message of a restarted sender (each delivered exactly once). Plain messages only,
-    /// without deadlines.
+    /// without deadlines. With a lost or damaged journal the node refuses keyed sends
+    /// until their keys are settled (`KeysForgotten`): the application gives its rows to
+    /// that destination up in doubt and settles at the highest key it used.
     #[arg(long, requires = "durable", conflicts_with_all = ["rpc", "channels", "deadline_ms"])]
     keyed: bool,
     /// Durable mode: probability that a restart puts back an older copy of the host's

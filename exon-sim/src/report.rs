@@ -109,6 +109,9 @@ pub struct Report {
     /// accepted (their records were lost), and refused (exon had accepted them). `None`:
     /// not keyed.
     pub keyed: Option<(u64, u64)>,
+    /// Keyed sends: outbox messages given up in doubt because the journal forgot their
+    /// keys (a lost or damaged journal: `SendError::KeysForgotten`).
+    pub keyed_given_up: u64,
     /// Durable mode: messages allowed to end in doubt by a restart with a journal that
     /// cannot vouch for its earlier incarnations (see `Oracle::on_unvouched_restart`).
     pub doubt_excused: u64,
@@ -267,6 +270,7 @@ impl fmt::Display for Report {
             )?;
             if let Some((resent, refused)) = self.keyed {
                 write!(f, " keyed_resent={resent} keyed_refused={refused}")?;
+                write!(f, " keyed_given_up={}", self.keyed_given_up)?;
             }
         }
         Ok(())

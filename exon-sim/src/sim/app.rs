@@ -171,24 +171,14 @@ impl Sim {
                     node.send(now, node_id(to), p)
                 };
                 match sent_now {
+                    Err(exon::proto::SendError::KeysForgotten { .. }) => {
+                        // The next pump sends it, above the keys settled now.
+                        self.settle_forgotten(i, to, key.seq - 1);
+                        break;
+                    }
                     Ok(id) => {
-                        let key = self.oracle.on_submit(i, to, self.now);
-                        self.hosts[i].msg_keys.insert(id.0, key.seq);
-                        if keyed {
-                            self.hosts[i].outbox.insert(key.seq, (to, kind));
-                        }
+                        self.submitted(i, to, id, keyed.then_some(kind));
                         sent += 1;
-                        if let Some(d) = self.sc.deadline {
-                            let durable = self.hosts[i].journal.is_some();
-                            let what = What::GiveUp {
-                                node: i as u32,
-                                to: to as u32,
-                                id: id.0,
-                                boot: self.hosts[i].restarts,
-                                seq: if durable { key.seq } else { u64::MAX },
-                            };
-                            self.queue.push(self.now + nanos(d), what);
-                        }
                     }
                     Err(_) => break,
                 }
@@ -203,6 +193,27 @@ impl Sim {
             self.drain(i);
         }
         self.schedule_pump(i, self.now + nanos(wl.interval));
+    }
+
+    /// Node `i` accepted message `id` to `to`: the oracle and the application note it (in
+    /// its outbox, with its `kind`, when keyed), and its deadline is set, if any.
+    fn submitted(&mut self, i: usize, to: usize, id: MsgId, outbox: Option<Kind>) {
+        let key = self.oracle.on_submit(i, to, self.now);
+        self.hosts[i].msg_keys.insert(id.0, key.seq);
+        if let Some(kind) = outbox {
+            self.hosts[i].outbox.insert(key.seq, (to, kind));
+        }
+        if let Some(d) = self.sc.deadline {
+            let durable = self.hosts[i].journal.is_some();
+            let what = What::GiveUp {
+                node: i as u32,
+                to: to as u32,
+                id: id.0,
+                boot: self.hosts[i].restarts,
+                seq: if durable { key.seq } else { u64::MAX },
+            };
+            self.queue.push(self.now + nanos(d), what);
+        }
     }
 
     /// Whether the applications send keyed from an outbox (`JournalModel::keyed`).
@@ -245,6 +256,12 @@ impl Sim {
                 Err(exon::proto::SendError::KeyNotAbove { .. }) => {
                     self.hosts[i].jstats.keyed_refused += 1;
                 }
+                Err(exon::proto::SendError::KeysForgotten { .. }) => {
+                    // This row and every other to `to` are given up; the loop goes on.
+                    let floor = self.oracle.next_seq(i).saturating_sub(1);
+                    self.settle_forgotten(i, to, floor);
+                    continue;
+                }
                 Err(_) => return false,
             }
             self.hosts[i].resend.pop_front();
@@ -253,11 +270,45 @@ impl Sim {
         true
     }
 
-    /// Keyed sends: node `i`'s message `id` has its verdict: it leaves the outbox.
-    pub(super) fn settle_outbox(&mut self, i: usize, id: MsgId) {
+    /// Keyed sends: node `i`'s journal forgot keys it had accepted for `to` (lost or
+    /// damaged: `SendError::KeysForgotten`). This application keeps no record of what its
+    /// receiver holds, so it cannot tell which of its rows to `to` arrived: it gives each
+    /// up in doubt (delivered at most once: the oracle holds it to that), and settles
+    /// `to`'s keys at `floor`, the highest key it used.
+    fn settle_forgotten(&mut self, i: usize, to: usize, floor: u64) {
+        let h = &mut self.hosts[i];
+        let rows: std::collections::HashSet<u64> = h
+            .outbox
+            .iter()
+            .filter(|(_, &(t, _))| t == to)
+            .map(|(&seq, _)| seq)
+            .collect();
+        h.outbox.retain(|seq, _| !rows.contains(seq));
+        let ids = h.msg_keys.iter().filter(|(_, s)| rows.contains(s));
+        h.given_up.extend(ids.map(|(&id, _)| id));
+        h.jstats.keyed_given_up += rows.len() as u64;
+        for seq in rows {
+            let key = MsgKey {
+                sender: i as u32,
+                seq,
+            };
+            self.oracle.on_abandoned(key, false, self.now);
+        }
+        if let Some(node) = self.hosts[i].node.as_mut() {
+            node.settle_keys(node_id(to), floor)
+                .expect("a durable node settles keys");
+        }
+        self.last_activity = self.now;
+    }
+
+    /// Keyed sends: node `i`'s message `id` has its verdict: it leaves the outbox. Returns
+    /// whether the application had given it up already (`settle_forgotten`): the verdict
+    /// is no news then.
+    pub(super) fn settle_outbox(&mut self, i: usize, id: MsgId) -> bool {
         let h = &mut self.hosts[i];
         if let Some(seq) = h.msg_keys.get(&id.0) {
             h.outbox.remove(seq);
         }
+        h.given_up.remove(&id.0)
     }
 }

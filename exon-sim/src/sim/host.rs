@@ -73,6 +73,12 @@ pub(crate) struct Host {
     /// across crashes): each message it sent and holds no verdict for, by sequence number
     /// (its key): (destination, kind).
     pub(crate) outbox: std::collections::BTreeMap<u64, (usize, crate::workload::Kind)>,
+    /// Keyed sends: ids of messages the application gave up in doubt (their keys
+    /// forgotten): a verdict the node reports for one later is not the oracle's news.
+    pub(crate) given_up: std::collections::HashSet<u64>,
+    /// Its journal was lost at its last restart (its clock kept): the storage says so
+    /// at recovery (`Recovered::replaced`).
+    pub(crate) journal_replaced: bool,
     /// Keyed sends: the outbox's messages to send again since the last restart, in order.
     pub(crate) resend: std::collections::VecDeque<u64>,
 }
@@ -133,6 +139,9 @@ pub(crate) struct JournalStats {
     /// were lost in the crash), and refused (exon had accepted them).
     pub(crate) keyed_resent: u64,
     pub(crate) keyed_refused: u64,
+    /// Keyed sends: outbox messages the application gave up in doubt when the journal said
+    /// it forgot their keys (`SendError::KeysForgotten`).
+    pub(crate) keyed_given_up: u64,
 }
 
 impl Host {
@@ -143,6 +152,8 @@ impl Host {
             stored_hw: 0,
             msg_keys: HashMap::new(),
             outbox: Default::default(),
+            given_up: Default::default(),
+            journal_replaced: false,
             resend: Default::default(),
             quota,
             replies: Vec::new(),

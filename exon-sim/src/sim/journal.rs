@@ -230,8 +230,10 @@ impl Sim {
                 Ok((j, _, report)) => {
                     // A quiet journal keeps one record of where its coverage starts, one
                     // of each destination's highest key (keyed sends), one of each sender's
-                    // forgotten frontier, and one of each mark (durable channels' positions).
+                    // forgotten frontier, one of each mark (durable channels' positions), and one
+                    // saying it forgot keys (`KeysForgotten`: a lost or damaged journal's).
                     let covers = usize::from(j.state().covers().is_some())
+                        + usize::from(j.state().keys_forgotten())
                         + j.state().keys().count()
                         + j.state().forgotten().count()
                         + j.state().marks().count();

@@ -77,7 +77,8 @@ impl Sim {
         if let Some(hook) = &self.sc.node_hook {
             hook(i, &mut node);
         }
-        if let Some(recovered) = self.open_journal(i) {
+        if let Some(mut recovered) = self.open_journal(i) {
+            recovered.replaced = std::mem::take(&mut self.hosts[i].journal_replaced);
             // Durable mode: the journal's records are the node's first input; recovered
             // messages keep their ids (and so their keys).
             for m in &recovered.messages {
@@ -325,7 +326,9 @@ impl Sim {
             }
             Event::Acknowledged { ids, .. } => {
                 for id in ids {
-                    self.settle_outbox(i, id);
+                    if self.settle_outbox(i, id) {
+                        continue;
+                    }
                     if self.reported_again(i, id, Outcome::Acknowledged) {
                         continue;
                     }
@@ -339,7 +342,9 @@ impl Sim {
                 }
             }
             Event::InDoubt { id, .. } => {
-                self.settle_outbox(i, id);
+                if self.settle_outbox(i, id) {
+                    return;
+                }
                 if self.reported_again(i, id, Outcome::InDoubt) {
                     return;
                 }
@@ -353,7 +358,9 @@ impl Sim {
                 self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
-                self.settle_outbox(i, id);
+                if self.settle_outbox(i, id) {
+                    return;
+                }
                 if self.reported_again(i, id, Outcome::NotDelivered) {
                     return;
                 }

@@ -64,6 +64,7 @@ impl Sim {
                         (a + j.keyed_resent, b + j.keyed_refused)
                     })
                 }),
+            keyed_given_up: self.hosts.iter().map(|h| h.jstats.keyed_given_up).sum(),
             doubt_excused: o.doubt_excused,
             restore_duplicates: o.restore_duplicates,
             restore_redeliveries: o.restore_redeliveries,

@@ -77,6 +77,7 @@ impl Sim {
                 let h = &mut self.hosts[i];
                 h.jdisk = MemBackend::new();
                 h.jstats.lost += 1;
+                h.journal_replaced = true;
                 self.oracle.on_journal_lost(i);
                 unvouched = true;
             }

@@ -784,6 +784,12 @@ impl State {
         self.keys.iter().map(|(&to, &key)| (to, key))
     }
 
+    /// Whether a `KeysForgotten` record stands: a quiet journal keeps it (and one
+    /// `KeysSettled` in place of `KeyFloor` for each destination settled since).
+    pub fn keys_forgotten(&self) -> bool {
+        self.keys_forgotten
+    }
+
     /// Per sender, the frontier below which its taken deliveries were forgotten: a quiet
     /// journal keeps one `Confirmed` record for each.
     pub fn forgotten(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
