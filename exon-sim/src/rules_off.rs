@@ -43,6 +43,7 @@ by_name!(
     credit_return_resumes,
     abandon_tells_frontier,
     forgotten_keys_refused,
+    progress_within_reassembly_timeout,
     pin_member_keys,
     address_cookies,
     reordering_window,

@@ -108,6 +108,14 @@ pub struct Rules {
     /// a restart is accepted as a new message, and delivered a second time if the first
     /// copy had arrived.
     pub forgotten_keys_refused: bool,
+    /// Beyond the paper (large messages): a sender starts another fragmented message only
+    /// while the charges of those in progress stay within what the path moves (the
+    /// bandwidth estimate) in a quarter of the reassembly timeout; one always may. Off,
+    /// every message the reassembly credit covers (up to 16 MiB) is in progress at once,
+    /// each at its share of the path: on a path whose estimate fell (20 % loss and 20 ms of
+    /// jitter), each took longer than the receiver keeps a partial (30 s), every partial
+    /// expired before it was whole, and nothing was delivered for good.
+    pub progress_within_reassembly_timeout: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -387,6 +395,7 @@ impl Rules {
         credit_return_resumes: true,
         abandon_tells_frontier: true,
         forgotten_keys_refused: true,
+        progress_within_reassembly_timeout: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

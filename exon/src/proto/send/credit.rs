@@ -153,6 +153,22 @@ impl Credit {
         !self.waiting.is_empty()
     }
 
+    /// Whether a message charged `charge` bytes may start now that the path moves about
+    /// `budget` bytes before its receiver would drop a partial that made no progress: one
+    /// message always may; more only while the charges in progress (every incarnation's)
+    /// stay within the budget.
+    pub fn fits_progress(&self, charge: u64, budget: u64) -> bool {
+        let used: u64 = self.grants.iter().map(|g| g.used).sum();
+        used == 0 || used.saturating_add(charge) <= budget
+    }
+
+    /// A message in `slot` of incarnation `r` waits for the messages in progress, not for
+    /// credit: it asks for none (it is tried again when credit comes back, as a message
+    /// waiting for credit is).
+    pub fn wait_for_progress(&mut self, slot: u64, r: u64) {
+        self.waiting.push_back((slot, r));
+    }
+
     /// A message in `slot` of incarnation `r` needing `charge` bytes waits for credit;
     /// asks for more if what was asked for does not cover it. What it asks for is at least
     /// twice the grant it ran out of (`Rules::credit_doubles`): a sender that keeps messages
@@ -388,5 +404,27 @@ mod tests {
         }
         assert_eq!(c.room(7), 0);
         assert_eq!(c.grants.len(), MAX_GRANTS);
+    }
+
+    #[test]
+    fn messages_start_while_those_in_progress_fit_the_budget_and_one_always_may() {
+        let mut c = Credit::default();
+        c.on_credit(7, 1 << 20);
+        assert_eq!(c.room(7), 1 << 20);
+        // Nothing in progress: one starts even above the budget.
+        assert!(c.fits_progress(300_000, 100_000));
+        assert!(c.take(7, 300_000));
+        assert!(
+            !c.fits_progress(100_000, 350_000),
+            "300 000 + 100 000 > 350 000"
+        );
+        assert!(c.fits_progress(50_000, 350_000));
+        // Waiting for progress asks for no credit, and goes with the credit given back.
+        c.wait_for_progress(4, 7);
+        assert_eq!(c.due(), None);
+        c.give_back(7, 300_000);
+        assert!(c.take_returned() && c.has_waiting());
+        assert_eq!(c.take_waiting().len(), 1);
+        assert!(c.fits_progress(100_000, 350_000));
     }
 }

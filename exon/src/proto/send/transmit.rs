@@ -266,7 +266,8 @@ impl SRecord {
         let room_now = fill.room();
         let cap = cfg.limits.max_reassembly_per_source;
         let rooms = (fill.space.body_room, room_now);
-        let plan = self.plan_fragment((s, r, *fill.clocks), rooms, cap, rules);
+        let budget = self.progress_budget(cfg, rules);
+        let plan = self.plan_fragment((s, r, *fill.clocks), rooms, (cap, budget), rules);
         let (range, overhead) = match plan {
             FragPlan::Done | FragPlan::Wait => return Step::Next,
             FragPlan::Later => return Step::Stop,
@@ -533,7 +534,7 @@ impl SRecord {
         &mut self,
         (s, r, clocks): (u64, u64, Clocks),
         (body_room, room_now): (usize, usize),
-        cap: u64,
+        (cap, budget): (u64, u64),
         rules: &Rules,
     ) -> FragPlan {
         let Some(tok) = self.tokens.get_mut(s) else {
@@ -555,6 +556,13 @@ impl SRecord {
         if rules.fragments_need_credit && !o.is_charged() && !whole_fits && !o.is_whole() {
             // More than one fragment: reassembly memory must be granted first.
             let charge = Outgoing::charge_of(total);
+            if !self.credit.fits_progress(charge, budget) {
+                // As many in progress as the path finishes in time: it starts when one of
+                // them is whole (or settled).
+                self.to_send.pop_front();
+                self.credit.wait_for_progress(s, r);
+                return FragPlan::Wait;
+            }
             if !self.credit.take(r, charge) {
                 self.to_send.pop_front();
                 self.credit.wait(s, r, charge, cap, rules.credit_doubles);
@@ -575,6 +583,22 @@ impl SRecord {
             return FragPlan::Later;
         }
         FragPlan::Send { range, overhead }
+    }
+
+    /// Bytes of fragmented messages to have in progress at once
+    /// (`Rules::progress_within_reassembly_timeout`): what the path moves, at the congestion
+    /// controller's bandwidth estimate (or pacing rate), in a quarter of the reassembly
+    /// timeout, so that each message in progress, sharing the path with the others, is
+    /// whole long before its receiver drops it as stale. No bound without an estimate.
+    fn progress_budget(&self, cfg: &Config, rules: &Rules) -> u64 {
+        if !rules.progress_within_reassembly_timeout {
+            return u64::MAX;
+        }
+        let Some(rate) = self.cc.bandwidth().or_else(|| self.cc.pacing_rate()) else {
+            return u64::MAX;
+        };
+        let quarter = cfg.timers.reassembly_timeout / 4;
+        (rate as u128 * quarter.as_micros() / 1_000_000).min(u64::MAX as u128) as u64
     }
 
     /// Records a FRAG frame of `size` bytes carrying `range` of the message in `slot`, sent
