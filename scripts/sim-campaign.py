@@ -75,8 +75,8 @@ def flags(rng):
 
 
 # What a restored copy of a directory may cause (docs/durability.md): a message resent by
-# the restored sender, and so a call answered twice.
-RESTORE_LIMITS = {"ResentByRestoredSender", "ReplyTwice", "Duplicate"}
+# the restored sender, and so a request executed and a call answered twice.
+RESTORE_LIMITS = {"ResentByRestoredSender", "ReplyTwice", "ExecutedTwice", "Duplicate"}
 
 
 def limits_only(args, out):

@@ -44,6 +44,7 @@ by_name!(
     abandon_tells_frontier,
     forgotten_keys_refused,
     progress_within_reassembly_timeout,
+    parked_early_probes,
     pin_member_keys,
     address_cookies,
     reordering_window,

@@ -690,6 +690,78 @@ fn fragmented_messages_in_progress_finish_before_their_partials_expire() {
     violates(&format!("{args} {off}"), "Lost");
 }
 
+/// A sender restored from an older copy of its directory sends again what the copy held
+/// unsettled; a receiver that never restarted, having forgotten below the lost run's
+/// frontier what it delivered there, answers DOUBT, truthfully (`doubt_below_forgotten`).
+/// The oracle allowed that `InDoubt` as a durable verdict but still reported it as
+/// unexplained, since the receiver never restarted (79 messages; found by
+/// `scripts/sim-campaign.py`): the checker's fault, not the core's.
+#[test]
+fn a_restored_senders_doubt_from_a_receiver_that_forgot_is_explained() {
+    clean(
+        "--nodes 4 --messages 4000 --loss 0.2 --reorder 0.05 --restarts 6 --durable \
+         --restore 1 --deadline-ms 100 --seed 580809990",
+    );
+}
+
+/// Rule `parked_early_probes`: an early delivery parked for its sender's word (STORED, or
+/// a frontier past it), from a sender that then restarted with its journal lost and had
+/// nothing more to send, kept its receiver record (no free slot, so no probe) and the
+/// delivery for good: the run never went idle (found by `scripts/sim-campaign.py`). The
+/// record now probes while deliveries are parked, and the sender's waiver drops them.
+#[test]
+fn a_delivery_parked_for_a_silent_senders_word_is_probed_for_it() {
+    let args = "--nodes 3 --messages 500 --loss 0.2 --dup 0.02 --reorder 0.2 --restarts 1 \
+                --take-delay-ms 200 --durable --journal-loss 1 --deadline-ms 100 --seed 667348306";
+    clean(args);
+    violates(
+        &format!("{args} --rules-off parked_early_probes"),
+        "NotIdle",
+    );
+}
+
+/// A sender restored from an older copy sends again, in the slot the copy knew, a message
+/// the lost run gave up (deadline): that run's frontier waived the slot at the receiver,
+/// whose record lives on. The receiver took the TOKEN for a duplicate of a taken delivery
+/// and answered ACK: 54 messages reported delivered that never were (found by
+/// `scripts/sim-campaign.py`). A durable receiver answers DOUBT below the frontier past
+/// which it forgot that sender's slots (`doubt_below_forgotten`), live record or not.
+#[test]
+fn a_restored_sender_below_the_frontier_of_a_live_record_gets_doubt_not_ack() {
+    let args = "--nodes 2 --messages 2000 --loss 0.05 --reorder 0.5 --partitions 1 --restarts 3 \
+                --durable --restore 1 --deadline-ms 100 --seed 580022494";
+    clean(args);
+    violates(
+        &format!("{args} --rules-off doubt_below_forgotten"),
+        "AckWithoutDelivery",
+    );
+}
+
+/// A sender's journal damaged after it gave messages up and reported their verdicts: the
+/// damage took the `Resolved` records, so the restarted node recovers the messages, and
+/// resolves each in doubt (it does not send them again). The checker took the recovery for
+/// a resend and reported 231 verdicts revoked (found by `scripts/sim-campaign.py`).
+#[test]
+fn a_damaged_senders_recovered_messages_revoke_no_verdict() {
+    clean(
+        "--nodes 2 --messages 2000 --loss 0.01 --dup 0.1 --partitions 3 --restarts 1 \
+         --take-delay-ms 200 --durable --damage 2 --deadline-ms 300 --seed 887321582",
+    );
+}
+
+/// A server's journal lost at a restart after it took requests and stored their replies
+/// with the takes: the replies go with the journal (documented), but the checker excused
+/// only a restart after the caller heard the ACK, which may arrive later; 90 replies were
+/// reported lost unexcused (found by `scripts/sim-campaign.py`). Now a restart after the
+/// take excuses them.
+#[test]
+fn replies_lost_with_a_servers_journal_after_the_take_are_excused() {
+    clean(
+        "--nodes 2 --messages 1000 --restarts 1 --jitter-ms 20 --record-cap 1 --durable \
+         --journal-loss 1 --rpc --call-deadline-ms 200 --seed 827918214",
+    );
+}
+
 /// More sources than receiver records (three callers, a server with two): each new
 /// source's REQSLOTS evicted the oldest unproven record, the one whose TOKEN was about to
 /// arrive, so every TOKEN got RETRY and nothing was delivered (15 million datagrams in

@@ -340,15 +340,22 @@ impl Oracle {
                 let acked = rec.is_some_and(|r| r.acked);
                 // A restart that could not vouch for what came before it (durable mode
                 // switched on, the journal lost, the directory restored) after the
-                // request was acknowledged loses a reply its server had not stored;
-                // after the call was made, the call its caller had not stored.
+                // request was taken loses the reply its server stored with the take (the
+                // ACK goes once both are stored, and may reach the caller after that
+                // restart); after the call was made, the call its caller had not stored.
                 let unvouched = |node: usize, since: u64| {
                     self.unvouched_at
                         .get(node)
                         .is_some_and(|&t| t != super::NONE && t >= since)
                 };
-                let after_restart = rec
-                    .is_some_and(|r| unvouched(server, r.acked_at) || unvouched(caller, r.sent_at));
+                let after_restart = rec.is_some_and(|r| {
+                    let taken = if r.taken_at == super::NONE {
+                        r.acked_at
+                    } else {
+                        r.taken_at.min(r.acked_at)
+                    };
+                    unvouched(server, taken) || unvouched(caller, r.sent_at)
+                });
                 let excused = if self.durable {
                     self.damaged[server] || self.damaged[caller] || after_restart
                 } else {

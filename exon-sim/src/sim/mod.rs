@@ -284,12 +284,15 @@ impl Sim {
                 idle += 1;
             } else if self.sc.expect_idle {
                 let what = format!(
-                    "node{i} not idle: {} S records, {} R records, {} slots, {} tokens, {} queued",
+                    "node{i} not idle: {} S records, {} R records, {} slots, {} tokens, {} queued, \
+                     {} early deliveries parked, {} deliveries untaken",
                     node.sender_records(),
                     node.receiver_records(),
                     node.slots_held(),
                     node.tokens_in_flight(),
-                    node.messages_queued()
+                    node.messages_queued(),
+                    node.early_parked(),
+                    self.hosts[i].inbox.len(),
                 );
                 self.oracle
                     .violate(ViolationKind::NotIdle, None, self.now, what);

@@ -80,8 +80,11 @@ impl Sim {
         if let Some(mut recovered) = self.open_journal(i) {
             recovered.replaced = std::mem::take(&mut self.hosts[i].journal_replaced);
             // Durable mode: the journal's records are the node's first input; recovered
-            // messages keep their ids (and so their keys).
-            for m in &recovered.messages {
+            // messages keep their ids (and so their keys). A damaged journal's are not sent
+            // again: the node resolves each in doubt (its verdict may be among the records
+            // the damage took), so none revokes a verdict its application heard.
+            let resolves = recovered.damaged && node.rules().journal_covers_incarnations;
+            for m in recovered.messages.iter().filter(|_| !resolves) {
                 if let Some(&seq) = self.hosts[i].msg_keys.get(&m.id.0) {
                     let key = MsgKey {
                         sender: i as u32,

@@ -116,6 +116,15 @@ pub struct Rules {
     /// jitter), each took longer than the receiver keeps a partial (30 s), every partial
     /// expired before it was whole, and nothing was delivered for good.
     pub progress_within_reassembly_timeout: bool,
+    /// Beyond the paper (durable mode, early tokens): a receiver record that holds no free
+    /// slot but early deliveries parked for its sender's word (STORED, or a frontier past
+    /// them) probes that sender as a record with free slots does, and its answer (a
+    /// waiver, or a request whose frontier passes them) releases or drops them. Off, a
+    /// sender that restarted with its journal lost and had nothing more to send never
+    /// spoke again: the record and its parked delivery stayed for good (`exon-sim
+    /// --journal-loss 1 --deadline-ms 100 --take-delay-ms 200 ...`, found by
+    /// `scripts/sim-campaign.py`).
+    pub parked_early_probes: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -396,6 +405,7 @@ impl Rules {
         abandon_tells_frontier: true,
         forgotten_keys_refused: true,
         progress_within_reassembly_timeout: true,
+        parked_early_probes: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

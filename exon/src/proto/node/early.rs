@@ -18,7 +18,8 @@ impl Node {
         let (src, s) = (id.from(), id.slot().1);
         match self.unstored.ready(src, s, ev) {
             Ready::Deliver(ev) => self.events.push_back(ev),
-            Ready::Parked => {}
+            // Its source's record probes it while the delivery waits (`parked_early_probes`).
+            Ready::Parked => self.rearm_receiver(src),
             Ready::Dropped(id) => self.drop_unstored(now, id),
         }
     }

@@ -50,19 +50,25 @@ impl Node {
         self.compact_timers();
     }
 
-    /// When the R record `rec` probes its source next, if it does.
-    fn receiver_probe_at(&self, rec: &crate::proto::recv::record::RRecord) -> Option<Instant> {
+    /// When the R record `rec` of `peer` probes it next, if it does: while it holds free
+    /// slots, or (rule `parked_early_probes`) early deliveries parked for `peer`'s word.
+    fn receiver_probe_at(
+        &self,
+        peer: NodeId,
+        rec: &crate::proto::recv::record::RRecord,
+    ) -> Option<Instant> {
         if !self.rules.receiver_probe {
             return None;
         }
-        rec.deadline(&self.cfg)
+        let parked = self.rules.parked_early_probes && self.unstored.waits_for(peer);
+        rec.deadline_also(&self.cfg, parked)
     }
 
     pub(super) fn rearm_receiver(&mut self, peer: NodeId) {
         let probe = self
             .receivers
             .get(&peer)
-            .and_then(|rec| self.receiver_probe_at(rec));
+            .and_then(|rec| self.receiver_probe_at(peer, rec));
         if let Some(rec) = self.receivers.get_mut(&peer) {
             let expiry = rec
                 .assembler()
@@ -251,7 +257,7 @@ impl Node {
         let due = self
             .receivers
             .get(&peer)
-            .and_then(|rec| self.receiver_probe_at(rec))
+            .and_then(|rec| self.receiver_probe_at(peer, rec))
             .is_some_and(|d| d <= now);
         let Some(rec) = self.receivers.get_mut(&peer) else {
             return;

@@ -167,8 +167,15 @@ impl RRecord {
     }
 
     /// When the next probe is due, if the record holds slots.
+    #[cfg(test)]
     pub fn deadline(&self, cfg: &Config) -> Option<Instant> {
-        if self.slots.is_empty() {
+        self.deadline_also(cfg, false)
+    }
+
+    /// When the next probe is due, if the record holds slots or `also` (its source owes
+    /// word of deliveries held for it: `Rules::parked_early_probes`).
+    pub fn deadline_also(&self, cfg: &Config, also: bool) -> Option<Instant> {
+        if self.slots.is_empty() && !also {
             return None;
         }
         let since = self

@@ -118,6 +118,13 @@ impl Unstored {
         self.tidy(src);
     }
 
+    /// Whether deliveries from `src` are parked for its word.
+    pub fn waits_for(&self, src: NodeId) -> bool {
+        self.by_source
+            .get(&src)
+            .is_some_and(|e| !e.parked.is_empty())
+    }
+
     /// Whether no early delivery waits anywhere.
     pub fn is_empty(&self) -> bool {
         self.by_source.is_empty()
