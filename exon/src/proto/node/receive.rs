@@ -75,17 +75,9 @@ impl Node {
                     None
                 } else {
                     self.stats.duplicates_dropped += 1;
+                    rec.resent();
                     urgent = true;
-                    // Below the frontier past which the journal forgot this sender's slots
-                    // a slot its frontier waived (never delivered) looks taken. Only a
-                    // sender restored from an older copy sends there: DOUBT, not an ACK.
-                    let forgot = self.journal.as_ref().map(|j| j.forgotten.below(src));
-                    if self.rules.doubt_below_forgotten && forgot.is_some_and(|b| s < b) {
-                        Some(Verdict::Doubt)
-                    } else {
-                        rec.resent();
-                        Some(Verdict::Ack)
-                    }
+                    Some(Verdict::Ack)
                 }
             }
             other => {
