@@ -45,6 +45,7 @@ by_name!(
     forgotten_keys_refused,
     progress_within_reassembly_timeout,
     parked_early_probes,
+    stale_verdicts_ignored,
     pin_member_keys,
     address_cookies,
     reordering_window,

@@ -125,6 +125,14 @@ pub struct Rules {
     /// --journal-loss 1 --deadline-ms 100 --take-delay-ms 200 ...`, found by
     /// `scripts/sim-campaign.py`).
     pub parked_early_probes: bool,
+    /// Beyond the paper (late duplicates): a DOUBT, RETRY or LOST for slots that lie wholly
+    /// below the sender's own frontier is stale (the sender holds no token and no envelope
+    /// there, so it settles nothing) and is ignored: it neither drops the incarnation's
+    /// envelopes and reassembly credit nor queues messages again. Off, each such verdict,
+    /// drawn by a late duplicate of a token settled long ago (`doubt_below_forgotten` in a
+    /// live record), makes the sender start over in that incarnation, and with large
+    /// messages and a duplicating path it never finishes one.
+    pub stale_verdicts_ignored: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -340,10 +348,13 @@ pub struct Rules {
     /// Durable mode: a token of an incarnation lost in a restart that the journal covers,
     /// in a slot below the frontier past which the receiver forgot its sender's taken
     /// deliveries, is answered DOUBT, not LOST (the journal no longer knows whether that
-    /// slot was filled). An honest sender never sends below its reported frontier; a
-    /// sender restored from an older copy of its directory does, with a message delivered
-    /// after the copy was taken. Off, it gets LOST, sends the message again in a fresh slot,
-    /// and the message is delivered twice.
+    /// slot was filled); so is one below that frontier in a record that lives on, not the
+    /// ACK of a duplicate (the lost run's frontier may have waived the slot unfilled). An
+    /// honest sender never sends below its reported frontier (its late duplicates' DOUBT
+    /// is stale to it, `stale_verdicts_ignored`); a sender restored from an older copy of
+    /// its directory does, with a message delivered, or given up, after the copy was
+    /// taken. Off, it gets LOST, sends the message again in a fresh slot, and the message
+    /// is delivered twice; or the ACK, and a message never delivered is reported so.
     pub doubt_below_forgotten: bool,
     /// Durable mode: a message a RETRY or LOST moves out of a journalled slot gets an
     /// `Unassigned` record, and the sender's frontier stays below that slot until the
@@ -406,6 +417,7 @@ impl Rules {
         forgotten_keys_refused: true,
         progress_within_reassembly_timeout: true,
         parked_early_probes: true,
+        stale_verdicts_ignored: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

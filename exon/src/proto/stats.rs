@@ -299,8 +299,9 @@ counters! {
         pub duplicates_dropped: u64 [sum],
         /// SLOTS frames ignored because they answered an older request.
         pub stale_slots: u64 [sum],
-        /// ACK ranges that removed no token (duplicate or stale acknowledgements, or ACKs for
-        /// a destination with no sender record), one count per range.
+        /// Verdict ranges that removed no token (duplicate or stale acknowledgements, ACKs
+        /// for a destination with no sender record, other verdicts wholly below the
+        /// frontier), one count per range.
         pub stale_acks: u64 [sum],
         /// Receiver records created (each is a new incarnation).
         pub incarnations: u64 [sum],

@@ -480,3 +480,56 @@ mod deadline_after_resize {
         );
     }
 }
+
+/// A late duplicate of a token settled long ago can draw a DOUBT (a durable receiver answers
+/// so below the frontier past which it forgot its sender's slots). The sender holds no
+/// token there: the verdict is stale and changes nothing (`Rules::stale_verdicts_ignored`).
+/// With the rule off the sender drops its envelopes and asks for slots again, and with
+/// large messages on a duplicating path it never finished one (exon-sim/tests/cli.rs,
+/// `late_duplicates_below_the_frontier_do_not_unsettle_an_honest_sender`).
+#[test]
+fn a_doubt_below_the_senders_frontier_settles_nothing() {
+    for rule in [true, false] {
+        let t = Instant::now();
+        let c = cfg(8, 2, 64);
+        let mut a = node(A, c.clone(), 0, t);
+        let mut rules = exon::proto::Rules::ALL;
+        rules.stale_verdicts_ignored = rule;
+        a.set_rules(rules);
+        let mut b = node(B, c, 100, t);
+        a.send(t, B, bytes::Bytes::from_static(b"m0")).unwrap();
+        feed(&mut b, t, &out(&mut a, t));
+        feed(&mut a, t, &out(&mut b, t));
+        let tokens = out(&mut a, t);
+        let Some(Frame::Token { s, r, .. }) = frames(&tokens).first().cloned() else {
+            panic!("{:?}", frames(&tokens))
+        };
+        feed(&mut b, t, &tokens);
+        let t1 = t + Duration::from_millis(50);
+        feed(&mut a, t1, &out(&mut b, t1));
+        assert_eq!(ids(&events(&mut a), acked_id).len(), 1);
+        // The stale DOUBT for the settled slot.
+        let ranges =
+            exon::proto::AckRanges::from_ranges(std::slice::from_ref(&(s..s + 1))).unwrap();
+        feed(
+            &mut a,
+            t1,
+            &[packet(B, A, vec![Frame::Doubt { r, ranges }])],
+        );
+        assert!(ids(&events(&mut a), doubt_id).is_empty());
+        a.send(t1, B, bytes::Bytes::from_static(b"m1")).unwrap();
+        let next = frames(&out(&mut a, t1));
+        let token = next
+            .iter()
+            .any(|f| matches!(f, Frame::Token { r: r2, .. } if *r2 == r));
+        let asks = next.iter().any(|f| matches!(f, Frame::ReqSlots { .. }));
+        if rule {
+            assert!(
+                token && !asks,
+                "the next message goes in a kept envelope: {next:?}"
+            );
+        } else {
+            assert!(!token, "without the rule the envelopes are gone: {next:?}");
+        }
+    }
+}

@@ -286,8 +286,23 @@ impl Node {
         let Some((v, r, ranges)) = f.verdict() else {
             return;
         };
+        // A verdict other than ACK wholly below this node's frontier for `src` is stale
+        // (`Rules::stale_verdicts_ignored`): no token or envelope is there to settle.
+        let below = match self.senders.get(&src) {
+            Some(rec) if v != Verdict::Ack && self.rules.stale_verdicts_ignored => rec.frontier(),
+            _ => 0,
+        };
+        let mut live = below == 0;
         for rg in ranges.iter().flatten() {
+            if rg.end <= below {
+                self.stats.stale_acks += 1;
+                continue;
+            }
+            live = true;
             self.on_verdict(now, src, v, r, rg);
+        }
+        if !live {
+            return;
         }
         if v != Verdict::Ack && *lost_incarnation != Some(r) {
             *lost_incarnation = Some(r);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::proto::frame::Verdict;
+use crate::proto::journal::gates::Journal;
 use crate::proto::node::outbox::Flush;
 use crate::proto::recv::assembler::Piece;
 use crate::proto::recv::delivery::Kept;
@@ -14,7 +15,7 @@ use crate::proto::recv::eviction::Candidate;
 use crate::proto::recv::pins::Hold;
 use crate::proto::send::answers::Sink;
 use crate::proto::wire::frame::TokenKind;
-use crate::proto::{DeliveryId, Event, Node, NodeId};
+use crate::proto::{DeliveryId, Event, Node, NodeId, Rules};
 
 impl Node {
     /// TOKEN(s, r, payload) from `src` (lines 75-81, with rule 4 and the verdicts for
@@ -75,9 +76,13 @@ impl Node {
                     None
                 } else {
                     self.stats.duplicates_dropped += 1;
-                    rec.resent();
                     urgent = true;
-                    Some(Verdict::Ack)
+                    if below_forgotten(self.journal.as_deref(), &self.rules, src, s) {
+                        Some(Verdict::Doubt)
+                    } else {
+                        rec.resent();
+                        Some(Verdict::Ack)
+                    }
                 }
             }
             other => {
@@ -826,4 +831,13 @@ fn keep(
             (copy, Kept { charge, pin: None })
         }
     }
+}
+
+/// Whether slot `s` of `src` lies below the frontier past which the journal forgot its
+/// slots (`Rules::doubt_below_forgotten`). A slot the lost run's frontier waived (never
+/// delivered) looks taken there: only a sender restored from an older copy has a token
+/// in it, and it gets DOUBT. An honest sender's late duplicate draws the same DOUBT and
+/// ignores it (`Rules::stale_verdicts_ignored`).
+fn below_forgotten(journal: Option<&Journal>, rules: &Rules, src: NodeId, s: u64) -> bool {
+    rules.doubt_below_forgotten && journal.is_some_and(|j| s < j.forgotten.below(src))
 }
