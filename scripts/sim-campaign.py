@@ -46,17 +46,26 @@ def flags(rng):
     maybe(0.15, "--record-cap", str(rng.choice([1, 2, 8])))
     maybe(0.15, "--take-delay-ms", str(rng.choice([5, 200])))
     mode = rng.choice(["plain", "durable", "durable", "rpc", "channels", "streams"])
-    if mode == "durable" or (mode != "plain" and rng.random() < 0.4):
+    keyed = False
+    # Streams are durable only; keyed sends are plain messages without deadlines.
+    if mode in ("durable", "streams") or (mode != "plain" and rng.random() < 0.4):
         a.append("--durable")
         maybe(0.5, "--crash-mid-commit", str(rng.choice([1, 3])))
         maybe(0.2, "--damage", str(rng.choice([1, 2])))
         maybe(0.2, "--journal-loss", "1")
-        maybe(0.2, "--keyed")
+        keyed = mode == "durable" and rng.random() < 0.2
+        if keyed:
+            a.append("--keyed")
         maybe(0.15, "--restore", str(rng.choice([1, 2])))
         maybe(0.15, "--abandon-crash", str(rng.choice([1, 3])))
         maybe(0.2, "--compact-after", str(rng.choice([50, 500])))
         maybe(0.1, "--durable-at-restart")
-    if mode != "streams":
+    # Durable flows need their journals whole; keys are forgotten undetected by a restore.
+    if mode in ("streams", "channels"):
+        drop(a, "--damage", "--journal-loss", "--restore", "--durable-at-restart")
+    if keyed:
+        drop(a, "--restore", "--durable-at-restart")
+    if mode != "streams" and not keyed:
         maybe(0.2, "--deadline-ms", str(rng.choice([100, 300, 2000])))
     if mode == "rpc":
         a.append("--rpc")
@@ -72,6 +81,15 @@ def flags(rng):
         maybe(0.3, "--stream-chunk", str(rng.choice([100, 5000])))
         maybe(0.3, "--stream-window", str(rng.choice([2, 16])))
     return a + ["--seed", str(rng.randrange(1, 10**9))]
+
+
+def drop(a, *names):
+    """Removes each flag of `names` (and its value, when it has one) from `a`."""
+    for name in names:
+        if name in a:
+            i = a.index(name)
+            has_value = i + 1 < len(a) and not a[i + 1].startswith("--")
+            del a[i : i + 1 + has_value]
 
 
 # What a restored copy of a directory may cause (docs/durability.md): a message resent by

@@ -794,6 +794,22 @@ fn more_sources_than_records_take_turns_instead_of_evicting_each_other() {
     clean("--nodes 3 --messages 600 --record-cap 1 --rpc --seeds 3");
 }
 
+/// The same in plaintext, where an unproven record may be a forger's: a plaintext node kept
+/// none, and three callers of a server with one record delivered nothing (900 000
+/// datagrams for 600 calls; found by `scripts/sim-campaign.py`, seeds 81 and 83). It keeps
+/// a fresh one for two round trips to its source.
+#[test]
+fn plaintext_sources_beyond_the_records_take_turns_too() {
+    let args = "--plaintext --nodes 3 --messages 300 --record-cap 1 --rpc --seed 1 --settle-s 3";
+    clean(args);
+    violates(&format!("{args} --rules-off fresh_records_kept"), "Lost");
+    clean(
+        "--nodes 4 --messages 2000 --partitions 3 --restarts 1 --plaintext --record-cap 1 \
+         --durable --crash-mid-commit 1 --journal-loss 1 --rpc --call-deadline-ms 1000 \
+         --seed 707715167",
+    );
+}
+
 /// Messages of many fragments over a path that reorders and jitters: a verdict that came
 /// before the GOT making a message whole gave its reassembly credit back without trying
 /// the messages waiting for that credit, and with the last CREDIT answered in full no

@@ -78,14 +78,16 @@ pub struct Rules {
     /// (`eviction.rs`). Off, the incarnation is forgotten as a spent record would be, and a
     /// TOKEN for a free slot gets the rule-4 ACK: a message acknowledged and never delivered.
     pub remember_evicted_slots: bool,
-    /// Beyond the paper (more sources than records): a sealed node does not evict an
-    /// unproven receiver record whose source was heard within `probe_interval`; a new
+    /// Beyond the paper (more sources than records): a node does not evict an unproven
+    /// receiver record whose source was heard lately (a sealed node within
+    /// `probe_interval`, a plaintext one, whose unproven records may be forgers', within
+    /// two round trips to that source, `initial_rtt` before one is measured); a new
     /// source then waits (its REQSLOTS is refused, `too_many_records`, and sent again on
     /// its timer) until a record is used or goes quiet. Off, the oldest unproven record
     /// goes however fresh: with more sources asking than records, each record is evicted by
     /// the next source's REQSLOTS before its TOKEN arrives, every TOKEN gets RETRY and asks
-    /// again, and nothing is ever delivered (a livelock of RETRYs at the link's speed).
-    /// Plaintext nodes keep the old order: there an unproven record may be a forger's.
+    /// again, and nothing is ever delivered (a livelock of RETRYs at the link's speed; in
+    /// plaintext `exon-sim --plaintext --nodes 3 --record-cap 1 --rpc`).
     pub fresh_records_kept: bool,
     /// Beyond the paper (large messages): a verdict frame that settles messages in progress
     /// gives their reassembly credit back and tries again the messages waiting for it, as a

@@ -368,32 +368,36 @@ fn rule6_requests_are_bounded() {
     feed(&mut b, t, &[token(from(0), 0, r0)]);
     assert_eq!(delivered(&mut b).len(), 1);
     let _ = out(&mut b, t);
-    // A third source evicts the unproven record, never the proven one.
-    feed(&mut b, t, &[req(from(2), 0, 10, 0)]);
-    let r2 = slots_r(&out(&mut b, t));
+    // Its ACK, after the ACK delay.
+    let _ = out(&mut b, t + Duration::from_millis(100));
+    // A third source evicts the unproven record, never the proven one, once it is no
+    // longer fresh (two round trips, `fresh_records_kept`).
+    let t2 = t + Duration::from_millis(500);
+    feed(&mut b, t2, &[req(from(2), 0, 10, 0)]);
+    let r2 = slots_r(&out(&mut b, t2));
     assert_eq!(b.receiver_records(), 2, "no record beyond the cap");
     assert_eq!(b.stats().evictions, 1);
     // The evicted source's token was certainly not delivered: RETRY, not ACK.
-    feed(&mut b, t, &[token(from(1), 3, r1)]);
+    feed(&mut b, t2, &[token(from(1), 3, r1)]);
     assert!(delivered(&mut b).is_empty());
     assert!(matches!(
-        frames(&out(&mut b, t)).as_slice(),
+        frames(&out(&mut b, t2)).as_slice(),
         [Frame::Retry { r, .. }] if *r == r1
     ));
     // Once every record is proven, a new source is refused.
-    feed(&mut b, t, &[token(from(2), 0, r2)]);
+    feed(&mut b, t2, &[token(from(2), 0, r2)]);
     assert_eq!(delivered(&mut b).len(), 1);
-    let _ = out(&mut b, t);
-    feed(&mut b, t, &[req(from(3), 0, 10, 0)]);
+    let _ = out(&mut b, t2);
+    feed(&mut b, t2, &[req(from(3), 0, 10, 0)]);
     assert_eq!(b.receiver_records(), 2);
     assert_eq!(b.stats().rejects.too_many_records, 1);
     // A gap of 2^40 does not create the slots in between; the slot cap holds: what fits
     // is granted (SLOTS says how many), then nothing more.
-    feed(&mut b, t, &[req(from(0), 1 << 40, 60, 0)]);
-    assert_eq!(granted(&out(&mut b, t)), [51]);
+    feed(&mut b, t2, &[req(from(0), 1 << 40, 60, 0)]);
+    assert_eq!(granted(&out(&mut b, t2)), [51]);
     assert_eq!(b.stats().slots_trimmed, 1);
-    feed(&mut b, t, &[req(from(0), (1 << 40) + 51, 10, 0)]);
-    assert!(out(&mut b, t).is_empty());
+    feed(&mut b, t2, &[req(from(0), (1 << 40) + 51, 10, 0)]);
+    assert!(out(&mut b, t2).is_empty());
     assert_eq!(b.stats().rejects.slots_cap, 1);
     assert_eq!(b.slots_held(), 99 + 9 + 51);
     assert!(b.slot_ranges_held() <= 3);

@@ -130,22 +130,24 @@ fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
     feed(&mut b, t, &out(&mut a, t));
     feed(&mut a, t, &out(&mut b, t));
     let tokens = out(&mut a, t);
-    // A forged source takes A's place before the tokens arrive.
+    // A forged source takes A's place before the tokens arrive (they are late: A's
+    // record is no longer fresh, `fresh_records_kept`).
+    let (t1, t2) = (t + Duration::from_secs(1), t + Duration::from_secs(2));
     let forger = NodeId::new(99).unwrap();
     feed(
         &mut b,
-        t,
+        t1,
         &[packet(
             forger,
             B,
             vec![Frame::ReqSlots { s: 0, n: 8, l: 0 }],
         )],
     );
-    let _ = out(&mut b, t);
+    let _ = out(&mut b, t1);
     assert_eq!(b.stats().evictions, 1);
-    feed(&mut b, t, &tokens);
+    feed(&mut b, t1, &tokens);
     assert!(payloads(&events(&mut b)).is_empty());
-    let answer = out(&mut b, t);
+    let answer = out(&mut b, t1);
     assert!(
         frames(&answer)
             .iter()
@@ -157,12 +159,12 @@ fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
     let mut settled = Vec::new();
     let mut p = answer;
     for _ in 0..6 {
-        feed(&mut a, t, &p);
+        feed(&mut a, t2, &p);
         settled.extend(events(&mut a));
-        let q = out(&mut a, t);
-        feed(&mut b, t, &q);
+        let q = out(&mut a, t2);
+        feed(&mut b, t2, &q);
         got.extend(payloads(&events(&mut b)));
-        p = out(&mut b, t);
+        p = out(&mut b, t2);
     }
     got.sort();
     assert_eq!(got, [b"m0".to_vec(), b"m1".to_vec(), b"m2".to_vec()]);

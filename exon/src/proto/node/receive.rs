@@ -272,11 +272,6 @@ impl Node {
         // A sealed node's unproven records are its keyring's, not forgers': one heard from
         // lately is kept (rule `fresh_records_kept`), else more sources than records evict
         // each other's before their TOKENs come.
-        let grace = if self.rules.fresh_records_kept && self.sealer.is_some() {
-            self.cfg.timers.probe_interval
-        } else {
-            Duration::ZERO
-        };
         let mut i = 0;
         while let Some(&(src, r)) = self.unproven.get(i) {
             let heard = self
@@ -288,7 +283,7 @@ impl Node {
                 self.unproven.remove(i);
                 continue;
             };
-            if now.saturating_duration_since(heard) >= grace {
+            if now.saturating_duration_since(heard) >= self.fresh_grace(src) {
                 self.unproven.remove(i);
                 self.evict_receiver(src, r);
                 return true;
@@ -296,6 +291,30 @@ impl Node {
             i += 1;
         }
         false
+    }
+
+    /// How long an unproven record of `src` heard from lately is kept under pressure (rule
+    /// `fresh_records_kept`): on a sealed node `probe_interval` (its unproven records are
+    /// its keyring's); on a plaintext one, where a record may be a forger's, two round
+    /// trips to `src` (`initial_rtt` before one is measured), no longer than
+    /// `probe_interval`: time for the SLOTS to reach it and its TOKEN to come back. A
+    /// sustained flood of forged requests locks new sources out only at `max_receiver_records`
+    /// per grace, where without a grace it did at that many per round trip, and more
+    /// sources than records no longer evict each other's before their TOKENs come.
+    fn fresh_grace(&self, src: NodeId) -> Duration {
+        let probe = self.cfg.timers.probe_interval;
+        if !self.rules.fresh_records_kept {
+            return Duration::ZERO;
+        }
+        if self.sealer.is_some() {
+            return probe;
+        }
+        let rtt = self
+            .senders
+            .get(&src)
+            .and_then(|rec| rec.rtt().smoothed())
+            .unwrap_or(self.cfg.timers.initial_rtt);
+        (rtt * 2).min(probe)
     }
 
     /// Removes the unproven receiver record of `src` (incarnation `r`) and remembers `r` as
