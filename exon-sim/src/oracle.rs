@@ -88,6 +88,9 @@ pub struct Oracle {
     /// Durable mode: when each node last restarted with a journal that cannot vouch for
     /// its earlier incarnations (`NONE`: never).
     unvouched_at: Vec<u64>,
+    /// Durable mode: when each sender (outer index) first reported a message to each
+    /// receiver (inner) in doubt (`NONE`: not since that receiver's last unvouched restart).
+    first_doubt: Vec<Vec<u64>>,
     violations: Vec<Violation>,
     violation_count: u64,
     /// Violations of each kind seen, all of them (not only those kept).
@@ -156,6 +159,7 @@ impl Oracle {
             evicted: vec![false; nodes],
             damaged: vec![false; nodes],
             unvouched_at: vec![NONE; nodes],
+            first_doubt: vec![vec![NONE; nodes]; nodes],
             ..Oracle::default()
         }
     }

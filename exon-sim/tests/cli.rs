@@ -888,3 +888,17 @@ fn a_run_its_restarted_sender_forgot_is_drained_on_its_answer() {
 fn damage_replaced_by_a_restored_copy_is_not_expected_at_recovery() {
     clean("--nodes 2 --messages 4000 --loss 0.01 --restarts 6 --durable --damage 2 --restore 2 --seed 941955828");
 }
+
+/// A receiver restarts with its journal lost; its sender, not knowing, puts a message
+/// submitted after the restart in an envelope of an incarnation from before it, and the
+/// receiver, whose new journal cannot vouch for that incarnation, answers DOUBT, truthfully.
+/// The checker excused only the messages unsettled at the restart (campaign 84). It now
+/// also excuses those sent after it until their sender's first report in doubt from that
+/// receiver, which drops the old envelopes.
+#[test]
+fn messages_sent_into_a_lost_journals_old_envelopes_may_end_in_doubt() {
+    clean(
+        "--nodes 4 --messages 2000 --loss 0.1 --reorder 0.05 --restarts 6 --take-delay-ms 5 \
+         --durable --journal-loss 1 --rpc --fail-one-in 7 --seed 605030534",
+    );
+}

@@ -93,13 +93,19 @@ impl Oracle {
     }
 
     /// An `InDoubt` verdict in durable mode: a violation unless the receiver's journal was
-    /// damaged.
+    /// damaged, or could not vouch for what it held before a restart (see
+    /// [`on_unvouched_restart`](Self::on_unvouched_restart) and `old_envelope_doubt`).
     pub(super) fn check_durable_doubt(&mut self, key: MsgKey, now: u64) {
+        let old_envelope = self.old_envelope_doubt(key, now);
         let to = self.rec(key).map(|r| r.to as usize);
         if to.is_some_and(|to| self.damaged.get(to).copied().unwrap_or(false)) {
             return;
         }
         if self.rec(key).is_some_and(|r| r.doubt_ok) {
+            return;
+        }
+        if old_envelope {
+            self.doubt_excused += 1;
             return;
         }
         self.violate(
@@ -128,6 +134,32 @@ impl Oracle {
                 }
             }
         }
+    }
+
+    /// Whether `key`, sent after its receiver restarted unvouched, may have gone in an
+    /// envelope of an incarnation that receiver made before (its sender cannot know of the
+    /// restart before the first DOUBT from it, which drops those envelopes): sent no later
+    /// than its sender's first report in doubt of a message to that receiver since the
+    /// restart. The first such report is taken as that DOUBT's, at `now`.
+    fn old_envelope_doubt(&mut self, key: MsgKey, now: u64) -> bool {
+        let Some((to, sent_at)) = self.rec(key).map(|r| (r.to as usize, r.sent_at)) else {
+            return false;
+        };
+        let restart = self.unvouched_at.get(to).copied().unwrap_or(super::NONE);
+        if restart == super::NONE {
+            return false;
+        }
+        let Some(first) = self
+            .first_doubt
+            .get_mut(key.sender as usize)
+            .and_then(|v| v.get_mut(to))
+        else {
+            return false;
+        };
+        if *first == super::NONE || *first < restart {
+            *first = now;
+        }
+        sent_at >= restart && sent_at <= *first
     }
 
     /// `node` restarts with a new, empty journal (its directory lost): its unsettled
