@@ -46,6 +46,7 @@ by_name!(
     progress_within_reassembly_timeout,
     parked_early_probes,
     stale_verdicts_ignored,
+    got_charges_partials,
     pin_member_keys,
     address_cookies,
     reordering_window,

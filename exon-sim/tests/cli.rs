@@ -818,7 +818,9 @@ fn plaintext_sources_beyond_the_records_take_turns_too() {
 /// `scripts/sim-campaign.py`: 5 of 6 seeds of 4 000 messages).
 #[test]
 fn credit_a_verdict_gives_back_wakes_the_messages_waiting_for_it() {
-    let args = "--nodes 2 --messages 1000 --reorder 0.2 --jitter-ms 20 --payload 100000 --seed 2";
+    // Seed 1: seed 2, used before, takes another course since refused fragments are
+    // answered (`got_charges_partials`) and no longer meets the defect; seeds 1, 3 and 5 do.
+    let args = "--nodes 2 --messages 1000 --reorder 0.2 --jitter-ms 20 --payload 100000 --seed 1";
     clean(args);
     violates(&format!("{args} --rules-off credit_return_resumes"), "Lost");
 }
@@ -901,4 +903,21 @@ fn messages_sent_into_a_lost_journals_old_envelopes_may_end_in_doubt() {
         "--nodes 4 --messages 2000 --loss 0.1 --reorder 0.05 --restarts 6 --take-delay-ms 5 \
          --durable --journal-loss 1 --rpc --fail-one-in 7 --seed 605030534",
     );
+}
+
+/// A durable sender restarts with messages of 100 000 bytes in progress: its receiver
+/// holds their partials, charged to the grant, but the restarted sender had not charged
+/// them, so it started new messages the receiver refused for want of memory; with the
+/// window at its floor only their refused first fragments went, and the stream stalled
+/// until the partials expired (found by `scripts/sim-campaign.py`, seed 84: 380 messages
+/// undelivered after 712 s). A refused FRAG is now answered with the GOT of a partial held,
+/// in turn, and a GOT of a partial the sender has not charged charges it
+/// (`got_charges_partials`). Twelve seeds of this cell: the last ACK after 126 s in all
+/// with the rule, 370 s and one run failed without it.
+#[test]
+fn a_restarted_sender_counts_the_partials_its_receiver_holds() {
+    let args = "--nodes 2 --messages 2000 --dup 0.02 --burst 0.05 --restarts 1 --jitter-ms 2 \
+                --payload 100000 --durable --seed 13 --settle-s 60";
+    clean(args);
+    violates(&format!("{args} --rules-off got_charges_partials"), "Lost");
 }

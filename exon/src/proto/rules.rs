@@ -135,6 +135,17 @@ pub struct Rules {
     /// live record), makes the sender start over in that incarnation, and with large
     /// messages and a duplicating path it never finishes one.
     pub stale_verdicts_ignored: bool,
+    /// Beyond the paper (large messages after a restart): a FRAG refused for want of credit
+    /// is answered with the GOT of one partial the receiver holds for its sender, each in
+    /// turn, and a GOT showing that the receiver holds part, not all, of a message the
+    /// sender has not charged to its credit (one recovered from the journal, started by the
+    /// node's life before) charges it, as the receiver did. Off, the sender counts less
+    /// credit in use than its receiver: it starts
+    /// messages the receiver refuses for want of memory, their refused first fragments are
+    /// all that a window at its floor lets go, and the stream stalls until the partials
+    /// expire (`reassembly_timeout`, 30 s): `exon-sim --nodes 2 --dup 0.02 --burst 0.05
+    /// --payload 100000 --durable --restarts 1`, found by `scripts/sim-campaign.py`.
+    pub got_charges_partials: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -420,6 +431,7 @@ impl Rules {
         progress_within_reassembly_timeout: true,
         parked_early_probes: true,
         stale_verdicts_ignored: true,
+        got_charges_partials: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

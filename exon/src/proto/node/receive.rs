@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::proto::frame::Verdict;
 use crate::proto::journal::gates::Journal;
 use crate::proto::node::outbox::Flush;
-use crate::proto::recv::assembler::Piece;
+use crate::proto::recv::assembler::{Piece, Refusal};
 use crate::proto::recv::delivery::Kept;
 use crate::proto::recv::eviction::Candidate;
 use crate::proto::recv::pins::Hold;
@@ -677,9 +677,27 @@ impl Node {
                 }
                 false
             }
-            Piece::Refused(_) => {
+            Piece::Refused(why) => {
                 self.stats.rejects.fragment_refused += 1;
+                if self.rules.got_charges_partials && why == Refusal::NoCredit {
+                    self.report_partial(src, r);
+                }
                 false
+            }
+        }
+    }
+
+    /// A FRAG from `src` (incarnation `r`) refused for want of credit: answered with the GOT
+    /// of one partial held for it, in turn (`Rules::got_charges_partials`), so that a
+    /// sender counting less of the grant in use learns what holds it.
+    fn report_partial(&mut self, src: NodeId, r: u64) {
+        let cap = self.outbox_cap();
+        let Some(rec) = self.receivers.get_mut(&src) else {
+            return;
+        };
+        if let Some((held, have)) = rec.assembler_mut().next_report() {
+            if !self.outbox.got(src, r, held, have, cap) {
+                self.stats.rejects.outbox_full += 1;
             }
         }
     }
@@ -704,7 +722,13 @@ impl Node {
             return;
         };
         let whole = match s {
-            Some(s) => rec.on_got(now, (r, s), ranges, rules, &self.cfg),
+            Some(s) => {
+                let whole = rec.on_got(now, (r, s), ranges, rules, &self.cfg);
+                if self.rules.got_charges_partials {
+                    rec.charge_partial(s);
+                }
+                whole
+            }
             None => ranges.fold(false, |whole, rg| {
                 rec.on_held(now, (r, rg), rules, &self.cfg) | whole
             }),

@@ -77,6 +77,8 @@ pub(crate) struct Assembler {
     granted: u64,
     charged: u64,
     partials: Vec<Partial>,
+    /// Which partial a refusal reports next ([`next_report`](Self::next_report)).
+    report: usize,
 }
 
 impl Assembler {
@@ -117,6 +119,19 @@ impl Assembler {
                 free,
             );
         }
+    }
+
+    /// The partials in turn, one a call: what a fragment refused for want of credit is
+    /// answered with (`Rules::got_charges_partials`), so that a sender that counts less of
+    /// the grant in use (a restart lost what its life before started) learns of each.
+    pub fn next_report(&mut self) -> Option<(u64, &RangeSet)> {
+        if self.partials.is_empty() {
+            return None;
+        }
+        let i = self.report % self.partials.len();
+        self.report = i + 1;
+        let p = &self.partials[i];
+        Some((p.slot, &p.have))
     }
 
     /// The byte ranges held of the message in `slot`, if it is being reassembled.

@@ -108,6 +108,26 @@ impl Credit {
         }
     }
 
+    /// Counts `charge` bytes the receiver charged to its grant in incarnation `r` for a
+    /// partial this sender did not start in this life: used even beyond the limit (no new
+    /// message starts until enough is given back), under a grant of no bytes until a
+    /// CREDIT comes if none is held yet.
+    pub fn charge_held(&mut self, r: u64, charge: u64) {
+        if self.grant(r).is_none() {
+            self.grants.push_back(Grant {
+                r,
+                limit: 0,
+                used: 0,
+            });
+            if self.grants.len() > MAX_GRANTS {
+                self.grants.pop_front();
+            }
+        }
+        if let Some(g) = self.grant_mut(r) {
+            g.used = g.used.saturating_add(charge);
+        }
+    }
+
     /// Gives back `charge` bytes (the message is whole at the receiver, or settled).
     pub fn give_back(&mut self, r: u64, charge: u64) {
         if let Some(g) = self.grant_mut(r) {
@@ -290,6 +310,22 @@ mod tests {
         assert_eq!(c.room(7), 150_000);
         c.reset(7);
         assert_eq!(c.room(7), 0, "lost with its incarnation");
+    }
+
+    /// A partial the receiver holds from the sender's life before counts as used, even
+    /// beyond the grant, and under a grant of nothing when none was made yet: no new
+    /// message starts until enough is given back.
+    #[test]
+    fn partials_of_a_life_before_count_as_used() {
+        let mut c = Credit::default();
+        c.charge_held(7, 100_000);
+        assert_eq!(c.room(7), 0);
+        c.on_credit(7, 150_000);
+        assert_eq!(c.room(7), 50_000, "the grant, less the partial held");
+        c.charge_held(7, 100_000);
+        assert!(!c.take(7, 1), "beyond the grant: nothing starts");
+        c.give_back(7, 100_000);
+        assert_eq!(c.room(7), 50_000);
     }
 
     /// The receiver loses one incarnation while a message of another (a restarted durable

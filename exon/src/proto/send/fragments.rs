@@ -123,6 +123,11 @@ impl Outgoing {
         self.charged = charged;
     }
 
+    /// Whether the receiver holds part of it, not all: a partial it charged to its grant.
+    pub fn is_partial_there(&self) -> bool {
+        !self.got.is_empty() && !self.is_whole()
+    }
+
     /// Whether the receiver holds every byte.
     pub fn is_whole(&self) -> bool {
         self.got.contains_range(0..self.total)

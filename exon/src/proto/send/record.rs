@@ -520,6 +520,25 @@ impl SRecord {
         whole
     }
 
+    /// GOT showed the receiver holding part of the message in slot `s`, charged against
+    /// the grant it made: a message this life of the node has not charged (recovered from
+    /// the journal, started by the life before) is charged here too
+    /// (`Rules::got_charges_partials`), so that both sides count the same credit.
+    pub fn charge_partial(&mut self, s: u64) {
+        let Some(tok) = self.tokens.get_mut(s) else {
+            return;
+        };
+        let Some(o) = tok.frag.as_mut() else {
+            return;
+        };
+        if o.is_charged() || !o.is_partial_there() {
+            return;
+        }
+        o.set_charged(true);
+        self.credit
+            .charge_held(tok.rck, Outgoing::charge_of(o.total()));
+    }
+
     /// HELD(r, rg) from the receiver: the messages in those slots are held whole, untaken.
     /// A token sent whole leaves the flight and counts as arrived (the RTT, the delivery
     /// rate and loss detection see it as an acknowledged one), and is not sent again but
