@@ -47,6 +47,7 @@ by_name!(
     parked_early_probes,
     stale_verdicts_ignored,
     got_charges_partials,
+    got_forgets_dropped_bytes,
     pin_member_keys,
     address_cookies,
     reordering_window,

@@ -146,6 +146,16 @@ pub struct Rules {
     /// expire (`reassembly_timeout`, 30 s): `exon-sim --nodes 2 --dup 0.02 --burst 0.05
     /// --payload 100000 --durable --restarts 1`, found by `scripts/sim-campaign.py`.
     pub got_charges_partials: bool,
+    /// Beyond the paper (large messages on lossy paths): GOT is cumulative per partial, so
+    /// a GOT that answers a fragment sent after the sender last learnt of new bytes, and
+    /// lacks bytes it had told of, shows that the receiver dropped that partial (its
+    /// reassembly timeout) and holds a new one: the sender forgets what it took as held
+    /// and sends the rest again. Off, only a message taken as held whole was so reset: the
+    /// bytes of a dropped partial stayed counted as held and were never sent again, each
+    /// new partial expired in turn, and the message never arrived (`exon-sim --nodes 2
+    /// --loss 0.2 --dup 0.1 --payload 20000 --durable --crash-mid-commit 1 --rpc
+    /// --call-deadline-ms 1000 --seed 354539590`, found by `scripts/sim-campaign.py`).
+    pub got_forgets_dropped_bytes: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -432,6 +442,7 @@ impl Rules {
         parked_early_probes: true,
         stale_verdicts_ignored: true,
         got_charges_partials: true,
+        got_forgets_dropped_bytes: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

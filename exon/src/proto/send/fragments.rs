@@ -69,6 +69,9 @@ pub(crate) struct Outgoing {
     charged: bool,
     /// Transmissions declared lost whose bytes the receiver does not hold yet.
     lost: VecDeque<LostFrag>,
+    /// When `got` last grew: a GOT answering a transmission sent after it is newer than
+    /// every GOT `got` was built from.
+    grew_at: Option<Instant>,
 }
 
 impl Outgoing {
@@ -84,6 +87,7 @@ impl Outgoing {
             fresh_from: 0,
             charged: false,
             lost: VecDeque::new(),
+            grew_at: None,
         }
     }
 
@@ -100,6 +104,7 @@ impl Outgoing {
             fresh_from: total,
             charged: false,
             lost: VecDeque::new(),
+            grew_at: None,
         }
     }
 
@@ -200,7 +205,12 @@ impl Outgoing {
     /// A GOT that shows less than the whole message for one this sender knew held whole
     /// means the receiver dropped it (a partial message dropped after its reassembly
     /// timeout, then started again): what it says it holds becomes all that is known, and
-    /// the rest is to send again. Returns whether that happened.
+    /// the rest is to send again. Returns whether that happened. With `forget_dropped`
+    /// (`Rules::got_forgets_dropped_bytes`) so does a GOT that answers a transmission sent
+    /// after `got` last grew and lacks bytes `got` holds: GOT is cumulative per partial, so
+    /// the receiver dropped the one those bytes were in and holds a new one. Without it
+    /// the bytes stayed counted as held, were never sent again, and the message never
+    /// became whole (each new partial expiring in turn).
     ///
     /// Losses whose bytes the receiver now holds are forgotten; those it got before their
     /// retransmission could have been answered (`min_rtt`) are appended to `spurious`.
@@ -210,6 +220,7 @@ impl Outgoing {
         acked: &mut Vec<Sent>,
         (now, min_rtt): (Instant, Option<std::time::Duration>),
         spurious: &mut Vec<LostFrag>,
+        forget_dropped: bool,
     ) -> bool {
         let was_whole = self.is_whole();
         let mut told = RangeSet::new();
@@ -218,6 +229,14 @@ impl Outgoing {
             if told.range_count() < MAX_GOT_RANGES || !told.would_add_range(range.clone()) {
                 told.insert(range);
             }
+        }
+        let dropped = forget_dropped && !was_whole && self.dropped_since(&told);
+        if dropped {
+            // Known from here on: what this GOT holds (below), nothing before it.
+            self.lost.clear();
+            self.got = RangeSet::new();
+            self.pending = RangeSet::new();
+            self.pending.insert(0..self.total);
         }
         if was_whole && !told.contains_range(0..self.total) {
             self.lost.clear();
@@ -243,8 +262,9 @@ impl Outgoing {
             self.pending.remove_range(range.clone());
         }
         if !news {
-            return false;
+            return dropped;
         }
+        self.grew_at = Some(now);
         let got = &self.got;
         self.inflight.retain(|s| {
             let held = got.contains_range(s.range.clone());
@@ -260,7 +280,23 @@ impl Outgoing {
             }
             !held
         });
-        false
+        dropped
+    }
+
+    /// Whether `told`, a GOT's ranges, shows the receiver no longer holding bytes `got`
+    /// holds although it answers a transmission sent after `got` last grew (so it is the
+    /// newer word).
+    fn dropped_since(&self, told: &RangeSet) -> bool {
+        let newer = self
+            .inflight
+            .iter()
+            .any(|s| self.grew_at.is_none_or(|g| s.at > g) && told.contains_range(s.range.clone()));
+        newer
+            && self
+                .got
+                .ranges()
+                .iter()
+                .any(|g| !told.contains_range(g.clone()))
     }
 
     /// Transmissions in flight, in sending order.
@@ -382,13 +418,21 @@ mod tests {
             &mut acked,
             at,
             &mut spurious,
+            true,
         );
         assert_eq!(acked.iter().map(|s| s.seq).collect::<Vec<_>>(), [1, 3]);
         assert_eq!(o.on_lost(2, t0()).0, 4020);
         assert_eq!(o.next_range(100_000), Some(4000..8000));
         o.on_sent(4000..8000, 4, t0(), 4020, st(), 0);
         assert!(o.inflight.back().unwrap().again, "a resend");
-        o.on_got(std::iter::once(4000..8000), &mut acked, at, &mut spurious);
+        // GOT is cumulative: the receiver now holds every byte.
+        o.on_got(
+            std::iter::once(0..10_000),
+            &mut acked,
+            at,
+            &mut spurious,
+            true,
+        );
         assert!(o.is_whole());
         assert_eq!(o.flight(), 0);
         assert!(spurious.is_empty(), "no RTT known: nothing proven");
@@ -408,7 +452,13 @@ mod tests {
         // The first one's bytes come before they left again: its loss was spurious, and
         // they are not sent again.
         let at = (t0() + ms(13), min_rtt);
-        o.on_got(std::iter::once(0..1000), &mut acked, at, &mut spurious);
+        o.on_got(
+            std::iter::once(0..1000),
+            &mut acked,
+            at,
+            &mut spurious,
+            true,
+        );
         let starts = |sp: &[LostFrag]| sp.iter().map(|l| l.range.start).collect::<Vec<_>>();
         assert_eq!(starts(&spurious), [0]);
         assert_eq!(o.next_range(u64::MAX), Some(1000..2000));
@@ -417,7 +467,13 @@ mod tests {
         o.on_sent(2000..2500, 5, t0() + ms(14), 520, st(), 0);
         o.on_lost(5, t0() + ms(30));
         let at = (t0() + ms(20), min_rtt);
-        o.on_got(std::iter::once(0..2000), &mut acked, at, &mut spurious);
+        o.on_got(
+            std::iter::once(0..2000),
+            &mut acked,
+            at,
+            &mut spurious,
+            true,
+        );
         assert_eq!(
             spurious.iter().map(|l| l.range.start).collect::<Vec<_>>(),
             [0, 1000]
@@ -425,7 +481,13 @@ mod tests {
         // The third, resent at 31 ms, held at 45 ms: either copy may have arrived.
         o.on_sent(2000..2500, 6, t0() + ms(31), 520, st(), 0);
         let at = (t0() + ms(45), min_rtt);
-        o.on_got(std::iter::once(0..3000), &mut acked, at, &mut spurious);
+        o.on_got(
+            std::iter::once(0..3000),
+            &mut acked,
+            at,
+            &mut spurious,
+            true,
+        );
         assert_eq!(spurious.len(), 2, "not proven spurious");
         assert!(o.lost.is_empty(), "forgotten once held");
     }
@@ -434,21 +496,66 @@ mod tests {
     fn a_timeout_resends_what_is_not_held_or_probes_a_whole_message() {
         let mut o = Outgoing::new(3000);
         o.on_sent(0..3000, 1, t0(), 3020, st(), 0);
-        let (mut acked, mut sp) = (Vec::new(), Vec::new());
-        o.on_got(
-            std::iter::once(1000..2000),
-            &mut acked,
-            (t0(), None),
-            &mut sp,
-        );
-        assert!(acked.is_empty());
+        // A GOT of `range`: how many transmissions it showed held.
+        let got = |o: &mut Outgoing, range: Range<u64>| {
+            let (mut acked, mut sp) = (Vec::new(), Vec::new());
+            o.on_got(
+                std::iter::once(range),
+                &mut acked,
+                (t0(), None),
+                &mut sp,
+                true,
+            );
+            acked.len()
+        };
+        assert_eq!(got(&mut o, 1000..2000), 0);
         assert_eq!(o.on_timeout(), 3020);
         assert_eq!(o.pending.ranges(), &[0..1000, 2000..3000]);
         o.on_sent(0..1000, 2, t0(), 1020, st(), 0);
         o.on_sent(2000..3000, 3, t0(), 1020, st(), 0);
-        o.on_got(std::iter::once(0..3000), &mut acked, (t0(), None), &mut sp);
+        got(&mut o, 0..3000);
         assert!(o.is_whole() && !o.has_pending());
         o.on_timeout();
         assert_eq!(o.next_range(u64::MAX), Some(0..PROBE_LEN));
+    }
+
+    /// The receiver dropped a partial (its reassembly timeout) and holds a new one: a GOT
+    /// answering a fragment sent after the sender last learnt of new bytes, lacking bytes it
+    /// had told of, makes those bytes pending again (`Rules::got_forgets_dropped_bytes`).
+    /// Without the rule they stay counted as held, the message looks whole and is never
+    /// completed. A late copy of an older GOT (answering nothing sent since) changes nothing.
+    #[test]
+    fn a_newer_got_lacking_told_bytes_sends_them_again() {
+        let ms = |n| std::time::Duration::from_millis(n);
+        for forget in [true, false] {
+            let mut o = Outgoing::new(3000);
+            // A GOT of `range` at `at` ms; whether it showed a dropped partial.
+            let got = |o: &mut Outgoing, range: Range<u64>, at: u64| {
+                let (mut acked, mut sp) = (Vec::new(), Vec::new());
+                let now = (t0() + ms(at), None);
+                o.on_got(std::iter::once(range), &mut acked, now, &mut sp, forget)
+            };
+            o.on_sent(0..1000, 1, t0(), 1020, st(), 0);
+            o.on_sent(1000..2000, 2, t0(), 1020, st(), 0);
+            got(&mut o, 0..2000, 10);
+            // A late copy of an older GOT: nothing sent since it could answer.
+            assert!(!got(&mut o, 0..1000, 11));
+            assert_eq!(o.next_range(u64::MAX), Some(2000..3000));
+            o.on_sent(2000..3000, 3, t0() + ms(20), 1020, st(), 0);
+            // The receiver's new partial holds only the last fragment.
+            let reset = got(&mut o, 2000..3000, 30);
+            if forget {
+                assert!(reset);
+                assert!(!o.is_whole());
+                assert_eq!(o.next_range(u64::MAX), Some(0..2000));
+                o.on_sent(0..2000, 4, t0() + ms(31), 2020, st(), 0);
+                got(&mut o, 0..3000, 40);
+                assert!(o.is_whole());
+            } else {
+                assert!(!reset);
+                assert!(o.is_whole(), "the dropped bytes still count as held");
+                assert!(!o.has_pending());
+            }
+        }
     }
 }

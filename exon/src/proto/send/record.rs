@@ -41,6 +41,9 @@ pub(crate) struct SRecord {
     /// [`Rules::credit_asks_each_waiting`]: an unanswered REQCREDIT for a lost incarnation
     /// names the next waiting message when asked again.
     pub(super) credit_rotate_rule: bool,
+    /// [`Rules::got_forgets_dropped_bytes`]: a newer GOT lacking bytes taken as held means
+    /// the receiver dropped that partial.
+    forget_dropped_rule: bool,
     /// Tokens by slot number.
     pub(super) tokens: Tokens,
     /// Slot numbers of tokens waiting to be (re)transmitted, oldest first.
@@ -156,6 +159,7 @@ impl SRecord {
             again: 0,
             resend_rule: rules.resend_beyond_slot_window,
             credit_rotate_rule: rules.credit_asks_each_waiting,
+            forget_dropped_rule: rules.got_forgets_dropped_bytes,
             tokens: Tokens::default(),
             to_send: VecDeque::new(),
             burst: (0, 0),
@@ -477,8 +481,9 @@ impl SRecord {
         let mut acked: Vec<Sent> = Vec::new();
         let mut spurious = Vec::new();
         let at = (now, self.rtt.min());
-        if o.on_got(ranges, &mut acked, at, &mut spurious) && !tok.queued {
-            // The receiver no longer holds it whole: what it lacks goes again.
+        let forget = self.forget_dropped_rule;
+        if o.on_got(ranges, &mut acked, at, &mut spurious, forget) && !tok.queued {
+            // The receiver dropped what it held: what it lacks goes again.
             tok.queued = true;
             self.to_send.push_back(s);
         }
