@@ -93,8 +93,16 @@ def drop(a, *names):
 
 
 # What a restored copy of a directory may cause (docs/durability.md): a message resent by
-# the restored sender, and so a request executed and a call answered twice.
-RESTORE_LIMITS = {"ResentByRestoredSender", "ReplyTwice", "ExecutedTwice", "Duplicate"}
+# the restored sender, and so a request executed and a call answered twice; one the copy
+# knew no slot for given up at its deadline as not delivered, though the lost run
+# delivered it.
+RESTORE_LIMITS = {
+    "ResentByRestoredSender",
+    "ReplyTwice",
+    "ExecutedTwice",
+    "Duplicate",
+    "DeliveredAfterNotDelivered",
+}
 
 
 def limits_only(args, out):

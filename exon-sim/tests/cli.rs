@@ -941,3 +941,17 @@ fn bytes_of_a_dropped_partial_are_sent_again() {
         "Lost",
     );
 }
+
+/// A documented limit of restored copies (docs/durability.md): a message the copy held with
+/// no slot yet, which the lost run sent and had delivered, is given up at its deadline as
+/// not delivered, since in the copy it never left. A restore cannot be told from a crash,
+/// after which the journal is right. This test keeps the limit in sight: it fails the day
+/// restores are detected and the verdict becomes doubt (found by `scripts/sim-campaign.py`,
+/// seed 86; `limits.txt`).
+#[test]
+fn a_restored_copy_may_report_not_delivered_what_the_lost_run_delivered() {
+    let args = "--nodes 2 --messages 2000 --loss 0.2 --dup 0.02 --burst 0.05 --restarts 3 \
+                --durable --crash-mid-commit 1 --deadline-ms 300 --seed 478619211";
+    clean(args);
+    violates(&format!("{args} --restore 2"), "DeliveredAfterNotDelivered");
+}
