@@ -48,6 +48,7 @@ by_name!(
     stale_verdicts_ignored,
     got_charges_partials,
     got_forgets_dropped_bytes,
+    abandon_wakes_sender,
     pin_member_keys,
     address_cookies,
     reordering_window,

@@ -156,6 +156,15 @@ pub struct Rules {
     /// --loss 0.2 --dup 0.1 --payload 20000 --durable --crash-mid-commit 1 --rpc
     /// --call-deadline-ms 1000 --seed 354539590`, found by `scripts/sim-campaign.py`).
     pub got_forgets_dropped_bytes: bool,
+    /// Beyond the paper (deadlines): a message given up (`Node::abandon`) wakes its sender
+    /// record when other messages are queued or in flight to the same peer: the window,
+    /// credit or place at the head of the queue it held may now let them go. Off, a message
+    /// given up while it held the window left the ones behind it with nothing in flight and
+    /// no timer, each waiting for something else to wake the record (a probe, another send),
+    /// and the last ones for ever: a durable channel's gap was never sent, its flow blocked
+    /// (`exon-sim --channels 16 --deadline-ms 2000 --payload 100000 --loss 0.2 --durable ...
+    /// --seed 994110734`, found by `scripts/sim-campaign.py`).
+    pub abandon_wakes_sender: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the
     /// cache and without spending the key-agreement budget, so a forgery in a member's name
@@ -443,6 +452,7 @@ impl Rules {
         stale_verdicts_ignored: true,
         got_charges_partials: true,
         got_forgets_dropped_bytes: true,
+        abandon_wakes_sender: true,
         pin_member_keys: true,
         address_cookies: true,
         reordering_window: true,

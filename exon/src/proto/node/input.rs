@@ -634,8 +634,10 @@ impl Node {
         let rules = self.rules;
         let rec = self.senders.get_mut(&to)?;
         let (len, verdict, slot) = rec.abandon(now, id, &rules)?;
-        if rec.notice_due() {
-            // Its receiver may hold a partial of it: the frontier notice goes now.
+        if rec.notice_due() || (rules.abandon_wakes_sender && !rec.is_quiet()) {
+            // Its receiver may hold a partial of it: the frontier notice goes now. And the
+            // window or credit it held may let the messages queued behind it go: nothing
+            // else may come to wake them (`Rules::abandon_wakes_sender`).
             self.outbox.wake(to, usize::MAX);
         }
         self.queued_bytes -= len;
