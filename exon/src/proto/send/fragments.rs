@@ -287,16 +287,17 @@ impl Outgoing {
     /// holds although it answers a transmission sent after `got` last grew (so it is the
     /// newer word).
     fn dropped_since(&self, told: &RangeSet) -> bool {
-        let newer = self
-            .inflight
+        // The common case (the GOT covers all that is known) first: it costs at most
+        // `MAX_GOT_RANGES` lookups and spares the walk over the transmissions in flight.
+        let lacks = self
+            .got
+            .ranges()
             .iter()
-            .any(|s| self.grew_at.is_none_or(|g| s.at > g) && told.contains_range(s.range.clone()));
-        newer
-            && self
-                .got
-                .ranges()
-                .iter()
-                .any(|g| !told.contains_range(g.clone()))
+            .any(|g| !told.contains_range(g.clone()));
+        lacks
+            && self.inflight.iter().any(|s| {
+                self.grew_at.is_none_or(|g| s.at > g) && told.contains_range(s.range.clone())
+            })
     }
 
     /// Transmissions in flight, in sending order.
