@@ -215,7 +215,7 @@ impl fmt::Display for Report {
             write!(
                 f,
                 " calls={} replies={} failed={} not_executed={} call_in_doubt={} no_reply={} \
-                 forgotten={} executions={} reruns={} discarded_replies={}",
+                 forgotten={} executions={} reruns={} discarded_replies={} damage_replies={}",
                 c.calls,
                 c.replies,
                 c.failed,
@@ -225,7 +225,8 @@ impl fmt::Display for Report {
                 c.forgotten,
                 c.executions,
                 c.reruns,
-                c.discarded
+                c.discarded,
+                c.damage_replies
             )?;
         }
         if let Some(c) = &self.channels {

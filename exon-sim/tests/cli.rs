@@ -392,6 +392,38 @@ fn damage_found_at_one_opening_is_not_forgotten_at_the_next() {
     assert!(all.contains("Duplicate"), "{all}");
 }
 
+/// Found by campaign 87: a server's journal found damaged had lost the record of replies
+/// it had sent; the requests came again flagged, its store absorbed the re-runs and it
+/// answered again. The caller, whose calls the first replies had ended, discards the second
+/// ones (`damage_replies`); the checker took them for `ReplyTwice`.
+#[test]
+fn a_damaged_servers_second_replies_are_discarded_by_the_ended_calls() {
+    let args = [
+        "--nodes",
+        "2",
+        "--messages",
+        "2000",
+        "--loss",
+        "0.01",
+        "--dup",
+        "0.1",
+    ];
+    let more = "--reorder 0.5 --restarts 3 --durable --crash-mid-commit 3 --damage 1 --rpc \
+                --fail-one-in 7 --seed 531214937";
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(more.split_whitespace());
+    let out = exon_sim(&all);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let n: u64 = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("damage_replies="))
+        .expect("a damage_replies field")
+        .parse()
+        .expect("a number");
+    assert!(n > 0, "the run meets the case: {text}");
+}
+
 /// The `too_big` drops of a run, over its seeds' lines.
 fn too_big(out: &std::process::Output) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);

@@ -39,6 +39,9 @@ pub(super) struct Call {
     answer: Option<(Outcome, Vec<u8>)>,
     /// Stable ids of the reply deliveries the caller's application got.
     replies: Vec<Stable>,
+    /// Flagged re-runs by a server whose journal was found damaged: each may answer with a
+    /// reply of its own (the damage may have cut the record of the reply sent before).
+    damaged_reruns: u32,
     ended: Option<CallEnd>,
 }
 
@@ -93,6 +96,9 @@ pub struct RpcCounts {
     pub reruns: u64,
     /// Replies that came after their call had ended.
     pub discarded: u64,
+    /// Of those, second replies sent by a re-run at a server whose journal was found
+    /// damaged (it lost the record of the reply it sent before): the caller discards them.
+    pub damage_replies: u64,
 }
 
 /// The calls of every caller, indexed by caller then call id.
@@ -132,6 +138,7 @@ impl Oracle {
             executed: Vec::new(),
             answer: None,
             replies: Vec::new(),
+            damaged_reruns: 0,
             ended: None,
         });
         self.rpc.counts.calls += 1;
@@ -150,6 +157,7 @@ impl Oracle {
             stable,
             redelivery: flagged,
         } = e;
+        let damaged = self.damaged.get(server).copied().unwrap_or(false);
         let Some(c) = self.call_mut(caller, call) else {
             let what = format!("node{server} executed call {call} of node{caller}, never made");
             self.violate(ViolationKind::UnknownCall, None, now, what);
@@ -166,6 +174,9 @@ impl Oracle {
         }
         let key = c.key;
         if flagged && c.executed.contains(&stable) {
+            if damaged {
+                c.damaged_reruns += 1;
+            }
             self.rpc.counts.reruns += 1;
             return true;
         }
@@ -228,6 +239,14 @@ impl Oracle {
         }
         c.replies.push(stable);
         let (n, ended) = (c.replies.len(), c.ended);
+        // A server found damaged lost the record of the reply it sent, ran the flagged
+        // request again (its store absorbed it) and answered again: a new message, which
+        // the caller's call, ended by the first, discards.
+        if n > 1 && n - 1 <= c.damaged_reruns as usize && ended.is_some() {
+            self.rpc.counts.discarded += 1;
+            self.rpc.counts.damage_replies += 1;
+            return ReplyFate::Discarded;
+        }
         if n > 1 {
             let what = format!("node{caller} got {n} replies to call {call}");
             self.violate(ViolationKind::ReplyTwice, Some(key), now, what);

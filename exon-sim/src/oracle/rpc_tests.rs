@@ -189,3 +189,40 @@ fn kinds_since(o: &Oracle, before: u64) -> Vec<ViolationKind> {
         .map(|v| v.kind)
         .collect()
 }
+
+/// A server whose journal was found damaged may lose the record of a reply it sent, run the
+/// flagged request again and answer again: the second reply, to a call its first ended, is
+/// discarded, one per such re-run. Without the damage, or without the re-run, or to a call
+/// still open, a second reply is a violation.
+#[test]
+fn a_damaged_servers_rerun_may_reply_again_to_an_ended_call() {
+    let ended = |o: &mut Oracle, c| {
+        let end = Ended::Reply(Outcome::Answered, Bytes::from_static(b"answer"));
+        o.on_call_ended(1, c, &end, 6);
+    };
+    let mut o = Oracle::new(2);
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 1), false);
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 1), false, 6), ReplyFate::Fresh);
+    ended(&mut o, c);
+    // A flagged re-run before the damage was found answers nothing new.
+    exec(&mut o, c, (2, 1, 1), true);
+    o.on_damaged(0);
+    exec(&mut o, c, (2, 1, 1), true);
+    assert_eq!(
+        o.on_reply(1, 0, c, (1, 1, 2), false, 7),
+        ReplyFate::Discarded
+    );
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+    assert_eq!(o.rpc_counts().damage_replies, 1);
+    // One re-run, one reply more: a third is a violation.
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 3), false, 8), ReplyFate::Refused);
+    assert_eq!(kinds(&o), [ViolationKind::ReplyTwice]);
+    // Damage without a re-run excuses nothing.
+    let c = call(&mut o);
+    exec(&mut o, c, (2, 1, 4), false);
+    o.on_reply(1, 0, c, (1, 1, 4), false, 9);
+    ended(&mut o, c);
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 5), false, 9), ReplyFate::Refused);
+    assert_eq!(kinds(&o), [ViolationKind::ReplyTwice; 2]);
+}
