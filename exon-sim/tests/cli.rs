@@ -392,6 +392,16 @@ fn damage_found_at_one_opening_is_not_forgotten_at_the_next() {
     assert!(all.contains("Duplicate"), "{all}");
 }
 
+/// The value of `name=` in a report (its first line that has it).
+fn field(text: &str, name: &str) -> f64 {
+    let key = format!("{name}=");
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix(key.as_str()))
+        .unwrap_or_else(|| panic!("a {name} field: {text}"))
+        .parse()
+        .expect("a number")
+}
+
 /// Found by campaign 87: a server's journal found damaged had lost the record of replies
 /// it had sent; the requests came again flagged, its store absorbed the re-runs and it
 /// answered again. The caller, whose calls the first replies had ended, discards the second
@@ -415,13 +425,40 @@ fn a_damaged_servers_second_replies_are_discarded_by_the_ended_calls() {
     let out = exon_sim(&all);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    let n: u64 = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("damage_replies="))
-        .expect("a damage_replies field")
-        .parse()
-        .expect("a number");
-    assert!(n > 0, "the run meets the case: {text}");
+    let n = field(&text, "damage_replies");
+    assert!(n > 0.0, "the run meets the case: {text}");
+}
+
+/// A durable sender restarted with 100 KB messages in flight: answers to what its life
+/// before had sent came within a fraction of a round trip of this life's fragments and were
+/// taken for round trips; the minimum RTT fell to a few hundred microseconds and the
+/// congestion window with it, and the last ACK came after 15.4 s (2.1 s now; 1 to 2 s
+/// without the restart).
+#[test]
+fn a_restarted_sender_does_not_time_round_trips_from_answers_to_its_life_before() {
+    let out = exon_sim(&[
+        "--nodes",
+        "2",
+        "--messages",
+        "500",
+        "--dup",
+        "0.02",
+        "--burst",
+        "0.05",
+        "--restarts",
+        "1",
+        "--jitter-ms",
+        "2",
+        "--payload",
+        "100000",
+        "--durable",
+        "--seed",
+        "16",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let done = field(&text, "done_s");
+    assert!(done < 5.0, "last ACK at {done} s of virtual time: {text}");
 }
 
 /// The `too_big` drops of a run, over its seeds' lines.
@@ -945,13 +982,15 @@ fn messages_sent_into_a_lost_journals_old_envelopes_may_end_in_doubt() {
 /// undelivered after 712 s). A refused FRAG is now answered with the GOT of a partial held,
 /// in turn, and a GOT of a partial the sender has not charged charges it
 /// (`got_charges_partials`). Twelve seeds of this cell: the last ACK after 126 s in all
-/// with the rule, 370 s and one run failed without it. Seed 19 (2.3 s with the rule, 32.8 s
-/// without) under a 20 s settle time: seed 13, used first, finishes without the rule since
-/// `got_forgets_dropped_bytes`.
+/// with the rule, 370 s and one run failed without it. Seed 14 (3.7 s with the rule,
+/// `Lost` without) under a 20 s settle time: seeds 13 and 19, used first, take other
+/// courses since `got_forgets_dropped_bytes` and since a restarted sender stopped timing
+/// round trips from answers to its life before (seeds 14, 34, 37 and 40 of 11 to 40 meet
+/// the defect now).
 #[test]
 fn a_restarted_sender_counts_the_partials_its_receiver_holds() {
     let args = "--nodes 2 --messages 2000 --dup 0.02 --burst 0.05 --restarts 1 --jitter-ms 2 \
-                --payload 100000 --durable --seed 19 --settle-s 20";
+                --payload 100000 --durable --seed 14 --settle-s 20";
     clean(args);
     violates(&format!("{args} --rules-off got_charges_partials"), "Lost");
 }
@@ -994,12 +1033,14 @@ fn a_restored_copy_may_report_not_delivered_what_the_lost_run_delivered() {
 /// send) to wake its sender, and the last ones for ever: gaps never sent, five channels
 /// blocked after 527 s (found by `scripts/sim-campaign.py`, seed 86). Giving a message up
 /// now wakes the sender when others are queued or in flight (`abandon_wakes_sender`): the
-/// run ends at 7.5 s.
+/// run ends at 7.5 s. Since a restarted sender stopped timing round trips from answers to
+/// its life before, that seed ends without the rule too; seed 16, one of 11 of 9 to 80
+/// that block without it, ends at 6.1 s with it.
 #[test]
 fn a_message_given_up_wakes_the_messages_behind_it() {
     let args = "--nodes 2 --messages 4000 --loss 0.2 --restarts 1 --payload 100000 --durable \
                 --crash-mid-commit 3 --compact-after 500 --deadline-ms 2000 --channels 16 \
-                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 994110734";
+                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 16";
     clean(args);
     violates(
         &format!("{args} --rules-off abandon_wakes_sender"),

@@ -88,7 +88,12 @@ impl Flight {
         if sent.again {
             return false;
         }
-        if newest.is_some_and(|n| self.frag_losses.on_acked(sent.seq) && n) {
+        let overtaken = newest.is_some_and(|n| self.frag_losses.on_acked(sent.seq) && n);
+        if sent.untimed {
+            // Its bytes may have been held before it left: no round trip measured.
+            return true;
+        }
+        if overtaken {
             let sample = now.saturating_duration_since(sent.at);
             let late = sample.saturating_sub(min_rtt.unwrap_or(sample));
             self.reo.on_reordered(late);

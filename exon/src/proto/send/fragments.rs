@@ -30,6 +30,11 @@ pub(crate) struct Sent {
     pub(super) size: u64,
     /// Some of its bytes had been sent before (no RTT sample from it: Karn's rule).
     pub(super) again: bool,
+    /// Its bytes may have left before the message's fragments began (see
+    /// [`Outgoing::left_before`]): the receiver may hold them from then, so an answer
+    /// covering them may come before this transmission could have arrived, and gives no
+    /// RTT sample. Unlike `again`, it still counts for loss detection.
+    pub(super) untimed: bool,
     /// The delivery-rate snapshot of its transmission.
     pub(super) rate: SendState,
     /// How far into its datagram the FRAG ended (for path MTU discovery).
@@ -72,6 +77,10 @@ pub(crate) struct Outgoing {
     /// When `got` last grew: a GOT answering a transmission sent after it is newer than
     /// every GOT `got` was built from.
     grew_at: Option<Instant>,
+    /// Its bytes may have left before these fragments began: sent by a life of the node
+    /// before a restart (a message recovered in its slot), or whole when datagrams were
+    /// larger. No transmission of it gives an RTT sample: an ACK or GOT may answer those.
+    left_before: bool,
 }
 
 impl Outgoing {
@@ -88,6 +97,16 @@ impl Outgoing {
             charged: false,
             lost: VecDeque::new(),
             grew_at: None,
+            left_before: false,
+        }
+    }
+
+    /// A message of `total` bytes none of which this `Outgoing` sent yet, which may have
+    /// left before (see the field `left_before`): its transmissions give no RTT sample.
+    pub fn sent_before(total: u64) -> Self {
+        Outgoing {
+            left_before: true,
+            ..Outgoing::new(total)
         }
     }
 
@@ -105,6 +124,7 @@ impl Outgoing {
             charged: false,
             lost: VecDeque::new(),
             grew_at: None,
+            left_before: true,
         }
     }
 
@@ -194,6 +214,7 @@ impl Outgoing {
             at,
             size,
             again,
+            untimed: self.left_before,
             rate,
             reach,
         });

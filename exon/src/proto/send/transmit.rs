@@ -229,7 +229,15 @@ impl SRecord {
                 // delivered).
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
-                tok.frag = Some(Box::new(Outgoing::new(tok.payload.len() as u64)));
+                let len = tok.payload.len() as u64;
+                let o = if tok.sends > 0 || tok.whole_left {
+                    // It may have arrived whole already (or, recovered after a restart,
+                    // in fragments of the life before): answers prove no round trip.
+                    Outgoing::sent_before(len)
+                } else {
+                    Outgoing::new(len)
+                };
+                tok.frag = Some(Box::new(o));
             }
             let step = if tok.frag.is_some() {
                 self.write_fragment(fill, s, r, cfg, rules)
