@@ -263,7 +263,8 @@ fn assert_flood_bounded(b: &Node, cap: usize) {
 
 /// 100 000 forged sender ids each ask for slots at once. Records stay under the cap (the
 /// requests beyond it are refused while the forged records are fresh, two round trips, and
-/// then the oldest record nothing was delivered into is evicted to make room), memory stays
+/// then the record nothing was delivered into whose grace ran out first is evicted to make
+/// room), memory stays
 /// bounded, and an honest peer with an established stream keeps getting messages through.
 #[test]
 fn forged_id_flood_stays_bounded_and_honest_traffic_flows() {

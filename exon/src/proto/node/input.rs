@@ -442,13 +442,14 @@ impl Node {
         self.ck += 1;
         self.stats.incarnations += 1;
         self.receivers.insert(src, RRecord::new(s, rck, now));
-        self.unproven.push_back((src, rck));
+        let until = now + self.fresh_grace(src);
+        self.unproven.insert(src, rck, until);
         if self.unproven.len() > 2 * self.cfg.limits.max_receiver_records {
             let receivers = &self.receivers;
-            self.unproven.retain(|(p, r)| {
+            self.unproven.retain(|p, r| {
                 receivers
-                    .get(p)
-                    .is_some_and(|rec| rec.rck() == *r && !rec.is_proven())
+                    .get(&p)
+                    .is_some_and(|rec| rec.rck() == r && !rec.is_proven())
             });
         }
         true

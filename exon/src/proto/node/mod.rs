@@ -109,9 +109,9 @@ pub struct Node {
     /// restart loses every record), raised when evicted incarnations are forgotten. A TOKEN
     /// for a missing incarnation below it is answered DOUBT, not ACK.
     doubt_below: u64,
-    /// Receiver records nothing was delivered into yet, oldest first: eviction candidates
-    /// (entries whose record is gone or proven are skipped lazily).
-    unproven: VecDeque<(NodeId, u64)>,
+    /// Receiver records nothing was delivered into yet, by when each may be evicted
+    /// (entries whose record is gone or proven are dropped lazily).
+    unproven: crate::proto::recv::unproven::Unproven,
     /// Receiver records evicted under pressure (what their late TOKENs are answered), and
     /// the next to evict. Bounded; the oldest are forgotten by raising `doubt_below`.
     evictions: crate::proto::recv::eviction::Evictions,
@@ -207,7 +207,7 @@ impl Node {
             taken_scratch: Vec::new(),
             jitter_state: (id.get() ^ clock.rotate_left(32)) | 1,
             doubt_below: clock,
-            unproven: VecDeque::new(),
+            unproven: Default::default(),
             evictions: Default::default(),
             frame_scratch: Vec::new(),
             sealer,

@@ -13,6 +13,7 @@ use crate::proto::recv::assembler::{Piece, Refusal};
 use crate::proto::recv::delivery::Kept;
 use crate::proto::recv::eviction::Candidate;
 use crate::proto::recv::pins::Hold;
+use crate::proto::recv::unproven::Standing;
 use crate::proto::send::answers::Sink;
 use crate::proto::wire::frame::TokenKind;
 use crate::proto::{DeliveryId, Event, Node, NodeId, Rules};
@@ -263,34 +264,29 @@ impl Node {
         }
     }
 
-    /// Makes room for a new receiver record by evicting the oldest record nothing was
-    /// delivered into yet (a source that asked for slots and never used them: a forger, or
-    /// a sender that went away). Its later TOKENs get RETRY, so nothing is lost. A sealed
-    /// node skips such records heard from within `probe_interval` (rule
-    /// `fresh_records_kept`). Returns false when every record is in use, or fresh.
+    /// Makes room for a new receiver record by evicting a record nothing was delivered into
+    /// yet (a source that asked for slots and never used them: a forger, or a sender that
+    /// went away), the first whose grace since it was last heard from ran out (rule
+    /// `fresh_records_kept`, [`fresh_grace`](Self::fresh_grace)). Its later TOKENs get
+    /// RETRY, so nothing is lost. Returns false when every record is in use, or fresh.
     pub(super) fn evict_unproven(&mut self, now: Instant) -> bool {
         // A sealed node's unproven records are its keyring's, not forgers': one heard from
         // lately is kept (rule `fresh_records_kept`), else more sources than records evict
-        // each other's before their TOKENs come.
-        let mut i = 0;
-        while let Some(&(src, r)) = self.unproven.get(i) {
-            let heard = self
-                .receivers
-                .get(&src)
-                .filter(|rec| rec.rck() == r && !rec.is_proven())
-                .map(|rec| rec.last_heard());
-            let Some(heard) = heard else {
-                self.unproven.remove(i);
-                continue;
-            };
-            if now.saturating_duration_since(heard) >= self.fresh_grace(src) {
-                self.unproven.remove(i);
-                self.evict_receiver(src, r);
-                return true;
+        // each other's before their TOKENs come. The candidates wait in a heap by when
+        // each may go, so that a flood's requests do not each walk the table.
+        let mut unproven = std::mem::take(&mut self.unproven);
+        let victim = unproven.next_evictable(now, |src, r| match self.receivers.get(&src) {
+            Some(rec) if rec.rck() == r && !rec.is_proven() => {
+                Standing::KeptUntil(rec.last_heard() + self.fresh_grace(src))
             }
-            i += 1;
-        }
-        false
+            _ => Standing::Gone,
+        });
+        self.unproven = unproven;
+        let Some((src, r)) = victim else {
+            return false;
+        };
+        self.evict_receiver(src, r);
+        true
     }
 
     /// How long an unproven record of `src` heard from lately is kept under pressure (rule
@@ -301,7 +297,7 @@ impl Node {
     /// sustained flood of forged requests locks new sources out only at `max_receiver_records`
     /// per grace, where without a grace it did at that many per round trip, and more
     /// sources than records no longer evict each other's before their TOKENs come.
-    fn fresh_grace(&self, src: NodeId) -> Duration {
+    pub(super) fn fresh_grace(&self, src: NodeId) -> Duration {
         let probe = self.cfg.timers.probe_interval;
         if !self.rules.fresh_records_kept {
             return Duration::ZERO;
@@ -336,10 +332,10 @@ impl Node {
 
     /// Makes room for a new receiver record at `now`: evicts (rule `evict_silent_records`)
     /// the record whose source has been silent longest, at least `probe_interval`, with no
-    /// delivery waiting for the application; else the oldest record nothing was delivered
-    /// into (a flood of requests from forged ids): on a sealed node only one not heard from
-    /// within `probe_interval` (rule `fresh_records_kept`), on a plaintext one however
-    /// recent. Returns false when every record is in use.
+    /// delivery waiting for the application; else a record nothing was delivered into (a
+    /// flood of requests from forged ids), the first whose grace ran out (rule
+    /// `fresh_records_kept`: `probe_interval` since last heard from on a sealed node, two
+    /// round trips on a plaintext one). Returns false when every record is in use.
     pub(super) fn make_room(&mut self, now: Instant) -> bool {
         // Only a sealed node evicts records something was delivered into: their RETRYs are
         // then authentic, where a plaintext sender must refuse a RETRY after an ACK of the

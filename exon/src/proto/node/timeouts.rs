@@ -91,9 +91,7 @@ impl Node {
         }
         shrink(&mut self.receivers);
         shrink(&mut self.senders);
-        if self.unproven.capacity() > 4 * self.unproven.len() + 64 {
-            self.unproven.shrink_to(2 * self.unproven.len());
-        }
+        self.unproven.shrink();
         self.timers.shrink();
         self.outbox.shrink();
     }

@@ -8,5 +8,6 @@ pub(crate) mod delivery;
 pub(crate) mod eviction;
 pub(crate) mod pins;
 pub(crate) mod record;
+pub(crate) mod unproven;
 pub(crate) mod unstored;
 pub(crate) mod untaken;
