@@ -402,29 +402,24 @@ fn field(text: &str, name: &str) -> f64 {
         .expect("a number")
 }
 
+/// Runs `args` (split at spaces), asserts the run is clean, and returns its report.
+fn report(args: &str) -> String {
+    let out = exon_sim(&args.split_whitespace().collect::<Vec<_>>());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    text
+}
+
 /// Found by campaign 87: a server's journal found damaged had lost the record of replies
 /// it had sent; the requests came again flagged, its store absorbed the re-runs and it
 /// answered again. The caller, whose calls the first replies had ended, discards the second
 /// ones (`damage_replies`); the checker took them for `ReplyTwice`.
 #[test]
 fn a_damaged_servers_second_replies_are_discarded_by_the_ended_calls() {
-    let args = [
-        "--nodes",
-        "2",
-        "--messages",
-        "2000",
-        "--loss",
-        "0.01",
-        "--dup",
-        "0.1",
-    ];
-    let more = "--reorder 0.5 --restarts 3 --durable --crash-mid-commit 3 --damage 1 --rpc \
-                --fail-one-in 7 --seed 531214937";
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(more.split_whitespace());
-    let out = exon_sim(&all);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = report(
+        "--nodes 2 --messages 2000 --loss 0.01 --dup 0.1 --reorder 0.5 --restarts 3 --durable \
+         --crash-mid-commit 3 --damage 1 --rpc --fail-one-in 7 --seed 531214937",
+    );
     let n = field(&text, "damage_replies");
     assert!(n > 0.0, "the run meets the case: {text}");
 }
@@ -436,27 +431,10 @@ fn a_damaged_servers_second_replies_are_discarded_by_the_ended_calls() {
 /// without the restart).
 #[test]
 fn a_restarted_sender_does_not_time_round_trips_from_answers_to_its_life_before() {
-    let out = exon_sim(&[
-        "--nodes",
-        "2",
-        "--messages",
-        "500",
-        "--dup",
-        "0.02",
-        "--burst",
-        "0.05",
-        "--restarts",
-        "1",
-        "--jitter-ms",
-        "2",
-        "--payload",
-        "100000",
-        "--durable",
-        "--seed",
-        "16",
-    ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = report(
+        "--nodes 2 --messages 500 --dup 0.02 --burst 0.05 --restarts 1 --jitter-ms 2 \
+         --payload 100000 --durable --seed 16",
+    );
     let done = field(&text, "done_s");
     assert!(done < 5.0, "last ACK at {done} s of virtual time: {text}");
 }

@@ -83,8 +83,8 @@ pub struct Rules {
     /// `probe_interval`, a plaintext one, whose unproven records may be forgers', within
     /// two round trips to that source, `initial_rtt` before one is measured); a new
     /// source then waits (its REQSLOTS is refused, `too_many_records`, and sent again on
-    /// its timer) until a record is used or goes quiet. Off, the unproven record heard from
-    /// least lately goes however fresh: with more sources asking than records, each record is evicted by
+    /// its timer) until a record is used or goes quiet. Off, the oldest unproven record
+    /// goes however fresh: with more sources asking than records, each record is evicted by
     /// the next source's REQSLOTS before its TOKEN arrives, every TOKEN gets RETRY and asks
     /// again, and nothing is ever delivered (a livelock of RETRYs at the link's speed; in
     /// plaintext `exon-sim --plaintext --nodes 3 --record-cap 1 --rpc`).

@@ -2,9 +2,9 @@
 //! go so that their late TOKENs still get a true verdict.
 //!
 //! Which record goes: one nothing was delivered into (unproven: a source that asked for
-//! slots and never used them), the first whose grace ran out (`unproven.rs`), else the record whose source has been silent the
-//! longest, if it has been silent for at least the probe interval and holds no delivery the
-//! application has not taken. A source that keeps sending is never evicted, so a stream of
+//! slots and never used them), the first whose grace ran out (`unproven.rs`), else the
+//! record whose source has been silent the longest, if it has been silent for at least the
+//! probe interval and holds no delivery the application has not taken. A source that keeps sending is never evicted, so a stream of
 //! new identities that send once and vanish pushes out only each other.
 //!
 //! What is remembered (`docs/wire.md`, "Record table pressure"):

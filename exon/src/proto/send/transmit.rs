@@ -230,7 +230,7 @@ impl SRecord {
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
                 let len = tok.payload.len() as u64;
-                let o = if tok.sends > 0 || tok.whole_left {
+                let o = if tok.sends > 0 {
                     // It may have arrived whole already (or, recovered after a restart,
                     // in fragments of the life before): answers prove no round trip.
                     Outgoing::sent_before(len)
