@@ -53,6 +53,7 @@ by_name!(
     address_cookies,
     reordering_window,
     spurious_undo,
+    random_loss_made_up,
     clock_waits_for_store,
     journal_before_delivery,
     journal_before_ack,

@@ -439,6 +439,28 @@ fn a_restarted_sender_does_not_time_round_trips_from_answers_to_its_life_before(
     assert!(done < 5.0, "last ACK at {done} s of virtual time: {text}");
 }
 
+/// Rule `random_loss_made_up`: 20 000-byte messages over a path that loses a fifth of its
+/// datagrams at random (in bursts) with 2 ms of jitter. Each delivery-rate sample counted
+/// only what got through, the window (two products at the minimum RTT) was half full of
+/// losses not yet declared, and the bandwidth estimate shrank round after round to the
+/// pacing floor: the last ACK at 161 s of virtual time. Samples made up for the loss every
+/// recent stretch of traffic met: 5.2 s.
+#[test]
+fn a_path_that_loses_a_fifth_at_random_keeps_its_rate() {
+    let args = "--nodes 2 --messages 4000 --payload 20000 --loss 0.2 --burst 0.05 \
+                --jitter-ms 2 --seed 856040118";
+    let done = field(&report(args), "done_s");
+    assert!(done < 20.0, "last ACK at {done} s of virtual time");
+    let off = field(
+        &report(&format!("{args} --rules-off random_loss_made_up")),
+        "done_s",
+    );
+    assert!(
+        off > 60.0,
+        "without the rule the estimate collapses: {off} s"
+    );
+}
+
 /// The `too_big` drops of a run, over its seeds' lines.
 fn too_big(out: &std::process::Output) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
@@ -727,11 +749,14 @@ fn keyed_rows_after_a_lost_or_damaged_journal_end_in_doubt_never_twice() {
 /// path, so each took longer than the receiver keeps a partial (30 s): every partial
 /// expired before it was whole and nothing more was delivered (74 of 1 000 in 2 000 s of
 /// virtual time; found by `scripts/sim-campaign.py`). With the rule a sender keeps in
-/// progress what the path moves in a quarter of that time: all delivered.
+/// progress what the path moves in a quarter of that time: all delivered. Since BBR's
+/// samples are made up for random loss, that path keeps its rate; a link of 300 KB/s
+/// does the same (seeds 2, 3, 4 and 6 of 1 to 6 lose 134-190 of 400 messages without the
+/// rule; all end within 101 s with it).
 #[test]
 fn fragmented_messages_in_progress_finish_before_their_partials_expire() {
-    let args = "--nodes 2 --messages 1000 --payload 100000 --loss 0.2 --jitter-ms 20 --seed 5 \
-                --settle-s 600";
+    let args = "--nodes 2 --messages 400 --payload 100000 --loss 0.2 --jitter-ms 20 \
+                --rate 300000 --seed 2 --settle-s 600";
     clean(args);
     let off = "--rules-off progress_within_reassembly_timeout";
     violates(&format!("{args} {off}"), "Lost");
@@ -960,15 +985,14 @@ fn messages_sent_into_a_lost_journals_old_envelopes_may_end_in_doubt() {
 /// undelivered after 712 s). A refused FRAG is now answered with the GOT of a partial held,
 /// in turn, and a GOT of a partial the sender has not charged charges it
 /// (`got_charges_partials`). Twelve seeds of this cell: the last ACK after 126 s in all
-/// with the rule, 370 s and one run failed without it. Seed 14 (3.7 s with the rule,
-/// `Lost` without) under a 20 s settle time: seeds 13 and 19, used first, take other
-/// courses since `got_forgets_dropped_bytes` and since a restarted sender stopped timing
-/// round trips from answers to its life before (seeds 14, 34, 37 and 40 of 11 to 40 meet
-/// the defect now).
+/// with the rule, 370 s and one run failed without it. Seed 19 (2.3 s with the rule,
+/// `Lost` without) under a 20 s settle time: each change to the course moves the seeds that
+/// meet the defect (since BBR's samples are made up for random loss: 19, 34, 40, 45 and 58
+/// of 11 to 60).
 #[test]
 fn a_restarted_sender_counts_the_partials_its_receiver_holds() {
     let args = "--nodes 2 --messages 2000 --dup 0.02 --burst 0.05 --restarts 1 --jitter-ms 2 \
-                --payload 100000 --durable --seed 14 --settle-s 20";
+                --payload 100000 --durable --seed 19 --settle-s 20";
     clean(args);
     violates(&format!("{args} --rules-off got_charges_partials"), "Lost");
 }
@@ -979,14 +1003,16 @@ fn a_restarted_sender_counts_the_partials_its_receiver_holds() {
 /// and each new partial expired in turn: 207 calls never ended (found by
 /// `scripts/sim-campaign.py`, seed 86). A GOT that answers a fragment sent after the sender
 /// last learnt of new bytes, and lacks bytes it had told of, now makes them pending again
-/// (`got_forgets_dropped_bytes`).
+/// (`got_forgets_dropped_bytes`). Partials expire only where the rate has collapsed: since
+/// BBR's samples are made up for random loss this cell ends in 3.8 s, so the test switches
+/// that off too (the run is then the one that found the defect, 614 s of virtual time).
 #[test]
 fn bytes_of_a_dropped_partial_are_sent_again() {
     let args = "--nodes 2 --messages 2000 --loss 0.2 --dup 0.1 --payload 20000 --durable \
                 --crash-mid-commit 1 --rpc --call-deadline-ms 1000 --seed 354539590";
-    clean(args);
+    clean(&format!("{args} --rules-off random_loss_made_up"));
     violates(
-        &format!("{args} --rules-off got_forgets_dropped_bytes"),
+        &format!("{args} --rules-off random_loss_made_up,got_forgets_dropped_bytes"),
         "Lost",
     );
 }
@@ -1011,14 +1037,14 @@ fn a_restored_copy_may_report_not_delivered_what_the_lost_run_delivered() {
 /// send) to wake its sender, and the last ones for ever: gaps never sent, five channels
 /// blocked after 527 s (found by `scripts/sim-campaign.py`, seed 86). Giving a message up
 /// now wakes the sender when others are queued or in flight (`abandon_wakes_sender`): the
-/// run ends at 7.5 s. Since a restarted sender stopped timing round trips from answers to
-/// its life before, that seed ends without the rule too; seed 16, one of 11 of 9 to 80
-/// that block without it, ends at 6.1 s with it.
+/// run ends at 7.5 s. Each change to the course moves the seeds that block without the
+/// rule: since BBR's samples are made up for random loss, seeds 24 and 30 of 9 to 30 (6.8
+/// and 6.6 s with it).
 #[test]
 fn a_message_given_up_wakes_the_messages_behind_it() {
     let args = "--nodes 2 --messages 4000 --loss 0.2 --restarts 1 --payload 100000 --durable \
                 --crash-mid-commit 3 --compact-after 500 --deadline-ms 2000 --channels 16 \
-                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 16";
+                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 24";
     clean(args);
     violates(
         &format!("{args} --rules-off abandon_wakes_sender"),

@@ -188,6 +188,12 @@ pub struct Rules {
     /// have been answered) is undone: BBR's in-flight cap, NewReno's halving. Off, every loss
     /// declared slows the sender down for good.
     pub spurious_undo: bool,
+    /// Beyond the paper (loss that is the path's, not a queue's): BBR's delivery-rate
+    /// samples are made up for the loss rate every recent stretch of 64 datagrams met (a
+    /// queue that overflows now and then leaves stretches without loss), never above the
+    /// rate their bytes were sent at. Off, a path that loses a fifth or more at random
+    /// shrinks the bandwidth estimate round after round to the pacing floor.
+    pub random_loss_made_up: bool,
     /// Rule 8, its timing: a clock value is used only once the high-water mark covering it
     /// was reported stored (`handle_clock_stored`), not when the store was asked for. Off,
     /// the node counts a mark as stored as soon as it hands it out, and a crash between the
@@ -457,6 +463,7 @@ impl Rules {
         address_cookies: true,
         reordering_window: true,
         spurious_undo: true,
+        random_loss_made_up: true,
         clock_waits_for_store: true,
         journal_before_delivery: true,
         journal_before_ack: true,

@@ -179,7 +179,8 @@ impl SRecord {
                 cfg.base_datagram_size() as u64,
                 cfg.timers.initial_rtt,
                 cfg.acks.delay,
-            ),
+            )
+            .with_random_loss_made_up(rules.random_loss_made_up),
             pacer: Pacer::default(),
             probe: false,
             flight,

@@ -9,6 +9,12 @@
 //! in datagrams of the size in use ([`Bbr::set_mss`], as path MTU discovery changes it).
 //!
 //! Random loss does not slow it down: BBRv1 ignores loss, and BBRv3 gives up above 2 %.
+//! Ignoring it is not enough beyond about a fifth: a sample then measures what got through,
+//! below what the path took in, and with the window half full of losses not yet declared
+//! the estimate shrinks round after round. So the loss every recent stretch of traffic met
+//! ([`RandomLoss`]: a queue that overflows now and then leaves stretches without loss) is
+//! taken as the path's own, and each sample is made up for it, never above the rate its
+//! bytes were sent at.
 //! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
 //! smallest RTT stood well above the minimum, that is when a queue was building: then the
 //! bytes in flight are capped below what caused it, and startup ends. "Well above" is by more
@@ -38,6 +44,7 @@
 use std::time::{Duration, Instant};
 
 use super::minmax::WindowedMax;
+use super::random_loss::RandomLoss;
 use super::round_rtt::RoundRtt;
 use super::{bytes_in, rate_of, scale, AckEvent, LossEvent, SpuriousEvent};
 
@@ -94,6 +101,8 @@ const CROWDED_ROUNDS: u64 = 8;
 /// CUBIC's constant C (RFC 9438), in datagrams per second cubed: after a cut the in-flight
 /// cap regrows along CUBIC's curve, back to where the cut found it in `K` seconds.
 const CUBIC_C: f64 = 0.4;
+/// The largest random loss rate (thousandths) the bandwidth samples are made up for.
+const MAX_RANDOM_LOSS: u64 = 500;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
 
@@ -230,6 +239,13 @@ pub(crate) struct Bbr {
     /// the flows it shares the queue with do not yield to loss (BBRv1): cutting would only
     /// hand them the link, so cuts are then mild and never below what a round delivered.
     loss_ewma_sum: u64,
+    /// The loss the path makes whatever the rate: the bandwidth samples count the bytes it
+    /// takes as carried, so that the pace and the window are those of the bytes the path
+    /// takes in, lost ones included, and a lossy path's estimate does not shrink round
+    /// after round by its loss rate.
+    random_loss: RandomLoss,
+    /// Whether samples are made up for `random_loss` (`Rules::random_loss_made_up`).
+    made_up: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
     /// that one's plateau: the room this flow left was taken at once (a flow that does not
     /// yield, as BBRv1 fills what it is left within rounds). Cleared by a calm of about as
@@ -286,6 +302,8 @@ impl Bbr {
             calm_rounds: 0,
             probe_up: 0,
             loss_ewma_sum: 0,
+            random_loss: RandomLoss::default(),
+            made_up: true,
             crowded: false,
             raised: false,
             in_flight: 0,
@@ -328,6 +346,18 @@ impl Bbr {
         self.loss_ewma_sum >> LOSS_EWMA_SHIFT
     }
 
+    /// A delivery rate made up for the path's random loss: the rate of the bytes sent to
+    /// deliver it, never above the rate they were sent at (`send_rate`, 0 if unknown).
+    fn made_up(&self, delivery_rate: u64, send_rate: u64) -> u64 {
+        let p = self.random_loss.rate().min(MAX_RANDOM_LOSS);
+        if p == 0 || send_rate == 0 || !self.made_up {
+            return delivery_rate;
+        }
+        scale(delivery_rate, UNIT, UNIT - p)
+            .min(send_rate)
+            .max(delivery_rate)
+    }
+
     /// Rounds of calm after a cut that clear the mark of flows that do not yield: about as
     /// many as the cap holds datagrams.
     fn calm_wait(&self) -> u64 {
@@ -336,6 +366,11 @@ impl Bbr {
 
     fn min_window(&self) -> u64 {
         MIN_WINDOW * self.mss
+    }
+
+    /// Whether samples are made up for the path's random loss (`Rules::random_loss_made_up`).
+    pub fn set_random_loss_made_up(&mut self, on: bool) {
+        self.made_up = on;
     }
 
     /// The current phase.
@@ -408,8 +443,9 @@ impl Bbr {
             }
             let long_enough = self.min_rtt.is_none_or(|m| rs.interval >= m);
             let bw = self.bw.get(self.bw_round);
-            if rs.delivery_rate > 0 && long_enough && (!rs.app_limited || rs.delivery_rate >= bw) {
-                self.bw.update(self.bw_round, rs.delivery_rate);
+            let rate = self.made_up(rs.delivery_rate, rs.send_rate);
+            if rate > 0 && long_enough && (!rs.app_limited || rate >= bw) {
+                self.bw.update(self.bw_round, rate);
             }
         }
         self.max_bw = self.bw.get(self.bw_round);
@@ -473,6 +509,7 @@ impl Bbr {
             self.loss_ewma_sum =
                 self.loss_ewma_sum - (self.loss_ewma_sum >> LOSS_EWMA_SHIFT) + rate;
         }
+        self.random_loss.end_round(lost, total, self.mss);
         let unyielding = self.unyielding();
         if lossy && queue && enough {
             let peak = self.round_peak.max(ev.in_flight);

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 pub(crate) mod bbr;
 pub(crate) mod minmax;
 pub(crate) mod newreno;
+pub(crate) mod random_loss;
 pub(crate) mod rate;
 pub(crate) mod round_rtt;
 
@@ -145,6 +146,15 @@ impl Controller {
             CongestionControl::Off => Inner::Off,
         };
         Controller { inner }
+    }
+
+    /// The controller, with BBR's samples made up for the path's random loss or not
+    /// (`Rules::random_loss_made_up`).
+    pub fn with_random_loss_made_up(mut self, on: bool) -> Self {
+        if let Inner::Bbr(c) = &mut self.inner {
+            c.set_random_loss_made_up(on);
+        }
+        self
     }
 
     /// Whether any limit applies (false for [`CongestionControl::Off`]).

@@ -49,6 +49,8 @@ pub(crate) struct RateSample {
     pub prior_delivered: u64,
     /// The interval the sample covers.
     pub interval: Duration,
+    /// The rate the interval's bytes were sent at, lost ones included (0: not known).
+    pub send_rate: u64,
 }
 
 /// The delivery-rate estimator of one sender record.
@@ -139,14 +141,17 @@ impl DeliveryRate {
         };
         // Never above the rate the interval's bytes were sent at.
         let sent = st.sent.saturating_sub(st.first_sent);
+        let mut send_rate = 0;
         if !send_elapsed.is_zero() && sent > 0 {
-            rate = rate.min(rate_of(sent, send_elapsed));
+            send_rate = rate_of(sent, send_elapsed);
+            rate = rate.min(send_rate);
         }
         Some(RateSample {
             delivery_rate: rate,
             app_limited: st.app_limited,
             prior_delivered: st.delivered,
             interval,
+            send_rate,
         })
     }
 }
