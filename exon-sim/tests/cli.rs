@@ -461,6 +461,22 @@ fn a_path_that_loses_a_fifth_at_random_keeps_its_rate() {
     );
 }
 
+/// Found by campaign 91 (seed 841090675): durable streams between four nodes that restart.
+/// A restarted sender kept a grant of no bytes in its receiver's old incarnation (charged
+/// for a partial of its life before, given back since) while its asks for credit went to
+/// the current incarnation and were answered in full. A message recovered in the old
+/// incarnation then waited for credit with nothing asked for it, no ask outstanding and
+/// no timer: one stream's chunk never left, and the run ended not idle after 124 s. A
+/// message waiting in an incarnation the last REQCREDIT did not name now asks.
+#[test]
+fn a_message_recovered_in_an_old_incarnation_asks_for_its_credit() {
+    clean(
+        "--nodes 4 --messages 4000 --loss 0.05 --dup 0.1 --reorder 0.2 --restarts 6 \
+         --jitter-ms 2 --durable --crash-mid-commit 3 --streams 4 --stream-chunk 5000 \
+         --seed 841090675",
+    );
+}
+
 /// The `too_big` drops of a run, over its seeds' lines.
 fn too_big(out: &std::process::Output) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);

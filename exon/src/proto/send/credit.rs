@@ -34,6 +34,9 @@ pub(crate) struct Credit {
     due: bool,
     /// When the last REQCREDIT went out.
     asked_at: Option<Instant>,
+    /// The incarnation the last REQCREDIT named: what was asked for (`asked`) covers a
+    /// message waiting in another incarnation only once a REQCREDIT names that one.
+    asked_in: Option<u64>,
     /// Slots of messages waiting for credit, oldest first, with the incarnation each was
     /// made under.
     waiting: VecDeque<(u64, u64)>,
@@ -166,8 +169,9 @@ impl Credit {
                 limit
             }
         };
-        if limit >= self.asked {
-            // Answered in full; otherwise the timer asks again.
+        if limit >= self.asked && self.asked_in.is_none_or(|a| a == r) {
+            // Answered in full; otherwise (or while the ask named another incarnation)
+            // the timer asks again.
             self.asked_at = None;
         }
         !self.waiting.is_empty()
@@ -207,8 +211,11 @@ impl Credit {
             .max(self.asked)
             .min(cap.max(charge));
         // A message of an incarnation without a grant asks at once: if that incarnation
-        // is gone, the answer is its verdict (see `due`).
-        if want > self.asked || self.grant(r).is_none() {
+        // is gone, the answer is its verdict (see `due`). So does one whose incarnation the
+        // last ask did not name: what that ask asked for is another incarnation's (a grant
+        // of none, kept from the partials of a life before, would otherwise wait for good,
+        // no ask outstanding and no timer).
+        if want > self.asked || self.grant(r).is_none() || self.asked_in != Some(r) {
             self.asked = want;
             self.due = true;
         }
@@ -245,6 +252,9 @@ impl Credit {
 
     /// The REQCREDIT was written at `now`.
     pub fn on_asked(&mut self, now: Instant) {
+        if let Some((r, _, _)) = self.due() {
+            self.asked_in = Some(r);
+        }
         self.due = false;
         self.ahead = None;
         self.asked_at = Some(now);
@@ -293,6 +303,41 @@ impl Credit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by `scripts/sim-campaign.py` (campaign 91, seed 841090675): a restarted sender
+    /// kept a grant of none in an old incarnation (charged for a partial of its life before,
+    /// given back since), and its asks had gone to the current incarnation, answered in
+    /// full. A message recovered in the old incarnation then waited for credit with nothing
+    /// asked for it, no ask outstanding and no timer: for good.
+    #[test]
+    fn a_message_waiting_in_an_incarnation_the_last_ask_did_not_name_asks() {
+        let t0 = Instant::now();
+        let mut c = Credit::default();
+        // The current incarnation's grant, asked to double ahead and answered in full.
+        c.on_credit(20, 131_072);
+        assert!(c.take(20, 120_000));
+        c.ask_ahead(1, 20, 1 << 24);
+        assert_eq!(c.due(), Some((20, 1, 262_144)));
+        c.on_asked(t0);
+        c.on_credit(20, 262_144);
+        assert_eq!(c.asked_at(), None);
+        c.give_back(20, 120_000);
+        // A grant of none in the old incarnation, from a partial of the life before.
+        c.charge_held(14, 5_000);
+        c.give_back(14, 5_000);
+        assert!(!c.take(14, 5_000));
+        c.wait(38, 14, 5_000, 1 << 24, true);
+        assert_eq!(c.due().map(|(r, s, _)| (r, s)), Some((14, 38)));
+        c.on_asked(t0);
+        // A full grant in the current incarnation does not answer the ask for the old one:
+        // the timer asks again.
+        c.on_credit(20, 262_144);
+        assert_eq!(c.asked_at(), Some(t0));
+        // Its own answer does.
+        c.on_credit(14, 262_144);
+        assert_eq!(c.asked_at(), None);
+        assert!(c.take(14, 5_000));
+    }
 
     #[test]
     fn credit_is_per_incarnation_and_given_back() {
