@@ -66,6 +66,10 @@ struct Args {
     /// into it (a bottleneck its senders compete for), instead of one per directed link.
     #[arg(long)]
     shared_queue: bool,
+    /// With --rate: bytes the rate limiter queues before it drops at the tail (a few
+    /// datagrams' worth make it a policer: drops above the rate, no queue to raise the RTT).
+    #[arg(long, default_value_t = 256 * 1024)]
+    queue_bytes: usize,
     /// Number of partitions or holds (each healed later) during the run.
     #[arg(long, default_value_t = 0)]
     partitions: usize,
@@ -429,6 +433,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         mtu: a.link_mtu,
         rate: (a.rate > 0).then_some(a.rate),
         shared_queue: a.shared_queue,
+        queue_bytes: a.queue_bytes,
         ..LinkConfig::default()
     };
     let pattern = match a.traffic {

@@ -477,6 +477,16 @@ fn a_message_recovered_in_an_old_incarnation_asks_for_its_credit() {
     );
 }
 
+/// `--queue-bytes`: a rate limiter with room for a few datagrams is a policer, dropping
+/// what comes above its rate where the default queue (256 KiB) holds it; both runs clean.
+#[test]
+fn a_short_queue_is_a_policer() {
+    let base = "--nodes 2 --messages 2000 --payload 3000 --rate 1250000 --seed 1";
+    let deep = field(&report(base), "link_drops");
+    let short = field(&report(&format!("{base} --queue-bytes 4000")), "link_drops");
+    assert!(deep == 0.0 && short > 100.0, "{short} against {deep}");
+}
+
 /// The `too_big` drops of a run, over its seeds' lines.
 fn too_big(out: &std::process::Output) -> u64 {
     let text = String::from_utf8_lossy(&out.stdout);
