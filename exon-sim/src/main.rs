@@ -434,7 +434,6 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         rate: (a.rate > 0).then_some(a.rate),
         shared_queue: a.shared_queue,
         queue_bytes: a.queue_bytes,
-        ..LinkConfig::default()
     };
     let pattern = match a.traffic {
         Traffic::Ring => Pattern::Ring,
