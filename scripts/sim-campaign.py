@@ -50,6 +50,8 @@ def flags(rng):
     maybe(0.2, "--rate", str(rng.choice([2_000_000, 20_000_000])))
     if "--rate" in a:
         maybe(0.4, "--shared-queue")
+        # A short queue, or one of a few datagrams: a policer.
+        maybe(0.3, "--queue-bytes", str(rng.choice([4000, 32768])))
     maybe(0.15, "--latency-ms", str(rng.choice([1, 50])))
     maybe(0.1, "--congestion", "new-reno")
     mode = rng.choice(["plain", "durable", "durable", "rpc", "channels", "streams"])
