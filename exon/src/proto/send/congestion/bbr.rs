@@ -15,9 +15,11 @@
 //! ([`RandomLoss`]: a queue that overflows now and then leaves stretches without loss) is
 //! taken as the path's own, and each sample is made up for it, never above the rate its
 //! bytes were sent at.
-//! Here a round trip whose losses exceed [`LOSS_THRESHOLD`] counts as congestion only if its
-//! smallest RTT stood well above the minimum, that is when a queue was building: then the
-//! bytes in flight are capped below what caused it, and startup ends. "Well above" is by more
+//!
+//! Loss that comes with a queue is another matter: a round trip whose losses exceed
+//! [`LOSS_THRESHOLD`] counts as congestion only if its smallest RTT stood well above the
+//! minimum, that is when a queue was building: then the bytes in flight are capped below
+//! what caused it, and startup ends. "Well above" is by more
 //! than a quarter of the minimum and more than the path's jitter puts it there by chance
 //! (`round_rtt.rs`: a queue raises every sample of a round, jitter only some, so the spread
 //! of a round's samples above its smallest tells the two apart); a round of few samples is
