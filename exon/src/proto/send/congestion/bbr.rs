@@ -247,7 +247,7 @@ pub(crate) struct Bbr {
     /// after round by its loss rate.
     random_loss: RandomLoss,
     /// Whether samples are made up for `random_loss` (`Rules::random_loss_made_up`).
-    made_up: bool,
+    make_up_loss: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
     /// that one's plateau: the room this flow left was taken at once (a flow that does not
     /// yield, as BBRv1 fills what it is left within rounds). Cleared by a calm of about as
@@ -305,7 +305,7 @@ impl Bbr {
             probe_up: 0,
             loss_ewma_sum: 0,
             random_loss: RandomLoss::default(),
-            made_up: true,
+            make_up_loss: true,
             crowded: false,
             raised: false,
             in_flight: 0,
@@ -352,7 +352,7 @@ impl Bbr {
     /// deliver it, never above the rate they were sent at (`send_rate`, 0 if unknown).
     fn made_up(&self, delivery_rate: u64, send_rate: u64) -> u64 {
         let p = self.random_loss.rate().min(MAX_RANDOM_LOSS);
-        if p == 0 || send_rate == 0 || !self.made_up {
+        if p == 0 || send_rate == 0 || !self.make_up_loss {
             return delivery_rate;
         }
         scale(delivery_rate, UNIT, UNIT - p)
@@ -372,7 +372,7 @@ impl Bbr {
 
     /// Whether samples are made up for the path's random loss (`Rules::random_loss_made_up`).
     pub fn set_random_loss_made_up(&mut self, on: bool) {
-        self.made_up = on;
+        self.make_up_loss = on;
     }
 
     /// The current phase.
