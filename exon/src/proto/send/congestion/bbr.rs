@@ -542,8 +542,9 @@ impl Bbr {
             };
             // Against others that do not yield, a cut goes no lower than what this flow
             // delivered in the round (BBRv3's floor of its short-term bound): below it, each
-            // of their rounds of loss would ratchet it down to nothing. A cut never raises
-            // the cap.
+            // of their rounds of loss would ratchet it down to nothing. So such a cut can
+            // leave the cap above where the last one put it, when the round delivered more
+            // (bytes sent before that cut: BENCHMARKS.md, "Losses declared after a cut").
             let floor = if unyielding || self.crowded {
                 self.round_acked.min(base)
             } else {
