@@ -44,6 +44,7 @@ by_name!(
     abandon_tells_frontier,
     forgotten_keys_refused,
     progress_within_reassembly_timeout,
+    progress_oldest_first,
     parked_early_probes,
     stale_verdicts_ignored,
     got_charges_partials,

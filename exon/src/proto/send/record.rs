@@ -51,6 +51,10 @@ pub(crate) struct SRecord {
     /// The fragmented message at the front of `to_send` and the bytes of it sent in a row
     /// (see `FRAG_BURST` in `transmit.rs`).
     pub(super) burst: (u64, u64),
+    /// Slots of fragmented messages in the order they were charged against reassembly
+    /// credit (some since settled or given back: dropped as they come to the front): the
+    /// oldest are the ones the path serves first (`Rules::progress_oldest_first`).
+    pub(super) in_progress: VecDeque<u64>,
     /// The outstanding REQSLOTS.
     pub(super) req: SlotRequest,
     /// Round-trip estimate and backoff for this destination.
@@ -163,6 +167,7 @@ impl SRecord {
             tokens: Tokens::default(),
             to_send: VecDeque::new(),
             burst: (0, 0),
+            in_progress: VecDeque::new(),
             req: SlotRequest::default(),
             rtt: Rtt::new(),
             timers: Timers::default(),
@@ -543,6 +548,7 @@ impl SRecord {
         o.set_charged(true);
         self.credit
             .charge_held(tok.rck, Outgoing::charge_of(o.total()));
+        self.in_progress.push_back(s);
     }
 
     /// HELD(r, rg) from the receiver: the messages in those slots are held whole, untaken.

@@ -8,7 +8,7 @@ use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::record::{FragPlan, SRecord};
 use crate::proto::send::timers::Timer;
 use crate::proto::send::token::NEVER_SENT;
-use crate::proto::send::tokens::TokenAt;
+use crate::proto::send::tokens::{TokenAt, Tokens};
 use crate::proto::stats::Stats;
 use crate::proto::wire::clocks::Clocks;
 use crate::proto::wire::codec::varint_len;
@@ -545,6 +545,21 @@ impl SRecord {
         (cap, budget): (u64, u64),
         rules: &Rules,
     ) -> FragPlan {
+        let in_progress = self
+            .tokens
+            .get(s)
+            .and_then(|t| t.frag.as_ref())
+            .is_some_and(|o| o.is_charged() && o.has_pending());
+        let oldest_first = rules.progress_oldest_first && budget != u64::MAX;
+        if in_progress && oldest_first && !self.within_progress(s, budget) {
+            // Started when the path moved more than it does now: the older messages in
+            // progress take the path until one is whole, so that they are whole before
+            // their receiver drops them as stale (this one's partial may go meanwhile; its
+            // bytes go again when its turn comes).
+            self.to_send.pop_front();
+            self.credit.wait_for_progress(s, r);
+            return FragPlan::Wait;
+        }
         let Some(tok) = self.tokens.get_mut(s) else {
             self.to_send.pop_front();
             return FragPlan::Done;
@@ -580,6 +595,7 @@ impl SRecord {
             if rules.credit_doubles {
                 self.credit.ask_ahead(s, r, cap);
             }
+            self.in_progress.push_back(s);
         }
         let here = room_now.saturating_sub(overhead) as u64;
         let Some(range) = o.next_range(here) else {
@@ -591,6 +607,44 @@ impl SRecord {
             return FragPlan::Later;
         }
         FragPlan::Send { range, overhead }
+    }
+
+    /// Whether the charged message in slot `s` is among the oldest messages in progress
+    /// whose charges fit `budget` (the oldest always is).
+    fn within_progress(&mut self, s: u64, budget: u64) -> bool {
+        let charged = |tokens: &Tokens, slot: u64| {
+            tokens
+                .get(slot)
+                .and_then(|t| t.frag.as_ref())
+                .filter(|o| o.is_charged())
+                .map(|o| Outgoing::charge_of(o.total()))
+        };
+        while let Some(&front) = self.in_progress.front() {
+            if charged(&self.tokens, front).is_some() {
+                break;
+            }
+            self.in_progress.pop_front();
+        }
+        if self.in_progress.len() > self.tokens.len().saturating_mul(2) + 64 {
+            // Entries given back behind the front: dropped at once, each once.
+            let tokens = &self.tokens;
+            self.in_progress
+                .retain(|&slot| charged(tokens, slot).is_some());
+        }
+        let mut used = 0u64;
+        for &slot in &self.in_progress {
+            let Some(charge) = charged(&self.tokens, slot) else {
+                continue;
+            };
+            if slot == s {
+                return used == 0 || used.saturating_add(charge) <= budget;
+            }
+            used = used.saturating_add(charge);
+            if used >= budget {
+                return false;
+            }
+        }
+        true
     }
 
     /// Bytes of fragmented messages to have in progress at once
