@@ -548,7 +548,7 @@ impl SRecord {
         o.set_charged(true);
         self.credit
             .charge_held(tok.rck, Outgoing::charge_of(o.total()));
-        self.in_progress.push_back(s);
+        self.note_in_progress(s);
     }
 
     /// HELD(r, rg) from the receiver: the messages in those slots are held whole, untaken.

@@ -545,6 +545,7 @@ impl SRecord {
         (cap, budget): (u64, u64),
         rules: &Rules,
     ) -> FragPlan {
+        self.trim_in_progress();
         let in_progress = self
             .tokens
             .get(s)
@@ -595,6 +596,7 @@ impl SRecord {
             if rules.credit_doubles {
                 self.credit.ask_ahead(s, r, cap);
             }
+            // `trim_in_progress` ran above: the list stays bounded.
             self.in_progress.push_back(s);
         }
         let here = room_now.saturating_sub(overhead) as u64;
@@ -607,6 +609,27 @@ impl SRecord {
             return FragPlan::Later;
         }
         FragPlan::Send { range, overhead }
+    }
+
+    /// The message in slot `s` was charged: it is the newest in progress. Entries of
+    /// messages given back since are dropped as they come to the front, and all at once
+    /// when they outnumber twice the tokens (each once: O(1) a charge, amortised).
+    pub(super) fn note_in_progress(&mut self, s: u64) {
+        self.trim_in_progress();
+        self.in_progress.push_back(s);
+    }
+
+    /// Drops the entries of messages given back, once they outnumber twice the tokens.
+    fn trim_in_progress(&mut self) {
+        if self.in_progress.len() > self.tokens.len().saturating_mul(2) + 64 {
+            let tokens = &self.tokens;
+            self.in_progress.retain(|&slot| {
+                tokens
+                    .get(slot)
+                    .and_then(|t| t.frag.as_ref())
+                    .is_some_and(|o| o.is_charged())
+            });
+        }
     }
 
     /// Whether the charged message in slot `s` is among the oldest messages in progress
@@ -624,12 +647,6 @@ impl SRecord {
                 break;
             }
             self.in_progress.pop_front();
-        }
-        if self.in_progress.len() > self.tokens.len().saturating_mul(2) + 64 {
-            // Entries given back behind the front: dropped at once, each once.
-            let tokens = &self.tokens;
-            self.in_progress
-                .retain(|&slot| charged(tokens, slot).is_some());
         }
         let mut used = 0u64;
         for &slot in &self.in_progress {
