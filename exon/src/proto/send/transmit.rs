@@ -551,7 +551,9 @@ impl SRecord {
             .get(s)
             .and_then(|t| t.frag.as_ref())
             .is_some_and(|o| o.is_charged() && o.has_pending());
-        let oldest_first = rules.progress_oldest_first && budget != u64::MAX;
+        // All in progress within the budget (the usual case, read from the grants): no
+        // need to find this one's place among them.
+        let oldest_first = rules.progress_oldest_first && !self.credit.fits_progress(0, budget);
         if in_progress && oldest_first && !self.within_progress(s, budget) {
             // Started when the path moved more than it does now: the older messages in
             // progress take the path until one is whole, so that they are whole before
