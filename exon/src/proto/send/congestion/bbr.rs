@@ -31,12 +31,17 @@
 //! faster again beyond it, until congestion cuts it again or it no longer binds (after the
 //! cut that ends start-up, whose overshoot is no level the path held, the curve starts flat
 //! at the cap). A loss-based flow sharing the queue (CUBIC) regrows by the same law, so the
-//! two share the link as two CUBIC flows do. A flow that does not yield to loss (BBRv1 keeps
-//! the queue full whatever it loses) would take the link from one that does, and a cut of
-//! 30 % at each of its rounds of loss would ratchet this flow down to nothing. So a cut that
-//! comes within [`CROWDED_ROUNDS`] of the last, the cap not back above that cut's plateau
-//! (the room it left was taken at once), marks the others as not yielding, as does a
-//! smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off. Against flows
+//! two share the link as two CUBIC flows do. Losses of datagrams sent before a cut, declared
+//! after it while the queue is still full, are the congestion that cut answered: they make
+//! no second cut. A flow that does not yield to loss (BBRv1 keeps the queue full whatever it
+//! loses) would take the link from one that does, and a cut of 30 % at each of its rounds of
+//! loss would ratchet this flow down to nothing. So the queue is watched after a full cut
+//! ([`DrainTest`]): a loss-based flow met the same overflow and backs off too, and the queue
+//! falls by both cuts; one that keeps more than [`UNDRAINED`] of its delay two rounds later
+//! was kept by others that did not back off, which marks them as not yielding and gives the
+//! cut back down to a mild one. So do a cut that comes within [`CROWDED_ROUNDS`] of the
+//! last, the cap not back above that cut's plateau (the room it left was taken at once), and
+//! a smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off. Against flows
 //! that do not yield, cuts are mild (to 90 %, never below what the round delivered: BBRv3's
 //! floor) and the cap regrows at once, by an eighth a round. Rounds spent in ProbeRTT do not
 //! age the bandwidth filter. Losses later found spurious (the datagram had only been
@@ -107,6 +112,12 @@ const CUBIC_C: f64 = 0.4;
 const MAX_RANDOM_LOSS: u64 = 500;
 /// The smallest queueing delay that counts as a queue building.
 const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
+/// The round after a full cut whose smallest RTT tells whether the queue drained: the
+/// first round's samples are of datagrams sent before the cut took effect.
+const DRAIN_ROUND: u32 = 2;
+/// A queue that kept more than this share (thousandths) of its delay at the cut through
+/// [`DRAIN_ROUND`] did not drain: the others did not back off with this flow.
+const UNDRAINED: u64 = 550;
 
 /// Phases of the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +193,20 @@ impl Regrow {
     }
 }
 
+/// A full cut's question: did the queue drain with it? A loss-based flow sharing the queue
+/// met the same overflow and backs off too, and the queue falls by both cuts; a flow that
+/// does not yield to loss (BBRv1) keeps its bytes in flight, and the queue keeps what this
+/// flow's cut alone leaves of it.
+#[derive(Debug, Clone, Copy)]
+struct DrainTest {
+    /// The queueing delay of the round that cut (its smallest RTT above the minimum).
+    queue: Duration,
+    /// Rounds ended since the cut.
+    rounds: u32,
+    /// The in-flight cap a mild cut would have left, given back if the queue stays.
+    mild: u64,
+}
+
 /// Whether a round that settled `total` bytes, `lost` of them lost, was lossy.
 fn lossy(lost: u64, total: u64) -> bool {
     lost > 0 && scale(lost, UNIT, total) > LOSS_THRESHOLD
@@ -249,12 +274,20 @@ pub(crate) struct Bbr {
     /// Whether samples are made up for `random_loss` (`Rules::random_loss_made_up`).
     make_up_loss: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
-    /// that one's plateau: the room this flow left was taken at once (a flow that does not
-    /// yield, as BBRv1 fills what it is left within rounds). Cleared by a calm of about as
-    /// many rounds as the cap holds datagrams, or once the cap no longer binds.
+    /// that one's plateau, or the queue did not drain after a full cut ([`DrainTest`]): the
+    /// room this flow left was taken at once (a flow that does not yield, as BBRv1 fills
+    /// what it is left within rounds). Cleared by a calm of about as many rounds as the cap
+    /// holds datagrams, or once the cap no longer binds.
     crowded: bool,
     /// The cap was raised above the last cut's plateau since (this flow probing).
     raised: bool,
+    /// After a full cut: whether the queue drains with it (see [`DrainTest`]).
+    drain_test: Option<DrainTest>,
+    /// When the last cut was made: losses of datagrams sent before it are its aftermath,
+    /// the congestion it answered, not new congestion.
+    cut_at: Option<Instant>,
+    /// Bytes declared lost this round of datagrams sent since the last cut.
+    round_lost_fresh: u64,
     /// How much the cap grows at its next raise: one datagram after a cut, doubling with
     /// every raise that brings no congestion.
     probe_up: u64,
@@ -308,6 +341,9 @@ impl Bbr {
             make_up_loss: true,
             crowded: false,
             raised: false,
+            drain_test: None,
+            cut_at: None,
+            round_lost_fresh: 0,
             in_flight: 0,
             max_bw: 0,
             cached_window: 0,
@@ -495,7 +531,8 @@ impl Bbr {
     fn end_round(&mut self, ev: &AckEvent) {
         let lost = self.round_lost;
         let total = lost.saturating_add(self.round_acked);
-        let lossy = lossy(lost, total);
+        // Losses of datagrams sent before the last cut are the congestion it answered.
+        let lossy = lossy(self.round_lost_fresh, total);
         // A queue raises every sample; jitter raises some. So the round's smallest sample
         // counts as a queue only above what the path's jitter alone puts it at.
         let queue = match (self.round_rtt.min(), self.min_rtt) {
@@ -512,6 +549,7 @@ impl Bbr {
                 self.loss_ewma_sum - (self.loss_ewma_sum >> LOSS_EWMA_SHIFT) + rate;
         }
         self.random_loss.end_round(lost, total, self.mss);
+        self.judge_drain();
         let unyielding = self.unyielding();
         if lossy && queue && enough {
             let peak = self.round_peak.max(ev.in_flight);
@@ -551,6 +589,15 @@ impl Bbr {
                 0
             };
             self.inflight_hi = scale(base, beta, UNIT).max(floor).max(self.min_window());
+            self.cut_at = Some(ev.now);
+            self.drain_test = match (self.round_rtt.min(), self.min_rtt) {
+                (Some(r), Some(m)) if beta == BETA => Some(DrainTest {
+                    queue: r.saturating_sub(m),
+                    rounds: 0,
+                    mild: scale(base, BETA_UNYIELDING, UNIT).max(self.round_acked.min(base)),
+                }),
+                _ => None,
+            };
             // Start-up's last round overshot: what it had in flight is no level the path
             // held, so the curve starts at the cap and only probes beyond it.
             let plateau = if self.mode == Mode::Startup {
@@ -573,9 +620,37 @@ impl Bbr {
             self.regrow_cap(ev.now, unyielding);
         }
         self.round_lost = 0;
+        self.round_lost_fresh = 0;
         self.round_acked = 0;
         self.round_rtt.end_round();
         self.round_peak = ev.in_flight;
+    }
+
+    /// At the end of a round: after a full cut, whether the queue drained with it. Judged
+    /// on the smallest RTT of the [`DRAIN_ROUND`]th round since (the first one's samples
+    /// are of datagrams sent before the cut): a queue that kept more than [`UNDRAINED`] of
+    /// its delay was kept by others that did not back off. They are marked as not yielding
+    /// (`crowded`), and the cut is given back down to a mild one.
+    fn judge_drain(&mut self) {
+        let Some(test) = &mut self.drain_test else {
+            return;
+        };
+        test.rounds += 1;
+        if test.rounds < DRAIN_ROUND {
+            return;
+        }
+        let test = *test;
+        self.drain_test = None;
+        let (Some(r), Some(m)) = (self.round_rtt.min(), self.min_rtt) else {
+            return;
+        };
+        let left = r.saturating_sub(m);
+        let kept = left.as_nanos().saturating_mul(UNIT as u128)
+            > test.queue.as_nanos().saturating_mul(UNDRAINED as u128);
+        if kept && left > MIN_QUEUE_DELAY && self.inflight_hi != u64::MAX {
+            self.crowded = true;
+            self.inflight_hi = self.inflight_hi.max(test.mild);
+        }
     }
 
     /// A round without congestion under the cap: it regrows, along CUBIC's curve, or at
@@ -690,6 +765,9 @@ impl Bbr {
     pub fn on_lost(&mut self, ev: &LossEvent) {
         self.in_flight = ev.in_flight;
         self.round_lost = self.round_lost.saturating_add(ev.lost);
+        if self.cut_at.is_none_or(|c| ev.sent_at >= c) {
+            self.round_lost_fresh = self.round_lost_fresh.saturating_add(ev.lost);
+        }
     }
 
     /// Losses declared at `ev.lost_at` were spurious: they no longer count against the
@@ -699,6 +777,7 @@ impl Bbr {
     pub fn on_spurious(&mut self, ev: &SpuriousEvent) {
         if self.round_began.is_none_or(|b| ev.lost_at >= b) {
             self.round_lost = self.round_lost.saturating_sub(ev.lost);
+            self.round_lost_fresh = self.round_lost_fresh.saturating_sub(ev.lost);
             return;
         }
         let Some(cut) = &mut self.last_cut else {
@@ -713,6 +792,8 @@ impl Bbr {
         }
         let cut = *cut;
         self.last_cut = None;
+        // Nor does the queue after it tell anything of the others.
+        self.drain_test = None;
         self.inflight_hi = self.inflight_hi.max(cut.hi);
         // Nor did it judge the others: their marks return as they were, the regrowth it
         // replaced goes on, and the rounds since the cut count in the calm it interrupted.

@@ -253,6 +253,7 @@ fn start_ups_overshoot_is_no_plateau_to_regrow_to() {
     assert_eq!(cap, scale(50 * MSS, BETA, UNIT));
     let r = c.regrow.expect("a regrowth");
     assert_eq!((r.w_max, r.k), (cap, 0.0));
+    drained_round(&mut c, &mut at, &mut d, 50 * MSS);
     let caps = rounds_in_flight(&mut c, &mut at, &mut d, 10, 100, 0, 50 * MSS);
     assert!(
         caps.iter().all(|&h| h <= cap + MSS / 2),
@@ -338,6 +339,7 @@ fn after_a_cut_the_cap_regrows_along_cubics_curve() {
     let flight = 50 * MSS;
     let cut = congested_round(&mut c, &mut at, &mut d, flight);
     assert_eq!(cut, scale(flight, BETA, UNIT));
+    drained_round(&mut c, &mut at, &mut d, flight);
     let epoch = c.regrow.expect("a regrowth").epoch;
     // Then clean rounds of 100 ms (a loss-based flow sharing the link regrows meanwhile):
     // the cap follows CUBIC's curve back towards the 50 the cut found, fast at first and
@@ -376,6 +378,7 @@ fn past_where_the_cut_found_it_the_cap_probes_convexly() {
     // allows 48 before the cap is let go.
     let flight = 20 * MSS;
     let cut = congested_round(&mut c, &mut at, &mut d, flight);
+    drained_round(&mut c, &mut at, &mut d, flight);
     let epoch = c.regrow.expect("a regrowth").epoch;
     let mut past = None;
     for _ in 0..100 {
@@ -433,6 +436,69 @@ fn congested_round(c: &mut Bbr, at: &mut Instant, d: &mut u64, in_flight: u64) -
     rounds_in_flight(c, at, d, 1, 20, 0, in_flight)[0]
 }
 
+/// The second round after a cut, at the path's minimum RTT: the queue drained with the cut
+/// (a loss-based flow sharing it backed off as well).
+fn drained_round(c: &mut Bbr, at: &mut Instant, d: &mut u64, in_flight: u64) {
+    rounds_in_flight(c, at, d, 1, 10, 0, in_flight);
+}
+
+#[test]
+fn a_queue_kept_after_a_full_cut_means_the_others_do_not_yield() {
+    // A full cut, then the second round after it (the first one's samples are of datagrams
+    // sent before the cut): a queue that drained is the others backing off too, the cut
+    // stands; a queue kept at its height is others that did not (BBRv1 keeps its bytes in
+    // flight), and the cut is given back down to a mild one, the others marked.
+    for drained in [true, false] {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let (mut at, mut d) = settled(&mut c);
+        // Below the window's target (48 datagrams), so that the cap binds after the cut.
+        let flight = 20 * MSS;
+        let cut = congested_round(&mut c, &mut at, &mut d, flight);
+        assert_eq!(cut, scale(flight, BETA, UNIT));
+        assert!(!c.crowded, "one cut is no evidence yet");
+        let rtt = if drained { 10 } else { 20 };
+        // The second round, judged at the first ACK of the third.
+        rounds_in_flight(&mut c, &mut at, &mut d, 1, rtt, 0, flight);
+        let hi = rounds_in_flight(&mut c, &mut at, &mut d, 1, rtt, 0, flight)[0];
+        if drained {
+            assert!(!c.crowded && !c.unyielding(), "drained: the cut stands");
+            assert!(hi < flight, "regrowing along the curve: {hi}");
+        } else {
+            assert!(c.crowded && c.unyielding(), "a kept queue marks the others");
+            assert!(
+                hi >= scale(flight, BETA_UNYIELDING, UNIT),
+                "given back to a mild cut: {hi} after {cut}"
+            );
+        }
+    }
+}
+
+#[test]
+fn losses_of_datagrams_sent_before_a_cut_are_the_congestion_it_answered() {
+    // Loss detection declares the losses of datagrams sent before a cut a round later,
+    // the queue still full: they are the congestion the cut answered, not new congestion.
+    // Losses of datagrams sent since are.
+    for fresh in [false, true] {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        let (mut at, mut d) = settled(&mut c);
+        let flight = 50 * MSS;
+        rounds_in_flight(&mut c, &mut at, &mut d, 1, 20, 3, flight);
+        let before = at;
+        // The round that cut (at its first ACK), and its late losses.
+        rounds_in_flight(&mut c, &mut at, &mut d, 1, 20, 0, flight);
+        let first = c.last_cut.expect("a cut").ended;
+        c.on_lost(&LossEvent {
+            now: at,
+            lost: 5 * MSS,
+            sent_at: if fresh { at } else { before },
+            in_flight: flight,
+        });
+        rounds_in_flight(&mut c, &mut at, &mut d, 1, 20, 0, flight);
+        let last = c.last_cut.expect("a cut").ended;
+        assert_eq!(last != first, fresh, "fresh losses {fresh}: cut again");
+    }
+}
+
 #[test]
 fn congestion_back_before_the_cap_regrew_means_the_others_do_not_yield() {
     // A cut, then congestion again in the next round, the cap not back above where the cut
@@ -463,6 +529,7 @@ fn a_cut_undone_as_spurious_is_no_evidence_that_the_others_do_not_yield() {
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
     let (mut at, mut d) = settled(&mut c);
     let first = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
+    drained_round(&mut c, &mut at, &mut d, 8 * MSS);
     assert!(!c.crowded && !c.unyielding());
     let regrow = c.regrow.expect("the first cut's regrowth");
     let second = congested_round(&mut c, &mut at, &mut d, 8 * MSS);
