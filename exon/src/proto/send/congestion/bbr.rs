@@ -283,9 +283,6 @@ pub(crate) struct Bbr {
     raised: bool,
     /// After a full cut: whether the queue drains with it (see [`DrainTest`]).
     drain_test: Option<DrainTest>,
-    /// When the last cut was made: losses of datagrams sent before it are its aftermath,
-    /// the congestion it answered, not new congestion.
-    cut_at: Option<Instant>,
     /// Bytes declared lost this round of datagrams sent since the last cut.
     round_lost_fresh: u64,
     /// How much the cap grows at its next raise: one datagram after a cut, doubling with
@@ -342,7 +339,6 @@ impl Bbr {
             crowded: false,
             raised: false,
             drain_test: None,
-            cut_at: None,
             round_lost_fresh: 0,
             in_flight: 0,
             max_bw: 0,
@@ -589,7 +585,6 @@ impl Bbr {
                 0
             };
             self.inflight_hi = scale(base, beta, UNIT).max(floor).max(self.min_window());
-            self.cut_at = Some(ev.now);
             self.drain_test = match (self.round_rtt.min(), self.min_rtt) {
                 (Some(r), Some(m)) if beta == BETA => Some(DrainTest {
                     queue: r.saturating_sub(m),
@@ -765,7 +760,9 @@ impl Bbr {
     pub fn on_lost(&mut self, ev: &LossEvent) {
         self.in_flight = ev.in_flight;
         self.round_lost = self.round_lost.saturating_add(ev.lost);
-        if self.cut_at.is_none_or(|c| ev.sent_at >= c) {
+        // Losses of datagrams sent before the last cut (not undone) are its aftermath, the
+        // congestion it answered, not new congestion.
+        if self.last_cut.is_none_or(|c| ev.sent_at >= c.ended) {
             self.round_lost_fresh = self.round_lost_fresh.saturating_add(ev.lost);
         }
     }
