@@ -119,7 +119,8 @@ pub struct Rules {
     /// expired before it was whole, and nothing was delivered for good.
     pub progress_within_reassembly_timeout: bool,
     /// Beyond the paper (large messages on a path that slows down): the fragmented messages
-    /// in progress get fragments oldest first (in the order they were charged), only those
+    /// in progress get fragments oldest first (in the order they were charged, each at the
+    /// charge it holds: a message given back and charged again counts once), only those
     /// whose charges fit the budget of `progress_within_reassembly_timeout` (the oldest
     /// always); the others wait as a message not yet started does. Off, messages started
     /// while the path moved more took turns with the older ones when it slowed: NewReno's

@@ -70,8 +70,10 @@ pub(crate) struct Outgoing {
     inflight: VecDeque<Sent>,
     /// Every byte below this was sent at least once.
     fresh_from: u64,
-    /// Counted against the receiver's credit (a message of more than one fragment).
-    charged: bool,
+    /// Counted against the receiver's credit (a message of more than one fragment): the
+    /// number its sender record gave that charge (charges are numbered in the order they
+    /// were made), 0 when it holds none.
+    charge: u64,
     /// Transmissions declared lost whose bytes the receiver does not hold yet.
     lost: VecDeque<LostFrag>,
     /// When `got` last grew: a GOT answering a transmission sent after it is newer than
@@ -94,7 +96,7 @@ impl Outgoing {
             pending,
             inflight: VecDeque::new(),
             fresh_from: 0,
-            charged: false,
+            charge: 0,
             lost: VecDeque::new(),
             grew_at: None,
             left_before: false,
@@ -121,7 +123,7 @@ impl Outgoing {
             pending: RangeSet::new(),
             inflight: VecDeque::new(),
             fresh_from: total,
-            charged: false,
+            charge: 0,
             lost: VecDeque::new(),
             grew_at: None,
             left_before: true,
@@ -140,12 +142,23 @@ impl Outgoing {
 
     /// Whether it holds credit.
     pub fn is_charged(&self) -> bool {
-        self.charged
+        self.charge != 0
     }
 
-    /// Marks it as holding credit.
-    pub fn set_charged(&mut self, charged: bool) {
-        self.charged = charged;
+    /// The number of the charge it holds (0: none).
+    pub fn charge_no(&self) -> u64 {
+        self.charge
+    }
+
+    /// Marks it as holding credit, under charge number `no` (not 0).
+    pub fn set_charge(&mut self, no: u64) {
+        debug_assert!(no != 0, "charge numbers start at 1");
+        self.charge = no;
+    }
+
+    /// Marks it as holding no credit.
+    pub fn uncharge(&mut self) {
+        self.charge = 0;
     }
 
     /// Whether the receiver holds part of it, not all: a partial it charged to its grant.

@@ -51,10 +51,14 @@ pub(crate) struct SRecord {
     /// The fragmented message at the front of `to_send` and the bytes of it sent in a row
     /// (see `FRAG_BURST` in `transmit.rs`).
     pub(super) burst: (u64, u64),
-    /// Slots of fragmented messages in the order they were charged against reassembly
-    /// credit (some since settled or given back: dropped as they come to the front): the
-    /// oldest are the ones the path serves first (`Rules::progress_oldest_first`).
-    pub(super) in_progress: VecDeque<u64>,
+    /// Fragmented messages in the order they were charged against reassembly credit, by
+    /// slot and charge number (some since settled, given back or charged again under a
+    /// later number: dropped as they come to the front): the oldest are the ones the path
+    /// serves first (`Rules::progress_oldest_first`). A message counts at the place of
+    /// the charge it holds, once.
+    pub(super) in_progress: VecDeque<(u64, u64)>,
+    /// Charges made against reassembly credit: the last one's number.
+    pub(super) charges: u64,
     /// The outstanding REQSLOTS.
     pub(super) req: SlotRequest,
     /// Round-trip estimate and backoff for this destination.
@@ -168,6 +172,7 @@ impl SRecord {
             to_send: VecDeque::new(),
             burst: (0, 0),
             in_progress: VecDeque::new(),
+            charges: 0,
             req: SlotRequest::default(),
             rtt: Rtt::new(),
             timers: Timers::default(),
@@ -502,7 +507,7 @@ impl SRecord {
         let stranded = held_whole && await_verdict && !self.timers.is_set(Timer::Rto);
         let charge = (whole && o.is_charged()).then(|| Outgoing::charge_of(o.total()));
         if let Some(c) = charge {
-            o.set_charged(false);
+            o.uncharge();
             self.credit.give_back(tok.rck, c);
         }
         let srtt = self.rtt.smoothed().unwrap_or_default();
@@ -545,10 +550,11 @@ impl SRecord {
         if o.is_charged() || !o.is_partial_there() {
             return;
         }
-        o.set_charged(true);
+        self.charges += 1;
+        o.set_charge(self.charges);
         self.credit
             .charge_held(tok.rck, Outgoing::charge_of(o.total()));
-        self.note_in_progress(s);
+        self.note_in_progress(s, self.charges);
     }
 
     /// HELD(r, rg) from the receiver: the messages in those slots are held whole, untaken.
@@ -921,6 +927,58 @@ mod tests {
         assert_eq!(
             rec.abandon(t0, MsgId(9), &Rules::ALL).map(|(_, v, _)| v),
             Some(crate::proto::Abandoned::NotDelivered)
+        );
+    }
+
+    /// A message given back (its receiver held it whole) and charged again (its partial
+    /// was dropped and it starts over) counts once among the messages in progress, at its
+    /// latest charge. Counted at its earlier place too, the message charged between the
+    /// two waited behind it although it is the older charge.
+    #[test]
+    fn a_message_charged_again_counts_once_among_those_in_progress() {
+        let cfg = Config::default();
+        let mut rec = SRecord::new(100, Instant::now(), &cfg, &Rules::ALL);
+        let len = 10_000u64;
+        let charge = |rec: &mut SRecord, s: u64| {
+            rec.charges += 1;
+            let no = rec.charges;
+            let o = rec.tokens.get_mut(s).and_then(|t| t.frag.as_mut()).unwrap();
+            o.set_charge(no);
+            rec.note_in_progress(s, no);
+        };
+        for s in [10, 11] {
+            rec.make_token(
+                s,
+                7,
+                Queued {
+                    id: MsgId(s),
+                    payload: Payload::from(vec![0u8; len as usize]),
+                    reported: false,
+                    senders_copy: false,
+                },
+            );
+            rec.tokens.get_mut(s).unwrap().frag = Some(Box::new(Outgoing::new(len)));
+            charge(&mut rec, s);
+        }
+        // Slot 10's charge given back, then made again: the newest charge now.
+        rec.tokens
+            .get_mut(10)
+            .unwrap()
+            .frag
+            .as_mut()
+            .unwrap()
+            .uncharge();
+        charge(&mut rec, 10);
+        let budget = Outgoing::charge_of(len) * 3 / 2;
+        assert!(
+            rec.within_progress(11, budget),
+            "the older charge goes first"
+        );
+        assert!(!rec.within_progress(10, budget), "the newer one waits");
+        assert_eq!(
+            rec.in_progress.len(),
+            2,
+            "the stale entry dropped at the front"
         );
     }
 

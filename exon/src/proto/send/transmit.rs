@@ -594,12 +594,13 @@ impl SRecord {
                 self.credit.wait(s, r, charge, cap, rules.credit_doubles);
                 return FragPlan::Wait;
             }
-            o.set_charged(true);
+            self.charges += 1;
+            o.set_charge(self.charges);
             if rules.credit_doubles {
                 self.credit.ask_ahead(s, r, cap);
             }
             // `trim_in_progress` ran above: the list stays bounded.
-            self.in_progress.push_back(s);
+            self.in_progress.push_back((s, self.charges));
         }
         let here = room_now.saturating_sub(overhead) as u64;
         let Some(range) = o.next_range(here) else {
@@ -613,46 +614,37 @@ impl SRecord {
         FragPlan::Send { range, overhead }
     }
 
-    /// The message in slot `s` was charged: it is the newest in progress. Entries of
-    /// messages given back since are dropped as they come to the front, and all at once
-    /// when they outnumber twice the tokens (each once: O(1) a charge, amortised).
-    pub(super) fn note_in_progress(&mut self, s: u64) {
+    /// The message in slot `s` was charged, under number `no`: it is the newest in
+    /// progress. Entries of messages given back or charged again since are dropped as they
+    /// come to the front, and all at once when they outnumber twice the tokens (each once:
+    /// O(1) a charge, amortised).
+    pub(super) fn note_in_progress(&mut self, s: u64, no: u64) {
         self.trim_in_progress();
-        self.in_progress.push_back(s);
+        self.in_progress.push_back((s, no));
     }
 
-    /// Drops the entries of messages given back, once they outnumber twice the tokens.
+    /// Drops the entries of charges given back, once they outnumber twice the tokens.
     fn trim_in_progress(&mut self) {
         if self.in_progress.len() > self.tokens.len().saturating_mul(2) + 64 {
             let tokens = &self.tokens;
-            self.in_progress.retain(|&slot| {
-                tokens
-                    .get(slot)
-                    .and_then(|t| t.frag.as_ref())
-                    .is_some_and(|o| o.is_charged())
-            });
+            self.in_progress
+                .retain(|&(slot, no)| live_charge(tokens, slot, no).is_some());
         }
     }
 
     /// Whether the charged message in slot `s` is among the oldest messages in progress
-    /// whose charges fit `budget` (the oldest always is).
-    fn within_progress(&mut self, s: u64, budget: u64) -> bool {
-        let charged = |tokens: &Tokens, slot: u64| {
-            tokens
-                .get(slot)
-                .and_then(|t| t.frag.as_ref())
-                .filter(|o| o.is_charged())
-                .map(|o| Outgoing::charge_of(o.total()))
-        };
-        while let Some(&front) = self.in_progress.front() {
-            if charged(&self.tokens, front).is_some() {
+    /// whose charges fit `budget` (the oldest always is). A message given back and charged
+    /// again counts once, at its latest charge (`Rules::progress_oldest_first`).
+    pub(super) fn within_progress(&mut self, s: u64, budget: u64) -> bool {
+        while let Some(&(slot, no)) = self.in_progress.front() {
+            if live_charge(&self.tokens, slot, no).is_some() {
                 break;
             }
             self.in_progress.pop_front();
         }
         let mut used = 0u64;
-        for &slot in &self.in_progress {
-            let Some(charge) = charged(&self.tokens, slot) else {
+        for &(slot, no) in &self.in_progress {
+            let Some(charge) = live_charge(&self.tokens, slot, no) else {
                 continue;
             };
             if slot == s {
@@ -708,4 +700,14 @@ impl SRecord {
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
     }
+}
+
+/// The credit the message in `slot` holds under charge number `no`, if it still does (not
+/// settled, given back, or charged again under another number since).
+fn live_charge(tokens: &Tokens, slot: u64, no: u64) -> Option<u64> {
+    tokens
+        .get(slot)
+        .and_then(|t| t.frag.as_ref())
+        .filter(|o| o.is_charged() && o.charge_no() == no)
+        .map(|o| Outgoing::charge_of(o.total()))
 }
