@@ -332,3 +332,34 @@ fn late_duplicates_in_a_lossy_ring_leave_no_doubt_and_lose_nothing() {
     };
     check(&p).unwrap();
 }
+
+/// Found by the property test (CI, 2026-12-03, not yet fixed): five nodes, 7 % loss, 24 %
+/// reordering, messages up to 3 171 bytes (the larger in fragments, 256-byte datagrams),
+/// node 2 restarting at 36 ms for 145 ms. Node 3 is left with 8 tokens to node 2 (the lost
+/// incarnation's) and no timer armed: the simulator goes quiet at 9.3 s with them neither
+/// delivered nor given a verdict. The same class as
+/// `fragments_needing_credit_under_a_lost_incarnation_get_their_verdict` (a sender record
+/// with tokens and no deadline); ignored until fixed, so that CI stays meaningful.
+#[test]
+#[ignore = "open defect found 2026-12-03: a sender left with tokens to a restarted receiver and no timer"]
+fn tokens_to_a_restarted_receiver_keep_a_timer() {
+    let p = Params {
+        seed: 728284345684668549,
+        nodes: 5,
+        messages: 118,
+        pattern: Pattern::ManyToMany,
+        loss: 0.06999371292285617,
+        burst: false,
+        dup: 0.0,
+        reorder: 0.2420231573486249,
+        jitter_ms: 7,
+        dup_delay_ms: 1,
+        take_ms: 9,
+        deadline_ms: 0,
+        partitions: vec![],
+        restarts: vec![(2, 36, 145)],
+        packing: (141, 256, 4, 3),
+        large: 3171,
+    };
+    check(&p).unwrap();
+}
