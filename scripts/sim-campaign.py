@@ -119,12 +119,18 @@ RESTORE_LIMITS = {
 }
 
 
+def violation_kinds(out):
+    """The kinds of violation a failed run's report names."""
+    kinds = set(re.findall(r"\(([A-Za-z]+), \d+\)", " ".join(l for l in out if "by kind" in l)))
+    kinds |= set(re.findall(r"^\s+([A-Z][A-Za-z]+) at ", "\n".join(out), re.M))
+    return kinds
+
+
 def limits_only(args, out):
     """Whether a failed run's violations are all a restored copy's documented limits."""
     if "--restore" not in args:
         return False
-    kinds = set(re.findall(r"\(([A-Za-z]+), \d+\)", " ".join(l for l in out if "by kind" in l)))
-    kinds |= set(re.findall(r"^\s+([A-Z][A-Za-z]+) at ", "\n".join(out), re.M))
+    kinds = violation_kinds(out)
     return bool(kinds) and kinds <= RESTORE_LIMITS
 
 
@@ -140,8 +146,7 @@ def still_moving(out):
     message the report lists, came within the last 10 s of virtual time (a slow heavy cell,
     not a livelock: those show neither for the whole settle time; NewReno's backed-off
     timers at 20 % loss can leave more than 10 s between ACKs while deliveries go on)."""
-    kinds = set(re.findall(r"\(([A-Za-z]+), \d+\)", " ".join(l for l in out if "by kind" in l)))
-    kinds |= set(re.findall(r"^\s+([A-Z][A-Za-z]+) at ", "\n".join(out), re.M))
+    kinds = violation_kinds(out)
     done = re.search(r"done_s=([0-9.]+) virtual_s=([0-9.]+)", out[-1] if out else "")
     if not kinds or not kinds <= UNFINISHED or not done:
         return False
@@ -179,8 +184,7 @@ def finishes_later(sim, args):
 
 def unfinished_only(out):
     """Whether every violation of a failed run is of work not finished."""
-    kinds = set(re.findall(r"\(([A-Za-z]+), \d+\)", " ".join(l for l in out if "by kind" in l)))
-    kinds |= set(re.findall(r"^\s+([A-Z][A-Za-z]+) at ", "\n".join(out), re.M))
+    kinds = violation_kinds(out)
     return bool(kinds) and kinds <= UNFINISHED
 
 
