@@ -16,7 +16,6 @@ manual=(
   durable_long_soak                                 # 200 seeds
   a_restored_sender_resends_what_its_copy_knew_no_slot_for # a known limit (docs/durability.md)
   a_stream_resumes_after_a_two_way_outage_without_the_probe # measured by hand
-  tokens_to_a_restarted_receiver_keep_a_timer        # an open defect (exon-sim properties.rs)
 )
 skips=()
 for m in "${manual[@]}"; do skips+=(--skip "$m"); done

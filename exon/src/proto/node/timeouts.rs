@@ -44,6 +44,17 @@ impl Node {
 
     pub(super) fn rearm_sender(&mut self, peer: NodeId) {
         if let Some(rec) = self.senders.get_mut(&peer) {
+            if self.rules.credit_return_resumes && rec.credit_returned_to_waiters() {
+                // Whatever settled or abandoned a message in progress (a verdict, a
+                // deadline, a RETRY, a refusal): the messages waiting behind it go.
+                rec.resume_credit_waiters();
+                self.outbox.wake(peer, usize::MAX);
+            }
+            debug_assert!(
+                !self.rules.credit_return_resumes || !rec.credit_waiters_stranded(),
+                "messages to {peer:?} wait for credit with nothing to wake them: {:?}",
+                rec.credit_debug()
+            );
             let want = rec.next_deadline(&self.cfg);
             self.timers.arm(rec.armed_mut(), want, Side::Sender, peer);
         }

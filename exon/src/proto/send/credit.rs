@@ -132,11 +132,19 @@ impl Credit {
     }
 
     /// Gives back `charge` bytes (the message is whole at the receiver, or settled).
+    ///
+    /// Messages waiting are told so ([`take_returned`](Self::take_returned)) even when
+    /// incarnation `r`'s grant is gone (the receiver lost `r`, [`reset`](Self::reset)):
+    /// they may wait for the messages in progress rather than for credit, and a message of
+    /// a lost incarnation that leaves progress lets them go as any other does (a sender
+    /// kept eight messages waiting behind one settled after its grant was reset, with no
+    /// timer, for good: `exon-sim` seed 728284345684668549,
+    /// `tokens_to_a_restarted_receiver_keep_a_timer`).
     pub fn give_back(&mut self, r: u64, charge: u64) {
         if let Some(g) = self.grant_mut(r) {
             g.used = g.used.saturating_sub(charge);
-            self.returned |= charge > 0;
         }
+        self.returned |= charge > 0;
     }
 
     /// Whether credit was given back since the last call (and forgets it): a verdict that
@@ -240,6 +248,18 @@ impl Credit {
     /// Whether messages wait for credit.
     pub fn has_waiting(&self) -> bool {
         !self.waiting.is_empty()
+    }
+
+    /// Whether the message in `slot` waits here.
+    pub fn is_waiting(&self, slot: u64) -> bool {
+        self.waiting.iter().any(|&(s, _)| s == slot)
+    }
+
+    /// Whether messages wait while nothing here will try them again: no REQCREDIT due or
+    /// outstanding, no credit given back since the last look. They then wait for the
+    /// messages in progress ([`wait_for_progress`](Self::wait_for_progress)).
+    pub fn waits_unprompted(&self) -> bool {
+        self.has_waiting() && !self.due && self.asked_at.is_none() && !self.returned
     }
 
     /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
@@ -507,5 +527,30 @@ mod tests {
         assert!(c.take_returned() && c.has_waiting());
         assert_eq!(c.take_waiting().len(), 1);
         assert!(c.fits_progress(100_000, 350_000));
+    }
+
+    /// Found by the property test (`tokens_to_a_restarted_receiver_keep_a_timer`): a
+    /// message of a lost incarnation, in progress when its grant was reset, is settled
+    /// later; the messages of the new incarnation waiting behind it must hear of it, or
+    /// nothing tries them again.
+    #[test]
+    fn credit_given_back_to_a_reset_grant_still_lets_the_waiting_go() {
+        let mut c = Credit::default();
+        c.on_credit(1, 16_384);
+        assert!(
+            c.take(1, 16_384),
+            "the old incarnation's message in progress"
+        );
+        c.reset(1);
+        c.on_credit(7, 32_768);
+        assert!(c.take(7, 16_384));
+        c.wait_for_progress(8, 7);
+        assert!(c.waits_unprompted(), "waits for the message in progress");
+        assert!(!c.take_returned());
+        c.give_back(1, 16_384);
+        assert!(!c.waits_unprompted());
+        assert!(c.take_returned() && c.has_waiting());
+        c.give_back(1, 0);
+        assert!(!c.take_returned(), "nothing given back, nothing to tell");
     }
 }

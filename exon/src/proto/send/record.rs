@@ -828,6 +828,25 @@ impl SRecord {
         self.credit.has_waiting()
     }
 
+    /// Whether messages wait for reassembly credit with nothing to wake them: no REQCREDIT
+    /// due or outstanding (whose answer, or timer, tries them again), no credit given back
+    /// since the last look, and no message in progress outside the waiting ones (whose
+    /// credit, given back when it is whole or settled, lets them go). Never true where
+    /// every path that settles a message tells the waiting ones (a check, in debug builds).
+    pub fn credit_waiters_stranded(&self) -> bool {
+        if !self.credit.waits_unprompted() {
+            return false;
+        }
+        !self.tokens.iter().any(|(s, t)| {
+            t.frag.as_ref().is_some_and(|o| o.is_charged()) && !self.credit.is_waiting(s)
+        })
+    }
+
+    /// The reassembly credit's state, for a failed check.
+    pub fn credit_debug(&self) -> &Credit {
+        &self.credit
+    }
+
     /// CREDIT(r, limit) from the receiver: returns whether messages waiting for credit may
     /// now go (the grant grew, for the current incarnation).
     #[inline]
