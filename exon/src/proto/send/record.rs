@@ -828,23 +828,41 @@ impl SRecord {
         self.credit.has_waiting()
     }
 
-    /// Whether messages wait for reassembly credit with nothing to wake them: no REQCREDIT
-    /// due or outstanding (whose answer, or timer, tries them again), no credit given back
-    /// since the last look, and no message in progress outside the waiting ones (whose
-    /// credit, given back when it is whole or settled, lets them go). Never true where
-    /// every path that settles a message tells the waiting ones (a check, in debug builds).
-    pub fn credit_waiters_stranded(&self) -> bool {
-        if !self.credit.waits_unprompted() {
-            return false;
+    /// Whether tokens wait with nothing to wake them: tokens neither queued to send nor
+    /// waiting for credit and no timer of the record's own armed (a token in flight, or
+    /// held at the receiver for its verdict, is asked about at a retransmission timeout);
+    /// or messages waiting for credit with no REQCREDIT due or outstanding (whose answer,
+    /// or timer, tries them again), no credit given back since the last look, and no
+    /// message in progress outside the waiting ones (whose credit, given back when it is
+    /// whole or settled, lets them go). Never true (a check, in debug builds): it is a
+    /// sender left with messages that never get a verdict.
+    pub fn tokens_stranded(&self) -> bool {
+        let waiting = |s: u64| self.credit.is_waiting(s);
+        if self.to_send.is_empty()
+            && self.timers.earliest().is_none()
+            && self.tokens.iter().any(|(s, _)| !waiting(s))
+        {
+            return true;
         }
-        !self.tokens.iter().any(|(s, t)| {
-            t.frag.as_ref().is_some_and(|o| o.is_charged()) && !self.credit.is_waiting(s)
-        })
+        self.credit.waits_unprompted()
+            && !self
+                .tokens
+                .iter()
+                .any(|(s, t)| t.frag.as_ref().is_some_and(|o| o.is_charged()) && !waiting(s))
     }
 
-    /// The reassembly credit's state, for a failed check.
-    pub fn credit_debug(&self) -> &Credit {
-        &self.credit
+    /// What [`tokens_stranded`](Self::tokens_stranded) looked at, for a failed check.
+    pub fn stranded_debug(&self) -> String {
+        let tokens: Vec<_> = self
+            .tokens
+            .iter()
+            .map(|(s, t)| (s, t.sends, t.queued, t.flight, t.held, t.frag.is_some()))
+            .collect();
+        format!(
+            "tokens (slot, sends, queued, flight, held, fragmented) {tokens:?}, to send {:?}, \
+             timers {:?}, credit {:?}",
+            self.to_send, self.timers, self.credit
+        )
     }
 
     /// CREDIT(r, limit) from the receiver: returns whether messages waiting for credit may
