@@ -209,6 +209,24 @@ pub fn test_config() -> Config {
     conf
 }
 
+/// The fuzz targets' config (and their replays' in `exon/tests/core/fuzz_replays.rs`):
+/// small limits, so that records, slots, windows and queues reach their bounds within a few
+/// hundred operations, and short idle timeouts and probes.
+pub fn fuzz_config() -> Config {
+    let mut c = Config::default();
+    c.limits.max_receiver_records = 8;
+    c.limits.max_sender_records = 4;
+    c.limits.max_slots_request = 64;
+    c.limits.max_slots_per_record = 128;
+    c.flow.window = 32;
+    c.flow.envelope_target = 8;
+    c.flow.envelope_low = 4;
+    c.limits.max_queued_per_peer = 16;
+    c.timers.idle_timeout = Duration::from_millis(300);
+    c.timers.probe_interval = Duration::from_millis(100);
+    c
+}
+
 impl Pair {
     /// Two nodes with the same configuration, at rest (nothing sent yet).
     pub fn new(cfg: Config) -> Pair {

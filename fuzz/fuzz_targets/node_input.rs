@@ -42,18 +42,7 @@ const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 
 fn config() -> Config {
-    let mut conf = Config::default();
-    conf.limits.max_receiver_records = 8;
-    conf.limits.max_sender_records = 4;
-    conf.limits.max_slots_request = 64;
-    conf.limits.max_slots_per_record = 128;
-    conf.flow.window = 32;
-    conf.flow.envelope_target = 8;
-    conf.flow.envelope_low = 4;
-    conf.limits.max_queued_per_peer = 16;
-    conf.timers.idle_timeout = Duration::from_millis(300);
-    conf.timers.probe_interval = Duration::from_millis(100);
-    conf
+    exon_testkit::pair::fuzz_config()
 }
 
 struct World {

@@ -51,23 +51,11 @@ const A: NodeId = NodeId::from_const(1);
 const B: NodeId = NodeId::from_const(2);
 
 fn config() -> Config {
-    {
-        let mut c = Config::default();
-        c.limits.max_receiver_records = 8;
-        c.limits.max_sender_records = 4;
-        c.limits.max_slots_request = 64;
-        c.limits.max_slots_per_record = 128;
-        c.flow.window = 32;
-        c.flow.envelope_target = 8;
-        c.flow.envelope_low = 4;
-        c.limits.max_queued_per_peer = 16;
-        c.timers.idle_timeout = Duration::from_millis(300);
-        c.timers.probe_interval = Duration::from_millis(100);
-        c.keys.cache_size = 4;
-        c.keys.agreement_burst = 4;
-        c.keys.agreements_per_sec = 10;
-        c
-    }
+    let mut c = exon_testkit::pair::fuzz_config();
+    c.keys.cache_size = 4;
+    c.keys.agreement_burst = 4;
+    c.keys.agreements_per_sec = 10;
+    c
 }
 
 struct World {

@@ -302,7 +302,9 @@ pub struct Rules {
     /// the GOT came before this life of the sender sent any of it (a late copy reaching
     /// a restarted sender). Off, such a message has no timer: it is neither sent nor
     /// probed, and an ACK lost at its take (the sender was down then) leaves it in flight
-    /// for ever.
+    /// for ever. The same holds for a queued message that leaves the queue with nothing of
+    /// it to send (reported held whole while it waited): the timer is armed then, since a
+    /// timer that expired while it was queued passed it over.
     pub whole_awaits_verdict: bool,
     /// A receiver record whose free slots are all gone, left only with deliveries its
     /// application has not taken, grants a restarted sender's REQSLOTS whose frontier is

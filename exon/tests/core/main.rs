@@ -13,6 +13,7 @@ mod config_serde;
 mod congestion;
 mod delivery;
 mod durable;
+mod fuzz_replays;
 mod held;
 mod hostile;
 mod keyed;

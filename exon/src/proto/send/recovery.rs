@@ -291,6 +291,19 @@ impl SRecord {
         self.timers.set_earliest(Timer::Rto, at);
     }
 
+    /// A queued token left the queue unwritten, nothing of it to send (its receiver holds
+    /// it whole: HELD, or GOT for every byte): its verdict still to come, the
+    /// retransmission timer runs, whose probe asks again for an ACK that was lost. (A timer
+    /// that expired while it was queued passed it over: queued tokens get theirs when they
+    /// are written.)
+    #[inline]
+    pub fn on_token_unqueued(&mut self, now: Instant, cfg: &Config) {
+        if !self.timers.is_set(Timer::Rto) && !self.tokens.is_empty() {
+            let at = now + self.timer_delay(cfg);
+            self.timers.set(Timer::Rto, Some(at));
+        }
+    }
+
     /// Whether the pacer holds the next token back (until [`Timer::Pace`]).
     #[inline]
     pub fn is_paced(&self) -> bool {

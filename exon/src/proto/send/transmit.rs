@@ -194,6 +194,9 @@ impl SRecord {
                 // Reported held (HELD) since it was queued: nothing to send.
                 tok.queued = false;
                 self.to_send.pop_front();
+                if rules.whole_awaits_verdict {
+                    self.on_token_unqueued(fill.now, cfg);
+                }
                 continue;
             }
             let r = tok.incarnation(self.rck, keep_own);
@@ -277,7 +280,13 @@ impl SRecord {
         let budget = self.progress_budget(cfg, rules);
         let plan = self.plan_fragment((s, r, *fill.clocks), rooms, (cap, budget), rules);
         let (range, overhead) = match plan {
-            FragPlan::Done | FragPlan::Wait => return Step::Next,
+            FragPlan::Done => {
+                if rules.whole_awaits_verdict {
+                    self.on_token_unqueued(fill.now, cfg);
+                }
+                return Step::Next;
+            }
+            FragPlan::Wait => return Step::Next,
             FragPlan::Later => return Step::Stop,
             FragPlan::Send { range, overhead } => (range, overhead),
         };
