@@ -45,6 +45,7 @@ by_name!(
     forgotten_keys_refused,
     progress_within_reassembly_timeout,
     progress_oldest_first,
+    progress_measured,
     parked_early_probes,
     stale_verdicts_ignored,
     got_charges_partials,

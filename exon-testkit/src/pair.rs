@@ -172,6 +172,12 @@ pub struct Pair {
     pub nodes: [Side; 2],
     /// One-way latency of the network.
     pub latency: Duration,
+    /// Rate of each direction in bytes per second (`None`: unlimited): a datagram leaves
+    /// once those before it in its direction have (an unbounded queue), then takes the
+    /// latency and whatever its fate adds.
+    pub rate: Option<u64>,
+    /// When each direction's link is free again (with `rate`).
+    link_free: [Instant; 2],
     in_flight: BinaryHeap<Reverse<(Instant, u64, usize)>>,
     payloads: std::collections::HashMap<u64, Bytes>,
     seq: u64,
@@ -274,6 +280,8 @@ impl Pair {
             now,
             nodes: [side(A, a), side(B, b)],
             latency: Duration::from_millis(5),
+            rate: None,
+            link_free: [now; 2],
             in_flight: BinaryHeap::new(),
             payloads: Default::default(),
             seq: 0,
@@ -465,7 +473,13 @@ impl Pair {
             self.log.push(wire.clone());
         }
         let fate = (self.filter)(&wire);
-        let at = self.now + self.latency;
+        let mut at = self.now + self.latency;
+        if let Some(rate) = self.rate.filter(|r| *r > 0) {
+            let free = &mut self.link_free[wire.from];
+            let nanos = wire.data.len() as u64 * 1_000_000_000 / rate;
+            *free = (*free).max(self.now) + Duration::from_nanos(nanos);
+            at = *free + self.latency;
+        }
         let push = |this: &mut Pair, at: Instant, data: Bytes| {
             let key = this.next_key;
             this.next_key += 1;

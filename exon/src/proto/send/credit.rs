@@ -185,6 +185,11 @@ impl Credit {
         !self.waiting.is_empty()
     }
 
+    /// Whether messages are in progress: credit is charged for some.
+    pub fn in_use(&self) -> bool {
+        self.grants.iter().any(|g| g.used > 0)
+    }
+
     /// Whether a message charged `charge` bytes may start now that the path moves about
     /// `budget` bytes before its receiver would drop a partial that made no progress: one
     /// message always may; more only while the charges in progress (every incarnation's)

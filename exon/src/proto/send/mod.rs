@@ -7,6 +7,7 @@ pub mod congestion;
 pub(crate) mod credit;
 pub(crate) mod flight;
 pub(crate) mod fragments;
+pub(crate) mod held_rate;
 pub(crate) mod liveness;
 pub(crate) mod loss;
 pub(crate) mod mtud;

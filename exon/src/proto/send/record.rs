@@ -9,6 +9,7 @@ use crate::proto::send::congestion::Controller;
 use crate::proto::send::credit::Credit;
 use crate::proto::send::flight::Flight;
 use crate::proto::send::fragments::{Outgoing, Sent};
+use crate::proto::send::held_rate::HeldRate;
 use crate::proto::send::mtud::Mtud;
 use crate::proto::send::pacing::Pacer;
 use crate::proto::send::request::SlotRequest;
@@ -59,6 +60,9 @@ pub(crate) struct SRecord {
     pub(super) in_progress: VecDeque<(u64, u64)>,
     /// Charges made against reassembly credit: the last one's number.
     pub(super) charges: u64,
+    /// What the receiver came to hold of fragmented messages lately
+    /// (`Rules::progress_measured`).
+    pub(super) held: HeldRate,
     /// The outstanding REQSLOTS.
     pub(super) req: SlotRequest,
     /// Round-trip estimate and backoff for this destination.
@@ -173,6 +177,7 @@ impl SRecord {
             burst: (0, 0),
             in_progress: VecDeque::new(),
             charges: 0,
+            held: HeldRate::default(),
             req: SlotRequest::default(),
             rtt: Rtt::new(),
             timers: Timers::default(),
@@ -518,6 +523,13 @@ impl SRecord {
         // Only the newest transmission a GOT newly covers can show reordering: older ones it
         // covers too were answered by a GOT that was lost (GOT is cumulative per message).
         let newest = acked.last().map(|s| s.seq);
+        let newly = acked.iter().fold(0u64, |a, s| {
+            a.saturating_add(s.range.end.saturating_sub(s.range.start))
+        });
+        if newly > 0 {
+            let window = cfg.timers.reassembly_timeout / 4;
+            self.held.on_held(now, newly, window);
+        }
         for sent in &acked {
             tok.flight = tok.flight.saturating_sub(sent.size);
             self.flight.bytes = self.flight.bytes.saturating_sub(sent.size);

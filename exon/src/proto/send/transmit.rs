@@ -277,7 +277,7 @@ impl SRecord {
         let room_now = fill.room();
         let cap = cfg.limits.max_reassembly_per_source;
         let rooms = (fill.space.body_room, room_now);
-        let budget = self.progress_budget(cfg, rules);
+        let budget = self.progress_budget(fill.now, cfg, rules);
         let plan = self.plan_fragment((s, r, *fill.clocks), rooms, (cap, budget), rules);
         let (range, overhead) = match plan {
             FragPlan::Done => {
@@ -672,15 +672,26 @@ impl SRecord {
     /// controller's bandwidth estimate (or pacing rate), in a quarter of the reassembly
     /// timeout, so that each message in progress, sharing the path with the others, is
     /// whole long before its receiver drops it as stale. No bound without an estimate.
-    fn progress_budget(&self, cfg: &Config, rules: &Rules) -> u64 {
+    /// Once messages have been in progress for a quarter of the timeout, at most twice
+    /// what the receiver came to hold in the last quarter (`Rules::progress_measured`):
+    /// under heavy reordering or loss the estimate counts bytes sent again.
+    fn progress_budget(&mut self, now: Instant, cfg: &Config, rules: &Rules) -> u64 {
         if !rules.progress_within_reassembly_timeout {
             return u64::MAX;
         }
-        let Some(rate) = self.cc.bandwidth().or_else(|| self.cc.pacing_rate()) else {
-            return u64::MAX;
-        };
         let quarter = cfg.timers.reassembly_timeout / 4;
-        (rate as u128 * quarter.as_micros() / 1_000_000).min(u64::MAX as u128) as u64
+        let estimate = self.cc.bandwidth().or_else(|| self.cc.pacing_rate());
+        let by_estimate = estimate.map_or(u64::MAX, |rate| {
+            (rate as u128 * quarter.as_micros() / 1_000_000).min(u64::MAX as u128) as u64
+        });
+        if !rules.progress_measured {
+            return by_estimate;
+        }
+        let busy = self.credit.in_use();
+        match self.held.bound(now, quarter, busy) {
+            Some(measured) => by_estimate.min(measured),
+            None => by_estimate,
+        }
     }
 
     /// Records a FRAG frame of `size` bytes carrying `range` of the message in `slot`, sent
