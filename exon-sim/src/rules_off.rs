@@ -46,6 +46,7 @@ by_name!(
     progress_within_reassembly_timeout,
     progress_oldest_first,
     progress_measured,
+    reordering_allowance,
     parked_early_probes,
     stale_verdicts_ignored,
     got_charges_partials,

@@ -487,14 +487,32 @@ fn messages_started_at_a_higher_rate_wait_for_the_older_ones() {
 /// so dozens of messages were in progress in turn, every partial expired (30 s without a
 /// new byte) before its turn came again, and 273 of 500 messages were still missing after
 /// 40 000 s. The budget of messages in progress now follows what the receiver came to hold
-/// (rule `progress_measured`): done in about 140 s, no partial expired.
+/// (rule `progress_measured`): done in about 140 s, no partial expired. Since BBR's window
+/// keeps an allowance for what the path holds back (`reordering_allowance`) that seed
+/// finishes either way (79 s, 60 s without the rule); seeds 1-6 take 39-84 s with it, and
+/// without it seeds 1 and 5 never finish: seed 1 here.
 #[test]
 fn large_messages_held_for_seconds_are_bounded_by_what_arrives() {
     let args = "--nodes 4 --messages 500 --reorder 0.5 --reorder-max-delay-ms 5000 \
                 --payload 100000 --rate 20000000 --shared-queue --latency-ms 1 \
-                --seed 926875471 --settle-s 400";
+                --seed 1 --settle-s 400";
     clean(args);
     violates(&format!("{args} --rules-off progress_measured"), "Lost");
+}
+
+/// Half the datagrams held up to 100 ms on a 5 ms path with no bottleneck: data stays
+/// unacknowledged well beyond the minimum RTT BBR sizes its window by (two products), so
+/// that window bound the senders and the estimate, made of what it delivered, settled ever
+/// lower: 500 messages of 100 000 bytes between three nodes took 32-59 s of virtual time
+/// (seeds 1-5) where 50 ms holds take 0.6 s. The window now keeps an allowance for what the
+/// path holds back while the bottleneck shows no queue (rule `reordering_allowance`):
+/// 4.9-8.9 s.
+#[test]
+fn a_path_that_holds_datagrams_back_is_not_a_slow_path() {
+    let args = "--nodes 3 --messages 500 --payload 100000 --reorder 0.5 \
+                --reorder-max-delay-ms 100 --seed 1 --settle-s 20";
+    clean(args);
+    violates(&format!("{args} --rules-off reordering_allowance"), "Lost");
 }
 
 /// Found by campaign 91 (seed 841090675): durable streams between four nodes that restart.
@@ -671,11 +689,13 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
     for (args, rule) in [
         // Timing decides whether a run meets the defect: seed 1 did until the controller
         // told jitter from a queue (its rounds changed), seed 56 does since; the large
-        // messages' seed 1 did until messages in progress were served oldest first.
+        // messages' seed 1 did until messages in progress were served oldest first, seed 2
+        // until BBR's window kept an allowance for datagrams held back (seeds 5 and 10 of
+        // 1 to 30 since).
         (format!("{small} --seed 56"), "request_carries_waiver"),
         (format!("{small} --seed 14"), "probe_repeats_grant"),
         (format!("{small} --seed 69"), "probe_repeats_old_verdicts"),
-        (format!("{large} --seed 2"), "probe_repeats_got"),
+        (format!("{large} --seed 5"), "probe_repeats_got"),
     ] {
         clean(&args);
         violates(&format!("{args} --rules-off {rule}"), "Lost");
@@ -1106,12 +1126,13 @@ fn a_restored_copy_may_report_not_delivered_what_the_lost_run_delivered() {
 /// now wakes the sender when others are queued or in flight (`abandon_wakes_sender`): the
 /// run ends at 7.5 s. Each change to the course moves the seeds that block without the
 /// rule: since BBR's samples are made up for random loss, seeds 24 and 30 of 9 to 30 (6.8
-/// and 6.6 s with it).
+/// and 6.6 s with it); since its window keeps an allowance for datagrams held back, 12,
+/// 20, 22, 30, 35 and 39 of 9 to 40 (30: 6.6 s with it).
 #[test]
 fn a_message_given_up_wakes_the_messages_behind_it() {
     let args = "--nodes 2 --messages 4000 --loss 0.2 --restarts 1 --payload 100000 --durable \
                 --crash-mid-commit 3 --compact-after 500 --deadline-ms 2000 --channels 16 \
-                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 24";
+                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 30";
     clean(args);
     violates(
         &format!("{args} --rules-off abandon_wakes_sender"),

@@ -195,7 +195,8 @@ impl SRecord {
                 cfg.timers.initial_rtt,
                 cfg.acks.delay,
             )
-            .with_random_loss_made_up(rules.random_loss_made_up),
+            .with_random_loss_made_up(rules.random_loss_made_up)
+            .with_reorder_allowance(rules.reordering_allowance),
             pacer: Pacer::default(),
             probe: false,
             flight,

@@ -106,6 +106,8 @@ impl SRecord {
                 self.timers.set(Timer::Rto, Some(at));
             }
             let rate = self.flight.rate.take_sample();
+            let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
+            let reorder = self.flight.reo.window(self.rtt.min().unwrap_or(srtt), srtt);
             self.cc.on_ack(&AckEvent {
                 now,
                 acked,
@@ -114,6 +116,7 @@ impl SRecord {
                 rtt,
                 srtt: self.rtt.smoothed(),
                 delivered: self.flight.rate.delivered(),
+                reorder,
             });
         }
         self.detect_losses(now, cfg)

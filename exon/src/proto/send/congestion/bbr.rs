@@ -47,6 +47,11 @@
 //! age the bandwidth filter. Losses later found spurious (the datagram had only been
 //! overtaken) are taken back: from the round in progress, or from the round that cut the
 //! cap, whose cut is undone if the round no longer counts as congested.
+//!
+//! A path that holds datagrams back for many round trips keeps data unacknowledged well
+//! beyond the minimum RTT the window is sized by: the window gets an allowance for it,
+//! grown while the bottleneck shows no queue, up to loss detection's reordering window
+//! ([`Bbr::update_late`]).
 
 use std::time::{Duration, Instant};
 
@@ -219,6 +224,9 @@ pub(crate) struct Bbr {
     mode: Mode,
     bw: WindowedMax,
     extra_acked: WindowedMax,
+    /// The reordering allowance: the window holds the bandwidth times this much more, for
+    /// datagrams the path holds back (see [`update_late`](Self::update_late)).
+    late: Duration,
     min_rtt: Option<Duration>,
     min_rtt_at: Option<Instant>,
     srtt: Option<Duration>,
@@ -273,6 +281,8 @@ pub(crate) struct Bbr {
     random_loss: RandomLoss,
     /// Whether samples are made up for `random_loss` (`Rules::random_loss_made_up`).
     make_up_loss: bool,
+    /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
+    reorder_allowance: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
     /// that one's plateau, or the queue did not drain after a full cut ([`DrainTest`]): the
     /// room this flow left was taken at once (a flow that does not yield, as BBRv1 fills
@@ -304,6 +314,7 @@ impl Bbr {
             mode: Mode::Startup,
             bw: WindowedMax::default(),
             extra_acked: WindowedMax::default(),
+            late: Duration::ZERO,
             min_rtt: None,
             min_rtt_at: None,
             srtt: None,
@@ -336,6 +347,7 @@ impl Bbr {
             loss_ewma_sum: 0,
             random_loss: RandomLoss::default(),
             make_up_loss: true,
+            reorder_allowance: true,
             crowded: false,
             raised: false,
             drain_test: None,
@@ -405,6 +417,11 @@ impl Bbr {
     /// Whether samples are made up for the path's random loss (`Rules::random_loss_made_up`).
     pub fn set_random_loss_made_up(&mut self, on: bool) {
         self.make_up_loss = on;
+    }
+
+    /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
+    pub fn set_reorder_allowance(&mut self, on: bool) {
+        self.reorder_allowance = on;
     }
 
     /// The current phase.
@@ -614,11 +631,38 @@ impl Bbr {
         } else if self.inflight_hi != u64::MAX {
             self.regrow_cap(ev.now, unyielding);
         }
+        self.update_late(ev, lossy && queue && enough);
         self.round_lost = 0;
         self.round_lost_fresh = 0;
         self.round_acked = 0;
         self.round_rtt.end_round();
         self.round_peak = ev.in_flight;
+    }
+
+    /// At the end of a round, the reordering allowance. On a path that holds datagrams back
+    /// (loss detection's reordering window `ev.reorder` is open) data stays unacknowledged
+    /// well beyond the minimum RTT the window is sized by, so a window of two products
+    /// binds below the bandwidth and the estimate, made of what that window delivers,
+    /// settles ever lower. A round in ProbeBw that filled the window with no queue at the
+    /// bottleneck (its smallest RTT within a quarter of the minimum, 1 ms at least: the
+    /// datagrams held back raise only some samples) adds a quarter of the minimum RTT, up
+    /// to the reordering window; a round with a queue halves it, a congestion cut (`cut`)
+    /// and a path no longer seen to reorder clear it.
+    fn update_late(&mut self, ev: &AckEvent, cut: bool) {
+        let (Some(r), Some(m)) = (self.round_rtt.min(), self.min_rtt) else {
+            return;
+        };
+        if cut || ev.reorder.is_zero() || !self.reorder_allowance {
+            self.late = Duration::ZERO;
+            return;
+        }
+        let queued = r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY);
+        let filled = self.round_peak.saturating_add(self.mss) >= self.cached_window;
+        if queued {
+            self.late /= 2;
+        } else if filled && self.mode == Mode::ProbeBw {
+            self.late = (self.late + m / 4).min(ev.reorder);
+        }
     }
 
     /// At the end of a round: after a full cut, whether the queue drained with it. Judged
@@ -743,8 +787,10 @@ impl Bbr {
     }
 
     fn update_cwnd(&mut self, acked: u64) {
+        let late = self.bandwidth().map_or(0, |bw| bytes_in(bw, self.late));
         let target = self.bdp(self.cwnd_gain()).map(|b| {
             b.saturating_add(self.extra_acked.get(self.round))
+                .saturating_add(late)
                 .saturating_add(3 * self.mss)
         });
         match target {

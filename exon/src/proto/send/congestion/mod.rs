@@ -89,6 +89,9 @@ pub(crate) struct AckEvent {
     pub srtt: Option<Duration>,
     /// Bytes delivered over the record's life, this acknowledgement included.
     pub delivered: u64,
+    /// How long loss detection waits for a datagram overtaken by later ones (its
+    /// reordering window; zero on a path not seen to reorder).
+    pub reorder: Duration,
 }
 
 /// Tokens declared lost, for the controller.
@@ -153,6 +156,15 @@ impl Controller {
     pub fn with_random_loss_made_up(mut self, on: bool) -> Self {
         if let Inner::Bbr(c) = &mut self.inner {
             c.set_random_loss_made_up(on);
+        }
+        self
+    }
+
+    /// The controller, with BBR's window keeping the reordering allowance or not
+    /// (`Rules::reordering_allowance`).
+    pub fn with_reorder_allowance(mut self, on: bool) -> Self {
+        if let Inner::Bbr(c) = &mut self.inner {
+            c.set_reorder_allowance(on);
         }
         self
     }

@@ -126,6 +126,7 @@ mod tests {
             rtt: None,
             srtt: Some(Duration::from_millis(10)),
             delivered: 0,
+            reorder: Duration::ZERO,
         }
     }
 
