@@ -661,7 +661,7 @@ impl Bbr {
         if queued {
             self.late /= 2;
         } else if filled && self.mode == Mode::ProbeBw {
-            self.late = (self.late + m / 4).min(ev.reorder);
+            self.late = self.late.saturating_add(m / 4).min(ev.reorder);
         }
     }
 
