@@ -671,10 +671,11 @@ impl SRecord {
     /// (`Rules::progress_within_reassembly_timeout`): what the path moves, at the congestion
     /// controller's bandwidth estimate (or pacing rate), in a quarter of the reassembly
     /// timeout, so that each message in progress, sharing the path with the others, is
-    /// whole long before its receiver drops it as stale. No bound without an estimate.
-    /// Once messages have been in progress for a quarter of the timeout, at most twice
-    /// what the receiver came to hold in the last quarter (`Rules::progress_measured`):
-    /// under heavy reordering or loss the estimate counts bytes sent again.
+    /// whole long before its receiver drops it as stale. Once messages have been in
+    /// progress for a quarter of the timeout, at most twice what the receiver came to hold
+    /// in the last quarter (`Rules::progress_measured`): under heavy reordering or loss the
+    /// estimate counts bytes sent again. Without an estimate (no congestion control), the
+    /// measured bound alone.
     fn progress_budget(&mut self, now: Instant, cfg: &Config, rules: &Rules) -> u64 {
         if !rules.progress_within_reassembly_timeout {
             return u64::MAX;
