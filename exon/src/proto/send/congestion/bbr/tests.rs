@@ -10,37 +10,26 @@ const MSS: u64 = 1000;
 /// queue of `queue` bytes, random loss `p` (every `1/p`-th token), driven one token at a
 /// time. Returns (goodput bytes/s, largest queue seen in bytes, the controller).
 fn run(rate: u64, rtt: Duration, queue: u64, every_nth_lost: u64, secs: u64) -> (u64, u64, Bbr) {
-    run_jittered(rate, rtt, queue, every_nth_lost, secs, Duration::ZERO)
+    let plain = (Duration::ZERO, true);
+    run_jittered(
+        rate,
+        rtt,
+        queue,
+        every_nth_lost,
+        secs,
+        Duration::ZERO,
+        plain,
+    )
 }
 
 /// Tokens per RTT sample in [`run`]: a verdict frame answers several.
 const SAMPLE_EVERY: u64 = 4;
 
 /// [`run`] on a path that adds to each token's round trip a delay drawn evenly from
-/// `0..jitter` (so tokens overtake each other).
+/// `0..jitter` (so tokens overtake each other), with loss detection's reordering window
+/// `reorder` told in every ACK (non-zero: only every other token gets the extra delay) and
+/// the reordering allowance on or off (`Rules::reordering_allowance`).
 fn run_jittered(
-    rate: u64,
-    rtt: Duration,
-    queue: u64,
-    every_nth_lost: u64,
-    secs: u64,
-    jitter: Duration,
-) -> (u64, u64, Bbr) {
-    run_reordered(
-        rate,
-        rtt,
-        queue,
-        every_nth_lost,
-        secs,
-        jitter,
-        (Duration::ZERO, true),
-    )
-}
-
-/// [`run_jittered`], with loss detection's reordering window `reorder` told in every ACK
-/// (then only every other token gets the extra delay) and the reordering allowance on or
-/// off (`Rules::reordering_allowance`).
-fn run_reordered(
     rate: u64,
     rtt: Duration,
     queue: u64,
@@ -173,6 +162,7 @@ fn a_path_that_jitters_is_no_queue_building() {
         10,
         20,
         Duration::from_millis(30),
+        (Duration::ZERO, true),
     );
     assert!(goodput > 900_000, "goodput {goodput}");
 }
@@ -188,7 +178,7 @@ fn with_and_without(
 ) -> [(u64, u64); 2] {
     [true, false].map(|allowance| {
         let ms = Duration::from_millis;
-        let (goodput, max_queue, _) = run_reordered(
+        let (goodput, max_queue, _) = run_jittered(
             rate,
             ms(rtt_ms),
             queue,
@@ -863,6 +853,7 @@ fn a_path_that_loses_a_quarter_at_random_is_still_filled() {
         4,
         20,
         Duration::from_millis(20),
+        (Duration::ZERO, true),
     );
     assert!(goodput > 800_000, "goodput {goodput}");
     assert!(
