@@ -146,8 +146,8 @@ pub struct Rules {
     pub progress_measured: bool,
     /// Beyond the paper (paths that hold datagrams back for many round trips): BBR's
     /// window keeps an allowance for the data the path holds back, grown by a quarter of
-    /// the minimum RTT each round in ProbeBw that filled the window with no queue at the
-    /// bottleneck, up to loss detection's reordering window, halved by a round with a
+    /// the round's length (the minimum RTT at least) each round in ProbeBw that filled the
+    /// window with no queue at the bottleneck, up to loss detection's reordering window, halved by a round with a
     /// queue and cleared by a congestion cut. Off, the window of two products (at the
     /// minimum RTT) bound the sender while half its datagrams were held for up to 100 ms,
     /// and the estimate, made of what that window delivered, settled ever lower: 500

@@ -645,8 +645,9 @@ impl Bbr {
     /// binds below the bandwidth and the estimate, made of what that window delivers,
     /// settles ever lower. A round in ProbeBw that filled the window with no queue at the
     /// bottleneck (its smallest RTT within a quarter of the minimum, 1 ms at least: the
-    /// datagrams held back raise only some samples) adds a quarter of the minimum RTT, up
-    /// to the reordering window; a round with a queue halves it, a congestion cut (`cut`)
+    /// datagrams held back raise only some samples) adds a quarter of the round's length
+    /// (of the minimum RTT at least: the allowance grows at the same pace in time however
+    /// far the holds stretch the rounds), up to the reordering window; a round with a queue halves it, a congestion cut (`cut`)
     /// and a path no longer seen to reorder clear it.
     fn update_late(&mut self, ev: &AckEvent, cut: bool) {
         let (Some(r), Some(m)) = (self.round_rtt.min(), self.min_rtt) else {
@@ -661,7 +662,13 @@ impl Bbr {
         if queued {
             self.late /= 2;
         } else if filled && self.mode == Mode::ProbeBw {
-            self.late = self.late.saturating_add(m / 4).min(ev.reorder);
+            // A quarter of the round's length: held datagrams stretch the rounds, and a
+            // growth counted per round would then slow down as much in time.
+            let len = self
+                .round_began
+                .map_or(m, |b| ev.now.saturating_duration_since(b))
+                .max(m);
+            self.late = self.late.saturating_add(len / 4).min(ev.reorder);
         }
     }
 
