@@ -495,6 +495,7 @@ impl SRecord {
             return false;
         };
         let was_whole = o.is_whole();
+        let held_before = o.held_bytes();
         let mut acked: Vec<Sent> = Vec::new();
         let mut spurious = Vec::new();
         let at = (now, self.rtt.min());
@@ -524,9 +525,9 @@ impl SRecord {
         // Only the newest transmission a GOT newly covers can show reordering: older ones it
         // covers too were answered by a GOT that was lost (GOT is cumulative per message).
         let newest = acked.last().map(|s| s.seq);
-        let newly = acked.iter().fold(0u64, |a, s| {
-            a.saturating_add(s.range.end.saturating_sub(s.range.start))
-        });
+        // What the receiver newly holds, counted on what it holds: bytes declared lost and
+        // not sent again yet count too (under long holds most bytes are, when they arrive).
+        let newly = o.held_bytes().saturating_sub(held_before);
         if newly > 0 {
             let window = cfg.timers.reassembly_timeout / 4;
             self.held.on_held(now, newly, window);
@@ -978,6 +979,44 @@ mod tests {
             rec.abandon(t0, MsgId(9), &Rules::ALL).map(|(_, v, _)| v),
             Some(crate::proto::Abandoned::NotDelivered)
         );
+    }
+
+    /// The measured budget counts what the receiver newly holds, however it got there:
+    /// bytes declared lost whose resend has not left yet count when a GOT shows them held.
+    /// (Counted on the transmissions in flight a GOT settles, as first written, a path that
+    /// holds datagrams back for longer than the reordering window showed a fraction of what
+    /// arrived: here 1 000 bytes of 3 000.)
+    #[test]
+    fn bytes_held_after_their_loss_was_declared_count_as_held() {
+        let cfg = Config::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
+        rec.make_token(
+            43,
+            7,
+            Queued {
+                id: MsgId(9),
+                payload: Payload::from(vec![1u8; 3000]),
+                reported: false,
+                senders_copy: false,
+            },
+        );
+        let rate = crate::proto::send::congestion::DeliveryRate::default().on_sent(t0, 0);
+        let tok = rec.tokens.get_mut(43).expect("made");
+        let o = tok.frag.insert(Box::new(Outgoing::new(3000)));
+        for (seq, start) in [(1, 0), (2, 1000), (3, 2000)] {
+            o.on_sent(start..start + 1000, seq, t0, 1020, rate.clone(), 0);
+        }
+        o.on_lost(1, t0 + ms(20));
+        o.on_lost(2, t0 + ms(20));
+        let window = cfg.timers.reassembly_timeout / 4;
+        let now = t0 + ms(300);
+        rec.on_got(now, (7, 43), std::iter::once(0..3000), (true, true), &cfg);
+        assert_eq!(rec.held.held(now, window), 3000);
+        // A GOT that shows nothing new counts nothing.
+        rec.on_got(now, (7, 43), std::iter::once(0..3000), (true, true), &cfg);
+        assert_eq!(rec.held.held(now, window), 3000);
     }
 
     /// A message given back (its receiver held it whole) and charged again (its partial
