@@ -1006,7 +1006,7 @@ mod tests {
         let tok = rec.tokens.get_mut(43).expect("made");
         let o = tok.frag.insert(Box::new(Outgoing::new(3000)));
         for (seq, start) in [(1, 0), (2, 1000), (3, 2000)] {
-            o.on_sent(start..start + 1000, seq, t0, 1020, rate.clone(), 0);
+            o.on_sent(start..start + 1000, seq, t0, 1020, rate, 0);
         }
         o.on_lost(1, t0 + ms(20));
         o.on_lost(2, t0 + ms(20));
