@@ -147,12 +147,12 @@ pub struct Rules {
     /// Beyond the paper (paths that hold datagrams back for many round trips): BBR's
     /// window keeps an allowance for the data the path holds back, grown by a quarter of
     /// the round's length (the minimum RTT at least) each round in ProbeBw that filled the
-    /// window with no queue at the bottleneck, up to loss detection's reordering window, halved by a round with a
-    /// queue and cleared by a congestion cut. Off, the window of two products (at the
-    /// minimum RTT) bound the sender while half its datagrams were held for up to 100 ms,
-    /// and the estimate, made of what that window delivered, settled ever lower: 500
-    /// messages of 100 000 bytes between three nodes 5 ms apart took 45 s of virtual time
-    /// where 50 ms holds take 0.6 s (`exon-sim --nodes 3 --messages 500 --payload 100000
+    /// window with no queue at the bottleneck, up to loss detection's reordering window,
+    /// halved by a round with a queue and cleared by a congestion cut. Off, the window of
+    /// two products (at the minimum RTT) bound the sender while half its datagrams were
+    /// held for up to 100 ms, and the estimate, made of what that window delivered,
+    /// settled ever lower: 500 messages of 100 000 bytes between three nodes 5 ms apart
+    /// took 45 s of virtual time where 50 ms holds take 0.6 s (`exon-sim --nodes 3 --messages 500 --payload 100000
     /// --reorder 0.5 --reorder-max-delay-ms 100`).
     pub reordering_allowance: bool,
     /// Beyond the paper (durable mode, early tokens): a receiver record that holds no free

@@ -165,6 +165,7 @@ impl Outgoing {
     pub fn is_partial_there(&self) -> bool {
         !self.got.is_empty() && !self.is_whole()
     }
+
     /// Bytes the receiver is known to hold (GOT, HELD): what its GOTs showed, whatever
     /// became of the transmissions that carried them (in flight, declared lost, sent again).
     pub fn held_bytes(&self) -> u64 {

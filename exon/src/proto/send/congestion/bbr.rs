@@ -647,8 +647,9 @@ impl Bbr {
     /// bottleneck (its smallest RTT within a quarter of the minimum, 1 ms at least: the
     /// datagrams held back raise only some samples) adds a quarter of the round's length
     /// (of the minimum RTT at least: the allowance grows at the same pace in time however
-    /// far the holds stretch the rounds), up to the reordering window; a round with a queue halves it, a congestion cut (`cut`)
-    /// and a path no longer seen to reorder clear it.
+    /// far the holds stretch the rounds), up to the reordering window; a round with a
+    /// queue halves it, a congestion cut (`cut`) and a path no longer seen to reorder
+    /// clear it.
     fn update_late(&mut self, ev: &AckEvent, cut: bool) {
         let (Some(r), Some(m)) = (self.round_rtt.min(), self.min_rtt) else {
             return;
