@@ -152,8 +152,8 @@ pub struct Rules {
     /// two products (at the minimum RTT) bound the sender while half its datagrams were
     /// held for up to 100 ms, and the estimate, made of what that window delivered,
     /// settled ever lower: 500 messages of 100 000 bytes between three nodes 5 ms apart
-    /// took 45 s of virtual time where 50 ms holds take 0.6 s (`exon-sim --nodes 3 --messages 500 --payload 100000
-    /// --reorder 0.5 --reorder-max-delay-ms 100`).
+    /// took 45 s of virtual time where 50 ms holds take 0.6 s (`exon-sim --nodes 3
+    /// --messages 500 --payload 100000 --reorder 0.5 --reorder-max-delay-ms 100`).
     pub reordering_allowance: bool,
     /// Beyond the paper (durable mode, early tokens): a receiver record that holds no free
     /// slot but early deliveries parked for its sender's word (STORED, or a frontier past
