@@ -699,7 +699,8 @@ const MESSAGES: u32 = 500;
 /// the datagrams, both ways, are held up to 5 s (the 1 ms, 20 MB/s path otherwise clean),
 /// with rule `progress_measured` as given. BBR's reordering allowance is off: it keeps the
 /// estimate near what arrives on this path, and the measured budget is there for every
-/// estimate that is not (the simulator's test below has both on).
+/// estimate that is not (`exon-sim`'s `large_messages_held_for_seconds_are_bounded_by_what_arrives`
+/// runs the cell with both on, and checks this rule with the allowance off).
 /// Returns the messages delivered within `limit` and the partials B dropped as stale.
 fn held_for_seconds(measured: bool, limit: Duration) -> (usize, u64) {
     let mut pair = Pair::new(exon::proto::Config::default());
