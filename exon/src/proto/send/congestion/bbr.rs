@@ -651,13 +651,15 @@ impl Bbr {
     /// queue halves it, a congestion cut (`cut`) and a path no longer seen to reorder
     /// clear it.
     fn update_late(&mut self, ev: &AckEvent, cut: bool) {
-        let (Some(r), Some(m)) = (self.round_rtt.min(), self.min_rtt) else {
-            return;
-        };
+        // Cleared first: a round without an RTT sample says nothing of a queue, but a
+        // path no longer seen to reorder needs no allowance whatever the round measured.
         if cut || ev.reorder.is_zero() || !self.reorder_allowance {
             self.late = Duration::ZERO;
             return;
         }
+        let (Some(r), Some(m)) = (self.round_rtt.min(), self.min_rtt) else {
+            return;
+        };
         let queued = r.saturating_sub(m) > (m / 4).max(MIN_QUEUE_DELAY);
         let filled = self.round_peak.saturating_add(self.mss) >= self.cached_window;
         if queued {

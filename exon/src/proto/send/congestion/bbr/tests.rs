@@ -213,6 +213,47 @@ fn the_reordering_allowance_does_not_fill_a_queue() {
     assert!(with <= without + 10 * MSS, "{with} against {without}");
 }
 
+/// A path no longer seen to reorder (loss detection's window closed) clears the allowance
+/// at the round's end, also when no ACK of that round gave an RTT sample (every token it
+/// acknowledged had gone more than once): the sample is needed to grow or halve it, not to
+/// clear it.
+#[test]
+fn the_reordering_allowance_is_cleared_by_a_round_without_rtt_samples() {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    let t0 = Instant::now();
+    // A first round with enough samples to be judged on its own (the next starts empty).
+    ack(&mut c, t0, 10, 0, MSS);
+    for i in 0..super::super::round_rtt::MIN_SAMPLES as u64 {
+        ack(&mut c, t0 + Duration::from_millis(i), 10, 0, (2 + i) * MSS);
+    }
+    let ended = |c: &mut Bbr, at: Instant, prior: u64| {
+        c.on_ack(&AckEvent {
+            now: at,
+            acked: MSS,
+            in_flight: 50 * MSS,
+            rate: Some(super::super::RateSample {
+                delivery_rate: 1_000_000,
+                app_limited: false,
+                prior_delivered: prior,
+                interval: Duration::from_millis(50),
+                send_rate: 0,
+            }),
+            rtt: None,
+            srtt: None,
+            delivered: prior + 100 * MSS,
+            reorder: Duration::ZERO,
+        });
+    };
+    ended(&mut c, t0 + Duration::from_millis(20), 50 * MSS);
+    let round = c.round;
+    assert!(c.round_rtt.min().is_none(), "the next round starts empty");
+    c.late = Duration::from_millis(40);
+    // A round of ACKs without an RTT sample, the reordering window closed, ends.
+    ended(&mut c, t0 + Duration::from_millis(40), 200 * MSS);
+    assert_eq!(c.round, round + 1, "the round ended");
+    assert_eq!(c.late, Duration::ZERO);
+}
+
 /// An ACK of one MSS at `at`, 50 in flight, at 1 MB/s, with an RTT of `rtt_ms`.
 fn ack(c: &mut Bbr, at: Instant, rtt_ms: u64, prior: u64, delivered: u64) {
     ack_in_flight(c, at, rtt_ms, prior, delivered, 50 * MSS);
