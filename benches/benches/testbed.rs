@@ -125,6 +125,10 @@ struct Cli {
     /// runs the bench).
     #[arg(long)]
     plot: Option<String>,
+    /// With --flows: prints each flow's goodput over time (Mbit/s per half second), one
+    /// line per point, before the summary.
+    #[arg(long)]
+    series: bool,
     /// Where the matrix writes its report.
     #[arg(long, default_value = "docs/benchmarks")]
     out: String,
@@ -214,6 +218,7 @@ fn parse_args() -> Args {
         tcp_mss: c.tcp_mss,
         sweep: c.sweep,
         plot: c.plot,
+        series: c.series,
         out: c.out,
         system: c.system,
         addr: c.addr,

@@ -303,6 +303,24 @@ fn rates_over_time(out: &Outcome, size: usize) -> (Vec<f64>, Vec<Vec<Option<f64>
     (times, lines)
 }
 
+/// Prints each flow's goodput over time (Mbit/s of `size`-byte messages per point of
+/// [`BUCKET`] samples), one line per point: `series t=SECONDS flow0=.. flow1=..` (`-`: no
+/// sample yet).
+pub fn print_series(out: &Outcome, size: usize) {
+    let (times, lines) = rates_over_time(out, size);
+    for (i, t) in times.iter().enumerate() {
+        let rates: Vec<String> = lines
+            .iter()
+            .enumerate()
+            .map(|(f, l)| match l.get(i).copied().flatten() {
+                Some(r) => format!("flow{f}={r:.1}"),
+                None => format!("flow{f}=-"),
+            })
+            .collect();
+        println!("series t={t:.1} {}", rates.join(" "));
+    }
+}
+
 /// Writes the plot of each flow's rate over time to `path` (SVG); `size`: bytes per message.
 pub fn plot(imp: &Impairment, out: &Outcome, size: usize, path: &Path) -> Result<()> {
     let (times, lines) = rates_over_time(out, size);

@@ -65,6 +65,8 @@ pub struct Args {
     pub sweep: Option<String>,
     /// With `flows`: where to write the plot of each flow's rate.
     pub plot: Option<String>,
+    /// With `flows`: print each flow's rate over time.
+    pub series: bool,
     /// Where the matrix writes its report.
     pub out: String,
     /// Endpoint processes only: the system.
@@ -192,6 +194,9 @@ pub fn several_flows(a: &Args) -> netns::Result<()> {
         if let Err(e) = flows::plot(&imp, &out, timing.size, &path) {
             eprintln!("testbed: {e}");
         }
+    }
+    if a.series {
+        flows::print_series(&out, timing.size);
     }
     flows::print_flows(&imp, exon, tcp, timing.size, &out);
     Ok(())
