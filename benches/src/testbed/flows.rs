@@ -304,7 +304,7 @@ fn rates_over_time(out: &Outcome, size: usize) -> (Vec<f64>, Vec<Vec<Option<f64>
 }
 
 /// Prints each flow's goodput over time (Mbit/s of `size`-byte messages per point of
-/// [`BUCKET`] samples), one line per point: `series t=SECONDS flow0=.. flow1=..` (`-`: no
+/// `BUCKET` samples), one line per point: `series t=SECONDS flow0=.. flow1=..` (`-`: no
 /// sample yet).
 pub fn print_series(out: &Outcome, size: usize) {
     let (times, lines) = rates_over_time(out, size);
