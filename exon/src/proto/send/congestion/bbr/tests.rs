@@ -226,23 +226,9 @@ fn the_reordering_allowance_is_cleared_by_a_round_without_rtt_samples() {
     for i in 0..super::super::round_rtt::MIN_SAMPLES as u64 {
         ack(&mut c, t0 + Duration::from_millis(i), 10, 0, (2 + i) * MSS);
     }
+    // An ACK with no RTT sample that ends the round begun at `prior` delivered.
     let ended = |c: &mut Bbr, at: Instant, prior: u64| {
-        c.on_ack(&AckEvent {
-            now: at,
-            acked: MSS,
-            in_flight: 50 * MSS,
-            rate: Some(super::super::RateSample {
-                delivery_rate: 1_000_000,
-                app_limited: false,
-                prior_delivered: prior,
-                interval: Duration::from_millis(50),
-                send_rate: 0,
-            }),
-            rtt: None,
-            srtt: None,
-            delivered: prior + 100 * MSS,
-            reorder: Duration::ZERO,
-        });
+        c.on_ack(&ack_event(at, None, prior, prior + 100 * MSS, 50 * MSS));
     };
     ended(&mut c, t0 + Duration::from_millis(20), 50 * MSS);
     let round = c.round;
@@ -268,7 +254,19 @@ fn ack_in_flight(
     delivered: u64,
     in_flight: u64,
 ) {
-    c.on_ack(&AckEvent {
+    let rtt = Some(Duration::from_millis(rtt_ms));
+    c.on_ack(&ack_event(at, rtt, prior, delivered, in_flight));
+}
+
+/// An ACK of one MSS at `at` at 1 MB/s, with the RTT sample `rtt` (if any).
+fn ack_event(
+    at: Instant,
+    rtt: Option<Duration>,
+    prior: u64,
+    delivered: u64,
+    in_flight: u64,
+) -> AckEvent {
+    AckEvent {
         now: at,
         acked: MSS,
         in_flight,
@@ -279,11 +277,11 @@ fn ack_in_flight(
             interval: Duration::from_millis(50),
             send_rate: 0,
         }),
-        rtt: Some(Duration::from_millis(rtt_ms)),
+        rtt,
         srtt: None,
         delivered,
         reorder: Duration::ZERO,
-    })
+    }
 }
 
 #[test]
