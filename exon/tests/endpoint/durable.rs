@@ -535,6 +535,121 @@ async fn a_keyed_batch_refuses_the_rows_already_accepted_and_sends_the_rest() {
 /// before: each row is refused with `KeysForgotten`, none is delivered again; once the
 /// application settles B's keys (it learnt B holds rows up to 20), row 21 goes. With the
 /// rule off every row is delivered a second time.
+/// A store of the application's that keeps its mark but cannot say whether it ran before
+/// (the trait's default `stored_before`).
+#[derive(Clone)]
+struct Unsure(exon::endpoint::MemoryStore);
+
+impl exon::endpoint::ClockStore for Unsure {
+    fn load(&mut self) -> std::io::Result<u64> {
+        self.0.load()
+    }
+    fn store(&mut self, high_water: u64) -> std::io::Result<()> {
+        self.0.store(high_water)
+    }
+}
+
+/// Any clock store, boxed, as one `Builder::clock_store` takes.
+struct Boxed(Box<dyn exon::endpoint::ClockStore>);
+
+impl exon::endpoint::ClockStore for Boxed {
+    fn load(&mut self) -> std::io::Result<u64> {
+        self.0.load()
+    }
+    fn store(&mut self, high_water: u64) -> std::io::Result<()> {
+        self.0.store(high_water)
+    }
+    fn is_blocking(&self) -> bool {
+        self.0.is_blocking()
+    }
+    fn stored_before(&mut self) -> std::io::Result<Option<bool>> {
+        self.0.stored_before()
+    }
+}
+
+/// Makes the clock store of each start.
+type MakeStore<'a> = Box<dyn Fn() -> Box<dyn exon::endpoint::ClockStore> + 'a>;
+
+#[tokio::test]
+async fn a_journal_lost_under_an_external_clock_store_refuses_keyed_rows() {
+    use exon::endpoint::{ClockStore, FileStore, MemoryStore};
+    use exon::proto::SendError;
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("a.clock");
+    let memory = MemoryStore::new();
+    let unsure = Unsure(MemoryStore::new());
+    let stores: [(&str, MakeStore, bool); 3] = [
+        (
+            "file",
+            Box::new(|| Box::new(FileStore::new(file.clone()))),
+            true,
+        ),
+        ("memory", Box::new(|| Box::new(memory.clone())), true),
+        ("unsure", Box::new(|| Box::new(unsure.clone())), false),
+    ];
+    for (name, store, detects) in stores {
+        let da = tempfile::tempdir().unwrap();
+        let dir = da.path().join("a");
+        let mut b = start(B, None).await;
+        let bind_a = |store: Box<dyn ClockStore>| {
+            Endpoint::builder(A)
+                .security(security(A))
+                .config(cfg())
+                .clock_store(Boxed(store))
+                .durable(&dir)
+                .bind("127.0.0.1:0")
+        };
+        // A first start: nothing stored yet, nothing refused.
+        let a = bind_a(store()).await.unwrap();
+        a.add_peer(B, b.local_addr());
+        b.add_peer(A, a.local_addr());
+        let mut tally = Tally::default();
+        let mut first = Vec::new();
+        for key in 1..=5u64 {
+            let r = a.send_keyed(B, key, (key as u32).to_be_bytes().to_vec());
+            first.push(r.await.unwrap());
+        }
+        for _ in 0..5 {
+            tally.see(&timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+        }
+        for r in first {
+            timeout(LIMIT, r).await.unwrap().unwrap();
+        }
+        drop(a.close(Duration::ZERO).await);
+        drop(a);
+        // The whole directory lost, the clock kept elsewhere.
+        std::fs::remove_dir_all(&dir).unwrap();
+        let a = bind_a(store()).await.unwrap();
+        a.add_peer(B, b.local_addr());
+        b.add_peer(A, a.local_addr());
+        let again = a.send_keyed(B, 5, 5u32.to_be_bytes().to_vec()).await;
+        match again {
+            Err(Error::Send(SendError::KeysForgotten { to })) if detects => assert_eq!(to, B),
+            Ok(r) if !detects => {
+                // The limit a store that cannot tell leaves: the row is accepted again.
+                tally.see(&timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+                timeout(LIMIT, r).await.unwrap().unwrap();
+                assert_eq!(tally.0.get(&5), Some(&(2, 0)), "{name}");
+                continue;
+            }
+            other => panic!("{name}: {:?}", other.map(|_| ())),
+        }
+        a.settle_keys(B, 5).await.unwrap();
+        let r = a.send_keyed(B, 6, 6u32.to_be_bytes().to_vec()).await;
+        tally.see(&timeout(LIMIT, b.recv()).await.unwrap().unwrap());
+        timeout(LIMIT, r.unwrap()).await.unwrap().unwrap();
+        while let Ok(Some(m)) = timeout(Duration::from_millis(200), b.recv()).await {
+            tally.see(&m);
+        }
+        assert_eq!(tally.0.len(), 6, "{name}");
+        assert!(
+            tally.0.values().all(|&c| c == (1, 0)),
+            "{name}: {:?}",
+            tally.0
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_journal_lost_under_a_kept_clock_refuses_keyed_rows_until_settled() {
     use exon::proto::SendError;

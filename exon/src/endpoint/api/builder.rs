@@ -118,7 +118,10 @@ impl Builder {
         self
     }
 
-    /// Sets the clock store (default a fresh [`MemoryStore`]).
+    /// Sets the clock store (default a fresh [`MemoryStore`], or the clock file of the
+    /// directory given to [`durable`](Self::durable)). A durable endpoint asks it whether
+    /// it ran before ([`ClockStore::stored_before`]), to tell a lost journal from a first
+    /// start.
     pub fn clock_store(mut self, store: impl ClockStore) -> Self {
         self.store = Some(Box::new(store));
         self
@@ -161,9 +164,9 @@ impl Builder {
         }
         enlarge_buffers(&self.config, &sockets);
         let n = sockets.len();
-        let ran_before = self.store.is_none() && ran_before(self.durable.as_ref());
         let mut store = clock_store(self.store, self.durable.as_ref())?;
         let clock = store.load().map_err(BindError::Store)?;
+        let ran_before = ran_before(&mut *store, self.durable.as_ref())?;
         let local_addr = canonical(sockets[0].local_addr()?);
         // Read before anything starts: a socket that cannot say what it reaches starts nothing.
         let reaches = sockets
@@ -358,11 +361,25 @@ fn resume_streams<S: DatagramSocket>(
     made
 }
 
-/// Whether a durable directory's clock file was stored by a run before this one: a journal
-/// found new there was lost or replaced (its keys forgotten). A clock kept elsewhere
-/// (`Builder::clock_store`) cannot say.
-fn ran_before(durable: Option<&DurableDir>) -> bool {
-    durable.is_some_and(|d| d.clock_file().path().exists())
+/// Whether a durable endpoint's clock store holds a mark stored by a run before this one
+/// (its directory's clock file, or the store given to `Builder::clock_store`): a journal
+/// found new then was lost or replaced (its keys forgotten). A store that cannot tell
+/// ([`ClockStore::stored_before`] `None`) is taken for a first start, with a warning.
+fn ran_before(store: &mut dyn ClockStore, durable: Option<&DurableDir>) -> Result<bool, BindError> {
+    let Some(dir) = durable else {
+        return Ok(false);
+    };
+    match store.stored_before().map_err(BindError::Store)? {
+        Some(ran) => Ok(ran),
+        None => {
+            tracing::warn!(
+                dir = %dir.dir.display(),
+                "the clock store cannot say whether it ran before: a lost journal will \
+                 look like a first start, and keys it had accepted will not be refused"
+            );
+            Ok(false)
+        }
+    }
 }
 
 /// The clock store an endpoint starts with: the one given, else a durable endpoint's clock

@@ -4,7 +4,7 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -25,6 +25,19 @@ pub trait ClockStore: Send + 'static {
     fn is_blocking(&self) -> bool {
         true
     }
+    /// Whether this store holds a mark stored by an earlier run (`Some(true)`), holds none
+    /// (`Some(false)`: a first start), or cannot tell (`None`, the default). Asked once,
+    /// after [`load`](Self::load) and before any `store` of this run.
+    ///
+    /// A durable endpoint (`Builder::durable`) whose journal is found new while its clock
+    /// store says it ran before takes the journal as lost or replaced
+    /// (`Recovered::replaced`): it may have forgotten keys it had accepted, so keyed sends
+    /// are refused until the application settles them (`Handle::settle_keys`). A store
+    /// that answers `None` cannot tell a lost journal from a first start, and a row sent
+    /// again under a forgotten key may then be delivered a second time.
+    fn stored_before(&mut self) -> io::Result<Option<bool>> {
+        Ok(None)
+    }
 }
 
 /// Microseconds since the Unix epoch: a value that grows across restarts, used as a start
@@ -42,9 +55,17 @@ pub fn wall_clock_start() -> u64 {
 /// exactly-once survive restarts for sure.
 ///
 /// Clones share the stored value: an endpoint rebuilt on a clone (a restart within the same
-/// process, as in tests) starts from the last stored mark.
+/// process, as in tests) starts from the last stored mark, and knows that it ran before
+/// ([`ClockStore::stored_before`]).
 #[derive(Debug, Clone)]
-pub struct MemoryStore(Arc<AtomicU64>);
+pub struct MemoryStore(Arc<Mark>);
+
+/// A [`MemoryStore`]'s value, and whether anything was stored in it.
+#[derive(Debug)]
+struct Mark {
+    value: AtomicU64,
+    stored: AtomicBool,
+}
 
 impl MemoryStore {
     /// A store starting from [`wall_clock_start`].
@@ -54,12 +75,15 @@ impl MemoryStore {
 
     /// A store starting from `clock`.
     pub fn starting_at(clock: u64) -> Self {
-        MemoryStore(Arc::new(AtomicU64::new(clock)))
+        MemoryStore(Arc::new(Mark {
+            value: AtomicU64::new(clock),
+            stored: AtomicBool::new(false),
+        }))
     }
 
     /// The value currently stored.
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.0.value.load(Ordering::SeqCst)
     }
 }
 
@@ -75,12 +99,18 @@ impl ClockStore for MemoryStore {
     }
 
     fn store(&mut self, high_water: u64) -> io::Result<()> {
-        self.0.fetch_max(high_water, Ordering::SeqCst);
+        self.0.value.fetch_max(high_water, Ordering::SeqCst);
+        self.0.stored.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     fn is_blocking(&self) -> bool {
         false
+    }
+
+    /// Whether this store or a clone of it was stored in before.
+    fn stored_before(&mut self) -> io::Result<Option<bool>> {
+        Ok(Some(self.0.stored.load(Ordering::SeqCst)))
     }
 }
 
@@ -151,6 +181,15 @@ impl ClockStore for FileStore {
         tmp.persist(&self.path).map_err(|e| e.error)?;
         fs::File::open(dir)?.sync_all()
     }
+
+    /// Whether the file exists.
+    fn stored_before(&mut self) -> io::Result<Option<bool>> {
+        match fs::metadata(&self.path) {
+            Ok(_) => Ok(Some(true)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(false)),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// One clock store shared by the shards of an endpoint: every shard stores through it, and
@@ -195,6 +234,11 @@ impl ClockStore for SharedStore {
     fn is_blocking(&self) -> bool {
         self.blocking
     }
+
+    fn stored_before(&mut self) -> io::Result<Option<bool>> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.0.stored_before()
+    }
 }
 
 #[cfg(test)]
@@ -230,5 +274,39 @@ mod tests {
         a.store(120).unwrap();
         assert_eq!(*log.lock().unwrap(), [100, 150]);
         assert_eq!(a.load().unwrap(), 150);
+    }
+
+    #[test]
+    fn file_and_memory_stores_say_whether_they_ran_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = FileStore::new(dir.path().join("clock"));
+        assert_eq!(file.stored_before().unwrap(), Some(false));
+        file.load().unwrap();
+        assert_eq!(
+            file.stored_before().unwrap(),
+            Some(false),
+            "a load stores nothing"
+        );
+        file.store(7).unwrap();
+        assert_eq!(
+            FileStore::new(file.path()).stored_before().unwrap(),
+            Some(true)
+        );
+        let memory = MemoryStore::starting_at(5);
+        assert_eq!(memory.clone().stored_before().unwrap(), Some(false));
+        memory.clone().store(9).unwrap();
+        assert_eq!(
+            memory.clone().stored_before().unwrap(),
+            Some(true),
+            "clones share it"
+        );
+        // A shared store asks the one it shares; a store of the application's cannot tell.
+        let mut shared = SharedStore::new(Box::new(memory.clone()), 9);
+        assert_eq!(shared.stored_before().unwrap(), Some(true));
+        let log = Log(Arc::new(std::sync::Mutex::new(Vec::new())));
+        assert_eq!(
+            SharedStore::new(Box::new(log), 0).stored_before().unwrap(),
+            None
+        );
     }
 }
