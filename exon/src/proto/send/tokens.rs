@@ -11,11 +11,16 @@ use crate::proto::send::token::Token;
 /// back; lookups are a binary search over a contiguous ring; removing leaves a tombstone
 /// that is trimmed from the front, or compacted away once tombstones outnumber live tokens
 /// (a token stuck at the front cannot make memory grow past about twice the live count).
-/// No allocation per token once the ring has grown to the window.
+/// No allocation per token once the ring has grown to the window: emptied, it keeps room
+/// for twice the most entries it held since it was last empty, so a sender whose tokens
+/// all settle between bursts does not grow the ring again from nothing for each burst,
+/// and one large burst's room goes at the next quiet moment after a smaller one.
 #[derive(Debug, Default)]
 pub(crate) struct Tokens {
     entries: VecDeque<(u64, Option<Token>)>,
     live: usize,
+    /// The most entries held since the ring was last empty.
+    peak: usize,
 }
 
 /// A token's place in [`Tokens`], as [`Tokens::position`] found it, and its slot.
@@ -24,6 +29,9 @@ pub(crate) struct TokenAt(usize, u64);
 
 /// Tombstones tolerated before a compaction, beyond the live count.
 const SLACK: usize = 64;
+
+/// Entries an emptied ring keeps room for whatever its peak.
+const KEPT_ROOM: usize = 4 * SLACK;
 
 impl Tokens {
     /// Number of tokens.
@@ -61,6 +69,7 @@ impl Tokens {
         // Made in slot order: a push at the back, built in place.
         self.entries.push_back((slot, Some(tok)));
         self.live += 1;
+        self.peak = self.peak.max(self.entries.len());
     }
 
     /// [`insert`](Self::insert) of a token not made in slot order (never happens in the
@@ -76,6 +85,7 @@ impl Tokens {
             Err(i) => {
                 self.entries.insert(i, (slot, Some(tok)));
                 self.live += 1;
+                self.peak = self.peak.max(self.entries.len());
             }
         }
     }
@@ -173,6 +183,8 @@ impl Tokens {
     }
 
     /// Drops tombstones at the front, and all of them once they outnumber the live tokens.
+    /// Emptied, the ring keeps room for twice its peak since it was last empty (at least
+    /// [`KEPT_ROOM`]), and gives back the rest.
     fn trim(&mut self) {
         // Counted, then drained: a tombstone is dropped where it lies instead of being
         // moved out whole (a `pop_front` copies the entry's ~200 bytes).
@@ -181,8 +193,12 @@ impl Tokens {
         if self.entries.len() > 2 * self.live + SLACK {
             self.entries.retain(|e| e.1.is_some());
         }
-        if self.live == 0 && self.entries.capacity() > 4 * SLACK {
-            self.entries = VecDeque::new();
+        if self.live == 0 {
+            let keep = self.peak.saturating_mul(2).max(KEPT_ROOM);
+            if self.entries.capacity() > 2 * keep {
+                self.entries.shrink_to(keep);
+            }
+            self.peak = 0;
         }
     }
 }
@@ -260,5 +276,39 @@ mod tests {
         assert_eq!(t.first_slot(), Some(0));
         assert!(t.remove(0).is_some());
         assert!(t.is_empty() && t.first_slot().is_none());
+    }
+
+    /// Made and settled in bursts: the slots of each, in order.
+    fn burst(t: &mut Tokens, next: &mut u64, n: u64) {
+        for s in *next..*next + n {
+            t.insert(s, tok(s));
+        }
+        for s in *next..*next + n {
+            assert!(t.remove(s).is_some());
+        }
+        *next += n;
+    }
+
+    #[test]
+    fn an_emptied_ring_keeps_room_for_its_bursts_and_gives_a_large_ones_back() {
+        let mut t = Tokens::default();
+        let mut next = 0;
+        burst(&mut t, &mut next, 1000);
+        let room = t.entries.capacity();
+        assert!(room >= 1000, "kept when emptied: {room}");
+        for _ in 0..10 {
+            burst(&mut t, &mut next, 1000);
+            assert_eq!(
+                t.entries.capacity(),
+                room,
+                "no regrowth for bursts of one size"
+            );
+        }
+        // A small burst after the large ones: the ring gives their room back.
+        burst(&mut t, &mut next, 10);
+        let small = t.entries.capacity();
+        assert!((KEPT_ROOM..=2 * KEPT_ROOM).contains(&small), "{small}");
+        burst(&mut t, &mut next, 10);
+        assert_eq!(t.entries.capacity(), small);
     }
 }
