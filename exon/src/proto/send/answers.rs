@@ -181,7 +181,9 @@ impl SRecord {
                 credit.give_back(tok.rck, Outgoing::charge_of(o.total()));
             }
             if v == Verdict::Ack && tok.sends == 1 && tok.frag.is_none() && !tok.held {
-                mtud.on_acked(tok.reach as usize);
+                if let Some(reach) = flight.sent.reach(tok.seq) {
+                    mtud.on_acked(reach as usize);
+                }
             }
             if let Some(o) = tok.frag.as_ref().filter(|_| v == Verdict::Ack) {
                 for sent in o.in_flight().filter(|s| !s.again) {

@@ -125,7 +125,7 @@ impl Flight {
         self.bytes = self.bytes.saturating_sub(tok.flight);
         self.on_arrived(now, tok, rtt);
         tok.flight = 0;
-        tok.lost = None;
+        tok.clear_lost();
     }
 
     /// Token `tok` arrived (ACK, or HELD): feeds the delivery rate, loss detection and
@@ -172,7 +172,7 @@ impl Flight {
             self.whole_bytes = self.whole_bytes.saturating_add(tok.size);
             self.whole_newest = Some(self.whole_newest.map_or(tok.seq, |n| n.max(tok.seq)));
         }
-        if let Some(l) = tok.lost.as_deref() {
+        if let Some(l) = tok.lost() {
             if answers_original(now, l.resent_at, rtt.min()) {
                 let srtt = rtt.smoothed().unwrap_or_default();
                 let resent = l.resent_at.is_some();
@@ -185,7 +185,8 @@ impl Flight {
         if tok.sends == 1 && (self.once_seq != Some(tok.seq) || tok.seq == NEVER_SENT) {
             self.once_seq = Some(tok.seq);
             let overtaken = self.losses.on_acked(tok.seq);
-            if let Some(t) = tok.sent_at {
+            // When its datagram left (unknown for a datagram the log forgot: no sample).
+            if let Some(t) = self.sent.sent_exactly_at(tok.seq) {
                 if overtaken {
                     let sample = now.saturating_duration_since(t);
                     let late = sample.saturating_sub(rtt.min().unwrap_or(sample));
@@ -267,7 +268,6 @@ mod tests {
                     let seq = flight.losses.on_sent(slot);
                     let mut tok = token(slot);
                     (tok.seq, tok.size, tok.flight, tok.sends) = (seq, size, size, 2);
-                    tok.sent_at = Some(now);
                     out.push((tok, st));
                     // As `SRecord::on_token_sent`, the token already refers to its datagram.
                     if !flight.sent.has(seq) {

@@ -83,6 +83,10 @@ pub(crate) struct Outgoing {
     /// before a restart (a message recovered in its slot), or whole when datagrams were
     /// larger. No transmission of it gives an RTT sample: an ACK or GOT may answer those.
     left_before: bool,
+    /// When its last fragment left (or its whole TOKEN before these fragments began, or
+    /// when it was found held whole before this life sent any of it): what the timers of
+    /// its message run from. `None`: nothing of it left in this life yet.
+    last_sent: Option<Instant>,
 }
 
 impl Outgoing {
@@ -100,6 +104,7 @@ impl Outgoing {
             lost: VecDeque::new(),
             grew_at: None,
             left_before: false,
+            last_sent: None,
         }
     }
 
@@ -127,6 +132,7 @@ impl Outgoing {
             lost: VecDeque::new(),
             grew_at: None,
             left_before: true,
+            last_sent: None,
         }
     }
 
@@ -209,6 +215,17 @@ impl Outgoing {
         (max > 0).then(|| r.start..r.end.min(r.start.saturating_add(max)))
     }
 
+    /// When its last fragment left, or what stands for it (see the field).
+    #[inline]
+    pub fn last_sent(&self) -> Option<Instant> {
+        self.last_sent
+    }
+
+    /// Sets what its timers run from (see [`last_sent`](Self::last_sent)).
+    pub fn set_last_sent(&mut self, at: Option<Instant>) {
+        self.last_sent = at;
+    }
+
     /// `range` left in a FRAG frame of `size` bytes with sequence number `seq`.
     pub fn on_sent(
         &mut self,
@@ -220,6 +237,7 @@ impl Outgoing {
         reach: u32,
     ) {
         self.pending.remove_range(range.clone());
+        self.last_sent = Some(at);
         for l in &mut self.lost {
             if l.resent_at.is_none() && l.range.start < range.end && range.start < l.range.end {
                 l.resent_at = Some(at);

@@ -507,9 +507,9 @@ impl SRecord {
         }
         let held_whole = o.is_whole();
         let whole = !was_whole && held_whole;
-        if held_whole && await_verdict && tok.sent_at.is_none() {
+        if held_whole && await_verdict && o.last_sent().is_none() {
             // Held whole before this life sent any of it: time the verdict from now.
-            tok.sent_at = Some(now);
+            o.set_last_sent(Some(now));
         }
         let stranded = held_whole && await_verdict && !self.timers.is_set(Timer::Rto);
         let charge = (whole && o.is_charged()).then(|| Outgoing::charge_of(o.total()));
@@ -606,15 +606,17 @@ impl SRecord {
                 continue;
             }
             if tok.sends == 1 {
-                mtud.on_acked(tok.reach as usize);
+                if let Some(reach) = flight.sent.reach(tok.seq) {
+                    mtud.on_acked(reach as usize);
+                }
             }
             flight.on_held(now, tok, rtt);
             tok.held = true;
             held = true;
-            if await_verdict && tok.sent_at.is_none() {
+            if await_verdict && tok.last_sent(&flight.sent).is_none() {
                 // Held before this life sent it (a restored token, a late answer): time the
                 // verdict from now.
-                tok.sent_at = Some(now);
+                tok.held_unsent(now);
             }
         }
         if held && await_verdict && !self.timers.is_set(Timer::Rto) {

@@ -167,7 +167,8 @@ impl SRecord {
                 self.flight.losses.pop_front();
                 continue;
             }
-            let sent = match tok.sent_at {
+            // Its datagram's send time (`SentLog::sent_at`).
+            let sent = match self.flight.sent.sent_at(seq) {
                 Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
                 _ => {
                     self.flight.losses.pop_front();
@@ -177,12 +178,14 @@ impl SRecord {
             match self.flight.losses.judge(seq, sent, now, delay, threshold) {
                 Judgement::Lost => {
                     self.flight.losses.pop_front();
-                    self.mtud.on_lost(seq, tok.reach as usize);
-                    tok.lost = Some(Box::new(Lost {
+                    if let Some(reach) = self.flight.sent.reach(seq) {
+                        self.mtud.on_lost(seq, reach as usize);
+                    }
+                    tok.set_lost(Lost {
                         at: now,
                         resent_at: None,
                         bytes: tok.flight,
-                    }));
+                    });
                     bytes += tok.flight;
                     self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                     tok.flight = 0;
@@ -402,7 +405,9 @@ impl SRecord {
             if tok.rck != r {
                 continue;
             }
-            let Some(sent) = tok.sent_at else { continue };
+            let Some(sent) = tok.last_sent(&self.flight.sent) else {
+                continue;
+            };
             // In flight, or held whole by the receiver (a message in fragments, answered
             // GOT): a receiver that restarted with the incarnation open lost what it held,
             // and the few bytes sent again ask it (its GOT says what it has).
@@ -504,12 +509,13 @@ impl SRecord {
                 .iter()
                 .any(|s| tokens.get(*s).is_some_and(|t| t.sends == 0));
             if !fresh {
+                let log = &self.flight.sent;
                 let oldest = self
                     .tokens
                     .iter_mut()
-                    .find(|(_, t)| !t.queued && t.sent_at.is_some());
+                    .find(|(_, t)| !t.queued && t.last_sent(log).is_some());
                 if let Some((s, tok)) = oldest {
-                    tok.probe_held();
+                    tok.probe_held(log);
                     tok.queued = true;
                     let out = match &mut tok.frag {
                         Some(o) => o.probe_oldest(),
@@ -527,7 +533,9 @@ impl SRecord {
         let mut due = 0;
         let mut next: Option<Instant> = None;
         for (s, tok) in self.tokens.iter_mut() {
-            let Some(sent) = tok.sent_at else { continue };
+            let Some(sent) = tok.last_sent(&self.flight.sent) else {
+                continue;
+            };
             // A fragmented message waiting to send more bytes may still have bytes in
             // flight: those expire too.
             if tok.queued && (tok.frag.is_none() || tok.flight == 0) {
@@ -563,12 +571,16 @@ fn requeue(
     to_send: &mut VecDeque<u64>,
 ) {
     let was_queued = std::mem::replace(&mut tok.queued, true);
-    tok.probe_held();
+    tok.probe_held(&flight.sent);
     match &mut tok.frag {
         Some(o) => {
             o.on_timeout();
         }
-        None => mtud.on_lost(tok.seq, tok.reach as usize),
+        None => {
+            if let Some(reach) = flight.sent.reach(tok.seq) {
+                mtud.on_lost(tok.seq, reach as usize);
+            }
+        }
     }
     flight.bytes = flight.bytes.saturating_sub(tok.flight);
     tok.flight = 0;

@@ -1,14 +1,30 @@
 //! What the sender keeps per datagram that carried TOKENs to a destination, rather than per
-//! token: the delivery-rate snapshot of its transmission, by the datagram's sequence number.
+//! token: when it left, the delivery-rate snapshot of its transmission and how far its
+//! frames reached, by the datagram's sequence number.
 //!
 //! Every token written whole into one datagram shares that datagram's sequence number (see
 //! [`LossDetector`](super::loss::LossDetector)) and the instant it left, so the snapshot the
 //! delivery-rate estimator takes is the same for all of them: it is taken once, when the
-//! datagram's first token is written, and a token keeps only the sequence number.
+//! datagram's first token is written, and a token keeps only the sequence number. Its send
+//! time (loss detection's time rule, the RTT sample, the retransmission timer) and its
+//! reach (path MTU discovery: an acknowledged token proves its whole datagram arrived, a
+//! lost one that its datagram did not) are read here by that number.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use crate::proto::send::congestion::SendState;
+
+/// One datagram that carried TOKENs.
+#[derive(Debug, Clone, Copy)]
+struct Datagram {
+    /// The delivery-rate snapshot taken when its first token was written (its send time
+    /// with it).
+    state: SendState,
+    /// How far into the datagram its last TOKEN frame ended, in bytes, the authentication
+    /// tag counted.
+    reach: u32,
+}
 
 /// Datagrams kept beyond a multiple of the tokens before the log looks for what it may
 /// forget, and beyond the hard bound.
@@ -20,13 +36,13 @@ const SLACK: usize = 64;
 /// verdict while four times as many datagrams as there are tokens leave after it.
 const MAX_PER_TOKEN: usize = 4;
 
-/// Delivery-rate snapshots of the datagrams that carried TOKENs, by sequence number: dense
-/// from `base` (the detector numbers only datagrams that carried a TOKEN).
+/// The datagrams that carried TOKENs, by sequence number: dense from `base` (the detector
+/// numbers only datagrams that carried a TOKEN).
 #[derive(Debug, Default)]
 pub(crate) struct SentLog {
     /// The sequence number of `snaps[0]`.
     base: u64,
-    snaps: VecDeque<SendState>,
+    snaps: VecDeque<Datagram>,
     /// The length past which [`push`](Self::push) asks to be told the oldest datagram a
     /// token still refers to (doubled after each answer, so the asking costs O(1) a push).
     check_at: usize,
@@ -59,8 +75,22 @@ impl SentLog {
             self.snaps.drain(..gone);
             self.base += gone as u64;
         }
-        self.snaps.push_back(st);
+        self.snaps.push_back(Datagram {
+            state: st,
+            reach: 0,
+        });
         self.snaps.len() > self.check_at
+    }
+
+    /// Datagram `seq`, the newest (its snapshot taken), reaches `reach` bytes with the
+    /// frames written into it so far. Any other datagram is left as it is.
+    #[inline]
+    pub fn note_reach(&mut self, seq: u64, reach: u32) {
+        if self.base.checked_add(self.snaps.len() as u64) == seq.checked_add(1) {
+            if let Some(d) = self.snaps.back_mut() {
+                d.reach = d.reach.max(reach);
+            }
+        }
     }
 
     /// Forgets the datagrams before `oldest` (the oldest one a token of the record, `tokens`
@@ -77,11 +107,41 @@ impl SentLog {
         self.check_at = soft.max(self.snaps.len().saturating_mul(2));
     }
 
+    #[inline]
+    fn datagram(&self, seq: u64) -> Option<&Datagram> {
+        let i = seq.checked_sub(self.base)?;
+        self.snaps.get(usize::try_from(i).ok()?)
+    }
+
     /// The snapshot of datagram `seq`, if still kept.
     #[inline]
     pub fn get(&self, seq: u64) -> Option<&SendState> {
-        let i = seq.checked_sub(self.base)?;
-        self.snaps.get(usize::try_from(i).ok()?)
+        self.datagram(seq).map(|d| &d.state)
+    }
+
+    /// When datagram `seq` left, if it is still kept.
+    #[inline]
+    pub fn sent_exactly_at(&self, seq: u64) -> Option<Instant> {
+        self.datagram(seq).map(|d| d.state.sent_at())
+    }
+
+    /// When datagram `seq` left, for the timers that judge a token by it: its own instant
+    /// if still kept; for one forgotten past the hard bound ([`MAX_PER_TOKEN`]), the oldest
+    /// kept datagram's, which left after it (a timer judged from it fires late, never
+    /// early); `None` for a number the log never had (none sent yet in its numbering).
+    #[inline]
+    pub fn sent_at(&self, seq: u64) -> Option<Instant> {
+        if seq < self.base {
+            return self.snaps.front().map(|d| d.state.sent_at());
+        }
+        self.sent_exactly_at(seq)
+    }
+
+    /// How far datagram `seq`'s TOKEN frames reached (see [`note_reach`](Self::note_reach)),
+    /// if it is still kept.
+    #[inline]
+    pub fn reach(&self, seq: u64) -> Option<u32> {
+        self.datagram(seq).map(|d| d.reach)
     }
 
     /// Datagrams kept.
@@ -164,5 +224,35 @@ mod tests {
         log.push(502, rate.on_sent(t0, 1), 1);
         assert_eq!(log.len(), 1);
         assert!(log.get(500).is_none() && log.has(502));
+    }
+
+    /// A datagram keeps when it left and the furthest its TOKEN frames reached; once
+    /// forgotten, its exact time and reach are unknown, and the timers judge a token that
+    /// still names it from the oldest datagram kept, which left after it (late, never early).
+    #[test]
+    fn a_datagram_keeps_its_send_time_and_its_furthest_reach() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut rate = DeliveryRate::default();
+        let mut log = SentLog::default();
+        assert_eq!(log.sent_at(0), None, "nothing sent yet");
+        for seq in 0..3u64 {
+            log.push(seq, rate.on_sent(t0 + ms(seq * 10), 0), 10);
+            log.note_reach(seq, 100);
+            log.note_reach(seq, 700 + seq as u32);
+            log.note_reach(seq, 300);
+        }
+        // Only the datagram being written takes a reach.
+        log.note_reach(0, 5000);
+        log.note_reach(7, 5000);
+        assert_eq!(log.reach(0), Some(700));
+        assert_eq!(log.reach(2), Some(702));
+        assert_eq!(log.sent_exactly_at(1), Some(t0 + ms(10)));
+        assert_eq!(log.sent_at(1), Some(t0 + ms(10)));
+        assert_eq!((log.sent_at(3), log.reach(3)), (None, None));
+        log.forget_before(Some(2), 10);
+        assert_eq!((log.sent_exactly_at(1), log.reach(1)), (None, None));
+        assert_eq!(log.sent_at(1), Some(t0 + ms(20)), "the oldest kept: later");
+        assert_eq!(log.sent_at(2), Some(t0 + ms(20)));
     }
 }

@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use crate::proto::send::fragments::Outgoing;
+use crate::proto::send::sent::SentLog;
 use crate::proto::{MsgId, Payload};
 
 /// A message waiting for an envelope.
@@ -25,14 +26,17 @@ pub(crate) struct Queued {
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
 /// incarnation `rck`, kept until acknowledged. The token keeps the incarnation it was made
 /// under, whatever the record's `rck` becomes later (rule 3 of `docs/algorithm.md`).
+///
+/// What its last transmission shares with the other tokens of its datagram (when it left,
+/// the delivery-rate snapshot, how far the datagram's frames reached) is kept once per
+/// datagram ([`SentLog`]), found by `seq`; a fragmented message's transmissions are its
+/// [`Outgoing`]'s.
 #[derive(Debug)]
 pub(crate) struct Token {
     /// The receiver incarnation this token's slot belongs to.
     pub(super) rck: u64,
     pub(super) payload: Payload,
     pub(super) id: MsgId,
-    /// When it was last put on the wire (`None`: never yet).
-    pub(super) sent_at: Option<Instant>,
     /// How many times it was put on the wire (as a TOKEN, or a FRAG of it).
     pub(super) sends: u32,
     /// A whole copy of the message left at least once: one TOKEN frame, or every byte of
@@ -42,8 +46,8 @@ pub(crate) struct Token {
     /// Waiting in `to_send`.
     pub(super) queued: bool,
     /// Sequence number of the datagram of its last transmission (see [`LossDetector`](super::loss::LossDetector)):
-    /// what loss detection and the datagram's delivery-rate snapshot
-    /// ([`SentLog`](super::sent::SentLog)) know it by. [`NEVER_SENT`] until it leaves.
+    /// what loss detection and the datagram's record ([`SentLog`]: when it left, its
+    /// delivery-rate snapshot, its reach) know it by. [`NEVER_SENT`] until it leaves.
     pub(super) seq: u64,
     /// Bytes it counts in the record's bytes in flight (0: not in flight).
     pub(super) flight: u64,
@@ -51,12 +55,9 @@ pub(crate) struct Token {
     pub(super) size: u64,
     /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
     pub(super) frag: Option<Box<Outgoing>>,
-    /// How far into its datagram its frame ended when last sent, in bytes (the
-    /// authentication tag counted): what its loss or acknowledgement says of sizes.
-    pub(super) reach: u32,
-    /// Its last loss declared by loss detection (kept until it is settled; boxed, since
-    /// few tokens are ever lost and every token is moved in and out of its ring).
-    pub(super) lost: Option<Box<Lost>>,
+    /// What few tokens have (a loss declared, a verdict timed without a send): boxed, since
+    /// every token is moved in and out of its ring.
+    pub(super) rare: Option<Box<Rare>>,
     /// See [`Queued::reported`].
     pub(super) reported: bool,
     /// See [`Queued::senders_copy`].
@@ -69,6 +70,17 @@ pub(crate) struct Token {
 
 /// The sequence number of a token that never left in this life of its sender: no datagram's.
 pub(crate) const NEVER_SENT: u64 = u64::MAX;
+
+/// A token's state that few tokens ever have.
+#[derive(Debug, Default)]
+pub(crate) struct Rare {
+    /// Its last loss declared by loss detection (kept until it is settled).
+    pub(super) lost: Option<Lost>,
+    /// Held whole at its receiver (HELD) before this life of its sender put it on the wire
+    /// (a token restored after a restart): when that was, from which its verdict is timed
+    /// until it leaves.
+    pub(super) held_unsent_at: Option<Instant>,
+}
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +113,6 @@ impl Token {
             rck,
             payload: msg.payload,
             id: msg.id,
-            sent_at: None,
             sends: 0,
             whole_left: false,
             queued: true,
@@ -109,8 +120,7 @@ impl Token {
             flight: 0,
             size: 0,
             frag: None,
-            reach: 0,
-            lost: None,
+            rare: None,
             reported: msg.reported,
             senders_copy: msg.senders_copy,
             held: false,
@@ -121,11 +131,51 @@ impl Token {
     /// now on it goes as a fragmented message the receiver holds every byte of, so that
     /// the question is its first bytes in a FRAG rather than the whole message again, and
     /// the answer (GOT or HELD, ACK, DOUBT or RETRY) is handled as for any fragmented one.
-    pub fn probe_held(&mut self) {
+    /// Its last transmission's time (`log`: its datagram's) goes with it.
+    pub fn probe_held(&mut self, log: &SentLog) {
         if self.held && self.frag.is_none() {
-            self.frag = Some(Box::new(Outgoing::held_whole(self.payload.len() as u64)));
+            let mut o = Outgoing::held_whole(self.payload.len() as u64);
+            o.set_last_sent(self.last_sent(log));
+            self.frag = Some(Box::new(o));
         }
         self.held = false;
+    }
+
+    /// When it was last put on the wire (`None`: never yet in this life of its sender),
+    /// which its timers run from: its datagram's instant (`log`), its last fragment's, or
+    /// for a token held whole before it ever left in this life, when it was found held.
+    #[inline]
+    pub fn last_sent(&self, log: &SentLog) -> Option<Instant> {
+        match &self.frag {
+            Some(o) => o.last_sent(),
+            None if self.seq != NEVER_SENT => log.sent_at(self.seq),
+            None => self.rare.as_ref().and_then(|r| r.held_unsent_at),
+        }
+    }
+
+    /// Its last loss declared by loss detection, if it is not settled yet.
+    #[inline]
+    pub fn lost(&self) -> Option<&Lost> {
+        self.rare.as_ref().and_then(|r| r.lost.as_ref())
+    }
+
+    /// Records a loss declared by loss detection.
+    pub fn set_lost(&mut self, lost: Lost) {
+        self.rare.get_or_insert_with(Box::default).lost = Some(lost);
+    }
+
+    /// Forgets its last loss (it arrived).
+    #[inline]
+    pub fn clear_lost(&mut self) {
+        if let Some(r) = &mut self.rare {
+            r.lost = None;
+        }
+    }
+
+    /// It was found held whole before it ever left in this life: its verdict is timed
+    /// from `now`.
+    pub fn held_unsent(&mut self, now: Instant) {
+        self.rare.get_or_insert_with(Box::default).held_unsent_at = Some(now);
     }
 
     /// The incarnation this token goes out under: its own (rule 3), or, with that rule
@@ -136,5 +186,19 @@ impl Token {
         } else {
             record_rck.unwrap_or(self.rck)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token's ring entry stays small: what its transmission shares with its datagram
+    /// (when it left, the delivery-rate snapshot, the reach) is the datagram's, kept once
+    /// ([`SentLog`]), and what few tokens have is boxed ([`Rare`]). It was 144 bytes with a
+    /// send time and a reach of its own; each entry is moved into the ring once.
+    #[test]
+    fn a_token_keeps_no_state_of_its_datagram() {
+        assert!(std::mem::size_of::<(u64, Option<Token>)>() <= 128);
     }
 }

@@ -106,6 +106,11 @@ impl SRecord {
         self.write_reqslots(&mut fill);
         let (wrote, blocked) = self.write_tokens(&mut fill, cfg, rules);
         self.write_reqcredit(&mut fill);
+        if wrote {
+            // How far the datagram reached, for the TOKENs in it (if any went whole).
+            let seq = self.flight.losses.current_seq();
+            self.flight.sent.note_reach(seq, fill.reach());
+        }
         self.end_datagram(now, cfg, wrote);
         let credit_due = self.credit.due().is_some();
         let burst_end = !self.req.is_due() && self.to_send.is_empty() && !credit_due;
@@ -233,13 +238,15 @@ impl SRecord {
                 self.flight.bytes = self.flight.bytes.saturating_sub(tok.flight);
                 tok.flight = 0;
                 let len = tok.payload.len() as u64;
-                let o = if tok.sends > 0 {
+                let mut o = if tok.sends > 0 {
                     // It may have arrived whole already (or, recovered after a restart,
                     // in fragments of the life before): answers prove no round trip.
                     Outgoing::sent_before(len)
                 } else {
                     Outgoing::new(len)
                 };
+                // Its timers run from its whole copy's transmission until a fragment leaves.
+                o.set_last_sent(tok.last_sent(&self.flight.sent));
                 tok.frag = Some(Box::new(o));
             }
             let step = if tok.frag.is_some() {
@@ -312,7 +319,6 @@ impl SRecord {
         }
         let more = o.has_pending_after(&range);
         tok.sends = tok.sends.saturating_add(1);
-        tok.sent_at = Some(fill.now);
         let sent = range.end - range.start;
         let in_row = if self.burst.0 == s { self.burst.1 } else { 0 };
         if more && in_row + sent < FRAG_BURST {
@@ -383,21 +389,22 @@ impl SRecord {
         let old = std::mem::replace(&mut tok.flight, size);
         tok.seq = seq;
         tok.size = size;
-        tok.reach = fill.reach();
         if tok.sends > 0 {
             fill.stats.retransmissions += 1;
         }
-        if let Some(l) = &mut tok.lost {
-            l.resent_at.get_or_insert(fill.now);
+        if let Some(r) = &mut tok.rare {
+            if let Some(l) = &mut r.lost {
+                l.resent_at.get_or_insert(fill.now);
+            }
         }
         tok.sends = tok.sends.saturating_add(1);
         tok.whole_left = true;
-        tok.sent_at = Some(fill.now);
         tok.queued = false;
         self.to_send.pop_front();
         if kind.is_early() {
             self.on_sent_early(s);
         }
+        // Its send time and reach are its datagram's: kept once, in the log.
         self.on_token_sent(fill.now, seq, size, old);
         fill.allowance = if admitted {
             fill.allowance - size

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use super::rate_of;
 
-/// What a token remembers of the estimator when it is sent.
+/// What the estimator was when a datagram of tokens (or a fragment) was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SendState {
-    /// When the token was sent.
+    /// When the datagram was sent.
     sent_at: Instant,
     /// Bytes delivered over the record's life at that moment.
     delivered: u64,
@@ -30,8 +30,8 @@ pub(crate) struct SendState {
 }
 
 impl SendState {
-    /// When the token was sent.
-    #[cfg(test)]
+    /// When the datagram was sent.
+    #[inline]
     pub fn sent_at(&self) -> Instant {
         self.sent_at
     }
