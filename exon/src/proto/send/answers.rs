@@ -286,7 +286,9 @@ impl SRecord {
         let next = self.to_send.front().and_then(|s| self.tokens.get(*s));
         // A fragmented message goes a datagram at a time.
         let most = cfg.mtu.max_datagram_size as u64;
-        let size = next.map_or(0, |t| t.size.max(t.payload.len() as u64).min(most));
+        let size = next.map_or(0, |t| {
+            u64::from(t.size).max(t.payload.len() as u64).min(most)
+        });
         let ready = !self.to_send.is_empty() && !self.is_paced() && self.window_allows(size);
         AfterFrame {
             lost,

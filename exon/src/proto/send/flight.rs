@@ -165,11 +165,11 @@ impl Flight {
     /// sample, its sending once to loss detection and the RTT sample.
     #[inline(always)]
     fn on_whole_arrived(&mut self, now: Instant, tok: &Token, rtt: &Rtt) {
-        self.ack_batch = self.ack_batch.saturating_add(tok.size);
+        self.ack_batch = self.ack_batch.saturating_add(u64::from(tok.size));
         // Sent whole in this life (a token restored after a restart that never left again
         // has no datagram here).
         if tok.seq != NEVER_SENT {
-            self.whole_bytes = self.whole_bytes.saturating_add(tok.size);
+            self.whole_bytes = self.whole_bytes.saturating_add(u64::from(tok.size));
             self.whole_newest = Some(self.whole_newest.map_or(tok.seq, |n| n.max(tok.seq)));
         }
         if let Some(l) = tok.lost() {
@@ -267,7 +267,7 @@ mod tests {
                     let st = reference.on_sent(now, flight.bytes);
                     let seq = flight.losses.on_sent(slot);
                     let mut tok = token(slot);
-                    (tok.seq, tok.size, tok.flight, tok.sends) = (seq, size, size, 2);
+                    (tok.seq, tok.size, tok.flight, tok.sends) = (seq, size as u32, size, 2);
                     out.push((tok, st));
                     // As `SRecord::on_token_sent`, the token already refers to its datagram.
                     if !flight.sent.has(seq) {
@@ -321,7 +321,7 @@ mod tests {
     ) -> Result<(), TestCaseError> {
         for (tok, st) in acked {
             flight.on_settled(at, tok, true, rtt);
-            reference.on_acked(at, Some(st), tok.size);
+            reference.on_acked(at, Some(st), u64::from(tok.size));
         }
         flight.end_frame(at);
         prop_assert_eq!(flight.rate.take_sample(), reference.take_sample());

@@ -51,8 +51,8 @@ pub(crate) struct Token {
     pub(super) seq: u64,
     /// Bytes it counts in the record's bytes in flight (0: not in flight).
     pub(super) flight: u64,
-    /// Its TOKEN frame's size when last sent.
-    pub(super) size: u64,
+    /// Its TOKEN frame's size when last sent (within a datagram: at most 65 507).
+    pub(super) size: u32,
     /// Its bytes, for a message sent in fragments (FRAG frames) rather than one TOKEN.
     pub(super) frag: Option<Box<Outgoing>>,
     /// What few tokens have (a loss declared, a verdict timed without a send): boxed, since
@@ -195,10 +195,11 @@ mod tests {
 
     /// A token's ring entry stays small: what its transmission shares with its datagram
     /// (when it left, the delivery-rate snapshot, the reach) is the datagram's, kept once
-    /// ([`SentLog`]), and what few tokens have is boxed ([`Rare`]). It was 144 bytes with a
-    /// send time and a reach of its own; each entry is moved into the ring once.
+    /// ([`SentLog`]), its frame's size fits 32 bits, and what few tokens have is boxed
+    /// ([`Rare`]). It was 144 bytes with a send time and a reach of its own; each entry is
+    /// moved into the ring once.
     #[test]
     fn a_token_keeps_no_state_of_its_datagram() {
-        assert!(std::mem::size_of::<(u64, Option<Token>)>() <= 128);
+        assert!(std::mem::size_of::<(u64, Option<Token>)>() <= 120);
     }
 }

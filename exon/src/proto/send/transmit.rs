@@ -388,7 +388,8 @@ impl SRecord {
         let seq = self.flight.losses.on_sent(s);
         let old = std::mem::replace(&mut tok.flight, size);
         tok.seq = seq;
-        tok.size = size;
+        // A frame within one datagram (`len <= fill.room()`).
+        tok.size = len as u32;
         if tok.sends > 0 {
             fill.stats.retransmissions += 1;
         }
