@@ -21,8 +21,9 @@ struct Datagram {
     /// The delivery-rate snapshot taken when its first token was written (its send time
     /// with it).
     state: SendState,
-    /// How far into the datagram its last TOKEN frame ended, in bytes, the authentication
-    /// tag counted.
+    /// How far the sender record's frames reached into it (its TOKENs and any frame after
+    /// them), in bytes, the authentication tag counted: noted once the record's part of the
+    /// datagram is written.
     reach: u32,
 }
 
