@@ -58,29 +58,22 @@ impl SentLog {
     }
 
     /// Records datagram `seq`'s snapshot (the record holds `tokens` tokens). A sequence
-    /// number that does not follow the last one starts the log again from it. The oldest
-    /// goes at once past the hard bound ([`MAX_PER_TOKEN`]), so the log never holds more.
-    /// Returns whether the log has grown enough to be told, by
-    /// [`forget_before`](Self::forget_before), the oldest datagram a token of the record
-    /// still refers to.
+    /// number that does not follow the last one starts the log again from it. Returns
+    /// whether the log has grown enough to be told, by [`keep_from`](Self::keep_from) and
+    /// [`forget_below`](Self::forget_below), the oldest datagram a token of the record still
+    /// refers to: always once it holds more than the hard bound ([`MAX_PER_TOKEN`]), so a
+    /// record that forgets when asked never holds more than one datagram beyond it.
     #[inline]
     pub fn push(&mut self, seq: u64, st: SendState, tokens: usize) -> bool {
         if self.base.checked_add(self.snaps.len() as u64) != Some(seq) {
             self.snaps.clear();
             self.base = seq;
         }
-        let hard = hard_bound(tokens);
-        if self.snaps.len() >= hard {
-            // Each datagram goes once: O(1) a push, amortised.
-            let gone = self.snaps.len() + 1 - hard;
-            self.snaps.drain(..gone);
-            self.base += gone as u64;
-        }
         self.snaps.push_back(Datagram {
             state: st,
             reach: 0,
         });
-        self.snaps.len() > self.check_at
+        self.snaps.len() > self.check_at.min(hard_bound(tokens))
     }
 
     /// Datagram `seq`, the newest (its snapshot taken), reaches `reach` bytes with the
@@ -94,18 +87,39 @@ impl SentLog {
         }
     }
 
-    /// Forgets the datagrams before `oldest` (the oldest one a token of the record, `tokens`
-    /// of them, still refers to; `None`: none does), and the oldest beyond the hard bound
-    /// ([`MAX_PER_TOKEN`]).
-    pub fn forget_before(&mut self, oldest: Option<u64>, tokens: usize) {
+    /// The first datagram to keep when `oldest` is the oldest one a token of the record
+    /// (`tokens` of them) still refers to (`None`: none does): that one, unless more than
+    /// the hard bound ([`MAX_PER_TOKEN`]) would stay, when only the newest three quarters
+    /// of the bound stay (so the next look is a quarter of the bound away: O(1) a push,
+    /// amortised). Datagrams from `oldest` up to it go although a token names them: their
+    /// tokens keep their send time themselves (the record pins it in each).
+    pub fn keep_from(&self, oldest: Option<u64>, tokens: usize) -> u64 {
         let end = self.base + self.snaps.len() as u64;
-        let keep_from = oldest.unwrap_or(end).clamp(self.base, end);
-        let from = keep_from.max(end.saturating_sub(hard_bound(tokens) as u64));
+        let keep = oldest.unwrap_or(end).clamp(self.base, end);
+        let hard = hard_bound(tokens) as u64;
+        if end - keep > hard {
+            end - (hard - hard / 4)
+        } else {
+            keep
+        }
+    }
+
+    /// Forgets the datagrams before `from` (from [`keep_from`](Self::keep_from)).
+    pub fn forget_below(&mut self, from: u64, tokens: usize) {
+        let end = self.base + self.snaps.len() as u64;
+        let from = from.clamp(self.base, end);
         let gone = (from - self.base) as usize;
         self.snaps.drain(..gone);
         self.base = from;
         let soft = tokens.saturating_mul(2).saturating_add(SLACK);
         self.check_at = soft.max(self.snaps.len().saturating_mul(2));
+    }
+
+    /// [`forget_below`](Self::forget_below) what [`keep_from`](Self::keep_from) says.
+    #[cfg(test)]
+    pub fn forget_before(&mut self, oldest: Option<u64>, tokens: usize) {
+        let from = self.keep_from(oldest, tokens);
+        self.forget_below(from, tokens);
     }
 
     #[inline]
@@ -126,10 +140,11 @@ impl SentLog {
         self.datagram(seq).map(|d| d.state.sent_at())
     }
 
-    /// When datagram `seq` left, for the timers that judge a token by it: its own instant
-    /// if still kept; for one forgotten past the hard bound ([`MAX_PER_TOKEN`]), the oldest
-    /// kept datagram's, which left after it (a timer judged from it fires late, never
-    /// early); `None` for a number the log never had (none sent yet in its numbering).
+    /// When datagram `seq` left, for loss detection's time rule: its own instant if still
+    /// kept; for one forgotten past the hard bound ([`MAX_PER_TOKEN`]), the oldest kept
+    /// datagram's, which left after it (judged from it, a loss is declared late, never
+    /// early; the count rule has declared one that old lost long before); `None` for a
+    /// number the log never had (none sent yet in its numbering).
     #[inline]
     pub fn sent_at(&self, seq: u64) -> Option<Instant> {
         if seq < self.base {
@@ -198,24 +213,27 @@ mod tests {
             "kept from the oldest referred to"
         );
         assert!(asked < 10, "asked {asked} times: the threshold doubles");
-        // Past the hard bound (4 a token and 1 024), the oldest go all the same: at the
-        // next look, and at once at every push beyond it.
+        // Past the hard bound (4 a token and 1 024), the oldest go all the same, down to
+        // three quarters of the bound, and every push beyond the bound asks for a look.
+        let hard = 10 * MAX_PER_TOKEN + SLACK * 16;
+        assert!(log.keep_from(Some(5), 10) > 5, "past the bound");
         log.forget_before(Some(5), 10);
-        assert_eq!(log.len(), 10 * MAX_PER_TOKEN + SLACK * 16);
+        assert_eq!(log.len(), hard - hard / 4);
         assert!(log.has(1399) && !log.has(5));
+        let mut asked = 0;
         for seq in 1400..4000u64 {
             if log.push(seq, rate.on_sent(t0, 1), 10) {
+                asked += 1;
                 log.forget_before(Some(5), 10);
             }
-            assert!(
-                log.len() <= 10 * MAX_PER_TOKEN + SLACK * 16,
-                "never past the bound"
-            );
+            assert!(log.len() <= hard, "never past the bound once asked");
         }
         assert!(log.has(3999));
-        // Fewer tokens, a lower bound: the next push keeps to it at once.
+        assert!(asked <= 2600 / (hard / 4) + 1, "asked {asked} times");
+        // Fewer tokens, a lower bound: kept to at the next look.
         log.push(4000, rate.on_sent(t0, 1), 1);
-        assert_eq!(log.len(), MAX_PER_TOKEN + SLACK * 16);
+        log.forget_before(Some(5), 1);
+        assert!(log.len() <= MAX_PER_TOKEN + SLACK * 16);
         assert!(log.has(4000));
         // No token refers to any: all go.
         log.forget_before(None, 0);

@@ -80,6 +80,10 @@ pub(crate) struct Rare {
     /// (a token restored after a restart): when that was, from which its verdict is timed
     /// until it leaves.
     pub(super) held_unsent_at: Option<Instant>,
+    /// When its datagram left, kept here once the datagram log forgot that datagram (past
+    /// its hard bound) while this token still named it (a token held long at its
+    /// receiver while many datagrams went after it); cleared when it is sent again.
+    pub(super) sent_at: Option<Instant>,
 }
 
 /// A loss declared by loss detection, kept to tell later whether it was spurious.
@@ -148,9 +152,19 @@ impl Token {
     pub fn last_sent(&self, log: &SentLog) -> Option<Instant> {
         match &self.frag {
             Some(o) => o.last_sent(),
-            None if self.seq != NEVER_SENT => log.sent_at(self.seq),
+            None if self.seq != NEVER_SENT => log
+                .sent_exactly_at(self.seq)
+                .or_else(|| self.rare.as_ref().and_then(|r| r.sent_at))
+                .or_else(|| log.sent_at(self.seq)),
             None => self.rare.as_ref().and_then(|r| r.held_unsent_at),
         }
+    }
+
+    /// Its datagram, sent at `at`, is about to be forgotten by the datagram log: the token
+    /// keeps the instant itself (see [`last_sent`](Self::last_sent)).
+    #[cold]
+    pub fn pin_sent_at(&mut self, at: Instant) {
+        self.rare.get_or_insert_with(Box::default).sent_at = Some(at);
     }
 
     /// Its last loss declared by loss detection, if it is not settled yet.

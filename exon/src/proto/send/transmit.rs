@@ -397,6 +397,8 @@ impl SRecord {
             if let Some(l) = &mut r.lost {
                 l.resent_at.get_or_insert(fill.now);
             }
+            // Its new datagram's time is the log's.
+            r.sent_at = None;
         }
         tok.sends = tok.sends.saturating_add(1);
         tok.whole_left = true;
@@ -503,7 +505,9 @@ impl SRecord {
     }
 
     /// The datagram log has grown: it forgets the datagrams no token sent whole refers to
-    /// any more (a token's last transmission is its only one that can be acknowledged).
+    /// any more (a token's last transmission is its only one that can be acknowledged),
+    /// and, past its hard bound, the oldest of those still named, whose tokens keep their
+    /// send time themselves (their timers run from it, never from a later datagram's).
     #[cold]
     fn forget_old_datagrams(&mut self) {
         let oldest = self
@@ -512,7 +516,19 @@ impl SRecord {
             .filter(|(_, t)| t.frag.is_none() && t.seq != NEVER_SENT)
             .map(|(_, t)| t.seq)
             .min();
-        self.flight.sent.forget_before(oldest, self.tokens.len());
+        let tokens = self.tokens.len();
+        let from = self.flight.sent.keep_from(oldest, tokens);
+        if oldest.is_some_and(|o| o < from) {
+            let log = &self.flight.sent;
+            for (_, t) in self.tokens.iter_mut() {
+                if t.frag.is_none() && t.seq != NEVER_SENT && t.seq < from {
+                    if let Some(at) = log.sent_exactly_at(t.seq) {
+                        t.pin_sent_at(at);
+                    }
+                }
+            }
+        }
+        self.flight.sent.forget_below(from, tokens);
     }
 
     /// Bytes more that may go into the datagram being written without asking the window
@@ -739,4 +755,59 @@ fn live_charge(tokens: &Tokens, slot: u64, no: u64) -> Option<u64> {
         .and_then(|t| t.frag.as_ref())
         .filter(|o| o.is_charged() && o.charge_no() == no)
         .map(|o| Outgoing::charge_of(o.total()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::proto::send::record::SRecord;
+    use crate::proto::send::token::Queued;
+    use crate::proto::{Config, MsgId, Payload, Rules};
+
+    /// Token `slot` leaves whole in a datagram of its own at `at` (as `write_token` records
+    /// it).
+    fn send(rec: &mut SRecord, slot: u64, at: Instant) {
+        let seq = rec.flight.losses.on_sent(slot);
+        let tok = rec.tokens.get_mut(slot).expect("a token");
+        let old = std::mem::replace(&mut tok.flight, 100);
+        (tok.seq, tok.size, tok.queued) = (seq, 100, false);
+        tok.sends += 1;
+        rec.on_token_sent(at, seq, 100, old);
+        rec.flight.losses.end_datagram();
+    }
+
+    /// A token that waits for its verdict while many datagrams leave after it (held at its
+    /// receiver, untaken) keeps its own send time when the datagram log forgets its
+    /// datagram past the log's hard bound: its timers run from when it left. (With the
+    /// log's oldest kept datagram standing in for it, its retransmission timer moved later
+    /// with every datagram sent, and never fired while the others flowed.)
+    #[test]
+    fn a_token_whose_datagram_the_log_forgot_keeps_its_send_time() {
+        let cfg = Config::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut rec = SRecord::new(100, t0, &cfg, &Rules::ALL);
+        for id in [1, 2] {
+            let msg = Queued {
+                id: MsgId(id),
+                payload: Payload::from(&b"m"[..]),
+                reported: false,
+                senders_copy: false,
+            };
+            rec.make_token(id, 7, msg);
+        }
+        send(&mut rec, 1, t0);
+        for i in 1..3000 {
+            send(&mut rec, 2, t0 + ms(i));
+        }
+        let tok = rec.tokens.get(1).expect("waiting");
+        assert!(!rec.flight.sent.has(tok.seq), "its datagram forgotten");
+        assert!(rec.flight.sent.sent_at(tok.seq) > Some(t0 + ms(1000)));
+        assert_eq!(tok.last_sent(&rec.flight.sent), Some(t0));
+        // Sent again: its new datagram's time.
+        send(&mut rec, 1, t0 + ms(5000));
+        let tok = rec.tokens.get(1).expect("waiting");
+        assert_eq!(tok.last_sent(&rec.flight.sent), Some(t0 + ms(5000)));
+    }
 }
