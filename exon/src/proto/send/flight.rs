@@ -185,8 +185,8 @@ impl Flight {
         if tok.sends == 1 && (self.once_seq != Some(tok.seq) || tok.seq == NEVER_SENT) {
             self.once_seq = Some(tok.seq);
             let overtaken = self.losses.on_acked(tok.seq);
-            // When its datagram left (unknown for a datagram the log forgot: no sample).
-            if let Some(t) = self.sent.sent_exactly_at(tok.seq) {
+            // When its datagram left (exactly, or no sample).
+            if let Some(t) = tok.datagram_sent_at(&self.sent) {
                 if overtaken {
                     let sample = now.saturating_duration_since(t);
                     let late = sample.saturating_sub(rtt.min().unwrap_or(sample));

@@ -167,8 +167,8 @@ impl SRecord {
                 self.flight.losses.pop_front();
                 continue;
             }
-            // Its datagram's send time (`SentLog::sent_at`).
-            let sent = match self.flight.sent.sent_at(seq) {
+            // Its datagram's send time (`Token::last_sent`: the log's, or pinned).
+            let sent = match tok.last_sent(&self.flight.sent) {
                 Some(t) if tok.seq == seq && tok.flight > 0 && !tok.queued => t,
                 _ => {
                     self.flight.losses.pop_front();

@@ -140,11 +140,11 @@ impl SentLog {
         self.datagram(seq).map(|d| d.state.sent_at())
     }
 
-    /// When datagram `seq` left, for loss detection's time rule: its own instant if still
-    /// kept; for one forgotten past the hard bound ([`MAX_PER_TOKEN`]), the oldest kept
-    /// datagram's, which left after it (judged from it, a loss is declared late, never
-    /// early; the count rule has declared one that old lost long before); `None` for a
-    /// number the log never had (none sent yet in its numbering).
+    /// When datagram `seq` left: its own instant if still kept; for one forgotten, the
+    /// oldest kept datagram's, which left after it. Only the last resort of a token's send
+    /// time (`Token::last_sent`), whose record pins the instant in every token whose
+    /// datagram it forgets; `None` for a number the log never had (none sent yet in its
+    /// numbering).
     #[inline]
     pub fn sent_at(&self, seq: u64) -> Option<Instant> {
         if seq < self.base {

@@ -152,12 +152,19 @@ impl Token {
     pub fn last_sent(&self, log: &SentLog) -> Option<Instant> {
         match &self.frag {
             Some(o) => o.last_sent(),
-            None if self.seq != NEVER_SENT => log
-                .sent_exactly_at(self.seq)
-                .or_else(|| self.rare.as_ref().and_then(|r| r.sent_at))
-                .or_else(|| log.sent_at(self.seq)),
+            None if self.seq != NEVER_SENT => {
+                self.datagram_sent_at(log).or_else(|| log.sent_at(self.seq))
+            }
             None => self.rare.as_ref().and_then(|r| r.held_unsent_at),
         }
+    }
+
+    /// When the datagram of its last whole transmission left, if that is known exactly:
+    /// the log's instant, or the one pinned here when the log forgot the datagram.
+    #[inline]
+    pub fn datagram_sent_at(&self, log: &SentLog) -> Option<Instant> {
+        log.sent_exactly_at(self.seq)
+            .or_else(|| self.rare.as_ref().and_then(|r| r.sent_at))
     }
 
     /// Its datagram, sent at `at`, is about to be forgotten by the datagram log: the token

@@ -805,6 +805,8 @@ mod tests {
         assert!(!rec.flight.sent.has(tok.seq), "its datagram forgotten");
         assert!(rec.flight.sent.sent_at(tok.seq) > Some(t0 + ms(1000)));
         assert_eq!(tok.last_sent(&rec.flight.sent), Some(t0));
+        // The RTT sample and loss detection's time rule read the same instant.
+        assert_eq!(tok.datagram_sent_at(&rec.flight.sent), Some(t0));
         // Sent again: its new datagram's time.
         send(&mut rec, 1, t0 + ms(5000));
         let tok = rec.tokens.get(1).expect("waiting");
