@@ -60,6 +60,38 @@ fn absurd_slot_requests_are_trimmed_or_refused_and_counted() {
     assert_eq!(d, 1);
 }
 
+/// A datagram is accepted (its sender's address may be learnt from it) only when nothing in
+/// it was refused: a frame that decodes but is refused (a request whose slots overflow),
+/// alone or beside a good one, makes the whole datagram unaccepted, as a frame that does
+/// not decode does.
+#[test]
+fn a_datagram_with_anything_refused_is_not_accepted() {
+    let t = Instant::now();
+    let mut n = node(Config::default(), t);
+    let good = Frame::ReqSlots { s: 0, n: 1, l: 0 };
+    let overflow = Frame::ReqSlots {
+        s: VARINT_MAX - 1,
+        n: 2,
+        l: 0,
+    };
+    assert_eq!(
+        n.handle_datagram(t, dgram(PEER, vec![good.clone()])),
+        Some(PEER)
+    );
+    assert_eq!(
+        n.handle_datagram(t, dgram(PEER, vec![overflow.clone()])),
+        None
+    );
+    let both = dgram(PEER, vec![Frame::ReqSlots { s: 5, n: 1, l: 0 }, overflow]);
+    assert_eq!(n.handle_datagram(t, both), None);
+    assert_eq!(n.stats().rejects.slots_overflow, 2);
+    let mut bad = dgram(PEER, vec![good.clone()]).to_vec();
+    bad.push(0x3f);
+    assert_eq!(n.handle_datagram(t, Bytes::from(bad)), None);
+    // Refusals in earlier datagrams do not follow a good one.
+    assert_eq!(n.handle_datagram(t, dgram(PEER, vec![good])), Some(PEER));
+}
+
 #[test]
 fn malformed_datagrams_are_dropped_and_counted_by_reason() {
     let t = Instant::now();

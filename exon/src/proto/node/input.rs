@@ -56,7 +56,7 @@ impl Node {
         // The receive ceiling is the UDP maximum, not this node's own send size: a peer
         // configured with larger datagrams is understood.
         if data.len() > crate::proto::MAX_DATAGRAM_SIZE {
-            self.stats.rejects.oversized += 1;
+            reject!(self.oversized);
             return None;
         }
         let (header, body_at) = match frame::Header::decode_prefix(&data) {
@@ -67,11 +67,11 @@ impl Node {
             }
         };
         if header.dst != self.id {
-            self.stats.rejects.wrong_destination += 1;
+            reject!(self.wrong_destination);
             return None;
         }
         if header.src == self.id {
-            self.stats.rejects.from_self += 1;
+            reject!(self.from_self);
             return None;
         }
         let body = match (&mut self.sealer, header.seal) {
@@ -96,10 +96,12 @@ impl Node {
             }
             (None, None) => data.freeze().slice(body_at..),
             _ => {
-                self.stats.rejects.wrong_mode += 1;
+                reject!(self.wrong_mode);
                 return None;
             }
         };
+        let refusals = self.refusals;
+        #[cfg(debug_assertions)]
         let rejects = self.stats.rejects.total();
         // One pass: decode every frame into the scratch list before acting on any, so a
         // datagram with one bad frame is dropped whole.
@@ -113,13 +115,21 @@ impl Node {
             }
             Err(e) => {
                 self.stats.rejects.count_decode(e);
+                self.refusals = self.refusals.wrapping_add(1);
                 false
             }
         };
         frames.clear();
         self.frame_scratch = frames;
         let response = self.last_response.take();
-        (taken && self.stats.rejects.total() == rejects).then_some(Accepted {
+        let clean = self.refusals == refusals;
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(
+            clean,
+            self.stats.rejects.total() == rejects,
+            "a refusal counted without reject!"
+        );
+        (taken && clean).then_some(Accepted {
             from: header.src,
             seq: header.seal.map(|h| h.seq),
             response,
@@ -261,7 +271,7 @@ impl Node {
     fn on_challenge(&mut self, src: NodeId, token: u64) {
         let cap = self.outbox_cap();
         if !self.outbox.respond(src, token, cap) {
-            self.stats.rejects.outbox_full += 1;
+            reject!(self.outbox_full);
         }
     }
 
@@ -269,7 +279,7 @@ impl Node {
     fn on_mtu_probe(&mut self, src: NodeId, id: u64) {
         let cap = self.outbox_cap();
         if !self.outbox.mtu_ack(src, id, cap) {
-            self.stats.rejects.outbox_full += 1;
+            reject!(self.outbox_full);
         }
     }
 
@@ -345,7 +355,7 @@ impl Node {
             n
         };
         if s.checked_add(n).is_none_or(|end| end > VARINT_MAX) {
-            self.stats.rejects.slots_overflow += 1;
+            reject!(self.slots_overflow);
             return;
         }
         if self.implausible_frontier(now, src, s, l) {
@@ -377,7 +387,7 @@ impl Node {
         if self.rules.plausible_input && l > s {
             // An honest sender's frontier is at most its clock `s`: anything above would
             // waive slots it may hold tokens for.
-            self.stats.rejects.frontier_beyond_grant += 1;
+            reject!(self.frontier_beyond_grant);
             return true;
         }
         let past_free_slots = |rec: &RRecord| {
@@ -412,13 +422,13 @@ impl Node {
         if sealed {
             self.stats.sender_restarts += 1;
         } else {
-            self.stats.rejects.frontier_beyond_grant += 1;
+            reject!(self.frontier_beyond_grant);
         }
         let cap = self.outbox_cap();
         if let Some(rec) = self.receivers.get_mut(&src) {
             rec.heard(now);
             if !self.outbox.probe(src, rec.sck(), rec.rck(), cap) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
         }
     }
@@ -431,11 +441,11 @@ impl Node {
             && self.receivers.len() >= self.cfg.limits.max_receiver_records
             && !self.make_room(now)
         {
-            self.stats.rejects.too_many_records += 1;
+            reject!(self.too_many_records);
             return false;
         }
         if !self.reserve_clock(self.ck + 1) || !self.journal_covers_incarnation(self.ck) {
-            self.stats.rejects.clock_wait += 1;
+            reject!(self.clock_wait);
             return false;
         }
         let rck = self.ck;
@@ -482,11 +492,11 @@ impl Node {
                     self.stats.slots_trimmed += 1;
                 }
                 if !self.outbox.grant(src, s, r, granted, cap) {
-                    self.stats.rejects.outbox_full += 1;
+                    reject!(self.outbox_full);
                 }
             }
             Grant::Waived => {}
-            Grant::OverCap => self.stats.rejects.slots_cap += 1,
+            Grant::OverCap => reject!(self.slots_cap),
         }
     }
 
@@ -496,7 +506,7 @@ impl Node {
             // Rule 5: orphan slots lie at or above the sck we last used with `src`, which is
             // at most our stored high-water mark; anything above it was never ours.
             if s > self.hw {
-                self.stats.rejects.clock_jump += 1;
+                reject!(self.clock_jump);
                 return;
             }
             if self.rules.raise_clock_on_orphan_slots {
@@ -507,7 +517,7 @@ impl Node {
             let end = s.saturating_add(n).min(self.ck);
             let cap = self.outbox_cap();
             if !self.outbox.waive(src, end, cap) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
             return;
         };
@@ -525,13 +535,13 @@ impl Node {
                     }
                     let cap = self.outbox_cap();
                     if !self.outbox.waive(src, w, cap) {
-                        self.stats.rejects.outbox_full += 1;
+                        reject!(self.outbox_full);
                     }
                 }
                 return;
             }
             SlotsAnswer::Unrequested => {
-                self.stats.rejects.unrequested_slots += 1;
+                reject!(self.unrequested_slots);
                 return;
             }
             SlotsAnswer::Taken { filled: true } => {
@@ -564,9 +574,13 @@ impl Node {
             held: self.journal.as_mut().map(|j| &mut j.held),
         };
         let sealed = self.sealer.is_some();
+        let implausible = sink.stats.rejects.implausible_verdict;
         if rec.on_verdict(now, src, (v, r, rg), &self.rules, sealed, sink) {
             self.outbox.wake(src, usize::MAX);
         }
+        // The record counts this refusal in the node's counters itself.
+        let refused = self.stats.rejects.implausible_verdict - implausible;
+        self.refusals = self.refusals.wrapping_add(refused);
         self.journal_verdicts(now, src);
     }
 

@@ -717,7 +717,7 @@ impl Node {
         for (peer, s, r) in j.archive.due(now, every, max) {
             self.stats.probes += 1;
             if !self.outbox.probe(peer, s, r, cap) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
         }
     }

@@ -2,6 +2,22 @@
 //! `handle_datagram`, `handle_timeout`, `handle_clock_stored`) and outputs (`poll_transmit`,
 //! `poll_event`, `poll_timeout`, `poll_clock_store`).
 
+/// Counts a refusal (`reject!(self.reason)`, or `reject!(self.reason, n)` for `n` of them)
+/// in the node's [`Rejects`](crate::proto::Rejects) counters and in its running count of
+/// refusals, from which `handle_datagram_vouched` tells whether a datagram had anything
+/// refused (one comparison, where summing every counter before and after cost about 60
+/// instructions a datagram).
+macro_rules! reject {
+    ($node:ident . $reason:ident) => {
+        reject!($node.$reason, 1)
+    };
+    ($node:ident . $reason:ident, $n:expr) => {{
+        let n: u64 = $n;
+        $node.stats.rejects.$reason += n;
+        $node.refusals = $node.refusals.wrapping_add(n);
+    }};
+}
+
 mod early;
 mod handed;
 mod held;
@@ -117,6 +133,9 @@ pub struct Node {
     evictions: crate::proto::recv::eviction::Evictions,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     frame_scratch: Vec<Frame>,
+    /// Refusals counted so far ([`reject!`]): a datagram during which it moved had
+    /// something refused.
+    refusals: u64,
     /// Keys and nonce state; `None` in plaintext mode.
     sealer: Option<Box<Sealer>>,
     /// The token of the RESPONSE in the datagram being handled.
@@ -210,6 +229,7 @@ impl Node {
             unproven: Default::default(),
             evictions: Default::default(),
             frame_scratch: Vec::new(),
+            refusals: 0,
             sealer,
             last_response: None,
             challenges: 0,
@@ -289,7 +309,7 @@ impl Node {
         let token = self.next_challenge_token();
         let cap = self.outbox_cap();
         if !self.outbox.challenge(peer, token, cap) {
-            self.stats.rejects.outbox_full += 1;
+            reject!(self.outbox_full);
         }
         token
     }

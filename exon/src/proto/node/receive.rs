@@ -114,7 +114,7 @@ impl Node {
         };
         if let Some(v) = verdict {
             if !self.outbox.reply(src, v, r, s, self.outbox_cap()) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
         }
         urgent
@@ -247,7 +247,7 @@ impl Node {
         if self.rules.plausible_input && r >= self.ck {
             // Never issued by this node (incarnations come from the clock): no verdict at
             // all, so a forged token cannot make this node vouch for anything.
-            self.stats.rejects.never_issued += 1;
+            reject!(self.never_issued);
             return None;
         }
         let doubt = self.rules.doubt_lost_incarnations;
@@ -482,7 +482,7 @@ impl Node {
             let dropped = self.outbox.reply_many(from, Verdict::Ack, r, s, cap);
             // The sender retransmits what found no room; the slot is neither free nor held
             // then: ACK.
-            self.stats.rejects.outbox_full += dropped as u64;
+            reject!(self.outbox_full, dropped as u64);
             let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
             self.outbox.flush_verdicts(from, now, urgent, delay, every);
         }
@@ -565,7 +565,7 @@ impl Node {
             .reply_flushed(from, (Verdict::Ack, r, s), cap, when)
         {
             // The sender retransmits; the slot is neither free nor held then: ACK.
-            self.stats.rejects.outbox_full += 1;
+            reject!(self.outbox_full);
         }
     }
 
@@ -598,7 +598,7 @@ impl Node {
         // and is taken as a TOKEN of that size would be.
         let whole = offset == 0 && data.len() as u64 == total;
         if total > self.cfg.limits.max_message_size as u64 && !whole {
-            self.stats.rejects.fragment_refused += 1;
+            reject!(self.fragment_refused);
             return false;
         }
         // Fragments never leave early: any FRAG or SFRAG of a slot whose early delivery is
@@ -615,7 +615,7 @@ impl Node {
             // held deliveries, so that its sender takes it out of flight and the messages
             // the application waits for can go.
             if !self.outbox.held(src, r, s, cap) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
             return true;
         }
@@ -637,7 +637,7 @@ impl Node {
                 rec.heard(now);
                 self.stats.duplicates_dropped += 1;
                 if !self.outbox.held(src, r, s, cap) {
-                    self.stats.rejects.outbox_full += 1;
+                    reject!(self.outbox_full);
                 }
                 return true;
             }
@@ -655,7 +655,7 @@ impl Node {
         {
             Piece::Whole(payload) => {
                 if !self.outbox.held(src, r, s, cap) {
-                    self.stats.rejects.outbox_full += 1;
+                    reject!(self.outbox_full);
                 }
                 if payload.len() > data.len() {
                     self.stats.reassembled += 1;
@@ -665,7 +665,7 @@ impl Node {
             Piece::Kept => {
                 if let Some(have) = rec.assembler().have(s) {
                     if !self.outbox.got(src, r, s, have, cap) {
-                        self.stats.rejects.outbox_full += 1;
+                        reject!(self.outbox_full);
                     }
                     if self.rules.probe_repeats_got {
                         rec.note_got(s);
@@ -674,7 +674,7 @@ impl Node {
                 false
             }
             Piece::Refused(why) => {
-                self.stats.rejects.fragment_refused += 1;
+                reject!(self.fragment_refused);
                 if self.rules.got_charges_partials && why == Refusal::NoCredit {
                     self.report_partial(src, r);
                 }
@@ -693,7 +693,7 @@ impl Node {
         };
         if let Some((held, have)) = rec.assembler_mut().next_report() {
             if !self.outbox.got(src, r, held, have, cap) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
         }
     }
@@ -753,7 +753,7 @@ impl Node {
                 self.note_told(src, v, r, s);
                 let cap = self.outbox_cap();
                 if !self.outbox.reply(src, v, r, s, cap) {
-                    self.stats.rejects.outbox_full += 1;
+                    reject!(self.outbox_full);
                 }
                 let (delay, every) = (self.cfg.acks.delay, self.cfg.acks.every);
                 self.outbox.flush_verdicts(src, now, true, delay, every);
@@ -775,7 +775,7 @@ impl Node {
                 .grant(want, self.cfg.limits.max_reassembly_per_source, free);
         let max = self.cfg.limits.max_message_size as u64;
         if !self.outbox.credit(src, rec.rck(), limit, max, cap) {
-            self.stats.rejects.outbox_full += 1;
+            reject!(self.outbox_full);
         }
     }
 

@@ -72,19 +72,19 @@ impl Node {
                 let mut all = RangeSet::new();
                 all.insert(0..total);
                 if !self.outbox.got(src, r, s, &all, cap) {
-                    self.stats.rejects.outbox_full += 1;
+                    reject!(self.outbox_full);
                 }
                 self.stats.reassembled += 1;
                 self.on_token(now, src, s, r, payload, TokenKind::stored(senders_copy))
             }
             Some((Piece::Kept, Some(have))) => {
                 if !self.outbox.got(src, r, s, &have, cap) {
-                    self.stats.rejects.outbox_full += 1;
+                    reject!(self.outbox_full);
                 }
                 false
             }
             Some((Piece::Refused(_), _)) => {
-                self.stats.rejects.fragment_refused += 1;
+                reject!(self.fragment_refused);
                 false
             }
             _ => false,
@@ -107,7 +107,7 @@ impl Node {
         let (limit, _) = a.grant(want, per_source, free);
         let (max, cap) = (self.cfg.limits.max_message_size as u64, self.outbox_cap());
         if !self.outbox.credit(src, r, limit, max, cap) {
-            self.stats.rejects.outbox_full += 1;
+            reject!(self.outbox_full);
         }
     }
 

@@ -223,7 +223,7 @@ impl Node {
             self.ck = self.ck.max(sck);
             self.stats.idle_discards += 1;
             if !self.outbox.waive(peer, sck, self.outbox_cap()) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             }
             return;
         }
@@ -276,7 +276,7 @@ impl Node {
             rec.probed(now);
             self.stats.probes += 1;
             if !self.outbox.probe(peer, rec.sck(), rec.rck(), cap) {
-                self.stats.rejects.outbox_full += 1;
+                reject!(self.outbox_full);
             } else if self.rules.probe_repeats_ack {
                 // A token came again since: the ACKs last sent go with the probe.
                 let r = rec.rck();
