@@ -95,15 +95,21 @@ impl<'a> Reader<'a> {
         let top = first & 0x3f;
         // One load per length (1, 2, 4 or 8 bytes, as the top two bits say), not a loop
         // per byte: clock values take all eight.
-        let (v, len) = match first >> 6 {
+        // Each length's value is below the next length's floor by construction, so the
+        // encoding is the shortest (`varint_len(v)` bytes) exactly when the value reaches
+        // its own length's floor: one comparison, not `varint_len`'s chain.
+        let (v, floor) = match first >> 6 {
             0 => return Ok(u64::from(top)),
             1 => {
                 let b = self.bytes(1)?;
-                (u64::from(u16::from_be_bytes([top, b[0]])), 2)
+                (u64::from(u16::from_be_bytes([top, b[0]])), 1 << 6)
             }
             2 => {
                 let b = self.bytes(3)?;
-                (u64::from(u32::from_be_bytes([top, b[0], b[1], b[2]])), 4)
+                (
+                    u64::from(u32::from_be_bytes([top, b[0], b[1], b[2]])),
+                    1 << 14,
+                )
             }
             _ => {
                 let b: [u8; 7] = self
@@ -111,10 +117,13 @@ impl<'a> Reader<'a> {
                     .try_into()
                     .map_err(|_| DecodeError::Truncated)?;
                 let [b0, b1, b2, b3, b4, b5, b6] = b;
-                (u64::from_be_bytes([top, b0, b1, b2, b3, b4, b5, b6]), 8)
+                (
+                    u64::from_be_bytes([top, b0, b1, b2, b3, b4, b5, b6]),
+                    1 << 30,
+                )
             }
         };
-        if varint_len(v) != len {
+        if v < floor {
             return Err(DecodeError::NonCanonicalVarint);
         }
         Ok(v)
@@ -194,6 +203,18 @@ mod tests {
         assert_eq!(r.varint(), Err(DecodeError::NonCanonicalVarint));
         let mut r = Reader::new(&[0xc0, 0, 0, 0, 0, 0, 0, 0x05]);
         assert_eq!(r.varint(), Err(DecodeError::NonCanonicalVarint));
+        // At each length, the largest value the next shorter one holds is refused and the
+        // smallest it does not is taken.
+        let at = |len: usize, v: u64| {
+            let tag = [0x40u64, 0x80, 0xc0][len.trailing_zeros() as usize - 1];
+            let b = ((tag << (8 * len - 8)) | v).to_be_bytes();
+            Reader::new(&b[8 - len..]).varint()
+        };
+        for (len, floor) in [(2, 1u64 << 6), (4, 1 << 14), (8, 1 << 30)] {
+            assert_eq!(at(len, floor - 1), Err(DecodeError::NonCanonicalVarint));
+            assert_eq!(at(len, floor), Ok(floor));
+            assert_eq!(at(len, 0), Err(DecodeError::NonCanonicalVarint));
+        }
     }
 
     #[test]

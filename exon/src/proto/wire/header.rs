@@ -179,12 +179,14 @@ impl Header {
     }
 
     /// Decodes the header at the start of `data`; returns it and its length in bytes.
+    #[inline]
     pub fn decode_prefix(data: &[u8]) -> Result<(Header, usize), DecodeError> {
         let mut r = Reader::new(data);
         let h = Header::decode(&mut r)?;
         Ok((h, r.position()))
     }
 
+    #[inline]
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Header, DecodeError> {
         let flags = decode_start(r)?;
         let known = FLAG_ACK_NOW | FLAG_SEALED | FLAG_KEY | FLAG_COOKIE;
