@@ -35,6 +35,10 @@ struct Args {
     /// segmented sends); 1: one `poll_output` per datagram.
     #[arg(long, default_value_t = 64)]
     run: usize,
+    /// Messages sent and not yet delivered at most (0: no bound; every message is queued as
+    /// soon as the sender takes it, so its queue grows with the run).
+    #[arg(long, default_value_t = 0)]
+    backlog: u64,
     /// Messages per `Node::send_many` call, as the driver hands over `Handle::send_batch`
     /// (0: one `send` per message).
     #[arg(long, default_value_t = 0)]
@@ -52,11 +56,13 @@ fn main() {
         plain,
         run,
         send_many,
+        backlog,
         ..
     } = Args::parse();
     let mut pair = MemPair::new(datagram, plain);
     pair.run = run.max(1);
     pair.send_many = send_many;
+    pair.backlog = backlog;
     pair.run(warmup);
     let before = pair.datagrams;
     let took = pair.run(messages);

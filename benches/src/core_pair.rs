@@ -27,6 +27,11 @@ pub struct MemPair {
     /// Datagrams written per call at most (`Node::poll_transmit_run`), as the driver does
     /// for segmented sends; 1: one `poll_output` per datagram.
     pub run: usize,
+    /// Messages sent and not yet delivered at most (0: every message of a run is sent as
+    /// soon as the sender's queue takes it). Bounded, the sender's queue and token ring
+    /// stay the same size however long the run, so a longer run counts no regrowth of
+    /// them: what a sender in its steady state costs.
+    pub backlog: u64,
 }
 
 impl MemPair {
@@ -56,6 +61,7 @@ impl MemPair {
             now: Instant::now(),
             run: 1,
             send_many: 0,
+            backlog: 0,
             taken: Vec::new(),
         }
     }
@@ -70,6 +76,10 @@ impl MemPair {
         let mut stuck = 0;
         while self.seen.count() < target {
             let now = self.now;
+            let end = match self.backlog {
+                0 => end,
+                b => end.min(start + (self.seen.count() + n - target) + b),
+            };
             if self.send_many > 1 {
                 // As the driver does for `Handle::send_batch`: one call per batch.
                 while seq < end {
