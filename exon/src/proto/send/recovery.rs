@@ -49,6 +49,7 @@ impl SRecord {
     /// again only when the RTT estimate, the backoff or the jitter changed (every datagram
     /// with tokens arms the timer; the configuration and the controller's kind never change
     /// in a record).
+    #[inline]
     pub fn timer_delay(&mut self, cfg: &Config) -> std::time::Duration {
         let key = (self.rtt.version(), self.jitter);
         if let Some((k, d)) = self.delay_memo {
@@ -62,6 +63,7 @@ impl SRecord {
     }
 
     /// [`timer_delay`](Self::timer_delay), worked out.
+    #[inline(never)]
     fn timer_delay_afresh(&self, cfg: &Config) -> std::time::Duration {
         if self.cc.is_enabled() && self.rtt.backoff() == 0 {
             let ceiling = cfg.timers.max_rto;
