@@ -161,9 +161,13 @@ impl Header {
 
     /// Appends the header.
     pub fn encode(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&MAGIC);
-        buf.put_u8(VERSION);
-        buf.put_u8(self.flags());
+        // Magic, version and flags in one write (one check of `buf`'s room, not three).
+        buf.put_u32(u32::from_be_bytes([
+            MAGIC[0],
+            MAGIC[1],
+            VERSION,
+            self.flags(),
+        ]));
         put_varint(buf, self.src.get());
         put_varint(buf, self.dst.get());
         if let Some(h) = self.seal {
