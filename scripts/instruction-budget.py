@@ -19,6 +19,11 @@ Prints the tables, writes them with a last `key=value` line to
 `target/instruction-budget.txt` (which `compare` appends to its own last line), and
 prints that line last.
 
+Beside the instructions, the locked (atomic read-modify-write) instructions each endpoint
+thread executes a message, by place (`--dump-instr=yes`, each executed instruction matched
+against the objects' disassembly): what a message costs a server core beyond its
+instructions, where each such operation takes 15-25 cycles and more when contended.
+
 With `--rpc C` it counts calls instead (`endpoint_cost --rpc C`: C callers on one thread
 call an echo server on another, 1 KB each way), per call and per side, the same way, into
 `target/instruction-budget-rpc.txt`.
@@ -207,7 +212,7 @@ def mem_pair_budget(plain, datagram, counts, extra=()):
     return rows, total
 
 
-def endpoint_budget(plain, counts, datagram):
+def endpoint_cmd(plain, datagram):
     exe = binary("endpoint_cost")
 
     def cmd(n):
@@ -215,19 +220,33 @@ def endpoint_budget(plain, counts, datagram):
              "--datagram", str(datagram)]
         return c + (["--plain"] if plain else [])
 
-    # Thread 1 is the sender (the calling thread), thread 2 the receiver.
-    return threads_budget(cmd, counts, {0: "sender", 1: "receiver"}, "ep")
+    return cmd
 
 
-def rpc_budget(plain, counts, callers):
+# Thread 1 is the sender (the calling thread), thread 2 the receiver.
+ENDPOINT_SIDES = {0: "sender", 1: "receiver"}
+
+
+def endpoint_budget(plain, counts, datagram):
+    return threads_budget(endpoint_cmd(plain, datagram), counts, ENDPOINT_SIDES, "ep")
+
+
+def rpc_cmd(plain, callers):
     exe = binary("endpoint_cost")
 
     def cmd(n):
         c = [exe, "--rpc", str(callers), "--messages", str(n), "--warmup", "500"]
         return c + (["--plain"] if plain else [])
 
-    # Thread 1 drives the batches, thread 2 is the server, thread 3 the callers.
-    return threads_budget(cmd, counts, {1: "server", 2: "caller"}, "rpc")
+    return cmd
+
+
+# Thread 1 drives the batches, thread 2 is the server, thread 3 the callers.
+RPC_SIDES = {1: "server", 2: "caller"}
+
+
+def rpc_budget(plain, counts, callers):
+    return threads_budget(rpc_cmd(plain, callers), counts, RPC_SIDES, "rpc")
 
 
 def threads_budget(cmd, counts, sides_of, tag):
@@ -290,21 +309,154 @@ def threads_budget(cmd, counts, sides_of, tag):
     return result
 
 
-def table(title, rows, total=None, min_share=0.005):
+def parse_instr(path):
+    """Executions of each instruction of a callgrind file written with `--dump-instr=yes
+    --dump-line=no`: {(object file, address): count} (a shared object's addresses are its
+    file's)."""
+    cost = defaultdict(int)
+    names = {}
+    ob = None
+    last = 0
+    call_line = False
+    with open(path) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            m = re.match(r"^(c?ob)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+            if m:
+                if m.group(3):
+                    names[m.group(2)] = m.group(3)
+                if m.group(1) == "ob":
+                    ob = names[m.group(2)]
+                continue
+            if line.startswith("calls="):
+                call_line = True  # the next line is the call's inclusive cost
+                continue
+            if line[0] not in "0123456789+-*":
+                continue
+            parts = line.split()
+            a = parts[0]
+            if a.startswith("0x"):
+                addr = int(a, 16)
+            elif a[0] == "+":
+                addr = last + int(a[1:])
+            elif a[0] == "-":
+                addr = last - int(a[1:])
+            elif a == "*":
+                addr = last
+            else:
+                addr = int(a)
+            last = addr
+            if call_line:
+                call_line = False
+                continue
+            if len(parts) > 1:
+                cost[(ob, addr)] += int(parts[1])
+    return cost
+
+
+_LOCKED = {}
+
+
+def locked_instructions(obj):
+    """{address: instruction} of an object's locked instructions: `lock`-prefixed ones and
+    `xchg` with memory (locked without the prefix)."""
+    if obj not in _LOCKED:
+        dis = subprocess.run(["objdump", "-d", "--no-show-raw-insn", obj],
+                             capture_output=True, text=True).stdout
+        found = {}
+        for line in dis.splitlines():
+            m = re.match(r"^\s*([0-9a-f]+):\s+(.*)$", line)
+            if m:
+                ins = m.group(2).strip()
+                if ins.startswith("lock ") or (ins.startswith("xchg") and "(" in ins):
+                    found[int(m.group(1), 16)] = ins
+        _LOCKED[obj] = found
+    return _LOCKED[obj]
+
+
+# The atomics' own frames, left out of a place's name (they say nothing of where).
+ATOMIC_FRAMES = re.compile(r"^(atomic_|fetch_|compare_exchange|swap$|load$|store$)")
+
+
+def place_of(obj, addrs):
+    """The inlined call chain of each address: its three innermost functions past the
+    atomics' own (short names, innermost first)."""
+    r = subprocess.run(["addr2line", "-f", "-C", "-i", "-a", "-e", obj],
+                       input="\n".join(hex(a) for a in addrs), capture_output=True, text=True)
+    places = {}
+    for block in r.stdout.split("0x")[1:]:
+        lines = block.strip().splitlines()
+        fns = [short(lines[i]) for i in range(1, len(lines), 2)]
+        fns = [f for f in fns if not ATOMIC_FRAMES.match(f)] or fns
+        places[int(lines[0], 16)] = " <- ".join(fns[:3])
+    return places
+
+
+def locked_budget(cmd, counts, sides_of, tag):
+    """Locked instructions per message of each thread `sides_of` names: in all, and by
+    place."""
+    runs = {}
+    for n in counts:
+        out = f"/tmp/exon-budget.locked.{tag}.{n}"
+        for f in glob.glob(out + "*"):
+            os.remove(f)
+        args = ["valgrind", "--tool=callgrind", "--dump-instr=yes", "--dump-line=no",
+                "--separate-threads=yes", f"--callgrind-out-file={out}"]
+        r = subprocess.run(args + cmd(n), capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"{' '.join(cmd(n))} failed:\n{r.stderr[-2000:]}")
+        paths = sorted(glob.glob(out + "-*"))
+        runs[n] = {}
+        for i, side in sides_of.items():
+            got = defaultdict(int)
+            for (ob, addr), c in parse_instr(paths[i]).items():
+                if ob and os.path.exists(ob) and addr in locked_instructions(ob):
+                    got[(ob, addr)] += c
+            runs[n][side] = got
+        for f in paths:
+            os.remove(f)
+    a, b = counts
+    result = {}
+    for side in sides_of.values():
+        ra, rb = runs[a][side], runs[b][side]
+        per = {k: per_message(ra.get(k, 0), rb.get(k, 0), a, b) for k in set(ra) | set(rb)}
+        by_place = defaultdict(float)
+        for ob in {k[0] for k in per}:
+            addrs = [k[1] for k in per if k[0] == ob]
+            places = place_of(ob, addrs)
+            for addr in addrs:
+                by_place[places.get(addr, os.path.basename(ob))] += per[(ob, addr)]
+        result[side] = (sum(per.values()), by_place)
+    return result
+
+
+def locked_tables(out, result, what):
+    """Appends the locked instructions' tables to `out`; returns their keys."""
+    keys = {}
+    for side, (total, places) in result.items():
+        out.append("")
+        out += table(f"{what}, {side}: locked instructions per message, by place (innermost "
+                     "first)", places, total, min_share=0.02, places=2)
+        keys[f"budget_locked_{side}"] = round(total, 1)
+    return keys
+
+
+def table(title, rows, total=None, min_share=0.005, places=0):
     lines = [title]
     shown = sorted(rows.items(), key=lambda kv: -kv[1])
     small = 0.0
     for k, v in shown:
-        if round(v) == 0:
+        if round(v, places) == 0:
             continue
         if total and abs(v) < min_share * total:
             small += v
             continue
-        lines.append(f"  {k:<44} {v:>8.0f}")
+        lines.append(f"  {k:<44} {v:>8.{places}f}")
     if small:
-        lines.append(f"  {'(smaller items)':<44} {small:>8.0f}")
+        lines.append(f"  {'(smaller items)':<44} {small:>8.{places}f}")
     if total is not None:
-        lines.append(f"  {'total':<44} {total:>8.0f}")
+        lines.append(f"  {'total':<44} {total:>8.{places}f}")
     return lines
 
 
@@ -357,6 +509,9 @@ def main():
         title = (f"endpoint_cost --threads ({mode}, {args.endpoint_datagram}-byte datagrams), "
                  "{side}: core calls (inclusive)")
         keys.update(both_sides(out, ep, ("sender", "receiver"), title, "endpoint", "budget_endpoint"))
+        locked = locked_budget(endpoint_cmd(plain, args.endpoint_datagram), (10000, 30000),
+                               ENDPOINT_SIDES, "ep")
+        keys.update(locked_tables(out, locked, "endpoint_cost --threads"))
     keys["budget_mode"] = mode
     keys["budget_datagram"] = args.datagram
     keys["budget_commit"] = commit()
@@ -419,6 +574,8 @@ def rpc_main(plain, mode, callers):
              "{side}: core calls (inclusive)")
     keys = {f"budget_rpc_{side}": round(r[side]["total"]) for side in ("caller", "server")}
     keys.update(both_sides(out, r, ("caller", "server"), title, "a call", "budget_rpc"))
+    locked = locked_budget(rpc_cmd(plain, callers), (2000, 6000), RPC_SIDES, "rpc")
+    keys.update(locked_tables(out, locked, f"endpoint_cost --rpc {callers}"))
     keys.update(
         budget_rpc_callers=callers,
         budget_mode=mode,
