@@ -372,6 +372,23 @@ impl Calls {
         }
     }
 
+    /// The requests of calls `ids` were acknowledged: each call is told, all under one
+    /// lock of the table, and woken after it.
+    fn on_acknowledged(&self, ids: &[u64]) {
+        let mut wakers: smallvec::SmallVec<[Waker; RUN]> = smallvec::SmallVec::new();
+        let mut t = self.lock();
+        for &id in ids {
+            if let Some(w) = t.get_mut(id) {
+                w.verdict = Some(Ok(()));
+                wakers.extend(w.waker.take());
+            }
+        }
+        drop(t);
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
     /// What call `id` learned: its reply first, then (with `verdict`) its request's
     /// verdict; else `cx` is woken when either comes.
     fn poll_event(&self, id: u64, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
@@ -483,6 +500,46 @@ impl Drop for CallAck {
         if let Some(calls) = self.calls.take() {
             calls.on_verdict(self.id, Err(ReceiptError::Unacknowledged));
         }
+    }
+}
+
+/// Calls told their requests' acknowledgement together at most ([`CallRun`]).
+const RUN: usize = 32;
+
+/// Acknowledgements of calls' requests told together: the calls of one table, up to
+/// [`RUN`] at a time, under one lock of it (a verdict frame acknowledges the requests of
+/// many calls at once). Dropped, it tells what it holds.
+#[derive(Debug, Default)]
+pub(crate) struct CallRun {
+    calls: Option<Arc<Calls>>,
+    ids: smallvec::SmallVec<[u64; RUN]>,
+}
+
+impl CallRun {
+    /// Tells `ack`'s call its request was acknowledged, with the run.
+    pub(crate) fn acknowledge(&mut self, mut ack: CallAck) {
+        let Some(calls) = ack.calls.take() else {
+            return;
+        };
+        if self.ids.len() == RUN || self.calls.as_ref().is_some_and(|c| !Arc::ptr_eq(c, &calls)) {
+            self.flush();
+        }
+        self.ids.push(ack.id);
+        self.calls.get_or_insert(calls);
+    }
+
+    /// Tells the calls gathered.
+    pub(crate) fn flush(&mut self) {
+        if let Some(calls) = self.calls.take() {
+            calls.on_acknowledged(&self.ids);
+        }
+        self.ids.clear();
+    }
+}
+
+impl Drop for CallRun {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -604,6 +661,51 @@ mod tests {
         ack.resolve(Ok(()));
         assert_eq!(calls.waiting(), 1, "the ended call is not back");
         assert!(calls.lock().get_mut(id).is_none());
+    }
+
+    /// Acknowledgements gathered in a run (two tables interleaved, more than a run holds,
+    /// a call ended meanwhile) reach every waiting call once, each woken once; a run
+    /// dropped before its flush tells what it holds.
+    #[test]
+    fn a_run_of_acknowledgements_reaches_every_call_of_both_tables() {
+        let (a, b) = (
+            Calls::new(std::time::Duration::from_secs(1)),
+            Calls::new(std::time::Duration::from_secs(1)),
+        );
+        let mut run = CallRun::default();
+        let mut open = Vec::new();
+        for i in 0..(2 * RUN + 5) {
+            let calls = if i % 5 < 3 { &a } else { &b };
+            let guard = calls.open(PEER);
+            let wakes = Wakes::new();
+            let waker = wakes.waker();
+            assert!(guard
+                .poll_event(true, &mut Context::from_waker(&waker))
+                .is_pending());
+            run.acknowledge(guard.ack());
+            if i == 7 {
+                // Ended before its acknowledgement is told: nobody to tell.
+                drop(guard);
+                continue;
+            }
+            open.push((guard, wakes));
+        }
+        let last = a.open(PEER);
+        run.acknowledge(last.ack());
+        drop(run);
+        for (guard, wakes) in open.iter().chain([(last, Wakes::new())].iter()) {
+            assert!(
+                matches!(try_event(guard, true), Some(CallEvent::Verdict(Ok(())))),
+                "call {} told",
+                guard.id()
+            );
+            assert!(try_event(guard, true).is_none(), "told once");
+            assert!(wakes.count() <= 1);
+        }
+        assert!(
+            open.iter().all(|(_, w)| w.count() == 1),
+            "each waiter woken"
+        );
     }
 
     fn d(slot: u64) -> DeliveryId {

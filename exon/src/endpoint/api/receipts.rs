@@ -15,7 +15,7 @@ use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::receipt_slab::{SlabReceipt, SlotAck, SlotRun};
 use crate::endpoint::flows::ack::FlowAck;
 use crate::proto::{MsgId, NodeId};
-use crate::rpc::calls::CallAck;
+use crate::rpc::calls::{CallAck, CallRun};
 
 /// Where the driver sends a message's verdict.
 pub(crate) enum Ack {
@@ -157,6 +157,8 @@ pub(crate) struct Acks {
     run: Option<(Arc<BatchState>, u32, u32)>,
     /// Single sends' cells, settled a run of one slab at a time.
     slots: SlotRun,
+    /// Calls' requests, told a run of one table at a time.
+    calls: CallRun,
 }
 
 impl Acks {
@@ -165,6 +167,7 @@ impl Acks {
         let mut slot = match ack {
             Ack::Batch(slot) => slot,
             Ack::Slot(s) => return self.slots.acknowledge(s),
+            Ack::Call(c) => return self.calls.acknowledge(c),
             ack => return ack.resolve(Ok(())),
         };
         // The run resolves it (dropping the slot leaves the batch to the run).
@@ -185,6 +188,7 @@ impl Acks {
             state.acknowledge_run(first, n);
         }
         self.slots.flush();
+        self.calls.flush();
     }
 }
 
