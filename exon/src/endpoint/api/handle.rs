@@ -133,13 +133,19 @@ impl Handle {
 
     /// A server's reply `payload` (in its envelope) to the request delivered as `request`
     /// from `to`, which it takes in the same step. Holds no send credit, and has no
-    /// deadline: it is sent until acknowledged (or the endpoint closes).
+    /// deadline: it is sent until acknowledged (or the endpoint closes). Its id comes with
+    /// the others' when they are handed over ([`send_replies`](Self::send_replies)).
     pub(crate) fn reply_out(&self, to: NodeId, request: DeliveryId, payload: Payload) -> Outgoing {
-        Outgoing::reply(to, request, payload, self.first().shared.next_ids(1))
+        Outgoing::reply(to, request, payload, MsgId(0))
     }
 
-    /// Hands replies ([`reply_out`](Self::reply_out)) to the driver: one command per shard.
+    /// Hands replies ([`reply_out`](Self::reply_out)) to the driver: one command per shard,
+    /// their ids taken together, in their order (one atomic step for all of them).
     pub(crate) fn send_replies(&self, mut replies: Vec<Outgoing>) -> Result<(), Error> {
+        let first = self.first().shared.next_ids(replies.len() as u64);
+        for (i, r) in replies.iter_mut().enumerate() {
+            r.set_id(MsgId(first.0 + i as u64));
+        }
         if self.shards.len() == 1 {
             return self.shards[0]
                 .cmds
@@ -933,6 +939,29 @@ mod tests {
             .bind("127.0.0.1:0")
             .await
             .unwrap()
+    }
+
+    /// Replies handed over together take one id each, consecutive, between the ids of the
+    /// sends made before and after them.
+    #[tokio::test]
+    async fn replies_handed_over_together_take_an_id_each() {
+        use crate::endpoint::driver::outgoing::Outgoing;
+        use crate::envelope::{Envelope, Outcome};
+        use crate::proto::DeliveryId;
+        let (ia, ib) = (NodeId::from_const(1), NodeId::from_const(2));
+        let a = endpoint(ia, [ia, ib]).await;
+        a.add_peer(ib, "127.0.0.1:9".parse().unwrap());
+        let before = a.send(ib, vec![1u8; 10]).await.unwrap().id();
+        let replies: Vec<Outgoing> = (0..3)
+            .map(|i| {
+                let body = Envelope::reply(i, Outcome::Answered, bytes::Bytes::new());
+                a.reply_out(ib, DeliveryId::for_test(ib, i + 1), body)
+            })
+            .collect();
+        a.send_replies(replies).unwrap();
+        let after = a.send(ib, vec![2u8; 10]).await.unwrap().id();
+        assert_eq!(after.0, before.0 + 4, "three ids between the two sends");
+        a.close(Duration::from_millis(10)).await;
     }
 
     /// Over a real pair of endpoints, the receipts' slab reuses its cells round after

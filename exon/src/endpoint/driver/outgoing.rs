@@ -273,6 +273,11 @@ impl Outgoing {
         self.id
     }
 
+    /// Gives the message its endpoint id (replies take theirs when handed over together).
+    pub(crate) fn set_id(&mut self, id: MsgId) {
+        self.id = id;
+    }
+
     /// The payload's length.
     pub(crate) fn payload_len(&self) -> usize {
         self.payload.len()
