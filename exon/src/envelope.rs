@@ -246,6 +246,7 @@ impl Envelope {
     }
 
     /// Seals a plain message: its kind byte as the payload's head, `body` not copied.
+    #[inline]
     pub fn message(body: Bytes) -> Payload {
         Payload::with_head(&[MESSAGE], body)
     }

@@ -17,12 +17,11 @@ pub struct Payload {
 
 impl Payload {
     /// `head` then `body`. A head longer than [`HEAD_MAX`] is joined to the body (a copy).
+    /// Inline: a head of a length known where it is called is written as a constant.
+    #[inline]
     pub fn with_head(head: &[u8], body: Bytes) -> Payload {
         if head.len() > HEAD_MAX {
-            let mut joined = BytesMut::with_capacity(head.len() + body.len());
-            joined.put_slice(head);
-            joined.put_slice(&body);
-            return Payload::from(joined.freeze());
+            return Payload::joined(head, &body);
         }
         let mut h = [0; HEAD_MAX];
         h[..head.len()].copy_from_slice(head);
@@ -31,6 +30,15 @@ impl Payload {
             head_len: head.len() as u8,
             body,
         }
+    }
+
+    /// `head` and `body` joined in one buffer (a head too long to keep apart).
+    #[cold]
+    fn joined(head: &[u8], body: &Bytes) -> Payload {
+        let mut joined = BytesMut::with_capacity(head.len() + body.len());
+        joined.put_slice(head);
+        joined.put_slice(body);
+        Payload::from(joined.freeze())
     }
 
     /// The head.

@@ -92,12 +92,14 @@ impl Handle {
     }
 
     /// The shard that owns `peer`.
+    #[inline]
     fn shard(&self, peer: NodeId) -> &ShardLink {
         &self.shards[shard_of(peer, self.shards.len())]
     }
 
     /// The first shard: its state holds what the whole endpoint shares (message ids,
     /// default deadline, payload limit).
+    #[inline]
     fn first(&self) -> &ShardLink {
         &self.shards[0]
     }
@@ -271,6 +273,7 @@ impl Handle {
     }
 
     /// When a send made now that gives no deadline is given up, if ever.
+    #[inline]
     fn default_deadline_at(&self) -> Option<std::time::Instant> {
         self.first().shared.default_deadline().and_then(deadline_in)
     }
@@ -728,7 +731,9 @@ impl Handle {
         self.hand_over_in(self.shard(to), to, payload, reply, deadline)
     }
 
-    /// [`hand_over`](Self::hand_over) to `to`'s shard `shard`.
+    /// [`hand_over`](Self::hand_over) to `to`'s shard `shard`. Inline: a send's payload
+    /// and receipt are built where its future keeps them, not moved through a call.
+    #[inline]
     fn hand_over_in(
         &self,
         shard: &ShardLink,

@@ -126,16 +126,19 @@ impl Shared {
     }
 
     /// Whether the endpoint is durable.
+    #[inline]
     pub(crate) fn is_durable(&self) -> bool {
         self.durable.load(Ordering::Relaxed)
     }
 
     /// Largest payload the core accepts.
+    #[inline]
     pub(crate) fn max_payload(&self) -> usize {
         self.max_payload
     }
 
     /// Deadline of sends that give none.
+    #[inline]
     pub(crate) fn default_deadline(&self) -> Option<std::time::Duration> {
         self.default_deadline
     }
@@ -198,6 +201,7 @@ impl Shared {
     /// Credits a send of `len` bytes takes: one per started 64 KiB, so that the channel to
     /// the driver holds at most `send_buffer` small messages or `send_buffer` × 64 KiB of
     /// large ones (never more credits than exist).
+    #[inline]
     pub(crate) fn credit_weight(&self, len: usize) -> u32 {
         let w = 1 + len / CREDIT_BYTES;
         w.min(self.credit_cap) as u32
@@ -259,11 +263,16 @@ impl Shared {
 
     /// Whether `peer` has a known address: one atomic load when it is cached (the send
     /// path), the lock of the set otherwise.
+    #[inline]
     pub(crate) fn is_known(&self, peer: NodeId) -> bool {
         let slot = &self.hot[hot_slot(peer)];
-        if slot.load(Ordering::Acquire) == peer.get() {
-            return true;
-        }
+        slot.load(Ordering::Acquire) == peer.get() || self.is_known_locked(peer, slot)
+    }
+
+    /// [`is_known`](Self::is_known) of a peer not in its hot slot: looked up under the
+    /// set's lock, and cached in `slot` when known.
+    #[inline(never)]
+    fn is_known_locked(&self, peer: NodeId, slot: &AtomicU64) -> bool {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         let is = known.contains(&peer);
         if is {
@@ -319,10 +328,12 @@ impl Shared {
 
     /// The first of `n` fresh consecutive message ids (unique within the endpoint when
     /// taken from its first shard, increasing).
+    #[inline]
     pub(crate) fn next_ids(&self, n: u64) -> MsgId {
         MsgId(self.next_id.fetch_add(n, Ordering::Relaxed))
     }
 
+    #[inline]
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(Ordering::Acquire)
     }
@@ -351,8 +362,15 @@ impl Shared {
     }
 
     /// Whether sends to `to` must wait for the driver (its queue is full).
+    #[inline]
     pub(crate) fn is_blocked(&self, to: NodeId) -> bool {
-        self.blocked_len.load(Ordering::Acquire) != 0 && self.lock().contains(&to)
+        self.blocked_len.load(Ordering::Acquire) != 0 && self.is_in_blocked(to)
+    }
+
+    /// Whether `to` is in the set of blocked destinations (looked up under its lock).
+    #[inline(never)]
+    fn is_in_blocked(&self, to: NodeId) -> bool {
+        self.lock().contains(&to)
     }
 
     /// Marks `to` as full (`true`) or as having room again (`false`).
