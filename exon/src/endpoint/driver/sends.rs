@@ -130,8 +130,8 @@ impl Sends {
     }
 
     /// `out` is in the core as message `core_id`: kept until its verdict, its deadline
-    /// watched.
-    #[inline]
+    /// watched. Always inline: called for each message of a run, and `out` is large.
+    #[inline(always)]
     fn keep(&mut self, out: Outgoing, core_id: MsgId) {
         let (id, to) = (out.id(), out.to());
         if let Some(d) = out.deadline() {

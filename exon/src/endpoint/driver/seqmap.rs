@@ -52,8 +52,9 @@ impl<V> SeqMap<V> {
         (i < self.ring.len()).then_some(i)
     }
 
-    /// Inserts `v` under `id` (replacing any value there).
-    #[inline]
+    /// Inserts `v` under `id` (replacing any value there). Always inline: the usual case
+    /// is a comparison and a push, and `v` is built in place.
+    #[inline(always)]
     pub(crate) fn insert(&mut self, id: MsgId, v: V) {
         // The usual case first: the id after the ring's last.
         if !self.ring.is_empty() && Some(id.0) == self.base.checked_add(self.ring.len() as u64) {
@@ -68,6 +69,7 @@ impl<V> SeqMap<V> {
     }
 
     /// [`insert`](Self::insert) of an id not right after the ring's last.
+    #[inline(never)]
     fn insert_other(&mut self, id: MsgId, v: V) {
         if let Some(i) = self.at(id) {
             if self.ring[i].replace(v).is_none() {
