@@ -36,6 +36,9 @@ pub(crate) struct Calls {
     released: Mutex<Vec<Vec<Ended>>>,
     /// Notified when a shard's list in `released` gets one.
     released_notify: Box<[tokio::sync::Notify]>,
+    /// Looks into the table by calls' futures ([`CallGuard::poll_event`]), counted.
+    #[cfg(test)]
+    looks: AtomicU64,
 }
 
 /// Where an open call's reply stands.
@@ -222,6 +225,8 @@ impl Calls {
             waiting: Mutex::new(table),
             released: Mutex::new(vec![Vec::new(); shards]),
             released_notify: (0..shards).map(|_| tokio::sync::Notify::new()).collect(),
+            #[cfg(test)]
+            looks: AtomicU64::new(0),
         })
     }
 
@@ -390,8 +395,12 @@ impl Calls {
     }
 
     /// What call `id` learned: its reply first, then (with `verdict`) its request's
-    /// verdict; else `cx` is woken when either comes.
+    /// verdict; else `cx` is woken when either comes. A verdict returned leaves `cx`'s
+    /// waker registered too, for the reply a call goes on waiting for (see
+    /// [`CallGuard::poll_event`]).
     fn poll_event(&self, id: u64, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
+        #[cfg(test)]
+        self.looks.fetch_add(1, Ordering::Relaxed);
         let mut t = self.lock();
         let Some(w) = t.get_mut(id) else {
             return Poll::Pending;
@@ -401,16 +410,21 @@ impl Calls {
                 return Poll::Ready(CallEvent::Reply(r));
             }
         }
-        if verdict {
-            if let Some(v) = w.verdict.take() {
-                return Poll::Ready(CallEvent::Verdict(v));
-            }
-        }
+        let event = if verdict { w.verdict.take() } else { None };
         match &w.waker {
             Some(waker) if waker.will_wake(cx.waker()) => {}
             _ => w.waker = Some(cx.waker().clone()),
         }
-        Poll::Pending
+        match event {
+            Some(v) => Poll::Ready(CallEvent::Verdict(v)),
+            None => Poll::Pending,
+        }
+    }
+
+    /// How many times calls' futures looked into the table.
+    #[cfg(test)]
+    pub(crate) fn looks(&self) -> u64 {
+        self.looks.load(Ordering::Relaxed)
     }
 
     /// Call `id`'s future stopped waiting for its reply (the call ended without it, and
@@ -559,7 +573,9 @@ impl CallGuard {
 
     /// What the call learned: its reply, or (with `verdict`) its request's verdict, as
     /// [`CallAck`] told it; a call the table does not hold (a recovered one not
-    /// registered) learns nothing.
+    /// registered) learns nothing. With a verdict, `cx`'s waker stays registered as if the
+    /// call had been polled for its reply and found none: a call that goes on waiting for
+    /// its reply in the same poll of its task need not look again then.
     pub(crate) fn poll_event(&self, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
         self.calls.poll_event(self.id, verdict, cx)
     }

@@ -93,7 +93,12 @@ impl Handle {
         if let Err(e) = sent {
             return CallOutcome::new(Err(CallError::Refused(e)), guard);
         }
-        let (result, guard) = ended(guard, Verdicts::InCall, ReplyWait::Until(deadline)).await;
+        let (result, guard) = ended(
+            guard,
+            Verdicts::InCall { armed: false },
+            ReplyWait::Until(deadline),
+        )
+        .await;
         CallOutcome::new(result, guard)
     }
 
@@ -156,8 +161,11 @@ pub(crate) enum ReplyWait {
 #[derive(Debug)]
 pub(crate) enum Verdicts {
     /// In its own cell of the table of calls, beside its reply (its request was sent with
-    /// the call's [`CallAck`](crate::rpc::calls::CallAck)).
-    InCall,
+    /// the call's [`CallAck`](crate::rpc::calls::CallAck)). `armed`: the last poll returned
+    /// the verdict and left this poll's waker in the table, so the next look for the
+    /// reply alone, in the same poll of the task, is answered without the table's lock (a
+    /// reply coming since woke that waker).
+    InCall { armed: bool },
     /// Through a receipt (a call recovered from the journal).
     Receipt(Receipt),
 }
@@ -167,7 +175,14 @@ impl Verdicts {
     /// verdict.
     fn poll(&mut self, guard: &CallGuard, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
         match self {
-            Verdicts::InCall => guard.poll_event(verdict, cx),
+            Verdicts::InCall { armed } => {
+                if std::mem::take(armed) && !verdict {
+                    return Poll::Pending;
+                }
+                let p = guard.poll_event(verdict, cx);
+                *armed = matches!(p, Poll::Ready(CallEvent::Verdict(_)));
+                p
+            }
             Verdicts::Receipt(receipt) => match guard.poll_event(false, cx) {
                 Poll::Pending if verdict => Pin::new(receipt)
                     .poll(cx)
@@ -237,4 +252,82 @@ pub(crate) async fn ended(
         Ended::NoReply => Err(CallError::NoReply),
     };
     (result, guard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::DeliveryId;
+    use crate::rpc::calls::{Calls, ReplyIn};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    /// A waker that counts its wakes.
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    const PEER: NodeId = NodeId::from_const(9);
+
+    /// A call whose request is acknowledged and whose reply comes later: the poll that
+    /// learns the acknowledgement goes on waiting without looking into the table again
+    /// (two looks where there were three), and the reply coming after wakes the call all
+    /// the same, which then ends with it.
+    #[tokio::test]
+    async fn an_acknowledged_call_waits_for_its_reply_without_a_second_look() {
+        let calls = Calls::new(Duration::from_secs(60));
+        let guard = calls.open(PEER);
+        let (id, ack) = (guard.id(), guard.ack());
+        let far = Instant::now() + Duration::from_secs(60);
+        let mut call = Box::pin(ended(
+            guard,
+            Verdicts::InCall { armed: false },
+            ReplyWait::Until(far),
+        ));
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(call.as_mut().poll(&mut cx).is_pending(), "nothing came");
+        assert_eq!(calls.looks(), 1);
+
+        ack.resolve(Ok(()));
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            1,
+            "woken by the acknowledgement"
+        );
+        assert!(
+            call.as_mut().poll(&mut cx).is_pending(),
+            "the reply is still to come"
+        );
+        assert_eq!(
+            calls.looks(),
+            2,
+            "the acknowledgement's look left the waker for the reply"
+        );
+
+        let reply = ReplyIn {
+            outcome: Outcome::Answered,
+            body: Bytes::from_static(b"done"),
+        };
+        assert!(
+            calls
+                .on_reply(id, PEER, reply, DeliveryId::for_test(PEER, 1))
+                .handed
+        );
+        assert_eq!(count.0.load(Ordering::Relaxed), 2, "woken by the reply");
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready((Ok(body), _guard)) => assert_eq!(&body[..], b"done"),
+            other => panic!(
+                "the call did not end with its reply: {:?}",
+                other.map(|r| r.0)
+            ),
+        }
+    }
 }
