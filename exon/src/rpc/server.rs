@@ -158,10 +158,10 @@ impl Handle {
             tokio::select! {
                 biased;
                 Some((pending, result)) = handlers.running.next(), if !handlers.running.is_empty() => {
-                    replies.answer(pending, result);
+                    replies.answer_pending(pending, result);
                     // Every handler that finished meanwhile: their replies leave together.
                     while let Some(Some((pending, result))) = handlers.running.next().now_or_never() {
-                        replies.answer(pending, result);
+                        replies.answer_pending(pending, result);
                     }
                 }
                 r = std::future::poll_fn(|cx| service.poll_ready(cx)),
@@ -173,8 +173,7 @@ impl Handle {
                             // A service that is not ready fails the next request (and is
                             // asked again for the one after).
                             let Some(req) = queue.rx.recv().await else { break };
-                            let pending = Pending::new(&replies.handle, &req);
-                            replies.answer(pending, Ok(Err(e.into())));
+                            replies.answer(req, Ok(Err(e.into())));
                         }
                     }
                 }
@@ -206,7 +205,7 @@ impl Handle {
         }
         // The endpoint closed: the handlers still running answer into a closed endpoint.
         while let Some((pending, result)) = handlers.running.next().await {
-            replies.answer(pending, result);
+            replies.answer_pending(pending, result);
         }
         replies.flush();
         Ok(())
@@ -246,7 +245,10 @@ fn start<S>(
     S: Service<Request, Response = Response>,
     S::Error: Into<Failure>,
 {
-    let pending = Pending::new(&replies.handle, &req);
+    // What the reply needs (and, for a handler that waits, what goes back to the endpoint
+    // if the server stops first): a handler ready at once holds no `Pending`, and no
+    // reference to the handle.
+    let copy = req.clone();
     match std::panic::catch_unwind(AssertUnwindSafe(|| service.call(req))) {
         Ok(fut) => {
             let mut slot = handlers.spare.take().unwrap_or_else(|| Box::pin(None));
@@ -257,23 +259,23 @@ fn start<S>(
                     // Emptied where it lies: the handler's future is dropped now.
                     slot.set(None);
                     handlers.spare = Some(slot);
-                    replies.answer(pending, result)
+                    replies.answer(copy, result)
                 }
                 None => handlers.running.push(Run {
-                    pending: Some(pending),
+                    pending: Some(Pending::new(&replies.handle, copy)),
                     fut: slot,
                 }),
             }
         }
-        Err(panic) => replies.answer::<S::Error>(pending, Err(panic)),
+        Err(panic) => replies.answer::<S::Error>(copy, Err(panic)),
     }
 }
 
 /// Replies made and not yet handed to the driver: they go in one command per turn of the
 /// server's loop.
 struct Replies {
-    /// Shared with every request's [`Pending`] (one reference count each, not a handle's
-    /// several).
+    /// Shared with the [`Pending`] of every handler that waits (one reference count each,
+    /// not a handle's several; a handler ready at once takes none).
     handle: Arc<Handle>,
     out: Vec<crate::endpoint::Outgoing>,
 }
@@ -286,15 +288,23 @@ impl Replies {
         }
     }
 
-    /// A handler's result, as the reply to its request.
-    fn answer<E: Into<Failure>>(
+    /// The result of a handler that waited, as the reply to its request.
+    fn answer_pending<E: Into<Failure>>(
         &mut self,
         mut pending: Pending,
         result: Result<Result<Response, E>, Box<dyn std::any::Any + Send>>,
     ) {
-        let Some(req) = pending.req.take() else {
-            return;
-        };
+        if let Some(req) = pending.req.take() {
+            self.answer(req, result);
+        }
+    }
+
+    /// A handler's result, as the reply to request `req`.
+    fn answer<E: Into<Failure>>(
+        &mut self,
+        req: Request,
+        result: Result<Result<Response, E>, Box<dyn std::any::Any + Send>>,
+    ) {
         let (call, delivery) = req.reply_to();
         let (outcome, body) = match result {
             Ok(Ok(r)) => (Outcome::Answered, r.body),
@@ -365,10 +375,10 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(handle: &Arc<Handle>, req: &Request) -> Pending {
+    fn new(handle: &Arc<Handle>, req: Request) -> Pending {
         Pending {
             handle: handle.clone(),
-            req: Some(req.clone()),
+            req: Some(req),
         }
     }
 }
