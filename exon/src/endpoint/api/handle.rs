@@ -418,7 +418,10 @@ impl Handle {
         reply: Reply,
         deadline: Option<std::time::Instant>,
     ) -> Result<Result<Receipt, Error>, (Payload, Reply)> {
-        self.try_hand_over_as(shard, to, (payload, reply), deadline, Self::hand_over_in)
+        // A closure, not the method's name: its call is inlined with it (a method passed as
+        // a function went through a call of its own, its arguments spilled).
+        let hand = |h: &Self, s: &ShardLink, to, p, r, d| h.hand_over_in(s, to, p, r, d);
+        self.try_hand_over_as(shard, to, (payload, reply), deadline, hand)
     }
 
     /// [`try_hand_over`](Self::try_hand_over), the message handed over by `hand` (with its
@@ -733,7 +736,7 @@ impl Handle {
 
     /// [`hand_over`](Self::hand_over) to `to`'s shard `shard`. Inline: a send's payload
     /// and receipt are built where its future keeps them, not moved through a call.
-    #[inline]
+    #[inline(always)]
     fn hand_over_in(
         &self,
         shard: &ShardLink,
