@@ -109,6 +109,7 @@ impl ReceiptSlab {
 
     /// Takes a cell: the receipt's end and the driver's, sharing the cell's one reference
     /// of the slab.
+    #[inline]
     pub(crate) fn open(self: &Arc<Self>) -> (SlabReceipt, SlotAck) {
         let index = self.pop().unwrap_or_else(|| self.grow());
         let slab = SlabRef::take(self);
