@@ -163,6 +163,7 @@ pub(crate) struct Acks {
 
 impl Acks {
     /// Resolves `ack` as acknowledged, at once or with the run of its batch.
+    #[inline]
     pub(crate) fn acknowledge(&mut self, ack: Ack) {
         let mut slot = match ack {
             Ack::Batch(slot) => slot,
