@@ -435,8 +435,9 @@ impl<S: DatagramSocket> Driver<S> {
 
     /// A command from the mailbox: a plain send joins the run of sends being gathered (to
     /// be handed to the core together); any other command is handled after that run, so
-    /// that commands keep their order.
-    #[inline]
+    /// that commands keep their order. Always inline in the loop that takes commands: a
+    /// command (136 bytes) goes from the mailbox to its handling without a call's copy.
+    #[inline(always)]
     fn take_command(&mut self, c: Command, t: Instant) {
         self.turns.command();
         match c {
