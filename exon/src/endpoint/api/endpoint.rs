@@ -74,6 +74,7 @@ impl Deliveries {
     }
 
     /// Polls for the next message of this shard (taken, as with [`recv`](Self::recv)).
+    #[inline]
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         if self.done {
             return Poll::Ready(None);
@@ -196,6 +197,7 @@ impl Endpoint {
 
     /// Polls for the next delivered message (what the `Stream` implementation does). A
     /// message returned here counts as taken, as with [`recv`](Self::recv).
+    #[inline]
     pub fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<Message>> {
         let n = self.rx.len();
         if n == 1 {
