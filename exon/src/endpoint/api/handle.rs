@@ -144,10 +144,7 @@ impl Handle {
     /// Hands replies ([`reply_out`](Self::reply_out)) to the driver: one command per shard,
     /// their ids taken together, in their order (one atomic step for all of them).
     pub(crate) fn send_replies(&self, mut replies: Vec<Outgoing>) -> Result<(), Error> {
-        let first = self.first().shared.next_ids(replies.len() as u64);
-        for (i, r) in replies.iter_mut().enumerate() {
-            r.set_id(MsgId(first.0 + i as u64));
-        }
+        self.give_ids(&mut replies);
         if self.shards.len() == 1 {
             return self.shards[0]
                 .cmds
@@ -761,6 +758,14 @@ impl Handle {
         Ok(Receipt::new(id, to, rx, stored))
     }
 
+    /// Gives `messages` fresh consecutive ids, in their order, in one atomic step.
+    fn give_ids(&self, messages: &mut [Outgoing]) {
+        let first = self.first().shared.next_ids(messages.len() as u64);
+        for (i, m) in messages.iter_mut().enumerate() {
+            m.set_id(MsgId(first.0 + i as u64));
+        }
+    }
+
     /// Sets (or replaces) the address of node `id`. Addresses are also learned from valid
     /// datagrams, so a peer that changes address keeps being reached.
     ///
@@ -966,9 +971,26 @@ mod tests {
                 a.reply_out(ib, DeliveryId::for_test(ib, i + 1), body)
             })
             .collect();
+        let mut numbered: Vec<Outgoing> = (0..3)
+            .map(|i| {
+                let body = Envelope::reply(i, Outcome::Answered, bytes::Bytes::new());
+                a.reply_out(ib, DeliveryId::for_test(ib, i + 4), body)
+            })
+            .collect();
+        a.give_ids(&mut numbered);
+        let ids: Vec<u64> = numbered.iter().map(|o| o.id().0).collect();
+        assert_eq!(
+            ids,
+            [1, 2, 3].map(|k| before.0 + k),
+            "one id each, in order"
+        );
         a.send_replies(replies).unwrap();
         let after = a.send(ib, vec![2u8; 10]).await.unwrap().id();
-        assert_eq!(after.0, before.0 + 4, "three ids between the two sends");
+        assert_eq!(
+            after.0,
+            before.0 + 7,
+            "three ids each time between the two sends"
+        );
         a.close(Duration::from_millis(10)).await;
     }
 

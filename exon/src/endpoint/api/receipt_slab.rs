@@ -631,8 +631,7 @@ mod tests {
 
         // A receipt that waits takes one more for the driver's wake.
         let (mut r, ack) = slab.open();
-        let waker = futures_task_noop();
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         assert!(r.poll_verdict(&mut cx).is_pending());
         assert!(r.poll_verdict(&mut cx).is_pending());
         assert_eq!(refs(&slab), 3, "the cell's and the waker's, once");
@@ -702,8 +701,7 @@ mod tests {
         ack1.resolve(Ok(()));
         drop(r1);
         assert!(weak.upgrade().is_some(), "the second cell holds it");
-        let waker = futures_task_noop();
-        let mut cx = Context::from_waker(&waker);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
         assert!(r2.poll_verdict(&mut cx).is_pending());
         drop(ack2);
         assert!(
@@ -716,11 +714,6 @@ mod tests {
         );
         assert!(weak.upgrade().is_none(), "freed with the last end");
         drop(r2);
-    }
-
-    /// A waker that does nothing.
-    fn futures_task_noop() -> std::task::Waker {
-        std::task::Waker::noop().clone()
     }
 
     #[tokio::test]
