@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -39,6 +39,9 @@ pub(crate) struct Calls {
     /// Looks into the table by calls' futures ([`CallGuard::poll_event`]), counted.
     #[cfg(test)]
     looks: AtomicU64,
+    /// Locks of the table, counted.
+    #[cfg(test)]
+    locks: AtomicU64,
 }
 
 /// Where an open call's reply stands.
@@ -227,14 +230,25 @@ impl Calls {
             released_notify: (0..shards).map(|_| tokio::sync::Notify::new()).collect(),
             #[cfg(test)]
             looks: AtomicU64::new(0),
+            #[cfg(test)]
+            locks: AtomicU64::new(0),
         })
+    }
+
+    /// [`open_waking`](Self::open_waking) with no waker registered.
+    #[cfg(test)]
+    pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> CallGuard {
+        self.open_waking(to, None)
     }
 
     /// Opens a call to node `to`; the guard has its id, waits for its reply
     /// ([`CallGuard::poll_event`]), and closes it. The id is one no call waiting now has
     /// (a call recovered after a restart keeps its id, which no new call takes:
-    /// [`reopen`](Self::reopen)).
-    pub(crate) fn open(self: &Arc<Self>, to: NodeId) -> CallGuard {
+    /// [`reopen`](Self::reopen)). `waker` (that of the task making the call) is registered
+    /// in the call's cell under the same lock: the call's future need not look into the
+    /// table before anything came, since whatever comes wakes it
+    /// ([`Verdicts::InCall`](super::client::Verdicts)).
+    pub(crate) fn open_waking(self: &Arc<Self>, to: NodeId, waker: Option<Waker>) -> CallGuard {
         let mut t = self.lock();
         let place = t.free_cell();
         let id = loop {
@@ -250,7 +264,7 @@ impl Calls {
             to,
             reply: ReplyState::Waiting,
             verdict: None,
-            waker: None,
+            waker,
             held: None,
             delivery: None,
         };
@@ -264,6 +278,7 @@ impl Calls {
         CallGuard {
             calls: self.clone(),
             id,
+            open: AtomicBool::new(true),
         }
     }
 
@@ -294,6 +309,7 @@ impl Calls {
         CallGuard {
             calls: self.clone(),
             id,
+            open: AtomicBool::new(true),
         }
     }
 
@@ -395,10 +411,18 @@ impl Calls {
     }
 
     /// What call `id` learned: its reply first, then (with `verdict`) its request's
-    /// verdict; else `cx` is woken when either comes. A verdict returned leaves `cx`'s
-    /// waker registered too, for the reply a call goes on waiting for (see
-    /// [`CallGuard::poll_event`]).
-    fn poll_event(&self, id: u64, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
+    /// verdict; else `cx` is woken when either comes. A verdict returned leaves `cx`'s waker registered too, for the reply a call
+    /// goes on waiting for (see [`CallGuard::poll_event`]). A reply read ends a call that
+    /// holds nothing in the journal: it leaves the table under this lock (`open` cleared,
+    /// so that its guard's drop need not lock again); a second reply then finds no call,
+    /// as it would find one that read its reply.
+    fn poll_event(
+        &self,
+        id: u64,
+        open: &AtomicBool,
+        verdict: bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<CallEvent> {
         #[cfg(test)]
         self.looks.fetch_add(1, Ordering::Relaxed);
         let mut t = self.lock();
@@ -406,7 +430,12 @@ impl Calls {
             return Poll::Pending;
         };
         if matches!(w.reply, ReplyState::Came(_)) {
+            let ends = w.held.is_none();
             if let ReplyState::Came(r) = std::mem::replace(&mut w.reply, ReplyState::Read) {
+                if ends {
+                    t.remove(id);
+                    open.store(false, Ordering::Relaxed);
+                }
                 return Poll::Ready(CallEvent::Reply(r));
             }
         }
@@ -425,6 +454,12 @@ impl Calls {
     #[cfg(test)]
     pub(crate) fn looks(&self) -> u64 {
         self.looks.load(Ordering::Relaxed)
+    }
+
+    /// How many times the table was locked.
+    #[cfg(test)]
+    pub(crate) fn locks(&self) -> u64 {
+        self.locks.load(Ordering::Relaxed)
     }
 
     /// Call `id`'s future stopped waiting for its reply (the call ended without it, and
@@ -477,6 +512,8 @@ impl Calls {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        #[cfg(test)]
+        self.locks.fetch_add(1, Ordering::Relaxed);
         self.waiting.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -563,6 +600,8 @@ impl Drop for CallRun {
 pub(crate) struct CallGuard {
     calls: Arc<Calls>,
     id: u64,
+    /// The call is in the table (cleared when reading its reply took it out).
+    open: AtomicBool,
 }
 
 impl CallGuard {
@@ -577,7 +616,7 @@ impl CallGuard {
     /// call had been polled for its reply and found none: a call that goes on waiting for
     /// its reply in the same poll of its task need not look again then.
     pub(crate) fn poll_event(&self, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
-        self.calls.poll_event(self.id, verdict, cx)
+        self.calls.poll_event(self.id, &self.open, verdict, cx)
     }
 
     /// Where the verdict of the call's request goes: into the call, whose future learns it
@@ -599,7 +638,9 @@ impl CallGuard {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.calls.close(self.id);
+        if *self.open.get_mut() {
+            self.calls.close(self.id);
+        }
     }
 }
 
@@ -647,13 +688,22 @@ mod tests {
     }
 
     /// The request's verdict reaches its call through the call's ack, once, after the reply
-    /// if both came, and only when asked for; an ack dropped without a verdict (the
-    /// endpoint stopped) tells the call `Unacknowledged`; one of a call that ended tells
-    /// nobody.
+    /// if both came (a call holding its request in the journal stays open after its reply
+    /// is read; one holding nothing ends then), and only when asked for; an ack dropped
+    /// without a verdict (the endpoint stopped) tells the call `Unacknowledged`; one of a
+    /// call that ended tells nobody.
     #[test]
     fn a_requests_verdict_reaches_its_call_beside_its_reply() {
         let calls = Calls::new(std::time::Duration::from_secs(1));
+        let plain = calls.open(PEER);
+        plain.ack().resolve(Err(ReceiptError::InDoubt));
+        assert!(calls.on_reply(plain.id(), PEER, reply(), d(1)).handed);
+        assert!(try_reply(&plain).is_some());
+        assert!(try_event(&plain, true).is_none(), "ended by its reply");
+        assert!(calls.lock().get_mut(plain.id()).is_none());
+        drop(plain);
         let guard = calls.open(PEER);
+        assert!(calls.hold(guard.id(), MsgId(3)));
         guard.ack().resolve(Err(ReceiptError::InDoubt));
         assert!(calls.on_reply(guard.id(), PEER, reply(), d(1)).handed);
         assert!(
@@ -677,6 +727,8 @@ mod tests {
         ack.resolve(Ok(()));
         assert_eq!(calls.waiting(), 1, "the ended call is not back");
         assert!(calls.lock().get_mut(id).is_none());
+        drop(guard);
+        assert_eq!(calls.waiting(), 0);
     }
 
     /// Acknowledgements gathered in a run (two tables interleaved, more than a run holds,
@@ -704,24 +756,22 @@ mod tests {
                 drop(guard);
                 continue;
             }
-            open.push((guard, wakes));
+            open.push((i, guard, wakes));
         }
         let last = a.open(PEER);
         run.acknowledge(last.ack());
         drop(run);
-        for (guard, wakes) in open.iter().chain([(last, Wakes::new())].iter()) {
+        for (i, _, wakes) in &open {
+            assert_eq!(wakes.count(), 1, "call {i} woken once");
+        }
+        for (_, guard, _) in open.iter().chain([(0, last, Wakes::new())].iter()) {
             assert!(
                 matches!(try_event(guard, true), Some(CallEvent::Verdict(Ok(())))),
                 "call {} told",
                 guard.id()
             );
             assert!(try_event(guard, true).is_none(), "told once");
-            assert!(wakes.count() <= 1);
         }
-        assert!(
-            open.iter().all(|(_, w)| w.count() == 1),
-            "each waiter woken"
-        );
     }
 
     fn d(slot: u64) -> DeliveryId {

@@ -84,7 +84,11 @@ impl Handle {
         let now = Instant::now();
         let deadline = saturating_after(now, within);
         let send_deadline = now.into_std().checked_add(within);
-        let guard = self.calls().open(to);
+        // The task's waker, registered with the call as it opens (the table locked once):
+        // the call's first wait need not look into the table.
+        let waker = std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await;
+        let opened = WakerKey::of(&waker);
+        let guard = self.calls().open_waking(to, Some(waker));
         let payload = match seal(guard.id()) {
             Ok(p) => p,
             Err(e) => return CallOutcome::new(Err(e), guard),
@@ -95,7 +99,10 @@ impl Handle {
         }
         let (result, guard) = ended(
             guard,
-            Verdicts::InCall { armed: false },
+            Verdicts::InCall {
+                armed: false,
+                opened: Some(opened),
+            },
             ReplyWait::Until(deadline),
         )
         .await;
@@ -157,6 +164,19 @@ pub(crate) enum ReplyWait {
     AfterAck(Duration),
 }
 
+/// Which waker a task polls with (its data and vtable addresses, as
+/// [`Waker::will_wake`](std::task::Waker::will_wake) compares them), kept as plain numbers
+/// so that a call's future stays `Send`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WakerKey(usize, usize);
+
+impl WakerKey {
+    /// The key of `w`.
+    pub(crate) fn of(w: &std::task::Waker) -> WakerKey {
+        WakerKey(w.data() as usize, w.vtable() as *const _ as usize)
+    }
+}
+
 /// Where a call learns its request's verdict.
 #[derive(Debug)]
 pub(crate) enum Verdicts {
@@ -164,8 +184,15 @@ pub(crate) enum Verdicts {
     /// the call's [`CallAck`](crate::rpc::calls::CallAck)). `armed`: the last poll returned
     /// the verdict and left this poll's waker in the table, so the next look for the
     /// reply alone, in the same poll of the task, is answered without the table's lock (a
-    /// reply coming since woke that waker).
-    InCall { armed: bool },
+    /// reply coming since woke that waker). `opened`: the waker the call was opened with
+    /// ([`Calls::open_waking`](crate::rpc::calls::Calls::open_waking)): the first poll,
+    /// with that same waker, does not look either. Whatever the call must learn since it
+    /// opened (its reply, its request's verdict) woke that waker, so the task is polled
+    /// again and looks then.
+    InCall {
+        armed: bool,
+        opened: Option<WakerKey>,
+    },
     /// Through a receipt (a call recovered from the journal).
     Receipt(Receipt),
 }
@@ -175,7 +202,10 @@ impl Verdicts {
     /// verdict.
     fn poll(&mut self, guard: &CallGuard, verdict: bool, cx: &mut Context<'_>) -> Poll<CallEvent> {
         match self {
-            Verdicts::InCall { armed } => {
+            Verdicts::InCall { armed, opened } => {
+                if opened.take() == Some(WakerKey::of(cx.waker())) {
+                    return Poll::Pending;
+                }
                 if std::mem::take(armed) && !verdict {
                     return Poll::Pending;
                 }
@@ -209,8 +239,9 @@ pub(crate) async fn ended(
         // Unused until the acknowledgement sets it.
         ReplyWait::AfterAck(_) => Instant::now(),
     };
-    // Armed (polled) only once the request is acknowledged; reset where the wait starts
-    // then (a recovered call).
+    // Armed (polled) only once the request is acknowledged (a timer registered for the
+    // few calls whose reply does not come with or soon after it); reset where the wait
+    // starts then (a recovered call).
     let sleep = tokio::time::sleep_until(deadline);
     tokio::pin!(sleep);
     let ended = loop {
@@ -275,6 +306,100 @@ mod tests {
 
     const PEER: NodeId = NodeId::from_const(9);
 
+    fn reply(body: &'static [u8]) -> ReplyIn {
+        ReplyIn {
+            outcome: Outcome::Answered,
+            body: Bytes::from_static(body),
+        }
+    }
+
+    /// A waker counting its wakes, and the count.
+    fn counted() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count::default());
+        (count.clone(), Waker::from(count))
+    }
+
+    /// A call opened with `waker` registered, as `call_open` opens one, and its future.
+    fn opened(
+        calls: &Arc<Calls>,
+        waker: &Waker,
+        until: Instant,
+    ) -> (
+        u64,
+        crate::rpc::calls::CallAck,
+        Pin<Box<impl Future<Output = (Result<Bytes, CallError>, CallGuard)>>>,
+    ) {
+        let guard = calls.open_waking(PEER, Some(waker.clone()));
+        let (id, ack) = (guard.id(), guard.ack());
+        let verdicts = Verdicts::InCall {
+            armed: false,
+            opened: Some(WakerKey::of(waker)),
+        };
+        (
+            id,
+            ack,
+            Box::pin(ended(guard, verdicts, ReplyWait::Until(until))),
+        )
+    }
+
+    /// The usual call: opened with its task's waker, its request's acknowledgement and
+    /// its reply come in one turn of the driver (the server's ACK rides with its reply).
+    /// The first wait does not look into the table (the waker is registered already), the
+    /// acknowledgement wakes the call, whose one look reads the reply and takes the call
+    /// out of the table: four locks of the table in all (open, acknowledgement, reply,
+    /// look) and none when the call's guard goes.
+    #[tokio::test]
+    async fn a_call_looks_into_the_table_once_and_its_end_takes_no_lock() {
+        let calls = Calls::new(Duration::from_secs(60));
+        let count = Arc::new(Count::default());
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let far = Instant::now() + Duration::from_secs(60);
+        let (id, ack, mut call) = opened(&calls, &waker, far);
+        assert!(call.as_mut().poll(&mut cx).is_pending(), "nothing came");
+        assert_eq!(calls.looks(), 0, "registered when the call opened");
+
+        ack.resolve(Ok(()));
+        let handed = calls.on_reply(id, PEER, reply(b"done"), DeliveryId::for_test(PEER, 1));
+        assert!(handed.handed);
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "woken once");
+        let guard = match call.as_mut().poll(&mut cx) {
+            Poll::Ready((Ok(body), guard)) => {
+                assert_eq!(&body[..], b"done");
+                guard
+            }
+            other => panic!("not ended with its reply: {:?}", other.map(|r| r.0)),
+        };
+        assert_eq!(calls.looks(), 1);
+        assert_eq!(calls.locks(), 4, "open, ack, reply, look");
+        drop(guard);
+        assert_eq!(calls.locks(), 4, "the guard's drop took no lock");
+        assert_eq!(calls.waiting(), 0, "the reply read ended the call");
+        let again = calls.on_reply(id, PEER, reply(b"x"), DeliveryId::for_test(PEER, 2));
+        assert!(!again.handed, "a second reply finds no call");
+    }
+
+    /// A call whose future is first polled by another task than the one that opened it:
+    /// the reply that came meanwhile woke the opener's waker, not this task's, so the
+    /// first poll looks (the skip holds only for the waker the call was opened with).
+    #[tokio::test]
+    async fn a_call_polled_first_by_another_task_looks() {
+        let calls = Calls::new(Duration::from_secs(60));
+        let (opener, poller) = (Arc::new(Count::default()), Arc::new(Count::default()));
+        let (a, b) = (Waker::from(opener.clone()), Waker::from(poller.clone()));
+        let far = Instant::now() + Duration::from_secs(60);
+        let (id, ack, mut call) = opened(&calls, &a, far);
+        ack.resolve(Ok(()));
+        let handed = calls.on_reply(id, PEER, reply(b"done"), DeliveryId::for_test(PEER, 1));
+        assert!(handed.handed);
+        assert_eq!(opener.0.load(Ordering::Relaxed), 1);
+        match call.as_mut().poll(&mut Context::from_waker(&b)) {
+            Poll::Ready((Ok(body), _)) => assert_eq!(&body[..], b"done"),
+            other => panic!("the reply was missed: {:?}", other.map(|r| r.0)),
+        }
+        assert_eq!(poller.0.load(Ordering::Relaxed), 0);
+    }
+
     /// A call whose request is acknowledged and whose reply comes later: the poll that
     /// learns the acknowledgement goes on waiting without looking into the table again
     /// (two looks where there were three), and the reply coming after wakes the call all
@@ -285,49 +410,96 @@ mod tests {
         let guard = calls.open(PEER);
         let (id, ack) = (guard.id(), guard.ack());
         let far = Instant::now() + Duration::from_secs(60);
-        let mut call = Box::pin(ended(
-            guard,
-            Verdicts::InCall { armed: false },
-            ReplyWait::Until(far),
-        ));
+        let verdicts = Verdicts::InCall {
+            armed: false,
+            opened: None,
+        };
+        let mut call = Box::pin(ended(guard, verdicts, ReplyWait::Until(far)));
         let count = Arc::new(Count::default());
         let waker = Waker::from(count.clone());
         let mut cx = Context::from_waker(&waker);
         assert!(call.as_mut().poll(&mut cx).is_pending(), "nothing came");
-        assert_eq!(calls.looks(), 1);
+        assert_eq!(calls.looks(), 1, "opened without a waker: it looks");
 
         ack.resolve(Ok(()));
-        assert_eq!(
-            count.0.load(Ordering::Relaxed),
-            1,
-            "woken by the acknowledgement"
-        );
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "woken by the ack");
         assert!(
             call.as_mut().poll(&mut cx).is_pending(),
-            "the reply is still to come"
+            "the reply is to come"
         );
         assert_eq!(
             calls.looks(),
             2,
             "the acknowledgement's look left the waker for the reply"
         );
-
-        let reply = ReplyIn {
-            outcome: Outcome::Answered,
-            body: Bytes::from_static(b"done"),
-        };
-        assert!(
-            calls
-                .on_reply(id, PEER, reply, DeliveryId::for_test(PEER, 1))
-                .handed
-        );
+        let handed = calls.on_reply(id, PEER, reply(b"done"), DeliveryId::for_test(PEER, 1));
+        assert!(handed.handed);
         assert_eq!(count.0.load(Ordering::Relaxed), 2, "woken by the reply");
+        assert!(matches!(
+            call.as_mut().poll(&mut cx),
+            Poll::Ready((Ok(_), _))
+        ));
+    }
+
+    /// Deadlines: an acknowledged call whose reply never comes ends at its deadline with
+    /// `NoReply`; a deadline that passes while the request is still on its way leaves the
+    /// call to its request's verdict, and an acknowledgement coming later wakes the call,
+    /// which ends with `NoReply`; a verdict short of an acknowledgement wakes the call and
+    /// ends it.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_ends_at_its_deadline_or_its_verdict_after_it() {
+        let (count, waker) = counted();
+        let mut cx = Context::from_waker(&waker);
+        let calls = Calls::new(Duration::from_secs(60));
+        let until = Instant::now() + Duration::from_secs(2);
+        let (_id, ack, mut call) = opened(&calls, &waker, until);
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        ack.resolve(Ok(()));
+        assert_eq!(count.0.load(Ordering::Relaxed), 1, "woken by the ack");
+        assert!(
+            call.as_mut().poll(&mut cx).is_pending(),
+            "the reply may come"
+        );
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert_eq!(count.0.load(Ordering::Relaxed), 2, "woken by the deadline");
         match call.as_mut().poll(&mut cx) {
-            Poll::Ready((Ok(body), _guard)) => assert_eq!(&body[..], b"done"),
-            other => panic!(
-                "the call did not end with its reply: {:?}",
-                other.map(|r| r.0)
-            ),
+            Poll::Ready((Err(CallError::NoReply), _)) => {}
+            other => panic!("not ended at its deadline: {:?}", other.map(|r| r.0)),
+        }
+
+        let until = Instant::now() + Duration::from_secs(2);
+        let (_id, ack, mut call) = opened(&calls, &waker, until);
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        tokio::time::advance(Duration::from_secs(3)).await;
+        assert!(
+            call.as_mut().poll(&mut cx).is_pending(),
+            "past its deadline, the call waits for its request's verdict"
+        );
+        let woken = count.0.load(Ordering::Relaxed);
+        ack.resolve(Ok(()));
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            woken + 1,
+            "woken by the ack"
+        );
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready((Err(CallError::NoReply), _)) => {}
+            other => panic!("not ended by the ack: {:?}", other.map(|r| r.0)),
+        }
+
+        let far = Instant::now() + Duration::from_secs(60);
+        let (_id, ack, mut call) = opened(&calls, &waker, far);
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        let woken = count.0.load(Ordering::Relaxed);
+        ack.resolve(Err(ReceiptError::NotDelivered));
+        assert_eq!(
+            count.0.load(Ordering::Relaxed),
+            woken + 1,
+            "woken by the verdict"
+        );
+        match call.as_mut().poll(&mut cx) {
+            Poll::Ready((Err(CallError::NotExecuted), _)) => {}
+            other => panic!("not ended by its verdict: {:?}", other.map(|r| r.0)),
         }
     }
 }
