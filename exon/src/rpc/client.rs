@@ -234,16 +234,10 @@ pub(crate) async fn ended(
     wait: ReplyWait,
 ) -> (Result<Bytes, CallError>, CallGuard) {
     let mut call = CallState::new();
-    let deadline = match wait {
-        ReplyWait::Until(d) => d,
-        // Unused until the acknowledgement sets it.
-        ReplyWait::AfterAck(_) => Instant::now(),
-    };
-    // Armed (polled) only once the request is acknowledged (a timer registered for the
-    // few calls whose reply does not come with or soon after it); reset where the wait
-    // starts then (a recovered call).
-    let sleep = tokio::time::sleep_until(deadline);
-    tokio::pin!(sleep);
+    // Made only once the request is acknowledged (its timer registered with the runtime
+    // only for the few calls whose reply does not come with the acknowledgement, or soon
+    // after it): a call that ends with its reply makes none.
+    let mut sleep = std::pin::pin!(None::<tokio::time::Sleep>);
     let ended = loop {
         let waiting = !call.is_acknowledged();
         let learned = tokio::select! {
@@ -251,9 +245,13 @@ pub(crate) async fn ended(
             e = std::future::poll_fn(|cx| verdicts.poll(&guard, waiting, cx)) => match e {
                 CallEvent::Reply(r) => Learned::Reply(r.outcome, r.body),
                 CallEvent::Verdict(Ok(())) => {
-                    if let ReplyWait::AfterAck(d) = wait {
-                        sleep.as_mut().reset(saturating_after(Instant::now(), d));
-                    }
+                    let until = match wait {
+                        ReplyWait::Until(d) => d,
+                        ReplyWait::AfterAck(d) => saturating_after(Instant::now(), d),
+                    };
+                    #[cfg(test)]
+                    tests::SLEEPS.with(|n| n.set(n.get() + 1));
+                    sleep.set(Some(tokio::time::sleep_until(until)));
                     Learned::Acknowledged
                 }
                 CallEvent::Verdict(Err(ReceiptError::NotDelivered)) => Learned::NotDelivered,
@@ -263,7 +261,10 @@ pub(crate) async fn ended(
                 }
                 CallEvent::Verdict(Err(_)) => Learned::InDoubt,
             },
-            _ = &mut sleep, if !waiting => Learned::Deadline,
+            _ = std::future::poll_fn(|cx| match sleep.as_mut().as_pin_mut() {
+                Some(s) => s.poll(cx),
+                None => Poll::Pending,
+            }), if !waiting => Learned::Deadline,
         };
         if let Some(e) = call.learn(learned) {
             break e;
@@ -305,6 +306,15 @@ mod tests {
     }
 
     const PEER: NodeId = NodeId::from_const(9);
+
+    thread_local! {
+        /// Deadline timers made by calls' futures polled on this thread.
+        pub(super) static SLEEPS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    fn sleeps() -> u64 {
+        SLEEPS.with(|n| n.get())
+    }
 
     fn reply(body: &'static [u8]) -> ReplyIn {
         ReplyIn {
@@ -371,6 +381,7 @@ mod tests {
             other => panic!("not ended with its reply: {:?}", other.map(|r| r.0)),
         };
         assert_eq!(calls.looks(), 1);
+        assert_eq!(sleeps(), 0, "no deadline timer made");
         assert_eq!(calls.locks(), 4, "open, ack, reply, look");
         drop(guard);
         assert_eq!(calls.locks(), 4, "the guard's drop took no lock");
@@ -460,6 +471,7 @@ mod tests {
             call.as_mut().poll(&mut cx).is_pending(),
             "the reply may come"
         );
+        assert_eq!(sleeps(), 1, "the deadline's timer made at the ack");
         tokio::time::advance(Duration::from_secs(3)).await;
         assert_eq!(count.0.load(Ordering::Relaxed), 2, "woken by the deadline");
         match call.as_mut().poll(&mut cx) {
