@@ -247,7 +247,7 @@ impl Calls {
     /// [`reopen`](Self::reopen)). `waker` (that of the task making the call) is registered
     /// in the call's cell under the same lock: the call's future need not look into the
     /// table before anything came, since whatever comes wakes it
-    /// ([`Verdicts::InCall`](super::client::Verdicts)).
+    /// (the call future's `Verdicts::InCall { opened }`).
     pub(crate) fn open_waking(self: &Arc<Self>, to: NodeId, waker: Option<Waker>) -> CallGuard {
         let mut t = self.lock();
         let place = t.free_cell();
