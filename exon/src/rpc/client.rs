@@ -323,6 +323,9 @@ mod tests {
         }
     }
 
+    /// What a call's future ends with.
+    type CallEnd = (Result<Bytes, CallError>, CallGuard);
+
     /// A waker counting its wakes, and the count.
     fn counted() -> (Arc<Count>, Waker) {
         let count = Arc::new(Count::default());
@@ -337,7 +340,7 @@ mod tests {
     ) -> (
         u64,
         crate::rpc::calls::CallAck,
-        Pin<Box<impl Future<Output = (Result<Bytes, CallError>, CallGuard)>>>,
+        Pin<Box<impl Future<Output = CallEnd>>>,
     ) {
         let guard = calls.open_waking(PEER, Some(waker.clone()));
         let (id, ack) = (guard.id(), guard.ack());

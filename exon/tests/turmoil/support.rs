@@ -32,13 +32,19 @@ pub fn cfg() -> EndpointConfig {
     })
 }
 
-/// A simulation of `secs` simulated seconds with a fixed seed.
+/// A simulation of `secs` simulated seconds with a fixed seed: 7, or `EXON_TURMOIL_SEED`
+/// when set (to sweep seeds by hand: `for s in $(seq 1 20); do EXON_TURMOIL_SEED=$s cargo
+/// test -p exon --test turmoil; done`).
 pub fn sim(secs: u64, f: impl FnOnce(&mut turmoil::Builder)) -> Sim<'static> {
     let mut b = turmoil::Builder::new();
     b.simulation_duration(Duration::from_secs(secs));
     f(&mut b);
+    let seed = std::env::var("EXON_TURMOIL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7);
     use rand::SeedableRng;
-    b.build_with_rng(Box::new(rand::rngs::SmallRng::seed_from_u64(7)))
+    b.build_with_rng(Box::new(rand::rngs::SmallRng::seed_from_u64(seed)))
 }
 
 /// Adds host `name` running the server endpoint on `store`, logging every delivery.
