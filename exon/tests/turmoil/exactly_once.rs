@@ -13,11 +13,13 @@ use exon::NodeId;
 const A: NodeId = NodeId::from_const(1);
 
 /// One client sending `n` messages to the server under `net`, with `actions` applied as the
-/// simulation runs; every message must be delivered once and acknowledged.
+/// simulation runs (told the time and how many messages the server has delivered, so that
+/// a disruption can come mid-stream whatever the seed's latencies); every message must be
+/// delivered once and acknowledged.
 fn scenario(
     n: u32,
     net: impl FnOnce(&mut turmoil::Builder),
-    actions: impl FnMut(Duration, &mut turmoil::Sim<'static>),
+    mut actions: impl FnMut(Duration, usize, &mut turmoil::Sim<'static>),
 ) -> EndpointStats {
     let mut sim = sim(300, net);
     let stats = Arc::new(Mutex::new(None));
@@ -33,7 +35,11 @@ fn scenario(
         *out.lock().unwrap() = Some(report.stats);
         Ok(())
     });
-    run(&mut sim, actions);
+    let delivered = log.clone();
+    run(&mut sim, |t, sim| {
+        let k = delivered.lock().unwrap().len();
+        actions(t, k, sim)
+    });
     assert_exactly_once(&log, A, 0..n);
     let stats = stats.lock().unwrap().expect("client finished");
     stats
@@ -46,7 +52,7 @@ fn random_loss() {
         |b| {
             b.fail_rate(0.2).repair_rate(0.6);
         },
-        |_, _| {},
+        |_, _, _| {},
     );
     assert!(s.node.retransmissions > 0, "no loss happened: {s:?}");
 }
@@ -59,23 +65,25 @@ fn latency_spread_reorders() {
             b.min_message_latency(Duration::from_millis(1))
                 .max_message_latency(Duration::from_millis(80));
         },
-        |_, _| {},
+        |_, _, _| {},
     );
 }
 
+/// The link held (datagrams kept, then all released at once) for 2.8 s once a tenth of the
+/// messages were delivered.
 #[test]
 fn hold_and_release() {
-    let mut held = false;
+    let mut held = None;
     let mut released = false;
     let s = scenario(
         1000,
         |_| {},
-        move |t, sim| {
-            if !held && t >= Duration::from_millis(200) {
+        move |t, delivered, sim| {
+            if held.is_none() && delivered >= 100 {
                 sim.hold("a", "b");
-                held = true;
+                held = Some(t);
             }
-            if held && !released && t >= Duration::from_secs(3) {
+            if held.is_some_and(|h| t >= h + Duration::from_millis(2800)) && !released {
                 sim.release("a", "b");
                 released = true;
             }
@@ -84,19 +92,20 @@ fn hold_and_release() {
     assert!(s.node.retransmissions > 0, "{s:?}");
 }
 
+/// The link cut (datagrams dropped) for 4.8 s once a tenth of the messages were delivered.
 #[test]
 fn partition_and_repair() {
-    let mut cut = false;
+    let mut cut = None;
     let mut healed = false;
     let s = scenario(
         1000,
         |_| {},
-        move |t, sim| {
-            if !cut && t >= Duration::from_millis(200) {
+        move |t, delivered, sim| {
+            if cut.is_none() && delivered >= 100 {
                 sim.partition("a", "b");
-                cut = true;
+                cut = Some(t);
             }
-            if cut && !healed && t >= Duration::from_secs(5) {
+            if cut.is_some_and(|c| t >= c + Duration::from_millis(4800)) && !healed {
                 sim.repair("a", "b");
                 healed = true;
             }

@@ -36,13 +36,18 @@ pub fn cfg() -> EndpointConfig {
 /// when set (to sweep seeds by hand: `for s in $(seq 1 20); do EXON_TURMOIL_SEED=$s cargo
 /// test -p exon --test turmoil; done`).
 pub fn sim(secs: u64, f: impl FnOnce(&mut turmoil::Builder)) -> Sim<'static> {
-    let mut b = turmoil::Builder::new();
-    b.simulation_duration(Duration::from_secs(secs));
-    f(&mut b);
     let seed = std::env::var("EXON_TURMOIL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(7);
+    sim_seeded(secs, seed, f)
+}
+
+/// As [`sim`], with the seed `seed` whatever the environment says.
+pub fn sim_seeded(secs: u64, seed: u64, f: impl FnOnce(&mut turmoil::Builder)) -> Sim<'static> {
+    let mut b = turmoil::Builder::new();
+    b.simulation_duration(Duration::from_secs(secs));
+    f(&mut b);
     use rand::SeedableRng;
     b.build_with_rng(Box::new(rand::rngs::SmallRng::seed_from_u64(seed)))
 }

@@ -643,6 +643,9 @@ impl<S: DatagramSocket> Driver<S> {
             // A validated address is looked up once for the run; any other counts each
             // datagram against its anti-amplification limit.
             let validated = self.paths.validated(run.destination);
+            if validated.is_none() {
+                self.paths.sending_unvalidated(run.destination, t);
+            }
             for size in run.sizes() {
                 sent += 1;
                 let route = match validated {
@@ -671,6 +674,9 @@ impl<S: DatagramSocket> Driver<S> {
             }
         }
         self.outbound.finish(socket, stats).await;
+        self.outbound
+            .send_rechallenges(socket, stats, &mut self.node, &mut self.paths)
+            .await;
         while let Some(e) = self.node.poll_event() {
             if matches!(e, Event::Delivered { .. }) {
                 self.turns.handed();

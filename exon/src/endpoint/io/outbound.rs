@@ -234,23 +234,56 @@ impl Outbound {
         for &peer in &due {
             self.buf.clear();
             let made = node.poll_challenge(peer, &mut self.buf);
-            match paths.challenge_sent(peer, made.map(|(token, tx)| (token, tx.size)), t) {
-                Ok(addr) => {
-                    stats.path_challenges += 1;
-                    let Some(addr) = self.on_wire(stats, addr) else {
-                        continue;
-                    };
-                    if let Err(e) = socket.send_to(&self.buf, addr).await {
-                        stats.send_errors += 1;
-                        tracing::debug!(error = %e, %addr, "socket send error (ignored)");
-                    }
-                    stats.send_calls += 1;
-                }
-                Err(NoRoute::Amplification) => stats.amplification_drops += 1,
-                Err(NoRoute::Unknown) => {}
-            }
+            let route = paths.challenge_sent(peer, made.map(|(token, tx)| (token, tx.size)), t);
+            self.send_challenge(socket, stats, route).await;
         }
         paths.return_challenges(due);
+    }
+
+    /// Sends the repeats of first contacts' challenges owed ([`Paths::sending_unvalidated`]),
+    /// each in a datagram of its own to the peer's address, within the anti-amplification
+    /// limit.
+    pub(crate) async fn send_rechallenges<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        node: &mut Node,
+        paths: &mut Paths,
+    ) {
+        let due = paths.take_rechallenges();
+        for &(peer, token) in &due {
+            self.buf.clear();
+            let Some(tx) = node.poll_rechallenge(peer, token, &mut self.buf) else {
+                continue;
+            };
+            let route = paths.rechallenge_sent(peer, tx.size);
+            self.send_challenge(socket, stats, route).await;
+        }
+        paths.return_rechallenges(due);
+    }
+
+    /// Sends the challenge in `self.buf` where `route` says, or counts why it cannot go.
+    async fn send_challenge<S: DatagramSocket>(
+        &self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        route: Result<SocketAddr, NoRoute>,
+    ) {
+        match route {
+            Ok(addr) => {
+                stats.path_challenges += 1;
+                let Some(addr) = self.on_wire(stats, addr) else {
+                    return;
+                };
+                if let Err(e) = socket.send_to(&self.buf, addr).await {
+                    stats.send_errors += 1;
+                    tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+                }
+                stats.send_calls += 1;
+            }
+            Err(NoRoute::Amplification) => stats.amplification_drops += 1,
+            Err(NoRoute::Unknown) => {}
+        }
     }
 
     /// Sends COOKIE_REPLYs (each smaller than the datagram it answers, within the limits

@@ -22,6 +22,9 @@ struct Entry {
     validated: bool,
     /// The challenge sent to `addr`, awaiting its answer.
     challenge: Option<u64>,
+    /// Repeats of that challenge in datagrams of its own (first contact): how many went,
+    /// and when the next may go.
+    again: Option<(u32, Instant)>,
     /// Bytes received from `addr` since it was learned (accepted datagrams only).
     rx: u64,
     /// Bytes sent to `addr` since it was learned, while not validated.
@@ -92,6 +95,16 @@ pub(crate) const AMPLIFICATION: u64 = 3;
 /// Challenges sent to one candidate address before it has failed: the first at once, each
 /// next one after twice the previous wait.
 pub(crate) const CANDIDATE_CHALLENGES: u32 = 3;
+
+/// Room an address not yet validated keeps in its anti-amplification limit for the repeats
+/// of its challenge (four datagrams holding a CHALLENGE alone), once the limit is four times
+/// that: its other datagrams may not take it, so that a challenge whose datagram was lost
+/// can go again after the peer went quiet, when everything else it is owed waits for that
+/// limit.
+pub(crate) const RECHALLENGE_ROOM: u64 = 4 * 64;
+
+/// The longest wait between two repeats of a first contact's challenge.
+const MAX_RECHALLENGE_WAIT: Duration = Duration::from_secs(8);
 
 /// Why a datagram cannot be sent to a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +201,7 @@ impl PeerBook {
                 seq,
                 validated: true,
                 challenge: None,
+                again: None,
                 rx: 0,
                 tx: 0,
                 last: None,
@@ -199,11 +213,45 @@ impl PeerBook {
         );
     }
 
-    /// Records the challenge sent to `id`'s current address.
-    pub fn set_challenge(&mut self, id: NodeId, token: u64) {
+    /// Records the challenge sent to `id`'s current address (first contact), at `now`: it
+    /// goes again on its own ([`rechallenge_due`](Self::rechallenge_due)) until answered.
+    pub fn set_challenge(&mut self, id: NodeId, token: u64, now: Instant) {
         if let Some(e) = self.entries.get_mut(&id) {
             e.challenge = Some(token);
+            e.again = Some((0, now + self.interval));
         }
+    }
+
+    /// The challenge of `id`'s current address if it is unanswered and its repeat is due
+    /// at `now` (the datagram that carried it may have been lost): the next repeat is then
+    /// due after twice the last wait, at most [`MAX_RECHALLENGE_WAIT`].
+    pub fn rechallenge_due(&mut self, id: NodeId, now: Instant) -> Option<u64> {
+        let e = self.entries.get_mut(&id)?;
+        if e.validated {
+            return None;
+        }
+        let token = e.challenge?;
+        let (tries, at) = e.again?;
+        if now < at {
+            return None;
+        }
+        let wait = self
+            .interval
+            .saturating_mul(1 << tries.min(8))
+            .min(MAX_RECHALLENGE_WAIT);
+        e.again = Some((tries + 1, now + wait));
+        Some(token)
+    }
+
+    /// A repeat of `id`'s challenge was made, `size` bytes: the address it goes to if the
+    /// anti-amplification limit allows it (it may take the room the other datagrams keep,
+    /// [`RECHALLENGE_ROOM`]).
+    pub fn rechallenge_sent(&mut self, id: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
+        let e = self.entries.get_mut(&id).ok_or(NoRoute::Unknown)?;
+        if !e.validated {
+            e.tx = within_limit(e.tx, size, e.rx)?;
+        }
+        Ok(e.addr)
     }
 
     /// Whether `id`'s address is validated (false if unknown).
@@ -223,7 +271,15 @@ impl PeerBook {
     pub fn send_to(&mut self, id: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
         let e = self.entries.get_mut(&id).ok_or(NoRoute::Unknown)?;
         if !e.validated {
-            e.tx = within_limit(e.tx, size, e.rx)?;
+            // While its challenge is unanswered, the room for its repeats stays free, once
+            // the limit holds four times that room (the first datagrams of a first contact,
+            // the original challenge among them, are not held back by it).
+            let room = if e.challenge.is_some() && AMPLIFICATION * e.rx >= 4 * RECHALLENGE_ROOM {
+                RECHALLENGE_ROOM
+            } else {
+                0
+            };
+            e.tx = within_limit(e.tx + room, size, e.rx)? - room;
         }
         Ok(e.addr)
     }
@@ -310,6 +366,7 @@ impl PeerBook {
                 if !e.validated && acc.response.is_some() && acc.response == e.challenge {
                     e.validated = true;
                     e.challenge = None;
+                    e.again = None;
                 }
                 return Learned::Unchanged;
             }
@@ -389,6 +446,7 @@ impl Entry {
             seq,
             validated: false,
             challenge: None,
+            again: None,
             rx: len,
             tx: 0,
             last: Some(now),

@@ -40,6 +40,9 @@ pub(crate) struct Paths {
     /// Peers whose candidate address is owed a challenge (each at most once: the book
     /// says when).
     challenges_due: Vec<NodeId>,
+    /// Peers whose current address is owed a repeat of its unanswered challenge (first
+    /// contact), with the challenge's token.
+    rechallenges_due: Vec<(NodeId, u64)>,
     /// When the address book is next pruned of peers gone idle.
     next_prune: Instant,
     /// How long a learned address outlives its peer's records.
@@ -76,6 +79,7 @@ impl Paths {
         Paths {
             peers,
             challenges_due: Vec::new(),
+            rechallenges_due: Vec::new(),
             next_prune: t,
             learned_ttl: cfg.learned_address_ttl,
             cookies: Cookies::new(),
@@ -130,6 +134,42 @@ impl Paths {
     /// to it need no [`send_to`](Self::send_to) each.
     pub(crate) fn validated(&self, peer: NodeId) -> Option<SocketAddr> {
         self.peers.validated(peer)
+    }
+
+    /// Datagrams go to `peer`, whose address is not validated, at `t`: if its challenge is
+    /// unanswered and due again, a repeat is owed (the outbound side's `send_rechallenges`
+    /// sends it in a datagram of its own). So a first contact whose challenge was lost is challenged
+    /// again while this endpoint has something for the peer, and within the room its
+    /// anti-amplification limit keeps for it even when the peer has gone quiet.
+    pub(crate) fn sending_unvalidated(&mut self, peer: NodeId, t: Instant) {
+        if self.rechallenges_due.len() >= MAX_ROUTES_DUE {
+            return;
+        }
+        if let Some(token) = self.peers.rechallenge_due(peer, t) {
+            self.rechallenges_due.push((peer, token));
+        }
+    }
+
+    /// Takes the repeats of challenges owed (see
+    /// [`sending_unvalidated`](Self::sending_unvalidated)).
+    pub(crate) fn take_rechallenges(&mut self) -> Vec<(NodeId, u64)> {
+        std::mem::take(&mut self.rechallenges_due)
+    }
+
+    /// Gives back the list [`take_rechallenges`](Self::take_rechallenges) took, emptied.
+    pub(crate) fn return_rechallenges(&mut self, mut due: Vec<(NodeId, u64)>) {
+        due.clear();
+        self.rechallenges_due = due;
+    }
+
+    /// A repeat of `peer`'s challenge was made, `size` bytes: where it goes, within the
+    /// anti-amplification limit.
+    pub(crate) fn rechallenge_sent(
+        &mut self,
+        peer: NodeId,
+        size: usize,
+    ) -> Result<SocketAddr, NoRoute> {
+        self.peers.rechallenge_sent(peer, size)
     }
 
     /// Takes the peers whose candidate address is owed a challenge.
@@ -218,7 +258,7 @@ impl Paths {
                 // Path validation: until the peer answers from there, the address gets at
                 // most three times what came from it.
                 let token = node.challenge(acc.from);
-                self.peers.set_challenge(acc.from, token);
+                self.peers.set_challenge(acc.from, token, t);
                 // Only an authenticated peer's address costs a route lookup: a plaintext
                 // node's sources can be forged at will.
                 if node.is_sealed() {

@@ -615,6 +615,20 @@ impl Node {
     /// there. `None` (nothing appended) when a sealed node cannot send yet (its clock is not
     /// stored far enough) or has no key for `peer`.
     pub fn poll_challenge(&mut self, peer: NodeId, buf: &mut Vec<u8>) -> Option<(u64, Transmit)> {
+        let token = self.next_challenge_token();
+        let tx = self.poll_rechallenge(peer, token, buf)?;
+        Some((token, tx))
+    }
+
+    /// Output: as [`poll_challenge`](Self::poll_challenge), with a token handed out before
+    /// ([`challenge`](Self::challenge)): the repeat of a challenge whose datagram may have
+    /// been lost, to the address the peer's datagrams go to.
+    pub fn poll_rechallenge(
+        &mut self,
+        peer: NodeId,
+        token: u64,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
         if !self.take_epoch_if_needed() {
             return None;
         }
@@ -625,11 +639,9 @@ impl Node {
         }
         header.encode(buf);
         let header_end = buf.len();
-        let token = self.next_challenge_token();
         put_path(buf, frame_type::CHALLENGE, token);
         self.stats.frames_out.challenge += 1;
-        let tx = self.finish_datagram(peer, header, buf, start, header_end)?;
-        Some((token, tx))
+        self.finish_datagram(peer, header, buf, start, header_end)
     }
 }
 
