@@ -26,9 +26,10 @@ counters! {
         /// Peer addresses learned or changed from incoming datagrams: a first address, or a
         /// move to a candidate address that answered its challenge.
         pub address_updates: u64 [sum],
-        /// Challenges sent to candidate addresses: a peer's authenticated datagrams came from
-        /// an address other than the one it proved, which must answer there before the peer's
-        /// datagrams go to it.
+        /// Challenges sent in datagrams of their own: to candidate addresses (a peer's
+        /// authenticated datagrams came from an address other than the one it proved, which
+        /// must answer there before the peer's datagrams go to it), and repeats of a first
+        /// address's challenge while it is unanswered.
         pub path_challenges: u64 [sum],
         /// Authenticated datagrams whose source address was not recorded because the address
         /// book was full of peers with work in progress.
