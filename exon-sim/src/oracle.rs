@@ -77,7 +77,8 @@ pub struct Oracle {
     /// Nodes that restarted at least once so far.
     restarted: Vec<bool>,
     /// Nodes without a journal that evicted a receiver record something was delivered into
-    /// ([`Oracle::on_evicted_proven`]).
+    /// ([`Oracle::on_evicted_proven`]); in durable mode, since their last restart (durable
+    /// mode switched on there: [`Oracle::on_unvouched_restart`]).
     evicted: Vec<bool>,
     /// Durable mode: the checks of [`Oracle::set_durable`].
     durable: bool,
@@ -547,12 +548,14 @@ impl Oracle {
         None
     }
 
-    /// `node` evicted a receiver record something was delivered into. Without a journal, it
-    /// answers DOUBT for the slots of that record it can no longer tell free from filled
-    /// (`docs/wire.md`, "Record table pressure"), so messages to it may from now on end in
-    /// doubt. A durable node answers from its journal: nothing changes.
-    pub fn on_evicted_proven(&mut self, node: usize) {
-        if !self.durable {
+    /// `node` evicted a receiver record something was delivered into, while it kept a journal
+    /// (`journaled`) or not. Without a journal, it answers DOUBT for the slots of that record
+    /// it can no longer tell free from filled (`docs/wire.md`, "Record table pressure"), so
+    /// messages to it may from now on end in doubt: in durable mode too, before durable mode
+    /// is switched on at its restart (until then it runs without a journal). A node with a
+    /// journal answers from it: nothing changes.
+    pub fn on_evicted_proven(&mut self, node: usize, journaled: bool) {
+        if !self.durable || !journaled {
             self.evicted[node] = true;
         }
     }

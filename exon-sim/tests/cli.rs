@@ -257,6 +257,22 @@ fn a_restarted_sender_gets_slots_while_its_record_holds_untaken_deliveries() {
     ));
 }
 
+/// Found by the simulation campaign (seed 121; an oracle defect, not the core's): in durable
+/// mode switched on at restarts, nodes run without a journal until their first restart, and
+/// this run has none. node0, its table of two records full, evicted records it had
+/// delivered into and, as a receiver without a journal does, answered DOUBT for slots of
+/// them it could no longer tell free from filled; two of node1's requests ended in doubt,
+/// truthfully. The oracle, in durable mode, took every node for journaled, and called both
+/// `DurableInDoubt` and `UnexplainedDoubt`.
+#[test]
+fn a_node_not_yet_switched_to_durable_mode_may_doubt_after_evictions() {
+    clean(concat!(
+        "--nodes 4 --messages 1000 --loss 0.2 --record-cap 2 --take-delay-ms 200 ",
+        "--rate 20000000 --queue-bytes 4000 --durable --durable-at-restart --rpc ",
+        "--seed 47298608"
+    ));
+}
+
 /// Found by the durable channels' soak (a core defect in plain durable mode, fixed by the
 /// rule `whole_awaits_verdict`): with messages large enough to travel in fragments and the
 /// receiving application taking 3 ms late, node0 took one message of node1 while node1 was

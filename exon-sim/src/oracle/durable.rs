@@ -104,6 +104,11 @@ impl Oracle {
         if self.rec(key).is_some_and(|r| r.doubt_ok) {
             return;
         }
+        // A receiver not yet switched to durable mode (it runs without a journal until its
+        // restart) that evicted a record something was delivered into.
+        if to.is_some_and(|to| self.evicted.get(to).copied().unwrap_or(false)) {
+            return;
+        }
         if old_envelope {
             self.doubt_excused += 1;
             return;
@@ -123,6 +128,11 @@ impl Oracle {
     pub fn on_unvouched_restart(&mut self, node: usize, now: u64) {
         if let Some(t) = self.unvouched_at.get_mut(node) {
             *t = now;
+        }
+        // From now on its journal answers for its evictions; messages unsettled now are
+        // excused below, later ones sent in its old envelopes by `old_envelope_doubt`.
+        if let Some(e) = self.evicted.get_mut(node) {
+            *e = false;
         }
         for v in &mut self.msgs {
             for r in v.iter_mut() {

@@ -175,14 +175,14 @@ fn a_doubt_is_explained_by_an_eviction_only_without_a_journal() {
     // may end in doubt (the record's slots it can no longer tell apart).
     let mut o = Oracle::new(2);
     let a = o.on_submit(0, 1, 0);
-    o.on_evicted_proven(1);
+    o.on_evicted_proven(1, false);
     o.on_in_doubt(a, 5);
     o.finish(10);
     assert_eq!(kinds(&o), []);
     // A node evicting does not explain doubts of messages to another.
     let mut o = Oracle::new(3);
     let b = o.on_submit(0, 2, 0);
-    o.on_evicted_proven(1);
+    o.on_evicted_proven(1, false);
     o.on_in_doubt(b, 5);
     o.finish(10);
     assert_eq!(kinds(&o), [ViolationKind::UnexplainedDoubt]);
@@ -190,9 +190,28 @@ fn a_doubt_is_explained_by_an_eviction_only_without_a_journal() {
     let mut o = Oracle::new(2);
     o.set_durable();
     let c = o.on_submit(0, 1, 0);
-    o.on_evicted_proven(1);
+    o.on_evicted_proven(1, true);
     o.on_in_doubt(c, 5);
     assert!(kinds(&o).contains(&ViolationKind::UnexplainedDoubt));
+    assert!(kinds(&o).contains(&ViolationKind::DurableInDoubt));
+    // Durable mode, a receiver still without a journal (switched on only at its restart):
+    // its eviction explains a doubt, as without a journal, until that restart.
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let d = o.on_submit(0, 1, 0);
+    o.on_evicted_proven(1, false);
+    o.on_in_doubt(d, 5);
+    assert_eq!(kinds(&o), []);
+    o.on_unvouched_restart(1, 6);
+    o.on_restart(1);
+    // After it, the eviction explains nothing: a message sent after the first DOUBT since
+    // the restart (which drops the old envelopes) and reported in doubt is a violation.
+    let e = o.on_submit(0, 1, 7);
+    o.on_in_doubt(e, 8);
+    assert_eq!(kinds(&o), []);
+    let f = o.on_submit(0, 1, 9);
+    o.on_in_doubt(f, 10);
+    assert_eq!(kinds(&o), [ViolationKind::DurableInDoubt]);
 }
 
 fn delivered(o: &mut Oracle, k: MsgKey, redelivery: bool, t: u64) -> bool {

@@ -139,7 +139,9 @@ impl Sim {
                 .as_ref()
                 .is_some_and(|n| n.stats().evictions_proven > 0)
             {
-                self.oracle.on_evicted_proven(j);
+                // A node's counters are its run's: since its last restart.
+                let journaled = self.sc.durable.is_some() && h.durable_on;
+                self.oracle.on_evicted_proven(j, journaled);
             }
         }
     }
