@@ -94,6 +94,14 @@ pub struct EndpointConfig {
     #[cfg(feature = "rule-switches")]
     #[cfg_attr(feature = "serde", serde(skip))]
     pub moves_need_an_answer: bool,
+    /// Test builds only (feature `rule-switches`): whether this node sends its answer to a
+    /// peer's path challenge again on a timer of its own (`paths/answers.rs`). Off, the
+    /// answer goes once, in the next datagram to the peer, and if it is lost the peer's
+    /// datagrams to this node stay within three times what it received from it until it
+    /// challenges again and the answer gets through. Default true.
+    #[cfg(feature = "rule-switches")]
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub answers_repeated: bool,
     /// The rules in force (all, except in tests built with the `rule-switches` feature).
     #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) rules: crate::proto::Rules,
@@ -120,6 +128,8 @@ impl Default for EndpointConfig {
             flows: crate::endpoint::FlowConfig::default(),
             #[cfg(feature = "rule-switches")]
             moves_need_an_answer: true,
+            #[cfg(feature = "rule-switches")]
+            answers_repeated: true,
             rules: crate::proto::Rules::ALL,
         }
     }

@@ -31,6 +31,11 @@ counters! {
         /// must answer there before the peer's datagrams go to it), and repeats of a first
         /// address's challenge while it is unanswered.
         pub path_challenges: u64 [sum],
+        /// Answers to peers' challenges sent again in datagrams of their own (a few times
+        /// after each challenge, in case the answer in the next datagram was lost: a
+        /// challenger that cannot validate this node's address sends it no more than three
+        /// times what it received from it).
+        pub path_responses: u64 [sum],
         /// Authenticated datagrams whose source address was not recorded because the address
         /// book was full of peers with work in progress.
         pub address_book_full: u64 [sum],

@@ -311,6 +311,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.clock.retry_at(),
             self.sends.next_deadline(),
             self.flows.next_stall_look(),
+            self.paths.next_answer_at(),
             self.journal.as_ref().and_then(|j| j.next_deadline()),
         ]
         .into_iter()
@@ -676,6 +677,9 @@ impl<S: DatagramSocket> Driver<S> {
         self.outbound.finish(socket, stats).await;
         self.outbound
             .send_rechallenges(socket, stats, &mut self.node, &mut self.paths)
+            .await;
+        self.outbound
+            .send_answers(socket, stats, &mut self.node, &mut self.paths, t)
             .await;
         while let Some(e) = self.node.poll_event() {
             if matches!(e, Event::Delivered { .. }) {

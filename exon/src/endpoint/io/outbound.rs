@@ -262,6 +262,37 @@ impl Outbound {
         paths.return_rechallenges(due);
     }
 
+    /// Sends the answers to peers' challenges due again at `t` (`paths/answers.rs`), each
+    /// in a datagram of its own.
+    pub(crate) async fn send_answers<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        node: &mut Node,
+        paths: &mut Paths,
+        t: Instant,
+    ) {
+        if paths.next_answer_at().is_none_or(|at| at > t) {
+            return;
+        }
+        let due = paths.take_answers(t);
+        for &(peer, token) in &due {
+            self.buf.clear();
+            let Some(tx) = node.poll_response(peer, token, &mut self.buf) else {
+                continue;
+            };
+            match paths.answer_sent(peer, tx.size) {
+                Ok(addr) => {
+                    stats.path_responses += 1;
+                    self.send_path_datagram(socket, stats, addr).await;
+                }
+                Err(NoRoute::Amplification) => stats.amplification_drops += 1,
+                Err(NoRoute::Unknown) => {}
+            }
+        }
+        paths.return_answers(due);
+    }
+
     /// Sends the challenge in `self.buf` where `route` says, or counts why it cannot go.
     async fn send_challenge<S: DatagramSocket>(
         &self,
@@ -272,18 +303,28 @@ impl Outbound {
         match route {
             Ok(addr) => {
                 stats.path_challenges += 1;
-                let Some(addr) = self.on_wire(stats, addr) else {
-                    return;
-                };
-                if let Err(e) = socket.send_to(&self.buf, addr).await {
-                    stats.send_errors += 1;
-                    tracing::debug!(error = %e, %addr, "socket send error (ignored)");
-                }
-                stats.send_calls += 1;
+                self.send_path_datagram(socket, stats, addr).await;
             }
             Err(NoRoute::Amplification) => stats.amplification_drops += 1,
             Err(NoRoute::Unknown) => {}
         }
+    }
+
+    /// Sends the path datagram (a challenge or an answer) in `self.buf` to `addr`.
+    async fn send_path_datagram<S: DatagramSocket>(
+        &self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        addr: SocketAddr,
+    ) {
+        let Some(addr) = self.on_wire(stats, addr) else {
+            return;
+        };
+        if let Err(e) = socket.send_to(&self.buf, addr).await {
+            stats.send_errors += 1;
+            tracing::debug!(error = %e, %addr, "socket send error (ignored)");
+        }
+        stats.send_calls += 1;
     }
 
     /// Sends COOKIE_REPLYs (each smaller than the datagram it answers, within the limits

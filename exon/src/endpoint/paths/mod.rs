@@ -1,10 +1,11 @@
 //! What the driver knows of where its peers are: the address book, the path challenges owed
-//! to candidate addresses, and the cookie exchange under load; each received datagram goes
-//! to the node through here.
+//! to candidate addresses, the answers to peers' challenges sent again, and the cookie
+//! exchange under load; each received datagram goes to the node through here.
 //!
 //! The room of paths, the peer book and cookies: [`Paths`] here, the peer book in [`book`],
-//! the cookie exchange in [`cookies`].
+//! the answers in [`answers`], the cookie exchange in [`cookies`].
 
+pub(crate) mod answers;
 pub(crate) mod book;
 pub(crate) mod cookies;
 
@@ -19,6 +20,7 @@ use crate::endpoint::api::stats::EndpointStats;
 use crate::endpoint::driver::trace::peer_span;
 use crate::endpoint::io::family::canonical;
 use crate::endpoint::io::socket::DatagramSocket;
+use crate::endpoint::paths::answers::Answers;
 use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
 use crate::endpoint::paths::cookies::CookieStats;
 use crate::endpoint::paths::cookies::Cookies;
@@ -43,6 +45,12 @@ pub(crate) struct Paths {
     /// Peers whose current address is owed a repeat of its unanswered challenge (first
     /// contact), with the challenge's token.
     rechallenges_due: Vec<(NodeId, u64)>,
+    /// Answers to peers' challenges, to send again (`answers.rs`).
+    answers: Answers,
+    /// Answers due now, taken from `answers` (peer and token).
+    answers_due: Vec<(NodeId, u64)>,
+    /// Whether answers go again (always, but in test builds with the rule switched off).
+    answers_repeated: bool,
     /// When the address book is next pruned of peers gone idle.
     next_prune: Instant,
     /// How long a learned address outlives its peer's records.
@@ -76,10 +84,17 @@ impl Paths {
         );
         #[cfg(feature = "rule-switches")]
         peers.set_moves_need_an_answer(cfg.moves_need_an_answer);
+        #[cfg(feature = "rule-switches")]
+        let answers_repeated = cfg.answers_repeated;
+        #[cfg(not(feature = "rule-switches"))]
+        let answers_repeated = true;
         Paths {
             peers,
             challenges_due: Vec::new(),
             rechallenges_due: Vec::new(),
+            answers: Answers::new(candidate_wait(cfg)),
+            answers_due: Vec::new(),
+            answers_repeated,
             next_prune: t,
             learned_ttl: cfg.learned_address_ttl,
             cookies: Cookies::new(),
@@ -172,6 +187,31 @@ impl Paths {
         self.peers.rechallenge_sent(peer, size)
     }
 
+    /// When an answer to a peer's challenge is next due again, if any is owed.
+    pub(crate) fn next_answer_at(&self) -> Option<Instant> {
+        self.answers.next_at()
+    }
+
+    /// Takes the answers to peers' challenges due again at `t` (peer and token; see
+    /// `answers.rs`).
+    pub(crate) fn take_answers(&mut self, t: Instant) -> Vec<(NodeId, u64)> {
+        let mut due = std::mem::take(&mut self.answers_due);
+        self.answers.take_due(t, &mut due);
+        due
+    }
+
+    /// Gives back the list [`take_answers`](Self::take_answers) took, emptied.
+    pub(crate) fn return_answers(&mut self, mut due: Vec<(NodeId, u64)>) {
+        due.clear();
+        self.answers_due = due;
+    }
+
+    /// A repeated answer to `peer` was made, `size` bytes: where it goes, within the
+    /// anti-amplification limit if `peer`'s address is not validated.
+    pub(crate) fn answer_sent(&mut self, peer: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
+        self.peers.send_to(peer, size)
+    }
+
     /// Takes the peers whose candidate address is owed a challenge.
     pub(crate) fn take_challenges(&mut self) -> Vec<NodeId> {
         std::mem::take(&mut self.challenges_due)
@@ -249,7 +289,15 @@ impl Paths {
         let Some(acc) = acc else {
             return;
         };
-        match self.peers.learn(acc, from, len, t, |p| node.has_record(p)) {
+        let learned = self.peers.learn(acc, from, len, t, |p| node.has_record(p));
+        if let Some(token) = acc.challenge {
+            // Answered in the node's next datagram to the peer; sent again in case that
+            // one is lost (to the address the peer's datagrams go to, if it has one).
+            if self.answers_repeated && self.peers.get(acc.from).is_some() {
+                self.answers.answered(acc.from, token, t);
+            }
+        }
+        match learned {
             Learned::New => {
                 peer_span(acc.from)
                     .in_scope(|| tracing::debug!(addr = %from, "peer address learned"));
@@ -327,6 +375,96 @@ mod tests {
             self.0.fetch_add(1, Ordering::Relaxed);
             Some(9000)
         }
+    }
+
+    /// A plaintext node `id` with its clock stored.
+    fn ready(id: u64, t: Instant) -> Node {
+        let mut n = Node::new(
+            NodeId::from_const(id),
+            Security::InsecurePlaintext,
+            Config::default(),
+            0,
+        )
+        .unwrap();
+        while let Some(hw) = n.poll_clock_store() {
+            n.handle_clock_stored(t, hw);
+        }
+        n
+    }
+
+    /// Every datagram `node` has ready at `t`.
+    fn datagrams(node: &mut Node, t: Instant) -> Vec<BytesMut> {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        while node.poll_transmit(t, &mut buf).is_some() {
+            out.push(BytesMut::from(&buf[..]));
+            buf.clear();
+        }
+        out
+    }
+
+    /// A calls B; B learns A's address and challenges it; A's answer, in its next datagram,
+    /// is lost; A then sends nothing (it waits for B). With the rule, A's answer goes again
+    /// on A's timer and B's book validates A's address; without it, B's book never hears
+    /// the answer and keeps A within the anti-amplification limit.
+    fn lost_answer(repeated: bool) -> bool {
+        let t0 = Instant::now();
+        let cfg = EndpointConfig {
+            answers_repeated: repeated,
+            ..EndpointConfig::default()
+        };
+        let (a_id, b_id) = (NodeId::from_const(1), NodeId::from_const(2));
+        let (a_addr, b_addr): (SocketAddr, SocketAddr) = (
+            "127.0.0.1:5001".parse().unwrap(),
+            "127.0.0.1:5002".parse().unwrap(),
+        );
+        let (mut a, mut b) = (ready(1, t0), ready(2, t0));
+        let (mut pa, mut pb) = (Paths::new(&cfg, t0), Paths::new(&cfg, t0));
+        let (mut stats, shared) = (EndpointStats::default(), Shared::for_test());
+        pa.configure(b_id, b_addr);
+        a.send(t0, b_id, bytes::Bytes::from_static(b"call"))
+            .unwrap();
+        // A's REQSLOTS: B learns A's address (not validated) and challenges it.
+        for d in datagrams(&mut a, t0) {
+            pb.on_datagram(t0, &mut b, &mut stats, &shared, d, a_addr);
+        }
+        assert!(!pb.peers.is_validated(a_id));
+        // B's SLOTS and CHALLENGE reach A, which answers in its next datagram: lost.
+        for d in datagrams(&mut b, t0) {
+            pa.on_datagram(t0, &mut a, &mut stats, &shared, d, b_addr);
+        }
+        assert!(
+            !datagrams(&mut a, t0).is_empty(),
+            "A's tokens and answer, lost"
+        );
+        // Ten seconds of A's timers and answers, nothing else from A.
+        let mut t = t0;
+        while t < t0 + Duration::from_secs(10) {
+            t += Duration::from_millis(10);
+            for (peer, token) in pa.take_answers(t) {
+                let mut buf = Vec::new();
+                a.poll_response(peer, token, &mut buf).unwrap();
+                assert_eq!(pa.answer_sent(peer, buf.len()), Ok(b_addr));
+                pb.on_datagram(
+                    t,
+                    &mut b,
+                    &mut stats,
+                    &shared,
+                    BytesMut::from(&buf[..]),
+                    a_addr,
+                );
+            }
+        }
+        pb.peers.is_validated(a_id)
+    }
+
+    #[test]
+    fn a_lost_answer_to_a_challenge_goes_again_and_proves_the_address() {
+        assert!(lost_answer(true));
+        assert!(
+            !lost_answer(false),
+            "without the repeats the address stays unproven"
+        );
     }
 
     #[test]

@@ -122,6 +122,7 @@ impl Node {
         frames.clear();
         self.frame_scratch = frames;
         let response = self.last_response.take();
+        let challenge = self.last_challenge.take();
         let clean = self.refusals == refusals;
         #[cfg(debug_assertions)]
         debug_assert_eq!(
@@ -133,6 +134,7 @@ impl Node {
             from: header.src,
             seq: header.seal.map(|h| h.seq),
             response,
+            challenge,
         })
     }
 
@@ -270,7 +272,9 @@ impl Node {
     /// CHALLENGE from `src`: answered with a RESPONSE.
     fn on_challenge(&mut self, src: NodeId, token: u64) {
         let cap = self.outbox_cap();
-        if !self.outbox.respond(src, token, cap) {
+        if self.outbox.respond(src, token, cap) {
+            self.last_challenge = Some(token);
+        } else {
             reject!(self.outbox_full);
         }
     }

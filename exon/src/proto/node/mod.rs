@@ -140,6 +140,8 @@ pub struct Node {
     sealer: Option<Box<Sealer>>,
     /// The token of the RESPONSE in the datagram being handled.
     last_response: Option<u64>,
+    /// The token of the CHALLENGE in the datagram being handled, answered.
+    last_challenge: Option<u64>,
     /// Challenges issued (path validation).
     challenges: u64,
     /// Deliveries not yet reported taken (held slots over all receiver records), and the
@@ -173,6 +175,10 @@ pub struct Accepted {
     /// The token of a RESPONSE frame it carried: the answer to a
     /// [`challenge`](Node::challenge) (path validation).
     pub response: Option<u64>,
+    /// The token of a CHALLENGE frame it carried, answered with a RESPONSE in the next
+    /// datagram to the sender: an embedding may send that answer again on its own
+    /// ([`poll_response`](Node::poll_response)), in case it is lost.
+    pub challenge: Option<u64>,
 }
 
 impl Node {
@@ -232,6 +238,7 @@ impl Node {
             refusals: 0,
             sealer,
             last_response: None,
+            last_challenge: None,
             challenges: 0,
             untaken: Default::default(),
             unstored: Default::default(),

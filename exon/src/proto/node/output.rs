@@ -629,6 +629,34 @@ impl Node {
         token: u64,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
+        let tx = self.poll_path_frame(peer, frame_type::CHALLENGE, token, buf)?;
+        self.stats.frames_out.challenge += 1;
+        Some(tx)
+    }
+
+    /// Output: a datagram holding RESPONSE(`token`) alone, to `peer`: the answer to a
+    /// CHALLENGE from it ([`Accepted::challenge`](crate::proto::Accepted::challenge)) sent
+    /// again, in case the one in the next datagram was lost. Appended to `buf`; `None`
+    /// until the clock is stored far enough for a new epoch.
+    pub fn poll_response(
+        &mut self,
+        peer: NodeId,
+        token: u64,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
+        let tx = self.poll_path_frame(peer, frame_type::RESPONSE, token, buf)?;
+        self.stats.frames_out.response += 1;
+        Some(tx)
+    }
+
+    /// A datagram to `peer` holding one path frame (`ty`, CHALLENGE or RESPONSE) alone.
+    fn poll_path_frame(
+        &mut self,
+        peer: NodeId,
+        ty: u64,
+        token: u64,
+        buf: &mut Vec<u8>,
+    ) -> Option<Transmit> {
         if !self.take_epoch_if_needed() {
             return None;
         }
@@ -639,8 +667,7 @@ impl Node {
         }
         header.encode(buf);
         let header_end = buf.len();
-        put_path(buf, frame_type::CHALLENGE, token);
-        self.stats.frames_out.challenge += 1;
+        put_path(buf, ty, token);
         self.finish_datagram(peer, header, buf, start, header_end)
     }
 }

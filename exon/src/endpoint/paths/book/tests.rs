@@ -7,6 +7,7 @@ fn acc(id: u64, seq: Option<(u64, u32)>) -> Accepted {
         from: NodeId::from_const(id),
         seq: seq.map(|(epoch, counter)| Seq { epoch, counter }),
         response: None,
+        challenge: None,
     }
 }
 
