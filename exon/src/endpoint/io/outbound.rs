@@ -281,7 +281,7 @@ impl Outbound {
             let Some(tx) = node.poll_response(peer, token, &mut self.buf) else {
                 continue;
             };
-            match paths.answer_sent(peer, tx.size) {
+            match paths.send_to(peer, tx.size) {
                 Ok(addr) => {
                     stats.path_responses += 1;
                     self.send_path_datagram(socket, stats, addr).await;

@@ -206,12 +206,6 @@ impl Paths {
         self.answers_due = due;
     }
 
-    /// A repeated answer to `peer` was made, `size` bytes: where it goes, within the
-    /// anti-amplification limit if `peer`'s address is not validated.
-    pub(crate) fn answer_sent(&mut self, peer: NodeId, size: usize) -> Result<SocketAddr, NoRoute> {
-        self.peers.send_to(peer, size)
-    }
-
     /// Takes the peers whose candidate address is owed a challenge.
     pub(crate) fn take_challenges(&mut self) -> Vec<NodeId> {
         std::mem::take(&mut self.challenges_due)
@@ -444,7 +438,7 @@ mod tests {
             for (peer, token) in pa.take_answers(t) {
                 let mut buf = Vec::new();
                 a.poll_response(peer, token, &mut buf).unwrap();
-                assert_eq!(pa.answer_sent(peer, buf.len()), Ok(b_addr));
+                assert_eq!(pa.send_to(peer, buf.len()), Ok(b_addr));
                 pb.on_datagram(
                     t,
                     &mut b,
