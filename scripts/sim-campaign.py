@@ -98,7 +98,48 @@ def flags(rng):
         a += ["--streams", str(rng.choice([1, 4, 8]))]
         maybe(0.3, "--stream-chunk", str(rng.choice([100, 5000])))
         maybe(0.3, "--stream-window", str(rng.choice([2, 16])))
-    return a + ["--seed", str(rng.randrange(1, 10**9))]
+    seed = rng.randrange(1, 10**9)
+    return a + more_flags(random.Random(seed), mode, a) + ["--seed", str(seed)]
+
+
+def more_flags(rng, mode, base):
+    """Settings a deployment may choose that the draws above leave at their defaults:
+    small paths and datagram ceilings, small windows, slow or eager acknowledgements, a
+    disk under the clock, losses in step with the exchange, late duplicates, messages of
+    mixed sizes. Drawn from the run's own seed, so the draws above (and earlier campaigns'
+    command lines) are as they were."""
+    a = []
+
+    def maybe(p, *opts):
+        if rng.random() < p:
+            a.extend(opts)
+
+    if rng.random() < 0.1:
+        mtu = rng.choice([1200, 1280, 9000])
+        a += ["--link-mtu", str(mtu)]
+        if rng.random() < 0.5:
+            a += ["--no-mtu-discovery", "--max-datagram", str(mtu)]
+        else:
+            maybe(0.5, "--route", str(rng.choice([1500, 9000, 65507])))
+    if rng.random() < 0.1:
+        window, target, low = rng.choice([(1, 1, 1), (2, 2, 1), (4, 2, 1), (16, 8, 4), (64, 32, 8)])
+        a += ["--window", str(window), "--envelope-target", str(target), "--envelope-low", str(low)]
+    maybe(0.1, "--ack-delay-ms", str(rng.choice([0, 50, 200])))
+    maybe(0.1, "--ack-every", str(rng.choice([1, 64])))
+    maybe(0.1, "--disk-sync-us", str(rng.choice([50, 2000])))
+    if "--disk-sync-us" in a:
+        maybe(0.3, "--no-torn-writes")
+    maybe(0.05, "--drop-every", str(rng.choice([2, 3, 7])))
+    maybe(0.1, "--dup-delay-ms", str(rng.choice([50, 20000])))
+    if mode in ("plain", "durable") and "--payload" not in base:
+        maybe(0.1, "--max-payload", str(rng.choice([5000, 200000])))
+    if mode == "rpc":
+        maybe(0.2, "--servers", str(rng.choice([0, 2])))
+        maybe(0.2, "--message-one-in", str(rng.choice([2, 5])))
+    if mode == "streams":
+        maybe(0.3, "--stream-io", str(rng.choice([100, 70000])))
+        maybe(0.3, "--store-delay-ms", str(rng.choice([0, 50])))
+    return a
 
 
 def drop(a, *names):
