@@ -70,6 +70,8 @@ struct Candidate {
     rx: u64,
     /// Bytes sent to `addr` (the challenges).
     tx: u64,
+    /// When a datagram from `addr` last came (or it became the candidate).
+    heard: Instant,
 }
 
 impl Candidate {
@@ -81,6 +83,14 @@ impl Candidate {
     /// Every challenge went unanswered for its full wait: another address may take its place.
     fn failed(&self, now: Instant) -> bool {
         self.tries >= CANDIDATE_CHALLENGES && now >= self.next
+    }
+
+    /// Nothing came from it for a whole `cycle` while the peer's datagrams came from
+    /// elsewhere: the peer is not there (a NAT that rebinds again before its challenges
+    /// are answered leaves a candidate that never sends another datagram, so never draws
+    /// its next challenge, so would never fail by its challenges alone).
+    fn silent(&self, now: Instant, cycle: Duration) -> bool {
+        now.saturating_duration_since(self.heard) >= cycle
     }
 
     fn answered(&self, response: Option<u64>) -> bool {
@@ -473,6 +483,7 @@ impl Entry {
         if let Some(c) = &mut self.candidate {
             if c.addr == from {
                 c.rx = c.rx.saturating_add(len);
+                c.heard = now;
                 if c.answered(response) {
                     // It proved the peer receives there: the peer moved.
                     let rx = c.rx;
@@ -490,28 +501,27 @@ impl Entry {
                     c.queued = true;
                     return Learned::Challenge;
                 }
-            } else if !c.failed(now) {
-                // The first candidate keeps its turn; the first other address waits for
-                // the next one.
+            } else if !c.failed(now) && !c.silent(now, cycle) {
+                // The candidate keeps its turn; another address waits for the next one.
                 self.wait(from, len, fresher, now);
                 return Learned::Unchanged;
             }
-            // Failed (noticed now): it sits out a cycle from now, and the address that
-            // waited takes the turn at once, whichever address this datagram came from (a
-            // racing copy from the failed address must not take the turn back).
-            self.failed = Some((c.addr, now + cycle));
+            // Failed or silent (noticed now): it sits out a cycle from now, and the address
+            // that waited takes the turn at once, whichever address this datagram came
+            // from (a racing copy from the failed address must not take the turn back).
+            let failed = c.addr;
+            self.failed = Some((failed, now + cycle));
             self.candidate = None;
+            if failed != from {
+                // This datagram's address joins the wait, or takes it if fresher.
+                self.wait(from, len, fresher, now);
+            }
             if let Some(w) = self.waiting.take() {
                 if self.may_challenge(w.addr, w.fresher, now, cycle) {
                     if w.addr != from {
                         self.wait(from, len, fresher, now);
                     }
-                    let rx = if w.addr == from {
-                        w.rx.saturating_add(len)
-                    } else {
-                        w.rx
-                    };
-                    return self.challenge(w.addr, rx, now);
+                    return self.challenge(w.addr, w.rx, now);
                 }
             }
         }
@@ -547,16 +557,19 @@ impl Entry {
             .is_some_and(|(failed, until)| failed == addr && now < until)
     }
 
-    /// Notes `from` as the address waiting for the next turn, if none waits yet (and it is
-    /// not sitting out a failure).
+    /// Notes `from` as the address waiting for the next turn, if none waits yet or this
+    /// datagram is fresher than any seen from the peer (and `from` is not sitting out a
+    /// failure). Only a fresher datagram replaces the waiting address: a replay cannot,
+    /// and a peer behind a NAT that rebinds again and again is waited for at its latest
+    /// address, not at the first of many it has left.
     fn wait(&mut self, from: SocketAddr, len: u64, fresher: bool, now: Instant) {
         match &mut self.waiting {
             Some(w) if w.addr == from => {
                 w.rx = w.rx.saturating_add(len);
                 w.fresher |= fresher;
             }
-            Some(_) => {}
-            None => {
+            Some(_) if !fresher => {}
+            _ => {
                 if !self.sitting_out(from, now) {
                     self.waiting = Some(Waiting {
                         addr: from,
@@ -581,6 +594,7 @@ impl Entry {
             next: now,
             rx,
             tx: 0,
+            heard: now,
         });
         Learned::Challenge
     }

@@ -496,3 +496,62 @@ fn a_full_book_costs_a_pass_per_sixteenth_of_its_size_not_per_newcomer() {
     );
     assert_eq!(b.learned(), 1);
 }
+
+/// What a NAT that rebinds again before its challenges are answered did (turmoil,
+/// `calls_through_a_rebinding_nat_under_loss_are_answered_once`): the peer's datagrams
+/// came from addr(2), which became the candidate; its challenge was lost, and before the
+/// peer's next datagram the NAT moved it to addr(3), then addr(4). The candidate never
+/// sent again, so never drew its next challenge, so never failed by its challenges: it
+/// held the turn for good and the peer was never followed. A candidate silent for a cycle
+/// while the peer's datagrams come from elsewhere has failed; the address that waits is
+/// the latest fresher one, not the first of many the peer has left.
+#[test]
+fn a_candidate_the_peer_left_before_answering_gives_its_turn_to_the_latest_address() {
+    let mut b = proven();
+    let id = NodeId::from_const(1);
+    let none = |_| false;
+    let ms = Duration::from_millis;
+    let at = |d| t0() + ms(d);
+    // The cycle: three waits of 100, 200 and 400 ms.
+    let cycle = 700;
+    assert_eq!(
+        b.learn(acc(1, Some((5, 21))), addr(2), 1000, at(0), none),
+        Learned::Challenge
+    );
+    assert_eq!(b.challenge_sent(id, Some((1, 60)), at(0)), Ok(addr(2)));
+    // The peer moved on: addr(3), then addr(4), each fresher. Within the cycle the
+    // candidate keeps its turn.
+    assert_eq!(
+        b.learn(acc(1, Some((5, 22))), addr(3), 1000, at(300), none),
+        Learned::Unchanged
+    );
+    assert_eq!(
+        b.learn(acc(1, Some((5, 23))), addr(4), 1000, at(500), none),
+        Learned::Unchanged
+    );
+    assert_eq!(b.candidate(id), Some(addr(2)));
+    // A cycle after its last datagram, the silent candidate has failed: the latest
+    // address takes the turn (addr(3), which waited first, was left too).
+    assert_eq!(
+        b.learn(acc(1, Some((5, 24))), addr(4), 1000, at(cycle), none),
+        Learned::Challenge
+    );
+    assert_eq!(b.candidate(id), Some(addr(4)));
+    assert_eq!(b.challenge_sent(id, Some((2, 60)), at(cycle)), Ok(addr(4)));
+    assert_eq!(
+        b.learn(answer(1, (5, 25), 2), addr(4), 100, at(cycle + 30), none),
+        Learned::Moved
+    );
+    assert_eq!(b.get(id), Some(addr(4)));
+    // A replay (not fresher) from another address does not take a waiting turn.
+    let mut b = proven();
+    b.learn(acc(1, Some((5, 30))), addr(2), 1000, at(0), none);
+    b.challenge_sent(id, Some((1, 60)), at(0)).unwrap();
+    b.learn(acc(1, Some((5, 31))), addr(3), 1000, at(10), none);
+    b.learn(acc(1, Some((5, 29))), addr(9), 1000, at(20), none);
+    assert_eq!(
+        b.learn(acc(1, Some((5, 32))), addr(3), 1000, at(cycle + 10), none),
+        Learned::Challenge
+    );
+    assert_eq!(b.candidate(id), Some(addr(3)));
+}
