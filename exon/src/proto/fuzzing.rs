@@ -50,7 +50,8 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        Ok(match u.int_in_range(0u8..=17)? {
+        let k = u.int_in_range(0u8..=18)?;
+        Ok(match k {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
                 n: varint(u)?,
@@ -70,18 +71,7 @@ impl<'a> Arbitrary<'a> for Frame {
                     senders_copy: bool::arbitrary(u)?,
                 }
             }
-            3 => Frame::Ack {
-                r: varint(u)?,
-                ranges: AckRanges::arbitrary(u)?,
-            },
-            4 => Frame::Doubt {
-                r: varint(u)?,
-                ranges: AckRanges::arbitrary(u)?,
-            },
-            5 => Frame::Retry {
-                r: varint(u)?,
-                ranges: AckRanges::arbitrary(u)?,
-            },
+            3 | 4 | 5 | 13 | 16 => ranged(u, k)?,
             6 => Frame::Challenge {
                 token: u64::arbitrary(u)?,
             },
@@ -125,10 +115,6 @@ impl<'a> Arbitrary<'a> for Frame {
                 id: varint(u)?,
                 pad: u.int_in_range(0u64..=1500)?,
             },
-            13 => Frame::Lost {
-                r: varint(u)?,
-                ranges: AckRanges::arbitrary(u)?,
-            },
             14 => {
                 let len = u.int_in_range(0usize..=1500)?;
                 Frame::EarlyToken {
@@ -142,13 +128,23 @@ impl<'a> Arbitrary<'a> for Frame {
                 from: varint(u)?,
                 below: varint(u)?,
             },
-            16 => Frame::Held {
-                r: varint(u)?,
-                ranges: AckRanges::arbitrary(u)?,
-            },
+            17 => Frame::Ping,
             _ => Frame::MtuAck { id: varint(u)? },
         })
     }
+}
+
+/// A frame of incarnation and slot ranges: ACK (`k` 3), DOUBT (4), RETRY (5), LOST (13) or
+/// HELD (any other).
+fn ranged(u: &mut Unstructured<'_>, k: u8) -> Result<Frame> {
+    let (r, ranges) = (varint(u)?, AckRanges::arbitrary(u)?);
+    Ok(match k {
+        3 => Frame::Ack { r, ranges },
+        4 => Frame::Doubt { r, ranges },
+        5 => Frame::Retry { r, ranges },
+        13 => Frame::Lost { r, ranges },
+        _ => Frame::Held { r, ranges },
+    })
 }
 
 impl<'a> Arbitrary<'a> for Packet {

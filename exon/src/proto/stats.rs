@@ -38,6 +38,8 @@ counters! {
         pub mtu_probe: u64 [sum],
         /// MTU_ACK frames.
         pub mtu_ack: u64 [sum],
+        /// PING frames.
+        pub ping: u64 [sum],
         /// STORED frames.
         pub stored: u64 [sum],}
 }
@@ -66,6 +68,7 @@ impl FrameCounts {
             Frame::ReqCredit { .. } | Frame::Credit { .. } => self.credit += 1,
             Frame::MtuProbe { .. } => self.mtu_probe += 1,
             Frame::MtuAck { .. } => self.mtu_ack += 1,
+            Frame::Ping => self.ping += 1,
         }
     }
 

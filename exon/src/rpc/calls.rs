@@ -36,6 +36,9 @@ pub(crate) struct Calls {
     released: Mutex<Vec<Vec<Ended>>>,
     /// Notified when a shard's list in `released` gets one.
     released_notify: Box<[tokio::sync::Notify]>,
+    /// Per shard: a call to a peer of that shard was opened since the shard's driver last
+    /// looked ([`Calls::take_opened`]), so that it watches its peers for keepalives.
+    opened: Box<[AtomicBool]>,
     /// Looks into the table by calls' futures ([`CallGuard::poll_event`]), counted.
     #[cfg(test)]
     looks: AtomicU64,
@@ -228,6 +231,7 @@ impl Calls {
             waiting: Mutex::new(table),
             released: Mutex::new(vec![Vec::new(); shards]),
             released_notify: (0..shards).map(|_| tokio::sync::Notify::new()).collect(),
+            opened: (0..shards).map(|_| AtomicBool::new(false)).collect(),
             #[cfg(test)]
             looks: AtomicU64::new(0),
             #[cfg(test)]
@@ -275,6 +279,7 @@ impl Calls {
             }
         }
         drop(t);
+        self.mark_opened(to);
         CallGuard {
             calls: self.clone(),
             id,
@@ -305,6 +310,7 @@ impl Calls {
                 delivery: None,
             };
             self.lock().others.insert(id, w);
+            self.mark_opened(to);
         }
         CallGuard {
             calls: self.clone(),
@@ -503,6 +509,41 @@ impl Calls {
             drop(released);
             self.released_notify[shard].notify_one();
         }
+    }
+
+    /// A call to `to` opened: its shard's driver is told (a plain store, no locked
+    /// instruction, when the flag is set already).
+    #[inline]
+    fn mark_opened(&self, to: NodeId) {
+        let flag = &self.opened[shard_of(to, self.opened.len())];
+        if !flag.load(Ordering::Relaxed) {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a call to a peer of `shard` was opened since the last call (clears it).
+    pub(crate) fn take_opened(&self, shard: usize) -> bool {
+        let flag = &self.opened[shard.min(self.opened.len() - 1)];
+        let opened = flag.load(Ordering::Relaxed);
+        if opened {
+            flag.store(false, Ordering::Relaxed);
+        }
+        opened
+    }
+
+    /// The peers of `shard` that open calls wait for a reply from, each once, sorted, in
+    /// `out` (cleared first).
+    pub(crate) fn awaited(&self, shard: usize, out: &mut Vec<NodeId>) {
+        out.clear();
+        let n = self.opened.len();
+        let t = self.lock();
+        let waiting =
+            |w: &&Waiter| matches!(w.reply, ReplyState::Waiting) && shard_of(w.to, n) == shard;
+        out.extend(t.cells.iter().flatten().filter(waiting).map(|w| w.to));
+        out.extend(t.others.values().filter(waiting).map(|w| w.to));
+        drop(t);
+        out.sort_unstable();
+        out.dedup();
     }
 
     /// Calls waiting for a reply now.

@@ -86,6 +86,7 @@ fn frame() -> impl Strategy<Value = Frame> {
         (varint(), ack_ranges()).prop_map(|(r, ranges)| Frame::Held { r, ranges }),
         (varint(), 0u64..300).prop_map(|(id, pad)| Frame::MtuProbe { id, pad }),
         varint().prop_map(|id| Frame::MtuAck { id }),
+        Just(Frame::Ping),
     ]
 }
 
@@ -334,6 +335,20 @@ fn an_mtu_probe_fills_the_room_it_is_given() {
     assert_eq!(short, 15, "three sizes per id cannot be filled exactly");
 }
 
+/// PING is its type byte alone, and decodes to nothing but itself.
+#[test]
+fn a_ping_is_one_byte() {
+    let mut buf = Vec::new();
+    Frame::Ping.encode(&mut buf);
+    assert_eq!(buf, [0x16]);
+    assert_eq!(Frame::Ping.encoded_len(), 1);
+    let mut d = Vec::new();
+    Header::new(NodeId::from_const(1), NodeId::from_const(2)).encode(&mut d);
+    d.extend_from_slice(&buf);
+    let frames = Packet::decode(&Bytes::from(d)).unwrap().frames;
+    assert!(matches!(frames[..], [Frame::Ping]));
+}
+
 /// The committed fuzz seed corpus holds valid datagrams of every frame type.
 #[test]
 fn fuzz_seed_corpus_is_valid() {
@@ -345,5 +360,5 @@ fn fuzz_seed_corpus_is_valid() {
         assert_eq!(p.encode(), data);
         kinds.extend(p.frames.iter().map(Frame::name));
     }
-    assert_eq!(kinds.len(), 8, "seeds cover every frame type: {kinds:?}");
+    assert_eq!(kinds.len(), 9, "seeds cover every frame type: {kinds:?}");
 }

@@ -80,10 +80,19 @@ pub fn server(sim: &mut Sim<'static>, name: &'static str, store: MemoryStore, lo
 
 /// Starts a client endpoint with id `id` that knows the server host `server`.
 pub async fn client(id: NodeId, server: &str) -> Result<Endpoint, Box<dyn std::error::Error>> {
+    client_with(id, server, cfg()).await
+}
+
+/// [`client`] with configuration `config`.
+pub async fn client_with(
+    id: NodeId,
+    server: &str,
+    config: EndpointConfig,
+) -> Result<Endpoint, Box<dyn std::error::Error>> {
     let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
     let ep = Endpoint::builder(id)
         .security(security(id))
-        .config(cfg())
+        .config(config)
         .clock_store(MemoryStore::starting_at(1))
         .with_socket(socket)?;
     ep.add_peer(SERVER, SocketAddr::new(turmoil::lookup(server), PORT));

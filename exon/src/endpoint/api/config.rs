@@ -102,6 +102,14 @@ pub struct EndpointConfig {
     #[cfg(feature = "rule-switches")]
     #[cfg_attr(feature = "serde", serde(skip))]
     pub answers_repeated: bool,
+    /// Test builds only (feature `rule-switches`): whether a caller sends keepalives (PING)
+    /// to a server its calls wait for while nothing comes from it (`paths/keepalive.rs`).
+    /// Off, a caller whose requests were acknowledged sends nothing until its replies come,
+    /// and a server whose datagrams no longer reach it (a NAT moved it) never learns where
+    /// it went: the calls end `NoReply`. Default true.
+    #[cfg(feature = "rule-switches")]
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub keepalives: bool,
     /// The rules in force (all, except in tests built with the `rule-switches` feature).
     #[cfg_attr(feature = "serde", serde(skip))]
     pub(crate) rules: crate::proto::Rules,
@@ -130,6 +138,8 @@ impl Default for EndpointConfig {
             moves_need_an_answer: true,
             #[cfg(feature = "rule-switches")]
             answers_repeated: true,
+            #[cfg(feature = "rule-switches")]
+            keepalives: true,
             rules: crate::proto::Rules::ALL,
         }
     }

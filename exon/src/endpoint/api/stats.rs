@@ -36,6 +36,9 @@ counters! {
         /// challenger that cannot validate this node's address sends it no more than three
         /// times what it received from it).
         pub path_responses: u64 [sum],
+        /// Keepalives (a datagram holding PING alone) sent to servers that calls wait
+        /// for a reply from while nothing came from them (`paths/keepalive.rs`).
+        pub keepalives: u64 [sum],
         /// Authenticated datagrams whose source address was not recorded because the address
         /// book was full of peers with work in progress.
         pub address_book_full: u64 [sum],

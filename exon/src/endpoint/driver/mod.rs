@@ -312,6 +312,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.sends.next_deadline(),
             self.flows.next_stall_look(),
             self.paths.next_answer_at(),
+            self.paths.next_keepalive_at(),
             self.journal.as_ref().and_then(|j| j.next_deadline()),
         ]
         .into_iter()
@@ -429,6 +430,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.node.handle_timeout(t);
         }
         self.paths.prune(t, &self.node, &self.shared);
+        self.paths.watch_calls(t, &self.calls, self.shard);
         self.sends.expire_deadlines(t, &mut self.node);
         self.sends.return_credits();
         took
@@ -680,6 +682,10 @@ impl<S: DatagramSocket> Driver<S> {
             .await;
         self.outbound
             .send_answers(socket, stats, &mut self.node, &mut self.paths, t)
+            .await;
+        let calls = (&*self.calls, self.shard);
+        self.outbound
+            .send_keepalives(socket, stats, &mut self.node, &mut self.paths, calls, t)
             .await;
         while let Some(e) = self.node.poll_event() {
             if matches!(e, Event::Delivered { .. }) {

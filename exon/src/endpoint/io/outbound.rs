@@ -12,6 +12,7 @@ use crate::endpoint::paths::book::NoRoute;
 use crate::endpoint::paths::Paths;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;
+use crate::rpc::calls::Calls;
 
 /// Largest UDP payload of one segmented send (the whole batch travels as one IP packet
 /// until it is segmented): IPv4's, the smaller of the two families'.
@@ -278,19 +279,62 @@ impl Outbound {
         let due = paths.take_answers(t);
         for &(peer, token) in &due {
             self.buf.clear();
-            let Some(tx) = node.poll_response(peer, token, &mut self.buf) else {
-                continue;
-            };
-            match paths.send_to(peer, tx.size) {
-                Ok(addr) => {
+            if let Some(tx) = node.poll_response(peer, token, &mut self.buf) {
+                if self.send_alone(socket, stats, paths, peer, tx.size).await {
                     stats.path_responses += 1;
-                    self.send_path_datagram(socket, stats, addr).await;
                 }
-                Err(NoRoute::Amplification) => stats.amplification_drops += 1,
-                Err(NoRoute::Unknown) => {}
             }
         }
         paths.return_answers(due);
+    }
+
+    /// Sends the keepalives owed at `t` (`paths/keepalive.rs`): a datagram holding PING
+    /// alone to each peer of `shard` that calls wait for and that has been silent a while.
+    pub(crate) async fn send_keepalives<S: DatagramSocket>(
+        &mut self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        node: &mut Node,
+        paths: &mut Paths,
+        (calls, shard): (&Calls, usize),
+        t: Instant,
+    ) {
+        if paths.next_keepalive_at().is_none_or(|at| at > t) {
+            return;
+        }
+        let due = paths.take_keepalives(t, calls, shard);
+        for &peer in &due {
+            self.buf.clear();
+            if let Some(tx) = node.poll_ping(peer, &mut self.buf) {
+                if self.send_alone(socket, stats, paths, peer, tx.size).await {
+                    stats.keepalives += 1;
+                }
+            }
+        }
+        paths.return_keepalives(due);
+    }
+
+    /// Sends the datagram of `size` bytes in `self.buf` to `peer`'s address, within the
+    /// anti-amplification limit; returns whether it went (else counts why not).
+    async fn send_alone<S: DatagramSocket>(
+        &self,
+        socket: &S,
+        stats: &mut EndpointStats,
+        paths: &mut Paths,
+        peer: crate::proto::NodeId,
+        size: usize,
+    ) -> bool {
+        match paths.send_to(peer, size) {
+            Ok(addr) => {
+                self.send_path_datagram(socket, stats, addr).await;
+                true
+            }
+            Err(NoRoute::Amplification) => {
+                stats.amplification_drops += 1;
+                false
+            }
+            Err(NoRoute::Unknown) => false,
+        }
     }
 
     /// Sends the challenge in `self.buf` where `route` says, or counts why it cannot go.

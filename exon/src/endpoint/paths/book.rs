@@ -270,6 +270,11 @@ impl PeerBook {
         self.entries.get(&id).is_some_and(|e| e.validated)
     }
 
+    /// When a datagram from `id` was last accepted, if the book knows it.
+    pub fn last_heard(&self, id: NodeId) -> Option<Instant> {
+        self.entries.get(&id)?.last
+    }
+
     /// The candidate address of `id`, if one is being challenged.
     #[cfg(test)]
     pub fn candidate(&self, id: NodeId) -> Option<SocketAddr> {

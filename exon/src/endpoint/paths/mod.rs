@@ -1,13 +1,16 @@
 //! What the driver knows of where its peers are: the address book, the path challenges owed
-//! to candidate addresses, the answers to peers' challenges sent again, and the cookie
-//! exchange under load; each received datagram goes to the node through here.
+//! to candidate addresses, the answers to peers' challenges sent again, the keepalives to
+//! peers awaited, and the cookie exchange under load; each received datagram goes to the
+//! node through here.
 //!
 //! The room of paths, the peer book and cookies: [`Paths`] here, the peer book in [`book`],
-//! the answers in [`answers`], the cookie exchange in [`cookies`].
+//! the answers in [`answers`], the keepalives in [`keepalive`], the cookie exchange in
+//! [`cookies`].
 
 pub(crate) mod answers;
 pub(crate) mod book;
 pub(crate) mod cookies;
+pub(crate) mod keepalive;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -24,8 +27,10 @@ use crate::endpoint::paths::answers::Answers;
 use crate::endpoint::paths::book::{Learned, NoRoute, PeerBook};
 use crate::endpoint::paths::cookies::CookieStats;
 use crate::endpoint::paths::cookies::Cookies;
+use crate::endpoint::paths::keepalive::Keepalives;
 use crate::proto::frame::CookieReply;
 use crate::proto::{Node, NodeId};
+use crate::rpc::calls::Calls;
 
 /// How often the address book is swept for peers gone idle.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
@@ -51,6 +56,14 @@ pub(crate) struct Paths {
     answers_due: Vec<(NodeId, u64)>,
     /// Whether answers go again (always, but in test builds with the rule switched off).
     answers_repeated: bool,
+    /// Keepalives to the peers calls wait for (`keepalive.rs`).
+    keepalives: Keepalives,
+    /// The peers calls wait for, as last looked up (reused).
+    awaited: Vec<NodeId>,
+    /// Peers owed a keepalive now.
+    keepalives_due: Vec<NodeId>,
+    /// Whether keepalives go (always, but in test builds with the rule switched off).
+    keepalives_on: bool,
     /// When the address book is next pruned of peers gone idle.
     next_prune: Instant,
     /// How long a learned address outlives its peer's records.
@@ -88,6 +101,10 @@ impl Paths {
         let answers_repeated = cfg.answers_repeated;
         #[cfg(not(feature = "rule-switches"))]
         let answers_repeated = true;
+        #[cfg(feature = "rule-switches")]
+        let keepalives_on = cfg.keepalives;
+        #[cfg(not(feature = "rule-switches"))]
+        let keepalives_on = true;
         Paths {
             peers,
             challenges_due: Vec::new(),
@@ -95,6 +112,10 @@ impl Paths {
             answers: Answers::new(candidate_wait(cfg)),
             answers_due: Vec::new(),
             answers_repeated,
+            keepalives: Keepalives::default(),
+            keepalives_on,
+            awaited: Vec::new(),
+            keepalives_due: Vec::new(),
             next_prune: t,
             learned_ttl: cfg.learned_address_ttl,
             cookies: Cookies::new(),
@@ -204,6 +225,44 @@ impl Paths {
     pub(crate) fn return_answers(&mut self, mut due: Vec<(NodeId, u64)>) {
         due.clear();
         self.answers_due = due;
+    }
+
+    /// When the peers calls wait for are next looked at for keepalives, if calls are open.
+    pub(crate) fn next_keepalive_at(&self) -> Option<Instant> {
+        self.keepalives.next_at()
+    }
+
+    /// Looks at the peers calls wait for once a call of this shard was opened
+    /// ([`Calls::take_opened`]); cheap when none was (one load).
+    #[inline]
+    pub(crate) fn watch_calls(&mut self, t: Instant, calls: &Calls, shard: usize) {
+        if self.keepalives_on && self.keepalives.next_at().is_none() {
+            self.keepalives.arm(t, calls.take_opened(shard));
+        }
+    }
+
+    /// Takes the peers owed a keepalive at `t` (see `keepalive.rs`): those of `shard` that
+    /// open calls wait for a reply from, silent for a while.
+    pub(crate) fn take_keepalives(
+        &mut self,
+        t: Instant,
+        calls: &Calls,
+        shard: usize,
+    ) -> Vec<NodeId> {
+        let mut due = std::mem::take(&mut self.keepalives_due);
+        if self.keepalives.next_at().is_some_and(|at| at <= t) {
+            calls.awaited(shard, &mut self.awaited);
+            let peers = &self.peers;
+            self.keepalives
+                .due(t, &self.awaited, |p| peers.last_heard(p), &mut due);
+        }
+        due
+    }
+
+    /// Gives back the list [`take_keepalives`](Self::take_keepalives) took, emptied.
+    pub(crate) fn return_keepalives(&mut self, mut due: Vec<NodeId>) {
+        due.clear();
+        self.keepalives_due = due;
     }
 
     /// Takes the peers whose candidate address is owed a challenge.

@@ -157,6 +157,7 @@ impl Node {
                 Frame::ReqSlots { s, n, l } => self.on_reqslots(now, src, s, n, l),
                 Frame::Challenge { token } => self.on_challenge(src, token),
                 Frame::Response { token } => self.last_response = Some(token),
+                Frame::Ping => {} // its datagram, accepted, was all it showed
                 Frame::MtuProbe { id, .. } => self.on_mtu_probe(src, id),
                 Frame::MtuAck { id } => self.on_mtu_ack(src, id),
                 Frame::Slots { s, r, n } => {

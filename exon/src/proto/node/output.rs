@@ -10,6 +10,7 @@ use crate::proto::send::mtud::Want;
 use crate::proto::send::silence::Gate;
 use crate::proto::send::transmit::Space;
 use crate::proto::wire::clocks::Clocks;
+use crate::proto::wire::codec::put_varint;
 use crate::proto::wire::frame::{frame_type, put_mtu_probe, put_path, Header, FLAG_ACK_NOW};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Event, Node, NodeId, Transmit, TransmitRun, Verdict};
@@ -649,14 +650,26 @@ impl Node {
         Some(tx)
     }
 
-    /// A datagram to `peer` holding one path frame (`ty`, CHALLENGE or RESPONSE) alone.
+    /// Output: a datagram holding PING alone, to `peer`: a keepalive, whose only effect is
+    /// that the peer accepts a datagram from this node's current address (see
+    /// [`Frame::Ping`](crate::proto::frame::Frame::Ping)). Appended to `buf`; `None` until
+    /// the clock is stored far enough for a new epoch.
+    pub fn poll_ping(&mut self, peer: NodeId, buf: &mut Vec<u8>) -> Option<Transmit> {
+        let tx = self.poll_path_frame(peer, frame_type::PING, None, buf)?;
+        self.stats.frames_out.ping += 1;
+        Some(tx)
+    }
+
+    /// A datagram to `peer` holding one path frame alone: `ty` with `token` (CHALLENGE or
+    /// RESPONSE), or PING (no token).
     fn poll_path_frame(
         &mut self,
         peer: NodeId,
         ty: u64,
-        token: u64,
+        token: impl Into<Option<u64>>,
         buf: &mut Vec<u8>,
     ) -> Option<Transmit> {
+        let token = token.into();
         if !self.take_epoch_if_needed() {
             return None;
         }
@@ -667,7 +680,10 @@ impl Node {
         }
         header.encode(buf);
         let header_end = buf.len();
-        put_path(buf, ty, token);
+        match token {
+            Some(token) => put_path(buf, ty, token),
+            None => put_varint(buf, ty),
+        }
         self.finish_datagram(peer, header, buf, start, header_end)
     }
 }
@@ -709,6 +725,26 @@ mod tests {
                 Output::Timeout(_) => return kinds,
             }
         }
+    }
+
+    /// A PING is accepted (its sender's datagram is all it shows) and asks nothing of its
+    /// receiver: no datagram in answer, no event.
+    #[test]
+    fn a_ping_is_accepted_and_answered_by_nothing() {
+        let now = Instant::now();
+        let (mut a, mut b) = (node(1), node(2));
+        let mut buf = Vec::new();
+        let tx = a.poll_ping(b.id(), &mut buf).expect("a datagram");
+        assert_eq!(tx.size, buf.len());
+        assert_eq!(a.stats().frames_out.ping, 1);
+        let acc = b
+            .handle_datagram_buf(now, bytes::BytesMut::from(&buf[..]))
+            .expect("accepted");
+        assert_eq!(acc.from, a.id());
+        assert_eq!(b.stats().frames_in.ping, 1);
+        let mut out = Vec::new();
+        assert!(b.poll_transmit(now, &mut out).is_none());
+        assert!(b.poll_event().is_none());
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub mod frame_type {
     /// HELD(r, ranges of s): the messages in these slots of incarnation `r` are held whole
     /// at the receiver, not yet taken (GOT of every byte, for many messages at once).
     pub const HELD: u64 = 0x15;
+    /// PING: nothing; its datagram shows the sender's current address (a keepalive).
+    pub const PING: u64 = 0x16;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -282,6 +284,12 @@ pub enum Frame {
         /// The MTU_PROBE's id.
         id: u64,
     },
+    /// Nothing but its datagram: an authenticated datagram from the sender's current
+    /// address, sent by a node waiting for something from the peer while it has nothing
+    /// else to send (a caller whose requests are acknowledged, waiting for their replies),
+    /// so that a NAT keeps its mapping and a peer whose datagrams can no longer reach it
+    /// learns where it is now. The receiver does nothing with it.
+    Ping,
 }
 
 impl Frame {
@@ -324,6 +332,7 @@ impl Frame {
             Frame::Credit { .. } => "CREDIT",
             Frame::MtuProbe { .. } => "MTU_PROBE",
             Frame::MtuAck { .. } => "MTU_ACK",
+            Frame::Ping => "PING",
         }
     }
 
@@ -397,6 +406,7 @@ impl Frame {
                 buf.put_bytes(0, *pad as usize);
             }
             Frame::MtuAck { id } => put_mtu_ack(buf, *id),
+            Frame::Ping => put_varint(buf, frame_type::PING),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } | Frame::Lost { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     ranges.put(c, buf, v.frame_type(), r);
@@ -431,6 +441,7 @@ impl Frame {
             Frame::Credit { r, limit, max } => c.credit_len(*r, *limit, *max),
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
+            Frame::Ping => PING_FRAME_LEN,
             Frame::Ack { r, ranges }
             | Frame::Held { r, ranges }
             | Frame::Doubt { r, ranges }
@@ -806,6 +817,7 @@ impl Frames<'_> {
                 Frame::MtuProbe { id, pad }
             }
             frame_type::MTU_ACK => Frame::MtuAck { id: r.varint()? },
+            frame_type::PING => Frame::Ping,
             other => return Err(DecodeError::UnknownFrame(other)),
         })
     }

@@ -13,6 +13,9 @@ use crate::proto::wire::codec::{put_varint, varint_len, VARINT_MAX};
 /// Encoded size of a CHALLENGE or RESPONSE frame: the type and an 8-byte token.
 pub const PATH_FRAME_LEN: usize = 9;
 
+/// Encoded size of a PING frame (its type alone).
+pub const PING_FRAME_LEN: usize = 1;
+
 /// Appends a CHALLENGE or RESPONSE frame (`ty`) carrying `token`.
 pub fn put_path(buf: &mut impl BufMut, ty: u64, token: u64) {
     put_varint(buf, ty);
