@@ -182,7 +182,8 @@ def limits_only(args, out):
 # What a run cut off by its settle time reports about the messages it had not finished.
 # Violations of work not finished (a channel not released to its end is one: its messages
 # are still on their way), as opposed to work done wrong.
-UNFINISHED = {"Lost", "NotAcknowledged", "JournalNotEmpty", "NotIdle", "ChannelBlocked"}
+UNFINISHED = {"Lost", "NotAcknowledged", "JournalNotEmpty", "NotIdle", "ChannelBlocked", "ReplyLost",
+              "CallNotEnded"}
 
 
 def still_moving(out):

@@ -200,7 +200,11 @@ pub struct Rules {
     /// no timer, each waiting for something else to wake the record (a probe, another send),
     /// and the last ones for ever: a durable channel's gap was never sent, its flow blocked
     /// (`exon-sim --channels 16 --deadline-ms 2000 --payload 100000 --loss 0.2 --durable ...
-    /// --seed 994110734`, found by `scripts/sim-campaign.py`).
+    /// --seed 994110734`, found by `scripts/sim-campaign.py`). It also asks for the slots
+    /// the messages queued behind want: with a slot window of two, two messages given up
+    /// in flight held every slot, and the one queued behind them never asked for any
+    /// (`exon-sim --messages 500 --loss 0.1 --deadline-ms 2000 --channels 1 --window 2
+    /// --envelope-target 2 --envelope-low 1 --seed 4`).
     pub abandon_wakes_sender: bool,
     /// Beyond the paper (floods of forgeries, `docs/security.md`): the datagram keys shared
     /// with each keyring member are derived once and kept while it is a member, outside the

@@ -666,6 +666,11 @@ impl Node {
             _ => self.stats.in_doubt += 1,
         }
         let pending = self.journal_abandoned(now, to, id, slot, verdict);
+        if rules.abandon_wakes_sender {
+            // The slot window it held may now let the queued messages ask for slots: the
+            // outbox's wake sends what has envelopes, only this asks for more.
+            self.request_slots(to);
+        }
         self.rearm_sender(to);
         Some(if pending { Abandoned::Pending } else { verdict })
     }
