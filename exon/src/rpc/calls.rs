@@ -728,6 +728,39 @@ mod tests {
         }
     }
 
+    /// A shard's driver learns that calls to its peers were opened, once, and finds the
+    /// peers its open calls still wait for a reply from (each once, sorted): not those of
+    /// another shard, nor a call whose reply came.
+    #[test]
+    fn a_shard_finds_the_peers_its_calls_wait_for() {
+        let calls = Calls::sharded(std::time::Duration::from_secs(1), 2);
+        let peers: Vec<NodeId> = (1..=8).map(|n| NodeId::new(n).unwrap()).collect();
+        let shard = shard_of(peers[0], 2);
+        let mine: Vec<NodeId> = peers
+            .iter()
+            .copied()
+            .filter(|p| shard_of(*p, 2) == shard)
+            .collect();
+        assert!(!calls.take_opened(shard), "nothing opened yet");
+        let guards: Vec<CallGuard> = peers
+            .iter()
+            .flat_map(|p| [calls.open(*p), calls.open(*p)])
+            .collect();
+        assert!(calls.take_opened(shard));
+        assert!(!calls.take_opened(shard), "told once");
+        let mut out = Vec::new();
+        calls.awaited(shard, &mut out);
+        assert_eq!(out, mine);
+        // Both calls to the first peer got their replies: it is awaited no more.
+        let first: Vec<&CallGuard> = guards.iter().take(2).collect();
+        for g in &first {
+            let replied = calls.on_reply(g.id(), peers[0], reply(), d(0));
+            assert!(replied.handed);
+        }
+        calls.awaited(shard, &mut out);
+        assert_eq!(out, mine[1..]);
+    }
+
     /// The request's verdict reaches its call through the call's ack, once, after the reply
     /// if both came (a call holding its request in the journal stays open after its reply
     /// is read; one holding nothing ends then), and only when asked for; an ack dropped
