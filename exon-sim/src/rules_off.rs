@@ -73,6 +73,7 @@ by_name!(
     durable_flows,
     hold_call_requests,
     resend_beyond_slot_window,
+    held_outside_slot_window,
     whole_awaits_verdict,
     restarted_sender_gets_slots,
     reserve_flow_marks,

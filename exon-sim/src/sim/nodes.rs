@@ -424,7 +424,11 @@ impl Sim {
         if node.bytes_queued() > c.limits.max_queued_bytes {
             what.push(format!("{} bytes queued", node.bytes_queued()));
         }
-        if node.tokens_in_flight() as u64 > c.flow.window * s as u64 {
+        // Tokens held whole and untaken at their receiver leave the slot window
+        // (`Rules::held_outside_slot_window`): each receiver holds at most its untaken
+        // share per source of them.
+        let untaken = c.limits.max_untaken_per_source.min(c.limits.max_untaken) as u64;
+        if node.tokens_in_flight() as u64 > (c.flow.window + untaken) * s as u64 {
             what.push(format!("{} tokens", node.tokens_in_flight()));
         }
         // `max_queued_per_peer` bounds what a send admits; a token sent back to the queue

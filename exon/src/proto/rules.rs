@@ -325,6 +325,17 @@ pub struct Rules {
     /// (after congestion or a restart of the sender) and the receiver's application waits
     /// for them before it takes those (an ordered channel), nothing ever moves again.
     pub resend_beyond_slot_window: bool,
+    /// Tokens their receiver holds whole and untaken (HELD, or every byte GOT) leave the
+    /// slot window as they leave the flight: once nothing else of the record is in flight
+    /// or waiting to go, queued messages ask for slots beyond the tokens held (their
+    /// receiver bounds what it holds by its untaken limits, and grants within them). Off,
+    /// held tokens fill the window, and when the receiver's application waits for a
+    /// message queued behind them (a channel's gap for a number given up, a message a
+    /// restarted sender recovered without a slot), nothing moves again: `exon-sim --nodes 3
+    /// --messages 2000 --loss 0.01 --reorder 0.5 --deadline-ms 100 --channels 16 --window 2
+    /// --envelope-target 2 --envelope-low 1 --durable --restarts 1 --seed 339261265`,
+    /// found by `scripts/sim-campaign.py`.
+    pub held_outside_slot_window: bool,
     /// A message its receiver reports held whole (GOT) waits for its verdict under the
     /// retransmission timer, whose probe asks again for an ACK that was lost, even when
     /// the GOT came before this life of the sender sent any of it (a late copy reaching
@@ -526,6 +537,7 @@ impl Rules {
         durable_flows: true,
         hold_call_requests: true,
         resend_beyond_slot_window: true,
+        held_outside_slot_window: true,
         whole_awaits_verdict: true,
         restarted_sender_gets_slots: true,
         reserve_flow_marks: true,

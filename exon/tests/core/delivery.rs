@@ -494,6 +494,53 @@ fn a_reported_message_waiting_untaken_is_reported_held_not_lost() {
     );
 }
 
+/// A's third reported message is queued behind two that B holds untaken, whose
+/// application waits for the third before it takes them (as an ordered channel's receiver
+/// waits for the number before theirs), under a slot window of two. Returns whether the
+/// third arrived, and whether all three were acknowledged once B took them.
+/// `rule`: A's `held_outside_slot_window`.
+fn queued_behind_held_tokens(rule: bool) -> (bool, usize) {
+    let mut cfg = test_config();
+    cfg.flow.window = 2;
+    cfg.flow.envelope_target = 2;
+    cfg.flow.envelope_low = 1;
+    let mut p = slow_receiver(cfg);
+    let mut rules = exon::proto::Rules::ALL;
+    rules.held_outside_slot_window = rule;
+    p.node(A).set_rules(rules);
+    for m in [&b"second"[..], b"third"] {
+        let now = p.now;
+        p.node(A)
+            .send_reported(now, id(B), Bytes::copy_from_slice(m))
+            .unwrap();
+        p.drain(A);
+    }
+    p.run(QUIET);
+    assert_eq!(p.nodes[B].delivered.len(), 2, "both held untaken at B");
+    let first = Bytes::from_static(b"first");
+    let now = p.now;
+    p.node(A).send_reported(now, id(B), first.clone()).unwrap();
+    p.drain(A);
+    p.run(Duration::from_secs(30));
+    let arrived = p.nodes[B].delivered.contains(&first);
+    if arrived {
+        p.take(B, 3);
+        p.run(QUIET);
+    }
+    (arrived, p.nodes[A].acked.len())
+}
+
+/// Tokens their receiver holds whole and untaken leave the slot window once nothing else is
+/// in flight: the message queued behind them gets a slot. With
+/// `Rules::held_outside_slot_window` off, the held tokens fill the window for good and the
+/// queued message never asks for one (the simulator found it: a channel's gap queued behind
+/// messages held for it, `exon-sim --channels 16 --window 2 ... --seed 339261265`).
+#[test]
+fn a_message_queued_behind_tokens_held_untaken_gets_a_slot() {
+    assert_eq!(queued_behind_held_tokens(true), (true, 3));
+    assert_eq!(queued_behind_held_tokens(false), (false, 0));
+}
+
 /// The TOKENs of one datagram are each answered as if it came alone (a run of them shares
 /// one lookup of the record, `Node::on_token_run`): a duplicate in the middle of a run,
 /// tokens past the untaken room, and the tokens after either.

@@ -729,8 +729,14 @@ impl Node {
                 rec.on_held(now, (r, rg), rules, &self.cfg) | whole
             }),
         };
+        let held = s.is_none() || whole;
         if whole && rec.has_credit_waiters() {
             self.resume_credit_waiters(src);
+        }
+        if held {
+            // Tokens held whole may leave the slot window to queued messages
+            // (`Rules::held_outside_slot_window`).
+            self.request_slots(src);
         }
     }
 

@@ -319,10 +319,9 @@ impl Outgoing {
             self.got.insert(range.clone());
             self.pending.remove_range(range.clone());
         }
-        if !news {
-            return dropped;
-        }
-        self.grew_at = Some(now);
+        // A transmission of bytes it holds is answered, news or not: a probe of a message
+        // held whole asks about bytes known held, and stayed in flight until a loss was
+        // declared for it (its bytes counted against the window meanwhile).
         let got = &self.got;
         self.inflight.retain(|s| {
             let held = got.contains_range(s.range.clone());
@@ -331,6 +330,11 @@ impl Outgoing {
             }
             !held
         });
+        if !news {
+            return dropped;
+        }
+        self.grew_at = Some(now);
+        let got = &self.got;
         self.lost.retain(|l| {
             let held = got.contains_range(l.range.clone());
             if held && crate::proto::send::loss::answers_original(now, l.resent_at, min_rtt) {
@@ -495,6 +499,31 @@ mod tests {
         assert!(o.is_whole());
         assert_eq!(o.flight(), 0);
         assert!(spurious.is_empty(), "no RTT known: nothing proven");
+    }
+
+    /// A probe of a message held whole asks about bytes the sender knows are held: the
+    /// answer (GOT or HELD of every byte) takes it out of flight. It stayed in flight until
+    /// declared lost, and kept a slot window full of held tokens counted as busy (the
+    /// simulator's channel deadlock of `Rules::held_outside_slot_window`).
+    #[test]
+    fn a_probe_of_a_message_held_whole_leaves_the_flight_when_answered() {
+        let mut o = Outgoing::held_whole(7);
+        assert_eq!(o.probe_oldest(), 0, "nothing was in flight");
+        let r = o.next_range(1000).unwrap();
+        assert_eq!(r, 0..7);
+        o.on_sent(r, 9, t0(), 30, st(), 0);
+        assert_eq!(o.flight(), 30);
+        let (mut acked, mut spurious) = (Vec::new(), Vec::new());
+        o.on_got(
+            std::iter::once(0..7),
+            &mut acked,
+            (t0(), None),
+            &mut spurious,
+            true,
+        );
+        assert_eq!(o.flight(), 0, "the probe was answered");
+        assert_eq!(acked.iter().map(|s| s.seq).collect::<Vec<_>>(), [9]);
+        assert!(o.is_whole());
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub(crate) struct SRecord {
     /// whatever the slot window ([`Rules::resend_beyond_slot_window`], `resend_rule`).
     pub(super) again: usize,
     resend_rule: bool,
+    /// [`Rules::held_outside_slot_window`]: tokens held whole at the receiver leave the
+    /// slot window once nothing else is in flight.
+    held_rule: bool,
     /// [`Rules::credit_asks_each_waiting`]: an unanswered REQCREDIT for a lost incarnation
     /// names the next waiting message when asked again.
     pub(super) credit_rotate_rule: bool,
@@ -170,6 +173,7 @@ impl SRecord {
             queue: VecDeque::new(),
             again: 0,
             resend_rule: rules.resend_beyond_slot_window,
+            held_rule: rules.held_outside_slot_window,
             credit_rotate_rule: rules.credit_asks_each_waiting,
             forget_dropped_rule: rules.got_forgets_dropped_bytes,
             tokens: Tokens::default(),
@@ -379,7 +383,10 @@ impl SRecord {
     /// `N'` is [`envelope_goal`](Self::envelope_goal)), so receivers do not hold slots for
     /// nothing. A receiver may grant fewer (its limits); the rest is asked for next.
     /// Messages sent again ask beyond the window (`again`): the window may have shrunk
-    /// below the tokens a receiver holds untaken, waiting for them.
+    /// below the tokens a receiver holds untaken, waiting for them. Tokens the receiver
+    /// holds whole and untaken leave the window once nothing else is in flight
+    /// ([`held_outside_window`](Self::held_outside_window)): its application may wait for
+    /// a message queued behind them.
     pub fn wanted_slots(&self, cfg: &Config) -> u64 {
         let window = self.slot_window(cfg);
         self.wanted_within(window, self.envelope_goal(cfg, window))
@@ -388,14 +395,41 @@ impl SRecord {
     /// [`wanted_slots`](Self::wanted_slots) under a slot window and goal worked out once.
     fn wanted_within(&self, window: u64, goal: u64) -> u64 {
         let env = self.envelopes();
-        let held = env + self.tokens.len() as u64;
+        let busy = env + self.tokens.len() as u64;
         let want = (goal + self.queue.len() as u64).saturating_sub(env);
         let again = if self.resend_rule {
             (self.again as u64).saturating_sub(env)
         } else {
             0
         };
-        want.min(window.saturating_sub(held).max(again))
+        let room = window.saturating_sub(busy).max(again);
+        if room >= want || self.queue.is_empty() {
+            return want.min(room);
+        }
+        // The window is full while messages wait: perhaps of tokens the receiver holds.
+        let held = self.held_outside_window();
+        want.min(window.saturating_sub(busy - held).max(again))
+    }
+
+    /// Tokens the receiver holds whole and untaken (HELD, or every byte GOT: its
+    /// application has not taken them), counted only while they are all that keeps the
+    /// slot window full: nothing of this record is in flight or waiting to go. Otherwise
+    /// 0, at no cost: a verdict or a loss will move the window, and a sender whose tokens
+    /// are in flight never counts (the count is a walk over the tokens). They leave the
+    /// window as they left the flight: the receiver bounds what it holds by its untaken
+    /// limits, and its application may be waiting for a message queued behind them (an
+    /// ordered channel's gap, a message a restarted sender recovered without a slot)
+    /// ([`Rules::held_outside_slot_window`]).
+    fn held_outside_window(&self) -> u64 {
+        if !self.held_rule || self.flight.bytes > 0 || !self.to_send.is_empty() {
+            return 0;
+        }
+        let held = self
+            .tokens
+            .iter()
+            .filter(|(_, t)| t.is_held_whole())
+            .count();
+        held as u64
     }
 
     /// The slots to ask for now ([`wanted_slots`](Self::wanted_slots)), if it is time to ask:

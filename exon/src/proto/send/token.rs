@@ -131,6 +131,14 @@ impl Token {
         }
     }
 
+    /// Held whole at its receiver, untaken: reported held (HELD), or every byte of it got
+    /// (GOT), and neither in flight nor waiting to be sent (a probe) since.
+    pub fn is_held_whole(&self) -> bool {
+        self.flight == 0
+            && !self.queued
+            && (self.held || self.frag.as_ref().is_some_and(|o| o.is_whole()))
+    }
+
     /// A token held whole at its receiver is to be asked about (a timeout, a probe): from
     /// now on it goes as a fragmented message the receiver holds every byte of, so that
     /// the question is its first bytes in a FRAG rather than the whole message again, and
