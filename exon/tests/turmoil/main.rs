@@ -8,6 +8,7 @@
 
 mod exactly_once;
 mod many_peers;
+mod nat_streams;
 mod observer;
 mod restarted_writer;
 mod rpc;

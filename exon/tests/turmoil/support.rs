@@ -173,3 +173,39 @@ pub fn security(id: exon::NodeId) -> exon::proto::Security {
         (0..64).chain(1000..1064).map(exon::NodeId::from_const),
     )
 }
+
+/// Adds host `nat`: a NAT in front of one inside host (whoever sends to its `PORT`) that
+/// relays its datagrams to `server`'s `PORT` from an outside port it changes every `every`
+/// (a rebinding: what came to the old outside port after the change is lost, as when a
+/// real NAT's mapping times out), and relays the server's datagrams back.
+pub fn nat(sim: &mut turmoil::Sim<'static>, server: &'static str, every: Duration) {
+    sim.host("nat", move || async move {
+        let inside = UdpSocket::bind(("0.0.0.0", PORT)).await?;
+        let server = SocketAddr::new(turmoil::lookup(server), PORT);
+        let mut port = PORT + 1;
+        let mut outside = UdpSocket::bind(("0.0.0.0", port)).await?;
+        let mut caller: Option<SocketAddr> = None;
+        let mut next = tokio::time::Instant::now() + every;
+        let (mut a, mut b) = (vec![0u8; 65536], vec![0u8; 65536]);
+        loop {
+            tokio::select! {
+                r = inside.recv_from(&mut a) => {
+                    let (len, from) = r?;
+                    caller = Some(from);
+                    let _ = outside.send_to(&a[..len], server).await;
+                }
+                r = outside.recv_from(&mut b) => {
+                    let (len, from) = r?;
+                    if let (Some(to), true) = (caller, from == server) {
+                        let _ = inside.send_to(&b[..len], to).await;
+                    }
+                }
+                _ = tokio::time::sleep_until(next) => {
+                    port += 1;
+                    outside = UdpSocket::bind(("0.0.0.0", port)).await?;
+                    next += every;
+                }
+            }
+        }
+    });
+}

@@ -103,10 +103,11 @@ pub struct EndpointConfig {
     #[cfg_attr(feature = "serde", serde(skip))]
     pub answers_repeated: bool,
     /// Test builds only (feature `rule-switches`): whether a caller sends keepalives (PING)
-    /// to a server its calls wait for while nothing comes from it (`paths/keepalive.rs`).
-    /// Off, a caller whose requests were acknowledged sends nothing until its replies come,
-    /// and a server whose datagrams no longer reach it (a NAT moved it) never learns where
-    /// it went: the calls end `NoReply`. Default true.
+    /// to a server its calls wait for, and a stream's reader to its writer, while nothing
+    /// comes from it (`paths/keepalive.rs`). Off, a caller whose requests were acknowledged
+    /// sends nothing until its replies come, and a server whose datagrams no longer reach it
+    /// (a NAT moved it) never learns where it went: the calls end `NoReply`, and a stream
+    /// whose reader had nothing to send stalls. Default true.
     #[cfg(feature = "rule-switches")]
     #[cfg_attr(feature = "serde", serde(skip))]
     pub keepalives: bool,

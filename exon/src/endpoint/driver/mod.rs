@@ -430,7 +430,9 @@ impl<S: DatagramSocket> Driver<S> {
             self.node.handle_timeout(t);
         }
         self.paths.prune(t, &self.node, &self.shared);
-        self.paths.watch_calls(t, &self.calls, self.shard);
+        let (calls, shard, flows) = (&self.calls, self.shard, &self.flows);
+        self.paths
+            .watch(t, || calls.take_opened(shard) | (flows.streams() > 0));
         self.sends.expire_deadlines(t, &mut self.node);
         self.sends.return_credits();
         took
@@ -683,9 +685,13 @@ impl<S: DatagramSocket> Driver<S> {
         self.outbound
             .send_answers(socket, stats, &mut self.node, &mut self.paths, t)
             .await;
-        let calls = (&*self.calls, self.shard);
+        let (calls, shard, flows) = (&*self.calls, self.shard, &self.flows);
+        let awaited = |out: &mut Vec<_>| {
+            calls.awaited(shard, out);
+            flows.reading_from(out);
+        };
         self.outbound
-            .send_keepalives(socket, stats, &mut self.node, &mut self.paths, calls, t)
+            .send_keepalives(socket, stats, &mut self.node, &mut self.paths, awaited, t)
             .await;
         while let Some(e) = self.node.poll_event() {
             if matches!(e, Event::Delivered { .. }) {

@@ -561,6 +561,12 @@ impl Flows {
         self.streams.len()
     }
 
+    /// Appends the peers whose streams this endpoint still reads from (their writing has
+    /// not ended): they owe it bytes, so keepalives keep it reachable by them.
+    pub(crate) fn reading_from(&self, out: &mut Vec<NodeId>) {
+        out.extend(self.streams.peers());
+    }
+
     /// Registers a stream this endpoint opened, so its peer's chunks find it.
     pub(crate) fn register(
         &mut self,

@@ -59,6 +59,11 @@ impl<K: Hash + Eq, V> ByPeer<K, V> {
         Some(v)
     }
 
+    /// The peers that have values, each once.
+    pub(crate) fn peers(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.peers.keys().copied()
+    }
+
     /// `peer`'s values, to change.
     pub(crate) fn of_peer_mut(&mut self, peer: NodeId) -> impl Iterator<Item = (&K, &mut V)> {
         self.peers

@@ -12,7 +12,6 @@ use crate::endpoint::paths::book::NoRoute;
 use crate::endpoint::paths::Paths;
 use crate::proto::frame::CookieReply;
 use crate::proto::Node;
-use crate::rpc::calls::Calls;
 
 /// Largest UDP payload of one segmented send (the whole batch travels as one IP packet
 /// until it is segmented): IPv4's, the smaller of the two families'.
@@ -289,20 +288,21 @@ impl Outbound {
     }
 
     /// Sends the keepalives owed at `t` (`paths/keepalive.rs`): a datagram holding PING
-    /// alone to each peer of `shard` that calls wait for and that has been silent a while.
+    /// alone to each peer `awaited` appends (calls wait for its reply, streams for its
+    /// bytes) that has been silent a while.
     pub(crate) async fn send_keepalives<S: DatagramSocket>(
         &mut self,
         socket: &S,
         stats: &mut EndpointStats,
         node: &mut Node,
         paths: &mut Paths,
-        (calls, shard): (&Calls, usize),
+        awaited: impl FnOnce(&mut Vec<crate::proto::NodeId>),
         t: Instant,
     ) {
         if paths.next_keepalive_at().is_none_or(|at| at > t) {
             return;
         }
-        let due = paths.take_keepalives(t, calls, shard);
+        let due = paths.take_keepalives(t, awaited);
         for &peer in &due {
             self.buf.clear();
             if let Some(tx) = node.poll_ping(peer, &mut self.buf) {

@@ -1,6 +1,7 @@
 //! Keepalives: a datagram holding PING alone to a peer this endpoint waits for (the reply
-//! of a call) while nothing comes from it, so that the peer learns where this endpoint is
-//! now (a NAT that rebound it, or dropped its mapping while it was quiet) and can answer.
+//! of a call, the bytes of a stream it reads) while nothing comes from it, so that the peer
+//! learns where this endpoint is now (a NAT that rebound it, or dropped its mapping while it
+//! was quiet) and can answer.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +15,7 @@ pub(crate) const FIRST_WAIT: Duration = Duration::from_secs(1);
 /// idle timeout NATs keep a UDP mapping for (RFC 4787 asks for two minutes; many keep 30 s).
 pub(crate) const MAX_WAIT: Duration = Duration::from_secs(8);
 
-/// How often the awaited peers are looked at while calls are open.
+/// How often the awaited peers are looked at while calls are open or streams read.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// One awaited peer.
@@ -32,27 +33,28 @@ struct Awaited {
 #[derive(Debug, Default)]
 pub(crate) struct Keepalives {
     peers: PeerMap<Awaited>,
-    /// When the awaited peers are next looked at (`None`: no call open when last looked).
+    /// When the awaited peers are next looked at (`None`: none awaited when last looked).
     next: Option<Instant>,
 }
 
 impl Keepalives {
-    /// When the awaited peers are next looked at, if calls are open.
+    /// When the awaited peers are next looked at, if any may be awaited.
     pub(crate) fn next_at(&self) -> Option<Instant> {
         self.next
     }
 
-    /// A call was opened (`opened`) at `t`: the peers are looked at from the next check on.
+    /// Peers may be awaited (`opened`: a call was opened, or streams are read) at `t`: the
+    /// peers are looked at from the next check on.
     pub(crate) fn arm(&mut self, t: Instant, opened: bool) {
         if opened && self.next.is_none() {
             self.next = Some(t + CHECK_EVERY);
         }
     }
 
-    /// At `t`, the peers calls wait for are `awaited` (sorted); `heard` says when a datagram
+    /// At `t`, the peers awaited are `awaited` (sorted); `heard` says when a datagram
     /// from a peer was last accepted. Appends to `due` the peers owed a keepalive now: silent
     /// for [`FIRST_WAIT`] since they were last heard from (or first awaited), then for twice
-    /// as long after each keepalive. Forgets the peers no call waits for; stops looking
+    /// as long after each keepalive. Forgets the peers no longer awaited; stops looking
     /// once none is awaited, until [`arm`](Self::arm) again.
     pub(crate) fn due(
         &mut self,

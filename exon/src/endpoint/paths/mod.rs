@@ -30,7 +30,6 @@ use crate::endpoint::paths::cookies::Cookies;
 use crate::endpoint::paths::keepalive::Keepalives;
 use crate::proto::frame::CookieReply;
 use crate::proto::{Node, NodeId};
-use crate::rpc::calls::Calls;
 
 /// How often the address book is swept for peers gone idle.
 const PRUNE_EVERY: Duration = Duration::from_secs(1);
@@ -56,9 +55,10 @@ pub(crate) struct Paths {
     answers_due: Vec<(NodeId, u64)>,
     /// Whether answers go again (always, but in test builds with the rule switched off).
     answers_repeated: bool,
-    /// Keepalives to the peers calls wait for (`keepalive.rs`).
+    /// Keepalives to the peers awaited: calls wait for their replies, or streams for
+    /// their bytes (`keepalive.rs`).
     keepalives: Keepalives,
-    /// The peers calls wait for, as last looked up (reused).
+    /// The peers awaited, as last looked up (reused).
     awaited: Vec<NodeId>,
     /// Peers owed a keepalive now.
     keepalives_due: Vec<NodeId>,
@@ -227,31 +227,35 @@ impl Paths {
         self.answers_due = due;
     }
 
-    /// When the peers calls wait for are next looked at for keepalives, if calls are open.
+    /// When the awaited peers are next looked at for keepalives, if any may be awaited.
     pub(crate) fn next_keepalive_at(&self) -> Option<Instant> {
         self.keepalives.next_at()
     }
 
-    /// Looks at the peers calls wait for once a call of this shard was opened
-    /// ([`Calls::take_opened`]); cheap when none was (one load).
+    /// Starts looking at the awaited peers once `opened` says that some may be (a call of
+    /// this shard was opened, or a stream is read); asked only while none was when last
+    /// looked, so cheap otherwise.
     #[inline]
-    pub(crate) fn watch_calls(&mut self, t: Instant, calls: &Calls, shard: usize) {
+    pub(crate) fn watch(&mut self, t: Instant, opened: impl FnOnce() -> bool) {
         if self.keepalives_on && self.keepalives.next_at().is_none() {
-            self.keepalives.arm(t, calls.take_opened(shard));
+            self.keepalives.arm(t, opened());
         }
     }
 
-    /// Takes the peers owed a keepalive at `t` (see `keepalive.rs`): those of `shard` that
-    /// open calls wait for a reply from, silent for a while.
+    /// Takes the peers owed a keepalive at `t` (see `keepalive.rs`): of the peers
+    /// `awaited` appends (those open calls wait for a reply from, those whose streams this
+    /// endpoint reads), the ones silent for a while.
     pub(crate) fn take_keepalives(
         &mut self,
         t: Instant,
-        calls: &Calls,
-        shard: usize,
+        awaited: impl FnOnce(&mut Vec<NodeId>),
     ) -> Vec<NodeId> {
         let mut due = std::mem::take(&mut self.keepalives_due);
         if self.keepalives.next_at().is_some_and(|at| at <= t) {
-            calls.awaited(shard, &mut self.awaited);
+            self.awaited.clear();
+            awaited(&mut self.awaited);
+            self.awaited.sort_unstable();
+            self.awaited.dedup();
             let peers = &self.peers;
             self.keepalives
                 .due(t, &self.awaited, |p| peers.last_heard(p), &mut due);
