@@ -6,9 +6,9 @@
 //!
 //! Run: `cargo test -p exon --test turmoil`.
 
+mod behind_nat;
 mod exactly_once;
 mod many_peers;
-mod nat_streams;
 mod observer;
 mod restarted_writer;
 mod rpc;

@@ -61,12 +61,7 @@ fn a_bounced_writers_old_stream_breaks_when_it_opens_a_new_one() {
     let outcome = Arc::new(Mutex::new(None));
     let record = outcome.clone();
     sim.client("r", async move {
-        let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
-        let mut ep = Endpoint::builder(SERVER)
-            .security(security(SERVER))
-            .config(cfg())
-            .clock_store(MemoryStore::starting_at(1))
-            .with_socket(socket)?;
+        let mut ep = endpoint(SERVER).await?;
         ep.add_peer(WRITER, SocketAddr::new(turmoil::lookup("w"), PORT));
         let mut old = ep.accept_stream().await.expect("the first stream");
         let mut buf = vec![0u8; FIRST.len()];

@@ -78,6 +78,16 @@ pub fn server(sim: &mut Sim<'static>, name: &'static str, store: MemoryStore, lo
     });
 }
 
+/// Starts an endpoint with id `id` on `PORT`, its clock in memory from 1, knowing no peer.
+pub async fn endpoint(id: NodeId) -> Result<Endpoint, Box<dyn std::error::Error>> {
+    let socket = UdpSocket::bind(("0.0.0.0", PORT)).await?;
+    Ok(Endpoint::builder(id)
+        .security(security(id))
+        .config(cfg())
+        .clock_store(MemoryStore::starting_at(1))
+        .with_socket(socket)?)
+}
+
 /// Starts a client endpoint with id `id` that knows the server host `server`.
 pub async fn client(id: NodeId, server: &str) -> Result<Endpoint, Box<dyn std::error::Error>> {
     client_with(id, server, cfg()).await

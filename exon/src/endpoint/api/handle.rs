@@ -781,6 +781,25 @@ impl Handle {
         }
     }
 
+    /// Keeps this endpoint reachable by peer `id` while the two are quiet (`on`), or stops
+    /// (`!on`): whenever nothing has come from `id` for a second, then two, four and every
+    /// eight seconds, the endpoint sends it a keepalive (a datagram holding PING alone,
+    /// `docs/wire.md`). A NAT in front of this endpoint then keeps its mapping, and if it
+    /// moves the endpoint anyway, `id` learns the new address from the next keepalive. For
+    /// an endpoint behind a NAT that receives messages or channels `id` sends it unasked
+    /// (pushes): without keepalives, what `id` sends after the NAT forgot or moved this
+    /// endpoint goes to the old address until this endpoint sends `id` something. Calls
+    /// and streams need no such word: a caller pings the server its calls wait for, and a
+    /// stream's reader its writer, on their own. One keepalive per silence of the peer, so
+    /// one datagram every eight seconds at most while both are idle. [`Error::Closed`] once
+    /// the endpoint has stopped.
+    pub fn keep_reachable(&self, id: NodeId, on: bool) -> Result<(), Error> {
+        self.shard(id)
+            .cmds
+            .send(Command::KeepReachable(id, on))
+            .map_err(|_| Error::Closed)
+    }
+
     /// [`add_peer`](Self::add_peer), saying why an address was refused:
     /// [`Error::OutOfReach`] for an address of a family the endpoint's socket cannot send
     /// to, [`Error::Closed`] once the endpoint has stopped.

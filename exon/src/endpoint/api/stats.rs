@@ -37,8 +37,8 @@ counters! {
         /// times what it received from it).
         pub path_responses: u64 [sum],
         /// Keepalives (a datagram holding PING alone) sent to servers that calls wait
-        /// for a reply from, or to the writers of streams read, while nothing came from
-        /// them (`paths/keepalive.rs`).
+        /// for a reply from, to the writers of streams read, or to peers kept reachable
+        /// (`Handle::keep_reachable`), while nothing came from them (`paths/keepalive.rs`).
         pub keepalives: u64 [sum],
         /// Authenticated datagrams whose source address was not recorded because the address
         /// book was full of peers with work in progress.

@@ -25,6 +25,8 @@ pub(crate) enum Command {
         credits: usize,
     },
     AddPeer(NodeId, SocketAddr),
+    /// Keepalives to a peer whatever waits for it, or no longer (`Handle::keep_reachable`).
+    KeepReachable(NodeId, bool),
     AddPeerKey(
         NodeId,
         PublicKey,

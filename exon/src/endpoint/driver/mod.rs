@@ -483,6 +483,7 @@ impl<S: DatagramSocket> Driver<S> {
                 peer_span(id).in_scope(|| tracing::debug!(%addr, "peer address set"));
                 self.paths.configure(id, addr);
             }
+            Command::KeepReachable(id, on) => self.paths.keep_reachable(id, on),
             Command::AddPeerKey(id, key, reply) => {
                 let r = self.node.add_peer_key(id, key);
                 peer_span(id).in_scope(|| match &r {

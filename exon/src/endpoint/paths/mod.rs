@@ -58,6 +58,8 @@ pub(crate) struct Paths {
     /// Keepalives to the peers awaited: calls wait for their replies, or streams for
     /// their bytes (`keepalive.rs`).
     keepalives: Keepalives,
+    /// The peers the application asked keepalives to whatever waits for them (sorted).
+    kept: Vec<NodeId>,
     /// The peers awaited, as last looked up (reused).
     awaited: Vec<NodeId>,
     /// Peers owed a keepalive now.
@@ -113,6 +115,7 @@ impl Paths {
             answers_due: Vec::new(),
             answers_repeated,
             keepalives: Keepalives::default(),
+            kept: Vec::new(),
             keepalives_on,
             awaited: Vec::new(),
             keepalives_due: Vec::new(),
@@ -233,18 +236,30 @@ impl Paths {
     }
 
     /// Starts looking at the awaited peers once `opened` says that some may be (a call of
-    /// this shard was opened, or a stream is read); asked only while none was when last
-    /// looked, so cheap otherwise.
+    /// this shard was opened, or a stream is read), or peers are kept reachable; asked only
+    /// while none was when last looked, so cheap otherwise.
     #[inline]
     pub(crate) fn watch(&mut self, t: Instant, opened: impl FnOnce() -> bool) {
         if self.keepalives_on && self.keepalives.next_at().is_none() {
-            self.keepalives.arm(t, opened());
+            self.keepalives.arm(t, !self.kept.is_empty() || opened());
+        }
+    }
+
+    /// Keepalives go to `peer` while it is silent whatever waits for it (`on`), or only
+    /// while something does (`Handle::keep_reachable`).
+    pub(crate) fn keep_reachable(&mut self, peer: NodeId, on: bool) {
+        match (self.kept.binary_search(&peer), on) {
+            (Err(i), true) => self.kept.insert(i, peer),
+            (Ok(i), false) => {
+                self.kept.remove(i);
+            }
+            _ => {}
         }
     }
 
     /// Takes the peers owed a keepalive at `t` (see `keepalive.rs`): of the peers
     /// `awaited` appends (those open calls wait for a reply from, those whose streams this
-    /// endpoint reads), the ones silent for a while.
+    /// endpoint reads) and those kept reachable, the ones silent for a while.
     pub(crate) fn take_keepalives(
         &mut self,
         t: Instant,
@@ -254,6 +269,7 @@ impl Paths {
         if self.keepalives.next_at().is_some_and(|at| at <= t) {
             self.awaited.clear();
             awaited(&mut self.awaited);
+            self.awaited.extend_from_slice(&self.kept);
             self.awaited.sort_unstable();
             self.awaited.dedup();
             let peers = &self.peers;
