@@ -31,6 +31,9 @@ struct Entry {
     tx: u64,
     /// When a datagram from the peer was last accepted.
     last: Option<Instant>,
+    /// When a datagram from the peer holding more than a PING (a keepalive) was last
+    /// accepted.
+    active: Option<Instant>,
     /// When a datagram from `addr` was last accepted (sealed mode); `None` for an address
     /// the application set and not heard from since (quiet).
     heard: Option<Instant>,
@@ -215,6 +218,7 @@ impl PeerBook {
                 rx: 0,
                 tx: 0,
                 last: None,
+                active: None,
                 heard: None,
                 failed: None,
                 candidate: None,
@@ -270,9 +274,12 @@ impl PeerBook {
         self.entries.get(&id).is_some_and(|e| e.validated)
     }
 
-    /// When a datagram from `id` was last accepted, if the book knows it.
-    pub fn last_heard(&self, id: NodeId) -> Option<Instant> {
-        self.entries.get(&id)?.last
+    /// When a datagram from `id` was last accepted, and when one holding more than a PING
+    /// (a keepalive) was, if the book knows it.
+    pub fn last_heard(&self, id: NodeId) -> (Option<Instant>, Option<Instant>) {
+        self.entries
+            .get(&id)
+            .map_or((None, None), |e| (e.last, e.active))
     }
 
     /// The candidate address of `id`, if one is being challenged.
@@ -364,6 +371,9 @@ impl PeerBook {
         let cycle = self.interval * ((1 << CANDIDATE_CHALLENGES) - 1);
         if let Some(e) = self.entries.get_mut(&acc.from) {
             e.last = Some(now);
+            if !acc.keepalive {
+                e.active = Some(now);
+            }
             let fresher = match (acc.seq, e.seq) {
                 (Some(new), Some(old)) => new > old,
                 (Some(_), None) => true,
@@ -465,6 +475,7 @@ impl Entry {
             rx: len,
             tx: 0,
             last: Some(now),
+            active: Some(now),
             heard: Some(now),
             failed: None,
             candidate: None,

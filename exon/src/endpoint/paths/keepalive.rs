@@ -21,8 +21,10 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(250);
 /// One awaited peer.
 #[derive(Debug, Clone, Copy)]
 struct Awaited {
-    /// When a datagram from it was last accepted, as last seen.
+    /// When a datagram from it was last accepted, and one holding more than a keepalive,
+    /// as last seen.
     heard: Option<Instant>,
+    active: Option<Instant>,
     /// Since when it has been silent, or when the last keepalive went.
     since: Instant,
     /// The silence after `since` that sends the next keepalive.
@@ -52,32 +54,41 @@ impl Keepalives {
     }
 
     /// At `t`, the peers awaited are `awaited` (sorted); `heard` says when a datagram
-    /// from a peer was last accepted. Appends to `due` the peers owed a keepalive now: silent
-    /// for [`FIRST_WAIT`] since they were last heard from (or first awaited), then for twice
-    /// as long after each keepalive. Forgets the peers no longer awaited; stops looking
-    /// once none is awaited, until [`arm`](Self::arm) again.
+    /// from a peer was last accepted, and when one holding more than a keepalive was.
+    /// Appends to `due` the peers owed a keepalive now: silent for [`FIRST_WAIT`] since they
+    /// were last heard from (or first awaited), then for twice as long after each
+    /// keepalive. A keepalive of the peer's own starts the silence over but not the
+    /// doubling: two endpoints that await each other (the two ends of an idle stream) would
+    /// otherwise answer each other's keepalives a second later, for ever. Forgets the peers
+    /// no longer awaited; stops looking once none is awaited, until [`arm`](Self::arm) again.
     pub(crate) fn due(
         &mut self,
         t: Instant,
         awaited: &[NodeId],
-        heard: impl Fn(NodeId) -> Option<Instant>,
+        heard: impl Fn(NodeId) -> (Option<Instant>, Option<Instant>),
         due: &mut Vec<NodeId>,
     ) {
         self.peers.retain(|p, _| awaited.binary_search(p).is_ok());
         for &p in awaited {
-            let h = heard(p);
+            let (h, active) = heard(p);
             let a = self.peers.entry(p).or_insert(Awaited {
                 heard: h,
+                active,
                 since: t,
                 wait: FIRST_WAIT,
             });
-            if a.heard != h {
+            if a.active != active {
                 // Heard from since: its silence starts over.
                 *a = Awaited {
                     heard: h,
+                    active,
                     since: h.map_or(t, |h| h.min(t)),
                     wait: FIRST_WAIT,
                 };
+            } else if a.heard != h {
+                // Only its keepalive: the silence starts over, the waits go on doubling.
+                a.heard = h;
+                a.since = h.map_or(t, |h| h.min(t));
             }
             if t.saturating_duration_since(a.since) >= a.wait {
                 due.push(p);
@@ -110,7 +121,12 @@ mod tests {
         let (a, b) = (id(1), id(2));
         let awaited = [a, b];
         // b is heard from at 1.5 s, a never.
-        let heard = |ms: u64| move |p: NodeId| (p == b && ms >= 1500).then(|| at(1500));
+        let heard = |ms: u64| {
+            move |p: NodeId| {
+                let h = (p == b && ms >= 1500).then(|| at(1500));
+                (h, h)
+            }
+        };
         let mut sent = Vec::new();
         for ms in (250..=16_500).step_by(250) {
             let mut due = Vec::new();
@@ -129,9 +145,60 @@ mod tests {
         assert_eq!(to(b), vec![1250, 2500, 4500, 8500, 16500]);
         // No call waits any more: forgotten, and no more looks.
         let mut due = Vec::new();
-        k.due(at(16_750), &[], |_| None, &mut due);
+        k.due(at(16_750), &[], |_| (None, None), &mut due);
         assert!(due.is_empty());
         assert_eq!(k.next_at(), None);
         assert!(k.peers.is_empty());
+    }
+
+    /// The two ends of an idle stream await each other and hear nothing but each other's
+    /// keepalives: a keepalive heard starts the silence over but the waits go on doubling,
+    /// so that each sends one every 8 s once its waits reach that (each keeps its own NAT
+    /// mapping), after four in its first 15 s. Taken as activity (`as_active`), each
+    /// keepalive would make the other answer a second later, for ever: a datagram a second
+    /// each way.
+    fn keepalives_of_two_idle_ends(as_active: bool) -> usize {
+        let t0 = Instant::now();
+        let (a, b) = (id(1), id(2));
+        let mut ends = [Keepalives::default(), Keepalives::default()];
+        // When each end last heard the other (its keepalives only).
+        let mut heard: [Option<Instant>; 2] = [None, None];
+        let delay = Duration::from_millis(10);
+        let mut in_flight: Vec<(Instant, usize)> = Vec::new();
+        let mut sent = 0;
+        for tick in 0..(120_000 / 250) {
+            let t = t0 + Duration::from_millis(250 * tick);
+            in_flight.retain(|&(at, to)| {
+                if at <= t {
+                    heard[to] = Some(at);
+                }
+                at > t
+            });
+            for (i, k) in ends.iter_mut().enumerate() {
+                let peer = if i == 0 { b } else { a };
+                let h = heard[i];
+                let active = if as_active { h } else { None };
+                let mut due = Vec::new();
+                k.arm(t, true);
+                k.due(t, &[peer], |_| (h, active), &mut due);
+                for _ in due {
+                    sent += 1;
+                    in_flight.push((t + delay, 1 - i));
+                }
+            }
+        }
+        sent
+    }
+
+    #[test]
+    fn two_ends_awaiting_each_other_do_not_answer_each_others_keepalives_for_ever() {
+        let sent = keepalives_of_two_idle_ends(false);
+        // Two ends, four each in the first 15 s, then one each per 8 s.
+        assert!(
+            (8..=2 * (4 + 105 / 8)).contains(&sent),
+            "{sent} keepalives in two minutes"
+        );
+        let ping_pong = keepalives_of_two_idle_ends(true);
+        assert!(ping_pong > 150, "{ping_pong} keepalives in two minutes");
     }
 }

@@ -108,8 +108,10 @@ impl Node {
         let mut frames = std::mem::take(&mut self.frame_scratch);
         let clocks = Clocks::of(&header);
         let max = Config::max_receive_payload();
+        let mut keepalive = false;
         let taken = match frame::decode_frames_on(&body, max, clocks, &mut frames) {
             Ok(()) => {
+                keepalive = matches!(frames.as_slice(), [frame::Frame::Ping]);
                 self.handle_frames(now, header, &mut frames);
                 true
             }
@@ -135,6 +137,7 @@ impl Node {
             seq: header.seal.map(|h| h.seq),
             response,
             challenge,
+            keepalive,
         })
     }
 

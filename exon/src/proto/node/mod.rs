@@ -179,6 +179,9 @@ pub struct Accepted {
     /// datagram to the sender: an embedding may send that answer again on its own
     /// ([`poll_response`](Node::poll_response)), in case it is lost.
     pub challenge: Option<u64>,
+    /// It held a PING alone ([`poll_ping`](Node::poll_ping)): a keepalive, which shows where
+    /// its sender is now and nothing more.
+    pub keepalive: bool,
 }
 
 impl Node {

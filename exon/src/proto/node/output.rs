@@ -727,8 +727,8 @@ mod tests {
         }
     }
 
-    /// A PING is accepted (its sender's datagram is all it shows) and asks nothing of its
-    /// receiver: no datagram in answer, no event.
+    /// A PING is accepted (its sender's datagram is all it shows, `Accepted::keepalive`) and
+    /// asks nothing of its receiver: no datagram in answer, no event.
     #[test]
     fn a_ping_is_accepted_and_answered_by_nothing() {
         let now = Instant::now();
@@ -741,10 +741,26 @@ mod tests {
             .handle_datagram_buf(now, bytes::BytesMut::from(&buf[..]))
             .expect("accepted");
         assert_eq!(acc.from, a.id());
+        assert!(acc.keepalive, "a PING alone is a keepalive");
         assert_eq!(b.stats().frames_in.ping, 1);
         let mut out = Vec::new();
         assert!(b.poll_transmit(now, &mut out).is_none());
         assert!(b.poll_event().is_none());
+        // Anything more in the datagram, and it is not.
+        drain(&mut b, &mut a, now);
+        a.send(now, b.id(), Bytes::from_static(b"x")).unwrap();
+        let size = loop {
+            match a.poll_output(now, &mut out) {
+                Output::StoreClock(hw) => a.handle_clock_stored(now, hw),
+                Output::Transmit(t) => break t.size,
+                Output::Timeout(_) => panic!("no datagram"),
+                _ => {}
+            }
+        };
+        let acc = b
+            .handle_datagram_buf(now, bytes::BytesMut::from(&out[out.len() - size..]))
+            .expect("accepted");
+        assert!(!acc.keepalive);
     }
 
     #[test]

@@ -8,6 +8,7 @@ fn acc(id: u64, seq: Option<(u64, u32)>) -> Accepted {
         seq: seq.map(|(epoch, counter)| Seq { epoch, counter }),
         response: None,
         challenge: None,
+        keepalive: false,
     }
 }
 
