@@ -74,6 +74,7 @@ by_name!(
     hold_call_requests,
     resend_beyond_slot_window,
     held_outside_slot_window,
+    held_probes_back_off,
     whole_awaits_verdict,
     restarted_sender_gets_slots,
     reserve_flow_marks,

@@ -336,6 +336,13 @@ pub struct Rules {
     /// --envelope-target 2 --envelope-low 1 --durable --restarts 1 --seed 339261265`,
     /// found by `scripts/sim-campaign.py`.
     pub held_outside_slot_window: bool,
+    /// A retransmission timeout that finds only messages their receiver holds whole and
+    /// untaken (HELD, or every byte GOT) asks about them with a few bytes and backs the
+    /// timer off, and tells the congestion controller nothing: the path lost nothing, the
+    /// receiver's application is slow or waits for another message first. Off, it was
+    /// taken for a loss of the path: the window fell to its floor at every other probe of a
+    /// message held long (an ordered flow behind a lost message, a slow reader).
+    pub held_probes_back_off: bool,
     /// A message its receiver reports held whole (GOT) waits for its verdict under the
     /// retransmission timer, whose probe asks again for an ACK that was lost, even when
     /// the GOT came before this life of the sender sent any of it (a late copy reaching
@@ -538,6 +545,7 @@ impl Rules {
         hold_call_requests: true,
         resend_beyond_slot_window: true,
         held_outside_slot_window: true,
+        held_probes_back_off: true,
         whole_awaits_verdict: true,
         restarted_sender_gets_slots: true,
         reserve_flow_marks: true,

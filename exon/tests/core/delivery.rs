@@ -622,3 +622,41 @@ mod one_datagram {
         assert_eq!(b.stats().delivered, 6);
     }
 }
+
+/// Four reported messages held untaken for 30 s (the receiver's application is slow, or
+/// waits for another message first), then taken. Returns A's timeouts taken for losses of
+/// the path and its probes of the held messages. `rule`: A's `held_probes_back_off`.
+fn held_long(rule: bool) -> (u64, u64) {
+    let mut p = slow_receiver(test_config());
+    let mut rules = exon::proto::Rules::ALL;
+    rules.held_probes_back_off = rule;
+    p.node(A).set_rules(rules);
+    for i in 0..4u8 {
+        let now = p.now;
+        p.node(A)
+            .send_reported(now, id(B), Bytes::from(vec![i; 1000]))
+            .unwrap();
+        p.drain(A);
+    }
+    p.run(Duration::from_secs(30));
+    let st = *p.node(A).stats();
+    assert_eq!(st.losses_detected, 0);
+    p.take(B, 4);
+    p.run(QUIET);
+    assert_eq!(p.nodes[A].acked.len(), 4, "acknowledged once taken");
+    (st.timeouts, st.frames_out.frag)
+}
+
+/// A retransmission timeout that finds only messages their receiver holds untaken asks
+/// about them and tells the congestion controller nothing: the path lost nothing. With
+/// `Rules::held_probes_back_off` off, every other probe of them was a timeout of the path
+/// and set the window to its floor (12 in 30 s here), while the messages waited for a slow
+/// application. The probes themselves go as often either way.
+#[test]
+fn messages_held_untaken_long_are_no_loss_of_the_path() {
+    let (timeouts, probes) = held_long(true);
+    assert_eq!(timeouts, 0);
+    let (timeouts_off, probes_off) = held_long(false);
+    assert!(timeouts_off >= 4, "{timeouts_off}");
+    assert_eq!(probes, probes_off);
+}

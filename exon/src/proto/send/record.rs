@@ -42,6 +42,9 @@ pub(crate) struct SRecord {
     /// [`Rules::held_outside_slot_window`]: tokens held whole at the receiver leave the
     /// slot window once nothing else is in flight.
     held_rule: bool,
+    /// [`Rules::held_probes_back_off`]: a timeout of tokens held whole at the receiver is
+    /// no loss.
+    pub(super) held_probe_rule: bool,
     /// [`Rules::credit_asks_each_waiting`]: an unanswered REQCREDIT for a lost incarnation
     /// names the next waiting message when asked again.
     pub(super) credit_rotate_rule: bool,
@@ -174,6 +177,7 @@ impl SRecord {
             again: 0,
             resend_rule: rules.resend_beyond_slot_window,
             held_rule: rules.held_outside_slot_window,
+            held_probe_rule: rules.held_probes_back_off,
             credit_rotate_rule: rules.credit_asks_each_waiting,
             forget_dropped_rule: rules.got_forgets_dropped_bytes,
             tokens: Tokens::default(),

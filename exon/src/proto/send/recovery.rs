@@ -532,8 +532,9 @@ impl SRecord {
             return (0, true);
         }
         let rto = self.rto(cfg);
-        let mut due = 0;
+        let (mut due, mut held) = (0, 0);
         let mut next: Option<Instant> = None;
+        let held_rule = self.held_probe_rule;
         for (s, tok) in self.tokens.iter_mut() {
             let Some(sent) = tok.last_sent(&self.flight.sent) else {
                 continue;
@@ -545,8 +546,15 @@ impl SRecord {
             }
             let expiry = sent + rto;
             if expiry <= now {
+                // One its receiver holds whole is asked about, not lost
+                // (`Rules::held_probes_back_off`).
+                let lost = !(held_rule && tok.is_held_whole());
                 requeue(s, tok, &mut self.mtud, &mut self.flight, &mut self.to_send);
-                due += 1;
+                if lost {
+                    due += 1;
+                } else {
+                    held += 1;
+                }
             } else {
                 next = Some(next.map_or(expiry, |n| n.min(expiry)));
             }
@@ -554,10 +562,14 @@ impl SRecord {
         if due > 0 {
             self.rtt.on_timeout();
             self.cc.on_rto(now);
+        } else if held > 0 {
+            // Only messages held untaken at the receiver: the path lost nothing, and their
+            // probes back off.
+            self.rtt.on_timeout();
         }
         // Tokens queued now get a fresh timer when they are written.
         self.timers.set(Timer::Rto, next);
-        (due, due > 0)
+        (due, due > 0 || held > 0)
     }
 }
 
