@@ -29,6 +29,12 @@ pub struct Opts {
     /// sender only once the command exits 0, so a failed command leaves it unacknowledged.
     #[arg(long, value_name = "CMD")]
     exec: Option<String>,
+    /// Keeps this node reachable by each --peer while the two are quiet: a keepalive (a
+    /// datagram holding PING alone) to it after 1, 2, 4, then every 8 s without a datagram
+    /// from it, so a NAT in front of this node keeps its mapping, and the peer learns the
+    /// new address if the NAT moved it. For a listener behind a NAT whose senders are known.
+    #[arg(long)]
+    keep_reachable: bool,
     /// Exits after this many messages.
     #[arg(long, value_name = "N")]
     count: Option<u64>,
@@ -50,6 +56,11 @@ pub async fn run(o: Opts) -> anyhow::Result<ExitCode> {
     n.config.ack_after_processing = o.exec.is_some();
     let mut ep = node::bind(&n).await?;
     eprintln!("listening on {} node {}", ep.local_addr(), n.id.get());
+    if o.keep_reachable {
+        for (peer, _) in &n.peers {
+            ep.keep_reachable(*peer, true)?;
+        }
+    }
     if let Some(addr) = o.metrics.clone().or(n.metrics.clone()) {
         let addr = node::resolve(&addr).context("--metrics")?;
         let bound = crate::prom::serve(addr, ep.handle(), o.metrics_interval).await?;

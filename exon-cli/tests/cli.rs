@@ -722,3 +722,34 @@ fn bench_refuses_secs_a_duration_cannot_hold() {
         assert!(!err.contains("panicked"), "--secs {secs}: {err}");
     }
 }
+
+/// `exon listen --keep-reachable` sends its `--peer` keepalives while nothing comes from it
+/// (a listener behind a NAT stays reachable); without the flag it sends that peer nothing.
+#[test]
+fn a_listener_kept_reachable_sends_its_peer_keepalives() {
+    let dir = keys();
+    let d = dir.path();
+    let keepalives = |flag: bool| {
+        let peer = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        peer.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let to = format!("1@{}", peer.local_addr().unwrap());
+        let mut extra = vec!["--peer", to.as_str()];
+        if flag {
+            extra.push("--keep-reachable");
+        }
+        let (listener, _) = listener(d, "127.0.0.1", &extra);
+        let (mut got, mut buf) = (0, [0u8; 2048]);
+        let end = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < end {
+            if peer.recv(&mut buf).is_ok() {
+                got += 1;
+            }
+        }
+        drop(listener);
+        got
+    };
+    // 1, 2 then 4 s of silence: two within four seconds.
+    assert!(keepalives(true) >= 2);
+    assert_eq!(keepalives(false), 0);
+}
