@@ -175,6 +175,15 @@ impl Oracle {
         self.msgs[sender].len() as u64
     }
 
+    /// When message `key` was submitted, and to which node (none: no such message).
+    pub fn submission(&self, key: MsgKey) -> Option<(u64, usize)> {
+        let r = self
+            .msgs
+            .get(key.sender as usize)?
+            .get(usize::try_from(key.seq).ok()?)?;
+        Some((r.sent_at, r.to as usize))
+    }
+
     /// Violations kept (the first ones).
     pub fn violations(&self) -> &[Violation] {
         &self.violations

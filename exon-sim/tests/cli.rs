@@ -955,18 +955,28 @@ fn late_duplicates_below_the_frontier_do_not_unsettle_an_honest_sender() {
 
 /// A sender restored from an older copy of its directory sends again, in the slots the
 /// copy knew, messages the lost run gave up at their deadline. That run's frontier waived
-/// those slots, never delivered, and the receiver's record lives on: below the frontier
-/// past which its journal forgot the sender's slots it answers DOUBT
-/// (`doubt_below_forgotten`), not the ACK of a duplicate, which reported 54 messages
-/// delivered that never were (found by `scripts/sim-campaign.py`, seed 80).
+/// those slots, never delivered, and the receiver's record lived on: the ACK of a
+/// duplicate there reported messages delivered that never were (54 with seed 580022494,
+/// found by `scripts/sim-campaign.py`, seed 80; 168 with the second run here, campaign
+/// 129, where nothing below the frontier had been taken, so the journal had forgotten
+/// nothing and answered the ACK even with `doubt_below_forgotten`). A record now answers
+/// DOUBT below any frontier that waived free slots, and a durable receiver below every
+/// frontier it heard (the core test
+/// `a_restored_sender_in_slots_its_frontier_waived_is_not_told_delivered` switches the
+/// rule off). The simulator's application now gives up at once, after a restore, the
+/// messages whose deadline passed in the lost run (it keeps its deadlines, and a restored
+/// message is in flight again), so these runs no longer send them: both end clean, the
+/// second in 4.7 s where it took 520 s to send 147 long-expired 100 kB messages again.
 #[test]
 fn a_restored_senders_waived_slots_end_in_doubt_not_acknowledged() {
-    let args = "--nodes 2 --messages 2000 --loss 0.05 --reorder 0.5 --partitions 1 \
-                --restarts 3 --durable --restore 1 --deadline-ms 100 --seed 580022494";
-    clean(args);
-    violates(
-        &format!("{args} --rules-off doubt_below_forgotten"),
-        "AckWithoutDelivery",
+    clean(
+        "--nodes 2 --messages 2000 --loss 0.05 --reorder 0.5 --partitions 1 \
+         --restarts 3 --durable --restore 1 --deadline-ms 100 --seed 580022494",
+    );
+    clean(
+        "--nodes 3 --messages 4000 --loss 0.2 --dup 0.02 --burst 0.01 --partitions 1 \
+         --restarts 3 --payload 100000 --congestion new-reno --durable --restore 1 \
+         --deadline-ms 300 --link-mtu 9000 --route 1500 --seed 674320645",
     );
 }
 
@@ -1170,12 +1180,14 @@ fn a_restored_copy_may_report_not_delivered_what_the_lost_run_delivered() {
 /// 20, 22, 30, 35 and 39 of 9 to 40 (30: 6.6 s with it); since path MTU discovery is told
 /// the reach of a token's whole datagram, 12, 20 and 35 of 9 to 22, 30, 35 and 39 (12:
 /// 6.5 s with it); since an answered probe of a message held whole leaves the flight and
-/// held tokens leave the slot window, 1, 5, 21 and 34 of 1 to 40 (1: 10.5 s with it).
+/// held tokens leave the slot window, 1, 5, 21 and 34 of 1 to 40 (1: 10.5 s with it);
+/// since a receiver answers DOUBT below every frontier it heard, 5, 12, 19, 21, 22, 25,
+/// 28, 34 and 35 of 1 to 40 (5: 10.7 s with it).
 #[test]
 fn a_message_given_up_wakes_the_messages_behind_it() {
     let args = "--nodes 2 --messages 4000 --loss 0.2 --restarts 1 --payload 100000 --durable \
                 --crash-mid-commit 3 --compact-after 500 --deadline-ms 2000 --channels 16 \
-                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 1";
+                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 5";
     clean(args);
     violates(
         &format!("{args} --rules-off abandon_wakes_sender"),

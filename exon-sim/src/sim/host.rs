@@ -47,6 +47,9 @@ pub(crate) struct Host {
     /// Durable mode: a copy of its directory, to restore at a later restart
     /// (`JournalModel::restore`).
     pub(crate) snapshot: Option<Snapshot>,
+    /// Durable mode: the directory was just restored from its copy; the boot gives up
+    /// at once the messages it recovers whose deadline passed in the lost run.
+    pub(crate) restored_now: bool,
     /// Durable mode: ids of the verdicts its journal held as not reported at its last
     /// recovery (reported again; the application may have heard them before the crash).
     pub(crate) replayed: std::collections::HashSet<u64>,
@@ -173,6 +176,7 @@ impl Host {
             replayed: Default::default(),
             durable_on: true,
             snapshot: None,
+            restored_now: false,
             calls: HashMap::new(),
             open: HashMap::new(),
             answers: Vec::new(),

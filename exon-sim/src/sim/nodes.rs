@@ -84,6 +84,7 @@ impl Sim {
             // again: the node resolves each in doubt (its verdict may be among the records
             // the damage took), so none revokes a verdict its application heard.
             let resolves = recovered.damaged && node.rules().journal_covers_incarnations;
+            let restored = std::mem::take(&mut self.hosts[i].restored_now);
             for m in recovered.messages.iter().filter(|_| !resolves) {
                 if let Some(&seq) = self.hosts[i].msg_keys.get(&m.id.0) {
                     let key = MsgKey {
@@ -91,6 +92,9 @@ impl Sim {
                         seq,
                     };
                     self.oracle.on_recovered(key, self.now);
+                    if restored {
+                        self.deadline_again(i, m.id, key);
+                    }
                 }
             }
             // Verdicts the journal holds as not reported: the node reports them again.

@@ -7,12 +7,14 @@
 use std::time::Duration;
 
 use exon::durable::MemBackend;
+use exon::proto::MsgId;
 use rand::Rng;
 
 use super::host::Snapshot;
 use super::queue::{nanos, What};
 use super::Sim;
 use crate::journal::ABANDON_CRASHES;
+use crate::workload::MsgKey;
 
 impl Sim {
     /// Crashes host `node` (if it is up); it comes back after `down`, from its stored clock
@@ -147,7 +149,32 @@ impl Sim {
         h.stored_hw = snap.stored_hw;
         h.msg_keys = snap.msg_keys;
         h.jstats.restored += 1;
+        h.restored_now = true;
         self.oracle.on_restored(i, snap.at);
+    }
+
+    /// Host `i` recovered message `id` (`key`) from a restored copy of its directory:
+    /// if its deadline passed before the restore, the lost run gave it up (and the
+    /// application, which keeps its deadlines, gives it up again now, as the restored
+    /// node has it in flight again). A deadline still to come has its event queued.
+    pub(super) fn deadline_again(&mut self, i: usize, id: MsgId, key: MsgKey) {
+        let Some(d) = self.sc.deadline else {
+            return;
+        };
+        let Some((sent_at, to)) = self.oracle.submission(key) else {
+            return;
+        };
+        if sent_at + nanos(d) > self.now {
+            return;
+        }
+        let what = What::GiveUp {
+            node: i as u32,
+            to: to as u32,
+            id: id.0,
+            boot: self.hosts[i].restarts,
+            seq: key.seq,
+        };
+        self.queue.push(self.now, what);
     }
 
     /// Node `i` gave up a message to `to`: with `JournalModel::abandon_crash`, crashes of

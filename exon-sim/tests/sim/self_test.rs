@@ -107,7 +107,10 @@ fn rule1_first_send_requests_slots() {
 #[test]
 fn rule2_token_before_frontier() {
     // The paper's envelope_low == envelope_target, sends spaced out on a perfect network:
-    // the REQSLOTS after a dequeue waives the slot of the token being sent.
+    // the REQSLOTS after a dequeue waives the slot of the token being sent. The token was
+    // acknowledged, never delivered; now the receiver's record answers DOUBT below a
+    // frontier that waived free slots of it (`doubt_below_forgotten`), and the messages
+    // end in doubt with no cause: still a violation.
     let bad = self_test(
         |seed| {
             let mut sc = base(seed);
@@ -119,7 +122,10 @@ fn rule2_token_before_frontier() {
             sc
         },
         |r| r.token_before_frontier = false,
-        &[ViolationKind::AckWithoutDelivery],
+        &[
+            ViolationKind::AckWithoutDelivery,
+            ViolationKind::UnexplainedDoubt,
+        ],
     );
     assert_eq!(
         bad.link_drops + bad.link_dups,

@@ -446,9 +446,11 @@ pub struct Rules {
     pub probe_repeats_got: bool,
     /// Durable mode: a token of an incarnation lost in a restart that the journal covers,
     /// in a slot below the frontier past which the receiver forgot its sender's taken
-    /// deliveries, is answered DOUBT, not LOST (the journal no longer knows whether that
-    /// slot was filled); so is one below that frontier in a record that lives on, not the
-    /// ACK of a duplicate (the lost run's frontier may have waived the slot unfilled). An
+    /// deliveries (raised, in memory, to every frontier the sender reports), is answered
+    /// DOUBT, not LOST (the journal no longer knows whether that slot was filled); so is
+    /// one below that frontier in a record that lives on, or below a frontier that waived
+    /// free slots of the record (durable or not), not the ACK of a duplicate (the lost
+    /// run's frontier may have waived the slot unfilled). An
     /// honest sender never sends below its reported frontier (its late duplicates' DOUBT
     /// is stale to it, `stale_verdicts_ignored`); a sender restored from an older copy of
     /// its directory does, with a message delivered, or given up, after the copy was

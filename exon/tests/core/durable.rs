@@ -1025,3 +1025,97 @@ fn a_recovered_message_is_never_sent_early() {
     assert_eq!(unflagged(&p, B)[&payload(0)], 1, "delivered once");
     assert_eq!(early.get(), 0, "the recovered message went early");
 }
+
+/// Campaign 129: A's first messages have slots at B, their tokens never arrive, and A
+/// gives them up: its frontier passes their slots, which B's record (kept by a delivery
+/// its application holds: the first of the later ones, so that B forgot nothing below
+/// the frontier, or the last) waives unfilled. A is then restored from a copy of its
+/// directory taken before, which still has the messages in those slots, and sends them
+/// again. Returns how many of them A heard acknowledged, with B durable or not and B's
+/// rule `doubt_below_forgotten` as given; B never delivered any of them.
+fn restored_sender_in_waived_slots(b_durable: bool, hold_first: bool, rule: bool) -> usize {
+    use exon::proto::Frame;
+    let mut p = durable_pair(true, b_durable);
+    let mut rules = Rules::ALL;
+    rules.doubt_below_forgotten = rule;
+    p.node(B).set_rules(rules);
+    let deaf = std::rc::Rc::new(std::cell::Cell::new(true));
+    let d = deaf.clone();
+    p.set_filter(move |w| {
+        let token = |f: &Frame| matches!(f, Frame::Token { .. } | Frame::Frag { .. });
+        if w.from == A && d.get() && w.packet().frames.iter().any(token) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    let lost: Vec<_> = (0..4).map(|i| p.send(A, payload(i))).collect();
+    step_until(&mut p, |p| p.nodes[A].node.stats().frames_out.token >= 4);
+    p.sync(A);
+    let copy = p.nodes[A].journal.clone();
+    let now = p.now;
+    for &m in &lost {
+        assert!(p.node(A).abandon(now, id(B), m).is_some(), "given up");
+    }
+    p.drain(A);
+    // The path heals; more messages than the grant left room for go, so A asks for
+    // slots with a frontier past those given up.
+    deaf.set(false);
+    p.nodes[B].auto_take = false;
+    let later = 200;
+    for i in 10..10 + later {
+        p.send(A, payload(i));
+    }
+    let delivered = loop {
+        p.run(Duration::from_millis(50));
+        let n = p.nodes[B].untaken.len();
+        let all = p.nodes[B].delivered.len() == later;
+        if hold_first {
+            // B holds the first of them: A's frontier stays at its slot.
+            let now = p.now;
+            let rest = if n > 0 {
+                p.nodes[B].untaken.split_off(1)
+            } else {
+                vec![]
+            };
+            for d in rest {
+                assert!(p.node(B).handle_taken(now, d));
+            }
+            p.drain(B);
+        } else {
+            p.take(B, n - usize::from(all));
+        }
+        if all {
+            break p.nodes[B].delivered.clone();
+        }
+    };
+    p.run(Duration::from_secs(1));
+    assert_eq!(
+        p.nodes[A].acked.len(),
+        later - 1,
+        "one held, so not acknowledged"
+    );
+    // A is restored from the copy: the given-up messages are in their old slots again.
+    p.crash_and_recover_with(A, copy, false);
+    p.run(Duration::from_secs(30));
+    let again = p.nodes[B].delivered.len() - delivered.len();
+    assert_eq!(again, 0, "never delivered");
+    lost.iter().filter(|m| p.nodes[A].acked.contains(m)).count()
+}
+
+#[test]
+fn a_restored_sender_in_slots_its_frontier_waived_is_not_told_delivered() {
+    for (b_durable, hold_first) in [(true, true), (true, false), (false, false)] {
+        let case = format!("durable receiver {b_durable}, first held {hold_first}");
+        assert_eq!(
+            restored_sender_in_waived_slots(b_durable, hold_first, true),
+            0,
+            "{case}: in doubt, not acknowledged"
+        );
+        assert_eq!(
+            restored_sender_in_waived_slots(b_durable, hold_first, false),
+            4,
+            "{case}: without the rule, ACKs of slots never filled"
+        );
+    }
+}

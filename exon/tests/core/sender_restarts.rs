@@ -177,13 +177,30 @@ fn a_restarted_sender_gets_slots_while_its_record_holds_untaken_deliveries() {
 /// name it waives A's free slots at B (a REQSLOTS within what B granted, as A's own waiver
 /// would be), then asks from far past them. B's record, left holding only A's three
 /// untaken deliveries, grants it (`restarted_sender_gets_slots`: what a restarted A would
-/// send). A's next two messages, sent in the slots the forger waived, are acknowledged as
-/// delivered without being delivered: the power of a forged ACK, which plaintext cannot
-/// refuse either. The reason sealed mode is the default; the test pins the plaintext
-/// behaviour so that a hardening shows here.
+/// send). A's next two messages, sent in the slots the forger waived, are not delivered.
+/// They were acknowledged as delivered; now B's record answers DOUBT below a frontier that
+/// waived free slots of it (`Rules::doubt_below_forgotten`): in doubt, the power of a forged
+/// DOUBT, which plaintext cannot refuse either. The reason sealed mode is the default; the
+/// test pins the plaintext behaviour (and the rule off, the ACK) so that a change shows here.
 #[test]
-fn a_forger_can_make_a_plaintext_receiver_acknowledge_what_it_never_delivered() {
+fn a_forger_waiving_a_plaintext_senders_slots_leaves_its_messages_in_doubt() {
+    for rule in [true, false] {
+        let (acked, in_doubt) = forged_waiver(rule);
+        if rule {
+            assert_eq!((acked, in_doubt), (3, 2), "3 and 4 in doubt");
+        } else {
+            assert_eq!((acked, in_doubt), (5, 0), "all five acknowledged");
+        }
+    }
+}
+
+/// [`a_forger_waiving_a_plaintext_senders_slots_leaves_its_messages_in_doubt`] with B's
+/// rule `doubt_below_forgotten` as given: A's messages acknowledged and in doubt.
+fn forged_waiver(rule: bool) -> (usize, usize) {
     let mut p = Pair::new(test_config());
+    let mut rules = exon::proto::Rules::ALL;
+    rules.doubt_below_forgotten = rule;
+    p.node(B).set_rules(rules);
     p.nodes[B].auto_take = false;
     p.record = true;
     for i in 0..3u8 {
@@ -245,7 +262,7 @@ fn a_forger_can_make_a_plaintext_receiver_acknowledge_what_it_never_delivered() 
     p.run(Duration::from_secs(30));
     let firsts: Vec<u8> = p.nodes[B].delivered.iter().map(|d| d[0]).collect();
     assert_eq!(firsts, [0, 1, 2], "3 and 4 never delivered");
-    assert_eq!(p.nodes[A].acked.len(), 5, "all five acknowledged");
+    (p.nodes[A].acked.len(), p.nodes[A].in_doubt.len())
 }
 
 /// The rule switched off: B refuses A's requests as implausible for as long as its

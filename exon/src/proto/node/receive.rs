@@ -78,7 +78,8 @@ impl Node {
                 } else {
                     self.stats.duplicates_dropped += 1;
                     urgent = true;
-                    if below_forgotten(self.journal.as_deref(), &self.rules, src, s) {
+                    let waived = self.rules.doubt_below_forgotten && rec.maybe_waived(s);
+                    if waived || below_forgotten(self.journal.as_deref(), &self.rules, src, s) {
                         Some(Verdict::Doubt)
                     } else {
                         rec.resent();

@@ -21,6 +21,9 @@ pub(crate) struct RRecord {
     rck: u64,
     /// Slots not yet filled or waived.
     slots: RangeSet,
+    /// The highest frontier that waived free slots (never filled): below it a slot that is
+    /// not free may be one never delivered (`Rules::doubt_below_forgotten`).
+    waived_below: u64,
     /// Last time any datagram from the source arrived.
     last_heard: Instant,
     /// Probes sent since the source was last heard.
@@ -100,6 +103,7 @@ impl RRecord {
             sck: s,
             rck,
             slots: RangeSet::new(),
+            waived_below: 0,
             last_heard: now,
             probes: 0,
             last_probe: None,
@@ -125,8 +129,7 @@ impl RRecord {
     /// Slots below `s` that were never created are not created: the sender's clock is already
     /// past them, so it can never hold an envelope for them in this incarnation.
     pub fn request(&mut self, s: u64, n: u64, l: u64, max_slots: u64) -> Grant {
-        self.slots.remove_below(l);
-        self.assembler.drop_below(l);
+        self.waive_below(l);
         if n == 0 {
             return Grant::Waived;
         }
@@ -145,6 +148,25 @@ impl RRecord {
         }
         self.granted_last = Some((s, granted));
         Grant::Granted(granted)
+    }
+
+    /// Waives every free slot below the sender's frontier `l` (REQSLOTS(_, _, l)): the
+    /// sender holds no token for them. Returns how many free slots went, never filled.
+    pub fn waive_below(&mut self, l: u64) -> u64 {
+        self.assembler.drop_below(l);
+        let waived = self.slots.remove_below(l);
+        if waived > 0 {
+            self.waived_below = self.waived_below.max(l);
+        }
+        waived
+    }
+
+    /// Whether slot `s`, not free, may have been waived rather than filled: it lies below
+    /// a frontier that waived free slots. Only a sender restored from an older copy of
+    /// its directory sends a token there (an honest sender holds none below its frontier).
+    #[inline]
+    pub fn maybe_waived(&self, s: u64) -> bool {
+        s < self.waived_below
     }
 
     /// Fills slot `s` if this token is for this incarnation and the slot is free. Returns
