@@ -651,12 +651,14 @@ fn held_long(rule: bool) -> (u64, u64) {
 /// about them and tells the congestion controller nothing: the path lost nothing. With
 /// `Rules::held_probes_back_off` off, every other probe of them was a timeout of the path
 /// and set the window to its floor (12 in 30 s here), while the messages waited for a slow
-/// application. The probes themselves go as often either way.
+/// application. With it, their probes back off on their own schedule, answered or not, up
+/// to `max_rto`, and the receiver's probes draw them no sooner: 104 probes in 30 s, where
+/// they went every timeout or receiver's probe (541 with the rule off).
 #[test]
 fn messages_held_untaken_long_are_no_loss_of_the_path() {
     let (timeouts, probes) = held_long(true);
     assert_eq!(timeouts, 0);
     let (timeouts_off, probes_off) = held_long(false);
     assert!(timeouts_off >= 4, "{timeouts_off}");
-    assert_eq!(probes, probes_off);
+    assert!(probes * 3 < probes_off, "{probes} against {probes_off}");
 }

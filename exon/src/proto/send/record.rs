@@ -45,6 +45,10 @@ pub(crate) struct SRecord {
     /// [`Rules::held_probes_back_off`]: a timeout of tokens held whole at the receiver is
     /// no loss.
     pub(super) held_probe_rule: bool,
+    /// With `held_probe_rule`: timeouts in a row that probed tokens held whole, while some
+    /// token is held whole. Their probes wait `rto << held_backoff` (at most `max_rto`),
+    /// whatever the round-trip samples their answers bring.
+    pub(super) held_backoff: u32,
     /// [`Rules::credit_asks_each_waiting`]: an unanswered REQCREDIT for a lost incarnation
     /// names the next waiting message when asked again.
     pub(super) credit_rotate_rule: bool,
@@ -178,6 +182,7 @@ impl SRecord {
             resend_rule: rules.resend_beyond_slot_window,
             held_rule: rules.held_outside_slot_window,
             held_probe_rule: rules.held_probes_back_off,
+            held_backoff: 0,
             credit_rotate_rule: rules.credit_asks_each_waiting,
             forget_dropped_rule: rules.got_forgets_dropped_bytes,
             tokens: Tokens::default(),

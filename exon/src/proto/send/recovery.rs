@@ -402,6 +402,14 @@ impl SRecord {
     /// the window is kept. Returns how many were queued.
     pub fn resend_on_probe(&mut self, now: Instant, r: u64, cfg: &Config) -> u64 {
         let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
+        // One held whole is asked about again no sooner than its own backoff allows
+        // (`Rules::held_probes_back_off`): the receiver's probes, each answered, would
+        // otherwise ask about it every probe interval for as long as it is held.
+        let held_wait = if self.held_probe_rule {
+            self.held_rto(self.rto(cfg), cfg)
+        } else {
+            srtt
+        };
         let mut queued = 0;
         for (s, tok) in self.tokens.iter_mut() {
             if tok.rck != r {
@@ -414,9 +422,14 @@ impl SRecord {
             // GOT): a receiver that restarted with the incarnation open lost what it held,
             // and the few bytes sent again ask it (its GOT says what it has).
             let held_whole = tok.flight == 0 && (tok.frag.is_some() || tok.held) && !tok.queued;
+            let wait = if held_whole {
+                held_wait.max(srtt)
+            } else {
+                srtt
+            };
             if (tok.flight == 0 && !held_whole)
                 || (tok.queued && tok.frag.is_none())
-                || sent + srtt > now
+                || sent + wait > now
             {
                 continue;
             }
@@ -502,7 +515,8 @@ impl SRecord {
         if at > now {
             return (0, false);
         }
-        if self.cc.is_enabled() && self.rtt.backoff() == 0 {
+        let held_rule = self.held_probe_rule;
+        if self.cc.is_enabled() && self.rtt.backoff() == 0 && !self.only_held(held_rule) {
             self.rtt.on_timeout();
             self.probe = true;
             let tokens = &self.tokens;
@@ -512,10 +526,10 @@ impl SRecord {
                 .any(|s| tokens.get(*s).is_some_and(|t| t.sends == 0));
             if !fresh {
                 let log = &self.flight.sent;
-                let oldest = self
-                    .tokens
-                    .iter_mut()
-                    .find(|(_, t)| !t.queued && t.last_sent(log).is_some());
+                // Not one held whole: those are asked about on their own schedule.
+                let oldest = self.tokens.iter_mut().find(|(_, t)| {
+                    !t.queued && t.last_sent(log).is_some() && !(held_rule && t.is_held_whole())
+                });
                 if let Some((s, tok)) = oldest {
                     tok.probe_held(log);
                     tok.queued = true;
@@ -532,9 +546,9 @@ impl SRecord {
             return (0, true);
         }
         let rto = self.rto(cfg);
-        let (mut due, mut held) = (0, 0);
+        let held_rto = self.held_rto(rto, cfg);
+        let (mut due, mut held, mut held_any) = (0, 0, false);
         let mut next: Option<Instant> = None;
-        let held_rule = self.held_probe_rule;
         for (s, tok) in self.tokens.iter_mut() {
             let Some(sent) = tok.last_sent(&self.flight.sent) else {
                 continue;
@@ -544,11 +558,13 @@ impl SRecord {
             if tok.queued && (tok.frag.is_none() || tok.flight == 0) {
                 continue;
             }
-            let expiry = sent + rto;
+            // One its receiver holds whole is asked about on its own backoff, not lost
+            // (`Rules::held_probes_back_off`).
+            let is_held = held_rule && tok.is_held_whole();
+            held_any |= is_held;
+            let expiry = sent + if is_held { held_rto } else { rto };
             if expiry <= now {
-                // One its receiver holds whole is asked about, not lost
-                // (`Rules::held_probes_back_off`).
-                let lost = !(held_rule && tok.is_held_whole());
+                let lost = !is_held;
                 requeue(s, tok, &mut self.mtud, &mut self.flight, &mut self.to_send);
                 if lost {
                     due += 1;
@@ -562,14 +578,49 @@ impl SRecord {
         if due > 0 {
             self.rtt.on_timeout();
             self.cc.on_rto(now);
-        } else if held > 0 {
-            // Only messages held untaken at the receiver: the path lost nothing, and their
-            // probes back off.
+        } else if held > 0 && !held_rule {
             self.rtt.on_timeout();
+        }
+        if held > 0 {
+            // Only asked about: the path lost nothing, and their next probes wait longer.
+            self.held_backoff = (self.held_backoff + 1).min(16);
+        } else if !held_any {
+            self.held_backoff = 0;
         }
         // Tokens queued now get a fresh timer when they are written.
         self.timers.set(Timer::Rto, next);
         (due, due > 0 || held > 0)
+    }
+}
+
+impl SRecord {
+    /// Whether every token sent and not queued again is one its receiver holds whole, and
+    /// there is at least one (with `Rules::held_probes_back_off`): a timeout then only asks
+    /// about them, on their own backoff.
+    fn only_held(&self, held_rule: bool) -> bool {
+        if !held_rule {
+            return false;
+        }
+        let log = &self.flight.sent;
+        let mut any = false;
+        for (_, t) in self.tokens.iter() {
+            if t.queued || t.last_sent(log).is_none() {
+                continue;
+            }
+            if !t.is_held_whole() {
+                return false;
+            }
+            any = true;
+        }
+        any
+    }
+
+    /// How long after its last probe a token held whole is asked about again: the timeout,
+    /// doubled for each timeout in a row that asked (`held_backoff`), up to `max_rto` (or
+    /// the timeout itself where that is longer).
+    fn held_rto(&self, rto: std::time::Duration, cfg: &Config) -> std::time::Duration {
+        let longer = rto.saturating_mul(1u32 << self.held_backoff.min(16));
+        longer.min(cfg.timers.max_rto.max(rto))
     }
 }
 
