@@ -448,7 +448,7 @@ pub struct Rules {
     pub probe_repeats_got: bool,
     /// Durable mode: a token of an incarnation lost in a restart that the journal covers,
     /// in a slot below the frontier past which the receiver forgot its sender's taken
-    /// deliveries (raised, in memory, to every frontier the sender reports), is answered
+    /// deliveries (raised to every frontier the sender reports, and journalled), is answered
     /// DOUBT, not LOST (the journal no longer knows whether that slot was filled); so is
     /// one below that frontier in a record that lives on, or below a frontier that waived
     /// free slots of the record (durable or not), not the ACK of a duplicate (the lost

@@ -489,15 +489,10 @@ impl Node {
         } else {
             u64::MAX
         };
-        let waived = rec.waive_below(l);
         let grant = rec.request(s, n, l, cap_slots);
         let r = rec.rck();
         if rec.is_spent() {
             self.receivers.remove(&src);
-        }
-        if waived > 0 {
-            // Slots that will never hold a delivery now look like taken ones.
-            self.journal_waived(src, l);
         }
         match grant {
             Grant::Granted(granted) => {

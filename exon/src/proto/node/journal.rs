@@ -693,39 +693,19 @@ impl Node {
             return;
         };
         let forgot = j.archive.confirm(src, l) > 0;
-        if forgot || handed {
+        // Below `l` the sender holds nothing even where nothing was forgotten: a slot there
+        // that no record knows (a record lost in a restart, one waived unfilled) may hold a
+        // message its sender moved to a later slot (`Rules::doubt_below_forgotten`). The
+        // record costs little: most frontiers forget taken deliveries and write it anyway.
+        let raised = self.rules.doubt_below_forgotten && l > j.forgotten.below(src);
+        if forgot || handed || raised {
             j.forgotten.raise(src, l);
             j.write(Entry::Confirmed {
                 from: src,
                 below: l,
             });
-        } else if self.rules.doubt_below_forgotten && l > j.forgotten.below(src) {
-            // Nothing forgotten, but below `l` the sender holds nothing: a slot there that
-            // no record knows (a record lost in a restart, one waived unfilled) may hold a
-            // message its sender moved to a later slot. Raised in memory only (a record per
-            // frontier would be one per request); journalled when slots were seen waived.
-            j.forgotten.raise(src, l);
         }
         self.drop_revived(src);
-    }
-
-    /// Durable mode: `src`'s frontier `l` waived free slots of its live receiver record:
-    /// below `l` a slot that is not free may now be one never filled, so the journal's
-    /// forgotten frontier rises to `l` (journalled), and a token there (only a sender
-    /// restored from an older copy sends one) gets DOUBT, not the ACK of a duplicate
-    /// (`Rules::doubt_below_forgotten`).
-    pub(super) fn journal_waived(&mut self, src: NodeId, l: u64) {
-        if !self.rules.doubt_below_forgotten {
-            return;
-        }
-        let Some(j) = self.journal.as_mut() else {
-            return;
-        };
-        j.forgotten.raise(src, l);
-        j.write(Entry::Confirmed {
-            from: src,
-            below: l,
-        });
     }
 
     /// Durable mode: the archive's probes due at `now` (SLOTS(s, r, 0) to each source it
