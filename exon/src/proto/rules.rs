@@ -337,11 +337,11 @@ pub struct Rules {
     /// found by `scripts/sim-campaign.py`.
     pub held_outside_slot_window: bool,
     /// A retransmission timeout that finds only messages their receiver holds whole and
-    /// untaken (HELD, or every byte GOT) asks about them with a few bytes and backs the
-    /// timer off, up to `max_rto` rather than `max_backoff` while every timeout since the
-    /// last round-trip sample was such, and tells the congestion controller nothing: the
-    /// path lost nothing, the receiver's application is slow or waits for another message
-    /// first. Off, it was taken for a loss of the path: the window fell to its floor at
+    /// untaken (HELD, or every byte GOT) asks about them with a few bytes, on a backoff of
+    /// their own (doubled at each such timeout, answered or not, up to `max_rto`, until
+    /// none is held; the first probe timeout and a receiver's probe do not ask sooner), and
+    /// tells the congestion controller nothing: the path lost nothing, the receiver's
+    /// application is slow or waits for another message first. Off, it was taken for a loss of the path: the window fell to its floor at
     /// every other probe of a message held long (an ordered flow behind a lost message, a
     /// slow reader), and the probes went every `max_backoff`.
     pub held_probes_back_off: bool,

@@ -1148,3 +1148,32 @@ fn a_durable_receiver_keeps_the_frontiers_it_heard_across_its_restart() {
         (0, 4)
     );
 }
+
+/// A durable receiver journals the frontiers of its sources (above), but a source with no
+/// record there only raises its frontier in memory: a plaintext forger sending frontiers
+/// in the names of many ids cannot make the journal write a record per datagram.
+#[test]
+fn frontiers_from_sources_without_a_record_write_nothing() {
+    use exon::proto::frame::Header;
+    use exon::proto::{Frame, Packet};
+    let mut p = durable_pair(false, true);
+    p.nodes[B].auto_sync = false;
+    p.sync(B);
+    let before = p.nodes[B].unsynced.len();
+    for k in 0..200u64 {
+        let forged = Packet {
+            header: Header::new(id(10 + k as usize), id(B)),
+            frames: vec![Frame::ReqSlots {
+                s: 5000 + k,
+                n: 0,
+                l: 5000 + k,
+            }],
+        };
+        p.inject(B, forged.encode());
+    }
+    let confirmed = p.nodes[B].unsynced[before..]
+        .iter()
+        .filter(|w| matches!(w.entry, Entry::Confirmed { .. }))
+        .count();
+    assert_eq!(confirmed, 0);
+}

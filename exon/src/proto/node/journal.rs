@@ -697,13 +697,17 @@ impl Node {
         // that no record knows (a record lost in a restart, one waived unfilled) may hold a
         // message its sender moved to a later slot (`Rules::doubt_below_forgotten`). The
         // record costs little: most frontiers forget taken deliveries and write it anyway.
+        // A source with no record here only raises it in memory (bounded): an
+        // unauthenticated one cannot make the journal write a record per datagram.
         let raised = self.rules.doubt_below_forgotten && l > j.forgotten.below(src);
-        if forgot || handed || raised {
+        if forgot || handed || (raised && self.receivers.contains_key(&src)) {
             j.forgotten.raise(src, l);
             j.write(Entry::Confirmed {
                 from: src,
                 below: l,
             });
+        } else if raised {
+            j.forgotten.raise(src, l);
         }
         self.drop_revived(src);
     }

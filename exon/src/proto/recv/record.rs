@@ -151,14 +151,12 @@ impl RRecord {
     }
 
     /// Waives every free slot below the sender's frontier `l` (REQSLOTS(_, _, l)): the
-    /// sender holds no token for them. Returns how many free slots went, never filled.
-    pub fn waive_below(&mut self, l: u64) -> u64 {
+    /// sender holds no token for them. Remembers `l` if any went, never filled.
+    fn waive_below(&mut self, l: u64) {
         self.assembler.drop_below(l);
-        let waived = self.slots.remove_below(l);
-        if waived > 0 {
+        if self.slots.remove_below(l) > 0 {
             self.waived_below = self.waived_below.max(l);
         }
-        waived
     }
 
     /// Whether slot `s`, not free, may have been waived rather than filled: it lies below

@@ -553,15 +553,15 @@ impl SRecord {
             let Some(sent) = tok.last_sent(&self.flight.sent) else {
                 continue;
             };
+            // One its receiver holds whole is asked about on its own backoff, not lost
+            // (`Rules::held_probes_back_off`); one whose probe waits to go still counts.
+            let is_held = held_rule && tok.is_held_whole();
+            held_any |= is_held;
             // A fragmented message waiting to send more bytes may still have bytes in
             // flight: those expire too.
             if tok.queued && (tok.frag.is_none() || tok.flight == 0) {
                 continue;
             }
-            // One its receiver holds whole is asked about on its own backoff, not lost
-            // (`Rules::held_probes_back_off`).
-            let is_held = held_rule && tok.is_held_whole();
-            held_any |= is_held;
             let expiry = sent + if is_held { held_rto } else { rto };
             if expiry <= now {
                 let lost = !is_held;
