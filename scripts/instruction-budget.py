@@ -16,7 +16,11 @@ of the counts is the cost per message, without set-up):
   `exon::proto` into it, inclusive) and the rest by crate (self counts). It runs in real
   time (how many messages a wake-up takes varies), so it runs `--repeat` times (3): the
   tables are the run of the median figure beyond the core, and the last line lists every
-  run's (`budget_endpoint_beyond_core_runs`).
+  run's (`budget_endpoint_beyond_core_runs`). Beside it, the same sums with every
+  instruction counted where its code was written (callgrind's `fi=`/`fe=` records of
+  inlined code): the benchmark's loop, which the compiler inlines into tokio's
+  `Context::enter`, is the application's there, and exon's generic futures compiled into
+  the application's functions stay exon's (`budget_endpoint_beyond_core_by_source`).
 
 Prints the tables, writes them with a last `key=value` line to
 `target/instruction-budget.txt` (which `compare` appends to its own last line), and
@@ -82,8 +86,18 @@ class Profile:
         self.total = 0
         self.files = {}  # function -> its object file's source (fl=)
         self.file_names = {}
+        # By the source file each instruction was written in (`fi=`/`fe=`: code inlined
+        # from another file), where that is exon's or the benchmark's (`site_of`), else by
+        # the function's crate: {owner: self count}, and the inclusive counts of the calls
+        # made there into the allocator and libc's copies ({owner: count}) and from the
+        # core into anything outside it ({"core": count}, see `by_source`).
+        self.self_by_site = defaultdict(int)
+        self.services_by_site = defaultdict(int)
+        self.core_calls_out = 0
         fl = None
+        fi = None
         fn = None
+        fn_owner = None
         cfn = None
         after_calls = False
         name_re = re.compile(r"\((\d+)\)(?: (.*))?")
@@ -106,19 +120,31 @@ class Profile:
                 if c.isdigit() or c in "+-*":
                     parts = line.split()
                     cost = int(parts[1]) if len(parts) > 1 else 0
+                    site = site_of(fi) or site_of(fl) or fn_owner
                     if after_calls:
                         self.arcs[(fn, cfn)] += cost
                         after_calls = False
+                        callee = owner_of(cfn, None)
+                        if callee in SERVICES and fn_owner not in SERVICES:
+                            self.services_by_site[site] += cost
+                        elif site == "core" and callee != "core":
+                            self.core_calls_out += cost
                     else:
                         self.self_cost[fn] += cost
                         self.total += cost
+                        self.self_by_site[site] += cost
                 elif line.startswith("fl="):
                     fl = self.file_name(line[3:])
-                elif line.startswith(("fi=", "fe=", "cfi=", "cfl=")):
+                    fi = None
+                elif line.startswith(("fi=", "fe=")):
+                    fi = self.file_name(line[3:])
+                elif line.startswith(("cfi=", "cfl=")):
                     self.file_name(line.split("=", 1)[1])
                 elif line.startswith("fn="):
                     fn = name(line[3:])
+                    fi = None
                     self.files.setdefault(fn, fl)
+                    fn_owner = owner_of(fn, self.files[fn])
                 elif line.startswith("cfn="):
                     cfn = name(line[4:])
                 elif line.startswith("calls="):
@@ -132,6 +158,25 @@ class Profile:
             self.file_names[m.group(1)] = m.group(2)
         return self.file_names.get(m.group(1), ref)
 
+    def by_source(self):
+        """{"core", "app", "total"}: the core's instructions and the application's, each
+        counted where the code was written rather than by the function it was inlined
+        into. The benchmark's loop inlined into the runtime's `Context::enter` is the
+        application's; exon's generic futures compiled into the application's functions
+        are exon's. Code of the standard library and other crates inlined into a
+        function counts to that function's owner (their files say nothing of whose step
+        it is). The allocator and libc's copies count to the place that called them; any
+        call from the core's code out of it (a payload's drop) to the core, inclusive, as
+        in `inclusive_into`."""
+        services = sum(self.self_by_site[s] for s in SERVICES)
+        assert services >= 0
+        return {
+            "core": self.self_by_site["core"] + self.services_by_site["core"]
+            + self.core_calls_out,
+            "app": self.self_by_site["app"] + self.services_by_site["app"],
+            "total": self.total,
+        }
+
     def inclusive_into(self, pick, outside=lambda n: True):
         """Inclusive counts of the calls into functions `pick` accepts, from callers
         `outside` accepts, by callee."""
@@ -144,6 +189,33 @@ class Profile:
 
 def is_core(name):
     return name.startswith("exon::proto::") or name.startswith("<exon::proto::")
+
+
+def site_of(path):
+    """"core", "endpoint" or "app" for a source file of exon's core, of the rest of exon,
+    or of the benchmark; None for any other (the standard library's, a dependency's,
+    libc's)."""
+    if not path:
+        return None
+    rel = path[len(ROOT) + 1:] if path.startswith(ROOT + "/") else path
+    if rel.startswith("exon/src/proto/"):
+        return "core"
+    if rel.startswith("exon/src/"):
+        return "endpoint"
+    if rel.startswith("benches/"):
+        return "app"
+    return None
+
+
+def owner_of(name, file):
+    """The owner of a function's own code, as `site_of` names them, or its crate."""
+    c = crate_of(name, file)
+    return {
+        "core (exon::proto)": "core",
+        "endpoint (exon::endpoint)": "endpoint",
+        "exon, other": "endpoint",
+        "the application (bench)": "app",
+    }.get(c, c)
 
 
 def short(name):
@@ -291,6 +363,7 @@ def threads_budget(cmd, counts, sides_of, tag):
                 "core": core_total,
                 "steps": by_step,
                 "rest": rest,
+                "source": p.by_source(),
             }
         for f in paths:
             os.remove(f)
@@ -308,7 +381,9 @@ def threads_budget(cmd, counts, sides_of, tag):
             k: per_message(ra["rest"].get(k, 0), rb["rest"].get(k, 0), a, b)
             for k in set(ra["rest"]) | set(rb["rest"])
         }
-        result[side] = {"total": total, "core": core, "steps": steps, "rest": rest}
+        source = {k: per_message(ra["source"][k], rb["source"][k], a, b) for k in ra["source"]}
+        result[side] = {"total": total, "core": core, "steps": steps, "rest": rest,
+                        "source": source}
     return result
 
 
@@ -556,11 +631,21 @@ def both_sides(out, result, sides, title, what, prefix):
     out.append("")
     out.append(f"{what}, both sides: {total:.0f}; the core's share {core:.0f}; "
                f"the application's {app:.0f}; beyond the core {beyond:.0f}")
+    # The same, each instruction counted where its code was written (`Profile.by_source`).
+    s_core = sum(result[s]["source"]["core"] for s in sides)
+    s_app = sum(result[s]["source"]["app"] for s in sides)
+    s_beyond = total - s_core - s_app
+    per_side = ", ".join(
+        f"{s} {result[s]['total'] - result[s]['source']['core'] - result[s]['source']['app']:.0f}"
+        for s in sides)
+    out.append(f"  by source file: the core's share {s_core:.0f}; the application's "
+               f"{s_app:.0f}; beyond the core {s_beyond:.0f} ({per_side})")
     return {
         prefix: round(total),
         f"{prefix}_core": round(core),
         f"{prefix}_app": round(app),
         f"{prefix}_beyond_core": round(beyond),
+        f"{prefix}_beyond_core_by_source": round(s_beyond),
     }
 
 
