@@ -145,6 +145,12 @@ def more_flags(rng, mode, base):
     if mode == "streams":
         maybe(0.3, "--stream-io", str(rng.choice([100, 70000])))
         maybe(0.3, "--store-delay-ms", str(rng.choice([0, 50])))
+    # An application that forgets its deadlines at a restore: the restored node sends
+    # again, in the slots its copy knew, messages the lost run gave up (the waived-slot
+    # class of `Rules::doubt_below_forgotten`). Drawn last, so the draws above are as they
+    # were for earlier campaigns.
+    if "--restore" in base and "--deadline-ms" in base:
+        maybe(0.5, "--restore-forgets-deadlines")
     return a
 
 

@@ -92,6 +92,12 @@ pub struct RestoreModel {
     /// clock as far ahead of its restarts as a real one is of restarts a few minutes apart.
     /// 0: no floor (the node starts from its stored clock: the defect the floor fixes).
     pub floor_rate: u64,
+    /// The application forgets its deadlines at a restore: a message the restored node
+    /// has in flight again, whose deadline passed in the lost run, is not given up again
+    /// but waits for its verdict (else it is given up at once, `Sim::deadline_again`).
+    /// Such messages are sent again in the slots the copy knew, which the lost run's
+    /// frontier may have waived unfilled: the class `Rules::doubt_below_forgotten` covers.
+    pub forgets_deadlines: bool,
 }
 
 /// The sim's wall clock at virtual time zero, in microseconds: above every clock value a
@@ -103,6 +109,7 @@ impl Default for RestoreModel {
         RestoreModel {
             probability: 0.5,
             floor_rate: 1000,
+            forgets_deadlines: false,
         }
     }
 }

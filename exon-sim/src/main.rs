@@ -223,6 +223,11 @@ struct Args {
     /// defect `FileStore::load`'s floor fixes). Same as `--restore-floor-rate 0`.
     #[arg(long)]
     no_restore_floor: bool,
+    /// With `--restore` and `--deadline-ms`: the application forgets its deadlines at a
+    /// restore (messages in flight again whose deadline passed wait for their verdict,
+    /// instead of being given up again at once).
+    #[arg(long, requires = "deadline_ms")]
+    restore_forgets_deadlines: bool,
     /// Durable mode with `--deadline-ms`: probability that a message given up is followed
     /// by crashes of both sides (the sender's within two sync latencies, often before its
     /// `Resolved` record is synced; at most 16 pairs a run).
@@ -485,6 +490,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
                 } else {
                     a.restore_floor_rate
                 },
+                forgets_deadlines: a.restore_forgets_deadlines,
             }),
             abandon_crash: a.abandon_crash,
             keyed: a.keyed,

@@ -89,6 +89,7 @@ by_name!(
     probe_repeats_grant,
     probe_repeats_got,
     doubt_below_forgotten,
+    dropped_unseen_doubt,
     frontier_waits_for_moves,
     untaken_share_per_source,
     credit_asks_each_waiting,

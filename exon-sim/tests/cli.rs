@@ -967,17 +967,51 @@ fn late_duplicates_below_the_frontier_do_not_unsettle_an_honest_sender() {
 /// messages whose deadline passed in the lost run (it keeps its deadlines, and a restored
 /// message is in flight again), so these runs no longer send them: both end clean, the
 /// second in 4.7 s where it took 520 s to send 147 long-expired 100 kB messages again.
+/// An application that forgets its deadlines at a restore (`--restore-forgets-deadlines`,
+/// drawn by the campaign) sends them again: the first run then ends clean with the rule,
+/// 54 messages in doubt, and with 54 acknowledged never delivered without it.
 #[test]
 fn a_restored_senders_waived_slots_end_in_doubt_not_acknowledged() {
-    clean(
-        "--nodes 2 --messages 2000 --loss 0.05 --reorder 0.5 --partitions 1 \
-         --restarts 3 --durable --restore 1 --deadline-ms 100 --seed 580022494",
+    let args = "--nodes 2 --messages 2000 --loss 0.05 --reorder 0.5 --partitions 1 \
+                --restarts 3 --durable --restore 1 --deadline-ms 100 --seed 580022494";
+    clean(args);
+    let forgets = format!("{args} --restore-forgets-deadlines");
+    clean(&forgets);
+    violates(
+        &format!("{forgets} --rules-off doubt_below_forgotten"),
+        "AckWithoutDelivery",
     );
     clean(
         "--nodes 3 --messages 4000 --loss 0.2 --dup 0.02 --burst 0.01 --partitions 1 \
          --restarts 3 --payload 100000 --congestion new-reno --durable --restore 1 \
          --deadline-ms 300 --link-mtu 9000 --route 1500 --seed 674320645",
     );
+}
+
+/// Found by the campaign's `--restore-forgets-deadlines` at once: early deliveries (ETOKENs
+/// held for their sender's word) dropped unseen when the sender's frontier passed them,
+/// after it had stored the messages and given them up. A copy of its directory taken in
+/// between, restored, sends them again in those slots. The drop answered its take with an
+/// ACK, which a probe repeated to the restored sender (seed 7: 2 messages acknowledged,
+/// never delivered), and the journal's archive kept that take although the frontier's
+/// `Confirmed` had come first, so a record-less answer was its ACK (seed 189, three nodes:
+/// 6). Rule `dropped_unseen_doubt`: such a slot counts as waived unfilled (DOUBT), the
+/// drop's take answers DOUBT, and the archive keeps no take below the forgotten frontier.
+#[test]
+fn early_deliveries_dropped_unseen_end_in_doubt_for_a_restored_sender() {
+    for args in [
+        "--nodes 2 --messages 2000 --loss 0.05 --reorder 0.5 --partitions 1 --restarts 3 \
+         --durable --restore 1 --deadline-ms 100 --restore-forgets-deadlines --seed 7",
+        "--nodes 3 --messages 1000 --loss 0.1 --dup 0.02 --restarts 3 --durable \
+         --restore 0.5 --deadline-ms 300 --crash-mid-commit 1 --restore-forgets-deadlines \
+         --seed 189",
+    ] {
+        clean(args);
+        violates(
+            &format!("{args} --rules-off dropped_unseen_doubt"),
+            "AckWithoutDelivery",
+        );
+    }
 }
 
 /// More sources than receiver records (three callers, a server with two): each new

@@ -156,11 +156,17 @@ impl Sim {
     /// Host `i` recovered message `id` (`key`) from a restored copy of its directory:
     /// if its deadline passed before the restore, the lost run gave it up (and the
     /// application, which keeps its deadlines, gives it up again now, as the restored
-    /// node has it in flight again). A deadline still to come has its event queued.
+    /// node has it in flight again). A deadline still to come has its event queued. An
+    /// application that forgets its deadlines at a restore (`RestoreModel::forgets_deadlines`)
+    /// lets such a message wait for its verdict.
     pub(super) fn deadline_again(&mut self, i: usize, id: MsgId, key: MsgKey) {
         let Some(d) = self.sc.deadline else {
             return;
         };
+        let forgets = self.sc.durable.as_ref().and_then(|j| j.restore.as_ref());
+        if forgets.is_some_and(|r| r.forgets_deadlines) {
+            return;
+        }
         let Some((sent_at, to)) = self.oracle.submission(key) else {
             return;
         };

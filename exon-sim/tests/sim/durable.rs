@@ -557,6 +557,7 @@ fn restored(seed: u64, floor_rate: u64) -> Scenario {
         d.restore = Some(RestoreModel {
             probability: 0.5,
             floor_rate,
+            forgets_deadlines: false,
         });
     }
     sc

@@ -459,6 +459,17 @@ pub struct Rules {
     /// taken. Off, it gets LOST, sends the message again in a fresh slot, and the message
     /// is delivered twice; or the ACK, and a message never delivered is reported so.
     pub doubt_below_forgotten: bool,
+    /// Durable mode: an early delivery dropped unseen (its sender's frontier passed its
+    /// slot before the sender's word that the token was stored came) counts as a slot
+    /// waived unfilled: a token there gets DOUBT, not the ACK of a duplicate; the take
+    /// that drops it answers DOUBT, not ACK; and the journal's archive keeps no take below
+    /// the frontier that dropped it (whose `Confirmed` came first). An honest sender holds
+    /// no token there (its frontier passed); a sender restored from an older copy of its
+    /// directory, taken after it stored the message, sends it again there. Off, that
+    /// sender is told ACK for a message never delivered (`exon-sim --nodes 2 --messages
+    /// 2000 --loss 0.05 --reorder 0.5 --partitions 1 --restarts 3 --durable --restore 1
+    /// --deadline-ms 100 --restore-forgets-deadlines --seed 7`).
+    pub dropped_unseen_doubt: bool,
     /// Durable mode: a message a RETRY or LOST moves out of a journalled slot gets an
     /// `Unassigned` record, and the sender's frontier stays below that slot until the
     /// record is durable. Off, the frontier passes the slot at once, while the journal
@@ -564,6 +575,7 @@ impl Rules {
         probe_repeats_grant: true,
         probe_repeats_got: true,
         doubt_below_forgotten: true,
+        dropped_unseen_doubt: true,
         frontier_waits_for_moves: true,
         untaken_share_per_source: true,
         credit_asks_each_waiting: true,

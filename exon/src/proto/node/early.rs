@@ -7,6 +7,9 @@ use std::time::Instant;
 use crate::proto::recv::unstored::Ready;
 use crate::proto::{DeliveryId, Event, Node, NodeId};
 
+/// Dropped early deliveries whose takes are on their way, at most (`Node::unseen_takes`).
+const MAX_UNSEEN_TAKES: usize = 4096;
+
 impl Node {
     /// An early delivery may go to the application as far as this node's own journal goes
     /// (its record is stored, it was recovered, or the node is not durable): handed over if its
@@ -58,10 +61,27 @@ impl Node {
     }
 
     /// An early delivery its sender never stored leaves the node unseen, as if taken: its
-    /// slot's take is journalled (so no restart hands it over) and acknowledged (the
-    /// sender holds no token there: the ACK finds none).
+    /// slot's take is journalled (so no restart hands it over) and answered DOUBT (the
+    /// sender's frontier passed it, so an honest sender holds no token there; a sender
+    /// restored from an older copy may, and it was never delivered: `Node::take_verdict`).
     fn drop_unstored(&mut self, now: Instant, id: DeliveryId) {
         self.stats.early_dropped += 1;
+        // Never handed over: a token that comes there again (a sender restored from an
+        // older copy of its directory sends it) is answered DOUBT, not ACK, and so is the
+        // take below.
+        if self.rules.dropped_unseen_doubt {
+            let (r, s) = id.slot();
+            if let Some(rec) = self.receivers.get_mut(&id.from()) {
+                if rec.rck() == r {
+                    rec.dropped_unseen(s);
+                }
+            }
+            if self.unseen_takes.len() >= MAX_UNSEEN_TAKES {
+                // Takes that never completed (a journal that failed): the oldest goes.
+                self.unseen_takes.remove(0);
+            }
+            self.unseen_takes.push(id);
+        }
         let taken = if self.journal.is_some() {
             self.journal_take(now, id, None)
         } else {
@@ -70,6 +90,7 @@ impl Node {
         if !taken {
             // No record holds it any more (evicted): its charge is given back all the same
             // (never handed over, it cannot be taken by anyone else).
+            self.take_verdict(id);
             self.release_taken(id);
         }
     }

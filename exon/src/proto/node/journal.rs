@@ -572,6 +572,11 @@ impl Node {
     pub(super) fn journal_verdict(&self, src: NodeId, r: u64, s: u64) -> Option<Option<Verdict>> {
         let j = self.journal.as_ref()?;
         if let Some(v) = j.archive.verdict(src, r, s) {
+            let unseen = self.rules.dropped_unseen_doubt && self.rules.doubt_below_forgotten;
+            if v.is_some() && unseen && s < j.forgotten.below(src) {
+                // A take below the forgotten frontier (none is kept there): as below.
+                return Some(Some(Verdict::Doubt));
+            }
             return Some(v);
         }
         if !self.rules.journal_covers_incarnations {
@@ -676,10 +681,18 @@ impl Node {
             if j.archive.take(from, r, s) {
                 // A delivery recovered after a restart: no live record holds it.
                 self.release_taken(id);
-                self.ack_taken(now, from, (r, s), false);
+                // An early delivery dropped unseen: DOUBT (`Node::take_verdict`).
+                let v = self.take_verdict(id);
+                self.answer_taken(now, from, (v, r, s), false);
                 return;
             }
-            j.archive.insert(now, from, r, s, true, every);
+            // A take stored after its sender's frontier passed the slot (an early delivery
+            // dropped unseen at that frontier) is forgotten already: a token there gets
+            // DOUBT, not the archive's ACK.
+            let unseen = self.rules.dropped_unseen_doubt && self.rules.doubt_below_forgotten;
+            if !(unseen && s < j.forgotten.below(from)) {
+                j.archive.insert(now, from, r, s, true, every);
+            }
         }
         self.take_live(now, id);
     }

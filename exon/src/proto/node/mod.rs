@@ -152,6 +152,10 @@ pub struct Node {
     unstored: crate::proto::recv::unstored::Unstored,
     /// Deliveries an early-delivery step hands out, reused.
     early_scratch: Vec<Event>,
+    /// Early deliveries dropped unseen whose takes are on their way (a durable node's
+    /// wait for the `Taken` record): answered DOUBT, not ACK (`Rules::dropped_unseen_doubt`).
+    /// At most the parked early deliveries, which the untaken limits bound.
+    unseen_takes: Vec<DeliveryId>,
     /// The receive buffers untaken deliveries keep alive (`pins.rs`).
     pins: crate::proto::recv::pins::Pins,
     /// Buffers of large reassembled messages, back from the application (`bufpool.rs`).
@@ -246,6 +250,7 @@ impl Node {
             untaken: Default::default(),
             unstored: Default::default(),
             early_scratch: Vec::new(),
+            unseen_takes: Vec::new(),
             pins: Default::default(),
             bufs: Default::default(),
             liveness: Default::default(),

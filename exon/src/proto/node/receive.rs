@@ -494,6 +494,7 @@ impl Node {
 
     /// The take of `id`, held by its live record: released and acknowledged.
     pub(super) fn take_live(&mut self, now: Instant, id: DeliveryId) -> bool {
+        let v = self.take_verdict(id);
         let (from, (r, s)) = (id.from(), id.slot());
         let Some(rec) = self.receivers.get_mut(&from) else {
             return false;
@@ -510,8 +511,31 @@ impl Node {
             self.receivers.remove(&from);
         }
         self.release_taken(id);
-        self.ack_taken(now, from, (r, s), urgent);
+        self.answer_taken(now, from, (v, r, s), urgent);
         true
+    }
+
+    /// The answer to the take of `id`: ACK, or DOUBT for an early delivery dropped unseen
+    /// (its sender's frontier passed the slot, so an honest sender holds no token there and
+    /// hears this as stale; only a sender restored from an older copy of its directory
+    /// holds one again, and it was never delivered: `Rules::dropped_unseen_doubt`).
+    #[inline]
+    pub(super) fn take_verdict(&mut self, id: DeliveryId) -> Verdict {
+        if self.unseen_takes.is_empty() {
+            return Verdict::Ack;
+        }
+        self.take_verdict_unseen(id)
+    }
+
+    #[cold]
+    fn take_verdict_unseen(&mut self, id: DeliveryId) -> Verdict {
+        match self.unseen_takes.iter().position(|u| *u == id) {
+            Some(i) => {
+                self.unseen_takes.swap_remove(i);
+                Verdict::Doubt
+            }
+            None => Verdict::Ack,
+        }
     }
 
     /// Deliveries from `from` left the node's care: their charges given back at once, and
@@ -546,12 +570,13 @@ impl Node {
         self.stats.taken += 1;
     }
 
-    /// Acknowledges the taken delivery in slot `s` of `(from, r)`.
-    pub(super) fn ack_taken(
+    /// Answers the taken delivery in slot `s` of `(from, r)`: `v` is ACK, or DOUBT for one
+    /// never handed over below its sender's frontier.
+    pub(super) fn answer_taken(
         &mut self,
         now: Instant,
         from: NodeId,
-        (r, s): (u64, u64),
+        (v, r, s): (Verdict, u64, u64),
         urgent: bool,
     ) {
         let when = Flush {
@@ -561,10 +586,7 @@ impl Node {
             every: self.cfg.acks.every,
         };
         let cap = self.outbox_cap();
-        if !self
-            .outbox
-            .reply_flushed(from, (Verdict::Ack, r, s), cap, when)
-        {
+        if !self.outbox.reply_flushed(from, (v, r, s), cap, when) {
             // The sender retransmits; the slot is neither free nor held then: ACK.
             reject!(self.outbox_full);
         }

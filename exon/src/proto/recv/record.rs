@@ -159,6 +159,13 @@ impl RRecord {
         }
     }
 
+    /// The early delivery in slot `s` was dropped unseen (its sender's frontier passed it
+    /// before it said the token was stored): the slot counts as waived, never delivered,
+    /// though it is not free (`maybe_waived`).
+    pub fn dropped_unseen(&mut self, s: u64) {
+        self.waived_below = self.waived_below.max(s.saturating_add(1));
+    }
+
     /// Whether slot `s`, not free, may have been waived rather than filled: it lies below
     /// a frontier that waived free slots. Only a sender restored from an older copy of
     /// its directory sends a token there (an honest sender holds none below its frontier).
