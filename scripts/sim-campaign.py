@@ -6,6 +6,7 @@ other's fresh records; jitter taken for a queue, BENCHMARKS.md "Jitter is not a 
 
     cargo build --release -p exon-sim
     python3 scripts/sim-campaign.py [--secs 600] [--seed 1] [--out target/sim-campaign]
+        [--require restore,deadline-ms]
 
 Writes under `--out`: `fails.txt` (command lines and the last lines of their output),
 `limits.txt` (runs with `--restore` whose violations are all of the kinds a restored copy
@@ -264,7 +265,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "sim-campaign"))
     ap.add_argument("--sim", default=os.path.join(ROOT, "target", "release", "exon-sim"))
+    ap.add_argument("--require", default="",
+                    help="comma-separated flags (without their dashes) every run must draw, "
+                         "e.g. restore,deadline-ms: a campaign focused on one class")
     args = ap.parse_args()
+    required = [f"--{f}" for f in args.require.split(",") if f]
     os.makedirs(args.out, exist_ok=True)
     rng = random.Random(args.seed)
     runs = fails = refused = limits = slow = slow_long = 0
@@ -275,6 +280,8 @@ def main():
             open(os.path.join(args.out, "slow.txt"), "w") as sl:
         while time.time() < end:
             a = flags(rng)
+            if any(f not in a for f in required):
+                continue
             runs += 1
             try:
                 p = subprocess.run([args.sim] + a, capture_output=True, text=True, timeout=300)
