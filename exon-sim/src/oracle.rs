@@ -51,8 +51,9 @@ struct Rec {
     /// Durable mode: its delivery was lost with a directory restored from an older copy:
     /// one more unflagged delivery is tolerated (and counted).
     replay_ok: bool,
-    /// Durable mode: its take was lost with a directory restored from an older copy: one
-    /// flagged redelivery after its acknowledgement is tolerated (and counted).
+    /// Durable mode: its take was lost with a directory restored from an older copy: flagged
+    /// redeliveries after its acknowledgement are tolerated (and counted), one at each
+    /// restart of the restored host until its own take is stored.
     retake_ok: bool,
     /// Deliveries tolerated by `replay_ok`.
     replays: u32,

@@ -996,7 +996,8 @@ fn a_restored_senders_waived_slots_end_in_doubt_not_acknowledged() {
 /// never delivered), and the journal's archive kept that take although the frontier's
 /// `Confirmed` had come first, so a record-less answer was its ACK (seed 189, three nodes:
 /// 6). Rule `dropped_unseen_doubt`: such a slot counts as waived unfilled (DOUBT), the
-/// drop's take answers DOUBT, and the archive keeps no take below the forgotten frontier.
+/// drop's take answers DOUBT, and a take the archive holds below the forgotten frontier
+/// answers DOUBT.
 #[test]
 fn early_deliveries_dropped_unseen_end_in_doubt_for_a_restored_sender() {
     for args in [
@@ -1012,6 +1013,28 @@ fn early_deliveries_dropped_unseen_end_in_doubt_for_a_restored_sender() {
             "AckWithoutDelivery",
         );
     }
+}
+
+/// A first form of `dropped_unseen_doubt` kept no take below the receiver's forgotten
+/// frontier in the journal's archive. But a take stored after its sender's frontier
+/// passed the slot (a call given up at its deadline before the server took its request)
+/// is what the archive's probe is for: it brings the frontier again, whose `Confirmed`
+/// then covers the take. Without the entry no probe went, and the journal kept the
+/// deliveries live for good (`JournalNotEmpty`, found by a campaign focused on restores
+/// with deadlines, `--require restore,deadline-ms`, seed 134; neither run restarts).
+#[test]
+fn late_takes_below_the_frontier_still_leave_the_journal() {
+    clean(
+        "--nodes 4 --messages 1000 --reorder 0.5 --reorder-max-delay-ms 5000 --jitter-ms 2 \
+         --rate 2000000 --queue-bytes 32768 --durable --crash-mid-commit 3 --damage 1 \
+         --restore 2 --deadline-ms 100 --rpc --servers 0 --seed 339615362",
+    );
+    clean(
+        "--nodes 4 --messages 2000 --loss 0.1 --dup 0.02 --burst 0.01 --partitions 3 \
+         --jitter-ms 2 --record-cap 1 --rate 20000000 --shared-queue --queue-bytes 32768 \
+         --durable --restore 1 --deadline-ms 100 --rpc --fail-one-in 7 --window 16 \
+         --envelope-target 8 --envelope-low 4 --drop-every 3 --servers 0 --seed 157725138",
+    );
 }
 
 /// More sources than receiver records (three callers, a server with two): each new

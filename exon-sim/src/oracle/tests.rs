@@ -349,6 +349,34 @@ fn restored_copies_tolerate_exactly_what_the_copy_cannot_know() {
     assert_eq!(kinds(&o), [ViolationKind::ResentByRestoredSender]);
 }
 
+/// A take after the copy a restored receiver came back from is lost with it: the message
+/// is handed over again, flagged, after its acknowledgement, and again at each restart of
+/// the restored host until its own take is stored (a crash loop after the restore:
+/// campaign 134). A take before the copy is not: its redelivery is `RedeliveredAfterAck`.
+#[test]
+fn a_take_lost_with_a_restored_copy_may_be_handed_over_again_at_each_restart() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let after = o.on_submit(0, 1, 0);
+    let before = o.on_submit(0, 1, 0);
+    for (m, t) in [(after, 15), (before, 5)] {
+        assert!(delivered(&mut o, m, false, t));
+        assert!(o.on_taken(1, &payload(m), t).is_some());
+        o.on_acked(m, t + 1);
+    }
+    o.on_restored(1, 10);
+    assert!(delivered(&mut o, after, true, 20));
+    o.on_restart(1);
+    assert!(
+        delivered(&mut o, after, true, 21),
+        "the restored host restarted again"
+    );
+    assert!(o.on_taken(1, &payload(after), 22).is_some());
+    assert!(!delivered(&mut o, before, true, 23));
+    assert_eq!(o.restore_redeliveries, 2);
+    assert_eq!(kinds(&o), [ViolationKind::RedeliveredAfterAck]);
+}
+
 /// A message given up whose sender crashed before its `Resolved` record was durable (its
 /// verdict not yet reported) is recovered: it owes a new verdict, and a restart of its
 /// receiver with a new journal since it was sent excuses its doubt. One whose verdict was

@@ -462,8 +462,10 @@ pub struct Rules {
     /// Durable mode: an early delivery dropped unseen (its sender's frontier passed its
     /// slot before the sender's word that the token was stored came) counts as a slot
     /// waived unfilled: a token there gets DOUBT, not the ACK of a duplicate; the take
-    /// that drops it answers DOUBT, not ACK; and the journal's archive keeps no take below
-    /// the frontier that dropped it (whose `Confirmed` came first). An honest sender holds
+    /// that drops it answers DOUBT, not ACK; and a take the journal's archive holds below
+    /// the forgotten frontier (stored after that frontier's `Confirmed`, as the drop's is;
+    /// kept until the archive's probe brings the frontier again) answers DOUBT, not ACK,
+    /// to a node that lost its record. An honest sender holds
     /// no token there (its frontier passed); a sender restored from an older copy of its
     /// directory, taken after it stored the message, sends it again there. Off, that
     /// sender is told ACK for a message never delivered (`exon-sim --nodes 2 --messages

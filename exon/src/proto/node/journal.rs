@@ -574,7 +574,11 @@ impl Node {
         if let Some(v) = j.archive.verdict(src, r, s) {
             let unseen = self.rules.dropped_unseen_doubt && self.rules.doubt_below_forgotten;
             if v.is_some() && unseen && s < j.forgotten.below(src) {
-                // A take below the forgotten frontier (none is kept there): as below.
+                // A take stored after its sender's frontier passed the slot (an early
+                // delivery dropped unseen at that frontier, or a take that came late):
+                // the frontier's `Confirmed` came first, so the archive still has it
+                // until its probe brings the frontier again. Below the forgotten
+                // frontier, as below: DOUBT.
                 return Some(Some(Verdict::Doubt));
             }
             return Some(v);
@@ -686,13 +690,7 @@ impl Node {
                 self.answer_taken(now, from, (v, r, s), false);
                 return;
             }
-            // A take stored after its sender's frontier passed the slot (an early delivery
-            // dropped unseen at that frontier) is forgotten already: a token there gets
-            // DOUBT, not the archive's ACK.
-            let unseen = self.rules.dropped_unseen_doubt && self.rules.doubt_below_forgotten;
-            if !(unseen && s < j.forgotten.below(from)) {
-                j.archive.insert(now, from, r, s, true, every);
-            }
+            j.archive.insert(now, from, r, s, true, every);
         }
         self.take_live(now, id);
     }
