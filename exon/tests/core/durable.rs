@@ -1177,3 +1177,77 @@ fn frontiers_from_sources_without_a_record_write_nothing() {
         .count();
     assert_eq!(confirmed, 0);
 }
+
+/// A durable A's tokens leave before its records are stored (ETOKEN) and B holds them for
+/// A's word (STORED), which never reaches B; A stores the messages (the copy of its
+/// directory is taken then), gives them up, and its frontier passes their slots, so B
+/// drops the early deliveries unseen. A restored from that copy sends them again in the
+/// same slots, while B's record of A lives on. B is not durable (a durable one answers
+/// DOUBT there from its forgotten frontier anyway). Returns how many A heard acknowledged
+/// and how many B handed over, with B's rule `dropped_unseen_doubt` as given.
+fn restored_sender_in_dropped_early_slots(rule: bool) -> (usize, usize) {
+    use exon::proto::Frame;
+    let mut p = durable_pair(true, false);
+    let mut rules = Rules::ALL;
+    rules.dropped_unseen_doubt = rule;
+    p.node(B).set_rules(rules);
+    let deaf = std::rc::Rc::new(std::cell::Cell::new(false));
+    let d = deaf.clone();
+    p.set_filter(move |w| {
+        // A's word is lost, and so is every copy of a token after the first.
+        let word = |f: &Frame| {
+            matches!(
+                f,
+                Frame::Stored { .. } | Frame::Token { .. } | Frame::Frag { .. }
+            ) || (d.get() && matches!(f, Frame::EarlyToken { .. }))
+        };
+        if w.from == A && w.packet().frames.iter().any(word) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    p.nodes[A].auto_sync = false;
+    let lost: Vec<_> = (0..4).map(|i| p.send(A, payload(i))).collect();
+    p.sync(A); // accepted; their slots come with the SLOTS
+    step_until(&mut p, |p| p.nodes[B].node.early_parked() == 4);
+    deaf.set(true);
+    p.nodes[A].auto_sync = true;
+    p.sync(A); // stored: the word is lost
+    let copy = p.nodes[A].journal.clone();
+    let now = p.now;
+    for &m in &lost {
+        assert!(p.node(A).abandon(now, id(B), m).is_some(), "given up");
+    }
+    p.run(Duration::from_millis(50));
+    // More messages, filling the grant: A's next request carries a frontier past the four.
+    deaf.set(false);
+    p.set_filter(|_| Fate::Deliver);
+    p.nodes[B].auto_take = false;
+    for i in 10..210 {
+        p.send(A, payload(i));
+    }
+    step_until(&mut p, |p| p.nodes[B].node.stats().early_dropped == 4);
+    // B holds one of the later messages untaken: its record of A lives on.
+    assert!(p.nodes[B].node.receiver_records() > 0, "B's record lives");
+    let handed = p.nodes[B].delivered.len();
+    p.crash_and_recover_with(A, copy, false);
+    p.run(Duration::from_secs(5));
+    let acked = lost.iter().filter(|m| p.nodes[A].acked.contains(m)).count();
+    let lost_payloads: Vec<_> = (0..4).map(payload).collect();
+    let again = p.nodes[B].delivered[handed..]
+        .iter()
+        .filter(|d| lost_payloads.contains(d))
+        .count();
+    (acked, again)
+}
+
+/// `exon-sim/tests/cli.rs::early_deliveries_dropped_unseen_end_in_doubt_for_a_restored_sender`
+/// in the core: B answered the restored A's tokens in slots whose early deliveries it had
+/// dropped unseen as duplicates of deliveries, ACK. With the rule the slots count as
+/// waived: DOUBT, and none of the four is reported delivered.
+#[test]
+fn a_restored_sender_is_not_told_delivered_what_was_dropped_unseen() {
+    assert_eq!(restored_sender_in_dropped_early_slots(true), (0, 0));
+    assert_eq!(restored_sender_in_dropped_early_slots(false), (4, 0));
+}
