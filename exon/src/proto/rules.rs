@@ -459,14 +459,14 @@ pub struct Rules {
     /// taken. Off, it gets LOST, sends the message again in a fresh slot, and the message
     /// is delivered twice; or the ACK, and a message never delivered is reported so.
     pub doubt_below_forgotten: bool,
-    /// Durable mode: an early delivery dropped unseen (its sender's frontier passed its
-    /// slot before the sender's word that the token was stored came) counts as a slot
-    /// waived unfilled: a token there gets DOUBT, not the ACK of a duplicate; the take
-    /// that drops it answers DOUBT, not ACK; and a take the journal's archive holds below
-    /// the forgotten frontier (stored after that frontier's `Confirmed`, as the drop's is;
-    /// kept until the archive's probe brings the frontier again) answers DOUBT, not ACK,
-    /// to a node that lost its record. An honest sender holds
-    /// no token there (its frontier passed); a sender restored from an older copy of its
+    /// A durable sender's early delivery dropped unseen (its sender's frontier passed its
+    /// slot before the sender's word that the token was stored came; the receiver durable
+    /// or not) counts as a slot waived unfilled: a token there gets DOUBT, not the ACK of a
+    /// duplicate; the take that drops it answers DOUBT, not ACK; and a take a durable
+    /// receiver's archive holds below the forgotten frontier (stored after that frontier's
+    /// `Confirmed`, as the drop's is; kept until the archive's probe brings the frontier
+    /// again) answers DOUBT, not ACK, once the record is gone. An honest sender holds no
+    /// token there (its frontier passed); a sender restored from an older copy of its
     /// directory, taken after it stored the message, sends it again there. Off, that
     /// sender is told ACK for a message never delivered (`exon-sim --nodes 2 --messages
     /// 2000 --loss 0.05 --reorder 0.5 --partitions 1 --restarts 3 --durable --restore 1
