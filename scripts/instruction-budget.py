@@ -168,8 +168,6 @@ class Profile:
         it is). The allocator and libc's copies count to the place that called them; any
         call from the core's code out of it (a payload's drop) to the core, inclusive, as
         in `inclusive_into`."""
-        services = sum(self.self_by_site[s] for s in SERVICES)
-        assert services >= 0
         return {
             "core": self.self_by_site["core"] + self.services_by_site["core"]
             + self.core_calls_out,

@@ -52,8 +52,9 @@ struct Rec {
     /// one more unflagged delivery is tolerated (and counted).
     replay_ok: bool,
     /// Durable mode: its take was lost with a directory restored from an older copy: flagged
-    /// redeliveries after its acknowledgement are tolerated (and counted), one at each
-    /// restart of the restored host until its own take is stored.
+    /// redeliveries after its acknowledgement are tolerated (and counted) from then on. The
+    /// restored host hands it over again at each restart until its own take is stored,
+    /// which the oracle does not see, so the excuse is not withdrawn at that take.
     retake_ok: bool,
     /// Deliveries tolerated by `replay_ok`.
     replays: u32,

@@ -71,8 +71,9 @@ impl Oracle {
         let r = rec_in(&mut self.msgs, key)?;
         if r.acked && r.retake_ok {
             // Taken after the copy its restored host came back from: the copy cannot know,
-            // and until the restored host's own take is stored, every restart of it hands
-            // the message over again (a crash loop after the restore: campaign 134).
+            // and until the restored host's own take is stored (unseen here, so the excuse
+            // stays), every restart of it hands the message over again (a crash loop after
+            // the restore: campaign 134).
             r.redeliveries += 1;
             self.restore_redeliveries += 1;
             return Some((key, kind));
