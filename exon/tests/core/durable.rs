@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use exon::proto::journal::Entry;
-use exon::proto::{Abandoned, Rules};
+use exon::proto::journal::{Entry, State};
+use exon::proto::{Abandoned, MsgId, Rules};
 use exon_testkit::pair::{id, test_config, Fate, Pair, A, B};
 
 fn payload(i: usize) -> Bytes {
@@ -1180,14 +1180,12 @@ fn frontiers_from_sources_without_a_record_write_nothing() {
 
 /// A durable A's tokens leave before its records are stored (ETOKEN) and B holds them for
 /// A's word (STORED), which never reaches B; A stores the messages (the copy of its
-/// directory is taken then), gives them up, and its frontier passes their slots, so B
-/// drops the early deliveries unseen. A restored from that copy sends them again in the
-/// same slots, while B's record of A lives on. B is not durable (a durable one answers
-/// DOUBT there from its forgotten frontier anyway). Returns how many A heard acknowledged
-/// and how many B handed over, with B's rule `dropped_unseen_doubt` as given.
-fn restored_sender_in_dropped_early_slots(rule: bool) -> (usize, usize) {
+/// directory is taken then) and gives them up. B durable as given, its rule
+/// `dropped_unseen_doubt` as given. Returns the pair, the four messages and A's copy: A's
+/// next frontier will pass their slots, so B drops the early deliveries unseen.
+fn early_deliveries_of_a_copied_sender(b_durable: bool, rule: bool) -> (Pair, Vec<MsgId>, State) {
     use exon::proto::Frame;
-    let mut p = durable_pair(true, false);
+    let mut p = durable_pair(true, b_durable);
     let mut rules = Rules::ALL;
     rules.dropped_unseen_doubt = rule;
     p.node(B).set_rules(rules);
@@ -1220,16 +1218,12 @@ fn restored_sender_in_dropped_early_slots(rule: bool) -> (usize, usize) {
         assert!(p.node(A).abandon(now, id(B), m).is_some(), "given up");
     }
     p.run(Duration::from_millis(50));
-    // More messages, filling the grant: A's next request carries a frontier past the four.
-    deaf.set(false);
-    p.set_filter(|_| Fate::Deliver);
-    p.nodes[B].auto_take = false;
-    for i in 10..210 {
-        p.send(A, payload(i));
-    }
-    step_until(&mut p, |p| p.nodes[B].node.stats().early_dropped == 4);
-    // B holds one of the later messages untaken: its record of A lives on.
-    assert!(p.nodes[B].node.receiver_records() > 0, "B's record lives");
+    (p, lost, copy)
+}
+
+/// A, restored from `copy`, sends the four `lost` messages again in their slots. Returns
+/// how many of them A heard acknowledged, and how many B handed over again.
+fn restore_and_count(mut p: Pair, lost: &[MsgId], copy: State) -> (usize, usize) {
     let handed = p.nodes[B].delivered.len();
     p.crash_and_recover_with(A, copy, false);
     p.run(Duration::from_secs(5));
@@ -1242,6 +1236,24 @@ fn restored_sender_in_dropped_early_slots(rule: bool) -> (usize, usize) {
     (acked, again)
 }
 
+/// `early_deliveries_of_a_copied_sender`, B not durable (a durable one answers DOUBT there
+/// from its forgotten frontier anyway): B drops the early deliveries unseen, and A restored
+/// from the copy sends them again in the same slots while B's record of A lives on.
+/// Returns how many A heard acknowledged and how many B handed over.
+fn restored_sender_in_dropped_early_slots(rule: bool) -> (usize, usize) {
+    let (mut p, lost, copy) = early_deliveries_of_a_copied_sender(false, rule);
+    // More messages, filling the grant: A's next request carries a frontier past the four.
+    p.set_filter(|_| Fate::Deliver);
+    p.nodes[B].auto_take = false;
+    for i in 10..210 {
+        p.send(A, payload(i));
+    }
+    step_until(&mut p, |p| p.nodes[B].node.stats().early_dropped == 4);
+    // B holds one of the later messages untaken: its record of A lives on.
+    assert!(p.nodes[B].node.receiver_records() > 0, "B's record lives");
+    restore_and_count(p, &lost, copy)
+}
+
 /// `exon-sim/tests/cli.rs::early_deliveries_dropped_unseen_end_in_doubt_for_a_restored_sender`
 /// in the core: B answered the restored A's tokens in slots whose early deliveries it had
 /// dropped unseen as duplicates of deliveries, ACK. With the rule the slots count as
@@ -1250,4 +1262,59 @@ fn restored_sender_in_dropped_early_slots(rule: bool) -> (usize, usize) {
 fn a_restored_sender_is_not_told_delivered_what_was_dropped_unseen() {
     assert_eq!(restored_sender_in_dropped_early_slots(true), (0, 0));
     assert_eq!(restored_sender_in_dropped_early_slots(false), (4, 0));
+}
+
+/// The archive's half of `dropped_unseen_doubt`: as above, but B is durable and its record
+/// of A is gone by the time the restored A sends again. B dropped the four early
+/// deliveries unseen at A's frontier and stored their takes after the frontier's
+/// `Confirmed`, so its journal's archive still holds them (until a probe brings A's
+/// frontier again: every probe is lost here). The restored A's tokens in those slots are
+/// answered from the archive. Returns how many of the four A heard acknowledged, how many
+/// B handed over again, and whether B's record of A was gone when A came back.
+fn restored_sender_answered_from_the_archive(rule: bool) -> (usize, usize, bool) {
+    use exon::proto::Frame;
+    let (mut p, lost, copy) = early_deliveries_of_a_copied_sender(true, rule);
+    // More messages, filling the grant: A's next request carries a frontier past the four.
+    // Once B dropped them, no later frontier of A reaches B (every request for slots is
+    // lost), nor does any probe of B's archive (SLOTS granting nothing).
+    let frozen = std::rc::Rc::new(std::cell::Cell::new(false));
+    let f = frozen.clone();
+    p.set_filter(move |w| {
+        let lost = |fr: &Frame| match fr {
+            Frame::Slots { n: 0, .. } => w.from == B,
+            Frame::ReqSlots { .. } => w.from == A && f.get(),
+            _ => false,
+        };
+        if w.packet().frames.iter().any(lost) {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    });
+    for i in 10..210 {
+        p.send(A, payload(i));
+    }
+    step_until(&mut p, |p| p.nodes[B].node.stats().early_dropped == 4);
+    frozen.set(true);
+    // Everything settles, and B, idle, forgets its record of A.
+    p.run(Duration::from_secs(120));
+    let record_gone = p.nodes[B].node.receiver_records() == 0;
+    let (acked, again) = restore_and_count(p, &lost, copy);
+    (acked, again, record_gone)
+}
+
+/// A durable receiver whose record of the sender is gone answers a restored sender's
+/// tokens in slots whose early deliveries it dropped unseen from its journal's archive:
+/// the take stored after the frontier that passed them answered ACK; with the rule,
+/// DOUBT (`Rules::dropped_unseen_doubt`, `journal_verdict`).
+#[test]
+fn a_restored_sender_is_not_told_delivered_from_the_archive() {
+    assert_eq!(
+        restored_sender_answered_from_the_archive(true),
+        (0, 0, true)
+    );
+    assert_eq!(
+        restored_sender_answered_from_the_archive(false),
+        (4, 0, true)
+    );
 }
