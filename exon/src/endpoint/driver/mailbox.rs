@@ -180,45 +180,69 @@ pub(crate) struct MailboxRx<T> {
 impl<T> MailboxRx<T> {
     /// The oldest item pushed and not yet received, without waiting. Takes every waiting
     /// item under one lock when those taken before are all handed out.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        if let Some(item) = self.taken.pop_front() {
-            return Ok(item);
-        }
-        // Read before looking: a sender that left did so after its last push.
-        let no_senders = self.inner.senders.load(Ordering::Acquire) == 0;
-        {
-            let mut q = self.inner.lock();
-            // Ours is empty: the queue gets its capacity back.
-            std::mem::swap(&mut q.items, &mut self.taken);
-        }
-        match self.taken.pop_front() {
-            Some(item) => Ok(item),
-            None if no_senders => Err(TryRecvError::Disconnected),
-            None => Err(TryRecvError::Empty),
-        }
+        // `front` returns a queue holding an item.
+        self.front()?.pop_front().ok_or(TryRecvError::Empty)
     }
 
-    /// The oldest item not yet received, waiting for one; `None` once nothing waits and no
-    /// strong sender is left. Cancel safe: an item is taken only by the call that returns
-    /// it.
-    pub(crate) async fn recv(&mut self) -> Option<T> {
+    /// The items taken and not yet received, oldest first, never empty: the driver takes
+    /// them from the front, one at a time or a run of them in place (sends handed to the
+    /// core together move from here straight to their last place, with no copy into a run
+    /// of their own). When those taken before are all handed out, takes every waiting item
+    /// under one lock. `Err` as [`try_recv`](Self::try_recv)'s when nothing waits.
+    #[inline]
+    pub(crate) fn front(&mut self) -> Result<&mut VecDeque<T>, TryRecvError> {
+        if self.taken.is_empty() {
+            // Read before looking: a sender that left did so after its last push.
+            let no_senders = self.inner.senders.load(Ordering::Acquire) == 0;
+            {
+                let mut q = self.inner.lock();
+                // Ours is empty: the queue gets its capacity back.
+                std::mem::swap(&mut q.items, &mut self.taken);
+            }
+            if self.taken.is_empty() {
+                return Err(if no_senders {
+                    TryRecvError::Disconnected
+                } else {
+                    TryRecvError::Empty
+                });
+            }
+        }
+        Ok(&mut self.taken)
+    }
+
+    /// Waits until an item waits ([`front`](Self::front) is not empty: `true`), or until
+    /// nothing waits and no strong sender is left (`false`). Cancel safe: it takes nothing.
+    pub(crate) async fn ready(&mut self) -> bool {
         loop {
-            match self.try_recv() {
-                Ok(item) => return Some(item),
-                Err(TryRecvError::Disconnected) => return None,
+            match self.front() {
+                Ok(_) => return true,
+                Err(TryRecvError::Disconnected) => return false,
                 Err(TryRecvError::Empty) => {}
             }
             let inner = self.inner.clone();
             let mut notified = pin!(inner.notify.notified());
             // Registered before the second look: a push in between is not missed.
             notified.as_mut().enable();
-            match self.try_recv() {
-                Ok(item) => return Some(item),
-                Err(TryRecvError::Disconnected) => return None,
+            match self.front() {
+                Ok(_) => return true,
+                Err(TryRecvError::Disconnected) => return false,
                 Err(TryRecvError::Empty) => {}
             }
             notified.await;
+        }
+    }
+
+    /// The oldest item not yet received, waiting for one; `None` once nothing waits and no
+    /// strong sender is left. Cancel safe: an item is taken only by the call that returns
+    /// it.
+    #[cfg(test)]
+    pub(crate) async fn recv(&mut self) -> Option<T> {
+        if self.ready().await {
+            self.try_recv().ok()
+        } else {
+            None
         }
     }
 }

@@ -65,13 +65,15 @@ use crate::proto::{Event, Node};
 use crate::rpc::calls::Calls;
 use crate::rpc::queue::Requests;
 use command::Command;
+use outgoing::Outgoing;
 
 /// Commands taken per turn at most, so that datagrams and timers are never starved.
 const COMMAND_BUDGET: usize = 1024;
 
 /// What woke the driver up.
 enum Wake {
-    Cmd(Option<Command>),
+    /// Commands wait (`true`), or every handle is gone (`false`).
+    Cmd(bool),
     Datagrams(std::io::Result<usize>),
     Stored(Result<StoreDone, tokio::task::JoinError>),
     Journalled(JournalEvent),
@@ -340,7 +342,7 @@ impl<S: DatagramSocket> Driver<S> {
         let ended = self.calls.ended_notified(self.shard);
         tokio::select! {
             biased;
-            c = self.cmds.recv(), if self.cmds_open => Wake::Cmd(c),
+            c = self.cmds.ready(), if self.cmds_open => Wake::Cmd(c),
             _ = taken => Wake::Taken,
             _ = ended, if holds => Wake::Taken,
             r = async { store_job.expect("guarded").await }, if storing => Wake::Stored(r),
@@ -360,11 +362,9 @@ impl<S: DatagramSocket> Driver<S> {
 
     fn on_wake(&mut self, wake: Wake, t: Instant) {
         match wake {
-            Wake::Cmd(Some(c)) => self.take_command(c, t),
-            Wake::Cmd(None) => {
-                self.flush_sends(t);
-                self.on_handles_gone(t);
-            }
+            // Taken with the other inputs that are ready (`take_ready`).
+            Wake::Cmd(true) => {}
+            Wake::Cmd(false) => self.on_handles_gone(t),
             Wake::Datagrams(r) => self.on_datagrams(t, r),
             Wake::Pending => self.on_pending(t),
             Wake::Stored(r) => {
@@ -396,20 +396,31 @@ impl<S: DatagramSocket> Driver<S> {
     /// batch of datagrams (unless one was just taken), a due timer; then returns the send
     /// credits taken. Returns whether it took datagrams.
     fn take_ready(&mut self, t: Instant, got_datagrams: bool) -> bool {
-        for _ in 0..COMMAND_BUDGET {
-            if !self.cmds_open {
-                break;
-            }
-            match self.cmds.try_recv() {
-                Ok(c) => self.take_command(c, t),
+        let mut budget = COMMAND_BUDGET;
+        while budget > 0 && self.cmds_open {
+            let queue = match self.cmds.front() {
+                Ok(queue) => queue,
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
-                    self.flush_sends(t);
                     self.on_handles_gone(t);
+                    break;
                 }
+            };
+            // Consecutive plain sends to one destination go to the core together, from
+            // where they wait (no copy into a run of their own).
+            let n = self
+                .sends
+                .send_run(t, queue, budget, &mut self.node, &self.paths);
+            if n > 0 {
+                self.turns.command();
+                budget -= n;
+                continue;
             }
+            let Some(c) = queue.pop_front() else { break };
+            budget -= 1;
+            self.turns.command();
+            self.on_command(c, t);
         }
-        self.flush_sends(t);
         self.on_taken(t);
         let mut took = false;
         if !got_datagrams && self.handover.is_clear() {
@@ -436,29 +447,6 @@ impl<S: DatagramSocket> Driver<S> {
         self.sends.expire_deadlines(t, &mut self.node);
         self.sends.return_credits();
         took
-    }
-
-    /// A command from the mailbox: a plain send joins the run of sends being gathered (to
-    /// be handed to the core together); any other command is handled after that run, so
-    /// that commands keep their order. Always inline in the loop that takes commands: a
-    /// command (136 bytes) goes from the mailbox to its handling without a call's copy.
-    #[inline(always)]
-    fn take_command(&mut self, c: Command, t: Instant) {
-        self.turns.command();
-        match c {
-            Command::Send(out) if Sends::may_gather(&out, &self.node) => {
-                self.sends.gather(t, out, &mut self.node, &self.paths);
-            }
-            c => {
-                self.flush_sends(t);
-                self.on_command(c, t);
-            }
-        }
-    }
-
-    /// Hands over the sends gathered (see [`Driver::take_command`]).
-    fn flush_sends(&mut self, t: Instant) {
-        self.sends.flush_run(t, &mut self.node, &self.paths);
     }
 
     fn on_command(&mut self, c: Command, t: Instant) {
@@ -609,7 +597,6 @@ impl<S: DatagramSocket> Driver<S> {
     /// the events; then admits waiting sends. Returns whether datagrams are left, or new
     /// ones were made.
     async fn drain(&mut self, t: Instant) -> bool {
-        debug_assert!(self.sends.run_is_empty(), "gathered sends left over a turn");
         while let Some(hw) = self.node.poll_clock_store() {
             self.clock.want(hw);
         }
@@ -768,6 +755,23 @@ impl<S: DatagramSocket> Driver<S> {
             notes_dropped: self.sends.notes().1,
             stream_resets: self.stats.stream_resets + self.flows.resets,
             ..self.stats
+        }
+    }
+}
+
+impl sends::Run for Command {
+    #[inline]
+    fn send_mut(&mut self) -> Option<&mut Outgoing> {
+        match self {
+            Command::Send(out) => Some(out),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn into_send(self) -> Option<Outgoing> {
+        match self {
+            Command::Send(out) => Some(out),
+            _ => None,
         }
     }
 }

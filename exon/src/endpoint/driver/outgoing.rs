@@ -315,6 +315,7 @@ impl Outgoing {
     }
 
     /// Takes the payload out, to hand it to the core.
+    #[inline]
     pub(crate) fn take_payload(&mut self) -> Payload {
         std::mem::take(&mut self.payload)
     }
@@ -331,8 +332,31 @@ impl Outgoing {
     }
 
     /// As [`queued`](Self::queued), with where to say the message is stored (durable mode).
-    #[inline]
+    /// Inline for a plain send (nobody waits for its answer, nothing beside it).
+    #[inline(always)]
     pub(crate) fn queued_stored(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
+        match self {
+            Outgoing {
+                kind:
+                    Kind::Sent {
+                        ack,
+                        reply: reply @ Reply::None,
+                        ..
+                    },
+                side: side @ None,
+                ..
+            } => {
+                // Both hold nothing (matched so): no drop code for them to run.
+                std::mem::forget((reply, side));
+                (ack, None)
+            }
+            other => other.queued_stored_rest(),
+        }
+    }
+
+    /// [`queued_stored`](Self::queued_stored) of a send with an answer or a side.
+    #[inline(never)]
+    fn queued_stored_rest(self) -> (Ack, Option<oneshot::Sender<MsgId>>) {
         let Kind::Sent { ack, reply, .. } = self.kind else {
             return (Ack::None, None);
         };

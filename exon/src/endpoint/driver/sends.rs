@@ -21,6 +21,8 @@ use crate::rpc::calls::Calls;
 
 mod together;
 
+pub(crate) use together::Run;
+
 /// A message in the core, not yet acknowledged.
 struct Unacked {
     /// The endpoint's id of the message (its receipt's).
@@ -70,7 +72,7 @@ pub(crate) struct Sends {
     notes: Notes,
     /// Rate limit of the warning about sends to peers with no address.
     no_address: Throttle,
-    /// The run of sends being gathered, and the buffers of sends handed over together.
+    /// The buffers of sends handed over together.
     scratch: together::Scratch,
 }
 
@@ -104,13 +106,13 @@ impl Sends {
     pub(crate) fn on_batch(
         &mut self,
         t: Instant,
-        mut messages: Vec<Outgoing>,
+        messages: Vec<Outgoing>,
         credits: usize,
         node: &mut Node,
         paths: &Paths,
     ) {
         self.credits_taken += credits;
-        self.on_run(t, &mut messages, node, paths);
+        self.on_run(t, &mut VecDeque::from(messages), node, paths);
     }
 
     /// Warns (rate-limited) of sends to `to` while it has no known address.
@@ -352,7 +354,7 @@ impl Sends {
     pub(crate) fn settle_acknowledged(&mut self, core_ids: MsgIds) -> Option<(MsgId, MsgId)> {
         let mut acks = Acks::default();
         let mut found: Option<(MsgId, MsgId)> = None;
-        self.acks.remove_each(core_ids, |u| {
+        self.acks.remove_run(core_ids, |u| {
             acks.acknowledge(u.ack);
             found = Some((found.map_or(u.id, |(first, _)| first), u.id));
         });

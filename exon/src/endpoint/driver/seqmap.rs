@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::proto::MsgId;
+use crate::proto::{MsgId, MsgIds};
 
 /// Smallest ring span that never moves entries to the overflow map.
 const MIN_SPAN: usize = 4096;
@@ -117,13 +117,38 @@ impl<V> SeqMap<V> {
         Some(v)
     }
 
-    /// Removes the values under `ids`, handing each found to `found`, in order; the ring's
-    /// front is trimmed once, after them all (a run of acknowledged ids settles at once).
-    pub(crate) fn remove_each(
-        &mut self,
-        ids: impl IntoIterator<Item = MsgId>,
-        mut found: impl FnMut(V),
-    ) {
+    /// Removes the values under the run `ids`, handing each found to `found`, in order;
+    /// the ring's front is trimmed once, after them all (a run of acknowledged ids settles
+    /// at once). While no id lives outside the ring, one pass over the run's entries in it,
+    /// without a lookup each.
+    #[inline]
+    pub(crate) fn remove_run(&mut self, ids: MsgIds, mut found: impl FnMut(V)) {
+        if !self.old.is_empty() {
+            return self.remove_each(ids, &mut found);
+        }
+        let (lo, hi) = (self.base, self.base + self.ring.len() as u64);
+        // The ring's part of the run, [a, b): empty when the run misses the ring.
+        let a = ids.first().0.clamp(lo, hi);
+        let b = ids.last().0.saturating_add(1).clamp(lo, hi);
+        if a < b {
+            let (i, j) = ((a - lo) as usize, (b - lo) as usize);
+            let mut removed = 0;
+            for entry in self.ring.range_mut(i..j) {
+                if let Some(v) = entry.take() {
+                    removed += 1;
+                    found(v);
+                }
+            }
+            self.in_ring -= removed;
+        }
+        self.trim();
+    }
+
+    /// [`remove_run`](Self::remove_run), an id at a time, each in the ring or among the
+    /// old ones.
+    #[cold]
+    #[inline(never)]
+    fn remove_each(&mut self, ids: MsgIds, found: &mut dyn FnMut(V)) {
         for id in ids {
             let v = match self.at(id) {
                 Some(i) => {
@@ -204,6 +229,9 @@ mod tests {
         RemoveAbsent { back: u16 },
         /// Remove a run of `n` ids from the `k`-th oldest live one on, some absent.
         RemoveRun { k: usize, n: u8 },
+        /// Remove a run of `n` ids from `back` below the next id on (from below, across
+        /// or above what lives).
+        RemoveRunAt { back: u16, n: u16 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -213,6 +241,7 @@ mod tests {
             5 => any::<usize>().prop_map(|k| Op::Remove { k }),
             1 => any::<u16>().prop_map(|back| Op::RemoveAbsent { back }),
             1 => (any::<usize>(), 0u8..40).prop_map(|(k, n)| Op::RemoveRun { k, n }),
+            1 => (any::<u16>(), 0u16..300).prop_map(|(back, n)| Op::RemoveRunAt { back, n }),
         ]
     }
 
@@ -244,11 +273,22 @@ mod tests {
                     Op::RemoveRun { k, n } => {
                         if model.is_empty() { continue; }
                         let from = *model.keys().nth(k % model.len()).unwrap();
-                        let run = (from..from + u64::from(n)).map(MsgId);
+                        let Some(run) = MsgIds::new(MsgId(from), MsgId(from + u64::from(n))) else {
+                            continue;
+                        };
                         let want: Vec<u64> =
-                            run.clone().filter_map(|id| model.remove(&id.0)).collect();
+                            run.into_iter().filter_map(|id| model.remove(&id.0)).collect();
                         let mut got = Vec::new();
-                        m.remove_each(run, |v| got.push(v));
+                        m.remove_run(run, |v| got.push(v));
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::RemoveRunAt { back, n } => {
+                        let from = next.saturating_sub(u64::from(back));
+                        let run = MsgIds::new(MsgId(from), MsgId(from + u64::from(n))).unwrap();
+                        let want: Vec<u64> =
+                            run.into_iter().filter_map(|id| model.remove(&id.0)).collect();
+                        let mut got = Vec::new();
+                        m.remove_run(run, |v| got.push(v));
                         prop_assert_eq!(got, want);
                     }
                 }
@@ -279,6 +319,30 @@ mod tests {
         assert!(m.contains_key(MsgId(0)));
         assert_eq!(m.values().copied().collect::<Vec<_>>(), vec![0]);
         assert_eq!(m.remove(MsgId(0)), Some(0));
+        assert!(m.is_empty());
+    }
+
+    /// A run finds the old ids on both sides of the ring's span, and all of them once
+    /// the ring is empty (its base back at 0, below them).
+    #[test]
+    fn a_run_finds_old_ids_below_and_above_the_ring() {
+        let mut m = SeqMap::default();
+        m.insert(MsgId(5), 'a');
+        m.insert(MsgId(1_000_000), 'b'); // a jump: 5 goes among the old ones
+        m.insert(MsgId(1_000_001), 'c');
+        let mut got = Vec::new();
+        m.remove_run(MsgIds::new(MsgId(0), MsgId(1_000_000)).unwrap(), |v| {
+            got.push(v)
+        });
+        assert_eq!(got, ['a', 'b']);
+        m.insert(MsgId(2_000_000), 'd'); // a jump: 1 000 001 goes among the old ones
+        assert_eq!(m.remove(MsgId(2_000_000)), Some('d'));
+        let mut got = Vec::new();
+        m.remove_run(
+            MsgIds::new(MsgId(1_000_000), MsgId(1_000_010)).unwrap(),
+            |v| got.push(v),
+        );
+        assert_eq!(got, ['c'], "above the empty ring's span");
         assert!(m.is_empty());
     }
 

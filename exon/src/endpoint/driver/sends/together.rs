@@ -1,9 +1,11 @@
 //! Sends to one destination handed to the core in one call ([`Node::send_many`]): a
 //! [`Handle::send_batch`](crate::endpoint::Handle::send_batch), or a run of consecutive
-//! [`Handle::send`](crate::endpoint::Handle::send)s the driver gathered from its command
-//! channel. Each message keeps what it has when sent alone: its receipt, its deadline, its
-//! debug event, and its wait for room when the destination's queue fills in the middle.
+//! [`Handle::send`](crate::endpoint::Handle::send)s at the front of the driver's command
+//! mailbox, handed over from where they wait there. Each message keeps what it has when
+//! sent alone: its receipt, its deadline, its debug event, and its wait for room when the
+//! destination's queue fills in the middle.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::Sends;
@@ -16,111 +18,158 @@ use crate::proto::{MsgId, Node, NodeId};
 /// they have grown.
 #[derive(Default)]
 pub(super) struct Scratch {
-    /// The run of plain sends gathered from the command mailbox, all to one destination.
-    run: Vec<Outgoing>,
     /// Their payloads, as `send_many` takes them.
-    payloads: std::collections::VecDeque<crate::proto::Payload>,
+    payloads: VecDeque<crate::proto::Payload>,
     /// Their payloads' lengths (for the debug events, when those can be on).
     lens: Vec<usize>,
 }
 
-impl Sends {
-    /// Whether the send `out` may join a run handed to the core together: a plain message
-    /// (no reply, no ordered flow) from a node without a journal.
-    pub(crate) fn may_gather(out: &Outgoing, node: &Node) -> bool {
-        out.answers().is_none() && !out.is_flow() && !node.is_durable()
-    }
+/// A run of sends at the front of a queue of `T`s (the driver's commands, or a batch's
+/// messages): how to reach each one's [`Outgoing`] in place, and how to take it out.
+pub(crate) trait Run: Sized {
+    /// The send this item holds (every item of a run holds one).
+    fn send_mut(&mut self) -> Option<&mut Outgoing>;
+    /// The send, taken out.
+    fn into_send(self) -> Option<Outgoing>;
+}
 
-    /// Takes the plain send `out` (see [`may_gather`](Self::may_gather)) into the run being
-    /// gathered, after handing over the run gathered so far if it goes elsewhere.
+impl Run for Outgoing {
     #[inline]
-    pub(crate) fn gather(&mut self, t: Instant, out: Outgoing, node: &mut Node, paths: &Paths) {
-        if self.scratch.run.first().is_some_and(|f| f.to() != out.to()) {
-            self.flush_run(t, node, paths);
-        }
-        self.scratch.run.push(out);
+    fn send_mut(&mut self) -> Option<&mut Outgoing> {
+        Some(self)
     }
+    #[inline]
+    fn into_send(self) -> Option<Outgoing> {
+        Some(self)
+    }
+}
 
-    /// Hands over the run gathered: a lone send as any other, several in one call. Called
-    /// before any other command is handled, and at the end of the turn's commands.
-    pub(crate) fn flush_run(&mut self, t: Instant, node: &mut Node, paths: &Paths) {
-        if self.scratch.run.len() <= 1 {
-            if let Some(out) = self.scratch.run.pop() {
-                self.on_send(t, out, node, paths);
+impl Sends {
+    /// Hands over the run of plain sends to one destination (no reply, no ordered flow; the
+    /// node without a journal) at the front of `queue`, at most `max`, which hold their
+    /// credits: a lone one as any other send, several in one call, taken from the queue as
+    /// the core takes them (each moves once, into its entry of the unacknowledged).
+    /// Returns how many it took: none when the front is no such send. One look at each
+    /// send finds the run, its credits and whether a deadline passed in it.
+    #[inline]
+    pub(crate) fn send_run<T: Run>(
+        &mut self,
+        t: Instant,
+        queue: &mut VecDeque<T>,
+        max: usize,
+        node: &mut Node,
+        paths: &Paths,
+    ) -> usize {
+        if node.is_durable() {
+            return 0;
+        }
+        let (mut to, mut n, mut credits, mut passed) = (None, 0, 0, false);
+        for item in queue.iter_mut().take(max) {
+            let Some(out) = item.send_mut() else { break };
+            if out.answers().is_some() || out.is_flow() || *to.get_or_insert(out.to()) != out.to() {
+                break;
             }
-            return;
+            if out.holds_credit() {
+                credits += self.shared.credit_weight(out.payload_len()) as usize;
+            }
+            passed |= out.deadline().is_some_and(|d| d <= t);
+            n += 1;
         }
-        let mut run = std::mem::take(&mut self.scratch.run);
-        for out in run.iter().filter(|o| o.holds_credit()) {
-            self.credits_taken += self.shared.credit_weight(out.payload_len()) as usize;
+        match (n, to) {
+            (0, _) | (_, None) => return 0,
+            (1, _) => {
+                if let Some(out) = queue.pop_front().and_then(Run::into_send) {
+                    self.on_send(t, out, node, paths);
+                }
+            }
+            (_, Some(to)) => {
+                self.credits_taken += credits;
+                self.hand_run(t, to, queue, n, passed, node, paths);
+            }
         }
-        self.on_run(t, &mut run, node, paths);
-        self.scratch.run = run;
+        n
     }
 
-    /// Whether no gathered send waits to be handed over.
-    pub(crate) fn run_is_empty(&self) -> bool {
-        self.scratch.run.is_empty()
-    }
-
-    /// Sends (taken out of `messages`, in order) whose credits are counted already: in one
-    /// call of the core when they may go together, else one by one.
+    /// The sends of `queue` (a batch's, taken out of it), whose credits are counted
+    /// already: in one call of the core when they may go together, else one by one.
     pub(super) fn on_run(
         &mut self,
         t: Instant,
-        messages: &mut Vec<Outgoing>,
+        queue: &mut VecDeque<Outgoing>,
         node: &mut Node,
         paths: &Paths,
     ) {
-        match self.together(messages, node) {
-            Some(to) => self.send_together(t, to, messages, node, paths),
+        let n = queue.len();
+        let to = queue.front().map(Outgoing::to).filter(|_| n > 1);
+        let plain = |o: &Outgoing, to| o.to() == to && o.answers().is_none() && !o.is_flow();
+        match to.filter(|&to| queue.iter().all(|o| plain(o, to))) {
+            Some(to) => {
+                let passed = queue.iter().any(|o| o.deadline().is_some_and(|d| d <= t));
+                self.hand_run(t, to, queue, n, passed, node, paths);
+            }
             None => {
-                for out in messages.drain(..) {
+                for out in queue.drain(..) {
                     self.on_send_credited(t, out, node, paths);
                 }
             }
         }
     }
 
-    /// The destination of `messages` if they may go in one call: several plain messages to
-    /// one destination nobody waits before, the endpoint open and the node without a
-    /// journal.
-    fn together(&self, messages: &[Outgoing], node: &Node) -> Option<NodeId> {
-        let to = messages.first()?.to();
-        let plain = |o: &Outgoing| o.to() == to && o.answers().is_none() && !o.is_flow();
-        let ok = !self.closed
-            && !node.is_durable()
-            && messages.len() > 1
-            && messages.iter().all(plain)
-            && self.waiters.get(&to).is_none_or(|w| w.is_empty());
-        ok.then_some(to)
-    }
-
-    /// Hands `messages` to the core in one call (those whose deadline passed are given up
-    /// first); those it did not take wait for room, or are refused with their reason.
-    fn send_together(
+    /// The first `n` sends of `queue`, plain messages to `to` holding their credits
+    /// (`passed`: a deadline passed among them): in one call when they may go together
+    /// (the endpoint open, the node without a journal, nobody waiting for `to` before
+    /// them), else one by one.
+    #[allow(clippy::too_many_arguments)]
+    fn hand_run<T: Run>(
         &mut self,
         t: Instant,
         to: NodeId,
-        messages: &mut Vec<Outgoing>,
+        queue: &mut VecDeque<T>,
+        n: usize,
+        passed: bool,
+        node: &mut Node,
+        paths: &Paths,
+    ) {
+        let together = !self.closed
+            && !node.is_durable()
+            && self.waiters.get(&to).is_none_or(|w| w.is_empty());
+        if !together {
+            for out in queue.drain(..n).filter_map(Run::into_send) {
+                self.on_send_credited(t, out, node, paths);
+            }
+        } else if passed {
+            // Given up before they reached the core: certainly not delivered. The rest go
+            // on as a run of their own (rare: taken out of the queue first).
+            let mut rest = VecDeque::with_capacity(n);
+            for out in queue.drain(..n).filter_map(Run::into_send) {
+                if out.deadline().is_some_and(|d| d <= t) {
+                    out.give_up();
+                } else {
+                    rest.push_back(out);
+                }
+            }
+            self.on_run(t, &mut rest, node, paths);
+        } else {
+            self.send_together(t, to, queue, n, node, paths);
+        }
+    }
+
+    /// Hands the first `n` sends of `queue` to the core in one call; those it did not take
+    /// wait for room, or are refused with their reason.
+    fn send_together<T: Run>(
+        &mut self,
+        t: Instant,
+        to: NodeId,
+        queue: &mut VecDeque<T>,
+        n: usize,
         node: &mut Node,
         paths: &Paths,
     ) {
         let mut s = std::mem::take(&mut self.scratch);
-        if messages
-            .iter()
-            .any(|o| o.deadline().is_some_and(|d| d <= t))
-        {
-            // Given up before they reached the core: certainly not delivered.
-            for out in messages.extract_if(.., |o| o.deadline().is_some_and(|d| d <= t)) {
-                out.give_up();
-            }
-        }
         // The payloads go to the core; the messages stay where they are until it took
-        // them (each moved once, into its entry of the unacknowledged).
-        // Their lengths are kept only for the debug events, when those can be on.
+        // them. Their lengths are kept only for the debug events, when those can be on.
         let debug = tracing::level_enabled!(tracing::Level::DEBUG);
-        for out in messages.iter_mut() {
+        for out in queue.range_mut(..n).filter_map(Run::send_mut) {
             let payload = out.take_payload();
             if debug {
                 s.lens.push(payload.len());
@@ -129,10 +178,11 @@ impl Sends {
         }
         // `send_many` takes from the front and leaves the rest (all of them when it fails).
         let first = node.send_many(t, to, &mut s.payloads);
-        let accepted = messages.len() - s.payloads.len();
+        let accepted = n - s.payloads.len();
         if let Ok(first) = first {
             self.warn_if_no_address(t, node, paths, to);
-            for (i, out) in messages.drain(..accepted).enumerate() {
+            let taken = queue.drain(..accepted).filter_map(Run::into_send);
+            for (i, out) in taken.enumerate() {
                 if let Some(len) = s.lens.get(i) {
                     debug_in_peer(
                         to,
@@ -145,7 +195,8 @@ impl Sends {
                 self.block(to);
             }
         }
-        for (mut out, payload) in messages.drain(..).zip(s.payloads.drain(..)) {
+        let left = queue.drain(..n - accepted).filter_map(Run::into_send);
+        for (mut out, payload) in left.zip(s.payloads.drain(..)) {
             out.put_payload(payload);
             self.on_send_credited(t, out, node, paths);
         }
