@@ -202,8 +202,9 @@ UNFINISHED = {"Lost", "NotAcknowledged", "JournalNotEmpty", "NotIdle", "ChannelB
 
 def still_moving(out):
     """Whether a failed run was only cut off while still making progress: every violation
-    is of a message or journal not finished, and the last ACK, or the first delivery of a
-    message the report lists, came within the last 10 s of virtual time, or within twice
+    is of a message or journal not finished, and the last ACK (or stream bytes stored:
+    `done_s`), or the first delivery of a message the report lists, came within the last
+    10 s of virtual time, or within twice
     the run's own mean time between ACKs once it has a hundred (a slow heavy cell, not a
     livelock: those show neither for the whole settle time; NewReno's backed-off timers at
     20 % loss can leave more than 10 s between ACKs while deliveries go on, and a path

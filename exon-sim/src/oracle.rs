@@ -110,8 +110,9 @@ pub struct Oracle {
     pub duplicates: u64,
     /// Acknowledgements seen by senders.
     pub acked: u64,
-    /// Virtual time of the last acknowledgement, in nanoseconds: when the work was done
-    /// (the run goes on until its timers go quiet).
+    /// Virtual time of the last acknowledgement, or of the last stream bytes stored (a
+    /// stream's progress), in nanoseconds: when the work was done (the run goes on until
+    /// its timers go quiet).
     pub last_ack_at: u64,
     /// Messages reported in doubt to their senders (their receiver restarted).
     pub in_doubt: u64,

@@ -47,8 +47,9 @@ pub struct Report {
     pub events: u64,
     /// Virtual time simulated.
     pub virtual_time: Duration,
-    /// Virtual time of the last acknowledgement: when the work was done (the run itself
-    /// goes on until the nodes' timers go quiet, idle timeouts included).
+    /// Virtual time of the last acknowledgement or stream bytes stored: when the work was
+    /// done (the run itself goes on until the nodes' timers go quiet, idle timeouts
+    /// included).
     pub done_at: Duration,
     /// Node restarts.
     pub restarts: u32,

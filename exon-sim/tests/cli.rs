@@ -455,6 +455,21 @@ fn a_restarted_sender_does_not_time_round_trips_from_answers_to_its_life_before(
     assert!(done < 5.0, "last ACK at {done} s of virtual time: {text}");
 }
 
+/// A stream run's work is its bytes stored: `done_s` says when the last of them were (it
+/// said 0, since streams acknowledge no messages of the workload's), so that the campaign
+/// tells a stream run cut off while it still moves (campaign 137: 4 nodes, one sender
+/// record each, one-slot windows at 50 ms, 330 bytes a second, steadily, until the event
+/// cap) from a stuck one.
+#[test]
+fn a_stream_runs_work_is_done_when_its_last_bytes_are_stored() {
+    let text = report("--nodes 2 --streams 2 --durable --seed 3");
+    let (done, end) = (field(&text, "done_s"), field(&text, "virtual_s"));
+    assert!(
+        done > 0.0 && done <= end,
+        "done at {done} s of {end}: {text}"
+    );
+}
+
 /// Rule `random_loss_made_up`: 20 000-byte messages over a path that loses a fifth of its
 /// datagrams at random (in bursts) with 2 ms of jitter. Each delivery-rate sample counted
 /// only what got through, the window (two products at the minimum RTT) was half full of

@@ -120,6 +120,11 @@ impl Oracle {
         let (had, total) = (s.stored, s.total);
         let end = offset + bytes.len() as u64;
         s.stored = s.stored.max(end);
+        if end > had {
+            // Work done, as an acknowledgement is: a run cut off while its streams still
+            // move is slow, not stuck (`scripts/sim-campaign.py`).
+            self.last_ack_at = self.last_ack_at.max(now);
+        }
         let kind = if offset > had {
             Some(ViolationKind::StreamSkipped)
         } else if offset < had {
