@@ -119,7 +119,8 @@ impl ReceiptSlab {
                 slab,
                 cell,
                 index,
-                verdict: None,
+                read: code::PENDING,
+                refusal: None,
                 waker_ref: false,
             },
             SlotAck {
@@ -352,9 +353,12 @@ pub(crate) struct SlabReceipt {
     /// cell handed out.
     cell: Option<NonNull<Cell>>,
     index: u32,
-    /// The verdict once read (the cell is given back then): a poll after that returns it
-    /// again.
-    verdict: Option<Result<(), ReceiptError>>,
+    /// The verdict's code once read (the cell is given back then; `PENDING` before): a
+    /// poll after that returns it again. A code, not the verdict, so that a receipt (moved
+    /// with every send's result) stays small.
+    read: u8,
+    /// A refusal's reason, once read (rare: boxed).
+    refusal: Option<Box<Error>>,
     /// It took a reference for its waker (raised [`WAKER`]): the driver gives it up
     /// once it has woken it.
     waker_ref: bool,
@@ -379,8 +383,10 @@ impl SlabReceipt {
     /// The verdict, once the driver has resolved the cell; until then, `cx`'s waker is
     /// woken when it does.
     pub(crate) fn poll_verdict(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ReceiptError>> {
-        if let Some(v) = self.verdict {
-            return Poll::Ready(v);
+        if self.read != code::PENDING {
+            let refusal = || self.refusal.as_deref().copied().unwrap_or(Error::Closed);
+            let v = code::verdict(self.read, refusal);
+            return Poll::Ready(v.unwrap_or(Err(ReceiptError::Unacknowledged)));
         }
         let at = self.cell;
         // SAFETY: no verdict read yet, so the cell is not given back.
@@ -409,7 +415,8 @@ impl SlabReceipt {
             }
         }
         let v = self.slab.get().verdict(self.index, state);
-        self.verdict = Some(v);
+        let (read, refusal) = code::of(v);
+        (self.read, self.refusal) = (read, refusal.map(Box::new));
         // The driver is done with it, and so are we (a refusal's reason is read).
         self.slab
             .get()
@@ -429,7 +436,7 @@ impl SlabReceipt {
 impl Drop for SlabReceipt {
     #[inline]
     fn drop(&mut self) {
-        if self.verdict.is_some() {
+        if self.read != code::PENDING {
             return;
         }
         // SAFETY: no verdict read, so the cell is not given back.
@@ -774,6 +781,11 @@ mod tests {
         let (mut r, ack) = slab.open();
         ack.resolve(refused);
         assert_eq!(verdict(&mut r).await, refused);
+        assert_eq!(
+            verdict(&mut r).await,
+            refused,
+            "read again: the same reason"
+        );
         let (r, ack) = slab.open();
         ack.resolve(refused);
         drop(r);
