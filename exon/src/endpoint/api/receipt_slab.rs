@@ -131,6 +131,7 @@ impl ReceiptSlab {
     }
 
     /// The cell at `index` (always one handed out: its chunk exists).
+    #[inline]
     fn cell(&self, index: u32) -> Option<&Cell> {
         let n = u64::from(index) + u64::from(FIRST);
         let k = (63 - n.leading_zeros() - FIRST.trailing_zeros()) as usize;
