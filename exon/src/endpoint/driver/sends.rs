@@ -72,6 +72,9 @@ pub(crate) struct Sends {
     notes: Notes,
     /// Rate limit of the warning about sends to peers with no address.
     no_address: Throttle,
+    /// The last destination found with an address, and the paths' count of forgotten
+    /// addresses then (`warn_if_no_address`).
+    addressed: Option<(NodeId, u64)>,
     /// The buffers of sends handed over together.
     scratch: together::Scratch,
 }
@@ -89,6 +92,7 @@ impl Sends {
             closed: false,
             notes: Notes::default(),
             no_address: Throttle::default(),
+            addressed: None,
             scratch: together::Scratch::default(),
         }
     }
@@ -117,7 +121,14 @@ impl Sends {
 
     /// Warns (rate-limited) of sends to `to` while it has no known address.
     fn warn_if_no_address(&mut self, t: Instant, node: &Node, paths: &Paths, to: NodeId) {
+        // The last destination found with an address keeps it until one is forgotten: no
+        // look-up per send to it (a server's replies go one by one, mostly to one peer).
+        let seen = (to, paths.forgotten());
+        if self.addressed == Some(seen) {
+            return;
+        }
         if paths.address(to).is_some() {
+            self.addressed = Some(seen);
             return;
         }
         if let Some(suppressed) = self.no_address.allow(t) {

@@ -161,6 +161,8 @@ pub(crate) struct PeerBook {
     skip: usize,
     /// Peers pruned since the last [`take_pruned`](Self::take_pruned).
     pruned: Vec<NodeId>,
+    /// Addresses ever pruned: a look-up found true holds while this stays the same.
+    forgotten: u64,
     /// The wait after a candidate's first challenge (doubled after each).
     interval: Duration,
     /// A sealed peer moves only to an address that answered a challenge (off only in test
@@ -178,6 +180,7 @@ impl PeerBook {
             learned: 0,
             skip: 0,
             pruned: Vec::new(),
+            forgotten: 0,
             interval,
             moves_need_an_answer: true,
         }
@@ -443,6 +446,7 @@ impl PeerBook {
     /// way, while a flood of forged or one-off peers does not accumulate).
     pub fn prune(&mut self, now: Instant, idle: Duration, has_record: impl Fn(NodeId) -> bool) {
         let (pruned, learned) = (&mut self.pruned, &mut self.learned);
+        let before = pruned.len();
         self.entries.retain(|id, e| {
             let recent = e
                 .last
@@ -454,6 +458,12 @@ impl PeerBook {
             }
             keep
         });
+        self.forgotten += (self.pruned.len() - before) as u64;
+    }
+
+    /// How many addresses were ever pruned: an address found is there while this holds.
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
     }
 
     /// The peers whose addresses were pruned since the last call.

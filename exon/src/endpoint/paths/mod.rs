@@ -154,6 +154,12 @@ impl Paths {
         self.peers.get(peer)
     }
 
+    /// How many addresses were ever forgotten (pruned): a peer found with an address still
+    /// has one while this stays the same (an address is only ever replaced otherwise).
+    pub(crate) fn forgotten(&self) -> u64 {
+        self.peers.forgotten()
+    }
+
     /// Peer addresses held.
     pub(crate) fn len(&self) -> usize {
         self.peers.len()

@@ -430,9 +430,13 @@ fn learned_entries_are_bounded_and_pruned_with_records() {
     assert!(b.len() <= 5);
     assert_eq!(b.get(NodeId::from_const(100)), Some(addr(100)));
     b.take_pruned();
+    let forgotten = b.forgotten();
     b.prune(t0(), Duration::ZERO, |_| false);
     assert_eq!(b.len(), 1, "only the configured entry survives");
-    assert!(b.take_pruned().count() >= 2, "pruned peers are reported");
+    let pruned = b.take_pruned().count() as u64;
+    assert!(pruned >= 2, "pruned peers are reported");
+    // What a sender that found an address relies on to look again (`Sends`).
+    assert_eq!(b.forgotten(), forgotten + pruned, "and counted");
 }
 
 #[test]
