@@ -455,6 +455,24 @@ fn a_restarted_sender_does_not_time_round_trips_from_answers_to_its_life_before(
     assert!(done < 5.0, "last ACK at {done} s of virtual time: {text}");
 }
 
+/// Campaign 141: a caller restarted with durable mode switched on (a new journal) makes
+/// calls; its server, which never restarted, answers them in envelopes of the caller's
+/// incarnation from before the restart, and is told the replies are in doubt. The calls
+/// end executed without their reply, truthfully; the checker took each for a reply lost
+/// (`ReplyLost`, 52 of them) until it learned which replies were told in doubt.
+#[test]
+fn replies_in_a_restarted_callers_old_envelopes_end_their_calls_truthfully() {
+    let text = report(
+        "--nodes 2 --messages 4000 --loss 0.2 --dup 0.1 --burst 0.05 --partitions 1 \
+         --restarts 1 --jitter-ms 2 --durable --journal-loss 1 --durable-at-restart --rpc \
+         --link-mtu 9000 --no-mtu-discovery --max-datagram 9000 --seed 424771944",
+    );
+    assert!(
+        field(&text, "no_reply") > 0.0,
+        "the run meets the case: {text}"
+    );
+}
+
 /// A stream run's work is its bytes stored: `done_s` says when the last of them were (it
 /// said 0, since streams acknowledge no messages of the workload's), so that the campaign
 /// tells a stream run cut off while it still moves (campaign 137: 4 nodes, one sender

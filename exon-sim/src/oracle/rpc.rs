@@ -39,6 +39,8 @@ pub(super) struct Call {
     answer: Option<(Outcome, Vec<u8>)>,
     /// Stable ids of the reply deliveries the caller's application got.
     replies: Vec<Stable>,
+    /// The reply messages its server sent.
+    reply_keys: Vec<MsgKey>,
     /// Flagged re-runs by a server whose journal was found damaged: each may answer with a
     /// reply of its own (the damage may have cut the record of the reply sent before).
     damaged_reruns: u32,
@@ -138,6 +140,7 @@ impl Oracle {
             executed: Vec::new(),
             answer: None,
             replies: Vec::new(),
+            reply_keys: Vec::new(),
             damaged_reruns: 0,
             ended: None,
         });
@@ -206,6 +209,13 @@ impl Oracle {
             );
         }
         true
+    }
+
+    /// A server sent message `key` as its reply to call `call` of `caller`.
+    pub fn on_reply_sent(&mut self, caller: usize, call: u64, key: MsgKey) {
+        if let Some(c) = self.call_mut(caller, call) {
+            c.reply_keys.push(key);
+        }
     }
 
     /// The application of `caller` got the reply to its call `call` from `from` (delivery
@@ -375,8 +385,15 @@ impl Oracle {
                     };
                     unvouched(server, taken) || unvouched(caller, r.sent_at)
                 });
+                // A reply its server was told is in doubt (checked apart: an unvouched
+                // restart of the caller, its reply sent in an envelope from before it): lost
+                // with a truthful verdict at both ends (the call ends executed, no reply).
+                let reply_doubted = c
+                    .reply_keys
+                    .iter()
+                    .any(|k| self.rec(*k).is_some_and(|r| r.doubted));
                 let excused = if self.durable {
-                    self.damaged[server] || self.damaged[caller] || after_restart
+                    self.damaged[server] || self.damaged[caller] || after_restart || reply_doubted
                 } else {
                     self.restarted[server] || self.restarted[caller]
                 };

@@ -182,6 +182,51 @@ fn durable_a_reply_lost_is_excused_by_an_unvouched_restart_after_its_acknowledge
     }
 }
 
+/// Durable mode: a caller restarted unvouched (durable mode switched on) makes a call
+/// after its restart; its server's reply goes in an envelope of the caller's incarnation
+/// from before it and is told in doubt (campaign 141, `exon-sim --nodes 2 --messages 4000
+/// --loss 0.2 --dup 0.1 --burst 0.05 --partitions 1 --restarts 1 --jitter-ms 2 --durable
+/// --journal-loss 1 --durable-at-restart --rpc --link-mtu 9000 --no-mtu-discovery
+/// --max-datagram 9000 --seed 424771944`: 52 `ReplyLost`). Lost truthfully at both ends:
+/// the call ends executed without its reply. A reply never sent, or one not in doubt,
+/// excuses nothing.
+#[test]
+fn durable_a_reply_told_in_doubt_is_lost_truthfully() {
+    for (doubted, excused) in [(true, true), (false, false)] {
+        let mut o = Oracle::new(2);
+        o.set_durable();
+        o.on_restart(1);
+        o.on_unvouched_restart(1, 1);
+        // The call is made after the restart.
+        let request = o.on_submit(1, 0, 2);
+        let c = o.on_call(1, 0, request);
+        exec(&mut o, c, (2, 1, 1), false);
+        acknowledge(&mut o, MsgKey { sender: 1, seq: 0 }, 5);
+        let reply = o.on_submit(0, 1, 5);
+        o.on_reply_sent(1, c, reply);
+        if doubted {
+            o.on_in_doubt(reply, 7);
+        }
+        o.on_call_ended(1, c, &Ended::NoReply, 12);
+        let before = o.violation_count();
+        o.finish_rpc(20);
+        let end = kinds_since(&o, before);
+        let want: &[ViolationKind] = if excused {
+            &[]
+        } else {
+            &[ViolationKind::ReplyLost]
+        };
+        assert_eq!(end, want, "reply in doubt: {doubted}");
+        if doubted {
+            assert!(
+                kinds(&o).is_empty(),
+                "the doubt itself is excused: {:?}",
+                o.violations()
+            );
+        }
+    }
+}
+
 /// The kinds of the violations found after the first `before`.
 fn kinds_since(o: &Oracle, before: u64) -> Vec<ViolationKind> {
     o.violations()[before as usize..]

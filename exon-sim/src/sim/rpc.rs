@@ -288,6 +288,7 @@ impl Sim {
             ) {
                 Ok(msg) => {
                     let key = self.oracle.on_submit(i, a.from, self.now);
+                    self.oracle.on_reply_sent(a.from, a.call, key);
                     self.hosts[i].msg_keys.insert(msg.0, key.seq);
                     self.oracle.on_taken(i, &a.body, self.now);
                     sent = true;
