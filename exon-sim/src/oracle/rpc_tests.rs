@@ -169,16 +169,12 @@ fn durable_a_reply_lost_is_excused_by_an_unvouched_restart_after_its_acknowledge
         exec(&mut o, c, (2, 1, 1), false);
         acknowledge(&mut o, MsgKey { sender: 1, seq: 0 }, 5);
         o.on_unvouched_restart(0, restart_at);
-        o.on_call_ended(1, c, &Ended::NoReply, 12);
-        let before = o.violation_count();
-        o.finish_rpc(20);
-        let end = kinds_since(&o, before);
-        let want: &[ViolationKind] = if excused {
-            &[]
-        } else {
-            &[ViolationKind::ReplyLost]
-        };
-        assert_eq!(end, want, "unvouched restart at {restart_at}");
+        let end = end_no_reply(&mut o, c);
+        assert_eq!(
+            end,
+            lost_unless(excused),
+            "unvouched restart at {restart_at}"
+        );
     }
 }
 
@@ -207,16 +203,8 @@ fn durable_a_reply_told_in_doubt_is_lost_truthfully() {
         if doubted {
             o.on_in_doubt(reply, 7);
         }
-        o.on_call_ended(1, c, &Ended::NoReply, 12);
-        let before = o.violation_count();
-        o.finish_rpc(20);
-        let end = kinds_since(&o, before);
-        let want: &[ViolationKind] = if excused {
-            &[]
-        } else {
-            &[ViolationKind::ReplyLost]
-        };
-        assert_eq!(end, want, "reply in doubt: {doubted}");
+        let end = end_no_reply(&mut o, c);
+        assert_eq!(end, lost_unless(excused), "reply in doubt: {doubted}");
         if doubted {
             assert!(
                 kinds(&o).is_empty(),
@@ -224,6 +212,24 @@ fn durable_a_reply_told_in_doubt_is_lost_truthfully() {
                 o.violations()
             );
         }
+    }
+}
+
+/// Call `c` of node 1 ends executed without a reply; the kinds of the violations the
+/// end-of-run checks then find.
+fn end_no_reply(o: &mut Oracle, c: u64) -> Vec<ViolationKind> {
+    o.on_call_ended(1, c, &Ended::NoReply, 12);
+    let before = o.violation_count();
+    o.finish_rpc(20);
+    kinds_since(o, before)
+}
+
+/// None if `excused`, else a reply lost.
+fn lost_unless(excused: bool) -> &'static [ViolationKind] {
+    if excused {
+        &[]
+    } else {
+        &[ViolationKind::ReplyLost]
     }
 }
 
