@@ -13,7 +13,10 @@ const MIN_SPAN: usize = 4096;
 /// inserted before; an id not in increasing order goes to the overflow map, still correct).
 ///
 /// The ring covers ids `base .. base + ring.len()`; a removed entry leaves a hole until the
-/// holes before it are gone too. When the span grows past four times the live entries (and
+/// holes before it are gone too. An id lives in one place: the ring or `old`. An id in
+/// `old` may fall inside the ring's span (the ring emptied and began again lower, as ids
+/// recovered out of order can make it): a hole in the ring is looked up in `old` while
+/// `old` holds anything. When the span grows past four times the live entries (and
 /// [`MIN_SPAN`]), the oldest live entries move to `old`, so memory stays proportional to
 /// what is live.
 #[derive(Debug)]
@@ -56,8 +59,11 @@ impl<V> SeqMap<V> {
     /// is a comparison and a push, and `v` is built in place.
     #[inline(always)]
     pub(crate) fn insert(&mut self, id: MsgId, v: V) {
-        // The usual case first: the id after the ring's last.
-        if !self.ring.is_empty() && Some(id.0) == self.base.checked_add(self.ring.len() as u64) {
+        // The usual case first: the id after the ring's last, and no old id it could be.
+        if !self.ring.is_empty()
+            && self.old.is_empty()
+            && Some(id.0) == self.base.checked_add(self.ring.len() as u64)
+        {
             self.ring.push_back(Some(v));
             self.in_ring += 1;
             if self.ring.len() > MIN_SPAN.max(4 * self.in_ring) {
@@ -71,6 +77,13 @@ impl<V> SeqMap<V> {
     /// [`insert`](Self::insert) of an id not right after the ring's last.
     #[inline(never)]
     fn insert_other(&mut self, id: MsgId, v: V) {
+        if !self.old.is_empty() {
+            if let Some(slot) = self.old.get_mut(&id.0) {
+                // Replaced where it lives.
+                *slot = v;
+                return;
+            }
+        }
         if let Some(i) = self.at(id) {
             if self.ring[i].replace(v).is_none() {
                 self.in_ring += 1;
@@ -101,8 +114,8 @@ impl<V> SeqMap<V> {
     /// The value under `id`, to change.
     pub(crate) fn get_mut(&mut self, id: MsgId) -> Option<&mut V> {
         match self.at(id) {
-            Some(i) => self.ring[i].as_mut(),
-            None => self.old.get_mut(&id.0),
+            Some(i) if self.ring[i].is_some() || self.old.is_empty() => self.ring[i].as_mut(),
+            _ => self.old.get_mut(&id.0),
         }
     }
 
@@ -111,10 +124,20 @@ impl<V> SeqMap<V> {
         let Some(i) = self.at(id) else {
             return self.old.remove(&id.0);
         };
-        let v = self.ring[i].take()?;
+        let Some(v) = self.ring[i].take() else {
+            return self.old_remove(id);
+        };
         self.in_ring -= 1;
         self.trim();
         Some(v)
+    }
+
+    /// Removes `id` from `old` (a hole in the ring's span it may fill).
+    fn old_remove(&mut self, id: MsgId) -> Option<V> {
+        if self.old.is_empty() {
+            return None;
+        }
+        self.old.remove(&id.0)
     }
 
     /// Removes the values under the run `ids`, handing each found to `found`, in order;
@@ -150,13 +173,12 @@ impl<V> SeqMap<V> {
     #[inline(never)]
     fn remove_each(&mut self, ids: MsgIds, found: &mut dyn FnMut(V)) {
         for id in ids {
-            let v = match self.at(id) {
-                Some(i) => {
-                    let v = self.ring[i].take();
-                    self.in_ring -= usize::from(v.is_some());
-                    v
+            let v = match self.at(id).map(|i| self.ring[i].take()) {
+                Some(Some(v)) => {
+                    self.in_ring -= 1;
+                    Some(v)
                 }
-                None => self.old.remove(&id.0),
+                _ => self.old.remove(&id.0),
             };
             if let Some(v) = v {
                 found(v);
@@ -167,8 +189,8 @@ impl<V> SeqMap<V> {
 
     pub(crate) fn contains_key(&self, id: MsgId) -> bool {
         match self.at(id) {
-            Some(i) => self.ring[i].is_some(),
-            None => self.old.contains_key(&id.0),
+            Some(i) if self.ring[i].is_some() => true,
+            _ => !self.old.is_empty() && self.old.contains_key(&id.0),
         }
     }
 
@@ -229,6 +251,9 @@ mod tests {
         Remove { k: usize },
         /// Remove an id never inserted, or already removed.
         RemoveAbsent { back: u16 },
+        /// Insert (or replace) an id `back` below the next one: out of order, as a durable
+        /// start's recovered ids can come.
+        InsertAt { back: u16 },
         /// Remove a run of `n` ids from the `k`-th oldest live one on, some absent.
         RemoveRun { k: usize, n: u8 },
         /// Remove a run of `n` ids from `back` below the next id on (from below, across
@@ -242,13 +267,15 @@ mod tests {
             1 => (0u8..=255).prop_map(|skip| Op::Insert { skip }),
             5 => any::<usize>().prop_map(|k| Op::Remove { k }),
             1 => any::<u16>().prop_map(|back| Op::RemoveAbsent { back }),
+            1 => any::<u16>().prop_map(|back| Op::InsertAt { back }),
             1 => (any::<usize>(), 0u8..40).prop_map(|(k, n)| Op::RemoveRun { k, n }),
             1 => (any::<u16>(), 0u16..300).prop_map(|(back, n)| Op::RemoveRunAt { back, n }),
         ]
     }
 
     proptest! {
-        /// Any sequence of increasing inserts and arbitrary removes behaves as a hash map.
+        /// Any sequence of inserts (mostly increasing, some out of order) and arbitrary
+        /// removes behaves as a hash map.
         #[test]
         fn behaves_as_a_map(ops in proptest::collection::vec(op(), 0..2000)) {
             let mut m = SeqMap::default();
@@ -271,6 +298,12 @@ mod tests {
                     Op::RemoveAbsent { back } => {
                         let id = next.saturating_sub(u64::from(back));
                         prop_assert_eq!(m.remove(MsgId(id)), model.remove(&id));
+                    }
+                    Op::InsertAt { back } => {
+                        let id = next.saturating_sub(u64::from(back));
+                        m.insert(MsgId(id), id * 10 + 1);
+                        model.insert(id, id * 10 + 1);
+                        prop_assert_eq!(m.get_mut(MsgId(id)).copied(), Some(id * 10 + 1));
                     }
                     Op::RemoveRun { k, n } => {
                         if model.is_empty() { continue; }
@@ -345,6 +378,29 @@ mod tests {
             |v| got.push(v),
         );
         assert_eq!(got, ['c'], "above the empty ring's span");
+        assert!(m.is_empty());
+    }
+
+    /// An old id that a new ring's span comes to cover (the ring emptied and began again
+    /// below it) is still found, once, and an insert under it replaces it.
+    #[test]
+    fn an_old_id_inside_a_new_rings_span_is_found_once() {
+        let mut m = SeqMap::default();
+        m.insert(MsgId(5), 'a');
+        m.insert(MsgId(1_000_000), 'b'); // a jump: 5 goes among the old ones
+        assert_eq!(m.remove(MsgId(1_000_000)), Some('b')); // the ring empties
+        m.insert(MsgId(3), 'c'); // a new ring from 3 ...
+        m.insert(MsgId(4), 'd');
+        m.insert(MsgId(6), 'e'); // ... whose span covers 5
+        assert!(m.contains_key(MsgId(5)));
+        assert_eq!(m.get_mut(MsgId(5)).copied(), Some('a'));
+        m.insert(MsgId(5), 'f');
+        assert_eq!(m.len(), 4);
+        assert_eq!(m.remove(MsgId(5)), Some('f'));
+        assert_eq!(m.remove(MsgId(5)), None);
+        let mut got = Vec::new();
+        m.remove_run(MsgIds::new(MsgId(0), MsgId(10)).unwrap(), |v| got.push(v));
+        assert_eq!(got, ['c', 'd', 'e']);
         assert!(m.is_empty());
     }
 
