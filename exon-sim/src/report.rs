@@ -216,7 +216,8 @@ impl fmt::Display for Report {
             write!(
                 f,
                 " calls={} replies={} failed={} not_executed={} call_in_doubt={} no_reply={} \
-                 forgotten={} executions={} reruns={} discarded_replies={} damage_replies={}",
+                 forgotten={} executions={} reruns={} discarded_replies={} damage_replies={} \
+                 resent_replies={}",
                 c.calls,
                 c.replies,
                 c.failed,
@@ -227,7 +228,8 @@ impl fmt::Display for Report {
                 c.executions,
                 c.reruns,
                 c.discarded,
-                c.damage_replies
+                c.damage_replies,
+                c.resent_replies
             )?;
         }
         if let Some(c) = &self.channels {

@@ -95,6 +95,7 @@ by_name!(
     credit_asks_each_waiting,
     report_recovered_held,
     credit_doubles,
+    resend_doubted_replies,
 );
 
 #[cfg(test)]

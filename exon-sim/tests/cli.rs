@@ -457,20 +457,28 @@ fn a_restarted_sender_does_not_time_round_trips_from_answers_to_its_life_before(
 
 /// Campaign 141: a caller restarted with durable mode switched on (a new journal) makes
 /// calls; its server, which never restarted, answers them in envelopes of the caller's
-/// incarnation from before the restart, and is told the replies are in doubt. The calls
-/// end executed without their reply, truthfully; the checker took each for a reply lost
-/// (`ReplyLost`, 52 of them) until it learned which replies were told in doubt.
+/// incarnation from before the restart, and is told the replies are in doubt. Those calls
+/// ended executed without their reply (236 of them), truthfully but uselessly (the checker
+/// took each for a reply lost, `ReplyLost`, until it learned which replies were told in
+/// doubt). Rule `resend_doubted_replies`: each such reply goes once more, in the caller's
+/// new incarnation, and every call gets its reply.
 #[test]
-fn replies_in_a_restarted_callers_old_envelopes_end_their_calls_truthfully() {
-    let text = report(
-        "--nodes 2 --messages 4000 --loss 0.2 --dup 0.1 --burst 0.05 --partitions 1 \
-         --restarts 1 --jitter-ms 2 --durable --journal-loss 1 --durable-at-restart --rpc \
-         --link-mtu 9000 --no-mtu-discovery --max-datagram 9000 --seed 424771944",
-    );
+fn replies_in_a_restarted_callers_old_envelopes_are_sent_again() {
+    let args = "--nodes 2 --messages 4000 --loss 0.2 --dup 0.1 --burst 0.05 --partitions 1 \
+                --restarts 1 --jitter-ms 2 --durable --journal-loss 1 --durable-at-restart \
+                --rpc --link-mtu 9000 --no-mtu-discovery --max-datagram 9000 --seed 424771944";
+    let text = report(args);
     assert!(
-        field(&text, "no_reply") > 0.0,
+        field(&text, "resent_replies") > 0.0,
         "the run meets the case: {text}"
     );
+    assert_eq!(field(&text, "no_reply"), 0.0, "{text}");
+    let off = report(&format!("{args} --rules-off resend_doubted_replies"));
+    assert!(
+        field(&off, "no_reply") > 0.0,
+        "rule off: calls end without reply: {off}"
+    );
+    assert_eq!(field(&off, "resent_replies"), 0.0, "{off}");
 }
 
 /// A stream run's work is its bytes stored: `done_s` says when the last of them were (it

@@ -44,6 +44,9 @@ pub(super) struct Call {
     /// Flagged re-runs by a server whose journal was found damaged: each may answer with a
     /// reply of its own (the damage may have cut the record of the reply sent before).
     damaged_reruns: u32,
+    /// Replies its server sent once more after the one before was told in doubt (rule
+    /// `resend_doubted_replies`): a caller that had the earlier copy discards this one.
+    resent: u32,
     ended: Option<CallEnd>,
 }
 
@@ -101,6 +104,8 @@ pub struct RpcCounts {
     /// Of those, second replies sent by a re-run at a server whose journal was found
     /// damaged (it lost the record of the reply it sent before): the caller discards them.
     pub damage_replies: u64,
+    /// Replies a server sent once more, the one before told in doubt.
+    pub resent_replies: u64,
 }
 
 /// The calls of every caller, indexed by caller then call id.
@@ -142,6 +147,7 @@ impl Oracle {
             replies: Vec::new(),
             reply_keys: Vec::new(),
             damaged_reruns: 0,
+            resent: 0,
             ended: None,
         });
         self.rpc.counts.calls += 1;
@@ -218,6 +224,16 @@ impl Oracle {
         }
     }
 
+    /// A server sent message `key` as its reply to call `call` of `caller` once more, the
+    /// reply before told in doubt (its caller lost the incarnation that envelope was of).
+    pub fn on_reply_resent(&mut self, caller: usize, call: u64, key: MsgKey) {
+        if let Some(c) = self.call_mut(caller, call) {
+            c.reply_keys.push(key);
+            c.resent += 1;
+            self.rpc.counts.resent_replies += 1;
+        }
+    }
+
     /// The application of `caller` got the reply to its call `call` from `from` (delivery
     /// `stable`, flagged as a redelivery or not).
     pub fn on_reply(
@@ -255,6 +271,12 @@ impl Oracle {
         if n > 1 && n - 1 <= c.damaged_reruns as usize && ended.is_some() {
             self.rpc.counts.discarded += 1;
             self.rpc.counts.damage_replies += 1;
+            return ReplyFate::Discarded;
+        }
+        // A reply told in doubt and sent once more that had reached the caller after all:
+        // its call, ended by the first copy, discards the second.
+        if n > 1 && n - 1 <= (c.damaged_reruns + c.resent) as usize && ended.is_some() {
+            self.rpc.counts.discarded += 1;
             return ReplyFate::Discarded;
         }
         if n > 1 {

@@ -241,21 +241,34 @@ fn kinds_since(o: &Oracle, before: u64) -> Vec<ViolationKind> {
         .collect()
 }
 
+/// Call `c` of node 1 ended with its server's answer.
+fn end_with_reply(o: &mut Oracle, c: u64) {
+    let end = Ended::Reply(Outcome::Answered, Bytes::from_static(b"answer"));
+    o.on_call_ended(1, c, &end, 6);
+}
+
+/// A new call answered, ended, then replied to again with nothing to excuse it: one more
+/// `ReplyTwice` (after the one the test caused already).
+fn a_second_reply_is_refused(o: &mut Oracle) {
+    let c = call(o);
+    exec(o, c, (2, 1, 4), false);
+    o.on_reply(1, 0, c, (1, 1, 4), false, 9);
+    end_with_reply(o, c);
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 5), false, 9), ReplyFate::Refused);
+    assert_eq!(kinds(o), [ViolationKind::ReplyTwice; 2]);
+}
+
 /// A server whose journal was found damaged may lose the record of a reply it sent, run the
 /// flagged request again and answer again: the second reply, to a call its first ended, is
 /// discarded, one per such re-run. Without the damage, or without the re-run, or to a call
 /// still open, a second reply is a violation.
 #[test]
 fn a_damaged_servers_rerun_may_reply_again_to_an_ended_call() {
-    let ended = |o: &mut Oracle, c| {
-        let end = Ended::Reply(Outcome::Answered, Bytes::from_static(b"answer"));
-        o.on_call_ended(1, c, &end, 6);
-    };
     let mut o = Oracle::new(2);
     let c = call(&mut o);
     exec(&mut o, c, (2, 1, 1), false);
     assert_eq!(o.on_reply(1, 0, c, (1, 1, 1), false, 6), ReplyFate::Fresh);
-    ended(&mut o, c);
+    end_with_reply(&mut o, c);
     // A flagged re-run before the damage was found answers nothing new.
     exec(&mut o, c, (2, 1, 1), true);
     o.on_damaged(0);
@@ -270,10 +283,31 @@ fn a_damaged_servers_rerun_may_reply_again_to_an_ended_call() {
     assert_eq!(o.on_reply(1, 0, c, (1, 1, 3), false, 8), ReplyFate::Refused);
     assert_eq!(kinds(&o), [ViolationKind::ReplyTwice]);
     // Damage without a re-run excuses nothing.
+    a_second_reply_is_refused(&mut o);
+}
+
+/// A reply told in doubt and sent once more (rule `resend_doubted_replies`) that had reached
+/// its caller after all: the second copy, to a call the first ended, is discarded, one per
+/// copy sent again; a third reply is a violation, as is a second without a resend.
+#[test]
+fn a_reply_sent_again_after_a_doubt_is_discarded_by_its_ended_call() {
+    let mut o = Oracle::new(2);
     let c = call(&mut o);
-    exec(&mut o, c, (2, 1, 4), false);
-    o.on_reply(1, 0, c, (1, 1, 4), false, 9);
-    ended(&mut o, c);
-    assert_eq!(o.on_reply(1, 0, c, (1, 1, 5), false, 9), ReplyFate::Refused);
-    assert_eq!(kinds(&o), [ViolationKind::ReplyTwice; 2]);
+    exec(&mut o, c, (2, 1, 1), false);
+    let first = o.on_submit(0, 1, 5);
+    o.on_reply_sent(1, c, first);
+    assert_eq!(o.on_reply(1, 0, c, (1, 1, 1), false, 6), ReplyFate::Fresh);
+    end_with_reply(&mut o, c);
+    let again = o.on_submit(0, 1, 7);
+    o.on_reply_resent(1, c, again);
+    assert_eq!(
+        o.on_reply(1, 0, c, (1, 2, 1), false, 8),
+        ReplyFate::Discarded
+    );
+    assert!(kinds(&o).is_empty(), "{:?}", o.violations());
+    assert_eq!(o.rpc_counts().resent_replies, 1);
+    assert_eq!(o.on_reply(1, 0, c, (1, 2, 2), false, 9), ReplyFate::Refused);
+    assert_eq!(kinds(&o), [ViolationKind::ReplyTwice]);
+    // No resend: a second reply is a violation.
+    a_second_reply_is_refused(&mut o);
 }

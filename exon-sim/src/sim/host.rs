@@ -59,6 +59,12 @@ pub(crate) struct Host {
     pub(crate) open: HashMap<u64, (CallState, MsgId)>,
     /// RPC: requests executed and not yet answered (the reply was refused for now).
     pub(crate) answers: Vec<Answer>,
+    /// RPC (rule `resend_doubted_replies`): the caller and call of each reply message
+    /// sent for the first time and not settled yet, to send once more if told in doubt.
+    /// Kept across a crash, as a durable node recovers those messages.
+    pub(crate) reply_calls: HashMap<u64, (usize, u64)>,
+    /// RPC: replies told in doubt, to send once more (caller, call).
+    pub(crate) resend_replies: Vec<(usize, u64)>,
     /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash;
     /// a durable host rebuilds it from its journal).
     pub(crate) chans: super::channels::ChanHost,
@@ -180,6 +186,8 @@ impl Host {
             calls: HashMap::new(),
             open: HashMap::new(),
             answers: Vec::new(),
+            reply_calls: HashMap::new(),
+            resend_replies: Vec::new(),
             chans: super::channels::ChanHost::default(),
             chan_own: Default::default(),
             streams: Default::default(),
@@ -192,6 +200,7 @@ impl Host {
         self.quota > 0
             || !self.replies.is_empty()
             || !self.answers.is_empty()
+            || !self.resend_replies.is_empty()
             || !self.chans.gaps_owed.is_empty()
             || !self.resend.is_empty()
             || self.streams.writing()
@@ -212,6 +221,7 @@ impl Host {
         self.calls.clear();
         self.open.clear();
         self.answers.clear();
+        self.resend_replies.clear();
         // Its flows die with it: a restarted node starts new runs and reorders afresh.
         self.chans = super::channels::ChanHost::default();
         // And its streams (the application's store stays).

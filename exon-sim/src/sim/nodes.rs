@@ -335,6 +335,7 @@ impl Sim {
             }
             Event::Acknowledged { ids, .. } => {
                 for id in ids {
+                    self.hosts[i].reply_calls.remove(&id.0);
                     if self.settle_outbox(i, id) {
                         continue;
                     }
@@ -364,9 +365,14 @@ impl Sim {
                     self.note_evictions();
                     self.oracle.on_in_doubt(key, self.now);
                 }
+                if let Some(call) = self.hosts[i].reply_calls.remove(&id.0) {
+                    self.hosts[i].resend_replies.push(call);
+                    self.schedule_pump(i, self.now);
+                }
                 self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
+                self.hosts[i].reply_calls.remove(&id.0);
                 if self.settle_outbox(i, id) {
                     return;
                 }

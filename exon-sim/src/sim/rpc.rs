@@ -22,6 +22,25 @@ fn stable(id: &DeliveryId) -> Stable {
     (from.get(), r, s)
 }
 
+/// Server `i`'s reply to call `call` of `caller` (its answer drawn from the seed), as
+/// message `seq` of `i`, in its envelope.
+fn reply_envelope(
+    rpc: &crate::RpcModel,
+    seed: u64,
+    (i, caller, call): (usize, usize, u64),
+    seq: u64,
+) -> exon::proto::Payload {
+    let (outcome, answer) = rpc.answer(seed, i, caller, call);
+    let key = MsgKey {
+        sender: i as u32,
+        seq,
+    };
+    let mut body = Vec::with_capacity(ID_LEN + answer.len());
+    write_payload(&mut body, key, Kind::Reply, ID_LEN);
+    body.extend_from_slice(&answer);
+    Envelope::reply(call, outcome, body.into())
+}
+
 impl Sim {
     /// The RPC application of node `i` answers what it owes, then makes the calls its
     /// quota allows (to random servers).
@@ -236,6 +255,32 @@ impl Sim {
         }
     }
 
+    /// Node `i` sends once more, as plain messages of their own, the replies told in doubt
+    /// (as the endpoint's driver does); those refused for now wait for the next round.
+    /// Returns whether any went.
+    fn resend_replies(&mut self, i: usize, rpc: &crate::RpcModel) -> bool {
+        let now = self.instant();
+        let mut sent = false;
+        let mut left = Vec::new();
+        for (to, call) in std::mem::take(&mut self.hosts[i].resend_replies) {
+            let Some(node) = self.hosts[i].node.as_mut() else {
+                break;
+            };
+            let reply = reply_envelope(rpc, self.sc.seed, (i, to, call), self.oracle.next_seq(i));
+            match node.send(now, node_id(to), reply) {
+                Ok(msg) => {
+                    let key = self.oracle.on_submit(i, to, self.now);
+                    self.oracle.on_reply_resent(to, call, key);
+                    self.hosts[i].msg_keys.insert(msg.0, key.seq);
+                    sent = true;
+                }
+                Err(_) => left.push((to, call)),
+            }
+        }
+        self.hosts[i].resend_replies.extend(left);
+        sent
+    }
+
     /// The application of node `i` takes delivery `id` (whose body is `body`) at once.
     fn take_now(&mut self, i: usize, id: DeliveryId, body: &[u8], now: std::time::Instant) {
         if let Some(node) = self.hosts[i].node.as_mut() {
@@ -268,28 +313,25 @@ impl Sim {
         };
         let now = self.instant();
         let mut left = Vec::new();
-        let mut sent = false;
+        let mut sent = self.resend_replies(i, &rpc);
         for a in std::mem::take(&mut self.hosts[i].answers) {
             let Some(node) = self.hosts[i].node.as_mut() else {
                 break;
             };
-            let (outcome, answer) = rpc.answer(self.sc.seed, i, a.from, a.call);
-            let key = MsgKey {
-                sender: i as u32,
-                seq: self.oracle.next_seq(i),
-            };
-            let mut body = Vec::with_capacity(ID_LEN + answer.len());
-            write_payload(&mut body, key, Kind::Reply, ID_LEN);
-            body.extend_from_slice(&answer);
-            match node.reply(
-                now,
-                a.id,
-                Envelope::reply(a.call, outcome, body.clone().into()),
-            ) {
+            let seq = self.oracle.next_seq(i);
+            let reply = reply_envelope(&rpc, self.sc.seed, (i, a.from, a.call), seq);
+            match node.reply(now, a.id, reply) {
                 Ok(msg) => {
                     let key = self.oracle.on_submit(i, a.from, self.now);
                     self.oracle.on_reply_sent(a.from, a.call, key);
-                    self.hosts[i].msg_keys.insert(msg.0, key.seq);
+                    let h = &mut self.hosts[i];
+                    h.msg_keys.insert(msg.0, key.seq);
+                    if h.node
+                        .as_ref()
+                        .is_some_and(|n| n.rules().resend_doubted_replies)
+                    {
+                        h.reply_calls.insert(msg.0, (a.from, a.call));
+                    }
                     self.oracle.on_taken(i, &a.body, self.now);
                     sent = true;
                 }
@@ -304,7 +346,7 @@ impl Sim {
                 Err(_) => left.push(a),
             }
         }
-        let retry = !left.is_empty();
+        let retry = !left.is_empty() || !self.hosts[i].resend_replies.is_empty();
         self.hosts[i].answers = left;
         if sent {
             self.last_activity = self.last_activity.max(self.now);

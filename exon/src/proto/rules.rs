@@ -505,6 +505,14 @@ pub struct Rules {
     /// fragmented chunks gains one chunk of credit per round trip: on a 100 ms path its
     /// startup is held below the congestion window for seconds.
     pub credit_doubles: bool,
+    /// Request/reply (the endpoint's rule, `docs/rpc.md`; the simulator's server model): a
+    /// server's reply told in doubt (its caller restarted and lost the incarnation whose
+    /// envelope carried it) is sent once more as a message of its own, in the caller's
+    /// new incarnation; a caller that had the first copy discards the second (matched by
+    /// call id). Off, the call of a caller restarted without its journal whose reply went
+    /// in an envelope from before the restart waits for its deadline and ends executed
+    /// without a reply.
+    pub resend_doubted_replies: bool,
 }
 
 impl Rules {
@@ -583,6 +591,7 @@ impl Rules {
         credit_asks_each_waiting: true,
         report_recovered_held: true,
         credit_doubles: true,
+        resend_doubted_replies: true,
     };
 }
 

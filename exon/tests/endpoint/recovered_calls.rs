@@ -353,3 +353,115 @@ async fn a_call_outcome_not_acknowledged_comes_back_flagged_after_a_restart() {
     drop(caller.close(Duration::ZERO).await);
     drop(server.close(Duration::ZERO).await);
 }
+
+/// Calls `S` with each of `xs` at once; their ends in order.
+async fn call_all(
+    caller: &Endpoint,
+    xs: std::ops::Range<u64>,
+) -> Vec<Result<bytes::Bytes, exon::rpc::CallError>> {
+    let calls: Vec<_> = xs
+        .map(|x| {
+            let h = caller.handle();
+            tokio::spawn(async move { h.call(S, x.to_be_bytes().to_vec()).await })
+        })
+        .collect();
+    let mut ends = Vec::new();
+    for c in calls {
+        ends.push(c.await.unwrap());
+    }
+    ends
+}
+
+/// A caller restarted without its journal (a durable one whose journal was lost, its clock
+/// kept; or one not durable) calls a server that still holds slots of the caller's old
+/// incarnation: the replies go in them and are told in doubt (nothing covers the old
+/// incarnation). With the rule `resend_doubted_replies` the server sends each such reply
+/// once more, in the caller's new incarnation, and every call gets its reply; off, those
+/// calls end at their deadline, executed without a reply.
+#[tokio::test]
+async fn replies_told_in_doubt_reach_a_caller_restarted_without_its_journal() {
+    for (rule, durable_caller) in [(true, true), (false, true), (true, false), (false, false)] {
+        let cdir = tempfile::tempdir().unwrap();
+        let bind_caller = || async {
+            if durable_caller {
+                durable(C, cdir.path(), true).await
+            } else {
+                let c = cfg().with_call_deadline(Duration::from_secs(3));
+                Endpoint::builder(C)
+                    .security(security(C))
+                    .config(c)
+                    .bind("127.0.0.1:0")
+                    .await
+                    .unwrap()
+            }
+        };
+        let mut rules = exon::proto::Rules::ALL;
+        rules.resend_doubted_replies = rule;
+        let server = Endpoint::builder(S)
+            .security(security(S))
+            .config(cfg().with_rules(rules))
+            .bind("127.0.0.1:0")
+            .await
+            .unwrap();
+        let caller = bind_caller().await;
+        server.add_peer(C, caller.local_addr());
+        caller.add_peer(S, server.local_addr());
+        let h = server.handle();
+        tokio::spawn(async move {
+            h.serve(|req: Request| async move {
+                let x = u64::from_be_bytes(req.body()[..].try_into().unwrap());
+                Ok::<_, Failure>(Response::new((x * x).to_be_bytes().to_vec()))
+            })
+            .await
+        });
+        let square = |r: &[u8]| u64::from_be_bytes(r.try_into().unwrap());
+        // Replies in slots the caller's first incarnation granted, a few to spare.
+        for (x, r) in (0..20u64).zip(call_all(&caller, 0..20).await) {
+            assert_eq!(square(&r.unwrap()), x * x);
+        }
+        // Every reply acknowledged (none of them in doubt after the restart).
+        timeout(LIMIT, async {
+            while server.stats().await.unwrap().node.acknowledged < 20 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the first replies acknowledged");
+        drop(caller.close(Duration::ZERO).await);
+        drop(caller);
+        if durable_caller {
+            std::fs::remove_dir_all(cdir.path().join("journal")).unwrap();
+        }
+        let caller = bind_caller().await;
+        caller.add_peer(S, server.local_addr());
+        server.add_peer(C, caller.local_addr());
+        let ends = timeout(LIMIT, call_all(&caller, 100..110)).await.unwrap();
+        let got = ends.iter().filter(|r| r.is_ok()).count();
+        for (x, r) in (100..110u64).zip(&ends) {
+            match r {
+                Ok(r) => assert_eq!(square(r), x * x),
+                Err(e) => {
+                    assert!(
+                        !rule,
+                        "rule on, durable {durable_caller}: call {x} ended {e:?}"
+                    );
+                    assert_eq!(e.executed(), Some(true), "call {x}: {e:?}");
+                }
+            }
+        }
+        let resent = server.stats().await.unwrap().replies_resent;
+        if rule {
+            assert_eq!(got, 10, "every call got its reply");
+            assert!(
+                resent > 0,
+                "some reply went in an old slot and was sent again"
+            );
+        } else {
+            assert!(
+                got < 10,
+                "rule off (durable {durable_caller}): replies lost to calls"
+            );
+            assert_eq!(resent, 0);
+        }
+    }
+}

@@ -25,8 +25,13 @@ pub(crate) enum Ack {
     Slot(SlotAck),
     /// Message `index` of a batch.
     Batch(BatchSlot),
-    /// Nobody waits for the verdict (a server's reply: its caller learns the outcome).
+    /// Nobody waits for the verdict (a flow's note).
     None,
+    /// A server's reply: nobody waits for its verdict (its caller learns the outcome), and
+    /// its payload is kept to be sent once more if it is told in doubt (its caller lost
+    /// the incarnation whose envelope carried it: see `Sends::settle`). Boxed: replies
+    /// are a few of the messages in flight, and every `Ack` stays small.
+    Reply(Box<crate::proto::Payload>),
     /// A message of an ordered flow: its flow learns the verdict (and its receipt, if any).
     Flow(Box<FlowAck>),
     /// A call's request: its call learns the verdict.
@@ -43,7 +48,7 @@ impl Ack {
             }
             Ack::Slot(slot) => slot.resolve(verdict),
             Ack::Batch(slot) => slot.resolve(verdict),
-            Ack::None => {}
+            Ack::None | Ack::Reply(_) => {}
             Ack::Flow(f) => f.resolve(verdict),
             Ack::Call(c) => c.resolve(verdict),
         }

@@ -82,6 +82,10 @@ counters! {
         /// deadline passed first), or from a node other than the one called: taken and
         /// discarded.
         pub replies_discarded: u64 [sum],
+        /// Server side: replies told in doubt (their caller restarted and lost the
+        /// incarnation whose envelope carried them) and sent once more, as messages of
+        /// their own; a caller that had the first copy discards the second.
+        pub replies_resent: u64 [sum],
         /// Messages from authenticated peers that were not a valid envelope (a peer that
         /// does not speak this endpoint's message format): taken and discarded.
         pub envelope_errors: u64 [sum],

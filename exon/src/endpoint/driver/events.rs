@@ -7,6 +7,7 @@ use bytes::Bytes;
 use super::Driver;
 use crate::endpoint::api::error::ReceiptError;
 use crate::endpoint::api::message::{Acker, Message};
+use crate::endpoint::driver::outgoing::Outgoing;
 use crate::endpoint::driver::trace::{debug_in_peer, peer_span};
 use crate::endpoint::flows::at_driver::Held;
 use crate::endpoint::flows::window_mark::window_mark;
@@ -53,8 +54,12 @@ impl<S: DatagramSocket> Driver<S> {
                         "message in doubt (its receiver lost its incarnation, or it was given up after a copy left)"
                     );
                 }
-                if let Some(msg) = self.sends.settle(id, Err(ReceiptError::InDoubt)) {
+                let (msg, again) = self.sends.settle_in_doubt(id);
+                if let Some(msg) = msg {
                     debug_in_peer(to, || tracing::debug!(%msg, "message in doubt"));
+                }
+                if let Some(payload) = again {
+                    self.send_reply_again(t, to, payload);
                 }
             }
             Event::NotDelivered { id, to } => {
@@ -66,6 +71,16 @@ impl<S: DatagramSocket> Driver<S> {
                 self.sends.settle(id, Err(ReceiptError::NotDelivered));
             }
         }
+    }
+
+    /// Sends a server's reply told in doubt once more, as a message of its own (nobody
+    /// hears its verdict, and it is not sent a third time): the caller lost the incarnation
+    /// whose envelope carried it, and its call, if it still waits, takes this copy.
+    fn send_reply_again(&mut self, t: Instant, to: NodeId, payload: crate::proto::Payload) {
+        self.stats.replies_resent += 1;
+        debug_in_peer(to, || tracing::debug!("reply in doubt: sent again"));
+        let out = Outgoing::reply_again(to, payload, self.shared.next_ids(1));
+        self.sends.on_send(t, out, &mut self.node, &self.paths);
     }
 
     /// A plain message's body, for the application.

@@ -124,6 +124,23 @@ impl Outgoing {
         }
     }
 
+    /// A server's reply told in doubt, sent once more as a message of its own: holds no send
+    /// credit (as the reply did), has no deadline, and nobody hears its verdict (a second
+    /// doubt ends it).
+    pub(crate) fn reply_again(to: NodeId, payload: Payload, id: MsgId) -> Outgoing {
+        Outgoing {
+            to,
+            payload,
+            id,
+            kind: Kind::Sent {
+                ack: Ack::None,
+                reply: Reply::Uncredited,
+                deadline: None,
+            },
+            side: None,
+        }
+    }
+
     /// A message of an ordered flow (a channel's message, a stream's chunk, a gap or a
     /// reset), bounded by its flow's window rather than by send credits.
     pub(crate) fn ordered(

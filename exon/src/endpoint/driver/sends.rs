@@ -16,7 +16,7 @@ use crate::endpoint::driver::seqmap::SeqMap;
 use crate::endpoint::driver::trace::{debug_in_peer, Throttle};
 use crate::endpoint::flows::window_mark::keep_window;
 use crate::endpoint::paths::Paths;
-use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, SendError};
+use crate::proto::{Abandoned, MsgId, MsgIds, Node, NodeId, Payload, SendError};
 use crate::rpc::calls::Calls;
 
 mod together;
@@ -146,11 +146,21 @@ impl Sends {
     /// watched. Always inline: called for each message of a run, and `out` is large.
     #[inline(always)]
     fn keep(&mut self, out: Outgoing, core_id: MsgId) {
+        self.keep_with(out, core_id, None);
+    }
+
+    /// [`keep`](Self::keep), with a server's reply's payload kept to be sent once more if
+    /// it is told in doubt ([`settle_in_doubt`](Self::settle_in_doubt)).
+    #[inline(always)]
+    fn keep_with(&mut self, out: Outgoing, core_id: MsgId, reply: Option<Box<Payload>>) {
         let (id, to) = (out.id(), out.to());
         if let Some(d) = out.deadline() {
             self.deadlines.push(Reverse((d, core_id, to)));
         }
-        let (ack, stored) = out.queued_stored();
+        let (mut ack, stored) = out.queued_stored();
+        if let Some(p) = reply {
+            ack = Ack::Reply(p);
+        }
         self.acks.insert(
             core_id,
             Unacked {
@@ -250,8 +260,17 @@ impl Sends {
         let kept = may_wait.then(|| payload.clone());
         let mark = out.take_mark().map(|m| keep_window(node, to, m));
         let kept_mark = if may_wait { mark.clone() } else { None };
+        // A reply's payload is kept until its verdict, to be sent once more if it is told
+        // in doubt: its caller restarted and lost the incarnation whose envelope carried it
+        // (no call would ever have it otherwise; a second copy is discarded by the caller).
+        let mut again = None;
         let sent = match out.answers() {
-            Some(request) => node.reply(t, request, payload),
+            Some(request) => {
+                if node.rules().resend_doubted_replies {
+                    again = Some(Box::new(payload.clone()));
+                }
+                node.reply(t, request, payload)
+            }
             // An ordered flow's message may wait untaken at its receiver (held for its turn,
             // or unread): its arrival is reported before its verdict. A durable flow's
             // keeps its position in its journal record.
@@ -292,7 +311,7 @@ impl Sends {
                     node.ask_credit(to, want);
                 }
                 self.warn_if_no_address(t, node, paths, to);
-                self.keep(out, core_id);
+                self.keep_with(out, core_id, again);
                 if node.is_full(to, 0) {
                     self.block(to);
                 }
@@ -357,6 +376,24 @@ impl Sends {
         let u = self.acks.remove(core_id)?;
         u.ack.resolve(verdict);
         Some(u.id)
+    }
+
+    /// The core's message `core_id` was told in doubt: its receipt resolves so, or, a
+    /// server's reply sent for the first time, its payload comes back to be sent again
+    /// (as a message of its own: a caller that has its call takes the first reply it
+    /// gets and discards any other). Returns the endpoint's id of the message, if it was
+    /// still waiting for its verdict, and that payload.
+    pub(crate) fn settle_in_doubt(&mut self, core_id: MsgId) -> (Option<MsgId>, Option<Payload>) {
+        let Some(u) = self.acks.remove(core_id) else {
+            return (None, None);
+        };
+        match u.ack {
+            Ack::Reply(p) => (Some(u.id), Some(*p)),
+            ack => {
+                ack.resolve(Err(ReceiptError::InDoubt));
+                (Some(u.id), None)
+            }
+        }
     }
 
     /// The core's messages `core_ids` were acknowledged: their receipts resolve, a run of

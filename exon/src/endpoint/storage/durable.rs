@@ -167,6 +167,8 @@ impl Recovery {
                 self.calls.push(r);
                 Ack::One(tx)
             }
+            // A server's reply: sent again to the end, and once more if told in doubt.
+            Ok(Envelope::Reply { .. }) => Ack::Reply(Box::new(m.payload.clone())),
             _ => Ack::One(tx),
         }
     }
@@ -294,8 +296,12 @@ impl DurableDir {
         out.flows = ResumedFlows::from_marks(&recovered.marks);
         // Held requests no call will release (calls not registered).
         let mut release = Vec::new();
+        let resend_replies = node.rules().resend_doubted_replies;
         for m in &recovered.messages {
-            let ack = out.recover_message(m, (calls, register), &replies);
+            let ack = match out.recover_message(m, (calls, register), &replies) {
+                Ack::Reply(_) if !resend_replies => Ack::None,
+                ack => ack,
+            };
             acks.push((m.id, m.to, ack));
             if m.held && !register {
                 release.push(m.id);
