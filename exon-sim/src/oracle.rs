@@ -94,6 +94,10 @@ pub struct Oracle {
     /// Durable mode: when each sender (outer index) first reported a message to each
     /// receiver (inner) in doubt (`NONE`: not since that receiver's last unvouched restart).
     first_doubt: Vec<Vec<u64>>,
+    /// Durable mode: when each sender (outer index) last reported in doubt a message to each
+    /// receiver (inner) that may have gone in an envelope of an incarnation the receiver's
+    /// last unvouched restart lost (`NONE`: none yet).
+    last_old_doubt: Vec<Vec<u64>>,
     violations: Vec<Violation>,
     violation_count: u64,
     /// Violations of each kind seen, all of them (not only those kept).
@@ -164,6 +168,7 @@ impl Oracle {
             damaged: vec![false; nodes],
             unvouched_at: vec![NONE; nodes],
             first_doubt: vec![vec![NONE; nodes]; nodes],
+            last_old_doubt: vec![vec![NONE; nodes]; nodes],
             ..Oracle::default()
         }
     }

@@ -1204,6 +1204,21 @@ fn messages_sent_into_a_lost_journals_old_envelopes_may_end_in_doubt() {
     );
 }
 
+/// Campaign 143: the sender held envelopes of two incarnations its receiver's lost journal
+/// could not vouch for. The first DOUBT, for the older, dropped only that one's; a reply
+/// sent once more after it (rule `resend_doubted_replies`) went in the newer one's and was
+/// told in doubt with the old messages there, half a second later: truthful, and now
+/// excused while sent no later than a report in doubt of a message that may have been in
+/// such an envelope.
+#[test]
+fn a_message_sent_into_a_newer_lost_incarnation_may_end_in_doubt() {
+    clean(
+        "--nodes 2 --messages 1000 --reorder 0.5 --reorder-max-delay-ms 500 --partitions 1 \
+         --restarts 1 --record-cap 2 --congestion new-reno --durable --journal-loss 1 \
+         --deadline-ms 2000 --rpc --fail-one-in 7 --seed 78901778",
+    );
+}
+
 /// A durable sender restarts with messages of 100 000 bytes in progress: its receiver
 /// holds their partials, charged to the grant, but the restarted sender had not charged
 /// them, so it started new messages the receiver refused for want of memory; with the

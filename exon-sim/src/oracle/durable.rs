@@ -104,6 +104,7 @@ impl Oracle {
             return;
         }
         if self.rec(key).is_some_and(|r| r.doubt_ok) {
+            self.note_old_doubt(key, now);
             return;
         }
         // A receiver not yet switched to durable mode (it runs without a journal until its
@@ -113,6 +114,7 @@ impl Oracle {
         }
         if old_envelope {
             self.doubt_excused += 1;
+            self.note_old_doubt(key, now);
             return;
         }
         self.violate(
@@ -148,11 +150,29 @@ impl Oracle {
         }
     }
 
+    /// `key`, reported in doubt at `now`, may have been in an envelope of an incarnation its
+    /// receiver's unvouched restart lost: its sender heard a DOUBT for that incarnation then.
+    fn note_old_doubt(&mut self, key: MsgKey, now: u64) {
+        let Some(to) = self.rec(key).map(|r| r.to as usize) else {
+            return;
+        };
+        if let Some(t) = self
+            .last_old_doubt
+            .get_mut(key.sender as usize)
+            .and_then(|v| v.get_mut(to))
+        {
+            *t = now;
+        }
+    }
+
     /// Whether `key`, sent after its receiver restarted unvouched, may have gone in an
-    /// envelope of an incarnation that receiver made before (its sender cannot know of the
-    /// restart before the first DOUBT from it, which drops those envelopes): sent no later
-    /// than its sender's first report in doubt of a message to that receiver since the
-    /// restart. The first such report is taken as that DOUBT's, at `now`.
+    /// envelope of an incarnation that receiver made before. Its sender drops the envelopes
+    /// of an incarnation when it hears a DOUBT for it, and may hold envelopes of several
+    /// incarnations the restart lost (a DOUBT for an older one says nothing of the newer:
+    /// it might have been evicted alone): `key` was sent no later than its sender's first
+    /// report in doubt of a message to that receiver since the restart (taken as the first
+    /// DOUBT's, at `now`), or than its last report in doubt of a message that may have been
+    /// in such an envelope (a DOUBT for one of those incarnations came then).
     fn old_envelope_doubt(&mut self, key: MsgKey, now: u64) -> bool {
         let Some((to, sent_at)) = self.rec(key).map(|r| (r.to as usize, r.sent_at)) else {
             return false;
@@ -171,7 +191,14 @@ impl Oracle {
         if *first == super::NONE || *first < restart {
             *first = now;
         }
-        sent_at >= restart && sent_at <= *first
+        let first = *first;
+        let last_old = self
+            .last_old_doubt
+            .get(key.sender as usize)
+            .and_then(|v| v.get(to))
+            .copied()
+            .filter(|&t| t != super::NONE && t >= restart);
+        sent_at >= restart && (sent_at <= first || last_old.is_some_and(|t| sent_at <= t))
     }
 
     /// `node` restarts with a new, empty journal (its directory lost): its unsettled

@@ -214,6 +214,29 @@ fn a_doubt_is_explained_by_an_eviction_only_without_a_journal() {
     assert_eq!(kinds(&o), [ViolationKind::DurableInDoubt]);
 }
 
+/// Campaign 143: a sender holds envelopes of two incarnations its receiver's unvouched
+/// restart lost; the first DOUBT, for the older one, drops only that one's, and a message
+/// sent after it goes in the newer one's and is told in doubt with the old messages there,
+/// later. Excused while sent no later than a report in doubt of a message that may have
+/// been in such an envelope; one sent after the last of those is a violation.
+#[test]
+fn a_message_sent_into_a_newer_lost_incarnation_may_end_in_doubt() {
+    let mut o = Oracle::new(2);
+    o.set_durable();
+    let old = o.on_submit(0, 1, 0);
+    let older = o.on_submit(0, 1, 0);
+    o.on_restart(1);
+    o.on_unvouched_restart(1, 6);
+    o.on_in_doubt(older, 8); // the first DOUBT: the older incarnation's
+    let x = o.on_submit(0, 1, 9); // into the newer lost incarnation's envelope
+    o.on_in_doubt(old, 12); // its DOUBT
+    o.on_in_doubt(x, 12);
+    assert_eq!(kinds(&o), []);
+    let y = o.on_submit(0, 1, 13);
+    o.on_in_doubt(y, 14);
+    assert_eq!(kinds(&o), [ViolationKind::DurableInDoubt]);
+}
+
 fn delivered(o: &mut Oracle, k: MsgKey, redelivery: bool, t: u64) -> bool {
     o.on_handover(1, 0, &payload(k), redelivery, t).is_some()
 }
