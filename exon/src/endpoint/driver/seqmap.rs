@@ -26,6 +26,9 @@ pub(crate) struct SeqMap<V> {
     /// Live entries in `ring`.
     in_ring: usize,
     old: HashMap<u64, V, foldhash::fast::RandomState>,
+    /// At least every id in `old` (the largest ever put there): an id above it is none of
+    /// them, so the usual insert needs no lookup while one stuck message lives in `old`.
+    old_max: u64,
 }
 
 impl<V> Default for SeqMap<V> {
@@ -35,6 +38,7 @@ impl<V> Default for SeqMap<V> {
             ring: VecDeque::new(),
             in_ring: 0,
             old: HashMap::default(),
+            old_max: 0,
         }
     }
 }
@@ -61,7 +65,7 @@ impl<V> SeqMap<V> {
     pub(crate) fn insert(&mut self, id: MsgId, v: V) {
         // The usual case first: the id after the ring's last, and no old id it could be.
         if !self.ring.is_empty()
-            && self.old.is_empty()
+            && (id.0 > self.old_max || self.old.is_empty())
             && Some(id.0) == self.base.checked_add(self.ring.len() as u64)
         {
             self.ring.push_back(Some(v));
@@ -94,7 +98,7 @@ impl<V> SeqMap<V> {
             self.base = id.0;
         } else if id.0 < self.base {
             // Below the ring: an old id.
-            self.old.insert(id.0, v);
+            self.put_old(id.0, v);
             return;
         }
         // At or past the end: holes for the ids skipped, if any (within reason).
@@ -219,18 +223,24 @@ impl<V> SeqMap<V> {
         while self.ring.len() > MIN_SPAN.max(4 * self.in_ring) {
             if let Some(Some(v)) = self.ring.pop_front() {
                 self.in_ring -= 1;
-                self.old.insert(self.base, v);
+                self.put_old(self.base, v);
             }
             self.base += 1;
             self.trim();
         }
     }
 
+    /// Puts `v` in `old` under `id`.
+    fn put_old(&mut self, id: u64, v: V) {
+        self.old_max = self.old_max.max(id);
+        self.old.insert(id, v);
+    }
+
     /// Moves every ring entry to `old`.
     fn spill_all(&mut self) {
         for (i, v) in std::mem::take(&mut self.ring).into_iter().enumerate() {
             if let Some(v) = v {
-                self.old.insert(self.base + i as u64, v);
+                self.put_old(self.base + i as u64, v);
             }
         }
         self.in_ring = 0;
