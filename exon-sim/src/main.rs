@@ -245,6 +245,11 @@ struct Args {
     /// With `--rpc`: a caller gives a call up this many milliseconds after its request left.
     #[arg(long, default_value_t = 30_000)]
     call_deadline_ms: u64,
+    /// With `--rpc`: requests are given up only at `--deadline-ms` (never without it),
+    /// not at their call's deadline as the endpoint's are (the simulator's calls before it
+    /// modelled that; for rule tests whose defect needs a request that waits for ever).
+    #[arg(long)]
+    requests_outlive_calls: bool,
     /// With `--rpc`: one call in this many fails at its server (0: none).
     #[arg(long, default_value_t = 7)]
     fail_one_in: u64,
@@ -500,6 +505,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
         rpc: a.rpc.then(|| exon_sim::RpcModel {
             servers: a.servers,
             call_deadline: Duration::from_millis(a.call_deadline_ms),
+            requests_outlive_calls: a.requests_outlive_calls,
             fail_one_in: a.fail_one_in,
             message_one_in: a.message_one_in,
         }),

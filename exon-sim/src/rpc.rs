@@ -14,9 +14,15 @@ pub struct RpcModel {
     pub servers: usize,
     /// A caller gives a call up this long after its request left (`Learned::Deadline`):
     /// an acknowledged call ends without its reply, others end at their request's verdict.
-    /// It should exceed [`Scenario::deadline`](crate::Scenario::deadline), which gives the
-    /// request its verdict first.
+    /// As the endpoint's calls do, the request itself is given up then (or at
+    /// [`Scenario::deadline`](crate::Scenario::deadline) if that comes first), unless
+    /// [`requests_outlive_calls`](Self::requests_outlive_calls).
     pub call_deadline: Duration,
+    /// The requests are given up only at [`Scenario::deadline`](crate::Scenario::deadline)
+    /// (never without one), not at their call's deadline: how the simulator made calls
+    /// before it modelled the endpoint's, kept for the rule tests whose defect shows
+    /// only in a request that waits for ever. An endpoint cannot call this way.
+    pub requests_outlive_calls: bool,
     /// One call in this many fails at its server (`Outcome::Failed`), chosen by the call's
     /// hash; `0`: none.
     pub fail_one_in: u64,
@@ -30,6 +36,7 @@ impl Default for RpcModel {
         RpcModel {
             servers: 1,
             call_deadline: Duration::from_secs(30),
+            requests_outlive_calls: false,
             fail_one_in: 7,
             message_one_in: 0,
         }
@@ -37,6 +44,16 @@ impl Default for RpcModel {
 }
 
 impl RpcModel {
+    /// When a request sent now is given up, after `deadline` (the scenario's, for every
+    /// message), as its call's: the earlier of that and the call's deadline, unless
+    /// requests outlive their calls.
+    pub fn request_deadline(&self, deadline: Option<Duration>) -> Option<Duration> {
+        if self.requests_outlive_calls {
+            return deadline;
+        }
+        Some(deadline.map_or(self.call_deadline, |d| d.min(self.call_deadline)))
+    }
+
     /// Whether node `i` of `n` serves.
     pub fn serves(&self, i: usize, n: usize) -> bool {
         self.servers == 0 || self.servers >= n || i < self.servers

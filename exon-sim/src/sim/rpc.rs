@@ -90,7 +90,9 @@ impl Sim {
             h.quota -= 1;
             sent += 1;
             let boot = h.restarts;
-            if let Some(d) = self.sc.deadline {
+            // The request is given up at its call's deadline (before the call's own
+            // event at that instant: the endpoint's call ends on its request's verdict).
+            if let Some(d) = rpc.request_deadline(self.sc.deadline) {
                 let what = What::GiveUp {
                     node: i as u32,
                     to: to as u32,

@@ -91,6 +91,7 @@ fn calls(seed: u64) -> Scenario {
             call_deadline: Duration::from_millis(600),
             fail_one_in: 5,
             message_one_in: 0,
+            ..RpcModel::default()
         }),
         ..Scenario::default()
     };
@@ -144,6 +145,7 @@ fn durable(seed: u64) -> Scenario {
             call_deadline: Duration::from_secs(20),
             fail_one_in: 5,
             message_one_in: 0,
+            ..RpcModel::default()
         }),
         ..Scenario::default()
     };
