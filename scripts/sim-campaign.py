@@ -152,6 +152,10 @@ def more_flags(rng, mode, base):
     # were for earlier campaigns.
     if "--restore" in base and "--deadline-ms" in base:
         maybe(0.5, "--restore-forgets-deadlines")
+    # Servers that hand a turn's replies to their core together (`Node::reply_many`), as
+    # the endpoint's driver does. Drawn last too.
+    if mode == "rpc":
+        maybe(0.5, "--replies-together")
     return a
 
 

@@ -250,6 +250,10 @@ struct Args {
     /// modelled that; for rule tests whose defect needs a request that waits for ever).
     #[arg(long)]
     requests_outlive_calls: bool,
+    /// With `--rpc`: a server answers each run of finished requests from one caller in one
+    /// `Node::reply_many`, as the endpoint's driver does, not one `Node::reply` each.
+    #[arg(long)]
+    replies_together: bool,
     /// With `--rpc`: one call in this many fails at its server (0: none).
     #[arg(long, default_value_t = 7)]
     fail_one_in: u64,
@@ -506,6 +510,7 @@ fn scenario(a: &Args, seed: u64) -> Scenario {
             servers: a.servers,
             call_deadline: Duration::from_millis(a.call_deadline_ms),
             requests_outlive_calls: a.requests_outlive_calls,
+            replies_together: a.replies_together,
             fail_one_in: a.fail_one_in,
             message_one_in: a.message_one_in,
         }),

@@ -23,6 +23,11 @@ pub struct RpcModel {
     /// before it modelled the endpoint's, kept for the rule tests whose defect shows
     /// only in a request that waits for ever. An endpoint cannot call this way.
     pub requests_outlive_calls: bool,
+    /// A server answers the requests its handlers finished together, each run from one
+    /// caller in one [`Node::reply_many`](exon::proto::Node::reply_many) (as the
+    /// endpoint's driver hands over a server's replies of one turn), not one
+    /// [`Node::reply`](exon::proto::Node::reply) each.
+    pub replies_together: bool,
     /// One call in this many fails at its server (`Outcome::Failed`), chosen by the call's
     /// hash; `0`: none.
     pub fail_one_in: u64,
@@ -37,6 +42,7 @@ impl Default for RpcModel {
             servers: 1,
             call_deadline: Duration::from_secs(30),
             requests_outlive_calls: false,
+            replies_together: false,
             fail_one_in: 7,
             message_one_in: 0,
         }

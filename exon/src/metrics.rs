@@ -93,7 +93,7 @@ const FIELDS: &[Field] = &[
     Field(Group::Node, "bytes_in", "exon_received_bytes_total", None, Kind::Counter, "Bytes of the datagrams received."),
     Field(Group::Node, "bytes_out", "exon_sent_bytes_total", None, Kind::Counter, "Bytes of the datagrams sent."),
     Field(Group::Node, "sent", "exon_messages_sent_total", None, Kind::Counter, "Messages accepted for sending."),
-    Field(Group::Node, "sent_together", "exon_messages_sent_together_total", None, Kind::Counter, "Of the messages accepted for sending, those accepted in one call with the message before them (`Node::send_many`)."),
+    Field(Group::Node, "sent_together", "exon_messages_sent_together_total", None, Kind::Counter, "Of the messages accepted for sending, those accepted in one call with the message before them (`Node::send_many`, `Node::reply_many`)."),
     Field(Group::Node, "delivered", "exon_messages_received_total", None, Kind::Counter, "Messages delivered to this endpoint, exactly once each."),
     Field(Group::Node, "taken", "exon_messages_taken_total", None, Kind::Counter, "Deliveries the application took (each is acknowledged then)."),
     Field(Group::Node, "redelivered", "exon_messages_redelivered_total", None, Kind::Counter, "Durable mode: deliveries recovered from the journal untaken after a restart and handed to the application again, flagged (`DeliveryId::is_redelivery`)."),

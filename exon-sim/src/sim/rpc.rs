@@ -307,46 +307,29 @@ impl Sim {
         self.answer(i);
     }
 
-    /// Node `i` answers the requests it executed with `Node::reply`; those refused for now
-    /// (backpressure, the clock not stored) wait for the next round.
+    /// Node `i` answers the requests it executed with `Node::reply` (or, with
+    /// [`RpcModel::replies_together`](crate::RpcModel::replies_together), each run of them
+    /// from one caller with `Node::reply_many`); those refused for now (backpressure, the
+    /// clock not stored) wait for the next round.
     fn answer(&mut self, i: usize) {
         let Some(rpc) = self.sc.rpc.clone() else {
             return;
         };
-        let now = self.instant();
         let mut left = Vec::new();
         let mut sent = self.resend_replies(i, &rpc);
-        for a in std::mem::take(&mut self.hosts[i].answers) {
-            let Some(node) = self.hosts[i].node.as_mut() else {
+        let mut answers = std::mem::take(&mut self.hosts[i].answers)
+            .into_iter()
+            .peekable();
+        while let Some(a) = answers.next() {
+            if self.hosts[i].node.is_none() {
                 break;
-            };
-            let seq = self.oracle.next_seq(i);
-            let reply = reply_envelope(&rpc, self.sc.seed, (i, a.from, a.call), seq);
-            match node.reply(now, a.id, reply) {
-                Ok(msg) => {
-                    let key = self.oracle.on_submit(i, a.from, self.now);
-                    self.oracle.on_reply_sent(a.from, a.call, key);
-                    let h = &mut self.hosts[i];
-                    h.msg_keys.insert(msg.0, key.seq);
-                    if h.node
-                        .as_ref()
-                        .is_some_and(|n| n.rules().resend_doubted_replies)
-                    {
-                        h.reply_calls.insert(msg.0, (a.from, a.call));
-                    }
-                    self.oracle.on_taken(i, &a.body, self.now);
-                    sent = true;
-                }
-                Err(SendError::NotWaiting) => {
-                    let what = format!(
-                        "node{i} could not answer call {} of node{}: not waiting",
-                        a.call, a.from
-                    );
-                    self.oracle
-                        .violate(ViolationKind::UnknownCall, None, self.now, what);
-                }
-                Err(_) => left.push(a),
             }
+            let from = a.from;
+            let mut run = vec![a];
+            if rpc.replies_together {
+                run.extend(std::iter::from_fn(|| answers.next_if(|b| b.from == from)));
+            }
+            sent |= self.answer_run(i, &rpc, run, &mut left);
         }
         let retry = !left.is_empty() || !self.hosts[i].resend_replies.is_empty();
         self.hosts[i].answers = left;
@@ -358,6 +341,82 @@ impl Sim {
             let t = self.now + nanos(self.sc.workload.interval);
             self.schedule_pump(i, t);
         }
+    }
+
+    /// Node `i` answers `run` (requests from one caller): one `Node::reply` for a run of
+    /// one, else `Node::reply_many` until what is left is answered or refused. Refused
+    /// ones for now go to `left`. Returns whether any reply went.
+    fn answer_run(
+        &mut self,
+        i: usize,
+        rpc: &crate::RpcModel,
+        run: Vec<Answer>,
+        left: &mut Vec<Answer>,
+    ) -> bool {
+        let now = self.instant();
+        let mut sent = false;
+        let mut run: std::collections::VecDeque<Answer> = run.into();
+        while !run.is_empty() {
+            if self.hosts[i].node.is_none() {
+                break;
+            }
+            let ids: Vec<DeliveryId> = run.iter().map(|a| a.id).collect();
+            // The oracle numbers the replies as they are sent, in order, from `base`.
+            let base = self.oracle.next_seq(i);
+            let mut replies: std::collections::VecDeque<exon::proto::Payload> = run
+                .iter()
+                .zip(base..)
+                .map(|(a, seq)| reply_envelope(rpc, self.sc.seed, (i, a.from, a.call), seq))
+                .collect();
+            let Some(node) = self.hosts[i].node.as_mut() else {
+                break;
+            };
+            let result = if run.len() == 1 {
+                let reply = replies.pop_front().expect("one reply");
+                node.reply(now, ids[0], reply)
+            } else {
+                node.reply_many(now, &ids, &mut replies)
+            };
+            match result {
+                Ok(first) => {
+                    let answered = run.len() - replies.len();
+                    for (k, a) in run.drain(..answered).enumerate() {
+                        self.on_answered(i, &a, MsgId(first.0 + k as u64));
+                    }
+                    sent = true;
+                }
+                Err(SendError::NotWaiting) => {
+                    let a = run.pop_front().expect("a run is never empty");
+                    let what = format!(
+                        "node{i} could not answer call {} of node{}: not waiting",
+                        a.call, a.from
+                    );
+                    self.oracle
+                        .violate(ViolationKind::UnknownCall, None, self.now, what);
+                }
+                Err(_) => {
+                    // Refused for now (the caller's queue full, the clock not stored): so
+                    // would every reply to the same caller be, one `reply` each.
+                    left.extend(run.drain(..));
+                }
+            }
+        }
+        sent
+    }
+
+    /// Node `i`'s reply `msg` to request `a` left: the oracle and the host learn it.
+    fn on_answered(&mut self, i: usize, a: &Answer, msg: MsgId) {
+        let key = self.oracle.on_submit(i, a.from, self.now);
+        self.oracle.on_reply_sent(a.from, a.call, key);
+        let h = &mut self.hosts[i];
+        h.msg_keys.insert(msg.0, key.seq);
+        if h.node
+            .as_ref()
+            .is_some_and(|n| n.rules().resend_doubted_replies)
+        {
+            h.reply_calls.insert(msg.0, (a.from, a.call));
+        }
+        self.oracle.on_taken(i, &a.body, self.now);
     }
 
     /// Node `i`'s application learns `l` about its message `id`: if it is the request of an

@@ -358,3 +358,26 @@ fn without_journal_before_ack_an_acknowledged_request_comes_back() {
         ViolationKind::RedeliveredAfterAck,
     );
 }
+
+/// Servers that answer each run of finished requests from one caller in one
+/// `Node::reply_many` (as the endpoint's driver hands over a server's replies of one turn)
+/// end every call truthfully, under loss, duplication, partitions and crashes with and
+/// without journals, and as often as servers answering with one `Node::reply` each.
+#[test]
+fn replies_answered_together_end_every_call_as_one_by_one() {
+    let makes: [fn(u64) -> Scenario; 4] =
+        [calls, crashing_without_journals, durable, both_crashing];
+    for (m, make) in makes.into_iter().enumerate() {
+        for seed in 0..4 {
+            let one = Sim::new(make(seed)).run();
+            let mut sc = make(seed);
+            if let Some(rpc) = sc.rpc.as_mut() {
+                rpc.replies_together = true;
+            }
+            let together = Sim::new(sc).run();
+            assert!(together.ok(), "{}", together.describe_failure());
+            let (a, b) = (one.rpc.expect("counts"), together.rpc.expect("counts"));
+            assert_eq!(a, b, "scenario {m}, seed {seed}");
+        }
+    }
+}

@@ -217,8 +217,8 @@ counters! {
         pub frames_out: FrameCounts [nested],
         /// Messages accepted by `send`.
         pub sent: u64 [sum],
-        /// Of `sent`, the messages `send_many` accepted after the first of its call (outside
-        /// durable mode): each saved a call's checks and lookups. The calls that queued
+        /// Of `sent`, the messages `send_many` or `reply_many` accepted after the first of
+        /// its call (outside durable mode): each saved a call's checks and lookups. The calls that queued
         /// messages are `sent - sent_together`.
         pub sent_together: u64 [sum],
         /// Messages delivered to this node's embedding (`Event::Delivered`).

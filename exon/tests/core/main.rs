@@ -25,6 +25,7 @@ mod probe_resend;
 mod receiver_restarts;
 mod record_pressure;
 mod reply;
+mod reply_many;
 mod rules;
 mod sealed;
 mod sender_restarts;

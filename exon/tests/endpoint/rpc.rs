@@ -64,6 +64,14 @@ async fn many_concurrent_calls_each_get_their_own_reply() {
     }
     let stats = c.stats().await.unwrap();
     assert_eq!(stats.replies_discarded, 0);
+    // The replies a server's turn made went to its core together (`Node::reply_many`),
+    // each still answering its own call.
+    let served = s.stats().await.unwrap().node;
+    assert_eq!(served.sent, 300);
+    assert!(
+        served.sent_together > 0,
+        "no reply went with another: {served:?}"
+    );
 }
 
 #[tokio::test]

@@ -163,6 +163,108 @@ impl Node {
         to: NodeId,
         payloads: &mut VecDeque<Payload>,
     ) -> Result<MsgId, SendError> {
+        self.send_front(now, to, payloads, usize::MAX)
+    }
+
+    /// Input: answers the deliveries of `requests`, all from one node, with the payloads at
+    /// the front of `payloads` (the `i`-th answers `requests[i]`; payloads beyond
+    /// `requests` are left), as calls of [`reply`](Self::reply) one after the other would,
+    /// taking each payload out of `payloads`, until one would be refused: it stays at the
+    /// front, with those after it, and none of their requests is taken. A request not
+    /// waiting, from another node, or named twice ends the run before it (a later call, or
+    /// `reply`, answers or refuses it as alone). Without a journal the replies go to the
+    /// core as one [`send_many`](Self::send_many) and their requests are taken as one
+    /// [`handle_taken_many`](Self::handle_taken_many); a durable node answers them one by
+    /// one (each reply and its take are one journal record). Returns the id of the first
+    /// reply; the others follow it (`first.0 + i` for the `i`-th). Fails, answering
+    /// nothing, as `reply` would fail for the first.
+    pub fn reply_many(
+        &mut self,
+        now: Instant,
+        requests: &[DeliveryId],
+        payloads: &mut VecDeque<Payload>,
+    ) -> Result<MsgId, SendError> {
+        let n = payloads.len().min(requests.len());
+        if n == 0 {
+            return Err(SendError::NothingToSend);
+        }
+        if self.journal.is_some() {
+            return self.reply_one_by_one(now, &requests[..n], payloads);
+        }
+        let k = self.answerable(&requests[..n]);
+        if k == 0 {
+            return Err(SendError::NotWaiting);
+        }
+        let to = requests[0].from();
+        let first = self.send_front(now, to, payloads, k)?;
+        let sent = (self.next_msg - first.0) as usize;
+        let taken = self.handle_taken_many(now, requests[..sent].iter().copied());
+        debug_assert_eq!(taken, sent, "every request answered was waiting");
+        Ok(first)
+    }
+
+    /// How many of `requests` (at least one), from the front, may be answered together: all
+    /// from the first's node, waiting, and none named twice (an empty answer when the first
+    /// is not waiting).
+    fn answerable(&self, requests: &[DeliveryId]) -> usize {
+        let from = requests[0].from();
+        let (mut k, mut ordered, mut last) = (0, true, None);
+        for id in requests {
+            if id.from() != from || !self.is_waiting(id) {
+                break;
+            }
+            ordered &= last.is_none_or(|l| l < id.slot());
+            last = Some(id.slot());
+            k += 1;
+        }
+        if !ordered && k > 1 {
+            // Answered out of order: a request named twice would get two replies.
+            let mut slots: Vec<(u64, u64)> = requests[..k].iter().map(|id| id.slot()).collect();
+            slots.sort_unstable();
+            if slots.windows(2).any(|w| w[0] == w[1]) {
+                return 1;
+            }
+        }
+        k
+    }
+
+    /// [`reply_many`](Self::reply_many) of a durable node: each reply on its own.
+    fn reply_one_by_one(
+        &mut self,
+        now: Instant,
+        requests: &[DeliveryId],
+        payloads: &mut VecDeque<Payload>,
+    ) -> Result<MsgId, SendError> {
+        let from = requests[0].from();
+        let mut first = None;
+        for id in requests.iter().take_while(|id| id.from() == from) {
+            let Some(p) = payloads.pop_front() else { break };
+            // Refused, the payload stays (a clone of one made from a `Vec` allocates: a
+            // durable reply costs a journal record anyway).
+            match self.reply(now, *id, p.clone()) {
+                Ok(m) => {
+                    first.get_or_insert(m);
+                }
+                Err(e) => {
+                    payloads.push_front(p);
+                    if first.is_none() {
+                        return Err(e);
+                    }
+                    break;
+                }
+            }
+        }
+        first.ok_or(SendError::NothingToSend)
+    }
+
+    /// [`send_many`](Self::send_many) of at most `most` payloads.
+    fn send_front(
+        &mut self,
+        now: Instant,
+        to: NodeId,
+        payloads: &mut VecDeque<Payload>,
+        most: usize,
+    ) -> Result<MsgId, SendError> {
         let Some(first) = payloads.pop_front() else {
             return Err(SendError::NothingToSend);
         };
@@ -177,7 +279,8 @@ impl Node {
                 }
             };
             let mut next = id.0 + 1;
-            while let Some(p) = payloads.pop_front() {
+            while next - id.0 < most as u64 {
+                let Some(p) = payloads.pop_front() else { break };
                 match self.accept(now, to, p.clone(), None, false, Stamp::Plain) {
                     Ok(i) if i.0 == next => next += 1,
                     Ok(_) => unreachable!("durable ids follow one another within a call"),
@@ -230,7 +333,11 @@ impl Node {
             self.queued_bytes += len;
             // Not durable: its copies die with it.
             wake |= rec.enqueue(msg, p, (false, false), frontier_rule);
-            next = payloads.pop_front();
+            next = if self.next_msg - id.0 < most as u64 {
+                payloads.pop_front()
+            } else {
+                None
+            };
         }
         let ask = !new_record || self.rules.first_send_requests_slots;
         let request = end_enqueue(rec, &self.cfg, ask);

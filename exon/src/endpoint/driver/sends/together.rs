@@ -22,6 +22,10 @@ pub(super) struct Scratch {
     payloads: VecDeque<crate::proto::Payload>,
     /// Their payloads' lengths (for the debug events, when those can be on).
     lens: Vec<usize>,
+    /// Replies: the requests they answer, as `reply_many` takes them.
+    requests: Vec<crate::proto::DeliveryId>,
+    /// Replies: their payloads kept to be sent once more if told in doubt.
+    kept: VecDeque<Box<crate::proto::Payload>>,
 }
 
 /// A run of sends at the front of a queue of `T`s (the driver's commands, or a batch's
@@ -102,17 +106,29 @@ impl Sends {
         let n = queue.len();
         let to = queue.front().map(Outgoing::to).filter(|_| n > 1);
         let plain = |o: &Outgoing, to| o.to() == to && o.answers().is_none() && !o.is_flow();
-        match to.filter(|&to| queue.iter().all(|o| plain(o, to))) {
-            Some(to) => {
+        let reply = |o: &Outgoing, to| o.to() == to && o.answers().is_some();
+        match to {
+            Some(to) if queue.iter().all(|o| plain(o, to)) => {
                 let passed = queue.iter().any(|o| o.deadline().is_some_and(|d| d <= t));
                 self.hand_run(t, to, queue, n, passed, node, paths);
             }
-            None => {
+            // A server's replies of one turn, to one caller.
+            Some(to) if self.may_go_together(to, node) && queue.iter().all(|o| reply(o, to)) => {
+                self.reply_together(t, to, queue, node, paths);
+            }
+            _ => {
                 for out in queue.drain(..) {
                     self.on_send_credited(t, out, node, paths);
                 }
             }
         }
+    }
+
+    /// Whether sends to `to` may go to the core in one call: the endpoint open, the node
+    /// without a journal, nobody waiting for `to` before them.
+    #[inline]
+    fn may_go_together(&self, to: NodeId, node: &Node) -> bool {
+        !self.closed && !node.is_durable() && self.waiters.get(&to).is_none_or(|w| w.is_empty())
     }
 
     /// The first `n` sends of `queue`, plain messages to `to` holding their credits
@@ -130,10 +146,7 @@ impl Sends {
         node: &mut Node,
         paths: &Paths,
     ) {
-        let together = !self.closed
-            && !node.is_durable()
-            && self.waiters.get(&to).is_none_or(|w| w.is_empty());
-        if !together {
+        if !self.may_go_together(to, node) {
             for out in queue.drain(..n).filter_map(Run::into_send) {
                 self.on_send_credited(t, out, node, paths);
             }
@@ -200,6 +213,62 @@ impl Sends {
             out.put_payload(payload);
             self.on_send_credited(t, out, node, paths);
         }
+        s.lens.clear();
+        self.scratch = s;
+    }
+
+    /// Hands the replies of `queue`, all to `to`, to the core in one call
+    /// ([`Node::reply_many`]); each it took is kept as `admit` keeps a reply (its payload
+    /// too, to be sent once more if it is told in doubt), and those it did not take go one
+    /// by one, each answered, refused or waiting as alone.
+    fn reply_together(
+        &mut self,
+        t: Instant,
+        to: NodeId,
+        queue: &mut VecDeque<Outgoing>,
+        node: &mut Node,
+        paths: &Paths,
+    ) {
+        let mut s = std::mem::take(&mut self.scratch);
+        let resend = node.rules().resend_doubted_replies;
+        let debug = tracing::level_enabled!(tracing::Level::DEBUG);
+        for out in queue.iter_mut() {
+            let payload = out.take_payload();
+            if debug {
+                s.lens.push(payload.len());
+            }
+            if resend {
+                s.kept.push_back(Box::new(payload.clone()));
+            }
+            s.requests.extend(out.answers());
+            s.payloads.push_back(payload);
+        }
+        let n = queue.len();
+        // `reply_many` takes from the front and leaves the rest (all of them when it fails).
+        let first = node.reply_many(t, &s.requests, &mut s.payloads);
+        let accepted = n - s.payloads.len();
+        if let Ok(first) = first {
+            self.warn_if_no_address(t, node, paths, to);
+            for (i, out) in queue.drain(..accepted).enumerate() {
+                if let Some(len) = s.lens.get(i) {
+                    debug_in_peer(
+                        to,
+                        || tracing::debug!(msg = %out.id(), len, "message queued"),
+                    );
+                }
+                self.keep_with(out, MsgId(first.0 + i as u64), s.kept.pop_front());
+            }
+            if node.is_full(to, 0) {
+                self.block(to);
+            }
+        }
+        let left = queue.drain(..);
+        for (mut out, payload) in left.zip(s.payloads.drain(..)) {
+            out.put_payload(payload);
+            self.on_send_credited(t, out, node, paths);
+        }
+        s.kept.clear();
+        s.requests.clear();
         s.lens.clear();
         self.scratch = s;
     }
