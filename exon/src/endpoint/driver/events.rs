@@ -130,7 +130,8 @@ impl<S: DatagramSocket> Driver<S> {
                 }
                 match replied.take {
                     Take::Now(Some(request)) => drop(self.node.take_reply(t, id, request)),
-                    Take::Now(None) => drop(self.node.handle_taken(t, id)),
+                    // Taken with the turn's other replies, once its events are drained.
+                    Take::Now(None) => self.reply_takes.push(id),
                     Take::AtEnd => {}
                 }
             }

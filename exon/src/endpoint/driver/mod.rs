@@ -144,6 +144,9 @@ pub(crate) struct Driver<S> {
     flows: Flows,
     /// Reused for the flows' actions.
     actions: Vec<Action>,
+    /// Replies handed to their calls while the node's events are drained, taken together
+    /// after them (`Node::handle_taken_many`: one lookup of their sender's record).
+    reply_takes: Vec<crate::proto::DeliveryId>,
     cmds_self: WeakMailboxTx<Command>,
     clock: ClockJobs,
     /// Durable mode: the journal.
@@ -216,6 +219,7 @@ impl<S: DatagramSocket> Driver<S> {
             calls: ch.calls,
             shard,
             actions: Vec::new(),
+            reply_takes: Vec::new(),
             cmds_self: ch.cmds_self,
             clock: ClockJobs::new(store, cfg.store_retry),
             _close_on_drop: CloseOnDrop::new(ch.shared.clone()),
@@ -686,6 +690,11 @@ impl<S: DatagramSocket> Driver<S> {
                 self.turns.handed();
             }
             self.on_event(t, e);
+        }
+        if !self.reply_takes.is_empty() {
+            let mut takes = std::mem::take(&mut self.reply_takes);
+            self.node.handle_taken_many(t, takes.drain(..));
+            self.reply_takes = takes;
         }
         more | self.sends.admit_waiters(t, &mut self.node, &self.paths)
     }
