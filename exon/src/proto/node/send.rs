@@ -236,15 +236,20 @@ impl Node {
         payloads: &mut VecDeque<Payload>,
     ) -> Result<MsgId, SendError> {
         let from = requests[0].from();
-        let mut first = None;
-        for id in requests.iter().take_while(|id| id.from() == from) {
+        let mut first: Option<MsgId> = None;
+        for (i, id) in requests
+            .iter()
+            .take_while(|id| id.from() == from)
+            .enumerate()
+        {
             let Some(p) = payloads.pop_front() else { break };
             // Refused, the payload stays (a clone of one made from a `Vec` allocates: a
             // durable reply costs a journal record anyway).
             match self.reply(now, *id, p.clone()) {
-                Ok(m) => {
+                Ok(m) if first.is_none_or(|f| m.0 == f.0 + i as u64) => {
                     first.get_or_insert(m);
                 }
+                Ok(_) => unreachable!("durable ids follow one another within a call"),
                 Err(e) => {
                     payloads.push_front(p);
                     if first.is_none() {
