@@ -1,9 +1,10 @@
 //! Sends to one destination handed to the core in one call ([`Node::send_many`]): a
 //! [`Handle::send_batch`](crate::endpoint::Handle::send_batch), or a run of consecutive
 //! [`Handle::send`](crate::endpoint::Handle::send)s at the front of the driver's command
-//! mailbox, handed over from where they wait there. Each message keeps what it has when
-//! sent alone: its receipt, its deadline, its debug event, and its wait for room when the
-//! destination's queue fills in the middle.
+//! mailbox, handed over from where they wait there; and a server's replies of one turn to
+//! one caller ([`Node::reply_many`]). Each message keeps what it has when sent alone: its
+//! receipt, its deadline, its debug event, and its wait for room when the destination's
+//! queue fills in the middle.
 
 use std::collections::VecDeque;
 use std::time::Instant;
