@@ -138,6 +138,26 @@ fn a_request_named_twice_or_not_waiting_ends_the_run_before_it() {
             Err(SendError::NotWaiting)
         );
         assert_eq!(q.len(), 2);
+        // A request not waiting after a waiting one: the run stops before it, and its
+        // payload stays.
+        let mut q: VecDeque<Payload> = [reply_to(&p, 3), reply_to(&p, 0)].into();
+        p.nodes[B]
+            .node
+            .reply_many(now, &[ids[3], ids[0]], &mut q)
+            .unwrap();
+        assert_eq!(
+            q.len(),
+            1,
+            "durable {durable}: request 0 was answered before"
+        );
+        p.drain(B);
+        p.run(Duration::from_secs(20));
+        assert_eq!(
+            replies(&p),
+            expected(4),
+            "durable {durable}: one reply each"
+        );
+        assert_eq!(p.nodes[A].acked.len(), 4);
     }
 }
 
