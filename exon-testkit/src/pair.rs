@@ -53,6 +53,8 @@ pub struct Side {
     pub acked: Vec<MsgId>,
     /// Ids of its messages reported in doubt.
     pub in_doubt: Vec<MsgId>,
+    /// The replies among them, with the payload the node handed back with the verdict.
+    pub doubted_replies: Vec<(MsgId, Bytes)>,
     /// Ids of its messages given up as not delivered (too large for the receiver).
     pub not_delivered: Vec<MsgId>,
     /// Auto-confirm clock persistence requests (an in-memory store).
@@ -107,6 +109,7 @@ struct EventLog<'a> {
     untaken: &'a mut Vec<DeliveryId>,
     acked: &'a mut Vec<MsgId>,
     in_doubt: &'a mut Vec<MsgId>,
+    doubted_replies: &'a mut Vec<(MsgId, Bytes)>,
     not_delivered: &'a mut Vec<MsgId>,
     stored_msgs: &'a mut Vec<MsgId>,
     liveness: &'a mut Vec<bool>,
@@ -137,9 +140,12 @@ impl EventLog<'_> {
                 assert_eq!(to, peer);
                 self.acked.extend(ids);
             }
-            Event::InDoubt { to, id: m } => {
+            Event::InDoubt { to, id: m, reply } => {
                 assert_eq!(to, peer);
                 self.in_doubt.push(m);
+                if let Some(r) = reply {
+                    self.doubted_replies.push((m, r.to_bytes()));
+                }
             }
             Event::NotDelivered { to, id: m } => {
                 assert_eq!(to, peer);
@@ -275,6 +281,7 @@ impl Pair {
             auto_sync: true,
             stored_msgs: Vec::new(),
             redelivered: Vec::new(),
+            doubted_replies: Vec::new(),
         };
         Pair {
             now,
@@ -338,6 +345,7 @@ impl Pair {
             untaken: &mut side.untaken,
             acked: &mut side.acked,
             in_doubt: &mut side.in_doubt,
+            doubted_replies: &mut side.doubted_replies,
             not_delivered: &mut side.not_delivered,
             stored_msgs: &mut side.stored_msgs,
             liveness: &mut side.liveness,

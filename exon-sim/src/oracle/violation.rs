@@ -78,6 +78,10 @@ pub enum ViolationKind {
     WrongReply,
     /// RPC: a call ended not executed, and its request was (or later is) executed.
     ExecutedAfterNotExecuted,
+    /// RPC: a server's message told in doubt handed back a payload that is not its own
+    /// reply, or nothing for a reply the running node sent (`Event::InDoubt`'s `reply`:
+    /// the endpoint sends a doubted reply once more from that payload alone).
+    WrongPayloadBack,
     /// RPC: a call ended executed without its reply, and its request was never executed.
     NoReplyNotExecuted,
     /// RPC: after healing and quiescence, a request was acknowledged (so executed) and its

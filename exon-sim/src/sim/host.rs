@@ -61,8 +61,9 @@ pub(crate) struct Host {
     pub(crate) answers: Vec<Answer>,
     /// RPC (rule `resend_doubted_replies`): the caller and call of each reply message
     /// sent for the first time and not settled yet, to send once more if told in doubt.
-    /// Kept across a crash, as a durable node recovers those messages.
-    pub(crate) reply_calls: HashMap<u64, (usize, u64)>,
+    /// Kept across a crash, as a durable node recovers those messages; `true` while the
+    /// node that sent it still runs (its core hands the payload back with a doubt).
+    pub(crate) reply_calls: HashMap<u64, (usize, u64, bool)>,
     /// RPC: replies told in doubt, to send once more (caller, call).
     pub(crate) resend_replies: Vec<(usize, u64)>,
     /// Channels: the state of its ordered flows, as sender and receiver (lost at a crash;
@@ -222,6 +223,11 @@ impl Host {
         self.open.clear();
         self.answers.clear();
         self.resend_replies.clear();
+        // A recovered reply is not known to the restarted core for one: it hands nothing
+        // back with its doubt.
+        for r in self.reply_calls.values_mut() {
+            r.2 = false;
+        }
         // Its flows die with it: a restarted node starts new runs and reorders afresh.
         self.chans = super::channels::ChanHost::default();
         // And its streams (the application's store stays).

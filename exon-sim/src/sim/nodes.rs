@@ -4,9 +4,10 @@
 
 use bytes::Bytes;
 use exon::call::Learned;
+use exon::envelope::Envelope;
 use exon::proto::crypto::insecure_test_security;
 use exon::proto::journal::Outcome;
-use exon::proto::{Event, MsgId, Node, Output, Security};
+use exon::proto::{Event, MsgId, Node, Output, Payload, Security};
 
 use super::ids::node_id;
 use super::queue::{nanos, What};
@@ -351,7 +352,8 @@ impl Sim {
                     self.rpc_verdict(i, id, Learned::Acknowledged);
                 }
             }
-            Event::InDoubt { id, .. } => {
+            Event::InDoubt { id, reply, .. } => {
+                self.check_handed_back(i, id, reply.as_deref());
                 if self.settle_outbox(i, id) {
                     return;
                 }
@@ -365,10 +367,7 @@ impl Sim {
                     self.note_evictions();
                     self.oracle.on_in_doubt(key, self.now);
                 }
-                if let Some(call) = self.hosts[i].reply_calls.remove(&id.0) {
-                    self.hosts[i].resend_replies.push(call);
-                    self.schedule_pump(i, self.now);
-                }
+                self.resend_doubted_reply(i, id);
                 self.rpc_verdict(i, id, Learned::InDoubt);
             }
             Event::NotDelivered { id, .. } => {
@@ -471,6 +470,47 @@ impl Sim {
                 None,
                 self.now,
                 format!("node{i} holds {}", what.join(", ")),
+            );
+        }
+    }
+
+    /// Node `i`'s message `id` is in doubt: if it is a reply sent for the first time, it
+    /// goes once more (rule `resend_doubted_replies`).
+    fn resend_doubted_reply(&mut self, i: usize, id: MsgId) {
+        if let Some((to, call, _)) = self.hosts[i].reply_calls.remove(&id.0) {
+            self.hosts[i].resend_replies.push((to, call));
+            self.schedule_pump(i, self.now);
+        }
+    }
+
+    /// Node `i` was told its message `id` is in doubt, with `reply` handed back: the
+    /// payload must be that message's own, a reply to the call it answered, and a reply
+    /// sent by the node still running must come back (the endpoint sends it once more from
+    /// that payload alone). Checked where the host keeps its replies' calls (rule
+    /// `resend_doubted_replies`).
+    fn check_handed_back(&mut self, i: usize, id: MsgId, reply: Option<&Payload>) {
+        let keeps = self.hosts[i]
+            .node
+            .as_ref()
+            .is_some_and(|n| n.rules().resend_doubted_replies);
+        if !keeps {
+            return;
+        }
+        let sent = self.hosts[i].reply_calls.get(&id.0).copied();
+        let wrong = match (reply, sent) {
+            (None, Some((_, _, this_life))) => this_life.then(|| "nothing".to_string()),
+            (None, None) => None,
+            (Some(p), sent) => match Envelope::open(p.to_bytes()) {
+                Ok(Envelope::Reply { call, .. }) if sent.is_some_and(|s| s.1 == call) => None,
+                _ => Some(format!("{} bytes not its own reply", p.len())),
+            },
+        };
+        if let Some(what) = wrong {
+            self.oracle.violate(
+                ViolationKind::WrongPayloadBack,
+                None,
+                self.now,
+                format!("node{i}'s message {} in doubt handed back {what}", id.0),
             );
         }
     }

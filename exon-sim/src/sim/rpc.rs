@@ -414,7 +414,7 @@ impl Sim {
             .as_ref()
             .is_some_and(|n| n.rules().resend_doubted_replies)
         {
-            h.reply_calls.insert(msg.0, (a.from, a.call));
+            h.reply_calls.insert(msg.0, (a.from, a.call, true));
         }
         self.oracle.on_taken(i, &a.body, self.now);
     }

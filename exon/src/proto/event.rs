@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::proto::{DeliveryId, MsgId, MsgIds, NodeId};
+use crate::proto::{DeliveryId, MsgId, MsgIds, NodeId, Payload};
 
 /// Something the application should know about, from [`Node::poll_event`](crate::proto::Node::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +62,14 @@ pub enum Event {
         to: NodeId,
         /// The id [`Node::send`](crate::proto::Node::send) returned for it.
         id: MsgId,
+        /// A reply ([`Node::reply`](crate::proto::Node::reply),
+        /// [`Node::reply_many`](crate::proto::Node::reply_many)) told in doubt by its
+        /// receiver: its payload, which the node held until this verdict, handed back so
+        /// that the embedding may send it once more without keeping a copy of every reply
+        /// (its caller lost the incarnation whose envelope carried it). `None` for every
+        /// other message, for a reply given up, and for a verdict reported after a
+        /// restart, which does not know which messages were replies.
+        reply: Option<Box<Payload>>,
     },
     /// A message this node sent is given up, certainly not delivered: no copy of it ever
     /// left, and its receiver takes no message that large (its
@@ -94,6 +102,16 @@ pub enum Event {
 }
 
 impl Event {
+    /// The doubt verdict on message `id` to `to`, with no payload handed back (not a
+    /// reply, or one the node does not know for a reply: see [`Event::InDoubt`]).
+    pub(crate) fn in_doubt(to: NodeId, id: MsgId) -> Event {
+        Event::InDoubt {
+            to,
+            id,
+            reply: None,
+        }
+    }
+
     /// Queues the acknowledgement of message `id` to `to` in `events`, merged into the last
     /// event when that acknowledges messages to `to` and `id` follows its run (as
     /// [`push_merged`](Self::push_merged), with no event made to be merged away).

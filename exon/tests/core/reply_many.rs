@@ -201,3 +201,52 @@ fn replies_without_room_leave_their_requests_waiting() {
     );
     assert_eq!(p.nodes[A].acked.len(), 6);
 }
+
+/// Replies told in doubt (their caller restarted without its journal, losing the
+/// incarnation whose slots they went in) come back with the verdict, each with its own
+/// payload, whether answered by `reply` or `reply_many`, durable or not: the embedding
+/// sends them once more without keeping a copy of every reply. A plain message's doubt
+/// brings nothing back.
+#[test]
+fn replies_told_in_doubt_hand_their_payloads_back() {
+    for durable in [false, true] {
+        let n = 6;
+        let mut p = requested(n, durable);
+        p.nodes[A].auto_take = false;
+        let ids: Vec<DeliveryId> = p.nodes[B].untaken.clone();
+        let now = p.now;
+        let mut sent = Vec::new();
+        for (i, &d) in ids.iter().enumerate().take(2) {
+            let m = p.nodes[B].node.reply(now, d, reply_to(&p, i)).unwrap();
+            sent.push((m, reply_to(&p, i).to_bytes()));
+        }
+        let mut q: VecDeque<Payload> = (2..n).map(|i| reply_to(&p, i)).collect();
+        let first = p.nodes[B].node.reply_many(now, &ids[2..], &mut q).unwrap();
+        assert!(q.is_empty(), "durable {durable}");
+        for i in 2..n {
+            let m = exon::proto::MsgId(first.0 + (i - 2) as u64);
+            sent.push((m, reply_to(&p, i).to_bytes()));
+        }
+        p.nodes[B].untaken.clear();
+        p.drain(B);
+        let plain = p.send(B, &b"not a reply"[..]);
+        p.run(Duration::from_secs(2));
+        assert_eq!(p.nodes[A].delivered.len(), n + 1, "durable {durable}");
+        assert!(p.nodes[B].acked.is_empty(), "nothing taken at A yet");
+        p.crash_with_new_journal(A);
+        p.run(Duration::from_secs(30));
+        let side = &p.nodes[B];
+        let mut doubted = side.in_doubt.clone();
+        doubted.sort();
+        let mut all: Vec<_> = sent.iter().map(|(m, _)| *m).chain([plain]).collect();
+        all.sort();
+        assert_eq!(doubted, all, "durable {durable}: every message in doubt");
+        let mut handed = side.doubted_replies.clone();
+        handed.sort();
+        sent.sort();
+        assert_eq!(
+            handed, sent,
+            "durable {durable}: each reply's own payload, once"
+        );
+    }
+}

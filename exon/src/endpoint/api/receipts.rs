@@ -28,10 +28,12 @@ pub(crate) enum Ack {
     /// Nobody waits for the verdict (a flow's note).
     None,
     /// A server's reply: nobody waits for its verdict (its caller learns the outcome), and
-    /// its payload is kept to be sent once more if it is told in doubt (its caller lost
-    /// the incarnation whose envelope carried it: see `Sends::settle`). Boxed: replies
-    /// are a few of the messages in flight, and every `Ack` stays small.
-    Reply(Box<crate::proto::Payload>),
+    /// it is sent once more if it is told in doubt (its caller lost the incarnation whose
+    /// envelope carried it: see `Sends::settle_in_doubt`), with the payload the core hands
+    /// back with that verdict, or, for a reply recovered from a durable node's journal
+    /// (which the restarted core does not know for a reply), the copy kept here. Boxed:
+    /// recovered replies are few, and every `Ack` stays small.
+    Reply(Option<Box<crate::proto::Payload>>),
     /// A message of an ordered flow: its flow learns the verdict (and its receipt, if any).
     Flow(Box<FlowAck>),
     /// A call's request: its call learns the verdict.

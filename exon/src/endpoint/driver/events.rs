@@ -45,7 +45,7 @@ impl<S: DatagramSocket> Driver<S> {
                 tracing::info!(%peer, "peer reachable again");
                 self.shared.set_unreachable(peer, false);
             }
-            Event::InDoubt { id, to } => {
+            Event::InDoubt { id, to, reply } => {
                 if let Some(suppressed) = self.in_doubt.allow(t) {
                     tracing::warn!(
                         id = %self.node.id(),
@@ -54,7 +54,7 @@ impl<S: DatagramSocket> Driver<S> {
                         "message in doubt (its receiver lost its incarnation, or it was given up after a copy left)"
                     );
                 }
-                let (msg, again) = self.sends.settle_in_doubt(id);
+                let (msg, again) = self.sends.settle_in_doubt(id, reply);
                 if let Some(msg) = msg {
                     debug_in_peer(to, || tracing::debug!(%msg, "message in doubt"));
                 }

@@ -146,20 +146,20 @@ impl Sends {
     /// watched. Always inline: called for each message of a run, and `out` is large.
     #[inline(always)]
     fn keep(&mut self, out: Outgoing, core_id: MsgId) {
-        self.keep_with(out, core_id, None);
+        self.keep_with(out, core_id, false);
     }
 
     /// [`keep`](Self::keep), with a server's reply's payload kept to be sent once more if
     /// it is told in doubt ([`settle_in_doubt`](Self::settle_in_doubt)).
     #[inline(always)]
-    fn keep_with(&mut self, out: Outgoing, core_id: MsgId, reply: Option<Box<Payload>>) {
+    fn keep_with(&mut self, out: Outgoing, core_id: MsgId, again: bool) {
         let (id, to) = (out.id(), out.to());
         if let Some(d) = out.deadline() {
             self.deadlines.push(Reverse((d, core_id, to)));
         }
         let (mut ack, stored) = out.queued_stored();
-        if let Some(p) = reply {
-            ack = Ack::Reply(p);
+        if again {
+            ack = Ack::Reply(None);
         }
         self.acks.insert(
             core_id,
@@ -260,15 +260,13 @@ impl Sends {
         let kept = may_wait.then(|| payload.clone());
         let mark = out.take_mark().map(|m| keep_window(node, to, m));
         let kept_mark = if may_wait { mark.clone() } else { None };
-        // A reply's payload is kept until its verdict, to be sent once more if it is told
-        // in doubt: its caller restarted and lost the incarnation whose envelope carried it
-        // (no call would ever have it otherwise; a second copy is discarded by the caller).
-        let mut again = None;
+        // A reply is sent once more if it is told in doubt: its caller restarted and lost
+        // the incarnation whose envelope carried it (no call would ever have it otherwise;
+        // a second copy is discarded by the caller). The core hands its payload back then.
+        let mut again = false;
         let sent = match out.answers() {
             Some(request) => {
-                if node.rules().resend_doubted_replies {
-                    again = Some(Box::new(payload.clone()));
-                }
+                again = node.rules().resend_doubted_replies;
                 node.reply(t, request, payload)
             }
             // An ordered flow's message may wait untaken at its receiver (held for its turn,
@@ -379,16 +377,21 @@ impl Sends {
     }
 
     /// The core's message `core_id` was told in doubt: its receipt resolves so, or, a
-    /// server's reply sent for the first time, its payload comes back to be sent again
-    /// (as a message of its own: a caller that has its call takes the first reply it
-    /// gets and discards any other). Returns the endpoint's id of the message, if it was
-    /// still waiting for its verdict, and that payload.
-    pub(crate) fn settle_in_doubt(&mut self, core_id: MsgId) -> (Option<MsgId>, Option<Payload>) {
+    /// server's reply sent for the first time, its payload (`handed`, what the core gave
+    /// back with the verdict, or the copy kept of a recovered reply) comes back to be sent
+    /// again (as a message of its own: a caller that has its call takes the first reply
+    /// it gets and discards any other). Returns the endpoint's id of the message, if it
+    /// was still waiting for its verdict, and that payload.
+    pub(crate) fn settle_in_doubt(
+        &mut self,
+        core_id: MsgId,
+        handed: Option<Box<Payload>>,
+    ) -> (Option<MsgId>, Option<Payload>) {
         let Some(u) = self.acks.remove(core_id) else {
             return (None, None);
         };
         match u.ack {
-            Ack::Reply(p) => (Some(u.id), Some(*p)),
+            Ack::Reply(kept) => (Some(u.id), kept.or(handed).map(|p| *p)),
             ack => {
                 ack.resolve(Err(ReceiptError::InDoubt));
                 (Some(u.id), None)

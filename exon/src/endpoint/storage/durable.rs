@@ -168,7 +168,7 @@ impl Recovery {
                 Ack::One(tx)
             }
             // A server's reply: sent again to the end, and once more if told in doubt.
-            Ok(Envelope::Reply { .. }) => Ack::Reply(Box::new(m.payload.clone())),
+            Ok(Envelope::Reply { .. }) => Ack::Reply(Some(Box::new(m.payload.clone()))),
             _ => Ack::One(tx),
         }
     }

@@ -91,7 +91,7 @@ impl Node {
                 // one would get LOST and the message would go twice), or the verdict (the
                 // receiver may have forgotten the slot). Nothing says which: in doubt.
                 self.stats.in_doubt += 1;
-                let event = Event::InDoubt { to: m.to, id: m.id };
+                let event = Event::in_doubt(m.to, m.id);
                 let g = Gate::Verdict {
                     to: m.to,
                     slot: None,
@@ -148,7 +148,7 @@ impl Node {
                     ids: MsgIds::one(id),
                 },
                 Outcome::NotDelivered => Event::NotDelivered { to, id },
-                Outcome::InDoubt => Event::InDoubt { to, id },
+                Outcome::InDoubt => Event::in_doubt(to, id),
             };
             Event::push_merged(&mut self.events, event);
         }
@@ -467,7 +467,7 @@ impl Node {
         if pending {
             let (outcome, event) = match verdict {
                 Abandoned::NotDelivered => (Outcome::NotDelivered, Event::NotDelivered { to, id }),
-                _ => (Outcome::InDoubt, Event::InDoubt { to, id }),
+                _ => (Outcome::InDoubt, Event::in_doubt(to, id)),
             };
             let entry = Entry::Resolved {
                 id,

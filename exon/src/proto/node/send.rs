@@ -163,7 +163,7 @@ impl Node {
         to: NodeId,
         payloads: &mut VecDeque<Payload>,
     ) -> Result<MsgId, SendError> {
-        self.send_front(now, to, payloads, usize::MAX)
+        self.send_front(now, to, payloads, usize::MAX, false)
     }
 
     /// Input: answers the deliveries of `requests`, all from one node, with the payloads at
@@ -196,7 +196,7 @@ impl Node {
             return Err(SendError::NotWaiting);
         }
         let to = requests[0].from();
-        let first = self.send_front(now, to, payloads, k)?;
+        let first = self.send_front(now, to, payloads, k, true)?;
         let sent = (self.next_msg - first.0) as usize;
         let taken = self.handle_taken_many(now, requests[..sent].iter().copied());
         debug_assert_eq!(taken, sent, "every request answered was waiting");
@@ -262,20 +262,25 @@ impl Node {
         first.ok_or(SendError::NothingToSend)
     }
 
-    /// [`send_many`](Self::send_many) of at most `most` payloads.
+    /// [`send_many`](Self::send_many) of at most `most` payloads; `reply`: they answer
+    /// requests (not durable: [`reply_many`](Self::reply_many)), and a doubt hands their
+    /// payloads back.
     fn send_front(
         &mut self,
         now: Instant,
         to: NodeId,
         payloads: &mut VecDeque<Payload>,
         most: usize,
+        reply: bool,
     ) -> Result<MsgId, SendError> {
         let Some(first) = payloads.pop_front() else {
             return Err(SendError::NothingToSend);
         };
         if self.journal.is_some() {
             // Durable: each message goes to the journal on its own, with its id from the
-            // stored clock (one by one, as `send`).
+            // stored clock (one by one, as `send`); a durable node's replies go one by one
+            // through `reply`.
+            debug_assert!(!reply, "durable replies go one by one");
             let id = match self.accept(now, to, first.clone(), None, false, Stamp::Plain) {
                 Ok(id) => id,
                 Err(e) => {
@@ -337,7 +342,7 @@ impl Node {
             self.stats.sent += 1;
             self.queued_bytes += len;
             // Not durable: its copies die with it.
-            wake |= rec.enqueue(msg, p, (false, false), frontier_rule);
+            wake |= rec.enqueue(msg, p, (false, false, reply), frontier_rule);
             next = if self.next_msg - id.0 < most as u64 {
                 payloads.pop_front()
             } else {
@@ -455,7 +460,8 @@ impl Node {
         // caller's restart tells from its journal alone which calls had their reply).
         let senders_copy = self.journal.is_some()
             && (!(reported || answers.is_some()) || !self.rules.senders_copy_only_when_kept);
-        let wake = rec.enqueue(id, payload, (reported, senders_copy), frontier_rule);
+        let reply = answers.is_some();
+        let wake = rec.enqueue(id, payload, (reported, senders_copy, reply), frontier_rule);
         let ask = !new_record || self.rules.first_send_requests_slots;
         let request = end_enqueue(rec, &self.cfg, ask);
         self.after_enqueue(now, to, wake, was_quiet, request);

@@ -200,7 +200,8 @@ impl SRecord {
             *queued_bytes -= tok.payload.len();
             if v == Verdict::Doubt {
                 stats.in_doubt += 1;
-                Sink::verdict(events, &mut held, slot, Event::InDoubt { to, id });
+                let reply = tok.doubted_reply();
+                Sink::verdict(events, &mut held, slot, Event::InDoubt { to, id, reply });
                 return;
             }
             stats.acknowledged += 1;
@@ -341,7 +342,8 @@ impl SRecord {
                     Event::NotDelivered { to, id: tok.id }
                 } else {
                     stats.in_doubt += 1;
-                    Event::InDoubt { to, id: tok.id }
+                    let (id, reply) = (tok.id, tok.doubted_reply());
+                    Event::InDoubt { to, id, reply }
                 };
                 Sink::verdict(events, &mut held, slot, ev);
             },

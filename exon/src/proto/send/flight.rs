@@ -233,6 +233,7 @@ mod tests {
                 payload: Bytes::new().into(),
                 reported: false,
                 senders_copy: false,
+                reply: false,
             },
         )
     }

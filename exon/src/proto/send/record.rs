@@ -370,6 +370,8 @@ impl SRecord {
             reported: true,
             // For the same reason, its receiver is asked to keep its own copy.
             senders_copy: false,
+            // Nor whether it was a reply: its embedding keeps a recovered reply's payload.
+            reply: false,
         };
         match assigned {
             Some((rck, slot)) => {
@@ -827,7 +829,7 @@ impl SRecord {
         &mut self,
         id: MsgId,
         payload: Payload,
-        (reported, senders_copy): (bool, bool),
+        (reported, senders_copy, reply): (bool, bool, bool),
         frontier_rule: bool,
     ) -> bool {
         let msg = Queued {
@@ -835,6 +837,7 @@ impl SRecord {
             payload,
             reported,
             senders_copy,
+            reply,
         };
         self.bytes += msg.payload.len();
         self.note_busy();
@@ -1012,6 +1015,7 @@ mod tests {
                 payload: Payload::from(&b"m"[..]),
                 reported: true,
                 senders_copy: false,
+                reply: false,
             },
         );
         rec.restore(MsgId(5), Payload::from(&b"n"[..]), Some((7, 42)));
@@ -1045,6 +1049,7 @@ mod tests {
                 payload: Payload::from(vec![1u8; 3000]),
                 reported: false,
                 senders_copy: false,
+                reply: false,
             },
         );
         let rate = crate::proto::send::congestion::DeliveryRate::default().on_sent(t0, 0);
@@ -1089,6 +1094,7 @@ mod tests {
                     payload: Payload::from(vec![0u8; len as usize]),
                     reported: false,
                     senders_copy: false,
+                    reply: false,
                 },
             );
             rec.tokens.get_mut(s).unwrap().frag = Some(Box::new(Outgoing::new(len)));

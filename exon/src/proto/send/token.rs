@@ -21,6 +21,12 @@ pub(crate) struct Queued {
     /// Its sender keeps its copy until the ACK, whatever happens: it goes as STOKEN or
     /// SFRAG, and a durable receiver journals no payload for it (`Rules::senders_copy_only_when_kept`).
     pub(super) senders_copy: bool,
+    /// A reply ([`Node::reply`](crate::proto::Node::reply)): told in doubt, its payload
+    /// goes back to the embedding with the verdict ([`Event::InDoubt`]'s `reply`), to be
+    /// sent once more, rather than dropped.
+    ///
+    /// [`Event::InDoubt`]: crate::proto::Event::InDoubt
+    pub(super) reply: bool,
 }
 
 /// A token: the sender's obligation to get `payload` delivered into slot `s` of receiver
@@ -62,6 +68,8 @@ pub(crate) struct Token {
     pub(super) reported: bool,
     /// See [`Queued::senders_copy`].
     pub(super) senders_copy: bool,
+    /// See [`Queued::reply`].
+    pub(super) reply: bool,
     /// Sent whole and reported held by its receiver (HELD): out of flight and never sent
     /// again as it is, while its verdict waits for the take. Only asked about, at a
     /// timeout, by the first bytes of a FRAG ([`Token::probe_held`]).
@@ -107,6 +115,7 @@ impl Token {
             payload: std::mem::take(&mut self.payload),
             reported: self.reported,
             senders_copy: self.senders_copy,
+            reply: self.reply,
         }
     }
 
@@ -127,6 +136,7 @@ impl Token {
             rare: None,
             reported: msg.reported,
             senders_copy: msg.senders_copy,
+            reply: msg.reply,
             held: false,
         }
     }
@@ -191,6 +201,15 @@ impl Token {
     /// Records a loss declared by loss detection.
     pub fn set_lost(&mut self, lost: Lost) {
         self.rare.get_or_insert_with(Box::default).lost = Some(lost);
+    }
+
+    /// What its embedding gets back with a doubt verdict: a reply's payload (taken out of
+    /// the token, which is being settled), boxed, since doubts are rare and every event
+    /// stays small; nothing for any other message.
+    #[inline]
+    pub fn doubted_reply(&mut self) -> Option<Box<Payload>> {
+        self.reply
+            .then(|| Box::new(std::mem::take(&mut self.payload)))
     }
 
     /// Forgets its last loss (it arrived).

@@ -219,6 +219,7 @@ mod tests {
                 payload: Bytes::new().into(),
                 reported: false,
                 senders_copy: false,
+                reply: false,
             },
         );
         t.queued = false;

@@ -794,6 +794,7 @@ mod tests {
                 payload: Payload::from(&b"m"[..]),
                 reported: false,
                 senders_copy: false,
+                reply: false,
             };
             rec.make_token(id, 7, msg);
         }

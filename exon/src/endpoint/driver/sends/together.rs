@@ -25,8 +25,6 @@ pub(super) struct Scratch {
     lens: Vec<usize>,
     /// Replies: the requests they answer, as `reply_many` takes them.
     requests: Vec<crate::proto::DeliveryId>,
-    /// Replies: their payloads kept to be sent once more if told in doubt.
-    kept: VecDeque<Box<crate::proto::Payload>>,
 }
 
 /// A run of sends at the front of a queue of `T`s (the driver's commands, or a batch's
@@ -219,8 +217,8 @@ impl Sends {
     }
 
     /// Hands the replies of `queue`, all to `to`, to the core in one call
-    /// ([`Node::reply_many`]); each it took is kept as `admit` keeps a reply (its payload
-    /// too, to be sent once more if it is told in doubt), and those it did not take go one
+    /// ([`Node::reply_many`]); each it took is kept as `admit` keeps a reply (to be sent
+    /// once more, with the payload the core hands back, if it is told in doubt), and those it did not take go one
     /// by one, each answered, refused or waiting as alone.
     fn reply_together(
         &mut self,
@@ -238,9 +236,6 @@ impl Sends {
             if debug {
                 s.lens.push(payload.len());
             }
-            if resend {
-                s.kept.push_back(Box::new(payload.clone()));
-            }
             s.requests.extend(out.answers());
             s.payloads.push_back(payload);
         }
@@ -257,7 +252,7 @@ impl Sends {
                         || tracing::debug!(msg = %out.id(), len, "message queued"),
                     );
                 }
-                self.keep_with(out, MsgId(first.0 + i as u64), s.kept.pop_front());
+                self.keep_with(out, MsgId(first.0 + i as u64), resend);
             }
             if node.is_full(to, 0) {
                 self.block(to);
@@ -268,7 +263,6 @@ impl Sends {
             out.put_payload(payload);
             self.on_send_credited(t, out, node, paths);
         }
-        s.kept.clear();
         s.requests.clear();
         s.lens.clear();
         self.scratch = s;
