@@ -377,11 +377,21 @@ async fn call_all(
 /// incarnation: the replies go in them and are told in doubt (nothing covers the old
 /// incarnation). With the rule `resend_doubted_replies` the server sends each such reply
 /// once more, in the caller's new incarnation, and every call gets its reply; off, those
-/// calls end at their deadline, executed without a reply.
+/// calls end at their deadline, executed without a reply. The reply's payload comes back
+/// from the core with its doubt (the driver keeps no copy), a durable server's through its
+/// journal's verdict record too (the last case).
 #[tokio::test]
 async fn replies_told_in_doubt_reach_a_caller_restarted_without_its_journal() {
-    for (rule, durable_caller) in [(true, true), (false, true), (true, false), (false, false)] {
+    let cases = [
+        (true, true, false),
+        (false, true, false),
+        (true, false, false),
+        (false, false, false),
+        (true, false, true),
+    ];
+    for (rule, durable_caller, durable_server) in cases {
         let cdir = tempfile::tempdir().unwrap();
+        let sdir = tempfile::tempdir().unwrap();
         let bind_caller = || async {
             if durable_caller {
                 durable(C, cdir.path(), true).await
@@ -397,12 +407,16 @@ async fn replies_told_in_doubt_reach_a_caller_restarted_without_its_journal() {
         };
         let mut rules = exon::proto::Rules::ALL;
         rules.resend_doubted_replies = rule;
-        let server = Endpoint::builder(S)
-            .security(security(S))
-            .config(cfg().with_rules(rules))
-            .bind("127.0.0.1:0")
-            .await
-            .unwrap();
+        let server = if durable_server {
+            durable(S, sdir.path(), true).await
+        } else {
+            Endpoint::builder(S)
+                .security(security(S))
+                .config(cfg().with_rules(rules))
+                .bind("127.0.0.1:0")
+                .await
+                .unwrap()
+        };
         let caller = bind_caller().await;
         server.add_peer(C, caller.local_addr());
         caller.add_peer(S, server.local_addr());
@@ -443,7 +457,7 @@ async fn replies_told_in_doubt_reach_a_caller_restarted_without_its_journal() {
                 Err(e) => {
                     assert!(
                         !rule,
-                        "rule on, durable {durable_caller}: call {x} ended {e:?}"
+                        "rule on, durable {durable_caller}, {durable_server}: call {x} ended {e:?}"
                     );
                     assert_eq!(e.executed(), Some(true), "call {x}: {e:?}");
                 }
@@ -459,7 +473,7 @@ async fn replies_told_in_doubt_reach_a_caller_restarted_without_its_journal() {
         } else {
             assert!(
                 got < 10,
-                "rule off (durable {durable_caller}): replies lost to calls"
+                "rule off (durable {durable_caller}, {durable_server}): replies lost to calls"
             );
             assert_eq!(resent, 0);
         }
