@@ -149,8 +149,8 @@ impl Sends {
         self.keep_with(out, core_id, false);
     }
 
-    /// [`keep`](Self::keep), with a server's reply's payload kept to be sent once more if
-    /// it is told in doubt ([`settle_in_doubt`](Self::settle_in_doubt)).
+    /// [`keep`](Self::keep); `again`: a server's reply, sent once more if it is told in
+    /// doubt, with the payload the core hands back ([`settle_in_doubt`](Self::settle_in_doubt)).
     #[inline(always)]
     fn keep_with(&mut self, out: Outgoing, core_id: MsgId, again: bool) {
         let (id, to) = (out.id(), out.to());

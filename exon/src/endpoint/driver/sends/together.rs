@@ -218,8 +218,8 @@ impl Sends {
 
     /// Hands the replies of `queue`, all to `to`, to the core in one call
     /// ([`Node::reply_many`]); each it took is kept as `admit` keeps a reply (to be sent
-    /// once more, with the payload the core hands back, if it is told in doubt), and those it did not take go one
-    /// by one, each answered, refused or waiting as alone.
+    /// once more, with the payload the core hands back, if it is told in doubt), and those
+    /// it did not take go one by one, each answered, refused or waiting as alone.
     fn reply_together(
         &mut self,
         t: Instant,
