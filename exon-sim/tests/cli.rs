@@ -429,12 +429,14 @@ fn report(args: &str) -> String {
 /// Found by campaign 87: a server's journal found damaged had lost the record of replies
 /// it had sent; the requests came again flagged, its store absorbed the re-runs and it
 /// answered again. The caller, whose calls the first replies had ended, discards the second
-/// ones (`damage_replies`); the checker took them for `ReplyTwice`.
+/// ones (`damage_replies`); the checker took them for `ReplyTwice`. (The campaign's seed
+/// 531214937 no longer meets the case with wire version 4's smaller headers; seeds 121,
+/// 375 and 378 of 1 to 400 do.)
 #[test]
 fn a_damaged_servers_second_replies_are_discarded_by_the_ended_calls() {
     let text = report(
         "--nodes 2 --messages 2000 --loss 0.01 --dup 0.1 --reorder 0.5 --restarts 3 --durable \
-         --crash-mid-commit 3 --damage 1 --rpc --fail-one-in 7 --seed 531214937",
+         --crash-mid-commit 3 --damage 1 --rpc --fail-one-in 7 --seed 121",
     );
     let n = field(&text, "damage_replies");
     assert!(n > 0.0, "the run meets the case: {text}");
@@ -760,7 +762,9 @@ fn incast_through_shared_queues_soaks() {
 fn losses_in_step_with_the_exchange_end_with_every_message_acknowledged() {
     clean("--drop-every 2 --messages 20000 --seed 1");
     clean("--drop-every 3 --messages 20000 --seeds 3 --nodes 3 --dup 0.02");
-    let three = "--drop-every 2 --messages 5000 --seed 1 --nodes 3";
+    // 8 000 messages: with wire version 4's smaller headers no seed of 1 to 40 met the
+    // defect with 5 000 (seed 1 did before), every seed of 1 to 20 does with 8 000.
+    let three = "--drop-every 2 --messages 8000 --seed 1 --nodes 3";
     clean(three);
     violates(
         &format!("{three} --rules-off probe_repeats_ack"),
@@ -788,11 +792,18 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
         // allowance grew with the rounds' length (seeds 29, 33 and 40 of 1 to 40 since);
         // the small messages' seeds 56, 14 and 69 and the large ones' 33 did until path MTU
         // discovery was told the reach of a token's whole datagram rather than its frame's
-        // (the large messages' seeds 4, 5 and 17 of 1 to 17 since).
-        (format!("{small} --seed 65"), "request_carries_waiver"),
-        (format!("{small} --seed 7"), "probe_repeats_grant"),
-        (format!("{small} --seed 20"), "probe_repeats_old_verdicts"),
-        (format!("{large} --seed 4"), "probe_repeats_got"),
+        // (the large messages' seeds 4, 5 and 17 of 1 to 17 since), and wire version 4's
+        // smaller headers (since then: the small messages' first seeds of 1 to 1 000 are 234
+        // for the waiver and 45 for the old verdicts; the repeated grant meets no seed of 1
+        // to 1 000 with 5 000 messages, seeds 148, 175 and 220 of 1 to 300 with 2 000; the
+        // large messages' seeds 16, 17 and 36 of 1 to 40).
+        (format!("{small} --seed 234"), "request_carries_waiver"),
+        (
+            "--drop-every 2 --restarts 1 --messages 2000 --seed 148".to_string(),
+            "probe_repeats_grant",
+        ),
+        (format!("{small} --seed 45"), "probe_repeats_old_verdicts"),
+        (format!("{large} --seed 16"), "probe_repeats_got"),
     ] {
         clean(&args);
         violates(&format!("{args} --rules-off {rule}"), "Lost");
@@ -807,8 +818,9 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
         "--loss 0.3 --rpc --servers 2 --restarts 3 --call-deadline-ms 100 --messages 2000 --seed 5",
     );
     // In plaintext a restarted sender's request is refused, not counted: another phase
-    // (seed 17; seed 40 met the defect until the controller told jitter from a queue).
-    let plain = "--plaintext --drop-every 2 --restarts 1 --messages 5000 --seed 17";
+    // (seed 33; seed 40 met the defect until the controller told jitter from a queue, seed
+    // 17 until wire version 4's smaller headers: 33, 49 and 70 of 1 to 70 since).
+    let plain = "--plaintext --drop-every 2 --restarts 1 --messages 5000 --seed 33";
     clean(plain);
     violates(
         &format!("{plain} --rules-off probe_repeats_old_verdicts"),
@@ -936,8 +948,10 @@ fn keyed_rows_after_a_lost_or_damaged_journal_end_in_doubt_never_twice() {
 /// did before; all end within 88 s with it).
 #[test]
 fn fragmented_messages_in_progress_finish_before_their_partials_expire() {
+    // Seed 2: seed 3, used before, no longer met the defect with wire version 4's smaller
+    // headers; seeds 2, 5, 7 and 9 of 1 to 10 do.
     let args = "--nodes 2 --messages 400 --payload 100000 --loss 0.2 --jitter-ms 20 \
-                --rate 300000 --seed 3 --settle-s 600";
+                --rate 300000 --seed 2 --settle-s 600";
     clean(args);
     let off = "--rules-off progress_within_reassembly_timeout";
     violates(&format!("{args} {off}"), "Lost");
@@ -1142,9 +1156,10 @@ fn plaintext_sources_beyond_the_records_take_turns_too() {
 /// `scripts/sim-campaign.py`: 5 of 6 seeds of 4 000 messages).
 #[test]
 fn credit_a_verdict_gives_back_wakes_the_messages_waiting_for_it() {
-    // Seed 1: seed 2, used before, takes another course since refused fragments are
-    // answered (`got_charges_partials`) and no longer meets the defect; seeds 1, 3 and 5 do.
-    let args = "--nodes 2 --messages 1000 --reorder 0.2 --jitter-ms 20 --payload 100000 --seed 1";
+    // Seed 2 (again): seed 2, used before, took another course once refused fragments were
+    // answered (`got_charges_partials`), and seed 1, used since, with wire version 4's
+    // smaller headers; seeds 2, 4, 6, 7 and 11 of 1 to 11 meet the defect now.
+    let args = "--nodes 2 --messages 1000 --reorder 0.2 --jitter-ms 20 --payload 100000 --seed 2";
     clean(args);
     violates(&format!("{args} --rules-off credit_return_resumes"), "Lost");
 }
@@ -1257,11 +1272,12 @@ fn a_message_sent_into_a_newer_lost_incarnation_may_end_in_doubt() {
 /// meet the defect (since BBR's samples are made up for random loss: 19, 34, 40, 45 and 58
 /// of 11 to 60; since the measured progress budget, `progress_measured`: 58 of 1 to 60,
 /// 6 and 39 end not idle; since an answered probe of a message held whole leaves the
-/// flight: 177 of 1 to 200, 8.6 s with the rule, and 77 and 149 end not idle).
+/// flight: 177 of 1 to 200, 8.6 s with the rule, and 77 and 149 end not idle; since wire
+/// version 4's smaller headers: 13 of 1 to 40).
 #[test]
 fn a_restarted_sender_counts_the_partials_its_receiver_holds() {
     let args = "--nodes 2 --messages 2000 --dup 0.02 --burst 0.05 --restarts 1 --jitter-ms 2 \
-                --payload 100000 --durable --seed 177 --settle-s 20";
+                --payload 100000 --durable --seed 13 --settle-s 20";
     clean(args);
     violates(&format!("{args} --rules-off got_charges_partials"), "Lost");
 }
@@ -1278,14 +1294,16 @@ fn a_restarted_sender_counts_the_partials_its_receiver_holds() {
 /// Since an answered probe of a message held whole leaves the flight, that seed ends clean
 /// without the rule too, and so do seeds 1 to 200 of the cell; at 30 % loss seed 14 of 1 to
 /// 40 showed the defect (4 065 s with the rule, `Lost` without), and since messages held
-/// whole are probed on their own backoff, seed 8 of 1 to 40 (2 922 s with the rule).
+/// whole are probed on their own backoff, seed 8 of 1 to 40 (2 922 s with the rule); with
+/// wire version 4's smaller headers no seed of 1 to 200 at 30 % loss, seed 66 of 1 to 100
+/// at 25 %.
 /// Its requests outlive their calls (`--requests-outlive-calls`): given up at the call's
 /// deadline of one second, as the endpoint's are, the stuck messages end truthfully.
 #[test]
 fn bytes_of_a_dropped_partial_are_sent_again() {
-    let args = "--nodes 2 --messages 2000 --loss 0.3 --dup 0.1 --payload 20000 --durable \
+    let args = "--nodes 2 --messages 2000 --loss 0.25 --dup 0.1 --payload 20000 --durable \
                 --crash-mid-commit 1 --rpc --call-deadline-ms 1000 --requests-outlive-calls \
-                --seed 8";
+                --seed 66";
     // The partials expire only on the collapse `random_loss_made_up` answers, with every
     // message in progress served in turn (`progress_oldest_first` off).
     let off = "random_loss_made_up,progress_oldest_first";
@@ -1324,12 +1342,13 @@ fn a_restored_copy_may_report_not_delivered_what_the_lost_run_delivered() {
 /// 6.5 s with it); since an answered probe of a message held whole leaves the flight and
 /// held tokens leave the slot window, 1, 5, 21 and 34 of 1 to 40 (1: 10.5 s with it);
 /// since a receiver answers DOUBT below every frontier it heard, 5, 12, 19, 21, 22, 25,
-/// 28, 34 and 35 of 1 to 40 (5: 10.7 s with it).
+/// 28, 34 and 35 of 1 to 40 (5: 10.7 s with it); with wire version 4's smaller headers,
+/// 1, 13 and 16 of 1 to 20.
 #[test]
 fn a_message_given_up_wakes_the_messages_behind_it() {
     let args = "--nodes 2 --messages 4000 --loss 0.2 --restarts 1 --payload 100000 --durable \
                 --crash-mid-commit 3 --compact-after 500 --deadline-ms 2000 --channels 16 \
-                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 5";
+                --channel-windows 4,8 --plain-one-in 5 --stall-query-ms 1000 --seed 1";
     clean(args);
     violates(
         &format!("{args} --rules-off abandon_wakes_sender"),

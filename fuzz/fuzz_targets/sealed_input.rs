@@ -40,7 +40,7 @@ enum Op {
         to: bool,
         packet: Packet,
         epoch: u64,
-        counter: u32,
+        counter: u8,
         key: Option<[u8; 32]>,
         cookie: Option<[u8; 16]>,
         tag: [u8; 16],

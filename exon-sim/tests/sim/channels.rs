@@ -623,12 +623,13 @@ fn without_owed_gaps_a_number_given_up_before_a_crash_is_never_filled() {
 /// The owed gaps sent only when the application sends on the channel again (as the
 /// endpoint at 468cc46: `OrderedShared::channel` calls `FlowOut::send_owed_gaps`): a
 /// sender that restarts after its last message on a channel never sends them, and its
-/// receiver waits forever (seed 22).
+/// receiver waits forever (seed 22 before wire version 4's smaller headers; none of 0 to 79
+/// since, seed 104 the first of 80 on).
 #[test]
 fn owed_gaps_sent_when_the_channel_is_used_again_leave_a_receiver_waiting() {
     durable_self_test(
         durable_channels_given_up,
-        0..80,
+        104..105,
         (|_| {}, |m| m.owed_gaps_at_restart = false),
         &[ViolationKind::ChannelBlocked],
     );

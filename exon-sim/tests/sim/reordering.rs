@@ -149,7 +149,8 @@ fn with_the_reordering_rules_off_reordering_is_taken_for_loss() {
         eprintln!(
             "no window, undo {undo}, 200 B, 50 %: {ratio:.2}x, {per_msg:.2} % per message, {r:?}"
         );
-        assert!(ratio > 4.0, "{ratio:.2}x");
+        // 3.78x with wire version 4's headers (undo off; above 4x with version 3's).
+        assert!(ratio > 3.0, "{ratio:.2}x");
         assert!(per_msg > 10.0, "{per_msg:.2} %");
     }
 }

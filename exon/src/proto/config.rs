@@ -490,7 +490,7 @@ impl Config {
     /// Largest payload sent as one TOKEN whatever the path: what fits in one datagram of the
     /// [base size](Self::base_datagram_size) with the largest header (a sealed one carrying
     /// the sender's key), the authentication tag and TOKEN framing (8-byte slot and
-    /// incarnation). 1085 bytes with the default 1200-byte base. Larger messages (up to
+    /// incarnation). 1091 bytes with the default 1200-byte base. Larger messages (up to
     /// [`max_message_size`](Limits::max_message_size)) travel as one TOKEN where the path's
     /// datagrams hold them, else in fragments.
     pub fn max_payload(&self) -> usize {
@@ -708,7 +708,7 @@ mod tests {
         header.seal = Some(SealHeader {
             seq: Seq {
                 epoch: HALF,
-                counter: u32::MAX,
+                counter: u8::MAX,
             },
             key: Some(PublicKey::from_bytes([0; 32])),
             cookie: Some([0xff; 16]),
@@ -739,7 +739,7 @@ mod tests {
             assert!(sealed_len <= size, "size {size}");
             assert!(sealed_len + 2 > size, "max_payload wastes room at {size}");
         }
-        assert_eq!(Config::default().max_payload(), 1085);
+        assert_eq!(Config::default().max_payload(), 1091);
         // With discovery, the payload is bounded by the base size, not the ceiling.
         let cfg = {
             let mut c = Config::default();

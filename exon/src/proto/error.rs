@@ -9,13 +9,11 @@ pub enum DecodeError {
     /// Shorter than the smallest possible header.
     #[error("datagram shorter than a header")]
     Runt,
-    /// The first two bytes are not the exon magic.
-    #[error("bad magic")]
-    BadMagic,
-    /// A protocol version this implementation does not speak.
+    /// A protocol version this implementation does not speak (the high four bits of the
+    /// first byte).
     #[error("unsupported version {0}")]
     UnsupportedVersion(u8),
-    /// Reserved header flag bits were set.
+    /// Header flags that go only with a sealed datagram were set on a plaintext one.
     #[error("reserved flags set: {0:#04x}")]
     ReservedFlags(u8),
     /// A field or payload runs past the end of the datagram.

@@ -90,11 +90,9 @@ counters! {
     pub struct Rejects {
         /// Shorter than a header.
         pub runt: u64 [sum],
-        /// Wrong magic bytes.
-        pub bad_magic: u64 [sum],
         /// Unsupported version.
         pub bad_version: u64 [sum],
-        /// Reserved flags set.
+        /// Flags of sealed datagrams on a plaintext one.
         pub reserved_flags: u64 [sum],
         /// A field ran past the end (also: impossible counts).
         pub truncated: u64 [sum],
@@ -166,7 +164,6 @@ impl Rejects {
     pub(crate) fn count_decode(&mut self, e: DecodeError) {
         let c = match e {
             DecodeError::Runt => &mut self.runt,
-            DecodeError::BadMagic => &mut self.bad_magic,
             DecodeError::UnsupportedVersion(_) => &mut self.bad_version,
             DecodeError::ReservedFlags(_) => &mut self.reserved_flags,
             DecodeError::Truncated => &mut self.truncated,

@@ -164,14 +164,24 @@ fn rejects_by_reason() {
         f(&mut v);
         validate(&Bytes::from(v), usize::MAX).map(|_| ())
     };
-    assert_eq!(with(&|v| v.truncate(3)), Err(DecodeError::Runt));
-    assert_eq!(with(&|v| v[0] = b'Q'), Err(DecodeError::BadMagic));
-    assert_eq!(with(&|v| v[2] = 9), Err(DecodeError::UnsupportedVersion(9)));
+    assert_eq!(with(&|v| v.truncate(2)), Err(DecodeError::Runt));
     assert_eq!(
-        with(&|v| v[3] = 0x80),
-        Err(DecodeError::ReservedFlags(0x80))
+        with(&|v| v[0] = b'X'),
+        Err(DecodeError::UnsupportedVersion(5))
     );
-    assert_eq!(with(&|v| v.truncate(6)), Err(DecodeError::NoFrames));
+    assert_eq!(
+        with(&|v| v[0] = 0x30),
+        Err(DecodeError::UnsupportedVersion(3))
+    );
+    assert_eq!(
+        with(&|v| v[0] = 0x94),
+        Err(DecodeError::UnsupportedVersion(9))
+    );
+    assert_eq!(
+        with(&|v| v[0] |= 0x04),
+        Err(DecodeError::ReservedFlags(0x04))
+    );
+    assert_eq!(with(&|v| v.truncate(3)), Err(DecodeError::NoFrames));
     assert_eq!(with(&|v| v.push(0)), Err(DecodeError::UnknownFrame(0)));
     assert_eq!(
         with(&|v| v.push(0x03)),
@@ -185,21 +195,21 @@ fn rejects_by_reason() {
         Err(DecodeError::Truncated)
     );
     // A payload length far beyond the bytes present is refused before anything is sliced.
-    let mut v = good[..6].to_vec();
+    let mut v = good[..3].to_vec();
     v.extend_from_slice(&[0x03, 5, 7, 0xbf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]);
     assert_eq!(
         validate(&Bytes::from(v), usize::MAX).map(|_| ()),
         Err(DecodeError::Truncated)
     );
     // An ACK claiming 2^40 ranges in a few bytes.
-    let mut v = good[..6].to_vec();
+    let mut v = good[..3].to_vec();
     v.extend_from_slice(&[0x04, 1, 0xc0, 0, 0, 0x01, 0, 0, 0, 0, 0, 0]);
     assert_eq!(
         validate(&Bytes::from(v), usize::MAX).map(|_| ()),
         Err(DecodeError::Truncated)
     );
     // An ACK range running past 2^62.
-    let mut v = good[..6].to_vec();
+    let mut v = good[..3].to_vec();
     v.extend_from_slice(&[
         0x04, 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x05,
     ]);
@@ -208,7 +218,7 @@ fn rejects_by_reason() {
         Err(DecodeError::ValueOutOfRange)
     );
     // MTU_PROBE padding that runs past the end, or is not all zero bytes.
-    let mut v = good[..6].to_vec();
+    let mut v = good[..3].to_vec();
     v.extend_from_slice(&[0x0c, 1, 5, 0, 0, 0, 0]);
     assert_eq!(
         validate(&Bytes::from(v.clone()), usize::MAX).map(|_| ()),
@@ -240,11 +250,11 @@ fn overhead_of_a_1kb_token() {
             senders_copy: false,
         }],
     };
-    // Clocks below 2^30 (a file store starting at 0): 6-byte header, 11-byte TOKEN framing.
-    assert_eq!(mk(1 << 20, 1 << 20).encoded_len() - 1024, 17);
+    // Clocks below 2^30 (a file store starting at 0): 3-byte header, 11-byte TOKEN framing.
+    assert_eq!(mk(1 << 20, 1 << 20).encoded_len() - 1024, 14);
     // Clocks derived from wall-clock microseconds (about 2^51): 8-byte s and r in the
     // first frame of a plaintext datagram.
-    assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 25);
+    assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 22);
 }
 
 /// What the clock chains save (`docs/wire.md`, "Clock fields"), with clocks near 2^51: the
@@ -267,7 +277,7 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
     // Ten 100-byte tokens in one datagram: the first's framing 19 bytes, each later one's 5
     // (type, s and r a byte each, a 2-byte length), against 19 each in full.
     let ten = plain((0..10).map(|k| token(a + k, b, 100)).collect());
-    assert_eq!(ten.encoded_len() - 6 - 1000, 19 + 9 * 5);
+    assert_eq!(ten.encoded_len() - 3 - 1000, 19 + 9 * 5);
     // Sealed, the sender's chain starts at the epoch: a token 1 000 slots after it pays 2
     // bytes for `s`; the receiver's incarnation, met first, 8.
     let sealed = |frames: Vec<Frame>| {
@@ -283,11 +293,11 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
         Packet { header, frames }
     };
     let one = sealed(vec![token(a + 1_000, b, 1024)]);
-    assert_eq!(one.encoded_len() - 18 - 1024, 1 + 2 + 8 + 2);
+    assert_eq!(one.encoded_len() - 12 - 1024, 1 + 2 + 8 + 2);
     // The receiver's chain starts at the epoch too: a receiver started five minutes after
     // the sender has its incarnation 4 bytes away.
     let five_minutes = sealed(vec![token(a + 1_000, a + 300_000_000, 1024)]);
-    assert_eq!(five_minutes.encoded_len() - 18 - 1024, 1 + 2 + 4 + 2);
+    assert_eq!(five_minutes.encoded_len() - 12 - 1024, 1 + 2 + 4 + 2);
     // A reply and the ACK of its request: the ACK's `r` (the server's incarnation, taken
     // just before its epoch) a byte, the request's slot in full, the reply's slot (5 000
     // after) 2 bytes, the caller's incarnation (20 000 slots before its request's) 4 bytes:
@@ -298,7 +308,7 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
     };
     let reply = sealed(vec![ack, token(a + 5_000, b - 20_000, 1024)]);
     assert_eq!(
-        reply.encoded_len() - 18 - 1024,
+        reply.encoded_len() - 12 - 1024,
         (1 + 1 + 1 + 8 + 1) + (1 + 2 + 4 + 2)
     );
 }

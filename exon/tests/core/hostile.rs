@@ -103,21 +103,21 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
         Bytes::from(v)
     };
     let cases: Vec<Bytes> = vec![
-        Bytes::from_static(b"EX"),                                       // runt
-        mutate(&|v| v[0] = 0),                                           // bad magic
-        mutate(&|v| v[2] = 9),                                           // wrong version
-        mutate(&|v| v[3] = 8),                                           // reserved flags
-        mutate(&|v| v.truncate(v.len() - 1)),                            // truncated frame
-        mutate(&|v| v.push(0x01)),                                       // trailing garbage
-        mutate(&|v| v.push(0x3f)),                                       // unknown frame type
-        mutate(&|v| v.truncate(6)),                                      // header only
+        Bytes::from_static(b"\x40\x01"),          // runt
+        mutate(&|v| v[0] = 0),                    // wrong version (0)
+        mutate(&|v| v[0] = 0x90 | (v[0] & 0x0f)), // wrong version (9)
+        mutate(&|v| v[0] |= 0x04),                // KEY, not sealed
+        mutate(&|v| v.truncate(v.len() - 1)),     // truncated frame
+        mutate(&|v| v.push(0x01)),                // trailing garbage
+        mutate(&|v| v.push(0x3f)),                // unknown frame type
+        mutate(&|v| v.truncate(3)),               // header only
         Bytes::from(vec![0u8; exon::proto::MAX_DATAGRAM_SIZE + 1usize]), // oversized
         Packet {
             header: Header::new(PEER, NodeId::from_const(99)),
             frames: vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }],
         }
         .encode(), // wrong destination
-        dgram(ME, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]),           // claims to be from us
+        dgram(ME, vec![Frame::ReqSlots { s: 0, n: 1, l: 0 }]), // claims to be from us
     ];
     for c in cases {
         assert_eq!(
@@ -130,13 +130,12 @@ fn malformed_datagrams_are_dropped_and_counted_by_reason() {
     assert_eq!(
         (
             r.runt,
-            r.bad_magic,
             r.bad_version,
             r.reserved_flags,
             r.truncated,
             r.unknown_frame
         ),
-        (1, 1, 1, 1, 2, 1)
+        (1, 2, 1, 2, 1)
     );
     assert_eq!(
         (r.no_frames, r.oversized, r.wrong_destination, r.from_self),

@@ -81,8 +81,8 @@ fn forgeries(src: NodeId, dst: NodeId, around: u64, seal: bool) -> Vec<Vec<u8>> 
             if seal {
                 h.seal = Some(SealHeader {
                     seq: Seq {
-                        epoch: u64::MAX >> 3,
-                        counter: k as u32,
+                        epoch: (u64::MAX >> 3) + (k >> 8),
+                        counter: k as u8,
                     },
                     key: None,
                     cookie: None,

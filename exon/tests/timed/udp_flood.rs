@@ -59,8 +59,8 @@ fn forgery(src: NodeId, key: Option<[u8; 32]>, counter: u32) -> Vec<u8> {
     let mut h = Header::new(src, B);
     h.seal = Some(SealHeader {
         seq: Seq {
-            epoch: 1 << 40,
-            counter,
+            epoch: (1 << 40) + u64::from(counter >> 8),
+            counter: counter as u8,
         },
         key: key.map(PublicKey::from_bytes),
         cookie: None,

@@ -28,7 +28,7 @@ pub struct FlowConfig {
     /// the two ends' values). Default 4 MiB.
     pub stream_window_bytes: usize,
     /// Largest chunk of a stream (bytes written coalesce up to it; one chunk is one exon
-    /// message). Default [`default_stream_chunk`] (32 663 bytes: two chunks, their
+    /// message). Default [`default_stream_chunk`] (32 666 bytes: two chunks, their
     /// envelopes and framing fill one datagram of the largest size), capped by the largest
     /// message.
     pub stream_chunk: usize,
@@ -113,6 +113,6 @@ mod tests {
         assert!(payload <= crate::proto::payload_room_each(crate::proto::MAX_DATAGRAM_SIZE, 2));
         assert!(payload > crate::proto::payload_room_each(crate::proto::MAX_DATAGRAM_SIZE, 3));
         assert_eq!(FlowConfig::default().stream_chunk, chunk);
-        assert_eq!(chunk, 32_663, "the documented default");
+        assert_eq!(chunk, 32_666, "the documented default");
     }
 }

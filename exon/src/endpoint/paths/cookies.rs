@@ -212,7 +212,7 @@ impl Cookies {
             valid_cookie: false,
         };
         seen.head[..seen.head_len].copy_from_slice(&data[..seen.head_len]);
-        if data.get(3).is_none_or(|f| f & FLAG_COOKIE == 0) {
+        if data.first().is_none_or(|f| f & FLAG_COOKIE == 0) {
             return seen; // the common case: no cookie, nothing to decode
         }
         let Some(cookie) = Header::decode_prefix(data)

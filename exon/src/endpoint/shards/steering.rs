@@ -56,8 +56,8 @@ const JMP_JEQ_K: u16 = 0x15;
 const RET_A: u16 = 0x16;
 
 /// Where the source node id (a varint, `docs/wire.md`) starts in every datagram: after the
-/// magic, the version and the flags.
-const SRC_AT: u32 = 4;
+/// byte that holds the version and the flags.
+const SRC_AT: u32 = 1;
 
 const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
     Insn { code, jt, jf, k }
@@ -228,8 +228,8 @@ mod tests {
     #[test]
     fn a_short_datagram_stops_the_program() {
         let prog = program(4);
-        assert_eq!(run(&prog, &[0x45, 0x58, 2]), None);
+        assert_eq!(run(&prog, &[0x42]), None);
         // An eight-byte id cut short.
-        assert_eq!(run(&prog, &[0x45, 0x58, 2, 0, 0xc0, 1, 2, 3, 4]), None);
+        assert_eq!(run(&prog, &[0x42, 0xc0, 1, 2, 3, 4]), None);
     }
 }

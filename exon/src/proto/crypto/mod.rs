@@ -155,7 +155,7 @@ pub(crate) struct Sealer {
     /// Cookies peers gave this node, echoed in datagrams to them until one answers.
     cookies: PeerMap<Cookie>,
     epoch: Option<u64>,
-    counter: u32,
+    counter: u8,
     /// Key agreements done for incoming datagrams from sources with no derived keys.
     agreements: u64,
 }

@@ -20,16 +20,18 @@ const INFO: &[u8] = b"exon v2 datagram key";
 pub struct Seq {
     /// A clock value the sender reserved for this epoch.
     pub epoch: u64,
-    /// The datagram's number within the epoch.
-    pub counter: u32,
+    /// The datagram's number within the epoch (256 datagrams an epoch: a sender takes a new
+    /// epoch from its clock after every 256th).
+    pub counter: u8,
 }
 
 impl Seq {
-    /// The 96-bit AEAD nonce: epoch (8 bytes, big-endian), then counter (4 bytes).
+    /// The 96-bit AEAD nonce: epoch (8 bytes, big-endian), three zero bytes, then the
+    /// counter.
     fn nonce(self) -> Nonce {
         let mut n = [0u8; aead::NONCE_LEN];
         n[..8].copy_from_slice(&self.epoch.to_be_bytes());
-        n[8..].copy_from_slice(&self.counter.to_be_bytes());
+        n[11] = self.counter;
         Nonce::assume_unique_for_key(n)
     }
 }

@@ -411,7 +411,7 @@ impl Node {
         let (sender_left, burst_end) = self.write_sender_frames(now, peer, buf, &mut clocks, space);
         if burst_end && self.stats.frames_out.token + self.stats.frames_out.frag > tokens_before {
             // The last datagram of this burst: ask for the ACK without delay.
-            buf[start + 3] |= FLAG_ACK_NOW;
+            buf[start] |= FLAG_ACK_NOW;
         }
         let left = !out.is_empty() || sender_left;
         if buf.len() == header_end {

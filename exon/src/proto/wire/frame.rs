@@ -893,7 +893,7 @@ mod tests {
         let mut v = Vec::new();
         r.encode(&mut v);
         assert_eq!(v.len(), r.encoded_len());
-        assert_eq!(v.len(), 4 + 1 + 8 + 16);
+        assert_eq!(v.len(), 1 + 1 + 8 + 16);
         assert!(CookieReply::is_one(&v));
         assert_eq!(CookieReply::decode(&v), Ok(r));
         // Trailing or missing bytes, other flags: refused, and never a header.
@@ -903,7 +903,7 @@ mod tests {
         assert!(CookieReply::decode(&v[..v.len() - 1]).is_err());
         assert!(Header::decode_prefix(&v).is_err());
         let mut other = v.clone();
-        other[3] = FLAG_COOKIE_REPLY | FLAG_SEALED;
+        other[0] = COOKIE_REPLY_START | FLAG_SEALED;
         assert!(!CookieReply::is_one(&other));
         assert!(CookieReply::decode(&other).is_err());
     }
@@ -922,11 +922,11 @@ mod tests {
         let mut v = Vec::new();
         h.encode(&mut v);
         assert_eq!(v.len(), h.encoded_len());
-        assert_eq!(v[3], FLAG_SEALED | FLAG_COOKIE);
+        assert_eq!(v[0], VERSION << 4 | FLAG_SEALED | FLAG_COOKIE);
         assert_eq!(Header::decode_prefix(&v), Ok((h, v.len())));
         let mut plain = Vec::new();
         Header::new(NodeId::from_const(1), NodeId::from_const(2)).encode(&mut plain);
-        plain[3] |= FLAG_COOKIE;
+        plain[0] |= FLAG_COOKIE;
         assert_eq!(
             Header::decode_prefix(&plain),
             Err(DecodeError::ReservedFlags(FLAG_COOKIE))

@@ -1,4 +1,4 @@
-//! The datagram header (magic, version, flags, node ids and, sealed, the nonce, key and
+//! The datagram header (version and flags, node ids and, sealed, the nonce, key and
 //! cookie) and the cookie reply: encode and decode.
 
 use bytes::BufMut;
@@ -8,15 +8,14 @@ use crate::proto::crypto::seal::Seq;
 use crate::proto::wire::codec::{put_varint, varint_len, Reader};
 use crate::proto::{DecodeError, NodeId};
 
-/// First two bytes of every exon datagram: ASCII "EX".
-pub const MAGIC: [u8; 2] = *b"EX";
-/// The wire version this implementation speaks.
-pub const VERSION: u8 = 3;
-/// Smallest possible header: magic, version, flags, and two one-byte node ids.
-pub const MIN_HEADER_LEN: usize = 6;
+/// The wire version this implementation speaks: the high four bits of every datagram's
+/// first byte (its low four bits are the flags).
+pub const VERSION: u8 = 4;
+/// Smallest possible header: the version and flags byte and two one-byte node ids.
+pub const MIN_HEADER_LEN: usize = 3;
 /// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter,
 /// the sender's public key and a cookie.
-pub const MAX_HEADER_LEN: usize = 4 + 8 + 8 + 8 + 4 + KEY_LEN + COOKIE_LEN;
+pub const MAX_HEADER_LEN: usize = 1 + 8 + 8 + 8 + 1 + KEY_LEN + COOKIE_LEN;
 
 /// Header flag: the sender has nothing more to send right now, so the receiver should
 /// acknowledge this datagram's tokens at once instead of waiting for more (delayed ACKs).
@@ -29,10 +28,11 @@ pub const FLAG_SEALED: u8 = 0x02;
 pub const FLAG_KEY: u8 = 0x04;
 /// Header flag (sealed datagrams only): a 16-byte cookie follows the counter (and the
 /// public key, if any): the receiver's proof that this sender receives at its source
-/// address, echoed from a [`CookieReply`].
+/// address, echoed from a [`CookieReply`]. Alone, without [`FLAG_SEALED`], it marks a
+/// [`CookieReply`], which is no header.
 pub const FLAG_COOKIE: u8 = 0x08;
-/// Flags byte of a [`CookieReply`], alone: that datagram is not sealed and carries no frame.
-pub const FLAG_COOKIE_REPLY: u8 = 0x10;
+/// The first byte of a [`CookieReply`]: the version and [`FLAG_COOKIE`] alone.
+pub const COOKIE_REPLY_START: u8 = VERSION << 4 | FLAG_COOKIE;
 /// Bytes in a cookie.
 pub const COOKIE_LEN: usize = 16;
 
@@ -41,7 +41,7 @@ pub const COOKIE_LEN: usize = 16;
 pub type Cookie = [u8; COOKIE_LEN];
 
 /// The datagram an endpoint under load sends to the source address of a datagram it
-/// refused for want of key-agreement budget: `'E' 'X' 0x02 0x10 src dst cookie`, where
+/// refused for want of key-agreement budget: `0x48 src dst cookie`, where
 /// `src` is the refusing node, `dst` the node the refused datagram claimed to come from.
 /// Not sealed (the refusing node has no key for its peer yet: that is the point).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,29 +57,27 @@ pub struct CookieReply {
 impl CookieReply {
     /// Encoded size.
     pub fn encoded_len(&self) -> usize {
-        4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + COOKIE_LEN
+        1 + varint_len(self.src.get()) + varint_len(self.dst.get()) + COOKIE_LEN
     }
 
     /// Appends the datagram.
     pub fn encode(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&MAGIC);
-        buf.put_u8(VERSION);
-        buf.put_u8(FLAG_COOKIE_REPLY);
+        buf.put_u8(COOKIE_REPLY_START);
         put_varint(buf, self.src.get());
         put_varint(buf, self.dst.get());
         buf.put_slice(&self.cookie);
     }
 
-    /// Whether `data` is a cookie reply by its first four bytes (it may still not decode).
+    /// Whether `data` is a cookie reply by its first byte (it may still not decode).
     pub fn is_one(data: &[u8]) -> bool {
-        data.len() >= 4 && data[..2] == MAGIC && data[2] == VERSION && data[3] == FLAG_COOKIE_REPLY
+        data.first() == Some(&COOKIE_REPLY_START)
     }
 
     /// Decodes a whole datagram; trailing bytes are an error.
     pub fn decode(data: &[u8]) -> Result<CookieReply, DecodeError> {
         let mut r = Reader::new(data);
         let flags = decode_start(&mut r)?;
-        if flags != FLAG_COOKIE_REPLY {
+        if flags != FLAG_COOKIE {
             return Err(DecodeError::ReservedFlags(flags));
         }
         let src = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
@@ -94,7 +92,7 @@ impl CookieReply {
 }
 
 /// Largest header of a plaintext datagram (both node ids take eight bytes).
-pub const MAX_PLAIN_HEADER_LEN: usize = 4 + 8 + 8;
+pub const MAX_PLAIN_HEADER_LEN: usize = 1 + 8 + 8;
 
 /// The clear part of a sealed datagram's header: the sequence number that forms the nonce,
 /// and the sender's public key where it announces it.
@@ -138,11 +136,11 @@ impl Header {
     pub fn encoded_len(&self) -> usize {
         let seal = self.seal.map_or(0, |h| {
             varint_len(h.seq.epoch)
-                + 4
+                + 1
                 + h.key.map_or(0, |_| KEY_LEN)
                 + h.cookie.map_or(0, |_| COOKIE_LEN)
         });
-        4 + varint_len(self.src.get()) + varint_len(self.dst.get()) + seal
+        1 + varint_len(self.src.get()) + varint_len(self.dst.get()) + seal
     }
 
     fn flags(&self) -> u8 {
@@ -161,18 +159,12 @@ impl Header {
 
     /// Appends the header.
     pub fn encode(&self, buf: &mut impl BufMut) {
-        // Magic, version and flags in one write (one check of `buf`'s room, not three).
-        buf.put_u32(u32::from_be_bytes([
-            MAGIC[0],
-            MAGIC[1],
-            VERSION,
-            self.flags(),
-        ]));
+        buf.put_u8(VERSION << 4 | self.flags());
         put_varint(buf, self.src.get());
         put_varint(buf, self.dst.get());
         if let Some(h) = self.seal {
             put_varint(buf, h.seq.epoch);
-            buf.put_u32(h.seq.counter);
+            buf.put_u8(h.seq.counter);
             if let Some(k) = h.key {
                 buf.put_slice(k.as_bytes());
             }
@@ -193,10 +185,7 @@ impl Header {
     #[inline]
     pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Header, DecodeError> {
         let flags = decode_start(r)?;
-        let known = FLAG_ACK_NOW | FLAG_SEALED | FLAG_KEY | FLAG_COOKIE;
-        if flags & !known != 0
-            || (flags & (FLAG_KEY | FLAG_COOKIE) != 0 && flags & FLAG_SEALED == 0)
-        {
+        if flags & (FLAG_KEY | FLAG_COOKIE) != 0 && flags & FLAG_SEALED == 0 {
             return Err(DecodeError::ReservedFlags(flags));
         }
         // Any decoded varint is at most VARINT_MAX, so these cannot fail.
@@ -204,8 +193,7 @@ impl Header {
         let dst = NodeId::new(r.varint()?).ok_or(DecodeError::ValueOutOfRange)?;
         let seal = if flags & FLAG_SEALED != 0 {
             let epoch = r.varint()?;
-            let c = r.bytes(4)?;
-            let counter = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
+            let counter = r.u8()?;
             let key = if flags & FLAG_KEY != 0 {
                 let mut k = [0u8; KEY_LEN];
                 k.copy_from_slice(r.bytes(KEY_LEN)?);
@@ -237,17 +225,14 @@ impl Header {
     }
 }
 
-/// Checks the length, magic and version every datagram starts with; returns its flags.
+/// Checks the length and the version every datagram starts with; returns its flags.
 fn decode_start(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
     if r.remaining() < MIN_HEADER_LEN {
         return Err(DecodeError::Runt);
     }
-    if r.bytes(2)? != MAGIC {
-        return Err(DecodeError::BadMagic);
+    let first = r.u8()?;
+    if first >> 4 != VERSION {
+        return Err(DecodeError::UnsupportedVersion(first >> 4));
     }
-    let version = r.u8()?;
-    if version != VERSION {
-        return Err(DecodeError::UnsupportedVersion(version));
-    }
-    r.u8()
+    Ok(first & 0x0f)
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn acc(id: u64, seq: Option<(u64, u32)>) -> Accepted {
+fn acc(id: u64, seq: Option<(u64, u8)>) -> Accepted {
     Accepted {
         from: NodeId::from_const(id),
         seq: seq.map(|(epoch, counter)| Seq { epoch, counter }),
@@ -26,7 +26,7 @@ fn addr(port: u16) -> SocketAddr {
 
 const WAIT: Duration = Duration::from_millis(100);
 
-fn answer(id: u64, seq: (u64, u32), token: u64) -> Accepted {
+fn answer(id: u64, seq: (u64, u8), token: u64) -> Accepted {
     let mut a = acc(id, Some(seq));
     a.response = Some(token);
     a
@@ -144,7 +144,7 @@ fn an_unanswered_candidate_fails_and_the_proven_address_stays() {
 
 /// The next datagram (numbered `*seq + 1`) from a peer that moved to addr(2), `t` ms
 /// after [`t0`]: an observer's copy from addr(9) first, the original 30 ms later.
-fn raced(b: &mut PeerBook, seq: &mut u32, t: u64) -> (Learned, Learned) {
+fn raced(b: &mut PeerBook, seq: &mut u8, t: u64) -> (Learned, Learned) {
     *seq += 1;
     let at = |d| t0() + Duration::from_millis(d);
     let none = |_| false;
