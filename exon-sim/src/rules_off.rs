@@ -96,6 +96,7 @@ by_name!(
     report_recovered_held,
     credit_doubles,
     resend_doubted_replies,
+    acks_wait_for_a_paced_datagram,
 );
 
 #[cfg(test)]

@@ -336,7 +336,10 @@ pub struct AckConfig {
     /// for the pacer, and the pacer lets those go before the ACKs' delay runs out (or, for
     /// ACKs due at once, within `delay`) and within an eighth of the path's minimum RTT,
     /// wait for those tokens and ride in their datagram: a server's ACK of a request goes
-    /// with its paced reply. ACKs of retransmitted tokens never wait. Default true.
+    /// with its paced reply. Where one datagram at the pacing rate takes longer than that
+    /// (a slow path), they wait for the next paced datagram, up to a datagram's time and
+    /// the minimum RTT (`Rules::acks_wait_for_a_paced_datagram`). ACKs of retransmitted
+    /// tokens never wait. Default true.
     pub ride_paced_tokens: bool,
 }
 

@@ -41,6 +41,28 @@ pub(super) async fn server(a: &RoleArgs, ctl: Control) {
     say("DONE", &[("served", served.to_string())]);
 }
 
+/// Exon's caller: where its datagrams and bytes went (frames of each kind it sent), as
+/// notes of the report; nothing for the other systems.
+async fn caller_wire(caller: &Caller) -> Vec<(&'static str, String)> {
+    let Caller::Exon(h) = caller else {
+        return Vec::new();
+    };
+    let Some(s) = h.stats().await else {
+        return Vec::new();
+    };
+    let (n, f) = (&s.node, &s.node.frames_out);
+    vec![
+        ("datagrams_out", n.datagrams_out.to_string()),
+        ("bytes_out", n.bytes_out.to_string()),
+        ("tokens_out", f.token.to_string()),
+        ("acks_out", f.ack.to_string()),
+        ("reqslots_out", f.reqslots.to_string()),
+        ("slots_out", f.slots.to_string()),
+        ("retransmissions", n.retransmissions.to_string()),
+        ("acks_held", n.acks_held_for_tokens.to_string()),
+    ]
+}
+
 /// What the callers share: requests issued, answers counted in the window, latencies.
 #[derive(Default)]
 struct Calls {
@@ -108,22 +130,7 @@ pub(super) async fn client(a: &RoleArgs, ctl: Control) {
     })
     .await;
     let rate = lat.len() as f64 / elapsed.as_secs_f64();
-    // Exon's caller: where its datagrams and bytes went (frames of each kind it sent).
-    let mut wire = Vec::new();
-    if let Caller::Exon(h) = &*caller {
-        if let Some(s) = h.stats().await {
-            let (n, f) = (&s.node, &s.node.frames_out);
-            wire = vec![
-                ("datagrams_out", n.datagrams_out.to_string()),
-                ("bytes_out", n.bytes_out.to_string()),
-                ("tokens_out", f.token.to_string()),
-                ("acks_out", f.ack.to_string()),
-                ("reqslots_out", f.reqslots.to_string()),
-                ("slots_out", f.slots.to_string()),
-                ("retransmissions", n.retransmissions.to_string()),
-            ];
-        }
-    }
+    let wire = caller_wire(&caller).await;
     say(
         "DONE",
         &[

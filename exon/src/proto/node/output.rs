@@ -224,8 +224,18 @@ impl Node {
         let paced = rec.paced_until()?;
         // At most an eighth of the round trip: the peer's RTT samples and loss detection
         // see the wait (as they see the ACK delay).
-        let slack = rec.rtt().min().map_or(Duration::ZERO, |m| m / 8);
-        let due = out.ack_at().unwrap_or(now + acks.delay).min(now + slack);
+        let min_rtt = rec.rtt().min();
+        let slack = min_rtt.map_or(Duration::ZERO, |m| m / 8);
+        let mut due = out.ack_at().unwrap_or(now + acks.delay).min(now + slack);
+        if self.rules.acks_wait_for_a_paced_datagram {
+            // A path so slow that one datagram at the pacing rate takes longer than that
+            // wait would carry an ACK-only datagram between every two of ours: the ACKs
+            // wait for the next one, up to a datagram's time and a minimum RTT.
+            let size = self.send_size(peer) as u64;
+            if let (Some(one), Some(m)) = (rec.pace_interval(size), min_rtt) {
+                due = due.max(now + one.min(m));
+            }
+        }
         (paced > now && paced <= due).then_some(paced)
     }
 

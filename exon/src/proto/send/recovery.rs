@@ -328,6 +328,15 @@ impl SRecord {
         }
     }
 
+    /// How long `size` bytes take at the pacing rate (`None`: not paced, or a rate so high
+    /// that they take no time worth waiting for).
+    #[inline]
+    pub fn pace_interval(&self, size: u64) -> Option<Duration> {
+        let rate = self.cc.pacing_rate()?.max(1);
+        let nanos = u128::from(size) * 1_000_000_000 / u128::from(rate);
+        u64::try_from(nanos).ok().map(Duration::from_nanos)
+    }
+
     /// A datagram is being filled: the pacer's hold is looked at again.
     #[inline]
     pub fn clear_pace(&mut self) {
