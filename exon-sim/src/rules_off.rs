@@ -97,6 +97,7 @@ by_name!(
     credit_doubles,
     resend_doubted_replies,
     acks_wait_for_a_paced_datagram,
+    unyielding_loss_per_product,
 );
 
 #[cfg(test)]

@@ -796,14 +796,16 @@ fn losses_in_step_after_a_restart_end_with_every_message_settled() {
         // smaller headers (since then: the small messages' first seeds of 1 to 1 000 are 234
         // for the waiver and 45 for the old verdicts; the repeated grant meets no seed of 1
         // to 1 000 with 5 000 messages, seeds 148, 175 and 220 of 1 to 300 with 2 000; the
-        // large messages' seeds 16, 17 and 36 of 1 to 40).
+        // large messages' seeds 16, 17 and 36 of 1 to 40; since the loss rate that marks
+        // the others as not yielding counts in bandwidth-delay products, 17, 36 and 55 of 1
+        // to 60).
         (format!("{small} --seed 234"), "request_carries_waiver"),
         (
             "--drop-every 2 --restarts 1 --messages 2000 --seed 148".to_string(),
             "probe_repeats_grant",
         ),
         (format!("{small} --seed 45"), "probe_repeats_old_verdicts"),
-        (format!("{large} --seed 16"), "probe_repeats_got"),
+        (format!("{large} --seed 17"), "probe_repeats_got"),
     ] {
         clean(&args);
         violates(&format!("{args} --rules-off {rule}"), "Lost");

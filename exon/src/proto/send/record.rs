@@ -209,6 +209,7 @@ impl SRecord {
                 cfg.acks.delay,
             )
             .with_random_loss_made_up(rules.random_loss_made_up)
+            .with_unyielding_loss_per_product(rules.unyielding_loss_per_product)
             .with_reorder_allowance(rules.reordering_allowance),
             pacer: Pacer::default(),
             probe: false,

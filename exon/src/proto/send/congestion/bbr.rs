@@ -41,7 +41,9 @@
 //! was kept by others that did not back off, which marks them as not yielding and gives the
 //! cut back down to a mild one. So do a cut that comes within [`CROWDED_ROUNDS`] of the
 //! last, the cap not back above that cut's plateau (the room it left was taken at once), and
-//! a smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off. Against flows
+//! a smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off, and above one
+//! datagram in each bandwidth-delay product (on a path of a few dozen datagrams a round
+//! trip, flows that yield still lose one in most rounds between them). Against flows
 //! that do not yield, cuts are mild (to 90 %, never below what the round delivered: BBRv3's
 //! floor) and the cap regrows at once, by an eighth a round. Rounds spent in ProbeRTT do not
 //! age the bandwidth filter. Losses later found spurious (the datagram had only been
@@ -281,6 +283,9 @@ pub(crate) struct Bbr {
     random_loss: RandomLoss,
     /// Whether samples are made up for `random_loss` (`Rules::random_loss_made_up`).
     make_up_loss: bool,
+    /// Whether the loss rate that marks the others as not yielding is at least one
+    /// datagram a bandwidth-delay product (`Rules::unyielding_loss_per_product`).
+    loss_per_product: bool,
     /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
     reorder_allowance: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
@@ -347,6 +352,7 @@ impl Bbr {
             loss_ewma_sum: 0,
             random_loss: RandomLoss::default(),
             make_up_loss: true,
+            loss_per_product: true,
             reorder_allowance: true,
             crowded: false,
             raised: false,
@@ -381,10 +387,25 @@ impl Bbr {
     }
 
     /// Whether the flows sharing the queue are taken not to yield to loss: the smoothed
-    /// loss rate stays above [`UNYIELDING_LOSS`] although this flow backs off, or
+    /// loss rate stays above [`UNYIELDING_LOSS`] although this flow backs off, and above
+    /// one datagram in each bandwidth-delay product ([`Bbr::unyielding_loss`]), or
     /// congestion came back within [`CROWDED_ROUNDS`] of the last cut (`crowded`).
     fn unyielding(&self) -> bool {
-        self.mode != Mode::Startup && (self.loss_rate() > UNYIELDING_LOSS || self.crowded)
+        self.mode != Mode::Startup && (self.loss_rate() > self.unyielding_loss() || self.crowded)
+    }
+
+    /// The smoothed loss rate (thousandths) above which the others are taken not to yield:
+    /// [`UNYIELDING_LOSS`], or one datagram in each bandwidth-delay product where that is
+    /// more (`Rules::unyielding_loss_per_product`). On a small path (a few dozen datagrams a
+    /// round trip) flows that do yield, each backing off at its losses, still lose a
+    /// datagram in most rounds between them: 2 % there is no sign of one that ignores loss
+    /// (BENCHMARKS.md, "Fairness on a small path").
+    fn unyielding_loss(&self) -> u64 {
+        if !self.loss_per_product {
+            return UNYIELDING_LOSS;
+        }
+        let datagrams = self.bdp(UNIT).map_or(1, |b| (b / self.mss.max(1)).max(1));
+        UNYIELDING_LOSS.max(UNIT / datagrams)
     }
 
     /// The smoothed loss rate of recent rounds, in thousandths.
@@ -417,6 +438,12 @@ impl Bbr {
     /// Whether samples are made up for the path's random loss (`Rules::random_loss_made_up`).
     pub fn set_random_loss_made_up(&mut self, on: bool) {
         self.make_up_loss = on;
+    }
+
+    /// Whether the loss rate that marks the others as not yielding is at least one
+    /// datagram a bandwidth-delay product (`Rules::unyielding_loss_per_product`).
+    pub fn set_unyielding_loss_per_product(&mut self, on: bool) {
+        self.loss_per_product = on;
     }
 
     /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).

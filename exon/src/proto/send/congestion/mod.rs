@@ -160,6 +160,15 @@ impl Controller {
         self
     }
 
+    /// The controller, with BBR's loss rate that marks the others as not yielding at least
+    /// one datagram a bandwidth-delay product or not (`Rules::unyielding_loss_per_product`).
+    pub fn with_unyielding_loss_per_product(mut self, on: bool) -> Self {
+        if let Inner::Bbr(c) = &mut self.inner {
+            c.set_unyielding_loss_per_product(on);
+        }
+        self
+    }
+
     /// The controller, with BBR's window keeping the reordering allowance or not
     /// (`Rules::reordering_allowance`).
     pub fn with_reorder_allowance(mut self, on: bool) -> Self {

@@ -923,3 +923,60 @@ fn a_policer_with_random_loss_is_overshot_by_a_bounded_margin() {
     assert!(c.random_loss.rate() < 300, "floor {}", c.random_loss.rate());
     assert!(goodput > 1_000_000, "goodput {goodput}");
 }
+
+/// A controller that left start-up on a path of `per_round` datagrams a 10 ms round trip,
+/// then ran 80 rounds there without a queue, losing `lost(i)` datagrams in round `i`:
+/// whether it takes the others not to yield, and its smoothed loss rate.
+fn judged_on_a_path_of(per_round: u64, lost: impl Fn(u64) -> u64, rule: bool) -> (bool, u64) {
+    let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+    c.set_unyielding_loss_per_product(rule);
+    let (mut at, mut delivered) = (Instant::now(), MSS);
+    for i in 0..100u64 {
+        let prior = delivered;
+        for k in 0..per_round {
+            delivered += MSS;
+            at += Duration::from_micros(10_000 / per_round);
+            let mut ev = ack_event(
+                at,
+                Some(Duration::from_millis(10)),
+                prior,
+                delivered,
+                per_round * MSS,
+            );
+            if let Some(r) = &mut ev.rate {
+                // The path's rate: `per_round` datagrams a 10 ms round trip.
+                r.delivery_rate = per_round * MSS * 100;
+            }
+            c.on_ack(&ev);
+            let n = if i < 20 { 0 } else { lost(i) };
+            if k == 0 && n > 0 {
+                c.on_lost(&LossEvent {
+                    now: at,
+                    lost: n * MSS,
+                    sent_at: at,
+                    in_flight: per_round * MSS,
+                });
+            }
+        }
+    }
+    assert_ne!(c.mode(), Mode::Startup);
+    (c.unyielding(), c.loss_rate())
+}
+
+#[test]
+fn on_a_small_path_a_datagram_lost_every_other_round_is_no_sign_of_flows_that_do_not_yield() {
+    // 20 datagrams a round trip (a bandwidth-delay product of 24 with the ACK delay), one
+    // lost every other round: 2.4 %, above the 2 % that alone marked the others.
+    let small = |rule| judged_on_a_path_of(20, |i| i % 2, rule);
+    let (unyielding, rate) = small(true);
+    assert!(rate > UNYIELDING_LOSS, "loss rate {rate}");
+    assert!(!unyielding, "one datagram in two products marks no one");
+    assert!(small(false).0, "2 % alone marks them");
+    // The same loss rate on a path five times larger is twelve datagrams a product.
+    let (unyielding, rate) = judged_on_a_path_of(100, |i| 2 + u64::from(i % 2 == 0), true);
+    assert!(rate > UNYIELDING_LOSS, "loss rate {rate}");
+    assert!(
+        unyielding,
+        "persistent loss of many datagrams a product marks them"
+    );
+}
