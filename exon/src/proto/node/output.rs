@@ -227,7 +227,7 @@ impl Node {
         let min_rtt = rec.rtt().min();
         let slack = min_rtt.map_or(Duration::ZERO, |m| m / 8);
         let mut due = out.ack_at().unwrap_or(now + acks.delay).min(now + slack);
-        if self.rules.acks_wait_for_a_paced_datagram {
+        if paced > due && self.rules.acks_wait_for_a_paced_datagram {
             // A path so slow that one datagram at the pacing rate takes longer than that
             // wait would carry an ACK-only datagram between every two of ours: the ACKs
             // wait for the next one, up to a datagram's time and a minimum RTT.

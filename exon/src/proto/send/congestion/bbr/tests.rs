@@ -924,8 +924,9 @@ fn a_policer_with_random_loss_is_overshot_by_a_bounded_margin() {
     assert!(goodput > 1_000_000, "goodput {goodput}");
 }
 
-/// A controller that left start-up on a path of `per_round` datagrams a 10 ms round trip,
-/// then ran 80 rounds there without a queue, losing `lost(i)` datagrams in round `i`:
+/// A controller that left start-up in 20 clean rounds on a path of `per_round` datagrams a
+/// 10 ms round trip, then ran 80 more there without a queue, losing `lost(i)` datagrams in
+/// round `i`:
 /// whether it takes the others not to yield, and its smoothed loss rate.
 fn judged_on_a_path_of(per_round: u64, lost: impl Fn(u64) -> u64, rule: bool) -> (bool, u64) {
     let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
@@ -972,11 +973,12 @@ fn on_a_small_path_a_datagram_lost_every_other_round_is_no_sign_of_flows_that_do
     assert!(rate > UNYIELDING_LOSS, "loss rate {rate}");
     assert!(!unyielding, "one datagram in two products marks no one");
     assert!(small(false).0, "2 % alone marks them");
-    // The same loss rate on a path five times larger is twelve datagrams a product.
+    // The same loss rate on a path five times larger (a product of 120 datagrams) is about
+    // three datagrams a product.
     let (unyielding, rate) = judged_on_a_path_of(100, |i| 2 + u64::from(i % 2 == 0), true);
     assert!(rate > UNYIELDING_LOSS, "loss rate {rate}");
     assert!(
         unyielding,
-        "persistent loss of many datagrams a product marks them"
+        "persistent loss of several datagrams a product marks them"
     );
 }
