@@ -50,13 +50,6 @@
 //! overtaken) are taken back: from the round in progress, or from the round that cut the
 //! cap, whose cut is undone if the round no longer counts as congested.
 //!
-//! Start-up paces at 2/ln 2 of its estimate but keeps at most two bandwidth-delay products
-//! in flight (BBRv3's window gain), with no allowance for ACK aggregation until the pipe is
-//! full (`Rules::start_up_window_of_two_products`): its last rounds, whose losses are seen a
-//! round trip late, then overflow a queue of one product by little, where 2/ln 2 products
-//! and an allowance grown from the bursts of start-up's own ACKs overflowed it by more than
-//! a product (BENCHMARKS.md, "Start-up in two products").
-//!
 //! A path that holds datagrams back for many round trips keeps data unacknowledged well
 //! beyond the minimum RTT the window is sized by: the window gets an allowance for it,
 //! grown while the bottleneck shows no queue, up to loss detection's reordering window
@@ -295,12 +288,6 @@ pub(crate) struct Bbr {
     loss_per_product: bool,
     /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
     reorder_allowance: bool,
-    /// Whether start-up keeps at most two products in flight, with no aggregation
-    /// allowance (`Rules::start_up_window_of_two_products`).
-    start_up_two_products: bool,
-    /// Loss detection's reordering window at the last ACK: open (non-zero) on a path seen
-    /// to hold datagrams back.
-    late_acks: Duration,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
     /// that one's plateau, or the queue did not drain after a full cut ([`DrainTest`]): the
     /// room this flow left was taken at once (a flow that does not yield, as BBRv1 fills
@@ -367,8 +354,6 @@ impl Bbr {
             make_up_loss: true,
             loss_per_product: true,
             reorder_allowance: true,
-            start_up_two_products: true,
-            late_acks: Duration::ZERO,
             crowded: false,
             raised: false,
             drain_test: None,
@@ -466,13 +451,6 @@ impl Bbr {
         self.reorder_allowance = on;
     }
 
-    /// Whether start-up keeps at most two bandwidth-delay products in flight, with no
-    /// aggregation allowance until the pipe is full (`Rules::start_up_window_of_two_products`).
-    pub fn set_start_up_window_of_two_products(&mut self, on: bool) {
-        self.start_up_two_products = on;
-        self.refresh();
-    }
-
     /// The current phase.
     #[cfg(test)]
     pub fn mode(&self) -> Mode {
@@ -515,7 +493,6 @@ impl Bbr {
 
     fn cwnd_gain(&self) -> u64 {
         match self.mode {
-            Mode::Startup | Mode::Drain if self.start_up_two_products => CWND_GAIN,
             Mode::Startup | Mode::Drain => STARTUP_GAIN,
             Mode::ProbeBw | Mode::ProbeRtt => CWND_GAIN,
         }
@@ -567,7 +544,6 @@ impl Bbr {
             self.round_began = Some(now);
         }
         self.update_mode(now, round_start, ev);
-        self.late_acks = ev.reorder;
         self.update_cwnd(ev.acked);
         self.refresh();
     }
@@ -849,16 +825,8 @@ impl Bbr {
 
     fn update_cwnd(&mut self, acked: u64) {
         let late = self.bandwidth().map_or(0, |bw| bytes_in(bw, self.late));
-        // Start-up's ACKs come in bursts of its own making (each round twice the last): no
-        // allowance for them until the pipe is full, unless the path holds datagrams back
-        // (loss detection's reordering window is open), whose ACKs come late in bursts.
-        let extra = if self.start_up_two_products && !self.filled && self.late_acks.is_zero() {
-            0
-        } else {
-            self.extra_acked.get(self.round)
-        };
         let target = self.bdp(self.cwnd_gain()).map(|b| {
-            b.saturating_add(extra)
+            b.saturating_add(self.extra_acked.get(self.round))
                 .saturating_add(late)
                 .saturating_add(3 * self.mss)
         });

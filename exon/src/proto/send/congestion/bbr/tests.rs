@@ -982,34 +982,3 @@ fn on_a_small_path_a_datagram_lost_every_other_round_is_no_sign_of_flows_that_do
         "persistent loss of several datagrams a product marks them"
     );
 }
-
-/// Start-up keeps at most two bandwidth-delay products in flight, and its own ACKs' bursts
-/// (each round's answered within a millisecond) grow no allowance before the pipe is full.
-/// With the rule off the window is 2/ln 2 products and the allowance on top: on a long path
-/// with a queue of one product, more than a product dropped at the queue.
-#[test]
-fn start_up_keeps_two_products_in_flight_whatever_its_acks_bursts() {
-    for rule in [true, false] {
-        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
-        c.set_start_up_window_of_two_products(rule);
-        let (mut at, mut d) = (Instant::now(), MSS);
-        ack(&mut c, at, 10, 0, MSS);
-        for _ in 0..2 {
-            let prior = d;
-            for _ in 0..50 {
-                d += MSS;
-                at += Duration::from_micros(20);
-                ack_in_flight(&mut c, at, 10, prior, d, 20 * MSS);
-            }
-            at += Duration::from_millis(9);
-        }
-        assert_eq!(c.mode(), Mode::Startup);
-        // 1 MB/s over 10 ms and the 2 ms ACK delay: 12 datagrams a product.
-        let bound = 2 * 12 * MSS + 3 * MSS + MSS;
-        if rule {
-            assert!(c.window() <= bound, "{} > {bound}", c.window());
-        } else {
-            assert!(c.window() > 2 * bound, "{}", c.window());
-        }
-    }
-}
