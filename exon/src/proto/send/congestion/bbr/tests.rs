@@ -982,3 +982,55 @@ fn on_a_small_path_a_datagram_lost_every_other_round_is_no_sign_of_flows_that_do
         "persistent loss of several datagrams a product marks them"
     );
 }
+
+/// Start-up keeps at most two bandwidth-delay products in flight, and its own ACKs' bursts
+/// (each round's answered within a millisecond) grow no allowance before the pipe is full,
+/// while its samples measure the path and nothing was lost. With the rule off, with
+/// app-limited samples (a request/reply sender's bursts) or after a loss in start-up, the
+/// window is 2/ln 2 products and the allowance on top: on a long path with a queue of one
+/// product, the rule off dropped more than a product at the queue.
+#[test]
+fn start_up_keeps_two_products_in_flight_whatever_its_acks_bursts() {
+    // (rule, app-limited samples, a loss first): whether the window of two products holds.
+    for (rule, app_limited, lost, holds) in [
+        (true, false, false, true),
+        (false, false, false, false),
+        (true, true, false, false),
+        (true, false, true, false),
+    ] {
+        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
+        c.set_start_up_window_of_two_products(rule);
+        let (mut at, mut d) = (Instant::now(), MSS);
+        ack(&mut c, at, 10, 0, MSS);
+        if lost {
+            c.on_lost(&LossEvent {
+                now: at,
+                lost: MSS,
+                sent_at: at,
+                in_flight: 10 * MSS,
+            });
+        }
+        for _ in 0..2 {
+            let prior = d;
+            for _ in 0..50 {
+                d += MSS;
+                at += Duration::from_micros(20);
+                let mut ev = ack_event(at, Some(Duration::from_millis(10)), prior, d, 20 * MSS);
+                if let Some(rs) = ev.rate.as_mut() {
+                    rs.app_limited = app_limited;
+                }
+                c.on_ack(&ev);
+            }
+            at += Duration::from_millis(9);
+        }
+        assert_eq!(c.mode(), Mode::Startup);
+        // 1 MB/s over 10 ms and the 2 ms ACK delay: 12 datagrams a product.
+        let bound = 2 * 12 * MSS + 3 * MSS + MSS;
+        let case = (rule, app_limited, lost);
+        if holds {
+            assert!(c.window() <= bound, "{case:?}: {} > {bound}", c.window());
+        } else {
+            assert!(c.window() > 2 * bound, "{case:?}: {}", c.window());
+        }
+    }
+}
