@@ -98,8 +98,6 @@ by_name!(
     resend_doubted_replies,
     acks_wait_for_a_paced_datagram,
     unyielding_loss_per_product,
-    start_up_window_of_two_products,
-    app_limited_only_with_room,
 );
 
 #[cfg(test)]

@@ -526,21 +526,6 @@ pub struct Rules {
     /// 10 Mbit/s, 20 ms path, where flows that yield lose a datagram in most rounds
     /// between them, its cuts went mild and it took 0.71-0.77 of the link from TCP.
     pub unyielding_loss_per_product: bool,
-    /// Beyond the notes (start-up on a long path): BBR's start-up keeps at most two
-    /// bandwidth-delay products in flight (BBRv3's window gain; it still paces at 2/ln 2 of
-    /// its estimate), with no allowance for ACK aggregation until the pipe is full, while
-    /// its rate samples are not app-limited and no loss was declared before the pipe was
-    /// full. Off, it kept 2/ln 2 products and an allowance grown from its own ACKs' bursts:
-    /// on a 100 Mbit/s, 200 ms path with a queue of one product it dropped about 4 700
-    /// datagrams at the queue before its losses ended it (0-74 with it).
-    pub start_up_window_of_two_products: bool,
-    /// Beyond the notes (rate samples): a sender with nothing left to send marks its rate
-    /// samples app-limited only while its window has room for another datagram and no
-    /// message waits for an envelope (Linux's `tcp_rate_check_app_limited`). Off, every
-    /// datagram that emptied the sending queue marked them, so a start-up whose envelopes
-    /// ran out once a round (the next grant a round trip away) never saw its bandwidth stop
-    /// growing and ended only on loss.
-    pub app_limited_only_with_room: bool,
 }
 
 impl Rules {
@@ -622,8 +607,6 @@ impl Rules {
         resend_doubted_replies: true,
         acks_wait_for_a_paced_datagram: true,
         unyielding_loss_per_product: true,
-        start_up_window_of_two_products: true,
-        app_limited_only_with_room: true,
     };
 }
 

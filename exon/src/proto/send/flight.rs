@@ -42,9 +42,6 @@ pub(crate) struct Flight {
     pub(super) reo: Reordering,
     /// Whether the congestion response to spurious losses is undone (`Rules::spurious_undo`).
     pub(super) undo: bool,
-    /// Whether an empty sending queue marks rate samples app-limited only while the window
-    /// has room and no message waits for an envelope (`Rules::app_limited_only_with_room`).
-    pub(super) app_limited_with_room: bool,
     /// Losses found spurious by the verdict frame being handled: how many, how many of them
     /// had been sent again, their bytes, and when the earliest was declared.
     pub(super) spurious: u64,

@@ -173,7 +173,6 @@ impl SRecord {
             ..Flight::default()
         };
         flight.reo.adapt = rules.reordering_window;
-        flight.app_limited_with_room = rules.app_limited_only_with_room;
         SRecord {
             sck: ck,
             rck: None,
@@ -211,8 +210,7 @@ impl SRecord {
             )
             .with_random_loss_made_up(rules.random_loss_made_up)
             .with_unyielding_loss_per_product(rules.unyielding_loss_per_product)
-            .with_reorder_allowance(rules.reordering_allowance)
-            .with_start_up_window_of_two_products(rules.start_up_window_of_two_products),
+            .with_reorder_allowance(rules.reordering_allowance),
             pacer: Pacer::default(),
             probe: false,
             flight,

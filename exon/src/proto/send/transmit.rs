@@ -448,27 +448,13 @@ impl SRecord {
         if wrote {
             self.probe = false;
         }
-        if self.to_send.is_empty() && self.sends_less_than_it_may() {
-            // Nothing to send, and the window would let more go: rate samples may
-            // understate the path.
+        if self.to_send.is_empty() {
+            // Nothing (or no slot) to send: rate samples may understate the path.
             self.flight.rate.mark_app_limited(self.flight.bytes);
         }
         if wrote {
             self.on_tokens_written(now, cfg);
         }
-    }
-
-    /// With nothing in the sending queue, whether the sender sends less than the path would
-    /// take: the window has room for another datagram and no message waits for an envelope
-    /// (`Rules::app_limited_only_with_room`, as Linux's `tcp_rate_check_app_limited`). A
-    /// sender whose window is full, or whose messages wait for slots a round trip away,
-    /// measures the path (or the receiver's grants) as a TCP sender held by its windows
-    /// does. Without the rule, always.
-    #[inline]
-    fn sends_less_than_it_may(&self) -> bool {
-        !self.flight.app_limited_with_room
-            || (self.queue.is_empty()
-                && self.flight.bytes + self.mtud.size() as u64 <= self.cc.window())
     }
 
     /// Whether the congestion window lets a token of `size` bytes go out now (one token
@@ -826,42 +812,5 @@ mod tests {
         send(&mut rec, 1, t0 + ms(5000));
         let tok = rec.tokens.get(1).expect("waiting");
         assert_eq!(tok.last_sent(&rec.flight.sent), Some(t0 + ms(5000)));
-    }
-
-    /// A sender with nothing left to send marks its rate samples app-limited only while it
-    /// sends less than its window and its envelopes allow: a full window, or messages
-    /// waiting for slots, measure the path (or the receiver's grants). With the rule off,
-    /// an emptied queue always marks them, and a start-up whose envelopes ran out once a
-    /// round never saw its bandwidth stop growing.
-    #[test]
-    fn a_full_window_or_messages_waiting_for_slots_are_no_app_limit() {
-        let cfg = Config::default();
-        let t0 = Instant::now();
-        for rule in [true, false] {
-            let rules = Rules {
-                app_limited_only_with_room: rule,
-                ..Rules::ALL
-            };
-            let marked = |bytes: u64, waiting: bool| {
-                let mut rec = SRecord::new(100, t0, &cfg, &rules);
-                rec.flight.bytes = bytes;
-                if waiting {
-                    rec.queue.push_back(Queued {
-                        id: MsgId(1),
-                        payload: Payload::from(&b"m"[..]),
-                        reported: false,
-                        senders_copy: false,
-                        reply: false,
-                    });
-                }
-                assert!(rec.to_send.is_empty() && !rec.flight.rate.is_app_limited());
-                rec.end_datagram(t0, &cfg, false);
-                rec.flight.rate.is_app_limited()
-            };
-            let window = SRecord::new(100, t0, &cfg, &rules).cc.window();
-            assert!(marked(0, false), "room and nothing waiting");
-            assert_eq!(marked(window, false), !rule, "a full window");
-            assert_eq!(marked(0, true), !rule, "messages waiting for slots");
-        }
     }
 }

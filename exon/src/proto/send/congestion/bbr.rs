@@ -50,17 +50,6 @@
 //! overtaken) are taken back: from the round in progress, or from the round that cut the
 //! cap, whose cut is undone if the round no longer counts as congested.
 //!
-//! Start-up paces at 2/ln 2 of its estimate but, while its rate samples measure the path
-//! (not app-limited) and nothing was lost, keeps at most two bandwidth-delay products in
-//! flight (BBRv3's window gain), with no allowance for ACK aggregation until the pipe is
-//! full (`Rules::start_up_window_of_two_products`): two products are the pipe and a queue of
-//! one, where 2/ln 2 products and an allowance grown from the bursts of start-up's own ACKs
-//! overflowed such a queue by more than a product, its losses seen a round trip late. An
-//! app-limited sender (request/reply) keeps the larger window for its bursts, and a path
-//! that lost or held back datagrams in start-up the old one: at two products, a path that
-//! delivers half of what is sent would not let the window grow at all (BENCHMARKS.md,
-//! "Start-up in two products").
-//!
 //! A path that holds datagrams back for many round trips keeps data unacknowledged well
 //! beyond the minimum RTT the window is sized by: the window gets an allowance for it,
 //! grown while the bottleneck shows no queue, up to loss detection's reordering window
@@ -299,17 +288,6 @@ pub(crate) struct Bbr {
     loss_per_product: bool,
     /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
     reorder_allowance: bool,
-    /// Whether start-up keeps at most two products in flight, with no aggregation
-    /// allowance (`Rules::start_up_window_of_two_products`).
-    start_up_two_products: bool,
-    /// Loss detection's reordering window at the last ACK: open (non-zero) on a path seen
-    /// to hold datagrams back.
-    late_acks: Duration,
-    /// The last rate sample was not app-limited: the sender measures the path, not the
-    /// application (start-up's window of two products holds only then).
-    measuring: bool,
-    /// A loss was declared before the pipe was full.
-    start_up_lost: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
     /// that one's plateau, or the queue did not drain after a full cut ([`DrainTest`]): the
     /// room this flow left was taken at once (a flow that does not yield, as BBRv1 fills
@@ -376,10 +354,6 @@ impl Bbr {
             make_up_loss: true,
             loss_per_product: true,
             reorder_allowance: true,
-            start_up_two_products: true,
-            late_acks: Duration::ZERO,
-            measuring: false,
-            start_up_lost: false,
             crowded: false,
             raised: false,
             drain_test: None,
@@ -477,13 +451,6 @@ impl Bbr {
         self.reorder_allowance = on;
     }
 
-    /// Whether start-up keeps at most two bandwidth-delay products in flight, with no
-    /// aggregation allowance until the pipe is full (`Rules::start_up_window_of_two_products`).
-    pub fn set_start_up_window_of_two_products(&mut self, on: bool) {
-        self.start_up_two_products = on;
-        self.refresh();
-    }
-
     /// The current phase.
     #[cfg(test)]
     pub fn mode(&self) -> Mode {
@@ -524,16 +491,8 @@ impl Bbr {
         self.mode == Mode::Startup && self.below_target && self.inflight_hi == u64::MAX
     }
 
-    /// Whether start-up's window is two products with no aggregation allowance now: the
-    /// rule is on, the last rate sample measured the path (not the application), and no
-    /// loss was declared before the pipe was full.
-    fn two_products(&self) -> bool {
-        self.start_up_two_products && self.measuring && !self.start_up_lost
-    }
-
     fn cwnd_gain(&self) -> u64 {
         match self.mode {
-            Mode::Startup | Mode::Drain if self.two_products() => CWND_GAIN,
             Mode::Startup | Mode::Drain => STARTUP_GAIN,
             Mode::ProbeBw | Mode::ProbeRtt => CWND_GAIN,
         }
@@ -563,7 +522,6 @@ impl Bbr {
             let long_enough = self.min_rtt.is_none_or(|m| rs.interval >= m);
             let bw = self.bw.get(self.bw_round);
             let rate = self.made_up(rs.delivery_rate, rs.send_rate);
-            self.measuring = !rs.app_limited;
             if rate > 0 && long_enough && (!rs.app_limited || rate >= bw) {
                 self.bw.update(self.bw_round, rate);
             }
@@ -586,7 +544,6 @@ impl Bbr {
             self.round_began = Some(now);
         }
         self.update_mode(now, round_start, ev);
-        self.late_acks = ev.reorder;
         self.update_cwnd(ev.acked);
         self.refresh();
     }
@@ -868,16 +825,8 @@ impl Bbr {
 
     fn update_cwnd(&mut self, acked: u64) {
         let late = self.bandwidth().map_or(0, |bw| bytes_in(bw, self.late));
-        // Start-up's ACKs come in bursts of its own making (each round twice the last): no
-        // allowance for them until the pipe is full, unless the path holds datagrams back
-        // (loss detection's reordering window is open), whose ACKs come late in bursts.
-        let extra = if self.two_products() && !self.filled && self.late_acks.is_zero() {
-            0
-        } else {
-            self.extra_acked.get(self.round)
-        };
         let target = self.bdp(self.cwnd_gain()).map(|b| {
-            b.saturating_add(extra)
+            b.saturating_add(self.extra_acked.get(self.round))
                 .saturating_add(late)
                 .saturating_add(3 * self.mss)
         });
@@ -892,9 +841,6 @@ impl Bbr {
     }
 
     pub fn on_lost(&mut self, ev: &LossEvent) {
-        if !self.filled {
-            self.start_up_lost = true;
-        }
         self.in_flight = ev.in_flight;
         self.round_lost = self.round_lost.saturating_add(ev.lost);
         // Losses of datagrams sent before the last cut (not undone) are its aftermath, the

@@ -169,15 +169,6 @@ impl Controller {
         self
     }
 
-    /// The controller, with BBR's start-up keeping at most two products in flight or not
-    /// (`Rules::start_up_window_of_two_products`).
-    pub fn with_start_up_window_of_two_products(mut self, on: bool) -> Self {
-        if let Inner::Bbr(c) = &mut self.inner {
-            c.set_start_up_window_of_two_products(on);
-        }
-        self
-    }
-
     /// The controller, with BBR's window keeping the reordering allowance or not
     /// (`Rules::reordering_allowance`).
     pub fn with_reorder_allowance(mut self, on: bool) -> Self {

@@ -70,12 +70,6 @@ pub(crate) struct DeliveryRate {
 }
 
 impl DeliveryRate {
-    /// Whether samples are marked app-limited now.
-    #[cfg(test)]
-    pub fn is_app_limited(&self) -> bool {
-        self.app_limited_until > 0
-    }
-
     /// Bytes delivered over the record's life.
     pub fn delivered(&self) -> u64 {
         self.delivered
@@ -121,8 +115,8 @@ impl DeliveryRate {
         }
     }
 
-    /// The sender sends less than it may (nothing to send, room in its window) with
-    /// `in_flight` bytes out: samples are app-limited until those are delivered.
+    /// The sender has nothing to send (or no slot to send it in) with `in_flight` bytes out:
+    /// samples are app-limited until those are delivered.
     pub fn mark_app_limited(&mut self, in_flight: u64) {
         self.app_limited_until = self.delivered.saturating_add(in_flight).max(1);
     }
