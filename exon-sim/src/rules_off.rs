@@ -45,6 +45,7 @@ by_name!(
     forgotten_keys_refused,
     progress_within_reassembly_timeout,
     progress_oldest_first,
+    progress_past_all_sent,
     progress_measured,
     reordering_allowance,
     parked_early_probes,

@@ -68,6 +68,10 @@ pub(crate) struct SRecord {
     /// serves first (`Rules::progress_oldest_first`). A message counts at the place of
     /// the charge it holds, once.
     pub(super) in_progress: VecDeque<(u64, u64)>,
+    /// [`Rules::progress_past_all_sent`] (with [`Rules::progress_oldest_first`], which it
+    /// qualifies): a message in progress whose every byte has left keeps no newer one
+    /// waiting.
+    pub(super) past_sent_rule: bool,
     /// Charges made against reassembly credit: the last one's number.
     pub(super) charges: u64,
     /// What the receiver came to hold of fragmented messages lately
@@ -189,6 +193,7 @@ impl SRecord {
             to_send: VecDeque::new(),
             burst: (0, 0),
             in_progress: VecDeque::new(),
+            past_sent_rule: rules.progress_past_all_sent && rules.progress_oldest_first,
             charges: 0,
             held: HeldRate::default(),
             req: SlotRequest::default(),
@@ -1070,6 +1075,35 @@ mod tests {
         assert_eq!(rec.held.held(now, window), 3000);
     }
 
+    /// Makes a token of `len` bytes (a fragmented message) in `slot`, incarnation 7.
+    fn fragmented_token(rec: &mut SRecord, slot: u64, len: u64) {
+        rec.make_token(
+            slot,
+            7,
+            Queued {
+                id: MsgId(slot),
+                payload: Payload::from(vec![0u8; len as usize]),
+                reported: false,
+                senders_copy: false,
+                reply: false,
+            },
+        );
+        rec.tokens.get_mut(slot).unwrap().frag = Some(Box::new(Outgoing::new(len)));
+    }
+
+    /// Charges the message in `slot` against reassembly credit: the newest in progress.
+    fn charge(rec: &mut SRecord, slot: u64) {
+        rec.charges += 1;
+        let no = rec.charges;
+        let o = rec
+            .tokens
+            .get_mut(slot)
+            .and_then(|t| t.frag.as_mut())
+            .unwrap();
+        o.set_charge(no);
+        rec.note_in_progress(slot, no);
+    }
+
     /// A message given back (its receiver held it whole) and charged again (its partial
     /// was dropped and it starts over) counts once among the messages in progress, at its
     /// latest charge. Counted at its earlier place too, the message charged between the
@@ -1079,26 +1113,8 @@ mod tests {
         let cfg = Config::default();
         let mut rec = SRecord::new(100, Instant::now(), &cfg, &Rules::ALL);
         let len = 10_000u64;
-        let charge = |rec: &mut SRecord, s: u64| {
-            rec.charges += 1;
-            let no = rec.charges;
-            let o = rec.tokens.get_mut(s).and_then(|t| t.frag.as_mut()).unwrap();
-            o.set_charge(no);
-            rec.note_in_progress(s, no);
-        };
         for s in [10, 11] {
-            rec.make_token(
-                s,
-                7,
-                Queued {
-                    id: MsgId(s),
-                    payload: Payload::from(vec![0u8; len as usize]),
-                    reported: false,
-                    senders_copy: false,
-                    reply: false,
-                },
-            );
-            rec.tokens.get_mut(s).unwrap().frag = Some(Box::new(Outgoing::new(len)));
+            fragmented_token(&mut rec, s, len);
             charge(&mut rec, s);
         }
         // Slot 10's charge given back, then made again: the newest charge now.
@@ -1121,6 +1137,33 @@ mod tests {
             2,
             "the stale entry dropped at the front"
         );
+    }
+
+    /// Rule `progress_past_all_sent`: an older message in progress whose every byte has
+    /// left keeps no newer one waiting, and the newer ones waiting for it are tried again
+    /// when its last byte leaves. Off, the newer one waits until the older is whole.
+    #[test]
+    fn a_message_all_in_flight_keeps_no_newer_one_waiting() {
+        let cfg = Config::default();
+        let len = 10_000u64;
+        for rule in [true, false] {
+            let mut rec = SRecord::new(100, Instant::now(), &cfg, &Rules::ALL);
+            rec.past_sent_rule = rule;
+            for s in [10, 11] {
+                fragmented_token(&mut rec, s, len);
+                charge(&mut rec, s);
+            }
+            let budget = Outgoing::charge_of(len) * 3 / 2;
+            assert!(!rec.within_progress(11, budget), "10 has bytes to send");
+            rec.credit.wait_for_progress(11, 7);
+            rec.to_send.clear();
+            rec.on_fragment_sent(Instant::now(), 10, 0..len / 2, len / 2, 0);
+            assert!(rec.to_send.is_empty(), "10 still has bytes to send");
+            rec.on_fragment_sent(Instant::now(), 10, len / 2..len, len / 2, 0);
+            assert_eq!(rec.within_progress(11, budget), rule);
+            assert_eq!(rec.to_send.contains(&11), rule, "11 tried again");
+            assert_eq!(rec.credit.is_waiting(11), !rule);
+        }
     }
 
     #[test]

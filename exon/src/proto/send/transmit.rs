@@ -667,7 +667,10 @@ impl SRecord {
 
     /// Whether the charged message in slot `s` is among the oldest messages in progress
     /// whose charges fit `budget` (the oldest always is). A message given back and charged
-    /// again counts once, at its latest charge (`Rules::progress_oldest_first`).
+    /// again counts once, at its latest charge (`Rules::progress_oldest_first`). With
+    /// `Rules::progress_past_all_sent`, an older message with no byte waiting to be sent
+    /// (all in flight or held by the receiver) does not count: it has no use for the path
+    /// until a byte of it is to go again.
     pub(super) fn within_progress(&mut self, s: u64, budget: u64) -> bool {
         while let Some(&(slot, no)) = self.in_progress.front() {
             if live_charge(&self.tokens, slot, no).is_some() {
@@ -682,6 +685,9 @@ impl SRecord {
             };
             if slot == s {
                 return used == 0 || used.saturating_add(charge) <= budget;
+            }
+            if self.past_sent_rule && !self.has_bytes_to_send(slot) {
+                continue;
             }
             used = used.saturating_add(charge);
             if used >= budget {
@@ -731,9 +737,12 @@ impl SRecord {
     ) {
         let st = self.flight.rate.on_sent(now, self.flight.bytes);
         let seq = self.flight.frag_losses.on_sent(slot);
+        let mut last_left = false;
         if let Some(tok) = self.tokens.get_mut(slot) {
             if let Some(o) = &mut tok.frag {
+                let had_pending = o.has_pending();
                 o.on_sent(range, seq, now, size, st, reach);
+                last_left = had_pending && !o.has_pending() && o.is_charged();
                 // Every byte has now left once: a whole copy, whatever happens to sizes.
                 tok.whole_left |= o.all_sent();
                 tok.flight = tok.flight.saturating_add(size);
@@ -744,6 +753,21 @@ impl SRecord {
         self.flight.rate.count_sent(size);
         self.pacer.on_sent(size);
         self.cc.on_sent(now, size, self.flight.bytes);
+        if last_left && self.past_sent_rule && self.credit.has_waiting() {
+            // A message in progress no longer needs the path: newer ones waiting for it
+            // may go (`Rules::progress_past_all_sent`).
+            self.resume_credit_waiters();
+        }
+    }
+}
+
+impl SRecord {
+    /// Whether the fragmented message in `slot` has bytes waiting to be sent.
+    fn has_bytes_to_send(&self, slot: u64) -> bool {
+        self.tokens
+            .get(slot)
+            .and_then(|t| t.frag.as_ref())
+            .is_some_and(|o| o.has_pending())
     }
 }
 
