@@ -680,13 +680,14 @@ impl SRecord {
         }
         let mut used = 0u64;
         for &(slot, no) in &self.in_progress {
-            let Some(charge) = live_charge(&self.tokens, slot, no) else {
+            let Some(o) = live_outgoing(&self.tokens, slot, no) else {
                 continue;
             };
+            let charge = Outgoing::charge_of(o.total());
             if slot == s {
                 return used == 0 || used.saturating_add(charge) <= budget;
             }
-            if self.past_sent_rule && !self.has_bytes_to_send(slot) {
+            if self.past_sent_rule && !o.has_pending() {
                 continue;
             }
             used = used.saturating_add(charge);
@@ -761,24 +762,18 @@ impl SRecord {
     }
 }
 
-impl SRecord {
-    /// Whether the fragmented message in `slot` has bytes waiting to be sent.
-    fn has_bytes_to_send(&self, slot: u64) -> bool {
-        self.tokens
-            .get(slot)
-            .and_then(|t| t.frag.as_ref())
-            .is_some_and(|o| o.has_pending())
-    }
-}
-
-/// The credit the message in `slot` holds under charge number `no`, if it still does (not
-/// settled, given back, or charged again under another number since).
-fn live_charge(tokens: &Tokens, slot: u64, no: u64) -> Option<u64> {
+/// The message in `slot`, if it still holds its charge number `no` (not settled, given
+/// back, or charged again under another number since).
+fn live_outgoing(tokens: &Tokens, slot: u64, no: u64) -> Option<&Outgoing> {
     tokens
         .get(slot)
-        .and_then(|t| t.frag.as_ref())
+        .and_then(|t| t.frag.as_deref())
         .filter(|o| o.is_charged() && o.charge_no() == no)
-        .map(|o| Outgoing::charge_of(o.total()))
+}
+
+/// The credit the message in `slot` holds under charge number `no`, if it still does.
+fn live_charge(tokens: &Tokens, slot: u64, no: u64) -> Option<u64> {
+    live_outgoing(tokens, slot, no).map(|o| Outgoing::charge_of(o.total()))
 }
 
 #[cfg(test)]
