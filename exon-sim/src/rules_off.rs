@@ -58,6 +58,7 @@ by_name!(
     reordering_window,
     spurious_undo,
     random_loss_made_up,
+    receipt_times,
     clock_waits_for_store,
     journal_before_delivery,
     journal_before_ack,

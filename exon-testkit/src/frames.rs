@@ -53,9 +53,14 @@ pub fn out(n: &mut Node, now: Instant) -> Vec<Packet> {
         .collect()
 }
 
-/// The frames of `ps`, in order.
+/// The frames of `ps`, in order, but RECEIVED (the receipt times only a sender's
+/// delivery-rate estimate reads, beyond the paper's algorithm): the walk-throughs compare
+/// the protocol's frames.
 pub fn frames(ps: &[Packet]) -> Vec<Frame> {
-    ps.iter().flat_map(|p| p.frames.clone()).collect()
+    ps.iter()
+        .flat_map(|p| p.frames.clone())
+        .filter(|f| !matches!(f, Frame::Received { .. }))
+        .collect()
 }
 
 /// Feeds `ps` to `n`, whose application then takes every delivery at once (so that it is

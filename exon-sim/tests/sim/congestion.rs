@@ -1,9 +1,10 @@
 //! Congestion control in virtual time: one bottleneck (the link model's rate limit and
 //! tail-drop queue), exon with its default controller against the same run without one.
 
+use std::rc::Rc;
 use std::time::Duration;
 
-use exon::proto::CongestionControl;
+use exon::proto::{CongestionControl, Node, NodeId, Rules};
 use exon_sim::{sim_config, LinkConfig, Pattern, Scenario, Sim, Workload};
 
 /// Nodes in the ring.
@@ -189,6 +190,59 @@ fn runs_are_reproducible() {
     );
 }
 
+/// The incast pattern of three nodes, `n` 1 KB messages from each: nodes 1 and 2 stream to
+/// node 0 through one queue of 32 KiB (`LinkConfig::shared_queue`), node 0 to node 1, links
+/// of `rate` bytes/s, 10 ms each way.
+fn incast(n: u64, rate: u64) -> Scenario {
+    Scenario {
+        seed: 11,
+        nodes: 3,
+        config: sim_config(),
+        link: LinkConfig {
+            latency: Duration::from_millis(10),
+            rate: Some(rate),
+            queue_bytes: 32 * 1024,
+            shared_queue: true,
+            ..LinkConfig::default()
+        },
+        workload: streaming(Pattern::Incast, 3 * n),
+        settle: Duration::from_secs(60),
+        ..Scenario::default()
+    }
+}
+
+/// Rule `receipt_times` (ACK compression): in the incast pattern node 0's acknowledgements
+/// from node 1 come back through the queue nodes 1 and 2 fill, and arrive bunched as it
+/// drains. With the receiver's receipt times node 0's bandwidth estimate for its path to
+/// node 1 stays at the link's rate; without them it climbs past it.
+#[test]
+fn acknowledgements_bunched_in_a_shared_queue_do_not_inflate_the_estimate() {
+    let rate = 125_000;
+    let top = |rules: Rules| {
+        let mut sc = incast(400, rate);
+        sc.node_hook = Some(Rc::new(move |_, n: &mut Node| n.set_rules(rules)));
+        let mut sim = Sim::new(sc);
+        let mut top = 0;
+        while sim.step() {
+            let path = sim.node(0).and_then(|n| n.path(NodeId::from_const(2)));
+            top = top.max(path.and_then(|p| p.bandwidth).unwrap_or(0));
+        }
+        let report = sim.finish();
+        assert!(report.ok(), "{report:?}");
+        top
+    };
+    let with = top(Rules::ALL);
+    let mut off = Rules::ALL;
+    off.receipt_times = false;
+    let without = top(off);
+    println!("node 0's estimate to node 1: {with} B/s with receipt times, {without} without");
+    assert!(with <= rate * 21 / 20, "{with} B/s on a link of {rate}");
+    assert!(
+        without > rate * 21 / 20,
+        "{without} B/s: the case is not made"
+    );
+}
+
 /// Two senders competing at one bottleneck (`LinkConfig::shared_queue`, the incast
 /// pattern: nodes 1 and 2 stream to node 0 through one 1 Mbit/s queue of 32 KiB, 10 ms
 /// each way), the case where cuts of the in-flight cap and its regrowth come into play:
@@ -199,25 +253,9 @@ fn runs_are_reproducible() {
 /// of the oracle: no duplicate, nothing lost, every node idle at the end.
 #[test]
 fn two_senders_share_one_bottleneck_exactly_once() {
-    let ms = Duration::from_millis;
     let n = 400;
     let rate = 125_000;
-    let sc = Scenario {
-        seed: 11,
-        nodes: 3,
-        config: sim_config(),
-        link: LinkConfig {
-            latency: ms(10),
-            rate: Some(rate),
-            queue_bytes: 32 * 1024,
-            shared_queue: true,
-            ..LinkConfig::default()
-        },
-        workload: streaming(Pattern::Incast, 3 * n),
-        settle: Duration::from_secs(60),
-        ..Scenario::default()
-    };
-    let mut sim = Sim::new(sc);
+    let mut sim = Sim::new(incast(n, rate));
     let mut done_at = None;
     while sim.step() {
         let acked: u64 = (1..3)
@@ -233,19 +271,23 @@ fn two_senders_share_one_bottleneck_exactly_once() {
     let losses: Vec<u64> = (1..3)
         .map(|i| sim.node(i).map_or(0, |n| n.stats().losses_detected))
         .collect();
+    let resent: u64 = (1..3)
+        .map(|i| sim.node(i).map_or(0, |n| n.stats().retransmissions))
+        .sum();
     let report = sim.finish();
-    println!("drops {drops} losses {losses:?} done {done_at:?} {report:?}");
+    println!("drops {drops} losses {losses:?} resent {resent} done {done_at:?} {report:?}");
     assert!(report.ok(), "{report:?}");
     assert!(drops > 0, "the shared queue never overflowed");
     assert!(
         losses.iter().all(|&l| l > 0),
         "each sender saw losses: {losses:?}"
     );
+    // The two senders' (node 0's flow to node 1 overshoots its own link in start-up, not
+    // the shared queue: issue 48's start-up item).
     assert!(
-        report.retransmissions * 10 <= 3 * n,
-        "retransmissions {} of {} messages",
-        report.retransmissions,
-        3 * n
+        resent * 10 <= 2 * n,
+        "the senders retransmitted {resent} of {} messages",
+        2 * n
     );
     // 2n tokens of about 1 010 bytes through one queue: the ideal time.
     let ideal = Duration::from_secs_f64(2.0 * n as f64 * 1010.0 / rate as f64);

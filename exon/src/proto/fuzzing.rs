@@ -50,7 +50,7 @@ impl<'a> Arbitrary<'a> for AckRanges {
 
 impl<'a> Arbitrary<'a> for Frame {
     fn arbitrary(u: &mut Unstructured<'a>) -> Result<Self> {
-        let k = u.int_in_range(0u8..=18)?;
+        let k = u.int_in_range(0u8..=19)?;
         Ok(match k {
             0 => Frame::ReqSlots {
                 s: varint(u)?,
@@ -129,6 +129,9 @@ impl<'a> Arbitrary<'a> for Frame {
                 below: varint(u)?,
             },
             17 => Frame::Ping,
+            18 => Frame::Received {
+                at: u16::arbitrary(u)?,
+            },
             _ => Frame::MtuAck { id: varint(u)? },
         })
     }

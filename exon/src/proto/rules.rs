@@ -246,6 +246,12 @@ pub struct Rules {
     /// rate their bytes were sent at. Off, a path that loses a fifth or more at random
     /// shrinks the bandwidth estimate round after round to the pacing floor.
     pub random_loss_made_up: bool,
+    /// Beyond the paper (ACK compression): a receiver writes its receipt time (RECEIVED)
+    /// before the verdicts, HELDs and GOTs it sends a peer, and a sender's delivery-rate
+    /// samples span at least the receiver's receipt interval. Off, acknowledgements that
+    /// queue behind other traffic on the way back and arrive bunched give samples above
+    /// the rate the path delivered, and the bandwidth estimate climbs past the link.
+    pub receipt_times: bool,
     /// Rule 8, its timing: a clock value is used only once the high-water mark covering it
     /// was reported stored (`handle_clock_stored`), not when the store was asked for. Off,
     /// the node counts a mark as stored as soon as it hands it out, and a crash between the
@@ -578,6 +584,7 @@ impl Rules {
         reordering_window: true,
         spurious_undo: true,
         random_loss_made_up: true,
+        receipt_times: true,
         clock_waits_for_store: true,
         journal_before_delivery: true,
         journal_before_ack: true,

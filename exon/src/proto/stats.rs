@@ -41,7 +41,9 @@ counters! {
         /// PING frames.
         pub ping: u64 [sum],
         /// STORED frames.
-        pub stored: u64 [sum],}
+        pub stored: u64 [sum],
+        /// RECEIVED frames.
+        pub received: u64 [sum],}
 }
 
 impl FrameCounts {
@@ -69,6 +71,7 @@ impl FrameCounts {
             Frame::MtuProbe { .. } => self.mtu_probe += 1,
             Frame::MtuAck { .. } => self.mtu_ack += 1,
             Frame::Ping => self.ping += 1,
+            Frame::Received { .. } => self.received += 1,
         }
     }
 

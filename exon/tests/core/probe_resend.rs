@@ -155,7 +155,9 @@ fn acks_alone_lost(rule: bool, wait: Duration) -> (usize, u64) {
     p.node(B).set_rules(rules);
     p.set_filter(|w: &Wire| {
         let frames = w.packet().frames;
-        let acks_alone = frames.iter().all(|f| matches!(f, Frame::Ack { .. }));
+        let acks_alone = frames
+            .iter()
+            .all(|f| matches!(f, Frame::Ack { .. } | Frame::Received { .. }));
         if w.from == B && acks_alone {
             Fate::Drop
         } else {

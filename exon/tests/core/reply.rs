@@ -252,8 +252,12 @@ fn echoes_on_a_slow_path(rule: bool) -> (usize, usize) {
         .iter()
         .map(|w| w.packet().frames)
         .filter(|f| {
-            f.iter()
-                .all(|f| matches!(f, exon::proto::Frame::Ack { .. }))
+            f.iter().all(|f| {
+                matches!(
+                    f,
+                    exon::proto::Frame::Ack { .. } | exon::proto::Frame::Received { .. }
+                )
+            })
         })
         .count();
     (steady.len(), alone)

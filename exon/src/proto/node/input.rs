@@ -216,14 +216,11 @@ impl Node {
                     self.on_got(now, src, (r, None), ranges.iter().map_while(Result::ok));
                     gots = true;
                 }
-                // Answered once per datagram, for the largest `want` (a request costs a
-                // pass over the receiver records).
                 Frame::ReqCredit { r, s, want } => {
-                    if credit_want.is_none_or(|(_, _, w)| want >= w) {
-                        credit_want = Some((r, s, want));
-                    }
+                    credit_want = largest_want(credit_want, (r, s, want));
                 }
                 Frame::Credit { r, limit, max } => self.on_credit(now, src, r, limit, max),
+                Frame::Received { at } => self.on_received(src, at),
                 Frame::Ack { .. }
                 | Frame::Doubt { .. }
                 | Frame::Retry { .. }
@@ -252,6 +249,8 @@ impl Node {
         }
         if let Some(rec) = self.senders.get_mut(&src) {
             rec.mtud_mut().on_heard(now);
+            // A receipt time applies to its own datagram's acknowledgements only.
+            rec.on_receipt_time(None);
         }
     }
 
@@ -280,6 +279,17 @@ impl Node {
             self.last_challenge = Some(token);
         } else {
             reject!(self.outbox_full);
+        }
+    }
+
+    /// RECEIVED(at) from `src`: its receipt time bounds the delivery-rate sample of the
+    /// acknowledgements that follow in its datagram (rule `receipt_times`).
+    fn on_received(&mut self, src: NodeId, at: u16) {
+        if !self.rules.receipt_times {
+            return;
+        }
+        if let Some(rec) = self.senders.get_mut(&src) {
+            rec.on_receipt_time(Some(at));
         }
     }
 
@@ -689,4 +699,15 @@ fn body_of(mut data: BytesMut, from: usize, to: Option<usize>) -> Bytes {
     }
     data.advance(from.min(data.len()));
     data.freeze()
+}
+
+/// Of a datagram's REQCREDITs, the one answered: `ask` or the one `kept` so far, whichever
+/// wants more (one answer per datagram: a request costs a pass over the receiver records).
+#[inline]
+fn largest_want(kept: Option<(u64, u64, u64)>, ask: (u64, u64, u64)) -> Option<(u64, u64, u64)> {
+    if kept.is_none_or(|(_, _, w)| ask.2 >= w) {
+        Some(ask)
+    } else {
+        kept
+    }
 }

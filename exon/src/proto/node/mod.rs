@@ -133,6 +133,8 @@ pub struct Node {
     evictions: crate::proto::recv::eviction::Evictions,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     frame_scratch: Vec<Frame>,
+    /// The instant receipt times (RECEIVED) count from: the first one written.
+    receipt_base: Option<Instant>,
     /// Refusals counted so far ([`reject!`]): a datagram during which it moved had
     /// something refused.
     refusals: u64,
@@ -242,6 +244,7 @@ impl Node {
             unproven: Default::default(),
             evictions: Default::default(),
             frame_scratch: Vec::new(),
+            receipt_base: None,
             refusals: 0,
             sealer,
             last_response: None,

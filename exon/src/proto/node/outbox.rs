@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::proto::stats::FrameCounts;
 use crate::proto::wire::clocks::Clocks;
-use crate::proto::wire::frame::{frame_type, put_mtu_ack, put_path, Verdict};
+use crate::proto::wire::frame::{
+    frame_type, put_mtu_ack, put_path, put_received, Verdict, RECEIVED_FRAME_LEN,
+};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{NodeId, PeerMap};
 
@@ -77,6 +79,12 @@ impl PeerOut {
         self.ack_at
     }
 
+    /// Whether it owes verdicts, HELDs or GOTs: frames a receipt time (RECEIVED) goes with.
+    #[inline]
+    pub fn owes_receipts(&self) -> bool {
+        !self.acks.is_empty() || !self.held.is_empty() || !self.got.is_empty()
+    }
+
     /// True when nothing is owed.
     pub fn is_empty(&self) -> bool {
         self.acks.is_empty() && self.nothing_but_verdicts()
@@ -134,7 +142,8 @@ impl PeerOut {
     }
 
     /// Writes what is owed into the datagram in `buf`, frames ending by `limit`: MTU_ACKs
-    /// and path frames first, then verdicts, HELDs and GOTs (as many ranges as fit), then
+    /// and path frames first, then the receipt time `receipt` (RECEIVED) if verdicts, HELDs
+    /// or GOTs follow, then those (as many ranges as fit), then
     /// CREDIT, SLOTS and waivers where they fit. What does not fit stays owed. Counts the
     /// frames. A slot acknowledged since it was reported held is not reported held. Clock
     /// fields go on the datagram's chains `clocks`.
@@ -145,6 +154,7 @@ impl PeerOut {
         limit: usize,
         clocks: &mut Clocks,
         frames: &mut FrameCounts,
+        receipt: Option<u16>,
     ) {
         let room = |buf: &Vec<u8>| limit - buf.len();
         for id in self.mtu_acks.drain(..) {
@@ -160,6 +170,13 @@ impl PeerOut {
             frames.challenge += 1;
         }
         self.drop_held_taken();
+        // With room for the smallest frame of ranges after it (type, incarnation, a range).
+        if let Some(at) = receipt.filter(|_| self.owes_receipts()) {
+            if room(buf) >= RECEIVED_FRAME_LEN + 3 {
+                put_received(buf, at);
+                frames.received += 1;
+            }
+        }
         for (v, r, set) in &mut self.acks {
             while !set.is_empty() {
                 let k = clocks.put_verdict(buf, (*v, *r), set.ranges(), room(buf));
@@ -716,7 +733,7 @@ mod tests {
     fn written(out: &mut PeerOut) -> Vec<Frame> {
         let mut buf = Vec::new();
         let mut counts = FrameCounts::default();
-        out.write_frames(&mut buf, 1200, &mut Clocks::absolute(), &mut counts);
+        out.write_frames(&mut buf, 1200, &mut Clocks::absolute(), &mut counts, None);
         let mut frames = Vec::new();
         decode_frames_into(&bytes::Bytes::from(buf), 65_507, &mut frames).expect("valid");
         frames

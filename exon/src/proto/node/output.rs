@@ -11,7 +11,9 @@ use crate::proto::send::silence::Gate;
 use crate::proto::send::transmit::Space;
 use crate::proto::wire::clocks::Clocks;
 use crate::proto::wire::codec::put_varint;
-use crate::proto::wire::frame::{frame_type, put_mtu_probe, put_path, Header, FLAG_ACK_NOW};
+use crate::proto::wire::frame::{
+    frame_type, put_mtu_probe, put_path, Header, FLAG_ACK_NOW, RECEIPT_UNIT_MICROS,
+};
 use crate::proto::wire::ranges::RangeSet;
 use crate::proto::{Event, Node, NodeId, Transmit, TransmitRun, Verdict};
 
@@ -406,7 +408,8 @@ impl Node {
                 fresh = Some(f);
             }
         });
-        out.write_frames(buf, limit, &mut clocks, &mut self.stats.frames_out);
+        let receipt = self.receipt_time(peer, out);
+        out.write_frames(buf, limit, &mut clocks, &mut self.stats.frames_out, receipt);
         if let Some(fresh) = fresh {
             if let Some(rec) = self.receivers.get_mut(&peer) {
                 rec.set_acked_last(fresh);
@@ -432,6 +435,22 @@ impl Node {
             Some(t) => (Wrote::Datagram(t.size), left),
             None => (Wrote::Dropped, left),
         }
+    }
+
+    /// The receipt time a datagram to `peer` carrying what `out` owes tells (RECEIVED, rule
+    /// `receipt_times`): when the newest datagram with tokens from it arrived, in units of
+    /// [`RECEIPT_UNIT_MICROS`] since the first receipt time this node wrote, wrapping.
+    /// `None` when `out` owes no verdicts, HELDs or GOTs, or with the rule off.
+    #[inline]
+    fn receipt_time(&mut self, peer: NodeId, out: &PeerOut) -> Option<u16> {
+        if !self.rules.receipt_times || !out.owes_receipts() {
+            return None;
+        }
+        let heard = self.receivers.get(&peer)?.last_heard();
+        let base = *self.receipt_base.get_or_insert(heard);
+        let micros = heard.saturating_duration_since(base).as_micros();
+        // Wrapping on purpose: the peer reads differences modulo 2^16.
+        Some((micros / u128::from(RECEIPT_UNIT_MICROS)) as u16)
     }
 
     /// The run of `count` datagrams (`segment` bytes each but the last, `total` in all) leaves

@@ -768,6 +768,13 @@ impl SRecord {
         &mut self.mtud
     }
 
+    /// The datagram being handled carries the receiver's receipt time `at` (RECEIVED), or
+    /// none: its acknowledgements' delivery-rate sample is bounded by it.
+    #[inline]
+    pub fn on_receipt_time(&mut self, at: Option<u16>) {
+        self.flight.rate.on_receipt_time(at);
+    }
+
     /// Path MTU discovery changed the datagram size (a probe acknowledged, a black hole's
     /// fallback): the congestion controller counts in the new one.
     pub fn mss_changed(&mut self) {

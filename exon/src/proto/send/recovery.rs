@@ -107,8 +107,8 @@ impl SRecord {
                 let at = now + self.timer_delay(cfg);
                 self.timers.set(Timer::Rto, Some(at));
             }
-            let rate = self.flight.rate.take_sample();
             let srtt = self.rtt.smoothed().unwrap_or(cfg.timers.initial_rtt);
+            let rate = self.flight.rate.take_sample(srtt);
             let reorder = self.flight.reo.window(self.rtt.min().unwrap_or(srtt), srtt);
             self.cc.on_ack(&AckEvent {
                 now,

@@ -72,6 +72,10 @@ pub mod frame_type {
     pub const HELD: u64 = 0x15;
     /// PING: nothing; its datagram shows the sender's current address (a keepalive).
     pub const PING: u64 = 0x16;
+    /// RECEIVED(t): when (on the receiver's own clock, in units of 32 microseconds, modulo
+    /// 2^16) the newest datagram with tokens from the peer arrived, written before the
+    /// verdicts it sends that peer (the delivery rate's receipt interval).
+    pub const RECEIVED: u64 = 0x17;
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -290,6 +294,16 @@ pub enum Frame {
     /// so that a NAT keeps its mapping and a peer whose datagrams can no longer reach it
     /// learns where it is now. The receiver does nothing with it.
     Ping,
+    /// The receiver's time of its newest receipt from the peer (tokens, fragments or slot
+    /// requests), in units of [`RECEIPT_UNIT_MICROS`] modulo 2^16, on its own clock: the
+    /// peer's delivery-rate samples take the receipt interval between two of these as a
+    /// lower bound on their interval, so acknowledgements that bunch up on the way back
+    /// (ACK compression) do not inflate the rate. Written before the verdict, GOT and HELD
+    /// frames of a datagram; it applies to those of its datagram only.
+    Received {
+        /// The receipt time, in units of [`RECEIPT_UNIT_MICROS`], wrapping.
+        at: u16,
+    },
 }
 
 impl Frame {
@@ -333,6 +347,7 @@ impl Frame {
             Frame::MtuProbe { .. } => "MTU_PROBE",
             Frame::MtuAck { .. } => "MTU_ACK",
             Frame::Ping => "PING",
+            Frame::Received { .. } => "RECEIVED",
         }
     }
 
@@ -407,6 +422,7 @@ impl Frame {
             }
             Frame::MtuAck { id } => put_mtu_ack(buf, *id),
             Frame::Ping => put_varint(buf, frame_type::PING),
+            Frame::Received { at } => put_received(buf, *at),
             Frame::Ack { .. } | Frame::Doubt { .. } | Frame::Retry { .. } | Frame::Lost { .. } => {
                 if let Some((v, r, ranges)) = self.verdict() {
                     ranges.put(c, buf, v.frame_type(), r);
@@ -442,6 +458,7 @@ impl Frame {
             Frame::MtuProbe { id, pad } => mtu_probe_len(*id, *pad),
             Frame::MtuAck { id } => mtu_ack_len(*id),
             Frame::Ping => PING_FRAME_LEN,
+            Frame::Received { .. } => RECEIVED_FRAME_LEN,
             Frame::Ack { r, ranges }
             | Frame::Held { r, ranges }
             | Frame::Doubt { r, ranges }
@@ -818,6 +835,12 @@ impl Frames<'_> {
             }
             frame_type::MTU_ACK => Frame::MtuAck { id: r.varint()? },
             frame_type::PING => Frame::Ping,
+            frame_type::RECEIVED => {
+                let b = r.bytes(2)?;
+                Frame::Received {
+                    at: u16::from_be_bytes([b[0], b[1]]),
+                }
+            }
             other => return Err(DecodeError::UnknownFrame(other)),
         })
     }

@@ -4,11 +4,15 @@
 //! also bounded by the rate the bytes were sent at (the bytes sent over the send interval,
 //! not the bytes delivered): bytes sent long before and delivered late, after a reordering
 //! delay, would otherwise count as delivered within the interval and inflate the sample
-//! past anything the path carried.
+//! past anything the path carried. And it is bounded by the receiver's own receipt
+//! interval where the receiver tells its receipt times (RECEIVED): acknowledgements that
+//! queue on the way back and arrive bunched (ACK compression) would otherwise make the
+//! acknowledgement interval shorter than the time the bytes took to arrive.
 
 use std::time::{Duration, Instant};
 
 use super::rate_of;
+use crate::proto::wire::frame::RECEIPT_UNIT_MICROS;
 
 /// What the estimator was when a datagram of tokens (or a fragment) was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +31,9 @@ pub(crate) struct SendState {
     sent: u64,
     /// Bytes sent over the record's life before the transmission sent at `first_sent_at`.
     first_sent: u64,
+    /// The receiver's receipt time (RECEIVED) that came with the acknowledgement at
+    /// `delivered_at`, if it came with one.
+    delivered_rx: Option<u16>,
 }
 
 impl SendState {
@@ -67,6 +74,11 @@ pub(crate) struct DeliveryRate {
     first_sent: u64,
     /// The newest token acknowledged since the last sample.
     newest: Option<SendState>,
+    /// The receipt time of the datagram whose acknowledgements are being handled (its
+    /// RECEIVED frame), if it has one.
+    receipt: Option<u16>,
+    /// The receipt time that came with the acknowledgement at `delivered_at`.
+    delivered_rx: Option<u16>,
 }
 
 impl DeliveryRate {
@@ -81,6 +93,8 @@ impl DeliveryRate {
             self.first_sent_at = Some(now);
             self.first_sent = self.sent;
             self.delivered_at = Some(now);
+            // Measured from a send, not a receipt: no receipt interval for it.
+            self.delivered_rx = None;
         }
         SendState {
             sent_at: now,
@@ -90,7 +104,15 @@ impl DeliveryRate {
             app_limited: self.app_limited_until > 0,
             sent: self.sent,
             first_sent: self.first_sent,
+            delivered_rx: self.delivered_rx,
         }
+    }
+
+    /// The datagram whose acknowledgements come next carries the receiver's receipt time
+    /// `at` (RECEIVED), or none.
+    #[inline]
+    pub fn on_receipt_time(&mut self, at: Option<u16>) {
+        self.receipt = at;
     }
 
     /// `bytes` left in a transmission whose snapshot [`on_sent`](Self::on_sent) took.
@@ -104,6 +126,12 @@ impl DeliveryRate {
     pub fn on_acked(&mut self, now: Instant, st: Option<&SendState>, bytes: u64) {
         self.delivered = self.delivered.saturating_add(bytes);
         self.delivered_at = Some(now);
+        self.delivered_rx = match (self.receipt, self.delivered_rx) {
+            // A datagram's acknowledgements that overtook this one's told a later time: the
+            // bytes delivered so far were all received by then.
+            (Some(new), Some(old)) if is_before(new, old) => Some(old),
+            (new, _) => new,
+        };
         let Some(st) = st else { return };
         let newer = self
             .newest
@@ -123,8 +151,12 @@ impl DeliveryRate {
 
     /// The sample of the acknowledgements since the last call, if any. A sample over an empty
     /// interval has a rate of 0 (the controller must not use it); one shorter than the
-    /// minimum RTT is the controller's to judge (ACK compression can inflate it).
-    pub fn take_sample(&mut self) -> Option<RateSample> {
+    /// minimum RTT is the controller's to judge (ACK compression can inflate it where the
+    /// receiver tells no receipt times). The receipt interval counts for at most `slack`
+    /// more than the acknowledgement interval (a smoothed RTT: acknowledgements cannot
+    /// bunch up by more than they queue), so that a receiver's restart (its clock starts
+    /// again) or a peer's odd times lower one sample at most that much.
+    pub fn take_sample(&mut self, slack: Duration) -> Option<RateSample> {
         let st = self.newest.take()?;
         if self.app_limited_until > 0 && self.delivered > self.app_limited_until {
             self.app_limited_until = 0;
@@ -132,7 +164,12 @@ impl DeliveryRate {
         let now = self.delivered_at?;
         let send_elapsed = st.sent_at.saturating_duration_since(st.first_sent_at);
         let ack_elapsed = now.saturating_duration_since(st.delivered_at);
-        let interval = send_elapsed.max(ack_elapsed);
+        let rx_elapsed = match (st.delivered_rx, self.delivered_rx) {
+            (Some(then), Some(now_rx)) => receipt_interval(then, now_rx),
+            _ => Duration::ZERO,
+        };
+        let rx_elapsed = rx_elapsed.min(ack_elapsed.saturating_add(slack));
+        let interval = send_elapsed.max(ack_elapsed).max(rx_elapsed);
         let bytes = self.delivered.saturating_sub(st.delivered);
         let mut rate = if interval.is_zero() {
             0
@@ -156,6 +193,25 @@ impl DeliveryRate {
     }
 }
 
+/// The receiver's time between receipt times `from` and `to` (RECEIVED), at most: one unit
+/// less than they differ by, since each is rounded down to its unit; none when `to` is
+/// before `from`. Times wrap every 2^16 units (about two seconds) and are read as at most
+/// half that apart, so a longer interval reads short or negative and bounds nothing.
+fn receipt_interval(from: u16, to: u16) -> Duration {
+    if is_before(to, from) {
+        return Duration::ZERO;
+    }
+    // Less than half the range after `from`.
+    let units = u64::from(to.wrapping_sub(from).saturating_sub(1));
+    Duration::from_micros(units * RECEIPT_UNIT_MICROS)
+}
+
+/// Whether receipt time `a` is before `b`, read modulo 2^16 as less than half that apart
+/// (exactly half: before).
+fn is_before(a: u16, b: u16) -> bool {
+    a.wrapping_sub(b) >= 0x8000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,7 +232,7 @@ mod tests {
             while sent.front().is_some_and(|(at, _)| *at + ms(10) <= now) {
                 let (at, st) = sent.pop_front().unwrap();
                 r.on_acked(at + ms(10), Some(&st), 1000);
-                last = r.take_sample();
+                last = r.take_sample(Duration::MAX);
             }
             sent.push_back((now, r.on_sent(now, sent.len() as u64 * 1000)));
             r.count_sent(1000);
@@ -185,7 +241,10 @@ mod tests {
         let s = last.unwrap();
         assert!((990_000..=1_010_000).contains(&s.delivery_rate), "{s:?}");
         assert!(!s.app_limited);
-        assert!(r.take_sample().is_none(), "one sample per batch");
+        assert!(
+            r.take_sample(Duration::MAX).is_none(),
+            "one sample per batch"
+        );
     }
 
     /// Reordering as the testbed's emulator makes it: half the tokens held back by 0-20 ms
@@ -213,7 +272,10 @@ mod tests {
             while acks.first().is_some_and(|a| a.0 <= now) {
                 let (at, st) = acks.remove(0);
                 r.on_acked(at, Some(&st), 1000);
-                if let Some(s) = r.take_sample().filter(|s| s.interval >= ms(10)) {
+                if let Some(s) = r
+                    .take_sample(Duration::MAX)
+                    .filter(|s| s.interval >= ms(10))
+                {
                     top = top.max(s.delivery_rate);
                     samples += 1;
                 }
@@ -231,6 +293,94 @@ mod tests {
         assert!(top <= 1_050_000, "a sample of {top} B/s at 1 MB/s sent");
     }
 
+    /// ACK compression: 1000-byte tokens sent at 1.5 MB/s through a 1 MB/s bottleneck,
+    /// their acknowledgements back through a queue that fills and drains every 100 ms (50 ms
+    /// of delay shrinking to none), so they arrive at up to twice the rate the bytes did.
+    /// The receiver's receipt times (RECEIVED) keep every sample at the bottleneck's rate;
+    /// without them samples reach the rate the bytes were sent at.
+    #[test]
+    fn acknowledgements_that_arrive_bunched_do_not_inflate_the_rate() {
+        let top = |receipts: bool| {
+            let t0 = Instant::now();
+            let us = Duration::from_micros;
+            let mut r = DeliveryRate::default();
+            // (when acknowledged, receipt time in µs, snapshot).
+            let mut acks: Vec<(u64, u64, SendState)> = Vec::new();
+            let (mut rx, mut top, mut samples) = (0u64, 0, 0);
+            for i in 0..3000u64 {
+                let sent = i * 667;
+                acks.sort_by_key(|a| a.0);
+                while acks.first().is_some_and(|a| a.0 <= sent) {
+                    let (at, got, st) = acks.remove(0);
+                    let unit = (got / RECEIPT_UNIT_MICROS) as u16;
+                    r.on_receipt_time(receipts.then_some(unit));
+                    r.on_acked(t0 + us(at), Some(&st), 1000);
+                    if let Some(s) = r.take_sample(ms(60)).filter(|s| s.interval >= ms(10)) {
+                        top = top.max(s.delivery_rate);
+                        samples += 1;
+                    }
+                }
+                let st = r.on_sent(t0 + us(sent), acks.len() as u64 * 1000);
+                r.count_sent(1000);
+                rx = (rx + 1000).max(sent + 5000);
+                let extra = 50_000 - (rx % 100_000) / 2;
+                acks.push((rx + 5000 + extra, rx, st));
+            }
+            assert!(samples > 1000, "{samples} samples");
+            top
+        };
+        let (with, without) = (top(true), top(false));
+        assert!(
+            with <= 1_020_000,
+            "{with} B/s through 1 MB/s with receipt times"
+        );
+        assert!(
+            without >= 1_300_000,
+            "{without} B/s without: the case is not made"
+        );
+    }
+
+    /// A receipt time counts one unit less than it differs by (each is rounded down), wraps
+    /// (a longer interval bounds nothing), and never counts for more than `slack` beyond the
+    /// acknowledgement interval (a receiver that restarted, its times from a new start).
+    #[test]
+    fn receipt_intervals_are_never_longer_than_the_receiver_took() {
+        let unit = Duration::from_micros(RECEIPT_UNIT_MICROS);
+        assert_eq!(receipt_interval(5, 5), Duration::ZERO);
+        assert_eq!(receipt_interval(5, 6), Duration::ZERO);
+        assert_eq!(receipt_interval(5, 15), unit * 9);
+        assert_eq!(receipt_interval(u16::MAX, 9), unit * 9);
+        assert_eq!(receipt_interval(9, 5), Duration::ZERO, "before: none");
+        assert_eq!(
+            receipt_interval(0, 0x8000),
+            Duration::ZERO,
+            "half the range: none"
+        );
+        assert_eq!(receipt_interval(0, 0x7fff), unit * 0x7ffe);
+        let t0 = Instant::now();
+        let mut r = DeliveryRate::default();
+        let st = r.on_sent(t0, 0);
+        r.on_receipt_time(Some(100));
+        r.on_acked(t0 + ms(10), Some(&st), 1000);
+        r.take_sample(ms(5));
+        let st = r.on_sent(t0 + ms(10), 1000);
+        // Receipt times from a receiver's new start: 20 000 units later.
+        r.on_receipt_time(Some(20_100));
+        r.on_acked(t0 + ms(20), Some(&st), 1000);
+        let s = r.take_sample(ms(5)).unwrap();
+        assert_eq!(s.interval, ms(15), "{s:?}");
+        // An acknowledgement overtaken by a later one (its time before the newest seen)
+        // does not move the receipt time back: the next sample spans 1 000 units (1 100
+        // if it did).
+        r.on_receipt_time(Some(20_000));
+        r.on_acked(t0 + ms(21), None, 1000);
+        let st = r.on_sent(t0 + ms(21), 1000);
+        r.on_receipt_time(Some(21_101));
+        r.on_acked(t0 + ms(22), Some(&st), 1000);
+        let s = r.take_sample(ms(500)).unwrap();
+        assert_eq!(s.interval, unit * 1000, "{s:?}");
+    }
+
     #[test]
     fn app_limited_marks_samples_until_the_flight_is_delivered() {
         let t0 = Instant::now();
@@ -238,11 +388,11 @@ mod tests {
         r.mark_app_limited(0);
         let st = r.on_sent(t0, 0);
         r.on_acked(t0 + ms(10), Some(&st), 500);
-        let s = r.take_sample().unwrap();
+        let s = r.take_sample(Duration::MAX).unwrap();
         assert!(s.app_limited);
         let st = r.on_sent(t0 + ms(10), 0);
         r.on_acked(t0 + ms(20), Some(&st), 500);
-        assert!(!r.take_sample().unwrap().app_limited);
+        assert!(!r.take_sample(Duration::MAX).unwrap().app_limited);
     }
 
     #[test]
@@ -251,11 +401,15 @@ mod tests {
         let mut r = DeliveryRate::default();
         let st = r.on_sent(t0, 0);
         r.on_acked(t0, Some(&st), 1);
-        assert_eq!(r.take_sample().unwrap().delivery_rate, 0, "zero interval");
+        assert_eq!(
+            r.take_sample(Duration::MAX).unwrap().delivery_rate,
+            0,
+            "zero interval"
+        );
         let st = r.on_sent(t0 + ms(1), 0);
         r.on_acked(t0 + ms(2), Some(&st), u64::MAX);
         r.on_acked(t0 + ms(2), Some(&st), u64::MAX);
         assert_eq!(r.delivered(), u64::MAX);
-        assert!(r.take_sample().unwrap().delivery_rate > 0);
+        assert!(r.take_sample(Duration::MAX).unwrap().delivery_rate > 0);
     }
 }

@@ -16,6 +16,19 @@ pub const PATH_FRAME_LEN: usize = 9;
 /// Encoded size of a PING frame (its type alone).
 pub const PING_FRAME_LEN: usize = 1;
 
+/// Encoded size of a RECEIVED frame: the type and a 2-byte time.
+pub const RECEIVED_FRAME_LEN: usize = 3;
+
+/// The unit of a RECEIVED frame's time, in microseconds.
+pub const RECEIPT_UNIT_MICROS: u64 = 32;
+
+/// Appends a RECEIVED frame carrying the receipt time `at` (units of
+/// [`RECEIPT_UNIT_MICROS`], wrapping).
+pub fn put_received(buf: &mut impl BufMut, at: u16) {
+    put_varint(buf, frame_type::RECEIVED);
+    buf.put_u16(at);
+}
+
 /// Appends a CHALLENGE or RESPONSE frame (`ty`) carrying `token`.
 pub fn put_path(buf: &mut impl BufMut, ty: u64, token: u64) {
     put_varint(buf, ty);
