@@ -170,11 +170,13 @@ impl PeerOut {
             frames.challenge += 1;
         }
         self.drop_held_taken();
-        // With room for the smallest frame of ranges after it (type, incarnation, a range).
+        // Before the frames it applies to; taken back below if none of them fit after it.
+        let received_at = buf.len();
+        let mut received = false;
         if let Some(at) = receipt.filter(|_| self.owes_receipts()) {
-            if room(buf) >= RECEIVED_FRAME_LEN + 3 {
+            if room(buf) > RECEIVED_FRAME_LEN {
                 put_received(buf, at);
-                frames.received += 1;
+                received = true;
             }
         }
         for (v, r, set) in &mut self.acks {
@@ -209,6 +211,11 @@ impl PeerOut {
             frames.got += 1;
         }
         self.got.retain(|(_, _, set)| !set.is_empty());
+        if received && buf.len() == received_at + RECEIVED_FRAME_LEN {
+            buf.truncate(received_at);
+        } else if received {
+            frames.received += 1;
+        }
         if self.got.is_empty() && self.held.is_empty() {
             self.got_frags = 0;
         }
@@ -731,12 +738,70 @@ mod tests {
     use crate::proto::wire::frame::{decode_frames_into, Frame};
 
     fn written(out: &mut PeerOut) -> Vec<Frame> {
+        written_with(out, 1200, None)
+    }
+
+    /// What `out` writes into a datagram of `limit` bytes with receipt time `receipt`.
+    fn written_with(out: &mut PeerOut, limit: usize, receipt: Option<u16>) -> Vec<Frame> {
         let mut buf = Vec::new();
         let mut counts = FrameCounts::default();
-        out.write_frames(&mut buf, 1200, &mut Clocks::absolute(), &mut counts, None);
+        out.write_frames(
+            &mut buf,
+            limit,
+            &mut Clocks::absolute(),
+            &mut counts,
+            receipt,
+        );
+        assert_eq!(counts.received, written_received(&buf));
         let mut frames = Vec::new();
-        decode_frames_into(&bytes::Bytes::from(buf), 65_507, &mut frames).expect("valid");
+        if !buf.is_empty() {
+            decode_frames_into(&bytes::Bytes::from(buf), 65_507, &mut frames).expect("valid");
+        }
         frames
+    }
+
+    /// RECEIVED frames in `buf` (counted as the node counts them).
+    fn written_received(buf: &[u8]) -> u64 {
+        if buf.is_empty() {
+            return 0;
+        }
+        let mut frames = Vec::new();
+        decode_frames_into(&bytes::Bytes::copy_from_slice(buf), 65_507, &mut frames)
+            .expect("valid");
+        frames
+            .iter()
+            .filter(|f| matches!(f, Frame::Received { .. }))
+            .count() as u64
+    }
+
+    /// A receipt time goes just before the verdicts it applies to, only with verdicts,
+    /// HELDs or GOTs after it: not with a grant alone, and not where no verdict fits after
+    /// it (the room it took is given back).
+    #[test]
+    fn a_receipt_time_goes_only_before_the_frames_it_applies_to() {
+        let peer = NodeId::from_const(7);
+        let mut ob = Outbox::default();
+        assert!(ob.reply(peer, Verdict::Ack, 3, 5, 8));
+        let out = ob.peers.get_mut(&peer).expect("owed");
+        let frames = written_with(out, 1200, Some(77));
+        assert!(matches!(
+            frames[..],
+            [Frame::Received { at: 77 }, Frame::Ack { .. }]
+        ));
+        assert!(ob.grant(peer, 1, 3, 4, 8));
+        let out = ob.peers.get_mut(&peer).expect("owed");
+        let frames = written_with(out, 1200, Some(78));
+        assert!(matches!(frames[..], [Frame::Slots { .. }]), "{frames:?}");
+        assert!(ob.reply(peer, Verdict::Ack, 3, 6, 8));
+        let out = ob.peers.get_mut(&peer).expect("owed");
+        // Room for RECEIVED and not the ACK after it: neither goes.
+        let frames = written_with(out, RECEIVED_FRAME_LEN + 2, Some(79));
+        assert!(frames.is_empty(), "{frames:?}");
+        let frames = written_with(out, 1200, Some(80));
+        assert!(matches!(
+            frames[..],
+            [Frame::Received { at: 80 }, Frame::Ack { .. }]
+        ));
     }
 
     /// `reply_many` inserts a run of slots as one range, and keeps exactly what `reply`
