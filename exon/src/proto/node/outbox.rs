@@ -170,7 +170,7 @@ impl PeerOut {
             frames.challenge += 1;
         }
         self.drop_held_taken();
-        // Before the frames it applies to; taken back below if none of them fit after it.
+        // Before the frames it applies to; taken back if none of them fit after it.
         let received_at = buf.len();
         let mut received = false;
         if let Some(at) = receipt.filter(|_| self.owes_receipts()) {
@@ -179,38 +179,7 @@ impl PeerOut {
                 received = true;
             }
         }
-        for (v, r, set) in &mut self.acks {
-            while !set.is_empty() {
-                let k = clocks.put_verdict(buf, (*v, *r), set.ranges(), room(buf));
-                if k == 0 {
-                    break;
-                }
-                set.pop_front_ranges(k);
-                frames.count_verdict(*v);
-            }
-        }
-        self.acks.retain(|(_, _, set)| !set.is_empty());
-        for (r, set) in &mut self.held {
-            while !set.is_empty() {
-                let k = clocks.put_held(buf, *r, set.ranges(), room(buf));
-                if k == 0 {
-                    break;
-                }
-                set.pop_front_ranges(k);
-                frames.held += 1;
-            }
-        }
-        self.held.retain(|(_, set)| !set.is_empty());
-        for (r, s, set) in &mut self.got {
-            let k = clocks.put_got(buf, *r, *s, set.ranges(), room(buf));
-            if k == 0 {
-                break;
-            }
-            // Only the first ranges fit: the rest is news the next GOT repeats.
-            set.clear();
-            frames.got += 1;
-        }
-        self.got.retain(|(_, _, set)| !set.is_empty());
+        self.write_ranges(buf, limit, clocks, frames);
         if received && buf.len() == received_at + RECEIVED_FRAME_LEN {
             buf.truncate(received_at);
         } else if received {
@@ -253,6 +222,50 @@ impl PeerOut {
                 self.waive = None;
             }
         }
+    }
+
+    /// Writes the verdicts, HELDs and GOTs owed (as many ranges as fit before `limit`).
+    #[inline]
+    fn write_ranges(
+        &mut self,
+        buf: &mut Vec<u8>,
+        limit: usize,
+        clocks: &mut Clocks,
+        frames: &mut FrameCounts,
+    ) {
+        let room = |buf: &Vec<u8>| limit - buf.len();
+        for (v, r, set) in &mut self.acks {
+            while !set.is_empty() {
+                let k = clocks.put_verdict(buf, (*v, *r), set.ranges(), room(buf));
+                if k == 0 {
+                    break;
+                }
+                set.pop_front_ranges(k);
+                frames.count_verdict(*v);
+            }
+        }
+        self.acks.retain(|(_, _, set)| !set.is_empty());
+        for (r, set) in &mut self.held {
+            while !set.is_empty() {
+                let k = clocks.put_held(buf, *r, set.ranges(), room(buf));
+                if k == 0 {
+                    break;
+                }
+                set.pop_front_ranges(k);
+                frames.held += 1;
+            }
+        }
+        self.held.retain(|(_, set)| !set.is_empty());
+        for (r, s, set) in &mut self.got {
+            let k = clocks.put_got(buf, *r, *s, set.ranges(), room(buf));
+            if k == 0 {
+                break;
+            }
+            // Only the first ranges fit: the rest is news the next GOT repeats.
+            set.clear();
+            frames.got += 1;
+        }
+        self.got.retain(|(_, _, set)| !set.is_empty());
     }
 
     /// Takes out of the pending HELDs every slot with an ACK pending: taken since it was
