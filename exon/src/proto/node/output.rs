@@ -438,7 +438,8 @@ impl Node {
     }
 
     /// The receipt time a datagram to `peer` carrying what `out` owes tells (RECEIVED, rule
-    /// `receipt_times`): when the newest datagram with tokens from it arrived, in units of
+    /// `receipt_times`): when the newest datagram with tokens, fragments or a granted slot
+    /// request from it arrived (its receiver record's last-heard time), in units of
     /// [`RECEIPT_UNIT_MICROS`] since the first receipt time this node wrote, wrapping.
     /// `None` when `out` owes no verdicts, HELDs or GOTs, or with the rule off.
     #[inline]

@@ -73,8 +73,9 @@ pub mod frame_type {
     /// PING: nothing; its datagram shows the sender's current address (a keepalive).
     pub const PING: u64 = 0x16;
     /// RECEIVED(t): when (on the receiver's own clock, in units of 32 microseconds, modulo
-    /// 2^16) the newest datagram with tokens from the peer arrived, written before the
-    /// verdicts it sends that peer (the delivery rate's receipt interval).
+    /// 2^16) the newest datagram with tokens, fragments or a granted slot request from the
+    /// peer arrived, written before the verdicts it sends that peer (the delivery rate's
+    /// receipt interval).
     pub const RECEIVED: u64 = 0x17;
 }
 
