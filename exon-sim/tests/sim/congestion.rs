@@ -193,7 +193,7 @@ fn runs_are_reproducible() {
 /// The incast pattern of three nodes, `n` 1 KB messages from each: nodes 1 and 2 stream to
 /// node 0 through one queue of 32 KiB (`LinkConfig::shared_queue`), node 0 to node 1, links
 /// of `rate` bytes/s, 10 ms each way.
-fn incast(n: u64, rate: u64) -> Scenario {
+pub(crate) fn incast(n: u64, rate: u64) -> Scenario {
     Scenario {
         seed: 11,
         nodes: 3,
