@@ -20,8 +20,9 @@ const WARMUP: Duration = Duration::from_secs(2);
 
 /// Jain's index of the messages nodes 1 and 2 had acknowledged between [`WARMUP`] and
 /// `secs`, streaming 1 KB messages to node 0 through one queue (`rate` bytes/s, `latency`
-/// each way, a bandwidth-delay product of queue and 32 KiB at least), node 2's datagrams
-/// held until `late`.
+/// each way, a bandwidth-delay product of queue and 32 KiB at least; node 0 streams to
+/// node 1 beside them on a link of its own, as in [`incast`]), node 2's datagrams held
+/// until `late`, every node under `rules`.
 fn late_joiner_jain(rate: u64, latency: Duration, late: Duration, secs: u64, rules: Rules) -> f64 {
     let mut sc = incast(rate * secs / 1000, rate);
     sc.link.latency = latency;
