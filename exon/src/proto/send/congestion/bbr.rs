@@ -36,10 +36,9 @@
 //! no second cut. A flow that does not yield to loss (BBRv1 keeps the queue full whatever it
 //! loses) would take the link from one that does, and a cut of 30 % at each of its rounds of
 //! loss would ratchet this flow down to nothing. So the queue is watched after a full cut
-//! ([`DrainTest`]): a loss-based flow that met the same overflow backs off too, and one
-//! that did not holds its bytes, so the queue falls by both cuts or at least by this flow's;
-//! one that keeps more than [`UNDRAINED`] of its delay two rounds later was refilled by
-//! others that took the room, which marks them as not yielding and gives the
+//! ([`DrainTest`]): a loss-based flow met the same overflow and backs off too, and the queue
+//! falls by both cuts; one that keeps more than [`UNDRAINED`] of its delay two rounds later
+//! was kept by others that did not back off, which marks them as not yielding and gives the
 //! cut back down to a mild one. So do a cut that comes within [`CROWDED_ROUNDS`] of the
 //! last, the cap not back above that cut's plateau (the room it left was taken at once), and
 //! a smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off, and above one
@@ -124,14 +123,8 @@ const MIN_QUEUE_DELAY: Duration = Duration::from_millis(1);
 /// first round's samples are of datagrams sent before the cut took effect.
 const DRAIN_ROUND: u32 = 2;
 /// A queue that kept more than this share (thousandths) of its delay at the cut through
-/// [`DRAIN_ROUND`] was refilled: the others did not just hold their bytes, they took the
-/// room this flow's cut left. A loss-based flow that met no loss in the overflow holds its
-/// bytes, and this flow's cut alone takes a third or so of the queue away (about 0.6-0.7 of
-/// it left, against CUBIC on a 10 Mbit/s path, where a flow keeps half the queue); a flow
-/// that does not yield keeps it full (0.85-1.05 against TCP BBR). At 0.55 most of CUBIC's
-/// quiet overflows marked it as not yielding, and this flow's cuts went mild against it
-/// (BENCHMARKS.md, "A queue refilled, not just kept").
-const UNDRAINED: u64 = 750;
+/// [`DRAIN_ROUND`] did not drain: the others did not back off with this flow.
+const UNDRAINED: u64 = 550;
 
 /// Phases of the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -582,45 +582,6 @@ fn a_queue_kept_after_a_full_cut_means_the_others_do_not_yield() {
 }
 
 #[test]
-fn a_queue_only_this_flows_cut_drained_is_no_sign_of_others_that_do_not_yield() {
-    // A full cut at a queue of 10 ms over a 10 ms minimum. Two rounds later the queue kept
-    // 6.5 ms (65 %): what is left when a loss-based flow that met no loss in the overflow
-    // holds its bytes and only this flow backed off (0.6-0.7 measured against CUBIC). It
-    // yields all the same: the cut stands. At 9 ms (90 %, as TCP BBR keeps it) the room the
-    // cut left was taken: the others are marked. Judged against 55 %, the first case
-    // marked CUBIC as not yielding at most of its quiet overflows.
-    for (kept_us, marked) in [(6_500u64, false), (9_000, true)] {
-        let mut c = Bbr::new(MSS, Duration::from_millis(100), Duration::from_millis(2));
-        let (mut at, mut d) = settled(&mut c);
-        let flight = 20 * MSS;
-        let cut = congested_round(&mut c, &mut at, &mut d, flight);
-        assert_eq!(cut, scale(flight, BETA, UNIT));
-        let rtt = Duration::from_millis(10) + Duration::from_micros(kept_us);
-        for _ in 0..2 {
-            rounds_at(&mut c, &mut at, &mut d, rtt, flight);
-        }
-        assert_eq!(c.crowded, marked, "queue kept {kept_us} us of 10 ms");
-        let mild = scale(flight, BETA_UNYIELDING, UNIT);
-        assert_eq!(
-            c.inflight_hi >= mild,
-            marked,
-            "cap {} after {cut}",
-            c.inflight_hi
-        );
-    }
-}
-
-/// One round of 50 datagrams at `rtt` ([`rounds_in_flight`] at any RTT), nothing lost.
-fn rounds_at(c: &mut Bbr, at: &mut Instant, d: &mut u64, rtt: Duration, in_flight: u64) {
-    let prior = *d;
-    for _ in 0..50 {
-        *d += MSS;
-        *at += rtt / 50;
-        c.on_ack(&ack_event(*at, Some(rtt), prior, *d, in_flight));
-    }
-}
-
-#[test]
 fn losses_of_datagrams_sent_before_a_cut_are_the_congestion_it_answered() {
     // Loss detection declares the losses of datagrams sent before a cut a round later,
     // the queue still full: they are the congestion the cut answered, not new congestion.
