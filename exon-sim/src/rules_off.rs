@@ -100,6 +100,7 @@ by_name!(
     resend_doubted_replies,
     acks_wait_for_a_paced_datagram,
     unyielding_loss_per_product,
+    drain_test_counts_losses,
 );
 
 #[cfg(test)]

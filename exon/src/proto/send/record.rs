@@ -215,6 +215,7 @@ impl SRecord {
             )
             .with_random_loss_made_up(rules.random_loss_made_up)
             .with_unyielding_loss_per_product(rules.unyielding_loss_per_product)
+            .with_drain_test_counts_losses(rules.drain_test_counts_losses)
             .with_reorder_allowance(rules.reordering_allowance),
             pacer: Pacer::default(),
             probe: false,

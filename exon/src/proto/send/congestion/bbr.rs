@@ -39,7 +39,10 @@
 //! ([`DrainTest`]): a loss-based flow met the same overflow and backs off too, and the queue
 //! falls by both cuts; one that keeps more than [`UNDRAINED`] of its delay two rounds later
 //! was kept by others that did not back off, which marks them as not yielding and gives the
-//! cut back down to a mild one. So do a cut that comes within [`CROWDED_ROUNDS`] of the
+//! cut back down to a mild one. An overflow of a few datagrams may miss a loss-based flow
+//! altogether, which then holds its bytes and the queue falls by this flow's cut alone: a
+//! cut whose round lost fewer than [`DRAIN_LOSS_DATAGRAMS`] datagrams marks the others only
+//! if the queue kept more than [`UNDRAINED_FEW_LOSSES`], more than that cut alone leaves. So do a cut that comes within [`CROWDED_ROUNDS`] of the
 //! last, the cap not back above that cut's plateau (the room it left was taken at once), and
 //! a smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off, and above one
 //! datagram in each bandwidth-delay product (on a path of a few dozen datagrams a round
@@ -125,6 +128,15 @@ const DRAIN_ROUND: u32 = 2;
 /// A queue that kept more than this share (thousandths) of its delay at the cut through
 /// [`DRAIN_ROUND`] did not drain: the others did not back off with this flow.
 const UNDRAINED: u64 = 550;
+/// A cut whose round lost fewer datagrams than this was an overflow of a few datagrams,
+/// which a loss-based flow sharing the queue may not have met at all (paced flows take
+/// turns at the queue: each of a few drops falls on one of them): it then did not back
+/// off, and the queue falls by this flow's cut alone. (BBRv2's `full_loss_cnt`.)
+const DRAIN_LOSS_DATAGRAMS: u64 = 8;
+/// After such a cut, the share (thousandths) of its delay above which the queue did not
+/// drain: more than this flow's cut of 30 % alone leaves of a queue about as long as the
+/// path's minimum RTT with half the bytes in flight its own (`1 - 0.3 * 2 * 0.5 = 0.7`).
+const UNDRAINED_FEW_LOSSES: u64 = 750;
 
 /// Phases of the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +224,9 @@ struct DrainTest {
     rounds: u32,
     /// The in-flight cap a mild cut would have left, given back if the queue stays.
     mild: u64,
+    /// The share (thousandths) of its delay above which the queue did not drain:
+    /// [`UNDRAINED`], or [`UNDRAINED_FEW_LOSSES`] after a cut of few losses.
+    undrained: u64,
 }
 
 /// Whether a round that settled `total` bytes, `lost` of them lost, was lossy.
@@ -288,6 +303,9 @@ pub(crate) struct Bbr {
     loss_per_product: bool,
     /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
     reorder_allowance: bool,
+    /// Whether a cut of few losses asks more of the queue before it marks the others
+    /// (`Rules::drain_test_counts_losses`).
+    drain_counts_losses: bool,
     /// The last cut came within [`CROWDED_ROUNDS`] of the one before, the cap not back above
     /// that one's plateau, or the queue did not drain after a full cut ([`DrainTest`]): the
     /// room this flow left was taken at once (a flow that does not yield, as BBRv1 fills
@@ -354,6 +372,7 @@ impl Bbr {
             make_up_loss: true,
             loss_per_product: true,
             reorder_allowance: true,
+            drain_counts_losses: true,
             crowded: false,
             raised: false,
             drain_test: None,
@@ -449,6 +468,23 @@ impl Bbr {
     /// Whether the window keeps the reordering allowance (`Rules::reordering_allowance`).
     pub fn set_reorder_allowance(&mut self, on: bool) {
         self.reorder_allowance = on;
+    }
+
+    /// Whether a cut of few losses asks more of the queue before it marks the others
+    /// (`Rules::drain_test_counts_losses`).
+    pub fn set_drain_test_counts_losses(&mut self, on: bool) {
+        self.drain_counts_losses = on;
+    }
+
+    /// The drain test's bound after a cut whose round lost `lost` bytes: an overflow of
+    /// fewer than [`DRAIN_LOSS_DATAGRAMS`] datagrams may have missed the flows that yield,
+    /// and the queue then keeps what this flow's cut alone leaves of it.
+    fn undrained(&self, lost: u64) -> u64 {
+        if self.drain_counts_losses && lost < DRAIN_LOSS_DATAGRAMS.saturating_mul(self.mss) {
+            UNDRAINED_FEW_LOSSES
+        } else {
+            UNDRAINED
+        }
     }
 
     /// The current phase.
@@ -634,6 +670,7 @@ impl Bbr {
                     queue: r.saturating_sub(m),
                     rounds: 0,
                     mild: scale(base, BETA_UNYIELDING, UNIT).max(self.round_acked.min(base)),
+                    undrained: self.undrained(lost),
                 }),
                 _ => None,
             };
@@ -704,8 +741,9 @@ impl Bbr {
 
     /// At the end of a round: after a full cut, whether the queue drained with it. Judged
     /// on the smallest RTT of the [`DRAIN_ROUND`]th round since (the first one's samples
-    /// are of datagrams sent before the cut): a queue that kept more than [`UNDRAINED`] of
-    /// its delay was kept by others that did not back off. They are marked as not yielding
+    /// are of datagrams sent before the cut): a queue that kept more than the test's bound
+    /// ([`UNDRAINED`], or [`UNDRAINED_FEW_LOSSES`] after a cut of few losses) of its delay
+    /// was kept by others that did not back off. They are marked as not yielding
     /// (`crowded`), and the cut is given back down to a mild one.
     fn judge_drain(&mut self) {
         let Some(test) = &mut self.drain_test else {
@@ -722,7 +760,7 @@ impl Bbr {
         };
         let left = r.saturating_sub(m);
         let kept = left.as_nanos().saturating_mul(UNIT as u128)
-            > test.queue.as_nanos().saturating_mul(UNDRAINED as u128);
+            > test.queue.as_nanos().saturating_mul(test.undrained as u128);
         if kept && left > MIN_QUEUE_DELAY && self.inflight_hi != u64::MAX {
             self.crowded = true;
             self.inflight_hi = self.inflight_hi.max(test.mild);

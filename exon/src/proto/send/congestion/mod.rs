@@ -169,6 +169,15 @@ impl Controller {
         self
     }
 
+    /// The controller, with BBR's drain test asking more of the queue after a cut of few
+    /// losses or not (`Rules::drain_test_counts_losses`).
+    pub fn with_drain_test_counts_losses(mut self, on: bool) -> Self {
+        if let Inner::Bbr(c) = &mut self.inner {
+            c.set_drain_test_counts_losses(on);
+        }
+        self
+    }
+
     /// The controller, with BBR's window keeping the reordering allowance or not
     /// (`Rules::reordering_allowance`).
     pub fn with_reorder_allowance(mut self, on: bool) -> Self {
