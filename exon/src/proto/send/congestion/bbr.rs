@@ -41,10 +41,11 @@
 //! was kept by others that did not back off, which marks them as not yielding and gives the
 //! cut back down to a mild one. An overflow of a few datagrams may miss a loss-based flow
 //! altogether, which then holds its bytes and the queue falls by this flow's cut alone: a
-//! cut whose round lost fewer than [`DRAIN_LOSS_DATAGRAMS`] datagrams marks the others only
-//! if the queue kept more than [`UNDRAINED_FEW_LOSSES`], more than that cut alone leaves. So do a cut that comes within [`CROWDED_ROUNDS`] of the
-//! last, the cap not back above that cut's plateau (the room it left was taken at once), and
-//! a smoothed loss rate above [`LOSS_THRESHOLD`] although this flow backs off, and above one
+//! cut whose round lost less than [`DRAIN_LOSS_DATAGRAMS`] full datagrams' worth marks the
+//! others only if the queue kept more than [`UNDRAINED_FEW_LOSSES`], more than that cut
+//! alone leaves. So do a cut that comes within [`CROWDED_ROUNDS`] of the last, the cap not
+//! back above that cut's plateau (the room it left was taken at once), and a smoothed loss
+//! rate above [`LOSS_THRESHOLD`] although this flow backs off, and above one
 //! datagram in each bandwidth-delay product (on a path of a few dozen datagrams a round
 //! trip, flows that yield still lose one in most rounds between them). Against flows
 //! that do not yield, cuts are mild (to 90 %, never below what the round delivered: BBRv3's
@@ -128,10 +129,11 @@ const DRAIN_ROUND: u32 = 2;
 /// A queue that kept more than this share (thousandths) of its delay at the cut through
 /// [`DRAIN_ROUND`] did not drain: the others did not back off with this flow.
 const UNDRAINED: u64 = 550;
-/// A cut whose round lost fewer datagrams than this was an overflow of a few datagrams,
-/// which a loss-based flow sharing the queue may not have met at all (paced flows take
-/// turns at the queue: each of a few drops falls on one of them): it then did not back
-/// off, and the queue falls by this flow's cut alone. (BBRv2's `full_loss_cnt`.)
+/// A cut whose round lost less than this many full datagrams' worth of bytes was an
+/// overflow of a few datagrams, which a loss-based flow sharing the queue may not have met
+/// at all (paced flows take turns at the queue: each of a few drops falls on one of them):
+/// it then did not back off, and the queue falls by this flow's cut alone. (BBRv2's
+/// `full_loss_cnt`.)
 const DRAIN_LOSS_DATAGRAMS: u64 = 8;
 /// After such a cut, the share (thousandths) of its delay above which the queue did not
 /// drain: more than this flow's cut of 30 % alone leaves of a queue about as long as the
