@@ -494,6 +494,18 @@ fn a_killed_durable_caller_receives_every_reply_once() {
         child: None,
     };
     caller.start(Some(calls));
+    // The kills begin once the server executed a first request: the calls are flowing
+    // (a caller killed before its first start reached the server would leave nothing to
+    // recover, and its later starts issue nothing: seen once in CI, with both processes
+    // slow to start on a loaded machine).
+    let began = Instant::now();
+    while effects_len(&server.out) == 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "no request executed in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(100 + rand(300)));
         caller.kill();
