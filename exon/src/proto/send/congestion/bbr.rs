@@ -136,9 +136,10 @@ const UNDRAINED: u64 = 550;
 /// `full_loss_cnt`.)
 const DRAIN_LOSS_DATAGRAMS: u64 = 8;
 /// After such a cut, the share (thousandths) of its delay above which the queue did not
-/// drain: more than this flow's cut of 30 % alone leaves of a queue about as long as the
-/// path's minimum RTT with half the bytes in flight its own (`1 - 0.3 * 2 * 0.5 = 0.7`).
-const UNDRAINED_FEW_LOSSES: u64 = 750;
+/// drain: what this flow's cut of 30 % alone leaves of a queue about as long as the path's
+/// minimum RTT with half the bytes in flight its own (`1 - 0.3 * 2 * 0.5 = 0.7`); a queue
+/// that kept more was refilled by others that do not yield.
+const UNDRAINED_FEW_LOSSES: u64 = 700;
 
 /// Phases of the controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
