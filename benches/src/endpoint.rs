@@ -296,6 +296,17 @@ async fn recv_verified(
 /// request, until `stop`, then closes the endpoint. Returns the requests served (each
 /// verified exactly once).
 pub async fn serve_exon(ep: Endpoint, stop: oneshot::Receiver<()>, size: usize) -> u64 {
+    serve_exon_wire(ep, stop, size).await.0
+}
+
+/// [`serve_exon`], also returning what the server's node sent once it stopped serving:
+/// datagrams, bytes (UDP payload), TOKEN frames and ACK frames (`None` when the endpoint
+/// gave no statistics).
+pub async fn serve_exon_wire(
+    ep: Endpoint,
+    stop: oneshot::Receiver<()>,
+    size: usize,
+) -> (u64, Option<[u64; 4]>) {
     let h = ep.handle();
     let mut seen = Seen::default();
     let echo = |req: Request| {
@@ -306,9 +317,13 @@ pub async fn serve_exon(ep: Endpoint, stop: oneshot::Receiver<()>, size: usize) 
         r = h.serve(echo) => r.expect("serving"),
         _ = stop => {}
     }
+    let wire = h.stats().await.map(|s| {
+        let (n, f) = (&s.node, &s.node.frames_out);
+        [n.datagrams_out, n.bytes_out, f.token, f.ack]
+    });
     h.close(Duration::from_millis(200)).await;
     drop(ep);
-    seen.count()
+    (seen.count(), wire)
 }
 
 /// An exon caller: calls through `ep`'s handle. A task pushed onto `tasks` holds the endpoint

@@ -256,10 +256,20 @@ fn one_way(tb: &Testbed, a: &Args) -> Result<Outcome> {
 
 fn rpc(tb: &Testbed, a: &Args, callers: u64) -> Result<Outcome> {
     let t = a.timing;
-    let (mut c, srv) = start_pair(tb, a, ["client", "server"], callers)?;
+    let (mut c, mut srv) = start_pair(tb, a, ["client", "server"], callers)?;
     let done = c.expect("DONE", a.bound(t.warmup + t.secs))?;
     c.finish(Duration::from_secs(3));
+    // The server stops at the end of its input and says what its node sent (exon's).
+    srv.close_input();
+    let served = srv
+        .expect("DONE", Duration::from_secs(3))
+        .unwrap_or_default();
     srv.finish(Duration::from_secs(3));
+    let mut notes = rest(&done, &["rate", "p50_us", "p99_us", "drained"]);
+    let wire = rest(&served, &["served"]);
+    if !wire.is_empty() {
+        notes = format!("{notes} {wire}");
+    }
     Ok(Outcome {
         system: a.system,
         rate: num(&done, "rate"),
@@ -267,7 +277,7 @@ fn rpc(tb: &Testbed, a: &Args, callers: u64) -> Result<Outcome> {
         p99_us: num(&done, "p99_us"),
         complete: done.get("drained").map(String::as_str) == Some("true"),
         link: Default::default(),
-        notes: rest(&done, &["rate", "p50_us", "p99_us", "drained"]),
+        notes: notes.trim().to_string(),
     })
 }
 

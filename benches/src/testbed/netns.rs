@@ -273,6 +273,11 @@ impl Proc {
         }
     }
 
+    /// Closes its stdin (the role's end of input), leaving it running.
+    pub fn close_input(&mut self) {
+        self.stdin.take();
+    }
+
     /// Closes stdin and waits up to `timeout` for the process to exit, then kills it.
     pub fn finish(mut self, timeout: Duration) {
         self.stdin.take();

@@ -11,19 +11,24 @@ use super::{
     System,
 };
 use crate::calls::{call, Caller};
-use crate::endpoint::{exon_caller, exon_endpoint, serve_exon};
+use crate::endpoint::{exon_caller, exon_endpoint, serve_exon_wire};
 use crate::message::seq_of;
 use crate::quic::{quic_connect, serve_quic};
 use crate::stats::Latencies;
 use crate::tcp::{serve_tcp, tcp_caller};
 
-/// RPC server: echoes every request (verified exactly once) until the end of input.
+/// RPC server: echoes every request (verified exactly once) until the end of input;
+/// exon's also reports what its node sent (`server_datagrams_out`, `server_bytes_out`,
+/// `server_tokens_out`, `server_acks_out`).
 pub(super) async fn server(a: &RoleArgs, ctl: Control) {
+    let mut wire = None;
     let served = match a.system {
         System::Exon => {
             let ep = exon_endpoint(a.addr, 1, a.exon.config());
             say("READY", &[]);
-            serve_exon(ep, ctl.eof_signal(), a.size).await
+            let (served, w) = serve_exon_wire(ep, ctl.eof_signal(), a.size).await;
+            wire = w;
+            served
         }
         System::TcpCubic | System::TcpBbr => {
             let (r, w) = tcp_listen(a).await.into_split();
@@ -38,7 +43,16 @@ pub(super) async fn server(a: &RoleArgs, ctl: Control) {
             n
         }
     };
-    say("DONE", &[("served", served.to_string())]);
+    let mut pairs = vec![("served", served.to_string())];
+    if let Some([datagrams, bytes, tokens, acks]) = wire {
+        pairs.extend([
+            ("server_datagrams_out", datagrams.to_string()),
+            ("server_bytes_out", bytes.to_string()),
+            ("server_tokens_out", tokens.to_string()),
+            ("server_acks_out", acks.to_string()),
+        ]);
+    }
+    say("DONE", &pairs);
 }
 
 /// Exon's caller: where its datagrams and bytes went (frames of each kind it sent), as
