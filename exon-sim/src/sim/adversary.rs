@@ -108,7 +108,7 @@ impl Sim {
     /// A datagram for `attack` and its destination, aimed at what was seen in plaintext,
     /// or guessed; sealed nodes get it sealed under a key the attacker made itself.
     pub(super) fn forge(&mut self, attack: Attack) -> Option<(usize, Bytes)> {
-        use exon::proto::frame::{put_reqslots, put_token, put_verdict, Verdict};
+        use exon::proto::frame::{put_reqslots, put_token_last, put_verdict, Verdict};
         let n = self.hosts.len();
         let pick = |rng: &mut SmallRng, v: &[(usize, usize, u64, u64)]| {
             (!v.is_empty()).then(|| v[rng.gen_range(0..v.len())])
@@ -133,19 +133,22 @@ impl Sim {
             None => guess(&mut self.rng, &self.hosts),
         };
         let mut frames = Vec::new();
-        let one = std::slice::from_ref(&(s.saturating_sub(32)..s + 32)).to_vec();
+        // Values within the clock's range: a node's clock may stand near its end.
+        let top = exon::proto::codec::VARINT_MAX;
+        let one = std::slice::from_ref(&(s.saturating_sub(32)..(s + 32).min(top))).to_vec();
         // (claimed source, destination)
         let (src, dst) = match attack {
             Attack::Frontier => {
-                put_reqslots(&mut frames, s + (1 << 40), 0, s + (1 << 40));
+                let far = (s + (1 << 40)).min(top);
+                put_reqslots(&mut frames, far, 0, far);
                 (snd, rcv)
             }
             Attack::Token => {
-                put_token(&mut frames, s, r, b"forged");
+                put_token_last(&mut frames, s, r, b"forged");
                 (snd, rcv)
             }
             Attack::Stored => {
-                let wide = s.saturating_sub(1 << 20)..s.saturating_add(1 << 20);
+                let wide = s.saturating_sub(1 << 20)..s.saturating_add(1 << 20).min(top);
                 let (from, below) = if self.rng.gen() {
                     (wide.start, wide.end)
                 } else {

@@ -43,6 +43,10 @@ pub enum DecodeError {
     /// An MTU_PROBE whose padding is not all zero bytes.
     #[error("MTU_PROBE padding not zero")]
     BadPadding,
+    /// A TOKEN or FRAG that ends its datagram and writes its `len` (such a frame runs to
+    /// the end without one: its type's `TO_END` form).
+    #[error("a TOKEN or FRAG ending its datagram gives its length")]
+    LengthAtEnd,
 }
 
 /// Why [`Node::send`](crate::proto::Node::send) refused a message. The message was not accepted:

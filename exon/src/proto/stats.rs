@@ -99,7 +99,8 @@ counters! {
         pub reserved_flags: u64 [sum],
         /// A field ran past the end (also: impossible counts).
         pub truncated: u64 [sum],
-        /// Non-canonical integer encoding.
+        /// Non-canonical encoding: an integer not in its shortest form, or a TOKEN or FRAG
+        /// ending its datagram with its length written.
         pub non_canonical: u64 [sum],
         /// Unknown frame type.
         pub unknown_frame: u64 [sum],
@@ -170,7 +171,7 @@ impl Rejects {
             DecodeError::UnsupportedVersion(_) => &mut self.bad_version,
             DecodeError::ReservedFlags(_) => &mut self.reserved_flags,
             DecodeError::Truncated => &mut self.truncated,
-            DecodeError::NonCanonicalVarint => &mut self.non_canonical,
+            DecodeError::NonCanonicalVarint | DecodeError::LengthAtEnd => &mut self.non_canonical,
             DecodeError::UnknownFrame(_) => &mut self.unknown_frame,
             DecodeError::NoFrames => &mut self.no_frames,
             DecodeError::PayloadTooLarge => &mut self.payload_too_large,

@@ -166,8 +166,12 @@ fn rejects_by_reason() {
     };
     assert_eq!(with(&|v| v.truncate(2)), Err(DecodeError::Runt));
     assert_eq!(
-        with(&|v| v[0] = b'X'),
-        Err(DecodeError::UnsupportedVersion(5))
+        with(&|v| v[0] = b'`'),
+        Err(DecodeError::UnsupportedVersion(6))
+    );
+    assert_eq!(
+        with(&|v| v[0] = 0x40),
+        Err(DecodeError::UnsupportedVersion(4))
     );
     assert_eq!(
         with(&|v| v[0] = 0x30),
@@ -182,17 +186,39 @@ fn rejects_by_reason() {
         Err(DecodeError::ReservedFlags(0x04))
     );
     assert_eq!(with(&|v| v.truncate(3)), Err(DecodeError::NoFrames));
-    assert_eq!(with(&|v| v.push(0)), Err(DecodeError::UnknownFrame(0)));
+    // The datagram's last TOKEN runs to its end (its type's TO_END form, no length): a
+    // byte more or less is a longer or shorter payload, never garbage or a cut.
+    let payload = |v: Vec<u8>| match &Packet::decode(&Bytes::from(v)).unwrap().frames[..] {
+        [Frame::Token { payload, .. }] => payload.clone(),
+        f => panic!("{f:?}"),
+    };
+    let mut longer = good.to_vec();
+    longer.push(0x03);
+    assert_eq!(payload(longer), &b"hello\x03"[..]);
+    assert_eq!(payload(good[..good.len() - 1].to_vec()), &b"hell"[..]);
+    // The same TOKEN with its length, last: refused (a datagram has one encoding).
+    let mut v = good[..3].to_vec();
+    exon::proto::frame::put_token(&mut v, 5, 7, b"hello");
     assert_eq!(
-        with(&|v| v.push(0x03)),
+        validate(&Bytes::from(v.clone()), usize::MAX).map(|_| ()),
+        Err(DecodeError::LengthAtEnd)
+    );
+    // With a frame after it, the length is what it must be: bytes after the frames are
+    // garbage, a cut one is cut.
+    v.push(0x16);
+    assert!(validate(&Bytes::from(v.clone()), usize::MAX).is_ok());
+    let mut garbage = v.clone();
+    garbage.push(0);
+    assert_eq!(
+        validate(&Bytes::from(garbage), usize::MAX).map(|_| ()),
+        Err(DecodeError::UnknownFrame(0))
+    );
+    let mut cut = v.clone();
+    cut.push(0x03);
+    assert_eq!(
+        validate(&Bytes::from(cut), usize::MAX).map(|_| ()),
         Err(DecodeError::Truncated),
         "trailing garbage"
-    );
-    assert_eq!(
-        with(&|v| {
-            v.pop();
-        }),
-        Err(DecodeError::Truncated)
     );
     // A payload length far beyond the bytes present is refused before anything is sliced.
     let mut v = good[..3].to_vec();
@@ -250,11 +276,12 @@ fn overhead_of_a_1kb_token() {
             senders_copy: false,
         }],
     };
-    // Clocks below 2^30 (a file store starting at 0): 3-byte header, 11-byte TOKEN framing.
-    assert_eq!(mk(1 << 20, 1 << 20).encoded_len() - 1024, 14);
+    // Clocks below 2^30 (a file store starting at 0): 3-byte header, 9-byte TOKEN framing
+    // (the datagram's last frame writes no length).
+    assert_eq!(mk(1 << 20, 1 << 20).encoded_len() - 1024, 12);
     // Clocks derived from wall-clock microseconds (about 2^51): 8-byte s and r in the
     // first frame of a plaintext datagram.
-    assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 22);
+    assert_eq!(mk(1 << 51, 1 << 51).encoded_len() - 1024, 20);
 }
 
 /// What the clock chains save (`docs/wire.md`, "Clock fields"), with clocks near 2^51: the
@@ -275,9 +302,10 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
         frames,
     };
     // Ten 100-byte tokens in one datagram: the first's framing 19 bytes, each later one's 5
-    // (type, s and r a byte each, a 2-byte length), against 19 each in full.
+    // (type, s and r a byte each, a 2-byte length), against 19 each in full; the last
+    // writes no length (it runs to the datagram's end).
     let ten = plain((0..10).map(|k| token(a + k, b, 100)).collect());
-    assert_eq!(ten.encoded_len() - 3 - 1000, 19 + 9 * 5);
+    assert_eq!(ten.encoded_len() - 3 - 1000, 19 + 9 * 5 - 2);
     // Sealed, the sender's chain starts at the epoch: a token 1 000 slots after it pays 2
     // bytes for `s`; the receiver's incarnation, met first, 8.
     let sealed = |frames: Vec<Frame>| {
@@ -293,15 +321,15 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
         Packet { header, frames }
     };
     let one = sealed(vec![token(a + 1_000, b, 1024)]);
-    assert_eq!(one.encoded_len() - 12 - 1024, 1 + 2 + 8 + 2);
+    assert_eq!(one.encoded_len() - 12 - 1024, 1 + 2 + 8);
     // The receiver's chain starts at the epoch too: a receiver started five minutes after
     // the sender has its incarnation 4 bytes away.
     let five_minutes = sealed(vec![token(a + 1_000, a + 300_000_000, 1024)]);
-    assert_eq!(five_minutes.encoded_len() - 12 - 1024, 1 + 2 + 4 + 2);
+    assert_eq!(five_minutes.encoded_len() - 12 - 1024, 1 + 2 + 4);
     // A reply and the ACK of its request: the ACK's `r` (the server's incarnation, taken
     // just before its epoch) a byte, the request's slot in full, the reply's slot (5 000
-    // after) 2 bytes, the caller's incarnation (20 000 slots before its request's) 4 bytes:
-    // 21 bytes of framing where version 2 wrote 38.
+    // after) 2 bytes, the caller's incarnation (20 000 slots before its request's) 4 bytes,
+    // no length: 19 bytes of framing where version 2 wrote 38.
     let ack = Frame::Ack {
         r: a - 2,
         ranges: AckRanges::from_ranges(std::slice::from_ref(&(b..b + 1))).unwrap(),
@@ -309,7 +337,7 @@ fn clock_fields_on_the_chains_cost_what_the_table_says() {
     let reply = sealed(vec![ack, token(a + 5_000, b - 20_000, 1024)]);
     assert_eq!(
         reply.encoded_len() - 12 - 1024,
-        (1 + 1 + 1 + 8 + 1) + (1 + 2 + 4 + 2)
+        (1 + 1 + 1 + 8 + 1) + (1 + 2 + 4)
     );
 }
 

@@ -759,31 +759,39 @@ fn large_messages_held_for_seconds_all_arrive() {
 }
 
 /// Without `progress_measured` the same run stalls: partials expire and messages are still
-/// missing long after (phase 0: 126 of 500 delivered, 483 partials expired).
+/// missing long after (phase 1: 250 of 500 delivered, 417 partials expired; 17 of phases
+/// 0-39 stall so since wire version 5's last frames without their length, and phase 0, used
+/// before, no longer does).
 #[test]
 fn without_a_measured_budget_partials_held_for_seconds_expire() {
     let mut rules = Rules::default();
     rules.progress_measured = false;
-    let (delivered, expired) = held_for_seconds(rules, Duration::from_secs(1_500), 0);
+    let (delivered, expired) = held_for_seconds(rules, Duration::from_secs(1_500), 1);
     assert!(
         delivered < MESSAGES as usize && expired > 0,
         "{delivered} {expired}"
     );
 }
 
-/// Without `progress_past_all_sent`, phase 5 of the same cell stalls when the bandwidth
+/// Without `progress_past_all_sent`, phase 36 of the same cell stalls when the bandwidth
 /// estimate stands above what arrives (here without the receipt times of `receipt_times`,
-/// whose acknowledgements bunched after holds of seconds inflate it; with them the stall
-/// does not come at phases 0-23): the oldest message in progress, all in flight, held the
-/// path for the others until it was whole, the budget measured from what it let through
-/// fell, and 322 of 500 messages arrived in 1 500 s. (`receipt_times` off alone: all 500.)
+/// whose acknowledgements bunched after holds of seconds inflate it): the oldest message in
+/// progress, all in flight, held the path for the others until it was whole, the budget
+/// measured from what it let through fell, and 420 of 500 messages arrived in 1 500 s, 28
+/// partials expired. (`receipt_times` off alone: all 500, none expired.) Which phase meets
+/// the defect moves with the datagrams' sizes: phase 5 with wire version 4, phase 36 alone
+/// of 0-39 since version 5's last frames without their length.
 #[test]
 fn without_progress_past_all_sent_held_for_seconds_stalls() {
     let mut rules = Rules::default();
     rules.receipt_times = false;
+    let on = held_for_seconds(rules, Duration::from_secs(1_500), 36);
     rules.progress_past_all_sent = false;
-    let (delivered, _) = held_for_seconds(rules, Duration::from_secs(1_500), 5);
-    assert!(delivered < MESSAGES as usize, "{delivered}");
+    let off = held_for_seconds(rules, Duration::from_secs(1_500), 36);
+    assert!(
+        on.0 == MESSAGES as usize && off.0 < MESSAGES as usize,
+        "{on:?} {off:?}"
+    );
 }
 
 /// Virtual time for 200 messages of 100 000 bytes from A to B over a clean 2 MB/s path of

@@ -18,6 +18,7 @@ mod held;
 mod hostile;
 mod keyed;
 mod large_messages;
+mod last_frame;
 mod marks;
 mod mtu;
 mod pair_exactly_once;

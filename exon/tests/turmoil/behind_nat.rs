@@ -108,13 +108,15 @@ fn a_stream_read_through_a_rebinding_nat_gets_every_record() {
 }
 
 /// With keepalives switched off (`EndpointConfig::keepalives`, feature `rule-switches`), on
-/// the default seed: the first record pushed after a rebinding goes to the dead port for
-/// ever, and the reader, with nothing to send, waits out its patience.
+/// seed 5: the first record pushed after a rebinding goes to the dead port for ever, and the
+/// reader, with nothing to send, waits out its patience. (The timing decides: 19 of seeds
+/// 0-23 stall so, every one reads all 12 records with keepalives; seed 7, used before, no
+/// longer stalls since wire version 5's last frames without their length.)
 #[test]
 fn without_keepalives_a_stream_reader_behind_a_rebinding_nat_stalls() {
     let mut off = cfg();
     off.keepalives = false;
-    let read = push_through_a_rebinding_nat(Some(7), off, Duration::from_secs(300));
+    let read = push_through_a_rebinding_nat(Some(5), off, Duration::from_secs(300));
     assert!(read.len() < RECORDS as usize, "read {read:?}");
 }
 

@@ -228,8 +228,8 @@ mod tests {
     #[test]
     fn a_short_datagram_stops_the_program() {
         let prog = program(4);
-        assert_eq!(run(&prog, &[0x42]), None);
+        assert_eq!(run(&prog, &[0x52]), None);
         // An eight-byte id cut short.
-        assert_eq!(run(&prog, &[0x42, 0xc0, 1, 2, 3, 4]), None);
+        assert_eq!(run(&prog, &[0x52, 0xc0, 1, 2, 3, 4]), None);
     }
 }

@@ -12,7 +12,7 @@ use crate::proto::send::tokens::{TokenAt, Tokens};
 use crate::proto::stats::Stats;
 use crate::proto::wire::clocks::Clocks;
 use crate::proto::wire::codec::varint_len;
-use crate::proto::wire::frame::{SlotFields, TokenKind};
+use crate::proto::wire::frame::{frame_type, len_field, SlotFields, TokenKind};
 use crate::proto::{Config, Rules};
 
 /// Bytes of one fragmented message sent in a row before it goes behind the other tokens:
@@ -45,6 +45,47 @@ struct Fill<'a> {
     /// Bytes of TOKENs that may still go without asking the window and the pacer (see
     /// [`SRecord::allowance`]); 0 until they are first asked, and after a FRAG.
     allowance: u64,
+    /// How the last frame written ends the datagram, if it is a TOKEN or a FRAG.
+    last: Last,
+}
+
+/// The last frame written into a datagram, as far as its end goes: a TOKEN or FRAG must
+/// end the datagram in its `TO_END` form (`docs/wire.md`, "TOKEN"), without `len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Last {
+    /// No TOKEN or FRAG last.
+    Other,
+    /// A TOKEN or FRAG whose type is at `ty_at` in the buffer, written with its `len`
+    /// before its last `data` bytes: turned into its `TO_END` form if nothing follows.
+    Open { ty_at: usize, data: usize },
+    /// A TOKEN or FRAG written in its `TO_END` form (nothing may follow it).
+    Ended,
+}
+
+impl Last {
+    /// After a TOKEN or FRAG of `data` bytes whose type is at `ty_at`, written in its
+    /// `TO_END` form or not.
+    #[inline]
+    fn written(to_end: bool, ty_at: usize, data: usize) -> Last {
+        if to_end {
+            Last::Ended
+        } else {
+            Last::Open { ty_at, data }
+        }
+    }
+}
+
+/// Turns the TOKEN or FRAG that ends the datagram in `buf` (its type at `ty_at`, its last
+/// `data` bytes its payload, its `len` just before them) into its `TO_END` form: the type's
+/// bit set, the `len` taken out, the payload moved back over it.
+fn end_at_last_frame(buf: &mut Vec<u8>, ty_at: usize, data: usize) {
+    let end = buf.len();
+    let data_at = end - data;
+    let len_at = data_at - varint_len(data as u64);
+    // Every TOKEN and FRAG type is below 64 with the bit set: one byte.
+    buf[ty_at] |= frame_type::TO_END as u8;
+    buf.copy_within(data_at..end, len_at);
+    buf.truncate(end - (data_at - len_at));
 }
 
 impl Fill<'_> {
@@ -101,11 +142,15 @@ impl SRecord {
             space,
             stats,
             allowance: 0,
+            last: Last::Other,
         };
         self.write_stored(&mut fill);
         self.write_reqslots(&mut fill);
         let (wrote, blocked) = self.write_tokens(&mut fill, cfg, rules);
         self.write_reqcredit(&mut fill);
+        if let Last::Open { ty_at, data } = fill.last {
+            end_at_last_frame(fill.buf, ty_at, data);
+        }
         if wrote {
             // How far the datagram reached, for the TOKENs in it (if any went whole).
             let seq = self.flight.losses.current_seq();
@@ -186,6 +231,11 @@ impl SRecord {
         let mut wrote = false;
         self.clear_pace();
         while let Some(&s) = self.to_send.front() {
+            if fill.last == Last::Ended {
+                // A frame runs to the datagram's end: nothing may follow it (its payload
+                // would take the next frame's bytes). The rest goes in the next datagram.
+                return (wrote, false);
+            }
             let logged = self.is_logged(s);
             let Some(at) = self.tokens.position(s) else {
                 self.to_send.pop_front();
@@ -252,7 +302,7 @@ impl SRecord {
             let step = if tok.frag.is_some() {
                 self.write_fragment(fill, s, r, cfg, rules)
             } else {
-                self.write_token(fill, (s, fields, kind), len, at)
+                self.write_token(fill, (s, fields, kind), (len, total), at)
             };
             match step {
                 Step::Wrote => {
@@ -297,7 +347,25 @@ impl SRecord {
             FragPlan::Later => return Step::Stop,
             FragPlan::Send { range, overhead } => (range, overhead),
         };
-        let size = (overhead + (range.end - range.start) as usize) as u64;
+        let (from, to) = (range.start as usize, range.end as usize);
+        let mut size = overhead + (to - from);
+        let Some((total, more)) = self
+            .tokens
+            .get(s)
+            .and_then(|t| t.frag.as_ref())
+            .map(|o| (o.total(), o.has_pending_after(&range)))
+        else {
+            return Step::Stop;
+        };
+        // Its datagram's last frame for certain (cut to fill it, or the last bytes of the
+        // last message that go): written without its length, which it saves. (`overhead`
+        // is at most the framing; the frame is this long.)
+        let frame = fill.clocks.frag_len(s, r, total, range.start, to - from);
+        let to_end = self.ends_datagram(fill.room() - (frame - len_field(to - from)), fill, more);
+        if to_end {
+            size -= len_field(to - from);
+        }
+        let size = size as u64;
         if !self.may_send(fill.now, size, fill.mss()) {
             return Step::Blocked;
         }
@@ -307,17 +375,16 @@ impl SRecord {
         let Some(o) = &tok.frag else {
             return Step::Stop;
         };
-        let total = o.total();
-        let (from, to) = (range.start as usize, range.end as usize);
         let data = tok.payload.slices(from, to);
         let senders_copy = tok.senders_copy;
-        let slot = (s, r, senders_copy);
+        let slot = (s, r, senders_copy, to_end);
+        let ty_at = fill.buf.len();
         fill.clocks
             .put_frag_parts(fill.buf, slot, (total, range.start), data);
+        fill.last = Last::written(to_end, ty_at, to - from);
         if o.is_resend(&range) {
             fill.stats.retransmissions += 1;
         }
-        let more = o.has_pending_after(&range);
         tok.sends = tok.sends.saturating_add(1);
         let sent = range.end - range.start;
         let in_row = if self.burst.0 == s { self.burst.1 } else { 0 };
@@ -341,20 +408,26 @@ impl SRecord {
     }
 
     /// Writes the token in slot `s` (its slot and incarnation on the datagram's chains as
-    /// `fields`, at the front of `to_send`) whole, as a TOKEN frame of `len` bytes (a
-    /// reported message: one FRAG of all of it), if it fits and the congestion window and
-    /// the pacer let it. `at` is where it lies in the ring.
+    /// `fields`, at the front of `to_send`) whole, as a TOKEN frame of `len` bytes with its
+    /// length (a reported message: one FRAG of all of it) carrying `payload` bytes, if it
+    /// fits and the congestion window and the pacer let it. `at` is where it lies in the
+    /// ring.
     #[inline]
     fn write_token(
         &mut self,
         fill: &mut Fill<'_>,
         (s, fields, kind): (u64, SlotFields, TokenKind),
-        len: usize,
+        (len, payload): (usize, usize),
         at: TokenAt,
     ) -> Step {
         if len > fill.room() {
             return Step::Stop;
         }
+        // Its datagram's last frame for certain: written without its length at once (and
+        // counted so), rather than moved so once the datagram ends.
+        let lf = len_field(payload);
+        let to_end = self.ends_datagram(fill.room() - (len - lf), fill, false);
+        let len = if to_end { len - lf } else { len };
         let size = len as u64;
         let admitted = size <= fill.allowance;
         if admitted {
@@ -375,14 +448,16 @@ impl SRecord {
             return Step::Stop;
         };
         let (head, body) = (tok.payload.head(), tok.payload.body());
+        let ty_at = fill.buf.len();
         if tok.reported {
-            let at = (tok.senders_copy, tok.payload.len() as u64, 0);
+            let at = (tok.senders_copy, tok.payload.len() as u64, 0, to_end);
             fields.put_frag(fill.clocks, fill.buf, at, (head, body));
             fill.stats.frames_out.frag += 1;
         } else {
-            fields.put_token(fill.clocks, fill.buf, kind, (head, body));
+            fields.put_token(fill.clocks, fill.buf, (kind, to_end), (head, body));
             fill.stats.frames_out.token += 1;
         }
+        fill.last = Last::written(to_end, ty_at, tok.payload.len());
         // Its transmission, recorded on the token: the datagram's sequence number (loss
         // detection, and the datagram's delivery-rate snapshot), size and bytes in flight.
         let seq = self.flight.losses.on_sent(s);
@@ -417,6 +492,36 @@ impl SRecord {
         Step::Wrote
     }
 
+    /// Whether a TOKEN or FRAG of the front of `to_send` that leaves `room_after` bytes in
+    /// the datagram is certainly its last frame: no REQCREDIT is due, and nothing else can
+    /// follow it (no frame fits in under 3 bytes; the next token queued, whole and not held,
+    /// does not fit, or there is none). A fragment with bytes of its message after it
+    /// (`more`) is not looked past: it ends the datagram only when it fills it. A wrong
+    /// guess would cost room, never bytes: nothing is written after such a frame
+    /// ([`write_tokens`](Self::write_tokens), [`write_reqcredit`](Self::write_reqcredit)).
+    #[inline]
+    fn ends_datagram(&self, room_after: usize, fill: &Fill<'_>, more: bool) -> bool {
+        if self.credit.due().is_some() {
+            return false;
+        }
+        if room_after < 3 {
+            return true;
+        }
+        if more {
+            return false;
+        }
+        match self.to_send.get(1) {
+            None => true,
+            Some(&next) => self.tokens.get(next).is_some_and(|t| {
+                let p = t.payload.len();
+                // Whole (not cut to fill what is left: its framing, at most 25 bytes, fits a
+                // datagram with it) and sent: type, `s`, `r` and its payload at least.
+                let whole = t.frag.is_none() && p + 25 <= fill.space.body_room;
+                whole && !t.held && p + 3 > room_after
+            }),
+        }
+    }
+
     /// After the tokens: writes the REQCREDIT a message that found no credit just asked
     /// for, if it is due and fits.
     #[inline]
@@ -426,11 +531,17 @@ impl SRecord {
             let tokens = &self.tokens;
             self.credit.retain_waiting(|s| tokens.get(s).is_some());
         }
+        if fill.last == Last::Ended {
+            // A frame running to the datagram's end went last (no REQCREDIT was due when it
+            // was written): the REQCREDIT goes in the next datagram, written at once.
+            return;
+        }
         if let Some((r, s, want)) = self.credit.due() {
             if fill.clocks.reqcredit_len(r, s, want) <= fill.room() {
                 fill.clocks.put_reqcredit(fill.buf, r, s, want);
                 fill.stats.frames_out.credit += 1;
                 self.credit.on_asked(fill.now);
+                fill.last = Last::Other;
             }
         }
     }

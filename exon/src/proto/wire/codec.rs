@@ -145,6 +145,18 @@ impl<'a> Reader<'a> {
         self.pos += len;
         Ok(whole.slice(start..start + len))
     }
+
+    /// The rest of the input, as a slice of `whole` (the bytes this reader reads), if it
+    /// is at most `max` bytes long.
+    pub fn rest(&mut self, whole: &Bytes, max: usize) -> Result<Bytes, DecodeError> {
+        let len = self.remaining();
+        if len > max {
+            return Err(DecodeError::PayloadTooLarge);
+        }
+        let start = self.pos;
+        self.pos += len;
+        Ok(whole.slice(start..start + len))
+    }
 }
 
 #[cfg(test)]

@@ -77,6 +77,20 @@ pub mod frame_type {
     /// peer arrived, written before the verdicts it sends that peer (the delivery rate's
     /// receipt interval).
     pub const RECEIVED: u64 = 0x17;
+
+    /// Added to the type of a TOKEN, STOKEN, ETOKEN, ESTOKEN, FRAG or SFRAG (0x23, 0x30,
+    /// 0x32, 0x34, 0x29, 0x31): the frame is its datagram's last and writes no `len`, its
+    /// payload (data) running to the end of the datagram. Such a frame that ends its
+    /// datagram is always written so, and only such a frame: one that gives its `len` and
+    /// ends the datagram is refused (`DecodeError::LengthAtEnd`), so each datagram keeps
+    /// one encoding.
+    pub const TO_END: u64 = 0x20;
+
+    /// Whether `ty` (its [`TO_END`] bit cleared) carries a payload and a `len`: a TOKEN
+    /// kind or a FRAG kind.
+    pub const fn has_len(ty: u64) -> bool {
+        matches!(ty, TOKEN | STOKEN | ETOKEN | ESTOKEN | FRAG | SFRAG)
+    }
 }
 
 /// A receiver's answer to a TOKEN: the three frames that carry incarnation and slot ranges.
@@ -370,8 +384,20 @@ impl Frame {
     }
 
     /// Appends this frame with its clock fields on the chains `c` of the datagram it goes
-    /// in (`docs/wire.md`, "Clock fields"), moving them on.
+    /// in (`docs/wire.md`, "Clock fields"), moving them on, with frames after it (a TOKEN
+    /// or FRAG gives its `len`).
     pub fn encode_on(&self, c: &mut Clocks, buf: &mut impl BufMut) {
+        self.encode_as(c, buf, false);
+    }
+
+    /// As [`encode_on`](Self::encode_on), as its datagram's last frame: a TOKEN or FRAG in
+    /// its [`frame_type::TO_END`] form, without `len`.
+    pub fn encode_last_on(&self, c: &mut Clocks, buf: &mut impl BufMut) {
+        self.encode_as(c, buf, true);
+    }
+
+    /// [`encode_on`](Self::encode_on), or with `last` [`encode_last_on`](Self::encode_last_on).
+    fn encode_as(&self, c: &mut Clocks, buf: &mut impl BufMut, last: bool) {
         match self {
             Frame::ReqSlots { s, n, l } => c.put_reqslots(buf, *s, *n, *l),
             Frame::Slots { s, r, n } => c.put_slots(buf, *s, *r, *n),
@@ -382,7 +408,7 @@ impl Frame {
                 senders_copy,
             } => {
                 let kind = TokenKind::stored(*senders_copy);
-                c.put_token_parts(buf, (*s, *r, kind), &[], payload);
+                c.put_token_parts(buf, (*s, *r, kind, last), &[], payload);
             }
             Frame::EarlyToken {
                 s,
@@ -391,7 +417,7 @@ impl Frame {
                 senders_copy,
             } => {
                 let kind = TokenKind::early(*senders_copy);
-                c.put_token_parts(buf, (*s, *r, kind), &[], payload);
+                c.put_token_parts(buf, (*s, *r, kind, last), &[], payload);
             }
             Frame::Stored { from, below } => c.put_stored(buf, *from, *below),
             Frame::Challenge { token } => put_path(buf, frame_type::CHALLENGE, *token),
@@ -403,7 +429,10 @@ impl Frame {
                 offset,
                 data,
                 senders_copy,
-            } => c.put_frag_parts(buf, (*s, *r, *senders_copy), (*total, *offset), (&[], data)),
+            } => {
+                let slot = (*s, *r, *senders_copy, last);
+                c.put_frag_parts(buf, slot, (*total, *offset), (&[], data));
+            }
             Frame::Got { r, s, ranges } => {
                 put_varint(buf, frame_type::GOT);
                 c.put(buf, Of::Src, *r);
@@ -714,11 +743,26 @@ pub struct Frames<'a> {
 }
 
 impl Frames<'_> {
-    /// The rest of a TOKEN, STOKEN, ETOKEN or ESTOKEN (`ty`): they share their layout.
-    fn token(&mut self, ty: u64) -> Result<Frame, DecodeError> {
+    /// The payload of a frame with a `len` (a TOKEN or FRAG kind), at most `max` bytes:
+    /// the rest of the datagram when its type had [`frame_type::TO_END`] (`to_end`), else
+    /// `len` bytes, which must leave bytes after them.
+    fn payload(&mut self, to_end: bool, max: usize) -> Result<Bytes, DecodeError> {
+        if to_end {
+            return self.reader.rest(self.whole, max);
+        }
+        let payload = self.reader.length_prefixed(self.whole, max)?;
+        if self.reader.remaining() == 0 {
+            return Err(DecodeError::LengthAtEnd);
+        }
+        Ok(payload)
+    }
+
+    /// The rest of a TOKEN, STOKEN, ETOKEN or ESTOKEN (`ty`, its [`frame_type::TO_END`]
+    /// bit as `to_end`): they share their layout.
+    fn token(&mut self, ty: u64, to_end: bool) -> Result<Frame, DecodeError> {
         let (r, c) = (&mut self.reader, &mut self.clocks);
         let (s, rck) = (c.read(r, Of::Src)?, c.read(r, Of::Dst)?);
-        let payload = r.length_prefixed(self.whole, self.max_payload)?;
+        let payload = self.payload(to_end, self.max_payload)?;
         Ok(match ty {
             frame_type::ETOKEN | frame_type::ESTOKEN => Frame::EarlyToken {
                 s,
@@ -750,8 +794,10 @@ impl Frames<'_> {
     }
 
     fn frame(&mut self) -> Result<Frame, DecodeError> {
+        let ty = self.reader.varint()?;
+        let to_end = ty & frame_type::TO_END != 0 && frame_type::has_len(ty & !frame_type::TO_END);
+        let ty = if to_end { ty & !frame_type::TO_END } else { ty };
         let (r, c) = (&mut self.reader, &mut self.clocks);
-        let ty = r.varint()?;
         Ok(match ty {
             frame_type::REQSLOTS => Frame::ReqSlots {
                 s: c.read(r, Of::Src)?,
@@ -764,7 +810,7 @@ impl Frames<'_> {
                 n: r.varint()?,
             },
             frame_type::TOKEN | frame_type::STOKEN | frame_type::ETOKEN | frame_type::ESTOKEN => {
-                return self.token(ty);
+                return self.token(ty, to_end);
             }
             frame_type::STORED => Frame::Stored {
                 from: c.read(r, Of::Src)?,
@@ -791,7 +837,7 @@ impl Frames<'_> {
                 let offset = r.varint()?;
                 // Bounded by the datagram itself: a sender cuts fragments to fill its
                 // datagrams, whatever header it has.
-                let data = r.length_prefixed(self.whole, self.whole.len())?;
+                let data = self.payload(to_end, self.whole.len())?;
                 let end = offset
                     .checked_add(data.len() as u64)
                     .ok_or(DecodeError::ValueOutOfRange)?;
@@ -889,8 +935,9 @@ impl Packet {
         let mut buf = BytesMut::new();
         self.header.encode(&mut buf);
         let mut clocks = Clocks::of(&self.header);
-        for f in &self.frames {
-            f.encode_on(&mut clocks, &mut buf);
+        let last = self.frames.len().saturating_sub(1);
+        for (i, f) in self.frames.iter().enumerate() {
+            f.encode_as(&mut clocks, &mut buf, i == last);
         }
         buf.freeze()
     }

@@ -10,7 +10,7 @@ use crate::proto::{DecodeError, NodeId};
 
 /// The wire version this implementation speaks: the high four bits of every datagram's
 /// first byte (its low four bits are the flags).
-pub const VERSION: u8 = 4;
+pub const VERSION: u8 = 5;
 /// Smallest possible header: the version and flags byte and two one-byte node ids.
 pub const MIN_HEADER_LEN: usize = 3;
 /// Largest possible header: a sealed one with eight-byte node ids and epoch, the counter,
@@ -41,7 +41,7 @@ pub const COOKIE_LEN: usize = 16;
 pub type Cookie = [u8; COOKIE_LEN];
 
 /// The datagram an endpoint under load sends to the source address of a datagram it
-/// refused for want of key-agreement budget: `0x48 src dst cookie`, where
+/// refused for want of key-agreement budget: `0x58 src dst cookie`, where
 /// `src` is the refusing node, `dst` the node the refused datagram claimed to come from.
 /// Not sealed (the refusing node has no key for its peer yet: that is the point).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

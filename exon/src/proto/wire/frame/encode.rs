@@ -173,20 +173,36 @@ pub fn stored_len(from: u64, below: u64) -> usize {
     Clocks::absolute().stored_len(from, below)
 }
 
-/// Appends a TOKEN frame written on its own.
+/// Appends a TOKEN frame written on its own, with frames after it in its datagram (it
+/// gives its `len`).
 pub fn put_token(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
-    Clocks::absolute().put_token_parts(buf, (s, r, TokenKind::Plain), &[], payload);
+    let token = (s, r, TokenKind::Plain, false);
+    Clocks::absolute().put_token_parts(buf, token, &[], payload);
+}
+
+/// Appends a TOKEN frame written on its own as its datagram's last frame (no `len`: its
+/// payload runs to the end of the datagram).
+pub fn put_token_last(buf: &mut impl BufMut, s: u64, r: u64, payload: &[u8]) {
+    let token = (s, r, TokenKind::Plain, true);
+    Clocks::absolute().put_token_parts(buf, token, &[], payload);
 }
 
 /// Appends a TOKEN frame written on its own (an STOKEN with `senders_copy`: its sender
-/// keeps a durable copy until the ACK) whose payload is `head` then `body`.
+/// keeps a durable copy until the ACK) whose payload is `head` then `body`; with the
+/// last flag of `token`, as its datagram's last frame.
 pub fn put_token_parts(
     buf: &mut impl BufMut,
-    token: (u64, u64, TokenKind),
+    token: (u64, u64, TokenKind, bool),
     head: &[u8],
     body: &[u8],
 ) {
     Clocks::absolute().put_token_parts(buf, token, head, body);
+}
+
+/// The bytes of a TOKEN's or FRAG's `len` field for `len` bytes: what its
+/// [`frame_type::TO_END`] form saves.
+pub fn len_field(len: usize) -> usize {
+    varint_len(len as u64)
 }
 
 /// Encoded size of a FRAG frame carrying `len` bytes, written on its own.
@@ -194,16 +210,18 @@ pub fn frag_len(s: u64, r: u64, total: u64, offset: u64, len: usize) -> usize {
     Clocks::absolute().frag_len(s, r, total, offset, len)
 }
 
-/// Appends a FRAG frame written on its own.
+/// Appends a FRAG frame written on its own, with frames after it in its datagram.
 pub fn put_frag(buf: &mut impl BufMut, s: u64, r: u64, total: u64, offset: u64, data: &[u8]) {
-    Clocks::absolute().put_frag_parts(buf, (s, r, false), (total, offset), (&[], data));
+    let slot = (s, r, false, false);
+    Clocks::absolute().put_frag_parts(buf, slot, (total, offset), (&[], data));
 }
 
 /// Appends a FRAG frame written on its own (an SFRAG with `senders_copy`) of message
-/// length `total` at `offset` whose data is `a` then `b`.
+/// length `total` at `offset` whose data is `a` then `b`; with the last flag of `slot`, as
+/// its datagram's last frame.
 pub fn put_frag_parts(
     buf: &mut impl BufMut,
-    slot: (u64, u64, bool),
+    slot: (u64, u64, bool, bool),
     at: (u64, u64),
     data: (&[u8], &[u8]),
 ) {
@@ -313,17 +331,17 @@ impl Clocks {
     }
 
     /// Appends a TOKEN frame of `kind` whose payload is `head` then `body`: `s` of the
-    /// sender's clock, `r` of the receiver's.
+    /// sender's clock, `r` of the receiver's; with `to_end`, as its datagram's last frame.
     #[inline]
     pub fn put_token_parts(
         &mut self,
         buf: &mut impl BufMut,
-        (s, r, kind): (u64, u64, TokenKind),
+        (s, r, kind, to_end): (u64, u64, TokenKind, bool),
         head: &[u8],
         body: &[u8],
     ) {
         self.slot_fields(s, r)
-            .put_token(self, buf, kind, (head, body));
+            .put_token(self, buf, (kind, to_end), (head, body));
     }
 
     /// Encoded size of a FRAG frame carrying `len` bytes.
@@ -332,16 +350,16 @@ impl Clocks {
     }
 
     /// Appends a FRAG frame (an SFRAG with `senders_copy`) of message length `total` at
-    /// `offset` whose data is `a` then `b`.
+    /// `offset` whose data is `a` then `b`; with `to_end`, as its datagram's last frame.
     pub fn put_frag_parts(
         &mut self,
         buf: &mut impl BufMut,
-        (s, r, senders_copy): (u64, u64, bool),
+        (s, r, senders_copy, to_end): (u64, u64, bool, bool),
         (total, offset): (u64, u64),
         data: (&[u8], &[u8]),
     ) {
         let fields = self.slot_fields(s, r);
-        fields.put_frag(self, buf, (senders_copy, total, offset), data);
+        fields.put_frag(self, buf, (senders_copy, total, offset, to_end), data);
     }
 
     /// Appends GOT(r, s, ranges) with as many of `ranges` (byte offsets, written in full)
@@ -507,32 +525,42 @@ impl SlotFields {
     }
 
     /// Appends the TOKEN of `kind` whose payload is `head` then `body`, and moves the
-    /// chains `c` (those these fields were worked out on) past it.
+    /// chains `c` (those these fields were worked out on) past it. With `to_end` it is
+    /// written as its datagram's last frame: its type's [`frame_type::TO_END`] form,
+    /// without `len` ([`token_len`](Self::token_len) less [`len_field`]).
     #[inline]
     pub fn put_token(
         &self,
         c: &mut Clocks,
         buf: &mut impl BufMut,
-        kind: TokenKind,
+        (kind, to_end): (TokenKind, bool),
         (head, body): (&[u8], &[u8]),
     ) {
-        put_varint(buf, kind.frame_type());
+        let len = (head.len() + body.len()) as u64;
+        if to_end {
+            put_varint(buf, kind.frame_type() | frame_type::TO_END);
+        } else {
+            put_varint(buf, kind.frame_type());
+        }
         put_varint(buf, self.xs);
         put_varint(buf, self.xr);
-        put_varint(buf, (head.len() + body.len()) as u64);
+        if !to_end {
+            put_varint(buf, len);
+        }
         buf.put_slice(head);
         buf.put_slice(body);
         *c = self.after;
     }
 
     /// Appends a FRAG (an SFRAG with `senders_copy`) of message length `total` at `offset`
-    /// whose data is `a` then `b`, and moves the chains `c` past it.
+    /// whose data is `a` then `b`, and moves the chains `c` past it; with `to_end`, as its
+    /// datagram's last frame (as [`put_token`](Self::put_token)).
     #[inline]
     pub fn put_frag(
         &self,
         c: &mut Clocks,
         buf: &mut impl BufMut,
-        (senders_copy, total, offset): (bool, u64, u64),
+        (senders_copy, total, offset, to_end): (bool, u64, u64, bool),
         (a, b): (&[u8], &[u8]),
     ) {
         let ty = if senders_copy {
@@ -540,12 +568,14 @@ impl SlotFields {
         } else {
             frame_type::FRAG
         };
-        put_varint(buf, ty);
+        put_varint(buf, if to_end { ty | frame_type::TO_END } else { ty });
         put_varint(buf, self.xs);
         put_varint(buf, self.xr);
         put_varint(buf, total);
         put_varint(buf, offset);
-        put_varint(buf, (a.len() + b.len()) as u64);
+        if !to_end {
+            put_varint(buf, (a.len() + b.len()) as u64);
+        }
         buf.put_slice(a);
         buf.put_slice(b);
         *c = self.after;
@@ -635,8 +665,12 @@ mod tests {
                     let body = bytes::Bytes::from(buf.clone());
                     super::super::decode_frames_on(&body, usize::MAX, c, &mut frames).unwrap();
                     let (mut again, mut chains) = (Vec::new(), c);
-                    for f in &frames {
-                        f.encode_on(&mut chains, &mut again);
+                    for (i, f) in frames.iter().enumerate() {
+                        if i + 1 == frames.len() {
+                            f.encode_last_on(&mut chains, &mut again);
+                        } else {
+                            f.encode_on(&mut chains, &mut again);
+                        }
                     }
                     assert_eq!(again, buf);
                     assert_eq!(chains, w);
@@ -644,11 +678,17 @@ mod tests {
                 let l = s.saturating_sub(1);
                 check(c.reqslots_len(s, 5, l), &|w, b| w.put_reqslots(b, s, 5, l));
                 check(c.slots_len(s, r, 64), &|w, b| w.put_slots(b, s, r, 64));
-                check(c.token_len(s, r, 100), &|w, b| {
-                    w.put_token_parts(b, (s, r, TokenKind::Plain), &[1; 40], &[2; 60]);
+                // A frame alone ends its datagram: the TO_END forms, without `len`.
+                check(c.token_len(s, r, 100) - len_field(100), &|w, b| {
+                    w.put_token_parts(b, (s, r, TokenKind::Plain, true), &[1; 40], &[2; 60]);
                 });
-                check(c.frag_len(s, r, 9000, 4000, 50), &|w, b| {
-                    w.put_frag_parts(b, (s, r, true), (9000, 4000), (&[3; 50], &[]));
+                check(c.frag_len(s, r, 9000, 4000, 50) - len_field(50), &|w, b| {
+                    w.put_frag_parts(b, (s, r, true, true), (9000, 4000), (&[3; 50], &[]));
+                });
+                // With a frame after it, `len` is written.
+                check(c.token_len(s, r, 100) + 1, &|w, b| {
+                    w.put_token_parts(b, (s, r, TokenKind::Plain, false), &[1; 40], &[2; 60]);
+                    put_varint(b, frame_type::PING);
                 });
                 let from = s.saturating_sub(3);
                 check(c.stored_len(from, s), &|w, b| w.put_stored(b, from, s));
