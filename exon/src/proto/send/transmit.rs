@@ -78,6 +78,8 @@ impl Last {
 /// Turns the TOKEN or FRAG that ends the datagram in `buf` (its type at `ty_at`, its last
 /// `data` bytes its payload, its `len` just before them) into its `TO_END` form: the type's
 /// bit set, the `len` taken out, the payload moved back over it.
+#[cold]
+#[inline(never)]
 fn end_at_last_frame(buf: &mut Vec<u8>, ty_at: usize, data: usize) {
     let end = buf.len();
     let data_at = end - data;
@@ -360,8 +362,9 @@ impl SRecord {
         // Its datagram's last frame for certain (cut to fill it, or the last bytes of the
         // last message that go): written without its length, which it saves. (`overhead`
         // is at most the framing; the frame is this long.)
-        let frame = fill.clocks.frag_len(s, r, total, range.start, to - from);
-        let to_end = self.ends_datagram(fill.room() - (frame - len_field(to - from)), fill, more);
+        let frame =
+            fill.clocks.frag_len(s, r, total, range.start, to - from) - len_field(to - from);
+        let to_end = self.ends_datagram(fill.room() - frame, frame, more, fill.space.body_room);
         if to_end {
             size -= len_field(to - from);
         }
@@ -426,7 +429,8 @@ impl SRecord {
         // Its datagram's last frame for certain: written without its length at once (and
         // counted so), rather than moved so once the datagram ends.
         let lf = len_field(payload);
-        let to_end = self.ends_datagram(fill.room() - (len - lf), fill, false);
+        let body_room = fill.space.body_room;
+        let to_end = self.ends_datagram(fill.room() - (len - lf), len - lf, false, body_room);
         let len = if to_end { len - lf } else { len };
         let size = len as u64;
         let admitted = size <= fill.allowance;
@@ -492,34 +496,42 @@ impl SRecord {
         Step::Wrote
     }
 
-    /// Whether a TOKEN or FRAG of the front of `to_send` that leaves `room_after` bytes in
-    /// the datagram is certainly its last frame: no REQCREDIT is due, and nothing else can
-    /// follow it (no frame fits in under 3 bytes; the next token queued, whole and not held,
-    /// does not fit, or there is none). A fragment with bytes of its message after it
-    /// (`more`) is not looked past: it ends the datagram only when it fills it. A wrong
-    /// guess would cost room, never bytes: nothing is written after such a frame
-    /// ([`write_tokens`](Self::write_tokens), [`write_reqcredit`](Self::write_reqcredit)).
+    /// Whether a TOKEN or FRAG of `frame` bytes at the front of `to_send` that leaves
+    /// `room_after` bytes in the datagram is certainly its last frame: no REQCREDIT is due,
+    /// and nothing else can follow it (no frame fits in under 3 bytes; it is the last token
+    /// queued; or the next one, whole and not held, does not fit). A fragment with bytes of
+    /// its message after it (`more`) is not looked past: it ends the datagram only when it
+    /// fills it. The next token is looked at only where no other of this one's size would
+    /// fit after it. A wrong answer costs room or a move, never bytes: nothing is written
+    /// after such a frame ([`write_tokens`](Self::write_tokens),
+    /// [`write_reqcredit`](Self::write_reqcredit)), and one that ends the datagram with its
+    /// length is moved so at the end ([`end_at_last_frame`]).
     #[inline]
-    fn ends_datagram(&self, room_after: usize, fill: &Fill<'_>, more: bool) -> bool {
-        if self.credit.due().is_some() {
+    fn ends_datagram(&self, room_after: usize, frame: usize, more: bool, body_room: usize) -> bool {
+        if room_after < 3 || (!more && self.to_send.len() == 1) {
+            return self.credit.due().is_none();
+        }
+        if more || room_after >= frame {
             return false;
         }
-        if room_after < 3 {
-            return true;
-        }
-        if more {
+        self.next_cannot_follow(room_after, body_room)
+    }
+
+    /// Whether the second token of `to_send` cannot follow in `room_after` bytes: whole (not
+    /// cut to fill what is left: its framing, at most 25 bytes, fits a datagram of
+    /// `body_room` with it), not held, and at least its type, `s`, `r` and payload larger;
+    /// and no REQCREDIT is due.
+    #[inline(never)]
+    fn next_cannot_follow(&self, room_after: usize, body_room: usize) -> bool {
+        let Some(&next) = self.to_send.get(1) else {
             return false;
-        }
-        match self.to_send.get(1) {
-            None => true,
-            Some(&next) => self.tokens.get(next).is_some_and(|t| {
+        };
+        self.credit.due().is_none()
+            && self.tokens.get(next).is_some_and(|t| {
                 let p = t.payload.len();
-                // Whole (not cut to fill what is left: its framing, at most 25 bytes, fits a
-                // datagram with it) and sent: type, `s`, `r` and its payload at least.
-                let whole = t.frag.is_none() && p + 25 <= fill.space.body_room;
+                let whole = t.frag.is_none() && p + 25 <= body_room;
                 whole && !t.held && p + 3 > room_after
-            }),
-        }
+            })
     }
 
     /// After the tokens: writes the REQCREDIT a message that found no credit just asked

@@ -536,16 +536,12 @@ impl SlotFields {
         (kind, to_end): (TokenKind, bool),
         (head, body): (&[u8], &[u8]),
     ) {
-        let len = (head.len() + body.len()) as u64;
-        if to_end {
-            put_varint(buf, kind.frame_type() | frame_type::TO_END);
-        } else {
-            put_varint(buf, kind.frame_type());
-        }
+        let end = if to_end { frame_type::TO_END } else { 0 };
+        put_varint(buf, kind.frame_type() | end);
         put_varint(buf, self.xs);
         put_varint(buf, self.xr);
         if !to_end {
-            put_varint(buf, len);
+            put_varint(buf, (head.len() + body.len()) as u64);
         }
         buf.put_slice(head);
         buf.put_slice(body);
