@@ -119,12 +119,14 @@ fn a_fragment_ending_its_datagram_writes_no_length() {
     assert!(e.frag >= 60, "{e:?}");
 }
 
-/// Fragments, whole tokens and tiny ones mixed, in datagrams of several sizes: a frame is
-/// written to run to the end only where nothing follows it (a fragment's framing is planned
-/// at its largest, so a fragment cut to fill may leave room a tiny token takes), and every
-/// message arrives as it was sent.
+/// Fragments, whole tokens and tiny ones mixed, in datagrams of several sizes, with frames
+/// running to the end: every datagram decodes to its one encoding and every message arrives
+/// as it was sent. (It does not meet the defect where a fragment judged last from its
+/// planned framing, an upper bound, had another frame written after it: that needs a path
+/// that shrinks under messages sent whole, which the simulator's
+/// `deadlines_across_a_resize_never_call_a_delivered_message_not_delivered`, seed 7, has.)
 #[test]
-fn only_the_last_frame_runs_to_the_end() {
+fn mixed_sizes_with_last_frames_to_the_end_arrive_as_sent() {
     let sizes: Vec<usize> = (0..300)
         .map(|i| [5_000, 1, 700, 4, 2_500, 60][i % 6])
         .collect();
