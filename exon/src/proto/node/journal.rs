@@ -285,11 +285,18 @@ impl Node {
     }
 
     /// Durable mode: the slots assigned to `to`'s messages since the last call go to the
-    /// journal; their tokens wait for it.
+    /// journal; their tokens wait for it. Inline, so that a node without a journal pays one test where a message is sent or a
+    /// datagram comes (the call itself cost about 18 instructions each time).
+    #[inline]
     pub(super) fn journal_assignments(&mut self, now: Instant, to: NodeId) {
-        if self.journal.is_none() {
-            return;
+        if self.journal.is_some() {
+            self.journal_assignments_now(now, to);
         }
+    }
+
+    /// [`journal_assignments`](Self::journal_assignments) with a journal.
+    #[inline(never)]
+    fn journal_assignments_now(&mut self, now: Instant, to: NodeId) {
         let Some(rec) = self.senders.get_mut(&to) else {
             return;
         };

@@ -270,9 +270,14 @@ impl Credit {
     /// The REQCREDIT to write now, if one is due: the incarnation and slot of the oldest
     /// waiting message (a receiver that lost that incarnation answers with its verdict), or
     /// with none waiting, of the message an ask ahead named; and the bytes wanted.
+    #[inline]
     pub fn due(&self) -> Option<(u64, u64, u64)> {
+        // The flag first: asked on every datagram, and almost never due.
+        if !self.due {
+            return None;
+        }
         let &(s, r) = self.waiting.front().or(self.ahead.as_ref())?;
-        self.due.then_some((r, s, self.asked))
+        Some((r, s, self.asked))
     }
 
     /// The REQCREDIT was written at `now`.
