@@ -25,6 +25,7 @@ mod pair_exactly_once;
 mod probe_resend;
 mod receiver_restarts;
 mod record_pressure;
+mod released;
 mod reply;
 mod reply_many;
 mod rules;

@@ -24,6 +24,7 @@ mod loopback;
 mod note_flood;
 mod parts;
 mod recovered_calls;
+mod released;
 mod rpc;
 mod shards;
 mod stranded_runs;

@@ -14,6 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 
+use super::graveyard::Graveyard;
+use crate::proto::Payload;
+
 /// What the two sides share.
 struct Inner<T> {
     /// The pushed and not yet taken, oldest first.
@@ -29,6 +32,8 @@ struct Queue<T> {
     items: VecDeque<T>,
     /// The receiver was dropped: pushes are refused.
     closed: bool,
+    /// Acknowledged payloads the driver left for the pushes to free, one each.
+    dead: Graveyard,
 }
 
 impl<T> Inner<T> {
@@ -44,6 +49,7 @@ pub(crate) fn mailbox<T>() -> (MailboxTx<T>, MailboxRx<T>) {
         queue: Mutex::new(Queue {
             items: VecDeque::new(),
             closed: false,
+            dead: Graveyard::default(),
         }),
         notify: Notify::new(),
         senders: AtomicUsize::new(1),
@@ -63,17 +69,20 @@ pub(crate) struct MailboxTx<T> {
 impl<T> MailboxTx<T> {
     /// Pushes `item`; gives it back when the receiver is gone. Always inline: a send's
     /// command is built in place rather than copied into a call.
+    /// Takes one of the payloads the driver buried ([`MailboxRx::bury`]) under the same
+    /// lock, and frees it after: on the pushing thread, after its own allocations.
     #[inline(always)]
     pub(crate) fn send(&self, item: T) -> Result<(), T> {
-        let was_empty = {
+        let (was_empty, dead) = {
             let mut q = self.inner.lock();
             if q.closed {
                 return Err(item);
             }
             let was_empty = q.items.is_empty();
             q.items.push_back(item);
-            was_empty
+            (was_empty, q.dead.pop())
         };
+        drop(dead);
         if was_empty {
             self.inner.notify.notify_one();
         }
@@ -212,6 +221,19 @@ impl<T> MailboxRx<T> {
         Ok(&mut self.taken)
     }
 
+    /// Leaves payloads of `released` (acknowledged messages', each small) for the next
+    /// pushes to free, one each, as many as the graveyard has room for: the rest stays in
+    /// `released`, and those no push took since the last call go to `stale`, for the
+    /// caller to free outside the lock (`Graveyard::bury`). Returns how many wait.
+    pub(crate) fn bury(
+        &self,
+        released: &mut Vec<Payload>,
+        stale: &mut Vec<Payload>,
+        expire: bool,
+    ) -> usize {
+        self.inner.lock().dead.bury(released, stale, expire)
+    }
+
     /// Waits until an item waits ([`front`](Self::front) is not empty: `true`), or until
     /// nothing waits and no strong sender is left (`false`). Cancel safe: it takes nothing.
     pub(crate) async fn ready(&mut self) -> bool {
@@ -254,7 +276,7 @@ impl<T> Drop for MailboxRx<T> {
         let left = {
             let mut q = self.inner.lock();
             q.closed = true;
-            std::mem::take(&mut q.items)
+            (std::mem::take(&mut q.items), q.dead.take_all())
         };
         drop(left);
     }

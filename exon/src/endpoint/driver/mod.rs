@@ -32,6 +32,7 @@ use tokio::time::{Instant as TokioInstant, Sleep};
 pub(crate) mod command;
 pub(crate) mod delivery_queue;
 mod events;
+pub(crate) mod graveyard;
 pub(crate) mod handover;
 pub(crate) mod mailbox;
 mod ordered;
@@ -161,6 +162,13 @@ pub(crate) struct Driver<S> {
     sleep_at: Option<Instant>,
     /// When turns yield to the application, and whether they take datagrams in slices.
     turns: Turns,
+    /// Acknowledged messages' payloads the node handed back, on their way to the
+    /// mailbox's graveyard (`graveyard.rs`); reused.
+    released: Vec<crate::proto::Payload>,
+    /// Buried payloads no send took, on their way to be freed here; reused.
+    stale: Vec<crate::proto::Payload>,
+    /// When the payloads buried and not yet taken are freed here (`None`: none wait).
+    free_buried_at: Option<Instant>,
     _close_on_drop: CloseOnDrop,
 }
 
@@ -203,6 +211,9 @@ impl<S: DatagramSocket> Driver<S> {
             }
             d.jobs
         });
+        // Acknowledged payloads come back to be freed by the next sends (`graveyard.rs`).
+        let mut node = node;
+        node.keep_released(true);
         Driver {
             node,
             socket,
@@ -232,6 +243,9 @@ impl<S: DatagramSocket> Driver<S> {
             sleep: Box::pin(tokio::time::sleep(Duration::ZERO)),
             sleep_at: None,
             turns: Turns::default(),
+            released: Vec::new(),
+            stale: Vec::new(),
+            free_buried_at: None,
             cfg,
         }
     }
@@ -265,6 +279,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.look_at_stalls(t);
             let more = self.drain(t).await;
             self.hand_over();
+            self.bury_released(t);
             self.requests.flush();
             if let Some(report) = self.try_finish(t) {
                 tracing::info!(
@@ -320,6 +335,7 @@ impl<S: DatagramSocket> Driver<S> {
             self.paths.next_answer_at(),
             self.paths.next_keepalive_at(),
             self.journal.as_ref().and_then(|j| j.next_deadline()),
+            self.free_buried_at,
         ]
         .into_iter()
         .flatten()
@@ -720,6 +736,30 @@ impl<S: DatagramSocket> Driver<S> {
         });
         if stall {
             self.stats.delivery_stalls += 1;
+        }
+    }
+
+    /// The payloads of the messages acknowledged this turn go to the mailbox's graveyard,
+    /// for the next sends to free (`graveyard.rs`); larger ones, those it has no room for,
+    /// and those no send took within [`KEEP`](graveyard::KEEP) of the first burial (the
+    /// driver has a turn by then), are freed here.
+    fn bury_released(&mut self, t: Instant) {
+        self.node.take_released(&mut self.released);
+        let expire = self.free_buried_at.is_some_and(|at| at <= t);
+        if self.released.is_empty() && !expire {
+            return;
+        }
+        self.released.retain(|p| p.len() <= graveyard::MAX_DEAD_LEN);
+        let mut stale = std::mem::take(&mut self.stale);
+        let waiting = self.cmds.bury(&mut self.released, &mut stale, expire);
+        self.released.clear();
+        stale.clear();
+        self.stale = stale;
+        if expire || waiting == 0 {
+            self.free_buried_at = None;
+        }
+        if waiting > 0 {
+            self.free_buried_at.get_or_insert(t + graveyard::KEEP);
         }
     }
 

@@ -590,6 +590,7 @@ impl Node {
             events: &mut self.events,
             queued_bytes: &mut self.queued_bytes,
             held: self.journal.as_mut().map(|j| &mut j.held),
+            released: self.released.as_mut(),
         };
         let sealed = self.sealer.is_some();
         let implausible = sink.stats.rejects.implausible_verdict;

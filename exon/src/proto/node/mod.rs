@@ -27,6 +27,7 @@ mod marks;
 pub(crate) mod outbox;
 pub(crate) mod output;
 mod receive;
+mod released;
 mod revived;
 mod send;
 pub(crate) mod timeouts;
@@ -133,6 +134,9 @@ pub struct Node {
     evictions: crate::proto::recv::eviction::Evictions,
     /// Reused by `handle_datagram`: the frames of the datagram being handled.
     frame_scratch: Vec<Frame>,
+    /// The payloads of acknowledged messages, kept for the embedding to free
+    /// ([`Node::keep_released`]); `None`: dropped when acknowledged.
+    released: Option<Vec<crate::proto::payload::Payload>>,
     /// The instant receipt times (RECEIVED) count from: the first one written.
     receipt_base: Option<Instant>,
     /// Refusals counted so far ([`reject!`]): a datagram during which it moved had
@@ -244,6 +248,7 @@ impl Node {
             unproven: Default::default(),
             evictions: Default::default(),
             frame_scratch: Vec::new(),
+            released: None,
             receipt_base: None,
             refusals: 0,
             sealer,

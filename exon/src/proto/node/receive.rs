@@ -832,6 +832,7 @@ impl Node {
             events: &mut self.events,
             queued_bytes: &mut self.queued_bytes,
             held: self.journal.as_mut().map(|j| &mut j.held),
+            released: self.released.as_mut(),
         };
         rec.refuse_oversized(src, max, &self.rules, sink);
         self.journal_verdicts(now, src);

@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use crate::proto::frame::Verdict;
+use crate::proto::payload::Payload;
 use crate::proto::send::fragments::Outgoing;
 use crate::proto::send::record::SRecord;
 use crate::proto::send::token::Token;
@@ -22,6 +23,9 @@ pub(crate) struct Sink<'a> {
     pub queued_bytes: &'a mut usize,
     /// Durable mode: verdicts wait here, with their slot, until they are journalled.
     pub held: Option<&'a mut Vec<(u64, Event)>>,
+    /// Where acknowledged messages' payloads go instead of being dropped, if anywhere
+    /// ([`Node::keep_released`](crate::proto::Node::keep_released)).
+    pub released: Option<&'a mut Vec<Payload>>,
 }
 
 impl Sink<'_> {
@@ -167,6 +171,7 @@ impl SRecord {
             events,
             queued_bytes,
             mut held,
+            mut released,
         } = sink;
         let (rtt, bytes, flight, mtud) =
             (&self.rtt, &mut self.bytes, &mut self.flight, &mut self.mtud);
@@ -206,6 +211,9 @@ impl SRecord {
             }
             stats.acknowledged += 1;
             Sink::acknowledged(events, &mut held, slot, (to, id));
+            if let Some(r) = released.as_mut() {
+                r.push(std::mem::take(&mut tok.payload));
+            }
         }) > 0;
         // Messages to send again go first, in their original order, out of their slots.
         self.again += retry.len();
@@ -314,6 +322,7 @@ impl SRecord {
             events,
             queued_bytes,
             mut held,
+            ..
         } = sink;
         let (bytes, flight, credit) = (&mut self.bytes, &mut self.flight, &mut self.credit);
         let remembers = rules.deadline_remembers_whole_copies;
