@@ -9,9 +9,9 @@
 //! (`BENCHMARKS.md`, "Payloads freed by the sends"). Buried here instead, each payload is
 //! freed by a later send, right after that send's own payload was allocated: a free and an
 //! allocation in turn, which the cache serves. The driver frees what no send took within
-//! [`KEEP`] of the first burial itself, and never keeps more than [`MAX_DEAD_BYTES`] in payloads of at most
-//! [`MAX_DEAD_LEN`] bytes each (a larger one would hold much memory for a free that is a
-//! small share of what its message cost).
+//! [`KEEP`] of the first burial itself, and never keeps more than [`MAX_DEAD_BYTES`] in
+//! payloads of at most [`MAX_DEAD_LEN`] bytes each (a larger one would hold much memory
+//! for a free that is a small share of what its message cost).
 
 use std::time::Duration;
 

@@ -68,9 +68,9 @@ pub(crate) struct MailboxTx<T> {
 
 impl<T> MailboxTx<T> {
     /// Pushes `item`; gives it back when the receiver is gone. Always inline: a send's
-    /// command is built in place rather than copied into a call.
-    /// Takes one of the payloads the driver buried ([`MailboxRx::bury`]) under the same
-    /// lock, and frees it after: on the pushing thread, after its own allocations.
+    /// command is built in place rather than copied into a call. Takes one of the
+    /// payloads the driver buried ([`MailboxRx::bury`]) under the same lock, and frees it
+    /// after: on the pushing thread, after its own allocations.
     #[inline(always)]
     pub(crate) fn send(&self, item: T) -> Result<(), T> {
         let (was_empty, dead) = {
@@ -223,8 +223,8 @@ impl<T> MailboxRx<T> {
 
     /// Leaves payloads of `released` (acknowledged messages', each small) for the next
     /// pushes to free, one each, as many as the graveyard has room for: the rest stays in
-    /// `released`, and those no push took since the last call go to `stale`, for the
-    /// caller to free outside the lock (`Graveyard::bury`). Returns how many wait.
+    /// `released`, and with `expire` those no push took go to `stale`, for the caller to
+    /// free outside the lock (`Graveyard::bury`). Returns how many wait.
     pub(crate) fn bury(
         &self,
         released: &mut Vec<Payload>,

@@ -285,8 +285,9 @@ impl Node {
     }
 
     /// Durable mode: the slots assigned to `to`'s messages since the last call go to the
-    /// journal; their tokens wait for it. Inline, so that a node without a journal pays one test where a message is sent or a
-    /// datagram comes (the call itself cost about 18 instructions each time).
+    /// journal; their tokens wait for it. Inline, so that a node without a journal pays one
+    /// test where a message is sent or a datagram comes (the call cost about 18
+    /// instructions each time).
     #[inline]
     pub(super) fn journal_assignments(&mut self, now: Instant, to: NodeId) {
         if self.journal.is_some() {
