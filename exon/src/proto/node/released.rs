@@ -9,7 +9,8 @@ impl Node {
     /// With `on`, the payload of every message acknowledged from now on is kept for
     /// [`take_released`](Self::take_released) instead of being dropped when its ACK is
     /// handled; off (the default), they are dropped there. Turned off, what was kept is
-    /// dropped.
+    /// dropped. What is kept grows until taken: an embedding that turns this on calls
+    /// `take_released` after its inputs, as it drains the other outputs.
     ///
     /// Why: an ACK settles many messages at once, so their payloads are freed in a burst
     /// on the thread that handles datagrams, while the application allocates them one at
