@@ -113,7 +113,9 @@ fn out_packets(f: Vec<Frame>) -> Vec<exon::proto::Packet> {
 
 /// B is full and evicts A's record before any token reached it (a flood of requests from
 /// other sources): A's tokens get RETRY, A makes new tokens from fresh slots, and every
-/// message is delivered and acknowledged exactly once, none in doubt.
+/// message is delivered and acknowledged exactly once, none in doubt. A keeps acknowledged
+/// payloads for its embedding (`Node::keep_released`): a message sent again after a RETRY
+/// keeps its bytes, and its payload comes back once, at its ACK.
 #[test]
 fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
     let t = Instant::now();
@@ -123,6 +125,7 @@ fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
         conf
     };
     let mut a = node(A, c.clone(), 0, t);
+    a.keep_released(true);
     let mut b = node(B, c, 100, t);
     for m in [b"m0", b"m1", b"m2"] {
         a.send(t, B, bytes::Bytes::from_static(m)).unwrap();
@@ -176,6 +179,11 @@ fn evicted_incarnation_answers_retry_and_nothing_is_lost() {
         2,
         "the forger's record made room in turn"
     );
+    let mut back = Vec::new();
+    a.take_released(&mut back);
+    let mut back: Vec<Vec<u8>> = back.iter().map(|p| p.to_bytes().to_vec()).collect();
+    back.sort();
+    assert_eq!(back, got, "each acknowledged payload back once, as sent");
 }
 
 // ----- ACK: delayed and coalesced -----------------------------------------------------

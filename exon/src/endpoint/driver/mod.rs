@@ -750,11 +750,9 @@ impl<S: DatagramSocket> Driver<S> {
             return;
         }
         self.released.retain(|p| p.len() <= graveyard::MAX_DEAD_LEN);
-        let mut stale = std::mem::take(&mut self.stale);
-        let waiting = self.cmds.bury(&mut self.released, &mut stale, expire);
+        let waiting = self.cmds.bury(&mut self.released, &mut self.stale, expire);
         self.released.clear();
-        stale.clear();
-        self.stale = stale;
+        self.stale.clear();
         if expire || waiting == 0 {
             self.free_buried_at = None;
         }
